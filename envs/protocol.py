@@ -1,0 +1,144 @@
+"""The one Environment protocol used for target, synthetic, validation, training
+and evaluation environments (DESIGN.md §3), and the message types it speaks.
+
+Messages follow the OpenAI chat format. Tool calls carry already-parsed JSON
+arguments (a dict); `to_openai()` renders the wire format where arguments are
+a JSON string.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One function call emitted by the assistant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+        }
+
+
+class Message(BaseModel):
+    """One chat message: system / user / assistant (maybe with tool calls) / tool result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None  # set on role == "tool"
+    name: str | None = None  # tool name on role == "tool"
+
+    def to_openai(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [tc.to_openai() for tc in self.tool_calls]
+        if self.role == "tool":
+            out["tool_call_id"] = self.tool_call_id
+            if self.name:
+                out["name"] = self.name
+        return out
+
+    @classmethod
+    def system(cls, content: str) -> "Message":
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> "Message":
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str | None = None, tool_calls: list[ToolCall] | None = None) -> "Message":
+        return cls(role="assistant", content=content, tool_calls=tool_calls or [])
+
+    @classmethod
+    def tool(cls, tool_call_id: str, content: str, name: str | None = None) -> "Message":
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+
+
+class StepResult(BaseModel):
+    """What the environment answers to one assistant message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[Message] = Field(default_factory=list)  # tool results and/or the user's reply
+    done: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class Score(BaseModel):
+    """Reward in [0, 1], the binary success label and named reward components."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = Field(ge=0.0, le=1.0)
+    success: bool
+    components: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)  # e.g. which evaluator decided
+
+
+TaskRef = str | int  # a task id for target envs, an integer seed for synthetic ones
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """The contract every environment implements.
+
+    Lifecycle: `reset(task)` starts an episode and returns the initial messages
+    (system prompt with the policy, the first user turn); `step(message)` takes
+    one assistant message and returns what follows; `score()` may be called at
+    any time and scores the episode so far; `close()` releases resources.
+    """
+
+    name: str
+
+    def tools(self) -> list[dict[str, Any]]: ...
+
+    def reset(self, task: TaskRef) -> list[Message]: ...
+
+    def step(self, message: Message) -> StepResult: ...
+
+    def score(self) -> Score: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class TargetEnvironment(Environment, Protocol):
+    """A target environment also lists its tasks (and their families)."""
+
+    def task_ids(self) -> list[str]: ...
+
+    def task_family(self, task_id: str) -> str: ...
+
+
+def tool_schema(name: str, description: str, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """Build an OpenAI function-tool schema."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": list(required if required is not None else properties),
+                "additionalProperties": False,
+            },
+        },
+    }

@@ -1,0 +1,56 @@
+"""The `gapforge` command. Sub-command groups live in gapforge/cli_*.py."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+import yaml
+
+from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="gapforge: capability-targeted agentic training (TRACE).")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect the effective configuration.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+@handle_errors
+def config_show(config: ConfigOpt = None, set_: SetOpt = None, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Print the effective config (file + env vars + --set), secrets excluded."""
+    cfg = get_config(config, set_)
+    data = cfg.dump()
+    if as_json:
+        console.print_json(json.dumps(data))
+    else:
+        console.print(yaml.safe_dump(data, sort_keys=False), highlight=False, end="")
+
+
+def _register_groups() -> None:
+    """Attach the sub-command groups that exist (each module defines `app`)."""
+    import importlib
+
+    for module_name, group in (
+        ("gapforge.cli_dev", "dev"),
+        ("gapforge.cli_rollouts", "rollouts"),
+        ("gapforge.cli_env", "env"),
+        ("gapforge.cli_sandbox", "sandbox"),
+    ):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name == module_name:
+                continue
+            raise
+        app.add_typer(module.app, name=group)
+
+
+_register_groups()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The one typed config tree: YAML file + `--set dotted.key=value` overrides +
+environment variables (read here and nowhere else).
+
+Unknown keys are rejected; every error is one line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+
+class ConfigError(Exception):
+    """A bad config file, key or value. The message says what to fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class StoreConfig(_Section):
+    url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the workspace. Env: GAPFORGE_STORE_URL")
+
+
+class EndpointConfig(_Section):
+    """An OpenAI-compatible chat endpoint."""
+
+    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = OpenAI's default")
+    model: str = "gpt-4o-mini"
+    api_key_env: str = Field("OPENAI_API_KEY", description="name of the env var holding the key")
+    api_key: SecretStr | None = Field(None, exclude=True, description="filled by the loader from api_key_env")
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=20)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+
+
+class LLMConfig(_Section):
+    """The agent roles (analyst, generator, validator, user simulator)."""
+
+    kind: Literal["scripted", "openai"] = "scripted"
+    scripted_path: str | None = Field(None, description="YAML/JSON of recorded answers keyed by prompt name")
+    endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
+
+
+class PolicyConfig(_Section):
+    """The policy being evaluated/trained."""
+
+    kind: Literal["scripted", "endpoint", "local"] = "scripted"
+    endpoint: EndpointConfig = Field(default_factory=lambda: EndpointConfig(temperature=1.0))
+    local_path: str | None = Field(None, description="directory of a Hugging Face model (kind=local)")
+    adapter_path: str | None = Field(None, description="optional PEFT adapter applied on the local model")
+    scripted_path: str | None = None
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    max_new_tokens: int = Field(512, gt=0)
+
+
+class RolloutConfig(_Section):
+    env: str = Field("shop", description="shop | tau2:retail | tau2:airline | tau2:telecom")
+    samples: int = Field(1, ge=1, description="episodes per task")
+    concurrency: int = Field(8, ge=1, le=1024)
+    max_turns: int = Field(30, ge=1)
+    tasks: list[str] | None = Field(None, description="task ids; None = all")
+    user: Literal["scripted", "llm"] = "scripted"
+
+
+class AnalysisConfig(_Section):
+    delta: float = Field(0.20, ge=-1.0, le=1.0, description="minimum gap ER- - ER+")
+    rho: float = Field(0.10, ge=0.0, le=1.0, description="minimum coverage among failures")
+    repeats: int = Field(10, ge=1, description="labeling passes R")
+    min_passes: int = Field(8, ge=1, description="K of R passes a capability must survive")
+    min_capabilities: int = Field(4, ge=1)
+    max_capabilities: int = Field(10, ge=1)
+    discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery")
+    discovery_success: int = Field(5, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "AnalysisConfig":
+        if self.min_passes > self.repeats:
+            raise ValueError(f"min_passes ({self.min_passes}) must be <= repeats ({self.repeats})")
+        if self.min_capabilities > self.max_capabilities:
+            raise ValueError("min_capabilities must be <= max_capabilities")
+        return self
+
+
+class SynthesisConfig(_Section):
+    max_attempts: int = Field(5, ge=1)
+    validation_seeds: int = Field(20, ge=2)
+
+
+class SandboxConfig(_Section):
+    backend: Literal["docker", "process"] = Field("docker", description="process does NOT isolate; explicit opt-in only")
+    image: str = "gapforge-sandbox:latest"
+    memory_mb: int = Field(512, ge=32)
+    cpus: float = Field(1.0, gt=0)
+    pids_limit: int = Field(64, ge=8)
+    call_timeout_s: float = Field(10.0, gt=0)
+    start_timeout_s: float = Field(30.0, gt=0)
+    pool_size: int = Field(4, ge=0)
+    max_output_bytes: int = Field(1_000_000, ge=1024)
+
+
+class GRPOReadinessConfig(_Section):
+    groups: int = Field(8, ge=1, description="G seeds")
+    samples: int = Field(4, ge=2, description="K samples per seed")
+    min_informative: float = 0.5
+    max_all_zero: float = 0.2
+    max_all_perfect: float = 0.2
+    mean_low: float = 0.15
+    mean_high: float = 0.85
+
+
+class TrainingConfig(_Section):
+    lora_rank: int = Field(32, ge=1)
+    lora_alpha: int = Field(64, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    learning_rate: float = Field(1e-5, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    num_generations: int = Field(8, ge=2, description="K rollouts per seed (GRPO group)")
+    max_steps: int = Field(40, ge=1)
+    train_seeds: int = Field(80, ge=1)
+    heldout_seeds: int = Field(16, ge=1, description="synthetic seeds for checkpoint selection")
+    max_completion_length: int = Field(512, ge=8)
+    seed: int = 0
+
+
+class RoutingConfig(_Section):
+    enabled: bool = True
+
+
+class GapforgeConfig(_Section):
+    workspace: Path = Field(Path(".gapforge"), description="everything a run produces lives here. Env: GAPFORGE_WORKSPACE")
+    seed: int = 0
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    rollouts: RolloutConfig = Field(default_factory=RolloutConfig)
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    grpo_readiness: GRPOReadinessConfig = Field(default_factory=GRPOReadinessConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url or f"sqlite:///{(self.workspace / 'gapforge.db').resolve()}"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.workspace / "checkpoints.sqlite"
+
+    def dump(self) -> dict[str, Any]:
+        """The effective config as plain data (secrets excluded)."""
+        return self.model_dump(mode="json")
+
+
+_ENV_OVERRIDES = {
+    "GAPFORGE_WORKSPACE": "workspace",
+    "GAPFORGE_STORE_URL": "store.url",
+    "GAPFORGE_LLM_BASE_URL": "llm.endpoint.base_url",
+    "GAPFORGE_LLM_MODEL": "llm.endpoint.model",
+    "GAPFORGE_POLICY_BASE_URL": "policy.endpoint.base_url",
+    "GAPFORGE_POLICY_MODEL": "policy.endpoint.model",
+}
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: '{key}' is a value, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", parsed value); the value is parsed as YAML (numbers, bools, lists)."""
+    if "=" not in item:
+        raise ConfigError(f"--set '{item}': expected dotted.key=value, e.g. --set rollouts.concurrency=16")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set '{item}': the key before '=' is empty")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _format_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    if first["type"] == "extra_forbidden":
+        return f"unknown config key '{loc}': remove it or check the spelling (see `gapforge config show`)"
+    return f"config key '{loc}': {first['msg']} (got {first.get('input')!r})"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None) -> GapforgeConfig:
+    """Load YAML (optional), apply env var overrides, then `--set` overrides, validate."""
+    env = os.environ if environ is None else environ
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{p}' not found: pass an existing YAML file to --config")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark else ""
+            raise ConfigError(f"config file '{p}'{where} is not valid YAML: fix the syntax") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{p}' must hold a mapping of sections at the top level")
+        tree = loaded
+    for var, dotted in _ENV_OVERRIDES.items():
+        if env.get(var):
+            _set_dotted(tree, dotted, env[var])
+    for item in overrides or []:
+        key, value = parse_override(item)
+        _set_dotted(tree, key, value)
+    for section in ("llm", "policy"):
+        ep = tree.get(section, {}).get("endpoint", {}) if isinstance(tree.get(section), dict) else {}
+        if isinstance(ep, dict) and "api_key" in ep:
+            raise ConfigError(f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env', 'OPENAI_API_KEY')} instead")
+    try:
+        cfg = GapforgeConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e)) from None
+    for ep in (cfg.llm.endpoint, cfg.policy.endpoint):
+        key = env.get(ep.api_key_env)
+        if key:
+            ep.api_key = SecretStr(key)
+    return cfg

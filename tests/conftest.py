@@ -1,0 +1,63 @@
+"""Shared fixtures. Folder-specific fixtures live in tests/<folder>/conftest.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gapforge.config import GapforgeConfig, load_config
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+@pytest.fixture
+def config(workspace: Path) -> GapforgeConfig:
+    return load_config(None, [f"workspace={workspace}"], environ={})
+
+
+def docker_available() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=5)
+        client.ping()
+        client.close()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    if not docker_available():
+        pytest.skip("no Docker daemon reachable (CI starts one; locally: start dockerd)")
+    import docker
+
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    url = os.environ.get("GAPFORGE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("GAPFORGE_TEST_POSTGRES_URL not set (CI starts PostgreSQL and sets it)")
+    return url
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen-architecture model built offline (random weights, tokenizer trained on the spot)."""
+    from serving.tiny_model import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    build_tiny_model(path, seed=0)
+    return path

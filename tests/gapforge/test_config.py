@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gapforge.cli import app
+from gapforge.config import ConfigError, load_config
+
+
+def test_defaults_and_overrides(tmp_path: Path) -> None:
+    cfg = load_config(None, ["rollouts.concurrency=16", "analysis.delta=0.3", "rollouts.tasks=[a, b]"], environ={})
+    assert cfg.rollouts.concurrency == 16
+    assert cfg.analysis.delta == 0.3
+    assert cfg.rollouts.tasks == ["a", "b"]
+    assert cfg.store_url.startswith("sqlite:///")
+
+
+def test_yaml_then_set_then_env(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("rollouts:\n  samples: 3\npolicy:\n  endpoint:\n    model: m1\n")
+    cfg = load_config(f, ["rollouts.samples=5"], environ={"GAPFORGE_POLICY_MODEL": "m2", "OPENAI_API_KEY": "sk-x"})
+    assert cfg.rollouts.samples == 5
+    assert cfg.policy.endpoint.model == "m2"
+    assert cfg.policy.endpoint.api_key is not None and cfg.policy.endpoint.api_key.get_secret_value() == "sk-x"
+    assert "api_key" not in cfg.dump()["policy"]["endpoint"]
+
+
+@pytest.mark.parametrize(
+    "yaml_text,overrides,needle",
+    [
+        ("rollouts:\n  sampels: 3\n", [], "unknown config key 'rollouts.sampels'"),
+        ("", ["rollouts.concurrency=0"], "rollouts.concurrency"),
+        ("", ["analysis.min_passes=11"], "min_passes"),
+        ("rollouts: [1, 2\n", [], "not valid YAML"),
+        ("llm:\n  endpoint:\n    api_key: sk-oops\n", [], "env vars only"),
+        ("", ["noequals"], "expected dotted.key=value"),
+    ],
+)
+def test_bad_config_is_one_line(tmp_path: Path, yaml_text: str, overrides: list[str], needle: str) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml_text)
+    with pytest.raises(ConfigError) as ei:
+        load_config(f, overrides, environ={})
+    assert needle in str(ei.value)
+    assert "\n" not in str(ei.value)
+
+
+def test_cli_config_show_and_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(app, ["config", "show", "--set", "rollouts.samples=4"])
+    assert ok.exit_code == 0, ok.output
+    assert "samples: 4" in ok.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bogus_section: 1\n")
+    res = runner.invoke(app, ["config", "show", "--config", str(bad)])
+    assert res.exit_code == 2
+    assert "unknown config key 'bogus_section'" in res.output
+    assert "Traceback" not in res.output
+    missing = runner.invoke(app, ["config", "show", "--config", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "not found" in missing.output
