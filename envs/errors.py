@@ -1,5 +1,31 @@
-"""Errors at the environment boundary."""
+"""Errors at the environment boundary, and the policy-side failures an episode records.
+
+EnvError is user-fixable input (unknown env, unknown task id). The PolicyError
+family is *data*: the policy loop ends the episode with the reason, never the run.
+"""
 
 
 class EnvError(Exception):
     """Bad environment input (unknown env name, unknown task id, ...). The message says what to fix."""
+
+
+class PolicyError(Exception):
+    """The policy failed to produce a usable message; ends the episode, not the run."""
+
+    termination = "policy_error"
+
+
+class EndpointError(PolicyError):
+    """The policy endpoint kept failing after retries (connection, 429, 5xx, timeout)."""
+
+    termination = "endpoint_error"
+
+
+class MalformedOutputError(PolicyError):
+    """The model produced output that cannot be parsed (e.g. a broken <tool_call> block)."""
+
+    termination = "malformed_output"
+
+    def __init__(self, message: str, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw

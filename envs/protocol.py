@@ -142,3 +142,18 @@ def tool_schema(name: str, description: str, properties: dict[str, Any], require
             },
         },
     }
+
+
+@runtime_checkable
+class PolicyModel(Protocol):
+    """The agent side: anything that answers a conversation with one assistant message.
+
+    Implementations: agents.policy.ChatModelPolicy (any LangChain chat model:
+    ChatOpenAI, the scripted model), serving.local.LocalPolicy (transformers+PEFT).
+    Failures raise envs.errors.PolicyError subclasses (EndpointError,
+    MalformedOutputError); the policy loop records them as the episode's end.
+    """
+
+    name: str
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message: ...
