@@ -1,0 +1,123 @@
+"""A small local server speaking the OpenAI chat-completions HTTP API, for
+tests and benchmarks of the real client code paths (no LLM API is reachable here).
+
+    with FakeOpenAIServer(responder, latency_s=0.1, fail_first=2) as srv:
+        ChatOpenAI(base_url=srv.base_url, ...)
+
+`responder(request_json) -> assistant message dict` decides each answer (OpenAI
+wire format: {"role": "assistant", "content": ..., "tool_calls": [...]}).
+Binds 127.0.0.1 on a free port; stops with the context manager.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+Responder = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def text_reply(text: str) -> Responder:
+    return lambda _req: {"role": "assistant", "content": text}
+
+
+def tool_call_message(name: str, arguments: dict[str, Any], call_id: str = "call_0") -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}],
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # many concurrent clients in benchmarks
+
+
+class FakeOpenAIServer:
+    def __init__(self, responder: Responder, *, latency_s: float = 0.0, fail_first: int = 0, fail_status: int = 500) -> None:
+        self.responder = responder
+        self.latency_s = latency_s
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "server not started"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    def _handle(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.requests.append(body)
+            n = len(self.requests)
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        if n <= self.fail_first:
+            return self.fail_status, {"error": {"message": f"injected failure {n}", "type": "server_error"}}
+        message = self.responder(body)
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        return 200, {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+                else:
+                    self._send(404, {"error": {"message": "not found"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                status, payload = outer._handle(body)
+                self._send(status, payload)
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
