@@ -1,0 +1,32 @@
+# Two entry points (see README): `make demo` runs the main job, `make test` the whole suite.
+# Both create ./.venv and install the project into it first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+EXTRAS ?= dev,tau2,postgres
+
+.PHONY: install demo test bench clean
+
+install: $(VENV)/.installed
+
+# torch is installed first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+demo: install
+	$(VENV)/bin/gapforge demo
+
+# pytest exits 5 when it collected no tests; that is not a failure of the suite.
+test: install
+	$(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+bench: install
+	$(PY) bench/sandbox_step.py
+	$(PY) bench/rollout_concurrency.py
+
+clean:
+	rm -rf $(VENV) .gapforge .pytest_cache
