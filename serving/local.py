@@ -1,0 +1,125 @@
+"""LocalPolicy: a transformers (+ optional PEFT adapter) policy backend for CPU runs and tests.
+
+It implements envs.protocol.PolicyModel: render the conversation and the tool
+schemas with the model's own chat template, generate, and parse `<tool_call>`
+blocks back into tool calls (serving.tool_calls). Generation runs in a worker
+thread so `respond()` never blocks the event loop; a lock serialises access to
+the model. Sampling is reproducible: call n of a policy built with seed s samples
+with torch seed s + n (the global RNG is left untouched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from envs.errors import PolicyError
+from envs.protocol import Message
+from serving.errors import ServingError
+from serving.tool_calls import parse_tool_calls
+
+
+def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Messages as chat-template dicts (Hugging Face convention: tool-call arguments as dicts)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        item: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.tool_calls:
+            item["tool_calls"] = [
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}} for tc in m.tool_calls
+            ]
+        if m.role == "tool":
+            item["tool_call_id"] = m.tool_call_id
+            if m.name:
+                item["name"] = m.name
+        out.append(item)
+    return out
+
+
+class LocalPolicy:
+    """A Hugging Face causal LM from a local directory, optionally with a PEFT (LoRA) adapter."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        adapter_path: str | Path | None = None,
+        *,
+        temperature: float = 1.0,
+        max_new_tokens: int = 512,
+        seed: int = 0,
+        name: str | None = None,
+        dtype: str = "auto",
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if temperature < 0:
+            raise ServingError(f"temperature must be >= 0, got {temperature}")
+        if max_new_tokens < 1:
+            raise ServingError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model_path = Path(model_path)
+        self.adapter_path = Path(adapter_path) if adapter_path is not None else None
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.template_kwargs = dict(template_kwargs or {})
+        self.name = name or self.model_path.name + (f"+{self.adapter_path.name}" if self.adapter_path else "")
+        self._lock = threading.Lock()
+        self._calls = 0
+        self.tokenizer, self.model = self._load(dtype)
+
+    def _load(self, dtype: str) -> tuple[Any, Any]:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not (self.model_path / "config.json").is_file():
+            raise ServingError(f"{self.model_path} is not a Hugging Face model directory (no config.json); set policy.local_path")
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        if not tokenizer.chat_template:
+            raise ServingError(f"the tokenizer in {self.model_path} has no chat template; add chat_template.jinja")
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, local_files_only=True)
+        if self.adapter_path is not None:
+            if not (self.adapter_path / "adapter_config.json").is_file():
+                raise ServingError(f"{self.adapter_path} is not a PEFT adapter directory (no adapter_config.json)")
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, self.adapter_path, is_trainable=False)
+        model.eval()
+        return tokenizer, model
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
+        """The prompt text the model sees (chat template with tools and the generation prompt)."""
+        return self.tokenizer.apply_chat_template(
+            to_template_messages(messages),
+            tools=tools or None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **self.template_kwargs,
+        )
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+        temp = self.temperature if temperature is None else temperature
+        if temp < 0:
+            raise ServingError(f"temperature must be >= 0, got {temp}")
+        text = await asyncio.to_thread(self._generate, self.render(messages, tools), temp)
+        content, tool_calls = parse_tool_calls(text)  # raises MalformedOutputError with the raw text
+        return Message.assistant(content=content, tool_calls=tool_calls)
+
+    def _generate(self, prompt: str, temperature: float) -> str:
+        import torch
+
+        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        n_prompt = ids["input_ids"].shape[1]
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        if context is not None and n_prompt + self.max_new_tokens > context:
+            raise PolicyError(f"prompt of {n_prompt} tokens + max_new_tokens {self.max_new_tokens} exceeds the model context of {context}")
+        sampling: dict[str, Any] = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+        with self._lock, torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(self.seed + self._calls)
+            self._calls += 1
+            out = self.model.generate(
+                **ids,
+                max_new_tokens=self.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **sampling,
+            )
+        return self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True)
