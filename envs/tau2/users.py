@@ -1,0 +1,112 @@
+"""The two user simulators the adapter drives: tau2's own LLM user, and an offline scripted user.
+
+Both speak tau2's user interface (`get_init_state`, `generate_next_message`,
+`is_stop`) and return tau2 `UserMessage`s, so the adapter drives them the same way.
+
+LLM user (`user="llm"`): tau2's `UserSimulator` (its guidelines + the task's
+user scenario as system prompt), which calls the model through litellm. It is
+pointed at an OpenAI-compatible endpoint given as `UserEndpoint` (or anything
+with the same attributes, e.g. gapforge's `EndpointConfig`, or a dict).
+
+Scripted user (`user="scripted"`): deterministic, built only from the task's
+user scenario. Its limits: it does not read what the agent says. It opens with
+the scenario's reason for the call, then answers each agent text message with
+the next fact in order (known info, then the task instructions), then sends
+tau2's stop token. It never confirms an action or makes user-side tool calls,
+so it suits tests and replays of gold actions, not measuring a real policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from envs.errors import EnvError
+from envs.tau2.domain import load_tau2
+
+
+class UserEndpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint for tau2's LLM user simulator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1, description="model name; with base_url it is sent as 'openai/<model>' to litellm")
+    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = the provider litellm infers from the model")
+    api_key: SecretStr | None = None
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=20)
+
+    def litellm_model(self) -> str:
+        if self.base_url and not self.model.startswith("openai/"):
+            return f"openai/{self.model}"
+        return self.model
+
+    def litellm_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {"temperature": self.temperature, "timeout": self.timeout_s, "num_retries": self.max_retries}
+        if self.base_url:
+            args["api_base"] = self.base_url
+            # local OpenAI-compatible servers ignore the key, but the client insists on one
+            args["api_key"] = self.api_key.get_secret_value() if self.api_key else "not-needed"
+        elif self.api_key:
+            args["api_key"] = self.api_key.get_secret_value()
+        return args
+
+
+def coerce_endpoint(user_model: Any) -> UserEndpoint:
+    """Accept a UserEndpoint, a dict of its fields, or an object with its attributes (e.g. EndpointConfig)."""
+    if user_model is None:
+        raise EnvError("user='llm' needs user_model: an OpenAI-compatible endpoint (model, base_url, api_key)")
+    if isinstance(user_model, UserEndpoint):
+        return user_model
+    if isinstance(user_model, Mapping):
+        fields = dict(user_model)
+    else:
+        fields = {name: getattr(user_model, name) for name in UserEndpoint.model_fields if hasattr(user_model, name)}
+    try:
+        return UserEndpoint.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise EnvError(f"bad user_model for the tau2 user simulator: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+def llm_user(endpoint: UserEndpoint, task: Any, user_tools: list[Any] | None = None) -> Any:
+    """tau2's own LLM user simulator for `task`, talking to `endpoint`."""
+    t = load_tau2()
+    return t.UserSimulator(
+        tools=user_tools,
+        instructions=str(task.user_scenario),
+        llm=endpoint.litellm_model(),
+        llm_args=endpoint.litellm_args(),
+    )
+
+
+class ScriptedUser:
+    """Deterministic user from the task's scenario: opening, then one fact per agent turn, then stop."""
+
+    def __init__(self, task: Any) -> None:
+        instructions = task.user_scenario.instructions
+        if isinstance(instructions, str):
+            self.lines = [instructions]
+        else:
+            parts = [instructions.reason_for_call, instructions.known_info, instructions.task_instructions]
+            self.lines = [p.strip() for p in parts if p and p.strip()]
+        self.turn = 0
+
+    def get_init_state(self, message_history: list[Any] | None = None) -> Any:
+        t = load_tau2()
+        return t.UserState(system_messages=[], messages=list(message_history or []))
+
+    def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
+        t = load_tau2()
+        content = self.lines[self.turn] if self.turn < len(self.lines) else t.STOP
+        self.turn += 1
+        reply = t.message.UserMessage(role="user", content=content)
+        state.messages.extend([message, reply])
+        return reply, state
+
+    @classmethod
+    def is_stop(cls, message: Any) -> bool:
+        return load_tau2().UserSimulator.is_stop(message)
