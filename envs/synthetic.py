@@ -1,0 +1,93 @@
+"""Run a synthetic env (an envs.sdk.SyntheticEnv subclass) in this process, behind the Environment protocol.
+
+!!! TRUSTED CODE ONLY !!!
+InProcessSyntheticEnv imports and executes the env module inside the calling
+process with no isolation at all. Use it only for code a person wrote and
+reviewed: the hand-written examples in envs/examples/, benchmarks, unit tests.
+LLM-written env code only ever runs in the sandbox (sandbox.SandboxedEnv),
+never through this class.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from envs.errors import EnvError
+from envs.protocol import Message, Score, StepResult, TaskRef
+from envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
+
+
+def load_env_class(path: str | Path) -> type[SyntheticEnv]:
+    """Import the module file at `path` (TRUSTED CODE ONLY) and return its one SyntheticEnv subclass."""
+    path = Path(path)
+    if not path.is_file() or path.suffix != ".py":
+        raise EnvError(f"synthetic env module {path} not found; give the path of a .py file")
+    name = f"gapforge_trusted_env_{abs(hash(path.resolve()))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise EnvError(f"cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # typing.get_type_hints resolves annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+        return find_env_class(module)
+    except EnvDefinitionError as exc:
+        raise EnvError(f"{path}: {exc}") from None
+    finally:
+        sys.modules.pop(name, None)
+
+
+class InProcessSyntheticEnv:
+    """TRUSTED CODE ONLY: an SDK env class run in-process, speaking envs.protocol.Environment.
+
+    `task` for reset() is an integer seed. `solution(seed)` returns the env's reference
+    actions ({"tool": name, "arguments": {...}} or {"say": text}).
+    """
+
+    def __init__(self, env: type[SyntheticEnv] | str | Path) -> None:
+        if isinstance(env, (str, Path)):
+            env = load_env_class(env)
+        elif not (isinstance(env, type) and issubclass(env, SyntheticEnv)):
+            raise EnvError(f"InProcessSyntheticEnv needs a SyntheticEnv subclass or a module path, got {env!r}")
+        else:
+            try:
+                env.check_definition()
+            except EnvDefinitionError as exc:
+                raise EnvError(str(exc)) from None
+        self.env_class = env
+        self._env = env()
+        self.name = f"synthetic:{env.capability}"
+
+    @property
+    def capability(self) -> str:
+        return self.env_class.capability
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self._env.tools()
+
+    def reset(self, task: TaskRef) -> list[Message]:
+        if isinstance(task, str) and task.lstrip("-").isdigit():
+            task = int(task)
+        if not isinstance(task, int) or isinstance(task, bool):
+            raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
+        return [Message.model_validate(m) for m in self._env.reset(task)]
+
+    def step(self, message: Message) -> StepResult:
+        out = self._env.step(message.model_dump(mode="json"))
+        return StepResult(messages=[Message.model_validate(m) for m in out["messages"]],
+                          done=out["done"], info=out["info"])
+
+    def score(self) -> Score:
+        return Score.model_validate(self._env.score())
+
+    def solution(self, seed: int) -> list[dict[str, Any]]:
+        return self._env.solution(seed)
+
+    def scenario(self, seed: int) -> dict[str, Any]:
+        return self._env.scenario_for(seed)
+
+    def close(self) -> None:
+        pass
