@@ -1,0 +1,235 @@
+"""Chat models for the agent roles: the factory, the one retry policy, structured calls.
+
+- `make_chat_model(endpoint)`: a ChatOpenAI against any OpenAI-compatible base
+  URL whose every request is retried here (and only here: the openai client's
+  own retries are off) on 429 / 408 / 5xx / timeouts / connection errors, with
+  exponential backoff. After the last attempt it raises ModelEndpointError.
+- `structured_call(model, messages, schema)`: a pydantic answer; a malformed one
+  (bad JSON, failed validation, no structure at all) is re-asked once with the
+  parse error appended (prompt: prompts/structured_reask.txt).
+- `chat_model_from_config(cfg)`: LLMConfig / PolicyConfig -> scripted or endpoint model.
+- `prompt_config(name)`: the invoke config that names the prompt being asked;
+  ScriptedChatModel answers by that name, traces record it.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+import openai
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, Field, ValidationError
+from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
+from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
+from gapforge.config import EndpointConfig, LLMConfig, PolicyConfig
+
+PLACEHOLDER_API_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key
+RETRY_STATUS = {408, 429}  # plus every 5xx
+
+
+def prompt_config(prompt_name: str, config: RunnableConfig | None = None) -> RunnableConfig:
+    """An invoke config carrying the prompt name in its metadata (merged into `config`)."""
+    merged: dict[str, Any] = dict(config or {})
+    merged["metadata"] = {**merged.get("metadata", {}), PROMPT_NAME_KEY: prompt_name}
+    return merged  # type: ignore[return-value]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth another attempt: rate limits, server errors, timeouts, dropped connections."""
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRY_STATUS or exc.status_code >= 500
+    return False
+
+
+class RetryingChatOpenAI(ChatOpenAI):
+    """ChatOpenAI whose requests are retried by tenacity; every use (tools, structured) goes through it."""
+
+    retry_attempts: int = Field(5, ge=1, description="total attempts per request (1 = no retry)")
+    retry_backoff_s: float = Field(1.0, ge=0.0, description="first wait; doubles per attempt")
+    retry_max_backoff_s: float = Field(30.0, ge=0.0)
+    disable_streaming: bool = True  # streaming would bypass _generate and with it the retries
+
+    def _retry_args(self) -> dict[str, Any]:
+        return {
+            "stop": stop_after_attempt(self.retry_attempts),
+            "wait": wait_exponential(multiplier=self.retry_backoff_s, max=self.retry_max_backoff_s),
+            "retry": retry_if_exception(is_transient),
+            "reraise": False,
+        }
+
+    def _exhausted(self, err: RetryError) -> ModelEndpointError:
+        last = err.last_attempt.exception()
+        where = self.openai_api_base or "the OpenAI API"
+        return ModelEndpointError(
+            f"model '{self.model_name}' at {where} failed {self.retry_attempts} attempt(s), last: "
+            f"{type(last).__name__}: {_one_line(last)}; check the endpoint is up or raise max_retries"
+        )
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        try:
+            for attempt in Retrying(**self._retry_args()):
+                with attempt:
+                    return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except RetryError as err:
+            raise self._exhausted(err) from err.last_attempt.exception()
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        try:
+            async for attempt in AsyncRetrying(**self._retry_args()):
+                with attempt:
+                    return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except RetryError as err:
+            raise self._exhausted(err) from err.last_attempt.exception()
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+
+def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = None, retry_backoff_s: float = 1.0) -> BaseChatModel:
+    """A chat model against `endpoint` with our retries (endpoint.max_retries) and its timeout."""
+    if endpoint.base_url is None and endpoint.api_key is None:
+        raise ModelError(
+            f"no chat endpoint configured: set {endpoint.api_key_env} for OpenAI, "
+            "or endpoint.base_url (e.g. http://localhost:8000/v1) for a local server"
+        )
+    key = endpoint.api_key.get_secret_value() if endpoint.api_key is not None else PLACEHOLDER_API_KEY
+    return RetryingChatOpenAI(
+        model=endpoint.model,
+        base_url=endpoint.base_url,
+        api_key=key,
+        timeout=endpoint.timeout_s,
+        max_retries=0,
+        temperature=endpoint.temperature if temperature is None else temperature,
+        retry_attempts=endpoint.max_retries + 1,
+        retry_backoff_s=retry_backoff_s,
+    )
+
+
+def chat_model_from_config(cfg: LLMConfig | PolicyConfig, *, section: str = "llm") -> BaseChatModel:
+    """The chat model a config section asks for: recorded answers or an OpenAI-compatible endpoint."""
+    if cfg.kind == "scripted":
+        if not cfg.scripted_path:
+            raise ModelError(f"{section}.kind=scripted needs {section}.scripted_path: a YAML/JSON file of recorded answers")
+        return ScriptedChatModel.from_file(cfg.scripted_path)
+    if cfg.kind in ("openai", "endpoint"):
+        temperature = cfg.temperature if isinstance(cfg, PolicyConfig) else None
+        return make_chat_model(cfg.endpoint, temperature=temperature)
+    raise ModelError(f"{section}.kind={cfg.kind} is not a chat model; use a serving backend for it")
+
+
+# --- structured output -------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException | None, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) if exc is not None else "unknown error"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _raw_text(raw: Any) -> str:
+    """What the model actually said, as text (content, tool-call arguments)."""
+    if not isinstance(raw, AIMessage):
+        return str(raw)
+    parts = [raw.text] if raw.text else []
+    parts += [json.dumps(tc["args"]) for tc in raw.tool_calls]
+    parts += [str(tc.get("args") or "") for tc in raw.invalid_tool_calls]
+    return "\n".join(p for p in parts if p)
+
+
+def _check_schema(schema: type[BaseModel]) -> None:
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise TypeError(f"structured_call needs a pydantic model class, got {schema!r}")
+    if schema.model_config.get("extra") != "forbid":
+        raise TypeError(f"{schema.__name__} must set model_config = ConfigDict(extra='forbid')")
+
+
+def _parse(out: dict[str, Any], schema: type[BaseModel]) -> tuple[BaseModel | None, str]:
+    """(parsed, error) from a with_structured_output(include_raw=True) result."""
+    parsed, err = out.get("parsed"), out.get("parsing_error")
+    if err is None and isinstance(parsed, dict):
+        try:
+            parsed = schema.model_validate(parsed)
+        except ValidationError as e:
+            parsed, err = None, e
+    if isinstance(parsed, schema) and err is None:
+        return parsed, ""
+    if err is None:
+        raw = out.get("raw")
+        invalid = raw.invalid_tool_calls if isinstance(raw, AIMessage) else []
+        err = invalid[0].get("error") if invalid else f"no {schema.__name__} object in the answer"
+    return None, _describe(err)
+
+
+def _describe(err: Any) -> str:
+    """A parse/validation error as one short line the model (and a user) can act on."""
+    if isinstance(err, ValidationError):
+        parts = [f"field '{'.'.join(str(p) for p in e['loc']) or '<root>'}': {e['msg']}" for e in err.errors()[:5]]
+        return f"{err.title} failed validation: " + "; ".join(parts)
+    return _one_line(err if isinstance(err, BaseException) else Exception(err))
+
+
+def _reask_messages(messages: list[BaseMessage], raw: Any, error: str, schema: type[BaseModel]) -> list[BaseMessage]:
+    template = resources.files("prompts").joinpath("structured_reask.txt").read_text()
+    return [*messages, AIMessage(content=_raw_text(raw)), HumanMessage(content=template.format(error=error, schema=schema.__name__))]
+
+
+def _structured(model: BaseChatModel, schema: type[BaseModel], method: str | None) -> Any:
+    _check_schema(schema)
+    kwargs = {"method": method} if method else {}
+    return model.with_structured_output(schema, include_raw=True, **kwargs)
+
+
+def _give_up(schema: type[BaseModel], first: str, second: str) -> StructuredOutputError:
+    return StructuredOutputError(
+        f"the model returned malformed {schema.__name__} output twice (first: {first}; then: {second}); "
+        "use a stronger model or check the prompt"
+    )
+
+
+def structured_call(
+    model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseModel], *,
+    prompt_name: str | None = None, method: str | None = None, config: RunnableConfig | None = None,
+) -> BaseModel:
+    """Ask for a `schema` object; re-ask once with the parse error; StructuredOutputError if still bad."""
+    runnable = _structured(model, schema, method)
+    cfg = prompt_config(prompt_name, config) if prompt_name else config
+    out = runnable.invoke(messages, cfg)
+    parsed, first = _parse(out, schema)
+    if parsed is not None:
+        return parsed
+    out = runnable.invoke(_reask_messages(messages, out.get("raw"), first, schema), cfg)
+    parsed, second = _parse(out, schema)
+    if parsed is not None:
+        return parsed
+    raise _give_up(schema, first, second)
+
+
+async def astructured_call(
+    model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseModel], *,
+    prompt_name: str | None = None, method: str | None = None, config: RunnableConfig | None = None,
+) -> BaseModel:
+    """Async `structured_call`."""
+    runnable = _structured(model, schema, method)
+    cfg = prompt_config(prompt_name, config) if prompt_name else config
+    out = await runnable.ainvoke(messages, cfg)
+    parsed, first = _parse(out, schema)
+    if parsed is not None:
+        return parsed
+    out = await runnable.ainvoke(_reask_messages(messages, out.get("raw"), first, schema), cfg)
+    parsed, second = _parse(out, schema)
+    if parsed is not None:
+        return parsed
+    raise _give_up(schema, first, second)
+
+
+__all__ = [
+    "PLACEHOLDER_API_KEY", "RetryingChatOpenAI", "ScriptedChatModel", "astructured_call", "chat_model_from_config",
+    "is_transient", "make_chat_model", "prompt_config", "structured_call",
+]

@@ -1,0 +1,198 @@
+"""ScriptedChatModel: a chat model we own that returns recorded answers, for tests and the offline demo.
+
+Answers are keyed by *prompt name*. The caller names the prompt in the invoke
+config's metadata (`agents.llm.prompt_config(name)` builds it):
+
+    model.invoke(messages, config={"metadata": {"prompt_name": "discover"}})
+
+Without a name the model falls back to `default_prompt` (if set). Chains such as
+`with_structured_output(...)` pass the metadata down to the model call.
+
+A script maps each prompt name to one of:
+- a list of answers, consumed in order (running out -> ModelError naming the prompt);
+- `{"repeat": answer}`: the same answer every time;
+- a callable rule `(messages, tools) -> answer` (Python only), asked on every call.
+
+An answer is a string (plain text), an AIMessage, a callable rule, or a mapping:
+
+    content: "text"                              # optional
+    tool_calls: [{name: lookup, arguments: {id: 3}, id: call_1}]   # id optional;
+                                                 # arguments as a string = raw JSON (may be broken)
+    structured: {field: value}                   # for with_structured_output / structured_call;
+                                                 # a string = raw JSON (may be broken)
+
+Files are YAML or JSON with the prompt names at the top level (`from_file`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from agents.errors import ModelError
+
+PROMPT_NAME_KEY = "prompt_name"
+
+Rule = Callable[[list[BaseMessage], list[dict[str, Any]]], Any]
+
+
+class ScriptedToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = ""
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    structured: dict[str, Any] | str | None = None
+
+
+def _answer(spec: Any, where: str) -> ScriptedAnswer | AIMessage | Rule:
+    if isinstance(spec, (ScriptedAnswer, AIMessage)) or callable(spec):
+        return spec
+    if isinstance(spec, str):
+        return ScriptedAnswer(content=spec)
+    if isinstance(spec, dict):
+        try:
+            return ScriptedAnswer.model_validate(spec)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise ModelError(f"scripted answer {where}: field '{loc}': {first['msg']}") from None
+    raise ModelError(f"scripted answer {where}: expected text, a mapping or a rule, got {type(spec).__name__}")
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Recorded answers keyed by prompt name; see the module docstring for the format."""
+
+    answers: dict[str, Any] = Field(default_factory=dict)
+    default_prompt: str | None = None
+    source: str = "<dict>"
+
+    _script: dict[str, list[Any] | tuple[str, Any]] = PrivateAttr(default_factory=dict)
+    _used: dict[str, int] = PrivateAttr(default_factory=dict)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def model_post_init(self, context: Any) -> None:
+        for name, entry in self.answers.items():
+            where = f"for prompt '{name}' in {self.source}"
+            if isinstance(entry, list):
+                self._script[name] = [_answer(a, f"#{i} {where}") for i, a in enumerate(entry)]
+            elif isinstance(entry, dict) and set(entry) == {"repeat"}:
+                self._script[name] = ("repeat", _answer(entry["repeat"], where))
+            elif callable(entry):
+                self._script[name] = ("rule", entry)
+            else:
+                raise ModelError(f"scripted answers {where}: expected a list, {{repeat: answer}} or a rule")
+
+    @classmethod
+    def from_dict(cls, answers: dict[str, Any], *, default_prompt: str | None = None, source: str = "<dict>") -> "ScriptedChatModel":
+        return cls(answers=answers, default_prompt=default_prompt, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, default_prompt: str | None = None) -> "ScriptedChatModel":
+        p = Path(path)
+        if not p.is_file():
+            raise ModelError(f"scripted answers file '{p}' not found: point scripted_path at a YAML/JSON file")
+        try:
+            data = yaml.safe_load(p.read_text())  # YAML is a superset of JSON
+        except yaml.YAMLError:
+            raise ModelError(f"scripted answers file '{p}' is not valid YAML/JSON: fix the syntax") from None
+        if not isinstance(data, dict):
+            raise ModelError(f"scripted answers file '{p}' must map prompt names to answers at the top level")
+        return cls.from_dict(data, default_prompt=default_prompt, source=str(p))
+
+    @property
+    def _llm_type(self) -> str:
+        return "gapforge-scripted"
+
+    def used(self, prompt_name: str) -> int:
+        """How many answers were given for `prompt_name` so far."""
+        return self._used.get(prompt_name, 0)
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable[Any, AIMessage]:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], tool_choice=tool_choice, **kwargs)
+
+    def _prompt_name(self, run_manager: Any) -> str:
+        metadata = getattr(run_manager, "metadata", None) or {}
+        name = metadata.get(PROMPT_NAME_KEY) or self.default_prompt
+        if not name:
+            raise ModelError(
+                "scripted model called without a prompt name: invoke with "
+                "config={'metadata': {'prompt_name': ...}} (agents.llm.prompt_config) or set default_prompt"
+            )
+        return name
+
+    def _next(self, name: str, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> Any:
+        if name not in self._script:
+            known = ", ".join(sorted(self._script)) or "none"
+            raise ModelError(f"scripted model has no answers for prompt '{name}' (known: {known}); add them to {self.source}")
+        entry = self._script[name]
+        with self._lock:
+            n = self._used.get(name, 0)
+            if isinstance(entry, list) and n >= len(entry):
+                raise ModelError(
+                    f"scripted model ran out of answers for prompt '{name}' after {n}; add more to {self.source}"
+                )
+            self._used[name] = n + 1
+        spec = entry[n] if isinstance(entry, list) else entry[1]
+        while callable(spec) and not isinstance(spec, (ScriptedAnswer, AIMessage)):
+            spec = _answer(spec(messages, tools), f"from the rule for prompt '{name}'")
+        return spec
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        name = self._prompt_name(run_manager)
+        tools = list(kwargs.get("tools") or [])
+        spec = self._next(name, messages, tools)
+        message = spec if isinstance(spec, AIMessage) else _to_message(spec, name, self.used(name), tools)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        return self._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+def _call(name: str, arguments: dict[str, Any] | str, call_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(tool_call, None) or (None, invalid_tool_call) for raw arguments that are not a JSON object."""
+    if isinstance(arguments, dict):
+        return {"name": name, "args": arguments, "id": call_id, "type": "tool_call"}, None
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError as e:
+        error = f"arguments are not valid JSON: {e}"
+    else:
+        if isinstance(parsed, dict):
+            return {"name": name, "args": parsed, "id": call_id, "type": "tool_call"}, None
+        error = "arguments are not a JSON object"
+    return None, {"name": name, "args": arguments, "id": call_id, "error": error, "type": "invalid_tool_call"}
+
+
+def _to_message(answer: ScriptedAnswer, prompt: str, turn: int, tools: list[dict[str, Any]]) -> AIMessage:
+    calls = [(tc.name, tc.arguments, tc.id or f"call_{prompt}_{turn}_{i}") for i, tc in enumerate(answer.tool_calls)]
+    content = answer.content
+    if answer.structured is not None:
+        if len(tools) == 1:  # with_structured_output binds exactly the schema as a tool
+            calls.append((tools[0]["function"]["name"], answer.structured, f"call_{prompt}_{turn}_s"))
+        elif not tools:
+            content = answer.structured if isinstance(answer.structured, str) else json.dumps(answer.structured)
+        else:
+            raise ModelError(f"scripted structured answer for prompt '{prompt}' but {len(tools)} tools are bound; expected one schema")
+    valid, invalid = [], []
+    for name, arguments, call_id in calls:
+        ok, bad = _call(name, arguments, call_id)
+        (valid if ok else invalid).append(ok or bad)
+    return AIMessage(content=content, tool_calls=valid, invalid_tool_calls=invalid)
