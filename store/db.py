@@ -1,0 +1,55 @@
+"""The Store: one object per process, safe to call from many threads.
+
+    with Store("sqlite:///.gapforge/gapforge.db") as store:
+        run_id = store.create_run("trace", config)
+        store.put_episode(run_id, "retail", "task-1", 0, policy="base", ...)
+
+The query methods live in mixins by stage: store/runs.py (runs, episodes),
+store/analysis.py (capabilities, labels, statistics), store/artifacts.py
+(synthetic envs, validations, adapters, evaluations). Every method opens its
+own short session and returns detached rows (store/rows.py), so async callers
+run them with `asyncio.to_thread`.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from sqlalchemy import select
+
+from store.analysis import AnalysisQueries
+from store.artifacts import ArtifactQueries
+from store.errors import StoreError
+from store.models import SCHEMA_VERSION, StoreMeta
+from store.runs import RunQueries
+
+
+class Store(RunQueries, AnalysisQueries, ArtifactQueries):
+    """Engine + schema for a store URL (SQLite file or PostgreSQL); raises StoreError if unusable."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        try:
+            self._check_schema_version()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_schema_version(self) -> None:
+        with self._write() as session:
+            stmt = self._insert(StoreMeta).values(key="schema_version", value=SCHEMA_VERSION)
+            session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
+            found = session.scalars(select(StoreMeta.value).where(StoreMeta.key == "schema_version")).one()
+        if found != SCHEMA_VERSION:
+            shown = self.engine.url.render_as_string(hide_password=True)
+            raise StoreError(
+                f"store {shown!r} has schema version {found}, this gapforge needs {SCHEMA_VERSION}: use a new workspace or store URL"
+            )
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

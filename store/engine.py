@@ -1,0 +1,159 @@
+"""Engine and session plumbing: URL checks, SQLite pragmas, per-call sessions, upserts.
+
+Concurrency: every store call opens its own short session, so callers may use
+the store from many threads at once (asyncio tasks via `asyncio.to_thread`).
+On SQLite, write transactions start with BEGIN IMMEDIATE and wait up to the
+busy timeout for the write lock (WAL lets readers continue meanwhile); plain
+deferred transactions could fail with "database is locked" when two of them
+upgrade to writers at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Engine, create_engine, event, exc, make_url, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, sessionmaker
+
+from store.errors import StoreError
+from store.models import Base, Run, utcnow
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+PG_CONNECT_TIMEOUT_S = 10
+URL_HINT = "use sqlite:///PATH/TO/gapforge.db or postgresql+psycopg://USER:PASS@HOST:PORT/DB (config store.url or env GAPFORGE_STORE_URL)"
+
+
+def parse_url(raw: str) -> URL:
+    """Check a store URL and normalise it (bare postgresql:// means the psycopg driver)."""
+    try:
+        url = make_url(raw)
+    except exc.ArgumentError:
+        raise StoreError(f"bad store URL {raw!r}: {URL_HINT}") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise StoreError(f"in-memory SQLite store {raw!r} is not supported (each thread would see its own database): {URL_HINT}")
+    elif backend == "postgresql":
+        if url.drivername == "postgresql":
+            url = url.set(drivername="postgresql+psycopg")
+    else:
+        raise StoreError(f"unsupported store backend {backend!r} in {url.render_as_string(hide_password=True)!r}: {URL_HINT}")
+    return url
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    path = Path(url.database or "").expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path") from None
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event below decides how transactions start
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("gapforge_write") else "BEGIN")
+
+    return engine
+
+
+def make_engine(raw_url: str) -> Engine:
+    """Create the engine for a store URL and make sure the schema exists; StoreError if not possible."""
+    url = parse_url(raw_url)
+    shown = url.render_as_string(hide_password=True)
+    try:
+        if url.get_backend_name() == "sqlite":
+            engine = _sqlite_engine(url)
+        else:
+            engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
+    except (ImportError, exc.NoSuchModuleError) as e:
+        raise StoreError(f"no database driver for {shown!r} ({e}): use postgresql+psycopg:// and install gapforge[postgres]") from None
+    try:
+        Base.metadata.create_all(engine)
+    except exc.OperationalError as e:
+        engine.dispose()
+        reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]
+        raise StoreError(f"cannot open store {shown!r}: {reason}; check that the server runs and the URL is right") from None
+    return engine
+
+
+def unknown_run(run_id: str) -> StoreError:
+    return StoreError(f"unknown run {run_id!r}: see `gapforge runs`")
+
+
+def no_capability(run_id: str, name: str | None) -> str:
+    return f"unknown capability {name!r} in run {run_id!r}: store it with put_capability first"
+
+
+class StoreBase:
+    """Sessions and upserts shared by the query mixins. One short session per call."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._reader = sessionmaker(self.engine, expire_on_commit=False)
+        self._writer = sessionmaker(self.engine.execution_options(gapforge_write=True), expire_on_commit=False)
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._reader() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def _write(self, run_id: str | None = None, missing: str | None = None) -> Iterator[Session]:
+        """A write transaction. A failed foreign key becomes StoreError: unknown run, else `missing`."""
+        try:
+            with self._writer() as session, session.begin():
+                yield session
+        except exc.IntegrityError:
+            if run_id is not None and not self._run_exists(run_id):
+                raise unknown_run(run_id) from None
+            if missing is not None:
+                raise StoreError(missing) from None
+            raise
+
+    def _run_exists(self, run_id: str) -> bool:
+        with self._read() as session:
+            return session.get(Run, run_id) is not None
+
+    def _require_run(self, session: Session, run_id: str) -> None:
+        if session.get(Run, run_id) is None:
+            raise unknown_run(run_id)
+
+    def _insert(self, model: type[Base]) -> Any:
+        return (pg_insert if self.dialect == "postgresql" else sqlite_insert)(model)
+
+    def _upsert(self, session: Session, model: type[Base], values: dict[str, Any], key: Sequence[str]) -> Any:
+        """INSERT ... ON CONFLICT (key) DO UPDATE the other given columns; returns the live ORM object."""
+        stmt = self._insert(model).values(**values)
+        updates: dict[str, Any] = {c: stmt.excluded[c] for c in values if c not in key}
+        if hasattr(model, "updated_at"):
+            updates["updated_at"] = utcnow()
+        stmt = stmt.on_conflict_do_update(index_elements=list(key), set_=updates).returning(model)
+        return session.scalars(stmt, execution_options={"populate_existing": True}).one()
+
+    def _insert_or_get_id(self, session: Session, model: Any, values: dict[str, Any], key: Sequence[str]) -> int:
+        """INSERT ... ON CONFLICT DO NOTHING; the id of the new row or of the row already there."""
+        stmt = self._insert(model).values(**values).on_conflict_do_nothing(index_elements=list(key)).returning(model.id)
+        new_id = session.scalars(stmt).first()
+        if new_id is not None:
+            return int(new_id)
+        where = [getattr(model, k) == values[k] for k in key]
+        return int(session.scalars(select(model.id).where(*where)).one())
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,205 @@
+"""SQLAlchemy 2 ORM tables for a whole gapforge run (DESIGN.md §8).
+
+Every table that a stage writes has a unique key, so a resumed stage upserts
+instead of duplicating rows. JSON columns use the generic `JSON` type (TEXT on
+SQLite, json on PostgreSQL), so key order and values round-trip exactly.
+Timestamps are stored in UTC.
+
+These classes never leave a session: queries hand out the frozen rows of
+store/rows.py instead.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = "1"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class Stamped:
+    """created_at / updated_at on tables that are upserted."""
+
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+def _capability_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(["run_id", "capability"], ["capabilities.run_id", "capabilities.name"])
+
+
+class StoreMeta(Base):
+    """Key/value facts about the store itself (schema version)."""
+
+    __tablename__ = "store_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Run(Stamped, Base):
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]]
+    versions: Mapped[dict[str, Any]]  # package versions, python, platform: for reproducibility
+
+
+class Episode(Base):
+    """One rollout of a policy on one task (target env) or seed (synthetic env). Write-once."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (
+        UniqueConstraint("run_id", "env", "task_id", "sample", name="uq_episode_key"),
+        Index("ix_episodes_run_env_success", "run_id", "env", "success"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    env: Mapped[str] = mapped_column(String(128))
+    task_id: Mapped[str] = mapped_column(String(256))
+    sample: Mapped[int]
+    policy: Mapped[str] = mapped_column(String(256))  # base model, adapter or router name
+    messages: Mapped[list[Any]]
+    reward: Mapped[float]
+    success: Mapped[bool]
+    components: Mapped[dict[str, Any]]
+    termination: Mapped[str] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+    turns: Mapped[int]
+    timings: Mapped[dict[str, Any]]
+    task_family: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Capability(Stamped, Base):
+    """One entry of the discovered capability dictionary."""
+
+    __tablename__ = "capabilities"
+    __table_args__ = (UniqueConstraint("run_id", "name", name="uq_capability_key"),)
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    definition: Mapped[str] = mapped_column(Text)
+    example_episode_ids: Mapped[list[Any]]
+    prompt_name: Mapped[str | None] = mapped_column(String(128))
+    prompt_version: Mapped[str | None] = mapped_column(String(64))
+    retained: Mapped[bool | None]  # set by the select stage after the stability vote
+
+
+class Label(Stamped, Base):
+    """Episode x capability x analysis pass -> NA / PRESENT / LACKING, with evidence."""
+
+    __tablename__ = "labels"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "capability", "pass_index", name="uq_label_key"),
+        _capability_fk(),
+        Index("ix_labels_run_pass", "run_id", "pass_index"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"))
+    capability: Mapped[str] = mapped_column(String(128))
+    pass_index: Mapped[int]
+    value: Mapped[str] = mapped_column(String(16))
+    evidence: Mapped[str] = mapped_column(Text, default="")
+
+
+class CapabilityStat(Stamped, Base):
+    """ER+, ER-, gap and coverage of one capability in one labeling pass."""
+
+    __tablename__ = "capability_stats"
+    __table_args__ = (
+        UniqueConstraint("run_id", "capability", "pass_index", name="uq_capability_stat_key"),
+        _capability_fk(),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    capability: Mapped[str] = mapped_column(String(128))
+    pass_index: Mapped[int]
+    er_plus: Mapped[float | None]  # None when no success needed the capability
+    er_minus: Mapped[float | None]
+    gap: Mapped[float | None]
+    coverage: Mapped[float]
+    kept: Mapped[bool]
+
+
+class SyntheticEnv(Stamped, Base):
+    """One generated environment module (one generator attempt for one capability)."""
+
+    __tablename__ = "synthetic_envs"
+    __table_args__ = (
+        UniqueConstraint("run_id", "capability", "attempt", name="uq_synthetic_env_key"),
+        _capability_fk(),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    capability: Mapped[str] = mapped_column(String(128))
+    attempt: Mapped[int]
+    code: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(32))
+    prompt_name: Mapped[str | None] = mapped_column(String(128))
+    prompt_version: Mapped[str | None] = mapped_column(String(64))
+
+
+class Validation(Stamped, Base):
+    """The self-test report of one synthetic env attempt."""
+
+    __tablename__ = "validations"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    synthetic_env_id: Mapped[int] = mapped_column(ForeignKey("synthetic_envs.id"), unique=True)
+    report: Mapped[dict[str, Any]]
+    passed: Mapped[bool]
+
+
+class Adapter(Stamped, Base):
+    """A trained LoRA adapter (per capability, or a baseline with capability None)."""
+
+    __tablename__ = "adapters"
+    __table_args__ = (
+        UniqueConstraint("run_id", "name", name="uq_adapter_key"),
+        _capability_fk(),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    capability: Mapped[str | None] = mapped_column(String(128))
+    path: Mapped[str] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(32))
+
+
+class Evaluation(Stamped, Base):
+    """Metrics of one policy (base, an adapter, the router, a baseline) on an evaluation set."""
+
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("run_id", "name", name="uq_evaluation_key"),)
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    policy: Mapped[str] = mapped_column(String(256))
+    metrics: Mapped[dict[str, Any]]

