@@ -1,0 +1,213 @@
+"""Hardened Docker containers running the env server, and the sweeper.
+
+Every container: network none, read-only rootfs, the stage mounted read-only,
+a size-limited tmpfs /tmp, uid/gid 65534, all capabilities dropped,
+no-new-privileges, memory = memory+swap limit, pids limit, CPU quota, capped
+json-file logs, labels, no host env vars and never the Docker socket. The host
+talks to the server through the container's attach socket (a persistent
+stdin/stdout stream: ~0.1-1 ms per round trip, where `docker exec` costs tens
+of ms). Containers are removed explicitly (not auto-removed, so an exit can
+still be inspected for OOMKilled).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import socket as _socket
+import struct
+import time
+from typing import Any
+
+from gapforge.config import SandboxConfig
+from sandbox.channel import Channel
+from sandbox.errors import NO_DAEMON, EnvFailureKind, SandboxError, image_missing
+from sandbox.stage import CONTAINER_ROOT
+
+LABEL = "gapforge"
+SANDBOX_UID = "65534:65534"
+
+
+def docker_client() -> Any:
+    """A connected Docker client, or SandboxError saying how to get one."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+        client.ping()
+        return client
+    except Exception:
+        raise SandboxError(NO_DAEMON) from None
+
+
+def require_image(client: Any, tag: str) -> None:
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        raise SandboxError(image_missing(tag)) from None
+
+
+def container_kwargs(cfg: SandboxConfig, stage_path: str) -> dict[str, Any]:
+    """The hardened `containers.create` arguments (pure, so tests can inspect them)."""
+    from docker.types import LogConfig
+
+    tmp_mb = max(8, cfg.memory_mb // 4)
+    return {
+        "image": cfg.image,
+        "command": ["python3", "-I", "-S", "-B", f"{CONTAINER_ROOT}/server.py", str(cfg.max_output_bytes)],
+        "stdin_open": True,
+        "tty": False,
+        "detach": True,
+        "network_mode": "none",
+        "read_only": True,
+        "volumes": {stage_path: {"bind": CONTAINER_ROOT, "mode": "ro"}},
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={tmp_mb}m"},
+        "working_dir": "/tmp",
+        "user": SANDBOX_UID,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "mem_limit": f"{cfg.memory_mb}m",
+        "memswap_limit": f"{cfg.memory_mb}m",
+        "pids_limit": cfg.pids_limit,
+        "nano_cpus": int(cfg.cpus * 1e9),
+        "ipc_mode": "private",
+        "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
+        "log_config": LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+        "labels": {LABEL: "1", f"{LABEL}.role": "sandbox", f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.host": socket.gethostname()},
+    }
+
+
+class DockerChannel(Channel):
+    """The protocol over a container's attach socket (multiplexed stdout frames)."""
+
+    def __init__(self, client: Any, container: Any, cfg: SandboxConfig) -> None:
+        super().__init__(cfg.call_timeout_s, cfg.max_output_bytes)
+        self.client = client
+        self.container = container
+        raw = client.api.attach_socket(container.id, params={"stdin": 1, "stdout": 1, "stream": 1})
+        self._sock: _socket.socket = getattr(raw, "_sock", raw)
+        self._raw_holder = raw  # keep the HTTP response alive
+        self._frames = bytearray()
+        self._killed = False
+
+    def _send(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def _recv(self, timeout: float) -> bytes | None:
+        out = bytearray()
+        while True:  # hand out payload of complete stdout frames
+            if len(self._frames) >= 8:
+                stream, size = self._frames[0], struct.unpack(">I", self._frames[4:8])[0]
+                if len(self._frames) >= 8 + size:
+                    if stream == 1:
+                        out += self._frames[8 : 8 + size]
+                    del self._frames[: 8 + size]
+                    continue
+            if out:
+                return bytes(out)
+            ready, _, _ = select.select([self._sock], [], [], timeout)
+            if not ready:
+                return None
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                return b""
+            self._frames += data
+
+    def _diagnose(self) -> tuple[EnvFailureKind, str]:
+        try:
+            self.container.wait(timeout=5)
+            self.container.reload()
+            state = self.container.attrs.get("State", {})
+            tail = self.container.logs(stdout=False, stderr=True, tail=5).decode("utf-8", "replace").strip()
+        except Exception as e:  # the container vanished
+            return "crash", f"container gone ({type(e).__name__})"
+        code = state.get("ExitCode")
+        if state.get("OOMKilled") or code == 137:
+            return "oom", f"killed at the {self.container.attrs['HostConfig'].get('Memory', 0) // 2**20} MB memory limit (exit {code})"
+        return "crash", f"server exited with code {code}" + (f"; stderr: {tail[-500:]}" if tail else "")
+
+    def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        remove_container(self.client, self.container.id)
+
+
+def remove_container(client: Any, container_id: str) -> None:
+    import docker.errors
+
+    try:
+        client.api.remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:  # "removal already in progress" is fine
+        if "in progress" not in str(e):
+            raise
+
+
+def start_container(client: Any, cfg: SandboxConfig, stage_path: str) -> DockerChannel:
+    """Create, attach and start one hardened container; wait until its server answers."""
+    import docker.errors
+
+    try:
+        container = client.containers.create(**container_kwargs(cfg, stage_path))
+    except docker.errors.ImageNotFound:
+        raise SandboxError(image_missing(cfg.image)) from None
+    try:
+        channel = DockerChannel(client, container, cfg)
+        container.start()
+        channel.call("ping", timeout=cfg.start_timeout_s)
+    except BaseException:
+        remove_container(client, container.id)
+        raise
+    return channel
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(client: Any | None = None, *, everything: bool = False, only_pid: int | None = None) -> int:
+    """Remove leftover gapforge containers; returns how many were removed.
+
+    Default: containers of this host whose owning process is gone (safe while
+    other gapforge processes run). `only_pid`: this process's own containers.
+    `everything`: all gapforge-labelled containers.
+    """
+    client = client or docker_client()
+    host = socket.gethostname()
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = c.labels or {}
+        pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
+        mine = labels.get(f"{LABEL}.host") == host
+        if everything or (only_pid is not None and mine and pid == only_pid) or (only_pid is None and mine and not _pid_alive(pid)):
+            remove_container(client, c.id)
+            removed += 1
+    return removed
+
+
+def wait_gone(client: Any, ids: list[str], timeout: float = 10.0) -> None:
+    """Block until the given containers no longer exist (removal is asynchronous-ish)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = {c.id for c in client.containers.list(all=True, filters={"label": LABEL})} & set(ids)
+        if not left:
+            return
+        time.sleep(0.05)

@@ -1,0 +1,145 @@
+"""SandboxedEnv: any synthetic env module behind the one Environment protocol,
+running in the sandbox. The validator, the trainer and the evaluator all use it.
+
+A failing env is data: every env failure is raised as EnvCodeError (kind,
+detail, traceback) for the caller to record. After a failure that killed the
+sandbox, the next `reset()` transparently starts a fresh one; `step`/`score`
+without a new reset raise EnvCodeError(kind="crash").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from envs.errors import EnvError
+from envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.config import SandboxConfig
+from sandbox.channel import Channel
+from sandbox.errors import EnvCodeError
+from sandbox.pool import SandboxPool
+
+
+class SandboxedEnv:
+    """Implements envs.protocol.Environment, plus `solution`, `scenario` and `describe`."""
+
+    def __init__(self, module_path: str | Path, cfg: SandboxConfig, pool: SandboxPool | None = None) -> None:
+        self.module_path = Path(module_path)
+        self.cfg = cfg
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else SandboxPool(cfg, size=0, sweep_on_start=False)
+        self._channel: Channel | None = None
+        self._closed = False
+        self.failures: list[dict[str, Any]] = []  # evidence of every env failure, in order
+        try:
+            self._channel, self._info = self.pool.acquire(self.module_path)
+        except BaseException as e:
+            if isinstance(e, EnvCodeError):
+                self.failures.append(e.to_dict())
+            if self._own_pool:
+                self.pool.close()
+            raise
+        self.name: str = str(self._info.get("name") or self.module_path.stem)
+
+    # -- plumbing ------------------------------------------------------------
+    def _call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if self._closed:
+            raise RuntimeError(f"SandboxedEnv {self.name} is closed")
+        if self._channel is None:
+            if method != "reset":
+                raise EnvCodeError("crash", "the episode was lost when the sandbox was destroyed after a failure; reset() again", method=method)
+            self._channel, self._info = self.pool.acquire(self.module_path)
+        channel = self._channel
+        try:
+            return channel.call(method, params)
+        except EnvCodeError as e:
+            self.failures.append(e.to_dict())
+            if channel.broken is not None:
+                self.pool.discard(channel)
+                self._channel = None
+            raise
+
+    def _bad_output(self, method: str, err: Exception) -> EnvCodeError:
+        detail = str(err).splitlines()
+        exc = EnvCodeError("bad_output", f"answer does not fit the protocol: {' '.join(detail[:3])[:500]}", method=method)
+        self.failures.append(exc.to_dict())
+        if self._channel is not None:
+            self._channel.had_failure = True
+        return exc
+
+    # -- Environment protocol --------------------------------------------------
+    def tools(self) -> list[dict[str, Any]]:
+        out = self._call("tools")
+        if not isinstance(out, list) or not all(isinstance(t, dict) for t in out):
+            raise self._bad_output("tools", TypeError(f"tools() must return a list of dicts, got {type(out).__name__}"))
+        return out
+
+    def reset(self, task: TaskRef) -> list[Message]:
+        if isinstance(task, bool) or not isinstance(task, int):
+            if isinstance(task, str) and task.lstrip("-").isdigit():
+                task = int(task)
+            else:
+                raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
+        out = self._call("reset", {"seed": task})
+        try:
+            if not isinstance(out, list):
+                raise TypeError(f"reset() must return a list of messages, got {type(out).__name__}")
+            return [Message.model_validate(m) for m in out]
+        except (ValidationError, TypeError) as e:
+            raise self._bad_output("reset", e) from None
+
+    def step(self, message: Message) -> StepResult:
+        out = self._call("step", {"message": message.model_dump(mode="json")})
+        try:
+            return StepResult.model_validate(out)
+        except ValidationError as e:
+            raise self._bad_output("step", e) from None
+
+    def score(self) -> Score:
+        out = self._call("score")
+        try:
+            return Score.model_validate(out)
+        except ValidationError as e:
+            raise self._bad_output("score", e) from None
+
+    # -- extras for the validator ----------------------------------------------
+    def solution(self, seed: int) -> list[dict[str, Any]]:
+        out = self._call("solution", {"seed": int(seed)})
+        if not isinstance(out, list) or not all(isinstance(a, dict) for a in out):
+            raise self._bad_output("solution", TypeError("solution() must return a list of action dicts"))
+        return out
+
+    def scenario(self, seed: int) -> dict[str, Any]:
+        """The JSON scenario the module generates for `seed` (determinism/diversity checks)."""
+        out = self._call("scenario", {"seed": int(seed)})
+        if not isinstance(out, dict):
+            raise self._bad_output("scenario", TypeError("scenario_for() must return a dict"))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._info)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._channel is not None:
+            self.pool.release(self._channel)
+            self._channel = None
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "SandboxedEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_env(module_path: str | Path, cfg: SandboxConfig, pool: SandboxPool | None = None) -> SandboxedEnv:
+    """The one factory: the backend (docker | process) comes from `cfg.backend`."""
+    if pool is not None and pool.cfg.backend != cfg.backend:
+        raise ValueError(f"pool backend {pool.cfg.backend!r} differs from cfg.backend {cfg.backend!r}")
+    return SandboxedEnv(module_path, cfg, pool)

@@ -1,0 +1,46 @@
+"""Errors at the sandbox boundary.
+
+SandboxError: the machine is not set up (no Docker daemon, image missing, bad
+limits); the message says what to fix and the CLI prints it as one line.
+
+EnvCodeError: the env module itself failed (raised, hung, ran out of memory,
+flooded output, answered garbage, crashed, or did not load). This is *data*:
+the validator records a failed check, a rollout gets zero reward, the
+pipeline goes on.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+EnvFailureKind = Literal["exception", "timeout", "oom", "bad_output", "output_flood", "crash", "load_error"]
+FAILURE_KINDS: tuple[str, ...] = ("exception", "timeout", "oom", "bad_output", "output_flood", "crash", "load_error")
+
+
+class SandboxError(Exception):
+    """The sandbox cannot run (setup problem). The message says what to fix."""
+
+
+class EnvCodeError(Exception):
+    """The env module failed; `kind` says how, `detail` holds its error text / evidence."""
+
+    def __init__(self, kind: EnvFailureKind, detail: str, *, method: str | None = None, traceback: str | None = None) -> None:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"unknown EnvCodeError kind {kind!r}")
+        self.kind = kind
+        self.detail = detail
+        self.method = method
+        self.traceback = traceback
+        where = f" in {method}()" if method else ""
+        super().__init__(f"env {kind}{where}: {detail}")
+
+    def to_dict(self) -> dict[str, str | None]:
+        """Plain evidence for reports and the store."""
+        return {"kind": self.kind, "detail": self.detail, "method": self.method, "traceback": self.traceback}
+
+
+NO_DAEMON = "no Docker daemon reachable: start dockerd or set sandbox.backend: process (no isolation)"
+
+
+def image_missing(tag: str) -> str:
+    return f"sandbox image '{tag}' not found: run `gapforge sandbox build-image`"

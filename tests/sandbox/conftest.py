@@ -1,0 +1,67 @@
+"""Sandbox fixtures: the image (built once per session, offline), test-sized limits,
+and a check that a test leaves no gapforge container behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gapforge.config import SandboxConfig
+
+ENVS = Path(__file__).parent / "envs"
+HOSTILE = Path(__file__).parent / "hostile"
+TAG = "gapforge-sandbox:latest"
+
+
+def gapforge_containers(client) -> list[str]:
+    return [c.id for c in client.containers.list(all=True, filters={"label": "gapforge"})]
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client) -> str:
+    """The sandbox image tag; built offline (local Python, else debootstrap) unless current."""
+    from sandbox.errors import SandboxError
+    from sandbox.image import build_image
+
+    try:
+        build_image(docker_client, TAG, method="local-python") if not _current(docker_client) else None
+    except SandboxError:
+        build_image(docker_client, TAG, method="debootstrap")
+    return TAG
+
+
+def _current(client) -> bool:
+    from sandbox.image import image_is_current
+
+    return image_is_current(client, TAG)
+
+
+@pytest.fixture
+def sandbox_config(sandbox_image: str) -> SandboxConfig:
+    """Small limits and short timeouts so hostile tests finish fast."""
+    return SandboxConfig(
+        backend="docker",
+        image=sandbox_image,
+        memory_mb=128,
+        cpus=1.0,
+        pids_limit=32,
+        call_timeout_s=3.0,
+        start_timeout_s=20.0,
+        pool_size=1,
+        max_output_bytes=64_000,
+    )
+
+
+@pytest.fixture
+def no_leftovers(docker_client):
+    """Fails the test if it leaves any gapforge-labelled container (running or not)."""
+    before = set(gapforge_containers(docker_client))
+    yield
+    left = set(gapforge_containers(docker_client)) - before
+    assert not left, f"test left gapforge containers behind: {sorted(left)}"
+
+
+@pytest.fixture
+def counter_env_path() -> Path:
+    return ENVS / "counter_env.py"
