@@ -1,0 +1,95 @@
+"""The self-test report: one CheckResult per check, the verdict, and compact
+feedback text for the generator LLM (which check, which seed, what happened)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["PASS", "FAIL", "SKIP"]
+
+
+class CheckResult(BaseModel):
+    """The outcome of one check. `evidence` holds seeds, numbers and the env's error text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    required: bool
+    passed: bool
+    skipped: bool = False
+    summary: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.skipped:
+            return "SKIP"
+        return "PASS" if self.passed else "FAIL"
+
+    @classmethod
+    def ok(cls, name: str, summary: str, required: bool = True, **evidence: Any) -> "CheckResult":
+        return cls(name=name, required=required, passed=True, summary=summary, evidence=evidence)
+
+    @classmethod
+    def fail(cls, name: str, summary: str, required: bool = True, **evidence: Any) -> "CheckResult":
+        return cls(name=name, required=required, passed=False, summary=summary, evidence=evidence)
+
+    @classmethod
+    def skip(cls, name: str, summary: str, required: bool = False, **evidence: Any) -> "CheckResult":
+        return cls(name=name, required=required, passed=False, skipped=True, summary=summary, evidence=evidence)
+
+
+class ValidationReport(BaseModel):
+    """All checks of one env module. `passed` is True only when every required check passed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    module: str = Field(description="path or name of the env module")
+    module_sha256: str | None = None
+    capability: str | None = None
+    seeds: int
+    target: str | None = None
+    checks: list[CheckResult]
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks if c.required)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.required and not c.passed]
+
+    def check(self, name: str) -> CheckResult:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        raise KeyError(f"no check named {name!r}; checks: {[c.name for c in self.checks]}")
+
+    def failed_names(self) -> set[str]:
+        return {c.name for c in self.failures}
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        data["passed"] = self.passed
+        for item, check in zip(data["checks"], self.checks):
+            item["verdict"] = check.verdict
+        return data
+
+    def failures_for_generator(self, max_chars: int = 4000) -> str:
+        """Compact text for the generator LLM: one block per failed required check."""
+        if self.passed:
+            return "All required self-test checks passed."
+        lines: list[str] = []
+        for c in self.failures:
+            lines.append(f"- check `{c.name}` FAILED: {c.summary}")
+            ev = {k: v for k, v in c.evidence.items() if k != "blocked_by"}
+            if ev:
+                text = json.dumps(ev, default=str, sort_keys=True)
+                lines.append(f"  evidence: {text[:600]}{'...' if len(text) > 600 else ''}")
+        out = "\n".join(lines)
+        return out if len(out) <= max_chars else out[: max_chars - 3] + "..."

@@ -1,0 +1,112 @@
+"""validate_env: run the self-test checks of DESIGN.md §5 on one env and build the report.
+
+The CLI (`gapforge env validate`) and the graph's validator node both call this;
+`open_env` decides where the env runs (sandbox, or in-process for trusted code)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from envs.protocol import PolicyModel
+from gapforge.config import GRPOReadinessConfig
+from sandbox.checks.adversarial import check_graded, check_not_trivial
+from sandbox.checks.basic import check_fidelity, check_loads
+from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
+from sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
+from sandbox.checks.probe import EnvFault, OpenEnv, Probe
+from sandbox.checks.report import CheckResult, ValidationReport
+from sandbox.checks.settings import SelfTestThresholds
+
+CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded", "grpo_ready")
+Progress = Callable[[str], None]
+
+
+def validate_env(
+    open_env: OpenEnv,
+    *,
+    target_tools: list[dict[str, Any]] | None = None,
+    seeds: int = 20,
+    policy: PolicyModel | None = None,
+    run_episode: EpisodeRunner | None = None,
+    readiness: GRPOReadinessConfig | None = None,
+    thresholds: SelfTestThresholds | None = None,
+    module: str | Path | None = None,
+    target: str | None = None,
+    target_result_formats: dict[str, str] | None = None,
+    progress: Progress | None = None,
+) -> ValidationReport:
+    """Run every check; env failures become failed checks, never exceptions.
+
+    Raises only for setup problems (sandbox.errors.SandboxError) and bad arguments (ValueError).
+    """
+    if seeds < 2:
+        raise ValueError(f"seeds must be >= 2 to compare scenarios, got {seeds}")
+    if policy is not None and run_episode is None:
+        raise ValueError("a policy needs run_episode (e.g. agents.policy.run_episode adapted to return the reward)")
+    th = thresholds or SelfTestThresholds()
+    seed_list = list(range(seeds))
+    started = time.perf_counter()
+    probe = Probe(open_env)
+    results: list[CheckResult] = []
+
+    def run(name: str, fn: Callable[[], CheckResult]) -> None:
+        if progress:
+            progress(name)
+        t0 = time.perf_counter()
+        result = fn()
+        result.seconds = round(time.perf_counter() - t0, 3)
+        results.append(result)
+
+    try:
+        loads, tools = check_loads(probe)
+        results.append(loads)
+        capability = _capability(probe) if tools is not None else None
+        if tools is None:
+            results.extend(
+                CheckResult.fail(name, "not run: the env did not load (see loads)", blocked_by="loads") for name in CHECKS[1:-1]
+            )
+        else:
+            run("fidelity", lambda: check_fidelity(probe, tools, target_tools, seed_list, target_result_formats))
+            run("deterministic", lambda: check_deterministic(probe, seed_list, th))
+            run("diverse", lambda: check_diverse(probe, seed_list, th))
+            run("solvable", lambda: check_solvable(probe, seed_list, th))
+            run("not_trivial", lambda: check_not_trivial(probe, seed_list, tools, th))
+            run("graded", lambda: check_graded(probe, seed_list, tools, th))
+    finally:
+        probe.close()
+    if tools is None:
+        results.append(CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None))
+        results[-1].passed = False
+    else:
+        run("grpo_ready", lambda: check_grpo_ready(open_env, seed_list, policy, run_episode, readiness or GRPOReadinessConfig()))
+    return ValidationReport(
+        module=str(module) if module is not None else getattr(probe, "name", "env"),
+        module_sha256=_sha256(module),
+        capability=capability,
+        seeds=seeds,
+        target=target,
+        checks=results,
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _capability(probe: Probe) -> str | None:
+    """The env's declared capability (describe()["capability"] or a `capability` attribute)."""
+    try:
+        env = probe.env()
+        describe = getattr(env, "describe", None)
+        info = probe.guard("describe", None, describe) if callable(describe) else {}
+    except EnvFault:
+        return None
+    value = (info or {}).get("capability") if isinstance(info, dict) else None
+    value = value or getattr(env, "capability", None)
+    return value if isinstance(value, str) else None
+
+
+def _sha256(module: str | Path | None) -> str | None:
+    if module is None or not Path(module).is_file():
+        return None
+    return hashlib.sha256(Path(module).read_bytes()).hexdigest()

@@ -1,0 +1,28 @@
+"""Thresholds of the self-test checks 1-6 (check 7 uses gapforge.config.GRPOReadinessConfig)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SelfTestThresholds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    solved_reward: float = Field(0.99, ge=0.0, le=1.0, description="a reference episode counts as solved at this reward")
+    solvable_share: float = Field(0.95, ge=0.0, le=1.0, description="share of seeds the reference solution must solve")
+    diverse_share: float = Field(0.90, ge=0.0, le=1.0, description="share of distinct initial conversations over the seeds")
+    trivial_mean: float = Field(0.30, ge=0.0, le=1.0, description="do-nothing / random-tool mean reward must stay below this")
+    determinism_seeds: int = Field(5, ge=1, description="seeds replayed twice in fresh envs")
+    graded_seeds: int = Field(10, ge=1, description="seeds whose reference solution is corrupted")
+    graded_fractions: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], min_length=2)
+    graded_tolerance: float = Field(0.02, ge=0.0, description="allowed rise of the mean between two corruption levels")
+    graded_min_drop: float = Field(0.10, ge=0.0, le=1.0, description="fully corrupted mean must sit this far below the reference mean")
+    graded_min_levels: int = Field(3, ge=2, description="distinct reward values (2 decimals) over the graded episodes")
+    random_min_calls: int = Field(3, ge=1, description="the random-tool policy makes max(this, len(solution)) calls")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SelfTestThresholds":
+        fr = self.graded_fractions
+        if any(not 0 < f <= 1 for f in fr) or fr != sorted(fr):
+            raise ValueError("graded_fractions must be increasing values in (0, 1], e.g. [0.25, 0.5, 0.75, 1.0]")
+        return self
