@@ -37,6 +37,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         ("store.errors", "StoreError"),
         ("sandbox.errors", "SandboxError"),
         ("agents.errors", "ModelError"),
+        ("serving.errors", "ServingError"),
     ):
         module = sys.modules.get(mod)
         if module is None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.errors import ServingError
+
 # Special (control) tokens: dropped by decode(skip_special_tokens=True).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Tags the model writes as text; kept by decode so tool calls can be parsed.
@@ -79,7 +81,7 @@ def build_tiny_model(path: str | Path, seed: int = 0, spec: TinyModelSpec | None
     spec = spec or TinyModelSpec()
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} is a file; give a directory path for the tiny model")
+        raise ServingError(f"{out} is a file; give a directory path for the tiny model")
     out.mkdir(parents=True, exist_ok=True)
 
     tokenizer = build_tokenizer(spec.vocab_size)
