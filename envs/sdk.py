@@ -42,7 +42,10 @@ State the SDK gives the author: `self.rng` (random.Random(seed)), `self.seed`,
 `self.scenario` (what generate returned; treat as read-only), `self.db` (a deep copy
 of scenario["db"] that tools mutate; restored if a tool call fails), `self.calls`
 (every tool call: name, arguments, ok, result), `self.said` (the agent's texts),
-`self.transcript` (all messages), `self.turns`, and `self.done` (set it to end).
+`self.transcript` (all messages), `self.state` (a dict for the simulated user's and
+your own episode bookkeeping), `self.turns` (assistant messages so far; every call
+and text record carries its "turn"), and `self.done` (set it in a tool to end).
+All of these are fresh at every reset().
 `solution(seed)` always runs on a fresh instance reset to `seed`, so it may read
 `self.scenario` / `self.db` freely.
 
@@ -367,6 +370,7 @@ class SyntheticEnv:
         self.calls: list[dict] = []
         self.said: list[dict] = []
         self.transcript: list[dict] = []
+        self.state: dict[str, Any] = {}
         self.turns = 0
         self.done = False
 

@@ -1,0 +1,1 @@
+"""Hand-written example synthetic envs (trusted code): one SyntheticEnv subclass per module."""
