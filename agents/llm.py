@@ -20,6 +20,7 @@ from typing import Any
 
 import openai
 from langchain_core.language_models import BaseChatModel
+from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
@@ -136,7 +137,7 @@ def _one_line(exc: BaseException | None, limit: int = 300) -> str:
 def _raw_text(raw: Any) -> str:
     """What the model actually said, as text (content, tool-call arguments)."""
     if not isinstance(raw, AIMessage):
-        return str(raw)
+        return "" if raw is None else str(raw)
     parts = [raw.text] if raw.text else []
     parts += [json.dumps(tc["args"]) for tc in raw.tool_calls]
     parts += [str(tc.get("args") or "") for tc in raw.invalid_tool_calls]
@@ -186,11 +187,35 @@ def _structured(model: BaseChatModel, schema: type[BaseModel], method: str | Non
     return model.with_structured_output(schema, include_raw=True, **kwargs)
 
 
+def _failed(err: ValidationError | OutputParserException) -> dict[str, Any]:
+    """A parse error raised by the model call itself (ChatOpenAI's json_schema method parses in
+    the client) in the shape of an include_raw result, with the raw text when the error holds it."""
+    raw = getattr(err, "llm_output", None)
+    if isinstance(err, ValidationError):
+        inputs = [e.get("input") for e in err.errors()]
+        raw = next((i for i in inputs if isinstance(i, str)), None)
+    return {"raw": raw, "parsed": None, "parsing_error": err}
+
+
 def _give_up(schema: type[BaseModel], first: str, second: str) -> StructuredOutputError:
     return StructuredOutputError(
         f"the model returned malformed {schema.__name__} output twice (first: {first}; then: {second}); "
         "use a stronger model or check the prompt"
     )
+
+
+def _run(runnable: Any, messages: list[BaseMessage], cfg: RunnableConfig | None) -> dict[str, Any]:
+    try:
+        return runnable.invoke(messages, cfg)
+    except (ValidationError, OutputParserException) as e:
+        return _failed(e)
+
+
+async def _arun(runnable: Any, messages: list[BaseMessage], cfg: RunnableConfig | None) -> dict[str, Any]:
+    try:
+        return await runnable.ainvoke(messages, cfg)
+    except (ValidationError, OutputParserException) as e:
+        return _failed(e)
 
 
 def structured_call(
@@ -200,15 +225,13 @@ def structured_call(
     """Ask for a `schema` object; re-ask once with the parse error; StructuredOutputError if still bad."""
     runnable = _structured(model, schema, method)
     cfg = prompt_config(prompt_name, config) if prompt_name else config
-    out = runnable.invoke(messages, cfg)
+    out = _run(runnable, messages, cfg)
     parsed, first = _parse(out, schema)
-    if parsed is not None:
-        return parsed
-    out = runnable.invoke(_reask_messages(messages, out.get("raw"), first, schema), cfg)
-    parsed, second = _parse(out, schema)
-    if parsed is not None:
-        return parsed
-    raise _give_up(schema, first, second)
+    if parsed is None:
+        parsed, second = _parse(_run(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema)
+        if parsed is None:
+            raise _give_up(schema, first, second)
+    return parsed
 
 
 async def astructured_call(
@@ -218,15 +241,13 @@ async def astructured_call(
     """Async `structured_call`."""
     runnable = _structured(model, schema, method)
     cfg = prompt_config(prompt_name, config) if prompt_name else config
-    out = await runnable.ainvoke(messages, cfg)
+    out = await _arun(runnable, messages, cfg)
     parsed, first = _parse(out, schema)
-    if parsed is not None:
-        return parsed
-    out = await runnable.ainvoke(_reask_messages(messages, out.get("raw"), first, schema), cfg)
-    parsed, second = _parse(out, schema)
-    if parsed is not None:
-        return parsed
-    raise _give_up(schema, first, second)
+    if parsed is None:
+        parsed, second = _parse(await _arun(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema)
+        if parsed is None:
+            raise _give_up(schema, first, second)
+    return parsed
 
 
 __all__ = [

@@ -1,0 +1,77 @@
+"""Retries of make_chat_model against a local fake OpenAI-compatible server (serving.fake_openai)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import openai
+import pytest
+
+from agents.errors import ModelEndpointError
+from agents.llm import make_chat_model
+from gapforge.config import EndpointConfig
+from serving.fake_openai import FakeOpenAIServer, text_reply
+
+
+def model_for(srv: FakeOpenAIServer, *, max_retries: int = 4, timeout_s: float = 10.0):
+    endpoint = EndpointConfig(base_url=srv.base_url, model="fake", max_retries=max_retries, timeout_s=timeout_s)
+    return make_chat_model(endpoint, retry_backoff_s=0.0)
+
+
+@pytest.mark.parametrize(("status", "failures"), [(500, 2), (503, 1), (429, 3)])
+def test_transient_failures_are_retried_until_success(status: int, failures: int) -> None:
+    with FakeOpenAIServer(text_reply("hello"), fail_first=failures, fail_status=status) as srv:
+        out = model_for(srv).invoke("hi")
+        assert out.content == "hello"
+        assert srv.request_count == failures + 1
+
+
+async def test_async_path_retries_too() -> None:
+    with FakeOpenAIServer(text_reply("async hello"), fail_first=2, fail_status=502) as srv:
+        out = await model_for(srv).ainvoke("hi")
+        assert out.content == "async hello"
+        assert srv.request_count == 3
+
+
+@pytest.mark.parametrize("max_retries", [0, 2])
+def test_always_failing_endpoint_raises_after_the_last_attempt(max_retries: int) -> None:
+    with FakeOpenAIServer(text_reply("never"), fail_first=10**6, fail_status=500) as srv:
+        with pytest.raises(ModelEndpointError, match=rf"at {srv.base_url} failed {max_retries + 1} attempt\(s\), last: \w+Error: Error code: 500") as e:
+            model_for(srv, max_retries=max_retries).invoke("hi")
+        assert srv.request_count == max_retries + 1
+        assert "\n" not in str(e.value)
+
+
+def test_client_errors_are_not_retried() -> None:
+    with FakeOpenAIServer(text_reply("never"), fail_first=1, fail_status=400) as srv:
+        with pytest.raises(openai.BadRequestError):
+            model_for(srv).invoke("hi")
+        assert srv.request_count == 1
+
+
+def test_a_timeout_is_retried() -> None:
+    release = threading.Event()
+
+    def slow_first(req: dict) -> dict:
+        if len(srv.requests) == 1:
+            release.wait(5)  # longer than the client timeout
+        return {"role": "assistant", "content": "late but fine"}
+
+    with FakeOpenAIServer(slow_first) as srv:
+        t = time.perf_counter()
+        out = model_for(srv, timeout_s=0.5).invoke("hi")
+        release.set()
+        assert out.content == "late but fine"
+        assert srv.request_count == 2
+        assert time.perf_counter() - t < 4
+
+
+def test_backoff_waits_grow() -> None:
+    """With a real backoff the retries wait (0.1 s, then 0.2 s) before succeeding."""
+    with FakeOpenAIServer(text_reply("ok"), fail_first=2, fail_status=500) as srv:
+        endpoint = EndpointConfig(base_url=srv.base_url, model="fake", max_retries=2)
+        t = time.perf_counter()
+        assert make_chat_model(endpoint, retry_backoff_s=0.1).invoke("hi").content == "ok"
+        assert time.perf_counter() - t >= 0.3
+        assert srv.request_count == 3
