@@ -1,0 +1,50 @@
+"""Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`.
+
+Every call builds a fresh instance (episodes never share state). Adapters to
+external benchmarks are imported lazily, so a missing extra only matters when
+that env is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from envs.errors import EnvError
+from envs.protocol import TargetEnvironment
+
+TAU2_DOMAINS = ("retail", "airline")
+USERS = ("scripted", "llm")
+
+
+def list_envs() -> list[str]:
+    """Names `make_env` accepts."""
+    return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS)]
+
+
+def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> TargetEnvironment:
+    """A fresh target environment. user: "scripted" (offline) or "llm" (needs `user_model`)."""
+    if user not in USERS:
+        raise EnvError(f"unknown user '{user}': use one of {', '.join(USERS)}")
+    if name == "shop":
+        from envs.shop import ShopEnv
+
+        return ShopEnv(user=user, user_model=user_model)
+    if name.startswith("tau2:"):
+        domain = name.split(":", 1)[1]
+        if domain not in TAU2_DOMAINS:
+            raise EnvError(f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}")
+        return _make_tau2(name, domain, user, user_model)
+    raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}")
+
+
+def _make_tau2(name: str, domain: str, user: str, user_model: Any) -> TargetEnvironment:
+    hint = f"env '{name}' needs the tau2 extra: pip install 'gapforge[tau2]'"
+    if importlib.util.find_spec("tau2") is None:
+        raise EnvError(hint)
+    try:
+        from envs.tau2 import Tau2Env
+    except ImportError as err:
+        raise EnvError(f"{hint} ({err})") from err
+    env: TargetEnvironment = Tau2Env(domain, user=user, user_model=user_model)
+    return env

@@ -1,0 +1,144 @@
+"""ShopEnv: the built-in target environment behind envs.protocol.TargetEnvironment.
+
+Reward like τ²-bench: 1.0 iff the final DB hash equals the hash after replaying
+the task's gold actions on a fresh DB, times the communicate check (every
+required string appears in the agent's text). success = reward == 1.0.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from typing import Any, Protocol
+
+from envs.errors import EnvError
+from envs.protocol import Message, Score, StepResult, TaskRef
+from envs.shop.catalog import build_tasks
+from envs.shop.data import ShopDB, build_db
+from envs.shop.tasks import ShopTask
+from envs.shop.tools import SCHEMAS, TRANSFER_TOOL, WRITE_TOOLS, ShopTools, ToolError
+from envs.shop.user import ScriptedUser, normalize
+
+
+class _User(Protocol):
+    def opening(self) -> str: ...
+
+    def reply(self, last: str, said: str, writes_done: int) -> tuple[str, bool]: ...
+
+
+def policy_text() -> str:
+    return resources.files("envs.shop").joinpath("policy.md").read_text(encoding="utf-8")
+
+
+class ShopEnv:
+    """The shop. user="scripted" (deterministic, offline) or "llm" (pass `user_model`, a LangChain chat model)."""
+
+    name = "shop"
+
+    def __init__(self, *, user: str = "scripted", user_model: Any = None) -> None:
+        if user not in ("scripted", "llm"):
+            raise EnvError(f"unknown user '{user}' for env shop: use 'scripted' or 'llm'")
+        if user == "llm" and user_model is None:
+            raise EnvError("env shop with user='llm' needs a user model: configure the user simulator endpoint")
+        self.user_kind = user
+        self.user_model = user_model
+        self._base = build_db()
+        self._tasks = build_tasks(self._base)
+        self._policy = policy_text()
+        self._gold_hash: dict[str, str] = {}
+        self._task: ShopTask | None = None
+        self._db: ShopDB | None = None
+
+    # ---- TargetEnvironment ----------------------------------------------
+    def task_ids(self) -> list[str]:
+        return list(self._tasks)
+
+    def task_family(self, task_id: str) -> str:
+        return self._get_task(task_id).family
+
+    def task(self, task_id: str) -> ShopTask:
+        """The full task (gold actions, required info, user script): for tests and inspection."""
+        return self._get_task(task_id)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return copy.deepcopy(SCHEMAS)
+
+    def reset(self, task: TaskRef) -> list[Message]:
+        t = self._get_task(str(task))
+        self._task = t
+        self._db = self._base.model_copy(deep=True)
+        self._tools = ShopTools(self._db)
+        self._user: _User = self._make_user(t)
+        self._said: list[str] = []
+        self._writes = 0
+        self._done = False
+        self._termination: str | None = None
+        return [Message.system(self._policy), Message.user(self._user.opening())]
+
+    def step(self, message: Message) -> StepResult:
+        if self._task is None:
+            raise EnvError("env shop: call reset(task) before step()")
+        if message.role != "assistant":
+            raise EnvError(f"env shop: step() takes an assistant message, got role '{message.role}'")
+        if self._done:
+            return StepResult(done=True, info={"termination": self._termination})
+        if message.content:
+            self._said.append(message.content)
+        if message.tool_calls:
+            out = [self._run_tool(tc.id, tc.name, tc.arguments) for tc in message.tool_calls]
+            return StepResult(messages=out, done=self._done, info={"termination": self._termination} if self._done else {})
+        text, stop = self._user.reply(message.content or "", "\n".join(self._said), self._writes)
+        if stop:
+            self._done, self._termination = True, "user_stop"
+        return StepResult(messages=[Message.user(text)], done=self._done, info={"termination": self._termination} if self._done else {})
+
+    def score(self) -> Score:
+        if self._task is None or self._db is None:
+            raise EnvError("env shop: call reset(task) before score()")
+        t = self._task
+        db_ok = float(self._db.state_hash() == self._gold_state_hash(t))
+        heard = normalize("\n".join(self._said))
+        missing = [s for s in t.required_info if normalize(s) not in heard]
+        comm_ok = float(not missing)
+        reward = db_ok * comm_ok
+        info = {"evaluator": "shop: db hash vs gold replay x communicate", "missing_info": missing, "family": t.family,
+                "user": self.user_kind}
+        if self.user_kind == "llm":
+            info["user_prompt"] = getattr(self._user, "prompt_id", None)
+        return Score(reward=reward, success=reward == 1.0, components={"db": db_ok, "communicate": comm_ok}, info=info)
+
+    def close(self) -> None:
+        self._db = None
+
+    # ---- internals --------------------------------------------------------
+    def _get_task(self, task_id: str) -> ShopTask:
+        if task_id not in self._tasks:
+            raise EnvError(f"unknown task '{task_id}' in env shop: see `gapforge rollouts tasks shop`")
+        return self._tasks[task_id]
+
+    def _make_user(self, t: ShopTask) -> _User:
+        if self.user_kind == "llm":
+            from envs.shop.llm_user import LLMUser
+
+            return LLMUser(self.user_model, t)
+        return ScriptedUser(t.user, t.required_info)
+
+    def _run_tool(self, call_id: str, name: str, args: dict[str, Any]) -> Message:
+        try:
+            result = self._tools.call(name, args)
+        except ToolError as err:
+            return Message.tool(call_id, f"Error: {err}", name=name)
+        if name in WRITE_TOOLS:
+            self._writes += 1
+        if name == TRANSFER_TOOL:
+            self._done, self._termination = True, "transfer"
+        return Message.tool(call_id, result, name=name)
+
+    def _gold_state_hash(self, t: ShopTask) -> str:
+        if t.task_id not in self._gold_hash:
+            db = self._base.model_copy(deep=True)
+            tools = ShopTools(db)
+            for action in t.gold_actions:
+                tools.call(action.name, action.arguments)  # a ToolError here is a bug in the task, not the agent
+            self._gold_hash[t.task_id] = db.state_hash()
+        return self._gold_hash[t.task_id]
