@@ -14,7 +14,14 @@ from sqlalchemy import select
 from store.engine import StoreBase, no_capability
 from store.errors import StoreError
 from store.models import Capability, CapabilityStat, Label, utcnow
-from store.rows import LABEL_VALUES, CapabilityRow, CapabilityStatRow, LabelRow, LabelValue, to_row
+from store.rows import (
+    LABEL_VALUES,
+    CapabilityRow,
+    CapabilityStatRow,
+    LabelRow,
+    LabelValue,
+    to_row,
+)
 
 
 @dataclass(frozen=True, slots=True)

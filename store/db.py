@@ -14,6 +14,7 @@ run them with `asyncio.to_thread`.
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Self
 
 from sqlalchemy import select
 
@@ -46,7 +47,7 @@ class Store(RunQueries, AnalysisQueries, ArtifactQueries):
                 f"store {shown!r} has schema version {found}, this gapforge needs {SCHEMA_VERSION}: use a new workspace or store URL"
             )
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

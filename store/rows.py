@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, get_args
 
 LabelValue = Literal["NA", "PRESENT", "LACKING"]
@@ -143,7 +143,7 @@ R = TypeVar("R")
 def _utc(value: Any) -> Any:
     # SQLite hands back naive datetimes; everything the store writes is UTC.
     if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
+        return value.replace(tzinfo=UTC)
     return value
 
 

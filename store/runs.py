@@ -12,7 +12,7 @@ import platform
 import re
 import secrets
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
@@ -45,7 +45,7 @@ def package_versions() -> dict[str, str]:
 
 def new_run_id(now: datetime | None = None) -> str:
     """A fresh run id like r-20261121-ab12cd (UTC date + 6 random hex digits)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"r-{now:%Y%m%d}-{secrets.token_hex(3)}"
 
 

@@ -26,7 +26,7 @@ MESSAGES: list[Any] = [
 
 
 def episode(store: Store, run_id: str, task: str = "t1", sample: int = 0, **over: Any) -> int:
-    fields: dict[str, Any] = dict(
+    fields: dict[str, Any] = dict(  # noqa: C408 - keyword form mirrors put_episode
         policy="base",
         messages=MESSAGES,
         reward=0.75,
