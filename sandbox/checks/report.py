@@ -85,11 +85,15 @@ class ValidationReport(BaseModel):
         if self.passed:
             return "All required self-test checks passed."
         lines: list[str] = []
+        blocked = [c.name for c in self.failures if "blocked_by" in c.evidence]
         for c in self.failures:
+            if c.name in blocked:
+                continue
             lines.append(f"- check `{c.name}` FAILED: {c.summary}")
-            ev = {k: v for k, v in c.evidence.items() if k != "blocked_by"}
-            if ev:
-                text = json.dumps(ev, default=str, sort_keys=True)
+            if c.evidence:
+                text = json.dumps(c.evidence, default=str, sort_keys=True)
                 lines.append(f"  evidence: {text[:600]}{'...' if len(text) > 600 else ''}")
+        if blocked:
+            lines.append(f"- not run because of the failures above: {', '.join(blocked)}")
         out = "\n".join(lines)
         return out if len(out) <= max_chars else out[: max_chars - 3] + "..."

@@ -61,7 +61,11 @@ def validate_env(
         results.append(result)
 
     try:
+        if progress:
+            progress("loads")
+        t0 = time.perf_counter()
         loads, tools = check_loads(probe)
+        loads.seconds = round(time.perf_counter() - t0, 3)
         results.append(loads)
         capability = _capability(probe) if tools is not None else None
         if tools is None:

@@ -10,6 +10,9 @@ from typing import Literal
 from envs.sdk import SyntheticEnv, ToolError, tool
 
 STATUSES = ["pending", "delivered", "processed"]
+# What the self-test must report (read by tests/sandbox/test_checks*.py).
+EXPECTED_FAILURES = set()
+VALIDATE_TARGET = "shop"
 
 
 class CancelCheckEnv(SyntheticEnv):

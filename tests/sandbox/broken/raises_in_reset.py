@@ -7,6 +7,9 @@ from typing import Literal
 from envs.sdk import SyntheticEnv, ToolError, tool
 
 STATUSES = ["pending", "delivered", "processed"]
+# What the self-test must report (read by tests/sandbox/test_checks*.py).
+EXPECTED_FAILURES = {"deterministic", "diverse", "solvable", "not_trivial", "graded"}
+VALIDATE_TARGET = "shop"
 
 
 class CancelCheckEnv(SyntheticEnv):

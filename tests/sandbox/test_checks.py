@@ -1,0 +1,181 @@
+"""The self-test checks, in-process over TRUSTED test modules (fast): each broken module
+fails exactly the checks it declares (EXPECTED_FAILURES), with evidence; the control
+env and the example envs pass every required check."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envs.registry import make_env
+from envs.synthetic import InProcessSyntheticEnv
+from sandbox.checks import CHECKS, SelfTestThresholds, validate_env
+from sandbox.checks.report import ValidationReport
+from sandbox.errors import EnvCodeError
+
+BROKEN = Path(__file__).parent / "broken"
+EXAMPLES = sorted(p for p in (Path(__file__).parents[2] / "envs" / "examples").glob("*.py") if p.name != "__init__.py")
+
+
+def declared(path: Path) -> tuple[set[str], str | None]:
+    """EXPECTED_FAILURES and VALIDATE_TARGET of a broken module, read without importing it."""
+    values: dict[str, Any] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in ("EXPECTED_FAILURES", "VALIDATE_TARGET"):
+            values[node.targets[0].id] = set() if ast.unparse(node.value) == "set()" else ast.literal_eval(node.value)
+    return set(values["EXPECTED_FAILURES"]), values["VALIDATE_TARGET"]
+
+
+@pytest.fixture(scope="module")
+def shop_tools() -> list[dict[str, Any]]:
+    env = make_env("shop")
+    try:
+        return env.tools()
+    finally:
+        env.close()
+
+
+def run(path: Path, target_tools: list[dict[str, Any]] | None = None, **kw: Any) -> ValidationReport:
+    return validate_env(lambda: InProcessSyntheticEnv(path), target_tools=target_tools, seeds=20, module=path, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in BROKEN.glob("*.py")))
+def test_each_broken_module_fails_exactly_its_checks(name: str, shop_tools: list[dict[str, Any]]) -> None:
+    path = BROKEN / name
+    expected, target = declared(path)
+    report = run(path, shop_tools if target == "shop" else None)
+    assert report.failed_names() == expected, report.failures_for_generator()
+    assert [c.name for c in report.checks] == list(CHECKS)
+    assert report.passed == (not expected)
+    assert report.check("grpo_ready").verdict == "SKIP" and not report.check("grpo_ready").required
+    for check in report.failures:
+        assert check.summary and check.evidence, f"{check.name} failed without evidence"
+    assert report.module_sha256 and len(report.module_sha256) == 64
+    assert report.capability == "precondition_verification"
+
+
+def test_evidence_names_seed_and_what_happened(shop_tools: list[dict[str, Any]]) -> None:
+    nondet = run(BROKEN / "nondeterministic.py").check("deterministic")
+    assert nondet.evidence["where"] == "initial message 1" and isinstance(nondet.evidence["seed"], int)
+    assert "ticket" in nondet.evidence["first"] and nondet.evidence["first"] != nondet.evidence["second"]
+
+    unsolved = run(BROKEN / "unsolvable.py").check("solvable")
+    assert unsolved.evidence["solved_share"] == 0.0
+    first = unsolved.evidence["unsolved"][0]
+    assert first["seed"] == 0 and first["reward"] == pytest.approx(2 / 3, abs=1e-3) and first["components"]["informed"] == 0.0
+
+    constant = run(BROKEN / "constant_reward.py")
+    assert constant.check("not_trivial").evidence["do_nothing"]["mean"] == 1.0
+    assert constant.check("graded").evidence["distinct_rewards"] == [1.0]
+
+    schema = run(BROKEN / "bad_schema.py", shop_tools)
+    assert any("get_order_details" in p and "'object'" in p for p in schema.check("loads").evidence["problems"])
+    assert schema.check("fidelity").evidence["shared_tools"] == ["cancel_pending_order"]  # the valid tools are still compared
+
+    mismatch = run(BROKEN / "shop_mismatch.py", shop_tools).check("fidelity")
+    assert mismatch.evidence["problems"] == ["tool 'get_order_details': parameters ['id'] != target's ['order_id']"]
+
+    raising = run(BROKEN / "raises_in_reset.py")
+    for check in raising.failures:
+        assert check.evidence["kind"] == "exception" and check.evidence["seed"] == 0
+        assert "scenario table missing for seed 0" in check.evidence["error"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_envs_pass_every_required_check(path: Path, shop_tools: list[dict[str, Any]]) -> None:
+    report = run(path, shop_tools)
+    assert report.passed, report.failures_for_generator()
+    assert report.check("fidelity").evidence["shared_tools"], "examples mimic shop tools"
+    graded = report.check("graded").evidence
+    assert len(graded["distinct_rewards"]) >= 3
+
+
+def test_module_that_does_not_load_blocks_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "syntax.py"
+    path.write_text("from envs.sdk import SyntheticEnv\nclass Env(SyntheticEnv)\n    pass\n")
+    report = run(path)
+    assert report.check("loads").evidence["kind"] == "load_error"
+    assert report.failed_names() == set(CHECKS) - {"grpo_ready"}
+    text = report.failures_for_generator()
+    assert "check `loads` FAILED" in text and "SyntaxError" in text
+    assert "not run because of the failures above: fidelity, deterministic" in text
+    assert "check `solvable`" not in text  # blocked checks are one line, not noise
+
+
+class PoisonedAfterFault:
+    """A trusted env that times out the first time it scores a do-nothing episode, and that
+    instance is dead for good (like a sandbox killed after a timeout): the checks after the
+    fault only pass if they open a fresh env."""
+
+    opened = 0
+    faulted = False
+
+    def __init__(self) -> None:
+        type(self).opened += 1
+        self.inner = InProcessSyntheticEnv(BROKEN / "baseline_ok.py")
+        self.name, self.dead, self.tool_calls = "poisoned", False, 0
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def _alive(self) -> None:
+        if self.dead:
+            raise EnvCodeError("crash", "the sandbox is gone")
+
+    def tools(self) -> list[dict[str, Any]]:
+        self._alive()
+        return self.inner.tools()
+
+    def reset(self, task: int) -> Any:
+        self._alive()
+        self.tool_calls = 0
+        return self.inner.reset(task)
+
+    def step(self, message: Any) -> Any:
+        self._alive()
+        self.tool_calls += len(message.tool_calls)
+        return self.inner.step(message)
+
+    def score(self) -> Any:
+        self._alive()
+        if self.tool_calls == 0 and not PoisonedAfterFault.faulted:
+            self.dead = PoisonedAfterFault.faulted = True
+            raise EnvCodeError("timeout", "score() did not answer within 3.0 s", method="score")
+        return self.inner.score()
+
+    def solution(self, seed: int) -> Any:
+        self._alive()
+        return self.inner.solution(seed)
+
+
+def test_env_failure_is_a_failed_check_and_later_checks_use_a_fresh_env() -> None:
+    PoisonedAfterFault.opened, PoisonedAfterFault.faulted = 0, False
+    report = validate_env(PoisonedAfterFault, seeds=10)
+    assert report.failed_names() == {"not_trivial"}
+    ev = report.check("not_trivial").evidence
+    assert ev == {"seed": 0, "phase": "score", "kind": "timeout", "error": "score() did not answer within 3.0 s"}
+    assert report.check("graded").passed  # ran after the fault, on a fresh env
+    assert PoisonedAfterFault.opened >= 3  # first env, determinism's fresh env, the one after the fault
+
+
+def test_thresholds_are_configurable_and_checked() -> None:
+    strict = SelfTestThresholds(trivial_mean=0.0)
+    report = run(BROKEN / "baseline_ok.py", thresholds=strict)
+    assert report.failed_names() == {"not_trivial"}  # mean 0 is not < 0
+    with pytest.raises(ValueError, match="graded_fractions"):
+        SelfTestThresholds(graded_fractions=[0.5, 0.25])
+    with pytest.raises(ValueError, match="seeds must be >= 2"):
+        validate_env(lambda: InProcessSyntheticEnv(BROKEN / "baseline_ok.py"), seeds=1)
+
+
+def test_report_json_carries_verdicts() -> None:
+    report = run(BROKEN / "constant_reward.py")
+    data = report.to_json()
+    assert data["passed"] is False
+    verdicts = {c["name"]: c["verdict"] for c in data["checks"]}
+    assert verdicts["graded"] == "FAIL" and verdicts["solvable"] == "PASS" and verdicts["grpo_ready"] == "SKIP"
+    assert ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {
+        "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}).failed_names() == {"not_trivial", "graded"}
