@@ -1,0 +1,174 @@
+"""run_episode + ChatModelPolicy against a small test environment (tests/agents/locker_env.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from langchain_core.messages import ToolMessage
+
+from agents.errors import ModelError
+from agents.llm import ScriptedChatModel, make_chat_model
+from agents.policy import ChatModelPolicy, Episode, from_langchain, run_episode, to_langchain
+from envs.errors import EnvError
+from envs.protocol import Message, PolicyModel, ToolCall
+from gapforge.config import EndpointConfig
+from locker_env import LockerEnv
+from serving.fake_openai import FakeOpenAIServer, tool_call_message
+
+
+def call(name: str, arguments: dict | str | None = None) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": {} if arguments is None else arguments}]}
+
+
+def open_with_code_read(messages, tools) -> dict:
+    """A rule: read the code from the last tool result (proves tool results reach the model)."""
+    assert isinstance(messages[-1], ToolMessage)
+    code = int(re.search(r"\d+", messages[-1].content).group())
+    return call("open_locker", {"code": code})
+
+
+def scripted_policy(answers, name: str = "scripted") -> ChatModelPolicy:
+    return ChatModelPolicy(ScriptedChatModel.from_dict({"policy": answers}), name=name)
+
+
+def test_chat_model_policy_is_a_policy_model() -> None:
+    assert isinstance(scripted_policy([]), PolicyModel)
+
+
+async def test_success_path() -> None:
+    ep = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), LockerEnv(), "hard")
+    assert ep.termination == "done" and ep.error is None
+    assert (ep.reward, ep.success, ep.turns) == (1.0, True, 2)
+    assert ep.components == {"read": 1.0, "opened": 1.0}
+    assert ep.score_info == {"wrong_attempts": 0}
+    assert [m.role for m in ep.messages] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert [tc.name for tc in ep.tool_calls] == ["read_code", "open_locker"]
+    assert ep.tool_calls[1].arguments == {"code": 9876}
+    assert ep.messages[3].tool_call_id == ep.tool_calls[0].id
+    assert (ep.env, ep.task, ep.policy) == ("toy-locker", "hard", "scripted")
+    assert set(ep.timings) == {"policy_s", "env_s", "total_s"}
+    assert ep.timings["total_s"] >= ep.timings["policy_s"] + ep.timings["env_s"] - 1e-6
+    assert Episode.model_validate_json(ep.model_dump_json()) == ep  # storable as JSON
+
+
+async def test_tool_errors_and_text_replies_are_observations() -> None:
+    answers = ["Which locker?", call("smash"), call("open_locker", {"code": 1}), call("read_code"), open_with_code_read]
+    ep = await run_episode(scripted_policy(answers), LockerEnv(), 7)  # integer seed task
+    assert ep.termination == "done" and ep.success and ep.turns == 5
+    assert ep.task == 7 and ep.tool_calls[-1].arguments == {"code": 1007}
+    contents = [m.content for m in ep.messages if m.role in ("tool", "user")]
+    assert "Please use the tools." in contents
+    assert "Error: unknown tool 'smash'." in contents
+    assert "Error: wrong code." in contents
+    assert ep.score_info == {"wrong_attempts": 1}
+
+
+async def test_max_turns_ends_the_episode_and_still_scores() -> None:
+    policy = scripted_policy({"repeat": call("read_code")})
+    ep = await run_episode(policy, LockerEnv(), "easy", max_turns=3)
+    assert ep.termination == "max_turns" and ep.error is None
+    assert ep.turns == 3 and len(ep.tool_calls) == 3
+    assert (ep.reward, ep.success) == (0.5, False)  # scored by state: read, never opened
+
+
+async def test_malformed_tool_call_ends_the_episode_with_the_raw_output() -> None:
+    policy = scripted_policy([call("read_code"), call("open_locker", '{"code": 12')])
+    ep = await run_episode(policy, LockerEnv(), "easy")
+    assert ep.termination == "malformed_output"
+    assert "invalid tool call 'open_locker'" in ep.error
+    assert ep.turns == 1
+    assert ep.messages[-1].role == "assistant" and ep.messages[-1].content == '{"code": 12'
+    assert (ep.reward, ep.success) == (0.5, False)
+
+
+async def test_env_raising_in_step_is_recorded_as_env_error() -> None:
+    ep = await run_episode(scripted_policy([call("read_code"), call("explode")]), LockerEnv(), "easy")
+    assert ep.termination == "env_error"
+    assert ep.error == "env.step failed: RuntimeError: the locker room caught fire"
+    assert ep.turns == 2 and ep.reward == 0.5
+
+
+async def test_failing_score_records_zero_and_the_reason() -> None:
+    ep = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), LockerEnv(fail_score=True), "easy")
+    assert ep.termination == "done"
+    assert (ep.reward, ep.success) == (0.0, False)
+    assert ep.score_info == {"score_error": "ValueError: score table missing"}
+    assert "env.score failed" in ep.error
+
+
+async def test_unknown_task_propagates_as_env_error() -> None:
+    with pytest.raises(EnvError, match="unknown locker task 'nope'"):
+        await run_episode(scripted_policy([]), LockerEnv(), "nope")
+
+
+async def test_scripted_policy_out_of_answers_is_a_user_error() -> None:
+    with pytest.raises(ModelError, match="ran out of answers for prompt 'policy'"):
+        await run_episode(scripted_policy([call("read_code")]), LockerEnv(), "easy")
+
+
+def test_message_conversion_round_trip() -> None:
+    msgs = [
+        Message.system("s"),
+        Message.user("u"),
+        Message.assistant("thinking", [ToolCall(id="c1", name="open_locker", arguments={"code": 3})]),
+        Message.tool("c1", "The locker is open.", name="open_locker"),
+    ]
+    lc = to_langchain(msgs)
+    assert [m.type for m in lc] == ["system", "human", "ai", "tool"]
+    assert lc[3].tool_call_id == "c1"
+    back = from_langchain(lc[2])
+    assert back == msgs[2]
+
+
+# --- the real ChatOpenAI client against a local OpenAI-compatible server ---------------------
+
+
+def locker_responder(req: dict) -> dict:
+    """Reads the code from the last tool result, like a model would."""
+    last = req["messages"][-1]
+    if last["role"] == "tool":
+        return tool_call_message("open_locker", {"code": int(re.search(r"\d+", last["content"]).group())}, call_id="c2")
+    return tool_call_message("read_code", {}, call_id="c1")
+
+
+def endpoint_policy(srv: FakeOpenAIServer, max_retries: int = 2) -> ChatModelPolicy:
+    endpoint = EndpointConfig(base_url=srv.base_url, model="fake", max_retries=max_retries, timeout_s=10)
+    return ChatModelPolicy(make_chat_model(endpoint, retry_backoff_s=0.0), name="endpoint:fake")
+
+
+async def test_endpoint_policy_success_with_temperature_override_and_retries() -> None:
+    with FakeOpenAIServer(locker_responder, fail_first=1, fail_status=503) as srv:
+        ep = await run_episode(endpoint_policy(srv), LockerEnv(), "easy", temperature=0.7)
+        assert ep.termination == "done" and ep.success and ep.turns == 2
+        assert srv.request_count == 3  # one injected failure + two turns
+        body = srv.requests[-1]
+        assert body["temperature"] == 0.7
+        assert [t["function"]["name"] for t in body["tools"]] == ["read_code", "open_locker", "explode"]
+        tool_msg = body["messages"][-1]
+        assert tool_msg == {"role": "tool", "content": "The note says: 1234", "tool_call_id": "c1"}
+        assert json.loads(body["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == {}
+
+
+async def test_endpoint_down_after_retries_ends_the_episode_not_the_run() -> None:
+    with FakeOpenAIServer(locker_responder, fail_first=10**6, fail_status=500) as srv:
+        ep = await run_episode(endpoint_policy(srv, max_retries=2), LockerEnv(), "easy")
+        assert ep.termination == "endpoint_error"
+        assert "failed 3 attempt(s)" in ep.error
+        assert srv.request_count == 3
+        assert ep.turns == 0 and (ep.reward, ep.success) == (0.0, False)
+        assert [m.role for m in ep.messages] == ["system", "user"]
+
+
+async def test_endpoint_invalid_tool_call_json_is_malformed_output() -> None:
+    def broken(_req: dict) -> dict:
+        bad = tool_call_message("open_locker", {})
+        bad["tool_calls"][0]["function"]["arguments"] = '{"code": 12'
+        return bad
+
+    with FakeOpenAIServer(broken) as srv:
+        ep = await run_episode(endpoint_policy(srv), LockerEnv(), "easy")
+        assert ep.termination == "malformed_output"
+        assert ep.messages[-1].content == '{"code": 12'
+        assert srv.request_count == 1
