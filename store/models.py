@@ -75,6 +75,7 @@ class Episode(Base):
     __tablename__ = "episodes"
     __table_args__ = (
         UniqueConstraint("run_id", "env", "task_id", "sample", name="uq_episode_key"),
+        UniqueConstraint("run_id", "id", name="uq_episode_run_id"),  # target of labels' (run, episode) key
         Index("ix_episodes_run_env_success", "run_id", "env", "success"),
     )
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
@@ -117,11 +118,12 @@ class Label(Stamped, Base):
     __table_args__ = (
         UniqueConstraint("episode_id", "capability", "pass_index", name="uq_label_key"),
         _capability_fk(),
+        ForeignKeyConstraint(["run_id", "episode_id"], ["episodes.run_id", "episodes.id"]),  # same run
         Index("ix_labels_run_pass", "run_id", "pass_index"),
     )
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
-    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"))
+    episode_id: Mapped[int]
     capability: Mapped[str] = mapped_column(String(128))
     pass_index: Mapped[int]
     value: Mapped[str] = mapped_column(String(16))

@@ -149,6 +149,9 @@ def test_capabilities_labels_and_stats(store: Store) -> None:
         store.put_label(rid, e1, "datetime_reasoning", 0, "MAYBE")  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="not stored"):
         store.put_label(rid, e1, "no_such_capability", 0, "NA")
+    other = store.create_run("trace", {})
+    with pytest.raises(StoreError, match="not stored"):  # an episode of another run
+        store.put_label(rid, episode(store, other), "datetime_reasoning", 0, "NA")
 
     store.put_capability_stat(rid, "datetime_reasoning", 0, er_plus=0.0, er_minus=1, gap=1, coverage=0.5, kept=True)
     stat = store.put_capability_stat(rid, "datetime_reasoning", 0, er_plus=None, er_minus=1, gap=None, coverage=1, kept=False)
