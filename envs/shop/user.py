@@ -75,7 +75,8 @@ class ScriptedUser:
         parts: list[str] = []
         facts = self.script.facts
         for key, triggers in _TRIGGERS:
-            if not any(t in text for t in triggers):
+            scan = text.replace("email address", "").replace("e-mail address", "") if key == "address" else text
+            if not any(t in scan for t in triggers):
                 continue
             if key in facts:
                 if facts[key] not in parts:

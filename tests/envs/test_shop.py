@@ -175,6 +175,17 @@ def test_scripted_user_reveals_facts_confirms_and_stops() -> None:
     assert env.step(Message.assistant("Anything else?")).done  # stays done
 
 
+def test_scripted_user_answers_only_what_is_asked() -> None:
+    env = ShopEnv()
+    tid = "shop-write-004"  # address change: the user knows a new address
+    facts = env.task(tid).user.facts
+    env.reset(tid)
+    reply = env.step(Message.assistant("Could you give me your email address?")).messages[0].content
+    assert reply == facts["email"]  # "email address" is not a question about the new address
+    assert env.step(Message.assistant("What is the new shipping address?")).messages[0].content == facts["address"]
+    assert env.step(Message.assistant("Let me look into it.")).messages[0].content == "Can you help me with that?"
+
+
 def test_scripted_user_without_email_gives_name_and_zip() -> None:
     env = ShopEnv()
     tid = next(t for t in ALL_TASKS if env.task(t).gold_actions[0].name == "find_customer_by_name_zip")
