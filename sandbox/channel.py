@@ -28,6 +28,8 @@ class Channel(ABC):
         self._buf = bytearray()
         self._next_id = 0
 
+    ident: str = ""  # container id or process id, for logs and tests
+
     # -- transport -----------------------------------------------------------
     @abstractmethod
     def _send(self, data: bytes) -> None: ...

@@ -87,6 +87,7 @@ class DockerChannel(Channel):
         super().__init__(cfg.call_timeout_s, cfg.max_output_bytes)
         self.client = client
         self.container = container
+        self.ident = container.id
         raw = client.api.attach_socket(container.id, params={"stdin": 1, "stdout": 1, "stream": 1})
         self._sock: _socket.socket = getattr(raw, "_sock", raw)
         self._raw_holder = raw  # keep the HTTP response alive
@@ -148,11 +149,19 @@ def remove_container(client: Any, container_id: str) -> None:
 
     try:
         client.api.remove_container(container_id, force=True)
+        return
     except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as e:  # "removal already in progress" is fine
+        return
+    except docker.errors.APIError as e:
         if "in progress" not in str(e):
             raise
+    deadline = time.monotonic() + 10  # someone else is removing it: wait until it is gone
+    while time.monotonic() < deadline:
+        try:
+            client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.05)
 
 
 def start_container(client: Any, cfg: SandboxConfig, stage_path: str) -> DockerChannel:

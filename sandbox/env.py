@@ -118,6 +118,11 @@ class SandboxedEnv:
             raise self._bad_output("scenario", TypeError("scenario_for() must return a dict"))
         return out
 
+    @property
+    def sandbox_id(self) -> str | None:
+        """The current container id (or process id); None after a fatal failure."""
+        return self._channel.ident if self._channel is not None else None
+
     def describe(self) -> dict[str, Any]:
         return dict(self._info)
 

@@ -59,6 +59,7 @@ class ProcessChannel(Channel):
             preexec_fn=_limits(cfg),
             start_new_session=True,
         )
+        self.ident = str(self.proc.pid)
         self._dead = False
 
     def _send(self, data: bytes) -> None:

@@ -3,6 +3,7 @@ and a check that a test leaves no gapforge container behind."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ TAG = "gapforge-sandbox:latest"
 
 
 def gapforge_containers(client) -> list[str]:
-    return [c.id for c in client.containers.list(all=True, filters={"label": "gapforge"})]
+    """gapforge containers owned by this test process (other processes may run their own)."""
+    return [c.id for c in client.containers.list(all=True, filters={"label": f"gapforge.pid={os.getpid()}"})]
 
 
 @pytest.fixture(scope="session")
@@ -24,17 +26,14 @@ def sandbox_image(docker_client) -> str:
     from sandbox.errors import SandboxError
     from sandbox.image import build_image
 
-    try:
-        build_image(docker_client, TAG, method="local-python") if not _current(docker_client) else None
-    except SandboxError:
-        build_image(docker_client, TAG, method="debootstrap")
-    return TAG
-
-
-def _current(client) -> bool:
     from sandbox.image import image_is_current
 
-    return image_is_current(client, TAG)
+    if not image_is_current(docker_client, TAG):
+        try:
+            build_image(docker_client, TAG, method="local-python")
+        except SandboxError:
+            build_image(docker_client, TAG, method="debootstrap")
+    return TAG
 
 
 @pytest.fixture

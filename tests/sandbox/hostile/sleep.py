@@ -1,0 +1,34 @@
+"""Hostile env module (test fixture): sleeps forever."""
+
+import os
+import socket
+import sys
+import time
+
+from envs.sdk import SyntheticEnv, tool
+
+
+class SleepEnv(SyntheticEnv):
+    capability = "hostile_probe"
+    description = "sleeps forever."
+    target = "shop"
+    policy = "Hostile test env."
+
+    def generate(self, seed):
+        time.sleep(10**6)
+        return {"opening": "hello", "db": {}}
+
+    @tool
+    def probe(self, arg: str = "") -> dict:
+        """Run the probe.
+
+        Args:
+            arg: Optional argument.
+        """
+        return {}
+
+    def reward(self):
+        return {"done": 0.0}
+
+    def solution(self, seed):
+        return [{"tool": "probe", "arguments": {}}]
