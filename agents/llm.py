@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 from langchain_core.language_models import BaseChatModel
@@ -25,11 +25,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field, ValidationError
-from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
 from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
-from gapforge.config import EndpointConfig, LLMConfig, PolicyConfig
+
+if TYPE_CHECKING:  # the config sections are only types here: agents never imports gapforge at runtime
+    from gapforge.config import EndpointConfig, LLMConfig, PolicyConfig
 
 PLACEHOLDER_API_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key
 RETRY_STATUS = {408, 429}  # plus every 5xx
@@ -55,14 +57,15 @@ class RetryingChatOpenAI(ChatOpenAI):
     """ChatOpenAI whose requests are retried by tenacity; every use (tools, structured) goes through it."""
 
     retry_attempts: int = Field(5, ge=1, description="total attempts per request (1 = no retry)")
-    retry_backoff_s: float = Field(1.0, ge=0.0, description="first wait; doubles per attempt")
+    retry_backoff_s: float = Field(1.0, ge=0.0, description="first wait; doubles per attempt, plus up to this much jitter")
     retry_max_backoff_s: float = Field(30.0, ge=0.0)
     disable_streaming: bool = True  # streaming would bypass _generate and with it the retries
 
     def _retry_args(self) -> dict[str, Any]:
         return {
             "stop": stop_after_attempt(self.retry_attempts),
-            "wait": wait_exponential(multiplier=self.retry_backoff_s, max=self.retry_max_backoff_s),
+            # jitter spreads the retries of many concurrent rollouts hitting the same 429
+            "wait": wait_exponential_jitter(multiplier=self.retry_backoff_s, max=self.retry_max_backoff_s, jitter=self.retry_backoff_s),
             "retry": retry_if_exception(is_transient),
             "reraise": False,
         }
@@ -121,7 +124,7 @@ def chat_model_from_config(cfg: LLMConfig | PolicyConfig, *, section: str = "llm
             raise ModelError(f"{section}.kind=scripted needs {section}.scripted_path: a YAML/JSON file of recorded answers")
         return ScriptedChatModel.from_file(cfg.scripted_path)
     if cfg.kind in ("openai", "endpoint"):
-        temperature = cfg.temperature if isinstance(cfg, PolicyConfig) else None
+        temperature = getattr(cfg, "temperature", None)  # PolicyConfig has its own sampling temperature
         return make_chat_model(cfg.endpoint, temperature=temperature)
     raise ModelError(f"{section}.kind={cfg.kind} is not a chat model; use a serving backend for it")
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
+from pydantic import BaseModel, ConfigDict
 
 from agents.errors import StructuredOutputError
 from agents.llm import ScriptedChatModel, astructured_call, make_chat_model, prompt_config, structured_call
 from gapforge.config import EndpointConfig
-from pydantic import BaseModel, ConfigDict
 from serving.fake_openai import FakeOpenAIServer
 
 ASK = [SystemMessage("You name capabilities."), HumanMessage("Name one.")]
@@ -79,7 +79,8 @@ def test_plain_text_instead_of_structure_is_reasked() -> None:
 
 def test_two_malformed_answers_raise_a_clear_error() -> None:
     model = ScriptedChatModel.from_dict({"discover": [{"structured": "not json"}, {"structured": {"name": "x"}}, {"structured": GOOD}]})
-    with pytest.raises(StructuredOutputError, match=r"malformed Capability output twice \(first: .*not valid JSON.*then: .*field 'definition': Field required") as e:
+    expected = r"malformed Capability output twice \(first: .*not valid JSON.*then: .*field 'definition': Field required"
+    with pytest.raises(StructuredOutputError, match=expected) as e:
         structured_call(model, ASK, Capability, prompt_name="discover")
     assert "\n" not in str(e.value)
     assert model.used("discover") == 2  # asked exactly twice
