@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from envs.shop.data import ShopDB
-from envs.shop.tasks import FactKey, GoldAction, ShopTask, _Builder, _item, _money, _opts
+from envs.shop.tasks import (
+    FactKey,
+    GoldAction,
+    ShopTask,
+    TaskBuilder,
+    item_text,
+    money,
+    options_text,
+)
 
 
-def _lookups(b: _Builder) -> None:
+def _lookups(b: TaskBuilder) -> None:
     for ci in (0, 4, 8):  # i % 4 == 0: the third order is shipped
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
@@ -17,24 +25,24 @@ def _lookups(b: _Builder) -> None:
         o = b.order(ci, 1)
         facts, find = b.identity(ci, by_name)
         b.add("lookup_and_answer", "learn the total paid for an order", {**facts, "order_id": f"The order is {o.order_id}."},
-              [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})], [_money(o.total)],
+              [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})], [money(o.total)],
               "Hello, how much did I pay in total for one of my recent orders?")
     for ci in (6, 7, 10):
         c = b.customers[ci]
         gc = next(p for p in c.payment_methods.values() if p.source == "gift_card")
         facts, find = b.identity(ci, by_name=ci == 10)
         b.add("lookup_and_answer", "learn the gift card balance", facts,
-              [find, GoldAction(name="get_customer_details", arguments={"customer_id": c.customer_id})], [_money(gc.balance or 0.0)],
+              [find, GoldAction(name="get_customer_details", arguments={"customer_id": c.customer_id})], [money(gc.balance or 0.0)],
               "Hi, what's the remaining balance on my gift card?")
     for pid, pick in (("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)):
         p = b.db.products[pid]
         v = [v for v in p.variants.values() if v.available][pick]
         b.add("lookup_and_answer", "learn the price of a product variant", {},
-              [GoldAction(name="list_products"), GoldAction(name="get_product_details", arguments={"product_id": pid})], [_money(v.price)],
-              f"Hi, how much does the {p.name} with {_opts(v.options)} cost?")
+              [GoldAction(name="list_products"), GoldAction(name="get_product_details", arguments={"product_id": pid})], [money(v.price)],
+              f"Hi, how much does the {p.name} with {options_text(v.options)} cost?")
 
 
-def _single_writes(b: _Builder) -> None:
+def _single_writes(b: TaskBuilder) -> None:
     for ci, reason in ((10, "no longer needed"), (11, "ordered by mistake"), (13, "no longer needed")):
         facts, find = b.identity(ci, by_name=ci == 11)
         f2, gold, total = b.cancel(ci, reason)
@@ -57,7 +65,7 @@ def _single_writes(b: _Builder) -> None:
               "Hi, I received my order but I'd like to exchange an item for a different variant.")
 
 
-def _compounds(b: _Builder) -> None:
+def _compounds(b: TaskBuilder) -> None:
     for ci in (1, 3):
         facts, find = b.identity(ci)
         fc, gc, total = b.cancel(ci, "no longer needed")
@@ -95,7 +103,7 @@ def _compounds(b: _Builder) -> None:
               "Hi, I'd like to exchange two items from an order I received.")
 
 
-def _refusals(b: _Builder) -> None:
+def _refusals(b: TaskBuilder) -> None:
     for ci in (2, 14):
         o = b.order(ci, 1)
         facts, find = b.identity(ci)
@@ -114,7 +122,7 @@ def _refusals(b: _Builder) -> None:
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
         b.add("policy_refusal", "return an item delivered more than 30 days ago (not allowed)",
-              {**facts, "order_id": f"The order id is {o.order_id}.", "items": f"I want to return {_item(o.items[0])}.",
+              {**facts, "order_id": f"The order id is {o.order_id}.", "items": f"I want to return {item_text(o.items[0])}.",
                "payment": "Refund it to the original payment method, please."},
               [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})], ["30"],
               "Hi, I'd like to return an item from an older order.", needs_refusal=True)
@@ -123,7 +131,7 @@ def _refusals(b: _Builder) -> None:
         mat = next(it for it in o.items if b.db.products[it.product_id].final_sale)
         facts, find = b.identity(ci)
         b.add("policy_refusal", "return a final-sale item (not allowed)",
-              {**facts, "order_id": f"The order id is {o.order_id}.", "items": f"I want to return {_item(mat)}.",
+              {**facts, "order_id": f"The order id is {o.order_id}.", "items": f"I want to return {item_text(mat)}.",
                "payment": "Refund it to the original payment method, please."},
               [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
                GoldAction(name="get_product_details", arguments={"product_id": mat.product_id})], ["final sale"],
@@ -135,8 +143,8 @@ def _refusals(b: _Builder) -> None:
         it, _, opts = pair
         facts, find = b.identity(ci)
         b.add("policy_refusal", "exchange for a sold-out variant (not allowed)",
-              {**facts, "order_id": f"The order id is {o.order_id}.", "items": f"I want to exchange {_item(it)}.",
-               "exchange_target": f"I want it with {_opts(opts)} instead, nothing else.",
+              {**facts, "order_id": f"The order id is {o.order_id}.", "items": f"I want to exchange {item_text(it)}.",
+               "exchange_target": f"I want it with {options_text(opts)} instead, nothing else.",
                "payment": "Use the original payment method of the order."},
               [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
                GoldAction(name="get_product_details", arguments={"product_id": it.product_id})], ["available"],
@@ -145,7 +153,7 @@ def _refusals(b: _Builder) -> None:
 
 def build_tasks(db: ShopDB) -> dict[str, ShopTask]:
     """All tasks, keyed by id (stable: derived from the fixed DB)."""
-    b = _Builder(db)
+    b = TaskBuilder(db)
     _lookups(b)
     _single_writes(b)
     _compounds(b)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.shop.data import Customer, Order, OrderItem, ShopDB
+from envs.shop.tools import WRITE_TOOLS
 
 Family = Literal["lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal"]
 FAMILIES: tuple[Family, ...] = ("lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal")
@@ -43,19 +44,19 @@ class ShopTask(BaseModel):
     user: UserScript
 
 
-def _money(x: float) -> str:
+def money(x: float) -> str:
     return f"{x:.2f}"
 
 
-def _opts(options: dict[str, str]) -> str:
+def options_text(options: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in options.items())
 
 
-def _item(it: OrderItem) -> str:
-    return f"the {it.name} ({_opts(it.options)})"
+def item_text(it: OrderItem) -> str:
+    return f"the {it.name} ({options_text(it.options)})"
 
 
-class _Builder:
+class TaskBuilder:
     def __init__(self, db: ShopDB) -> None:
         self.db = db
         self.customers: list[Customer] = list(db.customers.values())
@@ -101,7 +102,7 @@ class _Builder:
         self.counts[family] = n
         short = {"lookup_and_answer": "lookup", "single_write": "write", "compound_multi_step": "compound", "policy_refusal": "refusal"}[family]
         task_id = f"shop-{short}-{n:03d}"
-        writes = sum(1 for g in gold if g.name not in _READS)
+        writes = sum(1 for g in gold if g.name in WRITE_TOOLS)
         self.tasks[task_id] = ShopTask(task_id=task_id, family=family, goal=goal, gold_actions=gold, required_info=info,
                                        user=UserScript(opening=opening, facts=facts, expected_writes=writes, needs_refusal=needs_refusal))
 
@@ -110,7 +111,7 @@ class _Builder:
         o = self.order(ci, 0)
         facts: dict[FactKey, str] = {"order_id": f"The order id is {o.order_id}.", "reason": f"The reason is: {reason}."}
         return facts, [GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                       GoldAction(name="cancel_pending_order", arguments={"order_id": o.order_id, "reason": reason})], _money(o.total)
+                       GoldAction(name="cancel_pending_order", arguments={"order_id": o.order_id, "reason": reason})], money(o.total)
 
     def readdress(self, ci: int) -> tuple[dict[FactKey, str], list[GoldAction]]:
         o = self.order(ci, 0)
@@ -128,13 +129,13 @@ class _Builder:
         assert pm is not None
         facts: dict[FactKey, str] = {
             "order_id": f"The order id is {o.order_id}.",
-            "items": "I want to return " + " and ".join(_item(it) for it in items) + ".",
+            "items": "I want to return " + " and ".join(item_text(it) for it in items) + ".",
             "payment": "Please put the refund on my gift card." if to_gift else "Refund it to the original payment method, please.",
         }
         gold = [GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
                 GoldAction(name="return_delivered_order_items",
                            arguments={"order_id": o.order_id, "item_ids": [it.item_id for it in items], "payment_method_id": pm})]
-        return facts, gold, _money(sum(it.price for it in items))
+        return facts, gold, money(sum(it.price for it in items))
 
     def exchange(self, ci: int, n_items: int = 1) -> tuple[dict[FactKey, str], list[GoldAction], str]:
         o = self.order(ci, 1)
@@ -146,8 +147,8 @@ class _Builder:
         diff = round(sum(self.db.products[it.product_id].variants[new].price - it.price for it, new, _ in pairs), 2)
         facts: dict[FactKey, str] = {
             "order_id": f"The order id is {o.order_id}.",
-            "items": "I want to exchange " + " and ".join(_item(it) for it, _, _ in pairs) + ".",
-            "exchange_target": " ".join(f"For {_item(it)} I want {_opts(opts)} instead." for it, _, opts in pairs),
+            "items": "I want to exchange " + " and ".join(item_text(it) for it, _, _ in pairs) + ".",
+            "exchange_target": " ".join(f"For {item_text(it)} I want {options_text(opts)} instead." for it, _, opts in pairs),
             "payment": "Use the original payment method of the order.",
         }
         gold = [GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
@@ -155,8 +156,5 @@ class _Builder:
                 GoldAction(name="exchange_delivered_order_items",
                            arguments={"order_id": o.order_id, "item_ids": [it.item_id for it, _, _ in pairs],
                                       "new_item_ids": [new for _, new, _ in pairs], "payment_method_id": pm})]
-        return facts, gold, _money(abs(diff))
+        return facts, gold, money(abs(diff))
 
-
-_READS = {"find_customer_by_email", "find_customer_by_name_zip", "get_customer_details", "list_customer_orders",
-          "get_order_details", "list_products", "get_product_details"}

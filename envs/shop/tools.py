@@ -10,7 +10,8 @@ out of `step`. Results are JSON strings.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envs.protocol import tool_schema
 from envs.shop.data import Address, Order, ShopDB, Transaction

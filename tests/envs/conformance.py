@@ -12,7 +12,8 @@ shop, the τ²-bench adapter, a sandboxed synthetic env) is held to the same bar
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

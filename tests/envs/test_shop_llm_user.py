@@ -8,6 +8,7 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
 
 from envs.errors import EnvError
 from envs.protocol import Message, ToolCall
@@ -20,7 +21,7 @@ class RecordingChatModel(BaseChatModel):
     """Answers with the given replies in order and records every conversation it was shown."""
 
     replies: list[str]
-    seen: list[list[BaseMessage]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
