@@ -1,0 +1,141 @@
+"""SandboxedEnv, the pool, both backends, the hardened container settings and the image cache."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.errors import EnvError
+from envs.protocol import Environment, Message, ToolCall
+from gapforge.config import SandboxConfig
+from sandbox.docker_backend import container_kwargs, sweep
+from sandbox.env import SandboxedEnv, open_env
+from sandbox.errors import EnvCodeError, SandboxError
+from sandbox.pool import SandboxPool
+
+ENVS = Path(__file__).parent / "envs"
+
+
+def _play(env: SandboxedEnv, seed: int) -> float:
+    env.reset(seed)
+    for i, action in enumerate(env.solution(seed)):
+        if "tool" in action:
+            msg = Message.assistant(tool_calls=[ToolCall(id=f"c{i}", name=action["tool"], arguments=action["arguments"])])
+        else:
+            msg = Message.assistant(action["say"])
+        if env.step(msg).done:
+            break
+    return env.score().reward
+
+
+def test_container_settings_are_hardened():
+    kw = container_kwargs(SandboxConfig(memory_mb=256, cpus=0.5, pids_limit=16), "/host/stage")
+    assert kw["network_mode"] == "none" and kw["read_only"] is True
+    assert kw["cap_drop"] == ["ALL"] and kw["security_opt"] == ["no-new-privileges"]
+    assert kw["user"] == "65534:65534"
+    assert kw["mem_limit"] == kw["memswap_limit"] == "256m"
+    assert kw["pids_limit"] == 16 and kw["nano_cpus"] == 500_000_000
+    assert kw["volumes"] == {"/host/stage": {"bind": "/opt/gapforge", "mode": "ro"}}
+    assert "size=64m" in kw["tmpfs"]["/tmp"]
+    assert kw["labels"]["gapforge"] == "1"
+    assert not any("docker.sock" in str(v) for v in kw.values())
+    assert "environment" in kw and not any(k.endswith("KEY") for k in kw["environment"])
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("no_leftovers")
+def test_sandboxed_env_plays_an_episode_in_docker(sandbox_config, counter_env_path):
+    with open_env(counter_env_path, sandbox_config) as env:
+        assert isinstance(env, Environment)
+        assert env.name == "CounterEnv" and env.describe()["capability"] == "arithmetic_tracking"
+        assert [t["function"]["name"] for t in env.tools()] == ["add"]
+        assert _play(env, 3) == 1.0
+        assert env.scenario(3) == env.scenario(3) != env.scenario(4)
+        env.reset(4)
+        assert env.score().reward < 1.0  # do-nothing scores low
+        with pytest.raises(EnvError):
+            env.reset("task-7")
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("no_leftovers")
+def test_pool_is_warm_reuses_healthy_and_destroys_failed(sandbox_config, counter_env_path, docker_client):
+    with SandboxPool(sandbox_config) as pool:
+        assert pool.wait_warm(30)
+        t0 = time.perf_counter()
+        env = SandboxedEnv(counter_env_path, sandbox_config, pool)
+        acquire_s = time.perf_counter() - t0
+        first = env.sandbox_id
+        env.close()
+        assert pool.counts()["idle"] == 1  # healthy: kept for the same module
+        env2 = SandboxedEnv(counter_env_path, sandbox_config, pool)
+        assert env2.sandbox_id == first
+        with pytest.raises(EnvCodeError):
+            env2.step(Message.assistant("no reset yet"))  # the env raises: a failure during the lease
+        env2.close()
+        assert pool.counts()["idle"] == 0  # a sandbox that had a failure is destroyed
+        assert first not in {c.id for c in docker_client.containers.list(all=True)}
+    assert acquire_s < 1.0  # warm acquire (bench: ~15 ms); generous bound for loaded CI
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("no_leftovers")
+def test_bad_module_is_a_load_error(sandbox_config, tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import envs.sdk\nraise RuntimeError('generator forgot something')\n")
+    with pytest.raises(EnvCodeError) as info:
+        SandboxedEnv(broken, sandbox_config)
+    assert info.value.kind == "load_error" and "generator forgot something" in info.value.detail
+    assert "Traceback" in (info.value.traceback or "")
+
+
+def test_missing_module_is_a_user_error(sandbox_config_process):
+    with pytest.raises(SandboxError, match="not found"):
+        SandboxedEnv("/nonexistent/env.py", sandbox_config_process)
+
+
+@pytest.fixture
+def sandbox_config_process() -> SandboxConfig:
+    return SandboxConfig(backend="process", memory_mb=512, call_timeout_s=2.0, max_output_bytes=64_000)
+
+
+def test_process_backend_speaks_the_same_protocol_and_warns(sandbox_config_process, counter_env_path, caplog):
+    with caplog.at_level("WARNING"):
+        with open_env(counter_env_path, sandbox_config_process) as env:
+            assert _play(env, 2) == 1.0
+    assert any("WITHOUT ISOLATION" in r.message for r in caplog.records)
+
+
+def test_process_backend_times_out_and_kills(sandbox_config_process):
+    cfg = sandbox_config_process.model_copy(update={"call_timeout_s": 0.5})
+    with SandboxedEnv(Path(__file__).parent / "hostile" / "spin.py", cfg) as env:
+        with pytest.raises(EnvCodeError) as info:
+            env.reset(0)
+    assert info.value.kind == "timeout"
+
+
+@pytest.mark.docker
+def test_sweep_removes_containers_of_this_process(sandbox_config, counter_env_path, docker_client):
+    pool = SandboxPool(sandbox_config, sweep_on_start=False)
+    try:
+        env = SandboxedEnv(counter_env_path, sandbox_config, pool)
+        cid = env.sandbox_id
+        sweep(docker_client)  # default: only containers whose owner process is gone
+        assert cid in {c.id for c in docker_client.containers.list(all=True)}  # our process is alive: kept
+        assert sweep(docker_client, only_pid=os.getpid()) >= 1
+        assert cid not in {c.id for c in docker_client.containers.list(all=True)}
+    finally:
+        pool.close()
+
+
+@pytest.mark.docker
+def test_image_is_cached_by_recipe_label(sandbox_image, docker_client):
+    from sandbox.image import build_image, recipe_hash
+
+    assert docker_client.images.get(sandbox_image).labels["gapforge.image"] == recipe_hash()
+    assert build_image(docker_client, sandbox_image) == "cached"
+    with pytest.raises(SandboxError, match="unknown build method"):
+        build_image(docker_client, sandbox_image, method="nope")  # type: ignore[arg-type]
