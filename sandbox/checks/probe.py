@@ -31,16 +31,18 @@ OpenEnv = Callable[[], ValidatedEnv]
 class EnvFault(Exception):
     """The env code failed during a check: how (EnvCodeError kind), where, and its error text."""
 
-    def __init__(self, kind: str, detail: str, *, phase: str, seed: int | None = None) -> None:
-        self.kind, self.detail, self.phase, self.seed = kind, detail, phase, seed
+    def __init__(self, kind: str, detail: str, *, phase: str, seed: int | None = None, action: str | None = None) -> None:
+        self.kind, self.detail, self.phase, self.seed, self.action = kind, detail, phase, seed, action
         super().__init__(self.describe())
 
     def describe(self) -> str:
         at = f" at seed {self.seed}" if self.seed is not None else ""
-        return f"env {self.kind} in {self.phase}{at}: {self.detail[:300]}"
+        after = f" (answering {self.action})" if self.action else ""
+        return f"env {self.kind} in {self.phase}{at}{after}: {self.detail[:300]}"
 
     def evidence(self) -> dict[str, Any]:
-        return {"seed": self.seed, "phase": self.phase, "kind": self.kind, "error": self.detail[:1500]}
+        out = {"seed": self.seed, "phase": self.phase, "kind": self.kind, "error": self.detail[:1500]}
+        return out | ({"action": self.action} if self.action else {})
 
 
 @dataclass
@@ -74,6 +76,13 @@ class Episode:
             [[[m.model_dump(mode="json") for m in s.messages], s.done] for s in self.steps],
             None if self.score is None else [round(self.score.reward, 9), self.score.success, self.score.components],
         ]
+
+
+def describe_message(message: Message) -> str:
+    """A short description of an assistant message, for evidence: `tool(args)` or `say "text"`."""
+    if message.tool_calls:
+        return ", ".join(f"{c.name}({json.dumps(c.arguments, sort_keys=True)[:150]})" for c in message.tool_calls)
+    return f"say {json.dumps((message.content or '')[:100])}"
 
 
 def canonical(value: Any) -> str:
@@ -122,15 +131,18 @@ class Probe:
                 pass
 
     def guard(self, phase: str, seed: int | None, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call env code; any failure of it becomes an EnvFault and the env is discarded."""
+        """Call env code; any failure of it becomes an EnvFault and the env is discarded.
+        For step() the fault names the message being answered."""
+        action = describe_message(args[0]) if phase == "step" and args and isinstance(args[0], Message) else None
         try:
             return fn(*args)
         except SandboxError:
             raise
         except EnvCodeError as e:
-            fault = EnvFault(e.kind, e.detail, phase=e.method or phase, seed=seed)
+            fault = EnvFault(e.kind, e.detail, phase=e.method or phase, seed=seed, action=action)
         except Exception as e:  # noqa: BLE001 - trusted in-process envs raise anything; it is data
-            fault = EnvFault("exception" if phase != "load" else "load_error", f"{type(e).__name__}: {e}", phase=phase, seed=seed)
+            kind = "exception" if phase != "load" else "load_error"
+            fault = EnvFault(kind, f"{type(e).__name__}: {e}", phase=phase, seed=seed, action=action)
         self.discard()
         raise fault
 

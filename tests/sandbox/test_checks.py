@@ -42,7 +42,10 @@ def run(path: Path, target_tools: list[dict[str, Any]] | None = None, **kw: Any)
     return validate_env(lambda: InProcessSyntheticEnv(path), target_tools=target_tools, seeds=20, module=path, **kw)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in BROKEN.glob("*.py")))
+IN_PROCESS = sorted(p.name for p in BROKEN.glob("*.py") if "DOCKER_ONLY = True" not in p.read_text())  # hangs/floods need the sandbox
+
+
+@pytest.mark.parametrize("name", IN_PROCESS)
 def test_each_broken_module_fails_exactly_its_checks(name: str, shop_tools: list[dict[str, Any]]) -> None:
     path = BROKEN / name
     expected, target = declared(path)
