@@ -13,7 +13,7 @@ bundled model-cost map instead of fetching one from the internet.
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache, lru_cache
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -71,19 +71,19 @@ def check_domain(domain: str) -> str:
     return domain
 
 
-def new_environment(domain: str) -> "Tau2Environment":
+def new_environment(domain: str) -> Tau2Environment:
     """A fresh tau2 environment (its own copy of the domain database)."""
     return load_tau2().registry.get_env_constructor(domain)()
 
 
-@lru_cache(maxsize=None)
+@cache
 def task_splits(domain: str) -> dict[str, tuple[str, ...]]:
     loader = load_tau2().registry.get_task_splits_loader(domain)
     return {name: tuple(ids) for name, ids in loader().items()}
 
 
-@lru_cache(maxsize=None)
-def tasks(domain: str, split: str) -> dict[str, "Task"]:
+@cache
+def tasks(domain: str, split: str) -> dict[str, Task]:
     """The domain's tasks of one split ("base" = all), keyed by id, in tau2's order."""
     splits = task_splits(domain)
     if split not in splits:
@@ -92,7 +92,7 @@ def tasks(domain: str, split: str) -> dict[str, "Task"]:
     return {task.id: task for task in loaded}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _domain_view(domain: str) -> tuple[list[dict[str, Any]], str, dict[str, str]]:
     t = load_tau2()
     env = new_environment(domain)
@@ -115,7 +115,7 @@ def system_prompt(domain: str) -> str:
     return _domain_view(domain)[1]
 
 
-def task_family(domain: str, task: "Task") -> str:
+def task_family(domain: str, task: Task) -> str:
     """A family from the gold actions: the one write tool used, 'compound' for several, 'no_write' for none."""
     kinds = _domain_view(domain)[2]
     actions = task.evaluation_criteria.actions if task.evaluation_criteria else None

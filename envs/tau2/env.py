@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from envs.errors import EnvError
 from envs.protocol import Message, Score, StepResult, TaskRef
-from envs.tau2 import convert, domain as dom
+from envs.tau2 import convert
+from envs.tau2 import domain as dom
 from envs.tau2.users import ScriptedUser, coerce_endpoint, llm_user
 
 DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS
@@ -42,7 +43,7 @@ class _Episode:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 class Tau2Env:
@@ -85,6 +86,10 @@ class Tau2Env:
 
     def task_family(self, task_id: str) -> str:
         return dom.task_family(self.domain, self._task(task_id))
+
+    def task(self, task_id: TaskRef) -> Any:
+        """tau2's Task object (scenario, gold actions, evaluation criteria) — for tests and reference replays."""
+        return self._task(task_id)
 
     def _task(self, task_id: TaskRef) -> Any:
         key = str(task_id)

@@ -1,0 +1,276 @@
+"""The τ²-bench adapter against the real tau2 package: contract, gold replays scored by tau2's evaluator, users."""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+import pytest
+
+pytest.importorskip("tau2")
+
+from envs.errors import EnvError
+from envs.protocol import Message, TargetEnvironment, ToolCall
+from envs.tau2 import (
+    Tau2Env,
+    UserEndpoint,
+    convert,
+)
+from tests.envs.conformance import check_conformance
+
+pytestmark = pytest.mark.tau2
+
+# several tasks per domain, each with at least one write action, across task families
+GOLD_TASKS = {
+    "retail": ["0", "5", "16"],
+    "airline": ["8", "11", "23"],
+}
+
+
+@pytest.fixture(scope="module")
+def envs() -> dict[str, Tau2Env]:
+    return {d: Tau2Env(d) for d in GOLD_TASKS}
+
+
+def gold_calls(env: Tau2Env, task_id: str) -> list[ToolCall]:
+    actions = env.task(task_id).evaluation_criteria.actions or []
+    return [ToolCall(id=f"gold_{a.action_id}", name=a.name, arguments=a.arguments) for a in actions if a.requestor == "assistant"]
+
+
+@functools.cache
+def write_tools(domain: str) -> frozenset[str]:
+    """The tools tau2 itself marks as write tools."""
+    from tau2.registry import registry
+
+    toolkit = registry.get_env_constructor(domain)().tools
+    return frozenset(name for name in toolkit.get_tools() if toolkit.tool_type(name).value == "write")
+
+
+def write_calls(env: Tau2Env, calls: list[ToolCall]) -> list[ToolCall]:
+    return [c for c in calls if c.name in write_tools(env.domain)]
+
+
+def play(env: Tau2Env, task_id: str, calls: list[ToolCall], say: str | None = None, max_turns: int = 10):
+    """reset, one tool call per assistant turn, then text turns until the user ends the episode; return the score."""
+    env.reset(task_id)
+    for call in calls:
+        result = env.step(Message.assistant(tool_calls=[call]))
+        assert [m.tool_call_id for m in result.messages] == [call.id]
+        assert not result.done
+    info = env.task(task_id).evaluation_criteria.communicate_info or []
+    text = say if say is not None else (" ".join(info) or "Your request is complete.")
+    for _ in range(max_turns):
+        result = env.step(Message.assistant(text))
+        if result.done:
+            break
+    assert result.done, "the scripted user must end the episode"
+    return env.score()
+
+
+def test_is_a_target_environment(envs):
+    for name, env in envs.items():
+        assert isinstance(env, TargetEnvironment)
+        assert env.name == f"tau2:{name}"
+    assert len(envs["retail"].task_ids()) == 114 and len(envs["airline"].task_ids()) == 50
+    assert envs["retail"].task_family("0") == "exchange_delivered_order_items"
+    assert envs["airline"].task_family("0") == "no_write"
+    families = {envs["retail"].task_family(t) for t in envs["retail"].task_ids()}
+    assert {"compound", "no_write", "return_delivered_order_items"} <= families
+
+
+@pytest.mark.parametrize("domain,task_ids", [("retail", ["0", "35"]), ("airline", ["11"])])
+def test_conformance(domain, task_ids):
+    check_conformance(lambda: Tau2Env(domain), task_ids)
+
+
+def test_tools_are_tau2_schemas(envs):
+    names = [t["function"]["name"] for t in envs["retail"].tools()]
+    assert "exchange_delivered_order_items" in names and "transfer_to_human_agents" in names
+    assert len(envs["airline"].tools()) == 14
+
+
+def test_reset_gives_tau2_policy_and_scenario_opening(envs):
+    env = envs["airline"]
+    system, first = env.reset("11")
+    assert system.role == "system" and "<policy>" in system.content and "airline" in system.content.lower()
+    assert first.role == "user"
+    assert first.content == env.task("11").user_scenario.instructions.reason_for_call.strip()
+
+
+@pytest.mark.parametrize("domain,task_id", [(d, t) for d, ids in GOLD_TASKS.items() for t in ids])
+def test_gold_replay_scores_one(envs, domain, task_id):
+    env = envs[domain]
+    calls = gold_calls(env, task_id)
+    assert write_calls(env, calls), "the chosen tasks all have a write action"
+    score = play(env, task_id, calls)
+    assert score.reward == 1.0 and score.success
+    assert score.components["db"] == 1.0
+    assert score.info["evaluation_type"] == "all" and score.info["finished"]
+    assert score.info["termination_reason"] == "user_stop"
+
+
+@pytest.mark.parametrize("domain,task_id", [(d, t) for d, ids in GOLD_TASKS.items() for t in ids[:2]])
+def test_doing_nothing_scores_zero(envs, domain, task_id):
+    score = play(envs[domain], task_id, [], say="How can I help you?")
+    assert score.reward == 0.0 and not score.success
+    assert score.components["db"] == 0.0
+
+
+@pytest.mark.parametrize("domain,task_id", [(d, t) for d, ids in GOLD_TASKS.items() for t in ids[:2]])
+def test_dropping_one_write_action_scores_zero(envs, domain, task_id):
+    env = envs[domain]
+    calls = gold_calls(env, task_id)
+    dropped = write_calls(env, calls)[-1]
+    score = play(env, task_id, [c for c in calls if c is not dropped])
+    assert score.reward == 0.0 and score.components["db"] == 0.0
+    assert any(dropped.id.endswith(a) for a in score.info["actions_missing"])
+
+
+def test_communicate_info_is_part_of_the_reward(envs):
+    env = envs["retail"]
+    task_id = next(t for t in env.task_ids() if env.task(t).evaluation_criteria.communicate_info)
+    calls = gold_calls(env, task_id)
+    assert play(env, task_id, calls).reward == 1.0
+    silent = play(env, task_id, calls, say="Done.")
+    assert silent.reward == 0.0 and silent.components["communicate"] == 0.0 and silent.components["db"] == 1.0
+
+
+def test_tool_errors_come_back_as_tool_messages(envs):
+    env = envs["retail"]
+    env.reset("0")
+    result = env.step(Message.assistant(tool_calls=[ToolCall(id="x1", name="get_order_details", arguments={"order_id": "#nope"})]))
+    assert not result.done and result.messages[0].content.startswith("Error:")
+    assert result.messages[0].name == "get_order_details"
+
+
+def test_transfer_ends_the_episode(envs):
+    env = envs["airline"]
+    env.reset("8")
+    call = ToolCall(id="t1", name="transfer_to_human_agents", arguments={"summary": "user wants a human"})
+    result = env.step(Message.assistant(tool_calls=[call]))
+    assert result.done and result.info["termination"] == "agent_transfer"
+    with pytest.raises(EnvError, match="episode is over"):
+        env.step(Message.assistant("hello?"))
+    score = env.score()
+    assert score.reward == 0.0 and score.info["termination_reason"] == "agent_transfer"
+
+
+def test_max_steps_ends_with_zero_reward():
+    env = Tau2Env("retail", max_steps=3)
+    calls = gold_calls(env, "0")
+    env.reset("0")  # the first user turn is step 1; the agent's call and its tool result are steps 2 and 3
+    results = [env.step(Message.assistant(tool_calls=[c])) for c in calls[:1]]
+    assert results[-1].done and results[-1].info["termination"] == "max_steps"
+    assert env.score().reward == 0.0
+
+
+def test_nl_judge_tasks_fall_back_to_env_evaluation(envs):
+    from tau2.data_model.tasks import RewardType
+
+    task = envs["airline"].task("0")
+    assert convert.evaluation_type(task).value == "all"
+    judged = task.model_copy(deep=True)
+    judged.evaluation_criteria.reward_basis = [RewardType.DB, RewardType.NL_ASSERTION]
+    assert convert.evaluation_type(judged).value == "env"
+
+
+@pytest.mark.parametrize(
+    "make,fragment",
+    [
+        (lambda: Tau2Env("telecomz"), "unknown tau2 domain 'telecomz'"),
+        (lambda: Tau2Env("retail", user="human"), "unknown user simulator 'human'"),
+        (lambda: Tau2Env("retail", user="llm"), "needs user_model"),
+        (lambda: Tau2Env("retail", user="llm", user_model={"model": "m", "colour": "red"}), "bad user_model"),
+        (lambda: Tau2Env("retail", split="dev"), "unknown task split 'dev'"),
+        (lambda: Tau2Env("retail").reset("9999"), "unknown task id '9999'"),
+        (lambda: Tau2Env("retail").step(Message.assistant("hi")), "call reset"),
+    ],
+)
+def test_bad_input_is_a_one_line_env_error(make, fragment):
+    with pytest.raises(EnvError) as err:
+        make()
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_splits_select_tau2_task_sets():
+    test_ids = Tau2Env("airline", split="test").task_ids()
+    train_ids = Tau2Env("airline", split="train").task_ids()
+    assert len(test_ids) == 20 and len(train_ids) == 30 and not set(test_ids) & set(train_ids)
+
+
+# ---- tau2's LLM user simulator against a local fake OpenAI-compatible server ----------
+
+class FakeChatServer:
+    """Answers POST .../chat/completions with scripted assistant contents, in order; records requests."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.requests = list(replies), []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append({"path": self.path, "body": body})
+                content = outer.replies.pop(0)
+                payload = json.dumps({
+                    "id": f"chatcmpl-{len(outer.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_llm_user_runs_tau2_user_simulator_against_endpoint():
+    replies = ["Hi, I want to exchange two items from order #W2378156.", "Thanks, that's all. ###STOP###"]
+    with FakeChatServer(replies) as server:
+        endpoint = UserEndpoint(model="fake-user", base_url=server.url, api_key="k", max_retries=0, timeout_s=10)
+        env = Tau2Env("retail", user="llm", user_model=endpoint)
+        _, first = env.reset("0")
+        assert first.content == replies[0]
+        result = env.step(Message.assistant("Sure, may I have your name and zip code?"))
+        assert result.done and result.messages[0].content == replies[1] and result.info["termination"] == "user_stop"
+    first_request = server.requests[0]
+    assert first_request["path"].endswith("/chat/completions") and first_request["body"]["model"] == "fake-user"
+    system = first_request["body"]["messages"][0]["content"]
+    assert "<scenario>" in system and "#W2378156" in system  # tau2's simulator prompt with the task scenario
+    # the user simulator sees the agent's turns as its 'user' messages (tau2 flips roles)
+    assert server.requests[1]["body"]["messages"][-1] == {"role": "user", "content": "Sure, may I have your name and zip code?"}
+    assert env.score().reward == 0.0  # nothing was done
+
+
+def test_llm_user_accepts_endpoint_config_like_objects():
+    class EndpointLike:  # the shape of gapforge's EndpointConfig
+        base_url, model, api_key_env, api_key, timeout_s, max_retries, temperature = "http://127.0.0.1:9/v1", "m", "X", None, 5.0, 0, 0.3
+
+    env = Tau2Env("retail", user="llm", user_model=EndpointLike())
+    assert env.endpoint.litellm_model() == "openai/m" and env.endpoint.litellm_args()["temperature"] == 0.3
+
+
+def test_unreachable_user_endpoint_is_a_one_line_env_error():
+    endpoint = {"model": "fake-user", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5}
+    env = Tau2Env("retail", user="llm", user_model=endpoint)
+    with pytest.raises(EnvError) as err:
+        env.reset("0")
+    assert "user simulator at http://127.0.0.1:9/v1 failed" in str(err.value) and "\n" not in str(err.value)
