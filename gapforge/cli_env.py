@@ -11,7 +11,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    get_config,
+    handle_errors,
+)
 from gapforge.config import GapforgeConfig
 
 app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module.")
@@ -44,14 +51,16 @@ def validate(
     from sandbox.env import open_env
     from sandbox.pool import SandboxPool
 
-    with SandboxPool(cfg.sandbox, size=min(cfg.sandbox.pool_size, 2)) as pool:
-        with console.status(f"validating {path.name} ({n_seeds} seeds)...") as status:
-            report = validate_env(
-                lambda: open_env(path, cfg.sandbox, pool),
-                target_tools=target_tools, seeds=n_seeds, policy=policy, run_episode=runner,
-                readiness=cfg.grpo_readiness, module=path, target=target,
-                progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
-            )
+    with (
+        SandboxPool(cfg.sandbox, size=min(cfg.sandbox.pool_size, 2)) as pool,
+        console.status(f"validating {path.name} ({n_seeds} seeds)...") as status,
+    ):
+        report = validate_env(
+            lambda: open_env(path, cfg.sandbox, pool),
+            target_tools=target_tools, seeds=n_seeds, policy=policy, run_episode=runner,
+            readiness=cfg.grpo_readiness, module=path, target=target,
+            progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
+        )
     if policy_note and report.check("grpo_ready").skipped:
         report.check("grpo_ready").summary = policy_note
     _print_table(report)

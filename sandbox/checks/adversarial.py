@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+from itertools import pairwise
 from statistics import mean
 from typing import Any
 
@@ -111,7 +112,7 @@ def _alter(action: dict[str, Any], rng: random.Random, tools: dict[str, dict[str
 
 def corrupt(actions: list[dict[str, Any]], plan: list[tuple[int, dict[str, Any] | None]], k: int) -> list[dict[str, Any]]:
     changed = dict(plan[:k])
-    return [changed[i] if i in changed else a for i, a in enumerate(actions) if i not in changed or changed[i] is not None]
+    return [changed.get(i, a) for i, a in enumerate(actions) if i not in changed or changed[i] is not None]
 
 
 def check_graded(probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | None, th: SelfTestThresholds) -> CheckResult:
@@ -131,7 +132,7 @@ def check_graded(probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | N
     means = {f: round(mean(r), 4) for f, r in levels.items()}
     distinct = sorted({round(r, 2) for rs in levels.values() for r in rs})
     steps = list(means.items())
-    rises = [(a, b) for (a, ma), (b, mb) in zip(steps, steps[1:]) if mb > ma + th.graded_tolerance]
+    rises = [(a, b) for (a, ma), (b, mb) in pairwise(steps) if mb > ma + th.graded_tolerance]
     evidence = {"mean_by_corrupted_fraction": {str(f): m for f, m in means.items()}, "distinct_rewards": distinct[:20], "seeds": chosen}
     problems = []
     if rises:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from statistics import mean, pstdev
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from envs.protocol import PolicyModel
 from gapforge.config import GRPOReadinessConfig
@@ -78,7 +79,7 @@ def check_grpo_ready(
                 if env is not None:
                     try:
                         env.close()
-                    except Exception:  # noqa: BLE001 - a broken env's close() must not end validation
+                    except Exception:  # noqa: BLE001, S110 - a broken env's close() must not end validation
                         pass
             return 0.0
 

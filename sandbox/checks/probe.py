@@ -5,8 +5,9 @@ and caches one reference-solution episode per seed for the checks that share it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from envs.protocol import Message, Score, StepResult, ToolCall
 from sandbox.errors import EnvCodeError, SandboxError
@@ -94,11 +95,11 @@ def action_message(action: Any, call_id: str) -> Message:
     if isinstance(action, dict) and isinstance(action.get("tool"), str):
         args = action.get("arguments") or {}
         if not isinstance(args, dict):
-            raise ValueError(f"action arguments must be an object, got {args!r}")
+            raise TypeError(f"action arguments must be an object, got {args!r}")
         return Message.assistant(tool_calls=[ToolCall(id=call_id, name=action["tool"], arguments=args)])
     if isinstance(action, dict) and isinstance(action.get("say"), str):
         return Message.assistant(content=action["say"])
-    raise ValueError(f"an action is {{'tool': name, 'arguments': {{...}}}} or {{'say': text}}, got {str(action)[:200]}")
+    raise TypeError(f"an action is {{'tool': name, 'arguments': {{...}}}} or {{'say': text}}, got {str(action)[:200]}")
 
 
 class Probe:
@@ -127,7 +128,7 @@ class Probe:
                 env.close()
             except SandboxError:
                 raise
-            except Exception:  # noqa: BLE001 - a broken env's close() must not end validation
+            except Exception:  # noqa: BLE001, S110 - a broken env's close() must not end validation
                 pass
 
     def guard(self, phase: str, seed: int | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -161,7 +162,7 @@ class Probe:
         for i, action in enumerate(actions):
             try:
                 message = action_message(action, f"call_{seed}_{i}")
-            except ValueError as e:
+            except TypeError as e:
                 raise EnvFault("bad_output", f"action {i}: {e}", phase="solution", seed=seed) from None
             for call in message.tool_calls:
                 episode.calls[call.id] = call.name

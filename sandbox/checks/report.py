@@ -31,15 +31,15 @@ class CheckResult(BaseModel):
         return "PASS" if self.passed else "FAIL"
 
     @classmethod
-    def ok(cls, name: str, summary: str, required: bool = True, **evidence: Any) -> "CheckResult":
+    def ok(cls, name: str, summary: str, required: bool = True, **evidence: Any) -> CheckResult:
         return cls(name=name, required=required, passed=True, summary=summary, evidence=evidence)
 
     @classmethod
-    def fail(cls, name: str, summary: str, required: bool = True, **evidence: Any) -> "CheckResult":
+    def fail(cls, name: str, summary: str, required: bool = True, **evidence: Any) -> CheckResult:
         return cls(name=name, required=required, passed=False, summary=summary, evidence=evidence)
 
     @classmethod
-    def skip(cls, name: str, summary: str, required: bool = False, **evidence: Any) -> "CheckResult":
+    def skip(cls, name: str, summary: str, required: bool = False, **evidence: Any) -> CheckResult:
         return cls(name=name, required=required, passed=False, skipped=True, summary=summary, evidence=evidence)
 
 

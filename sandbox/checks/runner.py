@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from envs.protocol import PolicyModel
 from gapforge.config import GRPOReadinessConfig
@@ -69,9 +70,10 @@ def validate_env(
         results.append(loads)
         capability = _capability(probe) if tools is not None else None
         if tools is None:
-            results.extend(
-                CheckResult.fail(name, "not run: the env did not load (see loads)", blocked_by="loads") for name in CHECKS[1:-1]
-            )
+            blocked = "not run: the env did not load (see loads)"
+            for name in CHECKS[1:-1]:
+                no_target = name == "fidelity" and target_tools is None
+                results.append(CheckResult.skip(name, blocked) if no_target else CheckResult.fail(name, blocked, blocked_by="loads"))
         else:
             run("fidelity", lambda: check_fidelity(probe, tools, target_tools, seed_list, target_result_formats))
             run("deterministic", lambda: check_deterministic(probe, seed_list, th))
@@ -83,11 +85,10 @@ def validate_env(
         probe.close()
     if tools is None:
         results.append(CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None))
-        results[-1].passed = False
     else:
         run("grpo_ready", lambda: check_grpo_ready(open_env, seed_list, policy, run_episode, readiness or GRPOReadinessConfig()))
     return ValidationReport(
-        module=str(module) if module is not None else getattr(probe, "name", "env"),
+        module=str(module) if module is not None else "env",
         module_sha256=_sha256(module),
         capability=capability,
         seeds=seeds,

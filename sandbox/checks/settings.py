@@ -21,7 +21,7 @@ class SelfTestThresholds(BaseModel):
     random_min_calls: int = Field(3, ge=1, description="the random-tool policy makes max(this, len(solution)) calls")
 
     @model_validator(mode="after")
-    def _check(self) -> "SelfTestThresholds":
+    def _check(self) -> SelfTestThresholds:
         fr = self.graded_fractions
         if any(not 0 < f <= 1 for f in fr) or fr != sorted(fr):
             raise ValueError("graded_fractions must be increasing values in (0, 1], e.g. [0.25, 0.5, 0.75, 1.0]")

@@ -101,10 +101,11 @@ def test_module_that_does_not_load_blocks_the_rest(tmp_path: Path) -> None:
     path.write_text("from envs.sdk import SyntheticEnv\nclass Env(SyntheticEnv)\n    pass\n")
     report = run(path)
     assert report.check("loads").evidence["kind"] == "load_error"
-    assert report.failed_names() == set(CHECKS) - {"grpo_ready"}
+    assert report.failed_names() == set(CHECKS) - {"grpo_ready", "fidelity"}  # no target: fidelity is SKIP
+    assert report.check("fidelity").verdict == "SKIP"
     text = report.failures_for_generator()
     assert "check `loads` FAILED" in text and "SyntaxError" in text
-    assert "not run because of the failures above: fidelity, deterministic" in text
+    assert "not run because of the failures above: deterministic, diverse, solvable, not_trivial, graded" in text
     assert "check `solvable`" not in text  # blocked checks are one line, not noise
 
 

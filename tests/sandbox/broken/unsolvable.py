@@ -63,7 +63,6 @@ class CancelCheckEnv(SyntheticEnv):
 
     def solution(self, seed):
         oid = self.scenario["truth"]["order_id"]
-        status = self.scenario["db"]["orders"][oid]["status"]
         actions = [{"tool": "get_order_details", "arguments": {"order_id": oid}}]
         if self.scenario["truth"]["cancellable"]:
             actions.append({"tool": "cancel_pending_order", "arguments": {"order_id": oid, "reason": "no longer needed"}})
