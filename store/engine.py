@@ -83,7 +83,9 @@ def make_engine(raw_url: str) -> Engine:
     except (ImportError, exc.NoSuchModuleError) as e:
         raise StoreError(f"no database driver for {shown!r} ({e}): use postgresql+psycopg:// and install gapforge[postgres]") from None
     try:
-        Base.metadata.create_all(engine)
+        # A write transaction from the start: a deferred one that finds tables missing while another
+        # process is creating them cannot upgrade to a writer and fails at once ("database is locked").
+        Base.metadata.create_all(engine.execution_options(gapforge_write=True))
     except exc.OperationalError as e:
         engine.dispose()
         reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]

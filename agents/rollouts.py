@@ -1,0 +1,136 @@
+"""Rollout collection (DESIGN.md §1 step 1): run a policy on a target env's
+tasks, K samples each, concurrently, and store every episode.
+
+Idempotent per (run, env, task, sample): a re-run after a crash only runs what
+the store does not hold yet. Each episode gets a fresh env instance; episodes
+are written as they finish, so a kill loses at most the ones in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from agents.policy import Episode, run_episode
+from envs.protocol import PolicyModel, TargetEnvironment
+
+
+class EpisodeSink(Protocol):
+    """The part of store.Store the collector needs."""
+
+    def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
+
+    def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int: ...
+
+
+@dataclass(frozen=True)
+class CollectPlan:
+    run_id: str
+    env: str
+    tasks: list[str]
+    samples: int
+    concurrency: int
+    max_turns: int
+    temperature: float | None = None
+
+    def keys(self) -> list[tuple[str, int]]:
+        return [(t, s) for t in self.tasks for s in range(self.samples)]
+
+
+@dataclass
+class CollectResult:
+    planned: int
+    skipped: int  # already in the store
+    ran: int
+    episode_ids: list[int] = field(default_factory=list)
+
+
+def episode_fields(ep: Episode, task_family: str | None) -> dict[str, Any]:
+    """Store columns of one episode."""
+    return {
+        "policy": ep.policy,
+        "messages": [m.model_dump(mode="json") for m in ep.messages],
+        "reward": ep.reward,
+        "success": ep.success,
+        "components": ep.components,
+        "termination": ep.termination,
+        "error": ep.error,
+        "turns": ep.turns,
+        "timings": ep.timings,
+        "task_family": task_family,
+    }
+
+
+async def collect(
+    plan: CollectPlan,
+    *,
+    make_env: Callable[[], TargetEnvironment],
+    policy: PolicyModel,
+    sink: EpisodeSink,
+    on_episode: Callable[[Episode], None] | None = None,
+    families: dict[str, str] | None = None,
+) -> CollectResult:
+    """Run every (task, sample) of the plan that the sink does not hold yet."""
+    done = await asyncio.to_thread(sink.episode_keys, plan.run_id, plan.env)
+    todo = [k for k in plan.keys() if k not in done]
+    result = CollectResult(planned=len(plan.keys()), skipped=len(plan.keys()) - len(todo), ran=0)
+    gate = asyncio.Semaphore(plan.concurrency)
+    families = families or {}
+
+    async def one(task_id: str, sample: int) -> None:
+        async with gate:
+            env = await asyncio.to_thread(make_env)
+            try:
+                ep = await run_episode(policy, env, task_id, max_turns=plan.max_turns, temperature=plan.temperature)
+            finally:
+                await asyncio.to_thread(env.close)
+            fields = episode_fields(ep, families.get(task_id))
+            eid = await asyncio.to_thread(sink.put_episode, plan.run_id, plan.env, task_id, sample, **fields)
+        result.ran += 1
+        result.episode_ids.append(eid)
+        if on_episode is not None:
+            on_episode(ep)
+
+    tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    return result
+
+
+@dataclass(frozen=True)
+class FamilySummary:
+    family: str
+    episodes: int
+    passed: int
+    mean_reward: float
+    mean_turns: float
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.episodes if self.episodes else 0.0
+
+
+def summarize(rows: list[Any]) -> tuple[list[FamilySummary], Counter[str]]:
+    """Pass rate / reward / turns per task family, and terminations, from stored episode rows."""
+    by_family: dict[str, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_family[r.task_family or r.env].append(r)
+    out = []
+    for fam in sorted(by_family):
+        eps = by_family[fam]
+        out.append(
+            FamilySummary(
+                family=fam,
+                episodes=len(eps),
+                passed=sum(1 for e in eps if e.success),
+                mean_reward=statistics.fmean(e.reward for e in eps),
+                mean_turns=statistics.fmean(e.turns for e in eps),
+            )
+        )
+    return out, Counter(r.termination for r in rows)

@@ -1,0 +1,95 @@
+"""Composition root: the one place that picks concrete classes from the config
+(store, policy backends, chat models, target envs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from gapforge.cli_common import UsageError
+from gapforge.config import GapforgeConfig, PolicyConfig
+
+
+def open_store(cfg: GapforgeConfig):
+    from store import Store
+
+    cfg.workspace.mkdir(parents=True, exist_ok=True)
+    return Store(cfg.store_url)
+
+
+def apply_policy_spec(cfg: GapforgeConfig, spec: str | None) -> PolicyConfig:
+    """`--policy` shorthand -> policy config: an http(s) URL (OpenAI-compatible
+    endpoint), a local model directory, or `scripted[:ANSWERS_FILE]`."""
+    pol = cfg.policy.model_copy(deep=True)
+    if spec is None:
+        return pol
+    if spec.startswith(("http://", "https://")):
+        pol.kind = "endpoint"
+        pol.endpoint.base_url = spec
+    elif spec == "scripted" or spec.startswith("scripted:"):
+        pol.kind = "scripted"
+        path = spec.partition(":")[2]
+        if path:
+            pol.scripted_path = path
+    elif Path(spec).is_dir():
+        pol.kind = "local"
+        pol.local_path = spec
+    else:
+        raise UsageError(
+            f"--policy '{spec}': expected an http(s):// endpoint URL, an existing local model directory, or scripted:ANSWERS.yaml"
+        )
+    return pol
+
+
+def check_endpoint_reachable(base_url: str | None, timeout_s: float = 5.0) -> None:
+    """Fail fast with one line when the policy endpoint cannot be reached at all."""
+    if not base_url:
+        return
+    url = base_url.rstrip("/") + "/models"
+    try:
+        httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        raise UsageError(f"policy endpoint {base_url} is unreachable ({type(e).__name__}): start the server or fix --policy") from None
+
+
+def make_policy(pol: PolicyConfig, *, name: str | None = None):
+    """A PolicyModel for the configured backend."""
+    if pol.kind == "local":
+        if not pol.local_path or not Path(pol.local_path).is_dir():
+            raise UsageError(f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder")
+        from serving.local import LocalPolicy
+
+        return LocalPolicy(pol.local_path, pol.adapter_path, temperature=pol.temperature, max_new_tokens=pol.max_new_tokens, name=name)
+    from agents.llm import chat_model_from_config
+    from agents.policy import ChatModelPolicy
+
+    if pol.kind == "endpoint":
+        check_endpoint_reachable(pol.endpoint.base_url)
+        default_name = f"endpoint:{pol.endpoint.model}"
+    else:
+        if pol.scripted_path and not Path(pol.scripted_path).is_file():
+            raise UsageError(f"scripted answers file '{pol.scripted_path}' not found")
+        default_name = f"scripted:{Path(pol.scripted_path or '').name}"
+    return ChatModelPolicy(chat_model_from_config(pol, section="policy"), name=name or default_name)
+
+
+def make_target_env_factory(cfg: GapforgeConfig, env_name: str):
+    """Validate the env name now (one-line error) and return (probe instance, zero-arg factory).
+
+    With `rollouts.user: llm` the user simulator talks to the `llm.endpoint`: the shop
+    env takes a LangChain chat model, tau2 drives its own simulator (litellm) from
+    the endpoint settings.
+    """
+    from envs.registry import make_env
+
+    user_model = None
+    if cfg.rollouts.user == "llm":
+        if env_name.startswith("tau2:"):
+            user_model = cfg.llm.endpoint
+        else:
+            from agents.llm import make_chat_model
+
+            user_model = make_chat_model(cfg.llm.endpoint)
+    probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
+    return probe, (lambda: make_env(env_name, user=cfg.rollouts.user, user_model=user_model))
