@@ -18,6 +18,7 @@ import json
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.exceptions import OutputParserException
@@ -105,7 +106,14 @@ def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = Non
             "or endpoint.base_url (e.g. http://localhost:8000/v1) for a local server"
         )
     key = endpoint.api_key.get_secret_value() if endpoint.api_key is not None else PLACEHOLDER_API_KEY
+    # Own HTTP clients per model: langchain-openai otherwise shares one cached async client per
+    # base URL across the process, whose pooled connections die with the first event loop that
+    # used them (a second asyncio.run then fails with connection errors). Use a model within
+    # one event loop. Limits sized for many concurrent rollouts.
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=256)
     return RetryingChatOpenAI(
+        http_client=httpx.Client(timeout=endpoint.timeout_s, limits=limits),
+        http_async_client=httpx.AsyncClient(timeout=endpoint.timeout_s, limits=limits),
         model=endpoint.model,
         base_url=endpoint.base_url,
         api_key=key,

@@ -142,10 +142,12 @@ async def run_episode(
     t0 = time.perf_counter()
     clock = {"policy_s": 0.0, "env_s": 0.0}
 
+    inline = getattr(env, "inline", False) is True  # fast CPU-only envs skip the worker-thread hop
+
     async def env_call(fn: Any, *args: Any) -> Any:
         t = time.perf_counter()
         try:
-            return await asyncio.to_thread(fn, *args)
+            return fn(*args) if inline else await asyncio.to_thread(fn, *args)
         finally:
             clock["env_s"] += time.perf_counter() - t
 

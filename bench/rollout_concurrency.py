@@ -14,21 +14,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import subprocess
+import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from agents.llm import make_chat_model
-from agents.policy import ChatModelPolicy
 from agents.rollouts import CollectPlan, collect
 from envs.registry import make_env
-from gapforge.config import EndpointConfig
-from serving.fake_openai import FakeOpenAIServer, tool_call_message
+from serving.openai_policy import EndpointPolicy
 from store import Store
 
 
-def responder(_req: dict) -> dict:
-    return tool_call_message("find_customer_by_email", {"email": "nobody@example.com"})
+@contextmanager
+def fake_server(latency: float):
+    """The fake OpenAI server in a process of its own, so it does not share the client's GIL."""
+    cmd = [sys.executable, "-m", "serving.fake_openai", "--latency", str(latency),
+           "--tool", "find_customer_by_email", "--args", json.dumps({"email": "nobody@example.com"})]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def run_level(store: Store, base_url: str, concurrency: int, episodes: int, turns: int) -> float:
@@ -44,16 +54,17 @@ def run_level(store: Store, base_url: str, concurrency: int, episodes: int, turn
         concurrency=concurrency,
         max_turns=turns,
     )
-    endpoint = EndpointConfig(base_url=base_url, model="fake", max_retries=0, timeout_s=30)
-    policy = ChatModelPolicy(make_chat_model(endpoint), name="fake")
-    t0 = time.perf_counter()
+    policy = EndpointPolicy(base_url, "fake", max_retries=0, timeout_s=30)
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=policy, sink=store))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     rows = store.episodes(plan.run_id)
     bad = [r for r in rows if r.turns != turns]
     if bad:
         raise SystemExit(f"episodes with {bad[0].turns} turns (expected {turns}): {bad[0].termination} {bad[0].error}")
-    return result.ran / elapsed
+    policy_ms = 1000 * sum(r.timings["policy_s"] for r in rows) / sum(r.turns for r in rows)
+    env_ms = 1000 * sum(r.timings["env_s"] for r in rows) / len(rows)
+    return result.ran / elapsed, cpu / elapsed, policy_ms, env_ms
 
 
 def main() -> None:
@@ -64,15 +75,15 @@ def main() -> None:
     ap.add_argument("--min-episodes", type=int, default=16)
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    with tempfile.TemporaryDirectory() as tmp, FakeOpenAIServer(responder, latency_s=args.latency) as srv:
+    with tempfile.TemporaryDirectory() as tmp, fake_server(args.latency) as base_url:
         store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
         print(f"fake server latency {args.latency * 1000:.0f} ms, {args.turns} requests per episode")
-        print(f"{'concurrency':>11} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6}")
+        print(f"{'concurrency':>11} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6} {'client CPU':>10} {'ms/request':>10} {'env ms/ep':>9}")
         for c in levels:
             episodes = max(args.min_episodes, 3 * c)
-            eps = run_level(store, srv.base_url, c, episodes, args.turns)
+            eps, cpu_share, policy_ms, env_ms = run_level(store, base_url, c, episodes, args.turns)
             ideal = c / (args.turns * args.latency)
-            print(f"{c:>11} {episodes:>8} {eps:>8.2f} {ideal:>8.2f} {eps / ideal:>6.2f}")
+            print(f"{c:>11} {episodes:>8} {eps:>8.2f} {ideal:>8.2f} {eps / ideal:>6.2f} {cpu_share:>10.0%} {policy_ms:>10.1f} {env_ms:>9.1f}")
         store.close()
 
 

@@ -103,6 +103,12 @@ class Environment(Protocol):
     (system prompt with the policy, the first user turn); `step(message)` takes
     one assistant message and returns what follows; `score()` may be called at
     any time and scores the episode so far; `close()` releases resources.
+
+    Optional attribute `inline: bool` (default False): True promises that every
+    call is fast and CPU-only (no I/O), so the policy loop calls it on the event
+    loop instead of a worker thread (the thread hop costs more than such a call
+    under load; see bench/rollout_concurrency.py). Envs that block on I/O (the
+    sandbox, an LLM user simulator) leave it False.
     """
 
     name: str

@@ -83,6 +83,7 @@ class FakeOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: avoid the 40 ms delayed-ACK stall
 
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
@@ -121,3 +122,32 @@ class FakeOpenAIServer:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve in a process of its own (benchmarks: keeps the server off the client's GIL).
+
+    python -m serving.fake_openai --latency 0.1 --tool NAME --args '{"k": "v"}'
+    Prints the base URL on its first line, then serves until killed.
+    """
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description="fake OpenAI chat-completions server")
+    ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--tool", help="answer every request with a call of this tool")
+    ap.add_argument("--args", default="{}", help="JSON arguments of that tool call")
+    ap.add_argument("--text", default="ok", help="answer text when no --tool")
+    ns = ap.parse_args(argv)
+    responder = (lambda _r: tool_call_message(ns.tool, json.loads(ns.args))) if ns.tool else text_reply(ns.text)
+    with FakeOpenAIServer(responder, latency_s=ns.latency) as srv:
+        print(srv.base_url, flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

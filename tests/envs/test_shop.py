@@ -12,6 +12,7 @@ from envs.protocol import Message, Score, TargetEnvironment, ToolCall
 from envs.registry import make_env
 from envs.shop import ShopEnv
 from envs.shop.data import build_db
+from envs.shop.env import _pristine
 from envs.shop.tasks import FAMILIES
 from envs.shop.tools import READ_TOOLS, WRITE_TOOLS
 from envs.shop.user import STOP
@@ -61,6 +62,24 @@ def test_data_and_task_ids_are_deterministic() -> None:
     assert build_db().state_hash() == build_db().state_hash()
     assert ShopEnv().task_ids() == ALL_TASKS
     assert ALL_TASKS[0] == "shop-lookup-001"
+
+
+def test_episodes_never_share_db_state() -> None:
+    """Envs share the pristine DB and gold hashes per process; writes must stay in their episode."""
+    pristine = build_db().state_hash()
+    task_id = WRITE_TASKS[0]
+    first = ShopEnv()
+    assert _replay(first, task_id).success
+    assert first._db is not None and first._db.state_hash() != pristine
+    second = ShopEnv()
+    second.reset(task_id)
+    assert second._db is not None and second._db.state_hash() == pristine
+    assert second.score().components["db"] == 0.0
+    first.reset(task_id)  # a reset of the same instance starts from the pristine DB too
+    assert first._db is not None and first._db.state_hash() == pristine
+    for tid in ALL_TASKS:  # every task's reads and writes leave the shared pristine DB untouched
+        _replay(ShopEnv(), tid)
+    assert _pristine().db.state_hash() == pristine
 
 
 @pytest.mark.parametrize("task_id", ALL_TASKS)

@@ -1,0 +1,153 @@
+"""`EndpointPolicy`: the policy behind any OpenAI-compatible chat endpoint
+(vLLM, OpenAI, the fake server), spoken to directly over HTTP with aiohttp.
+
+Why not ChatOpenAI here: rollouts send the same large prompt (policy text +
+tool schemas) hundreds of times concurrently, and profiling the collector at
+concurrency 32 showed the openai SDK's request transformation alone costing
+~4 ms of CPU per request, which capped throughput far below the latency-bound
+ideal (bench/rollout_concurrency.py). Agent roles (analyst, generator, ...)
+keep using langchain-openai; only the hot rollout path is lean. aiohttp rather
+than httpx: httpcore's connection pool scans every pooled connection (with a
+getpeername + poll syscall each) for every request, which profiled as over
+half the collector's CPU at concurrency 64.
+
+Retries: connection errors, timeouts, 408/429/5xx, with jittered exponential
+backoff; after the last attempt -> EndpointError (the episode ends, not the
+run). 400 -> PolicyError. 401/403/404 -> ServingError (the user must fix the
+key, model name or URL). Unparseable tool-call arguments -> MalformedOutputError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from envs.errors import EndpointError, MalformedOutputError, PolicyError
+from envs.protocol import Message, ToolCall
+from serving.errors import ServingError
+
+RETRY_STATUS = {408, 429}
+USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
+
+
+class _Transient(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:200]}")
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, (_Transient, aiohttp.ClientError, asyncio.TimeoutError))
+
+
+class EndpointPolicy:
+    """PolicyModel over POST {base_url}/chat/completions. Use one instance per event loop's lifetime
+    or let it rebuild its client: the HTTP client is bound to the loop that created it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        retry_backoff_s: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ServingError(f"policy endpoint '{base_url}' is not an http(s) URL: e.g. http://localhost:8000/v1")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.name = name or f"endpoint:{model}"
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout_s = timeout_s
+        self.attempts = max_retries + 1
+        self.backoff_s = retry_backoff_s
+        self._headers = {"Authorization": f"Bearer {api_key or 'not-needed'}"}
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers)
+            self._loop = loop
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (call from the loop that used it)."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    def payload(self, messages: list[Message], tools: list[dict[str, Any]], temperature: float | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_openai() for m in messages],
+            "temperature": self.temperature if temperature is None else temperature,
+        }
+        if tools:
+            body["tools"] = tools
+        if self.max_tokens:
+            body["max_tokens"] = self.max_tokens
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        async with self._http().post(self.url, data=json.dumps(body), headers={"Content-Type": "application/json"}) as resp:
+            status, text = resp.status, await resp.text()
+        if status == 200:
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                raise MalformedOutputError("policy endpoint answered 200 with a body that is not JSON", raw=text[:2000]) from None
+        if status in RETRY_STATUS or status >= 500:
+            raise _Transient(status, text)
+        if status in USER_FIX_STATUS:
+            raise ServingError(f"policy endpoint {self.url} answered HTTP {status}: {USER_FIX_STATUS[status]}")
+        raise PolicyError(f"policy endpoint rejected the request: HTTP {status}: {text[:300]}")
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+        body = self.payload(messages, tools, temperature)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential_jitter(multiplier=self.backoff_s, max=30 * self.backoff_s, jitter=self.backoff_s),
+            retry=retry_if_exception(_transient),
+            reraise=False,
+        )
+        try:
+            data = await retrying(self._post, body)
+        except RetryError as err:
+            last = err.last_attempt.exception()
+            raise EndpointError(
+                f"policy endpoint {self.url} failed {self.attempts} attempt(s), last: {type(last).__name__}: {last}"
+            ) from None
+        return parse_completion(data)
+
+
+def parse_completion(data: dict[str, Any]) -> Message:
+    """An OpenAI chat.completion JSON -> our assistant Message."""
+    try:
+        msg = data["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise MalformedOutputError("completion has no choices[0].message", raw=json.dumps(data)[:2000]) from None
+    calls = []
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        fn = tc.get("function") or {}
+        raw_args = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(raw_args) if isinstance(raw_args, str) else raw_args
+        except json.JSONDecodeError as e:
+            raise MalformedOutputError(f"tool call '{fn.get('name')}' has invalid JSON arguments: {e}", raw=str(raw_args)) from None
+        if not fn.get("name") or not isinstance(args, dict):
+            raise MalformedOutputError("tool call without a name or with non-object arguments", raw=json.dumps(tc))
+        calls.append(ToolCall(id=tc.get("id") or f"call_{i}", name=fn["name"], arguments=args))
+    return Message.assistant(msg.get("content"), calls)
