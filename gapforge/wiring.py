@@ -61,16 +61,27 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None):
         from serving.local import LocalPolicy
 
         return LocalPolicy(pol.local_path, pol.adapter_path, temperature=pol.temperature, max_new_tokens=pol.max_new_tokens, name=name)
+    if pol.kind == "endpoint":
+        from serving.openai_policy import EndpointPolicy
+
+        ep = pol.endpoint
+        check_endpoint_reachable(ep.base_url)
+        return EndpointPolicy(
+            ep.base_url or "https://api.openai.com/v1",
+            ep.model,
+            api_key=ep.api_key.get_secret_value() if ep.api_key else None,
+            temperature=pol.temperature,
+            max_tokens=pol.max_new_tokens,
+            timeout_s=ep.timeout_s,
+            max_retries=ep.max_retries,
+            name=name,
+        )
     from agents.llm import chat_model_from_config
     from agents.policy import ChatModelPolicy
 
-    if pol.kind == "endpoint":
-        check_endpoint_reachable(pol.endpoint.base_url)
-        default_name = f"endpoint:{pol.endpoint.model}"
-    else:
-        if pol.scripted_path and not Path(pol.scripted_path).is_file():
-            raise UsageError(f"scripted answers file '{pol.scripted_path}' not found")
-        default_name = f"scripted:{Path(pol.scripted_path or '').name}"
+    if pol.scripted_path and not Path(pol.scripted_path).is_file():
+        raise UsageError(f"scripted answers file '{pol.scripted_path}' not found")
+    default_name = f"scripted:{Path(pol.scripted_path or '').name}"
     return ChatModelPolicy(chat_model_from_config(pol, section="policy"), name=name or default_name)
 
 
