@@ -80,14 +80,14 @@ async def test_generation_runs_off_the_event_loop_and_is_serialised(tiny_model_d
         nonlocal ticks
         while not stop.is_set():
             ticks += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.005)  # sleep(0) would spin on the GIL and starve the generation thread
 
     tick_task = asyncio.create_task(ticker())
     outcomes = await asyncio.gather(*(_outcome(policy) for _ in range(3)))
     stop.set()
     await tick_task
     assert len(outcomes) == 3 and all(isinstance(o, (Message, MalformedOutputError)) for o in outcomes)
-    assert ticks > 10  # the loop kept running while the model generated
+    assert ticks >= 5  # the loop kept running while the model generated
 
 
 async def test_prompt_longer_than_the_context_is_a_policy_error(tiny_model_dir: Path) -> None:
