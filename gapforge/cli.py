@@ -26,6 +26,16 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, as_json: bool = t
         console.print(yaml.safe_dump(data, sort_keys=False), highlight=False, end="")
 
 
+@app.command("demo")
+@handle_errors
+def demo(config: ConfigOpt = None, set_: SetOpt = None) -> None:
+    """The offline end-to-end job on embedded defaults (what exists so far): sandbox image,
+    self-test of the example synthetic envs, a tiny local model's rollouts on the shop env."""
+    from gapforge.demo import run_demo
+
+    raise typer.Exit(run_demo(get_config(config, set_)))
+
+
 def _register_groups() -> None:
     """Attach the sub-command groups that exist (each module defines `app`)."""
     import importlib

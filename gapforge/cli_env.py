@@ -37,9 +37,16 @@ def validate(
     set_: SetOpt = None,
 ) -> None:
     """Run the self-test checks on PATH in the sandbox."""
+    cfg = get_config(config, set_)
+    report, out = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out)
+    raise typer.Exit(0 if report.passed else 1)
+
+
+def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None, seeds: int | None = None,
+                   json_out: Path | None = None) -> tuple[Any, Path]:
+    """Validate one env module in the sandbox, print the table, write the JSON report."""
     from sandbox.checks import validate_env
 
-    cfg = get_config(config, set_)
     if not path.is_file() or path.suffix != ".py":
         raise UsageError(f"env module '{path}' not found: give the path of a .py file")
     n_seeds = seeds if seeds is not None else cfg.synthesis.validation_seeds
@@ -69,7 +76,7 @@ def validate(
     out.write_text(json.dumps(report.to_json(), indent=2, default=str))
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
     console.print(f"{verdict} in {report.seconds:.1f}s; JSON report: {out}", highlight=False)
-    raise typer.Exit(0 if report.passed else 1)
+    return report, out
 
 
 def _print_table(report: Any) -> None:

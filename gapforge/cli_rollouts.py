@@ -73,11 +73,11 @@ def collect_cmd(
             raise typer.Exit(130)
     store.set_run_status(run_id, "done")
     console.print(f"{result.ran} episodes ran, {result.skipped} already stored, {result.planned} planned")
-    _print_summary(store, run_id, env_name)
+    print_summary(store, run_id, env_name)
     console.print(f"run {run_id}", highlight=False)
 
 
-def _print_summary(store, run_id: str, env: str | None) -> None:
+def print_summary(store, run_id: str, env: str | None) -> None:
     from agents.rollouts import summarize
 
     rows = store.episodes(run_id, env=env)
@@ -121,7 +121,7 @@ def show_cmd(
         for r in store.episodes(run):
             table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no", str(r.turns), r.termination)
         console.print(table)
-        _print_summary(store, run, None)
+        print_summary(store, run, None)
         return
     ep = store.get_episode(episode)
     if ep.run_id != run:
