@@ -6,7 +6,7 @@
   exponential backoff. After the last attempt it raises ModelEndpointError.
 - `structured_call(model, messages, schema)`: a pydantic answer; a malformed one
   (bad JSON, failed validation, no structure at all) is re-asked once with the
-  parse error appended (prompt: prompts/structured_reask.txt).
+  parse error appended (prompt: prompts/structured_reask.md).
 - `chat_model_from_config(cfg)`: LLMConfig / PolicyConfig -> scripted or endpoint model.
 - `prompt_config(name)`: the invoke config that names the prompt being asked;
   ScriptedChatModel answers by that name, traces record it.
@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -30,6 +29,7 @@ from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, st
 
 from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
 from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
+from prompts import load_prompt
 
 if TYPE_CHECKING:  # the config sections are only types here: agents never imports gapforge at runtime
     from gapforge.config import EndpointConfig, LLMConfig, PolicyConfig
@@ -188,7 +188,7 @@ def _describe(err: Any) -> str:
 
 
 def _reask_messages(messages: list[BaseMessage], raw: Any, error: str, schema: type[BaseModel]) -> list[BaseMessage]:
-    template = resources.files("prompts").joinpath("structured_reask.txt").read_text()
+    template = load_prompt("structured_reask.md").body
     return [*messages, AIMessage(content=_raw_text(raw)), HumanMessage(content=template.format(error=error, schema=schema.__name__))]
 
 

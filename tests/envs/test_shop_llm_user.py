@@ -13,7 +13,6 @@ from pydantic import Field
 from envs.errors import EnvError
 from envs.protocol import Message, ToolCall
 from envs.registry import make_env
-from envs.shop.llm_user import load_prompt
 from envs.shop.user import STOP
 
 
@@ -30,12 +29,6 @@ class RecordingChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
         self.seen.append(list(messages))
         return ChatResult(generations=[ChatGeneration(message=AIMessage(self.replies[len(self.seen) - 1]))])
-
-
-def test_prompt_file_has_name_and_version() -> None:
-    name, version, body = load_prompt("shop_user_simulator.md")
-    assert (name, version) == ("shop_user_simulator", "1")
-    assert "{goal}" in body and "{facts}" in body and "{stop}" in body
 
 
 def test_llm_user_plays_the_task_and_stops_on_the_token() -> None:
