@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
 
 from gapforge.config import SandboxConfig
 from sandbox.channel import Channel
@@ -30,18 +29,21 @@ log = logging.getLogger(__name__)
 WARNING = "sandbox.backend=process runs generated env code WITHOUT ISOLATION (no network, filesystem or secret protection); use the docker backend for untrusted code"
 
 
-def _limits(cfg: SandboxConfig) -> Callable[[], None]:
+def _apply_limits(pid: int, cfg: SandboxConfig) -> None:
+    """Set the child's rlimits from the parent with prlimit(2). The server loads no env code
+    until the first request, which is sent only after this returns; a preexec_fn would do
+    the same in the forked child, but that is unsafe while other threads run (the pool's
+    refill thread)."""
     mem = cfg.memory_mb * 2**20
     cpu = int(max(60, 20 * cfg.call_timeout_s))
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 2**20, 64 * 2**20))
-        resource.setrlimit(resource.RLIMIT_NPROC, (cfg.pids_limit, cfg.pids_limit))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+    for limit, value in (
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_CPU, (cpu, cpu + 5)),
+        (resource.RLIMIT_FSIZE, (64 * 2**20, 64 * 2**20)),
+        (resource.RLIMIT_NPROC, (cfg.pids_limit, cfg.pids_limit)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ):
+        resource.prlimit(pid, limit, value)
 
 
 class ProcessChannel(Channel):
@@ -56,9 +58,13 @@ class ProcessChannel(Channel):
             stderr=subprocess.DEVNULL,
             cwd=self._workdir,
             env={"PATH": "/usr/bin:/bin", "HOME": self._workdir, "TMPDIR": self._workdir},
-            preexec_fn=_limits(cfg),
             start_new_session=True,
         )
+        try:
+            _apply_limits(self.proc.pid, cfg)
+        except OSError:
+            self.proc.kill()
+            raise
         self.ident = str(self.proc.pid)
         self._dead = False
 

@@ -139,3 +139,22 @@ def test_image_is_cached_by_recipe_label(sandbox_image, docker_client):
     assert build_image(docker_client, sandbox_image) == "cached"
     with pytest.raises(SandboxError, match="unknown build method"):
         build_image(docker_client, sandbox_image, method="nope")  # type: ignore[arg-type]
+
+
+def test_process_backend_child_runs_under_its_rlimits(sandbox_config_process, tmp_path):
+    from sandbox.process_backend import start_process
+    from sandbox.stage import Stage
+
+    stage = Stage()
+    try:
+        channel = start_process(sandbox_config_process, str(stage.path))
+        try:
+            limits = Path(f"/proc/{channel.ident}/limits").read_text()
+        finally:
+            channel.kill()
+    finally:
+        stage.close()
+    address = next(line for line in limits.splitlines() if line.startswith("Max address space"))
+    assert address.split()[3] == str(sandbox_config_process.memory_mb * 2**20)
+    core = next(line for line in limits.splitlines() if line.startswith("Max core file size"))
+    assert core.split()[4] == "0"
