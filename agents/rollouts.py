@@ -78,9 +78,6 @@ async def collect(
     todo = [k for k in plan.keys() if k not in done]
     result = CollectResult(planned=len(plan.keys()), skipped=len(plan.keys()) - len(todo), ran=0)
     gate = asyncio.Semaphore(plan.concurrency)
-    # One store write at a time from this process: concurrent SQLite writers make each other
-    # sleep in the busy handler while holding worker threads the env steps also need.
-    write_lock = asyncio.Lock()
     families = families or {}
 
     async def one(task_id: str, sample: int) -> None:
@@ -91,8 +88,7 @@ async def collect(
             finally:
                 await asyncio.to_thread(env.close)
             fields = episode_fields(ep, families.get(task_id))
-            async with write_lock:
-                eid = await asyncio.to_thread(sink.put_episode, plan.run_id, plan.env, task_id, sample, **fields)
+            eid = await asyncio.to_thread(sink.put_episode, plan.run_id, plan.env, task_id, sample, **fields)
         result.ran += 1
         result.episode_ids.append(eid)
         if on_episode is not None:

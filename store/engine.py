@@ -11,6 +11,8 @@ upgrade to writers at the same time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+import contextlib
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,10 @@ class StoreBase:
         self.dialect = self.engine.dialect.name
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         self._writer = sessionmaker(self.engine.execution_options(gapforge_write=True), expire_on_commit=False)
+        # SQLite has one writer at a time. Threads of this process queue on a lock instead of
+        # meeting in SQLite's busy handler, which sleeps in growing steps (up to 100 ms) while
+        # holding a worker thread; other processes still wait on the busy timeout.
+        self._write_lock = threading.RLock() if self.dialect == "sqlite" else contextlib.nullcontext()
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
@@ -119,7 +125,7 @@ class StoreBase:
     def _write(self, run_id: str | None = None, missing: str | None = None) -> Iterator[Session]:
         """A write transaction. A failed foreign key becomes StoreError: unknown run, else `missing`."""
         try:
-            with self._writer() as session, session.begin():
+            with self._write_lock, self._writer() as session, session.begin():
                 yield session
         except exc.IntegrityError:
             if run_id is not None and not self._run_exists(run_id):
