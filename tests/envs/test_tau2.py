@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
 
 import pytest
 
@@ -19,6 +15,7 @@ from envs.tau2 import (
     UserEndpoint,
     convert,
 )
+from serving.fake_openai import FakeOpenAIServer
 from tests.envs.conformance import check_conformance
 
 pytestmark = pytest.mark.tau2
@@ -203,60 +200,23 @@ def test_splits_select_tau2_task_sets():
 
 # ---- tau2's LLM user simulator against a local fake OpenAI-compatible server ----------
 
-class FakeChatServer:
-    """Answers POST .../chat/completions with scripted assistant contents, in order; records requests."""
-
-    def __init__(self, replies: list[str]) -> None:
-        self.replies, self.requests = list(replies), []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "body": body})
-                content = outer.replies.pop(0)
-                payload = json.dumps({
-                    "id": f"chatcmpl-{len(outer.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                }).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_llm_user_runs_tau2_user_simulator_against_endpoint():
     replies = ["Hi, I want to exchange two items from order #W2378156.", "Thanks, that's all. ###STOP###"]
-    with FakeChatServer(replies) as server:
-        endpoint = UserEndpoint(model="fake-user", base_url=server.url, api_key="k", max_retries=0, timeout_s=10)
+    pending = list(replies)
+    # the fake server answers only POST .../chat/completions, so answers prove the path too
+    with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": pending.pop(0)}) as server:
+        endpoint = UserEndpoint(model="fake-user", base_url=server.base_url, api_key="k", max_retries=0, timeout_s=10)
         env = Tau2Env("retail", user="llm", user_model=endpoint)
         _, first = env.reset("0")
         assert first.content == replies[0]
         result = env.step(Message.assistant("Sure, may I have your name and zip code?"))
         assert result.done and result.messages[0].content == replies[1] and result.info["termination"] == "user_stop"
     first_request = server.requests[0]
-    assert first_request["path"].endswith("/chat/completions") and first_request["body"]["model"] == "fake-user"
-    system = first_request["body"]["messages"][0]["content"]
+    assert first_request["model"] == "fake-user"
+    system = first_request["messages"][0]["content"]
     assert "<scenario>" in system and "#W2378156" in system  # tau2's simulator prompt with the task scenario
     # the user simulator sees the agent's turns as its 'user' messages (tau2 flips roles)
-    assert server.requests[1]["body"]["messages"][-1] == {"role": "user", "content": "Sure, may I have your name and zip code?"}
+    assert server.requests[1]["messages"][-1] == {"role": "user", "content": "Sure, may I have your name and zip code?"}
     assert env.score().reward == 0.0  # nothing was done
 
 
