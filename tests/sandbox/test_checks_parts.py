@@ -36,6 +36,11 @@ def test_schema_problems_name_what_is_wrong() -> None:
     bad_type = tool_schema("f", "x", {"a": {"type": "str"}})
     assert "unknown type 'str'" in schema_problems([bad_type])[0]
     assert "expected {'type': 'function'" in schema_problems([{"name": "f"}])[0]
+    # local $ref items, as pydantic-generated schemas (tau2 airline's book_reservation) use, are valid
+    ref_items = {"type": "array", "items": {"anyOf": [{"$ref": "#/$defs/Flight"}, {"type": "object"}]}}
+    assert schema_problems([tool_schema("book", "b", {"flights": ref_items})]) == []
+    remote = {"type": "array", "items": {"$ref": "https://example.com/flight.json"}}
+    assert "local '#/...' reference" in schema_problems([tool_schema("book", "b", {"flights": remote})])[0]
 
 
 def test_fidelity_compares_names_types_and_required() -> None:
