@@ -19,6 +19,7 @@ import pytest
 
 from envs.errors import EnvError
 from envs.protocol import Environment, Message, Score, StepResult, ToolCall
+from sandbox.checks.schemas import schema_problems
 
 UNKNOWN_TASK = "__no_such_task__"
 
@@ -26,28 +27,14 @@ EnvFactory = Callable[[], Environment]
 
 
 def check_tool_schemas(tools: list[dict[str, Any]]) -> None:
-    """Each tool is an OpenAI function schema; names are unique."""
-    assert isinstance(tools, list) and tools, "tools() must return a non-empty list"
-    names = []
+    """Each tool is a valid OpenAI function schema (the validator's own rules), with a description,
+    serialisable for the wire; names are unique."""
+    problems = schema_problems(tools)
+    assert not problems, "invalid tool schemas: " + "; ".join(problems)
     for tool in tools:
-        assert tool.get("type") == "function", f"tool {tool!r} must have type 'function'"
-        fn = tool.get("function")
-        assert isinstance(fn, dict), f"tool {tool!r} needs a 'function' object"
-        assert isinstance(fn.get("name"), str) and fn["name"], f"tool {fn!r} needs a name"
+        fn = tool["function"]
         assert isinstance(fn.get("description"), str) and fn["description"].strip(), f"tool {fn['name']} needs a description"
-        params = fn.get("parameters")
-        assert isinstance(params, dict) and params.get("type") == "object", f"tool {fn['name']}: parameters must be an object schema"
-        props = params.get("properties", {})
-        assert isinstance(props, dict), f"tool {fn['name']}: properties must be a dict"
-        required = params.get("required", [])
-        assert isinstance(required, list), f"tool {fn['name']}: required must be a list"
-        missing = [r for r in required if r not in props]
-        assert not missing, f"tool {fn['name']}: required {missing} not in properties"
-        for pname, pschema in props.items():
-            assert isinstance(pschema, dict), f"tool {fn['name']}.{pname}: property schema must be a dict"
         json.dumps(tool)  # must be serialisable for the wire
-        names.append(fn["name"])
-    assert len(names) == len(set(names)), f"duplicate tool names: {names}"
 
 
 def check_reset(env: Environment, task_id: str) -> list[Message]:
