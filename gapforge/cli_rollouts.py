@@ -63,7 +63,8 @@ def collect_cmd(
         temperature=pol_cfg.temperature,
     )
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        pending = len(plan.keys()) - len(store.episode_keys(run_id, env_name))
+        stored = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
+        pending = sum(key not in stored for key in plan.keys())
         tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
         try:
             result = asyncio.run(collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=lambda _ep: bar.advance(tid)))
