@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from agents.analysis.config import AnalysisConfig
+
 
 class ConfigError(Exception):
     """A bad config file, key or value. The message says what to fix."""
@@ -65,25 +67,6 @@ class RolloutConfig(_Section):
     max_turns: int = Field(30, ge=1)
     tasks: list[str] | None = Field(None, description="task ids; None = all")
     user: Literal["scripted", "llm"] = "scripted"
-
-
-class AnalysisConfig(_Section):
-    delta: float = Field(0.20, ge=-1.0, le=1.0, description="minimum gap ER- - ER+")
-    rho: float = Field(0.10, ge=0.0, le=1.0, description="minimum coverage among failures")
-    repeats: int = Field(10, ge=1, description="labeling passes R")
-    min_passes: int = Field(8, ge=1, description="K of R passes a capability must survive")
-    min_capabilities: int = Field(4, ge=1)
-    max_capabilities: int = Field(10, ge=1)
-    discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery")
-    discovery_success: int = Field(5, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> "AnalysisConfig":
-        if self.min_passes > self.repeats:
-            raise ValueError(f"min_passes ({self.min_passes}) must be <= repeats ({self.repeats})")
-        if self.min_capabilities > self.max_capabilities:
-            raise ValueError("min_capabilities must be <= max_capabilities")
-        return self
 
 
 class SynthesisConfig(_Section):

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from store.engine import StoreBase, no_capability
 from store.errors import StoreError
+from store.analysis_records import AnalysisRecordQueries
 from store.models import Capability, CapabilityStat, Label, utcnow
 from store.rows import (
     LABEL_VALUES,
@@ -34,7 +35,7 @@ class LabelIn:
     evidence: str = ""
 
 
-class AnalysisQueries(StoreBase):
+class AnalysisQueries(AnalysisRecordQueries, StoreBase):
     # --- capabilities -------------------------------------------------------------------------
     def put_capability(
         self,
@@ -128,7 +129,7 @@ class AnalysisQueries(StoreBase):
         er_plus: float | None,
         er_minus: float | None,
         gap: float | None,
-        coverage: float,
+        coverage: float | None,
         kept: bool,
     ) -> CapabilityStatRow:
         """Upsert the statistics of one capability in one labeling pass."""

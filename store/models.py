@@ -145,8 +145,91 @@ class CapabilityStat(Stamped, Base):
     er_plus: Mapped[float | None]  # None when no success needed the capability
     er_minus: Mapped[float | None]
     gap: Mapped[float | None]
-    coverage: Mapped[float]
+    coverage: Mapped[float | None]  # None when the pass has no labeled failure
     kept: Mapped[bool]
+
+
+class LabelCall(Stamped, Base):
+    """One labeling call (episode x pass) of the analyst: the cache key of labeling, its outcome and cost.
+
+    Keyed by (episode, pass, dictionary hash, prompt version): a re-run finds it and makes no call.
+    status "ok" = its labels are in `labels`; "failed" = recorded failure (never silently NA).
+    """
+
+    __tablename__ = "label_calls"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "pass_index", "dictionary_hash", "prompt_version", name="uq_label_call_key"),
+        ForeignKeyConstraint(["run_id", "episode_id"], ["episodes.run_id", "episodes.id"]),
+        Index("ix_label_calls_run_pass", "run_id", "pass_index"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    episode_id: Mapped[int]
+    pass_index: Mapped[int]
+    dictionary_hash: Mapped[str] = mapped_column(String(64))
+    prompt_name: Mapped[str] = mapped_column(String(128))
+    prompt_version: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    boundary: Mapped[str | None] = mapped_column(String(32))  # who failed: endpoint | model_output
+    error: Mapped[str | None] = mapped_column(Text)
+    answer: Mapped[list[Any]]
+    calls: Mapped[int]
+    prompt_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    seed: Mapped[int]
+
+
+class Discovery(Stamped, Base):
+    """The discovery step of a run: which episodes the analyst saw, the dictionary hash, its cost."""
+
+    __tablename__ = "discoveries"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), unique=True)
+    dictionary_hash: Mapped[str] = mapped_column(String(64))
+    prompt_name: Mapped[str] = mapped_column(String(128))
+    prompt_version: Mapped[str] = mapped_column(String(64))
+    sample_episode_ids: Mapped[list[Any]]
+    details: Mapped[dict[str, Any]]  # calls, tokens, token counter, re-ask error
+
+
+class AnalysisSplit(Stamped, Base):
+    """A run's target tasks split into the analysis split and the held-out evaluation split."""
+
+    __tablename__ = "analysis_splits"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), unique=True)
+    env: Mapped[str] = mapped_column(String(128))
+    seed: Mapped[int]
+    fraction: Mapped[float]
+    analysis_tasks: Mapped[list[Any]]
+    heldout_tasks: Mapped[list[Any]]
+    families: Mapped[dict[str, Any]]  # task id -> family
+
+
+class CapabilitySummary(Stamped, Base):
+    """One capability across the R labeling passes: pooled rates, bootstrap intervals, kappa, the vote."""
+
+    __tablename__ = "capability_summaries"
+    __table_args__ = (UniqueConstraint("run_id", "capability", name="uq_capability_summary_key"), _capability_fk())
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    capability: Mapped[str] = mapped_column(String(128))
+    dictionary_hash: Mapped[str] = mapped_column(String(64))
+    passes: Mapped[int]
+    kept_passes: Mapped[int]
+    required_passes: Mapped[int]
+    er_plus: Mapped[float | None]
+    er_minus: Mapped[float | None]
+    gap: Mapped[float | None]
+    gap_low: Mapped[float | None]
+    gap_high: Mapped[float | None]
+    coverage: Mapped[float | None]
+    coverage_low: Mapped[float | None]
+    coverage_high: Mapped[float | None]
+    kappa: Mapped[float | None]
+    retained: Mapped[bool]
+    verdict: Mapped[str] = mapped_column(String(64))  # retained | below thresholds | unstable | insufficient evidence
+    details: Mapped[dict[str, Any]]
 
 
 class SyntheticEnv(Stamped, Base):

@@ -82,7 +82,7 @@ class CapabilityStatRow:
     er_plus: float | None
     er_minus: float | None
     gap: float | None
-    coverage: float
+    coverage: float | None
     kept: bool
     created_at: datetime
     updated_at: datetime

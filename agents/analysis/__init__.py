@@ -1,0 +1,6 @@
+"""Contrastive capability analysis (DESIGN.md §1 step 2): compaction, discovery,
+labeling x R, statistics with uncertainty, selection, the analysis/held-out split.
+
+Kept import-light: gapforge/config.py imports `agents.analysis.config` on every command.
+See agents/analysis/README.md for the modules and their service functions.
+"""

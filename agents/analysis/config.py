@@ -1,0 +1,50 @@
+"""AnalysisConfig: the `analysis:` section of the config tree (owned by this layer).
+
+Defaults follow the paper's reference settings where it has them (δ = 0.20,
+ρ = 0.10, K of R = 80%), except R = 3 passes (the paper uses 10: raise
+`passes` when the analyst is a real model and the budget allows).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class AnalysisConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    delta: float = Field(0.20, ge=-1.0, le=1.0, description="minimum gap ER- - ER+ for a pass to keep a capability")
+    rho: float = Field(0.10, ge=0.0, le=1.0, description="minimum coverage (LACKING failures / failures)")
+    passes: int = Field(3, ge=1, le=100, description="labeling passes R (the paper: 10)")
+    min_passes: int | None = Field(None, ge=1, description="K of R passes a capability must survive; None = ceil(0.8 R)")
+    min_capabilities: int = Field(4, ge=1, description="fewest capabilities discovery may propose")
+    max_capabilities: int = Field(10, ge=1, description="most capabilities discovery may propose")
+    discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery (at most)")
+    discovery_success: int = Field(5, ge=0, description="successful episodes shown to discovery (at most)")
+    discovery_budget_tokens: int = Field(24_000, ge=1_000, description="token budget of the discovery prompt's episodes")
+    episode_budget_tokens: int = Field(3_000, ge=200, description="token budget of one compacted episode")
+    max_value_chars: int = Field(400, ge=40, description="longer tool arguments/results/turns are cut with a marker")
+    concurrency: int = Field(16, ge=1, le=1024, description="labeling calls in flight")
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="analyst sampling temperature for labeling passes")
+    seed: int = Field(0, description="seeds sampling, labeling passes, the split and the bootstrap")
+    split_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of each family's tasks in the analysis split")
+    bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples over tasks (0 = no intervals)")
+    tokenizer: str = Field(
+        "auto",
+        description="token counting: auto | tiktoken:ENCODING | PATH to a tokenizer.json or HF model dir | bytes (estimate)",
+    )
+
+    @property
+    def required_passes(self) -> int:
+        """K: the number of passes (of R) in which a capability must be kept to be retained."""
+        return self.min_passes if self.min_passes is not None else max(1, math.ceil(0.8 * self.passes))
+
+    @model_validator(mode="after")
+    def _check(self) -> "AnalysisConfig":
+        if self.min_passes is not None and self.min_passes > self.passes:
+            raise ValueError(f"min_passes ({self.min_passes}) must be <= passes ({self.passes}): lower min_passes or raise passes")
+        if self.min_capabilities > self.max_capabilities:
+            raise ValueError(f"min_capabilities ({self.min_capabilities}) must be <= max_capabilities ({self.max_capabilities})")
+        return self

@@ -1,0 +1,144 @@
+"""Labeling: ONE structured call per (episode, pass) labels every capability NA / PRESENT /
+LACKING with one line of evidence citing a message index.
+
+- Layout: system message = instructions + dictionary + policy (identical for every call
+  of a pass: prefix caching applies), then the compacted episode as the last message.
+- Validation (agents.analysis.schemas.label_schema): every capability exactly once, no
+  unknown names, evidence index in range; re-asked once with the error
+  (agents.llm.astructured_call), then recorded as a labeling failure (status "failed",
+  boundary "model_output"); an endpoint still failing after the retries of the
+  chat-model factory is recorded with boundary "endpoint". Never silently NA.
+- Concurrency: at most cfg.concurrency calls in flight.
+- Cache: store.label_calls keyed by (episode, pass, dictionary hash, prompt version);
+  each call's record and its labels are written in one transaction as it finishes, so
+  a re-run makes zero calls for what is stored and a killed pass resumes without duplicates.
+- Passes are independent samples: seed = f(cfg.seed, pass, episode), temperature from cfg.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from agents.analysis.compact import ByteEstimate, TokenCounter, compact_episode, system_prompt
+from agents.analysis.config import AnalysisConfig
+from agents.analysis.discovery import current_dictionary
+from agents.analysis.schemas import label_schema
+from agents.analysis.split import analysis_episodes
+from agents.analysis.usage import UsageCounter, seeded
+from agents.errors import ModelEndpointError, StructuredOutputError
+from agents.llm import astructured_call
+from prompts import load_prompt
+
+PROMPT_FILE = "analyst_label.md"
+Progress = Callable[[int, int], None]  # (done, total), called after every episode
+
+
+@dataclass(frozen=True)
+class LabelPassResult:
+    run_id: str
+    pass_index: int
+    dictionary_hash: str
+    prompt: str
+    episodes: int
+    cached: int  # episodes whose call was already stored (no new call)
+    labeled: int  # new calls that ended with valid labels
+    failed: int  # new calls recorded as labeling failures
+    calls: int  # requests made (re-asks included)
+    prompt_tokens: int
+    completion_tokens: int
+    prefix_tokens: int  # tokens of the shared fixed part (instructions + dictionary + policy)
+    token_counter: str
+    seconds: float
+
+
+def label_seed(seed: int, pass_index: int, episode_id: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{pass_index}:{episode_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def fixed_part(capabilities: Sequence[tuple[str, str]], policy: str) -> str:
+    """The system message of every labeling call: instructions, dictionary, policy."""
+    lines = "\n".join(f"- {name}: {definition}" for name, definition in capabilities)
+    return load_prompt(PROMPT_FILE).body.format(capabilities=lines, policy=policy)
+
+
+def _evidence(text: str, index: int | None) -> str:
+    line = " ".join(text.split())
+    return line if index is None or line.startswith(f"[{index}]") else f"[{index}] {line}"
+
+
+async def label_pass(
+    store: Any,
+    chat_model: Any,
+    run_id: str,
+    pass_index: int,
+    *,
+    cfg: AnalysisConfig,
+    counter: TokenCounter | None = None,
+    retry_failed: bool = False,
+    on_progress: Progress | None = None,
+) -> LabelPassResult:
+    """Label every analysis-split episode of the run in pass `pass_index` (0-based); see the module doc."""
+    started = time.perf_counter()
+    counter = counter or ByteEstimate()
+    prompt = load_prompt(PROMPT_FILE)
+    capabilities, dhash = current_dictionary(store, run_id)
+    names = tuple(name for name, _ in capabilities)
+    episodes = await asyncio.to_thread(analysis_episodes, store, run_id, fraction=cfg.split_fraction, seed=cfg.seed)
+    done_before = await asyncio.to_thread(store.label_call_status, run_id, pass_index, dhash, prompt.version)
+    skip = {e for e, s in done_before.items() if s == "ok" or not retry_failed}
+    todo = [e.id for e in episodes if e.id not in skip]
+    total, cached = len(episodes), len(episodes) - len(todo)
+    first = await asyncio.to_thread(store.get_episode, episodes[0].id) if episodes else None
+    system_text = fixed_part(capabilities, system_prompt(first) if first is not None else "")
+    prefix_tokens = counter.count(system_text)
+    sem = asyncio.Semaphore(cfg.concurrency)
+    totals = {"labeled": 0, "failed": 0, "calls": 0, "prompt": 0, "completion": 0, "done": cached}
+    if on_progress:
+        on_progress(cached, total)
+
+    async def one(episode_id: int) -> None:
+        async with sem:
+            ep = await asyncio.to_thread(store.get_episode, episode_id)
+            comp = compact_episode(ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars)
+            seed = label_seed(cfg.seed, pass_index, episode_id)
+            usage = UsageCounter()
+            messages = [SystemMessage(content=system_text), HumanMessage(content=comp.text)]
+            status, boundary, error, labels = "ok", None, None, []
+            try:
+                answer = await astructured_call(seeded(chat_model, seed, cfg.temperature), messages, label_schema(names, comp.n_messages),
+                                                prompt_name=prompt.name, config={"callbacks": [usage]})  # fmt: skip
+                by_name = {lab.capability: lab for lab in answer.labels}  # type: ignore[attr-defined]
+                labels = [(n, by_name[n].label, _evidence(by_name[n].evidence, by_name[n].message_index)) for n in names]
+            except StructuredOutputError as e:
+                status, boundary, error = "failed", "model_output", str(e)
+            except ModelEndpointError as e:
+                status, boundary, error = "failed", "endpoint", str(e)
+            calls = max(usage.calls, 1)
+            p_tok = usage.prompt_tokens or (prefix_tokens + comp.tokens) * calls
+            c_tok = usage.completion_tokens or (counter.count(str(labels)) if labels else 0)
+            await asyncio.to_thread(
+                store.put_label_call, run_id, episode_id, pass_index, dictionary_hash=dhash, prompt_name=prompt.name,
+                prompt_version=prompt.version, status=status, labels=labels, boundary=boundary, error=error, calls=calls,
+                prompt_tokens=p_tok, completion_tokens=c_tok, seed=seed,
+            )  # fmt: skip
+            totals["labeled" if status == "ok" else "failed"] += 1
+            totals["calls"] += calls
+            totals["prompt"] += p_tok
+            totals["completion"] += c_tok
+            totals["done"] += 1
+            if on_progress:
+                on_progress(totals["done"], total)
+
+    await asyncio.gather(*(one(e) for e in todo))
+    return LabelPassResult(
+        run_id, pass_index, dhash, prompt.id, total, cached, totals["labeled"], totals["failed"], totals["calls"],
+        totals["prompt"], totals["completion"], prefix_tokens, counter.name, time.perf_counter() - started,
+    )  # fmt: skip

@@ -1,0 +1,143 @@
+"""The recorded analyst for offline runs: a ScriptedChatModel answering the discovery and
+labeling prompts from agents/recorded/<env>_analyst.yaml.
+
+The dictionary is recorded data. Example episode ids and labels come from deterministic
+RULES over the compacted trajectory the prompt shows (the same text a real analyst
+reads), so the same recording labels any policy's episodes honestly: the scripted
+planted-deficit policy's, or a taught tiny model's. Only the analyst is scripted.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from langchain_core.messages import BaseMessage
+
+from agents.analysis.errors import AnalysisError
+from agents.scripted import ScriptedChatModel
+
+RECORDED_DIR = Path(__file__).resolve().parent.parent / "recorded"
+WRITES = ("cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items", "exchange_delivered_order_items")
+ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *WRITES)
+LINE = re.compile(r"^\[(\d+)\] (\w+)(?: ([\w-]+))?: (.*)$")
+CALL = re.compile(r"CALL (\w+)\(")
+CLAIM = re.compile(r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged)\b", re.I)
+REFUSAL = re.compile(r"\b(unfortunately|cannot|can't|unable|not eligible|not allowed|not possible)\b", re.I)
+ARG_ERROR = re.compile(r"^Error: (bad arguments|unknown tool|.*not found)", re.I)
+
+Verdict = tuple[str, str, int | None]  # label, evidence, message index
+
+
+class Trajectory:
+    """The parts of a compacted episode the rules look at."""
+
+    def __init__(self, text: str) -> None:
+        self.calls: list[tuple[int, str]] = []
+        self.texts: list[tuple[int, str]] = []  # assistant text
+        self.users: list[tuple[int, str]] = []
+        self.tool_results: list[tuple[int, str]] = []
+        for line in text.splitlines():
+            m = LINE.match(line)
+            if not m:
+                continue
+            i, role, content = int(m.group(1)), m.group(2), m.group(4)
+            if role == "assistant":
+                self.calls += [(i, name) for name in CALL.findall(content)]
+                said = " | ".join(p for p in content.split(" | ") if not p.startswith("CALL "))
+                if said and said != "(empty)":
+                    self.texts.append((i, said))
+            elif role == "user":
+                self.users.append((i, content))
+            elif role == "tool":
+                self.tool_results.append((i, content))
+
+    def first_call(self, names: tuple[str, ...]) -> int | None:
+        return next((i for i, n in self.calls if n in names), None)
+
+
+def precondition(t: Trajectory) -> Verdict:
+    acts = [i for i, n in t.calls if n in WRITES] + [i for i, s in t.texts if CLAIM.search(s) or REFUSAL.search(s)]
+    if not acts:
+        return "NA", "no action on an order was requested or taken", None
+    a = min(acts)
+    read = next((i for i, n in t.calls if n == "get_order_details" and i < a), None)
+    if read is not None:
+        return "PRESENT", f"[{read}] read the order before acting at [{a}]", read
+    return "LACKING", f"[{a}] acted or answered without checking the order first", a
+
+
+def confirmation(t: Trajectory) -> Verdict:
+    w = t.first_call(WRITES)
+    if w is None:
+        return "NA", "no write action", None
+    asked = [i for i, s in t.texts if i < w and "confirm" in s.lower()]
+    if asked and any(asked[-1] < i < w and "yes" in s.lower() for i, s in t.users):
+        return "PRESENT", f"[{asked[-1]}] asked for confirmation before the write at [{w}]", asked[-1]
+    return "LACKING", f"[{w}] wrote without asking the user to confirm", w
+
+
+def identity(t: Trajectory) -> Verdict:
+    a = t.first_call(ACCOUNT)
+    if a is None:
+        return "NA", "no account or order was touched", None
+    f = next((i for i, n in t.calls if n.startswith("find_customer") and i < a), None)
+    if f is not None:
+        return "PRESENT", f"[{f}] verified the customer before [{a}]", f
+    return "LACKING", f"[{a}] touched an account without verifying the customer", a
+
+
+def arguments(t: Trajectory) -> Verdict:
+    if not t.calls:
+        return "NA", "no tool call", None
+    bad = next((i for i, s in t.tool_results if ARG_ERROR.match(s)), None)
+    if bad is not None:
+        return "LACKING", f"[{bad}] a call was rejected for its arguments", bad
+    return "PRESENT", f"[{t.calls[0][0]}] calls were accepted", t.calls[0][0]
+
+
+RULES: dict[str, Callable[[Trajectory], Verdict]] = {
+    "precondition": precondition, "confirmation": confirmation, "identity": identity, "arguments": arguments,
+}  # fmt: skip
+
+
+def load_recording(env: str) -> list[dict[str, str]]:
+    path = RECORDED_DIR / f"{env.split(':')[0]}_analyst.yaml"
+    if not path.is_file():
+        raise AnalysisError(f"no recorded analyst for env {env!r}: set llm.kind=openai and an llm.endpoint to analyse it")
+    return list(yaml.safe_load(path.read_text())["capabilities"])
+
+
+def _label_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], list[dict[str, Any]]], dict[str, Any]]:
+    def rule(messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        t = Trajectory(str(messages[-1].content))
+        labels = []
+        for c in caps:
+            label, evidence, idx = RULES[c["rule"]](t)
+            labels.append({"capability": c["name"], "label": label, "evidence": evidence, "message_index": idx})
+        return {"structured": {"labels": labels}}
+
+    return rule
+
+
+def _discover_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], list[dict[str, Any]]], dict[str, Any]]:
+    def rule(messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        blocks = re.split(r"^### episode (\d+)$", str(messages[-1].content), flags=re.M)
+        episodes = [(int(blocks[i]), Trajectory(blocks[i + 1])) for i in range(1, len(blocks) - 1, 2)]
+        out = []
+        for c in caps:
+            verdicts = [(eid, RULES[c["rule"]](t)[0]) for eid, t in episodes]
+            ranked = [e for e, v in verdicts if v == "LACKING"] + [e for e, v in verdicts if v == "PRESENT"] + [e for e, _ in verdicts]
+            out.append({"name": c["name"], "definition": " ".join(c["definition"].split()), "example_episode_ids": ranked[:3]})
+        return {"structured": {"capabilities": out}}
+
+    return rule
+
+
+def recorded_analyst(env: str) -> ScriptedChatModel:
+    """The scripted analyst for `env` (answers the prompts analyst_discover and analyst_label)."""
+    caps = load_recording(env)
+    return ScriptedChatModel.from_dict({"analyst_discover": _discover_rule(caps), "analyst_label": _label_rule(caps)},
+                                       source=str(RECORDED_DIR / f"{env}_analyst.yaml"))  # fmt: skip

@@ -1,0 +1,130 @@
+"""The analyst's structured outputs, validated beyond types.
+
+The checks that depend on the call (which episode ids were shown, which capabilities
+exist, how many messages the episode has) live in subclasses made per call by
+`discovery_schema(...)` / `label_schema(...)`: a violation is then a validation error
+like any other, so `agents.llm.structured_call` re-asks once with it, then fails.
+The JSON schema the model sees is the same for every call of a pass (prefix caching).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+
+
+class CapabilityDef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="snake_case name of the capability")
+    definition: str = Field(description="2-3 sentences, general (not specific to one task)")
+    example_episode_ids: list[int] = Field(description="ids of shown episodes that illustrate it")
+
+
+class CapabilityDictionary(BaseModel):
+    """Discovery's answer: the candidate capabilities."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capabilities: list[CapabilityDef]
+
+
+class CapabilityLabel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    capability: str
+    label: Literal["NA", "PRESENT", "LACKING"]
+    evidence: str = Field(description="one line; cite the message as [index]")
+    message_index: int | None = Field(description="index of the cited message; null only for NA")
+
+
+class EpisodeLabels(BaseModel):
+    """Labeling's answer for one episode: every capability exactly once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    labels: list[CapabilityLabel]
+
+
+def dictionary_hash(capabilities: list[tuple[str, str]]) -> str:
+    """A stable hash of (name, definition) pairs: part of the labeling cache key."""
+    blob = json.dumps(sorted(capabilities), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def dictionary_problems(answer: CapabilityDictionary, sample_ids: frozenset[int], lo: int, hi: int) -> list[str]:
+    problems = []
+    names = [c.name for c in answer.capabilities]
+    if not lo <= len(names) <= hi:
+        problems.append(f"propose between {lo} and {hi} capabilities, got {len(names)}")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        problems.append(f"capability names must be unique, repeated: {', '.join(dup)}")
+    bad = [n for n in names if not SNAKE.match(n)]
+    if bad:
+        problems.append(f"names must be snake_case: {', '.join(bad)}")
+    for c in answer.capabilities:
+        if not c.definition.strip():
+            problems.append(f"capability {c.name!r} has an empty definition")
+        if not c.example_episode_ids:
+            problems.append(f"capability {c.name!r} needs at least one example episode id")
+        unknown = sorted(set(c.example_episode_ids) - sample_ids)
+        if unknown:
+            problems.append(f"capability {c.name!r} cites episode ids not shown: {unknown}")
+    return problems
+
+
+def label_problems(answer: EpisodeLabels, names: tuple[str, ...], n_messages: int) -> list[str]:
+    problems = []
+    given = [lab.capability for lab in answer.labels]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        problems.append(f"unknown capabilities: {', '.join(unknown)} (use exactly: {', '.join(names)})")
+    dup = sorted({n for n in given if given.count(n) > 1})
+    if dup:
+        problems.append(f"each capability exactly once, repeated: {', '.join(dup)}")
+    missing = [n for n in names if n not in given]
+    if missing:
+        problems.append(f"missing capabilities: {', '.join(missing)}")
+    for lab in answer.labels:
+        idx = lab.message_index
+        if lab.label != "NA" and idx is None:
+            problems.append(f"{lab.capability}: {lab.label} needs a message_index")
+        if idx is not None and not 0 <= idx < n_messages:
+            problems.append(f"{lab.capability}: message_index {idx} out of range 0..{n_messages - 1}")
+    return problems
+
+
+@functools.lru_cache(maxsize=256)
+def discovery_schema(sample_ids: frozenset[int], lo: int, hi: int) -> type[CapabilityDictionary]:
+    class CapabilityDictionaryChecked(CapabilityDictionary):
+        @model_validator(mode="after")
+        def _semantic(self) -> "CapabilityDictionaryChecked":
+            problems = dictionary_problems(self, sample_ids, lo, hi)
+            if problems:
+                raise ValueError("; ".join(problems))
+            return self
+
+    CapabilityDictionaryChecked.__name__ = "CapabilityDictionary"  # the tool name the model sees
+    return CapabilityDictionaryChecked
+
+
+@functools.lru_cache(maxsize=4096)
+def label_schema(names: tuple[str, ...], n_messages: int) -> type[EpisodeLabels]:
+    class EpisodeLabelsChecked(EpisodeLabels):
+        @model_validator(mode="after")
+        def _semantic(self) -> "EpisodeLabelsChecked":
+            problems = label_problems(self, names, n_messages)
+            if problems:
+                raise ValueError("; ".join(problems))
+            return self
+
+    EpisodeLabelsChecked.__name__ = "EpisodeLabels"
+    return EpisodeLabelsChecked

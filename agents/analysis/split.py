@@ -1,0 +1,95 @@
+"""The split against contamination: a target's tasks -> analysis split + held-out split.
+
+Deterministic (seeded), stratified by task family, stored with the run; analysis reads
+only the analysis split, evaluation later reports on the held-out split
+(`store.get_split(run).heldout_tasks`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agents.analysis.errors import AnalysisError
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    env: str
+    seed: int
+    fraction: float
+    analysis: tuple[str, ...]
+    heldout: tuple[str, ...]
+    families: dict[str, str]
+
+
+def split_tasks(families: Mapping[str, str], fraction: float, seed: int, env: str = "") -> TaskSplit:
+    """Per family: shuffle its tasks (seeded by seed and family), the first round(n * fraction)
+    go to analysis (at least one; at least one held out when fraction < 1 and n >= 2)."""
+    if not 0.0 < fraction <= 1.0:
+        raise AnalysisError(f"split fraction {fraction} must be in (0, 1]: set analysis.split_fraction")
+    by_family: dict[str, list[str]] = defaultdict(list)
+    for task, family in families.items():
+        by_family[family or "-"].append(task)
+    analysis: list[str] = []
+    for family in sorted(by_family):
+        tasks = sorted(by_family[family])
+        random.Random(f"{seed}:{family}").shuffle(tasks)
+        k = max(1, round(len(tasks) * fraction))
+        if fraction < 1.0 and len(tasks) >= 2:
+            k = min(k, len(tasks) - 1)
+        analysis += tasks[:k]
+    chosen = set(analysis)
+    heldout = sorted(t for t in families if t not in chosen)
+    return TaskSplit(env, seed, fraction, tuple(sorted(analysis)), tuple(heldout), {t: families[t] or "-" for t in families})
+
+
+def _families_of(env: str, episodes: list[Any]) -> dict[str, str]:
+    """Task families of the target env (all its tasks); the episodes' own tasks when the env is not a registered target."""
+    try:
+        from envs.registry import make_env
+
+        target: Any = make_env(env)
+        return {t: target.task_family(t) for t in target.task_ids()}
+    except Exception:  # noqa: BLE001 - not a registered target env (or its extra is missing): use what was collected
+        return {e.task_id: e.task_family or "-" for e in episodes}
+
+
+def run_episodes(store: Any, run_id: str) -> list[Any]:
+    """A run's episodes without messages when the store offers it (episode_summaries), else with."""
+    summaries = getattr(store, "episode_summaries", None)
+    return list(summaries(run_id) if summaries is not None else store.episodes(run_id))
+
+
+def ensure_split(store: Any, run_id: str, *, fraction: float, seed: int, episodes: list[Any] | None = None) -> TaskSplit:
+    """The run's stored split, or a new one stored now. A stored split made with other settings is an error
+    (changing it on a resumed run would let held-out tasks into the analysis)."""
+    stored = store.get_split(run_id)
+    if stored is not None:
+        if abs(stored.fraction - fraction) > 1e-12 or stored.seed != seed:
+            raise AnalysisError(
+                f"run {run_id!r} already has a task split (fraction {stored.fraction}, seed {stored.seed}): "
+                "keep those settings or analyse in a new run"
+            )
+        return TaskSplit(stored.env, stored.seed, stored.fraction, tuple(stored.analysis_tasks), tuple(stored.heldout_tasks), dict(stored.families))
+    eps = episodes if episodes is not None else run_episodes(store, run_id)
+    envs = sorted({e.env for e in eps})
+    if not envs:
+        raise AnalysisError(f"run {run_id!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run_id})")
+    if len(envs) > 1:
+        raise AnalysisError(f"run {run_id!r} mixes envs {', '.join(envs)}: analyse one target env per run")
+    split = split_tasks(_families_of(envs[0], eps), fraction, seed, env=envs[0])
+    store.put_split(run_id, env=split.env, seed=seed, fraction=fraction, analysis_tasks=split.analysis,
+                    heldout_tasks=split.heldout, families=split.families)  # fmt: skip
+    return split
+
+
+def analysis_episodes(store: Any, run_id: str, *, fraction: float, seed: int) -> list[Any]:
+    """The run's episodes on analysis-split tasks (held-out tasks are never shown to the analyst)."""
+    eps = run_episodes(store, run_id)
+    split = ensure_split(store, run_id, fraction=fraction, seed=seed, episodes=eps)
+    keep = set(split.analysis)
+    return [e for e in eps if e.task_id in keep]

@@ -1,0 +1,207 @@
+"""Analysis records beyond capabilities/labels/stats: labeling calls (the labeling cache and
+its failures and cost), the discovery record, the task split, per-capability summaries.
+
+Writes are keyed upserts, so a resumed stage never duplicates rows. A labeling call and
+its labels are written in ONE transaction: a process killed mid-pass leaves either
+both or neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from store.engine import StoreBase, no_capability
+from store.errors import StoreError
+from store.models import AnalysisSplit, CapabilitySummary, Discovery, Label, LabelCall
+from store.rows import LABEL_VALUES, to_row
+
+
+@dataclass(frozen=True, slots=True)
+class LabelCallRow:
+    id: int
+    run_id: str
+    episode_id: int
+    pass_index: int
+    dictionary_hash: str
+    prompt_name: str
+    prompt_version: str
+    status: str
+    boundary: str | None
+    error: str | None
+    answer: list[Any]
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    seed: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryRow:
+    id: int
+    run_id: str
+    dictionary_hash: str
+    prompt_name: str
+    prompt_version: str
+    sample_episode_ids: list[Any]
+    details: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisSplitRow:
+    id: int
+    run_id: str
+    env: str
+    seed: int
+    fraction: float
+    analysis_tasks: list[Any]
+    heldout_tasks: list[Any]
+    families: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilitySummaryRow:
+    id: int
+    run_id: str
+    capability: str
+    dictionary_hash: str
+    passes: int
+    kept_passes: int
+    required_passes: int
+    er_plus: float | None
+    er_minus: float | None
+    gap: float | None
+    gap_low: float | None
+    gap_high: float | None
+    coverage: float | None
+    coverage_low: float | None
+    coverage_high: float | None
+    kappa: float | None
+    retained: bool
+    verdict: str
+    details: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+class AnalysisRecordQueries(StoreBase):
+    # --- labeling calls (cache, failures, cost) --------------------------------------------------
+    def put_label_call(
+        self,
+        run_id: str,
+        episode_id: int,
+        pass_index: int,
+        *,
+        dictionary_hash: str,
+        prompt_name: str,
+        prompt_version: str,
+        status: str,
+        labels: Sequence[tuple[str, str, str]] = (),
+        boundary: str | None = None,
+        error: str | None = None,
+        calls: int = 1,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        seed: int = 0,
+    ) -> None:
+        """Record one labeling call and replace the (episode, pass) labels with `labels`
+        [(capability, value, evidence)] in one transaction. status: "ok" | "failed"."""
+        if status not in ("ok", "failed"):
+            raise StoreError(f"bad label call status {status!r}: use 'ok' or 'failed'")
+        for capability, value, _ in labels:
+            if value not in LABEL_VALUES:
+                raise StoreError(f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}")
+        values = {
+            "run_id": run_id, "episode_id": int(episode_id), "pass_index": int(pass_index),
+            "dictionary_hash": dictionary_hash, "prompt_name": prompt_name, "prompt_version": prompt_version,
+            "status": status, "boundary": boundary, "error": error,
+            "answer": [{"capability": c, "label": v, "evidence": e} for c, v, e in labels],
+            "calls": int(calls), "prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens), "seed": int(seed),
+        }  # fmt: skip
+        missing = f"label call for run {run_id!r} names an episode or capability that is not stored: store those first"
+        with self._write(run_id, missing) as session:
+            self._upsert(session, LabelCall, values, ("episode_id", "pass_index", "dictionary_hash", "prompt_version"))
+            session.execute(delete(Label).where(Label.run_id == run_id, Label.episode_id == episode_id, Label.pass_index == pass_index))
+            for capability, value, evidence in labels:
+                session.add(Label(run_id=run_id, episode_id=int(episode_id), capability=capability, pass_index=int(pass_index),
+                                  value=value, evidence=evidence))  # fmt: skip
+
+    def label_call_status(self, run_id: str, pass_index: int, dictionary_hash: str, prompt_version: str) -> dict[int, str]:
+        """episode id -> "ok" | "failed" for the calls already made under this cache key."""
+        stmt = select(LabelCall.episode_id, LabelCall.status).where(
+            LabelCall.run_id == run_id, LabelCall.pass_index == pass_index,
+            LabelCall.dictionary_hash == dictionary_hash, LabelCall.prompt_version == prompt_version,
+        )  # fmt: skip
+        with self._read() as session:
+            self._require_run(session, run_id)
+            return {int(e): s for e, s in session.execute(stmt)}
+
+    def label_calls(self, run_id: str, pass_index: int | None = None, status: str | None = None) -> list[LabelCallRow]:
+        stmt = select(LabelCall).where(LabelCall.run_id == run_id).order_by(LabelCall.pass_index, LabelCall.episode_id)
+        if pass_index is not None:
+            stmt = stmt.where(LabelCall.pass_index == pass_index)
+        if status is not None:
+            stmt = stmt.where(LabelCall.status == status)
+        with self._read() as session:
+            self._require_run(session, run_id)
+            return [to_row(LabelCallRow, c) for c in session.scalars(stmt)]
+
+    # --- discovery ---------------------------------------------------------------------------------
+    def put_discovery(
+        self, run_id: str, *, dictionary_hash: str, prompt_name: str, prompt_version: str,
+        sample_episode_ids: Sequence[int], details: Mapping[str, Any],
+    ) -> DiscoveryRow:  # fmt: skip
+        values = {
+            "run_id": run_id, "dictionary_hash": dictionary_hash, "prompt_name": prompt_name, "prompt_version": prompt_version,
+            "sample_episode_ids": [int(i) for i in sample_episode_ids], "details": dict(details),
+        }  # fmt: skip
+        with self._write(run_id) as session:
+            return to_row(DiscoveryRow, self._upsert(session, Discovery, values, ("run_id",)))
+
+    def get_discovery(self, run_id: str) -> DiscoveryRow | None:
+        with self._read() as session:
+            self._require_run(session, run_id)
+            row = session.scalars(select(Discovery).where(Discovery.run_id == run_id)).first()
+            return None if row is None else to_row(DiscoveryRow, row)
+
+    # --- the task split ----------------------------------------------------------------------------
+    def put_split(
+        self, run_id: str, *, env: str, seed: int, fraction: float,
+        analysis_tasks: Sequence[str], heldout_tasks: Sequence[str], families: Mapping[str, str],
+    ) -> AnalysisSplitRow:  # fmt: skip
+        values = {
+            "run_id": run_id, "env": env, "seed": int(seed), "fraction": float(fraction),
+            "analysis_tasks": list(analysis_tasks), "heldout_tasks": list(heldout_tasks), "families": dict(families),
+        }  # fmt: skip
+        with self._write(run_id) as session:
+            return to_row(AnalysisSplitRow, self._upsert(session, AnalysisSplit, values, ("run_id",)))
+
+    def get_split(self, run_id: str) -> AnalysisSplitRow | None:
+        """The run's stored split (evaluation reads `heldout_tasks` from it), or None."""
+        with self._read() as session:
+            self._require_run(session, run_id)
+            row = session.scalars(select(AnalysisSplit).where(AnalysisSplit.run_id == run_id)).first()
+            return None if row is None else to_row(AnalysisSplitRow, row)
+
+    # --- per-capability summaries ------------------------------------------------------------------
+    def put_capability_summary(self, run_id: str, capability: str, values: Mapping[str, Any]) -> CapabilitySummaryRow:
+        """Upsert by (run, capability); `values` holds the other columns of CapabilitySummary."""
+        row = {"run_id": run_id, "capability": capability, **values}
+        with self._write(run_id, no_capability(run_id, capability)) as session:
+            return to_row(CapabilitySummaryRow, self._upsert(session, CapabilitySummary, row, ("run_id", "capability")))
+
+    def capability_summaries(self, run_id: str) -> list[CapabilitySummaryRow]:
+        stmt = select(CapabilitySummary).where(CapabilitySummary.run_id == run_id).order_by(CapabilitySummary.id)
+        with self._read() as session:
+            self._require_run(session, run_id)
+            return [to_row(CapabilitySummaryRow, s) for s in session.scalars(stmt)]
