@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import typer
@@ -56,6 +57,7 @@ def _register_groups() -> None:
 
 
 _register_groups()
+app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze)  # a command, not a group: `analyze RUN`
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ LACKING with one line of evidence citing a message index.
 - Cache: store.label_calls keyed by (episode, pass, dictionary hash, prompt version);
   each call's record and its labels are written in one transaction as it finishes, so
   a re-run makes zero calls for what is stored and a killed pass resumes without duplicates.
-- Passes are independent samples: seed = f(cfg.seed, pass, episode), temperature from cfg.
+- Passes are independent samples: seed = f(cfg.seed, pass) (OpenAI `seed`), temperature from cfg.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from agents.analysis.compact import ByteEstimate, TokenCounter, compact_episode, system_prompt
 from agents.analysis.config import AnalysisConfig
 from agents.analysis.discovery import current_dictionary
-from agents.analysis.schemas import label_schema
+from agents.analysis.schemas import EPISODE_MESSAGES, label_schema
 from agents.analysis.split import analysis_episodes
 from agents.analysis.usage import UsageCounter, seeded
 from agents.errors import ModelEndpointError, StructuredOutputError
@@ -58,8 +58,9 @@ class LabelPassResult:
     seconds: float
 
 
-def label_seed(seed: int, pass_index: int, episode_id: int) -> int:
-    digest = hashlib.sha256(f"{seed}:{pass_index}:{episode_id}".encode()).digest()
+def label_seed(seed: int, pass_index: int) -> int:
+    """The sampling seed of a labeling pass (passes are independent samples)."""
+    digest = hashlib.sha256(f"label:{seed}:{pass_index}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
@@ -99,6 +100,9 @@ async def label_pass(
     first = await asyncio.to_thread(store.get_episode, episodes[0].id) if episodes else None
     system_text = fixed_part(capabilities, system_prompt(first) if first is not None else "")
     prefix_tokens = counter.count(system_text)
+    seed = label_seed(cfg.seed, pass_index)
+    model = seeded(chat_model, seed, cfg.temperature)  # one sample per pass: its own seed
+    schema = label_schema(names)
     sem = asyncio.Semaphore(cfg.concurrency)
     totals = {"labeled": 0, "failed": 0, "calls": 0, "prompt": 0, "completion": 0, "done": cached}
     if on_progress:
@@ -108,13 +112,12 @@ async def label_pass(
         async with sem:
             ep = await asyncio.to_thread(store.get_episode, episode_id)
             comp = compact_episode(ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars)
-            seed = label_seed(cfg.seed, pass_index, episode_id)
             usage = UsageCounter()
             messages = [SystemMessage(content=system_text), HumanMessage(content=comp.text)]
             status, boundary, error, labels = "ok", None, None, []
+            EPISODE_MESSAGES.set(comp.n_messages)  # this task's own context: concurrent calls do not see it
             try:
-                answer = await astructured_call(seeded(chat_model, seed, cfg.temperature), messages, label_schema(names, comp.n_messages),
-                                                prompt_name=prompt.name, config={"callbacks": [usage]})  # fmt: skip
+                answer = await astructured_call(model, messages, schema, prompt_name=prompt.name, config={"callbacks": [usage]})
                 by_name = {lab.capability: lab for lab in answer.labels}  # type: ignore[attr-defined]
                 labels = [(n, by_name[n].label, _evidence(by_name[n].evidence, by_name[n].message_index)) for n in names]
             except StructuredOutputError as e:

@@ -9,15 +9,35 @@ The JSON schema the model sees is the same for every call of a pass (prefix cach
 
 from __future__ import annotations
 
+import contextvars
+import copy
 import functools
 import hashlib
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+# Messages in the episode being labeled: set by the labeling call around its model call (a
+# contextvar, so concurrent calls on one event loop each see their own), read by the validator.
+EPISODE_MESSAGES: contextvars.ContextVar[int | None] = contextvars.ContextVar("episode_messages", default=None)
+
+
+class _CachedSchema(BaseModel):
+    """JSON schema generated once per class: langchain converts the schema on every structured
+    call, and pydantic regenerates it each time (~15 ms of CPU per labeling call)."""
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        key = (cls, repr(args), repr(sorted(kwargs.items())))
+        if key not in _SCHEMAS:
+            _SCHEMAS[key] = super().model_json_schema(*args, **kwargs)
+        return copy.deepcopy(_SCHEMAS[key])
+
+
+_SCHEMAS: dict[tuple[Any, str, str], dict[str, Any]] = {}
 
 
 class CapabilityDef(BaseModel):
@@ -28,7 +48,7 @@ class CapabilityDef(BaseModel):
     example_episode_ids: list[int] = Field(description="ids of shown episodes that illustrate it")
 
 
-class CapabilityDictionary(BaseModel):
+class CapabilityDictionary(_CachedSchema):
     """Discovery's answer: the candidate capabilities."""
 
     model_config = ConfigDict(extra="forbid")
@@ -45,7 +65,7 @@ class CapabilityLabel(BaseModel):
     message_index: int | None = Field(description="index of the cited message; null only for NA")
 
 
-class EpisodeLabels(BaseModel):
+class EpisodeLabels(_CachedSchema):
     """Labeling's answer for one episode: every capability exactly once."""
 
     model_config = ConfigDict(extra="forbid")
@@ -81,7 +101,8 @@ def dictionary_problems(answer: CapabilityDictionary, sample_ids: frozenset[int]
     return problems
 
 
-def label_problems(answer: EpisodeLabels, names: tuple[str, ...], n_messages: int) -> list[str]:
+def label_problems(answer: EpisodeLabels, names: tuple[str, ...], n_messages: int | None) -> list[str]:
+    """What is wrong with a labeling answer (empty: valid); n_messages None skips the index range check."""
     problems = []
     given = [lab.capability for lab in answer.labels]
     unknown = sorted(set(given) - set(names))
@@ -97,7 +118,7 @@ def label_problems(answer: EpisodeLabels, names: tuple[str, ...], n_messages: in
         idx = lab.message_index
         if lab.label != "NA" and idx is None:
             problems.append(f"{lab.capability}: {lab.label} needs a message_index")
-        if idx is not None and not 0 <= idx < n_messages:
+        if idx is not None and n_messages is not None and not 0 <= idx < n_messages:
             problems.append(f"{lab.capability}: message_index {idx} out of range 0..{n_messages - 1}")
     return problems
 
@@ -116,12 +137,15 @@ def discovery_schema(sample_ids: frozenset[int], lo: int, hi: int) -> type[Capab
     return CapabilityDictionaryChecked
 
 
-@functools.lru_cache(maxsize=4096)
-def label_schema(names: tuple[str, ...], n_messages: int) -> type[EpisodeLabels]:
+@functools.lru_cache(maxsize=256)
+def label_schema(names: tuple[str, ...]) -> type[EpisodeLabels]:
+    """One class per dictionary (same JSON schema for every call of a pass); the episode's
+    message count comes from EPISODE_MESSAGES."""
+
     class EpisodeLabelsChecked(EpisodeLabels):
         @model_validator(mode="after")
         def _semantic(self) -> "EpisodeLabelsChecked":
-            problems = label_problems(self, names, n_messages)
+            problems = label_problems(self, names, EPISODE_MESSAGES.get())
             if problems:
                 raise ValueError("; ".join(problems))
             return self

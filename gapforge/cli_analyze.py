@@ -1,0 +1,148 @@
+"""`gapforge analyze RUN`: contrastive capability analysis of a run's episodes (renders
+agents.analysis services; never computes anything itself).
+
+    gapforge analyze RUN [--passes R] [--set analysis.delta=0.3] [--plot FILE] [--retry-failed]
+    gapforge analyze RUN --show CAPABILITY
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gapforge.cli_common import ConfigOpt, SetOpt, console, fail, get_config, handle_errors
+from gapforge.config import GapforgeConfig
+
+def _fmt(x: float | None, ci: tuple[float | None, float | None] | None = None) -> str:
+    if x is None:
+        return "undefined"
+    text = f"{x:+.2f}" if ci is not None and ci != (None, None) and x < 0 else f"{x:.2f}"
+    if ci is not None and ci[0] is not None and ci[1] is not None:
+        text += f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return text
+
+
+def analyst_model(cfg: GapforgeConfig, env: str) -> Any:
+    """The analyst chat model: the recorded one for the env when llm.kind=scripted without a file."""
+    if cfg.llm.kind == "scripted" and not cfg.llm.scripted_path:
+        from agents.analysis.recorded import recorded_analyst
+
+        return recorded_analyst(env)
+    from agents.llm import chat_model_from_config
+
+    return chat_model_from_config(cfg.llm)
+
+
+def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> Path:
+    """PNG: gap vs coverage per capability with bootstrap intervals and the δ / ρ thresholds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    for r in rows:
+        if r.gap is None or r.coverage is None:
+            continue
+        xerr = [[r.coverage - r.coverage_low], [r.coverage_high - r.coverage]] if r.coverage_low is not None else None
+        yerr = [[r.gap - r.gap_low], [r.gap_high - r.gap]] if r.gap_low is not None else None
+        color = "tab:green" if r.retained else "tab:gray"
+        ax.errorbar(r.coverage, r.gap, xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3)
+        ax.annotate(f"{r.capability} ({r.kept_passes}/{r.passes})", (r.coverage, r.gap), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    ax.axhline(delta, color="tab:red", linestyle="--", linewidth=1, label=f"δ = {delta:.2f}")
+    ax.axvline(rho, color="tab:blue", linestyle="--", linewidth=1, label=f"ρ = {rho:.2f}")
+    ax.set_xlabel("coverage (LACKING failures / failures)")
+    ax.set_ylabel("gap Δ = ER- − ER+")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_title("capabilities: gap vs coverage (green = retained; bars = 95% bootstrap CI)")
+    ax.legend(loc="lower right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _show(store: Any, run: str, capability: str) -> None:
+    from agents.analysis.service import lacking_episodes
+
+    rows = lacking_episodes(store, run, capability)
+    table = Table(title=f"{capability}: LACKING episodes of run {run}")
+    for col in ("episode", "task", "outcome", "passes", "evidence"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r.episode_id), r.task_id, "success" if r.success else "failure", ",".join(map(str, r.passes)), r.evidence)
+    console.print(table)
+    console.print(f"{len(rows)} episode(s); see one with `gapforge rollouts show {run} --episode ID`")
+
+
+def _table(report: Any) -> Table:
+    sel = report.selection
+    table = Table(title=f"capabilities of run {sel.run_id} ({sel.episodes} analysis episodes, R={sel.passes}, K={sel.required_passes})")
+    for col in ("capability", "ER+", "ER-", "Δ [95% CI]", "coverage [95% CI]", "kept k/R", "κ", "verdict"):
+        table.add_column(col)
+    for s in sel.statistics:
+        table.add_row(
+            s.capability, _fmt(s.er_plus), _fmt(s.er_minus), _fmt(s.gap, s.gap_ci or (None, None)),
+            _fmt(s.coverage, s.coverage_ci or (None, None)), f"{s.kept_passes}/{sel.passes}",
+            "-" if s.kappa is None else f"{s.kappa:.2f}", ("[green]" if s.retained else "") + s.verdict,
+        )  # fmt: skip
+    return table
+
+
+@handle_errors
+def analyze(
+    run: str = typer.Argument(..., help="run id (see `gapforge rollouts show`)"),
+    passes: int | None = typer.Option(None, "--passes", min=1, help="labeling passes R (default: analysis.passes)"),
+    show: str | None = typer.Option(None, "--show", help="list a capability's LACKING episodes with evidence"),
+    plot: Path | None = typer.Option(None, "--plot", help="PNG path (default: WORKSPACE/reports/RUN/analysis.png)"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="re-ask episodes whose labeling failed before"),
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """Discover the capabilities a run's agent lacks, label every episode R times, keep the stable gaps."""
+    from agents.analysis.compact import make_token_counter
+    from agents.analysis.errors import AnalysisError
+    from agents.analysis.service import analyze_run
+    from gapforge.wiring import open_store
+
+    cfg = get_config(config, set_)
+    if passes is not None:
+        cfg.analysis.passes = passes
+    try:
+        with open_store(cfg) as store:
+            if show:
+                _show(store, run, show)
+                return
+            envs = sorted({e.env for e in store.episodes(run)})
+            if not envs:
+                fail(f"run {run!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run})")
+            policy_tok = cfg.policy.local_path if cfg.policy.kind == "local" else None
+            counter = make_token_counter(cfg.analysis.tokenizer, policy_tok)
+            model = analyst_model(cfg, envs[0])
+            with Progress(TextColumn("labeling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+                task = bar.add_task("labeling", total=None)
+                report = asyncio.run(analyze_run(store, model, run, cfg=cfg.analysis, counter=counter, retry_failed=retry_failed,
+                                                 on_progress=lambda done, total: bar.update(task, completed=done, total=total)))  # fmt: skip
+            rows = store.capability_summaries(run)
+    except AnalysisError as e:
+        fail(str(e))
+    console.print(_table(report))
+    kept = ", ".join(report.selection.retained) or "none"
+    console.print(f"retained: {kept}")
+    failures = sum(report.selection.labeling_failures.values())
+    if failures:
+        console.print(f"[yellow]labeling failures: {failures} (episode x pass), left out of the rates; re-ask with --retry-failed")
+    path = plot or cfg.workspace / "reports" / run / "analysis.png"
+    console.print(f"plot: {plot_gap_coverage(rows, cfg.analysis.delta, cfg.analysis.rho, path)}")
+    console.print(
+        f"cost: {report.calls_made} calls made, {report.calls_cached} cached; {report.prompt_tokens} prompt + "
+        f"{report.completion_tokens} completion tokens (tokens: {counter.name}); split: {len(report.split.analysis)} analysis / "
+        f"{len(report.split.heldout)} held-out tasks",
+        highlight=False,
+    )
