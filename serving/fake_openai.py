@@ -2,6 +2,7 @@
 tests and benchmarks of the real client code paths (no LLM API is reachable here).
 
     with FakeOpenAIServer(responder, latency_s=0.1, fail_first=2) as srv:
+    with FakeOpenAIServer(responder, fail_rate=0.2, seed=0) as srv:  # ~20% HTTP 500s, seeded
         ChatOpenAI(base_url=srv.base_url, ...)
 
 `responder(request_json) -> assistant message dict` decides each answer (OpenAI
@@ -12,6 +13,7 @@ Binds 127.0.0.1 on a free port; stops with the context manager.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,8 +40,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAIServer:
-    def __init__(self, responder: Responder, *, latency_s: float = 0.0, fail_first: int = 0, fail_status: int = 500) -> None:
+    def __init__(
+        self, responder: Responder, *, latency_s: float = 0.0, fail_first: int = 0, fail_status: int = 500,
+        fail_rate: float = 0.0, seed: int = 0,
+    ) -> None:  # fmt: skip
         self.responder = responder
+        self.fail_rate = fail_rate  # share of requests (after fail_first) answered with fail_status, drawn from `seed`
+        self._rng = random.Random(seed)
         self.latency_s = latency_s
         self.fail_first = fail_first
         self.fail_status = fail_status
@@ -63,9 +70,10 @@ class FakeOpenAIServer:
         with self._lock:
             self.requests.append(body)
             n = len(self.requests)
+            injected = n <= self.fail_first or (self.fail_rate > 0 and self._rng.random() < self.fail_rate)
         if self.latency_s:
             time.sleep(self.latency_s)
-        if n <= self.fail_first:
+        if injected:
             return self.fail_status, {"error": {"message": f"injected failure {n}", "type": "server_error"}}
         message = self.responder(body)
         finish = "tool_calls" if message.get("tool_calls") else "stop"

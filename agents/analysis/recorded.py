@@ -110,9 +110,14 @@ def load_recording(env: str) -> list[dict[str, str]]:
     return list(yaml.safe_load(path.read_text())["capabilities"])
 
 
+def _episodes_text(messages: list[BaseMessage]) -> str:
+    """The prompt message that shows the episode(s) (on a re-ask the last message is the error)."""
+    return next((str(m.content) for m in reversed(messages) if "### episode" in str(m.content)), "")
+
+
 def _label_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], list[dict[str, Any]]], dict[str, Any]]:
     def rule(messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        t = Trajectory(str(messages[-1].content))
+        t = Trajectory(_episodes_text(messages))
         labels = []
         for c in caps:
             label, evidence, idx = RULES[c["rule"]](t)
@@ -124,7 +129,7 @@ def _label_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], list
 
 def _discover_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], list[dict[str, Any]]], dict[str, Any]]:
     def rule(messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
-        blocks = re.split(r"^### episode (\d+)$", str(messages[-1].content), flags=re.M)
+        blocks = re.split(r"^### episode (\d+)$", _episodes_text(messages), flags=re.M)
         episodes = [(int(blocks[i]), Trajectory(blocks[i + 1])) for i in range(1, len(blocks) - 1, 2)]
         out = []
         for c in caps:
