@@ -1,0 +1,140 @@
+"""Labeling runs: the planted deficit is found, a re-run makes 0 calls, a killed pass resumes
+without duplicates, a faulty endpoint (500s + malformed answers) still completes with every
+failure recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agents.analysis.config import AnalysisConfig
+from agents.analysis.labeling import label_pass
+from agents.analysis.recorded import recorded_analyst
+from agents.analysis.service import analyze_run
+from agents.llm import make_chat_model
+from gapforge.config import EndpointConfig
+from serving.fake_openai import FakeOpenAIServer
+
+RUN = "r-analysis"  # the run tests/analysis/conftest.py collects
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_planted_deficit_is_retained_decoy_rejected_and_rerun_makes_no_call(planted_store, analysis_cfg) -> None:
+    store = planted_store
+    model = recorded_analyst("shop")
+    report = asyncio.run(analyze_run(store, model, RUN, cfg=analysis_cfg))
+    stats = {s.capability: s for s in report.selection.statistics}
+    assert report.selection.retained == ("precondition_verification",)
+    assert stats["user_confirmation"].verdict != "retained"  # the decoy
+    assert stats["precondition_verification"].gap >= 0.2 and stats["precondition_verification"].coverage >= 0.1
+    n = report.selection.episodes
+    assert sum(p.calls for p in report.passes) == n * analysis_cfg.passes  # exactly one call per (episode, pass)
+    used = model.used("analyst_label") + model.used("analyst_discover")
+    # the held-out split is never labeled
+    split = store.get_split(RUN)
+    labeled = {store.get_episode(c.episode_id).task_id for c in store.label_calls(RUN)}
+    assert labeled <= set(split.analysis_tasks) and not labeled & set(split.heldout_tasks)
+
+    again = asyncio.run(analyze_run(store, model, RUN, cfg=analysis_cfg))
+    assert again.calls_made == 0 and again.calls_cached == 1 + n * analysis_cfg.passes
+    assert model.used("analyst_label") + model.used("analyst_discover") == used
+    assert again.selection.retained == report.selection.retained
+    # other thresholds: recomputed from the same labels, still no call
+    strict = asyncio.run(analyze_run(store, model, RUN, cfg=analysis_cfg.model_copy(update={"delta": 0.99})))
+    assert strict.calls_made == 0 and strict.selection.retained == ()
+    assert store.get_capability(RUN, "precondition_verification").retained is False
+
+
+KILL_SCRIPT = """
+import asyncio, sys, time
+from agents.analysis.config import AnalysisConfig
+from agents.analysis.discovery import discover
+from agents.analysis.labeling import label_pass
+from agents.analysis.recorded import recorded_analyst
+from store import Store
+store = Store(sys.argv[1])
+model = recorded_analyst("shop")
+rule = model._script["analyst_label"][1]
+def slow(messages, tools):
+    time.sleep(0.1)
+    return rule(messages, tools)
+model._script["analyst_label"] = ("rule", slow)
+cfg = AnalysisConfig(passes=1, concurrency=2)
+discover(store, model, sys.argv[2], cfg=cfg)
+print("labeling", flush=True)
+asyncio.run(label_pass(store, model, sys.argv[2], 0, cfg=cfg))
+"""
+
+
+def test_killed_labeling_resumes_without_duplicates(planted_store) -> None:
+    store = planted_store
+    url = str(store.engine.url)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, url, RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(store.label_calls(RUN)) < 4:
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=10)
+    done_before = len(store.label_calls(RUN))
+    assert proc.returncode == -signal.SIGKILL and done_before >= 4, proc.stderr.read().decode()[-500:]
+    cfg = AnalysisConfig(passes=1, concurrency=4)
+    result = asyncio.run(label_pass(store, recorded_analyst("shop"), RUN, 0, cfg=cfg))
+    assert result.cached >= done_before and result.cached + result.labeled == result.episodes
+    calls = store.label_calls(RUN)
+    labels = store.labels(RUN)
+    n_caps = len(store.capabilities(RUN))
+    assert len(calls) == result.episodes == len({c.episode_id for c in calls})
+    assert len(labels) == result.episodes * n_caps
+    assert len({(lab.episode_id, lab.capability, lab.pass_index) for lab in labels}) == len(labels)
+
+
+def _labels_for(body: dict) -> dict:
+    names = ["precondition_verification", "user_confirmation", "identity_verification", "tool_argument_precision"]
+    return {"labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]}
+
+
+def test_faulty_endpoint_completes_and_records_every_failure(planted_store) -> None:
+    store = planted_store
+    cfg = AnalysisConfig(passes=1, concurrency=8)
+    rng = random.Random(7)
+    malformed = []
+
+    def responder(body: dict) -> dict:
+        if rng.random() < 0.10:
+            malformed.append(1)
+            return {"role": "assistant", "content": '{"labels": [ {"capability": "precondition_verification"'}
+        text = json.dumps(_labels_for(body))
+        if body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            return {"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": text}}]}
+        return {"role": "assistant", "content": text}
+
+    discover_model = recorded_analyst("shop")
+    from agents.analysis.discovery import discover
+
+    discover(store, discover_model, RUN, cfg=cfg)
+    with FakeOpenAIServer(responder, fail_rate=0.2, seed=3) as srv:
+        model = make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=2), retry_backoff_s=0.0)
+        result = asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
+        requests = srv.request_count
+    calls = store.label_calls(RUN)
+    assert len(calls) == result.episodes and result.labeled + result.failed == result.episodes
+    assert requests > result.episodes and malformed  # faults were injected and survived
+    failed = [c for c in calls if c.status == "failed"]
+    assert len(failed) == result.failed
+    assert all(c.error and c.boundary in ("endpoint", "model_output") for c in failed)
+    ok = {c.episode_id for c in calls if c.status == "ok"}
+    assert {lab.episode_id for lab in store.labels(RUN)} == ok
+    assert len(store.labels(RUN)) == 4 * len(ok)
