@@ -34,6 +34,18 @@ def tool_call_message(name: str, arguments: dict[str, Any], call_id: str = "call
     }
 
 
+def structured_reply(obj: dict[str, Any]) -> Responder:
+    """Answer a structured-output request with `obj`: as the call of the bound tool (function
+    calling) or as JSON content (response_format / json mode)."""
+
+    def respond(req: dict[str, Any]) -> dict[str, Any]:
+        if req.get("tools"):
+            return tool_call_message(req["tools"][0]["function"]["name"], obj)
+        return {"role": "assistant", "content": json.dumps(obj)}
+
+    return respond
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # many concurrent clients in benchmarks
@@ -146,8 +158,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tool", help="answer every request with a call of this tool")
     ap.add_argument("--args", default="{}", help="JSON arguments of that tool call")
     ap.add_argument("--text", default="ok", help="answer text when no --tool")
+    ap.add_argument("--structured", help="answer structured-output requests with this JSON object")
     ns = ap.parse_args(argv)
     responder = (lambda _r: tool_call_message(ns.tool, json.loads(ns.args))) if ns.tool else text_reply(ns.text)
+    if ns.structured:
+        responder = structured_reply(json.loads(ns.structured))
     with FakeOpenAIServer(responder, latency_s=ns.latency) as srv:
         print(srv.base_url, flush=True)
         try:

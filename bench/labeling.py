@@ -1,0 +1,90 @@
+"""Labeling throughput vs concurrency, calls per (episode, pass), and the shared-prefix share.
+
+A fake OpenAI-compatible server (its own process, fixed latency) answers every labeling
+request with a valid EpisodeLabels object; the real labeling pass (ChatOpenAI client with
+retries, structured output + validation, compaction, SQLite cache writes) labels the
+analysis split of a planted-deficit shop run at several concurrency levels, each level a
+fresh pass (no cache hits). The latency-bound ideal is concurrency / latency calls per
+second; prints calls/s and the ratio to it (target >= 0.8 at 32), calls per episode per
+pass (target exactly 1; the paper makes one per episode x capability), and the share of a
+labeling prompt's tokens in the fixed prefix (instructions + dictionary + policy) that
+server-side prefix caching can reuse.
+
+    python bench/labeling.py [--latency 0.5] [--levels 4,16,32,64] [--samples 8] [--tokenizer PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from statistics import mean
+
+from agents.analysis.compact import compact_episode, make_token_counter
+from agents.analysis.config import AnalysisConfig
+from agents.analysis.discovery import discover
+from agents.analysis.labeling import label_pass
+from agents.analysis.recorded import load_recording, recorded_analyst
+from agents.analysis.split import analysis_episodes
+from agents.llm import make_chat_model
+from agents.planted_policy import collect_planted
+from gapforge.config import EndpointConfig
+from store import Store
+
+
+@contextmanager
+def fake_server(latency: float, answer: dict):
+    cmd = [sys.executable, "-m", "serving.fake_openai", "--latency", str(latency), "--structured", json.dumps(answer)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency", type=float, default=0.5, help="seconds per request at the fake server")
+    ap.add_argument("--levels", default="4,16,32,64")
+    ap.add_argument("--samples", type=int, default=8, help="episodes per shop task")
+    ap.add_argument("--tokenizer", default="auto", help="token counter (analysis.tokenizer): auto | PATH | tiktoken:ENC")
+    ns = ap.parse_args()
+    counter = make_token_counter(ns.tokenizer)
+    names = [c["name"] for c in load_recording("shop")]
+    answer = {"labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]}
+    with tempfile.TemporaryDirectory() as tmp, Store(f"sqlite:///{tmp}/bench.db") as store:
+        run = store.create_run("bench", {})
+        collect_planted(store, run, samples=ns.samples)
+        cfg = AnalysisConfig(passes=1)
+        discover(store, recorded_analyst("shop"), run, cfg=cfg, counter=counter)
+        episodes = analysis_episodes(store, run, fraction=cfg.split_fraction, seed=cfg.seed)
+        sizes = [compact_episode(store.get_episode(e.id), counter, budget_tokens=cfg.episode_budget_tokens).tokens for e in episodes]
+        print(f"{len(episodes)} analysis episodes, {len(names)} capabilities, latency {ns.latency}s, tokens: {counter.name}")
+        print(f"{'concurrency':>11} {'calls/s':>8} {'ideal':>7} {'ratio':>6} {'calls/ep/pass':>13} {'cpu s/call':>10}")
+        with fake_server(ns.latency, answer) as url:
+            for p, level in enumerate(int(x) for x in ns.levels.split(",")):
+                # a model per event loop: its pooled async connections die with the loop that opened them
+                model = make_chat_model(EndpointConfig(base_url=url, model="fake", max_retries=0))
+                lcfg = AnalysisConfig(passes=p + 1, concurrency=level)
+                t0, cpu0 = time.perf_counter(), time.process_time()
+                r = asyncio.run(label_pass(store, model, run, p, cfg=lcfg, counter=counter))
+                wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                assert r.failed == 0 and r.cached == 0, r
+                rate = r.calls / wall
+                ideal = min(level, r.episodes) / ns.latency
+                print(f"{level:>11} {rate:>8.1f} {ideal:>7.1f} {rate / ideal:>6.2f} {r.calls / r.episodes:>13.2f} {cpu / r.calls:>10.4f}")
+                prefix = r.prefix_tokens
+        share = mean(prefix / (prefix + s) for s in sizes)
+        print(f"prompt tokens: shared prefix {prefix}, episode mean {mean(sizes):.0f} (max {max(sizes)}); "
+              f"prefix share of a labeling prompt: {share:.2f}")
+        print(f"paper layout (one call per episode x capability): {len(names)} calls per episode per pass")
+
+
+if __name__ == "__main__":
+    main()
