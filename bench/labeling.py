@@ -5,12 +5,12 @@ request with a valid EpisodeLabels object; the real labeling pass (ChatOpenAI cl
 retries, structured output + validation, compaction, SQLite cache writes) labels the
 analysis split of a planted-deficit shop run at several concurrency levels, each level a
 fresh pass (no cache hits). The latency-bound ideal is concurrency / latency calls per
-second; prints calls/s and the ratio to it (target >= 0.8 at 32), calls per episode per
+second over ceil(n / concurrency) waves; prints calls/s and the ratio to it (target >= 0.8 at 32), calls per episode per
 pass (target exactly 1; the paper makes one per episode x capability), and the share of a
 labeling prompt's tokens in the fixed prefix (instructions + dictionary + policy) that
 server-side prefix caching can reuse.
 
-    python bench/labeling.py [--latency 0.5] [--levels 4,16,32,64] [--samples 8] [--tokenizer PATH]
+    python bench/labeling.py [--latency 2.0] [--levels 8,32,64] [--samples 4] [--tokenizer PATH]
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def fake_server(latency: float, answer: dict):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--latency", type=float, default=0.5, help="seconds per request at the fake server")
-    ap.add_argument("--levels", default="4,16,32,64")
-    ap.add_argument("--samples", type=int, default=8, help="episodes per shop task")
+    ap.add_argument("--latency", type=float, default=2.0, help="seconds per request at the fake server (a ~300-token structured answer from a hosted LLM: 2-5 s)")
+    ap.add_argument("--levels", default="8,32,64")
+    ap.add_argument("--samples", type=int, default=4, help="episodes per shop task")
     ap.add_argument("--tokenizer", default="auto", help="token counter (analysis.tokenizer): auto | PATH | tiktoken:ENC")
     ns = ap.parse_args()
     counter = make_token_counter(ns.tokenizer)
@@ -77,7 +77,7 @@ def main() -> None:
                 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
                 assert r.failed == 0 and r.cached == 0, r
                 rate = r.calls / wall
-                ideal = min(level, r.episodes) / ns.latency
+                ideal = r.episodes / (-(-r.episodes // level) * ns.latency)  # latency-bound: ceil(n / c) waves
                 print(f"{level:>11} {rate:>8.1f} {ideal:>7.1f} {rate / ideal:>6.2f} {r.calls / r.episodes:>13.2f} {cpu / r.calls:>10.4f}")
                 prefix = r.prefix_tokens
         share = mean(prefix / (prefix + s) for s in sizes)

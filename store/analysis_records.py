@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 
 from store.engine import StoreBase, no_capability
 from store.errors import StoreError
-from store.models import AnalysisSplit, CapabilitySummary, Discovery, Label, LabelCall
+from store.models import AnalysisSplit, CapabilitySummary, Discovery, Label, LabelCall, utcnow
 from store.rows import LABEL_VALUES, to_row
 
 
@@ -132,9 +132,13 @@ class AnalysisRecordQueries(StoreBase):
         with self._write(run_id, missing) as session:
             self._upsert(session, LabelCall, values, ("episode_id", "pass_index", "dictionary_hash", "prompt_version"))
             session.execute(delete(Label).where(Label.run_id == run_id, Label.episode_id == episode_id, Label.pass_index == pass_index))
-            for capability, value, evidence in labels:
-                session.add(Label(run_id=run_id, episode_id=int(episode_id), capability=capability, pass_index=int(pass_index),
-                                  value=value, evidence=evidence))  # fmt: skip
+            if labels:
+                now = utcnow()
+                session.execute(insert(Label), [
+                    {"run_id": run_id, "episode_id": int(episode_id), "capability": c, "pass_index": int(pass_index),
+                     "value": v, "evidence": e, "created_at": now, "updated_at": now}
+                    for c, v, e in labels
+                ])  # fmt: skip
 
     def label_call_status(self, run_id: str, pass_index: int, dictionary_hash: str, prompt_version: str) -> dict[int, str]:
         """episode id -> "ok" | "failed" for the calls already made under this cache key."""
