@@ -46,6 +46,7 @@ def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    placed: dict[tuple[float, float], int] = {}  # capabilities at the same point get stacked labels
     for r in rows:
         if r.gap is None or r.coverage is None:
             continue
@@ -53,7 +54,10 @@ def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> 
         yerr = [[r.gap - r.gap_low], [r.gap_high - r.gap]] if r.gap_low is not None else None
         color = "tab:green" if r.retained else "tab:gray"
         ax.errorbar(r.coverage, r.gap, xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3)
-        ax.annotate(f"{r.capability} ({r.kept_passes}/{r.passes})", (r.coverage, r.gap), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        spot = (round(r.coverage, 3), round(r.gap, 3))
+        placed[spot] = placed.get(spot, -1) + 1
+        ax.annotate(f"{r.capability} ({r.kept_passes}/{r.passes})", (r.coverage, r.gap), textcoords="offset points",
+                    xytext=(6, 6 + 11 * placed[spot]), fontsize=8)  # fmt: skip
     ax.axhline(delta, color="tab:red", linestyle="--", linewidth=1, label=f"δ = {delta:.2f}")
     ax.axvline(rho, color="tab:blue", linestyle="--", linewidth=1, label=f"ρ = {rho:.2f}")
     ax.set_xlabel("coverage (LACKING failures / failures)")

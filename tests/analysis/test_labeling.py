@@ -138,3 +138,23 @@ def test_faulty_endpoint_completes_and_records_every_failure(planted_store) -> N
     ok = {c.episode_id for c in calls if c.status == "ok"}
     assert {lab.episode_id for lab in store.labels(RUN)} == ok
     assert len(store.labels(RUN)) == 4 * len(ok)
+
+
+def test_label_cache_on_postgres(postgres_url: str) -> None:
+    """The labeling cache and its one-transaction writes on PostgreSQL (CI runs it)."""
+    import secrets
+
+    from agents.analysis.discovery import discover
+    from agents.planted_policy import collect_planted
+    from store import Store
+
+    with Store(postgres_url) as store:
+        run = store.create_run("trace", {}, f"an-{secrets.token_hex(4)}")
+        collect_planted(store, run, task_ids=["shop-refusal-001", "shop-refusal-002", "shop-write-001", "shop-lookup-001"], samples=1)
+        cfg = AnalysisConfig(passes=1, split_fraction=1.0, min_capabilities=4)
+        model = recorded_analyst("shop")
+        discover(store, model, run, cfg=cfg)
+        first = asyncio.run(label_pass(store, model, run, 0, cfg=cfg))
+        again = asyncio.run(label_pass(store, model, run, 0, cfg=cfg))
+        assert first.labeled == first.episodes == 4 and (again.calls, again.cached) == (0, 4)
+        assert len(store.labels(run)) == 4 * 4
