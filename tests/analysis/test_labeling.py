@@ -129,6 +129,11 @@ def test_faulty_endpoint_completes_and_records_every_failure(planted_store) -> N
         model = make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=2), retry_backoff_s=0.0)
         result = asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
         requests = srv.request_count
+        sent = srv.requests[0]
+    from agents.analysis.labeling import label_seed
+
+    assert sent["seed"] == label_seed(cfg.seed, 0) and sent["temperature"] == cfg.temperature  # the pass's own sample
+    assert sent["messages"][0]["role"] == "system" and sent["messages"][-1]["content"].startswith("### episode")
     calls = store.label_calls(RUN)
     assert len(calls) == result.episodes and result.labeled + result.failed == result.episodes
     assert requests > result.episodes and malformed  # faults were injected and survived
