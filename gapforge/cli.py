@@ -46,6 +46,8 @@ def _register_groups() -> None:
         ("gapforge.cli_rollouts", "rollouts"),
         ("gapforge.cli_env", "env"),
         ("gapforge.cli_sandbox", "sandbox"),
+        ("gapforge.cli_serve", ""),  # top-level commands: module.register(app)
+        ("gapforge.cli_report", ""),
     ):
         try:
             module = importlib.import_module(module_name)
@@ -53,6 +55,9 @@ def _register_groups() -> None:
             if e.name == module_name:
                 continue
             raise
+        if not group:
+            module.register(app)
+            continue
         app.add_typer(module.app, name=group)
 
 

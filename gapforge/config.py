@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from agents.analysis.config import AnalysisConfig
+from agents.router import RoutingConfig  # the router's own section (agents/router.py)
 
 
 class ConfigError(Exception):
@@ -108,10 +109,6 @@ class TrainingConfig(_Section):
     heldout_seeds: int = Field(16, ge=1, description="synthetic seeds for checkpoint selection")
     max_completion_length: int = Field(512, ge=8)
     seed: int = 0
-
-
-class RoutingConfig(_Section):
-    enabled: bool = True
 
 
 class GapforgeConfig(_Section):

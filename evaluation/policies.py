@@ -1,0 +1,46 @@
+"""The policies an evaluation compares, built over one shared backend so the base
+weights are loaded once: base, TRACE (routed), each single adapter, the
+capability-descriptions-in-the-system-prompt baseline, and GRPO directly on the
+target (an adapter trained by training/ on the target env with the same rollout
+budget as all capability adapters together; loaded by path like any adapter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from agents.routed_policy import HintedPolicy, RoutedPolicy
+from agents.router import Router
+from envs.protocol import PolicyModel
+
+GRPO_TARGET = "baseline_grpo_target"
+
+
+class AdapterBackend(Protocol):
+    @property
+    def adapters(self) -> list[str]: ...
+
+    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> PolicyModel: ...
+
+
+def standard_policies(
+    backend: AdapterBackend,
+    router: Router,
+    capabilities: Sequence[dict[str, str]],
+    *,
+    temperature: float = 1.0,
+    capability_adapters: Sequence[str] | None = None,
+    grpo_target_adapter: str | None = None,
+) -> dict[str, Any]:
+    """{evaluation name: PolicyModel}. `grpo_target_adapter`: the backend's name for the GRPO-on-target
+    baseline adapter (None: that baseline is left out and the report says so)."""
+    adapters = [a for a in (capability_adapters or backend.adapters) if a != grpo_target_adapter]
+    base = backend.policy(None, temperature=temperature, name="base")
+    per_adapter = {a: backend.policy(a, temperature=temperature, name=f"adapter:{a}") for a in adapters}
+    policies: dict[str, Any] = {"base": base, "trace_routed": RoutedPolicy(router, base, per_adapter)}
+    policies.update({f"adapter:{a}": p for a, p in per_adapter.items()})
+    policies["baseline_hints"] = HintedPolicy(base, list(capabilities))
+    if grpo_target_adapter is not None:
+        policies[GRPO_TARGET] = backend.policy(grpo_target_adapter, temperature=temperature, name=GRPO_TARGET)
+    return policies

@@ -1,0 +1,126 @@
+"""Stage services for the graph's build_router / evaluate / report nodes and the
+CLI (plain functions: no printing, typed results).
+
+    artifacts = run_artifacts(store, run_id)                       # capabilities + trained adapters + examples
+    backend   = load_backend(base_model_path, artifacts, extra_adapters={...})
+    router    = build_router(artifacts, backend=backend, routing=cfg)          # transformers, shared base weights
+    router    = build_router(artifacts, routing=cfg, tokenizer_path=base)      # routing.backend = "vllm"
+    result    = await evaluate_run(store, run_id, backend=backend, router=router, artifacts=artifacts, ...)
+    report    = write_report(store, run_id, out_dir)                # evaluation.report
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.router import RouteOption, Router, RouterError, RoutingConfig, compact_trajectory
+from agents.router_backends import CompletionsScorer, TransformersScorer
+from envs.protocol import TargetEnvironment
+from evaluation.policies import GRPO_TARGET, standard_policies
+from evaluation.report import ReportResult, write_report
+from evaluation.run import EvalPlan, EvaluationResult, evaluate
+
+__all__ = ["RunArtifacts", "run_artifacts", "load_backend", "build_router", "evaluate_run", "write_report", "ReportResult"]
+
+
+@dataclass(frozen=True)
+class RunArtifacts:
+    run_id: str
+    capabilities: list[dict[str, str]]  # [{name, definition, example, adapter}] in router-label order
+    adapter_paths: dict[str, Path] = field(default_factory=dict)  # adapter name -> PEFT dir
+
+
+def _example(store: Any, run_id: str, capability: str, max_chars: int) -> str:
+    """A successful trajectory of the capability's synthetic env: the best stored episode whose env names the capability."""
+    good = [e for e in store.episodes(run_id, success=True) if capability in e.env]
+    if not good:
+        return ""
+    best = max(good, key=lambda e: (e.reward, -e.id))
+    return compact_trajectory(best.messages, max_chars)
+
+
+def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200) -> RunArtifacts:
+    """Retained capabilities that have a trained adapter on disk (adapter_config.json present), in stored order."""
+    caps = store.capabilities(run_id, retained=True) or store.capabilities(run_id)
+    by_cap = {a.capability: a for a in store.adapters(run_id) if a.capability and (Path(a.path) / "adapter_config.json").is_file()}
+    out, paths = [], {}
+    for c in caps:
+        adapter = by_cap.get(c.name)
+        if adapter is None:
+            continue
+        paths[adapter.name] = Path(adapter.path)
+        out.append({"name": c.name, "definition": c.definition, "example": _example(store, run_id, c.name, max_example_chars), "adapter": adapter.name})
+    return RunArtifacts(run_id, out, paths)
+
+
+def load_backend(base_model_path: str | Path, artifacts: RunArtifacts, *, extra_adapters: Mapping[str, str | Path] | None = None, max_new_tokens: int = 512, seed: int = 0):
+    """One MultiAdapterModel: the base weights once, every capability adapter (+ e.g. the GRPO-on-target baseline)."""
+    from serving.multi_adapter import MultiAdapterModel
+
+    adapters: dict[str, str | Path] = dict(artifacts.adapter_paths)
+    adapters.update(extra_adapters or {})
+    return MultiAdapterModel(base_model_path, adapters, max_new_tokens=max_new_tokens, seed=seed)
+
+
+def build_router(
+    artifacts: RunArtifacts,
+    *,
+    routing: RoutingConfig,
+    backend: Any = None,
+    tokenizer_path: str | Path | None = None,
+    api_key: str | None = None,
+) -> Router:
+    """The router over the run's capabilities. routing.backend = transformers: the backend's own base weights
+    (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer."""
+    options = [RouteOption(routing.labels[i], c["name"], c["definition"], c["example"], c["adapter"]) for i, c in enumerate(artifacts.capabilities)]
+    if len(options) + 1 > len(routing.labels):
+        raise RouterError(f"{len(options)} capabilities need {len(options) + 1} labels: add labels to routing.labels")
+    if routing.backend == "vllm":
+        if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
+            raise RouterError("routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer")
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
+        scorer: Any = CompletionsScorer(routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s)
+    elif backend is not None:
+        scorer = TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context)
+    elif tokenizer_path is not None:
+        scorer = TransformersScorer.from_pretrained(tokenizer_path)
+    else:
+        raise RouterError("build_router needs a loaded backend or the base model dir")
+    return Router(options, scorer, routing)
+
+
+async def evaluate_run(
+    store: Any,
+    run_id: str,
+    *,
+    backend: Any,
+    router: Router,
+    artifacts: RunArtifacts,
+    env: str,
+    make_env: Callable[[], TargetEnvironment],
+    tasks: list[str],
+    families: Mapping[str, str],
+    trials: int = 4,
+    max_turns: int = 30,
+    temperature: float = 1.0,
+    concurrency: int = 4,
+    grpo_target: bool = False,
+    seed: int = 0,
+) -> EvaluationResult:
+    """Base, TRACE (routed), each adapter, the hints baseline and (grpo_target=True: the backend holds an
+    adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`."""
+    policies = standard_policies(
+        backend,
+        router,
+        artifacts.capabilities,
+        temperature=temperature,
+        capability_adapters=list(artifacts.adapter_paths),
+        grpo_target_adapter=GRPO_TARGET if grpo_target else None,
+    )
+    plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed)
+    return await evaluate(store, plan, make_env=make_env, policies=policies, families=families)

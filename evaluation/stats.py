@@ -1,0 +1,79 @@
+"""Evaluation statistics over tasks: pass rate, mean reward, pass^k (as τ²-bench
+reports it), bootstrap 95% intervals over tasks, paired differences vs a baseline.
+
+Input everywhere: `{task_id: [(reward, success), ...]}` (K trials per task).
+Bootstrap resamples TASKS with replacement (trials of one task stay together),
+with a seeded generator, so the same episodes give the same intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from math import comb
+
+import numpy as np
+
+Trials = Mapping[str, Sequence[tuple[float, bool]]]
+
+
+def interval(values: np.ndarray, stat: Callable[[np.ndarray], float], *, n_boot: int, seed: int) -> dict[str, float | None]:
+    """{value, low, high}: the statistic and its 95% percentile bootstrap interval over rows (tasks)."""
+    if len(values) == 0:
+        return {"value": None, "low": None, "high": None}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+    boots = np.array([stat(values[i]) for i in idx])
+    low, high = np.percentile(boots, [2.5, 97.5])
+    return {"value": float(stat(values)), "low": float(low), "high": float(high)}
+
+
+def pass_hat_k(successes: Sequence[Sequence[bool]], k: int) -> float | None:
+    """τ²-bench's pass^k: mean over tasks of C(c, k) / C(n, k) (all k of k i.i.d. trials succeed); tasks with n < k skipped."""
+    vals = [comb(sum(s), k) / comb(len(s), k) for s in successes if len(s) >= k]
+    return float(np.mean(vals)) if vals else None
+
+
+def summarize(trials: Trials, *, n_boot: int = 1000, seed: int = 0) -> dict[str, object]:
+    """Metrics of one policy: pass rate and mean reward with intervals, pass^k for k = 1..K, counts."""
+    tasks = sorted(trials)
+    per_task_success = np.array([np.mean([s for _, s in trials[t]]) for t in tasks], dtype=float)
+    per_task_reward = np.array([np.mean([r for r, _ in trials[t]]) for t in tasks], dtype=float)
+    k_max = min((len(trials[t]) for t in tasks), default=0)
+    succ = [[s for _, s in trials[t]] for t in tasks]
+    return {
+        "tasks": len(tasks),
+        "episodes": sum(len(trials[t]) for t in tasks),
+        "pass_rate": interval(per_task_success, np.mean, n_boot=n_boot, seed=seed),
+        "mean_reward": interval(per_task_reward, np.mean, n_boot=n_boot, seed=seed),
+        "pass_hat_k": {str(k): pass_hat_k(succ, k) for k in range(1, k_max + 1)},
+    }
+
+
+def paired_difference(trials: Trials, base: Trials, *, n_boot: int = 1000, seed: int = 0) -> dict[str, object]:
+    """Policy minus base on the tasks both ran: per-task mean success / reward differences, bootstrap over tasks."""
+    common = sorted(set(trials) & set(base))
+    d_success = np.array([np.mean([s for _, s in trials[t]]) - np.mean([s for _, s in base[t]]) for t in common], dtype=float)
+    d_reward = np.array([np.mean([r for r, _ in trials[t]]) - np.mean([r for r, _ in base[t]]) for t in common], dtype=float)
+    return {
+        "tasks": len(common),
+        "pass_rate": interval(d_success, np.mean, n_boot=n_boot, seed=seed),
+        "mean_reward": interval(d_reward, np.mean, n_boot=n_boot, seed=seed),
+    }
+
+
+def by_family(trials: Trials, families: Mapping[str, str], *, n_boot: int = 1000, seed: int = 0) -> dict[str, dict[str, object]]:
+    """summarize() per task family (tasks without a family go under 'unknown')."""
+    groups: dict[str, dict[str, Sequence[tuple[float, bool]]]] = {}
+    for t, rows in trials.items():
+        groups.setdefault(families.get(t, "unknown"), {})[t] = rows
+    return {fam: summarize(g, n_boot=n_boot, seed=seed) for fam, g in sorted(groups.items())}
+
+
+def confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> dict[str, object]:
+    """Router accuracy and confusion matrix from (expected, predicted) names; rows = expected."""
+    index = {name: i for i, name in enumerate(labels)}
+    matrix = [[0] * len(labels) for _ in labels]
+    for expected, predicted in pairs:
+        matrix[index[expected]][index[predicted]] += 1
+    correct = sum(matrix[i][i] for i in range(len(labels)))
+    return {"labels": list(labels), "matrix": matrix, "accuracy": correct / len(pairs) if pairs else None, "n": len(pairs)}

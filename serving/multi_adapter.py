@@ -1,0 +1,150 @@
+"""One base model with every adapter loaded once (transformers + PEFT), for the
+routed endpoint and evaluation on CPU.
+
+`MultiAdapterModel(model_path, {name: adapter_dir})` loads the base model once
+and each LoRA adapter into the same PeftModel under its name. `respond(...,
+adapter=name|None)` selects the adapter and generates while holding one lock,
+so concurrent requests for different adapters never see each other's adapter
+(PEFT's active adapter is model-global state). `None` = the base model with
+every adapter disabled. `policy(name)` is an `envs.protocol.PolicyModel` view
+bound to one adapter; `base_context()` is the lock + adapters-off context the
+router's TransformersScorer uses so the FROZEN base model decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from envs.errors import PolicyError
+from envs.protocol import Message
+from serving.errors import ServingError
+from serving.local import to_template_messages
+from serving.tool_calls import parse_tool_calls
+
+
+class MultiAdapterModel:
+    def __init__(
+        self,
+        model_path: str | Path,
+        adapters: dict[str, str | Path] | None = None,
+        *,
+        max_new_tokens: int = 512,
+        seed: int = 0,
+        template_kwargs: dict[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_path = Path(model_path)
+        if not (self.model_path / "config.json").is_file():
+            raise ServingError(f"{self.model_path} is not a Hugging Face model directory (no config.json): point it at the base model")
+        self.name = name or self.model_path.name
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.template_kwargs = {"enable_thinking": False} if template_kwargs is None else template_kwargs
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True)
+        self.adapter_paths = {k: Path(v) for k, v in (adapters or {}).items()}
+        for adapter, path in self.adapter_paths.items():
+            if not (path / "adapter_config.json").is_file():
+                raise ServingError(f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)")
+            if adapter == self.name:
+                raise ServingError(f"adapter name '{adapter}' equals the base model's name: rename the adapter")
+        if self.adapter_paths:
+            from peft import PeftModel
+
+            first, *rest = self.adapter_paths.items()
+            model = PeftModel.from_pretrained(model, first[1], adapter_name=first[0], is_trainable=False)
+            for adapter, path in rest:
+                model.load_adapter(path, adapter_name=adapter, is_trainable=False)
+        self.model = model.eval()
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    @property
+    def adapters(self) -> list[str]:
+        return list(self.adapter_paths)
+
+    @contextlib.contextmanager
+    def _selected(self, adapter: str | None) -> Iterator[None]:
+        """Caller holds the lock. Activate one adapter, or none (the base model)."""
+        if not self.adapter_paths:
+            if adapter is not None:
+                raise ServingError(f"unknown adapter '{adapter}': this server has no adapters")
+            yield
+            return
+        if adapter is None:
+            with self.model.disable_adapter():
+                yield
+            return
+        if adapter not in self.adapter_paths:
+            raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters)}")
+        self.model.set_adapter(adapter)
+        yield
+
+    @contextlib.contextmanager
+    def base_context(self) -> Iterator[None]:
+        """Lock + every adapter off: the frozen base model (the router's forward pass)."""
+        with self._lock, self._selected(None):
+            yield
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
+        return self.tokenizer.apply_chat_template(
+            to_template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False, **self.template_kwargs
+        )
+
+    def generate_text(self, prompt: str, *, adapter: str | None, temperature: float, max_new_tokens: int | None = None) -> str:
+        import torch
+
+        new = max_new_tokens or self.max_new_tokens
+        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        n_prompt = ids["input_ids"].shape[1]
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        if context is not None and n_prompt + new > context:
+            raise PolicyError(f"prompt of {n_prompt} tokens + max_new_tokens {new} exceeds the model context of {context}")
+        sampling: dict[str, Any] = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+        with self._lock, self._selected(adapter), torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(self.seed + self._calls)
+            self._calls += 1
+            out = self.model.generate(**ids, max_new_tokens=new, pad_token_id=self.tokenizer.pad_token_id, **sampling)
+        return self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True)
+
+    async def respond(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        adapter: str | None = None,
+        temperature: float = 0.0,
+        max_new_tokens: int | None = None,
+    ) -> Message:
+        if temperature < 0:
+            raise ServingError(f"temperature must be >= 0, got {temperature}")
+        prompt = self.render(messages, tools)
+        text = await asyncio.to_thread(self.generate_text, prompt, adapter=adapter, temperature=temperature, max_new_tokens=max_new_tokens)
+        content, tool_calls = parse_tool_calls(text)
+        return Message.assistant(content=content, tool_calls=tool_calls)
+
+    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> "AdapterPolicy":
+        if adapter is not None and adapter not in self.adapter_paths:
+            raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters) or 'none'}")
+        return AdapterPolicy(self, adapter, temperature, name or (adapter or self.name))
+
+
+class AdapterPolicy:
+    """envs.protocol.PolicyModel: one adapter (or the base) of a shared MultiAdapterModel."""
+
+    def __init__(self, backend: MultiAdapterModel, adapter: str | None, temperature: float, name: str) -> None:
+        self.backend = backend
+        self.adapter = adapter
+        self.temperature = temperature
+        self.name = name
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+        temp = self.temperature if temperature is None else temperature
+        return await self.backend.respond(messages, tools, adapter=self.adapter, temperature=temp)

@@ -1,0 +1,240 @@
+"""The routed OpenAI-compatible endpoint (aiohttp): `/v1/chat/completions` (tools
+and tool calls in OpenAI format), `/v1/models` (the routed model, the base, every
+adapter), `/health`.
+
+Request `model`: the routed name (default `gapforge-router`) routes the
+conversation ONCE, on its first user message, and caches the decision per
+conversation (key: the `X-Conversation-Id` header, else a hash of the messages
+up to the first user turn); an adapter's name or the base name bypasses routing.
+The answer carries the decision in the `gapforge` field of the JSON and the
+`X-Gapforge-Adapter` / `X-Gapforge-Conversation` headers.
+
+The backend is anything with `name`, `adapters` and `async respond(messages,
+tools, *, adapter, temperature, max_new_tokens) -> Message`:
+serving.multi_adapter.MultiAdapterModel (local) or serving.vllm_backend.VLLMBackend.
+The router is a callable `messages -> decision` (an object with `adapter` and
+`to_json()`), built by the composition root (serving never imports agents/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any, Callable, Literal, Protocol
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from envs.errors import PolicyError
+from envs.protocol import Message, ToolCall
+from serving.errors import ServingError
+
+ROUTED_MODEL = "gapforge-router"
+
+
+class ChatBackend(Protocol):
+    name: str
+
+    @property
+    def adapters(self) -> list[str]: ...
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, adapter: str | None, temperature: float, max_new_tokens: int | None) -> Message: ...
+
+
+class ChatRequest(BaseModel):
+    """The chat-completions fields we accept; anything else is refused with a 400 naming it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stream: Literal[False] | None = None
+    n: Literal[1] | None = None
+    seed: int | None = None
+    top_p: float | None = None
+    stop: Any = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def to_message(d: dict[str, Any]) -> Message:
+    """An OpenAI wire message -> Message (tool-call arguments parsed from their JSON string)."""
+    content = d.get("content")
+    if isinstance(content, list):
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    calls = []
+    for i, tc in enumerate(d.get("tool_calls") or []):
+        fn = tc.get("function") or {}
+        args = fn.get("arguments") or "{}"
+        args = json.loads(args) if isinstance(args, str) else args
+        calls.append(ToolCall(id=tc.get("id") or f"call_{i}", name=fn["name"], arguments=args))
+    return Message(role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name"))
+
+
+def conversation_key(messages: list[dict[str, Any]]) -> str:
+    """sha256 of the messages up to and including the first user turn: the same conversation, the same key."""
+    head = []
+    for m in messages:
+        head.append({"role": m.get("role"), "content": m.get("content")})
+        if m.get("role") == "user":
+            break
+    return hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+
+
+class RoutedApp:
+    def __init__(self, backend: ChatBackend, router: Callable[[list[dict[str, Any]]], Any] | None, *, routed_name: str = ROUTED_MODEL, cache_size: int = 10_000) -> None:
+        self.backend = backend
+        self.router = router
+        self.routed_name = routed_name
+        self.cache: OrderedDict[str, Any] = OrderedDict()
+        self.cache_size = cache_size
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self.routed_count = 0  # router forward passes run (cache misses)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.on_cleanup.append(self._close_backend)
+        return app
+
+    async def _close_backend(self, _app: web.Application) -> None:
+        aclose = getattr(self.backend, "aclose", None)  # e.g. VLLMBackend's HTTP sessions live on this loop
+        if aclose is not None:
+            await aclose()
+
+    async def health(self, _req: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "base": self.backend.name, "adapters": self.backend.adapters, "routing": self.router is not None})
+
+    async def models(self, _req: web.Request) -> web.Response:
+        ids = [self.routed_name, self.backend.name, *self.backend.adapters]
+        data = [{"id": i, "object": "model", "created": 0, "owned_by": "gapforge"} for i in ids]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _route(self, key: str, raw: list[dict[str, Any]]) -> tuple[Any, bool]:
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key], True
+        lock = self._route_locks.setdefault(key, asyncio.Lock())
+        async with lock:  # two first requests of one conversation route once
+            if key in self.cache:
+                return self.cache[key], True
+            decision = await asyncio.to_thread(self.router, raw) if self.router else None
+            self.routed_count += 1
+            self.cache[key] = decision
+            while len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        self._route_locks.pop(key, None)
+        return decision, False
+
+    async def chat(self, req: web.Request) -> web.Response:
+        try:
+            body = ChatRequest.model_validate(await req.json())
+            messages = [to_message(m) for m in body.messages]
+        except json.JSONDecodeError:
+            return _error(400, "the request body is not JSON")
+        except ValidationError as e:
+            first = e.errors()[0]
+            return _error(400, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+        except (KeyError, TypeError, ValueError) as e:
+            return _error(400, f"malformed message: {e}")
+        route: dict[str, Any] = {}
+        conv = req.headers.get("X-Conversation-Id") or conversation_key(body.messages)
+        if body.model == self.routed_name:
+            decision, cached = await self._route(conv, body.messages)
+            adapter = getattr(decision, "adapter", None)
+            route = {"decision": decision.to_json() if decision is not None else None, "cached": cached}
+        elif body.model == self.backend.name:
+            adapter = None
+        elif body.model in self.backend.adapters:
+            adapter = body.model
+        else:
+            return _error(404, f"model '{body.model}' does not exist: GET /v1/models lists the routed model, the base and the adapters", "model_not_found")
+        try:
+            reply = await self.backend.respond(
+                messages,
+                body.tools or [],
+                adapter=adapter,
+                temperature=0.0 if body.temperature is None else body.temperature,
+                max_new_tokens=body.max_completion_tokens or body.max_tokens,
+            )
+        except ServingError as e:
+            return _error(400, str(e))
+        except PolicyError as e:
+            return _error(502, f"the model backend failed: {e}", "backend_error")
+        out = reply.to_openai()
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        payload = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": [{"index": 0, "message": out, "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            "gapforge": {"adapter": adapter, "conversation": conv, **route},
+        }
+        headers = {"X-Gapforge-Adapter": adapter or "base", "X-Gapforge-Conversation": conv}
+        return web.json_response(payload, headers=headers)
+
+
+class RoutedServer:
+    """Run a RoutedApp on 127.0.0.1 in a background thread (tests, benchmarks): `with RoutedServer(app) as s: s.base_url`."""
+
+    def __init__(self, routed: RoutedApp, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.routed = routed
+        self.host, self.port = host, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def __enter__(self) -> "RoutedServer":
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        async def start() -> None:
+            self._runner = web.AppRunner(self.routed.app())
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self.host, self.port)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(start())  # type: ignore[union-attr]
+            self._loop.run_forever()  # type: ignore[union-attr]
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        if not ready.wait(30):
+            raise ServingError("the routed server did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self._loop is not None
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._loop.close()

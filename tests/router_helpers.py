@@ -1,0 +1,94 @@
+"""Test helpers for the router, routed serving and evaluation: a tiny model TAUGHT
+(a few real optimizer steps) to answer routing prompts with a chosen label, and
+random-but-distinct LoRA adapters on the tiny model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+
+def teach_labels(src: Path, dst: Path, prompts: list[str], labels: list[str], *, steps: int = 30, lr: float = 4e-3, min_margin: float = 1.5, seed: int = 0) -> Path:
+    """Copy the model at `src` to `dst` and train it so the next token after prompts[i] is labels[i]."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    tok = AutoTokenizer.from_pretrained(dst, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(dst, local_files_only=True)
+    torch.manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    rows = [tok.encode(p, add_special_tokens=False) for p in prompts]
+    targets = torch.tensor([tok.encode(lab, add_special_tokens=False)[0] for lab in labels])
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    last = torch.tensor([len(r) - 1 for r in rows])
+    model.train()
+    for _ in range(steps):  # one padded batch per step; stop once every prompt prefers its label by a clear margin
+        logits = model(input_ids=ids, attention_mask=mask).logits[torch.arange(len(rows)), last]
+        loss = torch.nn.functional.cross_entropy(logits, targets)
+        top2 = logits.detach().topk(2, dim=-1)
+        if bool((top2.indices[:, 0] == targets).all()) and float((top2.values[:, 0] - top2.values[:, 1]).min()) > min_margin:
+            break
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.save_pretrained(dst)
+    return dst
+
+
+def shared_taught_model(tmp_path_factory: Any, tiny_model_dir: Path) -> Path:
+    """The taught router model, built once per test session (several test modules use it)."""
+    from agents.router import Router, RoutingConfig, make_options
+    from agents.router_backends import TransformersScorer
+
+    out = Path(tmp_path_factory.getbasetemp()) / "taught-router"
+    if (out / "DONE").exists():
+        return out
+    scorer = TransformersScorer.from_pretrained(tiny_model_dir)
+    router = Router(make_options(capability_specs(), RoutingConfig().labels), scorer)
+    prompts, labels = taught_prompts(scorer, router)
+    teach_labels(tiny_model_dir, out, prompts, labels)
+    (out / "DONE").touch()
+    return out
+
+
+def random_adapter(model_dir: Path, out: Path, seed: int) -> Path:
+    """A LoRA adapter with random (non-zero) A and B, so it visibly changes the model's outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    torch.manual_seed(seed)
+    cfg = LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(base, cfg)
+    peft_model.save_pretrained(out)
+    return out
+
+
+def first_messages() -> dict[str, list[str]]:
+    """First user messages per intended label: A (precondition_verification), B (structured_data_reasoning), C (none)."""
+    return {
+        "A": ["I want to return the blender from order 1007, it arrived broken.", "Please cancel my order 1012 right away."],
+        "B": ["Add up what I spent across all my orders this year.", "Which of my orders had the most items in total?"],
+        "C": ["Hello, what are your opening hours?", "Thanks, that is all for today."],
+    }
+
+
+def taught_prompts(scorer: Any, router: Any) -> tuple[list[str], list[str]]:
+    msgs = first_messages()
+    pairs = [(m, label) for label, ms in msgs.items() for m in ms]
+    return [scorer.render(router.messages(m)) for m, _ in pairs], [label for _, label in pairs]
+
+
+def capability_specs() -> list[dict[str, Any]]:
+    return [
+        {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.", "adapter": "precondition_verification"},
+        {"name": "structured_data_reasoning", "definition": "Read nested records and compute totals correctly.", "adapter": "structured_data_reasoning"},
+    ]
