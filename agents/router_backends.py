@@ -53,7 +53,7 @@ class TransformersScorer(_TokenizerMixin):
         self.template_kwargs = DEFAULT_TEMPLATE_KWARGS if template_kwargs is None else template_kwargs
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, **kw: Any) -> "TransformersScorer":
+    def from_pretrained(cls, path: str | Path, **kw: Any) -> TransformersScorer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not (Path(path) / "config.json").is_file():

@@ -22,10 +22,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.router import Router, RoutingConfig, make_options  # noqa: E402
-from agents.router_backends import TransformersScorer  # noqa: E402
-from envs.protocol import Message  # noqa: E402
-from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer  # noqa: E402
+from agents.router import Router, RoutingConfig, make_options
+from agents.router_backends import TransformersScorer
+from envs.protocol import Message
+from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 
 CAPS = [
     {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.", "adapter": "a"},
@@ -70,7 +70,10 @@ class InstantBackend:
     """A backend that answers at once: isolates the endpoint's own overhead."""
 
     name = "base"
-    adapters = ["a"]
+
+    @property
+    def adapters(self) -> list[str]:
+        return ["a"]
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, adapter: str | None, temperature: float, max_new_tokens: int | None) -> Message:
         return Message.assistant("ok")

@@ -16,14 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.router import RouteOption, Router, RouterError, RoutingConfig, compact_trajectory
+from agents.router import (
+    RouteOption,
+    Router,
+    RouterError,
+    RoutingConfig,
+    compact_trajectory,
+)
 from agents.router_backends import CompletionsScorer, TransformersScorer
 from envs.protocol import TargetEnvironment
 from evaluation.policies import GRPO_TARGET, standard_policies
 from evaluation.report import ReportResult, write_report
 from evaluation.run import EvalPlan, EvaluationResult, evaluate
 
-__all__ = ["RunArtifacts", "run_artifacts", "load_backend", "build_router", "evaluate_run", "write_report", "ReportResult"]
+__all__ = ["ReportResult", "RunArtifacts", "build_router", "evaluate_run", "load_backend", "run_artifacts", "write_report"]
 
 
 @dataclass(frozen=True)

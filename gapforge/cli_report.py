@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    get_config,
+    handle_errors,
+)
 from gapforge.cli_serve import BaseOpt, base_model_dir
 from gapforge.wiring import make_target_env_factory, open_store
 
@@ -48,7 +55,12 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from evaluation.policies import GRPO_TARGET
-        from evaluation.service import build_router, evaluate_run, load_backend, run_artifacts
+        from evaluation.service import (
+            build_router,
+            evaluate_run,
+            load_backend,
+            run_artifacts,
+        )
 
         cfg = get_config(config, set_)
         store = open_store(cfg)

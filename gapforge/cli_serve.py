@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    get_config,
+    handle_errors,
+)
 from gapforge.wiring import open_store
 
 BaseOpt = Annotated[str | None, typer.Option("--base", help="base model dir (default: policy.local_path)")]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Self
 
 Scorer = Callable[[list[int], list[int]], list[float]]
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
@@ -76,7 +77,7 @@ class FakeVLLMServer:
             self.loras[name] = path
         return 200, {"message": f"Success: LoRA adapter '{name}' added successfully."}
 
-    def __enter__(self) -> "FakeVLLMServer":
+    def __enter__(self) -> Self:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -118,7 +119,7 @@ class FakeVLLMServer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

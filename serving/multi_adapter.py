@@ -130,7 +130,7 @@ class MultiAdapterModel:
         content, tool_calls = parse_tool_calls(text)
         return Message.assistant(content=content, tool_calls=tool_calls)
 
-    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> "AdapterPolicy":
+    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> AdapterPolicy:
         if adapter is not None and adapter not in self.adapter_paths:
             raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters) or 'none'}")
         return AdapterPolicy(self, adapter, temperature, name or (adapter or self.name))

@@ -25,7 +25,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable, Literal, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, Self
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -171,7 +172,7 @@ class RoutedApp:
                 messages,
                 body.tools or [],
                 adapter=adapter,
-                temperature=0.0 if body.temperature is None else body.temperature,
+                temperature=1.0 if body.temperature is None else body.temperature,  # OpenAI's default
                 max_new_tokens=body.max_completion_tokens or body.max_tokens,
             )
         except ServingError as e:
@@ -207,7 +208,7 @@ class RoutedServer:
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
-    def __enter__(self) -> "RoutedServer":
+    def __enter__(self) -> Self:
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
 
@@ -230,7 +231,7 @@ class RoutedServer:
             raise ServingError("the routed server did not start within 30 s")
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         assert self._loop is not None
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)

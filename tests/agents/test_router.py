@@ -6,10 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from agents.router import RouteOption, Router, RouterError, RoutingConfig, compact_trajectory, make_options
-from agents.router_backends import TransformersScorer
 from router_helpers import capability_specs, first_messages, shared_taught_model
+
+from agents.router import (
+    RouteOption,
+    Router,
+    RouterError,
+    RoutingConfig,
+    compact_trajectory,
+    make_options,
+)
+from agents.router_backends import TransformersScorer
 
 
 def _options() -> list[RouteOption]:
@@ -99,7 +106,7 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
     with FakeVLLMServer("tiny", scorer=scorer) as srv:
         remote = CompletionsScorer(srv.base_url, "tiny", direct.tokenizer)
         via_vllm = Router(_options(), remote, RoutingConfig(batch_size=3)).route_batch(msgs)
-        body = [b for path, b in srv.requests if path == "/v1/completions"][0]
+        body = next(b for path, b in srv.requests if path == "/v1/completions")
         remote.close()
     assert [d.label for d in via_vllm] == ["A", "B", "C"]
     local = Router(_options(), direct).route_batch(msgs)
@@ -115,8 +122,8 @@ def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
     from serving.fake_vllm import FakeVLLMServer
 
     tok = TransformersScorer.from_pretrained(tiny_model_dir).tokenizer
-    with FakeVLLMServer("tiny", scorer=lambda p, ids: [0.0] * (len(ids) - 1)) as srv:  # an old server: drops one id
-        with pytest.raises(ModelEndpointError, match="no logprob for label token id"):
-            Router(_options(), CompletionsScorer(srv.base_url, "tiny", tok)).route("hi")
+    # an old server that drops one of the requested ids
+    with FakeVLLMServer("tiny", scorer=lambda p, ids: [0.0] * (len(ids) - 1)) as srv, pytest.raises(ModelEndpointError, match="no logprob for label token id"):
+        Router(_options(), CompletionsScorer(srv.base_url, "tiny", tok)).route("hi")
     with pytest.raises(ModelEndpointError, match="unreachable"):
         Router(_options(), CompletionsScorer("http://127.0.0.1:9/v1", "tiny", tok, timeout_s=2)).route("hi")

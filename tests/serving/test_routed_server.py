@@ -10,11 +10,16 @@ from pathlib import Path
 
 import openai
 import pytest
+from router_helpers import (
+    capability_specs,
+    first_messages,
+    random_adapter,
+    shared_taught_model,
+)
 
 from agents.router import Router, RoutingConfig, make_options
 from agents.router_backends import TransformersScorer
 from envs.protocol import Message
-from router_helpers import capability_specs, first_messages, random_adapter, shared_taught_model
 from serving.fake_vllm import FakeVLLMServer
 from serving.multi_adapter import MultiAdapterModel
 from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
@@ -40,7 +45,7 @@ def _client(server: RoutedServer) -> openai.OpenAI:
 
 
 def test_lists_models_and_reports_health(served) -> None:
-    backend, _routed, server, _paths = served
+    _backend, _routed, server, _paths = served
     ids = [m.id for m in _client(server).models.list().data]
     assert ids == [ROUTED_MODEL, "tiny-base", *ADAPTERS]
     import httpx
@@ -50,7 +55,7 @@ def test_lists_models_and_reports_health(served) -> None:
 
 
 def test_routes_once_per_conversation_and_says_so(served) -> None:
-    backend, routed, server, _paths = served
+    _backend, routed, server, _paths = served
     client = _client(server)
     opening = [{"role": "system", "content": "You are a shop agent."}, {"role": "user", "content": first_messages()["A"][0]}]
     before = routed.routed_count

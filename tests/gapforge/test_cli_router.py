@@ -1,0 +1,74 @@
+"""`gapforge serve` / `evaluate` / `report`: the real command end to end (serve in a
+subprocess, called with the openai client) and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+from router_helpers import random_adapter
+from typer.testing import CliRunner
+
+from gapforge.cli import app
+from store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _store_with_adapter(ws: Path, tiny_model_dir: Path) -> str:
+    with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
+        run = store.create_run("trace", {})
+        store.put_capability(run, "precondition_verification", definition="Check eligibility before acting.")
+        store.set_capability_retained(run, "precondition_verification", True)
+        path = random_adapter(tiny_model_dir, ws / "adapters" / "pv", seed=3)
+        store.put_adapter(run, "precondition_verification", path=str(path), metrics={}, status="trained", capability="precondition_verification")
+    return run
+
+
+def test_errors_are_one_line_with_exit_2(workspace: Path, tiny_model_dir: Path) -> None:
+    run = _store_with_adapter(workspace, tiny_model_dir)
+    runner = CliRunner()
+    ws = f"workspace={workspace}"
+    res = runner.invoke(app, ["report", "r-nope", "--set", ws])
+    assert res.exit_code == 2 and "r-nope" in res.output
+    res = runner.invoke(app, ["serve", run, "--set", ws, "--base", str(workspace / "missing")])
+    assert res.exit_code == 2 and "--base" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["evaluate", run, "--set", ws, "--base", str(tiny_model_dir)])
+    assert res.exit_code == 2 and "--tasks" in res.output  # no stored split, no --tasks
+    res = runner.invoke(app, ["report", run, "--set", ws])
+    assert res.exit_code == 0, res.output
+    text = (workspace / "reports" / run / "report.md").read_text()
+    assert "No evaluation stored yet" in text
+
+
+def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) -> None:
+    run = _store_with_adapter(workspace, tiny_model_dir)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "gapforge.cli", "serve", run, "--port", str(port), "--base", str(tiny_model_dir),
+           "--set", f"workspace={workspace}", "--set", "policy.max_new_tokens=4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        deadline = time.monotonic() + 240
+        while True:
+            try:
+                ids = [m.id for m in client.models.list().data]
+                break
+            except openai.APIConnectionError:
+                assert proc.poll() is None, proc.stderr.read()[-2000:]
+                assert time.monotonic() < deadline, "gapforge serve did not come up"
+                time.sleep(0.5)
+        assert ids == ["gapforge-router", tiny_model_dir.name, "precondition_verification"]
+        r = client.chat.completions.create(model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}])
+        assert r.choices[0].message.role == "assistant" and r.model_extra["gapforge"]["decision"]["label"] in ("A", "B")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
