@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -79,46 +79,74 @@ class InstantBackend:
         return Message.assistant("ok")
 
 
+class Decision:
+    adapter = "a"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adapter": "a"}
+
+
+def serve_instant() -> None:
+    """Child process: the routed endpoint over the instant backend (keeps the server off the client's GIL)."""
+    import threading
+
+    with RoutedServer(RoutedApp(InstantBackend(), lambda _m: Decision())) as server:
+        print(server.base_url, flush=True)
+        threading.Event().wait()
+
+
 def bench_overhead(requests: int) -> None:
+    import subprocess
+
     import httpx
+    import openai
 
     backend = InstantBackend()
     body = {"model": ROUTED_MODEL, "messages": [{"role": "user", "content": MESSAGE}], "temperature": 0}
-    direct = []
-    loop = asyncio.new_event_loop()
     msgs = [Message.user(MESSAGE)]
-    for _ in range(requests):
-        t = time.perf_counter()
-        loop.run_until_complete(backend.respond(msgs, [], adapter="a", temperature=0.0, max_new_tokens=None))
-        direct.append(time.perf_counter() - t)
-    loop.close()
+    routed = RoutedApp(backend, lambda _m: Decision())
 
-    class Decision:
-        adapter = "a"
+    class Req:  # the handler alone, no HTTP
+        headers: ClassVar[dict[str, str]] = {}
 
-        def to_json(self) -> dict[str, Any]:
-            return {"adapter": "a"}
+        async def json(self) -> dict[str, Any]:
+            return body
 
-    with RoutedServer(RoutedApp(backend, lambda _m: Decision())) as server, httpx.Client() as client:
-        url = server.base_url + "/chat/completions"
-        client.post(url, json=body)  # warm-up; routes once, then cached
-        routed = []
+    async def timings() -> tuple[list[float], list[float]]:
+        direct, handler = [], []
         for _ in range(requests):
             t = time.perf_counter()
-            r = client.post(url, json=body)
-            routed.append(time.perf_counter() - t)
-            assert r.status_code == 200
-        import openai
+            await backend.respond(msgs, [], adapter="a", temperature=0.0, max_new_tokens=None)
+            direct.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await routed.chat(Req())  # type: ignore[arg-type]
+            handler.append(time.perf_counter() - t)
+        return direct, handler
 
-        oc = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    direct, handler = asyncio.run(timings())
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-instant"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()  # type: ignore[union-attr]
+        with httpx.Client() as client:
+            client.post(url + "/chat/completions", json=body)  # warm-up; routes once, then cached
+            http = []
+            for _ in range(requests):
+                t = time.perf_counter()
+                r = client.post(url + "/chat/completions", json=body)
+                http.append(time.perf_counter() - t)
+                assert r.status_code == 200
+        oc = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
         oc.chat.completions.create(**body)
         sdk = []
         for _ in range(requests):
             t = time.perf_counter()
             oc.chat.completions.create(**body)
             sdk.append(time.perf_counter() - t)
-    print(f"direct backend call: p50 {p50(direct) * 1e3:.3f} ms")
-    print(f"routed endpoint (httpx, cached route): p50 {p50(routed) * 1e3:.2f} ms -> added {(p50(routed) - p50(direct)) * 1e3:.2f} ms")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"direct backend call: p50 {p50(direct) * 1e3:.3f} ms; endpoint handler alone (parse, route cache, answer): p50 {p50(handler) * 1e3:.3f} ms")
+    print(f"routed endpoint over HTTP (httpx, server in its own process, cached route): p50 {p50(http) * 1e3:.2f} ms -> added {(p50(http) - p50(direct)) * 1e3:.2f} ms")
     print(f"routed endpoint (openai client): p50 {p50(sdk) * 1e3:.2f} ms (client-side cost included)")
 
 
@@ -127,7 +155,15 @@ def main() -> None:
     ap.add_argument("--model", type=Path, help="HF model dir (default: build the tiny model)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--serve-instant", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--skip-routing", action="store_true", help="only the endpoint overhead")
     ns = ap.parse_args()
+    if ns.serve_instant:
+        serve_instant()
+        return
+    if ns.skip_routing:
+        bench_overhead(ns.requests)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         model = ns.model
         if model is None:
