@@ -24,16 +24,14 @@ class RoutedPolicy:
         self.base = base
         self.adapters = adapters
         self.name = name
-        self.decisions: dict[str, RouteDecision] = {}
-        self._lock = asyncio.Lock()
+        self.decisions: dict[str, RouteDecision] = {}  # first user message -> decision (routing is deterministic)
 
     async def decide(self, messages: list[Message]) -> RouteDecision | None:
         first = first_user_message(messages)
         if first is None:
             return None
-        async with self._lock:
-            if first not in self.decisions:
-                self.decisions[first] = await asyncio.to_thread(self.router.route, first)
+        if first not in self.decisions:
+            self.decisions[first] = await asyncio.to_thread(self.router.route, first)
         return self.decisions[first]
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:

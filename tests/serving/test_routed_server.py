@@ -68,6 +68,11 @@ def test_routes_once_per_conversation_and_says_so(served) -> None:
     second = client.chat.completions.create(model=ROUTED_MODEL, messages=follow, temperature=0)
     assert second.model_extra["gapforge"]["cached"] is True and second.model_extra["gapforge"]["adapter"] == "precondition_verification"
     assert routed.routed_count == before + 1  # one forward pass for the whole conversation
+    # a client-chosen conversation id wins over the message hash
+    ask = lambda text: client.chat.completions.create(model=ROUTED_MODEL, messages=[{"role": "user", "content": text}], extra_headers={"X-Conversation-Id": "conv-42"})
+    assert ask(first_messages()["B"][0]).model_extra["gapforge"]["cached"] is False
+    again = ask("something else entirely")
+    assert again.model_extra["gapforge"]["cached"] is True and again.model_extra["gapforge"]["conversation"] == "conv-42"
     none = client.chat.completions.create(model=ROUTED_MODEL, messages=[{"role": "user", "content": first_messages()["C"][0]}])
     assert none.model_extra["gapforge"]["adapter"] is None  # 'none' keeps the base model
 
