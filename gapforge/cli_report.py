@@ -25,17 +25,18 @@ def report_dir(cfg, run: str) -> Path:
 
 
 def _heldout_tasks(store, run: str, tasks: str | None, known: list[str]) -> list[str]:
+    """--tasks, else the held-out split the analysis stored with the run (never the analysis split)."""
     if tasks:
         wanted = [t.strip() for t in tasks.split(",") if t.strip()]
-        unknown = sorted(set(wanted) - set(known))
-        if unknown:
-            raise UsageError(f"unknown task id(s) {', '.join(unknown)}: list them with `gapforge rollouts tasks ENV`")
-        return wanted
-    get_split = getattr(store, "get_split", None)
-    split = get_split(run) if get_split else None
-    if split is None:
-        raise UsageError(f"run {run} has no stored analysis/held-out split: run the analysis first or pass --tasks")
-    return list(split.heldout_tasks)
+    else:
+        split = store.get_split(run)
+        if split is None:
+            raise UsageError(f"run {run} has no stored analysis/held-out split: run `gapforge analyze {run}` first or pass --tasks")
+        wanted = list(split.heldout_tasks)
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise UsageError(f"unknown task id(s) {', '.join(unknown)}: list them with `gapforge rollouts tasks ENV`")
+    return wanted
 
 
 def register(app: typer.Typer) -> None:
@@ -65,7 +66,8 @@ def register(app: typer.Typer) -> None:
         cfg = get_config(config, set_)
         store = open_store(cfg)
         store.get_run(run)
-        env_name = env or cfg.rollouts.env
+        split = store.get_split(run)
+        env_name = env or (split.env if split is not None else cfg.rollouts.env)
         probe, make_env = make_target_env_factory(cfg, env_name)
         task_ids = _heldout_tasks(store, run, tasks, probe.task_ids())
         families = {t: probe.task_family(t) for t in task_ids}

@@ -48,13 +48,18 @@ def test_errors_are_one_line_with_exit_2(workspace: Path, tiny_model_dir: Path) 
 
 def test_evaluate_then_report_from_the_cli(workspace: Path, tiny_model_dir: Path) -> None:
     run = _store_with_adapter(workspace, tiny_model_dir)
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:  # the analysis' split: evaluation plays only the held-out tasks
+        store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=["shop-refusal-001"], heldout_tasks=["shop-refusal-002"],
+                        families={"shop-refusal-001": "policy_refusal", "shop-refusal-002": "policy_refusal"})
     sets = ["--set", f"workspace={workspace}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
-    res = CliRunner().invoke(app, ["evaluate", run, "--tasks", "shop-refusal-002", "--trials", "1", "--base", str(tiny_model_dir), *sets])
+    res = CliRunner().invoke(app, ["evaluate", run, "--trials", "1", "--base", str(tiny_model_dir), *sets])
     assert res.exit_code == 0, res.output
     assert "trace_routed" in res.output and "baseline_hints" in res.output
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         names = {e.name for e in store.evaluations(run)}
+        played = {e.task_id for e in store.episodes(f"{run}.eval.base")}
     assert names == {"eval:base", "eval:trace_routed", "eval:adapter:precondition_verification", "eval:baseline_hints"}
+    assert played == {"shop-refusal-002"}
     res = CliRunner().invoke(app, ["report", run, *sets])
     assert res.exit_code == 0 and (workspace / "reports" / run / "eval_pass_rate.png").is_file()
 
