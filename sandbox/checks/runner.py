@@ -16,12 +16,16 @@ from gapforge.config import GRPOReadinessConfig
 from sandbox.checks.adversarial import check_graded, check_not_trivial
 from sandbox.checks.basic import check_fidelity, check_loads
 from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
+from sandbox.checks.exploits import check_reward_hacking
 from sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
+from sandbox.checks.leakage import check_no_leakage
 from sandbox.checks.probe import EnvFault, OpenEnv, Probe
 from sandbox.checks.report import CheckResult, ValidationReport
+from sandbox.checks.result_shapes import Shape, check_result_format
 from sandbox.checks.settings import SelfTestThresholds
 
-CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded", "grpo_ready")
+CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded",
+          "result_format", "no_leakage", "reward_hacking", "grpo_ready")
 Progress = Callable[[str], None]
 
 
@@ -37,9 +41,15 @@ def validate_env(
     module: str | Path | None = None,
     target: str | None = None,
     target_result_formats: dict[str, str] | None = None,
+    target_result_shapes: dict[str, Shape] | None = None,
     progress: Progress | None = None,
+    grpo_only_if_passed: bool = False,
 ) -> ValidationReport:
     """Run every check; env failures become failed checks, never exceptions.
+
+    `target_result_shapes` (sandbox.checks.result_shapes.observed_result_shapes of the target's
+    stored episodes) enables check `result_format`. With `grpo_only_if_passed`, the policy
+    rollouts of `grpo_ready` are spent only when every cheaper required check passed.
 
     Raises only for setup problems (sandbox.errors.SandboxError) and bad arguments (ValueError).
     """
@@ -72,7 +82,7 @@ def validate_env(
         if tools is None:
             blocked = "not run: the env did not load (see loads)"
             for name in CHECKS[1:-1]:
-                no_target = name == "fidelity" and target_tools is None
+                no_target = (name == "fidelity" and target_tools is None) or (name == "result_format" and target_result_shapes is None)
                 results.append(CheckResult.skip(name, blocked) if no_target else CheckResult.fail(name, blocked, blocked_by="loads"))
         else:
             run("fidelity", lambda: check_fidelity(probe, tools, target_tools, seed_list, target_result_formats))
@@ -81,10 +91,16 @@ def validate_env(
             run("solvable", lambda: check_solvable(probe, seed_list, th))
             run("not_trivial", lambda: check_not_trivial(probe, seed_list, tools, th))
             run("graded", lambda: check_graded(probe, seed_list, tools, th))
+            run("result_format", lambda: check_result_format(probe, seed_list, target_result_shapes))
+            run("no_leakage", lambda: check_no_leakage(probe, seed_list, tools))
+            run("reward_hacking", lambda: check_reward_hacking(probe, seed_list, tools, th))
     finally:
         probe.close()
+    failed = [c.name for c in results if c.required and not c.passed]
     if tools is None:
         results.append(CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None))
+    elif failed and grpo_only_if_passed and policy is not None:
+        results.append(CheckResult.skip("grpo_ready", f"not run (no rollouts spent): cheaper checks failed ({', '.join(failed)})"))
     else:
         run("grpo_ready", lambda: check_grpo_ready(open_env, seed_list, policy, run_episode, readiness or GRPOReadinessConfig()))
     return ValidationReport(

@@ -19,6 +19,10 @@ class SelfTestThresholds(BaseModel):
     graded_min_drop: float = Field(0.10, ge=0.0, le=1.0, description="fully corrupted mean must sit this far below the reference mean")
     graded_min_levels: int = Field(3, ge=2, description="distinct reward values (2 decimals) over the graded episodes")
     random_min_calls: int = Field(3, ge=1, description="the random-tool policy makes max(this, len(solution)) calls")
+    exploit_mean: float = Field(0.6, ge=0.0, le=1.0, description="every reward-hacking exploit's mean reward must stay below this")
+    exploit_success_share: float = Field(0.25, ge=0.0, le=1.0, description="... and its share of solved episodes (reward >= solved_reward) below this")
+    exploit_seeds: int = Field(10, ge=1, description="seeds each exploit policy plays")
+    exploit_max_calls: int = Field(24, ge=1, description="tool calls an exploit policy makes at most per episode")
 
     @model_validator(mode="after")
     def _check(self) -> SelfTestThresholds:

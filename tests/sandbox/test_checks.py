@@ -101,11 +101,11 @@ def test_module_that_does_not_load_blocks_the_rest(tmp_path: Path) -> None:
     path.write_text("from envs.sdk import SyntheticEnv\nclass Env(SyntheticEnv)\n    pass\n")
     report = run(path)
     assert report.check("loads").evidence["kind"] == "load_error"
-    assert report.failed_names() == set(CHECKS) - {"grpo_ready", "fidelity"}  # no target: fidelity is SKIP
-    assert report.check("fidelity").verdict == "SKIP"
+    assert report.failed_names() == set(CHECKS) - {"grpo_ready", "fidelity", "result_format"}  # no target: SKIP
+    assert report.check("fidelity").verdict == "SKIP" and report.check("result_format").verdict == "SKIP"
     text = report.failures_for_generator()
     assert "check `loads` FAILED" in text and "SyntaxError" in text
-    assert "not run because of the failures above: deterministic, diverse, solvable, not_trivial, graded" in text
+    assert "not run because of the failures above: deterministic, diverse, solvable, not_trivial, graded, no_leakage, reward_hacking" in text
     assert "check `solvable`" not in text  # blocked checks are one line, not noise
 
 
@@ -182,4 +182,4 @@ def test_report_json_carries_verdicts() -> None:
     verdicts = {c["name"]: c["verdict"] for c in data["checks"]}
     assert verdicts["graded"] == "FAIL" and verdicts["solvable"] == "PASS" and verdicts["grpo_ready"] == "SKIP"
     assert ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {
-        "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}).failed_names() == {"not_trivial", "graded"}
+        "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}).failed_names() == {"not_trivial", "graded", "reward_hacking"}

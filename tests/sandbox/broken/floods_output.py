@@ -8,7 +8,7 @@ from envs.sdk import SyntheticEnv, ToolError, tool
 
 STATUSES = ["pending", "delivered", "processed"]
 # What the self-test must report (read by tests/sandbox/test_checks*.py).
-EXPECTED_FAILURES = {"not_trivial"}
+EXPECTED_FAILURES = {"not_trivial", "reward_hacking"}
 DOCKER_ONLY = True  # floods stdout: sandbox only
 VALIDATE_TARGET = "shop"
 

@@ -8,7 +8,7 @@ from envs.sdk import SyntheticEnv, ToolError, tool
 
 STATUSES = ["pending", "delivered", "processed"]
 # What the self-test must report (read by tests/sandbox/test_checks*.py).
-EXPECTED_FAILURES = {"deterministic", "diverse", "solvable", "not_trivial", "graded"}
+EXPECTED_FAILURES = {"deterministic", "diverse", "solvable", "not_trivial", "graded", "no_leakage", "reward_hacking"}
 VALIDATE_TARGET = "shop"
 
 
