@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
+from agents.synthesis.config import SynthesisConfig
 
 
 class ConfigError(Exception):
@@ -70,9 +71,6 @@ class RolloutConfig(_Section):
     user: Literal["scripted", "llm"] = "scripted"
 
 
-class SynthesisConfig(_Section):
-    max_attempts: int = Field(5, ge=1)
-    validation_seeds: int = Field(20, ge=2)
 
 
 class SandboxConfig(_Section):

@@ -1,0 +1,152 @@
+"""Validate one generated module: static gate -> self-test in the sandbox -> LLM review ->
+GRPO readiness (policy rollouts, only when everything else passed and budget remains).
+
+The outcome is one structured verdict (`AttemptVerdict`) whose `feedback()` goes back to the
+generator: which check failed, on which seed, what happened, and the reviewer's fixes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.synthesis.config import SynthesisConfig
+from agents.synthesis.context import GeneratorContext
+from agents.synthesis.reviewer import review_check, review_env
+from agents.synthesis.static_gate import static_gate
+from envs.protocol import PolicyModel
+from sandbox.checks import SelfTestThresholds, validate_env
+from sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
+from sandbox.checks.probe import ValidatedEnv
+from sandbox.checks.report import CheckResult, ValidationReport
+from sandbox.checks.result_shapes import Shape
+
+OpenModule = Callable[[Path], ValidatedEnv]
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    summary: str
+    evidence: str = ""
+
+
+class AttemptVerdict(BaseModel):
+    """The structured verdict on one attempt; stored with the attempt and sent to the generator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accepted: bool
+    stage: str = Field(description="where the attempt ended: static_gate | self_test | review | grpo_ready | accepted")
+    failed_checks: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    fixes: list[str] = Field(default_factory=list, description="the reviewer's fix instructions")
+    rollouts: int = 0
+
+    def feedback(self, max_chars: int = 5000) -> str:
+        if self.accepted:
+            return "accepted"
+        lines = [f"Your previous module was rejected at stage `{self.stage}`."]
+        for f in self.findings:
+            lines.append(f"- check `{f.check}` FAILED: {f.summary}")
+            if f.evidence:
+                lines.append(f"  evidence: {f.evidence}")
+        if self.fixes:
+            lines.append("Reviewer's fixes:")
+            lines += [f"- {fix}" for fix in self.fixes]
+        lines.append("Write the whole module again with these problems fixed.")
+        text = "\n".join(lines)
+        return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+class AttemptOutcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: AttemptVerdict
+    gate: dict[str, Any]
+    report: dict[str, Any] | None = None
+    seconds: float = 0.0
+    check_seconds: dict[str, float] = Field(default_factory=dict)
+
+
+def _finding(check: CheckResult) -> Finding:
+    text = json.dumps(check.evidence, default=str, sort_keys=True)
+    return Finding(check=check.name, summary=check.summary[:600], evidence=text[:600] + ("..." if len(text) > 600 else ""))
+
+
+def validate_attempt(
+    code: str,
+    module_path: Path,
+    ctx: GeneratorContext,
+    attempt: int,
+    *,
+    cfg: SynthesisConfig,
+    open_module: OpenModule,
+    chat_model: BaseChatModel,
+    target_shapes: dict[str, Shape] | None,
+    thresholds: SelfTestThresholds | None = None,
+    policy: PolicyModel | None = None,
+    run_episode: EpisodeRunner | None = None,
+    readiness: Any = None,
+    rollouts_left: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> AttemptOutcome:
+    """Run every gate on one module; generated code runs only through `open_module` (the sandbox)."""
+    started = time.perf_counter()
+    gate = static_gate(code, max_chars=cfg.max_code_chars, max_lines=cfg.max_code_lines)
+    if not gate.passed:
+        finding = Finding(check="static_gate", summary="; ".join(gate.problems)[:600])
+        verdict = AttemptVerdict(accepted=False, stage="static_gate", failed_checks=["static_gate"], findings=[finding])
+        return AttemptOutcome(verdict=verdict, gate=gate.to_json(), seconds=round(time.perf_counter() - started, 3))
+    if progress:
+        progress("self-test in the sandbox")
+    report: ValidationReport = validate_env(
+        lambda: open_module(module_path), target_tools=ctx.target.tools, seeds=cfg.validation_seeds,
+        thresholds=thresholds, module=module_path, target=ctx.target.name, target_result_shapes=target_shapes,
+        progress=(lambda name: progress(f"check {name}")) if progress else None,
+    )
+    if cfg.review:
+        if progress:
+            progress("LLM review")
+        t0 = time.perf_counter()
+        review = review_check(review_env(chat_model, ctx, code, attempt))
+        review.seconds = round(time.perf_counter() - t0, 3)
+        report.checks.insert(len(report.checks) - 1, review)  # before grpo_ready
+    stage = "self_test" if any(c.name != "llm_review" for c in report.failures) else "review" if report.failures else "grpo_ready"
+    rollouts = 0
+    if not report.failures and policy is not None and run_episode is not None:
+        readiness = readiness if readiness is not None else _default_readiness()
+        need = readiness.groups * readiness.samples
+        if need > rollouts_left:
+            grpo = CheckResult.fail("grpo_ready", f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
+                                    rollouts_left=rollouts_left)
+        else:
+            if progress:
+                progress("GRPO readiness (policy rollouts)")
+            t0 = time.perf_counter()
+            grpo = check_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness)
+            grpo.seconds = round(time.perf_counter() - t0, 3)
+            rollouts = int(grpo.evidence.get("rollouts", 0))
+        report.checks[-1] = grpo
+    failures = report.failures
+    verdict = AttemptVerdict(
+        accepted=not failures, stage="accepted" if not failures else stage,
+        failed_checks=[c.name for c in failures], findings=[_finding(c) for c in failures if "blocked_by" not in c.evidence],
+        fixes=list(next((c.evidence.get("fixes", []) for c in failures if c.name == "llm_review"), [])), rollouts=rollouts,
+    )
+    return AttemptOutcome(verdict=verdict, gate=gate.to_json(), report=report.to_json(),
+                          seconds=round(time.perf_counter() - started, 3),
+                          check_seconds={c.name: c.seconds for c in report.checks})
+
+
+def _default_readiness() -> Any:
+    from sandbox.checks.grpo import GRPOReadinessConfig
+
+    return GRPOReadinessConfig()

@@ -1,0 +1,22 @@
+"""SynthesisConfig: the `synthesis` section of the config tree (gapforge/config.py imports it)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SynthesisConfig(BaseModel):
+    """Environment synthesis: the generator / validator repair loop (DESIGN.md §1.3, §5)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    max_attempts: int = Field(5, ge=1, description="generator attempts per capability before it is marked unsynthesized")
+    validation_seeds: int = Field(20, ge=2, description="seeds per self-test check")
+    episodes_in_prompt: int = Field(3, ge=1, description="LACKING failed episodes shown to the generator")
+    episode_chars: int = Field(2500, ge=200, description="characters per compacted episode in the prompt")
+    max_code_chars: int = Field(60_000, ge=1000, description="static gate: largest module accepted")
+    max_code_lines: int = Field(1200, ge=50, description="static gate: most lines accepted")
+    review: bool = Field(True, description="run the LLM code review (check llm_review) on every attempt that passes the static gate")
+    rollout_budget: int = Field(400, ge=0, description="GRPO-readiness policy rollouts per capability, over all attempts")
+    recordings: str | None = Field(
+        None, description="recorded generator/reviewer answers (YAML) used when llm.kind is scripted; None = the packaged shop recordings")

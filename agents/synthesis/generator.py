@@ -1,0 +1,56 @@
+"""The generator agent: one call writes one synthetic env module for a capability.
+
+Inputs (prompts/synthesis_generator.md): the capability, its statistics, compacted LACKING
+episodes, the target's tool schemas and policy, the SDK reference (prompts/sdk_reference.md),
+one example module, and the previous attempt's verdict with its evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.llm import structured_call
+from agents.synthesis.context import GeneratorContext
+from prompts import Prompt, load_prompt
+
+PROMPT_FILE = "synthesis_generator.md"
+EXAMPLE = Path(__file__).resolve().parents[2] / "envs" / "examples" / "precondition_verification.py"
+
+
+class GeneratedEnv(BaseModel):
+    """The generator's answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(description="the complete Python module")
+    notes: str = Field("", description="a short note on the design")
+
+
+def generator_prompt() -> Prompt:
+    return load_prompt(PROMPT_FILE)
+
+
+def render_generator_prompt(ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None,
+                            example: Path = EXAMPLE) -> str:
+    episodes = "\n\n".join(f"### episode {e.episode_id} (task {e.task_id})\n{e.text}" for e in ctx.episodes) or "(none)"
+    return generator_prompt().body.format(
+        capability=ctx.capability, attempt=attempt, max_attempts=max_attempts, definition=ctx.definition,
+        statistics=ctx.statistics(), target=ctx.target.name, episodes=episodes,
+        target_tools=json.dumps(ctx.tools_in_episodes, indent=1), target_policy=ctx.target.policy.strip(),
+        sdk_reference=load_prompt("sdk_reference.md").body.strip(), example_module=example.read_text().strip(),
+        feedback=feedback or "(first attempt)",
+    )
+
+
+def generate_env(model: BaseChatModel, ctx: GeneratorContext, attempt: int, max_attempts: int,
+                 feedback: str | None) -> GeneratedEnv:
+    """Ask the generator for a module (structured output, re-asked once if malformed)."""
+    text = render_generator_prompt(ctx, attempt, max_attempts, feedback)
+    answer = structured_call(model, [HumanMessage(content=text)], GeneratedEnv, prompt_name=generator_prompt().name)
+    assert isinstance(answer, GeneratedEnv)
+    return answer
