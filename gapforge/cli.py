@@ -48,6 +48,7 @@ def _register_groups() -> None:
         ("gapforge.cli_sandbox", "sandbox"),
         ("gapforge.cli_serve", ""),  # top-level commands: module.register(app)
         ("gapforge.cli_report", ""),
+        ("gapforge.cli_synthesize", ""),
     ):
         try:
             module = importlib.import_module(module_name)

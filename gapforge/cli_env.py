@@ -21,7 +21,7 @@ from gapforge.cli_common import (
 )
 from gapforge.config import GapforgeConfig
 
-app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module.")
+app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module, show a synthesized one.")
 
 _STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[yellow]SKIP[/]"}
 
@@ -116,3 +116,52 @@ def _grpo_policy(cfg: GapforgeConfig) -> tuple[Any, Any, str | None]:
         return await run_episode(pol, env, seed, max_turns=max_turns, temperature=temperature)
 
     return policy, runner, None
+
+
+@app.command("show")
+@handle_errors
+def show(
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    capability: Annotated[str, typer.Argument(metavar="CAPABILITY")],
+    attempt: Annotated[int | None, typer.Option("--attempt", help="attempt number (default: the accepted one, else the last)")] = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
+    """A synthesized env attempt of a run: code path, hash, status, self-test report, verdict."""
+    from agents.synthesis.service import module_dir
+    from gapforge.wiring import open_store
+
+    cfg = get_config(config, set_)
+    store = open_store(cfg)
+    try:
+        rows = store.synthetic_envs(run_id, capability)
+        if not rows:
+            raise UsageError(f"no synthesized env for capability {capability!r} in run {run_id!r}: run `gapforge synthesize {run_id}`")
+        by_attempt = {r.attempt: r for r in rows}
+        if attempt is not None and attempt not in by_attempt:
+            raise UsageError(f"--attempt {attempt}: capability {capability!r} has attempts {sorted(by_attempt)}")
+        row = by_attempt[attempt] if attempt is not None else next((r for r in rows if r.status == "accepted"), rows[-1])
+        stored = store.get_validation(row.id)
+    finally:
+        store.close()
+    path = module_dir(cfg.workspace, run_id, capability) / f"attempt-{row.attempt}.py"
+    if not path.is_file():  # e.g. another machine's workspace: write the stored code out
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(row.code)
+    console.print(f"[bold]{capability}[/] attempt {row.attempt}/{len(rows)}: {row.status}", highlight=False)
+    console.print(f"code: {path}\nsha256: {row.sha256}\ngenerator prompt: {row.prompt_name}@{row.prompt_version}", highlight=False)
+    if stored is None:
+        console.print("no verdict stored yet (the attempt was interrupted; `gapforge synthesize` resumes it)")
+        return
+    record = stored.report
+    gate = record.get("gate") or {}
+    if not gate.get("passed", True):
+        console.print("[bold red]static gate rejected it:[/] " + "; ".join(gate.get("problems", [])), highlight=False)
+    if record.get("report"):
+        from sandbox.checks.report import ValidationReport
+
+        data = record["report"]
+        report = ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {
+            "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]})
+        _print_table(report)
+    console.print(f"verdict: {record.get('feedback')}", highlight=False)

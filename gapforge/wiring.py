@@ -104,3 +104,34 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str):
             user_model = make_chat_model(cfg.llm.endpoint)
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
     return probe, (lambda: make_env(env_name, user=cfg.rollouts.user, user_model=user_model))
+
+
+def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
+    """The environment-synthesis stage's dependencies: generator/reviewer chat model (recorded
+    answers when llm.kind is scripted), the sandbox (every generated module runs only there),
+    and the base policy for GRPO readiness when policy.kind is endpoint|local."""
+    from agents.synthesis.service import SynthesisDeps
+    from sandbox.env import open_env
+
+    if cfg.llm.kind == "scripted":
+        from agents.synthesis.recorded import recorded_synthesis_model
+
+        chat_model = recorded_synthesis_model(cfg.synthesis.recordings)
+    else:
+        from agents.llm import chat_model_from_config
+
+        chat_model = chat_model_from_config(cfg.llm)
+    policy = run_episode = None
+    if cfg.policy.kind != "scripted":
+        from agents.policy import run_episode as policy_episode
+
+        policy, max_turns = make_policy(cfg.policy), cfg.rollouts.max_turns
+
+        async def run_episode(pol, env, seed, temperature):
+            return await policy_episode(pol, env, seed, max_turns=max_turns, temperature=temperature)
+
+    return SynthesisDeps(
+        store=store, chat_model=chat_model, open_module=lambda path: open_env(path, cfg.sandbox, pool),
+        workspace=cfg.workspace, config=cfg.synthesis, policy=policy, run_episode=run_episode,
+        readiness=cfg.grpo_readiness, progress=progress,
+    )

@@ -1,6 +1,11 @@
 """Check 7: GRPO-ready. G seeds x K policy samples at temperature 1.0 must give
 informative groups (reward std > 0), few all-zero / all-perfect groups, and a
-mean reward inside [mean_low, mean_high]."""
+mean reward inside [mean_low, mean_high].
+
+Groups run in waves (concurrency // K groups at a time); with `early_exit` the check
+stops as soon as the all-zero, all-perfect or uninformative groups seen already exceed
+their limit, so a hopeless env does not spend the whole G x K budget. The evidence
+records the policy rollouts spent (`rollouts`)."""
 
 from __future__ import annotations
 
@@ -54,6 +59,7 @@ def check_grpo_ready(
     cfg: GRPOReadinessConfig,
     *,
     concurrency: int = 4,
+    early_exit: bool = True,
 ) -> CheckResult:
     if policy is None or run_episode is None:
         return CheckResult.skip("grpo_ready", "no policy configured (policy.kind endpoint|local): GRPO readiness not checked")
@@ -83,17 +89,40 @@ def check_grpo_ready(
                         pass
             return 0.0
 
-    async def run_all() -> list[list[float]]:
+    async def run_all() -> dict[int, list[float]]:
+        """Groups in waves; stop early once the verdict can no longer become a pass."""
         sem = asyncio.Semaphore(concurrency)
-        tasks = [[one(s, sem) for _ in range(cfg.samples)] for s in group_seeds]
-        flat = await asyncio.gather(*[t for group in tasks for t in group])
-        return [list(flat[i * cfg.samples : (i + 1) * cfg.samples]) for i in range(len(group_seeds))]
+        done: dict[int, list[float]] = {}
+        wave = max(1, concurrency // cfg.samples) if early_exit else len(group_seeds)
+        for start in range(0, len(group_seeds), wave):
+            seeds_now = group_seeds[start : start + wave]
+            flat = await asyncio.gather(*[one(s, sem) for s in seeds_now for _ in range(cfg.samples)])
+            for i, s in enumerate(seeds_now):
+                done[s] = list(flat[i * cfg.samples : (i + 1) * cfg.samples])
+            if faults or (early_exit and bound_to_fail(done, len(group_seeds), cfg)):
+                break
+        return done
 
     groups = run_coroutine(run_all)
+    rollouts = sum(len(r) for r in groups.values())
     if faults:
         f = faults[0]
-        return CheckResult.fail("grpo_ready", f"env {f['kind']} during a policy episode at seed {f['seed']}: {f['error'][:300]}", faults=faults[:5])
-    return grade_groups(dict(zip(group_seeds, groups)), cfg)
+        return CheckResult.fail("grpo_ready", f"env {f['kind']} during a policy episode at seed {f['seed']}: {f['error'][:300]}",
+                                faults=faults[:5], rollouts=rollouts)
+    result = grade_groups(groups, cfg)
+    result.evidence["rollouts"] = rollouts
+    if len(groups) < len(group_seeds):
+        result.evidence["stopped_early"] = f"after {len(groups)} of {len(group_seeds)} groups: the verdict could no longer become a pass"
+        result.summary += f" (stopped early after {len(groups)}/{len(group_seeds)} groups)"
+    return result
+
+
+def bound_to_fail(done: dict[int, list[float]], total: int, cfg: GRPOReadinessConfig) -> bool:
+    """True when the groups seen so far already exceed a limit whatever the remaining groups give."""
+    zero = sum(1 for r in done.values() if max(r) <= 1e-9)
+    perfect = sum(1 for r in done.values() if min(r) >= PERFECT)
+    flat = sum(1 for r in done.values() if pstdev(r) <= 1e-9)
+    return zero > cfg.max_all_zero * total or perfect > cfg.max_all_perfect * total or flat > (1 - cfg.min_informative) * total
 
 
 def grade_groups(groups: dict[int, list[float]], cfg: GRPOReadinessConfig) -> CheckResult:
