@@ -1,0 +1,46 @@
+"""Synthesis tests: helpers in this folder are importable (shop_episodes, fixtures)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+from agents.synthesis.config import SynthesisConfig  # noqa: E402
+from gapforge.config import SandboxConfig  # noqa: E402
+
+TAG = "gapforge-sandbox:latest"
+
+
+@pytest.fixture(scope="session")
+def sandbox_cfg(docker_client) -> SandboxConfig:
+    """The sandbox image (built offline once if missing) and test-sized limits."""
+    from sandbox.errors import SandboxError
+    from sandbox.image import build_image, image_is_current
+
+    if not image_is_current(docker_client, TAG):
+        try:
+            build_image(docker_client, TAG, method="local-python")
+        except SandboxError:
+            build_image(docker_client, TAG, method="debootstrap")
+    return SandboxConfig(image=TAG, memory_mb=256, call_timeout_s=5.0, start_timeout_s=20.0, pool_size=1)
+
+
+@pytest.fixture
+def no_leftover_containers(docker_client):
+    def mine() -> set[str]:
+        return {c.id for c in docker_client.containers.list(all=True, filters={"label": f"gapforge.pid={os.getpid()}"})}
+
+    before = mine()
+    yield
+    assert mine() - before == set(), "the test left gapforge containers behind"
+
+
+@pytest.fixture
+def synthesis_cfg() -> SynthesisConfig:
+    return SynthesisConfig(max_attempts=3, validation_seeds=12)

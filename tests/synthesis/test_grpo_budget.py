@@ -1,0 +1,62 @@
+"""GRPO readiness inside the repair loop: it runs only after every other check passed, its
+policy rollouts are counted against the budget, and it stops early once it cannot pass.
+(In-process over the hand-written example env -- trusted code -- with a scripted policy runner.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents.synthesis.attempt import validate_attempt
+from agents.synthesis.config import SynthesisConfig
+from agents.synthesis.context import GeneratorContext, TargetFacts
+from envs.registry import make_env
+from envs.synthetic import InProcessSyntheticEnv
+from gapforge.config import GRPOReadinessConfig
+
+EXAMPLE = Path(__file__).parents[2] / "envs" / "examples" / "precondition_verification.py"
+BAD = Path(__file__).parent / "bad" / "claims_pay.py"
+
+
+def context() -> GeneratorContext:
+    env = make_env("shop")
+    try:
+        tools = env.tools()
+    finally:
+        env.close()
+    return GeneratorContext("precondition_verification", "check first", 0.5, 0.3, 1, [], TargetFacts("shop", tools, "policy"), tools)
+
+
+def attempt(path: Path, rewards, rollouts_left: int = 400):
+    calls: list[int] = []
+
+    async def run_episode(policy, env, seed, temperature):
+        calls.append(seed)
+        env.reset(seed)
+        return rewards(seed, len(calls))
+
+    outcome = validate_attempt(
+        path.read_text(), path, context(), 1, cfg=SynthesisConfig(review=False, validation_seeds=10),
+        open_module=InProcessSyntheticEnv, chat_model=None, target_shapes=None, policy=object(), run_episode=run_episode,
+        readiness=GRPOReadinessConfig(groups=8, samples=4), rollouts_left=rollouts_left)
+    return outcome, calls
+
+
+def test_informative_rewards_pass_and_spend_the_full_matrix() -> None:
+    outcome, calls = attempt(EXAMPLE, lambda seed, n: [0.0, 0.3, 0.6, 1.0][n % 4])
+    assert outcome.verdict.accepted and outcome.verdict.rollouts == 32 == len(calls)
+
+
+def test_all_zero_groups_stop_early() -> None:
+    outcome, calls = attempt(EXAMPLE, lambda seed, n: 0.0)
+    assert not outcome.verdict.accepted and outcome.verdict.failed_checks == ["grpo_ready"]
+    assert outcome.verdict.rollouts == len(calls) < 32
+    grpo = next(c for c in outcome.report["checks"] if c["name"] == "grpo_ready")
+    assert "stopped early" in grpo["summary"]
+
+
+def test_no_rollouts_when_a_cheaper_check_failed_or_the_budget_is_spent() -> None:
+    outcome, calls = attempt(BAD, lambda seed, n: 0.5)
+    assert calls == [] and "reward_hacking" in outcome.verdict.failed_checks and outcome.verdict.rollouts == 0
+    outcome, calls = attempt(EXAMPLE, lambda seed, n: 0.5, rollouts_left=20)
+    assert calls == [] and outcome.verdict.failed_checks == ["grpo_ready"]
+    assert "budget exhausted" in outcome.verdict.findings[0].summary

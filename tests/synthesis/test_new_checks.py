@@ -1,0 +1,83 @@
+"""The synthesis-time checks (result_format, no_leakage, reward_hacking), in-process over
+TRUSTED test modules (fast): each purpose-built bad module fails its check with evidence,
+and the two example envs pass all three."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envs.registry import make_env
+from envs.synthetic import InProcessSyntheticEnv
+from sandbox.checks import validate_env
+from sandbox.checks.report import ValidationReport
+from sandbox.checks.result_shapes import observed_result_shapes, result_shape, shape_problems
+from shop_episodes import gold_episodes
+
+BAD = Path(__file__).parent / "bad"
+EXAMPLES = Path(__file__).parents[2] / "envs" / "examples"
+NEW = {"result_format", "no_leakage", "reward_hacking"}
+
+
+@pytest.fixture(scope="module")
+def shop() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    env = make_env("shop")
+    try:
+        tools = env.tools()
+    finally:
+        env.close()
+    return tools, observed_result_shapes(m for _, m, _ in gold_episodes())
+
+
+def run(path: Path, shop: tuple[list[dict[str, Any]], dict[str, Any]]) -> ValidationReport:
+    tools, shapes = shop
+    return validate_env(lambda: InProcessSyntheticEnv(path), target_tools=tools, target_result_shapes=shapes,
+                        seeds=20, module=path, target="shop")
+
+
+@pytest.mark.parametrize("name", ["precondition_verification.py", "structured_data_reasoning.py"])
+def test_examples_pass_the_new_checks(name: str, shop) -> None:
+    report = run(EXAMPLES / name, shop)
+    assert report.passed, report.failures_for_generator()
+    for check in NEW:
+        assert report.check(check).verdict == "PASS", report.check(check).summary
+    assert report.check("result_format").evidence["compared_tools"]  # really compared, not vacuous
+    assert report.check("no_leakage").evidence["key_arguments_checked"] > 0
+
+
+@pytest.mark.parametrize(("name", "check", "needle"), [
+    ("drifting_results.py", "result_format", "keys ['id', 'lines', 'state'] that the target never returns"),
+    ("leaks_answer.py", "no_leakage", "system message"),
+    ("claims_pay.py", "reward_hacking", "exploit `claim_success`"),
+])
+def test_each_bad_module_fails_its_check_with_evidence(name: str, check: str, needle: str, shop) -> None:
+    report = run(BAD / name, shop)
+    assert report.failed_names() == {check}, report.failures_for_generator()
+    result = report.check(check)
+    assert needle in result.summary, result.summary
+    assert result.evidence
+    assert f"check `{check}` FAILED" in report.failures_for_generator()
+
+
+def test_leak_evidence_names_seed_value_and_place(shop) -> None:
+    leak = run(BAD / "leaks_answer.py", shop).check("no_leakage").evidence["leaks"][0]
+    assert leak["where"] == "system message" and leak["value"] in leak["context"] and isinstance(leak["seed"], int)
+
+
+def test_claim_exploit_evidence_has_the_numbers(shop) -> None:
+    ev = run(BAD / "claims_pay.py", shop).check("reward_hacking").evidence["exploits"]
+    assert ev["claim_success"]["mean"] >= 0.6 > ev["write_everything"]["solved_share"]
+
+
+def test_shapes_tolerate_optional_fields_and_data_keyed_maps() -> None:
+    target = observed_result_shapes([[
+        {"role": "assistant", "tool_calls": [{"id": "1", "name": "t", "arguments": {}}]},
+        {"role": "tool", "tool_call_id": "1", "content": '{"a": 1, "b": null, "pm": {"card_1": {"x": 1}, "gift_2": {"x": 2}}}'},
+        {"role": "tool", "tool_call_id": "1", "name": "t", "content": "Error: nope"},
+    ]])
+    assert shape_problems(result_shape('{"a": 2.5, "b": "s", "pm": {"card_9": {"x": 3}}}'), target["t"], "t") == []
+    assert shape_problems(result_shape('{"a": "2"}'), target["t"], "t") == ["t.a: is string, target returns number"]
+    assert shape_problems(result_shape('"plain"'), target["t"], "t") == ["t: is string, target returns object"]
+    assert shape_problems(result_shape("not json"), target["t"], "t") == ["t: is text, target returns object"]

@@ -1,0 +1,118 @@
+"""The repair loop end to end, offline, in the Docker sandbox: recorded generator / reviewer
+answers (the shop story), real static gate, real checks, real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.scripted import ScriptedChatModel
+from agents.synthesis.recorded import synthesis_rules
+from agents.synthesis.service import SynthesisDeps, accepted_module_path, synthesize_capability
+from fixtures import analysed_run, store_at
+from sandbox.env import open_env
+from sandbox.pool import SandboxPool
+
+pytestmark = pytest.mark.usefixtures("no_leftover_containers")
+
+
+class Killed(BaseException):
+    """Stands in for a kill -9 / Ctrl-C in the middle of an attempt."""
+
+
+def spy_model(prompts: list[tuple[str, str]]) -> ScriptedChatModel:
+    """The recorded answers, noting every (prompt name, prompt text) asked."""
+    rules = synthesis_rules()
+
+    def wrap(name: str) -> Any:
+        def rule(messages: list, tools: list) -> Any:
+            prompts.append((name, messages[-1].content))
+            return rules[name](messages, tools)
+        return rule
+
+    return ScriptedChatModel.from_dict({name: wrap(name) for name in rules})
+
+
+def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, open_module=None) -> SynthesisDeps:
+    return SynthesisDeps(store=store, chat_model=spy_model(prompts), workspace=tmp, config=cfg,
+                         open_module=open_module or (lambda p: open_env(p, sandbox_cfg, pool)))
+
+
+def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynthesized(tmp_path, sandbox_cfg, synthesis_cfg) -> None:
+    store = store_at(tmp_path)
+    run = analysed_run(store)
+    prompts: list[tuple[str, str]] = []
+    with SandboxPool(sandbox_cfg, size=1) as pool:
+        deps = deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, prompts)
+        good = synthesize_capability(deps, run, "precondition_verification")
+        hopeless = synthesize_capability(deps, run, "multi_step_task_completion")
+
+    assert good.status == "accepted" and good.accepted_attempt == 2
+    assert [a.failed_checks for a in good.attempts] == [["result_format"], []]
+    path = accepted_module_path(tmp_path, run, "precondition_verification")
+    assert good.module_path == str(path) and path.read_text() == store.synthetic_envs(run, "precondition_verification")[1].code
+
+    rows = store.synthetic_envs(run, "precondition_verification")
+    assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "accepted")]
+    assert rows[0].sha256 != rows[1].sha256 and rows[0].prompt_name == "synthesis_generator"
+    first = store.get_validation(rows[0].id)
+    assert first is not None and not first.passed
+    result_format = next(c for c in first.report["report"]["checks"] if c["name"] == "result_format")
+    assert result_format["verdict"] == "FAIL" and "['id', 'lines', 'state']" in result_format["summary"]
+    assert store.get_validation(rows[1].id).passed
+
+    # the evidence went back to the generator: attempt 2's prompt carries attempt 1's failure
+    generator_prompts = [text for name, text in prompts if name == "synthesis_generator"]
+    assert "Attempt: 1 of 3" in generator_prompts[0] and "(first attempt)" in generator_prompts[0]
+    assert "Attempt: 2 of 3" in generator_prompts[1] and "check `result_format` FAILED" in generator_prompts[1]
+    assert "keys ['id', 'lines', 'state']" in generator_prompts[1]
+
+    assert hopeless.status == "unsynthesized" and len(hopeless.attempts) == 3
+    assert [a.stage for a in hopeless.attempts] == ["static_gate", "self_test", "review"]
+    assert "reward_hacking" in hopeless.attempts[1].failed_checks
+    assert hopeless.attempts[2].failed_checks == ["llm_review"]  # only the review caught the wrong capability
+    assert "llm_review" in (hopeless.reason or "")
+    assert not accepted_module_path(tmp_path, run, "multi_step_task_completion").exists()
+    assert len(store.synthetic_envs(run, "multi_step_task_completion")) == 3
+
+
+def test_a_kill_mid_validation_resumes_at_that_attempt_without_duplicates(tmp_path, sandbox_cfg, synthesis_cfg) -> None:
+    store = store_at(tmp_path)
+    run = analysed_run(store)
+    opened: list[Path] = []
+
+    with SandboxPool(sandbox_cfg, size=1) as pool:
+        def killing_open(path: Path):
+            opened.append(path)
+            if path.name == "attempt-2.py":
+                raise Killed()
+            return open_env(path, sandbox_cfg, pool)
+
+        prompts: list[tuple[str, str]] = []
+        with pytest.raises(Killed):
+            synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, prompts, killing_open), run,
+                                  "precondition_verification")
+        rows = store.synthetic_envs(run, "precondition_verification")
+        assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "generated")]
+        assert store.get_validation(rows[1].id) is None
+
+        again: list[tuple[str, str]] = []  # a fresh process: a new model, nothing in memory
+        result = synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, again), run,
+                                       "precondition_verification")
+
+    assert result.status == "accepted" and result.accepted_attempt == 2
+    assert [a.resumed for a in result.attempts] == [True, False]
+    assert [name for name, _ in again] == ["synthesis_reviewer"]  # no new generator call: the stored code was validated
+    rows = store.synthetic_envs(run, "precondition_verification")
+    assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "accepted")]
+    assert all(store.get_validation(r.id) is not None for r in rows)
+
+    # once decided, a re-run reads the store only: no model call, no sandbox, same answer
+    third: list[tuple[str, str]] = []
+    def no_sandbox(path: Path):
+        raise AssertionError("a decided capability must not be validated again")
+    done = synthesize_capability(deps_for(store, tmp_path, None, sandbox_cfg, synthesis_cfg, third, no_sandbox), run,
+                                 "precondition_verification")
+    assert done.status == "accepted" and third == [] and all(a.resumed for a in done.attempts)
