@@ -8,7 +8,7 @@ import pytest
 
 from agents.synthesis.static_gate import static_gate
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 HEAD = "from envs.sdk import SyntheticEnv, tool\n"
 
 

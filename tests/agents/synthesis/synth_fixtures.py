@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shop_episodes import gold_episodes
+from shop_gold import gold_episodes
 from store import LabelIn, Store
 
 CAPABILITIES = {

@@ -14,10 +14,10 @@ from envs.synthetic import InProcessSyntheticEnv
 from sandbox.checks import validate_env
 from sandbox.checks.report import ValidationReport
 from sandbox.checks.result_shapes import observed_result_shapes, result_shape, shape_problems
-from shop_episodes import gold_episodes
+from shop_gold import gold_episodes
 
 BAD = Path(__file__).parent / "bad"
-EXAMPLES = Path(__file__).parents[2] / "envs" / "examples"
+EXAMPLES = Path(__file__).parents[3] / "envs" / "examples"
 NEW = {"result_format", "no_leakage", "reward_hacking"}
 
 

@@ -11,11 +11,11 @@ import pytest
 from agents.scripted import ScriptedChatModel
 from agents.synthesis.recorded import synthesis_rules
 from agents.synthesis.service import SynthesisDeps, accepted_module_path, synthesize_capability
-from fixtures import analysed_run, store_at
+from synth_fixtures import analysed_run, store_at
 from sandbox.env import open_env
 from sandbox.pool import SandboxPool
 
-pytestmark = pytest.mark.usefixtures("no_leftover_containers")
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftover_containers")]
 
 
 class Killed(BaseException):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fixtures import analysed_run, store_at
+from synth_fixtures import analysed_run, store_at
 from gapforge.cli import app
 
 runner = CliRunner()
@@ -15,9 +15,10 @@ runner = CliRunner()
 
 def sets(ws: Path, sandbox_cfg) -> list[str]:
     return ["--set", f"workspace={ws}", "--set", f"sandbox.image={sandbox_cfg.image}", "--set", "sandbox.pool_size=1",
-            "--set", "synthesis.max_attempts=3", "--set", "synthesis.validation_seeds=10"]
+            "--set", "synthesis.max_attempts=3", "--set", "synthesis.validation_seeds=8"]
 
 
+@pytest.mark.docker
 @pytest.mark.usefixtures("no_leftover_containers")
 def test_synthesize_then_show(tmp_path: Path, sandbox_cfg) -> None:
     store = store_at(tmp_path)

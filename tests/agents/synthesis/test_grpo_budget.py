@@ -13,7 +13,7 @@ from envs.registry import make_env
 from envs.synthetic import InProcessSyntheticEnv
 from gapforge.config import GRPOReadinessConfig
 
-EXAMPLE = Path(__file__).parents[2] / "envs" / "examples" / "precondition_verification.py"
+EXAMPLE = Path(__file__).parents[3] / "envs" / "examples" / "precondition_verification.py"
 BAD = Path(__file__).parent / "bad" / "claims_pay.py"
 
 

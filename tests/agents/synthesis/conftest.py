@@ -1,4 +1,5 @@
-"""Synthesis tests: helpers in this folder are importable (shop_episodes, fixtures)."""
+"""Synthesis tests (agents/synthesis and its new checks in sandbox/checks): helpers in this
+folder are importable (shop_gold, synth_fixtures)."""
 
 from __future__ import annotations
 
@@ -43,4 +44,4 @@ def no_leftover_containers(docker_client):
 
 @pytest.fixture
 def synthesis_cfg() -> SynthesisConfig:
-    return SynthesisConfig(max_attempts=3, validation_seeds=12)
+    return SynthesisConfig(max_attempts=3, validation_seeds=8)

@@ -1,0 +1,1 @@
+"""Recorded generator answers for the shop story (read as text, never imported)."""
