@@ -24,14 +24,15 @@ from statistics import mean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "agents" / "synthesis")]
 
-from agents.synthesis.config import SynthesisConfig  # noqa: E402
-from agents.synthesis.recorded import recorded_synthesis_model  # noqa: E402
-from agents.synthesis.service import SynthesisDeps, synthesize_capability  # noqa: E402
-from synth_fixtures import analysed_run, store_at  # noqa: E402
-from gapforge.config import GRPOReadinessConfig, SandboxConfig  # noqa: E402
-from sandbox.checks.probe import action_message  # noqa: E402
-from sandbox.env import open_env  # noqa: E402
-from sandbox.pool import SandboxPool  # noqa: E402
+from synth_fixtures import analysed_run, store_at
+
+from agents.synthesis.config import SynthesisConfig
+from agents.synthesis.recorded import recorded_synthesis_model
+from agents.synthesis.service import SynthesisDeps, synthesize_capability
+from gapforge.config import GRPOReadinessConfig, SandboxConfig
+from sandbox.checks.probe import action_message
+from sandbox.env import open_env
+from sandbox.pool import SandboxPool
 
 CAPS = ("precondition_verification", "multi_step_task_completion")
 

@@ -10,7 +10,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    get_config,
+    handle_errors,
+)
 
 _STYLE = {"accepted": "[bold green]accepted[/]", "failed": "[bold red]failed[/]", "rejected": "[red]rejected[/]",
           "unsynthesized": "[bold red]unsynthesized[/]"}

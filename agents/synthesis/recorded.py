@@ -20,8 +20,8 @@ from agents.errors import ModelError
 from agents.scripted import ScriptedChatModel
 
 SHOP_RECORDINGS = Path(__file__).parent / "recordings" / "shop.yaml"
-_CAP = re.compile(r"^Capability: (\S+)$", re.M)
-_ATTEMPT = re.compile(r"^Attempt: (\d+)", re.M)
+_CAP = re.compile(r"^Capability: (\S+)$", re.MULTILINE)
+_ATTEMPT = re.compile(r"^Attempt: (\d+)", re.MULTILINE)
 
 
 def _key(messages: list[BaseMessage]) -> tuple[str, int]:

@@ -13,7 +13,6 @@ goes on with the next capability. Never prints; progress goes to `deps.progress`
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +152,7 @@ def synthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> 
         outcome = validate_attempt(
             row.code, path, ctx, attempt, cfg=cfg, open_module=deps.open_module, chat_model=deps.chat_model,
             target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
-            readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what: say(attempt, what),
+            readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
         )
         record = _record(outcome, f"{prompt.name}@{prompt.version}")
         store.put_validation(row.id, report=record, passed=outcome.verdict.accepted)

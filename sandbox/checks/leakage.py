@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox.checks.probe import Episode, EnvFault, Probe
+from sandbox.checks.probe import EnvFault, Episode, Probe
 from sandbox.checks.report import CheckResult
 
 MIN_LEN = 4

@@ -8,12 +8,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import os  # noqa: E402
+import os
 
-import pytest  # noqa: E402
+import pytest
 
-from agents.synthesis.config import SynthesisConfig  # noqa: E402
-from gapforge.config import SandboxConfig  # noqa: E402
+from agents.synthesis.config import SynthesisConfig
+from gapforge.config import SandboxConfig
 
 TAG = "gapforge-sandbox:latest"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shop_gold import gold_episodes
+
 from store import LabelIn, Store
 
 CAPABILITIES = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from synth_fixtures import analysed_run, store_at
 from typer.testing import CliRunner
 
-from synth_fixtures import analysed_run, store_at
 from gapforge.cli import app
 
 runner = CliRunner()

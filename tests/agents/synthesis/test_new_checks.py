@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shop_gold import gold_episodes
 
 from envs.registry import make_env
 from envs.synthetic import InProcessSyntheticEnv
 from sandbox.checks import validate_env
 from sandbox.checks.report import ValidationReport
-from sandbox.checks.result_shapes import observed_result_shapes, result_shape, shape_problems
-from shop_gold import gold_episodes
+from sandbox.checks.result_shapes import (
+    observed_result_shapes,
+    result_shape,
+    shape_problems,
+)
 
 BAD = Path(__file__).parent / "bad"
 EXAMPLES = Path(__file__).parents[3] / "envs" / "examples"

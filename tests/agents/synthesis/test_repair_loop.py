@@ -7,11 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synth_fixtures import analysed_run, store_at
 
 from agents.scripted import ScriptedChatModel
 from agents.synthesis.recorded import synthesis_rules
-from agents.synthesis.service import SynthesisDeps, accepted_module_path, synthesize_capability
-from synth_fixtures import analysed_run, store_at
+from agents.synthesis.service import (
+    SynthesisDeps,
+    accepted_module_path,
+    synthesize_capability,
+)
 from sandbox.env import open_env
 from sandbox.pool import SandboxPool
 

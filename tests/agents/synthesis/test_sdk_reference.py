@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 
-import envs.sdk as sdk
+from envs import sdk
 from prompts import load_prompt
 
-BULLET = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)", re.M)
+BULLET = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 
 
 def sections() -> dict[str, str]:
     body = load_prompt("sdk_reference.md").body
-    parts = re.split(r"^## ", body, flags=re.M)[1:]
+    parts = re.split(r"^## ", body, flags=re.MULTILINE)[1:]
     return {p.splitlines()[0].strip(): p for p in parts}
 
 

@@ -2,7 +2,6 @@
 clock, so the static gate rejects it before any sandbox run (import of time)."""
 
 import time
-
 from typing import Literal
 
 from envs.sdk import SyntheticEnv, ToolError, tool
