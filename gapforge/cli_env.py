@@ -33,17 +33,37 @@ def validate(
     target: Annotated[str | None, typer.Option("--target", help="target env whose tools must match: shop | tau2:retail | ...")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="seeds per check (default: synthesis.validation_seeds)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here (default: WORKSPACE/validations/)")] = None,
+    episodes_from: Annotated[str | None, typer.Option("--episodes-from", metavar="RUN",
+                             help="compare result formats with the target's episodes stored in RUN (check result_format)")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
     """Run the self-test checks on PATH in the sandbox."""
     cfg = get_config(config, set_)
-    report, out = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out)
+    shapes = _stored_result_shapes(cfg, episodes_from, target) if episodes_from else None
+    report, out = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes)
     raise typer.Exit(0 if report.passed else 1)
 
 
+def _stored_result_shapes(cfg: GapforgeConfig, run_id: str, target: str | None) -> dict[str, Any]:
+    """Result shapes of the target's tools in the episodes stored for RUN."""
+    from gapforge.wiring import open_store
+    from sandbox.checks.result_shapes import observed_result_shapes
+
+    if not target:
+        raise UsageError("--episodes-from needs --target (the env whose stored episodes to compare with)")
+    store = open_store(cfg)
+    try:
+        episodes = store.episodes(run_id, env=target)
+    finally:
+        store.close()
+    if not episodes:
+        raise UsageError(f"run {run_id!r} has no stored episode of env {target!r}: collect rollouts first")
+    return observed_result_shapes(e.messages for e in episodes)
+
+
 def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None, seeds: int | None = None,
-                   json_out: Path | None = None) -> tuple[Any, Path]:
+                   json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None) -> tuple[Any, Path]:
     """Validate one env module in the sandbox, print the table, write the JSON report."""
     from sandbox.checks import validate_env
 
@@ -65,7 +85,7 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
         report = validate_env(
             lambda: open_env(path, cfg.sandbox, pool),
             target_tools=target_tools, seeds=n_seeds, policy=policy, run_episode=runner,
-            readiness=cfg.grpo_readiness, module=path, target=target,
+            readiness=cfg.grpo_readiness, module=path, target=target, target_result_shapes=target_result_shapes,
             progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
         )
     if policy_note and report.check("grpo_ready").skipped:

@@ -40,6 +40,12 @@ def test_synthesize_then_show(tmp_path: Path, sandbox_cfg) -> None:
     assert "result_format" in shown.output and "rejected at stage `self_test`" in shown.output
     assert (tmp_path / "synthetic_envs" / run / "precondition_verification" / "attempt-1.py").is_file()
 
+    # the stored attempt re-runs by hand, compared with the run's stored shop episodes
+    attempt1 = tmp_path / "synthetic_envs" / run / "precondition_verification" / "attempt-1.py"
+    by_hand = runner.invoke(app, ["env", "validate", str(attempt1), "--target", "shop", "--episodes-from", run,
+                                  *sets(tmp_path, sandbox_cfg)], terminal_width=200)
+    assert by_hand.exit_code == 1 and "result_format" in by_hand.output and "FAILED" in by_hand.output
+
     again = runner.invoke(app, ["synthesize", run, "--capability", "precondition_verification", *sets(tmp_path, sandbox_cfg)],
                           terminal_width=200)
     assert again.exit_code == 0 and "(stored)" in again.output  # resumed from the store, nothing redone
