@@ -31,7 +31,6 @@ from agents.synthesis.recorded import recorded_synthesis_model
 from agents.synthesis.service import SynthesisDeps, synthesize_capability
 from gapforge.config import GRPOReadinessConfig, SandboxConfig
 from sandbox.checks.probe import action_message
-from sandbox.env import open_env
 from sandbox.pool import SandboxPool
 
 CAPS = ("precondition_verification", "multi_step_task_completion")
@@ -70,7 +69,7 @@ def story(label: str, seeds: int, policy=None, runner=None) -> None:
     with SandboxPool(sandbox, size=1) as pool:
         deps = SynthesisDeps(store=store, chat_model=recorded_synthesis_model(), workspace=tmp,
                              config=SynthesisConfig(max_attempts=3, validation_seeds=seeds),
-                             open_module=lambda p: open_env(p, sandbox, pool), policy=policy, run_episode=runner,
+                             sandbox=sandbox, pool=pool, policy=policy, run_episode=runner,
                              readiness=GRPOReadinessConfig())
         print(f"\n== {label} ({seeds} seeds, max 3 attempts, GRPO readiness G=8 x K=4)")
         print(f"{'capability':28} {'#':>2} {'status':9} {'stage':12} {'s':>6} {'rollouts':>8}  failed checks / review")

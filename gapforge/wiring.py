@@ -111,7 +111,6 @@ def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
     answers when llm.kind is scripted), the sandbox (every generated module runs only there),
     and the base policy for GRPO readiness when policy.kind is endpoint|local."""
     from agents.synthesis.service import SynthesisDeps
-    from sandbox.env import open_env
 
     if cfg.llm.kind == "scripted":
         from agents.synthesis.recorded import recorded_synthesis_model
@@ -131,7 +130,7 @@ def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
             return await policy_episode(pol, env, seed, max_turns=max_turns, temperature=temperature)
 
     return SynthesisDeps(
-        store=store, chat_model=chat_model, open_module=lambda path: open_env(path, cfg.sandbox, pool),
+        store=store, chat_model=chat_model, sandbox=cfg.sandbox, pool=pool,
         workspace=cfg.workspace, config=cfg.synthesis, policy=policy, run_episode=run_episode,
         readiness=cfg.grpo_readiness, progress=progress,
     )

@@ -98,7 +98,8 @@ def validate_attempt(
     rollouts_left: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> AttemptOutcome:
-    """Run every gate on one module; generated code runs only through `open_module` (the sandbox)."""
+    """Run every gate on one module. `open_module` opens the env: the synthesis service always passes
+    the sandbox (sandbox.env.open_env); only tests pass trusted in-process example envs."""
     started = time.perf_counter()
     gate = static_gate(code, max_chars=cfg.max_code_chars, max_lines=cfg.max_code_lines)
     if not gate.passed:

@@ -9,6 +9,8 @@ point resumes at the attempt it was in: a stored attempt without a verdict is va
 again from its stored code (no new generator call); attempts with a verdict are not redone.
 An env that never passes leaves the capability "unsynthesized" with the reason; the caller
 goes on with the next capability. Never prints; progress goes to `deps.progress`.
+Generated code runs only in the sandbox: the service itself opens every module with
+`sandbox.env.open_env(path, deps.sandbox, deps.pool)` (there is no hook for an in-process env).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict
 
-from agents.synthesis.attempt import AttemptOutcome, OpenModule, validate_attempt
+from agents.synthesis.attempt import AttemptOutcome, validate_attempt
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.context import GeneratorContext, TargetFacts, gather_context
 from agents.synthesis.generator import generate_env, generator_prompt
@@ -29,6 +31,7 @@ from envs.protocol import PolicyModel
 from sandbox.checks import SelfTestThresholds
 from sandbox.checks.grpo import EpisodeRunner
 from sandbox.checks.result_shapes import observed_result_shapes
+from sandbox.env import open_env
 
 Status = Literal["accepted", "unsynthesized"]
 
@@ -39,7 +42,8 @@ class SynthesisDeps:
 
     store: Any  # store.Store
     chat_model: BaseChatModel  # generator and reviewer
-    open_module: OpenModule  # module path -> env in the SANDBOX (sandbox.env.open_env with a pool)
+    sandbox: Any  # SandboxConfig: generated modules run only through sandbox.env.open_env with it
+    pool: Any  # sandbox.pool.SandboxPool (or None: a container per env)
     workspace: Path
     config: SynthesisConfig
     thresholds: SelfTestThresholds | None = None
@@ -150,7 +154,7 @@ def synthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> 
         path = _write(module_dir(deps.workspace, run_id, capability) / f"attempt-{attempt}.py", row.code)
         spent = sum(s.rollouts for s in summaries)
         outcome = validate_attempt(
-            row.code, path, ctx, attempt, cfg=cfg, open_module=deps.open_module, chat_model=deps.chat_model,
+            row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: open_env(p, deps.sandbox, deps.pool), chat_model=deps.chat_model,
             target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
             readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
         )

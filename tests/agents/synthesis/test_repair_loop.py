@@ -16,7 +16,6 @@ from agents.synthesis.service import (
     accepted_module_path,
     synthesize_capability,
 )
-from sandbox.env import open_env
 from sandbox.pool import SandboxPool
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftover_containers")]
@@ -26,22 +25,26 @@ class Killed(BaseException):
     """Stands in for a kill -9 / Ctrl-C in the middle of an attempt."""
 
 
-def spy_model(prompts: list[tuple[str, str]]) -> ScriptedChatModel:
-    """The recorded answers, noting every (prompt name, prompt text) asked."""
+def spy_model(prompts: list[tuple[str, str]], kill_at: str | None = None) -> ScriptedChatModel:
+    """The recorded answers, noting every (prompt name, prompt text) asked; `kill_at` ("prompt:attempt")
+    raises Killed when that prompt is asked for that attempt."""
     rules = synthesis_rules()
 
     def wrap(name: str) -> Any:
         def rule(messages: list, tools: list) -> Any:
-            prompts.append((name, messages[-1].content))
+            text = messages[-1].content
+            if kill_at and kill_at.split(":")[0] == name and f"Attempt: {kill_at.split(':')[1]}" in text:
+                raise Killed()
+            prompts.append((name, text))
             return rules[name](messages, tools)
         return rule
 
     return ScriptedChatModel.from_dict({name: wrap(name) for name in rules})
 
 
-def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, open_module=None) -> SynthesisDeps:
-    return SynthesisDeps(store=store, chat_model=spy_model(prompts), workspace=tmp, config=cfg,
-                         open_module=open_module or (lambda p: open_env(p, sandbox_cfg, pool)))
+def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, kill_at: str | None = None) -> SynthesisDeps:
+    return SynthesisDeps(store=store, chat_model=spy_model(prompts, kill_at), workspace=tmp, config=cfg,
+                         sandbox=sandbox_cfg, pool=pool)
 
 
 def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynthesized(tmp_path, sandbox_cfg, synthesis_cfg) -> None:
@@ -85,19 +88,13 @@ def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynt
 def test_a_kill_mid_validation_resumes_at_that_attempt_without_duplicates(tmp_path, sandbox_cfg, synthesis_cfg) -> None:
     store = store_at(tmp_path)
     run = analysed_run(store)
-    opened: list[Path] = []
 
     with SandboxPool(sandbox_cfg, size=1) as pool:
-        def killing_open(path: Path):
-            opened.append(path)
-            if path.name == "attempt-2.py":
-                raise Killed()
-            return open_env(path, sandbox_cfg, pool)
-
+        # killed during attempt 2's validation: after its sandbox checks, at the LLM review
         prompts: list[tuple[str, str]] = []
         with pytest.raises(Killed):
-            synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, prompts, killing_open), run,
-                                  "precondition_verification")
+            synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, prompts, "synthesis_reviewer:2"),
+                                  run, "precondition_verification")
         rows = store.synthetic_envs(run, "precondition_verification")
         assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "generated")]
         assert store.get_validation(rows[1].id) is None
@@ -113,10 +110,24 @@ def test_a_kill_mid_validation_resumes_at_that_attempt_without_duplicates(tmp_pa
     assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "accepted")]
     assert all(store.get_validation(r.id) is not None for r in rows)
 
-    # once decided, a re-run reads the store only: no model call, no sandbox, same answer
+    # once decided, a re-run reads the store only: no model call, no sandbox (pool None, no image), same answer
     third: list[tuple[str, str]] = []
-    def no_sandbox(path: Path):
-        raise AssertionError("a decided capability must not be validated again")
-    done = synthesize_capability(deps_for(store, tmp_path, None, sandbox_cfg, synthesis_cfg, third, no_sandbox), run,
+    no_sandbox = sandbox_cfg.model_copy(update={"image": "gapforge-no-such-image:none"})
+    done = synthesize_capability(deps_for(store, tmp_path, None, no_sandbox, synthesis_cfg, third), run,
                                  "precondition_verification")
     assert done.status == "accepted" and third == [] and all(a.resumed for a in done.attempts)
+
+
+def test_a_kill_in_the_generator_call_regenerates_that_attempt(tmp_path, sandbox_cfg, synthesis_cfg) -> None:
+    store = store_at(tmp_path)
+    run = analysed_run(store)
+    with SandboxPool(sandbox_cfg, size=1) as pool:
+        with pytest.raises(Killed):
+            synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, [], "synthesis_generator:2"),
+                                  run, "precondition_verification")
+        assert [r.attempt for r in store.synthetic_envs(run, "precondition_verification")] == [1]
+        again: list[tuple[str, str]] = []
+        result = synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, again), run,
+                                       "precondition_verification")
+    assert result.accepted_attempt == 2 and [n for n, _ in again] == ["synthesis_generator", "synthesis_reviewer"]
+    assert "Attempt: 2 of 3" in again[0][1] and "check `result_format` FAILED" in again[0][1]  # feedback read back from the store
