@@ -35,6 +35,14 @@ def generator_prompt() -> Prompt:
     return load_prompt(PROMPT_FILE)
 
 
+def signature(tool: dict) -> str:
+    """`name(param: type, ...)`: a compact line for a target tool whose full schema is not shown."""
+    fn = tool["function"]
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    params = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+    return f"- {fn['name']}({params}): {(fn.get('description') or '').splitlines()[0][:120] if fn.get('description') else ''}"
+
+
 def render_generator_prompt(ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None,
                             example: Path = EXAMPLE) -> str:
     episodes = "\n\n".join(f"### episode {e.episode_id} (task {e.task_id})\n{e.text}" for e in ctx.episodes) or "(none)"
@@ -42,6 +50,7 @@ def render_generator_prompt(ctx: GeneratorContext, attempt: int, max_attempts: i
         capability=ctx.capability, attempt=attempt, max_attempts=max_attempts, definition=ctx.definition,
         statistics=ctx.statistics(), target=ctx.target.name, episodes=episodes,
         target_tools=json.dumps(ctx.tools_in_episodes, indent=1), target_policy=ctx.target.policy.strip(),
+        other_tools="\n".join(signature(t) for t in ctx.target.tools if t not in ctx.tools_in_episodes) or "(none)",
         sdk_reference=load_prompt("sdk_reference.md").body.strip(), example_module=example.read_text().strip(),
         feedback=feedback or "(first attempt)",
     )
