@@ -123,7 +123,8 @@ def validate_attempt(
     stage = "self_test" if any(c.name != "llm_review" for c in report.failures) else "review" if report.failures else "grpo_ready"
     rollouts = 0
     if not report.failures and policy is not None and run_episode is not None:
-        readiness = readiness if readiness is not None else _default_readiness()
+        if readiness is None:
+            raise ValueError("a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)")
         need = readiness.groups * readiness.samples
         if need > rollouts_left:
             grpo = CheckResult.fail("grpo_ready", f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
@@ -146,8 +147,3 @@ def validate_attempt(
                           seconds=round(time.perf_counter() - started, 3),
                           check_seconds={c.name: c.seconds for c in report.checks})
 
-
-def _default_readiness() -> Any:
-    from sandbox.checks.grpo import GRPOReadinessConfig
-
-    return GRPOReadinessConfig()
