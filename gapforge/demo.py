@@ -42,8 +42,8 @@ def _sandbox_stage(cfg: GapforgeConfig) -> bool:
     ok = True
     for name in EXAMPLES:
         path = Path(examples.__file__).with_name(f"{name}.py")
-        report, _ = run_validation(cfg, path, target="shop", seeds=cfg.synthesis.validation_seeds)
-        ok = ok and report.passed
+        outcome = run_validation(cfg, path, target="shop", seeds=cfg.synthesis.validation_seeds)
+        ok = ok and outcome.passed
     return ok
 
 

@@ -20,7 +20,7 @@ import struct
 import time
 from typing import Any
 
-from gapforge.config import SandboxConfig
+from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
 from sandbox.errors import NO_DAEMON, EnvFailureKind, SandboxError, image_missing
 from sandbox.stage import CONTAINER_ROOT

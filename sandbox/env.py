@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from envs.errors import EnvError
 from envs.protocol import Message, Score, StepResult, TaskRef
-from gapforge.config import SandboxConfig
+from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
 from sandbox.errors import EnvCodeError
 from sandbox.pool import SandboxPool

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from envs.protocol import PolicyModel
-from gapforge.config import GRPOReadinessConfig
 from sandbox.checks.adversarial import check_graded, check_not_trivial
 from sandbox.checks.basic import check_fidelity, check_loads
 from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
 from sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
 from sandbox.checks.probe import EnvFault, OpenEnv, Probe
 from sandbox.checks.report import CheckResult, ValidationReport
-from sandbox.checks.settings import SelfTestThresholds
+from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 
 CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded", "grpo_ready")
 Progress = Callable[[str], None]

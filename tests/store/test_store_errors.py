@@ -62,6 +62,6 @@ def test_schema_version_mismatch_is_reported(sqlite_url: str) -> None:
 
 
 def test_store_error_is_a_cli_user_error() -> None:
-    from gapforge.cli_common import user_errors
+    from gapforge.errors import USER_ERRORS
 
-    assert StoreError in user_errors()
+    assert StoreError in USER_ERRORS
