@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.deps import StageDeps
-from agents.policy import run_episode
+from agents.episode import run_episode
 from envs.errors import EnvError
 from envs.protocol import PolicyModel
 from sandbox.checks import ValidationReport, validate_env

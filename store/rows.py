@@ -43,6 +43,34 @@ class EpisodeRow:
     turns: int
     timings: dict[str, Any]
     task_family: str | None
+    score_info: dict[str, Any]
+    step_info: list[Any]
+    user_prompt: str | None
+    started_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSummaryRow:
+    """An episode without its trajectory (no messages, no step_info): what statistics
+    over all episodes need, cheap to load many times (`Store.episode_summaries`)."""
+
+    id: int
+    run_id: str
+    env: str
+    task_id: str
+    sample: int
+    policy: str
+    reward: float
+    success: bool
+    components: dict[str, Any]
+    termination: str
+    error: str | None
+    turns: int
+    task_family: str | None
+    score_info: dict[str, Any]
+    user_prompt: str | None
+    started_at: datetime | None
     created_at: datetime
 
 
