@@ -77,6 +77,12 @@ class ChatModelPolicy:
             return self.chat_model.bind_tools(tools, **kwargs)
         return self.chat_model.bind(**kwargs) if kwargs else self.chat_model
 
+    async def aclose(self) -> None:
+        """Close the chat model's async HTTP client when it has one (make_chat_model gives each model its own)."""
+        client = getattr(self.chat_model, "http_async_client", None)
+        if client is not None and hasattr(client, "aclose"):
+            await client.aclose()
+
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         runnable = self._runnable(tools, temperature)
         try:

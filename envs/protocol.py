@@ -158,8 +158,14 @@ class PolicyModel(Protocol):
     ChatOpenAI, the scripted model), serving.local.LocalPolicy (transformers+PEFT).
     Failures raise envs.errors.PolicyError subclasses (EndpointError,
     MalformedOutputError); the policy loop records them as the episode's end.
+
+    `aclose()` releases what the policy holds (HTTP sessions belong to the event loop
+    that used them). Whoever creates a policy closes it; code that is handed one
+    (the rollout collector, the readiness check) never does.
     """
 
     name: str
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message: ...
+
+    async def aclose(self) -> None: ...

@@ -18,6 +18,7 @@ from typing import Any
 from envs.errors import EnvError
 from envs.protocol import Message, Score, StepResult, TaskRef
 from envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
+from envs.naming import synthetic_env_name
 
 
 def load_env_class(path: str | Path) -> type[SyntheticEnv]:
@@ -59,7 +60,7 @@ class InProcessSyntheticEnv:
                 raise EnvError(str(exc)) from None
         self.env_class = env
         self._env = env()
-        self.name = f"synthetic:{env.capability}"
+        self.name = synthetic_env_name(env.capability)
 
     @property
     def capability(self) -> str:

@@ -84,7 +84,11 @@ class EndpointPolicy:
         return self._session
 
     async def aclose(self) -> None:
-        """Close the HTTP session (call from the loop that used it)."""
+        """Close the HTTP session (call from the loop that used it). A session whose loop has
+        already ended cannot be closed from another loop: it is dropped."""
+        if self._loop is not None and self._loop.is_closed():
+            self._session, self._loop = None, None
+            return
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
