@@ -169,3 +169,15 @@ class PolicyModel(Protocol):
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message: ...
 
     async def aclose(self) -> None: ...
+
+
+def seed_of(task: TaskRef) -> int:
+    """The integer seed a synthetic env is reset with: an int, or a string of digits
+    (task ids travel as strings through the store). Anything else -> EnvError."""
+    from envs.errors import EnvError
+
+    if isinstance(task, str) and task.lstrip("-").isdigit():
+        return int(task)
+    if not isinstance(task, int) or isinstance(task, bool):
+        raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
+    return task

@@ -16,9 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envs.errors import EnvError
 from envs.naming import synthetic_env_name
-from envs.protocol import Message, Score, StepResult, TaskRef
+from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
 from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
 from sandbox.errors import EnvCodeError, SandboxError
@@ -131,12 +130,7 @@ class SandboxedEnv:
         return out
 
     def reset(self, task: TaskRef) -> list[Message]:
-        if isinstance(task, bool) or not isinstance(task, int):
-            if isinstance(task, str) and task.lstrip("-").isdigit():
-                task = int(task)
-            else:
-                raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
-        out = self._call("reset", {"seed": task})
+        out = self._call("reset", {"seed": seed_of(task)})
         try:
             if not isinstance(out, list):
                 raise TypeError(f"reset() must return a list of messages, got {type(out).__name__}")

@@ -20,7 +20,10 @@ _WHERE = {
     )},
 }
 
-__all__ = sorted(_WHERE)
+__all__ = [
+    "AdapterRow", "CapabilityRow", "CapabilityStatRow", "EpisodeRow", "EpisodeSummaryRow", "EvaluationRow", "LabelIn",
+    "LabelRow", "LabelValue", "RunRow", "Store", "StoreConfig", "StoreError", "SyntheticEnvRow", "ValidationRow",
+]
 
 
 def __getattr__(name: str) -> Any:
