@@ -43,11 +43,12 @@ class EpisodeRow:
     turns: int
     timings: dict[str, Any]
     task_family: str | None
-    score_info: dict[str, Any]
-    step_info: list[Any]
-    user_prompt: str | None
-    started_at: datetime | None
     created_at: datetime
+    # the env's evidence (schema 2); defaults keep hand-built rows in tests short
+    score_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    step_info: list[Any] = dataclasses.field(default_factory=list)
+    user_prompt: str | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +69,10 @@ class EpisodeSummaryRow:
     error: str | None
     turns: int
     task_family: str | None
-    score_info: dict[str, Any]
-    user_prompt: str | None
-    started_at: datetime | None
     created_at: datetime
+    score_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    user_prompt: str | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
