@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
