@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import openai
@@ -27,15 +27,14 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field, ValidationError
 from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from agents.config import EndpointConfig, LLMConfig, PolicyConfig
 from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
 from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
+from envs.errors import is_transient_status
 from prompts import load_prompt
 
-if TYPE_CHECKING:  # the config sections are only types here: agents never imports gapforge at runtime
-    from gapforge.config import EndpointConfig, LLMConfig, PolicyConfig
 
 PLACEHOLDER_API_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key
-RETRY_STATUS = {408, 429}  # plus every 5xx
 
 
 def prompt_config(prompt_name: str, config: RunnableConfig | None = None) -> RunnableConfig:
@@ -50,7 +49,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in RETRY_STATUS or exc.status_code >= 500
+        return is_transient_status(exc.status_code)
     return False
 
 

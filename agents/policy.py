@@ -1,13 +1,7 @@
-"""The policy loop: drive a PolicyModel through an Environment until done or a turn limit.
+"""A PolicyModel over any LangChain chat model, and the message conversion both ways.
 
-`run_episode(policy, env, task)` returns an `Episode` (messages, reward, success,
-components, turns, termination reason, timings). A bad rollout is data: policy
-failures (envs.errors.PolicyError: endpoint down after retries, malformed output)
-and unexpected exceptions inside `env.step` end the episode with that reason,
-and the episode is still scored. Only `env.reset` raising envs.errors.EnvError
-(unknown task: user input) and user-fixable model errors (agents.errors.ModelError,
-e.g. a scripted model out of answers) propagate. The caller owns the env's
-lifecycle: run_episode never calls `env.close()`.
+The episode loop itself (`run_episode`, `Episode`) lives in agents/episode.py, which
+imports no LangChain; it is re-exported here for existing callers.
 
 `ChatModelPolicy` implements envs.protocol.PolicyModel over any LangChain chat
 model (agents.llm.make_chat_model, ScriptedChatModel, ...). Scripted answers for
@@ -16,22 +10,19 @@ it are keyed by its `prompt_name` (default "policy").
 
 from __future__ import annotations
 
-import asyncio
-import time
-from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any
 
 import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from pydantic import BaseModel, ConfigDict, Field
 
 from agents.errors import ModelEndpointError, ModelError
+from agents.episode import Episode, Termination, run_episode
 from agents.llm import is_transient, prompt_config
-from envs.errors import EndpointError, EnvError, MalformedOutputError, PolicyError
-from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
+from envs.errors import EndpointError, MalformedOutputError, PolicyError
+from envs.protocol import Message, ToolCall
 
-Termination = Literal["done", "max_turns", "endpoint_error", "malformed_output", "policy_error", "env_error"]
+__all__ = ["ChatModelPolicy", "Episode", "Termination", "from_langchain", "run_episode", "to_langchain"]
 
 
 # --- message conversion ------------------------------------------------------------------------
@@ -86,6 +77,12 @@ class ChatModelPolicy:
             return self.chat_model.bind_tools(tools, **kwargs)
         return self.chat_model.bind(**kwargs) if kwargs else self.chat_model
 
+    async def aclose(self) -> None:
+        """Close the chat model's async HTTP client when it has one (make_chat_model gives each model its own)."""
+        client = getattr(self.chat_model, "http_async_client", None)
+        if client is not None and hasattr(client, "aclose"):
+            await client.aclose()
+
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         runnable = self._runnable(tools, temperature)
         try:
@@ -99,105 +96,3 @@ class ChatModelPolicy:
                 raise EndpointError(f"policy '{self.name}': {type(e).__name__}: {e}") from e
             raise PolicyError(f"policy '{self.name}': the endpoint rejected the request: {type(e).__name__}: {e}") from e
         return from_langchain(ai, call_prefix=f"call_{len(messages)}")
-
-
-# --- the episode -------------------------------------------------------------------------------
-
-
-class Episode(BaseModel):
-    """One policy run on one task: the trajectory, its score and why it ended."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    env: str
-    task: str | int
-    policy: str
-    messages: list[Message]
-    reward: float = Field(ge=0.0, le=1.0)
-    success: bool
-    components: dict[str, float] = Field(default_factory=dict)
-    score_info: dict[str, Any] = Field(default_factory=dict)
-    turns: int = Field(ge=0, description="assistant messages the policy produced")
-    termination: Termination
-    error: str | None = None
-    timings: dict[str, float] = Field(description="policy_s, env_s, total_s")
-    started_at: datetime
-
-    @property
-    def tool_calls(self) -> list[ToolCall]:
-        return [tc for m in self.messages if m.role == "assistant" for tc in m.tool_calls]
-
-
-def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-async def run_episode(
-    policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None
-) -> Episode:
-    """Reset, then policy.respond -> env.step until done or `max_turns`, then score."""
-    if max_turns < 1:
-        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    started_at = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
-    clock = {"policy_s": 0.0, "env_s": 0.0}
-
-    inline = getattr(env, "inline", False) is True  # fast CPU-only envs skip the worker-thread hop
-
-    async def env_call(fn: Any, *args: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return fn(*args) if inline else await asyncio.to_thread(fn, *args)
-        finally:
-            clock["env_s"] += time.perf_counter() - t
-
-    messages: list[Message] = []
-    turns = 0
-    termination: Termination = "max_turns"
-    error: str | None = None
-    try:
-        messages = list(await env_call(env.reset, task))  # EnvError (bad task) propagates
-        tools = await env_call(env.tools)
-    except EnvError:
-        raise
-    except Exception as e:
-        termination, error = "env_error", f"env.reset failed: {_text(e)}"
-    else:
-        while turns < max_turns:
-            t = time.perf_counter()
-            try:
-                reply = await policy.respond(messages, tools, temperature=temperature)
-            except PolicyError as e:
-                termination, error = e.termination, str(e)  # type: ignore[assignment]
-                if isinstance(e, MalformedOutputError) and e.raw:
-                    messages.append(Message.assistant(content=e.raw))  # what the model said, for analysis
-                break
-            finally:
-                clock["policy_s"] += time.perf_counter() - t
-            messages.append(reply)
-            turns += 1
-            try:
-                result = await env_call(env.step, reply)
-            except Exception as e:
-                termination, error = "env_error", f"env.step failed: {_text(e)}"
-                break
-            messages.extend(result.messages)
-            if result.done:
-                termination = "done"
-                break
-
-    reward, success, components, score_info = 0.0, False, {}, {}
-    try:
-        score = await env_call(env.score)
-        reward, success, components, score_info = score.reward, score.success, dict(score.components), dict(score.info)
-    except Exception as e:
-        score_info = {"score_error": _text(e)}
-        error = f"{error}; " if error else ""
-        error += f"env.score failed, reward recorded as 0.0: {_text(e)}"
-
-    clock["total_s"] = time.perf_counter() - t0
-    return Episode(
-        env=env.name, task=task, policy=policy.name, messages=messages, reward=reward, success=success,
-        components=components, score_info=score_info, turns=turns, termination=termination, error=error,
-        timings=clock, started_at=started_at,
-    )

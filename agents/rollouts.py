@@ -9,12 +9,14 @@ are written as they finish, so a kill loses at most the ones in flight.
 from __future__ import annotations
 
 import asyncio
+import functools
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from agents.policy import Episode, run_episode
+from agents.episode import Episode, run_episode
 from envs.protocol import PolicyModel, TargetEnvironment
 
 
@@ -61,6 +63,10 @@ def episode_fields(ep: Episode, task_family: str | None) -> dict[str, Any]:
         "turns": ep.turns,
         "timings": ep.timings,
         "task_family": task_family,
+        "score_info": ep.score_info,
+        "step_info": ep.step_info,
+        "user_prompt": ep.user_prompt,
+        "started_at": ep.started_at,
     }
 
 
@@ -73,36 +79,45 @@ async def collect(
     on_episode: Callable[[Episode], None] | None = None,
     families: dict[str, str] | None = None,
 ) -> CollectResult:
-    """Run every (task, sample) of the plan that the sink does not hold yet."""
-    done = await asyncio.to_thread(sink.episode_keys, plan.run_id, plan.env)
-    todo = [k for k in plan.keys() if k not in done]
-    result = CollectResult(planned=len(plan.keys()), skipped=len(plan.keys()) - len(todo), ran=0)
-    gate = asyncio.Semaphore(plan.concurrency)
-    families = families or {}
+    """Run every (task, sample) of the plan that the sink does not hold yet.
 
-    async def one(task_id: str, sample: int) -> None:
-        async with gate:
-            env = await asyncio.to_thread(make_env)
-            try:
-                ep = await run_episode(policy, env, task_id, max_turns=plan.max_turns, temperature=plan.temperature)
-            finally:
-                await asyncio.to_thread(env.close)
-            fields = episode_fields(ep, families.get(task_id))
-            eid = await asyncio.to_thread(sink.put_episode, plan.run_id, plan.env, task_id, sample, **fields)
-        result.ran += 1
-        result.episode_ids.append(eid)
-        if on_episode is not None:
-            on_episode(ep)
+    Blocking calls (env construction, env calls, store writes) run on a thread pool
+    of `plan.concurrency` workers, so `concurrency` blocking envs (tau2, the sandbox,
+    an LLM user) really run at once (asyncio's default executor caps at cpu+4).
+    The policy is the caller's: collect never closes it.
+    """
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=plan.concurrency + 1, thread_name_prefix="rollout") as pool:
 
-    tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        aclose = getattr(policy, "aclose", None)  # HTTP sessions belong to this event loop
-        if aclose is not None:
-            await aclose()
+        async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+
+        done = await blocking(sink.episode_keys, plan.run_id, plan.env)
+        todo = [k for k in plan.keys() if k not in done]
+        result = CollectResult(planned=len(plan.keys()), skipped=len(plan.keys()) - len(todo), ran=0)
+        gate = asyncio.Semaphore(plan.concurrency)
+        fams = families or {}
+
+        async def one(task_id: str, sample: int) -> None:
+            async with gate:
+                env = await blocking(make_env)
+                try:
+                    ep = await run_episode(policy, env, task_id, max_turns=plan.max_turns, temperature=plan.temperature, executor=pool)
+                finally:
+                    await blocking(env.close)
+                eid = await blocking(sink.put_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
+            result.ran += 1
+            result.episode_ids.append(eid)
+            if on_episode is not None:
+                on_episode(ep)
+
+        tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     return result
 
 
@@ -117,6 +132,34 @@ class FamilySummary:
     @property
     def pass_rate(self) -> float:
         return self.passed / self.episodes if self.episodes else 0.0
+
+
+@dataclass(frozen=True)
+class RolloutSummary:
+    """A run's episodes summarised (stage service result; the CLI and the demo render it)."""
+
+    run_id: str
+    env: str | None
+    episodes: int
+    families: list[FamilySummary]
+    terminations: Counter[str]
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(f.passed for f in self.families) / self.episodes if self.episodes else 0.0
+
+
+class SummarySource(Protocol):
+    """The part of store.Store the summary needs (no trajectories are loaded)."""
+
+    def episode_summaries(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[Any]: ...
+
+
+def rollout_summary(store: SummarySource, run_id: str, env: str | None = None) -> RolloutSummary:
+    """Pass rate / reward / turns per task family and the terminations of a run (never prints)."""
+    rows = store.episode_summaries(run_id, env=env)
+    families, terminations = summarize(rows)
+    return RolloutSummary(run_id=run_id, env=env, episodes=len(rows), families=families, terminations=terminations)
 
 
 def summarize(rows: list[Any]) -> tuple[list[FamilySummary], Counter[str]]:

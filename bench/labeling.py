@@ -33,7 +33,7 @@ from agents.analysis.recorded import load_recording, recorded_analyst
 from agents.analysis.split import analysis_episodes
 from agents.llm import make_chat_model
 from agents.planted_policy import collect_planted
-from gapforge.config import EndpointConfig
+from agents.config import EndpointConfig
 from store import Store
 
 

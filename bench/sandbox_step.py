@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from envs.protocol import Message, ToolCall  # noqa: E402
 from envs.synthetic import InProcessSyntheticEnv  # noqa: E402
-from gapforge.config import SandboxConfig  # noqa: E402
+from sandbox.config import SandboxConfig  # noqa: E402
 from sandbox.env import SandboxedEnv  # noqa: E402
 from sandbox.pool import SandboxPool  # noqa: E402
 

@@ -29,3 +29,9 @@ class MalformedOutputError(PolicyError):
     def __init__(self, message: str, raw: str = "") -> None:
         super().__init__(message)
         self.raw = raw
+
+
+def is_transient_status(status: int) -> bool:
+    """HTTP statuses worth another attempt, for every retry stack (agents' chat models and
+    serving's endpoint policy): 408 timeout, 429 rate limit, every 5xx."""
+    return status in (408, 429) or status >= 500

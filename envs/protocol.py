@@ -158,8 +158,26 @@ class PolicyModel(Protocol):
     ChatOpenAI, the scripted model), serving.local.LocalPolicy (transformers+PEFT).
     Failures raise envs.errors.PolicyError subclasses (EndpointError,
     MalformedOutputError); the policy loop records them as the episode's end.
+
+    `aclose()` releases what the policy holds (HTTP sessions belong to the event loop
+    that used them). Whoever creates a policy closes it; code that is handed one
+    (the rollout collector, the readiness check) never does.
     """
 
     name: str
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message: ...
+
+    async def aclose(self) -> None: ...
+
+
+def seed_of(task: TaskRef) -> int:
+    """The integer seed a synthetic env is reset with: an int, or a string of digits
+    (task ids travel as strings through the store). Anything else -> EnvError."""
+    from envs.errors import EnvError
+
+    if isinstance(task, str) and task.lstrip("-").isdigit():
+        return int(task)
+    if not isinstance(task, int) or isinstance(task, bool):
+        raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
+    return task

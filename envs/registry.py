@@ -44,6 +44,8 @@ def _make_tau2(name: str, domain: str, user: str, user_model: Any) -> TargetEnvi
 
         from envs.tau2 import Tau2Env
     except ImportError as err:
-        raise EnvError(f"{hint} ({err})") from err
+        if err.name == "tau2" or err.name is None and "tau2" in str(err):
+            raise EnvError(f"{hint} ({err})") from err
+        raise EnvError(f"env '{name}': the tau2 package is installed but cannot be imported: {err}") from err
     env: TargetEnvironment = Tau2Env(domain, user=user, user_model=user_model)
     return env

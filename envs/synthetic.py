@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TaskRef
+from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
 from envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
+from envs.naming import synthetic_env_name
 
 
 def load_env_class(path: str | Path) -> type[SyntheticEnv]:
@@ -59,7 +60,7 @@ class InProcessSyntheticEnv:
                 raise EnvError(str(exc)) from None
         self.env_class = env
         self._env = env()
-        self.name = f"synthetic:{env.capability}"
+        self.name = synthetic_env_name(env.capability)
 
     @property
     def capability(self) -> str:
@@ -69,11 +70,7 @@ class InProcessSyntheticEnv:
         return self._env.tools()
 
     def reset(self, task: TaskRef) -> list[Message]:
-        if isinstance(task, str) and task.lstrip("-").isdigit():
-            task = int(task)
-        if not isinstance(task, int) or isinstance(task, bool):
-            raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
-        return [Message.model_validate(m) for m in self._env.reset(task)]
+        return [Message.model_validate(m) for m in self._env.reset(seed_of(task))]
 
     def step(self, message: Message) -> StepResult:
         out = self._env.step(message.model_dump(mode="json"))

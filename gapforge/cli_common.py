@@ -1,20 +1,20 @@
 """Shared CLI plumbing: config options, the one-line error policy, the console.
 
 Every command takes `--config FILE` and `--set dotted.key=value`. Errors that
-a user can fix (subclasses of the boundary errors listed in USER_ERRORS) are
+a user can fix (`gapforge.errors.USER_ERRORS`, one class per boundary) are
 printed as one line on stderr with exit code 2 and no traceback.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Annotated, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
 
-from gapforge.config import ConfigError, GapforgeConfig, load_config
+from gapforge.config import GapforgeConfig, load_config
+from gapforge.errors import USER_ERRORS, UsageError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -23,32 +23,7 @@ ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="YAML conf
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: dotted.key=value (repeatable)")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class UsageError(Exception):
-    """Bad command-line input; the message says what to fix."""
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exception classes that mean 'the user can fix this' (imported lazily: heavy modules)."""
-    errors: list[type[BaseException]] = [ConfigError, UsageError]
-    for mod, name in (
-        ("envs.errors", "EnvError"),
-        ("store.errors", "StoreError"),
-        ("sandbox.errors", "SandboxError"),
-        ("agents.errors", "ModelError"),
-        ("serving.errors", "ServingError"),
-    ):
-        module = sys.modules.get(mod)
-        if module is None:
-            try:
-                module = __import__(mod, fromlist=[name])
-            except ImportError:
-                continue
-        cls = getattr(module, name, None)
-        if cls is not None:
-            errors.append(cls)
-    return tuple(errors)
+__all__ = ["ConfigOpt", "SetOpt", "USER_ERRORS", "UsageError", "console", "err_console", "fail", "get_config", "handle_errors"]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -65,7 +40,7 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
-        except user_errors() as e:  # type: ignore[misc]
+        except USER_ERRORS as e:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
 
     return wrapper  # type: ignore[return-value]

@@ -4,22 +4,19 @@ every required check passes, 1 when one failed, 2 for bad input."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from gapforge.cli_common import (
-    ConfigOpt,
-    SetOpt,
-    UsageError,
-    console,
-    get_config,
-    handle_errors,
-)
+from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
 from gapforge.config import GapforgeConfig
+from gapforge.errors import UsageError
+from gapforge.wiring import build_deps
+
+if TYPE_CHECKING:
+    from agents.selftest import ValidationOutcome
 
 app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module, show a synthesized one.")
 
@@ -41,8 +38,8 @@ def validate(
     """Run the self-test checks on PATH in the sandbox."""
     cfg = get_config(config, set_)
     shapes = _stored_result_shapes(cfg, episodes_from, target) if episodes_from else None
-    report, out = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes)
-    raise typer.Exit(0 if report.passed else 1)
+    outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes)
+    raise typer.Exit(0 if outcome.passed else 1)
 
 
 def _stored_result_shapes(cfg: GapforgeConfig, run_id: str, target: str | None) -> dict[str, Any]:
@@ -63,40 +60,25 @@ def _stored_result_shapes(cfg: GapforgeConfig, run_id: str, target: str | None) 
 
 
 def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None, seeds: int | None = None,
-                   json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None) -> tuple[Any, Path]:
-    """Validate one env module in the sandbox, print the table, write the JSON report."""
-    from sandbox.checks import validate_env
+                   json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None) -> ValidationOutcome:
+    """Render `agents.selftest.validate_module` for the terminal: a status line, the table, the verdict."""
+    from agents.selftest import validate_module
 
-    if not path.is_file() or path.suffix != ".py":
-        raise UsageError(f"env module '{path}' not found: give the path of a .py file")
     n_seeds = seeds if seeds is not None else cfg.synthesis.validation_seeds
-    if n_seeds < 2:
-        raise UsageError(f"--seeds {n_seeds}: need at least 2 seeds to compare scenarios")
-    target_tools = _target_tools(target) if target else None
-    policy, runner, policy_note = _grpo_policy(cfg)
-
-    from sandbox.env import open_env
-    from sandbox.pool import SandboxPool
-
     with (
-        SandboxPool(cfg.sandbox, size=min(cfg.sandbox.pool_size, 2)) as pool,
+        build_deps(cfg, pool_size=min(cfg.sandbox.pool_size, 2)) as deps,
         console.status(f"validating {path.name} ({n_seeds} seeds)...") as status,
     ):
-        report = validate_env(
-            lambda: open_env(path, cfg.sandbox, pool),
-            target_tools=target_tools, seeds=n_seeds, policy=policy, run_episode=runner,
-            readiness=cfg.grpo_readiness, module=path, target=target, target_result_shapes=target_result_shapes,
+        policy = deps.make_policy() if cfg.policy.kind != "scripted" else None
+        outcome = validate_module(
+            deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations", json_out=json_out,
+            target_result_shapes=target_result_shapes,
             progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
         )
-    if policy_note and report.check("grpo_ready").skipped:
-        report.check("grpo_ready").summary = policy_note
-    _print_table(report)
-    out = json_out or cfg.workspace / "validations" / f"{path.stem}-{(report.module_sha256 or '')[:8]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.to_json(), indent=2, default=str))
-    verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-    console.print(f"{verdict} in {report.seconds:.1f}s; JSON report: {out}", highlight=False)
-    return report, out
+    _print_table(outcome.report)
+    verdict = "[bold green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]"
+    console.print(f"{verdict} in {outcome.report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False)
+    return outcome
 
 
 def _print_table(report: Any) -> None:
@@ -109,33 +91,6 @@ def _print_table(report: Any) -> None:
     for check in report.checks:
         table.add_row(check.name + ("" if check.required else " (optional)"), _STYLE[check.verdict], f"{check.seconds:.2f}", check.summary[:240])
     console.print(table)
-
-
-def _target_tools(name: str) -> list[dict[str, Any]]:
-    """The target env's tool schemas (unknown name -> envs.errors.EnvError -> one line, exit 2)."""
-    from envs.registry import make_env
-
-    env = make_env(name)
-    try:
-        return env.tools()
-    finally:
-        env.close()
-
-
-def _grpo_policy(cfg: GapforgeConfig) -> tuple[Any, Any, str | None]:
-    """(policy, episode runner, why-skipped) for the GRPO-readiness check."""
-    if cfg.policy.kind == "scripted":
-        return None, None, "skipped: no policy to sample (policy.kind is scripted; set policy.kind endpoint|local)"
-    from agents.policy import run_episode
-    from gapforge.wiring import make_policy
-
-    policy = make_policy(cfg.policy)
-    max_turns = cfg.rollouts.max_turns
-
-    async def runner(pol: Any, env: Any, seed: int, temperature: float) -> Any:
-        return await run_episode(pol, env, seed, max_turns=max_turns, temperature=temperature)
-
-    return policy, runner, None
 
 
 @app.command("show")

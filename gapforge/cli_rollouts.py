@@ -11,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
-from gapforge.wiring import apply_policy_spec, make_policy, make_target_env_factory, open_store
+from agents.rollouts import RolloutSummary, rollout_summary
+from gapforge.wiring import apply_policy_spec, build_deps, make_target_env_factory, open_store
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
 
@@ -39,7 +40,7 @@ def collect_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Run the policy on the env's tasks and store every episode (idempotent per run/env/task/sample)."""
-    from agents.rollouts import CollectPlan, collect
+    from agents.rollouts import CollectPlan, CollectResult, collect
 
     cfg = get_config(config, set_)
     env_name = env or cfg.rollouts.env
@@ -48,8 +49,9 @@ def collect_cmd(
     families = {t: probe.task_family(t) for t in task_ids}
     probe.close()
     pol_cfg = apply_policy_spec(cfg, policy)
-    pol = make_policy(pol_cfg)
-    store = open_store(cfg)
+    deps = build_deps(cfg)
+    pol = deps.make_policy(pol_cfg)
+    store = deps.store
     run_config = {"command": "rollouts collect", "env": env_name, "policy": pol.name, "config": cfg.dump()}
     run_id = store.get_run(run).id if run else store.create_run("rollouts", run_config)
     console.print(f"run {run_id}", highlight=False)
@@ -66,30 +68,34 @@ def collect_cmd(
         stored = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
         pending = sum(key not in stored for key in plan.keys())
         tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
+        async def run_and_close() -> CollectResult:
+            try:
+                return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=lambda _ep: bar.advance(tid))
+            finally:
+                await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
+
         try:
-            result = asyncio.run(collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=lambda _ep: bar.advance(tid)))
+            result = asyncio.run(run_and_close())
         except KeyboardInterrupt:
             store.set_run_status(run_id, "interrupted")
             console.print(f"interrupted: resume with --run {run_id}\nrun {run_id}", highlight=False)
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
     store.set_run_status(run_id, "done")
     console.print(f"{result.ran} episodes ran, {result.skipped} already stored, {result.planned} planned")
-    print_summary(store, run_id, env_name)
+    render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
+    deps.close()
 
 
-def print_summary(store, run_id: str, env: str | None) -> None:
-    from agents.rollouts import summarize
-
-    rows = store.episodes(run_id, env=env)
-    fams, terminations = summarize(rows)
-    table = Table(title=f"run {run_id}: {len(rows)} episodes")
+def render_summary(summary: RolloutSummary) -> None:
+    """Print a `agents.rollouts.RolloutSummary` as a table and a terminations line."""
+    table = Table(title=f"run {summary.run_id}: {summary.episodes} episodes")
     for col in ("family", "episodes", "pass rate", "mean reward", "mean turns"):
         table.add_column(col, justify="left" if col == "family" else "right")
-    for f in fams:
+    for f in summary.families:
         table.add_row(f.family, str(f.episodes), f"{f.pass_rate:.1%}", f"{f.mean_reward:.3f}", f"{f.mean_turns:.1f}")
     console.print(table)
-    console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in terminations.most_common()), highlight=False)
+    console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in summary.terminations.most_common()), highlight=False)
 
 
 @app.command("tasks")
@@ -119,16 +125,22 @@ def show_cmd(
         table = Table(title=f"run {run}")
         for col in ("id", "env", "task", "sample", "family", "reward", "success", "turns", "termination"):
             table.add_column(col, no_wrap=col in ("env", "task"))
-        for r in store.episodes(run):
+        for r in store.episode_summaries(run):
             table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no", str(r.turns), r.termination)
         console.print(table)
-        print_summary(store, run, None)
+        render_summary(rollout_summary(store, run, None))
         return
     ep = store.get_episode(episode)
     if ep.run_id != run:
         raise UsageError(f"episode {episode} belongs to run {ep.run_id}, not {run}")
     console.print(f"[bold]episode {ep.id}[/] {ep.env} task={ep.task_id} sample={ep.sample} policy={ep.policy}")
     console.print(f"reward={ep.reward:.3f} success={ep.success} turns={ep.turns} termination={ep.termination} components={ep.components}")
+    started = ep.started_at.isoformat(timespec="seconds") if ep.started_at else "?"
+    console.print(f"started={started} user_prompt={ep.user_prompt or '-'}", highlight=False)
+    if ep.score_info:
+        console.print(f"score info: {json.dumps(ep.score_info, default=str)[:2000]}", highlight=False, markup=False)
+    for entry in ep.step_info:
+        console.print(f"step info (turn {entry.get('turn')}): {json.dumps(entry.get('info'), default=str)[:500]}", highlight=False, markup=False)
     if ep.error:
         console.print(f"[red]error:[/] {ep.error}", highlight=False)
     for m in ep.messages:

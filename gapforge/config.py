@@ -1,6 +1,8 @@
 """The one typed config tree: YAML file + `--set dotted.key=value` overrides +
 environment variables (read here and nowhere else).
 
+Each layer owns its section (sandbox/config.py, sandbox/checks/settings.py,
+agents/config.py, store/config.py); this module only composes them and loads.
 Unknown keys are rejected; every error is one line naming the key and the fix.
 """
 
@@ -8,91 +10,29 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
 from agents.synthesis.config import SynthesisConfig
+from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
+from gapforge.errors import ConfigError
+from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
+from sandbox.config import SandboxConfig
+from store.config import StoreConfig
 
-
-class ConfigError(Exception):
-    """A bad config file, key or value. The message says what to fix."""
+__all__ = [  # the moved sections stay importable from here for the composition root and tests
+    "AnalysisConfig", "ConfigError", "EndpointConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
+    "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "StoreConfig",
+    "SynthesisConfig", "TrainingConfig", "load_config", "parse_override",
+]
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class StoreConfig(_Section):
-    url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the workspace. Env: GAPFORGE_STORE_URL")
-
-
-class EndpointConfig(_Section):
-    """An OpenAI-compatible chat endpoint."""
-
-    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = OpenAI's default")
-    model: str = "gpt-4o-mini"
-    api_key_env: str = Field("OPENAI_API_KEY", description="name of the env var holding the key")
-    api_key: SecretStr | None = Field(None, exclude=True, description="filled by the loader from api_key_env")
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(4, ge=0, le=20)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-
-
-class LLMConfig(_Section):
-    """The agent roles (analyst, generator, validator, user simulator)."""
-
-    kind: Literal["scripted", "openai"] = "scripted"
-    scripted_path: str | None = Field(None, description="YAML/JSON of recorded answers keyed by prompt name")
-    endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
-
-
-class PolicyConfig(_Section):
-    """The policy being evaluated/trained."""
-
-    kind: Literal["scripted", "endpoint", "local"] = "scripted"
-    endpoint: EndpointConfig = Field(default_factory=lambda: EndpointConfig(temperature=1.0))
-    local_path: str | None = Field(None, description="directory of a Hugging Face model (kind=local)")
-    adapter_path: str | None = Field(None, description="optional PEFT adapter applied on the local model")
-    scripted_path: str | None = None
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    max_new_tokens: int = Field(512, gt=0)
-
-
-class RolloutConfig(_Section):
-    env: str = Field("shop", description="shop | tau2:retail | tau2:airline | tau2:telecom")
-    samples: int = Field(1, ge=1, description="episodes per task")
-    concurrency: int = Field(8, ge=1, le=1024)
-    max_turns: int = Field(30, ge=1)
-    tasks: list[str] | None = Field(None, description="task ids; None = all")
-    user: Literal["scripted", "llm"] = "scripted"
-
-
-
-
-class SandboxConfig(_Section):
-    backend: Literal["docker", "process"] = Field("docker", description="process does NOT isolate; explicit opt-in only")
-    image: str = "gapforge-sandbox:latest"
-    memory_mb: int = Field(512, ge=32)
-    cpus: float = Field(1.0, gt=0)
-    pids_limit: int = Field(64, ge=8)
-    call_timeout_s: float = Field(10.0, gt=0)
-    start_timeout_s: float = Field(30.0, gt=0)
-    pool_size: int = Field(4, ge=0)
-    max_output_bytes: int = Field(1_000_000, ge=1024)
-
-
-class GRPOReadinessConfig(_Section):
-    groups: int = Field(8, ge=1, description="G seeds")
-    samples: int = Field(4, ge=2, description="K samples per seed")
-    min_informative: float = 0.5
-    max_all_zero: float = 0.2
-    max_all_perfect: float = 0.2
-    mean_low: float = 0.15
-    mean_high: float = 0.85
 
 
 class TrainingConfig(_Section):
@@ -120,6 +60,7 @@ class GapforgeConfig(_Section):
     synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     grpo_readiness: GRPOReadinessConfig = Field(default_factory=GRPOReadinessConfig)
+    self_test: SelfTestThresholds = Field(default_factory=SelfTestThresholds)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
 

@@ -42,8 +42,8 @@ def _sandbox_stage(cfg: GapforgeConfig) -> bool:
     ok = True
     for name in EXAMPLES:
         path = Path(examples.__file__).with_name(f"{name}.py")
-        report, _ = run_validation(cfg, path, target="shop", seeds=cfg.synthesis.validation_seeds)
-        ok = ok and report.passed
+        outcome = run_validation(cfg, path, target="shop", seeds=cfg.synthesis.validation_seeds)
+        ok = ok and outcome.passed
     return ok
 
 
@@ -63,7 +63,8 @@ def _tiny_model(cfg: GapforgeConfig) -> Path:
 def run_demo(cfg: GapforgeConfig, *, tasks: int = 8) -> int:
     """Run the demo; returns the process exit code."""
     from agents.rollouts import CollectPlan, collect
-    from gapforge.cli_rollouts import print_summary
+    from agents.rollouts import rollout_summary
+    from gapforge.cli_rollouts import render_summary
     from gapforge.wiring import make_target_env_factory, open_store
     from serving.local import LocalPolicy
 
@@ -84,7 +85,7 @@ def run_demo(cfg: GapforgeConfig, *, tasks: int = 8) -> int:
     with console.status(f"collecting {len(chosen)} episodes..."):
         result = asyncio.run(collect(plan, make_env=make_env, policy=policy, sink=store, families=families))
     console.print(f"{result.ran} episodes ran, {result.skipped} already stored", highlight=False)
-    print_summary(store, run_id, "shop")
+    render_summary(rollout_summary(store, run_id, "shop"))
     store.set_run_status(run_id, "done" if sandbox_ok else "failed")
     console.print(f"workspace: {cfg.workspace.resolve()}  (inspect: gapforge rollouts show {run_id})", highlight=False)
     if not sandbox_ok:

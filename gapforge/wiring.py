@@ -1,21 +1,62 @@
 """Composition root: the one place that picks concrete classes from the config
-(store, policy backends, chat models, target envs)."""
+(store, sandbox pool, policy backends, chat models, target envs) and bundles them
+into the `agents.deps.StageDeps` that stage services and graph nodes receive."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
-from gapforge.cli_common import UsageError
+from agents.deps import StageDeps
 from gapforge.config import GapforgeConfig, PolicyConfig
+from gapforge.errors import UsageError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from envs.protocol import PolicyModel, TargetEnvironment
+    from sandbox.pool import SandboxPool
+    from store import Store
 
 
-def open_store(cfg: GapforgeConfig):
+def open_store(cfg: GapforgeConfig) -> Store:
     from store import Store
 
     cfg.workspace.mkdir(parents=True, exist_ok=True)
     return Store(cfg.store_url)
+
+
+def open_sandbox_pool(cfg: GapforgeConfig, *, size: int | None = None) -> SandboxPool:
+    """A warm pool of sandboxes (`sandbox.pool_size`, or `size`); the caller closes it."""
+    from sandbox.pool import SandboxPool
+
+    return SandboxPool(cfg.sandbox, size=cfg.sandbox.pool_size if size is None else size)
+
+
+def make_role_chat_model(cfg: GapforgeConfig, role: str = "llm") -> BaseChatModel:
+    """The chat model of an LLM role: `llm` (analyst, generator, reviewer, user simulator) or `policy`."""
+    from agents.llm import chat_model_from_config
+
+    if role == "policy":
+        return chat_model_from_config(cfg.policy, section="policy")
+    return chat_model_from_config(cfg.llm, section="llm")
+
+
+def build_deps(cfg: GapforgeConfig, *, pool_size: int | None = None) -> StageDeps:
+    """The typed dependencies object for stage services and graph nodes (store and pool open lazily)."""
+    return StageDeps(
+        open_store=lambda: open_store(cfg),
+        open_pool=lambda: open_sandbox_pool(cfg, size=pool_size),
+        policy_factory=lambda pol: make_policy(pol or cfg.policy),
+        chat_model_factory=lambda role: make_role_chat_model(cfg, role),
+        sandbox=cfg.sandbox,
+        rollouts=cfg.rollouts,
+        readiness=cfg.grpo_readiness,
+        self_test=cfg.self_test,
+    )
 
 
 def apply_policy_spec(cfg: GapforgeConfig, spec: str | None) -> PolicyConfig:
@@ -53,7 +94,7 @@ def check_endpoint_reachable(base_url: str | None, timeout_s: float = 5.0) -> No
         raise UsageError(f"policy endpoint {base_url} is unreachable ({type(e).__name__}): start the server or fix --policy") from None
 
 
-def make_policy(pol: PolicyConfig, *, name: str | None = None):
+def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
     """A PolicyModel for the configured backend."""
     if pol.kind == "local":
         if not pol.local_path or not Path(pol.local_path).is_dir():
@@ -85,7 +126,7 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None):
     return ChatModelPolicy(chat_model_from_config(pol, section="policy"), name=name or default_name)
 
 
-def make_target_env_factory(cfg: GapforgeConfig, env_name: str):
+def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetEnvironment, Callable[[], TargetEnvironment]]:
     """Validate the env name now (one-line error) and return (probe instance, zero-arg factory).
 
     With `rollouts.user: llm` the user simulator talks to the `llm.endpoint`: the shop

@@ -14,9 +14,10 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from sandbox.errors import EnvCodeError, EnvFailureKind
+from sandbox.errors import FAILURE_KINDS, EnvCodeError, EnvFailureKind
 
-_KINDS: dict[str, EnvFailureKind] = {k: k for k in ("exception", "oom", "bad_output", "output_flood", "load_error")}  # type: ignore[misc]
+# kinds the far side may report itself (timeout and crash are decided on this side)
+_KINDS: dict[str, EnvFailureKind] = {k: k for k in FAILURE_KINDS if k not in ("timeout", "crash")}  # type: ignore[misc]
 
 
 class Channel(ABC):

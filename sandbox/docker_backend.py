@@ -20,7 +20,7 @@ import struct
 import time
 from typing import Any
 
-from gapforge.config import SandboxConfig
+from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
 from sandbox.errors import NO_DAEMON, EnvFailureKind, SandboxError, image_missing
 from sandbox.stage import CONTAINER_ROOT
@@ -31,14 +31,19 @@ SANDBOX_UID = "65534:65534"
 
 def docker_client() -> Any:
     """A connected Docker client, or SandboxError saying how to get one."""
-    try:
-        import docker
+    import docker
+    import docker.errors
+    import requests
 
+    try:
         client = docker.from_env(timeout=60)
         client.ping()
         return client
-    except Exception:
-        raise SandboxError(NO_DAEMON) from None
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as e:
+        cause = " ".join(str(e).split())[:200]
+        if "ermission denied" in cause:  # the daemon runs, this user may not talk to it
+            raise SandboxError(f"Docker daemon refused access ({cause}): add this user to the docker group or use sudo") from None
+        raise SandboxError(f"{NO_DAEMON} ({cause})") from None
 
 
 def require_image(client: Any, tag: str) -> None:
@@ -202,7 +207,7 @@ def sweep(client: Any | None = None, *, everything: bool = False, only_pid: int 
     client = client or docker_client()
     host = socket.gethostname()
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         labels = c.labels or {}
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
         mine = labels.get(f"{LABEL}.host") == host
@@ -216,7 +221,7 @@ def wait_gone(client: Any, ids: list[str], timeout: float = 10.0) -> None:
     """Block until the given containers no longer exist (removal is asynchronous-ish)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = {c.id for c in client.containers.list(all=True, filters={"label": LABEL})} & set(ids)
+        left = {c.id for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)} & set(ids)
         if not left:
             return
         time.sleep(0.05)

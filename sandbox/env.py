@@ -3,68 +3,121 @@ running in the sandbox. The validator, the trainer and the evaluator all use it.
 
 A failing env is data: every env failure is raised as EnvCodeError (kind,
 detail, traceback) for the caller to record. After a failure that killed the
-sandbox, the next `reset()` transparently starts a fresh one; `step`/`score`
-without a new reset raise EnvCodeError(kind="crash").
+sandbox, the next `reset()` transparently leases a fresh one; `step`/`score`
+without a new reset raise EnvCodeError(kind="crash"). After `close()` every call
+raises the sandbox's own SandboxError.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TaskRef
-from gapforge.config import SandboxConfig
+from envs.naming import synthetic_env_name
+from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
+from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
-from sandbox.errors import EnvCodeError
+from sandbox.errors import EnvCodeError, SandboxError
 from sandbox.pool import SandboxPool
 
 
 class SandboxedEnv:
-    """Implements envs.protocol.Environment, plus `solution`, `scenario` and `describe`."""
+    """Implements envs.protocol.Environment, plus `solution`, `scenario` and `describe`.
 
-    def __init__(self, module_path: str | Path, cfg: SandboxConfig, pool: SandboxPool | None = None) -> None:
+    Two ways to hold one:
+    - `SandboxedEnv.pooled(module, pool)`: for a trainer or evaluator that keeps the env
+      for thousands of episodes. The pool is the caller's (never closed here); the
+      sandbox is leased lazily on first use (normally `reset`) and kept across resets.
+    - `SandboxedEnv(module, cfg, pool=None)`: leases at once (a load error raises here);
+      without a pool it makes a private one and closes it on `close()`.
+
+    `failures` keeps the last `max_failures` env failures (bounded; `failure_count`
+    counts all). After `close()` every call raises SandboxError.
+    """
+
+    def __init__(
+        self, module_path: str | Path, cfg: SandboxConfig | None = None, pool: SandboxPool | None = None,
+        *, lazy: bool = False, max_failures: int = 100,
+    ) -> None:
+        if cfg is None and pool is None:
+            raise ValueError("SandboxedEnv needs a SandboxConfig or a SandboxPool")
         self.module_path = Path(module_path)
-        self.cfg = cfg
+        self.cfg = cfg if cfg is not None else pool.cfg  # type: ignore[union-attr]
         self._own_pool = pool is None
-        self.pool = pool if pool is not None else SandboxPool(cfg, size=0, sweep_on_start=False)
+        self.pool = pool if pool is not None else SandboxPool(self.cfg, size=0, sweep_on_start=False)
         self._channel: Channel | None = None
+        self._info: dict[str, Any] | None = None
+        self._episode_lost = False
         self._closed = False
-        self.failures: list[dict[str, Any]] = []  # evidence of every env failure, in order
-        try:
-            self._channel, self._info = self.pool.acquire(self.module_path)
-        except BaseException as e:
-            if isinstance(e, EnvCodeError):
-                self.failures.append(e.to_dict())
-            if self._own_pool:
-                self.pool.close()
-            raise
-        self.name: str = str(self._info.get("name") or self.module_path.stem)
+        self.failures: deque[dict[str, Any]] = deque(maxlen=max_failures)  # evidence of recent env failures
+        self.failure_count = 0
+        if not lazy:
+            try:
+                self._lease()
+            except BaseException:
+                if self._own_pool:
+                    self.pool.close()
+                raise
+
+    @classmethod
+    def pooled(cls, module_path: str | Path, pool: SandboxPool, *, max_failures: int = 100) -> SandboxedEnv:
+        """A long-lived env on a caller-owned pool; its sandbox is leased on first use."""
+        return cls(module_path, pool=pool, lazy=True, max_failures=max_failures)
+
+    @property
+    def name(self) -> str:
+        """`synthetic:<capability>` (envs.naming): the same name in-process and sandboxed."""
+        info = self._info if self._info is not None else self._lease_info()
+        return synthetic_env_name(info.get("capability"), self.module_path)
 
     # -- plumbing ------------------------------------------------------------
-    def _call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        if self._closed:
-            raise RuntimeError(f"SandboxedEnv {self.name} is closed")
-        if self._channel is None:
-            if method != "reset":
-                raise EnvCodeError("crash", "the episode was lost when the sandbox was destroyed after a failure; reset() again", method=method)
+    def _record(self, e: EnvCodeError) -> None:
+        self.failures.append(e.to_dict())
+        self.failure_count += 1
+
+    def _lease(self) -> Channel:
+        try:
             self._channel, self._info = self.pool.acquire(self.module_path)
+        except EnvCodeError as e:
+            self._record(e)
+            raise
+        self._episode_lost = False
+        return self._channel
+
+    def _lease_info(self) -> dict[str, Any]:
+        self._check_open()
+        self._lease()
+        return self._info or {}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError(f"SandboxedEnv {self.module_path.name} is closed: open a new one")
+
+    def _call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        self._check_open()
+        if self._channel is None:
+            if self._episode_lost and method != "reset":
+                raise EnvCodeError("crash", "the episode was lost when the sandbox was destroyed after a failure; reset() again", method=method)
+            self._lease()
         channel = self._channel
+        assert channel is not None
         try:
             return channel.call(method, params)
         except EnvCodeError as e:
-            self.failures.append(e.to_dict())
+            self._record(e)
             if channel.broken is not None:
                 self.pool.discard(channel)
                 self._channel = None
+                self._episode_lost = True
             raise
 
     def _bad_output(self, method: str, err: Exception) -> EnvCodeError:
         detail = str(err).splitlines()
         exc = EnvCodeError("bad_output", f"answer does not fit the protocol: {' '.join(detail[:3])[:500]}", method=method)
-        self.failures.append(exc.to_dict())
+        self._record(exc)
         if self._channel is not None:
             self._channel.had_failure = True
         return exc
@@ -77,12 +130,7 @@ class SandboxedEnv:
         return out
 
     def reset(self, task: TaskRef) -> list[Message]:
-        if isinstance(task, bool) or not isinstance(task, int):
-            if isinstance(task, str) and task.lstrip("-").isdigit():
-                task = int(task)
-            else:
-                raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
-        out = self._call("reset", {"seed": task})
+        out = self._call("reset", {"seed": seed_of(task)})
         try:
             if not isinstance(out, list):
                 raise TypeError(f"reset() must return a list of messages, got {type(out).__name__}")
@@ -124,7 +172,7 @@ class SandboxedEnv:
         return self._channel.ident if self._channel is not None else None
 
     def describe(self) -> dict[str, Any]:
-        return dict(self._info)
+        return dict(self._info if self._info is not None else self._lease_info())
 
     def close(self) -> None:
         if self._closed:

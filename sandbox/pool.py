@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gapforge.config import SandboxConfig
+from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
 from sandbox.errors import EnvCodeError, SandboxError
 from sandbox.stage import Stage

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gapforge.config import SandboxConfig
+from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
 from sandbox.errors import EnvFailureKind
 

@@ -58,16 +58,9 @@ class _CappedWriter:
 
 
 def _find_class(module: Any) -> type:
-    try:
-        from envs.sdk import find_env_class  # staged beside this file
-    except ImportError:
-        find_env_class = None
-    if find_env_class is not None:
-        return find_env_class(module)
-    found = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__ and all(callable(getattr(v, m, None)) for m in ("tools", "reset", "step", "score"))]
-    if len(found) != 1:
-        raise ImportError(f"expected exactly one env class in the module, found {len(found)}")
-    return found[0]
+    from envs.sdk import find_env_class  # always staged beside this file (sandbox/stage.py)
+
+    return find_env_class(module)
 
 
 class Server:
@@ -94,14 +87,8 @@ class Server:
         cls = _find_class(module)
         self.env = cls()
         self.loaded_path = full
-        meta = cls.metadata() if callable(getattr(cls, "metadata", None)) else {}
-        self.info = {
-            "name": meta.get("name") or cls.__name__,
-            "capability": meta.get("capability", getattr(cls, "capability", None)),
-            "description": meta.get("description", getattr(cls, "description", None)),
-            "target": meta.get("target", getattr(cls, "target", None)),
-            "max_turns": meta.get("max_turns", getattr(cls, "max_turns", None)),
-        }
+        meta = cls.metadata()  # a checked SyntheticEnv subclass (find_env_class)
+        self.info = {key: meta[key] for key in ("name", "capability", "description", "target", "max_turns")}
         return self.info
 
     def dispatch(self, method: str, params: dict[str, Any]) -> Any:

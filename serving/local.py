@@ -96,6 +96,9 @@ class LocalPolicy:
             **self.template_kwargs,
         )
 
+    async def aclose(self) -> None:
+        """Nothing to release: no connections; the weights go with the object."""
+
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         temp = self.temperature if temperature is None else temperature
         if temp < 0:

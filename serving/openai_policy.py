@@ -26,11 +26,10 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from envs.errors import EndpointError, MalformedOutputError, PolicyError
+from envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
 from envs.protocol import Message, ToolCall
 from serving.errors import ServingError
 
-RETRY_STATUS = {408, 429}
 USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
 
 
@@ -84,7 +83,11 @@ class EndpointPolicy:
         return self._session
 
     async def aclose(self) -> None:
-        """Close the HTTP session (call from the loop that used it)."""
+        """Close the HTTP session (call from the loop that used it). A session whose loop has
+        already ended cannot be closed from another loop: it is dropped."""
+        if self._loop is not None and self._loop.is_closed():
+            self._session, self._loop = None, None
+            return
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
@@ -109,7 +112,7 @@ class EndpointPolicy:
                 return json.loads(text)
             except json.JSONDecodeError:
                 raise MalformedOutputError("policy endpoint answered 200 with a body that is not JSON", raw=text[:2000]) from None
-        if status in RETRY_STATUS or status >= 500:
+        if is_transient_status(status):
             raise _Transient(status, text)
         if status in USER_FIX_STATUS:
             raise ServingError(f"policy endpoint {self.url} answered HTTP {status}: {USER_FIX_STATUS[status]}")

@@ -1,33 +1,55 @@
-"""The store: SQLAlchemy models, engine/sessions and the queries later stages use (DESIGN.md §8)."""
+"""The store: SQLAlchemy models, engine/sessions and the queries later stages use (DESIGN.md §8).
 
-from store.analysis import LabelIn
-from store.db import Store
-from store.errors import StoreError
-from store.rows import (
-    AdapterRow,
-    CapabilityRow,
-    CapabilityStatRow,
-    EpisodeRow,
-    EvaluationRow,
-    LabelRow,
-    LabelValue,
-    RunRow,
-    SyntheticEnvRow,
-    ValidationRow,
-)
+Names are imported lazily (PEP 562) so that `store.errors` / `store.config` cost no
+SQLAlchemy import (the CLI imports them at startup for its error policy and config tree).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_WHERE = {
+    "LabelIn": "store.analysis",
+    "Store": "store.db",
+    "StoreError": "store.errors",
+    "StoreConfig": "store.config",
+    **{name: "store.rows" for name in (
+        "AdapterRow", "CapabilityRow", "CapabilityStatRow", "EpisodeRow", "EpisodeSummaryRow", "EvaluationRow",
+        "LabelRow", "LabelValue", "RunRow", "SyntheticEnvRow", "ValidationRow",
+    )},
+}
 
 __all__ = [
-    "AdapterRow",
-    "CapabilityRow",
-    "CapabilityStatRow",
-    "EpisodeRow",
-    "EvaluationRow",
-    "LabelIn",
-    "LabelRow",
-    "LabelValue",
-    "RunRow",
-    "Store",
-    "StoreError",
-    "SyntheticEnvRow",
-    "ValidationRow",
+    "AdapterRow", "CapabilityRow", "CapabilityStatRow", "EpisodeRow", "EpisodeSummaryRow", "EvaluationRow", "LabelIn",
+    "LabelRow", "LabelValue", "RunRow", "Store", "StoreConfig", "StoreError", "SyntheticEnvRow", "ValidationRow",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from store.analysis import LabelIn
+    from store.config import StoreConfig
+    from store.db import Store
+    from store.errors import StoreError
+    from store.rows import (
+        AdapterRow,
+        CapabilityRow,
+        CapabilityStatRow,
+        EpisodeRow,
+        EpisodeSummaryRow,
+        EvaluationRow,
+        LabelRow,
+        LabelValue,
+        RunRow,
+        SyntheticEnvRow,
+        ValidationRow,
+    )

@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: episodes keep score_info, step_info, user_prompt, started_at
 
 
 def utcnow() -> datetime:
@@ -93,6 +93,13 @@ class Episode(Base):
     turns: Mapped[int]
     timings: Mapped[dict[str, Any]]
     task_family: Mapped[str | None] = mapped_column(String(128))
+    # The env's evidence: Score.info (e.g. tau2's evaluation type, missing gold actions),
+    # every non-empty StepResult.info as {"turn", "info"}, the user simulator's prompt
+    # name@version, and when the episode started (created_at is when it was stored).
+    score_info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    step_info: Mapped[list[Any]] = mapped_column(default=list)
+    user_prompt: Mapped[str | None] = mapped_column(String(128))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

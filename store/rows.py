@@ -44,6 +44,35 @@ class EpisodeRow:
     timings: dict[str, Any]
     task_family: str | None
     created_at: datetime
+    # the env's evidence (schema 2); defaults keep hand-built rows in tests short
+    score_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    step_info: list[Any] = dataclasses.field(default_factory=list)
+    user_prompt: str | None = None
+    started_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSummaryRow:
+    """An episode without its trajectory (no messages, no step_info): what statistics
+    over all episodes need, cheap to load many times (`Store.episode_summaries`)."""
+
+    id: int
+    run_id: str
+    env: str
+    task_id: str
+    sample: int
+    policy: str
+    reward: float
+    success: bool
+    components: dict[str, Any]
+    termination: str
+    error: str | None
+    turns: int
+    task_family: str | None
+    created_at: datetime
+    score_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    user_prompt: str | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

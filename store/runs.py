@@ -8,6 +8,7 @@ them; a resumed collector uses `episode_keys` to skip what is already done.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import re
 import secrets
@@ -21,7 +22,7 @@ from sqlalchemy import exc, select
 from store.engine import StoreBase, unknown_run
 from store.errors import StoreError
 from store.models import Episode, Run, utcnow
-from store.rows import EpisodeRow, RunRow, to_row
+from store.rows import EpisodeRow, EpisodeSummaryRow, RunRow, to_row
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Distributions whose versions decide what a run produces (missing ones are skipped).
@@ -122,6 +123,10 @@ class RunQueries(StoreBase):
         turns: int,
         timings: Mapping[str, Any],
         task_family: str | None = None,
+        score_info: Mapping[str, Any] | None = None,
+        step_info: Iterable[Any] | None = None,
+        user_prompt: str | None = None,
+        started_at: datetime | None = None,
     ) -> int:
         """Store an episode once; the same (run, env, task_id, sample) returns the id already stored."""
         values = {
@@ -139,6 +144,10 @@ class RunQueries(StoreBase):
             "turns": int(turns),
             "timings": dict(timings),
             "task_family": task_family,
+            "score_info": dict(score_info or {}),
+            "step_info": list(step_info or []),
+            "user_prompt": user_prompt,
+            "started_at": started_at,
         }
         with self._write(run_id) as session:
             return self._insert_or_get_id(session, Episode, values, ("run_id", "env", "task_id", "sample"))
@@ -160,6 +169,19 @@ class RunQueries(StoreBase):
         with self._read() as session:
             self._require_run(session, run_id)
             return [to_row(EpisodeRow, e) for e in session.scalars(stmt)]
+
+    def episode_summaries(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[EpisodeSummaryRow]:
+        """Episodes of a run WITHOUT messages or step info, in insertion order: for statistics
+        that pass over every episode many times (only the summary columns are selected)."""
+        columns = [getattr(Episode, f.name) for f in dataclasses.fields(EpisodeSummaryRow)]
+        stmt = select(*columns).where(Episode.run_id == run_id).order_by(Episode.id)
+        if env is not None:
+            stmt = stmt.where(Episode.env == env)
+        if success is not None:
+            stmt = stmt.where(Episode.success == success)
+        with self._read() as session:
+            self._require_run(session, run_id)
+            return [to_row(EpisodeSummaryRow, row) for row in session.execute(stmt)]
 
     def get_episode(self, episode_id: int) -> EpisodeRow:
         with self._read() as session:

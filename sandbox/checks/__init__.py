@@ -2,6 +2,6 @@
 
 from sandbox.checks.report import CheckResult, ValidationReport
 from sandbox.checks.runner import CHECKS, validate_env
-from sandbox.checks.settings import SelfTestThresholds
+from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 
-__all__ = ["CHECKS", "CheckResult", "SelfTestThresholds", "ValidationReport", "validate_env"]
+__all__ = ["CHECKS", "CheckResult", "GRPOReadinessConfig", "SelfTestThresholds", "ValidationReport", "validate_env"]

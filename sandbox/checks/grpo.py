@@ -16,7 +16,7 @@ from statistics import mean, pstdev
 from typing import Any, TypeVar
 
 from envs.protocol import PolicyModel
-from gapforge.config import GRPOReadinessConfig
+from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.checks.probe import OpenEnv, ValidatedEnv
 from sandbox.checks.report import CheckResult
 from sandbox.errors import EnvCodeError, SandboxError

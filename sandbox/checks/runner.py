@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from envs.protocol import PolicyModel
-from gapforge.config import GRPOReadinessConfig
 from sandbox.checks.adversarial import check_graded, check_not_trivial
 from sandbox.checks.basic import check_fidelity, check_loads
 from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
@@ -22,7 +21,7 @@ from sandbox.checks.leakage import check_no_leakage
 from sandbox.checks.probe import EnvFault, OpenEnv, Probe
 from sandbox.checks.report import CheckResult, ValidationReport
 from sandbox.checks.result_shapes import Shape, check_result_format
-from sandbox.checks.settings import SelfTestThresholds
+from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 
 CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded",
           "result_format", "no_leakage", "reward_hacking", "grpo_ready")

@@ -1,4 +1,6 @@
-"""Thresholds of the self-test checks 1-6 (check 7 uses gapforge.config.GRPOReadinessConfig)."""
+"""Thresholds of the self-test (DESIGN.md §5): checks 1-6 (`SelfTestThresholds`, config
+section `self_test:`) and check 7 (`GRPOReadinessConfig`, section `grpo_readiness:`).
+Both sit in the one config tree, composed by gapforge/config.py."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SelfTestThresholds(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     solved_reward: float = Field(0.99, ge=0.0, le=1.0, description="a reference episode counts as solved at this reward")
     solvable_share: float = Field(0.95, ge=0.0, le=1.0, description="share of seeds the reference solution must solve")
@@ -29,4 +31,27 @@ class SelfTestThresholds(BaseModel):
         fr = self.graded_fractions
         if any(not 0 < f <= 1 for f in fr) or fr != sorted(fr):
             raise ValueError("graded_fractions must be increasing values in (0, 1], e.g. [0.25, 0.5, 0.75, 1.0]")
+        return self
+
+
+class GRPOReadinessConfig(BaseModel):
+    """Check 7: G seeds x K policy samples at temperature 1.0 (DESIGN.md §5.7)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    groups: int = Field(8, ge=1, description="G seeds")
+    samples: int = Field(4, ge=2, description="K samples per seed (a group needs >= 2 to have a spread)")
+    min_informative: float = Field(0.5, ge=0.0, le=1.0, description="share of groups with reward std > 0")
+    max_all_zero: float = Field(0.2, ge=0.0, le=1.0)
+    max_all_perfect: float = Field(0.2, ge=0.0, le=1.0)
+    mean_low: float = Field(0.15, ge=0.0, le=1.0)
+    mean_high: float = Field(0.85, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> GRPOReadinessConfig:
+        if self.mean_low >= self.mean_high:
+            raise ValueError(
+                f"mean_low ({self.mean_low}) must be below mean_high ({self.mean_high}): "
+                "set e.g. grpo_readiness.mean_low=0.15 grpo_readiness.mean_high=0.85"
+            )
         return self

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-pytest.importorskip("tau2")
+pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .[tau2]); CI installs it")
 
 from envs.errors import EnvError
 from envs.protocol import Message, TargetEnvironment, ToolCall

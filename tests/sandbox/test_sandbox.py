@@ -50,7 +50,7 @@ def test_container_settings_are_hardened():
 def test_sandboxed_env_plays_an_episode_in_docker(sandbox_config, counter_env_path):
     with open_env(counter_env_path, sandbox_config) as env:
         assert isinstance(env, Environment)
-        assert env.name == "CounterEnv" and env.describe()["capability"] == "arithmetic_tracking"
+        assert env.name == "synthetic:arithmetic_tracking" and env.describe()["capability"] == "arithmetic_tracking"
         assert [t["function"]["name"] for t in env.tools()] == ["add"]
         assert _play(env, 3) == 1.0
         assert env.scenario(3) == env.scenario(3) != env.scenario(4)

@@ -32,6 +32,7 @@ def test_unsupported_backend_and_in_memory_sqlite() -> None:
 
 
 def test_unreachable_postgres_names_the_server_and_hides_the_password() -> None:
+    pytest.importorskip("psycopg", reason="extra 'postgres' not installed (pip install -e .[postgres]); CI installs it")
     message = open_error("postgresql://user:hunter2@127.0.0.1:1/gapforge")
     assert message.startswith("cannot open store 'postgresql+psycopg://user:***@127.0.0.1:1/gapforge'")
     assert "hunter2" not in message and "check that the server runs" in message
@@ -62,6 +63,6 @@ def test_schema_version_mismatch_is_reported(sqlite_url: str) -> None:
 
 
 def test_store_error_is_a_cli_user_error() -> None:
-    from gapforge.cli_common import user_errors
+    from gapforge.errors import USER_ERRORS
 
-    assert StoreError in user_errors()
+    assert StoreError in USER_ERRORS

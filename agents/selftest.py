@@ -1,0 +1,102 @@
+"""Stage service: the self-test of one synthetic env module in the sandbox (DESIGN.md §5).
+
+Plain functions that never print and return typed results; `gapforge env validate`,
+`gapforge demo` and the graph's validator node all call `validate_module` (or its
+async twin `avalidate_module`) and render the result themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.deps import StageDeps
+from agents.episode import run_episode
+from envs.errors import EnvError
+from envs.protocol import PolicyModel
+from sandbox.checks import ValidationReport, validate_env
+from sandbox.checks.grpo import EpisodeRunner
+from sandbox.env import SandboxedEnv
+
+NO_POLICY_NOTE = "skipped: no policy to sample (policy.kind is scripted; set policy.kind endpoint|local)"
+
+
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """A validated module: the report and where its JSON was written."""
+
+    report: ValidationReport
+    json_path: Path
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+
+def readiness_runner(max_turns: int) -> EpisodeRunner:
+    """The GRPO-readiness check's episode runner: the policy loop with a turn cap."""
+
+    async def runner(policy: PolicyModel, env: Any, seed: int, temperature: float) -> Any:
+        return await run_episode(policy, env, seed, max_turns=max_turns, temperature=temperature)
+
+    return runner
+
+
+def target_tools(name: str) -> list[dict[str, Any]]:
+    """A target env's tool schemas (unknown name -> envs.errors.EnvError, one line)."""
+    from envs.registry import make_env
+
+    env = make_env(name)
+    try:
+        return env.tools()
+    finally:
+        env.close()
+
+
+def validate_module(
+    deps: StageDeps,
+    path: Path,
+    *,
+    seeds: int,
+    target: str | None = None,
+    policy: PolicyModel | None = None,
+    report_dir: Path,
+    json_out: Path | None = None,
+    target_result_shapes: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ValidationOutcome:
+    """Run every check on `path` in sandboxes leased from `deps.sandbox_pool` and write the
+    JSON report (`json_out`, default `report_dir/<stem>-<sha8>.json`). `target_result_shapes`
+    (observed in the target's stored episodes) enables check `result_format`.
+
+    Thresholds, readiness settings and the turn cap come from `deps`. `policy` None skips
+    the GRPO-readiness check with a note. Bad input -> EnvError before any sandbox starts.
+    """
+    path = Path(path)
+    if not path.is_file() or path.suffix != ".py":
+        raise EnvError(f"env module '{path}' not found: give the path of a .py file")
+    if seeds < 2:
+        raise EnvError(f"--seeds {seeds}: need at least 2 seeds to compare scenarios")
+    tools = target_tools(target) if target else None
+    pool, sandbox = deps.sandbox_pool, deps.sandbox
+    report = validate_env(
+        lambda: SandboxedEnv(path, sandbox, pool),
+        target_tools=tools, seeds=seeds, policy=policy,
+        run_episode=readiness_runner(deps.rollouts.max_turns) if policy is not None else None,
+        readiness=deps.readiness, thresholds=deps.self_test, module=path, target=target, target_result_shapes=target_result_shapes, progress=progress,
+    )
+    if policy is None and report.check("grpo_ready").skipped:
+        report.check("grpo_ready").summary = NO_POLICY_NOTE
+    out = json_out or Path(report_dir) / f"{path.stem}-{(report.module_sha256 or '')[:8]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report.to_json(), indent=2, default=str))
+    return ValidationOutcome(report=report, json_path=out)
+
+
+async def avalidate_module(deps: StageDeps, path: Path, **kwargs: Any) -> ValidationOutcome:
+    """`validate_module` for async callers (graph nodes): the blocking checks run in a worker thread."""
+    return await asyncio.to_thread(validate_module, deps, path, **kwargs)

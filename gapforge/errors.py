@@ -1,0 +1,27 @@
+"""The errors a user can fix, by boundary. The CLI prints any of `USER_ERRORS` as one
+line with exit code 2 and no traceback; stage services raise them, never print."""
+
+from __future__ import annotations
+
+from agents.errors import ModelError
+from envs.errors import EnvError
+from prompts import PromptError
+from sandbox.errors import SandboxError
+from serving.errors import ServingError
+from store.errors import StoreError
+
+
+class ConfigError(Exception):
+    """A bad config file, key or value. The message says what to fix."""
+
+
+class UsageError(Exception):
+    """Bad command-line or stage input (a path, an id, a count); the message says what to fix."""
+
+
+# PromptError is a packaging bug, not user input: it is deliberately not listed.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError, UsageError, EnvError, StoreError, SandboxError, ModelError, ServingError,
+)
+
+__all__ = ["USER_ERRORS", "ConfigError", "EnvError", "ModelError", "PromptError", "SandboxError", "ServingError", "StoreError", "UsageError"]
