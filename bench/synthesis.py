@@ -29,7 +29,8 @@ from synth_fixtures import analysed_run, store_at
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.recorded import recorded_synthesis_model
 from agents.synthesis.service import SynthesisDeps, synthesize_capability
-from gapforge.config import GRPOReadinessConfig, SandboxConfig
+from sandbox.checks.settings import GRPOReadinessConfig
+from sandbox.config import SandboxConfig
 from sandbox.checks.probe import action_message
 from sandbox.pool import SandboxPool
 
