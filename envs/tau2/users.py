@@ -24,6 +24,7 @@ measuring a real policy.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -77,14 +78,28 @@ def coerce_endpoint(user_model: Any, role: str = "user simulator") -> UserEndpoi
         raise EnvError(f"bad endpoint for the tau2 {role}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
 
 
+@cache
+def _litellm_can_skip_mcp() -> bool:
+    """Whether this litellm's completion() knows `_skip_mcp_handler` (it imports the optional `mcp`
+    package for every call with tools unless told to skip; plain function tools need none of it)."""
+    import inspect
+
+    import litellm.main
+
+    return "_skip_mcp_handler" in inspect.unwrap(litellm.main.completion).__code__.co_consts
+
+
 def llm_user(endpoint: UserEndpoint, task: Any, user_tools: list[Any] | None = None) -> Any:
-    """tau2's own LLM user simulator for `task`, talking to `endpoint`."""
+    """tau2's own LLM user simulator for `task`, talking to `endpoint`, with the domain's user tools (telecom)."""
     t = load_tau2()
+    args = endpoint.litellm_args()
+    if user_tools and _litellm_can_skip_mcp():
+        args["_skip_mcp_handler"] = True
     return t.UserSimulator(
         tools=user_tools,
         instructions=str(task.user_scenario),
         llm=endpoint.litellm_model(),
-        llm_args=endpoint.litellm_args(),
+        llm_args=args,
     )
 
 
