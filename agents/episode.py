@@ -74,13 +74,16 @@ async def run_episode(
     policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None,
     executor: Executor | None = None,
 ) -> Episode:
-    """Reset, then policy.respond -> env.step until done or `max_turns`, then score.
+    """Reset, then policy.respond -> env.step until done or `max_turns` (raised to `env.max_turns` where the env has one), then score.
 
     Blocking env calls run on `executor` (default: asyncio's default executor), or on
     the event loop itself when the env declares `inline = True`.
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    env_turns = getattr(env, "max_turns", None)  # an env with its own step limit (τ²) is never cut before it
+    if isinstance(env_turns, int) and env_turns > max_turns:
+        max_turns = env_turns
     started_at = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     clock = {"policy_s": 0.0, "env_s": 0.0}

