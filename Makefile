@@ -5,7 +5,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 EXTRAS ?= dev,tau2,postgres
 
-.PHONY: install demo test bench clean
+TOOLSANDBOX_SRC ?= ../shared/vendor/ToolSandbox
+
+.PHONY: install demo test bench clean toolsandbox-env
 
 install: $(VENV)/.installed
 
@@ -21,7 +23,12 @@ demo: install
 	$(VENV)/bin/gapforge demo
 
 # pytest exits 5 when it collected no tests; that is not a failure of the suite.
-test: install
+# ToolSandbox lives in a venv of its own (.toolsandbox-venv; its pins conflict with ours). Idempotent (stamp file);
+# does nothing when the vendored source is absent, and its tests then skip with the reason.
+toolsandbox-env: install
+	$(PY) -m envs.toolsandbox.install --source $(TOOLSANDBOX_SRC) --if-present
+
+test: install toolsandbox-env
 	$(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 bench: install
@@ -29,4 +36,4 @@ bench: install
 	$(PY) bench/rollout_concurrency.py
 
 clean:
-	rm -rf $(VENV) .gapforge .pytest_cache
+	rm -rf $(VENV) .gapforge .pytest_cache .toolsandbox-venv

@@ -17,8 +17,8 @@ USERS = ("scripted", "llm")
 
 
 def list_envs() -> list[str]:
-    """Names `make_env` accepts."""
-    return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS)]
+    """Names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>`)."""
+    return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
 def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> TargetEnvironment:
@@ -34,6 +34,11 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
         if domain not in TAU2_DOMAINS:
             raise EnvError(f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}")
         return _make_tau2(name, domain, user, user_model)
+    if name == "toolsandbox" or name.startswith("toolsandbox:"):
+        from envs.toolsandbox import ToolSandboxEnv  # its own venv and worker process; nothing heavy here
+
+        category = name.split(":", 1)[1] if ":" in name else None
+        return ToolSandboxEnv(category, user=user, user_model=user_model)
     raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}")
 
 

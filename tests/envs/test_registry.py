@@ -11,8 +11,8 @@ from envs.protocol import Message, TargetEnvironment, ToolCall
 from envs.registry import list_envs, make_env
 
 
-def test_list_envs_names_shop_and_tau2_domains() -> None:
-    assert list_envs() == ["shop", "tau2:retail", "tau2:airline", "tau2:telecom"]
+def test_list_envs_names_shop_tau2_domains_and_toolsandbox() -> None:
+    assert list_envs() == ["shop", "tau2:retail", "tau2:airline", "tau2:telecom", "toolsandbox"]
 
 
 def test_make_env_returns_a_fresh_target_environment_each_call() -> None:

@@ -1,0 +1,124 @@
+"""Roles that plug into ToolSandbox's own play loop (runs in the ToolSandbox venv).
+
+Imports: the standard library and `tool_sandbox` only (this file is executed by the
+ToolSandbox environment's python, never imported by gapforge).
+
+Every role below goes through ToolSandbox's own message handling: the agents
+subclass its `OpenAIAPIAgent` and only replace the model call (`model_inference`),
+the LLM user subclasses its `OpenAIAPIUser` and only replaces the client (so its
+user prompt, few-shot examples and `end_conversation` tool are ToolSandbox's).
+
+- `BridgeAgent`: the model is gapforge's policy on the other side of the worker
+  protocol: it hands ToolSandbox's OpenAI-format messages and tools out and waits
+  for the assistant message (a thread hand-off, see ts_episode.py).
+- `PlanAgent`: replays a fixed plan of actions (the milestone-following scripted
+  agent, for ToolSandbox's own `play_and_evaluate` in the parity check).
+- `ScriptedUser`: answers agent text with its given replies in order, then ends the
+  conversation through the `end_conversation` tool, as the LLM user would.
+- `EndpointUser`: ToolSandbox's LLM user on any OpenAI-compatible endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Optional
+
+from openai import OpenAI
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
+
+from tool_sandbox.common.execution_context import RoleType
+from tool_sandbox.common.message_conversion import Message, openai_tool_call_to_python_code
+from tool_sandbox.roles.base_role import BaseRole
+from tool_sandbox.roles.openai_api_agent import OpenAIAPIAgent
+from tool_sandbox.roles.openai_api_user import OpenAIAPIUser
+
+
+def completion(message: dict[str, Any]) -> ChatCompletion:
+    """An OpenAI-format assistant message dict -> the ChatCompletion an OpenAI client would return."""
+    calls = [
+        ChatCompletionMessageToolCall(
+            id=c["id"], type="function",
+            function=Function(name=c["function"]["name"], arguments=c["function"].get("arguments") or "{}"),
+        )
+        for c in message.get("tool_calls") or []
+    ]
+    msg = ChatCompletionMessage(role="assistant", content=message.get("content"), tool_calls=calls or None)
+    return ChatCompletion(
+        id="gapforge", object="chat.completion", created=int(time.time()), model="gapforge-bridge",
+        choices=[Choice(index=0, finish_reason="tool_calls" if calls else "stop", message=msg)],
+    )
+
+
+class BridgeAgent(OpenAIAPIAgent):
+    """ToolSandbox's OpenAI agent whose model is `ask(messages, tools) -> assistant message dict`."""
+
+    model_name = "gapforge-policy"
+
+    def __init__(self, ask: Callable[[list[dict[str, Any]], Any], dict[str, Any]]) -> None:  # no OpenAI client
+        self.ask = ask
+
+    def model_inference(self, openai_messages: Any, openai_tools: Any) -> ChatCompletion:
+        tools = openai_tools if isinstance(openai_tools, list) else None
+        return completion(self.ask(list(openai_messages), tools))
+
+
+class PlanAgent(OpenAIAPIAgent):
+    """ToolSandbox's OpenAI agent answering with the next action of a fixed plan (one action per turn)."""
+
+    model_name = "gapforge-plan"
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        self.plan = list(plan)
+        self.turn = 0
+
+    def model_inference(self, openai_messages: Any, openai_tools: Any) -> ChatCompletion:
+        action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
+        self.turn += 1
+        return completion(action_message(action, self.turn))
+
+
+def action_message(action: dict[str, Any], turn: int) -> dict[str, Any]:
+    """A plan action ({"tool", "arguments"} or {"text"}) -> an OpenAI assistant message dict."""
+    if "tool" in action:
+        call = {"id": f"call_{turn}", "type": "function", "function": {"name": action["tool"], "arguments": json.dumps(action.get("arguments") or {})}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    return {"role": "assistant", "content": str(action["text"])}
+
+
+class ScriptedUser(BaseRole):
+    """Offline user: its replies to the agent's text turns in order, then `end_conversation`.
+
+    It does not read what the agent says (so it cannot measure a real policy's
+    dialogue skills); with no replies it ends the conversation at the agent's first
+    text turn — the agent's final answer for a plan that ends with one.
+    """
+
+    role_type = RoleType.USER
+
+    def __init__(self, replies: Optional[list[str]] = None) -> None:
+        self.replies = list(replies or [])
+        self.turn = 0
+
+    def respond(self, ending_index: Optional[int] = None) -> None:
+        messages = self.filter_messages(self.get_messages(ending_index=ending_index))
+        if not messages or messages[-1].sender == RoleType.SYSTEM:
+            return
+        if self.turn < len(self.replies):
+            self.add_messages([Message(sender=self.role_type, recipient=RoleType.AGENT, content=self.replies[self.turn])])
+            self.turn += 1
+            return
+        tools = self.get_available_tools()
+        call = ChatCompletionMessageToolCall(id="call_user_end", type="function", function=Function(name="end_conversation", arguments="{}"))
+        code = openai_tool_call_to_python_code(call, set(tools), execution_facing_tool_name=None)
+        self.add_messages([Message(sender=self.role_type, recipient=RoleType.EXECUTION_ENVIRONMENT, content=code)])
+
+
+class EndpointUser(OpenAIAPIUser):
+    """ToolSandbox's own LLM user simulator, pointed at a configured OpenAI-compatible endpoint."""
+
+    def __init__(self, model: str, base_url: str, api_key: str, timeout_s: float, max_retries: int) -> None:
+        self.model_name = model
+        self.openai_client = OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=max_retries)

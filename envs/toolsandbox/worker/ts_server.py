@@ -1,0 +1,169 @@
+"""The ToolSandbox worker: line-delimited JSON on stdin/stdout, one process per env instance.
+
+Run by the ToolSandbox environment's python (`python ts_server.py`), never imported
+by gapforge. Same wire shape as sandbox/server.py:
+
+    {"id": 1, "method": "reset", "params": {...}}
+ -> {"id": 1, "ok": true, "result": {...}}
+ |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
+
+Methods: ping, catalog, reset, step, score, plan, reference, close. KIND is
+"bad_request" (the host asked for something that does not exist) or "exception".
+The protocol channel is a duplicate of the original stdout; fd 1 and sys.stdout
+point at stderr so ToolSandbox's prints (tqdm bars, tool output) never reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import warnings
+from typing import Any
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class BadRequest(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self) -> None:
+        import ts_scenarios  # heavy: imports tool_sandbox (polars, nltk, ...)
+
+        self.sc = ts_scenarios
+        self._catalog: dict[str, Any] | None = None
+        self.episode: Any = None
+
+    def catalog(self) -> dict[str, Any]:
+        if self._catalog is None:
+            self._catalog = self.sc.catalog()
+        return self._catalog
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        for entry in self.catalog()["scenarios"]:
+            if entry["name"] == name:
+                return entry
+        raise BadRequest(f"unknown scenario {name!r}")
+
+    def _user(self, spec: dict[str, Any]) -> Any:
+        from ts_episode import GuardedUser
+        from ts_roles import EndpointUser, ScriptedUser
+
+        kind = spec.get("kind", "scripted")
+        if kind == "scripted":
+            return GuardedUser(ScriptedUser(spec.get("replies")))
+        if kind == "llm":
+            return GuardedUser(EndpointUser(spec["model"], spec["base_url"], spec.get("api_key") or "", float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))))
+        raise BadRequest(f"unknown user kind {kind!r}")
+
+    def _module(self, scenario: str, module: str | None) -> str:
+        """The scenario's defining module: given by the host (which caches the catalogue) or looked up."""
+        if module in self.sc.BUILDERS:
+            return str(module)
+        return str(self._entry(scenario)["module"])
+
+    def reset(self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None) -> dict[str, Any]:
+        from ts_episode import Episode
+
+        self.close()
+        built = self.sc.build(self._module(scenario, module), scenario, int(seed))
+        self.episode = Episode(scenario, built, self._user(user or {}))
+        return self.episode.start()
+
+    def _live(self) -> Any:
+        if self.episode is None:
+            raise BadRequest("no episode: call reset first")
+        return self.episode
+
+    def step(self, message: dict[str, Any]) -> dict[str, Any]:
+        episode = self._live()
+        if episode.done:
+            raise BadRequest("the episode is over: call reset for a new one")
+        return episode.answer(message)
+
+    def plan(self, scenario: str, seed: int, variant: str, module: str | None = None) -> list[dict[str, Any]]:
+        """The milestone-following plan, from the live episode's build when it plays `scenario`."""
+        if self.episode is not None and self.episode.name == scenario:
+            return self.sc.plan(self.episode.scenario, variant)
+        return self.sc.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
+
+    def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None) -> dict[str, Any]:
+        """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
+        import tempfile
+        from pathlib import Path
+
+        from tool_sandbox.common.execution_context import RoleType
+        from tool_sandbox.roles.execution_environment import ExecutionEnvironment
+        from ts_roles import PlanAgent, ScriptedUser
+
+        self.close()
+        built = self.sc.build(self._module(scenario, module), scenario, int(seed))
+        roles = {RoleType.AGENT: PlanAgent(plan), RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
+        with tempfile.TemporaryDirectory() as tmp:
+            result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
+        return {
+            "similarity": float(result.similarity), "milestone_similarity": float(result.milestone_similarity),
+            "minefield_similarity": float(result.minefield_similarity), "turn_count": int(result.turn_count),
+        }
+
+    def close(self) -> None:
+        if self.episode is not None:
+            self.episode.stop()
+            self.episode = None
+
+    def dispatch(self, method: str, p: dict[str, Any]) -> Any:
+        if method == "ping":
+            return "pong"
+        if method == "catalog":
+            return self.catalog()
+        if method == "reset":
+            return self.reset(p["scenario"], p.get("seed", 0), p.get("user") or {}, p.get("module"))
+        if method == "step":
+            return self.step(p["message"])
+        if method == "score":
+            return self._live().evaluate()
+        if method == "plan":
+            return self.plan(p["scenario"], p.get("seed", 0), p.get("variant", "milestones"), p.get("module"))
+        if method == "reference":
+            return self.reference(p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"))
+        if method == "close":
+            self.close()
+            return None
+        raise BadRequest(f"unknown method {method!r}")
+
+
+def _error(rid: Any, kind: str, exc: BaseException) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
+    return {"id": rid, "ok": False, "error": {"type": kind, "message": f"{type(exc).__name__}: {exc}"[:1000], "traceback": tb}}
+
+
+def main() -> None:
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    warnings.filterwarnings("ignore")
+    worker = Worker()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        rid = None
+        try:
+            req = json.loads(line)
+            rid = req.get("id")
+            reply = {"id": rid, "ok": True, "result": worker.dispatch(req["method"], req.get("params") or {})}
+        except (BadRequest, KeyError, TypeError) as exc:
+            reply = _error(rid, "bad_request", exc)
+        except Exception as exc:
+            reply = _error(rid, "exception", exc)
+        proto.write(json.dumps(reply, default=str) + "\n")
+    worker.close()
+
+
+if __name__ == "__main__":
+    main()

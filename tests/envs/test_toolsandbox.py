@@ -1,0 +1,178 @@
+"""ToolSandbox adapter (marker `toolsandbox`): ToolSandbox's own play loop and evaluator behind the protocol.
+
+Needs ToolSandbox's venv (`make toolsandbox-env`); skips with the reason otherwise.
+The full parity sweep over every offline base scenario runs with
+GAPFORGE_TOOLSANDBOX_SWEEP=1 (about 2-4 s a scenario); the default run checks one
+scenario per family plus the controls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from agents.policy import run_episode
+from envs.errors import EnvError
+from envs.protocol import Message, ToolCall
+from envs.registry import make_env
+from envs.toolsandbox.plan import PlanPolicy
+from envs.toolsandbox.runtime import missing_reason
+from serving.fake_openai import FakeOpenAIServer, tool_call_message
+from tests.envs.conformance import check_conformance
+
+pytestmark = [pytest.mark.toolsandbox, pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
+
+from envs.toolsandbox import ToolSandboxEnv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[ToolSandboxEnv]:
+    e = ToolSandboxEnv()
+    yield e
+    e.close()
+
+
+def _first(env: ToolSandboxEnv, pred) -> str:
+    return next(t for t in env.task_ids() if pred(t))
+
+
+def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, str]:
+    """(similarity through the adapter, similarity of ToolSandbox's own play_and_evaluate, termination)."""
+    plan = env.reference_plan(task, variant)
+    episode = asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
+    reference = env.reference_play(task, plan)
+    return episode.reward, reference["similarity"], episode.termination
+
+
+def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandboxEnv) -> None:
+    ids, excluded = env.task_ids(), env.excluded()
+    assert len(ids) + len(excluded) == 129  # ToolSandbox's base scenarios
+    assert excluded and all(tools for tools in excluded.values())
+    assert {env.task_family(t) for t in ids} == {"single_tool_call", "multiple_tool_call", "multiple_user_turn", "insufficient_information"}
+    sub = make_env("toolsandbox:state_dependency")
+    try:
+        assert sub.name == "toolsandbox:state_dependency"
+        assert set(sub.task_ids()) < set(ids) and all("state_dependency" in env.task_categories(t) for t in sub.task_ids())
+    finally:
+        sub.close()
+
+
+def test_bad_input_is_one_line_env_error(env: ToolSandboxEnv) -> None:
+    with pytest.raises(EnvError, match="unknown ToolSandbox category 'nope'"):
+        make_env("toolsandbox:nope")
+    net = next(iter(env.excluded()))
+    with pytest.raises(EnvError, match="needs network tools") as err:
+        env.reset(net)
+    assert "\n" not in str(err.value)
+    with pytest.raises(EnvError, match="network mode"):
+        ToolSandboxEnv(network="recorded")
+
+
+def test_conformance() -> None:
+    check_conformance(lambda: make_env("toolsandbox"), ["search_message_with_recency_latest_multiple_user_turn"])
+
+
+@pytest.mark.parametrize("family", ["single_tool_call", "multiple_tool_call", "multiple_user_turn", "insufficient_information"])
+def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, family: str) -> None:
+    task = _first(env, lambda t: env.task_family(t) == family)
+    through_adapter, own, termination = _parity(env, task)
+    assert termination == "done"
+    assert through_adapter == pytest.approx(own, abs=1e-9)
+
+
+def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
+    task = _first(env, lambda t: any("tool" in a for a in env.reference_plan(t, "minefield")[:1]) and env.task_family(t) == "insufficient_information")
+    through_adapter, own, _ = _parity(env, task, "minefield")
+    assert through_adapter == own == 0.0
+    clean, own_clean, _ = _parity(env, task)
+    assert clean == own_clean == 1.0  # refusing (no forbidden call) is perfect on a minefield-only scenario
+
+
+def test_wrong_setting_control_agrees_and_loses_credit(env: ToolSandboxEnv) -> None:
+    task = _first(env, lambda t: "cellular_off" in t and env.task_family(t) == "multiple_tool_call")
+    right, own_right, _ = _parity(env, task)
+    wrong, own_wrong, _ = _parity(env, task, "skip_settings")
+    assert (right, wrong) == pytest.approx((own_right, own_wrong), abs=1e-9)
+    assert wrong < right
+
+
+def test_unknown_tool_ends_the_episode_scored_zero_like_toolsandbox(env: ToolSandboxEnv) -> None:
+    env.reset("search_message_with_recency_latest_multiple_user_turn")
+    result = env.step(Message.assistant(tool_calls=[ToolCall(id="x-1", name="no_such_tool", arguments={})]))
+    assert result.done and result.info["termination"] == "agent_error" and "KeyError" in result.info["exception"]
+    assert [m.tool_call_id for m in result.messages] == ["x-1"]
+    score = env.score()
+    assert score.reward == 0.0 and not score.success and "KeyError" in score.info["exception"]
+
+
+def test_concurrent_episodes_never_share_state(env: ToolSandboxEnv) -> None:
+    a, b = ToolSandboxEnv(), ToolSandboxEnv()
+    try:
+        task_a = _first(a, lambda t: "add_contact" in {s["function"]["name"] for s in _tools(a, t)})
+        task_b = _first(b, lambda t: t != task_a and "search_contacts" in {s["function"]["name"] for s in _tools(b, t)})
+        results: dict[str, str] = {}
+
+        def run_a() -> None:
+            a.reset(task_a)
+            out = a.step(Message.assistant(tool_calls=[ToolCall(id="a1", name="add_contact", arguments={"name": "Zed Concurrent", "phone_number": "+15550001111"})]))
+            results["a"] = out.messages[0].content or ""
+
+        def run_b() -> None:
+            b.reset(task_b)
+            out = b.step(Message.assistant(tool_calls=[ToolCall(id="b1", name="search_contacts", arguments={"name": "Zed Concurrent"})]))
+            results["b"] = out.messages[0].content or ""
+
+        threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        assert a._worker.pid != b._worker.pid  # type: ignore[union-attr]
+        assert "Error" not in results["a"] and results["b"] == "[]"  # B never sees A's new contact
+    finally:
+        a.close()
+        b.close()
+
+
+def _tools(env: ToolSandboxEnv, task: str) -> list[dict]:
+    names = env._scenarios[task]["tools"]
+    return [env._schemas[n] for n in names]
+
+
+def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
+    replies = ["Say hi to Fredrik for me please.", None]
+
+    def responder(req: dict) -> dict:
+        text = replies.pop(0) if replies else None
+        return {"role": "assistant", "content": text} if text else tool_call_message("end_conversation", {}, "call_end")
+
+    with FakeOpenAIServer(responder) as server:
+        env = make_env("toolsandbox", user="llm", user_model={"model": "sim-user", "base_url": server.base_url, "api_key": "k"})
+        try:
+            first = env.reset("search_message_with_recency_latest_multiple_user_turn")
+            assert first[-1].content == "I wanna find a message"  # the scenario's own opening turn
+            out = env.step(Message.assistant("Which message do you want to find?"))
+            assert not out.done and out.messages[0].role == "user" and out.messages[0].content == "Say hi to Fredrik for me please."
+            end = env.step(Message.assistant("Sorry, I cannot help with that."))
+            assert end.done and end.info["termination"] == "user_end"
+        finally:
+            env.close()
+    system = server.requests[0]["messages"][0]
+    assert system["role"] == "system" and "role play as a user" in system["content"]  # ToolSandbox's user instruction
+    assert any(t["function"]["name"] == "end_conversation" for t in server.requests[-1]["tools"])
+
+
+@pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
+def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
+    mismatches, perfect = [], 0
+    for task in env.task_ids():
+        through_adapter, own, _ = _parity(env, task)
+        perfect += through_adapter == 1.0
+        if abs(through_adapter - own) > 1e-9:
+            mismatches.append((task, through_adapter, own))
+    print(f"toolsandbox parity: {perfect}/{len(env.task_ids())} perfect, {len(mismatches)} mismatches")
+    assert not mismatches
