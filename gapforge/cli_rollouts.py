@@ -30,7 +30,7 @@ def _parse_tasks(raw: str | None, known: list[str]) -> list[str]:
 @app.command("collect")
 @handle_errors
 def collect_cmd(
-    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:retail | tau2:airline | tau2:telecom")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:retail | tau2:airline | tau2:telecom | toolsandbox[:category]")] = None,
     policy: Annotated[str | None, typer.Option("--policy", help="endpoint URL, local model dir, or scripted:ANSWERS.yaml")] = None,
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight")] = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -40,9 +41,9 @@ def _first(env: ToolSandboxEnv, pred) -> str:
     return next(t for t in env.task_ids() if pred(t))
 
 
-def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, str]:
+def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None) -> tuple[float, float, str]:
     """(similarity through the adapter, similarity of ToolSandbox's own play_and_evaluate, termination)."""
-    plan = env.reference_plan(task, variant)
+    plan = plan if plan is not None else env.reference_plan(task, variant)
     episode = asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
     reference = env.reference_play(task, plan)
     return episode.reward, reference["similarity"], episode.termination
@@ -85,15 +86,17 @@ def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, famil
 
 
 def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
-    task = _first(env, lambda t: any("tool" in a for a in env.reference_plan(t, "minefield")[:1]) and env.task_family(t) == "insufficient_information")
-    through_adapter, own, _ = _parity(env, task, "minefield")
+    # the user asks for upcoming reminders without the current time tool: any reminder search is a minefield
+    task = "search_reminder_with_recency_upcoming_insufficient_information"
+    forbidden = [{"tool": "search_reminder", "arguments": {"reminder_timestamp_lowerbound": time.time()}}, {"text": "Done."}]
+    through_adapter, own, _ = _parity(env, task, plan=forbidden)
     assert through_adapter == own == 0.0
     clean, own_clean, _ = _parity(env, task)
     assert clean == own_clean == 1.0  # refusing (no forbidden call) is perfect on a minefield-only scenario
 
 
 def test_wrong_setting_control_agrees_and_loses_credit(env: ToolSandboxEnv) -> None:
-    task = _first(env, lambda t: "cellular_off" in t and env.task_family(t) == "multiple_tool_call")
+    task = "send_message_with_contact_content_cellular_off"  # the agent must turn cellular service on first
     right, own_right, _ = _parity(env, task)
     wrong, own_wrong, _ = _parity(env, task, "skip_settings")
     assert (right, wrong) == pytest.approx((own_right, own_wrong), abs=1e-9)
