@@ -135,7 +135,7 @@ class WorkerProcess:
             try:
                 if self.proc.stdin:
                     self.proc.stdin.close()
-                self.proc.wait(timeout=2)
+                self.proc.wait(timeout=0.5)  # it holds no state worth a clean shutdown
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait(timeout=5)

@@ -179,3 +179,28 @@ def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
             mismatches.append((task, through_adapter, own))
     print(f"toolsandbox parity: {perfect}/{len(env.task_ids())} perfect, {len(mismatches)} mismatches")
     assert not mismatches
+
+
+def test_rollouts_collect_stores_toolsandbox_episodes(tmp_path) -> None:
+    from agents.policy import ChatModelPolicy
+    from agents.rollouts import CollectPlan, collect
+    from agents.scripted import ScriptedChatModel
+    from store import Store
+
+    probe = make_env("toolsandbox:single_tool_call")
+    tasks = probe.task_ids()[:2]
+    families = {t: probe.task_family(t) for t in tasks}
+    probe.close()
+    policy = ChatModelPolicy(ScriptedChatModel.from_dict({"policy": {"repeat": "Sorry, I cannot do that."}}), name="refuser")
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        run_id = store.create_run("rollouts", {})
+        plan = CollectPlan(run_id=run_id, env="toolsandbox:single_tool_call", tasks=tasks, samples=1, concurrency=2, max_turns=4)
+        result = asyncio.run(collect(plan, make_env=lambda: make_env("toolsandbox:single_tool_call"), policy=policy, sink=store, families=families))
+        assert result.ran == 2
+        rows = store.episodes(run_id)
+        assert {r.task_id for r in rows} == set(tasks) and {r.task_family for r in rows} == {"single_tool_call"}
+        # the scripted user ends at the agent's first text turn; refusing a doable task earns no milestone
+        assert all(r.termination == "done" and r.turns == 1 and r.reward < 1.0 and r.messages[0]["role"] == "system" for r in rows)
+    finally:
+        store.close()
