@@ -35,7 +35,9 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
             raise EnvError(f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}")
         return _make_tau2(name, domain, user, user_model)
     if name == "toolsandbox" or name.startswith("toolsandbox:"):
-        from envs.toolsandbox import ToolSandboxEnv  # its own venv and worker process; nothing heavy here
+        from envs.toolsandbox import (
+            ToolSandboxEnv,  # its own venv and worker process; nothing heavy here
+        )
 
         category = name.split(":", 1)[1] if ":" in name else None
         return ToolSandboxEnv(category, user=user, user_model=user_model)

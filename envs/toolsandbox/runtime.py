@@ -58,7 +58,7 @@ class WorkerProcess:
         if python is None:
             raise EnvError(missing_reason() or "ToolSandbox's environment is missing")
         self.call_timeout_s = call_timeout_s
-        self._log = tempfile.NamedTemporaryFile(prefix="toolsandbox-worker-", suffix=".log", delete=False)
+        self._log = tempfile.NamedTemporaryFile(prefix="toolsandbox-worker-", suffix=".log", delete=False)  # noqa: SIM115 — lives as long as the worker
         env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTHONPATH", None)  # the worker must see ToolSandbox's packages only
         self.proc = subprocess.Popen(

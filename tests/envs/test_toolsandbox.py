@@ -27,7 +27,7 @@ from tests.envs.conformance import check_conformance
 
 pytestmark = [pytest.mark.toolsandbox, pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
 
-from envs.toolsandbox import ToolSandboxEnv  # noqa: E402
+from envs.toolsandbox import ToolSandboxEnv
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ def test_paper_metrics_per_category_with_excluded_counts() -> None:
     similarity = {"a": 1.0, "b": 0.5, "c": 0.0}
     categories = {"a": ["single_tool_call"], "b": ["single_tool_call", "state_dependency"], "c": ["state_dependency"], "net": ["state_dependency"]}
     m = paper_metrics(similarity, categories, excluded={"net": ["search_stock"]})
-    assert list(m)[0] == "all"
+    assert next(iter(m)) == "all"
     assert (m["all"].run, m["all"].perfect, m["all"].excluded) == (3, 1, 1)
     assert m["all"].mean_similarity == pytest.approx(0.5)
     assert (m["single_tool_call"].run, m["single_tool_call"].perfect, m["single_tool_call"].mean_similarity) == (2, 1, 0.75)

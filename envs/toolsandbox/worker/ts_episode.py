@@ -13,12 +13,15 @@ import queue
 import re
 import threading
 import traceback
-from typing import Any, Optional
+from typing import Any
 
-from tool_sandbox.common.execution_context import DatabaseNamespace, RoleType, get_current_context
+from tool_sandbox.common.execution_context import (
+    DatabaseNamespace,
+    RoleType,
+    get_current_context,
+)
 from tool_sandbox.common.scenario import Scenario
 from tool_sandbox.roles.execution_environment import ExecutionEnvironment
-
 from ts_roles import BridgeAgent
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -35,8 +38,8 @@ class Episode:
         self.seen = 0  # OpenAI messages already shown to the host
         self.ids: dict[str, str] = {}  # ToolSandbox-side tool-call id -> the host's id
         self.done = False
-        self.termination: Optional[str] = None
-        self.exception: Optional[dict[str, str]] = None
+        self.termination: str | None = None
+        self.exception: dict[str, str] | None = None
         self._thread = threading.Thread(target=self._play, name=f"play-{name}", daemon=True)
 
     # -- play thread ------------------------------------------------------------
@@ -53,7 +56,7 @@ class Episode:
             self._to_host.put(("end", None))
         except _Stopped:
             pass
-        except BaseException as exc:  # an episode's failure is data (ToolSandbox scores it 0)
+        except BaseException as exc:  # noqa: BLE001 — an episode's failure is data (ToolSandbox scores it 0)
             self._to_host.put(("error", exc))
 
     # -- main thread ------------------------------------------------------------
@@ -142,7 +145,7 @@ class GuardedUser:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
-    def respond(self, ending_index: Optional[int] = None) -> None:
+    def respond(self, ending_index: int | None = None) -> None:
         try:
             self.inner.respond(ending_index=ending_index)
         except Exception as exc:

@@ -22,15 +22,21 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
-from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
-
+from openai.types.chat.chat_completion_message_tool_call import (
+    ChatCompletionMessageToolCall,
+    Function,
+)
 from tool_sandbox.common.execution_context import RoleType
-from tool_sandbox.common.message_conversion import Message, openai_tool_call_to_python_code
+from tool_sandbox.common.message_conversion import (
+    Message,
+    openai_tool_call_to_python_code,
+)
 from tool_sandbox.roles.base_role import BaseRole
 from tool_sandbox.roles.openai_api_agent import OpenAIAPIAgent
 from tool_sandbox.roles.openai_api_user import OpenAIAPIUser
@@ -98,11 +104,11 @@ class ScriptedUser(BaseRole):
 
     role_type = RoleType.USER
 
-    def __init__(self, replies: Optional[list[str]] = None) -> None:
+    def __init__(self, replies: list[str] | None = None) -> None:
         self.replies = list(replies or [])
         self.turn = 0
 
-    def respond(self, ending_index: Optional[int] = None) -> None:
+    def respond(self, ending_index: int | None = None) -> None:
         messages = self.filter_messages(self.get_messages(ending_index=ending_index))
         if not messages or messages[-1].sender == RoleType.SYSTEM:
             return

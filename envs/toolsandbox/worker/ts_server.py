@@ -159,7 +159,7 @@ def main() -> None:
             reply = {"id": rid, "ok": True, "result": worker.dispatch(req["method"], req.get("params") or {})}
         except (BadRequest, KeyError, TypeError) as exc:
             reply = _error(rid, "bad_request", exc)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — reported to the host, the worker keeps serving
             reply = _error(rid, "exception", exc)
         proto.write(json.dumps(reply, default=str) + "\n")
     worker.close()
