@@ -36,3 +36,15 @@ def test_install_skips_absent_source_only_when_asked(tmp_path, capsys) -> None:
     assert install_main(["--source", missing, "--venv", str(tmp_path / "v")]) == 2
     assert "not found" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
+
+
+def test_missing_toolsandbox_env_is_a_one_line_env_error(monkeypatch, tmp_path) -> None:
+    import envs.toolsandbox.env as ts_env
+    from envs.errors import EnvError
+    from envs.registry import make_env
+
+    monkeypatch.setenv("GAPFORGE_TOOLSANDBOX_PYTHON", str(tmp_path / "no-python"))
+    monkeypatch.setattr(ts_env, "_CATALOG", None)
+    with pytest.raises(EnvError, match="make toolsandbox-env") as err:
+        make_env("toolsandbox")
+    assert "\n" not in str(err.value)
