@@ -20,6 +20,7 @@ from agents.policy import run_episode
 from envs.errors import EnvError
 from envs.protocol import Message, ToolCall
 from envs.registry import make_env
+from envs.toolsandbox import ToolSandboxEnv, catalog
 from envs.toolsandbox.plan import PlanPolicy
 from envs.toolsandbox.runtime import missing_reason
 from serving.fake_openai import FakeOpenAIServer, tool_call_message
@@ -27,7 +28,6 @@ from tests.envs.conformance import check_conformance
 
 pytestmark = [pytest.mark.toolsandbox, pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
 
-from envs.toolsandbox import ToolSandboxEnv
 
 
 @pytest.fixture(scope="module")
@@ -171,13 +171,19 @@ def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
 
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
-    mismatches, perfect = [], 0
+    from envs.toolsandbox.plan import paper_metrics
+
+    mismatches, similarity = [], {}
     for task in env.task_ids():
         through_adapter, own, _ = _parity(env, task)
-        perfect += through_adapter == 1.0
+        similarity[task] = through_adapter
         if abs(through_adapter - own) > 1e-9:
             mismatches.append((task, through_adapter, own))
-    print(f"toolsandbox parity: {perfect}/{len(env.task_ids())} perfect, {len(mismatches)} mismatches")
+    categories = {t: env.task_categories(t) for t in env.task_ids()}
+    categories.update({s["name"]: s["categories"] for s in catalog()["scenarios"] if s["name"] in env.excluded()})
+    for cat, m in paper_metrics(similarity, categories, env.excluded()).items():
+        print(f"{cat:26s} run {m.run:3d} perfect {m.perfect:3d} mean {m.mean_similarity:.3f} excluded {m.excluded}")
+    print(f"toolsandbox parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, {len(mismatches)} mismatches {mismatches}")
     assert not mismatches
 
 
