@@ -169,6 +169,7 @@ def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
     assert any(t["function"]["name"] == "end_conversation" for t in server.requests[-1]["tools"])
 
 
+@pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
     from envs.toolsandbox.plan import paper_metrics
