@@ -23,6 +23,7 @@ from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
 from store.config import StoreConfig
+from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
     "AnalysisConfig", "ConfigError", "EndpointConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
@@ -33,20 +34,6 @@ __all__ = [  # the moved sections stay importable from here for the composition 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class TrainingConfig(_Section):
-    lora_rank: int = Field(32, ge=1)
-    lora_alpha: int = Field(64, ge=1)
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    learning_rate: float = Field(1e-5, gt=0)
-    temperature: float = Field(1.0, gt=0)
-    num_generations: int = Field(8, ge=2, description="K rollouts per seed (GRPO group)")
-    max_steps: int = Field(40, ge=1)
-    train_seeds: int = Field(80, ge=1)
-    heldout_seeds: int = Field(16, ge=1, description="synthetic seeds for checkpoint selection")
-    max_completion_length: int = Field(512, ge=8)
-    seed: int = 0
 
 
 class GapforgeConfig(_Section):

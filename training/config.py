@@ -1,0 +1,85 @@
+"""TrainingConfig: GRPO + LoRA per capability (DESIGN.md §1.4, §7).
+
+Defaults are the paper's (TRACE, arXiv 2604.05336 §4): LoRA rank 32 on every
+projection, AdamW lr 1e-5, temperature 1.0, up to 40 iterations, ~640 rollouts
+per adapter (40 steps x 2 groups x K=8). `TrainingConfig.tiny()` is the CPU /
+tiny-model profile the tests, the demo and the done-when experiment use.
+This module imports nothing of ours; gapforge/config.py re-exports it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class TrainingConfig(BaseModel):
+    """One capability's GRPO run. Every field is documented; invariants are checked on load."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # LoRA (kept plain: vLLM rejects DoRA, biases and modules_to_save)
+    lora_rank: int = Field(32, ge=1, description="paper: 32 (~5% of Qwen3-30B-A3B's params)")
+    lora_alpha: int = Field(64, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    lora_target_modules: list[str] = Field(default_factory=lambda: list(ALL_PROJECTIONS), description="paper: all projections")
+    # optimisation
+    learning_rate: float = Field(1e-5, gt=0, description="paper: AdamW 1e-5")
+    max_steps: int = Field(40, ge=1, description="paper: up to 40 iterations")
+    groups_per_step: int = Field(2, ge=1, description="seeds (GRPO groups) per optimizer step")
+    num_generations: int = Field(8, ge=2, description="K rollouts per seed from the identical initial state")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (paper: 1.0)")
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient (0 = no reference model, TRL's default)")
+    epsilon: float = Field(0.2, gt=0, description="PPO-style clip range")
+    loss_type: str = Field("dapo", description="TRL GRPOConfig.loss_type")
+    # rollouts
+    max_turns: int = Field(12, ge=1, description="assistant turns per rollout")
+    max_new_tokens: int = Field(256, ge=8, description="tokens per assistant turn")
+    max_completion_length: int = Field(2048, ge=16, description="all completion tokens of a rollout (model + env turns)")
+    env_timeout_s: float = Field(30.0, gt=0, description="a single env call slower than this ends the rollout with reward 0")
+    # seeds and selection
+    train_seeds: int = Field(80, ge=1, description="synthetic seeds 0..train_seeds-1")
+    heldout_seeds: int = Field(16, ge=1, description="seeds after the training ones, for selection and early stop only")
+    heldout_samples: int = Field(2, ge=1, description="rollouts per held-out seed")
+    eval_every: int = Field(5, ge=1, description="held-out evaluation every N steps")
+    patience: int = Field(3, ge=1, description="stop after this many evaluations without improvement")
+    min_improvement: float = Field(0.01, ge=0.0)
+    save_every: int = Field(5, ge=1, description="TRL checkpoint every N steps (resume point)")
+    # generation backend
+    generation: Literal["transformers", "vllm_server", "vllm_colocate"] = Field(
+        "transformers", description="transformers: in-process (CPU, tests); vllm_*: TRL's vLLM support (GPU)")
+    vllm_server_base_url: str | None = Field(None, description="for generation=vllm_server, e.g. http://localhost:8000")
+    report_to: list[str] = Field(default_factory=list, description="TRL report_to: tensorboard, wandb (when installed)")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainingConfig":
+        if self.generation == "vllm_server" and not self.vllm_server_base_url:
+            raise ValueError("generation=vllm_server needs vllm_server_base_url (e.g. http://localhost:8000)")
+        if self.max_new_tokens > self.max_completion_length:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be <= max_completion_length ({self.max_completion_length})")
+        return self
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.groups_per_step * self.num_generations
+
+    def train_seed_list(self) -> list[int]:
+        return list(range(self.train_seeds))
+
+    def heldout_seed_list(self) -> list[int]:
+        """Disjoint from the training seeds by construction."""
+        return list(range(self.train_seeds, self.train_seeds + self.heldout_seeds))
+
+    @classmethod
+    def tiny(cls, **overrides: object) -> "TrainingConfig":
+        """CPU profile for the taught tiny model: small groups, short turns, higher lr."""
+        base: dict[str, object] = dict(
+            lora_rank=8, lora_alpha=16, learning_rate=2e-3, max_steps=20, groups_per_step=2, num_generations=4,
+            max_turns=8, max_new_tokens=64, max_completion_length=1536, train_seeds=64, heldout_seeds=16,
+            heldout_samples=2, eval_every=5, patience=3, save_every=5)
+        base.update(overrides)
+        return cls(**base)

@@ -1,0 +1,159 @@
+"""TRL GRPOTrainer + PEFT LoRA wired to our multi-turn rollouts.
+
+Why `rollout_func` and not `environment_factory` (TRL 1.16): environment_factory
+turns an env's public methods into tools and ends a rollout at the model's first
+text turn, so a simulated user can never answer; and its env instances are
+pooled and never closed by TRL. `rollout_func(prompts, trainer)` is called by
+TRL with or without vLLM and lets us return exactly the sampled token ids, the
+sampler's logprobs and an `env_mask` (0 on env tokens, TRL's tool_mask), while
+the env (tool results and user replies alike) answers through `env.step`.
+
+Each dataset row's prompt is the task reference as JSON (a synthetic seed or a
+target task id); TRL's RepeatSampler hands each row K times in a row, so one run
+of equal prompts is one GRPO group played from the identical initial state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from training.config import TrainingConfig
+from training.rollout import EnvFactory, Rollout, run_group
+from training.sampler import Sampler, TransformersSampler, VLLMSampler
+
+
+def lora_config(cfg: TrainingConfig):  # -> peft.LoraConfig
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=list(cfg.lora_target_modules), bias="none", task_type="CAUSAL_LM")
+
+
+def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
+    """The GRPOConfig a TrainingConfig produces (tested down to this on machines without a GPU)."""
+    from trl import GRPOConfig
+
+    batch = cfg.rollouts_per_step
+    extra: dict[str, Any] = {}
+    if cfg.generation != "transformers":
+        extra = dict(use_vllm=True, vllm_mode="server" if cfg.generation == "vllm_server" else "colocate")
+        if cfg.generation == "vllm_server":
+            extra["vllm_server_base_url"] = cfg.vllm_server_base_url
+    return GRPOConfig(
+        output_dir=output_dir, learning_rate=cfg.learning_rate, max_steps=cfg.max_steps, seed=cfg.seed,
+        per_device_train_batch_size=batch, generation_batch_size=batch, gradient_accumulation_steps=1,
+        num_iterations=1, num_generations=cfg.num_generations, temperature=cfg.temperature,
+        top_p=1.0, top_k=0, max_completion_length=cfg.max_completion_length, beta=cfg.beta, epsilon=cfg.epsilon,
+        loss_type=cfg.loss_type, mask_truncated_completions=False, logging_steps=1, save_strategy="steps",
+        save_steps=cfg.save_every, save_total_limit=2, report_to=list(cfg.report_to) or "none",
+        use_cpu=cfg.generation == "transformers" and not _cuda(), bf16=False, remove_unused_columns=False,
+        disable_tqdm=True, dataloader_num_workers=0,
+        gradient_checkpointing=cfg.generation != "transformers", **extra)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def task_dataset(tasks: list[Any]):  # -> datasets.Dataset
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [json.dumps(t) for t in tasks]})
+
+
+@dataclass
+class StepLog:
+    """What the rollout function saw at one generation (read by the progress callback)."""
+
+    step: int
+    reward: float
+    informative_share: float  # groups whose rewards are not all equal (the others carry no signal)
+    failures: list[str]
+    gen_s: float
+    env_s: float
+    wall_s: float
+    rollouts: int
+
+
+@dataclass
+class RolloutRecorder:
+    steps: list[StepLog] = field(default_factory=list)
+    last: list[Rollout] = field(default_factory=list)
+
+
+def groups_of(prompts: list[Any]) -> list[tuple[Any, int]]:
+    """Consecutive runs of equal prompts -> [(prompt, count)]."""
+    out: list[tuple[Any, int]] = []
+    for p in prompts:
+        if out and out[-1][0] == p:
+            out[-1] = (p, out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out
+
+
+def informative_share(rewards_by_group: list[list[float]]) -> float:
+    if not rewards_by_group:
+        return 0.0
+    return sum(1 for g in rewards_by_group if max(g) - min(g) > 1e-9) / len(rewards_by_group)
+
+
+def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder):
+    """The `rollout_func(prompts, trainer)` TRL calls at every generation."""
+
+    def sampler_for(trainer: Any) -> Sampler:
+        if getattr(trainer, "use_vllm", False):
+            return VLLMSampler(trainer.vllm_generation, {tokenizer.eos_token_id})
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        return TransformersSampler(model, tokenizer, seed=cfg.seed * 7919 + trainer.state.global_step)
+
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
+        t0 = time.perf_counter()
+        sampler = sampler_for(trainer)
+        rollouts: list[Rollout] = []
+        by_group: list[list[float]] = []
+        for prompt, count in groups_of(prompts):
+            task = json.loads(prompt) if isinstance(prompt, str) else prompt
+            group = run_group(make_env, task, count, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
+                              max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
+                              temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+            rollouts += group
+            by_group.append([r.reward for r in group])
+        recorder.last = rollouts
+        recorder.steps.append(StepLog(
+            step=trainer.state.global_step + 1, reward=sum(r.reward for r in rollouts) / max(1, len(rollouts)),
+            informative_share=informative_share(by_group), failures=[r.failure for r in rollouts if r.failure],
+            gen_s=sum(r.gen_s for r in rollouts), env_s=sum(r.env_s for r in rollouts),
+            wall_s=time.perf_counter() - t0, rollouts=len(rollouts)))
+        return {
+            "prompt_ids": [r.traj.prompt_ids for r in rollouts],
+            "completion_ids": [r.traj.completion_ids for r in rollouts],
+            "logprobs": [r.traj.logprobs for r in rollouts],
+            "env_mask": [r.traj.env_mask for r in rollouts],
+            "env_reward": [r.reward for r in rollouts],
+        }
+
+    return rollout_func
+
+
+def env_reward(completions: list[Any], env_reward: list[float], **_: Any) -> list[float]:
+    """The env's own score of each rollout (forwarded by rollout_func)."""
+    return [float(r) for r in env_reward]
+
+
+def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks: list[Any], cfg: TrainingConfig,
+                  output_dir: str, recorder: RolloutRecorder, callbacks: list[Any] | None = None):
+    """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model`."""
+    import os
+
+    from trl import GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    return GRPOTrainer(model=model, reward_funcs=[env_reward], args=grpo_config(cfg, output_dir),
+                       train_dataset=task_dataset(train_tasks), processing_class=tokenizer, peft_config=lora_config(cfg),
+                       rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder), callbacks=callbacks or [])

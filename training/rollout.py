@@ -1,0 +1,163 @@
+"""Multi-turn rollouts as exact token streams, for any Environment of the one protocol.
+
+`run_group(make_env, task, k, ...)` plays K episodes of the same task (same seed:
+identical initial state) in lockstep: each turn the still-active episodes are
+sampled as one batch, each sampled turn is parsed into a protocol message and
+stepped through its own env instance, and the env's answer is appended as the
+template delta (training.tokens). Tool results and simulated-user replies both
+come from `env.step`, so a simulated user answers between model turns.
+
+A bad rollout is data, not a crash: an env exception, timeout or dead sandbox
+ends that rollout with reward 0 and `failure` = "<boundary>: <reason>"; an
+unparsable model turn ends it too (blamed on the model) and the env scores the
+episode as it stands. Every env instance is closed before `run_group` returns.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from envs.errors import PolicyError
+from envs.protocol import Environment, Message, TaskRef
+from serving.tool_calls import parse_tool_calls
+from training.sampler import Sampler
+from training.tokens import TemplateDriftError, TokenTrajectory, encode, env_delta, render
+
+EnvFactory = Callable[[], Environment]
+
+
+@dataclass
+class Rollout:
+    task: TaskRef
+    traj: TokenTrajectory
+    messages: list[Message] = field(default_factory=list)
+    reward: float = 0.0
+    success: bool = False
+    components: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # "env: ...", "model: ...", "length: ..." — who ended it early
+    turns: int = 0
+    gen_s: float = 0.0
+    env_s: float = 0.0
+
+
+class _Episode:
+    def __init__(self, env: Environment, task: TaskRef, timeout_s: float, pool: futures.ThreadPoolExecutor) -> None:
+        self.env, self.timeout_s, self.pool = env, timeout_s, pool
+        self.rollout = Rollout(task=task, traj=TokenTrajectory(prompt_ids=[]))
+        self.tools: list[dict[str, Any]] = []
+        self.active = True
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """An env call under a deadline; its time is counted as env time."""
+        t0 = time.perf_counter()
+        try:
+            return self.pool.submit(fn, *args).result(timeout=self.timeout_s)
+        except futures.TimeoutError:
+            raise TimeoutError(f"{getattr(fn, '__name__', 'env call')} took longer than {self.timeout_s:g}s") from None
+        finally:
+            self.rollout.env_s += time.perf_counter() - t0
+
+    def fail(self, boundary: str, err: BaseException) -> None:
+        kind = getattr(err, "kind", type(err).__name__)
+        self.rollout.failure = f"{boundary}: {kind}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+        self.rollout.reward, self.rollout.success = 0.0, False
+        self.active = False
+
+    def finish(self) -> None:
+        """Score the episode as it stands (unless the env already failed)."""
+        self.active = False
+        if self.rollout.failure is not None and self.rollout.failure.startswith("env"):
+            return
+        try:
+            score = self.call(self.env.score)
+            self.rollout.reward, self.rollout.success, self.rollout.components = score.reward, score.success, dict(score.components)
+        except Exception as e:  # noqa: BLE001 - any env failure is a zero-reward rollout
+            self.fail("env", e)
+
+
+def _fallback_prompt(tokenizer: Any) -> list[int]:
+    return [tokenizer.eos_token_id]
+
+
+def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, tokenizer: Any, max_turns: int,
+              max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float) -> list[Rollout]:
+    """K rollouts of `task`; each gets its own env instance, all closed on return."""
+    pool = futures.ThreadPoolExecutor(max_workers=max(1, k), thread_name_prefix="env")
+    episodes: list[_Episode] = []
+    try:
+        for _ in range(k):
+            env = make_env()
+            ep = _Episode(env, task, env_timeout_s, pool)
+            episodes.append(ep)
+            try:
+                ep.tools = ep.call(env.tools)
+                ep.rollout.messages = list(ep.call(env.reset, task))
+                ep.rollout.traj.prompt_ids = encode(tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True))
+            except Exception as e:  # noqa: BLE001
+                ep.fail("env", e)
+                ep.rollout.traj.prompt_ids = _fallback_prompt(tokenizer)
+        for _turn in range(max_turns):
+            live = [ep for ep in episodes if ep.active]
+            if not live:
+                break
+            t0 = time.perf_counter()
+            samples = sampler.sample([ep.rollout.traj.context_ids for ep in live], max_new_tokens=max_new_tokens, temperature=temperature)
+            share = (time.perf_counter() - t0) / len(live)
+            for ep, smp in zip(live, samples, strict=True):
+                _advance(ep, smp, share, tokenizer, max_completion_length)
+        for ep in episodes:
+            if ep.active:
+                ep.finish()
+        for ep in episodes:  # a rollout with no sampled token still needs one completion token for TRL
+            if not ep.rollout.traj.completion_ids:
+                ep.rollout.traj.add_env([tokenizer.eos_token_id])
+        return [ep.rollout for ep in episodes]
+    finally:
+        for ep in episodes:
+            try:
+                ep.env.close()
+            except Exception:  # noqa: BLE001 - closing a broken env must not hide the result
+                pass
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completion_length: int) -> None:
+    r = ep.rollout
+    r.gen_s += gen_s
+    r.turns += 1
+    r.traj.add_sampled(smp.ids, smp.logprobs)
+    if not smp.finished:
+        r.failure = "length: the turn hit max_new_tokens without an end-of-turn token"
+        ep.finish()
+        return
+    text = tokenizer.decode(smp.ids, skip_special_tokens=True)
+    try:
+        content, calls = parse_tool_calls(text)
+    except PolicyError as e:
+        r.failure = f"model: {str(e).splitlines()[0][:300]}"
+        ep.finish()
+        return
+    message = Message.assistant(content=content, tool_calls=calls)
+    r.messages.append(message)
+    try:
+        result = ep.call(ep.env.step, message)
+    except Exception as e:  # noqa: BLE001
+        ep.fail("env", e)
+        return
+    if result.done:
+        r.messages += result.messages
+        ep.finish()
+        return
+    delta = encode(tokenizer, env_delta(tokenizer, r.messages, result.messages, ep.tools))  # TemplateDriftError propagates
+    r.messages += result.messages
+    if len(r.traj.completion_ids) + len(delta) >= max_completion_length:
+        r.failure = "length: the rollout reached max_completion_length"
+        ep.finish()
+        return
+    r.traj.add_env(delta)
+
+
+__all__ = ["EnvFactory", "Rollout", "TemplateDriftError", "run_group"]
