@@ -103,10 +103,14 @@ def informative_share(rewards_by_group: list[list[float]]) -> float:
     return sum(1 for g in rewards_by_group if max(g) - min(g) > 1e-9) / len(rewards_by_group)
 
 
-def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder):
-    """The `rollout_func(prompts, trainer)` TRL calls at every generation."""
+def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder,
+                      sampler_factory: Any = None):
+    """The `rollout_func(prompts, trainer)` TRL calls at every generation. `sampler_factory(trainer)`
+    overrides the sampler (tests wrap the real one to record what it sampled)."""
 
     def sampler_for(trainer: Any) -> Sampler:
+        if sampler_factory is not None:
+            return sampler_factory(trainer)
         if getattr(trainer, "use_vllm", False):
             return VLLMSampler(trainer.vllm_generation, {tokenizer.eos_token_id})
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -147,7 +151,7 @@ def env_reward(completions: list[Any], env_reward: list[float], **_: Any) -> lis
 
 
 def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks: list[Any], cfg: TrainingConfig,
-                  output_dir: str, recorder: RolloutRecorder, callbacks: list[Any] | None = None):
+                  output_dir: str, recorder: RolloutRecorder, callbacks: list[Any] | None = None, sampler_factory: Any = None):
     """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model`."""
     import os
 
@@ -156,4 +160,4 @@ def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     return GRPOTrainer(model=model, reward_funcs=[env_reward], args=grpo_config(cfg, output_dir),
                        train_dataset=task_dataset(train_tasks), processing_class=tokenizer, peft_config=lora_config(cfg),
-                       rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder), callbacks=callbacks or [])
+                       rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder, sampler_factory), callbacks=callbacks or [])

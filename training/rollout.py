@@ -39,6 +39,7 @@ class Rollout:
     components: dict[str, float] = field(default_factory=dict)
     failure: str | None = None  # "env: ...", "model: ...", "length: ..." — who ended it early
     turns: int = 0
+    cut_turns: int = 0  # turns that hit max_new_tokens (closed by an env-side eos, which the loss ignores)
     gen_s: float = 0.0
     env_s: float = 0.0
 
@@ -129,10 +130,9 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
     r.gen_s += gen_s
     r.turns += 1
     r.traj.add_sampled(smp.ids, smp.logprobs)
-    if not smp.finished:
-        r.failure = "length: the turn hit max_new_tokens without an end-of-turn token"
-        ep.finish()
-        return
+    if not smp.finished:  # the turn was cut at max_new_tokens: the env closes it with an (unmasked-out) eos
+        r.traj.add_env([tokenizer.eos_token_id])
+        r.cut_turns += 1
     text = tokenizer.decode(smp.ids, skip_special_tokens=True)
     try:
         content, calls = parse_tool_calls(text)

@@ -1,0 +1,87 @@
+"""GRPO through TRL with our rollout_func: the ids TRL trains on, env masks, crashes, the config."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.training.toy_env import ToyDeskEnv
+from training.config import TrainingConfig
+from training.grpo import RolloutRecorder, build_trainer, grpo_config, groups_of, informative_share
+from training.sampler import TransformersSampler
+
+CFG = TrainingConfig.tiny(max_steps=2, groups_per_step=2, num_generations=2, max_turns=3, max_new_tokens=8,
+                          max_completion_length=256, train_seeds=4, learning_rate=5e-2)
+
+
+class RecordingSampler(TransformersSampler):
+    def __init__(self, *a, log, **kw):
+        super().__init__(*a, **kw)
+        self.log = log
+
+    def sample(self, contexts, **kw):
+        out = super().sample(contexts, **kw)
+        self.log.extend(s.ids for s in out)
+        return out
+
+
+def _trainer(model, tokenizer, tmp_path, make_env=ToyDeskEnv, log=None, cfg=CFG):
+    recorder = RolloutRecorder()
+    factory = None
+    if log is not None:
+        factory = lambda tr: RecordingSampler(tr.accelerator.unwrap_model(tr.model), tokenizer, log=log)  # noqa: E731
+    trainer = build_trainer(model, tokenizer, make_env, list(range(cfg.train_seeds)), cfg, str(tmp_path / "trl"), recorder,
+                            sampler_factory=factory)
+    return trainer, recorder
+
+
+def test_trl_trains_on_exactly_the_sampled_ids_with_env_tokens_masked(tiny_model, tiny_tokenizer, tmp_path):
+    sampled: list[list[int]] = []
+    trainer, recorder = _trainer(tiny_model, tiny_tokenizer, tmp_path, log=sampled)
+    seen = []
+    original = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        out = original(inputs)
+        seen.append((out["completion_ids"].clone(), out["tool_mask"].clone(), out["completion_mask"].clone(), list(recorder.last)))
+        return out
+
+    trainer._generate_and_score_completions = capture
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert before and all("lora" in n for n in before)  # base weights frozen
+    trainer.train()
+    assert seen
+    model_ids_in_batches = []
+    for completion_ids, tool_mask, completion_mask, rollouts in seen:
+        for row, r in enumerate(rollouts):
+            n = len(r.traj.completion_ids)
+            assert completion_ids[row, :n].tolist() == r.traj.completion_ids
+            assert tool_mask[row, :n].tolist() == r.traj.env_mask
+            assert completion_mask[row, :n].sum().item() == n
+            model_ids_in_batches += [ids for m, ids in r.traj.spans() if m]
+    assert sorted(model_ids_in_batches) == sorted(sampled)  # every loss-token span is one sampled turn, and back
+    assert any(0 in r.traj.env_mask for *_, rs in seen for r in rs)  # multi-turn: env turns were appended
+    changed = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(before[n], p)]
+    assert changed, "no adapter parameter changed"
+
+
+def test_env_crash_inside_rollouts_is_zero_reward_and_training_goes_on(tiny_model, tiny_tokenizer, tmp_path):
+    trainer, recorder = _trainer(tiny_model, tiny_tokenizer, tmp_path, make_env=lambda: ToyDeskEnv(crash_at=1))
+    trainer.train()
+    assert trainer.state.global_step == CFG.max_steps
+    crashed = [f for s in recorder.steps for f in s.failures if f.startswith("env: RuntimeError")]
+    assert crashed  # odd seeds crash at their first step ...
+    assert all(r.reward == 0.0 for r in recorder.last if r.failure and r.failure.startswith("env"))
+
+
+def test_groups_and_informative_share():
+    assert groups_of(["1", "1", "2", "2", "1"]) == [("1", 2), ("2", 2), ("1", 1)]
+    assert informative_share([[0.0, 0.0], [0.0, 1.0], [0.5, 0.5], [1.0, 0.2]]) == 0.5
+
+
+def test_grpo_config_from_training_config(tmp_path):
+    args = grpo_config(TrainingConfig(), str(tmp_path))
+    assert (args.learning_rate, args.max_steps, args.num_generations, args.temperature) == (1e-5, 40, 8, 1.0)
+    assert args.per_device_train_batch_size == 16 and args.use_vllm is False
+    vllm = grpo_config(TrainingConfig(generation="vllm_server", vllm_server_base_url="http://gpu:8000"), str(tmp_path))
+    assert vllm.use_vllm and vllm.vllm_mode == "server" and vllm.vllm_server_base_url == "http://gpu:8000"
+    assert grpo_config(TrainingConfig(generation="vllm_colocate"), str(tmp_path)).vllm_mode == "colocate"

@@ -1,0 +1,111 @@
+"""Exact tokens: masks, sampled ids, prefix-preserving templates."""
+
+from __future__ import annotations
+
+import pytest
+
+from envs.protocol import Message, ToolCall
+from tests.training.toy_env import ToyDeskEnv
+from training.rollout import run_group
+from training.sampler import Sample
+from training.tokens import TemplateDriftError, check_prefix_preserving, encode, render
+
+MODEL_TURNS = [
+    '<tool_call>\n{"name": "lookup", "arguments": {"key": "size"}}\n</tool_call>',
+    "Sure, which size do you need?",
+    "Done, I booked a medium.",
+]
+
+
+class ScriptedSampler:
+    """Answers each turn with the next scripted text (as token ids + eos) and fake logprobs."""
+
+    def __init__(self, tokenizer, texts):
+        self.tokenizer, self.texts, self.turn = tokenizer, list(texts), 0
+        self.sampled: list[list[int]] = []
+
+    def sample(self, contexts, *, max_new_tokens, temperature):
+        out = []
+        for _ in contexts:
+            ids = encode(self.tokenizer, self.texts[self.turn]) + [self.tokenizer.eos_token_id]
+            lps = [-0.1 * (i + 1) for i in range(len(ids))]
+            self.sampled.append(ids)
+            out.append(Sample(ids, lps, True))
+        self.turn += 1
+        return out
+
+
+def _play(tokenizer, sampler, make_env=ToyDeskEnv, k=1):
+    return run_group(make_env, 3, k, sampler=sampler, tokenizer=tokenizer, max_turns=6, max_new_tokens=64,
+                     max_completion_length=4096, temperature=1.0, env_timeout_s=10)
+
+
+def test_masked_spans_are_exactly_the_env_text_and_unmasked_exactly_the_model(tiny_tokenizer):
+    sampler = ScriptedSampler(tiny_tokenizer, MODEL_TURNS)
+    (r,) = _play(tiny_tokenizer, sampler)
+    assert r.failure is None and r.turns == 3
+    spans = r.traj.spans()
+    assert [m for m, _ in spans] == [1, 0, 1, 0, 1]
+    model_spans = [ids for m, ids in spans if m == 1]
+    assert model_spans == sampler.sampled  # the ids the loss sees are the sampled ids
+    assert [tiny_tokenizer.decode(ids, skip_special_tokens=True) for ids in model_spans] == MODEL_TURNS
+    env_spans = [tiny_tokenizer.decode(ids) for m, ids in spans if m == 0]
+    assert env_spans[0] == "\n<|im_start|>user\n<tool_response>\nvalue of size\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert env_spans[1] == "\n<|im_start|>user\nWhich size?<|im_end|>\n<|im_start|>assistant\n"
+    # logprobs: the sampler's on model tokens, 0 on env tokens
+    for (m, ids), lps in zip(spans, _split(r.traj.logprobs, spans)):
+        assert lps == ([-0.1 * (i + 1) for i in range(len(ids))] if m else [0.0] * len(ids))
+    # the stream is the conversation: decoding prompt + completion gives the template's own rendering
+    full = render(tiny_tokenizer, r.messages, ToyDeskEnv().tools(), generation_prompt=False)
+    # (the episode ends on the model's own eos; the template's newline after it is never appended)
+    assert tiny_tokenizer.decode(r.traj.prompt_ids + r.traj.completion_ids) + "\n" == full
+
+
+def _split(values, spans):
+    out, pos = [], 0
+    for _, ids in spans:
+        out.append(values[pos:pos + len(ids)])
+        pos += len(ids)
+    return out
+
+
+def test_env_crash_mid_rollout_is_a_zero_reward_rollout_and_envs_are_closed(tiny_tokenizer):
+    made: list[ToyDeskEnv] = []
+
+    def make_env():
+        made.append(ToyDeskEnv(crash_at=2))
+        return made[-1]
+
+    rollouts = run_group(make_env, 5, 2, sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS * 2), tokenizer=tiny_tokenizer,
+                         max_turns=6, max_new_tokens=64, max_completion_length=4096, temperature=1.0, env_timeout_s=10)
+    assert all(r.reward == 0.0 and r.failure.startswith("env: RuntimeError: toy env bug") for r in rollouts)
+    assert all(e.closed for e in made)
+    assert rollouts[0].traj.env_mask[-1] == 1  # it ends with the last sampled token, no dangling env turn
+
+
+def test_unparsable_model_turn_ends_the_rollout_blamed_on_the_model(tiny_tokenizer):
+    (r,) = _play(tiny_tokenizer, ScriptedSampler(tiny_tokenizer, ["<tool_call>\n{not json\n</tool_call>"]))
+    assert r.failure.startswith("model:") and r.turns == 1
+
+
+def test_tiny_template_is_prefix_preserving(tiny_tokenizer):
+    check_prefix_preserving(tiny_tokenizer, ToyDeskEnv().tools())
+
+
+def test_a_template_that_rewrites_history_is_refused(tiny_tokenizer):
+    # like Qwen3's: reasoning is dropped from earlier assistant turns once a later turn exists
+    drifting = tiny_tokenizer.chat_template.replace(
+        "{{- '<|im_start|>assistant\\n' + (message.content or '') -}}",
+        "{%- set c = message.content or '' -%}{%- if not loop.last and '</think>' in c -%}"
+        "{%- set c = c.split('</think>')[-1].lstrip() -%}{%- endif -%}{{- '<|im_start|>assistant\\n' + c -}}")
+    assert drifting != tiny_tokenizer.chat_template
+    tok = tiny_tokenizer.__class__.from_pretrained(tiny_tokenizer.name_or_path)
+    tok.chat_template = drifting
+    with pytest.raises(TemplateDriftError, match="not prefix-preserving"):
+        check_prefix_preserving(tok, ToyDeskEnv().tools())
+    history = [Message.system("s"), Message.user("u"),
+               Message.assistant(content="<think>\nx\n</think>\n\nok", tool_calls=[ToolCall(id="c", name="lookup", arguments={})])]
+    from training.tokens import env_delta
+
+    with pytest.raises(TemplateDriftError):
+        env_delta(tok, history, [Message.tool("c", "r", name="lookup")], ToyDeskEnv().tools())

@@ -1,0 +1,53 @@
+"""A small protocol env for trainer tests: a tool, a simulated user, an optional crash.
+
+reset(seed) -> [system, user]; a tool call gets a tool result; the first text turn
+gets a user reply ("Which size?") and the second text turn ends the episode.
+Reward = share of assistant text characters that are letters a-m (varies between
+samples of a random model, so GRPO groups carry signal). `crash_at` makes step
+number N raise (an env bug inside a rollout) for odd seeds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
+
+
+class ToyDeskEnv:
+    name = "toy-desk"
+
+    def __init__(self, crash_at: int | None = None) -> None:
+        self.crash_at = crash_at
+        self.seed = 0
+        self.steps = 0
+        self.texts = 0
+        self.said: list[str] = []
+        self.closed = False
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [tool_schema("lookup", "Look a key up.", {"key": {"type": "string"}})]
+
+    def reset(self, task: TaskRef) -> list[Message]:
+        self.seed, self.steps, self.texts, self.said = int(task), 0, 0, []
+        return [Message.system("You help at a desk."), Message.user(f"Hi, ticket {self.seed}.")]
+
+    def step(self, message: Message) -> StepResult:
+        self.steps += 1
+        if self.crash_at is not None and self.steps >= self.crash_at and self.seed % 2 == 1:
+            raise RuntimeError("toy env bug: step exploded")
+        if message.tool_calls:
+            return StepResult(messages=[Message.tool(c.id, f"value of {c.arguments.get('key')}", name=c.name) for c in message.tool_calls])
+        self.said.append(message.content or "")
+        self.texts += 1
+        if self.texts >= 2:
+            return StepResult(done=True)
+        return StepResult(messages=[Message.user("Which size?")])
+
+    def score(self) -> Score:
+        text = "".join(self.said)
+        share = sum(1 for ch in text if "a" <= ch <= "m") / len(text) if text else 0.0
+        return Score(reward=share, success=share > 0.5)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,75 @@
+"""Which environment a training job plays, as data (`EnvSpec`), and the factory for it.
+
+- `sandbox`: a synthetic env module in the sandbox (`sandbox.open_env`, the same
+  code path as the validator); the job owns one `SandboxPool` and closes it, so no
+  container outlives the job. All coupling to the sandbox's constructors is in
+  `_sandbox_factory` (one small function, easy to follow when it changes).
+- `trusted`: a hand-written synthetic env in-process (examples, tests only).
+- `target`: a target env by registry name (`shop`, `tau2:retail`, ...): the
+  "GRPO on the target" baseline trains through the very same trainer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from training.rollout import EnvFactory
+
+
+class EnvSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["sandbox", "trusted", "target"]
+    module: str | None = Field(None, description="env module path (sandbox, trusted)")
+    target: str | None = Field(None, description="registry name (target), e.g. shop")
+    sandbox: dict[str, Any] = Field(default_factory=dict, description="sandbox settings (SandboxConfig fields)")
+    train_tasks: list[str] | None = Field(None, description="target task ids to train on")
+    heldout_tasks: list[str] | None = Field(None, description="target task ids for selection (disjoint from train)")
+
+    def check(self) -> None:
+        if self.kind in ("sandbox", "trusted") and not (self.module and Path(self.module).is_file()):
+            raise ValueError(f"env module {self.module!r} not found: give the path of the synthetic env's .py file")
+        if self.kind == "target":
+            if not self.target or not self.train_tasks or not self.heldout_tasks:
+                raise ValueError("a target env spec needs target, train_tasks and heldout_tasks")
+            if set(self.train_tasks) & set(self.heldout_tasks):
+                raise ValueError("train_tasks and heldout_tasks overlap: held-out tasks must be disjoint")
+
+    def module_sha256(self) -> str | None:
+        return hashlib.sha256(Path(self.module).read_bytes()).hexdigest() if self.module else None
+
+
+def _sandbox_factory(module: str, settings: dict[str, Any], pool_size: int) -> tuple[EnvFactory, Callable[[], None]]:
+    import sandbox.env as sandbox_env
+    from sandbox.pool import SandboxPool
+
+    cfg = sandbox_env.SandboxConfig(**settings)  # wherever SandboxConfig lives, sandbox.env imports it
+    pool = SandboxPool(cfg, size=pool_size, sweep_on_start=False)
+    return (lambda: sandbox_env.open_env(module, cfg, pool)), pool.close
+
+
+def open_factory(spec: EnvSpec, *, pool_size: int = 4) -> tuple[EnvFactory, Callable[[], None]]:
+    """(make_env, close): call close() when the job ends (it releases every sandbox)."""
+    spec.check()
+    if spec.kind == "sandbox":
+        return _sandbox_factory(str(spec.module), spec.sandbox, pool_size)
+    if spec.kind == "trusted":
+        from envs.synthetic import InProcessSyntheticEnv, load_env_class
+
+        cls = load_env_class(str(spec.module))
+        return (lambda: InProcessSyntheticEnv(cls)), (lambda: None)
+    from envs.registry import make_env
+
+    name = str(spec.target)
+    return (lambda: make_env(name)), (lambda: None)
+
+
+def task_split(spec: EnvSpec, train_seeds: list[int], heldout_seeds: list[int]) -> tuple[list[Any], list[Any]]:
+    """(train tasks, held-out tasks): synthetic seeds from the config, or the spec's target task ids."""
+    if spec.kind == "target":
+        return list(spec.train_tasks or []), list(spec.heldout_tasks or [])
+    return list(train_seeds), list(heldout_seeds)

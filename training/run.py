@@ -1,0 +1,87 @@
+"""One training job per process: `python -m training.run SPEC.json`.
+
+SPEC.json is a `training.service.TrainJob`. The process trains, writes
+`<out_dir>/result.json` and exits 0; on any failure it writes
+`<out_dir>/error.json` (error + traceback), registers the adapter row with
+status `failed` and exits 1, so a crash (or an OOM kill, seen by the launcher
+as a signal exit) of one capability never takes the others down. Progress
+lines go to stdout as JSON. `run_jobs(...)` launches the processes one after
+the other and records each outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.service import TrainJob, TrainResult, register, train_capability
+
+
+@dataclass
+class JobOutcome:
+    name: str
+    returncode: int
+    result: TrainResult | None
+    error: str | None
+
+
+def _fail(job: TrainJob, error: str, tb: str = "") -> None:
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "error.json").write_text(json.dumps({"error": error, "traceback": tb}, indent=1))
+    result = TrainResult(name=job.name, capability=job.capability, status="failed", adapter_path=None, steps=0,
+                         best_step=None, heldout_before=None, heldout_after=None, curve=[], error=error)
+    try:
+        register(job, result)
+    except Exception:  # noqa: BLE001 - the error file already holds the evidence
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_file():
+        print("usage: python -m training.run SPEC.json  (a TrainJob as JSON)", file=sys.stderr)
+        return 2
+    job = TrainJob.model_validate_json(Path(args[0]).read_text())
+    (Path(job.out_dir) / "error.json").unlink(missing_ok=True)
+    try:
+        result = train_capability(job, progress=lambda row: print(json.dumps(row), flush=True))
+    except Exception as e:  # noqa: BLE001 - recorded, then the process exits non-zero
+        _fail(job, f"{type(e).__name__}: {e}", traceback.format_exc())
+        print(json.dumps({"event": "failed", "error": f"{type(e).__name__}: {e}"}), flush=True)
+        return 1
+    print(json.dumps({"event": "done", **result.model_dump(mode="json")}), flush=True)
+    return 0
+
+
+def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutcome]:
+    """Each job in its own process, one after the other; a crash is recorded and the next job runs."""
+    outcomes = []
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    for job in jobs:
+        spec = spec_dir / f"{job.name}.json"
+        spec.write_text(job.model_dump_json(indent=1))
+        proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if on_line is not None and line.startswith("{"):
+                on_line(job.name, json.loads(line))
+        code = proc.wait()
+        done = Path(job.out_dir) / "result.json"
+        result = TrainResult.model_validate_json(done.read_text()) if code == 0 and done.is_file() else None
+        error = None
+        if result is None:
+            err = Path(job.out_dir) / "error.json"
+            error = json.loads(err.read_text())["error"] if err.is_file() else f"process exited with {code} (killed or out of memory)"
+            if not err.is_file():
+                _fail(job, error)
+        outcomes.append(JobOutcome(job.name, code, result, error))
+    return outcomes
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Held-out selection and early stopping (never chosen by the target benchmark).
+
+`evaluate_heldout` plays the held-out synthetic seeds (disjoint from the training
+seeds) with the current policy at the training temperature and returns the mean
+reward. `HeldoutSelector` (a transformers TrainerCallback) evaluates every
+`eval_every` steps, saves that step's adapter under `evals/step-NNNNNN/`, keeps
+the curve in `selection.json` (rewritten after each evaluation, so a killed job
+resumes with it; entries after the resumed checkpoint are dropped) and stops
+training after `patience` evaluations without an improvement of `min_improvement`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from training.config import TrainingConfig
+from training.rollout import EnvFactory, run_group
+from training.sampler import TransformersSampler
+
+
+def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: list[Any], cfg: TrainingConfig,
+                     *, eval_seed: int = 0) -> dict[str, Any]:
+    """Mean reward over `seeds` x `cfg.heldout_samples` rollouts (fixed sampling seed: same model, same score)."""
+    sampler = TransformersSampler(model, tokenizer, seed=10_000 + eval_seed)
+    rewards: list[float] = []
+    failures = 0
+    for seed in seeds:
+        group = run_group(make_env, seed, cfg.heldout_samples, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
+                          max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
+                          temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+        rewards += [r.reward for r in group]
+        failures += sum(1 for r in group if r.failure and r.failure.startswith("env"))
+    return {"reward": sum(rewards) / max(1, len(rewards)), "rollouts": len(rewards), "env_failures": failures,
+            "success": None}
+
+
+def _trainer_callback_base():
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
+    def __init__(self, out_dir: Path, evaluate: Callable[[Any], dict[str, Any]], cfg: TrainingConfig,
+                 progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.out_dir, self.evaluate, self.cfg, self.progress = Path(out_dir), evaluate, cfg, progress
+        self.path = self.out_dir / "selection.json"
+        self.curve: list[dict[str, Any]] = []
+        self.stopped_early = False
+
+    # --- persistence ---------------------------------------------------------------
+    def load(self, resume_step: int) -> None:
+        if self.path.is_file():
+            data = json.loads(self.path.read_text())
+            self.curve = [e for e in data.get("curve", []) if e["step"] <= resume_step]
+        for d in (self.out_dir / "evals").glob("step-*"):
+            if int(d.name.split("-")[1]) > resume_step:
+                shutil.rmtree(d, ignore_errors=True)
+        self._save()
+
+    def _save(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"curve": self.curve, "best": self.best}, indent=1))
+        tmp.replace(self.path)
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return max(self.curve, key=lambda e: (e["reward"], -e["step"]), default=None)
+
+    def adapter_dir(self, step: int) -> Path:
+        return self.out_dir / "evals" / f"step-{step:06d}"
+
+    # --- evaluation ----------------------------------------------------------------
+    def record(self, step: int, model: Any) -> dict[str, Any]:
+        if any(e["step"] == step for e in self.curve):
+            return next(e for e in self.curve if e["step"] == step)
+        result = self.evaluate(model)
+        entry = {"step": step, **result}
+        model.save_pretrained(str(self.adapter_dir(step)))
+        self.curve.append(entry)
+        self._save()
+        if self.progress:
+            self.progress({"event": "heldout", **entry})
+        return entry
+
+    def plateaued(self) -> bool:
+        best_so_far = float("-inf")
+        since = 0
+        for e in self.curve:
+            if e["reward"] > best_so_far + self.cfg.min_improvement:
+                best_so_far, since = e["reward"], 0
+            else:
+                since += 1
+        return since >= self.cfg.patience
+
+    # --- TrainerCallback hooks -----------------------------------------------------------
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
+        if state.global_step % self.cfg.eval_every == 0 or state.global_step >= state.max_steps:
+            self.record(state.global_step, model)
+            if self.plateaued():
+                self.stopped_early = True
+                control.should_training_stop = True
+        return control
+
+    def prune(self) -> Path | None:
+        """Keep only the best evaluated adapter; return its directory."""
+        best = self.best
+        if best is None:
+            return None
+        keep = self.adapter_dir(best["step"])
+        for d in (self.out_dir / "evals").glob("step-*"):
+            if d != keep:
+                shutil.rmtree(d, ignore_errors=True)
+        return keep

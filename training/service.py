@@ -1,0 +1,181 @@
+"""The training stage service: `train_capability(job) -> TrainResult` (plain function, no printing).
+
+One call trains one LoRA adapter with GRPO on one env, selects the best
+checkpoint on held-out seeds, saves it in PEFT format with a metadata file and
+registers it in the store. Re-running a killed job resumes from its last TRL
+checkpoint; re-running a finished job returns the saved result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from training.config import TrainingConfig
+from training.envs import EnvSpec, open_factory, task_split
+
+METADATA_FILE = "gapforge_adapter.json"
+
+
+class TrainJob(BaseModel):
+    """Everything one training process needs (also the JSON spec of `python -m training.run`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="adapter name, unique in the run (the capability, or e.g. grpo_on_target)")
+    capability: str | None = None
+    base_model: str = Field(description="directory of the Hugging Face base model")
+    env: EnvSpec
+    config: TrainingConfig = Field(default_factory=TrainingConfig)
+    out_dir: str
+    store_url: str | None = None
+    run_id: str | None = None
+
+
+class TrainResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    capability: str | None
+    status: str  # done | failed
+    adapter_path: str | None
+    steps: int
+    best_step: int | None
+    heldout_before: float | None
+    heldout_after: float | None
+    curve: list[dict[str, Any]]
+    stopped_early: bool = False
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+def model_hash(path: str | Path) -> str:
+    """sha256 over the base model's config and weight files (names + bytes)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(path).iterdir()):
+        if f.suffix in (".json", ".safetensors", ".bin") and f.is_file():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for pkg in ("torch", "transformers", "trl", "peft", "accelerate", "datasets"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _last_checkpoint(out: Path) -> tuple[str | None, int]:
+    ckpts = sorted(out.glob("trl/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return (str(ckpts[-1]), int(ckpts[-1].name.split("-")[1])) if ckpts else (None, 0)
+
+
+def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train (or resume, or return the finished result of) one adapter. Raises on bad input only;
+    env failures inside rollouts are zero-reward rollouts, recorded in the step log."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.grpo import RolloutRecorder, build_trainer
+    from training.selection import HeldoutSelector, evaluate_heldout
+    from training.tokens import check_prefix_preserving
+
+    out = Path(job.out_dir)
+    done = out / "result.json"
+    if done.is_file():
+        return TrainResult.model_validate_json(done.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = job.config
+    t0 = time.perf_counter()
+    train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
+    make_env, close_envs = open_factory(job.env, pool_size=cfg.num_generations)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
+        probe = make_env()
+        try:
+            check_prefix_preserving(tokenizer, probe.tools())
+        finally:
+            probe.close()
+        model = AutoModelForCausalLM.from_pretrained(job.base_model, local_files_only=True)
+        recorder = RolloutRecorder()
+        selector = HeldoutSelector(out, lambda m: evaluate_heldout(m, tokenizer, make_env, heldout_tasks, cfg, eval_seed=cfg.seed),
+                                   cfg, progress)
+        callbacks: list[Any] = [selector, _progress_callback(recorder, out / "steps.jsonl", progress)]
+        trainer = build_trainer(model, tokenizer, make_env, train_tasks, cfg, str(out / "trl"), recorder, callbacks)
+        checkpoint, resume_step = _last_checkpoint(out)
+        selector.load(resume_step)
+        _trim_steps(out / "steps.jsonl", resume_step)
+        if resume_step == 0:
+            selector.record(0, trainer.model)  # the base policy (a fresh LoRA adapter is the identity)
+        trainer.train(resume_from_checkpoint=checkpoint)
+        steps = trainer.state.global_step
+        if not any(e["step"] == steps for e in selector.curve):
+            selector.record(steps, trainer.model)
+        best_dir = selector.prune()
+    finally:
+        close_envs()
+    best = selector.best or {}
+    result = TrainResult(
+        name=job.name, capability=job.capability, status="done", adapter_path=str(best_dir) if best_dir else None,
+        steps=steps, best_step=best.get("step"), heldout_before=selector.curve[0]["reward"] if selector.curve else None,
+        heldout_after=best.get("reward"), curve=selector.curve, stopped_early=selector.stopped_early,
+        wall_s=time.perf_counter() - t0)
+    if best_dir is not None:
+        meta = {"name": job.name, "capability": job.capability, "base_model": str(Path(job.base_model).resolve()),
+                "base_model_sha256": model_hash(job.base_model), "env": job.env.model_dump(mode="json"),
+                "env_module_sha256": job.env.module_sha256(), "steps": steps, "best_step": result.best_step,
+                "train_tasks": train_tasks, "heldout_tasks": heldout_tasks, "heldout_curve": selector.curve,
+                "config": cfg.model_dump(mode="json"), "versions": _versions()}
+        (best_dir / METADATA_FILE).write_text(json.dumps(meta, indent=1))
+    done.write_text(result.model_dump_json(indent=1))
+    register(job, result)
+    return result
+
+
+def register(job: TrainJob, result: TrainResult) -> None:
+    """Upsert the adapter row (keyed by run + name: a re-run never duplicates it)."""
+    if not (job.store_url and job.run_id):
+        return
+    from store.db import Store
+
+    metrics = {k: v for k, v in result.model_dump(mode="json").items() if k not in ("name", "capability", "adapter_path", "status")}
+    with Store(job.store_url) as store:
+        store.put_adapter(job.run_id, job.name, path=result.adapter_path or "", metrics=metrics, status=result.status,
+                          capability=job.capability)
+
+
+def _trim_steps(path: Path, resume_step: int) -> None:
+    """A resumed job replays the steps after its checkpoint: drop their old log lines."""
+    if path.is_file():
+        rows = [r for r in path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= resume_step]
+        path.write_text("".join(r + "\n" for r in rows))
+
+
+def _progress_callback(recorder: Any, log_path: Path, progress: Callable[[dict[str, Any]], None] | None):
+    """Every step: one line in steps.jsonl (reward, informative-group share, env failures, timings)."""
+    from transformers import TrainerCallback
+
+    class _Progress(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if not recorder.steps:
+                return
+            s = recorder.steps[-1]
+            row = {"event": "step", "step": state.global_step, "max_steps": state.max_steps, "reward": s.reward,
+                   "informative_share": s.informative_share, "failures": s.failures, "gen_s": s.gen_s,
+                   "env_s": s.env_s, "wall_s": s.wall_s, "rollouts": s.rollouts}
+            with log_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            if progress is not None:
+                progress(row)
+
+    return _Progress()
