@@ -49,6 +49,8 @@ def _register_groups() -> None:
         ("gapforge.cli_serve", ""),  # top-level commands: module.register(app)
         ("gapforge.cli_report", ""),
         ("gapforge.cli_synthesize", ""),
+        ("gapforge.cli_train", ""),  # `train RUN`
+        ("gapforge.cli_adapters", ""),  # `adapters RUN`
     ):
         try:
             module = importlib.import_module(module_name)

@@ -33,3 +33,31 @@ def tiny_model(
     console.print(f"tiny model (seed {seed}) written to {out.resolve()}:", highlight=False)
     for file in sorted(out.iterdir()):
         console.print(f"  {file.name}  {file.stat().st_size} bytes", highlight=False)
+
+
+@app.command("teach")
+@handle_errors
+def teach_cmd(
+    out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash)"),
+    epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report shop pass rates per family on the held-out tasks"),
+    samples: int = typer.Option(2, "--samples", min=1, help="episodes per held-out task at temperature 1.0"),
+) -> None:
+    """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
+    from training.teach import TeachConfig, teach
+
+    cfg = TeachConfig() if epochs is None else TeachConfig(epochs=epochs)
+    path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False))
+    console.print(f"taught model: {path.resolve()}  (set policy.local_path to it)", highlight=False)
+    if evaluate:
+        from envs.shop import ShopEnv
+        from training.evaluate import load_policy, pass_rates
+        from training.teach import load_meta
+
+        meta = load_meta(path)
+        model, tok = load_policy(path)
+        env = ShopEnv()
+        rates = pass_rates(model, tok, ShopEnv, meta["eval_tasks"], env.task_family, samples=samples)
+        for fam, r in rates.items():
+            console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  mean reward {r['mean_reward']:.2f}  ({r['episodes']} episodes)",
+                          highlight=False)

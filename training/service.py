@@ -149,9 +149,15 @@ def register(job: TrainJob, result: TrainResult) -> None:
     from store.db import Store
 
     metrics = {k: v for k, v in result.model_dump(mode="json").items() if k not in ("name", "capability", "adapter_path", "status")}
+    from store.errors import StoreError
+
     with Store(job.store_url) as store:
-        store.put_adapter(job.run_id, job.name, path=result.adapter_path or "", metrics=metrics, status=result.status,
-                          capability=job.capability)
+        try:
+            store.put_adapter(job.run_id, job.name, path=result.adapter_path or "", metrics=metrics, status=result.status,
+                              capability=job.capability)
+        except StoreError:  # the capability is not in this run's analysis (e.g. trained on an example module)
+            store.put_adapter(job.run_id, job.name, path=result.adapter_path or "", status=result.status, capability=None,
+                              metrics={**metrics, "capability_not_in_run": job.capability})
 
 
 def _trim_steps(path: Path, resume_step: int) -> None:
