@@ -1,0 +1,72 @@
+"""One process per job: kill -> resume from the TRL checkpoint, crashes recorded, others go on; the store row."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from training.config import TrainingConfig
+from training.envs import EnvSpec
+from training.run import run_jobs
+from training.service import METADATA_FILE, TrainJob, train_capability
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job(tmp_path, model_dir, name="toy", steps=4, **kw) -> TrainJob:
+    cfg = TrainingConfig.tiny(max_steps=steps, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8,
+                              max_completion_length=128, train_seeds=4, heldout_seeds=2, heldout_samples=1, eval_every=2,
+                              save_every=2, patience=10)
+    return TrainJob(name=name, capability=None, base_model=str(model_dir), config=cfg, out_dir=str(tmp_path / name),
+                    env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"), **kw)
+
+
+def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_model_dir):
+    job = _job(tmp_path, tiny_model_dir)
+    spec = tmp_path / "spec.json"
+    spec.write_text(job.model_dump_json())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = Path(job.out_dir)
+    deadline = time.monotonic() + 300
+    while not (out / "trl" / "checkpoint-2" / "trainer_state.json").is_file():
+        assert proc.poll() is None, "the job ended before its first checkpoint"
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "result.json").exists()
+
+    result = train_capability(job)
+    assert result.status == "done" and result.steps == 4
+    steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4  # resumed: no step logged twice
+    assert [e["step"] for e in result.curve] == [0, 2, 4]
+    meta = json.loads((Path(result.adapter_path) / METADATA_FILE).read_text())
+    assert meta["base_model_sha256"] and meta["steps"] == 4 and meta["train_tasks"] == [0, 1, 2, 3]
+    assert set(meta["heldout_tasks"]).isdisjoint(meta["train_tasks"])
+    assert train_capability(job).model_dump() == result.model_dump()  # finished: the saved result, no retraining
+
+
+def test_a_crashed_job_is_recorded_and_the_next_one_runs(tmp_path, tiny_model_dir):
+    from store.db import Store
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store(url) as store:
+        run_id = store.create_run("trace", {})
+    bad = _job(tmp_path, tiny_model_dir, name="broken", steps=1, store_url=url, run_id=run_id)
+    bad = bad.model_copy(update={"env": EnvSpec(kind="python", factory="tests.training.toy_env:NoSuchEnv")})
+    good = _job(tmp_path, tiny_model_dir, name="good", steps=1, store_url=url, run_id=run_id)
+    outcomes = run_jobs([bad, good], tmp_path / "specs")
+    assert outcomes[0].result is None and outcomes[0].returncode == 1 and "NoSuchEnv" in outcomes[0].error
+    assert outcomes[1].result is not None and outcomes[1].result.steps == 1
+    with Store(url) as store:
+        rows = {a.name: a for a in store.adapters(run_id)}
+    assert rows["broken"].status == "failed" and "NoSuchEnv" in rows["broken"].metrics["error"]
+    assert rows["good"].status == "done" and Path(rows["good"].path).is_dir()
