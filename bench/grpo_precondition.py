@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.config import TrainingConfig  # noqa: E402
-from training.envs import EnvSpec, open_factory  # noqa: E402
-from training.service import TrainJob, train_capability  # noqa: E402
+from training.config import TrainingConfig
+from training.envs import EnvSpec, open_factory
+from training.service import TrainJob, train_capability
 
 MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

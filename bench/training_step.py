@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.config import TrainingConfig  # noqa: E402
-from training.envs import EnvSpec, open_factory  # noqa: E402
-from training.grpo import RolloutRecorder, build_trainer  # noqa: E402
+from training.config import TrainingConfig
+from training.envs import EnvSpec, open_factory
+from training.grpo import RolloutRecorder, build_trainer
 
 MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

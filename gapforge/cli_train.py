@@ -11,7 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    get_config,
+    handle_errors,
+)
 
 VALIDATED = ("validated", "passed", "accepted")
 

@@ -56,7 +56,7 @@ class TrainingConfig(BaseModel):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainingConfig":
+    def _check(self) -> TrainingConfig:
         if self.generation == "vllm_server" and not self.vllm_server_base_url:
             raise ValueError("generation=vllm_server needs vllm_server_base_url (e.g. http://localhost:8000)")
         if self.max_new_tokens > self.max_completion_length:
@@ -75,7 +75,7 @@ class TrainingConfig(BaseModel):
         return list(range(self.train_seeds, self.train_seeds + self.heldout_seeds))
 
     @classmethod
-    def tiny(cls, **overrides: object) -> "TrainingConfig":
+    def tiny(cls, **overrides: object) -> TrainingConfig:
         """CPU profile for the taught tiny model: small groups, short turns, higher lr."""
         base: dict[str, object] = dict(
             lora_rank=8, lora_alpha=16, learning_rate=2e-3, max_steps=20, groups_per_step=2, num_generations=4,

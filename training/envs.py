@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,7 +53,7 @@ def _sandbox_factory(module: str, settings: dict[str, Any], pool_size: int) -> t
     from sandbox.pool import SandboxPool
 
     cfg = sandbox_env.SandboxConfig(**settings)  # wherever SandboxConfig lives, sandbox.env imports it
-    pool = SandboxPool(cfg, size=pool_size, sweep_on_start=False)
+    pool = SandboxPool(cfg, size=pool_size, sweep_on_start=True)  # removes containers of dead (killed) jobs
     return (lambda: sandbox_env.open_env(module, cfg, pool)), pool.close
 
 

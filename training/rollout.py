@@ -15,18 +15,27 @@ episode as it stands. Every env instance is closed before `run_group` returns.
 
 from __future__ import annotations
 
-import concurrent.futures as futures
+import logging
 import time
+from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from envs.errors import PolicyError
 from envs.protocol import Environment, Message, TaskRef
 from serving.tool_calls import parse_tool_calls
 from training.sampler import Sampler
-from training.tokens import TemplateDriftError, TokenTrajectory, encode, env_delta, render
+from training.tokens import (
+    TemplateDriftError,
+    TokenTrajectory,
+    encode,
+    env_delta,
+    render,
+)
 
 EnvFactory = Callable[[], Environment]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -120,8 +129,8 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
         for ep in episodes:
             try:
                 ep.env.close()
-            except Exception:  # noqa: BLE001 - closing a broken env must not hide the result
-                pass
+            except Exception as e:  # noqa: BLE001 - closing a broken env must not hide the result
+                log.warning("closing env %s failed: %s", getattr(ep.env, "name", "?"), e)
         pool.shutdown(wait=False, cancel_futures=True)
 
 

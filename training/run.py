@@ -12,6 +12,7 @@ the other and records each outcome.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import traceback
@@ -37,8 +38,12 @@ def _fail(job: TrainJob, error: str, tb: str = "") -> None:
                          best_step=None, heldout_before=None, heldout_after=None, curve=[], error=error)
     try:
         register(job, result)
-    except Exception:  # noqa: BLE001 - the error file already holds the evidence
-        pass
+    except Exception as e:  # noqa: BLE001 - the error file already holds the evidence
+        print(f"could not register the failure in the store: {e}", file=sys.stderr)
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or not Path(args[0]).is_file():
         print("usage: python -m training.run SPEC.json  (a TrainJob as JSON)", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, _terminate)  # run `finally` blocks and atexit: release every sandbox
     job = TrainJob.model_validate_json(Path(args[0]).read_text())
     (Path(job.out_dir) / "error.json").unlink(missing_ok=True)
     try:

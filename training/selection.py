@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from training.config import TrainingConfig
 from training.rollout import EnvFactory, run_group

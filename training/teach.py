@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,7 +55,14 @@ class TeachConfig(BaseModel):
 
 
 def _tokenizer(texts: list[str], cfg: TeachConfig):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     from serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS

@@ -6,7 +6,13 @@ import torch
 
 from tests.training.toy_env import ToyDeskEnv
 from training.config import TrainingConfig
-from training.grpo import RolloutRecorder, build_trainer, grpo_config, groups_of, informative_share
+from training.grpo import (
+    RolloutRecorder,
+    build_trainer,
+    groups_of,
+    grpo_config,
+    informative_share,
+)
 from training.sampler import TransformersSampler
 
 CFG = TrainingConfig.tiny(max_steps=2, groups_per_step=2, num_generations=2, max_turns=3, max_new_tokens=8,
@@ -28,7 +34,7 @@ def _trainer(model, tokenizer, tmp_path, make_env=ToyDeskEnv, log=None, cfg=CFG)
     recorder = RolloutRecorder()
     factory = None
     if log is not None:
-        factory = lambda tr: RecordingSampler(tr.accelerator.unwrap_model(tr.model), tokenizer, log=log)  # noqa: E731
+        factory = lambda tr: RecordingSampler(tr.accelerator.unwrap_model(tr.model), tokenizer, log=log)
     trainer = build_trainer(model, tokenizer, make_env, list(range(cfg.train_seeds)), cfg, str(tmp_path / "trl"), recorder,
                             sampler_factory=factory)
     return trainer, recorder
