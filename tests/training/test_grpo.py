@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.training.toy_env import ToyDeskEnv
@@ -17,6 +18,8 @@ from training.sampler import TransformersSampler
 
 CFG = TrainingConfig.tiny(max_steps=2, groups_per_step=2, num_generations=2, max_turns=3, max_new_tokens=8,
                           max_completion_length=256, train_seeds=4, learning_rate=5e-2)
+
+pytestmark = pytest.mark.slow  # trains a tiny model
 
 
 class RecordingSampler(TransformersSampler):

@@ -10,12 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from training.config import TrainingConfig
 from training.envs import EnvSpec
 from training.run import run_jobs
 from training.service import METADATA_FILE, TrainJob, train_capability
 
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # trains a tiny model
 
 
 def _job(tmp_path, model_dir, name="toy", steps=4, **kw) -> TrainJob:
