@@ -53,7 +53,18 @@ def _sandbox_factory(module: str, settings: dict[str, Any], pool_size: int) -> t
     from sandbox.pool import SandboxPool
 
     cfg = sandbox_env.SandboxConfig(**settings)  # wherever SandboxConfig lives, sandbox.env imports it
-    pool = SandboxPool(cfg, size=pool_size, sweep_on_start=True)  # removes containers of dead (killed) jobs
+    pool = SandboxPool(cfg, size=pool_size, sweep_on_start=False)
+    if cfg.backend == "docker":  # remove containers of dead (SIGKILLed) jobs; best effort: another
+        from sandbox.docker_backend import (
+            sweep,  # process may remove one while we list them
+        )
+
+        for _ in range(3):
+            try:
+                sweep(pool.client)
+                break
+            except Exception:  # noqa: BLE001, S112 - a vanished container; list again
+                continue
     return (lambda: sandbox_env.open_env(module, cfg, pool)), pool.close
 
 
