@@ -54,10 +54,9 @@ def _sandbox_factory(module: str, settings: dict[str, Any], pool_size: int) -> t
 
     cfg = sandbox_env.SandboxConfig(**settings)  # wherever SandboxConfig lives, sandbox.env imports it
     pool = SandboxPool(cfg, size=pool_size, sweep_on_start=False)
-    if cfg.backend == "docker":  # remove containers of dead (SIGKILLed) jobs; best effort: another
-        from sandbox.docker_backend import (
-            sweep,  # process may remove one while we list them
-        )
+    if cfg.backend == "docker":
+        # remove containers of dead (SIGKILLed) jobs; best effort: another process may remove one mid-listing
+        from sandbox.docker_backend import sweep
 
         for _ in range(3):
             try:
