@@ -1,0 +1,31 @@
+"""`gapforge train` / `gapforge adapters`: one-line errors, the adapters table from the store."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from gapforge.cli import app
+from store.db import Store
+
+
+def test_train_without_a_base_model_is_a_one_line_error(workspace):
+    res = CliRunner().invoke(app, ["train", "r-20260101-abcdef", "--set", f"workspace={workspace}"])
+    assert res.exit_code == 2 and "policy.local_path" in res.output and "Traceback" not in res.output
+
+
+def test_train_without_a_validated_env_says_what_to_do(workspace, tiny_model_dir):
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        run_id = store.create_run("trace", {})
+    res = CliRunner().invoke(app, ["train", run_id, "--set", f"workspace={workspace}", "--set", f"policy.local_path={tiny_model_dir}"])
+    assert res.exit_code == 2 and "no validated synthetic env" in res.output
+
+
+def test_adapters_table_shows_heldout_before_and_after(workspace):
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        run_id = store.create_run("trace", {})
+        store.put_adapter(run_id, "grpo_on_target", path="/x/adapter", status="done",
+                          metrics={"steps": 12, "heldout_before": 0.25, "heldout_after": 0.5})
+        store.put_adapter(run_id, "broken", path="", status="failed", metrics={"error": "RuntimeError: boom"})
+    res = CliRunner().invoke(app, ["adapters", run_id, "--set", f"workspace={workspace}"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "0.250 -> 0.500" in res.output and "RuntimeError: boom" in res.output and "failed" in res.output
