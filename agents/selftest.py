@@ -18,7 +18,7 @@ from agents.deps import StageDeps
 from agents.episode import run_episode
 from envs.errors import EnvError
 from envs.protocol import PolicyModel
-from sandbox.checks import ValidationReport, validate_env
+from sandbox.checks import ValidationReport, avalidate_env, validate_env
 from sandbox.checks.grpo import EpisodeRunner
 from sandbox.env import SandboxedEnv
 
@@ -75,28 +75,66 @@ def validate_module(
 
     Thresholds, readiness settings and the turn cap come from `deps`. `policy` None skips
     the GRPO-readiness check with a note. Bad input -> EnvError before any sandbox starts.
+    For a caller with an event loop, or a policy bound to one (an endpoint policy's HTTP
+    session), use `avalidate_module` on that loop and close the policy there.
     """
+    path = _checked(path, seeds)
+    tools = target_tools(target) if target else None
+    report = validate_env(_opener(deps, path), target_tools=tools, seeds=seeds, policy=policy,
+                          **_settings(deps, policy, path, target, target_result_shapes, progress))
+    return _finish(report, path, policy, report_dir, json_out)
+
+
+async def avalidate_module(
+    deps: StageDeps,
+    path: Path,
+    *,
+    seeds: int,
+    target: str | None = None,
+    policy: PolicyModel | None = None,
+    report_dir: Path,
+    json_out: Path | None = None,
+    target_result_shapes: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ValidationOutcome:
+    """`validate_module` on the caller's event loop (graph nodes, the CLI's one loop): the
+    blocking checks run in a worker thread; the policy's GRPO-readiness rollouts run on this
+    loop, so its HTTP session is the caller's to close (`await policy.aclose()` here)."""
+    path = _checked(path, seeds)
+    tools = await asyncio.to_thread(target_tools, target) if target else None
+    report = await avalidate_env(_opener(deps, path), target_tools=tools, seeds=seeds, policy=policy,
+                                 **_settings(deps, policy, path, target, target_result_shapes, progress))
+    return await asyncio.to_thread(_finish, report, path, policy, report_dir, json_out)
+
+
+def _checked(path: Path, seeds: int) -> Path:
     path = Path(path)
     if not path.is_file() or path.suffix != ".py":
         raise EnvError(f"env module '{path}' not found: give the path of a .py file")
     if seeds < 2:
         raise EnvError(f"--seeds {seeds}: need at least 2 seeds to compare scenarios")
-    tools = target_tools(target) if target else None
-    pool, sandbox = deps.sandbox_pool, deps.sandbox
-    report = validate_env(
-        lambda: SandboxedEnv(path, sandbox, pool),
-        target_tools=tools, seeds=seeds, policy=policy,
-        run_episode=readiness_runner(deps.rollouts.max_turns) if policy is not None else None,
-        readiness=deps.readiness, thresholds=deps.self_test, module=path, target=target, target_result_shapes=target_result_shapes, progress=progress,
-    )
+    return path
+
+
+def _opener(deps: StageDeps, path: Path) -> Callable[[], SandboxedEnv]:
+    """Envs on the caller-owned pool, each leasing its sandbox lazily on first use."""
+    pool = deps.sandbox_pool
+    return lambda: SandboxedEnv.pooled(path, pool)
+
+
+def _settings(deps: StageDeps, policy: PolicyModel | None, path: Path, target: str | None,
+              target_result_shapes: dict[str, Any] | None, progress: Callable[[str], None] | None) -> dict[str, Any]:
+    return {
+        "run_episode": readiness_runner(deps.rollouts.max_turns) if policy is not None else None,
+        "readiness": deps.readiness, "thresholds": deps.self_test, "module": path, "target": target,
+        "target_result_shapes": target_result_shapes, "progress": progress,
+    }
+
+
+def _finish(report: ValidationReport, path: Path, policy: PolicyModel | None, report_dir: Path, json_out: Path | None) -> ValidationOutcome:
     if policy is None and report.check("grpo_ready").skipped:
         report.check("grpo_ready").summary = NO_POLICY_NOTE
     out = json_out or Path(report_dir) / f"{path.stem}-{(report.module_sha256 or '')[:8]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report.to_json(), indent=2, default=str))
     return ValidationOutcome(report=report, json_path=out)
-
-
-async def avalidate_module(deps: StageDeps, path: Path, **kwargs: Any) -> ValidationOutcome:
-    """`validate_module` for async callers (graph nodes): the blocking checks run in a worker thread."""
-    return await asyncio.to_thread(validate_module, deps, path, **kwargs)

@@ -4,6 +4,7 @@ every required check passes, 1 when one failed, 2 for bad input."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -62,19 +63,26 @@ def _stored_result_shapes(cfg: GapforgeConfig, run_id: str, target: str | None) 
 def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None, seeds: int | None = None,
                    json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None) -> ValidationOutcome:
     """Render `agents.selftest.validate_module` for the terminal: a status line, the table, the verdict."""
-    from agents.selftest import validate_module
+    from agents.selftest import avalidate_module
 
     n_seeds = seeds if seeds is not None else cfg.synthesis.validation_seeds
     with (
         build_deps(cfg, pool_size=min(cfg.sandbox.pool_size, 2)) as deps,
         console.status(f"validating {path.name} ({n_seeds} seeds)...") as status,
     ):
-        policy = deps.make_policy() if cfg.policy.kind != "scripted" else None
-        outcome = validate_module(
-            deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations", json_out=json_out,
-            target_result_shapes=target_result_shapes,
-            progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
-        )
+        async def validate_then_close() -> ValidationOutcome:
+            # One loop: the policy this command makes is used and closed on it (its HTTP session is this loop's).
+            policy = deps.make_policy() if cfg.policy.kind != "scripted" else None
+            try:
+                return await avalidate_module(
+                    deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations",
+                    json_out=json_out, target_result_shapes=target_result_shapes,
+                    progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
+                )
+            finally:
+                await deps.aclose_policies()
+
+        outcome = asyncio.run(validate_then_close())
     _print_table(outcome.report)
     verdict = "[bold green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]"
     console.print(f"{verdict} in {outcome.report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False)

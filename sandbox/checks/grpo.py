@@ -2,6 +2,8 @@
 informative groups (reward std > 0), few all-zero / all-perfect groups, and a
 mean reward inside [mean_low, mean_high].
 
+`acheck_grpo_ready` runs on the caller's event loop (the policy's HTTP session lives
+there and its creator closes it); `check_grpo_ready` is the same check for sync callers.
 Groups run in waves (concurrency // K groups at a time); with `early_exit` the check
 stops as soon as the all-zero, all-perfect or uninformative groups seen already exceed
 their limit, so a hopeless env does not spend the whole G x K budget. The evidence
@@ -10,10 +12,9 @@ records the policy rollouts spent (`rollouts`)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable
 from statistics import mean, pstdev
-from typing import Any, TypeVar
+from typing import Any
 
 from envs.protocol import PolicyModel
 from sandbox.checks.settings import GRPOReadinessConfig
@@ -22,33 +23,10 @@ from sandbox.checks.report import CheckResult
 from sandbox.errors import EnvCodeError, SandboxError
 
 # (policy, env, seed, temperature) -> the episode: a reward, or an object with `.reward` and
-# optionally `.termination` / `.error` (agents.policy.Episode). The composition root passes
+# optionally `.termination` / `.error` (agents.policy.Rollout). The composition root passes
 # agents.policy.run_episode adapted to this signature; sandbox/ never imports agents/.
 EpisodeRunner = Callable[[PolicyModel, ValidatedEnv, int, float], Awaitable[Any]]
 PERFECT = 0.99
-T = TypeVar("T")
-
-
-def run_coroutine(make: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion from sync code, also when this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())  # type: ignore[arg-type]
-    box: dict[str, Any] = {}
-
-    def worker() -> None:
-        try:
-            box["value"] = asyncio.run(make())  # type: ignore[arg-type]
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=worker, name="grpo-ready-check")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def check_grpo_ready(
@@ -61,8 +39,35 @@ def check_grpo_ready(
     concurrency: int = 4,
     early_exit: bool = True,
 ) -> CheckResult:
+    """`acheck_grpo_ready` for callers without an event loop: runs it in a loop of its own.
+
+    The policy is used on that loop only; a policy holding a loop-bound HTTP session
+    (serving.openai_policy.EndpointPolicy) belongs on its owner's loop: await
+    `acheck_grpo_ready` there and close the policy in the same loop. Inside a running
+    loop this raises RuntimeError (no hidden thread, no second loop)."""
     if policy is None or run_episode is None:
-        return CheckResult.skip("grpo_ready", "no policy configured (policy.kind endpoint|local): GRPO readiness not checked")
+        return _no_policy()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(acheck_grpo_ready(open_env, seeds, policy, run_episode, cfg, concurrency=concurrency, early_exit=early_exit))
+    raise RuntimeError("check_grpo_ready() called inside a running event loop: await acheck_grpo_ready() instead")
+
+
+async def acheck_grpo_ready(
+    open_env: OpenEnv,
+    seeds: list[int],
+    policy: PolicyModel | None,
+    run_episode: EpisodeRunner | None,
+    cfg: GRPOReadinessConfig,
+    *,
+    concurrency: int = 4,
+    early_exit: bool = True,
+) -> CheckResult:
+    """The check on the caller's event loop: the policy's requests (and its HTTP session) stay
+    on that loop; opening and closing envs (blocking: a sandbox lease) run in worker threads."""
+    if policy is None or run_episode is None:
+        return _no_policy()
     group_seeds = (seeds + list(range(len(seeds), cfg.groups)))[: cfg.groups]
     faults: list[dict[str, Any]] = []
 
@@ -70,7 +75,7 @@ def check_grpo_ready(
         async with sem:
             env: ValidatedEnv | None = None
             try:
-                env = open_env()
+                env = await asyncio.to_thread(open_env)
                 episode = await run_episode(policy, env, seed, 1.0)
                 if getattr(episode, "termination", None) == "env_error":
                     faults.append({"seed": seed, "kind": "env_error", "error": str(getattr(episode, "error", ""))[:1500]})
@@ -83,27 +88,34 @@ def check_grpo_ready(
                 faults.append({"seed": seed, "kind": "exception", "error": f"{type(e).__name__}: {e}"[:1500]})
             finally:
                 if env is not None:
-                    try:
-                        env.close()
-                    except Exception:  # noqa: BLE001, S110 - a broken env's close() must not end validation
-                        pass
+                    await asyncio.to_thread(_close_quietly, env)
             return 0.0
 
-    async def run_all() -> dict[int, list[float]]:
-        """Groups in waves; stop early once the verdict can no longer become a pass."""
-        sem = asyncio.Semaphore(concurrency)
-        done: dict[int, list[float]] = {}
-        wave = max(1, concurrency // cfg.samples) if early_exit else len(group_seeds)
-        for start in range(0, len(group_seeds), wave):
-            seeds_now = group_seeds[start : start + wave]
-            flat = await asyncio.gather(*[one(s, sem) for s in seeds_now for _ in range(cfg.samples)])
-            for i, s in enumerate(seeds_now):
-                done[s] = list(flat[i * cfg.samples : (i + 1) * cfg.samples])
-            if faults or (early_exit and bound_to_fail(done, len(group_seeds), cfg)):
-                break
-        return done
+    sem = asyncio.Semaphore(concurrency)
+    groups: dict[int, list[float]] = {}
+    wave = max(1, concurrency // cfg.samples) if early_exit else len(group_seeds)
+    for start in range(0, len(group_seeds), wave):  # groups in waves; stop once the verdict can no longer become a pass
+        seeds_now = group_seeds[start : start + wave]
+        flat = await asyncio.gather(*[one(s, sem) for s in seeds_now for _ in range(cfg.samples)])
+        for i, s in enumerate(seeds_now):
+            groups[s] = list(flat[i * cfg.samples : (i + 1) * cfg.samples])
+        if faults or (early_exit and bound_to_fail(groups, len(group_seeds), cfg)):
+            break
+    return _verdict(groups, faults, len(group_seeds), cfg)
 
-    groups = run_coroutine(run_all)
+
+def _no_policy() -> CheckResult:
+    return CheckResult.skip("grpo_ready", "no policy configured (policy.kind endpoint|local): GRPO readiness not checked")
+
+
+def _close_quietly(env: ValidatedEnv) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001, S110 - a broken env's close() must not end validation
+        pass
+
+
+def _verdict(groups: dict[int, list[float]], faults: list[dict[str, Any]], planned: int, cfg: GRPOReadinessConfig) -> CheckResult:
     rollouts = sum(len(r) for r in groups.values())
     if faults:
         f = faults[0]
@@ -111,9 +123,9 @@ def check_grpo_ready(
                                 faults=faults[:5], rollouts=rollouts)
     result = grade_groups(groups, cfg)
     result.evidence["rollouts"] = rollouts
-    if len(groups) < len(group_seeds):
-        result.evidence["stopped_early"] = f"after {len(groups)} of {len(group_seeds)} groups: the verdict could no longer become a pass"
-        result.summary += f" (stopped early after {len(groups)}/{len(group_seeds)} groups)"
+    if len(groups) < planned:
+        result.evidence["stopped_early"] = f"after {len(groups)} of {planned} groups: the verdict could no longer become a pass"
+        result.summary += f" (stopped early after {len(groups)}/{planned} groups)"
     return result
 
 

@@ -1,10 +1,11 @@
-"""validate_env: run the self-test checks of DESIGN.md §5 on one env and build the report.
+"""validate_env / avalidate_env: run the self-test checks of DESIGN.md §5 on one env and build the report.
 
 The CLI (`gapforge env validate`) and the graph's validator node both call this;
 `open_env` decides where the env runs (sandbox, or in-process for trusted code)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from sandbox.checks.adversarial import check_graded, check_not_trivial
 from sandbox.checks.basic import check_fidelity, check_loads
 from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
 from sandbox.checks.exploits import check_reward_hacking
-from sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
+from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
 from sandbox.checks.leakage import check_no_leakage
 from sandbox.checks.probe import EnvFault, OpenEnv, Probe
 from sandbox.checks.report import CheckResult, ValidationReport
@@ -49,27 +50,76 @@ def validate_env(
     `target_result_shapes` (sandbox.checks.result_shapes.observed_result_shapes of the target's
     stored episodes) enables check `result_format`. With `grpo_only_if_passed`, the policy
     rollouts of `grpo_ready` are spent only when every cheaper required check passed.
+    For callers with an event loop (or a policy bound to one) use `avalidate_env`.
 
     Raises only for setup problems (sandbox.errors.SandboxError) and bad arguments (ValueError).
     """
+    _check_args(seeds, policy, run_episode)
+    started = time.perf_counter()
+    results, tools, capability = _cheap_checks(open_env, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
+    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed) or _timed(
+        "grpo_ready", progress, lambda: check_grpo_ready(open_env, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()))
+    return _report(results + [grpo], module, capability, seeds, target, started)
+
+
+async def avalidate_env(
+    open_env: OpenEnv,
+    *,
+    target_tools: list[dict[str, Any]] | None = None,
+    seeds: int = 20,
+    policy: PolicyModel | None = None,
+    run_episode: EpisodeRunner | None = None,
+    readiness: GRPOReadinessConfig | None = None,
+    thresholds: SelfTestThresholds | None = None,
+    module: str | Path | None = None,
+    target: str | None = None,
+    target_result_formats: dict[str, str] | None = None,
+    target_result_shapes: dict[str, Shape] | None = None,
+    progress: Progress | None = None,
+    grpo_only_if_passed: bool = False,
+) -> ValidationReport:
+    """`validate_env` on the caller's event loop: the blocking checks run in a worker thread,
+    the GRPO-readiness rollouts on this loop (so the policy's HTTP session stays the caller's)."""
+    _check_args(seeds, policy, run_episode)
+    started = time.perf_counter()
+    results, tools, capability = await asyncio.to_thread(
+        _cheap_checks, open_env, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
+    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed)
+    if grpo is None:
+        if progress:
+            progress("grpo_ready")
+        t0 = time.perf_counter()
+        grpo = await acheck_grpo_ready(open_env, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig())
+        grpo.seconds = round(time.perf_counter() - t0, 3)
+    return _report(results + [grpo], module, capability, seeds, target, started)
+
+
+def _check_args(seeds: int, policy: PolicyModel | None, run_episode: EpisodeRunner | None) -> None:
     if seeds < 2:
         raise ValueError(f"seeds must be >= 2 to compare scenarios, got {seeds}")
     if policy is not None and run_episode is None:
         raise ValueError("a policy needs run_episode (e.g. agents.policy.run_episode adapted to return the reward)")
+
+
+def _timed(name: str, progress: Progress | None, fn: Callable[[], CheckResult]) -> CheckResult:
+    if progress:
+        progress(name)
+    t0 = time.perf_counter()
+    result = fn()
+    result.seconds = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def _cheap_checks(
+    open_env: OpenEnv, seeds: int, target_tools: list[dict[str, Any]] | None, target_result_formats: dict[str, str] | None,
+    target_result_shapes: dict[str, Shape] | None, thresholds: SelfTestThresholds | None, progress: Progress | None,
+) -> tuple[list[CheckResult], list[dict[str, Any]] | None, str | None]:
+    """Every check but grpo_ready (blocking env calls): (results, the env's tools or None, its capability)."""
     th = thresholds or SelfTestThresholds()
     seed_list = list(range(seeds))
-    started = time.perf_counter()
     probe = Probe(open_env)
     results: list[CheckResult] = []
-
-    def run(name: str, fn: Callable[[], CheckResult]) -> None:
-        if progress:
-            progress(name)
-        t0 = time.perf_counter()
-        result = fn()
-        result.seconds = round(time.perf_counter() - t0, 3)
-        results.append(result)
-
+    capability: str | None = None
     try:
         if progress:
             progress("loads")
@@ -84,24 +134,36 @@ def validate_env(
                 no_target = (name == "fidelity" and target_tools is None) or (name == "result_format" and target_result_shapes is None)
                 results.append(CheckResult.skip(name, blocked) if no_target else CheckResult.fail(name, blocked, blocked_by="loads"))
         else:
-            run("fidelity", lambda: check_fidelity(probe, tools, target_tools, seed_list, target_result_formats))
-            run("deterministic", lambda: check_deterministic(probe, seed_list, th))
-            run("diverse", lambda: check_diverse(probe, seed_list, th))
-            run("solvable", lambda: check_solvable(probe, seed_list, th))
-            run("not_trivial", lambda: check_not_trivial(probe, seed_list, tools, th))
-            run("graded", lambda: check_graded(probe, seed_list, tools, th))
-            run("result_format", lambda: check_result_format(probe, seed_list, target_result_shapes))
-            run("no_leakage", lambda: check_no_leakage(probe, seed_list, tools))
-            run("reward_hacking", lambda: check_reward_hacking(probe, seed_list, tools, th))
+            for name, fn in (
+                ("fidelity", lambda: check_fidelity(probe, tools, target_tools, seed_list, target_result_formats)),
+                ("deterministic", lambda: check_deterministic(probe, seed_list, th)),
+                ("diverse", lambda: check_diverse(probe, seed_list, th)),
+                ("solvable", lambda: check_solvable(probe, seed_list, th)),
+                ("not_trivial", lambda: check_not_trivial(probe, seed_list, tools, th)),
+                ("graded", lambda: check_graded(probe, seed_list, tools, th)),
+                ("result_format", lambda: check_result_format(probe, seed_list, target_result_shapes)),
+                ("no_leakage", lambda: check_no_leakage(probe, seed_list, tools)),
+                ("reward_hacking", lambda: check_reward_hacking(probe, seed_list, tools, th)),
+            ):
+                results.append(_timed(name, progress, fn))
     finally:
         probe.close()
+    return results, tools, capability
+
+
+def _grpo_skip(results: list[CheckResult], tools: list[dict[str, Any]] | None, policy: PolicyModel | None,
+               grpo_only_if_passed: bool) -> CheckResult | None:
+    """The grpo_ready result when the check is not run, else None."""
     failed = [c.name for c in results if c.required and not c.passed]
     if tools is None:
-        results.append(CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None))
-    elif failed and grpo_only_if_passed and policy is not None:
-        results.append(CheckResult.skip("grpo_ready", f"not run (no rollouts spent): cheaper checks failed ({', '.join(failed)})"))
-    else:
-        run("grpo_ready", lambda: check_grpo_ready(open_env, seed_list, policy, run_episode, readiness or GRPOReadinessConfig()))
+        return CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None)
+    if failed and grpo_only_if_passed and policy is not None:
+        return CheckResult.skip("grpo_ready", f"not run (no rollouts spent): cheaper checks failed ({', '.join(failed)})")
+    return None
+
+
+def _report(results: list[CheckResult], module: str | Path | None, capability: str | None, seeds: int, target: str | None,
+            started: float) -> ValidationReport:
     return ValidationReport(
         module=str(module) if module is not None else "env",
         module_sha256=_sha256(module),

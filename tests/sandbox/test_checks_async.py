@@ -1,0 +1,84 @@
+"""The self-test's async entry points: GRPO-readiness rollouts run on the caller's event loop,
+so an endpoint policy's HTTP session is created there and closed there by its creator.
+(In-process over the hand-written baseline env -- trusted code -- and serving.fake_openai.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.episode import run_episode
+from envs.synthetic import InProcessSyntheticEnv
+from sandbox.checks import avalidate_env, validate_env
+from sandbox.checks.grpo import check_grpo_ready
+from sandbox.checks.settings import GRPOReadinessConfig
+from serving.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
+from serving.openai_policy import EndpointPolicy
+
+BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"
+
+
+async def _runner(policy: Any, env: Any, seed: int, temperature: float) -> Any:
+    return await run_episode(policy, env, seed, max_turns=5, temperature=temperature)
+
+
+def _coin_responder(seed: int) -> Any:
+    """Looks the order up half the time (seeded), then reports its status; else gives up."""
+    rng, lock = random.Random(seed), threading.Lock()
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return text_reply(f"Your order is {json.loads(last['content']).get('status')}.")(body)
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        order = next((w.strip(".,") for w in user.split() if w.startswith("#W")), None)
+        with lock:
+            look = rng.random() < 0.5
+        if order and look:
+            return tool_call_message("get_order_details", {"order_id": order})
+        return text_reply("Sorry, I cannot help.")(body)
+
+    return answer
+
+
+async def test_readiness_rollouts_use_the_callers_loop_and_its_creator_closes_the_session() -> None:
+    cfg = GRPOReadinessConfig(groups=4, samples=4)
+    with FakeOpenAIServer(_coin_responder(3)) as srv:
+        policy = EndpointPolicy(srv.base_url, "fake-model", retry_backoff_s=0.01)
+        try:
+            report = await avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=4, policy=policy,
+                                         run_episode=_runner, readiness=cfg)
+            session = policy._session
+            assert session is not None and not session.closed
+            assert policy._loop is asyncio.get_running_loop()  # the session lives on this test's loop
+        finally:
+            await policy.aclose()  # the creator closes it, on the loop that used it
+        assert session.closed
+        requests = srv.request_count
+    check = report.check("grpo_ready")
+    assert check.evidence["rollouts"] == 16 and requests >= 16
+    assert [c.name for c in report.checks][-1] == "grpo_ready" and report.passed, report.failed_names()
+
+
+async def test_sync_readiness_check_inside_a_running_loop_says_to_await_the_async_one() -> None:
+    class Never:
+        name = "never"
+
+        async def respond(self, *a: Any, **k: Any) -> Any:
+            raise AssertionError("no rollout may start")
+
+    with pytest.raises(RuntimeError, match="await acheck_grpo_ready"):
+        check_grpo_ready(lambda: InProcessSyntheticEnv(BASELINE), [0, 1], Never(), _runner, GRPOReadinessConfig(groups=2, samples=2))
+
+
+def test_sync_and_async_entry_points_give_the_same_checks_without_a_policy() -> None:
+    sync = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3)
+    via_loop = asyncio.run(avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3))
+    assert [(c.name, c.verdict, c.summary) for c in sync.checks] == [(c.name, c.verdict, c.summary) for c in via_loop.checks]
+    assert sync.check("grpo_ready").skipped and sync.passed
