@@ -1,6 +1,6 @@
 """The episode loop: drive a PolicyModel through an Environment until done or a turn limit.
 
-`run_episode(policy, env, task)` returns an `Episode` (messages, reward, success,
+`run_episode(policy, env, task)` returns a `Rollout` (messages, reward, success,
 components, the env's evidence — `score_info` and every non-empty `StepResult.info` —
 turns, termination reason, timings, start time). A bad rollout is data: policy
 failures (envs.errors.PolicyError: endpoint down after retries, malformed output)
@@ -33,8 +33,12 @@ from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
 Termination = Literal["done", "max_turns", "endpoint_error", "malformed_output", "policy_error", "env_error"]
 
 
-class Episode(BaseModel):
-    """One policy run on one task: the trajectory, its score, the env's evidence and why it ended."""
+class Rollout(BaseModel):
+    """One rollout: a policy run on one task -- the trajectory, its score, the env's evidence and why it ended.
+
+    (The stored form is store.models.Episode; the self-test's replayed action lists are
+    sandbox.checks.probe.ReplayedEpisode.)
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -73,7 +77,7 @@ def _text(exc: BaseException) -> str:
 async def run_episode(
     policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None,
     executor: Executor | None = None,
-) -> Episode:
+) -> Rollout:
     """Reset, then policy.respond -> env.step until done or `max_turns` (raised to `env.max_turns` where the env has one), then score.
 
     Blocking env calls run on `executor` (default: asyncio's default executor), or on
@@ -149,7 +153,7 @@ async def run_episode(
         error += f"env.score failed, reward recorded as 0.0: {_text(e)}"
 
     clock["total_s"] = time.perf_counter() - t0
-    return Episode(
+    return Rollout(
         env=env.name, task=task, policy=policy.name, messages=messages, reward=reward, success=success,
         components=components, score_info=score_info, step_info=step_info, turns=turns, termination=termination,
         error=error, timings=clock, started_at=started_at,

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from agents.episode import Episode, run_episode
+from agents.episode import Rollout, run_episode
 from envs.protocol import PolicyModel, TargetEnvironment
 
 
@@ -50,7 +50,7 @@ class CollectResult:
     episode_ids: list[int] = field(default_factory=list)
 
 
-def episode_fields(ep: Episode, task_family: str | None) -> dict[str, Any]:
+def episode_fields(ep: Rollout, task_family: str | None) -> dict[str, Any]:
     """Store columns of one episode."""
     return {
         "policy": ep.policy,
@@ -76,7 +76,7 @@ async def collect(
     make_env: Callable[[], TargetEnvironment],
     policy: PolicyModel,
     sink: EpisodeSink,
-    on_episode: Callable[[Episode], None] | None = None,
+    on_episode: Callable[[Rollout], None] | None = None,
     families: dict[str, str] | None = None,
 ) -> CollectResult:
     """Run every (task, sample) of the plan that the sink does not hold yet.

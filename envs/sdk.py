@@ -135,17 +135,24 @@ def message(role: str, content: str | None = None, *, tool_calls: list[dict] | N
 
 
 def action_to_message(action: dict, call_id: str) -> dict:
-    """A reference action ({"tool": name, "arguments": {...}} or {"say": text}) as an assistant message."""
+    """A reference action ({"tool": name, "arguments": {...}} or {"say": text}) as an assistant message.
+
+    The one conversion: in-process and sandboxed envs, and the self-test (sandbox.checks.probe,
+    which validates the dict into an envs.protocol.Message), all use this."""
     if not isinstance(action, dict):
         raise ProtocolError(f"an action must be a dict, got {type(action).__name__}")
     if "tool" in action:
-        args = action.get("arguments", {})
+        if not isinstance(action["tool"], str):
+            raise ProtocolError(f"action 'tool' must be a tool name (string), got {action['tool']!r}"[:300])
+        args = action.get("arguments") or {}
         if not isinstance(args, dict):
             raise ProtocolError(f"action arguments must be a dict, got {type(args).__name__}")
-        call = {"id": call_id, "name": str(action["tool"]), "arguments": copy.deepcopy(args)}
+        call = {"id": call_id, "name": action["tool"], "arguments": copy.deepcopy(args)}
         return message("assistant", None, tool_calls=[call])
     if "say" in action:
-        return message("assistant", str(action["say"]))
+        if not isinstance(action["say"], str):
+            raise ProtocolError(f"action 'say' must be text (string), got {type(action['say']).__name__}")
+        return message("assistant", action["say"])
     raise ProtocolError(f"an action needs a 'tool' or a 'say' key, got keys {sorted(action)}")
 
 

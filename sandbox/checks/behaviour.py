@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.checks.probe import EnvFault, Episode, Probe, canonical
+from sandbox.checks.probe import EnvFault, Probe, ReplayedEpisode, canonical
 from sandbox.checks.report import CheckResult
 from sandbox.checks.settings import SelfTestThresholds
 
@@ -14,7 +14,7 @@ def _fault(name: str, fault: EnvFault) -> CheckResult:
     return CheckResult.fail(name, fault.describe(), **fault.evidence())
 
 
-def first_difference(a: Episode, b: Episode) -> dict[str, Any] | None:
+def first_difference(a: ReplayedEpisode, b: ReplayedEpisode) -> dict[str, Any] | None:
     """Where two replays of the same seed and actions first differ (None when identical)."""
     (ia, sa, ra), (ib, sb, rb) = a.fingerprint(), b.fingerprint()
     if ia != ib:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox.checks.probe import EnvFault, Episode, Probe
+from sandbox.checks.probe import EnvFault, Probe, ReplayedEpisode
 from sandbox.checks.report import CheckResult
 
 MIN_LEN = 4
@@ -48,7 +48,7 @@ def _enum_values(tools: list[dict[str, Any]]) -> set[str]:
     return out
 
 
-def key_arguments(episode: Episode, actions: list[dict[str, Any]], enums: set[str]) -> list[str]:
+def key_arguments(episode: ReplayedEpisode, actions: list[dict[str, Any]], enums: set[str]) -> list[str]:
     """Values the reference solution uses after a tool result revealed them (see the module docstring)."""
     said = "\n".join(m.content or "" for m in episode.initial if m.role == "user")
     said += "\n".join(m.content or "" for s in episode.steps for m in s.messages if m.role == "user")

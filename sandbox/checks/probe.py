@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envs.protocol import Message, Score, StepResult, ToolCall
+from envs.protocol import Message, Score, StepResult
+from envs.sdk import ProtocolError, action_to_message
 from sandbox.errors import EnvCodeError, SandboxError
 
 
@@ -47,7 +48,7 @@ class EnvFault(Exception):
 
 
 @dataclass
-class Episode:
+class ReplayedEpisode:
     """One replayed action list: what the env said and how it scored it."""
 
     seed: int
@@ -91,15 +92,12 @@ def canonical(value: Any) -> str:
 
 
 def action_message(action: Any, call_id: str) -> Message:
-    """A reference action ({"tool", "arguments"} or {"say"}) as the assistant message that performs it."""
-    if isinstance(action, dict) and isinstance(action.get("tool"), str):
-        args = action.get("arguments") or {}
-        if not isinstance(args, dict):
-            raise TypeError(f"action arguments must be an object, got {args!r}")
-        return Message.assistant(tool_calls=[ToolCall(id=call_id, name=action["tool"], arguments=args)])
-    if isinstance(action, dict) and isinstance(action.get("say"), str):
-        return Message.assistant(content=action["say"])
-    raise TypeError(f"an action is {{'tool': name, 'arguments': {{...}}}} or {{'say': text}}, got {str(action)[:200]}")
+    """A reference action ({"tool", "arguments"} or {"say"}) as the assistant message that performs it
+    (envs.sdk.action_to_message, the one conversion; a malformed action -> TypeError)."""
+    try:
+        return Message.model_validate(action_to_message(action, call_id))
+    except ProtocolError as e:
+        raise TypeError(str(e)) from None
 
 
 class Probe:
@@ -108,7 +106,7 @@ class Probe:
     def __init__(self, open_env: OpenEnv) -> None:
         self._open = open_env
         self._env: ValidatedEnv | None = None
-        self._references: dict[int, Episode | EnvFault] = {}
+        self._references: dict[int, ReplayedEpisode | EnvFault] = {}
         self._solutions: dict[int, list[dict[str, Any]]] = {}
 
     # -- env lifecycle -------------------------------------------------
@@ -154,11 +152,11 @@ class Probe:
             raise EnvFault("bad_output", f"solution() must return a list of actions, got {str(actions)[:200]}", phase="solution", seed=seed)
         return actions
 
-    def play(self, seed: int, actions: list[Any], env: ValidatedEnv | None = None) -> Episode:
+    def play(self, seed: int, actions: list[Any], env: ValidatedEnv | None = None) -> ReplayedEpisode:
         """reset(seed), one step per action until done, then score()."""
         target = env or self.env()
         initial = self.guard("reset", seed, target.reset, seed)
-        episode = Episode(seed=seed, initial=list(initial))
+        episode = ReplayedEpisode(seed=seed, initial=list(initial))
         for i, action in enumerate(actions):
             try:
                 message = action_message(action, f"call_{seed}_{i}")
@@ -174,7 +172,7 @@ class Probe:
         episode.score = self.guard("score", seed, target.score)
         return episode
 
-    def reference(self, seed: int) -> Episode:
+    def reference(self, seed: int) -> ReplayedEpisode:
         """The reference solution played once for `seed` (cached, faults included)."""
         if seed not in self._references:
             try:
