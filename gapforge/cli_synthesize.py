@@ -5,6 +5,7 @@ ended unsynthesized, 2 for bad input. Accepted modules: WORKSPACE/synthetic_envs
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import typer
@@ -31,7 +32,7 @@ def command(
     set_: SetOpt = None,
 ) -> None:
     """Write, validate and repair one synthetic env per retained capability of RUN (resumes where it stopped)."""
-    from agents.synthesis.service import synthesize_capability
+    from agents.synthesis.service import asynthesize_capability
     from gapforge.wiring import make_synthesis_deps, open_store
     from sandbox.pool import SandboxPool
 
@@ -54,11 +55,20 @@ def command(
                                   highlight=False)
 
             deps = make_synthesis_deps(cfg, store, pool, progress)
-            for cap in chosen:
+
+            async def synthesize_then_close() -> None:
+                # One loop: the readiness policy made here is used and closed on it (its HTTP session is this loop's).
                 try:
-                    results.append(synthesize_capability(deps, run_id, cap))
-                except LookupError as e:
-                    raise UsageError(str(e)) from None
+                    for cap in chosen:
+                        try:
+                            results.append(await asynthesize_capability(deps, run_id, cap))
+                        except LookupError as e:
+                            raise UsageError(str(e)) from None
+                finally:
+                    if deps.policy is not None:
+                        await deps.policy.aclose()
+
+            asyncio.run(synthesize_then_close())
     finally:
         store.close()
     _print_table(results)

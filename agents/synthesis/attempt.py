@@ -7,11 +7,12 @@ generator: which check failed, on which seed, what happened, and the reviewer's 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,7 +23,7 @@ from agents.synthesis.reviewer import review_check, review_env
 from agents.synthesis.static_gate import static_gate
 from envs.protocol import PolicyModel
 from sandbox.checks import SelfTestThresholds, validate_env
-from sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
+from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
 from sandbox.checks.probe import ValidatedEnv
 from sandbox.checks.report import CheckResult, ValidationReport
 from sandbox.checks.result_shapes import Shape
@@ -99,8 +100,64 @@ def validate_attempt(
     progress: Callable[[str], None] | None = None,
 ) -> AttemptOutcome:
     """Run every gate on one module. `open_module` opens the env: the synthesis service always passes
-    the sandbox (sandbox.env.open_env); only tests pass trusted in-process example envs."""
+    the sandbox (sandbox.env.open_env); only tests pass trusted in-process example envs.
+    With a policy bound to an event loop (an endpoint's HTTP session), use `avalidate_attempt` on it."""
     started = time.perf_counter()
+    early = _before_readiness(code, module_path, ctx, attempt, cfg, open_module, chat_model, target_shapes, thresholds, progress, started)
+    if isinstance(early, AttemptOutcome):
+        return early
+    gate, report, stage = early
+    grpo = _readiness_plan(report, policy, run_episode, readiness, rollouts_left)
+    if grpo == "run":
+        if progress:
+            progress("GRPO readiness (policy rollouts)")
+        t0 = time.perf_counter()
+        grpo = check_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness)
+        grpo.seconds = round(time.perf_counter() - t0, 3)
+    return _outcome(gate, report, stage, grpo, started)
+
+
+async def avalidate_attempt(
+    code: str,
+    module_path: Path,
+    ctx: GeneratorContext,
+    attempt: int,
+    *,
+    cfg: SynthesisConfig,
+    open_module: OpenModule,
+    chat_model: BaseChatModel,
+    target_shapes: dict[str, Shape] | None,
+    thresholds: SelfTestThresholds | None = None,
+    policy: PolicyModel | None = None,
+    run_episode: EpisodeRunner | None = None,
+    readiness: Any = None,
+    rollouts_left: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> AttemptOutcome:
+    """`validate_attempt` on the caller's event loop: gate, self-test and review in a worker thread,
+    the GRPO-readiness rollouts on this loop (the policy's HTTP session stays its creator's)."""
+    started = time.perf_counter()
+    early = await asyncio.to_thread(_before_readiness, code, module_path, ctx, attempt, cfg, open_module, chat_model,
+                                    target_shapes, thresholds, progress, started)
+    if isinstance(early, AttemptOutcome):
+        return early
+    gate, report, stage = early
+    grpo = _readiness_plan(report, policy, run_episode, readiness, rollouts_left)
+    if grpo == "run":
+        if progress:
+            progress("GRPO readiness (policy rollouts)")
+        t0 = time.perf_counter()
+        grpo = await acheck_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness)
+        grpo.seconds = round(time.perf_counter() - t0, 3)
+    return _outcome(gate, report, stage, grpo, started)
+
+
+def _before_readiness(
+    code: str, module_path: Path, ctx: GeneratorContext, attempt: int, cfg: SynthesisConfig, open_module: OpenModule,
+    chat_model: BaseChatModel, target_shapes: dict[str, Shape] | None, thresholds: SelfTestThresholds | None,
+    progress: Callable[[str], None] | None, started: float,
+) -> AttemptOutcome | tuple[Any, ValidationReport, str]:
+    """Static gate, self-test, LLM review (blocking): the outcome when the gate rejects, else (gate, report, stage)."""
     gate = static_gate(code, max_chars=cfg.max_code_chars, max_lines=cfg.max_code_lines)
     if not gate.passed:
         finding = Finding(check="static_gate", summary="; ".join(gate.problems)[:600])
@@ -121,21 +178,28 @@ def validate_attempt(
         review.seconds = round(time.perf_counter() - t0, 3)
         report.checks.insert(len(report.checks) - 1, review)  # before grpo_ready
     stage = "self_test" if any(c.name != "llm_review" for c in report.failures) else "review" if report.failures else "grpo_ready"
+    return gate, report, stage
+
+
+def _readiness_plan(report: ValidationReport, policy: PolicyModel | None, run_episode: EpisodeRunner | None, readiness: Any,
+                    rollouts_left: int) -> CheckResult | Literal["run"] | None:
+    """"run" when the GRPO-readiness rollouts are to be spent now, a failed check when the budget
+    cannot cover them, None when the check stays as the self-test left it."""
+    if report.failures or policy is None or run_episode is None:
+        return None
+    if readiness is None:
+        raise ValueError("a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)")
+    need = readiness.groups * readiness.samples
+    if need > rollouts_left:
+        return CheckResult.fail("grpo_ready", f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
+                                rollouts_left=rollouts_left)
+    return "run"
+
+
+def _outcome(gate: Any, report: ValidationReport, stage: str, grpo: CheckResult | None, started: float) -> AttemptOutcome:
     rollouts = 0
-    if not report.failures and policy is not None and run_episode is not None:
-        if readiness is None:
-            raise ValueError("a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)")
-        need = readiness.groups * readiness.samples
-        if need > rollouts_left:
-            grpo = CheckResult.fail("grpo_ready", f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
-                                    rollouts_left=rollouts_left)
-        else:
-            if progress:
-                progress("GRPO readiness (policy rollouts)")
-            t0 = time.perf_counter()
-            grpo = check_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness)
-            grpo.seconds = round(time.perf_counter() - t0, 3)
-            rollouts = int(grpo.evidence.get("rollouts", 0))
+    if grpo is not None:
+        rollouts = int(grpo.evidence.get("rollouts", 0))
         report.checks[-1] = grpo
     failures = report.failures
     verdict = AttemptVerdict(
@@ -146,4 +210,3 @@ def validate_attempt(
     return AttemptOutcome(verdict=verdict, gate=gate.to_json(), report=report.to_json(),
                           seconds=round(time.perf_counter() - started, 3),
                           check_seconds={c.name: c.seconds for c in report.checks})
-

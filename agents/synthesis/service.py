@@ -10,11 +10,13 @@ again from its stored code (no new generator call); attempts with a verdict are 
 An env that never passes leaves the capability "unsynthesized" with the reason; the caller
 goes on with the next capability. Never prints; progress goes to `deps.progress`.
 Generated code runs only in the sandbox: the service itself opens every module with
-`sandbox.env.open_env(path, deps.sandbox, deps.pool)` (there is no hook for an in-process env).
+`_open_module`: `SandboxedEnv.pooled(path, deps.pool)` (a sandbox leased lazily from the caller's
+pool), or `sandbox.env.open_env(path, deps.sandbox)` without a pool (there is no hook for an in-process env).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict
 
-from agents.synthesis.attempt import AttemptOutcome, validate_attempt
+from agents.synthesis.attempt import AttemptOutcome, avalidate_attempt, validate_attempt
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.context import GeneratorContext, TargetFacts, gather_context
 from agents.synthesis.generator import generate_env, generator_prompt
@@ -31,7 +33,7 @@ from envs.protocol import PolicyModel
 from sandbox.checks import SelfTestThresholds
 from sandbox.checks.grpo import EpisodeRunner
 from sandbox.checks.result_shapes import observed_result_shapes
-from sandbox.env import open_env
+from sandbox.env import SandboxedEnv, open_env
 
 Status = Literal["accepted", "unsynthesized"]
 
@@ -91,6 +93,11 @@ def accepted_module_path(workspace: Path, run_id: str, capability: str) -> Path:
     return workspace / "synthetic_envs" / run_id / f"{capability}.py"
 
 
+def _open_module(deps: SynthesisDeps, path: Path) -> SandboxedEnv:
+    """A generated module in the sandbox: on the caller's pool (leased lazily) or a private one."""
+    return SandboxedEnv.pooled(path, deps.pool) if deps.pool is not None else open_env(path, deps.sandbox)
+
+
 def _write(path: Path, code: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or path.read_text() != code:
@@ -117,7 +124,24 @@ def _record(outcome: AttemptOutcome, prompt_id: str) -> dict[str, Any]:
 
 def synthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> SynthesisResult:
     """The repair loop for one capability (see the module docstring). Raises LookupError when the
-    capability or its LACKING episodes are not stored, ModelError when the generator cannot answer."""
+    capability or its LACKING episodes are not stored, ModelError when the generator cannot answer.
+    With a policy bound to an event loop (an endpoint's HTTP session), use `asynthesize_capability`."""
+    return _repair_loop(deps, run_id, capability, validate_attempt)
+
+
+async def asynthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> SynthesisResult:
+    """`synthesize_capability` on the caller's event loop: the repair loop (store, generator, self-test:
+    blocking) runs in a worker thread, each attempt's GRPO-readiness rollouts run on this loop, so the
+    policy's HTTP session is the caller's to close (`await policy.aclose()` on this loop)."""
+    loop = asyncio.get_running_loop()
+
+    def validate_on_loop(*args: Any, **kwargs: Any) -> AttemptOutcome:
+        return asyncio.run_coroutine_threadsafe(avalidate_attempt(*args, **kwargs), loop).result()
+
+    return await asyncio.to_thread(_repair_loop, deps, run_id, capability, validate_on_loop)
+
+
+def _repair_loop(deps: SynthesisDeps, run_id: str, capability: str, validate: Callable[..., AttemptOutcome]) -> SynthesisResult:
     cfg, store = deps.config, deps.store
     say = (lambda attempt, what: deps.progress(capability, attempt, what)) if deps.progress else (lambda attempt, what: None)
     rows = {r.attempt: r for r in store.synthetic_envs(run_id, capability)}
@@ -153,8 +177,8 @@ def synthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> 
             say(attempt, "resuming: validating the stored code")
         path = _write(module_dir(deps.workspace, run_id, capability) / f"attempt-{attempt}.py", row.code)
         spent = sum(s.rollouts for s in summaries)
-        outcome = validate_attempt(
-            row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: open_env(p, deps.sandbox, deps.pool), chat_model=deps.chat_model,
+        outcome = validate(
+            row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: _open_module(deps, p), chat_model=deps.chat_model,
             target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
             readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
         )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,10 @@ async def _runner(policy: Any, env: Any, seed: int, temperature: float) -> Any:
     return await run_episode(policy, env, seed, max_turns=5, temperature=temperature)
 
 
-def _coin_responder(seed: int) -> Any:
-    """Looks the order up half the time (seeded), then reports its status; else gives up."""
-    rng, lock = random.Random(seed), threading.Lock()
+def _alternating_responder() -> Any:
+    """Looks the order up on every other opening turn, then reports its status; else gives up
+    (a group of 4 concurrent samples gets 2 of each, so every group is informative)."""
+    count, lock = [0], threading.Lock()
 
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         last = body["messages"][-1]
@@ -39,7 +39,8 @@ def _coin_responder(seed: int) -> Any:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
         order = next((w.strip(".,") for w in user.split() if w.startswith("#W")), None)
         with lock:
-            look = rng.random() < 0.5
+            count[0] += 1
+            look = count[0] % 2 == 0
         if order and look:
             return tool_call_message("get_order_details", {"order_id": order})
         return text_reply("Sorry, I cannot help.")(body)
@@ -49,7 +50,7 @@ def _coin_responder(seed: int) -> Any:
 
 async def test_readiness_rollouts_use_the_callers_loop_and_its_creator_closes_the_session() -> None:
     cfg = GRPOReadinessConfig(groups=4, samples=4)
-    with FakeOpenAIServer(_coin_responder(3)) as srv:
+    with FakeOpenAIServer(_alternating_responder()) as srv:
         policy = EndpointPolicy(srv.base_url, "fake-model", retry_backoff_s=0.01)
         try:
             report = await avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=4, policy=policy,

@@ -4,9 +4,10 @@ policy rollouts are counted against the budget, and it stops early once it canno
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from agents.synthesis.attempt import validate_attempt
+from agents.synthesis.attempt import avalidate_attempt, validate_attempt
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.context import GeneratorContext, TargetFacts
 from envs.registry import make_env
@@ -60,3 +61,21 @@ def test_no_rollouts_when_a_cheaper_check_failed_or_the_budget_is_spent() -> Non
     outcome, calls = attempt(EXAMPLE, lambda seed, n: 0.5, rollouts_left=20)
     assert calls == [] and outcome.verdict.failed_checks == ["grpo_ready"]
     assert "budget exhausted" in outcome.verdict.findings[0].summary
+
+
+async def test_async_attempt_runs_the_readiness_rollouts_on_the_callers_loop() -> None:
+    """avalidate_attempt: the blocking checks leave the loop free; every rollout runs on this loop."""
+    loops: list[object] = []
+
+    async def run_episode(policy, env, seed, temperature):
+        loops.append(asyncio.get_running_loop())
+        n = len(loops)
+        await asyncio.to_thread(env.reset, seed)
+        return [0.0, 0.3, 0.6, 1.0][n % 4]
+
+    outcome = await avalidate_attempt(
+        EXAMPLE.read_text(), EXAMPLE, context(), 1, cfg=SynthesisConfig(review=False, validation_seeds=10),
+        open_module=InProcessSyntheticEnv, chat_model=None, target_shapes=None, policy=object(), run_episode=run_episode,
+        readiness=GRPOReadinessConfig(groups=8, samples=4), rollouts_left=400)
+    assert outcome.verdict.accepted and outcome.verdict.rollouts == 32 == len(loops)
+    assert set(loops) == {asyncio.get_running_loop()}
