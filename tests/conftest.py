@@ -9,6 +9,9 @@ import pytest
 
 from gapforge.config import GapforgeConfig, load_config
 
+TAU2_EXTRA = "extra 'tau2' not installed (pip install -e .[tau2]); CI installs it"
+POSTGRES_EXTRA = "extra 'postgres' not installed (pip install -e .[postgres]); CI installs it"
+
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
@@ -47,6 +50,10 @@ def docker_client():
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.skip(POSTGRES_EXTRA)
     url = os.environ.get("GAPFORGE_TEST_POSTGRES_URL")
     if not url:
         pytest.skip("GAPFORGE_TEST_POSTGRES_URL not set (CI starts PostgreSQL and sets it)")
@@ -64,13 +71,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `tau2` skip with a reason when the extra is absent (a `pip install -e .[dev]`
-    alone); CI installs every extra, so nothing is skipped there."""
+    """Tests marked `tau2` / `postgres` skip with a reason when that extra is absent (a
+    `pip install -e .[dev]` alone); CI installs every extra, so nothing is skipped there."""
     import importlib.util
 
-    if importlib.util.find_spec("tau2") is not None:
-        return
-    skip = pytest.mark.skip(reason="extra 'tau2' not installed (pip install -e .[tau2]); CI installs it")
+    missing = {mark: reason for mark, module, reason in (("tau2", "tau2", TAU2_EXTRA), ("postgres", "psycopg", POSTGRES_EXTRA))
+               if importlib.util.find_spec(module) is None}
     for item in items:
-        if "tau2" in item.keywords:
-            item.add_marker(skip)
+        for mark, reason in missing.items():
+            if mark in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
