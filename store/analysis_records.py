@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, select, tuple_
 
 from store.engine import StoreBase, no_capability
 from store.errors import StoreError
@@ -40,6 +40,26 @@ class LabelCallRow:
     seed: int
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LabelCallRecord:
+    """One labeling call to record (put_label_calls): its cache key, outcome, labels
+    [(capability, value, evidence)] and cost. status: "ok" | "failed"."""
+
+    episode_id: int
+    pass_index: int
+    dictionary_hash: str
+    prompt_name: str
+    prompt_version: str
+    status: str
+    labels: Sequence[tuple[str, str, str]] = ()
+    boundary: str | None = None
+    error: str | None = None
+    calls: int = 1
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,51 +114,59 @@ class CapabilitySummaryRow:
     updated_at: datetime
 
 
+_UPSERTS: dict[str, Any] = {}  # dialect -> the label-call upsert statement
+
+
 class AnalysisRecordQueries(StoreBase):
     # --- labeling calls (cache, failures, cost) --------------------------------------------------
-    def put_label_call(
-        self,
-        run_id: str,
-        episode_id: int,
-        pass_index: int,
-        *,
-        dictionary_hash: str,
-        prompt_name: str,
-        prompt_version: str,
-        status: str,
-        labels: Sequence[tuple[str, str, str]] = (),
-        boundary: str | None = None,
-        error: str | None = None,
-        calls: int = 1,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        seed: int = 0,
-    ) -> None:
-        """Record one labeling call and replace the (episode, pass) labels with `labels`
-        [(capability, value, evidence)] in one transaction. status: "ok" | "failed"."""
-        if status not in ("ok", "failed"):
-            raise StoreError(f"bad label call status {status!r}: use 'ok' or 'failed'")
-        for capability, value, _ in labels:
-            if value not in LABEL_VALUES:
-                raise StoreError(f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}")
-        values = {
-            "run_id": run_id, "episode_id": int(episode_id), "pass_index": int(pass_index),
-            "dictionary_hash": dictionary_hash, "prompt_name": prompt_name, "prompt_version": prompt_version,
-            "status": status, "boundary": boundary, "error": error,
-            "answer": [{"capability": c, "label": v, "evidence": e} for c, v, e in labels],
-            "calls": int(calls), "prompt_tokens": int(prompt_tokens), "completion_tokens": int(completion_tokens), "seed": int(seed),
-        }  # fmt: skip
+    def put_label_call(self, run_id: str, episode_id: int, pass_index: int, **fields: Any) -> None:
+        """Record one labeling call and replace the (episode, pass) labels in one transaction;
+        `fields` are LabelCallRecord's other fields (dictionary_hash, status, labels, ...)."""
+        self.put_label_calls(run_id, [LabelCallRecord(episode_id=episode_id, pass_index=pass_index, **fields)])
+
+    def put_label_calls(self, run_id: str, records: Sequence[LabelCallRecord]) -> None:
+        """Record labeling calls and replace each one's (episode, pass) labels, all in ONE
+        transaction: three statements whatever the batch size (the labeling hot loop writes
+        what finished while the previous write ran, see agents/analysis/labeling.py)."""
+        if not records:
+            return
+        for r in records:
+            if r.status not in ("ok", "failed"):
+                raise StoreError(f"bad label call status {r.status!r}: use 'ok' or 'failed'")
+            for capability, value, _ in r.labels:
+                if value not in LABEL_VALUES:
+                    raise StoreError(f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}")
+        calls = [{
+            "run_id": run_id, "episode_id": int(r.episode_id), "pass_index": int(r.pass_index),
+            "dictionary_hash": r.dictionary_hash, "prompt_name": r.prompt_name, "prompt_version": r.prompt_version,
+            "status": r.status, "boundary": r.boundary, "error": r.error,
+            "answer": [{"capability": c, "label": v, "evidence": e} for c, v, e in r.labels],
+            "calls": int(r.calls), "prompt_tokens": int(r.prompt_tokens), "completion_tokens": int(r.completion_tokens),
+            "seed": int(r.seed),
+        } for r in records]  # fmt: skip
+        now = utcnow()
+        labels = [
+            {"run_id": run_id, "episode_id": int(r.episode_id), "capability": c, "pass_index": int(r.pass_index),
+             "value": v, "evidence": e, "created_at": now, "updated_at": now}
+            for r in records for c, v, e in r.labels
+        ]  # fmt: skip
+        stale = tuple_(Label.episode_id, Label.pass_index).in_([(int(r.episode_id), int(r.pass_index)) for r in records])
         missing = f"label call for run {run_id!r} names an episode or capability that is not stored: store those first"
         with self._write(run_id, missing) as session:
-            self._upsert(session, LabelCall, values, ("episode_id", "pass_index", "dictionary_hash", "prompt_version"))
-            session.execute(delete(Label).where(Label.run_id == run_id, Label.episode_id == episode_id, Label.pass_index == pass_index))
+            session.execute(self._label_call_upsert(), calls)
+            session.execute(delete(Label).where(Label.run_id == run_id, stale))
             if labels:
-                now = utcnow()
-                session.execute(insert(Label), [
-                    {"run_id": run_id, "episode_id": int(episode_id), "capability": c, "pass_index": int(pass_index),
-                     "value": v, "evidence": e, "created_at": now, "updated_at": now}
-                    for c, v, e in labels
-                ])  # fmt: skip
+                session.execute(insert(Label), labels)
+
+    def _label_call_upsert(self) -> Any:
+        """INSERT .. ON CONFLICT (cache key) DO UPDATE, built once per dialect: building its
+        `excluded` columns costs more CPU than running it."""
+        if self.dialect not in _UPSERTS:
+            stmt = self._insert(LabelCall)
+            key = ("episode_id", "pass_index", "dictionary_hash", "prompt_version")
+            columns = [c.name for c in LabelCall.__table__.columns if c.name not in (*key, "id", "created_at")]
+            _UPSERTS[self.dialect] = stmt.on_conflict_do_update(index_elements=list(key), set_={c: stmt.excluded[c] for c in columns})
+        return _UPSERTS[self.dialect]
 
     def label_call_status(self, run_id: str, pass_index: int, dictionary_hash: str, prompt_version: str) -> dict[int, str]:
         """episode id -> "ok" | "failed" for the calls already made under this cache key."""
