@@ -10,7 +10,11 @@ pass (target exactly 1; the paper makes one per episode x capability), and the s
 labeling prompt's tokens in the fixed prefix (instructions + dictionary + policy) that
 server-side prefix caching can reuse.
 
-    python bench/labeling.py [--latency 2.0] [--levels 8,32,64] [--samples 4] [--tokenizer PATH]
+Both labeling clients are measured in the same run: `lean` (agents/structured_http.py, the
+default) and `langchain` (ChatOpenAI via agents.llm.astructured_call, the baseline), with the
+client CPU per call (ms; load-independent, unlike calls/s on a shared machine).
+
+    python bench/labeling.py [--latency 2.0] [--levels 8,32,64] [--clients lean,langchain] [--samples 4] [--tokenizer PATH]
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,6 +57,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--latency", type=float, default=2.0, help="seconds per request at the fake server (a ~300-token structured answer from a hosted LLM: 2-5 s)")
     ap.add_argument("--levels", default="8,32,64")
+    ap.add_argument("--clients", default="lean,langchain", help="labeling clients to measure: lean (aiohttp) and/or langchain (ChatOpenAI)")
     ap.add_argument("--samples", type=int, default=4, help="episodes per shop task")
     ap.add_argument("--tokenizer", default="auto", help="token counter (analysis.tokenizer): auto | PATH | tiktoken:ENC")
     ns = ap.parse_args()
@@ -65,20 +71,23 @@ def main() -> None:
         discover(store, recorded_analyst("shop"), run, cfg=cfg, counter=counter)
         episodes = analysis_episodes(store, run, fraction=cfg.split_fraction, seed=cfg.seed)
         sizes = [compact_episode(store.get_episode(e.id), counter, budget_tokens=cfg.episode_budget_tokens).tokens for e in episodes]
-        print(f"{len(episodes)} analysis episodes, {len(names)} capabilities, latency {ns.latency}s, tokens: {counter.name}")
-        print(f"{'concurrency':>11} {'calls/s':>8} {'ideal':>7} {'ratio':>6} {'calls/ep/pass':>13} {'cpu s/call':>10}")
+        print(f"{len(episodes)} analysis episodes, {len(names)} capabilities, latency {ns.latency}s, tokens: {counter.name}, "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(f"{'client':>9} {'concurrency':>11} {'calls/s':>8} {'ideal':>7} {'ratio':>6} {'calls/ep/pass':>13} {'cpu ms/call':>11}")
+        runs = [(c, int(x)) for c in ns.clients.split(",") for x in ns.levels.split(",")]
         with fake_server(ns.latency, answer) as url:
-            for p, level in enumerate(int(x) for x in ns.levels.split(",")):
+            for p, (client, level) in enumerate(runs):
                 # a model per event loop: its pooled async connections die with the loop that opened them
                 model = make_chat_model(EndpointConfig(base_url=url, model="fake", max_retries=0))
-                lcfg = AnalysisConfig(passes=p + 1, concurrency=level)
+                lcfg = AnalysisConfig(passes=p + 1, concurrency=level, lean_http=client == "lean")
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 r = asyncio.run(label_pass(store, model, run, p, cfg=lcfg, counter=counter))
                 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
                 assert r.failed == 0 and r.cached == 0, r
                 rate = r.calls / wall
                 ideal = r.episodes / (-(-r.episodes // level) * ns.latency)  # latency-bound: ceil(n / c) waves
-                print(f"{level:>11} {rate:>8.1f} {ideal:>7.1f} {rate / ideal:>6.2f} {r.calls / r.episodes:>13.2f} {cpu / r.calls:>10.4f}")
+                print(f"{client:>9} {level:>11} {rate:>8.1f} {ideal:>7.1f} {rate / ideal:>6.2f} {r.calls / r.episodes:>13.2f} "
+                      f"{1000 * cpu / r.calls:>11.1f}   (load {os.getloadavg()[0]:.1f})", flush=True)
                 prefix = r.prefix_tokens
         share = mean(prefix / (prefix + s) for s in sizes)
         print(f"prompt tokens: shared prefix {prefix}, episode mean {mean(sizes):.0f} (max {max(sizes)}); "

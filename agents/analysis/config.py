@@ -27,6 +27,9 @@ class AnalysisConfig(BaseModel):
     episode_budget_tokens: int = Field(3_000, ge=200, description="token budget of one compacted episode")
     max_value_chars: int = Field(400, ge=40, description="longer tool arguments/results/turns are cut with a marker")
     concurrency: int = Field(16, ge=1, le=1024, description="labeling calls in flight")
+    lean_http: bool = Field(
+        True, description="label over lean HTTP (agents/structured_http.py) when the analyst is an endpoint model; false = via LangChain"
+    )
     temperature: float = Field(0.7, ge=0.0, le=2.0, description="analyst sampling temperature for labeling passes")
     seed: int = Field(0, description="seeds sampling, labeling passes, the split and the bootstrap")
     split_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of each family's tasks in the analysis split")

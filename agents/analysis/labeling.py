@@ -9,9 +9,14 @@ LACKING with one line of evidence citing a message index.
   boundary "model_output"); an endpoint still failing after the retries of the
   chat-model factory is recorded with boundary "endpoint". Never silently NA.
 - Concurrency: at most cfg.concurrency calls in flight.
+- Client: an endpoint chat model from the factory is spoken to over lean HTTP
+  (agents.structured_http: the same request, retry policy and re-ask, a fraction of the
+  client CPU); the scripted model and other chat models through LangChain.
 - Cache: store.label_calls keyed by (episode, pass, dictionary hash, prompt version);
-  each call's record and its labels are written in one transaction as it finishes, so
-  a re-run makes zero calls for what is stored and a killed pass resumes without duplicates.
+  a call's record and its labels are written in one transaction as soon as it finishes
+  (calls that finish while a write runs go together in the next one:
+  store.put_label_calls), so a re-run makes zero calls for what is stored and a killed
+  pass resumes without duplicates.
 - Passes are independent samples: seed = f(cfg.seed, pass) (OpenAI `seed`), temperature from cfg.
 """
 
@@ -34,7 +39,9 @@ from agents.analysis.split import analysis_episodes
 from agents.analysis.usage import UsageCounter, seeded
 from agents.errors import ModelEndpointError, StructuredOutputError
 from agents.llm import astructured_call
+from agents.structured_http import StructuredHTTP
 from prompts import load_prompt
+from store.analysis_records import LabelCallRecord
 
 PROMPT_FILE = "analyst_label.md"
 Progress = Callable[[int, int], None]  # (done, total), called after every episode
@@ -108,39 +115,63 @@ async def label_pass(
     if on_progress:
         on_progress(cached, total)
 
-    async def one(episode_id: int) -> None:
+    async def label(episode_id: int) -> LabelCallRecord:
         async with sem:
             ep = await asyncio.to_thread(store.get_episode, episode_id)
             comp = compact_episode(ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars)
             usage = UsageCounter()
-            messages = [SystemMessage(content=system_text), HumanMessage(content=comp.text)]
             status, boundary, error, labels = "ok", None, None, []
             EPISODE_MESSAGES.set(comp.n_messages)  # this task's own context: concurrent calls do not see it
             try:
-                answer = await astructured_call(model, messages, schema, prompt_name=prompt.name, config={"callbacks": [usage]})
+                if lean is not None:
+                    wire = [{"role": "system", "content": system_text}, {"role": "user", "content": comp.text}]
+                    answer = await lean.acall(wire, schema, usage=usage)
+                else:
+                    messages = [SystemMessage(content=system_text), HumanMessage(content=comp.text)]
+                    answer = await astructured_call(model, messages, schema, prompt_name=prompt.name, config={"callbacks": [usage]})
                 by_name = {lab.capability: lab for lab in answer.labels}  # type: ignore[attr-defined]
                 labels = [(n, by_name[n].label, _evidence(by_name[n].evidence, by_name[n].message_index)) for n in names]
             except StructuredOutputError as e:
                 status, boundary, error = "failed", "model_output", str(e)
             except ModelEndpointError as e:
                 status, boundary, error = "failed", "endpoint", str(e)
-            calls = max(usage.calls, 1)
-            p_tok = usage.prompt_tokens or (prefix_tokens + comp.tokens) * calls
-            c_tok = usage.completion_tokens or (counter.count(str(labels)) if labels else 0)
-            await asyncio.to_thread(
-                store.put_label_call, run_id, episode_id, pass_index, dictionary_hash=dhash, prompt_name=prompt.name,
-                prompt_version=prompt.version, status=status, labels=labels, boundary=boundary, error=error, calls=calls,
-                prompt_tokens=p_tok, completion_tokens=c_tok, seed=seed,
-            )  # fmt: skip
-            totals["labeled" if status == "ok" else "failed"] += 1
-            totals["calls"] += calls
-            totals["prompt"] += p_tok
-            totals["completion"] += c_tok
-            totals["done"] += 1
-            if on_progress:
-                on_progress(totals["done"], total)
+        calls = max(usage.calls, 1)
+        return LabelCallRecord(
+            episode_id, pass_index, dhash, prompt.name, prompt.version, status, labels, boundary, error, calls,
+            usage.prompt_tokens or (prefix_tokens + comp.tokens) * calls,
+            usage.completion_tokens or (counter.count(str(labels)) if labels else 0), seed,
+        )  # fmt: skip
 
-    await asyncio.gather(*(one(e) for e in todo))
+    pending: list[LabelCallRecord] = []
+    write_lock = asyncio.Lock()
+
+    async def one(episode_id: int) -> None:
+        rec = await label(episode_id)
+        pending.append(rec)
+        # Whoever gets the lock writes everything finished so far in one transaction (few
+        # SQLite/PostgreSQL round trips instead of one per call); the lock is FIFO, so when it
+        # is our turn our record is either still pending or already written by an earlier holder.
+        async with write_lock:
+            if pending:
+                batch = pending[:]
+                pending.clear()
+                await asyncio.to_thread(store.put_label_calls, run_id, batch)
+        totals["labeled" if rec.status == "ok" else "failed"] += 1
+        totals["calls"] += rec.calls
+        totals["prompt"] += rec.prompt_tokens
+        totals["completion"] += rec.completion_tokens
+        totals["done"] += 1
+        if on_progress:
+            on_progress(totals["done"], total)
+
+    # an endpoint model is spoken to over lean HTTP (agents/structured_http.py: same request,
+    # same retry policy, ~1/10 of the client CPU); scripted and other chat models via LangChain
+    lean = StructuredHTTP.from_chat_model(model) if cfg.lean_http else None
+    try:
+        await asyncio.gather(*(one(e) for e in todo))
+    finally:
+        if lean is not None:
+            await lean.aclose()
     return LabelPassResult(
         run_id, pass_index, dhash, prompt.id, total, cached, totals["labeled"], totals["failed"], totals["calls"],
         totals["prompt"], totals["completion"], prefix_tokens, counter.name, time.perf_counter() - started,

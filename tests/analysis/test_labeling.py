@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.analysis.config import AnalysisConfig
 from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import recorded_analyst
@@ -104,9 +106,10 @@ def _labels_for(body: dict) -> dict:
     return {"labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]}
 
 
-def test_faulty_endpoint_completes_and_records_every_failure(planted_store) -> None:
+@pytest.mark.parametrize("lean_http", [True, False], ids=["lean-http", "langchain"])
+def test_faulty_endpoint_completes_and_records_every_failure(planted_store, lean_http: bool) -> None:
     store = planted_store
-    cfg = AnalysisConfig(passes=1, concurrency=8)
+    cfg = AnalysisConfig(passes=1, concurrency=8, lean_http=lean_http)
     rng = random.Random(7)
     malformed = []
 
