@@ -27,10 +27,9 @@ its aiohttp session is bound to the loop that opened it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import aiohttp
 import httpx
@@ -40,7 +39,14 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryError
 
 from agents.errors import ModelEndpointError, ModelError
-from agents.llm import PLACEHOLDER_API_KEY, RetryingChatOpenAI, _check_schema, _describe, _give_up, _one_line
+from agents.llm import (
+    PLACEHOLDER_API_KEY,
+    RetryingChatOpenAI,
+    _check_schema,
+    _describe,
+    _give_up,
+    _one_line,
+)
 from prompts import load_prompt
 
 Message = dict[str, Any]  # OpenAI wire format: {"role": ..., "content": ...}
@@ -85,7 +91,8 @@ class StructuredHTTP:
         params.update(params.pop("extra_body", None) or {})  # the SDK merges extra_body into the JSON body
         self._params = params
         timeout = model.request_timeout
-        self._timeout = aiohttp.ClientTimeout(total=timeout if isinstance(timeout, (int, float)) else None)
+        total = float(timeout) if isinstance(timeout, (int, float)) else 600.0  # 600 s: the openai SDK's default
+        self._timeout = aiohttp.ClientTimeout(total=total)
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
@@ -94,10 +101,10 @@ class StructuredHTTP:
         (scripted models and other chat models keep `astructured_call`)."""
         return cls(model) if isinstance(model, RetryingChatOpenAI) else None
 
-    async def __aenter__(self) -> StructuredHTTP:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -171,7 +178,7 @@ class StructuredHTTP:
         try:
             async with self._http().post(self.url, data=body) as resp:
                 status, text, headers = resp.status, await resp.text(), dict(resp.headers)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise openai.APITimeoutError(request=httpx.Request("POST", self.url)) from None
         except aiohttp.ClientError as e:
             raise openai.APIConnectionError(message=f"{type(e).__name__}: {e}", request=httpx.Request("POST", self.url)) from None

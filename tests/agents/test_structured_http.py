@@ -33,13 +33,13 @@ class Answer(BaseModel):
     index: int
 
     @model_validator(mode="after")
-    def _in_range(self) -> "Answer":
+    def _in_range(self) -> Answer:
         if not 0 <= self.index < 5:
             raise ValueError(f"index {self.index} out of range 0..4")
         return self
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_for(url: str, *, max_retries: int = 2, timeout_s: float = 10.0):
     """The factory's endpoint model (cached: building one costs ~0.3 s of TLS setup; the lean
     client uses only its settings, never its HTTP clients)."""
@@ -56,9 +56,9 @@ def shared() -> Iterator[FakeOpenAIServer]:
 def server(shared: FakeOpenAIServer):
     """The module's fake server, set up for one test: server(responder, fail_first=, fail_status=)."""
 
-    def setup(responder=structured_reply(GOOD), *, fail_first: int = 0, fail_status: int = 500) -> FakeOpenAIServer:
+    def setup(responder=None, *, fail_first: int = 0, fail_status: int = 500) -> FakeOpenAIServer:
         shared.requests.clear()
-        shared.responder, shared.fail_first, shared.fail_status = responder, fail_first, fail_status
+        shared.responder, shared.fail_first, shared.fail_status = responder or structured_reply(GOOD), fail_first, fail_status
         return shared
 
     return setup

@@ -11,7 +11,7 @@ from tests.store.test_store_roundtrip import episode
 
 
 def rec(ep: int, pass_index: int, status: str = "ok", labels=(("a", "LACKING", "[1] no check"), ("b", "NA", "n/a")), **over) -> LabelCallRecord:
-    fields = dict(dictionary_hash="h1", prompt_name="analyst_label", prompt_version="2", status=status, labels=labels, calls=1, seed=5)
+    fields = {"dictionary_hash": "h1", "prompt_name": "analyst_label", "prompt_version": "2", "status": status, "labels": labels, "seed": 5}
     return LabelCallRecord(ep, pass_index, **{**fields, **over})
 
 
