@@ -167,9 +167,13 @@ async def label_pass(
     # an endpoint model is spoken to over lean HTTP (agents/structured_http.py: same request,
     # same retry policy, ~1/10 of the client CPU); scripted and other chat models via LangChain
     lean = StructuredHTTP.from_chat_model(model) if cfg.lean_http else None
+    tasks = [asyncio.ensure_future(one(e)) for e in todo]
     try:
-        await asyncio.gather(*(one(e) for e in todo))
-    finally:
+        await asyncio.gather(*tasks)
+    finally:  # a fatal error (ModelError, StoreError): stop the other calls before closing the client
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if lean is not None:
             await lean.aclose()
     return LabelPassResult(

@@ -166,3 +166,20 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
         again = asyncio.run(label_pass(store, model, run, 0, cfg=cfg))
         assert first.labeled == first.episodes == 4 and (again.calls, again.cached) == (0, 4)
         assert len(store.labels(run)) == 4 * 4
+
+
+def test_a_user_fixable_endpoint_error_stops_the_pass_and_records_nothing(planted_store) -> None:
+    """401 (bad key) is the user's to fix: ModelError, one line; no labeling failure is recorded."""
+    from agents.analysis.discovery import discover
+    from agents.errors import ModelError
+
+    store = planted_store
+    cfg = AnalysisConfig(passes=1, concurrency=4)
+    discover(store, recorded_analyst("shop"), RUN, cfg=cfg)
+    with FakeOpenAIServer(lambda body: {"role": "assistant", "content": json.dumps(_labels_for(body))}, fail_first=10**6, fail_status=401) as srv:
+        model = make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=3), retry_backoff_s=0.0)
+        with pytest.raises(ModelError, match=r"refused the request \(401\): check the API key") as e:
+            asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
+        assert "\n" not in str(e.value)
+        assert srv.request_count <= cfg.concurrency  # no retries, no calls after the first refusal came back
+    assert store.label_calls(RUN) == [] and store.labels(RUN) == []
