@@ -153,16 +153,18 @@ class AnalysisRecordQueries(StoreBase):
         stale = tuple_(Label.episode_id, Label.pass_index).in_([(int(r.episode_id), int(r.pass_index)) for r in records])
         missing = f"label call for run {run_id!r} names an episode or capability that is not stored: store those first"
         with self._write(run_id, missing) as session:
+            # Core statements on the tables: the ORM's bulk and synchronize-session paths cost
+            # more CPU than the SQL itself, and no ORM object is alive here
             session.execute(self._label_call_upsert(), calls)
-            session.execute(delete(Label).where(Label.run_id == run_id, stale))
+            session.execute(delete(Label.__table__).where(Label.run_id == run_id, stale))
             if labels:
-                session.execute(insert(Label), labels)
+                session.execute(insert(Label.__table__), labels)
 
     def _label_call_upsert(self) -> Any:
         """INSERT .. ON CONFLICT (cache key) DO UPDATE, built once per dialect: building its
         `excluded` columns costs more CPU than running it."""
         if self.dialect not in _UPSERTS:
-            stmt = self._insert(LabelCall)
+            stmt = self._insert(LabelCall.__table__)
             key = ("episode_id", "pass_index", "dictionary_hash", "prompt_version")
             columns = [c.name for c in LabelCall.__table__.columns if c.name not in (*key, "id", "created_at")]
             _UPSERTS[self.dialect] = stmt.on_conflict_do_update(index_elements=list(key), set_={c: stmt.excluded[c] for c in columns})

@@ -115,9 +115,25 @@ async def label_pass(
     if on_progress:
         on_progress(cached, total)
 
+    upcoming = {e: i for i, e in enumerate(todo)}
+    fetched: dict[int, Any] = {}
+    consumed: set[int] = set()
+    read_lock = asyncio.Lock()
+
+    async def read(episode_id: int) -> Any:
+        """The episode, read with the next ones in line (calls start in `todo` order): one
+        query per `concurrency` episodes instead of one each; at most ~2 chunks held."""
+        async with read_lock:
+            if episode_id not in fetched:
+                start = upcoming[episode_id]
+                chunk = [e for e in todo[start : start + cfg.concurrency] if e not in fetched and e not in consumed]
+                fetched.update((e.id, e) for e in await asyncio.to_thread(store.get_episodes, chunk))
+            consumed.add(episode_id)
+            return fetched.pop(episode_id)
+
     async def label(episode_id: int) -> LabelCallRecord:
         async with sem:
-            ep = await asyncio.to_thread(store.get_episode, episode_id)
+            ep = await read(episode_id)
             comp = compact_episode(ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars)
             usage = UsageCounter()
             status, boundary, error, labels = "ok", None, None, []

@@ -52,3 +52,14 @@ def test_a_bad_record_fails_the_whole_batch(store: Store) -> None:
 
 def vars_of(r: LabelCallRecord) -> dict:
     return {f: getattr(r, f) for f in LabelCallRecord.__dataclass_fields__}
+
+
+def test_get_episodes_reads_a_chunk_in_the_order_given(store: Store) -> None:
+    rid = store.create_run("trace", {})
+    ids = [episode(store, rid, f"t{i}", success=i % 2 == 0) for i in range(4)]
+    wanted = [ids[2], ids[0], ids[3]]
+    rows = store.get_episodes(wanted)
+    assert [r.id for r in rows] == wanted and rows == [store.get_episode(i) for i in wanted]  # same rows as one by one
+    assert store.get_episodes([]) == []
+    with pytest.raises(StoreError, match=f"unknown episode id {max(ids) + 99}"):
+        store.get_episodes([ids[0], max(ids) + 99])
