@@ -116,7 +116,11 @@ class Worker:
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
         roles = {RoleType.AGENT: PlanAgent(plan), RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
         with tempfile.TemporaryDirectory() as tmp:
-            result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
+            try:
+                result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
+            except Exception as exc:  # noqa: BLE001 — tool_sandbox.cli.utils.run_scenario's rule: a play that raises scores 0
+                return {"similarity": 0.0, "milestone_similarity": 0.0, "minefield_similarity": 0.0, "turn_count": built.max_messages,
+                        "exception": f"{type(exc).__name__}: {exc}"[:500], "recorded_network": report()}
         return {
             "similarity": float(result.similarity), "milestone_similarity": float(result.milestone_similarity),
             "minefield_similarity": float(result.minefield_similarity), "turn_count": int(result.turn_count),
