@@ -124,6 +124,27 @@ def test_recorded_answers_match_milestone_constants_with_parity(recorded: ToolSa
     assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["recorded_network"]["sha256"]
 
 
+def test_an_agent_reading_the_recorded_answers_scores_perfect(recorded: ToolSandboxEnv) -> None:
+    # place search -> the milestone's weather coordinates; weather -> a temperature the milestones' extractors read
+    import ast
+
+    def call(name: str, args: dict) -> object:
+        out = recorded.step(Message.assistant(tool_calls=[ToolCall(id=f"c-{name}", name=name, arguments=args)]))
+        return ast.literal_eval(out.messages[0].content or "None")
+
+    recorded.reset("find_temperature_f_with_location")
+    place = call("search_location_around_lat_lon", {"location": "Grand Canyon"})
+    assert isinstance(place, list) and (place[0]["latitude"], place[0]["longitude"]) == (36.23686, -112.19147)
+    weather = call("search_weather_around_lat_lon", {"latitude": place[0]["latitude"], "longitude": place[0]["longitude"]})
+    assert isinstance(weather, dict)
+    fahrenheit = call("unit_conversion", {"amount": weather["current_temperature"], "from_unit": "celsius", "to_unit": "fahrenheit"})
+    assert isinstance(fahrenheit, float)
+    end = recorded.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
+    assert end.done
+    score = recorded.score()
+    assert score.reward == 1.0 and score.info["recorded_network"]["calls"] == 2 and score.info["recorded_network"]["misses"] == 0
+
+
 def test_recorded_mode_keeps_toolsandboxs_wifi_rule(recorded: ToolSandboxEnv) -> None:
     # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (recorded) request
     task = "find_temperature_f_with_location_wifi_off"
