@@ -1,4 +1,5 @@
-"""Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`, `make_env("tau2:telecom")`.
+"""Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`, `make_env("tau2:telecom")`,
+`make_env("toolsandbox:state_dependency")`, `make_env("toolsandbox?network=recorded")`.
 
 Every call builds a fresh instance (episodes never share state). Adapters to
 external benchmarks are imported lazily, so a missing extra only matters when
@@ -17,7 +18,7 @@ USERS = ("scripted", "llm")
 
 
 def list_envs() -> list[str]:
-    """Names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>`)."""
+    """Names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=recorded`)."""
     return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
@@ -34,14 +35,25 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
         if domain not in TAU2_DOMAINS:
             raise EnvError(f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}")
         return _make_tau2(name, domain, user, user_model)
-    if name == "toolsandbox" or name.startswith("toolsandbox:"):
+    base, _, query = name.partition("?")
+    if base == "toolsandbox" or base.startswith("toolsandbox:"):
         from envs.toolsandbox import (
             ToolSandboxEnv,  # its own venv and worker process; nothing heavy here
         )
 
-        category = name.split(":", 1)[1] if ":" in name else None
-        return ToolSandboxEnv(category, user=user, user_model=user_model)
+        category = base.split(":", 1)[1] if ":" in base else None
+        return ToolSandboxEnv(category, user=user, user_model=user_model, network=_toolsandbox_network(name, query))
     raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}")
+
+
+def _toolsandbox_network(name: str, query: str) -> str:
+    """`toolsandbox[:category]?network=recorded` -> "recorded"; no query -> "off"."""
+    if not query:
+        return "off"
+    key, _, value = query.partition("=")
+    if key != "network" or value not in ("off", "recorded"):
+        raise EnvError(f"bad option {query!r} in env '{name}': the only option is network=off|recorded (e.g. toolsandbox:single_tool_call?network=recorded)")
+    return value
 
 
 def _make_tau2(name: str, domain: str, user: str, user_model: Any) -> TargetEnvironment:

@@ -45,6 +45,7 @@ def _register_groups() -> None:
         ("gapforge.cli_dev", "dev"),
         ("gapforge.cli_rollouts", "rollouts"),
         ("gapforge.cli_env", "env"),
+        ("gapforge.cli_toolsandbox", "toolsandbox"),
         ("gapforge.cli_sandbox", "sandbox"),
         ("gapforge.cli_serve", ""),  # top-level commands: module.register(app)
         ("gapforge.cli_report", ""),

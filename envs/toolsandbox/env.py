@@ -23,7 +23,7 @@ from envs.protocol import Message, Score, StepResult, TaskRef
 from envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
 from envs.toolsandbox.users import user_spec
 
-NETWORK_MODES = ("off",)  # "recorded" (canned RapidAPI answers) is not implemented
+NETWORK_MODES = ("off", "recorded")  # recorded: RapidAPI answers from worker/recorded_rapidapi.json
 _CATALOG: dict[str, Any] | None = None
 _CATALOG_LOCK = threading.Lock()
 
@@ -95,14 +95,18 @@ class ToolSandboxEnv:
     user="scripted" (offline; `replies` answered in order to the agent's text turns,
     then `end_conversation`) or "llm" (ToolSandbox's LLM user; `user_model` = an
     OpenAI-compatible endpoint). network="off" excludes the scenarios whose allowed
-    tools call RapidAPI (see `excluded()`). `seed` seeds each episode's tool order.
+    tools call RapidAPI (see `excluded()`); network="recorded" runs them with
+    ToolSandbox's RapidAPI requests answered from recorded data (worker/ts_recorded.py;
+    named `toolsandbox[:category]?network=recorded`, marked in every score's info).
+    `seed` seeds each episode's tool order.
     """
 
     def __init__(self, category: str | None = None, *, user: str = "scripted", user_model: Any = None,
                  network: str = "off", seed: int = 0, replies: list[str] | None = None) -> None:
-        self.name = "toolsandbox" + (f":{category}" if category else "")
+        self.name = "toolsandbox" + (f":{category}" if category else "") + ("?network=recorded" if network == "recorded" else "")
         if network not in NETWORK_MODES:
-            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios are excluded)")
+            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) or 'recorded' (their answers from recorded data)")
+        self.network = network
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user simulator {user!r} for {self.name}; choose 'scripted' or 'llm'")
         self._user = user_spec(user, user_model, replies)
@@ -113,8 +117,9 @@ class ToolSandboxEnv:
         if category is not None and category not in known:
             raise EnvError(f"unknown ToolSandbox category {category!r} in env {self.name!r}: use one of {', '.join(known)}")
         chosen = [s for s in cat["scenarios"] if category is None or category in s["categories"]]
-        self._scenarios = {s["name"]: s for s in chosen if not s["network_tools"]}
-        self._excluded = {s["name"]: s["network_tools"] for s in chosen if s["network_tools"]}
+        offline = network == "off"
+        self._scenarios = {s["name"]: s for s in chosen if not (offline and s["network_tools"])}
+        self._excluded = {s["name"]: s["network_tools"] for s in chosen if offline and s["network_tools"]}
         self._schemas = cat["tool_schemas"]
         self._tools: list[dict[str, Any]] | None = None
         self._task: str | None = None
@@ -126,7 +131,7 @@ class ToolSandboxEnv:
         return sorted(self._scenarios)
 
     def excluded(self) -> dict[str, list[str]]:
-        """Scenarios left out because their allowed tools need the internet (name -> those tools)."""
+        """Scenarios left out because their allowed tools need the internet (name -> those tools); none with network="recorded"."""
         return dict(self._excluded)
 
     def task_family(self, task_id: str) -> str:
@@ -136,12 +141,16 @@ class ToolSandboxEnv:
     def task_categories(self, task_id: str) -> list[str]:
         return list(self._entry(task_id)["categories"])
 
+    def network_tools(self, task_id: str) -> list[str]:
+        """The task's allowed tools that call RapidAPI (answered from recorded data with network="recorded")."""
+        return list(self._entry(task_id)["network_tools"])
+
     def _entry(self, task_id: TaskRef) -> dict[str, Any]:
         key = str(task_id)
         if key in self._scenarios:
             return self._scenarios[key]
         if key in self._excluded:
-            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'")
+            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; use env '{self.name}?network=recorded' for recorded answers")
         raise EnvError(f"unknown task id {key!r} for {self.name} ({len(self._scenarios)} scenarios; see task_ids())")
 
     def tools(self) -> list[dict[str, Any]]:
@@ -164,7 +173,7 @@ class ToolSandboxEnv:
 
     def reset(self, task: TaskRef) -> list[Message]:
         entry = self._entry(task)
-        out = self._ensure_worker().call("reset", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), user=self._user)
+        out = self._ensure_worker().call("reset", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), user=self._user, network=self.network)
         self._task, self._done, self._ended = entry["name"], bool(out["done"]), out.get("termination")
         if out["done"]:
             self._raise_if_user_failed(out)
@@ -216,6 +225,9 @@ class ToolSandboxEnv:
             "similarity": similarity, "turn_count": r["turn_count"], "milestone_mapping": r["milestone_mapping"],
             "minefield_mapping": r["minefield_mapping"], "categories": self._scenarios[self._task]["categories"],
         }
+        info["network"] = self.network
+        if self.network == "recorded":  # which tool answers were recorded data, not live RapidAPI
+            info["recorded_network"] = r.get("recorded_network") or {"calls": 0, "misses": 0}
         if r.get("exception"):
             info["exception"] = f"{r['exception']['type']}: {r['exception']['message']}"
         components = {"milestones": min(1.0, max(0.0, float(r["milestone_similarity"]))), "minefields_avoided": float(r["minefield_similarity"] == 0)}
@@ -231,7 +243,7 @@ class ToolSandboxEnv:
         """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""
         entry = self._entry(task)
         self._task = None
-        return dict(self._ensure_worker().call("reference", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), plan=plan, replies=self._user.get("replies")))
+        return dict(self._ensure_worker().call("reference", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), plan=plan, replies=self._user.get("replies"), network=self.network))
 
     def close(self) -> None:
         if self._worker is not None:

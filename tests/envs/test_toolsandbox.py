@@ -49,6 +49,22 @@ def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: l
     return episode.reward, reference["similarity"], episode.termination
 
 
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[ToolSandboxEnv]:
+    e = make_env("toolsandbox?network=recorded")
+    yield e  # type: ignore[misc]
+    e.close()  # type: ignore[attr-defined]
+
+
+def _recorded_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
+    """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's recorded-call report)."""
+    plan = env.reference_plan(task, variant)
+    asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
+    score = env.score()
+    reference = env.reference_play(task, plan)
+    return score.reward, reference["similarity"], score.info, reference["recorded_network"] or {}
+
+
 def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandboxEnv) -> None:
     ids, excluded = env.task_ids(), env.excluded()
     assert len(ids) + len(excluded) == 129  # ToolSandbox's base scenarios
@@ -70,7 +86,10 @@ def test_bad_input_is_one_line_env_error(env: ToolSandboxEnv) -> None:
         env.reset(net)
     assert "\n" not in str(err.value)
     with pytest.raises(EnvError, match="network mode"):
-        ToolSandboxEnv(network="recorded")
+        ToolSandboxEnv(network="live")
+    with pytest.raises(EnvError, match="network=off|recorded") as err:
+        make_env("toolsandbox:single_tool_call?network=live")
+    assert "\n" not in str(err.value)
 
 
 def test_conformance() -> None:
@@ -83,6 +102,55 @@ def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, famil
     through_adapter, own, termination = _parity(env, task)
     assert termination == "done"
     assert through_adapter == pytest.approx(own, abs=1e-9)
+
+
+def test_recorded_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, recorded: ToolSandboxEnv) -> None:
+    assert recorded.name == "toolsandbox?network=recorded" and recorded.excluded() == {}
+    assert set(recorded.task_ids()) == set(env.task_ids()) | set(env.excluded())  # all 129, the 34 network ones included
+    sub = make_env("toolsandbox:canonicalization?network=recorded")
+    try:
+        assert "find_stock_symbol_with_company_name" not in sub.task_ids()  # not a canonicalization scenario
+        assert "convert_currency" in sub.task_ids() and sub.excluded() == {}  # type: ignore[attr-defined]
+    finally:
+        sub.close()  # type: ignore[attr-defined]
+
+
+def test_recorded_answers_match_milestone_constants_with_parity(recorded: ToolSandboxEnv) -> None:
+    # the recorded reverse geocode of the milestone's coordinates gives the address of its reference reply
+    adapter, own, info, ref_calls = _recorded_parity(recorded, "find_address_with_lat_lon")
+    assert adapter == own == 1.0
+    assert info["network"] == "recorded" and info["recorded_network"]["calls"] == 1 and info["recorded_network"]["misses"] == 0
+    assert info["recorded_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
+    assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["recorded_network"]["sha256"]
+
+
+def test_an_agent_reading_the_recorded_answers_scores_perfect(recorded: ToolSandboxEnv) -> None:
+    # place search -> the milestone's weather coordinates; weather -> a temperature the milestones' extractors read
+    import ast
+
+    def call(name: str, args: dict) -> object:
+        out = recorded.step(Message.assistant(tool_calls=[ToolCall(id=f"c-{name}", name=name, arguments=args)]))
+        return ast.literal_eval(out.messages[0].content or "None")
+
+    recorded.reset("find_temperature_f_with_location")
+    place = call("search_location_around_lat_lon", {"location": "Grand Canyon"})
+    assert isinstance(place, list) and (place[0]["latitude"], place[0]["longitude"]) == (36.23686, -112.19147)
+    weather = call("search_weather_around_lat_lon", {"latitude": place[0]["latitude"], "longitude": place[0]["longitude"]})
+    assert isinstance(weather, dict)
+    fahrenheit = call("unit_conversion", {"amount": weather["current_temperature"], "from_unit": "celsius", "to_unit": "fahrenheit"})
+    assert isinstance(fahrenheit, float)
+    end = recorded.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
+    assert end.done
+    score = recorded.score()
+    assert score.reward == 1.0 and score.info["recorded_network"]["calls"] == 2 and score.info["recorded_network"]["misses"] == 0
+
+
+def test_recorded_mode_keeps_toolsandboxs_wifi_rule(recorded: ToolSandboxEnv) -> None:
+    # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (recorded) request
+    task = "find_temperature_f_with_location_wifi_off"
+    wrong, own_wrong, info, _ = _recorded_parity(recorded, task, "skip_settings")
+    assert wrong == pytest.approx(own_wrong, abs=1e-9)
+    assert info["recorded_network"]["calls"] == 0 and wrong < 1.0
 
 
 def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
@@ -185,6 +253,22 @@ def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
     for cat, m in paper_metrics(similarity, categories, env.excluded()).items():
         print(f"{cat:26s} run {m.run:3d} perfect {m.perfect:3d} mean {m.mean_similarity:.3f} excluded {m.excluded}")
     print(f"toolsandbox parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, {len(mismatches)} mismatches {mismatches}")
+    assert not mismatches
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
+def test_full_recorded_parity_sweep(recorded: ToolSandboxEnv) -> None:
+    network = [t for t in recorded.task_ids() if recorded.network_tools(t)]
+    assert len(network) == 34
+    mismatches, similarity = [], {}
+    for task in network:
+        adapter, own, info, _ = _recorded_parity(recorded, task)
+        similarity[task] = adapter
+        print(f"{task:90s} {adapter:.4f} recorded calls {info['recorded_network']['calls']} misses {info['recorded_network']['misses']}")
+        if abs(adapter - own) > 1e-9:
+            mismatches.append((task, adapter, own))
+    print(f"recorded parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
     assert not mismatches
 
 

@@ -48,3 +48,62 @@ def test_missing_toolsandbox_env_is_a_one_line_env_error(monkeypatch, tmp_path) 
     with pytest.raises(EnvError, match="make toolsandbox-env") as err:
         make_env("toolsandbox")
     assert "\n" not in str(err.value)
+
+
+def _put(store, run_id: str, env: str, task: str, reward: float, categories: list[str] | None, sample: int = 0) -> None:
+    info = {"categories": categories} if categories is not None else {}
+    store.put_episode(run_id, env, task, sample, policy="p", messages=[], reward=reward, success=reward == 1.0, components={},
+                      termination="done", error=None, turns=1, timings={}, score_info=info)
+
+
+def test_stored_metrics_group_by_env_average_samples_and_count_exclusions(tmp_path) -> None:
+    from envs.toolsandbox.metrics import stored_metrics
+    from store import Store
+
+    with Store(f"sqlite:///{tmp_path / 'm.db'}") as store:
+        run_id = store.create_run("rollouts", {})
+        _put(store, run_id, "toolsandbox", "a", 1.0, ["single_tool_call"])
+        _put(store, run_id, "toolsandbox", "b", 1.0, ["single_tool_call"], sample=0)
+        _put(store, run_id, "toolsandbox", "b", 0.5, ["single_tool_call"], sample=1)  # not perfect over its samples
+        _put(store, run_id, "toolsandbox", "c", 0.25, None)  # failed before scoring: no categories in its info
+        _put(store, run_id, "toolsandbox?network=recorded", "net", 1.0, ["canonicalization"])
+        _put(store, run_id, "shop", "shop-x", 1.0, None)  # not a toolsandbox env: ignored
+        rows = store.episodes(run_id)
+    excluded = {"toolsandbox": {"net": ["search_stock"]}, "toolsandbox?network=recorded": {}}
+    out = stored_metrics(rows, excluded_for=excluded.__getitem__, categories_of=lambda env: {"net": ["canonicalization"]})
+    assert [m.env for m in out] == ["toolsandbox", "toolsandbox?network=recorded"]
+    off, rec = out
+    assert (off.network, off.episodes, off.uncategorised) == ("off", 4, ["c"])
+    assert (off.categories["all"].run, off.categories["all"].perfect, off.categories["all"].excluded) == (3, 1, 1)
+    assert off.categories["all"].mean_similarity == pytest.approx((1.0 + 0.75 + 0.25) / 3)
+    assert (off.categories["single_tool_call"].run, off.categories["single_tool_call"].perfect) == (2, 1)
+    assert off.categories["canonicalization"].excluded == 1 and off.categories["canonicalization"].run == 0
+    assert rec.network == "recorded" and rec.categories["canonicalization"].perfect == 1 and rec.categories["all"].excluded == 0
+
+
+def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from gapforge.cli import app
+    from store import Store
+
+    monkeypatch.setenv("GAPFORGE_TOOLSANDBOX_PYTHON", str(tmp_path / "no-python"))  # no catalogue: excluded unknown
+    with Store(f"sqlite:///{tmp_path / 'gapforge.db'}") as store:
+        run_id = store.create_run("rollouts", {})
+        _put(store, run_id, "toolsandbox:single_tool_call", "a", 1.0, ["single_tool_call"])
+        _put(store, run_id, "toolsandbox:single_tool_call", "b", 0.5, ["single_tool_call", "state_dependency"])
+        empty = store.create_run("rollouts", {})
+    runner = CliRunner()
+    base = ["--set", f"workspace={tmp_path}"]
+    res = runner.invoke(app, ["toolsandbox", "metrics", run_id, "--json", *base])
+    assert res.exit_code == 0, res.output
+    (env,) = json.loads(res.output)
+    assert env["env"] == "toolsandbox:single_tool_call" and env["categories"]["all"] == {"run": 2, "perfect": 1, "mean_similarity": 0.75, "excluded": 0}
+    assert env["categories"]["state_dependency"]["run"] == 1
+    table = runner.invoke(app, ["toolsandbox", "metrics", run_id, *base])
+    assert table.exit_code == 0 and "single_tool_call" in table.output and "0.750" in table.output and "excluded counts unknown" in table.output
+    for bad in (["toolsandbox", "metrics", empty, *base], ["toolsandbox", "metrics", "r-nope", *base]):
+        out = runner.invoke(app, bad)
+        assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output

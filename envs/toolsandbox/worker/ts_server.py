@@ -7,7 +7,9 @@ by gapforge. Same wire shape as sandbox/server.py:
  -> {"id": 1, "ok": true, "result": {...}}
  |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
 
-Methods: ping, catalog, reset, step, score, plan, reference, close. KIND is
+Methods: ping, catalog, reset, step, score, plan, reference, close. reset and
+reference take `network` ("off" | "recorded": ToolSandbox's RapidAPI calls
+answered from recorded data, see ts_recorded.py). KIND is
 "bad_request" (the host asked for something that does not exist) or "exception".
 The protocol channel is a duplicate of the original stdout; fd 1 and sys.stdout
 point at stderr so ToolSandbox's prints (tqdm bars, tool output) never reach it.
@@ -65,10 +67,19 @@ class Worker:
             return str(module)
         return str(self._entry(scenario)["module"])
 
-    def reset(self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None) -> dict[str, Any]:
+    @staticmethod
+    def _network(mode: str) -> None:
+        import ts_recorded
+
+        if mode not in ("off", "recorded"):
+            raise BadRequest(f"unknown network mode {mode!r}")
+        ts_recorded.use(mode)
+
+    def reset(self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None, network: str = "off") -> dict[str, Any]:
         from ts_episode import Episode
 
         self.close()
+        self._network(network)
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
         self.episode = Episode(scenario, built, self._user(user or {}))
         return self.episode.start()
@@ -90,23 +101,30 @@ class Worker:
             return self.sc.plan(self.episode.scenario, variant)
         return self.sc.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
 
-    def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None) -> dict[str, Any]:
+    def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None, network: str = "off") -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
         import tempfile
         from pathlib import Path
 
         from tool_sandbox.common.execution_context import RoleType
         from tool_sandbox.roles.execution_environment import ExecutionEnvironment
+        from ts_recorded import report
         from ts_roles import PlanAgent, ScriptedUser
 
         self.close()
+        self._network(network)
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
         roles = {RoleType.AGENT: PlanAgent(plan), RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
         with tempfile.TemporaryDirectory() as tmp:
-            result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
+            try:
+                result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
+            except Exception as exc:  # noqa: BLE001 — tool_sandbox.cli.utils.run_scenario's rule: a play that raises scores 0
+                return {"similarity": 0.0, "milestone_similarity": 0.0, "minefield_similarity": 0.0, "turn_count": built.max_messages,
+                        "exception": f"{type(exc).__name__}: {exc}"[:500], "recorded_network": report()}
         return {
             "similarity": float(result.similarity), "milestone_similarity": float(result.milestone_similarity),
             "minefield_similarity": float(result.minefield_similarity), "turn_count": int(result.turn_count),
+            "recorded_network": report(),
         }
 
     def close(self) -> None:
@@ -120,15 +138,17 @@ class Worker:
         if method == "catalog":
             return self.catalog()
         if method == "reset":
-            return self.reset(p["scenario"], p.get("seed", 0), p.get("user") or {}, p.get("module"))
+            return self.reset(p["scenario"], p.get("seed", 0), p.get("user") or {}, p.get("module"), p.get("network", "off"))
         if method == "step":
             return self.step(p["message"])
         if method == "score":
-            return self._live().evaluate()
+            from ts_recorded import report
+
+            return {**self._live().evaluate(), "recorded_network": report()}
         if method == "plan":
             return self.plan(p["scenario"], p.get("seed", 0), p.get("variant", "milestones"), p.get("module"))
         if method == "reference":
-            return self.reference(p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"))
+            return self.reference(p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"), p.get("network", "off"))
         if method == "close":
             self.close()
             return None
