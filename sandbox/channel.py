@@ -4,7 +4,9 @@ A Channel sends one request line and reads one response line under a deadline
 (`call_timeout_s`) and a size cap (`max_output_bytes`). Transports (a Docker
 attach socket, a subprocess pipe) only implement `_send`, `_recv` and
 `_diagnose`. Any failure of the far side is raised as EnvCodeError and leaves
-the channel `broken`: its owner must destroy it, never reuse it.
+the channel `broken`: its owner must destroy it, never reuse it. When the
+transport's diagnosis says the far side was lost to something outside the env
+(killed or removed from outside, daemon gone) it is raised as SandboxLost.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from sandbox.errors import FAILURE_KINDS, EnvCodeError, EnvFailureKind
+from sandbox.errors import FAILURE_KINDS, INFRA_KINDS, EnvCodeError, EnvFailureKind, SandboxLost
 
 # kinds the far side may report itself (timeout and crash are decided on this side)
 _KINDS: dict[str, EnvFailureKind] = {k: k for k in FAILURE_KINDS if k not in ("timeout", "crash")}  # type: ignore[misc]
@@ -24,7 +26,7 @@ class Channel(ABC):
     def __init__(self, call_timeout_s: float, max_output_bytes: int) -> None:
         self.call_timeout_s = call_timeout_s
         self.max_output_bytes = max_output_bytes
-        self.broken: EnvCodeError | None = None
+        self.broken: EnvCodeError | SandboxLost | None = None
         self.had_failure = False  # any failure during this lease (incl. env exceptions)
         self._buf = bytearray()
         self._next_id = 0
@@ -40,16 +42,18 @@ class Channel(ABC):
         """Bytes of the server's stdout; b"" at EOF; None when nothing came within `timeout`."""
 
     @abstractmethod
-    def _diagnose(self) -> tuple[EnvFailureKind, str]:
-        """After EOF: why did the far side die (oom / crash) and with what evidence."""
+    def _diagnose(self) -> tuple[str, str]:
+        """After EOF: why did the far side die (an EnvFailureKind such as oom / crash, or an
+        infrastructure kind of sandbox.errors.INFRA_KINDS) and with what evidence."""
 
     @abstractmethod
     def kill(self) -> None:
         """Stop the far side for good (idempotent)."""
 
     # -- protocol ------------------------------------------------------------
-    def _fail(self, kind: EnvFailureKind, detail: str, method: str) -> EnvCodeError:
-        err = EnvCodeError(kind, detail, method=method)
+    def _fail(self, kind: str, detail: str, method: str) -> EnvCodeError | SandboxLost:
+        err: EnvCodeError | SandboxLost
+        err = SandboxLost(kind, detail, method=method) if kind in INFRA_KINDS else EnvCodeError(kind, detail, method=method)  # type: ignore[arg-type]
         self.broken = err
         self.had_failure = True
         self.kill()
@@ -77,6 +81,8 @@ class Channel(ABC):
             self._buf += chunk
 
     def call(self, method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+        if isinstance(self.broken, SandboxLost):
+            raise SandboxLost(self.broken.kind, f"sandbox unusable: {self.broken.detail}", method=method)  # type: ignore[arg-type]
         if self.broken is not None:
             raise EnvCodeError("crash", f"sandbox unusable after an earlier failure ({self.broken.kind})", method=method)
         self._next_id += 1

@@ -12,6 +12,7 @@ still be inspected for OOMKilled).
 
 from __future__ import annotations
 
+import calendar
 import os
 import select
 import socket
@@ -22,7 +23,7 @@ from typing import Any
 
 from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
-from sandbox.errors import NO_DAEMON, EnvFailureKind, SandboxError, image_missing
+from sandbox.errors import NO_DAEMON, SandboxError, image_missing
 from sandbox.stage import CONTAINER_ROOT
 
 LABEL = "gapforge"
@@ -81,7 +82,7 @@ def container_kwargs(cfg: SandboxConfig, stage_path: str) -> dict[str, Any]:
         "ipc_mode": "private",
         "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
         "log_config": LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
-        "labels": {LABEL: "1", f"{LABEL}.role": "sandbox", f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.host": socket.gethostname()},
+        "labels": {LABEL: "1", f"{LABEL}.role": "sandbox", f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.started": _start_time(os.getpid()), f"{LABEL}.host": socket.gethostname()},
     }
 
 
@@ -125,17 +126,44 @@ class DockerChannel(Channel):
                 return b""
             self._frames += data
 
-    def _diagnose(self) -> tuple[EnvFailureKind, str]:
+    def _diagnose(self) -> tuple[str, str]:
+        """Why the server's stream ended, blamed on the right boundary.
+
+        The daemon's OOMKilled flag -> oom (the env's doing); a `kill` event in the daemon's
+        log for this container (docker kill / stop / rm -f) or a SIGKILL without the OOM flag
+        -> killed (from outside, not the env's doing); the container gone -> removed; the daemon
+        unreachable -> daemon_gone; any other exit -> crash (the env's server died).
+        """
+        import docker.errors
+
+        removed = "removed", "the container was removed from outside (docker rm, or another process's sweep)"
         try:
             self.container.wait(timeout=5)
             self.container.reload()
             state = self.container.attrs.get("State", {})
             tail = self.container.logs(stdout=False, stderr=True, tail=5).decode("utf-8", "replace").strip()
-        except Exception as e:  # the container vanished
-            return "crash", f"container gone ({type(e).__name__})"
+        except docker.errors.NotFound:
+            return removed
+        except Exception as e:  # noqa: BLE001 - the daemon is away, or the container is being removed
+            try:
+                status = self.client.api.inspect_container(self.container.id).get("State", {}).get("Status")
+            except docker.errors.NotFound:
+                return removed
+            except docker.errors.APIError:
+                return removed  # 409: removal in progress
+            except Exception:  # noqa: BLE001 - connection refused / reset / timed out
+                return "daemon_gone", f"the Docker daemon stopped answering ({type(e).__name__})"
+            if status in ("removing", "dead") or (isinstance(e, docker.errors.APIError) and e.status_code == 409):
+                return removed
+            return "crash", f"could not inspect the exited container ({type(e).__name__}: {str(e)[:200]})"
         code = state.get("ExitCode")
-        if state.get("OOMKilled") or code == 137:
-            return "oom", f"killed at the {self.container.attrs['HostConfig'].get('Memory', 0) // 2**20} MB memory limit (exit {code})"
+        if state.get("OOMKilled"):
+            return "oom", f"killed at the {self.container.attrs['HostConfig'].get('Memory', 0) // 2**20} MB memory limit (exit {code}, OOMKilled)"
+        signal = _kill_signal(self.client, self.container)
+        if signal is not None:
+            return "killed", f"the container was killed from outside (signal {signal}, exit {code}; not the env's doing)"
+        if code == 137:
+            return "killed", "the server got SIGKILL (exit 137) without the daemon's OOMKilled flag: killed from outside"
         return "crash", f"server exited with code {code}" + (f"; stderr: {tail[-500:]}" if tail else "")
 
     def kill(self) -> None:
@@ -146,7 +174,23 @@ class DockerChannel(Channel):
             self._sock.close()
         except OSError:
             pass
-        remove_container(self.client, self.container.id)
+        try:
+            remove_container(self.client, self.container.id)
+        except Exception:  # noqa: BLE001, S110 - daemon unreachable: nothing to remove now; sweep() takes leftovers
+            pass
+
+
+def _kill_signal(client: Any, container: Any) -> str | None:
+    """The signal of a `kill` event the daemon logged for this container (None: nobody killed it)."""
+    created = str(container.attrs.get("Created", ""))[:19]
+    try:
+        since = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%S")) - 1 if created else int(time.time()) - 3600
+        events = client.events(since=since, until=f"{time.time():.6f}", filters={"container": container.id, "event": "kill"}, decode=True)
+        for event in events:
+            return str(event.get("Actor", {}).get("Attributes", {}).get("signal", "?"))
+    except Exception:  # noqa: BLE001 - no event log: fall back to the exit code
+        return None
+    return None
 
 
 def remove_container(client: Any, container_id: str) -> None:
@@ -177,6 +221,10 @@ def start_container(client: Any, cfg: SandboxConfig, stage_path: str) -> DockerC
         container = client.containers.create(**container_kwargs(cfg, stage_path))
     except docker.errors.ImageNotFound:
         raise SandboxError(image_missing(cfg.image)) from None
+    except docker.errors.APIError:
+        raise
+    except Exception as e:  # noqa: BLE001 - requests' connection errors: the daemon went away
+        raise SandboxError(f"the Docker daemon stopped answering ({type(e).__name__}): check that dockerd runs, then resume") from None
     try:
         channel = DockerChannel(client, container, cfg)
         container.start()
@@ -187,32 +235,56 @@ def start_container(client: Any, cfg: SandboxConfig, stage_path: str) -> DockerC
     return channel
 
 
-def _pid_alive(pid: int) -> bool:
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot ("" when unknown): with the pid it
+    names one process, so a recycled pid is not mistaken for the pool's owner."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+        return stat[stat.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    started = labels.get(f"{LABEL}.started", "")
+    return not started or not _start_time(pid) or _start_time(pid) == started
+
+
+def list_containers(client: Any, label: str = LABEL) -> list[dict[str, Any]]:
+    """gapforge containers as the daemon lists them (id, labels, state), in ONE call.
+
+    Not `client.containers.list()`: it inspects every listed container afterwards, which
+    fails with NotFound when another process removes one in between.
+    """
+    return client.api.containers(all=True, filters={"label": label})
 
 
 def sweep(client: Any | None = None, *, everything: bool = False, only_pid: int | None = None) -> int:
     """Remove leftover gapforge containers; returns how many were removed.
 
-    Default: containers of this host whose owning process is gone (safe while
-    other gapforge processes run). `only_pid`: this process's own containers.
-    `everything`: all gapforge-labelled containers.
+    Default: containers of this host whose owning process (pid + start time) is gone: safe
+    while other gapforge processes run their pools. `only_pid`: this process's own
+    containers. `everything`: all gapforge-labelled containers. Containers that vanish
+    meanwhile (another process removing them) are skipped, never an error.
     """
     client = client or docker_client()
     host = socket.gethostname()
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
-        labels = c.labels or {}
+    for c in list_containers(client):
+        labels = c.get("Labels") or {}
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
         mine = labels.get(f"{LABEL}.host") == host
-        if everything or (only_pid is not None and mine and pid == only_pid) or (only_pid is None and mine and not _pid_alive(pid)):
-            remove_container(client, c.id)
+        if everything or (only_pid is not None and mine and pid == only_pid) or (only_pid is None and mine and not _owner_alive(labels)):
+            remove_container(client, c["Id"])
             removed += 1
     return removed
 
@@ -221,7 +293,7 @@ def wait_gone(client: Any, ids: list[str], timeout: float = 10.0) -> None:
     """Block until the given containers no longer exist (removal is asynchronous-ish)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = {c.id for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)} & set(ids)
+        left = {c["Id"] for c in list_containers(client)} & set(ids)
         if not left:
             return
         time.sleep(0.05)

@@ -6,6 +6,12 @@ detail, traceback) for the caller to record. After a failure that killed the
 sandbox, the next `reset()` transparently leases a fresh one; `step`/`score`
 without a new reset raise EnvCodeError(kind="crash"). After `close()` every call
 raises the sandbox's own SandboxError.
+
+A sandbox lost to something that is not the env's doing (container killed or
+removed from outside, daemon gone: SandboxLost) is not an env failure: the call
+is retried on a fresh sandbox, replaying the episode so far (reset + steps), up
+to `infra_retries` times; the evidence goes to `sandbox_faults`, never to
+`failures`. When it persists, SandboxLost (a SandboxError) propagates.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from envs.naming import synthetic_env_name
 from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
 from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
-from sandbox.errors import EnvCodeError, SandboxError
+from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 from sandbox.pool import SandboxPool
 
 
@@ -40,7 +46,7 @@ class SandboxedEnv:
 
     def __init__(
         self, module_path: str | Path, cfg: SandboxConfig | None = None, pool: SandboxPool | None = None,
-        *, lazy: bool = False, max_failures: int = 100,
+        *, lazy: bool = False, max_failures: int = 100, infra_retries: int = 2,
     ) -> None:
         if cfg is None and pool is None:
             raise ValueError("SandboxedEnv needs a SandboxConfig or a SandboxPool")
@@ -54,6 +60,10 @@ class SandboxedEnv:
         self._closed = False
         self.failures: deque[dict[str, Any]] = deque(maxlen=max_failures)  # evidence of recent env failures
         self.failure_count = 0
+        self.sandbox_faults: deque[dict[str, Any]] = deque(maxlen=max_failures)  # sandboxes lost to outside causes
+        self.infra_retries = infra_retries
+        self._journal: list[tuple[str, dict[str, Any] | None]] = []  # the episode so far, for a replay
+        self._lost = False  # the sandbox was lost (not the env's doing): the next call replays the episode
         if not lazy:
             try:
                 self._lease()
@@ -79,13 +89,19 @@ class SandboxedEnv:
         self.failure_count += 1
 
     def _lease(self) -> Channel:
-        try:
-            self._channel, self._info = self.pool.acquire(self.module_path)
-        except EnvCodeError as e:
-            self._record(e)
-            raise
+        for attempt in range(self.infra_retries + 1):
+            try:
+                self._channel, self._info = self.pool.acquire(self.module_path)
+                break
+            except EnvCodeError as e:
+                self._record(e)
+                raise
+            except SandboxLost as e:
+                self.sandbox_faults.append(e.to_dict())
+                if attempt >= self.infra_retries:
+                    raise
         self._episode_lost = False
-        return self._channel
+        return self._channel  # type: ignore[return-value]
 
     def _lease_info(self) -> dict[str, Any]:
         self._check_open()
@@ -98,21 +114,40 @@ class SandboxedEnv:
 
     def _call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         self._check_open()
-        if self._channel is None:
-            if self._episode_lost and method != "reset":
-                raise EnvCodeError("crash", "the episode was lost when the sandbox was destroyed after a failure; reset() again", method=method)
-            self._lease()
-        channel = self._channel
-        assert channel is not None
-        try:
-            return channel.call(method, params)
-        except EnvCodeError as e:
-            self._record(e)
-            if channel.broken is not None:
+        for attempt in range(self.infra_retries + 1):
+            replay = self._lost and method != "reset"
+            if self._channel is None:
+                if self._episode_lost and method != "reset":
+                    raise EnvCodeError("crash", "the episode was lost when the sandbox was destroyed after a failure; reset() again", method=method)
+                self._lease()
+            channel = self._channel
+            assert channel is not None
+            try:
+                if replay:
+                    for m, p in self._journal:
+                        channel.call(m, p)
+                self._lost = False
+                out = channel.call(method, params)
+            except SandboxLost as e:  # not the env's doing: a fresh sandbox, the episode replayed
+                self.sandbox_faults.append(e.to_dict())
                 self.pool.discard(channel)
-                self._channel = None
-                self._episode_lost = True
-            raise
+                self._channel, self._lost = None, True
+                if attempt >= self.infra_retries:
+                    raise
+                continue
+            except EnvCodeError as e:
+                self._record(e)
+                if channel.broken is not None:
+                    self.pool.discard(channel)
+                    self._channel, self._journal = None, []
+                    self._episode_lost = True
+                raise
+            if method == "reset":
+                self._journal = [("reset", params)]
+            elif method == "step":
+                self._journal.append(("step", params))
+            return out
+        raise AssertionError("unreachable")
 
     def _bad_output(self, method: str, err: Exception) -> EnvCodeError:
         detail = str(err).splitlines()

@@ -7,6 +7,11 @@ EnvCodeError: the env module itself failed (raised, hung, ran out of memory,
 flooded output, answered garbage, crashed, or did not load). This is *data*:
 the validator records a failed check, a rollout gets zero reward, the
 pipeline goes on.
+
+SandboxLost: the sandbox died for a reason that is not the env's doing (the
+container was killed or removed from outside, the Docker daemon went away).
+It is a SandboxError, so the checks never count it against the env;
+SandboxedEnv first retries the call on a fresh sandbox (replaying the episode).
 """
 
 from __future__ import annotations
@@ -37,6 +42,26 @@ class EnvCodeError(Exception):
     def to_dict(self) -> dict[str, str | None]:
         """Plain evidence for reports and the store."""
         return {"kind": self.kind, "detail": self.detail, "method": self.method, "traceback": self.traceback}
+
+
+InfraFailureKind = Literal["killed", "removed", "daemon_gone"]
+INFRA_KINDS: tuple[str, ...] = ("killed", "removed", "daemon_gone")
+
+
+class SandboxLost(SandboxError):
+    """The sandbox was lost to something outside the env (kill, removal, daemon); `kind` says which."""
+
+    def __init__(self, kind: InfraFailureKind, detail: str, *, method: str | None = None) -> None:
+        if kind not in INFRA_KINDS:
+            raise ValueError(f"unknown SandboxLost kind {kind!r}")
+        self.kind = kind
+        self.detail = detail
+        self.method = method
+        where = f" during {method}()" if method else ""
+        super().__init__(f"sandbox {kind}{where}: {detail}")
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"kind": self.kind, "detail": self.detail, "method": self.method, "blame": "sandbox"}
 
 
 NO_DAEMON = "no Docker daemon reachable: start dockerd or set sandbox.backend: process (no isolation)"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sandbox.docker_backend import list_containers
 from store import Store
 
 
@@ -16,7 +17,7 @@ def test_demo_runs_end_to_end(tmp_path: Path, docker_client) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"gapforge.pid={proc.pid}"})
+    leftovers = list_containers(docker_client, f"gapforge.pid={proc.pid}")
     assert leftovers == [], f"the demo left {len(leftovers)} sandbox container(s) behind"
     lines = [ln for ln in out.splitlines() if ln.strip()]
     run_id = lines[0].split()[-1]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gapforge.config import SandboxConfig
+from sandbox.docker_backend import list_containers
 
 ENVS = Path(__file__).parent / "envs"
 HOSTILE = Path(__file__).parent / "hostile"
@@ -17,7 +18,7 @@ TAG = "gapforge-sandbox:latest"
 
 def gapforge_containers(client) -> list[str]:
     """gapforge containers owned by this test process (other processes may run their own)."""
-    return [c.id for c in client.containers.list(all=True, filters={"label": f"gapforge.pid={os.getpid()}"})]
+    return [c["Id"] for c in list_containers(client, f"gapforge.pid={os.getpid()}")]
 
 
 @pytest.fixture(scope="session")

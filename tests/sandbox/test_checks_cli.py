@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from gapforge.cli import app
 from gapforge.config import SandboxConfig
+from sandbox.docker_backend import list_containers
 
 BROKEN = Path(__file__).parent / "broken"
 EXAMPLES = sorted(p for p in (Path(__file__).parents[2] / "envs" / "examples").glob("*.py") if p.name != "__init__.py")
@@ -28,7 +29,7 @@ def none_of_ours_left(docker_client):
     yield
     label = f"gapforge.pid={os.getpid()}"
     deadline = time.monotonic() + 10
-    while (left := [c.id[:12] for c in docker_client.containers.list(all=True, filters={"label": label})]) and time.monotonic() < deadline:
+    while (left := [c["Id"][:12] for c in list_containers(docker_client, label)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"gapforge containers left behind: {left}"
 

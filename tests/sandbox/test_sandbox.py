@@ -11,7 +11,7 @@ import pytest
 from envs.errors import EnvError
 from envs.protocol import Environment, Message, ToolCall
 from gapforge.config import SandboxConfig
-from sandbox.docker_backend import container_kwargs, sweep
+from sandbox.docker_backend import container_kwargs, list_containers, sweep
 from sandbox.env import SandboxedEnv, open_env
 from sandbox.errors import EnvCodeError, SandboxError
 from sandbox.pool import SandboxPool
@@ -77,7 +77,7 @@ def test_pool_is_warm_reuses_healthy_and_destroys_failed(sandbox_config, counter
             env2.step(Message.assistant("no reset yet"))  # the env raises: a failure during the lease
         env2.close()
         assert pool.counts()["idle"] == 0  # a sandbox that had a failure is destroyed
-        assert first not in {c.id for c in docker_client.containers.list(all=True)}
+        assert first not in {c["Id"] for c in list_containers(docker_client)}
     assert acquire_s < 1.0  # warm acquire (bench: ~15 ms); generous bound for loaded CI
 
 
@@ -124,9 +124,9 @@ def test_sweep_removes_containers_of_this_process(sandbox_config, counter_env_pa
         env = SandboxedEnv(counter_env_path, sandbox_config, pool)
         cid = env.sandbox_id
         sweep(docker_client)  # default: only containers whose owner process is gone
-        assert cid in {c.id for c in docker_client.containers.list(all=True)}  # our process is alive: kept
+        assert cid in {c["Id"] for c in list_containers(docker_client)}  # our process is alive: kept
         assert sweep(docker_client, only_pid=os.getpid()) >= 1
-        assert cid not in {c.id for c in docker_client.containers.list(all=True)}
+        assert cid not in {c["Id"] for c in list_containers(docker_client)}
     finally:
         pool.close()
 
