@@ -4,6 +4,16 @@ tests and benchmarks of the real client code paths (no LLM API is reachable here
     with FakeOpenAIServer(responder, latency_s=0.1, fail_first=2) as srv:
     with FakeOpenAIServer(responder, fail_rate=0.2, seed=0) as srv:  # ~20% HTTP 500s, seeded
         ChatOpenAI(base_url=srv.base_url, ...)
+    faults = Faults(rate_limit_rate=0.05, retry_after_s=0.2, garbage_rate=0.05, hang_rate=0.02, hang_s=5)
+    with FakeOpenAIServer(responder, fail_rate=0.2, faults=faults, seed=0) as srv:
+        srv.set_down(True)   # full outage: every connection is dropped without an answer
+        srv.set_down(False)  # recovery
+
+Fault injection (one seeded draw per request, the shares add up): `fail_rate`
+-> `fail_status` (500); `rate_limit_rate` -> 429 with `Retry-After:
+retry_after_s`; `garbage_rate` -> 200 whose body is not JSON; `hang_rate` ->
+no answer for `hang_s` (the client's timeout fires). `injected` counts what was
+injected, by kind.
 
 `responder(request_json) -> assistant message dict` decides each answer (OpenAI
 wire format: {"role": "assistant", "content": ..., "tool_calls": [...]}).
@@ -16,6 +26,7 @@ import json
 import random
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
@@ -46,6 +57,17 @@ def structured_reply(obj: dict[str, Any]) -> Responder:
     return respond
 
 
+@dataclass(frozen=True)
+class Faults:
+    """Shares of requests answered with a fault (besides fail_rate's HTTP 500s)."""
+
+    rate_limit_rate: float = 0.0
+    retry_after_s: float = 1.0
+    garbage_rate: float = 0.0
+    hang_rate: float = 0.0
+    hang_s: float = 30.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # many concurrent clients in benchmarks
@@ -54,9 +76,12 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAIServer:
     def __init__(
         self, responder: Responder, *, latency_s: float = 0.0, fail_first: int = 0, fail_status: int = 500,
-        fail_rate: float = 0.0, seed: int = 0,
+        fail_rate: float = 0.0, seed: int = 0, faults: Faults | None = None,
     ) -> None:  # fmt: skip
         self.responder = responder
+        self.faults = faults or Faults()
+        self.injected: dict[str, int] = {}
+        self._down = False
         self.fail_rate = fail_rate  # share of requests (after fail_first) answered with fail_status, drawn from `seed`
         self._rng = random.Random(seed)
         self.latency_s = latency_s
@@ -78,25 +103,58 @@ class FakeOpenAIServer:
         with self._lock:
             return len(self.requests)
 
-    def _handle(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def set_down(self, down: bool) -> None:
+        """A full outage: while down, every request's connection is dropped without an answer."""
+        with self._lock:
+            self._down = down
+
+    def _draw(self, n: int) -> str | None:
+        """Which fault (if any) answers request `n` (call under the lock)."""
+        if self._down:
+            return "down"
+        if n <= self.fail_first:
+            return "fail"
+        f = self.faults
+        if not (self.fail_rate or f.rate_limit_rate or f.garbage_rate or f.hang_rate):
+            return None
+        r = self._rng.random()
+        for kind, share in (("fail", self.fail_rate), ("rate_limit", f.rate_limit_rate), ("garbage", f.garbage_rate), ("hang", f.hang_rate)):
+            if r < share:
+                return kind
+            r -= share
+        return None
+
+    def _handle(self, body: dict[str, Any]) -> tuple[int, bytes | None, dict[str, str]]:
+        """(status, body bytes or None to drop the connection, extra headers)."""
         with self._lock:
             self.requests.append(body)
             n = len(self.requests)
-            injected = n <= self.fail_first or (self.fail_rate > 0 and self._rng.random() < self.fail_rate)
+            fault = self._draw(n)
+            if fault:
+                self.injected[fault] = self.injected.get(fault, 0) + 1
+        if fault == "down":
+            return 0, None, {}
         if self.latency_s:
             time.sleep(self.latency_s)
-        if injected:
-            return self.fail_status, {"error": {"message": f"injected failure {n}", "type": "server_error"}}
+        if fault == "hang":
+            time.sleep(self.faults.hang_s)
+        if fault == "fail":
+            return self.fail_status, _json({"error": {"message": f"injected failure {n}", "type": "server_error"}}), {}
+        if fault == "rate_limit":
+            headers = {"Retry-After": f"{self.faults.retry_after_s:g}"}
+            return 429, _json({"error": {"message": f"rate limited {n}", "type": "rate_limit"}}), headers
+        if fault == "garbage":
+            return 200, b"<html><body>502 Bad Gateway (proxy)</body></html>", {}
         message = self.responder(body)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
-        return 200, {
+        return 200, _json({
             "id": f"chatcmpl-{n}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
+        }), {}  # fmt: skip
 
     def __enter__(self) -> "FakeOpenAIServer":
         outer = self
@@ -108,11 +166,13 @@ class FakeOpenAIServer:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str] | None = None) -> None:
+                data = payload if isinstance(payload, bytes) else _json(payload)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -128,8 +188,12 @@ class FakeOpenAIServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return
-                status, payload = outer._handle(body)
-                self._send(status, payload)
+                status, payload, headers = outer._handle(body)
+                if payload is None:  # outage: drop the connection unanswered
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self._send(status, payload, headers)
 
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -142,6 +206,10 @@ class FakeOpenAIServer:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _json(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload).encode()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,31 +11,57 @@ than httpx: httpcore's connection pool scans every pooled connection (with a
 getpeername + poll syscall each) for every request, which profiled as over
 half the collector's CPU at concurrency 64.
 
-Retries: connection errors, timeouts, 408/429/5xx, with jittered exponential
-backoff; after the last attempt -> EndpointError (the episode ends, not the
-run). 400 -> PolicyError. 401/403/404 -> ServingError (the user must fix the
-key, model name or URL). Unparseable tool-call arguments -> MalformedOutputError.
+Retries: connection errors, timeouts, 408/429/5xx and 200 answers that are not
+a chat completion (a body that is not JSON, no choices: the server's fault,
+never the model's), with jittered exponential backoff that waits at least what
+a `Retry-After` header asks (capped at `max_retry_after_s`); after the last
+attempt -> EndpointError (the episode ends, not the run, and is not final: a
+resume redoes it). A circuit breaker shared by all calls of one EndpointPolicy
+(serving/breaker.py) fails calls at once while the endpoint is down, so an
+outage costs seconds, not minutes of retries. 400 -> PolicyError. 401/403/404
+-> ServingError (the user must fix the key, model name or URL). Unparseable
+tool-call arguments -> MalformedOutputError (the model's output).
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
+import time
 from typing import Any
 
 import aiohttp
-from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
 from envs.protocol import Message, ToolCall
+from serving.breaker import CircuitBreaker, CircuitOpen
 from serving.errors import ServingError
 
 USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
 
 
 class _Transient(Exception):
-    def __init__(self, status: int, body: str) -> None:
+    def __init__(self, status: int, body: str, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {body[:200]}")
+        self.retry_after = retry_after
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date); None if absent/invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _transient(exc: BaseException) -> bool:
@@ -57,6 +83,9 @@ class EndpointPolicy:
         timeout_s: float = 120.0,
         max_retries: int = 4,
         retry_backoff_s: float = 1.0,
+        max_retry_after_s: float = 60.0,
+        breaker_failures: int = 8,
+        breaker_cooldown_s: float = 30.0,
         name: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -69,6 +98,9 @@ class EndpointPolicy:
         self.timeout_s = timeout_s
         self.attempts = max_retries + 1
         self.backoff_s = retry_backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self._backoff = wait_exponential_jitter(multiplier=retry_backoff_s, max=30 * retry_backoff_s, jitter=retry_backoff_s)
+        self.breaker = CircuitBreaker(f"policy endpoint {self.url}", failures=breaker_failures, cooldown_s=breaker_cooldown_s)
         self._headers = {"Authorization": f"Bearer {api_key or 'not-needed'}"}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -105,31 +137,54 @@ class EndpointPolicy:
         return body
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.breaker.check()
+        try:
+            data = await self._post_once(body)
+        except _Transient as e:
+            self.breaker.failure(str(e))
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            self.breaker.failure(f"{type(e).__name__}: {e}")
+            raise
+        self.breaker.success()
+        return data
+
+    async def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
         async with self._http().post(self.url, data=json.dumps(body), headers={"Content-Type": "application/json"}) as resp:
             status, text = resp.status, await resp.text()
+            retry_after = retry_after_s(resp.headers.get("Retry-After"))
         if status == 200:
             try:
-                return json.loads(text)
+                data = json.loads(text)
+                data["choices"][0]["message"]
             except json.JSONDecodeError:
-                raise MalformedOutputError("policy endpoint answered 200 with a body that is not JSON", raw=text[:2000]) from None
+                raise _Transient(200, f"body is not JSON: {text[:150]!r}") from None
+            except (KeyError, IndexError, TypeError):
+                raise _Transient(200, f"not a chat completion (no choices[0].message): {text[:150]!r}") from None
+            return data
         if is_transient_status(status):
-            raise _Transient(status, text)
+            raise _Transient(status, text, retry_after)
         if status in USER_FIX_STATUS:
             raise ServingError(f"policy endpoint {self.url} answered HTTP {status}: {USER_FIX_STATUS[status]}")
         raise PolicyError(f"policy endpoint rejected the request: HTTP {status}: {text[:300]}")
 
+    def _wait(self, state: RetryCallState) -> float:
+        backoff = self._backoff(state)
+        exc = state.outcome.exception() if state.outcome else None
+        asked = getattr(exc, "retry_after", None)
+        return backoff if asked is None else min(max(backoff, asked), self.max_retry_after_s)
+
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         body = self.payload(messages, tools, temperature)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential_jitter(multiplier=self.backoff_s, max=30 * self.backoff_s, jitter=self.backoff_s),
-            retry=retry_if_exception(_transient),
-            reraise=False,
-        )
+        retrying = AsyncRetrying(stop=stop_after_attempt(self.attempts), wait=self._wait, retry=retry_if_exception(_transient), reraise=False)
         try:
             data = await retrying(self._post, body)
+        except CircuitOpen as e:
+            raise EndpointError(str(e)) from None
         except RetryError as err:
             last = err.last_attempt.exception()
+            if isinstance(last, CircuitOpen):
+                raise EndpointError(str(last)) from None
             raise EndpointError(
                 f"policy endpoint {self.url} failed {self.attempts} attempt(s), last: {type(last).__name__}: {last}"
             ) from None

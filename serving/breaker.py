@@ -1,0 +1,66 @@
+"""A circuit breaker for one endpoint: stop hammering a server that is down.
+
+After `failures` consecutive failed requests (no success in between) the circuit
+opens: every call fails at once with CircuitOpen for `cooldown_s`. Then one probe
+request is let through (half-open): its success closes the circuit, its failure
+opens it again for another cooldown. Concurrent callers share one breaker, so an
+outage costs about `failures` requests, not (episodes x retries) of them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class CircuitOpen(Exception):
+    """The endpoint is considered down; the message says since when and when it is tried again."""
+
+
+class CircuitBreaker:
+    def __init__(self, name: str, *, failures: int = 8, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if failures < 1 or cooldown_s < 0:
+            raise ValueError(f"circuit breaker needs failures >= 1 and cooldown_s >= 0, got {failures}, {cooldown_s}")
+        self.name = name
+        self.threshold = failures
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._consecutive = 0
+        self._opened_at: float | None = None
+        self._probing = False
+        self.last_error = ""
+        self.opened = 0  # how many times the circuit opened (for reports and tests)
+
+    @property
+    def is_open(self) -> bool:
+        with self._lock:
+            return self._opened_at is not None
+
+    def check(self) -> None:
+        """Raise CircuitOpen unless a request may go out now."""
+        with self._lock:
+            if self._opened_at is None:
+                return
+            left = self._opened_at + self.cooldown_s - self._clock()
+            if left <= 0 and not self._probing:
+                self._probing = True  # half-open: this caller is the probe
+                return
+            raise CircuitOpen(
+                f"{self.name} is down ({self._consecutive} consecutive failures, last: {self.last_error[:200]}); "
+                f"not trying again for {max(left, 0):.0f}s"
+            )
+
+    def success(self) -> None:
+        with self._lock:
+            self._consecutive, self._opened_at, self._probing = 0, None, False
+
+    def failure(self, error: str) -> None:
+        with self._lock:
+            self._consecutive += 1
+            self.last_error = error
+            if self._probing or (self._opened_at is None and self._consecutive >= self.threshold):
+                if self._opened_at is None:
+                    self.opened += 1
+                self._opened_at, self._probing = self._clock(), False
