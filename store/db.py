@@ -21,11 +21,12 @@ from sqlalchemy import select
 from store.analysis import AnalysisQueries
 from store.artifacts import ArtifactQueries
 from store.errors import StoreError
+from store.leases import LeaseQueries
 from store.models import SCHEMA_VERSION, StoreMeta
 from store.runs import RunQueries
 
 
-class Store(RunQueries, AnalysisQueries, ArtifactQueries):
+class Store(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries):
     """Engine + schema for a store URL (SQLite file or PostgreSQL); raises StoreError if unusable."""
 
     def __init__(self, url: str) -> None:

@@ -295,3 +295,19 @@ class Evaluation(Stamped, Base):
     name: Mapped[str] = mapped_column(String(128))
     policy: Mapped[str] = mapped_column(String(256))
     metrics: Mapped[dict[str, Any]]
+
+
+class RunLease(Base):
+    """Which process works on a run now (one at a time). A holder is host + pid + the process's
+    start time; a lease whose process is gone (same host) or whose heartbeat is older than its
+    ttl (any host) may be taken over."""
+
+    __tablename__ = "run_leases"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int]
+    command: Mapped[str] = mapped_column(String(256))
+    ttl_s: Mapped[float]
+    acquired_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
