@@ -88,15 +88,27 @@ def make_engine(raw_url: str) -> Engine:
         # A write transaction from the start: a deferred one that finds tables missing while another
         # process is creating them cannot upgrade to a writer and fails at once ("database is locked").
         Base.metadata.create_all(engine.execution_options(gapforge_write=True))
-    except exc.OperationalError as e:
+    except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...
         engine.dispose()
         reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]
-        raise StoreError(f"cannot open store {shown!r}: {reason}; check that the server runs and the URL is right") from None
+        raise StoreError(f"cannot open store {shown!r}: {reason}; {_open_hint(url, reason)}") from None
     return engine
 
 
+def _open_hint(url: URL, reason: str) -> str:
+    """What to fix, for the backend and the failure at hand."""
+    if url.get_backend_name() != "sqlite":
+        return "check that the server runs and the URL is right"
+    low = reason.lower()
+    if "not a database" in low or "malformed" in low:
+        return "that file is not a gapforge SQLite store: point store.url at a new file or the right one"
+    if "readonly" in low or "read-only" in low or "unable to open" in low or "permission" in low:
+        return "check that the file and its directory are writable by you"
+    return "check the file at that path (disk full? another program holding it?)"
+
+
 def unknown_run(run_id: str) -> StoreError:
-    return StoreError(f"unknown run {run_id!r}: see `gapforge runs`")
+    return StoreError(f"unknown run {run_id!r} in this store: check the run id and store.url")
 
 
 def no_capability(run_id: str, name: str | None) -> str:

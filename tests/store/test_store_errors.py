@@ -66,3 +66,17 @@ def test_store_error_is_a_cli_user_error() -> None:
     from gapforge.errors import USER_ERRORS
 
     assert StoreError in USER_ERRORS
+
+
+def test_a_file_that_is_not_a_database_is_named_and_left_untouched(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.db"
+    notes.write_text("my notes, not a database\n" * 200)
+    message = open_error(f"sqlite:///{notes}")
+    assert "file is not a database" in message and "not a gapforge SQLite store" in message
+    assert "server" not in message  # a SQLite fault gets a SQLite hint
+    assert notes.read_text() == "my notes, not a database\n" * 200  # no data lost
+
+
+def test_a_directory_as_the_sqlite_file_gets_a_file_hint(tmp_path: Path) -> None:
+    message = open_error(f"sqlite:///{tmp_path}")
+    assert "server" not in message and "unable to open" in message

@@ -74,7 +74,7 @@ def test_existing_run_id_is_an_error_unless_exist_ok(store: Store) -> None:
 def test_unknown_run_is_a_one_line_error(store: Store) -> None:
     with pytest.raises(StoreError) as err:
         store.get_run("r-missing")
-    assert str(err.value) == "unknown run 'r-missing': see `gapforge runs`"
+    assert str(err.value) == "unknown run 'r-missing' in this store: check the run id and store.url"
     with pytest.raises(StoreError, match="unknown run 'r-missing'"):
         episode(store, "r-missing")
     for call in (lambda: store.episodes("r-missing"), lambda: store.set_run_status("r-missing", "done"),
