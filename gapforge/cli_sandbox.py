@@ -24,7 +24,7 @@ def build_image_cmd(
     from sandbox.image import build_image
 
     cfg = get_config(config, set_)
-    client = docker_client()
+    client = docker_client("start dockerd (the image is built by the Docker daemon)")
     t0 = time.monotonic()
     used = build_image(client, cfg.sandbox.image, method=method, force=force, log=lambda s: err_console.print(s, highlight=False))  # type: ignore[arg-type]
     if used == "cached":
@@ -44,5 +44,5 @@ def sweep_cmd(
     from sandbox.docker_backend import docker_client, sweep
 
     get_config(config, set_)
-    removed = sweep(docker_client(), everything=everything)
+    removed = sweep(docker_client("start dockerd (containers to sweep live in the Docker daemon)"), everything=everything)
     console.print(f"removed {removed} container(s)", highlight=False)

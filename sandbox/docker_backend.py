@@ -30,8 +30,9 @@ LABEL = "gapforge"
 SANDBOX_UID = "65534:65534"
 
 
-def docker_client() -> Any:
-    """A connected Docker client, or SandboxError saying how to get one."""
+def docker_client(fix: str | None = None) -> Any:
+    """A connected Docker client, or SandboxError saying how to get one (`fix`: the hint that
+    fits the caller, e.g. a sweep has nothing to do with the process backend)."""
     import docker
     import docker.errors
     import requests
@@ -44,7 +45,8 @@ def docker_client() -> Any:
         cause = " ".join(str(e).split())[:200]
         if "ermission denied" in cause:  # the daemon runs, this user may not talk to it
             raise SandboxError(f"Docker daemon refused access ({cause}): add this user to the docker group or use sudo") from None
-        raise SandboxError(f"{NO_DAEMON} ({cause})") from None
+        hint = NO_DAEMON if fix is None else f"no Docker daemon reachable: {fix}"
+        raise SandboxError(f"{hint} ({cause})") from None
 
 
 def require_image(client: Any, tag: str) -> None:
