@@ -47,8 +47,8 @@ def test_container_killed_from_outside_is_retried_not_blamed_on_the_env(sandbox_
         killer.join()
         assert env.sandbox_id != first
         assert _bump(env) == "1" and env.score().reward == 0.5
-        assert env.failures == []  # nothing counted against the env
-        assert [f["kind"] for f in env.sandbox_faults] == [kind]
+        assert list(env.failures) == []  # nothing counted against the env
+        assert [f["kind"] for f in env.sandbox_faults] == [kind] and env.failure_count == 0
         if kind == "killed":
             assert "from outside" in env.sandbox_faults[0]["detail"] and "oom" not in env.sandbox_faults[0]["detail"].lower()
 
@@ -59,7 +59,7 @@ def test_a_kill_mid_episode_replays_the_episode_on_a_fresh_container(sandbox_con
         assert _bump(env) == "1"
         subprocess.run(["docker", "kill", env.sandbox_id], capture_output=True, check=True)
         assert _bump(env) == "2"  # reset(2) + the first bump replayed, then this one
-        assert env.score().reward == 1.0 and env.failures == []
+        assert env.score().reward == 1.0 and list(env.failures) == []
 
 
 def test_a_persistent_outside_kill_is_a_sandbox_error_not_an_env_failure(sandbox_config):
@@ -69,7 +69,7 @@ def test_a_persistent_outside_kill_is_a_sandbox_error_not_an_env_failure(sandbox
             env.reset(0)
         killer.join()
     assert isinstance(info.value, SandboxError) and info.value.kind == "killed"
-    assert env.failures == []
+    assert list(env.failures) == []
 
 
 def test_sweep_takes_only_truly_orphaned_containers_and_tolerates_vanished_ones(sandbox_config, docker_client):
@@ -124,7 +124,7 @@ def test_concurrent_validations_and_sweeps_never_crash(sandbox_config, tmp_path)
     script = tmp_path / "worker.py"
     script.write_text(
         "import sys\n"
-        "from gapforge.config import SandboxConfig\n"
+        "from sandbox.config import SandboxConfig\n"
         "from sandbox.docker_backend import sweep\n"
         "from sandbox.env import SandboxedEnv\n"
         "from sandbox.pool import SandboxPool\n"
