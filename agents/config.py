@@ -22,6 +22,9 @@ class EndpointConfig(_Section):
     api_key: SecretStr | None = Field(None, exclude=True, description="filled by the loader from api_key_env")
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0, le=20)
+    retry_backoff_s: float = Field(1.0, ge=0.0, le=60.0, description="first retry wait; doubles per attempt (at least what Retry-After asks)")
+    breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that mark the endpoint down (circuit open)")
+    breaker_cooldown_s: float = Field(30.0, ge=0.0, description="while down, calls fail at once; then one probe request is tried")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
 
 

@@ -5,7 +5,11 @@ components, the env's evidence — `score_info` and every non-empty `StepResult.
 turns, termination reason, timings, start time). A bad rollout is data: policy
 failures (envs.errors.PolicyError: endpoint down after retries, malformed output)
 and unexpected exceptions inside `env.step` end the episode with that reason,
-and the episode is still scored. Only `env.reset` raising envs.errors.EnvError
+and the episode is still scored. A sandbox lost to an outside cause (sandbox.errors.
+SandboxError, after the sandbox's own retries) ends it as `sandbox_error`.
+`endpoint_error` and `sandbox_error` are infrastructure failures
+(INFRA_TERMINATIONS): not the model's or the env's doing, so the collector never
+stores such an episode as final and a resume redoes it. Only `env.reset` raising envs.errors.EnvError
 (unknown task: user input) and user-fixable model errors (e.g. a scripted model
 out of answers) propagate. The caller owns the env's lifecycle: run_episode never
 calls `env.close()`.
@@ -29,8 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.errors import EnvError, MalformedOutputError, PolicyError
 from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
+from sandbox.errors import SandboxError
 
-Termination = Literal["done", "max_turns", "endpoint_error", "malformed_output", "policy_error", "env_error"]
+Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "malformed_output", "policy_error", "env_error"]
+INFRA_TERMINATIONS: frozenset[str] = frozenset({"endpoint_error", "sandbox_error"})
 
 
 class Rollout(BaseModel):
@@ -58,6 +64,11 @@ class Rollout(BaseModel):
     error: str | None = None
     timings: dict[str, float] = Field(description="policy_s, env_s, total_s")
     started_at: datetime
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        """Ended by the endpoint or the sandbox, not by the model or the env: not final."""
+        return self.termination in INFRA_TERMINATIONS
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -115,6 +126,8 @@ async def run_episode(
         tools = await env_call(env.tools)
     except EnvError:
         raise
+    except SandboxError as e:
+        termination, error = "sandbox_error", f"sandbox lost at env.reset: {_text(e)}"
     except Exception as e:
         termination, error = "env_error", f"env.reset failed: {_text(e)}"
     else:
@@ -133,6 +146,9 @@ async def run_episode(
             turns += 1
             try:
                 result = await env_call(env.step, reply)
+            except SandboxError as e:
+                termination, error = "sandbox_error", f"sandbox lost at env.step: {_text(e)}"
+                break
             except Exception as e:
                 termination, error = "env_error", f"env.step failed: {_text(e)}"
                 break

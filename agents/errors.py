@@ -20,3 +20,9 @@ class ModelEndpointError(ModelError):
 
 class StructuredOutputError(ModelError):
     """The model's structured output stayed malformed after the one re-ask."""
+
+
+class IncompleteStage(Exception):
+    """A stage ended with infrastructure failures (endpoint down, sandbox lost): what finished is
+    stored, the rest is not final and a resume redoes it. The message names the count, the cause
+    and the resume command; the CLI prints it as one line and exits 3."""

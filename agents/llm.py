@@ -48,6 +48,8 @@ def is_transient(exc: BaseException) -> bool:
     """Errors worth another attempt: rate limits, server errors, timeouts, dropped connections."""
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
+    if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError)):
+        return True  # a 200 whose body is not a completion: the endpoint's (or a proxy's) fault, never the model's
     if isinstance(exc, openai.APIStatusError):
         return is_transient_status(exc.status_code)
     return False
@@ -97,7 +99,7 @@ class RetryingChatOpenAI(ChatOpenAI):
         raise AssertionError("unreachable: tenacity either returns or raises")
 
 
-def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = None, retry_backoff_s: float = 1.0) -> BaseChatModel:
+def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = None, retry_backoff_s: float | None = None) -> BaseChatModel:
     """A chat model against `endpoint` with our retries (endpoint.max_retries) and its timeout."""
     if endpoint.base_url is None and endpoint.api_key is None:
         raise ModelError(
@@ -120,7 +122,7 @@ def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = Non
         max_retries=0,
         temperature=endpoint.temperature if temperature is None else temperature,
         retry_attempts=endpoint.max_retries + 1,
-        retry_backoff_s=retry_backoff_s,
+        retry_backoff_s=endpoint.retry_backoff_s if retry_backoff_s is None else retry_backoff_s,
     )
 
 

@@ -2,7 +2,10 @@
 tasks, K samples each, concurrently, and store every episode.
 
 Idempotent per (run, env, task, sample): a re-run after a crash only runs what
-the store does not hold yet. Each episode gets a fresh env instance; episodes
+the store does not hold yet. An episode ended by an infrastructure failure
+(endpoint down after retries, sandbox lost: agents.episode.INFRA_TERMINATIONS)
+is NOT stored: it is reported in `CollectResult.infra_failures` and a resume
+runs it again, so an outage never becomes the model's record. Each episode gets a fresh env instance; episodes
 are written as they finish, so a kill loses at most the ones in flight.
 """
 
@@ -42,12 +45,30 @@ class CollectPlan:
         return [(t, s) for t in self.tasks for s in range(self.samples)]
 
 
+@dataclass(frozen=True)
+class InfraFailure:
+    """An episode the infrastructure ended (not stored; a resume redoes it)."""
+
+    task_id: str
+    sample: int
+    termination: str
+    error: str
+
+
 @dataclass
 class CollectResult:
     planned: int
     skipped: int  # already in the store
-    ran: int
+    ran: int  # stored by this call
     episode_ids: list[int] = field(default_factory=list)
+    infra_failures: list[InfraFailure] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.infra_failures
+
+    def infra_counts(self) -> Counter[str]:
+        return Counter(f.termination for f in self.infra_failures)
 
 
 def episode_fields(ep: Rollout, task_family: str | None) -> dict[str, Any]:
@@ -105,9 +126,12 @@ async def collect(
                     ep = await run_episode(policy, env, task_id, max_turns=plan.max_turns, temperature=plan.temperature, executor=pool)
                 finally:
                     await blocking(env.close)
-                eid = await blocking(sink.put_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
-            result.ran += 1
-            result.episode_ids.append(eid)
+                if ep.infrastructure_failure:
+                    result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
+                else:
+                    eid = await blocking(sink.put_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
+                    result.ran += 1
+                    result.episode_ids.append(eid)
             if on_episode is not None:
                 on_episode(ep)
 

@@ -2,7 +2,8 @@
 
 Every command takes `--config FILE` and `--set dotted.key=value`. Errors that
 a user can fix (`gapforge.errors.USER_ERRORS`, one class per boundary) are
-printed as one line on stderr with exit code 2 and no traceback.
+printed as one line on stderr with exit code 2 and no traceback; a stage left
+incomplete by infrastructure failures (`IncompleteStage`) as one line with exit 3.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import typer
 from rich.console import Console
 
 from gapforge.config import GapforgeConfig, load_config
-from gapforge.errors import USER_ERRORS, UsageError
+from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE, USER_ERRORS, UsageError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -42,6 +43,8 @@ def handle_errors(fn: F) -> F:
             raise
         except USER_ERRORS as e:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        except INCOMPLETE_ERRORS as e:
+            fail(str(e).splitlines()[0], INCOMPLETE_EXIT_CODE)
 
     return wrapper  # type: ignore[return-value]
 

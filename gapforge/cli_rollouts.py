@@ -10,7 +10,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+from agents.errors import IncompleteStage
+from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
 from agents.rollouts import RolloutSummary, rollout_summary
 from gapforge.wiring import apply_policy_spec, build_deps, make_target_env_factory, open_store
 
@@ -18,13 +19,33 @@ app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a 
 
 
 def _parse_tasks(raw: str | None, known: list[str]) -> list[str]:
-    if not raw:
+    if raw is None:
         return known
-    wanted = [t.strip() for t in raw.split(",") if t.strip()]
+    wanted = list(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))  # once each, in order
+    if not wanted:
+        raise UsageError(f"--tasks {raw!r} names no task: give comma-separated ids (list them with `gapforge rollouts tasks ENV`) or omit it for all")
     unknown = [t for t in wanted if t not in set(known)]
     if unknown:
         raise UsageError(f"unknown task id(s) {', '.join(unknown)}: list them with `gapforge rollouts tasks ENV`")
     return wanted
+
+
+def _resume_command(run_id: str, config: str | None) -> str:
+    return f"gapforge rollouts collect --run {run_id}" + (f" --config {config}" if config else "")
+
+
+def _check_identity(run_row, env_name: str, policy_name: str) -> None:
+    """A run collects one env with one policy: refuse work that does not belong to it."""
+    stored = run_row.config or {}
+    if run_row.kind != "rollouts":
+        raise UsageError(f"run {run_row.id} is a {run_row.kind} run, not a rollouts run: start a new one (omit --run)")
+    for what, mine in (("env", env_name), ("policy", policy_name)):
+        theirs = stored.get(what)
+        if theirs is not None and theirs != mine:
+            raise UsageError(
+                f"run {run_row.id} collects env {stored.get('env')!r} with policy {stored.get('policy')!r}, not {what} {mine!r}: "
+                "resume it with its own env and policy, or start a new run (omit --run)"
+            )
 
 
 @app.command("collect")
@@ -35,56 +56,91 @@ def collect_cmd(
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,
-    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing episodes run)")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing episodes run; env, policy and tasks default to the run's)")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Run the policy on the env's tasks and store every episode (idempotent per run/env/task/sample)."""
+    """Run the policy on the env's tasks and store every episode (idempotent per run/env/task/sample).
+
+    Exit 0: every planned episode is stored. Exit 3: some ended in infrastructure failures
+    (endpoint down, sandbox lost); they are not stored and a resume (`--run RUN`) redoes them.
+    """
     from agents.rollouts import CollectPlan, CollectResult, collect
 
-    cfg = get_config(config, set_)
-    env_name = env or cfg.rollouts.env
+    overrides = list(set_ or [])
+    if concurrency is not None:
+        overrides.append(f"rollouts.concurrency={concurrency}")  # the config's limits apply to the flag too
+    if samples is not None:
+        overrides.append(f"rollouts.samples={samples}")
+    cfg = get_config(config, overrides)
+    deps = build_deps(cfg)
+    store = deps.store
+    prior = store.get_run(run) if run else None
+    stored = prior.config if prior is not None else {}
+    if samples is None and stored.get("samples"):
+        samples = int(stored["samples"])  # a resume plans what the run planned
+    env_name = env or stored.get("env") or cfg.rollouts.env
+    policy_spec = policy if policy is not None else stored.get("policy_spec")
     probe, make_env = make_target_env_factory(cfg, env_name)
-    task_ids = _parse_tasks(tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None), probe.task_ids())
+    default_tasks = ",".join(stored["tasks"]) if tasks is None and stored.get("tasks") else None
+    task_ids = _parse_tasks(tasks if tasks is not None else default_tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None), probe.task_ids())
     families = {t: probe.task_family(t) for t in task_ids}
     probe.close()
-    pol_cfg = apply_policy_spec(cfg, policy)
-    deps = build_deps(cfg)
+    pol_cfg = apply_policy_spec(cfg, policy_spec)
     pol = deps.make_policy(pol_cfg)
-    store = deps.store
-    run_config = {"command": "rollouts collect", "env": env_name, "policy": pol.name, "config": cfg.dump()}
-    run_id = store.get_run(run).id if run else store.create_run("rollouts", run_config)
+    if prior is not None:
+        _check_identity(prior, env_name, pol.name)
+    run_config = {
+        "command": "rollouts collect", "env": env_name, "policy": pol.name, "policy_spec": policy_spec,
+        "tasks": task_ids, "samples": cfg.rollouts.samples if samples is None else samples, "config": cfg.dump(),
+    }  # fmt: skip
+    run_id = prior.id if prior is not None else store.create_run("rollouts", run_config)
     console.print(f"run {run_id}", highlight=False)
     plan = CollectPlan(
         run_id=run_id,
         env=env_name,
         tasks=task_ids,
-        samples=samples or cfg.rollouts.samples,
-        concurrency=concurrency or cfg.rollouts.concurrency,
+        samples=cfg.rollouts.samples if samples is None else samples,
+        concurrency=cfg.rollouts.concurrency,
         max_turns=cfg.rollouts.max_turns,
         temperature=pol_cfg.temperature,
     )
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-        stored = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
-        pending = sum(key not in stored for key in plan.keys())
-        tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
-        async def run_and_close() -> CollectResult:
-            try:
-                return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=lambda _ep: bar.advance(tid))
-            finally:
-                await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
+    resume = _resume_command(run_id, config)
+    with store.lease(run_id, "rollouts collect"):
+        store.set_run_status(run_id, "running")
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
+            pending = sum(key not in stored_keys for key in plan.keys())
+            tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
 
-        try:
-            result = asyncio.run(run_and_close())
-        except KeyboardInterrupt:
-            store.set_run_status(run_id, "interrupted")
-            console.print(f"interrupted: resume with --run {run_id}\nrun {run_id}", highlight=False)
-            raise typer.Exit(130) from None
-    store.set_run_status(run_id, "done")
+            async def run_and_close() -> CollectResult:
+                try:
+                    return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=lambda _ep: bar.advance(tid))
+                finally:
+                    await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
+
+            try:
+                result = asyncio.run(run_and_close())
+            except KeyboardInterrupt:
+                store.set_run_status(run_id, "interrupted")
+                console.print(f"interrupted: resume with `{resume}`\nrun {run_id}", highlight=False)
+                raise typer.Exit(130) from None
+            except BaseException:
+                store.set_run_status(run_id, "failed")
+                err_console.print(f"run {run_id} stopped; what finished is stored: resume with `{resume}`", highlight=False)
+                raise
+        store.set_run_status(run_id, "done" if result.complete else "incomplete")
     console.print(f"{result.ran} episodes ran, {result.skipped} already stored, {result.planned} planned")
     render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
     deps.close()
+    if not result.complete:
+        counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
+        last = result.infra_failures[-1].error.splitlines()[0][:200]
+        raise IncompleteStage(
+            f"{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures ({counts}; last: {last}) "
+            f"and were not stored: resume with `{resume}`"
+        )
 
 
 def render_summary(summary: RolloutSummary) -> None:

@@ -3,7 +3,7 @@ line with exit code 2 and no traceback; stage services raise them, never print."
 
 from __future__ import annotations
 
-from agents.errors import ModelError
+from agents.errors import IncompleteStage, ModelError
 from envs.errors import EnvError
 from prompts import PromptError
 from sandbox.errors import SandboxError
@@ -24,4 +24,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError, UsageError, EnvError, StoreError, SandboxError, ModelError, ServingError,
 )
 
-__all__ = ["USER_ERRORS", "ConfigError", "EnvError", "ModelError", "PromptError", "SandboxError", "ServingError", "StoreError", "UsageError"]
+# Infrastructure failures that outlived every retry: one line, exit 3 (resumable), never exit 0.
+INCOMPLETE_ERRORS: tuple[type[BaseException], ...] = (IncompleteStage,)
+INCOMPLETE_EXIT_CODE = 3
+
+__all__ = ["INCOMPLETE_ERRORS", "INCOMPLETE_EXIT_CODE", "IncompleteStage", "USER_ERRORS", "ConfigError", "EnvError", "ModelError", "PromptError", "SandboxError", "ServingError", "StoreError", "UsageError"]

@@ -87,11 +87,23 @@ def check_endpoint_reachable(base_url: str | None, timeout_s: float = 5.0) -> No
     """Fail fast with one line when the policy endpoint cannot be reached at all."""
     if not base_url:
         return
+    check_endpoint_url(base_url)
     url = base_url.rstrip("/") + "/models"
     try:
         httpx.get(url, timeout=timeout_s)
     except httpx.HTTPError as e:
         raise UsageError(f"policy endpoint {base_url} is unreachable ({type(e).__name__}): start the server or fix --policy") from None
+
+
+def check_endpoint_url(base_url: str) -> None:
+    """A policy URL must parse and name a host: `http://` or `http://[::1` are typos, not outages."""
+    try:
+        url = httpx.URL(base_url)
+        host = url.host
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        raise UsageError(f"policy endpoint {base_url!r} is not a valid URL ({e}): e.g. http://localhost:8000/v1") from None
+    if url.scheme not in ("http", "https") or not host:
+        raise UsageError(f"policy endpoint {base_url!r} is not an http(s) URL with a host: e.g. http://localhost:8000/v1")
 
 
 def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
@@ -115,6 +127,9 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
             max_tokens=pol.max_new_tokens,
             timeout_s=ep.timeout_s,
             max_retries=ep.max_retries,
+            retry_backoff_s=ep.retry_backoff_s,
+            breaker_failures=ep.breaker_failures,
+            breaker_cooldown_s=ep.breaker_cooldown_s,
             name=name,
         )
     from agents.llm import chat_model_from_config
