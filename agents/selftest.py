@@ -31,6 +31,7 @@ class ValidationOutcome:
 
     report: ValidationReport
     json_path: Path
+    note: str | None = None  # set when the report had to be written somewhere else than asked
 
     @property
     def passed(self) -> bool:
@@ -134,7 +135,14 @@ def _settings(deps: StageDeps, policy: PolicyModel | None, path: Path, target: s
 def _finish(report: ValidationReport, path: Path, policy: PolicyModel | None, report_dir: Path, json_out: Path | None) -> ValidationOutcome:
     if policy is None and report.check("grpo_ready").skipped:
         report.check("grpo_ready").summary = NO_POLICY_NOTE
-    out = json_out or Path(report_dir) / f"{path.stem}-{(report.module_sha256 or '')[:8]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.to_json(), indent=2, default=str))
-    return ValidationOutcome(report=report, json_path=out)
+    default = Path(report_dir) / f"{path.stem}-{(report.module_sha256 or '')[:8]}.json"
+    text = json.dumps(report.to_json(), indent=2, default=str)
+    note = None
+    for out in ([Path(json_out)] if json_out else []) + [default]:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+            return ValidationOutcome(report=report, json_path=out, note=note)
+        except OSError as e:  # a computed report is never lost: fall back to the workspace
+            note = f"could not write {out} ({e.strerror}); the report went to {default}"
+    raise EnvError(f"could not write the validation report to {json_out or default} nor {default}: {note}")

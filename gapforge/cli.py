@@ -19,7 +19,7 @@ app.add_typer(config_app, name="config")
 @handle_errors
 def config_show(config: ConfigOpt = None, set_: SetOpt = None, as_json: bool = typer.Option(False, "--json")) -> None:
     """Print the effective config (file + env vars + --set), secrets excluded."""
-    cfg = get_config(config, set_)
+    cfg = get_config(config, set_, check_workspace=False)  # inspecting the config needs no workspace
     data = cfg.dump()
     if as_json:
         console.print_json(json.dumps(data))

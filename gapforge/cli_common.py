@@ -49,5 +49,12 @@ def handle_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def get_config(config: str | None, overrides: list[str] | None) -> GapforgeConfig:
-    return load_config(config, overrides or [])
+def get_config(config: str | None, overrides: list[str] | None, *, check_workspace: bool = True) -> GapforgeConfig:
+    """The config tree; by default also checks (without creating it) that the workspace is a
+    writable directory, so a path fault stops the command before any work."""
+    from gapforge.paths import check_workspace as _check
+
+    cfg = load_config(config, overrides or [])
+    if check_workspace:
+        _check(cfg.workspace)
+    return cfg

@@ -20,6 +20,9 @@ def tiny_model(
     set_: SetOpt = None,
 ) -> None:
     """Build a tiny Qwen-architecture model offline (random weights, tokenizer trained on the spot)."""
+    from gapforge.paths import check_output_dir
+
+    check_output_dir(path, "model path")
     if seed is None:
         seed = get_config(config, set_).seed
     if path.is_dir() and (path / "config.json").exists():

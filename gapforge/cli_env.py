@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
+from gapforge.cli_common import ConfigOpt, SetOpt, console, err_console, get_config, handle_errors
 from gapforge.config import GapforgeConfig
 from gapforge.errors import UsageError
 from gapforge.wiring import build_deps
@@ -38,6 +38,10 @@ def validate(
 ) -> None:
     """Run the self-test checks on PATH in the sandbox."""
     cfg = get_config(config, set_)
+    if json_out is not None:
+        from gapforge.paths import check_output_file
+
+        check_output_file(json_out, "--json")  # before the checks run, not after
     shapes = _stored_result_shapes(cfg, episodes_from, target) if episodes_from else None
     outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes)
     raise typer.Exit(0 if outcome.passed else 1)
@@ -86,6 +90,8 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
     _print_table(outcome.report)
     verdict = "[bold green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]"
     console.print(f"{verdict} in {outcome.report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False)
+    if outcome.note:
+        err_console.print(f"warning: {outcome.note}", highlight=False)
     return outcome
 
 

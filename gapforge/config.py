@@ -117,7 +117,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"config file '{p}' not found: pass an existing YAML file to --config")
         try:
-            loaded = yaml.safe_load(p.read_text()) or {}
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file '{p}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}): save it as UTF-8") from None
+        except OSError as e:
+            raise ConfigError(f"config file '{p}' cannot be read ({e.strerror}): check its permissions") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
