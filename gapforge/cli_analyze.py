@@ -140,8 +140,11 @@ def analyze(
     kept = ", ".join(report.selection.retained) or "none"
     console.print(f"retained: {kept}")
     failures = sum(report.selection.labeling_failures.values())
-    if failures:
-        console.print(f"[yellow]labeling failures: {failures} (episode x pass), left out of the rates; re-ask with --retry-failed")
+    with open_store(cfg) as store:
+        current = {(p.pass_index, p.dictionary_hash) for p in report.passes}
+        at_endpoint = sum(1 for c in store.label_calls(run, status="failed") if c.boundary == "endpoint" and (c.pass_index, c.dictionary_hash) in current)
+    if failures and failures > at_endpoint:
+        console.print(f"[yellow]labeling failures: {failures - at_endpoint} (episode x pass) of the model's output, left out of the rates; re-ask with --retry-failed")
     path = plot or cfg.workspace / "reports" / run / "analysis.png"
     console.print(f"plot: {plot_gap_coverage(rows, cfg.analysis.delta, cfg.analysis.rho, path)}")
     console.print(
@@ -150,3 +153,10 @@ def analyze(
         f"{len(report.split.heldout)} held-out tasks",
         highlight=False,
     )
+    if at_endpoint:
+        from agents.errors import IncompleteStage
+
+        raise IncompleteStage(
+            f"{at_endpoint} labeling call(s) failed at the endpoint (not the model's fault) and were left out: "
+            f"re-run `gapforge analyze {run}` to redo them"
+        )

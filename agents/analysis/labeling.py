@@ -101,7 +101,11 @@ async def label_pass(
     names = tuple(name for name, _ in capabilities)
     episodes = await asyncio.to_thread(analysis_episodes, store, run_id, fraction=cfg.split_fraction, seed=cfg.seed)
     done_before = await asyncio.to_thread(store.label_call_status, run_id, pass_index, dhash, prompt.version)
-    skip = {e for e, s in done_before.items() if s == "ok" or not retry_failed}
+    # An endpoint failure is not final (the endpoint's fault, not the model's): always redone.
+    # A model-output failure is the model's answer: redone only when asked (retry_failed).
+    failed_calls = await asyncio.to_thread(store.label_calls, run_id, pass_index, "failed")
+    endpoint_failed = {c.episode_id for c in failed_calls if c.boundary == "endpoint" and c.dictionary_hash == dhash and c.prompt_version == prompt.version}
+    skip = {e for e, s in done_before.items() if (s == "ok" or not retry_failed) and e not in endpoint_failed}
     todo = [e.id for e in episodes if e.id not in skip]
     total, cached = len(episodes), len(episodes) - len(todo)
     first = await asyncio.to_thread(store.get_episode, episodes[0].id) if episodes else None

@@ -183,3 +183,39 @@ def test_a_user_fixable_endpoint_error_stops_the_pass_and_records_nothing(plante
         assert "\n" not in str(e.value)
         assert srv.request_count <= cfg.concurrency  # no retries, no calls after the first refusal came back
     assert store.label_calls(RUN) == [] and store.labels(RUN) == []
+
+
+def test_endpoint_failures_are_not_final_model_output_failures_are(planted_store) -> None:
+    """A resumed pass redoes the calls the endpoint failed, never the model's malformed answers
+    (those only with retry_failed)."""
+    store = planted_store
+    cfg = AnalysisConfig(passes=1, concurrency=4)
+    from agents.analysis.discovery import discover
+
+    discover(store, recorded_analyst("shop"), RUN, cfg=cfg)
+
+    def answer(body: dict, broken: bool) -> dict:
+        text = '{"labels": [' if broken else json.dumps(_labels_for(body))
+        if body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            return {"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": text}}]}
+        return {"role": "assistant", "content": text}
+
+    def episode_text(body: dict) -> str:
+        return next(m["content"] for m in body["messages"] if str(m.get("content") or "").startswith("### episode"))
+
+    with FakeOpenAIServer(lambda b: answer(b, broken=len(episode_text(b)) % 3 == 0), fail_first=6) as srv:
+        model = make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=0), retry_backoff_s=0.0)
+        asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
+    failed = store.label_calls(RUN, status="failed")
+    at_endpoint = {c.episode_id for c in failed if c.boundary == "endpoint"}
+    of_model = {c.episode_id for c in failed if c.boundary == "model_output"}
+    assert len(at_endpoint) == 6 and of_model
+    with FakeOpenAIServer(lambda b: answer(b, broken=False)) as srv:
+        model = make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=0), retry_backoff_s=0.0)
+        again = asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
+        asked = srv.request_count
+    assert asked == 6 and again.cached == again.episodes - 6  # only the endpoint's failures were redone
+    still = store.label_calls(RUN, status="failed")
+    assert {c.episode_id for c in still} == of_model and all(c.boundary == "model_output" for c in still)
