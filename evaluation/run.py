@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.errors import IncompleteStage
 from agents.rollouts import CollectPlan, collect
 from envs.protocol import PolicyModel, TargetEnvironment
 from evaluation import stats
@@ -104,7 +105,13 @@ async def evaluate(
         config = {"parent": plan.run_id, "policy": name, "env": plan.env, "tasks": plan.tasks, "trials": plan.trials}
         store.create_run("evaluation", config, run_id=child, exist_ok=True)
         cplan = CollectPlan(child, plan.env, list(plan.tasks), plan.trials, plan.concurrency, plan.max_turns, plan.temperature)
-        await collect(cplan, make_env=make_env, policy=policy, sink=store, families=families)
+        done = await collect(cplan, make_env=make_env, policy=policy, sink=store, families=families)
+        if not done.complete:  # metrics over a partial sample would be silently biased
+            counts = ", ".join(f"{k}={v}" for k, v in done.infra_counts().most_common())
+            raise IncompleteStage(
+                f"evaluation {plan.run_id}: {len(done.infra_failures)} episode(s) of policy {name!r} ended in infrastructure "
+                f"failures ({counts}) and were not stored: run the same command again to finish (stored episodes are kept)"
+            )
         rows = [r for r in store.episodes(child, env=plan.env) if r.task_id in set(plan.tasks) and r.sample < plan.trials]
         per_task: dict[str, list[tuple[float, bool]]] = {}
         for r in rows:
