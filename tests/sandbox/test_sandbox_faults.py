@@ -143,3 +143,63 @@ def test_concurrent_validations_and_sweeps_never_crash(sandbox_config, tmp_path)
     ]  # fmt: skip
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
+
+
+class _Gone(Exception):
+    """Stands for requests' ConnectionError: the daemon does not answer."""
+
+
+def _channel_with(state: dict | None, *, kill_signal: str | None = None, daemon_up: bool = True):
+    """A DockerChannel whose container/daemon answer as given (the diagnosis table, without Docker)."""
+    import docker.errors
+
+    from sandbox.docker_backend import DockerChannel
+
+    class Container:
+        id = "c0ffee"
+        attrs = {"State": state or {}, "HostConfig": {"Memory": 128 * 2**20}, "Created": "2026-01-01T00:00:00.0Z"}
+
+        def wait(self, timeout):
+            if not daemon_up:
+                raise _Gone("connection refused")
+            if state is None:
+                raise docker.errors.NotFound("gone")
+
+        def reload(self):
+            pass
+
+        def logs(self, **_kw):
+            return b"Traceback: boom"
+
+    class Api:
+        def inspect_container(self, _cid):
+            if not daemon_up:
+                raise _Gone("connection refused")
+            raise docker.errors.NotFound("gone")
+
+    class Client:
+        api = Api()
+
+        def events(self, **_kw):
+            return iter([{"Actor": {"Attributes": {"signal": kill_signal}}}] if kill_signal else [])
+
+    ch = DockerChannel.__new__(DockerChannel)
+    ch.client, ch.container = Client(), Container()
+    return ch
+
+
+@pytest.mark.parametrize(
+    "state,signal,daemon_up,kind,needle",
+    [
+        ({"ExitCode": 137, "OOMKilled": True}, None, True, "oom", "128 MB"),
+        ({"ExitCode": 137, "OOMKilled": False}, "9", True, "killed", "signal 9"),
+        ({"ExitCode": 143, "OOMKilled": False}, "15", True, "killed", "signal 15"),
+        ({"ExitCode": 137, "OOMKilled": False}, None, True, "killed", "without the daemon's OOMKilled"),
+        ({"ExitCode": 3, "OOMKilled": False}, None, True, "crash", "code 3"),
+        (None, None, True, "removed", "removed from outside"),
+        ({"ExitCode": 0}, None, False, "daemon_gone", "stopped answering"),
+    ],
+)
+def test_diagnosis_blames_the_right_boundary(state, signal, daemon_up, kind, needle):
+    got_kind, detail = _channel_with(state, kill_signal=signal, daemon_up=daemon_up)._diagnose()
+    assert got_kind == kind and needle in detail
