@@ -1,4 +1,4 @@
-"""Rollouts through the Docker sandbox (the validator's SandboxedEnv): masks, a dead container, no leftovers."""
+"""Rollouts through the Docker sandbox (the validator's SandboxedEnv): masks, a container killed from outside, no leftovers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ TURNS = ['<tool_call>\n{"name": "find_customer_by_email", "arguments": {"email":
 
 
 def _mine(client) -> list:
-    return client.containers.list(all=True, filters={"label": f"gapforge.pid={os.getpid()}"})
+    from sandbox.docker_backend import list_containers
+
+    return list_containers(client, f"gapforge.pid={os.getpid()}")
 
 
 def test_sandboxed_rollouts_mask_env_turns_survive_a_dead_container_and_leave_nothing(docker_client, tiny_tokenizer):
@@ -45,7 +47,9 @@ def test_sandboxed_rollouts_mask_env_turns_survive_a_dead_container_and_leave_no
         made.clear()
         (dead,) = run_group(tracked, 8, 1, sampler=KillAfterFirstTurn(tiny_tokenizer, TURNS), tokenizer=tiny_tokenizer,
                             max_turns=3, max_new_tokens=64, max_completion_length=8192, temperature=1.0, env_timeout_s=30)
-        assert dead.reward == 0.0 and dead.failure.startswith("env: ")
+        # killed from outside: not the env's doing, so the episode is replayed on a fresh container
+        assert dead.failure is None and dead.turns == 3
+        assert [f["kind"] for f in made[-1].sandbox_faults] == ["killed"] and made[-1].failure_count == 0
     finally:
         close()
     assert _mine(docker_client) == []
