@@ -24,6 +24,7 @@ from agents.router import (
     compact_trajectory,
 )
 from agents.router_backends import CompletionsScorer, TransformersScorer
+from envs.naming import synthetic_env_name
 from envs.protocol import TargetEnvironment
 from evaluation.policies import GRPO_TARGET, standard_policies
 from evaluation.report import ReportResult, write_report
@@ -40,8 +41,9 @@ class RunArtifacts:
 
 
 def _example(store: Any, run_id: str, capability: str, max_chars: int) -> str:
-    """A successful trajectory of the capability's synthetic env: the best stored episode whose env names the capability."""
-    good = [e for e in store.episodes(run_id, success=True) if capability in e.env]
+    """A successful trajectory of the capability's synthetic env: the best successful stored episode of the env
+    named `synthetic_env_name(capability)` (envs.naming, exact match; ties -> the earliest)."""
+    good = store.episodes(run_id, env=synthetic_env_name(capability), success=True)
     if not good:
         return ""
     best = max(good, key=lambda e: (e.reward, -e.id))
