@@ -101,7 +101,7 @@ class MultiAdapterModel:
     def generate_text(self, prompt: str, *, adapter: str | None, temperature: float, max_new_tokens: int | None = None) -> str:
         import torch
 
-        new = max_new_tokens or self.max_new_tokens
+        new = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))  # a request never exceeds the config
         ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
         n_prompt = ids["input_ids"].shape[1]
         context = getattr(self.model.config, "max_position_embeddings", None)

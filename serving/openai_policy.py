@@ -124,7 +124,7 @@ class EndpointPolicy:
             await self._session.close()
         self._session = None
 
-    def payload(self, messages: list[Message], tools: list[dict[str, Any]], temperature: float | None) -> dict[str, Any]:
+    def payload(self, messages: list[Message], tools: list[dict[str, Any]], temperature: float | None, max_tokens: int | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [m.to_openai() for m in messages],
@@ -132,8 +132,8 @@ class EndpointPolicy:
         }
         if tools:
             body["tools"] = tools
-        if self.max_tokens:
-            body["max_tokens"] = self.max_tokens
+        if max_tokens or self.max_tokens:
+            body["max_tokens"] = max_tokens or self.max_tokens
         return body
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -174,8 +174,11 @@ class EndpointPolicy:
         asked = getattr(exc, "retry_after", None)
         return backoff if asked is None else min(max(backoff, asked), self.max_retry_after_s)
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
-        body = self.payload(messages, tools, temperature)
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None, max_tokens: int | None = None
+    ) -> Message:
+        """max_tokens: this call's limit (else the policy's)."""
+        body = self.payload(messages, tools, temperature, max_tokens)
         retrying = AsyncRetrying(stop=stop_after_attempt(self.attempts), wait=self._wait, retry=retry_if_exception(_transient), reraise=False)
         try:
             data = await retrying(self._post, body)

@@ -109,7 +109,9 @@ class VLLMBackend:
         temperature: float = 0.0,
         max_new_tokens: int | None = None,
     ) -> Message:
-        return await self._policy(adapter).respond(messages, tools, temperature=temperature)
+        """max_new_tokens: the request's limit, bounded by this backend's `max_new_tokens` (the config's)."""
+        limit = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))
+        return await self._policy(adapter).respond(messages, tools, temperature=temperature, max_tokens=limit)
 
     async def aclose(self) -> None:
         for p in self._policies.values():

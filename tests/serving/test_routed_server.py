@@ -144,3 +144,23 @@ def test_vllm_forwarding_uses_versioned_adapter_names_and_relays_tool_calls(serv
     shutil.copytree(paths["precondition_verification"], changed)
     (changed / "adapter_config.json").write_text((changed / "adapter_config.json").read_text() + "\n")
     assert adapter_version(changed) != adapter_version(paths["precondition_verification"])
+
+
+def test_vllm_forwarding_honours_the_request_s_max_tokens_bounded_by_the_config(tmp_path: Path) -> None:
+    adapter = tmp_path / "pv"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with FakeVLLMServer("tiny-base", responder=lambda req: {"role": "assistant", "content": "ok"}) as vllm:
+        forward = VLLMBackend(vllm.base_url, "tiny-base", {"pv": adapter}, max_retries=0, max_new_tokens=64)
+        import asyncio
+
+        asyncio.run(forward.ensure_registered())
+        with RoutedServer(RoutedApp(forward, None)) as server:
+            client = _client(server)
+            hi = [{"role": "user", "content": "hi"}]
+            client.chat.completions.create(model="tiny-base", messages=hi, max_tokens=5)
+            client.chat.completions.create(model="pv", messages=hi, max_completion_tokens=7)
+            client.chat.completions.create(model="tiny-base", messages=hi, max_tokens=10_000)  # above the config: capped
+            client.chat.completions.create(model="tiny-base", messages=hi)  # none asked: the config's
+    sent = [(b["model"], b["max_tokens"]) for path, b in vllm.requests if path == "/v1/chat/completions"]
+    assert sent == [("tiny-base", 5), (forward.served["pv"], 7), ("tiny-base", 64), ("tiny-base", 64)]
