@@ -9,6 +9,12 @@ up to the first user turn); an adapter's name or the base name bypasses routing.
 The answer carries the decision in the `gapforge` field of the JSON and the
 `X-Gapforge-Adapter` / `X-Gapforge-Conversation` headers.
 
+A completion whose tool call cannot be parsed (broken `<tool_call>` JSON) is NOT an
+error: it is answered 200 as plain text — the raw completion as `content`, no
+`tool_calls`, `finish_reason` "stop" — with the parse error in
+`gapforge.malformed_tool_call` (vLLM's tool parsers do the same; a 5xx would make
+OpenAI clients retry a deterministic failure). Other backend failures are 502.
+
 The backend is anything with `name`, `adapters` and `async respond(messages,
 tools, *, adapter, temperature, max_new_tokens) -> Message`:
 serving.multi_adapter.MultiAdapterModel (local) or serving.vllm_backend.VLLMBackend.
@@ -31,7 +37,7 @@ from typing import Any, Literal, Protocol, Self
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envs.errors import PolicyError
+from envs.errors import MalformedOutputError, PolicyError
 from envs.protocol import Message, ToolCall
 from serving.errors import ServingError
 
@@ -156,6 +162,7 @@ class RoutedApp:
         except (KeyError, TypeError, ValueError) as e:
             return _error(400, f"malformed message: {e}")
         route: dict[str, Any] = {}
+        malformed: str | None = None
         conv = req.headers.get("X-Conversation-Id") or conversation_key(body.messages)
         if body.model == self.routed_name:
             decision, cached = await self._route(conv, body.messages)
@@ -177,6 +184,8 @@ class RoutedApp:
             )
         except ServingError as e:
             return _error(400, str(e))
+        except MalformedOutputError as e:  # the model's own broken output: plain text, said so
+            reply, malformed = Message.assistant(content=e.raw or str(e)), str(e)
         except PolicyError as e:
             return _error(502, f"the model backend failed: {e}", "backend_error")
         out = reply.to_openai()
@@ -188,7 +197,7 @@ class RoutedApp:
             "model": body.model,
             "choices": [{"index": 0, "message": out, "finish_reason": finish, "logprobs": None}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "gapforge": {"adapter": adapter, "conversation": conv, **route},
+            "gapforge": {"adapter": adapter, "conversation": conv, **route, **({"malformed_tool_call": malformed} if malformed else {})},
         }
         headers = {"X-Gapforge-Adapter": adapter or "base", "X-Gapforge-Conversation": conv}
         return web.json_response(payload, headers=headers)
