@@ -1,6 +1,7 @@
 """Benchmark: router latency (one forward pass over the label tokens) vs producing the
 label with `generate`, and the per-request overhead of the routed endpoint vs
-calling the local backend directly.
+calling the backend directly (an instant backend: the endpoint's own cost; and the
+real local transformers backend, 1 new token).
 
     .venv/bin/python bench/router.py [--model DIR] [--repeats N] [--requests N]
 
@@ -95,6 +96,49 @@ def serve_instant() -> None:
         threading.Event().wait()
 
 
+class BaseDecision:
+    adapter = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adapter": None}
+
+
+def bench_local_overhead(model_dir: Path, requests: int) -> None:
+    """The routed endpoint over the REAL local transformers backend (1 new token, greedy) vs calling that
+    same backend object directly, both on the server's event loop (so both generate on the same executor
+    threads: torch's OpenMP workers of another thread, or process, spin after each call and would steal the 2
+    cores from the one measured). Calls are interleaved so load drift hits both alike."""
+    import httpx
+
+    from serving.multi_adapter import MultiAdapterModel
+
+    backend = MultiAdapterModel(model_dir, {}, max_new_tokens=1, name="base")
+    body = {"model": ROUTED_MODEL, "messages": [{"role": "user", "content": MESSAGE}], "temperature": 0, "max_tokens": 1}
+    msgs = [Message.user(MESSAGE)]
+    with RoutedServer(RoutedApp(backend, lambda _m: BaseDecision())) as server, httpx.Client(timeout=60) as client:
+        url = server.base_url
+        client.post(url + "/chat/completions", json=body)  # warm-up; routes once, then cached
+        def call_direct() -> None:
+            loop = server._loop  # the server's own loop (a bench may peek)
+            assert loop is not None
+            asyncio.run_coroutine_threadsafe(backend.respond(msgs, [], adapter=None, temperature=0.0), loop).result()
+
+        call_direct()
+        direct, http = [], []
+        for _ in range(requests):
+            t = time.perf_counter()
+            call_direct()
+            direct.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            r = client.post(url + "/chat/completions", json=body)
+            http.append(time.perf_counter() - t)
+            assert r.status_code == 200
+    print(
+        f"local transformers backend (1 new token): direct p50 {p50(direct) * 1e3:.2f} ms; routed endpoint over HTTP p50 "
+        f"{p50(http) * 1e3:.2f} ms -> added {(p50(http) - p50(direct)) * 1e3:.2f} ms at p50 ({requests} interleaved pairs)"
+    )
+
+
 def bench_overhead(requests: int) -> None:
     import subprocess
 
@@ -156,6 +200,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--serve-instant", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--local-only", action="store_true", help="only the overhead over the local transformers backend")
     ap.add_argument("--skip-routing", action="store_true", help="only the endpoint overhead")
     ns = ap.parse_args()
     if ns.serve_instant:
@@ -170,7 +215,11 @@ def main() -> None:
             from serving.tiny_model import build_tiny_model
 
             model = build_tiny_model(Path(tmp) / "tiny")
-        bench_routing(model, ns.repeats)
+        if not ns.local_only:
+            bench_routing(model, ns.repeats)
+        bench_local_overhead(model, max(20, ns.requests // 4))
+        if ns.local_only:
+            return
     bench_overhead(ns.requests)
 
 
