@@ -52,6 +52,7 @@ def _register_groups() -> None:
         ("gapforge.cli_synthesize", ""),
         ("gapforge.cli_train", ""),  # `train RUN`
         ("gapforge.cli_adapters", ""),  # `adapters RUN`
+        ("gapforge.cli_run", ""),  # run, runs, state, history, fork, review
     ):
         try:
             module = importlib.import_module(module_name)

@@ -1,0 +1,117 @@
+"""Rich renderings of graph state for `gapforge run / runs / state / history` (no logic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from graph.runner import Event
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _rate(metrics: dict[str, Any] | None) -> str:
+    return "-" if not metrics or metrics.get("pass_rate") is None else f"{100 * metrics['pass_rate']:.1f}%"
+
+
+def progress_line(ev: Event) -> str:
+    """One line per finished node: what it made, in a few words."""
+    u = ev.update
+    head = f"{ev.node}" + (f" ({ev.capability})" if ev.capability else "")
+    bits: list[str] = []
+    for stage, status in (u.get("stages") or {}).items():
+        bits.append(f"{status}")
+        if stage in (u.get("notes") or {}):
+            bits.append(u["notes"][stage])
+    if "rollouts" in u:
+        r = u["rollouts"]
+        bits.append(f"{r['episodes']} episodes, {r['successes']} successes ({r.get('ran', 0)} new)")
+    if "dictionary" in u:
+        bits.append(f"{len(u['dictionary'])} candidates: {', '.join(u['dictionary'])}")
+    if "retained" in u and ev.node in ("select", "review"):
+        bits.append(f"retained: {', '.join(u['retained']) or 'none'}")
+    if ev.capability:
+        row = (u.get("capabilities") or {}).get(ev.capability) or {}
+        bits += [f"{k}={_num(v)}" for k, v in row.items() if k in ("status", "attempts", "verdict", "adapter", "heldout_after", "error")]
+    if "evaluation" in u:
+        bits.append(", ".join(f"{name} {_rate(m)}" for name, m in u["evaluation"].items()))
+    if u.get("report"):
+        bits.append(str(u["report"]))
+    return f"  {head}: " + "; ".join(b for b in bits if b)
+
+
+def capability_table(values: dict[str, Any]) -> Table:
+    table = Table(title="capabilities", title_justify="left")
+    for col in ("capability", "status", "gap", "coverage", "kept", "attempts", "env verdict", "adapter", "held-out before→after", "error"):
+        table.add_column(col)
+    for name, row in (values.get("capabilities") or {}).items():
+        table.add_row(
+            name,
+            row.get("status", "-"),
+            _num(row.get("gap")),
+            _num(row.get("coverage")),
+            _num(row.get("kept_passes")),
+            _num(row.get("attempts")),
+            row.get("verdict", "-"),
+            row.get("adapter") or "-",
+            f"{_num(row.get('heldout_before'))} → {_num(row.get('heldout_after'))}",
+            row.get("error", ""),
+        )
+    return table
+
+
+def evaluation_table(values: dict[str, Any]) -> Table:
+    table = Table(title="evaluation (held-out tasks)", title_justify="left")
+    for col in ("policy", "pass rate", "mean reward", "episodes", "95% CI"):
+        table.add_column(col)
+    for name, m in (values.get("evaluation") or {}).items():
+        ci = f"[{_num(m.get('ci_low'))}, {_num(m.get('ci_high'))}]" if m.get("ci_low") is not None else "-"
+        table.add_row(name, _rate(m), _num(m.get("mean_reward")), _num(m.get("n")), ci)
+    return table
+
+
+def cost_table(values: dict[str, Any]) -> Table:
+    table = Table(title="cost per stage", title_justify="left")
+    cols = ("llm_calls", "prompt_tokens", "completion_tokens", "policy_rollouts", "cpu_s", "gpu_s", "wall_s")
+    table.add_column("stage")
+    for col in cols:
+        table.add_column(col.replace("_", " "))
+    for stage, counters in (values.get("cost") or {}).items():
+        table.add_row(stage, *(_num(counters.get(c), 1) if counters.get(c) else "-" for c in cols))
+    return table
+
+
+def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
+    table = Table(title="runs", title_justify="left")
+    for col in ("id", "started", "status", "stage", "retained", "trained", "pass rate base → TRACE"):
+        table.add_column(col)
+    for run, values in rows:
+        caps = values.get("capabilities") or {}
+        trained = sum(1 for c in caps.values() if c.get("status") == "trained")
+        ev = values.get("evaluation") or {}
+        table.add_row(
+            run.id,
+            f"{run.created_at:%Y-%m-%d %H:%M}",
+            run.status,
+            values.get("stage", "-"),
+            str(len(values.get("retained") or [])),
+            str(trained),
+            f"{_rate(ev.get('base'))} → {_rate(ev.get('trace'))}",
+        )
+    return table
+
+
+def history_table(run_id: str, entries: list[Any]) -> Table:
+    table = Table(title=f"history of {run_id}", title_justify="left")
+    for col in ("step", "checkpoint", "node", "time", "what changed", "next"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        table.add_row(str(e.step), e.checkpoint_id, e.node, e.created_at[11:19], "\n".join(e.changed) or "-", ", ".join(e.next) or "end")
+    return table
