@@ -51,7 +51,7 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
     async def go() -> Any:
         async with open_run(cfg, store) as opened, opened.open_context(options, cfg) as ctx:
             return await drive(opened.graph, run_id, ctx, start=initial_state(run_id) if fresh else None,
-                               on_event=lambda ev: console.print(progress_line(ev), highlight=False))
+                               on_event=lambda ev: console.print(progress_line(ev), highlight=False, soft_wrap=True))
 
     store.set_run_status(run_id, "running")
     try:
@@ -62,7 +62,7 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
     if outcome.status == "paused":
         store.set_run_status(run_id, "paused")
         console.print(f"paused before {', '.join(outcome.waiting_for)}: inspect with `gapforge review {run_id}`, decide with "
-                      f"`gapforge review {run_id} --approve` (or --keep a,b), then `gapforge run --resume {run_id}`", highlight=False)
+                      f"`gapforge review {run_id} --approve` (or --keep a,b), then `gapforge run --resume {run_id}`", highlight=False, soft_wrap=True)
     else:
         store.set_run_status(run_id, "done")
         values = outcome.values
@@ -70,8 +70,8 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
         if values.get("evaluation"):
             _table(evaluation_table(values))
         if values.get("report"):
-            console.print(f"report: {values['report']}", highlight=False)
-    console.print(f"run {run_id}", highlight=False)
+            console.print(f"report: {values['report']}", highlight=False, soft_wrap=True)
+    console.print(f"run {run_id}", highlight=False, soft_wrap=True)
     return 0
 
 
@@ -91,11 +91,11 @@ def run_cmd(
         record, _status = get_run_record(store, resume)
         options = options_from_record(record)
         run_cfg = config_from_record(record)
-        console.print(f"run {resume}", highlight=False)
+        console.print(f"run {resume}", highlight=False, soft_wrap=True)
         raise typer.Exit(drive_run(run_cfg, store, resume, options, fresh=False))
     options = RunOptions(review=review, **({"stages": stages} if stages else {}))
     run_id = store.create_run("trace", run_record("run", cfg, options))
-    console.print(f"run {run_id}", highlight=False)
+    console.print(f"run {run_id}", highlight=False, soft_wrap=True)
     raise typer.Exit(drive_run(cfg, store, run_id, options, fresh=True))
 
 
@@ -143,20 +143,20 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
 
     snap = _inspect(config, set_, go)
     values = dict(snap.values)
-    console.print(f"run {run}  stage: {values.get('stage', '-')}  next: {', '.join(snap.next) or 'end'}", highlight=False)
+    console.print(f"run {run}  stage: {values.get('stage', '-')}  next: {', '.join(snap.next) or 'end'}", highlight=False, soft_wrap=True)
     notes = values.get("notes") or {}
     for stage, state in (values.get("stages") or {}).items():
         line = f"  {stage}: {state}" + (f" — {notes[stage]}" if stage in notes else "")
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     if values.get("rollouts"):
         r = values["rollouts"]
-        console.print(f"rollouts: {r.get('episodes')} episodes, {r.get('successes')} successes", highlight=False)
+        console.print(f"rollouts: {r.get('episodes')} episodes, {r.get('successes')} successes", highlight=False, soft_wrap=True)
     _table(capability_table(values))
     if values.get("evaluation"):
         _table(evaluation_table(values))
     _table(cost_table(values))
     if values.get("report"):
-        console.print(f"report: {values['report']}", highlight=False)
+        console.print(f"report: {values['report']}", highlight=False, soft_wrap=True)
 
 
 @app.command("history")
@@ -201,7 +201,7 @@ def fork_cmd(
     except ForkError as e:
         store.set_run_status(new_id, "failed")
         raise UsageError(str(e)) from None
-    console.print(f"run {new_id} (fork of {run} at {checkpoint}, {' '.join(set_ or []) or 'same settings'})", highlight=False)
+    console.print(f"run {new_id} (fork of {run} at {checkpoint}, {' '.join(set_ or []) or 'same settings'})", highlight=False, soft_wrap=True)
     raise typer.Exit(drive_run(new_cfg, store, new_id, options, fresh=False))
 
 
@@ -245,8 +245,8 @@ def review_cmd(
     values, decision = _inspect(config, set_, go)
     if decision is None:
         _table(capability_table(values))
-        console.print(f"retained: {', '.join(values.get('retained') or []) or 'none'}", highlight=False)
-        console.print(f"decide: gapforge review {run} --approve | --keep a,b", highlight=False)
+        console.print(f"retained: {', '.join(values.get('retained') or []) or 'none'}", highlight=False, soft_wrap=True)
+        console.print(f"decide: gapforge review {run} --approve | --keep a,b", highlight=False, soft_wrap=True)
         return
     console.print(f"review recorded for {run}: train {', '.join(decision['retained']) or 'nothing'}; "
-                  f"continue with `gapforge run --resume {run}`", highlight=False)
+                  f"continue with `gapforge run --resume {run}`", highlight=False, soft_wrap=True)
