@@ -182,7 +182,8 @@ def fork_cmd(
     run_id: Annotated[str | None, typer.Option("--run-id", help="id of the new run (default: generated)")] = None,
 ) -> None:
     """Continue RUN from a past checkpoint, with changed settings, as a new run that reuses its stored work."""
-    from graph.inspect import ForkError, fork
+    from gapforge.fork_rows import copy_shared_work
+    from graph.inspect import ForkError, fork, fork_point, shared_work
 
     cfg = get_config(config, None)
     store = _store(cfg)
@@ -191,17 +192,22 @@ def fork_cmd(
     new_cfg = config_from_record(record, set_)
     options = RunOptions(review=parent_options.review, stages=parent_options.stages,
                          forked_from={"run": run, "checkpoint": checkpoint})
-    new_id = store.create_run("trace", run_record("fork", new_cfg, options), run_id)
 
-    async def go(opened: Any) -> Any:
-        return await fork(opened.graph, run, checkpoint, new_id)
+    async def go(opened: Any) -> tuple[str, dict[str, int]]:
+        values = await fork_point(opened.graph, run, checkpoint)
+        new_id = store.create_run("trace", run_record("fork", new_cfg, options), run_id)
+        copied = copy_shared_work(store, run, new_id, shared_work(values))
+        await fork(opened.graph, run, checkpoint, new_id)
+        return new_id, copied
 
     try:
-        asyncio.run(_with_run(cfg, store, go))
+        new_id, copied = asyncio.run(_with_run(cfg, store, go))
     except ForkError as e:
-        store.set_run_status(new_id, "failed")
         raise UsageError(str(e)) from None
-    console.print(f"run {new_id} (fork of {run} at {checkpoint}, {' '.join(set_ or []) or 'same settings'})", highlight=False, soft_wrap=True)
+    console.print(f"run {new_id}", highlight=False, soft_wrap=True)
+    reused = ", ".join(f"{n} {table}" for table, n in copied.items() if n) or "nothing"
+    console.print(f"fork of {run} at {checkpoint} with {' '.join(set_ or []) or 'the same settings'}; reused {reused}",
+                  highlight=False, soft_wrap=True)
     raise typer.Exit(drive_run(new_cfg, store, new_id, options, fresh=False))
 
 

@@ -16,7 +16,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from graph.context import GraphContext
-from graph.nodes import call_stage, run_ref
+from graph.nodes import call_stage
 from graph.state import (
     FAILED,
     TRAINED,
@@ -62,7 +62,7 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
 async def synthesize(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> Command[Literal["validate", "synthesize", "__end__"]]:
     attempt = int(state.get("attempt") or 0) + 1
     cap = state["capability"]
-    done, update = await _guarded(state, "synthesize", runtime.context.stages.synthesize, run_ref(state), cap, attempt)
+    done, update = await _guarded(state, "synthesize", runtime.context.stages.synthesize, state["run_id"], cap, attempt)
     update["attempt"] = attempt
     if done is None:
         return Command(goto=END, update=update)
@@ -80,7 +80,7 @@ async def synthesize(state: CapabilityBranch, runtime: Runtime[GraphContext]) ->
 async def validate(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> Command[Literal["synthesize", "train", "__end__"]]:
     attempt = int(state["attempt"])
     cap = state["capability"]
-    done, update = await _guarded(state, "validate", runtime.context.stages.validate, run_ref(state), cap, attempt)
+    done, update = await _guarded(state, "validate", runtime.context.stages.validate, state["run_id"], cap, attempt)
     if done is None:
         return Command(goto=END, update=update)
     if done.passed:
@@ -95,7 +95,7 @@ async def validate(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> C
 
 async def train(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> dict[str, Any]:
     cap = state["capability"]
-    done, update = await _guarded(state, "train", runtime.context.stages.train, run_ref(state), cap)
+    done, update = await _guarded(state, "train", runtime.context.stages.train, state["run_id"], cap)
     if done is None:
         return update
     fields: dict[str, Any] = {

@@ -5,9 +5,10 @@ The graph never builds a store, a sandbox pool or a model. It receives a
 anything that satisfies the `Stages` protocol below — the composition root
 (gapforge/) binds it to the real stage services (agents/, training/,
 serving/), tests bind it to small fakes. Each method does ONE stage's work for
-one run, is idempotent per (run, stage, capability) — re-running it after a
-crash reuses what the store already holds — never prints, and returns one of
-the small typed results below.
+one run (every method takes the run id; the store rows are keyed by it), is
+idempotent per (run, stage, capability) — re-running it after a crash reuses
+what the store already holds — never prints, and returns one of the small
+typed results below.
 
 A stage whose code is not installed/available raises `StageUnavailable`; the
 node records that honestly in the state instead of inventing a result.
@@ -15,7 +16,6 @@ node records that honestly in the state instead of inventing a result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,22 +37,6 @@ class Cost:
 
     def as_counters(self, wall_s: float) -> dict[str, float]:
         return {k: v for k, v in {**asdict(self), "wall_s": round(wall_s, 3)}.items() if v}
-
-
-@dataclass(frozen=True, slots=True)
-class RunRef:
-    """The run a stage works for, and which run's stored rows each earlier stage left.
-
-    For a fresh run every source is the run itself; a fork reads the parent's
-    episodes/labels (`sources["rollouts"]`, `sources["analysis"]`) and writes its
-    own rows under `run_id`.
-    """
-
-    run_id: str
-    sources: Mapping[str, str] = field(default_factory=dict)
-
-    def source(self, stage: str) -> str:
-        return self.sources.get(stage, self.run_id)
 
 
 # --- results (small: ids, counts, one-line verdicts) ------------------------------------------
@@ -147,25 +131,25 @@ class ReportDone:
 class Stages(Protocol):
     """The stage services, one method per node."""
 
-    async def collect_rollouts(self, run: RunRef) -> RolloutsDone: ...
+    async def collect_rollouts(self, run_id: str) -> RolloutsDone: ...
 
-    async def discover(self, run: RunRef) -> DiscoveryDone: ...
+    async def discover(self, run_id: str) -> DiscoveryDone: ...
 
-    async def label(self, run: RunRef, pass_index: int) -> LabelPassDone: ...
+    async def label(self, run_id: str, pass_index: int) -> LabelPassDone: ...
 
-    async def select(self, run: RunRef) -> SelectionDone: ...
+    async def select(self, run_id: str) -> SelectionDone: ...
 
-    async def synthesize(self, run: RunRef, capability: str, attempt: int) -> SynthesisAttempt: ...
+    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt: ...
 
-    async def validate(self, run: RunRef, capability: str, attempt: int) -> ValidationDone: ...
+    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone: ...
 
-    async def train(self, run: RunRef, capability: str) -> TrainingDone: ...
+    async def train(self, run_id: str, capability: str) -> TrainingDone: ...
 
-    async def build_router(self, run: RunRef, capabilities: list[str]) -> RouterDone: ...
+    async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone: ...
 
-    async def evaluate(self, run: RunRef, capabilities: list[str]) -> EvaluationDone: ...
+    async def evaluate(self, run_id: str, capabilities: list[str]) -> EvaluationDone: ...
 
-    async def report(self, run: RunRef) -> ReportDone: ...
+    async def report(self, run_id: str) -> ReportDone: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,10 @@
 history / fork` render; nothing here prints).
 
 A run is one LangGraph thread whose id is the run id. `fork` copies one past
-checkpoint of a run into a new thread (the new run), with the run id replaced
-and `sources` pointing at the parent for the stages already done there, so the
-fork reads the parent's stored episodes and labels instead of redoing them.
+checkpoint of a run into a new thread (the new run) with the run id replaced;
+the caller has copied the parent's stored rows of the stages done by then
+(episodes, dictionary, labels and their cache) under the new run id, so the
+fork's stages find that work done and redo none of it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, copy_checkpoint
 
 from graph.runner import thread_config
-from graph.state import DONE
 
 # Forks are allowed while only shared, run-independent work is done (rollouts, analysis):
 # from `select` on, a stage writes rows keyed by the run it belongs to.
@@ -100,20 +100,8 @@ async def history(graph: Any, run_id: str) -> list[HistoryEntry]:
     return out
 
 
-def fork_sources(values: dict[str, Any], parent_run: str) -> dict[str, str]:
-    """Which run's rows the fork reads for each stage already done at the fork point."""
-    parent_sources = dict(values.get("sources") or {})
-    stages = values.get("stages") or {}
-    sources: dict[str, str] = {}
-    if stages.get("collect_rollouts") == DONE:
-        sources["rollouts"] = parent_sources.get("rollouts", parent_run)
-    if stages.get("discover") == DONE:
-        sources["analysis"] = parent_sources.get("analysis", parent_run)
-    return sources
-
-
-async def fork(graph: Any, parent_run: str, checkpoint_id: str, new_run: str) -> dict[str, Any]:
-    """Copy checkpoint `checkpoint_id` of `parent_run` into a new thread `new_run`; returns the fork's state values."""
+async def fork_point(graph: Any, parent_run: str, checkpoint_id: str) -> dict[str, Any]:
+    """Check that the run can be forked at this checkpoint; returns the state values there."""
     saver: BaseCheckpointSaver[Any] = graph.checkpointer
     found = await saver.aget_tuple(thread_config(parent_run, checkpoint_id))
     if found is None or found.config["configurable"].get("checkpoint_id") != checkpoint_id:
@@ -124,15 +112,34 @@ async def fork(graph: Any, parent_run: str, checkpoint_id: str, new_run: str) ->
             f"checkpoint {checkpoint_id} is at {', '.join(snap.next) or 'the end'}: fork from a checkpoint whose next step is "
             f"{', '.join(sorted(FORKABLE_NEXT))} (stages from select on write rows of their own run)"
         )
+    return dict(snap.values)
+
+
+def shared_work(values: dict[str, Any]) -> list[str]:
+    """The kinds of stored work a fork at this state takes over from its parent."""
+    stages = values.get("stages") or {}
+    shared = []
+    if stages.get("collect_rollouts") == "done":
+        shared.append("rollouts")
+        if stages.get("discover") == "done":
+            shared.append("analysis")
+    return shared
+
+
+async def fork(graph: Any, parent_run: str, checkpoint_id: str, new_run: str) -> dict[str, Any]:
+    """Copy checkpoint `checkpoint_id` of `parent_run` into a new thread `new_run`; returns the fork's state values."""
+    saver: BaseCheckpointSaver[Any] = graph.checkpointer
+    await fork_point(graph, parent_run, checkpoint_id)
+    found = await saver.aget_tuple(thread_config(parent_run, checkpoint_id))
+    if found is None:
+        raise ForkError(f"checkpoint {checkpoint_id} of {parent_run!r} vanished while forking")
     if await saver.aget_tuple(thread_config(new_run)) is not None:
         raise ForkError(f"run {new_run!r} already has checkpoints: pick another run id")
     checkpoint = copy_checkpoint(found.checkpoint)
     values = checkpoint["channel_values"]
-    values["sources"] = fork_sources(values, parent_run)
     values["run_id"] = new_run
     meta = {**(found.metadata or {}), "source": "fork", "forked_from": {"run": parent_run, "checkpoint": checkpoint_id}}
     versions = checkpoint["channel_versions"]
-    versions.setdefault("sources", versions["run_id"])  # runs started before `sources` was an input
     # The writes stored against this checkpoint are the results of the step that ran after it
     # in the parent; they are NOT copied, so that step runs again, with the fork's settings.
     await saver.aput({"configurable": {"thread_id": new_run, "checkpoint_ns": ""}}, checkpoint, meta, dict(versions))

@@ -16,12 +16,8 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, interrupt
 
-from graph.context import GraphContext, RunRef, StageUnavailable
+from graph.context import GraphContext, StageUnavailable
 from graph.state import DONE, SKIPPED, UNAVAILABLE, RunState
-
-
-def run_ref(state: RunState | dict[str, Any]) -> RunRef:
-    return RunRef(state["run_id"], dict(state.get("sources") or {}))
 
 
 async def call_stage(stage: str, fn: Any, *args: Any) -> tuple[Any, dict[str, Any]]:
@@ -40,7 +36,7 @@ def skipped(stage: str, why: str) -> dict[str, Any]:
 
 
 async def collect_rollouts(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
-    done, update = await call_stage("collect_rollouts", runtime.context.stages.collect_rollouts, run_ref(state))
+    done, update = await call_stage("collect_rollouts", runtime.context.stages.collect_rollouts, state["run_id"])
     if done is not None:
         rate = done.successes / done.episodes if done.episodes else None
         update["rollouts"] = {"episodes": done.episodes, "successes": done.successes, "pass_rate": rate, "ran": done.ran}
@@ -50,7 +46,7 @@ async def collect_rollouts(state: RunState, runtime: Runtime[GraphContext]) -> d
 async def discover(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
     if not (state.get("rollouts") or {}).get("episodes"):
         return skipped("discover", "no episodes to analyse")
-    done, update = await call_stage("discover", runtime.context.stages.discover, run_ref(state))
+    done, update = await call_stage("discover", runtime.context.stages.discover, state["run_id"])
     if done is not None:
         update["dictionary"] = list(done.capabilities)
     return update
@@ -62,7 +58,7 @@ async def label(state: RunState, runtime: Runtime[GraphContext]) -> Command[Lite
         return Command(goto="select", update=skipped("label", "no capability dictionary"))
     passes = list(state.get("label_passes") or [])
     pass_index = len(passes)
-    done, update = await call_stage("label", runtime.context.stages.label, run_ref(state), pass_index)
+    done, update = await call_stage("label", runtime.context.stages.label, state["run_id"], pass_index)
     if done is None:
         return Command(goto="select", update=update)
     passes.append(pass_index)
@@ -76,7 +72,7 @@ async def label(state: RunState, runtime: Runtime[GraphContext]) -> Command[Lite
 async def select(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
     if (state.get("stages") or {}).get("label") != DONE:
         return {**skipped("select", "labeling did not complete"), "retained": []}
-    done, update = await call_stage("select", runtime.context.stages.select, run_ref(state))
+    done, update = await call_stage("select", runtime.context.stages.select, state["run_id"])
     if done is None:
         update["retained"] = []
         return update
@@ -117,8 +113,7 @@ async def review(state: RunState, runtime: Runtime[GraphContext]) -> Command[Lit
         update["stages"] = {"review": SKIPPED}
     if not retained:
         return Command(goto="build_router", update=update)
-    ref = run_ref(state)
-    sends = [Send("capability", {"run_id": ref.run_id, "sources": dict(ref.sources), "capability": c}) for c in retained]
+    sends = [Send("capability", {"run_id": state["run_id"], "capability": c}) for c in retained]
     return Command(goto=sends, update=update)
 
 
@@ -126,7 +121,7 @@ async def build_router(state: RunState, runtime: Runtime[GraphContext]) -> dict[
     trained = [c for c, s in (state.get("capabilities") or {}).items() if s.get("status") == "trained"]
     if not trained:
         return skipped("build_router", "no trained adapter to route to")
-    done, update = await call_stage("build_router", runtime.context.stages.build_router, run_ref(state), trained)
+    done, update = await call_stage("build_router", runtime.context.stages.build_router, state["run_id"], trained)
     if done is not None:
         update["router"] = {"capabilities": list(done.capabilities), **done.summary}
     return update
@@ -136,14 +131,14 @@ async def evaluate(state: RunState, runtime: Runtime[GraphContext]) -> dict[str,
     if not (state.get("rollouts") or {}).get("episodes"):
         return skipped("evaluate", "no rollouts: nothing to compare against")
     routed = list((state.get("router") or {}).get("capabilities") or [])
-    done, update = await call_stage("evaluate", runtime.context.stages.evaluate, run_ref(state), routed)
+    done, update = await call_stage("evaluate", runtime.context.stages.evaluate, state["run_id"], routed)
     if done is not None:
         update["evaluation"] = {name: dict(metrics) for name, metrics in done.results.items()}
     return update
 
 
 async def report(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
-    done, update = await call_stage("report", runtime.context.stages.report, run_ref(state))
+    done, update = await call_stage("report", runtime.context.stages.report, state["run_id"])
     if done is not None:
         update["report"] = done.path
     return update

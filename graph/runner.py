@@ -35,8 +35,8 @@ class Outcome:
 
 
 def initial_state(run_id: str) -> dict[str, Any]:
-    """The input of a fresh run: it reads and writes its own rows (`sources` empty)."""
-    return {"run_id": run_id, "sources": {}}
+    """The input of a fresh run."""
+    return {"run_id": run_id}
 
 
 def thread_config(run_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:

@@ -72,10 +72,7 @@ class CapabilityState(TypedDict, total=False):
 class RunState(TypedDict, total=False):
     """The whole graph state of one run (thread id == run id)."""
 
-    run_id: str  # where this run writes
-    # Which run's stored rows a stage reads: the run itself, or its parent for a fork
-    # (a fork reuses the parent's episodes and labels instead of redoing them).
-    sources: dict[str, str]
+    run_id: str  # the store rows of every stage are keyed by it
     stage: str  # the last stage that finished
     stages: Annotated[dict[str, str], merge_dicts]  # stage -> done | failed | unavailable | skipped
     notes: Annotated[dict[str, str], merge_dicts]  # stage -> one line (why unavailable/failed, what was made)
@@ -95,7 +92,6 @@ class CapabilityTask(TypedDict):
     """What a `Send` hands one capability branch."""
 
     run_id: str
-    sources: dict[str, str]
     capability: str
 
 
@@ -103,7 +99,6 @@ class CapabilityBranch(TypedDict, total=False):
     """The per-capability subgraph's own state (synthesize <-> validate -> train)."""
 
     run_id: str
-    sources: dict[str, str]
     capability: str
     attempt: int
     passed: bool

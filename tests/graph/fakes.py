@@ -30,7 +30,6 @@ from graph.context import (
     ReportDone,
     RolloutsDone,
     RouterDone,
-    RunRef,
     SelectionDone,
     SynthesisAttempt,
     TrainingDone,
@@ -62,8 +61,8 @@ class FakeStages:
             await asyncio.sleep(3600)
 
     # --- stages --------------------------------------------------------------------------------
-    async def collect_rollouts(self, run: RunRef) -> RolloutsDone:
-        have = self.store.episode_keys(run.run_id, "shop")
+    async def collect_rollouts(self, run_id: str) -> RolloutsDone:
+        have = self.store.episode_keys(run_id, "shop")
         ran = 0
         for i, task in enumerate(TASKS):
             if i == 5:
@@ -71,26 +70,26 @@ class FakeStages:
             if (task, 0) in have:
                 continue
             self.store.put_episode(
-                run.run_id, "shop", task, 0, policy="fake", messages=[], reward=float(i % 2 == 0), success=i % 2 == 0,
+                run_id, "shop", task, 0, policy="fake", messages=[], reward=float(i % 2 == 0), success=i % 2 == 0,
                 components={}, termination="done", error=None, turns=1, timings={},
             )
             self._log(f"rollout {task}")
             ran += 1
-        eps = self.store.episodes(run.run_id, "shop")
+        eps = self.store.episodes(run_id, "shop")
         return RolloutsDone(len(eps), sum(e.success for e in eps), ran, Cost(policy_rollouts=ran))
 
-    async def discover(self, run: RunRef) -> DiscoveryDone:
-        target = run.source("analysis")
+    async def discover(self, run_id: str) -> DiscoveryDone:
+        target = run_id
         for name, definition in DICTIONARY.items():
             self.store.put_capability(target, name, definition=definition)
         self._log("discover")
         return DiscoveryDone(list(DICTIONARY), Cost(llm_calls=1))
 
-    async def label(self, run: RunRef, pass_index: int) -> LabelPassDone:
-        target = run.source("analysis")
+    async def label(self, run_id: str, pass_index: int) -> LabelPassDone:
+        target = run_id
         done = {lab.episode_id for lab in self.store.labels(target, pass_index)}
         calls = 0
-        for n, ep in enumerate(self.store.episodes(run.source("rollouts"), "shop")):
+        for n, ep in enumerate(self.store.episodes(run_id, "shop")):
             if n == 5:
                 await self._maybe_hold(f"label:{pass_index}")
             if ep.id in done:
@@ -102,14 +101,12 @@ class FakeStages:
             calls += 1
         return LabelPassDone(pass_index, calls, cost=Cost(llm_calls=calls))
 
-    async def select(self, run: RunRef) -> SelectionDone:
-        src = run.source("analysis")
+    async def select(self, run_id: str) -> SelectionDone:
+        src = run_id
         delta, rho = self.cfg.analysis.delta, self.cfg.analysis.rho
-        success = {e.id: e.success for e in self.store.episodes(run.source("rollouts"), "shop")}
+        success = {e.id: e.success for e in self.store.episodes(run_id, "shop")}
         stats: dict[str, CapabilityStats] = {}
         for cap in self.store.capabilities(src):
-            if src != run.run_id:
-                self.store.put_capability(run.run_id, cap.name, definition=cap.definition)
             kept_passes, last = 0, (None, 0.0)
             passes = sorted({lab.pass_index for lab in self.store.labels(src, capability=cap.name)})
             for p in passes:
@@ -121,22 +118,22 @@ class FakeStages:
                 gap, cov = er_minus - er_plus, sum(lab.value == "LACKING" for lab in fails) / len(fails)
                 kept = gap >= delta and cov >= rho
                 kept_passes += kept
-                self.store.put_capability_stat(run.run_id, cap.name, p, er_plus=er_plus, er_minus=er_minus, gap=gap, coverage=cov, kept=kept)
+                self.store.put_capability_stat(run_id, cap.name, p, er_plus=er_plus, er_minus=er_minus, gap=gap, coverage=cov, kept=kept)
                 last = (gap, cov)
             retained = kept_passes >= self.cfg.analysis.min_passes
-            self.store.set_capability_retained(run.run_id, cap.name, retained)
+            self.store.set_capability_retained(run_id, cap.name, retained)
             stats[cap.name] = CapabilityStats(round(last[0], 3), round(last[1], 3), kept_passes, retained)
         self._log("select")
         return SelectionDone([c for c, s in stats.items() if s.retained], stats)
 
-    async def synthesize(self, run: RunRef, capability: str, attempt: int) -> SynthesisAttempt:
+    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
         await self._maybe_hold(f"synthesize:{capability}:{attempt}")
-        row = self.store.put_synthetic_env(run.run_id, capability, attempt, code=f"# {capability} v{attempt}\n", status="written")
+        row = self.store.put_synthetic_env(run_id, capability, attempt, code=f"# {capability} v{attempt}\n", status="written")
         self._log(f"synthesize {capability} {attempt}")
         return SynthesisAttempt(capability, attempt, row.id, cost=Cost(llm_calls=1))
 
-    async def validate(self, run: RunRef, capability: str, attempt: int) -> ValidationDone:
-        env = next(e for e in self.store.synthetic_envs(run.run_id, capability) if e.attempt == attempt)
+    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
+        env = next(e for e in self.store.synthetic_envs(run_id, capability) if e.attempt == attempt)
         passed = not (capability == "beta" and attempt == 1) and capability != "gamma"
         verdict = "passed" if passed else "not trivial: do-nothing scores 0.8 on seed 3"
         self.store.put_validation(env.id, report={"verdict": verdict}, passed=passed)
@@ -144,33 +141,33 @@ class FakeStages:
         self._log(f"validate {capability} {attempt}")
         return ValidationDone(capability, attempt, passed, verdict)
 
-    async def train(self, run: RunRef, capability: str) -> TrainingDone:
+    async def train(self, run_id: str, capability: str) -> TrainingDone:
         await self._maybe_hold(f"train:{capability}")
         fail = self.ws / "fail_train"
         if fail.is_file() and capability in fail.read_text().split():
             raise RuntimeError(f"trainer process for {capability} exited with code -9 (out of memory)")
         path = self.ws / "adapters" / capability
         path.mkdir(parents=True, exist_ok=True)
-        self.store.put_adapter(run.run_id, f"{capability}-lora", path=str(path), metrics={"heldout": [0.2, 0.7]}, status="trained", capability=capability)
+        self.store.put_adapter(run_id, f"{capability}-lora", path=str(path), metrics={"heldout": [0.2, 0.7]}, status="trained", capability=capability)
         self._log(f"train {capability}")
         return TrainingDone(capability, f"{capability}-lora", True, 0.2, 0.7, cost=Cost(policy_rollouts=16, cpu_s=1.0))
 
-    async def build_router(self, run: RunRef, capabilities: list[str]) -> RouterDone:
+    async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         self._log("build_router")
         return RouterDone(sorted(capabilities), {"accuracy": 1.0})
 
-    async def evaluate(self, run: RunRef, capabilities: list[str]) -> EvaluationDone:
-        base = self.store.put_evaluation(run.run_id, "base", policy="fake", metrics={"pass_rate": 0.5, "n": 10})
+    async def evaluate(self, run_id: str, capabilities: list[str]) -> EvaluationDone:
+        base = self.store.put_evaluation(run_id, "base", policy="fake", metrics={"pass_rate": 0.5, "n": 10})
         await self._maybe_hold("evaluate")
         rate = 0.5 + 0.1 * len(capabilities)
-        self.store.put_evaluation(run.run_id, "trace", policy="router", metrics={"pass_rate": rate, "n": 10})
+        self.store.put_evaluation(run_id, "trace", policy="router", metrics={"pass_rate": rate, "n": 10})
         self._log("evaluate")
         return EvaluationDone({"base": dict(base.metrics), "trace": {"pass_rate": rate, "n": 10}}, Cost(policy_rollouts=20))
 
-    async def report(self, run: RunRef) -> ReportDone:
-        path = self.ws / "reports" / f"{run.run_id}.md"
+    async def report(self, run_id: str) -> ReportDone:
+        path = self.ws / "reports" / f"{run_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {run.run_id}\n")
+        path.write_text(f"# {run_id}\n")
         return ReportDone(str(path))
 
 

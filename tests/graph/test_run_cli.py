@@ -90,11 +90,12 @@ def test_fork_with_another_delta_reuses_rollouts_and_labels(fake_config: Path) -
     assert fid != rid
     new_calls = calls(workspace)[len(done_before):]
     assert not [c for c in new_calls if c.startswith(("rollout", "label", "discover"))], new_calls  # 0 new rollouts / labeling calls
+    assert "reused 10 episodes, 3 capabilities, 60 labels" in out
     assert "select: done; retained: alpha" in out and "beta" not in out.split("retained:")[1].splitlines()[0]
     with open_store(load_config(fake_config)) as store:
         assert [c.name for c in store.capabilities(fid, retained=True)] == ["alpha"]
         assert sorted(c.name for c in store.capabilities(rid, retained=True)) == ["alpha", "beta"]  # parent untouched
-        assert len(store.episodes(fid)) == 0 and len(store.labels(fid)) == 0  # read from the parent, not copied
+        assert len(store.episodes(fid)) == 10 and len(store.labels(fid)) == 60  # copied from the parent, not redone
         assert store.get_run(fid).config["graph"]["forked_from"] == {"run": rid, "checkpoint": before_select}
         assert store.get_run(fid).config["config"]["analysis"]["delta"] == 0.5
     _, hist = invoke("history", fid, "--config", str(fake_config))
