@@ -36,7 +36,9 @@ class Cost:
     gpu_s: float = 0.0
 
     def as_counters(self, wall_s: float) -> dict[str, float]:
-        return {k: v for k, v in {**asdict(self), "wall_s": round(wall_s, 3)}.items() if v}
+        counters = {k: v for k, v in asdict(self).items() if v}
+        counters["wall_s"] = round(wall_s, 3)
+        return counters
 
 
 # --- results (small: ids, counts, one-line verdicts) ------------------------------------------

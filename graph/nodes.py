@@ -10,6 +10,7 @@ stages that depend on its output record "skipped": nothing is invented.
 
 from __future__ import annotations
 
+import resource
 import time
 from typing import Any, Literal
 
@@ -20,14 +21,26 @@ from graph.context import GraphContext, StageUnavailable
 from graph.state import DONE, SKIPPED, UNAVAILABLE, RunState
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (training jobs run as children)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 async def call_stage(stage: str, fn: Any, *args: Any) -> tuple[Any, dict[str, Any]]:
-    """Run one stage service; return (result or None, the bookkeeping part of the update)."""
-    start = time.perf_counter()
+    """Run one stage service; return (result or None, the bookkeeping part of the update).
+
+    Cost: what the service reports, plus wall time; CPU seconds are measured here when
+    the service does not report them (process + children; concurrent capability
+    branches overlap, so their CPU shares are approximate).
+    """
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     try:
         result = await fn(*args)
     except StageUnavailable as e:
         return None, {"stage": stage, "stages": {stage: UNAVAILABLE}, "notes": {stage: f"stage not available: {e}"}}
     counters = result.cost.as_counters(time.perf_counter() - start)
+    counters.setdefault("cpu_s", round(cpu_seconds() - cpu_start, 3))
     return result, {"stage": stage, "stages": {stage: DONE}, "cost": {stage: counters}}
 
 
