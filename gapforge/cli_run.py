@@ -49,7 +49,10 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
     from graph.runner import drive, initial_state
 
     async def go() -> Any:
-        async with open_run(cfg, store) as opened, opened.open_context(options, cfg) as ctx:
+        def say(where: str, text: str) -> None:
+            console.print(f"    {where}: {text}", style="dim", highlight=False, soft_wrap=True)
+
+        async with open_run(cfg, store) as opened, opened.open_context(options, cfg, say) as ctx:
             return await drive(opened.graph, run_id, ctx, start=initial_state(run_id) if fresh else None,
                                on_event=lambda ev: console.print(progress_line(ev), highlight=False, soft_wrap=True))
 

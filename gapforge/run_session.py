@@ -30,7 +30,7 @@ class RunOptions:
     """The graph options stored with a run (beside its config)."""
 
     review: bool = False
-    stages: str = REAL_STAGES  # "module:callable" -> async context manager (cfg, store) -> Stages
+    stages: str = REAL_STAGES  # "module:callable" -> async context manager (cfg, store, progress) -> Stages
     forked_from: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,7 +85,7 @@ class OpenRun:
     cfg: GapforgeConfig
     store: Any
     graph: Any
-    open_context: Callable[[RunOptions], Any]  # async context manager -> GraphContext
+    open_context: Callable[..., Any]  # (options, run_cfg, progress) -> async context manager -> GraphContext
 
 
 @asynccontextmanager
@@ -98,12 +98,14 @@ async def open_run(cfg: GapforgeConfig, store: Any) -> AsyncIterator[OpenRun]:
         graph = build_graph(saver)
 
         @asynccontextmanager
-        async def open_context(options: RunOptions, run_cfg: GapforgeConfig | None = None) -> AsyncIterator[Any]:
+        async def open_context(
+            options: RunOptions, run_cfg: GapforgeConfig | None = None, progress: Callable[[str, str], None] | None = None
+        ) -> AsyncIterator[Any]:
             from graph.context import GraphContext
 
             use = run_cfg or cfg
             async with AsyncExitStack() as stack:
-                stages = await stack.enter_async_context(load_stages_factory(options.stages)(use, store))
+                stages = await stack.enter_async_context(load_stages_factory(options.stages)(use, store, progress))
                 yield GraphContext(
                     stages=stages,
                     repeats=use.analysis.repeats,

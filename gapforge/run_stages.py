@@ -1,19 +1,23 @@
 """The real stage services bound to the graph's `Stages` protocol (composition root).
 
 Each method adapts one stage service of agents/, training/ or serving/ to the
-graph's small result types. A stage whose service is not in this installation
-raises `StageUnavailable` — the graph records that, it never fakes a result.
+graph's small result types, with the dependencies chosen here from the run's
+config. A stage whose service is not in this installation raises
+`StageUnavailable` (the graph records it; nothing is faked); a stage that cannot
+produce a result from this run's data raises `StageFailed` with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import importlib
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from gapforge.config import GapforgeConfig
 from graph.context import (
+    CapabilityStats,
     Cost,
     DiscoveryDone,
     EvaluationDone,
@@ -21,36 +25,81 @@ from graph.context import (
     ReportDone,
     RolloutsDone,
     RouterDone,
-    RunRef,
     SelectionDone,
+    StageFailed,
     StageUnavailable,
     SynthesisAttempt,
     TrainingDone,
     ValidationDone,
 )
 
+Progress = Callable[[str, str], None]  # (stage or "stage capability", one line)
+
+
+def require(module: str, what: str) -> Any:
+    """Import a stage's module, or say honestly that the stage is not in this installation."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise StageUnavailable(f"{what} ({module}) is not in this installation") from None
+        raise
+
+
+def data_errors() -> tuple[type[BaseException], ...]:
+    """Errors meaning "this run's data cannot give a result" (recorded, not retried)."""
+    found: list[type[BaseException]] = []
+    for module, name in (("agents.analysis.errors", "AnalysisError"),):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
 
 class RealStages:
-    """Stage services for one run's config; owns the policy it creates and closes it."""
+    """Stage services for one run's config; owns what it opens (policy, sandbox pool) and closes it."""
 
-    def __init__(self, cfg: GapforgeConfig, store: Any) -> None:
+    def __init__(self, cfg: GapforgeConfig, store: Any, progress: Progress | None = None) -> None:
         self.cfg = cfg
         self.store = store
+        self.progress = progress or (lambda where, text: None)
         self._policy: Any = None
+        self._pool: Any = None
+        self._analyst: Any = None
+        self._counter: Any = None
 
-    def _base_policy(self) -> Any:
+    # --- owned resources ---------------------------------------------------------------------
+    def base_policy(self) -> Any:
         if self._policy is None:
             from gapforge.wiring import make_policy
 
             self._policy = make_policy(self.cfg.policy)
         return self._policy
 
+    def sandbox_pool(self) -> Any:
+        if self._pool is None:
+            from sandbox.pool import SandboxPool
+
+            self._pool = SandboxPool(self.cfg.sandbox, size=self.cfg.sandbox.pool_size)
+        return self._pool
+
     async def aclose(self) -> None:
         close = getattr(self._policy, "aclose", None)
         if close is not None:
             await close()
+        if self._pool is not None:
+            await asyncio.to_thread(self._pool.close)
 
-    async def collect_rollouts(self, run: RunRef) -> RolloutsDone:
+    async def _data(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking service in a thread; its data errors become StageFailed."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except data_errors() as e:
+            raise StageFailed(str(e).splitlines()[0]) from None
+
+    # --- rollouts ------------------------------------------------------------------------------
+    async def collect_rollouts(self, run_id: str) -> RolloutsDone:
         from agents.rollouts import CollectPlan, collect
         from gapforge.wiring import make_target_env_factory
 
@@ -61,53 +110,115 @@ class RealStages:
         families = {t: probe.task_family(t) for t in tasks}
         probe.close()
         plan = CollectPlan(
-            run_id=run.run_id,
+            run_id=run_id,
             env=env_name,
             tasks=tasks,
             samples=cfg.rollouts.samples,
             concurrency=cfg.rollouts.concurrency,
             max_turns=cfg.rollouts.max_turns,
         )
-        result = await collect(plan, make_env=make_env, policy=self._base_policy(), sink=self.store, families=families)
-        episodes = await asyncio.to_thread(self.store.episodes, run.run_id, env_name)
-        return RolloutsDone(
-            episodes=len(episodes),
-            successes=sum(1 for e in episodes if e.success),
-            ran=result.ran,
-            cost=Cost(policy_rollouts=result.ran),
-        )
+        result = await collect(plan, make_env=make_env, policy=self.base_policy(), sink=self.store, families=families)
+        episodes = await asyncio.to_thread(self.store.episodes, run_id, env_name)
+        return RolloutsDone(len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran))
 
-    async def discover(self, run: RunRef) -> DiscoveryDone:
-        raise StageUnavailable("capability discovery (issue 9) is not on this branch yet")
+    # --- analysis ------------------------------------------------------------------------------
+    def _analysis(self) -> tuple[Any, Any]:
+        require("agents.analysis.service", "capability analysis")
+        if self._analyst is None:
+            from agents.analysis.compact import make_token_counter
+            from gapforge.cli_analyze import analyst_model
 
-    async def label(self, run: RunRef, pass_index: int) -> LabelPassDone:
-        raise StageUnavailable("capability labeling (issue 9) is not on this branch yet")
+            policy_tok = self.cfg.policy.local_path if self.cfg.policy.kind == "local" else None
+            self._counter = make_token_counter(self.cfg.analysis.tokenizer, policy_tok)
+            self._analyst = analyst_model(self.cfg, self.cfg.rollouts.env)
+        return self._analyst, self._counter
 
-    async def select(self, run: RunRef) -> SelectionDone:
-        raise StageUnavailable("capability selection (issue 9) is not on this branch yet")
+    async def discover(self, run_id: str) -> DiscoveryDone:
+        model, counter = self._analysis()
+        from agents.analysis.discovery import discover
+        from agents.analysis.split import ensure_split
 
-    async def synthesize(self, run: RunRef, capability: str, attempt: int) -> SynthesisAttempt:
-        raise StageUnavailable("environment synthesis (issue 10) is not on this branch yet")
+        acfg = self.cfg.analysis
+        await self._data(ensure_split, self.store, run_id, fraction=acfg.split_fraction, seed=acfg.seed)
+        found = await self._data(discover, self.store, model, run_id, cfg=acfg, counter=counter)
+        cost = Cost(0, 0, 0) if found.cached else Cost(found.calls, found.prompt_tokens, found.completion_tokens)
+        return DiscoveryDone([c.name for c in found.capabilities], cost)
 
-    async def validate(self, run: RunRef, capability: str, attempt: int) -> ValidationDone:
-        raise StageUnavailable("synthetic env validation loop (issue 10) is not on this branch yet")
+    async def label(self, run_id: str, pass_index: int) -> LabelPassDone:
+        model, counter = self._analysis()
+        from agents.analysis.labeling import label_pass
 
-    async def train(self, run: RunRef, capability: str) -> TrainingDone:
-        raise StageUnavailable("GRPO training (issue 11) is not on this branch yet")
+        def progress(done: int, total: int) -> None:
+            if done == total or done % max(1, total // 4) == 0:
+                self.progress("label", f"pass {pass_index}: {done}/{total} episodes")
 
-    async def build_router(self, run: RunRef, capabilities: list[str]) -> RouterDone:
-        raise StageUnavailable("the router (issue 12) is not on this branch yet")
+        try:
+            res = await label_pass(self.store, model, run_id, pass_index, cfg=self.cfg.analysis, counter=counter, on_progress=progress)
+        except data_errors() as e:
+            raise StageFailed(str(e).splitlines()[0]) from None
+        return LabelPassDone(pass_index, res.labeled, res.failed, Cost(res.calls, res.prompt_tokens, res.completion_tokens))
 
-    async def evaluate(self, run: RunRef, capabilities: list[str]) -> EvaluationDone:
-        raise StageUnavailable("evaluation (issue 12) is not on this branch yet")
+    async def select(self, run_id: str) -> SelectionDone:
+        self._analysis()
+        from agents.analysis.selection import select
 
-    async def report(self, run: RunRef) -> ReportDone:
-        raise StageUnavailable("the report (issue 12) is not on this branch yet")
+        sel = await self._data(select, self.store, run_id, cfg=self.cfg.analysis)
+        stats = {s.capability: CapabilityStats(s.gap, s.coverage, s.kept_passes, s.retained) for s in sel.statistics}
+        return SelectionDone(list(sel.retained), stats)
+
+    # --- synthesis (the service runs the generator + the self-test of one attempt) -----------
+    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
+        service = require("agents.synthesis.service", "environment synthesis")
+        from gapforge.wiring import make_synthesis_deps
+
+        cfg = self.cfg.model_copy(deep=True)
+        cfg.synthesis.max_attempts = attempt  # attempts 1..k-1 are stored: at most attempt k is new
+
+        def say(cap: str, k: int, what: str) -> None:
+            self.progress(f"synthesize {cap}", f"attempt {k}: {what}")
+
+        deps = make_synthesis_deps(cfg, self.store, self.sandbox_pool(), say)
+        result = await asyncio.to_thread(service.synthesize_capability, deps, run_id, capability)
+        this = next((a for a in result.attempts if a.attempt == attempt), None)
+        if this is None:
+            return SynthesisAttempt(capability, attempt, None, result.reason or "no attempt made")
+        llm_calls = 0 if this.resumed else 1 + (this.review is not None)
+        return SynthesisAttempt(capability, attempt, this.synthetic_env_id, cost=Cost(llm_calls=llm_calls, policy_rollouts=this.rollouts))
+
+    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
+        """The verdict the synthesis service stored for this attempt (its self-test ran in the sandbox)."""
+        require("agents.synthesis.service", "environment synthesis")
+        rows = await asyncio.to_thread(self.store.synthetic_envs, run_id, capability)
+        row = next((r for r in rows if r.attempt == attempt), None)
+        stored = None if row is None else await asyncio.to_thread(self.store.get_validation, row.id)
+        if stored is None:
+            raise StageFailed(f"attempt {attempt} of {capability} has no stored verdict")
+        verdict = stored.report.get("verdict") or {}
+        failed = ", ".join(verdict.get("failed_checks") or [])
+        line = "passed" if stored.passed else f"failed at {verdict.get('stage', '?')}" + (f": {failed}" if failed else "")
+        return ValidationDone(capability, attempt, bool(stored.passed), line)
+
+    # --- training, routing, evaluation, report ------------------------------------------------
+    async def train(self, run_id: str, capability: str) -> TrainingDone:
+        require("training.service", "GRPO training")
+        raise StageUnavailable("GRPO training is installed but not wired into the graph yet")
+
+    async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
+        require("agents.router", "the router")
+        raise StageUnavailable("the router is installed but not wired into the graph yet")
+
+    async def evaluate(self, run_id: str, capabilities: list[str]) -> EvaluationDone:
+        require("evaluation", "evaluation")
+        raise StageUnavailable("evaluation is installed but not wired into the graph yet")
+
+    async def report(self, run_id: str) -> ReportDone:
+        require("evaluation", "the report")
+        raise StageUnavailable("the report is installed but not wired into the graph yet")
 
 
 @asynccontextmanager
-async def open_stages(cfg: GapforgeConfig, store: Any) -> AsyncIterator[RealStages]:
-    stages = RealStages(cfg, store)
+async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None = None) -> AsyncIterator[RealStages]:
+    stages = RealStages(cfg, store, progress)
     try:
         yield stages
     finally:

@@ -52,10 +52,12 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
     except Exception as e:  # recorded per capability (with its type), the other branches go on
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)
-    update.pop("stages", None)
-    if result is None:  # StageUnavailable
+    if result is None:  # StageUnavailable / StageFailed
+        status = UNAVAILABLE if update["stages"][stage] == UNAVAILABLE else FAILED
         note = update.pop("notes")[stage]
-        return None, {**update, **_row(state, status=UNAVAILABLE, error=f"{stage} {note}")}
+        update.pop("stages")
+        return None, {**update, **_row(state, status=status, error=f"{stage}: {note}")}
+    update.pop("stages", None)
     return result, update
 
 

@@ -24,6 +24,12 @@ class StageUnavailable(Exception):
     """This stage cannot run in this installation (e.g. its service is not built yet)."""
 
 
+class StageFailed(Exception):
+    """The stage ran and cannot produce a result from this run's data (e.g. no failed episode
+    to contrast). Recorded in the state; the stages that need its output are skipped. Errors of
+    a boundary that may recover (an endpoint down) are NOT this: they end the run, resumable."""
+
+
 @dataclass(frozen=True, slots=True)
 class Cost:
     """What a stage spent. Services fill what they know; the node adds wall time."""

@@ -17,8 +17,8 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, interrupt
 
-from graph.context import GraphContext, StageUnavailable
-from graph.state import DONE, SKIPPED, UNAVAILABLE, RunState
+from graph.context import GraphContext, StageFailed, StageUnavailable
+from graph.state import DONE, FAILED, SKIPPED, UNAVAILABLE, RunState
 
 
 def cpu_seconds() -> float:
@@ -39,6 +39,8 @@ async def call_stage(stage: str, fn: Any, *args: Any) -> tuple[Any, dict[str, An
         result = await fn(*args)
     except StageUnavailable as e:
         return None, {"stage": stage, "stages": {stage: UNAVAILABLE}, "notes": {stage: f"stage not available: {e}"}}
+    except StageFailed as e:
+        return None, {"stage": stage, "stages": {stage: FAILED}, "notes": {stage: str(e)}}
     counters = result.cost.as_counters(time.perf_counter() - start)
     counters.setdefault("cpu_s", round(cpu_seconds() - cpu_start, 3))
     return result, {"stage": stage, "stages": {stage: DONE}, "cost": {stage: counters}}

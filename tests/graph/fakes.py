@@ -172,7 +172,7 @@ class FakeStages:
 
 
 @asynccontextmanager
-async def open_stages(cfg: Any, store: Any) -> AsyncIterator[FakeStages]:
+async def open_stages(cfg: Any, store: Any, progress: Any = None) -> AsyncIterator[FakeStages]:
     yield FakeStages(cfg, store)
 
 
