@@ -44,7 +44,7 @@ def _store(cfg: Any) -> Any:
     return open_store(cfg)
 
 
-def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool) -> int:
+def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool, last_line: bool = True) -> int:
     """Run or resume `run_id` with a live progress view; returns the exit code."""
     from graph.runner import drive, initial_state
 
@@ -74,7 +74,8 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
             _table(evaluation_table(values))
         if values.get("report"):
             console.print(f"report: {values['report']}", highlight=False, soft_wrap=True)
-    console.print(f"run {run_id}", highlight=False, soft_wrap=True)
+    if last_line:
+        console.print(f"run {run_id}", highlight=False, soft_wrap=True)
     return 0
 
 
