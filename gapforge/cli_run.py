@@ -12,7 +12,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    get_config,
+    handle_errors,
+)
 from gapforge.run_session import (
     RunOptions,
     config_from_record,
@@ -21,7 +28,14 @@ from gapforge.run_session import (
     options_from_record,
     run_record,
 )
-from gapforge.run_view import capability_table, cost_table, evaluation_table, history_table, progress_line, runs_table
+from gapforge.run_view import (
+    capability_table,
+    cost_table,
+    evaluation_table,
+    history_table,
+    progress_line,
+    runs_table,
+)
 
 app = typer.Typer(help="The self-improvement graph: run, inspect, time-travel.")
 

@@ -81,7 +81,6 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     """Prepare (sandbox image, taught model), then run the graph; returns the exit code."""
     from gapforge.cli_run import drive_run
     from gapforge.wiring import open_store
-
     from store.runs import new_run_id
 
     run_id = new_run_id()

@@ -126,6 +126,7 @@ class RealStages:
         require("agents.analysis.service", "capability analysis")
         if self._analyst is None:
             from agents.analysis.compact import make_token_counter
+
             from gapforge.cli_analyze import analyst_model
 
             policy_tok = self.cfg.policy.local_path if self.cfg.policy.kind == "local" else None

@@ -49,7 +49,7 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
     """call_stage, but any error of this one capability is recorded instead of ending the run."""
     try:
         result, update = await call_stage(stage, fn, *args)
-    except Exception as e:  # recorded per capability (with its type), the other branches go on
+    except Exception as e:  # noqa: BLE001 — recorded per capability (with its type); the other branches go on
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)
     if result is None:  # StageUnavailable / StageFailed
