@@ -110,6 +110,15 @@ def run_cmd(
         options = options_from_record(record)
         run_cfg = config_from_record(record)
         console.print(f"run {resume}", highlight=False, soft_wrap=True)
+        if record.get("command") == "demo":
+            from gapforge.demo import REAL_NOTE, SCRIPTED_NOTE
+
+            console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
+            code = drive_run(run_cfg, store, resume, options, fresh=False, last_line=False)
+            console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
+            console.print(REAL_NOTE, highlight=False, soft_wrap=True)
+            console.print(f"run {resume}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code)
         raise typer.Exit(drive_run(run_cfg, store, resume, options, fresh=False))
     options = RunOptions(review=review, **({"stages": stages} if stages else {}))
     run_id = store.create_run("trace", run_record("run", cfg, options))

@@ -81,6 +81,10 @@ class RealStages:
         if self._pool is None:
             from sandbox.pool import SandboxPool
 
+            if self.cfg.sandbox.backend == "docker":
+                from sandbox.docker_backend import sweep
+
+                sweep()  # containers left by a killed earlier process of this run (or any other)
             self._pool = SandboxPool(self.cfg.sandbox, size=self.cfg.sandbox.pool_size)
         return self._pool
 
