@@ -17,8 +17,10 @@ from gapforge.cli_common import (
     SetOpt,
     UsageError,
     console,
+    fail,
     get_config,
     handle_errors,
+    user_errors,
 )
 from gapforge.run_session import (
     RunOptions,
@@ -71,8 +73,15 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
                                on_event=lambda ev: console.print(progress_line(ev), highlight=False, soft_wrap=True))
 
     store.set_run_status(run_id, "running")
+    resume = f"gapforge run --resume {run_id}"
     try:
         outcome = asyncio.run(go())
+    except KeyboardInterrupt:
+        store.set_run_status(run_id, "interrupted")
+        fail(f"interrupted; continue with `{resume}`", code=130)
+    except user_errors() as e:  # type: ignore[misc]
+        store.set_run_status(run_id, "failed")
+        fail(f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (fix it, then `{resume}`)")
     except BaseException:
         store.set_run_status(run_id, "failed")
         raise

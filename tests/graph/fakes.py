@@ -10,7 +10,8 @@ Control files in the workspace (tests only):
   the tests count new policy rollouts / labeling calls from it;
 - `hold`: `stage` or `stage:key`; on reaching it (after writing part of its rows)
   the fake touches `reached` and sleeps, so a test can kill -9 the process there;
-- `fail_train`: capability names whose training raises (a crash of one job).
+- `fail_train`: capability names whose training raises (a crash of one job);
+- `endpoint_down`: the analyst endpoint is down (discover raises ModelEndpointError).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from graph.context import (
     TrainingDone,
     ValidationDone,
 )
+from agents.errors import ModelEndpointError
 from store import LabelIn
 
 TASKS = [f"task-{i}" for i in range(10)]
@@ -79,6 +81,8 @@ class FakeStages:
         return RolloutsDone(len(eps), sum(e.success for e in eps), ran, Cost(policy_rollouts=ran))
 
     async def discover(self, run_id: str) -> DiscoveryDone:
+        if (self.ws / "endpoint_down").is_file():
+            raise ModelEndpointError("the LLM endpoint http://127.0.0.1:9/v1 kept failing (connection refused) after 4 retries")
         target = run_id
         for name, definition in DICTIONARY.items():
             self.store.put_capability(target, name, definition=definition)

@@ -149,3 +149,22 @@ def test_one_capability_crash_is_recorded_and_the_others_go_on(fake_config: Path
     with open_store(load_config(fake_config)) as store:
         assert [a.capability for a in store.adapters(rid)] == ["beta"]
         assert store.get_evaluation(rid, "trace").metrics["pass_rate"] == pytest.approx(0.6)  # routed to beta only
+
+
+def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fake_config: Path) -> None:
+    workspace = load_config(fake_config).workspace
+    workspace.mkdir(parents=True)
+    (workspace / "endpoint_down").write_text("")
+    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    assert code == 2 and "Traceback" not in out
+    rid = out.split()[1]
+    assert f"kept failing (connection refused) after 4 retries (fix it, then `gapforge run --resume {rid}`)" in out
+    with open_store(load_config(fake_config)) as store:
+        assert store.get_run(rid).status == "failed"
+    (workspace / "endpoint_down").unlink()
+    code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
+    assert code == 0, out
+    assert "collect_rollouts" not in out  # finished before the outage: not redone
+    assert calls(workspace).count("rollout task-0") == 1
+    with open_store(load_config(fake_config)) as store:
+        assert store.get_run(rid).status == "done" and row_counts(store, rid)["adapters"] == 2
