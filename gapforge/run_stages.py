@@ -57,6 +57,28 @@ def data_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def stop_orphans(spec: str) -> int:
+    """Kill a training process for this job spec left running by a killed earlier run process
+    (a resumed run must not train the same adapter twice at once). Linux /proc; returns how many."""
+    import os
+    import signal
+    from pathlib import Path
+
+    killed = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"training.run" in cmd and spec.encode() in cmd and int(proc.name) != os.getpid():
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 class RealStages:
     """Stage services for one run's config; owns what it opens (policy, sandbox pool) and closes it."""
 
@@ -68,6 +90,7 @@ class RealStages:
         self._pool: Any = None
         self._analyst: Any = None
         self._counter: Any = None
+        self._train_gate = asyncio.Semaphore(1)
 
     # --- owned resources ---------------------------------------------------------------------
     def base_policy(self) -> Any:
@@ -205,8 +228,37 @@ class RealStages:
 
     # --- training, routing, evaluation, report ------------------------------------------------
     async def train(self, run_id: str, capability: str) -> TrainingDone:
+        """GRPO + LoRA on the capability's accepted synthetic env, in its own process (training.run)."""
         require("training.service", "GRPO training")
-        raise StageUnavailable("GRPO training is installed but not wired into the graph yet")
+        from training.envs import EnvSpec
+        from training.run import run_jobs
+        from training.service import TrainJob
+
+        cfg = self.cfg
+        module = cfg.workspace / "synthetic_envs" / run_id / f"{capability}.py"  # written by synthesis when accepted
+        if not module.is_file():
+            raise StageFailed(f"no accepted synthetic env module at {module}")
+        if cfg.policy.kind != "local" or not cfg.policy.local_path:
+            raise StageFailed("training needs a local base model: set policy.kind=local and policy.local_path")
+        out = cfg.workspace / "adapters" / run_id / capability
+        env = EnvSpec(kind="sandbox", module=str(module), sandbox=cfg.sandbox.model_dump(mode="json"))
+        job = TrainJob(name=capability, capability=capability, base_model=cfg.policy.local_path, env=env, config=cfg.training,
+                       out_dir=str(out), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
+        spec_dir = cfg.workspace / "train_jobs" / run_id
+
+        def line(name: str, row: dict[str, Any]) -> None:
+            if "step" in row and "reward" in row:
+                self.progress(f"train {name}", ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+
+        async with self._train_gate:  # one training process at a time (CPU/GPU memory)
+            await asyncio.to_thread(stop_orphans, str(spec_dir / f"{capability}.json"))
+            (outcome,) = await asyncio.to_thread(run_jobs, [job], spec_dir, line)
+        res = outcome.result
+        if res is None or res.status != "done":
+            return TrainingDone(capability, None, False, error=outcome.error or "training failed")
+        rollouts = res.steps * cfg.training.rollouts_per_step
+        return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after,
+                            cost=Cost(policy_rollouts=rollouts))  # fmt: skip
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         require("agents.router", "the router")
