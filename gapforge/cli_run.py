@@ -31,11 +31,11 @@ from gapforge.run_session import (
     run_record,
 )
 from gapforge.run_view import (
+    ProgressView,
     capability_table,
     cost_table,
     evaluation_table,
     history_table,
-    progress_line,
     runs_table,
 )
 
@@ -65,12 +65,9 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
     from graph.runner import drive, initial_state
 
     async def go() -> Any:
-        def say(where: str, text: str) -> None:
-            console.print(f"    {where}: {text}", style="dim", highlight=False, soft_wrap=True)
-
-        async with open_run(cfg, store) as opened, opened.open_context(options, cfg, say) as ctx:
-            return await drive(opened.graph, run_id, ctx, start=initial_state(run_id) if fresh else None,
-                               on_event=lambda ev: console.print(progress_line(ev), highlight=False, soft_wrap=True))
+        with ProgressView(console) as view:
+            async with open_run(cfg, store) as opened, opened.open_context(options, cfg, lambda w, t: view.log(f"    {w}: {t}", "dim")) as ctx:
+                return await drive(opened.graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=view.event)
 
     store.set_run_status(run_id, "running")
     resume = f"gapforge run --resume {run_id}"

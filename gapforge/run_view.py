@@ -115,3 +115,55 @@ def history_table(run_id: str, entries: list[Any]) -> Table:
     for e in entries:
         table.add_row(str(e.step), e.checkpoint_id, e.node, e.created_at[11:19], "\n".join(e.changed) or "-", ", ".join(e.next) or "end")
     return table
+
+
+class ProgressView:
+    """The live view of a run: on a terminal, a table of stages and capabilities redrawn as
+    nodes finish (log lines scroll above it); piped, one line per finished node."""
+
+    def __init__(self, console: Any, values: dict[str, Any] | None = None) -> None:
+        self.console = console
+        self.stages: dict[str, str] = dict((values or {}).get("stages") or {})
+        self.capabilities: dict[str, dict[str, Any]] = {k: dict(v) for k, v in ((values or {}).get("capabilities") or {}).items()}
+        self.live: Any = None
+
+    def __enter__(self) -> "ProgressView":  # noqa: PYI034
+        if self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def log(self, text: str, style: str | None = None) -> None:
+        self.console.print(text, style=style, highlight=False, soft_wrap=True)
+
+    def event(self, ev: Event) -> None:
+        self.stages.update(ev.update.get("stages") or {})
+        for name, row in (ev.update.get("capabilities") or {}).items():
+            self.capabilities.setdefault(name, {}).update(row)
+        if ev.capability:
+            self.stages[ev.node] = f"running ({ev.capability})"
+        self.log(progress_line(ev))
+        if self.live is not None:
+            self.live.update(self._render())
+
+    def _render(self) -> Table:
+        table = Table(title="progress", title_justify="left", show_edge=False)
+        table.add_column("stage")
+        table.add_column("status")
+        table.add_column("capability")
+        table.add_column("status")
+        caps = [(n, r) for n, r in self.capabilities.items() if r.get("status") != "rejected"]
+        rows = max(len(self.stages), len(caps))
+        stages = list(self.stages.items())
+        for i in range(rows):
+            s = stages[i] if i < len(stages) else ("", "")
+            c = caps[i] if i < len(caps) else ("", {})
+            detail = c[1].get("status", "") + (f" (attempt {c[1]['attempts']})" if c[1].get("attempts") else "") if c[0] else ""
+            table.add_row(s[0], s[1], c[0], detail)
+        return table
