@@ -127,7 +127,7 @@ class ProgressView:
         self.capabilities: dict[str, dict[str, Any]] = {k: dict(v) for k, v in ((values or {}).get("capabilities") or {}).items()}
         self.live: Any = None
 
-    def __enter__(self) -> "ProgressView":  # noqa: PYI034
+    def __enter__(self) -> ProgressView:  # noqa: PYI034
         if self.console.is_terminal:
             from rich.live import Live
 

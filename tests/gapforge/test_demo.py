@@ -28,7 +28,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
     env = _env(tmp_path, DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
-    proc = subprocess.run([sys.executable, "-m", "gapforge.cli", "demo"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "gapforge.cli", "demo"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "the demo needs the Docker sandbox" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -52,7 +52,7 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
     assert "scripted roles: the analyst, the environment generator and the code reviewer" in log.read_text()
 
     resumed = subprocess.run([sys.executable, "-m", "gapforge.cli", "run", "--resume", run_id], capture_output=True, text=True, env=env,
-                             cwd=tmp_path, timeout=900)  # fmt: skip
+                             cwd=tmp_path, timeout=900, check=False)  # fmt: skip
     out = resumed.stdout
     assert resumed.returncode == 0, out[-4000:] + resumed.stderr[-4000:]
     lines = [ln for ln in out.splitlines() if ln.strip()]

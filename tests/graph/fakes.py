@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from agents.errors import ModelEndpointError
 from graph.context import (
     CapabilityStats,
     Cost,
@@ -36,7 +37,6 @@ from graph.context import (
     TrainingDone,
     ValidationDone,
 )
-from agents.errors import ModelEndpointError
 from store import LabelIn
 
 TASKS = [f"task-{i}" for i in range(10)]
