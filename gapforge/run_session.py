@@ -108,7 +108,7 @@ async def open_run(cfg: GapforgeConfig, store: Any) -> AsyncIterator[OpenRun]:
                 stages = await stack.enter_async_context(load_stages_factory(options.stages)(use, store, progress))
                 yield GraphContext(
                     stages=stages,
-                    repeats=use.analysis.repeats,
+                    repeats=use.analysis.passes,
                     max_attempts=use.synthesis.max_attempts,
                     review=options.review,
                 )

@@ -165,13 +165,13 @@ class GraphContext:
     """The runtime context of one run: the stage services and the few settings the edges need."""
 
     stages: Stages
-    repeats: int = 3  # labeling passes R
+    repeats: int = 3  # labeling passes R (analysis.passes)
     max_attempts: int = 5  # generator attempts per capability
     review: bool = False  # pause after select for `gapforge review`
 
     def __post_init__(self) -> None:
         if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1 (got {self.repeats}): set analysis.repeats")
+            raise ValueError(f"repeats must be >= 1 (got {self.repeats}): set analysis.passes")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 (got {self.max_attempts}): set synthesis.max_attempts")
         if not isinstance(self.stages, Stages):

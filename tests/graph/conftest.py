@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def write_config(path: Path, workspace: Path, **extra: object) -> Path:
     data = {
         "workspace": str(workspace),
-        "analysis": {"repeats": 2, "min_passes": 2},
+        "analysis": {"passes": 2, "min_passes": 2},
         "synthesis": {"max_attempts": 3},
         **extra,
     }
