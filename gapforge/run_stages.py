@@ -91,6 +91,10 @@ class RealStages:
         self._analyst: Any = None
         self._counter: Any = None
         self._train_gate = asyncio.Semaphore(1)
+        self._router: Any = None
+        self.eval_trials = 2  # K trials per held-out task
+        self.routing_seeds = 4  # held-out synthetic seeds per capability for the router's accuracy
+        self.baseline_grpo = True  # train the GRPO-on-target baseline before evaluating
 
     # --- owned resources ---------------------------------------------------------------------
     def base_policy(self) -> Any:
@@ -153,7 +157,6 @@ class RealStages:
         require("agents.analysis.service", "capability analysis")
         if self._analyst is None:
             from agents.analysis.compact import make_token_counter
-
             from gapforge.cli_analyze import analyst_model
 
             policy_tok = self.cfg.policy.local_path if self.cfg.policy.kind == "local" else None
@@ -260,17 +263,118 @@ class RealStages:
         return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after,
                             cost=Cost(policy_rollouts=rollouts))  # fmt: skip
 
+    def _routed(self, run_id: str) -> tuple[Any, Any, Any]:
+        """(artifacts, backend, router) of the run: base weights loaded once, every trained adapter on them."""
+        if self._router is None or self._router[0].run_id != run_id:
+            from evaluation.policies import GRPO_TARGET
+            from evaluation.service import build_router, load_backend, run_artifacts
+
+            base = self._base_dir()
+            artifacts = run_artifacts(self.store, run_id, max_example_chars=self.cfg.routing.max_example_chars)
+            baseline = self.store.get_adapter(run_id, GRPO_TARGET)
+            extra = {GRPO_TARGET: baseline.path} if baseline is not None and baseline.status == "done" and baseline.path else {}
+            backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=self.cfg.policy.max_new_tokens, seed=self.cfg.seed)
+            router = build_router(artifacts, routing=self.cfg.routing, backend=backend, tokenizer_path=base)
+            self._router = (artifacts, backend, router)
+        return self._router
+
+    def _base_dir(self) -> str:
+        path = self.cfg.policy.local_path
+        if self.cfg.policy.kind != "local" or not path:
+            raise StageFailed("routing and evaluation need the local base model: set policy.kind=local and policy.local_path")
+        return path
+
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
-        require("agents.router", "the router")
-        raise StageUnavailable("the router is installed but not wired into the graph yet")
+        """The router over the trained adapters, and its accuracy on held-out synthetic seeds (in the sandbox)."""
+        require("evaluation.service", "the router")
+        from evaluation.routing import measure_router, routing_cases
+        from sandbox.env import open_env
+
+        artifacts, _backend, router = await asyncio.to_thread(self._routed, run_id)
+        ws, sandbox, pool = self.cfg.workspace, self.cfg.sandbox, self.sandbox_pool()
+        synthetic = {
+            c["name"]: (lambda m=ws / "synthetic_envs" / run_id / f"{c['name']}.py": open_env(m, sandbox, pool))
+            for c in artifacts.capabilities
+        }
+        seeds = self.cfg.training.heldout_seed_list()[: self.routing_seeds]
+        cases = await asyncio.to_thread(routing_cases, synthetic, seeds)
+        acc = await asyncio.to_thread(measure_router, router, cases, store=self.store, run_id=run_id)
+        names = [c["name"] for c in artifacts.capabilities]
+        return RouterDone(names, {"accuracy": acc.accuracy, "cases": acc.cases, "abstained": acc.abstained})
 
     async def evaluate(self, run_id: str, capabilities: list[str]) -> EvaluationDone:
-        require("evaluation", "evaluation")
-        raise StageUnavailable("evaluation is installed but not wired into the graph yet")
+        """Base vs TRACE (routed) vs each adapter vs the baselines on the held-out split."""
+        require("evaluation.service", "evaluation")
+        from evaluation.service import evaluate_run
+        from gapforge.wiring import make_target_env_factory
+
+        split = await asyncio.to_thread(self.store.get_split, run_id)
+        if split is None:
+            raise StageFailed("no held-out split stored with the run (the analysis stores it)")
+        await self._grpo_target_baseline(run_id, split)
+        artifacts, backend, router = await asyncio.to_thread(self._routed, run_id)
+        probe, make_env = make_target_env_factory(self.cfg, split.env)
+        tasks = list(split.heldout_tasks)
+        families = {t: probe.task_family(t) for t in tasks}
+        probe.close()
+        from evaluation.policies import GRPO_TARGET
+
+        result = await evaluate_run(
+            self.store, run_id, backend=backend, router=router, artifacts=artifacts, env=split.env, make_env=make_env, tasks=tasks,
+            families=families, trials=self.eval_trials, max_turns=self.cfg.rollouts.max_turns, temperature=self.cfg.policy.temperature,
+            concurrency=self.cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=self.cfg.seed,
+        )  # fmt: skip
+        summary = {p.name: _metrics(p.metrics) for p in result.policies}
+        rollouts = len(tasks) * self.eval_trials * len(result.policies)
+        return EvaluationDone(summary, Cost(policy_rollouts=rollouts))
+
+    async def _grpo_target_baseline(self, run_id: str, split: Any) -> None:
+        """The paper's baseline: GRPO directly on the target's analysis-split tasks, with the rollout
+        budget of all capability adapters together (selection on a held-back part of that split,
+        never on the evaluation tasks). Trained once per run; a failure is recorded and the
+        evaluation goes on without that baseline."""
+        if not self.baseline_grpo:
+            return
+        require("training.service", "GRPO training")
+        from training.envs import EnvSpec
+        from training.run import run_jobs
+        from training.service import TrainJob
+
+        from evaluation.policies import GRPO_TARGET
+
+        if (row := self.store.get_adapter(run_id, GRPO_TARGET)) is not None and row.status == "done":
+            return
+        spent = sum(int(a.metrics.get("steps") or 0) for a in self.store.adapters(run_id) if a.capability and a.status == "done")
+        if spent == 0:
+            return  # no capability adapter: no budget to match
+        tasks = sorted(split.analysis_tasks)
+        held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
+        train = [t for t in tasks if t not in held]
+        tcfg = self.cfg.training.model_copy(update={"max_steps": spent})  # same steps x rollouts per step as the adapters together
+        env = EnvSpec(kind="target", target=split.env, train_tasks=train, heldout_tasks=held)
+        out = self.cfg.workspace / "adapters" / run_id / GRPO_TARGET
+        job = TrainJob(name=GRPO_TARGET, capability=None, base_model=self._base_dir(), env=env, config=tcfg, out_dir=str(out),
+                       store_url=self.cfg.store_url, run_id=run_id)  # fmt: skip
+        spec_dir = self.cfg.workspace / "train_jobs" / run_id
+        self.progress("evaluate", f"training the GRPO-on-target baseline ({spent} steps, the adapters' budget)")
+        async with self._train_gate:
+            await asyncio.to_thread(stop_orphans, str(spec_dir / f"{GRPO_TARGET}.json"))
+            await asyncio.to_thread(run_jobs, [job], spec_dir, None)
+        self._router = None  # reload the backend with the baseline adapter
 
     async def report(self, run_id: str) -> ReportDone:
-        require("evaluation", "the report")
-        raise StageUnavailable("the report is installed but not wired into the graph yet")
+        require("evaluation.report", "the report")
+        from evaluation.report import write_report
+
+        result = await asyncio.to_thread(write_report, self.store, run_id, self.cfg.workspace / "reports" / run_id)
+        return ReportDone(str(result.path))
+
+
+def _metrics(m: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation service's metrics -> the few numbers the state keeps."""
+    pr, mr = m.get("pass_rate") or {}, m.get("mean_reward") or {}
+    return {"pass_rate": pr.get("value"), "ci_low": pr.get("low"), "ci_high": pr.get("high"), "mean_reward": mr.get("value"),
+            "n": m.get("episodes") or m.get("n")}  # fmt: skip
 
 
 @asynccontextmanager

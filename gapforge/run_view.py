@@ -103,7 +103,7 @@ def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
             values.get("stage", "-"),
             str(len(values.get("retained") or [])),
             str(trained),
-            f"{_rate(ev.get('base'))} → {_rate(ev.get('trace'))}",
+            f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}",
         )
     return table
 

@@ -164,9 +164,9 @@ class FakeStages:
         base = self.store.put_evaluation(run_id, "base", policy="fake", metrics={"pass_rate": 0.5, "n": 10})
         await self._maybe_hold("evaluate")
         rate = 0.5 + 0.1 * len(capabilities)
-        self.store.put_evaluation(run_id, "trace", policy="router", metrics={"pass_rate": rate, "n": 10})
+        self.store.put_evaluation(run_id, "trace_routed", policy="router", metrics={"pass_rate": rate, "n": 10})
         self._log("evaluate")
-        return EvaluationDone({"base": dict(base.metrics), "trace": {"pass_rate": rate, "n": 10}}, Cost(policy_rollouts=20))
+        return EvaluationDone({"base": dict(base.metrics), "trace_routed": {"pass_rate": rate, "n": 10}}, Cost(policy_rollouts=20))
 
     async def report(self, run_id: str) -> ReportDone:
         path = self.ws / "reports" / f"{run_id}.md"

@@ -43,7 +43,7 @@ async def test_missing_training_is_recorded_and_downstream_skipped(tmp_path: Pat
     assert "training.service) is not in this installation" in caps["alpha"]["error"]
     assert values["stages"]["build_router"] == "skipped" and "no trained adapter" in values["notes"]["build_router"]
     assert "router" not in values
-    assert values["evaluation"]["trace"]["pass_rate"] == 0.5  # nothing routed: TRACE == base, honestly
+    assert values["evaluation"]["trace_routed"]["pass_rate"] == 0.5  # nothing routed: TRACE == base, honestly
 
 
 async def test_a_stage_that_cannot_work_on_the_data_is_failed_with_its_reason(tmp_path: Path) -> None:

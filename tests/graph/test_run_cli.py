@@ -148,7 +148,7 @@ def test_one_capability_crash_is_recorded_and_the_others_go_on(fake_config: Path
     assert "train (beta): status=trained" in out
     with open_store(load_config(fake_config)) as store:
         assert [a.capability for a in store.adapters(rid)] == ["beta"]
-        assert store.get_evaluation(rid, "trace").metrics["pass_rate"] == pytest.approx(0.6)  # routed to beta only
+        assert store.get_evaluation(rid, "trace_routed").metrics["pass_rate"] == pytest.approx(0.6)  # routed to beta only
 
 
 def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fake_config: Path) -> None:
