@@ -206,7 +206,8 @@ class RealStages:
         cfg.synthesis.max_attempts = attempt  # attempts 1..k-1 are stored: at most attempt k is new
 
         def say(cap: str, k: int, what: str) -> None:
-            self.progress(f"synthesize {cap}", f"attempt {k}: {what}")
+            if not what.startswith("check "):  # one line per attempt step, not per self-test check
+                self.progress(f"synthesize {cap}", f"attempt {k}: {what}")
 
         deps = make_synthesis_deps(cfg, self.store, self.sandbox_pool(), say)
         result = await asyncio.to_thread(service.synthesize_capability, deps, run_id, capability)
@@ -335,7 +336,11 @@ class RealStages:
         evaluation goes on without that baseline."""
         if not self.baseline_grpo:
             return
-        require("training.service", "GRPO training")
+        try:
+            require("training.service", "GRPO training")
+        except StageUnavailable as e:
+            self.progress("evaluate", f"no GRPO-on-target baseline: {e}")
+            return
         from training.envs import EnvSpec
         from training.run import run_jobs
         from training.service import TrainJob
