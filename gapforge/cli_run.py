@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from gapforge.cli_common import (
+    USER_ERRORS,
     ConfigOpt,
     SetOpt,
     UsageError,
@@ -20,7 +21,6 @@ from gapforge.cli_common import (
     fail,
     get_config,
     handle_errors,
-    user_errors,
 )
 from gapforge.run_session import (
     RunOptions,
@@ -76,7 +76,7 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
     except KeyboardInterrupt:
         store.set_run_status(run_id, "interrupted")
         fail(f"interrupted; continue with `{resume}`", code=130)
-    except user_errors() as e:  # type: ignore[misc]
+    except USER_ERRORS as e:
         store.set_run_status(run_id, "failed")
         fail(f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (fix it, then `{resume}`)")
     except BaseException:

@@ -10,6 +10,7 @@ produce a result from this run's data raises `StageFailed` with the reason.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -80,14 +81,15 @@ def stop_orphans(spec: str) -> int:
 
 
 class RealStages:
-    """Stage services for one run's config; owns what it opens (policy, sandbox pool) and closes it."""
+    """Stage services for one run's config over the typed dependencies (`agents.deps.StageDeps`:
+    store, sandbox pool, policy and chat-model factories); whoever opens it closes the deps."""
 
-    def __init__(self, cfg: GapforgeConfig, store: Any, progress: Progress | None = None) -> None:
+    def __init__(self, cfg: GapforgeConfig, deps: Any, progress: Progress | None = None) -> None:
         self.cfg = cfg
-        self.store = store
+        self.deps = deps
+        self.store = deps.store
         self.progress = progress or (lambda where, text: None)
         self._policy: Any = None
-        self._pool: Any = None
         self._analyst: Any = None
         self._counter: Any = None
         self._train_gate = asyncio.Semaphore(1)
@@ -99,28 +101,12 @@ class RealStages:
     # --- owned resources ---------------------------------------------------------------------
     def base_policy(self) -> Any:
         if self._policy is None:
-            from gapforge.wiring import make_policy
-
-            self._policy = make_policy(self.cfg.policy)
+            self._policy = self.deps.make_policy()
         return self._policy
 
     def sandbox_pool(self) -> Any:
-        if self._pool is None:
-            from sandbox.pool import SandboxPool
-
-            if self.cfg.sandbox.backend == "docker":
-                from sandbox.docker_backend import sweep
-
-                sweep()  # containers left by a killed earlier process of this run (or any other)
-            self._pool = SandboxPool(self.cfg.sandbox, size=self.cfg.sandbox.pool_size)
-        return self._pool
-
-    async def aclose(self) -> None:
-        close = getattr(self._policy, "aclose", None)
-        if close is not None:
-            await close()
-        if self._pool is not None:
-            await asyncio.to_thread(self._pool.close)
+        """The warm pool (opened on first use; it sweeps containers left by killed processes)."""
+        return self.deps.sandbox_pool
 
     async def _data(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a blocking service in a thread; its data errors become StageFailed."""
@@ -383,9 +369,17 @@ def _metrics(m: dict[str, Any]) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None = None) -> AsyncIterator[RealStages]:
-    stages = RealStages(cfg, store, progress)
+async def open_stages(
+    cfg: GapforgeConfig, store: Any, progress: Progress | None = None, *, stages_cls: type[RealStages] = RealStages
+) -> AsyncIterator[RealStages]:
+    """The real stage services of a run, over StageDeps sharing the caller's store."""
+    from gapforge.wiring import build_deps
+
+    deps = dataclasses.replace(build_deps(cfg), open_store=lambda: store)
     try:
-        yield stages
+        yield stages_cls(cfg, deps, progress)
     finally:
-        await stages.aclose()
+        await deps.aclose_policies()
+        pool, deps._pool = deps._pool, None  # the store stays open: the caller owns it
+        if pool is not None:
+            await asyncio.to_thread(pool.close)

@@ -5,8 +5,7 @@ after select are switched off here (their own tests and the demo cover them)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.run_stages import RealStages
+from gapforge.run_stages import open_stages as real_open_stages
 from gapforge.wiring import open_store
 from graph.context import Cost, RolloutsDone, StageUnavailable
 from tests.graph.conftest import write_config
@@ -38,13 +38,8 @@ class PlantedAnalysisStages(RealStages):
         raise StageUnavailable("not under test here")
 
 
-@asynccontextmanager
-async def open_stages(cfg: Any, store: Any, progress: Any = None) -> AsyncIterator[PlantedAnalysisStages]:
-    stages = PlantedAnalysisStages(cfg, store, progress)
-    try:
-        yield stages
-    finally:
-        await stages.aclose()
+def open_stages(cfg: Any, store: Any, progress: Any = None) -> AbstractAsyncContextManager[RealStages]:
+    return real_open_stages(cfg, store, progress, stages_cls=PlantedAnalysisStages)
 
 
 def test_real_analysis_in_the_graph_then_fork_with_another_delta(tmp_path: Path) -> None:
