@@ -20,11 +20,36 @@ from gapforge.config import GapforgeConfig, load_config
 from gapforge.run_session import RunOptions, run_record
 
 # The demo's embedded defaults (the user's --config / --set still apply on top).
+# Sized for <= 10 minutes on 2 CPU cores (the taught model is built once and cached).
 DEMO_SETTINGS: list[str] = [
-    "rollouts.env=shop",
-    "rollouts.samples=1",
-    "rollouts.concurrency=4",
     "llm.kind=scripted",
+    "rollouts.env=shop",
+    "rollouts.samples=2",
+    "rollouts.concurrency=2",
+    "rollouts.max_turns=10",
+    "policy.max_new_tokens=96",
+    "analysis.passes=3",
+    "analysis.bootstrap=200",
+    "synthesis.max_attempts=3",
+    "synthesis.validation_seeds=10",
+    "synthesis.rollout_budget=64",
+    "grpo_readiness.groups=4",
+    "grpo_readiness.samples=4",
+    # training.TrainingConfig.tiny(), shortened: GRPO + LoRA on CPU
+    "training.lora_rank=8",
+    "training.lora_alpha=16",
+    "training.learning_rate=0.002",
+    "training.max_steps=8",
+    "training.groups_per_step=2",
+    "training.num_generations=4",
+    "training.max_turns=8",
+    "training.max_new_tokens=64",
+    "training.max_completion_length=1536",
+    "training.train_seeds=32",
+    "training.heldout_seeds=8",
+    "training.heldout_samples=1",
+    "training.eval_every=4",
+    "training.save_every=4",
 ]
 
 SCRIPTED_NOTE = (
