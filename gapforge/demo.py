@@ -114,8 +114,11 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     cfg = demo_config(cfg, overrides)
     _require_docker(cfg)
-    model = _taught_policy(cfg)
-    cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={model}", *(overrides or [])])
+    if cfg.policy.kind == "local" and cfg.policy.local_path:  # the user's own base model (--set policy.local_path=DIR)
+        console.print(f"base policy: {cfg.policy.local_path} (given; the taught tiny model is not built)", highlight=False)
+    else:
+        model = _taught_policy(cfg)
+        cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={model}", *(overrides or [])])
     store = open_store(cfg)
     options = RunOptions()
     store.create_run("demo", run_record("demo", cfg, options), run_id)
