@@ -236,13 +236,12 @@ class RealStages:
                        out_dir=str(out), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
         spec_dir = cfg.workspace / "train_jobs" / run_id
 
-        def line(name: str, row: dict[str, Any]) -> None:
-            if "step" in row and "reward" in row:
-                self.progress(f"train {name}", ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-
         async with self._train_gate:  # one training process at a time (CPU/GPU memory)
             await asyncio.to_thread(stop_orphans, str(spec_dir / f"{capability}.json"))
-            (outcome,) = await asyncio.to_thread(run_jobs, [job], spec_dir, line)
+            # no per-step line callback: training.run_jobs json-parses every stdout line starting with "{",
+            # and TRL's own log dicts (single quotes) would crash it
+            self.progress(f"train {capability}", f"GRPO in its own process (log: {out}/steps.jsonl)")
+            (outcome,) = await asyncio.to_thread(run_jobs, [job], spec_dir, None)
         res = outcome.result
         if res is None or res.status != "done":
             return TrainingDone(capability, None, False, error=outcome.error or "training failed")
@@ -327,11 +326,10 @@ class RealStages:
         except StageUnavailable as e:
             self.progress("evaluate", f"no GRPO-on-target baseline: {e}")
             return
+        from evaluation.policies import GRPO_TARGET
         from training.envs import EnvSpec
         from training.run import run_jobs
         from training.service import TrainJob
-
-        from evaluation.policies import GRPO_TARGET
 
         if (row := self.store.get_adapter(run_id, GRPO_TARGET)) is not None and row.status == "done":
             return
