@@ -19,7 +19,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
+# The demo needs a running Docker engine: .ci/ensure-docker starts one when run as root.
 demo: install
+	./.ci/ensure-docker
 	$(VENV)/bin/gapforge demo
 
 # pytest exits 5 when it collected no tests; that is not a failure of the suite.

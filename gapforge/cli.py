@@ -30,11 +30,11 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, as_json: bool = t
 @app.command("demo")
 @handle_errors
 def demo(config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """The offline end-to-end job on embedded defaults (what exists so far): sandbox image,
-    self-test of the example synthetic envs, a tiny local model's rollouts on the shop env."""
+    """The whole TRACE graph offline on the built-in shop env: taught tiny model, Docker sandbox,
+    GRPO on CPU, router, evaluation; only the LLM roles answer from recordings."""
     from gapforge.demo import run_demo
 
-    raise typer.Exit(run_demo(get_config(config, set_)))
+    raise typer.Exit(run_demo(get_config(config, set_), set_))
 
 
 def _register_groups() -> None:
@@ -52,6 +52,7 @@ def _register_groups() -> None:
         ("gapforge.cli_synthesize", ""),
         ("gapforge.cli_train", ""),  # `train RUN`
         ("gapforge.cli_adapters", ""),  # `adapters RUN`
+        ("gapforge.cli_run", ""),  # run, runs, state, history, fork, review
     ):
         try:
             module = importlib.import_module(module_name)

@@ -1,94 +1,130 @@
-"""`gapforge demo`: the offline end-to-end job on embedded defaults — what exists
-so far, run for real, with nothing downloaded:
+"""`gapforge demo`: the whole TRACE graph, offline, on the built-in `shop` env.
 
-1. build (or reuse) the sandbox image, offline when no registry is reachable;
-2. self-test the two example synthetic envs in the Docker sandbox;
-3. build a tiny Qwen-architecture model in the workspace (random weights);
-4. collect rollouts of that model on the built-in `shop` env and summarise them.
+Real: the Docker sandbox, the taught tiny base policy with its planted deficit
+(it skips the precondition check before acting, mostly in `policy_refusal`),
+the rollouts, the statistics, the self-test of every generated env, GRPO + LoRA
+on CPU, the router, the evaluation on held-out tasks. Scripted: only the LLM
+roles (analyst, generator, reviewer) answer from recordings — the demo says so
+at the start and at the end, with how to point it at a real endpoint and model.
 
-The tiny model is untrained, so its pass rate is ~0: the demo shows the
-pipeline, not a result. It grows into the full TRACE loop as stages land.
+The run is a normal graph run (kind "demo"): killed midway, it finishes with
+`gapforge run --resume RUN` from the same directory (its config is stored).
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from gapforge.cli_common import console, err_console
-from gapforge.config import GapforgeConfig
+from gapforge.cli_common import UsageError, console
+from gapforge.config import GapforgeConfig, load_config
+from gapforge.run_session import RunOptions, run_record
 
-EXAMPLES = ("precondition_verification", "structured_data_reasoning")
+# The demo's embedded defaults (the user's --config / --set still apply on top).
+# Sized for <= 10 minutes on 2 CPU cores (the taught model is built once and cached).
+DEMO_SETTINGS: list[str] = [
+    "llm.kind=scripted",
+    "rollouts.env=shop",
+    "rollouts.samples=2",
+    "rollouts.concurrency=2",
+    "rollouts.max_turns=10",
+    "policy.max_new_tokens=96",
+    "analysis.passes=3",
+    "analysis.bootstrap=200",
+    "synthesis.max_attempts=3",
+    "synthesis.validation_seeds=10",
+    "synthesis.rollout_budget=64",
+    "grpo_readiness.groups=4",
+    "grpo_readiness.samples=4",
+    # training.TrainingConfig.tiny(), shortened: GRPO + LoRA on CPU
+    "training.lora_rank=8",
+    "training.lora_alpha=16",
+    "training.learning_rate=0.002",
+    "training.max_steps=8",
+    "training.groups_per_step=2",
+    "training.num_generations=4",
+    "training.max_turns=8",
+    "training.max_new_tokens=64",
+    "training.max_completion_length=1536",
+    "training.train_seeds=32",
+    "training.heldout_seeds=8",
+    "training.heldout_samples=1",
+    "training.eval_every=4",
+    "training.save_every=4",
+]
+
+SCRIPTED_NOTE = (
+    "scripted roles: the analyst, the environment generator and the code reviewer answer from recorded "
+    "outputs (ScriptedChatModel; labels follow rules over each trajectory). Everything else is real."
+)
+REAL_NOTE = (
+    "for a real run: set llm.kind=openai and llm.endpoint (OPENAI_API_KEY), serve a policy with vLLM and set "
+    "policy.kind=endpoint (or policy.local_path for a local model) — a ready config for tau2 + Qwen3 on a GPU "
+    "is configs/tau2-retail-qwen3-gpu.yaml (README: 'A real run on a GPU')."
+)
 
 
-def _sandbox_stage(cfg: GapforgeConfig) -> bool:
-    """Steps 1-2. Returns False when a self-test failed. No Docker -> say so loudly and skip."""
-    from envs import examples
-    from gapforge.cli_env import run_validation
+def demo_config(cfg: GapforgeConfig, user_overrides: list[str] | None = None) -> GapforgeConfig:
+    """The user's config with the demo profile applied (the user's own --set wins)."""
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(cfg.dump(), fh)
+        path = Path(fh.name)
+    try:
+        return load_config(path, DEMO_SETTINGS + list(user_overrides or []))
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _require_docker(cfg: GapforgeConfig) -> None:
     from sandbox.docker_backend import docker_client
     from sandbox.errors import SandboxError
     from sandbox.image import build_image
 
-    console.rule("[bold]1. sandbox image")
     try:
         client = docker_client()
     except SandboxError as e:
-        err_console.print(f"[bold yellow]skipping the sandbox steps:[/] {e}", highlight=False)
-        return True
-    used = build_image(client, cfg.sandbox.image, log=lambda s: console.print(s, highlight=False))
-    console.print(f"{cfg.sandbox.image}: {'current' if used == 'cached' else f'built with {used}'}", highlight=False)
-
-    console.rule("[bold]2. self-test of the example synthetic envs (in the sandbox)")
-    ok = True
-    for name in EXAMPLES:
-        path = Path(examples.__file__).with_name(f"{name}.py")
-        outcome = run_validation(cfg, path, target="shop", seeds=cfg.synthesis.validation_seeds)
-        ok = ok and outcome.passed
-    return ok
+        raise UsageError(f"the demo needs the Docker sandbox ({e}); `make demo` starts Docker when run as root") from None
+    used = build_image(client, cfg.sandbox.image, log=lambda s: console.print(f"  {s}", highlight=False))
+    console.print(f"sandbox image {cfg.sandbox.image}: {'current' if used == 'cached' else f'built with {used}'}", highlight=False)
 
 
-def _tiny_model(cfg: GapforgeConfig) -> Path:
-    from serving.tiny_model import build_tiny_model
-
-    console.rule("[bold]3. tiny local policy model")
-    path = cfg.workspace / "models" / "tiny-qwen"
-    if (path / "config.json").is_file():
-        console.print(f"reusing {path}", highlight=False)
-    else:
-        build_tiny_model(path, seed=cfg.seed)
-        console.print(f"built {path} (random weights, tokenizer trained on the spot)", highlight=False)
+def _taught_policy(cfg: GapforgeConfig) -> Path:
+    """The tiny base policy taught offline with its planted deficit (built once, cached by recipe hash)."""
+    try:
+        from training.teach import TeachConfig, teach
+    except ModuleNotFoundError as e:
+        raise UsageError(f"the taught tiny model needs the training stage ({e.name} is missing)") from None
+    path = teach(cfg.workspace / "models", TeachConfig(seed=cfg.seed), progress=lambda m: console.print(f"  {m}", highlight=False))
+    console.print(f"base policy: {path} (tiny Qwen3, taught offline, planted deficit)", highlight=False)
     return path
 
 
-def run_demo(cfg: GapforgeConfig, *, tasks: int = 8) -> int:
-    """Run the demo; returns the process exit code."""
-    from agents.rollouts import CollectPlan, collect
-    from agents.rollouts import rollout_summary
-    from gapforge.cli_rollouts import render_summary
-    from gapforge.wiring import make_target_env_factory, open_store
-    from serving.local import LocalPolicy
+def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
+    """Prepare (sandbox image, taught model), then run the graph; returns the exit code."""
+    from gapforge.cli_run import drive_run
+    from gapforge.wiring import open_store
+    from store.runs import new_run_id
 
+    run_id = new_run_id()
+    console.print(f"run {run_id}", highlight=False)
+    console.rule("[bold]gapforge demo: TRACE on the built-in shop env, offline")
+    console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
+    cfg = demo_config(cfg, overrides)
+    _require_docker(cfg)
+    if cfg.policy.kind == "local" and cfg.policy.local_path:  # the user's own base model (--set policy.local_path=DIR)
+        console.print(f"base policy: {cfg.policy.local_path} (given; the taught tiny model is not built)", highlight=False)
+    else:
+        model = _taught_policy(cfg)
+        cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={model}", *(overrides or [])])
     store = open_store(cfg)
-    run_id = store.create_run("demo", {"command": "demo", "config": cfg.dump()})
+    options = RunOptions()
+    store.create_run("demo", run_record("demo", cfg, options), run_id)
+    code = drive_run(cfg, store, run_id, options, fresh=True, last_line=False)
+    console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
+    console.print(REAL_NOTE, highlight=False, soft_wrap=True)
+    console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)
     console.print(f"run {run_id}", highlight=False)
-    sandbox_ok = _sandbox_stage(cfg)
-    model_dir = _tiny_model(cfg)
-
-    console.rule("[bold]4. rollouts of the tiny model on the built-in shop env")
-    probe, make_env = make_target_env_factory(cfg, "shop")
-    ids = probe.task_ids()
-    step = max(1, len(ids) // tasks)
-    chosen = ids[::step][:tasks]  # spread over the task families
-    families = {t: probe.task_family(t) for t in chosen}
-    policy = LocalPolicy(model_dir, temperature=cfg.policy.temperature, max_new_tokens=96, seed=cfg.seed, name="tiny-qwen")
-    plan = CollectPlan(run_id=run_id, env="shop", tasks=chosen, samples=1, concurrency=2, max_turns=3)
-    with console.status(f"collecting {len(chosen)} episodes..."):
-        result = asyncio.run(collect(plan, make_env=make_env, policy=policy, sink=store, families=families))
-    console.print(f"{result.ran} episodes ran, {result.skipped} already stored", highlight=False)
-    render_summary(rollout_summary(store, run_id, "shop"))
-    store.set_run_status(run_id, "done" if sandbox_ok else "failed")
-    console.print(f"workspace: {cfg.workspace.resolve()}  (inspect: gapforge rollouts show {run_id})", highlight=False)
-    if not sandbox_ok:
-        err_console.print("[bold red]an example env failed its self-test[/]")
-    console.print(f"run {run_id}", highlight=False)
-    return 0 if sandbox_ok else 1
+    return code

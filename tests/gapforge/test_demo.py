@@ -1,32 +1,72 @@
-"""`gapforge demo`, the README's main job, end to end (needs Docker: CI starts it)."""
+"""`gapforge demo`, the README's main job: the whole graph offline on shop (needs Docker: CI starts it).
+
+The end-to-end test kills the demo midway (kill -9 after the capability selection)
+and finishes it with `gapforge run --resume RUN` from the same directory, as a user
+would: the run's config is stored with it.
+"""
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from sandbox.docker_backend import list_containers
 from store import Store
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_demo_runs_end_to_end(tmp_path: Path, docker_client) -> None:
-    env = {**os.environ, "GAPFORGE_WORKSPACE": str(tmp_path / "ws"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    leftovers = list_containers(docker_client, f"gapforge.pid={proc.pid}")
-    assert leftovers == [], f"the demo left {len(leftovers)} sandbox container(s) behind"
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "GAPFORGE_WORKSPACE": str(tmp_path / "ws"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **extra}
+
+
+def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
+    env = _env(tmp_path, DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
+    proc = subprocess.run([sys.executable, "-m", "gapforge.cli", "demo"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the demo needs the Docker sandbox" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
+    env = _env(tmp_path)
+    log = tmp_path / "demo.txt"
+    demo = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "demo"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 900
+    while "select: done" not in log.read_text():
+        assert demo.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, "the demo never reached select"
+        time.sleep(0.5)
+    demo.send_signal(signal.SIGKILL)
+    demo.wait(60)
+    first = log.read_text().splitlines()[0]
+    assert first.startswith("run ")
+    run_id = first.split()[1]
+    assert "scripted roles: the analyst, the environment generator and the code reviewer" in log.read_text()
+
+    resumed = subprocess.run([sys.executable, "-m", "gapforge.cli", "run", "--resume", run_id], capture_output=True, text=True, env=env,
+                             cwd=tmp_path, timeout=900, check=False)  # fmt: skip
+    out = resumed.stdout
+    assert resumed.returncode == 0, out[-4000:] + resumed.stderr[-4000:]
     lines = [ln for ln in out.splitlines() if ln.strip()]
-    run_id = lines[0].split()[-1]
     assert lines[0] == f"run {run_id}" and lines[-1] == f"run {run_id}"
-    reports = sorted((tmp_path / "ws" / "validations").glob("*.json"))
-    assert [r.name.split("-")[0] for r in reports] == ["precondition_verification", "structured_data_reasoning"]
-    assert all(json.loads(r.read_text())["passed"] for r in reports)
+    assert "scripted roles" in out and "configs/tau2-retail-qwen3-gpu.yaml" in out  # said again at the end
+    assert "evaluation (held-out tasks)" in out and "unavailable" not in out and "skipped" not in out
+    leftovers = list_containers(docker_client, f"gapforge.pid={demo.pid}")
+    assert leftovers == [], "the killed demo's sandbox containers were not swept by the resumed run"
     with Store(f"sqlite:///{tmp_path / 'ws' / 'gapforge.db'}") as store:
-        rows = store.episodes(run_id)
-        assert store.get_run(run_id).status == "done"
-    assert len(rows) == 8 and len({r.task_family for r in rows}) == 4
-    assert all(r.termination in ("done", "max_turns", "malformed_output") for r in rows)
+        run = store.get_run(run_id)
+        assert run.kind == "demo" and run.status == "done"
+        assert store.capabilities(run_id, retained=True)
+        assert any(a.capability == "precondition_verification" for a in store.adapters(run_id))
+        names = {e.name for e in store.evaluations(run_id)}
+        assert {"base", "trace"} <= names
+    report = next(ln.split("report: ", 1)[1] for ln in lines if ln.startswith("report: "))
+    assert Path(report).is_file()

@@ -1,0 +1,58 @@
+"""Copy a run's stored work into a fork (one transaction), so the fork redoes none of it.
+
+Every stage service keys its rows by one run id. A fork (`gapforge fork`) is a new
+run id; the work its parent had finished at the fork point — the episodes, the
+analysis split, the capability dictionary, the labels and the labeling cache — is
+copied under the new id with the episode ids remapped, so the fork's stages find
+it: 0 new policy rollouts, 0 new labeling calls. The parent's rows are not touched.
+
+Generic over columns (a table gaining a column needs no change here); tables that
+this installation's store does not have are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table, insert, select
+
+# Per kind of shared work, the tables to copy, in foreign-key order.
+TABLES = {
+    "rollouts": ("episodes", "analysis_splits"),
+    "analysis": ("discoveries", "capabilities", "labels", "label_calls"),
+}
+_SKIP = {"id"}
+_RESET = {"capabilities": {"retained": None}}  # the fork's select decides again
+
+
+def _remap(column: str, value: Any, episode_ids: dict[int, int]) -> Any:
+    if column == "episode_id" and value is not None:
+        return episode_ids[int(value)]
+    if column.endswith("episode_ids") and isinstance(value, list):
+        return [episode_ids.get(int(v), v) for v in value]
+    return value
+
+
+def copy_shared_work(store: Any, parent_run: str, new_run: str, kinds: list[str]) -> dict[str, int]:
+    """Copy the parent's rows of `kinds` (see TABLES) to `new_run`; returns rows copied per table."""
+    from store.models import Base
+
+    tables: dict[str, Table] = Base.metadata.tables  # type: ignore[assignment]
+    copied: dict[str, int] = {}
+    episode_ids: dict[int, int] = {}
+    with store._write(new_run) as session:  # one transaction: a kill leaves nothing half-copied
+        for kind in kinds:
+            for name in TABLES[kind]:
+                table = tables.get(name)
+                if table is None or "run_id" not in table.c:
+                    continue
+                rows = session.execute(select(table).where(table.c.run_id == parent_run).order_by(table.c.id)).mappings().all()
+                for row in rows:
+                    values = {c: _remap(c, v, episode_ids) for c, v in row.items() if c not in _SKIP}
+                    values["run_id"] = new_run
+                    values.update(_RESET.get(name, {}))
+                    new_id = session.execute(insert(table).values(**values).returning(table.c.id)).scalar_one()
+                    if name == "episodes":
+                        episode_ids[int(row["id"])] = int(new_id)
+                copied[name] = len(rows)
+    return copied
