@@ -238,16 +238,20 @@ class RealStages:
 
         async with self._train_gate:  # one training process at a time (CPU/GPU memory)
             await asyncio.to_thread(stop_orphans, str(spec_dir / f"{capability}.json"))
-            # no per-step line callback: training.run_jobs json-parses every stdout line starting with "{",
-            # and TRL's own log dicts (single quotes) would crash it
             self.progress(f"train {capability}", f"GRPO in its own process (log: {out}/steps.jsonl)")
-            (outcome,) = await asyncio.to_thread(run_jobs, [job], spec_dir, None)
+            (outcome,) = await asyncio.to_thread(run_jobs, [job], spec_dir, self._train_step_line)
         res = outcome.result
         if res is None or res.status != "done":
             return TrainingDone(capability, None, False, error=outcome.error or "training failed")
         rollouts = res.steps * cfg.training.rollouts_per_step
         return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after,
                             cost=Cost(policy_rollouts=rollouts))  # fmt: skip
+
+    def _train_step_line(self, name: str, event: dict[str, Any]) -> None:
+        """One progress line per GRPO step of a training process (its JSON step events)."""
+        if event.get("event") == "step":
+            self.progress(f"train {name}", f"step {event.get('step')}/{event.get('max_steps')} reward {event.get('reward', 0):.3f} "
+                                           f"informative {event.get('informative_share', 0):.2f}")
 
     def _routed(self, run_id: str) -> tuple[Any, Any, Any]:
         """(artifacts, backend, router) of the run: base weights loaded once, every trained adapter on them."""

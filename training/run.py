@@ -64,6 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _event(line: str) -> dict | None:
+    """A progress event the job printed (one JSON object per line); anything else on stdout
+    (e.g. TRL's own log dicts, printed with single quotes) is not an event."""
+    if not line.startswith("{"):
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
 def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutcome]:
     """Each job in its own process, one after the other; a crash is recorded and the next job runs."""
     outcomes = []
@@ -74,8 +86,9 @@ def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutc
         proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
-            if on_line is not None and line.startswith("{"):
-                on_line(job.name, json.loads(line))
+            event = _event(line) if on_line is not None else None
+            if event is not None:
+                on_line(job.name, event)
         code = proc.wait()
         done = Path(job.out_dir) / "result.json"
         result = TrainResult.model_validate_json(done.read_text()) if code == 0 and done.is_file() else None

@@ -74,3 +74,11 @@ def test_a_crashed_job_is_recorded_and_the_next_one_runs(tmp_path, tiny_model_di
         rows = {a.name: a for a in store.adapters(run_id)}
     assert rows["broken"].status == "failed" and "NoSuchEnv" in rows["broken"].metrics["error"]
     assert rows["good"].status == "done" and Path(rows["good"].path).is_dir()
+
+
+def test_only_json_object_lines_of_a_job_are_progress_events() -> None:
+    from training.run import _event
+
+    assert _event('{"event": "step", "step": 1}\n') == {"event": "step", "step": 1}
+    assert _event("{'loss': 0.1, 'grad_norm': 2.0}\n") is None  # TRL's own log dict: not an event, not a crash
+    assert _event("[1, 2]\n") is None and _event("plain text\n") is None
