@@ -38,6 +38,9 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+    from training.cpu import set_cpu_threads
+
+    print(f"torch threads: {set_cpu_threads()}")
     tmp = Path(tempfile.mkdtemp(prefix="gapforge-bench-"))
     model_dir = args.model
     if model_dir is None:

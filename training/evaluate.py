@@ -30,6 +30,9 @@ def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) ->
 def pass_rates(model: Any, tok: Any, make_env: EnvFactory, tasks: list[Any], family_of: Any, *, samples: int = 2,
                temperature: float = 1.0, max_turns: int = 12, max_new_tokens: int = 96, seed: int = 0) -> dict[str, Any]:
     """{family: {"pass_rate", "mean_reward", "episodes"}} plus "all"."""
+    from training.cpu import set_cpu_threads
+
+    set_cpu_threads()
     sampler = TransformersSampler(model, tok, seed=seed)
     per: dict[str, list[tuple[float, bool]]] = {}
     for task in tasks:

@@ -3,7 +3,8 @@
 `TransformersSampler` generates in-process (CPU, tests, small GPUs): the active
 rollouts of a turn are sampled as one left-padded batch; logprobs are the
 log-softmax of the scores the sampler actually drew from (temperature applied,
-top-k/top-p disabled so that equals TRL's `logits / temperature`).
+top-k/top-p disabled so that equals TRL's `logits / temperature`); temperature 0
+means greedy decoding (evaluation only).
 `VLLMSampler` goes through TRL's own vLLM support (`trainer.vllm_generation`,
 server or colocate mode), which returns the sampled ids with vLLM's logprobs.
 A sample stops at the eos token (kept: it is part of what the model produced)
@@ -55,7 +56,9 @@ class TransformersSampler:
         for row, ctx in enumerate(contexts):
             input_ids[row, width - len(ctx):] = torch.tensor(ctx)
             attention[row, width - len(ctx):] = 1
-        gen = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+        greedy = temperature <= 0  # evaluation only: argmax decoding
+        gen = GenerationConfig(do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
+                               top_p=None if greedy else 1.0, max_new_tokens=max_new_tokens,
                                eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id)
         was_training = self.model.training
         self.model.eval()

@@ -98,6 +98,10 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
     out.mkdir(parents=True, exist_ok=True)
     cfg = job.config
     t0 = time.perf_counter()
+    if cfg.generation == "transformers":
+        from training.cpu import set_cpu_threads
+
+        set_cpu_threads()
     train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
     make_env, close_envs = open_factory(job.env, pool_size=cfg.num_generations)
     try:

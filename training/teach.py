@@ -32,7 +32,7 @@ TEMPLATE = _HERE / "compact_template.jinja"
 class TeachConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    copies: int = Field(6, ge=1, description="trajectories per training task (phrasings and deficit draws vary)")
+    copies: int = Field(4, ge=1, description="trajectories per training task (phrasings and deficit draws vary)")
     refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
     vocab_size: int = 3000
@@ -42,13 +42,14 @@ class TeachConfig(BaseModel):
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_positions: int = 4096
-    epochs: float = 8.0
-    learning_rate: float = 3e-3
-    batch_size: int = 4
+    epochs: float = 4.0
+    learning_rate: float = 2e-3
+    batch_size: int = 2
     seed: int = 0
+    threads: int | None = Field(None, description="torch CPU threads (default: the free cores; not part of the recipe hash)")
 
     def recipe_hash(self) -> str:
-        h = hashlib.sha256(self.model_dump_json().encode())
+        h = hashlib.sha256(self.model_dump_json(exclude={"threads"}).encode())
         for f in (_HERE / "teach.py", _HERE / "teach_data.py", _HERE / "tokens.py", TEMPLATE):
             h.update(f.read_bytes())
         return h.hexdigest()[:16]
@@ -112,6 +113,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     from trl import SFTConfig, SFTTrainer
 
     from envs.shop import ShopEnv
+    from training.cpu import set_cpu_threads
     from training.teach_data import build_trajectories, split_tasks
 
     cfg = cfg or TeachConfig()
@@ -120,6 +122,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         return out
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
+    threads = set_cpu_threads(cfg.threads)
     env = ShopEnv()
     train_ids, eval_ids = split_tasks(env)
     trajs = build_trajectories(env, train_ids, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
@@ -141,10 +144,14 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     work = Path(out_root) / f".work-{cfg.recipe_hash()}"
     args = SFTConfig(output_dir=str(work), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
                      per_device_train_batch_size=cfg.batch_size, lr_scheduler_type="cosine", warmup_steps=10,
-                     logging_steps=10, save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=True,
+                     logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=True,
                      max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         callbacks=[_progress(say)])
+    say(f"SFT: {len(rows)} examples x {cfg.epochs:g} epochs, batch {cfg.batch_size}, {threads} torch thread(s)")
+    t_sft = time.perf_counter()
     trainer.train()
+    sft_s = time.perf_counter() - t_sft
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad)
     out.mkdir(parents=True, exist_ok=True)
@@ -153,9 +160,21 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(), "train_tasks": train_ids, "eval_tasks": eval_ids,
             "trajectories": len(trajs), "deficit_trajectories": sum(t.deficit for t in trajs),
             "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1], "loss_last": losses[-1:],
+            "sft_s": sft_s, "sft_tokens_per_s": sum(len(r["input_ids"]) for r in rows) * cfg.epochs / sft_s, "threads": threads,
             "wall_s": time.perf_counter() - t0}
     (out / "teach.json").write_text(json.dumps(meta, indent=1))
     return out
+
+
+def _progress(say: Callable[[str], None]):
+    from transformers import TrainerCallback
+
+    class _Say(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **_: Any) -> None:
+            if logs and "loss" in logs:
+                say(f"SFT step {state.global_step}/{state.max_steps}: loss {float(logs['loss']):.3f}")
+
+    return _Say()
 
 
 def load_meta(path: str | Path) -> dict[str, Any]:

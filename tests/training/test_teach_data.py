@@ -41,3 +41,21 @@ def test_examples_are_tokenized_like_rollouts_with_loss_on_assistant_turns_only(
     last = max(i for i, m in enumerate(traj.messages) if m.role == "assistant")
     rendered = render(tok, traj.messages[:last + 1], env.tools(), generation_prompt=False)
     assert tok.decode(ids) + "\n" == rendered  # the example is the conversation, token for token
+
+
+def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
+    from training.evaluate import load_policy
+    from training.teach import TeachConfig, load_meta, teach
+
+    cfg = TeachConfig(copies=1, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                      intermediate_size=64, epochs=0.2, batch_size=2, threads=1)
+    said: list[str] = []
+    path = teach(tmp_path, cfg, progress=said.append)
+    meta = load_meta(path)
+    assert path.name == f"taught-{cfg.recipe_hash()}" and meta["sft_tokens_per_s"] > 0
+    assert set(meta["train_tasks"]).isdisjoint(meta["eval_tasks"])
+    assert any(m.startswith("SFT:") for m in said)
+    model, tok = load_policy(path)
+    assert model.config.vocab_size == len(tok)
+    assert teach(tmp_path, cfg.model_copy(update={"threads": 2}), progress=said.append) == path  # threads: same recipe, cached
+    assert TeachConfig(threads=1).recipe_hash() == TeachConfig().recipe_hash() != cfg.recipe_hash()

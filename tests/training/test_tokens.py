@@ -109,3 +109,17 @@ def test_a_template_that_rewrites_history_is_refused(tiny_tokenizer):
 
     with pytest.raises(TemplateDriftError):
         env_delta(tok, history, [Message.tool("c", "r", name="lookup")], ToyDeskEnv().tools())
+
+
+def test_temperature_zero_samples_greedily(tiny_model, tiny_tokenizer):
+    import torch
+
+    from training.sampler import TransformersSampler
+
+    ctx = tiny_tokenizer("hello there", add_special_tokens=False)["input_ids"]
+    a = TransformersSampler(tiny_model, tiny_tokenizer, seed=1).sample([ctx], max_new_tokens=4, temperature=0)[0]
+    b = TransformersSampler(tiny_model, tiny_tokenizer, seed=2).sample([ctx], max_new_tokens=4, temperature=0)[0]
+    assert a.ids == b.ids
+    with torch.no_grad():
+        first = int(tiny_model(torch.tensor([ctx])).logits[0, -1].argmax())
+    assert a.ids[0] == first
