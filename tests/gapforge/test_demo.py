@@ -35,6 +35,11 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("GAPFORGE_DEMO_E2E") != "1",
+    reason="the whole demo (teaching the tiny policy ~8 min, then the full graph) exceeds the CI budget on 2 cores: "
+    "set GAPFORGE_DEMO_E2E=1 to run it",
+)
 def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
     env = _env(tmp_path)
     log = tmp_path / "demo.txt"
