@@ -3,7 +3,11 @@
 - `make_chat_model(endpoint)`: a ChatOpenAI against any OpenAI-compatible base
   URL whose every request is retried here (and only here: the openai client's
   own retries are off) on 429 / 408 / 5xx / timeouts / connection errors, with
-  exponential backoff. After the last attempt it raises ModelEndpointError.
+  exponential backoff. After the last attempt it raises ModelEndpointError. Every
+  attempt goes through the endpoint's process-wide circuit breaker
+  (`envs.breaker.breaker_for(base URL)`, the same one the rollout policy uses):
+  once the endpoint is down, calls fail at once with one ModelEndpointError line
+  instead of each spending its retries; after the cooldown one probe tries again.
 - `structured_call(model, messages, schema)`: a pydantic answer; a malformed one
   (bad JSON, failed validation, no structure at all) is re-asked once with the
   parse error appended (prompt: prompts/structured_reask.md).
@@ -30,6 +34,7 @@ from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, st
 from agents.config import EndpointConfig, LLMConfig, PolicyConfig
 from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
 from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
+from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
 from envs.errors import is_transient_status
 from prompts import load_prompt
 
@@ -61,7 +66,20 @@ class RetryingChatOpenAI(ChatOpenAI):
     retry_attempts: int = Field(5, ge=1, description="total attempts per request (1 = no retry)")
     retry_backoff_s: float = Field(1.0, ge=0.0, description="first wait; doubles per attempt, plus up to this much jitter")
     retry_max_backoff_s: float = Field(30.0, ge=0.0)
+    breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that open the endpoint's circuit")
+    breaker_cooldown_s: float = Field(30.0, ge=0.0, description="while open, calls fail at once; then one probe")
     disable_streaming: bool = True  # streaming would bypass _generate and with it the retries
+
+    @property
+    def endpoint_base(self) -> str:
+        return self.openai_api_base or "https://api.openai.com/v1"
+
+    def breaker(self) -> CircuitBreaker:
+        """The endpoint's breaker, shared by every client of this base URL in the process."""
+        return breaker_for(self.endpoint_base, failures=self.breaker_failures, cooldown_s=self.breaker_cooldown_s)
+
+    def _down(self, err: CircuitOpen) -> ModelEndpointError:
+        return ModelEndpointError(f"model '{self.model_name}': {_one_line(err)}; check the endpoint is up, then re-run")
 
     def _retry_args(self) -> dict[str, Any]:
         return {
@@ -81,19 +99,25 @@ class RetryingChatOpenAI(ChatOpenAI):
         )
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        breaker = self.breaker()
         try:
             for attempt in Retrying(**self._retry_args()):
-                with attempt:
+                with attempt, breaker.attempt(is_transient):
                     return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except CircuitOpen as err:
+            raise self._down(err) from None
         except RetryError as err:
             raise self._exhausted(err) from err.last_attempt.exception()
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        breaker = self.breaker()
         try:
             async for attempt in AsyncRetrying(**self._retry_args()):
-                with attempt:
+                with attempt, breaker.attempt(is_transient):
                     return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except CircuitOpen as err:
+            raise self._down(err) from None
         except RetryError as err:
             raise self._exhausted(err) from err.last_attempt.exception()
         raise AssertionError("unreachable: tenacity either returns or raises")
@@ -123,6 +147,8 @@ def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = Non
         temperature=endpoint.temperature if temperature is None else temperature,
         retry_attempts=endpoint.max_retries + 1,
         retry_backoff_s=endpoint.retry_backoff_s if retry_backoff_s is None else retry_backoff_s,
+        breaker_failures=endpoint.breaker_failures,
+        breaker_cooldown_s=endpoint.breaker_cooldown_s,
     )
 
 

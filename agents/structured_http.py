@@ -11,6 +11,8 @@ built FROM one (`StructuredHTTP.from_chat_model`) and sends the same request it 
 - body: the model's own request parameters (`_default_params`: model, temperature, seed,
   max tokens, model_kwargs, extra_body) + the messages + the response_format the openai
   SDK derives from the pydantic schema (computed once per schema class);
+- breaker: the model's (`RetryingChatOpenAI.breaker()`, the endpoint's process-wide circuit
+  breaker, envs/breaker.py): with the endpoint down, calls fail at once -> `ModelEndpointError`;
 - retries: the model's retry policy itself (`RetryingChatOpenAI._retry_args`, the one
   transient rule `envs.errors.is_transient_status` via `agents.llm.is_transient`): HTTP
   failures are raised as the openai SDK's own exception types so that rule classifies them
@@ -39,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryError
 
 from agents.errors import ModelEndpointError, ModelError
+from envs.breaker import CircuitOpen
 from agents.llm import (
     PLACEHOLDER_API_KEY,
     RetryingChatOpenAI,
@@ -46,6 +49,7 @@ from agents.llm import (
     _describe,
     _give_up,
     _one_line,
+    is_transient,
 )
 from prompts import load_prompt
 
@@ -159,10 +163,13 @@ class StructuredHTTP:
     async def _post(self, body: bytes) -> dict[str, Any]:
         """POST with the model's retry policy; endpoint failures mapped to our errors (module doc)."""
         m = self.model
+        breaker = m.breaker()
         try:
             async for attempt in AsyncRetrying(**m._retry_args()):
-                with attempt:
+                with attempt, breaker.attempt(is_transient):
                     return await self._post_once(body)
+        except CircuitOpen as err:
+            raise m._down(err) from None
         except RetryError as err:
             raise m._exhausted(err) from err.last_attempt.exception()
         except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as e:

@@ -16,8 +16,8 @@ a chat completion (a body that is not JSON, no choices: the server's fault,
 never the model's), with jittered exponential backoff that waits at least what
 a `Retry-After` header asks (capped at `max_retry_after_s`); after the last
 attempt -> EndpointError (the episode ends, not the run, and is not final: a
-resume redoes it). A circuit breaker shared by all calls of one EndpointPolicy
-(serving/breaker.py) fails calls at once while the endpoint is down, so an
+resume redoes it). A circuit breaker shared by every client of the endpoint's base URL in the process
+(envs/breaker.py; the agent roles use the same one) fails calls at once while the endpoint is down, so an
 outage costs seconds, not minutes of retries. 400 -> PolicyError. 401/403/404
 -> ServingError (the user must fix the key, model name or URL). Unparseable
 tool-call arguments -> MalformedOutputError (the model's output).
@@ -34,9 +34,9 @@ from typing import Any
 import aiohttp
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
 from envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
 from envs.protocol import Message, ToolCall
-from serving.breaker import CircuitBreaker, CircuitOpen
 from serving.errors import ServingError
 
 USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
@@ -100,7 +100,7 @@ class EndpointPolicy:
         self.backoff_s = retry_backoff_s
         self.max_retry_after_s = max_retry_after_s
         self._backoff = wait_exponential_jitter(multiplier=retry_backoff_s, max=30 * retry_backoff_s, jitter=retry_backoff_s)
-        self.breaker = CircuitBreaker(f"policy endpoint {self.url}", failures=breaker_failures, cooldown_s=breaker_cooldown_s)
+        self.breaker: CircuitBreaker = breaker_for(base_url, failures=breaker_failures, cooldown_s=breaker_cooldown_s)
         self._headers = {"Authorization": f"Bearer {api_key or 'not-needed'}"}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -137,17 +137,8 @@ class EndpointPolicy:
         return body
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.breaker.check()
-        try:
-            data = await self._post_once(body)
-        except _Transient as e:
-            self.breaker.failure(str(e))
-            raise
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            self.breaker.failure(f"{type(e).__name__}: {e}")
-            raise
-        self.breaker.success()
-        return data
+        with self.breaker.attempt(_transient):
+            return await self._post_once(body)
 
     async def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
         async with self._http().post(self.url, data=json.dumps(body), headers={"Content-Type": "application/json"}) as resp:

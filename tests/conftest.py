@@ -13,6 +13,16 @@ TAU2_EXTRA = "extra 'tau2' not installed (pip install -e .[tau2]); CI installs i
 POSTGRES_EXTRA = "extra 'postgres' not installed (pip install -e .[postgres]); CI installs it"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_endpoint_breakers():
+    """Endpoint circuit breakers are process-wide per base URL: a local port reused by a later
+    test's fake server must not inherit an earlier test's outage."""
+    from envs.breaker import reset_breakers
+
+    reset_breakers()
+    yield
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"

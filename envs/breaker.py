@@ -5,13 +5,18 @@ opens: every call fails at once with CircuitOpen for `cooldown_s`. Then one prob
 request is let through (half-open): its success closes the circuit, its failure
 opens it again for another cooldown. Concurrent callers share one breaker, so an
 outage costs about `failures` requests, not (episodes x retries) of them.
+
+One class for every endpoint client (serving's EndpointPolicy, agents' RetryingChatOpenAI
+and StructuredHTTP), shared process-wide per endpoint base URL: `breaker_for(base_url, ...)`.
+A client wraps each HTTP attempt in `with breaker.attempt(is_failure): ...`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class CircuitOpen(Exception):
@@ -56,6 +61,31 @@ class CircuitBreaker:
         with self._lock:
             self._consecutive, self._opened_at, self._probing = 0, None, False
 
+    def abandon(self) -> None:
+        """An attempt ended without a verdict (cancelled): a probe slot is freed for the next caller."""
+        with self._lock:
+            self._probing = False
+
+    @contextmanager
+    def attempt(self, is_failure: Callable[[BaseException], bool]) -> Iterator[None]:
+        """One request: CircuitOpen if it may not go out; its outcome is recorded. An exception
+        `is_failure` accepts counts against the endpoint; any other Exception means the server
+        answered (e.g. HTTP 400), so it is up; a cancellation gives no verdict."""
+        self.check()
+        try:
+            yield
+        except Exception as e:
+            if is_failure(e):
+                kind = "" if type(e).__name__.startswith("_") else f"{type(e).__name__}: "
+                self.failure(kind + " ".join(str(e).split())[:300])
+            else:
+                self.success()
+            raise
+        except BaseException:
+            self.abandon()
+            raise
+        self.success()
+
     def failure(self, error: str) -> None:
         with self._lock:
             self._consecutive += 1
@@ -64,3 +94,29 @@ class CircuitBreaker:
                 if self._opened_at is None:
                     self.opened += 1
                 self._opened_at, self._probing = self._clock(), False
+
+
+_BREAKERS: dict[str, CircuitBreaker] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def breaker_for(base_url: str, *, failures: int = 8, cooldown_s: float = 30.0) -> CircuitBreaker:
+    """The process-wide breaker of the endpoint at `base_url` (trailing '/' ignored), so every
+    client of one endpoint (policy, analyst, generator, judge) sees the same outage. Its
+    threshold and cooldown are the latest asker's (one endpoint is configured once)."""
+    key = base_url.rstrip("/")
+    with _REGISTRY_LOCK:
+        breaker = _BREAKERS.get(key)
+        if breaker is None:
+            breaker = _BREAKERS[key] = CircuitBreaker(f"endpoint {key}", failures=failures, cooldown_s=cooldown_s)
+        elif (breaker.threshold, breaker.cooldown_s) != (failures, cooldown_s):
+            if failures < 1 or cooldown_s < 0:
+                raise ValueError(f"circuit breaker needs failures >= 1 and cooldown_s >= 0, got {failures}, {cooldown_s}")
+            breaker.threshold, breaker.cooldown_s = failures, cooldown_s
+        return breaker
+
+
+def reset_breakers() -> None:
+    """Forget every endpoint's state (tests: a reused local port is a new endpoint)."""
+    with _REGISTRY_LOCK:
+        _BREAKERS.clear()

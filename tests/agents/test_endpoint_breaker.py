@@ -1,0 +1,99 @@
+"""The agent roles' endpoint calls (analyst, generator, judge: RetryingChatOpenAI and the lean
+StructuredHTTP) share the endpoint's one process-wide circuit breaker (envs/breaker.py) with the
+rollout policy: with the endpoint down they fail fast after the threshold instead of every call
+spending its retries, and a probe after the cooldown closes the circuit again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from langchain_core.messages import HumanMessage
+from pydantic import BaseModel, ConfigDict
+
+from agents.config import EndpointConfig
+from agents.errors import ModelEndpointError
+from agents.llm import make_chat_model
+from agents.structured_http import StructuredHTTP
+from envs.errors import EndpointError
+from envs.protocol import Message
+from serving.fake_openai import FakeOpenAIServer, structured_reply, text_reply
+from serving.openai_policy import EndpointPolicy
+
+WIRE = [{"role": "user", "content": "label episode 7"}]
+N, THRESHOLD, RETRIES = 16, 3, 4
+
+
+class Label(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+
+
+def _model(url: str, cooldown_s: float = 0.4):
+    cfg = EndpointConfig(base_url=url, model="fake", max_retries=RETRIES, breaker_failures=THRESHOLD, breaker_cooldown_s=cooldown_s)
+    return make_chat_model(cfg, retry_backoff_s=0.01)
+
+
+async def _structured(client: StructuredHTTP, n: int) -> list[object]:
+    return await asyncio.gather(*(client.acall(WIRE, Label) for _ in range(n)), return_exceptions=True)
+
+
+def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_after_the_cooldown() -> None:
+    with FakeOpenAIServer(structured_reply({"name": "precondition_verification"})) as srv:
+        srv.set_down(True)
+        model = _model(srv.base_url)
+
+        async def go() -> tuple[list[object], list[object]]:
+            async with StructuredHTTP(model) as client:
+                first = await _structured(client, N)
+                sent = srv.request_count
+                second = await _structured(client, N)  # circuit open: no request leaves at all
+                return first, second, sent
+
+        t0 = time.monotonic()
+        first, second, sent = asyncio.run(go())
+        assert time.monotonic() - t0 < 3
+        assert all(isinstance(o, ModelEndpointError) for o in first + second)
+        # without the breaker: N x (RETRIES + 1) = 80 requests; with it, the first wave of N only
+        assert sent <= N + THRESHOLD and srv.request_count == sent
+        assert all("is down" in str(o) and srv.base_url in str(o) for o in second)
+        assert model.breaker().is_open and model.breaker().opened == 1
+
+        srv.set_down(False)
+        time.sleep(0.5)  # cooldown over: the next call is the probe
+
+        async def back() -> object:
+            async with StructuredHTTP(model) as client:
+                return await client.acall(WIRE, Label)
+
+        assert asyncio.run(back()) == Label(name="precondition_verification")
+        assert srv.request_count == sent + 1 and not model.breaker().is_open
+
+
+def test_chat_model_and_rollout_policy_share_one_breaker_per_endpoint() -> None:
+    with FakeOpenAIServer(text_reply("ok")) as srv:
+        model = _model(srv.base_url + "/", cooldown_s=30)
+        policy = EndpointPolicy(srv.base_url, "fake", breaker_failures=THRESHOLD, breaker_cooldown_s=30)
+        assert policy.breaker is model.breaker()  # keyed by base URL, trailing '/' ignored
+        srv.set_down(True)
+
+        async def ask(n: int) -> list[object]:
+            return await asyncio.gather(*(model.ainvoke([HumanMessage("hi")]) for _ in range(n)), return_exceptions=True)
+
+        outs = asyncio.run(ask(4))
+        assert all(isinstance(o, ModelEndpointError) for o in outs) and policy.breaker.is_open
+        sent = srv.request_count
+        assert sent <= 4 + THRESHOLD
+        srv.set_down(False)
+        # the analyst found the endpoint down: the policy fails at once too, without a request
+        async def respond() -> object:
+            try:
+                return await policy.respond([Message.user("hi")], [])
+            except EndpointError as e:
+                return e
+            finally:
+                await policy.aclose()
+
+        out = asyncio.run(respond())
+        assert isinstance(out, EndpointError) and "is down" in str(out) and srv.request_count == sent
