@@ -113,6 +113,7 @@ def analyze(
     from agents.analysis.compact import make_token_counter
     from agents.analysis.errors import AnalysisError
     from agents.analysis.service import analyze_run
+    from gapforge.run_lease import run_lease
     from gapforge.wiring import open_store
 
     cfg = get_config(config, set_)
@@ -123,16 +124,17 @@ def analyze(
             if show:
                 _show(store, run, show)
                 return
-            envs = sorted({e.env for e in store.episodes(run)})
-            if not envs:
-                fail(f"run {run!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run})")
-            policy_tok = cfg.policy.local_path if cfg.policy.kind == "local" else None
-            counter = make_token_counter(cfg.analysis.tokenizer, policy_tok)
-            model = analyst_model(cfg, envs[0])
-            with Progress(TextColumn("labeling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-                task = bar.add_task("labeling", total=None)
-                report = asyncio.run(analyze_run(store, model, run, cfg=cfg.analysis, counter=counter, retry_failed=retry_failed,
-                                                 on_progress=lambda done, total: bar.update(task, completed=done, total=total)))  # fmt: skip
+            with run_lease(cfg, run, "analyze"):
+                envs = sorted({e.env for e in store.episodes(run)})
+                if not envs:
+                    fail(f"run {run!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run})")
+                policy_tok = cfg.policy.local_path if cfg.policy.kind == "local" else None
+                counter = make_token_counter(cfg.analysis.tokenizer, policy_tok)
+                model = analyst_model(cfg, envs[0])
+                with Progress(TextColumn("labeling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+                    task = bar.add_task("labeling", total=None)
+                    report = asyncio.run(analyze_run(store, model, run, cfg=cfg.analysis, counter=counter, retry_failed=retry_failed,
+                                                     on_progress=lambda done, total: bar.update(task, completed=done, total=total)))  # fmt: skip
             rows = store.capability_summaries(run)
     except AnalysisError as e:
         fail(str(e))

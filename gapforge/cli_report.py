@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from evaluation.policies import GRPO_TARGET
+        from gapforge.run_lease import run_lease
         from evaluation.service import (
             build_router,
             evaluate_run,
@@ -65,29 +66,30 @@ def register(app: typer.Typer) -> None:
 
         cfg = get_config(config, set_)
         store = open_store(cfg)
-        store.get_run(run)
-        split = store.get_split(run)
-        env_name = env or (split.env if split is not None else cfg.rollouts.env)
-        probe, make_env = make_target_env_factory(cfg, env_name)
-        task_ids = _heldout_tasks(store, run, tasks, probe.task_ids())
-        families = {t: probe.task_family(t) for t in task_ids}
-        probe.close()
-        if baseline_adapter and not (Path(baseline_adapter) / "adapter_config.json").is_file():
-            raise UsageError(f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)")
-        base_dir = base_model_dir(cfg, base)
-        artifacts = run_artifacts(store, run, max_example_chars=cfg.routing.max_example_chars)
-        extra = {GRPO_TARGET: baseline_adapter} if baseline_adapter else {}
-        backend = load_backend(base_dir, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
-        router = build_router(artifacts, routing=cfg.routing, backend=backend, tokenizer_path=base_dir)
-        console.print(f"evaluating {len(task_ids)} tasks x {trials} trials on {env_name}", highlight=False)
-        result = asyncio.run(
-            evaluate_run(store, run, backend=backend, router=router, artifacts=artifacts, env=env_name, make_env=make_env, tasks=task_ids,
-                         families=families, trials=trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
-                         concurrency=cfg.rollouts.concurrency, grpo_target=bool(baseline_adapter), seed=cfg.seed)
-        )
-        for p in result.policies:
-            pr = p.metrics["pass_rate"]
-            console.print(f"{p.name:40s} pass {pr['value']:.1%} [{pr['low']:.1%}, {pr['high']:.1%}]", highlight=False)
+        with run_lease(cfg, run, "evaluate"):
+            store.get_run(run)
+            split = store.get_split(run)
+            env_name = env or (split.env if split is not None else cfg.rollouts.env)
+            probe, make_env = make_target_env_factory(cfg, env_name)
+            task_ids = _heldout_tasks(store, run, tasks, probe.task_ids())
+            families = {t: probe.task_family(t) for t in task_ids}
+            probe.close()
+            if baseline_adapter and not (Path(baseline_adapter) / "adapter_config.json").is_file():
+                raise UsageError(f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)")
+            base_dir = base_model_dir(cfg, base)
+            artifacts = run_artifacts(store, run, max_example_chars=cfg.routing.max_example_chars)
+            extra = {GRPO_TARGET: baseline_adapter} if baseline_adapter else {}
+            backend = load_backend(base_dir, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
+            router = build_router(artifacts, routing=cfg.routing, backend=backend, tokenizer_path=base_dir)
+            console.print(f"evaluating {len(task_ids)} tasks x {trials} trials on {env_name}", highlight=False)
+            result = asyncio.run(
+                evaluate_run(store, run, backend=backend, router=router, artifacts=artifacts, env=env_name, make_env=make_env, tasks=task_ids,
+                             families=families, trials=trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
+                             concurrency=cfg.rollouts.concurrency, grpo_target=bool(baseline_adapter), seed=cfg.seed)
+            )
+            for p in result.policies:
+                pr = p.metrics["pass_rate"]
+                console.print(f"{p.name:40s} pass {pr['value']:.1%} [{pr['low']:.1%}, {pr['high']:.1%}]", highlight=False)
 
     @app.command("report")
     @handle_errors

@@ -13,6 +13,7 @@ from rich.table import Table
 from agents.errors import IncompleteStage
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
 from agents.rollouts import RolloutSummary, rollout_summary
+from gapforge.run_lease import run_lease
 from gapforge.wiring import apply_policy_spec, build_deps, make_target_env_factory, open_store
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
@@ -106,7 +107,7 @@ def collect_cmd(
         temperature=pol_cfg.temperature,
     )
     resume = _resume_command(run_id, config)
-    with store.lease(run_id, "rollouts collect"):
+    with run_lease(cfg, run_id, "rollouts collect"):
         store.set_run_status(run_id, "running")
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
             stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan

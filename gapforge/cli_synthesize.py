@@ -33,42 +33,44 @@ def command(
 ) -> None:
     """Write, validate and repair one synthetic env per retained capability of RUN (resumes where it stopped)."""
     from agents.synthesis.service import asynthesize_capability
+    from gapforge.run_lease import run_lease
     from gapforge.wiring import make_synthesis_deps, open_store
     from sandbox.pool import SandboxPool
 
     cfg = get_config(config, set_)
     store = open_store(cfg)
     try:
-        retained = [c.name for c in store.capabilities(run_id, retained=True)]
-        if not retained:
-            raise UsageError(f"run {run_id!r} has no retained capability: run `gapforge analyze {run_id}` first")
-        unknown = [c for c in capability or [] if c not in retained]
-        if unknown:
-            raise UsageError(f"--capability {unknown[0]!r} is not a retained capability of run {run_id!r}: choose from {', '.join(retained)}")
-        chosen = capability or retained
-        results = []
-        with SandboxPool(cfg.sandbox, size=min(cfg.sandbox.pool_size, 2)) as pool, console.status("synthesizing ...") as status:
-            def progress(cap: str, attempt: int, what: str) -> None:
-                status.update(f"[bold]{cap}[/] attempt {attempt}/{cfg.synthesis.max_attempts}: {what}")
-                if what.startswith(("accepted", "failed", "rejected")):
-                    console.print(f"{cap} attempt {attempt}: {_STYLE.get(what.split(':')[0], what)}{what[len(what.split(':')[0]):]}",
-                                  highlight=False)
+        with run_lease(cfg, run_id, "synthesize"):
+            retained = [c.name for c in store.capabilities(run_id, retained=True)]
+            if not retained:
+                raise UsageError(f"run {run_id!r} has no retained capability: run `gapforge analyze {run_id}` first")
+            unknown = [c for c in capability or [] if c not in retained]
+            if unknown:
+                raise UsageError(f"--capability {unknown[0]!r} is not a retained capability of run {run_id!r}: choose from {', '.join(retained)}")
+            chosen = capability or retained
+            results = []
+            with SandboxPool(cfg.sandbox, size=min(cfg.sandbox.pool_size, 2)) as pool, console.status("synthesizing ...") as status:
+                def progress(cap: str, attempt: int, what: str) -> None:
+                    status.update(f"[bold]{cap}[/] attempt {attempt}/{cfg.synthesis.max_attempts}: {what}")
+                    if what.startswith(("accepted", "failed", "rejected")):
+                        console.print(f"{cap} attempt {attempt}: {_STYLE.get(what.split(':')[0], what)}{what[len(what.split(':')[0]):]}",
+                                      highlight=False)
 
-            deps = make_synthesis_deps(cfg, store, pool, progress)
+                deps = make_synthesis_deps(cfg, store, pool, progress)
 
-            async def synthesize_then_close() -> None:
-                # One loop: the readiness policy made here is used and closed on it (its HTTP session is this loop's).
-                try:
-                    for cap in chosen:
-                        try:
-                            results.append(await asynthesize_capability(deps, run_id, cap))
-                        except LookupError as e:
-                            raise UsageError(str(e)) from None
-                finally:
-                    if deps.policy is not None:
-                        await deps.policy.aclose()
+                async def synthesize_then_close() -> None:
+                    # One loop: the readiness policy made here is used and closed on it (its HTTP session is this loop's).
+                    try:
+                        for cap in chosen:
+                            try:
+                                results.append(await asynthesize_capability(deps, run_id, cap))
+                            except LookupError as e:
+                                raise UsageError(str(e)) from None
+                    finally:
+                        if deps.policy is not None:
+                            await deps.policy.aclose()
 
-            asyncio.run(synthesize_then_close())
+                asyncio.run(synthesize_then_close())
     finally:
         store.close()
     _print_table(results)
