@@ -23,13 +23,20 @@ from typing import Any
 
 import httpx
 import openai
-from langchain_core.language_models import BaseChatModel
 from langchain_core.exceptions import OutputParserException
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field, ValidationError
-from tenacity import AsyncRetrying, RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from agents.config import EndpointConfig, LLMConfig, PolicyConfig
 from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
@@ -37,7 +44,6 @@ from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
 from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
 from envs.errors import is_transient_status
 from prompts import load_prompt
-
 
 PLACEHOLDER_API_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key
 

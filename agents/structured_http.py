@@ -41,7 +41,6 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryError
 
 from agents.errors import ModelEndpointError, ModelError
-from envs.breaker import CircuitOpen
 from agents.llm import (
     PLACEHOLDER_API_KEY,
     RetryingChatOpenAI,
@@ -51,6 +50,7 @@ from agents.llm import (
     _one_line,
     is_transient,
 )
+from envs.breaker import CircuitOpen
 from prompts import load_prompt
 
 Message = dict[str, Any]  # OpenAI wire format: {"role": ..., "content": ...}

@@ -56,13 +56,13 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from evaluation.policies import GRPO_TARGET
-        from gapforge.run_lease import run_lease
         from evaluation.service import (
             build_router,
             evaluate_run,
             load_backend,
             run_artifacts,
         )
+        from gapforge.run_lease import run_lease
 
         cfg = get_config(config, set_)
         store = open_store(cfg)
