@@ -57,6 +57,8 @@ def prompt_config(prompt_name: str, config: RunnableConfig | None = None) -> Run
 
 def is_transient(exc: BaseException) -> bool:
     """Errors worth another attempt: rate limits, server errors, timeouts, dropped connections."""
+    if isinstance(exc, CircuitOpen):
+        return exc.probing  # the endpoint's breaker is half-open and another call is probing: retry after the backoff
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
     if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError)):

@@ -20,7 +20,13 @@ from contextlib import contextmanager
 
 
 class CircuitOpen(Exception):
-    """The endpoint is considered down; the message says since when and when it is tried again."""
+    """The endpoint is considered down; the message says since when and when it is tried again.
+    `probing`: the cooldown is over and another caller's probe is under way, so a retry after a
+    short backoff is worth it (the retry rules treat only this case as transient)."""
+
+    def __init__(self, message: str, *, probing: bool = False) -> None:
+        super().__init__(message)
+        self.probing = probing
 
 
 class CircuitBreaker:
@@ -52,9 +58,11 @@ class CircuitBreaker:
             if left <= 0 and not self._probing:
                 self._probing = True  # half-open: this caller is the probe
                 return
+            probing = left <= 0
+            when = "a probe request is under way" if probing else f"not trying again for {left:.0f}s"
             raise CircuitOpen(
-                f"{self.name} is down ({self._consecutive} consecutive failures, last: {self.last_error[:200]}); "
-                f"not trying again for {max(left, 0):.0f}s"
+                f"{self.name} is down ({self._consecutive} consecutive failures, last: {self.last_error[:200]}); {when}",
+                probing=probing,
             )
 
     def success(self) -> None:

@@ -65,6 +65,8 @@ def retry_after_s(value: str | None) -> float | None:
 
 
 def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, CircuitOpen):
+        return exc.probing  # another caller's probe decides in a moment: retry after the backoff
     return isinstance(exc, (_Transient, aiohttp.ClientError, asyncio.TimeoutError))
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict
 
 from agents.config import EndpointConfig
 from agents.errors import ModelEndpointError
-from agents.llm import make_chat_model
+from agents.llm import is_transient, make_chat_model
 from agents.structured_http import StructuredHTTP
+from envs.breaker import CircuitBreaker, CircuitOpen
 from envs.errors import EndpointError
 from envs.protocol import Message
 from serving.fake_openai import FakeOpenAIServer, structured_reply, text_reply
@@ -61,14 +63,28 @@ def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_af
         assert model.breaker().is_open and model.breaker().opened == 1
 
         srv.set_down(False)
-        time.sleep(0.5)  # cooldown over: the next call is the probe
+        time.sleep(0.5)  # cooldown over: the first call is the probe, the others wait for its verdict
 
-        async def back() -> object:
+        async def back() -> list[object]:
             async with StructuredHTTP(model) as client:
-                return await client.acall(WIRE, Label)
+                return await _structured(client, N)
 
-        assert asyncio.run(back()) == Label(name="precondition_verification")
-        assert srv.request_count == sent + 1 and not model.breaker().is_open
+        assert all(o == Label(name="precondition_verification") for o in asyncio.run(back()))
+        assert srv.request_count == sent + N and not model.breaker().is_open
+
+
+def test_half_open_callers_retry_while_the_probe_is_under_way_and_fail_fast_before() -> None:
+    now = [0.0]
+    b = CircuitBreaker("endpoint x", failures=1, cooldown_s=10, clock=lambda: now[0])
+    b.failure("HTTP 503")
+    with pytest.raises(CircuitOpen) as early:
+        b.check()
+    assert not early.value.probing and not is_transient(early.value)  # cooling down: fail fast
+    now[0] = 10
+    b.check()  # the probe
+    with pytest.raises(CircuitOpen, match="probe request is under way") as waiting:
+        b.check()
+    assert waiting.value.probing and is_transient(waiting.value)  # worth a retry after the backoff
 
 
 def test_chat_model_and_rollout_policy_share_one_breaker_per_endpoint() -> None:
