@@ -1,6 +1,6 @@
 """One working process per run: the lease every stage command holds while it works on a run.
 
-`gapforge rollouts collect`, `analyze`, `synthesize`, `train` and `evaluate` all take it
+`gapforge rollouts collect`, `analyze`, `synthesize`, `train`, `evaluate` and the graph (`run`, `--resume`, `demo`) all take it
 through `run_lease`, so two processes never work on one run at once: the second one stops
 before any work with one line naming the holder (store.leases.RunBusy, a StoreError: exit 2).
 A holder that died (SIGKILL) is taken over (store/leases.py). Read-only commands (show,

@@ -61,3 +61,22 @@ def test_a_second_process_on_a_run_is_refused_with_the_holder_named(workspace: P
     killed.wait()
     after = _synthesize(workspace, run_id)
     assert after.returncode == 2 and "no retained capability" in after.stderr, after.stderr
+
+
+def test_a_graph_run_is_leased_too(workspace: Path) -> None:
+    from gapforge.config import load_config
+    from gapforge.run_session import RunOptions, run_record
+
+    cfg = load_config(None, [f"workspace={workspace}"], environ={})
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        run_id = store.create_run("trace", run_record("run", cfg, RunOptions()))
+    holder = _holder(workspace, run_id)
+    try:
+        cmd = [sys.executable, "-m", "gapforge.cli", "run", "--resume", run_id, "--set", f"workspace={workspace}"]
+        busy = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    finally:
+        holder.communicate("")
+    assert busy.returncode == 2, busy.stdout + busy.stderr
+    assert f"in use by `analyze` (pid {holder.pid} on " in busy.stderr and "Traceback" not in busy.stderr
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        assert store.get_run(run_id).status != "running"  # refused before any work
