@@ -152,7 +152,8 @@ def _refusals(b: TaskBuilder) -> None:
 
 
 def build_tasks(db: ShopDB) -> dict[str, ShopTask]:
-    """All tasks, keyed by id (stable: derived from the fixed DB)."""
+    """All tasks, keyed by id (stable: derived from the fixed DB). For another shop instance
+    (`build_db(instance=k)`) a template whose customer lacks what it needs raises AssertionError."""
     b = TaskBuilder(db)
     _lookups(b)
     _single_writes(b)

@@ -2,6 +2,10 @@
 
 `build_db()` always returns the same database (fixed seed, no clock, no I/O), so
 task ids, gold actions and the DB-state hash are stable across machines.
+`build_db(instance=k)` (k >= 1) is another, equally deterministic shop: other
+names, emails, ids, prices and stock. Its tasks are new *instances* of the same
+task templates -- used to teach the tiny base policy on data disjoint from the
+shop it is evaluated on (`training.teach_data`).
 """
 
 from __future__ import annotations
@@ -166,16 +170,23 @@ def _order_items(rng: random.Random, products: dict[str, Product], n: int, must:
     return items
 
 
-def build_db() -> ShopDB:
-    """The shop's initial database (identical on every call)."""
-    rng = random.Random(SEED)
+def build_db(instance: int = 0) -> ShopDB:
+    """The shop's initial database (identical on every call). `instance` 0 is THE shop;
+    other values give other shops of the same shape (names drawn from the same lists)."""
+    if instance < 0:
+        raise ValueError(f"shop instance must be >= 0, got {instance}")
+    rng = random.Random(SEED if instance == 0 else SEED * 1000 + instance)
+    first_names, last_names = list(_FIRST), list(_LAST)
+    if instance:
+        rng.shuffle(first_names)
+        rng.shuffle(last_names)
     products = _catalog(rng)
     customers: dict[str, Customer] = {}
     orders: dict[str, Order] = {}
     used_order_ids: set[str] = set()
     yoga = next(pid for pid, p in products.items() if p.final_sale)
     for i in range(N_CUSTOMERS):
-        first, last = _FIRST[i], _LAST[i % len(_LAST)]
+        first, last = first_names[i], last_names[i % len(last_names)]
         city, state = _CITIES[i % len(_CITIES)]
         address = Address(address1=f"{rng.randrange(10, 999)} {_STREETS[i % len(_STREETS)]}",
                           address2=f"Apt {rng.randrange(1, 40)}" if i % 3 else "",

@@ -51,29 +51,35 @@ class _Pristine:
         return ShopDB.model_validate(self.dump)
 
 
-@functools.lru_cache(maxsize=1)
-def _pristine() -> _Pristine:
-    db = build_db()
+@functools.lru_cache(maxsize=4)
+def _pristine(instance: int = 0) -> _Pristine:
+    db = build_db(instance)
     return _Pristine(db=db, dump=db.model_dump(), db_hash=db.state_hash(), tasks=build_tasks(db), policy=policy_text(),
                      tools_json=json.dumps(SCHEMAS), gold_hash={})
 
 
 class ShopEnv:
-    """The shop. user="scripted" (deterministic, offline) or "llm" (pass `user_model`, a LangChain chat model)."""
+    """The shop. user="scripted" (deterministic, offline) or "llm" (pass `user_model`, a LangChain chat model).
+    `instance` k >= 1 is another shop of the same shape (`build_db(instance=k)`: other customers and ids,
+    the same task templates); it exists to teach on data disjoint from THE shop (instance 0)."""
 
     name = "shop"
 
-    def __init__(self, *, user: str = "scripted", user_model: Any = None) -> None:
+    def __init__(self, *, user: str = "scripted", user_model: Any = None, instance: int = 0) -> None:
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user '{user}' for env shop: use 'scripted' or 'llm'")
         if user == "llm" and user_model is None:
             raise EnvError("env shop with user='llm' needs a user model: configure the user simulator endpoint")
         self.user_kind = user
         self.user_model = user_model
+        self.instance = instance
         # Calls take ~1 ms of CPU with the scripted user: the policy loop runs them on the event
         # loop (a worker-thread hop costs more than that under load). The LLM user blocks on HTTP.
         self.inline = user == "scripted"
-        self._shared = _pristine()
+        try:
+            self._shared = _pristine(instance)
+        except (AssertionError, IndexError, ValueError) as e:
+            raise EnvError(f"shop instance {instance} cannot be built ({e}): use another instance number") from None
         self._tasks = self._shared.tasks
         self._policy = self._shared.policy
         self._task: ShopTask | None = None

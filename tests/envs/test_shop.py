@@ -242,3 +242,17 @@ def test_unknown_task_and_bad_usage_are_one_line_env_errors() -> None:
     env.reset("shop-lookup-001")
     with pytest.raises(EnvError, match="assistant message"):
         env.step(Message.user("hi"))
+
+
+def test_other_shop_instances_share_the_templates_not_the_data() -> None:
+    other = ShopEnv(instance=1)
+    assert other.task_ids() == ENV.task_ids()  # the same templates, so the same task ids and families
+    assert [other.task_family(t) for t in other.task_ids()] == [ENV.task_family(t) for t in ENV.task_ids()]
+    assert build_db(1).state_hash() == build_db(1).state_hash() != build_db(0).state_hash() == build_db().state_hash()
+    assert not set(build_db(1).orders) & set(build_db(0).orders)
+    tid = other.task_ids()[0]
+    messages = other.reset(tid)
+    assert messages[-1].content == ENV.task(tid).user.opening  # the same template opening
+    assert other.task(tid).gold_actions != ENV.task(tid).gold_actions  # another customer, other ids
+    with pytest.raises(EnvError, match="shop instance 3 cannot be built"):
+        ShopEnv(instance=3)  # a template's customer lacks what it needs there
