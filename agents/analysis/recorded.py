@@ -24,7 +24,7 @@ WRITES = ("cancel_pending_order", "modify_pending_order_address", "return_delive
 ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *WRITES)
 LINE = re.compile(r"^\[(\d+)\] (\w+)(?: ([\w-]+))?: (.*)$")
 CALL = re.compile(r"CALL (\w+)\(")
-CLAIM = re.compile(r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged)\b", re.I)
+CLAIM = re.compile(r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged|taken care)\b", re.I)
 REFUSAL = re.compile(r"\b(unfortunately|cannot|can't|unable|not eligible|not allowed|not possible)\b", re.I)
 ARG_ERROR = re.compile(r"^Error: (bad arguments|unknown tool|.*not found)", re.I)
 

@@ -219,3 +219,16 @@ def test_endpoint_failures_are_not_final_model_output_failures_are(planted_store
     assert asked == 6 and again.cached == again.episodes - 6  # only the endpoint's failures were redone
     still = store.label_calls(RUN, status="failed")
     assert {c.episode_id for c in still} == of_model and all(c.boundary == "model_output" for c in still)
+
+
+def test_recorded_rules_read_a_promise_without_an_order_check_as_lacking_the_check():
+    """The taught policy's planted deficit promises instead of acting; the rules must see a claim."""
+    from agents.analysis.recorded import Trajectory, precondition
+
+    promise = ("[0] user: Hi, I want to cancel my order.\n[1] assistant: I can help you cancel an order. What is your email?\n"
+               "[2] user: My email is a.b12@example.com.\n[3] assistant: CALL find_customer_by_email(email='a.b12@example.com')\n"
+               "[4] tool find_customer_by_email: {\"customer_id\": \"a_b_1234\"}\n"
+               "[5] assistant: Sure, I have taken care of that for you. It is all processed.")
+    assert precondition(Trajectory(promise))[:1] == ("LACKING",)
+    checked = promise.replace("[5] assistant:", "[5] assistant: CALL get_order_details(order_id='#W1')\n[6] assistant:")
+    assert precondition(Trajectory(checked))[0] == "PRESENT"
