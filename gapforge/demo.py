@@ -43,6 +43,7 @@ DEMO_SETTINGS: list[str] = [
     "training.groups_per_step=2",
     "training.num_generations=4",
     "training.max_turns=8",
+    "training.malformed_tool_calls=continue",
     "training.max_new_tokens=64",
     "training.max_completion_length=1536",
     "training.train_seeds=32",

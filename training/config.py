@@ -37,6 +37,9 @@ class TrainingConfig(BaseModel):
     loss_type: str = Field("dapo", description="TRL GRPOConfig.loss_type")
     # rollouts
     max_turns: int = Field(12, ge=1, description="assistant turns per rollout")
+    malformed_tool_calls: Literal["end", "continue"] = Field(
+        "end", description="an unparsable tool call ends the rollout (reward as it stands), or goes to the env as text and "
+                           "the rollout continues (a weak base policy then still gets reward variance in its groups)")
     max_new_tokens: int = Field(256, ge=8, description="tokens per assistant turn")
     max_completion_length: int = Field(2048, ge=16, description="all completion tokens of a rollout (model + env turns)")
     env_timeout_s: float = Field(30.0, gt=0, description="a single env call slower than this ends the rollout with reward 0")
@@ -79,7 +82,7 @@ class TrainingConfig(BaseModel):
         """CPU profile for the taught tiny model: small groups, short turns, higher lr."""
         base: dict[str, object] = dict(
             lora_rank=8, lora_alpha=16, learning_rate=2e-3, max_steps=20, groups_per_step=2, num_generations=4,
-            max_turns=8, max_new_tokens=64, max_completion_length=1536, train_seeds=64, heldout_seeds=16,
+            max_turns=8, malformed_tool_calls="continue", max_new_tokens=64, max_completion_length=1536, train_seeds=64, heldout_seeds=16,
             heldout_samples=2, eval_every=5, patience=3, save_every=5)
         base.update(overrides)
         return cls(**base)

@@ -78,6 +78,7 @@ class StepLog:
     env_s: float
     wall_s: float
     rollouts: int
+    malformed_turns: int = 0  # unparsable tool calls passed on as text (malformed_tool_calls="continue")
 
 
 @dataclass
@@ -124,7 +125,7 @@ def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any,
         for prompt, count in groups_of(prompts):
             task = json.loads(prompt) if isinstance(prompt, str) else prompt
             group = run_group(make_env, task, count, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
-                              max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
+                              malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
                               temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
             rollouts += group
             by_group.append([r.reward for r in group])
@@ -133,7 +134,8 @@ def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any,
             step=trainer.state.global_step + 1, reward=sum(r.reward for r in rollouts) / max(1, len(rollouts)),
             informative_share=informative_share(by_group), failures=[r.failure for r in rollouts if r.failure],
             gen_s=sum(r.gen_s for r in rollouts), env_s=sum(r.env_s for r in rollouts),
-            wall_s=time.perf_counter() - t0, rollouts=len(rollouts)))
+            wall_s=time.perf_counter() - t0, rollouts=len(rollouts),
+            malformed_turns=sum(r.malformed_turns for r in rollouts)))
         return {
             "prompt_ids": [r.traj.prompt_ids for r in rollouts],
             "completion_ids": [r.traj.completion_ids for r in rollouts],

@@ -49,6 +49,7 @@ class Rollout:
     failure: str | None = None  # "env: ...", "model: ...", "length: ..." — who ended it early
     turns: int = 0
     cut_turns: int = 0  # turns that hit max_new_tokens (closed by an env-side eos, which the loss ignores)
+    malformed_turns: int = 0  # unparsable tool calls passed on as text (malformed="continue")
     gen_s: float = 0.0
     env_s: float = 0.0
 
@@ -93,8 +94,13 @@ def _fallback_prompt(tokenizer: Any) -> list[int]:
 
 
 def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, tokenizer: Any, max_turns: int,
-              max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float) -> list[Rollout]:
-    """K rollouts of `task`; each gets its own env instance, all closed on return."""
+              max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float,
+              malformed: str = "end") -> list[Rollout]:
+    """K rollouts of `task`; each gets its own env instance, all closed on return. An unparsable tool
+    call ends its rollout (`malformed="end"`, blamed on the model) or is passed to the env as the
+    turn's text, as a chat API would return it, and the rollout goes on (`"continue"`)."""
+    if malformed not in ("end", "continue"):
+        raise ValueError(f"malformed must be 'end' or 'continue', got {malformed!r}")
     pool = futures.ThreadPoolExecutor(max_workers=max(1, k), thread_name_prefix="env")
     episodes: list[_Episode] = []
     try:
@@ -117,7 +123,7 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
             samples = sampler.sample([ep.rollout.traj.context_ids for ep in live], max_new_tokens=max_new_tokens, temperature=temperature)
             share = (time.perf_counter() - t0) / len(live)
             for ep, smp in zip(live, samples, strict=True):
-                _advance(ep, smp, share, tokenizer, max_completion_length)
+                _advance(ep, smp, share, tokenizer, max_completion_length, malformed)
         for ep in episodes:
             if ep.active:
                 ep.finish()
@@ -134,7 +140,7 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completion_length: int) -> None:
+def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completion_length: int, malformed: str = "end") -> None:
     r = ep.rollout
     r.gen_s += gen_s
     r.turns += 1
@@ -146,9 +152,12 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
     try:
         content, calls = parse_tool_calls(text)
     except PolicyError as e:
-        r.failure = f"model: {str(e).splitlines()[0][:300]}"
-        ep.finish()
-        return
+        if malformed == "end":
+            r.failure = f"model: {str(e).splitlines()[0][:300]}"
+            ep.finish()
+            return
+        r.malformed_turns += 1
+        content, calls = text, []
     message = Message.assistant(content=content, tool_calls=calls)
     r.messages.append(message)
     try:

@@ -30,7 +30,7 @@ def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: li
     failures = 0
     for seed in seeds:
         group = run_group(make_env, seed, cfg.heldout_samples, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
-                          max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
+                          malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
                           temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
         rewards += [r.reward for r in group]
         failures += sum(1 for r in group if r.failure and r.failure.startswith("env"))

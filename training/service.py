@@ -183,7 +183,7 @@ def _progress_callback(recorder: Any, log_path: Path, progress: Callable[[dict[s
             s = recorder.steps[-1]
             row = {"event": "step", "step": state.global_step, "max_steps": state.max_steps, "reward": s.reward,
                    "informative_share": s.informative_share, "failures": s.failures, "gen_s": s.gen_s,
-                   "env_s": s.env_s, "wall_s": s.wall_s, "rollouts": s.rollouts}
+                   "env_s": s.env_s, "wall_s": s.wall_s, "rollouts": s.rollouts, "malformed_turns": s.malformed_turns}
             with log_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             if progress is not None:

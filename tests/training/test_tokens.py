@@ -35,9 +35,9 @@ class ScriptedSampler:
         return out
 
 
-def _play(tokenizer, sampler, make_env=ToyDeskEnv, k=1):
+def _play(tokenizer, sampler, make_env=ToyDeskEnv, k=1, malformed="end"):
     return run_group(make_env, 3, k, sampler=sampler, tokenizer=tokenizer, max_turns=6, max_new_tokens=64,
-                     max_completion_length=4096, temperature=1.0, env_timeout_s=10)
+                     max_completion_length=4096, temperature=1.0, env_timeout_s=10, malformed=malformed)
 
 
 def test_masked_spans_are_exactly_the_env_text_and_unmasked_exactly_the_model(tiny_tokenizer):
@@ -123,3 +123,13 @@ def test_temperature_zero_samples_greedily(tiny_model, tiny_tokenizer):
     with torch.no_grad():
         first = int(tiny_model(torch.tensor([ctx])).logits[0, -1].argmax())
     assert a.ids[0] == first
+
+
+def test_unparsable_model_turn_goes_to_the_env_as_text_when_rollouts_continue(tiny_tokenizer):
+    broken = "<tool_call>\n{not json\n</tool_call>"
+    (r,) = _play(tiny_tokenizer, ScriptedSampler(tiny_tokenizer, [broken, "All done."]), malformed="continue")
+    assert r.failure is None and r.malformed_turns == 1 and r.turns >= 2
+    said = [m.content for m in r.messages if m.role == "assistant"]
+    assert said[0] == broken  # the env saw the turn's text, as a chat API would return it
+    sampled = tiny_tokenizer.decode([t for t, m in zip(r.traj.completion_ids, r.traj.env_mask) if m])
+    assert broken in sampled  # the loss still sees exactly the sampled ids
