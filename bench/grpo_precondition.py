@@ -58,12 +58,21 @@ def main() -> None:
                 reload = evaluate_heldout(model, tok, make_env, cfg.heldout_seed_list(), cfg, eval_seed=cfg.seed)["reward"]
             finally:
                 close()
-        rows.append((seed, r.heldout_before, r.heldout_after, r.best_step, r.steps, reload, time.perf_counter() - t0))
+        moved = _lora_b_norm(r.adapter_path) if r.adapter_path else None
+        rows.append((seed, r.heldout_before, r.heldout_after, r.best_step, r.steps, reload, moved, time.perf_counter() - t0))
         print(f"seed {seed}: held-out {r.heldout_before:.4f} -> {r.heldout_after:.4f} (best step {r.best_step}/{r.steps}); "
-              f"reloaded adapter re-evaluated: {reload}", flush=True)
-    print("seed  before  after  best_step  steps  reloaded  wall_s")
+              f"reloaded adapter re-evaluated: {reload}; |LoRA B| {moved}", flush=True)
+    print("seed  before  after  best_step  steps  reloaded  lora_b_norm  wall_s")
     for row in rows:
         print("  ".join(str(x if not isinstance(x, float) else round(x, 4)) for x in row))
+
+
+def _lora_b_norm(adapter_dir: str) -> float:
+    """L2 norm of the saved LoRA B matrices: PEFT initialises them to zero, so > 0 means the adapter moved."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
+    return round(float(sum(float((w.float() ** 2).sum()) for k, w in weights.items() if "lora_B" in k) ** 0.5), 6)
 
 
 if __name__ == "__main__":
