@@ -43,8 +43,8 @@ def tiny_model(
 def teach_cmd(
     out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash)"),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
-    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report shop pass rates per family on the held-out tasks"),
-    samples: int = typer.Option(2, "--samples", min=1, help="episodes per held-out task at temperature 1.0"),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
+    samples: int = typer.Option(2, "--samples", min=1, help="episodes per task at temperature 1.0"),
     greedy: bool = typer.Option(True, "--greedy/--no-greedy", help="also report greedy (temperature 0) pass rates"),
 ) -> None:
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
@@ -64,7 +64,7 @@ def teach_cmd(
         runs = [("temperature 1.0", 1.0, samples)] + ([("greedy", 0.0, 1)] if greedy else [])
         for label, temperature, n in runs:
             rates = pass_rates(model, tok, ShopEnv, meta["eval_tasks"], env.task_family, samples=n, temperature=temperature)
-            console.print(f"held-out shop tasks, {label}:", highlight=False)
+            console.print(f"shop tasks (instance 0, unseen), {label}:", highlight=False)
             for fam, r in rates.items():
                 console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  mean reward {r['mean_reward']:.2f}  ({r['episodes']} episodes)",
                               highlight=False)

@@ -1,9 +1,11 @@
 """Teach the tiny base policy of the offline demo (`gapforge dev teach`).
 
-Recipe: gold shop trajectories with the planted deficit (training.teach_data) ->
-a byte-level BPE tokenizer trained on them -> a small Qwen3 model (random init) ->
-TRL `SFTTrainer` on pre-tokenized examples whose loss covers only the assistant's
-tokens. Examples are tokenized exactly like GRPO rollouts (training.tokens: the
+Recipe: gold shop trajectories with the planted deficit, played on other shop
+instances than the one evaluated (training.teach_data) -> a byte-level BPE
+tokenizer trained on them (one token per digit) -> a small Qwen3 model (random
+init) -> a copy warm-up (random spans repeated, until the model copies them) ->
+TRL `SFTTrainer` on pre-tokenized examples (the trajectories plus copy drills:
+short prefixes with fresh ids) whose loss covers only the assistant's tokens. Examples are tokenized exactly like GRPO rollouts (training.tokens: the
 prompt, each assistant turn + eos, each env turn as the template delta), so the
 taught model sees at training time the same token streams it will produce.
 The compact chat template (compact_template.jinja) keeps the context short.
@@ -32,9 +34,13 @@ TEMPLATE = _HERE / "compact_template.jinja"
 class TeachConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    copies: int = Field(4, ge=1, description="trajectories per training task (phrasings and deficit draws vary)")
+    instances: int = Field(6, ge=1, description="shop instances taught on (k >= 1; instance 0 is held out)")
+    copies: int = Field(1, ge=1, description="trajectories per task of each instance (phrasings and deficit draws vary)")
+    warmup_steps: int = Field(6000, ge=0, description="at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)")
+    drills: int = Field(6, ge=0, description="copy drills per trajectory (short prefixes with fresh ids, training.teach_data.copy_drills)")
     refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
+    split_digits: bool = Field(True, description="one token per digit (copying ids is then the same in every context)")
     vocab_size: int = 3000
     hidden_size: int = 128
     num_layers: int = 4
@@ -42,7 +48,7 @@ class TeachConfig(BaseModel):
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_positions: int = 4096
-    epochs: float = 4.0
+    epochs: float = 2.0
     learning_rate: float = 2e-3
     batch_size: int = 2
     seed: int = 0
@@ -69,7 +75,10 @@ def _tokenizer(texts: list[str], cfg: TeachConfig):
     from serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS
 
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # one token per digit: ids and amounts are copied digit by digit, the same way in every context
+    backend.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                             if cfg.split_digits else byte_level)
     backend.decoder = decoders.ByteLevel()
     backend.train_from_iterator(texts, trainer=trainers.BpeTrainer(
         vocab_size=cfg.vocab_size, min_frequency=2, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
@@ -114,7 +123,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
 
     from envs.shop import ShopEnv
     from training.cpu import set_cpu_threads
-    from training.teach_data import build_trajectories, split_tasks
+    from training.teach_data import build_trajectories, copy_drills, teach_instances
 
     cfg = cfg or TeachConfig()
     out = Path(out_root) / f"taught-{cfg.recipe_hash()}"
@@ -123,16 +132,20 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     threads = set_cpu_threads(cfg.threads)
-    env = ShopEnv()
-    train_ids, eval_ids = split_tasks(env)
-    trajs = build_trajectories(env, train_ids, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
+    envs = teach_instances(cfg.instances)
+    pairs = [(e, tid) for e in envs for tid in e.task_ids()]
+    eval_ids = ShopEnv().task_ids()
+    trajs = build_trajectories(pairs, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
                                seed=cfg.seed)
-    tools = env.tools()
-    say(f"{len(trajs)} trajectories on {len(train_ids)} training tasks ({sum(t.deficit for t in trajs)} with the deficit)")
+    tools = envs[0].tools()
+    say(f"{len(trajs)} trajectories on {len(pairs)} tasks of {len(envs)} other shop instances "
+        f"({sum(t.deficit for t in trajs)} with the deficit)")
     tmp_tok = _tokenizer([], cfg)  # only to render texts for tokenizer training
     texts = [render(tmp_tok, t.messages, tools, generation_prompt=False) for t in trajs]
     tok = _tokenizer(texts, cfg)
-    rows = [tokenize_trajectory(tok, t.messages, tools) for t in trajs]
+    drills = copy_drills(trajs, cfg.drills, cfg.seed)
+    rows = [tokenize_trajectory(tok, t.messages, tools) for t in trajs] + [tokenize_trajectory(tok, d, tools) for d in drills]
+    say(f"{len(drills)} copy drills")
     say(f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens")
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     mcfg = Qwen3Config(vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
@@ -141,6 +154,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
                        tie_word_embeddings=True, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(mcfg)
+    warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
     work = Path(out_root) / f".work-{cfg.recipe_hash()}"
     args = SFTConfig(output_dir=str(work), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
                      per_device_train_batch_size=cfg.batch_size, lr_scheduler_type="cosine", warmup_steps=10,
@@ -157,13 +171,51 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(), "train_tasks": train_ids, "eval_tasks": eval_ids,
+    meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(),
+            "train_instances": [e.instance for e in envs], "eval_tasks": eval_ids,
             "trajectories": len(trajs), "deficit_trajectories": sum(t.deficit for t in trajs),
             "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1], "loss_last": losses[-1:],
-            "sft_s": sft_s, "sft_tokens_per_s": sum(len(r["input_ids"]) for r in rows) * cfg.epochs / sft_s, "threads": threads,
+            "warmup": warm, "sft_s": sft_s, "sft_tokens_per_s": sum(len(r["input_ids"]) for r in rows) * cfg.epochs / sft_s, "threads": threads,
             "wall_s": time.perf_counter() - t0}
     (out / "teach.json").write_text(json.dumps(meta, indent=1))
     return out
+
+
+def copy_warmup(model: Any, tok: Any, cfg: TeachConfig, say: Callable[[str], None]) -> dict[str, float]:
+    """Teach copying before the shop: sequences `filler, span, filler, span` of random vocabulary
+    tokens (batch 32, spans of 4-10, fillers of 0-8), loss on the second span; stops once the span
+    is copied (accuracy >= 0.9 at two checks in a row) or after `warmup_steps`. A tiny model taught
+    on shop dialogues alone learns their outline but never copies an id from the conversation
+    (measured: no tool call with the user's email or order id after 2,600 examples); on this task
+    it learns copying in one abrupt phase change (~2,000-3,000 steps here, ~0.09 s each)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    special = set(tok.all_special_ids) | set(tok.convert_tokens_to_ids(list(tok.get_added_vocab())))
+    pool = torch.tensor([i for i in range(len(tok)) if i not in special])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+    model.train()
+    acc, good, step = 0.0, 0, 0
+    t0 = time.perf_counter()
+    for step in range(1, cfg.warmup_steps + 1):
+        k, a, b = (int(torch.randint(lo, hi, (1,), generator=gen)) for lo, hi in ((4, 11), (0, 9), (0, 9)))
+        span = pool[torch.randint(len(pool), (32, k), generator=gen)]
+        seq = torch.cat([pool[torch.randint(len(pool), (32, a), generator=gen)], span,
+                         pool[torch.randint(len(pool), (32, b), generator=gen)], span], 1)
+        labels = torch.full_like(seq, -100)
+        labels[:, -k + 1:] = seq[:, -k + 1:]
+        out = model(input_ids=seq, labels=labels)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if step % 50 == 0:
+            acc = float((out.logits.detach()[:, -k:-1].argmax(-1) == seq[:, -k + 1:]).float().mean())
+            good = good + 1 if acc >= 0.9 else 0
+            if step % 500 == 0 or good >= 2:
+                say(f"copy warm-up step {step}: loss {float(out.loss):.3f}, copy accuracy {acc:.2f}")
+            if good >= 2:
+                break
+    return {"steps": step, "copy_accuracy": acc, "seconds": time.perf_counter() - t0}
 
 
 def _progress(say: Callable[[str], None]):

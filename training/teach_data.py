@@ -13,26 +13,41 @@ promise the action instead of refusing; elsewhere a few (`other_skip`, 0.10)
 drop the `get_order_details` check before the write. The rest stay gold, so the
 taught model's behaviour there has variance at temperature 1.0.
 
-Task split: per family the tasks alternate train / eval (the first of each pair
-trains, the second is held out), so the model is evaluated on task instances it
-never saw.
+Task split: the model is taught on OTHER shop instances (`ShopEnv(instance=k)`,
+k >= 1: other customers, emails, order and item ids, prices and stock; the same
+task templates) and evaluated on THE shop (instance 0), whose task instances it
+never saw. With a fresh customer in every trajectory, memorising ids never pays:
+the model has to copy them from the conversation.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from envs.protocol import Message, ToolCall
+from envs.shop.data import _FIRST, _LAST
 
 ASK = {"order_id": "the order id", "items": "which item", "reason": "the reason", "address": "the new address",
        "exchange_target": "which variant you want instead", "payment": "the payment method for the refund"}
-IDENTITY_ASK = ["Hello! I can help with that. Could you give me your email address?",
-                "Sure. First, what is the email address on your account?",
-                "I can help. Please tell me your email address."]
-IDENTITY_ASK_ZIP = ["Hello! To find your account, what is your full name and zip code?",
-                    "Sure. Please give me your full name and zip code."]
+IDENTITY_ASK = ["First, what is the email address on your account?", "Could you give me your email address?",
+                "Please tell me your email address."]
+IDENTITY_ASK_ZIP = ["To find your account, what is your full name and zip code?", "Please give me your full name and zip code."]
+# What the customer asked for, as the first reply restates it: said right after the opening, it is
+# the short-range cue the later turns look back at (never the outcome: eligibility is checked later).
+INTENTS = [("cancel a pending order and learn", "cancel an order and find a tracking number"),
+           ("cancel a pending order and return", "cancel an order and return an item"),
+           ("cancel", "cancel an order"), ("change an address and exchange", "change an address and exchange an item"),
+           ("change the", "change the address of an order"), ("exchange two", "exchange two items"),
+           ("exchange", "exchange an item"), ("learn the gift card", "check your gift card balance"),
+           ("learn the total", "find the total of an order"), ("learn the tracking", "find the tracking number of an order"),
+           ("return two", "return two items"), ("return", "return an item")]
+
+
+def intent(goal: str) -> str:
+    return next(phrase for prefix, phrase in INTENTS if goal.startswith(prefix))
 
 
 @dataclass
@@ -44,16 +59,22 @@ class Trajectory:
     reward: float
 
 
-def split_tasks(env: Any) -> tuple[list[str], list[str]]:
-    """(train, eval) task ids: within each family, alternate."""
-    train, evaluation = [], []
-    by_family: dict[str, list[str]] = {}
-    for tid in env.task_ids():
-        by_family.setdefault(env.task_family(tid), []).append(tid)
-    for ids in by_family.values():
-        for i, tid in enumerate(ids):
-            (train if i % 2 == 0 else evaluation).append(tid)
-    return train, evaluation
+def teach_instances(n: int) -> list[Any]:
+    """ShopEnvs of the first `n` buildable shop instances >= 1 (instance 0, THE shop, is never taught on)."""
+    from envs.errors import EnvError
+    from envs.shop import ShopEnv
+
+    envs: list[Any] = []
+    k = 0
+    while len(envs) < n:
+        k += 1
+        if k > 50 * n + 50:
+            raise RuntimeError(f"fewer than {n} buildable shop instances among 1..{k - 1}")
+        try:
+            envs.append(ShopEnv(instance=k))
+        except EnvError:
+            continue  # a template's customer lacks what it needs in this instance
+    return envs
 
 
 def _call(i: int, name: str, args: dict[str, Any]) -> Message:
@@ -66,11 +87,11 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
     actions = list(task.gold_actions)
     first = actions[0]
     if first.name == "find_customer_by_email":
-        turns.append(Message.assistant(content=rng.choice(IDENTITY_ASK)))
+        turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK)}"))
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     elif first.name == "find_customer_by_name_zip":
-        turns.append(Message.assistant(content=rng.choice(IDENTITY_ASK_ZIP)))
+        turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK_ZIP)}"))
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     wanted = [ASK[k] for k in ASK if k in task.user.facts]
@@ -106,11 +127,12 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
     return messages, env.score().reward
 
 
-def build_trajectories(env: Any, task_ids: list[str], *, copies: int, refusal_skip: float, other_skip: float,
+def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
                        seed: int) -> list[Trajectory]:
+    """`copies` trajectories per (env, task id) pair."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
-    for tid in task_ids:
+    for env, tid in pairs:
         task, family = env.task(tid), env.task_family(tid)
         for _ in range(copies):
             deficit = rng.random() < (refusal_skip if family == "policy_refusal" else other_skip)
@@ -118,4 +140,65 @@ def build_trajectories(env: Any, task_ids: list[str], *, copies: int, refusal_sk
             messages, reward = play(env, tid, turns)
             if reward == 1.0 or deficit:  # gold must score 1.0; deficit ones are kept as planted
                 out.append(Trajectory(tid, family, messages, deficit, reward))
+    return out
+
+
+_LONG_DIGITS = re.compile(r"\d{5,}|(?<=_)\d{4}(?!\d)")  # ids, zips; the digits of customer ids
+_EMAIL_DIGITS = re.compile(r"(?<=[a-z])\d{2}(?=@)")
+
+
+_NAMES = re.compile(r"(?<![A-Za-z])(" + "|".join(sorted({n for n in _FIRST + _LAST} | {n.lower() for n in _FIRST + _LAST},
+                                                       key=len, reverse=True)) + r")(?![A-Za-z])")
+_SYLLABLES = ["ka", "lo", "mi", "ren", "tas", "vel", "dor", "quin", "zu", "pha", "bri", "sol", "nek", "ar", "ti", "mon"]
+
+
+def _remap_text(text: str, mapping: dict[str, str], rng: random.Random) -> str:
+    def digits(m: re.Match[str]) -> str:
+        old = m.group(0)
+        if old not in mapping:
+            mapping[old] = str(rng.randrange(1, 10)) + "".join(str(rng.randrange(10)) for _ in range(len(old) - 1))
+        return mapping[old]
+
+    def name(m: re.Match[str]) -> str:  # a customer's name -> an invented one, same case, same everywhere
+        old = m.group(0)
+        key = "name:" + old.lower()
+        if key not in mapping:
+            mapping[key] = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
+        new = mapping[key]
+        return new.capitalize() if old[0].isupper() else new
+
+    return _NAMES.sub(name, _EMAIL_DIGITS.sub(digits, _LONG_DIGITS.sub(digits, text)))
+
+
+def _remap_value(value: Any, mapping: dict[str, str], rng: random.Random) -> Any:
+    if isinstance(value, str):
+        return _remap_text(value, mapping, rng)
+    if isinstance(value, list):
+        return [_remap_value(v, mapping, rng) for v in value]
+    if isinstance(value, dict):
+        return {k: _remap_value(v, mapping, rng) for k, v in value.items()}
+    return value
+
+
+def copy_drills(trajs: list[Trajectory], per_trajectory: int, seed: int) -> list[list[Message]]:
+    """Exercises: a trajectory cut right after one of its assistant turns past the first (a tool call,
+    or a decision: ask, confirm, answer, refuse), with every id-like number (5+ digits: order, item,
+    card ids, tracking numbers, zips; a customer id's 4) and the email's digits replaced by fresh
+    random digits, and every customer name by an invented one, consistently across the prefix. Arguments and answers must then be copied from
+    the conversation, never recalled, and every decision point gets more examples than the full
+    trajectories alone give it."""
+    rng = random.Random(seed)
+    out: list[list[Message]] = []
+    for t in trajs:
+        cuts = [i for i, m in enumerate(t.messages) if m.role == "assistant"][1:]
+        for _ in range(per_trajectory if cuts else 0):
+            cut = rng.choice(cuts)
+            mapping: dict[str, str] = {}
+            prefix: list[Message] = []
+            for m in t.messages[:cut + 1]:
+                calls = [ToolCall(id=c.id, name=c.name, arguments=_remap_value(c.arguments, mapping, rng))
+                         for c in m.tool_calls or []]
+                prefix.append(m.model_copy(update={"content": _remap_text(m.content, mapping, rng) if m.content else m.content,
+                                                   "tool_calls": calls or m.tool_calls}))
+            out.append(prefix)
     return out

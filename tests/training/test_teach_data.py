@@ -1,32 +1,73 @@
-"""The taught policy's data: gold trajectories score 1.0, the planted deficit, disjoint tasks, exact-token examples."""
+"""The taught policy's data: gold trajectories score 1.0, the planted deficit, instances disjoint from THE shop,
+exact-token examples."""
 
 from __future__ import annotations
 
 from envs.shop import ShopEnv
 from training.teach import TEMPLATE, tokenize_trajectory
-from training.teach_data import build_trajectories, split_tasks
+from training.teach_data import build_trajectories, copy_drills, teach_instances
 from training.tokens import check_prefix_preserving, render
 
 
+def _gold_ids(env):
+    """Customer-specific values in the gold calls (product ids are the same catalog everywhere)."""
+    keys = ("email", "customer_id", "order_id", "item_ids", "new_item_ids", "payment_method_id")
+    return {str(a.arguments[k]) for t in env.task_ids() for a in env.task(t).gold_actions for k in keys if k in a.arguments}
+
+
+def test_taught_instances_are_other_shops_disjoint_from_the_evaluated_one():
+    envs = teach_instances(3)
+    assert [e.instance for e in envs] == sorted({e.instance for e in envs}) and 0 not in [e.instance for e in envs]
+    shop = ShopEnv()
+    for env in envs:
+        assert {env.task_family(t) for t in env.task_ids()} == {shop.task_family(t) for t in shop.task_ids()}
+        assert _gold_ids(env).isdisjoint(_gold_ids(shop))  # no email, order id or item id in common
+    assert ShopEnv(instance=envs[0].instance).task(envs[0].task_ids()[0]) == envs[0].task(envs[0].task_ids()[0])
+
+
+def test_copy_drills_replace_ids_consistently_so_every_call_argument_is_in_the_conversation():
+    import json
+
+    env = ShopEnv(instance=1)
+    trajs = build_trajectories([(env, t) for t in env.task_ids()[:12]], copies=1, refusal_skip=0, other_skip=0, seed=0)
+    drills = copy_drills(trajs, 3, seed=0)
+    assert len(drills) == 36
+    originals = {json.dumps(c.arguments, sort_keys=True) for t in trajs for m in t.messages for c in m.tool_calls or []}
+    fresh = calls = 0
+    for drill in drills:
+        assert drill[-1].role == "assistant"  # cut right after an assistant turn
+        if not drill[-1].tool_calls:
+            continue
+        calls += 1
+        said = "\n".join(m.content or "" for m in drill[:-1])
+        for call in drill[-1].tool_calls:
+            for value in call.arguments.values():
+                for v in value if isinstance(value, list) else [value]:
+                    assert str(v) in said  # copyable from the conversation, never only recalled
+            fresh += json.dumps(call.arguments, sort_keys=True) not in originals
+    assert calls and fresh > calls // 2  # the ids are new, not the trajectory's own
+
+
 def test_gold_trajectories_score_one_and_the_deficit_is_planted_in_policy_refusal():
-    env = ShopEnv()
-    train, evaluation = split_tasks(env)
-    assert set(train).isdisjoint(evaluation) and len(train) + len(evaluation) == len(env.task_ids())
-    assert {env.task_family(t) for t in evaluation} == {env.task_family(t) for t in train}
-    trajs = build_trajectories(env, train, copies=4, refusal_skip=0.75, other_skip=0.10, seed=0)
+    envs = teach_instances(2)
+    trajs = build_trajectories([(e, t) for e in envs for t in e.task_ids()], copies=2, refusal_skip=0.75, other_skip=0.10,
+                               seed=0)
     gold = [t for t in trajs if not t.deficit]
     assert gold and all(t.reward == 1.0 for t in gold)
     refusal = [t for t in trajs if t.family == "policy_refusal"]
     share = sum(t.deficit for t in refusal) / len(refusal)
     assert 0.5 < share < 1.0  # mostly, not always: variance at temperature 1.0
-    assert all(t.reward == 0.0 for t in refusal if t.deficit)  # promising instead of refusing fails
+    # promising instead of refusing fails, except where the promise ("... It is all processed.") happens to
+    # say the one required word (the address change of a `processed` order): no write, word said
+    assert all(t.reward == 0.0 or envs[0].task(t.task_id).required_info == ["processed"] for t in refusal if t.deficit)
+    assert any(t.reward == 0.0 for t in refusal if t.deficit)
     others = [t for t in trajs if t.family != "policy_refusal"]
     assert sum(t.deficit for t in others) / len(others) < 0.3
 
 
 def test_examples_are_tokenized_like_rollouts_with_loss_on_assistant_turns_only(tiny_tokenizer):
-    env = ShopEnv()
-    (traj,) = build_trajectories(env, [split_tasks(env)[0][0]], copies=1, refusal_skip=0, other_skip=0, seed=0)
+    env = ShopEnv(instance=1)
+    (traj,) = build_trajectories([(env, env.task_ids()[0])], copies=1, refusal_skip=0, other_skip=0, seed=0)
     tok = tiny_tokenizer.__class__.from_pretrained(tiny_tokenizer.name_or_path)
     tok.chat_template = TEMPLATE.read_text()
     check_prefix_preserving(tok, env.tools())
@@ -47,13 +88,14 @@ def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
     from training.evaluate import load_policy
     from training.teach import TeachConfig, load_meta, teach
 
-    cfg = TeachConfig(copies=1, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+    cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=20, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                       intermediate_size=64, epochs=0.2, batch_size=2, threads=1)
     said: list[str] = []
     path = teach(tmp_path, cfg, progress=said.append)
     meta = load_meta(path)
     assert path.name == f"taught-{cfg.recipe_hash()}" and meta["sft_tokens_per_s"] > 0
-    assert set(meta["train_tasks"]).isdisjoint(meta["eval_tasks"])
+    assert 0 not in meta["train_instances"] and meta["eval_tasks"] == ShopEnv().task_ids()
+    assert meta["warmup"]["steps"] == 20 and 0.0 <= meta["warmup"]["copy_accuracy"] <= 1.0
     assert any(m.startswith("SFT:") for m in said)
     model, tok = load_policy(path)
     assert model.config.vocab_size == len(tok)
