@@ -36,13 +36,15 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6, help="assistant turns per rollout")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--heldout", type=int, default=4, help="held-out seeds (x2 rollouts each)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of rollouts and held-out evaluation")
     args = ap.parse_args()
     spec = EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": args.backend})
     rows = []
     for seed in args.seeds:
         cfg = TrainingConfig.tiny(seed=seed, max_steps=args.steps, eval_every=3, save_every=3, num_generations=args.k, groups_per_step=2,
                                   max_turns=args.turns, max_new_tokens=args.max_new_tokens, train_seeds=48,
-                                  heldout_seeds=args.heldout, heldout_samples=2, patience=10)
+                                  heldout_seeds=args.heldout, heldout_samples=2, patience=10,
+                                  temperature=args.temperature)
         job = TrainJob(name=f"precondition-seed{seed}", capability="precondition_verification", base_model=args.model, env=spec,
                        config=cfg, out_dir=f"{args.out}/seed{seed}")
         t0 = time.perf_counter()
