@@ -40,6 +40,7 @@ class TeachConfig(BaseModel):
     drills: int = Field(6, ge=0, description="copy drills per trajectory (short prefixes with fresh ids, training.teach_data.copy_drills)")
     refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
+    facts_in_opening: float = Field(0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id")
     split_digits: bool = Field(True, description="one token per digit (copying ids is then the same in every context)")
     vocab_size: int = 3000
     hidden_size: int = 128
@@ -136,7 +137,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     pairs = [(e, tid) for e in envs for tid in e.task_ids()]
     eval_ids = ShopEnv().task_ids()
     trajs = build_trajectories(pairs, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
-                               seed=cfg.seed)
+                               seed=cfg.seed, facts_in_opening=cfg.facts_in_opening)
     tools = envs[0].tools()
     say(f"{len(trajs)} trajectories on {len(pairs)} tasks of {len(envs)} other shop instances "
         f"({sum(t.deficit for t in trajs)} with the deficit)")

@@ -81,20 +81,22 @@ def _call(i: int, name: str, args: dict[str, Any]) -> Message:
     return Message.assistant(tool_calls=[ToolCall(id=f"call_{i}", name=name, arguments=args)])
 
 
-def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool) -> list[Message]:
-    """The assistant turns of one trajectory (played in order against the env)."""
+def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = ()) -> list[Message]:
+    """The assistant turns of one trajectory (played in order against the env). `told`: facts the
+    customer's opening already gives (see `build_trajectories`), so they are not asked for."""
     turns: list[Message] = []
     actions = list(task.gold_actions)
     first = actions[0]
     if first.name == "find_customer_by_email":
-        turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK)}"))
+        if "email" not in told:
+            turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK)}"))
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     elif first.name == "find_customer_by_name_zip":
         turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK_ZIP)}"))
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
-    wanted = [ASK[k] for k in ASK if k in task.user.facts]
+    wanted = [ASK[k] for k in ASK if k in task.user.facts and k not in told]
     if wanted:
         turns.append(Message.assistant(content="Thanks. Please tell me " + ", ".join(wanted) + "."))
     writes = {"cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items",
@@ -128,16 +130,28 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
 
 
 def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
-                       seed: int) -> list[Trajectory]:
-    """`copies` trajectories per (env, task id) pair."""
+                       seed: int, facts_in_opening: float = 0.0) -> list[Trajectory]:
+    """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
+    start with an email lookup and name an order) the customer's opening also gives the email and
+    the order id, as many real customers (and synthetic envs) do, and the script does not ask for
+    them. The scripted user's later replies do not depend on the opening, so the trajectory is
+    played as is and its first user message is then extended with those two facts."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for env, tid in pairs:
         task, family = env.task(tid), env.task_family(tid)
         for _ in range(copies):
             deficit = rng.random() < (refusal_skip if family == "policy_refusal" else other_skip)
-            turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal")
+            facts = task.user.facts
+            told: tuple[str, ...] = ()
+            if (task.gold_actions[0].name == "find_customer_by_email" and "email" in facts and "order_id" in facts
+                    and rng.random() < facts_in_opening):
+                told = ("email", "order_id")
+            turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told)
             messages, reward = play(env, tid, turns)
+            if told:
+                opening = next(i for i, m in enumerate(messages) if m.role == "user")
+                messages[opening] = Message.user(f"{messages[opening].content} {facts['email']} {facts['order_id']}")
             if reward == 1.0 or deficit:  # gold must score 1.0; deficit ones are kept as planted
                 out.append(Trajectory(tid, family, messages, deficit, reward))
     return out

@@ -101,3 +101,19 @@ def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
     assert model.config.vocab_size == len(tok)
     assert teach(tmp_path, cfg.model_copy(update={"threads": 2}), progress=said.append) == path  # threads: same recipe, cached
     assert TeachConfig(threads=1).recipe_hash() == TeachConfig().recipe_hash() != cfg.recipe_hash()
+
+
+def test_some_openings_give_the_email_and_order_id_and_the_script_does_not_ask_for_them():
+    env = ShopEnv(instance=1)
+    pairs = [(env, t) for t in env.task_ids()]
+    trajs = build_trajectories(pairs, copies=1, refusal_skip=0, other_skip=0, seed=0, facts_in_opening=1.0)
+    told = [t for t in trajs if "My email is" in t.messages[1].content]
+    assert 0 < len(told) < len(trajs)  # only tasks that start with an email lookup and name an order
+    for t in told:
+        task = env.task(t.task_id)
+        assert t.reward == 1.0 and task.user.facts["order_id"] in t.messages[1].content
+        first = t.messages[2]
+        assert first.role == "assistant" and first.tool_calls[0].name == "find_customer_by_email"  # no question first
+        assert not any("order id" in (m.content or "") for m in t.messages if m.role == "assistant")
+    none = build_trajectories(pairs, copies=1, refusal_skip=0, other_skip=0, seed=0, facts_in_opening=0.0)
+    assert not any("My email is" in t.messages[1].content for t in none)
