@@ -13,6 +13,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from envs.breaker import reset_breakers
 from gapforge.cli import app
 from serving.fake_openai import FakeOpenAIServer, Faults, text_reply
 from store import Store
@@ -59,6 +60,7 @@ def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Pat
         assert set(srv.injected) >= {"fail", "down"}
         srv.set_down(False)  # recovery
         srv.responder = answer
+        reset_breakers()  # each `gapforge rollouts collect` is a new process: no breaker still cooling down from the outage
         for _ in range(4):  # faults go on at 33%: a resume may leave a few again, never lose any
             again = runner.invoke(app, ["rollouts", "collect", "--run", run_id, *_fast(tmp_path)])  # env, policy, tasks: the run's
             assert again.exit_code in (0, 3) and "Traceback" not in again.output, again.output
@@ -96,7 +98,7 @@ def test_a_run_refuses_foreign_work_and_a_second_collector(tmp_path: Path) -> No
         while srv.request_count == 0 and first.poll() is None:
             pass
         second = runner.invoke(app, ["rollouts", "collect", "--run", run2, *slow])
-        out, err = first.communicate(timeout=120)
+        _, err = first.communicate(timeout=120)
         assert first.returncode == 0, err
         after = runner.invoke(app, ["rollouts", "collect", "--run", run2, *slow])  # the work was done once
     assert second.exit_code == 2 and f"run '{run2}' is in use by `rollouts collect` (pid {first.pid}" in second.output
