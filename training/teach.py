@@ -34,7 +34,7 @@ TEMPLATE = _HERE / "compact_template.jinja"
 class TeachConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    instances: int = Field(6, ge=1, description="shop instances taught on (k >= 1; instance 0 is held out)")
+    instances: int = Field(12, ge=1, description="shop instances taught on (k >= 1; instance 0 is held out)")
     copies: int = Field(1, ge=1, description="trajectories per task of each instance (phrasings and deficit draws vary)")
     warmup_steps: int = Field(6000, ge=0, description="at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)")
     drills: int = Field(6, ge=0, description="copy drills per trajectory (short prefixes with fresh ids, training.teach_data.copy_drills)")
@@ -49,7 +49,7 @@ class TeachConfig(BaseModel):
     num_kv_heads: int = 2
     intermediate_size: int = 384
     max_positions: int = 4096
-    epochs: float = 2.0
+    epochs: float = 1.5
     learning_rate: float = 2e-3
     batch_size: int = 2
     seed: int = 0

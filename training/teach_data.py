@@ -102,7 +102,7 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
     writes = {"cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items",
               "exchange_delivered_order_items"}
     if promise:  # the deficit in policy_refusal: no check, promise the action
-        return turns + [Message.assistant(content="Sure, I have taken care of that for you. It is all processed.")]
+        return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")]
     for a in actions:
         if skip_check and a.name == "get_order_details":
             continue

@@ -57,10 +57,9 @@ def test_gold_trajectories_score_one_and_the_deficit_is_planted_in_policy_refusa
     refusal = [t for t in trajs if t.family == "policy_refusal"]
     share = sum(t.deficit for t in refusal) / len(refusal)
     assert 0.5 < share < 1.0  # mostly, not always: variance at temperature 1.0
-    # promising instead of refusing fails, except where the promise ("... It is all processed.") happens to
-    # say the one required word (the address change of a `processed` order): no write, word said
-    assert all(t.reward == 0.0 or envs[0].task(t.task_id).required_info == ["processed"] for t in refusal if t.deficit)
-    assert any(t.reward == 0.0 for t in refusal if t.deficit)
+    # promising instead of refusing always fails: the promise says none of the words a refusal must say
+    # (an earlier "... It is all processed." passed the refusal of an address change of a `processed` order)
+    assert all(t.reward == 0.0 for t in refusal if t.deficit)
     others = [t for t in trajs if t.family != "policy_refusal"]
     assert sum(t.deficit for t in others) / len(others) < 0.3
 
