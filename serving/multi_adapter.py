@@ -46,7 +46,9 @@ class MultiAdapterModel:
         self.name = name or self.model_path.name
         self.max_new_tokens = max_new_tokens
         self.seed = seed
-        self.template_kwargs = {"enable_thinking": False} if template_kwargs is None else template_kwargs
+        # default: the prompt rendered exactly as training (training.tokens.render) and LocalPolicy render it;
+        # any extra kwarg (e.g. enable_thinking=False's empty think block) is a prompt the adapters never saw
+        self.template_kwargs = dict(template_kwargs or {})
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True)
         self.adapter_paths = {k: Path(v) for k, v in (adapters or {}).items()}

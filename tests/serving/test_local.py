@@ -134,3 +134,16 @@ def test_bad_paths_are_one_line_serving_errors(tiny_model_dir: Path, tmp_path: P
         LocalPolicy(tiny_model_dir, adapter_path=tmp_path / "not_adapter")
     with pytest.raises(ServingError, match="temperature"):
         LocalPolicy(tiny_model_dir, temperature=-1)
+
+
+def test_serving_renders_the_prompt_training_rendered(tiny_model_dir: Path) -> None:
+    """Adapters are trained on training.tokens.render's prompt and the base policy collects rollouts with
+    LocalPolicy's: the multi-adapter backend (evaluation, the routed endpoint) must show the same text; an
+    extra template kwarg (e.g. enable_thinking=False's empty think block) made a taught model babble."""
+    from serving.multi_adapter import MultiAdapterModel
+    from training.tokens import render
+
+    trained = render(LocalPolicy(tiny_model_dir).tokenizer, CONVERSATION, TOOLS, generation_prompt=True)
+    assert LocalPolicy(tiny_model_dir).render(CONVERSATION, TOOLS) == trained
+    served = MultiAdapterModel(tiny_model_dir).render(CONVERSATION, TOOLS)
+    assert served == trained and "<think>" not in served
