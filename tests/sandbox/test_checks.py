@@ -96,6 +96,24 @@ def test_example_envs_pass_every_required_check(path: Path, shop_tools: list[dic
     assert len(graded["distinct_rewards"]) >= 3
 
 
+def _accepted_recordings() -> list[Path]:
+    """The recorded generator answers the recorded reviewer accepts (the last attempt of each capability)."""
+    import yaml
+
+    root = Path(__file__).parents[2] / "agents" / "synthesis" / "recordings"
+    rec = yaml.safe_load((root / "shop.yaml").read_text())
+    return [root / rec["synthesis_generator"][cap][-1]["code_file"] for cap, verdicts in rec["synthesis_reviewer"].items()
+            if verdicts[-1]["verdict"] == "accept"]
+
+
+@pytest.mark.parametrize("path", _accepted_recordings(), ids=lambda p: p.stem)
+def test_accepted_recorded_envs_pass_every_required_check(path: Path, shop_tools: list[dict[str, Any]]) -> None:
+    """What the demo's recorded generator finally answers must pass the self-test the demo runs on it."""
+    report = run(path, shop_tools)
+    assert report.passed, report.failures_for_generator()
+    assert len(report.check("graded").evidence["distinct_rewards"]) >= 3
+
+
 def test_module_that_does_not_load_blocks_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "syntax.py"
     path.write_text("from envs.sdk import SyntheticEnv\nclass Env(SyntheticEnv)\n    pass\n")
