@@ -112,7 +112,7 @@ def validate_attempt(
         if progress:
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
-        grpo = check_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness)
+        grpo = check_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 
@@ -147,7 +147,7 @@ async def avalidate_attempt(
         if progress:
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
-        grpo = await acheck_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness)
+        grpo = await acheck_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 

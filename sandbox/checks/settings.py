@@ -46,6 +46,9 @@ class GRPOReadinessConfig(BaseModel):
     max_all_perfect: float = Field(0.2, ge=0.0, le=1.0)
     mean_low: float = Field(0.15, ge=0.0, le=1.0)
     mean_high: float = Field(0.85, ge=0.0, le=1.0)
+    concurrency: int = Field(
+        4, ge=1, le=256, description="policy episodes in flight (1: a local policy samples in a fixed order, so the verdict is reproducible)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GRPOReadinessConfig:

@@ -79,3 +79,34 @@ async def test_async_attempt_runs_the_readiness_rollouts_on_the_callers_loop() -
         readiness=GRPOReadinessConfig(groups=8, samples=4), rollouts_left=400)
     assert outcome.verdict.accepted and outcome.verdict.rollouts == 32 == len(loops)
     assert set(loops) == {asyncio.get_running_loop()}
+
+
+async def test_readiness_concurrency_bounds_the_episodes_in_flight() -> None:
+    """grpo_readiness.concurrency=1 plays one episode at a time, so a local policy that seeds each sample by
+    its call count samples in a fixed order (the demo's verdicts are reproducible); the default overlaps them."""
+
+    async def peak(concurrency: int) -> int:
+        live, top, n = 0, 0, 0
+        overlap = asyncio.Event()
+
+        async def run_episode(policy, env, seed, temperature):
+            nonlocal live, top, n
+            live, n = live + 1, n + 1
+            k, top = n, max(top, live)
+            if live > 1:
+                overlap.set()
+            if concurrency > 1:  # hold the first episode until a second one is in flight (fails if none ever is)
+                await asyncio.wait_for(overlap.wait(), timeout=10)
+            await asyncio.to_thread(env.reset, seed)
+            live -= 1
+            return [0.0, 0.3, 0.6, 1.0][k % 4]  # a spread in every group: no early stop
+
+        outcome = await avalidate_attempt(
+            EXAMPLE.read_text(), EXAMPLE, context(), 1, cfg=SynthesisConfig(review=False, validation_seeds=10),
+            open_module=InProcessSyntheticEnv, chat_model=None, target_shapes=None, policy=object(), run_episode=run_episode,
+            readiness=GRPOReadinessConfig(groups=4, samples=4, concurrency=concurrency), rollouts_left=400)
+        assert outcome.verdict.rollouts == 16
+        return top
+
+    assert await peak(1) == 1
+    assert await peak(4) > 1
