@@ -45,7 +45,7 @@ def main() -> None:
     spec = EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": args.backend})
     rows = []
     for seed in args.seeds:
-        extra = {"learning_rate": args.lr} if args.lr else {}
+        extra = {"learning_rate": args.lr} if args.lr is not None else {}
         cfg = TrainingConfig.tiny(seed=seed, max_steps=args.steps, eval_every=args.eval_every, save_every=args.eval_every, **extra, num_generations=args.k, groups_per_step=2,
                                   max_turns=args.turns, max_new_tokens=args.max_new_tokens, train_seeds=48,
                                   heldout_seeds=args.heldout, heldout_samples=2, patience=10,

@@ -24,6 +24,8 @@ def test_a_target_spec_opens_fresh_target_envs_and_splits_by_its_task_ids() -> N
         first = a.reset("shop-write-001")
         assert first and first[0].role in ("system", "user")
         assert set(spec.train_tasks or []) | set(spec.heldout_tasks or []) <= set(a.task_ids())
+        a.close()
+        b.close()
     finally:
         close()
     # the synthetic seeds of the config are ignored: a target trains and selects on its own tasks
