@@ -20,7 +20,7 @@ from gapforge.config import GapforgeConfig, load_config
 from gapforge.run_session import RunOptions, run_record
 
 # The demo's embedded defaults (the user's --config / --set still apply on top).
-# Measured ~17 min on 2 CPU cores with the taught model cached (README: evaluation is ~11 of them).
+# Measured ~19 min on 2 CPU cores with the taught model cached (README: the evaluation is most of it).
 DEMO_SETTINGS: list[str] = [
     "llm.kind=scripted",
     "rollouts.env=shop",

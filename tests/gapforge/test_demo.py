@@ -37,7 +37,7 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_DEMO_E2E") != "1",
-    reason="the whole demo twice over (teaching the tiny policy ~29 min, the graph ~17 min, then the resume) would push CI "
+    reason="the whole demo twice over (teaching the tiny policy ~29 min, the graph ~19 min, then the resume) would push CI "
     "past its 20-minute budget on 2 cores: set GAPFORGE_DEMO_E2E=1 to run it",
 )
 def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
