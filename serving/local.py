@@ -38,6 +38,15 @@ def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *, generation_prompt: bool = True,
+                  **template_kwargs: Any) -> str:
+    """The prompt text a policy model sees, for rollouts (LocalPolicy) and serving (MultiAdapterModel).
+    training.tokens.render is the same call (kept there: its bytes are part of the taught model's recipe
+    hash); tests/serving/test_local.py asserts the three render identically."""
+    return tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None,
+                                         add_generation_prompt=generation_prompt, tokenize=False, **template_kwargs)
+
+
 class LocalPolicy:
     """A Hugging Face causal LM from a local directory, optionally with a PEFT (LoRA) adapter."""
 
@@ -88,13 +97,7 @@ class LocalPolicy:
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
         """The prompt text the model sees (chat template with tools and the generation prompt)."""
-        return self.tokenizer.apply_chat_template(
-            to_template_messages(messages),
-            tools=tools or None,
-            add_generation_prompt=True,
-            tokenize=False,
-            **self.template_kwargs,
-        )
+        return render_prompt(self.tokenizer, messages, tools, **self.template_kwargs)
 
     async def aclose(self) -> None:
         """Nothing to release: no connections; the weights go with the object."""

@@ -23,7 +23,7 @@ from typing import Any
 from envs.errors import PolicyError
 from envs.protocol import Message
 from serving.errors import ServingError
-from serving.local import to_template_messages
+from serving.local import render_prompt
 from serving.tool_calls import parse_tool_calls
 
 
@@ -46,7 +46,7 @@ class MultiAdapterModel:
         self.name = name or self.model_path.name
         self.max_new_tokens = max_new_tokens
         self.seed = seed
-        # default: the prompt rendered exactly as training (training.tokens.render) and LocalPolicy render it;
+        # default: the prompt training and LocalPolicy render (no kwargs; serving.local.render_prompt);
         # any extra kwarg (e.g. enable_thinking=False's empty think block) is a prompt the adapters never saw
         self.template_kwargs = dict(template_kwargs or {})
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
@@ -96,9 +96,7 @@ class MultiAdapterModel:
             yield
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
-        return self.tokenizer.apply_chat_template(
-            to_template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False, **self.template_kwargs
-        )
+        return render_prompt(self.tokenizer, messages, tools, **self.template_kwargs)
 
     def generate_text(self, prompt: str, *, adapter: str | None, temperature: float, max_new_tokens: int | None = None) -> str:
         import torch
