@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol
 
 from agents.episode import Rollout, run_episode
 from envs.protocol import PolicyModel, TargetEnvironment
+from envs.sampling import episode_key
 
 
 class EpisodeSink(Protocol):
@@ -120,6 +121,7 @@ async def collect(
         fams = families or {}
 
         async def one(task_id: str, sample: int) -> None:
+            episode_key.set(f"{task_id}#{sample}")  # this task's own context: a local policy seeds from it
             async with gate:
                 env = await blocking(make_env)
                 try:

@@ -2,21 +2,29 @@
 
 It implements envs.protocol.PolicyModel: render the conversation and the tool
 schemas with the model's own chat template, generate, and parse `<tool_call>`
-blocks back into tool calls (serving.tool_calls). Generation runs in a worker
-thread so `respond()` never blocks the event loop; a lock serialises access to
-the model. Sampling is reproducible: call n of a policy built with seed s samples
-with torch seed s + n (the global RNG is left untouched).
+blocks back into tool calls (serving.tool_calls). Generation runs on a
+serving.batching.BatchGenerator worker thread, so `respond()` never blocks the
+event loop and concurrent episodes are decoded together as one batch.
+
+Sampling is reproducible (the global RNG is left untouched): inside an episode
+(envs.sampling.episode_key set by the collector) a call samples with a seed
+drawn from (the policy's seed, the episode key, the conversation length), so the
+same episode gets the same tokens at any concurrency; outside one, call n of a
+policy built with seed s samples with seed s + n.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import itertools
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
 from envs.errors import PolicyError
 from envs.protocol import Message
+from envs.sampling import episode_key, keyed_seed
+from serving.batching import BatchGenerator, eos_ids_of
 from serving.errors import ServingError
 from serving.tool_calls import parse_tool_calls
 
@@ -47,6 +55,31 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
                                          add_generation_prompt=generation_prompt, tokenize=False, **template_kwargs)
 
 
+class Generation:
+    """Prompt text -> completion text through one model's BatchGenerator, with the seed rule above
+    and the context-length check (shared by LocalPolicy and serving.multi_adapter.MultiAdapterModel)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, seed: int, **batching: Any) -> None:
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.context = getattr(model.config, "max_position_embeddings", None)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), pad_id=pad, **batching)
+        self._calls = itertools.count()
+
+    def seed_for(self, position: int) -> int:
+        key = episode_key.get()
+        return self.seed + next(self._calls) if key is None else keyed_seed(self.seed, key, position)
+
+    async def complete(self, prompt: str, *, position: int, temperature: float, max_new_tokens: int, group: Hashable = None) -> str:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if self.context is not None and len(ids) + max_new_tokens > self.context:
+            raise PolicyError(f"prompt of {len(ids)} tokens + max_new_tokens {max_new_tokens} exceeds the model context of {self.context}")
+        future = self.batcher.submit(ids, temperature=temperature, max_new_tokens=max_new_tokens, seed=self.seed_for(position), group=group)
+        out = await asyncio.wrap_future(future)
+        return self.tokenizer.decode(out, skip_special_tokens=True)
+
+
 class LocalPolicy:
     """A Hugging Face causal LM from a local directory, optionally with a PEFT (LoRA) adapter."""
 
@@ -73,9 +106,8 @@ class LocalPolicy:
         self.seed = seed
         self.template_kwargs = dict(template_kwargs or {})
         self.name = name or self.model_path.name + (f"+{self.adapter_path.name}" if self.adapter_path else "")
-        self._lock = threading.Lock()
-        self._calls = 0
         self.tokenizer, self.model = self._load(dtype)
+        self._generation = Generation(self.model, self.tokenizer, seed=seed)
 
     def _load(self, dtype: str) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -100,32 +132,14 @@ class LocalPolicy:
         return render_prompt(self.tokenizer, messages, tools, **self.template_kwargs)
 
     async def aclose(self) -> None:
-        """Nothing to release: no connections; the weights go with the object."""
+        """Stop the generation worker (the weights go with the object)."""
+        await asyncio.to_thread(self._generation.batcher.close)
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         temp = self.temperature if temperature is None else temperature
         if temp < 0:
             raise ServingError(f"temperature must be >= 0, got {temp}")
-        text = await asyncio.to_thread(self._generate, self.render(messages, tools), temp)
+        text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temp,
+                                               max_new_tokens=self.max_new_tokens)
         content, tool_calls = parse_tool_calls(text)  # raises MalformedOutputError with the raw text
         return Message.assistant(content=content, tool_calls=tool_calls)
-
-    def _generate(self, prompt: str, temperature: float) -> str:
-        import torch
-
-        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
-        n_prompt = ids["input_ids"].shape[1]
-        context = getattr(self.model.config, "max_position_embeddings", None)
-        if context is not None and n_prompt + self.max_new_tokens > context:
-            raise PolicyError(f"prompt of {n_prompt} tokens + max_new_tokens {self.max_new_tokens} exceeds the model context of {context}")
-        sampling: dict[str, Any] = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-        with self._lock, torch.random.fork_rng(devices=[]), torch.inference_mode():
-            torch.manual_seed(self.seed + self._calls)
-            self._calls += 1
-            out = self.model.generate(
-                **ids,
-                max_new_tokens=self.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                **sampling,
-            )
-        return self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True)

@@ -3,9 +3,11 @@ routed endpoint and evaluation on CPU.
 
 `MultiAdapterModel(model_path, {name: adapter_dir})` loads the base model once
 and each LoRA adapter into the same PeftModel under its name. `respond(...,
-adapter=name|None)` selects the adapter and generates while holding one lock,
-so concurrent requests for different adapters never see each other's adapter
-(PEFT's active adapter is model-global state). `None` = the base model with
+adapter=name|None)` generates through serving.batching: concurrent requests for
+the same adapter are decoded as one batch, and a batch runs with its adapter
+selected while holding one lock, so requests for different adapters never see
+each other's adapter (PEFT's active adapter is model-global state). Seeds
+follow serving.local.Generation (per episode key, else per call). `None` = the base model with
 every adapter disabled. `policy(name)` is an `envs.protocol.PolicyModel` view
 bound to one adapter; `base_context()` is the lock + adapters-off context the
 router's TransformersScorer uses so the FROZEN base model decides.
@@ -20,10 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envs.errors import PolicyError
 from envs.protocol import Message
 from serving.errors import ServingError
-from serving.local import render_prompt
+from serving.local import Generation, render_prompt
 from serving.tool_calls import parse_tool_calls
 
 
@@ -66,26 +67,27 @@ class MultiAdapterModel:
                 model.load_adapter(path, adapter_name=adapter, is_trainable=False)
         self.model = model.eval()
         self._lock = threading.Lock()
-        self._calls = 0
+        self._generation = Generation(self.model, self.tokenizer, seed=seed, lock=self._lock, select=self._selected)
 
     @property
     def adapters(self) -> list[str]:
         return list(self.adapter_paths)
 
+    def _check(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self.adapter_paths:
+            raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters) or 'none'}")
+
     @contextlib.contextmanager
     def _selected(self, adapter: str | None) -> Iterator[None]:
         """Caller holds the lock. Activate one adapter, or none (the base model)."""
+        self._check(adapter)
         if not self.adapter_paths:
-            if adapter is not None:
-                raise ServingError(f"unknown adapter '{adapter}': this server has no adapters")
             yield
             return
         if adapter is None:
             with self.model.disable_adapter():
                 yield
             return
-        if adapter not in self.adapter_paths:
-            raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters)}")
         self.model.set_adapter(adapter)
         yield
 
@@ -98,22 +100,6 @@ class MultiAdapterModel:
     def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
         return render_prompt(self.tokenizer, messages, tools, **self.template_kwargs)
 
-    def generate_text(self, prompt: str, *, adapter: str | None, temperature: float, max_new_tokens: int | None = None) -> str:
-        import torch
-
-        new = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))  # a request never exceeds the config
-        ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
-        n_prompt = ids["input_ids"].shape[1]
-        context = getattr(self.model.config, "max_position_embeddings", None)
-        if context is not None and n_prompt + new > context:
-            raise PolicyError(f"prompt of {n_prompt} tokens + max_new_tokens {new} exceeds the model context of {context}")
-        sampling: dict[str, Any] = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-        with self._lock, self._selected(adapter), torch.random.fork_rng(devices=[]), torch.inference_mode():
-            torch.manual_seed(self.seed + self._calls)
-            self._calls += 1
-            out = self.model.generate(**ids, max_new_tokens=new, pad_token_id=self.tokenizer.pad_token_id, **sampling)
-        return self.tokenizer.decode(out[0, n_prompt:], skip_special_tokens=True)
-
     async def respond(
         self,
         messages: list[Message],
@@ -125,14 +111,19 @@ class MultiAdapterModel:
     ) -> Message:
         if temperature < 0:
             raise ServingError(f"temperature must be >= 0, got {temperature}")
-        prompt = self.render(messages, tools)
-        text = await asyncio.to_thread(self.generate_text, prompt, adapter=adapter, temperature=temperature, max_new_tokens=max_new_tokens)
+        self._check(adapter)
+        new = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))  # a request never exceeds the config
+        text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temperature,
+                                               max_new_tokens=new, group=adapter)
         content, tool_calls = parse_tool_calls(text)
         return Message.assistant(content=content, tool_calls=tool_calls)
 
+    async def aclose(self) -> None:
+        """Stop the generation worker."""
+        await asyncio.to_thread(self._generation.batcher.close)
+
     def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> AdapterPolicy:
-        if adapter is not None and adapter not in self.adapter_paths:
-            raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters) or 'none'}")
+        self._check(adapter)
         return AdapterPolicy(self, adapter, temperature, name or (adapter or self.name))
 
 

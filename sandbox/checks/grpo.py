@@ -17,6 +17,7 @@ from statistics import mean, pstdev
 from typing import Any
 
 from envs.protocol import PolicyModel
+from envs.sampling import episode_key
 from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.checks.probe import OpenEnv, ValidatedEnv
 from sandbox.checks.report import CheckResult
@@ -71,7 +72,8 @@ async def acheck_grpo_ready(
     group_seeds = (seeds + list(range(len(seeds), cfg.groups)))[: cfg.groups]
     faults: list[dict[str, Any]] = []
 
-    async def one(seed: int, sem: asyncio.Semaphore) -> float:
+    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float:
+        episode_key.set(f"grpo_ready:{seed}#{sample}")  # a local policy seeds from it: reproducible at any concurrency
         async with sem:
             env: ValidatedEnv | None = None
             try:
@@ -96,7 +98,7 @@ async def acheck_grpo_ready(
     wave = max(1, concurrency // cfg.samples) if early_exit else len(group_seeds)
     for start in range(0, len(group_seeds), wave):  # groups in waves; stop once the verdict can no longer become a pass
         seeds_now = group_seeds[start : start + wave]
-        flat = await asyncio.gather(*[one(s, sem) for s in seeds_now for _ in range(cfg.samples)])
+        flat = await asyncio.gather(*[one(s, k, sem) for s in seeds_now for k in range(cfg.samples)])
         for i, s in enumerate(seeds_now):
             groups[s] = list(flat[i * cfg.samples : (i + 1) * cfg.samples])
         if faults or (early_exit and bound_to_fail(groups, len(group_seeds), cfg)):

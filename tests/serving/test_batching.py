@@ -1,0 +1,147 @@
+"""Batched generation (serving.batching) and the per-episode seeds (envs.sampling): a row's tokens do
+not depend on its batch, greedy equals transformers' own greedy decoding, concurrent callers are
+batched, adapters never mix, and a collection is the same at any concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.rollouts import CollectPlan, collect
+from envs.protocol import Message
+from envs.sampling import episode_key, keyed_seed
+from envs.shop import ShopEnv
+from serving.batching import BatchGenerator, eos_ids_of
+from serving.local import LocalPolicy
+from serving.multi_adapter import MultiAdapterModel
+
+PROMPTS = ["<|im_start|>user\nWhere is my order?<|im_end|>\n<|im_start|>assistant\n",
+           "<|im_start|>user\nPlease cancel order 1007 because I no longer need it, thanks.<|im_end|>\n<|im_start|>assistant\n",
+           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"]  # fmt: skip
+
+
+def _generator(policy: LocalPolicy, **kw) -> BatchGenerator:
+    return BatchGenerator(policy.model, eos_ids=eos_ids_of(policy.model, policy.tokenizer), pad_id=policy.tokenizer.pad_token_id, **kw)
+
+
+def _ids(policy: LocalPolicy) -> list[list[int]]:
+    return [policy.tokenizer(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
+
+
+def test_greedy_batch_equals_transformers_generate(tiny_model_dir: Path) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    batched = _generator(policy).run_batch(prompts, seeds=[0, 0, 0], temperature=0.0, max_new_tokens=24)
+    for ids, got in zip(prompts, batched):
+        with torch.inference_mode():
+            out = policy.model.generate(torch.tensor([ids]), attention_mask=torch.ones((1, len(ids)), dtype=torch.long), do_sample=False,
+                                        max_new_tokens=24, pad_token_id=policy.tokenizer.pad_token_id)
+        assert got == out[0, len(ids):].tolist()[: len(got)] and len(got) > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_rows_tokens_do_not_depend_on_its_batch(tiny_model_dir: Path, temperature: float) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    gen = _generator(policy)
+    prompts = _ids(policy)
+    alone = [gen.run_batch([p], seeds=[s], temperature=temperature, max_new_tokens=32)[0] for p, s in zip(prompts, [5, 6, 7])]
+    together = gen.run_batch(prompts, seeds=[5, 6, 7], temperature=temperature, max_new_tokens=32)
+    assert together == alone
+    if temperature > 0:
+        assert gen.run_batch(prompts[:1], seeds=[8], temperature=1.0, max_new_tokens=32)[0] != alone[0]  # the seed matters
+
+
+def test_waiting_requests_are_decoded_as_one_batch(tiny_model_dir: Path) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    lock = threading.Lock()
+    gen = _generator(policy, lock=lock)
+    prompt = _ids(policy)[0]
+    with lock:  # the worker blocks on its first batch while the others queue up
+        futures = [gen.submit(prompt, temperature=1.0, max_new_tokens=8, seed=i) for i in range(8)]
+    results = [f.result(timeout=60) for f in futures]
+    gen.close()
+    assert sum(gen.batch_sizes) == 8 and max(gen.batch_sizes) >= 7
+    assert results == gen.run_batch([prompt] * 8, seeds=list(range(8)), temperature=1.0, max_new_tokens=8)
+
+
+def test_a_failing_batch_fails_its_callers_and_the_worker_goes_on(tiny_model_dir: Path) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    gen = _generator(policy)
+    bad = gen.submit([10**9], temperature=1.0, max_new_tokens=4, seed=0)  # an id outside the vocabulary
+    with pytest.raises(IndexError):
+        bad.result(timeout=60)
+    assert len(gen.submit(_ids(policy)[0], temperature=0.0, max_new_tokens=4, seed=0).result(timeout=60)) > 0
+    gen.close()
+
+
+async def _respond_in(key: str | None, respond) -> str:
+    if key is not None:
+        episode_key.set(key)
+    try:
+        reply = await respond()
+        return repr((reply.content, [(c.name, c.arguments) for c in reply.tool_calls]))
+    except Exception as e:  # a malformed completion is an outcome too
+        return repr(getattr(e, "raw", e))
+
+
+async def test_episode_keys_make_samples_independent_of_call_order(tiny_model_dir: Path) -> None:
+    conv = [Message.user("Where is my order #W1234567?")]
+    policy = LocalPolicy(tiny_model_dir, max_new_tokens=24, temperature=1.0, seed=3)
+    keys = [f"task-{i}#0" for i in range(4)]
+    forward = [await _respond_in(k, lambda: policy.respond(conv, [])) for k in keys]
+    backward = [await _respond_in(k, lambda: policy.respond(conv, [])) for k in reversed(keys)]
+    together = await asyncio.gather(*(_respond_in(k, lambda: policy.respond(conv, [])) for k in keys))
+    assert forward == backward[::-1] == list(together)
+    assert len(set(forward)) > 1  # different episodes draw different samples
+    assert keyed_seed(3, "a#0", 1) != keyed_seed(3, "a#1", 1) != keyed_seed(3, "a#0", 2)
+    await policy.aclose()
+
+
+async def test_adapters_in_flight_together_never_mix(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
+    get_peft_model(base, config).save_pretrained(tmp_path / "a")
+    backend = MultiAdapterModel(tiny_model_dir, {"a": tmp_path / "a"}, max_new_tokens=24)
+    conv = [Message.user("Where is my order #W1234567?")]
+    calls = [(f"t{i}#0", adapter) for i in range(3) for adapter in (None, "a")]
+
+    def one(key: str, adapter: str | None):
+        return _respond_in(key, lambda: backend.respond(conv, [], adapter=adapter, temperature=1.0))
+
+    alone = [await one(k, a) for k, a in calls]
+    together = await asyncio.gather(*(one(k, a) for k, a in calls))
+    assert list(together) == alone
+    assert alone[0::2] != alone[1::2]  # the adapter changes what is sampled
+    await backend.aclose()
+
+
+async def test_a_collection_is_the_same_at_any_concurrency(tiny_model_dir: Path) -> None:
+    class Sink:
+        def __init__(self) -> None:
+            self.rows: dict[tuple[str, int], list] = {}
+
+        def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
+            return set(self.rows)
+
+        def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields) -> int:
+            self.rows[(task_id, sample)] = fields["messages"]
+            return len(self.rows)
+
+    tasks = ShopEnv().task_ids()[:3]
+    runs = []
+    for concurrency in (1, 4):
+        policy = LocalPolicy(tiny_model_dir, max_new_tokens=24, temperature=1.0, seed=11)
+        sink = Sink()
+        await collect(CollectPlan("r", "shop", tasks, 2, concurrency, 3, 1.0), make_env=ShopEnv, policy=policy, sink=sink)
+        await policy.aclose()
+        runs.append(sink.rows)
+    assert runs[0] == runs[1] and len(runs[0]) == 6
+    assert len({repr(m) for m in runs[0].values()}) > 1
