@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         run: Annotated[str, typer.Argument(help="run id")],
         env: Annotated[str | None, typer.Option("--env", help="target env (default rollouts.env)")] = None,
         tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: the run's held-out split)")] = None,
-        trials: Annotated[int, typer.Option("--trials", min=1, help="K trials per task")] = 4,
+        trials: Annotated[int | None, typer.Option("--trials", min=1, help="K trials per task (default evaluation.trials)")] = None,
         baseline_adapter: Annotated[str | None, typer.Option("--baseline-adapter", help="PEFT dir of the GRPO-on-target baseline")] = None,
         base: BaseOpt = None,
         config: ConfigOpt = None,
@@ -65,6 +65,7 @@ def register(app: typer.Typer) -> None:
         from gapforge.run_lease import run_lease
 
         cfg = get_config(config, set_)
+        trials = trials or cfg.evaluation.trials
         store = open_store(cfg)
         with run_lease(cfg, run, "evaluate"):
             store.get_run(run)

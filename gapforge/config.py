@@ -19,6 +19,7 @@ from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
 from agents.synthesis.config import SynthesisConfig
 from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
+from evaluation.config import EvaluationConfig
 from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
@@ -26,7 +27,7 @@ from store.config import StoreConfig
 from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
-    "AnalysisConfig", "ConfigError", "EndpointConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
+    "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
     "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "StoreConfig",
     "SynthesisConfig", "TrainingConfig", "load_config", "parse_override",
 ]
@@ -50,6 +51,7 @@ class GapforgeConfig(_Section):
     self_test: SelfTestThresholds = Field(default_factory=SelfTestThresholds)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
 
     @property
     def store_url(self) -> str:

@@ -27,7 +27,7 @@ DEMO_SETTINGS: list[str] = [
     "rollouts.samples=4",
     # the taught tiny policy passes most often at 0.7 (THE shop: 20%; greedy 16%, 1.0 9%); GRPO still samples at training.temperature
     "policy.temperature=0.7",
-    "rollouts.concurrency=1",  # one episode at a time: the local policy's sampling seeds follow the call order, so collection and evaluation are reproducible
+    "rollouts.concurrency=8",  # batched local generation; each episode seeds from its (task, sample), so this is as reproducible as 1
     "rollouts.max_turns=10",
     "policy.max_new_tokens=96",
     "analysis.passes=3",
@@ -42,7 +42,7 @@ DEMO_SETTINGS: list[str] = [
     "grpo_readiness.samples=4",
     "grpo_readiness.min_informative=0.25",
     "grpo_readiness.mean_low=0.05",
-    "grpo_readiness.concurrency=1",  # reproducible, like the collection
+    "grpo_readiness.concurrency=8",  # batched too, and as reproducible (the check sets each episode's key)
     # training.TrainingConfig.tiny(), shortened: GRPO + LoRA on CPU
     "training.lora_rank=8",
     "training.lora_alpha=16",

@@ -94,9 +94,6 @@ class RealStages:
         self._counter: Any = None
         self._train_gate = asyncio.Semaphore(1)
         self._router: Any = None
-        self.eval_trials = 2  # K trials per held-out task
-        self.routing_seeds = 4  # held-out synthetic seeds per capability for the router's accuracy
-        self.baseline_grpo = True  # train the GRPO-on-target baseline before evaluating
 
     # --- owned resources ---------------------------------------------------------------------
     def base_policy(self) -> Any:
@@ -286,7 +283,7 @@ class RealStages:
             c["name"]: (lambda m=ws / "synthetic_envs" / run_id / f"{c['name']}.py": open_env(m, sandbox, pool))
             for c in artifacts.capabilities
         }
-        seeds = self.cfg.training.heldout_seed_list()[: self.routing_seeds]
+        seeds = self.cfg.training.heldout_seed_list()[: self.cfg.evaluation.routing_seeds]
         cases = await asyncio.to_thread(routing_cases, synthetic, seeds)
         acc = await asyncio.to_thread(measure_router, router, cases, store=self.store, run_id=run_id)
         names = [c["name"] for c in artifacts.capabilities]
@@ -311,11 +308,11 @@ class RealStages:
 
         result = await evaluate_run(
             self.store, run_id, backend=backend, router=router, artifacts=artifacts, env=split.env, make_env=make_env, tasks=tasks,
-            families=families, trials=self.eval_trials, max_turns=self.cfg.rollouts.max_turns, temperature=self.cfg.policy.temperature,
+            families=families, trials=self.cfg.evaluation.trials, max_turns=self.cfg.rollouts.max_turns, temperature=self.cfg.policy.temperature,
             concurrency=self.cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=self.cfg.seed,
         )  # fmt: skip
         summary = {p.name: _metrics(p.metrics) for p in result.policies}
-        rollouts = len(tasks) * self.eval_trials * len(result.policies)
+        rollouts = len(tasks) * self.cfg.evaluation.trials * len(result.policies)
         return EvaluationDone(summary, Cost(policy_rollouts=rollouts))
 
     async def _grpo_target_baseline(self, run_id: str, split: Any) -> None:
@@ -323,7 +320,7 @@ class RealStages:
         budget of all capability adapters together (selection on a held-back part of that split,
         never on the evaluation tasks). Trained once per run; a failure is recorded and the
         evaluation goes on without that baseline."""
-        if not self.baseline_grpo:
+        if not self.cfg.evaluation.baseline_grpo:
             return
         try:
             require("training.service", "GRPO training")

@@ -136,6 +136,9 @@ class BatchGenerator:
             (batch if item.group == group else self._backlog).append(item)
         if stopping:
             self._queue.put(None)  # answer this batch (and the backlog) first, then stop
+        batch = [r for r in batch if r.future.set_running_or_notify_cancel()]  # a cancelled caller (its episode was cancelled) is dropped
+        if not batch:
+            return self._next_batch()
         self._last = len(batch)
         self.batch_sizes.append(len(batch))
         return batch

@@ -15,6 +15,7 @@ def test_defaults_and_overrides(tmp_path: Path) -> None:
     assert cfg.analysis.delta == 0.3
     assert cfg.rollouts.tasks == ["a", "b"]
     assert cfg.store_url.startswith("sqlite:///")
+    assert (cfg.evaluation.trials, load_config(None, ["evaluation.trials=1"], environ={}).evaluation.trials) == (2, 1)
 
 
 def test_yaml_then_set_then_env(tmp_path: Path) -> None:
@@ -36,6 +37,7 @@ def test_yaml_then_set_then_env(tmp_path: Path) -> None:
         ("rollouts: [1, 2\n", [], "not valid YAML"),
         ("llm:\n  endpoint:\n    api_key: sk-oops\n", [], "env vars only"),
         ("", ["noequals"], "expected dotted.key=value"),
+        ("", ["evaluation.trials=0"], "evaluation.trials"),
     ],
 )
 def test_bad_config_is_one_line(tmp_path: Path, yaml_text: str, overrides: list[str], needle: str) -> None:

@@ -145,3 +145,18 @@ async def test_a_collection_is_the_same_at_any_concurrency(tiny_model_dir: Path)
         runs.append(sink.rows)
     assert runs[0] == runs[1] and len(runs[0]) == 6
     assert len({repr(m) for m in runs[0].values()}) > 1
+
+
+def test_a_cancelled_request_is_dropped_and_the_rest_of_its_batch_answered(tiny_model_dir: Path) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    lock = threading.Lock()
+    gen = _generator(policy, lock=lock)
+    prompt = _ids(policy)[0]
+    with lock:
+        first = gen.submit(prompt, temperature=1.0, max_new_tokens=4, seed=0)  # may be taken (running) already
+        futures = [gen.submit(prompt, temperature=1.0, max_new_tokens=4, seed=i) for i in range(1, 5)]
+        cancelled = futures[1].cancel()  # the caller went away (an episode cancelled mid-turn)
+    answered = [f.result(timeout=60) for i, f in enumerate(futures) if i != 1 or not cancelled]
+    assert first.result(timeout=60) and all(answered) and len(answered) == 4 - cancelled
+    assert gen.submit(prompt, temperature=0.0, max_new_tokens=4, seed=0).result(timeout=60)  # the worker is still alive
+    gen.close()
