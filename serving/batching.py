@@ -32,6 +32,12 @@ from typing import Any, ContextManager
 
 
 @dataclass
+class Decoded:
+    ids: list[int]  # the sampled ids (the eos token included when one was produced)
+    logprobs: list[float]  # each id's log-probability under the distribution it was drawn from (logits / temperature)
+
+
+@dataclass
 class _Request:
     ids: list[int]
     temperature: float
@@ -84,7 +90,7 @@ class BatchGenerator:
         return request.future
 
     def run_batch(self, prompts: list[list[int]], *, seeds: list[int], temperature: float, max_new_tokens: int,
-                  group: Hashable = None) -> list[list[int]]:
+                  group: Hashable = None) -> list[Decoded]:
         """Decode these prompts as one batch on the calling thread (what the worker does with a batch)."""
         if len(seeds) != len(prompts) or not prompts or not all(prompts):
             raise ValueError("run_batch needs one seed per prompt and non-empty prompts")
@@ -111,7 +117,7 @@ class BatchGenerator:
                     r.future.set_exception(e)
             else:
                 for r, out in zip(batch, outputs):
-                    r.future.set_result(out)
+                    r.future.set_result(out.ids)
 
     def _next_batch(self) -> list[_Request] | None:
         if not self._backlog:
@@ -143,7 +149,7 @@ class BatchGenerator:
         self.batch_sizes.append(len(batch))
         return batch
 
-    def _decode(self, batch: list[_Request]) -> list[list[int]]:
+    def _decode(self, batch: list[_Request]) -> list[Decoded]:
         import torch
 
         rows = len(batch)
@@ -153,7 +159,7 @@ class BatchGenerator:
             attention[i, width - len(r.ids):] = 1
         last = torch.tensor([[len(r.ids) - 1] for r in batch])  # each row's own positions: 0 .. len-1
         generators = [torch.Generator().manual_seed(r.seed) for r in batch]
-        outputs: list[list[int]] = [[] for _ in batch]
+        outputs = [Decoded([], []) for _ in batch]
         live = list(range(rows))  # the batch rows still decoding, in cache order
         with self.lock, self.select(batch[0].group), torch.inference_mode():
             out = self._prefill(batch, width)
@@ -163,13 +169,14 @@ class BatchGenerator:
                 chosen, keep = [], []
                 for j, i in enumerate(live):
                     r = batch[i]
+                    logps = torch.log_softmax(logits[j] / r.temperature if r.temperature > 0 else logits[j], dim=-1)
                     if r.temperature <= 0:
-                        token = logits[j].argmax()
+                        token = logps.argmax()
                     else:
-                        probs = torch.softmax(logits[j] / r.temperature, dim=-1)
-                        token = torch.multinomial(probs, 1, generator=generators[i])[0]
-                    outputs[i].append(int(token))
-                    if int(token) not in self.eos_ids and len(outputs[i]) < r.max_new_tokens:
+                        token = torch.multinomial(logps.exp(), 1, generator=generators[i])[0]
+                    outputs[i].ids.append(int(token))
+                    outputs[i].logprobs.append(float(logps[token]))
+                    if int(token) not in self.eos_ids and len(outputs[i].ids) < r.max_new_tokens:
                         chosen.append(token)
                         keep.append(j)
                 if not keep:

@@ -1,10 +1,10 @@
 """Token-level samplers: context ids in, sampled ids + the sampler's logprobs out.
 
 `TransformersSampler` generates in-process (CPU, tests, small GPUs): the active
-rollouts of a turn are sampled as one left-padded batch; logprobs are the
-log-softmax of the scores the sampler actually drew from (temperature applied,
-top-k/top-p disabled so that equals TRL's `logits / temperature`); temperature 0
-means greedy decoding (evaluation only).
+rollouts of a turn are sampled as one batch (serving.batching.BatchGenerator);
+logprobs are the log-softmax of the logits the sampler actually drew from
+(temperature applied, no top-k/top-p, so that equals TRL's `logits / temperature`);
+temperature 0 means greedy decoding (evaluation only).
 `VLLMSampler` goes through TRL's own vLLM support (`trainer.vllm_generation`,
 server or colocate mode), which returns the sampled ids with vLLM's logprobs.
 A sample stops at the eos token (kept: it is part of what the model produced)
@@ -36,45 +36,32 @@ def _cut(ids: list[int], logprobs: list[float], stop: set[int], limit: int) -> S
 
 
 class TransformersSampler:
-    """Batched sampling with `model.generate` (PEFT-wrapped models included)."""
+    """Batched sampling in-process (PEFT-wrapped models included) through serving.batching: each
+    context prefilled alone, the KV caches joined, a row leaves the batch at its eos; row r of call n
+    samples with its own generator seeded from (seed, n, r), so the global RNG is never touched."""
 
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
+        from serving.batching import BatchGenerator
+
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids = {tokenizer.eos_token_id}
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.generator = BatchGenerator(model, eos_ids=self.eos_ids, pad_id=pad)
         self.seed, self._calls = seed, 0
 
     def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float) -> list[Sample]:
-        import torch
-        from transformers import GenerationConfig
-
         if not contexts:
             return []
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, ctx in enumerate(contexts):
-            input_ids[row, width - len(ctx):] = torch.tensor(ctx)
-            attention[row, width - len(ctx):] = 1
-        greedy = temperature <= 0  # evaluation only: argmax decoding
-        gen = GenerationConfig(do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
-                               top_p=None if greedy else 1.0, max_new_tokens=max_new_tokens,
-                               eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id)
+        call, self._calls = self._calls, self._calls + 1
+        seeds = [(self.seed * 1_000_003 + call) * 4_099 + row for row in range(len(contexts))]
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.random.fork_rng(devices=[]), torch.no_grad():
-                torch.manual_seed(self.seed * 1_000_003 + self._calls)
-                self._calls += 1
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=gen,
-                                          return_dict_in_generate=True, output_scores=True)
+            decoded = self.generator.run_batch(contexts, seeds=seeds, temperature=max(temperature, 0.0), max_new_tokens=max_new_tokens)
         finally:
             if was_training:
                 self.model.train()
-        new = out.sequences[:, width:]
-        scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)  # (B, T, V): what the sampler drew from
-        logps = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        return [_cut(new[r].tolist(), logps[r].tolist(), self.eos_ids, max_new_tokens) for r in range(len(contexts))]
+        return [Sample(d.ids, d.logprobs, bool(d.ids) and d.ids[-1] in self.eos_ids) for d in decoded]
 
 
 class VLLMSampler:

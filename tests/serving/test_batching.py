@@ -35,7 +35,7 @@ def _ids(policy: LocalPolicy) -> list[list[int]]:
 def test_greedy_batch_equals_transformers_generate(tiny_model_dir: Path) -> None:
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
-    batched = _generator(policy).run_batch(prompts, seeds=[0, 0, 0], temperature=0.0, max_new_tokens=24)
+    batched = [d.ids for d in _generator(policy).run_batch(prompts, seeds=[0, 0, 0], temperature=0.0, max_new_tokens=24)]
     for ids, got in zip(prompts, batched):
         with torch.inference_mode():
             out = policy.model.generate(torch.tensor([ids]), attention_mask=torch.ones((1, len(ids)), dtype=torch.long), do_sample=False,
@@ -50,9 +50,11 @@ def test_a_rows_tokens_do_not_depend_on_its_batch(tiny_model_dir: Path, temperat
     prompts = _ids(policy)
     alone = [gen.run_batch([p], seeds=[s], temperature=temperature, max_new_tokens=32)[0] for p, s in zip(prompts, [5, 6, 7])]
     together = gen.run_batch(prompts, seeds=[5, 6, 7], temperature=temperature, max_new_tokens=32)
-    assert together == alone
+    assert [d.ids for d in together] == [d.ids for d in alone]
+    for a, b in zip(alone, together):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4) and all(lp <= 0 for lp in a.logprobs)
     if temperature > 0:
-        assert gen.run_batch(prompts[:1], seeds=[8], temperature=1.0, max_new_tokens=32)[0] != alone[0]  # the seed matters
+        assert gen.run_batch(prompts[:1], seeds=[8], temperature=1.0, max_new_tokens=32)[0].ids != alone[0].ids  # the seed matters
 
 
 def test_waiting_requests_are_decoded_as_one_batch(tiny_model_dir: Path) -> None:
@@ -65,7 +67,7 @@ def test_waiting_requests_are_decoded_as_one_batch(tiny_model_dir: Path) -> None
     results = [f.result(timeout=60) for f in futures]
     gen.close()
     assert sum(gen.batch_sizes) == 8 and max(gen.batch_sizes) >= 7
-    assert results == gen.run_batch([prompt] * 8, seeds=list(range(8)), temperature=1.0, max_new_tokens=8)
+    assert results == [d.ids for d in gen.run_batch([prompt] * 8, seeds=list(range(8)), temperature=1.0, max_new_tokens=8)]
 
 
 def test_a_failing_batch_fails_its_callers_and_the_worker_goes_on(tiny_model_dir: Path) -> None:

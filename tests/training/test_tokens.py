@@ -133,3 +133,21 @@ def test_unparsable_model_turn_goes_to_the_env_as_text_when_rollouts_continue(ti
     assert said[0] == broken  # the env saw the turn's text, as a chat API would return it
     sampled = tiny_tokenizer.decode([t for t, m in zip(r.traj.completion_ids, r.traj.env_mask) if m])
     assert broken in sampled  # the loss still sees exactly the sampled ids
+
+
+def test_sampler_logprobs_are_the_models_own_for_the_sampled_ids(tiny_model, tiny_tokenizer):
+    """What TRL gets as the sampler's logprobs equals a plain forward pass over prompt + sampled ids
+    (logits / temperature), for every row of a batch of differently long contexts."""
+    import torch
+
+    from training.sampler import TransformersSampler
+
+    contexts = [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("hello there", "a much longer context than the other one", "x")]
+    samples = TransformersSampler(tiny_model, tiny_tokenizer, seed=3).sample(contexts, max_new_tokens=12, temperature=0.7)
+    for ctx, s in zip(contexts, samples):
+        assert s.ids and len(s.logprobs) == len(s.ids)
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([ctx + s.ids])).logits[0, len(ctx) - 1 : -1].float() / 0.7
+        expected = logits.log_softmax(-1).gather(-1, torch.tensor(s.ids)[:, None])[:, 0]
+        assert s.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+        assert s.finished == (s.ids[-1] == tiny_tokenizer.eos_token_id)
