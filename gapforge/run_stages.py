@@ -241,7 +241,7 @@ class RealStages:
         if res is None or res.status != "done":
             return TrainingDone(capability, None, False, error=outcome.error or "training failed")
         rollouts = res.steps * cfg.training.rollouts_per_step
-        return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after,
+        return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after, kept_step=res.best_step,
                             cost=Cost(policy_rollouts=rollouts))  # fmt: skip
 
     def _train_step_line(self, name: str, event: dict[str, Any]) -> None:
@@ -349,7 +349,7 @@ class RealStages:
         self.progress("evaluate", f"training the GRPO-on-target baseline ({spent} steps, the adapters' budget)")
         async with self._train_gate:
             await asyncio.to_thread(stop_orphans, str(spec_dir / f"{GRPO_TARGET}.json"))
-            await asyncio.to_thread(run_jobs, [job], spec_dir, None)
+            await asyncio.to_thread(run_jobs, [job], spec_dir, self._train_step_line)  # its steps show like the adapters'
         self._router = None  # reload the backend with the baseline adapter
 
     async def report(self, run_id: str) -> ReportDone:

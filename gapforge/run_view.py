@@ -47,6 +47,13 @@ def progress_line(ev: Event) -> str:
     return f"  {head}: " + "; ".join(b for b in bits if b)
 
 
+def _kept(step: int | None) -> str:
+    """Which checkpoint was kept; step 0 means training did not beat the untrained (identity) adapter."""
+    if step is None:
+        return ""
+    return " (step 0: untrained)" if step == 0 else f" (step {step})"
+
+
 def capability_table(values: dict[str, Any]) -> Table:
     table = Table(title="capabilities", title_justify="left")
     for col in ("capability", "status", "gap", "coverage", "kept", "attempts", "env verdict", "adapter", "held-out before→after", "error"):
@@ -61,7 +68,7 @@ def capability_table(values: dict[str, Any]) -> Table:
             _num(row.get("attempts")),
             row.get("verdict", "-"),
             row.get("adapter") or "-",
-            f"{_num(row.get('heldout_before'))} → {_num(row.get('heldout_after'))}",
+            f"{_num(row.get('heldout_before'))} → {_num(row.get('heldout_after'))}" + _kept(row.get("kept_step")),
             row.get("error", ""),
         )
     return table

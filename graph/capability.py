@@ -105,6 +105,7 @@ async def train(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> dict
         "adapter": done.adapter,
         "heldout_before": done.heldout_before,
         "heldout_after": done.heldout_after,
+        "kept_step": done.kept_step,
     }
     if done.error:
         fields["error"] = f"train: {done.error}"

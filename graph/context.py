@@ -112,6 +112,7 @@ class TrainingDone:
     trained: bool
     heldout_before: float | None = None
     heldout_after: float | None = None
+    kept_step: int | None = None  # the checkpoint kept (best on held-out seeds); 0 = no step beat the untrained adapter
     error: str = ""  # why training failed (blamed on its boundary)
     cost: Cost = Cost()
 

@@ -66,6 +66,7 @@ class CapabilityState(TypedDict, total=False):
     adapter: str | None  # adapter name in the store
     heldout_before: float | None
     heldout_after: float | None
+    kept_step: int | None  # 0: no training step beat the untrained adapter on held-out seeds (the adapter is the identity)
     error: str  # why it failed, blamed on the boundary (sandbox, model, env code, ...)
 
 

@@ -27,8 +27,9 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
-from typing import Any, ContextManager
+from typing import Any
 
 
 @dataclass

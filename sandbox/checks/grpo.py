@@ -18,9 +18,9 @@ from typing import Any
 
 from envs.protocol import PolicyModel
 from envs.sampling import episode_key
-from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.checks.probe import OpenEnv, ValidatedEnv
 from sandbox.checks.report import CheckResult
+from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.errors import EnvCodeError, SandboxError
 
 # (policy, env, seed, temperature) -> the episode: a reward, or an object with `.reward` and

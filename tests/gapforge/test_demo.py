@@ -8,6 +8,7 @@ would: the run's config is stored with it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,11 +38,13 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_DEMO_E2E") != "1",
-    reason="the whole demo twice over (teaching the tiny policy ~29 min, the graph ~19 min, then the resume) would push CI "
-    "past its 20-minute budget on 2 cores: set GAPFORGE_DEMO_E2E=1 to run it",
+    reason="teaching the tiny policy (~29 min) and the graph (~10 min) with its resume would push CI past its 20-minute "
+    "budget on 2 cores: set GAPFORGE_DEMO_E2E=1 to run it (GAPFORGE_DEMO_TAUGHT=<a taught-<hash> dir> skips the teaching)",
 )
 def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
     env = _env(tmp_path)
+    if cached := os.environ.get("GAPFORGE_DEMO_TAUGHT"):  # a model built by an earlier demo (same recipe hash, or it is taught again)
+        shutil.copytree(cached, tmp_path / "ws" / "models" / Path(cached).name)
     log = tmp_path / "demo.txt"
     demo = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "demo"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
     deadline = time.monotonic() + 900

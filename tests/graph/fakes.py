@@ -154,7 +154,7 @@ class FakeStages:
         path.mkdir(parents=True, exist_ok=True)
         self.store.put_adapter(run_id, f"{capability}-lora", path=str(path), metrics={"heldout": [0.2, 0.7]}, status="trained", capability=capability)
         self._log(f"train {capability}")
-        return TrainingDone(capability, f"{capability}-lora", True, 0.2, 0.7, cost=Cost(policy_rollouts=16, cpu_s=1.0))
+        return TrainingDone(capability, f"{capability}-lora", True, 0.2, 0.7, kept_step=4, cost=Cost(policy_rollouts=16, cpu_s=1.0))
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         self._log("build_router")

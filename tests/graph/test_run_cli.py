@@ -62,6 +62,7 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     assert code == 0, out
     assert re.search(r"beta\s+│\s+trained\s+│\s+0\.40\s+│\s+0\.60\s+│\s+2\s+│\s+2\s+│\s+passed", out), out
     assert re.search(r"gamma\s+│\s+rejected", out)
+    assert "0.20 → 0.70 (step 4)" in out  # held-out before → after and the checkpoint kept
     assert re.search(r"label\s+│\s+20\s", out)  # cost: 2 passes x 10 labeling calls
     assert f"reports/{rid}.md" in out and (workspace / "reports" / f"{rid}.md").is_file()
 

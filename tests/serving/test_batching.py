@@ -86,7 +86,7 @@ async def _respond_in(key: str | None, respond) -> str:
     try:
         reply = await respond()
         return repr((reply.content, [(c.name, c.arguments) for c in reply.tool_calls]))
-    except Exception as e:  # a malformed completion is an outcome too
+    except Exception as e:  # noqa: BLE001 - a malformed completion is an outcome too
         return repr(getattr(e, "raw", e))
 
 
