@@ -25,6 +25,7 @@ import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager as ContextManager
@@ -48,8 +49,84 @@ class _Request:
     future: Future[list[int]] = field(default_factory=Future)
 
 
+def _request(ids: list[int], temperature: float, max_new_tokens: int, seed: int, group: Hashable) -> _Request:
+    if not ids:
+        raise ValueError("empty prompt")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    return _Request(list(ids), float(temperature), int(max_new_tokens), int(seed), group)
+
+
+class _Lane:
+    """One worker thread and its queue. It holds the generator only weakly, so a generator (and the
+    model it points at) that nobody uses any more is freed, and its lane stops (weakref.finalize)."""
+
+    def __init__(self, generator: BatchGenerator) -> None:
+        self.ref = weakref.ref(generator)
+        self.queue: queue.Queue[_Request | None] = queue.Queue()
+        self.backlog: list[_Request] = []  # taken from the queue, waiting for their group's turn
+        self.last = 1  # size of the previous batch: how many callers may come back
+        self.thread = threading.Thread(target=self.run, name="gapforge-batch-generator", daemon=True)
+
+    def run(self) -> None:
+        while True:
+            batch = self.next_batch()
+            if batch is None:
+                return
+            generator = self.ref()
+            if generator is None:  # freed while requests were queued: nobody can be answered by it
+                for r in batch:
+                    r.future.set_exception(RuntimeError("the generator was closed"))
+                return
+            try:
+                outputs = generator._decode(batch)
+            except BaseException as e:  # noqa: BLE001 - every waiting caller gets the error
+                for r in batch:
+                    r.future.set_exception(e)
+            else:
+                generator.batch_sizes.append(len(batch))
+                for r, out in zip(batch, outputs):
+                    r.future.set_result(out.ids)
+            del generator
+
+    def next_batch(self) -> list[_Request] | None:
+        while True:
+            if not self.backlog:
+                first = self.queue.get()
+                if first is None:
+                    return None
+                self.backlog.append(first)
+            generator = self.ref()
+            max_batch, window_s = (generator.max_batch, generator.window_s) if generator is not None else (1, 0.0)
+            del generator
+            group = self.backlog[0].group
+            batch = [r for r in self.backlog if r.group == group][:max_batch]
+            self.backlog = [r for r in self.backlog if not any(r is b for b in batch)]
+            deadline = time.monotonic() + window_s
+            stopping = False
+            while len(batch) < max_batch:
+                wait = deadline - time.monotonic() if len(batch) < self.last else 0.0
+                try:
+                    item = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                (batch if item.group == group else self.backlog).append(item)
+            if stopping:
+                self.queue.put(None)  # answer this batch (and the backlog) first, then stop
+            batch = [r for r in batch if r.future.set_running_or_notify_cancel()]  # a cancelled caller (its episode was cancelled) is dropped
+            if batch:
+                self.last = len(batch)
+                return batch
+
+
 class BatchGenerator:
-    """A worker thread that decodes waiting requests as batches; `submit()` is thread-safe."""
+    """A worker thread that decodes waiting requests as batches; `submit()` is thread-safe.
+
+    `top_k` / `top_p` (None = off) filter each sampled row after the temperature, as
+    `transformers`' generate does; logprobs are then those of the filtered distribution."""
 
     def __init__(
         self,
@@ -61,6 +138,8 @@ class BatchGenerator:
         select: Callable[[Hashable], ContextManager[Any]] | None = None,
         max_batch: int = 16,
         window_s: float = 0.05,
+        top_k: int | None = None,
+        top_p: float | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -71,88 +150,45 @@ class BatchGenerator:
         self.select = select or (lambda group: contextlib.nullcontext())  # e.g. activate an adapter
         self.max_batch = max_batch
         self.window_s = window_s
-        self.batch_sizes: list[int] = []  # every batch run, in order (for tests and benches)
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
-        self._backlog: list[_Request] = []  # taken from the queue, waiting for their group's turn
-        self._worker: threading.Thread | None = None
+        self.top_k = top_k if top_k else None
+        self.top_p = top_p if top_p is not None and top_p < 1.0 else None
+        self.batch_sizes: list[int] = []  # every batch run by the worker, in order (for tests and benches)
+        self._lane: _Lane | None = None
         self._start = threading.Lock()
-        self._last = 1
+        self._mergeable: bool | None = None  # can rows' KV caches be joined (plain full-attention layers)?
 
     def submit(self, ids: list[int], *, temperature: float, max_new_tokens: int, seed: int, group: Hashable = None) -> Future[list[int]]:
         """Queue one prompt; the future resolves to the new token ids (eos included when one was produced)."""
-        if not ids:
-            raise ValueError("empty prompt")
-        request = _Request(list(ids), float(temperature), int(max_new_tokens), int(seed), group)
-        with self._start:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._run, name="gapforge-batch-generator", daemon=True)
-                self._worker.start()
-        self._queue.put(request)
+        request = _request(ids, temperature, max_new_tokens, seed, group)
+        with self._start:  # a lane is started and fed under one lock, so close() never strands a request
+            if self._lane is None or not self._lane.thread.is_alive():
+                self._lane = _Lane(self)
+                self._lane.thread.start()
+                weakref.finalize(self, self._lane.queue.put, None)  # freed generator -> its lane stops
+            self._lane.queue.put(request)
         return request.future
 
     def run_batch(self, prompts: list[list[int]], *, seeds: list[int], temperature: float, max_new_tokens: int,
                   group: Hashable = None) -> list[Decoded]:
         """Decode these prompts as one batch on the calling thread (what the worker does with a batch)."""
-        if len(seeds) != len(prompts) or not prompts or not all(prompts):
-            raise ValueError("run_batch needs one seed per prompt and non-empty prompts")
-        return self._decode([_Request(list(p), temperature, max_new_tokens, s, group) for p, s in zip(prompts, seeds)])
+        if len(seeds) != len(prompts) or not prompts:
+            raise ValueError("run_batch needs one seed per prompt")
+        return self._decode([_request(p, temperature, max_new_tokens, s, group) for p, s in zip(prompts, seeds)])
 
     def close(self) -> None:
-        """Stop the worker once the requests already queued are answered."""
+        """Stop the worker once the requests already queued are answered (a later submit starts a new one)."""
         with self._start:
-            worker, self._worker = self._worker, None
-        if worker is not None and worker.is_alive():
-            self._queue.put(None)
-            worker.join()
-
-    # --- the worker ------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            try:
-                outputs = self._decode(batch)
-            except BaseException as e:  # noqa: BLE001 - every waiting caller gets the error
-                for r in batch:
-                    r.future.set_exception(e)
-            else:
-                for r, out in zip(batch, outputs):
-                    r.future.set_result(out.ids)
-
-    def _next_batch(self) -> list[_Request] | None:
-        if not self._backlog:
-            first = self._queue.get()
-            if first is None:
-                return None
-            self._backlog.append(first)
-        group = self._backlog[0].group
-        batch = [r for r in self._backlog if r.group == group][: self.max_batch]
-        self._backlog = [r for r in self._backlog if not any(r is b for b in batch)]
-        deadline = time.monotonic() + self.window_s
-        stopping = False
-        while len(batch) < self.max_batch:
-            wait = deadline - time.monotonic() if len(batch) < self._last else 0.0
-            try:
-                item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is None:
-                stopping = True
-                break
-            (batch if item.group == group else self._backlog).append(item)
-        if stopping:
-            self._queue.put(None)  # answer this batch (and the backlog) first, then stop
-        batch = [r for r in batch if r.future.set_running_or_notify_cancel()]  # a cancelled caller (its episode was cancelled) is dropped
-        if not batch:
-            return self._next_batch()
-        self._last = len(batch)
-        self.batch_sizes.append(len(batch))
-        return batch
+            lane, self._lane = self._lane, None
+            if lane is not None:
+                lane.queue.put(None)  # each lane has its own queue: a new lane never takes this sentinel
+        if lane is not None and lane.thread is not threading.current_thread():
+            lane.thread.join()
 
     def _decode(self, batch: list[_Request]) -> list[Decoded]:
         import torch
 
+        if len(batch) > 1 and self._mergeable is False:  # caches that cannot be joined: one row at a time
+            return [self._decode([r])[0] for r in batch]
         rows = len(batch)
         width = max(len(r.ids) for r in batch)
         attention = torch.zeros((rows, width), dtype=torch.long)
@@ -162,15 +198,17 @@ class BatchGenerator:
         generators = [torch.Generator().manual_seed(r.seed) for r in batch]
         outputs = [Decoded([], []) for _ in batch]
         live = list(range(rows))  # the batch rows still decoding, in cache order
-        with self.lock, self.select(batch[0].group), torch.inference_mode():
+        with self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad, not inference_mode: the model may be trained next
             out = self._prefill(batch, width)
+            if out is None:
+                return [self._decode([r])[0] for r in batch]
             cache = out.past_key_values
             for _ in range(max(r.max_new_tokens for r in batch)):
                 logits = out.logits[:, -1].float()
                 chosen, keep = [], []
                 for j, i in enumerate(live):
                     r = batch[i]
-                    logps = torch.log_softmax(logits[j] / r.temperature if r.temperature > 0 else logits[j], dim=-1)
+                    logps = torch.log_softmax(logits[j] if r.temperature <= 0 else self._filtered(logits[j] / r.temperature), dim=-1)
                     if r.temperature <= 0:
                         token = logps.argmax()
                     else:
@@ -192,16 +230,34 @@ class BatchGenerator:
                                  past_key_values=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
         return outputs
 
+    def _filtered(self, scaled: Any) -> Any:
+        """top-k, then top-p (nucleus) on temperature-scaled logits: the rest set to -inf."""
+        import torch
+
+        if self.top_k is not None and self.top_k < scaled.shape[-1]:
+            kth = torch.topk(scaled, self.top_k).values[-1]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        if self.top_p is not None:
+            ordered, order = torch.sort(scaled, descending=True)
+            cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
+            drop = cumulative - torch.softmax(ordered, dim=-1) >= self.top_p  # keep the smallest prefix reaching top_p
+            scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+        return scaled
 
     def _prefill(self, batch: list[_Request], width: int) -> Any:
         """Each prompt on its own (a padded prompt batch costs more than the rows alone: the padding and
-        a full attention mask), then one left-padded KV cache for the batched decode."""
+        a full attention mask), then one left-padded KV cache for the batched decode; None when the
+        model's cache layers cannot be joined (the caller then decodes row by row)."""
         import torch
         from transformers import DynamicCache
 
         outs = [self.model(input_ids=torch.tensor([r.ids]), use_cache=True, logits_to_keep=1) for r in batch]
         if len(outs) == 1:
             return outs[0]
+        if self._mergeable is None:  # only plain full-attention layers can be left-padded and joined (no sliding window)
+            self._mergeable = all(type(layer).__name__ == "DynamicLayer" for layer in outs[0].past_key_values.layers)
+        if not self._mergeable:
+            return None
 
         def padded(t: Any) -> Any:  # (1, heads, len, dim) -> (1, heads, width, dim), zeros on the left (masked)
             return torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0))

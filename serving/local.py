@@ -64,7 +64,9 @@ class Generation:
         self.seed = seed
         self.context = getattr(model.config, "max_position_embeddings", None)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), pad_id=pad, **batching)
+        gen = getattr(model, "generation_config", None)  # the checkpoint's own top_k / top_p apply when sampling, as in generate()
+        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), pad_id=pad, top_k=getattr(gen, "top_k", None),
+                                      top_p=getattr(gen, "top_p", None), **batching)
         self._calls = itertools.count()
 
     def seed_for(self, position: int) -> int:

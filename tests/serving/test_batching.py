@@ -162,3 +162,44 @@ def test_a_cancelled_request_is_dropped_and_the_rest_of_its_batch_answered(tiny_
     assert first.result(timeout=60) and all(answered) and len(answered) == 4 - cancelled
     assert gen.submit(prompt, temperature=0.0, max_new_tokens=4, seed=0).result(timeout=60)  # the worker is still alive
     gen.close()
+
+
+def test_top_k_and_top_p_sample_only_inside_the_kept_set(tiny_model_dir: Path) -> None:
+    """The checkpoint's top_k / top_p (Qwen3 ships 20 / 0.95) restrict sampling as generate() does;
+    the logprobs are those of the filtered distribution."""
+    policy = LocalPolicy(tiny_model_dir)
+    prompt = _ids(policy)[0]
+    with torch.no_grad():
+        logits = policy.model(torch.tensor([prompt])).logits[0, -1].float()
+    top3 = set(torch.topk(logits, 3).indices.tolist())
+    firsts = [d.ids[0] for d in _generator(policy, top_k=3).run_batch([prompt] * 24, seeds=list(range(24)), temperature=5.0, max_new_tokens=1)]
+    assert set(firsts) <= top3 and len(set(firsts)) > 1
+    nucleus = _generator(policy, top_p=1e-6).run_batch([prompt] * 4, seeds=list(range(4)), temperature=1.0, max_new_tokens=1)
+    assert {d.ids[0] for d in nucleus} == {int(logits.argmax())} and all(d.logprobs[0] == pytest.approx(0.0) for d in nucleus)
+
+
+def test_a_dropped_generator_frees_its_model_and_stops_its_worker(tiny_model_dir: Path) -> None:
+    import gc
+    import weakref
+
+    policy = LocalPolicy(tiny_model_dir)
+    gen = _generator(policy)
+    assert gen.submit(_ids(policy)[0], temperature=0.0, max_new_tokens=2, seed=0).result(timeout=60)
+    lane, ref = gen._lane, weakref.ref(gen)
+    del gen
+    gc.collect()
+    lane.thread.join(timeout=30)
+    assert ref() is None and not lane.thread.is_alive()
+
+
+def test_close_then_submit_starts_a_fresh_worker_and_loses_nothing(tiny_model_dir: Path) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    gen = _generator(policy)
+    prompt = _ids(policy)[0]
+    first = gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0)
+    gen.close()
+    second = gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0)
+    assert first.result(timeout=60) == second.result(timeout=60)
+    gen.close()
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        gen.submit(prompt, temperature=0.0, max_new_tokens=0, seed=0)
