@@ -36,6 +36,7 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.timeout(5400)  # teaching (~29 min) + the demo and its resume: far past the suite's 600-s default
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_DEMO_E2E") != "1",
     reason="teaching the tiny policy (~29 min) and the graph (~10 min) with its resume would push CI past its 20-minute "
