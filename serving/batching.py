@@ -1,4 +1,5 @@
-"""Batched in-process generation for a transformers model (LocalPolicy, MultiAdapterModel).
+"""Batched in-process generation for a transformers model (LocalPolicy, MultiAdapterModel,
+training.sampler.TransformersSampler).
 
 Concurrent episodes each ask for one completion at a time. On CPU a small model's
 decode step costs about the same for 1 row as for 8 (measured with the taught
@@ -6,13 +7,16 @@ tiny policy: 8 prompts sequentially 0.98 s, as one batch 0.22 s), so
 `BatchGenerator` runs the requests that are waiting together: one worker thread
 takes the oldest request, gathers others of the same group (same adapter) that
 arrive within a short window, prefills each prompt on its own, joins their KV
-caches (left-padded) into one batch and decodes; a row that hits an eos token or its own token limit leaves the batch
-(and the cache) at once, so a long answer does not make the short ones wait in it.
+caches (left-padded) into one batch and decodes; a row that hits an eos token or
+its own token limit leaves the batch (and the cache) at once, so a long answer
+does not make the short ones wait in it. Caches that cannot be joined (a sliding
+window) are decoded row by row.
 
 Every row samples from its own `torch.Generator` seeded by the request, so a
 row's tokens do not depend on which other rows shared its batch (up to float
 rounding of differently shaped matmuls); the global RNG is never touched.
-Sampling is plain temperature sampling (no top-k / top-p); temperature 0 is greedy.
+Sampling is temperature sampling, then the optional top-k / top-p filters;
+temperature 0 is greedy.
 
 The window adapts: the worker waits (up to `window_s`) only while fewer
 requests have arrived than the last batch had, i.e. while the callers it just
@@ -133,7 +137,6 @@ class BatchGenerator:
         model: Any,
         *,
         eos_ids: set[int],
-        pad_id: int,
         lock: threading.Lock | None = None,
         select: Callable[[Hashable], ContextManager[Any]] | None = None,
         max_batch: int = 16,
@@ -145,7 +148,6 @@ class BatchGenerator:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model = model
         self.eos_ids = set(eos_ids)
-        self.pad_id = pad_id
         self.lock = lock or threading.Lock()  # held for each batch (others may share the model under it)
         self.select = select or (lambda group: contextlib.nullcontext())  # e.g. activate an adapter
         self.max_batch = max_batch
@@ -155,7 +157,6 @@ class BatchGenerator:
         self.batch_sizes: list[int] = []  # every batch run by the worker, in order (for tests and benches)
         self._lane: _Lane | None = None
         self._start = threading.Lock()
-        self._mergeable: bool | None = None  # can rows' KV caches be joined (plain full-attention layers)?
 
     def submit(self, ids: list[int], *, temperature: float, max_new_tokens: int, seed: int, group: Hashable = None) -> Future[list[int]]:
         """Queue one prompt; the future resolves to the new token ids (eos included when one was produced)."""
@@ -185,49 +186,57 @@ class BatchGenerator:
             lane.thread.join()
 
     def _decode(self, batch: list[_Request]) -> list[Decoded]:
+        """Prefill each prompt on its own (a padded prompt batch costs more than the rows alone: the
+        padding and a full attention mask), then decode the rows together on one joined cache, or
+        row by row when the model's cache layers cannot be joined (e.g. a sliding window)."""
         import torch
 
-        if len(batch) > 1 and self._mergeable is False:  # caches that cannot be joined: one row at a time
-            return [self._decode([r])[0] for r in batch]
+        with self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad, not inference_mode: the model may be trained next
+            outs = [self.model(input_ids=torch.tensor([r.ids]), use_cache=True, logits_to_keep=1) for r in batch]
+            if len(batch) == 1 or _joinable(outs[0].past_key_values):
+                return self._continue(batch, [o.past_key_values for o in outs], torch.cat([o.logits for o in outs]))
+            return [self._continue([r], [o.past_key_values], o.logits)[0] for r, o in zip(batch, outs)]
+
+    def _continue(self, batch: list[_Request], caches: list[Any], logits: Any) -> list[Decoded]:
+        """Sample every row from its prefill logits until its eos or token limit; rows with several
+        prompt lengths share one cache, left-padded with masked zeros."""
+        import torch
+
         rows = len(batch)
         width = max(len(r.ids) for r in batch)
         attention = torch.zeros((rows, width), dtype=torch.long)
         for i, r in enumerate(batch):
             attention[i, width - len(r.ids):] = 1
+        cache = caches[0] if rows == 1 else _joined(caches, width)
         last = torch.tensor([[len(r.ids) - 1] for r in batch])  # each row's own positions: 0 .. len-1
         generators = [torch.Generator().manual_seed(r.seed) for r in batch]
         outputs = [Decoded([], []) for _ in batch]
         live = list(range(rows))  # the batch rows still decoding, in cache order
-        with self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad, not inference_mode: the model may be trained next
-            out = self._prefill(batch, width)
-            if out is None:
-                return [self._decode([r])[0] for r in batch]
-            cache = out.past_key_values
-            for _ in range(max(r.max_new_tokens for r in batch)):
-                logits = out.logits[:, -1].float()
-                chosen, keep = [], []
-                for j, i in enumerate(live):
-                    r = batch[i]
-                    logps = torch.log_softmax(logits[j] if r.temperature <= 0 else self._filtered(logits[j] / r.temperature), dim=-1)
-                    if r.temperature <= 0:
-                        token = logps.argmax()
-                    else:
-                        token = torch.multinomial(logps.exp(), 1, generator=generators[i])[0]
-                    outputs[i].ids.append(int(token))
-                    outputs[i].logprobs.append(float(logps[token]))
-                    if int(token) not in self.eos_ids and len(outputs[i].ids) < r.max_new_tokens:
-                        chosen.append(token)
-                        keep.append(j)
-                if not keep:
-                    break
-                if len(keep) < len(live):  # finished rows leave the batch: no more steps spent on them
-                    index = torch.tensor(keep)
-                    cache.batch_select_indices(index)
-                    attention, last, live = attention[index], last[index], [live[j] for j in keep]
-                attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=1)
-                last = last + 1
-                out = self.model(input_ids=torch.stack(chosen)[:, None], attention_mask=attention, position_ids=last,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
+        for _ in range(max(r.max_new_tokens for r in batch)):
+            step = logits[:, -1].float()
+            chosen, keep = [], []
+            for j, i in enumerate(live):
+                r = batch[i]
+                logps = torch.log_softmax(step[j] if r.temperature <= 0 else self._filtered(step[j] / r.temperature), dim=-1)
+                if r.temperature <= 0:
+                    token = logps.argmax()
+                else:
+                    token = torch.multinomial(logps.exp(), 1, generator=generators[i])[0]
+                outputs[i].ids.append(int(token))
+                outputs[i].logprobs.append(float(logps[token]))
+                if int(token) not in self.eos_ids and len(outputs[i].ids) < r.max_new_tokens:
+                    chosen.append(token)
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(live):  # finished rows leave the batch: no more steps spent on them
+                index = torch.tensor(keep)
+                cache.batch_select_indices(index)
+                attention, last, live = attention[index], last[index], [live[j] for j in keep]
+            attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=1)
+            last = last + 1
+            logits = self.model(input_ids=torch.stack(chosen)[:, None], attention_mask=attention, position_ids=last,
+                                past_key_values=cache, use_cache=True, logits_to_keep=1).logits  # fmt: skip
         return outputs
 
     def _filtered(self, scaled: Any) -> Any:
@@ -239,36 +248,30 @@ class BatchGenerator:
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
         if self.top_p is not None:
             ordered, order = torch.sort(scaled, descending=True)
-            cumulative = torch.softmax(ordered, dim=-1).cumsum(-1)
-            drop = cumulative - torch.softmax(ordered, dim=-1) >= self.top_p  # keep the smallest prefix reaching top_p
+            probs = torch.softmax(ordered, dim=-1)
+            drop = probs.cumsum(-1) - probs >= self.top_p  # keep the smallest prefix reaching top_p
             scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
         return scaled
 
-    def _prefill(self, batch: list[_Request], width: int) -> Any:
-        """Each prompt on its own (a padded prompt batch costs more than the rows alone: the padding and
-        a full attention mask), then one left-padded KV cache for the batched decode; None when the
-        model's cache layers cannot be joined (the caller then decodes row by row)."""
-        import torch
-        from transformers import DynamicCache
 
-        outs = [self.model(input_ids=torch.tensor([r.ids]), use_cache=True, logits_to_keep=1) for r in batch]
-        if len(outs) == 1:
-            return outs[0]
-        if self._mergeable is None:  # only plain full-attention layers can be left-padded and joined (no sliding window)
-            self._mergeable = all(type(layer).__name__ == "DynamicLayer" for layer in outs[0].past_key_values.layers)
-        if not self._mergeable:
-            return None
+def _joinable(cache: Any) -> bool:
+    """Only plain full-attention layers can be left-padded and joined (not a sliding window)."""
+    return all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers)
 
-        def padded(t: Any) -> Any:  # (1, heads, len, dim) -> (1, heads, width, dim), zeros on the left (masked)
-            return torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0))
 
-        layers = []
-        for layer in range(len(outs[0].past_key_values.layers)):
-            parts = [o.past_key_values.layers[layer] for o in outs]
-            layers.append((torch.cat([padded(p.keys) for p in parts]), torch.cat([padded(p.values) for p in parts])))
-        outs[0].past_key_values = DynamicCache(ddp_cache_data=layers)
-        outs[0].logits = torch.cat([o.logits for o in outs])
-        return outs[0]
+def _joined(caches: list[Any], width: int) -> Any:
+    """Single-row caches -> one batch cache, each row left-padded with zeros to `width` (masked)."""
+    import torch
+    from transformers import DynamicCache
+
+    def padded(t: Any) -> Any:  # (1, heads, len, dim) -> (1, heads, width, dim)
+        return torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0))
+
+    layers = []
+    for layer in range(len(caches[0].layers)):
+        parts = [c.layers[layer] for c in caches]
+        layers.append((torch.cat([padded(p.keys) for p in parts]), torch.cat([padded(p.values) for p in parts])))
+    return DynamicCache(ddp_cache_data=layers)
 
 
 def eos_ids_of(model: Any, tokenizer: Any) -> set[int]:

@@ -63,9 +63,8 @@ class Generation:
         self.tokenizer = tokenizer
         self.seed = seed
         self.context = getattr(model.config, "max_position_embeddings", None)
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         gen = getattr(model, "generation_config", None)  # the checkpoint's own top_k / top_p apply when sampling, as in generate()
-        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), pad_id=pad, top_k=getattr(gen, "top_k", None),
+        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), top_k=getattr(gen, "top_k", None),
                                       top_p=getattr(gen, "top_p", None), **batching)
         self._calls = itertools.count()
 

@@ -45,8 +45,7 @@ class TransformersSampler:
 
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids = {tokenizer.eos_token_id}
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.generator = BatchGenerator(model, eos_ids=self.eos_ids, pad_id=pad)
+        self.generator = BatchGenerator(model, eos_ids=self.eos_ids)
         self.seed, self._calls = seed, 0
 
     def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float) -> list[Sample]:

@@ -25,7 +25,7 @@ PROMPTS = ["<|im_start|>user\nWhere is my order?<|im_end|>\n<|im_start|>assistan
 
 
 def _generator(policy: LocalPolicy, **kw) -> BatchGenerator:
-    return BatchGenerator(policy.model, eos_ids=eos_ids_of(policy.model, policy.tokenizer), pad_id=policy.tokenizer.pad_token_id, **kw)
+    return BatchGenerator(policy.model, eos_ids=eos_ids_of(policy.model, policy.tokenizer), **kw)
 
 
 def _ids(policy: LocalPolicy) -> list[list[int]]:
@@ -203,3 +203,19 @@ def test_close_then_submit_starts_a_fresh_worker_and_loses_nothing(tiny_model_di
     gen.close()
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         gen.submit(prompt, temperature=0.0, max_new_tokens=0, seed=0)
+
+
+def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_tokens(tiny_model_dir: Path, monkeypatch) -> None:
+    """A model whose cache layers cannot be left-padded and joined (e.g. a sliding window) decodes
+    each row on its own cache, with the same tokens a joined batch gives."""
+    import serving.batching
+
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    joined = _generator(policy).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=16)
+    monkeypatch.setattr(serving.batching, "_joinable", lambda cache: False)
+    gen = _generator(policy)
+    alone = [f.result(timeout=60) for f in [gen.submit(p, temperature=1.0, max_new_tokens=16, seed=s) for p, s in zip(prompts, [1, 2, 3])]]
+    assert alone == [d.ids for d in joined]
+    assert gen.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=16)[0].ids == joined[0].ids
+    gen.close()
