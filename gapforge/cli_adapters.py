@@ -17,13 +17,27 @@ def adapters(run_id: str = typer.Argument(..., help="run id"), config: ConfigOpt
     cfg = get_config(config, set_)
     with Store(cfg.store_url) as store:
         rows = store.adapters(run_id)
-    table = Table("adapter", "capability", "status", "steps", "held-out before -> after", "path")
+    table = Table("adapter", "capability", "status", "steps", "kept", "held-out before -> after", "path")
     for a in rows:
         m = a.metrics
         before, after = m.get("heldout_before"), m.get("heldout_after")
         held = f"{before:.3f} -> {after:.3f}" if before is not None and after is not None else (m.get("error") or "-")
-        table.add_row(a.name, a.capability or "-", a.status, str(m.get("steps", "-")), held, a.path or "-")
+        table.add_row(a.name, a.capability or "-", a.status, str(m.get("steps", "-")), kept_text(m), held, a.path or "-")
     console.print(table)
+
+
+def kept_text(metrics: dict) -> str:
+    """The checkpoint kept and why: step 0 is the untrained adapter (no step beat it by more than the
+    held-out noise, training.selection.beats_step0); otherwise the paired gain over step 0 and its lower bound."""
+    step = metrics.get("best_step")
+    if step is None:
+        return "-"
+    if step == 0:
+        return "step 0 (untrained)"
+    margin = next((e.get("vs_step0") for e in metrics.get("curve") or [] if e.get("step") == step), None)
+    if not margin:
+        return f"step {step}"
+    return f"step {step} (+{margin['diff']:.3f}, low {margin['low']:+.3f}, n {margin['n']})"
 
 
 def register(root: typer.Typer) -> None:

@@ -7,11 +7,21 @@ reward. `HeldoutSelector` (a transformers TrainerCallback) evaluates every
 the curve in `selection.json` (rewritten after each evaluation, so a killed job
 resumes with it; entries after the resumed checkpoint are dropped) and stops
 training after `patience` evaluations without an improvement of `min_improvement`.
+
+Selection rule (`beats_step0`): every evaluation plays the same held-out rollouts
+(same seeds, same sampling seed), so checkpoint s and step 0 are paired rollout by
+rollout. A checkpoint replaces step 0 only when the one-sided 95% lower bound of the
+paired mean difference is above 0: mean(d) - 1.645 * sd(d) / sqrt(n) > 0, with d the
+per-rollout reward differences (n >= 2). Among the checkpoints that pass, the highest
+mean reward wins (the earliest on ties); when none passes, step 0 (the untrained
+adapter, i.e. the base policy) is kept. A held-out "after" is still the best of several
+evaluations: claims of a gain are made on episodes nobody selected on.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +36,7 @@ def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: li
                      *, eval_seed: int = 0) -> dict[str, Any]:
     """Mean reward over `seeds` x `cfg.heldout_samples` rollouts (fixed sampling seed: same model, same score)."""
     sampler = TransformersSampler(model, tokenizer, seed=10_000 + eval_seed)
-    rewards: list[float] = []
+    rewards: list[float] = []  # in (seed, sample) order: paired across evaluations
     failures = 0
     for seed in seeds:
         group = run_group(make_env, seed, cfg.heldout_samples, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
@@ -35,7 +45,28 @@ def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: li
         rewards += [r.reward for r in group]
         failures += sum(1 for r in group if r.failure and r.failure.startswith("env"))
     return {"reward": sum(rewards) / max(1, len(rewards)), "rollouts": len(rewards), "env_failures": failures,
-            "success": None}
+            "success": None, "rewards": [round(r, 6) for r in rewards]}
+
+
+Z_ONE_SIDED_95 = 1.645
+
+
+def paired_margin(after: list[float], before: list[float]) -> dict[str, float] | None:
+    """Mean paired difference after - before and its one-sided 95% lower bound; None when the
+    two evaluations are not paired (different lengths) or have fewer than 2 rollouts."""
+    if len(after) != len(before) or len(after) < 2:
+        return None
+    d = [a - b for a, b in zip(after, before)]
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    return {"diff": round(mean, 6), "low": round(mean - Z_ONE_SIDED_95 * sd / math.sqrt(n), 6), "n": n}
+
+
+def beats_step0(entry: dict[str, Any], step0: dict[str, Any]) -> bool:
+    """The selection rule (module docstring): the paired lower bound is above 0."""
+    m = paired_margin(entry.get("rewards") or [], step0.get("rewards") or [])
+    return m is not None and m["low"] > 0
 
 
 def _trainer_callback_base():
@@ -65,12 +96,17 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
     def _save(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"curve": self.curve, "best": self.best}, indent=1))
+        tmp.write_text(json.dumps({"curve": self.curve, "best": self.best, "rule": "beats_step0: paired one-sided 95% lower bound > 0"}, indent=1))
         tmp.replace(self.path)
 
     @property
     def best(self) -> dict[str, Any] | None:
-        return max(self.curve, key=lambda e: (e["reward"], -e["step"]), default=None)
+        """Step 0 unless a checkpoint beats it by more than the held-out noise (`beats_step0`)."""
+        if not self.curve:
+            return None
+        step0 = self.curve[0]
+        passing = [step0] + [e for e in self.curve[1:] if beats_step0(e, step0)]
+        return max(passing, key=lambda e: (e["reward"], -e["step"]))
 
     def adapter_dir(self, step: int) -> Path:
         return self.out_dir / "evals" / f"step-{step:06d}"
@@ -81,6 +117,8 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
             return next(e for e in self.curve if e["step"] == step)
         result = self.evaluate(model)
         entry = {"step": step, **result}
+        if self.curve:
+            entry["vs_step0"] = paired_margin(entry.get("rewards") or [], self.curve[0].get("rewards") or [])
         model.save_pretrained(str(self.adapter_dir(step)))
         self.curve.append(entry)
         self._save()

@@ -29,3 +29,15 @@ def test_adapters_table_shows_heldout_before_and_after(workspace):
     res = CliRunner().invoke(app, ["adapters", run_id, "--set", f"workspace={workspace}"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "0.250 -> 0.500" in res.output and "RuntimeError: boom" in res.output and "failed" in res.output
+
+
+def test_adapters_table_says_untrained_for_step0_and_the_margin_otherwise(workspace):
+    curve = [{"step": 0, "reward": 0.1}, {"step": 8, "reward": 0.4, "vs_step0": {"diff": 0.3, "low": 0.12, "n": 32}}]
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        run_id = store.create_run("trace", {})
+        store.put_adapter(run_id, "kept0", path="/x/a", status="done", metrics={"steps": 8, "best_step": 0, "curve": curve[:1]})
+        store.put_adapter(run_id, "kept8", path="/x/b", status="done", metrics={"steps": 8, "best_step": 8, "curve": curve})
+    res = CliRunner().invoke(app, ["adapters", run_id, "--set", f"workspace={workspace}"], env={"COLUMNS": "220"})
+    assert res.exit_code == 0, res.output
+    assert "step 0 (untrained)" in res.output
+    assert "step 8 (+0.300, low +0.120, n 32)" in res.output
