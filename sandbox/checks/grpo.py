@@ -160,6 +160,28 @@ def grade_groups(groups: dict[int, list[float]], cfg: GRPOReadinessConfig) -> Ch
         problems.append(f"all-perfect groups {all_perfect:.0%} > {cfg.max_all_perfect:.0%}")
     if not cfg.mean_low <= avg <= cfg.mean_high:
         problems.append(f"mean reward {avg:.3f} outside [{cfg.mean_low}, {cfg.mean_high}]")
+    evidence["difficulty"] = difficulty(avg, all_zero, all_perfect, informative, cfg)
     if problems:
-        return CheckResult.fail("grpo_ready", "; ".join(problems), **evidence)
+        return CheckResult.fail("grpo_ready", f"{ADVICE[evidence['difficulty']]}: " + "; ".join(problems), **evidence)
     return CheckResult.ok("grpo_ready", f"{informative:.0%} informative groups, mean reward {avg:.3f}", **evidence)
+
+
+# What the generator is told to change, by the side of the window the policy fell on.
+ADVICE = {
+    "too_hard": "too hard for the policy that will train on it (make it easier: give more facts up front in the opening, "
+                "fewer steps per task, fewer distractors, partial credit for the capability's first step)",
+    "too_easy": "too easy for the policy that will train on it (make it harder: more cases where the capability changes "
+                "the right action, more steps or distractors, less said up front)",
+    "flat": "rewards do not vary within groups (the same seed gives every sample the same reward: reward the capability's "
+            "decision in finer steps)",
+    "ok": "inside the window",
+}
+
+
+def difficulty(avg: float, all_zero: float, all_perfect: float, informative: float, cfg: GRPOReadinessConfig) -> str:
+    """Which side of the calibration window the policy is on: too_hard, too_easy, flat (no spread) or ok."""
+    if avg < cfg.mean_low or all_zero > cfg.max_all_zero:
+        return "too_hard"
+    if avg > cfg.mean_high or all_perfect > cfg.max_all_perfect:
+        return "too_easy"
+    return "flat" if informative < cfg.min_informative else "ok"

@@ -35,17 +35,20 @@ class SelfTestThresholds(BaseModel):
 
 
 class GRPOReadinessConfig(BaseModel):
-    """Check 7: G seeds x K policy samples at temperature 1.0 (DESIGN.md §5.7)."""
+    """Check 7: G seeds x K policy samples at temperature 1.0 (DESIGN.md §5.7), with the policy that
+    will train on the env: its mean reward must sit inside [mean_low, mean_high] (Tau2-Infinity keeps
+    generated tasks at a 0.25-0.75 pass rate) and at least `min_informative` of its groups of K (set K
+    to the training group size) must have a spread; the verdict says "too hard" / "too easy"."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     groups: int = Field(8, ge=1, description="G seeds")
-    samples: int = Field(4, ge=2, description="K samples per seed (a group needs >= 2 to have a spread)")
+    samples: int = Field(4, ge=2, description="K samples per seed: the training group size (a group needs >= 2 to have a spread)")
     min_informative: float = Field(0.5, ge=0.0, le=1.0, description="share of groups with reward std > 0")
     max_all_zero: float = Field(0.2, ge=0.0, le=1.0)
     max_all_perfect: float = Field(0.2, ge=0.0, le=1.0)
-    mean_low: float = Field(0.15, ge=0.0, le=1.0)
-    mean_high: float = Field(0.85, ge=0.0, le=1.0)
+    mean_low: float = Field(0.2, ge=0.0, le=1.0, description="below: too hard for the policy (most groups all zero)")
+    mean_high: float = Field(0.8, ge=0.0, le=1.0, description="above: too easy (most groups all perfect)")
     concurrency: int = Field(
         4, ge=1, le=256, description="policy episodes in flight (1: a local policy samples in a fixed order, so the verdict is reproducible)"
     )

@@ -123,6 +123,7 @@ def test_grpo_ready_passes_with_a_mixed_policy_and_fails_with_a_hopeless_one() -
     assert not check.passed and hopeless.failed_names() == {"grpo_ready"}
     assert check.evidence["all_zero_share"] == 1.0 and check.evidence["informative_share"] == 0.0
     assert "all-zero groups 100% > 20%" in check.summary
+    assert check.summary.startswith("too hard for the policy") and check.evidence["difficulty"] == "too_hard"
 
 
 def test_grpo_ready_reports_env_errors_inside_policy_episodes() -> None:
@@ -136,6 +137,12 @@ def test_grpo_ready_reports_env_errors_inside_policy_episodes() -> None:
 def test_grade_groups_thresholds() -> None:
     cfg = GRPOReadinessConfig()
     perfect = grade_groups({0: [1.0, 1.0], 1: [1.0, 1.0], 2: [0.0, 1.0]}, cfg)
-    assert not perfect.passed and "all-perfect groups 67% > 20%" in perfect.summary and "mean reward 0.833" not in perfect.summary
+    assert not perfect.passed and "all-perfect groups 67% > 20%" in perfect.summary
+    assert "mean reward 0.833 outside [0.2, 0.8]" in perfect.summary  # the default window is [0.2, 0.8]
+    assert perfect.summary.startswith("too easy") and perfect.evidence["difficulty"] == "too_easy"
     mixed = grade_groups({0: [0.0, 0.5], 1: [0.5, 1.0], 2: [0.2, 0.4]}, cfg)
-    assert mixed.passed and mixed.evidence["mean_reward"] == pytest.approx(0.4333, abs=1e-4)
+    assert mixed.passed and mixed.evidence["mean_reward"] == pytest.approx(0.4333, abs=1e-4) and mixed.evidence["difficulty"] == "ok"
+    flat = grade_groups({0: [0.5, 0.5], 1: [0.4, 0.4], 2: [0.2, 0.6]}, cfg)
+    assert not flat.passed and flat.summary.startswith("rewards do not vary within groups") and flat.evidence["difficulty"] == "flat"
+    low = grade_groups({0: [0.0, 0.3], 1: [0.1, 0.2], 2: [0.0, 0.2]}, cfg)  # no all-zero group, but the mean is below the window
+    assert not low.passed and low.evidence["difficulty"] == "too_hard" and "mean reward 0.133 outside [0.2, 0.8]" in low.summary
