@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_FAMILY_TRIALS = 512
 
 
 class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     trials: int = Field(2, ge=1, le=64, description="episodes per held-out task and evaluated policy (K for pass^k)")
+    family_trials: dict[str, int] = Field(
+        default_factory=dict,
+        description=f"family -> trials per task of that family (1..{MAX_FAMILY_TRIALS}), instead of `trials`, "
+        "for the policies in family_trials_policies (more paired episodes where the headline is measured)",
+    )
+    family_trials_policies: list[str] = Field(
+        default_factory=lambda: ["base", "trace_routed"],
+        description="evaluation names that play family_trials; every other policy plays `trials` on every task",
+    )
+    focus_family: str | None = Field(None, description="the family whose base -> TRACE (routed) result is the headline (report, summary)")
     routing_seeds: int = Field(4, ge=1, le=256, description="held-out synthetic seeds per capability for the router's accuracy")
     baseline_grpo: bool = Field(True, description="train the GRPO-on-target baseline (the adapters' rollout budget) before evaluating")
+
+    @field_validator("family_trials")
+    @classmethod
+    def _family_trials_in_range(cls, value: dict[str, int]) -> dict[str, int]:
+        for family, k in value.items():
+            if not 1 <= k <= MAX_FAMILY_TRIALS:
+                raise ValueError(f"family_trials[{family!r}] = {k}: use 1..{MAX_FAMILY_TRIALS} trials per task")
+        return value

@@ -3,6 +3,9 @@
 
 - `eval_pass_rate.png` / `eval_reward.png`: one bar per evaluated policy with its
   bootstrap 95% interval (evaluations `eval:*`);
+- `eval_forest.png`: the episode-level paired difference in pass rate vs base
+  (`vs_base_paired`, and per policy on the focus family from `vs_base_by_family`)
+  with its 95% interval, N paired episodes in each row's label, a line at 0;
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
   adapter (adapters' `metrics.heldout_curve`, a list of {step, reward}, as training/ stores it).
@@ -14,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from evaluation.summary import points, verdict
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,59 @@ def _bars(evals: list[Any], key: str, title: str, path: Path) -> Path:
     ax.set_ylim(0, 1.05)
     ax.set_title(title)
     ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _signed(iv: dict[str, Any] | None, *, pct: bool) -> str:
+    if not iv or iv.get("value") is None:
+        return "–"
+    return points(iv) if pct else f"{iv['value']:+.3f} [{iv['low']:+.3f}, {iv['high']:+.3f}]"
+
+
+def _more_trials(evals: list[Any]) -> list[str]:
+    """A line per family some policies played with other than `trials` trials per task."""
+    out = []
+    for fam in sorted({f for e in evals for f in e.metrics.get("trials_by_family", {})}):
+        ks = {e.name.removeprefix("eval:"): e.metrics["trials_by_family"].get(fam) for e in evals if "trials_by_family" in e.metrics}
+        more = {n: k for n, k in ks.items() if k is not None and k != evals[0].metrics["trials"]}
+        if more:
+            who = ", ".join(f"{n} {k}" for n, k in more.items())
+            out.append(f"Family `{fam}`: trials per task {who} (other policies {evals[0].metrics['trials']}).")
+    return [*out, ""] if out else []
+
+
+def _paired_rows(evals: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the others."""
+    rows = []
+    for e in evals:
+        m = e.metrics
+        if e.name == "eval:base" or not m.get("vs_base_paired"):
+            continue
+        name, focus, fams = e.name.removeprefix("eval:"), m.get("focus_family"), m.get("vs_base_by_family") or {}
+        rows.append((name, "all tasks", m["vs_base_paired"]))
+        rows += [(name, f, fams[f]) for f in sorted(fams, key=lambda f: (f != focus, f))]
+    return rows
+
+
+def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if (r[2].get("pass_rate") or {}).get("value") is not None]
+    labels = [f"{name}{'' if scope == 'all tasks' else ' · ' + scope} (N={d.get('episodes', 0)})" for name, scope, d in rows]
+    vals = [100 * d["pass_rate"]["value"] for _, _, d in rows]
+    err = [[v - 100 * d["pass_rate"]["low"] for v, (_, _, d) in zip(vals, rows)], [100 * d["pass_rate"]["high"] - v for v, (_, _, d) in zip(vals, rows)]]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4))
+    ys = list(range(len(rows)))[::-1]
+    ax.errorbar(vals, ys, xerr=err, fmt="o", capsize=4, color="#3a7")
+    ax.axvline(0, color="#888", linestyle="--", linewidth=1)
+    ax.set_yticks(ys, labels)
+    ax.set_xlabel("Δ pass rate vs base, points (paired episodes, 95% interval)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -108,7 +166,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     if evals:
         first = evals[0].metrics
         lines += [f"Env `{first['env']}`, {first['tasks']} tasks × {first['trials']} trials per policy; 95% bootstrap intervals over tasks.", ""]
-        lines += ["| policy | pass rate | mean reward | pass^k | Δ pass rate vs base | Δ reward vs base |", "|---|---|---|---|---|---|"]
+        lines += _more_trials(evals)
+        lines += ["| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |", "|---|---|---|---|---|---|"]
         for e in evals:
             m = e.metrics
             ks = ", ".join(f"^{k}={v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
@@ -123,6 +182,27 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         for e in evals:
             fam = e.metrics.get("by_family", {})
             lines.append(f"| {e.name.removeprefix('eval:')} | " + " | ".join(_fmt(fam.get(f, {}).get("pass_rate")) for f in families) + " |")
+        paired = _paired_rows(evals)
+        if paired:
+            focus = evals[0].metrics.get("focus_family")
+            lines += ["", "### Paired differences vs base (episode level)", ""]
+            lines += [
+                "Episode (task, trial i) of a policy minus episode (task, trial i) of base, over the pairs both played "
+                "(common random numbers); 95% bootstrap intervals resampling trials within each task."
+                + (f" Focus family: `{focus}`." if focus else ""),
+                "",
+                "| policy | scope | N paired episodes (tasks) | Δ pass rate | Δ reward | verdict |",
+                "|---|---|---|---|---|---|",
+            ]
+            for name, scope, d in paired:
+                lines.append(
+                    f"| {name} | {scope} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {_signed(d.get('pass_rate'), pct=True)} | "
+                    f"{_signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
+                )
+            forest = [r for r in paired if r[1] in ("all tasks", focus)]
+            if any((d.get("pass_rate") or {}).get("value") is not None for _, _, d in forest):
+                plots.append(_forest(forest, out / "eval_forest.png"))
+                lines += ["", "![paired differences](eval_forest.png)"]
         if not any(e.name == "eval:baseline_grpo_target" for e in evals):
             lines += ["", "The GRPO-on-target baseline was not evaluated (no baseline adapter given)."]
         plots.append(_bars(evals, "pass_rate", "pass rate (95% CI)", out / "eval_pass_rate.png"))

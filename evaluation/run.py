@@ -7,12 +7,18 @@ Each evaluated policy's episodes go to a child run `<run>.eval.<policy>` (kind
 where it stopped (episodes are keyed by run, env, task, trial) and every
 trajectory stays inspectable (`gapforge rollouts show <run>.eval.<policy>`).
 Trial i of every task is sample i: with a seeded local backend the same
-(task, trial) pair sees the same sampling seed sequence across re-runs.
+(task, trial) pair sees the same sampling seed sequence across re-runs and
+across policies (common random numbers), so episode (task, i) of a policy is
+paired with episode (task, i) of the base (`vs_base_paired`, `vs_base_by_family`).
+
+`plan.family_trials` gives the tasks of some families more trials, for the
+policies in `plan.family_trials_policies` only; a routed policy copies the base's
+episodes of the tasks it routes to the base (evaluation.reuse) instead of playing them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +26,11 @@ from agents.errors import IncompleteStage
 from agents.rollouts import CollectPlan, collect
 from envs.protocol import PolicyModel, TargetEnvironment
 from evaluation import stats
+from evaluation.config import MAX_FAMILY_TRIALS
+from evaluation.reuse import copy_base_episodes, reuses_base
 
 BASE = "base"
+ROUTED = "trace_routed"
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,21 @@ class EvalPlan:
     concurrency: int = 4
     n_boot: int = 1000
     seed: int = 0
+    family_trials: Mapping[str, int] = field(default_factory=dict)  # family -> trials per task, for family_trials_policies
+    family_trials_policies: Sequence[str] = (BASE, ROUTED)
+    focus_family: str | None = None  # the headline family (stored with the metrics for the report and the summary)
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise ValueError(f"trials must be >= 1, got {self.trials}")
+        for family, k in self.family_trials.items():
+            if not 1 <= k <= MAX_FAMILY_TRIALS:
+                raise ValueError(f"family_trials[{family!r}] = {k}: use 1..{MAX_FAMILY_TRIALS} trials per task")
+
+    def task_trials(self, name: str, families: Mapping[str, str]) -> dict[str, int]:
+        """Trials per task for the policy evaluated as `name`."""
+        extra = self.family_trials if name in self.family_trials_policies else {}
+        return {t: extra.get(families[t], self.trials) if t in families else self.trials for t in self.tasks}
 
 
 @dataclass(frozen=True)
@@ -79,6 +103,23 @@ def _first_user(messages: list[Any]) -> str | None:
     return None
 
 
+async def _play(store: Any, plan: EvalPlan, name: str, policy: PolicyModel, child: str, counts: dict[str, int], *,
+                make_env: Callable[[], TargetEnvironment], families: dict[str, str]) -> None:
+    """Collect every (task, sample < counts[task]) the child run lacks: one collect per trial count."""
+    by_count: dict[int, list[str]] = {}
+    for t in plan.tasks:
+        by_count.setdefault(counts[t], []).append(t)
+    for k, tasks in sorted(by_count.items()):
+        cplan = CollectPlan(child, plan.env, tasks, k, plan.concurrency, plan.max_turns, plan.temperature)
+        done = await collect(cplan, make_env=make_env, policy=policy, sink=store, families=families)
+        if not done.complete:  # metrics over a partial sample would be silently biased
+            kinds = ", ".join(f"{c}={v}" for c, v in done.infra_counts().most_common())
+            raise IncompleteStage(
+                f"evaluation {plan.run_id}: {len(done.infra_failures)} episode(s) of policy {name!r} ended in infrastructure "
+                f"failures ({kinds}) and were not stored: run the same command again to finish (stored episodes are kept)"
+            )
+
+
 async def evaluate(
     store: Any,
     plan: EvalPlan,
@@ -88,35 +129,41 @@ async def evaluate(
     families: Mapping[str, str] | None = None,
     on_policy_done: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
-    """Run every policy on plan.tasks x plan.trials (skipping stored episodes), then compute and store metrics.
+    """Run every policy on plan.tasks x its trials (skipping stored episodes), then compute and store metrics.
 
-    `policies` must include "base" (the reference for paired differences). A policy with a
-    `decisions` attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored.
+    `policies` must include "base" (the reference for paired differences); it plays first. A policy with a
+    `decisions` attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored, and
+    over the same base object it reuses the base's episodes of the tasks it routes to the base.
     """
     if BASE not in policies:
         raise ValueError("evaluate() needs a policy named 'base' (paired differences are against it)")
     families = dict(families or {})
-    trials: dict[str, dict[str, list[tuple[float, bool]]]] = {}
+    known = set(families.values())
+    for family in [*plan.family_trials, *([plan.focus_family] if plan.focus_family else [])]:
+        if family not in known:
+            raise ValueError(f"family {family!r} (evaluation.family_trials / focus_family) has no task here: use one of {', '.join(sorted(known)) or 'none'}")
+    episodes: dict[str, dict[str, dict[int, tuple[float, bool]]]] = {}
     children: dict[str, str] = {}
+    counts: dict[str, dict[str, int]] = {}
     routing: dict[str, dict[str, Any]] = {}
-    for name, policy in policies.items():
-        child = child_run_id(plan.run_id, name)
-        children[name] = child
-        config = {"parent": plan.run_id, "policy": name, "env": plan.env, "tasks": plan.tasks, "trials": plan.trials}
+    reused: dict[str, list[str]] = {}
+    for name in [BASE, *(n for n in policies if n != BASE)]:
+        policy = policies[name]
+        child = children[name] = child_run_id(plan.run_id, name)
+        counts[name] = plan.task_trials(name, families)
+        config = {"parent": plan.run_id, "policy": name, "env": plan.env, "tasks": plan.tasks, "trials": plan.trials,
+                  "family_trials": dict(plan.family_trials) if name in plan.family_trials_policies else {}}  # fmt: skip
         store.create_run("evaluation", config, run_id=child, exist_ok=True)
-        cplan = CollectPlan(child, plan.env, list(plan.tasks), plan.trials, plan.concurrency, plan.max_turns, plan.temperature)
-        done = await collect(cplan, make_env=make_env, policy=policy, sink=store, families=families)
-        if not done.complete:  # metrics over a partial sample would be silently biased
-            counts = ", ".join(f"{k}={v}" for k, v in done.infra_counts().most_common())
-            raise IncompleteStage(
-                f"evaluation {plan.run_id}: {len(done.infra_failures)} episode(s) of policy {name!r} ended in infrastructure "
-                f"failures ({counts}) and were not stored: run the same command again to finish (stored episodes are kept)"
-            )
-        rows = [r for r in store.episodes(child, env=plan.env) if r.task_id in set(plan.tasks) and r.sample < plan.trials]
-        per_task: dict[str, list[tuple[float, bool]]] = {}
+        if name != BASE and reuses_base(policy, policies[BASE]):
+            await copy_base_episodes(store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name])
+        await _play(store, plan, name, policy, child, counts[name], make_env=make_env, families=families)
+        rows = sorted((r for r in store.episodes(child, env=plan.env) if r.sample < counts[name].get(r.task_id, 0)),
+                      key=lambda r: (r.task_id, r.sample))  # fmt: skip
+        episodes[name] = {}
         for r in rows:
-            per_task.setdefault(r.task_id, []).append((r.reward, r.success))
-        trials[name] = per_task
+            episodes[name].setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
+        if name != BASE and reuses_base(policy, policies[BASE]):
+            reused[name] = sorted({r.task_id for r in rows if r.policy == policies[BASE].name and r.policy != policy.name})
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
             first = {r.task_id: _first_user(r.messages) for r in rows}
@@ -124,15 +171,24 @@ async def evaluate(
         if on_policy_done is not None:
             on_policy_done(name)
     result = EvaluationResult(plan.run_id, plan.env, list(plan.tasks), plan.trials)
+    base = episodes[BASE]
     for name, policy in policies.items():
+        trials = stats.as_trials(episodes[name])
+        boot = {"n_boot": plan.n_boot, "seed": plan.seed}
         metrics: dict[str, Any] = {
             "env": plan.env,
             "trials": plan.trials,
+            "trials_by_family": {f: counts[name][t] for t, f in sorted(families.items()) if t in counts[name]},
+            "focus_family": plan.focus_family,
             "child_run": children[name],
-            **stats.summarize(trials[name], n_boot=plan.n_boot, seed=plan.seed),
-            "by_family": stats.by_family(trials[name], families, n_boot=plan.n_boot, seed=plan.seed),
-            "vs_base": None if name == BASE else stats.paired_difference(trials[name], trials[BASE], n_boot=plan.n_boot, seed=plan.seed),
+            **stats.summarize(trials, **boot),
+            "by_family": stats.by_family(trials, families, **boot),
+            "vs_base": None if name == BASE else stats.paired_difference(trials, stats.as_trials(base), **boot),
+            "vs_base_paired": None if name == BASE else stats.paired_episodes(episodes[name], base, **boot),
+            "vs_base_by_family": None if name == BASE else stats.paired_by_family(episodes[name], base, families, **boot),
         }
+        if name in reused:
+            metrics["reused_base_tasks"] = reused[name]
         if name in routing:
             metrics["routing"] = routing[name]
         prompt_id = getattr(policy, "prompt_id", None)

@@ -11,7 +11,7 @@ CLI (plain functions: no printing, typed results).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,9 +119,13 @@ async def evaluate_run(
     concurrency: int = 4,
     grpo_target: bool = False,
     seed: int = 0,
+    family_trials: Mapping[str, int] | None = None,
+    family_trials_policies: Sequence[str] = ("base", "trace_routed"),
+    focus_family: str | None = None,
 ) -> EvaluationResult:
     """Base, TRACE (routed), each adapter, the hints baseline and (grpo_target=True: the backend holds an
-    adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`."""
+    adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`
+    (x `family_trials[family]` on a family's tasks for the policies in `family_trials_policies`)."""
     policies = standard_policies(
         backend,
         router,
@@ -130,5 +134,6 @@ async def evaluate_run(
         capability_adapters=list(artifacts.adapter_paths),
         grpo_target_adapter=GRPO_TARGET if grpo_target else None,
     )
-    plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed)
+    plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
+                    family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family)
     return await evaluate(store, plan, make_env=make_env, policies=policies, families=families)

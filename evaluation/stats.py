@@ -1,19 +1,23 @@
 """Evaluation statistics over tasks: pass rate, mean reward, pass^k (as τ²-bench
 reports it), bootstrap 95% intervals over tasks, paired differences vs a baseline.
 
-Input everywhere: `{task_id: [(reward, success), ...]}` (K trials per task).
-Bootstrap resamples TASKS with replacement (trials of one task stay together),
-with a seeded generator, so the same episodes give the same intervals.
+Input of the task-level functions: `{task_id: [(reward, success), ...]}` (K trials
+per task); their bootstrap resamples TASKS with replacement (trials of one task
+stay together). The episode-level paired difference takes `{task_id: {sample:
+(reward, success)}}`: episode (task, i) of a policy is paired with episode
+(task, i) of the base (common random numbers), and its bootstrap resamples pairs
+WITHIN each task. Generators are seeded: the same episodes give the same intervals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from math import comb
 
 import numpy as np
 
 Trials = Mapping[str, Sequence[tuple[float, bool]]]
+Episodes = Mapping[str, Mapping[int, tuple[float, bool]]]  # task -> sample -> (reward, success)
 
 
 def interval(values: np.ndarray, stat: Callable[[np.ndarray], float], *, n_boot: int, seed: int) -> dict[str, float | None]:
@@ -59,6 +63,57 @@ def paired_difference(trials: Trials, base: Trials, *, n_boot: int = 1000, seed:
         "pass_rate": interval(d_success, np.mean, n_boot=n_boot, seed=seed),
         "mean_reward": interval(d_reward, np.mean, n_boot=n_boot, seed=seed),
     }
+
+
+def as_trials(episodes: Episodes) -> dict[str, list[tuple[float, bool]]]:
+    """{task: {sample: row}} -> {task: [row, ...]} in sample order."""
+    return {t: [rows[s] for s in sorted(rows)] for t, rows in episodes.items()}
+
+
+def paired_episodes(
+    episodes: Episodes, base: Episodes, *, tasks: Collection[str] | None = None, n_boot: int = 1000, seed: int = 0
+) -> dict[str, object]:
+    """Policy minus base over the (task, sample) pairs both played (of `tasks`, default all).
+
+    The value is the mean over tasks of the task's mean paired difference (each task weighs the
+    same, as in pass_rate; more trials sharpen a task's mean, they do not reweight it). The 95%
+    interval is a percentile bootstrap that resamples pairs within each task (stratified by task),
+    so it holds the tasks fixed; `paired_difference` is the over-tasks question.
+    """
+    pairs: dict[str, list[int]] = {}
+    for t in sorted(set(episodes) & set(base)):
+        if tasks is None or t in tasks:
+            common = sorted(set(episodes[t]) & set(base[t]))
+            if common:
+                pairs[t] = common
+    out: dict[str, object] = {"episodes": sum(len(s) for s in pairs.values()), "tasks": len(pairs)}
+    if not pairs:
+        return out | {"pass_rate": {"value": None, "low": None, "high": None}, "mean_reward": {"value": None, "low": None, "high": None}}
+    rng = np.random.default_rng(seed)
+    boots = np.zeros((2, n_boot))
+    values = np.zeros(2)
+    for t, samples in pairs.items():  # sorted tasks: the same draws every time
+        d = np.array([[float(episodes[t][s][1]) - float(base[t][s][1]), episodes[t][s][0] - base[t][s][0]] for s in samples]).T
+        idx = rng.integers(0, len(samples), size=(n_boot, len(samples)))
+        boots += d[:, idx].mean(axis=2)
+        values += d.mean(axis=1)
+    boots /= len(pairs)
+    values /= len(pairs)
+    ivs = []
+    for i in range(2):
+        low, high = np.percentile(boots[i], [2.5, 97.5])
+        ivs.append({"value": float(values[i]), "low": float(low), "high": float(high)})
+    return out | {"pass_rate": ivs[0], "mean_reward": ivs[1]}
+
+
+def paired_by_family(
+    episodes: Episodes, base: Episodes, families: Mapping[str, str], *, n_boot: int = 1000, seed: int = 0
+) -> dict[str, dict[str, object]]:
+    """paired_episodes() restricted to each family's tasks (tasks without a family go under 'unknown')."""
+    groups: dict[str, set[str]] = {}
+    for t in set(episodes) | set(base):
+        groups.setdefault(families.get(t, "unknown"), set()).add(t)
+    return {fam: paired_episodes(episodes, base, tasks=ts, n_boot=n_boot, seed=seed) for fam, ts in sorted(groups.items())}
 
 
 def by_family(trials: Trials, families: Mapping[str, str], *, n_boot: int = 1000, seed: int = 0) -> dict[str, dict[str, object]]:

@@ -310,6 +310,8 @@ class RealStages:
             self.store, run_id, backend=backend, router=router, artifacts=artifacts, env=split.env, make_env=make_env, tasks=tasks,
             families=families, trials=self.cfg.evaluation.trials, max_turns=self.cfg.rollouts.max_turns, temperature=self.cfg.policy.temperature,
             concurrency=self.cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=self.cfg.seed,
+            family_trials=self.cfg.evaluation.family_trials, family_trials_policies=self.cfg.evaluation.family_trials_policies,
+            focus_family=self.cfg.evaluation.focus_family,
         )  # fmt: skip
         summary = {p.name: _metrics(p.metrics) for p in result.policies}
         rollouts = len(tasks) * self.cfg.evaluation.trials * len(result.policies)

@@ -40,3 +40,57 @@ def test_paired_difference_is_policy_minus_base_on_common_tasks() -> None:
 def test_confusion_matrix_rows_are_expected() -> None:
     c = stats.confusion([("a", "a"), ("a", "none"), ("none", "none")], ["a", "none"])
     assert c["matrix"] == [[1, 1], [0, 1]] and c["accuracy"] == pytest.approx(2 / 3)
+
+
+def _episodes(diffs: dict[str, list[int]], *, base_success: bool = False) -> tuple[dict, dict]:
+    """Hand-made paired trials: per task, the policy's success minus the base's (+1, 0 or -1) per trial."""
+    policy, base = {}, {}
+    for t, ds in diffs.items():
+        policy[t], base[t] = {}, {}
+        for i, d in enumerate(ds):
+            b = 1 if d < 0 else (0 if d > 0 else int(base_success))
+            base[t][i] = (float(b), bool(b))
+            policy[t][i] = (float(b + d), bool(b + d))
+    return policy, base
+
+
+def test_paired_episodes_constant_difference_is_exact() -> None:
+    policy, base = _episodes({"t1": [1, 1, 1], "t2": [1, 1]})
+    d = stats.paired_episodes(policy, base, n_boot=300, seed=3)
+    assert (d["episodes"], d["tasks"]) == (5, 2)
+    assert d["pass_rate"] == {"value": 1.0, "low": 1.0, "high": 1.0}
+    assert d["mean_reward"] == {"value": 1.0, "low": 1.0, "high": 1.0}
+
+
+def test_paired_episodes_interval_narrows_as_pairs_grow_and_is_seeded() -> None:
+    pattern = [1, 0, -1, 1, 0]
+    small = _episodes({f"t{i}": pattern for i in range(4)})
+    large = _episodes({f"t{i}": pattern * 8 for i in range(4)})
+    a = stats.paired_episodes(*small, n_boot=500, seed=0)
+    b = stats.paired_episodes(*large, n_boot=500, seed=0)
+    assert a["pass_rate"]["value"] == pytest.approx(0.2) == b["pass_rate"]["value"]
+    width = lambda d: d["pass_rate"]["high"] - d["pass_rate"]["low"]
+    assert 0 < width(b) < width(a)
+    assert a["pass_rate"]["low"] <= 0.2 <= a["pass_rate"]["high"]
+    assert stats.paired_episodes(*small, n_boot=500, seed=0) == a  # same inputs, same interval
+    assert (a["episodes"], b["episodes"]) == (20, 160)
+
+
+def test_paired_episodes_leave_out_unpaired_episodes_and_weigh_tasks_equally() -> None:
+    policy, base = _episodes({"t1": [1, 1], "t2": [0, 0]})
+    policy["t1"][2] = (1.0, True)  # trial 2 only on the policy's side
+    del base["t2"][1]  # trial 1 of t2 only on the policy's side
+    policy["t3"] = {0: (1.0, True)}  # a task base never played
+    d = stats.paired_episodes(policy, base, n_boot=200)
+    assert (d["episodes"], d["tasks"]) == (3, 2)
+    assert d["pass_rate"]["value"] == pytest.approx((1.0 + 0.0) / 2)  # mean over tasks of the task's mean difference
+    fam = stats.paired_by_family(policy, base, {"t1": "a", "t2": "b", "t3": "a"}, n_boot=200)
+    assert set(fam) == {"a", "b"}
+    assert (fam["a"]["episodes"], fam["a"]["pass_rate"]["value"]) == (2, 1.0)
+    assert (fam["b"]["episodes"], fam["b"]["pass_rate"]["value"]) == (1, 0.0)
+    none = stats.paired_episodes(policy, base, tasks=["t3"])
+    assert none["episodes"] == 0 and none["pass_rate"]["value"] is None
+
+
+def test_as_trials_keeps_sample_order() -> None:
+    assert stats.as_trials({"t": {2: (0.2, False), 0: (0.0, False), 1: (1.0, True)}}) == {"t": [(0.0, False), (1.0, True), (0.2, False)]}

@@ -1,0 +1,72 @@
+"""The lines a CLI prints at the end of an evaluation: the focus family's base ->
+TRACE (routed) result with its episode-level paired difference and a verdict,
+then TRACE − base on every other family. Pure functions over the stored metrics
+(`eval:<name>` metrics by evaluation name); nothing here prints.
+
+Verdict: "gain" only when the paired difference's 95% interval is above 0,
+"loss" when it is below 0, otherwise "no effect" (the interval contains 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+BASE, ROUTED = "base", "trace_routed"
+NO_EFFECT_LINE = "no effect (the 95% interval contains 0)"
+
+
+def verdict(iv: Mapping[str, Any] | None) -> Literal["gain", "loss", "no effect"] | None:
+    """gain (low > 0), loss (high < 0), no effect (the interval contains 0); None without an interval."""
+    if not iv or iv.get("low") is None or iv.get("high") is None:
+        return None
+    if iv["low"] > 0:
+        return "gain"
+    if iv["high"] < 0:
+        return "loss"
+    return "no effect"
+
+
+def points(iv: Mapping[str, Any]) -> str:
+    """A difference in pass rate as signed points with its interval: '+12.5 points [+3.1, +21.9]'."""
+    return f"{iv['value'] * 100:+.1f} points [{iv['low'] * 100:+.1f}, {iv['high'] * 100:+.1f}]"
+
+
+def _rate(m: Mapping[str, Any] | None) -> str:
+    pr = (m or {}).get("pass_rate") or {}
+    if pr.get("value") is None:
+        return "– (0 episodes)"
+    return f"{pr['value']:.1%} ({m.get('episodes', 0)} episodes)"  # type: ignore[union-attr]
+
+
+def _diff(d: Mapping[str, Any] | None) -> str:
+    pr = (d or {}).get("pass_rate") or {}
+    if pr.get("value") is None:
+        return "no paired episodes"
+    return f"{points(pr)}, {d.get('episodes', 0)} paired episodes"  # type: ignore[union-attr]
+
+
+def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str | None = None) -> list[str]:
+    """The summary lines. `metrics_by_name`: evaluation name ("base", "trace_routed", ...) -> its stored metrics
+    (EvaluationResult.policies' metrics, or store evaluations `eval:<name>` without the prefix). `focus_family`
+    None: the one stored with the metrics, else the headline is over all tasks."""
+    base, routed = metrics_by_name.get(BASE), metrics_by_name.get(ROUTED)
+    if base is None or routed is None:
+        return ["no summary: base and trace_routed were not both evaluated"]
+    focus = focus_family if focus_family is not None else routed.get("focus_family")
+    by_family = routed.get("vs_base_by_family") or {}
+    if focus is None:
+        scope, b, t, d = "all tasks", base, routed, routed.get("vs_base_paired")
+    elif focus in (routed.get("by_family") or {}):
+        scope, b, t, d = focus, (base.get("by_family") or {}).get(focus), routed["by_family"][focus], by_family.get(focus)
+    else:
+        known = ", ".join(sorted(routed.get("by_family") or {})) or "none"
+        return [f"focus family {focus!r} was not evaluated (families: {known})"]
+    word = verdict((d or {}).get("pass_rate"))
+    lines = [
+        f"{scope}: base {_rate(b)} -> TRACE (routed) {_rate(t)}",
+        f"{scope}: TRACE − base {_diff(d)}: {NO_EFFECT_LINE if word == 'no effect' else word or 'no verdict'}",
+    ]
+    for family in sorted(f for f in by_family if f != focus):
+        lines.append(f"{family}: TRACE − base {_diff(by_family[family])}")
+    return lines
