@@ -11,7 +11,9 @@ when the router is built. When the winner beats the runner-up by less than
 base model; "none" also keeps the base model.
 
 Scorers (agents/router_backends.py): transformers directly, or a vLLM server's
-completions API asked for the logprobs of the label token ids.
+completions API asked for the logprobs of the label token ids; or, for a base
+model too small to read the routing prompt, the word overlap of the task's first
+message with the openings each adapter was trained on (`OpeningsScorer`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     enabled: bool = Field(True, description="False: every task goes to the base model")
-    backend: Literal["transformers", "vllm"] = Field("transformers", description="who computes the label logprobs")
+    backend: Literal["transformers", "vllm", "openings"] = Field(
+        "transformers",
+        description="who computes the label logprobs; openings: word overlap with each adapter's synthetic-env openings "
+        "(agents.router_backends.OpeningsScorer), for base models too small to read the routing prompt",
+    )
+    openings_min_similarity: float = Field(0.5, ge=0.0, le=1.0, description="backend=openings: the none label's score")
     labels: list[str] = Field(
         default_factory=lambda: list("ABCDEFGHIJKLMNOP"),
         description="label alphabet; capability i gets labels[i], 'none' the next one; each must be ONE token",
@@ -197,6 +204,8 @@ class Router:
         """Route many tasks: prompts go to the scorer in batches of `routing.batch_size`."""
         if not self.config.enabled or not self.options:
             return [RouteDecision(None, None, None, 0.0, False, {}) for _ in first_user_messages]
+        if hasattr(self.scorer, "scores"):  # agents.router_backends.OpeningsScorer: scores the first messages directly
+            return [self.decide(r) for r in self.scorer.scores(list(first_user_messages))]
         prompts = [self.scorer.render(self.messages(m)) for m in first_user_messages]
         out: list[RouteDecision] = []
         size = self.config.batch_size

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,40 @@ class CompletionsScorer(_TokenizerMixin):
                 row.append(float(top[key]))
             out.append(row)
         return out
+
+
+_WORD = re.compile(r"[a-z']+")
+
+
+def opening_words(text: str) -> frozenset[str]:
+    """The words of a first user message, lower-cased; ids, emails and numbers (a token with a digit, '@' or '#') left out."""
+    kept = (t for t in text.lower().split() if not any(c.isdigit() or c in "@#" for c in t))
+    return frozenset(w for w in _WORD.findall(" ".join(kept)))
+
+
+class OpeningsScorer:
+    """Routing by the openings each adapter was trained on (`routing.backend: openings`).
+
+    A stand-in for a base model too small to read the routing prompt (the offline demo's ~1M-parameter
+    policy): each capability's score is the highest word overlap (Jaccard, ids left out) between the
+    task's first user message and the first user messages of its synthetic env's held-out seeds; the
+    "none" label scores `min_similarity`, so a task unlike every env's openings keeps the base model.
+    Scores play the role of logprobs in Router.decide (argmax, margin)."""
+
+    def __init__(self, openings: list[list[str]], *, min_similarity: float = 0.5) -> None:
+        if not all(openings):
+            raise RouterError("routing.backend=openings needs at least one opening per capability (its synthetic env's first user messages)")
+        self.openings = [[opening_words(o) for o in per] for per in openings]
+        self.min_similarity = min_similarity
+
+    def label_token_ids(self, label: str) -> list[int]:
+        return [ord(label[0])] if len(label) == 1 else [ord(c) for c in label]
+
+    def scores(self, first_user_messages: list[str]) -> list[list[float]]:
+        """One row per message: a score per capability (in option order), then the none label's."""
+        rows = []
+        for message in first_user_messages:
+            words = opening_words(message)
+            row = [max((len(words & o) / len(words | o) if words | o else 0.0) for o in per) for per in self.openings]
+            rows.append([*row, self.min_similarity])
+        return rows

@@ -60,6 +60,11 @@ def routing_cases(
     return cases
 
 
+def env_openings(make_env: Callable[[], Environment], seeds: Sequence[int]) -> list[str]:
+    """The first user messages of an env's seeds (what routing.backend=openings compares a task with)."""
+    return [c.first_message for c in routing_cases({"env": make_env}, seeds)]
+
+
 def measure_router(router: Router, cases: Sequence[RoutingCase], *, store: Any = None, run_id: str | None = None) -> RouterAccuracy:
     """Batch-route every case; an abstention counts as 'none' (the base model answers). Stored when a store is given."""
     decisions = router.route_batch([c.first_message for c in cases])

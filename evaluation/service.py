@@ -23,7 +23,7 @@ from agents.router import (
     RoutingConfig,
     compact_trajectory,
 )
-from agents.router_backends import CompletionsScorer, TransformersScorer
+from agents.router_backends import CompletionsScorer, OpeningsScorer, TransformersScorer
 from envs.naming import synthetic_env_name
 from envs.protocol import TargetEnvironment
 from evaluation.policies import GRPO_TARGET, standard_policies
@@ -80,19 +80,24 @@ def build_router(
     backend: Any = None,
     tokenizer_path: str | Path | None = None,
     api_key: str | None = None,
+    openings: Mapping[str, list[str]] | None = None,
 ) -> Router:
     """The router over the run's capabilities. routing.backend = transformers: the backend's own base weights
     (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer."""
     options = [RouteOption(routing.labels[i], c["name"], c["definition"], c["example"], c["adapter"]) for i, c in enumerate(artifacts.capabilities)]
     if len(options) + 1 > len(routing.labels):
         raise RouterError(f"{len(options)} capabilities need {len(options) + 1} labels: add labels to routing.labels")
-    if routing.backend == "vllm":
+    if routing.backend == "openings":
+        if openings is None or any(c["name"] not in openings for c in artifacts.capabilities):
+            raise RouterError("routing.backend=openings needs each capability's synthetic-env openings (evaluation.routing.env_openings)")
+        scorer: Any = OpeningsScorer([openings[c["name"]] for c in artifacts.capabilities], min_similarity=routing.openings_min_similarity)
+    elif routing.backend == "vllm":
         if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
             raise RouterError("routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer")
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
-        scorer: Any = CompletionsScorer(routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s)
+        scorer = CompletionsScorer(routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s)
     elif backend is not None:
         scorer = TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context)
     elif tokenizer_path is not None:

@@ -261,9 +261,21 @@ class RealStages:
             baseline = self.store.get_adapter(run_id, GRPO_TARGET)
             extra = {GRPO_TARGET: baseline.path} if baseline is not None and baseline.status == "done" and baseline.path else {}
             backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=self.cfg.policy.max_new_tokens, seed=self.cfg.seed)
-            router = build_router(artifacts, routing=self.cfg.routing, backend=backend, tokenizer_path=base)
+            openings = self._openings(run_id, artifacts) if self.cfg.routing.backend == "openings" else None
+            router = build_router(artifacts, routing=self.cfg.routing, backend=backend, tokenizer_path=base, openings=openings)
             self._router = (artifacts, backend, router)
         return self._router
+
+    def _openings(self, run_id: str, artifacts: Any) -> dict[str, list[str]]:
+        """Each capability's synthetic-env openings on its TRAINING seeds (what its adapter was trained on), in the sandbox;
+        the router's accuracy is measured on held-out seeds."""
+        from evaluation.routing import env_openings
+        from sandbox.env import open_env
+
+        ws, sandbox, pool = self.cfg.workspace, self.cfg.sandbox, self.sandbox_pool()
+        seeds = list(range(self.cfg.training.train_seeds))
+        return {c["name"]: env_openings(lambda m=ws / "synthetic_envs" / run_id / f"{c['name']}.py": open_env(m, sandbox, pool), seeds)
+                for c in artifacts.capabilities}
 
     def _base_dir(self) -> str:
         path = self.cfg.policy.local_path

@@ -127,3 +127,20 @@ def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
         Router(_options(), CompletionsScorer(srv.base_url, "tiny", tok)).route("hi")
     with pytest.raises(ModelEndpointError, match="unreachable"):
         Router(_options(), CompletionsScorer("http://127.0.0.1:9/v1", "tiny", tok, timeout_s=2)).route("hi")
+
+
+def test_openings_router_sends_a_task_to_the_env_whose_openings_it_shares_and_keeps_the_rest_on_base() -> None:
+    from agents.router_backends import OpeningsScorer, opening_words
+
+    assert opening_words("It's order #W1234567, my email is ava.kim12@example.com.") == {"it's", "order", "my", "email", "is"}
+    scorer = OpeningsScorer([["Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W1"],
+                             ["Hello, how much did I pay in total for one of my recent orders?"]], min_similarity=0.5)
+    router = Router([RouteOption("A", "precondition", "d", adapter="pre"), RouteOption("B", "lookup", "d", adapter="look")], scorer,
+                    RoutingConfig(backend="openings"))
+    cancel = router.route("Hi, I want to cancel my order, I don't need it anymore.")
+    assert cancel.adapter == "pre" and cancel.logprobs["A"] == 1.0  # ids and emails are left out of the overlap
+    assert router.route("Hello, how much did I pay in total for one of my recent orders? #W42").adapter == "look"
+    other = router.route("Hi, what's the remaining balance on my gift card?")
+    assert other.adapter is None and other.label == "C" and not other.abstained  # unlike every env's openings: the base model
+    with pytest.raises(RouterError, match="at least one opening per capability"):
+        OpeningsScorer([["x"], []])
