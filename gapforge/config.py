@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
@@ -52,6 +52,16 @@ class GapforgeConfig(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> GapforgeConfig:
+        """Settings of two sections that must agree (one-line fixes)."""
+        if abs(self.grpo_readiness.temperature - self.training.temperature) > 1e-9:
+            raise ValueError(
+                f"grpo_readiness.temperature ({self.grpo_readiness.temperature}) must equal training.temperature "
+                f"({self.training.temperature}): readiness measures the rollouts GRPO will sample; set both to the same value"
+            )
+        return self
 
     @property
     def store_url(self) -> str:
@@ -105,6 +115,8 @@ def parse_override(item: str) -> tuple[str, Any]:
 def _format_error(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"]) or "<root>"
+    if not first["loc"] and first["type"] == "value_error":  # a check across sections: its message says what to set
+        return str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{loc}': remove it or check the spelling (see `gapforge config show`)"
     return f"config key '{loc}': {first['msg']} (got {first.get('input')!r})"

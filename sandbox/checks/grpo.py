@@ -1,4 +1,4 @@
-"""Check 7: GRPO-ready. G seeds x K policy samples at temperature 1.0 must give
+"""Check 7: GRPO-ready. G seeds x K policy samples at the training temperature (grpo_readiness.temperature) must give
 informative groups (reward std > 0), few all-zero / all-perfect groups, and a
 mean reward inside [mean_low, mean_high].
 
@@ -78,7 +78,7 @@ async def acheck_grpo_ready(
             env: ValidatedEnv | None = None
             try:
                 env = await asyncio.to_thread(open_env)
-                episode = await run_episode(policy, env, seed, 1.0)
+                episode = await run_episode(policy, env, seed, cfg.temperature)
                 if getattr(episode, "termination", None) == "env_error":
                     faults.append({"seed": seed, "kind": "env_error", "error": str(getattr(episode, "error", ""))[:1500]})
                 return float(getattr(episode, "reward", episode))

@@ -35,7 +35,7 @@ class SelfTestThresholds(BaseModel):
 
 
 class GRPOReadinessConfig(BaseModel):
-    """Check 7: G seeds x K policy samples at temperature 1.0 (DESIGN.md §5.7), with the policy that
+    """Check 7: G seeds x K policy samples at the training temperature (DESIGN.md §5.7), with the policy that
     will train on the env: its mean reward must sit inside [mean_low, mean_high] (Tau2-Infinity keeps
     generated tasks at a 0.25-0.75 pass rate) and at least `min_informative` of its groups of K (set K
     to the training group size) must have a spread; the verdict says "too hard" / "too easy"."""
@@ -49,6 +49,7 @@ class GRPOReadinessConfig(BaseModel):
     max_all_perfect: float = Field(0.2, ge=0.0, le=1.0)
     mean_low: float = Field(0.2, ge=0.0, le=1.0, description="below: too hard for the policy (most groups all zero)")
     mean_high: float = Field(0.8, ge=0.0, le=1.0, description="above: too easy (most groups all perfect)")
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="sampling temperature of the readiness episodes: the training temperature (training.temperature)")
     concurrency: int = Field(
         4, ge=1, le=256, description="policy episodes in flight (1: a local policy samples in a fixed order, so the verdict is reproducible)"
     )

@@ -77,3 +77,11 @@ def test_readiness_bounds_must_be_ordered() -> None:
         GRPOReadinessConfig(samples=1)  # a group needs two samples to have a spread
     with pytest.raises(ConfigError, match="rollouts.concurrency"):
         load_config(None, ["rollouts.concurrency=0"], environ={})
+
+
+def test_readiness_and_training_temperatures_must_agree() -> None:
+    """Readiness measures the rollouts GRPO will sample: a mismatch is refused at load time with the fix."""
+    with pytest.raises(ConfigError, match=r"^grpo_readiness.temperature \(1.0\) must equal training.temperature \(0.7\)"):
+        load_config(None, ["training.temperature=0.7"], environ={})
+    cfg = load_config(None, ["training.temperature=0.7", "grpo_readiness.temperature=0.7"], environ={})
+    assert cfg.grpo_readiness.temperature == cfg.training.temperature == 0.7

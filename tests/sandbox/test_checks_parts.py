@@ -146,3 +146,15 @@ def test_grade_groups_thresholds() -> None:
     assert not flat.passed and flat.summary.startswith("rewards do not vary within groups") and flat.evidence["difficulty"] == "flat"
     low = grade_groups({0: [0.0, 0.3], 1: [0.1, 0.2], 2: [0.0, 0.2]}, cfg)  # no all-zero group, but the mean is below the window
     assert not low.passed and low.evidence["difficulty"] == "too_hard" and "mean reward 0.133 outside [0.2, 0.8]" in low.summary
+
+
+def test_grpo_ready_samples_at_the_configured_training_temperature() -> None:
+    seen: list[float] = []
+
+    async def recording(policy: Any, env: Any, seed: int, temperature: float) -> Any:
+        seen.append(temperature)
+        return await _runner(policy, env, seed, temperature)
+
+    cfg = GRPOReadinessConfig(groups=2, samples=2, temperature=0.7)
+    validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=2, policy=CoinPolicy(1), run_episode=recording, readiness=cfg)
+    assert seen and set(seen) == {0.7}
