@@ -29,6 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--backend", default="docker")
+    ap.add_argument("--module", default=str(MODULE), help="the env module trained on (default: the example precondition env)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", default="/tmp/gapforge-grpo-precondition")
@@ -42,7 +43,7 @@ def main() -> None:
     ap.add_argument("--test", type=int, default=0,
                     help="test seeds, disjoint from training AND held-out seeds (which chose the kept adapter): base vs adapter on them")
     args = ap.parse_args()
-    spec = EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": args.backend})
+    spec = EnvSpec(kind="sandbox", module=str(Path(args.module).resolve()), sandbox={"backend": args.backend})
     rows = []
     for seed in args.seeds:
         extra = {"learning_rate": args.lr} if args.lr is not None else {}

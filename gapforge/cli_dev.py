@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
+from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, get_config, handle_errors
 
 app = typer.Typer(no_args_is_help=True, help="Developer helpers: offline tiny model for tests and the demo.")
 
@@ -42,29 +42,44 @@ def tiny_model(
 @handle_errors
 def teach_cmd(
     out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash)"),
+    recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. artifacts/shop-policy/teach.json): rebuild exactly its recipe"),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
+    ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to artifacts/shop-policy/ (the demo's base policy)"),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
-    samples: int = typer.Option(2, "--samples", min=1, help="episodes per task at temperature 1.0"),
-    greedy: bool = typer.Option(True, "--greedy/--no-greedy", help="also report greedy (temperature 0) pass rates"),
+    samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),
 ) -> None:
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
+    import json
+
     from training.teach import TeachConfig, teach
 
-    cfg = TeachConfig() if epochs is None else TeachConfig(epochs=epochs)
+    if recipe is not None:
+        if not recipe.is_file():
+            raise UsageError(f"--recipe {recipe}: no such file (give a teach.json, e.g. artifacts/shop-policy/teach.json)")
+        cfg = TeachConfig(**{k: v for k, v in json.loads(recipe.read_text())["recipe"].items() if k != "threads"})
+    else:
+        cfg = TeachConfig()
+    if epochs is not None:
+        cfg = cfg.model_copy(update={"epochs": epochs})
     path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False))
-    console.print(f"taught model: {path.resolve()}  (set policy.local_path to it)", highlight=False)
-    if evaluate:
-        from envs.shop import ShopEnv
-        from training.evaluate import load_policy, pass_rates
-        from training.teach import load_meta
+    console.print(f"taught model: {path.resolve()}  (recipe {cfg.recipe_hash()}; set policy.local_path to it)", highlight=False)
+    rates = None
+    if ship_it:
+        from training.artifact import SHIPPED, describe, load_card, measure, ship
 
-        meta = load_meta(path)
-        model, tok = load_policy(path)
-        env = ShopEnv()
-        runs = [("temperature 1.0", 1.0, samples)] + ([("greedy", 0.0, 1)] if greedy else [])
-        for label, temperature, n in runs:
-            rates = pass_rates(model, tok, ShopEnv, meta["eval_tasks"], env.task_family, samples=n, temperature=temperature)
-            console.print(f"shop tasks (instance 0, unseen), {label}:", highlight=False)
-            for fam, r in rates.items():
-                console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  mean reward {r['mean_reward']:.2f}  ({r['episodes']} episodes)",
-                              highlight=False)
+        console.print(f"measuring the build as the demo collects (44 tasks x {samples} samples, temperature 0.7) ...", highlight=False)
+        dest = ship(path, SHIPPED, measure(path, samples=samples))
+        console.print(f"shipped: {describe(dest)}", highlight=False)
+        rates = load_card(dest)["measured"]["rates"]
+    elif evaluate:
+        import asyncio
+
+        from training.evaluate import shop_rates
+
+        rates = asyncio.run(shop_rates(path, samples=samples))
+    if rates is not None:
+        console.print(f"shop tasks (instance 0, never taught on), {samples} samples per task at temperature 0.7, as the demo collects:",
+                      highlight=False)
+        for fam, r in rates.items():
+            skip = f"  (failures that skipped the order check: {r['failures_skipping_check']:.0%})" if "failures_skipping_check" in r else ""
+            console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  ({r['episodes']} episodes){skip}", highlight=False)

@@ -97,6 +97,8 @@ def _drive_leased(store: Any, run_id: str, go: Any, last_line: bool) -> int:
         _table(capability_table(values))
         if values.get("evaluation"):
             _table(evaluation_table(values))
+            for line in _headline(store, run_id):
+                console.print(line, highlight=False, soft_wrap=True)
         if values.get("report"):
             console.print(f"report: {values['report']}", highlight=False, soft_wrap=True)
     if last_line:
@@ -106,6 +108,14 @@ def _drive_leased(store: Any, run_id: str, go: Any, last_line: bool) -> int:
 
 @app.command("run")
 @handle_errors
+def _headline(store: Any, run_id: str) -> list[str]:
+    """The focus family's base -> TRACE result with its paired 95% interval (evaluation.summary), from the store."""
+    from evaluation.summary import headline
+
+    metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+    return headline(metrics) if metrics else []
+
+
 def run_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,

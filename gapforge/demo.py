@@ -20,12 +20,12 @@ from gapforge.config import GapforgeConfig, load_config
 from gapforge.run_session import RunOptions, run_record
 
 # The demo's embedded defaults (the user's --config / --set still apply on top).
-# Measured ~10 min on 2 CPU cores with the taught model cached (README has the run).
+# Measured on 2 CPU cores with the shipped policy (README has the run and its stage times).
 DEMO_SETTINGS: list[str] = [
     "llm.kind=scripted",
     "rollouts.env=shop",
     "rollouts.samples=6",  # 6 (not 4): with fewer, some sampling seeds leave a family without any success to contrast
-    # the taught tiny policy passes most often at 0.7 (THE shop: 20%; greedy 16%, 1.0 9%); GRPO still samples at training.temperature
+    # the shipped tiny policy is measured at 0.7 (artifacts/shop-policy/teach.json); GRPO still samples at training.temperature
     "policy.temperature=0.7",
     "rollouts.concurrency=8",  # batched local generation; each episode seeds from its (task, sample), so this is as reproducible as 1
     "rollouts.max_turns=10",
@@ -35,33 +35,37 @@ DEMO_SETTINGS: list[str] = [
     "synthesis.max_attempts=3",
     "synthesis.validation_seeds=10",
     "synthesis.rollout_budget=64",
-    # GRPO readiness sized for the tiny policy: on the recorded envs its mean reward is ~0.1-0.16 (mostly
-    # the no-wrong-write credits) with a spread in ~25% of the groups; the defaults (mean >= 0.15, 50%
-    # informative) are for real models and reject them all (the precondition env stays marginal even here)
+    # GRPO readiness with the policy that will train, at the training group size: default window [0.2, 0.8], >= 50% informative
     "grpo_readiness.groups=8",
-    "grpo_readiness.samples=4",
-    "grpo_readiness.min_informative=0.25",
-    "grpo_readiness.mean_low=0.05",
+    "grpo_readiness.samples=8",
     "grpo_readiness.concurrency=8",  # batched too, and as reproducible (the check sets each episode's key)
-    # training.TrainingConfig.tiny(), shortened: GRPO + LoRA on CPU
+    # training.TrainingConfig.tiny(), sized for ~4 min of CPU: GRPO + LoRA
     "training.lora_rank=8",
     "training.lora_alpha=16",
     "training.learning_rate=0.002",
-    "training.max_steps=8",
+    "training.max_steps=12",
     "training.groups_per_step=2",
-    "training.num_generations=4",
+    "training.num_generations=8",
     "training.max_turns=8",
     "training.malformed_tool_calls=continue",
     "training.max_new_tokens=64",
     "training.max_completion_length=1536",
     "training.train_seeds=32",
-    "training.heldout_seeds=8",
-    "training.heldout_samples=1",
+    "training.heldout_seeds=16",
+    "training.heldout_samples=2",
     "training.eval_every=4",
     "training.save_every=4",
-    # one episode per held-out task and policy (22 each): every policy plays the same (task, trial) seeds, so the paired
-    # differences stay meaningful; 2 trials cost ~2 more minutes on 2 cores
+    "training.patience=3",
+    # a ~1M-parameter base cannot read the routing prompt: route by the openings each adapter was trained on (README)
+    "routing.backend=openings",
+    # one episode per held-out task and policy, but 40 per planted-family task for base and TRACE (200 paired episodes):
+    # every policy plays the same (task, trial) seeds, so the paired differences stay meaningful
     "evaluation.trials=1",
+    "evaluation.family_trials.policy_refusal=40",
+    "evaluation.focus_family=policy_refusal",
+    # the GRPO-on-target baseline trains another adapter with the same rollout budget (~3 more minutes on 2 cores):
+    # off in the demo, on by default (--set evaluation.baseline_grpo=true; bench/effect.py measures without it)
+    "evaluation.baseline_grpo=false",
 ]
 
 SCRIPTED_NOTE = (
@@ -103,15 +107,15 @@ def _require_docker(cfg: GapforgeConfig) -> None:
     console.print(f"sandbox image {cfg.sandbox.image}: {'current' if used == 'cached' else f'built with {used}'}", highlight=False)
 
 
-def _taught_policy(cfg: GapforgeConfig) -> Path:
-    """The tiny base policy taught offline with its planted deficit (built once, cached by recipe hash)."""
+def _shipped_policy() -> Path:
+    """The tiny base policy shipped in the repository (training.artifact): taught once, by us, never by the demo."""
+    from training.artifact import SHIPPED, ArtifactError, describe
+
     try:
-        from training.teach import TeachConfig, teach
-    except ModuleNotFoundError as e:
-        raise UsageError(f"the taught tiny model needs the training stage ({e.name} is missing)") from None
-    path = teach(cfg.workspace / "models", TeachConfig(seed=cfg.seed), progress=lambda m: console.print(f"  {m}", highlight=False))
-    console.print(f"base policy: {path} (tiny Qwen3, taught offline, planted deficit)", highlight=False)
-    return path
+        console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
+    except ArtifactError as e:
+        raise UsageError(str(e)) from None
+    return SHIPPED
 
 
 def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
@@ -126,11 +130,11 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     cfg = demo_config(cfg, overrides)
     _require_docker(cfg)
-    if cfg.policy.kind == "local" and cfg.policy.local_path:  # the user's own base model (--set policy.local_path=DIR)
-        console.print(f"base policy: {cfg.policy.local_path} (given; the taught tiny model is not built)", highlight=False)
+    if cfg.policy.local_path:  # the user's own base model (--set policy.local_path=DIR)
+        console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
+        cfg = demo_config(cfg, ["policy.kind=local", *(overrides or [])])
     else:
-        model = _taught_policy(cfg)
-        cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={model}", *(overrides or [])])
+        cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={_shipped_policy()}", *(overrides or [])])
     store = open_store(cfg)
     options = RunOptions()
     store.create_run("demo", run_record("demo", cfg, options), run_id)

@@ -42,3 +42,66 @@ def pass_rates(model: Any, tok: Any, make_env: EnvFactory, tasks: list[Any], fam
     per["all"] = [x for fam in list(per.values()) for x in fam]
     return {fam: {"pass_rate": sum(s for _, s in xs) / len(xs), "mean_reward": sum(r for r, _ in xs) / len(xs), "episodes": len(xs)}
             for fam, xs in per.items()}
+
+
+class _MemorySink:
+    """An in-memory episode sink for agents.rollouts.collect (nothing is stored)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
+        return set(self.rows)
+
+    def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int:
+        self.rows[(task_id, sample)] = fields
+        return len(self.rows)
+
+
+def skipped_check(messages: list[dict[str, Any]]) -> bool:
+    """The planted behaviour: the agent settled the request (a text turn after the customer gave the
+    order id) without ever calling get_order_details before it."""
+    order_told = False
+    for m in messages:
+        if m.get("role") == "user" and "#W" in (m.get("content") or ""):
+            order_told = True
+        if m.get("role") == "assistant":
+            if any(c.get("name") == "get_order_details" for c in m.get("tool_calls") or []):
+                return False
+            if order_told and m.get("content") and not m.get("tool_calls") and "?" not in m["content"]:
+                return True
+    return False
+
+
+async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, samples: int = 6, temperature: float = 0.7,
+                     concurrency: int = 8, max_turns: int = 10, max_new_tokens: int = 96, seed: int = 0) -> dict[str, Any]:
+    """Pass rates per family on THE shop exactly as `gapforge demo` collects (serving.local.LocalPolicy,
+    agents.rollouts.collect, per-episode seeds): {family: {pass_rate, episodes, successes}} plus "all",
+    and for policy_refusal the share of its failures that skipped the order check (the planted deficit)."""
+    from agents.rollouts import CollectPlan, collect
+    from envs.shop import ShopEnv
+    from serving.local import LocalPolicy
+    from training.cpu import set_cpu_threads
+
+    set_cpu_threads()  # only the free cores: on a busy machine two threads wait on each other (training/cpu.py)
+    env = ShopEnv()
+    tasks = list(tasks or env.task_ids())
+    policy = LocalPolicy(model_dir, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    sink = _MemorySink()
+    try:
+        await collect(CollectPlan("rates", "shop", tasks, samples, concurrency, max_turns, temperature), make_env=ShopEnv,
+                      policy=policy, sink=sink)
+    finally:
+        await policy.aclose()
+    per: dict[str, list[dict[str, Any]]] = {}
+    for (task, _), row in sorted(sink.rows.items()):
+        per.setdefault(env.task_family(task), []).append(row)
+    per["all"] = [r for fam in list(per.values()) for r in fam]
+    out: dict[str, Any] = {}
+    for fam, rows in per.items():
+        wins = sum(1 for r in rows if r["success"])
+        out[fam] = {"pass_rate": round(wins / len(rows), 4), "episodes": len(rows), "successes": wins}
+    refusals = [r for r in per.get("policy_refusal", []) if not r["success"]]
+    if refusals:
+        out["policy_refusal"]["failures_skipping_check"] = round(sum(skipped_check(r["messages"]) for r in refusals) / len(refusals), 4)
+    return out

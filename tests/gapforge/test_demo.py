@@ -8,7 +8,6 @@ would: the run's config is stored with it.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,16 +35,14 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.timeout(5400)  # teaching (~29 min) + the demo and its resume: far past the suite's 600-s default
+@pytest.mark.timeout(2400)  # the demo and its resume: far past the suite's 600-s default
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_DEMO_E2E") != "1",
-    reason="teaching the tiny policy (~29 min) and the graph (~10 min) with its resume would push CI past its 20-minute "
-    "budget on 2 cores: set GAPFORGE_DEMO_E2E=1 to run it (GAPFORGE_DEMO_TAUGHT=<a taught-<hash> dir> skips the teaching)",
+    reason="the graph (~10 min on 2 cores, the shipped policy: no teaching) with its resume would push CI past its 20-minute "
+    "budget: set GAPFORGE_DEMO_E2E=1 to run it",
 )
 def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
     env = _env(tmp_path)
-    if cached := os.environ.get("GAPFORGE_DEMO_TAUGHT"):  # a model built by an earlier demo (same recipe hash, or it is taught again)
-        shutil.copytree(cached, tmp_path / "ws" / "models" / Path(cached).name)
     log = tmp_path / "demo.txt"
     demo = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "demo"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
     deadline = time.monotonic() + 900
@@ -67,7 +64,8 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert lines[0] == f"run {run_id}" and lines[-1] == f"run {run_id}"
     assert "scripted roles" in out and "configs/tau2-retail-qwen3-gpu.yaml" in out  # said again at the end
-    assert "evaluation (held-out tasks)" in out and "unavailable" not in out and "skipped" not in out
+    assert "evaluation (held-out tasks)" in out and "unavailable" not in out
+    assert "policy_refusal: base " in out and "policy_refusal: TRACE − base " in out  # the headline with its paired interval
     leftovers = list_containers(docker_client, f"gapforge.pid={demo.pid}")
     assert leftovers == [], "the killed demo's sandbox containers were not swept by the resumed run"
     with Store(f"sqlite:///{tmp_path / 'ws' / 'gapforge.db'}") as store:
@@ -76,6 +74,6 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
         assert store.capabilities(run_id, retained=True)
         assert any(a.capability == "precondition_verification" for a in store.adapters(run_id))
         names = {e.name for e in store.evaluations(run_id)}
-        assert {"eval:base", "eval:trace_routed", "eval:baseline_hints", "eval:baseline_grpo_target"} <= names
+        assert {"eval:base", "eval:trace_routed", "eval:baseline_hints"} <= names  # the GRPO-on-target baseline is off in the demo
     report = next(ln.split("report: ", 1)[1] for ln in lines if ln.startswith("report: "))
     assert Path(report).is_file()

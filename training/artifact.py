@@ -1,0 +1,101 @@
+"""The demo's base policy as a versioned artifact in the repository (`artifacts/shop-policy/`).
+
+Teaching costs 30-60 CPU-minutes, so it is spent once, by us: `gapforge dev teach --ship`
+builds the taught tiny policy (training.teach), measures its shop pass rates exactly as the demo
+collects (training.evaluate.shop_rates) and copies weights, tokenizer and `teach.json` (recipe and
+its hash, build time and machine, measured pass rates) here. `gapforge demo` loads it and never
+teaches; a test replays a task subset and compares with what `teach.json` recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+SHIPPED = Path(__file__).resolve().parents[1] / "artifacts" / "shop-policy"
+MAX_BYTES = 25 * 1024 * 1024
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+         "chat_template.jinja", "special_tokens_map.json")
+
+
+class ArtifactError(Exception):
+    """The shipped policy is missing or broken; the message says how to rebuild it."""
+
+
+def weights_sha256(path: str | Path) -> str:
+    return hashlib.sha256((Path(path) / "model.safetensors").read_bytes()).hexdigest()
+
+
+def load_card(path: str | Path = SHIPPED) -> dict[str, Any]:
+    """The artifact's teach.json (with `weights_sha256` checked against the weights on disk)."""
+    p = Path(path)
+    card_path = p / "teach.json"
+    if not card_path.is_file() or not (p / "model.safetensors").is_file():
+        raise ArtifactError(f"no shipped base policy in {p}: rebuild it with `gapforge dev teach --ship` (~40 min on 2 cores)")
+    card = json.loads(card_path.read_text())
+    actual = weights_sha256(p)
+    if card.get("weights_sha256") != actual:
+        raise ArtifactError(f"{p}/model.safetensors does not match teach.json (sha256 {actual[:12]} != "
+                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild with `gapforge dev teach --ship`")
+    return card
+
+
+def describe(path: str | Path = SHIPPED) -> str:
+    """One line naming the artifact: where, its recipe hash and weights hash, its size."""
+    card = load_card(path)
+    return (f"{path} (tiny Qwen3, {card['parameters']:,} parameters, taught offline with a planted deficit; "
+            f"recipe {card['recipe_hash']}, weights sha256 {card['weights_sha256'][:12]})")
+
+
+def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
+    """Copy a finished teach build into `dest` with its card (teach.json + measured pass rates + machine)."""
+    src, out = Path(build), Path(dest)
+    meta = json.loads((src / "teach.json").read_text())
+    present = [f for f in FILES if (src / f).is_file()]
+    size = sum((src / f).stat().st_size for f in present)
+    if size > MAX_BYTES:
+        raise ArtifactError(f"the build is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB an artifact in the repo may take")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in present:
+        shutil.copy2(src / f, tmp / f)
+    import torch
+
+    card = {**meta, "weights_sha256": weights_sha256(tmp), "bytes": size, "measured": measured,
+            "build_wall_s": meta.get("wall_s"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                        "torch": torch.__version__, "threads": meta.get("threads")},
+            "shipped": time.strftime("%Y-%m-%d")}
+    (tmp / "teach.json").write_text(json.dumps(card, indent=1))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    return out
+
+
+# The replay subset a test plays against the shipped card: two tasks of each family, 2 samples each.
+SUBSET = ["shop-lookup-001", "shop-lookup-004", "shop-write-001", "shop-write-007", "shop-compound-001", "shop-compound-005",
+          "shop-refusal-001", "shop-refusal-005"]
+# The demo's collection settings (gapforge.demo.DEMO_SETTINGS: policy.temperature, rollouts.max_turns, policy.max_new_tokens).
+DEMO_SAMPLING = {"temperature": 0.7, "max_turns": 10, "max_new_tokens": 96}
+
+
+def measure(model_dir: str | Path, *, samples: int = 6, concurrency: int = 8) -> dict[str, Any]:
+    """What the card records: pass rates per family on THE shop's 44 tasks as the demo collects them, and the
+    replay subset's successes (the shipped-artifact test compares against it)."""
+    import asyncio
+
+    from training.evaluate import shop_rates
+
+    t0 = time.perf_counter()
+    rates = asyncio.run(shop_rates(model_dir, samples=samples, concurrency=concurrency, **DEMO_SAMPLING))
+    subset = asyncio.run(shop_rates(model_dir, tasks=SUBSET, samples=2, concurrency=concurrency, **DEMO_SAMPLING))
+    return {"sampling": {**DEMO_SAMPLING, "samples": samples, "tasks": 44}, "rates": rates,
+            "subset": {"tasks": SUBSET, "samples": 2, "successes": subset["all"]["successes"], "episodes": subset["all"]["episodes"]},
+            "measure_s": round(time.perf_counter() - t0, 1)}
