@@ -77,6 +77,23 @@ class MultiAdapterModel:
     def adapters(self) -> list[str]:
         return list(self.adapter_paths)
 
+    def load_adapter(self, adapter: str, path: str | Path) -> None:
+        """Add one LoRA adapter at run time (a vLLM server's /v1/load_lora_adapter); batches wait for it (the lock)."""
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise ServingError(f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)")
+        if adapter == self.name or adapter in self.adapter_paths:
+            raise ServingError(f"adapter name '{adapter}' is already served: load each adapter version under a new name")
+        from peft import PeftModel
+
+        with self._lock:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(path, adapter_name=adapter, is_trainable=False)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=adapter, is_trainable=False).eval()
+                self._generation.batcher.model = self.model
+            self.adapter_paths[adapter] = path
+
     def _check(self, adapter: str | None) -> None:
         if adapter is not None and adapter not in self.adapter_paths:
             raise ServingError(f"unknown adapter '{adapter}': known adapters are {', '.join(self.adapters) or 'none'}")
