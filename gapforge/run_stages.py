@@ -193,7 +193,11 @@ class RealStages:
                 self.progress(f"synthesize {cap}", f"attempt {k}: {what}")
 
         deps = make_synthesis_deps(cfg, self.store, self.sandbox_pool(), say)
-        result = await asyncio.to_thread(service.synthesize_capability, deps, run_id, capability)
+        try:  # readiness rollouts on this loop, so an endpoint policy's HTTP session is closed on it
+            result = await service.asynthesize_capability(deps, run_id, capability)
+        finally:
+            if deps.policy is not None and hasattr(deps.policy, "aclose"):
+                await deps.policy.aclose()
         this = next((a for a in result.attempts if a.attempt == attempt), None)
         if this is None:
             return SynthesisAttempt(capability, attempt, None, result.reason or "no attempt made")
@@ -416,10 +420,15 @@ async def open_stages(
     from gapforge.wiring import build_deps
 
     deps = dataclasses.replace(build_deps(cfg), open_store=lambda: store)
+    stages: RealStages | None = None
     try:
-        yield stages_cls(cfg, deps, progress)
+        stages = stages_cls(cfg, deps, progress)
+        yield stages
     finally:
         await deps.aclose_policies()
+        routed = getattr(stages, "_router", None)
+        if routed is not None and hasattr(routed[1], "aclose"):  # the evaluation backend (vLLM sessions, batching worker)
+            await routed[1].aclose()
         pool, deps._pool = deps._pool, None  # the store stays open: the caller owns it
         if pool is not None:
             await asyncio.to_thread(pool.close)
