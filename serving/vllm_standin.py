@@ -2,8 +2,9 @@
 
 No GPU and no vLLM here, so the GPU path is dry-run against this: serving/fake_vllm.py's HTTP API (the one
 gapforge speaks to a vLLM server) backed by a real local model (serving.multi_adapter.MultiAdapterModel):
-- /v1/chat/completions renders with `--chat-template FILE`, generates, and with `--enable-auto-tool-choice`
-  parses tool calls (`--tool-call-parser hermes | llama3_json`); with `--reasoning-parser qwen3` the
+- /v1/chat/completions renders with `--chat-template FILE`, generates and parses tool calls
+  (`--enable-auto-tool-choice --tool-call-parser hermes | llama3_json`, required: without them vLLM returns
+  calls as text, so the stand-in refuses to start); with `--reasoning-parser qwen3` the
   <think> block comes back as `reasoning_content`, else inside `content` (as vLLM does); a prompt past the
   context is vLLM's 400;
 - /v1/completions scores token-id prompts with the base model (the router's `logprob_token_ids`);
@@ -48,8 +49,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     for ignored in ("--max-loras", "--gpu-memory-utilization", "--tensor-parallel-size"):
         p.add_argument(ignored, default=None, help="accepted, ignored (GPU only)")
     args = p.parse_args(argv)
-    if args.enable_auto_tool_choice and not args.tool_call_parser:
-        p.error("--enable-auto-tool-choice needs --tool-call-parser")
+    if not args.enable_auto_tool_choice or not args.tool_call_parser:  # vLLM would return the calls as text: say so now
+        p.error("gapforge's rollouts need tool calls: add --enable-auto-tool-choice --tool-call-parser hermes (llama3_json for Llama)")
     return args
 
 
