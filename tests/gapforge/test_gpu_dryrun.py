@@ -7,7 +7,7 @@ flags (serving.vllm_standin: same HTTP API, runtime LoRA loading), the LLM roles
 every stage small. The run must go through every stage to the report: rollouts on τ² retail through the served policy,
 analysis, synthesis + self-test in the Docker sandbox, GRPO + LoRA on the synthetic env and on the target (baseline),
 adapters loaded into the server at run time, the router on its completions, evaluation, report.
-Measured: ~12 min on 2 busy cores (README).
+Measured: 1.6-2.0 min on 2 busy cores (README).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tests.gapforge.dryrun_roles import CAPABILITY, respond
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.skipif(os.environ.get("GAPFORGE_GPU_DRYRUN") != "1",
-                       reason="opt-in: GAPFORGE_GPU_DRYRUN=1 runs README's GPU steps on CPU stand-ins (~12 min, needs Docker)"),
+                       reason="opt-in: GAPFORGE_GPU_DRYRUN=1 runs README's GPU steps on CPU stand-ins (~2 min, needs Docker)"),
     pytest.mark.tau2,
     pytest.mark.slow,
 ]
