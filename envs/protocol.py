@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -43,6 +43,16 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None  # set on role == "tool"
     name: str | None = None  # tool name on role == "tool"
+    # the assistant's <think> reasoning as the model wrote it (policy backends that parse it); envs ignore it,
+    # the training chat template renders it back (serving.chat_format); left out of dumps when None
+    reasoning: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_reasoning(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if out.get("reasoning") is None:
+            out.pop("reasoning", None)
+        return out
 
     def to_openai(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}

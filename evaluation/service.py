@@ -94,9 +94,9 @@ def build_router(
     elif routing.backend == "vllm":
         if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
             raise RouterError("routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer")
-        from transformers import AutoTokenizer
+        from serving.chat_format import load_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
+        tok = load_tokenizer(tokenizer_path)  # the chat format the policy is served with
         scorer = CompletionsScorer(routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s)
     elif backend is not None:
         scorer = TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context)

@@ -16,6 +16,8 @@ app = typer.Typer(no_args_is_help=True, help="Developer helpers: offline tiny mo
 def tiny_model(
     path: Path = typer.Argument(..., help="directory to write the model into (created if missing)"),
     seed: int | None = typer.Option(None, "--seed", help="seed for the random weights (default: the config's seed)"),
+    template: str | None = typer.Option(None, "--template", help="a chat template TRL ships, by name (e.g. qwen3: Qwen3's stock "
+                                                                "template), instead of the tiny one"),
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -29,13 +31,35 @@ def tiny_model(
         console.print(f"overwriting the model in {path}", highlight=False)
     from transformers.utils import logging as hf_logging
 
+    from serving.chat_format import stock_template
     from serving.tiny_model import build_tiny_model
 
     hf_logging.disable_progress_bar()
-    out = build_tiny_model(path, seed=seed)
+    out = build_tiny_model(path, seed=seed, template=stock_template(template) if template else None)
     console.print(f"tiny model (seed {seed}) written to {out.resolve()}:", highlight=False)
     for file in sorted(out.iterdir()):
         console.print(f"  {file.name}  {file.stat().st_size} bytes", highlight=False)
+
+
+@app.command("chat-template")
+@handle_errors
+def chat_template_cmd(
+    model: Path = typer.Argument(..., help="a local Hugging Face model directory (its tokenizer's chat template)"),
+    out: Path = typer.Option(..., "--out", help="file to write the template into (vLLM: --chat-template FILE)"),
+) -> None:
+    """Write the chat template gapforge trains and serves this model with (its family's training template)."""
+    from serving.chat_format import chat_format
+    from serving.errors import ServingError
+
+    if not (model / "tokenizer_config.json").is_file():
+        raise ServingError(f"{model} has no tokenizer_config.json: give the local model directory (e.g. huggingface-cli download ... --local-dir DIR)")
+    from transformers import AutoTokenizer
+
+    fmt = chat_format(AutoTokenizer.from_pretrained(model, local_files_only=True))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(fmt.template, encoding="utf-8")
+    console.print(f"{out}: {fmt.family} ({fmt.source}), tool calls {fmt.tool_format}"
+                  + (f"; versus the stock template it throws away {fmt.dropped}" if fmt.dropped else ""), highlight=False, soft_wrap=True)
 
 
 @app.command("teach")

@@ -193,7 +193,11 @@ class RealStages:
                 self.progress(f"synthesize {cap}", f"attempt {k}: {what}")
 
         deps = make_synthesis_deps(cfg, self.store, self.sandbox_pool(), say)
-        result = await asyncio.to_thread(service.synthesize_capability, deps, run_id, capability)
+        try:  # readiness rollouts on this loop, so an endpoint policy's HTTP session is closed on it
+            result = await service.asynthesize_capability(deps, run_id, capability)
+        finally:
+            if deps.policy is not None and hasattr(deps.policy, "aclose"):
+                await deps.policy.aclose()
         this = next((a for a in result.attempts if a.attempt == attempt), None)
         if this is None:
             return SynthesisAttempt(capability, attempt, None, result.reason or "no attempt made")
@@ -225,11 +229,9 @@ class RealStages:
         module = cfg.workspace / "synthetic_envs" / run_id / f"{capability}.py"  # written by synthesis when accepted
         if not module.is_file():
             raise StageFailed(f"no accepted synthetic env module at {module}")
-        if cfg.policy.kind != "local" or not cfg.policy.local_path:
-            raise StageFailed("training needs a local base model: set policy.kind=local and policy.local_path")
         out = cfg.workspace / "adapters" / run_id / capability
         env = EnvSpec(kind="sandbox", module=str(module), sandbox=cfg.sandbox.model_dump(mode="json"))
-        job = TrainJob(name=capability, capability=capability, base_model=cfg.policy.local_path, env=env, config=cfg.training,
+        job = TrainJob(name=capability, capability=capability, base_model=self._base_dir(), env=env, config=cfg.training,
                        out_dir=str(out), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
         spec_dir = cfg.workspace / "train_jobs" / run_id
 
@@ -260,9 +262,16 @@ class RealStages:
             artifacts = run_artifacts(self.store, run_id, max_example_chars=self.cfg.routing.max_example_chars)
             baseline = self.store.get_adapter(run_id, GRPO_TARGET)
             extra = {GRPO_TARGET: baseline.path} if baseline is not None and baseline.status == "done" and baseline.path else {}
-            backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=self.cfg.policy.max_new_tokens, seed=self.cfg.seed)
-            openings = self._openings(run_id, artifacts) if self.cfg.routing.backend == "openings" else None
-            router = build_router(artifacts, routing=self.cfg.routing, backend=backend, tokenizer_path=base, openings=openings)
+            routing = self.cfg.routing
+            if self.cfg.policy.kind == "endpoint":  # the served policy (vLLM): adapters loaded into it at run time
+                backend = self._vllm_backend({**artifacts.adapter_paths, **extra})
+                routing = self._endpoint_routing()
+            else:
+                backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=self.cfg.policy.max_new_tokens, seed=self.cfg.seed)
+            openings = self._openings(run_id, artifacts) if routing.backend == "openings" else None
+            key = self.cfg.policy.endpoint.api_key
+            router = build_router(artifacts, routing=routing, backend=backend, tokenizer_path=base, openings=openings,
+                                  api_key=key.get_secret_value() if key else None)
             self._router = (artifacts, backend, router)
         return self._router
 
@@ -278,10 +287,32 @@ class RealStages:
                 for c in artifacts.capabilities}
 
     def _base_dir(self) -> str:
+        """The base model's weights on this machine: what training loads, and (policy.kind=endpoint) what vLLM serves."""
         path = self.cfg.policy.local_path
-        if self.cfg.policy.kind != "local" or not path:
-            raise StageFailed("routing and evaluation need the local base model: set policy.kind=local and policy.local_path")
+        if self.cfg.policy.kind not in ("local", "endpoint") or not path:
+            raise StageFailed("training, routing and evaluation need the base model's weights on this machine: set policy.local_path "
+                              "(with policy.kind=endpoint: the directory the vLLM server serves)")
         return path
+
+    def _vllm_backend(self, adapters: dict[str, Any]) -> Any:
+        """The policy endpoint (a vLLM server) with every adapter registered under its versioned name."""
+        from serving.vllm_backend import VLLMBackend
+
+        ep = self.cfg.policy.endpoint
+        backend = VLLMBackend(ep.base_url or "http://localhost:8000/v1", ep.model, adapters, api_key=ep.api_key.get_secret_value() if ep.api_key else None,
+                              timeout_s=ep.timeout_s, max_retries=ep.max_retries, max_new_tokens=self.cfg.policy.max_new_tokens)
+        asyncio.run(backend.ensure_registered())  # (called in a worker thread: no running loop here)
+        return backend
+
+    def _endpoint_routing(self) -> Any:
+        """Routing for a served policy: the same vLLM server's completions (routing.vllm_* default to the policy endpoint)."""
+        routing = self.cfg.routing
+        if routing.backend == "transformers":
+            raise StageFailed("routing.backend=transformers needs the policy in this process: with policy.kind=endpoint set routing.backend=vllm")
+        if routing.backend != "vllm":
+            return routing
+        ep = self.cfg.policy.endpoint
+        return routing.model_copy(update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model})
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         """The router over the trained adapters, and its accuracy on held-out synthetic seeds (in the sandbox)."""
@@ -389,10 +420,15 @@ async def open_stages(
     from gapforge.wiring import build_deps
 
     deps = dataclasses.replace(build_deps(cfg), open_store=lambda: store)
+    stages: RealStages | None = None
     try:
-        yield stages_cls(cfg, deps, progress)
+        stages = stages_cls(cfg, deps, progress)
+        yield stages
     finally:
         await deps.aclose_policies()
+        routed = getattr(stages, "_router", None)
+        if routed is not None and hasattr(routed[1], "aclose"):  # the evaluation backend (vLLM sessions, batching worker)
+            await routed[1].aclose()
         pool, deps._pool = deps._pool, None  # the store stays open: the caller owns it
         if pool is not None:
             await asyncio.to_thread(pool.close)

@@ -9,7 +9,12 @@ of the router's completions scorer and the routed endpoint's forwarding path
 - POST /v1/chat/completions: `responder(request)` -> assistant message; a model
   name that is neither the base nor a loaded LoRA gets vLLM's 404;
 - GET /v1/models: the base and every loaded LoRA name;
-- POST /v1/load_lora_adapter {lora_name, lora_path} (runtime LoRA updating).
+- POST /v1/load_lora_adapter {lora_name, lora_path} (runtime LoRA updating; `loader(name, path)`
+  loads it into a real model, a ValueError is vLLM's 400).
+
+A responder that raises ValueError gets vLLM's 400 with the message (e.g. a prompt longer than the
+model's context). serving/vllm_standin.py backs this server with a real local model (`python -m
+serving.vllm_standin MODEL_DIR [vllm serve flags]`).
 """
 
 from __future__ import annotations
@@ -23,14 +28,19 @@ from typing import Any, Self
 
 Scorer = Callable[[list[int], list[int]], list[float]]
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
+Loader = Callable[[str, str], None]
 
 
 class FakeVLLMServer:
-    def __init__(self, base_model: str, *, scorer: Scorer | None = None, responder: Responder | None = None, loras: dict[str, str] | None = None) -> None:
+    def __init__(self, base_model: str, *, scorer: Scorer | None = None, responder: Responder | None = None, loras: dict[str, str] | None = None,
+                 loader: Loader | None = None, runtime_lora: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:
         self.base_model = base_model
         self.scorer = scorer
         self.responder = responder or (lambda req: {"role": "assistant", "content": f"answer from {req['model']}"})
         self.loras: dict[str, str] = dict(loras or {})
+        self.loader = loader
+        self.runtime_lora = runtime_lora  # False: /v1/load_lora_adapter is a 404, as without VLLM_ALLOW_RUNTIME_LORA_UPDATING
+        self.address = (host, port)
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -62,7 +72,10 @@ class FakeVLLMServer:
         model = body.get("model")
         if model != self.base_model and model not in self.loras:
             return 404, {"error": {"message": f"The model `{model}` does not exist.", "type": "NotFoundError"}}
-        message = self.responder(body)
+        try:
+            message = self.responder(body)
+        except ValueError as e:
+            return 400, {"error": {"message": str(e), "type": "BadRequestError"}}
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         return 200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
                      "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": {}}
@@ -74,6 +87,11 @@ class FakeVLLMServer:
         with self._lock:
             if name in self.loras:
                 return 400, {"error": {"message": f"The lora adapter '{name}' has already been loaded."}}
+            if self.loader is not None:
+                try:
+                    self.loader(name, path)
+                except ValueError as e:
+                    return 400, {"error": {"message": str(e)}}
             self.loras[name] = path
         return 200, {"message": f"Success: LoRA adapter '{name}' added successfully."}
 
@@ -107,13 +125,15 @@ class FakeVLLMServer:
                 path = self.path.rstrip("/")
                 with outer._lock:
                     outer.requests.append((path, body))
-                handlers = {"/v1/completions": outer._completions, "/v1/chat/completions": outer._chat, "/v1/load_lora_adapter": outer._load}
+                handlers = {"/v1/completions": outer._completions, "/v1/chat/completions": outer._chat}
+                if outer.runtime_lora:
+                    handlers["/v1/load_lora_adapter"] = outer._load
                 if path not in handlers:
                     self._send(404, {"error": {"message": "not found"}})
                     return
                 self._send(*handlers[path](body))
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(self.address, Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()

@@ -25,8 +25,9 @@ from envs.errors import PolicyError
 from envs.protocol import Message
 from envs.sampling import episode_key, keyed_seed
 from serving.batching import BatchGenerator, eos_ids_of
+from serving.chat_format import tool_format_of
 from serving.errors import ServingError
-from serving.tool_calls import parse_tool_calls
+from serving.tool_calls import parse_turn
 
 
 def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -34,6 +35,8 @@ def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         item: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.reasoning is not None:  # Qwen3-style templates render it back (serving.chat_format)
+            item["reasoning_content"] = m.reasoning
         if m.tool_calls:
             item["tool_calls"] = [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}} for tc in m.tool_calls
@@ -48,9 +51,10 @@ def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
 def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *, generation_prompt: bool = True,
                   **template_kwargs: Any) -> str:
-    """The prompt text a policy model sees, for rollouts (LocalPolicy) and serving (MultiAdapterModel).
-    training.tokens.render is the same call (kept there: its bytes are part of the taught model's recipe
-    hash); tests/serving/test_local.py asserts the three render identically."""
+    """The prompt text a policy model sees, for rollouts (LocalPolicy) and serving (MultiAdapterModel), with the
+    tokenizer's installed chat format (serving.chat_format.load_tokenizer: the template training samples and
+    trains with). training.tokens.render is the same call (kept there: its bytes are part of the taught model's
+    recipe hash); tests/serving/test_local.py asserts the three render identically."""
     return tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None,
                                          add_generation_prompt=generation_prompt, tokenize=False, **template_kwargs)
 
@@ -111,13 +115,14 @@ class LocalPolicy:
         self._generation = Generation(self.model, self.tokenizer, seed=seed)
 
     def _load(self, dtype: str) -> tuple[Any, Any]:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from serving.chat_format import load_tokenizer
 
         if not (self.model_path / "config.json").is_file():
             raise ServingError(f"{self.model_path} is not a Hugging Face model directory (no config.json); set policy.local_path")
-        tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
-        if not tokenizer.chat_template:
-            raise ServingError(f"the tokenizer in {self.model_path} has no chat template; add chat_template.jinja")
+        tokenizer = load_tokenizer(self.model_path)  # the chat format training uses (no template: ServingError)
+        self.tool_format = tool_format_of(tokenizer.chat_template)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, local_files_only=True)
         if self.adapter_path is not None:
             if not (self.adapter_path / "adapter_config.json").is_file():
@@ -142,5 +147,4 @@ class LocalPolicy:
             raise ServingError(f"temperature must be >= 0, got {temp}")
         text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temp,
                                                max_new_tokens=self.max_new_tokens)
-        content, tool_calls = parse_tool_calls(text)  # raises MalformedOutputError with the raw text
-        return Message.assistant(content=content, tool_calls=tool_calls)
+        return parse_turn(text, self.tool_format)  # raises MalformedOutputError with the raw text

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from envs.protocol import Message
+from serving.chat_format import tool_format_of
 from serving.errors import ServingError
 from serving.local import Generation, render_prompt
-from serving.tool_calls import parse_tool_calls
+from serving.tool_calls import parse_turn
 
 
 class MultiAdapterModel:
@@ -39,7 +40,9 @@ class MultiAdapterModel:
         template_kwargs: dict[str, Any] | None = None,
         name: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from serving.chat_format import load_tokenizer
 
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").is_file():
@@ -50,7 +53,8 @@ class MultiAdapterModel:
         # default: the prompt training and LocalPolicy render (no kwargs; serving.local.render_prompt);
         # any extra kwarg (e.g. enable_thinking=False's empty think block) is a prompt the adapters never saw
         self.template_kwargs = dict(template_kwargs or {})
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        self.tokenizer = load_tokenizer(self.model_path)  # the chat format the adapters were trained with
+        self.tool_format = tool_format_of(self.tokenizer.chat_template)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True)
         self.adapter_paths = {k: Path(v) for k, v in (adapters or {}).items()}
         for adapter, path in self.adapter_paths.items():
@@ -72,6 +76,23 @@ class MultiAdapterModel:
     @property
     def adapters(self) -> list[str]:
         return list(self.adapter_paths)
+
+    def load_adapter(self, adapter: str, path: str | Path) -> None:
+        """Add one LoRA adapter at run time (a vLLM server's /v1/load_lora_adapter); batches wait for it (the lock)."""
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise ServingError(f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)")
+        if adapter == self.name or adapter in self.adapter_paths:
+            raise ServingError(f"adapter name '{adapter}' is already served: load each adapter version under a new name")
+        from peft import PeftModel
+
+        with self._lock:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(path, adapter_name=adapter, is_trainable=False)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=adapter, is_trainable=False).eval()
+                self._generation.batcher.model = self.model
+            self.adapter_paths[adapter] = path
 
     def _check(self, adapter: str | None) -> None:
         if adapter is not None and adapter not in self.adapter_paths:
@@ -115,8 +136,7 @@ class MultiAdapterModel:
         new = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))  # a request never exceeds the config
         text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temperature,
                                                max_new_tokens=new, group=adapter)
-        content, tool_calls = parse_tool_calls(text)
-        return Message.assistant(content=content, tool_calls=tool_calls)
+        return parse_turn(text, self.tool_format)
 
     async def aclose(self) -> None:
         """Stop the generation worker."""

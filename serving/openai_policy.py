@@ -38,6 +38,7 @@ from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
 from envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
 from envs.protocol import Message, ToolCall
 from serving.errors import ServingError
+from serving.tool_calls import split_reasoning
 
 USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
 
@@ -129,7 +130,7 @@ class EndpointPolicy:
     def payload(self, messages: list[Message], tools: list[dict[str, Any]], temperature: float | None, max_tokens: int | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [m.to_openai() for m in messages],
+            "messages": [_wire(m) for m in messages],
             "temperature": self.temperature if temperature is None else temperature,
         }
         if tools:
@@ -187,6 +188,15 @@ class EndpointPolicy:
         return parse_completion(data)
 
 
+def _wire(m: Message) -> dict[str, Any]:
+    """A message for the policy endpoint; an assistant turn's reasoning goes back as the <think> block it came as, which
+    Qwen3's templates (stock and serving/qwen3_training.jinja) split off again, on any vLLM version."""
+    out = m.to_openai()
+    if m.role == "assistant" and m.reasoning is not None:
+        out["content"] = f"<think>\n{m.reasoning}\n</think>\n\n{m.content or ''}"
+    return out
+
+
 def parse_completion(data: dict[str, Any]) -> Message:
     """An OpenAI chat.completion JSON -> our assistant Message."""
     try:
@@ -204,4 +214,10 @@ def parse_completion(data: dict[str, Any]) -> Message:
         if not fn.get("name") or not isinstance(args, dict):
             raise MalformedOutputError("tool call without a name or with non-object arguments", raw=json.dumps(tc))
         calls.append(ToolCall(id=tc.get("id") or f"call_{i}", name=fn["name"], arguments=args))
-    return Message.assistant(msg.get("content"), calls)
+    reasoning = msg.get("reasoning_content", msg.get("reasoning"))  # vLLM with --reasoning-parser qwen3
+    content = msg.get("content")
+    if reasoning is None and isinstance(content, str):  # no reasoning parser: the <think> block is in the content
+        reasoning, rest = split_reasoning(content)
+        if reasoning is not None:
+            content = rest.strip() or None
+    return Message(role="assistant", content=content, tool_calls=calls, reasoning=reasoning if isinstance(reasoning, str) else None)

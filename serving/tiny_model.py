@@ -43,8 +43,11 @@ def chat_template() -> str:
     return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
-def build_tokenizer(vocab_size: int = 2048):  # -> transformers.PreTrainedTokenizerFast
-    """Train a byte-level BPE tokenizer on the built-in corpus and wrap it for transformers."""
+def build_tokenizer(vocab_size: int = 2048, *, special_tokens: tuple[str, ...] = SPECIAL_TOKENS, eos_token: str = "<|im_end|>",
+                    pad_token: str = "<|endoftext|>", bos_token: str | None = None, template: str | None = None):
+    """Train a byte-level BPE tokenizer on the built-in corpus and wrap it for transformers. Defaults: Qwen's
+    special tokens and the tiny chat template; another family's control tokens, eos and template can be given
+    (tests render real templates of Llama 3.x this way)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -59,22 +62,25 @@ def build_tokenizer(vocab_size: int = 2048):  # -> transformers.PreTrainedTokeni
     )
     corpus = CORPUS_PATH.read_text(encoding="utf-8").splitlines()
     backend.train_from_iterator(corpus, trainer=trainer)
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
     backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
 
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        eos_token=eos_token,
+        pad_token=pad_token,
+        bos_token=bos_token,
         model_max_length=TinyModelSpec.max_positions,
         padding_side="left",
     )
-    tokenizer.chat_template = chat_template()
+    tokenizer.chat_template = template if template is not None else chat_template()
     return tokenizer
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, spec: TinyModelSpec | None = None) -> Path:
-    """Build the tiny model + tokenizer and save both to `path` (created if missing)."""
+def build_tiny_model(path: str | Path, seed: int = 0, spec: TinyModelSpec | None = None, *, template: str | None = None) -> Path:
+    """Build the tiny model + tokenizer and save both to `path` (created if missing). `template`: another chat
+    template than the tiny one, e.g. Qwen3's stock text (serving.chat_format.stock_template("qwen3")): the
+    tokenizer has Qwen's control tokens and <think> / <tool_call> / <tool_response> tags, as Qwen3's has."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -84,7 +90,7 @@ def build_tiny_model(path: str | Path, seed: int = 0, spec: TinyModelSpec | None
         raise ServingError(f"{out} is a file; give a directory path for the tiny model")
     out.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = build_tokenizer(spec.vocab_size)
+    tokenizer = build_tokenizer(spec.vocab_size, template=template)
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen3Config(

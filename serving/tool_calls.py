@@ -1,11 +1,14 @@
-"""Parse a Qwen/Hermes-style completion into content and tool calls (pure functions).
+"""Parse a completion into an assistant message (pure functions).
 
-A completion looks like: optional `<think>...</think>` reasoning, free text, then
-zero or more `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` blocks.
-Text outside the tags becomes the message content; reasoning is dropped (the chat
-format has no field for it and Qwen3 templates strip it from history anyway). A
-broken block (bad JSON, no name, non-object arguments, stray closing tag) raises
-MalformedOutputError carrying the raw text: a bad completion is data, not a crash.
+A Qwen/Hermes-style completion looks like: optional `<think>...</think>` reasoning,
+free text, then zero or more `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
+blocks. Text outside the tags becomes the message content. `parse_tool_calls` drops the
+reasoning; `parse_turn` keeps it in `Message.reasoning`, so re-rendering the conversation
+with the training template (serving.chat_format) gives back the tokens the model wrote.
+Llama 3.1's format (`parse_turn(..., "llama3_json")`) is one bare JSON object
+`{"name": ..., "parameters": {...}}` (optionally after `<|python_tag|>`). A broken call
+(bad JSON, no name, non-object arguments, stray closing tag) raises MalformedOutputError
+carrying the raw text: a bad completion is data, not a crash.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import uuid
 from typing import Any, Callable
 
 from envs.errors import MalformedOutputError
-from envs.protocol import ToolCall
+from envs.protocol import Message, ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
@@ -88,3 +91,38 @@ def parse_tool_calls(text: str, id_factory: Callable[[], str] = new_call_id) -> 
         raise MalformedOutputError(f"stray {CLOSE} without a matching {OPEN}", raw=text)
     content = content.strip()
     return (content or None), calls
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """(reasoning, the rest) of a completion that opens with a `<think>...</think>` block (newlines around the
+    reasoning and before the rest stripped, as Qwen3's templates render it); (None, text) without one."""
+    if "<think>" not in text or "</think>" not in text or not text.lstrip().startswith("<think>"):
+        return None, text
+    head, rest = text.split("</think>", 1)
+    return head.split("<think>", 1)[1].strip("\n"), rest.lstrip("\n")
+
+
+def _parse_llama_json(text: str, id_factory: Callable[[], str]) -> tuple[str | None, list[ToolCall]]:
+    body = text.strip().removeprefix("<|python_tag|>").strip()
+    if not body.startswith("{"):
+        return (text.strip() or None), []
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise MalformedOutputError(f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body[:200]!r}", raw=text) from None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"].strip():
+        raise MalformedOutputError(f"tool call has no function name: {body[:200]!r}", raw=text)
+    arguments = data.get("parameters", data.get("arguments", {}))
+    return None, [_parse_block(json.dumps({"name": data["name"], "arguments": arguments}), text, id_factory)]
+
+
+def parse_turn(text: str, tool_format: str = "hermes", id_factory: Callable[[], str] = new_call_id) -> Message:
+    """A completion as the assistant message it is: content, tool calls and (Hermes format) reasoning."""
+    if tool_format == "llama3_json":
+        content, calls = _parse_llama_json(text, id_factory)
+        return Message.assistant(content=content, tool_calls=calls)
+    if tool_format != "hermes":
+        raise ValueError(f"unknown tool-call format {tool_format!r}: hermes or llama3_json")
+    reasoning, rest = split_reasoning(text)
+    content, calls = parse_tool_calls(rest, id_factory)
+    return Message(role="assistant", content=content, tool_calls=calls, reasoning=reasoning)

@@ -113,7 +113,23 @@ class VLLMBackend:
         limit = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))
         return await self._policy(adapter).respond(messages, tools, temperature=temperature, max_tokens=limit)
 
+    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> ServedPolicy:
+        """An `envs.protocol.PolicyModel` view bound to one adapter (or the base), as MultiAdapterModel.policy."""
+        self._policy(adapter)  # unknown adapter -> ServingError now
+        return ServedPolicy(self, adapter, temperature, name or (adapter or self.name))
+
     async def aclose(self) -> None:
         for p in self._policies.values():
             await p.aclose()
         self._policies.clear()
+
+
+class ServedPolicy:
+    """envs.protocol.PolicyModel: one adapter (or the base) of a VLLMBackend."""
+
+    def __init__(self, backend: VLLMBackend, adapter: str | None, temperature: float, name: str) -> None:
+        self.backend, self.adapter, self.temperature, self.name = backend, adapter, temperature, name
+
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+        temp = self.temperature if temperature is None else temperature
+        return await self.backend.respond(messages, tools, adapter=self.adapter, temperature=temp)

@@ -80,6 +80,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def qwen3_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with Qwen3's real stock chat template (TRL's copy, read from the installed package):
+    its tokenizer has Qwen's control tokens and the <think> / <tool_call> / <tool_response> tags."""
+    from serving.chat_format import stock_template
+    from serving.tiny_model import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-qwen3")
+    build_tiny_model(path, seed=0, template=stock_template("qwen3"))
+    return path
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `tau2` / `postgres` skip with a reason when that extra is absent (a
     `pip install -e .[dev]` alone); CI installs every extra, so nothing is skipped there."""

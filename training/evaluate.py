@@ -15,9 +15,11 @@ from training.sampler import TransformersSampler
 
 
 def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    from serving.chat_format import load_tokenizer
+
+    tok = load_tokenizer(model_dir)  # the chat format training used
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
     if adapter_dir is not None:
         from peft import PeftModel

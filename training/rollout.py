@@ -24,7 +24,8 @@ from typing import Any
 
 from envs.errors import PolicyError
 from envs.protocol import Environment, Message, TaskRef
-from serving.tool_calls import parse_tool_calls
+from serving.chat_format import tool_format_of
+from serving.tool_calls import parse_turn
 from training.sampler import Sampler
 from training.tokens import (
     TemplateDriftError,
@@ -150,15 +151,14 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
         r.cut_turns += 1
     text = tokenizer.decode(smp.ids, skip_special_tokens=True)
     try:
-        content, calls = parse_tool_calls(text)
+        message = parse_turn(text, tool_format_of(tokenizer.chat_template))  # reasoning kept: the template renders it back
     except PolicyError as e:
         if malformed == "end":
             r.failure = f"model: {str(e).splitlines()[0][:300]}"
             ep.finish()
             return
         r.malformed_turns += 1
-        content, calls = text, []
-    message = Message.assistant(content=content, tool_calls=calls)
+        message = Message.assistant(content=text)
     r.messages.append(message)
     try:
         result = ep.call(ep.env.step, message)

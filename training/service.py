@@ -89,7 +89,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
 
     from training.grpo import RolloutRecorder, build_trainer
     from training.selection import HeldoutSelector, evaluate_heldout
-    from training.tokens import check_prefix_preserving
+    from training.template_check import prepare_tokenizer
 
     out = Path(job.out_dir)
     done = out / "result.json"
@@ -108,7 +108,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
         probe = make_env()
         try:
-            check_prefix_preserving(tokenizer, probe.tools())
+            prepare_tokenizer(tokenizer, probe.tools())  # the family's training template, probed (TemplateDriftError names the fix)
         finally:
             probe.close()
         model = AutoModelForCausalLM.from_pretrained(job.base_model, local_files_only=True)

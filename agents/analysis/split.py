@@ -48,12 +48,14 @@ def split_tasks(families: Mapping[str, str], fraction: float, seed: int, env: st
 
 
 def _families_of(env: str, episodes: list[Any]) -> dict[str, str]:
-    """Task families of the target env (all its tasks); the episodes' own tasks when the env is not a registered target."""
+    """Task families of the tasks the run collected (a run restricted with rollouts.tasks is split, and
+    evaluated, on those only), from the target env; the episodes' own when it is not a registered target."""
+    collected = {e.task_id for e in episodes}
     try:
         from envs.registry import make_env
 
         target: Any = make_env(env)
-        return {t: target.task_family(t) for t in target.task_ids()}
+        return {t: target.task_family(t) for t in target.task_ids() if t in collected}
     except Exception:  # noqa: BLE001 - not a registered target env (or its extra is missing): use what was collected
         return {e.task_id: e.task_family or "-" for e in episodes}
 

@@ -21,7 +21,7 @@ from envs.sdk import (EnvDefinitionError, ProtocolError, SyntheticEnv, ToolError
 from envs.synthetic import InProcessSyntheticEnv, load_env_class
 
 SDK_PATH = Path(__file__).resolve().parents[2] / "envs" / "sdk.py"
-MESSAGE_KEYS = set(Message.model_fields)
+MESSAGE_KEYS = set(Message(role="user").model_dump())  # the dump shape (an empty `reasoning` is left out)
 
 
 class Size(enum.Enum):
