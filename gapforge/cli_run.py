@@ -119,7 +119,7 @@ def run_cmd(
     if resume:
         record, _status = get_run_record(store, resume)
         options = options_from_record(record)
-        run_cfg = config_from_record(record)
+        run_cfg = config_from_record(record, store_url=cfg.store.url)
         console.print(f"run {resume}", highlight=False, soft_wrap=True)
         if record.get("command") == "demo":
             from gapforge.demo import REAL_NOTE, SCRIPTED_NOTE
@@ -227,7 +227,7 @@ def fork_cmd(
     store = _store(cfg)
     record, _ = get_run_record(store, run)
     parent_options = options_from_record(record)
-    new_cfg = config_from_record(record, set_)
+    new_cfg = config_from_record(record, set_, store_url=cfg.store.url)
     options = RunOptions(review=parent_options.review, stages=parent_options.stages,
                          forked_from={"run": run, "checkpoint": checkpoint})
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
@@ -24,6 +24,7 @@ from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
 from store.config import StoreConfig
+from store.redact import redact, redact_tree
 from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
@@ -62,8 +63,9 @@ class GapforgeConfig(_Section):
         return self.workspace / "checkpoints.sqlite"
 
     def dump(self) -> dict[str, Any]:
-        """The effective config as plain data (secrets excluded)."""
-        return self.model_dump(mode="json")
+        """The effective config as plain data, secrets excluded: keys are never fields, and the
+        password of any URL (store.url, an endpoint's base_url) is masked."""
+        return redact_tree(self.model_dump(mode="json"))
 
 
 _ENV_OVERRIDES = {
@@ -107,7 +109,7 @@ def _format_error(err: ValidationError) -> str:
     loc = ".".join(str(p) for p in first["loc"]) or "<root>"
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{loc}': remove it or check the spelling (see `gapforge config show`)"
-    return f"config key '{loc}': {first['msg']} (got {first.get('input')!r})"
+    return redact(f"config key '{loc}': {first['msg']} (got {first.get('input')!r})")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None) -> GapforgeConfig:
@@ -140,13 +142,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for section in ("llm", "policy"):
         ep = tree.get(section, {}).get("endpoint", {}) if isinstance(tree.get(section), dict) else {}
         if isinstance(ep, dict) and "api_key" in ep:
-            raise ConfigError(f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env', 'OPENAI_API_KEY')} instead")
+            raise ConfigError(f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env') or 'OPENAI_API_KEY'} instead")
     try:
         cfg = GapforgeConfig.model_validate(tree)
     except ValidationError as e:
         raise ConfigError(_format_error(e)) from None
-    for ep in (cfg.llm.endpoint, cfg.policy.endpoint):
-        key = env.get(ep.api_key_env)
-        if key:
-            ep.api_key = SecretStr(key)
+    for section, ep in (("llm", cfg.llm.endpoint), ("policy", cfg.policy.endpoint)):
+        ep.load_key(env)
+        refusal = ep.key_refusal()
+        if refusal:
+            raise ConfigError(f"{section}.endpoint: {refusal.replace('endpoint.', section + '.endpoint.')}")
     return cfg

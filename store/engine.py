@@ -23,6 +23,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.errors import StoreError
+from store.redact import redact
 from store.models import Base, Run, utcnow
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -35,7 +36,7 @@ def parse_url(raw: str) -> URL:
     try:
         url = make_url(raw)
     except exc.ArgumentError:
-        raise StoreError(f"bad store URL {raw!r}: {URL_HINT}") from None
+        raise StoreError(f"bad store URL {redact(raw)!r}: {URL_HINT}") from None
     backend = url.get_backend_name()
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":

@@ -34,7 +34,8 @@ class TrainJob(BaseModel):
     env: EnvSpec
     config: TrainingConfig = Field(default_factory=TrainingConfig)
     out_dir: str
-    store_url: str | None = None
+    store_url: str | None = Field(None, exclude=True, description="never written to the spec file (it may hold a password): "
+                                  "training.run passes it to the job's process in STORE_URL_ENV")
     run_id: str | None = None
 
 
