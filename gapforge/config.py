@@ -112,6 +112,15 @@ def _format_error(err: ValidationError) -> str:
     return redact(f"config key '{loc}': {first['msg']} (got {first.get('input')!r})")
 
 
+def read_secret(var: str, environ: dict[str, str] | None = None) -> str:
+    """A secret from the env var the user named on the command line (e.g. `serve --api-key-env`):
+    the loader's one other read of the environment."""
+    value = (os.environ if environ is None else environ).get(var)
+    if not value:
+        raise ConfigError(f"env var {var} is not set or empty: export {var}=... (the secret itself never goes on the command line)")
+    return value
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None) -> GapforgeConfig:
     """Load YAML (optional), apply env var overrides, then `--set` overrides, validate."""
     env = os.environ if environ is None else environ
