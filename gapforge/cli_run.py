@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE
 from gapforge.cli_common import (
     USER_ERRORS,
     ConfigOpt,
@@ -81,6 +82,9 @@ def _drive_leased(store: Any, run_id: str, go: Any, last_line: bool) -> int:
     except KeyboardInterrupt:
         store.set_run_status(run_id, "interrupted")
         fail(f"interrupted; continue with `{resume}`", code=130)
+    except INCOMPLETE_ERRORS as e:  # an endpoint or the sandbox down past its retries: stored work kept, nothing blamed
+        store.set_run_status(run_id, "incomplete")
+        fail(str(e.with_resume(resume) if hasattr(e, "with_resume") else e).splitlines()[0], code=INCOMPLETE_EXIT_CODE)
     except USER_ERRORS as e:
         store.set_run_status(run_id, "failed")
         fail(f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (fix it, then `{resume}`)")
