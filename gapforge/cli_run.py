@@ -70,7 +70,7 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
             async with open_run(cfg, store) as opened, opened.open_context(options, cfg, lambda w, t: view.log(f"    {w}: {t}", "dim")) as ctx:
                 return await drive(opened.graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=view.event)
 
-    with store.lease(run_id, "run"):  # one working process per run (a second one: one line naming the holder, exit 2)
+    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s):  # one working process per run (a second one: one line naming the holder, exit 2)
         return _drive_leased(store, run_id, go, last_line)
 
 
