@@ -48,6 +48,9 @@ def handle_errors(fn: F) -> F:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         except INCOMPLETE_ERRORS as e:
             fail(str(e).splitlines()[0], INCOMPLETE_EXIT_CODE)
+        except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback
+            where = f" ({e.filename})" if e.filename else ""
+            fail(f"{e.strerror or type(e).__name__}{where}: check the path, its permissions and the free disk space")
 
     return wrapper  # type: ignore[return-value]
 

@@ -148,7 +148,7 @@ def collect_cmd(
     deps.close()
     if not result.complete:
         counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
-        last = result.infra_failures[-1].error.splitlines()[0][:200]
+        last = result.infra_failures[-1].error.splitlines()[0] if result.infra_failures[-1].error else "no detail"
         raise IncompleteStage(
             f"{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures ({counts}; last: {last}) "
             f"and were not stored: resume with `{resume}`"

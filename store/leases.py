@@ -131,6 +131,24 @@ class LeaseQueries(StoreBase):
             session.execute(delete(RunLease).where(*mine))
         fencing.drop(self.store_key, run_id)
 
+    def reap_dead_leases(self) -> list[str]:
+        """Leases whose holder ran on this host and is gone (SIGKILLed, crashed) are removed, and a run such a
+        holder left `running` becomes `interrupted`, so `runs` / `show` tell the truth before any resume.
+        Returns the runs reaped. Live holders, and other hosts' holders, are left alone (their ttl decides)."""
+        with self._read() as session:
+            rows = [(r.run_id, r.holder, r.epoch) for r in session.scalars(select(RunLease))]
+        dead = [(run_id, holder, epoch) for run_id, holder, epoch in rows if not _holder_alive(holder)]
+        reaped = []
+        for run_id, holder, epoch in dead:
+            with self._write() as session:
+                gone = session.execute(delete(RunLease).where(RunLease.run_id == run_id, RunLease.holder == holder, RunLease.epoch == epoch))
+                if gone.rowcount:
+                    run = session.get(Run, run_id)
+                    if run is not None and run.status == "running":
+                        run.status, run.updated_at = "interrupted", utcnow()
+                    reaped.append(run_id)
+        return reaped
+
     def lease_holder(self, run_id: str) -> str | None:
         with self._read() as session:
             row = session.get(RunLease, run_id)
