@@ -145,3 +145,39 @@ def test_a_collect_run_stores_no_password_anywhere(tmp_path: Path) -> None:
 def test_redact_masks_only_the_password() -> None:
     assert redact("postgresql://u:p/w@h:5432/db and http://localhost:8000/v1") == "postgresql://u:***@h:5432/db and http://localhost:8000/v1"
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+@pytest.mark.postgres
+def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_output(postgres_url: str, tmp_path: Path) -> None:
+    """On the test PostgreSQL server (its URL carries a password): collect rollouts, show them, print
+    the config; the password appears in no output, no workspace file and no text the store holds."""
+    from sqlalchemy import create_engine, make_url, text
+
+    password = make_url(postgres_url).password
+    assert password, "the test server's URL has no password to plant"
+    answers = tmp_path / "a.yaml"
+    answers.write_text('policy:\n  repeat: "Hello there"\n')
+    ws = tmp_path / "ws"
+    env = {"GAPFORGE_STORE_URL": postgres_url}
+    runner = CliRunner()
+    made = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001",
+                               "--set", "rollouts.max_turns=1", "--set", f"workspace={ws}"], env=env)
+    assert made.exit_code == 0, made.output
+    run_id = made.output.splitlines()[0].split()[-1]
+    outputs = [made.output]
+    for args in (["rollouts", "show", run_id], ["config", "show"], ["runs"]):
+        res = runner.invoke(app, [*args, "--set", f"workspace={ws}"], env=env)
+        outputs.append(res.output)
+    assert all(password not in out for out in outputs)
+    assert [p for p in ws.rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []
+    from store.models import Base
+
+    engine = create_engine(postgres_url)
+    try:
+        with engine.connect() as conn:  # every row of every table, as text
+            held = {t: [r[0] for r in conn.execute(text(f"select cast(t as text) from {t} t"))] for t in Base.metadata.tables}
+            config = conn.execute(text("select config::text from runs where id = :r"), {"r": run_id}).scalar_one()
+    finally:
+        engine.dispose()
+    assert held["runs"] and not [t for t, rows in held.items() if any(password in row for row in rows)]
+    assert ":***@" in config  # the stored config says where the store is, masked
