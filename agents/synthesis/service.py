@@ -210,7 +210,7 @@ def _repair_loop(deps: SynthesisDeps, run_id: str, capability: str, validate: Ca
 
 
 def _stored(summaries: list[AttemptSummary], attempt: int, *, generated: bool) -> str:
-    decided = f"attempts 1-{attempt - 1} keep their verdicts; " if attempt > 1 else ""
+    decided = "attempt 1 keeps its verdict; " if attempt == 2 else f"attempts 1-{attempt - 1} keep their verdicts; " if attempt > 2 else ""
     this = f"attempt {attempt}'s code is stored without a verdict and is validated again on resume" if generated else \
         f"attempt {attempt} is generated again on resume"
     return decided + this
