@@ -4,28 +4,109 @@ being evaluated/trained, and rollout collection. Env vars are read only by the l
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Mapping
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator
+
+from agents.errors import ModelError
+
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_API_HOST = "api.openai.com"
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def is_loopback(host: str | None) -> bool:
+    """localhost, 127.0.0.0/8 or ::1: a request to it never leaves the machine."""
+    if not host:
+        return False
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def credentials_in_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return parts.password is not None or "@" in parts.netloc
+    except ValueError:
+        return False
+
+
 class EndpointConfig(_Section):
-    """An OpenAI-compatible chat endpoint."""
+    """An OpenAI-compatible chat endpoint.
+
+    Its key (`api_key`) goes only where it belongs: the default `OPENAI_API_KEY` only to
+    OpenAI's own API (base_url unset or https://api.openai.com/...); any other endpoint gets
+    a key only from the variable named in its own `api_key_env`, and never in clear text
+    (http://) to a host other than this machine unless `allow_plain_http_key` says so."""
 
     base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = OpenAI's default")
     model: str = "gpt-4o-mini"
-    api_key_env: str = Field("OPENAI_API_KEY", description="name of the env var holding the key")
-    api_key: SecretStr | None = Field(None, exclude=True, description="filled by the loader from api_key_env")
+    api_key_env: str | None = Field(
+        None, description=f"env var holding this endpoint's key; unset: {DEFAULT_KEY_ENV}, sent only to OpenAI's own API")
+    allow_plain_http_key: bool = Field(False, description="send the key over plain http:// to a non-loopback host (clear text)")
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0, le=20)
     retry_backoff_s: float = Field(1.0, ge=0.0, le=60.0, description="first retry wait; doubles per attempt (at least what Retry-After asks)")
     breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that mark the endpoint down (circuit open)")
     breaker_cooldown_s: float = Field(30.0, ge=0.0, description="while down, calls fail at once; then one probe request is tried")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
+    _key: SecretStr | None = PrivateAttr(None)  # read by the loader (load_key); never dumped
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_password_in_url(cls, value: str | None) -> str | None:
+        if value and credentials_in_url(value):
+            raise ValueError("the URL holds a user:password: put the key in an env var and name it in api_key_env")
+        return value
+
+    def load_key(self, environ: Mapping[str, str]) -> None:
+        """The loader's step: read the named variable (or the default one). Env vars are read nowhere else."""
+        value = environ.get(self.api_key_env or DEFAULT_KEY_ENV)
+        self._key = SecretStr(value) if value else None
+
+    def is_openai(self) -> bool:
+        """OpenAI's own API: no base_url (and no other provider named in the model), or https://api.openai.com."""
+        if self.base_url is None:
+            return "/" not in self.model or self.model.startswith("openai/")
+        url = urlsplit(self.base_url)
+        return url.scheme == "https" and (url.hostname or "").lower() == OPENAI_API_HOST
+
+    def key_refusal(self) -> str | None:
+        """Why this endpoint must not get the key the user named for it (None: it may)."""
+        if self._key is None or self.api_key_env is None or self.base_url is None or self.allow_plain_http_key:
+            return None
+        url = urlsplit(self.base_url)
+        if url.scheme == "http" and not is_loopback(url.hostname):
+            return (f"the key in {self.api_key_env} would travel in clear text to {url.hostname} (http://): "
+                    "use https://, or set endpoint.allow_plain_http_key=true if that network is trusted")
+        return None
+
+    @property
+    def api_key(self) -> SecretStr | None:
+        """The key this endpoint may receive, decided at use time (the base URL may change after loading,
+        e.g. `--policy URL`): the named variable's key, or the default key for OpenAI's API, else None."""
+        if self._key is None:
+            return None
+        if self.api_key_env is None:
+            return self._key if self.is_openai() else None
+        refusal = self.key_refusal()
+        if refusal:
+            raise ModelError(refusal)
+        return self._key
+
+    @property
+    def key_env(self) -> str:
+        return self.api_key_env or DEFAULT_KEY_ENV
 
 
 class LLMConfig(_Section):

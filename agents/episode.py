@@ -31,12 +31,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.errors import EnvError, MalformedOutputError, PolicyError
+from envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
 from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
 from sandbox.errors import SandboxError
 
 Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "malformed_output", "policy_error", "env_error"]
-INFRA_TERMINATIONS: frozenset[str] = frozenset({"endpoint_error", "sandbox_error"})
+__all__ = ["INFRA_TERMINATIONS", "Rollout", "Termination", "run_episode"]  # INFRA_TERMINATIONS lives in envs.errors
 
 
 class Rollout(BaseModel):

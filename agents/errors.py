@@ -25,4 +25,17 @@ class StructuredOutputError(ModelError):
 class IncompleteStage(Exception):
     """A stage ended with infrastructure failures (endpoint down, sandbox lost): what finished is
     stored, the rest is not final and a resume redoes it. The message names the count, the cause
-    and the resume command; the CLI prints it as one line and exits 3."""
+    and the resume command; the CLI prints it as one line and exits 3.
+
+    `infrastructure = True` marks it for layers that must let it through untouched (the graph's
+    per-capability guard re-raises it: the run stops instead of blaming the capability)."""
+
+    infrastructure = True
+
+    def __init__(self, message: str, *, resume: str | None = None) -> None:
+        self.summary, self.resume = message, resume
+        super().__init__(message + (f": resume with `{resume}`" if resume else ""))
+
+    def with_resume(self, resume: str) -> "IncompleteStage":
+        """The same stop, told how to resume (the command that knows its own arguments adds it)."""
+        return self if self.resume else IncompleteStage(self.summary, resume=resume)

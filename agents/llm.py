@@ -135,7 +135,7 @@ def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = Non
     """A chat model against `endpoint` with our retries (endpoint.max_retries) and its timeout."""
     if endpoint.base_url is None and endpoint.api_key is None:
         raise ModelError(
-            f"no chat endpoint configured: set {endpoint.api_key_env} for OpenAI, "
+            f"no chat endpoint configured: set {endpoint.key_env} for OpenAI, "
             "or endpoint.base_url (e.g. http://localhost:8000/v1) for a local server"
         )
     key = endpoint.api_key.get_secret_value() if endpoint.api_key is not None else PLACEHOLDER_API_KEY

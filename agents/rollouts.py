@@ -29,7 +29,8 @@ class EpisodeSink(Protocol):
 
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
 
-    def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int: ...
+    def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None:
+        """The new episode's id, or None when the key was already stored (e.g. by another process)."""
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,11 @@ class InfraFailure:
 @dataclass
 class CollectResult:
     planned: int
-    skipped: int  # already in the store
-    ran: int  # stored by this call
+    skipped: int  # already in the store when this call started
+    ran: int  # stored by this call (never an episode another process stored meanwhile)
     episode_ids: list[int] = field(default_factory=list)
     infra_failures: list[InfraFailure] = field(default_factory=list)
+    stored_elsewhere: int = 0  # played here, but its key was stored meanwhile by another process: not counted in `ran`
 
     @property
     def complete(self) -> bool:
@@ -100,9 +102,12 @@ async def collect(
     sink: EpisodeSink,
     on_episode: Callable[[Rollout], None] | None = None,
     families: dict[str, str] | None = None,
+    result: CollectResult | None = None,
 ) -> CollectResult:
     """Run every (task, sample) of the plan that the sink does not hold yet.
 
+    `result`, when given, is filled in place (and returned), so a caller still knows what this call
+    stored when the collection is stopped by an exception (e.g. store.fencing.LeaseLost).
     Blocking calls (env construction, env calls, store writes) run on a thread pool
     of `plan.concurrency` workers, so `concurrency` blocking envs (tau2, the sandbox,
     an LLM user) really run at once (asyncio's default executor caps at cpu+4).
@@ -116,7 +121,9 @@ async def collect(
 
         done = await blocking(sink.episode_keys, plan.run_id, plan.env)
         todo = [k for k in plan.keys() if k not in done]
-        result = CollectResult(planned=len(plan.keys()), skipped=len(plan.keys()) - len(todo), ran=0)
+        if result is None:
+            result = CollectResult(planned=0, skipped=0, ran=0)
+        result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
         gate = asyncio.Semaphore(plan.concurrency)
         fams = families or {}
 
@@ -131,9 +138,12 @@ async def collect(
                 if ep.infrastructure_failure:
                     result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
                 else:
-                    eid = await blocking(sink.put_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
-                    result.ran += 1
-                    result.episode_ids.append(eid)
+                    eid = await blocking(sink.add_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
+                    if eid is None:
+                        result.stored_elsewhere += 1
+                    else:
+                        result.ran += 1
+                        result.episode_ids.append(eid)
             if on_episode is not None:
                 on_episode(ep)
 

@@ -31,6 +31,25 @@ class MalformedOutputError(PolicyError):
         self.raw = raw
 
 
+# Episode terminations that are the infrastructure's doing (endpoint down after its retries, sandbox
+# lost to an outside cause), never the model's or the env's: such an episode is not data.
+INFRA_TERMINATIONS: frozenset[str] = frozenset({"endpoint_error", "sandbox_error"})
+
+
+class InfrastructureFailure(Exception):
+    """The endpoint or the sandbox kept failing past every retry inside a check or stage: what
+    was running is not the env's or the model's doing and not final. `cause`: endpoint | sandbox."""
+
+    def __init__(self, cause: str, detail: str) -> None:
+        self.cause, self.detail = cause, detail
+        super().__init__(f"the {cause} kept failing: {detail}")
+
+
+def infra_cause(termination: str | None) -> str | None:
+    """'endpoint' / 'sandbox' for an infrastructure termination, else None."""
+    return {"endpoint_error": "endpoint", "sandbox_error": "sandbox"}.get(termination or "")
+
+
 def is_transient_status(status: int) -> bool:
     """HTTP statuses worth another attempt, for every retry stack (agents' chat models and
     serving's endpoint policy): 408 timeout, 429 rate limit, every 5xx."""

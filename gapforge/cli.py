@@ -71,6 +71,9 @@ app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze) 
 
 
 def main() -> None:
+    from store.redact import install_log_redaction
+
+    install_log_redaction()  # URL passwords never reach a log line
     app()
 
 

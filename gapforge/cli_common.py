@@ -13,9 +13,11 @@ from typing import Annotated, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gapforge.config import GapforgeConfig, load_config
 from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE, USER_ERRORS, UsageError
+from store.redact import redact
 
 console = Console()
 err_console = Console(stderr=True)
@@ -28,7 +30,8 @@ __all__ = ["ConfigOpt", "SetOpt", "USER_ERRORS", "UsageError", "console", "err_c
 
 
 def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """One line on stderr (URL passwords masked: a message may quote a store or endpoint URL), then exit."""
+    err_console.print("[bold red]error:[/] " + escape(redact(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -45,6 +48,9 @@ def handle_errors(fn: F) -> F:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         except INCOMPLETE_ERRORS as e:
             fail(str(e).splitlines()[0], INCOMPLETE_EXIT_CODE)
+        except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback
+            where = f" ({e.filename})" if e.filename else ""
+            fail(f"{e.strerror or type(e).__name__}{where}: check the path, its permissions and the free disk space")
 
     return wrapper  # type: ignore[return-value]
 

@@ -1,6 +1,9 @@
 """`gapforge env validate PATH`: the self-test of a synthetic env module (DESIGN.md §5),
 run in the sandbox. Prints a table and writes the JSON report; exit 0 only when
-every required check passes, 1 when one failed, 2 for bad input."""
+every required check passes, 1 when one failed, 2 for bad input, 3 when the sandbox
+or the policy endpoint kept failing past its retries (the report is still written,
+marked incomplete; nothing is blamed on the env). Sandboxes lost and recovered on
+the way are listed under the table and in the JSON (`sandbox_faults`)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module, show a synthesized one.")
 
-_STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[yellow]SKIP[/]"}
+_STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[yellow]SKIP[/]", "INCOMPLETE": "[bold yellow]INCOMPLETE[/]"}
 
 
 @app.command("validate")
@@ -44,6 +47,11 @@ def validate(
         check_output_file(json_out, "--json")  # before the checks run, not after
     shapes = _stored_result_shapes(cfg, episodes_from, target) if episodes_from else None
     outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes)
+    if outcome.report.incomplete is not None:
+        from agents.infra import stop_for_report
+
+        raise stop_for_report(f"validation of {path.name}", outcome.report.incomplete, f"the incomplete report is at {outcome.json_path}",
+                              resume=f"gapforge env validate {path}")
     raise typer.Exit(0 if outcome.passed else 1)
 
 
@@ -88,7 +96,11 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
 
         outcome = asyncio.run(validate_then_close())
     _print_table(outcome.report)
-    verdict = "[bold green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]"
+    faults = outcome.report.faults_line()
+    if faults:
+        console.print(f"[yellow]sandbox faults:[/] {faults} (not the env's doing; see sandbox_faults in the JSON)", highlight=False)
+    verdict = ("[bold yellow]INCOMPLETE[/]" if outcome.report.incomplete is not None
+               else "[bold green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]")
     console.print(f"{verdict} in {outcome.report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False)
     if outcome.note:
         err_console.print(f"warning: {outcome.note}", highlight=False)

@@ -11,8 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agents.errors import IncompleteStage
+from store.fencing import LeaseLost
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
-from agents.rollouts import RolloutSummary, rollout_summary
+from agents.rollouts import CollectResult, RolloutSummary, rollout_summary
 from gapforge.run_lease import run_lease
 from gapforge.wiring import apply_policy_spec, build_deps, make_target_env_factory, open_store
 
@@ -66,7 +67,7 @@ def collect_cmd(
     Exit 0: every planned episode is stored. Exit 3: some ended in infrastructure failures
     (endpoint down, sandbox lost); they are not stored and a resume (`--run RUN`) redoes them.
     """
-    from agents.rollouts import CollectPlan, CollectResult, collect
+    from agents.rollouts import CollectPlan, collect
 
     overrides = list(set_ or [])
     if concurrency is not None:
@@ -113,10 +114,15 @@ def collect_cmd(
             stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
             pending = sum(key not in stored_keys for key in plan.keys())
             tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
+            live = CollectResult(planned=0, skipped=0, ran=0)  # filled as episodes are stored: the counts survive a stop
+
+            def advance(ep) -> None:
+                if not ep.infrastructure_failure:  # not finished: a resume redoes it
+                    bar.advance(tid)
 
             async def run_and_close() -> CollectResult:
                 try:
-                    return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=lambda _ep: bar.advance(tid))
+                    return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=advance, result=live)
                 finally:
                     await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
 
@@ -126,18 +132,23 @@ def collect_cmd(
                 store.set_run_status(run_id, "interrupted")
                 console.print(f"interrupted: resume with `{resume}`\nrun {run_id}", highlight=False)
                 raise typer.Exit(130) from None
+            except LeaseLost:  # another process holds the run now: it decides the run's status
+                console.print(f"{live.ran} episodes ran (stored by this process before it lost the run), {live.skipped} already stored, "
+                              f"{live.planned} planned", highlight=False)
+                raise
             except BaseException:
                 store.set_run_status(run_id, "failed")
                 err_console.print(f"run {run_id} stopped; what finished is stored: resume with `{resume}`", highlight=False)
                 raise
         store.set_run_status(run_id, "done" if result.complete else "incomplete")
-    console.print(f"{result.ran} episodes ran, {result.skipped} already stored, {result.planned} planned")
+    elsewhere = f", {result.stored_elsewhere} stored meanwhile by another process" if result.stored_elsewhere else ""
+    console.print(f"{result.ran} episodes ran, {result.skipped} already stored{elsewhere}, {result.planned} planned")
     render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
     deps.close()
     if not result.complete:
         counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
-        last = result.infra_failures[-1].error.splitlines()[0][:200]
+        last = result.infra_failures[-1].error.splitlines()[0] if result.infra_failures[-1].error else "no detail"
         raise IncompleteStage(
             f"{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures ({counts}; last: {last}) "
             f"and were not stored: resume with `{resume}`"

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE
 from gapforge.cli_common import (
     USER_ERRORS,
     ConfigOpt,
@@ -69,7 +70,7 @@ def drive_run(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: 
             async with open_run(cfg, store) as opened, opened.open_context(options, cfg, lambda w, t: view.log(f"    {w}: {t}", "dim")) as ctx:
                 return await drive(opened.graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=view.event)
 
-    with store.lease(run_id, "run"):  # one working process per run (a second one: one line naming the holder, exit 2)
+    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s):  # one working process per run (a second one: one line naming the holder, exit 2)
         return _drive_leased(store, run_id, go, last_line)
 
 
@@ -81,6 +82,9 @@ def _drive_leased(store: Any, run_id: str, go: Any, last_line: bool) -> int:
     except KeyboardInterrupt:
         store.set_run_status(run_id, "interrupted")
         fail(f"interrupted; continue with `{resume}`", code=130)
+    except INCOMPLETE_ERRORS as e:  # an endpoint or the sandbox down past its retries: stored work kept, nothing blamed
+        store.set_run_status(run_id, "incomplete")
+        fail(str(e.with_resume(resume) if hasattr(e, "with_resume") else e).splitlines()[0], code=INCOMPLETE_EXIT_CODE)
     except USER_ERRORS as e:
         store.set_run_status(run_id, "failed")
         fail(f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (fix it, then `{resume}`)")
@@ -129,7 +133,7 @@ def run_cmd(
     if resume:
         record, _status = get_run_record(store, resume)
         options = options_from_record(record)
-        run_cfg = config_from_record(record)
+        run_cfg = config_from_record(record, store_url=cfg.store.url)
         console.print(f"run {resume}", highlight=False, soft_wrap=True)
         if record.get("command") == "demo":
             from gapforge.demo import REAL_NOTE, SCRIPTED_NOTE
@@ -237,7 +241,7 @@ def fork_cmd(
     store = _store(cfg)
     record, _ = get_run_record(store, run)
     parent_options = options_from_record(record)
-    new_cfg = config_from_record(record, set_)
+    new_cfg = config_from_record(record, set_, store_url=cfg.store.url)
     options = RunOptions(review=parent_options.review, stages=parent_options.stages,
                          forked_from={"run": run, "checkpoint": checkpoint})
 

@@ -11,6 +11,7 @@ from gapforge.cli_common import (
     SetOpt,
     UsageError,
     console,
+    err_console,
     get_config,
     handle_errors,
 )
@@ -39,6 +40,7 @@ def register(app: typer.Typer) -> None:
         backend: Annotated[str, typer.Option("--backend", help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM)")] = "local",
         vllm_url: Annotated[str | None, typer.Option("--vllm-url", help="vLLM /v1 URL (backend vllm)")] = None,
         vllm_model: Annotated[str | None, typer.Option("--vllm-model", help="the base model's name on vLLM")] = None,
+        api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send (Bearer); every route but /health")] = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
@@ -47,10 +49,16 @@ def register(app: typer.Typer) -> None:
 
         from aiohttp import web
 
+        from agents.config import is_loopback
         from evaluation.service import build_router, load_backend, run_artifacts
+        from gapforge.config import read_secret
         from serving.routed_server import ROUTED_MODEL, RoutedApp
 
         cfg = get_config(config, set_)
+        api_key = read_secret(api_key_env) if api_key_env else None
+        if api_key is None and not is_loopback(host):
+            err_console.print(f"warning: serving on {host} without an API key: anyone who reaches port {port} can use the model; "
+                              "pass --api-key-env NAME", highlight=False, soft_wrap=True)
         store = open_store(cfg)
         store.get_run(run)
         base_dir = base_model_dir(cfg, base)
@@ -68,7 +76,8 @@ def register(app: typer.Typer) -> None:
             router = build_router(artifacts, routing=cfg.routing, tokenizer_path=base_dir)
         else:
             raise UsageError(f"--backend '{backend}': use local or vllm")
-        routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None)
+        routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None, api_key=api_key)
         names = ", ".join(c["name"] for c in artifacts.capabilities) or "none (base model only)"
-        console.print(f"serving run {run} on http://{host}:{port}/v1 — model '{ROUTED_MODEL}' routes to: {names}", highlight=False)
+        guard = f"API key from {api_key_env}" if api_key else "no API key"
+        console.print(f"serving run {run} on http://{host}:{port}/v1 ({guard}) — model '{ROUTED_MODEL}' routes to: {names}", highlight=False)
         web.run_app(routed.app(), host=host, port=port, print=None)

@@ -1,7 +1,8 @@
 """`gapforge synthesize RUN [--capability NAME]`: the generator / validator repair loop for each
 retained capability of a run (progress per capability and attempt, then a table of
 capabilities x attempts x verdicts). Exit 0 when every capability got an env, 1 when one
-ended unsynthesized, 2 for bad input. Accepted modules: WORKSPACE/synthetic_envs/RUN/CAPABILITY.py."""
+ended unsynthesized, 2 for bad input, 3 when an endpoint or the sandbox kept failing past
+its retries (what finished is stored; no attempt is blamed for it; the line says how to resume). Accepted modules: WORKSPACE/synthetic_envs/RUN/CAPABILITY.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from agents.errors import IncompleteStage
 from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,
@@ -39,6 +41,7 @@ def command(
 
     cfg = get_config(config, set_)
     store = open_store(cfg)
+    stopped: IncompleteStage | None = None
     try:
         with run_lease(cfg, run_id, "synthesize"):
             retained = [c.name for c in store.capabilities(run_id, retained=True)]
@@ -70,10 +73,15 @@ def command(
                         if deps.policy is not None:
                             await deps.policy.aclose()
 
-                asyncio.run(synthesize_then_close())
+                try:
+                    asyncio.run(synthesize_then_close())
+                except IncompleteStage as e:
+                    stopped = e.with_resume(f"gapforge synthesize {run_id}")
     finally:
         store.close()
     _print_table(results)
+    if stopped is not None:
+        raise stopped
     for r in results:
         if r.status == "accepted":
             console.print(f"{r.capability}: {r.module_path}  (re-run by hand: gapforge env validate {r.module_path})", highlight=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
@@ -24,6 +24,7 @@ from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
 from store.config import StoreConfig
+from store.redact import redact, redact_tree
 from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
@@ -72,8 +73,9 @@ class GapforgeConfig(_Section):
         return self.workspace / "checkpoints.sqlite"
 
     def dump(self) -> dict[str, Any]:
-        """The effective config as plain data (secrets excluded)."""
-        return self.model_dump(mode="json")
+        """The effective config as plain data, secrets excluded: keys are never fields, and the
+        password of any URL (store.url, an endpoint's base_url) is masked."""
+        return redact_tree(self.model_dump(mode="json"))
 
 
 _ENV_OVERRIDES = {
@@ -119,7 +121,16 @@ def _format_error(err: ValidationError) -> str:
         return str(first["msg"]).removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{loc}': remove it or check the spelling (see `gapforge config show`)"
-    return f"config key '{loc}': {first['msg']} (got {first.get('input')!r})"
+    return redact(f"config key '{loc}': {first['msg']} (got {first.get('input')!r})")
+
+
+def read_secret(var: str, environ: dict[str, str] | None = None) -> str:
+    """A secret from the env var the user named on the command line (e.g. `serve --api-key-env`):
+    the loader's one other read of the environment."""
+    value = (os.environ if environ is None else environ).get(var)
+    if not value:
+        raise ConfigError(f"env var {var} is not set or empty: export {var}=... (the secret itself never goes on the command line)")
+    return value
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None) -> GapforgeConfig:
@@ -152,13 +163,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for section in ("llm", "policy"):
         ep = tree.get(section, {}).get("endpoint", {}) if isinstance(tree.get(section), dict) else {}
         if isinstance(ep, dict) and "api_key" in ep:
-            raise ConfigError(f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env', 'OPENAI_API_KEY')} instead")
+            raise ConfigError(f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env') or 'OPENAI_API_KEY'} instead")
     try:
         cfg = GapforgeConfig.model_validate(tree)
     except ValidationError as e:
         raise ConfigError(_format_error(e)) from None
-    for ep in (cfg.llm.endpoint, cfg.policy.endpoint):
-        key = env.get(ep.api_key_env)
-        if key:
-            ep.api_key = SecretStr(key)
+    for section, ep in (("llm", cfg.llm.endpoint), ("policy", cfg.policy.endpoint)):
+        ep.load_key(env)
+        refusal = ep.key_refusal()
+        if refusal:
+            raise ConfigError(f"{section}.endpoint: {refusal.replace('endpoint.', section + '.endpoint.')}")
     return cfg

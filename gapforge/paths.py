@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from gapforge.errors import UsageError
@@ -25,6 +26,11 @@ def _writable_dir_at(path: Path, what: str) -> None:
         raise UsageError(f"{what} '{path}' cannot be created: '{base}' is a file, not a directory")
     if not os.access(base, os.W_OK | os.X_OK):
         raise UsageError(f"{what} '{path}' is not writable ('{base}' denies writing): pick a writable path")
+    if not path.exists():  # os.access says yes to root everywhere (even /proc): try it, leaving nothing behind
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".gapforge-probe-", dir=base))
+        except OSError as e:
+            raise UsageError(f"{what} '{path}' cannot be created in '{base}' ({e.strerror}): pick a writable path") from None
 
 
 def check_workspace(workspace: Path) -> None:

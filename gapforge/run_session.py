@@ -41,11 +41,13 @@ def run_record(command: str, cfg: GapforgeConfig, options: RunOptions) -> dict[s
     return {"command": command, "config": cfg.dump(), "graph": options.as_dict()}
 
 
-def config_from_record(record: dict[str, Any], overrides: list[str] | None = None) -> GapforgeConfig:
-    """The stored effective config (+ overrides), loaded through the one loader (secrets from env vars again)."""
+def config_from_record(record: dict[str, Any], overrides: list[str] | None = None, *, store_url: str | None = None) -> GapforgeConfig:
+    """The stored effective config (+ overrides), loaded through the one loader (secrets from env vars again).
+    `store_url`: the store the record was read from (the stored one has its password masked)."""
     stored = record.get("config")
     if not isinstance(stored, dict):
         raise UsageError("this run has no stored config (made by an older gapforge): start a new run")
+    stored = {**stored, "store": {**(stored.get("store") or {}), "url": store_url}}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
         yaml.safe_dump(stored, fh)
         path = Path(fh.name)

@@ -132,6 +132,12 @@ class RealStages:
             max_turns=cfg.rollouts.max_turns,
         )
         result = await collect(plan, make_env=make_env, policy=self.base_policy(), sink=self.store, families=families)
+        if not result.complete:  # analysis over a partial sample would be biased: stop, resumable (agents/infra.py's rule)
+            from agents.errors import IncompleteStage
+
+            counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
+            raise IncompleteStage(f"collect_rollouts: {len(result.infra_failures)} of {result.planned} episodes ended in infrastructure "
+                                  f"failures ({counts}) and were not stored; {result.ran} stored")
         episodes = await asyncio.to_thread(self.store.episodes, run_id, env_name)
         return RolloutsDone(len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran))
 

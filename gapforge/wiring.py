@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from agents.config import credentials_in_url
 from agents.deps import StageDeps
 from gapforge.config import GapforgeConfig, PolicyConfig
 from gapforge.errors import UsageError
+from store.redact import redact
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -66,6 +68,9 @@ def apply_policy_spec(cfg: GapforgeConfig, spec: str | None) -> PolicyConfig:
     if spec is None:
         return pol
     if spec.startswith(("http://", "https://")):
+        if credentials_in_url(spec):
+            raise UsageError(f"--policy {redact(spec)!r} holds a user:password: pass the URL without it and the key "
+                             "in an env var named by policy.endpoint.api_key_env")
         pol.kind = "endpoint"
         pol.endpoint.base_url = spec
     elif spec == "scripted" or spec.startswith("scripted:"):
@@ -118,11 +123,12 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
         from serving.openai_policy import EndpointPolicy
 
         ep = pol.endpoint
+        key = ep.api_key  # refused before any request when it would go where it does not belong
         check_endpoint_reachable(ep.base_url)
         return EndpointPolicy(
             ep.base_url or "https://api.openai.com/v1",
             ep.model,
-            api_key=ep.api_key.get_secret_value() if ep.api_key else None,
+            api_key=key.get_secret_value() if key else None,
             temperature=pol.temperature,
             max_tokens=pol.max_new_tokens,
             timeout_s=ep.timeout_s,

@@ -4,7 +4,9 @@ Running the branch as a subgraph keeps the fan-in honest: the parent's
 `build_router` starts only when every capability's branch has ended, however
 many repair attempts each one needed. A failure inside one branch (a sandbox
 error, a training crash, a generator that never passes) is recorded in that
-capability's row and ends only that branch; the others go on.
+capability's row and ends only that branch; the others go on. An error marked
+`infrastructure = True` (an endpoint or the sandbox down past its retries) is not
+the capability's failure: it ends the run (resumable), nothing is recorded.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
     try:
         result, update = await call_stage(stage, fn, *args)
     except Exception as e:  # noqa: BLE001 — recorded per capability (with its type); the other branches go on
+        if getattr(e, "infrastructure", False):
+            raise  # the infrastructure's doing, not this capability's: the run stops and a resume redoes it
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)
     if result is None:  # StageUnavailable / StageFailed

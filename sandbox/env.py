@@ -10,8 +10,10 @@ raises the sandbox's own SandboxError.
 A sandbox lost to something that is not the env's doing (container killed or
 removed from outside, daemon gone: SandboxLost) is not an env failure: the call
 is retried on a fresh sandbox, replaying the episode so far (reset + steps), up
-to `infra_retries` times; the evidence goes to `sandbox_faults`, never to
-`failures`. When it persists, SandboxLost (a SandboxError) propagates.
+to `infra_retries` times; the evidence goes to `sandbox_faults` (kind, detail,
+the call that was lost, the calls replayed on the fresh sandbox, whether it was
+the last try), never to `failures`. When it persists, SandboxLost (a SandboxError)
+propagates.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ class SandboxedEnv:
                 self._record(e)
                 raise
             except SandboxLost as e:
-                self.sandbox_faults.append(e.to_dict())
+                self.sandbox_faults.append(e.to_dict() | {"lost_call": "start", "replayed": "nothing", "gave_up": attempt >= self.infra_retries})
                 if attempt >= self.infra_retries:
                     raise
         self._episode_lost = False
@@ -129,7 +131,9 @@ class SandboxedEnv:
                 self._lost = False
                 out = channel.call(method, params)
             except SandboxLost as e:  # not the env's doing: a fresh sandbox, the episode replayed
-                self.sandbox_faults.append(e.to_dict())
+                steps = sum(1 for m, _ in self._journal if m == "step")
+                replayed = f"reset + {steps} step(s), then {method}()" if method != "reset" and self._journal else f"{method}()"
+                self.sandbox_faults.append(e.to_dict() | {"lost_call": method, "replayed": replayed, "gave_up": attempt >= self.infra_retries})
                 self.pool.discard(channel)
                 self._channel, self._lost = None, True
                 if attempt >= self.infra_retries:

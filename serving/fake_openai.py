@@ -95,6 +95,7 @@ class FakeOpenAIServer:
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header (tests: where keys go)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -184,6 +185,8 @@ class FakeOpenAIServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                with outer._lock:
+                    outer.authorizations.append(self.headers.get("Authorization"))
                 if self.path.rstrip("/").endswith("/models"):
                     self._send(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
                 else:
@@ -192,6 +195,8 @@ class FakeOpenAIServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                with outer._lock:
+                    outer.authorizations.append(self.headers.get("Authorization"))
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return

@@ -9,6 +9,12 @@ up to the first user turn); an adapter's name or the base name bypasses routing.
 The answer carries the decision in the `gapforge` field of the JSON and the
 `X-Gapforge-Adapter` / `X-Gapforge-Conversation` headers.
 
+With an API key (`RoutedApp(..., api_key=KEY)`, `gapforge serve --api-key-env NAME`)
+every route but `/health` needs `Authorization: Bearer KEY` (401 otherwise). A
+malformed request (not JSON, unknown fields, a message or tool call of the wrong
+shape) gets 400 with an OpenAI-style error body naming what is wrong; an
+unexpected failure is a JSON 500 without a traceback, never aiohttp's text page.
+
 A completion whose tool call cannot be parsed (broken `<tool_call>` JSON) is NOT an
 error: it is answered 200 as plain text — the raw completion as `content`, no
 `tool_calls`, `finish_reason` "stop" — with the parse error in
@@ -26,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
+import logging
 import threading
 import time
 import uuid
@@ -42,6 +50,12 @@ from envs.protocol import Message, ToolCall
 from serving.errors import ServingError
 
 ROUTED_MODEL = "gapforge-router"
+OPEN_ROUTES = frozenset({"/health"})
+log = logging.getLogger(__name__)
+
+
+class BadRequest(ValueError):
+    """A request of the wrong shape; the message says which part (400)."""
 
 
 class ChatBackend(Protocol):
@@ -75,18 +89,38 @@ class ChatRequest(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-def to_message(d: dict[str, Any]) -> Message:
-    """An OpenAI wire message -> Message (tool-call arguments parsed from their JSON string)."""
+def _tool_call(where: str, tc: Any, i: int) -> ToolCall:
+    fn = tc.get("function") if isinstance(tc, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise BadRequest(f"{where}.tool_calls.{i}: expected {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}")
+    args = fn.get("arguments") or "{}"
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            raise BadRequest(f"{where}.tool_calls.{i}.function.arguments is not JSON") from None
+    if not isinstance(args, dict):
+        raise BadRequest(f"{where}.tool_calls.{i}.function.arguments must be a JSON object")
+    return ToolCall(id=str(tc.get("id") or f"call_{i}"), name=fn["name"], arguments=args)
+
+
+def to_message(d: Any, where: str = "message") -> Message:
+    """An OpenAI wire message -> Message (tool-call arguments parsed from their JSON string); BadRequest
+    naming the part when it has the wrong shape."""
+    if not isinstance(d, dict) or "role" not in d:
+        raise BadRequest(f"{where}: expected an object with a 'role'")
     content = d.get("content")
     if isinstance(content, list):
         content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    calls = []
-    for i, tc in enumerate(d.get("tool_calls") or []):
-        fn = tc.get("function") or {}
-        args = fn.get("arguments") or "{}"
-        args = json.loads(args) if isinstance(args, str) else args
-        calls.append(ToolCall(id=tc.get("id") or f"call_{i}", name=fn["name"], arguments=args))
-    return Message(role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name"))
+    raw_calls = d.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise BadRequest(f"{where}.tool_calls must be a list")
+    calls = [_tool_call(where, tc, i) for i, tc in enumerate(raw_calls)]
+    try:
+        return Message(role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name"))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise BadRequest(f"{where}.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
 
 
 def conversation_key(messages: list[dict[str, Any]]) -> str:
@@ -99,12 +133,16 @@ def conversation_key(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}}, status=status)
 
 
 class RoutedApp:
-    def __init__(self, backend: ChatBackend, router: Callable[[list[dict[str, Any]]], Any] | None, *, routed_name: str = ROUTED_MODEL, cache_size: int = 10_000) -> None:
+    def __init__(
+        self, backend: ChatBackend, router: Callable[[list[dict[str, Any]]], Any] | None, *, routed_name: str = ROUTED_MODEL,
+        cache_size: int = 10_000, api_key: str | None = None,
+    ) -> None:  # fmt: skip
+        self.api_key = api_key
         self.backend = backend
         self.router = router
         self.routed_name = routed_name
@@ -113,8 +151,26 @@ class RoutedApp:
         self._route_locks: dict[str, asyncio.Lock] = {}
         self.routed_count = 0  # router forward passes run (cache misses)
 
+    @web.middleware
+    async def _guard(self, req: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        """The API key on every route but /health; OpenAI-style JSON for every error, never a traceback."""
+        if self.api_key is not None and req.path not in OPEN_ROUTES:
+            given = req.headers.get("Authorization", "")
+            token = given[7:] if given[:7].lower() == "bearer " else ""
+            if not hmac.compare_digest(token.encode(), self.api_key.encode()):
+                return _error(401, "missing or wrong API key: send 'Authorization: Bearer KEY'", "invalid_request_error", "invalid_api_key")
+        try:
+            return await handler(req)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            return _error(e.status, f"{req.method} {req.path}: {e.reason}", "invalid_request_error", "not_found" if e.status == 404 else None)
+        except Exception as e:  # noqa: BLE001 - the client gets one JSON line; the log keeps the traceback
+            log.exception("routed server: %s %s failed", req.method, req.path)
+            return _error(500, f"internal error ({type(e).__name__}); the server log has the details", "server_error")
+
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._guard])
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -152,15 +208,17 @@ class RoutedApp:
 
     async def chat(self, req: web.Request) -> web.Response:
         try:
-            body = ChatRequest.model_validate(await req.json())
-            messages = [to_message(m) for m in body.messages]
-        except json.JSONDecodeError:
+            raw = json.loads(await req.read())
+        except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "the request body is not JSON")
+        try:
+            body = ChatRequest.model_validate(raw)
+            messages = [to_message(m, f"messages.{i}") for i, m in enumerate(body.messages)]
         except ValidationError as e:
             first = e.errors()[0]
             return _error(400, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
-        except (KeyError, TypeError, ValueError) as e:
-            return _error(400, f"malformed message: {e}")
+        except BadRequest as e:
+            return _error(400, str(e))
         route: dict[str, Any] = {}
         malformed: str | None = None
         conv = req.headers.get("X-Conversation-Id") or conversation_key(body.messages)

@@ -52,6 +52,7 @@ class ArtifactQueries(StoreBase):
             env = session.get(SyntheticEnv, synthetic_env_id)
             if env is None:
                 raise _unknown_env(synthetic_env_id)
+            self._fence(session, env.run_id)
             env.status = status
             env.updated_at = utcnow()
 
@@ -76,6 +77,9 @@ class ArtifactQueries(StoreBase):
         """Upsert the self-test report of one synthetic env attempt (one report per attempt)."""
         values = {"synthetic_env_id": synthetic_env_id, "report": dict(report), "passed": passed}
         with self._write(missing=str(_unknown_env(synthetic_env_id))) as session:
+            env = session.get(SyntheticEnv, synthetic_env_id)
+            if env is not None:
+                self._fence(session, env.run_id)
             return to_row(ValidationRow, self._upsert(session, Validation, values, ("synthetic_env_id",)))
 
     def get_validation(self, synthetic_env_id: int) -> ValidationRow | None:

@@ -9,3 +9,5 @@ class StoreConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in the workspace. Env: GAPFORGE_STORE_URL")
+    lease_ttl_s: float = Field(120.0, ge=1.0, le=3600.0, description="a run's lease is taken over after this long without a "
+                               "heartbeat (renewed every ttl/4); a holder that finds it taken over stops")

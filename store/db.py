@@ -33,6 +33,7 @@ class Store(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries):
         super().__init__(url)
         try:
             self._check_schema_version()
+            self.reap_dead_leases()  # a SIGKILLed holder's run reads `interrupted`, not `running`, from now on
         except BaseException:
             self.close()
             raise

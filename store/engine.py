@@ -17,12 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event, exc, make_url, select
+from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from store import fencing
 from store.errors import StoreError
+from store.redact import redact
 from store.models import Base, Run, utcnow
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -35,7 +37,7 @@ def parse_url(raw: str) -> URL:
     try:
         url = make_url(raw)
     except exc.ArgumentError:
-        raise StoreError(f"bad store URL {raw!r}: {URL_HINT}") from None
+        raise StoreError(f"bad store URL {redact(raw)!r}: {URL_HINT}") from None
     backend = url.get_backend_name()
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
@@ -88,11 +90,26 @@ def make_engine(raw_url: str) -> Engine:
         # A write transaction from the start: a deferred one that finds tables missing while another
         # process is creating them cannot upgrade to a writer and fails at once ("database is locked").
         Base.metadata.create_all(engine.execution_options(gapforge_write=True))
+        _add_lease_epoch(engine)
     except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...
         engine.dispose()
         reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]
         raise StoreError(f"cannot open store {shown!r}: {reason}; {_open_hint(url, reason)}") from None
     return engine
+
+
+def _add_lease_epoch(engine: Engine) -> None:
+    """Stores made before leases were fenced lack `run_leases.epoch`: add it (a lease row is
+    transient, so 0 for the rows there is right). Two processes racing: the loser's ALTER fails
+    and it finds the column there."""
+    if any(c["name"] == "epoch" for c in inspect(engine).get_columns("run_leases")):
+        return
+    try:
+        with engine.execution_options(gapforge_write=True).begin() as conn:
+            conn.execute(text("ALTER TABLE run_leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0"))
+    except exc.DBAPIError:
+        if not any(c["name"] == "epoch" for c in inspect(engine).get_columns("run_leases")):
+            raise
 
 
 def _open_hint(url: URL, reason: str) -> str:
@@ -121,6 +138,7 @@ class StoreBase:
     def __init__(self, url: str) -> None:
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
+        self.store_key = self.engine.url.render_as_string(hide_password=True)  # which database (fences are per store)
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         self._writer = sessionmaker(self.engine.execution_options(gapforge_write=True), expire_on_commit=False)
         # SQLite has one writer at a time. Threads of this process queue on a lock instead of
@@ -135,9 +153,12 @@ class StoreBase:
 
     @contextmanager
     def _write(self, run_id: str | None = None, missing: str | None = None) -> Iterator[Session]:
-        """A write transaction. A failed foreign key becomes StoreError: unknown run, else `missing`."""
+        """A write transaction. A failed foreign key becomes StoreError: unknown run, else `missing`.
+        A write of a run this process leased is fenced: store.fencing.LeaseLost if the lease was taken over."""
         try:
             with self._write_lock, self._writer() as session, session.begin():
+                if run_id is not None:
+                    self._fence(session, run_id)
                 yield session
         except exc.IntegrityError:
             if run_id is not None and not self._run_exists(run_id):
@@ -145,6 +166,9 @@ class StoreBase:
             if missing is not None:
                 raise StoreError(missing) from None
             raise
+
+    def _fence(self, session: Session, run_id: str) -> None:
+        fencing.check(session, self.store_key, run_id, postgres=self.dialect == "postgresql")
 
     def _run_exists(self, run_id: str) -> bool:
         with self._read() as session:

@@ -9,24 +9,36 @@ recycled pid is not the holder). A lease is taken over when its holder is gone
 ttl (another host: a background thread refreshes it every ttl/4). A SIGKILLed
 holder therefore never blocks a resume on the same host, and blocks one on
 another host for at most ttl seconds.
+
+Leases are fenced (store/fencing.py): every takeover raises the lease's epoch,
+and every write of the run checks it, so a holder that was paused past the ttl
+(SIGSTOP, a VM pause) and taken over cannot write again; its heartbeat finds
+the lease gone within one beat and stops its work with one line (LeaseLost).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import delete, exc, select
 
+from store import fencing
 from store.engine import StoreBase, unknown_run
 from store.errors import StoreError
+from store.fencing import LeaseLost
 from store.models import Run, RunLease, utcnow
 
 DEFAULT_TTL_S = 120.0
+LOST_SIGNAL = signal.SIGUSR1  # how the heartbeat thread stops the main thread of a holder that lost its run
+__all__ = ["DEFAULT_TTL_S", "LeaseLost", "LeaseQueries", "RunBusy", "holder_id"]
 
 
 class RunBusy(StoreError):
@@ -67,68 +79,141 @@ def _age_s(when: datetime) -> float:
 
 
 class LeaseQueries(StoreBase):
-    def acquire_lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S) -> None:
-        """Take the run's lease for this process, or raise RunBusy naming who holds it."""
+    def acquire_lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S) -> int:
+        """Take the run's lease for this process and return its epoch (the fencing token), or raise
+        RunBusy naming who holds it. A takeover from another holder raises the epoch by one."""
         me = holder_id()
         for _ in range(3):  # PostgreSQL: two first inserts race on the primary key; the loser retries
             try:
-                with self._write(run_id) as session:
+                with self._write() as session:  # not fenced: this is how a fence is (re)gained
                     if session.get(Run, run_id) is None:
                         raise unknown_run(run_id)
                     row = session.scalars(select(RunLease).where(RunLease.run_id == run_id).with_for_update()).first()
                     now = utcnow()
                     if row is None:
-                        session.add(RunLease(run_id=run_id, holder=me, host=socket.gethostname(), pid=os.getpid(), command=command, ttl_s=ttl_s, acquired_at=now, heartbeat_at=now))
-                        return
-                    if row.holder != me and _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s:
-                        since = row.acquired_at if row.acquired_at.tzinfo else row.acquired_at.replace(tzinfo=UTC)
-                        raise RunBusy(
-                            f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
-                            "wait for it to finish or stop that process, then resume"
-                        )
-                    row.holder, row.host, row.pid, row.command, row.ttl_s = me, socket.gethostname(), os.getpid(), command, ttl_s
-                    row.acquired_at = row.heartbeat_at = now
-                    return
+                        epoch = 1
+                        session.add(RunLease(run_id=run_id, holder=me, host=socket.gethostname(), pid=os.getpid(), command=command,
+                                             ttl_s=ttl_s, acquired_at=now, heartbeat_at=now, epoch=epoch))
+                    else:
+                        if row.holder != me and _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s:
+                            since = row.acquired_at if row.acquired_at.tzinfo else row.acquired_at.replace(tzinfo=UTC)
+                            raise RunBusy(
+                                f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
+                                "wait for it to finish or stop that process, then resume"
+                            )
+                        epoch = row.epoch if row.holder == me else row.epoch + 1
+                        row.holder, row.host, row.pid, row.command, row.ttl_s, row.epoch = me, socket.gethostname(), os.getpid(), command, ttl_s, epoch
+                        row.acquired_at = row.heartbeat_at = now
+                fencing.hold(self.store_key, run_id, me, epoch)
+                return epoch
             except exc.IntegrityError:
                 continue
         raise StoreError(f"could not take the lease of run {run_id!r} (too much contention): try again")
 
     def renew_lease(self, run_id: str) -> bool:
-        """Refresh this process's heartbeat; False when the lease is no longer ours."""
+        """Refresh this process's heartbeat; False when the lease is no longer ours (taken over: another holder
+        or another epoch)."""
+        token = fencing.held(self.store_key, run_id)
         with self._write() as session:
             row = session.get(RunLease, run_id)
-            if row is None or row.holder != holder_id():
+            if row is None or row.holder != holder_id() or (token is not None and row.epoch != token[1]):
                 return False
             row.heartbeat_at = utcnow()
             return True
 
     def release_lease(self, run_id: str) -> None:
+        """Give the lease back (only if it is still ours: a taken-over lease is the new holder's)."""
+        token = fencing.held(self.store_key, run_id)
         with self._write() as session:
-            session.execute(delete(RunLease).where(RunLease.run_id == run_id, RunLease.holder == holder_id()))
+            mine = [RunLease.run_id == run_id, RunLease.holder == holder_id()]
+            if token is not None:
+                mine.append(RunLease.epoch == token[1])
+            session.execute(delete(RunLease).where(*mine))
+        fencing.drop(self.store_key, run_id)
+
+    def reap_dead_leases(self) -> list[str]:
+        """Leases whose holder ran on this host and is gone (SIGKILLed, crashed) are removed, and a run such a
+        holder left `running` becomes `interrupted`, so `runs` / `show` tell the truth before any resume.
+        Returns the runs reaped. Live holders, and other hosts' holders, are left alone (their ttl decides)."""
+        with self._read() as session:
+            rows = [(r.run_id, r.holder, r.epoch) for r in session.scalars(select(RunLease))]
+        dead = [(run_id, holder, epoch) for run_id, holder, epoch in rows if not _holder_alive(holder)]
+        reaped = []
+        for run_id, holder, epoch in dead:
+            with self._write() as session:
+                gone = session.execute(delete(RunLease).where(RunLease.run_id == run_id, RunLease.holder == holder, RunLease.epoch == epoch))
+                if gone.rowcount:
+                    run = session.get(Run, run_id)
+                    if run is not None and run.status == "running":
+                        run.status, run.updated_at = "interrupted", utcnow()
+                    reaped.append(run_id)
+        return reaped
 
     def lease_holder(self, run_id: str) -> str | None:
         with self._read() as session:
             row = session.get(RunLease, run_id)
             return None if row is None else f"{row.command} (pid {row.pid} on {row.host})"
 
+    def _lost(self, run_id: str, unrenewed_s: float | None) -> str:
+        try:
+            with self._read() as session:
+                row = session.get(RunLease, run_id)
+                message = fencing.lost_message(run_id, row)
+        except Exception:  # noqa: BLE001 - the store itself is unreachable: say that
+            message = f"this process lost run {run_id!r}: the store did not answer its lease renewals; it stopped"
+        if unrenewed_s is not None:
+            message += f" (no renewal for {unrenewed_s:.0f} s)"
+        return message
+
     @contextmanager
-    def lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S) -> Iterator[None]:
-        """Hold the run's lease for the block, renewing it in the background."""
+    def lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S) -> Iterator[int]:
+        """Hold the run's lease for the block (yields its epoch), renewing it every ttl/4 in the background.
+
+        A renewal that finds the lease taken over (or no renewal for a whole ttl) means another process
+        may be working on the run: the holder stops within that heartbeat. Entered on the main thread,
+        the block gets store.fencing.LeaseLost raised into it (through `LOST_SIGNAL`, as Ctrl-C would
+        be); on any thread every later write of the run is refused (fenced) with the same error."""
         self.acquire_lease(run_id, command, ttl_s=ttl_s)
         stop = threading.Event()
+        lost: list[str] = []
+        on_main = threading.current_thread() is threading.main_thread()
+        previous: Any = None
+        if on_main:
+            def on_lost(signum: int, frame: Any) -> None:
+                if lost:
+                    raise LeaseLost(lost[0])
+                if callable(previous):
+                    previous(signum, frame)
+
+            previous = signal.signal(LOST_SIGNAL, on_lost)
 
         def beat() -> None:
+            last_ok = time.monotonic()
             while not stop.wait(ttl_s / 4):
                 try:
-                    self.renew_lease(run_id)
-                except Exception:  # noqa: BLE001, S112 - a missed beat only shortens the lease's life
+                    ok: bool | None = self.renew_lease(run_id)
+                except Exception:  # noqa: BLE001 - a missed beat shortens the lease's life; a whole ttl of them ends it
+                    ok = None
+                if ok:
+                    last_ok = time.monotonic()
                     continue
+                silent = time.monotonic() - last_ok
+                if ok is False or silent > ttl_s:
+                    lost.append(self._lost(run_id, None if ok is False else silent))
+                    if on_main and not stop.is_set():  # a real signal: it wakes a main thread blocked in select()
+                        signal.pthread_kill(threading.main_thread().ident, LOST_SIGNAL)  # type: ignore[arg-type]
+                    return
 
         thread = threading.Thread(target=beat, name=f"gapforge-lease-{run_id}", daemon=True)
         thread.start()
         try:
-            yield
+            yield fencing.held(self.store_key, run_id)[1]  # type: ignore[index]
         finally:
             stop.set()
             thread.join(timeout=5)
-            self.release_lease(run_id)
+            if on_main:
+                signal.signal(LOST_SIGNAL, previous if previous is not None else signal.SIG_DFL)
+            if lost:
+                fencing.drop(self.store_key, run_id)  # nothing of ours to release: the lease is the new holder's
+            else:
+                self.release_lease(run_id)

@@ -300,7 +300,8 @@ class Evaluation(Stamped, Base):
 class RunLease(Base):
     """Which process works on a run now (one at a time). A holder is host + pid + the process's
     start time; a lease whose process is gone (same host) or whose heartbeat is older than its
-    ttl (any host) may be taken over."""
+    ttl (any host) may be taken over, which raises its `epoch` (the fencing token every write of
+    the run is checked against: store/fencing.py)."""
 
     __tablename__ = "run_leases"
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
@@ -311,3 +312,4 @@ class RunLease(Base):
     ttl_s: Mapped[float]
     acquired_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    epoch: Mapped[int] = mapped_column(default=0, server_default="0")  # fencing token: +1 on every takeover (store/fencing.py)

@@ -55,6 +55,20 @@ def _jsonable_messages(messages: Iterable[Any]) -> list[Any]:
     return [m.model_dump(mode="json") if hasattr(m, "model_dump") else m for m in messages]
 
 
+def _episode_values(
+    run_id: str, env: str, task_id: str, sample: int, *, policy: str, messages: Iterable[Any], reward: float, success: bool,
+    components: Mapping[str, Any], termination: str, error: str | None, turns: int, timings: Mapping[str, Any],
+    task_family: str | None = None, score_info: Mapping[str, Any] | None = None, step_info: Iterable[Any] | None = None,
+    user_prompt: str | None = None, started_at: datetime | None = None,
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id, "env": env, "task_id": str(task_id), "sample": int(sample), "policy": policy,
+        "messages": _jsonable_messages(messages), "reward": float(reward), "success": bool(success), "components": dict(components),
+        "termination": termination, "error": error, "turns": int(turns), "timings": dict(timings), "task_family": task_family,
+        "score_info": dict(score_info or {}), "step_info": list(step_info or []), "user_prompt": user_prompt, "started_at": started_at,
+    }  # fmt: skip
+
+
 class RunQueries(StoreBase):
     def create_run(
         self,
@@ -99,7 +113,7 @@ class RunQueries(StoreBase):
             return [to_row(RunRow, r) for r in runs]
 
     def set_run_status(self, run_id: str, status: str) -> None:
-        with self._write() as session:
+        with self._write(run_id) as session:
             run = session.get(Run, run_id)
             if run is None:
                 raise unknown_run(run_id)
@@ -129,28 +143,27 @@ class RunQueries(StoreBase):
         started_at: datetime | None = None,
     ) -> int:
         """Store an episode once; the same (run, env, task_id, sample) returns the id already stored."""
-        values = {
-            "run_id": run_id,
-            "env": env,
-            "task_id": str(task_id),
-            "sample": int(sample),
-            "policy": policy,
-            "messages": _jsonable_messages(messages),
-            "reward": float(reward),
-            "success": bool(success),
-            "components": dict(components),
-            "termination": termination,
-            "error": error,
-            "turns": int(turns),
-            "timings": dict(timings),
-            "task_family": task_family,
-            "score_info": dict(score_info or {}),
-            "step_info": list(step_info or []),
-            "user_prompt": user_prompt,
-            "started_at": started_at,
-        }
+        values = _episode_values(
+            run_id, env, task_id, sample, policy=policy, messages=messages, reward=reward, success=success, components=components,
+            termination=termination, error=error, turns=turns, timings=timings, task_family=task_family, score_info=score_info,
+            step_info=step_info, user_prompt=user_prompt, started_at=started_at)
         with self._write(run_id) as session:
             return self._insert_or_get_id(session, Episode, values, ("run_id", "env", "task_id", "sample"))
+
+    def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None:
+        """`put_episode` for a writer that counts what it wrote: the new episode's id, or None when the
+        key (run, env, task_id, sample) was already stored (by this process or another one)."""
+        with self._write(run_id) as session:
+            stmt = self._insert(Episode).values(**_episode_values(run_id, env, task_id, sample, **fields))
+            stmt = stmt.on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"]).returning(Episode.id)
+            new_id = session.scalars(stmt).first()
+            return None if new_id is None else int(new_id)
+
+    def episode_id(self, run_id: str, env: str, task_id: str, sample: int) -> int | None:
+        with self._read() as session:
+            where = (Episode.run_id == run_id, Episode.env == env, Episode.task_id == str(task_id), Episode.sample == int(sample))
+            found = session.scalars(select(Episode.id).where(*where)).first()
+            return None if found is None else int(found)
 
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
         """(task_id, sample) pairs already stored for this run and env."""

@@ -11,6 +11,13 @@ the env (tool results and user replies alike) answers through `env.step`.
 Each dataset row's prompt is the task reference as JSON (a synthetic seed or a
 target task id); TRL's RepeatSampler hands each row K times in a row, so one run
 of equal prompts is one GRPO group played from the identical initial state.
+
+A rollout an env or infrastructure fault ended (`Rollout.dropped`) is not data
+about the model: its sampled tokens are masked (training/rollout.py) and the
+reward handed to TRL is its group's mean over the healthy rollouts (0 when none),
+so it moves neither the group's mean nor anyone's advantage; the step log counts
+them (`dropped_env`, `dropped_infra`) and its reward / informative share are over
+the healthy rollouts only.
 """
 
 from __future__ import annotations
@@ -79,6 +86,8 @@ class StepLog:
     wall_s: float
     rollouts: int
     malformed_turns: int = 0  # unparsable tool calls passed on as text (malformed_tool_calls="continue")
+    dropped_env: int = 0  # rollouts an env fault ended: masked out of the loss
+    dropped_infra: int = 0  # rollouts the infrastructure ended (sandbox lost): masked out of the loss
 
 
 @dataclass
@@ -99,9 +108,18 @@ def groups_of(prompts: list[Any]) -> list[tuple[Any, int]]:
 
 
 def informative_share(rewards_by_group: list[list[float]]) -> float:
-    if not rewards_by_group:
+    groups = [g for g in rewards_by_group if g]
+    if not groups:
         return 0.0
-    return sum(1 for g in rewards_by_group if max(g) - min(g) > 1e-9) / len(rewards_by_group)
+    return sum(1 for g in groups if max(g) - min(g) > 1e-9) / len(groups)
+
+
+def trained_rewards(group: list[Rollout]) -> list[float]:
+    """The rewards TRL sees for one group: a dropped rollout gets the healthy rollouts' mean (0 when none),
+    so it shifts neither the group mean nor any advantage (its tokens are masked anyway)."""
+    healthy = [r.reward for r in group if r.dropped is None]
+    fill = sum(healthy) / len(healthy) if healthy else 0.0
+    return [fill if r.dropped is not None else r.reward for r in group]
 
 
 def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder,
@@ -122,26 +140,31 @@ def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any,
         sampler = sampler_for(trainer)
         rollouts: list[Rollout] = []
         by_group: list[list[float]] = []
+        rewards: list[float] = []
         for prompt, count in groups_of(prompts):
             task = json.loads(prompt) if isinstance(prompt, str) else prompt
             group = run_group(make_env, task, count, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
                               malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
                               temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
             rollouts += group
-            by_group.append([r.reward for r in group])
+            by_group.append([r.reward for r in group if r.dropped is None])
+            rewards += trained_rewards(group)
         recorder.last = rollouts
+        healthy = [r.reward for r in rollouts if r.dropped is None]
         recorder.steps.append(StepLog(
-            step=trainer.state.global_step + 1, reward=sum(r.reward for r in rollouts) / max(1, len(rollouts)),
+            step=trainer.state.global_step + 1, reward=sum(healthy) / max(1, len(healthy)),
             informative_share=informative_share(by_group), failures=[r.failure for r in rollouts if r.failure],
             gen_s=sum(r.gen_s for r in rollouts), env_s=sum(r.env_s for r in rollouts),
             wall_s=time.perf_counter() - t0, rollouts=len(rollouts),
-            malformed_turns=sum(r.malformed_turns for r in rollouts)))
+            malformed_turns=sum(r.malformed_turns for r in rollouts),
+            dropped_env=sum(1 for r in rollouts if r.dropped == "env"),
+            dropped_infra=sum(1 for r in rollouts if r.dropped == "infra")))
         return {
             "prompt_ids": [r.traj.prompt_ids for r in rollouts],
             "completion_ids": [r.traj.completion_ids for r in rollouts],
             "logprobs": [r.traj.logprobs for r in rollouts],
             "env_mask": [r.traj.env_mask for r in rollouts],
-            "env_reward": [r.reward for r in rollouts],
+            "env_reward": rewards,
         }
 
     return rollout_func

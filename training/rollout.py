@@ -7,10 +7,14 @@ stepped through its own env instance, and the env's answer is appended as the
 template delta (training.tokens). Tool results and simulated-user replies both
 come from `env.step`, so a simulated user answers between model turns.
 
-A bad rollout is data, not a crash: an env exception, timeout or dead sandbox
-ends that rollout with reward 0 and `failure` = "<boundary>: <reason>"; an
-unparsable model turn ends it too (blamed on the model) and the env scores the
-episode as it stands. Every env instance is closed before `run_group` returns.
+A bad rollout is data, not a crash: an env exception or timeout ends that
+rollout with `failure` = "env: <reason>", a sandbox lost for good (not the env's
+doing) with "infra: <reason>"; an unparsable model turn ends it too (blamed on the
+model: "model: ...") and the env scores the episode as it stands. A rollout that an
+env or infrastructure fault ended is `dropped`: it is no evidence about the model,
+so its sampled tokens are masked out of the loss (env_mask 0) and GRPO never trains
+on it as a reward of 0 (training/grpo.py gives it its group's healthy mean and counts
+it per step). Every env instance is closed before `run_group` returns.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from envs.errors import PolicyError
 from envs.protocol import Environment, Message, TaskRef
+from sandbox.errors import SandboxError
 from serving.chat_format import tool_format_of
 from serving.tool_calls import parse_turn
 from training.sampler import Sampler
@@ -47,12 +52,25 @@ class Rollout:
     reward: float = 0.0
     success: bool = False
     components: dict[str, float] = field(default_factory=dict)
-    failure: str | None = None  # "env: ...", "model: ...", "length: ..." — who ended it early
+    failure: str | None = None  # "env: ...", "infra: ...", "model: ...", "length: ..." — who ended it early
     turns: int = 0
     cut_turns: int = 0  # turns that hit max_new_tokens (closed by an env-side eos, which the loss ignores)
     malformed_turns: int = 0  # unparsable tool calls passed on as text (malformed="continue")
     gen_s: float = 0.0
     env_s: float = 0.0
+
+    @property
+    def dropped(self) -> str | None:
+        """'env' / 'infra' when an env or infrastructure fault ended it: not the model's doing, never trained on."""
+        boundary = (self.failure or "").partition(":")[0]
+        return boundary if boundary in DROPPED else None
+
+    def drop_from_loss(self) -> None:
+        """Mask every sampled token: the loss sees none of this rollout."""
+        self.traj.env_mask = [0] * len(self.traj.env_mask)
+
+
+DROPPED = ("env", "infra")
 
 
 class _Episode:
@@ -73,6 +91,8 @@ class _Episode:
             self.rollout.env_s += time.perf_counter() - t0
 
     def fail(self, boundary: str, err: BaseException) -> None:
+        if boundary == "env" and isinstance(err, SandboxError):
+            boundary = "infra"  # a sandbox lost past its retries (or unusable): not the env's doing
         kind = getattr(err, "kind", type(err).__name__)
         self.rollout.failure = f"{boundary}: {kind}: {str(err).splitlines()[0][:300] if str(err) else ''}"
         self.rollout.reward, self.rollout.success = 0.0, False
@@ -81,7 +101,7 @@ class _Episode:
     def finish(self) -> None:
         """Score the episode as it stands (unless the env already failed)."""
         self.active = False
-        if self.rollout.failure is not None and self.rollout.failure.startswith("env"):
+        if self.rollout.dropped is not None:
             return
         try:
             score = self.call(self.env.score)
@@ -131,6 +151,8 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
         for ep in episodes:  # a rollout with no sampled token still needs one completion token for TRL
             if not ep.rollout.traj.completion_ids:
                 ep.rollout.traj.add_env([tokenizer.eos_token_id])
+            if ep.rollout.dropped is not None:
+                ep.rollout.drop_from_loss()
         return [ep.rollout for ep in episodes]
     finally:
         for ep in episodes:
@@ -178,4 +200,4 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
     r.traj.add_env(delta)
 
 
-__all__ = ["EnvFactory", "Rollout", "TemplateDriftError", "run_group"]
+__all__ = ["DROPPED", "EnvFactory", "Rollout", "TemplateDriftError", "run_group"]

@@ -1,6 +1,8 @@
 """One training job per process: `python -m training.run SPEC.json`.
 
-SPEC.json is a `training.service.TrainJob`. The process trains, writes
+SPEC.json is a `training.service.TrainJob` without its store URL (which may hold a
+password and so never goes into a file): the launcher passes it in the job
+process's environment, `GAPFORGE_JOB_STORE_URL`. The process trains, writes
 `<out_dir>/result.json` and exits 0; on any failure it writes
 `<out_dir>/error.json` (error + traceback), registers the adapter row with
 status `failed` and exits 1, so a crash (or an OOM kill, seen by the launcher
@@ -12,6 +14,7 @@ the other and records each outcome.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.service import TrainJob, TrainResult, register, train_capability
+
+STORE_URL_ENV = "GAPFORGE_JOB_STORE_URL"
 
 
 @dataclass
@@ -53,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)  # run `finally` blocks and atexit: release every sandbox
     job = TrainJob.model_validate_json(Path(args[0]).read_text())
+    job.store_url = os.environ.get(STORE_URL_ENV) or None
     (Path(job.out_dir) / "error.json").unlink(missing_ok=True)
     try:
         result = train_capability(job, progress=lambda row: print(json.dumps(row), flush=True))
@@ -83,7 +89,10 @@ def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutc
     for job in jobs:
         spec = spec_dir / f"{job.name}.json"
         spec.write_text(job.model_dump_json(indent=1))
-        proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True)
+        env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
+        if job.store_url:
+            env[STORE_URL_ENV] = job.store_url
+        proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env)
         assert proc.stdout is not None
         for line in proc.stdout:
             event = _event(line) if on_line is not None else None

@@ -43,7 +43,7 @@ def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: li
                           malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
                           temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
         rewards += [r.reward for r in group]
-        failures += sum(1 for r in group if r.failure and r.failure.startswith("env"))
+        failures += sum(1 for r in group if r.dropped is not None)
     return {"reward": sum(rewards) / max(1, len(rewards)), "rollouts": len(rewards), "env_failures": failures,
             "success": None, "rewards": [round(r, 6) for r in rewards]}
 

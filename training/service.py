@@ -34,7 +34,8 @@ class TrainJob(BaseModel):
     env: EnvSpec
     config: TrainingConfig = Field(default_factory=TrainingConfig)
     out_dir: str
-    store_url: str | None = None
+    store_url: str | None = Field(None, exclude=True, description="never written to the spec file (it may hold a password): "
+                                  "training.run passes it to the job's process in STORE_URL_ENV")
     run_id: str | None = None
 
 
@@ -173,7 +174,7 @@ def _trim_steps(path: Path, resume_step: int) -> None:
 
 
 def _progress_callback(recorder: Any, log_path: Path, progress: Callable[[dict[str, Any]], None] | None):
-    """Every step: one line in steps.jsonl (reward, informative-group share, env failures, timings)."""
+    """Every step: one line in steps.jsonl (reward, informative-group share, env failures, rollouts dropped from the loss, timings)."""
     from transformers import TrainerCallback
 
     class _Progress(TrainerCallback):
@@ -183,7 +184,8 @@ def _progress_callback(recorder: Any, log_path: Path, progress: Callable[[dict[s
             s = recorder.steps[-1]
             row = {"event": "step", "step": state.global_step, "max_steps": state.max_steps, "reward": s.reward,
                    "informative_share": s.informative_share, "failures": s.failures, "gen_s": s.gen_s,
-                   "env_s": s.env_s, "wall_s": s.wall_s, "rollouts": s.rollouts, "malformed_turns": s.malformed_turns}
+                   "env_s": s.env_s, "wall_s": s.wall_s, "rollouts": s.rollouts, "malformed_turns": s.malformed_turns,
+                   "dropped_env": s.dropped_env, "dropped_infra": s.dropped_infra}
             with log_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             if progress is not None:

@@ -3,6 +3,11 @@ GRPO readiness (policy rollouts, only when everything else passed and budget rem
 
 The outcome is one structured verdict (`AttemptVerdict`) whose `feedback()` goes back to the
 generator: which check failed, on which seed, what happened, and the reviewer's fixes.
+
+The infrastructure never decides a verdict: a self-test the sandbox left incomplete or
+readiness episodes the endpoint / sandbox kept ending raise envs.errors.InfrastructureFailure
+(or sandbox.errors.SandboxLost) instead of an outcome; the service stops the stage
+(agents/infra.py) and the attempt is validated again on resume.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.context import GeneratorContext
 from agents.synthesis.reviewer import review_check, review_env
 from agents.synthesis.static_gate import static_gate
+from envs.errors import InfrastructureFailure
 from envs.protocol import PolicyModel
 from sandbox.checks import SelfTestThresholds, validate_env
 from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
@@ -170,6 +176,9 @@ def _before_readiness(
         thresholds=thresholds, module=module_path, target=ctx.target.name, target_result_shapes=target_shapes,
         progress=(lambda name: progress(f"check {name}")) if progress else None,
     )
+    if report.incomplete is not None:  # no verdict: not the env's doing
+        stopped = report.incomplete
+        raise InfrastructureFailure(stopped["cause"], f"self-test check {stopped['check']}: {stopped['error']}")
     if cfg.review:
         if progress:
             progress("LLM review")

@@ -8,7 +8,10 @@ self-test report, the review, the verdict, the feedback, rollouts, timings). A k
 point resumes at the attempt it was in: a stored attempt without a verdict is validated
 again from its stored code (no new generator call); attempts with a verdict are not redone.
 An env that never passes leaves the capability "unsynthesized" with the reason; the caller
-goes on with the next capability. Never prints; progress goes to `deps.progress`.
+goes on with the next capability. An endpoint (generator, reviewer, readiness policy) or a
+sandbox that keeps failing past its retries is never an attempt's verdict: the stage stops
+with IncompleteStage (agents/infra.py: exit 3), the attempt's code stays stored without a
+verdict and a resume validates it again. Never prints; progress goes to `deps.progress`.
 Generated code runs only in the sandbox: the service itself opens every module with
 `_open_module`: `SandboxedEnv.pooled(path, deps.pool)` (a sandbox leased lazily from the caller's
 pool), or `sandbox.env.open_env(path, deps.sandbox)` without a pool (there is no hook for an in-process env).
@@ -25,6 +28,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict
 
+from agents.infra import INFRA_ERRORS, stop
 from agents.synthesis.attempt import AttemptOutcome, avalidate_attempt, validate_attempt
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.context import GeneratorContext, TargetFacts, gather_context
@@ -170,18 +174,25 @@ def _repair_loop(deps: SynthesisDeps, run_id: str, capability: str, validate: Ca
         prompt = generator_prompt()
         if row is None:
             say(attempt, "generating")
-            generated = generate_env(deps.chat_model, ctx, attempt, cfg.max_attempts, feedback)
+            try:
+                generated = generate_env(deps.chat_model, ctx, attempt, cfg.max_attempts, feedback)
+            except INFRA_ERRORS as e:
+                raise stop(f"synthesis of {capability}", e, _stored(summaries, attempt, generated=False)) from None
             row = store.put_synthetic_env(run_id, capability, attempt, code=generated.code, status="generated",
                                           prompt_name=prompt.name, prompt_version=prompt.version)
         else:
             say(attempt, "resuming: validating the stored code")
         path = _write(module_dir(deps.workspace, run_id, capability) / f"attempt-{attempt}.py", row.code)
         spent = sum(s.rollouts for s in summaries)
-        outcome = validate(
-            row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: _open_module(deps, p), chat_model=deps.chat_model,
-            target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
-            readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
-        )
+        try:
+            outcome = validate(
+                row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: _open_module(deps, p), chat_model=deps.chat_model,
+                target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
+                readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
+            )
+        except INFRA_ERRORS as e:
+            say(attempt, "stopped: infrastructure")
+            raise stop(f"synthesis of {capability}", e, _stored(summaries, attempt, generated=True)) from None
         record = _record(outcome, f"{prompt.name}@{prompt.version}")
         store.put_validation(row.id, report=record, passed=outcome.verdict.accepted)
         summary = _summary(row, record, resumed=False)
@@ -196,6 +207,13 @@ def _repair_loop(deps: SynthesisDeps, run_id: str, capability: str, validate: Ca
               if last else "no attempt was made (synthesis.max_attempts)")
     return SynthesisResult(run_id=run_id, capability=capability, status="unsynthesized", attempts=summaries,
                            reason=reason, rollouts=sum(s.rollouts for s in summaries))
+
+
+def _stored(summaries: list[AttemptSummary], attempt: int, *, generated: bool) -> str:
+    decided = "attempt 1 keeps its verdict; " if attempt == 2 else f"attempts 1-{attempt - 1} keep their verdicts; " if attempt > 2 else ""
+    this = f"attempt {attempt}'s code is stored without a verdict and is validated again on resume" if generated else \
+        f"attempt {attempt} is generated again on resume"
+    return decided + this
 
 
 def _accepted(deps: SynthesisDeps, run_id: str, capability: str, row: Any, summaries: list[AttemptSummary]) -> SynthesisResult:

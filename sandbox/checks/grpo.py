@@ -7,7 +7,14 @@ there and its creator closes it); `check_grpo_ready` is the same check for sync 
 Groups run in waves (concurrency // K groups at a time); with `early_exit` the check
 stops as soon as the all-zero, all-perfect or uninformative groups seen already exceed
 their limit, so a hopeless env does not spend the whole G x K budget. The evidence
-records the policy rollouts spent (`rollouts`)."""
+records the policy rollouts spent (`rollouts`).
+
+An episode ended by the infrastructure (envs.errors.INFRA_TERMINATIONS: the policy
+endpoint down after its retries, the sandbox lost) is not a reward: it is played
+again (`INFRA_RETRIES` times), and past that the check raises
+envs.errors.InfrastructureFailure once the wave in flight has ended: the stage
+stops (exit 3), the env is never blamed. Episodes re-played are counted
+(`infra_retried` in the evidence)."""
 
 from __future__ import annotations
 
@@ -16,18 +23,20 @@ from collections.abc import Awaitable, Callable
 from statistics import mean, pstdev
 from typing import Any
 
+from envs.errors import InfrastructureFailure, infra_cause
 from envs.protocol import PolicyModel
 from envs.sampling import episode_key
 from sandbox.checks.probe import OpenEnv, ValidatedEnv
 from sandbox.checks.report import CheckResult
 from sandbox.checks.settings import GRPOReadinessConfig
-from sandbox.errors import EnvCodeError, SandboxError
+from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 
 # (policy, env, seed, temperature) -> the episode: a reward, or an object with `.reward` and
 # optionally `.termination` / `.error` (agents.policy.Rollout). The composition root passes
 # agents.policy.run_episode adapted to this signature; sandbox/ never imports agents/.
 EpisodeRunner = Callable[[PolicyModel, ValidatedEnv, int, float], Awaitable[Any]]
 PERFECT = 0.99
+INFRA_RETRIES = 1  # an episode the infrastructure ended is played again this many times (the client and sandbox retry first)
 
 
 def check_grpo_ready(
@@ -71,17 +80,23 @@ async def acheck_grpo_ready(
         return _no_policy()
     group_seeds = (seeds + list(range(len(seeds), cfg.groups)))[: cfg.groups]
     faults: list[dict[str, Any]] = []
+    retried = [0]
 
-    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float:
-        episode_key.set(f"grpo_ready:{seed}#{sample}")  # a local policy seeds from it: reproducible at any concurrency
+    async def once(seed: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure:
         async with sem:
             env: ValidatedEnv | None = None
             try:
                 env = await asyncio.to_thread(open_env)
                 episode = await run_episode(policy, env, seed, cfg.temperature)
-                if getattr(episode, "termination", None) == "env_error":
+                termination = getattr(episode, "termination", None)
+                cause = infra_cause(termination)
+                if cause is not None:  # the endpoint or the sandbox ended it: not the env's reward
+                    return InfrastructureFailure(cause, f"a readiness episode at seed {seed}: {str(getattr(episode, 'error', ''))[:300]}")
+                if termination == "env_error":
                     faults.append({"seed": seed, "kind": "env_error", "error": str(getattr(episode, "error", ""))[:1500]})
                 return float(getattr(episode, "reward", episode))
+            except SandboxLost as e:
+                return InfrastructureFailure("sandbox", f"a readiness episode at seed {seed}: {e}")
             except SandboxError:
                 raise
             except EnvCodeError as e:
@@ -93,17 +108,33 @@ async def acheck_grpo_ready(
                     await asyncio.to_thread(_close_quietly, env)
             return 0.0
 
+    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure:
+        episode_key.set(f"grpo_ready:{seed}#{sample}")  # a local policy seeds from it: reproducible at any concurrency
+        for attempt in range(INFRA_RETRIES + 1):
+            out = await once(seed, sem)
+            if not isinstance(out, InfrastructureFailure):
+                return out
+            if attempt < INFRA_RETRIES:
+                retried[0] += 1
+        return out
+
     sem = asyncio.Semaphore(concurrency)
     groups: dict[int, list[float]] = {}
     wave = max(1, concurrency // cfg.samples) if early_exit else len(group_seeds)
     for start in range(0, len(group_seeds), wave):  # groups in waves; stop once the verdict can no longer become a pass
         seeds_now = group_seeds[start : start + wave]
         flat = await asyncio.gather(*[one(s, k, sem) for s in seeds_now for k in range(cfg.samples)])
+        lost = [x for x in flat if isinstance(x, InfrastructureFailure)]
+        if lost:  # never graded: the wave's other episodes have ended, the stage stops
+            raise InfrastructureFailure(lost[-1].cause, f"{len(lost)} of {len(flat)} readiness episodes past {INFRA_RETRIES} retry: {lost[-1].detail}")
         for i, s in enumerate(seeds_now):
-            groups[s] = list(flat[i * cfg.samples : (i + 1) * cfg.samples])
+            groups[s] = [float(x) for x in flat[i * cfg.samples : (i + 1) * cfg.samples]]  # type: ignore[arg-type]
         if faults or (early_exit and bound_to_fail(groups, len(group_seeds), cfg)):
             break
-    return _verdict(groups, faults, len(group_seeds), cfg)
+    result = _verdict(groups, faults, len(group_seeds), cfg)
+    if retried[0]:
+        result.evidence["infra_retried"] = retried[0]
+    return result
 
 
 def _no_policy() -> CheckResult:

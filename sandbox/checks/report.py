@@ -1,5 +1,11 @@
 """The self-test report: one CheckResult per check, the verdict, and compact
-feedback text for the generator LLM (which check, which seed, what happened)."""
+feedback text for the generator LLM (which check, which seed, what happened).
+
+Infrastructure is reported apart from the env: `sandbox_faults` lists every sandbox
+lost to an outside cause and recovered (replayed on a fresh one) during the checks,
+and `incomplete` says where and why the validation stopped when the endpoint or the
+sandbox kept failing past the retries. An incomplete report never passes and is
+never the env's failure: it is not sent to the generator."""
 
 from __future__ import annotations
 
@@ -8,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Verdict = Literal["PASS", "FAIL", "SKIP"]
+Verdict = Literal["PASS", "FAIL", "SKIP", "INCOMPLETE"]
+MAX_FAULTS_KEPT = 20
 
 
 class CheckResult(BaseModel):
@@ -26,6 +33,8 @@ class CheckResult(BaseModel):
 
     @property
     def verdict(self) -> Verdict:
+        if self.evidence.get("incomplete"):
+            return "INCOMPLETE"
         if self.skipped:
             return "SKIP"
         return "PASS" if self.passed else "FAIL"
@@ -42,6 +51,11 @@ class CheckResult(BaseModel):
     def skip(cls, name: str, summary: str, required: bool = False, **evidence: Any) -> CheckResult:
         return cls(name=name, required=required, passed=False, skipped=True, summary=summary, evidence=evidence)
 
+    @classmethod
+    def interrupted(cls, name: str, summary: str) -> CheckResult:
+        """Not decided: the infrastructure stopped it (not a failure of the env)."""
+        return cls(name=name, required=False, passed=False, skipped=True, summary=summary, evidence={"incomplete": True})
+
 
 class ValidationReport(BaseModel):
     """All checks of one env module. `passed` is True only when every required check passed."""
@@ -55,10 +69,22 @@ class ValidationReport(BaseModel):
     target: str | None = None
     checks: list[CheckResult]
     seconds: float = 0.0
+    sandbox_faults: list[dict[str, Any]] = Field(default_factory=list, description=f"sandboxes lost to outside causes (first {MAX_FAULTS_KEPT})")
+    sandbox_fault_count: int = 0
+    incomplete: dict[str, Any] | None = Field(None, description="{check, cause: endpoint|sandbox, error} when the infrastructure stopped it")
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks if c.required)
+        return self.incomplete is None and all(c.passed for c in self.checks if c.required)
+
+    def faults_line(self) -> str | None:
+        """One line on the sandboxes lost and recovered during the checks, or None."""
+        if not self.sandbox_fault_count:
+            return None
+        kinds = sorted({f.get("kind", "?") for f in self.sandbox_faults})
+        first = self.sandbox_faults[0] if self.sandbox_faults else {}
+        return (f"{self.sandbox_fault_count} sandbox(es) lost to an outside cause ({', '.join(kinds)}) and replaced; "
+                f"first: lost during {first.get('lost_call', '?')}, replayed {first.get('replayed', '?')}")
 
     @property
     def failures(self) -> list[CheckResult]:

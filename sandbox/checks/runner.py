@@ -1,7 +1,14 @@
 """validate_env / avalidate_env: run the self-test checks of DESIGN.md §5 on one env and build the report.
 
 The CLI (`gapforge env validate`) and the graph's validator node both call this;
-`open_env` decides where the env runs (sandbox, or in-process for trusted code)."""
+`open_env` decides where the env runs (sandbox, or in-process for trusted code).
+
+Infrastructure is never the env's failure: sandboxes lost and recovered during the
+checks are listed in the report (`sandbox_faults`); a sandbox lost for good
+(sandbox.errors.SandboxLost past its retries) or an endpoint down past the readiness
+retries (envs.errors.InfrastructureFailure) stops the validation: the check it hit
+is INCOMPLETE, the checks after it are not run, and the report says so in
+`incomplete` (the caller stops the stage: exit 3)."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from envs.errors import InfrastructureFailure
 from envs.protocol import PolicyModel
 from sandbox.checks.adversarial import check_graded, check_not_trivial
 from sandbox.checks.basic import check_fidelity, check_loads
@@ -20,13 +28,44 @@ from sandbox.checks.exploits import check_reward_hacking
 from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
 from sandbox.checks.leakage import check_no_leakage
 from sandbox.checks.probe import EnvFault, OpenEnv, Probe
-from sandbox.checks.report import CheckResult, ValidationReport
+from sandbox.checks.report import MAX_FAULTS_KEPT, CheckResult, ValidationReport
 from sandbox.checks.result_shapes import Shape, check_result_format
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
+from sandbox.errors import SandboxLost
 
 CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded",
           "result_format", "no_leakage", "reward_hacking", "grpo_ready")
 Progress = Callable[[str], None]
+INFRA_ERRORS = (SandboxLost, InfrastructureFailure)
+
+
+class FaultLog:
+    """`open_env` that keeps each opened env's record of sandboxes lost to outside causes
+    (`SandboxedEnv.sandbox_faults`; in-process envs have none)."""
+
+    def __init__(self, open_env: OpenEnv) -> None:
+        self._open = open_env
+        self._logs: list[Any] = []
+
+    def __call__(self) -> Any:
+        env = self._open()
+        log = getattr(env, "sandbox_faults", None)
+        if log is not None:
+            self._logs.append(log)
+        return env
+
+    def faults(self) -> list[dict[str, Any]]:
+        return [dict(f) for log in self._logs for f in log]
+
+
+def _cause(e: BaseException) -> str:
+    return e.cause if isinstance(e, InfrastructureFailure) else "sandbox"
+
+
+def _stopped(name: str, e: BaseException) -> tuple[CheckResult, dict[str, Any]]:
+    text = " ".join(str(e).split())[:500]
+    return (CheckResult.interrupted(name, f"not finished: the {_cause(e)} kept failing ({text}); not the env's doing"),
+            {"check": name, "cause": _cause(e), "error": text})
 
 
 def validate_env(
@@ -56,10 +95,15 @@ def validate_env(
     """
     _check_args(seeds, policy, run_episode)
     started = time.perf_counter()
-    results, tools, capability = _cheap_checks(open_env, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
-    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed) or _timed(
-        "grpo_ready", progress, lambda: check_grpo_ready(open_env, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()))
-    return _report(results + [grpo], module, capability, seeds, target, started)
+    log = FaultLog(open_env)
+    results, tools, capability, stop = _cheap_checks(log, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
+    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
+    if grpo is None:
+        try:
+            grpo = _timed("grpo_ready", progress, lambda: check_grpo_ready(log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()))
+        except INFRA_ERRORS as e:
+            grpo, stop = _stopped("grpo_ready", e)
+    return _report(results + [grpo], module, capability, seeds, target, started, log, stop)
 
 
 async def avalidate_env(
@@ -82,16 +126,20 @@ async def avalidate_env(
     the GRPO-readiness rollouts on this loop (so the policy's HTTP session stays the caller's)."""
     _check_args(seeds, policy, run_episode)
     started = time.perf_counter()
-    results, tools, capability = await asyncio.to_thread(
-        _cheap_checks, open_env, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
-    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed)
+    log = FaultLog(open_env)
+    results, tools, capability, stop = await asyncio.to_thread(
+        _cheap_checks, log, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
+    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
     if grpo is None:
         if progress:
             progress("grpo_ready")
         t0 = time.perf_counter()
-        grpo = await acheck_grpo_ready(open_env, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig())
+        try:
+            grpo = await acheck_grpo_ready(log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig())
+        except INFRA_ERRORS as e:
+            grpo, stop = _stopped("grpo_ready", e)
         grpo.seconds = round(time.perf_counter() - t0, 3)
-    return _report(results + [grpo], module, capability, seeds, target, started)
+    return _report(results + [grpo], module, capability, seeds, target, started, log, stop)
 
 
 def _check_args(seeds: int, policy: PolicyModel | None, run_episode: EpisodeRunner | None) -> None:
@@ -113,18 +161,27 @@ def _timed(name: str, progress: Progress | None, fn: Callable[[], CheckResult]) 
 def _cheap_checks(
     open_env: OpenEnv, seeds: int, target_tools: list[dict[str, Any]] | None, target_result_formats: dict[str, str] | None,
     target_result_shapes: dict[str, Shape] | None, thresholds: SelfTestThresholds | None, progress: Progress | None,
-) -> tuple[list[CheckResult], list[dict[str, Any]] | None, str | None]:
-    """Every check but grpo_ready (blocking env calls): (results, the env's tools or None, its capability)."""
+) -> tuple[list[CheckResult], list[dict[str, Any]] | None, str | None, dict[str, Any] | None]:
+    """Every check but grpo_ready (blocking env calls): (results, the env's tools or None, its capability,
+    where the infrastructure stopped the checks or None)."""
     th = thresholds or SelfTestThresholds()
     seed_list = list(range(seeds))
     probe = Probe(open_env)
     results: list[CheckResult] = []
     capability: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    stop: dict[str, Any] | None = None
     try:
         if progress:
             progress("loads")
         t0 = time.perf_counter()
-        loads, tools = check_loads(probe)
+        try:
+            loads, tools = check_loads(probe)
+        except INFRA_ERRORS as e:
+            stopped, stop = _stopped("loads", e)
+            results.append(stopped)
+            results += [CheckResult.skip(name, "not run: the validation stopped (see loads)") for name in CHECKS[1:-1]]
+            return results, None, None, stop
         loads.seconds = round(time.perf_counter() - t0, 3)
         results.append(loads)
         capability = _capability(probe) if tools is not None else None
@@ -145,15 +202,24 @@ def _cheap_checks(
                 ("no_leakage", lambda: check_no_leakage(probe, seed_list, tools)),
                 ("reward_hacking", lambda: check_reward_hacking(probe, seed_list, tools, th)),
             ):
-                results.append(_timed(name, progress, fn))
+                if stop is not None:
+                    results.append(CheckResult.skip(name, f"not run: the validation stopped at {stop['check']} (the {stop['cause']})"))
+                    continue
+                try:
+                    results.append(_timed(name, progress, fn))
+                except INFRA_ERRORS as e:
+                    stopped, stop = _stopped(name, e)
+                    results.append(stopped)
     finally:
         probe.close()
-    return results, tools, capability
+    return results, tools, capability, stop
 
 
 def _grpo_skip(results: list[CheckResult], tools: list[dict[str, Any]] | None, policy: PolicyModel | None,
-               grpo_only_if_passed: bool) -> CheckResult | None:
+               grpo_only_if_passed: bool, stop: dict[str, Any] | None = None) -> CheckResult | None:
     """The grpo_ready result when the check is not run, else None."""
+    if stop is not None:
+        return CheckResult.skip("grpo_ready", f"not run: the validation stopped at {stop['check']} (the {stop['cause']})")
     failed = [c.name for c in results if c.required and not c.passed]
     if tools is None:
         return CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None)
@@ -163,7 +229,8 @@ def _grpo_skip(results: list[CheckResult], tools: list[dict[str, Any]] | None, p
 
 
 def _report(results: list[CheckResult], module: str | Path | None, capability: str | None, seeds: int, target: str | None,
-            started: float) -> ValidationReport:
+            started: float, log: FaultLog, stop: dict[str, Any] | None) -> ValidationReport:
+    faults = log.faults()
     return ValidationReport(
         module=str(module) if module is not None else "env",
         module_sha256=_sha256(module),
@@ -172,6 +239,9 @@ def _report(results: list[CheckResult], module: str | Path | None, capability: s
         target=target,
         checks=results,
         seconds=round(time.perf_counter() - started, 3),
+        sandbox_faults=faults[:MAX_FAULTS_KEPT],
+        sandbox_fault_count=len(faults),
+        incomplete=stop,
     )
 
 

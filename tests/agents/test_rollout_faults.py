@@ -121,3 +121,18 @@ def test_task_lists_and_limits_are_checked_before_work(tmp_path: Path) -> None:
     for bad in ("http://", "http://[::1"):
         res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", bad, "--set", f"workspace={tmp_path}"])
         assert res.exit_code == 2 and "not" in res.output and "unreachable" not in res.output, res.output
+
+
+def test_an_outage_is_not_counted_as_finished_and_the_exit_line_keeps_the_whole_error(tmp_path: Path) -> None:
+    """The progress bar counts stored episodes only, and the exit-3 line quotes the last error whole."""
+    with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
+        long_url = srv.base_url.removesuffix("/v1") + "/" + "a-long-proxy-path" * 12 + "/v1"  # the error quotes it: > 200 characters
+        res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", long_url, "--tasks", "shop-lookup-001,shop-lookup-002",
+                                  "--samples", "2", *_fast(tmp_path), "--set", "policy.endpoint.breaker_failures=1000"], terminal_width=2000)
+    assert res.exit_code == 3, res.output
+    assert "0/4" in res.output and "4/4" not in res.output  # nothing finished: every episode is redone by a resume
+    error = next(line for line in res.output.splitlines() if line.startswith("error:"))
+    last = error.split("; last: ", 1)[1]
+    assert len(last) > 200 and 'server_error"}}' in last  # the endpoint's whole answer, no longer cut at 200 characters
+
+runner = CliRunner()

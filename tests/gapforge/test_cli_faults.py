@@ -93,3 +93,21 @@ def test_sweep_without_a_daemon_gets_a_hint_that_fits(runner, monkeypatch) -> No
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     line = _one_line_error(runner.invoke(app, ["sandbox", "sweep"]), "no Docker daemon reachable")
     assert "process" not in line and "start dockerd" in line
+
+
+def test_a_model_path_under_proc_is_one_line_even_for_root(runner) -> None:
+    _one_line_error(runner.invoke(app, ["dev", "tiny-model", "/proc/nope/model"]), "cannot be created")
+
+
+def test_an_os_error_no_check_foresaw_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    import typer
+
+    from gapforge.cli_common import handle_errors
+
+    @handle_errors
+    def writes() -> None:
+        (tmp_path / "missing-dir" / "out.txt").write_text("x")
+
+    probe = typer.Typer()
+    probe.command()(writes)
+    _one_line_error(CliRunner().invoke(probe, []), "No such file or directory")

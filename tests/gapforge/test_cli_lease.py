@@ -80,3 +80,50 @@ def test_a_graph_run_is_leased_too(workspace: Path) -> None:
     assert f"in use by `analyze` (pid {holder.pid} on " in busy.stderr and "Traceback" not in busy.stderr
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         assert store.get_run(run_id).status != "running"  # refused before any work
+
+
+def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: Path) -> None:
+    """The SIGSTOP run of issue 23: collector A is paused past the lease ttl, collector B takes the
+    run over, A is resumed: A stops within one heartbeat with one line saying it lost the run, the
+    store holds each episode once, and what A and B say they stored adds up to the run's size."""
+    import re
+    import time
+
+    from envs.registry import make_env
+    from serving.fake_openai import FakeOpenAIServer, tool_call_message
+
+    tasks = ",".join(make_env("shop").task_ids()[:6])
+    ttl = 1.0
+    with FakeOpenAIServer(lambda _r: tool_call_message("get_product_details", {"product_id": "nope"}), latency_s=0.1) as srv:
+        args = [sys.executable, "-m", "gapforge.cli", "rollouts", "collect", "--env", "shop", "--policy", srv.base_url,
+                "--tasks", tasks, "--samples", "4", "--concurrency", "2", "--set", "rollouts.max_turns=2",
+                "--set", f"workspace={workspace}", "--set", f"store.lease_ttl_s={ttl}"]
+        a = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+        run_id = a.stdout.readline().split()[-1]
+        db = f"sqlite:///{workspace / 'gapforge.db'}"
+        deadline = time.monotonic() + 60
+        with Store(db) as store:
+            while len(store.episodes(run_id)) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(a.pid, signal.SIGSTOP)
+            paused = time.monotonic()
+            while time.monotonic() - paused < ttl * 1.5:  # past the ttl: A's heartbeat is stale
+                time.sleep(0.1)
+            b = subprocess.Popen([*args, "--run", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+            while "pid " + str(b.pid) not in (store.lease_holder(run_id) or "") and time.monotonic() < deadline:
+                time.sleep(0.05)  # B has taken the run over (or A holds SQLite's write lock: resume A anyway)
+            resumed = time.monotonic()
+            os.kill(a.pid, signal.SIGCONT)
+            a_out, a_err = a.communicate(timeout=60)
+            a_stopped = time.monotonic() - resumed
+            b_out, b_err = b.communicate(timeout=120)
+            rows = store.episodes(run_id)
+    assert b.returncode == 0, b_err
+    assert a.returncode == 2, a_out + a_err
+    a_errors = [line for line in a_err.splitlines() if line.startswith("error:")]
+    assert len(a_errors) == 1 and f"lost run '{run_id}' to `rollouts collect` (pid {b.pid}" in a_errors[0], a_err
+    assert a_stopped < ttl / 4 + 5.0, a_stopped  # one heartbeat, plus stopping the in-flight episodes
+    assert len(rows) == 24 and len({(r.task_id, r.sample) for r in rows}) == 24  # each episode once
+    a_ran = int(re.search(r"(\d+) episodes ran \(stored by this process", a_out).group(1))
+    b_ran, b_skipped = map(int, re.search(r"(\d+) episodes ran, (\d+) already stored", b_out).groups())
+    assert a_ran + b_ran == 24 and b_skipped == a_ran, (a_out, b_out)

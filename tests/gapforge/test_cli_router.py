@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import openai
+import pytest
 from router_helpers import random_adapter
 from typer.testing import CliRunner
 
@@ -46,6 +47,18 @@ def test_errors_are_one_line_with_exit_2(workspace: Path, tiny_model_dir: Path) 
     assert "No evaluation stored yet" in text
 
 
+def test_serve_warns_without_a_key_off_loopback_and_needs_the_named_variable(workspace: Path, tiny_model_dir: Path) -> None:
+    run = _store_with_adapter(workspace, tiny_model_dir)
+    runner = CliRunner()
+    missing = ["--set", f"workspace={workspace}", "--base", str(workspace / "missing")]  # stops before binding
+    open_ = runner.invoke(app, ["serve", run, "--host", "0.0.0.0", *missing])
+    assert "warning: serving on 0.0.0.0 without an API key" in open_.output and open_.exit_code == 2
+    local = runner.invoke(app, ["serve", run, *missing])
+    assert "warning" not in local.output
+    unset = runner.invoke(app, ["serve", run, "--api-key-env", "NO_SUCH_SERVE_KEY", *missing], env={"NO_SUCH_SERVE_KEY": ""})
+    assert unset.exit_code == 2 and "NO_SUCH_SERVE_KEY is not set" in unset.output and "Traceback" not in unset.output
+
+
 def test_evaluate_then_report_from_the_cli(workspace: Path, tiny_model_dir: Path) -> None:
     run = _store_with_adapter(workspace, tiny_model_dir)
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:  # the analysis' split: evaluation plays only the held-out tasks
@@ -69,12 +82,12 @@ def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "SERVE_KEY": "k-serve"}
     cmd = [sys.executable, "-m", "gapforge.cli", "serve", run, "--port", str(port), "--base", str(tiny_model_dir),
-           "--set", f"workspace={workspace}", "--set", "policy.max_new_tokens=4"]
+           "--set", f"workspace={workspace}", "--set", "policy.max_new_tokens=4", "--api-key-env", "SERVE_KEY"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k-serve", max_retries=0)
         deadline = time.monotonic() + 240
         while True:
             try:
@@ -87,6 +100,9 @@ def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) 
         assert ids == ["gapforge-router", tiny_model_dir.name, "precondition_verification"]
         r = client.chat.completions.create(model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}])
         assert r.choices[0].message.role == "assistant" and r.model_extra["gapforge"]["decision"]["label"] in ("A", "B")
+        stranger = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="guess", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            stranger.chat.completions.create(model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}])
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -11,7 +11,8 @@ Control files in the workspace (tests only):
 - `hold`: `stage` or `stage:key`; on reaching it (after writing part of its rows)
   the fake touches `reached` and sleeps, so a test can kill -9 the process there;
 - `fail_train`: capability names whose training raises (a crash of one job);
-- `endpoint_down`: the analyst endpoint is down (discover raises ModelEndpointError).
+- `endpoint_down`: the analyst endpoint is down (discover raises ModelEndpointError);
+- `sandbox_down`: capability names whose synthesis loses its sandbox for good (agents.infra.stop).
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ class FakeStages:
 
     async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
         await self._maybe_hold(f"synthesize:{capability}:{attempt}")
+        down = self.ws / "sandbox_down"
+        if down.is_file() and capability in down.read_text().split():
+            from agents.infra import stop
+            from sandbox.errors import SandboxLost
+
+            raise stop(f"synthesis of {capability}", SandboxLost("killed", "container killed from outside"), "nothing of this attempt is stored")
         row = self.store.put_synthetic_env(run_id, capability, attempt, code=f"# {capability} v{attempt}\n", status="written")
         self._log(f"synthesize {capability} {attempt}")
         return SynthesisAttempt(capability, attempt, row.id, cost=Cost(llm_calls=1))

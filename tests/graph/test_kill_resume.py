@@ -61,7 +61,7 @@ def test_kill_at_each_stage_then_resume_matches_an_uninterrupted_run(tmp_path: P
         _kill_when_held(proc, workspace, log)
         run_id = run_id or log.read_text().split()[1]
         with open_store(load_config(cfg)) as store:
-            assert store.get_run(run_id).status == "running"  # killed: nobody marked it
+            assert store.get_run(run_id).status == "interrupted"  # killed: its dead lease is reaped when the store is opened
     (workspace / "hold").unlink()
     proc = _cli("run", "--resume", run_id, "--config", str(cfg), out=log)
     assert proc.wait(120) == 0, log.read_text()

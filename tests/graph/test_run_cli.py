@@ -152,6 +152,26 @@ def test_one_capability_crash_is_recorded_and_the_others_go_on(fake_config: Path
         assert store.get_evaluation(rid, "trace_routed").metrics["pass_rate"] == pytest.approx(0.6)  # routed to beta only
 
 
+def test_a_sandbox_lost_for_good_stops_the_run_with_exit_3_not_the_capability(fake_config: Path) -> None:
+    workspace = load_config(fake_config).workspace
+    workspace.mkdir(parents=True)
+    (workspace / "sandbox_down").write_text("alpha")
+    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    assert code == 3 and "Traceback" not in out, out
+    rid = out.split()[1]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "synthesis of alpha stopped: the sandbox kept failing" in errors[0]
+    assert errors[0].endswith(f"resume with `gapforge run --resume {rid}`")
+    assert "status=failed" not in out  # never recorded as the capability's failure
+    with open_store(load_config(fake_config)) as store:
+        assert store.get_run(rid).status == "incomplete"
+    (workspace / "sandbox_down").unlink()
+    code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
+    assert code == 0, out
+    with open_store(load_config(fake_config)) as store:
+        assert store.get_run(rid).status == "done" and {a.capability for a in store.adapters(rid)} == {"alpha", "beta"}
+
+
 def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fake_config: Path) -> None:
     workspace = load_config(fake_config).workspace
     workspace.mkdir(parents=True)

@@ -133,7 +133,7 @@ async def test_a_collection_is_the_same_at_any_concurrency(tiny_model_dir: Path)
         def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
             return set(self.rows)
 
-        def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields) -> int:
+        def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields) -> int:
             self.rows[(task_id, sample)] = fields["messages"]
             return len(self.rows)
 

@@ -81,3 +81,12 @@ def test_processes_racing_for_a_lease_get_exactly_one(store: Store, store_url: s
 def test_unknown_run_has_no_lease(store: Store) -> None:
     with pytest.raises(Exception, match="unknown run"):
         store.acquire_lease("nope", "c")
+
+
+def test_a_sigkilled_holder_leaves_no_running_run_nor_lease_behind(store: Store, store_url: str) -> None:
+    run_id = store.create_run("rollouts", {})
+    dead = _holder(store_url, run_id, "die")
+    dead.wait()
+    store.set_run_status(run_id, "running")  # what the killed collector had written
+    with Store(store_url) as fresh:  # any command opening the store, before any resume
+        assert fresh.get_run(run_id).status == "interrupted" and fresh.lease_holder(run_id) is None

@@ -73,13 +73,43 @@ def test_trl_trains_on_exactly_the_sampled_ids_with_env_tokens_masked(tiny_model
     assert changed, "no adapter parameter changed"
 
 
-def test_env_crash_inside_rollouts_is_zero_reward_and_training_goes_on(tiny_model, tiny_tokenizer, tmp_path):
-    trainer, recorder = _trainer(tiny_model, tiny_tokenizer, tmp_path, make_env=lambda: ToyDeskEnv(crash_at=1))
+@pytest.mark.parametrize("lose_sandbox,boundary", [(False, "env"), (True, "infra")])
+def test_a_rollout_an_env_or_infrastructure_fault_ended_is_dropped_from_the_loss(tiny_model, tiny_tokenizer, tmp_path, lose_sandbox, boundary):
+    """Never trained on as reward 0: its sampled tokens are masked in what TRL trains on, the reward TRL
+    sees is its group's healthy mean, and each step counts the dropped rollouts; training goes on."""
+    trainer, recorder = _trainer(tiny_model, tiny_tokenizer, tmp_path, make_env=lambda: ToyDeskEnv(crash_at=2, lose_sandbox=lose_sandbox))
+    seen = []
+    original = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        out = original(inputs)
+        seen.append((out["tool_mask"].clone(), list(recorder.last)))
+        return out
+
+    trainer._generate_and_score_completions = capture
     trainer.train()
     assert trainer.state.global_step == CFG.max_steps
-    crashed = [f for s in recorder.steps for f in s.failures if f.startswith("env: RuntimeError")]
-    assert crashed  # odd seeds crash at their first step ...
-    assert all(r.reward == 0.0 for r in recorder.last if r.failure and r.failure.startswith("env"))
+    dropped = [(mask, row, r) for mask, rs in seen for row, r in enumerate(rs) if r.dropped == boundary]
+    assert dropped  # odd seeds fail at their second step
+    for mask, row, r in dropped:
+        assert r.failure.startswith(f"{boundary}: ") and r.traj.env_mask and set(r.traj.env_mask) == {0}
+        assert mask[row, : len(r.traj.env_mask)].sum().item() == 0  # TRL's loss mask: none of its tokens
+    assert sum(getattr(s, f"dropped_{boundary}") for s in recorder.steps) == sum(1 for _ in dropped)
+    healthy = [r for *_, r in [(m, i, r) for m, rs in seen for i, r in enumerate(rs)] if r.dropped is None]
+    assert healthy and all(1 in r.traj.env_mask for r in healthy)  # the others still train
+
+
+def test_a_dropped_rollout_gets_its_groups_healthy_mean_not_zero():
+    from training.grpo import trained_rewards
+    from training.rollout import Rollout
+    from training.tokens import TokenTrajectory
+
+    def r(reward, failure=None):
+        return Rollout(task=1, traj=TokenTrajectory(prompt_ids=[1]), reward=reward, failure=failure)
+
+    assert trained_rewards([r(0.2), r(0.0, "env: RuntimeError: x"), r(0.6), r(0.0, "infra: killed: y")]) == pytest.approx([0.2, 0.4, 0.6, 0.4])
+    assert trained_rewards([r(0.0, "model: malformed"), r(1.0)]) == [0.0, 1.0]  # the model's own failure is trained on
+    assert trained_rewards([r(0.0, "infra: killed"), r(0.0, "env: boom")]) == [0.0, 0.0]
 
 
 def test_groups_and_informative_share():

@@ -69,7 +69,7 @@ def _split(values, spans):
     return out
 
 
-def test_env_crash_mid_rollout_is_a_zero_reward_rollout_and_envs_are_closed(tiny_tokenizer):
+def test_env_crash_mid_rollout_is_dropped_from_the_loss_and_envs_are_closed(tiny_tokenizer):
     made: list[ToyDeskEnv] = []
 
     def make_env():
@@ -79,8 +79,9 @@ def test_env_crash_mid_rollout_is_a_zero_reward_rollout_and_envs_are_closed(tiny
     rollouts = run_group(make_env, 5, 2, sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS * 2), tokenizer=tiny_tokenizer,
                          max_turns=6, max_new_tokens=64, max_completion_length=4096, temperature=1.0, env_timeout_s=10)
     assert all(r.reward == 0.0 and r.failure.startswith("env: RuntimeError: toy env bug") for r in rollouts)
+    assert all(r.dropped == "env" and set(r.traj.env_mask) == {0} for r in rollouts)  # the loss sees none of its tokens
     assert all(e.closed for e in made)
-    assert rollouts[0].traj.env_mask[-1] == 1  # it ends with the last sampled token, no dangling env turn
+    assert rollouts[0].traj.logprobs[-1] != 0.0  # it ends with the last sampled token (a logprob), no dangling env turn
 
 
 def test_unparsable_model_turn_ends_the_rollout_blamed_on_the_model(tiny_tokenizer):

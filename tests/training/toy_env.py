@@ -4,7 +4,8 @@ reset(seed) -> [system, user]; a tool call gets a tool result; the first text tu
 gets a user reply ("Which size?") and the second text turn ends the episode.
 Reward = share of assistant text characters that are letters a-m (varies between
 samples of a random model, so GRPO groups carry signal). `crash_at` makes step
-number N raise (an env bug inside a rollout) for odd seeds.
+number N raise (an env bug inside a rollout) for odd seeds; `lose_sandbox` raises
+sandbox.errors.SandboxLost there instead (the sandbox killed from outside for good).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
 class ToyDeskEnv:
     name = "toy-desk"
 
-    def __init__(self, crash_at: int | None = None) -> None:
-        self.crash_at = crash_at
+    def __init__(self, crash_at: int | None = None, lose_sandbox: bool = False) -> None:
+        self.crash_at, self.lose_sandbox = crash_at, lose_sandbox
         self.seed = 0
         self.steps = 0
         self.texts = 0
@@ -35,6 +36,10 @@ class ToyDeskEnv:
     def step(self, message: Message) -> StepResult:
         self.steps += 1
         if self.crash_at is not None and self.steps >= self.crash_at and self.seed % 2 == 1:
+            if self.lose_sandbox:
+                from sandbox.errors import SandboxLost
+
+                raise SandboxLost("killed", "container killed from outside", method="step")
             raise RuntimeError("toy env bug: step exploded")
         if message.tool_calls:
             return StepResult(messages=[Message.tool(c.id, f"value of {c.arguments.get('key')}", name=c.name) for c in message.tool_calls])

@@ -1,0 +1,126 @@
+"""Fenced leases: once another process takes a run over (its lease's epoch goes up), every write
+of the run by the old holder -- through any Store object of that process, child runs included --
+is refused with LeaseLost; its renewal fails, its release leaves the new lease alone; and a holder
+paused past the ttl (SIGSTOP) stops within one heartbeat, writing nothing after the takeover."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from store import Store
+from store.fencing import LeaseLost
+from store.models import RunLease, utcnow
+
+ROOT = Path(__file__).parents[2]
+ENV = os.environ | {"PYTHONPATH": str(ROOT)}
+TAKE = """
+import sys
+from store import Store
+s = Store(sys.argv[1])
+print(s.acquire_lease(sys.argv[2], "takeover"), flush=True)
+"""
+WRITER = """
+import sys, time
+from store import Store
+s = Store(sys.argv[1])
+run = sys.argv[2]
+with s.lease(run, "writer", ttl_s=float(sys.argv[3])):
+    print("held", flush=True)
+    i = 0
+    while True:  # one episode per 20 ms until stopped
+        s.put_episode(run, "shop", f"t{i}", 0, policy="writer", messages=[], reward=0.0, success=False, components={},
+                      termination="done", error=None, turns=0, timings={})
+        i += 1
+        time.sleep(0.02)
+"""
+
+
+def _age_out(store: Store, run_id: str) -> None:
+    with store._write() as session:  # as if this holder had been paused past its ttl
+        session.execute(update(RunLease).values(heartbeat_at=utcnow() - timedelta(seconds=3600)))
+
+
+def _take_over(url: str, run_id: str) -> int:
+    out = subprocess.run([sys.executable, "-c", TAKE, url, run_id], capture_output=True, text=True, cwd=ROOT, env=ENV, check=True)
+    return int(out.stdout.strip())
+
+
+def _episode(store: Store, run_id: str, task: str) -> None:
+    store.put_episode(run_id, "shop", task, 0, policy="p", messages=[], reward=0.0, success=False, components={},
+                      termination="done", error=None, turns=0, timings={})
+
+
+def test_a_taken_over_holder_cannot_write_the_run(store: Store, store_url: str) -> None:
+    run_id = store.create_run("rollouts", {})
+    child = store.create_run("rollouts", {}, run_id=f"{run_id}.eval.base")
+    assert store.acquire_lease(run_id, "collect") == 1
+    _episode(store, run_id, "before")  # our lease: the write goes through
+    other = Store(store_url)  # another Store object of this process: fenced all the same
+    _age_out(store, run_id)
+    assert _take_over(store_url, run_id) == 2  # another process, epoch + 1
+    for write in (lambda: _episode(store, run_id, "after"), lambda: _episode(other, run_id, "after2"),
+                  lambda: store.set_run_status(run_id, "failed"), lambda: _episode(store, child, "child")):
+        with pytest.raises(LeaseLost, match=rf"lost run '{run_id}' to `takeover` \(pid \d+"):
+            write()
+    assert not store.renew_lease(run_id)
+    store.release_lease(run_id)  # not ours any more: the new holder keeps it
+    assert store.lease_holder(run_id).startswith("takeover")
+    assert [e.task_id for e in store.episodes(run_id)] == ["before"] and store.get_run(run_id).status == "created"
+    other.close()
+
+
+def test_a_holder_paused_past_the_ttl_stops_within_one_heartbeat_and_writes_nothing_after(store: Store, store_url: str) -> None:
+    run_id = store.create_run("rollouts", {})
+    ttl = 1.0
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, store_url, run_id, str(ttl)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    try:
+        assert writer.stdout.readline().strip() == "held"
+        deadline = time.monotonic() + 30
+        while len(store.episodes(run_id)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(writer.pid, signal.SIGSTOP)
+        while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:  # the paused holder's heartbeat goes stale
+            time.sleep(0.1)
+        before = len(store.episodes(run_id))
+        assert _take_over(store_url, run_id) == 2
+        resumed = time.monotonic()
+        os.kill(writer.pid, signal.SIGCONT)
+        _, err = writer.communicate(timeout=30)
+        stopped_after = time.monotonic() - resumed
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert writer.returncode != 0 and f"lost run '{run_id}' to `takeover`" in err, err
+    assert stopped_after < ttl / 4 + 3.0  # one heartbeat (ttl/4), plus interpreter shutdown on a loaded machine
+    assert len(store.episodes(run_id)) == before  # nothing written after the takeover
+    assert store.lease_holder(run_id).startswith("takeover")
+
+
+def _lease_age(store: Store, run_id: str) -> float:
+    with store._read() as session:
+        row = session.get(RunLease, run_id)
+        beat = row.heartbeat_at if row.heartbeat_at.tzinfo else row.heartbeat_at.replace(tzinfo=utcnow().tzinfo)
+        return (utcnow() - beat).total_seconds()
+
+
+def test_a_store_made_before_fencing_gets_the_epoch_column(sqlite_url: str) -> None:
+    from sqlalchemy import text
+
+    with Store(sqlite_url) as old:
+        run_id = old.create_run("rollouts", {})
+        with old.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE run_leases DROP COLUMN epoch"))  # as an older gapforge made it
+    with Store(sqlite_url) as store:
+        assert store.acquire_lease(run_id, "collect") == 1
+        _episode(store, run_id, "t")
+        store.release_lease(run_id)
