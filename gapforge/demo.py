@@ -39,6 +39,9 @@ DEMO_SETTINGS: list[str] = [
     "grpo_readiness.groups=8",
     "grpo_readiness.samples=8",
     "grpo_readiness.concurrency=8",  # batched too, and as reproducible (the check sets each episode's key)
+    # the tiny policy samples coherent episodes at 0.7 (shop pass 28%) and mostly noise at 1.0: GRPO and readiness sample at 0.7
+    "training.temperature=0.7",
+    "grpo_readiness.temperature=0.7",
     # training.TrainingConfig.tiny(), sized for ~4 min of CPU: GRPO + LoRA
     "training.lora_rank=8",
     "training.lora_alpha=16",
@@ -48,7 +51,7 @@ DEMO_SETTINGS: list[str] = [
     "training.num_generations=8",
     "training.max_turns=8",
     "training.malformed_tool_calls=continue",
-    "training.max_new_tokens=64",
+    "training.max_new_tokens=96",  # an address change's call is ~80 tokens
     "training.max_completion_length=1536",
     "training.train_seeds=32",
     "training.heldout_seeds=16",

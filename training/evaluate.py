@@ -55,7 +55,7 @@ class _MemorySink:
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
         return set(self.rows)
 
-    def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int:
+    def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int:
         self.rows[(task_id, sample)] = fields
         return len(self.rows)
 

@@ -58,13 +58,14 @@ def check_deterministic(probe: Probe, seeds: list[int], th: SelfTestThresholds) 
 
 
 def check_diverse(probe: Probe, seeds: list[int], th: SelfTestThresholds) -> CheckResult:
-    """Different seeds must give different initial conversations (>= diverse_share distinct)."""
+    """Different seeds must give different scenarios (>= diverse_share distinct). A scenario is what the agent
+    meets: the initial conversation AND the reference episode (the env's answers to the reference actions, its
+    score). Two customers who open with the same words, as a target's customers often do, are still two
+    scenarios when their records differ; a seed that changes nothing the agent can meet is not."""
     groups: dict[str, list[int]] = {}
     try:
         for seed in seeds:
-            env = probe.env()
-            initial = probe.guard("reset", seed, env.reset, seed)
-            groups.setdefault(canonical([m.model_dump(mode="json") for m in initial]), []).append(seed)
+            groups.setdefault(_scenario_key(probe.reference(seed)), []).append(seed)
     except EnvFault as fault:
         return _fault("diverse", fault)
     share = len(groups) / len(seeds)
@@ -73,6 +74,18 @@ def check_diverse(probe: Probe, seeds: list[int], th: SelfTestThresholds) -> Che
     if share < th.diverse_share:
         return CheckResult.fail("diverse", f"only {len(groups)} distinct scenarios over {len(seeds)} seeds ({share:.0%} < {th.diverse_share:.0%})", **evidence)
     return CheckResult.ok("diverse", f"{len(groups)}/{len(seeds)} distinct scenarios", **evidence)
+
+
+def _scenario_key(episode: ReplayedEpisode) -> str:
+    """The reference episode without its call ids (the probe numbers them by seed)."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("tool_call_id", "id")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return canonical(strip(episode.fingerprint()))
 
 
 def check_solvable(probe: Probe, seeds: list[int], th: SelfTestThresholds) -> CheckResult:

@@ -17,6 +17,9 @@ from envs.synthetic import InProcessSyntheticEnv
 from gapforge.config import GRPOReadinessConfig
 from sandbox.checks import validate_env
 from sandbox.checks.adversarial import corrupt, corruption_plan
+from sandbox.checks.behaviour import check_diverse
+from sandbox.checks.probe import Probe
+from sandbox.checks.settings import SelfTestThresholds
 from sandbox.checks.grpo import grade_groups
 from sandbox.checks.schemas import fidelity_problems, random_args, schema_problems
 
@@ -158,3 +161,43 @@ def test_grpo_ready_samples_at_the_configured_training_temperature() -> None:
     cfg = GRPOReadinessConfig(groups=2, samples=2, temperature=0.7)
     validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=2, policy=CoinPolicy(1), run_episode=recording, readiness=cfg)
     assert seen and set(seen) == {0.7}
+
+
+def test_diverse_counts_scenarios_not_openings(tmp_path: Path) -> None:
+    """Shop customers often open with the same words; the seed must still change what the agent meets."""
+    body = '''
+from envs.sdk import SyntheticEnv, tool
+
+class Env(SyntheticEnv):
+    capability = "lookup"
+    description = "look an order up"
+    target = "shop"
+    policy = "Answer with the order's status."
+
+    def generate(self, seed):
+        status = {SCENARIO}
+        return {"opening": "Hi, where is my order #W1?", "db": {"status": status}}
+
+    @tool
+    def get_order_details(self, order_id: str) -> dict:
+        """Get an order."""
+        return {"order_id": order_id, "status": self.db["status"]}
+
+    def reward(self):
+        said = " ".join(s["text"] for s in self.said)
+        return {"looked_up": float(self.called("get_order_details")), "answered": float(self.db["status"] in said)}
+
+    def solution(self, seed):
+        return [{"tool": "get_order_details", "arguments": {"order_id": "#W1"}}, {"say": "It is " + self.db["status"] + "."}]
+'''
+    varied, constant = tmp_path / "varied.py", tmp_path / "constant.py"
+    varied.write_text(body.replace("{SCENARIO}", 'self.rng.choice(["pending", "shipped", "delivered", "processed", "cancelled"]) + str(seed)'))
+    constant.write_text(body.replace("{SCENARIO}", '"shipped"'))
+    th = SelfTestThresholds(diverse_share=0.9)
+    probe = Probe(lambda: InProcessSyntheticEnv(varied))
+    assert check_diverse(probe, list(range(8)), th).passed  # one opening, eight scenarios
+    probe.close()
+    probe = Probe(lambda: InProcessSyntheticEnv(constant))
+    result = check_diverse(probe, list(range(8)), th)
+    probe.close()
+    assert not result.passed and result.evidence["distinct"] == 1 and result.evidence["same_scenario_seeds"] == [list(range(8))]

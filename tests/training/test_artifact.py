@@ -1,0 +1,49 @@
+"""The demo's base policy shipped in the repository: intact, small, and as good as its card says."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from training.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, weights_sha256
+
+# The replay runs the demo's own sampling (per-episode seeds), so on the machine that measured the card it is
+# exact; another CPU may round a logit differently and flip a sampled token: allow 2 of the 16 episodes.
+TOLERANCE = 2
+
+
+def test_the_shipped_policy_is_intact_and_small() -> None:
+    card = load_card(SHIPPED)
+    assert card["weights_sha256"] == weights_sha256(SHIPPED)
+    assert sum(f.stat().st_size for f in SHIPPED.iterdir()) <= MAX_BYTES
+    assert card["measured"]["rates"]["all"]["episodes"] == 44 * card["measured"]["sampling"]["samples"]
+    assert {"lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal"} <= set(card["measured"]["rates"])
+    assert card["recipe_hash"] in describe(SHIPPED) and card["weights_sha256"][:12] in describe(SHIPPED)
+
+
+def test_the_shipped_policy_replays_its_card_on_a_task_subset() -> None:
+    from training.evaluate import shop_rates
+
+    card = load_card(SHIPPED)["measured"]
+    rates = asyncio.run(shop_rates(SHIPPED, tasks=SUBSET, samples=card["subset"]["samples"], concurrency=8, **_sampling(card)))
+    assert rates["all"]["episodes"] == card["subset"]["episodes"] == len(SUBSET) * 2
+    assert abs(rates["all"]["successes"] - card["subset"]["successes"]) <= TOLERANCE, (rates["all"], card["subset"])
+
+
+def test_a_tampered_artifact_is_refused_with_the_fix(tmp_path) -> None:
+    for f in SHIPPED.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    card = json.loads((tmp_path / "teach.json").read_text())
+    card["weights_sha256"] = "0" * 64
+    (tmp_path / "teach.json").write_text(json.dumps(card))
+    with pytest.raises(ArtifactError, match="gapforge dev teach --ship"):
+        load_card(tmp_path)
+    with pytest.raises(ArtifactError, match="no shipped base policy"):
+        load_card(tmp_path / "missing")
+
+
+def _sampling(card: dict) -> dict:
+    s = card["sampling"]
+    return {"temperature": s["temperature"], "max_turns": s["max_turns"], "max_new_tokens": s["max_new_tokens"]}
