@@ -363,8 +363,7 @@ class RealStages:
             focus_family=self.cfg.evaluation.focus_family,
         )  # fmt: skip
         summary = {p.name: _metrics(p.metrics) for p in result.policies}
-        rollouts = len(tasks) * self.cfg.evaluation.trials * len(result.policies)
-        return EvaluationDone(summary, Cost(policy_rollouts=rollouts))
+        return EvaluationDone(summary, Cost(policy_rollouts=sum(_played(p.metrics, families) for p in result.policies)))
 
     async def _grpo_target_baseline(self, run_id: str, split: Any) -> None:
         """The paper's baseline: GRPO directly on the target's analysis-split tasks, with the rollout
@@ -438,3 +437,10 @@ async def open_stages(
         pool, deps._pool = deps._pool, None  # the store stays open: the caller owns it
         if pool is not None:
             await asyncio.to_thread(pool.close)
+
+
+def _played(metrics: dict[str, Any], families: dict[str, str]) -> int:
+    """Episodes a policy actually played: its episodes less those it reused from the base (evaluation.reuse)."""
+    per_family = metrics.get("trials_by_family") or {}
+    reused = sum(per_family.get(families.get(t, ""), 0) for t in metrics.get("reused_base_tasks") or [])
+    return int(metrics.get("episodes", 0)) - reused
