@@ -110,8 +110,6 @@ def _drive_leased(store: Any, run_id: str, go: Any, last_line: bool) -> int:
     return 0
 
 
-@app.command("run")
-@handle_errors
 def _headline(store: Any, run_id: str) -> list[str]:
     """The focus family's base -> TRACE result with its paired 95% interval (evaluation.summary), from the store."""
     from evaluation.summary import headline
@@ -120,6 +118,8 @@ def _headline(store: Any, run_id: str) -> list[str]:
     return headline(metrics) if metrics else []
 
 
+@app.command("run")
+@handle_errors
 def run_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
