@@ -34,16 +34,44 @@ from envs.shop import ShopEnv  # noqa: E402
 from evaluation import stats  # noqa: E402
 from evaluation.routing import env_openings  # noqa: E402
 from evaluation.run import EvalPlan, evaluate  # noqa: E402
-from gapforge.config import load_config  # noqa: E402
-from gapforge.demo import DEMO_SETTINGS  # noqa: E402
+import yaml  # noqa: E402
+
+from agents.analysis.config import AnalysisConfig  # noqa: E402
+from agents.config import PolicyConfig, RolloutConfig  # noqa: E402
+from agents.router import RoutingConfig  # noqa: E402
+from sandbox.config import SandboxConfig  # noqa: E402
 from store.db import Store  # noqa: E402
 from training.artifact import SHIPPED  # noqa: E402
+from training.config import TrainingConfig  # noqa: E402
 from training.envs import EnvSpec, open_factory  # noqa: E402
 from training.service import TrainJob, train_capability  # noqa: E402
 
 MODULE = ROOT / "agents" / "synthesis" / "recordings" / "shop" / "precondition_verification_3.py"
+DEMO_PROFILE = ROOT / "configs" / "demo.yaml"
 PLANTED = "policy_refusal"
 CAPABILITY = "precondition_verification"
+
+
+class Profile:
+    """The config sections this bench uses, from the demo's profile (configs/demo.yaml) plus --set overrides;
+    each section validated by its own class (bench/ sits below gapforge/ and does not import it)."""
+
+    def __init__(self, overrides: list[str]) -> None:
+        tree: dict = {}
+        for item in [*yaml.safe_load(DEMO_PROFILE.read_text())["settings"], *overrides]:
+            key, raw = item.split("=", 1)
+            node = tree
+            *parents, leaf = key.strip().split(".")
+            for k in parents:
+                node = node.setdefault(k, {})
+            node[leaf] = yaml.safe_load(raw)
+        self.seed = int(tree.get("seed", 0))
+        self.training = TrainingConfig(**tree.get("training", {}))
+        self.routing = RoutingConfig(**tree.get("routing", {}))
+        self.analysis = AnalysisConfig(**tree.get("analysis", {}))
+        self.policy = PolicyConfig(**tree.get("policy", {}))
+        self.rollouts = RolloutConfig(**tree.get("rollouts", {}))
+        self.sandbox = SandboxConfig(**tree.get("sandbox", {}))
 
 
 def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg, seeds: list[int]) -> dict:
@@ -78,7 +106,7 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides (dotted.key=value)")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-effect-"))
-    cfg = load_config(None, [*DEMO_SETTINGS, *args.overrides], environ={})
+    cfg = Profile(args.overrides)
     spec = EnvSpec(kind="sandbox", module=str(Path(args.module).resolve()), sandbox=cfg.sandbox.model_dump(mode="json"))
     shop = ShopEnv()
     families = {t: shop.task_family(t) for t in shop.task_ids()}

@@ -15,61 +15,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from gapforge.cli_common import UsageError, console
 from gapforge.config import GapforgeConfig, load_config
 from gapforge.run_session import RunOptions, run_record
 
-# The demo's embedded defaults (the user's --config / --set still apply on top).
-# Measured on 2 CPU cores with the shipped policy (README has the run and its stage times).
-DEMO_SETTINGS: list[str] = [
-    "llm.kind=scripted",
-    "rollouts.env=shop",
-    "rollouts.samples=6",  # 6 (not 4): with fewer, some sampling seeds leave a family without any success to contrast
-    # the shipped tiny policy is measured at 0.7 (artifacts/shop-policy/teach.json); GRPO still samples at training.temperature
-    "policy.temperature=0.7",
-    "rollouts.concurrency=8",  # batched local generation; each episode seeds from its (task, sample), so this is as reproducible as 1
-    "rollouts.max_turns=10",
-    "policy.max_new_tokens=96",
-    "analysis.passes=3",
-    "analysis.bootstrap=200",
-    "synthesis.max_attempts=3",
-    "synthesis.validation_seeds=10",
-    "synthesis.rollout_budget=160",  # readiness: 8 groups x 8 samples per attempt that reaches it (two in the recorded story)
-    # GRPO readiness with the policy that will train, at the training group size: default window [0.2, 0.8], >= 50% informative
-    "grpo_readiness.groups=8",
-    "grpo_readiness.samples=8",
-    "grpo_readiness.concurrency=8",  # batched too, and as reproducible (the check sets each episode's key)
-    # the tiny policy samples coherent episodes at 0.7 (shop pass 28%) and mostly noise at 1.0: GRPO and readiness sample at 0.7
-    "training.temperature=0.7",
-    "grpo_readiness.temperature=0.7",
-    # training.TrainingConfig.tiny(), sized for ~4 min of CPU: GRPO + LoRA
-    "training.lora_rank=8",
-    "training.lora_alpha=16",
-    "training.learning_rate=0.002",
-    "training.max_steps=12",
-    "training.groups_per_step=2",
-    "training.num_generations=8",
-    "training.max_turns=8",
-    "training.malformed_tool_calls=continue",
-    "training.max_new_tokens=96",  # an address change's call is ~80 tokens
-    "training.max_completion_length=1536",
-    "training.train_seeds=32",
-    "training.heldout_seeds=16",
-    "training.heldout_samples=2",
-    "training.eval_every=4",
-    "training.save_every=4",
-    "training.patience=3",
-    # a ~1M-parameter base cannot read the routing prompt: route by the openings each adapter was trained on (README)
-    "routing.backend=openings",
-    # one episode per held-out task and policy, but 40 per planted-family task for base and TRACE (200 paired episodes):
-    # every policy plays the same (task, trial) seeds, so the paired differences stay meaningful
-    "evaluation.trials=1",
-    "evaluation.family_trials.policy_refusal=40",
-    "evaluation.focus_family=policy_refusal",
-    # the GRPO-on-target baseline trains another adapter with the same rollout budget (~3 more minutes on 2 cores):
-    # off in the demo, on by default (--set evaluation.baseline_grpo=true; bench/effect.py measures without it)
-    "evaluation.baseline_grpo=false",
-]
+# The demo's embedded defaults (configs/demo.yaml: the user's --config / --set still apply on top).
+DEMO_PROFILE = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+DEMO_SETTINGS: list[str] = yaml.safe_load(DEMO_PROFILE.read_text())["settings"]
 
 SCRIPTED_NOTE = (
     "scripted roles: the analyst, the environment generator and the code reviewer answer from recorded "

@@ -68,13 +68,14 @@ async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() 
 
 
 def test_a_recovered_endpoint_blip_still_grades_the_env() -> None:
-    with FakeOpenAIServer(text_reply("Sorry."), fail_first=2) as srv:  # the first two requests fail, then it answers
+    # the first request fails, then it answers (with two failures the same episode could draw both: a race, not a blip)
+    with FakeOpenAIServer(text_reply("Sorry."), fail_first=1) as srv:
         report = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=4, run_episode=_runner,
                               policy=EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000),
                               readiness=GRPOReadinessConfig(groups=2, samples=2, min_informative=0.0, max_all_zero=1.0, mean_low=0.0))
     grpo = report.check("grpo_ready")
-    assert report.incomplete is None and grpo.verdict == "PASS" and grpo.evidence["infra_retried"] == 2
-    assert grpo.evidence["rollouts"] == 4  # four graded episodes; the two lost ones were played again, not scored 0
+    assert report.incomplete is None and grpo.verdict == "PASS" and grpo.evidence["infra_retried"] == 1
+    assert grpo.evidence["rollouts"] == 4  # four graded episodes; the lost one was played again, not scored 0
 
 
 def test_cli_validate_under_an_outage_exits_3_and_writes_the_report(tmp_path: Path) -> None:
