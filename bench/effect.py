@@ -47,13 +47,13 @@ from training.envs import EnvSpec, open_factory  # noqa: E402
 from training.service import TrainJob, train_capability  # noqa: E402
 
 MODULE = ROOT / "agents" / "synthesis" / "recordings" / "shop" / "precondition_verification_3.py"
-DEMO_PROFILE = ROOT / "configs" / "demo.yaml"
+DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported
 PLANTED = "policy_refusal"
 CAPABILITY = "precondition_verification"
 
 
 class Profile:
-    """The config sections this bench uses, from the demo's profile (configs/demo.yaml) plus --set overrides;
+    """The config sections this bench uses, from the demo's profile (gapforge/demo_profile.yaml) plus --set overrides;
     each section validated by its own class (bench/ sits below gapforge/ and does not import it)."""
 
     def __init__(self, overrides: list[str]) -> None:

@@ -21,8 +21,8 @@ from gapforge.cli_common import UsageError, console
 from gapforge.config import GapforgeConfig, load_config
 from gapforge.run_session import RunOptions, run_record
 
-# The demo's embedded defaults (configs/demo.yaml: the user's --config / --set still apply on top).
-DEMO_PROFILE = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+# The demo's embedded defaults (gapforge/demo_profile.yaml: the user's --config / --set still apply on top).
+DEMO_PROFILE = Path(__file__).with_name("demo_profile.yaml")
 DEMO_SETTINGS: list[str] = yaml.safe_load(DEMO_PROFILE.read_text())["settings"]
 
 SCRIPTED_NOTE = (
