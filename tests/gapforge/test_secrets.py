@@ -153,8 +153,12 @@ def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_o
     the config; the password appears in no output, no workspace file and no text the store holds."""
     from sqlalchemy import create_engine, make_url, text
 
-    password = make_url(postgres_url).password
+    url = make_url(postgres_url)
+    password = url.password
     assert password, "the test server's URL has no password to plant"
+    if password in url.render_as_string(hide_password=True):
+        pytest.skip("the test server's password also names another part of its URL (user, database or scheme): "
+                    "give it a distinct password to search for")
     answers = tmp_path / "a.yaml"
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     ws = tmp_path / "ws"
