@@ -22,6 +22,7 @@ from pathlib import Path
 from agents.rollouts import CollectPlan, collect
 from envs.shop import ShopEnv
 from serving.local import LocalPolicy
+from training.evaluate import MemorySink
 
 
 def _content(messages: list[dict]) -> list:
@@ -30,21 +31,9 @@ def _content(messages: list[dict]) -> list:
             for m in messages]
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.rows: dict[tuple[str, int], dict] = {}
-
-    def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
-        return set(self.rows)
-
-    def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields) -> int:
-        self.rows[(task_id, sample)] = fields
-        return len(self.rows)
-
-
-async def one_level(model: Path, tasks: list[str], concurrency: int, args: argparse.Namespace) -> tuple[float, Sink, list[int]]:
+async def one_level(model: Path, tasks: list[str], concurrency: int, args: argparse.Namespace) -> tuple[float, MemorySink, list[int]]:
     policy = LocalPolicy(model, temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=0)
-    sink = Sink()
+    sink = MemorySink()
     plan = CollectPlan("bench", "shop", tasks, args.samples, concurrency, args.max_turns, args.temperature)
     t0 = time.perf_counter()
     await collect(plan, make_env=ShopEnv, policy=policy, sink=sink)

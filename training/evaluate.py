@@ -46,7 +46,7 @@ def pass_rates(model: Any, tok: Any, make_env: EnvFactory, tasks: list[Any], fam
             for fam, xs in per.items()}
 
 
-class _MemorySink:
+class MemorySink:
     """An in-memory episode sink for agents.rollouts.collect (nothing is stored)."""
 
     def __init__(self) -> None:
@@ -89,7 +89,7 @@ async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, s
     env = ShopEnv()
     tasks = list(tasks or env.task_ids())
     policy = LocalPolicy(model_dir, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    sink = _MemorySink()
+    sink = MemorySink()
     try:
         await collect(CollectPlan("rates", "shop", tasks, samples, concurrency, max_turns, temperature), make_env=ShopEnv,
                       policy=policy, sink=sink)
