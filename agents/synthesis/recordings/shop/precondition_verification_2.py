@@ -10,15 +10,18 @@ look the order up (and the product, where the rule is about it) before it writes
 anything, then either act or refuse with the reason. Half of the requests are ineligible, and the
 opening never tells which half.
 
-Reward, concentrated on that decision:
-- checked (1): the order was looked up before any write and before any reply that settles the
-  request (a promise or a refusal); 0.5 if only afterwards;
-- decision (3): ineligible -> nothing written and a refusal after the check; eligible -> the
+Reward, concentrated on the capability's own decisions:
+- checked_first (3): the order (and the product, where the rule is about it) was looked up before
+  any write and before any reply that settles the request (a promise or a refusal); 0.5 if it was
+  looked up but nothing was ever settled; 0 if something was promised or written first;
+- decision (1): ineligible -> nothing written and a refusal after the check; eligible -> the
   requested write on the requested order after the check (0.25 without the check; its details are
-  not this capability's), and no refusal;
+  not this capability's);
 - informed (1): ineligible -> the reason (status, '30', 'final sale', 'available') said after the
   check; eligible -> the customer confirmed before the write;
-- a write the rules forbid (collateral damage) zeroes every component.
+- a wrong decision zeroes every component: a write the rules forbid (collateral damage), a
+  promise of what the rules forbid, and a refusal of an allowed request (the customer leaves
+  unserved). Guessing either way loses as much as it wins: only checking pays.
 A policy that does nothing, promises without acting, or writes without checking scores near 0.
 """
 
@@ -97,7 +100,7 @@ class ShopPreconditionEnv(SyntheticEnv):
                    "act only when it is, refuse with the reason otherwise.")
     target = "shop"
     policy = POLICY
-    weights = {"checked": 1.0, "decision": 3.0, "informed": 1.0}
+    weights = {"checked_first": 3.0, "decision": 1.0, "informed": 1.0}
     max_turns = 20
 
     # ---------------------------------------------------------------- scenario
@@ -396,28 +399,31 @@ class ShopPreconditionEnv(SyntheticEnv):
 
     def reward(self) -> dict[str, float]:
         truth, writes = self.scenario["truth"], self._writes()
-        zero = {"checked": 0.0, "decision": 0.0, "informed": 0.0}
-        if any(self._forbidden(w) for w in writes):
-            return zero
+        zero = {"checked_first": 0.0, "decision": 0.0, "informed": 0.0}
+        refused = any(any(w in s["text"].lower() for w in REFUSAL) for s in self.said)
+        promised = any(any(w in s["text"].lower() for w in SETTLED) and not any(w in s["text"].lower() for w in REFUSAL)
+                       for s in self.said)
+        if any(self._forbidden(w) for w in writes) or (truth["eligible"] and refused) or (not truth["eligible"] and promised):
+            return zero  # a wrong decision: collateral damage, an allowed request refused, a forbidden one promised
         check = self._check_turn()
         settled = [s["turn"] for s in self.said if any(w in s["text"].lower() for w in SETTLED)] + [w["turn"] for w in writes]
         first_settled = min(settled, default=None)
         if check is None:
-            checked = 0.0
+            checked_first = 0.0
+        elif first_settled is None:
+            checked_first = 0.5  # looked it up, never decided
         else:
-            checked = 1.0 if first_settled is None or check < first_settled else 0.5
+            checked_first = float(check < first_settled)
         after = [s for s in self.said if check is not None and s["turn"] > check]
         if truth["eligible"]:  # the decision is to act (the write's details are another capability's)
             before = check is not None and writes and check < writes[0]["turn"]
             decision = (1.0 if before else 0.25) if writes else 0.0
             confirmed = self.state["confirmed_turn"]
             informed = float(bool(writes) and confirmed is not None and confirmed < writes[0]["turn"])
-            if any(any(w in s["text"].lower() for w in REFUSAL) for s in self.said):
-                decision, informed = 0.0, 0.0  # refusing an allowed request is the wrong decision, whatever followed
         else:
             decision = float(not writes and any(any(w in s["text"].lower() for w in REFUSAL) for s in after))
             informed = float(any(truth["why"] in s["text"].lower() for s in after))
-        return {"checked": checked, "decision": decision, "informed": informed}
+        return {"checked_first": checked_first, "decision": decision, "informed": informed}
 
     # ---------------------------------------------------------------- solution
 

@@ -10,20 +10,25 @@ look the order up (and the product, where the rule is about it) before it writes
 anything, then either act or refuse with the reason. Half of the requests are ineligible, and the
 opening never tells which half.
 
-Reward, concentrated on that decision:
-- checked (1): the order was looked up before any write and before any reply that settles the
-  request (a promise or a refusal); 0.5 if only afterwards;
-- decision (3): ineligible -> nothing written and a refusal after the check; eligible -> the
-  requested write on the requested order after the check (0.25 without the check; its details are
-  not this capability's), and no refusal;
+Reward, concentrated on the capability's own decisions:
+- checked_first (3): the requested order was looked up before any write and before any reply that
+  settles the request (a promise or a refusal); 0.5 if it was looked up but nothing was ever
+  settled; 0 if something was promised or written first;
+- decision (1): ineligible -> nothing written and a refusal after the check (the order, and the
+  product where the rule is about it); eligible -> the requested write on the requested order
+  after the check (0.25 without the check; its details are not this capability's);
 - informed (1): ineligible -> the reason (status, '30', 'final sale', 'available') said after the
   check; eligible -> the customer confirmed before the write;
-- a write the rules forbid (collateral damage) zeroes every component.
-A policy that does nothing, promises without acting, or writes without checking scores near 0.
-Calibration (attempt 3): attempt 2 was too hard for the policy that will train (mean reward 0.07,
-a third of the groups all zero): customers who typed their email and order id into the opening
-got them miscopied. Customers now give every fact when asked, as in the target's episodes;
-nothing else changed.
+- a write the rules forbid (collateral damage) zeroes every component; a wrong decision after the
+  lookup (a forbidden request promised, an allowed one refused) zeroes the decision and the
+  information and keeps 2 of the lookup's 3 points.
+A policy that does nothing, promises without looking, or writes without looking scores near 0.
+Calibration (attempt 3): attempt 2 was too hard for the policy that will train (readiness: mean
+reward below 0.2, many groups all zero): customers who typed their email and order id into the
+opening got them miscopied, and a lookup followed by a wrong guess scored as nothing, so the
+first step of the capability earned no credit unless everything after it was right. Customers now
+give every fact when asked, as in the target's episodes, and a lookup before settling keeps most
+of its credit whatever follows it (except a forbidden write).
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ class ShopPreconditionEnv(SyntheticEnv):
                    "act only when it is, refuse with the reason otherwise.")
     target = "shop"
     policy = POLICY
-    weights = {"checked": 1.0, "decision": 3.0, "informed": 1.0}
+    weights = {"checked_first": 3.0, "decision": 1.0, "informed": 1.0}
     max_turns = 20
 
     # ---------------------------------------------------------------- scenario
@@ -398,30 +403,41 @@ class ShopPreconditionEnv(SyntheticEnv):
         return {"cancel": "cancel_pending_order", "address": "modify_pending_order_address", "return": "return_delivered_order_items",
                 "exchange": "exchange_delivered_order_items"}[self.scenario["truth"]["kind"]]
 
+    def _order_turn(self) -> int | None:
+        """The turn of the first lookup of the requested order (the capability's first step)."""
+        turns = [c["turn"] for c in self.calls_to("get_order_details") if self._norm(c["arguments"]["order_id"]) == self.scenario["truth"]["order_id"]]
+        return min(turns, default=None)
+
     def reward(self) -> dict[str, float]:
         truth, writes = self.scenario["truth"], self._writes()
-        zero = {"checked": 0.0, "decision": 0.0, "informed": 0.0}
+        zero = {"checked_first": 0.0, "decision": 0.0, "informed": 0.0}
         if any(self._forbidden(w) for w in writes):
-            return zero
-        check = self._check_turn()
+            return zero  # collateral damage
+        low = [s["text"].lower() for s in self.said]
+        refused = any(any(w in t for w in REFUSAL) for t in low)
+        promised = any(any(w in t for w in SETTLED) and not any(w in t for w in REFUSAL) for t in low)
+        check, first = self._check_turn(), self._order_turn()
         settled = [s["turn"] for s in self.said if any(w in s["text"].lower() for w in SETTLED)] + [w["turn"] for w in writes]
         first_settled = min(settled, default=None)
-        if check is None:
-            checked = 0.0
+        if first is None:
+            checked_first = 0.0
+        elif first_settled is None:
+            checked_first = 0.5  # looked it up, never decided
         else:
-            checked = 1.0 if first_settled is None or check < first_settled else 0.5
+            checked_first = float(first < first_settled)
+        if (truth["eligible"] and refused) or (not truth["eligible"] and promised):
+            # a wrong decision (an allowed request refused, a forbidden one promised) after the lookup keeps 2 of its 3 points
+            return {**zero, "checked_first": checked_first * 2 / 3}
         after = [s for s in self.said if check is not None and s["turn"] > check]
         if truth["eligible"]:  # the decision is to act (the write's details are another capability's)
             before = check is not None and writes and check < writes[0]["turn"]
             decision = (1.0 if before else 0.25) if writes else 0.0
             confirmed = self.state["confirmed_turn"]
             informed = float(bool(writes) and confirmed is not None and confirmed < writes[0]["turn"])
-            if any(any(w in s["text"].lower() for w in REFUSAL) for s in self.said):
-                decision, informed = 0.0, 0.0  # refusing an allowed request is the wrong decision, whatever followed
         else:
             decision = float(not writes and any(any(w in s["text"].lower() for w in REFUSAL) for s in after))
             informed = float(any(truth["why"] in s["text"].lower() for s in after))
-        return {"checked": checked, "decision": decision, "informed": informed}
+        return {"checked_first": checked_first, "decision": decision, "informed": informed}
 
     # ---------------------------------------------------------------- solution
 
