@@ -205,7 +205,7 @@ class ToolSandboxEnv:
 
     def _raise_if_user_failed(self, out: dict[str, Any]) -> None:
         if out.get("termination") == "user_error":
-            where = self._user.get("base_url", "scripted user")
+            where = self._user.get("base_url") or ("OpenAI's API" if self._user["kind"] == "llm" else "scripted user")
             raise UserSimulatorError(f"{self.name}: user simulator at {where} failed: {(out.get('exception') or {}).get('message', '')[:300]}")
 
     @staticmethod

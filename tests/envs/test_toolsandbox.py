@@ -237,6 +237,32 @@ def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
     assert any(t["function"]["name"] == "end_conversation" for t in server.requests[-1]["tools"])
 
 
+def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
+    # `rollouts.user=llm` hands `llm.endpoint` to ToolSandbox's own user role, as it does for τ²
+    from typer.testing import CliRunner
+
+    from gapforge.cli import app
+    from store import Store
+
+    task = "search_message_with_recency_latest_multiple_user_turn"
+    answers = tmp_path / "policy.yaml"
+    answers.write_text('policy:\n  repeat: "Which message do you want to find?"\n')
+    default = CliRunner().invoke(app, ["rollouts", "tasks", "toolsandbox", "--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm"])
+    assert default.exit_code == 0, default.output  # no base_url: OpenAI's API, as llm.endpoint means it
+    with FakeOpenAIServer(lambda _req: tool_call_message("end_conversation", {}, "call_end")) as server:
+        sets = ["--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm", "--set", f"llm.endpoint.base_url={server.base_url}",
+                "--set", "llm.endpoint.model=sim-user", "--set", "rollouts.max_turns=3"]
+        listed = CliRunner().invoke(app, ["rollouts", "tasks", "toolsandbox", *sets])
+        assert listed.exit_code == 0 and task in listed.output, listed.output
+        res = CliRunner().invoke(app, ["rollouts", "collect", "--env", "toolsandbox", "--policy", f"scripted:{answers}", "--tasks", task, *sets])
+    assert res.exit_code == 0, res.output
+    assert server.requests and server.requests[0]["model"] == "sim-user"
+    assert "role play as a user" in server.requests[0]["messages"][0]["content"]  # ToolSandbox's user instruction
+    with Store(f"sqlite:///{tmp_path / 'gapforge.db'}") as store:
+        (episode,) = store.episodes(res.output.splitlines()[0].split()[-1])
+    assert episode.termination == "done" and episode.turns == 1 and episode.score_info["termination"] == "user_end"
+
+
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:

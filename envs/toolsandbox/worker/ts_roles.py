@@ -125,6 +125,6 @@ class ScriptedUser(BaseRole):
 class EndpointUser(OpenAIAPIUser):
     """ToolSandbox's own LLM user simulator, pointed at a configured OpenAI-compatible endpoint."""
 
-    def __init__(self, model: str, base_url: str, api_key: str, timeout_s: float, max_retries: int) -> None:
+    def __init__(self, model: str, base_url: str | None, api_key: str, timeout_s: float, max_retries: int) -> None:
         self.model_name = model
         self.openai_client = OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=max_retries)

@@ -58,7 +58,7 @@ class Worker:
         if kind == "scripted":
             return GuardedUser(ScriptedUser(spec.get("replies")))
         if kind == "llm":
-            return GuardedUser(EndpointUser(spec["model"], spec["base_url"], spec.get("api_key") or "", float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))))
+            return GuardedUser(EndpointUser(spec["model"], spec.get("base_url"), spec.get("api_key") or "", float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))))
         raise BadRequest(f"unknown user kind {kind!r}")
 
     def _module(self, scenario: str, module: str | None) -> str:
