@@ -50,19 +50,19 @@ def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: l
 
 
 @pytest.fixture(scope="module")
-def recorded() -> Iterator[ToolSandboxEnv]:
-    e = make_env("toolsandbox?network=recorded")
+def stand_in() -> Iterator[ToolSandboxEnv]:
+    e = make_env("toolsandbox?network=stand-in")
     yield e  # type: ignore[misc]
     e.close()  # type: ignore[attr-defined]
 
 
-def _recorded_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
-    """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's recorded-call report)."""
+def _stand_in_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
+    """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's stand-in call report)."""
     plan = env.reference_plan(task, variant)
     asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
     score = env.score()
     reference = env.reference_play(task, plan)
-    return score.reward, reference["similarity"], score.info, reference["recorded_network"] or {}
+    return score.reward, reference["similarity"], score.info, reference["stand_in_network"] or {}
 
 
 def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandboxEnv) -> None:
@@ -87,7 +87,12 @@ def test_bad_input_is_one_line_env_error(env: ToolSandboxEnv) -> None:
     assert "\n" not in str(err.value)
     with pytest.raises(EnvError, match="network mode"):
         ToolSandboxEnv(network="live")
-    with pytest.raises(EnvError, match="network=off|recorded") as err:
+    with pytest.raises(EnvError, match="renamed network=stand-in") as err:
+        make_env("toolsandbox?network=recorded")  # the old name: its answers were never recorded
+    assert "\n" not in str(err.value)
+    with pytest.raises(EnvError, match="renamed network=stand-in"):
+        ToolSandboxEnv(network="recorded")
+    with pytest.raises(EnvError, match="network=off|stand-in") as err:
         make_env("toolsandbox:single_tool_call?network=live")
     assert "\n" not in str(err.value)
 
@@ -104,10 +109,10 @@ def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, famil
     assert through_adapter == pytest.approx(own, abs=1e-9)
 
 
-def test_recorded_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, recorded: ToolSandboxEnv) -> None:
-    assert recorded.name == "toolsandbox?network=recorded" and recorded.excluded() == {}
-    assert set(recorded.task_ids()) == set(env.task_ids()) | set(env.excluded())  # all 129, the 34 network ones included
-    sub = make_env("toolsandbox:canonicalization?network=recorded")
+def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, stand_in: ToolSandboxEnv) -> None:
+    assert stand_in.name == "toolsandbox?network=stand-in" and stand_in.excluded() == {}
+    assert set(stand_in.task_ids()) == set(env.task_ids()) | set(env.excluded())  # all 129, the 34 network ones included
+    sub = make_env("toolsandbox:canonicalization?network=stand-in")
     try:
         assert "find_stock_symbol_with_company_name" not in sub.task_ids()  # not a canonicalization scenario
         assert "convert_currency" in sub.task_ids() and sub.excluded() == {}  # type: ignore[attr-defined]
@@ -115,42 +120,42 @@ def test_recorded_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv,
         sub.close()  # type: ignore[attr-defined]
 
 
-def test_recorded_answers_match_milestone_constants_with_parity(recorded: ToolSandboxEnv) -> None:
-    # the recorded reverse geocode of the milestone's coordinates gives the address of its reference reply
-    adapter, own, info, ref_calls = _recorded_parity(recorded, "find_address_with_lat_lon")
+def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ToolSandboxEnv) -> None:
+    # the stand-in reverse geocode of the milestone's coordinates gives the address of its reference reply
+    adapter, own, info, ref_calls = _stand_in_parity(stand_in, "find_address_with_lat_lon")
     assert adapter == own == 1.0
-    assert info["network"] == "recorded" and info["recorded_network"]["calls"] == 1 and info["recorded_network"]["misses"] == 0
-    assert info["recorded_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
-    assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["recorded_network"]["sha256"]
+    assert info["network"] == "stand-in" and info["comparable_to_live"] is False and info["stand_in_network"]["calls"] == 1 and info["stand_in_network"]["misses"] == 0
+    assert info["stand_in_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
+    assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["stand_in_network"]["sha256"]
 
 
-def test_an_agent_reading_the_recorded_answers_scores_perfect(recorded: ToolSandboxEnv) -> None:
-    # place search -> the milestone's weather coordinates; weather -> a temperature the milestones' extractors read
+def test_an_agent_reading_the_stand_in_answers_scores_perfect(stand_in: ToolSandboxEnv) -> None:
+    # place search -> the milestone's weather coordinates (stand-in data); weather -> a temperature the milestones' extractors read
     import ast
 
     def call(name: str, args: dict) -> object:
-        out = recorded.step(Message.assistant(tool_calls=[ToolCall(id=f"c-{name}", name=name, arguments=args)]))
+        out = stand_in.step(Message.assistant(tool_calls=[ToolCall(id=f"c-{name}", name=name, arguments=args)]))
         return ast.literal_eval(out.messages[0].content or "None")
 
-    recorded.reset("find_temperature_f_with_location")
+    stand_in.reset("find_temperature_f_with_location")
     place = call("search_location_around_lat_lon", {"location": "Grand Canyon"})
     assert isinstance(place, list) and (place[0]["latitude"], place[0]["longitude"]) == (36.23686, -112.19147)
     weather = call("search_weather_around_lat_lon", {"latitude": place[0]["latitude"], "longitude": place[0]["longitude"]})
     assert isinstance(weather, dict)
     fahrenheit = call("unit_conversion", {"amount": weather["current_temperature"], "from_unit": "celsius", "to_unit": "fahrenheit"})
     assert isinstance(fahrenheit, float)
-    end = recorded.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
+    end = stand_in.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
     assert end.done
-    score = recorded.score()
-    assert score.reward == 1.0 and score.info["recorded_network"]["calls"] == 2 and score.info["recorded_network"]["misses"] == 0
+    score = stand_in.score()
+    assert score.reward == 1.0 and score.info["stand_in_network"]["calls"] == 2 and score.info["stand_in_network"]["misses"] == 0
 
 
-def test_recorded_mode_keeps_toolsandboxs_wifi_rule(recorded: ToolSandboxEnv) -> None:
-    # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (recorded) request
+def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ToolSandboxEnv) -> None:
+    # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (stand-in) request
     task = "find_temperature_f_with_location_wifi_off"
-    wrong, own_wrong, info, _ = _recorded_parity(recorded, task, "skip_settings")
+    wrong, own_wrong, info, _ = _stand_in_parity(stand_in, task, "skip_settings")
     assert wrong == pytest.approx(own_wrong, abs=1e-9)
-    assert info["recorded_network"]["calls"] == 0 and wrong < 1.0
+    assert info["stand_in_network"]["calls"] == 0 and wrong < 1.0
 
 
 def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
@@ -284,17 +289,17 @@ def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
 
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
-def test_full_recorded_parity_sweep(recorded: ToolSandboxEnv) -> None:
-    network = [t for t in recorded.task_ids() if recorded.network_tools(t)]
+def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
+    network = [t for t in stand_in.task_ids() if stand_in.network_tools(t)]
     assert len(network) == 34
     mismatches, similarity = [], {}
     for task in network:
-        adapter, own, info, _ = _recorded_parity(recorded, task)
+        adapter, own, info, _ = _stand_in_parity(stand_in, task)
         similarity[task] = adapter
-        print(f"{task:90s} {adapter:.4f} recorded calls {info['recorded_network']['calls']} misses {info['recorded_network']['misses']}")
+        print(f"{task:90s} {adapter:.4f} stand-in calls {info['stand_in_network']['calls']} misses {info['stand_in_network']['misses']}")
         if abs(adapter - own) > 1e-9:
             mismatches.append((task, adapter, own))
-    print(f"recorded parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
+    print(f"stand-in parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
     assert not mismatches
 
 

@@ -8,8 +8,8 @@ by gapforge. Same wire shape as sandbox/server.py:
  |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
 
 Methods: ping, catalog, reset, step, score, plan, reference, close. reset and
-reference take `network` ("off" | "recorded": ToolSandbox's RapidAPI calls
-answered from recorded data, see ts_recorded.py). KIND is
+reference take `network` ("off" | "stand-in": ToolSandbox's RapidAPI calls
+answered from stand-in data, see ts_standin.py). KIND is
 "bad_request" (the host asked for something that does not exist) or "exception".
 The protocol channel is a duplicate of the original stdout; fd 1 and sys.stdout
 point at stderr so ToolSandbox's prints (tqdm bars, tool output) never reach it.
@@ -69,11 +69,11 @@ class Worker:
 
     @staticmethod
     def _network(mode: str) -> None:
-        import ts_recorded
+        import ts_standin
 
-        if mode not in ("off", "recorded"):
+        if mode not in ("off", "stand-in"):
             raise BadRequest(f"unknown network mode {mode!r}")
-        ts_recorded.use(mode)
+        ts_standin.use(mode)
 
     def reset(self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None, network: str = "off") -> dict[str, Any]:
         from ts_episode import Episode
@@ -108,7 +108,7 @@ class Worker:
 
         from tool_sandbox.common.execution_context import RoleType
         from tool_sandbox.roles.execution_environment import ExecutionEnvironment
-        from ts_recorded import report
+        from ts_standin import report
         from ts_roles import PlanAgent, ScriptedUser
 
         self.close()
@@ -120,11 +120,11 @@ class Worker:
                 result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
             except Exception as exc:  # noqa: BLE001 — tool_sandbox.cli.utils.run_scenario's rule: a play that raises scores 0
                 return {"similarity": 0.0, "milestone_similarity": 0.0, "minefield_similarity": 0.0, "turn_count": built.max_messages,
-                        "exception": f"{type(exc).__name__}: {exc}"[:500], "recorded_network": report()}
+                        "exception": f"{type(exc).__name__}: {exc}"[:500], "stand_in_network": report()}
         return {
             "similarity": float(result.similarity), "milestone_similarity": float(result.milestone_similarity),
             "minefield_similarity": float(result.minefield_similarity), "turn_count": int(result.turn_count),
-            "recorded_network": report(),
+            "stand_in_network": report(),
         }
 
     def close(self) -> None:
@@ -142,9 +142,9 @@ class Worker:
         if method == "step":
             return self.step(p["message"])
         if method == "score":
-            from ts_recorded import report
+            from ts_standin import report
 
-            return {**self._live().evaluate(), "recorded_network": report()}
+            return {**self._live().evaluate(), "stand_in_network": report()}
         if method == "plan":
             return self.plan(p["scenario"], p.get("seed", 0), p.get("variant", "milestones"), p.get("module"))
         if method == "reference":
