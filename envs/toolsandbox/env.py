@@ -244,6 +244,10 @@ class ToolSandboxEnv:
         entry = self._entry(task)
         return list(self._ensure_worker().call("plan", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), variant=variant))
 
+    def resolve_plan_action(self, action: dict[str, Any]) -> dict[str, Any]:
+        """A plan action whose values come from earlier tool results (`fill`), filled from this episode's results so far."""
+        return dict(self._ensure_worker().call("resolve", action=action))
+
     def reference_play(self, task: TaskRef, plan: list[dict[str, Any]]) -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""
         entry = self._entry(task)

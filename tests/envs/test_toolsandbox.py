@@ -2,8 +2,8 @@
 
 Needs ToolSandbox's venv (`make toolsandbox-env`); skips with the reason otherwise.
 The full parity sweep over every offline base scenario runs with
-GAPFORGE_TOOLSANDBOX_SWEEP=1 (about 2-4 s a scenario); the default run checks one
-scenario per family plus the controls.
+GAPFORGE_TOOLSANDBOX_SWEEP=1 (about 2-4 s a scenario); the default run checks a stated sample
+(perfect, partial and failing scenarios of every family) plus the controls.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _first(env: ToolSandboxEnv, pred) -> str:
 def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None) -> tuple[float, float, str]:
     """(similarity through the adapter, similarity of ToolSandbox's own play_and_evaluate, termination)."""
     plan = plan if plan is not None else env.reference_plan(task, variant)
-    episode = asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
+    episode = asyncio.run(run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5))
     reference = env.reference_play(task, plan)
     return episode.reward, reference["similarity"], episode.termination
 
@@ -59,7 +59,7 @@ def stand_in() -> Iterator[ToolSandboxEnv]:
 def _stand_in_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
     """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's stand-in call report)."""
     plan = env.reference_plan(task, variant)
-    asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
+    asyncio.run(run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5))
     score = env.score()
     reference = env.reference_play(task, plan)
     return score.reward, reference["similarity"], score.info, reference["stand_in_network"] or {}
@@ -101,12 +101,45 @@ def test_conformance() -> None:
     check_conformance(lambda: make_env("toolsandbox"), ["search_message_with_recency_latest_multiple_user_turn"])
 
 
-@pytest.mark.parametrize("family", ["single_tool_call", "multiple_tool_call", "multiple_user_turn", "insufficient_information"])
-def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, family: str) -> None:
-    task = _first(env, lambda t: env.task_family(t) == family)
+# The default parity sample: what the milestone agent gets in ToolSandbox's own play, stated per scenario (full
+# sweep: 63/95 perfect, the rest partial; the earlier plan: 36/95). "perfect" = 1.0, "partial" = in (0, 1).
+SAMPLE = {
+    "add_contact_with_name_and_phone_number": "perfect",  # single_tool_call: a CONTACT addition target -> add_contact
+    "send_message_with_phone_number_and_content": "perfect",  # single_tool_call: a MESSAGING addition -> send_message
+    "search_sender_phone_number_with_content": "partial",  # single_tool_call: an argument-less search, its reply misses
+    "find_days_till_holiday": "perfect",  # multiple_tool_call: timestamp_diff filled from two results, a templated reply
+    "add_reminder_content_and_date_and_time": "partial",  # multiple_tool_call: the reminder's timestamp is not the target's
+    "add_reminder_content_and_week_delta_and_time_multiple_user_turn": "perfect",  # multiple_user_turn: filled timestamps
+    "modify_contact_with_message_recency_multiple_user_turn": "partial",  # multiple_user_turn: argument-less searches
+    "find_days_till_holiday_insufficient_information": "perfect",  # insufficient_information: no tool to use, a refusal
+}
+
+
+@pytest.mark.parametrize("task,outcome", SAMPLE.items())
+def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, task: str, outcome: str) -> None:
     through_adapter, own, termination = _parity(env, task)
     assert termination == "done"
     assert through_adapter == pytest.approx(own, abs=1e-9)
+    assert (through_adapter == 1.0) if outcome == "perfect" else (0.0 < through_adapter < 1.0)
+
+
+def test_a_refusing_agent_fails_fully_in_both(env: ToolSandboxEnv) -> None:
+    # a doable scenario the agent declines: no milestone reached, 0.0 through the adapter and in ToolSandbox's play
+    through_adapter, own, _ = _parity(env, "add_contact_with_name_and_phone_number", plan=[{"text": "Sorry, I cannot do that."}])
+    assert through_adapter == own == 0.0
+
+
+def test_milestone_plan_fills_values_from_earlier_tool_results(env: ToolSandboxEnv) -> None:
+    # timestamp_diff's arguments come from get_current_timestamp and search_holiday; the reply's {days} from its result
+    plan = env.reference_plan("find_days_till_holiday")
+    diff = next(a for a in plan if a.get("tool") == "timestamp_diff")
+    assert diff["arguments"] == {} and len(diff["fill"]) == 2 and "{days}" in plan[-1]["text"]
+    policy = PlanPolicy(plan, resolve=env.resolve_plan_action)
+    episode = asyncio.run(run_episode(policy, env, "find_days_till_holiday", max_turns=len(plan) + 5))
+    call = next(tc for m in episode.messages if m.role == "assistant" for tc in m.tool_calls if tc.name == "timestamp_diff")
+    assert set(call.arguments) == {"timestamp_0", "timestamp_1"}
+    reply = [m.content for m in episode.messages if m.role == "assistant" and m.content][-1] or ""
+    assert "{days}" not in reply and reply.startswith("It is ") and episode.reward == 1.0
 
 
 def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, stand_in: ToolSandboxEnv) -> None:

@@ -7,7 +7,7 @@ by gapforge. Same wire shape as sandbox/server.py:
  -> {"id": 1, "ok": true, "result": {...}}
  |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
 
-Methods: ping, catalog, reset, step, score, plan, reference, close. reset and
+Methods: ping, catalog, reset, step, score, plan, resolve, reference, close. reset and
 reference take `network` ("off" | "stand-in": ToolSandbox's RapidAPI calls
 answered from stand-in data, see ts_standin.py). KIND is
 "bad_request" (the host asked for something that does not exist) or "exception".
@@ -33,9 +33,10 @@ class BadRequest(Exception):
 
 class Worker:
     def __init__(self) -> None:
+        import ts_plan
         import ts_scenarios  # heavy: imports tool_sandbox (polars, nltk, ...)
 
-        self.sc = ts_scenarios
+        self.sc, self.plans = ts_scenarios, ts_plan
         self._catalog: dict[str, Any] | None = None
         self.episode: Any = None
 
@@ -98,23 +99,30 @@ class Worker:
     def plan(self, scenario: str, seed: int, variant: str, module: str | None = None) -> list[dict[str, Any]]:
         """The milestone-following plan, from the live episode's build when it plays `scenario`."""
         if self.episode is not None and self.episode.name == scenario:
-            return self.sc.plan(self.episode.scenario, variant)
-        return self.sc.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
+            return self.plans.plan(self.episode.scenario, variant)
+        return self.plans.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
+
+    def resolve(self, action: dict[str, Any]) -> dict[str, Any]:
+        """A plan action with its `fill` resolved against the live episode (values from its tool results so far)."""
+        from tool_sandbox.common.execution_context import get_current_context
+
+        return self.plans.resolve(action, self._live().scenario, get_current_context())
 
     def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None, network: str = "off") -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
         import tempfile
         from pathlib import Path
 
-        from tool_sandbox.common.execution_context import RoleType
+        from tool_sandbox.common.execution_context import RoleType, get_current_context
         from tool_sandbox.roles.execution_environment import ExecutionEnvironment
-        from ts_standin import report
         from ts_roles import PlanAgent, ScriptedUser
+        from ts_standin import report
 
         self.close()
         self._network(network)
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
-        roles = {RoleType.AGENT: PlanAgent(plan), RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
+        agent = PlanAgent(plan, resolve=lambda action: self.plans.resolve(action, built, get_current_context()))
+        roles = {RoleType.AGENT: agent, RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
@@ -147,6 +155,8 @@ class Worker:
             return {**self._live().evaluate(), "stand_in_network": report()}
         if method == "plan":
             return self.plan(p["scenario"], p.get("seed", 0), p.get("variant", "milestones"), p.get("module"))
+        if method == "resolve":
+            return self.resolve(p["action"])
         if method == "reference":
             return self.reference(p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"), p.get("network", "off"))
         if method == "close":
