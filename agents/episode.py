@@ -11,7 +11,8 @@ SandboxError, after the sandbox's own retries) ends it as `sandbox_error`.
 (INFRA_TERMINATIONS): not the model's or the env's doing, so the collector never
 stores such an episode as final and a resume redoes it. Only `env.reset` raising envs.errors.EnvError
 (unknown task: user input) and user-fixable model errors (e.g. a scripted model
-out of answers) propagate. The caller owns the env's lifecycle: run_episode never
+out of answers) propagate. An env whose `done` is True right after reset (an episode
+that ended before the agent's first turn) is scored at once, with 0 turns. The caller owns the env's lifecycle: run_episode never
 calls `env.close()`.
 
 This module imports no LangChain and no openai (contract in /.importlinter), so
@@ -131,6 +132,9 @@ async def run_episode(
     except Exception as e:
         termination, error = "env_error", f"env.reset failed: {_text(e)}"
     else:
+        if getattr(env, "done", False) is True:  # ended inside reset (τ²: the user stopped at once, max_steps=1)
+            termination = "done"
+            max_turns = 0
         while turns < max_turns:
             t = time.perf_counter()
             try:

@@ -119,6 +119,11 @@ class Environment(Protocol):
     loop instead of a worker thread (the thread hop costs more than such a call
     under load; see bench/rollout_concurrency.py). Envs that block on I/O (the
     sandbox, an LLM user simulator) leave it False.
+
+    Optional attribute `done: bool`: the episode is over. An env whose episode can
+    end inside `reset` (τ²: the user stops in its first message, or max_steps=1)
+    provides it; the policy loop reads it right after `reset` and then scores the
+    episode without asking the policy.
     """
 
     name: str

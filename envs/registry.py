@@ -1,5 +1,5 @@
 """Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`, `make_env("tau2:telecom")`,
-`make_env("toolsandbox:state_dependency")`, `make_env("toolsandbox?network=recorded")`.
+`make_env("toolsandbox:state_dependency")`, `make_env("toolsandbox?network=stand-in")`.
 
 Every call builds a fresh instance (episodes never share state). Adapters to
 external benchmarks are imported lazily, so a missing extra only matters when
@@ -18,7 +18,7 @@ USERS = ("scripted", "llm")
 
 
 def list_envs() -> list[str]:
-    """Names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=recorded`)."""
+    """Names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=stand-in`)."""
     return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
@@ -47,12 +47,17 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
 
 
 def _toolsandbox_network(name: str, query: str) -> str:
-    """`toolsandbox[:category]?network=recorded` -> "recorded"; no query -> "off"."""
+    """`toolsandbox[:category]?network=stand-in` -> "stand-in"; no query -> "off"; the old `network=recorded` is refused
+    with the new name (its answers were never recorded)."""
     if not query:
         return "off"
     key, _, value = query.partition("=")
-    if key != "network" or value not in ("off", "recorded"):
-        raise EnvError(f"bad option {query!r} in env '{name}': the only option is network=off|recorded (e.g. toolsandbox:single_tool_call?network=recorded)")
+    if key == "network" and value == "recorded":
+        from envs.toolsandbox.env import RENAMED
+
+        raise EnvError(f"env '{name}': {RENAMED}")
+    if key != "network" or value not in ("off", "stand-in"):
+        raise EnvError(f"bad option {query!r} in env '{name}': the only option is network=off|stand-in (e.g. toolsandbox:single_tool_call?network=stand-in)")
     return value
 
 

@@ -63,4 +63,7 @@ def get_config(config: str | None, overrides: list[str] | None, *, check_workspa
     cfg = load_config(config, overrides or [])
     if check_workspace:
         _check(cfg.workspace)
+    from envs.tau2.domain import use_data_dir
+
+    use_data_dir(cfg.tau2.data_dir)  # before anything imports tau2; inherited by child processes
     return cfg

@@ -1,9 +1,11 @@
 """`gapforge toolsandbox metrics RUN`: the TRACE paper's ToolSandbox metrics for a run's stored episodes.
 
-Per toolsandbox env of the run (`toolsandbox`, `toolsandbox:<category>`, `...?network=recorded`)
+Per toolsandbox env of the run (`toolsandbox`, `toolsandbox:<category>`, `...?network=stand-in`)
 and per category: scenarios run, perfect (similarity == 1.0), mean similarity,
 excluded (network tools with network="off", from ToolSandbox's catalogue when its
 venv is installed). The numbers come from `envs.toolsandbox.metrics.stored_metrics`.
+A stand-in network env's table is followed by a line saying its scores are not
+comparable to live RapidAPI runs (`comparable_to_live: false` and `note` in --json).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ def _catalogue_views(env: str) -> tuple[Mapping[str, list[str]], Mapping[str, li
         return None
     from envs.registry import make_env
     from envs.toolsandbox import catalog
+    from envs.toolsandbox.metrics import current_name
 
-    target = make_env(env)  # builds no worker: the catalogue is cached beside the venv
+    target = make_env(current_name(env))  # builds no worker: the catalogue is cached beside the venv
     try:
         excluded = target.excluded()  # type: ignore[attr-defined]
     finally:
@@ -43,7 +46,7 @@ def _catalogue_views(env: str) -> tuple[Mapping[str, list[str]], Mapping[str, li
 @handle_errors
 def metrics_cmd(
     run: Annotated[str, typer.Argument(help="run id holding toolsandbox episodes")],
-    env: Annotated[str | None, typer.Option("--env", help="only this env, e.g. toolsandbox:state_dependency?network=recorded")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="only this env, e.g. toolsandbox:state_dependency?network=stand-in")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -73,5 +76,7 @@ def metrics_cmd(
         for cat, m in r.categories.items():
             table.add_row(cat, str(m.run), str(m.perfect), f"{m.mean_similarity:.3f}", str(m.excluded))
         console.print(table)
+        if r.note:
+            console.print(f"{r.env}: {r.note}", highlight=False)
         if r.uncategorised:
             console.print(f"{len(r.uncategorised)} scenario(s) without categories (counted in 'all' only): {', '.join(r.uncategorised[:5])}", highlight=False)

@@ -19,6 +19,7 @@ from agents.analysis.config import AnalysisConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
 from agents.synthesis.config import SynthesisConfig
 from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
+from envs.tau2.config import Tau2Config
 from evaluation.config import EvaluationConfig
 from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
@@ -53,6 +54,7 @@ class GapforgeConfig(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    tau2: Tau2Config = Field(default_factory=Tau2Config)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:
@@ -85,6 +87,7 @@ _ENV_OVERRIDES = {
     "GAPFORGE_LLM_MODEL": "llm.endpoint.model",
     "GAPFORGE_POLICY_BASE_URL": "policy.endpoint.base_url",
     "GAPFORGE_POLICY_MODEL": "policy.endpoint.model",
+    "TAU2_DATA_DIR": "tau2.data_dir",  # τ²-bench's own variable
 }
 
 

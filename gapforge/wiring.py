@@ -151,14 +151,14 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
     """Validate the env name now (one-line error) and return (probe instance, zero-arg factory).
 
     With `rollouts.user: llm` the user simulator talks to the `llm.endpoint`: the shop
-    env takes a LangChain chat model, tau2 drives its own simulator (litellm) from
-    the endpoint settings.
+    env takes a LangChain chat model; tau2 and ToolSandbox drive their own simulators
+    (litellm / ToolSandbox's OpenAI user) from the endpoint settings.
     """
     from envs.registry import make_env
 
     user_model = None
     if cfg.rollouts.user == "llm":
-        if env_name.startswith("tau2:"):
+        if env_name != "shop":
             user_model = cfg.llm.endpoint
         else:
             from agents.llm import make_chat_model

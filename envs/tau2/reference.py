@@ -12,7 +12,8 @@ limit ends it).
 
 `run_adapter(env, task_id, script)` plays it through `Tau2Env`;
 `run_orchestrator(env, task_id, script)` plays it through
-`tau2.orchestrator.Orchestrator` with a fresh `ScriptedUser` and scores the run
+`tau2.orchestrator.Orchestrator` with a fresh user of the adapter's kind (its
+`ScriptedUser`, or tau2's LLM user on the adapter's endpoint) and scores the run
 with `evaluate_simulation` exactly as `tau2 run` does (same evaluation plan as
 the adapter). Both return (reward, termination reason).
 """
@@ -28,7 +29,7 @@ from envs.protocol import Message, ToolCall
 from envs.tau2 import convert, judge
 from envs.tau2 import domain as dom
 from envs.tau2.env import Tau2Env
-from envs.tau2.users import ScriptedUser
+from envs.tau2.users import ScriptedUser, llm_user
 
 Script = Callable[[], Iterator[Message]]
 Tail = Literal["answer", "loop", "errors"]
@@ -78,7 +79,7 @@ def run_adapter(env: Tau2Env, task_id: str, script: Script, max_messages: int = 
     """Play `script` through the adapter until the episode ends; (reward, termination reason)."""
     env.reset(task_id)
     messages = script()
-    for _ in range(max_messages):
+    for _ in range(max_messages if not env.done else 0):  # over before the agent's first turn: scored as is
         if env.step(next(messages)).done:
             break
     score = env.score()
@@ -107,13 +108,15 @@ def _scripted_agent_class() -> type:
 
 
 def run_orchestrator(env: Tau2Env, task_id: str, script: Script) -> tuple[float, str]:
-    """Play `script` and a fresh ScriptedUser through tau2's own Orchestrator and evaluator; (reward, termination)."""
+    """Play `script` and a fresh user of the adapter's kind (ScriptedUser, or tau2's LLM user on the adapter's
+    endpoint) through tau2's own Orchestrator and evaluator; (reward, termination)."""
     t = dom.load_tau2()
     task = env.task(task_id)
     environment = dom.new_environment(env.domain)
     agent = _scripted_agent_class()(environment.get_tools(), environment.get_policy(), script())
+    user = ScriptedUser(task) if env.endpoint is None else llm_user(env.endpoint, task, dom.user_tools(environment))
     orchestrator = t.Orchestrator(
-        domain=env.domain, agent=agent, user=ScriptedUser(task), environment=environment, task=task,
+        domain=env.domain, agent=agent, user=user, environment=environment, task=task,
         max_steps=env.max_steps, max_errors=env.max_errors,
     )
     simulation = orchestrator.run()

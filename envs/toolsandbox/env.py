@@ -23,7 +23,8 @@ from envs.protocol import Message, Score, StepResult, TaskRef
 from envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
 from envs.toolsandbox.users import user_spec
 
-NETWORK_MODES = ("off", "recorded")  # recorded: RapidAPI answers from worker/recorded_rapidapi.json
+NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
+RENAMED = "network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): use ?network=stand-in"
 _CATALOG: dict[str, Any] | None = None
 _CATALOG_LOCK = threading.Lock()
 
@@ -95,17 +96,20 @@ class ToolSandboxEnv:
     user="scripted" (offline; `replies` answered in order to the agent's text turns,
     then `end_conversation`) or "llm" (ToolSandbox's LLM user; `user_model` = an
     OpenAI-compatible endpoint). network="off" excludes the scenarios whose allowed
-    tools call RapidAPI (see `excluded()`); network="recorded" runs them with
-    ToolSandbox's RapidAPI requests answered from recorded data (worker/ts_recorded.py;
-    named `toolsandbox[:category]?network=recorded`, marked in every score's info).
+    tools call RapidAPI (see `excluded()`); network="stand-in" runs them with
+    ToolSandbox's RapidAPI requests answered from stand-in data written from the
+    scenarios' milestones (worker/ts_standin.py; named `toolsandbox[:category]?network=stand-in`,
+    marked in every score's info; not comparable to live RapidAPI runs).
     `seed` seeds each episode's tool order.
     """
 
     def __init__(self, category: str | None = None, *, user: str = "scripted", user_model: Any = None,
                  network: str = "off", seed: int = 0, replies: list[str] | None = None) -> None:
-        self.name = "toolsandbox" + (f":{category}" if category else "") + ("?network=recorded" if network == "recorded" else "")
+        self.name = "toolsandbox" + (f":{category}" if category else "") + (f"?network={network}" if network != "off" else "")
+        if network == "recorded":
+            raise EnvError(f"{self.name}: {RENAMED}")
         if network not in NETWORK_MODES:
-            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) or 'recorded' (their answers from recorded data)")
+            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) or 'stand-in' (their answers from stand-in data, not comparable to live runs)")
         self.network = network
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user simulator {user!r} for {self.name}; choose 'scripted' or 'llm'")
@@ -131,7 +135,7 @@ class ToolSandboxEnv:
         return sorted(self._scenarios)
 
     def excluded(self) -> dict[str, list[str]]:
-        """Scenarios left out because their allowed tools need the internet (name -> those tools); none with network="recorded"."""
+        """Scenarios left out because their allowed tools need the internet (name -> those tools); none with network="stand-in"."""
         return dict(self._excluded)
 
     def task_family(self, task_id: str) -> str:
@@ -142,7 +146,7 @@ class ToolSandboxEnv:
         return list(self._entry(task_id)["categories"])
 
     def network_tools(self, task_id: str) -> list[str]:
-        """The task's allowed tools that call RapidAPI (answered from recorded data with network="recorded")."""
+        """The task's allowed tools that call RapidAPI (answered from stand-in data with network="stand-in")."""
         return list(self._entry(task_id)["network_tools"])
 
     def _entry(self, task_id: TaskRef) -> dict[str, Any]:
@@ -150,7 +154,7 @@ class ToolSandboxEnv:
         if key in self._scenarios:
             return self._scenarios[key]
         if key in self._excluded:
-            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; use env '{self.name}?network=recorded' for recorded answers")
+            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; use env '{self.name}?network=stand-in' for stand-in answers (not comparable to live runs)")
         raise EnvError(f"unknown task id {key!r} for {self.name} ({len(self._scenarios)} scenarios; see task_ids())")
 
     def tools(self) -> list[dict[str, Any]]:
@@ -205,7 +209,7 @@ class ToolSandboxEnv:
 
     def _raise_if_user_failed(self, out: dict[str, Any]) -> None:
         if out.get("termination") == "user_error":
-            where = self._user.get("base_url", "scripted user")
+            where = self._user.get("base_url") or ("OpenAI's API" if self._user["kind"] == "llm" else "scripted user")
             raise UserSimulatorError(f"{self.name}: user simulator at {where} failed: {(out.get('exception') or {}).get('message', '')[:300]}")
 
     @staticmethod
@@ -226,8 +230,9 @@ class ToolSandboxEnv:
             "minefield_mapping": r["minefield_mapping"], "categories": self._scenarios[self._task]["categories"],
         }
         info["network"] = self.network
-        if self.network == "recorded":  # which tool answers were recorded data, not live RapidAPI
-            info["recorded_network"] = r.get("recorded_network") or {"calls": 0, "misses": 0}
+        if self.network == "stand-in":  # which tool answers came from the stand-in data, not live RapidAPI
+            info["stand_in_network"] = r.get("stand_in_network") or {"calls": 0, "misses": 0}
+            info["comparable_to_live"] = False
         if r.get("exception"):
             info["exception"] = f"{r['exception']['type']}: {r['exception']['message']}"
         components = {"milestones": min(1.0, max(0.0, float(r["milestone_similarity"]))), "minefields_avoided": float(r["minefield_similarity"] == 0)}
@@ -238,6 +243,10 @@ class ToolSandboxEnv:
         """The milestone-following scripted agent's actions for `task` ({"tool", "arguments"} / {"text"})."""
         entry = self._entry(task)
         return list(self._ensure_worker().call("plan", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), variant=variant))
+
+    def resolve_plan_action(self, action: dict[str, Any]) -> dict[str, Any]:
+        """A plan action whose values come from earlier tool results (`fill`), filled from this episode's results so far."""
+        return dict(self._ensure_worker().call("resolve", action=action))
 
     def reference_play(self, task: TaskRef, plan: list[dict[str, Any]]) -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""

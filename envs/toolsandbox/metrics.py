@@ -1,13 +1,15 @@
 """The paper's ToolSandbox metrics over stored episodes (a run's `toolsandbox[...]` episodes).
 
 `stored_metrics(episodes, excluded_for=...)` groups episodes by env name (e.g.
-`toolsandbox`, `toolsandbox:state_dependency`, `toolsandbox?network=recorded`) and
+`toolsandbox`, `toolsandbox:state_dependency`, `toolsandbox?network=stand-in`) and
 reports, per env, `paper_metrics`: per category and `all`, scenarios run, perfect
 (similarity == 1.0), mean similarity, excluded. A scenario's similarity is its
 episode's reward (the mean over samples when a run holds several; "perfect" then
 means every sample was perfect). Categories come from each episode's score info
 (ToolSandboxEnv records them); excluded scenarios (network="off") are given by the
-caller, who can ask the catalogue (`ToolSandboxEnv(...).excluded()`).
+caller, who can ask the catalogue (`ToolSandboxEnv(...).excluded()`). An env in the
+stand-in network mode (and episodes stored under its old name `?network=recorded`)
+is marked `comparable_to_live=False` with a note saying why.
 Works on anything with `env`, `task_id`, `reward` and `score_info` (store rows).
 """
 
@@ -22,6 +24,8 @@ from pydantic import BaseModel, ConfigDict
 from envs.toolsandbox.plan import CategoryMetrics, paper_metrics
 
 ENV_PREFIX = "toolsandbox"
+STAND_IN_NOTE = ("RapidAPI answers are a stand-in written from the scenarios' milestones (worker/standin_rapidapi.json), "
+                 "neither live nor recorded: these scores are not comparable to live RapidAPI runs")
 
 
 class StoredEpisode(Protocol):
@@ -38,6 +42,8 @@ class EnvMetrics(BaseModel):
 
     env: str
     network: str
+    comparable_to_live: bool
+    note: str | None = None
     episodes: int
     uncategorised: list[str]
     categories: dict[str, CategoryMetrics]
@@ -48,7 +54,13 @@ def is_toolsandbox(env: str) -> bool:
 
 
 def network_of(env: str) -> str:
-    return "recorded" if env.endswith("?network=recorded") else "off"
+    """"stand-in" for `...?network=stand-in` (and its old name `?network=recorded`, still read in stored runs), else "off"."""
+    return "stand-in" if env.endswith(("?network=stand-in", "?network=recorded")) else "off"
+
+
+def current_name(env: str) -> str:
+    """A stored env name as make_env spells it today (`?network=recorded` -> `?network=stand-in`)."""
+    return env.removesuffix("?network=recorded") + "?network=stand-in" if env.endswith("?network=recorded") else env
 
 
 def stored_metrics(episodes: Iterable[StoredEpisode], excluded_for: Callable[[str], Mapping[str, list[str]]] | None = None,
@@ -77,6 +89,8 @@ def stored_metrics(episodes: Iterable[StoredEpisode], excluded_for: Callable[[st
         categories = {**known, **cats[env]}
         similarity = {task: sum(vals) / len(vals) for task, vals in rewards[env].items()}
         missing = sorted(t for t in similarity if t not in categories)
-        out.append(EnvMetrics(env=env, network=network_of(env), episodes=count[env], uncategorised=missing,
+        stand_in = network_of(env) == "stand-in"
+        out.append(EnvMetrics(env=env, network=network_of(env), comparable_to_live=not stand_in, note=STAND_IN_NOTE if stand_in else None,
+                              episodes=count[env], uncategorised=missing,
                               categories=paper_metrics(similarity, categories, excluded)))
     return out

@@ -1,8 +1,10 @@
 """The milestone-following scripted agent as a PolicyModel, and the paper's metrics over ToolSandbox results.
 
 `PlanPolicy` replays a plan from `ToolSandboxEnv.reference_plan` (one action per
-turn: a tool call or a text reply, "Done." once the plan is used up). It reads
-nothing of the conversation, so it is a reference / test agent, not a baseline.
+turn: a tool call or a text reply, "Done." once the plan is used up; an action whose
+values come from an earlier tool result is filled by `resolve`, e.g.
+`ToolSandboxEnv.resolve_plan_action`, which asks the episode's worker). It follows
+the scenario's answer key, so it is a reference / test agent, not a baseline.
 
 `paper_metrics` reports what the TRACE paper reports for ToolSandbox: per
 category and overall, the number of scenarios run, how many scored a perfect
@@ -11,8 +13,9 @@ similarity of 1.0, and the mean similarity; plus how many were excluded (network
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -27,13 +30,16 @@ class PlanPolicy:
 
     name = "toolsandbox-milestone-agent"
 
-    def __init__(self, plan: list[dict[str, Any]]) -> None:
+    def __init__(self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.plan = list(plan)
         self.turn = 0
+        self.resolve = resolve
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
         self.turn += 1
+        if self.resolve is not None and action.get("fill"):
+            action = await asyncio.to_thread(self.resolve, action)
         if "tool" in action:
             return Message.assistant(tool_calls=[ToolCall(id=f"plan-call-{self.turn}", name=action["tool"], arguments=dict(action.get("arguments") or {}))])
         return Message.assistant(str(action["text"]))

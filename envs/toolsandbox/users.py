@@ -21,14 +21,15 @@ class UserEndpoint(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
-    base_url: str = Field(min_length=1, description="e.g. http://localhost:8000/v1")
+    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = OpenAI's default (as gapforge's EndpointConfig)")
     api_key: SecretStr | None = None
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(2, ge=0, le=20)
 
 
 def coerce_endpoint(user_model: Any) -> UserEndpoint:
-    """A UserEndpoint, a dict of its fields, or an object with those attributes (e.g. gapforge's EndpointConfig)."""
+    """A UserEndpoint, a dict of its fields, or an object with those attributes (gapforge's `llm.endpoint`
+    EndpointConfig, as `rollouts.user=llm` passes it)."""
     if user_model is None:
         raise EnvError("user='llm' needs user_model: an OpenAI-compatible endpoint (model, base_url, api_key)")
     if isinstance(user_model, UserEndpoint):

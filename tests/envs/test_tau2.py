@@ -211,6 +211,40 @@ def test_the_policy_loop_runs_to_tau2s_step_limit_not_its_own_cap():
     assert episode.reward == 0.0 and episode.score_info["termination_reason"] == "max_steps"
 
 
+class _MustNotBeAsked:
+    name = "must-not-be-asked"
+
+    async def respond(self, messages, tools, *, temperature=None):
+        raise AssertionError("the episode ended before the agent's first turn: the policy must not be asked")
+
+
+@pytest.mark.parametrize("task_id,reward", [("12", 1.0), ("0", 0.0)])
+def test_a_user_who_stops_in_its_first_message_is_scored_not_raised(task_id, reward):
+    import asyncio
+
+    from agents.episode import run_episode
+
+    with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": "###STOP###"}) as server:
+        env = Tau2Env("retail", user="llm", user_model={"model": "u", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10})
+        episode = asyncio.run(run_episode(_MustNotBeAsked(), env, task_id))
+    assert episode.termination == "done" and episode.turns == 0 and episode.error is None
+    assert episode.reward == reward and episode.score_info["termination_reason"] == "user_stop"  # as tau2 scores it
+    assert [m.role for m in episode.messages] == ["system", "assistant", "user"] and episode.messages[-1].content == "###STOP###"
+
+
+def test_max_steps_one_ends_before_the_first_turn_and_is_scored_not_raised():
+    import asyncio
+
+    from agents.episode import run_episode
+
+    env = Tau2Env("retail", max_steps=1)
+    episode = asyncio.run(run_episode(_MustNotBeAsked(), env, "12"))
+    assert episode.termination == "done" and episode.turns == 0 and env.done
+    assert (episode.reward, episode.score_info["termination_reason"]) == (0.0, "max_steps")  # tau2 credits only a stop
+    with pytest.raises(EnvError, match="episode is over"):
+        env.step(Message.assistant("hello?"))
+
+
 def _judged(env: Tau2Env, task_id: str):
     """A copy of the task whose reward basis also needs tau2's NL-assertion judge (as τ³-bench's data does)."""
     from tau2.data_model.tasks import RewardType

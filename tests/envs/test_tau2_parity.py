@@ -1,9 +1,12 @@
 """Parity with τ²-bench: the same scripted agent and user through the adapter and through tau2's own
 orchestrator + evaluator give equal rewards and termination reasons (envs/tau2/reference.py).
 
-Default suite: a representative subset (gold replays incl. transfer tasks, a looping agent hitting the
-step limit, an erroring agent hitting the error limit, every step-limit boundary of one telecom and one
-retail task). The sweep over every task of retail, airline and telecom is opt-in (minutes):
+Default suite: every ending tau2 has, in each of retail, airline and telecom — gold replays (user_stop, 1.0)
+incl. a transfer to a human per domain, doing nothing (user_stop, 0.0), a looping agent hitting the step
+limit, an erroring agent hitting the error limit, and the two endings before the agent's first turn
+(max_steps=1; an LLM user on a fake endpoint that stops in its first message, scoring 1.0 where the task
+needs nothing done and 0.0 where it does) — plus every step-limit boundary of a telecom and an airline
+replay and the first five of a retail one. The sweep over every task of the three domains is opt-in (minutes):
     GAPFORGE_TAU2_FULL=1 pytest -m tau2_full tests/envs/test_tau2_parity.py
 """
 
@@ -19,6 +22,7 @@ pytest.importorskip("tau2")
 from envs.protocol import Message
 from envs.tau2 import Tau2Env
 from envs.tau2.reference import gold_script, run_adapter, run_orchestrator
+from serving.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2
 
@@ -55,31 +59,56 @@ def test_looping_agent_hits_tau2s_step_limit_in_both(domain, task_id):
     assert assert_parity(env(domain), task_id, "loop") == (0.0, "max_steps")
 
 
-@pytest.mark.parametrize("domain,task_id", [("retail", "0"), ("telecom", TELECOM_TRANSFER)])
+@pytest.mark.parametrize("domain,task_id", [("retail", "0"), ("airline", "8"), ("telecom", TELECOM_TRANSFER)])
 def test_erroring_agent_hits_tau2s_error_limit_in_both(domain, task_id):
     assert assert_parity(env(domain), task_id, "errors") == (0.0, "too_many_errors")
 
 
 def test_every_step_limit_boundary_matches_tau2_on_telecom():
     """max_steps at every step of a replay with agent calls, user device calls and text turns."""
-    outcomes = {assert_parity(env("telecom", n), TELECOM_DATA, "answer") for n in range(2, 24)}
+    outcomes = {assert_parity(env("telecom", n), TELECOM_DATA, "answer") for n in range(1, 24)}
     assert outcomes == {(0.0, "max_steps"), (1.0, "user_stop")}
 
 
-@pytest.mark.parametrize("max_steps", [2, 3, 4, 5])
+def test_every_step_limit_boundary_matches_tau2_on_airline():
+    outcomes = [assert_parity(env("airline", n), "13", "answer") for n in range(1, 7)]  # the replay takes 5 steps
+    assert outcomes == [(0.0, "max_steps")] * 5 + [(1.0, "user_stop")]  # the limit check overrides a stop at the last step
+
+
+@pytest.mark.parametrize("max_steps", [1, 2, 3, 4, 5])
 def test_step_limit_boundaries_match_tau2_on_retail(max_steps):
     assert assert_parity(env("retail", max_steps), "0", "answer") == (0.0, "max_steps")
 
 
-def test_do_nothing_scores_zero_on_telecom_in_both():
-    e = env("telecom")
+def _idle():
+    while True:
+        yield Message.assistant("How can I help you today?")
 
-    def idle():
-        while True:
-            yield Message.assistant("How can I help you today?")
 
-    for task_id in SUBSET["telecom"]:
-        assert run_adapter(e, task_id, idle) == run_orchestrator(e, task_id, idle) == (0.0, "user_stop")
+@pytest.mark.parametrize("domain,task_id", [("retail", "0"), ("airline", "8"), *(("telecom", t) for t in SUBSET["telecom"])])
+def test_do_nothing_scores_zero_in_both(domain, task_id):
+    e = env(domain)
+    assert run_adapter(e, task_id, _idle) == run_orchestrator(e, task_id, _idle) == (0.0, "user_stop")
+
+
+@pytest.mark.parametrize("domain,task_id", [("retail", "0"), ("airline", "8"), ("telecom", TELECOM_DATA)])
+def test_step_limit_before_the_agents_first_turn_in_both(domain, task_id):
+    # max_steps=1: the user's first message is the last step; tau2 scores the run (0, max_steps), no agent turn
+    e = env(domain, 1)
+    assert assert_parity(e, task_id, "answer") == (0.0, "max_steps")
+    assert e.done
+
+
+@pytest.mark.parametrize("domain,task_id,reward", [
+    ("retail", "12", 1.0), ("retail", "0", 0.0), ("airline", "0", 1.0), ("airline", "8", 0.0), ("telecom", TELECOM_DATA, 0.0),
+])
+def test_user_stopping_in_its_first_message_in_both(domain, task_id, reward):
+    # tau2's own LLM user (on a fake endpoint) stops at once: scored as it stands, 1.0 only where nothing was to be done
+    with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": "###STOP###"}) as server:
+        e = Tau2Env(domain, user="llm", user_model={"model": "stop-user", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10})
+        script = gold_script(e, task_id, "answer")
+        ours, theirs = run_adapter(e, task_id, script), run_orchestrator(e, task_id, script)
+    assert e.done and ours == theirs == (reward, "user_stop")
 
 
 @pytest.mark.tau2_full

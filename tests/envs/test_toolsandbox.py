@@ -2,8 +2,8 @@
 
 Needs ToolSandbox's venv (`make toolsandbox-env`); skips with the reason otherwise.
 The full parity sweep over every offline base scenario runs with
-GAPFORGE_TOOLSANDBOX_SWEEP=1 (about 2-4 s a scenario); the default run checks one
-scenario per family plus the controls.
+GAPFORGE_TOOLSANDBOX_SWEEP=1 (about 2-4 s a scenario); the default run checks a stated sample
+(perfect, partial and failing scenarios of every family) plus the controls.
 """
 
 from __future__ import annotations
@@ -44,25 +44,25 @@ def _first(env: ToolSandboxEnv, pred) -> str:
 def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None) -> tuple[float, float, str]:
     """(similarity through the adapter, similarity of ToolSandbox's own play_and_evaluate, termination)."""
     plan = plan if plan is not None else env.reference_plan(task, variant)
-    episode = asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
+    episode = asyncio.run(run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5))
     reference = env.reference_play(task, plan)
     return episode.reward, reference["similarity"], episode.termination
 
 
 @pytest.fixture(scope="module")
-def recorded() -> Iterator[ToolSandboxEnv]:
-    e = make_env("toolsandbox?network=recorded")
+def stand_in() -> Iterator[ToolSandboxEnv]:
+    e = make_env("toolsandbox?network=stand-in")
     yield e  # type: ignore[misc]
     e.close()  # type: ignore[attr-defined]
 
 
-def _recorded_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
-    """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's recorded-call report)."""
+def _stand_in_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
+    """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's stand-in call report)."""
     plan = env.reference_plan(task, variant)
-    asyncio.run(run_episode(PlanPolicy(plan), env, task, max_turns=len(plan) + 5))
+    asyncio.run(run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5))
     score = env.score()
     reference = env.reference_play(task, plan)
-    return score.reward, reference["similarity"], score.info, reference["recorded_network"] or {}
+    return score.reward, reference["similarity"], score.info, reference["stand_in_network"] or {}
 
 
 def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandboxEnv) -> None:
@@ -87,7 +87,12 @@ def test_bad_input_is_one_line_env_error(env: ToolSandboxEnv) -> None:
     assert "\n" not in str(err.value)
     with pytest.raises(EnvError, match="network mode"):
         ToolSandboxEnv(network="live")
-    with pytest.raises(EnvError, match="network=off|recorded") as err:
+    with pytest.raises(EnvError, match="renamed network=stand-in") as err:
+        make_env("toolsandbox?network=recorded")  # the old name: its answers were never recorded
+    assert "\n" not in str(err.value)
+    with pytest.raises(EnvError, match="renamed network=stand-in"):
+        ToolSandboxEnv(network="recorded")
+    with pytest.raises(EnvError, match="network=off|stand-in") as err:
         make_env("toolsandbox:single_tool_call?network=live")
     assert "\n" not in str(err.value)
 
@@ -96,18 +101,51 @@ def test_conformance() -> None:
     check_conformance(lambda: make_env("toolsandbox"), ["search_message_with_recency_latest_multiple_user_turn"])
 
 
-@pytest.mark.parametrize("family", ["single_tool_call", "multiple_tool_call", "multiple_user_turn", "insufficient_information"])
-def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, family: str) -> None:
-    task = _first(env, lambda t: env.task_family(t) == family)
+# The default parity sample: what the milestone agent gets in ToolSandbox's own play, stated per scenario (full
+# sweep: 63/95 perfect, the rest partial; the earlier plan: 36/95). "perfect" = 1.0, "partial" = in (0, 1).
+SAMPLE = {
+    "add_contact_with_name_and_phone_number": "perfect",  # single_tool_call: a CONTACT addition target -> add_contact
+    "send_message_with_phone_number_and_content": "perfect",  # single_tool_call: a MESSAGING addition -> send_message
+    "search_sender_phone_number_with_content": "partial",  # single_tool_call: an argument-less search, its reply misses
+    "find_days_till_holiday": "perfect",  # multiple_tool_call: timestamp_diff filled from two results, a templated reply
+    "add_reminder_content_and_date_and_time": "partial",  # multiple_tool_call: the reminder's timestamp is not the target's
+    "add_reminder_content_and_week_delta_and_time_multiple_user_turn": "perfect",  # multiple_user_turn: filled timestamps
+    "modify_contact_with_message_recency_multiple_user_turn": "partial",  # multiple_user_turn: argument-less searches
+    "find_days_till_holiday_insufficient_information": "perfect",  # insufficient_information: no tool to use, a refusal
+}
+
+
+@pytest.mark.parametrize("task,outcome", SAMPLE.items())
+def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, task: str, outcome: str) -> None:
     through_adapter, own, termination = _parity(env, task)
     assert termination == "done"
     assert through_adapter == pytest.approx(own, abs=1e-9)
+    assert (through_adapter == 1.0) if outcome == "perfect" else (0.0 < through_adapter < 1.0)
 
 
-def test_recorded_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, recorded: ToolSandboxEnv) -> None:
-    assert recorded.name == "toolsandbox?network=recorded" and recorded.excluded() == {}
-    assert set(recorded.task_ids()) == set(env.task_ids()) | set(env.excluded())  # all 129, the 34 network ones included
-    sub = make_env("toolsandbox:canonicalization?network=recorded")
+def test_a_refusing_agent_fails_fully_in_both(env: ToolSandboxEnv) -> None:
+    # a doable scenario the agent declines: no milestone reached, 0.0 through the adapter and in ToolSandbox's play
+    through_adapter, own, _ = _parity(env, "add_contact_with_name_and_phone_number", plan=[{"text": "Sorry, I cannot do that."}])
+    assert through_adapter == own == 0.0
+
+
+def test_milestone_plan_fills_values_from_earlier_tool_results(env: ToolSandboxEnv) -> None:
+    # timestamp_diff's arguments come from get_current_timestamp and search_holiday; the reply's {days} from its result
+    plan = env.reference_plan("find_days_till_holiday")
+    diff = next(a for a in plan if a.get("tool") == "timestamp_diff")
+    assert diff["arguments"] == {} and len(diff["fill"]) == 2 and "{days}" in plan[-1]["text"]
+    policy = PlanPolicy(plan, resolve=env.resolve_plan_action)
+    episode = asyncio.run(run_episode(policy, env, "find_days_till_holiday", max_turns=len(plan) + 5))
+    call = next(tc for m in episode.messages if m.role == "assistant" for tc in m.tool_calls if tc.name == "timestamp_diff")
+    assert set(call.arguments) == {"timestamp_0", "timestamp_1"}
+    reply = [m.content for m in episode.messages if m.role == "assistant" and m.content][-1] or ""
+    assert "{days}" not in reply and reply.startswith("It is ") and episode.reward == 1.0
+
+
+def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, stand_in: ToolSandboxEnv) -> None:
+    assert stand_in.name == "toolsandbox?network=stand-in" and stand_in.excluded() == {}
+    assert set(stand_in.task_ids()) == set(env.task_ids()) | set(env.excluded())  # all 129, the 34 network ones included
+    sub = make_env("toolsandbox:canonicalization?network=stand-in")
     try:
         assert "find_stock_symbol_with_company_name" not in sub.task_ids()  # not a canonicalization scenario
         assert "convert_currency" in sub.task_ids() and sub.excluded() == {}  # type: ignore[attr-defined]
@@ -115,42 +153,42 @@ def test_recorded_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv,
         sub.close()  # type: ignore[attr-defined]
 
 
-def test_recorded_answers_match_milestone_constants_with_parity(recorded: ToolSandboxEnv) -> None:
-    # the recorded reverse geocode of the milestone's coordinates gives the address of its reference reply
-    adapter, own, info, ref_calls = _recorded_parity(recorded, "find_address_with_lat_lon")
+def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ToolSandboxEnv) -> None:
+    # the stand-in reverse geocode of the milestone's coordinates gives the address of its reference reply
+    adapter, own, info, ref_calls = _stand_in_parity(stand_in, "find_address_with_lat_lon")
     assert adapter == own == 1.0
-    assert info["network"] == "recorded" and info["recorded_network"]["calls"] == 1 and info["recorded_network"]["misses"] == 0
-    assert info["recorded_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
-    assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["recorded_network"]["sha256"]
+    assert info["network"] == "stand-in" and info["comparable_to_live"] is False and info["stand_in_network"]["calls"] == 1 and info["stand_in_network"]["misses"] == 0
+    assert info["stand_in_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
+    assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["stand_in_network"]["sha256"]
 
 
-def test_an_agent_reading_the_recorded_answers_scores_perfect(recorded: ToolSandboxEnv) -> None:
-    # place search -> the milestone's weather coordinates; weather -> a temperature the milestones' extractors read
+def test_an_agent_reading_the_stand_in_answers_scores_perfect(stand_in: ToolSandboxEnv) -> None:
+    # place search -> the milestone's weather coordinates (stand-in data); weather -> a temperature the milestones' extractors read
     import ast
 
     def call(name: str, args: dict) -> object:
-        out = recorded.step(Message.assistant(tool_calls=[ToolCall(id=f"c-{name}", name=name, arguments=args)]))
+        out = stand_in.step(Message.assistant(tool_calls=[ToolCall(id=f"c-{name}", name=name, arguments=args)]))
         return ast.literal_eval(out.messages[0].content or "None")
 
-    recorded.reset("find_temperature_f_with_location")
+    stand_in.reset("find_temperature_f_with_location")
     place = call("search_location_around_lat_lon", {"location": "Grand Canyon"})
     assert isinstance(place, list) and (place[0]["latitude"], place[0]["longitude"]) == (36.23686, -112.19147)
     weather = call("search_weather_around_lat_lon", {"latitude": place[0]["latitude"], "longitude": place[0]["longitude"]})
     assert isinstance(weather, dict)
     fahrenheit = call("unit_conversion", {"amount": weather["current_temperature"], "from_unit": "celsius", "to_unit": "fahrenheit"})
     assert isinstance(fahrenheit, float)
-    end = recorded.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
+    end = stand_in.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
     assert end.done
-    score = recorded.score()
-    assert score.reward == 1.0 and score.info["recorded_network"]["calls"] == 2 and score.info["recorded_network"]["misses"] == 0
+    score = stand_in.score()
+    assert score.reward == 1.0 and score.info["stand_in_network"]["calls"] == 2 and score.info["stand_in_network"]["misses"] == 0
 
 
-def test_recorded_mode_keeps_toolsandboxs_wifi_rule(recorded: ToolSandboxEnv) -> None:
-    # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (recorded) request
+def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ToolSandboxEnv) -> None:
+    # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (stand-in) request
     task = "find_temperature_f_with_location_wifi_off"
-    wrong, own_wrong, info, _ = _recorded_parity(recorded, task, "skip_settings")
+    wrong, own_wrong, info, _ = _stand_in_parity(stand_in, task, "skip_settings")
     assert wrong == pytest.approx(own_wrong, abs=1e-9)
-    assert info["recorded_network"]["calls"] == 0 and wrong < 1.0
+    assert info["stand_in_network"]["calls"] == 0 and wrong < 1.0
 
 
 def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
@@ -237,6 +275,32 @@ def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
     assert any(t["function"]["name"] == "end_conversation" for t in server.requests[-1]["tools"])
 
 
+def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
+    # `rollouts.user=llm` hands `llm.endpoint` to ToolSandbox's own user role, as it does for τ²
+    from typer.testing import CliRunner
+
+    from gapforge.cli import app
+    from store import Store
+
+    task = "search_message_with_recency_latest_multiple_user_turn"
+    answers = tmp_path / "policy.yaml"
+    answers.write_text('policy:\n  repeat: "Which message do you want to find?"\n')
+    default = CliRunner().invoke(app, ["rollouts", "tasks", "toolsandbox", "--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm"])
+    assert default.exit_code == 0, default.output  # no base_url: OpenAI's API, as llm.endpoint means it
+    with FakeOpenAIServer(lambda _req: tool_call_message("end_conversation", {}, "call_end")) as server:
+        sets = ["--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm", "--set", f"llm.endpoint.base_url={server.base_url}",
+                "--set", "llm.endpoint.model=sim-user", "--set", "rollouts.max_turns=3"]
+        listed = CliRunner().invoke(app, ["rollouts", "tasks", "toolsandbox", *sets])
+        assert listed.exit_code == 0 and task in listed.output, listed.output
+        res = CliRunner().invoke(app, ["rollouts", "collect", "--env", "toolsandbox", "--policy", f"scripted:{answers}", "--tasks", task, *sets])
+    assert res.exit_code == 0, res.output
+    assert server.requests and server.requests[0]["model"] == "sim-user"
+    assert "role play as a user" in server.requests[0]["messages"][0]["content"]  # ToolSandbox's user instruction
+    with Store(f"sqlite:///{tmp_path / 'gapforge.db'}") as store:
+        (episode,) = store.episodes(res.output.splitlines()[0].split()[-1])
+    assert episode.termination == "done" and episode.turns == 1 and episode.score_info["termination"] == "user_end"
+
+
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
@@ -258,17 +322,17 @@ def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
 
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
-def test_full_recorded_parity_sweep(recorded: ToolSandboxEnv) -> None:
-    network = [t for t in recorded.task_ids() if recorded.network_tools(t)]
+def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
+    network = [t for t in stand_in.task_ids() if stand_in.network_tools(t)]
     assert len(network) == 34
     mismatches, similarity = [], {}
     for task in network:
-        adapter, own, info, _ = _recorded_parity(recorded, task)
+        adapter, own, info, _ = _stand_in_parity(stand_in, task)
         similarity[task] = adapter
-        print(f"{task:90s} {adapter:.4f} recorded calls {info['recorded_network']['calls']} misses {info['recorded_network']['misses']}")
+        print(f"{task:90s} {adapter:.4f} stand-in calls {info['stand_in_network']['calls']} misses {info['stand_in_network']['misses']}")
         if abs(adapter - own) > 1e-9:
             mismatches.append((task, adapter, own))
-    print(f"recorded parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
+    print(f"stand-in parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
     assert not mismatches
 
 

@@ -66,19 +66,23 @@ def test_stored_metrics_group_by_env_average_samples_and_count_exclusions(tmp_pa
         _put(store, run_id, "toolsandbox", "b", 1.0, ["single_tool_call"], sample=0)
         _put(store, run_id, "toolsandbox", "b", 0.5, ["single_tool_call"], sample=1)  # not perfect over its samples
         _put(store, run_id, "toolsandbox", "c", 0.25, None)  # failed before scoring: no categories in its info
-        _put(store, run_id, "toolsandbox?network=recorded", "net", 1.0, ["canonicalization"])
+        _put(store, run_id, "toolsandbox?network=stand-in", "net", 1.0, ["canonicalization"])
+        _put(store, run_id, "toolsandbox?network=recorded", "net", 1.0, ["canonicalization"])  # stored under the mode's old name
         _put(store, run_id, "shop", "shop-x", 1.0, None)  # not a toolsandbox env: ignored
         rows = store.episodes(run_id)
-    excluded = {"toolsandbox": {"net": ["search_stock"]}, "toolsandbox?network=recorded": {}}
+    excluded = {"toolsandbox": {"net": ["search_stock"]}, "toolsandbox?network=recorded": {}, "toolsandbox?network=stand-in": {}}
     out = stored_metrics(rows, excluded_for=excluded.__getitem__, categories_of=lambda env: {"net": ["canonicalization"]})
-    assert [m.env for m in out] == ["toolsandbox", "toolsandbox?network=recorded"]
-    off, rec = out
+    assert [m.env for m in out] == ["toolsandbox", "toolsandbox?network=recorded", "toolsandbox?network=stand-in"]
+    off, old, rec = out
+    assert off.comparable_to_live and off.note is None
+    for stand_in in (old, rec):  # both spellings are the stand-in mode: not comparable to live RapidAPI runs
+        assert stand_in.network == "stand-in" and not stand_in.comparable_to_live and "not comparable to live" in (stand_in.note or "")
     assert (off.network, off.episodes, off.uncategorised) == ("off", 4, ["c"])
     assert (off.categories["all"].run, off.categories["all"].perfect, off.categories["all"].excluded) == (3, 1, 1)
     assert off.categories["all"].mean_similarity == pytest.approx((1.0 + 0.75 + 0.25) / 3)
     assert (off.categories["single_tool_call"].run, off.categories["single_tool_call"].perfect) == (2, 1)
     assert off.categories["canonicalization"].excluded == 1 and off.categories["canonicalization"].run == 0
-    assert rec.network == "recorded" and rec.categories["canonicalization"].perfect == 1 and rec.categories["all"].excluded == 0
+    assert rec.categories["canonicalization"].perfect == 1 and rec.categories["all"].excluded == 0
 
 
 def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch) -> None:
@@ -95,6 +99,8 @@ def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch
         _put(store, run_id, "toolsandbox:single_tool_call", "a", 1.0, ["single_tool_call"])
         _put(store, run_id, "toolsandbox:single_tool_call", "b", 0.5, ["single_tool_call", "state_dependency"])
         empty = store.create_run("rollouts", {})
+        stand_in = store.create_run("rollouts", {})
+        _put(store, stand_in, "toolsandbox?network=stand-in", "net", 1.0, ["canonicalization"])
     runner = CliRunner()
     base = ["--set", f"workspace={tmp_path}"]
     res = runner.invoke(app, ["toolsandbox", "metrics", run_id, "--json", *base])
@@ -104,6 +110,11 @@ def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch
     assert env["categories"]["state_dependency"]["run"] == 1
     table = runner.invoke(app, ["toolsandbox", "metrics", run_id, *base])
     assert table.exit_code == 0 and "single_tool_call" in table.output and "0.750" in table.output and "excluded counts unknown" in table.output
+    assert env["comparable_to_live"] is True and "not comparable" not in table.output
+    (net,) = json.loads(runner.invoke(app, ["toolsandbox", "metrics", stand_in, "--json", *base]).output)
+    assert net["network"] == "stand-in" and net["comparable_to_live"] is False
+    shown = runner.invoke(app, ["toolsandbox", "metrics", stand_in, *base])
+    assert shown.exit_code == 0 and "not comparable to live RapidAPI runs" in " ".join(shown.output.split())
     for bad in (["toolsandbox", "metrics", empty, *base], ["toolsandbox", "metrics", "r-nope", *base]):
         out = runner.invoke(app, bad)
         assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output

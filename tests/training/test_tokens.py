@@ -152,3 +152,14 @@ def test_sampler_logprobs_are_the_models_own_for_the_sampled_ids(tiny_model, tin
         expected = logits.log_softmax(-1).gather(-1, torch.tensor(s.ids)[:, None])[:, 0]
         assert s.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
         assert s.finished == (s.ids[-1] == tiny_tokenizer.eos_token_id)
+
+
+def test_an_episode_over_at_reset_is_scored_without_a_model_turn(tiny_tokenizer):
+    # τ²: the user stopped in its first message (or max_steps=1); the env says so with `done`
+    class OverAtReset(ToyDeskEnv):
+        done = True
+
+    sampler = ScriptedSampler(tiny_tokenizer, MODEL_TURNS)
+    (r,) = _play(tiny_tokenizer, sampler, make_env=OverAtReset)
+    assert r.turns == 0 and sampler.sampled == [] and r.failure is None
+    assert r.reward == OverAtReset().score().reward  # scored as it stands, not dropped

@@ -12,7 +12,8 @@ user prompt, few-shot examples and `end_conversation` tool are ToolSandbox's).
   protocol: it hands ToolSandbox's OpenAI-format messages and tools out and waits
   for the assistant message (a thread hand-off, see ts_episode.py).
 - `PlanAgent`: replays a fixed plan of actions (the milestone-following scripted
-  agent, for ToolSandbox's own `play_and_evaluate` in the parity check).
+  agent, for ToolSandbox's own `play_and_evaluate` in the parity check); an action
+  with a `fill` is resolved against the context first (ts_plan.resolve).
 - `ScriptedUser`: answers agent text with its given replies in order, then ends the
   conversation through the `end_conversation` tool, as the LLM user would.
 - `EndpointUser`: ToolSandbox's LLM user on any OpenAI-compatible endpoint.
@@ -76,12 +77,15 @@ class PlanAgent(OpenAIAPIAgent):
 
     model_name = "gapforge-plan"
 
-    def __init__(self, plan: list[dict[str, Any]]) -> None:
+    def __init__(self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.plan = list(plan)
         self.turn = 0
+        self.resolve = resolve
 
     def model_inference(self, openai_messages: Any, openai_tools: Any) -> ChatCompletion:
         action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
+        if self.resolve is not None and action.get("fill"):
+            action = self.resolve(action)
         self.turn += 1
         return completion(action_message(action, self.turn))
 
@@ -125,6 +129,6 @@ class ScriptedUser(BaseRole):
 class EndpointUser(OpenAIAPIUser):
     """ToolSandbox's own LLM user simulator, pointed at a configured OpenAI-compatible endpoint."""
 
-    def __init__(self, model: str, base_url: str, api_key: str, timeout_s: float, max_retries: int) -> None:
+    def __init__(self, model: str, base_url: str | None, api_key: str, timeout_s: float, max_retries: int) -> None:
         self.model_name = model
         self.openai_client = OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=max_retries)

@@ -7,9 +7,9 @@ by gapforge. Same wire shape as sandbox/server.py:
  -> {"id": 1, "ok": true, "result": {...}}
  |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
 
-Methods: ping, catalog, reset, step, score, plan, reference, close. reset and
-reference take `network` ("off" | "recorded": ToolSandbox's RapidAPI calls
-answered from recorded data, see ts_recorded.py). KIND is
+Methods: ping, catalog, reset, step, score, plan, resolve, reference, close. reset and
+reference take `network` ("off" | "stand-in": ToolSandbox's RapidAPI calls
+answered from stand-in data, see ts_standin.py). KIND is
 "bad_request" (the host asked for something that does not exist) or "exception".
 The protocol channel is a duplicate of the original stdout; fd 1 and sys.stdout
 point at stderr so ToolSandbox's prints (tqdm bars, tool output) never reach it.
@@ -33,9 +33,10 @@ class BadRequest(Exception):
 
 class Worker:
     def __init__(self) -> None:
+        import ts_plan
         import ts_scenarios  # heavy: imports tool_sandbox (polars, nltk, ...)
 
-        self.sc = ts_scenarios
+        self.sc, self.plans = ts_scenarios, ts_plan
         self._catalog: dict[str, Any] | None = None
         self.episode: Any = None
 
@@ -58,7 +59,7 @@ class Worker:
         if kind == "scripted":
             return GuardedUser(ScriptedUser(spec.get("replies")))
         if kind == "llm":
-            return GuardedUser(EndpointUser(spec["model"], spec["base_url"], spec.get("api_key") or "", float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))))
+            return GuardedUser(EndpointUser(spec["model"], spec.get("base_url"), spec.get("api_key") or "", float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))))
         raise BadRequest(f"unknown user kind {kind!r}")
 
     def _module(self, scenario: str, module: str | None) -> str:
@@ -69,11 +70,11 @@ class Worker:
 
     @staticmethod
     def _network(mode: str) -> None:
-        import ts_recorded
+        import ts_standin
 
-        if mode not in ("off", "recorded"):
+        if mode not in ("off", "stand-in"):
             raise BadRequest(f"unknown network mode {mode!r}")
-        ts_recorded.use(mode)
+        ts_standin.use(mode)
 
     def reset(self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None, network: str = "off") -> dict[str, Any]:
         from ts_episode import Episode
@@ -98,33 +99,40 @@ class Worker:
     def plan(self, scenario: str, seed: int, variant: str, module: str | None = None) -> list[dict[str, Any]]:
         """The milestone-following plan, from the live episode's build when it plays `scenario`."""
         if self.episode is not None and self.episode.name == scenario:
-            return self.sc.plan(self.episode.scenario, variant)
-        return self.sc.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
+            return self.plans.plan(self.episode.scenario, variant)
+        return self.plans.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
+
+    def resolve(self, action: dict[str, Any]) -> dict[str, Any]:
+        """A plan action with its `fill` resolved against the live episode (values from its tool results so far)."""
+        from tool_sandbox.common.execution_context import get_current_context
+
+        return self.plans.resolve(action, self._live().scenario, get_current_context())
 
     def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None, network: str = "off") -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
         import tempfile
         from pathlib import Path
 
-        from tool_sandbox.common.execution_context import RoleType
+        from tool_sandbox.common.execution_context import RoleType, get_current_context
         from tool_sandbox.roles.execution_environment import ExecutionEnvironment
-        from ts_recorded import report
         from ts_roles import PlanAgent, ScriptedUser
+        from ts_standin import report
 
         self.close()
         self._network(network)
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
-        roles = {RoleType.AGENT: PlanAgent(plan), RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
+        agent = PlanAgent(plan, resolve=lambda action: self.plans.resolve(action, built, get_current_context()))
+        roles = {RoleType.AGENT: agent, RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
             except Exception as exc:  # noqa: BLE001 — tool_sandbox.cli.utils.run_scenario's rule: a play that raises scores 0
                 return {"similarity": 0.0, "milestone_similarity": 0.0, "minefield_similarity": 0.0, "turn_count": built.max_messages,
-                        "exception": f"{type(exc).__name__}: {exc}"[:500], "recorded_network": report()}
+                        "exception": f"{type(exc).__name__}: {exc}"[:500], "stand_in_network": report()}
         return {
             "similarity": float(result.similarity), "milestone_similarity": float(result.milestone_similarity),
             "minefield_similarity": float(result.minefield_similarity), "turn_count": int(result.turn_count),
-            "recorded_network": report(),
+            "stand_in_network": report(),
         }
 
     def close(self) -> None:
@@ -142,11 +150,13 @@ class Worker:
         if method == "step":
             return self.step(p["message"])
         if method == "score":
-            from ts_recorded import report
+            from ts_standin import report
 
-            return {**self._live().evaluate(), "recorded_network": report()}
+            return {**self._live().evaluate(), "stand_in_network": report()}
         if method == "plan":
             return self.plan(p["scenario"], p.get("seed", 0), p.get("variant", "milestones"), p.get("module"))
+        if method == "resolve":
+            return self.resolve(p["action"])
         if method == "reference":
             return self.reference(p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"), p.get("network", "off"))
         if method == "close":

@@ -1,13 +1,15 @@
-"""network="recorded": ToolSandbox's RapidAPI tools answered from recorded_rapidapi.json (ToolSandbox venv only).
+"""network="stand-in": ToolSandbox's RapidAPI tools answered from standin_rapidapi.json (ToolSandbox venv only).
 
 Only the HTTP call is replaced: `tool_sandbox.tools.rapid_api_search_tools` keeps its
 own tools, validators, wifi check and response post-processing; its module-level
-`requests` is swapped for `RecordedRequests`, whose `get(url, headers, params)`
-answers in the shape of each RapidAPI service from the recorded data (written from
-the scenarios' milestone constants, never fetched). A query the data does not
-cover gets the service's "nothing found" shape (the tool returns None / [] /
-raises, as it would on an empty answer). Every request is logged so the episode's
-score can say which answers were recorded and which were misses.
+`requests` is swapped for `StandInRequests`, whose `get(url, headers, params)`
+answers in the shape of each RapidAPI service from the stand-in data (written here
+from the scenarios' milestone constants — the answer key — never fetched or
+recorded; other values invented). So scores in this mode are not comparable to
+live RapidAPI runs. A query the data does not cover gets the service's "nothing
+found" shape (the tool returns None / [] / raises, as it would on an empty answer).
+Every request is logged so the episode's score can say which answers the data had
+and which were misses.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Any
 
 import tool_sandbox.tools.rapid_api_search_tools as rapid_api
 
-DATA = Path(__file__).resolve().parent / "recorded_rapidapi.json"
+DATA = Path(__file__).resolve().parent / "standin_rapidapi.json"
 _ORIGINAL_REQUESTS = rapid_api.requests
-KEY_PLACEHOLDER = "recorded-answers-no-network"
+KEY_PLACEHOLDER = "stand-in-answers-no-network"
 
 
 class _Response:
@@ -45,7 +47,7 @@ def _lat_lon(text: str) -> tuple[float, float] | None:
     return lat, lon
 
 
-class RecordedRequests:
+class StandInRequests:
     """Stands in for the `requests` module inside ToolSandbox's RapidAPI tools."""
 
     def __init__(self, data: dict[str, Any]) -> None:
@@ -63,7 +65,7 @@ class RecordedRequests:
             "currency-converter18.p.rapidapi.com": self._currency,
         }.get(host)
         payload, hit = handler(params) if handler else ({}, False)
-        self.log.append({"service": host, "params": {k: str(v) for k, v in params.items()}, "recorded": hit})
+        self.log.append({"service": host, "params": {k: str(v) for k, v in params.items()}, "answered": hit})
         return _Response(payload)
 
     def _geocode(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -106,15 +108,15 @@ class RecordedRequests:
         return {"success": True, "result": {"from": src, "to": dst, "amountToConvert": amount, "convertedAmount": converted}}, True
 
 
-_ACTIVE: RecordedRequests | None = None
+_ACTIVE: StandInRequests | None = None
 
 
 def use(mode: str) -> None:
-    """Switch this worker's RapidAPI layer: "recorded" (answers from the data file) or "off" (ToolSandbox's own requests)."""
+    """Switch this worker's RapidAPI layer: "stand-in" (answers from the data file) or "off" (ToolSandbox's own requests)."""
     global _ACTIVE
-    if mode == "recorded":
+    if mode == "stand-in":
         if _ACTIVE is None:
-            _ACTIVE = RecordedRequests(json.loads(DATA.read_text()))
+            _ACTIVE = StandInRequests(json.loads(DATA.read_text()))
         _ACTIVE.log = []
         rapid_api.requests = _ACTIVE
         os.environ.setdefault("RAPID_API_KEY", KEY_PLACEHOLDER)  # its key check passes; no request leaves the process
@@ -125,10 +127,10 @@ def use(mode: str) -> None:
 
 
 def report() -> dict[str, Any] | None:
-    """What the recorded layer served this episode (None when it is not active)."""
+    """What the stand-in layer served this episode (None when it is not active)."""
     if _ACTIVE is None or rapid_api.requests is not _ACTIVE:
         return None
     return {
         "source": DATA.name, "sha256": hashlib.sha256(DATA.read_bytes()).hexdigest()[:12],
-        "calls": len(_ACTIVE.log), "misses": sum(not c["recorded"] for c in _ACTIVE.log), "log": list(_ACTIVE.log),
+        "calls": len(_ACTIVE.log), "misses": sum(not c["answered"] for c in _ACTIVE.log), "log": list(_ACTIVE.log),
     }
