@@ -127,6 +127,8 @@ class Label(Stamped, Base):
         _capability_fk(),
         ForeignKeyConstraint(["run_id", "episode_id"], ["episodes.run_id", "episodes.id"]),  # same run
         Index("ix_labels_run_pass", "run_id", "pass_index"),
+        # a capability's episodes by label, in episode order (the viewer pages through them)
+        Index("ix_labels_run_capability_value", "run_id", "capability", "value", "episode_id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
