@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
     def ui(
         port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8765,
         host: Annotated[str, typer.Option("--host", help="interface to bind (default: this machine only)")] = "127.0.0.1",
+        refresh: Annotated[float, typer.Option("--refresh", min=0.2, help="seconds between refreshes of a running run's live parts")] = 2.0,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
                               highlight=False, soft_wrap=True)  # fmt: skip
         _check_port(host, port)
         settings = UiSettings(store_url=cfg.store_url, checkpoint_path=cfg.checkpoint_path, workspace=cfg.workspace,
-                              allowed_hosts=allowed_hosts(host))  # fmt: skip
+                              poll_s=refresh, allowed_hosts=allowed_hosts(host))  # fmt: skip
         shown = f"[{host}]" if ":" in host else host
         console.print(f"gapforge ui (read-only) on http://{shown}:{port}/ over {redact(cfg.store_url)}; Ctrl-C stops it",
                       highlight=False, soft_wrap=True)  # fmt: skip

@@ -45,6 +45,7 @@ def _short(value: Any, limit: int = 60) -> str:
         text = ", ".join(str(v) for v in value) if all(not isinstance(v, (dict, list)) for v in value) else f"{len(value)} items"
     elif isinstance(value, dict):
         text = ", ".join(f"{k}={_short(v, 20)}" for k, v in value.items() if not isinstance(v, (dict, list)))
+        text = text or ", ".join(str(k) for k in value)  # a map of maps (e.g. evaluation per policy): its keys
     else:
         text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"

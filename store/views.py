@@ -122,9 +122,10 @@ class ViewQueries(StoreBase):
             ids = list(session.scalars(select(Label.episode_id).where(*where).group_by(Label.episode_id)
                                        .order_by(Label.episode_id).offset(offset).limit(limit)))  # fmt: skip
             votes: dict[int, list[Vote]] = {i: [] for i in ids}
+            # by (episode, capability): the label key's index (filtering on the run too would make SQLite
+            # scan every label of the run through ix_labels_run_pass; an episode id belongs to one run)
             stmt = (select(Label.episode_id, Label.pass_index, Label.value, Label.evidence)
-                    .where(Label.run_id == run_id, Label.capability == capability, Label.episode_id.in_(ids))
-                    .order_by(Label.pass_index))  # fmt: skip
+                    .where(Label.episode_id.in_(ids), Label.capability == capability).order_by(Label.pass_index))  # fmt: skip
             for eid, p, v, ev in session.execute(stmt):
                 votes[eid].append(Vote(p, v, ev))
             episodes = {r.id: to_row(EpisodeSummaryRow, r) for r in session.execute(select(*_SUMMARY).where(Episode.id.in_(ids)))}

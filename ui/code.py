@@ -5,6 +5,7 @@ so an env module full of `<script>` stays text."""
 from __future__ import annotations
 
 import difflib
+from functools import lru_cache
 
 from markupsafe import Markup
 from pygments import highlight
@@ -18,12 +19,14 @@ def _formatter() -> HtmlFormatter:
     return HtmlFormatter(linenos="inline", cssclass="code", wrapcode=True)
 
 
+@lru_cache(maxsize=32)  # an env's page is opened again and again while debugging it; the code never changes
 def python(code: str) -> Markup:
     if len(code) > MAX_HIGHLIGHT_CHARS:
         return Markup('<div class="code"><pre>{}</pre></div>').format(code)
     return Markup(highlight(code, PythonLexer(), _formatter()))
 
 
+@lru_cache(maxsize=32)
 def diff(before: str, after: str, before_name: str, after_name: str) -> tuple[Markup, int, int]:
     """(highlighted unified diff, lines added, lines removed)."""
     lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), before_name, after_name, lineterm="", n=3))

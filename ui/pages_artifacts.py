@@ -42,6 +42,7 @@ async def env_attempt(request: Request, env_id: int) -> HTMLResponse:
         request, "env_attempt.html", env=env, validation=validation, report=report, checks=checks, review=review,
         verdict=report.get("verdict"), code_html=code.python(env.code), diff=diff,
         siblings=store.env_attempts(env.run_id, env.capability), lines=env.code.count("\n") + 1,
+        adapters=[a for a in store.adapters(env.run_id) if a.capability == env.capability] if validation and validation.passed else [],
     )  # fmt: skip
 
 
@@ -74,6 +75,7 @@ async def adapter(request: Request, run_id: str, name: str) -> HTMLResponse:
         request, "adapter.html", run=run, a=row, m=m, curve=curve, curve_plot=_curve_plot(curve), steps=steps,
         steps_plot=_steps_plot(steps), meta=src.adapter_metadata(run_id, name, row.path),
         env=next((e for e in reversed(src.store.env_attempts(run_id, row.capability)) if e.passed), None) if row.capability else None,
+        evaluation=src.store.get_evaluation(run_id, f"eval:adapter:{name}"),
     )  # fmt: skip
 
 

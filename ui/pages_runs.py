@@ -110,8 +110,9 @@ def _gap_plot(run_id: str, rows: list[dict[str, Any]]) -> Any:
 
 
 def evaluation_rows(store: Any, run_id: str) -> tuple[list[Any], Any, list[str]]:
-    evals = sorted((e for e in store.evaluations(run_id) if e.name.startswith("eval:")), key=lambda e: (e.name != "eval:base", e.name))
-    router_row = next((e for e in store.evaluations(run_id) if e.name == "router_accuracy"), None)
+    rows = store.evaluations(run_id)
+    evals = sorted((e for e in rows if e.name.startswith("eval:")), key=lambda e: (e.name != "eval:base", e.name))
+    router_row = next((e for e in rows if e.name == "router_accuracy"), None)
     metrics = {e.name.removeprefix("eval:"): e.metrics for e in evals}
     return evals, router_row, headline(metrics) if "base" in metrics else []
 

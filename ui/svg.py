@@ -7,6 +7,7 @@ Each function takes plain numbers and returns `Markup` ready to place in a templ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,7 +53,12 @@ class _Axes:
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    return [lo + (hi - lo) * i / n for i in range(n + 1)]
+    """About n round ticks inside [lo, hi] (steps of 1, 2, 2.5 or 5 times a power of ten)."""
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [round(first + i * step, 10) for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
 def _frame(ax: _Axes, x_label: str, y_label: str, *, y_ticks: bool = True) -> list[str]:
@@ -70,7 +76,7 @@ def _frame(ax: _Axes, x_label: str, y_label: str, *, y_ticks: bool = True) -> li
 
 
 def _svg(body: list[str], title: str, height: int = H, width: int = W) -> Markup:
-    return Markup(f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
+    return Markup(f'<svg class="plot{" wide" if width > W else ""}" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
                   + "".join(body) + "</svg>")  # fmt: skip
 
 
