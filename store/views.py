@@ -83,7 +83,11 @@ class ViewQueries(StoreBase):
         self, run_id: str, *, success: bool | None = None, family: str | None = None, task_id: str | None = None,
         offset: int = 0, limit: int = 50,
     ) -> Page[EpisodeSummaryRow]:  # fmt: skip
-        """A run's episodes without trajectories, in insertion order, optionally filtered."""
+        """A run's episodes without trajectories, in insertion order, optionally filtered.
+
+        Filters ride indexes (reading a row to test a column stored after its messages reads the
+        whole trajectory): the run's envs are named so that (run, env, success) and the episode
+        key (run, env, task, sample) apply; a family uses (run, family, success)."""
         where = [Episode.run_id == run_id]
         if success is not None:
             where.append(Episode.success == success)
@@ -93,6 +97,8 @@ class ViewQueries(StoreBase):
             where.append(Episode.task_id == task_id)
         with self._read() as session:
             self._require_run(session, run_id)
+            if family is None:
+                where.append(Episode.env.in_(list(session.scalars(select(Episode.env).where(Episode.run_id == run_id).distinct()))))
             total = session.scalar(select(func.count()).select_from(Episode).where(*where)) or 0
             rows = session.execute(select(*_SUMMARY).where(*where).order_by(Episode.id).offset(offset).limit(limit))
             return Page([to_row(EpisodeSummaryRow, r) for r in rows], int(total), offset, limit)

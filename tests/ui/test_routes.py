@@ -267,3 +267,22 @@ def test_cli_refuses_a_busy_port_in_one_line(lineage: Lineage) -> None:
     assert out.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in out.output and "Traceback" not in out.output
     assert allowed_hosts("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
     assert allowed_hosts("10.1.2.3")[-1] == "10.1.2.3" and allowed_hosts("0.0.0.0") == ("*",)
+
+
+def test_a_run_paused_for_review_says_how_to_decide(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gapforge.cli import app
+    from tests.ui.conftest import STAGES, write_lineage_config
+
+    config = write_lineage_config(tmp_path)
+    out = CliRunner().invoke(app, ["run", "--config", str(config), "--stages", STAGES, "--review"])
+    assert out.exit_code == 0 and "paused before review" in out.output, out.output
+    rid = out.output.split()[1]
+    paused = Lineage(config, tmp_path / "ws", rid)
+    with TestClient(create_app(paused.settings()), raise_server_exceptions=False) as c:
+        assert "paused (review)" in text(row(get(c, "/"), "run", rid))
+        assert "paused for review" in get(c, f"/runs/{rid}")
+        page = get(c, f"/runs/{rid}/checkpoints")
+        assert "Paused for review" in page and f"gapforge review {rid} --approve" in page and f"gapforge run --resume {rid}" in page
+        assert "precondition_verification" in text(re.search(r'id="review">(.*?)</section>', page, re.S).group(1))  # the retained list
