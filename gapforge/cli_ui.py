@@ -42,8 +42,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """A read-only web viewer of the store: runs, lineage (episodes -> labels -> capabilities -> envs -> adapters -> evaluation)."""
         from agents.config import is_loopback
-        from ui.app import create_app
-        from ui.sources import UiSettings
+
+        try:
+            import uvicorn
+
+            from ui.app import create_app
+            from ui.sources import UiSettings
+        except ImportError as e:
+            raise UsageError(f"gapforge ui needs the ui extra ({e.name} is not installed): pip install 'gapforge[ui]'") from None
 
         cfg = get_config(config, set_, check_workspace=False)  # it writes nothing: the workspace need not be writable
         if not is_loopback(host):
@@ -56,6 +62,4 @@ def register(app: typer.Typer) -> None:
         shown = f"[{host}]" if ":" in host else host
         console.print(f"gapforge ui (read-only) on http://{shown}:{port}/ over {redact(cfg.store_url)}; Ctrl-C stops it",
                       highlight=False, soft_wrap=True)  # fmt: skip
-        import uvicorn
-
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", access_log=False)

@@ -27,6 +27,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no headless Chromium here: apt-get install chromium chromium-driver")
+pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[dev]'")
 
 from selenium.webdriver.chrome.options import Options  # noqa: E402

@@ -12,14 +12,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from store import Store
-from store.reader import StoreReader
-from tests.ui import lineage_rows
-from tests.ui.conftest import Lineage
-from ui.app import create_app
-from ui.sources import UiSettings
+pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from store import Store  # noqa: E402
+from store.reader import StoreReader  # noqa: E402
+from tests.ui import lineage_rows  # noqa: E402
+from tests.ui.conftest import Lineage  # noqa: E402
+from ui.app import create_app  # noqa: E402
+from ui.sources import UiSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,17 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
-from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
-from gapforge.cli import app
-from store.reader import StoreReader
-from tests.ui.conftest import STAGES
-from ui.app import create_app
-from ui.sources import UiSettings
+pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
+import yaml  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from gapforge.cli import app  # noqa: E402
+from store.reader import StoreReader  # noqa: E402
+from tests.ui.conftest import STAGES  # noqa: E402
+from ui.app import create_app  # noqa: E402
+from ui.sources import UiSettings  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
