@@ -53,6 +53,7 @@ def _register_groups() -> None:
         ("gapforge.cli_train", ""),  # `train RUN`
         ("gapforge.cli_adapters", ""),  # `adapters RUN`
         ("gapforge.cli_run", ""),  # run, runs, state, history, fork, review
+        ("gapforge.cli_ui", ""),  # `ui`: the read-only web viewer
     ):
         try:
             module = importlib.import_module(module_name)

@@ -41,6 +41,37 @@ def describe(store_url: str | None, sqlite_path: Path) -> str:
 
 
 @asynccontextmanager
+async def open_checkpoints_read_only(store_url: str | None, sqlite_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
+    """A checkpointer that only reads (the viewer): creates no file or table; None when there are
+    no checkpoints yet (no SQLite file / no checkpoint tables in PostgreSQL)."""
+    if is_postgres(store_url):
+        import psycopg
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg.rows import dict_row
+
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                libpq_url(store_url or ""), autocommit=True, prepare_threshold=0, row_factory=dict_row,
+                options="-c default_transaction_read_only=on",
+            ) as conn:
+                found = await (await conn.execute("SELECT to_regclass('checkpoints') IS NOT NULL AS present")).fetchone()
+                yield AsyncPostgresSaver(conn) if found and found["present"] else None
+        except psycopg.OperationalError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointerError(f"cannot open the PostgreSQL checkpointer ({first}): check store.url") from None
+        return
+    sqlite_path = Path(sqlite_path)
+    if not sqlite_path.is_file():
+        yield None
+        return
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with aiosqlite.connect(f"{sqlite_path.resolve().as_uri()}?mode=ro", uri=True) as conn:
+        yield AsyncSqliteSaver(conn)
+
+
+@asynccontextmanager
 async def open_checkpointer(store_url: str | None, sqlite_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """Yield a ready async checkpointer (tables created) and close it afterwards."""
     if is_postgres(store_url):

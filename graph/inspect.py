@@ -10,7 +10,7 @@ fork's stages find that work done and redo none of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, copy_checkpoint
@@ -35,6 +35,7 @@ class HistoryEntry:
     created_at: str
     changed: list[str]  # short "key: value" lines
     next: tuple[str, ...]
+    cost: dict[str, dict[str, float]] = field(default_factory=dict)  # what this step spent, per stage (counters added)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -44,9 +45,21 @@ def _short(value: Any, limit: int = 60) -> str:
         text = ", ".join(str(v) for v in value) if all(not isinstance(v, (dict, list)) for v in value) else f"{len(value)} items"
     elif isinstance(value, dict):
         text = ", ".join(f"{k}={_short(v, 20)}" for k, v in value.items() if not isinstance(v, (dict, list)))
+        text = text or ", ".join(str(k) for k in value)  # a map of maps (e.g. evaluation per policy): its keys
     else:
         text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cost_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The cost counters a step added (state `cost` is cumulative per stage)."""
+    out: dict[str, dict[str, float]] = {}
+    for stage, counters in (after.get("cost") or {}).items():
+        old = (before.get("cost") or {}).get(stage) or {}
+        added = {k: round(v - old.get(k, 0), 6) for k, v in counters.items() if v != old.get(k, 0)}
+        if added:
+            out[stage] = added
+    return out
 
 
 def diff_values(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -94,6 +107,7 @@ async def history(graph: Any, run_id: str) -> list[HistoryEntry]:
                 created_at=snap.created_at or "",
                 changed=diff_values(prev_values, values),
                 next=tuple(snap.next),
+                cost=cost_delta(prev_values, values),
             )
         )
         prev_values, prev_next = values, tuple(snap.next)

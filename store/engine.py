@@ -23,7 +23,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from store import fencing
-from store.errors import StoreError
+from store.errors import NoStore, StoreError
 from store.redact import redact
 from store.models import Base, Run, utcnow
 
@@ -50,21 +50,25 @@ def parse_url(raw: str) -> URL:
     return url
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
     path = Path(url.database or "").expanduser()
+    if read_only and not path.is_file():
+        raise NoStore(f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) or point store.url / --config at the workspace that has one")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StoreError(f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path") from None
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+    # A reader sets query_only (SQLite refuses every write on that connection) and leaves the
+    # journal mode as the writers set it.
+    pragmas = ("query_only=ON",) if read_only else ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event below decides how transactions start
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        for pragma in pragmas:
+            cur.execute(f"PRAGMA {pragma}")
         cur.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cur.close()
 
@@ -75,27 +79,50 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
-def make_engine(raw_url: str) -> Engine:
-    """Create the engine for a store URL and make sure the schema exists; StoreError if not possible."""
+def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
+    """Create the engine for a store URL and make sure the schema exists; StoreError if not possible.
+
+    read_only: an engine that can only read (SQLite `query_only`, PostgreSQL read-only
+    transactions) and creates nothing; a missing SQLite file or an empty database raises
+    NoStore (the viewer, `gapforge ui`, shows that as a page)."""
     url = parse_url(raw_url)
     shown = url.render_as_string(hide_password=True)
     try:
         if url.get_backend_name() == "sqlite":
-            engine = _sqlite_engine(url)
+            engine = _sqlite_engine(url, read_only=read_only)
         else:
-            engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
+            args: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+            if read_only:
+                args["options"] = "-c default_transaction_read_only=on"
+            engine = create_engine(url, pool_pre_ping=True, connect_args=args)
     except (ImportError, exc.NoSuchModuleError) as e:
         raise StoreError(f"no database driver for {shown!r} ({e}): use postgresql+psycopg:// and install gapforge[postgres]") from None
     try:
+        if read_only:
+            if not inspect(engine).has_table("store_meta"):
+                engine.dispose()
+                raise NoStore(f"store {shown!r} is empty (no gapforge tables yet): start a run (`gapforge run` or `gapforge demo`)")
+            return engine
         # A write transaction from the start: a deferred one that finds tables missing while another
         # process is creating them cannot upgrade to a writer and fails at once ("database is locked").
         Base.metadata.create_all(engine.execution_options(gapforge_write=True))
         _add_lease_epoch(engine)
+        _add_indexes(engine)
     except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...
         engine.dispose()
         reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]
         raise StoreError(f"cannot open store {shown!r}: {reason}; {_open_hint(url, reason)}") from None
     return engine
+
+
+def _add_indexes(engine: Engine) -> None:
+    """Indexes declared after a store was made (create_all adds none to an existing table)."""
+    found = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        have = {ix["name"] for ix in found.get_indexes(table.name)}
+        for index in table.indexes:
+            if index.name not in have:
+                index.create(engine.execution_options(gapforge_write=True), checkfirst=True)
 
 
 def _add_lease_epoch(engine: Engine) -> None:
@@ -135,8 +162,8 @@ def no_capability(run_id: str, name: str | None) -> str:
 class StoreBase:
     """Sessions and upserts shared by the query mixins. One short session per call."""
 
-    def __init__(self, url: str) -> None:
-        self.engine = make_engine(url)
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        self.engine = make_engine(url, read_only=read_only)
         self.dialect = self.engine.dialect.name
         self.store_key = self.engine.url.render_as_string(hide_password=True)  # which database (fences are per store)
         self._reader = sessionmaker(self.engine, expire_on_commit=False)

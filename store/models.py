@@ -77,6 +77,7 @@ class Episode(Base):
         UniqueConstraint("run_id", "env", "task_id", "sample", name="uq_episode_key"),
         UniqueConstraint("run_id", "id", name="uq_episode_run_id"),  # target of labels' (run, episode) key
         Index("ix_episodes_run_env_success", "run_id", "env", "success"),
+        Index("ix_episodes_run_family", "run_id", "task_family", "success"),  # the viewer's family filter
     )
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
@@ -127,6 +128,8 @@ class Label(Stamped, Base):
         _capability_fk(),
         ForeignKeyConstraint(["run_id", "episode_id"], ["episodes.run_id", "episodes.id"]),  # same run
         Index("ix_labels_run_pass", "run_id", "pass_index"),
+        # a capability's episodes by label, in episode order (the viewer pages through them)
+        Index("ix_labels_run_capability_value", "run_id", "capability", "value", "episode_id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))

@@ -1,0 +1,46 @@
+"""`StoreReader`: the store opened for reading only (the viewer, `gapforge ui`).
+
+It has every read query of `Store` plus the paged ones of store/views.py, and can
+write nothing: SQLite connections are `query_only`, PostgreSQL transactions are
+read-only, and opening it creates no file, table or index. A missing SQLite file or
+an empty database raises `NoStore`; a store of another schema version `StoreError`.
+
+    with StoreReader(url) as reader:
+        page = reader.episodes_page(run_id, offset=0, limit=50)
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy import select
+
+from store.analysis import AnalysisQueries
+from store.artifacts import ArtifactQueries
+from store.errors import StoreError
+from store.leases import LeaseQueries
+from store.models import SCHEMA_VERSION, StoreMeta
+from store.runs import RunQueries
+from store.views import ViewQueries
+
+
+class StoreReader(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries, ViewQueries):
+    def __init__(self, url: str) -> None:
+        super().__init__(url, read_only=True)
+        try:
+            with self._read() as session:
+                found = session.scalar(select(StoreMeta.value).where(StoreMeta.key == "schema_version"))
+            if found != SCHEMA_VERSION:
+                shown = self.engine.url.render_as_string(hide_password=True)
+                raise StoreError(f"store {shown!r} has schema version {found}, this gapforge reads {SCHEMA_VERSION}: "
+                                 "open it with the gapforge that wrote it")
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

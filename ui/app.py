@@ -1,0 +1,129 @@
+"""The viewer's web app: `create_app(settings)` -> a FastAPI app that only reads.
+
+Only GET routes exist. Pages are Jinja2 templates with autoescape on (every stored text,
+LLM-written or not, is escaped); live parts poll with the vendored htmx (ui/static);
+a Content-Security-Policy allows scripts and styles from this server only, so even a
+string that escaped escaping could not run. Hosts other than the ones it serves are
+refused (a web page cannot reach it through DNS rebinding). Errors are one page with
+one line: no store yet, an unknown id, a store it cannot read, or an internal error
+(its traceback goes to the server log, never to the page).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import ChainableUndefined, Environment, PackageLoader
+from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from graph.checkpoint import CheckpointerError
+from store.errors import NoStore, StoreError
+from ui.format import FILTERS, GLOBALS
+from ui.links import LINKS
+from ui.sources import Sources, UiSettings
+
+log = logging.getLogger("gapforge.ui")
+STATIC = Path(__file__).parent / "static"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")  # fmt: skip
+
+
+class NotFound(Exception):
+    """An id or name the store does not have; the message says what to look for instead."""
+
+
+def _templates() -> Environment:
+    env = Environment(loader=PackageLoader("ui", "templates"), autoescape=True, undefined=ChainableUndefined,
+                      trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    env.filters.update(FILTERS)
+    env.globals.update(GLOBALS)
+    env.globals.update(LINKS)
+    return env
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    env: Environment = request.app.state.templates
+    html = env.get_template(template).render(request=request, poll_s=request.app.state.sources.settings.poll_s, **context)
+    return HTMLResponse(html, status_code=status)
+
+
+def sources(request: Request) -> Sources:
+    return request.app.state.sources
+
+
+def _error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
+    return render(request, "error.html", status=status, title=title, message=message)
+
+
+def _install_errors(app: FastAPI) -> None:
+    async def no_store(request: Request, exc: Exception) -> Response:
+        return _error_page(request, 404, "No store yet", str(exc))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error_page(request, 404, "Not found", str(exc))
+
+    async def store_error(request: Request, exc: Exception) -> Response:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if text.startswith("unknown "):
+            return _error_page(request, 404, "Not found", text)
+        return _error_page(request, 503, "Cannot read the store", text)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            return _error_page(request, 405, "Read-only", "this viewer only reads: nothing here can be changed")
+        return _error_page(request, exc.status_code, "Not found" if exc.status_code == 404 else "Error", str(exc.detail))
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("gapforge ui: %s %s failed", request.method, request.url.path)
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return _error_page(request, 500, "Internal error", f"{type(exc).__name__}: {first} (the server log has the details)")
+
+    app.add_exception_handler(NoStore, no_store)
+    app.add_exception_handler(NotFound, not_found)
+    app.add_exception_handler(StoreError, store_error)
+    app.add_exception_handler(CheckpointerError, store_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, internal)
+
+
+def create_app(settings: UiSettings) -> FastAPI:
+    from ui import pages_analysis, pages_artifacts, pages_runs
+
+    src = Sources(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await src.aclose()
+
+    app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.sources = src
+    app.state.templates = _templates()
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1000:.1f}"  # bench/ui.py reads it
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    _install_errors(app)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    for module in (pages_runs, pages_analysis, pages_artifacts):
+        app.include_router(module.router)
+    return app
