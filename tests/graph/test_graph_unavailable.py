@@ -12,7 +12,7 @@ from graph.context import GraphContext, StageFailed, StageUnavailable
 from graph.graph import build_graph
 from graph.runner import drive, initial_state
 from tests.graph.conftest import write_config
-from tests.graph.fakes import FakeStages
+from fixtures.fake_stages import FakeStages
 
 
 class NoTraining(FakeStages):

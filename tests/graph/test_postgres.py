@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
-from tests.graph.conftest import FAKES, write_config
-from tests.graph.fakes import row_counts
+from tests.graph.conftest import write_config
+from fixtures.fake_stages import row_counts
 
 pytestmark = pytest.mark.postgres
 
@@ -22,7 +22,7 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
     pytest.importorskip("langgraph.checkpoint.postgres", reason="the postgres extra is not installed")
     cfg = write_config(tmp_path / "pg.yaml", tmp_path / "ws", store={"url": postgres_url})
     runner = CliRunner()
-    out = runner.invoke(app, ["run", "--review", "--config", str(cfg), "--stages", FAKES])
+    out = runner.invoke(app, ["run", "--review", "--config", str(cfg)])
     assert out.exit_code == 0, out.output
     rid = out.output.split()[1]
     assert "paused before review" in out.output
