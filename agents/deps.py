@@ -48,6 +48,7 @@ class StageDeps:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     workspace: Workspace = field(default_factory=lambda: Workspace(Path(".gapforge")))
+    episode_runner: Callable[..., Any] | None = None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
     _store: Store | None = field(default=None, init=False, repr=False)
     _pool: SandboxPool | None = field(default=None, init=False, repr=False)
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)

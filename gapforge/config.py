@@ -65,9 +65,6 @@ class GapforgeConfig(_Section):
                 f"grpo_readiness.temperature ({self.grpo_readiness.temperature}) must equal training.temperature "
                 f"({self.training.temperature}): readiness measures the rollouts GRPO will sample; set both to the same value"
             )
-        if self.policy.kind == "endpoint" and self.routing.backend == "transformers":
-            raise ValueError("routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
-                             "elsewhere: set routing.backend=vllm (or openings)")
         if self.policy.kind == "local" and not self.policy.local_path:
             raise ValueError("policy.kind=local needs policy.local_path: set it to a Hugging Face model directory")
         return self
@@ -95,6 +92,9 @@ def check_run_config(cfg: GapforgeConfig) -> None:
                           "and policy.local_path=DIR (or policy.kind=endpoint and policy.local_path = the weights the server serves)")
     if not pol.local_path:
         raise ConfigError("policy.kind=endpoint: set policy.local_path to the weights the server serves (training and routing load them here)")
+    if pol.kind == "endpoint" and cfg.routing.backend == "transformers":
+        raise ConfigError("routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
+                          "elsewhere: set routing.backend=vllm (or openings)")
 
 
 _ENV_OVERRIDES = {

@@ -146,7 +146,7 @@ def _prepare(deps: StageDeps, run_id: str, capability: str, attempt: int) -> tup
     args = dict(
         code=row.code, module_path=path, ctx=ctx, attempt=attempt, cfg=cfg, open_module=lambda p: SandboxedEnv.pooled(p, pool),
         chat_model=deps.make_chat_model("synthesis"), target_shapes=shapes, thresholds=deps.self_test, policy=policy,
-        run_episode=readiness_runner(deps.rollouts.max_turns) if policy is not None else None, readiness=deps.readiness,
+        run_episode=(deps.episode_runner or readiness_runner(deps.rollouts.max_turns)) if policy is not None else None, readiness=deps.readiness,
         rollouts_left=cfg.rollout_budget - spent,
     )
     return row, None, None, args
