@@ -1,7 +1,7 @@
 """Environment synthesis, offline: time per attempt (and per stage), policy rollouts spent per
 accepted env by GRPO readiness, and what the LLM review caught vs the checks.
 
-Runs the recorded shop story (agents/synthesis/recordings/shop.yaml) through the real repair
+Runs the recorded shop story (fixtures/recordings/shop.yaml) through the real repair
 loop in the Docker sandbox, three times:
   1. no policy (GRPO readiness SKIP) -- time per attempt;
   2. a stand-in mid-skill policy (replays the env's reference solution with each action dropped
@@ -24,18 +24,18 @@ from statistics import mean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "agents" / "synthesis")]
 
-from synth_fixtures import analysed_run, store_at
-
 import asyncio
+
+from synth_fixtures import analysed_run, store_at
 
 from agents.config import PolicyConfig
 from agents.deps import StageDeps
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.recorded import recorded_synthesis_model
 from agents.synthesis.service import asynthesize_capability
+from sandbox.checks.probe import action_message
 from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.config import SandboxConfig
-from sandbox.checks.probe import action_message
 from sandbox.pool import SandboxPool
 from store.workspace import Workspace
 

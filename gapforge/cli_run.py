@@ -12,7 +12,14 @@ import typer
 
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handle_errors
 from gapforge.cli_drive import drive, print_table, say, store_of
-from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, read_progress, resume_plan
+from gapforge.run_session import (
+    RunOptions,
+    create_run,
+    get_run_record,
+    inspect_graph,
+    read_progress,
+    resume_plan,
+)
 from gapforge.run_view import (
     capability_table,
     cost_table,
@@ -85,7 +92,7 @@ def runs_cmd(config: ConfigOpt = None, set_: SetOpt = None) -> None:
         rows = [r for r in store.list_runs() if r.kind in ("trace", "demo")]
         return [(r, dict((await graph.aget_state(thread_config(r.id))).values or {})) for r in rows]
 
-    _cfg, _store_, rows = _inspect(config, set_, go)
+    rows = _inspect(config, set_, go)[2]
     print_table(runs_table(rows))
     for run, _values in rows:
         if run.status in ("interrupted", "incomplete", "failed"):

@@ -10,7 +10,6 @@ The CLI (cli_run.py, demo.py) only prints what these functions return or raise.
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,9 +21,9 @@ import yaml
 
 from gapforge.config import GapforgeConfig, check_run_config, load_config
 from gapforge.errors import INCOMPLETE_ERRORS, UsageError
+from gapforge.run_progress import keeping_progress, progress_path
 
 RUN_KINDS = ("trace", "demo")
-Log = Callable[[str, str], None]  # (where, one line)
 OpenStages = Callable[..., Any]  # (cfg, store, progress) -> async context manager -> graph.context.Stages
 
 
@@ -103,40 +102,6 @@ def resume_plan(store: Any, run_id: str, store_url: str | None) -> Resumed:
     return Resumed(config_from_record(record, store_url=store_url), options_from_record(record), str(record.get("command") or "run"))
 
 
-# --- progress: the latest line per stage, kept beside the run so `gapforge state` can show it --------------------------
-
-
-def progress_path(cfg: GapforgeConfig, run_id: str) -> Path:
-    return cfg.workspace / "progress" / f"{run_id}.json"
-
-
-def read_progress(cfg: GapforgeConfig, run_id: str) -> dict[str, str]:
-    try:
-        data = json.loads(progress_path(cfg, run_id).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _keeping_progress(cfg: GapforgeConfig, run_id: str, log: Log | None) -> Log:
-    path = progress_path(cfg, run_id)
-    latest = read_progress(cfg, run_id)
-
-    def progress(where: str, text: str) -> None:
-        latest[where] = text
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(latest, indent=1))
-            tmp.replace(path)
-        except OSError:
-            pass  # progress is a courtesy: never stop a run for it
-        if log is not None:
-            log(where, text)
-
-    return progress
-
-
 # --- driving -----------------------------------------------------------------------------------------------------------
 
 
@@ -151,14 +116,14 @@ async def open_graph(cfg: GapforgeConfig) -> AsyncIterator[Any]:
 
 
 def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions, *, fresh: bool, on_event: Callable[[Any], None] | None = None,
-              log: Log | None = None, open_stages: OpenStages | None = None) -> Any:
+              log: Callable[[str, str], None] | None = None, open_stages: OpenStages | None = None) -> Any:
     """Run or resume `run_id` under its lease, its status kept true (running, then done | paused, or interrupted |
     incomplete | failed as the exception that stopped it goes up). Returns graph.runner.Outcome."""
     from graph.context import GraphContext
     from graph.runner import drive, initial_state
 
     stages = open_stages or stages_for(cfg)
-    progress = _keeping_progress(cfg, run_id, log)
+    progress = keeping_progress(cfg, run_id, log)
 
     async def go() -> Any:
         async with open_graph(cfg) as graph, stages(cfg, store, progress) as bound:

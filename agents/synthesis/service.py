@@ -143,12 +143,12 @@ def _prepare(deps: StageDeps, run_id: str, capability: str, attempt: int) -> tup
     path = _write(deps.workspace.attempt_module(run_id, capability, attempt), row.code)
     policy = deps.readiness_policy()
     pool = deps.sandbox_pool
-    args = dict(
-        code=row.code, module_path=path, ctx=ctx, attempt=attempt, cfg=cfg, open_module=lambda p: SandboxedEnv.pooled(p, pool),
-        chat_model=deps.make_chat_model("synthesis"), target_shapes=shapes, thresholds=deps.self_test, policy=policy,
-        run_episode=(deps.episode_runner or readiness_runner(deps.rollouts.max_turns)) if policy is not None else None, readiness=deps.readiness,
-        rollouts_left=cfg.rollout_budget - spent,
-    )
+    args = {
+        "code": row.code, "module_path": path, "ctx": ctx, "attempt": attempt, "cfg": cfg,
+        "open_module": lambda p: SandboxedEnv.pooled(p, pool), "chat_model": deps.make_chat_model("synthesis"), "target_shapes": shapes,
+        "thresholds": deps.self_test, "policy": policy, "readiness": deps.readiness, "rollouts_left": cfg.rollout_budget - spent,
+        "run_episode": (deps.episode_runner or readiness_runner(deps.rollouts.max_turns)) if policy is not None else None,
+    }  # fmt: skip
     return row, None, None, args
 
 

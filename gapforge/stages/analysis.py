@@ -6,7 +6,14 @@ from typing import Any
 
 from gapforge.config import GapforgeConfig
 from gapforge.stages.common import StageContext, data_errors, require
-from graph.context import CapabilityStats, Cost, DiscoveryDone, LabelPassDone, SelectionDone, StageFailed
+from graph.context import (
+    CapabilityStats,
+    Cost,
+    DiscoveryDone,
+    LabelPassDone,
+    SelectionDone,
+    StageFailed,
+)
 
 
 def analyst_model(cfg: GapforgeConfig, env: str) -> Any:

@@ -43,7 +43,7 @@ class StageContext:
 
     cfg: GapforgeConfig
     deps: StageDeps
-    progress: Progress = lambda where, text: None  # noqa: E731
+    progress: Progress = lambda where, text: None
     train_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))  # one training process at a time
 
     @property

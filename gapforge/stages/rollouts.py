@@ -34,7 +34,7 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
     return RolloutsDone(len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran))
 
 
-def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):  # noqa: ANN201
+def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):
     """A (done, total) callback that reports about `parts` lines over a stage (and its last one)."""
 
     def on_progress(done: int, total: int) -> None:

@@ -6,6 +6,7 @@ evaluation loads them again with it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from gapforge.stages.common import StageContext, require
@@ -53,7 +54,8 @@ class Routing:
         from sandbox.env import open_env
 
         ws, sandbox, pool = self.sc.deps.workspace, self.sc.cfg.sandbox, self.sc.deps.sandbox_pool
-        return {c["name"]: (lambda m=ws.synthetic_env(run_id, c["name"]): open_env(m, sandbox, pool)) for c in artifacts.capabilities}
+        modules = {c["name"]: ws.synthetic_env(run_id, c["name"]) for c in artifacts.capabilities}
+        return {name: functools.partial(open_env, module, sandbox, pool) for name, module in modules.items()}
 
     def _openings(self, run_id: str, artifacts: Any) -> dict[str, list[str]]:
         """Each capability's synthetic-env openings on its TRAINING seeds (what its adapter was trained on), in the sandbox;

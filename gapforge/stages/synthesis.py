@@ -9,7 +9,7 @@ from gapforge.stages.common import StageContext, require
 from graph.context import Cost, SynthesisAttempt, ValidationDone
 
 
-def _progress(sc: StageContext):  # noqa: ANN202
+def _progress(sc: StageContext):
     def say(capability: str, attempt: int, what: str) -> None:
         if not what.startswith("check "):  # one line per attempt step, not per self-test check
             sc.progress(f"synthesize {capability}", f"attempt {attempt}: {what}")

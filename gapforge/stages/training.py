@@ -11,7 +11,7 @@ from gapforge.stages.common import StageContext, require
 from graph.context import BaselineDone, Cost, StageFailed, TrainingDone
 
 
-def _step_line(sc: StageContext):  # noqa: ANN202
+def _step_line(sc: StageContext):
     def on_event(name: str, event: dict[str, Any]) -> None:
         """One progress line per GRPO step of a training process (its JSON step events)."""
         if event.get("event") == "step":

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
 from tests.graph.conftest import ROOT, calls, write_config
-from fixtures.fake_stages import row_counts
 
 # Where to kill, in the order the run reaches them: mid-rollouts, mid-labeling pass 2,
 # synthesis attempt 2 of beta (alpha's branch goes on meanwhile), training of beta, the baseline, mid-evaluation.

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
 from tests.graph.conftest import write_config
-from fixtures.fake_stages import row_counts
 
 pytestmark = pytest.mark.postgres
 
