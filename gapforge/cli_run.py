@@ -12,14 +12,8 @@ import typer
 
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handle_errors
 from gapforge.cli_drive import drive, print_table, say, store_of
-from gapforge.run_session import (
-    RunOptions,
-    create_run,
-    get_run_record,
-    inspect_graph,
-    read_progress,
-    resume_plan,
-)
+from gapforge.run_progress import read_progress
+from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
 from gapforge.run_view import (
     capability_table,
     cost_table,

@@ -62,6 +62,12 @@ def test_kill_at_each_stage_then_resume_matches_an_uninterrupted_run(tmp_path: P
         run_id = run_id or log.read_text().split()[1]
         with open_store(load_config(cfg)) as store:
             assert store.get_run(run_id).status == "interrupted"  # killed: its dead lease is reaped when the store is opened
+        if hold == "collect_rollouts":  # what a user sees after the kill: the status, how to resume, how far the stage got
+            state = CliRunner().invoke(app, ["state", run_id, "--config", str(cfg)]).output
+            assert "status: interrupted" in state and f"continue with `gapforge run --resume {run_id}`" in state, state
+            assert "in progress: collect_rollouts: 5/10 episodes" in state, state
+            runs = CliRunner().invoke(app, ["runs", "--config", str(cfg)]).output
+            assert f"{run_id} is interrupted: continue with `gapforge run --resume {run_id}`" in runs, runs
     (workspace / "hold").unlink()
     proc = _cli("run", "--resume", run_id, "--config", str(cfg), out=log)
     assert proc.wait(120) == 0, log.read_text()
