@@ -41,7 +41,7 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
     out = runner.invoke(app, ["run", "--resume", rid, "--config", str(cfg)])
     assert out.exit_code == 0, out.output
     with open_store(load_config(cfg)) as store:
-        assert row_counts(store, rid)["adapters"] == 2
+        assert row_counts(store, rid)["adapters"] == 3  # alpha, beta, the GRPO-on-target baseline
         assert store.get_run(rid).status == "done"
 
     hist = runner.invoke(app, ["history", rid, "--config", str(cfg)]).output
