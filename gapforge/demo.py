@@ -75,6 +75,15 @@ def _shipped_policy() -> Path:
     return SHIPPED
 
 
+def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) -> GapforgeConfig:
+    """The demo's base policy, always a local one: the user's own model directory (`--set policy.local_path=DIR`
+    alone suffices) or the one shipped in the repository."""
+    if cfg.policy.local_path:
+        console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
+        return demo_config(cfg, ["policy.kind=local", *(overrides or [])])
+    return demo_config(cfg, ["policy.kind=local", f"policy.local_path={_shipped_policy()}", *(overrides or [])])
+
+
 def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     """Prepare (sandbox image, taught model), then run the graph; returns the exit code."""
     from gapforge.cli_drive import drive
@@ -87,11 +96,7 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     cfg = demo_config(cfg, overrides)
     _require_docker(cfg)
-    if cfg.policy.local_path:  # the user's own base model (--set policy.local_path=DIR)
-        console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
-        cfg = demo_config(cfg, ["policy.kind=local", *(overrides or [])])
-    else:
-        cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={_shipped_policy()}", *(overrides or [])])
+    cfg = with_base_policy(cfg, overrides)
     store = open_store(cfg)
     options = RunOptions()
     create_run(store, "demo", "demo", cfg, options, run_id)
