@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ class StageDeps:
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)
     _base: PolicyModel | None = field(default=None, init=False, repr=False)
     _chat: dict[str, BaseChatModel] = field(default_factory=dict, init=False, repr=False)
+    _making: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # stages ask from worker threads
 
     @property
     def store(self) -> Store:
@@ -75,9 +77,10 @@ class StageDeps:
 
     def base_policy(self) -> PolicyModel:
         """The configured base policy, made once (its weights load once) and shared by every stage."""
-        if self._base is None:
-            self._base = self.make_policy()
-        return self._base
+        with self._making:  # one policy even when two capability branches ask at once (and one import of its backend)
+            if self._base is None:
+                self._base = self.make_policy()
+            return self._base
 
     def readiness_policy(self) -> PolicyModel | None:
         """The policy GRPO readiness measures: the base policy when it can train (endpoint | local), else None."""
@@ -86,9 +89,10 @@ class StageDeps:
     def make_chat_model(self, role: str = "llm") -> BaseChatModel:
         """The chat model of an LLM role (`llm`: analyst / user simulator; `synthesis`: generator and
         reviewer; `policy`), made once per role."""
-        if role not in self._chat:
-            self._chat[role] = self.chat_model_factory(role)
-        return self._chat[role]
+        with self._making:
+            if role not in self._chat:
+                self._chat[role] = self.chat_model_factory(role)
+            return self._chat[role]
 
     async def aclose_policies(self) -> None:
         """Close the policies made here (their HTTP sessions belong to the running loop)."""
