@@ -1,24 +1,30 @@
-"""StageDeps: the one typed dependencies object stage services and graph nodes receive.
+"""StageDeps: the one typed dependencies object every stage service receives.
 
-Built by the composition root (`gapforge.wiring.build_deps(cfg)`), passed to graph
-nodes through LangGraph's runtime context, so graph/ never constructs Docker or SQL
-objects. The store and the sandbox pool open lazily on first use (a command that
-needs neither creates no database file and starts no container). Whoever holds the
+Built by the composition root (`gapforge.wiring.build_deps(cfg)`) and held by the
+stage bindings (`gapforge/stages/`); graph/ never sees it (it gets the stage
+bindings only). It owns every lifetime a stage needs: the store and the sandbox
+pool open lazily on first use (a command that needs neither creates no database
+file and starts no container), the base policy is loaded once and shared by
+rollouts and GRPO readiness, chat models are made per role. Whoever holds the
 StageDeps closes it: `close()` / `aclose()` release, in order, every policy made
-through `make_policy`, the sandbox pool and the store.
+here, the sandbox pool and the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agents.config import PolicyConfig, RolloutConfig
+from agents.synthesis.config import SynthesisConfig
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
+from store.workspace import Workspace
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -40,9 +46,16 @@ class StageDeps:
     rollouts: RolloutConfig = field(default_factory=RolloutConfig)
     readiness: GRPOReadinessConfig = field(default_factory=GRPOReadinessConfig)
     self_test: SelfTestThresholds = field(default_factory=SelfTestThresholds)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
+    workspace: Workspace = field(default_factory=lambda: Workspace(Path(".gapforge")))
+    episode_runner: Callable[..., Any] | None = None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
     _store: Store | None = field(default=None, init=False, repr=False)
     _pool: SandboxPool | None = field(default=None, init=False, repr=False)
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)
+    _base: PolicyModel | None = field(default=None, init=False, repr=False)
+    _chat: dict[str, BaseChatModel] = field(default_factory=dict, init=False, repr=False)
+    _making: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # stages ask from worker threads
 
     @property
     def store(self) -> Store:
@@ -62,19 +75,40 @@ class StageDeps:
         self._policies.append(policy)
         return policy
 
+    def base_policy(self) -> PolicyModel:
+        """The configured base policy, made once (its weights load once) and shared by every stage."""
+        with self._making:  # one policy even when two capability branches ask at once (and one import of its backend)
+            if self._base is None:
+                self._base = self.make_policy()
+            return self._base
+
+    def readiness_policy(self) -> PolicyModel | None:
+        """The policy GRPO readiness measures: the base policy when it can train (endpoint | local), else None."""
+        return None if self.policy.kind == "scripted" else self.base_policy()
+
     def make_chat_model(self, role: str = "llm") -> BaseChatModel:
-        """The chat model of an LLM role (`llm` = the analyst/generator/reviewer endpoint)."""
-        return self.chat_model_factory(role)
+        """The chat model of an LLM role (`llm`: analyst / user simulator; `synthesis`: generator and
+        reviewer; `policy`), made once per role."""
+        with self._making:
+            if role not in self._chat:
+                self._chat[role] = self.chat_model_factory(role)
+            return self._chat[role]
 
     async def aclose_policies(self) -> None:
         """Close the policies made here (their HTTP sessions belong to the running loop)."""
-        policies, self._policies = self._policies, []
+        policies, self._policies, self._base = self._policies, [], None
         for policy in policies:
             aclose = getattr(policy, "aclose", None)
             if aclose is not None:
                 result = aclose()
                 if inspect.isawaitable(result):
                     await result
+
+    async def aclose_pool(self) -> None:
+        """Close the sandbox pool only (a caller that lent its store keeps it open)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.close)
 
     def close(self) -> None:
         if self._policies:

@@ -46,7 +46,7 @@ from training.config import TrainingConfig  # noqa: E402
 from training.envs import EnvSpec, open_factory  # noqa: E402
 from training.service import TrainJob, train_capability  # noqa: E402
 
-MODULE = ROOT / "agents" / "synthesis" / "recordings" / "shop" / "precondition_verification_3.py"
+MODULE = ROOT / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"
 DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported
 PLANTED = "policy_refusal"
 CAPABILITY = "precondition_verification"

@@ -37,14 +37,14 @@ from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import load_recording, recorded_analyst
 from agents.analysis.split import analysis_episodes
 from agents.llm import make_chat_model
-from agents.planted_policy import collect_planted
+from fixtures.planted_policy import collect_planted
 from agents.config import EndpointConfig
 from store import Store
 
 
 @contextmanager
 def fake_server(latency: float, answer: dict):
-    cmd = [sys.executable, "-m", "serving.fake_openai", "--latency", str(latency), "--structured", json.dumps(answer)]
+    cmd = [sys.executable, "-m", "fixtures.fake_openai", "--latency", str(latency), "--structured", json.dumps(answer)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         yield proc.stdout.readline().strip()

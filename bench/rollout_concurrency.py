@@ -31,7 +31,7 @@ from store import Store
 @contextmanager
 def fake_server(latency: float):
     """The fake OpenAI server in a process of its own, so it does not share the client's GIL."""
-    cmd = [sys.executable, "-m", "serving.fake_openai", "--latency", str(latency),
+    cmd = [sys.executable, "-m", "fixtures.fake_openai", "--latency", str(latency),
            "--tool", "find_customer_by_email", "--args", json.dumps({"email": "nobody@example.com"})]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:

@@ -1,7 +1,7 @@
 """Environment synthesis, offline: time per attempt (and per stage), policy rollouts spent per
 accepted env by GRPO readiness, and what the LLM review caught vs the checks.
 
-Runs the recorded shop story (agents/synthesis/recordings/shop.yaml) through the real repair
+Runs the recorded shop story (fixtures/recordings/shop.yaml) through the real repair
 loop in the Docker sandbox, three times:
   1. no policy (GRPO readiness SKIP) -- time per attempt;
   2. a stand-in mid-skill policy (replays the env's reference solution with each action dropped
@@ -24,15 +24,20 @@ from statistics import mean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "agents" / "synthesis")]
 
+import asyncio
+
 from synth_fixtures import analysed_run, store_at
 
+from agents.config import PolicyConfig
+from agents.deps import StageDeps
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.recorded import recorded_synthesis_model
-from agents.synthesis.service import SynthesisDeps, synthesize_capability
+from agents.synthesis.service import asynthesize_capability
+from sandbox.checks.probe import action_message
 from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.config import SandboxConfig
-from sandbox.checks.probe import action_message
 from sandbox.pool import SandboxPool
+from store.workspace import Workspace
 
 CAPS = ("precondition_verification", "multi_step_task_completion")
 
@@ -68,16 +73,17 @@ def story(label: str, seeds: int, policy=None, runner=None) -> None:
     run = analysed_run(store)
     sandbox = SandboxConfig(memory_mb=256, call_timeout_s=5.0, pool_size=1)
     with SandboxPool(sandbox, size=1) as pool:
-        deps = SynthesisDeps(store=store, chat_model=recorded_synthesis_model(), workspace=tmp,
-                             config=SynthesisConfig(max_attempts=3, validation_seeds=seeds),
-                             sandbox=sandbox, pool=pool, policy=policy, run_episode=runner,
-                             readiness=GRPOReadinessConfig())
+        model = recorded_synthesis_model()
+        deps = StageDeps(open_store=lambda: store, open_pool=lambda: pool, policy_factory=lambda _cfg: policy,
+                         chat_model_factory=lambda role: model, sandbox=sandbox, readiness=GRPOReadinessConfig(),
+                         synthesis=SynthesisConfig(max_attempts=3, validation_seeds=seeds), workspace=Workspace(tmp),
+                         policy=PolicyConfig(kind="scripted" if policy is None else "local"), episode_runner=runner)
         print(f"\n== {label} ({seeds} seeds, max 3 attempts, GRPO readiness G=8 x K=4)")
         print(f"{'capability':28} {'#':>2} {'status':9} {'stage':12} {'s':>6} {'rollouts':>8}  failed checks / review")
         per_attempt: list[float] = []
         for cap in CAPS:
             t0 = time.perf_counter()
-            result = synthesize_capability(deps, run, cap)
+            result = asyncio.run(asynthesize_capability(deps, run, cap))
             for a in result.attempts:
                 per_attempt.append(a.seconds) if a.stage != "static_gate" else None
                 print(f"{cap:28} {a.attempt:>2} {a.status:9} {a.stage:12} {a.seconds:6.2f} {a.rollouts:>8}  "

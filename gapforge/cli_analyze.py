@@ -27,17 +27,6 @@ def _fmt(x: float | None, ci: tuple[float | None, float | None] | None = None) -
     return text
 
 
-def analyst_model(cfg: GapforgeConfig, env: str) -> Any:
-    """The analyst chat model: the recorded one for the env when llm.kind=scripted without a file."""
-    if cfg.llm.kind == "scripted" and not cfg.llm.scripted_path:
-        from agents.analysis.recorded import recorded_analyst
-
-        return recorded_analyst(env)
-    from agents.llm import chat_model_from_config
-
-    return chat_model_from_config(cfg.llm)
-
-
 def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> Path:
     """PNG: gap vs coverage per capability with bootstrap intervals and the δ / ρ thresholds."""
     import matplotlib
@@ -130,6 +119,8 @@ def analyze(
                     fail(f"run {run!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run})")
                 policy_tok = cfg.policy.local_path if cfg.policy.kind == "local" else None
                 counter = make_token_counter(cfg.analysis.tokenizer, policy_tok)
+                from gapforge.stages.analysis import analyst_model
+
                 model = analyst_model(cfg, envs[0])
                 with Progress(TextColumn("labeling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
                     task = bar.add_task("labeling", total=None)

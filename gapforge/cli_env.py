@@ -129,7 +129,7 @@ def show(
     set_: SetOpt = None,
 ) -> None:
     """A synthesized env attempt of a run: code path, hash, status, self-test report, verdict."""
-    from agents.synthesis.service import module_dir
+    from store.workspace import Workspace
     from gapforge.wiring import open_store
 
     cfg = get_config(config, set_)
@@ -145,7 +145,7 @@ def show(
         stored = store.get_validation(row.id)
     finally:
         store.close()
-    path = module_dir(cfg.workspace, run_id, capability) / f"attempt-{row.attempt}.py"
+    path = Workspace(cfg.workspace).attempt_module(run_id, capability, row.attempt)
     if not path.is_file():  # e.g. another machine's workspace: write the stored code out
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(row.code)

@@ -1,23 +1,42 @@
-"""`gapforge rollouts ...`: collect episodes of a policy on a target env, list them, show one."""
+"""`gapforge rollouts collect`: episodes of a policy on a target env, stored under the run's lease
+(`rollouts tasks` / `rollouts show`: gapforge/cli_rollouts_show.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from agents.errors import IncompleteStage
-from store.fencing import LeaseLost
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
-from agents.rollouts import CollectResult, RolloutSummary, rollout_summary
+from agents.rollouts import CollectResult, rollout_summary
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    console,
+    err_console,
+    get_config,
+    handle_errors,
+)
+from gapforge.cli_rollouts_show import register_show, render_summary
 from gapforge.run_lease import run_lease
-from gapforge.wiring import apply_policy_spec, build_deps, make_target_env_factory, open_store
+from gapforge.wiring import (
+    apply_policy_spec,
+    build_deps,
+    make_target_env_factory,
+)
+from store.fencing import LeaseLost
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
+register_show(app)  # `rollouts tasks` and `rollouts show` (gapforge/cli_rollouts_show.py)
 
 
 def _parse_tasks(raw: str | None, known: list[str]) -> list[str]:
@@ -153,79 +172,3 @@ def collect_cmd(
             f"{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures ({counts}; last: {last}) "
             f"and were not stored: resume with `{resume}`"
         )
-
-
-def render_summary(summary: RolloutSummary) -> None:
-    """Print a `agents.rollouts.RolloutSummary` as a table and a terminations line."""
-    table = Table(title=f"run {summary.run_id}: {summary.episodes} episodes")
-    for col in ("family", "episodes", "pass rate", "mean reward", "mean turns"):
-        table.add_column(col, justify="left" if col == "family" else "right")
-    for f in summary.families:
-        table.add_row(f.family, str(f.episodes), f"{f.pass_rate:.1%}", f"{f.mean_reward:.3f}", f"{f.mean_turns:.1f}")
-    console.print(table)
-    console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in summary.terminations.most_common()), highlight=False)
-
-
-@app.command("tasks")
-@handle_errors
-def tasks_cmd(env: Annotated[str, typer.Argument(help="shop | tau2:retail | ...")], config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """List an env's task ids and families."""
-    cfg = get_config(config, set_)
-    probe, _ = make_target_env_factory(cfg, env)
-    for t in probe.task_ids():
-        console.print(f"{t}\t{probe.task_family(t)}", highlight=False)
-    probe.close()
-
-
-@app.command("show")
-@handle_errors
-def show_cmd(
-    run: Annotated[str, typer.Argument(help="run id")],
-    episode: Annotated[int | None, typer.Option("--episode", help="print this episode's trajectory")] = None,
-    config: ConfigOpt = None,
-    set_: SetOpt = None,
-) -> None:
-    """List a run's episodes, or print one trajectory readably."""
-    cfg = get_config(config, set_)
-    store = open_store(cfg)
-    store.get_run(run)
-    if episode is None:
-        table = Table(title=f"run {run}")
-        for col in ("id", "env", "task", "sample", "family", "reward", "success", "turns", "termination"):
-            table.add_column(col, no_wrap=col in ("env", "task"))
-        for r in store.episode_summaries(run):
-            table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no", str(r.turns), r.termination)
-        console.print(table)
-        render_summary(rollout_summary(store, run, None))
-        return
-    ep = store.get_episode(episode)
-    if ep.run_id != run:
-        raise UsageError(f"episode {episode} belongs to run {ep.run_id}, not {run}")
-    console.print(f"[bold]episode {ep.id}[/] {ep.env} task={ep.task_id} sample={ep.sample} policy={ep.policy}")
-    console.print(f"reward={ep.reward:.3f} success={ep.success} turns={ep.turns} termination={ep.termination} components={ep.components}")
-    started = ep.started_at.isoformat(timespec="seconds") if ep.started_at else "?"
-    console.print(f"started={started} user_prompt={ep.user_prompt or '-'}", highlight=False)
-    if ep.score_info:
-        console.print(f"score info: {json.dumps(ep.score_info, default=str)[:2000]}", highlight=False, markup=False)
-    for entry in ep.step_info:
-        console.print(f"step info (turn {entry.get('turn')}): {json.dumps(entry.get('info'), default=str)[:500]}", highlight=False, markup=False)
-    if ep.error:
-        console.print(f"[red]error:[/] {ep.error}", highlight=False)
-    for m in ep.messages:
-        _print_message(m)
-
-
-def _print_message(m: dict) -> None:
-    role = m.get("role", "?")
-    style = {"system": "dim", "user": "green", "assistant": "cyan", "tool": "yellow"}.get(role, "")
-    head = f"[{style}]{role}[/]" if style else role
-    if role == "tool":
-        head += f" ({m.get('name') or ''} {m.get('tool_call_id') or ''})"
-    body = m.get("content") or ""
-    if role == "system" and len(body) > 400:
-        body = body[:400] + f"... [{len(body)} chars]"
-    console.print(head + ":", highlight=False)
-    if body:
-        console.print(body, highlight=False, markup=False)
-    for tc in m.get("tool_calls") or []:
-        console.print(f"  -> {tc['name']}({json.dumps(tc.get('arguments', {}))})", highlight=False, markup=False)

@@ -36,11 +36,11 @@ def command(
     """Write, validate and repair one synthetic env per retained capability of RUN (resumes where it stopped)."""
     from agents.synthesis.service import asynthesize_capability
     from gapforge.run_lease import run_lease
-    from gapforge.wiring import make_synthesis_deps, open_store
-    from sandbox.pool import SandboxPool
+    from gapforge.wiring import build_deps
 
     cfg = get_config(config, set_)
-    store = open_store(cfg)
+    deps = build_deps(cfg, pool_size=min(cfg.sandbox.pool_size, 2))
+    store = deps.store
     stopped: IncompleteStage | None = None
     try:
         with run_lease(cfg, run_id, "synthesize"):
@@ -52,33 +52,30 @@ def command(
                 raise UsageError(f"--capability {unknown[0]!r} is not a retained capability of run {run_id!r}: choose from {', '.join(retained)}")
             chosen = capability or retained
             results = []
-            with SandboxPool(cfg.sandbox, size=min(cfg.sandbox.pool_size, 2)) as pool, console.status("synthesizing ...") as status:
+            with console.status("synthesizing ...") as status:
                 def progress(cap: str, attempt: int, what: str) -> None:
                     status.update(f"[bold]{cap}[/] attempt {attempt}/{cfg.synthesis.max_attempts}: {what}")
                     if what.startswith(("accepted", "failed", "rejected")):
                         console.print(f"{cap} attempt {attempt}: {_STYLE.get(what.split(':')[0], what)}{what[len(what.split(':')[0]):]}",
                                       highlight=False)
 
-                deps = make_synthesis_deps(cfg, store, pool, progress)
-
                 async def synthesize_then_close() -> None:
-                    # One loop: the readiness policy made here is used and closed on it (its HTTP session is this loop's).
+                    # One loop: the readiness policy the deps make is used and closed on it (its HTTP session is this loop's).
                     try:
                         for cap in chosen:
                             try:
-                                results.append(await asynthesize_capability(deps, run_id, cap))
+                                results.append(await asynthesize_capability(deps, run_id, cap, progress))
                             except LookupError as e:
                                 raise UsageError(str(e)) from None
                     finally:
-                        if deps.policy is not None:
-                            await deps.policy.aclose()
+                        await deps.aclose_policies()
 
                 try:
                     asyncio.run(synthesize_then_close())
                 except IncompleteStage as e:
                     stopped = e.with_resume(f"gapforge synthesize {run_id}")
     finally:
-        store.close()
+        deps.close()
     _print_table(results)
     if stopped is not None:
         raise stopped

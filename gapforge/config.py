@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -31,7 +31,7 @@ from training.config import TrainingConfig  # the section lives with the trainer
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
     "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
     "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "StoreConfig",
-    "SynthesisConfig", "TrainingConfig", "load_config", "parse_override",
+    "SynthesisConfig", "TrainingConfig", "check_run_config", "load_config", "parse_override",
 ]
 
 
@@ -42,6 +42,9 @@ class _Section(BaseModel):
 class GapforgeConfig(_Section):
     workspace: Path = Field(Path(".gapforge"), description="everything a run produces lives here. Env: GAPFORGE_WORKSPACE")
     seed: int = 0
+    stages: Literal["real", "fixtures"] = Field(
+        "real", description="the stage services a graph run uses: real, or fixtures (the deterministic fakes of fixtures/fake_stages.py "
+        "that the graph's lifecycle tests kill and resume); stored with the run's config, so a resume uses the same")
     store: StoreConfig = Field(default_factory=StoreConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -64,6 +67,8 @@ class GapforgeConfig(_Section):
                 f"grpo_readiness.temperature ({self.grpo_readiness.temperature}) must equal training.temperature "
                 f"({self.training.temperature}): readiness measures the rollouts GRPO will sample; set both to the same value"
             )
+        if self.policy.kind == "local" and not self.policy.local_path:
+            raise ValueError("policy.kind=local needs policy.local_path: set it to a Hugging Face model directory")
         return self
 
     @property
@@ -78,6 +83,20 @@ class GapforgeConfig(_Section):
         """The effective config as plain data, secrets excluded: keys are never fields, and the
         password of any URL (store.url, an endpoint's base_url) is masked."""
         return redact_tree(self.model_dump(mode="json"))
+
+
+def check_run_config(cfg: GapforgeConfig) -> None:
+    """What a whole graph run needs beyond a valid tree, checked before its first stage (one line: what to set).
+    A run trains adapters, routes and evaluates on the base model's weights, so it needs them on this machine."""
+    pol = cfg.policy
+    if pol.kind == "scripted":
+        raise ConfigError("policy.kind=scripted cannot be trained: a run trains LoRA adapters on the base policy; set policy.kind=local "
+                          "and policy.local_path=DIR (or policy.kind=endpoint and policy.local_path = the weights the server serves)")
+    if not pol.local_path:
+        raise ConfigError("policy.kind=endpoint: set policy.local_path to the weights the server serves (training and routing load them here)")
+    if pol.kind == "endpoint" and cfg.routing.backend == "transformers":
+        raise ConfigError("routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
+                          "elsewhere: set routing.backend=vllm (or openings)")
 
 
 _ENV_OVERRIDES = {

@@ -19,7 +19,7 @@ import yaml
 
 from gapforge.cli_common import UsageError, console
 from gapforge.config import GapforgeConfig, load_config
-from gapforge.run_session import RunOptions, run_record
+from gapforge.run_session import RunOptions, create_run
 
 # The demo's embedded defaults (gapforge/demo_profile.yaml: the user's --config / --set still apply on top).
 DEMO_PROFILE = Path(__file__).with_name("demo_profile.yaml")
@@ -75,9 +75,18 @@ def _shipped_policy() -> Path:
     return SHIPPED
 
 
+def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) -> GapforgeConfig:
+    """The demo's base policy, always a local one: the user's own model directory (`--set policy.local_path=DIR`
+    alone suffices) or the one shipped in the repository."""
+    if cfg.policy.local_path:
+        console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
+        return demo_config(cfg, ["policy.kind=local", *(overrides or [])])
+    return demo_config(cfg, ["policy.kind=local", f"policy.local_path={_shipped_policy()}", *(overrides or [])])
+
+
 def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     """Prepare (sandbox image, taught model), then run the graph; returns the exit code."""
-    from gapforge.cli_run import drive_run
+    from gapforge.cli_drive import drive
     from gapforge.wiring import open_store
     from store.runs import new_run_id
 
@@ -87,15 +96,11 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     cfg = demo_config(cfg, overrides)
     _require_docker(cfg)
-    if cfg.policy.local_path:  # the user's own base model (--set policy.local_path=DIR)
-        console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
-        cfg = demo_config(cfg, ["policy.kind=local", *(overrides or [])])
-    else:
-        cfg = demo_config(cfg, ["policy.kind=local", f"policy.local_path={_shipped_policy()}", *(overrides or [])])
+    cfg = with_base_policy(cfg, overrides)
     store = open_store(cfg)
     options = RunOptions()
-    store.create_run("demo", run_record("demo", cfg, options), run_id)
-    code = drive_run(cfg, store, run_id, options, fresh=True, last_line=False)
+    create_run(store, "demo", "demo", cfg, options, run_id)
+    code = drive(cfg, store, run_id, options, fresh=True, last_line=False)
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     console.print(REAL_NOTE, highlight=False, soft_wrap=True)
     console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)

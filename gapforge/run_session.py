@@ -1,28 +1,30 @@
-"""A graph run's lifecycle, without printing: record, config, checkpointer, stage services.
+"""A graph run's lifecycle, without printing: start, drive (lease, status, event loop), resume, fork.
 
-The run's effective config and its graph options (review on/off, which stage
-services, the parent of a fork) are stored with the run in the store, so
-`gapforge run --resume RUN` rebuilds the exact same run whoever started it
-(`gapforge run`, `gapforge demo`, `gapforge fork`), from the same directory.
+The run's effective config and its graph options (review on/off, the parent of a fork)
+are stored with the run, so `gapforge run --resume RUN` rebuilds the same run whoever
+started it (`gapforge run`, `gapforge demo`, `gapforge fork`). Which stage services
+drive it is part of that config (`stages: real | fixtures`), never a code path in a row.
+The CLI (cli_run.py, demo.py) only prints what these functions return or raise.
 """
 
 from __future__ import annotations
 
-import importlib
+import asyncio
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gapforge.cli_common import UsageError
-from gapforge.config import GapforgeConfig, load_config
+from gapforge.config import GapforgeConfig, check_run_config, load_config
+from gapforge.errors import INCOMPLETE_ERRORS, UsageError
+from gapforge.run_progress import keeping_progress, progress_path
 
-REAL_STAGES = "gapforge.run_stages:open_stages"
 RUN_KINDS = ("trace", "demo")
+OpenStages = Callable[..., Any]  # (cfg, store, progress) -> async context manager -> graph.context.Stages
 
 
 @dataclass(frozen=True)
@@ -30,11 +32,10 @@ class RunOptions:
     """The graph options stored with a run (beside its config)."""
 
     review: bool = False
-    stages: str = REAL_STAGES  # "module:callable" -> async context manager (cfg, store, progress) -> Stages
     forked_from: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"review": self.review, "stages": self.stages, "forked_from": self.forked_from}
+        return {"review": self.review, "forked_from": self.forked_from}
 
 
 def run_record(command: str, cfg: GapforgeConfig, options: RunOptions) -> dict[str, Any]:
@@ -61,16 +62,7 @@ def options_from_record(record: dict[str, Any]) -> RunOptions:
     graph = record.get("graph")
     if not isinstance(graph, dict):
         raise UsageError("this run was not made by `gapforge run` (no graph options stored): start one with `gapforge run`")
-    return RunOptions(review=bool(graph.get("review")), stages=str(graph.get("stages") or REAL_STAGES), forked_from=graph.get("forked_from"))
-
-
-def load_stages_factory(spec: str) -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-        return getattr(module, attr)
-    except (ImportError, AttributeError) as e:
-        raise UsageError(f"stage services {spec!r} cannot be loaded ({e}): use module:callable") from None
+    return RunOptions(review=bool(graph.get("review")), forked_from=graph.get("forked_from"))
 
 
 def get_run_record(store: Any, run_id: str) -> tuple[dict[str, Any], str]:
@@ -80,39 +72,114 @@ def get_run_record(store: Any, run_id: str) -> tuple[dict[str, Any], str]:
     return dict(row.config), row.status
 
 
-@dataclass
-class OpenRun:
-    """Everything one command needs to drive or inspect runs."""
+def stages_for(cfg: GapforgeConfig) -> OpenStages:
+    """The stage services the config names: the real ones, or the fixtures' deterministic fakes (graph lifecycle tests)."""
+    if cfg.stages == "fixtures":
+        from fixtures.fake_stages import open_stages as fake_stages
 
+        return fake_stages
+    from gapforge.stages import open_stages
+
+    return open_stages
+
+
+def create_run(store: Any, kind: str, command: str, cfg: GapforgeConfig, options: RunOptions, run_id: str | None = None) -> str:
+    """Store a new graph run with its config and options; a config that cannot complete a run is refused first."""
+    if cfg.stages == "real":
+        check_run_config(cfg)
+    return store.create_run(kind, run_record(command, cfg, options), run_id)
+
+
+@dataclass(frozen=True)
+class Resumed:
     cfg: GapforgeConfig
-    store: Any
-    graph: Any
-    open_context: Callable[..., Any]  # (options, run_cfg, progress) -> async context manager -> GraphContext
+    options: RunOptions
+    command: str  # run | demo | fork: what started it
+
+
+def resume_plan(store: Any, run_id: str, store_url: str | None) -> Resumed:
+    record, _status = get_run_record(store, run_id)
+    return Resumed(config_from_record(record, store_url=store_url), options_from_record(record), str(record.get("command") or "run"))
+
+
+# --- driving -----------------------------------------------------------------------------------------------------------
 
 
 @asynccontextmanager
-async def open_run(cfg: GapforgeConfig, store: Any) -> AsyncIterator[OpenRun]:
-    """Checkpointer + compiled graph for the store of `cfg`; stage services opened per run on demand."""
+async def open_graph(cfg: GapforgeConfig) -> AsyncIterator[Any]:
+    """The compiled graph over the checkpointer of `cfg`'s store."""
     from graph.checkpoint import open_checkpointer
     from graph.graph import build_graph
 
     async with open_checkpointer(cfg.store.url, cfg.checkpoint_path) as saver:
-        graph = build_graph(saver)
+        yield build_graph(saver)
 
-        @asynccontextmanager
-        async def open_context(
-            options: RunOptions, run_cfg: GapforgeConfig | None = None, progress: Callable[[str, str], None] | None = None
-        ) -> AsyncIterator[Any]:
-            from graph.context import GraphContext
 
-            use = run_cfg or cfg
-            async with AsyncExitStack() as stack:
-                stages = await stack.enter_async_context(load_stages_factory(options.stages)(use, store, progress))
-                yield GraphContext(
-                    stages=stages,
-                    repeats=use.analysis.passes,
-                    max_attempts=use.synthesis.max_attempts,
-                    review=options.review,
-                )
+def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions, *, fresh: bool, on_event: Callable[[Any], None] | None = None,
+              log: Callable[[str, str], None] | None = None, open_stages: OpenStages | None = None) -> Any:
+    """Run or resume `run_id` under its lease, its status kept true (running, then done | paused, or interrupted |
+    incomplete | failed as the exception that stopped it goes up). Returns graph.runner.Outcome."""
+    from graph.context import GraphContext
+    from graph.runner import drive, initial_state
 
-        yield OpenRun(cfg, store, graph, open_context)
+    stages = open_stages or stages_for(cfg)
+    progress = keeping_progress(cfg, run_id, log)
+
+    async def go() -> Any:
+        async with open_graph(cfg) as graph, stages(cfg, store, progress) as bound:
+            ctx = GraphContext(stages=bound, repeats=cfg.analysis.passes, max_attempts=cfg.synthesis.max_attempts, review=options.review)
+            return await drive(graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=on_event)
+
+    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s):  # one working process per run (a second one: RunBusy)
+        store.set_run_status(run_id, "running")
+        try:
+            outcome = asyncio.run(go())
+        except KeyboardInterrupt:
+            store.set_run_status(run_id, "interrupted")
+            raise
+        except INCOMPLETE_ERRORS:  # an endpoint or the sandbox down past its retries: stored work kept, nothing blamed
+            store.set_run_status(run_id, "incomplete")
+            raise
+        except BaseException:
+            store.set_run_status(run_id, "failed")
+            raise
+        store.set_run_status(run_id, "paused" if outcome.status == "paused" else "done")
+    if outcome.status != "paused":
+        progress_path(cfg, run_id).unlink(missing_ok=True)
+    return outcome
+
+
+def fork_run(cfg: GapforgeConfig, store: Any, run_id: str, checkpoint: str, overrides: list[str] | None,
+             new_id: str | None = None) -> tuple[str, GapforgeConfig, RunOptions, dict[str, int]]:
+    """A new run continuing `run_id` from `checkpoint` with changed settings, reusing its stored work:
+    (new run id, its config, its options, rows copied per table). Drive it with `drive_run(..., fresh=False)`."""
+    from gapforge.fork_rows import copy_shared_work
+    from graph.inspect import ForkError, fork, fork_point, shared_work
+
+    record, _ = get_run_record(store, run_id)
+    new_cfg = config_from_record(record, overrides, store_url=cfg.store.url)
+    options = RunOptions(review=options_from_record(record).review, forked_from={"run": run_id, "checkpoint": checkpoint})
+
+    async def go() -> tuple[str, dict[str, int]]:
+        async with open_graph(cfg) as graph:
+            values = await fork_point(graph, run_id, checkpoint)
+            made = create_run(store, "trace", "fork", new_cfg, options, new_id)
+            copied = copy_shared_work(store, run_id, made, shared_work(values))
+            await fork(graph, run_id, checkpoint, made)
+            return made, copied
+
+    try:
+        made, copied = asyncio.run(go())
+    except ForkError as e:
+        raise UsageError(str(e)) from None
+    return made, new_cfg, options, copied
+
+
+def inspect_graph(cfg: GapforgeConfig, fn: Callable[[Any], Any]) -> Any:
+    """`await fn(graph)` over the compiled graph of `cfg`'s store (runs, state, history, review)."""
+
+    async def go() -> Any:
+        async with open_graph(cfg) as graph:
+            return await fn(graph)
+
+    return asyncio.run(go())

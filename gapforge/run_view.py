@@ -40,6 +40,8 @@ def progress_line(ev: Event) -> str:
     if ev.capability:
         row = (u.get("capabilities") or {}).get(ev.capability) or {}
         bits += [f"{k}={_num(v)}" for k, v in row.items() if k in ("status", "attempts", "verdict", "adapter", "heldout_after", "error")]
+    if "baseline" in u:
+        bits.append(f"{u['baseline']['adapter']} ({u['baseline']['steps']} steps)")
     if "evaluation" in u:
         bits.append(", ".join(f"{name} {_rate(m)}" for name, m in u["evaluation"].items()))
     if u.get("report"):

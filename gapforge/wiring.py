@@ -1,6 +1,6 @@
 """Composition root: the one place that picks concrete classes from the config
 (store, sandbox pool, policy backends, chat models, target envs) and bundles them
-into the `agents.deps.StageDeps` that stage services and graph nodes receive."""
+into the `agents.deps.StageDeps` that stage services receive."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from agents.deps import StageDeps
 from gapforge.config import GapforgeConfig, PolicyConfig
 from gapforge.errors import UsageError
 from store.redact import redact
+from store.workspace import Workspace
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -39,11 +40,16 @@ def open_sandbox_pool(cfg: GapforgeConfig, *, size: int | None = None) -> Sandbo
 
 
 def make_role_chat_model(cfg: GapforgeConfig, role: str = "llm") -> BaseChatModel:
-    """The chat model of an LLM role: `llm` (analyst, generator, reviewer, user simulator) or `policy`."""
+    """The chat model of an LLM role: `llm` (analyst, user simulator), `synthesis` (generator and reviewer:
+    the recorded answers of `synthesis.recordings` when llm.kind is scripted) or `policy`."""
     from agents.llm import chat_model_from_config
 
     if role == "policy":
         return chat_model_from_config(cfg.policy, section="policy")
+    if role == "synthesis" and cfg.llm.kind == "scripted":
+        from agents.synthesis.recorded import recorded_synthesis_model
+
+        return recorded_synthesis_model(cfg.synthesis.recordings)
     return chat_model_from_config(cfg.llm, section="llm")
 
 
@@ -58,6 +64,9 @@ def build_deps(cfg: GapforgeConfig, *, pool_size: int | None = None) -> StageDep
         rollouts=cfg.rollouts,
         readiness=cfg.grpo_readiness,
         self_test=cfg.self_test,
+        policy=cfg.policy,
+        synthesis=cfg.synthesis,
+        workspace=Workspace(cfg.workspace),
     )
 
 
@@ -166,33 +175,3 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
             user_model = make_chat_model(cfg.llm.endpoint)
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
     return probe, (lambda: make_env(env_name, user=cfg.rollouts.user, user_model=user_model))
-
-
-def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
-    """The environment-synthesis stage's dependencies: generator/reviewer chat model (recorded
-    answers when llm.kind is scripted), the sandbox (every generated module runs only there),
-    and the base policy for GRPO readiness when policy.kind is endpoint|local."""
-    from agents.synthesis.service import SynthesisDeps
-
-    if cfg.llm.kind == "scripted":
-        from agents.synthesis.recorded import recorded_synthesis_model
-
-        chat_model = recorded_synthesis_model(cfg.synthesis.recordings)
-    else:
-        from agents.llm import chat_model_from_config
-
-        chat_model = chat_model_from_config(cfg.llm)
-    policy = run_episode = None
-    if cfg.policy.kind != "scripted":
-        from agents.policy import run_episode as policy_episode
-
-        policy, max_turns = make_policy(cfg.policy), cfg.rollouts.max_turns
-
-        async def run_episode(pol, env, seed, temperature):
-            return await policy_episode(pol, env, seed, max_turns=max_turns, temperature=temperature)
-
-    return SynthesisDeps(
-        store=store, chat_model=chat_model, sandbox=cfg.sandbox, pool=pool,
-        workspace=cfg.workspace, config=cfg.synthesis, policy=policy, run_episode=run_episode,
-        readiness=cfg.grpo_readiness, progress=progress,
-    )

@@ -1,5 +1,10 @@
 """The per-capability branch: synthesize ⇄ validate → train, one subgraph per `Send`.
 
+This is the one repair loop: `synthesize` has the generator write attempt N (the stage
+reads attempt N-1's stored feedback), `validate` runs attempt N's self-test; a failed
+verdict goes back to `synthesize` until `max_attempts`. The stage services do one step
+of one attempt each and never loop themselves.
+
 Running the branch as a subgraph keeps the fan-in honest: the parent's
 `build_router` starts only when every capability's branch has ended, however
 many repair attempts each one needed. A failure inside one branch (a sandbox

@@ -118,6 +118,17 @@ class TrainingDone:
 
 
 @dataclass(frozen=True, slots=True)
+class BaselineDone:
+    """The GRPO-on-target baseline adapter (the paper's baseline with the adapters' rollout budget)."""
+
+    adapter: str | None  # None: not trained (`skipped` says why, or `error` what failed)
+    steps: int = 0
+    skipped: str = ""  # e.g. switched off, or no capability adapter whose budget to match
+    error: str = ""
+    cost: Cost = Cost()
+
+
+@dataclass(frozen=True, slots=True)
 class RouterDone:
     capabilities: list[str]
     summary: dict[str, Any] = field(default_factory=dict)  # e.g. accuracy on held-out synthetic tasks
@@ -155,6 +166,8 @@ class Stages(Protocol):
     async def train(self, run_id: str, capability: str) -> TrainingDone: ...
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone: ...
+
+    async def train_baseline(self, run_id: str) -> BaselineDone: ...
 
     async def evaluate(self, run_id: str, capabilities: list[str]) -> EvaluationDone: ...
 

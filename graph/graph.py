@@ -2,7 +2,7 @@
 
     collect_rollouts → discover → label (×R) → select → review ─┬─ Send per capability:
                                                                  │  synthesize ⇄ validate → train
-                                                                 └─→ build_router → evaluate → report
+                                                                 └─→ build_router → train_baseline → evaluate → report
 
 `review` is a pass-through unless the run asked for `--review` (then it pauses
 for `gapforge review`). Each capability runs as a subgraph so `build_router`
@@ -22,7 +22,7 @@ from graph.capability import build_capability_graph
 from graph.context import GraphContext
 from graph.state import RunState
 
-NODES = ("collect_rollouts", "discover", "label", "select", "review", "capability", "build_router", "evaluate", "report")
+NODES = ("collect_rollouts", "discover", "label", "select", "review", "capability", "build_router", "train_baseline", "evaluate", "report")
 
 
 def build_graph(checkpointer: Checkpointer = None) -> Any:
@@ -35,6 +35,7 @@ def build_graph(checkpointer: Checkpointer = None) -> Any:
     builder.add_node("review", nodes.review)
     builder.add_node("capability", build_capability_graph())
     builder.add_node("build_router", nodes.build_router)
+    builder.add_node("train_baseline", nodes.train_baseline)
     builder.add_node("evaluate", nodes.evaluate)
     builder.add_node("report", nodes.report)
     builder.add_edge(START, "collect_rollouts")
@@ -42,7 +43,8 @@ def build_graph(checkpointer: Checkpointer = None) -> Any:
     builder.add_edge("discover", "label")
     builder.add_edge("select", "review")  # static, so `update_state(as_node="select")` re-enters review
     builder.add_edge("capability", "build_router")
-    builder.add_edge("build_router", "evaluate")
+    builder.add_edge("build_router", "train_baseline")
+    builder.add_edge("train_baseline", "evaluate")
     builder.add_edge("evaluate", "report")
     builder.add_edge("report", END)
     return builder.compile(checkpointer=checkpointer, name="gapforge")

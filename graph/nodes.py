@@ -142,6 +142,18 @@ async def build_router(state: RunState, runtime: Runtime[GraphContext]) -> dict[
     return update
 
 
+async def train_baseline(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
+    """The GRPO-on-target baseline, trained with the capability adapters' rollout budget (before the evaluation plays it)."""
+    done, update = await call_stage("train_baseline", runtime.context.stages.train_baseline, state["run_id"])
+    if done is None:
+        return update
+    if done.adapter is None:
+        status, note = (SKIPPED, done.skipped) if done.skipped else (FAILED, done.error or "not trained")
+        return {**update, "stages": {"train_baseline": status}, "notes": {"train_baseline": note}}
+    update["baseline"] = {"adapter": done.adapter, "steps": done.steps}
+    return update
+
+
 async def evaluate(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
     if not (state.get("rollouts") or {}).get("episodes"):
         return skipped("evaluate", "no rollouts: nothing to compare against")

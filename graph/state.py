@@ -21,6 +21,7 @@ STAGES = (
     "validate",
     "train",
     "build_router",
+    "train_baseline",
     "evaluate",
     "report",
 )
@@ -84,6 +85,7 @@ class RunState(TypedDict, total=False):
     review: dict[str, Any] | None  # the reviewer's decision: {"retained": [...], "by": ...}
     capabilities: Annotated[dict[str, CapabilityState], merge_dicts]
     router: dict[str, Any]
+    baseline: dict[str, Any]  # the GRPO-on-target baseline adapter: name, steps
     evaluation: dict[str, Any]  # policy name -> pass rate etc. (small)
     report: str | None  # path of the report
     cost: Annotated[dict[str, dict[str, float]], add_costs]

@@ -8,7 +8,9 @@ process's environment, `GAPFORGE_JOB_STORE_URL`. The process trains, writes
 status `failed` and exits 1, so a crash (or an OOM kill, seen by the launcher
 as a signal exit) of one capability never takes the others down. Progress
 lines go to stdout as JSON. `run_jobs(...)` launches the processes one after
-the other and records each outcome.
+the other and records each outcome; each running job's pid is in `SPEC.pid` beside
+its spec, so a launcher killed mid-job leaves a trace the next launcher acts on
+(`stop_stale_job`: the old process is stopped before the job starts again).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,23 +85,71 @@ def _event(line: str) -> dict | None:
     return event if isinstance(event, dict) else None
 
 
+def pid_file(spec: Path) -> Path:
+    """Where the pid of the process training `spec` is kept while it runs."""
+    return spec.with_suffix(".pid")
+
+
+def _trains(pid: int, spec: Path) -> bool:
+    """Whether process `pid` is still a trainer of `spec` (a pid is reused once its process is gone). Linux /proc."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"training.run" in cmd and str(spec).encode() in cmd
+
+
+def stop_stale_job(spec: Path, wait_s: float = 10.0) -> bool:
+    """Stop the process its pid file names if it still trains `spec` (left running by a launcher that was
+    killed: a resumed run must not train the same adapter twice at once); True when one was stopped."""
+    try:
+        pid = int(pid_file(spec).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    stopped = pid != os.getpid() and _trains(pid, spec)
+    if stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            stopped = False
+        deadline = time.monotonic() + wait_s
+        while stopped and _trains(pid, spec) and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    pid_file(spec).unlink(missing_ok=True)
+    return stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a killed orphan is a zombie until init reaps it
+
+
 def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutcome]:
     """Each job in its own process, one after the other; a crash is recorded and the next job runs."""
     outcomes = []
     spec_dir.mkdir(parents=True, exist_ok=True)
     for job in jobs:
         spec = spec_dir / f"{job.name}.json"
+        stop_stale_job(spec)
         spec.write_text(job.model_dump_json(indent=1))
         env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
         if job.store_url:
             env[STORE_URL_ENV] = job.store_url
         proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            event = _event(line) if on_line is not None else None
-            if event is not None:
-                on_line(job.name, event)
-        code = proc.wait()
+        pid_file(spec).write_text(f"{proc.pid}\n")
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                event = _event(line) if on_line is not None else None
+                if event is not None:
+                    on_line(job.name, event)
+            code = proc.wait()
+        finally:
+            if proc.poll() is not None:
+                pid_file(spec).unlink(missing_ok=True)
         done = Path(job.out_dir) / "result.json"
         result = TrainResult.model_validate_json(done.read_text()) if code == 0 and done.is_file() else None
         error = None

@@ -1,20 +1,21 @@
-"""Stage service: synthesize one capability's env with the generator / validator repair loop.
+"""Stage service: one attempt at one capability's synthetic env, in two steps the graph calls
+in turn (graph/capability.py owns the repair loop: which attempt comes next, when to stop):
 
-    result = synthesize_capability(deps, run_id, capability)
+    code = generate_attempt(deps, run_id, capability, attempt)      # the generator writes attempt N
+    summary = await avalidate_stored_attempt(deps, run_id, capability, attempt)   # its self-test
 
 Every attempt is stored before it is validated (synthetic_envs: code, sha256, status
 generated -> rejected | failed | accepted) and its verdict after (validations: the gate, the
-self-test report, the review, the verdict, the feedback, rollouts, timings). A kill at any
-point resumes at the attempt it was in: a stored attempt without a verdict is validated
-again from its stored code (no new generator call); attempts with a verdict are not redone.
-An env that never passes leaves the capability "unsynthesized" with the reason; the caller
-goes on with the next capability. An endpoint (generator, reviewer, readiness policy) or a
-sandbox that keeps failing past its retries is never an attempt's verdict: the stage stops
-with IncompleteStage (agents/infra.py: exit 3), the attempt's code stays stored without a
-verdict and a resume validates it again. Never prints; progress goes to `deps.progress`.
-Generated code runs only in the sandbox: the service itself opens every module with
-`_open_module`: `SandboxedEnv.pooled(path, deps.pool)` (a sandbox leased lazily from the caller's
-pool), or `sandbox.env.open_env(path, deps.sandbox)` without a pool (there is no hook for an in-process env).
+self-test report, the review, the verdict, the feedback, rollouts, timings). Both steps are
+idempotent: a stored attempt is not generated again, a stored verdict is not computed again, so
+a kill at any point resumes at the step it was in. Attempt N's generator reads attempt N-1's
+stored feedback. An endpoint (generator, reviewer, readiness policy) or a sandbox that keeps
+failing past its retries is never an attempt's verdict: the step stops with IncompleteStage
+(agents/infra.py: exit 3), the attempt's code stays stored without a verdict and a resume
+validates it again. Never prints; progress goes to the `progress` callback.
+`synthesize_capability` runs the same two steps attempt after attempt for the standalone
+`gapforge synthesize` command. Generated code runs only in the sandbox: every module is opened
+with `SandboxedEnv.pooled(path, deps.sandbox_pool)`.
 """
 
 from __future__ import annotations
@@ -25,39 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict
 
+from agents.deps import StageDeps
 from agents.infra import INFRA_ERRORS, stop
+from agents.selftest import readiness_runner
 from agents.synthesis.attempt import AttemptOutcome, avalidate_attempt, validate_attempt
-from agents.synthesis.config import SynthesisConfig
-from agents.synthesis.context import GeneratorContext, TargetFacts, gather_context
+from agents.synthesis.context import GeneratorContext, gather_context
 from agents.synthesis.generator import generate_env, generator_prompt
-from envs.protocol import PolicyModel
-from sandbox.checks import SelfTestThresholds
-from sandbox.checks.grpo import EpisodeRunner
 from sandbox.checks.result_shapes import observed_result_shapes
-from sandbox.env import SandboxedEnv, open_env
+from sandbox.env import SandboxedEnv
 
 Status = Literal["accepted", "unsynthesized"]
-
-
-@dataclass
-class SynthesisDeps:
-    """What the stage needs; built by the composition root (gapforge/wiring.py) or the graph."""
-
-    store: Any  # store.Store
-    chat_model: BaseChatModel  # generator and reviewer
-    sandbox: Any  # SandboxConfig: generated modules run only through sandbox.env.open_env with it
-    pool: Any  # sandbox.pool.SandboxPool (or None: a container per env)
-    workspace: Path
-    config: SynthesisConfig
-    thresholds: SelfTestThresholds | None = None
-    policy: PolicyModel | None = None  # GRPO readiness: the base policy, when one is configured
-    run_episode: EpisodeRunner | None = None
-    readiness: Any = None  # GRPOReadinessConfig
-    target: TargetFacts | None = None  # default: the env of the LACKING episodes, from envs.registry
-    progress: Callable[[str, int, str], None] | None = None  # (capability, attempt, what)
+Progress = Callable[[str, int, str], None]  # (capability, attempt, what)
 
 
 class AttemptSummary(BaseModel):
@@ -74,6 +55,11 @@ class AttemptSummary(BaseModel):
     seconds: float = 0.0
     resumed: bool = False  # verdict read from the store, not computed in this call
 
+    def verdict_line(self) -> str:
+        """`passed`, or where it failed and which checks."""
+        failed = ", ".join(self.failed_checks)
+        return "passed" if self.status == "accepted" else f"failed at {self.stage}" + (f": {failed}" if failed else "")
+
 
 class SynthesisResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -88,18 +74,12 @@ class SynthesisResult(BaseModel):
     rollouts: int = 0
 
 
-def module_dir(workspace: Path, run_id: str, capability: str) -> Path:
-    return workspace / "synthetic_envs" / run_id / capability
+@dataclass(frozen=True)
+class AttemptCode:
+    """Attempt N's stored code (`generated`: the generator wrote it in this call)."""
 
-
-def accepted_module_path(workspace: Path, run_id: str, capability: str) -> Path:
-    """Where the accepted module is written (re-run it with `gapforge env validate PATH`)."""
-    return workspace / "synthetic_envs" / run_id / f"{capability}.py"
-
-
-def _open_module(deps: SynthesisDeps, path: Path) -> SandboxedEnv:
-    """A generated module in the sandbox: on the caller's pool (leased lazily) or a private one."""
-    return SandboxedEnv.pooled(path, deps.pool) if deps.pool is not None else open_env(path, deps.sandbox)
+    synthetic_env_id: int
+    generated: bool
 
 
 def _write(path: Path, code: str) -> Path:
@@ -109,6 +89,138 @@ def _write(path: Path, code: str) -> Path:
         tmp.write_text(code)
         tmp.replace(path)
     return path
+
+
+def _say(progress: Progress | None, capability: str) -> Callable[[int, str], None]:
+    return (lambda attempt, what: progress(capability, attempt, what)) if progress else (lambda attempt, what: None)
+
+
+def _row(deps: StageDeps, run_id: str, capability: str, attempt: int) -> Any:
+    return next((r for r in deps.store.synthetic_envs(run_id, capability) if r.attempt == attempt), None)
+
+
+def _context(deps: StageDeps, run_id: str, capability: str) -> GeneratorContext:
+    cfg = deps.synthesis
+    return gather_context(deps.store, run_id, capability, n_episodes=cfg.episodes_in_prompt, episode_chars=cfg.episode_chars)
+
+
+def generate_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None) -> AttemptCode:
+    """Attempt `attempt`'s code: the stored one, or the generator's answer (with attempt N-1's feedback), stored.
+    Raises LookupError when the capability or its LACKING episodes are not stored, ModelError when the
+    generator cannot answer, IncompleteStage when its endpoint kept failing."""
+    store, say = deps.store, _say(progress, capability)
+    row = _row(deps, run_id, capability, attempt)
+    if row is not None:
+        return AttemptCode(row.id, generated=False)
+    previous = _row(deps, run_id, capability, attempt - 1) if attempt > 1 else None
+    stored = store.get_validation(previous.id) if previous is not None else None
+    feedback = stored.report.get("feedback") if stored is not None else None
+    ctx = _context(deps, run_id, capability)
+    prompt = generator_prompt()
+    say(attempt, "generating")
+    try:
+        generated = generate_env(deps.make_chat_model("synthesis"), ctx, attempt, deps.synthesis.max_attempts, feedback)
+    except INFRA_ERRORS as e:
+        raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=False)) from None
+    row = store.put_synthetic_env(run_id, capability, attempt, code=generated.code, status="generated",
+                                  prompt_name=prompt.name, prompt_version=prompt.version)
+    return AttemptCode(row.id, generated=True)
+
+
+def _prepare(deps: StageDeps, run_id: str, capability: str, attempt: int) -> tuple[Any, Any, AttemptSummary | None, dict[str, Any]]:
+    """(row, stored validation or None, its summary, the validation's arguments) of a generated attempt."""
+    store, cfg = deps.store, deps.synthesis
+    row = _row(deps, run_id, capability, attempt)
+    if row is None:
+        raise LookupError(f"attempt {attempt} of {capability} is not stored: generate it first")
+    stored = store.get_validation(row.id)
+    if stored is not None:
+        return row, stored, _summary(row, stored.report, resumed=True), {}
+    ctx = _context(deps, run_id, capability)
+    shapes = observed_result_shapes(e.messages for e in store.episodes(run_id, env=ctx.target.name)) or None
+    earlier = [store.get_validation(r.id) for r in store.synthetic_envs(run_id, capability) if r.attempt < attempt]
+    spent = sum((v.report.get("verdict") or {}).get("rollouts", 0) for v in earlier if v is not None)
+    path = _write(deps.workspace.attempt_module(run_id, capability, attempt), row.code)
+    policy = deps.readiness_policy()
+    pool = deps.sandbox_pool
+    args = {
+        "code": row.code, "module_path": path, "ctx": ctx, "attempt": attempt, "cfg": cfg,
+        "open_module": lambda p: SandboxedEnv.pooled(p, pool), "chat_model": deps.make_chat_model("synthesis"), "target_shapes": shapes,
+        "thresholds": deps.self_test, "policy": policy, "readiness": deps.readiness, "rollouts_left": cfg.rollout_budget - spent,
+        "run_episode": (deps.episode_runner or readiness_runner(deps.rollouts.max_turns)) if policy is not None else None,
+    }  # fmt: skip
+    return row, None, None, args
+
+
+def _decide(deps: StageDeps, run_id: str, capability: str, row: Any, stored: Any, summary: AttemptSummary,
+            say: Callable[[int, str], None]) -> AttemptSummary:
+    if row.status != summary.status:
+        deps.store.set_synthetic_env_status(row.id, summary.status)
+    if summary.status == "accepted":
+        _write(deps.workspace.synthetic_env(run_id, capability), row.code)
+    if stored is None:
+        say(row.attempt, f"{summary.status}" + (f": {', '.join(summary.failed_checks)}" if summary.failed_checks else ""))
+    return summary
+
+
+def _record_outcome(deps: StageDeps, row: Any, outcome: AttemptOutcome) -> AttemptSummary:
+    prompt = generator_prompt()
+    record = _record(outcome, f"{prompt.name}@{prompt.version}")
+    deps.store.put_validation(row.id, report=record, passed=outcome.verdict.accepted)
+    return _summary(row, record, resumed=False)
+
+
+def validate_stored_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None) -> AttemptSummary:
+    """The self-test of attempt `attempt`'s stored code in the sandbox (or its stored verdict), stored with the
+    verdict; an accepted module is written to `deps.workspace.synthetic_env(run, capability)`. With a policy bound
+    to an event loop (an endpoint's HTTP session), use `avalidate_stored_attempt` on it."""
+    say = _say(progress, capability)
+    row, stored, summary, args = _prepare(deps, run_id, capability, attempt)
+    if summary is None:
+        say(attempt, "validating")
+        try:
+            outcome = validate_attempt(**args, progress=lambda what: say(attempt, what))
+        except INFRA_ERRORS as e:
+            say(attempt, "stopped: infrastructure")
+            raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=True)) from None
+        summary = _record_outcome(deps, row, outcome)
+    return _decide(deps, run_id, capability, row, stored, summary, say)
+
+
+async def avalidate_stored_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int,
+                                   progress: Progress | None = None) -> AttemptSummary:
+    """`validate_stored_attempt` on the caller's event loop: store, gate, self-test and review in worker threads,
+    the GRPO-readiness rollouts on this loop (the policy's HTTP session is the loop owner's to close)."""
+    say = _say(progress, capability)
+    row, stored, summary, args = await asyncio.to_thread(_prepare, deps, run_id, capability, attempt)
+    if summary is None:
+        say(attempt, "validating")
+        try:
+            outcome = await avalidate_attempt(**args, progress=lambda what: say(attempt, what))
+        except INFRA_ERRORS as e:
+            say(attempt, "stopped: infrastructure")
+            raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=True)) from None
+        summary = await asyncio.to_thread(_record_outcome, deps, row, outcome)
+    return await asyncio.to_thread(_decide, deps, run_id, capability, row, stored, summary, say)
+
+
+async def asynthesize_capability(deps: StageDeps, run_id: str, capability: str, progress: Progress | None = None) -> SynthesisResult:
+    """The standalone command's driver (`gapforge synthesize`): attempt after attempt, the same two steps, until one
+    is accepted or `synthesis.max_attempts` were decided. In a graph run the graph drives the attempts instead."""
+    summaries: list[AttemptSummary] = []
+    for attempt in range(1, deps.synthesis.max_attempts + 1):
+        await asyncio.to_thread(generate_attempt, deps, run_id, capability, attempt, progress)
+        summary = await avalidate_stored_attempt(deps, run_id, capability, attempt, progress)
+        summaries.append(summary)
+        if summary.status == "accepted":
+            path = deps.workspace.synthetic_env(run_id, capability)
+            return SynthesisResult(run_id=run_id, capability=capability, status="accepted", attempts=summaries,
+                                   accepted_attempt=attempt, module_path=str(path), rollouts=sum(s.rollouts for s in summaries))
+    last = summaries[-1] if summaries else None
+    reason = (f"no attempt passed in {len(summaries)}; the last failed at {last.stage}: {', '.join(last.failed_checks)}"
+              if last else "no attempt was made (synthesis.max_attempts)")
+    return SynthesisResult(run_id=run_id, capability=capability, status="unsynthesized", attempts=summaries,
+                           reason=reason, rollouts=sum(s.rollouts for s in summaries))
 
 
 def _summary(row: Any, record: dict[str, Any], resumed: bool) -> AttemptSummary:
@@ -126,100 +238,11 @@ def _record(outcome: AttemptOutcome, prompt_id: str) -> dict[str, Any]:
             "generator_prompt": prompt_id}
 
 
-def synthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> SynthesisResult:
-    """The repair loop for one capability (see the module docstring). Raises LookupError when the
-    capability or its LACKING episodes are not stored, ModelError when the generator cannot answer.
-    With a policy bound to an event loop (an endpoint's HTTP session), use `asynthesize_capability`."""
-    return _repair_loop(deps, run_id, capability, validate_attempt)
-
-
-async def asynthesize_capability(deps: SynthesisDeps, run_id: str, capability: str) -> SynthesisResult:
-    """`synthesize_capability` on the caller's event loop: the repair loop (store, generator, self-test:
-    blocking) runs in a worker thread, each attempt's GRPO-readiness rollouts run on this loop, so the
-    policy's HTTP session is the caller's to close (`await policy.aclose()` on this loop)."""
-    loop = asyncio.get_running_loop()
-
-    def validate_on_loop(*args: Any, **kwargs: Any) -> AttemptOutcome:
-        return asyncio.run_coroutine_threadsafe(avalidate_attempt(*args, **kwargs), loop).result()
-
-    return await asyncio.to_thread(_repair_loop, deps, run_id, capability, validate_on_loop)
-
-
-def _repair_loop(deps: SynthesisDeps, run_id: str, capability: str, validate: Callable[..., AttemptOutcome]) -> SynthesisResult:
-    cfg, store = deps.config, deps.store
-    say = (lambda attempt, what: deps.progress(capability, attempt, what)) if deps.progress else (lambda attempt, what: None)
-    rows = {r.attempt: r for r in store.synthetic_envs(run_id, capability)}
-    summaries: list[AttemptSummary] = []
-    feedback: str | None = None
-    ctx: GeneratorContext | None = None
-    shapes = None
-    for attempt in range(1, max(cfg.max_attempts, max(rows, default=0)) + 1):
-        row = rows.get(attempt)
-        stored = store.get_validation(row.id) if row is not None else None
-        if stored is not None:  # decided before a restart: reuse
-            summary = _summary(row, stored.report, resumed=True)
-            summaries.append(summary)
-            if row.status != summary.status:
-                store.set_synthetic_env_status(row.id, summary.status)
-            if summary.status == "accepted":
-                return _accepted(deps, run_id, capability, row, summaries)
-            feedback = stored.report.get("feedback")
-            continue
-        if attempt > cfg.max_attempts:
-            break
-        if ctx is None:
-            ctx = gather_context(store, run_id, capability, n_episodes=cfg.episodes_in_prompt,
-                                 episode_chars=cfg.episode_chars, target=deps.target)
-            shapes = observed_result_shapes(e.messages for e in store.episodes(run_id, env=ctx.target.name)) or None
-        prompt = generator_prompt()
-        if row is None:
-            say(attempt, "generating")
-            try:
-                generated = generate_env(deps.chat_model, ctx, attempt, cfg.max_attempts, feedback)
-            except INFRA_ERRORS as e:
-                raise stop(f"synthesis of {capability}", e, _stored(summaries, attempt, generated=False)) from None
-            row = store.put_synthetic_env(run_id, capability, attempt, code=generated.code, status="generated",
-                                          prompt_name=prompt.name, prompt_version=prompt.version)
-        else:
-            say(attempt, "resuming: validating the stored code")
-        path = _write(module_dir(deps.workspace, run_id, capability) / f"attempt-{attempt}.py", row.code)
-        spent = sum(s.rollouts for s in summaries)
-        try:
-            outcome = validate(
-                row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: _open_module(deps, p), chat_model=deps.chat_model,
-                target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
-                readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
-            )
-        except INFRA_ERRORS as e:
-            say(attempt, "stopped: infrastructure")
-            raise stop(f"synthesis of {capability}", e, _stored(summaries, attempt, generated=True)) from None
-        record = _record(outcome, f"{prompt.name}@{prompt.version}")
-        store.put_validation(row.id, report=record, passed=outcome.verdict.accepted)
-        summary = _summary(row, record, resumed=False)
-        store.set_synthetic_env_status(row.id, summary.status)
-        summaries.append(summary)
-        say(attempt, f"{summary.status}" + (f": {', '.join(summary.failed_checks)}" if summary.failed_checks else ""))
-        if outcome.verdict.accepted:
-            return _accepted(deps, run_id, capability, row, summaries)
-        feedback = record["feedback"]
-    last = summaries[-1] if summaries else None
-    reason = (f"no attempt passed in {len(summaries)}; the last failed at {last.stage}: {', '.join(last.failed_checks)}"
-              if last else "no attempt was made (synthesis.max_attempts)")
-    return SynthesisResult(run_id=run_id, capability=capability, status="unsynthesized", attempts=summaries,
-                           reason=reason, rollouts=sum(s.rollouts for s in summaries))
-
-
-def _stored(summaries: list[AttemptSummary], attempt: int, *, generated: bool) -> str:
+def _stored(attempt: int, *, generated: bool) -> str:
     decided = "attempt 1 keeps its verdict; " if attempt == 2 else f"attempts 1-{attempt - 1} keep their verdicts; " if attempt > 2 else ""
     this = f"attempt {attempt}'s code is stored without a verdict and is validated again on resume" if generated else \
         f"attempt {attempt} is generated again on resume"
     return decided + this
-
-
-def _accepted(deps: SynthesisDeps, run_id: str, capability: str, row: Any, summaries: list[AttemptSummary]) -> SynthesisResult:
-    path = _write(accepted_module_path(deps.workspace, run_id, capability), row.code)
-    return SynthesisResult(run_id=run_id, capability=capability, status="accepted", attempts=summaries,
-                           accepted_attempt=row.attempt, module_path=str(path), rollouts=sum(s.rollouts for s in summaries))
 
 
 def synthesis_status(store: Any, run_id: str, capability: str, max_attempts: int) -> tuple[str, str | None]:

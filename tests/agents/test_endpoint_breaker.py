@@ -19,7 +19,7 @@ from agents.structured_http import StructuredHTTP
 from envs.breaker import CircuitBreaker, CircuitOpen
 from envs.errors import EndpointError
 from envs.protocol import Message
-from serving.fake_openai import FakeOpenAIServer, structured_reply, text_reply
+from fixtures.fake_openai import FakeOpenAIServer, structured_reply, text_reply
 from serving.openai_policy import EndpointPolicy
 
 WIRE = [{"role": "user", "content": "label episode 7"}]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from agents.errors import StructuredOutputError
 from agents.llm import ScriptedChatModel, astructured_call, make_chat_model, prompt_config, structured_call
 from gapforge.config import EndpointConfig
-from serving.fake_openai import FakeOpenAIServer
+from fixtures.fake_openai import FakeOpenAIServer
 
 ASK = [SystemMessage("You name capabilities."), HumanMessage("Name one.")]
 

@@ -15,7 +15,7 @@ from envs.errors import EnvError
 from envs.protocol import Message, PolicyModel, ToolCall
 from gapforge.config import EndpointConfig
 from locker_env import LockerEnv
-from serving.fake_openai import FakeOpenAIServer, tool_call_message
+from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 
 
 def call(name: str, arguments: dict | str | None = None) -> dict:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from envs.breaker import reset_breakers
 from gapforge.cli import app
-from serving.fake_openai import FakeOpenAIServer, Faults, text_reply
+from fixtures.fake_openai import FakeOpenAIServer, Faults, text_reply
 from store import Store
 
 ROOT = Path(__file__).parents[2]

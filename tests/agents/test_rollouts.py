@@ -21,7 +21,7 @@ from agents.scripted import ScriptedChatModel
 from envs.registry import make_env
 from gapforge.cli import app
 from gapforge.config import EndpointConfig
-from serving.fake_openai import FakeOpenAIServer, tool_call_message
+from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from store import Store
 
 TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]

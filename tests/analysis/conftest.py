@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.analysis.config import AnalysisConfig
-from agents.planted_policy import collect_planted
+from fixtures.planted_policy import collect_planted
 from envs.shop.env import ShopEnv
 from store import Store
 

@@ -22,7 +22,7 @@ from agents.analysis.recorded import recorded_analyst
 from agents.analysis.service import analyze_run
 from agents.llm import make_chat_model
 from gapforge.config import EndpointConfig
-from serving.fake_openai import FakeOpenAIServer
+from fixtures.fake_openai import FakeOpenAIServer
 
 RUN = "r-analysis"  # the run tests/analysis/conftest.py collects
 
@@ -153,7 +153,7 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
     import secrets
 
     from agents.analysis.discovery import discover
-    from agents.planted_policy import collect_planted
+    from fixtures.planted_policy import collect_planted
     from store import Store
 
     with Store(postgres_url) as store:

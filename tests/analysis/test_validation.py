@@ -14,7 +14,7 @@ from agents.analysis.discovery import discover
 from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import recorded_analyst
 from agents.errors import StructuredOutputError
-from agents.planted_policy import PlantedDeficit, play
+from fixtures.planted_policy import PlantedDeficit, play
 from agents.scripted import ScriptedChatModel
 from envs.shop.env import ShopEnv
 from store import Store

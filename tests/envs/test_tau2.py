@@ -11,7 +11,7 @@ pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .
 from envs.errors import EnvError
 from envs.protocol import Message, TargetEnvironment, ToolCall
 from envs.tau2 import Tau2Env, UserEndpoint, judge
-from serving.fake_openai import FakeOpenAIServer
+from fixtures.fake_openai import FakeOpenAIServer
 from tests.envs.conformance import check_conformance
 
 pytestmark = pytest.mark.tau2

@@ -12,7 +12,7 @@ from envs.protocol import Message, TargetEnvironment, ToolCall
 from envs.registry import make_env
 from envs.tau2 import Tau2Env, UserEndpoint
 from envs.tau2.reference import gold_script, run_adapter
-from serving.fake_openai import FakeOpenAIServer
+from fixtures.fake_openai import FakeOpenAIServer
 from tests.envs.conformance import check_conformance
 
 pytestmark = pytest.mark.tau2

@@ -77,3 +77,17 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
         assert {"eval:base", "eval:trace_routed", "eval:baseline_hints"} <= names  # the GRPO-on-target baseline is off in the demo
     report = next(ln.split("report: ", 1)[1] for ln in lines if ln.startswith("report: "))
     assert Path(report).is_file()
+
+
+def test_a_given_model_directory_alone_makes_the_demo_use_it(tmp_path: Path) -> None:
+    from gapforge.config import load_config
+    from gapforge.demo import demo_config, with_base_policy
+
+    own = tmp_path / "my-model"
+    own.mkdir()
+    cfg = demo_config(load_config(None, [f"workspace={tmp_path / 'ws'}"], environ={}), [f"policy.local_path={own}"])
+    assert cfg.policy.kind == "scripted"  # the path alone, as a user gives it
+    used = with_base_policy(cfg, [f"policy.local_path={own}"])
+    assert used.policy.kind == "local" and used.policy.local_path == str(own)
+    shipped = with_base_policy(demo_config(load_config(None, [f"workspace={tmp_path / 'ws'}"], environ={})))
+    assert shipped.policy.kind == "local" and shipped.policy.local_path.endswith("shop-policy")

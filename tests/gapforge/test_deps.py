@@ -85,3 +85,25 @@ def test_readiness_and_training_temperatures_must_agree() -> None:
         load_config(None, ["training.temperature=0.7"], environ={})
     cfg = load_config(None, ["training.temperature=0.7", "grpo_readiness.temperature=0.7"], environ={})
     assert cfg.grpo_readiness.temperature == cfg.training.temperature == 0.7
+
+
+def test_the_base_policy_is_made_once_even_when_stages_ask_from_several_threads() -> None:
+    import threading
+    import time
+
+    made: list[str] = []
+
+    def slow_policy(cfg):  # noqa: ANN001, ANN202 - loading weights takes a while
+        time.sleep(0.2)
+        made.append("policy")
+        return _Policy([])
+
+    deps = StageDeps(open_store=lambda: None, open_pool=lambda: None, policy_factory=slow_policy,  # type: ignore[arg-type,return-value]
+                     chat_model_factory=lambda role: role)  # type: ignore[arg-type,return-value]
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(deps.base_policy())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == ["policy"] and len({id(p) for p in got}) == 1

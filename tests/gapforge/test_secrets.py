@@ -18,7 +18,7 @@ from gapforge.config import ConfigError, load_config
 from gapforge.errors import UsageError
 from gapforge.run_session import RunOptions, config_from_record, run_record
 from gapforge.wiring import apply_policy_spec, make_policy
-from serving.fake_openai import FakeOpenAIServer, text_reply
+from fixtures.fake_openai import FakeOpenAIServer, text_reply
 from store.redact import install_log_redaction, redact
 
 PLANTED = "PLANTED-s3cr3t-7781"

@@ -1,4 +1,4 @@
-"""Fixtures for the graph tests: a workspace config for the fake stage services."""
+"""Fixtures for the graph tests: a workspace config selecting the fake stage services (`stages: fixtures`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-FAKES = "tests.graph.fakes:open_stages"
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_config(path: Path, workspace: Path, **extra: object) -> Path:
     data = {
         "workspace": str(workspace),
+        "stages": "fixtures",
         "analysis": {"passes": 2, "min_passes": 2},
         "synthesis": {"max_attempts": 3},
         **extra,

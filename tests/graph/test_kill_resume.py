@@ -13,15 +13,15 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
-from tests.graph.conftest import FAKES, ROOT, calls, write_config
-from tests.graph.fakes import row_counts
+from tests.graph.conftest import ROOT, calls, write_config
 
 # Where to kill, in the order the run reaches them: mid-rollouts, mid-labeling pass 2,
-# synthesis attempt 2 of beta (alpha's branch goes on meanwhile), training of beta, mid-evaluation.
-HOLDS = ("collect_rollouts", "label:1", "synthesize:beta:2", "train:beta", "evaluate")
+# synthesis attempt 2 of beta (alpha's branch goes on meanwhile), training of beta, the baseline, mid-evaluation.
+HOLDS = ("collect_rollouts", "label:1", "synthesize:beta:2", "train:beta", "train_baseline", "evaluate")
 
 
 def _cli(*args: str, out: Path) -> subprocess.Popen[bytes]:
@@ -43,7 +43,7 @@ def _kill_when_held(proc: subprocess.Popen[bytes], workspace: Path, log: Path) -
 
 def test_kill_at_each_stage_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     ref_cfg = write_config(tmp_path / "ref.yaml", tmp_path / "ref")
-    result = CliRunner().invoke(app, ["run", "--config", str(ref_cfg), "--stages", FAKES])
+    result = CliRunner().invoke(app, ["run", "--config", str(ref_cfg)])
     assert result.exit_code == 0, result.output
     ref_id = result.output.split()[1]
     with open_store(load_config(ref_cfg)) as store:
@@ -56,12 +56,18 @@ def test_kill_at_each_stage_then_resume_matches_an_uninterrupted_run(tmp_path: P
     run_id = None
     for hold in HOLDS:
         (workspace / "hold").write_text(hold)
-        args = ["run", "--config", str(cfg)] + (["--resume", run_id] if run_id else ["--stages", FAKES])
+        args = ["run", "--config", str(cfg)] + (["--resume", run_id] if run_id else [])
         proc = _cli(*args, out=log)
         _kill_when_held(proc, workspace, log)
         run_id = run_id or log.read_text().split()[1]
         with open_store(load_config(cfg)) as store:
             assert store.get_run(run_id).status == "interrupted"  # killed: its dead lease is reaped when the store is opened
+        if hold == "collect_rollouts":  # what a user sees after the kill: the status, how to resume, how far the stage got
+            state = CliRunner().invoke(app, ["state", run_id, "--config", str(cfg)]).output
+            assert "status: interrupted" in state and f"continue with `gapforge run --resume {run_id}`" in state, state
+            assert "in progress: collect_rollouts: 5/10 episodes" in state, state
+            runs = CliRunner().invoke(app, ["runs", "--config", str(cfg)]).output
+            assert f"{run_id} is interrupted: continue with `gapforge run --resume {run_id}`" in runs, runs
     (workspace / "hold").unlink()
     proc = _cli("run", "--resume", run_id, "--config", str(cfg), out=log)
     assert proc.wait(120) == 0, log.read_text()

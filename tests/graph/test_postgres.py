@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
-from tests.graph.conftest import FAKES, write_config
-from tests.graph.fakes import row_counts
+from tests.graph.conftest import write_config
 
 pytestmark = pytest.mark.postgres
 
@@ -22,7 +22,7 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
     pytest.importorskip("langgraph.checkpoint.postgres", reason="the postgres extra is not installed")
     cfg = write_config(tmp_path / "pg.yaml", tmp_path / "ws", store={"url": postgres_url})
     runner = CliRunner()
-    out = runner.invoke(app, ["run", "--review", "--config", str(cfg), "--stages", FAKES])
+    out = runner.invoke(app, ["run", "--review", "--config", str(cfg)])
     assert out.exit_code == 0, out.output
     rid = out.output.split()[1]
     assert "paused before review" in out.output
@@ -41,7 +41,7 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
     out = runner.invoke(app, ["run", "--resume", rid, "--config", str(cfg)])
     assert out.exit_code == 0, out.output
     with open_store(load_config(cfg)) as store:
-        assert row_counts(store, rid)["adapters"] == 2
+        assert row_counts(store, rid)["adapters"] == 3  # alpha, beta, the GRPO-on-target baseline
         assert store.get_run(rid).status == "done"
 
     hist = runner.invoke(app, ["history", rid, "--config", str(cfg)]).output

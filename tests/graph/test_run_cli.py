@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
-from tests.graph.conftest import FAKES, calls
-from tests.graph.fakes import row_counts
+from tests.graph.conftest import calls
 
 runner = CliRunner()
 
@@ -41,7 +41,7 @@ def history_rows(output: str) -> list[tuple[int, str, str, str]]:
 
 
 def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
-    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    code, out = invoke("run", "--config", str(fake_config))
     assert code == 0, out
     rid = run_id_of(out)
     assert "select: done; retained: alpha, beta" in out
@@ -52,7 +52,7 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
         assert store.get_run(rid).status == "done"
     assert counts == {
         "episodes": 10, "capabilities": 3, "labels": 60, "capability_stats": 6,
-        "synthetic_envs": 3, "validations": 3, "adapters": 2, "evaluations": 2,
+        "synthetic_envs": 3, "validations": 3, "adapters": 3, "evaluations": 2,  # adapters: alpha, beta, the GRPO-on-target baseline
     }  # fmt: skip
 
     code, out = invoke("runs", "--config", str(fake_config))
@@ -64,6 +64,7 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     assert re.search(r"gamma\s+│\s+rejected", out)
     assert "0.20 → 0.70 (step 4)" in out  # held-out before → after and the checkpoint kept
     assert re.search(r"label\s+│\s+20\s", out)  # cost: 2 passes x 10 labeling calls
+    assert "train_baseline: done" in out and re.search(r"train_baseline\s+│(\s+-\s+│){3}\s+16\s", out)  # its own node, its rollouts counted
     assert f"reports/{rid}.md" in out and (workspace / "reports" / f"{rid}.md").is_file()
 
     code, out = invoke("history", rid, "--config", str(fake_config))
@@ -71,14 +72,14 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     rows = history_rows(out)
     assert [r[2] for r in rows] == [
         "start", "collect_rollouts", "discover", "label", "label", "select", "review", "capability",
-        "build_router", "evaluate", "report",
+        "build_router", "train_baseline", "evaluate", "report",
     ]  # fmt: skip
     assert [r[0] for r in rows] == list(range(len(rows)))
     assert "dictionary: alpha, beta, gamma" in out
 
 
 def test_fork_with_another_delta_reuses_rollouts_and_labels(fake_config: Path) -> None:
-    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    code, out = invoke("run", "--config", str(fake_config))
     rid = run_id_of(out)
     workspace = load_config(fake_config).workspace
     _, hist = invoke("history", rid, "--config", str(fake_config))
@@ -104,7 +105,7 @@ def test_fork_with_another_delta_reuses_rollouts_and_labels(fake_config: Path) -
 
 
 def test_fork_refuses_a_checkpoint_after_select_and_unknown_ids(fake_config: Path) -> None:
-    _, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    _, out = invoke("run", "--config", str(fake_config))
     rid = run_id_of(out)
     _, hist = invoke("history", rid, "--config", str(fake_config))
     after_select = next(r[1] for r in history_rows(hist) if r[2] == "select")
@@ -117,7 +118,7 @@ def test_fork_refuses_a_checkpoint_after_select_and_unknown_ids(fake_config: Pat
 
 
 def test_review_pauses_then_edit_and_resume(fake_config: Path) -> None:
-    code, out = invoke("run", "--review", "--config", str(fake_config), "--stages", FAKES)
+    code, out = invoke("run", "--review", "--config", str(fake_config))
     assert code == 0, out
     rid = run_id_of(out)
     assert "paused before review" in out
@@ -130,7 +131,7 @@ def test_review_pauses_then_edit_and_resume(fake_config: Path) -> None:
     code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
     assert code == 0, out
     with open_store(load_config(fake_config)) as store:
-        assert [a.capability for a in store.adapters(rid)] == ["beta"]
+        assert [a.capability for a in store.adapters(rid)] == ["beta", None]  # None: the GRPO-on-target baseline
         assert store.get_run(rid).status == "done"
     code, out = invoke("state", rid, "--config", str(fake_config))
     assert re.search(r"alpha\s+│\s+dropped", out) and re.search(r"beta\s+│\s+trained", out)
@@ -142,13 +143,13 @@ def test_one_capability_crash_is_recorded_and_the_others_go_on(fake_config: Path
     workspace = load_config(fake_config).workspace
     workspace.mkdir(parents=True)
     (workspace / "fail_train").write_text("alpha")
-    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    code, out = invoke("run", "--config", str(fake_config))
     assert code == 0, out
     rid = run_id_of(out)
     assert "train (alpha): status=failed; error=train: RuntimeError: trainer process for alpha exited" in out
     assert "train (beta): status=trained" in out
     with open_store(load_config(fake_config)) as store:
-        assert [a.capability for a in store.adapters(rid)] == ["beta"]
+        assert [a.capability for a in store.adapters(rid)] == ["beta", None]  # None: the GRPO-on-target baseline
         assert store.get_evaluation(rid, "trace_routed").metrics["pass_rate"] == pytest.approx(0.6)  # routed to beta only
 
 
@@ -156,7 +157,7 @@ def test_a_sandbox_lost_for_good_stops_the_run_with_exit_3_not_the_capability(fa
     workspace = load_config(fake_config).workspace
     workspace.mkdir(parents=True)
     (workspace / "sandbox_down").write_text("alpha")
-    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    code, out = invoke("run", "--config", str(fake_config))
     assert code == 3 and "Traceback" not in out, out
     rid = out.split()[1]
     errors = [line for line in out.splitlines() if line.startswith("error:")]
@@ -169,14 +170,14 @@ def test_a_sandbox_lost_for_good_stops_the_run_with_exit_3_not_the_capability(fa
     code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
     assert code == 0, out
     with open_store(load_config(fake_config)) as store:
-        assert store.get_run(rid).status == "done" and {a.capability for a in store.adapters(rid)} == {"alpha", "beta"}
+        assert store.get_run(rid).status == "done" and {a.capability for a in store.adapters(rid)} == {"alpha", "beta", None}
 
 
 def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fake_config: Path) -> None:
     workspace = load_config(fake_config).workspace
     workspace.mkdir(parents=True)
     (workspace / "endpoint_down").write_text("")
-    code, out = invoke("run", "--config", str(fake_config), "--stages", FAKES)
+    code, out = invoke("run", "--config", str(fake_config))
     assert code == 2 and "Traceback" not in out
     rid = out.split()[1]
     assert f"kept failing (connection refused) after 4 retries (fix it, then `gapforge run --resume {rid}`)" in out
@@ -188,4 +189,4 @@ def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fak
     assert "collect_rollouts" not in out  # finished before the outage: not redone
     assert calls(workspace).count("rollout task-0") == 1
     with open_store(load_config(fake_config)) as store:
-        assert store.get_run(rid).status == "done" and row_counts(store, rid)["adapters"] == 2
+        assert store.get_run(rid).status == "done" and row_counts(store, rid)["adapters"] == 3

@@ -1,4 +1,4 @@
-"""Small parts of the real stage bindings (gapforge/run_stages.py) that need no stage to be installed."""
+"""Small parts of the real stage bindings (gapforge/stages/) and the training launcher that need no stage to be installed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gapforge.run_stages import require, stop_orphans
+from gapforge.stages.common import require
 from graph.context import StageUnavailable
+from training.run import pid_file, stop_stale_job
 
 
 def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors_through(tmp_path: Path) -> None:
@@ -24,15 +25,19 @@ def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors
         sys.path.remove(str(tmp_path))
 
 
-def test_stop_orphans_kills_only_the_training_process_of_that_job(tmp_path: Path) -> None:
+def test_a_stale_job_is_stopped_through_its_pid_file_and_nothing_else(tmp_path: Path) -> None:
     spec, other = tmp_path / "alpha.json", tmp_path / "beta.json"
     sleeper = "import time; time.sleep(120)"
     mine = subprocess.Popen([sys.executable, "-c", sleeper, "training.run", str(spec)])
     theirs = subprocess.Popen([sys.executable, "-c", sleeper, "training.run", str(other)])
     try:
-        assert stop_orphans(str(spec)) == 1
+        pid_file(spec).write_text(f"{mine.pid}\n")
+        pid_file(other).write_text(f"{mine.pid}\n")  # a pid file naming a process that trains another spec: left alone
+        assert stop_stale_job(other) is False and mine.poll() is None
+        assert stop_stale_job(spec) is True
         assert mine.wait(10) == -9
-        assert theirs.poll() is None
+        assert theirs.poll() is None and not pid_file(spec).exists()
+        assert stop_stale_job(spec) is False  # no pid file: nothing to stop
     finally:
         theirs.kill()
         mine.kill()

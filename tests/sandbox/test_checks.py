@@ -100,7 +100,7 @@ def _accepted_recordings() -> list[Path]:
     """The recorded generator answers the recorded reviewer accepts (the last attempt of each capability)."""
     import yaml
 
-    root = Path(__file__).parents[2] / "agents" / "synthesis" / "recordings"
+    root = Path(__file__).parents[2] / "fixtures" / "recordings"
     rec = yaml.safe_load((root / "shop.yaml").read_text())
     return [root / rec["synthesis_generator"][cap][-1]["code_file"] for cap, verdicts in rec["synthesis_reviewer"].items()
             if verdicts[-1]["verdict"] == "accept"]

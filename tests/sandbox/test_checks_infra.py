@@ -23,7 +23,7 @@ from sandbox.checks.grpo import acheck_grpo_ready
 from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.env import SandboxedEnv
 from sandbox.pool import SandboxPool
-from serving.fake_openai import FakeOpenAIServer, text_reply
+from fixtures.fake_openai import FakeOpenAIServer, text_reply
 from serving.openai_policy import EndpointPolicy
 
 BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"

@@ -11,7 +11,7 @@ import pytest
 from envs.errors import EndpointError, MalformedOutputError
 from envs.protocol import Message
 from envs.breaker import CircuitBreaker, CircuitOpen
-from serving.fake_openai import FakeOpenAIServer, Faults, text_reply
+from fixtures.fake_openai import FakeOpenAIServer, Faults, text_reply
 from serving.openai_policy import EndpointPolicy, retry_after_s
 
 CONVO = [Message.system("be brief"), Message.user("hi")]

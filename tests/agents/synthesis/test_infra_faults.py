@@ -11,7 +11,7 @@ from synth_fixtures import analysed_run, store_at
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from serving.fake_openai import FakeOpenAIServer, text_reply
+from fixtures.fake_openai import FakeOpenAIServer, text_reply
 
 CAP = "precondition_verification"
 

@@ -22,6 +22,8 @@ from sandbox.checks.result_shapes import (
 
 BAD = Path(__file__).parent / "bad"
 EXAMPLES = Path(__file__).parents[3] / "envs" / "examples"
+# The recorded generator's attempt 1: the example env with one defect (get_order_details renames the shop's result keys)
+RECORDED_ATTEMPT_1 = Path(__file__).parents[3] / "fixtures" / "recordings" / "shop" / "precondition_verification_1.py"
 NEW = {"result_format", "no_leakage", "reward_hacking"}
 
 
@@ -52,12 +54,12 @@ def test_examples_pass_the_new_checks(name: str, shop) -> None:
 
 
 @pytest.mark.parametrize(("name", "check", "needle"), [
-    ("drifting_results.py", "result_format", "keys ['id', 'lines', 'state'] that the target never returns"),
+    (RECORDED_ATTEMPT_1, "result_format", "keys ['id', 'lines', 'state'] that the target never returns"),
     ("leaks_answer.py", "no_leakage", "system message"),
     ("claims_pay.py", "reward_hacking", "exploit `claim_success`"),
 ])
 def test_each_bad_module_fails_its_check_with_evidence(name: str, check: str, needle: str, shop) -> None:
-    report = run(BAD / name, shop)
+    report = run(BAD / name, shop)  # (an absolute path stays itself)
     assert report.failed_names() == {check}, report.failures_for_generator()
     result = report.check(check)
     assert needle in result.summary, result.summary

@@ -1,22 +1,23 @@
-"""The repair loop end to end, offline, in the Docker sandbox: recorded generator / reviewer
-answers (the shop story), real static gate, real checks, real store."""
+"""Synthesis attempts end to end, offline, in the Docker sandbox: recorded generator / reviewer
+answers (the shop story), real static gate, real checks, real store. The attempts are driven by
+the standalone command's driver (`asynthesize_capability`), which runs the service's two steps
+(generate_attempt, avalidate_stored_attempt) attempt after attempt, as the graph does."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from synth_fixtures import analysed_run, store_at
 
+from agents.deps import StageDeps
 from agents.scripted import ScriptedChatModel
 from agents.synthesis.recorded import synthesis_rules
-from agents.synthesis.service import (
-    SynthesisDeps,
-    accepted_module_path,
-    synthesize_capability,
-)
+from agents.synthesis.service import SynthesisResult, asynthesize_capability
 from sandbox.pool import SandboxPool
+from store.workspace import Workspace
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftover_containers")]
 
@@ -42,9 +43,24 @@ def spy_model(prompts: list[tuple[str, str]], kill_at: str | None = None) -> Scr
     return ScriptedChatModel.from_dict({name: wrap(name) for name in rules})
 
 
-def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, kill_at: str | None = None) -> SynthesisDeps:
-    return SynthesisDeps(store=store, chat_model=spy_model(prompts, kill_at), workspace=tmp, config=cfg,
-                         sandbox=sandbox_cfg, pool=pool)
+def _no_pool() -> Any:
+    raise AssertionError("no sandbox was needed: every verdict is stored")
+
+
+def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, kill_at: str | None = None) -> StageDeps:
+    """The one dependencies object over the test's store and pool (policy.kind scripted: no readiness rollouts)."""
+    model = spy_model(prompts, kill_at)
+    return StageDeps(open_store=lambda: store, open_pool=(lambda: pool) if pool is not None else _no_pool,
+                     policy_factory=lambda _cfg: None, chat_model_factory=lambda role: model,  # type: ignore[arg-type,return-value]
+                     sandbox=sandbox_cfg, synthesis=cfg, workspace=Workspace(tmp))  # fmt: skip
+
+
+def synthesize_capability(deps: StageDeps, run: str, capability: str) -> SynthesisResult:
+    return asyncio.run(asynthesize_capability(deps, run, capability))
+
+
+def accepted_module_path(tmp: Path, run: str, capability: str) -> Path:
+    return Workspace(tmp).synthetic_env(run, capability)
 
 
 def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynthesized(tmp_path, sandbox_cfg, synthesis_cfg) -> None:

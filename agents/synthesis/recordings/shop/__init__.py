@@ -1,1 +1,0 @@
-"""Recorded generator answers for the shop story (read as text, never imported)."""

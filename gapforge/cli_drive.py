@@ -1,0 +1,67 @@
+"""Printing a graph run as it drives: the live progress view, then how it ended (tables, headline, report), the
+exit code. Shared by `gapforge run / fork` (cli_run.py) and `gapforge demo` (demo.py); the lifecycle itself is
+gapforge/run_session.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from gapforge.cli_common import USER_ERRORS, console, fail
+from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE
+from gapforge.run_session import RunOptions, drive_run
+from gapforge.run_view import ProgressView, capability_table, evaluation_table
+
+
+def print_table(table: Any) -> None:
+    """Tables are wide: render at least 160 columns even when piped (rich defaults to 80)."""
+    Console(width=max(console.width, 160) if not console.is_terminal else None).print(table)
+
+
+def say(line: str) -> None:
+    console.print(line, highlight=False, soft_wrap=True)
+
+
+def store_of(cfg: Any) -> Any:
+    from gapforge.wiring import open_store
+
+    return open_store(cfg)
+
+
+def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool, last_line: bool = True) -> int:
+    """Run or resume `run_id` (gapforge/run_session.py) with a live progress view; print how it ended; the exit code."""
+    resume = f"gapforge run --resume {run_id}"
+    try:
+        with ProgressView(console) as view:
+            outcome = drive_run(cfg, store, run_id, options, fresh=fresh, on_event=view.event,
+                                log=lambda where, text: view.log(f"    {where}: {text}", "dim"))
+    except KeyboardInterrupt:
+        fail(f"interrupted; continue with `{resume}`", code=130)
+    except INCOMPLETE_ERRORS as e:  # an endpoint or the sandbox down past its retries: stored work kept, nothing blamed
+        fail(str(e.with_resume(resume) if hasattr(e, "with_resume") else e).splitlines()[0], code=INCOMPLETE_EXIT_CODE)
+    except USER_ERRORS as e:
+        fail(f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (fix it, then `{resume}`)")
+    if outcome.status == "paused":
+        say(f"paused before {', '.join(outcome.waiting_for)}: inspect with `gapforge review {run_id}`, decide with "
+             f"`gapforge review {run_id} --approve` (or --keep a,b), then `gapforge run --resume {run_id}`")
+    else:
+        values = outcome.values
+        print_table(capability_table(values))
+        if values.get("evaluation"):
+            print_table(evaluation_table(values))
+            for line in _headline(store, run_id):
+                say(line)
+        if values.get("report"):
+            say(f"report: {values['report']}")
+    if last_line:
+        say(f"run {run_id}")
+    return 0
+
+
+def _headline(store: Any, run_id: str) -> list[str]:
+    """The focus family's base -> TRACE result with its paired 95% interval (evaluation.summary), from the store."""
+    from evaluation.summary import headline
+
+    metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+    return headline(metrics) if metrics else []

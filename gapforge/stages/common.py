@@ -1,0 +1,66 @@
+"""What every stage binding shares: the run's config, the one dependencies object, the progress
+callback, one training slot, and the two helpers that say what a failure means."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.deps import StageDeps
+from gapforge.config import GapforgeConfig
+from graph.context import StageFailed, StageUnavailable
+
+Progress = Callable[[str, str], None]  # (stage or "stage capability", one line)
+
+
+def require(module: str, what: str) -> Any:
+    """Import a stage's module, or say honestly that the stage is not in this installation."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise StageUnavailable(f"{what} ({module}) is not in this installation") from None
+        raise
+
+
+def data_errors() -> tuple[type[BaseException], ...]:
+    """Errors meaning "this run's data cannot give a result" (recorded, not retried)."""
+    found: list[type[BaseException]] = []
+    for module, name in (("agents.analysis.errors", "AnalysisError"),):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+@dataclass
+class StageContext:
+    """One run's stage bindings share this; `deps` owns every policy, pool and store lifetime."""
+
+    cfg: GapforgeConfig
+    deps: StageDeps
+    progress: Progress = lambda where, text: None
+    train_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))  # one training process at a time
+
+    @property
+    def store(self) -> Any:
+        return self.deps.store
+
+    async def in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking service in a thread; its data errors become StageFailed."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except data_errors() as e:
+            raise StageFailed(str(e).splitlines()[0]) from None
+
+    def base_dir(self) -> str:
+        """The base model's weights on this machine: what training loads, and (policy.kind=endpoint) what vLLM serves."""
+        path = self.cfg.policy.local_path
+        if self.cfg.policy.kind not in ("local", "endpoint") or not path:
+            raise StageFailed("training, routing and evaluation need the base model's weights on this machine: set policy.local_path "
+                              "(with policy.kind=endpoint: the directory the vLLM server serves)")
+        return path

@@ -1,0 +1,50 @@
+"""`evaluate`: base vs TRACE (routed) vs each adapter vs the baselines on the held-out split (evaluation.service)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gapforge.stages.common import StageContext, require
+from gapforge.stages.routing import Routing
+from gapforge.wiring import make_target_env_factory
+from graph.context import Cost, EvaluationDone, StageFailed
+
+
+async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities: list[str]) -> EvaluationDone:
+    require("evaluation.service", "evaluation")
+    from evaluation.policies import GRPO_TARGET
+    from evaluation.service import evaluate_run
+
+    cfg, ecfg = sc.cfg, sc.cfg.evaluation
+    split = await asyncio.to_thread(sc.store.get_split, run_id)
+    if split is None:
+        raise StageFailed("no held-out split stored with the run (the analysis stores it)")
+    artifacts, backend, router = await asyncio.to_thread(routing.routed, run_id)
+    probe, make_env = make_target_env_factory(cfg, split.env)
+    tasks = list(split.heldout_tasks)
+    families = {t: probe.task_family(t) for t in tasks}
+    probe.close()
+    result = await evaluate_run(
+        sc.store, run_id, backend=backend, router=router, artifacts=artifacts, env=split.env, make_env=make_env, tasks=tasks,
+        families=families, trials=ecfg.trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
+        concurrency=cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=cfg.seed,
+        family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies, focus_family=ecfg.focus_family,
+        on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
+    )  # fmt: skip
+    summary = {p.name: _metrics(p.metrics) for p in result.policies}
+    return EvaluationDone(summary, Cost(policy_rollouts=sum(_played(p.metrics, families) for p in result.policies)))
+
+
+def _metrics(m: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation service's metrics -> the few numbers the state keeps."""
+    pr, mr = m.get("pass_rate") or {}, m.get("mean_reward") or {}
+    return {"pass_rate": pr.get("value"), "ci_low": pr.get("low"), "ci_high": pr.get("high"), "mean_reward": mr.get("value"),
+            "n": m.get("episodes") or m.get("n")}  # fmt: skip
+
+
+def _played(metrics: dict[str, Any], families: dict[str, str]) -> int:
+    """Episodes a policy actually played: its episodes less those it reused from the base (evaluation.reuse)."""
+    per_family = metrics.get("trials_by_family") or {}
+    reused = sum(per_family.get(families.get(t, ""), 0) for t in metrics.get("reused_base_tasks") or [])
+    return int(metrics.get("episodes", 0)) - reused

@@ -1,0 +1,88 @@
+"""`train` (one LoRA adapter per capability, GRPO on its accepted synthetic env) and `train_baseline`
+(the paper's GRPO-on-target baseline): each a job in its own process (training.run.run_jobs, which
+also stops a process left running by a killed earlier run: its pid file beside the job spec)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gapforge.stages.common import StageContext, require
+from graph.context import BaselineDone, Cost, StageFailed, TrainingDone
+
+
+def _step_line(sc: StageContext):
+    def on_event(name: str, event: dict[str, Any]) -> None:
+        """One progress line per GRPO step of a training process (its JSON step events)."""
+        if event.get("event") == "step":
+            sc.progress(f"train {name}", f"step {event.get('step')}/{event.get('max_steps')} reward {event.get('reward', 0):.3f} "
+                                         f"informative {event.get('informative_share', 0):.2f}")
+
+    return on_event
+
+
+async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
+    from training.run import run_jobs
+
+    async with sc.train_gate:  # one training process at a time (CPU/GPU memory)
+        (outcome,) = await asyncio.to_thread(run_jobs, [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
+    return outcome
+
+
+async def train(sc: StageContext, run_id: str, capability: str) -> TrainingDone:
+    """GRPO + LoRA on the capability's accepted synthetic env (written by synthesis), in its own process."""
+    require("training.service", "GRPO training")
+    from training.envs import EnvSpec
+    from training.service import TrainJob
+
+    cfg, ws = sc.cfg, sc.deps.workspace
+    module = ws.synthetic_env(run_id, capability)
+    if not module.is_file():
+        raise StageFailed(f"no accepted synthetic env module at {module}")
+    out = ws.adapter_dir(run_id, capability)
+    env = EnvSpec(kind="sandbox", module=str(module), sandbox=cfg.sandbox.model_dump(mode="json"))
+    job = TrainJob(name=capability, capability=capability, base_model=sc.base_dir(), env=env, config=cfg.training,
+                   out_dir=str(out), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
+    sc.progress(f"train {capability}", f"GRPO in its own process (log: {out}/steps.jsonl)")
+    outcome = await _run_job(sc, run_id, job)
+    res = outcome.result
+    if res is None or res.status != "done":
+        return TrainingDone(capability, None, False, error=outcome.error or "training failed")
+    return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after, kept_step=res.best_step,
+                        cost=Cost(policy_rollouts=res.steps * cfg.training.rollouts_per_step))  # fmt: skip
+
+
+async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
+    """The paper's baseline: GRPO directly on the target's analysis-split tasks, with the rollout budget of
+    all capability adapters together (selection on a held-back part of that split, never on the evaluation
+    tasks). Trained once per run; a failure is recorded and the evaluation goes on without it."""
+    cfg, store = sc.cfg, sc.store
+    if not cfg.evaluation.baseline_grpo:
+        return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
+    require("training.service", "GRPO training")
+    from evaluation.policies import GRPO_TARGET
+    from training.envs import EnvSpec
+    from training.service import TrainJob
+
+    row = await asyncio.to_thread(store.get_adapter, run_id, GRPO_TARGET)
+    if row is not None and row.status == "done":
+        return BaselineDone(GRPO_TARGET, int(row.metrics.get("steps") or 0))
+    spent = sum(int(a.metrics.get("steps") or 0) for a in await asyncio.to_thread(store.adapters, run_id) if a.capability and a.status == "done")
+    if spent == 0:
+        return BaselineDone(None, skipped="no capability adapter: no rollout budget to match")
+    split = await asyncio.to_thread(store.get_split, run_id)
+    if split is None:
+        raise StageFailed("no task split stored with the run (the analysis stores it)")
+    tasks = sorted(split.analysis_tasks)
+    held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
+    train_tasks = [t for t in tasks if t not in held]
+    tcfg = cfg.training.model_copy(update={"max_steps": spent})  # same steps x rollouts per step as the adapters together
+    env = EnvSpec(kind="target", target=split.env, train_tasks=train_tasks, heldout_tasks=held)
+    job = TrainJob(name=GRPO_TARGET, capability=None, base_model=sc.base_dir(), env=env, config=tcfg,
+                   out_dir=str(sc.deps.workspace.adapter_dir(run_id, GRPO_TARGET)), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
+    sc.progress("train_baseline", f"GRPO on the target's tasks ({spent} steps, the adapters' budget)")
+    outcome = await _run_job(sc, run_id, job)
+    res = outcome.result
+    if res is None or res.status != "done":
+        return BaselineDone(None, error=outcome.error or "training failed")
+    return BaselineDone(GRPO_TARGET, res.steps, cost=Cost(policy_rollouts=res.steps * tcfg.rollouts_per_step))

@@ -1,0 +1,86 @@
+"""No import cycle between modules anywhere (grimp's import graph, the one import-linter builds, every
+import counted: module level and inside functions; TYPE_CHECKING imports left out), and the composition
+root stays in small modules."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("gapforge", "graph", "evaluation", "agents", "training", "serving", "sandbox", "envs", "store", "prompts", "fixtures")
+
+
+def cycles(packages: Iterable[str]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    graph = grimp.build_graph(*packages, exclude_type_checking_imports=True)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            children = edges.get(node, [])
+            if i < len(children):
+                work.append((node, i + 1))
+                child = children[i]
+                if child not in index:
+                    work.append((child, 0))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return found
+
+
+def test_no_import_cycle_between_our_modules() -> None:
+    assert cycles(PACKAGES) == []
+
+
+def test_a_cycle_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "gf_cycle_probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from gf_cycle_probe import b  # noqa: F401\n")  # inside a function: still a cycle
+    (pkg / "b.py").write_text("from gf_cycle_probe import a  # noqa: F401\n")
+    (pkg / "c.py").write_text("from gf_cycle_probe import a  # noqa: F401\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert cycles(["gf_cycle_probe"]) == [["gf_cycle_probe.a", "gf_cycle_probe.b"]]
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "gapforge").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_composition_root_modules_stay_small(path: Path) -> None:
+    """~200 lines at most (the config composition excepted): one job per module."""
+    if path.name == "config.py":
+        return
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= 210, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
