@@ -38,10 +38,10 @@ def build(ws_root: Path, episodes: int, capabilities: int, passes: int) -> float
     (ws / "lineage.json").write_text(json.dumps({"samples": math.ceil(episodes / SHOP_TASKS), "capabilities": capabilities,
                                                  "failing_attempts": 2, "trials": 2, "steps": 12}))  # fmt: skip
     config = ws_root / "config.yaml"
-    config.write_text(f"workspace: {ws}\nanalysis: {{passes: {passes}, bootstrap: 200}}\nsynthesis: {{max_attempts: 3}}\n")
+    config.write_text(f"workspace: {ws}\nanalysis: {{passes: {passes}, bootstrap: 200}}\nsynthesis: {{max_attempts: 3}}\nstages: fixtures\n")
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "gapforge.cli", "run", "--config", str(config), "--stages", "tests.ui.lineage:open_stages"],
-                         cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    drive = "import sys; from pathlib import Path; from tests.ui.conftest import drive_lineage; print(drive_lineage(Path(sys.argv[1])))"
+    out = subprocess.run([sys.executable, "-c", drive, str(config)], cwd=ROOT, capture_output=True, text=True)  # the graph over tests/ui/lineage.py
     if out.returncode != 0:
         sys.exit(f"building the store failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     return time.perf_counter() - t0

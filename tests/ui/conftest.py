@@ -7,11 +7,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gapforge.cli import app
 
-STAGES = "tests.ui.lineage:open_stages"
+def drive_lineage(config: Path, *, review: bool = False) -> str:
+    """Run the REAL graph over tests/ui/lineage.py's stages (passed in-process: a run started from the CLI gets
+    its stages from its config, never from a code path); returns the run id."""
+    from gapforge.config import load_config
+    from gapforge.run_session import RunOptions, create_run, drive_run
+    from gapforge.wiring import open_store
+    from tests.ui.lineage import open_stages
+
+    cfg = load_config(config)
+    options = RunOptions(review=review)
+    with open_store(cfg) as store:
+        run_id = create_run(store, "trace", "run", cfg, options)
+        drive_run(cfg, store, run_id, options, fresh=True, open_stages=open_stages)
+    return run_id
 
 
 @dataclass(frozen=True)
@@ -33,7 +44,8 @@ class Lineage:
 
 def write_lineage_config(root: Path) -> Path:
     config = root / "config.yaml"
-    data = {"workspace": str(root / "ws"), "analysis": {"passes": 3, "bootstrap": 100}, "synthesis": {"max_attempts": 3}}
+    data = {"workspace": str(root / "ws"), "analysis": {"passes": 3, "bootstrap": 100}, "synthesis": {"max_attempts": 3},
+            "stages": "fixtures"}  # not the real services: drive_lineage passes the lineage stages
     config.write_text(yaml.safe_dump(data))
     return config
 
@@ -42,6 +54,4 @@ def write_lineage_config(root: Path) -> Path:
 def lineage(tmp_path_factory: pytest.TempPathFactory) -> Lineage:
     root = tmp_path_factory.mktemp("lineage")
     config = write_lineage_config(root)
-    out = CliRunner().invoke(app, ["run", "--config", str(config), "--stages", STAGES])
-    assert out.exit_code == 0, out.output
-    return Lineage(config, root / "ws", out.output.split()[1])
+    return Lineage(config, root / "ws", drive_lineage(config))

@@ -1,6 +1,6 @@
 """Stage services that build a whole run's lineage quickly, for the viewer's tests and bench/ui.py.
 
-`gapforge run --stages tests.ui.lineage:open_stages` drives the REAL graph (real checkpoints,
+`tests/ui/conftest.py drive_lineage` drives the REAL graph (real checkpoints,
 history, per-capability branches) over these stages. They write real rows with the store's
 writers: honest shop episodes from the planted-deficit policy (the real env, user and
 reward), labels from a deterministic analyst, the REAL selection statistics
@@ -29,6 +29,7 @@ from agents.planted_policy import PlantedDeficit, collect_planted
 from evaluation import stats
 from evaluation.run import child_run_id
 from graph.context import (
+    BaselineDone,
     CapabilityStats,
     Cost,
     DiscoveryDone,
@@ -130,6 +131,9 @@ class LineageStages:
             "accuracy": conf["accuracy"], "labels": labels, "matrix": conf["matrix"], "abstained": 0, "cases": cases,
             "prompt": "router@1", "margin": 0.0})  # fmt: skip
         return RouterDone(capabilities, {"accuracy": conf["accuracy"], "cases": len(cases), "abstained": 0})
+
+    async def train_baseline(self, run_id: str) -> BaselineDone:
+        return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
 
     def _evaluate(self, run_id: str, capabilities: list[str]) -> dict[str, dict[str, float]]:
         split = self.store.get_split(run_id)

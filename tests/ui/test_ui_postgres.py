@@ -11,11 +11,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 import yaml  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
-
-from gapforge.cli import app  # noqa: E402
 from store.reader import StoreReader  # noqa: E402
-from tests.ui.conftest import STAGES  # noqa: E402
+from tests.ui.conftest import drive_lineage  # noqa: E402
 from ui.app import create_app  # noqa: E402
 from ui.sources import UiSettings  # noqa: E402
 
@@ -25,10 +22,9 @@ pytestmark = pytest.mark.postgres
 def test_viewer_reads_a_postgres_store_and_its_checkpoints(postgres_url: str, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"workspace": str(tmp_path / "ws"), "store": {"url": postgres_url},
-                                      "analysis": {"passes": 2, "min_passes": 2, "bootstrap": 50}, "synthesis": {"max_attempts": 3}}))  # fmt: skip
-    out = CliRunner().invoke(app, ["run", "--config", str(config), "--stages", STAGES])
-    assert out.exit_code == 0, out.output
-    rid = out.output.split()[1]
+                                      "analysis": {"passes": 2, "min_passes": 2, "bootstrap": 50}, "synthesis": {"max_attempts": 3},
+                                      "stages": "fixtures"}))  # fmt: skip
+    rid = drive_lineage(config)
     settings = UiSettings(store_url=postgres_url, checkpoint_path=tmp_path / "unused.sqlite", workspace=tmp_path / "ws",
                           allowed_hosts=("testserver",))  # fmt: skip
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
