@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import statistics
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -31,6 +31,13 @@ class EpisodeSink(Protocol):
 
     def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None:
         """The new episode's id, or None when the key was already stored (e.g. by another process)."""
+
+
+class EpisodePlayer(Protocol):
+    """Plays one episode somewhere else (e.g. executor/: a Ray actor holding its own policy and envs) and
+    returns it; the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
+
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout: ...
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,22 @@ def episode_fields(ep: Rollout, task_family: str | None) -> dict[str, Any]:
     }
 
 
+async def play_episode(
+    policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
+    temperature: float | None, executor: Executor,
+) -> Rollout:
+    """One episode of (task, sample) on a fresh env, closed after; blocking env calls on `executor`. Sets
+    `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
+    episode samples the same tokens wherever and with whatever else it is played."""
+    episode_key.set(f"{task_id}#{sample}")
+    loop = asyncio.get_running_loop()
+    env = await loop.run_in_executor(executor, make_env)
+    try:
+        return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor)
+    finally:
+        await loop.run_in_executor(executor, env.close)
+
+
 async def collect(
     plan: CollectPlan,
     *,
@@ -103,6 +126,7 @@ async def collect(
     on_episode: Callable[[Rollout], None] | None = None,
     families: dict[str, str] | None = None,
     result: CollectResult | None = None,
+    player: EpisodePlayer | None = None,
 ) -> CollectResult:
     """Run every (task, sample) of the plan that the sink does not hold yet.
 
@@ -111,7 +135,9 @@ async def collect(
     Blocking calls (env construction, env calls, store writes) run on a thread pool
     of `plan.concurrency` workers, so `concurrency` blocking envs (tau2, the sandbox,
     an LLM user) really run at once (asyncio's default executor caps at cpu+4).
-    The policy is the caller's: collect never closes it.
+    The policy is the caller's: collect never closes it. With a `player` (executor/: Ray workers that
+    hold their own policy and envs) the episodes are played there and only written here; `make_env`
+    and `policy` then go unused.
     """
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=plan.concurrency + 1, thread_name_prefix="rollout") as pool:
@@ -128,13 +154,12 @@ async def collect(
         fams = families or {}
 
         async def one(task_id: str, sample: int) -> None:
-            episode_key.set(f"{task_id}#{sample}")  # this task's own context: a local policy seeds from it
             async with gate:
-                env = await blocking(make_env)
-                try:
-                    ep = await run_episode(policy, env, task_id, max_turns=plan.max_turns, temperature=plan.temperature, executor=pool)
-                finally:
-                    await blocking(env.close)
+                if player is not None:
+                    ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature)
+                else:
+                    ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns,
+                                            temperature=plan.temperature, executor=pool)
                 if ep.infrastructure_failure:
                     result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
                 else:

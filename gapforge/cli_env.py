@@ -17,7 +17,7 @@ from rich.table import Table
 from gapforge.cli_common import ConfigOpt, SetOpt, console, err_console, get_config, handle_errors
 from gapforge.config import GapforgeConfig
 from gapforge.errors import UsageError
-from gapforge.wiring import build_deps
+from gapforge.wiring import build_deps, sandbox_checks
 
 if TYPE_CHECKING:
     from agents.selftest import ValidationOutcome
@@ -90,6 +90,7 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
                     deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations",
                     json_out=json_out, target_result_shapes=target_result_shapes,
                     progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
+                    checks=sandbox_checks(cfg),  # None: in this machine's sandbox
                 )
             finally:
                 await deps.aclose_policies()

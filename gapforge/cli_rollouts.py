@@ -15,7 +15,7 @@ from store.fencing import LeaseLost
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
 from agents.rollouts import CollectResult, RolloutSummary, rollout_summary
 from gapforge.run_lease import run_lease
-from gapforge.wiring import apply_policy_spec, build_deps, make_target_env_factory, open_store
+from gapforge.wiring import apply_policy_spec, build_deps, episode_player, make_target_env_factory, open_store
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
 
@@ -122,7 +122,9 @@ def collect_cmd(
 
             async def run_and_close() -> CollectResult:
                 try:
-                    return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=advance, result=live)
+                    async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
+                        return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=advance,
+                                             result=live, player=player)
                 finally:
                     await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
 

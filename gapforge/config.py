@@ -20,6 +20,7 @@ from agents.router import RoutingConfig  # the router's own section (agents/rout
 from agents.synthesis.config import SynthesisConfig
 from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
 from evaluation.config import EvaluationConfig
+from executor.config import ExecutorConfig
 from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
@@ -28,7 +29,7 @@ from store.redact import redact, redact_tree
 from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
-    "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
+    "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "ExecutorConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
     "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "StoreConfig",
     "SynthesisConfig", "TrainingConfig", "load_config", "parse_override",
 ]
@@ -53,6 +54,7 @@ class GapforgeConfig(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:

@@ -92,7 +92,7 @@ class RealStages:
         self._policy: Any = None
         self._analyst: Any = None
         self._counter: Any = None
-        self._train_gate = asyncio.Semaphore(1)
+        self._train_gate = asyncio.Semaphore(1 if cfg.executor.kind == "local" else 1024)  # on Ray the cluster's GPUs gate
         self._router: Any = None
 
     # --- owned resources ---------------------------------------------------------------------
@@ -115,7 +115,7 @@ class RealStages:
     # --- rollouts ------------------------------------------------------------------------------
     async def collect_rollouts(self, run_id: str) -> RolloutsDone:
         from agents.rollouts import CollectPlan, collect
-        from gapforge.wiring import make_target_env_factory
+        from gapforge.wiring import episode_player, make_target_env_factory
 
         cfg = self.cfg
         env_name = cfg.rollouts.env
@@ -131,7 +131,9 @@ class RealStages:
             concurrency=cfg.rollouts.concurrency,
             max_turns=cfg.rollouts.max_turns,
         )
-        result = await collect(plan, make_env=make_env, policy=self.base_policy(), sink=self.store, families=families)
+        async with episode_player(cfg, cfg.policy, make_env) as player:  # None: played here (executor.kind local)
+            result = await collect(plan, make_env=make_env, policy=self.base_policy() if player is None else None, sink=self.store,
+                                   families=families, player=player)
         if not result.complete:  # analysis over a partial sample would be biased: stop, resumable (agents/infra.py's rule)
             from agents.errors import IncompleteStage
 
@@ -198,7 +200,7 @@ class RealStages:
             if not what.startswith("check "):  # one line per attempt step, not per self-test check
                 self.progress(f"synthesize {cap}", f"attempt {k}: {what}")
 
-        deps = make_synthesis_deps(cfg, self.store, self.sandbox_pool(), say)
+        deps = make_synthesis_deps(cfg, self.store, self.sandbox_pool() if cfg.executor.kind == "local" else None, say)
         try:  # readiness rollouts on this loop, so an endpoint policy's HTTP session is closed on it
             result = await service.asynthesize_capability(deps, run_id, capability)
         finally:
@@ -227,8 +229,8 @@ class RealStages:
     async def train(self, run_id: str, capability: str) -> TrainingDone:
         """GRPO + LoRA on the capability's accepted synthetic env, in its own process (training.run)."""
         require("training.service", "GRPO training")
+        from gapforge.wiring import job_runner
         from training.envs import EnvSpec
-        from training.run import run_jobs
         from training.service import TrainJob
 
         cfg = self.cfg
@@ -244,7 +246,7 @@ class RealStages:
         async with self._train_gate:  # one training process at a time (CPU/GPU memory)
             await asyncio.to_thread(stop_orphans, str(spec_dir / f"{capability}.json"))
             self.progress(f"train {capability}", f"GRPO in its own process (log: {out}/steps.jsonl)")
-            (outcome,) = await asyncio.to_thread(run_jobs, [job], spec_dir, self._train_step_line)
+            (outcome,) = await asyncio.to_thread(job_runner(cfg), [job], spec_dir, self._train_step_line)
         res = outcome.result
         if res is None or res.status != "done":
             return TrainingDone(capability, None, False, error=outcome.error or "training failed")
@@ -378,8 +380,8 @@ class RealStages:
             self.progress("evaluate", f"no GRPO-on-target baseline: {e}")
             return
         from evaluation.policies import GRPO_TARGET
+        from gapforge.wiring import job_runner
         from training.envs import EnvSpec
-        from training.run import run_jobs
         from training.service import TrainJob
 
         if (row := self.store.get_adapter(run_id, GRPO_TARGET)) is not None and row.status == "done":
@@ -399,7 +401,7 @@ class RealStages:
         self.progress("evaluate", f"training the GRPO-on-target baseline ({spent} steps, the adapters' budget)")
         async with self._train_gate:
             await asyncio.to_thread(stop_orphans, str(spec_dir / f"{GRPO_TARGET}.json"))
-            await asyncio.to_thread(run_jobs, [job], spec_dir, self._train_step_line)  # its steps show like the adapters'
+            await asyncio.to_thread(job_runner(self.cfg), [job], spec_dir, self._train_step_line)  # its steps show like the adapters'
         self._router = None  # reload the backend with the baseline adapter
 
     async def report(self, run_id: str) -> ReportDone:
@@ -424,6 +426,9 @@ async def open_stages(
     """The real stage services of a run, over StageDeps sharing the caller's store."""
     from gapforge.wiring import build_deps
 
+    from executor import connect
+
+    await asyncio.to_thread(connect, cfg.executor)  # kind ray: the head must answer now (exit 2, one line naming executor.address)
     deps = dataclasses.replace(build_deps(cfg), open_store=lambda: store)
     stages: RealStages | None = None
     try:

@@ -4,6 +4,7 @@ into the `agents.deps.StageDeps` that stage services and graph nodes receive."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,6 +169,30 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
     return probe, (lambda: make_env(env_name, user=cfg.rollouts.user, user_model=user_model))
 
 
+def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[], TargetEnvironment]):
+    """Where the collector's episodes are played (`async with`): None = this process (executor.kind local),
+    else Ray actors that each build the policy `pol` and envs from `make_env` themselves."""
+    from executor import episode_player as player
+
+    return player(cfg.executor, functools.partial(make_policy, pol), make_env, cfg.rollouts.concurrency)
+
+
+def job_runner(cfg: GapforgeConfig):
+    """`training.run.run_jobs` (local processes) or its Ray twin (one task per job, the adapter comes back)."""
+    from executor import job_runner as runner
+
+    return runner(cfg.executor)
+
+
+def sandbox_checks(cfg: GapforgeConfig):
+    """None (the sandbox checks run here) or the Ray drop-ins that run them on a Docker node, readiness
+    with a policy each task builds from `cfg.policy`."""
+    from executor import sandbox_checks as checks
+
+    factory = functools.partial(make_policy, cfg.policy) if cfg.policy.kind != "scripted" else None
+    return checks(cfg.executor, cfg.sandbox, factory)
+
+
 def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
     """The environment-synthesis stage's dependencies: generator/reviewer chat model (recorded
     answers when llm.kind is scripted), the sandbox (every generated module runs only there),
@@ -194,5 +219,5 @@ def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
     return SynthesisDeps(
         store=store, chat_model=chat_model, sandbox=cfg.sandbox, pool=pool,
         workspace=cfg.workspace, config=cfg.synthesis, policy=policy, run_episode=run_episode,
-        readiness=cfg.grpo_readiness, progress=progress,
+        readiness=cfg.grpo_readiness, progress=progress, checks=sandbox_checks(cfg),
     )

@@ -58,6 +58,7 @@ class SynthesisDeps:
     readiness: Any = None  # GRPOReadinessConfig
     target: TargetFacts | None = None  # default: the env of the LACKING episodes, from envs.registry
     progress: Callable[[str, int, str], None] | None = None  # (capability, attempt, what)
+    checks: Any = None  # executor.validation.RaySandboxChecks: self-test + readiness on a Ray Docker node (None: here)
 
 
 class AttemptSummary(BaseModel):
@@ -189,6 +190,7 @@ def _repair_loop(deps: SynthesisDeps, run_id: str, capability: str, validate: Ca
                 row.code, path, ctx, attempt, cfg=cfg, open_module=lambda p: _open_module(deps, p), chat_model=deps.chat_model,
                 target_shapes=shapes, thresholds=deps.thresholds, policy=deps.policy, run_episode=deps.run_episode,
                 readiness=deps.readiness, rollouts_left=cfg.rollout_budget - spent, progress=lambda what, n=attempt: say(n, what),
+                checks=deps.checks,
             )
         except INFRA_ERRORS as e:
             say(attempt, "stopped: infrastructure")
