@@ -19,3 +19,6 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gapforge", resources={"docker": 8})
     yield ray
     ray.shutdown()
+
+
+from tests.sandbox.conftest import sandbox_config, sandbox_image  # noqa: E402,F401 - the sandbox's image and limits
