@@ -15,7 +15,7 @@ from store.fencing import LeaseLost
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
 from agents.rollouts import CollectResult, RolloutSummary, rollout_summary
 from gapforge.run_lease import run_lease
-from gapforge.wiring import apply_policy_spec, build_deps, episode_player, make_target_env_factory, open_store
+from gapforge.wiring import apply_policy_spec, build_deps, connect_executor, episode_player, make_target_env_factory, open_store
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
 
@@ -75,6 +75,7 @@ def collect_cmd(
     if samples is not None:
         overrides.append(f"rollouts.samples={samples}")
     cfg = get_config(config, overrides)
+    connect_executor(cfg)  # executor.kind ray: the head answers before any run is created (else exit 2, one line)
     deps = build_deps(cfg)
     store = deps.store
     prior = store.get_run(run) if run else None

@@ -31,6 +31,7 @@ from gapforge.run_session import (
     options_from_record,
     run_record,
 )
+from gapforge.wiring import connect_executor, executor_overrides
 from gapforge.run_view import (
     ProgressView,
     capability_table,
@@ -133,7 +134,8 @@ def run_cmd(
     if resume:
         record, _status = get_run_record(store, resume)
         options = options_from_record(record)
-        run_cfg = config_from_record(record, store_url=cfg.store.url)
+        run_cfg = config_from_record(record, executor_overrides(set_), store_url=cfg.store.url)  # e.g. another machine's executor.address
+        connect_executor(run_cfg)  # executor.kind ray: the head answers, or one line naming executor.address (exit 2)
         console.print(f"run {resume}", highlight=False, soft_wrap=True)
         if record.get("command") == "demo":
             from gapforge.demo import REAL_NOTE, SCRIPTED_NOTE
@@ -146,6 +148,7 @@ def run_cmd(
             raise typer.Exit(code)
         raise typer.Exit(drive_run(run_cfg, store, resume, options, fresh=False))
     options = RunOptions(review=review, **({"stages": stages} if stages else {}))
+    connect_executor(cfg)  # before the run exists: an unreachable Ray head is one line naming executor.address (exit 2)
     run_id = store.create_run("trace", run_record("run", cfg, options))
     console.print(f"run {run_id}", highlight=False, soft_wrap=True)
     raise typer.Exit(drive_run(cfg, store, run_id, options, fresh=True))

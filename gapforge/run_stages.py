@@ -426,9 +426,6 @@ async def open_stages(
     """The real stage services of a run, over StageDeps sharing the caller's store."""
     from gapforge.wiring import build_deps
 
-    from executor import connect
-
-    await asyncio.to_thread(connect, cfg.executor)  # kind ray: the head must answer now (exit 2, one line naming executor.address)
     deps = dataclasses.replace(build_deps(cfg), open_store=lambda: store)
     stages: RealStages | None = None
     try:

@@ -177,6 +177,20 @@ def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[]
     return player(cfg.executor, functools.partial(make_policy, pol), make_env, cfg.rollouts.concurrency)
 
 
+def connect_executor(cfg: GapforgeConfig) -> None:
+    """executor.kind ray: join the cluster now, so an unreachable head stops a command before any work
+    (ExecutorUnavailable: one line naming executor.address, exit 2). A no-op for kind local."""
+    from executor import connect
+
+    connect(cfg.executor)
+
+
+def executor_overrides(overrides: list[str] | None) -> list[str]:
+    """The `--set executor.*` items of a command: where a resumed run executes is this invocation's choice
+    (another machine, another cluster), not the stored record's."""
+    return [item for item in overrides or [] if item.strip().startswith("executor.")]
+
+
 def job_runner(cfg: GapforgeConfig):
     """`training.run.run_jobs` (local processes) or its Ray twin (one task per job, the adapter comes back)."""
     from executor import job_runner as runner
