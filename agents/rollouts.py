@@ -30,7 +30,9 @@ class EpisodeSink(Protocol):
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
 
     def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None:
-        """The new episode's id, or None when the key was already stored (e.g. by another process)."""
+        """The new episode's id, or None when the key was already stored (e.g. by another process).
+        A sink may also offer `add_episodes(run_id, env, [(task_id, sample, fields)]) -> [id | None]`
+        (one transaction for many: the collector then commits episodes in groups)."""
 
 
 class EpisodePlayer(Protocol):
@@ -101,6 +103,51 @@ def episode_fields(ep: Rollout, task_family: str | None) -> dict[str, Any]:
     }
 
 
+class GroupWriter:
+    """Writes finished episodes with group commit: while one write is in flight, the episodes that finish
+    meanwhile queue up and go together in the next transaction (`sink.add_episodes`, one fence check and
+    one commit for all; a sink without it gets one `add_episode` each). Each caller still gets its own
+    answer (the new id, or None when its key was stored elsewhere) once its episode is stored."""
+
+    MAX_BATCH = 256  # rows per statement (SQLite caps the variables of one statement)
+
+    def __init__(self, sink: EpisodeSink, run_id: str, env: str, blocking: Callable[..., Any]) -> None:
+        self.sink, self.run_id, self.env, self.blocking = sink, run_id, env, blocking
+        self.pending: list[tuple[tuple[str, int, dict[str, Any]], asyncio.Future[int | None]]] = []
+        self.flushing = False
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only weak references to tasks
+
+    async def add(self, task_id: str, sample: int, fields: dict[str, Any]) -> int | None:
+        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self.pending.append(((task_id, sample, fields), done))
+        if not self.flushing:
+            self.flushing = True
+            self._task = asyncio.get_running_loop().create_task(self._flush())
+        return await done
+
+    async def _flush(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending[: self.MAX_BATCH], self.pending[self.MAX_BATCH:]
+                items = [item for item, _ in batch]
+                try:
+                    many = getattr(self.sink, "add_episodes", None)
+                    if many is not None:
+                        ids = await self.blocking(many, self.run_id, self.env, items)
+                    else:
+                        ids = [await self.blocking(self.sink.add_episode, self.run_id, self.env, t, s, **f) for t, s, f in items]
+                except BaseException as e:  # e.g. store.fencing.LeaseLost: every waiter of this batch sees it
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(e)
+                    continue
+                for (_, done), eid in zip(batch, ids):
+                    if not done.done():
+                        done.set_result(eid)
+        finally:
+            self.flushing = False
+
+
 async def play_episode(
     policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
     temperature: float | None, executor: Executor,
@@ -152,6 +199,7 @@ async def collect(
         result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
         gate = asyncio.Semaphore(plan.concurrency)
         fams = families or {}
+        writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
 
         async def one(task_id: str, sample: int) -> None:
             async with gate:
@@ -163,7 +211,7 @@ async def collect(
                 if ep.infrastructure_failure:
                     result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
                 else:
-                    eid = await blocking(sink.add_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
+                    eid = await writer.add(task_id, sample, episode_fields(ep, fams.get(task_id)))
                     if eid is None:
                         result.stored_elsewhere += 1
                     else:
