@@ -344,7 +344,7 @@ class RealStages:
         """Base vs TRACE (routed) vs each adapter vs the baselines on the held-out split."""
         require("evaluation.service", "evaluation")
         from evaluation.service import evaluate_run
-        from gapforge.wiring import make_target_env_factory
+        from gapforge.wiring import evaluation_players, make_target_env_factory
 
         split = await asyncio.to_thread(self.store.get_split, run_id)
         if split is None:
@@ -363,6 +363,7 @@ class RealStages:
             concurrency=self.cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=self.cfg.seed,
             family_trials=self.cfg.evaluation.family_trials, family_trials_policies=self.cfg.evaluation.family_trials_policies,
             focus_family=self.cfg.evaluation.focus_family,
+            players=evaluation_players(self.cfg, self.store, run_id, self._base_dir(), artifacts, make_env),  # None: all play here
         )  # fmt: skip
         summary = {p.name: _metrics(p.metrics) for p in result.policies}
         return EvaluationDone(summary, Cost(policy_rollouts=sum(_played(p.metrics, families) for p in result.policies)))

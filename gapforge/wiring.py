@@ -207,6 +207,25 @@ def sandbox_checks(cfg: GapforgeConfig):
     return checks(cfg.executor, cfg.sandbox, factory)
 
 
+def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env):
+    """`evaluation.run.evaluate(players=...)`: None (every policy plays here), or, on Ray with the local multi-adapter
+    backend (policy.kind local), Ray actors that rebuild each evaluated policy from the base weights and the adapters'
+    bytes. A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver."""
+    if cfg.executor.kind == "local" or cfg.policy.kind != "local":
+        return None
+    from evaluation.policies import GRPO_TARGET
+    from executor.evaluation import eval_players, recipe
+
+    paths = dict(artifacts.adapter_paths)
+    baseline = store.get_adapter(run_id, GRPO_TARGET)
+    if baseline is not None and baseline.status == "done" and baseline.path:
+        paths[GRPO_TARGET] = baseline.path
+    base = recipe(base_dir, paths, artifacts.capabilities, list(artifacts.adapter_paths), GRPO_TARGET if GRPO_TARGET in paths else None,
+                  temperature=cfg.policy.temperature, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed,
+                  worker_dir=cfg.executor.worker_dir)
+    return eval_players(cfg.executor, base, make_env, cfg.rollouts.concurrency)
+
+
 def make_synthesis_deps(cfg: GapforgeConfig, store, pool, progress=None):
     """The environment-synthesis stage's dependencies: generator/reviewer chat model (recorded
     answers when llm.kind is scripted), the sandbox (every generated module runs only there),
