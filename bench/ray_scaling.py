@@ -25,8 +25,7 @@ from agents.rollouts import CollectPlan, collect
 from envs.protocol import Message, ToolCall
 from envs.registry import make_env
 from executor import ExecutorConfig, episode_player
-from gapforge.config import PolicyConfig
-from gapforge.wiring import make_policy
+from serving.local import LocalPolicy
 from store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,8 +76,8 @@ def main() -> None:
     samples = -(-args.episodes // len(tasks))
     plan_args = dict(env="shop", tasks=tasks[: -(-args.episodes // samples)], samples=samples, concurrency=args.concurrency,
                      max_turns=args.max_turns, temperature=1.0)
-    taught = PolicyConfig(kind="local", local_path=str(ROOT / "artifacts" / "shop-policy"), temperature=1.0, max_new_tokens=64)
-    runs = [("shop-policy", functools.partial(make_policy, taught), args.concurrency), ("instant", InstantPolicy, args.concurrency),
+    taught = functools.partial(LocalPolicy, ROOT / "artifacts" / "shop-policy", temperature=1.0, max_new_tokens=64)
+    runs = [("shop-policy", taught, args.concurrency), ("instant", InstantPolicy, args.concurrency),
             ("instant", InstantPolicy, 1)]  # concurrency 1: one episode at a time, the overhead is latency per episode
     executors = {"local": None, "ray x1": ExecutorConfig(kind="ray", rollout_workers=1),
                  "ray x2": ExecutorConfig(kind="ray", rollout_workers=2)}
