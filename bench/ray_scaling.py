@@ -8,6 +8,9 @@ Two policies, each collecting the same plan on every executor (same tasks, sampl
   (dispatch, pickling the Rollout back, the driver's store write), printed in ms.
 
 Each line: episodes/s and the ratio to the local executor measured in the same run (the machine is shared).
+Every process decodes with one torch thread (Ray gives each 1-CPU worker OMP_NUM_THREADS=1; the driver is set
+to match, or the comparison would measure OpenMP threads spinning on a busy machine), and each executor plays
+a small warm-up collection before its clock starts (actors up, weights loaded, first forward done).
 
     python bench/ray_scaling.py [--episodes 48] [--concurrency 8] [--max-turns 4]
 """
@@ -49,6 +52,8 @@ async def run_once(store: Store, factory, executor: ExecutorConfig | None, plan_
     plan = CollectPlan(run_id=store.create_run("bench", {}), **plan_args)
     if executor is None:
         policy = factory()
+        warm = CollectPlan(run_id=store.create_run("bench", {}), **{**plan_args, "tasks": plan_args["tasks"][:4], "samples": 1})
+        await collect(warm, make_env=shop, policy=policy, sink=store)
         t0 = time.perf_counter()
         res = await collect(plan, make_env=shop, policy=policy, sink=store)
         elapsed = time.perf_counter() - t0
@@ -57,7 +62,8 @@ async def run_once(store: Store, factory, executor: ExecutorConfig | None, plan_
             await close()
         return elapsed, res.ran
     async with episode_player(executor, factory, shop, plan.concurrency) as player:
-        await player.pids()  # actors up (policy loaded) before the clock starts: startup is not per-episode cost
+        warm = CollectPlan(run_id=store.create_run("bench", {}), **{**plan_args, "tasks": plan_args["tasks"][:4], "samples": 1})
+        await collect(warm, make_env=None, policy=None, sink=store, player=player)  # startup is not per-episode cost
         t0 = time.perf_counter()
         res = await collect(plan, make_env=None, policy=None, sink=store, player=player)
         return time.perf_counter() - t0, res.ran
@@ -70,7 +76,9 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=4)
     args = ap.parse_args()
     import ray
+    import torch
 
+    torch.set_num_threads(1)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gapforge-bench")
     tasks = make_env("shop").task_ids()
     samples = -(-args.episodes // len(tasks))

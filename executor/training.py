@@ -14,13 +14,15 @@ Nothing assumes a shared filesystem:
 
 The base model's weights are not shipped: a training node must hold them at `job.base_model`
 (e.g. `hf download` there); a node without them fails the job with that one line.
-Progress events stream back while the job trains (a Ray streaming generator).
+Progress events stream back while the job trains (a Ray streaming generator). A lost worker is retried by the
+driver (a fresh stream per attempt), and the trainer child dies with its worker (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import queue
 import socket
 import tarfile
@@ -80,10 +82,11 @@ def train_on_worker(payload: dict[str, Any], worker_dir: str) -> Iterator[tuple[
 
     def train() -> None:
         try:
-            events.put(run_job(job, work / "specs", lambda _name, event: events.put(event)))
+            events.put(run_job(job, work / "specs", lambda _name, event: events.put(event), die_with_parent=True))
         finally:
             events.put(done)
 
+    yield "event", {"event": "worker", "pid": os.getpid(), "node": socket.gethostname()}
     threading.Thread(target=train, daemon=True).start()
     outcome: JobOutcome | None = None
     while (item := events.get()) is not done:
@@ -132,18 +135,23 @@ def run_jobs_on_ray(cfg: ExecutorConfig, jobs: list[TrainJob], spec_dir: Path, o
             return JobOutcome(job.name, 0, TrainResult.model_validate_json(done.read_text()), None)
         opts = options(cfg, cfg.training, docker=_uses_docker(job))
         check_feasible(ray, opts, "executor.training")
-        stream = remote.options(num_returns="streaming", max_retries=cfg.max_retries, retry_exceptions=False, **opts).remote(
-            _job_payload(job), cfg.worker_dir)
-        try:
-            for ref in stream:
-                kind, value = ray.get(ref)
-                if kind == "event" and on_line is not None:
-                    on_line(job.name, value)
-                elif kind == "outcome":
-                    return _finish(job, value)
-            error = "its Ray task ended without an outcome"
-        except ray.exceptions.RayError as e:  # the worker died past executor.max_retries: recorded, the other jobs go on
-            error = f"its Ray worker was lost ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        payload = _job_payload(job)
+        for attempt in range(cfg.max_retries + 1):  # the driver retries: a re-run generator streams other events than the first
+            stream = remote.options(num_returns="streaming", max_retries=0, **opts).remote(payload, cfg.worker_dir)
+            try:
+                for ref in stream:
+                    kind, value = ray.get(ref)
+                    if kind == "event" and on_line is not None:
+                        on_line(job.name, value)
+                    elif kind == "outcome":
+                        return _finish(job, value)
+                error = "its Ray task ended without an outcome"
+            except ray.exceptions.RayError as e:  # its worker died: again (same node: resumes from its checkpoint), then recorded
+                error = f"its Ray worker was lost {attempt + 1} time(s) ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+                if on_line is not None and attempt < cfg.max_retries:
+                    on_line(job.name, {"event": "retry", "attempt": attempt + 2, "error": error})
+                continue
+            break
         record_failure(job, error)
         return JobOutcome(job.name, -1, None, error)
 

@@ -87,15 +87,24 @@ def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutc
     return [run_job(job, spec_dir, on_line) for job in jobs]
 
 
-def run_job(job: TrainJob, spec_dir: Path, on_line=None) -> JobOutcome:
-    """One job in its own process (`python -m training.run`); its progress events go to `on_line(name, event)`."""
+def _die_with_parent() -> None:
+    """In the child, before exec: Linux sends it SIGKILL when the launching thread's process dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: bool = False) -> JobOutcome:
+    """One job in its own process (`python -m training.run`); its progress events go to `on_line(name, event)`.
+    `die_with_parent` (a Ray worker launching it): the job dies with its launcher, so a retry never meets it still training."""
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_dir / f"{job.name}.json"
     spec.write_text(job.model_dump_json(indent=1))
     env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
     if job.store_url:
         env[STORE_URL_ENV] = job.store_url
-    proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
     assert proc.stdout is not None
     for line in proc.stdout:
         event = _event(line) if on_line is not None else None

@@ -64,3 +64,32 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
         close()
     assert again["rewards"] == kept["rewards"] and len(set(kept["rewards"])) > 1
     assert again["reward"] == pytest.approx(result.heldout_after)
+
+
+def test_a_training_job_whose_ray_worker_is_killed_resumes_from_its_checkpoint(ray_cluster, tmp_path, tiny_model_dir):
+    import os
+    import signal
+
+    cfg = ExecutorConfig(kind="ray", worker_dir=str(tmp_path / "worker"), max_retries=1,
+                         training=JobResources(num_cpus=1, num_gpus=0, docker=False))
+    job = _job(tmp_path, tiny_model_dir, "toy", "tests.training.toy_env:ToyDeskEnv", run_id="r1")
+    job = job.model_copy(update={"config": job.config.model_copy(update={"max_steps": 4, "eval_every": 2, "save_every": 2})})
+    checkpoint = tmp_path / "worker" / "r1" / "toy" / "out" / "trl" / "checkpoint-2" / "trainer_state.json"
+    events: list[dict] = []
+    killed: list[int] = []
+
+    def on_line(_name: str, event: dict) -> None:
+        events.append(event)
+        if event.get("event") == "step" and not killed and checkpoint.is_file():
+            pid = next(e["pid"] for e in events if e.get("event") == "worker")
+            os.kill(pid, signal.SIGKILL)  # the Ray worker; its training child dies with it (PR_SET_PDEATHSIG)
+            killed.append(pid)
+
+    (outcome,) = job_runner(cfg)([job], tmp_path / "specs", on_line)
+    assert killed, "the worker was never killed after its checkpoint"
+    assert any(e.get("event") == "retry" for e in events)
+    assert outcome.result is not None and outcome.result.steps == 4
+    workers = [e["pid"] for e in events if e.get("event") == "worker"]
+    assert len(workers) == 2 and workers[1] != killed[0]  # a second worker process ran the retry
+    steps = [json.loads(line)["step"] for line in (Path(job.out_dir) / "steps.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4 and steps[0] == 1  # resumed after step 2: no step twice
