@@ -7,7 +7,8 @@ Two policies, each collecting the same plan on every executor (same tasks, sampl
   the collector: the difference between Ray and local per episode is the executor's own overhead
   (dispatch, pickling the Rollout back, the driver's store write), printed in ms.
 
-Each line: episodes/s and the ratio to the local executor measured in the same run (the machine is shared).
+Each line: episodes/s and the ratio to the local executor measured in the same run (the machine is shared);
+the local rows run before Ray starts in the process (as with executor.kind=local, which never starts Ray).
 Every process decodes with one torch thread (Ray gives each 1-CPU worker OMP_NUM_THREADS=1; the driver is set
 to match, or the comparison would measure OpenMP threads spinning on a busy machine), and each executor plays
 a small warm-up collection before its clock starts (actors up, weights loaded, first forward done).
@@ -75,11 +76,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-turns", type=int, default=4)
     args = ap.parse_args()
-    import ray
     import torch
 
     torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gapforge-bench")
     tasks = make_env("shop").task_ids()
     samples = -(-args.episodes // len(tasks))
     plan_args = dict(env="shop", tasks=tasks[: -(-args.episodes // samples)], samples=samples, concurrency=args.concurrency,
@@ -87,21 +86,30 @@ def main() -> None:
     taught = functools.partial(LocalPolicy, ROOT / "artifacts" / "shop-policy", temperature=1.0, max_new_tokens=64)
     runs = [("shop-policy", taught, args.concurrency), ("instant", InstantPolicy, args.concurrency),
             ("instant", InstantPolicy, 1)]  # concurrency 1: one episode at a time, the overhead is latency per episode
-    executors = {"local": None, "ray x1": ExecutorConfig(kind="ray", rollout_workers=1),
-                 "ray x2": ExecutorConfig(kind="ray", rollout_workers=2)}
+    executors = {"ray x1": ExecutorConfig(kind="ray", rollout_workers=1), "ray x2": ExecutorConfig(kind="ray", rollout_workers=2)}
+    measured: dict[tuple[int, str], tuple[float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
-        print(f"{'policy':>12} {'in flight':>9} {'executor':>9} {'episodes':>8} {'eps/s':>8} {'vs local':>8} {'ms/episode':>10} {'overhead ms/ep':>14}")
-        for pname, factory, concurrency in runs:
-            local_ms = None
+        # every local row before Ray starts in this process: after ray.init the driver's own torch decoding ran
+        # ~8x slower here (2.7 -> 22.9 s per shop-policy episode), and executor.kind=local never starts Ray
+        for i, (_, factory, concurrency) in enumerate(runs):
+            measured[i, "local"] = asyncio.run(run_once(store, factory, None, {**plan_args, "concurrency": concurrency}))
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gapforge-bench")
+        for i, (_, factory, concurrency) in enumerate(runs):
             for ename, ecfg in executors.items():
-                elapsed, ran = asyncio.run(run_once(store, factory, ecfg, {**plan_args, "concurrency": concurrency}))
-                eps, ms = ran / elapsed, 1000 * elapsed / ran
-                local_ms = ms if local_ms is None else local_ms
-                over = "" if ecfg is None else f"{ms - local_ms:+.1f}"
-                print(f"{pname:>12} {concurrency:>9} {ename:>9} {ran:>8} {eps:>8.2f} {local_ms / ms:>8.2f} {ms:>10.1f} {over:>14}")
+                measured[i, ename] = asyncio.run(run_once(store, factory, ecfg, {**plan_args, "concurrency": concurrency}))
+        ray.shutdown()
         store.close()
-    ray.shutdown()
+    print(f"{'policy':>12} {'in flight':>9} {'executor':>9} {'episodes':>8} {'eps/s':>8} {'vs local':>8} {'ms/episode':>10} {'overhead ms/ep':>14}")
+    for i, (pname, _, concurrency) in enumerate(runs):
+        local_ms = 1000 * measured[i, "local"][0] / measured[i, "local"][1]
+        for ename in ("local", *executors):
+            elapsed, ran = measured[i, ename]
+            ms = 1000 * elapsed / ran
+            over = "" if ename == "local" else f"{ms - local_ms:+.1f}"
+            print(f"{pname:>12} {concurrency:>9} {ename:>9} {ran:>8} {ran / elapsed:>8.2f} {local_ms / ms:>8.2f} {ms:>10.1f} {over:>14}")
 
 
 if __name__ == "__main__":
