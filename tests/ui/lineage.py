@@ -25,7 +25,7 @@ from typing import Any
 from agents.analysis.schemas import dictionary_hash
 from agents.analysis.selection import select
 from agents.analysis.split import analysis_episodes
-from agents.planted_policy import PlantedDeficit, collect_planted
+from fixtures.planted_policy import PlantedDeficit, collect_planted
 from evaluation import stats
 from evaluation.run import child_run_id
 from graph.context import (
