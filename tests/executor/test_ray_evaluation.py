@@ -1,4 +1,4 @@
-"""Evaluation episodes on Ray: base, each adapter and the hints baseline play on the rollout actors (rebuilt
+"""Evaluation episodes on Ray: the base and an adapter play on the rollout actors (rebuilt
 there from the base weights and the adapters' bytes) and store the same episodes and metrics as locally;
 the routed policy plays on the driver, where its routing decisions are recorded."""
 
@@ -22,7 +22,7 @@ from store import Store
 
 pytestmark = pytest.mark.slow  # plays a tiny model
 TASKS = ["shop-refusal-001", "shop-lookup-001"]
-PLAYED = ("base", "trace_routed", "adapter:precondition_verification", "baseline_hints")  # a subset: each remote policy starts its actors
+PLAYED = ("base", "trace_routed", "adapter:precondition_verification")  # a subset: each remote policy starts its actor
 
 
 def test_evaluation_on_ray_stores_the_local_episodes_and_metrics(ray_cluster, tiny_model_dir: Path, tmp_path_factory, tmp_path) -> None:
