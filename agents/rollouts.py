@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import statistics
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -30,7 +30,16 @@ class EpisodeSink(Protocol):
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
 
     def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None:
-        """The new episode's id, or None when the key was already stored (e.g. by another process)."""
+        """The new episode's id, or None when the key was already stored (e.g. by another process).
+        A sink may also offer `add_episodes(run_id, env, [(task_id, sample, fields)]) -> [id | None]`
+        (one transaction for many: the collector then commits episodes in groups)."""
+
+
+class EpisodePlayer(Protocol):
+    """Plays one episode somewhere else (e.g. executor/: a Ray actor holding its own policy and envs) and
+    returns it; the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
+
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout: ...
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,67 @@ def episode_fields(ep: Rollout, task_family: str | None) -> dict[str, Any]:
     }
 
 
+class GroupWriter:
+    """Writes finished episodes with group commit: while one write is in flight, the episodes that finish
+    meanwhile queue up and go together in the next transaction (`sink.add_episodes`, one fence check and
+    one commit for all; a sink without it gets one `add_episode` each). Each caller still gets its own
+    answer (the new id, or None when its key was stored elsewhere) once its episode is stored."""
+
+    MAX_BATCH = 256  # rows per statement (SQLite caps the variables of one statement)
+
+    def __init__(self, sink: EpisodeSink, run_id: str, env: str, blocking: Callable[..., Any]) -> None:
+        self.sink, self.run_id, self.env, self.blocking = sink, run_id, env, blocking
+        self.pending: list[tuple[tuple[str, int, dict[str, Any]], asyncio.Future[int | None]]] = []
+        self.flushing = False
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only weak references to tasks
+
+    async def add(self, task_id: str, sample: int, fields: dict[str, Any]) -> int | None:
+        done: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self.pending.append(((task_id, sample, fields), done))
+        if not self.flushing:
+            self.flushing = True
+            self._task = asyncio.get_running_loop().create_task(self._flush())
+        return await done
+
+    async def _flush(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending[: self.MAX_BATCH], self.pending[self.MAX_BATCH:]
+                items = [item for item, _ in batch]
+                try:
+                    many = getattr(self.sink, "add_episodes", None)
+                    if many is not None:
+                        ids = await self.blocking(many, self.run_id, self.env, items)
+                    else:
+                        ids = [await self.blocking(self.sink.add_episode, self.run_id, self.env, t, s, **f) for t, s, f in items]
+                except BaseException as e:  # e.g. store.fencing.LeaseLost: every waiter of this batch sees it
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(e)
+                    continue
+                for (_, done), eid in zip(batch, ids):
+                    if not done.done():
+                        done.set_result(eid)
+        finally:
+            self.flushing = False
+
+
+async def play_episode(
+    policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
+    temperature: float | None, executor: Executor,
+) -> Rollout:
+    """One episode of (task, sample) on a fresh env, closed after; blocking env calls on `executor`. Sets
+    `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
+    episode samples the same tokens wherever and with whatever else it is played."""
+    episode_key.set(f"{task_id}#{sample}")
+    loop = asyncio.get_running_loop()
+    env = await loop.run_in_executor(executor, make_env)
+    try:
+        return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor)
+    finally:
+        await loop.run_in_executor(executor, env.close)
+
+
 async def collect(
     plan: CollectPlan,
     *,
@@ -103,6 +173,7 @@ async def collect(
     on_episode: Callable[[Rollout], None] | None = None,
     families: dict[str, str] | None = None,
     result: CollectResult | None = None,
+    player: EpisodePlayer | None = None,
 ) -> CollectResult:
     """Run every (task, sample) of the plan that the sink does not hold yet.
 
@@ -111,7 +182,9 @@ async def collect(
     Blocking calls (env construction, env calls, store writes) run on a thread pool
     of `plan.concurrency` workers, so `concurrency` blocking envs (tau2, the sandbox,
     an LLM user) really run at once (asyncio's default executor caps at cpu+4).
-    The policy is the caller's: collect never closes it.
+    The policy is the caller's: collect never closes it. With a `player` (executor/: Ray workers that
+    hold their own policy and envs) the episodes are played there and only written here; `make_env`
+    and `policy` then go unused.
     """
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=plan.concurrency + 1, thread_name_prefix="rollout") as pool:
@@ -126,19 +199,19 @@ async def collect(
         result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
         gate = asyncio.Semaphore(plan.concurrency)
         fams = families or {}
+        writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
 
         async def one(task_id: str, sample: int) -> None:
-            episode_key.set(f"{task_id}#{sample}")  # this task's own context: a local policy seeds from it
             async with gate:
-                env = await blocking(make_env)
-                try:
-                    ep = await run_episode(policy, env, task_id, max_turns=plan.max_turns, temperature=plan.temperature, executor=pool)
-                finally:
-                    await blocking(env.close)
+                if player is not None:
+                    ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature)
+                else:
+                    ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns,
+                                            temperature=plan.temperature, executor=pool)
                 if ep.infrastructure_failure:
                     result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
                 else:
-                    eid = await blocking(sink.add_episode, plan.run_id, plan.env, task_id, sample, **episode_fields(ep, fams.get(task_id)))
+                    eid = await writer.add(task_id, sample, episode_fields(ep, fams.get(task_id)))
                     if eid is None:
                         result.stored_elsewhere += 1
                     else:

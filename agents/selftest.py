@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agents.deps import StageDeps
 from agents.episode import run_episode
@@ -21,6 +21,15 @@ from envs.protocol import PolicyModel
 from sandbox.checks import ValidationReport, avalidate_env, validate_env
 from sandbox.checks.grpo import EpisodeRunner
 from sandbox.env import SandboxedEnv
+
+class SandboxChecks(Protocol):
+    """Where the sandbox checks of a module run when not on this machine (executor.validation.RaySandboxChecks):
+    drop-ins for sandbox.checks.validate_env / avalidate_env that read the module from `module=`."""
+
+    def validate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport: ...
+
+    async def avalidate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport: ...
+
 
 NO_POLICY_NOTE = "skipped: no policy to sample (policy.kind is scripted; set policy.kind endpoint|local)"
 
@@ -69,8 +78,10 @@ def validate_module(
     json_out: Path | None = None,
     target_result_shapes: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    checks: SandboxChecks | None = None,
 ) -> ValidationOutcome:
-    """Run every check on `path` in sandboxes leased from `deps.sandbox_pool` and write the
+    """Run every check on `path` in sandboxes leased from `deps.sandbox_pool` (or where `checks` runs
+    them: executor.validation.RaySandboxChecks, on a Docker node of a Ray cluster) and write the
     JSON report (`json_out`, default `report_dir/<stem>-<sha8>.json`). `target_result_shapes`
     (observed in the target's stored episodes) enables check `result_format`.
 
@@ -81,8 +92,9 @@ def validate_module(
     """
     path = _checked(path, seeds)
     tools = target_tools(target) if target else None
-    report = validate_env(_opener(deps, path), target_tools=tools, seeds=seeds, policy=policy,
-                          **_settings(deps, policy, path, target, target_result_shapes, progress))
+    run = checks.validate_env if checks is not None else validate_env
+    report = run(_opener(deps, path, checks), target_tools=tools, seeds=seeds, policy=policy,
+                 **_settings(deps, policy, path, target, target_result_shapes, progress))
     return _finish(report, path, policy, report_dir, json_out)
 
 
@@ -97,14 +109,16 @@ async def avalidate_module(
     json_out: Path | None = None,
     target_result_shapes: dict[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    checks: SandboxChecks | None = None,
 ) -> ValidationOutcome:
     """`validate_module` on the caller's event loop (graph nodes, the CLI's one loop): the
     blocking checks run in a worker thread; the policy's GRPO-readiness rollouts run on this
     loop, so its HTTP session is the caller's to close (`await policy.aclose()` here)."""
     path = _checked(path, seeds)
     tools = await asyncio.to_thread(target_tools, target) if target else None
-    report = await avalidate_env(_opener(deps, path), target_tools=tools, seeds=seeds, policy=policy,
-                                 **_settings(deps, policy, path, target, target_result_shapes, progress))
+    run = checks.avalidate_env if checks is not None else avalidate_env
+    report = await run(_opener(deps, path, checks), target_tools=tools, seeds=seeds, policy=policy,
+                       **_settings(deps, policy, path, target, target_result_shapes, progress))
     return await asyncio.to_thread(_finish, report, path, policy, report_dir, json_out)
 
 
@@ -117,8 +131,11 @@ def _checked(path: Path, seeds: int) -> Path:
     return path
 
 
-def _opener(deps: StageDeps, path: Path) -> Callable[[], SandboxedEnv]:
-    """Envs on the caller-owned pool, each leasing its sandbox lazily on first use."""
+def _opener(deps: StageDeps, path: Path, checks: SandboxChecks | None) -> Callable[[], SandboxedEnv] | None:
+    """Envs on the caller-owned pool, each leasing its sandbox lazily on first use (None when `checks`
+    runs them elsewhere: this machine then needs no Docker)."""
+    if checks is not None:
+        return None
     pool = deps.sandbox_pool
     return lambda: SandboxedEnv.pooled(path, pool)
 

@@ -19,6 +19,7 @@ episodes of the tasks it routes to the base (evaluation.reuse) instead of playin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,14 +106,14 @@ def _first_user(messages: list[Any]) -> str | None:
 
 
 async def _play(store: Any, plan: EvalPlan, name: str, policy: PolicyModel, child: str, counts: dict[str, int], *,
-                make_env: Callable[[], TargetEnvironment], families: dict[str, str]) -> None:
+                make_env: Callable[[], TargetEnvironment], families: dict[str, str], player: Any = None) -> None:
     """Collect every (task, sample < counts[task]) the child run lacks: one collect per trial count."""
     by_count: dict[int, list[str]] = {}
     for t in plan.tasks:
         by_count.setdefault(counts[t], []).append(t)
     for k, tasks in sorted(by_count.items()):
         cplan = CollectPlan(child, plan.env, tasks, k, plan.concurrency, plan.max_turns, plan.temperature)
-        done = await collect(cplan, make_env=make_env, policy=policy, sink=store, families=families)
+        done = await collect(cplan, make_env=make_env, policy=policy, sink=store, families=families, player=player)
         if not done.complete:  # metrics over a partial sample would be silently biased
             kinds = ", ".join(f"{c}={v}" for c, v in done.infra_counts().most_common())
             raise IncompleteStage(
@@ -129,12 +130,14 @@ async def evaluate(
     policies: Mapping[str, PolicyModel],
     families: Mapping[str, str] | None = None,
     on_policy_done: Callable[[str], None] | None = None,
+    players: Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]] | None = None,
 ) -> EvaluationResult:
     """Run every policy on plan.tasks x its trials (skipping stored episodes), then compute and store metrics.
 
     `policies` must include "base" (the reference for paired differences); it plays first. A policy with a
     `decisions` attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored, and
     over the same base object it reuses the base's episodes of the tasks it routes to the base.
+    `players(name, policy)` (executor/) may play a policy's episodes elsewhere; this call still writes them.
     """
     if BASE not in policies:
         raise ValueError("evaluate() needs a policy named 'base' (paired differences are against it)")
@@ -157,7 +160,8 @@ async def evaluate(
         store.create_run("evaluation", config, run_id=child, exist_ok=True)
         if name != BASE and reuses_base(policy, policies[BASE]):
             await copy_base_episodes(store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name])
-        await _play(store, plan, name, policy, child, counts[name], make_env=make_env, families=families)
+        async with players(name, policy) if players is not None else nullcontext() as player:  # executor/: Ray workers, or None
+            await _play(store, plan, name, policy, child, counts[name], make_env=make_env, families=families, player=player)
         rows = sorted((r for r in store.episodes(child, env=plan.env) if r.sample < counts[name].get(r.task_id, 0)),
                       key=lambda r: (r.task_id, r.sample))  # fmt: skip
         episodes[name] = {}

@@ -90,6 +90,7 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
                     deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations",
                     json_out=json_out, target_result_shapes=target_result_shapes,
                     progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
+                    checks=deps.sandbox_checks,  # None: in this machine's sandbox
                 )
             finally:
                 await deps.aclose_policies()

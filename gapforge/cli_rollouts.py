@@ -27,6 +27,7 @@ from gapforge.cli_common import (
     handle_errors,
 )
 from gapforge.cli_rollouts_show import register_show, render_summary
+from gapforge.executor_wiring import connect_executor, episode_player
 from gapforge.run_lease import run_lease
 from gapforge.wiring import (
     apply_policy_spec,
@@ -94,6 +95,7 @@ def collect_cmd(
     if samples is not None:
         overrides.append(f"rollouts.samples={samples}")
     cfg = get_config(config, overrides)
+    connect_executor(cfg)  # executor.kind ray: the head answers before any run is created (else exit 2, one line)
     deps = build_deps(cfg)
     store = deps.store
     prior = store.get_run(run) if run else None
@@ -141,7 +143,9 @@ def collect_cmd(
 
             async def run_and_close() -> CollectResult:
                 try:
-                    return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=advance, result=live)
+                    async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
+                        return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=advance,
+                                             result=live, player=player)
                 finally:
                     await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
 

@@ -14,6 +14,7 @@ from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handl
 from gapforge.cli_drive import drive, print_table, say, store_of
 from gapforge.run_progress import read_progress
 from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
+from gapforge.executor_wiring import connect_executor, executor_overrides
 from gapforge.run_view import (
     capability_table,
     cost_table,
@@ -42,7 +43,8 @@ def run_cmd(
     cfg = get_config(config, set_)
     store = store_of(cfg)
     if resume:
-        plan = resume_plan(store, resume, cfg.store.url)
+        plan = resume_plan(store, resume, cfg.store.url, executor_overrides(set_))  # e.g. another machine's executor.address
+        connect_executor(plan.cfg)  # executor.kind ray: the head answers, or one line naming executor.address (exit 2)
         say(f"run {resume}")
         if plan.command != "demo":
             raise typer.Exit(drive(plan.cfg, store, resume, plan.options, fresh=False))
@@ -54,6 +56,7 @@ def run_cmd(
             say(line)
         raise typer.Exit(code)
     options = RunOptions(review=review)
+    connect_executor(cfg)  # before the run exists: an unreachable Ray head is one line naming executor.address (exit 2)
     run_id = create_run(store, "trace", "run", cfg, options)
     say(f"run {run_id}")
     raise typer.Exit(drive(cfg, store, run_id, options, fresh=True))

@@ -77,12 +77,12 @@ def train(run_id: str = typer.Argument(..., help="run id"),
           config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Train the run's adapters (resumes killed jobs; finished ones are kept)."""
     from gapforge.run_lease import run_lease
-    from training.run import run_jobs
+    from gapforge.executor_wiring import job_runner
 
     cfg = get_config(config, set_)
     jobs = _jobs(cfg, run_id, capability, module)
     with run_lease(cfg, run_id, "train"):
-        outcomes = run_jobs(jobs, cfg.workspace / "runs" / run_id / "train-specs", on_line=_show)
+        outcomes = job_runner(cfg)(jobs, cfg.workspace / "runs" / run_id / "train-specs", on_line=_show)
     for o in outcomes:
         if o.result is not None:
             r = o.result

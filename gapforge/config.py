@@ -21,6 +21,7 @@ from agents.synthesis.config import SynthesisConfig
 from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
 from envs.tau2.config import Tau2Config
 from evaluation.config import EvaluationConfig
+from executor.config import ExecutorConfig
 from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
@@ -29,7 +30,7 @@ from store.redact import redact, redact_tree
 from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
-    "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
+    "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "ExecutorConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
     "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "StoreConfig",
     "SynthesisConfig", "TrainingConfig", "check_run_config", "load_config", "parse_override",
 ]
@@ -58,6 +59,7 @@ class GapforgeConfig(_Section):
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tau2: Tau2Config = Field(default_factory=Tau2Config)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:

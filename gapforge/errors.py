@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agents.errors import IncompleteStage, ModelError
 from envs.errors import EnvError
+from executor.errors import ExecutorUnavailable
 from prompts import PromptError
 from sandbox.errors import SandboxError
 from serving.errors import ServingError
@@ -21,7 +22,7 @@ class UsageError(Exception):
 
 # PromptError is a packaging bug, not user input: it is deliberately not listed.
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    ConfigError, UsageError, EnvError, StoreError, SandboxError, ModelError, ServingError,
+    ConfigError, UsageError, EnvError, StoreError, SandboxError, ModelError, ServingError, ExecutorUnavailable,
 )
 
 # Infrastructure failures that outlived every retry: one line, exit 3 (resumable), never exit 0.

@@ -97,9 +97,12 @@ class Resumed:
     command: str  # run | demo | fork: what started it
 
 
-def resume_plan(store: Any, run_id: str, store_url: str | None) -> Resumed:
+def resume_plan(store: Any, run_id: str, store_url: str | None, overrides: list[str] | None = None) -> Resumed:
+    """How to resume `run_id`: its stored config (+ `overrides`: where it executes, `executor.*`, is the resuming
+    invocation's choice), options and the command that started it."""
     record, _status = get_run_record(store, run_id)
-    return Resumed(config_from_record(record, store_url=store_url), options_from_record(record), str(record.get("command") or "run"))
+    return Resumed(config_from_record(record, overrides, store_url=store_url), options_from_record(record),
+                   str(record.get("command") or "run"))
 
 
 # --- driving -----------------------------------------------------------------------------------------------------------

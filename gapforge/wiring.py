@@ -4,6 +4,7 @@ into the `agents.deps.StageDeps` that stage services receive."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +68,7 @@ def build_deps(cfg: GapforgeConfig, *, pool_size: int | None = None) -> StageDep
         policy=cfg.policy,
         synthesis=cfg.synthesis,
         workspace=Workspace(cfg.workspace),
+        sandbox_checks=sandbox_checks(cfg),  # None: this machine's sandbox; executor.kind ray: a Docker node's
     )
 
 
@@ -175,3 +177,13 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
             user_model = make_chat_model(cfg.llm.endpoint)
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
     return probe, (lambda: make_env(env_name, user=cfg.rollouts.user, user_model=user_model))
+
+
+def sandbox_checks(cfg: GapforgeConfig):
+    """None (the sandbox checks run here) or the Ray drop-ins that run them on a Docker node, readiness
+    with a policy each task builds from `cfg.policy`."""
+    from executor import sandbox_checks as checks
+
+    factory = functools.partial(make_policy, cfg.policy) if cfg.policy.kind != "scripted" else None
+    return checks(cfg.executor, cfg.sandbox, factory)
+

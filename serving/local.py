@@ -9,15 +9,16 @@ event loop and concurrent episodes are decoded together as one batch.
 Sampling is reproducible (the global RNG is left untouched): inside an episode
 (envs.sampling.episode_key set by the collector) a call samples with a seed
 drawn from (the policy's seed, the episode key, the conversation length), so the
-same episode gets the same tokens at any concurrency; outside one, call n of a
-policy built with seed s samples with seed s + n.
+same episode gets the same tokens, and the same tool-call ids, at any concurrency and
+on any executor (tests/executor: Ray vs local); outside one, call n of a policy built
+with seed s samples with seed s + n.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from envs.sampling import episode_key, keyed_seed
 from serving.batching import BatchGenerator, eos_ids_of
 from serving.chat_format import tool_format_of
 from serving.errors import ServingError
-from serving.tool_calls import parse_turn
+from serving.tool_calls import new_call_id, parse_turn
 
 
 def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -57,6 +58,16 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
     recipe hash); tests/serving/test_local.py asserts the three render identically."""
     return tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None,
                                          add_generation_prompt=generation_prompt, tokenize=False, **template_kwargs)
+
+
+def call_ids(seed: int, position: int) -> Callable[[], str]:
+    """Tool-call ids for the turn at `position`: inside an episode derived from (seed, episode key, position),
+    so a replayed episode (another executor, another machine) has the same ids; random outside one."""
+    key = episode_key.get()
+    if key is None:
+        return new_call_id
+    base, counter = keyed_seed(seed, key, position), itertools.count()
+    return lambda: f"call_{base:016x}{next(counter):08x}"
 
 
 class Generation:
@@ -147,4 +158,4 @@ class LocalPolicy:
             raise ServingError(f"temperature must be >= 0, got {temp}")
         text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temp,
                                                max_new_tokens=self.max_new_tokens)
-        return parse_turn(text, self.tool_format)  # raises MalformedOutputError with the raw text
+        return parse_turn(text, self.tool_format, id_factory=call_ids(self.seed, len(messages)))  # MalformedOutputError: the raw text

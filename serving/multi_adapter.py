@@ -25,7 +25,7 @@ from typing import Any
 from envs.protocol import Message
 from serving.chat_format import tool_format_of
 from serving.errors import ServingError
-from serving.local import Generation, render_prompt
+from serving.local import Generation, call_ids, render_prompt
 from serving.tool_calls import parse_turn
 
 
@@ -136,7 +136,7 @@ class MultiAdapterModel:
         new = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))  # a request never exceeds the config
         text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temperature,
                                                max_new_tokens=new, group=adapter)
-        return parse_turn(text, self.tool_format)
+        return parse_turn(text, self.tool_format, id_factory=call_ids(self.seed, len(messages)))  # the same ids wherever replayed
 
     async def aclose(self) -> None:
         """Stop the generation worker."""

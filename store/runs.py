@@ -12,7 +12,7 @@ import dataclasses
 import platform
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -158,6 +158,17 @@ class RunQueries(StoreBase):
             stmt = stmt.on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"]).returning(Episode.id)
             new_id = session.scalars(stmt).first()
             return None if new_id is None else int(new_id)
+
+    def add_episodes(self, run_id: str, env: str, items: Sequence[tuple[str, int, Mapping[str, Any]]]) -> list[int | None]:
+        """`add_episode` for many (task_id, sample, fields) in one transaction and one statement (the collector's
+        group commit): per item, the new id or None when its key was already stored."""
+        if not items:
+            return []
+        rows = [_episode_values(run_id, env, task_id, sample, **fields) for task_id, sample, fields in items]
+        with self._write(run_id) as session:
+            stmt = self._insert(Episode).values(rows).on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"])
+            new = {(t, int(s)): int(i) for i, t, s in session.execute(stmt.returning(Episode.id, Episode.task_id, Episode.sample))}
+        return [new.get((str(task_id), int(sample))) for task_id, sample, _ in items]
 
     def episode_id(self, run_id: str, env: str, task_id: str, sample: int) -> int | None:
         with self._read() as session:

@@ -38,7 +38,7 @@ class JobOutcome:
     error: str | None
 
 
-def _fail(job: TrainJob, error: str, tb: str = "") -> None:
+def record_failure(job: TrainJob, error: str, tb: str = "") -> None:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "error.json").write_text(json.dumps({"error": error, "traceback": tb}, indent=1))
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = train_capability(job, progress=lambda row: print(json.dumps(row), flush=True))
     except Exception as e:  # noqa: BLE001 - recorded, then the process exits non-zero
-        _fail(job, f"{type(e).__name__}: {e}", traceback.format_exc())
+        record_failure(job, f"{type(e).__name__}: {e}", traceback.format_exc())
         print(json.dumps({"event": "failed", "error": f"{type(e).__name__}: {e}"}), flush=True)
         return 1
     print(json.dumps({"event": "done", **result.model_dump(mode="json")}), flush=True)
@@ -129,37 +129,48 @@ def _alive(pid: int) -> bool:
 
 def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutcome]:
     """Each job in its own process, one after the other; a crash is recorded and the next job runs."""
-    outcomes = []
+    return [run_job(job, spec_dir, on_line) for job in jobs]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: Linux sends it SIGKILL when the launching thread's process dies (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: bool = False) -> JobOutcome:
+    """One job in its own process (`python -m training.run`); its progress events go to `on_line(name, event)`.
+    `die_with_parent` (a Ray worker launching it): the job dies with its launcher, so a retry never meets it still training."""
     spec_dir.mkdir(parents=True, exist_ok=True)
-    for job in jobs:
-        spec = spec_dir / f"{job.name}.json"
-        stop_stale_job(spec)
-        spec.write_text(job.model_dump_json(indent=1))
-        env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
-        if job.store_url:
-            env[STORE_URL_ENV] = job.store_url
-        proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env)
-        pid_file(spec).write_text(f"{proc.pid}\n")
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                event = _event(line) if on_line is not None else None
-                if event is not None:
-                    on_line(job.name, event)
-            code = proc.wait()
-        finally:
-            if proc.poll() is not None:
-                pid_file(spec).unlink(missing_ok=True)
-        done = Path(job.out_dir) / "result.json"
-        result = TrainResult.model_validate_json(done.read_text()) if code == 0 and done.is_file() else None
-        error = None
-        if result is None:
-            err = Path(job.out_dir) / "error.json"
-            error = json.loads(err.read_text())["error"] if err.is_file() else f"process exited with {code} (killed or out of memory)"
-            if not err.is_file():
-                _fail(job, error)
-        outcomes.append(JobOutcome(job.name, code, result, error))
-    return outcomes
+    spec = spec_dir / f"{job.name}.json"
+    stop_stale_job(spec)
+    spec.write_text(job.model_dump_json(indent=1))
+    env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
+    if job.store_url:
+        env[STORE_URL_ENV] = job.store_url
+    proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+    pid_file(spec).write_text(f"{proc.pid}\n")
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            event = _event(line) if on_line is not None else None
+            if event is not None:
+                on_line(job.name, event)
+        code = proc.wait()
+    finally:
+        if proc.poll() is not None:
+            pid_file(spec).unlink(missing_ok=True)
+    done = Path(job.out_dir) / "result.json"
+    result = TrainResult.model_validate_json(done.read_text()) if code == 0 and done.is_file() else None
+    error = None
+    if result is None:
+        err = Path(job.out_dir) / "error.json"
+        error = json.loads(err.read_text())["error"] if err.is_file() else f"process exited with {code} (killed or out of memory)"
+        if not err.is_file():
+            record_failure(job, error)
+    return JobOutcome(job.name, code, result, error)
 
 
 if __name__ == "__main__":

@@ -104,12 +104,16 @@ def validate_attempt(
     readiness: Any = None,
     rollouts_left: int = 0,
     progress: Callable[[str], None] | None = None,
+    checks: Any = None,
 ) -> AttemptOutcome:
     """Run every gate on one module. `open_module` opens the env: the synthesis service always passes
     the sandbox (sandbox.env.open_env); only tests pass trusted in-process example envs.
-    With a policy bound to an event loop (an endpoint's HTTP session), use `avalidate_attempt` on it."""
+    With a policy bound to an event loop (an endpoint's HTTP session), use `avalidate_attempt` on it.
+    `checks` (executor.validation.RaySandboxChecks) runs the self-test and the readiness rollouts on a
+    Docker node of a Ray cluster instead of through `open_module` here."""
     started = time.perf_counter()
-    early = _before_readiness(code, module_path, ctx, attempt, cfg, open_module, chat_model, target_shapes, thresholds, progress, started)
+    early = _before_readiness(code, module_path, ctx, attempt, cfg, open_module, chat_model, target_shapes, thresholds, progress, started,
+                              checks)
     if isinstance(early, AttemptOutcome):
         return early
     gate, report, stage = early
@@ -118,7 +122,8 @@ def validate_attempt(
         if progress:
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
-        grpo = check_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
+        ready = check_grpo_ready if checks is None else checks.check_grpo_ready_for(module_path)
+        grpo = ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 
@@ -139,12 +144,13 @@ async def avalidate_attempt(
     readiness: Any = None,
     rollouts_left: int = 0,
     progress: Callable[[str], None] | None = None,
+    checks: Any = None,
 ) -> AttemptOutcome:
     """`validate_attempt` on the caller's event loop: gate, self-test and review in a worker thread,
     the GRPO-readiness rollouts on this loop (the policy's HTTP session stays its creator's)."""
     started = time.perf_counter()
     early = await asyncio.to_thread(_before_readiness, code, module_path, ctx, attempt, cfg, open_module, chat_model,
-                                    target_shapes, thresholds, progress, started)
+                                    target_shapes, thresholds, progress, started, checks)
     if isinstance(early, AttemptOutcome):
         return early
     gate, report, stage = early
@@ -153,7 +159,8 @@ async def avalidate_attempt(
         if progress:
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
-        grpo = await acheck_grpo_ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
+        ready = acheck_grpo_ready if checks is None else checks.readiness_for(module_path)
+        grpo = await ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 
@@ -161,7 +168,7 @@ async def avalidate_attempt(
 def _before_readiness(
     code: str, module_path: Path, ctx: GeneratorContext, attempt: int, cfg: SynthesisConfig, open_module: OpenModule,
     chat_model: BaseChatModel, target_shapes: dict[str, Shape] | None, thresholds: SelfTestThresholds | None,
-    progress: Callable[[str], None] | None, started: float,
+    progress: Callable[[str], None] | None, started: float, checks: Any = None,
 ) -> AttemptOutcome | tuple[Any, ValidationReport, str]:
     """Static gate, self-test, LLM review (blocking): the outcome when the gate rejects, else (gate, report, stage)."""
     gate = static_gate(code, max_chars=cfg.max_code_chars, max_lines=cfg.max_code_lines)
@@ -171,7 +178,8 @@ def _before_readiness(
         return AttemptOutcome(verdict=verdict, gate=gate.to_json(), seconds=round(time.perf_counter() - started, 3))
     if progress:
         progress("self-test in the sandbox")
-    report: ValidationReport = validate_env(
+    run = validate_env if checks is None else checks.validate_env
+    report: ValidationReport = run(
         lambda: open_module(module_path), target_tools=ctx.target.tools, seeds=cfg.validation_seeds,
         thresholds=thresholds, module=module_path, target=ctx.target.name, target_result_shapes=target_shapes,
         progress=(lambda name: progress(f"check {name}")) if progress else None,

@@ -15,7 +15,8 @@ failing past its retries is never an attempt's verdict: the step stops with Inco
 validates it again. Never prints; progress goes to the `progress` callback.
 `synthesize_capability` runs the same two steps attempt after attempt for the standalone
 `gapforge synthesize` command. Generated code runs only in the sandbox: every module is opened
-with `SandboxedEnv.pooled(path, deps.sandbox_pool)`.
+with `SandboxedEnv.pooled(path, deps.sandbox_pool)`, or, with `deps.sandbox_checks`
+(executor/: Ray), in the sandbox of a Docker node of the cluster.
 """
 
 from __future__ import annotations
@@ -142,11 +143,12 @@ def _prepare(deps: StageDeps, run_id: str, capability: str, attempt: int) -> tup
     spent = sum((v.report.get("verdict") or {}).get("rollouts", 0) for v in earlier if v is not None)
     path = _write(deps.workspace.attempt_module(run_id, capability, attempt), row.code)
     policy = deps.readiness_policy()
-    pool = deps.sandbox_pool
     args = {
         "code": row.code, "module_path": path, "ctx": ctx, "attempt": attempt, "cfg": cfg,
-        "open_module": lambda p: SandboxedEnv.pooled(p, pool), "chat_model": deps.make_chat_model("synthesis"), "target_shapes": shapes,
-        "thresholds": deps.self_test, "policy": policy, "readiness": deps.readiness, "rollouts_left": cfg.rollout_budget - spent,
+        # the pool opens on first use: with `deps.sandbox_checks` (a Ray Docker node) this machine opens no sandbox
+        "open_module": lambda p: SandboxedEnv.pooled(p, deps.sandbox_pool), "chat_model": deps.make_chat_model("synthesis"),
+        "target_shapes": shapes, "thresholds": deps.self_test, "policy": policy, "readiness": deps.readiness,
+        "rollouts_left": cfg.rollout_budget - spent, "checks": deps.sandbox_checks,
         "run_episode": (deps.episode_runner or readiness_runner(deps.rollouts.max_turns)) if policy is not None else None,
     }  # fmt: skip
     return row, None, None, args

@@ -44,7 +44,10 @@ class StageContext:
     cfg: GapforgeConfig
     deps: StageDeps
     progress: Progress = lambda where, text: None
-    train_gate: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))  # one training process at a time
+    train_gate: asyncio.Semaphore = field(init=False)  # one training process at a time here; on Ray the cluster's GPUs gate
+
+    def __post_init__(self) -> None:
+        self.train_gate = asyncio.Semaphore(1 if self.cfg.executor.kind == "local" else 1024)
 
     @property
     def store(self) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 
 from gapforge.stages.common import StageContext, require
 from gapforge.stages.routing import Routing
+from gapforge.executor_wiring import evaluation_players
 from gapforge.wiring import make_target_env_factory
 from graph.context import Cost, EvaluationDone, StageFailed
 
@@ -31,6 +32,7 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
         concurrency=cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=cfg.seed,
         family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies, focus_family=ecfg.focus_family,
         on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
+        players=evaluation_players(cfg, sc.store, run_id, sc.base_dir(), artifacts, make_env),  # None: every policy plays here
     )  # fmt: skip
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=sum(_played(p.metrics, families) for p in result.policies)))

@@ -1,10 +1,12 @@
-"""`collect_rollouts`: the base policy on the target's tasks (agents.rollouts.collect), every episode stored."""
+"""`collect_rollouts`: the base policy on the target's tasks (agents.rollouts.collect), every episode stored by this
+process; with executor.kind ray the episodes are played on Ray actors (`gapforge.executor_wiring.episode_player`)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from gapforge.stages.common import StageContext
+from gapforge.executor_wiring import episode_player
 from gapforge.wiring import make_target_env_factory
 from graph.context import Cost, RolloutsDone
 
@@ -23,9 +25,11 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
                        max_turns=cfg.rollouts.max_turns)  # fmt: skip
     result = CollectResult(planned=0, skipped=0, ran=0)
     played = progress_every(sc, "collect_rollouts", "episodes")
-    await collect(plan, make_env=make_env, policy=sc.deps.base_policy(), sink=sc.store, families=families, result=result,
-                  on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures) + result.stored_elsewhere,
-                                                result.planned))  # fmt: skip
+    async with episode_player(cfg, cfg.policy, make_env) as player:  # None: played here (executor.kind local); else Ray actors
+        await collect(plan, make_env=make_env, policy=sc.deps.base_policy() if player is None else None, sink=sc.store, families=families,
+                      result=result, player=player,
+                      on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures) + result.stored_elsewhere,
+                                                    result.planned))  # fmt: skip
     if not result.complete:  # analysis over a partial sample would be biased: stop, resumable (agents/infra.py's rule)
         counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
         raise IncompleteStage(f"collect_rollouts: {len(result.infra_failures)} of {result.planned} episodes ended in infrastructure "

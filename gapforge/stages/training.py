@@ -1,6 +1,7 @@
 """`train` (one LoRA adapter per capability, GRPO on its accepted synthetic env) and `train_baseline`
 (the paper's GRPO-on-target baseline): each a job in its own process (training.run.run_jobs, which
-also stops a process left running by a killed earlier run: its pid file beside the job spec)."""
+also stops a process left running by a killed earlier run: its pid file beside the job spec), or with
+executor.kind ray a Ray task per job whose adapter comes back to this machine (`gapforge.executor_wiring.job_runner`)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ def _step_line(sc: StageContext):
 
 
 async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
-    from training.run import run_jobs
+    from gapforge.executor_wiring import job_runner
 
-    async with sc.train_gate:  # one training process at a time (CPU/GPU memory)
-        (outcome,) = await asyncio.to_thread(run_jobs, [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
+    async with sc.train_gate:  # one training process at a time here (CPU/GPU memory); on Ray, as many as the cluster places
+        (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
     return outcome
 
 

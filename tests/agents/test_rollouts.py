@@ -163,3 +163,32 @@ def test_show_lists_and_prints_trajectory(tmp_path: Path) -> None:
     assert "Hello there" in one.output and "termination=max_turns" in one.output
     missing = runner.invoke(app, ["rollouts", "show", "r-nope", *base])
     assert missing.exit_code == 2 and "unknown run" in missing.output
+
+
+def test_episodes_finishing_together_are_committed_together_and_counted_once_each(store: Store) -> None:
+    calls: list[int] = []
+
+    class CountingSink:
+        def episode_keys(self, run_id, env):
+            return store.episode_keys(run_id, env)
+
+        def add_episode(self, *a, **kw):  # never used when add_episodes exists
+            raise AssertionError("one transaction per episode")
+
+        def add_episodes(self, run_id, env, items):
+            calls.append(len(items))
+            time.sleep(0.05)  # a slow commit: episodes finishing meanwhile queue for the next one
+            return store.add_episodes(run_id, env, items)
+
+    run_id = store.create_run("rollouts", {})
+    store.put_episode(run_id, "shop", TASKS[0], 0, policy="elsewhere", messages=[], reward=0.0, success=False, components={},
+                      termination="done", error=None, turns=0, timings={})  # stored by "another process" meanwhile
+    plan = CollectPlan(run_id=run_id, env="shop", tasks=TASKS, samples=4, concurrency=16, max_turns=1)
+    sink = CountingSink()
+    real_keys = sink.episode_keys
+    sink.episode_keys = lambda r, e: set()  # the collector did not see that row when it planned: it plays the key again
+    res = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=_greeter(), sink=sink))
+    assert (res.planned, res.ran, res.stored_elsewhere) == (16, 15, 1)
+    assert sum(calls) == 16 and len(calls) < 16  # grouped: fewer transactions than episodes
+    assert len(res.episode_ids) == len(set(res.episode_ids)) == 15
+    assert len(store.episodes(run_id)) == 16 and real_keys(run_id, "shop") == set(plan.keys())

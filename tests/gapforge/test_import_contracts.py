@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("graph", "agents", "training", "serving", "sandbox", "envs", "store", "prompts", "bench")
+LAYERS = ("graph", "executor", "agents", "training", "serving", "sandbox", "envs", "store", "prompts", "bench")
 
 
 def _lint_imports() -> subprocess.CompletedProcess[str]:

@@ -204,3 +204,16 @@ def test_data_survives_reopening(store_url: str) -> None:
         episode(s, rid)
     with Store(store_url) as s:
         assert s.get_run(rid).config == {"k": "v"} and len(s.episodes(rid)) == 1
+
+
+def test_add_episodes_stores_many_in_one_go_and_says_which_keys_were_new(store: Store) -> None:
+    run = store.create_run("rollouts", {})
+    fields = dict(policy="p", messages=[{"role": "user", "content": "hi"}], reward=0.5, success=True, components={}, termination="done",
+                  error=None, turns=1, timings={"total_s": 0.1})
+    first = store.add_episode(run, "shop", "t1", 0, **fields)
+    ids = store.add_episodes(run, "shop", [("t0", 0, fields), ("t1", 0, fields), ("t1", 1, {**fields, "reward": 0.25})])
+    assert ids[1] is None and ids[0] is not None and ids[2] is not None and first not in ids
+    assert store.add_episodes(run, "shop", []) == []
+    rows = {(r.task_id, r.sample): r for r in store.episodes(run)}
+    assert set(rows) == {("t0", 0), ("t1", 0), ("t1", 1)} and rows[("t1", 1)].reward == 0.25 and rows[("t1", 1)].id == ids[2]
+    assert rows[("t0", 0)].messages == fields["messages"]

@@ -1,0 +1,64 @@
+"""Where the work runs: this machine (`executor.kind: local`, the default) or a Ray cluster (`ray`).
+
+The composition root (gapforge/wiring.py) asks here for the pieces that differ, and passes them to
+the stage services through narrow seams; the services do not know which executor they run on:
+
+- `episode_player(cfg, policy_factory, make_env, concurrency)`: an async context manager giving the
+  collector's `agents.rollouts.EpisodePlayer` (None locally: the collector plays on its own loop);
+- `job_runner(cfg)`: `training.run.run_jobs` or its Ray twin (one task per job, adapter files back);
+- `sandbox_checks(cfg, sandbox, policy_factory)`: None locally, else the Ray drop-ins for the
+  self-test and GRPO readiness (`agents.selftest.SandboxChecks`).
+
+Ray is imported only when `kind` is ray (the `ray` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from executor.config import ExecutorConfig, JobResources
+from executor.errors import ExecutorUnavailable
+
+__all__ = ["ExecutorConfig", "ExecutorUnavailable", "JobResources", "connect", "episode_player", "job_runner", "sandbox_checks"]
+
+
+def connect(cfg: ExecutorConfig) -> None:
+    """Join the cluster now (a `run` checks this at its start: a head that does not answer is exit 2 with one line)."""
+    if cfg.kind == "ray":
+        from executor.cluster import connect as join
+
+        join(cfg)
+
+
+@contextlib.asynccontextmanager
+async def episode_player(cfg: ExecutorConfig, policy_factory: Callable[[], Any], make_env: Callable[[], Any],
+                         concurrency: int) -> AsyncIterator[Any]:
+    if cfg.kind == "local":
+        yield None
+        return
+    from executor.rollouts import ray_player
+
+    async with ray_player(cfg, policy_factory, make_env, concurrency) as player:
+        yield player
+
+
+def job_runner(cfg: ExecutorConfig) -> Callable[..., Any]:
+    """(jobs, spec_dir, on_line) -> [training.run.JobOutcome]: local processes one after the other, or Ray tasks."""
+    if cfg.kind == "local":
+        from training.run import run_jobs
+
+        return run_jobs
+    from executor.training import run_jobs_on_ray
+
+    return functools.partial(run_jobs_on_ray, cfg)
+
+
+def sandbox_checks(cfg: ExecutorConfig, sandbox: Any, policy_factory: Callable[[], Any] | None = None) -> Any:
+    if cfg.kind == "local":
+        return None
+    from executor.validation import RaySandboxChecks
+
+    return RaySandboxChecks(cfg, sandbox, policy_factory)

@@ -1,0 +1,106 @@
+"""Rollout and evaluation episodes on Ray actors (`executor.kind: ray`).
+
+Each `RolloutWorker` actor builds its own policy (`policy_factory()`: an endpoint client, or a local
+model loaded once per actor) and a fresh env per episode, and plays episodes on its own event loop
+(an async actor: `executor.rollout` resources each). `RayEpisodePlayer` is the collector's
+`agents.rollouts.EpisodePlayer`: it sends each (task, sample) to the least busy actor and hands the
+`Rollout` back; the driver's collector stays the one writer of the store (keyed writes: a retried
+episode is never stored twice).
+
+Faults: an actor whose process dies is restarted and its unfinished calls re-run (`executor.max_retries`
+each); the episode key seeds sampling, so a re-run plays the same episode. Past the retries the
+collection stops with IncompleteStage (exit 3): what finished is stored, a resume plays the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+from agents.errors import IncompleteStage
+from agents.rollouts import Rollout, play_episode
+from envs.protocol import PolicyModel, TargetEnvironment
+from executor.cluster import check_feasible, connect, options
+from executor.config import ExecutorConfig
+
+
+class RolloutWorker:
+    """The body of one Ray actor: a policy and an env factory, episodes played concurrently on its loop."""
+
+    def __init__(self, policy_factory: Callable[[], PolicyModel], make_env: Callable[[], TargetEnvironment], threads: int) -> None:
+        self.policy = policy_factory()
+        self.make_env = make_env
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rollout")
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def play(self, task_id: str, sample: int, max_turns: int, temperature: float | None) -> Rollout:
+        # a task of its own: the episode key it sets stays in its own context
+        return await asyncio.create_task(play_episode(self.policy, self.make_env, task_id, sample, max_turns=max_turns,
+                                                      temperature=temperature, executor=self.pool))
+
+    async def aclose(self) -> None:
+        close = getattr(self.policy, "aclose", None)
+        if close is not None:
+            await close()
+        self.pool.shutdown(wait=False)
+
+
+class RayEpisodePlayer:
+    """Dispatches episodes to a fixed set of RolloutWorker actors, least busy first."""
+
+    def __init__(self, ray: Any, actors: list[Any], max_retries: int) -> None:
+        self.ray = ray
+        self.actors = actors
+        self.busy = [0] * len(actors)
+        self.max_retries = max_retries
+
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout:
+        i = min(range(len(self.actors)), key=self.busy.__getitem__)
+        self.busy[i] += 1
+        try:
+            return await self.actors[i].play.remote(task_id, sample, max_turns, temperature)
+        except self.ray.exceptions.RayActorError as e:
+            raise IncompleteStage(f"Ray rollout worker {i} died more than executor.max_retries={self.max_retries} times "
+                                  f"(last at {task_id}#{sample}: {str(e).splitlines()[0][:160]}); what finished is stored: "
+                                  "run the same command again to play the rest") from None
+        finally:
+            self.busy[i] -= 1
+
+    async def pids(self) -> list[int]:
+        """The worker processes' ids (tests kill one)."""
+        return list(await asyncio.gather(*(a.pid.remote() for a in self.actors)))
+
+    async def aclose(self) -> None:
+        closing = [a.aclose.remote() for a in self.actors]
+        try:
+            await asyncio.gather(*closing, return_exceptions=True)
+        finally:
+            for actor in self.actors:
+                self.ray.kill(actor, no_restart=True)
+
+
+@asynccontextmanager
+async def ray_player(cfg: ExecutorConfig, policy_factory: Callable[[], PolicyModel], make_env: Callable[[], TargetEnvironment],
+                     concurrency: int) -> AsyncIterator[RayEpisodePlayer]:
+    """`executor.rollout_workers` actors, each taking up to its share of `concurrency` episodes at once."""
+    ray = await asyncio.to_thread(connect, cfg)
+    opts = options(cfg, cfg.rollout)
+    check_feasible(ray, opts, "executor.rollout")
+    per_actor = max(1, -(-concurrency // cfg.rollout_workers))
+    actor_cls = ray.remote(RolloutWorker)
+    actors = [
+        actor_cls.options(max_restarts=cfg.max_retries, max_task_retries=cfg.max_retries, max_concurrency=per_actor + 1, **opts)
+        .remote(policy_factory, make_env, per_actor + 1)
+        for _ in range(cfg.rollout_workers)
+    ]
+    player = RayEpisodePlayer(ray, actors, cfg.max_retries)
+    try:
+        yield player
+    finally:
+        await player.aclose()
