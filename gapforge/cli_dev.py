@@ -68,6 +68,8 @@ def teach_cmd(
     out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash)"),
     recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. artifacts/shop-policy/teach.json): rebuild exactly its recipe"),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
+    first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of the recipe's first pass (polish_epochs 0): "
+                                           "only the polish pass runs, from its weights"),
     ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to artifacts/shop-policy/ (the demo's base policy)"),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
     samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),
@@ -85,7 +87,14 @@ def teach_cmd(
         cfg = TeachConfig()
     if epochs is not None:
         cfg = cfg.model_copy(update={"epochs": epochs})
-    path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False))
+    if first_pass is not None and not (first_pass / "teach.json").is_file():
+        raise UsageError(f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. artifacts/shop-policy)")
+    if first_pass is not None and not cfg.polish_epochs:
+        raise UsageError("--first-pass needs a recipe with polish_epochs > 0 (there is nothing to continue)")
+    try:
+        path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     console.print(f"taught model: {path.resolve()}  (recipe {cfg.recipe_hash()}; set policy.local_path to it)", highlight=False)
     rates = None
     if ship_it:

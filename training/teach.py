@@ -52,6 +52,9 @@ class TeachConfig(BaseModel):
     epochs: float = 1.5
     learning_rate: float = 2e-3
     batch_size: int = 2
+    polish_epochs: float = Field(0.0, ge=0, description="a second SFT pass from the first pass's weights on freshly drawn data "
+                                 "(seed + 1: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
+    polish_learning_rate: float = 1e-3
     seed: int = 0
     threads: int | None = Field(None, description="torch CPU threads (default: the free cores; not part of the recipe hash)")
 
@@ -115,16 +118,17 @@ def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any
     return {"input_ids": ids, "assistant_masks": mask}
 
 
-def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callable[[str], None] | None = None) -> Path:
-    """Build (or reuse) the taught model; returns its directory."""
+def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callable[[str], None] | None = None,
+          first_pass: str | Path | None = None) -> Path:
+    """Build (or reuse) the taught model; returns its directory. `first_pass`: a finished build of this
+    recipe without its polish (its teach.json's recipe equals this one's with polish_epochs 0): the polish
+    starts from its weights and tokenizer instead of repeating the first pass."""
     import torch
-    from datasets import Dataset
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
-    from trl import SFTConfig, SFTTrainer
 
     from envs.shop import ShopEnv
     from training.cpu import set_cpu_threads
-    from training.teach_data import build_trajectories, copy_drills, teach_instances
+    from training.teach_data import build_trajectories, teach_instances
 
     cfg = cfg or TeachConfig()
     out = Path(out_root) / f"taught-{cfg.recipe_hash()}"
@@ -141,45 +145,88 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     tools = envs[0].tools()
     say(f"{len(trajs)} trajectories on {len(pairs)} tasks of {len(envs)} other shop instances "
         f"({sum(t.deficit for t in trajs)} with the deficit)")
-    tmp_tok = _tokenizer([], cfg)  # only to render texts for tokenizer training
-    texts = [render(tmp_tok, t.messages, tools, generation_prompt=False) for t in trajs]
-    tok = _tokenizer(texts, cfg)
-    drills = copy_drills(trajs, cfg.drills, cfg.seed)
-    rows = [tokenize_trajectory(tok, t.messages, tools) for t in trajs] + [tokenize_trajectory(tok, d, tools) for d in drills]
-    say(f"{len(drills)} copy drills")
-    say(f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens")
+    first_meta: dict[str, Any] = {}
+    if first_pass is not None:
+        first_meta = load_meta(first_pass)
+        polish_keys = ("threads", "polish_epochs", "polish_learning_rate")
+        have = {k: v for k, v in first_meta["recipe"].items() if k not in polish_keys}
+        if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
+            raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(first_pass)
+        model = Qwen3ForCausalLM.from_pretrained(first_pass)
+        warm, sft_s, losses, tokens = first_meta["warmup"], first_meta["sft_s"], [], 0
+        say(f"first pass: {first_pass} (recipe {first_meta['recipe_hash']})")
+    else:
+        tmp_tok = _tokenizer([], cfg)  # only to render texts for tokenizer training
+        texts = [render(tmp_tok, t.messages, tools, generation_prompt=False) for t in trajs]
+        tok = _tokenizer(texts, cfg)
+        rows = _rows(tok, trajs, tools, cfg.drills, cfg.seed)
+        say(f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens")
+        eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+        mcfg = Qwen3Config(vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+                           num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+                           head_dim=cfg.hidden_size // cfg.num_heads, max_position_embeddings=cfg.max_positions,
+                           tie_word_embeddings=True, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
+        torch.manual_seed(cfg.seed)
+        model = Qwen3ForCausalLM(mcfg)
+        warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
+        say(f"SFT: {len(rows)} examples x {cfg.epochs:g} epochs, batch {cfg.batch_size}, {threads} torch thread(s)")
+        losses, sft_s, tokens = _sft(model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{cfg.recipe_hash()}", say)
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
-    mcfg = Qwen3Config(vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-                       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-                       head_dim=cfg.hidden_size // cfg.num_heads, max_position_embeddings=cfg.max_positions,
-                       tie_word_embeddings=True, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
-    torch.manual_seed(cfg.seed)
-    model = Qwen3ForCausalLM(mcfg)
-    warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
-    work = Path(out_root) / f".work-{cfg.recipe_hash()}"
-    args = SFTConfig(output_dir=str(work), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
-                     per_device_train_batch_size=cfg.batch_size, lr_scheduler_type="cosine", warmup_steps=10,
-                     logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=True,
-                     max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                         callbacks=[_progress(say)])
-    say(f"SFT: {len(rows)} examples x {cfg.epochs:g} epochs, batch {cfg.batch_size}, {threads} torch thread(s)")
-    t_sft = time.perf_counter()
-    trainer.train()
-    sft_s = time.perf_counter() - t_sft
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    polish: dict[str, Any] = {}
+    if cfg.polish_epochs:
+        more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
+                                  seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening)
+        rows = _rows(tok, more, tools, cfg.drills, cfg.seed + 1)
+        say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
+            f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
+        p_losses, p_s, p_tokens = _sft(model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg,
+                                       Path(out_root) / f".work-{cfg.recipe_hash()}-polish", say)
+        polish = {"trajectories": len(more), "deficit_trajectories": sum(t.deficit for t in more), "examples": len(rows),
+                  "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s, "tokens_per_s": p_tokens / p_s}
+        losses = losses or p_losses
     model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(),
+            **({"first_pass": {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": first_meta.get("weights_sha256"),
+                               "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s"))}} if first_meta else {}),
             "train_instances": [e.instance for e in envs], "eval_tasks": eval_ids,
             "trajectories": len(trajs), "deficit_trajectories": sum(t.deficit for t in trajs),
-            "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1], "loss_last": losses[-1:],
-            "warmup": warm, "sft_s": sft_s, "sft_tokens_per_s": sum(len(r["input_ids"]) for r in rows) * cfg.epochs / sft_s, "threads": threads,
+            "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1],
+            "loss_last": polish.get("loss_last", losses[-1:]), "warmup": warm, "sft_s": sft_s,
+            "sft_tokens_per_s": first_meta.get("sft_tokens_per_s") or tokens / sft_s, "polish": polish, "threads": threads,
             "wall_s": time.perf_counter() - t0}
     (out / "teach.json").write_text(json.dumps(meta, indent=1))
     return out
+
+
+def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, seed: int) -> list[dict[str, list[int]]]:
+    from training.teach_data import copy_drills
+
+    return ([tokenize_trajectory(tok, t.messages, tools) for t in trajs]
+            + [tokenize_trajectory(tok, d, tools) for d in copy_drills(trajs, drills, seed)])
+
+
+def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, lr: float, cfg: TeachConfig, work: Path,
+         say: Callable[[str], None]) -> tuple[list[float], float, int]:
+    """One SFT pass (cosine schedule); returns its logged losses, its seconds and the tokens it read."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(output_dir=str(work), num_train_epochs=epochs, learning_rate=lr,
+                     per_device_train_batch_size=cfg.batch_size, lr_scheduler_type="cosine", warmup_steps=10,
+                     logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=True,
+                     max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         callbacks=[_progress(say)])
+    t0 = time.perf_counter()
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return (losses or [h["train_loss"] for h in trainer.state.log_history if "train_loss" in h], time.perf_counter() - t0,
+            int(sum(len(r["input_ids"]) for r in rows) * epochs))
 
 
 def copy_warmup(model: Any, tok: Any, cfg: TeachConfig, say: Callable[[str], None]) -> dict[str, float]:

@@ -3,6 +3,8 @@ exact-token examples."""
 
 from __future__ import annotations
 
+import pytest
+
 from envs.shop import ShopEnv
 from training.teach import TEMPLATE, tokenize_trajectory
 from training.teach_data import build_trajectories, copy_drills, teach_instances
@@ -116,3 +118,24 @@ def test_some_openings_give_the_email_and_order_id_and_the_script_does_not_ask_f
         assert not any("order id" in (m.content or "") for m in t.messages if m.role == "assistant")
     none = build_trajectories(pairs, copies=1, refusal_skip=0, other_skip=0, seed=0, facts_in_opening=0.0)
     assert not any("My email is" in t.messages[1].content for t in none)
+
+
+def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes_build(tmp_path):
+    from training.teach import TeachConfig, load_meta, teach
+
+    first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
+                        num_kv_heads=1, intermediate_size=64, epochs=0.1, batch_size=2, threads=1)
+    base = teach(tmp_path, first)
+    polished = first.model_copy(update={"polish_epochs": 0.1, "polish_learning_rate": 5e-4})
+    assert polished.recipe_hash() != first.recipe_hash()
+    said: list[str] = []
+    path = teach(tmp_path, polished, progress=said.append, first_pass=base)
+    meta = load_meta(path)
+    assert meta["first_pass"]["recipe_hash"] == first.recipe_hash()
+    assert meta["polish"]["trajectories"] > 0 and meta["polish"]["loss_last"] and meta["polish"]["seconds"] > 0
+    assert any(m.startswith("polish:") for m in said) and not any(m.startswith("SFT:") for m in said)  # the first pass is not repeated
+    # the polish's data is a fresh draw (seed + 1), and the polished weights moved away from the first pass's
+    assert (path / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
+    other = polished.model_copy(update={"hidden_size": 48, "polish_epochs": 0.1})
+    with pytest.raises(ValueError, match="not this recipe's first pass"):
+        teach(tmp_path / "x", other, first_pass=base)
