@@ -111,3 +111,13 @@ def test_an_os_error_no_check_foresaw_is_one_line_not_a_traceback(tmp_path: Path
     probe = typer.Typer()
     probe.command()(writes)
     _one_line_error(CliRunner().invoke(probe, []), "No such file or directory")
+
+
+def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_path: Path) -> None:
+    card = Path(__file__).parents[2] / "artifacts" / "shop-policy" / "teach.json"
+    out = tmp_path / "models"
+    _one_line_error(runner.invoke(app, ["dev", "teach", "--out", str(out), "--first-pass", str(tmp_path / "nope")]), "no finished build there")
+    # the shipped recipe has no polish: there is nothing to continue from its first pass
+    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out), "--first-pass", str(card.parent)]),
+                    "needs a recipe with polish_epochs > 0")
+    assert not out.exists()
