@@ -167,10 +167,10 @@ async def shop_eval(args, cfg, spec: EnvSpec, adapters: dict[int, str], heldout:
     return {p.name: p.metrics for p in result.policies}
 
 
-def _iv(iv: dict | None, scale: float = 100.0) -> str:
+def _iv(iv: dict | None, scale: float = 100.0, digits: int = 1) -> str:
     if not iv or iv.get("value") is None:
         return "-"
-    return f"{iv['value'] * scale:+.1f} [{iv['low'] * scale:+.1f}, {iv['high'] * scale:+.1f}]"
+    return f"{iv['value'] * scale:+.{digits}f} [{iv['low'] * scale:+.{digits}f}, {iv['high'] * scale:+.{digits}f}]"
 
 
 def print_table(args, rows: dict[int, dict], shop: dict[str, dict], shop_s: float) -> None:
@@ -181,7 +181,7 @@ def print_table(args, rows: dict[int, dict], shop: dict[str, dict], shop_s: floa
     for s, r in rows.items():
         t = r["test"]
         print(f"{s}  {r['kept']}  {r['selection'][0]:.3f}->{r['selection'][1]:.3f}  {t['base']:.3f} -> {t['adapter']:.3f}  "
-              f"{_iv(t['diff'], 1.0)}  {t['n']}  {r['train_s']:.0f}")
+              f"{_iv(t['diff'], 1.0, 3)}  {t['n']}  {r['train_s']:.0f}")
     print(f"\nshop held-out split, pass rate (base: {PLANTED} {base['by_family'][PLANTED]['pass_rate']['value']:.1%} of "
           f"{base['by_family'][PLANTED]['episodes']} episodes); paired difference to base in points [95% CI], n paired episodes:")
     print("policy  " + "  ".join(fams))

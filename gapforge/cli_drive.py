@@ -11,7 +11,7 @@ from rich.console import Console
 from gapforge.cli_common import USER_ERRORS, console, fail
 from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE
 from gapforge.run_session import RunOptions, drive_run
-from gapforge.run_view import ProgressView, capability_table, evaluation_table
+from gapforge.run_view import ProgressView, capability_table, evaluation_table, stage_times
 
 
 def print_table(table: Any) -> None:
@@ -54,6 +54,8 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
                 say(line)
         if values.get("report"):
             say(f"report: {values['report']}")
+        if times := stage_times(values):
+            say(times)
     if last_line:
         say(f"run {run_id}")
     return 0

@@ -72,7 +72,17 @@ def _shipped_policy() -> Path:
         console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
     except ArtifactError as e:
         raise UsageError(str(e)) from None
+    _speed(SHIPPED)
     return SHIPPED
+
+
+def _speed(path: Path) -> None:
+    """This machine's speed reference (machines called "2 cores" differ 2x or more): the stage times at the end read against it."""
+    from training.artifact import speed_reference
+
+    s = speed_reference(path)
+    console.print(f"speed reference: the base policy decodes {s['tokens_per_s']:.0f} tokens/s here (greedy, one sequence, "
+                  f"{s['threads']} thread{'s' if s['threads'] > 1 else ''})", highlight=False)
 
 
 def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) -> GapforgeConfig:

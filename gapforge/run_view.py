@@ -97,6 +97,15 @@ def cost_table(values: dict[str, Any]) -> Table:
     return table
 
 
+def stage_times(values: dict[str, Any]) -> str | None:
+    """One line: each stage's wall time (state `cost`, summed over resumes) and the total, or None before any."""
+    spent = [(stage, float(c["wall_s"])) for stage, c in (values.get("cost") or {}).items() if c.get("wall_s")]
+    if not spent:
+        return None
+    parts = ", ".join(f"{stage} {s:.0f} s" for stage, s in spent)
+    return f"stage times: {parts}; total {sum(s for _, s in spent) / 60:.1f} min"
+
+
 def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
     table = Table(title="runs", title_justify="left")
     for col in ("id", "started", "status", "stage", "retained", "trained", "pass rate base → TRACE"):

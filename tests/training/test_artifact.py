@@ -47,3 +47,11 @@ def test_a_tampered_artifact_is_refused_with_the_fix(tmp_path) -> None:
 def _sampling(card: dict) -> dict:
     s = card["sampling"]
     return {"temperature": s["temperature"], "max_turns": s["max_turns"], "max_new_tokens": s["max_new_tokens"]}
+
+
+def test_the_speed_reference_times_exactly_the_tokens_it_asked_for() -> None:
+    from training.artifact import speed_reference
+
+    s = speed_reference(SHIPPED, tokens=24)
+    assert s["tokens"] == 24 and s["threads"] >= 1 and s["seconds"] > 0
+    assert s["tokens_per_s"] == pytest.approx(24 / s["seconds"], rel=0.02)
