@@ -201,3 +201,33 @@ def test_report_json_carries_verdicts() -> None:
     assert verdicts["graded"] == "FAIL" and verdicts["solvable"] == "PASS" and verdicts["grpo_ready"] == "SKIP"
     assert ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {
         "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}).failed_names() == {"not_trivial", "graded", "reward_hacking"}
+
+
+def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rule() -> None:
+    """A refusal after the check that names every rule ('shipped, processed, delivered, 30, final sale or available')
+    would contain the right one by construction: it earns the check and the refusal, never the reason."""
+    from envs.sdk import action_to_message
+    from envs.synthetic import load_env_class
+
+    cls = load_env_class(str(Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"))
+    ineligible = 0
+    for seed in range(24):
+        env = cls()
+        env.reset(seed)
+        truth = env.scenario["truth"]
+        if truth["eligible"]:
+            continue
+        ineligible += 1
+        checks = [a for a in env.solution(seed) if a.get("tool")]
+        scores = {}
+        for name, text in (("one", f"I'm sorry, I cannot do that: it is {truth['why']}."),
+                           ("list", "I'm sorry, I cannot do that: it is shipped, processed, delivered, 30, final sale or available.")):
+            play = cls()
+            play.reset(seed)
+            for i, act in enumerate([*checks, {"say": text}]):
+                if play.step(action_to_message(act, f"c{i}"))["done"]:
+                    break
+            scores[name] = play.score()
+        assert scores["one"]["reward"] == 1.0, (seed, truth, scores["one"])
+        assert scores["list"]["components"]["informed"] == 0.0 and scores["list"]["reward"] == 0.8, (seed, truth, scores["list"])
+    assert ineligible >= 8
