@@ -8,7 +8,7 @@
   with its 95% interval, N paired episodes in each row's label, a line at 0;
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
-  adapter (adapters' `metrics.heldout_curve`, a list of {step, reward}, as training/ stores it).
+  adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
 A section whose data is missing says so instead of a plot. Never prints.
 """
 
@@ -132,6 +132,11 @@ def _confusion(metrics: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _curve(adapter: Any) -> list[dict[str, Any]]:
+    """The adapter's held-out reward per evaluated step (`curve`: TrainResult's, as stored; `heldout_curve` in the adapter's metadata file)."""
+    return adapter.metrics.get("curve") or adapter.metrics.get("heldout_curve") or []
+
+
 def _curves(adapters: list[Any], path: Path) -> Path:
     import matplotlib
 
@@ -140,7 +145,7 @@ def _curves(adapters: list[Any], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for a in adapters:
-        curve = a.metrics["heldout_curve"]
+        curve = _curve(a)
         ax.plot([p["step"] for p in curve], [p["reward"] for p in curve], marker="o", label=a.name)
     ax.set_xlabel("training step")
     ax.set_ylabel("held-out synthetic reward")
@@ -157,7 +162,7 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     evals = [e for e in store.evaluations(run_id) if e.name.startswith("eval:")]
     evals.sort(key=lambda e: (e.name != "eval:base", e.name))
     router = store.get_evaluation(run_id, "router_accuracy")
-    adapters = [a for a in store.adapters(run_id) if a.metrics.get("heldout_curve")]
+    adapters = [a for a in store.adapters(run_id) if _curve(a)]
     plots: list[Path] = []
     missing: list[str] = []
     lines = [f"# gapforge report — run `{run_id}`", ""]

@@ -42,7 +42,7 @@ def setup(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     run_id = store.create_run("trace", {"env": "shop"})
     for c in capability_specs():
         store.put_capability(run_id, c["name"], definition=c["definition"])
-        store.put_adapter(run_id, c["name"], path=str(paths[c["name"]]), metrics={"heldout_curve": [{"step": 0, "reward": 0.2}, {"step": 5, "reward": 0.5}], "best_step": 5}, status="trained", capability=c["name"])
+        store.put_adapter(run_id, c["name"], path=str(paths[c["name"]]), metrics={"curve": [{"step": 0, "reward": 0.2}, {"step": 5, "reward": 0.5}], "best_step": 5}, status="trained", capability=c["name"])
     yield backend, router, store, run_id, root
     store.close()
 
