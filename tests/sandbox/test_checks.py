@@ -210,24 +210,32 @@ def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rul
     from envs.synthetic import load_env_class
 
     cls = load_env_class(str(Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"))
-    ineligible = 0
-    for seed in range(24):
+    ineligible, kinds = 0, set()
+    for seed in range(60):
         env = cls()
         env.reset(seed)
         truth = env.scenario["truth"]
         if truth["eligible"]:
             continue
         ineligible += 1
+        kinds.add(truth["why"])
         checks = [a for a in env.solution(seed) if a.get("tool")]
         scores = {}
-        for name, text in (("one", f"I'm sorry, I cannot do that: it is {truth['why']}."),
-                           ("list", "I'm sorry, I cannot do that: it is shipped, processed, delivered, 30, final sale or available.")):
+        said = {"one": f"I'm sorry, I cannot do that: it is {truth['why']}.",
+                "worded": {"shipped": "Unfortunately it has already shipped, so a new address is not available.",
+                           "processed": "I can't: the order is processed, changing it is unavailable now.",
+                           "delivered": f"I'm unable to cancel order {truth['order_id']}: it was delivered on 2025-05-30.",
+                           "30": "Unfortunately, returns are only available within 30 days of delivery.",
+                           "final sale": "I'm sorry, returns are not available for final sale items.",
+                           "available": "Unfortunately that variant is not available."}[truth["why"]],
+                "list": "I'm sorry, I cannot do that: it is shipped, processed, delivered, 30, final sale or available."}
+        for name, text in said.items():
             play = cls()
             play.reset(seed)
             for i, act in enumerate([*checks, {"say": text}]):
                 if play.step(action_to_message(act, f"c{i}"))["done"]:
                     break
             scores[name] = play.score()
-        assert scores["one"]["reward"] == 1.0, (seed, truth, scores["one"])
+        assert scores["one"]["reward"] == 1.0 and scores["worded"]["reward"] == 1.0, (seed, truth, scores)
         assert scores["list"]["components"]["informed"] == 0.0 and scores["list"]["reward"] == 0.8, (seed, truth, scores["list"])
-    assert ineligible >= 8
+    assert ineligible >= 20 and len(kinds) == 6, kinds  # every rule
