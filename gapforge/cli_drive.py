@@ -4,6 +4,7 @@ gapforge/run_session.py."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -32,6 +33,7 @@ def store_of(cfg: Any) -> Any:
 def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool, last_line: bool = True) -> int:
     """Run or resume `run_id` (gapforge/run_session.py) with a live progress view; print how it ended; the exit code."""
     resume = f"gapforge run --resume {run_id}"
+    started = time.perf_counter()
     try:
         with ProgressView(console) as view:
             outcome = drive_run(cfg, store, run_id, options, fresh=fresh, on_event=view.event,
@@ -54,7 +56,7 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
                 say(line)
         if values.get("report"):
             say(f"report: {values['report']}")
-        if times := stage_times(values):
+        if times := stage_times(values, time.perf_counter() - started):
             say(times)
     if last_line:
         say(f"run {run_id}")

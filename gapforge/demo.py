@@ -80,7 +80,11 @@ def _speed(path: Path) -> None:
     """This machine's speed reference (machines called "2 cores" differ 2x or more): the stage times at the end read against it."""
     from training.artifact import speed_reference
 
-    s = speed_reference(path)
+    try:
+        s = speed_reference(path)
+    except Exception as e:  # noqa: BLE001 - a reference number, never a reason to stop the demo
+        console.print(f"speed reference: not measured ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", highlight=False)
+        return
     console.print(f"speed reference: the base policy decodes {s['tokens_per_s']:.0f} tokens/s here (greedy, one sequence, "
                   f"{s['threads']} thread{'s' if s['threads'] > 1 else ''})", highlight=False)
 

@@ -97,13 +97,15 @@ def cost_table(values: dict[str, Any]) -> Table:
     return table
 
 
-def stage_times(values: dict[str, Any]) -> str | None:
-    """One line: each stage's wall time (state `cost`, summed over resumes) and the total, or None before any."""
-    spent = [(stage, float(c["wall_s"])) for stage, c in (values.get("cost") or {}).items() if c.get("wall_s")]
+def stage_times(values: dict[str, Any], elapsed_s: float | None = None) -> str | None:
+    """One line: each stage's wall time (state `cost`, summed over resumes and over the capability branches, which run
+    side by side, so a stage's time can exceed the run's) and, given, how long this invocation took; None before any."""
+    spent = [(stage, float(c["wall_s"])) for stage, c in (values.get("cost") or {}).items() if "wall_s" in c]
     if not spent:
         return None
     parts = ", ".join(f"{stage} {s:.0f} s" for stage, s in spent)
-    return f"stage times: {parts}; total {sum(s for _, s in spent) / 60:.1f} min"
+    took = f"; this invocation took {elapsed_s / 60:.1f} min" if elapsed_s is not None else ""
+    return f"stage times (summed over capability branches): {parts}{took}"
 
 
 def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:

@@ -52,6 +52,16 @@ def _sampling(card: dict) -> dict:
 def test_the_speed_reference_times_exactly_the_tokens_it_asked_for() -> None:
     from training.artifact import speed_reference
 
-    s = speed_reference(SHIPPED, tokens=24)
-    assert s["tokens"] == 24 and s["threads"] >= 1 and s["seconds"] > 0
-    assert s["tokens_per_s"] == pytest.approx(24 / s["seconds"], rel=0.02)
+    import os
+
+    import torch
+
+    before = torch.get_num_threads()
+    odd = (os.cpu_count() or 1) + 1  # a count set_cpu_threads never picks (at most the cores)
+    torch.set_num_threads(odd)
+    try:
+        s = speed_reference(SHIPPED, tokens=24, repeats=2)
+        assert torch.get_num_threads() == odd  # the caller's thread count is given back
+    finally:
+        torch.set_num_threads(before)
+    assert s["tokens"] == 24 and 1 <= s["threads"] < odd and s["seconds"] > 0
