@@ -12,7 +12,12 @@ from rich.console import Console
 from gapforge.cli_common import USER_ERRORS, console, fail
 from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE
 from gapforge.run_session import RunOptions, drive_run
-from gapforge.run_view import ProgressView, capability_table, evaluation_table, stage_times
+from gapforge.run_view import (
+    ProgressView,
+    capability_table,
+    evaluation_table,
+    stage_times,
+)
 
 
 def print_table(table: Any) -> None:

@@ -50,11 +50,11 @@ def _sampling(card: dict) -> dict:
 
 
 def test_the_speed_reference_times_exactly_the_tokens_it_asked_for() -> None:
-    from training.artifact import speed_reference
-
     import os
 
     import torch
+
+    from training.artifact import speed_reference
 
     before = torch.get_num_threads()
     odd = (os.cpu_count() or 1) + 1  # a count set_cpu_threads never picks (at most the cores)
