@@ -133,8 +133,8 @@ def _confusion(metrics: dict[str, Any], path: Path) -> Path:
 
 
 def _curve(adapter: Any) -> list[dict[str, Any]]:
-    """The adapter's held-out reward per evaluated step (`curve`: TrainResult's, as stored; `heldout_curve` in the adapter's metadata file)."""
-    return adapter.metrics.get("curve") or adapter.metrics.get("heldout_curve") or []
+    """The adapter's held-out reward per evaluated step (TrainResult's `curve`, as training.service.register stores it)."""
+    return adapter.metrics.get("curve") or []
 
 
 def _curves(adapters: list[Any], path: Path) -> Path:

@@ -72,7 +72,6 @@ def _shipped_policy() -> Path:
         console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
     except ArtifactError as e:
         raise UsageError(str(e)) from None
-    _speed(SHIPPED)
     return SHIPPED
 
 
@@ -111,6 +110,7 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     cfg = demo_config(cfg, overrides)
     _require_docker(cfg)
     cfg = with_base_policy(cfg, overrides)
+    _speed(Path(cfg.policy.local_path))
     store = open_store(cfg)
     options = RunOptions()
     create_run(store, "demo", "demo", cfg, options, run_id)

@@ -154,6 +154,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
             raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(first_pass)
+        eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
         model = Qwen3ForCausalLM.from_pretrained(first_pass)
         warm, sft_s, losses, tokens = first_meta["warmup"], first_meta["sft_s"], [], 0
         say(f"first pass: {first_pass} (recipe {first_meta['recipe_hash']})")
@@ -173,7 +174,6 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
         say(f"SFT: {len(rows)} examples x {cfg.epochs:g} epochs, batch {cfg.batch_size}, {threads} torch thread(s)")
         losses, sft_s, tokens = _sft(model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{cfg.recipe_hash()}", say)
-    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     polish: dict[str, Any] = {}
     if cfg.polish_epochs:
         more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
