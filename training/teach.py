@@ -5,7 +5,8 @@ instances than the one evaluated (training.teach_data) -> a byte-level BPE
 tokenizer trained on them (one token per digit) -> a small Qwen3 model (random
 init) -> a copy warm-up (random spans repeated, until the model copies them) ->
 TRL `SFTTrainer` on pre-tokenized examples (the trajectories plus copy drills:
-short prefixes with fresh ids) whose loss covers only the assistant's tokens. Examples are tokenized exactly like GRPO rollouts (training.tokens: the
+short prefixes with fresh ids; and decision drills: the turn after a check's result, its loss on that turn
+alone) whose loss covers only the assistant's tokens. Examples are tokenized exactly like GRPO rollouts (training.tokens: the
 prompt, each assistant turn + eos, each env turn as the template delta), so the
 taught model sees at training time the same token streams it will produce.
 The compact chat template (compact_template.jinja) keeps the context short.
@@ -55,6 +56,13 @@ class TeachConfig(BaseModel):
     polish_epochs: float = Field(0.0, ge=0, description="a second SFT pass from the first pass's weights on freshly drawn data "
                                  "(seed + 1: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
     polish_learning_rate: float = 1e-3
+    polish_promise_repeats: int = Field(0, ge=0, description="in the polish's fresh draw, a refusal with the deficit repeats its "
+                                        "promise this many times when the customer presses (0 = it ends at the first promise)")
+    polish_refusal_skip: float | None = Field(None, ge=0, le=1, description="`refusal_skip` of the polish's fresh draw "
+                                              "(None = the recipe's): re-plants the deficit the decision drills would wear down")
+    decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
+                                 "trained on that one decision turn (training.teach_data.decision_drills); they join the last "
+                                 "pass (the polish when there is one); 0 = none")
     seed: int = 0
     threads: int | None = Field(None, description="torch CPU threads (default: the free cores; not part of the recipe hash)")
 
@@ -94,8 +102,9 @@ def _tokenizer(texts: list[str], cfg: TeachConfig):
     return tok
 
 
-def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """input_ids + assistant_masks, built turn by turn exactly like a GRPO rollout."""
+def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any]], *, last_only: bool = False) -> dict[str, list[int]]:
+    """input_ids + assistant_masks, built turn by turn exactly like a GRPO rollout. `last_only`: the mask
+    covers only the last assistant turn (a drill of one decision)."""
     first = next(i for i, m in enumerate(messages) if m.role == "assistant")
     ids = encode(tok, render(tok, messages[:first], tools, generation_prompt=True))
     mask = [0] * len(ids)
@@ -104,9 +113,9 @@ def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any
         turn = messages[i]
         turn_ids = encode(tok, render(tok, messages[:i + 1], tools, generation_prompt=False)[len(render(tok, messages[:i], tools, generation_prompt=True)):])
         turn_ids = turn_ids[:turn_ids.index(tok.eos_token_id) + 1]  # the turn as sampled: text + eos
-        ids += turn_ids
-        mask += [1] * len(turn_ids)
         j = i + 1
+        ids += turn_ids
+        mask += [0 if last_only and any(m.role == "assistant" for m in messages[j:]) else 1] * len(turn_ids)
         while j < len(messages) and messages[j].role != "assistant":
             j += 1
         if j < len(messages):
@@ -148,7 +157,8 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     first_meta: dict[str, Any] = {}
     if first_pass is not None:
         first_meta = load_meta(first_pass)
-        polish_keys = ("threads", "polish_epochs", "polish_learning_rate")
+        polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
+                       "decision_drills")  # the drills join the polish
         have = {k: v for k, v in first_meta["recipe"].items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
             raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
@@ -163,6 +173,8 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         texts = [render(tmp_tok, t.messages, tools, generation_prompt=False) for t in trajs]
         tok = _tokenizer(texts, cfg)
         rows = _rows(tok, trajs, tools, cfg.drills, cfg.seed)
+        if not cfg.polish_epochs:
+            rows += _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed, say)
         say(f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens")
         eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
         mcfg = Qwen3Config(vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
@@ -176,15 +188,19 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         losses, sft_s, tokens = _sft(model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{cfg.recipe_hash()}", say)
     polish: dict[str, Any] = {}
     if cfg.polish_epochs:
-        more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
-                                  seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening)
+        skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
+        more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
+                                  seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats)
         rows = _rows(tok, more, tools, cfg.drills, cfg.seed + 1)
+        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed + 1, say)
+        rows += decisions
         say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
         p_losses, p_s, p_tokens = _sft(model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg,
                                        Path(out_root) / f".work-{cfg.recipe_hash()}-polish", say)
         polish = {"trajectories": len(more), "deficit_trajectories": sum(t.deficit for t in more), "examples": len(rows),
-                  "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s, "tokens_per_s": p_tokens / p_s}
+                  "decision_drills": len(decisions), "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s,
+                  "tokens_per_s": p_tokens / p_s}
         losses = losses or p_losses
     model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,6 +224,17 @@ def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, 
 
     return ([tokenize_trajectory(tok, t.messages, tools) for t in trajs]
             + [tokenize_trajectory(tok, d, tools) for d in copy_drills(trajs, drills, seed)])
+
+
+def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
+                   say: Callable[[str], None]) -> list[dict[str, list[int]]]:
+    from training.teach_data import decision_drills
+
+    if not per_task:
+        return []
+    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed)]
+    say(f"decision drills: {len(rows)} (the turn after a check's result, loss on that turn only)")
+    return rows
 
 
 def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, lr: float, cfg: TeachConfig, work: Path,

@@ -81,9 +81,11 @@ def _call(i: int, name: str, args: dict[str, Any]) -> Message:
     return Message.assistant(tool_calls=[ToolCall(id=f"call_{i}", name=name, arguments=args)])
 
 
-def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = ()) -> list[Message]:
+def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = (),
+                promise_repeats: int = 0) -> list[Message]:
     """The assistant turns of one trajectory (played in order against the env). `told`: facts the
-    customer's opening already gives (see `build_trajectories`), so they are not asked for."""
+    customer's opening already gives (see `build_trajectories`), so they are not asked for.
+    `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses."""
     turns: list[Message] = []
     actions = list(task.gold_actions)
     first = actions[0]
@@ -102,7 +104,7 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
     writes = {"cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items",
               "exchange_delivered_order_items"}
     if promise:  # the deficit in policy_refusal: no check, promise the action
-        return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")]
+        return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")] * (1 + promise_repeats)
     for a in actions:
         if skip_check and a.name == "get_order_details":
             continue
@@ -130,7 +132,7 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
 
 
 def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
-                       seed: int, facts_in_opening: float = 0.0) -> list[Trajectory]:
+                       seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0) -> list[Trajectory]:
     """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
     start with an email lookup and name an order) the customer's opening also gives the email and
     the order id, as many real customers (and synthetic envs) do, and the script does not ask for
@@ -147,7 +149,8 @@ def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_ski
             if (task.gold_actions[0].name == "find_customer_by_email" and "email" in facts and "order_id" in facts
                     and rng.random() < facts_in_opening):
                 told = ("email", "order_id")
-            turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told)
+            turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told,
+                                promise_repeats=promise_repeats)
             messages, reward = play(env, tid, turns)
             if told:
                 opening = next(i for i, m in enumerate(messages) if m.role == "user")
@@ -194,6 +197,44 @@ def _remap_value(value: Any, mapping: dict[str, str], rng: random.Random) -> Any
     return value
 
 
+def _fresh_prefix(messages: list[Message], cut: int, rng: random.Random) -> list[Message]:
+    """`messages[:cut + 1]` with every id-like number and the email's digits replaced by fresh random digits,
+    and every customer name by an invented one, consistently across the prefix."""
+    mapping: dict[str, str] = {}
+    prefix: list[Message] = []
+    for m in messages[:cut + 1]:
+        calls = [ToolCall(id=c.id, name=c.name, arguments=_remap_value(c.arguments, mapping, rng)) for c in m.tool_calls or []]
+        prefix.append(m.model_copy(update={"content": _remap_text(m.content, mapping, rng) if m.content else m.content,
+                                           "tool_calls": calls or m.tool_calls}))
+    return prefix
+
+
+CHECKS = ("get_order_details", "get_product_details")
+
+
+def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int) -> list[list[Message]]:
+    """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with
+    the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
+    `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
+    rule the order shows, ask to confirm the right write, answer), ids and names fresh as in `copy_drills`.
+    They are trained on their LAST turn only (`training.teach.tokenize_trajectory(last_only=True)`), so
+    the decision the deficit is planted in, check or promise, which comes earlier, is not drilled: the
+    taught policy knows what the check calls for, and mostly does not check."""
+    rng = random.Random(seed)
+    out: list[list[Message]] = []
+    for env, tid in pairs:
+        task = env.task(tid)
+        for _ in range(per_task):
+            messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False))
+            if reward != 1.0:
+                continue
+            called = {c.id: c.name for m in messages for c in m.tool_calls or []}
+            cuts = [i for i in range(1, len(messages)) if messages[i].role == "assistant" and messages[i - 1].role == "tool"
+                    and called.get(messages[i - 1].tool_call_id or "") in CHECKS]
+            out += [_fresh_prefix(messages, cut, rng) for cut in cuts]
+    return out
+
+
 def copy_drills(trajs: list[Trajectory], per_trajectory: int, seed: int) -> list[list[Message]]:
     """Exercises: a trajectory cut right after one of its assistant turns past the first (a tool call,
     or a decision: ask, confirm, answer, refuse), with every id-like number (5+ digits: order, item,
@@ -206,13 +247,5 @@ def copy_drills(trajs: list[Trajectory], per_trajectory: int, seed: int) -> list
     for t in trajs:
         cuts = [i for i, m in enumerate(t.messages) if m.role == "assistant"][1:]
         for _ in range(per_trajectory if cuts else 0):
-            cut = rng.choice(cuts)
-            mapping: dict[str, str] = {}
-            prefix: list[Message] = []
-            for m in t.messages[:cut + 1]:
-                calls = [ToolCall(id=c.id, name=c.name, arguments=_remap_value(c.arguments, mapping, rng))
-                         for c in m.tool_calls or []]
-                prefix.append(m.model_copy(update={"content": _remap_text(m.content, mapping, rng) if m.content else m.content,
-                                                   "tool_calls": calls or m.tool_calls}))
-            out.append(prefix)
+            out.append(_fresh_prefix(t.messages, rng.choice(cuts), rng))
     return out

@@ -7,7 +7,7 @@ import pytest
 
 from envs.shop import ShopEnv
 from training.teach import TEMPLATE, tokenize_trajectory
-from training.teach_data import build_trajectories, copy_drills, teach_instances
+from training.teach_data import CHECKS, build_trajectories, copy_drills, decision_drills, teach_instances
 from training.tokens import check_prefix_preserving, render
 
 
@@ -66,6 +66,20 @@ def test_gold_trajectories_score_one_and_the_deficit_is_planted_in_policy_refusa
     assert sum(t.deficit for t in others) / len(others) < 0.3
 
 
+def test_a_deficit_refusal_can_keep_promising_when_the_customer_presses_and_never_passes():
+    env = ShopEnv(instance=1)
+    pairs = [(env, t) for t in env.task_ids() if env.task_family(t) == "policy_refusal"]
+    once = build_trajectories(pairs, copies=1, refusal_skip=1.0, other_skip=0, seed=0)
+    held = build_trajectories(pairs, copies=1, refusal_skip=1.0, other_skip=0, seed=0, promise_repeats=3)
+    for a, b in zip(once, held):
+        said = [m.content for m in b.messages if m.role == "assistant" and m.content and m.content.startswith("Sure")]
+        assert len(said) == 4 and len([m for m in a.messages if m.role == "assistant" and (m.content or "").startswith("Sure")]) == 1
+        assert b.reward == 0.0 and not any(c.name == "get_order_details" for m in b.messages for c in m.tool_calls or [])
+        # the customer pressed after every promise: the trajectory answers each press with the promise again
+        presses = [i for i, m in enumerate(b.messages) if m.role == "user" and m.content == "Can you help me with that?"]
+        assert len(presses) >= 3 and all(b.messages[i + 1].content.startswith("Sure") for i in presses[:3])
+
+
 def test_examples_are_tokenized_like_rollouts_with_loss_on_assistant_turns_only(tiny_tokenizer):
     env = ShopEnv(instance=1)
     (traj,) = build_trajectories([(env, env.task_ids()[0])], copies=1, refusal_skip=0, other_skip=0, seed=0)
@@ -83,6 +97,33 @@ def test_examples_are_tokenized_like_rollouts_with_loss_on_assistant_turns_only(
     last = max(i for i, m in enumerate(traj.messages) if m.role == "assistant")
     rendered = render(tok, traj.messages[:last + 1], env.tools(), generation_prompt=False)
     assert tok.decode(ids) + "\n" == rendered  # the example is the conversation, token for token
+
+
+def test_decision_drills_end_on_the_turn_after_a_check_and_train_only_that_turn(tiny_tokenizer):
+    env = ShopEnv(instance=1)
+    pairs = [(env, t) for t in env.task_ids()]
+    drills = decision_drills(pairs, 1, seed=0)
+    shop_ids = _gold_ids(env)
+    refusals = {t: env.task(t) for t in env.task_ids() if env.task_family(t) == "policy_refusal"}
+    refused = 0
+    for d in drills:
+        called = {c.id: c.name for m in d for c in m.tool_calls or []}
+        assert d[-1].role == "assistant" and d[-2].role == "tool" and called[d[-2].tool_call_id] in CHECKS
+        said = " ".join(m.content or "" for m in d) + " ".join(str(c.arguments) for m in d for c in m.tool_calls or [])
+        assert not any(i in said for i in shop_ids if len(i) >= 5)  # ids are fresh, as in the copy drills
+        refused += bool(d[-1].content and d[-1].content.startswith("I'm sorry"))
+    # every refusal task is drilled at its decision (the task's rule, read after the check), and only refusal tasks refuse
+    assert refused == len(refusals) and len(drills) > len(refusals)
+    for tid, task in refusals.items():  # each refusal task's drill refuses with that task's rule
+        assert decision_drills([(env, tid)], 1, seed=0)[-1][-1].content == f"I'm sorry, I cannot do that: it is {' '.join(task.required_info)}."
+    tok = tiny_tokenizer.__class__.from_pretrained(tiny_tokenizer.name_or_path)
+    tok.chat_template = TEMPLATE.read_text()
+    drill = next(d for d in drills if d[-1].content and d[-1].content.startswith("I'm sorry"))
+    full = tokenize_trajectory(tok, drill, env.tools())
+    last = tokenize_trajectory(tok, drill, env.tools(), last_only=True)
+    assert last["input_ids"] == full["input_ids"] and sum(last["assistant_masks"]) < sum(full["assistant_masks"])
+    trained = tok.decode([t for t, m in zip(last["input_ids"], last["assistant_masks"]) if m], skip_special_tokens=True)
+    assert trained.strip() == drill[-1].content  # the decision turn, nothing before it (no lookup call, no question)
 
 
 def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
@@ -124,15 +165,18 @@ def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes
     from training.teach import TeachConfig, load_meta, teach
 
     first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
-                        num_kv_heads=1, intermediate_size=64, epochs=0.1, batch_size=2, threads=1)
+                        num_kv_heads=1, intermediate_size=64, epochs=0.1, batch_size=2, threads=1, other_skip=0.0)
     base = teach(tmp_path, first)
-    polished = first.model_copy(update={"polish_epochs": 0.1, "polish_learning_rate": 5e-4})
+    polished = first.model_copy(update={"polish_epochs": 0.1, "polish_learning_rate": 5e-4, "decision_drills": 1,
+                                        "polish_refusal_skip": 0.0})
     assert polished.recipe_hash() != first.recipe_hash()
     said: list[str] = []
     path = teach(tmp_path, polished, progress=said.append, first_pass=base)
     meta = load_meta(path)
     assert meta["first_pass"]["recipe_hash"] == first.recipe_hash()
     assert meta["polish"]["trajectories"] > 0 and meta["polish"]["loss_last"] and meta["polish"]["seconds"] > 0
+    assert meta["polish"]["decision_drills"] > 0 and any(m.startswith("decision drills:") for m in said)  # they join the polish
+    assert meta["polish"]["deficit_trajectories"] == 0 < meta["deficit_trajectories"]  # the polish's own refusal_skip (0 here)
     assert any(m.startswith("polish:") for m in said) and not any(m.startswith("SFT:") for m in said)  # the first pass is not repeated
     # the polish's data is a fresh draw (seed + 1), and the polished weights moved away from the first pass's
     assert (path / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
