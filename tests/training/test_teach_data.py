@@ -7,7 +7,13 @@ import pytest
 
 from envs.shop import ShopEnv
 from training.teach import TEMPLATE, tokenize_trajectory
-from training.teach_data import CHECKS, build_trajectories, copy_drills, decision_drills, teach_instances
+from training.teach_data import (
+    CHECKS,
+    build_trajectories,
+    copy_drills,
+    decision_drills,
+    teach_instances,
+)
 from training.tokens import check_prefix_preserving, render
 
 
