@@ -6,8 +6,8 @@ vs the kept adapter on TEST seeds nobody selected on (after the training and sel
 rollout by rollout; then on THE shop's held-out split (the demo's analysis split): base, the adapter
 alone and routed TRACE (routing.backend=openings, as the demo routes), every policy on the same
 (task, trial) seeds, the planted family (policy_refusal) with --family-trials trials per task, the
-other families with --trials. Paired differences to the base with task-stratified bootstrap 95%
-intervals (evaluation.stats.paired_episodes). Wall time per stage.
+other families with --trials. Paired differences to the base with two-stage bootstrap 95%
+intervals (tasks, then trials within each task: evaluation.stats.paired_episodes). Wall time per stage.
 
     .venv/bin/python bench/effect.py [--seeds 0 1 2] [--family-trials 40] [--trials 4] [--test-seeds 32]
 

@@ -193,7 +193,7 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
             lines += ["", "### Paired differences vs base (episode level)", ""]
             lines += [
                 "Episode (task, trial i) of a policy minus episode (task, trial i) of base, over the pairs both played "
-                "(common random numbers); 95% bootstrap intervals resampling trials within each task."
+                "(common random numbers); 95% two-stage bootstrap intervals (tasks with replacement, then trials within each task)."
                 + (f" Focus family: `{focus}`." if focus else ""),
                 "",
                 "| policy | scope | N paired episodes (tasks) | Δ pass rate | Δ reward | verdict |",

@@ -5,8 +5,9 @@ Input of the task-level functions: `{task_id: [(reward, success), ...]}` (K tria
 per task); their bootstrap resamples TASKS with replacement (trials of one task
 stay together). The episode-level paired difference takes `{task_id: {sample:
 (reward, success)}}`: episode (task, i) of a policy is paired with episode
-(task, i) of the base (common random numbers), and its bootstrap resamples pairs
-WITHIN each task. Generators are seeded: the same episodes give the same intervals.
+(task, i) of the base (common random numbers), and its bootstrap is two-stage: tasks
+with replacement, then pairs within each drawn task. Generators are seeded: the same
+episodes give the same intervals.
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ def paired_episodes(
 
     The value is the mean over tasks of the task's mean paired difference (each task weighs the
     same, as in pass_rate; more trials sharpen a task's mean, they do not reweight it). The 95%
-    interval is a percentile bootstrap that resamples pairs within each task (stratified by task),
-    so it holds the tasks fixed; `paired_difference` is the over-tasks question.
+    interval is a two-stage percentile bootstrap: draw the tasks with replacement, then the pairs
+    within each drawn task. It answers "would other tasks of this kind, and other samples, move
+    the same way", so it stays honest when a task has one or two pairs: resampling pairs only
+    within fixed tasks gives such a family an interval of zero width (one trial per task leaves
+    nothing to resample), which reads as certainty it does not have.
     """
     pairs: dict[str, list[int]] = {}
     for t in sorted(set(episodes) & set(base)):
@@ -90,15 +94,16 @@ def paired_episodes(
     if not pairs:
         return out | {"pass_rate": {"value": None, "low": None, "high": None}, "mean_reward": {"value": None, "low": None, "high": None}}
     rng = np.random.default_rng(seed)
-    boots = np.zeros((2, n_boot))
+    within = np.zeros((len(pairs), 2, n_boot))  # task -> its mean paired difference under each within-task resample
     values = np.zeros(2)
-    for t, samples in pairs.items():  # sorted tasks: the same draws every time
+    for k, (t, samples) in enumerate(pairs.items()):  # sorted tasks: the same draws every time
         d = np.array([[float(episodes[t][s][1]) - float(base[t][s][1]), episodes[t][s][0] - base[t][s][0]] for s in samples]).T
         idx = rng.integers(0, len(samples), size=(n_boot, len(samples)))
-        boots += d[:, idx].mean(axis=2)
+        within[k] = d[:, idx].mean(axis=2)
         values += d.mean(axis=1)
-    boots /= len(pairs)
     values /= len(pairs)
+    drawn = rng.integers(0, len(pairs), size=(n_boot, len(pairs)))  # stage one: which tasks each resample holds
+    boots = within[drawn, :, np.arange(n_boot)[:, None]].mean(axis=1).T  # (2, n_boot)
     ivs = []
     for i in range(2):
         low, high = np.percentile(boots[i], [2.5, 97.5])

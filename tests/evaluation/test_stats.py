@@ -76,6 +76,27 @@ def test_paired_episodes_interval_narrows_as_pairs_grow_and_is_seeded() -> None:
     assert (a["episodes"], b["episodes"]) == (20, 160)
 
 
+def test_paired_episodes_one_trial_per_task_still_has_an_interval() -> None:
+    # six tasks, one pair each, two of them lost: resampling pairs only within fixed tasks would give
+    # [-1/3, -1/3], certainty that six episodes cannot carry; drawing the tasks too gives the honest width
+    policy, base = _episodes({f"t{i}": [-1] if i < 2 else [0] for i in range(6)}, base_success=True)
+    d = stats.paired_episodes(policy, base, n_boot=1000, seed=0)
+    assert d["pass_rate"]["value"] == pytest.approx(-1 / 3)
+    assert d["pass_rate"]["low"] < -1 / 3 < d["pass_rate"]["high"]
+    assert d["pass_rate"]["high"] >= 0.0  # (4/6)^6 = 9% of resamples hold no lost task: 0 is inside
+
+
+def test_paired_episodes_interval_counts_differences_between_tasks() -> None:
+    # the same mean (+0.5) from two tasks that agree and from two that do not: only the second is uncertain
+    same = _episodes({"t1": [1, 0] * 10, "t2": [1, 0] * 10})
+    split = _episodes({"t1": [1] * 20, "t2": [0] * 20})
+    a = stats.paired_episodes(*same, n_boot=1000, seed=0)["pass_rate"]
+    b = stats.paired_episodes(*split, n_boot=1000, seed=0)["pass_rate"]
+    assert a["value"] == pytest.approx(0.5) == b["value"]
+    assert (b["low"], b["high"]) == (0.0, 1.0)  # a draw of two tasks can hold either one twice
+    assert b["high"] - b["low"] > a["high"] - a["low"]
+
+
 def test_paired_episodes_leave_out_unpaired_episodes_and_weigh_tasks_equally() -> None:
     policy, base = _episodes({"t1": [1, 1], "t2": [0, 0]})
     policy["t1"][2] = (1.0, True)  # trial 2 only on the policy's side
