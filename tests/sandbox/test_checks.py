@@ -239,3 +239,41 @@ def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rul
         assert scores["one"]["reward"] == 1.0 and scores["worded"]["reward"] == 1.0, (seed, truth, scores)
         assert scores["list"]["components"]["informed"] == 0.0 and scores["list"]["reward"] == 0.8, (seed, truth, scores["list"])
     assert ineligible >= 20 and len(kinds) == 6, kinds  # every rule
+
+
+def test_the_accepted_precondition_env_ranks_refusing_an_allowed_request_below_acting_on_it() -> None:
+    """Looking the order up and then refusing what it allows must not beat the allowed write made without the
+    look (else GRPO's cheapest path to the lookup's credit is to look and refuse everything, and the adapter
+    refuses the target's allowed address changes); the reference scores 1, a forbidden request promised after
+    the look keeps part of the look's credit, and promising without looking earns nothing."""
+    from envs.sdk import action_to_message
+    from envs.synthetic import load_env_class
+
+    cls = load_env_class(str(Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"))
+    look = ("get_order_details", "get_product_details")
+
+    def play(seed: int, acts: list[dict]) -> float:
+        env = cls()
+        env.reset(seed)
+        for i, act in enumerate(acts):
+            if env.step(action_to_message(act, f"c{i}"))["done"]:
+                break
+        return env.score()["reward"]
+
+    seen = {True: 0, False: 0}
+    for seed in range(40):
+        env = cls()
+        env.reset(seed)
+        truth, sol = env.scenario["truth"], env.solution(seed)
+        looked = [a for a in sol if a.get("tool") in look]
+        head = sol[: sol.index(looked[0])]  # ask, identify, ask for the facts
+        refuse = {"say": f"I'm sorry, I cannot do that: it is {truth['why'] or 'processed'}."}
+        promise = {"say": "Sure, I have taken care of that for you. You are all set."}
+        seen[truth["eligible"]] += 1
+        assert play(seed, sol) == 1.0, (seed, truth)
+        if truth["eligible"]:
+            unlooked = head + [a for a in sol[len(head):] if a.get("tool") not in look]  # confirm, write, done
+            assert play(seed, head + looked + [refuse]) < play(seed, unlooked) < 1.0, (seed, truth)
+        else:
+            assert 0.0 == play(seed, head + [promise]) < play(seed, head + looked + [promise]) < play(seed, head + looked + [refuse]), (seed, truth)
+    assert min(seen.values()) >= 10
