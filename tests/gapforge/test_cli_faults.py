@@ -117,7 +117,11 @@ def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_pa
     card = Path(__file__).parents[2] / "artifacts" / "shop-policy" / "teach.json"
     out = tmp_path / "models"
     _one_line_error(runner.invoke(app, ["dev", "teach", "--out", str(out), "--first-pass", str(tmp_path / "nope")]), "no finished build there")
-    # the shipped recipe has no polish: there is nothing to continue from its first pass
-    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out), "--first-pass", str(card.parent)]),
+    # a recipe without a polish has nothing to continue from a first pass (the shipped one has a polish: drop it)
+    data = json.loads(card.read_text())
+    data["recipe"]["polish_epochs"] = 0.0
+    unpolished = tmp_path / "teach.json"
+    unpolished.write_text(json.dumps(data))
+    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(unpolished), "--out", str(out), "--first-pass", str(card.parent)]),
                     "needs a recipe with polish_epochs > 0")
     assert not out.exists()
