@@ -108,14 +108,15 @@ def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any
     first = next(i for i, m in enumerate(messages) if m.role == "assistant")
     ids = encode(tok, render(tok, messages[:first], tools, generation_prompt=True))
     mask = [0] * len(ids)
+    last = max(k for k, m in enumerate(messages) if m.role == "assistant")
     i = first
     while i < len(messages):
         turn = messages[i]
         turn_ids = encode(tok, render(tok, messages[:i + 1], tools, generation_prompt=False)[len(render(tok, messages[:i], tools, generation_prompt=True)):])
         turn_ids = turn_ids[:turn_ids.index(tok.eos_token_id) + 1]  # the turn as sampled: text + eos
-        j = i + 1
         ids += turn_ids
-        mask += [0 if last_only and any(m.role == "assistant" for m in messages[j:]) else 1] * len(turn_ids)
+        mask += [0 if last_only and i != last else 1] * len(turn_ids)
+        j = i + 1
         while j < len(messages) and messages[j].role != "assistant":
             j += 1
         if j < len(messages):
