@@ -95,4 +95,21 @@ async def open_checkpointer(store_url: str | None, sqlite_path: Path) -> AsyncIt
     sqlite_path.parent.mkdir(parents=True, exist_ok=True)
     async with AsyncSqliteSaver.from_conn_string(str(sqlite_path)) as saver:
         await saver.setup()
-        yield saver
+        try:
+            yield saver
+        finally:
+            await _drop_uncommitted(saver.conn)
+
+
+async def _drop_uncommitted(conn: Any) -> None:
+    """Roll back a checkpoint write that was cancelled between its INSERT and its commit.
+
+    When one capability branch's error ends the run, LangGraph cancels the other branches; a
+    cancelled `aput` may already have queued its INSERT on the connection's worker thread, which
+    then runs it after the cancellation and leaves a write transaction open. Closing a connection
+    in that state keeps the file's write lock in this process, so the next run in the same
+    process (a resume, a test) fails with "database is locked". The statement queued first is a
+    barrier: every write queued before it has run when it returns."""
+    await (await conn.execute("SELECT 1")).close()
+    if conn.in_transaction:  # never committed, so never a checkpoint LangGraph relied on
+        await conn.rollback()
