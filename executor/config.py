@@ -1,7 +1,8 @@
 """The executor's config section (`executor:` in the one config tree, composed by gapforge/config.py).
 
-`kind: local` (default) runs everything as before: rollouts on this process's event loop, env
-validation in this machine's Docker, one training process at a time. `kind: ray` sends rollout and
+`kind: local` (default) runs everything on this machine: rollouts on this process's event loop, env
+validation in this machine's Docker, training jobs as processes (one at a time with a GPU, one per
+core on a CPU-only machine: `local_training_jobs`). `kind: ray` sends rollout and
 evaluation episodes, sandbox checks and training jobs to a Ray cluster; the driver keeps the graph,
 its checkpointer and the store.
 """
@@ -33,6 +34,10 @@ class ExecutorConfig(BaseModel):
     address: str = Field("", description="'' starts a local Ray in this process; 'auto' joins the cluster this node belongs to "
                          "(`ray start` ran here); 'host:6379' or 'ray://host:10001' (Ray Client) a remote head")
     namespace: str = Field("gapforge", description="Ray namespace of the jobs")
+    local_training_jobs: int | None = Field(None, ge=1, le=64, description=(
+        "kind local: training processes at once; default 1 when a GPU is visible or training generates with vLLM "
+        "(one device's memory), else one per core up to 4, each with cores/jobs torch threads (a tiny model's GRPO "
+        "process keeps about one core busy: bench/README.md)"))
     local_num_cpus: int | None = Field(None, ge=1, description="CPUs of the Ray started in-process (address ''); default: all")
     docker_resource: str = Field("docker", min_length=1, description="custom resource naming nodes with Docker "
                                  "(`ray start --resources='{\"docker\": 8}'`: 8 sandbox jobs at once there)")

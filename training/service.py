@@ -34,6 +34,8 @@ class TrainJob(BaseModel):
     env: EnvSpec
     config: TrainingConfig = Field(default_factory=TrainingConfig)
     out_dir: str
+    cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads of the job's process (None: the machine's "
+                                    "free cores); set when several jobs share the CPU, so they do not oversubscribe it")
     store_url: str | None = Field(None, exclude=True, description="never written to the spec file (it may hold a password): "
                                   "training.run passes it to the job's process in STORE_URL_ENV")
     run_id: str | None = None
@@ -53,6 +55,7 @@ class TrainResult(BaseModel):
     curve: list[dict[str, Any]]
     stopped_early: bool = False
     wall_s: float = 0.0
+    cpu_threads: int | None = None  # torch threads the process trained with (transformers generation), for reading wall_s
     error: str | None = None
 
 
@@ -99,10 +102,11 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
     out.mkdir(parents=True, exist_ok=True)
     cfg = job.config
     t0 = time.perf_counter()
+    threads = None
     if cfg.generation == "transformers":
         from training.cpu import set_cpu_threads
 
-        set_cpu_threads()
+        threads = set_cpu_threads(job.cpu_threads)
     train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
     make_env, close_envs = open_factory(job.env, pool_size=cfg.num_generations)
     try:
@@ -135,7 +139,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         name=job.name, capability=job.capability, status="done", adapter_path=str(best_dir) if best_dir else None,
         steps=steps, best_step=best.get("step"), heldout_before=selector.curve[0]["reward"] if selector.curve else None,
         heldout_after=best.get("reward"), curve=selector.curve, stopped_early=selector.stopped_early,
-        wall_s=time.perf_counter() - t0)
+        wall_s=time.perf_counter() - t0, cpu_threads=threads)
     if best_dir is not None:
         meta = {"name": job.name, "capability": job.capability, "base_model": str(Path(job.base_model).resolve()),
                 "base_model_sha256": model_hash(job.base_model), "env": job.env.model_dump(mode="json"),

@@ -1,10 +1,11 @@
 """What every stage binding shares: the run's config, the one dependencies object, the progress
-callback, one training slot, and the two helpers that say what a failure means."""
+callback, the training slots, and the two helpers that say what a failure means."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,31 @@ def data_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _gpu_visible() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def training_slots(cfg: GapforgeConfig) -> tuple[int, int | None]:
+    """(training jobs at once, torch threads per job's process or None: the job's own choice).
+
+    Ray: the cluster's resources gate. Local with a GPU (or vLLM generation): one job, as one device's
+    memory allows. Local on CPU only: one job per core (up to 4, or executor.local_training_jobs), each
+    with its share of the cores — a tiny model's GRPO process is bound by one core's Python and decoding,
+    so two on two cores take about the time of one (bench/README.md)."""
+    ex = cfg.executor
+    if ex.kind != "local":
+        return 1024, None
+    if ex.local_training_jobs is None and (cfg.training.generation != "transformers" or _gpu_visible()):
+        return 1, None
+    cores = os.cpu_count() or 1
+    slots = ex.local_training_jobs or min(cores, 4)
+    return slots, max(1, cores // slots)
+
+
 @dataclass
 class StageContext:
     """One run's stage bindings share this; `deps` owns every policy, pool and store lifetime."""
@@ -44,10 +70,12 @@ class StageContext:
     cfg: GapforgeConfig
     deps: StageDeps
     progress: Progress = lambda where, text: None
-    train_gate: asyncio.Semaphore = field(init=False)  # one training process at a time here; on Ray the cluster's GPUs gate
+    train_gate: asyncio.Semaphore = field(init=False)  # training_slots: jobs at once here; on Ray the cluster's resources gate
+    train_threads: int | None = field(init=False)  # torch threads per training process when jobs share this machine's CPU
 
     def __post_init__(self) -> None:
-        self.train_gate = asyncio.Semaphore(1 if self.cfg.executor.kind == "local" else 1024)
+        slots, self.train_threads = training_slots(self.cfg)
+        self.train_gate = asyncio.Semaphore(slots)
 
     @property
     def store(self) -> Any:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gapforge.executor_wiring import evaluation_players
 from gapforge.stages.common import StageContext, require
 from gapforge.stages.routing import Routing
-from gapforge.executor_wiring import evaluation_players
 from gapforge.wiring import make_target_env_factory
 from graph.context import Cost, EvaluationDone, StageFailed
 

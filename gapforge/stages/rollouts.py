@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gapforge.stages.common import StageContext
 from gapforge.executor_wiring import episode_player
+from gapforge.stages.common import StageContext
 from gapforge.wiring import make_target_env_factory
 from graph.context import Cost, RolloutsDone
 

@@ -1,6 +1,7 @@
 """`train` (one LoRA adapter per capability, GRPO on its accepted synthetic env) and `train_baseline`
 (the paper's GRPO-on-target baseline): each a job in its own process (training.run.run_jobs, which
-also stops a process left running by a killed earlier run: its pid file beside the job spec), or with
+also stops a process left running by a killed earlier run: its pid file beside the job spec; as many
+at once as `common.training_slots` allows), or with
 executor.kind ray a Ray task per job whose adapter comes back to this machine (`gapforge.executor_wiring.job_runner`)."""
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def _step_line(sc: StageContext):
 async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
     from gapforge.executor_wiring import job_runner
 
-    async with sc.train_gate:  # one training process at a time here (CPU/GPU memory); on Ray, as many as the cluster places
+    if sc.train_threads is not None:
+        job = job.model_copy(update={"cpu_threads": sc.train_threads})
+    async with sc.train_gate:  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
         (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
     return outcome
 

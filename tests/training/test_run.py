@@ -66,10 +66,11 @@ def test_a_crashed_job_is_recorded_and_the_next_one_runs(tmp_path, tiny_model_di
         run_id = store.create_run("trace", {})
     bad = _job(tmp_path, tiny_model_dir, name="broken", steps=1, store_url=url, run_id=run_id)
     bad = bad.model_copy(update={"env": EnvSpec(kind="python", factory="tests.training.toy_env:NoSuchEnv")})
-    good = _job(tmp_path, tiny_model_dir, name="good", steps=1, store_url=url, run_id=run_id)
+    good = _job(tmp_path, tiny_model_dir, name="good", steps=1, store_url=url, run_id=run_id, cpu_threads=1)
     outcomes = run_jobs([bad, good], tmp_path / "specs")
     assert outcomes[0].result is None and outcomes[0].returncode == 1 and "NoSuchEnv" in outcomes[0].error
     assert outcomes[1].result is not None and outcomes[1].result.steps == 1
+    assert outcomes[1].result.cpu_threads == 1  # the share the stage gave it, not the machine's free cores
     with Store(url) as store:
         rows = {a.name: a for a in store.adapters(run_id)}
     assert rows["broken"].status == "failed" and "NoSuchEnv" in rows["broken"].metrics["error"]
