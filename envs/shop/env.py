@@ -178,6 +178,8 @@ class ShopEnv:
 
     def _gold_state_hash(self, t: ShopTask) -> str:
         cache = self._shared.gold_hash
+        if t.task_id not in cache and not any(a.name in WRITE_TOOLS for a in t.gold_actions):
+            cache[t.task_id] = self._shared.db_hash  # read tools never change the DB (copy-on-write relies on it too): no replay
         if t.task_id not in cache:
             db = self._shared.fresh_db()
             tools = ShopTools(db)

@@ -14,7 +14,7 @@ from envs.shop import ShopEnv
 from envs.shop.data import build_db
 from envs.shop.env import _pristine
 from envs.shop.tasks import FAMILIES
-from envs.shop.tools import READ_TOOLS, WRITE_TOOLS
+from envs.shop.tools import READ_TOOLS, WRITE_TOOLS, ShopTools
 from envs.shop.user import STOP
 from tests.envs.conformance import check_conformance
 
@@ -256,3 +256,17 @@ def test_other_shop_instances_share_the_templates_not_the_data() -> None:
     assert other.task(tid).gold_actions != ENV.task(tid).gold_actions  # another customer, other ids
     with pytest.raises(EnvError, match="shop instance 3 cannot be built"):
         ShopEnv(instance=3)  # a template's customer lacks what it needs there
+
+
+def test_a_task_whose_gold_only_reads_scores_against_the_pristine_hash_as_its_replay_would() -> None:
+    """The gold hash of a read-only task skips the replay; a replay of its reads on a fresh DB gives that hash."""
+    shared = _pristine(0)
+    read_only = [t for t in ALL_TASKS if t not in WRITE_TASKS]
+    assert read_only
+    for tid in read_only:
+        db = shared.fresh_db()
+        tools_db_before = db.state_hash()
+        tools = ShopTools(db)
+        for action in ENV.task(tid).gold_actions:
+            tools.call(action.name, action.arguments)
+        assert db.state_hash() == tools_db_before == ENV._gold_state_hash(ENV.task(tid)), tid
