@@ -10,6 +10,8 @@ else keeps them in one SQLite file (default `<workspace>/checkpoints.sqlite`).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+
+log = logging.getLogger(__name__)
 
 _PG = re.compile(r"^postgres(?:ql)?(?:\+\w+)?://", re.IGNORECASE)
 
@@ -98,18 +102,37 @@ async def open_checkpointer(store_url: str | None, sqlite_path: Path) -> AsyncIt
         try:
             yield saver
         finally:
-            await _drop_uncommitted(saver.conn)
+            await _drop_uncommitted(saver)
 
 
-async def _drop_uncommitted(conn: Any) -> None:
-    """Roll back a checkpoint write that was cancelled between its INSERT and its commit.
+LOCK_WAIT_S = 2.0
 
-    When one capability branch's error ends the run, LangGraph cancels the other branches; a
-    cancelled `aput` may already have queued its INSERT on the connection's worker thread, which
-    then runs it after the cancellation and leaves a write transaction open. Closing a connection
-    in that state keeps the file's write lock in this process, so the next run in the same
-    process (a resume, a test) fails with "database is locked". The statement queued first is a
-    barrier: every write queued before it has run when it returns."""
-    await (await conn.execute("SELECT 1")).close()
-    if conn.in_transaction:  # never committed, so never a checkpoint LangGraph relied on
-        await conn.rollback()
+
+async def _drop_uncommitted(saver: Any) -> None:
+    """Roll back a checkpoint write left between its INSERT and its commit when the run ended.
+
+    When one capability branch's error ends the run, LangGraph stops the other branches; one may be
+    left inside `aput_writes`, its INSERT run on the connection's worker thread and its commit never
+    queued. Closing a connection in that state keeps the file's write lock in this process, so the
+    next run in the same process (a resume, a test) fails with "database is locked".
+
+    The saver's lock is taken first, so a writer still alive finishes its commit before this looks
+    (a writer abandoned while holding it never releases it: after LOCK_WAIT_S this goes on without).
+    The statement queued next is a barrier: every write queued before it has run when it returns.
+    A failure here is logged, never raised: it must not replace the error that ended the run."""
+    acquired = False
+    try:
+        try:
+            await asyncio.wait_for(saver.lock.acquire(), LOCK_WAIT_S)
+            acquired = True
+        except TimeoutError:
+            pass
+        conn = saver.conn
+        await (await conn.execute("SELECT 1")).close()
+        if conn.in_transaction:  # never committed, so never a checkpoint LangGraph relied on
+            await conn.rollback()
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        log.warning("closing the checkpointer: could not roll back an unfinished write (%s)", e)
+    finally:
+        if acquired:
+            saver.lock.release()
