@@ -36,8 +36,8 @@ class ExecutorConfig(BaseModel):
     namespace: str = Field("gapforge", description="Ray namespace of the jobs")
     local_training_jobs: int | None = Field(None, ge=1, le=64, description=(
         "kind local: training processes at once; default 1 when a GPU is visible or training generates with vLLM "
-        "(one device's memory), else one per core up to 4, each with cores/jobs torch threads (a tiny model's GRPO "
-        "process keeps about one core busy: bench/README.md)"))
+        "(one device's memory), else one per usable core up to 4 and as many as the available memory holds, each with "
+        "cores/jobs torch threads (a tiny model's GRPO process keeps about one core busy: README, Quick start)"))
     local_num_cpus: int | None = Field(None, ge=1, description="CPUs of the Ray started in-process (address ''); default: all")
     docker_resource: str = Field("docker", min_length=1, description="custom resource naming nodes with Docker "
                                  "(`ray start --resources='{\"docker\": 8}'`: 8 sandbox jobs at once there)")

@@ -18,7 +18,14 @@ from envs.protocol import Message, Score, StepResult, TaskRef
 from envs.shop.catalog import build_tasks
 from envs.shop.data import ShopDB, build_db
 from envs.shop.tasks import ShopTask
-from envs.shop.tools import SCHEMAS, TRANSFER_TOOL, WRITE_TOOLS, ShopTools, ToolError
+from envs.shop.tools import (
+    READ_TOOLS,
+    SCHEMAS,
+    TRANSFER_TOOL,
+    WRITE_TOOLS,
+    ShopTools,
+    ToolError,
+)
 from envs.shop.user import ScriptedUser, normalize
 
 
@@ -178,7 +185,7 @@ class ShopEnv:
 
     def _gold_state_hash(self, t: ShopTask) -> str:
         cache = self._shared.gold_hash
-        if t.task_id not in cache and not any(a.name in WRITE_TOOLS for a in t.gold_actions):
+        if t.task_id not in cache and all(a.name in READ_TOOLS for a in t.gold_actions):
             cache[t.task_id] = self._shared.db_hash  # read tools never change the DB (copy-on-write relies on it too): no replay
         if t.task_id not in cache:
             db = self._shared.fresh_db()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,16 +21,17 @@ from training.run import JobOutcome
 from training.service import TrainJob
 
 
-def machine(monkeypatch: pytest.MonkeyPatch, cores: int, gpu: bool) -> None:
-    monkeypatch.setattr(common.os, "cpu_count", lambda: cores)
+def machine(monkeypatch: pytest.MonkeyPatch, cores: int, gpu: bool, memory_gb: float | None = 64) -> None:
+    monkeypatch.setattr(common, "usable_cores", lambda: cores)
     monkeypatch.setattr(common, "_gpu_visible", lambda: gpu)
+    monkeypatch.setattr(common, "available_memory", lambda: None if memory_gb is None else int(memory_gb * (1 << 30)))
 
 
 @pytest.mark.parametrize(("cores", "settings", "expected"), [
     (2, [], (2, 1)),  # this machine: two jobs, one thread each
     (16, [], (4, 4)),
     (1, [], (1, 1)),
-    (2, ["executor.local_training_jobs=1"], (1, 2)),  # as before, the job gets both cores
+    (2, ["executor.local_training_jobs=1"], (1, 2)),  # one job: it gets both cores
     (8, ["executor.local_training_jobs=3"], (3, 2)),
 ])  # fmt: skip
 def test_a_cpu_only_machine_trains_one_job_per_core(monkeypatch, cores, settings, expected) -> None:
@@ -44,7 +46,29 @@ def test_a_gpu_or_vllm_generation_keeps_one_job_unless_told(monkeypatch) -> None
     machine(monkeypatch, 8, gpu=False)
     vllm = ["training.generation=vllm_server", "training.vllm_server_base_url=http://localhost:8000"]
     assert training_slots(load_config(None, vllm, environ={})) == (1, None)
-    assert training_slots(load_config(None, ["executor.kind=ray"], environ={}))[0] > 64  # the cluster gates
+    assert training_slots(load_config(None, ["executor.kind=ray"], environ={})) == (1024, None)  # the cluster gates; GPU jobs
+    on_ray_cpu = ["executor.kind=ray", "executor.training.num_gpus=0", "executor.training.num_cpus=2"]
+    assert training_slots(load_config(None, on_ray_cpu, environ={})) == (1024, 2)  # a CPU job's threads: the CPUs it asked for
+
+
+def test_the_available_memory_caps_the_jobs(monkeypatch, tmp_path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * (1 << 20))  # ~2 GiB + 6 MiB a job
+    at = ["policy.kind=local", f"policy.local_path={model}"]
+    machine(monkeypatch, 8, gpu=False, memory_gb=4.5)
+    assert training_slots(load_config(None, at, environ={})) == (2, 4)
+    machine(monkeypatch, 8, gpu=False, memory_gb=1)
+    assert training_slots(load_config(None, at, environ={})) == (1, 8)  # never fewer than one
+    machine(monkeypatch, 8, gpu=False, memory_gb=None)  # unknown: the core count decides
+    assert training_slots(load_config(None, at, environ={})) == (4, 2)
+    assert common.job_memory(str(model)) == common.JOB_BASE_BYTES + common.WEIGHT_FACTOR * (1 << 20)
+
+
+def test_this_machines_cores_and_memory_are_read() -> None:
+    assert 1 <= common.usable_cores() <= (os.cpu_count() or 1)
+    memory = common.available_memory()
+    assert memory is None or memory > 0
 
 
 def job(tmp_path: Path, name: str) -> TrainJob:
