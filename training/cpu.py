@@ -13,6 +13,23 @@ from __future__ import annotations
 import os
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's cpuset), not the host's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on this platform
+        return os.cpu_count() or 1
+
+
+def cuda_available() -> bool:
+    """A CUDA device torch can use (False when torch is not installed)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def free_cores() -> int:
     cores = os.cpu_count() or 1
     try:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.config import TrainingConfig
+from training.cpu import cuda_available
 from training.rollout import EnvFactory, Rollout, run_group
 from training.sampler import Sampler, TransformersSampler, VLLMSampler
 
@@ -56,15 +57,9 @@ def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
         top_p=1.0, top_k=0, max_completion_length=cfg.max_completion_length, beta=cfg.beta, epsilon=cfg.epsilon,
         loss_type=cfg.loss_type, mask_truncated_completions=False, logging_steps=1, save_strategy="steps",
         save_steps=cfg.save_every, save_total_limit=2, report_to=list(cfg.report_to) or "none",
-        use_cpu=cfg.generation == "transformers" and not _cuda(), bf16=False, remove_unused_columns=False,
+        use_cpu=cfg.generation == "transformers" and not cuda_available(), bf16=False, remove_unused_columns=False,
         disable_tqdm=True, dataloader_num_workers=0,
         gradient_checkpointing=cfg.generation != "transformers", **extra)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def task_dataset(tasks: list[Any]):  # -> datasets.Dataset

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from agents.deps import StageDeps
 from gapforge.config import GapforgeConfig
 from graph.context import StageFailed, StageUnavailable
+from training.cpu import cuda_available, usable_cores
 
 Progress = Callable[[str, str], None]  # (stage or "stage capability", one line)
 
@@ -37,22 +38,6 @@ def data_errors() -> tuple[type[BaseException], ...]:
         except (ImportError, AttributeError):
             continue
     return tuple(found)
-
-
-def _gpu_visible() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: a container's cpuset), not the host's."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on this platform
-        return os.cpu_count() or 1
 
 
 def available_memory() -> int | None:
@@ -94,7 +79,7 @@ def training_slots(cfg: GapforgeConfig) -> tuple[int, int | None]:
     ex = cfg.executor
     if ex.kind != "local":
         return 1024, (max(1, int(ex.training.num_cpus)) if ex.training.num_gpus == 0 else None)
-    if ex.local_training_jobs is None and (cfg.training.generation != "transformers" or _gpu_visible()):
+    if ex.local_training_jobs is None and (cfg.training.generation != "transformers" or cuda_available()):
         return 1, None
     cores = usable_cores()
     slots = ex.local_training_jobs
@@ -112,12 +97,22 @@ class StageContext:
     cfg: GapforgeConfig
     deps: StageDeps
     progress: Progress = lambda where, text: None
-    train_gate: asyncio.Semaphore = field(init=False)  # training_slots: jobs at once here; on Ray the cluster's resources gate
-    train_threads: int | None = field(init=False)  # torch threads per training process when jobs share this machine's CPU
 
-    def __post_init__(self) -> None:
-        slots, self.train_threads = training_slots(self.cfg)
-        self.train_gate = asyncio.Semaphore(slots)
+    @cached_property
+    def _training(self) -> tuple[asyncio.Semaphore, int | None]:
+        """Computed when the first training job asks (it may import torch to look for CUDA), not at start-up."""
+        slots, threads = training_slots(self.cfg)
+        return asyncio.Semaphore(slots), threads
+
+    @property
+    def train_gate(self) -> asyncio.Semaphore:
+        """training_slots: jobs at once here; on Ray the cluster's resources gate."""
+        return self._training[0]
+
+    @property
+    def train_threads(self) -> int | None:
+        """Torch threads per training process when jobs share a CPU (None: the job's own choice)."""
+        return self._training[1]
 
     @property
     def store(self) -> Any:

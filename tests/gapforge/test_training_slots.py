@@ -23,7 +23,7 @@ from training.service import TrainJob
 
 def machine(monkeypatch: pytest.MonkeyPatch, cores: int, gpu: bool, memory_gb: float | None = 64) -> None:
     monkeypatch.setattr(common, "usable_cores", lambda: cores)
-    monkeypatch.setattr(common, "_gpu_visible", lambda: gpu)
+    monkeypatch.setattr(common, "cuda_available", lambda: gpu)
     monkeypatch.setattr(common, "available_memory", lambda: None if memory_gb is None else int(memory_gb * (1 << 30)))
 
 
