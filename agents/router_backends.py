@@ -154,7 +154,10 @@ class OpeningsScorer:
     policy): each capability's score is the highest word overlap (Jaccard, ids left out) between the
     task's first user message and the first user messages of its synthetic env's held-out seeds; the
     "none" label scores `min_similarity`, so a task unlike every env's openings keeps the base model.
-    Scores play the role of logprobs in Router.decide (argmax, margin)."""
+    Scores play the role of logprobs in Router.decide (argmax, margin). Pure data and deterministic
+    (`portable`): a worker process routing with a copy decides exactly as this process does."""
+
+    portable = True
 
     def __init__(self, openings: list[list[str]], *, min_similarity: float = 0.5) -> None:
         if not all(openings):

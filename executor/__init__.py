@@ -3,8 +3,9 @@
 The composition root (gapforge/wiring.py) asks here for the pieces that differ, and passes them to
 the stage services through narrow seams; the services do not know which executor they run on:
 
-- `episode_player(cfg, policy_factory, make_env, concurrency)`: an async context manager giving the
-  collector's `agents.rollouts.EpisodePlayer` (None locally: the collector plays on its own loop);
+- `episode_player(cfg, policy_factory, make_env, concurrency, local_workers=)`: an async context manager giving
+  the collector's `agents.rollouts.EpisodePlayer`: None (the collector plays on its own loop), local worker
+  processes (`local_workers` > 1: executor/processes.py) or Ray actors;
 - `job_runner(cfg)`: `training.run.run_jobs` or its Ray twin (one task per job, adapter files back);
 - `sandbox_checks(cfg, sandbox, policy_factory)`: None locally, else the Ray drop-ins for the
   self-test and GRPO readiness (`agents.selftest.SandboxChecks`).
@@ -35,9 +36,15 @@ def connect(cfg: ExecutorConfig) -> None:
 
 @contextlib.asynccontextmanager
 async def episode_player(cfg: ExecutorConfig, policy_factory: Callable[[], Any], make_env: Callable[[], Any],
-                         concurrency: int) -> AsyncIterator[Any]:
+                         concurrency: int, *, local_workers: int = 1, threads: int | None = None) -> AsyncIterator[Any]:
     if cfg.kind == "local":
-        yield None
+        from executor.processes import picklable, process_pool
+
+        if local_workers <= 1 or not picklable(policy_factory, make_env):
+            yield None
+            return
+        async with process_pool(local_workers, threads) as pool:
+            yield pool.player(policy_factory, make_env)
         return
     from executor.rollouts import ray_player
 

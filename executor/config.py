@@ -1,6 +1,7 @@
 """The executor's config section (`executor:` in the one config tree, composed by gapforge/config.py).
 
-`kind: local` (default) runs everything on this machine: rollouts on this process's event loop, env
+`kind: local` (default) runs everything on this machine: rollouts on this process's event loop (or, with a
+local policy on a CPU-only machine, on `local_rollout_workers` processes, one per core), env
 validation in this machine's Docker, training jobs as processes (one at a time with a GPU, one per
 core on a CPU-only machine: `local_training_jobs`). `kind: ray` sends rollout and
 evaluation episodes, sandbox checks and training jobs to a Ray cluster; the driver keeps the graph,
@@ -38,6 +39,10 @@ class ExecutorConfig(BaseModel):
         "kind local: training processes at once; default 1 when a GPU is visible or training generates with vLLM "
         "(one device's memory), else one per usable core up to 4 and as many as the available memory holds, each with "
         "cores/jobs torch threads (a tiny model's GRPO process keeps about one core busy: README, Quick start)"))
+    local_rollout_workers: int | None = Field(None, ge=1, le=64, description=(
+        "kind local with policy.kind local: processes playing rollout and evaluation episodes, each with its own copy of "
+        "the weights (executor/processes.py); default 1 (this process's event loop) when a GPU is visible, else one per "
+        "usable core up to 4 and as many as the available memory holds; 1 keeps every episode in this process"))
     local_num_cpus: int | None = Field(None, ge=1, description="CPUs of the Ray started in-process (address ''); default: all")
     docker_resource: str = Field("docker", min_length=1, description="custom resource naming nodes with Docker "
                                  "(`ray start --resources='{\"docker\": 8}'`: 8 sandbox jobs at once there)")

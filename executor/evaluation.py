@@ -1,19 +1,22 @@
 """Evaluation episodes on Ray (`executor.kind: ray`): each evaluated policy plays on the rollout actors.
 
+`local_eval_players` is the same on local worker processes (executor/processes.py; adapters by directory).
+
 `EvalPolicyRecipe` is what travels instead of the driver's policy object: the base model's directory
 (present on the worker, as for training), every adapter's files as bytes (LoRA adapters are small; no
 shared filesystem), the capabilities and the sampling settings. On the worker it loads the same
 multi-adapter backend (`evaluation.service.load_backend`, same seed) and takes the named policy from
 `evaluation.policies.standard_policies`, so an episode samples what it would have sampled on the driver
-(keyed seeds). The routed TRACE policy stays on the driver: its routing decisions are recorded there
-(and it mostly copies the base's episodes, evaluation.reuse).
+(keyed seeds). On Ray the routed TRACE policy stays on the driver: its routing decisions are recorded there
+(and it mostly copies the base's episodes, evaluation.reuse); local workers also play it when its router is
+portable (below).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ class EvalPolicyRecipe:
     seed: int
     worker_dir: str
     name: str = ""
+    adapter_dirs: Mapping[str, str] = field(default_factory=dict)  # adapter name -> a directory this machine has (local workers)
+    router: Any = None  # a portable router (its scorer is pure data: OpeningsScorer): the routed policy may play on a worker
     key: str = field(default="", compare=False)
 
     def named(self, name: str) -> EvalPolicyRecipe:
@@ -48,7 +53,7 @@ class EvalPolicyRecipe:
         from evaluation.policies import standard_policies
 
         backend = self._backend()
-        policies = standard_policies(backend, None, self.capabilities, temperature=self.temperature,  # type: ignore[arg-type]
+        policies = standard_policies(backend, self.router, self.capabilities, temperature=self.temperature,  # type: ignore[arg-type]
                                      capability_adapters=self.capability_adapters, grpo_target_adapter=self.grpo_target)
         return policies[self.name]
 
@@ -57,7 +62,7 @@ class EvalPolicyRecipe:
             from evaluation.service import RunArtifacts, load_backend
 
             root = Path(self.worker_dir) / "eval-adapters" / self.key
-            paths = {}
+            paths = {name: Path(path) for name, path in self.adapter_dirs.items()}
             for name, data in self.adapters.items():
                 if not (root / name / "adapter_config.json").is_file():
                     unpack_dir(data, root / name)
@@ -71,13 +76,19 @@ class EvalPolicyRecipe:
 
 def recipe(base_model: str | Path, adapter_paths: Mapping[str, str | Path], capabilities: list[dict[str, str]],
            capability_adapters: list[str], grpo_target: str | None, *, temperature: float, max_new_tokens: int, seed: int,
-           worker_dir: str) -> EvalPolicyRecipe:
-    adapters = {name: pack_dir(Path(path)) for name, path in adapter_paths.items()}
+           worker_dir: str, ship: bool = True, router: Any = None) -> EvalPolicyRecipe:
+    """`ship`: the adapters travel as bytes (Ray: no shared filesystem); else as this machine's directories (local workers).
+    `router`: only a portable one (`router.scorer.portable`), else None (the routed policy then plays on the driver)."""
+    if router is not None and not getattr(getattr(router, "scorer", None), "portable", False):
+        router = None
+    packed = {name: pack_dir(Path(path)) for name, path in adapter_paths.items()}
     digest = hashlib.sha256(f"{base_model}\0{max_new_tokens}\0{seed}".encode())
-    for name in sorted(adapters):
-        digest.update(name.encode() + adapters[name])
+    for name in sorted(packed):
+        digest.update(name.encode() + packed[name])
+    adapters = packed if ship else {}
+    dirs = {} if ship else {name: str(path) for name, path in adapter_paths.items()}
     return EvalPolicyRecipe(str(base_model), adapters, list(capabilities), list(capability_adapters), grpo_target, temperature,
-                            max_new_tokens, seed, worker_dir, key=digest.hexdigest()[:16])
+                            max_new_tokens, seed, worker_dir, key=digest.hexdigest()[:16], adapter_dirs=dirs, router=router)
 
 
 def eval_players(cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment],
@@ -91,3 +102,24 @@ def eval_players(cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable
         return ray_player(cfg, base.named(name), make_env, concurrency)
 
     return players
+
+
+@asynccontextmanager
+async def local_eval_players(base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], workers: int,
+                             threads: int | None) -> AsyncIterator[Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]]:
+    """The local twin of `eval_players`: one pool of worker processes (executor/processes.py) for the whole evaluation;
+    each worker loads the multi-adapter backend once and builds every policy it is asked to play from it. The routed
+    policy plays there too when the recipe carries a portable router: the driver has already routed every task's first
+    message (evaluation.reuse asks it for each base episode), so its recorded decisions are the ones the workers make."""
+    from executor.processes import process_pool
+
+    async with process_pool(workers, threads) as pool:
+
+        @asynccontextmanager
+        async def players(name: str, policy: PolicyModel) -> AsyncIterator[Any]:
+            if getattr(policy, "decisions", None) is not None and base.router is None:  # routed by a router that stays here
+                yield None
+                return
+            yield pool.player(base.named(name), make_env)
+
+        yield players

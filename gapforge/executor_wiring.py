@@ -5,6 +5,7 @@ them in `StageDeps`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -17,11 +18,15 @@ if TYPE_CHECKING:
 
 
 def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[], TargetEnvironment]):
-    """Where the collector's episodes are played (`async with`): None = this process (executor.kind local),
-    else Ray actors that each build the policy `pol` and envs from `make_env` themselves."""
+    """Where the collector's episodes are played (`async with`): None = this process's event loop; local worker
+    processes (a local policy on a CPU-only machine: gapforge.stages.common.rollout_workers); or Ray actors. The
+    processes and actors each build the policy `pol` and envs from `make_env` themselves."""
     from executor import episode_player as player
+    from gapforge.stages.common import rollout_workers
 
-    return player(cfg.executor, functools.partial(make_policy, pol), make_env, cfg.rollouts.concurrency)
+    workers, threads = rollout_workers(cfg)
+    return player(cfg.executor, functools.partial(make_policy, pol), make_env, cfg.rollouts.concurrency, local_workers=workers,
+                  threads=threads)
 
 
 def connect_executor(cfg: GapforgeConfig) -> None:
@@ -45,20 +50,32 @@ def job_runner(cfg: GapforgeConfig):
     return runner(cfg.executor)
 
 
-def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env):
-    """`evaluation.run.evaluate(players=...)`: None (every policy plays here), or, on Ray with the local multi-adapter
-    backend (policy.kind local), Ray actors that rebuild each evaluated policy from the base weights and the adapters'
-    bytes. A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver."""
-    if cfg.executor.kind == "local" or cfg.policy.kind != "local":
-        return None
+@contextlib.asynccontextmanager
+async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env, router=None):
+    """(`async with`) `evaluation.run.evaluate(players=...)`: None (every policy plays here), or, with the local
+    multi-adapter backend (policy.kind local), local worker processes (gapforge.stages.common.rollout_workers) or Ray
+    actors that rebuild each evaluated policy from the base weights and the adapters (their directories locally,
+    their bytes on Ray; locally also the routed policy when its router is portable: executor.evaluation.local_eval_players).
+    A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver."""
+    from gapforge.stages.common import rollout_workers
+
+    workers, threads = rollout_workers(cfg)
+    if cfg.policy.kind != "local" or (cfg.executor.kind == "local" and workers <= 1):
+        yield None
+        return
     from evaluation.policies import GRPO_TARGET
-    from executor.evaluation import eval_players, recipe
+    from executor.evaluation import eval_players, local_eval_players, recipe
 
     paths = dict(artifacts.adapter_paths)
     baseline = store.get_adapter(run_id, GRPO_TARGET)
     if baseline is not None and baseline.status == "done" and baseline.path:
         paths[GRPO_TARGET] = baseline.path
+    local = cfg.executor.kind == "local"
     base = recipe(base_dir, paths, artifacts.capabilities, list(artifacts.adapter_paths), GRPO_TARGET if GRPO_TARGET in paths else None,
                   temperature=cfg.policy.temperature, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed,
-                  worker_dir=cfg.executor.worker_dir)
-    return eval_players(cfg.executor, base, make_env, cfg.rollouts.concurrency)
+                  worker_dir=cfg.executor.worker_dir, ship=not local, router=router if local else None)
+    if not local:
+        yield eval_players(cfg.executor, base, make_env, cfg.rollouts.concurrency)
+        return
+    async with local_eval_players(base, make_env, workers, threads) as players:
+        yield players

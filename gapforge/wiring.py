@@ -176,7 +176,7 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
 
             user_model = make_chat_model(cfg.llm.endpoint)
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
-    return probe, (lambda: make_env(env_name, user=cfg.rollouts.user, user_model=user_model))
+    return probe, functools.partial(make_env, env_name, user=cfg.rollouts.user, user_model=user_model)  # picklable: worker processes build it
 
 
 def sandbox_checks(cfg: GapforgeConfig):

@@ -56,15 +56,19 @@ JOB_BASE_BYTES = 2 << 30  # a training process's libraries, tokenizer, envs and 
 WEIGHT_FACTOR = 6  # fp32 weights + activations + LoRA optimizer state, a multiple of the weight files' size
 
 
+def weight_bytes(model_dir: str | None) -> int:
+    """The size of a model directory's weight files (0 when there is none to read)."""
+    if not model_dir:
+        return 0
+    try:
+        return sum(p.stat().st_size for p in Path(model_dir).iterdir() if p.suffix in (".safetensors", ".bin"))
+    except OSError:
+        return 0
+
+
 def job_memory(model_dir: str | None) -> int:
     """Rough bytes one training process of `model_dir` holds (JOB_BASE_BYTES + WEIGHT_FACTOR x its weight files)."""
-    size = 0
-    if model_dir:
-        try:
-            size = sum(p.stat().st_size for p in Path(model_dir).iterdir() if p.suffix in (".safetensors", ".bin"))
-        except OSError:
-            size = 0
-    return JOB_BASE_BYTES + WEIGHT_FACTOR * size
+    return JOB_BASE_BYTES + WEIGHT_FACTOR * weight_bytes(model_dir)
 
 
 def training_slots(cfg: GapforgeConfig) -> tuple[int, int | None]:
@@ -88,6 +92,31 @@ def training_slots(cfg: GapforgeConfig) -> tuple[int, int | None]:
         by_memory = max(1, memory // job_memory(cfg.policy.local_path)) if memory else 4
         slots = max(1, min(cores, 4, by_memory))
     return slots, max(1, cores // slots)
+
+
+WORKER_BASE_BYTES = 1 << 30  # a rollout worker's libraries and envs (~0.6 GB RSS measured with the tiny policy)
+WORKER_WEIGHT_FACTOR = 3  # weights + KV caches of its batch, a multiple of the weight files' size
+
+
+def rollout_workers(cfg: GapforgeConfig) -> tuple[int, int | None]:
+    """(processes playing rollout and evaluation episodes, torch threads each); 1 = this process's event loop.
+
+    Only a local policy (weights in this process) on a CPU-only machine gets more than one: decoding a small
+    model keeps about one core busy per process (the demo's collection ran at ~1.1 cores of 2), while an endpoint
+    policy is HTTP requests the one event loop already holds hundreds of, and a GPU is one device's memory.
+    Default: one per usable core, up to 4, as many as the available memory holds; executor.local_rollout_workers
+    sets it."""
+    ex = cfg.executor
+    if ex.kind != "local" or cfg.policy.kind != "local":
+        return 1, None
+    workers = ex.local_rollout_workers
+    if workers is None:
+        if cuda_available():
+            return 1, None
+        memory = available_memory()
+        per_worker = WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path)
+        workers = max(1, min(usable_cores(), 4, memory // per_worker if memory else 4))
+    return workers, (max(1, usable_cores() // workers) if workers > 1 else None)
 
 
 @dataclass

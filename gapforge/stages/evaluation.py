@@ -26,14 +26,14 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
     tasks = list(split.heldout_tasks)
     families = {t: probe.task_family(t) for t in tasks}
     probe.close()
-    result = await evaluate_run(
-        sc.store, run_id, backend=backend, router=router, artifacts=artifacts, env=split.env, make_env=make_env, tasks=tasks,
-        families=families, trials=ecfg.trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
-        concurrency=cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=cfg.seed,
-        family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies, focus_family=ecfg.focus_family,
-        on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
-        players=evaluation_players(cfg, sc.store, run_id, sc.base_dir(), artifacts, make_env),  # None: every policy plays here
-    )  # fmt: skip
+    async with evaluation_players(cfg, sc.store, run_id, sc.base_dir(), artifacts, make_env, router) as players:  # None: every policy plays here
+        result = await evaluate_run(
+            sc.store, run_id, backend=backend, router=router, artifacts=artifacts, env=split.env, make_env=make_env, tasks=tasks,
+            families=families, trials=ecfg.trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
+            concurrency=cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=cfg.seed,
+            family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies, focus_family=ecfg.focus_family,
+            on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"), players=players,
+        )  # fmt: skip
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=sum(_played(p.metrics, families) for p in result.policies)))
 

@@ -13,7 +13,7 @@ import pytest
 from gapforge import executor_wiring
 from gapforge.config import load_config
 from gapforge.stages import common
-from gapforge.stages.common import StageContext, training_slots
+from gapforge.stages.common import StageContext, rollout_workers, training_slots
 from gapforge.stages.training import _run_job
 from training.config import TrainingConfig
 from training.envs import EnvSpec
@@ -49,6 +49,26 @@ def test_a_gpu_or_vllm_generation_keeps_one_job_unless_told(monkeypatch) -> None
     assert training_slots(load_config(None, ["executor.kind=ray"], environ={})) == (1024, None)  # the cluster gates; GPU jobs
     on_ray_cpu = ["executor.kind=ray", "executor.training.num_gpus=0", "executor.training.num_cpus=2"]
     assert training_slots(load_config(None, on_ray_cpu, environ={})) == (1024, 2)  # a CPU job's threads: the CPUs it asked for
+
+
+def test_a_local_policy_on_a_cpu_only_machine_plays_episodes_on_one_process_per_core(monkeypatch, tmp_path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * (1 << 20))  # ~1 GiB + 3 MiB a worker
+    local = ["policy.kind=local", f"policy.local_path={model}"]
+    machine(monkeypatch, 2, gpu=False)
+    assert rollout_workers(load_config(None, local, environ={})) == (2, 1)  # this machine: two workers, one thread each
+    assert rollout_workers(load_config(None, [*local, "executor.local_rollout_workers=1"], environ={})) == (1, None)  # on the loop
+    machine(monkeypatch, 16, gpu=False)
+    assert rollout_workers(load_config(None, local, environ={})) == (4, 4)
+    machine(monkeypatch, 16, gpu=False, memory_gb=2.5)
+    assert rollout_workers(load_config(None, local, environ={})) == (2, 8)  # as many as the memory holds
+    machine(monkeypatch, 8, gpu=True)
+    assert rollout_workers(load_config(None, local, environ={})) == (1, None)  # one device: the loop batches on it
+    machine(monkeypatch, 8, gpu=False)
+    endpoint = ["policy.kind=endpoint", "policy.endpoint.base_url=http://localhost:8000/v1", "policy.endpoint.model=m"]
+    assert rollout_workers(load_config(None, endpoint, environ={})) == (1, None)  # HTTP requests: the loop holds them
+    assert rollout_workers(load_config(None, [*local, "executor.kind=ray"], environ={})) == (1, None)  # Ray actors instead
 
 
 def test_the_available_memory_caps_the_jobs(monkeypatch, tmp_path) -> None:

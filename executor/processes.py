@@ -1,0 +1,287 @@
+"""Episodes on local worker processes (`executor.kind: local` with a policy whose weights load in-process).
+
+A tiny or small model decoding on CPU keeps about one core busy in one Python process (the GIL and
+per-layer overhead, not the matmuls, bound it), so on a machine with several cores the collector's own
+event loop leaves the others idle. `process_pool(workers, threads)` starts `workers` spawned processes
+that each hold their own copy of the policy (built by a picklable factory, once per factory) and play
+episodes concurrently on their own event loop, like the Ray actors of executor/rollouts.py but with no
+cluster: `pool.player(factory)` is the collector's `agents.rollouts.EpisodePlayer` for one policy, and
+one pool serves every policy of an evaluation (each worker builds a policy the first time it is asked
+for it).
+
+The driver stays the one writer of the store: a worker returns the `Rollout`, the collector writes it.
+Episodes seed their sampling and tool-call ids from their key (`envs/sampling.py`), so the same plan
+played here, on the driver or on Ray stores the same episodes (tests/executor/test_processes.py).
+
+Faults: a worker process that dies fails its unfinished episodes with IncompleteStage (exit 3; what
+finished is stored, the same command plays the rest); an exception raised while playing an episode is
+the episode's, re-raised on the driver as it would have been in-process. A worker dies with the driver
+(PR_SET_PDEATHSIG, and its pipe's end-of-file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+from agents.errors import IncompleteStage
+from agents.rollouts import Rollout, play_episode
+
+log = logging.getLogger(__name__)
+STARTUP_TIMEOUT_S = 300.0  # importing torch and loading the weights; a worker silent for longer is reported
+
+
+class WorkerLost(IncompleteStage):
+    """A local rollout worker process ended while episodes were in flight (killed, out of memory, crashed)."""
+
+
+def picklable(*objects: Any) -> bool:
+    """Whether the objects can travel to a spawned process (a factory holding a live client cannot)."""
+    try:
+        pickle.dumps(objects)
+    except Exception:  # noqa: BLE001 - any pickling failure means: play in this process
+        return False
+    return True
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the worker
+        pass
+
+
+def _portable(err: BaseException) -> BaseException:
+    """The episode's exception if it pickles, else a RuntimeError naming it."""
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"{type(err).__name__}: {err}")
+
+
+def _worker_main(conn: Any, threads: int | None) -> None:
+    _die_with_parent()
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # the driver already showed its own "Loading weights"
+    except ImportError:
+        pass
+    asyncio.run(_serve(conn))
+
+
+async def _serve(conn: Any) -> None:
+    """Requests: (id, factory key, factory or None, make_env or None, task, sample, max_turns, temperature); None stops.
+    Replies: (id, True, Rollout) or (id, False, exception)."""
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="worker-env")
+    send_lock = threading.Lock()
+    envs: dict[str, Callable[[], Any]] = {}
+    building: dict[str, asyncio.Future[Any]] = {}
+    running: set[asyncio.Task[None]] = set()
+
+    def send(message: Any) -> None:
+        with send_lock:
+            conn.send(message)
+
+    async def one(req_id: int, key: str, task_id: str, sample: int, max_turns: int, temperature: float | None) -> None:
+        try:
+            if key not in building:
+                raise RuntimeError(f"policy {key!r} was never sent to this worker")
+            policy = await building[key]  # built once per key, by the first request that carried its factory
+            reply: tuple[Any, ...] = (req_id, True, await play_episode(policy, envs[key], task_id, sample, max_turns=max_turns,
+                                                                       temperature=temperature, executor=pool))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the episode's error goes back to the driver
+            reply = (req_id, False, _portable(e))
+        try:
+            await loop.run_in_executor(pool, send, reply)
+        except OSError:  # the driver is gone: nobody to tell
+            pass
+
+    try:
+        while True:
+            try:
+                request = await loop.run_in_executor(pool, conn.recv)
+            except (EOFError, OSError):  # the driver is gone
+                break
+            if request is None:
+                break
+            req_id, key, factory, make_env, *episode = request
+            if factory is not None and key not in building:
+                building[key] = loop.run_in_executor(pool, factory)
+            if make_env is not None:
+                envs[key] = make_env
+            task = asyncio.create_task(one(req_id, key, *episode))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+    finally:
+        for future in building.values():
+            policy = future.result() if future.done() and not future.cancelled() and future.exception() is None else None
+            close = getattr(policy, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception as e:  # noqa: BLE001
+                    log.warning("closing a worker's policy failed: %s", e)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Worker:
+    def __init__(self, ctx: Any, index: int, threads: int | None) -> None:
+        self.index = index
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child, threads), name=f"gapforge-rollout-{index}", daemon=True)
+        self.process.start()
+        child.close()
+        self.pending: dict[int, asyncio.Future[Rollout]] = {}
+        self.known: set[str] = set()  # policy keys this worker was sent a factory for
+        self.send_lock = threading.Lock()
+        self.lost: str | None = None
+
+    def send(self, message: Any) -> None:
+        with self.send_lock:
+            self.conn.send(message)
+
+
+class ProcessPool:
+    """`workers` local processes playing episodes; `player(factory, make_env)` is one policy's EpisodePlayer."""
+
+    def __init__(self, workers: int, threads: int | None) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads and torch state
+        self.workers = [_Worker(ctx, i, threads) for i in range(workers)]
+        self.ids = itertools.count()
+        self.keys = itertools.count()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.readers: list[threading.Thread] = []
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        for w in self.workers:
+            reader = threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True)
+            reader.start()
+            self.readers.append(reader)
+
+    def _read(self, w: _Worker) -> None:
+        assert self.loop is not None
+        while True:
+            try:
+                req_id, ok, payload = w.conn.recv()
+            except (EOFError, OSError):
+                break
+            except Exception as e:  # noqa: BLE001 - a reply that does not unpickle here
+                log.warning("rollout worker %d sent a reply that could not be read: %s", w.index, e)
+                continue
+            self.loop.call_soon_threadsafe(self._resolve, w, req_id, ok, payload)
+        self.loop.call_soon_threadsafe(self._lose, w)
+
+    @staticmethod
+    def _resolve(w: _Worker, req_id: int, ok: bool, payload: Any) -> None:
+        future = w.pending.pop(req_id, None)
+        if future is None or future.done():
+            return
+        if ok:
+            future.set_result(payload)
+        else:
+            future.set_exception(payload)
+
+    def _lose(self, w: _Worker) -> None:
+        code = w.process.exitcode
+        w.lost = f"exit code {code}" if code is not None else "its pipe closed"
+        for req_id, future in list(w.pending.items()):
+            if not future.done():
+                future.set_exception(WorkerLost(
+                    f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with episode #{req_id} in flight; what "
+                    "finished is stored: run the same command again to play the rest (or set executor.local_rollout_workers=1)"))
+        w.pending.clear()
+
+    def player(self, factory: Callable[[], Any], make_env: Callable[[], Any]) -> ProcessPlayer:
+        return ProcessPlayer(self, f"policy-{next(self.keys)}", factory, make_env)
+
+    async def play(self, key: str, factory: Callable[[], Any], make_env: Callable[[], Any], task_id: str, sample: int, *,
+                   max_turns: int, temperature: float | None) -> Rollout:
+        assert self.loop is not None, "start() the pool first"
+        live = [w for w in self.workers if w.lost is None]
+        if not live:
+            raise WorkerLost("every local rollout worker has ended; what finished is stored: run the same command again "
+                             "(or set executor.local_rollout_workers=1)")
+        w = min(live, key=lambda x: len(x.pending))
+        req_id = next(self.ids)
+        future: asyncio.Future[Rollout] = self.loop.create_future()
+        w.pending[req_id] = future
+        first = key not in w.known
+        w.known.add(key)
+        request = (req_id, key, factory if first else None, make_env if first else None, task_id, sample, max_turns, temperature)
+        try:
+            try:
+                await asyncio.to_thread(w.send, request)
+            except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone
+                raise WorkerLost(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e}); what finished is "
+                                 "stored: run the same command again to play the rest") from None
+            return await future
+        finally:
+            if not future.done():
+                future.cancel()  # the caller stopped waiting (cancelled): a late reply is dropped
+            w.pending.pop(req_id, None)
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers if w.process.pid is not None]
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        for w in self.workers:
+            if w.lost is None:
+                try:
+                    w.send(None)
+                except (OSError, ValueError, BrokenPipeError):
+                    pass
+        for w in self.workers:
+            w.process.join(timeout_s)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout_s)
+            w.conn.close()
+
+
+class ProcessPlayer:
+    """One policy's `agents.rollouts.EpisodePlayer` over a ProcessPool."""
+
+    def __init__(self, pool: ProcessPool, key: str, factory: Callable[[], Any], make_env: Callable[[], Any]) -> None:
+        self.pool, self.key, self.factory, self.make_env = pool, key, factory, make_env
+
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout:
+        return await self.pool.play(self.key, self.factory, self.make_env, task_id, sample, max_turns=max_turns,
+                                    temperature=temperature)
+
+
+@asynccontextmanager
+async def process_pool(workers: int, threads: int | None) -> AsyncIterator[ProcessPool]:
+    """Start the workers (they load their policy at the first episode each plays) and stop them on exit."""
+    pool = ProcessPool(workers, threads)
+    try:
+        pool.start(asyncio.get_running_loop())
+        yield pool
+    finally:
+        await asyncio.to_thread(pool.close)

@@ -1,0 +1,211 @@
+"""Episodes on local worker processes (executor/processes.py): the same episodes as the collector's own loop,
+a worker killed mid-collection ends the stage resumably with exact counts, errors come back with their type."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.errors import IncompleteStage
+from agents.rollouts import CollectPlan, collect
+from envs.protocol import Message, ToolCall
+from envs.registry import make_env
+from executor import ExecutorConfig, episode_player
+from executor.processes import WorkerLost, picklable, process_pool
+from gapforge.config import PolicyConfig
+from gapforge.wiring import make_policy
+from store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOP_POLICY = ROOT / "artifacts" / "shop-policy"
+TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]
+shop = functools.partial(make_env, "shop")
+
+
+class SlowLookupPolicy:
+    """Looks a customer up every turn after a short wait (picklable: a worker process builds it)."""
+
+    name = "slow-lookup"
+
+    def __init__(self, delay_s: float = 0.05, fail_on: str | None = None) -> None:
+        self.delay_s, self.fail_on = delay_s, fail_on
+
+    async def respond(self, messages: list[Message], tools: list[dict], *, temperature: float | None = None) -> Message:
+        await asyncio.sleep(self.delay_s)
+        if self.fail_on is not None and any(self.fail_on in (m.content or "") for m in messages):
+            raise ValueError(f"policy crashed on {self.fail_on!r}")
+        call = ToolCall(id=f"call_{len(messages)}", name="find_customer_by_email", arguments={"email": "x@example.com"})
+        return Message(role="assistant", content=None, tool_calls=[call])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    yield s
+    s.close()
+
+
+def _episodes(store: Store, run_id: str) -> dict[tuple[str, int], tuple]:
+    return {(r.task_id, r.sample): (r.messages, r.reward, r.success, r.termination, r.turns) for r in store.episodes(run_id)}
+
+
+@pytest.mark.slow  # two processes load the taught policy
+def test_a_collection_on_worker_processes_equals_the_one_on_the_loop(store: Store) -> None:
+    pol = PolicyConfig(kind="local", local_path=str(SHOP_POLICY), temperature=1.0, max_new_tokens=48)
+    plan = {"env": "shop", "tasks": TASKS, "samples": 2, "concurrency": 4, "max_turns": 3, "temperature": 1.0}
+    here, there = store.create_run("rollouts", {}), store.create_run("rollouts", {})
+
+    async def both() -> None:
+        policy = make_policy(pol)
+        await collect(CollectPlan(run_id=here, **plan), make_env=shop, policy=policy, sink=store)
+        await policy.aclose()
+        async with episode_player(ExecutorConfig(), functools.partial(make_policy, pol), shop, 4, local_workers=2, threads=1) as player:
+            res = await collect(CollectPlan(run_id=there, **plan), make_env=None, policy=None, sink=store, player=player)
+            pids = player.pool.pids()
+        assert (res.planned, res.ran) == (8, 8)
+        assert len(set(pids)) == 2 and os.getpid() not in pids  # really two other processes
+
+    asyncio.run(both())
+    local, remote = _episodes(store, here), _episodes(store, there)
+    assert set(local) == set(remote) == {(t, s) for t in TASKS for s in range(2)}
+    assert [remote[k] for k in sorted(local)] == [local[k] for k in sorted(local)]
+    assert len({str(v[0]) for v in local.values()}) > 1  # sampling at temperature 1.0 really varied: not a vacuous equality
+
+
+def test_a_worker_killed_mid_collection_stops_the_stage_and_the_rerun_ends_exact(store: Store) -> None:
+    tasks = shop().task_ids()[:12]
+    run_id = store.create_run("rollouts", {})
+    plan = CollectPlan(run_id=run_id, env="shop", tasks=tasks, samples=2, concurrency=8, max_turns=3)
+    factory = functools.partial(SlowLookupPolicy, 0.05)
+
+    async def first() -> tuple[Any, list[int]]:
+        stored: list[Any] = []
+        async with process_pool(2, 1) as pool:
+            victim = pool.pids()[0]
+
+            def kill_after_four(_ep: Any) -> None:
+                stored.append(_ep)
+                if len(stored) == 4:
+                    os.kill(victim, signal.SIGKILL)  # mid-collection: that worker has episodes in flight
+
+            with pytest.raises(IncompleteStage, match="local rollout worker .* ended") as info:
+                await collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop), on_episode=kill_after_four)
+            return info, stored
+
+    info, _stored = asyncio.run(first())
+    assert isinstance(info.value, WorkerLost)
+    kept = store.episodes(run_id)
+    assert 4 <= len(kept) < 24  # what finished is stored; the rest is not
+
+    async def rerun() -> Any:
+        async with process_pool(2, 1) as pool:
+            return await collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop))
+
+    result = asyncio.run(rerun())
+    assert (result.planned, result.skipped, result.ran) == (24, len(kept), 24 - len(kept))
+    keys = [(r.task_id, r.sample) for r in store.episodes(run_id)]
+    assert len(keys) == 24 and set(keys) == set(plan.keys())  # exact count, no duplicates, none lost
+    assert all(r.turns == 3 for r in store.episodes(run_id))
+
+
+def test_an_episode_error_and_a_policy_that_cannot_load_come_back_with_their_type(store: Store, tmp_path: Path) -> None:
+    async def play(factory: Any) -> None:
+        async with process_pool(1, 1) as pool:
+            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS[:2], samples=1, concurrency=2, max_turns=2)
+            await collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop))
+
+    with pytest.raises(ValueError, match="policy crashed on"):  # the policy's own error, not a lost worker
+        asyncio.run(play(functools.partial(SlowLookupPolicy, 0.0, fail_on="")))
+    missing = PolicyConfig(kind="local", local_path=str(tmp_path / "absent"))
+    with pytest.raises(Exception, match="is not a directory: point it at a Hugging Face model folder"):
+        asyncio.run(play(functools.partial(make_policy, missing)))
+
+
+def test_a_factory_that_cannot_travel_plays_on_the_loop() -> None:
+    assert picklable(functools.partial(SlowLookupPolicy, 0.1), shop)
+    assert not picklable(lambda: SlowLookupPolicy())
+
+    async def which(factory: Any) -> Any:
+        async with episode_player(ExecutorConfig(), factory, shop, 4, local_workers=2, threads=1) as player:
+            return player
+
+    assert asyncio.run(which(lambda: SlowLookupPolicy())) is None
+    assert type(asyncio.run(which(functools.partial(SlowLookupPolicy, 0.1)))).__name__ == "ProcessPlayer"
+
+
+class _Unportable:
+    """A scorer that does not say it is portable (an LLM or a model forward pass): its router stays on the driver."""
+
+    def __init__(self, openings: list[list[str]]) -> None:
+        from agents.router_backends import OpeningsScorer
+
+        self.inner = OpeningsScorer(openings)
+
+    def label_token_ids(self, label: str) -> list[int]:
+        return self.inner.label_token_ids(label)
+
+    def scores(self, messages: list[str]) -> list[list[float]]:
+        return self.inner.scores(messages)
+
+
+@pytest.mark.slow  # worker processes load a tiny model and two adapters
+def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_and_routing(tiny_model_dir: Path, tmp_path_factory,
+                                                                                           tmp_path: Path) -> None:
+    from router_helpers import capability_specs, random_adapter, shared_taught_model
+
+    from agents.router import Router, RoutingConfig, make_options
+    from agents.router_backends import OpeningsScorer
+    from evaluation.policies import standard_policies
+    from evaluation.run import EvalPlan, child_run_id, evaluate
+    from executor.evaluation import local_eval_players, recipe
+    from serving.multi_adapter import MultiAdapterModel
+
+    taught = shared_taught_model(tmp_path_factory, tiny_model_dir)
+    caps = capability_specs()
+    paths = {c["name"]: random_adapter(taught, tmp_path / c["name"], seed=20 + i) for i, c in enumerate(caps)}
+    backend = MultiAdapterModel(taught, paths, max_new_tokens=8, seed=0)
+    openings = [["Hi, I want to cancel my order, I don't need it anymore."], ["Please add up the totals of my invoices."]]
+    router = Router(make_options(caps, RoutingConfig().labels), OpeningsScorer(openings, min_similarity=0.5))
+    tasks = ["shop-refusal-001", "shop-lookup-001"]  # routed to the first adapter / kept on the base (reused episodes)
+    store = Store(f"sqlite:///{tmp_path / 'gapforge.db'}")
+    runs = {where: store.create_run("trace", {"env": "shop"}) for where in ("loop", "workers")}
+    played = ("base", "trace_routed", f"adapter:{caps[0]['name']}", "baseline_hints")
+
+    async def both() -> dict:
+        out = {}
+        base = recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir=str(tmp_path / "w"),
+                      ship=False, router=router)
+        async with local_eval_players(base, shop, 2, 1) as players:
+            routed = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))["trace_routed"]
+            async with players("trace_routed", routed) as player:
+                assert player is not None  # a portable router: the routed policy plays on the workers too
+            assert recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir="w", ship=False,
+                          router=Router(make_options(caps, RoutingConfig().labels), _Unportable(openings))).router is None
+            for where, run_id in runs.items():
+                every = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))
+                policies = {n: every[n] for n in played}
+                plan = EvalPlan(run_id, "shop", tasks, trials=2, max_turns=3, temperature=1.0, concurrency=4)
+                out[where] = await evaluate(store, plan, make_env=shop, policies=policies, families={t: "f" for t in tasks},
+                                            players=players if where == "workers" else None)
+        await backend.aclose()
+        return out
+
+    results = asyncio.run(both())
+    for name in played:
+        here, there = (sorted(store.episodes(child_run_id(runs[w], name)), key=lambda e: (e.task_id, e.sample)) for w in runs)
+        assert [(e.task_id, e.sample, e.messages, e.reward) for e in there] == [(e.task_id, e.sample, e.messages, e.reward) for e in here], name
+        keep = ("pass_rate", "mean_reward", "vs_base_paired", "routing", "reused_base_tasks")
+        assert {k: v for k, v in results["workers"].get(name).metrics.items() if k in keep} == \
+               {k: v for k, v in results["loop"].get(name).metrics.items() if k in keep}, name
+    routing = results["workers"].get("trace_routed").metrics["routing"]
+    assert routing["shop-refusal-001"]["adapter"] == caps[0]["adapter"] and not routing["shop-lookup-001"]["adapter"]
+    routed = sorted(store.episodes(child_run_id(runs["workers"], "trace_routed")), key=lambda e: (e.task_id, e.sample))
+    adapter = sorted(store.episodes(child_run_id(runs["workers"], played[2])), key=lambda e: (e.task_id, e.sample))
+    assert [e.messages for e in routed if e.task_id == "shop-refusal-001"] == [e.messages for e in adapter if e.task_id == "shop-refusal-001"]
+    store.close()
