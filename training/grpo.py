@@ -29,7 +29,7 @@ from typing import Any
 
 from training.config import TrainingConfig
 from training.cpu import cuda_available
-from training.rollout import EnvFactory, Rollout, run_group
+from training.rollout import EnvFactory, Rollout, run_groups
 from training.sampler import Sampler, TransformersSampler, VLLMSampler
 
 
@@ -136,11 +136,11 @@ def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any,
         rollouts: list[Rollout] = []
         by_group: list[list[float]] = []
         rewards: list[float] = []
-        for prompt, count in groups_of(prompts):
-            task = json.loads(prompt) if isinstance(prompt, str) else prompt
-            group = run_group(make_env, task, count, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
-                              malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
-                              temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+        groups = [(json.loads(prompt) if isinstance(prompt, str) else prompt, count) for prompt, count in groups_of(prompts)]
+        played = run_groups(make_env, groups, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,  # the step's groups in one batch
+                            malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
+                            temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+        for group in played:
             rollouts += group
             by_group.append([r.reward for r in group if r.dropped is None])
             rewards += trained_rewards(group)

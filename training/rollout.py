@@ -2,7 +2,8 @@
 
 `run_group(make_env, task, k, ...)` plays K episodes of the same task (same seed:
 identical initial state) in lockstep: each turn the still-active episodes are
-sampled as one batch, each sampled turn is parsed into a protocol message and
+sampled as one batch (`run_groups` plays several groups in one lockstep, each
+row seeded by its key: GRPO steps and held-out evaluations), each sampled turn is parsed into a protocol message and
 stepped through its own env instance, and the env's answer is appended as the
 template delta (training.tokens). Tool results and simulated-user replies both
 come from `env.step`, so a simulated user answers between model turns.
@@ -119,33 +120,61 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
               malformed: str = "end") -> list[Rollout]:
     """K rollouts of `task`; each gets its own env instance, all closed on return. An unparsable tool
     call ends its rollout (`malformed="end"`, blamed on the model) or is passed to the env as the
-    turn's text, as a chat API would return it, and the rollout goes on (`"continue"`)."""
+    turn's text, as a chat API would return it, and the rollout goes on (`"continue"`). The sampler
+    seeds rows by call and position (training.sampler.TransformersSampler)."""
+    return _play([(task, k)], make_env, sampler=sampler, tokenizer=tokenizer, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                 max_completion_length=max_completion_length, temperature=temperature, env_timeout_s=env_timeout_s,
+                 malformed=malformed, keyed=False)[0]
+
+
+def run_groups(make_env: EnvFactory, groups: list[tuple[TaskRef, int]], *, sampler: Sampler, tokenizer: Any, max_turns: int,
+               max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float,
+               malformed: str = "end") -> list[list[Rollout]]:
+    """Several groups `[(task, K), ...]` in one lockstep: each turn samples every live rollout of every group as one
+    batch. Row i of group g at turn t samples with the seed of its key (g, i, t), so its tokens do not depend on
+    which rows share its batch (up to float rounding of differently shaped matmuls). Otherwise as `run_group`."""
+    return _play(groups, make_env, sampler=sampler, tokenizer=tokenizer, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                 max_completion_length=max_completion_length, temperature=temperature, env_timeout_s=env_timeout_s,
+                 malformed=malformed, keyed=True)
+
+
+def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: Sampler, tokenizer: Any, max_turns: int,
+          max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float, malformed: str,
+          keyed: bool) -> list[list[Rollout]]:
     if malformed not in ("end", "continue"):
         raise ValueError(f"malformed must be 'end' or 'continue', got {malformed!r}")
-    pool = futures.ThreadPoolExecutor(max_workers=max(1, k), thread_name_prefix="env")
+    pool = futures.ThreadPoolExecutor(max_workers=max(1, sum(k for _, k in groups)), thread_name_prefix="env")
     episodes: list[_Episode] = []
+    keys: list[tuple[int, int]] = []
     try:
-        for _ in range(k):
-            env = make_env()
-            ep = _Episode(env, task, env_timeout_s, pool)
-            episodes.append(ep)
-            try:
-                ep.tools = ep.call(env.tools)
-                ep.rollout.messages = list(ep.call(env.reset, task))
-                ep.rollout.traj.prompt_ids = encode(tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True))
-                if getattr(env, "done", False) is True:  # over before the first turn (τ²): scored as it stands
-                    ep.finish()
-            except Exception as e:  # noqa: BLE001
-                ep.fail("env", e)
-                ep.rollout.traj.prompt_ids = _fallback_prompt(tokenizer)
-        for _turn in range(max_turns):
-            live = [ep for ep in episodes if ep.active]
+        for g, (task, k) in enumerate(groups):
+            for i in range(k):
+                env = make_env()
+                ep = _Episode(env, task, env_timeout_s, pool)
+                episodes.append(ep)
+                keys.append((g, i))
+                try:
+                    ep.tools = ep.call(env.tools)
+                    ep.rollout.messages = list(ep.call(env.reset, task))
+                    ep.rollout.traj.prompt_ids = encode(tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True))
+                    if getattr(env, "done", False) is True:  # over before the first turn (τ²): scored as it stands
+                        ep.finish()
+                except Exception as e:  # noqa: BLE001
+                    ep.fail("env", e)
+                    ep.rollout.traj.prompt_ids = _fallback_prompt(tokenizer)
+        for turn in range(max_turns):
+            live = [(ep, key) for ep, key in zip(episodes, keys) if ep.active]
             if not live:
                 break
             t0 = time.perf_counter()
-            samples = sampler.sample([ep.rollout.traj.context_ids for ep in live], max_new_tokens=max_new_tokens, temperature=temperature)
+            contexts = [ep.rollout.traj.context_ids for ep, _ in live]
+            if keyed:
+                samples = sampler.sample(contexts, max_new_tokens=max_new_tokens, temperature=temperature,
+                                         keys=[(g, i, turn) for _, (g, i) in live])
+            else:
+                samples = sampler.sample(contexts, max_new_tokens=max_new_tokens, temperature=temperature)
             share = (time.perf_counter() - t0) / len(live)
-            for ep, smp in zip(live, samples, strict=True):
+            for (ep, _), smp in zip(live, samples, strict=True):
                 _advance(ep, smp, share, tokenizer, max_completion_length, malformed)
         for ep in episodes:
             if ep.active:
@@ -155,7 +184,11 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
                 ep.rollout.traj.add_env([tokenizer.eos_token_id])
             if ep.rollout.dropped is not None:
                 ep.rollout.drop_from_loss()
-        return [ep.rollout for ep in episodes]
+        out, at = [], 0
+        for _, k in groups:
+            out.append([ep.rollout for ep in episodes[at: at + k]])
+            at += k
+        return out
     finally:
         for ep in episodes:
             try:
@@ -202,4 +235,4 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
     r.traj.add_env(delta)
 
 
-__all__ = ["DROPPED", "EnvFactory", "Rollout", "TemplateDriftError", "run_group"]
+__all__ = ["DROPPED", "EnvFactory", "Rollout", "TemplateDriftError", "run_group", "run_groups"]

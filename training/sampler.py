@@ -13,6 +13,8 @@ or at `max_new_tokens` (then `finished` is False).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,7 +27,17 @@ class Sample:
 
 
 class Sampler(Protocol):
-    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float) -> list[Sample]: ...
+    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
+               keys: list[Hashable] | None = None) -> list[Sample]:
+        """`keys` (one per context, unique within the sampler): a sampler that seeds rows may seed each from its key,
+        so that a row's tokens do not depend on which other rows share its batch."""
+        ...
+
+
+def keyed_row_seed(seed: int, key: Hashable) -> int:
+    """A row's sampling seed from (the sampler's seed, the row's key): stable across processes (no hash())."""
+    digest = hashlib.sha256(f"{seed}\0{key!r}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def _cut(ids: list[int], logprobs: list[float], stop: set[int], limit: int) -> Sample:
@@ -38,7 +50,8 @@ def _cut(ids: list[int], logprobs: list[float], stop: set[int], limit: int) -> S
 class TransformersSampler:
     """Batched sampling in-process (PEFT-wrapped models included) through serving.batching: each
     context prefilled alone, the KV caches joined, a row leaves the batch at its eos; row r of call n
-    samples with its own generator seeded from (seed, n, r), so the global RNG is never touched."""
+    samples with its own generator seeded from (seed, n, r), or from (seed, its key) when the caller
+    keys its rows (training.rollout.run_groups), so the global RNG is never touched."""
 
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
         from serving.batching import BatchGenerator
@@ -48,11 +61,17 @@ class TransformersSampler:
         self.generator = BatchGenerator(model, eos_ids=self.eos_ids)
         self.seed, self._calls = seed, 0
 
-    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float) -> list[Sample]:
+    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
+               keys: list[Hashable] | None = None) -> list[Sample]:
         if not contexts:
             return []
         call, self._calls = self._calls, self._calls + 1
-        seeds = [(self.seed * 1_000_003 + call) * 4_099 + row for row in range(len(contexts))]
+        if keys is not None:
+            if len(keys) != len(contexts):
+                raise ValueError(f"{len(keys)} keys for {len(contexts)} contexts")
+            seeds = [keyed_row_seed(self.seed, key) for key in keys]
+        else:
+            seeds = [(self.seed * 1_000_003 + call) * 4_099 + row for row in range(len(contexts))]
         was_training = self.model.training
         self.model.eval()
         try:
@@ -72,8 +91,9 @@ class VLLMSampler:
     def __init__(self, vllm_generation: Any, eos_ids: set[int]) -> None:
         self.vllm_generation, self.eos_ids = vllm_generation, eos_ids
 
-    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float) -> list[Sample]:
-        if not contexts:
+    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
+               keys: list[Hashable] | None = None) -> list[Sample]:
+        if not contexts:  # keys unused: vLLM seeds its own requests
             return []
         _, completions, logprobs, _ = self.vllm_generation.generate(prompts=contexts, images=None, num_generations=1)
         out = []

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from training.config import TrainingConfig
-from training.rollout import EnvFactory, run_group
+from training.rollout import EnvFactory, run_groups
 from training.sampler import TransformersSampler
 
 
@@ -38,10 +38,10 @@ def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: li
     sampler = TransformersSampler(model, tokenizer, seed=10_000 + eval_seed)
     rewards: list[float] = []  # in (seed, sample) order: paired across evaluations
     failures = 0
-    for seed in seeds:
-        group = run_group(make_env, seed, cfg.heldout_samples, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,
-                          malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
-                          temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+    groups = run_groups(make_env, [(seed, cfg.heldout_samples) for seed in seeds], sampler=sampler, tokenizer=tokenizer,
+                        max_turns=cfg.max_turns, malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens,
+                        max_completion_length=cfg.max_completion_length, temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+    for group in groups:  # every seed's rollouts sampled together, each row from its own keyed seed
         rewards += [r.reward for r in group]
         failures += sum(1 for r in group if r.dropped is not None)
     return {"reward": sum(rewards) / max(1, len(rewards)), "rollouts": len(rewards), "env_failures": failures,

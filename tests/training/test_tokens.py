@@ -163,3 +163,21 @@ def test_an_episode_over_at_reset_is_scored_without_a_model_turn(tiny_tokenizer)
     (r,) = _play(tiny_tokenizer, sampler, make_env=OverAtReset)
     assert r.turns == 0 and sampler.sampled == [] and r.failure is None
     assert r.reward == OverAtReset().score().reward  # scored as it stands, not dropped
+
+
+def test_groups_played_together_sample_what_each_samples_in_another_batch(tiny_model, tiny_tokenizer):
+    """run_groups keys each row's seed by (group, row, turn): a row's tokens do not depend on its batch-mates."""
+    from training.rollout import run_groups
+    from training.sampler import TransformersSampler
+
+    kw = {"tokenizer": tiny_tokenizer, "max_turns": 3, "max_new_tokens": 12, "max_completion_length": 4096, "temperature": 1.0,
+          "env_timeout_s": 10, "malformed": "continue"}
+
+    def play(groups):
+        return run_groups(ToyDeskEnv, groups, sampler=TransformersSampler(tiny_model, tiny_tokenizer, seed=5), **kw)
+
+    together, alone, other_mates = play([(3, 2), (4, 2)]), play([(3, 2)]), play([(6, 3), (4, 2)])
+    assert [len(g) for g in together] == [2, 2] and all(r.task == t for g, t in zip(together, (3, 4)) for r in g)
+    assert [r.traj.completion_ids for r in together[0]] == [r.traj.completion_ids for r in alone[0]]
+    assert [r.traj.completion_ids for r in together[1]] == [r.traj.completion_ids for r in other_mates[1]]
+    assert len({tuple(r.traj.completion_ids) for g in together for r in g}) > 1  # sampling varied: not a vacuous equality
