@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 import tempfile
 import time
@@ -138,32 +139,67 @@ def main() -> None:
     print_table(args, rows, rows_shop, shop_s)
 
 
-async def shop_eval(args, cfg, spec: EnvSpec, adapters: dict[int, str], heldout: list[str], families: dict[str, str], out: Path) -> dict:
+_BACKEND: dict[tuple, object] = {}  # per process (the driver, or a worker): the multi-adapter backend, loaded once
+
+
+def bench_policies(model: str, adapters: tuple[tuple[int, str], ...], openings: tuple[str, ...], max_new_tokens: int, seed: int,
+                   temperature: float, min_similarity: float, routing: dict) -> dict:
+    """The bench's policies (base, each adapter alone, each routed by the demo's openings router) over one backend."""
     from serving.multi_adapter import MultiAdapterModel
+
+    key = (model, adapters, max_new_tokens, seed)
+    if key not in _BACKEND:
+        _BACKEND[key] = MultiAdapterModel(model, {f"s{s}": p for s, p in adapters}, max_new_tokens=max_new_tokens, seed=seed)
+    backend = _BACKEND[key]
+    base = backend.policy(None, temperature=temperature, name="base")
+    policies = {"base": base}
+    for s, _ in adapters:
+        one = backend.policy(f"s{s}", temperature=temperature, name=f"adapter:s{s}")
+        router = Router([RouteOption("A", CAPABILITY, "", adapter=f"s{s}")], OpeningsScorer([list(openings)], min_similarity=min_similarity),
+                        RoutingConfig(**routing))
+        policies[f"adapter:s{s}"] = one
+        policies[f"trace_routed:s{s}"] = RoutedPolicy(router, base, {f"s{s}": one}, name=f"trace_routed:s{s}")
+    return policies
+
+
+def bench_policy(name: str, *recipe) -> object:
+    """One named policy, for a worker process (executor/processes.py: a picklable factory)."""
+    return bench_policies(*recipe)[name]
+
+
+async def shop_eval(args, cfg, spec: EnvSpec, adapters: dict[int, str], heldout: list[str], families: dict[str, str], out: Path) -> dict:
+    """Every policy on the shop's held-out split. Episodes play on local worker processes, one per core (as the demo's
+    evaluation: gapforge.stages.common.rollout_workers; the routed ones too, their openings router being portable);
+    the episodes are keyed, so they are the ones this process would play (tests/executor/test_processes.py)."""
+    from contextlib import asynccontextmanager
+
+    from executor.processes import process_pool
+    from training.cpu import usable_cores
 
     make_env, close = open_factory(spec, pool_size=2)
     try:
         openings = env_openings(make_env, list(range(cfg.training.train_seeds)))
     finally:
         close()
-    backend = MultiAdapterModel(args.model, {f"s{s}": p for s, p in adapters.items()}, max_new_tokens=cfg.policy.max_new_tokens,
-                                seed=cfg.seed)
     temp = cfg.policy.temperature
-    base = backend.policy(None, temperature=temp, name="base")
-    policies = {"base": base}
-    for s in adapters:
-        one = backend.policy(f"s{s}", temperature=temp, name=f"adapter:s{s}")
-        router = Router([RouteOption("A", CAPABILITY, "", adapter=f"s{s}")],
-                        OpeningsScorer([openings], min_similarity=cfg.routing.openings_min_similarity), cfg.routing)
-        policies[f"adapter:s{s}"] = one
-        policies[f"trace_routed:s{s}"] = RoutedPolicy(router, base, {f"s{s}": one}, name=f"trace_routed:s{s}")
+    recipe = (args.model, tuple(sorted(adapters.items())), tuple(openings), cfg.policy.max_new_tokens, cfg.seed, temp,
+              cfg.routing.openings_min_similarity, cfg.routing.model_dump(mode="json"))
+    policies = bench_policies(*recipe)
     plan = EvalPlan("effect", "shop", heldout, trials=args.trials, max_turns=cfg.rollouts.max_turns, temperature=temp,
                     concurrency=cfg.rollouts.concurrency, family_trials={PLANTED: args.family_trials},
                     family_trials_policies=tuple(policies), focus_family=PLANTED)
-    with Store(f"sqlite:///{out / 'effect.db'}") as store:
-        store.create_run("trace", {}, run_id="effect", exist_ok=True)
-        result = await evaluate(store, plan, make_env=ShopEnv, policies=policies, families=families)
-    await backend.aclose()
+    workers = max(1, min(usable_cores(), 4))
+    async with process_pool(workers, max(1, usable_cores() // workers)) as pool:
+
+        @asynccontextmanager
+        async def players(name: str, _policy: object):
+            yield pool.player(functools.partial(bench_policy, name, *recipe), ShopEnv) if workers > 1 else None
+
+        with Store(f"sqlite:///{out / 'effect.db'}") as store:
+            store.create_run("trace", {}, run_id="effect", exist_ok=True)
+            result = await evaluate(store, plan, make_env=ShopEnv, policies=policies, families=families, players=players)
+    for backend in _BACKEND.values():
+        await backend.aclose()
     return {p.name: p.metrics for p in result.policies}
 
 
