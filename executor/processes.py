@@ -13,10 +13,15 @@ The driver stays the one writer of the store: a worker returns the `Rollout`, th
 Episodes seed their sampling and tool-call ids from their key (`envs/sampling.py`), so the same plan
 played here, on the driver or on Ray stores the same episodes (tests/executor/test_processes.py).
 
-Faults: a worker process that dies fails its unfinished episodes with IncompleteStage (exit 3; what
-finished is stored, the same command plays the rest); an exception raised while playing an episode is
-the episode's, re-raised on the driver as it would have been in-process. A worker dies with the driver
-(PR_SET_PDEATHSIG, and its pipe's end-of-file).
+Faults: a worker process that dies fails its unfinished episodes with WorkerLost (an IncompleteStage,
+exit 3; what finished is stored, the same command plays the rest); an exception raised while playing an
+episode is the episode's, re-raised on the driver with its type when it pickles (else a RuntimeError with
+its type, message and the worker's traceback). What crosses a pipe is pickled to bytes by its sender and
+unpickled by its receiver inside a try, so a factory, a result or an error that does not travel fails
+that episode with a message instead of hanging the stage or killing the worker. Requests to one worker
+are sent in order (the first one of a policy carries its factory). There is no timeout of our own: a
+policy or env that hangs hangs as it would in-process (their own deadlines apply). A worker dies with the
+driver (PR_SET_PDEATHSIG, and its pipe's end-of-file).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import os
 import pickle
 import signal
 import threading
+import traceback
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -39,7 +45,6 @@ from agents.errors import IncompleteStage
 from agents.rollouts import Rollout, play_episode
 
 log = logging.getLogger(__name__)
-STARTUP_TIMEOUT_S = 300.0  # importing torch and loading the weights; a worker silent for longer is reported
 
 
 class WorkerLost(IncompleteStage):
@@ -62,13 +67,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _portable(err: BaseException) -> BaseException:
-    """The episode's exception if it pickles, else a RuntimeError naming it."""
+def _error_blob(err: BaseException) -> bytes:
+    """The exception pickled, if it survives the round trip; else a RuntimeError with its type, message and traceback."""
     try:
-        pickle.loads(pickle.dumps(err))
-        return err
+        blob = pickle.dumps(err)
+        pickle.loads(blob)
+        return blob
     except Exception:  # noqa: BLE001
-        return RuntimeError(f"{type(err).__name__}: {err}")
+        trace = "".join(traceback.format_exception(err)).strip()
+        return pickle.dumps(RuntimeError(f"{type(err).__name__}: {err} (in a rollout worker process)\n{trace}"))
 
 
 def _worker_main(conn: Any, threads: int | None) -> None:
@@ -88,12 +95,13 @@ def _worker_main(conn: Any, threads: int | None) -> None:
 
 
 async def _serve(conn: Any) -> None:
-    """Requests: (id, factory key, factory or None, make_env or None, task, sample, max_turns, temperature); None stops.
-    Replies: (id, True, Rollout) or (id, False, exception)."""
+    """Requests: (id, policy key, pickled factory or None, pickled make_env or None, task, sample, max_turns,
+    temperature); None stops. Replies: (id, ok, pickled Rollout or exception)."""
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="worker-env")
     send_lock = threading.Lock()
-    envs: dict[str, Callable[[], Any]] = {}
+    envs: dict[str, Any] = {}  # key -> make_env
+    env_errors: dict[str, Exception] = {}  # key -> why its make_env's bytes did not unpickle here
     building: dict[str, asyncio.Future[Any]] = {}
     running: set[asyncio.Task[None]] = set()
 
@@ -101,17 +109,27 @@ async def _serve(conn: Any) -> None:
         with send_lock:
             conn.send(message)
 
+    def build(blob: bytes) -> Any:
+        return pickle.loads(blob)()
+
     async def one(req_id: int, key: str, task_id: str, sample: int, max_turns: int, temperature: float | None) -> None:
         try:
-            if key not in building:
+            if key in env_errors:
+                raise RuntimeError(f"the env factory could not be rebuilt in a rollout worker: {env_errors[key]}")
+            if key not in building or key not in envs:
                 raise RuntimeError(f"policy {key!r} was never sent to this worker")
+            make_env = envs[key]
             policy = await building[key]  # built once per key, by the first request that carried its factory
-            reply: tuple[Any, ...] = (req_id, True, await play_episode(policy, envs[key], task_id, sample, max_turns=max_turns,
-                                                                       temperature=temperature, executor=pool))
+            rollout = await play_episode(policy, make_env, task_id, sample, max_turns=max_turns, temperature=temperature,
+                                         executor=pool)
+            try:
+                reply: tuple[Any, ...] = (req_id, True, pickle.dumps(rollout))
+            except Exception as e:  # something in the episode does not pickle
+                raise RuntimeError(f"the episode of {task_id}#{sample} could not be sent back from its worker: {e}") from e
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - the episode's error goes back to the driver
-            reply = (req_id, False, _portable(e))
+            reply = (req_id, False, _error_blob(e))
         try:
             await loop.run_in_executor(pool, send, reply)
         except OSError:  # the driver is gone: nobody to tell
@@ -127,9 +145,12 @@ async def _serve(conn: Any) -> None:
                 break
             req_id, key, factory, make_env, *episode = request
             if factory is not None and key not in building:
-                building[key] = loop.run_in_executor(pool, factory)
+                building[key] = loop.run_in_executor(pool, build, factory)
             if make_env is not None:
-                envs[key] = make_env
+                try:
+                    envs[key] = pickle.loads(make_env)
+                except Exception as e:  # noqa: BLE001 - the episodes of this key will say so
+                    env_errors[key] = e
             task = asyncio.create_task(one(req_id, key, *episode))
             running.add(task)
             task.add_done_callback(running.discard)
@@ -156,8 +177,9 @@ class _Worker:
         self.process.start()
         child.close()
         self.pending: dict[int, asyncio.Future[Rollout]] = {}
-        self.known: set[str] = set()  # policy keys this worker was sent a factory for
-        self.send_lock = threading.Lock()
+        self.known: set[str] = set()  # policy keys whose factory this worker was sent
+        self.send_lock = threading.Lock()  # the pipe's writers: the loop's sends and close()
+        self.order: asyncio.Lock | None = None  # FIFO on the loop: requests reach the worker in the order they were made
         self.lost: str | None = None
 
     def send(self, message: Any) -> None:
@@ -181,6 +203,7 @@ class ProcessPool:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         for w in self.workers:
+            w.order = asyncio.Lock()
             reader = threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True)
             reader.start()
             self.readers.append(reader)
@@ -189,12 +212,13 @@ class ProcessPool:
         assert self.loop is not None
         while True:
             try:
-                req_id, ok, payload = w.conn.recv()
+                req_id, ok, blob = w.conn.recv()
             except (EOFError, OSError):
                 break
-            except Exception as e:  # noqa: BLE001 - a reply that does not unpickle here
-                log.warning("rollout worker %d sent a reply that could not be read: %s", w.index, e)
-                continue
+            try:
+                payload = pickle.loads(blob)
+            except Exception as e:  # noqa: BLE001 - a reply this process cannot rebuild: that episode fails, the others go on
+                ok, payload = False, RuntimeError(f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}")
             self.loop.call_soon_threadsafe(self._resolve, w, req_id, ok, payload)
         self.loop.call_soon_threadsafe(self._lose, w)
 
@@ -219,10 +243,15 @@ class ProcessPool:
         w.pending.clear()
 
     def player(self, factory: Callable[[], Any], make_env: Callable[[], Any]) -> ProcessPlayer:
-        return ProcessPlayer(self, f"policy-{next(self.keys)}", factory, make_env)
+        """One policy's EpisodePlayer; TypeError here when the factory or make_env cannot be pickled (check `picklable`)."""
+        try:
+            blobs = (pickle.dumps(factory), pickle.dumps(make_env))
+        except Exception as e:
+            raise TypeError(f"the policy factory or env factory cannot be sent to a worker process ({e}): play on the loop") from e
+        return ProcessPlayer(self, f"policy-{next(self.keys)}", *blobs)
 
-    async def play(self, key: str, factory: Callable[[], Any], make_env: Callable[[], Any], task_id: str, sample: int, *,
-                   max_turns: int, temperature: float | None) -> Rollout:
+    async def play(self, key: str, factory: bytes, make_env: bytes, task_id: str, sample: int, *, max_turns: int,
+                   temperature: float | None) -> Rollout:
         assert self.loop is not None, "start() the pool first"
         live = [w for w in self.workers if w.lost is None]
         if not live:
@@ -232,15 +261,18 @@ class ProcessPool:
         req_id = next(self.ids)
         future: asyncio.Future[Rollout] = self.loop.create_future()
         w.pending[req_id] = future
-        first = key not in w.known
-        w.known.add(key)
-        request = (req_id, key, factory if first else None, make_env if first else None, task_id, sample, max_turns, temperature)
         try:
-            try:
-                await asyncio.to_thread(w.send, request)
-            except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone
-                raise WorkerLost(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e}); what finished is "
-                                 "stored: run the same command again to play the rest") from None
+            assert w.order is not None
+            async with w.order:
+                first = key not in w.known
+                request = (req_id, key, factory if first else None, make_env if first else None, task_id, sample, max_turns,
+                           temperature)
+                try:
+                    await asyncio.to_thread(w.send, request)
+                except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone
+                    raise WorkerLost(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e}); what "
+                                     "finished is stored: run the same command again to play the rest") from None
+                w.known.add(key)
             return await future
         finally:
             if not future.done():
@@ -255,7 +287,7 @@ class ProcessPool:
             if w.lost is None:
                 try:
                     w.send(None)
-                except (OSError, ValueError, BrokenPipeError):
+                except (OSError, ValueError):
                     pass
         for w in self.workers:
             w.process.join(timeout_s)
@@ -266,9 +298,9 @@ class ProcessPool:
 
 
 class ProcessPlayer:
-    """One policy's `agents.rollouts.EpisodePlayer` over a ProcessPool."""
+    """One policy's `agents.rollouts.EpisodePlayer` over a ProcessPool (its factories already pickled)."""
 
-    def __init__(self, pool: ProcessPool, key: str, factory: Callable[[], Any], make_env: Callable[[], Any]) -> None:
+    def __init__(self, pool: ProcessPool, key: str, factory: bytes, make_env: bytes) -> None:
         self.pool, self.key, self.factory, self.make_env = pool, key, factory, make_env
 
     async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout:

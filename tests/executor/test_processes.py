@@ -7,6 +7,7 @@ import asyncio
 import functools
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,35 @@ class SlowLookupPolicy:
             raise ValueError(f"policy crashed on {self.fail_on!r}")
         call = ToolCall(id=f"call_{len(messages)}", name="find_customer_by_email", arguments={"email": "x@example.com"})
         return Message(role="assistant", content=None, tool_calls=[call])
+
+
+class LockedScoreShop:
+    """The shop, but its score carries a lock: an episode result that cannot be pickled back to the driver."""
+
+    def __init__(self) -> None:
+        self.env = make_env("shop")
+        self.name = self.env.name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.env, attr)
+
+    def score(self) -> Any:
+        score = self.env.score()
+        score.info["lock"] = threading.Lock()
+        return score
+
+
+class BrokenOnArrival:
+    """Pickles here, but cannot be rebuilt in the worker (its state refuses to load)."""
+
+    def __init__(self) -> None:
+        self.env_name = "shop"
+
+    def __call__(self) -> Any:
+        return make_env("shop")
+
+    def __setstate__(self, state: Any) -> None:
+        raise RuntimeError("this env factory refuses to load in another process")
 
 
 @pytest.fixture
@@ -209,3 +239,16 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
     adapter = sorted(store.episodes(child_run_id(runs["workers"], played[2])), key=lambda e: (e.task_id, e.sample))
     assert [e.messages for e in routed if e.task_id == "shop-refusal-001"] == [e.messages for e in adapter if e.task_id == "shop-refusal-001"]
     store.close()
+
+
+def test_what_cannot_travel_fails_its_episode_with_a_message_and_nothing_hangs(store: Store) -> None:
+    async def play(make: Any) -> None:
+        async with process_pool(1, 1) as pool:
+            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS[:2], samples=1, concurrency=2, max_turns=1)
+            await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store,
+                                           player=pool.player(functools.partial(SlowLookupPolicy, 0.0), make)), timeout=120)
+
+    with pytest.raises(RuntimeError, match="could not be sent back from its worker"):  # a result holding a lock
+        asyncio.run(play(LockedScoreShop))
+    with pytest.raises(RuntimeError, match="could not be rebuilt in a rollout worker: this env factory refuses to load"):
+        asyncio.run(play(BrokenOnArrival()))
