@@ -51,7 +51,9 @@ class TransformersSampler:
     """Batched sampling in-process (PEFT-wrapped models included) through serving.batching: each
     context prefilled alone, the KV caches joined, a row leaves the batch at its eos; row r of call n
     samples with its own generator seeded from (seed, n, r), or from (seed, its key) when the caller
-    keys its rows (training.rollout.run_groups), so the global RNG is never touched."""
+    keys its rows (training.rollout.run_groups), so the global RNG is never touched. Keys do not
+    include the call: a sampler keyed by rows serves one run_groups call (a GRPO step builds its own,
+    seeded with the step; each held-out evaluation too), or the same keys would replay the same tokens."""
 
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
         from serving.batching import BatchGenerator
