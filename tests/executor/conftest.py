@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
+from store import Store
+
 RAY_EXTRA = "extra 'ray' not installed (pip install -e .[ray]); CI installs it"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    yield s
+    s.close()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executor_helpers import (
+    assert_same_evaluation,
+    episodes_by_key,
+    evaluate_each,
+    sorted_episodes,
+)
 
 from agents.errors import IncompleteStage
 from agents.rollouts import CollectPlan, collect
@@ -74,17 +80,6 @@ class BrokenOnArrival:
         raise RuntimeError("this env factory refuses to load in another process")
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'r.db'}")
-    yield s
-    s.close()
-
-
-def _episodes(store: Store, run_id: str) -> dict[tuple[str, int], tuple]:
-    return {(r.task_id, r.sample): (r.messages, r.reward, r.success, r.termination, r.turns) for r in store.episodes(run_id)}
-
-
 @pytest.mark.slow  # two processes load the taught policy
 def test_a_collection_on_worker_processes_equals_the_one_on_the_loop(store: Store) -> None:
     pol = PolicyConfig(kind="local", local_path=str(SHOP_POLICY), temperature=1.0, max_new_tokens=48)
@@ -102,7 +97,7 @@ def test_a_collection_on_worker_processes_equals_the_one_on_the_loop(store: Stor
         assert len(set(pids)) == 2 and os.getpid() not in pids  # really two other processes
 
     asyncio.run(both())
-    local, remote = _episodes(store, here), _episodes(store, there)
+    local, remote = episodes_by_key(store, here), episodes_by_key(store, there)
     assert set(local) == set(remote) == {(t, s) for t in TASKS for s in range(2)}
     assert [remote[k] for k in sorted(local)] == [local[k] for k in sorted(local)]
     assert len({str(v[0]) for v in local.values()}) > 1  # sampling at temperature 1.0 really varied: not a vacuous equality
@@ -192,7 +187,6 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
     from agents.router import Router, RoutingConfig, make_options
     from agents.router_backends import OpeningsScorer
     from evaluation.policies import standard_policies
-    from evaluation.run import EvalPlan, child_run_id, evaluate
     from executor.evaluation import local_eval_players, recipe
     from serving.multi_adapter import MultiAdapterModel
 
@@ -208,7 +202,6 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
     played = ("base", "trace_routed", f"adapter:{caps[0]['name']}", "baseline_hints")
 
     async def both() -> dict:
-        out = {}
         base = recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir=str(tmp_path / "w"),
                       ship=False, router=router)
         async with local_eval_players(base, shop, 2, 1) as players:
@@ -217,26 +210,15 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
                 assert player is not None  # a portable router: the routed policy plays on the workers too
             assert recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir="w", ship=False,
                           router=Router(make_options(caps, RoutingConfig().labels), _Unportable(openings))).router is None
-            for where, run_id in runs.items():
-                every = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))
-                policies = {n: every[n] for n in played}
-                plan = EvalPlan(run_id, "shop", tasks, trials=2, max_turns=3, temperature=1.0, concurrency=4)
-                out[where] = await evaluate(store, plan, make_env=shop, policies=policies, families={t: "f" for t in tasks},
-                                            players=players if where == "workers" else None)
+            out = await evaluate_each(store, runs, backend, router, caps, list(paths), played, tasks, shop, players, "workers")
         await backend.aclose()
         return out
 
     results = asyncio.run(both())
-    for name in played:
-        here, there = (sorted(store.episodes(child_run_id(runs[w], name)), key=lambda e: (e.task_id, e.sample)) for w in runs)
-        assert [(e.task_id, e.sample, e.messages, e.reward) for e in there] == [(e.task_id, e.sample, e.messages, e.reward) for e in here], name
-        keep = ("pass_rate", "mean_reward", "vs_base_paired", "routing", "reused_base_tasks")
-        assert {k: v for k, v in results["workers"].get(name).metrics.items() if k in keep} == \
-               {k: v for k, v in results["loop"].get(name).metrics.items() if k in keep}, name
+    assert_same_evaluation(store, runs, results, played, ("pass_rate", "mean_reward", "vs_base_paired", "routing", "reused_base_tasks"))
     routing = results["workers"].get("trace_routed").metrics["routing"]
     assert routing["shop-refusal-001"]["adapter"] == caps[0]["adapter"] and not routing["shop-lookup-001"]["adapter"]
-    routed = sorted(store.episodes(child_run_id(runs["workers"], "trace_routed")), key=lambda e: (e.task_id, e.sample))
-    adapter = sorted(store.episodes(child_run_id(runs["workers"], played[2])), key=lambda e: (e.task_id, e.sample))
+    routed, adapter = (sorted_episodes(store, runs["workers"], n) for n in ("trace_routed", played[2]))
     assert [e.messages for e in routed if e.task_id == "shop-refusal-001"] == [e.messages for e in adapter if e.task_id == "shop-refusal-001"]
     store.close()
 

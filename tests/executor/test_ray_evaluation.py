@@ -8,13 +8,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from executor_helpers import assert_same_evaluation, evaluate_each, sorted_episodes
 from router_helpers import capability_specs, random_adapter, shared_taught_model
 
 from agents.router import Router, RoutingConfig, make_options
 from agents.router_backends import TransformersScorer
 from envs.registry import make_env
-from evaluation.policies import standard_policies
-from evaluation.run import EvalPlan, child_run_id, evaluate
 from executor import ExecutorConfig
 from executor.evaluation import eval_players, recipe
 from serving.multi_adapter import MultiAdapterModel
@@ -39,27 +38,14 @@ def test_evaluation_on_ray_stores_the_local_episodes_and_metrics(ray_cluster, ti
                                   worker_dir=str(tmp_path / "worker")), shop, 4)
 
     async def both() -> dict:
-        out = {}
-        for where, run_id in runs.items():
-            every = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))
-            policies = {n: every[n] for n in PLAYED}
-            plan = EvalPlan(run_id, "shop", TASKS, trials=2, max_turns=3, temperature=1.0, concurrency=4)
-            out[where] = await evaluate(store, plan, make_env=shop, policies=policies, families={t: "f" for t in TASKS},
-                                        players=players if where == "ray" else None)
+        out = await evaluate_each(store, runs, backend, router, caps, list(paths), PLAYED, TASKS, shop, players, "ray")
         await backend.aclose()
         return out
 
     results = asyncio.run(both())
-    names = [p.name for p in results["local"].policies]
-    assert set(names) == set(PLAYED)
-    for name in names:
-        local, remote = (sorted(store.episodes(child_run_id(runs[w], name)), key=lambda e: (e.task_id, e.sample)) for w in ("local", "ray"))
-        assert [(e.task_id, e.sample, e.messages, e.reward) for e in remote] == [(e.task_id, e.sample, e.messages, e.reward) for e in local], name
-        keep = ("pass_rate", "mean_reward", "vs_base_paired", "routing")
-        assert {k: v for k, v in results["ray"].get(name).metrics.items() if k in keep} == \
-               {k: v for k, v in results["local"].get(name).metrics.items() if k in keep}, name
-    base, adapter = (sorted(store.episodes(child_run_id(runs["ray"], n)), key=lambda e: (e.task_id, e.sample))
-                     for n in ("base", f"adapter:{caps[0]['name']}"))
+    assert {p.name for p in results["local"].policies} == set(PLAYED)
+    assert_same_evaluation(store, runs, results, PLAYED, ("pass_rate", "mean_reward", "vs_base_paired", "routing"))
+    base, adapter = (sorted_episodes(store, runs["ray"], n) for n in ("base", f"adapter:{caps[0]['name']}"))
     assert [e.messages for e in base] != [e.messages for e in adapter]  # the adapter really changed the policy on the worker
     assert results["ray"].get("trace_routed").metrics["routing"]  # decided and recorded on the driver
     store.close()

@@ -8,30 +8,19 @@ import os
 import signal
 from pathlib import Path
 
-import pytest
+from executor_helpers import episodes_by_key
 
 from agents.rollouts import CollectPlan, collect
 from envs.registry import make_env
 from executor import ExecutorConfig, episode_player
+from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from gapforge.config import PolicyConfig
 from gapforge.wiring import make_policy
-from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_POLICY = ROOT / "artifacts" / "shop-policy"
 TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'r.db'}")
-    yield s
-    s.close()
-
-
-def _episodes(store: Store, run_id: str) -> dict[tuple[str, int], tuple]:
-    return {(r.task_id, r.sample): (r.messages, r.reward, r.success, r.termination, r.turns) for r in store.episodes(run_id)}
 
 
 def test_a_collection_on_ray_equals_the_local_one_episode_by_episode(ray_cluster, store: Store) -> None:
@@ -49,7 +38,7 @@ def test_a_collection_on_ray_equals_the_local_one_episode_by_episode(ray_cluster
         assert (res.planned, res.ran) == (8, 8)
 
     asyncio.run(both())
-    local, remote = _episodes(store, local_run), _episodes(store, ray_run)
+    local, remote = episodes_by_key(store, local_run), episodes_by_key(store, ray_run)
     assert set(local) == set(remote) == {(t, s) for t in TASKS for s in range(2)}
     assert [remote[k] for k in sorted(local)] == [local[k] for k in sorted(local)]
     assert len({str(v[0]) for v in local.values()}) > 1  # sampling at temperature 1.0 really varied: not a vacuous equality
