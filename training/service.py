@@ -108,7 +108,10 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
 
         threads = set_cpu_threads(job.cpu_threads)
     train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
-    make_env, close_envs = open_factory(job.env, pool_size=cfg.num_generations)
+    # a GRPO step and a held-out evaluation each open all their envs at once (run_groups): keep that many sandboxes warm
+    # (~10 MB each idle), or every step would start the rest cold and kill them after (~0.12 s each here)
+    rows = max(cfg.rollouts_per_step, len(heldout_tasks) * cfg.heldout_samples)
+    make_env, close_envs = open_factory(job.env, pool_size=rows)
     try:
         tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
         probe = make_env()
