@@ -106,13 +106,17 @@ def eval_players(cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable
 
 @asynccontextmanager
 async def local_eval_players(base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], workers: int,
-                             threads: int | None) -> AsyncIterator[Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]]:
+                             threads: int | None) -> AsyncIterator[Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]] | None]:
     """The local twin of `eval_players`: one pool of worker processes (executor/processes.py) for the whole evaluation;
     each worker loads the multi-adapter backend once and builds every policy it is asked to play from it. The routed
     policy plays there too when the recipe carries a portable router: the driver has already routed every task's first
-    message (evaluation.reuse asks it for each base episode), so its recorded decisions are the ones the workers make."""
-    from executor.processes import process_pool
+    message (evaluation.reuse asks it for each base episode), so its recorded decisions are the ones the workers make.
+    None (every policy plays on the caller's loop) when the recipe or `make_env` cannot be pickled, as episode_player does."""
+    from executor.processes import picklable, process_pool
 
+    if not picklable(base, make_env):  # e.g. an env factory holding a live LLM-user client: every policy plays here
+        yield None
+        return
     async with process_pool(workers, threads) as pool:
 
         @asynccontextmanager

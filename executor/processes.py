@@ -198,15 +198,12 @@ class ProcessPool:
         self.ids = itertools.count()
         self.keys = itertools.count()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.readers: list[threading.Thread] = []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         for w in self.workers:
             w.order = asyncio.Lock()
-            reader = threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True)
-            reader.start()
-            self.readers.append(reader)
+            threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True).start()
 
     def _read(self, w: _Worker) -> None:
         assert self.loop is not None

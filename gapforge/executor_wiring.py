@@ -77,10 +77,5 @@ async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: 
     if not local:
         yield eval_players(cfg.executor, base, make_env, cfg.rollouts.concurrency)
         return
-    from executor.processes import picklable
-
-    if not picklable(base, make_env):  # e.g. an env factory holding a live LLM-user client: every policy plays here
-        yield None
-        return
     async with local_eval_players(base, make_env, workers, threads) as players:
         yield players

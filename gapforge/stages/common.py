@@ -71,6 +71,16 @@ def job_memory(model_dir: str | None) -> int:
     return JOB_BASE_BYTES + WEIGHT_FACTOR * weight_bytes(model_dir)
 
 
+def share_cores(count: int | None, process_bytes: int) -> tuple[int, int]:
+    """(processes, torch threads each) on this CPU: `count` when set, else one per usable core, up to 4 and as many
+    as the available memory holds at `process_bytes` each; the cores are shared out among them."""
+    cores = usable_cores()
+    if count is None:
+        memory = available_memory()
+        count = max(1, min(cores, 4, memory // process_bytes if memory else 4))
+    return count, max(1, cores // count)
+
+
 def training_slots(cfg: GapforgeConfig) -> tuple[int, int | None]:
     """(training jobs at once, torch threads per job's process or None: the job's own choice).
 
@@ -85,13 +95,7 @@ def training_slots(cfg: GapforgeConfig) -> tuple[int, int | None]:
         return 1024, (max(1, int(ex.training.num_cpus)) if ex.training.num_gpus == 0 else None)
     if ex.local_training_jobs is None and (cfg.training.generation != "transformers" or cuda_available()):
         return 1, None
-    cores = usable_cores()
-    slots = ex.local_training_jobs
-    if slots is None:
-        memory = available_memory()
-        by_memory = max(1, memory // job_memory(cfg.policy.local_path)) if memory else 4
-        slots = max(1, min(cores, 4, by_memory))
-    return slots, max(1, cores // slots)
+    return share_cores(ex.local_training_jobs, job_memory(cfg.policy.local_path))
 
 
 WORKER_BASE_BYTES = 1 << 30  # a rollout worker's libraries and envs (~0.6 GB RSS measured with the tiny policy)
@@ -109,14 +113,10 @@ def rollout_workers(cfg: GapforgeConfig) -> tuple[int, int | None]:
     ex = cfg.executor
     if ex.kind != "local" or cfg.policy.kind != "local":
         return 1, None
-    workers = ex.local_rollout_workers
-    if workers is None:
-        if cuda_available():
-            return 1, None
-        memory = available_memory()
-        per_worker = WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path)
-        workers = max(1, min(usable_cores(), 4, memory // per_worker if memory else 4))
-    return workers, (max(1, usable_cores() // workers) if workers > 1 else None)
+    if ex.local_rollout_workers is None and cuda_available():
+        return 1, None
+    workers, threads = share_cores(ex.local_rollout_workers, WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path))
+    return workers, (threads if workers > 1 else None)
 
 
 @dataclass
