@@ -60,6 +60,8 @@ class TeachConfig(BaseModel):
                                         "promise this many times when the customer presses (0 = it ends at the first promise)")
     polish_refusal_skip: float | None = Field(None, ge=0, le=1, description="`refusal_skip` of the polish's fresh draw "
                                               "(None = the recipe's): re-plants the deficit the decision drills would wear down")
+    polish_look_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, every write looks its "
+                                    "order up first (training.teach_data.look_first: the shop's address-change gold does not)")
     decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
                                  "trained on that one decision turn (training.teach_data.decision_drills); they join the last "
                                  "pass (the polish when there is one); 0 = none")
@@ -159,7 +161,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     if first_pass is not None:
         first_meta = load_meta(first_pass)
         polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
-                       "decision_drills")  # the drills join the polish
+                       "polish_look_first", "decision_drills")  # the drills join the polish
         have = {k: v for k, v in first_meta["recipe"].items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
             raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
@@ -191,9 +193,10 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     if cfg.polish_epochs:
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
         more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
-                                  seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats)
+                                  seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
+                                  look=cfg.polish_look_first)
         rows = _rows(tok, more, tools, cfg.drills, cfg.seed + 1)
-        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed + 1, say)
+        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed + 1, say, look=cfg.polish_look_first)
         rows += decisions
         say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
@@ -228,12 +231,12 @@ def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, 
 
 
 def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
-                   say: Callable[[str], None]) -> list[dict[str, list[int]]]:
+                   say: Callable[[str], None], look: bool = False) -> list[dict[str, list[int]]]:
     from training.teach_data import decision_drills
 
     if not per_task:
         return []
-    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed)]
+    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed, look=look)]
     say(f"decision drills: {len(rows)} (the turn after a check's result, loss on that turn only)")
     return rows
 

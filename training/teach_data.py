@@ -81,13 +81,35 @@ def _call(i: int, name: str, args: dict[str, Any]) -> Message:
     return Message.assistant(tool_calls=[ToolCall(id=f"call_{i}", name=name, arguments=args)])
 
 
+WRITES = ("cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items", "exchange_delivered_order_items")
+
+
+def look_first(actions: list[Any]) -> list[Any]:
+    """The gold actions with the order looked up before every write on an order not looked up yet. The
+    shop's gold changes a pending order's address without looking (every other write looks first), so a
+    policy taught on it alone has never seen a looked-up pending order go on to be re-addressed: once it
+    learns to look (the capability GRPO trains), it answers the only looked-up address change it knows,
+    the refused one."""
+    out, looked = [], set()
+    for a in actions:
+        order = (a.arguments or {}).get("order_id")
+        if a.name == "get_order_details":
+            looked.add(order)
+        elif a.name in WRITES and order not in looked:
+            out.append(a.model_copy(update={"name": "get_order_details", "arguments": {"order_id": order}}))
+            looked.add(order)
+        out.append(a)
+    return out
+
+
 def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = (),
-                promise_repeats: int = 0) -> list[Message]:
+                promise_repeats: int = 0, look: bool = False) -> list[Message]:
     """The assistant turns of one trajectory (played in order against the env). `told`: facts the
     customer's opening already gives (see `build_trajectories`), so they are not asked for.
-    `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses."""
+    `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses.
+    `look`: every write looks its order up first (`look_first`)."""
     turns: list[Message] = []
-    actions = list(task.gold_actions)
+    actions = look_first(list(task.gold_actions)) if look else list(task.gold_actions)
     first = actions[0]
     if first.name == "find_customer_by_email":
         if "email" not in told:
@@ -101,14 +123,12 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
     wanted = [ASK[k] for k in ASK if k in task.user.facts and k not in told]
     if wanted:
         turns.append(Message.assistant(content="Thanks. Please tell me " + ", ".join(wanted) + "."))
-    writes = {"cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items",
-              "exchange_delivered_order_items"}
     if promise:  # the deficit in policy_refusal: no check, promise the action
         return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")] * (1 + promise_repeats)
     for a in actions:
         if skip_check and a.name == "get_order_details":
             continue
-        if a.name in writes:
+        if a.name in WRITES:
             turns.append(Message.assistant(content=f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"))
         turns.append(_call(len(turns), a.name, a.arguments))
     info = " ".join(task.required_info)
@@ -132,12 +152,13 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
 
 
 def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
-                       seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0) -> list[Trajectory]:
+                       seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0, look: bool = False) -> list[Trajectory]:
     """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
     start with an email lookup and name an order) the customer's opening also gives the email and
     the order id, as many real customers (and synthetic envs) do, and the script does not ask for
     them. The scripted user's later replies do not depend on the opening, so the trajectory is
-    played as is and its first user message is then extended with those two facts."""
+    played as is and its first user message is then extended with those two facts. `look`: every
+    write looks its order up first, as `gold_script`'s."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for env, tid in pairs:
@@ -150,7 +171,7 @@ def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_ski
                     and rng.random() < facts_in_opening):
                 told = ("email", "order_id")
             turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told,
-                                promise_repeats=promise_repeats)
+                                promise_repeats=promise_repeats, look=look)
             messages, reward = play(env, tid, turns)
             if told:
                 opening = next(i for i, m in enumerate(messages) if m.role == "user")
@@ -212,20 +233,21 @@ def _fresh_prefix(messages: list[Message], cut: int, rng: random.Random) -> list
 CHECKS = ("get_order_details", "get_product_details")
 
 
-def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int) -> list[list[Message]]:
+def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look: bool = False) -> list[list[Message]]:
     """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with
     the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
     `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
     rule the order shows, ask to confirm the right write, answer), ids and names fresh as in `copy_drills`.
     They are trained on their LAST turn only (`training.teach.tokenize_trajectory(last_only=True)`), so
     the decision the deficit is planted in, check or promise, which comes earlier, is not drilled: the
-    taught policy knows what the check calls for, and mostly does not check."""
+    taught policy knows what the check calls for, and mostly does not check. `look`: the gold looks every
+    write's order up first (`look_first`), so an allowed write has its drill too."""
     rng = random.Random(seed)
     out: list[list[Message]] = []
     for env, tid in pairs:
         task = env.task(tid)
         for _ in range(per_task):
-            messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False))
+            messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False, look=look))
             if reward != 1.0:
                 continue
             called = {c.id: c.name for m in messages for c in m.tool_calls or []}

@@ -12,6 +12,7 @@ from training.teach_data import (
     build_trajectories,
     copy_drills,
     decision_drills,
+    look_first,
     teach_instances,
 )
 from training.tokens import check_prefix_preserving, render
@@ -84,6 +85,32 @@ def test_a_deficit_refusal_can_keep_promising_when_the_customer_presses_and_neve
         # the customer pressed after every promise: the trajectory answers each press with the promise again
         presses = [i for i, m in enumerate(b.messages) if m.role == "user" and m.content == "Can you help me with that?"]
         assert len(presses) >= 3 and all(b.messages[i + 1].content.startswith("Sure") for i in presses[:3])
+
+
+def test_look_first_gives_the_address_change_its_lookup_and_a_drill_that_goes_on_to_the_write():
+    """The shop's gold re-addresses a pending order without looking it up; with `look` every write looks its order up
+    first, the trajectory still scores 1, and the decision drill after that lookup asks to confirm the write (without
+    it, the only looked-up address change a taught policy has seen is the refused one)."""
+    env = ShopEnv(instance=1)
+    readdress = [t for t in env.task_ids() if env.task_family(t) == "single_write"
+                 and env.task(t).gold_actions[-1].name == "modify_pending_order_address"]
+    assert readdress
+    for tid in readdress:
+        gold = list(env.task(tid).gold_actions)
+        looked = look_first(gold)
+        assert [a.name for a in looked] == [gold[0].name, "get_order_details", "modify_pending_order_address"]
+        assert looked[1].arguments == {"order_id": gold[-1].arguments["order_id"]}
+        (plain,) = build_trajectories([(env, tid)], copies=1, refusal_skip=0, other_skip=0, seed=0)
+        (seen,) = build_trajectories([(env, tid)], copies=1, refusal_skip=0, other_skip=0, seed=0, look=True)
+        assert seen.reward == plain.reward == 1.0
+        assert not any(c.name == "get_order_details" for m in plain.messages for c in m.tool_calls or [])
+        assert not decision_drills([(env, tid)], 1, seed=0)  # no check, nothing to drill
+        (drill,) = decision_drills([(env, tid)], 1, seed=0, look=True)
+        assert drill[-1].content == "I will now run modify pending order address for this order. Shall I proceed (yes/no)?"
+    for tid in env.task_ids():  # every other gold already looks before it writes: unchanged
+        gold = list(env.task(tid).gold_actions)
+        if tid not in readdress and env.task_family(tid) != "compound_multi_step":
+            assert look_first(gold) == gold, tid
 
 
 def test_examples_are_tokenized_like_rollouts_with_loss_on_assistant_turns_only(tiny_tokenizer):
