@@ -109,7 +109,7 @@ class GroupWriter:
     one commit for all; a sink without it gets one `add_episode` each). Each caller still gets its own
     answer (the new id, or None when its key was stored elsewhere) once its episode is stored."""
 
-    MAX_BATCH = 256  # rows per statement (SQLite caps the variables of one statement)
+    MAX_BATCH = 256  # rows per transaction (a sink may put them in one statement: SQLite caps its variables)
 
     def __init__(self, sink: EpisodeSink, run_id: str, env: str, blocking: Callable[..., Any]) -> None:
         self.sink, self.run_id, self.env, self.blocking = sink, run_id, env, blocking
@@ -152,7 +152,8 @@ async def play_episode(
     policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
     temperature: float | None, executor: Executor,
 ) -> Rollout:
-    """One episode of (task, sample) on a fresh env, closed after; blocking env calls on `executor`. Sets
+    """One episode of (task, sample) on a fresh env, closed after; blocking env calls on `executor` (an `inline`
+    env's on the loop, as run_episode makes them: a worker-thread hop costs more than such a call). Sets
     `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
     episode samples the same tokens wherever and with whatever else it is played."""
     episode_key.set(f"{task_id}#{sample}")
@@ -161,7 +162,10 @@ async def play_episode(
     try:
         return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor)
     finally:
-        await loop.run_in_executor(executor, env.close)
+        if getattr(env, "inline", False) is True:
+            env.close()
+        else:
+            await loop.run_in_executor(executor, env.close)
 
 
 async def collect(

@@ -160,14 +160,17 @@ class RunQueries(StoreBase):
             return None if new_id is None else int(new_id)
 
     def add_episodes(self, run_id: str, env: str, items: Sequence[tuple[str, int, Mapping[str, Any]]]) -> list[int | None]:
-        """`add_episode` for many (task_id, sample, fields) in one transaction and one statement (the collector's
-        group commit): per item, the new id or None when its key was already stored."""
+        """`add_episode` for many (task_id, sample, fields) in one transaction (the collector's group commit): per
+        item, the new id or None when its key was already stored."""
         if not items:
             return []
         rows = [_episode_values(run_id, env, task_id, sample, **fields) for task_id, sample, fields in items]
+        table = Episode.__table__
+        # one Core statement run over all rows (executemany, SQLAlchemy's "insertmanyvalues"): its compiled form is
+        # cached, while a multi-row VALUES statement was built and compiled anew for every batch (~0.4 ms of CPU per row)
+        stmt = self._insert(table).on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"])
         with self._write(run_id) as session:
-            stmt = self._insert(Episode).values(rows).on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"])
-            new = {(t, int(s)): int(i) for i, t, s in session.execute(stmt.returning(Episode.id, Episode.task_id, Episode.sample))}
+            new = {(t, int(s)): int(i) for i, t, s in session.execute(stmt.returning(table.c.id, table.c.task_id, table.c.sample), rows)}
         return [new.get((str(task_id), int(sample))) for task_id, sample, _ in items]
 
     def episode_id(self, run_id: str, env: str, task_id: str, sample: int) -> int | None:
