@@ -86,6 +86,16 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+async def call_env(env: Any, executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, a blocking call of `env`: on the event loop itself when the env declares `inline = True` (fast
+    CPU-only envs: a worker-thread hop costs more than the call), else on `executor` in a copy of the caller's
+    context (as asyncio.to_thread does)."""
+    if getattr(env, "inline", False) is True:
+        return fn(*args)
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
 async def run_episode(
     policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None,
     executor: Executor | None = None,
@@ -104,16 +114,10 @@ async def run_episode(
     t0 = time.perf_counter()
     clock = {"policy_s": 0.0, "env_s": 0.0}
 
-    inline = getattr(env, "inline", False) is True  # fast CPU-only envs skip the worker-thread hop
-    loop = asyncio.get_running_loop()
-
     async def env_call(fn: Callable[..., Any], *args: Any) -> Any:
         t = time.perf_counter()
         try:
-            if inline:
-                return fn(*args)
-            call = functools.partial(contextvars.copy_context().run, fn, *args)  # as asyncio.to_thread does
-            return await loop.run_in_executor(executor, call)
+            return await call_env(env, executor, fn, *args)
         finally:
             clock["env_s"] += time.perf_counter() - t
 

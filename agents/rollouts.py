@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from agents.episode import Rollout, run_episode
+from agents.episode import Rollout, call_env, run_episode
 from envs.protocol import PolicyModel, TargetEnvironment
 from envs.sampling import episode_key
 
@@ -153,7 +153,7 @@ async def play_episode(
     temperature: float | None, executor: Executor,
 ) -> Rollout:
     """One episode of (task, sample) on a fresh env, closed after; blocking env calls on `executor` (an `inline`
-    env's on the loop, as run_episode makes them: a worker-thread hop costs more than such a call). Sets
+    env's on the loop: `call_env`, as run_episode makes them). Sets
     `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
     episode samples the same tokens wherever and with whatever else it is played."""
     episode_key.set(f"{task_id}#{sample}")
@@ -162,10 +162,7 @@ async def play_episode(
     try:
         return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor)
     finally:
-        if getattr(env, "inline", False) is True:
-            env.close()
-        else:
-            await loop.run_in_executor(executor, env.close)
+        await call_env(env, executor, env.close)
 
 
 async def collect(

@@ -29,15 +29,16 @@ sys.path.insert(0, str(ROOT))
 
 from envs.sampling import episode_key
 from envs.shop import ShopEnv
+from envs.shop.tools import WRITE_TOOLS
 from training.artifact import SHIPPED
-from training.teach_data import WRITES, gold_script, play
+from training.teach_data import gold_script, play
 
 
 def kind_of(turn) -> str:
     """One next turn: 'go on' (the write, or the question that confirms it), 'refuse', 'product lookup', 'other'."""
     names = [c.name for c in turn.tool_calls or []]
     text = (turn.content or "").lower()
-    if any(n in WRITES for n in names) or "shall i proceed" in text or "i will now run" in text:
+    if any(n in WRITE_TOOLS for n in names) or "shall i proceed" in text or "i will now run" in text:
         return "go on"
     if "get_product_details" in names or "list_products" in names:
         return "product lookup"

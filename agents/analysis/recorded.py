@@ -10,6 +10,7 @@ planted-deficit policy's, or a taught tiny model's. Only the analyst is scripted
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,10 +19,10 @@ from langchain_core.messages import BaseMessage
 
 from agents.analysis.errors import AnalysisError
 from agents.scripted import ScriptedChatModel
+from envs.shop.tools import WRITE_TOOLS
 
 RECORDED_DIR = Path(__file__).resolve().parent.parent / "recorded"
-WRITES = ("cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items", "exchange_delivered_order_items")
-ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *WRITES)
+ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *sorted(WRITE_TOOLS))
 LINE = re.compile(r"^\[(\d+)\] (\w+)(?: ([\w-]+))?: (.*)$")
 CALL = re.compile(r"CALL (\w+)\(")
 CLAIM = re.compile(r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged|taken care)\b", re.I)
@@ -54,12 +55,12 @@ class Trajectory:
             elif role == "tool":
                 self.tool_results.append((i, content))
 
-    def first_call(self, names: tuple[str, ...]) -> int | None:
+    def first_call(self, names: Container[str]) -> int | None:
         return next((i for i, n in self.calls if n in names), None)
 
 
 def precondition(t: Trajectory) -> Verdict:
-    acts = [i for i, n in t.calls if n in WRITES] + [i for i, s in t.texts if CLAIM.search(s) or REFUSAL.search(s)]
+    acts = [i for i, n in t.calls if n in WRITE_TOOLS] + [i for i, s in t.texts if CLAIM.search(s) or REFUSAL.search(s)]
     if not acts:
         return "NA", "no action on an order was requested or taken", None
     a = min(acts)
@@ -70,7 +71,7 @@ def precondition(t: Trajectory) -> Verdict:
 
 
 def confirmation(t: Trajectory) -> Verdict:
-    w = t.first_call(WRITES)
+    w = t.first_call(WRITE_TOOLS)
     if w is None:
         return "NA", "no write action", None
     asked = [i for i, s in t.texts if i < w and "confirm" in s.lower()]
