@@ -29,17 +29,19 @@ s = Store(sys.argv[1])
 print(s.acquire_lease(sys.argv[2], "takeover"), flush=True)
 """
 WRITER = """
-import sys, time
+import os, signal, sys, time
 from store import Store
 s = Store(sys.argv[1])
 run = sys.argv[2]
 with s.lease(run, "writer", ttl_s=float(sys.argv[3])):
     print("held", flush=True)
     i = 0
-    while True:  # one episode per 20 ms until stopped
+    while True:  # one episode per 20 ms; after the 5th it pauses itself, between two writes
         s.put_episode(run, "shop", f"t{i}", 0, policy="writer", messages=[], reward=0.0, success=False, components={},
                       termination="done", error=None, turns=0, timings={})
         i += 1
+        if i == 5:  # paused inside a write, it would hold the lease row's share lock that a takeover waits for
+            os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(0.02)
 """
 
@@ -86,9 +88,8 @@ def test_a_holder_paused_past_the_ttl_stops_within_one_heartbeat_and_writes_noth
     try:
         assert writer.stdout.readline().strip() == "held"
         deadline = time.monotonic() + 30
-        while len(store.episodes(run_id)) < 5 and time.monotonic() < deadline:
+        while not _stopped(writer.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(writer.pid, signal.SIGSTOP)
         while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:  # the paused holder's heartbeat goes stale
             time.sleep(0.1)
         before = len(store.episodes(run_id))
@@ -104,6 +105,12 @@ def test_a_holder_paused_past_the_ttl_stops_within_one_heartbeat_and_writes_noth
     assert stopped_after < ttl / 4 + 3.0  # one heartbeat (ttl/4), plus interpreter shutdown on a loaded machine
     assert len(store.episodes(run_id)) == before  # nothing written after the takeover
     assert store.lease_holder(run_id).startswith("takeover")
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (state T in /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
 
 
 def _lease_age(store: Store, run_id: str) -> float:
