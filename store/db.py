@@ -39,10 +39,14 @@ class Store(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries):
             raise
 
     def _check_schema_version(self) -> None:
-        with self._write() as session:
-            stmt = self._insert(StoreMeta).values(key="schema_version", value=SCHEMA_VERSION)
-            session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
-            found = session.scalars(select(StoreMeta.value).where(StoreMeta.key == "schema_version")).one()
+        query = select(StoreMeta.value).where(StoreMeta.key == "schema_version")
+        with self._read() as session:  # written once; reading it takes no write lock a stuck writer could hold
+            found = session.scalars(query).first()
+        if found is None:
+            with self._write() as session:
+                stmt = self._insert(StoreMeta).values(key="schema_version", value=SCHEMA_VERSION)
+                session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
+                found = session.scalars(query).one()
         if found != SCHEMA_VERSION:
             shown = self.engine.url.render_as_string(hide_password=True)
             raise StoreError(

@@ -103,9 +103,12 @@ def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
                 engine.dispose()
                 raise NoStore(f"store {shown!r} is empty (no gapforge tables yet): start a run (`gapforge run` or `gapforge demo`)")
             return engine
-        # A write transaction from the start: a deferred one that finds tables missing while another
-        # process is creating them cannot upgrade to a writer and fails at once ("database is locked").
-        Base.metadata.create_all(engine.execution_options(gapforge_write=True))
+        # Tables missing: create them in a write transaction from the start (a deferred one that finds
+        # tables missing while another process is creating them cannot upgrade to a writer and fails
+        # at once, "database is locked"). All there: no write at all, so a store whose write lock a
+        # stuck process holds still opens, and its lease can name that process (store/leases.py).
+        if not set(Base.metadata.tables) <= set(inspect(engine).get_table_names()):
+            Base.metadata.create_all(engine.execution_options(gapforge_write=True))
         _add_lease_epoch(engine)
         _add_indexes(engine)
     except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...

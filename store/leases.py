@@ -14,6 +14,11 @@ Leases are fenced (store/fencing.py): every takeover raises the lease's epoch,
 and every write of the run checks it, so a holder that was paused past the ttl
 (SIGSTOP, a VM pause) and taken over cannot write again; its heartbeat finds
 the lease gone within one beat and stops its work with one line (LeaseLost).
+
+A holder stopped inside a write (SIGSTOP, a hung client) keeps its transaction open:
+on PostgreSQL its share lock on the lease row, on SQLite the store's write lock. A
+takeover waits for that lock at most LOCK_WAIT_S (SQLite: the busy timeout), then
+gets RunBusy naming the stuck process to stop, instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, exc, select
+from sqlalchemy import delete, exc, select, text
 
 from store import fencing
 from store.engine import StoreBase, unknown_run
@@ -37,6 +42,7 @@ from store.fencing import LeaseLost
 from store.models import Run, RunLease, utcnow
 
 DEFAULT_TTL_S = 120.0
+LOCK_WAIT_S = 30.0  # PostgreSQL: how long a takeover waits for a lease row a stuck holder's write still locks
 LOST_SIGNAL = signal.SIGUSR1  # how the heartbeat thread stops the main thread of a holder that lost its run
 __all__ = ["DEFAULT_TTL_S", "LeaseLost", "LeaseQueries", "RunBusy", "holder_id"]
 
@@ -73,6 +79,17 @@ def _holder_alive(holder: str) -> bool:
     return not started or _start_time(int(pid_s)) in ("", started)
 
 
+def _busy_message(run_id: str, row: RunLease) -> str:
+    since = row.acquired_at if row.acquired_at.tzinfo else row.acquired_at.replace(tzinfo=UTC)
+    return (f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
+            "wait for it to finish or stop that process, then resume")
+
+
+def _lock_wait_expired(e: exc.OperationalError) -> bool:
+    """PostgreSQL's lock_timeout (SQLSTATE 55P03) or SQLite's busy timeout ran out."""
+    return getattr(e.orig, "sqlstate", None) == "55P03" or "database is locked" in str(e.orig)
+
+
 def _age_s(when: datetime) -> float:
     when = when if when.tzinfo else when.replace(tzinfo=UTC)
     return (datetime.now(UTC) - when).total_seconds()
@@ -86,6 +103,8 @@ class LeaseQueries(StoreBase):
         for _ in range(3):  # PostgreSQL: two first inserts race on the primary key; the loser retries
             try:
                 with self._write() as session:  # not fenced: this is how a fence is (re)gained
+                    if self.dialect == "postgresql":
+                        session.execute(text(f"SET LOCAL lock_timeout = '{int(LOCK_WAIT_S * 1000)}ms'"))
                     if session.get(Run, run_id) is None:
                         raise unknown_run(run_id)
                     row = session.scalars(select(RunLease).where(RunLease.run_id == run_id).with_for_update()).first()
@@ -96,11 +115,7 @@ class LeaseQueries(StoreBase):
                                              ttl_s=ttl_s, acquired_at=now, heartbeat_at=now, epoch=epoch))
                     else:
                         if row.holder != me and _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s:
-                            since = row.acquired_at if row.acquired_at.tzinfo else row.acquired_at.replace(tzinfo=UTC)
-                            raise RunBusy(
-                                f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
-                                "wait for it to finish or stop that process, then resume"
-                            )
+                            raise RunBusy(_busy_message(run_id, row))
                         epoch = row.epoch if row.holder == me else row.epoch + 1
                         row.holder, row.host, row.pid, row.command, row.ttl_s, row.epoch = me, socket.gethostname(), os.getpid(), command, ttl_s, epoch
                         row.acquired_at = row.heartbeat_at = now
@@ -108,7 +123,25 @@ class LeaseQueries(StoreBase):
                 return epoch
             except exc.IntegrityError:
                 continue
+            except exc.OperationalError as e:
+                if not _lock_wait_expired(e):
+                    raise
+                raise RunBusy(self._stuck_message(run_id, me)) from None
         raise StoreError(f"could not take the lease of run {run_id!r} (too much contention): try again")
+
+    def _stuck_message(self, run_id: str, me: str) -> str:
+        """Why a takeover's lock wait ran out: the lease's holder (read without a lock) is stuck inside a write."""
+        with self._read() as session:
+            row = session.get(RunLease, run_id)
+        if row is None or row.holder == me:
+            return (f"run {run_id!r}: the store stayed locked by another process's write for longer than the lock wait "
+                    "(a process stopped or hung inside a write?): find and stop it, then resume")
+        if _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s:
+            return _busy_message(run_id, row)
+        locked = "the whole SQLite store" if self.dialect == "sqlite" else "the run's lease row"
+        return (f"run {run_id!r} is held by `{row.command}` (pid {row.pid} on {row.host}), which is stuck inside a write "
+                f"(stopped or hung: no lease renewal for {_age_s(row.heartbeat_at):.0f} s) and keeps {locked} locked: "
+                f"stop that process (kill {row.pid} on {row.host}), then resume")
 
     def renew_lease(self, run_id: str) -> bool:
         """Refresh this process's heartbeat; False when the lease is no longer ours (taken over: another holder

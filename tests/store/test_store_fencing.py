@@ -1,7 +1,8 @@
 """Fenced leases: once another process takes a run over (its lease's epoch goes up), every write
 of the run by the old holder -- through any Store object of that process, child runs included --
-is refused with LeaseLost; its renewal fails, its release leaves the new lease alone; and a holder
-paused past the ttl (SIGSTOP) stops within one heartbeat, writing nothing after the takeover."""
+is refused with LeaseLost; its renewal fails, its release leaves the new lease alone; a holder
+paused past the ttl (SIGSTOP) stops within one heartbeat, writing nothing after the takeover; and a
+holder stopped inside a write gets named by a takeover, which no longer waits for it forever."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ ROOT = Path(__file__).parents[2]
 ENV = os.environ | {"PYTHONPATH": str(ROOT)}
 TAKE = """
 import sys
+import store.engine, store.leases
+if len(sys.argv) > 3:  # a short lock wait, so a test need not wait the default 30 s
+    store.engine.SQLITE_BUSY_TIMEOUT_S = store.leases.LOCK_WAIT_S = float(sys.argv[3])
 from store import Store
 s = Store(sys.argv[1])
 print(s.acquire_lease(sys.argv[2], "takeover"), flush=True)
@@ -43,6 +47,14 @@ with s.lease(run, "writer", ttl_s=float(sys.argv[3])):
         if i == 5:  # paused inside a write, it would hold the lease row's share lock that a takeover waits for
             os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(0.02)
+"""
+STUCK = """
+import os, signal, sys
+from store import Store
+s = Store(sys.argv[1])
+with s.lease(sys.argv[2], "writer", ttl_s=float(sys.argv[3])), s._write(sys.argv[2]):
+    print("in a write", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # stopped inside a write: PostgreSQL share-locks the lease row, SQLite the store
 """
 
 
@@ -104,6 +116,36 @@ def test_a_holder_paused_past_the_ttl_stops_within_one_heartbeat_and_writes_noth
     assert writer.returncode != 0 and f"lost run '{run_id}' to `takeover`" in err, err
     assert stopped_after < ttl / 4 + 3.0  # one heartbeat (ttl/4), plus interpreter shutdown on a loaded machine
     assert len(store.episodes(run_id)) == before  # nothing written after the takeover
+    assert store.lease_holder(run_id).startswith("takeover")
+
+
+def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_it(store: Store, store_url: str) -> None:
+    run_id = store.create_run("rollouts", {})
+    ttl = 1.0
+    writer = subprocess.Popen([sys.executable, "-c", STUCK, store_url, run_id, str(ttl)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    try:
+        assert writer.stdout.readline().strip() == "in a write"
+        deadline = time.monotonic() + 30
+        while not _stopped(writer.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", TAKE, store_url, run_id, "1.0"], capture_output=True, text=True, cwd=ROOT,
+                             env=ENV, timeout=60, check=False)  # fmt: skip
+        waited = time.monotonic() - started
+        assert out.returncode != 0, out.stdout
+        last = out.stderr.strip().splitlines()[-1]
+        assert last.startswith("store.leases.RunBusy: ") and "`writer`" in last and "stuck inside a write" in last, last
+        assert f"kill {writer.pid} " in last, last
+        assert waited < 20  # the 1 s lock wait and two interpreter starts, not the stuck writer's lifetime
+        writer.kill()
+        writer.wait(timeout=30)
+        assert _take_over(store_url, run_id) == 1  # stuck process killed: its lease is reaped and the run taken afresh
+    finally:
+        if writer.poll() is None:
+            writer.kill()
     assert store.lease_holder(run_id).startswith("takeover")
 
 
