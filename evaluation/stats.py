@@ -83,6 +83,14 @@ def paired_episodes(
     the same way", so it stays honest when a task has one or two pairs: resampling pairs only
     within fixed tasks gives such a family an interval of zero width (one trial per task leaves
     nothing to resample), which reads as certainty it does not have.
+
+    When every pair has the same difference c (five compound tasks both policies fail: all 0), no
+    resample can differ and the bootstrap interval has zero width. Then the interval is what n
+    pairs can carry: with none of them seen to deviate from c, at most u = 1 - 0.025^(1/n) of such
+    pairs do (Clopper-Pearson, one side of a 95% interval), and a deviating pair's difference lies
+    in [-1, 1], so the mean lies in [c - u(c + 1), c + u(1 - c)]: 5 tied pairs give +0.0 [-0.52,
+    +0.52], 48 give [-0.074, +0.074]. The pass rate always; the mean reward when every reward is
+    in [0, 1] (otherwise no bound holds, and the zero-width bootstrap is what it is).
     """
     pairs: dict[str, list[int]] = {}
     for t in sorted(set(episodes) & set(base)):
@@ -96,19 +104,31 @@ def paired_episodes(
     rng = np.random.default_rng(seed)
     within = np.zeros((len(pairs), 2, n_boot))  # task -> its mean paired difference under each within-task resample
     values = np.zeros(2)
+    paired: dict[str, np.ndarray] = {}
     for k, (t, samples) in enumerate(pairs.items()):  # sorted tasks: the same draws every time
         d = np.array([[float(episodes[t][s][1]) - float(base[t][s][1]), episodes[t][s][0] - base[t][s][0]] for s in samples]).T
+        paired[t] = d
         idx = rng.integers(0, len(samples), size=(n_boot, len(samples)))
         within[k] = d[:, idx].mean(axis=2)
         values += d.mean(axis=1)
     values /= len(pairs)
+    rewards = np.array([side[t][s][0] for t, samples in pairs.items() for s in samples for side in (episodes, base)], dtype=float)
     drawn = rng.integers(0, len(pairs), size=(n_boot, len(pairs)))  # stage one: which tasks each resample holds
     boots = within[drawn, :, np.arange(n_boot)[:, None]].mean(axis=1).T  # (2, n_boot)
     ivs = []
     for i in range(2):
         low, high = np.percentile(boots[i], [2.5, 97.5])
+        diffs = np.concatenate([np.atleast_1d(paired[t][i]) for t in paired])
+        if np.all(diffs == diffs[0]) and (i == 0 or bool(np.all((rewards >= 0) & (rewards <= 1)))):
+            low, high = _tied_interval(float(diffs[0]), len(diffs))
         ivs.append({"value": float(values[i]), "low": float(low), "high": float(high)})
     return out | {"pass_rate": ivs[0], "mean_reward": ivs[1]}
+
+
+def _tied_interval(c: float, n_pairs: int) -> tuple[float, float]:
+    """The 95% interval of a mean difference when all n pairs showed the same difference c (in [-1, 1])."""
+    u = 1.0 - 0.025 ** (1.0 / n_pairs)
+    return c - u * (c + 1.0), c + u * (1.0 - c)
 
 
 def paired_by_family(

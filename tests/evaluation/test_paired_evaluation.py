@@ -152,7 +152,9 @@ def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, t
         assert reused[(NONE_TASK, 0)].messages != reused[(NONE_TASK, 1)].messages  # sampled: equal only through the shared seeds
         assert {reused[k].policy for k in reused if k[0] != ADAPTER_TASK} == {"base"}
         assert {reused[k].policy for k in reused if k[0] == ADAPTER_TASK} == {"trace_routed"}
-        assert result.get("trace_routed").metrics["vs_base_by_family"]["policy_refusal"]["pass_rate"] == {"value": 0.0, "low": 0.0, "high": 0.0}
+        refusal = result.get("trace_routed").metrics["vs_base_by_family"]["policy_refusal"]
+        tied = 1 - 0.025 ** (1 / refusal["episodes"])  # every pair ties (the base's own episodes): bounded, not [0, 0]
+        assert refusal["pass_rate"] == pytest.approx({"value": 0.0, "low": -tied, "high": tied})
     finally:
         store.close()
         asyncio.run(backend.aclose())

@@ -54,12 +54,32 @@ def _episodes(diffs: dict[str, list[int]], *, base_success: bool = False) -> tup
     return policy, base
 
 
-def test_paired_episodes_constant_difference_is_exact() -> None:
+def test_paired_episodes_constant_difference_is_bounded_by_what_its_pairs_can_carry() -> None:
+    # every pair the same: no resample differs, so the bootstrap alone would say [1, 1], certainty five pairs cannot
+    # carry; the interval is instead the Clopper-Pearson bound on the share of pairs that could deviate
     policy, base = _episodes({"t1": [1, 1, 1], "t2": [1, 1]})
     d = stats.paired_episodes(policy, base, n_boot=300, seed=3)
     assert (d["episodes"], d["tasks"]) == (5, 2)
-    assert d["pass_rate"] == {"value": 1.0, "low": 1.0, "high": 1.0}
-    assert d["mean_reward"] == {"value": 1.0, "low": 1.0, "high": 1.0}
+    u = 1 - 0.025 ** (1 / 5)
+    assert d["pass_rate"] == pytest.approx({"value": 1.0, "low": 1.0 - 2 * u, "high": 1.0})
+    assert d["mean_reward"] == d["pass_rate"]
+
+
+@pytest.mark.parametrize(("n_tasks", "trials", "half_width"), [(5, 1, 0.522), (6, 8, 0.074)])
+def test_paired_episodes_all_tied_at_zero_is_not_read_as_certainty(n_tasks: int, trials: int, half_width: float) -> None:
+    # the demo's compound family (5 tasks, one pair each) and bench/effect's lookups (6 x 8), every pair tied at 0
+    policy, base = _episodes({f"t{i}": [0] * trials for i in range(n_tasks)})
+    pr = stats.paired_episodes(policy, base, n_boot=300)["pass_rate"]
+    assert pr["value"] == 0.0
+    assert (pr["low"], pr["high"]) == pytest.approx((-half_width, half_width), abs=1e-3)
+
+
+def test_paired_episodes_tied_successes_with_rewards_outside_0_1_keep_the_bootstrap_for_the_reward() -> None:
+    policy = {"t1": {0: (5.0, False), 1: (5.0, False)}}
+    base = {"t1": {0: (2.0, False), 1: (2.0, False)}}
+    d = stats.paired_episodes(policy, base, n_boot=100)
+    assert d["pass_rate"]["low"] < 0 < d["pass_rate"]["high"]  # success ties at 0: bounded
+    assert d["mean_reward"] == {"value": 3.0, "low": 3.0, "high": 3.0}  # no bound on a reward of unknown range
 
 
 def test_paired_episodes_interval_narrows_as_pairs_grow_and_is_seeded() -> None:
