@@ -95,15 +95,8 @@ def test_a_taken_over_holder_cannot_write_the_run(store: Store, store_url: str) 
 def test_a_holder_paused_past_the_ttl_stops_within_one_heartbeat_and_writes_nothing_after(store: Store, store_url: str) -> None:
     run_id = store.create_run("rollouts", {})
     ttl = 1.0
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, store_url, run_id, str(ttl)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    writer = _stopped_holder(WRITER, "held", store, store_url, run_id, ttl)
     try:
-        assert writer.stdout.readline().strip() == "held"
-        deadline = time.monotonic() + 30
-        while not _stopped(writer.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:  # the paused holder's heartbeat goes stale
-            time.sleep(0.1)
         before = len(store.episodes(run_id))
         assert _take_over(store_url, run_id) == 2
         resumed = time.monotonic()
@@ -121,16 +114,8 @@ def test_a_holder_paused_past_the_ttl_stops_within_one_heartbeat_and_writes_noth
 
 def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_it(store: Store, store_url: str) -> None:
     run_id = store.create_run("rollouts", {})
-    ttl = 1.0
-    writer = subprocess.Popen([sys.executable, "-c", STUCK, store_url, run_id, str(ttl)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    writer = _stopped_holder(STUCK, "in a write", store, store_url, run_id, 1.0)
     try:
-        assert writer.stdout.readline().strip() == "in a write"
-        deadline = time.monotonic() + 30
-        while not _stopped(writer.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:
-            time.sleep(0.1)
         started = time.monotonic()
         out = subprocess.run([sys.executable, "-c", TAKE, store_url, run_id, "1.0"], capture_output=True, text=True, cwd=ROOT,
                              env=ENV, timeout=60, check=False)  # fmt: skip
@@ -147,6 +132,24 @@ def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_i
         if writer.poll() is None:
             writer.kill()
     assert store.lease_holder(run_id).startswith("takeover")
+
+
+def _stopped_holder(script: str, says: str, store: Store, store_url: str, run_id: str, ttl: float) -> subprocess.Popen:
+    """A lease holder running `script` that printed `says`, then stopped itself (SIGSTOP), and whose heartbeat has gone
+    stale past its ttl. The caller kills it."""
+    holder = subprocess.Popen([sys.executable, "-c", script, store_url, run_id, str(ttl)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == says
+        deadline = time.monotonic() + 30
+        while not _stopped(holder.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:  # the paused holder's heartbeat goes stale
+            time.sleep(0.1)
+    except BaseException:
+        holder.kill()
+        raise
+    return holder
 
 
 def _stopped(pid: int) -> bool:
