@@ -104,25 +104,29 @@ def paired_episodes(
     rng = np.random.default_rng(seed)
     within = np.zeros((len(pairs), 2, n_boot))  # task -> its mean paired difference under each within-task resample
     values = np.zeros(2)
-    paired: dict[str, np.ndarray] = {}
+    every: list[np.ndarray] = []  # each task's (2, pairs) differences
     for k, (t, samples) in enumerate(pairs.items()):  # sorted tasks: the same draws every time
         d = np.array([[float(episodes[t][s][1]) - float(base[t][s][1]), episodes[t][s][0] - base[t][s][0]] for s in samples]).T
-        paired[t] = d
+        every.append(d)
         idx = rng.integers(0, len(samples), size=(n_boot, len(samples)))
         within[k] = d[:, idx].mean(axis=2)
         values += d.mean(axis=1)
     values /= len(pairs)
-    rewards = np.array([side[t][s][0] for t, samples in pairs.items() for s in samples for side in (episodes, base)], dtype=float)
+    diffs = np.concatenate(every, axis=1)  # (2, all pairs)
     drawn = rng.integers(0, len(pairs), size=(n_boot, len(pairs)))  # stage one: which tasks each resample holds
     boots = within[drawn, :, np.arange(n_boot)[:, None]].mean(axis=1).T  # (2, n_boot)
     ivs = []
     for i in range(2):
         low, high = np.percentile(boots[i], [2.5, 97.5])
-        diffs = np.concatenate([np.atleast_1d(paired[t][i]) for t in paired])
-        if np.all(diffs == diffs[0]) and (i == 0 or bool(np.all((rewards >= 0) & (rewards <= 1)))):
-            low, high = _tied_interval(float(diffs[0]), len(diffs))
+        if np.all(diffs[i] == diffs[i, 0]) and (i == 0 or _unit_rewards(episodes, base, pairs)):
+            low, high = _tied_interval(float(diffs[i, 0]), diffs.shape[1])
         ivs.append({"value": float(values[i]), "low": float(low), "high": float(high)})
     return out | {"pass_rate": ivs[0], "mean_reward": ivs[1]}
+
+
+def _unit_rewards(episodes: Episodes, base: Episodes, pairs: Mapping[str, list[int]]) -> bool:
+    """Every paired reward lies in [0, 1] (so a pair's reward difference lies in [-1, 1])."""
+    return all(0.0 <= side[t][s][0] <= 1.0 for t, samples in pairs.items() for s in samples for side in (episodes, base))
 
 
 def _tied_interval(c: float, n_pairs: int) -> tuple[float, float]:

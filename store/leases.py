@@ -79,6 +79,11 @@ def _holder_alive(holder: str) -> bool:
     return not started or _start_time(int(pid_s)) in ("", started)
 
 
+def _in_use(row: RunLease) -> bool:
+    """The lease's holder is alive and renewed within its ttl: nobody else may take the run."""
+    return _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s
+
+
 def _busy_message(run_id: str, row: RunLease) -> str:
     since = row.acquired_at if row.acquired_at.tzinfo else row.acquired_at.replace(tzinfo=UTC)
     return (f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
@@ -114,7 +119,7 @@ class LeaseQueries(StoreBase):
                         session.add(RunLease(run_id=run_id, holder=me, host=socket.gethostname(), pid=os.getpid(), command=command,
                                              ttl_s=ttl_s, acquired_at=now, heartbeat_at=now, epoch=epoch))
                     else:
-                        if row.holder != me and _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s:
+                        if row.holder != me and _in_use(row):
                             raise RunBusy(_busy_message(run_id, row))
                         epoch = row.epoch if row.holder == me else row.epoch + 1
                         row.holder, row.host, row.pid, row.command, row.ttl_s, row.epoch = me, socket.gethostname(), os.getpid(), command, ttl_s, epoch
@@ -136,7 +141,7 @@ class LeaseQueries(StoreBase):
         if row is None or row.holder == me:
             return (f"run {run_id!r}: the store stayed locked by another process's write for longer than the lock wait "
                     "(a process stopped or hung inside a write?): find and stop it, then resume")
-        if _holder_alive(row.holder) and _age_s(row.heartbeat_at) < row.ttl_s:
+        if _in_use(row):
             return _busy_message(run_id, row)
         locked = "the whole SQLite store" if self.dialect == "sqlite" else "the run's lease row"
         return (f"run {run_id!r} is held by `{row.command}` (pid {row.pid} on {row.host}), which is stuck inside a write "
