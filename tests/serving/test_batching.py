@@ -219,3 +219,78 @@ def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_token
     assert alone == [d.ids for d in joined]
     assert gen.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=16)[0].ids == joined[0].ids
     gen.close()
+
+
+def test_a_decode_step_writes_the_cache_in_place_with_the_same_tokens(tiny_model_dir: Path, monkeypatch) -> None:
+    """The decode cache has room reserved for the new tokens: a step writes into it instead of re-copying
+    the whole cache (torch.cat), and the tokens and logprobs are exactly those of the copying cache."""
+    import serving.batching
+
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    storages: set[int] = set()
+    real_update = serving.batching._reserved_layer_class().update
+
+    def spy(self, key_states, value_states, *a, **k):
+        out = real_update(self, key_states, value_states, *a, **k)
+        storages.add(self.keys.untyped_storage().data_ptr())
+        return out
+
+    monkeypatch.setattr(serving.batching, "_RESERVED", None)
+    reserved = _generator(policy, prefix_bytes=0).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=24)
+    layer_class = serving.batching._RESERVED
+    monkeypatch.setattr(layer_class, "update", spy)
+    _generator(policy, prefix_bytes=0).run_batch(prompts[:1], seeds=[1], temperature=1.0, max_new_tokens=24)
+    assert len(storages) == policy.model.config.num_hidden_layers  # one buffer per layer for all 23 steps: no copies
+    monkeypatch.setattr(serving.batching, "_reserve", lambda cache, room: None)
+    copied = _generator(policy, prefix_bytes=0).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=24)
+    assert [d.ids for d in reserved] == [d.ids for d in copied] and [d.logprobs for d in reserved] == [d.logprobs for d in copied]
+
+
+def test_the_next_turn_prefills_only_what_is_new_and_samples_the_same(tiny_model_dir: Path) -> None:
+    """A finished row's cache is kept: a context that extends it (the next turn of its episode) prefills
+    only the new tokens and samples what a generator that keeps nothing samples. Another group (adapter)
+    never reuses it, and a weight update drops every kept cache."""
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    reply = policy.tokenizer("<|im_start|>user\nAnd the refund?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    kept = _generator(policy)
+    first = kept.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=20)
+    assert kept.prefill_tokens == [sum(map(len, prompts)), 0]
+    turn2 = [p + d.ids + reply for p, d in zip(prompts, first)]
+    second = kept.run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=20)
+    reused = sum(len(p) + len(d.ids) - 1 for p, d in zip(prompts, first))
+    assert kept.prefill_tokens == [sum(map(len, prompts)) + sum(map(len, turn2)) - reused, reused]
+    fresh = _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=20)
+    assert [d.ids for d in second] == [d.ids for d in fresh]
+    for a, b in zip(second, fresh):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert len(kept.prefixes.entries) == 3  # each episode's second turn replaced its first
+
+    before = list(kept.prefill_tokens)
+    kept.run_batch(turn2[:1], seeds=[4], temperature=1.0, max_new_tokens=20, group="another-adapter")
+    assert kept.prefill_tokens[1] == before[1]  # nothing reused across groups
+    with torch.no_grad():
+        policy.model.lm_head.weight.mul_(1.5)  # an optimizer step writes the weights in place
+    changed = kept.run_batch(turn2[:1], seeds=[4], temperature=1.0, max_new_tokens=20)
+    assert kept.prefill_tokens[1] == before[1]  # the kept caches were computed by other weights: dropped
+    assert changed[0].ids == _generator(policy, prefix_bytes=0).run_batch(turn2[:1], seeds=[4], temperature=1.0, max_new_tokens=20)[0].ids
+
+
+def test_kept_prefixes_stay_inside_their_byte_budget(tiny_model_dir: Path) -> None:
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    gen = _generator(policy, prefix_bytes=0)
+    gen.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=8)
+    assert gen.prefixes.entries == {}
+    sizes = []
+    for p, seed in zip(prompts[:2], [1, 2]):
+        one = _generator(policy)
+        one.run_batch([p], seeds=[seed], temperature=1.0, max_new_tokens=8)
+        sizes.append(one.prefixes.size)
+    budget = max(sizes) + min(sizes) // 2  # room for either row, not both
+    small = _generator(policy, prefix_bytes=budget)
+    small.run_batch(prompts[:1], seeds=[1], temperature=1.0, max_new_tokens=8)
+    small.run_batch(prompts[1:2], seeds=[2], temperature=1.0, max_new_tokens=8)
+    assert len(small.prefixes.entries) == 1 and small.prefixes.size == sizes[1] <= budget
+    assert next(iter(small.prefixes.entries))[1][: len(prompts[1])] == tuple(prompts[1])  # the older row left first
