@@ -183,6 +183,14 @@ class BatchGenerator:
             raise ValueError("run_batch needs one seed per prompt")
         return self._decode([_request(p, temperature, max_new_tokens, s, group) for p, s in zip(prompts, seeds)])
 
+    def forget_prefixes(self) -> None:
+        """Drop every kept prefix: call it after changing the model's weights. `check` catches in-place writes
+        that bump a tensor's version counter and added parameters, but not fused optimizers (torch's fused
+        AdamW leaves the counters as they were) nor `.data` swaps; TransformersSampler sidesteps this by
+        building a new generator for every GRPO step and evaluation."""
+        with self.lock:
+            self.prefixes.clear()
+
     def close(self) -> None:
         """Stop the worker once the requests already queued are answered (a later submit starts a new one)."""
         with self._start:
@@ -272,7 +280,7 @@ class BatchGenerator:
     def _keep_row(self, r: _Request, out: Decoded, cache: Any, row: int, width: int) -> None:
         """Keep row `row`'s cache (its prompt and the sampled tokens fed back, without the left padding)."""
         fed = len(out.ids) - 1  # the last sampled token was never fed back
-        if fed < 0 or not self.prefixes.budget:
+        if fed < 0 or not self.prefixes.budget or self.prefixes.row_bytes(cache, len(r.ids) + fed) > self.prefixes.budget:
             return
         lo, hi = width - len(r.ids), width + fed
         self.prefixes.put(r.group, r.ids + out.ids[:fed],
@@ -298,8 +306,9 @@ class _PrefixStore:
     recently used first out. A multi-turn episode's next context is its last context, the sampled
     tokens and what the env said: prefilling only the new part saves most of a turn's prefill (on the
     tiny policy, prefill was 60% of a held-out evaluation's model time; bench/decode.py). The weights
-    must not change under a kept cache: `check` drops everything when any parameter was written in
-    place since (an optimizer step bumps a tensor's version counter) or parameters were added."""
+    must not change under a kept cache. Whoever changes them calls BatchGenerator.forget_prefixes();
+    `check` is a guard on top, best effort: it drops everything when parameters were added (an
+    adapter loaded) or an in-place write bumped a version counter (a fused optimizer step does not)."""
 
     MIN_REUSE = 16  # shorter shared prefixes (a bare chat header) are not worth a lookup
 
@@ -315,8 +324,12 @@ class _PrefixStore:
         params = list(model.parameters())
         version = (len(params), sum(p._version for p in params))  # an adapter loaded, or any weight written
         if version != self.weights:
-            self.entries.clear()
-            self.size, self.weights = 0, version
+            self.clear()
+            self.weights = version
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.size = 0
 
     def longest(self, group: Hashable, ids: list[int]) -> tuple[list[tuple[Any, Any]] | None, int]:
         """The kept cache sharing the longest prefix with `ids` (leaving at least one token to prefill)."""
@@ -351,6 +364,11 @@ class _PrefixStore:
         self.size += nbytes
         while self.size > self.budget:
             self._drop(next(iter(self.entries)))
+
+    @staticmethod
+    def row_bytes(cache: Any, tokens: int) -> int:
+        """What one row of `tokens` positions of `cache` takes (keys and values of every layer)."""
+        return sum(2 * tokens * layer.keys[0, :, :1].numel() * layer.keys.element_size() for layer in cache.layers)
 
     def _drop(self, key: tuple[Hashable, tuple[int, ...]]) -> None:
         self.size -= sum(k.nbytes + v.nbytes for k, v in self.entries.pop(key)[1])
@@ -406,8 +424,11 @@ def _reserved_layer_class() -> type:
             self._k, self._v = self._k[indices, ...], self._v[indices, ...]
             self._views()
 
-        def crop(self, tokens_to_remove: int) -> None:
-            raise NotImplementedError("a reserved decode cache is not cropped")
+        def _unsupported(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError("a reserved decode cache only grows and drops rows (update, batch_select_indices)")
+
+        # these would replace or zero keys/values behind the buffers' back: nothing here calls them (no beam search, no offloading)
+        crop = reset = reorder_cache = batch_repeat_interleave = offload = prefetch = lazy_initialization = _unsupported
 
     return ReservedLayer
 

@@ -53,7 +53,9 @@ class TransformersSampler:
     samples with its own generator seeded from (seed, n, r), or from (seed, its key) when the caller
     keys its rows (training.rollout.run_groups), so the global RNG is never touched. Keys do not
     include the call: a sampler keyed by rows serves one run_groups call (a GRPO step builds its own,
-    seeded with the step; each held-out evaluation too), or the same keys would replay the same tokens."""
+    seeded with the step; each held-out evaluation too), or the same keys would replay the same tokens.
+    A new sampler per step also means a new generator: the prefixes it keeps between the turns of a step
+    (serving.batching) never outlive the weights that computed them."""
 
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
         from serving.batching import BatchGenerator

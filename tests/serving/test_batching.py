@@ -294,3 +294,41 @@ def test_kept_prefixes_stay_inside_their_byte_budget(tiny_model_dir: Path) -> No
     small.run_batch(prompts[1:2], seeds=[2], temperature=1.0, max_new_tokens=8)
     assert len(small.prefixes.entries) == 1 and small.prefixes.size == sizes[1] <= budget
     assert next(iter(small.prefixes.entries))[1][: len(prompts[1])] == tuple(prompts[1])  # the older row left first
+
+
+def test_rows_that_leave_the_batch_early_keep_their_own_cache(tiny_model_dir: Path) -> None:
+    """Rows with different token limits leave the batch at different steps (the batch's cache is narrowed
+    each time): the cache each one keeps is its own, so its next turn samples what a fresh generator does."""
+    from serving.batching import _request
+
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    reply = policy.tokenizer("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    kept = _generator(policy)
+    limits = [5, 20, 9]
+    first = kept._decode([_request(p, 1.0, n, s, None) for p, n, s in zip(prompts, limits, [1, 2, 3])])
+    assert [len(d.ids) for d in first] == limits  # the tiny random model never says eos this early
+    turn2 = [p + d.ids + reply for p, d in zip(prompts, first)]
+    second = kept.run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=12)
+    assert kept.prefill_tokens[1] == sum(len(p) + n - 1 for p, n in zip(prompts, limits))
+    fresh = _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=12)
+    assert [d.ids for d in second] == [d.ids for d in fresh]
+    for a, b in zip(second, fresh):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_forget_prefixes_after_a_weight_change_the_check_cannot_see(tiny_model_dir: Path) -> None:
+    """Swapping a tensor's storage (`.data = ...`, as a fused optimizer's in-place kernel or load_state_dict(assign=True)
+    can) leaves the version counters alone; the owner calls forget_prefixes() and nothing stale is reused."""
+    policy = LocalPolicy(tiny_model_dir)
+    prompts = _ids(policy)
+    reply = policy.tokenizer("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    gen = _generator(policy)
+    first = gen.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=8)
+    turn2 = [p + d.ids + reply for p, d in zip(prompts, first)]
+    policy.model.model.layers[0].self_attn.k_proj.weight.data = policy.model.model.layers[0].self_attn.k_proj.weight.data * 3.0
+    gen.forget_prefixes()
+    reused = gen.prefill_tokens[1]
+    after = gen.run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)
+    assert gen.prefill_tokens[1] == reused
+    assert [d.ids for d in after] == [d.ids for d in _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)]
