@@ -280,11 +280,10 @@ class BatchGenerator:
     def _keep_row(self, r: _Request, out: Decoded, cache: Any, row: int, width: int) -> None:
         """Keep row `row`'s cache (its prompt and the sampled tokens fed back, without the left padding)."""
         fed = len(out.ids) - 1  # the last sampled token was never fed back
-        if fed < 0 or not self.prefixes.budget or self.prefixes.row_bytes(cache, len(r.ids) + fed) > self.prefixes.budget:
+        if fed < 0 or not self.prefixes.budget:
             return
         lo, hi = width - len(r.ids), width + fed
-        self.prefixes.put(r.group, r.ids + out.ids[:fed],
-                          [(layer.keys[row : row + 1, :, lo:hi].clone(), layer.values[row : row + 1, :, lo:hi].clone()) for layer in cache.layers])
+        self.prefixes.put(r.group, r.ids + out.ids[:fed], [(layer.keys[row : row + 1, :, lo:hi], layer.values[row : row + 1, :, lo:hi]) for layer in cache.layers])
 
     def _filtered(self, scaled: Any) -> Any:
         """top-k, then top-p (nucleus) on temperature-scaled logits: the rest set to -inf."""
@@ -314,9 +313,10 @@ class _PrefixStore:
 
     def __init__(self, budget: int) -> None:
         self.budget = max(0, int(budget))
-        self.entries: dict[tuple[Hashable, tuple[int, ...]], tuple[Any, list[tuple[Any, Any]]]] = {}  # (ids array, per-layer k/v); insertion order = recency
+        self.entries: dict[int, _Kept] = {}  # insertion order = recency
         self.size = 0
         self.weights: tuple[int, int] | None = None
+        self._next = 0
 
     def check(self, model: Any) -> None:
         if not self.budget:
@@ -337,41 +337,47 @@ class _PrefixStore:
 
         best, best_len = None, 0
         want = np.asarray(ids[:-1], dtype=np.int64)
-        for key, (kept, _) in self.entries.items():
-            if key[0] != group:
-                continue
-            n = min(len(kept), len(want))
-            same = kept[:n] == want[:n]  # one vectorized compare per entry (a lookup over 128 entries: ~1 ms)
-            common = n if same.all() else int(same.argmin())
-            if common > best_len:
+        for key, kept in self.entries.items():
+            if kept.group == group and (common := _common_prefix(kept.ids, want)) > best_len:
                 best, best_len = key, common
         if best is None or best_len < self.MIN_REUSE:
             return None, 0
-        entry = self.entries.pop(best)  # most recently used
-        self.entries[best] = entry
-        return entry[1], best_len
+        self.entries[best] = entry = self.entries.pop(best)  # most recently used
+        return entry.tensors, best_len
 
-    def put(self, group: Hashable, ids: list[int], tensors: list[tuple[Any, Any]]) -> None:
+    def put(self, group: Hashable, ids: list[int], views: list[tuple[Any, Any]]) -> None:
+        """Keep a copy of `views` (one row's keys/values per layer, covering `ids`) if it fits the budget."""
         import numpy as np
 
-        key = (group, tuple(ids))
-        for old in [k for k in self.entries if k[0] == group and len(k[1]) <= len(ids) and key[1][: len(k[1])] == k[1]]:
-            self._drop(old)  # an earlier turn of the same episode: this one extends it
-        nbytes = sum(k.nbytes + v.nbytes for k, v in tensors)
+        kept = np.asarray(ids, dtype=np.int64)
+        for key in [k for k, e in self.entries.items() if e.group == group and _common_prefix(e.ids, kept) == len(e.ids)]:
+            self._drop(key)  # an earlier turn of the same episode: this one extends it
+        nbytes = sum(k.nbytes + v.nbytes for k, v in views)
         if nbytes > self.budget:
             return
-        self.entries[key] = (np.asarray(ids, dtype=np.int64), tensors)
+        self.entries[self._next] = _Kept(group, kept, [(k.clone(), v.clone()) for k, v in views], nbytes)
+        self._next += 1
         self.size += nbytes
         while self.size > self.budget:
             self._drop(next(iter(self.entries)))
 
-    @staticmethod
-    def row_bytes(cache: Any, tokens: int) -> int:
-        """What one row of `tokens` positions of `cache` takes (keys and values of every layer)."""
-        return sum(2 * tokens * layer.keys[0, :, :1].numel() * layer.keys.element_size() for layer in cache.layers)
+    def _drop(self, key: int) -> None:
+        self.size -= self.entries.pop(key).nbytes
 
-    def _drop(self, key: tuple[Hashable, tuple[int, ...]]) -> None:
-        self.size -= sum(k.nbytes + v.nbytes for k, v in self.entries.pop(key)[1])
+
+@dataclass
+class _Kept:
+    group: Hashable
+    ids: Any  # int64 array of the token ids the cache covers
+    tensors: list[tuple[Any, Any]]  # per layer: keys, values of shape (1, heads, len(ids), dim)
+    nbytes: int
+
+
+def _common_prefix(a: Any, b: Any) -> int:
+    """Length of the common prefix of two int arrays (one vectorized compare)."""
+    n = min(len(a), len(b))
+    same = a[:n] == b[:n]
+    return n if same.all() else int(same.argmin())
 
 
 def _joinable(cache: Any) -> bool:

@@ -293,7 +293,7 @@ def test_kept_prefixes_stay_inside_their_byte_budget(tiny_model_dir: Path) -> No
     small.run_batch(prompts[:1], seeds=[1], temperature=1.0, max_new_tokens=8)
     small.run_batch(prompts[1:2], seeds=[2], temperature=1.0, max_new_tokens=8)
     assert len(small.prefixes.entries) == 1 and small.prefixes.size == sizes[1] <= budget
-    assert next(iter(small.prefixes.entries))[1][: len(prompts[1])] == tuple(prompts[1])  # the older row left first
+    assert next(iter(small.prefixes.entries.values())).ids[: len(prompts[1])].tolist() == prompts[1]  # the older row left first
 
 
 def test_rows_that_leave_the_batch_early_keep_their_own_cache(tiny_model_dir: Path) -> None:
