@@ -170,6 +170,62 @@ def env_reward(completions: list[Any], env_reward: list[float], **_: Any) -> lis
     return [float(r) for r in env_reward]
 
 
+def rows_forward(cfg: TrainingConfig) -> bool:
+    """Whether the loss's forward runs rollout by rollout (TrainingConfig.loss_forward; auto = on CPU)."""
+    if cfg.loss_forward == "auto":
+        return cfg.generation == "transformers" and not cuda_available()
+    return cfg.loss_forward == "rows"
+
+
+_ROWS_TRAINER: Any = None
+
+
+def _rows_trainer_class() -> Any:
+    """GRPOTrainer whose log-prob forward takes one rollout at a time, cut to its own tokens.
+
+    TRL pads the step's rollouts to one (prompt + completion) width and runs them as one batch. The demo's
+    multi-turn rollouts differ in length by up to 3x, so a third of that batch is padding, and a padded batch
+    gets an explicit attention mask: the attention kernel then computes the full square instead of its causal
+    half. On a CPU, where a batch buys no parallelism, one unpadded rollout after another does the same work
+    ~2.7x faster (bench/grpo_forward.py). RoPE depends only on relative positions, so cutting a row's leading
+    padding leaves its logprobs equal to float rounding; the rows' graphs stay alive together, so TRL's one
+    backward over the step's loss is unchanged. Inputs with extra (vision) tensors take TRL's own path.
+    """
+    global _ROWS_TRAINER
+    if _ROWS_TRAINER is not None:
+        return _ROWS_TRAINER
+    import torch
+    from trl import GRPOTrainer
+
+    class RowsGRPOTrainer(GRPOTrainer):
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                               compute_entropy=False, compute_aux_loss=False, **extra):
+            whole = super()._get_per_token_logps_and_entropies
+            if compute_aux_loss or any(v is not None for v in extra.values()):
+                return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                             compute_aux_loss, **extra)
+            prompt_width = input_ids.size(1) - logits_to_keep
+            spans = []  # each rollout's first and last attended column
+            for row in attention_mask:
+                kept = row.nonzero().flatten()
+                spans.append((int(kept[0]), int(kept[-1]) + 1) if len(kept) else (0, 0))
+            if any(end <= prompt_width for _, end in spans):  # a rollout with no completion token: TRL's own path
+                return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                             compute_aux_loss, **extra)
+            logps, entropies = [], []
+            for i, (start, end) in enumerate(spans):
+                keep = end - prompt_width  # this rollout's completion columns; the rest are padding
+                lp, ent, _ = whole(model, input_ids[i:i + 1, start:end], attention_mask[i:i + 1, start:end], keep,
+                                   compute_entropy=compute_entropy)
+                logps.append(torch.nn.functional.pad(lp, (0, logits_to_keep - keep)))
+                if compute_entropy:
+                    entropies.append(torch.nn.functional.pad(ent, (0, logits_to_keep - keep)))
+            return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    _ROWS_TRAINER = RowsGRPOTrainer
+    return RowsGRPOTrainer
+
+
 def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks: list[Any], cfg: TrainingConfig,
                   output_dir: str, recorder: RolloutRecorder, callbacks: list[Any] | None = None, sampler_factory: Any = None):
     """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model`."""
@@ -178,6 +234,7 @@ def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks:
     from trl import GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    return GRPOTrainer(model=model, reward_funcs=[env_reward], args=grpo_config(cfg, output_dir),
+    trainer_class = _rows_trainer_class() if rows_forward(cfg) else GRPOTrainer
+    return trainer_class(model=model, reward_funcs=[env_reward], args=grpo_config(cfg, output_dir),
                        train_dataset=task_dataset(train_tasks), processing_class=tokenizer, peft_config=lora_config(cfg),
                        rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder, sampler_factory), callbacks=callbacks or [])

@@ -124,3 +124,44 @@ def test_grpo_config_from_training_config(tmp_path):
     vllm = grpo_config(TrainingConfig(generation="vllm_server", vllm_server_base_url="http://gpu:8000"), str(tmp_path))
     assert vllm.use_vllm and vllm.vllm_mode == "server" and vllm.vllm_server_base_url == "http://gpu:8000"
     assert grpo_config(TrainingConfig(generation="vllm_colocate"), str(tmp_path)).vllm_mode == "colocate"
+
+
+def test_the_rows_forward_gives_trls_padded_batch_logprobs_entropies_and_gradients(tiny_model, tiny_tokenizer, tmp_path):
+    """On CPU the loss's forward takes each rollout alone, cut to its own tokens (TrainingConfig.loss_forward):
+    the same logprobs, entropies and adapter gradients as TRL's one padded batch, to float rounding."""
+    from trl import GRPOTrainer
+
+    trainer, _ = _trainer(tiny_model, tiny_tokenizer, tmp_path)
+    assert type(trainer) is not GRPOTrainer and isinstance(trainer, GRPOTrainer)  # auto on CPU: rows
+    gen = torch.Generator().manual_seed(0)
+    for p in (p for n, p in trainer.model.named_parameters() if "lora_B" in n):
+        p.data.normal_(0, 0.05, generator=gen)  # a non-zero adapter, so its gradients depend on every row's tokens
+    prompts, completions = [5, 9, 2], [7, 1, 12]  # left-padded prompts, right-padded completions of other lengths
+    pw, cw, vocab = max(prompts), max(completions), tiny_model.config.vocab_size
+    ids = torch.randint(4, vocab, (3, pw + cw), generator=gen)
+    mask = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        mask[i, pw - p:pw + c] = 1
+    ids = ids.masked_fill(mask == 0, tiny_tokenizer.pad_token_id)
+    loss_mask = mask[:, pw:].float()
+
+    def run(fn):
+        logps, entropies, _ = fn(trainer, trainer.model, ids, mask, cw, compute_entropy=True)
+        (-(logps * loss_mask).sum() - (entropies * loss_mask).sum()).backward()
+        grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+        trainer.model.zero_grad()
+        return (logps * loss_mask).detach(), (entropies * loss_mask).detach(), grads
+
+    rows, padded = run(type(trainer)._get_per_token_logps_and_entropies), run(GRPOTrainer._get_per_token_logps_and_entropies)
+    assert torch.allclose(rows[0], padded[0], atol=1e-5) and torch.allclose(rows[1], padded[1], atol=1e-5)
+    assert rows[2].keys() == padded[2].keys() and len(rows[2]) > 0
+    for name, grad in padded[2].items():
+        assert torch.allclose(rows[2][name], grad, atol=1e-5, rtol=1e-4), name
+    assert (rows[0] != 0).sum() == sum(completions)  # every completion token scored, no padding
+
+
+def test_loss_forward_batched_keeps_trls_own_trainer(tiny_model, tiny_tokenizer, tmp_path):
+    from trl import GRPOTrainer
+
+    trainer, _ = _trainer(tiny_model, tiny_tokenizer, tmp_path, cfg=CFG.model_copy(update={"loss_forward": "batched"}))
+    assert type(trainer) is GRPOTrainer
