@@ -65,6 +65,22 @@ def _request(ids: list[int], temperature: float, max_new_tokens: int, seed: int,
     return _Request(list(ids), float(temperature), int(max_new_tokens), int(seed), group)
 
 
+_LANE_THREADS: list[int | None] = [None]  # set_lane_threads; None: each worker keeps the threads it started with
+
+
+def set_lane_threads(threads: int | None) -> None:
+    """Torch intra-op threads of every generator worker thread in this process, from its next batch on
+    (None: back to what each started with).
+
+    torch.set_num_threads acts on the calling thread only (OpenMP keeps the count per thread), and the
+    decoding runs on the lanes' own threads, so a process sharing its CPU with others says so here: with
+    one training process busy on one of 2 cores, a GRPO readiness check decoding on 2 threads took 145 s,
+    and 52 s on 1 (each parallel op waits at a barrier for the thread that is not scheduled)."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1 or None, got {threads}")
+    _LANE_THREADS[0] = threads
+
+
 class _Lane:
     """One worker thread and its queue. It holds the generator only weakly, so a generator (and the
     model it points at) that nobody uses any more is freed, and its lane stops (weakref.finalize)."""
@@ -77,6 +93,9 @@ class _Lane:
         self.thread = threading.Thread(target=self.run, name="gapforge-batch-generator", daemon=True)
 
     def run(self) -> None:
+        import torch
+
+        own_threads = torch.get_num_threads()
         while True:
             batch = self.next_batch()
             if batch is None:
@@ -86,6 +105,9 @@ class _Lane:
                 for r in batch:
                     r.future.set_exception(RuntimeError("the generator was closed"))
                 return
+            threads = _LANE_THREADS[0] or own_threads
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
             try:
                 outputs = generator._decode(batch)
             except BaseException as e:  # noqa: BLE001 - every waiting caller gets the error

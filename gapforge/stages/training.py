@@ -7,6 +7,7 @@ executor.kind ray a Ray task per job whose adapter comes back to this machine (`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from gapforge.stages.common import StageContext, require
@@ -26,10 +27,14 @@ def _step_line(sc: StageContext):
 async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
     from gapforge.executor_wiring import job_runner
 
-    if sc.train_threads is not None:
-        job = job.model_copy(update={"cpu_threads": sc.train_threads})
+    threads = sc.train_threads
+    if threads is not None:
+        job = job.model_copy(update={"cpu_threads": threads})
+    # a local CPU job's threads are taken from this process's own decoding while it runs (common.DriverCores)
+    lend = sc.driver_cores.lend(threads) if threads is not None and sc.cfg.executor.kind == "local" else contextlib.nullcontext()
     async with sc.train_gate:  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
-        (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
+        with lend:
+            (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
     return outcome
 
 

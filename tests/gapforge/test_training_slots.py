@@ -116,3 +116,43 @@ def test_two_capabilities_train_at_once_each_on_its_share_of_the_cores(monkeypat
 
     outcomes = asyncio.run(both())
     assert [o.name for o in outcomes] == ["alpha", "beta"] and threads == {"alpha": 1, "beta": 1}
+
+
+def test_local_jobs_take_their_threads_from_the_drivers_own_decoding(monkeypatch, tmp_path) -> None:
+    """While local CPU jobs train, this process's decoding (GRPO readiness checks) gets the cores they leave:
+    4 cores, 2 jobs of 2 threads: 2 left while one trains, 1 (at least) while both do, its own again after."""
+    from serving import batching
+
+    machine(monkeypatch, 4, gpu=False)
+    both_running = threading.Barrier(2, timeout=20)
+    seen: dict[str, int | None] = {}
+
+    def runner(jobs, spec_dir, on_line):
+        (j,) = jobs
+        both_running.wait()
+        seen[j.name] = batching._LANE_THREADS[0]
+        both_running.wait()
+        return [JobOutcome(j.name, 0, None, None)]
+
+    monkeypatch.setattr(executor_wiring, "job_runner", lambda cfg: runner)
+    deps = SimpleNamespace(workspace=SimpleNamespace(train_jobs=lambda run_id: tmp_path / "specs"))
+    sc = StageContext(load_config(None, ["executor.local_training_jobs=2"], environ={}), deps)  # type: ignore[arg-type]
+
+    async def both() -> None:
+        await asyncio.gather(_run_job(sc, "r", job(tmp_path, "alpha")), _run_job(sc, "r", job(tmp_path, "beta")))
+
+    try:
+        asyncio.run(both())
+    finally:
+        after = batching._LANE_THREADS[0]
+        batching.set_lane_threads(None)
+    assert seen == {"alpha": 1, "beta": 1} and after is None  # both in: 0 of 4 cores left, floor 1
+
+    async def alone() -> None:  # one job: it leaves 2
+        await _run_job(sc, "r", job(tmp_path, "gamma"))
+
+    one_job: list[int | None] = []
+    monkeypatch.setattr(executor_wiring, "job_runner", lambda cfg: lambda jobs, d, o: (one_job.append(batching._LANE_THREADS[0]),
+                                                                                     [JobOutcome(jobs[0].name, 0, None, None)])[1])
+    asyncio.run(alone())
+    assert one_job == [2] and batching._LANE_THREADS[0] is None

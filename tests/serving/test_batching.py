@@ -332,3 +332,29 @@ def test_forget_prefixes_after_a_weight_change_the_check_cannot_see(tiny_model_d
     after = gen.run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)
     assert gen.prefill_tokens[1] == reused
     assert [d.ids for d in after] == [d.ids for d in _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)]
+
+
+def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model_dir: Path, monkeypatch) -> None:
+    """torch.set_num_threads acts on the calling thread only; a lane applies set_lane_threads on its own thread
+    before each batch (the driver gives cores to training processes this way) and None restores its own."""
+    from serving import batching
+
+    policy = LocalPolicy(tiny_model_dir)
+    gen = _generator(policy)
+    seen: list[int] = []
+    decode = gen._decode
+    monkeypatch.setattr(gen, "_decode", lambda batch: (seen.append(torch.get_num_threads()), decode(batch))[1])
+    main = torch.get_num_threads()
+    prompt = _ids(policy)[0]
+    try:
+        gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)  # the lane's own count
+        for threads in (1, 3, None):
+            batching.set_lane_threads(threads)
+            gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
+    finally:
+        batching.set_lane_threads(None)
+        gen.close()
+    own = seen[0]
+    assert seen == [own, 1, 3, own] and torch.get_num_threads() == main
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        batching.set_lane_threads(0)
