@@ -36,6 +36,8 @@ class TrainJob(BaseModel):
     out_dir: str
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads of the job's process (None: the machine's "
                                     "free cores); set when several jobs share the CPU, so they do not oversubscribe it")
+    threads_file: str | None = Field(None, description="a file the launcher may rewrite with the torch threads this job is to use "
+                                     "from its next step on (local jobs sharing a CPU get the cores a finished job leaves)")
     store_url: str | None = Field(None, exclude=True, description="never written to the spec file (it may hold a password): "
                                   "training.run passes it to the job's process in STORE_URL_ENV")
     run_id: str | None = None
@@ -55,7 +57,7 @@ class TrainResult(BaseModel):
     curve: list[dict[str, Any]]
     stopped_early: bool = False
     wall_s: float = 0.0
-    cpu_threads: int | None = None  # torch threads the process trained with (transformers generation), for reading wall_s
+    cpu_threads: int | None = None  # torch threads the process started with (transformers generation; a launcher may raise it: threads_file)
     error: str | None = None
 
 
@@ -124,6 +126,8 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         selector = HeldoutSelector(out, lambda m: evaluate_heldout(m, tokenizer, make_env, heldout_tasks, cfg, eval_seed=cfg.seed),
                                    cfg, progress)
         callbacks: list[Any] = [selector, _progress_callback(recorder, out / "steps.jsonl", progress)]
+        if job.threads_file and threads is not None:
+            callbacks.append(_threads_callback(Path(job.threads_file), threads))
         trainer = build_trainer(model, tokenizer, make_env, train_tasks, cfg, str(out / "trl"), recorder, callbacks)
         checkpoint, resume_step = _last_checkpoint(out)
         selector.load(resume_step)
@@ -178,6 +182,30 @@ def _trim_steps(path: Path, resume_step: int) -> None:
     if path.is_file():
         rows = [r for r in path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= resume_step]
         path.write_text("".join(r + "\n" for r in rows))
+
+
+def read_threads(path: Path) -> int | None:
+    """The thread count a launcher wrote to `path` (None: no file, or not a count >= 1, e.g. caught mid-write)."""
+    try:
+        n = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return n if n >= 1 else None
+
+
+def _threads_callback(path: Path, threads: int):
+    """Before every step: the torch threads the launcher last wrote to `path` (TrainJob.threads_file). The
+    sampler decodes and TRL computes the loss on this thread, and so does the held-out evaluation after a step."""
+    import torch
+    from transformers import TrainerCallback
+
+    class _Threads(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            n = read_threads(path) or threads
+            if n != torch.get_num_threads():
+                torch.set_num_threads(n)
+
+    return _Threads()
 
 
 def _progress_callback(recorder: Any, log_path: Path, progress: Callable[[dict[str, Any]], None] | None):

@@ -4,9 +4,8 @@ callback, the training slots, and the two helpers that say what a failure means.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from agents.deps import StageDeps
 from gapforge.config import GapforgeConfig
+from gapforge.stages.cores import DriverCores
 from graph.context import StageFailed, StageUnavailable
 from training.cpu import cuda_available, usable_cores
 
@@ -118,34 +118,6 @@ def rollout_workers(cfg: GapforgeConfig) -> tuple[int, int | None]:
         return 1, None
     workers, threads = share_cores(ex.local_rollout_workers, WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path))
     return workers, (threads if workers > 1 else None)
-
-
-class DriverCores:
-    """The cores this process's own decoding may use while local training processes run on the others.
-
-    The driver decodes for GRPO readiness checks (a local policy) while the capability branches that got
-    there first already train: with 2 cores, one training process and the driver's 2 decoding threads, the
-    readiness check of the demo's third precondition env took 128 s, against 52 s on 1 thread beside the
-    same load (serving.batching.set_lane_threads). `lend(threads)` around a local job takes its threads
-    away from the driver's decoding and gives them back when it ends."""
-
-    def __init__(self) -> None:
-        self.lent = 0
-
-    @contextlib.contextmanager
-    def lend(self, threads: int) -> Iterator[None]:
-        self.lent += threads
-        self._apply()
-        try:
-            yield
-        finally:
-            self.lent -= threads
-            self._apply()
-
-    def _apply(self) -> None:
-        from serving.batching import set_lane_threads
-
-        set_lane_threads(max(1, usable_cores() - self.lent) if self.lent else None)
 
 
 @dataclass

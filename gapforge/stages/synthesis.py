@@ -4,6 +4,7 @@ capability branch (graph/capability.py) decides which attempt comes next and whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from gapforge.stages.common import StageContext, require
 from graph.context import Cost, SynthesisAttempt, ValidationDone
@@ -27,6 +28,8 @@ async def synthesize(sc: StageContext, run_id: str, capability: str, attempt: in
 async def validate(sc: StageContext, run_id: str, capability: str, attempt: int) -> ValidationDone:
     """The attempt's self-test in the sandbox (readiness rollouts on this loop), its verdict stored; a stored verdict is reused."""
     service = require("agents.synthesis.service", "environment synthesis")
-    done = await service.avalidate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
+    local = sc.cfg.policy.kind == "local"  # its readiness rollouts decode in this process (cores.DriverCores)
+    with sc.driver_cores.decode() if local else contextlib.nullcontext():
+        done = await service.avalidate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
     cost = Cost() if done.resumed else Cost(llm_calls=int(done.review is not None), policy_rollouts=done.rollouts)
     return ValidationDone(capability, attempt, done.status == "accepted", done.verdict_line(), cost=cost)

@@ -27,14 +27,17 @@ def _step_line(sc: StageContext):
 async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
     from gapforge.executor_wiring import job_runner
 
-    threads = sc.train_threads
-    if threads is not None:
+    threads, spec_dir = sc.train_threads, sc.deps.workspace.train_jobs(run_id)
+    lend: Any = contextlib.nullcontext()
+    if threads is not None and sc.cfg.executor.kind == "local":  # CPU jobs sharing this machine (cores.DriverCores)
+        threads_file = spec_dir / f"{job.name}.threads"
+        job = job.model_copy(update={"cpu_threads": threads, "threads_file": str(threads_file)})
+        lend = sc.driver_cores.lend(threads, threads_file)
+    elif threads is not None:
         job = job.model_copy(update={"cpu_threads": threads})
-    # a local CPU job's threads are taken from this process's own decoding while it runs (common.DriverCores)
-    lend = sc.driver_cores.lend(threads) if threads is not None and sc.cfg.executor.kind == "local" else contextlib.nullcontext()
     async with sc.train_gate:  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
         with lend:
-            (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], sc.deps.workspace.train_jobs(run_id), _step_line(sc))
+            (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], spec_dir, _step_line(sc))
     return outcome
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,8 +14,10 @@ import pytest
 from gapforge import executor_wiring
 from gapforge.config import load_config
 from gapforge.stages import common
+from gapforge.stages import cores as stage_cores
 from gapforge.stages.common import StageContext, rollout_workers, training_slots
 from gapforge.stages.training import _run_job
+from serving import batching
 from training.config import TrainingConfig
 from training.envs import EnvSpec
 from training.run import JobOutcome
@@ -23,6 +26,7 @@ from training.service import TrainJob
 
 def machine(monkeypatch: pytest.MonkeyPatch, cores: int, gpu: bool, memory_gb: float | None = 64) -> None:
     monkeypatch.setattr(common, "usable_cores", lambda: cores)
+    monkeypatch.setattr(stage_cores, "usable_cores", lambda: cores)
     monkeypatch.setattr(common, "cuda_available", lambda: gpu)
     monkeypatch.setattr(common, "available_memory", lambda: None if memory_gb is None else int(memory_gb * (1 << 30)))
 
@@ -118,25 +122,53 @@ def test_two_capabilities_train_at_once_each_on_its_share_of_the_cores(monkeypat
     assert [o.name for o in outcomes] == ["alpha", "beta"] and threads == {"alpha": 1, "beta": 1}
 
 
-def test_local_jobs_take_their_threads_from_the_drivers_own_decoding(monkeypatch, tmp_path) -> None:
-    """While local CPU jobs train, this process's decoding (GRPO readiness checks) gets the cores they leave:
-    4 cores, 2 jobs of 2 threads: 2 left while one trains, 1 (at least) while both do, its own again after."""
-    from serving import batching
-
+def test_local_jobs_and_the_drivers_decoding_share_the_cores(monkeypatch, tmp_path) -> None:
+    """DriverCores: each running job gets an equal share of the cores the driver's decoding does not need (one
+    while a readiness check decodes), never fewer than it started with; the driver's decoding gets the rest,
+    at least one; nothing is set while no job runs."""
     machine(monkeypatch, 4, gpu=False)
+    cores = stage_cores.DriverCores()
+    a, b = tmp_path / "a.threads", tmp_path / "b.threads"
+    assert cores.shares() == ({}, None)
+    with cores.lend(1, a):
+        assert cores.shares() == ({a: 4}, 1) and a.read_text() == "4\n"  # alone: every core
+        with cores.decode():
+            assert cores.shares() == ({a: 3}, 1) and a.read_text() == "3\n"
+            assert batching._LANE_THREADS[0] == 1
+            with cores.lend(2, b):
+                assert cores.shares() == ({a: 1, b: 2}, 1)  # 3 // 2 = 1 each, but b started with 2
+        assert cores.shares() == ({a: 4}, 1) and not b.exists()
+    assert cores.shares() == ({}, None) and not a.exists() and batching._LANE_THREADS[0] is None
+
+
+def test_a_local_job_gets_a_threads_file_and_the_cores_the_other_leaves(monkeypatch, tmp_path) -> None:
+    """Two jobs on 2 cores: one thread each while both run (the driver decodes on 1); the one left alone is
+    told 2 from its next step on; the files are gone after."""
+    machine(monkeypatch, 2, gpu=False)
     both_running = threading.Barrier(2, timeout=20)
-    seen: dict[str, int | None] = {}
+    alpha_done = threading.Event()
+    seen: dict[str, list[str]] = {}
 
     def runner(jobs, spec_dir, on_line):
         (j,) = jobs
+        path = Path(j.threads_file)
+        assert path.parent == spec_dir and j.cpu_threads == 1
         both_running.wait()
-        seen[j.name] = batching._LANE_THREADS[0]
+        seen[j.name] = [path.read_text().strip(), str(batching._LANE_THREADS[0])]
         both_running.wait()
+        if j.name == "alpha":
+            alpha_done.set()
+        else:
+            alpha_done.wait(20)
+            deadline = time.monotonic() + 20
+            while path.read_text().strip() != "2" and time.monotonic() < deadline:  # alpha's lend ends on the loop
+                time.sleep(0.01)
+            seen[j.name].append(path.read_text().strip())
         return [JobOutcome(j.name, 0, None, None)]
 
     monkeypatch.setattr(executor_wiring, "job_runner", lambda cfg: runner)
     deps = SimpleNamespace(workspace=SimpleNamespace(train_jobs=lambda run_id: tmp_path / "specs"))
-    sc = StageContext(load_config(None, ["executor.local_training_jobs=2"], environ={}), deps)  # type: ignore[arg-type]
+    sc = StageContext(load_config(None, [], environ={}), deps)  # type: ignore[arg-type]
 
     async def both() -> None:
         await asyncio.gather(_run_job(sc, "r", job(tmp_path, "alpha")), _run_job(sc, "r", job(tmp_path, "beta")))
@@ -144,15 +176,6 @@ def test_local_jobs_take_their_threads_from_the_drivers_own_decoding(monkeypatch
     try:
         asyncio.run(both())
     finally:
-        after = batching._LANE_THREADS[0]
         batching.set_lane_threads(None)
-    assert seen == {"alpha": 1, "beta": 1} and after is None  # both in: 0 of 4 cores left, floor 1
-
-    async def alone() -> None:  # one job: it leaves 2
-        await _run_job(sc, "r", job(tmp_path, "gamma"))
-
-    one_job: list[int | None] = []
-    monkeypatch.setattr(executor_wiring, "job_runner", lambda cfg: lambda jobs, d, o: (one_job.append(batching._LANE_THREADS[0]),
-                                                                                     [JobOutcome(jobs[0].name, 0, None, None)])[1])
-    asyncio.run(alone())
-    assert one_job == [2] and batching._LANE_THREADS[0] is None
+    assert seen == {"alpha": ["1", "1"], "beta": ["1", "1", "2"]}
+    assert not list((tmp_path / "specs").glob("*.threads")) and sc.driver_cores.shares() == ({}, None)

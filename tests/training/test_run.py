@@ -83,3 +83,27 @@ def test_only_json_object_lines_of_a_job_are_progress_events() -> None:
     assert _event('{"event": "step", "step": 1}\n') == {"event": "step", "step": 1}
     assert _event("{'loss': 0.1, 'grad_norm': 2.0}\n") is None  # TRL's own log dict: not an event, not a crash
     assert _event("[1, 2]\n") is None and _event("plain text\n") is None
+
+
+def test_a_job_takes_the_threads_its_launcher_writes_from_its_next_step_on(tmp_path, tiny_model_dir):
+    """TrainJob.threads_file: a local job left alone on a CPU gets the cores the finished one leaves (the driver's
+    gapforge/stages/cores.DriverCores writes the file); a missing or unreadable file keeps its own count."""
+    import torch
+
+    threads_file = tmp_path / "toy.threads"
+    threads_file.write_text("garbage")
+    job = _job(tmp_path, tiny_model_dir, steps=3, cpu_threads=1, threads_file=str(threads_file))
+    seen: list[int] = []
+
+    def progress(event):
+        if event.get("event") == "step":
+            seen.append(torch.get_num_threads())
+            threads_file.write_text({1: "3\n", 2: "2\n"}.get(event["step"], "1\n"))
+
+    before = torch.get_num_threads()
+    try:
+        result = train_capability(job, progress)
+    finally:
+        torch.set_num_threads(before)
+    assert result.status == "done" and result.cpu_threads == 1
+    assert seen == [1, 3, 2]
