@@ -18,6 +18,7 @@ episodes of the tasks it routes to the base (evaluation.reuse) instead of playin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -134,9 +135,10 @@ async def evaluate(
 ) -> EvaluationResult:
     """Run every policy on plan.tasks x its trials (skipping stored episodes), then compute and store metrics.
 
-    `policies` must include "base" (the reference for paired differences); it plays first. A policy with a
-    `decisions` attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored, and
-    over the same base object it reuses the base's episodes of the tasks it routes to the base.
+    `policies` must include "base" (the reference for paired differences). A policy with a `decisions`
+    attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored, and over the same
+    base object it reuses the base's episodes of the tasks it routes to the base: it plays after the base,
+    every other policy at the same time as the base.
     `players(name, policy)` (executor/) may play a policy's episodes elsewhere; this call still writes them.
     """
     if BASE not in policies:
@@ -151,30 +153,46 @@ async def evaluate(
     counts: dict[str, dict[str, int]] = {}
     routing: dict[str, dict[str, Any]] = {}
     reused: dict[str, list[str]] = {}
-    for name in [BASE, *(n for n in policies if n != BASE)]:
-        policy = policies[name]
-        child = children[name] = child_run_id(plan.run_id, name)
+    order = [BASE, *(n for n in policies if n != BASE)]
+    reusing = {n for n in order[1:] if reuses_base(policies[n], policies[BASE])}
+    for name in order:
+        children[name] = child_run_id(plan.run_id, name)
         counts[name] = plan.task_trials(name, families)
+
+    async def play(name: str) -> None:
+        policy, child = policies[name], children[name]
         config = {"parent": plan.run_id, "policy": name, "env": plan.env, "tasks": plan.tasks, "trials": plan.trials,
                   "family_trials": dict(plan.family_trials) if name in plan.family_trials_policies else {}}  # fmt: skip
         store.create_run("evaluation", config, run_id=child, exist_ok=True)
-        if name != BASE and reuses_base(policy, policies[BASE]):
+        if name in reusing:
             await copy_base_episodes(store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name])
         async with players(name, policy) if players is not None else nullcontext() as player:  # executor/: Ray workers, or None
             await _play(store, plan, name, policy, child, counts[name], make_env=make_env, families=families, player=player)
+        if on_policy_done is not None:
+            on_policy_done(name)
+
+    # The base and every policy that does not reuse its episodes play at once, so no policy's last few episodes
+    # leave the workers idle (each episode seeds from its (task, sample): the same episodes in any order); a policy
+    # that reuses the base's episodes (routed) plays after the base. A policy that fails lets the others finish
+    # (their episodes are stored for the re-run), then the first failure in policy order is raised.
+    for wave in ([n for n in order if n not in reusing], [n for n in order if n in reusing]):
+        outcomes = await asyncio.gather(*(play(n) for n in wave), return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if failed:
+            raise failed[0]
+    for name in order:
+        policy, child = policies[name], children[name]
         rows = sorted((r for r in store.episodes(child, env=plan.env) if r.sample < counts[name].get(r.task_id, 0)),
                       key=lambda r: (r.task_id, r.sample))  # fmt: skip
         episodes[name] = {}
         for r in rows:
             episodes[name].setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
-        if name != BASE and reuses_base(policy, policies[BASE]):
+        if name in reusing:
             reused[name] = sorted({r.task_id for r in rows if r.policy == policies[BASE].name and r.policy != policy.name})
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
             first = {r.task_id: _first_user(r.messages) for r in rows}
             routing[name] = {t: decisions[m].to_json() for t, m in sorted(first.items()) if m in decisions}
-        if on_policy_done is not None:
-            on_policy_done(name)
     result = EvaluationResult(plan.run_id, plan.env, list(plan.tasks), plan.trials)
     base = episodes[BASE]
     for name, policy in policies.items():

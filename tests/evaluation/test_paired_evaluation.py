@@ -108,6 +108,44 @@ def test_family_trials_for_base_and_trace_only_and_pairs_on_common_trials(tmp_pa
         store.close()
 
 
+class Waits(Scripted):
+    """Answers only once `other` has answered at least once (a policy played strictly after `other` would hang)."""
+
+    def __init__(self, name: str, started: asyncio.Event, other: asyncio.Event) -> None:
+        super().__init__(name)
+        self.started, self.other = started, other
+
+    async def respond(self, messages, tools, *, temperature=None) -> Message:
+        self.started.set()
+        await self.other.wait()
+        return await super().respond(messages, tools, temperature=temperature)
+
+
+def test_policies_that_do_not_reuse_the_base_play_at_the_same_time_as_it(tmp_path: Path) -> None:
+    """The base and an adapter each wait for the other's first call: both finish only if they play at once.
+    The routed policy, which reuses the base's episodes, starts after the base is done."""
+    store = Store(f"sqlite:///{tmp_path / 'g.db'}")
+    done: list[str] = []
+
+    async def run() -> Any:
+        base_started, pv_started = asyncio.Event(), asyncio.Event()
+        base, pv = Waits("base", base_started, pv_started), Waits("adapter:pv", pv_started, base_started)
+        routed = RoutedPolicy(keyword_router(), base, {"pv": Scripted("pv")})
+        policies = {"base": base, "trace_routed": routed, "adapter:pv": pv}
+        plan = EvalPlan(run_id, "shop", TASKS, trials=1, max_turns=1, n_boot=50, concurrency=2)
+        return await asyncio.wait_for(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES,
+                                               on_policy_done=done.append), timeout=60)
+
+    try:
+        run_id = store.create_run("trace", {"env": "shop"})
+        result = asyncio.run(run())
+        assert sorted(done[:2]) == ["adapter:pv", "base"] and done[2] == "trace_routed"
+        assert [p.name for p in result.policies] == ["base", "trace_routed", "adapter:pv"]  # metrics in the caller's order
+        assert result.get("adapter:pv").metrics["episodes"] == result.get("base").metrics["episodes"] == len(TASKS)
+    finally:
+        store.close()
+
+
 def test_config_and_plan_reject_bad_trial_counts() -> None:
     assert EvaluationConfig().family_trials == {} and EvaluationConfig().family_trials_policies == ["base", "trace_routed"]
     with pytest.raises(ValueError, match=r"family_trials\['refusal'\] = 0: use 1..512 trials per task"):
