@@ -110,7 +110,10 @@ async def _serve(conn: Any) -> None:
             conn.send(message)
 
     def build(blob: bytes) -> Any:
-        return pickle.loads(blob)()
+        from serving.batching import model_loading
+
+        with model_loading():  # policies built while others decode (an evaluation's policies play at once)
+            return pickle.loads(blob)()
 
     async def one(req_id: int, key: str, task_id: str, sample: int, max_turns: int, temperature: float | None) -> None:
         try:

@@ -34,7 +34,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
@@ -63,6 +63,57 @@ def _request(ids: list[int], temperature: float, max_new_tokens: int, seed: int,
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     return _Request(list(ids), float(temperature), int(max_new_tokens), int(seed), group)
+
+
+class _LoadGate:
+    """Loading a model vs decoding with another one in the same process.
+
+    transformers 5 builds a model under process-wide state (the meta device, the tied-weights bookkeeping):
+    two policies built at once on two threads of an evaluation worker came out with an untied, freshly
+    initialized lm_head ("lm_head.weight | MISSING"), and a decode on a third thread meanwhile failed with
+    "Tensor.item() cannot be called on meta tensors". Batches share the gate; a load (`model_loading()`)
+    waits for the batches in flight, holds off new ones and other loads, and is let in before new batches."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.batches = 0
+        self.loading = False
+        self.waiting = 0  # loads waiting: new batches wait behind them
+
+    @contextlib.contextmanager
+    def decoding(self) -> Iterator[None]:
+        with self.cond:
+            self.cond.wait_for(lambda: not self.loading and not self.waiting)
+            self.batches += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.batches -= 1
+                self.cond.notify_all()
+
+    @contextlib.contextmanager
+    def load(self) -> Iterator[None]:
+        with self.cond:
+            self.waiting += 1
+            self.cond.wait_for(lambda: not self.loading and not self.batches)
+            self.waiting -= 1
+            self.loading = True
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.loading = False
+                self.cond.notify_all()
+
+
+_GATE = _LoadGate()
+
+
+def model_loading() -> ContextManager[None]:
+    """Hold while building a model (from_pretrained, PEFT adapters) in a process that may be decoding with
+    another on other threads (executor/processes.py's workers build the policies of an evaluation played at once)."""
+    return _GATE.load()
 
 
 _LANE_THREADS: list[int | None] = [None]  # set_lane_threads; None: each worker keeps the threads it started with
@@ -228,7 +279,7 @@ class BatchGenerator:
         row by row when the model's cache layers cannot be joined (e.g. a sliding window)."""
         import torch
 
-        with self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad, not inference_mode: the model may be trained next
+        with _GATE.decoding(), self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad: the model may be trained next
             self.prefixes.check(self.model)
             outs = [self._prefill(r) for r in batch]
             if len(batch) == 1 or _joinable(outs[0].past_key_values):

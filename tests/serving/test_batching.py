@@ -358,3 +358,24 @@ def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model
     assert seen == [own, 1, 3, own] and torch.get_num_threads() == main
     with pytest.raises(ValueError, match="threads must be >= 1"):
         batching.set_lane_threads(0)
+
+
+def test_a_batch_waits_while_a_model_is_being_loaded(tiny_model_dir: Path) -> None:
+    """transformers builds a model under process-wide state: a decode on another thread meanwhile saw meta
+    tensors. model_loading() holds new batches off until the load is done; then they run as before."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from serving.batching import model_loading
+
+    policy = LocalPolicy(tiny_model_dir)
+    gen = _generator(policy)
+    prompt = _ids(policy)[0]
+    alone = gen.run_batch([prompt], seeds=[0], temperature=0.0, max_new_tokens=4)[0].ids
+    try:
+        with model_loading():
+            pending = gen.submit(prompt, temperature=0.0, max_new_tokens=4, seed=0)
+            with pytest.raises(FutureTimeout):
+                pending.result(timeout=0.5)  # held off: the load is not done
+        assert pending.result(timeout=60) == alone
+    finally:
+        gen.close()
