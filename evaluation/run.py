@@ -132,13 +132,15 @@ async def evaluate(
     families: Mapping[str, str] | None = None,
     on_policy_done: Callable[[str], None] | None = None,
     players: Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]] | None = None,
+    together: bool = True,
 ) -> EvaluationResult:
     """Run every policy on plan.tasks x its trials (skipping stored episodes), then compute and store metrics.
 
     `policies` must include "base" (the reference for paired differences). A policy with a `decisions`
     attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored, and over the same
-    base object it reuses the base's episodes of the tasks it routes to the base: it plays after the base,
-    every other policy at the same time as the base.
+    base object it reuses the base's episodes of the tasks it routes to the base: it plays after the base;
+    with `together`, every other policy at the same time as the base (each with `plan.concurrency` episodes in
+    flight), else one after the other (Ray: each policy's player starts its own actors, each with the backend).
     `players(name, policy)` (executor/) may play a policy's episodes elsewhere; this call still writes them.
     """
     if BASE not in policies:
@@ -175,7 +177,9 @@ async def evaluate(
     # leave the workers idle (each episode seeds from its (task, sample): the same episodes in any order); a policy
     # that reuses the base's episodes (routed) plays after the base. A policy that fails lets the others finish
     # (their episodes are stored for the re-run), then the first failure in policy order is raised.
-    for wave in ([n for n in order if n not in reusing], [n for n in order if n in reusing]):
+    first = [n for n in order if n not in reusing]
+    waves = [first, [n for n in order if n in reusing]] if together else [[n] for n in first + [n for n in order if n in reusing]]
+    for wave in waves:
         outcomes = await asyncio.gather(*(play(n) for n in wave), return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         if failed:

@@ -129,6 +129,7 @@ async def evaluate_run(
     focus_family: str | None = None,
     on_policy_done: Callable[[str], None] | None = None,
     players: Any = None,
+    together: bool = True,
 ) -> EvaluationResult:
     """Base, TRACE (routed), each adapter, the hints baseline and (grpo_target=True: the backend holds an
     adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`
@@ -143,4 +144,5 @@ async def evaluate_run(
     )
     plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
                     family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family)
-    return await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players)
+    return await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players,
+                          together=together)

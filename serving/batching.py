@@ -116,19 +116,25 @@ def model_loading() -> ContextManager[None]:
     return _GATE.load()
 
 
-_LANE_THREADS: list[int | None] = [None]  # set_lane_threads; None: each worker keeps the threads it started with
+_LANE_THREADS: list[int | None] = [None]  # set_lane_threads; None: the process's count from before the first call
+_DEFAULT_THREADS: list[int | None] = [None]
 
 
 def set_lane_threads(threads: int | None) -> None:
     """Torch intra-op threads of every generator worker thread in this process, from its next batch on
-    (None: back to what each started with).
+    (None: the count the calling thread had at the first call, i.e. the process's own).
 
-    torch.set_num_threads acts on the calling thread only (OpenMP keeps the count per thread), and the
-    decoding runs on the lanes' own threads, so a process sharing its CPU with others says so here: with
-    one training process busy on one of 2 cores, a GRPO readiness check decoding on 2 threads took 145 s,
-    and 52 s on 1 (each parallel op waits at a barrier for the thread that is not scheduled)."""
+    torch.set_num_threads sets the calling thread's own count (OpenMP keeps one per thread; it also becomes
+    the count threads started later begin with), and the decoding runs on the lanes' own threads, so a
+    process sharing its CPU with others says so here: with one training process busy on one of 2 cores, a
+    GRPO readiness check decoding on 2 threads took 145 s, and 52 s on 1 (each parallel op waits at a
+    barrier for the thread that is not scheduled)."""
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1 or None, got {threads}")
+    if _DEFAULT_THREADS[0] is None:  # before any lane was lowered: a lane started later may begin lowered
+        import torch
+
+        _DEFAULT_THREADS[0] = torch.get_num_threads()
     _LANE_THREADS[0] = threads
 
 
@@ -156,7 +162,7 @@ class _Lane:
                 for r in batch:
                     r.future.set_exception(RuntimeError("the generator was closed"))
                 return
-            threads = _LANE_THREADS[0] or own_threads
+            threads = _LANE_THREADS[0] or _DEFAULT_THREADS[0] or own_threads
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
             try:

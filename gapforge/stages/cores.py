@@ -15,8 +15,9 @@ class DriverCores:
 
     The driver decodes for GRPO readiness checks (a local policy) while the capability branches that got there
     first already train. With 2 cores, one training process and the driver decoding on 2 threads, the demo's
-    third precondition env spent 128 s in its readiness check, against 52 s on 1 thread beside the same load
-    (each parallel op waits at a barrier for the thread that is not scheduled). And a job left training alone
+    third precondition env spent 128 s in its readiness check (63 s once the driver took 1 thread); beside one
+    busy process the same check took 145 s on 2 threads and 52 s on 1 (each parallel op waits at a barrier
+    for the thread that is not scheduled). And a job left training alone
     kept its one thread while the other core idled. So, whenever a job starts or ends or a readiness check
     starts or ends: each running job gets an equal share of the cores the driver's decoding does not need (one
     while it decodes), never fewer threads than it started with, written to its `TrainJob.threads_file` (it

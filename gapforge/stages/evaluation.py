@@ -33,6 +33,7 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
             concurrency=cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, seed=cfg.seed,
             family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies, focus_family=ecfg.focus_family,
             on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"), players=players,
+            together=cfg.executor.kind == "local",  # on Ray each policy's player starts its own actors: one policy at a time
         )  # fmt: skip
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=sum(_played(p.metrics, families) for p in result.policies)))

@@ -146,6 +146,31 @@ def test_policies_that_do_not_reuse_the_base_play_at_the_same_time_as_it(tmp_pat
         store.close()
 
 
+def test_policies_play_one_after_the_other_when_not_together(tmp_path: Path) -> None:
+    """together=False (the evaluation stage on Ray, where each policy's player starts its own actors)."""
+    store = Store(f"sqlite:///{tmp_path / 'g.db'}")
+    calls: list[str] = []
+
+    class Logged(Scripted):
+        async def respond(self, messages, tools, *, temperature=None) -> Message:
+            calls.append(self.name)
+            await asyncio.sleep(0)  # let any other policy in
+            return await super().respond(messages, tools, temperature=temperature)
+
+    try:
+        run_id = store.create_run("trace", {"env": "shop"})
+        policies = {"base": Logged("base"), "adapter:pv": Logged("adapter:pv"), "baseline_hints": Logged("baseline_hints")}
+        plan = EvalPlan(run_id, "shop", TASKS, trials=1, max_turns=1, n_boot=50, concurrency=2)
+        asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES, together=False))
+        assert calls == ["base"] * len(TASKS) + ["adapter:pv"] * len(TASKS) + ["baseline_hints"] * len(TASKS)
+        calls.clear()
+        plan = EvalPlan(f"{run_id}", "shop", TASKS, trials=2, max_turns=1, n_boot=50, concurrency=2)
+        asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES))  # together
+        assert len(calls) == 3 * len(TASKS) and calls != sorted(calls, key=["base", "adapter:pv", "baseline_hints"].index)
+    finally:
+        store.close()
+
+
 def test_config_and_plan_reject_bad_trial_counts() -> None:
     assert EvaluationConfig().family_trials == {} and EvaluationConfig().family_trials_policies == ["base", "trace_routed"]
     with pytest.raises(ValueError, match=r"family_trials\['refusal'\] = 0: use 1..512 trials per task"):

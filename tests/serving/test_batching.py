@@ -353,9 +353,22 @@ def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model
             gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
     finally:
         batching.set_lane_threads(None)
-        gen.close()
     own = seen[0]
     assert seen == [own, 1, 3, own] and torch.get_num_threads() == main
+    # a lane that runs lowered also lowers the count threads started later begin with: a new lane after it
+    # still decodes with the process's own count once the lowering is lifted
+    batching.set_lane_threads(1)
+    gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
+    batching.set_lane_threads(None)
+    later = _generator(policy)
+    later_decode = later._decode
+    monkeypatch.setattr(later, "_decode", lambda batch: (seen.append(torch.get_num_threads()), later_decode(batch))[1])
+    try:
+        later.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
+    finally:
+        later.close()
+        gen.close()
+    assert seen[-2:] == [1, main]
     with pytest.raises(ValueError, match="threads must be >= 1"):
         batching.set_lane_threads(0)
 
