@@ -177,8 +177,8 @@ async def evaluate(
     # leave the workers idle (each episode seeds from its (task, sample): the same episodes in any order); a policy
     # that reuses the base's episodes (routed) plays after the base. A policy that fails lets the others finish
     # (their episodes are stored for the re-run), then the first failure in policy order is raised.
-    first = [n for n in order if n not in reusing]
-    waves = [first, [n for n in order if n in reusing]] if together else [[n] for n in first + [n for n in order if n in reusing]]
+    leading, after_base = [n for n in order if n not in reusing], [n for n in order if n in reusing]
+    waves = [leading, after_base] if together else [[n] for n in leading + after_base]
     for wave in waves:
         outcomes = await asyncio.gather(*(play(n) for n in wave), return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]

@@ -187,9 +187,9 @@ def _rows_trainer_class() -> Any:
     multi-turn rollouts differ in length by up to 3x, so a third of that batch is padding, and a padded batch
     gets an explicit attention mask: the attention kernel then computes the full square instead of its causal
     half. On a CPU, where a batch buys no parallelism, one unpadded rollout after another does the same work
-    2.3x faster over four demo steps, 1.7-2.8x per step (bench/grpo_forward.py). RoPE depends only on relative positions, so cutting a row's leading
-    padding leaves its logprobs equal to float rounding; the rows' graphs stay alive together, so TRL's one
-    backward over the step's loss is unchanged. Inputs with extra (vision) tensors take TRL's own path.
+    2.3x faster over four demo steps, 1.7-2.8x per step (bench/grpo_forward.py). RoPE depends only on
+    relative positions, so cutting a row's leading padding leaves its logprobs equal to float rounding; the
+    rows' graphs stay alive together, so TRL's one backward over the step's loss is unchanged. Inputs with extra (vision) tensors take TRL's own path.
     """
     global _ROWS_TRAINER
     if _ROWS_TRAINER is not None:
@@ -201,15 +201,13 @@ def _rows_trainer_class() -> Any:
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                                compute_entropy=False, compute_aux_loss=False, **extra):
             whole = super()._get_per_token_logps_and_entropies
-            if compute_aux_loss or any(v is not None for v in extra.values()):
-                return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                             compute_aux_loss, **extra)
             prompt_width = input_ids.size(1) - logits_to_keep
             spans = []  # each rollout's first and last attended column
             for row in attention_mask:
                 kept = row.nonzero().flatten()
                 spans.append((int(kept[0]), int(kept[-1]) + 1) if len(kept) else (0, 0))
-            if any(end <= prompt_width for _, end in spans):  # a rollout with no completion token: TRL's own path
+            # TRL's own path: extra (vision, MoE) inputs, or a rollout with no completion token
+            if compute_aux_loss or any(v is not None for v in extra.values()) or any(end <= prompt_width for _, end in spans):
                 return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                              compute_aux_loss, **extra)
             logps, entropies = [], []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 from gapforge.stages.common import StageContext, require
@@ -29,12 +30,12 @@ async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
 
     threads, spec_dir = sc.train_threads, sc.deps.workspace.train_jobs(run_id)
     lend: Any = contextlib.nullcontext()
-    if threads is not None and sc.cfg.executor.kind == "local":  # CPU jobs sharing this machine (cores.DriverCores)
-        threads_file = spec_dir / f"{job.name}.threads"
-        job = job.model_copy(update={"cpu_threads": threads, "threads_file": str(threads_file)})
-        lend = sc.driver_cores.lend(threads, threads_file)
-    elif threads is not None:
-        job = job.model_copy(update={"cpu_threads": threads})
+    if threads is not None:
+        update: dict[str, Any] = {"cpu_threads": threads}
+        if sc.cfg.executor.kind == "local":  # CPU jobs sharing this machine (cores.DriverCores)
+            update["threads_file"] = str(spec_dir / f"{job.name}.threads")
+            lend = sc.driver_cores.lend(threads, Path(update["threads_file"]))
+        job = job.model_copy(update=update)
     async with sc.train_gate:  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
         with lend:
             (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], spec_dir, _step_line(sc))
