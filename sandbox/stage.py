@@ -12,6 +12,7 @@ user can read it; nothing in it is writable from inside.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,8 +47,10 @@ class Stage:
 
     def _write(self, rel: str, data: bytes) -> Path:
         dest = self.path / rel
-        tmp = dest.with_suffix(".tmp")
-        tmp.write_bytes(data)
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")  # one per writer: envs opened
+        tmp = Path(name)                                                                     # at once stage the same module
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         tmp.chmod(0o644)
         tmp.replace(dest)
         return dest

@@ -158,3 +158,37 @@ def test_process_backend_child_runs_under_its_rlimits(sandbox_config_process, tm
     assert address.split()[3] == str(sandbox_config_process.memory_mb * 2**20)
     core = next(line for line in limits.splitlines() if line.startswith("Max core file size"))
     assert core.split()[4] == "0"
+
+
+def test_envs_opened_at_once_stage_the_same_module_without_tripping_on_each_other(tmp_path: Path) -> None:
+    """A readiness check's first wave opens all its envs at once on threads; they used to share one `.tmp` name
+    while staging the module (FileNotFoundError for the losers: env faults blamed on the env)."""
+    import threading
+
+    from sandbox.stage import Stage
+
+    module = tmp_path / "m.py"
+    module.write_text("X = 1\n" * 2000)
+    for _ in range(20):
+        stage = Stage()
+        errors: list[BaseException] = []
+        start = threading.Barrier(8)
+
+        def add() -> None:
+            start.wait()
+            try:
+                stage.add_module(module)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=add) for _ in range(8)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            staged = list((stage.path / "modules").iterdir())
+            assert not errors, errors[0]
+            assert [p.read_bytes() for p in staged] == [module.read_bytes()]  # one module, whole, no temp file left
+        finally:
+            stage.close()
