@@ -50,7 +50,7 @@ class StageDeps:
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     workspace: Workspace = field(default_factory=lambda: Workspace(Path(".gapforge")))
     episode_runner: Callable[..., Any] | None = None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
-    sandbox_checks: Any = None  # agents.selftest.SandboxChecks: self-test + readiness on a Ray Docker node (None: this machine's sandbox)
+    sandbox_checks: Any = None  # agents.selftest.SandboxChecks: readiness on local worker processes, or self-test + readiness on a Ray Docker node (None: all here)
     _store: Store | None = field(default=None, init=False, repr=False)
     _pool: SandboxPool | None = field(default=None, init=False, repr=False)
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)
@@ -131,6 +131,9 @@ class StageDeps:
         try:
             if pool is not None:
                 pool.close()
+            close_checks = getattr(self.sandbox_checks, "close", None)  # local readiness workers (executor/readiness.py)
+            if close_checks is not None:
+                close_checks()
         finally:
             if store is not None:
                 store.close()

@@ -8,6 +8,7 @@ async twin `avalidate_module`) and render the result themselves.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from envs.protocol import PolicyModel
 from sandbox.checks import ValidationReport, avalidate_env, validate_env
 from sandbox.checks.grpo import EpisodeRunner
 from sandbox.env import SandboxedEnv
+
 
 class SandboxChecks(Protocol):
     """Where the sandbox checks of a module run when not on this machine (executor.validation.RaySandboxChecks):
@@ -48,12 +50,13 @@ class ValidationOutcome:
 
 
 def readiness_runner(max_turns: int) -> EpisodeRunner:
-    """The GRPO-readiness check's episode runner: the policy loop with a turn cap."""
+    """The GRPO-readiness check's episode runner: the policy loop with a turn cap (picklable: a local
+    worker process runs the check, executor/readiness.py)."""
+    return functools.partial(_readiness_episode, max_turns=max_turns)
 
-    async def runner(policy: PolicyModel, env: Any, seed: int, temperature: float) -> Any:
-        return await run_episode(policy, env, seed, max_turns=max_turns, temperature=temperature)
 
-    return runner
+async def _readiness_episode(policy: PolicyModel, env: Any, seed: int, temperature: float, *, max_turns: int) -> Any:
+    return await run_episode(policy, env, seed, max_turns=max_turns, temperature=temperature)
 
 
 def target_tools(name: str) -> list[dict[str, Any]]:

@@ -7,8 +7,9 @@ the stage services through narrow seams; the services do not know which executor
   the collector's `agents.rollouts.EpisodePlayer`: None (the collector plays on its own loop), local worker
   processes (`local_workers` > 1: executor/processes.py) or Ray actors;
 - `job_runner(cfg)`: `training.run.run_jobs` or its Ray twin (one task per job, adapter files back);
-- `sandbox_checks(cfg, sandbox, policy_factory)`: None locally, else the Ray drop-ins for the
-  self-test and GRPO readiness (`agents.selftest.SandboxChecks`).
+- `sandbox_checks(cfg, sandbox, policy_factory, local_workers=, threads=)`: locally None (every check in this
+  process) or, with `local_workers` > 1, the self-test here and GRPO readiness on local worker processes
+  (executor/readiness.py); on Ray the drop-ins for both (`agents.selftest.SandboxChecks`).
 
 Ray is imported only when `kind` is ray (the `ray` extra).
 """
@@ -63,9 +64,16 @@ def job_runner(cfg: ExecutorConfig) -> Callable[..., Any]:
     return functools.partial(run_jobs_on_ray, cfg)
 
 
-def sandbox_checks(cfg: ExecutorConfig, sandbox: Any, policy_factory: Callable[[], Any] | None = None) -> Any:
+def sandbox_checks(cfg: ExecutorConfig, sandbox: Any, policy_factory: Callable[[], Any] | None = None, *,
+                   local_workers: int = 1, threads: int | None = None) -> Any:
     if cfg.kind == "local":
-        return None
+        from executor.processes import picklable
+
+        if local_workers <= 1 or policy_factory is None or not picklable(policy_factory):
+            return None
+        from executor.readiness import LocalReadinessChecks
+
+        return LocalReadinessChecks(sandbox, policy_factory, workers=local_workers, threads=threads)
     from executor.validation import RaySandboxChecks
 
     return RaySandboxChecks(cfg, sandbox, policy_factory)

@@ -180,10 +180,13 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
 
 
 def sandbox_checks(cfg: GapforgeConfig):
-    """None (the sandbox checks run here) or the Ray drop-ins that run them on a Docker node, readiness
-    with a policy each task builds from `cfg.policy`."""
+    """None (the sandbox checks run here), GRPO readiness on local worker processes (a local policy on a CPU-only
+    machine: as many as gapforge.stages.common.rollout_workers gives), or the Ray drop-ins that run both on a Docker
+    node; readiness with a policy each worker builds from `cfg.policy`."""
     from executor import sandbox_checks as checks
+    from gapforge.stages.common import rollout_workers
 
     factory = functools.partial(make_policy, cfg.policy) if cfg.policy.kind != "scripted" else None
-    return checks(cfg.executor, cfg.sandbox, factory)
+    workers, threads = rollout_workers(cfg)
+    return checks(cfg.executor, cfg.sandbox, factory, local_workers=workers, threads=threads)
 

@@ -174,7 +174,7 @@ def test_envs_opened_at_once_stage_the_same_module_without_tripping_on_each_othe
         errors: list[BaseException] = []
         start = threading.Barrier(8)
 
-        def add() -> None:
+        def add(stage: Stage = stage, start: threading.Barrier = start, errors: list[BaseException] = errors) -> None:
             start.wait()
             try:
                 stage.add_module(module)
