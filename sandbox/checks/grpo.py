@@ -4,15 +4,22 @@ mean reward inside [mean_low, mean_high].
 
 `acheck_grpo_ready` runs on the caller's event loop (the policy's HTTP session lives
 there and its creator closes it); `check_grpo_ready` is the same check for sync callers.
-Groups run in waves (concurrency // K groups at a time); with `early_exit` the check
-stops as soon as the all-zero, all-perfect or uninformative groups seen already exceed
-their limit, so a hopeless env does not spend the whole G x K budget. The evidence
-records the policy rollouts spent (`rollouts`).
+Episodes start in group order, `concurrency` at a time, with no barrier between groups (a
+group's last, longest episode no longer holds the next group back: the demo's checks ran
+in waves of one group and decoded mostly one or two rows at the tail of each). The groups
+are graded in order: with `early_exit` the check stops at the first group after which the
+all-zero, all-perfect or uninformative groups seen already exceed their limit, so a hopeless
+env does not spend the whole G x K budget; episodes of later groups not yet started are
+skipped, those already playing finish and are not graded. So the verdict is the same at
+any concurrency and any timing: it grades the shortest prefix of groups that decides it.
+The evidence records the policy rollouts graded (`rollouts`) and, when it differs, every
+episode the policy played (`played`: the ungraded ones and replays too; what the rollout
+budget is charged).
 
 An episode ended by the infrastructure (envs.errors.INFRA_TERMINATIONS: the policy
 endpoint down after its retries, the sandbox lost) is not a reward: it is played
 again (`INFRA_RETRIES` times), and past that the check raises
-envs.errors.InfrastructureFailure once the wave in flight has ended: the stage
+envs.errors.InfrastructureFailure once the episodes in flight have ended: the stage
 stops (exit 3), the env is never blamed. Episodes re-played are counted
 (`infra_retried` in the evidence)."""
 
@@ -81,9 +88,14 @@ async def acheck_grpo_ready(
     group_seeds = (seeds + list(range(len(seeds), cfg.groups)))[: cfg.groups]
     faults: list[dict[str, Any]] = []
     retried = [0]
+    stopping = [False]  # set once the verdict is decided: episodes not yet started are skipped
+    played = [0]  # episodes the policy played (retries and ungraded ones included): what the check cost
 
-    async def once(seed: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure:
+    async def once(seed: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure | None:
         async with sem:
+            if stopping[0]:
+                return None
+            played[0] += 1
             env: ValidatedEnv | None = None
             try:
                 env = await asyncio.to_thread(open_env)
@@ -108,7 +120,7 @@ async def acheck_grpo_ready(
                     await asyncio.to_thread(_close_quietly, env)
             return 0.0
 
-    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure:
+    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure | None:
         episode_key.set(f"grpo_ready:{seed}#{sample}")  # a local policy seeds from it: reproducible at any concurrency
         for attempt in range(INFRA_RETRIES + 1):
             out = await once(seed, sem)
@@ -118,22 +130,28 @@ async def acheck_grpo_ready(
                 retried[0] += 1
         return out
 
-    sem = asyncio.Semaphore(concurrency)
+    sem = asyncio.Semaphore(concurrency)  # FIFO: episodes get their turn in group order
+    tasks = {s: [asyncio.ensure_future(one(s, k, sem)) for k in range(cfg.samples)] for s in group_seeds}
     groups: dict[int, list[float]] = {}
-    wave = max(1, concurrency // cfg.samples) if early_exit else len(group_seeds)
-    for start in range(0, len(group_seeds), wave):  # groups in waves; stop once the verdict can no longer become a pass
-        seeds_now = group_seeds[start : start + wave]
-        flat = await asyncio.gather(*[one(s, k, sem) for s in seeds_now for k in range(cfg.samples)])
-        lost = [x for x in flat if isinstance(x, InfrastructureFailure)]
-        if lost:  # never graded: the wave's other episodes have ended, the stage stops
-            raise InfrastructureFailure(lost[-1].cause, f"{len(lost)} of {len(flat)} readiness episodes past {INFRA_RETRIES} retry: {lost[-1].detail}")
-        for i, s in enumerate(seeds_now):
-            groups[s] = [float(x) for x in flat[i * cfg.samples : (i + 1) * cfg.samples]]  # type: ignore[arg-type]
-        if faults or (early_exit and bound_to_fail(groups, len(group_seeds), cfg)):
-            break
-    result = _verdict(groups, faults, len(group_seeds), cfg)
+    try:
+        for s in group_seeds:  # graded in order; stop once the verdict can no longer become a pass
+            flat = await asyncio.gather(*tasks[s])
+            lost = [x for x in flat if isinstance(x, InfrastructureFailure)]
+            if lost:  # never graded: the episodes in flight end (finally below), the stage stops
+                raise InfrastructureFailure(lost[-1].cause, f"{len(lost)} of {len(flat)} readiness episodes of a group past "
+                                            f"{INFRA_RETRIES} retry: {lost[-1].detail}")
+            groups[s] = [float(x) for x in flat]  # type: ignore[arg-type]
+            if any(f["seed"] == s for f in faults) or (early_exit and bound_to_fail(groups, len(group_seeds), cfg)):
+                break
+    finally:
+        stopping[0] = True
+        await asyncio.gather(*(t for group in tasks.values() for t in group), return_exceptions=True)
+    graded = [f for s in groups for f in faults if f["seed"] == s]  # a later group's faults were never graded
+    result = _verdict(groups, graded, len(group_seeds), cfg)
     if retried[0]:
         result.evidence["infra_retried"] = retried[0]
+    if played[0] != result.evidence.get("rollouts"):  # ungraded episodes of later groups, replays: the cost, not the verdict
+        result.evidence["played"] = played[0]
     return result
 
 

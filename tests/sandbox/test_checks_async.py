@@ -83,3 +83,47 @@ def test_sync_and_async_entry_points_give_the_same_checks_without_a_policy() -> 
     via_loop = asyncio.run(avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3))
     assert [(c.name, c.verdict, c.summary) for c in sync.checks] == [(c.name, c.verdict, c.summary) for c in via_loop.checks]
     assert sync.check("grpo_ready").skipped and sync.passed
+
+
+class _Opened:
+    """A stand-in env (the runner below never steps it)."""
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_groups_long_episode_does_not_hold_the_next_groups_back() -> None:
+    """Group 0's first episode ends only once a group-2 episode has started. In waves of concurrency // K
+    groups (2 here) group 2 could only start after group 0 ended: the check hung."""
+    from sandbox.checks.grpo import acheck_grpo_ready
+
+    later_started = asyncio.Event()
+
+    async def runner(policy: Any, env: Any, seed: int, temperature: float) -> float:
+        if seed == 2:
+            later_started.set()
+        if seed == 0 and not later_started.is_set():
+            await later_started.wait()
+        return [0.0, 1.0][seed % 2 if seed < 4 else 0] if seed != 1 else 0.5
+
+    cfg = GRPOReadinessConfig(groups=4, samples=2, max_all_zero=1.0, max_all_perfect=1.0, min_informative=0.0)
+    result = await asyncio.wait_for(acheck_grpo_ready(_Opened, [0, 1, 2, 3], object(), runner, cfg, concurrency=4), 10)
+    assert result.evidence["groups"] == 4 and result.evidence["rollouts"] == 8
+
+
+async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None:
+    """Groups 1 and 3 are all-zero (limit 20% of 8: the second one decides). Whatever else already played,
+    the verdict grades groups 0-3; the episodes played (charged to the budget) depend on timing."""
+    from sandbox.checks.grpo import acheck_grpo_ready
+
+    async def runner(policy: Any, env: Any, seed: int, temperature: float) -> float:
+        await asyncio.sleep(0)  # lets the other episodes in flight interleave
+        return 0.0 if seed in (1, 3) else 0.5 + 0.1 * (temperature > 2)
+
+    cfg = GRPOReadinessConfig(groups=8, samples=4)
+    seen = []
+    for concurrency in (1, 4, 12, 32):
+        result = await acheck_grpo_ready(_Opened, list(range(8)), object(), runner, cfg, concurrency=concurrency)
+        seen.append((result.summary, result.evidence["rewards"], result.evidence["rollouts"]))
+        assert 16 <= result.evidence.get("played", 16) <= 32  # never more than the whole matrix
+    assert len(set(map(str, seen))) == 1 and seen[0][2] == 16 and "stopped early after 4/8 groups" in seen[0][0]
