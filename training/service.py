@@ -91,12 +91,6 @@ def _last_checkpoint(out: Path) -> tuple[str | None, int]:
 def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train (or resume, or return the finished result of) one adapter. Raises on bad input only;
     env failures inside rollouts are zero-reward rollouts, recorded in the step log."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from training.grpo import RolloutRecorder, build_trainer
-    from training.selection import HeldoutSelector, evaluate_heldout
-    from training.template_check import prepare_tokenizer
-
     out = Path(job.out_dir)
     done = out / "result.json"
     if done.is_file():
@@ -104,17 +98,25 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
     out.mkdir(parents=True, exist_ok=True)
     cfg = job.config
     t0 = time.perf_counter()
-    threads = None
-    if cfg.generation == "transformers":
-        from training.cpu import set_cpu_threads
-
-        threads = set_cpu_threads(job.cpu_threads)
     train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
     # a GRPO step and a held-out evaluation each open all their envs at once (run_groups): keep that many sandboxes warm
-    # (~10 MB each idle), or every step would start the rest cold and kill them after (~0.12 s each here)
+    # (~10 MB each idle), or every step would start the rest cold and kill them after (~0.12 s each here). The pool
+    # starts them in the background from here, while torch / transformers / TRL import (~9 s): the step-0 held-out
+    # evaluation, the first to open them all, took 23 s with the pool opened after the imports and 14 s warm.
     rows = max(cfg.rollouts_per_step, len(heldout_tasks) * cfg.heldout_samples)
     make_env, close_envs = open_factory(job.env, pool_size=rows)
     try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from training.grpo import RolloutRecorder, build_trainer
+        from training.selection import HeldoutSelector, evaluate_heldout
+        from training.template_check import prepare_tokenizer
+
+        threads = None
+        if cfg.generation == "transformers":
+            from training.cpu import set_cpu_threads
+
+            threads = set_cpu_threads(job.cpu_threads)
         tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
         probe = make_env()
         try:
