@@ -110,7 +110,8 @@ def test_a_worker_killed_mid_check_is_resumable_and_the_next_check_gets_a_new_wo
         with pytest.raises(IncompleteStage, match="GRPO-readiness worker process ended"):
             check(None, [0, 1], object(), readiness_runner(4), GRPOReadinessConfig(groups=2, samples=2, temperature=1.0), concurrency=4)
         watcher.join(5)
-        again = check(None, [0, 1], object(), readiness_runner(2), GRPOReadinessConfig(groups=2, samples=2, temperature=0.1), concurrency=4)
+        every_group = GRPOReadinessConfig(groups=2, samples=2, temperature=0.1, max_all_zero=1.0, min_informative=0.0)  # no early stop
+        again = check(None, [0, 1], object(), readiness_runner(2), every_group, concurrency=4)
         assert again.evidence["rollouts"] == 4  # played by a new worker
         assert killed and killed[0] not in [p.pid for p in checks._pool._processes.values()]
     finally:
