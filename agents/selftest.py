@@ -136,8 +136,8 @@ def _checked(path: Path, seeds: int) -> Path:
 
 def _opener(deps: StageDeps, path: Path, checks: SandboxChecks | None) -> Callable[[], SandboxedEnv] | None:
     """Envs on the caller-owned pool, each leasing its sandbox lazily on first use (None when `checks`
-    runs them elsewhere: this machine then needs no Docker)."""
-    if checks is not None:
+    runs the self-test elsewhere: this machine then needs no Docker; `checks.self_test_here`: it runs here)."""
+    if checks is not None and not getattr(checks, "self_test_here", False):
         return None
     pool = deps.sandbox_pool
     return lambda: SandboxedEnv.pooled(path, pool)

@@ -94,6 +94,7 @@ class LocalReadinessChecks:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
+    self_test_here = True  # agents.selftest: the self-test opens this machine's sandboxes (the Ray drop-in's runs remotely)
     validate_env = staticmethod(validate_env)
     avalidate_env = staticmethod(avalidate_env)
 

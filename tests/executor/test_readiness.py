@@ -141,3 +141,23 @@ def test_the_checks_own_failures_come_back_as_themselves_and_closures_play_here(
         checks.close()
     assert sandbox_checks(ExecutorConfig(), sandbox_config, functools.partial(StallingPolicy), local_workers=1) is None
     assert sandbox_checks(ExecutorConfig(), sandbox_config, lambda: StallingPolicy(), local_workers=2) is None  # cannot travel
+
+
+def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this_machines_sandbox(config, sandbox_config) -> None:
+    """`gapforge env validate` hands StageDeps.sandbox_checks to avalidate_module: with the local drop-in the self-test
+    still needs this machine's opener (the Ray drop-in is the one that opens nothing here)."""
+    from agents.selftest import avalidate_module
+    from gapforge.wiring import build_deps
+
+    config.sandbox = sandbox_config
+    checks = LocalReadinessChecks(sandbox_config, functools.partial(StallingPolicy), workers=2, threads=1)
+
+    async def run():
+        with build_deps(config) as deps:
+            return await avalidate_module(deps, MODULE, seeds=4, target="shop", report_dir=config.workspace / "v", checks=checks)
+
+    try:
+        report = asyncio.run(run()).report
+    finally:
+        checks.close()
+    assert report.check("loads").passed and report.check("solvable").passed, report.failed_names()
