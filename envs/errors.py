@@ -44,6 +44,9 @@ class InfrastructureFailure(Exception):
         self.cause, self.detail = cause, detail
         super().__init__(f"the {cause} kept failing: {detail}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # pickles whole (a worker process or Ray sends it back)
+        return (type(self), (self.cause, self.detail))
+
 
 def infra_cause(termination: str | None) -> str | None:
     """'endpoint' / 'sandbox' for an infrastructure termination, else None."""

@@ -13,8 +13,8 @@ runs only in the sandbox) and returns the CheckResult. The episodes are the same
 samples from its key (`grpo_ready:<seed>#<sample>`) and the policy's seed, not from the process or the
 batch it decodes in (tests/executor/test_readiness.py).
 
-Faults: the check's own InfrastructureFailure comes back as itself; any other exception comes back with
-its type and message; a worker that dies (killed, out of memory) is WorkerLost (an IncompleteStage, exit
+Faults: an exception the check raises (its InfrastructureFailure among them) comes back with its type, or as a
+RuntimeError with its type, message and traceback when it does not travel (executor.processes._error_blob); a worker that dies (killed, out of memory) is WorkerLost (an IncompleteStage, exit
 3: the stored attempts stay, the same command runs the check again), and the next check starts a new
 worker. Workers die with the driver (PR_SET_PDEATHSIG); the containers of a dead worker are swept by the
 next pool. A check whose episode runner cannot travel (a test's closure) runs in this process, as before.
@@ -33,8 +33,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from envs.errors import InfrastructureFailure
-from executor.processes import WorkerLost, _die_with_parent, picklable
+from executor.processes import WorkerLost, _die_with_parent, _error_blob, picklable
+from executor.validation import checks_in_pool
 from sandbox.checks import avalidate_env, validate_env
 from sandbox.checks.grpo import acheck_grpo_ready, check_grpo_ready
 from sandbox.checks.report import CheckResult
@@ -54,33 +54,15 @@ def _init_worker(threads: int | None) -> None:
     hf_logging.disable_progress_bar()  # the driver already showed its own "Loading weights"
 
 
-def readiness_in_worker(module: str, sandbox: SandboxConfig, factory: bytes, seeds: list[int], run_episode: bytes,
-                        cfg: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """The worker's body: ("ok", CheckResult), ("infra", cause, detail) or ("error", type name, message)."""
-    from sandbox.env import SandboxedEnv
-    from sandbox.pool import SandboxPool
-
+def readiness_in_worker(module: str, sandbox: SandboxConfig, policy_factory: Callable[[], Any], seeds: list[int],
+                        run_episode: Any, cfg: Any, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    """The worker's body: (True, CheckResult), or (False, the exception pickled: executor.processes._error_blob)."""
     try:
-        pool = SandboxPool(sandbox, size=min(sandbox.pool_size, int(kwargs.get("concurrency") or 4)))
-        try:
-            policy = pickle.loads(factory)()
-            runner = pickle.loads(run_episode)
-
-            async def run() -> CheckResult:
-                try:
-                    return await acheck_grpo_ready(lambda: SandboxedEnv.pooled(module, pool), seeds, policy, runner, cfg, **kwargs)
-                finally:
-                    close = getattr(policy, "aclose", None)
-                    if close is not None:
-                        await close()
-
-            return "ok", asyncio.run(run())
-        finally:
-            pool.close()
-    except InfrastructureFailure as e:  # its constructor takes (cause, detail): sent as data, rebuilt on the driver
-        return "infra", e.cause, e.detail
-    except Exception as e:  # noqa: BLE001 - the check's failure goes back to the driver as text (it may not unpickle there)
-        return "error", type(e).__name__, str(e)[:2000]
+        pool_size = min(sandbox.pool_size, int(kwargs.get("concurrency") or 4))
+        return True, checks_in_pool("readiness", Path(module), sandbox, policy_factory, (seeds, run_episode, cfg), kwargs,
+                                    pool_size=pool_size)
+    except Exception as e:  # noqa: BLE001 - the check's failure goes back to the driver with its type when it travels
+        return False, _error_blob(e)
 
 
 class LocalReadinessChecks:
@@ -88,7 +70,7 @@ class LocalReadinessChecks:
 
     def __init__(self, sandbox: SandboxConfig, policy_factory: Callable[[], Any], *, workers: int, threads: int | None) -> None:
         self.sandbox = sandbox
-        self.factory = pickle.dumps(policy_factory)  # TypeError here if it cannot travel: executor.sandbox_checks checks first
+        self.factory = policy_factory  # picklable: executor.sandbox_checks checks it
         self.workers = max(1, workers)
         self.threads = threads
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
@@ -106,16 +88,15 @@ class LocalReadinessChecks:
             return self._pool
 
     def _submit(self, module: str | Path, seeds: list[int], run_episode: Any, cfg: Any, kw: dict[str, Any]) -> concurrent.futures.Future:
-        args = (str(Path(module).resolve()), self.sandbox, self.factory, list(seeds), pickle.dumps(run_episode), cfg, kw)
+        args = (str(Path(module).resolve()), self.sandbox, self.factory, list(seeds), run_episode, cfg, kw)
         return self._executor().submit(readiness_in_worker, *args)
 
-    def _result(self, reply: tuple[str, Any]) -> CheckResult:
-        kind, *rest = reply
-        if kind == "ok":
-            return rest[0]
-        if kind == "infra":
-            raise InfrastructureFailure(*rest)
-        raise RuntimeError(f"{rest[0]}: {rest[1]} (in the GRPO-readiness worker process)")
+    @staticmethod
+    def _result(reply: tuple[bool, Any]) -> CheckResult:
+        ok, payload = reply
+        if ok:
+            return payload
+        raise pickle.loads(payload)
 
     def _lost(self, e: BaseException) -> WorkerLost:
         with self._lock:

@@ -29,21 +29,28 @@ from sandbox.config import SandboxConfig
 
 def checks_on_worker(kind: str, module_name: str, code: bytes, sandbox: SandboxConfig, worker_dir: str,
                      policy_factory: Callable[[], PolicyModel] | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The Ray task's body: the module in this node's sandbox pool, `kind` = self_test | readiness."""
+    """The Ray task's body: the module's bytes written on this node, then `checks_in_pool` there."""
+    path = Path(worker_dir) / "modules" / hashlib.sha256(code).hexdigest()[:16] / module_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file():
+        path.write_bytes(code)
+    return checks_in_pool(kind, path, sandbox, policy_factory, args, kwargs, pool_size=min(sandbox.pool_size, 2))
+
+
+def checks_in_pool(kind: str, path: Path, sandbox: SandboxConfig, policy_factory: Callable[[], PolicyModel] | None,
+                   args: tuple[Any, ...], kwargs: dict[str, Any], *, pool_size: int) -> Any:
+    """The checks of the module at `path` (`kind` = self_test | readiness) in a sandbox pool of this process, with a
+    policy built here by `policy_factory` (a Ray task's body, and a local readiness worker's: executor/readiness.py)."""
     from sandbox.checks import avalidate_env
     from sandbox.checks.grpo import acheck_grpo_ready
     from sandbox.env import SandboxedEnv
     from sandbox.pool import SandboxPool
 
-    path = Path(worker_dir) / "modules" / hashlib.sha256(code).hexdigest()[:16] / module_name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file():
-        path.write_bytes(code)
-    pool = SandboxPool(sandbox, size=min(sandbox.pool_size, 2))
+    pool = SandboxPool(sandbox, size=pool_size)
 
     async def run() -> Any:
         policy = policy_factory() if policy_factory is not None else None
-        open_env = lambda: SandboxedEnv.pooled(path, pool)  # noqa: E731
+        open_env = lambda: SandboxedEnv.pooled(path, pool)
         try:
             if kind == "self_test":
                 return await avalidate_env(open_env, policy=policy, **{**kwargs, "module": path})
