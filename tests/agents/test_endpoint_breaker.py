@@ -44,7 +44,8 @@ async def _structured(client: StructuredHTTP, n: int) -> list[object]:
 def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_after_the_cooldown() -> None:
     with FakeOpenAIServer(structured_reply({"name": "precondition_verification"})) as srv:
         srv.set_down(True)
-        model = _model(srv.base_url)
+        # a cooldown no slow machine outlasts while the calls run (0.4 s elapsed under load and let a probe out)
+        model = _model(srv.base_url, cooldown_s=30)
 
         async def go() -> tuple[list[object], list[object]]:
             async with StructuredHTTP(model) as client:
@@ -63,7 +64,10 @@ def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_af
         assert model.breaker().is_open and model.breaker().opened == 1
 
         srv.set_down(False)
-        time.sleep(0.5)  # cooldown over: the first call is the probe, the others wait for its verdict
+        # the endpoint's one breaker takes the latest asker's cooldown: 0 ends it now, so the first call is the probe
+        # and the others wait for its verdict
+        model = _model(srv.base_url, cooldown_s=0.0)
+        assert model.breaker().is_open
 
         async def back() -> list[object]:
             async with StructuredHTTP(model) as client:
