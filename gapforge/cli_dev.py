@@ -68,8 +68,8 @@ def teach_cmd(
     out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash)"),
     recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. artifacts/shop-policy/teach.json): rebuild exactly its recipe"),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
-    first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of the recipe's first pass (polish_epochs 0): "
-                                           "only the polish pass runs, from its weights"),
+    first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of this recipe apart from its polish (a first pass, or a "
+                                           "polished build to continue): only the polish pass runs, from its weights"),
     ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to artifacts/shop-policy/ (the demo's base policy)"),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
     samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),

@@ -62,6 +62,9 @@ class TeachConfig(BaseModel):
                                               "(None = the recipe's): re-plants the deficit the decision drills would wear down")
     polish_look_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, every write looks its "
                                     "order up first (training.teach_data.look_first: the shop's address-change gold does not)")
+    polish_ask_email_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, a customer found "
+                                         "by name and zip is first asked for the email, as every other (the opening gives no cue "
+                                         "which lookup applies), and answers with name and zip (training.teach_data.gold_script)")
     decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
                                  "trained on that one decision turn (training.teach_data.decision_drills); they join the last "
                                  "pass (the polish when there is one); 0 = none")
@@ -132,9 +135,10 @@ def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any
 
 def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callable[[str], None] | None = None,
           first_pass: str | Path | None = None) -> Path:
-    """Build (or reuse) the taught model; returns its directory. `first_pass`: a finished build of this
-    recipe without its polish (its teach.json's recipe equals this one's with polish_epochs 0): the polish
-    starts from its weights and tokenizer instead of repeating the first pass."""
+    """Build (or reuse) the taught model; returns its directory. `first_pass`: a finished build whose recipe
+    equals this one's apart from the polish settings (its first pass, or an earlier polished build: passes
+    chain): the polish starts from its weights and tokenizer instead of repeating the first pass. Its
+    teach.json's own `first_pass` is kept under ours, so the card names every build in the chain."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -161,7 +165,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     if first_pass is not None:
         first_meta = load_meta(first_pass)
         polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
-                       "polish_look_first", "decision_drills")  # the drills join the polish
+                       "polish_look_first", "polish_ask_email_first", "decision_drills")  # the drills join the polish
         have = {k: v for k, v in first_meta["recipe"].items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
             raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
@@ -194,9 +198,10 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
         more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
                                   seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
-                                  look=cfg.polish_look_first)
+                                  look=cfg.polish_look_first, email_first=cfg.polish_ask_email_first)
         rows = _rows(tok, more, tools, cfg.drills, cfg.seed + 1)
-        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed + 1, say, look=cfg.polish_look_first)
+        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed + 1, say, look=cfg.polish_look_first,
+                                   email_first=cfg.polish_ask_email_first)
         rows += decisions
         say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
@@ -212,7 +217,9 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     tok.save_pretrained(out)
     meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(),
             **({"first_pass": {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": first_meta.get("weights_sha256"),
-                               "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s"))}} if first_meta else {}),
+                               "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s")),
+                               **({"polish": first_meta["recipe"]["polish_epochs"], "first_pass": first_meta["first_pass"]}
+                                  if first_meta.get("first_pass") else {})}} if first_meta else {}),
             "train_instances": [e.instance for e in envs], "eval_tasks": eval_ids,
             "trajectories": len(trajs), "deficit_trajectories": sum(t.deficit for t in trajs),
             "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1],
@@ -231,12 +238,12 @@ def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, 
 
 
 def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
-                   say: Callable[[str], None], look: bool = False) -> list[dict[str, list[int]]]:
+                   say: Callable[[str], None], look: bool = False, email_first: bool = False) -> list[dict[str, list[int]]]:
     from training.teach_data import decision_drills
 
     if not per_task:
         return []
-    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed, look=look)]
+    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed, look=look, email_first=email_first)]
     say(f"decision drills: {len(rows)} (the turn after a check's result, loss on that turn only)")
     return rows
 

@@ -103,11 +103,12 @@ def look_first(actions: list[Any]) -> list[Any]:
 
 
 def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = (),
-                promise_repeats: int = 0, look: bool = False) -> list[Message]:
+                promise_repeats: int = 0, look: bool = False, email_first: bool = False) -> list[Message]:
     """The assistant turns of one trajectory (played in order against the env). `told`: facts the
     customer's opening already gives (see `build_trajectories`), so they are not asked for.
     `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses.
-    `look`: every write looks its order up first (`look_first`)."""
+    `look`: every write looks its order up first (`look_first`). `email_first`: a customer found by name
+    and zip is first asked for the email too (see below)."""
     turns: list[Message] = []
     actions = look_first(list(task.gold_actions)) if look else list(task.gold_actions)
     first = actions[0]
@@ -117,7 +118,11 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     elif first.name == "find_customer_by_name_zip":
-        turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK_ZIP)}"))
+        # `email_first`: the opening never says which lookup the customer can serve, so ask for the email as everywhere
+        # else; this customer does not remember it and gives name and zip (the reply a policy meets at evaluation).
+        # Without it the script asks for name and zip straight away, a choice the conversation gives no cue for.
+        turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. "
+                                               f"{rng.choice(IDENTITY_ASK if email_first else IDENTITY_ASK_ZIP)}"))
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     wanted = [ASK[k] for k in ASK if k in task.user.facts and k not in told]
@@ -152,7 +157,8 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
 
 
 def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
-                       seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0, look: bool = False) -> list[Trajectory]:
+                       seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0, look: bool = False,
+                       email_first: bool = False) -> list[Trajectory]:
     """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
     start with an email lookup and name an order) the customer's opening also gives the email and
     the order id, as many real customers (and synthetic envs) do, and the script does not ask for
@@ -171,7 +177,7 @@ def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_ski
                     and rng.random() < facts_in_opening):
                 told = ("email", "order_id")
             turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told,
-                                promise_repeats=promise_repeats, look=look)
+                                promise_repeats=promise_repeats, look=look, email_first=email_first)
             messages, reward = play(env, tid, turns)
             if told:
                 opening = next(i for i, m in enumerate(messages) if m.role == "user")
@@ -233,7 +239,8 @@ def _fresh_prefix(messages: list[Message], cut: int, rng: random.Random) -> list
 CHECKS = ("get_order_details", "get_product_details")
 
 
-def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look: bool = False) -> list[list[Message]]:
+def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look: bool = False,
+                    email_first: bool = False) -> list[list[Message]]:
     """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with
     the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
     `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
@@ -247,7 +254,7 @@ def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look
     for env, tid in pairs:
         task = env.task(tid)
         for _ in range(per_task):
-            messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False, look=look))
+            messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False, look=look, email_first=email_first))
             if reward != 1.0:
                 continue
             called = {c.id: c.name for m in messages for c in m.tool_calls or []}

@@ -216,6 +216,11 @@ def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes
     other = polished.model_copy(update={"hidden_size": 48, "polish_epochs": 0.1})
     with pytest.raises(ValueError, match="not this recipe's first pass"):
         teach(tmp_path / "x", other, first_pass=base)
+    # a polish may continue a polished build: the card keeps the whole chain
+    again = polished.model_copy(update={"polish_epochs": 0.05, "polish_ask_email_first": True})
+    chained = load_meta(teach(tmp_path, again, first_pass=path))
+    assert chained["first_pass"]["recipe_hash"] == polished.recipe_hash() and chained["first_pass"]["polish"] == 0.1
+    assert chained["first_pass"]["first_pass"]["recipe_hash"] == first.recipe_hash()
 
 
 def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path):
@@ -241,3 +246,23 @@ def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path
     losses, _, _ = _sft(None, None, [{"input_ids": [1, 2], "assistant_masks": [1, 1]}], 0.1, 1e-3, TeachConfig(), tmp_path, lambda _m: None)
     assert seen["trained"] and losses == [0.5]
     assert seen["args"].bf16 is False and seen["args"].fp16 is False
+
+
+def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
+    """`email_first`: the opening never says which lookup a customer can serve, so the gold asks for the email; a
+    by-name customer answers that they do not remember it, with name and zip (the reply the shop's user gives)."""
+    from training.teach_data import build_trajectories, teach_instances
+
+    env = teach_instances(1)[0]
+    pairs = [(env, t) for t in env.task_ids() if env.task(t).gold_actions[0].name == "find_customer_by_name_zip"]
+    trajs = build_trajectories(pairs, copies=1, refusal_skip=0.0, other_skip=0.0, seed=3, email_first=True)
+    assert pairs and len(trajs) == len(pairs) and all(t.reward == 1.0 for t in trajs)
+    # without the knob (the shipped recipe's data) the script asks for name and zip straight away
+    plain = build_trajectories(pairs, copies=1, refusal_skip=0.0, other_skip=0.0, seed=3)
+    assert all("zip code" in next(m for m in t.messages if m.role == "assistant").content for t in plain)
+    for t in trajs:
+        ask = next(m for m in t.messages if m.role == "assistant")
+        reply = t.messages[t.messages.index(ask) + 1]
+        call = t.messages[t.messages.index(ask) + 2]
+        assert "email" in ask.content and "don't remember my email" in reply.content
+        assert call.tool_calls[0].name == "find_customer_by_name_zip"
