@@ -91,6 +91,17 @@ def teach_cmd(
         raise UsageError(f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. artifacts/shop-policy)")
     if first_pass is not None and not cfg.polish_epochs:
         raise UsageError("--first-pass needs a recipe with polish_epochs > 0 (there is nothing to continue)")
+    parent = (json.loads(recipe.read_text()).get("first_pass") or {}) if recipe is not None else {}
+    if parent.get("polish"):  # its polish continued a polished build: both passes from scratch would make another model
+        if first_pass is None:
+            raise UsageError(f"--recipe {recipe}: its polish continued a polished build (recipe {parent['recipe_hash']}, weights sha256 "
+                             f"{parent['weights_sha256'][:12]}): give that build with --first-pass DIR (artifacts/README.md says how)")
+        import hashlib
+
+        have = hashlib.sha256((first_pass / "model.safetensors").read_bytes()).hexdigest()
+        if have != parent["weights_sha256"]:
+            raise UsageError(f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
+                             f"({parent['weights_sha256'][:12]}; artifacts/README.md says how to get it)")
     try:
         path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
     except ValueError as e:

@@ -37,12 +37,13 @@ def load_card(path: str | Path = SHIPPED) -> dict[str, Any]:
     p = Path(path)
     card_path = p / "teach.json"
     if not card_path.is_file() or not (p / "model.safetensors").is_file():
-        raise ArtifactError(f"no shipped base policy in {p}: rebuild it with `gapforge dev teach --ship` (~40 min on 2 cores)")
+        raise ArtifactError(f"no shipped base policy in {p}: restore it from git (`git checkout -- {p}`) or rebuild it as "
+                            "artifacts/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)")
     card = json.loads(card_path.read_text())
     actual = weights_sha256(p)
     if card.get("weights_sha256") != actual:
         raise ArtifactError(f"{p}/model.safetensors does not match teach.json (sha256 {actual[:12]} != "
-                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild with `gapforge dev teach --ship`")
+                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as artifacts/README.md says")
     return card
 
 

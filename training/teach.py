@@ -137,8 +137,10 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
           first_pass: str | Path | None = None) -> Path:
     """Build (or reuse) the taught model; returns its directory. `first_pass`: a finished build whose recipe
     equals this one's apart from the polish settings (its first pass, or an earlier polished build: passes
-    chain): the polish starts from its weights and tokenizer instead of repeating the first pass. Its
-    teach.json's own `first_pass` is kept under ours, so the card names every build in the chain."""
+    chain): the polish starts from its weights and tokenizer instead of repeating the first pass. The card's
+    `first_pass` names that build by its weights' sha256 (and its polish, if it had one) and keeps its own
+    `first_pass` under it, so the card names every build in the chain; the output directory is named by the
+    recipe hash and that build's weights."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -147,7 +149,10 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     from training.teach_data import build_trajectories, teach_instances
 
     cfg = cfg or TeachConfig()
-    out = Path(out_root) / f"taught-{cfg.recipe_hash()}"
+    # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
+    # continued, and two parents must never share one cached build
+    parent = hashlib.sha256((Path(first_pass) / "model.safetensors").read_bytes()).hexdigest() if first_pass is not None else None
+    out = Path(out_root) / (f"taught-{cfg.recipe_hash()}" + (f"-on-{parent[:12]}" if parent else ""))
     if (out / "teach.json").is_file():
         return out
     say = progress or (lambda _m: None)
@@ -216,10 +221,11 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     model.save_pretrained(out)
     tok.save_pretrained(out)
     meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(),
-            **({"first_pass": {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": first_meta.get("weights_sha256"),
+            **({"first_pass": {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": parent,
                                "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s")),
-                               **({"polish": first_meta["recipe"]["polish_epochs"], "first_pass": first_meta["first_pass"]}
-                                  if first_meta.get("first_pass") else {})}} if first_meta else {}),
+                               **({"polish": first_meta["recipe"]["polish_epochs"]} if first_meta["recipe"].get("polish_epochs") else {}),
+                               **({"first_pass": first_meta["first_pass"]} if first_meta.get("first_pass") else {})}}
+               if first_meta else {}),
             "train_instances": [e.instance for e in envs], "eval_tasks": eval_ids,
             "trajectories": len(trajs), "deficit_trajectories": sum(t.deficit for t in trajs),
             "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1],

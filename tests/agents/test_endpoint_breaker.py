@@ -32,9 +32,9 @@ class Label(BaseModel):
     name: str
 
 
-def _model(url: str, cooldown_s: float = 0.4):
+def _model(url: str, cooldown_s: float = 0.4, backoff_s: float = 0.01):
     cfg = EndpointConfig(base_url=url, model="fake", max_retries=RETRIES, breaker_failures=THRESHOLD, breaker_cooldown_s=cooldown_s)
-    return make_chat_model(cfg, retry_backoff_s=0.01)
+    return make_chat_model(cfg, retry_backoff_s=backoff_s)
 
 
 async def _structured(client: StructuredHTTP, n: int) -> list[object]:
@@ -66,7 +66,8 @@ def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_af
         srv.set_down(False)
         # the endpoint's one breaker takes the latest asker's cooldown: 0 ends it now, so the first call is the probe
         # and the others wait for its verdict
-        model = _model(srv.base_url, cooldown_s=0.0)
+        # (callers waiting on the probe retry with backoff: ~3 s in all, so a probe slowed by load still answers in time)
+        model = _model(srv.base_url, cooldown_s=0.0, backoff_s=0.2)
         assert model.breaker().is_open
 
         async def back() -> list[object]:

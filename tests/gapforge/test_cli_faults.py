@@ -124,4 +124,10 @@ def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_pa
     unpolished.write_text(json.dumps(data))
     _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(unpolished), "--out", str(out), "--first-pass", str(card.parent)]),
                     "needs a recipe with polish_epochs > 0")
+    # the shipped card's polish continued a polished build: both passes from scratch would make another model,
+    # and a --first-pass with other weights than the card names is not the build it continued
+    assert json.loads(card.read_text())["first_pass"].get("polish")
+    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out)]), "give that build with --first-pass DIR")
+    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out), "--first-pass", str(card.parent)]),
+                    "are not the build this recipe continued")
     assert not out.exists()

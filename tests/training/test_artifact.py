@@ -38,7 +38,7 @@ def test_a_tampered_artifact_is_refused_with_the_fix(tmp_path) -> None:
     card = json.loads((tmp_path / "teach.json").read_text())
     card["weights_sha256"] = "0" * 64
     (tmp_path / "teach.json").write_text(json.dumps(card))
-    with pytest.raises(ArtifactError, match="gapforge dev teach --ship"):
+    with pytest.raises(ArtifactError, match="restore it from git"):
         load_card(tmp_path)
     with pytest.raises(ArtifactError, match="no shipped base policy"):
         load_card(tmp_path / "missing")

@@ -218,9 +218,13 @@ def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes
         teach(tmp_path / "x", other, first_pass=base)
     # a polish may continue a polished build: the card keeps the whole chain
     again = polished.model_copy(update={"polish_epochs": 0.05, "polish_ask_email_first": True})
-    chained = load_meta(teach(tmp_path, again, first_pass=path))
+    chained_dir = teach(tmp_path, again, first_pass=path)
+    chained = load_meta(chained_dir)
     assert chained["first_pass"]["recipe_hash"] == polished.recipe_hash() and chained["first_pass"]["polish"] == 0.1
     assert chained["first_pass"]["first_pass"]["recipe_hash"] == first.recipe_hash()
+    # the build is named by the weights it continued: the same recipe on another parent is another build, not a cache hit
+    assert chained_dir.name.endswith(chained["first_pass"]["weights_sha256"][:12])
+    assert teach(tmp_path, again, first_pass=base) != chained_dir
 
 
 def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path):
