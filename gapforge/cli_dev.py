@@ -77,12 +77,15 @@ def teach_cmd(
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
     import json
 
+    from training.artifact import weights_sha256
     from training.teach import TeachConfig, teach
 
+    card: dict = {}
     if recipe is not None:
         if not recipe.is_file():
             raise UsageError(f"--recipe {recipe}: no such file (give a teach.json, e.g. artifacts/shop-policy/teach.json)")
-        cfg = TeachConfig(**{k: v for k, v in json.loads(recipe.read_text())["recipe"].items() if k != "threads"})
+        card = json.loads(recipe.read_text())
+        cfg = TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
     else:
         cfg = TeachConfig()
     if epochs is not None:
@@ -91,14 +94,12 @@ def teach_cmd(
         raise UsageError(f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. artifacts/shop-policy)")
     if first_pass is not None and not cfg.polish_epochs:
         raise UsageError("--first-pass needs a recipe with polish_epochs > 0 (there is nothing to continue)")
-    parent = (json.loads(recipe.read_text()).get("first_pass") or {}) if recipe is not None else {}
+    parent = card.get("first_pass") or {}
     if parent.get("polish"):  # its polish continued a polished build: both passes from scratch would make another model
         if first_pass is None:
             raise UsageError(f"--recipe {recipe}: its polish continued a polished build (recipe {parent['recipe_hash']}, weights sha256 "
                              f"{parent['weights_sha256'][:12]}): give that build with --first-pass DIR (artifacts/README.md says how)")
-        import hashlib
-
-        have = hashlib.sha256((first_pass / "model.safetensors").read_bytes()).hexdigest()
+        have = weights_sha256(first_pass)
         if have != parent["weights_sha256"]:
             raise UsageError(f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
                              f"({parent['weights_sha256'][:12]}; artifacts/README.md says how to get it)")

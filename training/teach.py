@@ -145,13 +145,14 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     from envs.shop import ShopEnv
+    from training.artifact import weights_sha256
     from training.cpu import set_cpu_threads
     from training.teach_data import build_trajectories, teach_instances
 
     cfg = cfg or TeachConfig()
     # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
     # continued, and two parents must never share one cached build
-    parent = hashlib.sha256((Path(first_pass) / "model.safetensors").read_bytes()).hexdigest() if first_pass is not None else None
+    parent = weights_sha256(first_pass) if first_pass is not None else None
     out = Path(out_root) / (f"taught-{cfg.recipe_hash()}" + (f"-on-{parent[:12]}" if parent else ""))
     if (out / "teach.json").is_file():
         return out
