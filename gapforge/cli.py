@@ -71,10 +71,29 @@ _register_groups()
 app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze)  # a command, not a group: `analyze RUN`
 
 
+# transformers 5 renamed gradient checkpointing; TRL 1.16 and PEFT 0.21 still read the old property, which warns at
+# every adapter load and GRPO generation. Nothing a user can act on: silenced here and, through PYTHONWARNINGS, in the
+# training, readiness and worker processes the CLI starts.
+LIBRARY_DEPRECATIONS = ("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning",)
+
+
+def quiet_library_deprecations() -> None:
+    import os
+    import re
+    import warnings
+
+    for spec in LIBRARY_DEPRECATIONS:
+        action, message, _category = spec.split(":")
+        warnings.filterwarnings(action, message=re.escape(message), category=FutureWarning)
+    have = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
+    os.environ["PYTHONWARNINGS"] = ",".join(have + [w for w in LIBRARY_DEPRECATIONS if w not in have])
+
+
 def main() -> None:
     from store.redact import install_log_redaction
 
     install_log_redaction()  # URL passwords never reach a log line
+    quiet_library_deprecations()
     app()
 
 

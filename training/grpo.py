@@ -59,7 +59,7 @@ def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
         save_steps=cfg.save_every, save_total_limit=2, report_to=list(cfg.report_to) or "none",
         use_cpu=cfg.generation == "transformers" and not cuda_available(), bf16=False, remove_unused_columns=False,
         disable_tqdm=True, dataloader_num_workers=0,
-        gradient_checkpointing=cfg.generation != "transformers", **extra)
+        activation_checkpointing=cfg.generation != "transformers", **extra)  # transformers 5's name (the old one warns)
 
 
 def task_dataset(tasks: list[Any]):  # -> datasets.Dataset

@@ -126,6 +126,19 @@ def test_grpo_config_from_training_config(tmp_path):
     assert grpo_config(TrainingConfig(generation="vllm_colocate"), str(tmp_path)).vllm_mode == "colocate"
 
 
+def test_grpo_config_sets_checkpointing_by_its_current_name(tmp_path):
+    """transformers 5 warns at every config built with the old `gradient_checkpointing` name; both names still agree."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cpu = grpo_config(TrainingConfig(), str(tmp_path))
+        gpu = grpo_config(TrainingConfig(generation="vllm_server", vllm_server_base_url="http://gpu:8000"), str(tmp_path))
+    assert not [w for w in seen if "checkpointing" in str(w.message)]
+    assert (cpu.activation_checkpointing, cpu.gradient_checkpointing) == (False, False)
+    assert (gpu.activation_checkpointing, gpu.gradient_checkpointing) == (True, True)
+
+
 def test_the_rows_forward_gives_trls_padded_batch_logprobs_entropies_and_gradients(tiny_model, tiny_tokenizer, tmp_path):
     """On CPU the loss's forward takes each rollout alone, cut to its own tokens (TrainingConfig.loss_forward):
     the same logprobs, entropies and adapter gradients as TRL's one padded batch, to float rounding."""
