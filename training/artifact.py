@@ -67,6 +67,7 @@ def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
     tmp.mkdir(parents=True)
     for f in present:
         shutil.copy2(src / f, tmp / f)
+    _drop_load_flags(tmp / "tokenizer_config.json")
     import torch
 
     card = {**meta, "weights_sha256": weights_sha256(tmp), "bytes": size, "measured": measured,
@@ -78,6 +79,19 @@ def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     return out
+
+
+# How a tokenizer was loaded, which `save_pretrained` writes into its config when it was loaded from disk (a polish
+# continuing a build): not part of the tokenizer, and a shipped card must not change with how its build was made.
+LOAD_FLAGS = ("is_local", "local_files_only")
+
+
+def _drop_load_flags(path: Path) -> None:
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    if any(k in config for k in LOAD_FLAGS):
+        path.write_text(json.dumps({k: v for k, v in config.items() if k not in LOAD_FLAGS}, indent=2) + "\n")
 
 
 # The replay subset a test plays against the shipped card: two tasks of each family, 2 samples each.

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from training.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, weights_sha256
+from training.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, ship, weights_sha256
 
 # The replay runs the demo's own sampling (per-episode seeds), so on the machine that measured the card it is
 # exact; another CPU may round a logit differently and flip a sampled token: allow 2 of the 16 episodes.
@@ -42,6 +42,20 @@ def test_a_tampered_artifact_is_refused_with_the_fix(tmp_path) -> None:
         load_card(tmp_path)
     with pytest.raises(ArtifactError, match="no shipped base policy"):
         load_card(tmp_path / "missing")
+
+
+def test_ship_keeps_the_tokenizer_config_free_of_how_it_was_loaded(tmp_path) -> None:
+    """A polish saves a tokenizer loaded from disk, and save_pretrained adds `is_local` / `local_files_only`: the
+    shipped file is the tokenizer's config only, byte for byte what a from-scratch build writes."""
+    build = tmp_path / "build"
+    build.mkdir()
+    for f in SHIPPED.iterdir():
+        (build / f.name).write_bytes(f.read_bytes())
+    clean = (SHIPPED / "tokenizer_config.json").read_text()
+    (build / "tokenizer_config.json").write_text(json.dumps({**json.loads(clean), "is_local": True, "local_files_only": False}))
+    out = ship(build, tmp_path / "shipped", {"rates": {}})
+    assert (out / "tokenizer_config.json").read_text() == clean
+    assert load_card(out)["weights_sha256"] == weights_sha256(SHIPPED)
 
 
 def _sampling(card: dict) -> dict:
