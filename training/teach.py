@@ -43,6 +43,9 @@ class TeachConfig(BaseModel):
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
     facts_in_opening: float = Field(0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id")
     split_digits: bool = Field(True, description="one token per digit (copying ids is then the same in every context)")
+    digit_group: int = Field(1, ge=1, le=3, description="with split_digits: a run of digits is cut into tokens of this many "
+                             "digits from its left (2: every two-digit string is one token), so a 10-digit id is copied in "
+                             "5 tokens, not 10, and still the same tokens in every context")
     vocab_size: int = 3000
     hidden_size: int = 128
     num_layers: int = 4
@@ -81,6 +84,7 @@ class TeachConfig(BaseModel):
 def _tokenizer(texts: list[str], cfg: TeachConfig):
     from tokenizers import (
         AddedToken,
+        Regex,
         Tokenizer,
         decoders,
         models,
@@ -93,12 +97,19 @@ def _tokenizer(texts: list[str], cfg: TeachConfig):
 
     backend = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    # one token per digit: ids and amounts are copied digit by digit, the same way in every context
-    backend.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                             if cfg.split_digits else byte_level)
+    # digits in fixed groups from the left of each run (one per digit by default): ids and amounts are copied the same
+    # way in every context; every group of `digit_group` digits is made one token (the strings below teach those merges)
+    n = cfg.digit_group if cfg.split_digits else 0
+    digits = (pre_tokenizers.Digits(individual_digits=True) if n == 1
+              else pre_tokenizers.Split(Regex(rf"\d{{1,{n}}}"), behavior="isolated"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level]) if n else byte_level
     backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(texts, trainer=trainers.BpeTrainer(
+    groups = [f"{i:0{k}d}" for k in range(2, n + 1) for i in range(10 ** k)] if n > 1 else []
+    backend.train_from_iterator(texts + [" ".join(groups)] * 2 if groups else texts, trainer=trainers.BpeTrainer(
         vocab_size=cfg.vocab_size, min_frequency=2, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    split = [g for g in groups if len(backend.encode(g).ids) != 1]
+    if split:
+        raise ValueError(f"digit_group {n}: {len(split)} digit groups are not one token (e.g. {split[0]}); raise vocab_size")
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
@@ -172,7 +183,8 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         first_meta = load_meta(first_pass)
         polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
                        "polish_look_first", "polish_ask_email_first", "decision_drills")  # the drills join the polish
-        have = {k: v for k, v in first_meta["recipe"].items() if k not in polish_keys}
+        # through TeachConfig: a card from before a knob existed has that knob's default
+        have = {k: v for k, v in TeachConfig(**first_meta["recipe"]).model_dump().items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
             raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
         from transformers import AutoTokenizer

@@ -270,3 +270,52 @@ def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
         call = t.messages[t.messages.index(ask) + 2]
         assert "email" in ask.content and "don't remember my email" in reply.content
         assert call.tool_calls[0].name == "find_customer_by_name_zip"
+
+
+def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkeypatch, tmp_path):
+    """The knobs reach the data they name: the polish's fresh draw and its decision drills, never the first pass's
+    draw (checked on the shipped card's recipe continuing the shipped build, stopped before any training)."""
+    import training.teach as teach_module
+    import training.teach_data as data
+    from training.artifact import SHIPPED, load_card
+    from training.teach import TeachConfig, teach
+
+    class Stop(Exception):
+        pass
+
+    seen: list[tuple[str, dict]] = []
+
+    def decisions(tok, pairs, tools, per_task, seed, say, **kw):
+        seen.append(("drills", {"seed": seed, **kw}))
+        raise Stop
+
+    monkeypatch.setattr(data, "teach_instances", lambda n: [ShopEnv(instance=1)])
+    monkeypatch.setattr(data, "build_trajectories", lambda pairs, **kw: seen.append(("draw", kw)) or [])
+    monkeypatch.setattr(teach_module, "_decision_rows", decisions)
+    recipe = {k: v for k, v in load_card(SHIPPED)["recipe"].items() if k != "threads"}
+    for email_first, look in ((True, False), (False, True)):
+        seen.clear()
+        cfg = TeachConfig(**{**recipe, "polish_ask_email_first": email_first, "polish_look_first": look})
+        with pytest.raises(Stop):
+            teach(tmp_path, cfg, first_pass=SHIPPED)
+        (_, first), (_, polish), (_, drills) = seen
+        assert first["seed"] == cfg.seed and not first.get("email_first") and not first.get("look")
+        assert (polish["seed"], polish["email_first"], polish["look"]) == (cfg.seed + 1, email_first, look)
+        assert polish["promise_repeats"] == cfg.polish_promise_repeats
+        assert (drills["seed"], drills["email_first"], drills["look"]) == (cfg.seed + 1, email_first, look)
+    assert not list(tmp_path.iterdir())  # stopped before anything was written
+
+
+def test_digit_groups_make_every_id_the_same_fewer_tokens_in_every_context():
+    from training.teach import TeachConfig, _tokenizer
+
+    texts = ['My order is #W2324636 and the item 6331419857 costs 81.00.', '{"item_ids": ["6331419857"]}'] * 3
+    pairs = _tokenizer(texts, TeachConfig(digit_group=2))
+    ids = pairs.tokenize('"6331419857"')
+    assert ids == ['"', "63", "31", "41", "98", "57", '"']
+    assert pairs.tokenize(" 6331419857.")[1:6] == ids[1:6]  # the same tokens after a space and before a period
+    assert all(len(pairs.tokenize(f"{i:02d}")) == 1 for i in range(100))  # every pair is one token, seen or not
+    assert pairs.decode(pairs.encode("#W2324636 costs 81.00")) == "#W2324636 costs 81.00"
+    assert len(_tokenizer(texts, TeachConfig()).tokenize('"6331419857"')) == 12  # the default: one token per digit
+    with pytest.raises(ValueError, match="raise vocab_size"):
+        _tokenizer(texts, TeachConfig(digit_group=3, vocab_size=500))
