@@ -250,6 +250,7 @@ def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path
     losses, _, _ = _sft(None, None, [{"input_ids": [1, 2], "assistant_masks": [1, 1]}], 0.1, 1e-3, TeachConfig(), tmp_path, lambda _m: None)
     assert seen["trained"] and losses == [0.5]
     assert seen["args"].bf16 is False and seen["args"].fp16 is False
+    assert seen["args"].activation_checkpointing is False and seen["args"].gradient_checkpointing is False  # TRL's default: on
 
 
 def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
