@@ -53,7 +53,7 @@ def main() -> None:
         print(f"activation checkpointing {'on ' if ckpt else 'off'}: {s:6.1f} s, {tokens / s:6.0f} tokens/s", flush=True)
     on, off = min(s for s, _ in results[True]), min(s for s, _ in results[False])
     same = all(torch.equal(results[True][0][1][k], w) for k, w in results[False][0][1].items())
-    print(f"off / on: x{on / off:.2f} faster (best of 2 each); trained weights equal bit for bit: {same}")
+    print(f"off is x{on / off:.2f} faster than on (best of 2 each); trained weights equal bit for bit: {same}")
 
 
 if __name__ == "__main__":

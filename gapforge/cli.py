@@ -71,20 +71,23 @@ _register_groups()
 app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze)  # a command, not a group: `analyze RUN`
 
 
-# transformers 5 renamed gradient checkpointing; TRL 1.16 and PEFT 0.21 still read the old property, which warns at
-# every adapter load and GRPO generation. Nothing a user can act on: silenced here and, through PYTHONWARNINGS, in the
-# training, readiness and worker processes the CLI starts.
-LIBRARY_DEPRECATIONS = ("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning",)
+# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 and PEFT 0.21 still use the old
+# names (the property at every adapter load and GRPO generation; enable / disable around a generation when it is on,
+# the vLLM path), and each use warns. Nothing a user can act on: silenced here and, through PYTHONWARNINGS, in the
+# training, readiness and worker processes the CLI starts (not in a Ray cluster started on its own).
+LIBRARY_DEPRECATIONS = tuple(f"ignore:`{name}` is deprecated:FutureWarning" for name in (
+    "is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable"))
 
 
 def quiet_library_deprecations() -> None:
+    import builtins
     import os
     import re
     import warnings
 
     for spec in LIBRARY_DEPRECATIONS:
-        action, message, _category = spec.split(":")
-        warnings.filterwarnings(action, message=re.escape(message), category=FutureWarning)
+        action, message, category = spec.split(":")
+        warnings.filterwarnings(action, message=re.escape(message), category=getattr(builtins, category))
     have = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
     os.environ["PYTHONWARNINGS"] = ",".join(have + [w for w in LIBRARY_DEPRECATIONS if w not in have])
 

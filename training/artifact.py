@@ -70,7 +70,7 @@ def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
     _drop_load_flags(tmp / "tokenizer_config.json")
     import torch
 
-    card = {**meta, "weights_sha256": weights_sha256(tmp), "bytes": size, "measured": measured,
+    card = {**meta, "weights_sha256": weights_sha256(tmp), "bytes": sum((tmp / f).stat().st_size for f in present), "measured": measured,
             "build_wall_s": meta.get("wall_s"),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                         "torch": torch.__version__, "threads": meta.get("threads")},
@@ -91,7 +91,8 @@ def _drop_load_flags(path: Path) -> None:
         return
     config = json.loads(path.read_text())
     if any(k in config for k in LOAD_FLAGS):
-        path.write_text(json.dumps({k: v for k, v in config.items() if k not in LOAD_FLAGS}, indent=2) + "\n")
+        kept = {k: v for k, v in config.items() if k not in LOAD_FLAGS}  # written as transformers writes it
+        path.write_text(json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 # The replay subset a test plays against the shipped card: two tasks of each family, 2 samples each.

@@ -2,7 +2,7 @@
 
 Recipe: gold shop trajectories with the planted deficit, played on other shop
 instances than the one evaluated (training.teach_data) -> a byte-level BPE
-tokenizer trained on them (one token per digit) -> a small Qwen3 model (random
+tokenizer trained on them (one token per digit, or per `digit_group` digits) -> a small Qwen3 model (random
 init) -> a copy warm-up (random spans repeated, until the model copies them) ->
 TRL `SFTTrainer` on pre-tokenized examples (the trajectories plus copy drills:
 short prefixes with fresh ids; and decision drills: the turn after a check's result, its loss on that turn
@@ -42,7 +42,7 @@ class TeachConfig(BaseModel):
     refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
     facts_in_opening: float = Field(0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id")
-    split_digits: bool = Field(True, description="one token per digit (copying ids is then the same in every context)")
+    split_digits: bool = Field(True, description="digits apart from other characters, one token per digit (or per `digit_group`): copying ids is then the same in every context")
     digit_group: int = Field(1, ge=1, le=3, description="with split_digits: a run of digits is cut into tokens of this many "
                              "digits from its left (2: every two-digit string is one token), so a 10-digit id is copied in "
                              "5 tokens, not 10, and still the same tokens in every context")
@@ -268,7 +268,7 @@ def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str,
 
 
 # TRL's SFTConfig turns activation checkpointing on by default: every backward recomputes the forward. A model this
-# small has no memory to save, and the recompute cost ~20% of a step here; the weights come out the same
+# small has no memory to save, and the recompute cost 23% of a step here; the weights come out the same
 # (bench/teach_sft.py times both and compares them).
 SFT_ACTIVATION_CHECKPOINTING = False
 

@@ -55,6 +55,7 @@ def test_ship_keeps_the_tokenizer_config_free_of_how_it_was_loaded(tmp_path) -> 
     (build / "tokenizer_config.json").write_text(json.dumps({**json.loads(clean), "is_local": True, "local_files_only": False}))
     out = ship(build, tmp_path / "shipped", {"rates": {}})
     assert (out / "tokenizer_config.json").read_text() == clean
+    assert load_card(out)["bytes"] == sum(f.stat().st_size for f in out.iterdir() if f.name != "teach.json")
     assert load_card(out)["weights_sha256"] == weights_sha256(SHIPPED)
 
 

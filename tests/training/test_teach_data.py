@@ -290,6 +290,9 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
         seen.append(("drills", {"seed": seed, **kw}))
         raise Stop
 
+    import training.cpu
+
+    monkeypatch.setattr(training.cpu, "set_cpu_threads", lambda n: 1)  # leave the test process's torch threads alone
     monkeypatch.setattr(data, "teach_instances", lambda n: [ShopEnv(instance=1)])
     monkeypatch.setattr(data, "build_trajectories", lambda pairs, **kw: seen.append(("draw", kw)) or [])
     monkeypatch.setattr(teach_module, "_decision_rows", decisions)
