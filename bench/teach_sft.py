@@ -43,11 +43,10 @@ def main() -> None:
     print(f"{args.model.name}: {len(rows)} teach examples ({tokens} tokens), batch 2, 1 epoch, {args.threads} thread(s)")
     results = {}
     for ckpt in (True, False, True, False):  # each twice, interleaved: the machine's load drifts
-        teach.SFT_ACTIVATION_CHECKPOINTING = ckpt
         model = AutoModelForCausalLM.from_pretrained(args.model)
         with tempfile.TemporaryDirectory() as work:
             t0 = time.perf_counter()
-            teach._sft(model, tok, rows, 1.0, 1e-3, cfg, Path(work), lambda _m: None)
+            teach._sft(model, tok, rows, 1.0, 1e-3, cfg, Path(work), lambda _m: None, checkpointing=ckpt)
             s = time.perf_counter() - t0
         results.setdefault(ckpt, []).append((s, {k: v.clone() for k, v in model.state_dict().items()}))
         print(f"activation checkpointing {'on ' if ckpt else 'off'}: {s:6.1f} s, {tokens / s:6.0f} tokens/s", flush=True)

@@ -75,21 +75,20 @@ app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze) 
 # names (the property at every adapter load and GRPO generation; enable / disable around a generation when it is on,
 # the vLLM path), and each use warns. Nothing a user can act on: silenced here and, through PYTHONWARNINGS, in the
 # training, readiness and worker processes the CLI starts (not in a Ray cluster started on its own).
-LIBRARY_DEPRECATIONS = tuple(f"ignore:`{name}` is deprecated:FutureWarning" for name in (
-    "is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable"))
+LIBRARY_DEPRECATIONS = tuple(f"`{name}` is deprecated" for name in (
+    "is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable"))  # FutureWarnings
 
 
 def quiet_library_deprecations() -> None:
-    import builtins
     import os
     import re
     import warnings
 
-    for spec in LIBRARY_DEPRECATIONS:
-        action, message, category = spec.split(":")
-        warnings.filterwarnings(action, message=re.escape(message), category=getattr(builtins, category))
+    for message in LIBRARY_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=FutureWarning)
     have = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
-    os.environ["PYTHONWARNINGS"] = ",".join(have + [w for w in LIBRARY_DEPRECATIONS if w not in have])
+    ours = [f"ignore:{message}:FutureWarning" for message in LIBRARY_DEPRECATIONS]  # -W syntax: matched at the start
+    os.environ["PYTHONWARNINGS"] = ",".join(have + [w for w in ours if w not in have])
 
 
 def main() -> None:

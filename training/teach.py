@@ -267,15 +267,12 @@ def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str,
     return rows
 
 
-# TRL's SFTConfig turns activation checkpointing on by default: every backward recomputes the forward. A model this
-# small has no memory to save, and the recompute cost 23% of a step here; the weights come out the same
-# (bench/teach_sft.py times both and compares them).
-SFT_ACTIVATION_CHECKPOINTING = False
-
-
 def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, lr: float, cfg: TeachConfig, work: Path,
-         say: Callable[[str], None]) -> tuple[list[float], float, int]:
-    """One SFT pass (cosine schedule); returns its logged losses, its seconds and the tokens it read."""
+         say: Callable[[str], None], *, checkpointing: bool = False) -> tuple[list[float], float, int]:
+    """One SFT pass (cosine schedule); returns its logged losses, its seconds and the tokens it read.
+    `checkpointing`: activation checkpointing, which TRL's SFTConfig turns on by default (every backward recomputes
+    the forward). A model this small has no memory to save, and the recompute cost 23% of a step here for the same
+    weights (bench/teach_sft.py times both and compares them)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -284,7 +281,7 @@ def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, 
                      logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=True,
                      max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None,
                      bf16=False,  # TRL's SFTConfig defaults to bf16, an autocast that is ~8x slower on a CPU without bf16 units
-                     activation_checkpointing=SFT_ACTIVATION_CHECKPOINTING)
+                     activation_checkpointing=checkpointing)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          callbacks=[_progress(say)])
     t0 = time.perf_counter()

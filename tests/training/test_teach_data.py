@@ -276,6 +276,7 @@ def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
 def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkeypatch, tmp_path):
     """The knobs reach the data they name: the polish's fresh draw and its decision drills, never the first pass's
     draw (checked on the shipped card's recipe continuing the shipped build, stopped before any training)."""
+    import training.cpu
     import training.teach as teach_module
     import training.teach_data as data
     from training.artifact import SHIPPED, load_card
@@ -289,8 +290,6 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
     def decisions(tok, pairs, tools, per_task, seed, say, **kw):
         seen.append(("drills", {"seed": seed, **kw}))
         raise Stop
-
-    import training.cpu
 
     monkeypatch.setattr(training.cpu, "set_cpu_threads", lambda n: 1)  # leave the test process's torch threads alone
     monkeypatch.setattr(data, "teach_instances", lambda n: [ShopEnv(instance=1)])
