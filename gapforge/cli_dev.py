@@ -103,6 +103,9 @@ def teach_cmd(
         if have != parent["weights_sha256"]:
             raise UsageError(f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
                              f"({parent['weights_sha256'][:12]}; artifacts/README.md says how to get it)")
+    import datasets
+
+    datasets.disable_progress_bars()  # TRL's dataset preparation bars (`Building labels…`); teach prints its own SFT steps
     try:
         path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
     except ValueError as e:
