@@ -44,6 +44,7 @@ from sandbox.config import SandboxConfig  # noqa: E402
 from store.db import Store  # noqa: E402
 from training.artifact import SHIPPED  # noqa: E402
 from training.config import TrainingConfig  # noqa: E402
+from training.deprecations import quiet_library_deprecations  # noqa: E402
 from training.envs import EnvSpec, open_factory  # noqa: E402
 from training.service import TrainJob, train_capability  # noqa: E402
 
@@ -96,6 +97,7 @@ def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg, seeds: list[int])
 
 
 def main() -> None:
+    quiet_library_deprecations()  # as the CLI does: TRL / PEFT's checkpointing deprecations at every step and load
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(SHIPPED))
     ap.add_argument("--module", default=str(MODULE))

@@ -71,31 +71,13 @@ _register_groups()
 app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze)  # a command, not a group: `analyze RUN`
 
 
-# transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 and PEFT 0.21 still use the old
-# names (the property at every adapter load and GRPO generation; enable / disable around a generation when it is on,
-# the vLLM path), and each use warns. Nothing a user can act on: silenced here and, through PYTHONWARNINGS, in the
-# training, readiness and worker processes the CLI starts (not in a Ray cluster started on its own).
-LIBRARY_DEPRECATIONS = tuple(f"`{name}` is deprecated" for name in (
-    "is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable"))  # FutureWarnings
-
-
-def quiet_library_deprecations() -> None:
-    import os
-    import re
-    import warnings
-
-    for message in LIBRARY_DEPRECATIONS:
-        warnings.filterwarnings("ignore", message=re.escape(message), category=FutureWarning)
-    have = [w for w in os.environ.get("PYTHONWARNINGS", "").split(",") if w]
-    ours = [f"ignore:{message}:FutureWarning" for message in LIBRARY_DEPRECATIONS]  # -W syntax: matched at the start
-    os.environ["PYTHONWARNINGS"] = ",".join(have + [w for w in ours if w not in have])
-
-
 def main() -> None:
     from store.redact import install_log_redaction
 
+    from training.deprecations import quiet_library_deprecations
+
     install_log_redaction()  # URL passwords never reach a log line
-    quiet_library_deprecations()
+    quiet_library_deprecations()  # third-party deprecations nobody using gapforge can act on
     app()
 
 
