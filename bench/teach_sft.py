@@ -27,12 +27,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
+    import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training import teach
     from training.teach_data import build_trajectories, teach_instances
 
+    datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury the timings
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(args.model)
     env = teach_instances(1)[0]

@@ -85,7 +85,7 @@ def _speed(path: Path) -> None:
         console.print(f"speed reference: not measured ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", highlight=False)
         return
     console.print(f"speed reference: the base policy decodes {s['tokens_per_s']:.0f} tokens/s here (greedy, one sequence, "
-                  f"{s['threads']} thread{'s' if s['threads'] > 1 else ''})", highlight=False)
+                  f"{s['threads']} torch thread{'s' if s['threads'] > 1 else ''})", highlight=False)
 
 
 def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) -> GapforgeConfig:

@@ -119,16 +119,16 @@ def measure(model_dir: str | Path, *, samples: int = 6, concurrency: int = 8) ->
 
 def speed_reference(path: str | Path = SHIPPED, tokens: int = 96, repeats: int = 3) -> dict[str, float]:
     """One speed reference for this machine: greedy decoding of `tokens` new tokens by the policy at `path`
-    (one sequence, the threads the demo's sampler would get), the best of `repeats` after a short warm-up.
-    Machines called "2 cores" differ by 2x or more; a run's stage times read against this number. Torch's
-    thread count is restored afterwards."""
+    (one sequence, one torch thread), the best of `repeats` after a short warm-up. Machines called "2 cores"
+    differ by 2x or more; a run's stage times read against this number. One thread always, not the free cores:
+    with the count following the load, two references minutes apart on one host read 760 and 943 tokens/s
+    (1 and 2 threads), so they did not compare hosts. Torch's thread count is restored afterwards."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.cpu import set_cpu_threads
-
     before = torch.get_num_threads()
-    threads = set_cpu_threads()
+    threads = 1
+    torch.set_num_threads(threads)
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True).eval()

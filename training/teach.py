@@ -57,7 +57,7 @@ class TeachConfig(BaseModel):
     learning_rate: float = 2e-3
     batch_size: int = 2
     polish_epochs: float = Field(0.0, ge=0, description="a second SFT pass from the first pass's weights on freshly drawn data "
-                                 "(seed + 1: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
+                                 "(`polish_seed`: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
     polish_learning_rate: float = 1e-3
     polish_promise_repeats: int = Field(0, ge=0, description="in the polish's fresh draw, a refusal with the deficit repeats its "
                                         "promise this many times when the customer presses (0 = it ends at the first promise)")
@@ -68,6 +68,9 @@ class TeachConfig(BaseModel):
     polish_ask_email_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, a customer found "
                                          "by name and zip is first asked for the email, as every other (the opening gives no cue "
                                          "which lookup applies), and answers with name and zip (training.teach_data.gold_script)")
+    polish_seed: int | None = Field(None, description="seed of the polish's fresh draw, its drills and its batch order (None: "
+                                    "the draw seed + 1, the order `seed`). A polish continuing a polished build with the "
+                                    "same value re-reads that build's polish data in the same order; another value draws afresh")
     decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
                                  "trained on that one decision turn (training.teach_data.decision_drills); they join the last "
                                  "pass (the polish when there is one); 0 = none")
@@ -182,7 +185,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     if first_pass is not None:
         first_meta = load_meta(first_pass)
         polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
-                       "polish_look_first", "polish_ask_email_first", "decision_drills")  # the drills join the polish
+                       "polish_look_first", "polish_ask_email_first", "decision_drills", "polish_seed")  # the drills join the polish
         # through TeachConfig: a card from before a knob existed has that knob's default
         have = {k: v for k, v in TeachConfig(**first_meta["recipe"]).model_dump().items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
@@ -214,17 +217,19 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     polish: dict[str, Any] = {}
     if cfg.polish_epochs:
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
+        draw = cfg.seed + 1 if cfg.polish_seed is None else cfg.polish_seed
         more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
-                                  seed=cfg.seed + 1, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
+                                  seed=draw, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
                                   look=cfg.polish_look_first, email_first=cfg.polish_ask_email_first)
-        rows = _rows(tok, more, tools, cfg.drills, cfg.seed + 1)
-        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed + 1, say, look=cfg.polish_look_first,
+        rows = _rows(tok, more, tools, cfg.drills, draw)
+        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, draw, say, look=cfg.polish_look_first,
                                    email_first=cfg.polish_ask_email_first)
         rows += decisions
         say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
         p_losses, p_s, p_tokens = _sft(model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg,
-                                       Path(out_root) / f".work-{cfg.recipe_hash()}-polish", say)
+                                       Path(out_root) / f".work-{cfg.recipe_hash()}-polish", say,
+                                       order_seed=cfg.seed if cfg.polish_seed is None else cfg.polish_seed)
         polish = {"trajectories": len(more), "deficit_trajectories": sum(t.deficit for t in more), "examples": len(rows),
                   "decision_drills": len(decisions), "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s,
                   "tokens_per_s": p_tokens / p_s}
@@ -268,17 +273,18 @@ def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str,
 
 
 def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, lr: float, cfg: TeachConfig, work: Path,
-         say: Callable[[str], None], *, checkpointing: bool = False) -> tuple[list[float], float, int]:
+         say: Callable[[str], None], *, checkpointing: bool = False, order_seed: int | None = None) -> tuple[list[float], float, int]:
     """One SFT pass (cosine schedule); returns its logged losses, its seconds and the tokens it read.
     `checkpointing`: activation checkpointing, which TRL's SFTConfig turns on by default (every backward recomputes
     the forward). A model this small has no memory to save, and the recompute cost 23% of a step here for the same
-    weights (bench/teach_sft.py times both and compares them)."""
+    weights (bench/teach_sft.py times both and compares them). `order_seed`: the batch order's seed (default `cfg.seed`)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(output_dir=str(work), num_train_epochs=epochs, learning_rate=lr,
                      per_device_train_batch_size=cfg.batch_size, lr_scheduler_type="cosine", warmup_steps=10,
-                     logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none", seed=cfg.seed, use_cpu=True,
+                     logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none",
+                     seed=cfg.seed if order_seed is None else order_seed, use_cpu=True,
                      max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None,
                      bf16=False,  # TRL's SFTConfig defaults to bf16, an autocast that is ~8x slower on a CPU without bf16 units
                      activation_checkpointing=checkpointing)

@@ -79,4 +79,4 @@ def test_the_speed_reference_times_exactly_the_tokens_it_asked_for() -> None:
         assert torch.get_num_threads() == odd  # the caller's thread count is given back
     finally:
         torch.set_num_threads(before)
-    assert s["tokens"] == 24 and 1 <= s["threads"] < odd and s["seconds"] > 0
+    assert s["tokens"] == 24 and s["threads"] == 1 and s["seconds"] > 0  # one thread whatever the load: comparable across hosts

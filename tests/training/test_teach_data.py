@@ -227,6 +227,33 @@ def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes
     assert teach(tmp_path, again, first_pass=base) != chained_dir
 
 
+def test_polish_seed_draws_the_polish_afresh_and_orders_its_batches(monkeypatch, tmp_path):
+    """A chained polish with the default seed re-reads its parent's polish data in the same order; `polish_seed`
+    gives it another draw (trajectories, drills, decision drills) and another batch order."""
+    import training.teach as teach_mod
+    from training.teach import TeachConfig, teach
+
+    first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
+                        num_kv_heads=1, intermediate_size=64, epochs=0.05, batch_size=2, threads=1, decision_drills=1)
+    base = teach(tmp_path, first)
+    seen: dict = {}
+    real = teach_mod._sft
+
+    def spy(model, tok, rows, *a, order_seed=None, **k):
+        seen["rows"], seen["order"] = [tuple(r["input_ids"]) for r in rows], order_seed
+        return real(model, tok, rows, *a, order_seed=order_seed, **k)
+
+    monkeypatch.setattr(teach_mod, "_sft", spy)
+    polish = first.model_copy(update={"polish_epochs": 0.05})
+    draws = {}
+    for seed in (None, 1, 5):
+        teach(tmp_path / str(seed), polish.model_copy(update={"polish_seed": seed}), first_pass=base)
+        draws[seed] = (seen["rows"], seen["order"])
+    assert draws[None][0] == draws[1][0] and draws[None][1] == 0 and draws[1][1] == 1  # default: draw seed + 1, order `seed`
+    assert draws[5][1] == 5 and len(set(draws[5][0]) & set(draws[None][0])) < len(draws[None][0]) // 2  # mostly fresh examples
+    assert polish.model_copy(update={"polish_seed": 5}).recipe_hash() != polish.recipe_hash()
+
+
 def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path):
     """TRL's SFTConfig defaults to bf16 (an autocast that ran a polish step ~8x slower on a CPU without bf16 units:
     2.9 s vs 0.36 s, same losses to 3 digits); the teach passes train in float32."""
