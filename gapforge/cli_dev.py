@@ -110,7 +110,10 @@ def teach_cmd(
         path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    console.print(f"taught model: {path.resolve()}  (recipe {cfg.recipe_hash()}; set policy.local_path to it)", highlight=False)
+    from training.teach import load_meta
+
+    built = load_meta(path)["recipe_hash"]  # the hash the build took at its start (the code may have changed since)
+    console.print(f"taught model: {path.resolve()}  (recipe {built}; set policy.local_path to it)", highlight=False)
     rates = None
     if ship_it:
         from training.artifact import SHIPPED, describe, load_card, measure, ship

@@ -167,7 +167,8 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
     # continued, and two parents must never share one cached build
     parent = weights_sha256(first_pass) if first_pass is not None else None
-    out = Path(out_root) / (f"taught-{cfg.recipe_hash()}" + (f"-on-{parent[:12]}" if parent else ""))
+    recipe_hash = cfg.recipe_hash()  # once: the code may be edited while a build runs, and the card must name its directory's hash
+    out = Path(out_root) / (f"taught-{recipe_hash}" + (f"-on-{parent[:12]}" if parent else ""))
     if (out / "teach.json").is_file():
         return out
     say = progress or (lambda _m: None)
@@ -213,7 +214,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         model = Qwen3ForCausalLM(mcfg)
         warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
         say(f"SFT: {len(rows)} examples x {cfg.epochs:g} epochs, batch {cfg.batch_size}, {threads} torch thread(s)")
-        losses, sft_s, tokens = _sft(model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{cfg.recipe_hash()}", say)
+        losses, sft_s, tokens = _sft(model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{recipe_hash}", say)
     polish: dict[str, Any] = {}
     if cfg.polish_epochs:
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
@@ -228,7 +229,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
         p_losses, p_s, p_tokens = _sft(model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg,
-                                       Path(out_root) / f".work-{cfg.recipe_hash()}-polish", say,
+                                       Path(out_root) / f".work-{recipe_hash}-polish", say,
                                        order_seed=cfg.seed if cfg.polish_seed is None else cfg.polish_seed)
         polish = {"trajectories": len(more), "deficit_trajectories": sum(t.deficit for t in more), "examples": len(rows),
                   "decision_drills": len(decisions), "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s,
@@ -238,7 +239,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    meta = {"recipe": cfg.model_dump(), "recipe_hash": cfg.recipe_hash(),
+    meta = {"recipe": cfg.model_dump(), "recipe_hash": recipe_hash,
             **({"first_pass": {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": parent,
                                "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s")),
                                **({"polish": first_meta["recipe"]["polish_epochs"]} if first_meta["recipe"].get("polish_epochs") else {}),

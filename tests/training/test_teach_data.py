@@ -254,6 +254,19 @@ def test_polish_seed_draws_the_polish_afresh_and_orders_its_batches(monkeypatch,
     assert polish.model_copy(update={"polish_seed": 5}).recipe_hash() != polish.recipe_hash()
 
 
+def test_the_card_names_the_hash_its_directory_was_built_under(monkeypatch, tmp_path):
+    """The recipe hash covers the teaching code: an edit while a build runs must not give the card another hash
+    than its directory's (it did: the directory's was taken at the start, the card's at the end)."""
+    from training.teach import TeachConfig, load_meta, teach
+
+    cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
+                      num_kv_heads=1, intermediate_size=64, epochs=0.05, batch_size=2, threads=1)
+    hashes = iter(["0123456789abcdef", "fedcba9876543210"])  # the code "changes" after the first read
+    monkeypatch.setattr(TeachConfig, "recipe_hash", lambda self: next(hashes))
+    path = teach(tmp_path, cfg)
+    assert path.name == "taught-0123456789abcdef" and load_meta(path)["recipe_hash"] == "0123456789abcdef"
+
+
 def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path):
     """TRL's SFTConfig defaults to bf16 (an autocast that ran a polish step ~8x slower on a CPU without bf16 units:
     2.9 s vs 0.36 s, same losses to 3 digits); the teach passes train in float32."""
