@@ -29,12 +29,14 @@ def main() -> None:
 
     import datasets
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training import teach
     from training.teach_data import build_trajectories, teach_instances
 
     datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury the timings
+    transformers.utils.logging.disable_progress_bar()  # and so would the weight-loading bars
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(args.model)
     env = teach_instances(1)[0]
