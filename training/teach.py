@@ -57,7 +57,7 @@ class TeachConfig(BaseModel):
     learning_rate: float = 2e-3
     batch_size: int = 2
     polish_epochs: float = Field(0.0, ge=0, description="a second SFT pass from the first pass's weights on freshly drawn data "
-                                 "(`polish_seed`: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
+                                 "(seed + 1, or `polish_seed`: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
     polish_learning_rate: float = 1e-3
     polish_promise_repeats: int = Field(0, ge=0, description="in the polish's fresh draw, a refusal with the deficit repeats its "
                                         "promise this many times when the customer presses (0 = it ends at the first promise)")
@@ -68,9 +68,10 @@ class TeachConfig(BaseModel):
     polish_ask_email_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, a customer found "
                                          "by name and zip is first asked for the email, as every other (the opening gives no cue "
                                          "which lookup applies), and answers with name and zip (training.teach_data.gold_script)")
-    polish_seed: int | None = Field(None, description="seed of the polish's fresh draw, its drills and its batch order (None: "
-                                    "the draw seed + 1, the order `seed`). A polish continuing a polished build with the "
-                                    "same value re-reads that build's polish data in the same order; another value draws afresh")
+    polish_seed: int | None = Field(None, ge=0, description="seed of the polish's draw, its drills and its batch order (None: "
+                                    "the draw seed + 1, the order `seed`, so a polish continuing a polished build re-reads its "
+                                    "data in the same order). seed + 1 gives that data in another order, `seed` mostly the first "
+                                    "pass's data, any other value a fresh draw")
     decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
                                  "trained on that one decision turn (training.teach_data.decision_drills); they join the last "
                                  "pass (the polish when there is one); 0 = none")

@@ -64,15 +64,18 @@ def _sampling(card: dict) -> dict:
     return {"temperature": s["temperature"], "max_turns": s["max_turns"], "max_new_tokens": s["max_new_tokens"]}
 
 
-def test_the_speed_reference_times_exactly_the_tokens_it_asked_for() -> None:
+def test_the_speed_reference_times_exactly_the_tokens_it_asked_for(monkeypatch) -> None:
     import os
 
     import torch
 
+    import training.cpu
     from training.artifact import speed_reference
 
+    # an idle 2-core machine: a reference on the free cores would take 2 threads here, and 1 under load
+    monkeypatch.setattr(training.cpu, "free_cores", lambda: 2)
     before = torch.get_num_threads()
-    odd = (os.cpu_count() or 1) + 1  # a count set_cpu_threads never picks (at most the cores)
+    odd = (os.cpu_count() or 1) + 3  # a count the reference never sets
     torch.set_num_threads(odd)
     try:
         s = speed_reference(SHIPPED, tokens=24, repeats=2)

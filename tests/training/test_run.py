@@ -32,15 +32,19 @@ def _job(tmp_path, model_dir, name="toy", steps=4, **kw) -> TrainJob:
 
 def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_model_dir):
     job = _job(tmp_path, tiny_model_dir)
+    job = job.model_copy(update={"env": EnvSpec(kind="python", factory="tests.training.toy_env:GatedToyDeskEnv")})
     spec = tmp_path / "spec.json"
     spec.write_text(job.model_dump_json())
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = Path(job.out_dir)
+    # the job stops at its first episode after checkpoint 2 is saved and is killed there (racing it lost once
+    # under a loaded suite: its last two steps take ~0.2 s); the resume below runs in this process, ungated
+    gate = out / "trl" / "checkpoint-2" / "trainer_state.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOY_GATE": str(gate)}
     proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    out = Path(job.out_dir)
     deadline = time.monotonic() + 300
-    while not (out / "trl" / "checkpoint-2" / "trainer_state.json").is_file():
-        assert proc.poll() is None, "the job ended before its first checkpoint"
+    while not Path(f"{gate}.reached").is_file():
+        assert proc.poll() is None, "the job ended before it reached the gate after its first checkpoint"
         assert time.monotonic() < deadline
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)

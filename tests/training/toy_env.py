@@ -6,10 +6,14 @@ Reward = share of assistant text characters that are letters a-m (varies between
 samples of a random model, so GRPO groups carry signal). `crash_at` makes step
 number N raise (an env bug inside a rollout) for odd seeds; `lose_sandbox` raises
 sandbox.errors.SandboxLost there instead (the sandbox killed from outside for good).
+`GatedToyDeskEnv` stops for good at its first reset once a file exists, so a test kills a job at a known point.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from pathlib import Path
 from typing import Any
 
 from envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
@@ -56,3 +60,16 @@ class ToyDeskEnv:
 
     def close(self) -> None:
         self.closed = True
+
+
+class GatedToyDeskEnv(ToyDeskEnv):
+    """ToyDeskEnv that, once the file named by the env var TOY_GATE exists, writes `<TOY_GATE>.reached` at its next
+    reset and blocks there for good: a test waits for that file and kills the job at a known point (the tiny job's
+    last steps take ~0.2 s, less than a test's polling could be sure to catch). Without TOY_GATE it is ToyDeskEnv."""
+
+    def reset(self, task: TaskRef) -> list[Message]:
+        gate = os.environ.get("TOY_GATE")
+        if gate and Path(gate).is_file():
+            Path(gate + ".reached").write_text("")
+            threading.Event().wait()  # until the test kills the process
+        return super().reset(task)
