@@ -27,7 +27,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
-    import datasets
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -35,8 +34,7 @@ def main() -> None:
     from training import teach
     from training.teach_data import build_trajectories, teach_instances
 
-    datasets.disable_progress_bars()  # TRL's dataset preparation bars would bury the timings
-    transformers.utils.logging.disable_progress_bar()  # and so would the weight-loading bars
+    transformers.utils.logging.disable_progress_bar()  # the weight-loading bars would bury the timings (teach._sft silences TRL's dataset bars)
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(args.model)
     env = teach_instances(1)[0]

@@ -78,7 +78,7 @@ def teach_cmd(
     import json
 
     from training.artifact import weights_sha256
-    from training.teach import TeachConfig, teach
+    from training.teach import TeachConfig, load_meta, teach
 
     card: dict = {}
     if recipe is not None:
@@ -103,15 +103,10 @@ def teach_cmd(
         if have != parent["weights_sha256"]:
             raise UsageError(f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
                              f"({parent['weights_sha256'][:12]}; artifacts/README.md says how to get it)")
-    import datasets
-
-    datasets.disable_progress_bars()  # TRL's dataset preparation bars (`Building labels…`); teach prints its own SFT steps
     try:
         path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    from training.teach import load_meta
-
     built = load_meta(path)["recipe_hash"]  # the hash the build took at its start (the code may have changed since)
     console.print(f"taught model: {path.resolve()}  (recipe {built}; set policy.local_path to it)", highlight=False)
     rates = None

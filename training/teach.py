@@ -219,7 +219,8 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     polish: dict[str, Any] = {}
     if cfg.polish_epochs:
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
-        draw = cfg.seed + 1 if cfg.polish_seed is None else cfg.polish_seed
+        # the draw's seed and the batch order's: by default seed + 1 and `seed` (what every polish before the knob used)
+        draw, order = (cfg.seed + 1, cfg.seed) if cfg.polish_seed is None else (cfg.polish_seed, cfg.polish_seed)
         more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
                                   seed=draw, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
                                   look=cfg.polish_look_first, email_first=cfg.polish_ask_email_first)
@@ -231,7 +232,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
         p_losses, p_s, p_tokens = _sft(model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg,
                                        Path(out_root) / f".work-{recipe_hash}-polish", say,
-                                       order_seed=cfg.seed if cfg.polish_seed is None else cfg.polish_seed)
+                                       order_seed=order)
         polish = {"trajectories": len(more), "deficit_trajectories": sum(t.deficit for t in more), "examples": len(rows),
                   "decision_drills": len(decisions), "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s,
                   "tokens_per_s": p_tokens / p_s}
@@ -280,6 +281,7 @@ def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, 
     `checkpointing`: activation checkpointing, which TRL's SFTConfig turns on by default (every backward recomputes
     the forward). A model this small has no memory to save, and the recompute cost 23% of a step here for the same
     weights (bench/teach_sft.py times both and compares them). `order_seed`: the batch order's seed (default `cfg.seed`)."""
+    import datasets
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -290,8 +292,14 @@ def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, 
                      max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None,
                      bf16=False,  # TRL's SFTConfig defaults to bf16, an autocast that is ~8x slower on a CPU without bf16 units
                      activation_checkpointing=checkpointing)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                         callbacks=[_progress(say)])
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # TRL's dataset preparation bars (`Building labels…`): the pass says its own steps
+    try:
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                             callbacks=[_progress(say)])
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
     t0 = time.perf_counter()
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

@@ -21,3 +21,6 @@ def test_dev_teach_prints_its_steps_and_not_the_dataset_bars(tmp_path, capfd):
     assert res.exit_code == 0, seen
     assert "SFT:" in seen and f"(recipe {cfg.recipe_hash()};" in seen and (tmp_path / "m" / f"taught-{cfg.recipe_hash()}" / "teach.json").is_file()
     assert "Building labels" not in seen and "Tokenizing" not in seen and "examples/s" not in seen
+    import datasets
+
+    assert datasets.is_progress_bar_enabled()  # silenced for the pass only: the process's setting is given back
