@@ -1,7 +1,7 @@
 """The GRPO loss's forward + backward on a step of multi-turn rollouts: TRL's one padded batch vs one rollout at a time.
 
 A step's rows are built at the lengths of a real demo step (prompt + completion tokens per rollout, measured on
-the precondition env, session 18) or `--lengths`, with a ~215-token prompt; the token values do not change
+the precondition env, 2026-11-25) or `--lengths`, with a ~215-token prompt; the token values do not change
 the cost. Both ways run through the same GRPOTrainer code path (training.grpo's rows trainer, and TRL's own
 method on the same trainer object) with a non-zero LoRA adapter on the shipped policy. Prints seconds for the
 forward and the backward, the ratio to the padded batch, the step's padding share, and the largest difference

@@ -65,7 +65,7 @@ def _require_docker(cfg: GapforgeConfig) -> None:
 
 
 def _shipped_policy() -> Path:
-    """The tiny base policy shipped in the repository (training.artifact): taught once, by us, never by the demo."""
+    """The tiny base policy shipped in the repository (training.artifact): taught once for the project, never by the demo."""
     from training.artifact import SHIPPED, ArtifactError, describe
 
     try:

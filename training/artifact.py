@@ -1,6 +1,6 @@
 """The demo's base policy as a versioned artifact in the repository (`artifacts/shop-policy/`).
 
-Teaching costs 30-60 CPU-minutes, so it is spent once, by us: `gapforge dev teach --ship`
+Teaching costs 30-60 CPU-minutes, so it is spent once, by the project: `gapforge dev teach --ship`
 builds the taught tiny policy (training.teach), measures its shop pass rates exactly as the demo
 collects (training.evaluate.shop_rates) and copies weights, tokenizer and `teach.json` (recipe and
 its hash, build time and machine, measured pass rates) here. `gapforge demo` loads it and never
