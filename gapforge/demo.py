@@ -32,7 +32,7 @@ SCRIPTED_NOTE = (
 REAL_NOTE = (
     "for a real run: set llm.kind=openai and llm.endpoint (OPENAI_API_KEY), serve a policy with vLLM and set "
     "policy.kind=endpoint (or policy.local_path for a local model) — a ready config for tau2 + Qwen3 on a GPU "
-    "is configs/tau2-retail-qwen3-gpu.yaml (README: 'A real run on a GPU')."
+    "is configs/tau2-retail-qwen3-gpu.yaml (docs/gpu.md)."
 )
 
 

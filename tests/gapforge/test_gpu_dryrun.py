@@ -1,4 +1,4 @@
-"""The GPU dry run (opt-in): README.md's "A real run on a GPU" steps, run line by line as they stand, on CPU.
+"""The GPU dry run (opt-in): docs/gpu.md's steps, run line by line as they stand, on CPU.
 
 Four swaps, nothing else: MODEL is a tiny Qwen3-architecture model whose tokenizer carries Qwen3's real chat template
 (`hf download` -> `gapforge dev tiny-model --template qwen3`), `vllm serve` is the project's vLLM stand-in with the same
@@ -7,7 +7,7 @@ flags (fixtures.vllm_standin: same HTTP API, runtime LoRA loading), the LLM role
 every stage small. The run must go through every stage to the report: rollouts on τ² retail through the served policy,
 analysis, synthesis + self-test in the Docker sandbox, GRPO + LoRA on the synthetic env and on the target (baseline),
 adapters loaded into the server at run time, the router on its completions, evaluation, report.
-Measured: 1.6-2.0 min on 2 busy cores (README).
+Measured: 1.6-2.0 min on 2 busy cores (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tests.gapforge.dryrun_roles import CAPABILITY, respond
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.skipif(os.environ.get("GAPFORGE_GPU_DRYRUN") != "1",
-                       reason="opt-in: GAPFORGE_GPU_DRYRUN=1 runs README's GPU steps on CPU stand-ins (~2 min, needs Docker)"),
+                       reason="opt-in: GAPFORGE_GPU_DRYRUN=1 runs docs/gpu.md's steps on CPU stand-ins (~2 min, needs Docker)"),
     pytest.mark.tau2,
     pytest.mark.slow,
 ]
@@ -54,7 +54,7 @@ SMALL = [  # every stage small; everything else is the config's
 
 
 def readme_steps() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "gpu.md").read_text()
     block = text.split("<!-- gpu-steps:", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
@@ -74,7 +74,7 @@ def test_the_readme_gpu_steps_run_every_stage_to_the_report(tmp_path: Path) -> N
 
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", 8000)) == 0:
-            pytest.fail("port 8000 is taken: the README's vLLM command serves there; stop what listens on it")
+            pytest.fail("port 8000 is taken: docs/gpu.md's vLLM command serves there; stop what listens on it")
     steps = readme_steps()
     assert [s.split()[0] for s in steps if not s.startswith("export")] == [
         "hf", "gapforge", "gapforge", "CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
