@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from agents.errors import ModelError
 
@@ -129,10 +129,37 @@ class PolicyConfig(_Section):
     max_new_tokens: int = Field(512, gt=0)
 
 
+EnvArg = str | int | float | bool | None
+
+
 class RolloutConfig(_Section):
-    env: str = Field("shop", description="shop | tau2:retail | tau2:airline | tau2:telecom")
+    env: str = Field("shop", description="the target: shop | tau2:retail | tau2:airline | tau2:telecom | toolsandbox[:category] | "
+                     "mcp:FILE.yaml | package.module:ClassName | path/to/file.py:ClassName, a class optionally with ?key=value keywords")
+    env_args: dict[str, EnvArg] = Field(
+        default_factory=dict, description="constructor keywords of a class env; folded into `env` as ?key=value when the config "
+        "loads (so every stage, worker and stored episode names the env by one string), then left empty")
     samples: int = Field(1, ge=1, description="episodes per task")
     concurrency: int = Field(8, ge=1, le=1024, description="episodes in flight (and worker threads for blocking envs)")
     max_turns: int = Field(30, ge=1)
     tasks: list[str] | None = Field(None, description="task ids; None = all")
     user: Literal["scripted", "llm"] = "scripted"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_env_args(cls, data: object) -> object:
+        """`env: x.py:C` + `env_args: {split: dev}` -> `env: x.py:C?split=dev`, `env_args: {}`."""
+        if not isinstance(data, dict) or not data.get("env_args"):
+            return data
+        from envs.errors import EnvError
+        from envs.loader import with_keywords
+        from envs.registry import is_builtin
+
+        env, args = str(data.get("env", "shop")), data["env_args"]
+        if not isinstance(args, dict):
+            raise ValueError("rollouts.env_args must be a mapping of constructor keywords, e.g. {split: dev}")
+        if is_builtin(env):
+            raise ValueError(f"rollouts.env_args applies to an env given as package.module:ClassName or file.py:ClassName, not '{env}'")
+        try:
+            return {**data, "env": with_keywords(env, args), "env_args": {}}
+        except EnvError as e:
+            raise ValueError(str(e)) from None

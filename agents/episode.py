@@ -7,6 +7,8 @@ failures (envs.errors.PolicyError: endpoint down after retries, malformed output
 and unexpected exceptions inside `env.step` end the episode with that reason,
 and the episode is still scored. A sandbox lost to an outside cause (sandbox.errors.
 SandboxError, after the sandbox's own retries) ends it as `sandbox_error`.
+An exception in `env.score` is the env's too: the episode ends as `env_error` (reward 0.0 is
+a placeholder, not a verdict; the error says so), unless the infrastructure had already ended it.
 `endpoint_error` and `sandbox_error` are infrastructure failures
 (INFRA_TERMINATIONS): not the model's or the env's doing, so the collector never
 stores such an episode as final and a resume redoes it. Only `env.reset` raising envs.errors.EnvError
@@ -171,10 +173,12 @@ async def run_episode(
     try:
         score = await env_call(env.score)
         reward, success, components, score_info = score.reward, score.success, dict(score.components), dict(score.info)
-    except Exception as e:
+    except Exception as e:  # the env's code failed to score: its boundary, not a 0-reward verdict on the model
         score_info = {"score_error": _text(e)}
+        if termination not in INFRA_TERMINATIONS:  # an infrastructure end stays one (not final: a resume redoes it)
+            termination = "env_error"
         error = f"{error}; " if error else ""
-        error += f"env.score failed, reward recorded as 0.0: {_text(e)}"
+        error += f"env.score failed: {_text(e)}"
 
     clock["total_s"] = time.perf_counter() - t0
     return Rollout(

@@ -1,13 +1,19 @@
-"""Target environments by name: `make_env("shop")`, `make_env("tau2:retail")`, `make_env("tau2:telecom")`,
-`make_env("toolsandbox:state_dependency")`, `make_env("toolsandbox?network=stand-in")`.
+"""Target environments from one spec string, the one loader every caller uses.
+
+Parsed in this order, so nothing is ambiguous: the built-in names and prefixes (`shop`, `tau2:<domain>`,
+`toolsandbox[:category][?network=stand-in]`, `mcp:PATH.yaml` — an MCP tool server and its task file), then a
+user's class as `path/to/file.py:ClassName`, then `package.module:ClassName` (both optionally `?key=value&...`
+constructor keywords; envs/loader.py).
 
 Every call builds a fresh instance (episodes never share state). Adapters to
 external benchmarks are imported lazily, so a missing extra only matters when
-that env is asked for.
+that env is asked for. A user's class is checked against the protocol the first
+time this process builds it (envs/target_check.py): one line naming the fix.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from envs.errors import EnvError
@@ -15,10 +21,20 @@ from envs.protocol import TargetEnvironment
 
 TAU2_DOMAINS = ("retail", "airline", "telecom")
 USERS = ("scripted", "llm")
+MCP_HINT = "pip install 'gapforge[mcp]'"
+_checked: set[tuple[str, type]] = set()  # (spec, class) pairs that passed check_target here (a re-imported file: a new class)
+_check_lock = threading.Lock()
+
+
+def is_builtin(name: str) -> bool:
+    """A built-in target or the mcp: prefix (not a user's class spec)."""
+    base = name.partition("?")[0]
+    return name == "shop" or name.startswith(("tau2:", "mcp:")) or base == "toolsandbox" or base.startswith("toolsandbox:")
 
 
 def list_envs() -> list[str]:
-    """Names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=stand-in`)."""
+    """Built-in names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=stand-in`;
+    besides these: `mcp:FILE.yaml`, `package.module:Class`, `path/to/file.py:Class`)."""
     return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
@@ -43,7 +59,48 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
 
         category = base.split(":", 1)[1] if ":" in base else None
         return ToolSandboxEnv(category, user=user, user_model=user_model, network=_toolsandbox_network(name, query))
-    raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}")
+    if name.startswith("mcp:"):
+        return _checked_once(name, _make_mcp(name, user, user_model))
+    if ":" not in name.partition("?")[0]:
+        raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}, mcp:FILE.yaml, "
+                       "or your own class as package.module:ClassName or path/to/file.py:ClassName")
+    from envs.loader import construct, load_class, parse_class_spec
+
+    spec = parse_class_spec(name)  # no colon, a bad class name or bad keywords: one line naming the forms
+    return _checked_once(name, construct(load_class(spec), spec, user=user, user_model=user_model))
+
+
+def _checked_once(name: str, env: Any) -> TargetEnvironment:
+    """`env` after the protocol check, which runs on the first instance of `name` (and of its class) in this process."""
+    if (name, type(env)) not in _checked:
+        from envs.target_check import check_target
+
+        try:
+            check_target(env, name)
+        except BaseException:
+            _close_quietly(env)
+            raise
+        with _check_lock:
+            _checked.add((name, type(env)))
+    return env  # type: ignore[no-any-return]
+
+
+def _close_quietly(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001, S110 - the check's error is the one to report
+        pass
+
+
+def _make_mcp(name: str, user: str, user_model: Any) -> Any:
+    path = name.split(":", 1)[1]
+    if not path:
+        raise EnvError(f"env '{name}': give the target file after 'mcp:', e.g. mcp:examples/helpdesk/target.yaml")
+    try:
+        from envs.mcp import McpTargetEnv
+    except ImportError as err:
+        raise EnvError(f"env '{name}' needs the mcp extra: {MCP_HINT} ({err})") from err
+    return McpTargetEnv(path, user=user, user_model=user_model)
 
 
 def _toolsandbox_network(name: str, query: str) -> str:

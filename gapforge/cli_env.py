@@ -31,7 +31,8 @@ _STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[
 @handle_errors
 def validate(
     path: Annotated[Path, typer.Argument(help="the env module (.py) to validate")],
-    target: Annotated[str | None, typer.Option("--target", help="target env whose tools must match: shop | tau2:retail | ...")] = None,
+    target: Annotated[str | None, typer.Option("--target", help="target env whose tools must match: any --env spec (shop | tau2:retail | mcp:FILE.yaml | "
+                                                   "package.module:Class | path/to/file.py:Class)")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="seeds per check (default: synthesis.validation_seeds)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here (default: WORKSPACE/validations/)")] = None,
     episodes_from: Annotated[str | None, typer.Option("--episodes-from", metavar="RUN",

@@ -29,6 +29,7 @@ from gapforge.cli_common import (
 from gapforge.cli_rollouts_show import register_show, render_summary
 from gapforge.executor_wiring import connect_executor, episode_player
 from gapforge.run_lease import run_lease
+from gapforge.stages.rollouts import check_run_target, target_record
 from gapforge.wiring import (
     apply_policy_spec,
     build_deps,
@@ -56,14 +57,14 @@ def _resume_command(run_id: str, config: str | None) -> str:
     return f"gapforge rollouts collect --run {run_id}" + (f" --config {config}" if config else "")
 
 
-def _check_identity(run_row, env_name: str, policy_name: str) -> None:
-    """A run collects one env with one policy: refuse work that does not belong to it."""
+def _check_identity(run_row, env_name: str, policy_name: str | None) -> None:
+    """A run collects one env with one policy: refuse work that does not belong to it (policy None: the env only)."""
     stored = run_row.config or {}
     if run_row.kind != "rollouts":
         raise UsageError(f"run {run_row.id} is a {run_row.kind} run, not a rollouts run: start a new one (omit --run)")
     for what, mine in (("env", env_name), ("policy", policy_name)):
         theirs = stored.get(what)
-        if theirs is not None and theirs != mine:
+        if theirs is not None and mine is not None and theirs != mine:
             raise UsageError(
                 f"run {run_row.id} collects env {stored.get('env')!r} with policy {stored.get('policy')!r}, not {what} {mine!r}: "
                 "resume it with its own env and policy, or start a new run (omit --run)"
@@ -73,12 +74,14 @@ def _check_identity(run_row, env_name: str, policy_name: str) -> None:
 @app.command("collect")
 @handle_errors
 def collect_cmd(
-    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:retail | tau2:airline | tau2:telecom | toolsandbox[:category]")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | "
+                                            "package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
     policy: Annotated[str | None, typer.Option("--policy", help="endpoint URL, local model dir, or scripted:ANSWERS.yaml")] = None,
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,
     run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing episodes run; env, policy and tasks default to the run's)")] = None,
+    allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --run: go on although the env's tools or tasks changed")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -86,6 +89,7 @@ def collect_cmd(
 
     Exit 0: every planned episode is stored. Exit 3: some ended in infrastructure failures
     (endpoint down, sandbox lost); they are not stored and a resume (`--run RUN`) redoes them.
+    The run records the env's spec and fingerprint; `--run` refuses an env whose tools or tasks changed since.
     """
     from agents.rollouts import CollectPlan, collect
 
@@ -105,10 +109,20 @@ def collect_cmd(
     env_name = env or stored.get("env") or cfg.rollouts.env
     policy_spec = policy if policy is not None else stored.get("policy_spec")
     probe, make_env = make_target_env_factory(cfg, env_name)
-    default_tasks = ",".join(stored["tasks"]) if tasks is None and stored.get("tasks") else None
-    task_ids = _parse_tasks(tasks if tasks is not None else default_tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None), probe.task_ids())
-    families = {t: probe.task_family(t) for t in task_ids}
-    probe.close()
+    try:
+        target = target_record(probe, env_name)
+        default_tasks = ",".join(stored["tasks"]) if tasks is None and stored.get("tasks") else None
+        wanted = tasks if tasks is not None else default_tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None)
+        known = probe.task_ids()
+        family_of = {t: probe.task_family(t) for t in known}
+    finally:
+        probe.close()
+    if prior is not None:  # before the task ids: a changed task set is named as such
+        _check_identity(prior, env_name, None)
+        for warning in check_run_target(store, prior.id, target, allow_change=allow_env_change, record=False):
+            err_console.print(f"warning: {warning}", highlight=False)
+    task_ids = _parse_tasks(wanted, known)
+    families = {t: family_of[t] for t in task_ids}
     pol_cfg = apply_policy_spec(cfg, policy_spec)
     pol = deps.make_policy(pol_cfg)
     if prior is not None:
@@ -116,6 +130,7 @@ def collect_cmd(
     run_config = {
         "command": "rollouts collect", "env": env_name, "policy": pol.name, "policy_spec": policy_spec,
         "tasks": task_ids, "samples": cfg.rollouts.samples if samples is None else samples, "config": cfg.dump(),
+        "target": target.model_dump(),
     }  # fmt: skip
     run_id = prior.id if prior is not None else store.create_run("rollouts", run_config)
     console.print(f"run {run_id}", highlight=False)
@@ -130,6 +145,8 @@ def collect_cmd(
     )
     resume = _resume_command(run_id, config)
     with run_lease(cfg, run_id, "rollouts collect"):
+        if prior is not None:  # recorded under the lease (checked above, before any work)
+            check_run_target(store, run_id, target, allow_change=allow_env_change)
         store.set_run_status(run_id, "running")
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
             stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan

@@ -39,8 +39,9 @@ def render_summary(summary: RolloutSummary) -> None:
 
 
 @handle_errors
-def tasks_cmd(env: Annotated[str, typer.Argument(help="shop | tau2:retail | ...")], config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """List an env's task ids and families."""
+def tasks_cmd(env: Annotated[str, typer.Argument(help="shop | tau2:retail | mcp:FILE.yaml | package.module:Class | path/to/file.py:Class")],
+              config: ConfigOpt = None, set_: SetOpt = None) -> None:
+    """List an env's task ids and families (a user's class is checked against the protocol first)."""
     cfg = get_config(config, set_)
     probe, _ = make_target_env_factory(cfg, env)
     for t in probe.task_ids():
@@ -58,8 +59,12 @@ def show_cmd(
     """List a run's episodes, or print one trajectory readably."""
     cfg = get_config(config, set_)
     store = open_store(cfg)
-    store.get_run(run)
+    target = store.run_target(run)
     if episode is None:
+        if target:
+            from envs.target_check import describe
+
+            console.print(f"target: {describe(target)}", highlight=False, markup=False)
         table = Table(title=f"run {run}")
         for col in ("id", "env", "task", "sample", "family", "reward", "success", "turns", "termination"):
             table.add_column(col, no_wrap=col in ("env", "task"))

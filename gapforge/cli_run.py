@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from envs.target_check import describe
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handle_errors
 from gapforge.cli_drive import drive, print_table, say, store_of
 from gapforge.run_progress import read_progress
@@ -38,12 +39,17 @@ def run_cmd(
     set_: SetOpt = None,
     review: Annotated[bool, typer.Option("--review", help="pause after select for `gapforge review RUN`")] = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue this run from its last checkpoint")] = None,
+    allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --resume: go on although the env's tools or tasks changed")] = False,
 ) -> None:
     """Run the whole TRACE loop as one checkpointed graph (or --resume one)."""
     cfg = get_config(config, set_)
     store = store_of(cfg)
     if resume:
+        from gapforge.stages.rollouts import resume_target_check
+
         plan = resume_plan(store, resume, cfg.store.url, executor_overrides(set_))  # e.g. another machine's executor.address
+        for warning in resume_target_check(plan.cfg, store, resume, allow_change=allow_env_change):  # a changed env: refused here
+            say(f"warning: {warning}")
         connect_executor(plan.cfg)  # executor.kind ray: the head answers, or one line naming executor.address (exit 2)
         say(f"run {resume}")
         if plan.command != "demo":
@@ -107,6 +113,9 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     cfg, store, snap = _inspect(config, set_, go)
     values, status = dict(snap.values), store.get_run(run).status
     say(f"run {run}  status: {status}  stage: {values.get('stage', '-')}  next: {', '.join(snap.next) or 'end'}")
+    target = store.run_target(run)  # recorded by its first collection
+    if target:
+        say(f"target: {describe(target)}")
     if status in ("interrupted", "incomplete", "failed"):
         say(f"  continue with `gapforge run --resume {run}`")
     notes = values.get("notes") or {}

@@ -110,8 +110,8 @@ def stage_times(values: dict[str, Any], elapsed_s: float | None = None) -> str |
 
 def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
     table = Table(title="runs", title_justify="left")
-    for col in ("id", "started", "status", "stage", "retained", "trained", "pass rate base → TRACE"):
-        table.add_column(col)
+    for col in ("id", "started", "status", "env", "stage", "retained", "trained", "pass rate base → TRACE"):
+        table.add_column(col, overflow="fold" if col == "env" else "ellipsis")
     for run, values in rows:
         caps = values.get("capabilities") or {}
         trained = sum(1 for c in caps.values() if c.get("status") == "trained")
@@ -120,6 +120,7 @@ def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
             run.id,
             f"{run.created_at:%Y-%m-%d %H:%M}",
             run.status,
+            str(((run.config or {}).get("config") or {}).get("rollouts", {}).get("env", "-")),  # the target's spec
             values.get("stage", "-"),
             str(len(values.get("retained") or [])),
             str(trained),

@@ -1,4 +1,5 @@
-"""Runs and episodes: the queries the rollout collector and the CLI use.
+"""Runs and episodes: the queries the rollout collector and the CLI use; a run's target env record
+(`run_target` / `set_run_target`: the spec and fingerprint a resume is checked against).
 
 Episodes are write-once: `put_episode` on a key (run, env, task, sample) that
 is already stored leaves the stored episode untouched and returns its id. Labels
@@ -118,6 +119,27 @@ class RunQueries(StoreBase):
             if run is None:
                 raise unknown_run(run_id)
             run.status = status
+            run.updated_at = utcnow()
+
+    def run_target(self, run_id: str) -> dict[str, Any] | None:
+        """The target env a run recorded (`set_run_target`): its spec and fingerprint, or None."""
+        target = self.get_run(run_id).config.get("target")
+        return dict(target) if isinstance(target, dict) else None
+
+    def set_run_target(self, run_id: str, record: Mapping[str, Any], *, replaced_because: str | None = None) -> None:
+        """Record the run's target env (spec + fingerprint, plain data) in its config under `target`. Replacing one
+        that differs keeps the old record, with `replaced_because`, in `target_history`: nothing recorded is lost."""
+        with self._write(run_id) as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                raise unknown_run(run_id)
+            config = dict(run.config)
+            old = config.get("target")
+            if isinstance(old, dict) and old != dict(record):
+                entry = {**old, "replaced_because": replaced_because or "", "replaced_at": utcnow().isoformat(timespec="seconds")}
+                config["target_history"] = [*(config.get("target_history") or []), entry]
+            config["target"] = dict(record)
+            run.config = config  # a new dict: the JSON column is written
             run.updated_at = utcnow()
 
     def put_episode(

@@ -5,7 +5,8 @@
   container outlives the job. All coupling to the sandbox's constructors is in
   `_sandbox_factory` (one small function, easy to follow when it changes).
 - `trusted`: a hand-written synthetic env in-process (examples, tests only).
-- `python`: any Environment built by a trusted callable `package.module:callable`.
+- `python`: any Environment built by a trusted callable `package.module:callable` or `path/to/file.py:callable`
+  (optionally `?key=value` keywords), imported by the target loader (envs/loader.py), as `--env` specs are.
 - `target`: a target env by registry name (`shop`, `tau2:retail`, ...): the
   "GRPO on the target" baseline trains through the very same trainer.
 """
@@ -28,7 +29,8 @@ class EnvSpec(BaseModel):
     kind: Literal["sandbox", "trusted", "target", "python"]
     module: str | None = Field(None, description="env module path (sandbox, trusted)")
     target: str | None = Field(None, description="registry name (target), e.g. shop")
-    factory: str | None = Field(None, description="python: 'package.module:callable' returning an Environment (trusted code)")
+    factory: str | None = Field(None, description="python: 'package.module:callable' or 'path/to/file.py:callable' returning an "
+                                "Environment (trusted code; ?key=value keywords are passed to it)")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="sandbox settings (SandboxConfig fields)")
     train_tasks: list[str] | None = Field(None, description="target task ids to train on")
     heldout_tasks: list[str] | None = Field(None, description="target task ids for selection (disjoint from train)")
@@ -37,7 +39,7 @@ class EnvSpec(BaseModel):
         if self.kind in ("sandbox", "trusted") and not (self.module and Path(self.module).is_file()):
             raise ValueError(f"env module {self.module!r} not found: give the path of the synthetic env's .py file")
         if self.kind == "python" and (not self.factory or ":" not in self.factory):
-            raise ValueError("a python env spec needs factory='package.module:callable'")
+            raise ValueError("a python env spec needs factory='package.module:callable' or 'path/to/file.py:callable'")
         if self.kind == "target":
             if not self.target or not self.train_tasks or not self.heldout_tasks:
                 raise ValueError("a target env spec needs target, train_tasks and heldout_tasks")
@@ -78,10 +80,12 @@ def open_factory(spec: EnvSpec, *, pool_size: int = 4) -> tuple[EnvFactory, Call
         cls = load_env_class(str(spec.module))
         return (lambda: InProcessSyntheticEnv(cls)), (lambda: None)
     if spec.kind == "python":
-        import importlib
+        import functools
 
-        mod, _, attr = str(spec.factory).partition(":")
-        return getattr(importlib.import_module(mod), attr), (lambda: None)
+        from envs.loader import load_attr, parse_class_spec
+
+        parsed = parse_class_spec(str(spec.factory))  # the target loader's own parsing and one-line errors
+        return functools.partial(load_attr(parsed), **parsed.kwargs), (lambda: None)
     from envs.registry import make_env
 
     name = str(spec.target)

@@ -1,10 +1,19 @@
 """`collect_rollouts`: the base policy on the target's tasks (agents.rollouts.collect), every episode stored by this
-process; with executor.kind ray the episodes are played on Ray actors (`gapforge.executor_wiring.episode_player`)."""
+process; with executor.kind ray the episodes are played on Ray actors (`gapforge.executor_wiring.episode_player`).
+
+Also the run's target record, shared with `gapforge rollouts collect` and `gapforge run --resume`: a run stores its
+env's spec and fingerprint (envs.target_check) when it first collects, and refuses to go on when the env's tools or
+task set changed since (a changed source file of a user's class only warns) unless the change is allowed.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from envs.errors import EnvError
+from envs.target_check import TargetFingerprint
+from gapforge.config import GapforgeConfig
 from gapforge.executor_wiring import episode_player
 from gapforge.stages.common import StageContext
 from gapforge.wiring import make_target_env_factory
@@ -18,9 +27,13 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
     cfg = sc.cfg
     env_name = cfg.rollouts.env
     probe, make_env = make_target_env_factory(cfg, env_name)
-    tasks = list(cfg.rollouts.tasks or probe.task_ids())
-    families = {t: probe.task_family(t) for t in tasks}
-    probe.close()
+    try:
+        for warning in check_run_target(sc.store, run_id, target_record(probe, env_name), allow_change=False):
+            sc.progress("collect_rollouts", f"warning: {warning}")
+        tasks = list(cfg.rollouts.tasks or probe.task_ids())
+        families = {t: probe.task_family(t) for t in tasks}
+    finally:
+        probe.close()
     plan = CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples, concurrency=cfg.rollouts.concurrency,
                        max_turns=cfg.rollouts.max_turns)  # fmt: skip
     result = CollectResult(planned=0, skipped=0, ran=0)
@@ -46,3 +59,46 @@ def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):
             sc.progress(where, f"{done}/{total} {unit}")
 
     return on_progress
+
+
+def target_record(probe: Any, spec: str) -> TargetFingerprint:
+    """The fingerprint of a built env (the source file's hash only for a user's class)."""
+    from envs.registry import is_builtin
+    from envs.target_check import fingerprint
+
+    return fingerprint(probe, spec, user_class=not is_builtin(spec))
+
+
+def check_run_target(store: Any, run_id: str, now: TargetFingerprint, *, allow_change: bool, record: bool = True) -> list[str]:
+    """Record `now` as the run's target, or check it against the one recorded: changed tools or tasks raise EnvError
+    (one line) unless `allow_change`; returns warnings (a changed source, an allowed change). What was recorded
+    before a change stays in the run's `target_history`. `record=False`: check only (a caller not yet holding the
+    run's lease checks before any work and records under the lease)."""
+    from envs.target_check import compare
+
+    stored = store.run_target(run_id)
+    if stored is None:
+        if record:
+            store.set_run_target(run_id, now.model_dump())
+        return []
+    refusal, warnings = compare(stored, now)
+    if refusal and not allow_change:
+        raise EnvError(f"run {run_id}: env '{now.spec}' is not the env it collected: {refusal}; its stored episodes would mix two envs: "
+                       "start a new run, or pass --allow-env-change to go on anyway")
+    if refusal:
+        warnings.insert(0, f"env '{now.spec}': {refusal}; going on as --allow-env-change asks (the old record is kept in the run's target_history)")
+    if record and stored != now.model_dump():
+        store.set_run_target(run_id, now.model_dump(), replaced_because=refusal or "; ".join(warnings) or "recorded again")
+    return warnings
+
+
+def resume_target_check(cfg: GapforgeConfig, store: Any, run_id: str, *, allow_change: bool) -> list[str]:
+    """Before a graph run resumes: the env of its stored config against the target it recorded (nothing to check
+    before its first collection). EnvError when it changed, unless `allow_change`; returns warnings."""
+    if store.run_target(run_id) is None:
+        return []
+    probe, _ = make_target_env_factory(cfg, cfg.rollouts.env)
+    try:
+        return check_run_target(store, run_id, target_record(probe, cfg.rollouts.env), allow_change=allow_change)
+    finally:
+        probe.close()

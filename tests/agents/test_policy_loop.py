@@ -90,9 +90,9 @@ async def test_env_raising_in_step_is_recorded_as_env_error() -> None:
     assert ep.turns == 2 and ep.reward == 0.5
 
 
-async def test_failing_score_records_zero_and_the_reason() -> None:
+async def test_failing_score_is_an_env_error_with_the_reason() -> None:
     ep = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), LockerEnv(fail_score=True), "easy")
-    assert ep.termination == "done"
+    assert ep.termination == "env_error"  # the env's boundary, not a 0-reward verdict on the model
     assert (ep.reward, ep.success) == (0.0, False)
     assert ep.score_info == {"score_error": "ValueError: score table missing"}
     assert "env.score failed" in ep.error

@@ -1,0 +1,161 @@
+"""What a loaded target env must satisfy before any work (`check_target`), and what a run records of it
+(`fingerprint`, `compare`).
+
+`check_target` runs once per process per spec (envs.registry.make_env calls it on a user's env): every method of
+`TargetEnvironment` present with a signature the loop can call, at least one task, `task_family` answering for
+every task, and `tools()` a list of OpenAI function schemas. Each failure is one `EnvError` line naming the fix.
+
+A run stores `TargetFingerprint`: hashes of the tool schemas and of the (task id, family) set, and for a user's
+class the SHA-256 of the file that defines it. `compare` says whether a resumed run may go on: changed tools or
+tasks refuse (the stored episodes would mix two envs), a changed source file only warns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from envs.errors import EnvError
+from envs.loader import source_of
+
+# method -> (positional parameters after self, what it is called with)
+METHODS: dict[str, tuple[int, str]] = {
+    "tools": (0, "tools()"), "reset": (1, "reset(task)"), "step": (1, "step(message)"), "score": (0, "score()"),
+    "close": (0, "close()"), "task_ids": (0, "task_ids()"), "task_family": (1, "task_family(task_id)"),
+}  # fmt: skip
+FIX = "see gapforge.protocol.TargetEnvironment and docs/your-agent.md"
+
+
+def _callable_with(fn: Any, n: int) -> bool:
+    try:
+        inspect.signature(fn).bind(*range(n))
+    except TypeError:
+        return False
+    except ValueError:
+        return True  # no signature to read (a builtin): trust it
+    return True
+
+
+def _schema_problem(tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        return f"is a {type(tool).__name__}, not a dict"
+    fn = tool.get("function")
+    if tool.get("type") != "function" or not isinstance(fn, dict):
+        return "lacks type='function' and a 'function' mapping"
+    if not isinstance(fn.get("name"), str) or not fn["name"]:
+        return "has no function.name"
+    params = fn.get("parameters", {"type": "object"})
+    if not isinstance(params, dict) or params.get("type") != "object":
+        return f"'{fn['name']}': function.parameters must be a JSON schema with type 'object'"
+    try:
+        json.dumps(tool)
+    except (TypeError, ValueError):
+        return f"'{fn['name']}' is not JSON-serialisable"
+    return None
+
+
+def check_target(env: Any, spec: str) -> None:
+    """One-line EnvError for the first thing that keeps `env` from being a usable TargetEnvironment."""
+    cls = type(env).__name__
+    for method, (n, shape) in METHODS.items():
+        fn = getattr(env, method, None)
+        if not callable(fn):
+            raise EnvError(f"env '{spec}': {cls} has no method {shape}: add it ({FIX})")
+        if not _callable_with(fn, n):
+            raise EnvError(f"env '{spec}': {cls}.{method} has signature {inspect.signature(fn)}, but it is called as {shape}: fix its parameters")
+    try:
+        tasks = env.task_ids()
+    except Exception as e:
+        raise EnvError(f"env '{spec}': {cls}.task_ids() raised {type(e).__name__}: {e}: fix the env's code") from None
+    if not isinstance(tasks, (list, tuple)) or not tasks:
+        raise EnvError(f"env '{spec}': {cls}.task_ids() returned {tasks!r:.60}: return a non-empty list of task id strings")
+    bad = next((t for t in tasks if not isinstance(t, str) or not t), None)
+    if bad is not None:
+        raise EnvError(f"env '{spec}': task id {bad!r} is not a non-empty string: task ids are strings (they key stored episodes)")
+    if len(set(tasks)) != len(tasks):
+        raise EnvError(f"env '{spec}': {cls}.task_ids() lists a task id twice: give each task once")
+    for t in tasks:
+        try:
+            family = env.task_family(t)
+        except Exception as e:
+            raise EnvError(f"env '{spec}': {cls}.task_family({t!r}) raised {type(e).__name__}: {e}: it must answer for every task id") from None
+        if not isinstance(family, str) or not family:
+            raise EnvError(f"env '{spec}': {cls}.task_family({t!r}) returned {family!r}: return a non-empty string (the task's family)")
+    try:
+        tools = env.tools()
+    except Exception as e:
+        raise EnvError(f"env '{spec}': {cls}.tools() raised {type(e).__name__}: {e}: fix the env's code") from None
+    if not isinstance(tools, list):
+        raise EnvError(f"env '{spec}': {cls}.tools() returned a {type(tools).__name__}: return a list of OpenAI function schemas (tool_schema builds one)")
+    names: set[str] = set()
+    for i, tool in enumerate(tools):
+        problem = _schema_problem(tool)
+        if problem:
+            raise EnvError(f"env '{spec}': tools()[{i}] {problem}: build each tool with gapforge.protocol.tool_schema")
+        name = tool["function"]["name"]
+        if name in names:
+            raise EnvError(f"env '{spec}': two tools are named '{name}': give each tool its own name")
+        names.add(name)
+
+
+class TargetFingerprint(BaseModel):
+    """What a run records of its target env (store/runs.py keeps it as plain data)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: str
+    tool_names: list[str]
+    tools_sha256: str
+    tasks: int
+    tasks_sha256: str
+    source: str | None = None  # the file that defines a user's env class
+    source_sha256: str | None = None
+
+
+def _sha(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def fingerprint(env: Any, spec: str, *, user_class: bool) -> TargetFingerprint:
+    """The env's tool schemas, (task id, family) set and — for a user's class — its source file, hashed."""
+    try:
+        tools = list(env.tools())
+        tasks = sorted((t, env.task_family(t)) for t in env.task_ids())
+    except Exception as e:
+        raise EnvError(f"env '{spec}': listing its tools and tasks raised {type(e).__name__}: {e}: fix the env's code") from None
+    source = source_of(env) if user_class else None
+    return TargetFingerprint(
+        spec=spec, tool_names=[str(t.get("function", {}).get("name")) for t in tools], tools_sha256=_sha(tools),
+        tasks=len(tasks), tasks_sha256=_sha(tasks), source=str(source) if source else None,
+        source_sha256=hashlib.sha256(source.read_bytes()).hexdigest() if source and source.is_file() else None,
+    )  # fmt: skip
+
+
+def compare(stored: Mapping[str, Any], now: TargetFingerprint) -> tuple[str | None, list[str]]:
+    """(why the run must not go on, or None; warnings). Tools or tasks changed: refused; the source: a warning."""
+    changed: list[str] = []
+    if stored.get("tools_sha256") != now.tools_sha256:
+        before, after = set(stored.get("tool_names") or []), set(now.tool_names)
+        diff = ", ".join([f"+{n}" for n in sorted(after - before)] + [f"-{n}" for n in sorted(before - after)])
+        changed.append(f"its tool schemas changed ({diff or 'same names, other schemas'})")
+    if stored.get("tasks_sha256") != now.tasks_sha256:
+        changed.append(f"its task set changed ({stored.get('tasks')} tasks then, {now.tasks} now, or other ids/families)")
+    warnings = []
+    if stored.get("source_sha256") and now.source_sha256 and stored["source_sha256"] != now.source_sha256:
+        warnings.append(f"env '{now.spec}': its source {now.source} changed since the run stored episodes "
+                        f"({stored['source_sha256'][:12]} then, {now.source_sha256[:12]} now); same tools and tasks, so the run goes on")
+    return ("; ".join(changed) or None), warnings
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """One line for `gapforge state` / `rollouts show`: the spec and short hashes of what was recorded."""
+    parts = [f"{len(record.get('tool_names') or [])} tools {str(record.get('tools_sha256'))[:12]}",
+             f"{record.get('tasks')} tasks {str(record.get('tasks_sha256'))[:12]}"]
+    if record.get("source_sha256"):
+        parts.append(f"source {record.get('source')} {str(record['source_sha256'])[:12]}")
+    return f"{record.get('spec')} ({', '.join(parts)})"
