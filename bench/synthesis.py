@@ -32,7 +32,9 @@ from agents.config import PolicyConfig
 from agents.deps import StageDeps
 from agents.synthesis.config import SynthesisConfig
 from agents.synthesis.recorded import recorded_synthesis_model
-from agents.synthesis.service import asynthesize_capability
+from agents.synthesis.service import avalidate_stored_attempt, decided_attempts, generate_attempt, synthesis_result
+from graph.capability import repair
+from graph.context import SynthesisAttempt, ValidationDone
 from sandbox.checks.probe import action_message
 from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.config import SandboxConfig
@@ -67,6 +69,28 @@ def tiny_runner(tmp: Path):
     return policy, runner
 
 
+class Steps:
+    """The service's two steps as the graph's repair loop calls them (gapforge/stages/synthesis.py binds them the same way)."""
+
+    def __init__(self, deps) -> None:
+        self.deps = deps
+
+    async def synthesize(self, run, cap, attempt):
+        code = await asyncio.to_thread(generate_attempt, self.deps, run, cap, attempt)
+        return SynthesisAttempt(cap, attempt, code.synthetic_env_id)
+
+    async def validate(self, run, cap, attempt):
+        done = await avalidate_stored_attempt(self.deps, run, cap, attempt)
+        return ValidationDone(cap, attempt, done.status == "accepted", done.verdict_line())
+
+
+async def synthesize_capability(deps, run, cap):
+    """The graph's repair loop (graph.capability.repair) for one capability, then what it decided."""
+    before = decided_attempts(deps.store, run, cap)
+    row = await repair(Steps(deps), run, cap, max_attempts=deps.synthesis.max_attempts)
+    return synthesis_result(deps, run, cap, decided_before=before, error=row.get("error"))
+
+
 def story(label: str, seeds: int, policy=None, runner=None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-synth-"))
     store = store_at(tmp)
@@ -83,7 +107,7 @@ def story(label: str, seeds: int, policy=None, runner=None) -> None:
         per_attempt: list[float] = []
         for cap in CAPS:
             t0 = time.perf_counter()
-            result = asyncio.run(asynthesize_capability(deps, run, cap))
+            result = asyncio.run(synthesize_capability(deps, run, cap))
             for a in result.attempts:
                 per_attempt.append(a.seconds) if a.stage != "static_gate" else None
                 print(f"{cap:28} {a.attempt:>2} {a.status:9} {a.stage:12} {a.seconds:6.2f} {a.rollouts:>8}  "

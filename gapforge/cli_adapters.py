@@ -1,22 +1,21 @@
-"""`gapforge adapters RUN`: a run's adapters (capability, status, steps, held-out reward before -> after, path)."""
+"""`gapforge adapters RUN`: a run's adapters (capability, status, steps, held-out reward before -> after, path), under
+the base model and router the run's stored config names (gapforge/run_config.py)."""
 
 from __future__ import annotations
 
 import typer
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
-
-
+from gapforge.cli_common import ConfigOpt, SetOpt, console, handle_errors, run_config
 
 @handle_errors
 def adapters(run_id: str = typer.Argument(..., help="run id"), config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Table: capability, status, steps, held-out reward before -> after, path."""
-    from store.db import Store
-
-    cfg = get_config(config, set_)
-    with Store(cfg.store_url) as store:
+    cfg, store = run_config(run_id, config, set_)
+    with store:
         rows = store.adapters(run_id)
+    routing = f"routing.backend={cfg.routing.backend}" if cfg.routing.enabled else "routing off"
+    console.print(f"run {run_id}: base {cfg.policy.local_path or '-'} ({cfg.policy.kind}), {routing}", highlight=False)
     table = Table("adapter", "capability", "status", "steps", "kept", "held-out before -> after", "path")
     for a in rows:
         m = a.metrics

@@ -1,5 +1,6 @@
-"""`gapforge analyze RUN`: contrastive capability analysis of a run's episodes (renders
-agents.analysis services; never computes anything itself).
+"""`gapforge analyze RUN`: contrastive capability analysis of a run's episodes, with the run's stored config
+(gapforge/run_config.py): the analysis stage the graph's discover / label / select nodes call
+(`gapforge.stages.analysis`), rendered; never computes anything itself.
 
     gapforge analyze RUN [--passes R] [--set analysis.delta=0.3] [--plot FILE] [--retry-failed]
     gapforge analyze RUN --show CAPABILITY
@@ -15,8 +16,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, console, fail, get_config, handle_errors
-from gapforge.config import GapforgeConfig
+from gapforge.cli_common import ConfigOpt, SetOpt, console, fail, handle_errors, run_config
 
 def _fmt(x: float | None, ci: tuple[float | None, float | None] | None = None) -> str:
     if x is None:
@@ -99,17 +99,14 @@ def analyze(
     set_: SetOpt = None,
 ) -> None:
     """Discover the capabilities a run's agent lacks, label every episode R times, keep the stable gaps."""
-    from agents.analysis.compact import make_token_counter
     from agents.analysis.errors import AnalysisError
-    from agents.analysis.service import analyze_run
+    from agents.analysis.service import AnalysisReport
     from gapforge.run_lease import run_lease
-    from gapforge.wiring import open_store
+    from gapforge.stages import open_stages
 
-    cfg = get_config(config, set_)
-    if passes is not None:
-        cfg.analysis.passes = passes
+    cfg, store = run_config(run, config, [*(set_ or []), *([f"analysis.passes={passes}"] if passes is not None else [])])
     try:
-        with open_store(cfg) as store:
+        with store:
             if show:
                 _show(store, run, show)
                 return
@@ -117,15 +114,22 @@ def analyze(
                 envs = sorted({e.env for e in store.episodes(run)})
                 if not envs:
                     fail(f"run {run!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run})")
-                policy_tok = cfg.policy.local_path if cfg.policy.kind == "local" else None
-                counter = make_token_counter(cfg.analysis.tokenizer, policy_tok)
-                from gapforge.stages.analysis import analyst_model
-
-                model = analyst_model(cfg, envs[0])
                 with Progress(TextColumn("labeling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
                     task = bar.add_task("labeling", total=None)
-                    report = asyncio.run(analyze_run(store, model, run, cfg=cfg.analysis, counter=counter, retry_failed=retry_failed,
-                                                     on_progress=lambda done, total: bar.update(task, completed=done, total=total)))  # fmt: skip
+
+                    async def go() -> tuple[AnalysisReport, Any]:  # the analysis stage the graph's discover / label / select nodes call
+                        async with open_stages(cfg, store) as stages:
+                            steps = stages.analysis
+                            steps.env = envs[0]
+                            split, found = await steps.discovery(run)
+                            done: list[Any] = []
+                            for p in range(cfg.analysis.passes):
+                                offset = sum(r.episodes for r in done)
+                                done.append(await steps.label_pass(run, p, retry_failed=retry_failed, on_progress=lambda d, t: bar.update(
+                                    task, completed=offset + d, total=t * cfg.analysis.passes)))  # fmt: skip
+                            return AnalysisReport(split, found, tuple(done), await steps.selection(run)), steps.counter
+
+                    report, counter = asyncio.run(go())
             rows = store.capability_summaries(run)
     except AnalysisError as e:
         fail(str(e))
@@ -133,6 +137,8 @@ def analyze(
     kept = ", ".join(report.selection.retained) or "none"
     console.print(f"retained: {kept}")
     failures = sum(report.selection.labeling_failures.values())
+    from gapforge.wiring import open_store
+
     with open_store(cfg) as store:
         current = {(p.pass_index, p.dictionary_hash) for p in report.passes}
         at_endpoint = sum(1 for c in store.label_calls(run, status="failed") if c.boundary == "endpoint" and (c.pass_index, c.dictionary_hash) in current)

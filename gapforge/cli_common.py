@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from gapforge.config import GapforgeConfig, load_config
 from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE, USER_ERRORS, UsageError
+from graph.context import StageFailed, StageUnavailable
 from store.redact import redact
 
 console = Console()
@@ -26,7 +27,7 @@ ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="YAML conf
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: dotted.key=value (repeatable)")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["ConfigOpt", "SetOpt", "USER_ERRORS", "UsageError", "console", "err_console", "fail", "get_config", "handle_errors"]
+__all__ = ["ConfigOpt", "SetOpt", "USER_ERRORS", "UsageError", "console", "err_console", "fail", "get_config", "handle_errors", "run_config"]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -48,6 +49,8 @@ def handle_errors(fn: F) -> F:
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         except INCOMPLETE_ERRORS as e:
             fail(str(e).splitlines()[0], INCOMPLETE_EXIT_CODE)
+        except (StageFailed, StageUnavailable) as e:  # a stage a command runs cannot work on this run's data / installation
+            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback
             where = f" ({e.filename})" if e.filename else ""
             fail(f"{e.strerror or type(e).__name__}{where}: check the path, its permissions and the free disk space")
@@ -67,3 +70,24 @@ def get_config(config: str | None, overrides: list[str] | None, *, check_workspa
 
     use_data_dir(cfg.tau2.data_dir)  # before anything imports tau2; inherited by child processes
     return cfg
+
+
+def run_config(run_id: str, config: str | None, overrides: list[str] | None, *, check_workspace: bool = True) -> tuple[GapforgeConfig, Any]:
+    """(the config of a command on `run_id`, the store): the run's stored config with this invocation's `--config` keys,
+    `--set` items and flags (`overrides`, as dotted settings) on top (gapforge/run_config.py); prints the one line naming
+    what it overrode, or that an older run stores no config. Unknown run: StoreError (one line, exit 2)."""
+    from envs.tau2.domain import use_data_dir
+    from gapforge.run_config import resolve, where_overrides
+    from gapforge.wiring import open_store
+
+    where = get_config(config, where_overrides(overrides), check_workspace=check_workspace)
+    store = open_store(where)
+    try:
+        resolved = resolve(dict(store.get_run(run_id).config or {}), run_id, where, config, overrides)
+    except BaseException:
+        store.close()
+        raise
+    for line in resolved.lines():
+        err_console.print(escape(redact(line)), highlight=False, soft_wrap=True)
+    use_data_dir(resolved.cfg.tau2.data_dir)
+    return resolved.cfg, store

@@ -1,4 +1,10 @@
-"""`gapforge evaluate RUN` and `gapforge report RUN`: numbers against the baselines, and the report file."""
+"""`gapforge evaluate RUN` and `gapforge report RUN`: numbers against the baselines, and the report file.
+
+Both take the run's stored config (gapforge/run_config.py: base model, router backend and its stored data,
+the `evaluation:` section: trials, family_trials, focus_family, ...) and call the stage the graph's
+`evaluate` / `report` nodes call (`gapforge.stages`); flags override the run's settings and the line
+`override: ...` says which (`--trials K` = evaluation.trials, `--base DIR` = policy.local_path).
+"""
 
 from __future__ import annotations
 
@@ -12,31 +18,10 @@ from gapforge.cli_common import (
     SetOpt,
     UsageError,
     console,
-    get_config,
     handle_errors,
+    run_config,
 )
-from gapforge.cli_serve import BaseOpt, base_model_dir
-from gapforge.wiring import make_target_env_factory, open_store
-
-
-def report_dir(cfg, run: str) -> Path:
-    """Where `gapforge report RUN` writes (gapforge state links here)."""
-    return cfg.workspace / "reports" / run
-
-
-def _heldout_tasks(store, run: str, tasks: str | None, known: list[str]) -> list[str]:
-    """--tasks, else the held-out split the analysis stored with the run (never the analysis split)."""
-    if tasks:
-        wanted = [t.strip() for t in tasks.split(",") if t.strip()]
-    else:
-        split = store.get_split(run)
-        if split is None:
-            raise UsageError(f"run {run} has no stored analysis/held-out split: run `gapforge analyze {run}` first or pass --tasks")
-        wanted = list(split.heldout_tasks)
-    unknown = sorted(set(wanted) - set(known))
-    if unknown:
-        raise UsageError(f"unknown task id(s) {', '.join(unknown)}: list them with `gapforge rollouts tasks ENV`")
-    return wanted
+from gapforge.cli_serve import BaseOpt, base_flags, local_base
 
 
 def register(app: typer.Typer) -> None:
@@ -44,10 +29,10 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def evaluate_cmd(
         run: Annotated[str, typer.Argument(help="run id")],
-        env: Annotated[str | None, typer.Option("--env", help="target env (default rollouts.env)")] = None,
+        env: Annotated[str | None, typer.Option("--env", help="target env (default: the env of the run's held-out split)")] = None,
         tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: the run's held-out split)")] = None,
-        trials: Annotated[int | None, typer.Option("--trials", min=1, help="K trials per task (default evaluation.trials)")] = None,
-        baseline_adapter: Annotated[str | None, typer.Option("--baseline-adapter", help="PEFT dir of the GRPO-on-target baseline")] = None,
+        trials: Annotated[int | None, typer.Option("--trials", min=1, help="K trials per task (default: the run's evaluation.trials)")] = None,
+        baseline_adapter: Annotated[str | None, typer.Option("--baseline-adapter", help="PEFT dir of the GRPO-on-target baseline (default: the run's own, if trained)")] = None,
         base: BaseOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
@@ -55,42 +40,31 @@ def register(app: typer.Typer) -> None:
         """Base vs TRACE (routed) vs each adapter vs the baselines on the held-out split; stored in the evaluations table."""
         import asyncio
 
-        from evaluation.policies import GRPO_TARGET
-        from evaluation.service import (
-            build_router,
-            evaluate_run,
-            load_backend,
-            run_artifacts,
-        )
         from gapforge.run_lease import run_lease
+        from gapforge.stages import open_stages
 
-        cfg = get_config(config, set_)
-        trials = trials or cfg.evaluation.trials
-        store = open_store(cfg)
+        flags = [*base_flags(base), *([f"evaluation.trials={trials}"] if trials else [])]
+        cfg, store = run_config(run, config, [*(set_ or []), *flags])
+        task_ids = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+        if baseline_adapter and not (Path(baseline_adapter) / "adapter_config.json").is_file():
+            raise UsageError(f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)")
         with run_lease(cfg, run, "evaluate"):
-            store.get_run(run)
-            split = store.get_split(run)
-            env_name = env or (split.env if split is not None else cfg.rollouts.env)
-            probe, make_env = make_target_env_factory(cfg, env_name)
-            task_ids = _heldout_tasks(store, run, tasks, probe.task_ids())
-            families = {t: probe.task_family(t) for t in task_ids}
-            probe.close()
-            if baseline_adapter and not (Path(baseline_adapter) / "adapter_config.json").is_file():
-                raise UsageError(f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)")
-            base_dir = base_model_dir(cfg, base)
-            artifacts = run_artifacts(store, run, max_example_chars=cfg.routing.max_example_chars)
-            extra = {GRPO_TARGET: baseline_adapter} if baseline_adapter else {}
-            backend = load_backend(base_dir, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
-            router = build_router(artifacts, routing=cfg.routing, backend=backend, tokenizer_path=base_dir)
-            console.print(f"evaluating {len(task_ids)} tasks x {trials} trials on {env_name}", highlight=False)
-            result = asyncio.run(
-                evaluate_run(store, run, backend=backend, router=router, artifacts=artifacts, env=env_name, make_env=make_env, tasks=task_ids,
-                             families=families, trials=trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
-                             concurrency=cfg.rollouts.concurrency, grpo_target=bool(baseline_adapter), seed=cfg.seed)
-            )
-            for p in result.policies:
-                pr = p.metrics["pass_rate"]
-                console.print(f"{p.name:40s} pass {pr['value']:.1%} [{pr['low']:.1%}, {pr['high']:.1%}]", highlight=False)
+            if task_ids is None and store.get_split(run) is None:
+                raise UsageError(f"run {run} has no stored analysis/held-out split: run `gapforge analyze {run}` first or pass --tasks")
+            cfg = local_base(cfg)
+
+            async def go():
+                async with open_stages(cfg, store, lambda where, text: console.print(f"{where}: {text}", highlight=False)) as stages:
+                    stages.routing.baseline_adapter = baseline_adapter
+                    return await stages.evaluate(run, [], env=env, tasks=task_ids)
+
+            shown = f"{len(task_ids)} tasks" if task_ids else "the held-out split"
+            console.print(f"evaluating {shown} x {cfg.evaluation.trials} trials"
+                          + (f" (+ evaluation.family_trials {dict(cfg.evaluation.family_trials)})" if cfg.evaluation.family_trials else ""),
+                          highlight=False)  # fmt: skip
+            done = asyncio.run(go())
+        for name, m in done.results.items():
+            console.print(f"{name:40s} pass {m['pass_rate']:.1%} [{m['ci_low']:.1%}, {m['ci_high']:.1%}]", highlight=False)
 
     @app.command("report")
     @handle_errors
@@ -101,12 +75,17 @@ def register(app: typer.Typer) -> None:
         set_: SetOpt = None,
     ) -> None:
         """Write report.md with evaluation tables and PNG plots (intervals, held-out curves, routing confusion)."""
-        from evaluation.report import write_report
+        import asyncio
 
-        cfg = get_config(config, set_)
-        store = open_store(cfg)
-        store.get_run(run)
-        result = write_report(store, run, Path(out) if out else report_dir(cfg, run))
-        console.print(str(result.path), highlight=False)
-        if result.missing:
-            console.print(f"not in the report yet: {', '.join(result.missing)}", highlight=False)
+        from gapforge.stages import open_stages
+
+        cfg, store = run_config(run, config, set_)
+
+        async def go():
+            async with open_stages(cfg, store) as stages:
+                return await stages.report(run, out=out)
+
+        done = asyncio.run(go())
+        console.print(done.path, highlight=False)
+        if done.missing:
+            console.print(f"not in the report yet: {', '.join(done.missing)}", highlight=False)

@@ -1,8 +1,16 @@
-"""`gapforge serve RUN`: the routed OpenAI-compatible endpoint over a run's adapters."""
+"""`gapforge serve RUN`: the routed OpenAI-compatible endpoint over a run's adapters, as the run evaluated them.
+
+The run's stored config (gapforge/run_config.py) names the base model, the policy backend and the router; the
+router's data is read from the store (evaluation/router_record.py), so the served router is the evaluated one
+and serving starts no sandbox container. Flags override the run's settings, and the line `override: ...` says
+which: `--base DIR` = policy.local_path, `--backend local` = policy.kind=local, `--backend vllm --vllm-url URL
+--vllm-model NAME` = policy.kind=endpoint with that endpoint.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -12,21 +20,64 @@ from gapforge.cli_common import (
     UsageError,
     console,
     err_console,
-    get_config,
     handle_errors,
+    run_config,
 )
-from gapforge.wiring import open_store
 
-BaseOpt = Annotated[str | None, typer.Option("--base", help="base model dir (default: policy.local_path)")]
+BaseOpt = Annotated[str | None, typer.Option("--base", help="base model dir (default: the run's policy.local_path)")]
 
 
-def base_model_dir(cfg, base: str | None) -> str:
-    from pathlib import Path
+def base_flags(base: str | None) -> list[str]:
+    return [f"policy.local_path={base}"] if base else []
 
-    path = base or cfg.policy.local_path
+
+def base_model_dir(cfg) -> str:
+    """The base model's weights (policy.local_path), checked to be a Hugging Face model dir."""
+    path = cfg.policy.local_path
     if not path or not (Path(path) / "config.json").is_file():
         raise UsageError(f"base model '{path}' is not a Hugging Face model dir: pass --base DIR or set policy.local_path")
     return path
+
+
+def local_base(cfg):
+    """The config with the base loaded here: a run stored without a config reads policy.kind's default (scripted), which
+    has no weights to serve or evaluate; its policy.local_path (--base) is a local model."""
+    base_model_dir(cfg)
+    if cfg.policy.kind == "scripted":
+        cfg.policy = cfg.policy.model_copy(update={"kind": "local"})
+    return cfg
+
+
+def backend_flags(backend: str | None, vllm_url: str | None, vllm_model: str | None) -> list[str]:
+    if backend is None:
+        if vllm_url or vllm_model:
+            raise UsageError("--vllm-url / --vllm-model go with --backend vllm")
+        return []
+    if backend == "local":
+        return ["policy.kind=local"]
+    if backend == "vllm":
+        return ["policy.kind=endpoint", *([f"policy.endpoint.base_url={vllm_url}"] if vllm_url else []),
+                *([f"policy.endpoint.model={vllm_model}"] if vllm_model else [])]
+    raise UsageError(f"--backend '{backend}': use local or vllm")
+
+
+def served(cfg, store, run_id: str) -> tuple[Any, Any, Any, str]:
+    """(artifacts, chat backend, router, where the router came from) of the run, built by the routing stage the evaluation
+    used (`gapforge.stages.routing.Routing`): without the GRPO-on-target baseline, the router's data not written."""
+    import asyncio
+
+    from gapforge.stages import stage_context
+    from gapforge.stages.routing import Routing
+
+    if cfg.policy.kind == "endpoint" and not cfg.policy.endpoint.base_url:
+        raise UsageError("policy.kind=endpoint needs the vLLM server's URL: pass --vllm-url URL or set policy.endpoint.base_url")
+    sc = stage_context(local_base(cfg), store)
+    routing = Routing(sc)
+    try:
+        artifacts, chat, router = routing.routed(run_id, baseline=False, keep=False)
+    finally:
+        asyncio.run(sc.deps.aclose_pool())  # opened only when a run without a stored router had its openings read now
+    return artifacts, chat, router, routing.source
 
 
 def register(app: typer.Typer) -> None:
@@ -37,47 +88,35 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8100,
         host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
         base: BaseOpt = None,
-        backend: Annotated[str, typer.Option("--backend", help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM)")] = "local",
+        backend: Annotated[str | None, typer.Option("--backend", help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM); default: the run's policy.kind")] = None,
         vllm_url: Annotated[str | None, typer.Option("--vllm-url", help="vLLM /v1 URL (backend vllm)")] = None,
         vllm_model: Annotated[str | None, typer.Option("--vllm-model", help="the base model's name on vLLM")] = None,
         api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send (Bearer); every route but /health")] = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
-        """Serve /v1/chat/completions, /v1/models and /health; each conversation routed once to an adapter."""
-        import asyncio
-
+        """Serve /v1/chat/completions, /v1/models and /health; each conversation routed once to an adapter, as the run evaluated."""
         from aiohttp import web
 
         from agents.config import is_loopback
-        from evaluation.service import build_router, load_backend, run_artifacts
         from gapforge.config import read_secret
         from serving.routed_server import ROUTED_MODEL, RoutedApp
 
-        cfg = get_config(config, set_)
+        flags = [*base_flags(base), *backend_flags(backend, vllm_url, vllm_model)]
+        cfg, store = run_config(run, config, [*(set_ or []), *flags])
         api_key = read_secret(api_key_env) if api_key_env else None
         if api_key is None and not is_loopback(host):
             err_console.print(f"warning: serving on {host} without an API key: anyone who reaches port {port} can use the model; "
                               "pass --api-key-env NAME", highlight=False, soft_wrap=True)
-        store = open_store(cfg)
-        store.get_run(run)
-        base_dir = base_model_dir(cfg, base)
-        artifacts = run_artifacts(store, run, max_example_chars=cfg.routing.max_example_chars)
-        if backend == "local":
-            chat = load_backend(base_dir, artifacts, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
-            router = build_router(artifacts, routing=cfg.routing, backend=chat, tokenizer_path=base_dir)
-        elif backend == "vllm":
-            from serving.vllm_backend import VLLMBackend
-
-            if not vllm_url or not vllm_model:
-                raise UsageError("--backend vllm needs --vllm-url and --vllm-model")
-            chat = VLLMBackend(vllm_url, vllm_model, dict(artifacts.adapter_paths), max_new_tokens=cfg.policy.max_new_tokens)
-            asyncio.run(chat.ensure_registered())
-            router = build_router(artifacts, routing=cfg.routing, tokenizer_path=base_dir)
-        else:
-            raise UsageError(f"--backend '{backend}': use local or vllm")
+        artifacts, chat, router, source = served(cfg, store, run)
+        if source != "stored":
+            read = " from its synthetic envs' openings (in the sandbox)" if cfg.routing.backend == "openings" else ""
+            err_console.print(f"note: run {run} stores no router over these adapters (made by an older gapforge, or never built): "
+                              f"built now{read}, not stored", highlight=False, soft_wrap=True)
         routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None, api_key=api_key)
         names = ", ".join(c["name"] for c in artifacts.capabilities) or "none (base model only)"
         guard = f"API key from {api_key_env}" if api_key else "no API key"
-        console.print(f"serving run {run} on http://{host}:{port}/v1 ({guard}) — model '{ROUTED_MODEL}' routes to: {names}", highlight=False)
+        routing = f"routing.backend={cfg.routing.backend}" if cfg.routing.enabled else "routing off"
+        console.print(f"serving run {run} on http://{host}:{port}/v1 ({guard}) — base {cfg.policy.local_path}, {routing}; "
+                      f"model '{ROUTED_MODEL}' routes to: {names}", highlight=False)
         web.run_app(routed.app(), host=host, port=port, print=None)

@@ -1,5 +1,6 @@
-"""`gapforge synthesize RUN [--capability NAME]`: the generator / validator repair loop for each
-retained capability of a run (progress per capability and attempt, then a table of
+"""`gapforge synthesize RUN [--capability NAME]`: the graph's generator / validator repair loop
+(graph/capability.py `repair`, through `gapforge.stages`) for each retained capability of a run, with
+the run's stored config (gapforge/run_config.py) (progress per capability and attempt, then a table of
 capabilities x attempts x verdicts). Exit 0 when every capability got an env, 1 when one
 ended unsynthesized, 2 for bad input, 3 when an endpoint or the sandbox kept failing past
 its retries (what finished is stored; no attempt is blamed for it; the line says how to resume). Accepted modules: WORKSPACE/synthetic_envs/RUN/CAPABILITY.py."""
@@ -18,8 +19,8 @@ from gapforge.cli_common import (
     SetOpt,
     UsageError,
     console,
-    get_config,
     handle_errors,
+    run_config,
 )
 
 _STYLE = {"accepted": "[bold green]accepted[/]", "failed": "[bold red]failed[/]", "rejected": "[red]rejected[/]",
@@ -34,14 +35,13 @@ def command(
     set_: SetOpt = None,
 ) -> None:
     """Write, validate and repair one synthetic env per retained capability of RUN (resumes where it stopped)."""
-    from agents.synthesis.service import asynthesize_capability
     from gapforge.run_lease import run_lease
-    from gapforge.wiring import build_deps
+    from gapforge.stages import open_stages
+    from gapforge.stages.synthesis import synthesize_capability
 
-    cfg = get_config(config, set_)
-    deps = build_deps(cfg, pool_size=min(cfg.sandbox.pool_size, 2))
-    store = deps.store
+    cfg, store = run_config(run_id, config, set_)
     stopped: IncompleteStage | None = None
+    results: list = []
     try:
         with run_lease(cfg, run_id, "synthesize"):
             retained = [c.name for c in store.capabilities(run_id, retained=True)]
@@ -51,31 +51,26 @@ def command(
             if unknown:
                 raise UsageError(f"--capability {unknown[0]!r} is not a retained capability of run {run_id!r}: choose from {', '.join(retained)}")
             chosen = capability or retained
-            results = []
             with console.status("synthesizing ...") as status:
-                def progress(cap: str, attempt: int, what: str) -> None:
-                    status.update(f"[bold]{cap}[/] attempt {attempt}/{cfg.synthesis.max_attempts}: {what}")
-                    if what.startswith(("accepted", "failed", "rejected")):
-                        console.print(f"{cap} attempt {attempt}: {_STYLE.get(what.split(':')[0], what)}{what[len(what.split(':')[0]):]}",
-                                      highlight=False)
+                def progress(where: str, text: str) -> None:  # ("synthesize CAP", "attempt N: what") from the stage
+                    cap, (attempt, _, what) = where.removeprefix("synthesize "), text.partition(": ")
+                    status.update(f"[bold]{cap}[/] {attempt}/{cfg.synthesis.max_attempts}: {what}")
+                    head = what.split(":")[0]
+                    if head in ("accepted", "failed", "rejected"):
+                        console.print(f"{cap} {attempt}: {_STYLE.get(head, head)}{what[len(head):]}", highlight=False)
 
-                async def synthesize_then_close() -> None:
-                    # One loop: the readiness policy the deps make is used and closed on it (its HTTP session is this loop's).
-                    try:
+                async def synthesize_all() -> None:
+                    # One loop: the readiness policy the stages make is used and closed on it (its HTTP session is this loop's).
+                    async with open_stages(cfg, store, progress, pool_size=min(cfg.sandbox.pool_size, 2)) as stages:
                         for cap in chosen:
-                            try:
-                                results.append(await asynthesize_capability(deps, run_id, cap, progress))
-                            except LookupError as e:
-                                raise UsageError(str(e)) from None
-                    finally:
-                        await deps.aclose_policies()
+                            results.append(await synthesize_capability(stages.sc, run_id, cap))
 
                 try:
-                    asyncio.run(synthesize_then_close())
+                    asyncio.run(synthesize_all())
                 except IncompleteStage as e:
                     stopped = e.with_resume(f"gapforge synthesize {run_id}")
     finally:
-        deps.close()
+        store.close()
     _print_table(results)
     if stopped is not None:
         raise stopped

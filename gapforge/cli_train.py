@@ -1,9 +1,10 @@
 """`gapforge train RUN [--capability NAME] [--module PATH]` (the table of results: `gapforge adapters RUN`).
 
-train: one GRPO + LoRA job per capability, each in its own process
-(`python -m training.run`), on the capability's validated synthetic env in the
-sandbox (or on `--module`, e.g. envs/examples/precondition_verification.py).
-Progress: step, reward, informative-group share, held-out reward.
+train: the stage the graph's `train` node calls (`gapforge.stages`, with the run's stored config): one
+GRPO + LoRA job per capability, each in its own process, as many at once as the training slots allow, on
+the capability's accepted synthetic env in the sandbox (or on `--module`, e.g.
+envs/examples/precondition_verification.py). Adapters: WORKSPACE/adapters/RUN/CAPABILITY. Progress: one
+line per GRPO step (reward, informative-group share).
 """
 
 from __future__ import annotations
@@ -17,57 +18,23 @@ from gapforge.cli_common import (
     SetOpt,
     UsageError,
     console,
-    get_config,
     handle_errors,
+    run_config,
 )
+from gapforge.cli_serve import local_base
 
-VALIDATED = ("validated", "passed", "accepted")
 
-
-def _jobs(cfg, run_id: str, capability: str | None, module: Path | None):
-    from store.db import Store
-    from training.envs import EnvSpec
-    from training.service import TrainJob
-
-    if not cfg.policy.local_path:
-        raise UsageError("set policy.local_path to the base model directory (e.g. the one `gapforge dev teach` prints)")
-    root = cfg.workspace / "runs" / run_id
-    sandbox = cfg.sandbox.model_dump(mode="json")
-    specs: list[tuple[str, str]] = []
+def _capabilities(store, run_id: str, capability: str | None, module: Path | None) -> list[str]:
+    """The capabilities to train: those with an accepted synthetic env (or the one `--module` is for)."""
     if module is not None:
         if not module.is_file():
             raise UsageError(f"--module {module}: file not found")
-        specs.append((capability or module.stem, str(module.resolve())))
-    else:
-        with Store(cfg.store_url) as store:
-            store.get_run(run_id)
-            envs = [e for e in store.synthetic_envs(run_id, capability) if e.status in VALIDATED]
-        if not envs:
-            raise UsageError(f"run {run_id} has no validated synthetic env{' for ' + capability if capability else ''}: "
-                             "run `gapforge synthesize` first, or pass --module PATH")
-        latest = {}
-        for e in sorted(envs, key=lambda e: e.attempt):
-            latest[e.capability] = e
-        for cap, e in latest.items():
-            path = root / "envs" / f"{cap}-{e.sha256[:12]}.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(e.code)
-            specs.append((cap, str(path)))
-    return [TrainJob(name=cap, capability=cap, base_model=str(cfg.policy.local_path),
-                     env=EnvSpec(kind="sandbox", module=path, sandbox=sandbox), config=cfg.training,
-                     out_dir=str(root / "adapters" / cap), store_url=cfg.store_url, run_id=run_id) for cap, path in specs]
-
-
-def _show(name: str, row: dict) -> None:
-    ev = row.get("event")
-    if ev == "step":
-        console.print(f"[{name}] step {row['step']}/{row['max_steps']}  reward {row['reward']:.3f}  informative groups "
-                      f"{row['informative_share']:.0%}  env failures {len(row['failures'])}  "
-                      f"(gen {row['gen_s']:.1f}s, env {row['env_s']:.2f}s)", highlight=False)
-    elif ev == "heldout":
-        console.print(f"[{name}] held-out reward {row['reward']:.3f} at step {row['step']}", highlight=False)
-    elif ev == "failed":
-        console.print(f"[{name}] [red]failed[/]: {row['error']}", highlight=False)
+        return [capability or module.stem]
+    accepted = sorted({e.capability for e in store.synthetic_envs(run_id, capability) if e.status == "accepted"})
+    if not accepted:
+        raise UsageError(f"run {run_id} has no validated synthetic env{' for ' + capability if capability else ''}: "
+                         "run `gapforge synthesize` first, or pass --module PATH")
+    return accepted
 
 
 @handle_errors
@@ -76,21 +43,33 @@ def train(run_id: str = typer.Argument(..., help="run id"),
           module: Path | None = typer.Option(None, "--module", help="train on this env module instead of the run's validated env"),
           config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Train the run's adapters (resumes killed jobs; finished ones are kept)."""
-    from gapforge.run_lease import run_lease
-    from gapforge.executor_wiring import job_runner
+    import asyncio
 
-    cfg = get_config(config, set_)
-    jobs = _jobs(cfg, run_id, capability, module)
+    from gapforge.run_lease import run_lease
+    from gapforge.stages import open_stages
+
+    cfg, store = run_config(run_id, config, set_)
+    if not cfg.policy.local_path:
+        raise UsageError("set policy.local_path to the base model directory (e.g. the one `gapforge dev teach` prints)")
+    cfg = local_base(cfg)
+    caps = _capabilities(store, run_id, capability, module)
+
+    async def go():
+        async with open_stages(cfg, store, lambda where, text: console.print(f"[{where.removeprefix('train ')}] {text}", highlight=False)) as stages:
+            return await asyncio.gather(*(stages.train(run_id, c, module=str(module) if module else None) for c in caps))
+
     with run_lease(cfg, run_id, "train"):
-        outcomes = job_runner(cfg)(jobs, cfg.workspace / "runs" / run_id / "train-specs", on_line=_show)
-    for o in outcomes:
-        if o.result is not None:
-            r = o.result
-            console.print(f"{o.name}: held-out {r.heldout_before:.3f} -> {r.heldout_after:.3f} (best step {r.best_step}), "
-                          f"adapter {r.adapter_path}", highlight=False)
+        done = asyncio.run(go())
+    from store.workspace import Workspace
+
+    num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    for d in done:
+        if d.trained:
+            console.print(f"{d.capability}: held-out {num(d.heldout_before)} -> {num(d.heldout_after)} (kept step {d.kept_step}), "
+                          f"adapter {Workspace(cfg.workspace).adapter_dir(run_id, d.capability)}", highlight=False)
         else:
-            console.print(f"{o.name}: [red]failed[/] ({o.error})", highlight=False)
-    if any(o.result is None for o in outcomes):
+            console.print(f"{d.capability}: [red]failed[/] ({d.error})", highlight=False)
+    if not all(d.trained for d in done):
         raise typer.Exit(1)
 
 

@@ -5,6 +5,9 @@ reads attempt N-1's stored feedback), `validate` runs attempt N's self-test; a f
 verdict goes back to `synthesize` until `max_attempts`. The stage services do one step
 of one attempt each and never loop themselves.
 
+`gapforge synthesize RUN` runs this same subgraph compiled with `training=False` (`repair`: its
+`train` node stops at the accepted env), so the standalone command and the graph share one loop.
+
 Running the branch as a subgraph keeps the fan-in honest: the parent's
 `build_router` starts only when every capability's branch has ended, however
 many repair attempts each one needed. A failure inside one branch (a sandbox
@@ -16,13 +19,14 @@ the capability's failure: it ends the run (resumable), nothing is recorded.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Protocol, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from graph.context import GraphContext
+from graph.context import GraphContext, SynthesisAttempt, ValidationDone
 from graph.nodes import call_stage
 from graph.state import (
     FAILED,
@@ -121,12 +125,48 @@ async def train(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> dict
     return {**update, **_row(state, **fields)}
 
 
-def build_capability_graph() -> Any:
-    """The subgraph (compiled without its own checkpointer: it inherits the run's)."""
-    builder = StateGraph(CapabilityBranch, context_schema=GraphContext, input_schema=CapabilityTask, output_schema=CapabilityOutput)
+async def stop_before_training(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> dict[str, Any]:
+    """`gapforge synthesize`'s branch ends with the validated env: training is `gapforge train`'s."""
+    return {}
+
+
+class RepairStages(Protocol):
+    """What the repair loop alone needs: the two steps of one attempt."""
+
+    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt: ...
+
+    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RepairContext:
+    """The runtime context of the repair loop run on its own (`repair`): the two steps and N."""
+
+    stages: RepairStages
+    max_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1 (got {self.max_attempts}): set synthesis.max_attempts")
+
+
+def build_capability_graph(*, training: bool = True) -> Any:
+    """The subgraph (compiled without its own checkpointer: it inherits the run's). `training=False`: the same repair
+    loop ending at the accepted env, run by `repair` under a `RepairContext`."""
+    context = GraphContext if training else RepairContext
+    builder = StateGraph(CapabilityBranch, context_schema=context, input_schema=CapabilityTask, output_schema=CapabilityOutput)
     builder.add_node("synthesize", synthesize)
     builder.add_node("validate", validate)
-    builder.add_node("train", train)
+    builder.add_node("train", train if training else stop_before_training)
     builder.add_edge(START, "synthesize")
     builder.add_edge("train", END)
     return builder.compile()
+
+
+async def repair(stages: RepairStages, run_id: str, capability: str, *, max_attempts: int) -> CapabilityState:
+    """The repair loop on its own for one capability (`gapforge synthesize RUN`): the subgraph above without training,
+    without a checkpointer (the stage services' stored attempts and verdicts make it resumable). Returns the
+    capability's row: `status` validated | unsynthesized | failed | unavailable, with `verdict` / `error`."""
+    graph = build_capability_graph(training=False)
+    out = await graph.ainvoke(CapabilityTask(run_id=run_id, capability=capability), context=RepairContext(stages, max_attempts))
+    return out["capabilities"][capability]

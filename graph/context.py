@@ -145,6 +145,7 @@ class EvaluationDone:
 class ReportDone:
     path: str
     cost: Cost = Cost()
+    missing: list[str] = field(default_factory=list)  # parts not in the report yet (e.g. no evaluation stored)
 
 
 @runtime_checkable

@@ -13,8 +13,8 @@ stored feedback. An endpoint (generator, reviewer, readiness policy) or a sandbo
 failing past its retries is never an attempt's verdict: the step stops with IncompleteStage
 (agents/infra.py: exit 3), the attempt's code stays stored without a verdict and a resume
 validates it again. Never prints; progress goes to the `progress` callback.
-`synthesize_capability` runs the same two steps attempt after attempt for the standalone
-`gapforge synthesize` command. Generated code runs only in the sandbox: every module is opened
+`synthesis_result` reads back what the loop decided (the standalone `gapforge synthesize` command
+runs the graph's own loop, graph/capability.py `repair`). Generated code runs only in the sandbox: every module is opened
 with `SandboxedEnv.pooled(path, deps.sandbox_pool)`, or, with `deps.sandbox_checks`
 (executor/: Ray), in the sandbox of a Docker node of the cluster.
 """
@@ -22,7 +22,7 @@ with `SandboxedEnv.pooled(path, deps.sandbox_pool)`, or, with `deps.sandbox_chec
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -206,23 +206,31 @@ async def avalidate_stored_attempt(deps: StageDeps, run_id: str, capability: str
     return await asyncio.to_thread(_decide, deps, run_id, capability, row, stored, summary, say)
 
 
-async def asynthesize_capability(deps: StageDeps, run_id: str, capability: str, progress: Progress | None = None) -> SynthesisResult:
-    """The standalone command's driver (`gapforge synthesize`): attempt after attempt, the same two steps, until one
-    is accepted or `synthesis.max_attempts` were decided. In a graph run the graph drives the attempts instead."""
-    summaries: list[AttemptSummary] = []
-    for attempt in range(1, deps.synthesis.max_attempts + 1):
-        await asyncio.to_thread(generate_attempt, deps, run_id, capability, attempt, progress)
-        summary = await avalidate_stored_attempt(deps, run_id, capability, attempt, progress)
-        summaries.append(summary)
-        if summary.status == "accepted":
-            path = deps.workspace.synthetic_env(run_id, capability)
-            return SynthesisResult(run_id=run_id, capability=capability, status="accepted", attempts=summaries,
-                                   accepted_attempt=attempt, module_path=str(path), rollouts=sum(s.rollouts for s in summaries))
+def synthesis_result(deps: StageDeps, run_id: str, capability: str, *, decided_before: Collection[int] = (),
+                     error: str | None = None) -> SynthesisResult:
+    """What the repair loop (graph/capability.py) decided for a capability, read from the store: every attempt with a
+    verdict (`resumed` when its verdict was stored before the loop ran: its id in `decided_before`), accepted or not
+    and why (`error`: the loop's own reason for stopping, e.g. a failed step)."""
+    store = deps.store
+    summaries = []
+    for row in sorted(store.synthetic_envs(run_id, capability), key=lambda r: r.attempt):
+        stored = store.get_validation(row.id)
+        if stored is not None:
+            summaries.append(_summary(row, stored.report, resumed=row.id in decided_before))
+    rollouts = sum(s.rollouts for s in summaries)
+    accepted = next((s for s in summaries if s.status == "accepted"), None)
+    if accepted is not None and error is None:
+        return SynthesisResult(run_id=run_id, capability=capability, status="accepted", attempts=summaries, accepted_attempt=accepted.attempt,
+                               module_path=str(deps.workspace.synthetic_env(run_id, capability)), rollouts=rollouts)  # fmt: skip
     last = summaries[-1] if summaries else None
-    reason = (f"no attempt passed in {len(summaries)}; the last failed at {last.stage}: {', '.join(last.failed_checks)}"
-              if last else "no attempt was made (synthesis.max_attempts)")
-    return SynthesisResult(run_id=run_id, capability=capability, status="unsynthesized", attempts=summaries,
-                           reason=reason, rollouts=sum(s.rollouts for s in summaries))
+    reason = error or (f"no attempt passed in {len(summaries)}; the last failed at {last.stage}: {', '.join(last.failed_checks)}"
+                       if last else "no attempt was made (synthesis.max_attempts)")
+    return SynthesisResult(run_id=run_id, capability=capability, status="unsynthesized", attempts=summaries, reason=reason, rollouts=rollouts)
+
+
+def decided_attempts(store: Any, run_id: str, capability: str) -> set[int]:
+    """The ids of the capability's attempts that have a stored verdict."""
+    return {r.id for r in store.synthetic_envs(run_id, capability) if store.get_validation(r.id) is not None}
 
 
 def _summary(row: Any, record: dict[str, Any], resumed: bool) -> AttemptSummary:

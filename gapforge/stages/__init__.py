@@ -13,6 +13,7 @@ Which stage set a run uses is a config value (`stages: real | fixtures`), stored
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -68,8 +69,8 @@ class RunStages:
     async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
         return await synthesis.validate(self.sc, run_id, capability, attempt)
 
-    async def train(self, run_id: str, capability: str) -> TrainingDone:
-        return await training.train(self.sc, run_id, capability)
+    async def train(self, run_id: str, capability: str, *, module: str | None = None) -> TrainingDone:
+        return await training.train(self.sc, run_id, capability, module=module)
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         return await self.routing.build_router(run_id, capabilities)
@@ -80,25 +81,33 @@ class RunStages:
             await self.routing.aclose()
         return done
 
-    async def evaluate(self, run_id: str, capabilities: list[str]) -> EvaluationDone:
-        return await evaluation.evaluate(self.sc, self.routing, run_id, capabilities)
+    async def evaluate(self, run_id: str, capabilities: list[str], *, env: str | None = None,
+                       tasks: list[str] | None = None) -> EvaluationDone:
+        return await evaluation.evaluate(self.sc, self.routing, run_id, capabilities, env=env, tasks=tasks)
 
-    async def report(self, run_id: str) -> ReportDone:
-        return await report.report(self.sc, run_id)
+    async def report(self, run_id: str, *, out: str | None = None) -> ReportDone:
+        return await report.report(self.sc, run_id, out=out)
 
     async def aclose(self) -> None:
         await self.routing.aclose()
 
 
-@asynccontextmanager
-async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None = None,
-                      *, stages_cls: type[RunStages] = RunStages) -> AsyncIterator[RunStages]:
-    """The real stage services of a run over one StageDeps sharing the caller's store (the caller closes the store;
-    the deps close every policy and the sandbox pool they made)."""
+def stage_context(cfg: GapforgeConfig, store: Any, progress: Progress | None = None, *, pool_size: int | None = None) -> StageContext:
+    """One run's StageContext: one StageDeps (built from `cfg`) sharing the caller's store."""
     from gapforge.wiring import build_deps
 
-    deps = dataclasses.replace(build_deps(cfg), open_store=lambda: store)
-    stages = stages_cls(StageContext(cfg, deps, progress or (lambda where, text: None)))
+    deps = dataclasses.replace(build_deps(cfg, pool_size=pool_size), open_store=lambda: store)
+    return StageContext(cfg, deps, progress or (lambda where, text: None))
+
+
+@asynccontextmanager
+async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None = None,
+                      *, stages_cls: type[RunStages] = RunStages, pool_size: int | None = None) -> AsyncIterator[RunStages]:
+    """The real stage services of a run over one StageDeps sharing the caller's store (the caller closes the store;
+    the deps close every policy and the sandbox pool they made). The graph's run and every standalone command
+    (`gapforge analyze / synthesize / train / evaluate / report`) open them here and call the same methods."""
+    stages = stages_cls(stage_context(cfg, store, progress, pool_size=pool_size))
+    deps = stages.sc.deps
     try:
         yield stages
     finally:
@@ -107,3 +116,6 @@ async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None
         finally:
             await deps.aclose_policies()
             await deps.aclose_pool()
+            close_checks = getattr(deps.sandbox_checks, "close", None)  # local readiness worker processes, if any started
+            if close_checks is not None:
+                await asyncio.to_thread(close_checks)

@@ -1,11 +1,17 @@
 """`build_router`: the router over the trained adapters and its accuracy on held-out synthetic seeds.
 `Routing` also holds the run's routed models (base weights loaded once, every trained adapter on
-them) that the evaluation plays; a newly trained baseline adapter closes them (`aclose`): the
-evaluation loads them again with it."""
+them) that the evaluation plays and `gapforge serve` serves; a newly trained baseline adapter closes
+them (`aclose`): the evaluation loads them again with it.
+
+The router's data (its options in label order with their examples, and with routing.backend=openings
+the synthetic envs' openings) is stored with the run the first time it is built
+(evaluation.router_record); every later user of the run reads it back, so the served router is the
+evaluated one and no sandbox container starts for it."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from typing import Any
 
@@ -17,30 +23,56 @@ class Routing:
     def __init__(self, sc: StageContext) -> None:
         self.sc = sc
         self._routed: tuple[Any, Any, Any] | None = None  # (artifacts, backend, router)
+        self.baseline_adapter: str | None = None  # a GRPO-on-target adapter dir given by hand (gapforge evaluate --baseline-adapter)
+        self.source = ""  # where the last router came from: "stored" | "built" | "built (stored now)"
 
-    def routed(self, run_id: str) -> tuple[Any, Any, Any]:
-        """(artifacts, backend, router) of the run (blocking: loads weights; call it in a thread)."""
+    def routed(self, run_id: str, *, baseline: bool = True, keep: bool = True) -> tuple[Any, Any, Any]:
+        """(artifacts, backend, router) of the run (blocking: loads weights; call it in a thread). `baseline`: load the
+        GRPO-on-target adapter too (the evaluation plays it); `keep`: store the router's data when it had to be built."""
         if self._routed is None or self._routed[0].run_id != run_id:
-            from evaluation.policies import GRPO_TARGET
             from evaluation.service import build_router, load_backend, run_artifacts
 
-            cfg, store = self.sc.cfg, self.sc.store
+            cfg = self.sc.cfg
             base = self.sc.base_dir()
-            artifacts = run_artifacts(store, run_id, max_example_chars=cfg.routing.max_example_chars)
-            baseline = store.get_adapter(run_id, GRPO_TARGET)
-            extra = {GRPO_TARGET: baseline.path} if baseline is not None and baseline.status == "done" and baseline.path else {}
+            artifacts = run_artifacts(self.sc.store, run_id, max_example_chars=cfg.routing.max_example_chars)
+            extra = self._baseline(run_id) if baseline else {}
             routing = cfg.routing
             if cfg.policy.kind == "endpoint":  # the served policy (vLLM): adapters loaded into it at run time
                 backend = self._vllm_backend({**artifacts.adapter_paths, **extra})
                 routing = self._endpoint_routing()
             else:
                 backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
-            openings = self._openings(run_id, artifacts) if routing.backend == "openings" else None
+            artifacts, openings = self._router_data(run_id, artifacts, routing.backend, keep=keep)
             key = cfg.policy.endpoint.api_key
             router = build_router(artifacts, routing=routing, backend=backend, tokenizer_path=base, openings=openings,
                                   api_key=key.get_secret_value() if key else None)  # fmt: skip
             self._routed = (artifacts, backend, router)
         return self._routed
+
+    def _baseline(self, run_id: str) -> dict[str, Any]:
+        from evaluation.policies import GRPO_TARGET
+
+        if self.baseline_adapter:
+            return {GRPO_TARGET: self.baseline_adapter}
+        row = self.sc.store.get_adapter(run_id, GRPO_TARGET)
+        return {GRPO_TARGET: row.path} if row is not None and row.status == "done" and row.path else {}
+
+    def _router_data(self, run_id: str, artifacts: Any, backend: str, *, keep: bool) -> tuple[Any, dict[str, list[str]] | None]:
+        """(artifacts with the router's options, openings or None): the stored router's when it was built over these
+        adapters (and, for openings, has them), else built now (openings: in the sandbox) and stored when `keep`."""
+        from evaluation.router_record import load_router, router_record, save_router
+
+        store = self.sc.store
+        record = load_router(store, run_id)
+        if record is not None and record.matches(artifacts) and (backend != "openings" or record.openings is not None):
+            self.source = "stored"
+            return dataclasses.replace(artifacts, capabilities=record.options()), record.openings
+        seeds = list(range(self.sc.cfg.training.train_seeds))
+        openings = self._openings(run_id, artifacts, seeds) if backend == "openings" else None
+        if keep:
+            save_router(store, run_id, router_record(artifacts, backend=backend, openings=openings, seeds=seeds if openings else []))
+        self.source = "built (stored now)" if keep else "built"
+        return artifacts, openings
 
     async def aclose(self) -> None:
         """Close the evaluation backend (vLLM sessions, batching worker); the next use loads it again
@@ -57,12 +89,11 @@ class Routing:
         modules = {c["name"]: ws.synthetic_env(run_id, c["name"]) for c in artifacts.capabilities}
         return {name: functools.partial(open_env, module, sandbox, pool) for name, module in modules.items()}
 
-    def _openings(self, run_id: str, artifacts: Any) -> dict[str, list[str]]:
+    def _openings(self, run_id: str, artifacts: Any, seeds: list[int]) -> dict[str, list[str]]:
         """Each capability's synthetic-env openings on its TRAINING seeds (what its adapter was trained on), in the sandbox;
         the router's accuracy is measured on held-out seeds."""
         from evaluation.routing import env_openings
 
-        seeds = list(range(self.sc.cfg.training.train_seeds))
         return {name: env_openings(opener, seeds) for name, opener in self._synthetic(run_id, artifacts).items()}
 
     def _vllm_backend(self, adapters: dict[str, Any]) -> Any:
@@ -86,7 +117,8 @@ class Routing:
         return routing.model_copy(update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model})
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
-        """The router over the trained adapters, and its accuracy on held-out synthetic seeds (in the sandbox)."""
+        """The router over the trained adapters (its data stored with the run), and its accuracy on held-out synthetic
+        seeds (in the sandbox)."""
         require("evaluation.service", "the router")
         from evaluation.routing import measure_router, routing_cases
 

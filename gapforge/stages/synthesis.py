@@ -1,10 +1,12 @@
 """`synthesize` and `validate`: one attempt's two steps (agents.synthesis.service); the graph's
-capability branch (graph/capability.py) decides which attempt comes next and when to stop."""
+capability branch (graph/capability.py) decides which attempt comes next and when to stop.
+`synthesize_capability` runs that same loop alone (graph.capability.repair) for `gapforge synthesize`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from gapforge.stages.common import StageContext, require
 from graph.context import Cost, SynthesisAttempt, ValidationDone
@@ -34,3 +36,28 @@ async def validate(sc: StageContext, run_id: str, capability: str, attempt: int)
         done = await service.avalidate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
     cost = Cost() if done.resumed else Cost(llm_calls=int(done.review is not None), policy_rollouts=done.rollouts)
     return ValidationDone(capability, attempt, done.status == "accepted", done.verdict_line(), cost=cost)
+
+
+class Steps:
+    """The two steps over one StageContext, as the repair loop calls them (`graph.capability.RepairStages`)."""
+
+    def __init__(self, sc: StageContext) -> None:
+        self.sc = sc
+
+    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
+        return await synthesize(self.sc, run_id, capability, attempt)
+
+    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
+        return await validate(self.sc, run_id, capability, attempt)
+
+
+async def synthesize_capability(sc: StageContext, run_id: str, capability: str) -> Any:
+    """The graph's repair loop for one capability, run alone (no training, no checkpointer: the stored attempts and
+    verdicts make it resumable), then what it decided as `agents.synthesis.service.SynthesisResult`."""
+    service = require("agents.synthesis.service", "environment synthesis")
+    from graph.capability import repair
+
+    before = await asyncio.to_thread(service.decided_attempts, sc.store, run_id, capability)
+    row = await repair(Steps(sc), run_id, capability, max_attempts=sc.deps.synthesis.max_attempts)
+    error = row.get("error") if row.get("status") in ("failed", "unavailable") else None
+    return await asyncio.to_thread(service.synthesis_result, sc.deps, run_id, capability, decided_before=before, error=error)

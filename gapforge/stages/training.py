@@ -42,18 +42,30 @@ async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
     return outcome
 
 
-async def train(sc: StageContext, run_id: str, capability: str) -> TrainingDone:
-    """GRPO + LoRA on the capability's accepted synthetic env (written by synthesis), in its own process."""
+def accepted_module(sc: StageContext, run_id: str, capability: str) -> Path:
+    """The capability's accepted synthetic env module (synthesis writes it; written again from the store when only the
+    store holds it, e.g. a run synthesized in another workspace)."""
+    module = sc.deps.workspace.synthetic_env(run_id, capability)
+    if not module.is_file():
+        accepted = [e for e in sc.store.synthetic_envs(run_id, capability) if e.status == "accepted"]
+        if not accepted:
+            raise StageFailed(f"no accepted synthetic env module at {module}")
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(max(accepted, key=lambda e: e.attempt).code)
+    return module
+
+
+async def train(sc: StageContext, run_id: str, capability: str, *, module: str | None = None) -> TrainingDone:
+    """GRPO + LoRA on the capability's accepted synthetic env (written by synthesis), or on `module` (`gapforge train
+    --module`), in its own process."""
     require("training.service", "GRPO training")
     from training.envs import EnvSpec
     from training.service import TrainJob
 
     cfg, ws = sc.cfg, sc.deps.workspace
-    module = ws.synthetic_env(run_id, capability)
-    if not module.is_file():
-        raise StageFailed(f"no accepted synthetic env module at {module}")
+    path = Path(module).resolve() if module else accepted_module(sc, run_id, capability)  # (a file check: no thread, no await)
     out = ws.adapter_dir(run_id, capability)
-    env = EnvSpec(kind="sandbox", module=str(module), sandbox=cfg.sandbox.model_dump(mode="json"))
+    env = EnvSpec(kind="sandbox", module=str(path), sandbox=cfg.sandbox.model_dump(mode="json"))
     job = TrainJob(name=capability, capability=capability, base_model=sc.base_dir(), env=env, config=cfg.training,
                    out_dir=str(out), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
     sc.progress(f"train {capability}", f"GRPO in its own process (log: {out}/steps.jsonl)")

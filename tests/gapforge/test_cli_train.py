@@ -10,7 +10,12 @@ from store.db import Store
 
 def test_train_without_a_base_model_is_a_one_line_error(workspace):
     res = CliRunner().invoke(app, ["train", "r-20260101-abcdef", "--set", f"workspace={workspace}"])
+    assert res.exit_code == 2 and "unknown run" in res.output and "Traceback" not in res.output
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        run_id = store.create_run("trace", {})  # stores no config: the invocation's (no base model) is used, and said
+    res = CliRunner().invoke(app, ["train", run_id, "--set", f"workspace={workspace}"])
     assert res.exit_code == 2 and "policy.local_path" in res.output and "Traceback" not in res.output
+    assert "stores no config" in res.output
 
 
 def test_train_without_a_validated_env_says_what_to_do(workspace, tiny_model_dir):

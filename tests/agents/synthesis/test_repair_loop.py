@@ -1,7 +1,8 @@
 """Synthesis attempts end to end, offline, in the Docker sandbox: recorded generator / reviewer
 answers (the shop story), real static gate, real checks, real store. The attempts are driven by
-the standalone command's driver (`asynthesize_capability`), which runs the service's two steps
-(generate_attempt, avalidate_stored_attempt) attempt after attempt, as the graph does."""
+the graph's own repair loop (graph/capability.py `repair`, through `gapforge.stages.synthesis`, as
+`gapforge synthesize` runs it), whose nodes call the service's two steps (generate_attempt,
+avalidate_stored_attempt)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from synth_fixtures import analysed_run, store_at
 from agents.deps import StageDeps
 from agents.scripted import ScriptedChatModel
 from agents.synthesis.recorded import synthesis_rules
-from agents.synthesis.service import SynthesisResult, asynthesize_capability
+from agents.synthesis.service import SynthesisResult
+from gapforge.config import GapforgeConfig
+from gapforge.stages.common import StageContext
+from gapforge.stages.synthesis import synthesize_capability as repair_loop
 from sandbox.pool import SandboxPool
 from store.workspace import Workspace
 
@@ -56,7 +60,8 @@ def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, kill_at: str | N
 
 
 def synthesize_capability(deps: StageDeps, run: str, capability: str) -> SynthesisResult:
-    return asyncio.run(asynthesize_capability(deps, run, capability))
+    """The loop over the test's deps (policy.kind scripted: no readiness rollouts; N = deps.synthesis.max_attempts)."""
+    return asyncio.run(repair_loop(StageContext(GapforgeConfig(), deps), run, capability))
 
 
 def accepted_module_path(tmp: Path, run: str, capability: str) -> Path:

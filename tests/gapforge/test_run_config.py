@@ -1,0 +1,84 @@
+"""Commands that read a run take its stored config (gapforge/run_config.py): flags and `--set` override it and the
+one `override:` line names what changed; where the command works (workspace, store, executor) is its own; a
+`rollouts collect` run's --env / --policy are part of its config; a run stored without a config uses the
+invocation's and says so; a stored config this version cannot load is refused with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gapforge.cli import app
+from gapforge.config import load_config
+from gapforge.run_config import resolve
+from gapforge.run_session import RunOptions, create_run, run_record
+from store import Store
+
+COLUMNS = {"COLUMNS": "200"}
+
+
+def _graph_run(workspace: Path, *settings: str) -> str:
+    cfg = load_config(None, [f"workspace={workspace}", "stages=fixtures", *settings], environ={})  # fixtures: no base model needed
+    with Store(cfg.store_url) as store:
+        return create_run(store, "trace", "run", cfg, RunOptions())
+
+
+def test_a_command_prints_one_line_naming_what_it_overrode(workspace: Path) -> None:
+    run = _graph_run(workspace, "routing.backend=openings", "evaluation.trials=3")
+    ws = ["--set", f"workspace={workspace}"]
+    same = CliRunner().invoke(app, ["adapters", run, *ws], env=COLUMNS)
+    assert same.exit_code == 0, same.output
+    assert "override" not in same.output and "routing.backend=openings" in same.output
+    changed = CliRunner().invoke(app, ["adapters", run, *ws, "--set", "routing.backend=transformers", "--set", "evaluation.trials=5"],
+                                 env=COLUMNS)  # fmt: skip
+    assert changed.exit_code == 0, changed.output
+    lines = [line for line in changed.output.splitlines() if line.startswith("override:")]
+    assert lines == ["override: routing.backend=transformers (run: openings); evaluation.trials=5 (run: 3)"]
+    bad = CliRunner().invoke(app, ["adapters", run, *ws, "--set", "routing.backend=nope"])
+    assert bad.exit_code == 2 and "routing.backend" in bad.output and "Traceback" not in bad.output
+
+
+def test_where_a_command_works_is_its_own_and_a_config_file_overrides_only_its_keys(workspace: Path, tmp_path: Path) -> None:
+    run = _graph_run(workspace, "routing.backend=openings", "executor.local_rollout_workers=3", "seed=7")
+    where = load_config(None, [f"workspace={workspace}"], environ={})
+    with Store(where.store_url) as store:
+        record = dict(store.get_run(run).config)
+    plain = resolve(record, run, where, None)
+    assert plain.overridden == [] and plain.cfg.seed == 7 and plain.cfg.executor.local_rollout_workers is None
+    assert plain.cfg.store_url == where.store_url
+    file = tmp_path / "c.yaml"
+    file.write_text("routing:\n  margin: 0.25\n")
+    layered = resolve(record, run, where, str(file))
+    assert layered.cfg.routing.backend == "openings" and layered.cfg.seed == 7  # the file's one key changes one setting
+    assert layered.lines() == ["override: routing.margin=0.25 (run: 0.0)"]
+
+
+def test_a_rollouts_run_is_read_with_its_env_and_policy(workspace: Path, tiny_model_dir: Path) -> None:
+    invocation = load_config(None, [f"workspace={workspace}"], environ={})
+    record = {"command": "rollouts collect", "env": "tau2:retail", "policy": "tiny", "policy_spec": str(tiny_model_dir),
+              "tasks": ["1"], "samples": 1, "config": invocation.dump()}
+    resolved = resolve(record, "r-1", invocation, None)
+    assert resolved.overridden == [] and resolved.cfg.rollouts.env == "tau2:retail"
+    assert resolved.cfg.policy.kind == "local" and resolved.cfg.policy.local_path == str(tiny_model_dir)
+
+
+def test_an_older_run_uses_the_invocation_s_config_and_says_so(workspace: Path) -> None:
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        old = store.create_run("trace", {})
+        stale = store.create_run("trace", run_record("run", load_config(None, [f"workspace={workspace}"], environ={}), RunOptions()))
+    res = CliRunner().invoke(app, ["adapters", old, "--set", f"workspace={workspace}", "--set", "routing.backend=openings"], env=COLUMNS)
+    assert res.exit_code == 0, res.output
+    assert f"run {old} stores no config" in res.output and "routing.backend=openings" in res.output and "override" not in res.output
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:  # a key this version does not know (a newer or older gapforge's)
+        from sqlalchemy import update
+
+        from store.models import Run
+
+        record = dict(store.get_run(stale).config)
+        record["config"] = {**record["config"], "retired_section": {"x": 1}}
+        with store._write() as session:
+            session.execute(update(Run).where(Run.id == stale).values(config=record))
+    res = CliRunner().invoke(app, ["adapters", stale, "--set", f"workspace={workspace}"])
+    assert res.exit_code == 2 and "stored config does not load" in res.output and "retired_section" in res.output
+    assert len(res.output.strip().splitlines()) == 1
