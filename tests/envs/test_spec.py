@@ -116,3 +116,10 @@ def test_the_example_in_the_docs_loads_and_scores() -> None:
     assert env.score().success
     env.reset("refund-002")  # doing nothing is right on a refusal: the floor a do-nothing policy gets
     assert env.score().success
+
+
+def test_the_docs_show_the_example_file_as_it_is() -> None:
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "your-agent.md").read_text()
+    shown = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown.strip() in (root / "examples" / "my_agent_env.py").read_text()
