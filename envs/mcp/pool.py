@@ -1,0 +1,80 @@
+"""Process-wide bookkeeping of MCP servers: idle connections kept for reuse, and one lock per URL server.
+
+Starting a stdio server costs a process and the SDK's import (~0.5 s for a Python
+server here); the rollout collector builds one env per episode. For a target reset
+by its reset tool, a closed env therefore parks its healthy connection here and the
+next env with the same server (same argv, cwd, env, url) takes it; the reset tool
+runs at every `reset`, so the reuse is invisible to episodes. Targets with
+`reset.mode: restart` never park (their episodes each get a new process anyway).
+At most `MAX_IDLE` connections wait per server; `close_idle()` ends them (it runs
+at interpreter exit; a stdio server also ends by itself when its stdin closes).
+
+A URL server is one server for all env instances: its state cannot be fresh for
+two episodes at once, so `url_lock(url)` lets one env instance hold it from its
+first `reset` to its `close()`; the others wait.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+from envs.mcp.client import Connection
+
+MAX_IDLE = 8
+
+_lock = threading.Lock()
+_idle: dict[tuple[Any, ...], list[Connection]] = {}
+_url_locks: dict[str, threading.Lock] = {}
+
+
+def take(key: tuple[Any, ...]) -> Connection | None:
+    """An idle live connection to this server, or None (dead ones found on the way are closed)."""
+    dead: list[Connection] = []
+    found: Connection | None = None
+    with _lock:
+        waiting = _idle.get(key, [])
+        while waiting and found is None:
+            conn = waiting.pop()
+            if conn.alive:
+                found = conn
+            else:
+                dead.append(conn)
+    for conn in dead:
+        conn.close()
+    return found
+
+
+def park(key: tuple[Any, ...], conn: Connection) -> None:
+    """Keep a healthy connection for the next env of this server; close it when it is not healthy or MAX_IDLE wait."""
+    if conn.alive:
+        with _lock:
+            waiting = _idle.setdefault(key, [])
+            if len(waiting) < MAX_IDLE:
+                waiting.append(conn)
+                return
+    conn.close()
+
+
+def idle_count(key: tuple[Any, ...] | None = None) -> int:
+    with _lock:
+        return sum(len(v) for k, v in _idle.items() if key is None or k == key)
+
+
+def close_idle() -> int:
+    """Close every parked connection; returns how many."""
+    with _lock:
+        conns = [c for waiting in _idle.values() for c in waiting]
+        _idle.clear()
+    for conn in conns:
+        conn.close()
+    return len(conns)
+
+
+def url_lock(url: str) -> threading.Lock:
+    with _lock:
+        return _url_locks.setdefault(url, threading.Lock())
+
+
+atexit.register(close_idle)
