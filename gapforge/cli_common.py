@@ -88,6 +88,6 @@ def run_config(run_id: str, config: str | None, overrides: list[str] | None, *, 
         store.close()
         raise
     for line in resolved.lines():
-        err_console.print(escape(redact(line)), highlight=False, soft_wrap=True)
+        console.print(escape(redact(line)), highlight=False, soft_wrap=True)
     use_data_dir(resolved.cfg.tau2.data_dir)
     return resolved.cfg, store
