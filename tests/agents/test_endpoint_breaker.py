@@ -6,7 +6,6 @@ spending its retries, and a probe after the cooldown closes the circuit again.""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -54,11 +53,9 @@ def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_af
                 second = await _structured(client, N)  # circuit open: no request leaves at all
                 return first, second, sent
 
-        t0 = time.monotonic()
         first, second, sent = asyncio.run(go())
-        assert time.monotonic() - t0 < 3
         assert all(isinstance(o, ModelEndpointError) for o in first + second)
-        # without the breaker: N x (RETRIES + 1) = 80 requests; with it, the first wave of N only
+        # fail fast, counted in requests: without the breaker N x (RETRIES + 1) = 80; with it, the first wave of N only
         assert sent <= N + THRESHOLD and srv.request_count == sent
         assert all("is down" in str(o) and srv.base_url in str(o) for o in second)
         assert model.breaker().is_open and model.breaker().opened == 1

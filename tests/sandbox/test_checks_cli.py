@@ -73,28 +73,21 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, workspa
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_examples_pass_in_docker(path: Path, sandbox_config: SandboxConfig, workspace: Path, tmp_path: Path, none_of_ours_left: None) -> None:
     out = tmp_path / "report.json"
-    t0 = time.perf_counter()
     result = _invoke(str(path), "--target", "shop", "--json", str(out), cfg=sandbox_config, workspace=workspace)
-    elapsed = time.perf_counter() - t0
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["passed"] is True and report["seeds"] == 20 and report["target"] == "shop"
     assert {c["name"]: c["verdict"] for c in report["checks"]}["solvable"] == "PASS"
     assert f"JSON report: {out}" in result.output.replace("\n", "")
-    print(f"\n{path.name}: validated in Docker in {elapsed:.2f}s (checks {report['seconds']:.2f}s)")
-    assert elapsed < 30, f"validation took {elapsed:.1f}s (target ~10 s)"
 
 
 @pytest.mark.docker
 def test_broken_modules_fail_their_checks_in_docker(sandbox_config: SandboxConfig, workspace: Path, tmp_path: Path, none_of_ours_left: None) -> None:
-    timings = {}
     for path in sorted(BROKEN.glob("*.py")):
         expected, target = _declared(path)
-        t0 = time.perf_counter()
         out = tmp_path / f"{path.stem}.json"
         result = _invoke(str(path), "--target", target, "--json", str(out), cfg=sandbox_config, workspace=workspace)
         assert result.exit_code == (1 if expected else 0), f"{path.name}: {result.output}"
-        timings[path.stem] = round(time.perf_counter() - t0, 2)
         report = json.loads(out.read_text())
         failed = {c["name"] for c in report["checks"] if c["required"] and c["verdict"] != "PASS"}
         assert failed == expected, f"{path.name}: {result.output}"
@@ -109,4 +102,3 @@ def test_broken_modules_fail_their_checks_in_docker(sandbox_config: SandboxConfi
         if path.name == "raises_in_reset.py":
             solvable = next(c for c in report["checks"] if c["name"] == "solvable")
             assert solvable["evidence"]["kind"] == "exception" and "scenario table missing" in solvable["evidence"]["error"]
-    print(f"\nseconds per broken module in Docker: {timings}")

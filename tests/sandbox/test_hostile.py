@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,14 +27,13 @@ def _probe(env: SandboxedEnv, arg: str = "") -> dict:
     return json.loads(out.messages[0].content or "{}")
 
 
-def _fails(cfg, module: str, kind: str, max_s: float) -> EnvCodeError:
-    t0 = time.monotonic()
+def _fails(cfg, module: str, kind: str) -> EnvCodeError:
+    """The module's first call fails with `kind` (seconds until each failure: bench/sandbox_faults.py)."""
     with SandboxedEnv(HOSTILE / f"{module}.py", cfg) as env:
         with pytest.raises(EnvCodeError) as info:
             env.reset(0)
         assert env.failures[-1]["kind"] == kind
     assert info.value.kind == kind, info.value
-    assert time.monotonic() - t0 < max_s
     return info.value
 
 
@@ -92,19 +90,19 @@ def test_fork_bomb_is_contained(sandbox_config):
 
 
 def test_unbounded_allocation_is_oom(sandbox_config):
-    err = _fails(sandbox_config, "memory_hog", "oom", max_s=15)
+    err = _fails(sandbox_config, "memory_hog", "oom")
     assert "128" in err.detail or "MemoryError" in err.detail
 
 
 @pytest.mark.parametrize("module", ["spin", "sleep", "fd_flood"])
 def test_hangs_time_out(sandbox_config, module):
     cfg = sandbox_config.model_copy(update={"call_timeout_s": 1.0})
-    err = _fails(cfg, module, "timeout", max_s=10)
+    err = _fails(cfg, module, "timeout")
     assert "1s" in err.detail
 
 
 def test_endless_printing_is_an_output_flood(sandbox_config):
-    _fails(sandbox_config, "print_flood", "output_flood", max_s=10)
+    _fails(sandbox_config, "print_flood", "output_flood")
 
 
 def test_huge_result_is_an_output_flood(sandbox_config):
@@ -116,12 +114,12 @@ def test_huge_result_is_an_output_flood(sandbox_config):
 
 
 def test_interpreter_exit_is_a_crash(sandbox_config):
-    err = _fails(sandbox_config, "hard_exit", "crash", max_s=10)
+    err = _fails(sandbox_config, "hard_exit", "crash")
     assert "code 3" in err.detail
 
 
 def test_garbage_on_the_channel_is_bad_output(sandbox_config):
-    _fails(sandbox_config, "channel_garbage", "bad_output", max_s=10)
+    _fails(sandbox_config, "channel_garbage", "bad_output")
 
 
 def test_env_recovers_with_a_fresh_sandbox_after_a_kill(sandbox_config):

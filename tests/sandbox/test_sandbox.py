@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -65,9 +64,7 @@ def test_sandboxed_env_plays_an_episode_in_docker(sandbox_config, counter_env_pa
 def test_pool_is_warm_reuses_healthy_and_destroys_failed(sandbox_config, counter_env_path, docker_client):
     with SandboxPool(sandbox_config) as pool:
         assert pool.wait_warm(30)
-        t0 = time.perf_counter()
         env = SandboxedEnv(counter_env_path, sandbox_config, pool)
-        acquire_s = time.perf_counter() - t0
         first = env.sandbox_id
         env.close()
         assert pool.counts()["idle"] == 1  # healthy: kept for the same module
@@ -78,7 +75,6 @@ def test_pool_is_warm_reuses_healthy_and_destroys_failed(sandbox_config, counter
         env2.close()
         assert pool.counts()["idle"] == 0  # a sandbox that had a failure is destroyed
         assert first not in {c["Id"] for c in list_containers(docker_client)}
-    assert acquire_s < 1.0  # warm acquire (bench: ~15 ms); generous bound for loaded CI
 
 
 @pytest.mark.docker
