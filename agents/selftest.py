@@ -19,7 +19,7 @@ from agents.deps import StageDeps
 from agents.episode import run_episode
 from envs.errors import EnvError
 from envs.protocol import PolicyModel
-from sandbox.checks import ValidationReport, avalidate_env, validate_env
+from sandbox.checks import SplitTexts, ValidationReport, avalidate_env, validate_env
 from sandbox.checks.grpo import EpisodeRunner
 from sandbox.env import SandboxedEnv
 
@@ -80,13 +80,15 @@ def validate_module(
     report_dir: Path,
     json_out: Path | None = None,
     target_result_shapes: dict[str, Any] | None = None,
+    split_texts: SplitTexts | None = None,
     progress: Callable[[str], None] | None = None,
     checks: SandboxChecks | None = None,
 ) -> ValidationOutcome:
     """Run every check on `path` in sandboxes leased from `deps.sandbox_pool` (or where `checks` runs
     them: executor.validation.RaySandboxChecks, on a Docker node of a Ray cluster) and write the
     JSON report (`json_out`, default `report_dir/<stem>-<sha8>.json`). `target_result_shapes`
-    (observed in the target's stored episodes) enables check `result_format`.
+    (observed in the target's stored episodes) enables check `result_format`, `split_texts`
+    (agents.analysis.split.split_openings of the run) check `contamination`.
 
     Thresholds, readiness settings and the turn cap come from `deps`. `policy` None skips
     the GRPO-readiness check with a note. Bad input -> EnvError before any sandbox starts.
@@ -97,7 +99,7 @@ def validate_module(
     tools = target_tools(target) if target else None
     run = checks.validate_env if checks is not None else validate_env
     report = run(_opener(deps, path, checks), target_tools=tools, seeds=seeds, policy=policy,
-                 **_settings(deps, policy, path, target, target_result_shapes, progress))
+                 **_settings(deps, policy, path, target, target_result_shapes, progress), split_texts=split_texts)
     return _finish(report, path, policy, report_dir, json_out)
 
 
@@ -111,6 +113,7 @@ async def avalidate_module(
     report_dir: Path,
     json_out: Path | None = None,
     target_result_shapes: dict[str, Any] | None = None,
+    split_texts: SplitTexts | None = None,
     progress: Callable[[str], None] | None = None,
     checks: SandboxChecks | None = None,
 ) -> ValidationOutcome:
@@ -121,7 +124,7 @@ async def avalidate_module(
     tools = await asyncio.to_thread(target_tools, target) if target else None
     run = checks.avalidate_env if checks is not None else avalidate_env
     report = await run(_opener(deps, path, checks), target_tools=tools, seeds=seeds, policy=policy,
-                       **_settings(deps, policy, path, target, target_result_shapes, progress))
+                       **_settings(deps, policy, path, target, target_result_shapes, progress), split_texts=split_texts)
     return await asyncio.to_thread(_finish, report, path, policy, report_dir, json_out)
 
 

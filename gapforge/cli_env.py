@@ -36,7 +36,8 @@ def validate(
     seeds: Annotated[int | None, typer.Option("--seeds", help="seeds per check (default: synthesis.validation_seeds)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here (default: WORKSPACE/validations/)")] = None,
     episodes_from: Annotated[str | None, typer.Option("--episodes-from", metavar="RUN",
-                             help="compare result formats with the target's episodes stored in RUN (check result_format)")] = None,
+                             help="compare result formats with the target's episodes stored in RUN (check result_format) "
+                                  "and guard RUN's held-out split (check contamination)")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -46,8 +47,8 @@ def validate(
         from gapforge.paths import check_output_file
 
         check_output_file(json_out, "--json")  # before the checks run, not after
-    shapes = _stored_result_shapes(cfg, episodes_from, target) if episodes_from else None
-    outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes)
+    shapes, split = _run_evidence(cfg, episodes_from, target) if episodes_from else (None, None)
+    outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes, split_texts=split)
     if outcome.report.incomplete is not None:
         from agents.infra import stop_for_report
 
@@ -56,8 +57,9 @@ def validate(
     raise typer.Exit(0 if outcome.passed else 1)
 
 
-def _stored_result_shapes(cfg: GapforgeConfig, run_id: str, target: str | None) -> dict[str, Any]:
-    """Result shapes of the target's tools in the episodes stored for RUN."""
+def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple[dict[str, Any], Any]:
+    """Result shapes of the target's tools in the episodes stored for RUN, and RUN's openings by split (None: no split)."""
+    from agents.analysis.split import split_openings
     from gapforge.wiring import open_store
     from sandbox.checks.result_shapes import observed_result_shapes
 
@@ -66,15 +68,17 @@ def _stored_result_shapes(cfg: GapforgeConfig, run_id: str, target: str | None) 
     store = open_store(cfg)
     try:
         episodes = store.episodes(run_id, env=target)
+        split = split_openings(store, run_id, target) if episodes else None
     finally:
         store.close()
     if not episodes:
         raise UsageError(f"run {run_id!r} has no stored episode of env {target!r}: collect rollouts first")
-    return observed_result_shapes(e.messages for e in episodes)
+    return observed_result_shapes(e.messages for e in episodes), split
 
 
 def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None, seeds: int | None = None,
-                   json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None) -> ValidationOutcome:
+                   json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None,
+                   split_texts: Any = None) -> ValidationOutcome:
     """Render `agents.selftest.validate_module` for the terminal: a status line, the table, the verdict."""
     from agents.selftest import avalidate_module
 
@@ -89,7 +93,7 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
             try:
                 return await avalidate_module(
                     deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations",
-                    json_out=json_out, target_result_shapes=target_result_shapes,
+                    json_out=json_out, target_result_shapes=target_result_shapes, split_texts=split_texts,
                     progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
                     checks=deps.sandbox_checks,  # None: in this machine's sandbox
                 )
@@ -131,8 +135,8 @@ def show(
     set_: SetOpt = None,
 ) -> None:
     """A synthesized env attempt of a run: code path, hash, status, self-test report, verdict."""
-    from store.workspace import Workspace
     from gapforge.wiring import open_store
+    from store.workspace import Workspace
 
     cfg = get_config(config, set_)
     store = open_store(cfg)

@@ -24,6 +24,7 @@ from envs.protocol import PolicyModel
 from sandbox.checks.adversarial import check_graded, check_not_trivial
 from sandbox.checks.basic import check_fidelity, check_loads
 from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
+from sandbox.checks.contamination import SplitTexts, check_contamination
 from sandbox.checks.exploits import check_reward_hacking
 from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
 from sandbox.checks.leakage import check_no_leakage
@@ -34,7 +35,7 @@ from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.errors import SandboxLost
 
 CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded",
-          "result_format", "no_leakage", "reward_hacking", "grpo_ready")
+          "result_format", "no_leakage", "contamination", "reward_hacking", "grpo_ready")
 Progress = Callable[[str], None]
 INFRA_ERRORS = (SandboxLost, InfrastructureFailure)
 
@@ -81,13 +82,15 @@ def validate_env(
     target: str | None = None,
     target_result_formats: dict[str, str] | None = None,
     target_result_shapes: dict[str, Shape] | None = None,
+    split_texts: SplitTexts | None = None,
     progress: Progress | None = None,
     grpo_only_if_passed: bool = False,
 ) -> ValidationReport:
     """Run every check; env failures become failed checks, never exceptions.
 
     `target_result_shapes` (sandbox.checks.result_shapes.observed_result_shapes of the target's
-    stored episodes) enables check `result_format`. With `grpo_only_if_passed`, the policy
+    stored episodes) enables check `result_format`; `split_texts` (the target's openings by split)
+    enables check `contamination`. With `grpo_only_if_passed`, the policy
     rollouts of `grpo_ready` are spent only when every cheaper required check passed.
     For callers with an event loop (or a policy bound to one) use `avalidate_env`.
 
@@ -96,7 +99,8 @@ def validate_env(
     _check_args(seeds, policy, run_episode)
     started = time.perf_counter()
     log = FaultLog(open_env)
-    results, tools, capability, stop = _cheap_checks(log, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
+    results, tools, capability, stop = _cheap_checks(log, seeds, target_tools, target_result_formats, target_result_shapes, split_texts,
+                                                     thresholds, progress)
     grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
     if grpo is None:
         try:
@@ -119,6 +123,7 @@ async def avalidate_env(
     target: str | None = None,
     target_result_formats: dict[str, str] | None = None,
     target_result_shapes: dict[str, Shape] | None = None,
+    split_texts: SplitTexts | None = None,
     progress: Progress | None = None,
     grpo_only_if_passed: bool = False,
 ) -> ValidationReport:
@@ -128,7 +133,7 @@ async def avalidate_env(
     started = time.perf_counter()
     log = FaultLog(open_env)
     results, tools, capability, stop = await asyncio.to_thread(
-        _cheap_checks, log, seeds, target_tools, target_result_formats, target_result_shapes, thresholds, progress)
+        _cheap_checks, log, seeds, target_tools, target_result_formats, target_result_shapes, split_texts, thresholds, progress)
     grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
     if grpo is None:
         if progress:
@@ -160,7 +165,8 @@ def _timed(name: str, progress: Progress | None, fn: Callable[[], CheckResult]) 
 
 def _cheap_checks(
     open_env: OpenEnv, seeds: int, target_tools: list[dict[str, Any]] | None, target_result_formats: dict[str, str] | None,
-    target_result_shapes: dict[str, Shape] | None, thresholds: SelfTestThresholds | None, progress: Progress | None,
+    target_result_shapes: dict[str, Shape] | None, split_texts: SplitTexts | None, thresholds: SelfTestThresholds | None,
+    progress: Progress | None,
 ) -> tuple[list[CheckResult], list[dict[str, Any]] | None, str | None, dict[str, Any] | None]:
     """Every check but grpo_ready (blocking env calls): (results, the env's tools or None, its capability,
     where the infrastructure stopped the checks or None)."""
@@ -188,7 +194,8 @@ def _cheap_checks(
         if tools is None:
             blocked = "not run: the env did not load (see loads)"
             for name in CHECKS[1:-1]:
-                no_target = (name == "fidelity" and target_tools is None) or (name == "result_format" and target_result_shapes is None)
+                no_target = ((name == "fidelity" and target_tools is None) or (name == "result_format" and target_result_shapes is None)
+                             or (name == "contamination" and split_texts is None))
                 results.append(CheckResult.skip(name, blocked) if no_target else CheckResult.fail(name, blocked, blocked_by="loads"))
         else:
             for name, fn in (
@@ -200,6 +207,7 @@ def _cheap_checks(
                 ("graded", lambda: check_graded(probe, seed_list, tools, th)),
                 ("result_format", lambda: check_result_format(probe, seed_list, target_result_shapes)),
                 ("no_leakage", lambda: check_no_leakage(probe, seed_list, tools)),
+                ("contamination", lambda: check_contamination(probe, seed_list, split_texts, th)),
                 ("reward_hacking", lambda: check_reward_hacking(probe, seed_list, tools, th)),
             ):
                 if stop is not None:

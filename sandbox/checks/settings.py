@@ -1,5 +1,5 @@
-"""Thresholds of the self-test (DESIGN.md §5): checks 1-6 (`SelfTestThresholds`, config
-section `self_test:`) and check 7 (`GRPOReadinessConfig`, section `grpo_readiness:`).
+"""Thresholds of the self-test (DESIGN.md §5): checks 1-6 and 8-10 and `contamination`
+(`SelfTestThresholds`, config section `self_test:`) and check 7 (`GRPOReadinessConfig`, section `grpo_readiness:`).
 Both sit in the one config tree, composed by gapforge/config.py."""
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ class SelfTestThresholds(BaseModel):
     exploit_success_share: float = Field(0.25, ge=0.0, le=1.0, description="... and its share of solved episodes (reward >= solved_reward) below this")
     exploit_seeds: int = Field(10, ge=1, description="seeds each exploit policy plays")
     exploit_max_calls: int = Field(24, ge=1, description="tool calls an exploit policy makes at most per episode")
+    contamination_overlap: float = Field(0.9, gt=0.0, le=1.0,
+                                         description="a user line reproduces a held-out-only opening at this word overlap (or when it contains it)")
+    contamination_min_words: int = Field(4, ge=1, description="held-out openings shorter than this many words are not compared")
+    contamination_seeds: int = Field(100, ge=1, description="seeds 0..N-1 whose openings are compared (cover the training seeds)")
 
     @model_validator(mode="after")
     def _check(self) -> SelfTestThresholds:

@@ -1,0 +1,97 @@
+"""Check `contamination` (in-process, trusted envs): the rule, the evidence, the report, and the shop's
+demo split against its recorded envs; fidelity and result formats of a non-shop target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from envs.sdk import tool
+from envs.synthetic import InProcessSyntheticEnv
+from sandbox.checks import CHECKS, SelfTestThresholds, SplitTexts, validate_env
+from sandbox.checks.contamination import check_contamination, heldout_only, reproduces, words
+from sandbox.checks.probe import Probe
+from sandbox.checks.result_shapes import observed_result_shapes
+from tests.prompts.helpdesk import TASKS, TOOLS, HelpdeskSynthetic, episode, with_openings
+
+TH = SelfTestThresholds()
+HELD = "Security flagged my account after the phishing drill and I cannot sign in anymore."
+SPLIT = SplitTexts(heldout={"hd-lock-004": [HELD], "hd-lock-002": [TASKS["hd-lock-002"][1]], "hd-vpn-002": ["Help."]},
+                   analysis=[TASKS["hd-lock-001"][1], TASKS["hd-vpn-001"][1]])
+
+
+def check(env_class: type, split: SplitTexts | None = SPLIT, seeds: int = 4) -> Any:
+    probe = Probe(lambda: InProcessSyntheticEnv(env_class))
+    try:
+        return check_contamination(probe, list(range(seeds)), split, TH.model_copy(update={"contamination_seeds": 6}))
+    finally:
+        probe.close()
+
+
+def test_the_rule_exact_near_contained_and_paraphrased() -> None:
+    held = words("Hi, I want to cancel my order, I don't need it anymore.")
+    assert reproduces(words("hi I want to cancel my order — I don't need it anymore!"), held, 0.9) == 1.0  # normalised
+    assert reproduces(words("Hi, I want to cancel my order, I do not need it anymore."), held, 0.9) is None  # 11 of 13 words
+    assert reproduces(words("Hi, I want to cancel my order, I don't need it any more."), held, 0.9) is None
+    assert reproduces(words("Hi, I wish to cancel my order, I don't need it anymore."), held, 0.9) == pytest.approx(11 / 12, abs=1e-3)  # one word changed
+    assert reproduces(words("Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W12"), held, 0.9) is not None  # contained
+    assert reproduces(words("Hi, please cancel one of my orders, I changed my mind about it."), held, 0.9) is None
+
+
+def test_heldout_only_leaves_out_shared_and_short_openings() -> None:
+    only = heldout_only(SPLIT, TH)
+    assert [tasks for _, tasks in only.values()] == [["hd-lock-004"]]  # hd-lock-002 opens like analysis task hd-lock-001; "Help." is short
+
+
+def test_an_env_reproducing_heldout_only_text_fails_with_the_seed_and_the_task() -> None:
+    result = check(with_openings("Hello, I cannot sign in to my workstation today.", HELD))
+    assert result.verdict == "FAIL" and "hd-lock-004" in result.summary
+    match = result.evidence["matches"][0]
+    assert (match["seed"], match["where"], match["heldout_tasks"]) == (1, "opening", ["hd-lock-004"])
+    assert match["said"].startswith(HELD) and match["seeds"] == [1, 3, 5]  # every seed that says it (openings of seeds 0..5)
+    assert result.evidence["heldout_only"] == 1
+
+
+def test_a_simulated_user_reply_counts_too() -> None:
+    class Replies(HelpdeskSynthetic):
+        def user_reply(self, text: str) -> str | None:
+            return HELD if "ticket" not in self.state else None
+
+    result = check(Replies)
+    assert result.verdict == "FAIL" and result.evidence["matches"][0]["where"].startswith("user reply after action")
+
+
+def test_shared_or_own_words_pass_and_no_split_is_skipped_not_passed() -> None:
+    assert check(with_openings(TASKS["hd-lock-002"][1])).verdict == "PASS"  # shared with the analysis split
+    assert check(HelpdeskSynthetic).verdict == "PASS"
+    skipped = check(with_openings(HELD), split=None)
+    assert skipped.verdict == "SKIP" and skipped.summary.startswith("skipped: no split")
+    nothing = check(HelpdeskSynthetic, split=SplitTexts(heldout={"hd-lock-002": [TASKS["hd-lock-002"][1]]}, analysis=[TASKS["hd-lock-001"][1]]))
+    assert nothing.verdict == "PASS" and nothing.evidence["heldout_only"] == 0
+
+
+def test_the_report_fails_the_env_and_tells_the_generator_which_task() -> None:
+    leaking = with_openings(HELD)
+    report = validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4, split_texts=SPLIT, target_tools=TOOLS)
+    assert [c.name for c in report.checks] == list(CHECKS) and "contamination" in CHECKS
+    assert "contamination" in report.failed_names() and not report.passed
+    assert "hd-lock-004" in report.failures_for_generator()
+    no_split = validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4)
+    assert no_split.check("contamination").verdict == "SKIP" and "contamination" not in no_split.failed_names()
+
+
+def test_fidelity_and_result_format_work_for_a_non_shop_target() -> None:
+    shapes = observed_result_shapes([episode("hd-lock-001", False)])
+    report = validate_env(lambda: InProcessSyntheticEnv(HelpdeskSynthetic), seeds=4, target_tools=TOOLS, target_result_shapes=shapes)
+    assert report.check("fidelity").passed and set(report.check("fidelity").evidence["shared_tools"]) == {t["function"]["name"] for t in TOOLS}
+    assert report.check("result_format").passed
+
+    class Renamed(HelpdeskSynthetic):
+        @tool
+        def get_account(self, employee: str) -> dict:  # type: ignore[override]
+            """Read an account."""
+            return {"employee_id": employee, "locked": False, "lock_reason": None}
+
+    bad = validate_env(lambda: InProcessSyntheticEnv(Renamed), seeds=4, target_tools=TOOLS, target_result_shapes=shapes)
+    assert not bad.check("fidelity").passed and "get_account" in bad.check("fidelity").summary
