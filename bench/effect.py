@@ -27,26 +27,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.analysis.split import split_tasks  # noqa: E402
-from agents.routed_policy import RoutedPolicy  # noqa: E402
-from agents.router import RouteOption, Router  # noqa: E402
-from agents.router_backends import OpeningsScorer  # noqa: E402
-from envs.shop import ShopEnv  # noqa: E402
-from evaluation import stats  # noqa: E402
-from evaluation.routing import env_openings  # noqa: E402
-from evaluation.run import EvalPlan, evaluate  # noqa: E402
-import yaml  # noqa: E402
+import yaml
 
-from agents.analysis.config import AnalysisConfig  # noqa: E402
-from agents.config import PolicyConfig, RolloutConfig  # noqa: E402
-from agents.router import RoutingConfig  # noqa: E402
-from sandbox.config import SandboxConfig  # noqa: E402
-from store.db import Store  # noqa: E402
-from training.artifact import SHIPPED  # noqa: E402
-from training.config import TrainingConfig  # noqa: E402
-from training.deprecations import quiet_library_deprecations  # noqa: E402
-from training.envs import EnvSpec, open_factory  # noqa: E402
-from training.service import TrainJob, train_capability  # noqa: E402
+from agents.analysis.config import AnalysisConfig
+from agents.analysis.split import split_tasks
+from agents.config import PolicyConfig, RolloutConfig
+from agents.routed_policy import RoutedPolicy
+from agents.router import RouteOption, Router, RoutingConfig
+from agents.router_backends import OpeningsScorer
+from envs.shop import ShopEnv
+from evaluation import stats
+from evaluation.routing import env_openings
+from evaluation.run import EvalPlan, evaluate
+from sandbox.config import SandboxConfig
+from store.db import Store
+from training.artifact import SHIPPED
+from training.config import TrainingConfig
+from training.deprecations import quiet_library_deprecations
+from training.envs import EnvSpec, open_factory
+from training.service import TrainJob, train_capability
 
 MODULE = ROOT / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"
 DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported

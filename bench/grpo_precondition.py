@@ -47,8 +47,8 @@ def main() -> None:
     rows = []
     for seed in args.seeds:
         extra = {"learning_rate": args.lr} if args.lr is not None else {}
-        cfg = TrainingConfig.tiny(seed=seed, max_steps=args.steps, eval_every=args.eval_every, save_every=args.eval_every, **extra, num_generations=args.k, groups_per_step=2,
-                                  max_turns=args.turns, max_new_tokens=args.max_new_tokens, train_seeds=48,
+        cfg = TrainingConfig.tiny(seed=seed, max_steps=args.steps, eval_every=args.eval_every, save_every=args.eval_every, **extra,
+                                  num_generations=args.k, groups_per_step=2, max_turns=args.turns, max_new_tokens=args.max_new_tokens, train_seeds=48,
                                   heldout_seeds=args.heldout, heldout_samples=2, patience=10,
                                   temperature=args.temperature)
         job = TrainJob(name=f"precondition-seed{seed}", capability="precondition_verification", base_model=args.model, env=spec,

@@ -36,9 +36,9 @@ from agents.analysis.discovery import discover
 from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import load_recording, recorded_analyst
 from agents.analysis.split import analysis_episodes
+from agents.config import EndpointConfig
 from agents.llm import make_chat_model
 from fixtures.planted_policy import collect_planted
-from agents.config import EndpointConfig
 from store import Store
 
 
@@ -55,7 +55,8 @@ def fake_server(latency: float, answer: dict):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--latency", type=float, default=2.0, help="seconds per request at the fake server (a ~300-token structured answer from a hosted LLM: 2-5 s)")
+    ap.add_argument("--latency", type=float, default=2.0,
+                    help="seconds per request at the fake server (a ~300-token structured answer from a hosted LLM: 2-5 s)")
     ap.add_argument("--levels", default="8,32,64")
     ap.add_argument("--clients", default="lean,langchain", help="labeling clients to measure: lean (aiohttp) and/or langchain (ChatOpenAI)")
     ap.add_argument("--samples", type=int, default=4, help="episodes per shop task")

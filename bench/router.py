@@ -76,7 +76,8 @@ class InstantBackend:
     def adapters(self) -> list[str]:
         return ["a"]
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, adapter: str | None, temperature: float, max_new_tokens: int | None) -> Message:
+    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, adapter: str | None, temperature: float,
+                      max_new_tokens: int | None) -> Message:
         return Message.assistant("ok")
 
 
@@ -190,7 +191,8 @@ def bench_overhead(requests: int) -> None:
         proc.terminate()
         proc.wait(10)
     print(f"direct backend call: p50 {p50(direct) * 1e3:.3f} ms; endpoint handler alone (parse, route cache, answer): p50 {p50(handler) * 1e3:.3f} ms")
-    print(f"routed endpoint over HTTP (httpx, server in its own process, cached route): p50 {p50(http) * 1e3:.2f} ms -> added {(p50(http) - p50(direct)) * 1e3:.2f} ms")
+    print(f"routed endpoint over HTTP (httpx, server in its own process, cached route): p50 {p50(http) * 1e3:.2f} ms"
+          f" -> added {(p50(http) - p50(direct)) * 1e3:.2f} ms")
     print(f"routed endpoint (openai client): p50 {p50(sdk) * 1e3:.2f} ms (client-side cost included)")
 
 

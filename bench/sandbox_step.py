@@ -19,11 +19,11 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.protocol import Message, ToolCall  # noqa: E402
-from envs.synthetic import InProcessSyntheticEnv  # noqa: E402
-from sandbox.config import SandboxConfig  # noqa: E402
-from sandbox.env import SandboxedEnv  # noqa: E402
-from sandbox.pool import SandboxPool  # noqa: E402
+from envs.protocol import Message, ToolCall
+from envs.synthetic import InProcessSyntheticEnv
+from sandbox.config import SandboxConfig
+from sandbox.env import SandboxedEnv
+from sandbox.pool import SandboxPool
 
 DEFAULT_MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

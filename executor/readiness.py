@@ -14,10 +14,11 @@ samples from its key (`grpo_ready:<seed>#<sample>`) and the policy's seed, not f
 batch it decodes in (tests/executor/test_readiness.py).
 
 Faults: an exception the check raises (its InfrastructureFailure among them) comes back with its type, or as a
-RuntimeError with its type, message and traceback when it does not travel (executor.processes._error_blob); a worker that dies (killed, out of memory) is WorkerLost (an IncompleteStage, exit
-3: the stored attempts stay, the same command runs the check again), and the next check starts a new
-worker. Workers die with the driver (PR_SET_PDEATHSIG); the containers of a dead worker are swept by the
-next pool. A check whose episode runner cannot travel (a test's closure) runs in this process, as before.
+RuntimeError with its type, message and traceback when it does not travel (executor.processes._error_blob); a
+worker that dies (killed, out of memory) is WorkerLost (an IncompleteStage, exit 3: the stored attempts stay,
+the same command runs the check again), and the next check starts a new worker. Workers die with the driver
+(PR_SET_PDEATHSIG); the containers of a dead worker are swept by the next pool. A check whose episode runner
+cannot travel (a test's closure) runs in this process, as before.
 """
 
 from __future__ import annotations

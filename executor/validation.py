@@ -48,9 +48,11 @@ def checks_in_pool(kind: str, path: Path, sandbox: SandboxConfig, policy_factory
 
     pool = SandboxPool(sandbox, size=pool_size)
 
+    def open_env() -> SandboxedEnv:
+        return SandboxedEnv.pooled(path, pool)
+
     async def run() -> Any:
         policy = policy_factory() if policy_factory is not None else None
-        open_env = lambda: SandboxedEnv.pooled(path, pool)
         try:
             if kind == "self_test":
                 return await avalidate_env(open_env, policy=policy, **{**kwargs, "module": path})

@@ -362,7 +362,8 @@ class BatchGenerator:
         if fed < 0 or not self.prefixes.budget:
             return
         lo, hi = width - len(r.ids), width + fed
-        self.prefixes.put(r.group, r.ids + out.ids[:fed], [(layer.keys[row : row + 1, :, lo:hi], layer.values[row : row + 1, :, lo:hi]) for layer in cache.layers])
+        kept = [(layer.keys[row : row + 1, :, lo:hi], layer.values[row : row + 1, :, lo:hi]) for layer in cache.layers]
+        self.prefixes.put(r.group, r.ids + out.ids[:fed], kept)
 
     def _filtered(self, scaled: Any) -> Any:
         """top-k, then top-p (nucleus) on temperature-scaled logits: the rest set to -inf."""

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from store.analysis_records import AnalysisRecordQueries
 from store.engine import StoreBase, no_capability
 from store.errors import StoreError
-from store.analysis_records import AnalysisRecordQueries
 from store.models import Capability, CapabilityStat, Label, utcnow
 from store.rows import (
     LABEL_VALUES,

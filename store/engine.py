@@ -10,9 +10,9 @@ upgrade to writers at the same time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 import contextlib
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from store import fencing
 from store.errors import NoStore, StoreError
-from store.redact import redact
 from store.models import Base, Run, utcnow
+from store.redact import redact
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
@@ -53,7 +53,8 @@ def parse_url(raw: str) -> URL:
 def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
     path = Path(url.database or "").expanduser()
     if read_only and not path.is_file():
-        raise NoStore(f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) or point store.url / --config at the workspace that has one")
+        raise NoStore(f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) "
+                      "or point store.url / --config at the workspace that has one")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
