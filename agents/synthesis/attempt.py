@@ -182,6 +182,7 @@ def _before_readiness(
     report: ValidationReport = run(
         lambda: open_module(module_path), target_tools=ctx.target.tools, seeds=cfg.validation_seeds,
         thresholds=thresholds, module=module_path, target=ctx.target.name, target_result_shapes=target_shapes,
+        split_texts=ctx.split_texts,  # the run's held-out openings: check contamination (skipped when the run has no split)
         progress=(lambda name: progress(f"check {name}")) if progress else None,
     )
     if report.incomplete is not None:  # no verdict: not the env's doing

@@ -1,8 +1,14 @@
 """The generator's inputs, gathered from the store and the target env.
 
-`compact_episode` is a minimal rendering of one failed episode for the prompt. The analysis
-stage (agents/analysis) writes the project's episode compactor; swap it in here (one call
-site, `gather_context`) when it lands.
+Only analysis-split episodes reach the generator: when the run has a stored split, an episode of
+a held-out task is never shown, even if a label marks it LACKING (labeling reads the analysis
+split only; this is the guard at the generator's own door). The held-out split goes the other
+way: `split_texts` (the openings of both splits) is what the self-test's contamination check
+compares the generated env's user lines with.
+
+The prompt names the target by its own facts: its name, its tool schemas (from the env), its
+policy document (the system message of the episodes shown, else of the env's first task) and one
+stored result per tool (its result format). `compact_episode` renders one failed episode.
 """
 
 from __future__ import annotations
@@ -13,7 +19,11 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Protocol
 
+from agents.analysis.split import split_openings
 from envs.registry import make_env
+from sandbox.checks.contamination import SplitTexts
+
+RESULT_CHARS = 600  # one stored result per tool, cut here
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,8 @@ class GeneratorContext:
     episodes: list[LackingEpisode]
     target: TargetFacts
     tools_in_episodes: list[dict[str, Any]]
+    result_formats: dict[str, str] = field(default_factory=dict)  # tool -> one stored result (analysis split)
+    split_texts: SplitTexts | None = None  # the target's openings by split, for check `contamination`
 
     def statistics(self) -> str:
         if self.gap is None and self.coverage is None:
@@ -51,6 +63,9 @@ class GeneratorContext:
         cov = "undefined" if self.coverage is None else f"{self.coverage:.2f}"
         return f"gap ER- - ER+ = {gap}, coverage among failures = {cov} (mean over {self.passes} labeling pass(es))"
 
+    def result_formats_text(self) -> str:
+        return "\n".join(f"- {name}: {text}" for name, text in self.result_formats.items()) or "(no successful tool result in these episodes)"
+
 
 class StoreReader(Protocol):  # the Store methods used here
     def get_capability(self, run_id: str, name: str) -> Any: ...
@@ -58,6 +73,7 @@ class StoreReader(Protocol):  # the Store methods used here
     def labels(self, run_id: str, pass_index: int | None = None, capability: str | None = None) -> list[Any]: ...
     def get_episode(self, episode_id: int) -> Any: ...
     def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[Any]: ...
+    def get_split(self, run_id: str) -> Any: ...
 
 
 def target_facts(name: str) -> TargetFacts:
@@ -96,12 +112,28 @@ def compact_episode(messages: list[dict[str, Any]], evidence: list[str], max_cha
     return f"{body}\nWhy the analyst labeled it LACKING:\n{why}"
 
 
+def result_examples(messages_of: list[list[dict[str, Any]]], tools: list[str], max_chars: int = RESULT_CHARS) -> dict[str, str]:
+    """One successful result per tool (the first in the episodes given; tool errors skipped), cut to max_chars."""
+    out: dict[str, str] = {}
+    for messages in messages_of:
+        names = {c.get("id"): c.get("name") for m in messages for c in (m.get("tool_calls") or [])}
+        for m in messages:
+            name = m.get("name") or names.get(m.get("tool_call_id"))
+            text = str(m.get("content") or "")
+            if m.get("role") == "tool" and name in tools and name not in out and text and not text.startswith("Error"):
+                out[name] = text if len(text) <= max_chars else text[:max_chars] + f"...[cut {len(text) - max_chars} chars]"
+    return {t: out[t] for t in tools if t in out}
+
+
 def gather_context(store: StoreReader, run_id: str, capability: str, *, n_episodes: int, episode_chars: int,
                    target: TargetFacts | None = None) -> GeneratorContext:
-    """The capability, its statistics, its most often LACKING failed episodes, and the target's facts."""
+    """The capability, its statistics, its most often LACKING failed analysis-split episodes, the target's facts and
+    the run's openings by split."""
     cap = store.get_capability(run_id, capability)
     if cap is None:
         raise LookupError(f"capability {capability!r} is not stored in run {run_id!r}: run the analysis first")
+    split = store.get_split(run_id)
+    shown_tasks = set(split.analysis_tasks) if split is not None else None
     stats = store.capability_stats(run_id, capability)
     gaps = [s.gap for s in stats if s.gap is not None]
     lacking = [lab for lab in store.labels(run_id, capability=capability) if lab.value == "LACKING"]
@@ -112,18 +144,27 @@ def gather_context(store: StoreReader, run_id: str, capability: str, *, n_episod
     chosen = []
     for episode_id, _ in sorted(votes.items(), key=lambda kv: (-kv[1], kv[0])):
         ep = store.get_episode(episode_id)
-        if ep.success:
-            continue
+        if ep.success or (shown_tasks is not None and ep.task_id not in shown_tasks):
+            continue  # successes are not failures; held-out tasks never reach the generator
         chosen.append(ep)
         if len(chosen) == n_episodes:
             break
     env_name = target.name if target else (Counter(e.env for e in chosen).most_common(1)[0][0] if chosen else None)
     if env_name is None:
-        raise LookupError(f"capability {capability!r} of run {run_id!r} has no failed episode labeled LACKING: nothing to synthesize from")
-    facts = target or target_facts(env_name)
+        raise LookupError(f"capability {capability!r} of run {run_id!r} has no failed analysis-split episode labeled LACKING: "
+                          "nothing to synthesize from")
+    facts = target or _with_stored_policy(target_facts(env_name), chosen)
     episodes = [LackingEpisode(e.id, e.task_id, compact_episode(e.messages, evidence[e.id], episode_chars), _tools_used(e.messages))
                 for e in chosen]
     used = {n for e in episodes for n in e.tools_used}
     tools = [t for t in facts.tools if t["function"]["name"] in used] or facts.tools
+    formats = result_examples([e.messages for e in chosen], [t["function"]["name"] for t in tools])
     return GeneratorContext(capability, cap.definition, mean(gaps) if gaps else None,
-                            mean(s.coverage for s in stats) if stats else None, len(stats), episodes, facts, tools)
+                            mean(s.coverage for s in stats) if stats else None, len(stats), episodes, facts, tools, formats,
+                            split_openings(store, run_id, env_name))
+
+
+def _with_stored_policy(facts: TargetFacts, episodes: list[Any]) -> TargetFacts:
+    """The policy document as the shown episodes' system message says it (the env's first task's otherwise)."""
+    stored = next((str(m.get("content") or "") for e in episodes for m in e.messages[:1] if m.get("role") == "system"), "")
+    return TargetFacts(facts.name, facts.tools, stored or facts.policy)

@@ -3,12 +3,17 @@ demo split against its recorded envs; fidelity and result formats of a non-shop 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agents.analysis.split import split_tasks
+from envs.registry import make_env
 from envs.sdk import tool
 from envs.synthetic import InProcessSyntheticEnv
+from gapforge.config import load_config
 from sandbox.checks import CHECKS, SelfTestThresholds, SplitTexts, validate_env
 from sandbox.checks.contamination import check_contamination, heldout_only, reproduces, words
 from sandbox.checks.probe import Probe
@@ -16,6 +21,7 @@ from sandbox.checks.result_shapes import observed_result_shapes
 from tests.prompts.helpdesk import TASKS, TOOLS, HelpdeskSynthetic, episode, with_openings
 
 TH = SelfTestThresholds()
+RECORDED = Path(__file__).parents[2] / "fixtures" / "recordings" / "shop"
 HELD = "Security flagged my account after the phishing drill and I cannot sign in anymore."
 SPLIT = SplitTexts(heldout={"hd-lock-004": [HELD], "hd-lock-002": [TASKS["hd-lock-002"][1]], "hd-vpn-002": ["Help."]},
                    analysis=[TASKS["hd-lock-001"][1], TASKS["hd-vpn-001"][1]])
@@ -95,3 +101,30 @@ def test_fidelity_and_result_format_work_for_a_non_shop_target() -> None:
 
     bad = validate_env(lambda: InProcessSyntheticEnv(Renamed), seeds=4, target_tools=TOOLS, target_result_shapes=shapes)
     assert not bad.check("fidelity").passed and "get_account" in bad.check("fidelity").summary
+
+
+@pytest.fixture(scope="module")
+def shop_demo_split() -> SplitTexts:
+    """The offline demo's split (analysis.split_fraction and analysis.seed of the demo's config) with each task's opening."""
+    cfg = load_config(None, [])
+    env = make_env("shop")
+    try:
+        split = split_tasks({t: env.task_family(t) for t in env.task_ids()}, cfg.analysis.split_fraction, cfg.analysis.seed)
+        opening = {t: next(m.content for m in env.reset(t) if m.role == "user") for t in env.task_ids()}
+    finally:
+        env.close()
+    return SplitTexts(heldout={t: [opening[t]] for t in split.heldout}, analysis=[opening[t] for t in split.analysis])
+
+
+def test_the_shop_split_has_heldout_only_openings_the_recorded_envs_do_not_repeat(shop_demo_split: SplitTexts) -> None:
+    only = {tuple(tasks) for _, tasks in heldout_only(shop_demo_split, TH).values()}
+    assert ("shop-refusal-001", "shop-refusal-002") in only and ("shop-write-004", "shop-write-005", "shop-write-006") in only
+    for module in sorted(RECORDED.glob("*.py")):
+        probe = Probe(lambda m=module: InProcessSyntheticEnv(m))
+        try:
+            result = check_contamination(probe, list(range(10)), shop_demo_split, TH)
+        finally:
+            probe.close()
+        assert result.verdict == "PASS", (module.name, json.dumps(result.evidence.get("matches"))[:400])
+    old = check(with_openings("Hi, I want to cancel my order, I don't need it anymore."), split=shop_demo_split)  # the wording before
+    assert old.verdict == "FAIL" and old.evidence["matches"][0]["heldout_tasks"] == ["shop-refusal-001", "shop-refusal-002"]

@@ -35,7 +35,7 @@ def test_no_lacking_episode_is_a_clear_error(tmp_path: Path) -> None:
     store = store_at(tmp_path)
     run = analysed_run(store)
     store.put_capability(run, "decoy", definition="never lacking")
-    with pytest.raises(LookupError, match="no failed episode labeled LACKING"):
+    with pytest.raises(LookupError, match="no failed analysis-split episode labeled LACKING"):
         gather_context(store, run, "decoy", n_episodes=2, episode_chars=800)
     with pytest.raises(LookupError, match="not stored"):
         gather_context(store, run, "nope", n_episodes=2, episode_chars=800)
