@@ -1,7 +1,8 @@
 """The router (DESIGN.md §1.5): which adapter answers a task.
 
-The frozen base model reads one routing prompt (prompts/router.md): the task's
-first user message, one single-token label per capability (A, B, C, ...) with
+The frozen base model reads one routing prompt (prompts/router.md): the target's
+name and the opening of its policy document, the task's first user message, one
+single-token label per capability (A, B, C, ...) with
 its definition and one compacted successful trajectory from its synthetic env,
 and one more label meaning "none of these". ONE forward pass; the decision is
 the argmax of the next-token log-probabilities over the label tokens (never
@@ -52,6 +53,7 @@ class RoutingConfig(BaseModel):
     )
     margin: float = Field(0.0, ge=0.0, description="abstain to the base model when top - runner-up logprob < margin")
     max_example_chars: int = Field(1200, ge=0, description="budget of each capability's compacted example trajectory")
+    max_policy_chars: int = Field(600, ge=0, description="the opening of the target's policy document shown in the routing prompt")
     batch_size: int = Field(8, ge=1, description="routing prompts per forward pass (batch routing)")
     vllm_base_url: str | None = Field(None, description="backend=vllm: the server's /v1 URL")
     vllm_model: str | None = Field(None, description="backend=vllm: the served base model's name")
@@ -143,8 +145,12 @@ def make_options(capabilities: list[dict[str, Any]], labels: list[str]) -> list[
 class Router:
     """Routes first user messages to options with one forward pass of the base model."""
 
-    def __init__(self, options: list[RouteOption], scorer: LabelScorer, config: RoutingConfig | None = None) -> None:
+    def __init__(self, options: list[RouteOption], scorer: LabelScorer, config: RoutingConfig | None = None, *,
+                 target: str = "", policy: str = "") -> None:
+        """`target` (its name) and `policy` (its policy document) name the target's domain in the routing prompt."""
         self.config = config or RoutingConfig()
+        self.target = target.strip() or "(not named)"
+        self.policy = policy_opening(policy, self.config.max_policy_chars) or "(not given)"
         self.options = list(options)
         self.scorer = scorer
         used = [o.label for o in self.options]
@@ -179,6 +185,8 @@ class Router:
                 block += f"\nExample it solved:\n{o.example}"
             blocks.append(block)
         text = self.prompt.body.format(
+            target=self.target,
+            policy=self.policy,
             capabilities="\n\n".join(blocks),
             none_label=self.none_label,
             first_user_message=first_user_message.strip(),
@@ -221,6 +229,20 @@ class Router:
         """Route a conversation on its first user message (no user turn yet -> the base model)."""
         first = first_user_message(messages)
         return self.route(first) if first is not None else RouteDecision(None, None, None, 0.0, False, {})
+
+
+def policy_opening(policy: str, max_chars: int) -> str:
+    """The first lines of a policy document that fit in max_chars (cut inside a line only when the first is longer)."""
+    text = policy.strip()
+    if len(text) <= max_chars:
+        return text
+    lines, used = [], 0
+    for line in text.splitlines():
+        if used + len(line) + 1 > max_chars:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines) if lines else text[: max(0, max_chars - 3)] + "..."
 
 
 def first_user_message(messages: list[Any]) -> str | None:

@@ -1,5 +1,6 @@
 """Discovery: the analyst reads a stratified sample of failed and successful episodes
 (analysis split only, within a token budget) and proposes the capability dictionary.
+The prompt names the target by its own facts (name, tools, policy document: agents/analysis/target.py).
 
 One structured call (prompts/analyst_discover.md). The answer is validated beyond
 types (count, unique snake_case names, example ids among the shown episodes,
@@ -22,6 +23,7 @@ from agents.analysis.config import AnalysisConfig
 from agents.analysis.errors import AnalysisError
 from agents.analysis.schemas import CapabilityDictionary, dictionary_hash, discovery_schema
 from agents.analysis.split import analysis_episodes
+from agents.analysis.target import target_brief
 from agents.analysis.usage import UsageCounter
 from agents.llm import structured_call
 from prompts import load_prompt
@@ -97,7 +99,9 @@ def discover(store: Any, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, c
     if not any(not ep.success for ep, _ in shown):
         raise AnalysisError(f"no failed episode fits analysis.discovery_budget_tokens={cfg.discovery_budget_tokens}: raise it")
     prompt = load_prompt(PROMPT_FILE)
+    target = target_brief(shown[0][0].env, (ep for ep, _ in shown))
     text = prompt.body.format(
+        target=target.name, tool_names=target.tools_line(),
         min_capabilities=cfg.min_capabilities, max_capabilities=cfg.max_capabilities, policy=policy,
         n_failed=sum(not ep.success for ep, _ in shown), n_success=sum(bool(ep.success) for ep, _ in shown),
         episodes="\n\n".join(comp.text for _, comp in shown),

@@ -1,8 +1,9 @@
 """Labeling: ONE structured call per (episode, pass) labels every capability NA / PRESENT /
 LACKING with one line of evidence citing a message index.
 
-- Layout: system message = instructions + dictionary + policy (identical for every call
-  of a pass: prefix caching applies), then the compacted episode as the last message.
+- Layout: system message = instructions naming the target (its name and tools:
+  agents/analysis/target.py) + dictionary + policy (identical for every call of a pass:
+  prefix caching applies), then the compacted episode as the last message.
 - Validation (agents.analysis.schemas.label_schema): every capability exactly once, no
   unknown names, evidence index in range; re-asked once with the error
   (agents.llm.astructured_call), then recorded as a labeling failure (status "failed",
@@ -36,6 +37,7 @@ from agents.analysis.config import AnalysisConfig
 from agents.analysis.discovery import current_dictionary
 from agents.analysis.schemas import EPISODE_MESSAGES, label_schema
 from agents.analysis.split import analysis_episodes
+from agents.analysis.target import TargetBrief, target_brief
 from agents.analysis.usage import UsageCounter, seeded
 from agents.errors import ModelEndpointError, StructuredOutputError
 from agents.llm import astructured_call
@@ -71,10 +73,10 @@ def label_seed(seed: int, pass_index: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def fixed_part(capabilities: Sequence[tuple[str, str]], policy: str) -> str:
-    """The system message of every labeling call: instructions, dictionary, policy."""
+def fixed_part(capabilities: Sequence[tuple[str, str]], policy: str, target: TargetBrief) -> str:
+    """The system message of every labeling call: instructions naming the target, dictionary, policy."""
     lines = "\n".join(f"- {name}: {definition}" for name, definition in capabilities)
-    return load_prompt(PROMPT_FILE).body.format(capabilities=lines, policy=policy)
+    return load_prompt(PROMPT_FILE).body.format(capabilities=lines, policy=policy, target=target.name, tool_names=target.tools_line())
 
 
 def _evidence(text: str, index: int | None) -> str:
@@ -109,7 +111,8 @@ async def label_pass(
     todo = [e.id for e in episodes if e.id not in skip]
     total, cached = len(episodes), len(episodes) - len(todo)
     first = await asyncio.to_thread(store.get_episode, episodes[0].id) if episodes else None
-    system_text = fixed_part(capabilities, system_prompt(first) if first is not None else "")
+    brief = target_brief(first.env, [first]) if first is not None else TargetBrief("", ())
+    system_text = fixed_part(capabilities, system_prompt(first) if first is not None else "", brief)
     prefix_tokens = counter.count(system_text)
     seed = label_seed(cfg.seed, pass_index)
     model = seeded(chat_model, seed, cfg.temperature)  # one sample per pass: its own seed

@@ -1,13 +1,15 @@
 """The generator agent: one call writes one synthetic env module for a capability.
 
 Inputs (prompts/synthesis_generator.md): the capability, its statistics, compacted LACKING
-episodes, the target's tool schemas and policy, the SDK reference (prompts/sdk_reference.md),
-one example module, and the previous attempt's verdict with its evidence.
+episodes (analysis split only), the target's tool schemas, result formats and policy document,
+the SDK reference (prompts/sdk_reference.md), one example module (labelled with the target it
+was written for), and the previous attempt's verdict with its evidence.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
@@ -43,15 +45,22 @@ def signature(tool: dict) -> str:
     return f"- {fn['name']}({params}): {(fn.get('description') or '').splitlines()[0][:120] if fn.get('description') else ''}"
 
 
+def example_target(example: Path) -> str:
+    """The target an example module was written for (its `target = "..."` line)."""
+    found = re.search(r'^\s*target\s*=\s*["\']([^"\']+)["\']', example.read_text(), re.MULTILINE)
+    return found.group(1) if found else "another target"
+
+
 def render_generator_prompt(ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None,
                             example: Path = EXAMPLE) -> str:
     episodes = "\n\n".join(f"### episode {e.episode_id} (task {e.task_id})\n{e.text}" for e in ctx.episodes) or "(none)"
     return generator_prompt().body.format(
         capability=ctx.capability, attempt=attempt, max_attempts=max_attempts, definition=ctx.definition,
-        statistics=ctx.statistics(), target=ctx.target.name, episodes=episodes,
+        statistics=ctx.statistics(), target=ctx.target.name, episodes=episodes, result_formats=ctx.result_formats_text(),
         target_tools=json.dumps(ctx.tools_in_episodes, indent=1), target_policy=ctx.target.policy.strip(),
         other_tools="\n".join(signature(t) for t in ctx.target.tools if t not in ctx.tools_in_episodes) or "(none)",
         sdk_reference=load_prompt("sdk_reference.md").body.strip(), example_module=example.read_text().strip(),
+        example_target=example_target(example),
         feedback=feedback or "(first attempt)",
     )
 

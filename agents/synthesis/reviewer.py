@@ -41,7 +41,8 @@ def reviewer_prompt() -> Prompt:
 def review_env(model: BaseChatModel, ctx: GeneratorContext, code: str, attempt: int) -> ReviewVerdict:
     text = reviewer_prompt().body.format(
         capability=ctx.capability, attempt=attempt, definition=ctx.definition, target=ctx.target.name,
-        target_tools=json.dumps(ctx.tools_in_episodes, indent=1), code=code)
+        target_policy=ctx.target.policy.strip(), target_tools=json.dumps(ctx.target.tools, indent=1),
+        result_formats=ctx.result_formats_text(), code=code)
     answer = structured_call(model, [HumanMessage(content=text)], ReviewVerdict, prompt_name=reviewer_prompt().name)
     assert isinstance(answer, ReviewVerdict)
     return answer
