@@ -7,7 +7,7 @@ EXTRAS ?= dev,tau2,postgres,ui,ray
 
 TOOLSANDBOX_SRC ?= ../shared/vendor/ToolSandbox
 
-.PHONY: install demo test bench clean toolsandbox-env
+.PHONY: install demo test test-fast lint bench clean toolsandbox-env
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,16 @@ toolsandbox-env: install
 
 test: install toolsandbox-env
 	$(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+# The inner loop (~2 min here): everything but the tests that need Docker, PostgreSQL or Ray (marked by the fixture they
+# use: tests/conftest.py), the slow ones that train or generate with a model, and ToolSandbox's own venv. `make test` runs all.
+FAST ?= not docker and not postgres and not ray and not slow and not toolsandbox and not tau2_full
+test-fast: install
+	$(PY) -m pytest -q -ra -m "$(FAST)"
+
+# ruff's rules and their exceptions: pyproject.toml [tool.ruff]. Fix what it can itself: $(VENV)/bin/ruff check --fix
+lint: install
+	$(VENV)/bin/ruff check .
 
 bench: install
 	$(PY) bench/sandbox_step.py

@@ -93,13 +93,18 @@ def qwen3_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `tau2` / `postgres` skip with a reason when that extra is absent (a
+    """Tests get the markers of tests/markers.py (a service's fixture -> its marker; the slow list).
+    Tests marked `tau2` / `postgres` skip with a reason when that extra is absent (a
     `pip install -e .[dev]` alone); CI installs every extra, so nothing is skipped there."""
     import importlib.util
+
+    from markers import markers_for
 
     missing = {mark: reason for mark, module, reason in (("tau2", "tau2", TAU2_EXTRA), ("postgres", "psycopg", POSTGRES_EXTRA))
                if importlib.util.find_spec(module) is None}
     for item in items:
+        for mark in sorted(markers_for(item.nodeid, getattr(item, "fixturenames", ()))):
+            item.add_marker(mark)
         for mark, reason in missing.items():
             if mark in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
