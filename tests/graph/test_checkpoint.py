@@ -32,14 +32,17 @@ async def end_while_a_branch_is_mid_write(path: Path, holds_lock: bool) -> list[
         await saver.conn.execute("CREATE TABLE probe (x INTEGER)")
         await saver.conn.commit()
 
+        mid_write = asyncio.Event()
+
         async def branch() -> None:  # asyncio.run's shutdown ends it with "Connection closed", kept in its task
             if holds_lock:  # as LangGraph's aput_writes does: the saver's lock held across the write
                 await saver.lock.acquire()
             async with saver.conn.executemany("INSERT INTO probe VALUES (?)", [(1,), (2,)]):
+                mid_write.set()
                 await asyncio.Event().wait()  # the commit that never comes
 
         pending = [asyncio.create_task(branch())]
-        await asyncio.sleep(0.05)
+        await mid_write.wait()
     return pending
 
 
