@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,tau2,postgres,ui,ray
+EXTRAS ?= dev,tau2,postgres,ui,ray,mcp
 
 TOOLSANDBOX_SRC ?= ../shared/vendor/ToolSandbox
 
@@ -33,9 +33,9 @@ toolsandbox-env: install
 test: install toolsandbox-env
 	$(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
-# The inner loop (~2 min here): everything but the tests that need Docker, PostgreSQL or Ray (marked by the fixture they
-# use: tests/conftest.py), the slow ones that train or generate with a model, and ToolSandbox's own venv. `make test` runs all.
-FAST ?= not docker and not postgres and not ray and not slow and not toolsandbox and not tau2_full
+# The inner loop (under 2 min here): everything but the tests that need Docker, PostgreSQL or Ray (marked by the fixture
+# they use), the slow list (tests/markers.py) and the external benchmarks' adapters (tau2, toolsandbox). `make test` runs all.
+FAST ?= not docker and not postgres and not ray and not slow and not tau2 and not toolsandbox
 test-fast: install
 	$(PY) -m pytest -q -ra -m "$(FAST)"
 
@@ -48,4 +48,4 @@ bench: install
 	$(PY) bench/rollout_concurrency.py
 
 clean:
-	rm -rf $(VENV) .gapforge .pytest_cache .toolsandbox-venv
+	rm -rf $(VENV) .gapforge .pytest_cache .ruff_cache .toolsandbox-venv
