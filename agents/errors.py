@@ -1,36 +1,39 @@
 """Errors of the chat-model boundary (agents/llm.py, agents/scripted.py).
 
-ModelError is user-fixable: a missing endpoint or key, an unknown scripted
-prompt name, no recorded answer left, an endpoint that stays down after the
-retries, a model that cannot produce the requested structure. The CLI prints
-its one-line message and exits 2 (gapforge/cli_common.py lists it).
+ModelError is user-fixable input (an `InputFault`, exit 2): a missing endpoint or
+key, an unknown scripted prompt name, no recorded answer left. Its subclasses are
+blamed on their own boundary: `ModelEndpointError` on the endpoint (down past its
+retries: infrastructure, exit 3), `StructuredOutputError` on the model (exit 2).
+`IncompleteStage` is the resumable stop (`gapforge.faults.ResumableStop`, exit 3). The CLI
+prints any of them as one line with the boundary's exit code (gapforge/faults.py).
 
 The *policy* side records its failures as data instead (envs.errors.PolicyError);
 agents/policy.py translates ModelEndpointError into envs.errors.EndpointError.
 """
 
-
-class ModelError(Exception):
-    """A chat-model configuration or availability problem; the message says what to fix."""
+from gapforge.faults import EndpointFault, InputFault, ModelFault, ResumableStop
 
 
-class ModelEndpointError(ModelError):
+class ModelError(InputFault):
+    """A chat-model configuration problem; the message says what to fix (subclasses: the endpoint's, the model's)."""
+
+
+class ModelEndpointError(EndpointFault, ModelError):
     """The endpoint kept failing (429, 5xx, timeout, connection) after every retry."""
 
 
-class StructuredOutputError(ModelError):
+class StructuredOutputError(ModelFault, ModelError):
     """The model's structured output stayed malformed after the one re-ask."""
 
 
-class IncompleteStage(Exception):
+class IncompleteStage(ResumableStop):
     """A stage ended with infrastructure failures (endpoint down, sandbox lost): what finished is
     stored, the rest is not final and a resume redoes it. The message names the count, the cause
     and the resume command; the CLI prints it as one line and exits 3.
 
-    `infrastructure = True` marks it for layers that must let it through untouched (the graph's
-    per-capability guard re-raises it: the run stops instead of blaming the capability)."""
-
-    infrastructure = True
+    `infrastructure = True` (from `ResumableStop`) marks it for layers that must let it through
+    untouched (the graph's per-capability guard re-raises it: the run stops instead of blaming the
+    capability)."""
 
     def __init__(self, message: str, *, resume: str | None = None) -> None:
         self.summary, self.resume = message, resume

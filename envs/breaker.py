@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from gapforge.faults import EndpointFault
 
-class CircuitOpen(Exception):
+
+class CircuitOpen(EndpointFault):
     """The endpoint is considered down; the message says since when and when it is tried again.
     `probing`: the cooldown is over and another caller's probe is under way, so a retry after a
     short backoff is worth it (the retry rules treat only this case as transient)."""

@@ -1,21 +1,25 @@
 """Errors at the environment boundary, and the policy-side failures an episode records.
 
-EnvError is user-fixable input (unknown env, unknown task id). The PolicyError
-family is *data*: the policy loop ends the episode with the reason, never the run.
+EnvError is user-fixable input (unknown env, unknown task id: an `InputFault`, exit 2).
+The PolicyError family is *data*: the policy loop ends the episode with the reason, never
+the run; each is blamed on its boundary (`EndpointError` on the endpoint, infrastructure;
+the rest on the model). `InfrastructureFailure` is a resumable stop (gapforge/faults.py).
 """
 
+from gapforge.faults import EndpointFault, InputFault, ModelFault, ResumableStop
 
-class EnvError(Exception):
+
+class EnvError(InputFault):
     """Bad environment input (unknown env name, unknown task id, ...). The message says what to fix."""
 
 
-class PolicyError(Exception):
+class PolicyError(ModelFault):
     """The policy failed to produce a usable message; ends the episode, not the run."""
 
     termination = "policy_error"
 
 
-class EndpointError(PolicyError):
+class EndpointError(EndpointFault, PolicyError):
     """The policy endpoint kept failing after retries (connection, 429, 5xx, timeout)."""
 
     termination = "endpoint_error"
@@ -36,7 +40,7 @@ class MalformedOutputError(PolicyError):
 INFRA_TERMINATIONS: frozenset[str] = frozenset({"endpoint_error", "sandbox_error"})
 
 
-class InfrastructureFailure(Exception):
+class InfrastructureFailure(ResumableStop):
     """The endpoint or the sandbox kept failing past every retry inside a check or stage: what
     was running is not the env's or the model's doing and not final. `cause`: endpoint | sandbox."""
 

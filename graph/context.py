@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from gapforge.faults import InputFault
 
-class StageUnavailable(Exception):
+
+class StageUnavailable(InputFault):
     """This stage cannot run in this installation (e.g. its service is not built yet)."""
 
 
-class StageFailed(Exception):
+class StageFailed(InputFault):
     """The stage ran and cannot produce a result from this run's data (e.g. no failed episode
     to contrast). Recorded in the state; the stages that need its output are skipped. Errors of
     a boundary that may recover (an endpoint down) are NOT this: they end the run, resumable."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, copy_checkpoint
 
+from gapforge.faults import InputFault
 from graph.runner import thread_config
 
 # Forks are allowed while only shared, run-independent work is done (rollouts, analysis):
@@ -22,7 +23,7 @@ from graph.runner import thread_config
 FORKABLE_NEXT = frozenset({"collect_rollouts", "discover", "label", "select"})
 
 
-class ForkError(Exception):
+class ForkError(InputFault):
     """The fork cannot be made; the message says what to pick instead."""
 
 

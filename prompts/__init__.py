@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
+from gapforge.faults import GapforgeError
 
-class PromptError(Exception):
+
+class PromptError(GapforgeError):
     """A prompts/ file is missing or has no valid name/version header (a packaging bug)."""
 
 

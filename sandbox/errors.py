@@ -1,32 +1,37 @@
 """Errors at the sandbox boundary.
 
-SandboxError: the machine is not set up (no Docker daemon, image missing, bad
-limits); the message says what to fix and the CLI prints it as one line.
+SandboxError (a `gapforge.faults.SandboxFault`): the machine is not set up (no Docker
+daemon, image missing, bad limits); the message says what to fix and the CLI
+prints it as one line, exit 2.
 
 EnvCodeError: the env module itself failed (raised, hung, ran out of memory,
-flooded output, answered garbage, crashed, or did not load). This is *data*:
-the validator records a failed check, a rollout gets zero reward, the
+flooded output, answered garbage, crashed, or did not load). It is blamed on
+the env (`gapforge.faults.EnvCodeFault`), never on the sandbox that ran it. This is
+*data*: the validator records a failed check, a rollout gets zero reward, the
 pipeline goes on.
 
 SandboxLost: the sandbox died for a reason that is not the env's doing (the
 container was killed or removed from outside, the Docker daemon went away).
 It is a SandboxError, so the checks never count it against the env;
 SandboxedEnv first retries the call on a fresh sandbox (replaying the episode).
+Past the retries it is infrastructure (`infrastructure = True`, exit 3: resumable).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from gapforge.faults import EnvCodeFault, SandboxFault
+
 EnvFailureKind = Literal["exception", "timeout", "oom", "bad_output", "output_flood", "crash", "load_error"]
 FAILURE_KINDS: tuple[str, ...] = ("exception", "timeout", "oom", "bad_output", "output_flood", "crash", "load_error")
 
 
-class SandboxError(Exception):
+class SandboxError(SandboxFault):
     """The sandbox cannot run (setup problem). The message says what to fix."""
 
 
-class EnvCodeError(Exception):
+class EnvCodeError(EnvCodeFault):
     """The env module failed; `kind` says how, `detail` holds its error text / evidence."""
 
     def __init__(self, kind: EnvFailureKind, detail: str, *, method: str | None = None, traceback: str | None = None) -> None:
@@ -50,6 +55,9 @@ INFRA_KINDS: tuple[str, ...] = ("killed", "removed", "daemon_gone")
 
 class SandboxLost(SandboxError):
     """The sandbox was lost to something outside the env (kill, removal, daemon); `kind` says which."""
+
+    exit_code = 3
+    infrastructure = True
 
     def __init__(self, kind: InfraFailureKind, detail: str, *, method: str | None = None) -> None:
         if kind not in INFRA_KINDS:

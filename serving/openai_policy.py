@@ -41,13 +41,14 @@ from tenacity import wait_exponential_jitter
 from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
 from envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
 from envs.protocol import Message, ToolCall
+from gapforge.faults import EndpointFault
 from serving.errors import ServingError
 from serving.tool_calls import split_reasoning
 
 USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
 
 
-class _Transient(Exception):
+class _Transient(EndpointFault):
     def __init__(self, status: int, body: str, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {body[:200]}")
         self.retry_after = retry_after

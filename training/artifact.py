@@ -18,13 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gapforge.faults import InputFault
+
 SHIPPED = Path(__file__).resolve().parents[1] / "artifacts" / "shop-policy"
 MAX_BYTES = 25 * 1024 * 1024
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "chat_template.jinja", "special_tokens_map.json")
 
 
-class ArtifactError(Exception):
+class ArtifactError(InputFault):
     """The shipped policy is missing or broken; the message says how to rebuild it."""
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.protocol import Message
+from gapforge.faults import InputFault
 from serving.local import to_template_messages
 
 
-class TemplateDriftError(ValueError):
+class TemplateDriftError(InputFault, ValueError):
     """The chat template is not prefix-preserving: training on it would drift tokens."""
 
 

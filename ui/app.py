@@ -25,6 +25,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from gapforge.faults import InputFault
 from graph.checkpoint import CheckpointerError
 from store.errors import NoStore, StoreError
 from ui.format import FILTERS, GLOBALS
@@ -37,7 +38,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")  # fmt: skip
 
 
-class NotFound(Exception):
+class NotFound(InputFault):
     """An id or name the store does not have; the message says what to look for instead."""
 
 

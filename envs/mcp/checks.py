@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from envs.mcp.client import CallOutcome
 from envs.mcp.errors import ServerFailure
+from gapforge.faults import EnvCodeFault
 from envs.mcp.spec import TaskSpec
 from envs.protocol import Message, Score
 
@@ -45,7 +46,7 @@ class GraderContext:
     call_tool: Callable[[str, dict[str, Any]], Any]  # name, arguments -> the answer as data (raises on a tool error)
 
 
-class GraderError(RuntimeError):
+class GraderError(EnvCodeFault, RuntimeError):
     """The task's Python grader raised or returned something that is not a number in [0, 1]."""
 
 

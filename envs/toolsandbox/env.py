@@ -20,6 +20,7 @@ from typing import Any
 
 from envs.errors import EnvError
 from envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.faults import EnvCodeFault
 from envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
 from envs.toolsandbox.users import user_spec
 
@@ -86,7 +87,7 @@ def categories() -> list[str]:
     return sorted({c for s in catalog()["scenarios"] for c in s["categories"]})
 
 
-class UserSimulatorError(RuntimeError):
+class UserSimulatorError(EnvCodeFault, RuntimeError):
     """The user simulator (its endpoint) failed during an episode."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import EnvError
+from gapforge.faults import EnvCodeFault
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "worker" / "ts_server.py"
@@ -27,11 +28,11 @@ PYTHON_ENV_VAR = "GAPFORGE_TOOLSANDBOX_PYTHON"
 DEFAULT_VENV = REPO / ".toolsandbox-venv"
 
 
-class WorkerError(RuntimeError):
+class WorkerError(EnvCodeFault, RuntimeError):
     """The ToolSandbox worker process died, hung or answered garbage (not the agent's or the user's fault)."""
 
 
-class WorkerRequestError(RuntimeError):
+class WorkerRequestError(EnvCodeFault, RuntimeError):
     """The worker refused a request (a host-side bug, e.g. step after the episode ended)."""
 
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from envs.protocol import Message, Score, StepResult
 from envs.sdk import ProtocolError, action_to_message
+from gapforge.faults import EnvCodeFault
 from sandbox.errors import EnvCodeError, SandboxError
 
 
@@ -30,7 +31,7 @@ class ValidatedEnv(Protocol):
 OpenEnv = Callable[[], ValidatedEnv]
 
 
-class EnvFault(Exception):
+class EnvFault(EnvCodeFault):
     """The env code failed during a check: how (EnvCodeError kind), where, and its error text."""
 
     def __init__(self, kind: str, detail: str, *, phase: str, seed: int | None = None, action: str | None = None) -> None:
