@@ -14,7 +14,9 @@ base model; "none" also keeps the base model.
 Scorers (agents/router_backends.py): transformers directly, or a vLLM server's
 completions API asked for the logprobs of the label token ids; or, for a base
 model too small to read the routing prompt, the word overlap of the task's first
-message with the openings each adapter was trained on (`OpeningsScorer`).
+message with the openings each adapter was trained on (`OpeningsScorer`). The
+learned gate (agents/gate.py, `GateScorer`) reads no routing prompt: a classifier
+over the base's hidden state of the first user message gives the option scores.
 """
 
 from __future__ import annotations
@@ -41,17 +43,29 @@ class RoutingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     enabled: bool = Field(True, description="False: every task goes to the base model")
-    backend: Literal["transformers", "vllm", "openings"] = Field(
+    backend: Literal["transformers", "vllm", "openings", "gate"] = Field(
         "transformers",
-        description="who computes the label logprobs; openings: word overlap with each adapter's synthetic-env openings "
-        "(agents.router_backends.OpeningsScorer), for base models too small to read the routing prompt",
+        description="who scores the options: transformers / vllm: the base's next-token logprobs of the labels after the routing "
+        "prompt; gate: a classifier over the frozen base's pooled hidden state of the first user message (agents/gate.py; with "
+        "policy.kind=endpoint the hidden states come from the local copy of the base at policy.local_path); openings: word overlap "
+        "with each adapter's synthetic-env openings (agents.router_backends.OpeningsScorer), for base models too small to read "
+        "the routing prompt",
     )
     openings_min_similarity: float = Field(0.5, ge=0.0, le=1.0, description="backend=openings: the none label's score")
+    gate_hidden: int = Field(0, ge=0, le=4096, description="backend=gate: 0 = logistic regression; N = a 2-layer MLP with N hidden units")
+    gate_max_tokens: int = Field(256, ge=1, description="backend=gate: the first user message's tokens pooled (the first N)")
+    gate_heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class's examples held out "
+                                         "for the gate's accuracy (a class with one example keeps it for training)")
+    gate_epochs: int = Field(300, ge=1, le=100_000, description="backend=gate: full-batch Adam steps")
+    gate_lr: float = Field(0.05, gt=0.0, description="backend=gate: Adam learning rate")
+    gate_weight_decay: float = Field(1e-3, ge=0.0, description="backend=gate: L2 penalty (Adam weight decay)")
+    gate_seed: int = Field(0, description="backend=gate: seeds the classifier's initialisation and the held-out split")
     labels: list[str] = Field(
         default_factory=lambda: list("ABCDEFGHIJKLMNOP"),
         description="label alphabet; capability i gets labels[i], 'none' the next one; each must be ONE token",
     )
-    margin: float = Field(0.0, ge=0.0, description="abstain to the base model when top - runner-up logprob < margin")
+    margin: float = Field(0.0, ge=0.0, description="abstain to the base model when top - runner-up score < margin (logprobs; "
+                          "backend=gate: ln(p_top / p_runner_up) of the gate's softmax; openings: word-overlap points)")
     max_example_chars: int = Field(1200, ge=0, description="budget of each capability's compacted example trajectory")
     max_policy_chars: int = Field(600, ge=0, description="the opening of the target's policy document shown in the routing prompt")
     batch_size: int = Field(8, ge=1, description="routing prompts per forward pass (batch routing)")
@@ -212,7 +226,7 @@ class Router:
         """Route many tasks: prompts go to the scorer in batches of `routing.batch_size`."""
         if not self.config.enabled or not self.options:
             return [RouteDecision(None, None, None, 0.0, False, {}) for _ in first_user_messages]
-        if hasattr(self.scorer, "scores"):  # agents.router_backends.OpeningsScorer: scores the first messages directly
+        if hasattr(self.scorer, "scores"):  # OpeningsScorer, agents.gate.GateScorer: score the first messages directly
             return [self.decide(r) for r in self.scorer.scores(list(first_user_messages))]
         prompts = [self.scorer.render(self.messages(m)) for m in first_user_messages]
         out: list[RouteDecision] = []

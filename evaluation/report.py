@@ -6,6 +6,9 @@
 - `eval_forest.png`: the episode-level paired difference in pass rate vs base
   (`vs_base_paired`, and per policy on the focus family from `vs_base_by_family`)
   with its 95% interval, N paired episodes in each row's label, a line at 0;
+- an oracle-routing section (evaluation.oracle; the stored `oracle` row, else computed from the stored
+  episodes): routed TRACE against the best single policy per task picked on half the trials and scored
+  on the other half, against each single policy on those trials, and the router's choices against the oracle's;
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
   adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
@@ -156,6 +159,50 @@ def _curves(adapters: list[Any], path: Path) -> Path:
     return path
 
 
+def _oracle_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
+    """Routed TRACE against oracle routing (evaluation.oracle: the stored row, else computed from the stored episodes)."""
+    from evaluation.oracle import ORACLE_ROW, oracle_from_store
+
+    if not evaluated:
+        return []
+    row = store.get_evaluation(run_id, ORACLE_ROW)
+    m = row.metrics if row is not None else oracle_from_store(store, run_id)
+    if m is None:
+        return []
+    left = m.get("left_out") or {}
+    lines = ["## Oracle routing (yardstick)", "",
+             "Per held-out task, the best single policy (base or one adapter) is picked on half of the trials every candidate "
+             "and TRACE played (the even-numbered: highest pass rate, then mean reward, base on ties) and scored on the other half "
+             "(the odd-numbered), so no policy is credited with the luck it was picked on; every row below is scored on those same "
+             f"odd-numbered trials. Tasks used: {m['tasks']}; left out (fewer than 2 common trials): {sum(left.values())}"
+             + (" (" + ", ".join(f"`{f}` {n}" for f, n in left.items()) + ")" if left else "") + ".", ""]  # fmt: skip
+    if not m["tasks"]:
+        return [*lines, "No task has 2 trials common to every candidate: play the adapters with more trials (evaluation.trials >= 2, "
+                "or their `adapter:<name>` in evaluation.family_trials_policies) to get the oracle.", ""]
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(m["choice_counts"].items()))
+    lines += [f"The oracle chose: {counts}.", "", "| policy | pass rate (scoring half) | mean reward | Δ pass rate vs oracle (paired) | N pairs | verdict |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for name in sorted(m["scored"], key=lambda n: (n != "oracle", n != m.get("routed"), m["candidates"].index(n) if n in m["candidates"] else 0)):
+        summ = m["scored"][name]
+        vs = (m.get("vs_oracle") or {}).get(name) or {}
+        lines.append(f"| {name} | {_fmt(summ['pass_rate'])} | {_fmt(summ['mean_reward'], pct=False)} | "
+                     f"{'–' if name == 'oracle' else _signed(vs.get('pass_rate'), pct=True)} | {vs.get('episodes', '–')} | "
+                     f"{'–' if name == 'oracle' else verdict(vs.get('pass_rate')) or '–'} |")  # fmt: skip
+    if m.get("routed_vs"):
+        lines += ["", f"{m['routed']} minus each single policy on the same trials (paired):", "",
+                  "| vs | Δ pass rate | Δ reward | N pairs | verdict |", "|---|---|---|---|---|"]
+        for name, d in m["routed_vs"].items():
+            lines.append(f"| {name} | {_signed(d.get('pass_rate'), pct=True)} | {_signed(d.get('mean_reward'), pct=False)} | {d.get('episodes', 0)} | "
+                         f"{verdict(d.get('pass_rate')) or '–'} |")  # fmt: skip
+    conf = m.get("router_vs_oracle")
+    if conf and conf.get("n"):
+        labels = conf["labels"]
+        lines += ["", f"Router's choice against the oracle's on {conf['n']} tasks (agreement {conf['accuracy']:.0%}; rows: the oracle's choice):", "",
+                  "| oracle ↓ / router → | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]  # fmt: skip
+        lines += [f"| {lab} | " + " | ".join(str(n) for n in row) + " |" for lab, row in zip(labels, conf["matrix"])]
+    return [*lines, ""]
+
+
 def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -216,6 +263,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     else:
         missing.append("evaluation")
         lines += ["No evaluation stored yet (run the evaluate stage).", ""]
+
+    lines += _oracle_section(store, run_id, bool(evals))
 
     lines += ["## Router", ""]
     if router is not None:

@@ -7,6 +7,7 @@ The record lives in the store (an `evaluations` row named `router`, policy `rout
 with the run (SQLite file or PostgreSQL), and reading it starts no sandbox container.
 
     record = router_record(artifacts, backend="openings", openings={...}, seeds=[0, 1, ...])
+    record = router_record(artifacts, backend="gate", openings={...}, seeds=[...], gate=GateRecord(...))  # evaluation.gate
     save_router(store, run_id, record)
     record = load_router(store, run_id)          # None: a run stored before routers were recorded
     record.matches(artifacts)                    # the same capabilities and adapters, in the same order
@@ -14,9 +15,11 @@ with the run (SQLite file or PostgreSQL), and reading it starts no sandbox conta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from agents.gate import GateState
 
 ROUTER_ROW = "router"
 
@@ -32,15 +35,49 @@ class RoutedCapability(BaseModel):
     adapter: str
 
 
+class GateExample(BaseModel):
+    """One example the gate was trained or measured on: its first user message and class."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str  # "synthetic:<capability>:seed=<n>" or "target:<task id>"
+    text: str
+    label: str  # a routed capability, or "none"
+    split: Literal["train", "heldout"]
+
+
+class GateAccuracy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    accuracy: float | None  # None: no held-out example
+    labels: list[str]
+    matrix: list[list[int]]  # rows = expected, columns = decided (an abstention counts as none)
+    n: int
+
+
+class GateRecord(BaseModel):
+    """routing.backend=gate: the trained gate, its examples and how it did on the held-out ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: GateState
+    settings: dict[str, float | int]  # the routing.gate_* values it was trained with, and the margin it was measured at
+    examples: list[GateExample]
+    heldout: GateAccuracy
+    train_accuracy: float
+    left_out: dict[str, int] = {}  # analysis-split tasks not used, by reason (evaluation.gate.task_labels)
+
+
 class RouterRecord(BaseModel):
     """What a router is made of besides the base weights and `routing:` settings."""
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: str  # routing.backend when it was built (openings | transformers | vllm)
+    backend: str  # routing.backend when it was built (openings | gate | transformers | vllm)
     capabilities: list[RoutedCapability]
-    openings: dict[str, list[str]] | None = None  # routing.backend=openings: each capability's synthetic-env openings
+    openings: dict[str, list[str]] | None = None  # openings / gate: each capability's synthetic-env openings
     seeds: list[int] = []  # the synthetic-env seeds the openings came from (the adapters' training seeds)
+    gate: GateRecord | None = None  # routing.backend=gate
 
     def matches(self, artifacts: Any) -> bool:
         """True when the run's trained capabilities (names and adapters, in order) are the ones this router was built over."""
@@ -52,9 +89,10 @@ class RouterRecord(BaseModel):
         return [c.model_dump() for c in self.capabilities]
 
 
-def router_record(artifacts: Any, *, backend: str, openings: dict[str, list[str]] | None = None, seeds: list[int] | None = None) -> RouterRecord:
+def router_record(artifacts: Any, *, backend: str, openings: dict[str, list[str]] | None = None, seeds: list[int] | None = None,
+                  gate: GateRecord | None = None) -> RouterRecord:  # fmt: skip
     caps = [RoutedCapability(**{k: c[k] for k in ("name", "definition", "example", "adapter")}) for c in artifacts.capabilities]
-    return RouterRecord(backend=backend, capabilities=caps, openings=openings, seeds=list(seeds or []))
+    return RouterRecord(backend=backend, capabilities=caps, openings=openings, seeds=list(seeds or []), gate=gate)
 
 
 def save_router(store: Any, run_id: str, record: RouterRecord) -> None:

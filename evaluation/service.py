@@ -5,6 +5,7 @@ CLI (plain functions: no printing, typed results).
     backend   = load_backend(base_model_path, artifacts, extra_adapters={...})
     router    = build_router(artifacts, backend=backend, routing=cfg)          # transformers, shared base weights
     router    = build_router(artifacts, routing=cfg, tokenizer_path=base)      # routing.backend = "vllm"
+    router    = build_router(artifacts, routing=cfg, backend=backend, gate=record.gate.state)  # "gate" (evaluation.gate)
     result    = await evaluate_run(store, run_id, backend=backend, router=router, artifacts=artifacts, ...)
     report    = write_report(store, run_id, out_dir)                # evaluation.report
 """
@@ -26,6 +27,7 @@ from agents.router import (
 from agents.router_backends import CompletionsScorer, OpeningsScorer, TransformersScorer
 from envs.naming import synthetic_env_name
 from envs.protocol import TargetEnvironment
+from evaluation.oracle import store_oracle
 from evaluation.policies import GRPO_TARGET, standard_policies
 from evaluation.report import ReportResult, write_report
 from evaluation.run import EvalPlan, EvaluationResult, evaluate
@@ -81,9 +83,13 @@ def build_router(
     tokenizer_path: str | Path | None = None,
     api_key: str | None = None,
     openings: Mapping[str, list[str]] | None = None,
+    gate: Any = None,
+    encoder: Any = None,
 ) -> Router:
     """The router over the run's capabilities. routing.backend = transformers: the backend's own base weights
-    (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer."""
+    (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer;
+    gate: the run's trained gate (`gate`: agents.gate.GateState) over the hidden states of `encoder`, else of
+    evaluation.gate.gate_encoder(backend, tokenizer_path) (a vLLM backend: a local copy of the base)."""
     options = [RouteOption(routing.labels[i], c["name"], c["definition"], c["example"], c["adapter"]) for i, c in enumerate(artifacts.capabilities)]
     if len(options) + 1 > len(routing.labels):
         raise RouterError(f"{len(options)} capabilities need {len(options) + 1} labels: add labels to routing.labels")
@@ -91,6 +97,16 @@ def build_router(
         if openings is None or any(c["name"] not in openings for c in artifacts.capabilities):
             raise RouterError("routing.backend=openings needs each capability's synthetic-env openings (evaluation.routing.env_openings)")
         scorer: Any = OpeningsScorer([openings[c["name"]] for c in artifacts.capabilities], min_similarity=routing.openings_min_similarity)
+    elif routing.backend == "gate":
+        from agents.gate import GateClassifier, GateScorer
+        from evaluation.gate import gate_encoder
+
+        if gate is None:
+            raise RouterError("routing.backend=gate needs the run's trained gate (the routing stage trains and stores it: gapforge evaluate RUN)")
+        classifier = GateClassifier.from_state(gate)
+        if classifier.classes[:-1] != [c["name"] for c in artifacts.capabilities]:
+            raise RouterError(f"the gate was trained over {classifier.classes[:-1]}, the run routes {[c['name'] for c in artifacts.capabilities]}: rebuild it")
+        scorer = GateScorer(encoder or gate_encoder(backend, tokenizer_path, max_tokens=gate.max_tokens), classifier)
     elif routing.backend == "vllm":
         if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
             raise RouterError("routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer")
@@ -144,5 +160,7 @@ async def evaluate_run(
     )
     plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
                     family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family)
-    return await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players,
-                          together=together)
+    result = await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players,
+                            together=together)
+    store_oracle(store, run_id, seed=seed)  # routed TRACE against oracle routing (evaluation.oracle), stored as the row `oracle`
+    return result

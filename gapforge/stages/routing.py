@@ -3,10 +3,12 @@
 them) that the evaluation plays and `gapforge serve` serves; a newly trained baseline adapter closes
 them (`aclose`): the evaluation loads them again with it.
 
-The router's data (its options in label order with their examples, and with routing.backend=openings
-the synthetic envs' openings) is stored with the run the first time it is built
-(evaluation.router_record); every later user of the run reads it back, so the served router is the
-evaluated one and no sandbox container starts for it."""
+The router's data (its options in label order with their examples, with routing.backend=openings
+the synthetic envs' openings, with routing.backend=gate those and the trained gate: its weights and
+examples) is stored with the run the first time it is built (evaluation.router_record); every later
+user of the run reads it back, so the served router is the evaluated one and no sandbox container
+starts for it. The gate reads the base's hidden states: the loaded local backend's own weights, or
+with a policy served by vLLM (policy.kind=endpoint) a local copy of the base at policy.local_path."""
 
 from __future__ import annotations
 
@@ -17,6 +19,16 @@ from typing import Any
 
 from gapforge.stages.common import StageContext, require
 from graph.context import RouterDone, StageFailed
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterData:
+    """What build_router needs beyond the options: openings (openings, gate) and the gate's weights with the encoder it was
+    trained through (None when read from the store: build_router makes one)."""
+
+    openings: dict[str, list[str]] | None = None
+    gate: Any = None
+    encoder: Any = None
 
 
 class Routing:
@@ -42,10 +54,10 @@ class Routing:
                 routing = self._endpoint_routing()
             else:
                 backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
-            artifacts, openings = self._router_data(run_id, artifacts, routing.backend, keep=keep)
+            artifacts, data = self._router_data(run_id, artifacts, routing, backend, keep=keep)
             key = cfg.policy.endpoint.api_key
-            router = build_router(artifacts, routing=routing, backend=backend, tokenizer_path=base, openings=openings,
-                                  api_key=key.get_secret_value() if key else None)  # fmt: skip
+            router = build_router(artifacts, routing=routing, backend=backend, tokenizer_path=base, openings=data.openings, gate=data.gate,
+                                  encoder=data.encoder, api_key=key.get_secret_value() if key else None)  # fmt: skip
             self._routed = (artifacts, backend, router)
         return self._routed
 
@@ -57,22 +69,48 @@ class Routing:
         row = self.sc.store.get_adapter(run_id, GRPO_TARGET)
         return {GRPO_TARGET: row.path} if row is not None and row.status == "done" and row.path else {}
 
-    def _router_data(self, run_id: str, artifacts: Any, backend: str, *, keep: bool) -> tuple[Any, dict[str, list[str]] | None]:
-        """(artifacts with the router's options, openings or None): the stored router's when it was built over these
-        adapters (and, for openings, has them), else built now (openings: in the sandbox) and stored when `keep`."""
+    def _router_data(self, run_id: str, artifacts: Any, routing: Any, backend: Any, *, keep: bool) -> tuple[Any, RouterData]:
+        """(artifacts with the router's options, its data): the stored router's when it was built over these adapters and
+        has what routing.backend needs (openings; gate: the trained gate), else built now (openings: in the sandbox, unless
+        the stored router over these adapters has them; gate: trained on them and the analysis split's labels) and stored
+        when `keep`."""
         from evaluation.router_record import load_router, router_record, save_router
 
-        store = self.sc.store
+        store, kind = self.sc.store, routing.backend
         record = load_router(store, run_id)
-        if record is not None and record.matches(artifacts) and (backend != "openings" or record.openings is not None):
+        same = record is not None and record.matches(artifacts)
+        if same and (kind != "openings" or record.openings is not None) and (kind != "gate" or record.gate is not None):
             self.source = "stored"
-            return dataclasses.replace(artifacts, capabilities=record.options()), record.openings
-        seeds = list(range(self.sc.cfg.training.train_seeds))
-        openings = self._openings(run_id, artifacts, seeds) if backend == "openings" else None
+            gate = record.gate.state if kind == "gate" and record.gate else None
+            return dataclasses.replace(artifacts, capabilities=record.options()), RouterData(record.openings, gate)
+        openings, seeds, gate, encoder = None, list(range(self.sc.cfg.training.train_seeds)), None, None
+        if kind in ("openings", "gate"):
+            if same and record.openings is not None:  # the synthetic envs' openings are data: no sandbox needed for them again
+                openings, seeds = record.openings, list(record.seeds)
+            else:
+                openings = self._openings(run_id, artifacts, seeds)
+        if kind == "gate":
+            gate, encoder = self._train_gate(run_id, artifacts, routing, backend, openings, seeds)
         if keep:
-            save_router(store, run_id, router_record(artifacts, backend=backend, openings=openings, seeds=seeds if openings else []))
+            save_router(store, run_id, router_record(artifacts, backend=kind, openings=openings, seeds=seeds if openings else [], gate=gate))
         self.source = "built (stored now)" if keep else "built"
-        return artifacts, openings
+        return artifacts, RouterData(openings, gate.state if gate else None, encoder)
+
+    def _train_gate(self, run_id: str, artifacts: Any, routing: Any, backend: Any, openings: dict[str, list[str]], seeds: list[int]) -> tuple[Any, Any]:
+        """The gate (evaluation.gate) on the synthetic envs' training openings and the analysis split's labelled tasks; a policy
+        served by vLLM is read through a local copy of its base (policy.local_path)."""
+        from evaluation.gate import gate_encoder, gate_examples, train_gate
+
+        caps = [c["name"] for c in artifacts.capabilities]
+        local = all(hasattr(backend, a) for a in ("model", "tokenizer", "base_context"))
+        if not local:
+            self.sc.progress("build_router", f"gate: hidden states from a local copy of the base ({self.sc.base_dir()}); the served policy is not asked")
+        encoder = gate_encoder(backend if local else None, self.sc.base_dir(), max_tokens=routing.gate_max_tokens)
+        examples, left = gate_examples(self.sc.store, run_id, caps, openings, seeds, required_passes=self.sc.cfg.analysis.required_passes, routing=routing)
+        gate = train_gate(encoder, examples, caps, routing, left_out=left)
+        acc = gate.heldout.accuracy
+        self.sc.progress("build_router", f"gate: {len(examples)} examples, held-out accuracy {'–' if acc is None else f'{acc:.0%}'} on {gate.heldout.n}")
+        return gate, encoder
 
     async def aclose(self) -> None:
         """Close the evaluation backend (vLLM sessions, batching worker); the next use loads it again

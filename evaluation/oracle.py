@@ -1,0 +1,112 @@
+"""Oracle routing as a yardstick for the router (DESIGN.md §12): per held-out task, the best single policy
+(the base or one adapter), chosen without selection bias.
+
+For each task, the trials used are the samples every candidate (base, each `adapter:<name>`) and the routed
+policy all played: with paired seeds (common random numbers, evaluation/run.py) sample i is the same draw for
+every policy. The even-numbered of those trials (0, 2, 4, ...) SELECT: the candidate with the highest pass
+rate on them, then the highest mean reward, then the earlier candidate (base first) wins. The odd-numbered
+ones (1, 3, ...) SCORE: the oracle's episodes on a task are its choice's episodes on those trials only, so a
+policy is never credited with the luck it was picked on. Every policy is scored on the same odd trials, and
+routed TRACE is compared with the oracle and with each single policy pair by pair on them
+(`stats.paired_episodes`). A task with fewer than 2 common trials (one trial per task, as when adapters play
+`evaluation.trials=1`) cannot be split: it is left out and counted by family.
+
+The router's confusion against the oracle: per task used, the router's choice (the routed policy's stored
+decision: its adapter, or base) against the oracle's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from evaluation import stats
+from evaluation.run import BASE, ROUTED
+
+ORACLE_ROW = "oracle"
+
+
+def _mean(rows: Sequence[tuple[float, bool]], i: int) -> float:
+    return sum(float(r[i]) for r in rows) / len(rows)
+
+
+def oracle_routing(episodes: Mapping[str, stats.Episodes], candidates: Sequence[str], *, routed: str = ROUTED,
+                   router_choice: Mapping[str, str] | None = None, families: Mapping[str, str] | None = None,
+                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The oracle's metrics from {policy: {task: {sample: (reward, success)}}} (module doc). `candidates`: the single
+    policies in tie-break order (base first); `router_choice`: {task: the candidate the router chose}."""
+    families = families or {}
+    players = [*candidates, *([routed] if routed in episodes else [])]
+    tasks = sorted(set.intersection(*(set(episodes.get(p, {})) for p in players))) if players else []
+    every = sorted(set().union(*(set(episodes.get(p, {})) for p in players))) if players else []
+    choice: dict[str, str] = {}
+    scored: dict[str, dict[str, dict[int, tuple[float, bool]]]] = {p: {} for p in [*players, ORACLE_ROW]}
+    left: Counter[str] = Counter()
+    for task in every:
+        common = sorted(set.intersection(*(set(episodes[p][task]) for p in players))) if task in tasks else []
+        if len(common) < 2:
+            left[families.get(task, "unknown")] += 1
+            continue
+        select, score = common[0::2], common[1::2]
+        best = max(range(len(candidates)), key=lambda i: (
+            _mean([episodes[candidates[i]][task][s] for s in select], 1), _mean([episodes[candidates[i]][task][s] for s in select], 0), -i))
+        choice[task] = candidates[best]
+        for p in players:
+            scored[p][task] = {s: episodes[p][task][s] for s in score}
+        scored[ORACLE_ROW][task] = {s: episodes[choice[task]][task][s] for s in score}
+    boot = {"n_boot": n_boot, "seed": seed}
+    out: dict[str, Any] = {
+        "split": "per task, the trials every candidate and the routed policy played: even-numbered select, odd-numbered score",
+        "candidates": list(candidates),
+        "tasks": len(choice),
+        "left_out": dict(sorted(left.items())),  # family -> tasks with < 2 common trials
+        "choices": dict(sorted(choice.items())),
+        "choice_counts": dict(Counter(choice.values())),
+        "scored": {p: stats.summarize(stats.as_trials(rows), **boot) for p, rows in scored.items()} if choice else {},
+        "vs_oracle": {p: stats.paired_episodes(scored[p], scored[ORACLE_ROW], **boot) for p in players} if choice else {},
+        "routed": routed if routed in episodes else None,
+        "routed_vs": {c: stats.paired_episodes(scored[routed], scored[c], **boot) for c in candidates} if choice and routed in episodes else {},
+    }
+    if router_choice is not None and choice:
+        used = [(choice[t], router_choice[t]) for t in choice if t in router_choice]
+        labels = [*candidates, *sorted({r for _, r in used} - set(candidates))]
+        out["router_vs_oracle"] = stats.confusion(used, labels)  # rows = the oracle's choice, columns = the router's
+    return out
+
+
+def _policy_episodes(store: Any, ev: Any, env: str, families: Mapping[str, str]) -> stats.Episodes:
+    """A policy's evaluated episodes (its child run), the samples its evaluation counted (trials per task of its family)."""
+    m = ev.metrics
+    per_family, default = m.get("trials_by_family") or {}, int(m.get("trials") or 1)
+    out: dict[str, dict[int, tuple[float, bool]]] = {}
+    for r in store.episodes(m["child_run"], env=env):
+        if r.sample < int(per_family.get(families.get(r.task_id, ""), default)):
+            out.setdefault(r.task_id, {})[r.sample] = (float(r.reward), bool(r.success))
+    return out
+
+
+def oracle_from_store(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """The oracle over the run's stored evaluation (None when the base was not evaluated)."""
+    evals = {e.name.removeprefix("eval:"): e for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+    if BASE not in evals or "child_run" not in evals[BASE].metrics:
+        return None
+    env = evals[BASE].metrics["env"]
+    split = store.get_split(run_id)
+    families = dict(split.families) if split is not None else {}
+    candidates = [BASE, *sorted(n for n in evals if n.startswith("adapter:"))]
+    players = [*candidates, *([ROUTED] if ROUTED in evals else [])]
+    episodes = {p: _policy_episodes(store, evals[p], env, families) for p in players}
+    router_choice = None
+    if ROUTED in evals:
+        decisions = evals[ROUTED].metrics.get("routing") or {}
+        router_choice = {t: f"adapter:{d['adapter']}" if d.get("adapter") else BASE for t, d in decisions.items()}
+    return oracle_routing(episodes, candidates, router_choice=router_choice, families=families, n_boot=n_boot, seed=seed)
+
+
+def store_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """Compute the oracle over the run's evaluation and store it as the evaluations row `oracle`."""
+    metrics = oracle_from_store(store, run_id, n_boot=n_boot, seed=seed)
+    if metrics is not None:
+        store.put_evaluation(run_id, ORACLE_ROW, policy=ORACLE_ROW, metrics=metrics)
+    return metrics
