@@ -5,6 +5,11 @@ router's data is read from the store (evaluation/router_record.py), so the serve
 and serving starts no sandbox container. Flags override the run's settings, and the line `override: ...` says
 which: `--base DIR` = policy.local_path, `--backend local` = policy.kind=local, `--backend vllm --vllm-url URL
 --vllm-model NAME` = policy.kind=endpoint with that endpoint.
+
+Under load and at shutdown it follows the config's `serving` section (serving/config.py): 429 + Retry-After past
+`max_queue` requests held, 504 past `request_timeout_s`, and SIGTERM / SIGINT drain the requests in flight for up
+to `drain_timeout_s` (new ones get 503) before the command exits 0. `--port 0` binds a free port; the `serving run
+... on http://HOST:PORT/v1` line names it once the socket listens.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from gapforge.cli_common import (
 )
 
 BaseOpt = Annotated[str | None, typer.Option("--base", help="base model dir (default: the run's policy.local_path)")]
+BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM); "
+                                                "default: the run's policy.kind")]
+KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send (Bearer); "
+                                               "every route but /health")]
 
 
 def base_flags(base: str | None) -> list[str]:
@@ -88,18 +97,20 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8100,
         host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
         base: BaseOpt = None,
-        backend: Annotated[str | None, typer.Option("--backend", help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM); default: the run's policy.kind")] = None,
+        backend: BackendOpt = None,
         vllm_url: Annotated[str | None, typer.Option("--vllm-url", help="vLLM /v1 URL (backend vllm)")] = None,
         vllm_model: Annotated[str | None, typer.Option("--vllm-model", help="the base model's name on vLLM")] = None,
-        api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send (Bearer); every route but /health")] = None,
+        api_key_env: KeyEnvOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
-        """Serve /v1/chat/completions, /v1/models and /health; each conversation routed once to an adapter, as the run evaluated."""
-        from aiohttp import web
+        """Serve /v1/chat/completions, /v1/models and /health; each conversation routed once to an adapter, as the run evaluated.
+        Past serving.max_queue requests at once: 429 + Retry-After; past serving.request_timeout_s: 504; SIGTERM drains (exit 0)."""
+        import asyncio
 
         from agents.config import is_loopback
         from gapforge.config import read_secret
+        from serving.http_server import serve_until_signalled
         from serving.routed_server import ROUTED_MODEL, RoutedApp
 
         flags = [*base_flags(base), *backend_flags(backend, vllm_url, vllm_model)]
@@ -113,10 +124,19 @@ def register(app: typer.Typer) -> None:
             read = " from its synthetic envs' openings (in the sandbox)" if cfg.routing.backend == "openings" else ""
             err_console.print(f"note: run {run} stores no router over these adapters (made by an older gapforge, or never built): "
                               f"built now{read}, not stored", highlight=False, soft_wrap=True)
-        routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None, api_key=api_key)
+        limits = cfg.serving
+        routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None, api_key=api_key, limits=limits)
         names = ", ".join(c["name"] for c in artifacts.capabilities) or "none (base model only)"
         guard = f"API key from {api_key_env}" if api_key else "no API key"
         routing = f"routing.backend={cfg.routing.backend}" if cfg.routing.enabled else "routing off"
-        console.print(f"serving run {run} on http://{host}:{port}/v1 ({guard}) — base {cfg.policy.local_path}, {routing}; "
-                      f"model '{ROUTED_MODEL}' routes to: {names}", highlight=False)
-        web.run_app(routed.app(), host=host, port=port, print=None)
+
+        def say(line: str) -> None:
+            console.print(line, highlight=False, soft_wrap=True)
+
+        def ready(bound: int) -> None:
+            say(f"serving run {run} on http://{host}:{bound}/v1 ({guard}) — base {cfg.policy.local_path}, {routing}; "
+                f"model '{ROUTED_MODEL}' routes to: {names}; max_queue {limits.max_queue}, request_timeout_s {limits.request_timeout_s:g}")
+
+        drained = asyncio.run(serve_until_signalled(routed, host, port, drain_timeout_s=limits.drain_timeout_s, say=say, ready=ready))
+        ended = "every one finished" if drained.finished else f"{drained.cut} cut at serving.drain_timeout_s={limits.drain_timeout_s:g} (answered 503)"
+        say(f"stopped: {drained.in_flight} request(s) were in flight, {ended}")

@@ -25,13 +25,14 @@ from executor.config import ExecutorConfig
 from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
+from serving.config import ServeConfig
 from store.config import StoreConfig
 from store.redact import redact, redact_tree
 from training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
     "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "ExecutorConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
-    "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "StoreConfig",
+    "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "ServeConfig", "StoreConfig",
     "SynthesisConfig", "TrainingConfig", "check_run_config", "load_config", "parse_override",
 ]
 
@@ -60,6 +61,7 @@ class GapforgeConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tau2: Tau2Config = Field(default_factory=Tau2Config)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    serving: ServeConfig = Field(default_factory=ServeConfig)  # `gapforge serve` under load and at shutdown (serving/config.py)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:

@@ -25,6 +25,11 @@ temperature 0 is greedy.
 The window adapts: the worker waits (up to `window_s`) only while fewer
 requests have arrived than the last batch had, i.e. while the callers it just
 answered may still come back. A lone caller therefore never waits.
+
+Cancelling a request's future (`asyncio.wrap_future` does it when the awaiting
+task is cancelled: a client gone, a time limit) drops the request: still queued,
+it is never decoded; already in a batch, its row leaves the batch at the next
+decode step and its future ends with `CancelledError`. `cancelled` counts both.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +52,22 @@ class Decoded:
     logprobs: list[float]  # each id's log-probability under the distribution it was drawn from (logits / temperature)
 
 
+class _Pending(Future):  # type: ignore[type-arg]
+    """A request's future. `cancel()` of a request already being decoded cannot cancel the future (it runs), so it
+    marks the request abandoned: the worker drops its row at the next step and ends the future with CancelledError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.abandoned = False
+
+    def cancel(self) -> bool:
+        if super().cancel():
+            return True
+        if not self.done():
+            self.abandoned = True
+        return False
+
+
 @dataclass
 class _Request:
     ids: list[int]
@@ -54,7 +75,7 @@ class _Request:
     max_new_tokens: int
     seed: int
     group: Hashable
-    future: Future[list[int]] = field(default_factory=Future)
+    future: _Pending = field(default_factory=_Pending)
 
 
 def _request(ids: list[int], temperature: float, max_new_tokens: int, seed: int, group: Hashable) -> _Request:
@@ -173,7 +194,10 @@ class _Lane:
             else:
                 generator.batch_sizes.append(len(batch))
                 for r, out in zip(batch, outputs):
-                    r.future.set_result(out.ids)
+                    if r.future.abandoned:
+                        r.future.set_exception(CancelledError())
+                    else:
+                        r.future.set_result(out.ids)
             del generator
 
     def next_batch(self) -> list[_Request] | None:
@@ -203,7 +227,12 @@ class _Lane:
                 (batch if item.group == group else self.backlog).append(item)
             if stopping:
                 self.queue.put(None)  # answer this batch (and the backlog) first, then stop
-            batch = [r for r in batch if r.future.set_running_or_notify_cancel()]  # a cancelled caller (its episode was cancelled) is dropped
+            live = [r for r in batch if r.future.set_running_or_notify_cancel()]  # a cancelled caller (its episode was cancelled) is dropped
+            generator = self.ref()
+            if generator is not None:
+                generator.cancelled["waiting"] += len(batch) - len(live)
+            del generator
+            batch = live
             if batch:
                 self.last = len(batch)
                 return batch
@@ -241,6 +270,7 @@ class BatchGenerator:
         self.batch_sizes: list[int] = []  # every batch run by the worker, in order (for tests and benches)
         self.prefixes = _PrefixStore(prefix_bytes)  # finished rows' caches: the next turn prefills only what is new
         self.prefill_tokens = [0, 0]  # [prefilled, reused from a kept prefix] (for tests and benches)
+        self.cancelled = {"waiting": 0, "decoding": 0}  # requests dropped because their caller cancelled: before / while decoding
         self._lane: _Lane | None = None
         self._start = threading.Lock()
 
@@ -287,10 +317,17 @@ class BatchGenerator:
 
         with _GATE.decoding(), self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad: the model may be trained next
             self.prefixes.check(self.model)
-            outs = [self._prefill(r) for r in batch]
-            if len(batch) == 1 or _joinable(outs[0].past_key_values):
-                return self._continue(batch, [o.past_key_values for o in outs], torch.cat([o.logits for o in outs]))
-            return [self._continue([r], [o.past_key_values], o.logits)[0] for r, o in zip(batch, outs)]
+            rows = [r for r in batch if not r.future.abandoned]  # a caller gone while the batch waited for the lock
+            self.cancelled["waiting"] += len(batch) - len(rows)
+            outs = [self._prefill(r) for r in rows]
+            if not rows:
+                decoded = []
+            elif len(rows) == 1 or _joinable(outs[0].past_key_values):
+                decoded = self._continue(rows, [o.past_key_values for o in outs], torch.cat([o.logits for o in outs]))
+            else:
+                decoded = [self._continue([r], [o.past_key_values], o.logits)[0] for r, o in zip(rows, outs)]
+        by_request = {id(r): out for r, out in zip(rows, decoded)}
+        return [by_request.get(id(r), Decoded([], [])) for r in batch]
 
     def _prefill(self, r: _Request) -> Any:
         """The prompt's cache and last logits: from the longest kept prefix of the same group (a finished row
@@ -327,6 +364,9 @@ class BatchGenerator:
             chosen, keep = [], []
             for j, i in enumerate(live):
                 r = batch[i]
+                if r.future.abandoned:  # its caller is gone: the row leaves now, nothing of it is kept
+                    self.cancelled["decoding"] += 1
+                    continue
                 logps = torch.log_softmax(step[j] if r.temperature <= 0 else self._filtered(step[j] / r.temperature), dim=-1)
                 if r.temperature <= 0:
                     token = logps.argmax()
@@ -342,7 +382,7 @@ class BatchGenerator:
             if len(keep) < len(live):  # finished rows leave the batch: no more steps spent on them
                 if joined:
                     for j, i in enumerate(live):
-                        if j not in keep:  # its cache holds its prompt and every sampled token but the last
+                        if j not in keep and not batch[i].future.abandoned:  # its cache holds its prompt and every sampled token but the last
                             self._keep_row(batch[i], outputs[i], cache, j, width)
                 index = torch.tensor(keep)
                 cache.batch_select_indices(index)
