@@ -40,6 +40,7 @@ class RunArtifacts:
     run_id: str
     capabilities: list[dict[str, str]]  # [{name, definition, example, adapter}] in router-label order
     adapter_paths: dict[str, Path] = field(default_factory=dict)  # adapter name -> PEFT dir
+    damaged: dict[str, str] = field(default_factory=dict)  # adapter name -> why its directory does not read back whole
 
 
 def _example(store: Any, run_id: str, capability: str, max_chars: int) -> str:
@@ -53,9 +54,21 @@ def _example(store: Any, run_id: str, capability: str, max_chars: int) -> str:
 
 
 def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200) -> RunArtifacts:
-    """Retained capabilities that have a trained adapter on disk (adapter_config.json present), in stored order."""
+    """Retained capabilities that have a trained adapter on disk that reads back whole (store.files.check_dir:
+    adapter_config.json present, sizes as its manifest records, safetensors headers matching the bytes), in
+    stored order; a damaged one is left out and named in `damaged` (a resumed `train` redoes it)."""
+    from store.files import check_dir
+
     caps = store.capabilities(run_id, retained=True) or store.capabilities(run_id)
-    by_cap = {a.capability: a for a in store.adapters(run_id) if a.capability and (Path(a.path) / "adapter_config.json").is_file()}
+    by_cap, damaged = {}, {}
+    for a in store.adapters(run_id):
+        if not a.capability or not a.path:
+            continue
+        problem = check_dir(Path(a.path), required=("adapter_config.json",))
+        if problem is None:
+            by_cap[a.capability] = a
+        elif Path(a.path).is_dir():  # there but not whole (a missing dir is an adapter never trained here)
+            damaged[a.name] = problem
     out, paths = [], {}
     for c in caps:
         adapter = by_cap.get(c.name)
@@ -63,7 +76,7 @@ def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200) -> 
             continue
         paths[adapter.name] = Path(adapter.path)
         out.append({"name": c.name, "definition": c.definition, "example": _example(store, run_id, c.name, max_example_chars), "adapter": adapter.name})
-    return RunArtifacts(run_id, out, paths)
+    return RunArtifacts(run_id, out, paths, damaged)
 
 
 def load_backend(base_model_path: str | Path, artifacts: RunArtifacts, *, extra_adapters: Mapping[str, str | Path] | None = None, max_new_tokens: int = 512, seed: int = 0):

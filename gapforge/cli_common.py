@@ -1,9 +1,10 @@
 """Shared CLI plumbing: config options, the one-line error policy, the console.
 
 Every command takes `--config FILE` and `--set dotted.key=value`. Errors that
-a user can fix (`gapforge.errors.USER_ERRORS`, one class per boundary) are
-printed as one line on stderr with exit code 2 and no traceback; a stage left
-incomplete by infrastructure failures (`IncompleteStage`) as one line with exit 3.
+a user can fix (`gapforge.errors.USER_ERRORS`, one class per boundary; a damaged
+store or checkpoint file) are printed as one line on stderr with exit code 2 and no
+traceback; a stage left incomplete by infrastructure failures (`IncompleteStage`) or
+stopped by a full disk (`DiskFull`, `CheckpointDiskFull`, ENOSPC) as one line with exit 3.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from rich.markup import escape
 
 from gapforge.config import GapforgeConfig, load_config
 from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE, USER_ERRORS, UsageError
+from graph.checkpoint import CheckpointerError
 from graph.context import StageFailed, StageUnavailable
+from store.errors import is_disk_full
 from store.redact import redact
 
 console = Console()
@@ -45,14 +48,17 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
-        except USER_ERRORS as e:
-            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-        except INCOMPLETE_ERRORS as e:
+        except INCOMPLETE_ERRORS as e:  # before USER_ERRORS: a full disk (store.errors.DiskFull) is a StoreError too
             fail(str(e).splitlines()[0], INCOMPLETE_EXIT_CODE)
+        except (*USER_ERRORS, CheckpointerError) as e:
+            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         except (StageFailed, StageUnavailable) as e:  # a stage a command runs cannot work on this run's data / installation
             fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
         except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback
             where = f" ({e.filename})" if e.filename else ""
+            if is_disk_full(e):  # nothing is wrong with the input: free space, then run it again
+                fail(f"no space left on the disk{where}: free space there, then run the command again (what finished is kept)",
+                     INCOMPLETE_EXIT_CODE)
             fail(f"{e.strerror or type(e).__name__}{where}: check the path, its permissions and the free disk space")
 
     return wrapper  # type: ignore[return-value]

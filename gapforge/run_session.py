@@ -133,7 +133,8 @@ def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions,
             ctx = GraphContext(stages=bound, repeats=cfg.analysis.passes, max_attempts=cfg.synthesis.max_attempts, review=options.review)
             return await drive(graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=on_event)
 
-    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s):  # one working process per run (a second one: RunBusy)
+    # one working process per run (a second one: RunBusy)
+    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s, lock_timeout_s=cfg.store.lock_timeout_s):
         store.set_run_status(run_id, "running")
         try:
             outcome = asyncio.run(go())

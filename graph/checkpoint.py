@@ -6,6 +6,8 @@
 The store URL decides: a `postgresql[+driver]://` store keeps the checkpoints in
 the same database (LangGraph's own tables, created on first use); anything
 else keeps them in one SQLite file (default `<workspace>/checkpoints.sqlite`).
+A damaged SQLite file raises `CheckpointDamaged` (one line naming it) and a full
+disk `CheckpointDiskFull` (the last checkpoint stands: resumable).
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+if TYPE_CHECKING:  # langgraph costs ~0.15 s to import: the CLI imports this module's errors at startup
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +31,62 @@ _PG = re.compile(r"^postgres(?:ql)?(?:\+\w+)?://", re.IGNORECASE)
 
 class CheckpointerError(Exception):
     """The checkpoint database cannot be opened; the message says what to fix."""
+
+
+class CheckpointDamaged(CheckpointerError):
+    """The SQLite checkpoint file is truncated or overwritten; the message names it and what to do."""
+
+
+class CheckpointDiskFull(CheckpointerError):
+    """No space left for a checkpoint write. SQLite rolled the write back, so the last checkpoint stands and a resume
+    continues from it: an infrastructure stop (`infrastructure = True`, `with_resume`, like agents.errors.IncompleteStage)."""
+
+    infrastructure = True
+    exit_code = 3
+
+    def __init__(self, path: Path, *, resume: str | None = None) -> None:
+        self.path, self.resume = path, resume
+        self.summary = f"no space left on the disk holding the checkpoints {path}; the last checkpoint stands: free space there"
+        super().__init__(self.summary + (f", then resume with `{resume}`" if resume else ", then resume"))
+
+    def with_resume(self, resume: str) -> CheckpointDiskFull:
+        return self if self.resume else CheckpointDiskFull(self.path, resume=resume)
+
+
+def _damaged(path: Path, reason: str) -> CheckpointDamaged:
+    return CheckpointDamaged(f"the checkpoint file {path} is damaged ({reason}: truncated or overwritten?): restore it from a "
+                             "backup, or move it aside (the runs' stored work stays in the store; their graph progress "
+                             "is lost with that file)")
+
+
+def _check_length(path: Path) -> None:
+    """CheckpointDamaged when the file is shorter than its SQLite header says (the same O(1) check as
+    store.files.sqlite_cut, which graph/ may not import): a cut file answers until a read reaches the missing pages."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+        size = path.stat().st_size
+    except OSError:
+        return
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00") or head[24:28] != head[92:96]:
+        return
+    page = int.from_bytes(head[16:18], "big")
+    expected = (65536 if page == 1 else page) * int.from_bytes(head[28:32], "big")
+    if 0 < size < expected:
+        raise _damaged(path, f"truncated: {size} bytes, its header says {expected}")
+
+
+def _sqlite_fault(e: BaseException, path: Path) -> CheckpointerError | None:
+    """The checkpointer's own SQLite faults as one-line errors: a full disk (SQLITE_FULL) or a damaged file
+    (SQLITE_CORRUPT / SQLITE_NOTADB); None for anything else (raised as it is)."""
+    if not isinstance(e, sqlite3.DatabaseError):
+        return None
+    name, text = getattr(e, "sqlite_errorname", ""), str(e).lower()
+    if name == "SQLITE_FULL" or "database or disk is full" in text:
+        return CheckpointDiskFull(path)
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in text or "not a database" in text:
+        return _damaged(path, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    return None
 
 
 def is_postgres(url: str | None) -> bool:
@@ -71,8 +131,15 @@ async def open_checkpoints_read_only(store_url: str | None, sqlite_path: Path) -
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    async with aiosqlite.connect(f"{sqlite_path.resolve().as_uri()}?mode=ro", uri=True) as conn:
-        yield AsyncSqliteSaver(conn)
+    _check_length(sqlite_path)
+    try:
+        async with aiosqlite.connect(f"{sqlite_path.resolve().as_uri()}?mode=ro", uri=True) as conn:
+            yield AsyncSqliteSaver(conn)
+    except sqlite3.DatabaseError as e:
+        fault = _sqlite_fault(e, sqlite_path)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 @asynccontextmanager
@@ -97,12 +164,19 @@ async def open_checkpointer(store_url: str | None, sqlite_path: Path) -> AsyncIt
 
     sqlite_path = Path(sqlite_path)
     sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-    async with AsyncSqliteSaver.from_conn_string(str(sqlite_path)) as saver:
-        await saver.setup()
-        try:
-            yield saver
-        finally:
-            await _drop_uncommitted(saver)
+    _check_length(sqlite_path)
+    try:
+        async with AsyncSqliteSaver.from_conn_string(str(sqlite_path)) as saver:
+            await saver.setup()
+            try:
+                yield saver
+            finally:
+                await _drop_uncommitted(saver)
+    except sqlite3.DatabaseError as e:  # raised by a checkpoint read or write, here or inside the graph's run
+        fault = _sqlite_fault(e, sqlite_path)
+        if fault is None:
+            raise
+        raise fault from None
 
 
 LOCK_WAIT_S = 2.0

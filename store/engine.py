@@ -23,7 +23,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from store import fencing
-from store.errors import NoStore, StoreError
+from store.errors import DiskFull, NoStore, StoreDamaged, StoreError, damaged_message, is_damaged, is_disk_full
+from store.files import sqlite_cut
 from store.models import Base, Run, utcnow
 from store.redact import redact
 
@@ -59,6 +60,8 @@ def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StoreError(f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path") from None
+    if cut := sqlite_cut(path):  # a cut file opens and answers until a read reaches the missing pages: say so first
+        raise StoreDamaged(damaged_message(str(path), cut))
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
     # A reader sets query_only (SQLite refuses every write on that connection) and leaves the
     # journal mode as the writers set it.
@@ -114,9 +117,38 @@ def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
         _add_indexes(engine)
     except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...
         engine.dispose()
-        reason = str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]
-        raise StoreError(f"cannot open store {shown!r}: {reason}; {_open_hint(url, reason)}") from None
+        raise _translate(e, url, "the store's tables") or StoreError(f"cannot open store {shown!r}: {_reason(e)}; {_open_hint(url, _reason(e))}") from None
     return engine
+
+
+def _reason(e: exc.DBAPIError) -> str:
+    return str(e.orig).strip().splitlines()[0] if e.orig else str(e).splitlines()[0]
+
+
+def where(url: URL) -> str:
+    """The store's file (SQLite) or its server, as an error names it."""
+    if url.get_backend_name() == "sqlite":
+        return str(Path(url.database or "").expanduser())
+    return f"the PostgreSQL server of {url.render_as_string(hide_password=True)}"
+
+
+def _translate(e: exc.DBAPIError, url: URL, what: str) -> StoreError | None:
+    """DiskFull / StoreDamaged for a database error that is one, else None (the caller re-raises it as it is)."""
+    if is_disk_full(e):
+        return DiskFull(where(url), what)
+    if url.get_backend_name() == "sqlite" and is_damaged(e) and _sqlite_magic(Path(where(url))):
+        return StoreDamaged(damaged_message(where(url), _reason(e)))
+    return None  # e.g. a text file at the store's path: not a store at all (make_engine's hint says so)
+
+
+def _sqlite_magic(path: Path) -> bool:
+    """Whether the file begins as a SQLite file does (or is cut inside those 16 bytes): a damaged store, not another file."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False
+    return bool(head) and b"SQLite format 3\x00".startswith(head)
 
 
 def _add_indexes(engine: Engine) -> None:
@@ -179,8 +211,14 @@ class StoreBase:
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
-        with self._reader() as session, session.begin():
-            yield session
+        try:
+            with self._reader() as session, session.begin():
+                yield session
+        except exc.DBAPIError as e:  # a file truncated under a reader: one line naming it, not a traceback
+            translated = _translate(e, self.engine.url, "a read's temporary data")
+            if translated is None:
+                raise
+            raise translated from None
 
     @contextmanager
     def _write(self, run_id: str | None = None, missing: str | None = None) -> Iterator[Session]:
@@ -197,6 +235,11 @@ class StoreBase:
             if missing is not None:
                 raise StoreError(missing) from None
             raise
+        except exc.DBAPIError as e:  # a full disk rolls the whole transaction back: nothing of it is stored
+            translated = _translate(e, self.engine.url, f"run {run_id}'s rows" if run_id else "the store")
+            if translated is None:
+                raise
+            raise translated from None
 
     def _fence(self, session: Session, run_id: str) -> None:
         fencing.check(session, self.store_key, run_id, postgres=self.dialect == "postgresql")

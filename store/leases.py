@@ -17,8 +17,9 @@ the lease gone within one beat and stops its work with one line (LeaseLost).
 
 A holder stopped inside a write (SIGSTOP, a hung client) keeps its transaction open:
 on PostgreSQL its share lock on the lease row, on SQLite the store's write lock. A
-takeover waits for that lock at most LOCK_WAIT_S (SQLite: the busy timeout), then
-gets RunBusy naming the stuck process to stop, instead of waiting forever.
+takeover waits for that lock at most `lock_timeout_s` (config `store.lock_timeout_s`, default
+LOCK_WAIT_S; SQLite: the busy timeout), then gets RunBusy naming the stuck process to stop,
+instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -37,12 +38,12 @@ from sqlalchemy import delete, exc, select, text
 
 from store import fencing
 from store.engine import StoreBase, unknown_run
-from store.errors import StoreError
+from store.errors import DiskFull, StoreError
 from store.fencing import LeaseLost
 from store.models import Run, RunLease, utcnow
 
 DEFAULT_TTL_S = 120.0
-LOCK_WAIT_S = 30.0  # PostgreSQL: how long a takeover waits for a lease row a stuck holder's write still locks
+LOCK_WAIT_S = 30.0  # PostgreSQL: how long a takeover waits, by default, for a lease row a stuck holder's write still locks
 LOST_SIGNAL = signal.SIGUSR1  # how the heartbeat thread stops the main thread of a holder that lost its run
 __all__ = ["DEFAULT_TTL_S", "LeaseLost", "LeaseQueries", "RunBusy", "holder_id"]
 
@@ -101,15 +102,17 @@ def _age_s(when: datetime) -> float:
 
 
 class LeaseQueries(StoreBase):
-    def acquire_lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S) -> int:
+    def acquire_lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S, lock_timeout_s: float | None = None) -> int:
         """Take the run's lease for this process and return its epoch (the fencing token), or raise
-        RunBusy naming who holds it. A takeover from another holder raises the epoch by one."""
+        RunBusy naming who holds it. A takeover from another holder raises the epoch by one.
+        `lock_timeout_s` (PostgreSQL; None: LOCK_WAIT_S): how long to wait for a lease row a stuck holder's write locks."""
         me = holder_id()
+        wait_ms = int((LOCK_WAIT_S if lock_timeout_s is None else lock_timeout_s) * 1000)
         for _ in range(3):  # PostgreSQL: two first inserts race on the primary key; the loser retries
             try:
                 with self._write() as session:  # not fenced: this is how a fence is (re)gained
                     if self.dialect == "postgresql":
-                        session.execute(text(f"SET LOCAL lock_timeout = '{int(LOCK_WAIT_S * 1000)}ms'"))
+                        session.execute(text(f"SET LOCAL lock_timeout = '{wait_ms}ms'"))
                     if session.get(Run, run_id) is None:
                         raise unknown_run(run_id)
                     row = session.scalars(select(RunLease).where(RunLease.run_id == run_id).with_for_update()).first()
@@ -204,14 +207,14 @@ class LeaseQueries(StoreBase):
         return message
 
     @contextmanager
-    def lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S) -> Iterator[int]:
+    def lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S, lock_timeout_s: float | None = None) -> Iterator[int]:
         """Hold the run's lease for the block (yields its epoch), renewing it every ttl/4 in the background.
 
         A renewal that finds the lease taken over (or no renewal for a whole ttl) means another process
         may be working on the run: the holder stops within that heartbeat. Entered on the main thread,
         the block gets store.fencing.LeaseLost raised into it (through `LOST_SIGNAL`, as Ctrl-C would
         be); on any thread every later write of the run is refused (fenced) with the same error."""
-        self.acquire_lease(run_id, command, ttl_s=ttl_s)
+        self.acquire_lease(run_id, command, ttl_s=ttl_s, lock_timeout_s=lock_timeout_s)
         stop = threading.Event()
         lost: list[str] = []
         on_main = threading.current_thread() is threading.main_thread()
@@ -254,4 +257,7 @@ class LeaseQueries(StoreBase):
             if lost:
                 fencing.drop(self.store_key, run_id)  # nothing of ours to release: the lease is the new holder's
             else:
-                self.release_lease(run_id)
+                try:
+                    self.release_lease(run_id)
+                except DiskFull:  # never replaces the error on its way up; the row stays, and once this process
+                    fencing.drop(self.store_key, run_id)  # exits it is a dead holder's (reaped on the next open; another host: its ttl)

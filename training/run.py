@@ -6,8 +6,11 @@ process's environment, `GAPFORGE_JOB_STORE_URL`. The process trains, writes
 `<out_dir>/result.json` and exits 0; on any failure it writes
 `<out_dir>/error.json` (error + traceback), registers the adapter row with
 status `failed` and exits 1, so a crash (or an OOM kill, seen by the launcher
-as a signal exit) of one capability never takes the others down. Progress
-lines go to stdout as JSON. `run_jobs(...)` launches the processes one after
+as a signal exit) of one capability never takes the others down. A full disk
+is not the capability's failure: the process writes what it can of `error.json`
+(`"disk_full": true`), registers nothing and exits 3, and `run_job` raises
+store.errors.DiskFull naming the job's directory (the run stops, resumable; the
+resumed job redoes whatever was left half-written). Progress lines go to stdout as JSON. `run_jobs(...)` launches the processes one after
 the other and records each outcome; each running job's pid is in `SPEC.pid` beside
 its spec, so a launcher killed mid-job leaves a trace the next launcher acts on
 (`stop_stale_job`: the old process is stopped before the job starts again).
@@ -25,9 +28,11 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.errors import DiskFull, is_disk_full
 from training.service import TrainJob, TrainResult, register, train_capability
 
 STORE_URL_ENV = "GAPFORGE_JOB_STORE_URL"
+DISK_FULL_EXIT = 3  # the job's process found no space left: nothing recorded as the capability's failure
 
 
 @dataclass
@@ -66,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = train_capability(job, progress=lambda row: print(json.dumps(row), flush=True))
     except Exception as e:  # noqa: BLE001 - recorded, then the process exits non-zero
+        if is_disk_full(e):
+            try:
+                (Path(job.out_dir) / "error.json").write_text(json.dumps({"error": f"{type(e).__name__}: {e}", "disk_full": True}))
+            except OSError:
+                pass  # the disk is full: the exit code says it
+            print(json.dumps({"event": "failed", "error": f"no space left on the disk holding {job.out_dir}", "disk_full": True}), flush=True)
+            return DISK_FULL_EXIT
         record_failure(job, f"{type(e).__name__}: {e}", traceback.format_exc())
         print(json.dumps({"event": "failed", "error": f"{type(e).__name__}: {e}"}), flush=True)
         return 1
@@ -162,6 +174,8 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
     finally:
         if proc.poll() is not None:
             pid_file(spec).unlink(missing_ok=True)
+    if code == DISK_FULL_EXIT:
+        raise DiskFull(job.out_dir, f"adapter {job.name!r} (its checkpoints, held-out adapters or result)")
     done = Path(job.out_dir) / "result.json"
     result = TrainResult.model_validate_json(done.read_text()) if code == 0 and done.is_file() else None
     error = None

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from store.files import complete_dir
 from training.config import TrainingConfig
 from training.rollout import EnvFactory, run_groups
 from training.sampler import TransformersSampler
@@ -119,7 +120,8 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
         entry = {"step": step, **result}
         if self.curve:
             entry["vs_step0"] = paired_margin(entry.get("rewards") or [], self.curve[0].get("rewards") or [])
-        model.save_pretrained(str(self.adapter_dir(step)))
+        with complete_dir(self.adapter_dir(step), "a held-out adapter") as tmp:  # whole or absent: never read back cut
+            model.save_pretrained(str(tmp))
         self.curve.append(entry)
         self._save()
         if self.progress:

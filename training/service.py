@@ -4,6 +4,12 @@ One call trains one LoRA adapter with GRPO on one env, selects the best
 checkpoint on held-out seeds, saves it in PEFT format with a metadata file and
 registers it in the store. Re-running a killed job resumes from its last TRL
 checkpoint; re-running a finished job returns the saved result.
+
+Nothing half-written is read back: adapters are written whole or not at all
+(store.files.complete_dir), result.json and the metadata file by rename; on a
+re-run a TRL checkpoint or a held-out adapter that does not read back whole
+(cut by a full disk or a kill) is removed with every step after it, and the
+job resumes from the last whole checkpoint before it (`_invalidate_damaged`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from store.files import check_dir, remove_partials, write_text
 from training.config import TrainingConfig
 from training.envs import EnvSpec, open_factory, task_split
 
@@ -83,9 +90,64 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _step(path: Path) -> int:
+    return int(path.name.rsplit("-", 1)[1])
+
+
 def _last_checkpoint(out: Path) -> tuple[str | None, int]:
-    ckpts = sorted(out.glob("trl/checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return (str(ckpts[-1]), int(ckpts[-1].name.split("-")[1])) if ckpts else (None, 0)
+    ckpts = sorted(out.glob("trl/checkpoint-*"), key=_step)
+    return (str(ckpts[-1]), _step(ckpts[-1])) if ckpts else (None, 0)
+
+
+def _invalidate_damaged(out: Path) -> tuple[int | None, list[str]]:
+    """Before a (re)start: remove what a dead writer left half-written, so the job resumes from whole files only.
+
+    A TRL checkpoint or a held-out adapter (`evals/step-N`) that does not read back whole (store.files.check_dir)
+    is removed together with every checkpoint and held-out adapter at or after its step: TRL then resumes from
+    the last whole checkpoint before it, and the held-out curve from that step on is dropped, so those steps are
+    trained and evaluated again. Returns (that first step or None, what was wrong)."""
+    import shutil
+
+    remove_partials(out / "trl")
+    remove_partials(out / "evals")
+    found: list[tuple[int, str]] = []
+    for ckpt in out.glob("trl/checkpoint-*"):
+        if problem := check_dir(ckpt, required=("trainer_state.json",)):
+            found.append((_step(ckpt), problem))
+    for adapter in out.glob("evals/step-*"):
+        if problem := check_dir(adapter, required=("adapter_config.json",)):
+            found.append((_step(adapter), problem))
+    if not found:
+        return None, []
+    first = min(step for step, _ in found)
+    for d in [*out.glob("trl/checkpoint-*"), *out.glob("evals/step-*")]:
+        if _step(d) >= first:
+            shutil.rmtree(d, ignore_errors=True)
+    return first, [problem for _, problem in sorted(found)]
+
+
+TRAINING_STATE = ("result.json", "trl", "evals", "selection.json", "steps.jsonl")
+
+
+def finished_result(out: Path) -> TrainResult | None:
+    """The saved result of a finished job whose adapter reads back whole (deep: sha256 too); None means train.
+    A finished job whose adapter is damaged (the other held-out adapters are pruned by then, so no earlier step
+    can be selected again) is trained again from the start: its training state is removed."""
+    import shutil
+
+    done = out / "result.json"
+    if not done.is_file():
+        return None
+    try:
+        result: TrainResult | None = TrainResult.model_validate_json(done.read_text())
+    except ValueError:  # cut mid-write (before result.json was written by rename)
+        result = None
+    if result is not None and not (result.adapter_path and check_dir(Path(result.adapter_path), required=("adapter_config.json",), deep=True)):
+        return result
+    for name in TRAINING_STATE:
+        path = out / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    return None
 
 
 def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
@@ -93,9 +155,13 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
     env failures inside rollouts are zero-reward rollouts, recorded in the step log."""
     out = Path(job.out_dir)
     done = out / "result.json"
-    if done.is_file():
-        return TrainResult.model_validate_json(done.read_text())
+    if (finished := finished_result(out)) is not None:
+        return finished
     out.mkdir(parents=True, exist_ok=True)
+    redo_from, problems = _invalidate_damaged(out)
+    for problem in problems:
+        if progress is not None:
+            progress({"event": "redo", "reason": problem})
     cfg = job.config
     t0 = time.perf_counter()
     train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
@@ -133,6 +199,8 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         trainer = build_trainer(model, tokenizer, make_env, train_tasks, cfg, str(out / "trl"), recorder, callbacks)
         checkpoint, resume_step = _last_checkpoint(out)
         selector.load(resume_step)
+        if redo_from is not None:  # step 0 itself cut: no checkpoint is left before it, and load keeps step 0's entry
+            selector.curve = [e for e in selector.curve if e["step"] < redo_from]
         _trim_steps(out / "steps.jsonl", resume_step)
         if resume_step == 0:
             selector.record(0, trainer.model)  # the base policy (a fresh LoRA adapter is the identity)
@@ -155,8 +223,8 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
                 "env_module_sha256": job.env.module_sha256(), "steps": steps, "best_step": result.best_step,
                 "train_tasks": train_tasks, "heldout_tasks": heldout_tasks, "heldout_curve": selector.curve,
                 "config": cfg.model_dump(mode="json"), "versions": _versions()}
-        (best_dir / METADATA_FILE).write_text(json.dumps(meta, indent=1))
-    done.write_text(result.model_dump_json(indent=1))
+        write_text(best_dir / METADATA_FILE, json.dumps(meta, indent=1), "the adapter's metadata")
+    write_text(done, result.model_dump_json(indent=1), "the training result")
     register(job, result)
     return result
 
@@ -182,8 +250,17 @@ def register(job: TrainJob, result: TrainResult) -> None:
 def _trim_steps(path: Path, resume_step: int) -> None:
     """A resumed job replays the steps after its checkpoint: drop their old log lines."""
     if path.is_file():
-        rows = [r for r in path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= resume_step]
-        path.write_text("".join(r + "\n" for r in rows))
+        rows = [r for r in path.read_text().splitlines() if (row := _json_line(r)) is not None and row["step"] <= resume_step]
+        write_text(path, "".join(r + "\n" for r in rows), "the step log")
+
+
+def _json_line(line: str) -> dict[str, Any] | None:
+    """A whole step-log line, or None (blank, or cut by a full disk or a kill)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and "step" in row else None
 
 
 def read_threads(path: Path) -> int | None:
