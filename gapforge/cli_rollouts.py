@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated
 
 import typer
@@ -35,6 +36,7 @@ from gapforge.wiring import (
     build_deps,
     make_target_env_factory,
 )
+from store.errors import DiskFull
 from store.fencing import LeaseLost
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
@@ -176,6 +178,10 @@ def collect_cmd(
                 console.print(f"{live.ran} episodes ran (stored by this process before it lost the run), {live.skipped} already stored, "
                               f"{live.planned} planned", highlight=False)
                 raise
+            except DiskFull as e:  # the batch being written was rolled back whole: free space, then resume
+                with contextlib.suppress(DiskFull):  # when it cannot be written, the dead lease reads `interrupted` later
+                    store.set_run_status(run_id, "incomplete")
+                raise e.with_resume(resume) from None
             except BaseException:
                 store.set_run_status(run_id, "failed")
                 err_console.print(f"run {run_id} stopped; what finished is stored: resume with `{resume}`", highlight=False)
