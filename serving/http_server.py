@@ -97,8 +97,10 @@ class RoutedServer:
     def call(self, fn: Callable[[], object]) -> None:
         """Run `fn` on the server's event loop (e.g. `routed.admission.drain`) and wait for it."""
         assert self._loop is not None
+
         async def run() -> None:
             fn()
+
         asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
 
     def __enter__(self) -> Self:

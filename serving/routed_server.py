@@ -113,6 +113,8 @@ class RoutedApp:
             return error(500, f"internal error ({type(e).__name__}); the server log has the details", "server_error")
 
     def app(self) -> web.Application:
+        """The aiohttp app; each one starts with a fresh admission (its events belong to the loop that runs it)."""
+        self.admission = Admission(self.limits.max_queue, self.limits.request_timeout_s)
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
