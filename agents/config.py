@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field
 from agents.errors import ModelError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_EPISODE_TIMEOUT_S = 1800.0  # an episode's time limit where no config sets one (agents.rollouts.CollectPlan)
 OPENAI_API_HOST = "api.openai.com"
 
 
@@ -143,6 +144,14 @@ class RolloutConfig(_Section):
     max_turns: int = Field(30, ge=1)
     tasks: list[str] | None = Field(None, description="task ids; None = all")
     user: Literal["scripted", "llm"] = "scripted"
+    episode_timeout_s: float = Field(
+        DEFAULT_EPISODE_TIMEOUT_S, gt=0, le=86400.0,
+        description="an episode's time limit, from building its env to its score: an env or policy call that has not returned "
+        "by then ends it as `timeout` (the call is abandoned; the episode is not stored and a resume plays it again)")
+    max_env_failure_share: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="a collection stops (exit 3, naming the env) once more episodes than this share of those planned have failed "
+        "in it in the env's own code (an exception in reset/step/score, a timeout waiting on the env); 1.0: never stops")
 
     @model_validator(mode="before")
     @classmethod

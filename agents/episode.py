@@ -17,6 +17,16 @@ out of answers) propagate. An env whose `done` is True right after reset (an epi
 that ended before the agent's first turn) is scored at once, with 0 turns. The caller owns the env's lifecycle: run_episode never
 calls `env.close()`.
 
+Time limit: with `timeout_s`, the episode has a deadline (`deadline`, a `time.monotonic()` instant, when the caller
+started the clock earlier, e.g. before building the env). Every env call and every policy call is awaited at most
+until then; one that does not return by then ends the episode as `timeout`, and the call is abandoned (env calls
+run on daemon threads, envs.env_threads: a stuck one never holds the process at exit). The episode is not scored
+(its env may still be inside the stuck call), and `score_info["timeout"]` names the boundary that was waited on:
+`env` (the env's own code: a user's class, an MCP server), `sandbox`, or `policy` (its endpoint or model); the
+error says the same in words. A timeout is not final: the collector never stores it and a resume plays it again.
+An env may run `inline` on the event loop (where no deadline can fire) only when it is one of gapforge's built-in
+envs (envs.env_threads.runs_inline).
+
 This module imports no LangChain and no openai (contract in /.importlinter), so
 training/ can drive episodes with the policy loop alone.
 """
@@ -24,9 +34,9 @@ training/ can drive episodes with the policy loop alone.
 from __future__ import annotations
 
 import asyncio
-import time
 import contextvars
 import functools
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from datetime import datetime, timezone
@@ -34,12 +44,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.env_threads import DaemonThreads, boundary_of, runs_inline
 from envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
 from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
 from sandbox.errors import SandboxError
 
-Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "malformed_output", "policy_error", "env_error"]
-__all__ = ["INFRA_TERMINATIONS", "Rollout", "Termination", "run_episode"]  # INFRA_TERMINATIONS lives in envs.errors
+Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "malformed_output", "policy_error", "env_error", "timeout"]
+__all__ = ["INFRA_TERMINATIONS", "Rollout", "Termination", "call_env", "run_episode", "timed_out"]  # INFRA_TERMINATIONS: envs.errors
+
+ENV_THREADS = DaemonThreads("env")  # env calls of callers that pass no executor (abandonable: envs.env_threads)
+WAITED_ON = {"env": "the env's own code", "sandbox": "the sandbox", "policy": "the policy's endpoint or model",
+             "worker": "a local rollout worker process"}
 
 
 class Rollout(BaseModel):
@@ -70,8 +85,29 @@ class Rollout(BaseModel):
 
     @property
     def infrastructure_failure(self) -> bool:
-        """Ended by the endpoint or the sandbox, not by the model or the env: not final."""
+        """Ended by the endpoint or the sandbox (an error past its retries, or a timeout waiting on it, the policy
+        or a worker process), not by the model or the env: not final."""
+        if self.termination == "timeout":
+            return self.timeout_boundary != "env"
         return self.termination in INFRA_TERMINATIONS
+
+    @property
+    def timeout_boundary(self) -> str | None:
+        """For a `timeout`: what was waited on (env, sandbox, policy, worker); else None."""
+        if self.termination != "timeout":
+            return None
+        record = self.score_info.get("timeout")
+        return str(record.get("boundary")) if isinstance(record, dict) else "env"
+
+    @property
+    def final(self) -> bool:
+        """The episode's record: neither an infrastructure failure nor a timeout (those are played again)."""
+        return self.termination != "timeout" and self.termination not in INFRA_TERMINATIONS
+
+    @property
+    def env_failure(self) -> bool:
+        """The env's code failed it: an exception (`env_error`) or a call that never returned (`timeout` on `env`)."""
+        return self.termination == "env_error" or self.timeout_boundary == "env"
 
     @property
     def tool_calls(self) -> list[ToolCall]:
@@ -89,37 +125,82 @@ def _text(exc: BaseException) -> str:
 
 
 async def call_env(env: Any, executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)`, a blocking call of `env`: on the event loop itself when the env declares `inline = True` (fast
-    CPU-only envs: a worker-thread hop costs more than the call), else on `executor` in a copy of the caller's
-    context (as asyncio.to_thread does)."""
-    if getattr(env, "inline", False) is True:
+    """`fn(*args)`, a blocking call of `env`: on the event loop itself for a built-in env that declares `inline = True`
+    (fast CPU-only envs: a worker-thread hop costs more than the call; envs.env_threads.runs_inline), else on
+    `executor` (default: daemon threads a caller may abandon) in a copy of the caller's context (as asyncio.to_thread does)."""
+    if runs_inline(env):
         return fn(*args)
     call = functools.partial(contextvars.copy_context().run, fn, *args)
-    return await asyncio.get_running_loop().run_in_executor(executor, call)
+    return await asyncio.get_running_loop().run_in_executor(executor or ENV_THREADS, call)
+
+
+class TimedOut(Exception):
+    """A call did not return by the episode's deadline (`call`: what was called, `boundary`: who was waited on)."""
+
+    def __init__(self, call: str, boundary: str) -> None:
+        self.call, self.boundary = call, boundary
+        super().__init__(f"{call} did not return in time ({WAITED_ON.get(boundary, boundary)})")
+
+
+async def bounded(awaitable: Any, deadline: float | None, call: str, boundary: str) -> Any:
+    """Await `awaitable` until `deadline` (time.monotonic(); None: no limit); TimedOut past it. A TimeoutError the
+    callee raises itself before the deadline is the callee's and propagates as it is."""
+    if deadline is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        if time.monotonic() < deadline - 0.001:
+            raise
+        raise TimedOut(call, boundary) from None
+
+
+def timeout_error(call: str, boundary: str, limit_s: float, what: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The error text and `score_info` of an episode ended by its time limit."""
+    who = WAITED_ON.get(boundary, boundary) + (f" ({what})" if what else "")
+    text = f"timeout: {call} did not return within the episode's time limit of {limit_s:g} s, waiting on {who}; the call was abandoned"
+    return text, {"timeout": {"boundary": boundary, "call": call, "limit_s": limit_s}}
+
+
+def timed_out(env: str, task: TaskRef, policy: str, call: str, boundary: str, limit_s: float, started_at: datetime,
+              elapsed_s: float, what: str | None = None) -> Rollout:
+    """An episode that ended at its time limit before the loop could play it (e.g. its env was still being built,
+    or a worker process holding it stopped answering)."""
+    error, info = timeout_error(call, boundary, limit_s, what)
+    return Rollout(env=env, task=task, policy=policy, messages=[], reward=0.0, success=False, score_info=info, turns=0,
+                   termination="timeout", error=error, timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
+                   started_at=started_at)
 
 
 async def run_episode(
     policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None,
-    executor: Executor | None = None,
+    executor: Executor | None = None, timeout_s: float | None = None, deadline: float | None = None,
 ) -> Rollout:
     """Reset, then policy.respond -> env.step until done or `max_turns` (raised to `env.max_turns` where the env has one), then score.
 
-    Blocking env calls run on `executor` (default: asyncio's default executor), or on
-    the event loop itself when the env declares `inline = True`.
+    Blocking env calls run on `executor` (default: daemon threads, envs.env_threads), or on the event loop
+    itself for a built-in env that declares `inline = True`. `timeout_s`: the episode's time limit (module
+    docstring), counted from `deadline - timeout_s` when the caller passes `deadline`, else from now.
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if deadline is None and timeout_s is not None:
+        deadline = time.monotonic() + timeout_s
+    limit_s = timeout_s if timeout_s is not None else (deadline - time.monotonic() if deadline is not None else 0.0)
     env_turns = getattr(env, "max_turns", None)  # an env with its own step limit (τ²) is never cut before it
     if isinstance(env_turns, int) and env_turns > max_turns:
         max_turns = env_turns
     started_at = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     clock = {"policy_s": 0.0, "env_s": 0.0}
+    waited_on = boundary_of(env)
 
-    async def env_call(fn: Callable[..., Any], *args: Any) -> Any:
+    async def env_call(name: str, fn: Callable[..., Any], *args: Any) -> Any:
         t = time.perf_counter()
         try:
-            return await call_env(env, executor, fn, *args)
+            return await bounded(call_env(env, executor, fn, *args), deadline, f"env.{name}", waited_on)
         finally:
             clock["env_s"] += time.perf_counter() - t
 
@@ -128,11 +209,14 @@ async def run_episode(
     turns = 0
     termination: Termination = "max_turns"
     error: str | None = None
+    late: TimedOut | None = None
     try:
-        messages = list(await env_call(env.reset, task))  # EnvError (bad task) propagates
-        tools = await env_call(env.tools)
+        messages = list(await env_call("reset", env.reset, task))  # EnvError (bad task) propagates
+        tools = await env_call("tools", env.tools)
     except EnvError:
         raise
+    except TimedOut as e:
+        late = e
     except SandboxError as e:
         termination, error = "sandbox_error", f"sandbox lost at env.reset: {_text(e)}"
     except Exception as e:
@@ -144,7 +228,10 @@ async def run_episode(
         while turns < max_turns:
             t = time.perf_counter()
             try:
-                reply = await policy.respond(messages, tools, temperature=temperature)
+                reply = await bounded(policy.respond(messages, tools, temperature=temperature), deadline, "policy.respond", "policy")
+            except TimedOut as e:
+                late = e
+                break
             except PolicyError as e:
                 termination, error = e.termination, str(e)  # type: ignore[assignment]
                 if isinstance(e, MalformedOutputError) and e.raw:
@@ -155,7 +242,10 @@ async def run_episode(
             messages.append(reply)
             turns += 1
             try:
-                result = await env_call(env.step, reply)
+                result = await env_call("step", env.step, reply)
+            except TimedOut as e:
+                late = e
+                break
             except SandboxError as e:
                 termination, error = "sandbox_error", f"sandbox lost at env.step: {_text(e)}"
                 break
@@ -170,15 +260,23 @@ async def run_episode(
                 break
 
     reward, success, components, score_info = 0.0, False, {}, {}
-    try:
-        score = await env_call(env.score)
-        reward, success, components, score_info = score.reward, score.success, dict(score.components), dict(score.info)
-    except Exception as e:  # the env's code failed to score: its boundary, not a 0-reward verdict on the model
-        score_info = {"score_error": _text(e)}
-        if termination not in INFRA_TERMINATIONS:  # an infrastructure end stays one (not final: a resume redoes it)
-            termination = "env_error"
-        error = f"{error}; " if error else ""
-        error += f"env.score failed: {_text(e)}"
+    if late is None:
+        try:
+            score = await env_call("score", env.score)
+            reward, success, components, score_info = score.reward, score.success, dict(score.components), dict(score.info)
+        except TimedOut as e:
+            late = e
+        except Exception as e:  # the env's code failed to score: its boundary, not a 0-reward verdict on the model
+            score_info = {"score_error": _text(e)}
+            if termination not in INFRA_TERMINATIONS:  # an infrastructure end stays one (not final: a resume redoes it)
+                termination = "env_error"
+            error = f"{error}; " if error else ""
+            error += f"env.score failed: {_text(e)}"
+    if late is not None:  # not scored: the env may still be inside the abandoned call
+        termination = "timeout"
+        what = getattr(env, "name", None) if late.boundary == "env" else None
+        error, score_info = timeout_error(late.call, late.boundary, limit_s, what)
+        reward, success, components = 0.0, False, {}
 
     clock["total_s"] = time.perf_counter() - t0
     return Rollout(
@@ -186,4 +284,3 @@ async def run_episode(
         components=components, score_info=score_info, step_info=step_info, turns=turns, termination=termination,
         error=error, timings=clock, started_at=started_at,
     )
-

@@ -7,21 +7,42 @@ the store does not hold yet. An episode ended by an infrastructure failure
 is NOT stored: it is reported in `CollectResult.infra_failures` and a resume
 runs it again, so an outage never becomes the model's record. Each episode gets a fresh env instance; episodes
 are written as they finish, so a kill loses at most the ones in flight.
+
+Every episode has a time limit (`CollectPlan.episode_timeout_s`, from env construction to score:
+agents.episode). An episode past it is a `timeout`: never stored, a resume plays it again. One that waited
+on the env's own code is in `CollectResult.timeouts`; one that waited on the policy, the sandbox or a worker
+process is an infrastructure failure. The env's failures (stored `env_error` episodes and timeouts on the
+env) cost their episodes only, up to `CollectPlan.max_env_failure_share` of the planned episodes: once
+more have failed in this call than that share allows, the collection stops with `EnvFailureShare` (exit 3, naming
+the env; what finished is stored and a resume plays the rest).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import statistics
-from concurrent.futures import Executor, ThreadPoolExecutor
+import time
 from collections import Counter, defaultdict
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
-from agents.episode import Rollout, call_env, run_episode
+from agents.config import DEFAULT_EPISODE_TIMEOUT_S
+from agents.episode import Rollout, TimedOut, bounded, call_env, run_episode, timed_out
+from agents.errors import IncompleteStage
+from envs.env_threads import DaemonThreads, runs_inline
 from envs.protocol import PolicyModel, TargetEnvironment
 from envs.sampling import episode_key
+
+log = logging.getLogger(__name__)
+
+
+class EnvFailureShare(IncompleteStage):
+    """More of a collection's episodes failed in the env's own code (exceptions, calls that never returned) than
+    `rollouts.max_env_failure_share` allows: the collection stops (exit 3); the message names the env."""
 
 
 class EpisodeSink(Protocol):
@@ -39,7 +60,8 @@ class EpisodePlayer(Protocol):
     """Plays one episode somewhere else (e.g. executor/: a Ray actor holding its own policy and envs) and
     returns it; the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
 
-    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout: ...
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
+                   timeout_s: float | None = None) -> Rollout: ...
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,8 @@ class CollectPlan:
     concurrency: int
     max_turns: int
     temperature: float | None = None
+    episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S  # None: no limit
+    max_env_failure_share: float = 1.0  # 1.0: env failures never stop the collection
 
     def keys(self) -> list[tuple[str, int]]:
         return [(t, s) for t in self.tasks for s in range(self.samples)]
@@ -58,7 +82,7 @@ class CollectPlan:
 
 @dataclass(frozen=True)
 class InfraFailure:
-    """An episode the infrastructure ended (not stored; a resume redoes it)."""
+    """An episode the infrastructure ended, or one past its time limit (not stored; a resume redoes it)."""
 
     task_id: str
     sample: int
@@ -74,10 +98,18 @@ class CollectResult:
     episode_ids: list[int] = field(default_factory=list)
     infra_failures: list[InfraFailure] = field(default_factory=list)
     stored_elsewhere: int = 0  # played here, but its key was stored meanwhile by another process: not counted in `ran`
+    timeouts: list[InfraFailure] = field(default_factory=list)  # past the time limit in the env's code: not stored
+    env_errors: int = 0  # stored `env_error` episodes of this call
 
     @property
     def complete(self) -> bool:
-        return not self.infra_failures
+        """Every planned episode is stored."""
+        return not self.infra_failures and not self.timeouts
+
+    @property
+    def env_failures(self) -> int:
+        """Episodes of this call the env's own code failed: stored env errors and timeouts on the env."""
+        return self.env_errors + len(self.timeouts)
 
     def infra_counts(self) -> Counter[str]:
         return Counter(f.termination for f in self.infra_failures)
@@ -150,19 +182,48 @@ class GroupWriter:
 
 async def play_episode(
     policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
-    temperature: float | None, executor: Executor,
+    temperature: float | None, executor: Executor | None, timeout_s: float | None = None, env_name: str = "",
 ) -> Rollout:
-    """One episode of (task, sample) on a fresh env, closed after; blocking env calls on `executor` (an `inline`
-    env's on the loop: `call_env`, as run_episode makes them). Sets
+    """One episode of (task, sample) on a fresh env, closed after; blocking env calls (building the env among them)
+    on `executor` (an `inline` built-in env's on the loop: `call_env`, as run_episode makes them). `timeout_s`: the
+    episode's time limit, counted from the start of the env's construction. Sets
     `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
-    episode samples the same tokens wherever and with whatever else it is played."""
+    episode samples the same tokens wherever and with whatever else it is played. An env whose construction raises
+    or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`)."""
     episode_key.set(f"{task_id}#{sample}")
     loop = asyncio.get_running_loop()
-    env = await loop.run_in_executor(executor, make_env)
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else None
+    started_at, t0 = datetime.now(timezone.utc), time.perf_counter()
     try:
-        return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor)
+        env = await bounded(loop.run_in_executor(executor, make_env), deadline, "make_env", "env")
+    except TimedOut as e:
+        assert timeout_s is not None
+        return timed_out(env_name, task_id, getattr(policy, "name", ""), e.call, e.boundary, timeout_s, started_at,
+                         time.perf_counter() - t0, env_name or None)
+    except Exception as e:  # noqa: BLE001 - the env's constructor failed for this episode: its boundary, the others go on
+        elapsed = time.perf_counter() - t0
+        return Rollout(env=env_name, task=task_id, policy=getattr(policy, "name", ""), messages=[], reward=0.0, success=False,
+                       turns=0, termination="env_error", error=f"building the env failed: {type(e).__name__}: {e}",
+                       timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed}, started_at=started_at)
+    try:
+        return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor,
+                                 timeout_s=timeout_s, deadline=deadline)
     finally:
-        await call_env(env, executor, env.close)
+        await close_env(env, executor, timeout_s)
+
+
+async def close_env(env: Any, executor: Executor | None, timeout_s: float | None) -> None:
+    """`env.close()`, waited for at most `timeout_s` (an env stuck in an abandoned call may never close); a close
+    that raises or does not return is logged, never the episode's end."""
+    try:
+        if runs_inline(env):
+            env.close()
+            return
+        await bounded(call_env(env, executor, env.close), time.monotonic() + timeout_s if timeout_s else None, "env.close", "env")
+    except TimedOut:
+        log.warning("env %s did not close within %g s: its close() was abandoned", getattr(env, "name", "?"), timeout_s)
+    except Exception as e:  # noqa: BLE001 - a broken env's close must not hide its episode
+        log.warning("closing env %s failed: %s: %s", getattr(env, "name", "?"), type(e).__name__, e)
 
 
 async def collect(
@@ -179,56 +240,81 @@ async def collect(
     """Run every (task, sample) of the plan that the sink does not hold yet.
 
     `result`, when given, is filled in place (and returned), so a caller still knows what this call
-    stored when the collection is stopped by an exception (e.g. store.fencing.LeaseLost).
-    Blocking calls (env construction, env calls, store writes) run on a thread pool
-    of `plan.concurrency` workers, so `concurrency` blocking envs (tau2, the sandbox,
-    an LLM user) really run at once (asyncio's default executor caps at cpu+4).
-    The policy is the caller's: collect never closes it. With a `player` (executor/: Ray workers that
-    hold their own policy and envs) the episodes are played there and only written here; `make_env`
+    stored when the collection is stopped by an exception (e.g. store.fencing.LeaseLost, EnvFailureShare).
+    Env construction and env calls run on daemon threads (envs.env_threads.DaemonThreads: a call abandoned at
+    the time limit never holds the process at exit), at most `plan.concurrency` episodes at once, so that many
+    blocking envs (tau2, the sandbox, an LLM user) really run at once; store writes on a thread of their own.
+    The policy is the caller's: collect never closes it. With a `player` (executor/: worker processes or Ray
+    actors that hold their own policy and envs) the episodes are played there and only written here; `make_env`
     and `policy` then go unused.
     """
     loop = asyncio.get_running_loop()
-    with ThreadPoolExecutor(max_workers=plan.concurrency + 1, thread_name_prefix="rollout") as pool:
+    env_threads = DaemonThreads("rollout-env")
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-store") as store_thread:
 
-        async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+            async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+                return await loop.run_in_executor(store_thread, functools.partial(fn, *args, **kwargs))
 
-        done = await blocking(sink.episode_keys, plan.run_id, plan.env)
-        todo = [k for k in plan.keys() if k not in done]
-        if result is None:
-            result = CollectResult(planned=0, skipped=0, ran=0)
-        result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
-        gate = asyncio.Semaphore(plan.concurrency)
-        fams = families or {}
-        writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
+            return await _collect(plan, make_env, policy, sink, on_episode, families or {}, result, player, blocking, env_threads)
+    finally:
+        env_threads.shutdown(wait=False)
 
-        async def one(task_id: str, sample: int) -> None:
-            async with gate:
-                if player is not None:
-                    ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature)
+
+async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment], policy: PolicyModel, sink: EpisodeSink,
+                   on_episode: Callable[[Rollout], None] | None, fams: dict[str, str], result: CollectResult | None,
+                   player: EpisodePlayer | None, blocking: Callable[..., Any], env_threads: Executor) -> CollectResult:
+    done = await blocking(sink.episode_keys, plan.run_id, plan.env)
+    todo = [k for k in plan.keys() if k not in done]
+    if result is None:
+        result = CollectResult(planned=0, skipped=0, ran=0)
+    result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
+    gate = asyncio.Semaphore(plan.concurrency)
+    writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
+    allowed = plan.max_env_failure_share * len(plan.keys())  # of the planned episodes: a resume of a few is not judged on them alone
+
+    async def one(task_id: str, sample: int) -> None:
+        async with gate:
+            if player is not None:
+                ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
+                                       timeout_s=plan.episode_timeout_s)
+            else:
+                ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
+                                        executor=env_threads, timeout_s=plan.episode_timeout_s, env_name=plan.env)
+            if ep.infrastructure_failure:
+                result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
+            elif not ep.final:  # a timeout on the env's own code: not stored, a resume plays it again
+                result.timeouts.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
+            else:
+                eid = await writer.add(task_id, sample, episode_fields(ep, fams.get(task_id)))
+                if eid is None:
+                    result.stored_elsewhere += 1
                 else:
-                    ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns,
-                                            temperature=plan.temperature, executor=pool)
-                if ep.infrastructure_failure:
-                    result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
-                else:
-                    eid = await writer.add(task_id, sample, episode_fields(ep, fams.get(task_id)))
-                    if eid is None:
-                        result.stored_elsewhere += 1
-                    else:
-                        result.ran += 1
-                        result.episode_ids.append(eid)
-            if on_episode is not None:
-                on_episode(ep)
+                    result.ran += 1
+                    result.episode_ids.append(eid)
+                    result.env_errors += ep.termination == "env_error"
+        if on_episode is not None:
+            on_episode(ep)
+        if ep.env_failure and result.env_failures > allowed:
+            raise EnvFailureShare(env_failure_line(plan, result, ep))
 
-        tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+    tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return result
+
+
+def env_failure_line(plan: CollectPlan, result: CollectResult, last: Rollout) -> str:
+    """One line: the env, how many episodes it failed in this call (of the plan's) and how, the limit, the last error."""
+    kinds = ", ".join(f"{k}={v}" for k, v in (("env_error", result.env_errors), ("timeout", len(result.timeouts))) if v)
+    detail = (last.error or "no detail").splitlines()[0][:300]
+    return (f"env '{plan.env}' failed {result.env_failures} of the {len(plan.keys())} planned episodes ({kinds}), more than "
+            f"rollouts.max_env_failure_share={plan.max_env_failure_share:g} allows; last: {detail}: fix the env's code (what "
+            "finished is stored; timed-out and unplayed episodes are played by a resume)")
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,15 @@ episode is the episode's, re-raised on the driver with its type when it pickles 
 its type, message and the worker's traceback). What crosses a pipe is pickled to bytes by its sender and
 unpickled by its receiver inside a try, so a factory, a result or an error that does not travel fails
 that episode with a message instead of hanging the stage or killing the worker. Requests to one worker
-are sent in order (the first one of a policy carries its factory). There is no timeout of our own: a
-policy or env that hangs hangs as it would in-process (their own deadlines apply). A worker dies with the
-driver (PR_SET_PDEATHSIG, and its pipe's end-of-file).
+are sent in order (the first one of a policy carries its factory). A worker dies with the driver
+(PR_SET_PDEATHSIG, and its pipe's end-of-file).
+
+Time limits: each request carries the episode's time limit, which the worker's own loop enforces (agents.episode:
+a stuck env call ends the episode as `timeout` on the env, its daemon thread abandoned). A worker that does not
+answer within that limit plus `WORKER_GRACE_S` (its loop or its process is stuck: a policy decoding forever, a
+C call holding the GIL) is not waited on any longer: that episode is a `timeout` on the `worker` boundary (an
+infrastructure failure: not stored, a resume plays it again), the worker gets no new episode, and once its other
+episodes are accounted for (answered or timed out) it is killed and a fresh worker takes its place.
 """
 
 from __future__ import annotations
@@ -35,16 +41,21 @@ import os
 import pickle
 import signal
 import threading
+import time
 import traceback
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 from typing import Any
 
+from agents.episode import timed_out
 from agents.errors import IncompleteStage
 from agents.rollouts import Rollout, play_episode
+from envs.env_threads import DaemonThreads
 
 log = logging.getLogger(__name__)
+WORKER_GRACE_S = 5.0  # past an episode's time limit, how long the driver still waits for a worker's answer
 
 
 class WorkerLost(IncompleteStage):
@@ -96,9 +107,10 @@ def _worker_main(conn: Any, threads: int | None) -> None:
 
 async def _serve(conn: Any) -> None:
     """Requests: (id, policy key, pickled factory or None, pickled make_env or None, task, sample, max_turns,
-    temperature); None stops. Replies: (id, ok, pickled Rollout or exception)."""
+    temperature, timeout_s); None stops. Replies: (id, ok, pickled Rollout or exception)."""
     loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="worker-env")
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="worker-io")  # the pipe and policy builds
+    env_threads = DaemonThreads("worker-env")  # env calls: abandoned at an episode's time limit
     send_lock = threading.Lock()
     envs: dict[str, Any] = {}  # key -> make_env
     env_errors: dict[str, Exception] = {}  # key -> why its make_env's bytes did not unpickle here
@@ -115,7 +127,8 @@ async def _serve(conn: Any) -> None:
         with model_loading():  # policies built while others decode (an evaluation's policies play at once)
             return pickle.loads(blob)()
 
-    async def one(req_id: int, key: str, task_id: str, sample: int, max_turns: int, temperature: float | None) -> None:
+    async def one(req_id: int, key: str, task_id: str, sample: int, max_turns: int, temperature: float | None,
+                  timeout_s: float | None) -> None:
         try:
             if key in env_errors:
                 raise RuntimeError(f"the env factory could not be rebuilt in a rollout worker: {env_errors[key]}")
@@ -123,8 +136,9 @@ async def _serve(conn: Any) -> None:
                 raise RuntimeError(f"policy {key!r} was never sent to this worker")
             make_env = envs[key]
             policy = await building[key]  # built once per key, by the first request that carried its factory
+            await loop.run_in_executor(pool, send, (req_id, None, b""))  # started: the driver's clock for this episode runs
             rollout = await play_episode(policy, make_env, task_id, sample, max_turns=max_turns, temperature=temperature,
-                                         executor=pool)
+                                         executor=env_threads, timeout_s=timeout_s)
             try:
                 reply: tuple[Any, ...] = (req_id, True, pickle.dumps(rollout))
             except Exception as e:  # something in the episode does not pickle
@@ -170,6 +184,7 @@ async def _serve(conn: Any) -> None:
                 except Exception as e:  # noqa: BLE001
                     log.warning("closing a worker's policy failed: %s", e)
         pool.shutdown(wait=False, cancel_futures=True)
+        env_threads.shutdown(wait=False)
 
 
 class _Worker:
@@ -184,6 +199,8 @@ class _Worker:
         self.send_lock = threading.Lock()  # the pipe's writers: the loop's sends and close()
         self.order: asyncio.Lock | None = None  # FIFO on the loop: requests reach the worker in the order they were made
         self.lost: str | None = None
+        self.stuck: str | None = None  # why it gets no new episode (it stopped answering): recycled once its pending are settled
+        self.begun: dict[int, asyncio.Future[bool]] = {}  # request -> True once the worker started it (False: it never will)
 
     def send(self, message: Any) -> None:
         with self.send_lock:
@@ -196,8 +213,10 @@ class ProcessPool:
     def __init__(self, workers: int, threads: int | None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads and torch state
-        self.workers = [_Worker(ctx, i, threads) for i in range(workers)]
+        self.ctx = multiprocessing.get_context("spawn")  # never fork a process that holds threads and torch state
+        self.threads = threads
+        self.workers = [_Worker(self.ctx, i, threads) for i in range(workers)]
+        self.recycled = 0  # workers killed and replaced because they stopped answering
         self.ids = itertools.count()
         self.keys = itertools.count()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -205,8 +224,24 @@ class ProcessPool:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         for w in self.workers:
-            w.order = asyncio.Lock()
-            threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True).start()
+            self._listen(w)
+
+    def _listen(self, w: _Worker) -> None:
+        w.order = asyncio.Lock()
+        threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True).start()
+
+    def _recycle(self, w: _Worker) -> None:
+        """Kill a worker that stopped answering (its pending episodes are settled) and start a fresh one in its place."""
+        if self.workers[w.index] is not w:
+            return
+        fresh = _Worker(self.ctx, w.index, self.threads)
+        self.workers[w.index] = fresh
+        self._listen(fresh)
+        self.recycled += 1
+        log.warning("local rollout worker %d (pid %s) stopped answering (%s): killed, worker pid %s takes its place",
+                    w.index, w.process.pid, w.stuck, fresh.process.pid)
+        w.process.kill()
+        threading.Thread(target=w.process.join, name=f"gapforge-rollout-reap-{w.index}", daemon=True).start()
 
     def _read(self, w: _Worker) -> None:
         assert self.loop is not None
@@ -215,12 +250,28 @@ class ProcessPool:
                 req_id, ok, blob = w.conn.recv()
             except (EOFError, OSError):
                 break
+            if ok is None:  # the worker started playing this episode
+                self.loop.call_soon_threadsafe(self._begin, w, req_id)
+                continue
             try:
                 payload = pickle.loads(blob)
             except Exception as e:  # noqa: BLE001 - a reply this process cannot rebuild: that episode fails, the others go on
                 ok, payload = False, RuntimeError(f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}")
             self.loop.call_soon_threadsafe(self._resolve, w, req_id, ok, payload)
         self.loop.call_soon_threadsafe(self._lose, w)
+
+    @staticmethod
+    def _begin(w: _Worker, req_id: int) -> None:
+        waiter = w.begun.get(req_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    @staticmethod
+    def _give_up(w: _Worker) -> None:
+        """A stuck worker's episodes that never started will not: they end as timeouts too (not stored, played again)."""
+        for waiter in w.begun.values():
+            if not waiter.done():
+                waiter.set_result(False)
 
     @staticmethod
     def _resolve(w: _Worker, req_id: int, ok: bool, payload: Any) -> None:
@@ -251,9 +302,9 @@ class ProcessPool:
         return ProcessPlayer(self, f"policy-{next(self.keys)}", *blobs)
 
     async def play(self, key: str, factory: bytes, make_env: bytes, task_id: str, sample: int, *, max_turns: int,
-                   temperature: float | None) -> Rollout:
+                   temperature: float | None, timeout_s: float | None = None) -> Rollout:
         assert self.loop is not None, "start() the pool first"
-        live = [w for w in self.workers if w.lost is None]
+        live = [w for w in self.workers if w.lost is None and w.stuck is None] or [w for w in self.workers if w.lost is None]
         if not live:
             raise WorkerLost("every local rollout worker has ended; what finished is stored: run the same command again "
                              "(or set executor.local_rollout_workers=1)")
@@ -261,23 +312,43 @@ class ProcessPool:
         req_id = next(self.ids)
         future: asyncio.Future[Rollout] = self.loop.create_future()
         w.pending[req_id] = future
+        w.begun[req_id] = self.loop.create_future()
+        if w.stuck is not None:
+            self._give_up(w)
         try:
             assert w.order is not None
             async with w.order:
                 first = key not in w.known
                 request = (req_id, key, factory if first else None, make_env if first else None, task_id, sample, max_turns,
-                           temperature)
+                           temperature, timeout_s)
                 try:
                     await asyncio.to_thread(w.send, request)
                 except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone
                     raise WorkerLost(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e}); what "
                                      "finished is stored: run the same command again to play the rest") from None
                 w.known.add(key)
-            return await future
+            if timeout_s is None:
+                return await future
+            started, t0 = datetime.now(timezone.utc), time.perf_counter()
+            begun = w.begun[req_id]  # the clock runs from the episode's start in the worker (not its warm-up)
+            await asyncio.wait({future, begun}, return_when=asyncio.FIRST_COMPLETED)
+            if not future.done() and begun.result():
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future), timeout_s + WORKER_GRACE_S)
+                except TimeoutError:
+                    w.stuck = f"no answer to episode {task_id}#{sample} within {timeout_s:g} s + {WORKER_GRACE_S:g} s"
+                    self._give_up(w)
+            if future.done():
+                return future.result()
+            return timed_out("", task_id, key, "the worker's episode", "worker", timeout_s, started, time.perf_counter() - t0,
+                             f"worker {w.index}, pid {w.process.pid}")
         finally:
+            w.begun.pop(req_id, None)
             if not future.done():
-                future.cancel()  # the caller stopped waiting (cancelled): a late reply is dropped
+                future.cancel()  # the caller stopped waiting (cancelled, or past the limit): a late reply is dropped
             w.pending.pop(req_id, None)
+            if w.stuck is not None and not w.pending and w.lost is None:
+                self._recycle(w)
 
     def pids(self) -> list[int]:
         return [w.process.pid for w in self.workers if w.process.pid is not None]
@@ -303,9 +374,10 @@ class ProcessPlayer:
     def __init__(self, pool: ProcessPool, key: str, factory: bytes, make_env: bytes) -> None:
         self.pool, self.key, self.factory, self.make_env = pool, key, factory, make_env
 
-    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout:
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
+                   timeout_s: float | None = None) -> Rollout:
         return await self.pool.play(self.key, self.factory, self.make_env, task_id, sample, max_turns=max_turns,
-                                    temperature=temperature)
+                                    temperature=temperature, timeout_s=timeout_s)
 
 
 @asynccontextmanager

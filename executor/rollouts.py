@@ -7,6 +7,9 @@ model loaded once per actor) and a fresh env per episode, and plays episodes on 
 `Rollout` back; the driver's collector stays the one writer of the store (keyed writes: a retried
 episode is never stored twice).
 
+Each episode carries its time limit (`rollouts.episode_timeout_s`), enforced on the actor's loop (agents.episode);
+env calls run on daemon threads there, so one abandoned at the limit never holds the actor.
+
 Faults: an actor whose process dies is restarted and its unfinished calls re-run (`executor.max_retries`
 each); the episode key seeds sampling, so a re-run plays the same episode. Past the retries the
 collection stops with IncompleteStage (exit 3): what finished is stored, a resume plays the rest.
@@ -17,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
 from agents.errors import IncompleteStage
 from agents.rollouts import Rollout, play_episode
+from envs.env_threads import DaemonThreads
 from envs.protocol import PolicyModel, TargetEnvironment
 from executor.cluster import check_feasible, connect, options
 from executor.config import ExecutorConfig
@@ -34,15 +37,16 @@ class RolloutWorker:
     def __init__(self, policy_factory: Callable[[], PolicyModel], make_env: Callable[[], TargetEnvironment], threads: int) -> None:
         self.policy = policy_factory()
         self.make_env = make_env
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rollout")
+        self.pool = DaemonThreads("rollout-env")  # env calls: abandoned at an episode's time limit, never joined
 
     def pid(self) -> int:
         return os.getpid()
 
-    async def play(self, task_id: str, sample: int, max_turns: int, temperature: float | None) -> Rollout:
+    async def play(self, task_id: str, sample: int, max_turns: int, temperature: float | None,
+                   timeout_s: float | None = None) -> Rollout:
         # a task of its own: the episode key it sets stays in its own context
         return await asyncio.create_task(play_episode(self.policy, self.make_env, task_id, sample, max_turns=max_turns,
-                                                      temperature=temperature, executor=self.pool))
+                                                      temperature=temperature, executor=self.pool, timeout_s=timeout_s))
 
     async def aclose(self) -> None:
         close = getattr(self.policy, "aclose", None)
@@ -60,11 +64,12 @@ class RayEpisodePlayer:
         self.busy = [0] * len(actors)
         self.max_retries = max_retries
 
-    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None) -> Rollout:
+    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
+                   timeout_s: float | None = None) -> Rollout:
         i = min(range(len(self.actors)), key=self.busy.__getitem__)
         self.busy[i] += 1
         try:
-            return await self.actors[i].play.remote(task_id, sample, max_turns, temperature)
+            return await self.actors[i].play.remote(task_id, sample, max_turns, temperature, timeout_s)
         except self.ray.exceptions.RayActorError as e:
             raise IncompleteStage(f"Ray rollout worker {i} died more than executor.max_retries={self.max_retries} times "
                                   f"(last at {task_id}#{sample}: {str(e).splitlines()[0][:160]}); what finished is stored: "

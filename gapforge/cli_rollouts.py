@@ -8,6 +8,7 @@ import contextlib
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -17,7 +18,7 @@ from rich.progress import (
 )
 
 from agents.errors import IncompleteStage
-from agents.rollouts import CollectResult, rollout_summary
+from agents.rollouts import CollectResult, EnvFailureShare, rollout_summary
 from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,
@@ -89,8 +90,10 @@ def collect_cmd(
 ) -> None:
     """Run the policy on the env's tasks and store every episode (idempotent per run/env/task/sample).
 
-    Exit 0: every planned episode is stored. Exit 3: some ended in infrastructure failures
-    (endpoint down, sandbox lost); they are not stored and a resume (`--run RUN`) redoes them.
+    Exit 0: every planned episode is stored, except ones past `rollouts.episode_timeout_s` in the env's own
+    code (not stored: a resume plays them again). Exit 3: some ended in infrastructure failures (endpoint down,
+    sandbox lost, a timeout waiting on the policy, the sandbox or a worker), or the env's code failed more than
+    `rollouts.max_env_failure_share` of the episodes; what finished is stored and a resume (`--run RUN`) plays the rest.
     The run records the env's spec and fingerprint; `--run` refuses an env whose tools or tasks changed since.
     """
     from agents.rollouts import CollectPlan, collect
@@ -144,6 +147,8 @@ def collect_cmd(
         concurrency=cfg.rollouts.concurrency,
         max_turns=cfg.rollouts.max_turns,
         temperature=pol_cfg.temperature,
+        episode_timeout_s=cfg.rollouts.episode_timeout_s,
+        max_env_failure_share=cfg.rollouts.max_env_failure_share,
     )
     resume = _resume_command(run_id, config)
     with run_lease(cfg, run_id, "rollouts collect"):
@@ -157,7 +162,7 @@ def collect_cmd(
             live = CollectResult(planned=0, skipped=0, ran=0)  # filled as episodes are stored: the counts survive a stop
 
             def advance(ep) -> None:
-                if not ep.infrastructure_failure:  # not finished: a resume redoes it
+                if ep.final:  # an infrastructure failure or a timeout is not finished: a resume redoes it
                     bar.advance(tid)
 
             async def run_and_close() -> CollectResult:
@@ -182,6 +187,9 @@ def collect_cmd(
                 with contextlib.suppress(DiskFull):  # when it cannot be written, the dead lease reads `interrupted` later
                     store.set_run_status(run_id, "incomplete")
                 raise e.with_resume(resume) from None
+            except EnvFailureShare as e:  # the env's code failed too often: stopped where it stood, resumable
+                store.set_run_status(run_id, "incomplete")
+                raise e.with_resume(resume) from None
             except BaseException:
                 store.set_run_status(run_id, "failed")
                 err_console.print(f"run {run_id} stopped; what finished is stored: resume with `{resume}`", highlight=False)
@@ -192,7 +200,12 @@ def collect_cmd(
     render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
     deps.close()
-    if not result.complete:
+    if result.timeouts:
+        last = result.timeouts[-1].error.splitlines()[0]
+        err_console.print(escape(f"warning: {len(result.timeouts)} episode(s) did not finish within rollouts.episode_timeout_s="
+                                 f"{cfg.rollouts.episode_timeout_s:g} s and were not stored ({last}): `{resume}` plays them again"),
+                          highlight=False, soft_wrap=True)
+    if result.infra_failures:
         counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
         last = result.infra_failures[-1].error.splitlines()[0] if result.infra_failures[-1].error else "no detail"
         raise IncompleteStage(

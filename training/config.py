@@ -42,7 +42,9 @@ class TrainingConfig(BaseModel):
                            "the rollout continues (a weak base policy then still gets reward variance in its groups)")
     max_new_tokens: int = Field(256, ge=8, description="tokens per assistant turn")
     max_completion_length: int = Field(2048, ge=16, description="all completion tokens of a rollout (model + env turns)")
-    env_timeout_s: float = Field(30.0, gt=0, description="a single env call slower than this ends the rollout with reward 0")
+    env_timeout_s: float = Field(
+        30.0, gt=0, description="the rollouts' time limit per env call: a reset, step or score slower than this ends the rollout "
+                                "(blamed on the env, the call abandoned); it is dropped from the loss, never a reward of 0, and counted per step")
     # seeds and selection
     train_seeds: int = Field(80, ge=1, description="synthetic seeds 0..train_seeds-1")
     heldout_seeds: int = Field(16, ge=1, description="seeds after the training ones, for selection and early stop only")

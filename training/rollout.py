@@ -8,8 +8,9 @@ stepped through its own env instance, and the env's answer is appended as the
 template delta (training.tokens). Tool results and simulated-user replies both
 come from `env.step`, so a simulated user answers between model turns.
 
-A bad rollout is data, not a crash: an env exception or timeout ends that
-rollout with `failure` = "env: <reason>", a sandbox lost for good (not the env's
+A bad rollout is data, not a crash: an env exception or timeout (an env call slower
+than `training.env_timeout_s`; the call is abandoned on its daemon thread, envs.env_threads,
+so it never holds the process at exit) ends that rollout with `failure` = "env: <reason>", a sandbox lost for good (not the env's
 doing) with "infra: <reason>"; an unparsable model turn ends it too (blamed on the
 model: "model: ...") and the env scores the episode as it stands. A rollout that an
 env or infrastructure fault ended is `dropped`: it is no evidence about the model,
@@ -27,6 +28,7 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs.env_threads import DaemonThreads
 from envs.errors import PolicyError
 from envs.protocol import Environment, Message, TaskRef
 from sandbox.errors import SandboxError
@@ -75,7 +77,7 @@ DROPPED = ("env", "infra")
 
 
 class _Episode:
-    def __init__(self, env: Environment, task: TaskRef, timeout_s: float, pool: futures.ThreadPoolExecutor) -> None:
+    def __init__(self, env: Environment, task: TaskRef, timeout_s: float, pool: futures.Executor) -> None:
         self.env, self.timeout_s, self.pool = env, timeout_s, pool
         self.rollout = Rollout(task=task, traj=TokenTrajectory(prompt_ids=[]))
         self.tools: list[dict[str, Any]] = []
@@ -143,7 +145,7 @@ def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: S
           keyed: bool) -> list[list[Rollout]]:
     if malformed not in ("end", "continue"):
         raise ValueError(f"malformed must be 'end' or 'continue', got {malformed!r}")
-    pool = futures.ThreadPoolExecutor(max_workers=max(1, sum(k for _, k in groups)), thread_name_prefix="env")
+    pool = DaemonThreads("train-env")  # a call past its deadline is abandoned, never joined at exit
     episodes: list[_Episode] = []
     keys: list[tuple[int, int]] = []
     try:

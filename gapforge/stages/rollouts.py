@@ -1,5 +1,8 @@
 """`collect_rollouts`: the base policy on the target's tasks (agents.rollouts.collect), every episode stored by this
 process; with executor.kind ray the episodes are played on Ray actors (`gapforge.executor_wiring.episode_player`).
+Infrastructure failures stop the stage (IncompleteStage, exit 3), as does an env whose code failed more than
+`rollouts.max_env_failure_share` of the episodes (EnvFailureShare); episodes past `rollouts.episode_timeout_s` in
+the env's code are left out with a warning and the stage goes on (a run that hangs on one task still finishes).
 
 Also the run's target record, shared with `gapforge rollouts collect` and `gapforge run --resume`: a run stores its
 env's spec and fingerprint (envs.target_check) when it first collects, and refuses to go on when the env's tools or
@@ -35,15 +38,19 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
     finally:
         probe.close()
     plan = CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples, concurrency=cfg.rollouts.concurrency,
-                       max_turns=cfg.rollouts.max_turns)  # fmt: skip
+                       max_turns=cfg.rollouts.max_turns, episode_timeout_s=cfg.rollouts.episode_timeout_s,
+                       max_env_failure_share=cfg.rollouts.max_env_failure_share)  # fmt: skip
     result = CollectResult(planned=0, skipped=0, ran=0)
     played = progress_every(sc, "collect_rollouts", "episodes")
     async with episode_player(cfg, cfg.policy, make_env) as player:  # None: played here (executor.kind local); else Ray actors
         await collect(plan, make_env=make_env, policy=sc.deps.base_policy() if player is None else None, sink=sc.store, families=families,
                       result=result, player=player,
-                      on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures) + result.stored_elsewhere,
-                                                    result.planned))  # fmt: skip
-    if not result.complete:  # analysis over a partial sample would be biased: stop, resumable (agents/infra.py's rule)
+                      on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures) + len(result.timeouts)
+                                                    + result.stored_elsewhere, result.planned))  # fmt: skip
+    if result.timeouts:  # the env's code did not answer in time: those episodes are left out (not stored), the stage goes on
+        sc.progress("collect_rollouts", f"warning: {len(result.timeouts)} episode(s) did not finish within rollouts.episode_timeout_s="
+                    f"{cfg.rollouts.episode_timeout_s:g} s and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})")
+    if result.infra_failures:  # analysis over a partial sample would be biased: stop, resumable (agents/infra.py's rule)
         counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
         raise IncompleteStage(f"collect_rollouts: {len(result.infra_failures)} of {result.planned} episodes ended in infrastructure "
                               f"failures ({counts}) and were not stored; {result.ran} stored")

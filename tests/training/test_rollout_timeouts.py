@@ -1,0 +1,44 @@
+"""A training rollout whose env call never returns ends at `training.env_timeout_s`, blamed on the env, and is
+masked out of the loss (never a reward of 0); the stuck call's thread is a daemon, abandoned."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from envs.protocol import Message, StepResult
+from tests.training.test_tokens import MODEL_TURNS, ScriptedSampler
+from tests.training.toy_env import ToyDeskEnv
+from training.rollout import run_group
+
+NEVER = threading.Event()
+
+
+class _HangsSecond(ToyDeskEnv):
+    """The second env instance built blocks forever in its first step."""
+
+    built = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        type(self).built += 1
+        self.stuck = type(self).built == 2
+
+    def step(self, message: Message) -> StepResult:
+        if self.stuck:
+            NEVER.wait()
+        return super().step(message)
+
+
+def test_a_rollout_whose_step_never_returns_is_dropped_and_masked(tiny_tokenizer) -> None:
+    _HangsSecond.built = 0
+    t0 = time.monotonic()
+    rollouts = run_group(_HangsSecond, 3, 3, sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS), tokenizer=tiny_tokenizer,
+                         max_turns=6, max_new_tokens=64, max_completion_length=4096, temperature=1.0, env_timeout_s=0.5)
+    assert time.monotonic() - t0 < 10.0
+    stuck, healthy = rollouts[1], [rollouts[0], rollouts[2]]
+    assert stuck.dropped == "env" and "step took longer than 0.5s" in (stuck.failure or "")
+    assert set(stuck.traj.env_mask) == {0} and stuck.reward == 0.0  # the loss sees none of it; GRPO never scores it
+    assert all(r.dropped is None and r.failure is None and r.turns == 3 for r in healthy)
+    waiting = [t for t in threading.enumerate() if t.name.startswith("train-env")]
+    assert waiting and all(t.daemon for t in waiting)  # the abandoned call never holds the process at exit
