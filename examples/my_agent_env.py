@@ -19,8 +19,6 @@ TASKS = {  # task id -> (family, the customer's request, the writes that solve i
 
 
 class BillingEnv:
-    inline = True  # fast, CPU-only calls: the loop runs them without a thread hop
-
     def __init__(self, max_user_turns: int = 2):
         self.max_user_turns = max_user_turns
 

@@ -21,7 +21,14 @@ endpoint down after its retries, the sandbox lost) is not a reward: it is played
 again (`INFRA_RETRIES` times), and past that the check raises
 envs.errors.InfrastructureFailure once the episodes in flight have ended: the stage
 stops (exit 3), the env is never blamed. Episodes re-played are counted
-(`infra_retried` in the evidence)."""
+(`infra_retried` in the evidence).
+
+An episode that ended in `env_error` (the env's code raised mid-episode) or `timeout` (it did not finish
+within `grpo_readiness.episode_timeout_s`, or the episode runner's own limit fired) is dropped from its
+group, never graded as a reward of 0, and counted (`dropped` in the evidence); its group is graded on the
+episodes left. An env error is still the env's fault: the check fails naming it, as the generator must fix
+it. When timeouts leave no group with an episode, the check raises InfrastructureFailure (the stage stops,
+exit 3: resumable) instead of a verdict."""
 
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 # agents.policy.run_episode adapted to this signature; sandbox/ never imports agents/.
 EpisodeRunner = Callable[[PolicyModel, ValidatedEnv, int, float], Awaitable[Any]]
 PERFECT = 0.99
+DROPPED = ("env_error", "timeout")  # terminations dropped from a group and counted, never graded
 INFRA_RETRIES = 1  # an episode the infrastructure ended is played again this many times (the client and sandbox retry first)
 
 
@@ -91,7 +99,7 @@ async def acheck_grpo_ready(
     stopping = [False]  # set once the verdict is decided: episodes not yet started are skipped
     played = [0]  # episodes the policy played (retries and ungraded ones included): what the check cost
 
-    async def once(seed: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure | None:
+    async def once(seed: int, sem: asyncio.Semaphore) -> float | str | InfrastructureFailure | None:
         async with sem:
             if stopping[0]:
                 return None
@@ -99,13 +107,18 @@ async def acheck_grpo_ready(
             env: ValidatedEnv | None = None
             try:
                 env = await asyncio.to_thread(open_env)
-                episode = await run_episode(policy, env, seed, cfg.temperature)
+                try:
+                    episode = await asyncio.wait_for(run_episode(policy, env, seed, cfg.temperature), cfg.episode_timeout_s)
+                except TimeoutError:
+                    return "timeout"  # the runner was cancelled at the limit: dropped, counted
                 termination = getattr(episode, "termination", None)
                 cause = infra_cause(termination)
                 if cause is not None:  # the endpoint or the sandbox ended it: not the env's reward
                     return InfrastructureFailure(cause, f"a readiness episode at seed {seed}: {str(getattr(episode, 'error', ''))[:300]}")
                 if termination == "env_error":
                     faults.append({"seed": seed, "kind": "env_error", "error": str(getattr(episode, "error", ""))[:1500]})
+                if termination in DROPPED:
+                    return str(termination)
                 return float(getattr(episode, "reward", episode))
             except SandboxLost as e:
                 return InfrastructureFailure("sandbox", f"a readiness episode at seed {seed}: {e}")
@@ -118,9 +131,9 @@ async def acheck_grpo_ready(
             finally:
                 if env is not None:
                     await asyncio.to_thread(_close_quietly, env)
-            return 0.0
+            return "env_error"
 
-    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float | InfrastructureFailure | None:
+    async def one(seed: int, sample: int, sem: asyncio.Semaphore) -> float | str | InfrastructureFailure | None:
         episode_key.set(f"grpo_ready:{seed}#{sample}")  # a local policy seeds from it: reproducible at any concurrency
         for attempt in range(INFRA_RETRIES + 1):
             out = await once(seed, sem)
@@ -133,6 +146,8 @@ async def acheck_grpo_ready(
     sem = asyncio.Semaphore(concurrency)  # FIFO: episodes get their turn in group order
     tasks = {s: [asyncio.ensure_future(one(s, k, sem)) for k in range(cfg.samples)] for s in group_seeds}
     groups: dict[int, list[float]] = {}
+    dropped: dict[str, int] = {}  # termination -> episodes left out of their group
+    reached: set[int] = set()  # groups whose episodes were all seen
     try:
         for s in group_seeds:  # graded in order; stop once the verdict can no longer become a pass
             flat = await asyncio.gather(*tasks[s])
@@ -140,14 +155,25 @@ async def acheck_grpo_ready(
             if lost:  # never graded: the episodes in flight end (finally below), the stage stops
                 raise InfrastructureFailure(lost[-1].cause, f"{len(lost)} of {len(flat)} readiness episodes of a group past "
                                             f"{INFRA_RETRIES} retry: {lost[-1].detail}")
-            groups[s] = [float(x) for x in flat]  # type: ignore[arg-type]
+            for x in flat:
+                if isinstance(x, str):
+                    dropped[x] = dropped.get(x, 0) + 1
+            kept = [float(x) for x in flat if isinstance(x, float | int)]
+            reached.add(s)
+            if kept:
+                groups[s] = kept
             if any(f["seed"] == s for f in faults) or (early_exit and bound_to_fail(groups, len(group_seeds), cfg)):
                 break
     finally:
         stopping[0] = True
         await asyncio.gather(*(t for group in tasks.values() for t in group), return_exceptions=True)
-    graded = [f for s in groups for f in faults if f["seed"] == s]  # a later group's faults were never graded
-    result = _verdict(groups, graded, len(group_seeds), cfg)
+    graded = [f for f in faults if f["seed"] in reached]  # a later group's faults were never graded
+    if not groups and not graded:
+        raise InfrastructureFailure("sandbox", f"no readiness episode finished within grpo_readiness.episode_timeout_s="
+                                    f"{cfg.episode_timeout_s:g} s ({dropped.get('timeout', 0)} timed out)")
+    result = _verdict(groups, graded, len(group_seeds), cfg, reached=len(reached))
+    if dropped:
+        result.evidence["dropped"] = dropped
     if retried[0]:
         result.evidence["infra_retried"] = retried[0]
     if played[0] != result.evidence.get("rollouts"):  # ungraded episodes of later groups, replays: the cost, not the verdict
@@ -166,17 +192,21 @@ def _close_quietly(env: ValidatedEnv) -> None:
         pass
 
 
-def _verdict(groups: dict[int, list[float]], faults: list[dict[str, Any]], planned: int, cfg: GRPOReadinessConfig) -> CheckResult:
+def _verdict(groups: dict[int, list[float]], faults: list[dict[str, Any]], planned: int, cfg: GRPOReadinessConfig, *,
+             reached: int | None = None) -> CheckResult:
+    """`groups`: the graded rewards of each group (dropped episodes left out); `reached`: the groups the check saw."""
     rollouts = sum(len(r) for r in groups.values())
+    reached = len(groups) if reached is None else reached
     if faults:
         f = faults[0]
         return CheckResult.fail("grpo_ready", f"env {f['kind']} during a policy episode at seed {f['seed']}: {f['error'][:300]}",
-                                faults=faults[:5], rollouts=rollouts)
+                                faults=faults[:5], rollouts=rollouts,
+                                rewards={str(s): [round(x, 3) for x in r] for s, r in groups.items()})
     result = grade_groups(groups, cfg)
     result.evidence["rollouts"] = rollouts
-    if len(groups) < planned:
-        result.evidence["stopped_early"] = f"after {len(groups)} of {planned} groups: the verdict could no longer become a pass"
-        result.summary += f" (stopped early after {len(groups)}/{planned} groups)"
+    if reached < planned:
+        result.evidence["stopped_early"] = f"after {reached} of {planned} groups: the verdict could no longer become a pass"
+        result.summary += f" (stopped early after {reached}/{planned} groups)"
     return result
 
 

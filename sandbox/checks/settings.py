@@ -57,6 +57,9 @@ class GRPOReadinessConfig(BaseModel):
     concurrency: int = Field(
         4, ge=1, le=256, description="policy episodes in flight (1: a local policy samples in a fixed order, so the verdict is reproducible)"
     )
+    episode_timeout_s: float = Field(
+        1800.0, gt=0, le=86400.0, description="a readiness episode's time limit: one not finished by then is dropped from its group "
+        "and counted (never graded as a reward of 0); when no group keeps an episode the check stops as an infrastructure failure")
 
     @model_validator(mode="after")
     def _check(self) -> GRPOReadinessConfig:
