@@ -114,6 +114,8 @@ def build_router(
         from agents.gate import GateClassifier, GateScorer
         from evaluation.gate import gate_encoder
 
+        if gate is None and not artifacts.capabilities:  # nothing to route to: the router keeps every task on the base, never scoring
+            return Router(options, OpeningsScorer([]), routing)
         if gate is None:
             raise RouterError("routing.backend=gate needs the run's trained gate (the routing stage trains and stores it: gapforge evaluate RUN)")
         classifier = GateClassifier.from_state(gate)

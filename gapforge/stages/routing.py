@@ -89,7 +89,7 @@ class Routing:
                 openings, seeds = record.openings, list(record.seeds)
             else:
                 openings = self._openings(run_id, artifacts, seeds)
-        if kind == "gate":
+        if kind == "gate" and artifacts.capabilities:  # no trained adapter: nothing to route to, no gate
             gate, encoder = self._train_gate(run_id, artifacts, routing, backend, openings, seeds)
         if keep:
             save_router(store, run_id, router_record(artifacts, backend=kind, openings=openings, seeds=seeds if openings else [], gate=gate))

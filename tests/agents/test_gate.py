@@ -113,3 +113,5 @@ def test_a_gate_for_another_base_or_other_capabilities_is_refused(encoder: Hidde
         build_router(artifacts(), routing=RoutingConfig(backend="gate"), gate=other.state(max_tokens=64), encoder=encoder)
     with pytest.raises(RouterError, match="needs the run's trained gate"):
         build_router(artifacts(), routing=RoutingConfig(backend="gate"), encoder=encoder)
+    nothing = build_router(RunArtifacts("r", [], {}), routing=RoutingConfig(backend="gate"), encoder=encoder)  # no adapter trained yet
+    assert nothing.route("Please cancel order 1012.").target == "base"
