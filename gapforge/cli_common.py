@@ -1,10 +1,11 @@
 """Shared CLI plumbing: config options, the one-line error policy, the console.
 
-Every command takes `--config FILE` and `--set dotted.key=value`. Errors that
-a user can fix (`gapforge.errors.USER_ERRORS`, one class per boundary; a damaged
-store or checkpoint file) are printed as one line on stderr with exit code 2 and no
-traceback; a stage left incomplete by infrastructure failures (`IncompleteStage`) or
-stopped by a full disk (`DiskFull`, `CheckpointDiskFull`, ENOSPC) as one line with exit 3.
+Every command takes `--config FILE` and `--set dotted.key=value`. Every error of
+the project (`gapforge.faults.GapforgeError`) is printed as one line on stderr, no
+traceback, with the exit code its boundary's class carries: 2 for what the user fixes
+(config, input, a damaged store or checkpoint file, ...), 3 for a stop that a resume
+continues (an endpoint or the sandbox down past its retries: `IncompleteStage`; a full
+disk: `DiskFull`, `CheckpointDiskFull`, ENOSPC).
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from gapforge.config import GapforgeConfig, load_config
-from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE, USER_ERRORS, UsageError
-from graph.checkpoint import CheckpointerError
-from graph.context import StageFailed, StageUnavailable
-from store.errors import is_disk_full
+from gapforge.errors import GapforgeError, UsageError, error_line
+from store.errors import DiskFull, is_disk_full
 from store.redact import redact
 
 console = Console()
@@ -30,7 +29,7 @@ ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="YAML conf
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: dotted.key=value (repeatable)")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["ConfigOpt", "SetOpt", "USER_ERRORS", "UsageError", "console", "err_console", "fail", "get_config", "handle_errors", "run_config"]
+__all__ = ["ConfigOpt", "SetOpt", "UsageError", "console", "err_console", "fail", "fail_error", "get_config", "handle_errors", "run_config"]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -39,8 +38,21 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def fail_error(e: GapforgeError, *, resume: str | None = None) -> None:
+    """The one mapping from an error of ours to the CLI: its first line, its class's `exit_code`. With `resume`
+    (the command that continues this run) the line says it: a stop that knows how (`with_resume`) words it
+    itself, another infrastructure failure gets ": resume with ...", anything else "(fix it, then ...)"."""
+    line = error_line(e)
+    if resume is not None:
+        if callable(getattr(e, "with_resume", None)):
+            line = error_line(e.with_resume(resume))  # type: ignore[attr-defined]
+        else:
+            line += f": resume with `{resume}`" if e.infrastructure else f" (fix it, then `{resume}`)"
+    fail(line, e.exit_code)
+
+
 def handle_errors(fn: F) -> F:
-    """Turn user-fixable errors into one line + exit 2."""
+    """Turn every error of ours into one line and its boundary's exit code (an OSError no check foresaw too)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -48,17 +60,13 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
-        except INCOMPLETE_ERRORS as e:  # before USER_ERRORS: a full disk (store.errors.DiskFull) is a StoreError too
-            fail(str(e).splitlines()[0], INCOMPLETE_EXIT_CODE)
-        except (*USER_ERRORS, CheckpointerError) as e:
-            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
-        except (StageFailed, StageUnavailable) as e:  # a stage a command runs cannot work on this run's data / installation
-            fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+        except GapforgeError as e:  # one place for every boundary: gapforge/faults.py says the code
+            fail_error(e)
         except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback
             where = f" ({e.filename})" if e.filename else ""
             if is_disk_full(e):  # nothing is wrong with the input: free space, then run it again
                 fail(f"no space left on the disk{where}: free space there, then run the command again (what finished is kept)",
-                     INCOMPLETE_EXIT_CODE)
+                     DiskFull.exit_code)
             fail(f"{e.strerror or type(e).__name__}{where}: check the path, its permissions and the free disk space")
 
     return wrapper  # type: ignore[return-value]

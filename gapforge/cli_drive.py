@@ -9,8 +9,8 @@ from typing import Any
 
 from rich.console import Console
 
-from gapforge.cli_common import USER_ERRORS, console, fail
-from gapforge.errors import INCOMPLETE_ERRORS, INCOMPLETE_EXIT_CODE
+from gapforge.cli_common import console, fail, fail_error
+from gapforge.errors import GapforgeError
 from gapforge.run_session import RunOptions, drive_run
 from gapforge.run_view import (
     ProgressView,
@@ -45,10 +45,8 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
                                 log=lambda where, text: view.log(f"    {where}: {text}", "dim"))
     except KeyboardInterrupt:
         fail(f"interrupted; continue with `{resume}`", code=130)
-    except INCOMPLETE_ERRORS as e:  # an endpoint or the sandbox down past its retries: stored work kept, nothing blamed
-        fail(str(e.with_resume(resume) if hasattr(e, "with_resume") else e).splitlines()[0], code=INCOMPLETE_EXIT_CODE)
-    except USER_ERRORS as e:
-        fail(f"{str(e).splitlines()[0] if str(e) else type(e).__name__} (fix it, then `{resume}`)")
+    except GapforgeError as e:  # exit 3 for an infrastructure stop (stored work kept, nothing blamed), else 2: fix, then resume
+        fail_error(e, resume=resume)
     if outcome.status == "paused":
         say(f"paused before {', '.join(outcome.waiting_for)}: inspect with `gapforge review {run_id}`, decide with "
              f"`gapforge review {run_id} --approve` (or --keep a,b), then `gapforge run --resume {run_id}`")

@@ -1,34 +1,25 @@
-"""The errors a user can fix, by boundary. The CLI prints any of `USER_ERRORS` as one
-line with exit code 2 and no traceback; stage services raise them, never print."""
+"""The composition root's own input errors. Every error of the project derives from the one root in
+gapforge/faults.py through its boundary's class, which carries the exit code: the CLI
+(gapforge/cli_common.py) prints any `GapforgeError` as one line with that code, so no list of
+classes is kept here. Stage services raise them, never print."""
 
 from __future__ import annotations
 
-from agents.errors import IncompleteStage, ModelError
-from envs.errors import EnvError
-from executor.errors import ExecutorUnavailable
-from graph.checkpoint import CheckpointDiskFull
-from prompts import PromptError
-from sandbox.errors import SandboxError
-from serving.errors import ServingError
-from store.errors import DiskFull, StoreError
+from gapforge.faults import GapforgeError, InputFault
 
 
-class ConfigError(Exception):
+class ConfigError(InputFault):
     """A bad config file, key or value. The message says what to fix."""
 
 
-class UsageError(Exception):
+class UsageError(InputFault):
     """Bad command-line or stage input (a path, an id, a count); the message says what to fix."""
 
 
-# PromptError is a packaging bug, not user input: it is deliberately not listed.
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ConfigError, UsageError, EnvError, StoreError, SandboxError, ModelError, ServingError, ExecutorUnavailable,
-)
+def error_line(e: BaseException) -> str:
+    """The one line an error is printed as: its message's first line, else its class name."""
+    text = str(e)
+    return text.splitlines()[0] if text.strip() else type(e).__name__
 
-# Infrastructure failures that outlived every retry, or a full disk: one line, exit 3 (resumable), never exit 0.
-# (DiskFull is a StoreError: the CLI checks this tuple before USER_ERRORS.)
-INCOMPLETE_ERRORS: tuple[type[BaseException], ...] = (IncompleteStage, DiskFull, CheckpointDiskFull)
-INCOMPLETE_EXIT_CODE = 3
 
-__all__ = ["INCOMPLETE_ERRORS", "INCOMPLETE_EXIT_CODE", "IncompleteStage", "USER_ERRORS", "ConfigError", "EnvError", "ModelError", "PromptError", "SandboxError", "ServingError", "StoreError", "UsageError"]
+__all__ = ["ConfigError", "GapforgeError", "UsageError", "error_line"]

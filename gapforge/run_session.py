@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from gapforge.config import GapforgeConfig, check_run_config, load_config
-from gapforge.errors import INCOMPLETE_ERRORS, UsageError
+from gapforge.errors import GapforgeError, UsageError
 from gapforge.run_progress import keeping_progress, progress_path
 
 RUN_KINDS = ("trace", "demo")
@@ -141,8 +141,8 @@ def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions,
         except KeyboardInterrupt:
             store.set_run_status(run_id, "interrupted")
             raise
-        except INCOMPLETE_ERRORS:  # an endpoint or the sandbox down past its retries: stored work kept, nothing blamed
-            store.set_run_status(run_id, "incomplete")
+        except GapforgeError as e:  # infrastructure (an endpoint or the sandbox down past its retries, a full disk): stored work
+            store.set_run_status(run_id, "incomplete" if e.infrastructure else "failed")  # kept, nothing blamed: incomplete
             raise
         except BaseException:
             store.set_run_status(run_id, "failed")

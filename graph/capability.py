@@ -12,9 +12,10 @@ Running the branch as a subgraph keeps the fan-in honest: the parent's
 `build_router` starts only when every capability's branch has ended, however
 many repair attempts each one needed. A failure inside one branch (a sandbox
 error, a training crash, a generator that never passes) is recorded in that
-capability's row and ends only that branch; the others go on. An error marked
-`infrastructure = True` (an endpoint or the sandbox down past its retries) is not
-the capability's failure: it ends the run (resumable), nothing is recorded.
+capability's row and ends only that branch; the others go on. An error whose class
+says `infrastructure = True` (gapforge/faults.py: an endpoint or the sandbox down past
+its retries, a full disk) is not the capability's failure: it ends the run (resumable),
+nothing is recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from gapforge.faults import GapforgeError
 from graph.context import GraphContext, SynthesisAttempt, ValidationDone
 from graph.nodes import call_stage
 from graph.state import (
@@ -61,7 +63,7 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
     try:
         result, update = await call_stage(stage, fn, *args)
     except Exception as e:  # noqa: BLE001 — recorded per capability (with its type); the other branches go on
-        if getattr(e, "infrastructure", False):
+        if isinstance(e, GapforgeError) and e.infrastructure:
             raise  # the infrastructure's doing, not this capability's: the run stops and a resume redoes it
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)

@@ -21,6 +21,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gapforge.faults import StoreFault
+
 if TYPE_CHECKING:  # langgraph costs ~0.15 s to import: the CLI imports this module's errors at startup
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 _PG = re.compile(r"^postgres(?:ql)?(?:\+\w+)?://", re.IGNORECASE)
 
 
-class CheckpointerError(Exception):
-    """The checkpoint database cannot be opened; the message says what to fix."""
+class CheckpointerError(StoreFault):
+    """The checkpoint database cannot be opened; the message says what to fix (it lives beside the store, or in it)."""
 
 
 class CheckpointDamaged(CheckpointerError):

@@ -24,15 +24,17 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from gapforge.faults import EndpointFault
+
 T = TypeVar("T")
 CANCEL_WAIT_S = 1.0  # how long an ended request's work may take to honour its cancellation
 
 
-class RequestTimedOut(Exception):
+class RequestTimedOut(EndpointFault):
     """The request's work ran past request_timeout_s (504)."""
 
 
-class ServerStopping(Exception):
+class ServerStopping(EndpointFault):
     """The server stopped before the request's answer (503)."""
 
 

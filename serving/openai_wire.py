@@ -12,9 +12,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.protocol import Message, ToolCall
+from gapforge.faults import InputFault
 
 
-class BadRequest(ValueError):
+class BadRequest(InputFault, ValueError):
     """A request of the wrong shape; the message says which part (400)."""
 
 

@@ -1,9 +1,12 @@
-"""Errors at the store boundary."""
+"""Errors at the store boundary: each a `gapforge.faults.StoreFault` (one line, exit 2), but a full
+disk, which is resumable (`DiskFull`: exit 3)."""
 
 from __future__ import annotations
 
+from gapforge.faults import StoreFault
 
-class StoreError(Exception):
+
+class StoreError(StoreFault):
     """A store problem the user can fix (bad URL, unreachable server, unknown run id).
 
     The message is one line and says what to fix; the CLI prints it and exits 2.

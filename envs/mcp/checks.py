@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 from envs.mcp.client import CallOutcome
 from envs.mcp.errors import ServerFailure
-from gapforge.faults import EnvCodeFault
 from envs.mcp.spec import TaskSpec
 from envs.protocol import Message, Score
+from gapforge.faults import EnvCodeFault
 
 CallTool = Callable[[str, dict[str, Any]], CallOutcome]
 

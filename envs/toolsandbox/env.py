@@ -20,9 +20,9 @@ from typing import Any
 
 from envs.errors import EnvError
 from envs.protocol import Message, Score, StepResult, TaskRef
-from gapforge.faults import EnvCodeFault
 from envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
 from envs.toolsandbox.users import user_spec
+from gapforge.faults import EnvCodeFault
 
 NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
 RENAMED = "network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): use ?network=stand-in"

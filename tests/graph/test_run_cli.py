@@ -179,11 +179,11 @@ def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fak
     workspace.mkdir(parents=True)
     (workspace / "endpoint_down").write_text("")
     code, out = invoke("run", "--config", str(fake_config))
-    assert code == 2 and "Traceback" not in out
+    assert code == 3 and "Traceback" not in out  # the endpoint's boundary: infrastructure, resumable
     rid = out.split()[1]
-    assert f"kept failing (connection refused) after 4 retries (fix it, then `gapforge run --resume {rid}`)" in out
+    assert f"kept failing (connection refused) after 4 retries: resume with `gapforge run --resume {rid}`" in out
     with open_store(load_config(fake_config)) as store:
-        assert store.get_run(rid).status == "failed"
+        assert store.get_run(rid).status == "incomplete"
     (workspace / "endpoint_down").unlink()
     code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
     assert code == 0, out

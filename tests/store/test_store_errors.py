@@ -63,9 +63,9 @@ def test_schema_version_mismatch_is_reported(sqlite_url: str) -> None:
 
 
 def test_store_error_is_a_cli_user_error() -> None:
-    from gapforge.errors import USER_ERRORS
+    from gapforge.faults import StoreFault
 
-    assert StoreError in USER_ERRORS
+    assert issubclass(StoreError, StoreFault) and StoreError.exit_code == 2 and not StoreError.infrastructure
 
 
 def test_a_file_that_is_not_a_database_is_named_and_left_untouched(tmp_path: Path) -> None:
