@@ -40,8 +40,6 @@ def _later(date: str, days: int) -> str:
 
 
 class LibraryDeskEnv:
-    inline = True  # fast, CPU-only calls
-
     def __init__(self, max_user_turns: int = 2) -> None:
         self.max_user_turns = max_user_turns
 
