@@ -26,7 +26,7 @@ from typing import Any
 
 from agents.errors import IncompleteStage
 from agents.rollouts import CollectPlan, collect
-from envs.protocol import PolicyModel, TargetEnvironment
+from envs.protocol import Message, PolicyModel, TargetEnvironment
 from evaluation import stats
 from evaluation.config import MAX_FAMILY_TRIALS
 from evaluation.reuse import copy_base_episodes, reuses_base
@@ -196,6 +196,8 @@ async def evaluate(
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
             first = {r.task_id: _first_user(r.messages) for r in rows}
+            for m in sorted({m for m in first.values() if m is not None} - set(decisions)):  # episodes stored by an earlier call
+                await policy.decide([Message.user(m)])
             routing[name] = {t: decisions[m].to_json() for t, m in sorted(first.items()) if m in decisions}
     result = EvaluationResult(plan.run_id, plan.env, list(plan.tasks), plan.trials)
     base = episodes[BASE]

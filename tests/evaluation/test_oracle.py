@@ -5,6 +5,7 @@ same numbers come back through a real store, the stored `oracle` row and the rep
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,42 @@ def test_the_oracle_from_the_store_is_stored_and_reported(tmp_path: Path) -> Non
     assert "| oracle | 33.3% [" in section and "| trace_routed | 33.3% [" in section
     assert "| base | 66.7% [" in section and "+33.3 points" in section
     assert "| adapter:b | 1 | 0 | 1 |" in section and "agreement 67%" in section
+
+
+class _Says:
+    """A PolicyModel that answers one line of text."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def respond(self, messages: list[Any], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Any:
+        from envs.protocol import Message
+
+        return Message.assistant(f"{self.name} here")
+
+
+def test_a_resumed_evaluation_still_stores_the_routers_choices(tmp_path: Path) -> None:
+    """The oracle's confusion reads the routed policy's stored choices: an evaluation run again over stored episodes (a fresh
+    routed policy that played nothing) stores the same choices, not none."""
+    import asyncio
+
+    from agents.routed_policy import RoutedPolicy
+    from agents.router import Router, RoutingConfig, make_options
+    from agents.router_backends import OpeningsScorer
+    from envs.registry import make_env
+    from evaluation.run import EvalPlan, evaluate
+
+    tasks = ["shop-lookup-001", "shop-refusal-001"]
+    env = make_env("shop")
+    opening = next(m.content for m in env.reset(tasks[1]) if m.role == "user")
+    router = Router(make_options([{"name": "pv", "adapter": "pv"}], RoutingConfig().labels), OpeningsScorer([[opening]]), RoutingConfig(backend="openings"))
+    with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        run = store.create_run("trace", {}, run_id="r2")
+        stored = []
+        for _ in range(2):
+            base = _Says("base")
+            policies = {"base": base, "trace_routed": RoutedPolicy(router, base, {"pv": _Says("adapter:pv")}), "adapter:pv": _Says("adapter:pv")}
+            plan = EvalPlan(run, "shop", tasks, trials=1, max_turns=1, n_boot=20)
+            asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families={t: env.task_family(t) for t in tasks}))
+            stored.append({t: d["adapter"] for t, d in store.get_evaluation(run, "eval:trace_routed").metrics["routing"].items()})
+    assert stored[0] == stored[1] == {"shop-lookup-001": None, "shop-refusal-001": "pv"}
