@@ -1,6 +1,6 @@
 """The episode loop: drive a PolicyModel through an Environment until done or a turn limit.
 
-`run_episode(policy, env, task)` returns a `Rollout` (messages, reward, success,
+`run_episode(policy, env, task)` returns a `EpisodeRecord` (messages, reward, success,
 components, the env's evidence — `score_info` and every non-empty `StepResult.info` —
 turns, termination reason, timings, start time). A bad rollout is data: policy
 failures (envs.errors.PolicyError: endpoint down after retries, malformed output)
@@ -50,14 +50,14 @@ from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
 from sandbox.errors import SandboxError
 
 Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "malformed_output", "policy_error", "env_error", "timeout"]
-__all__ = ["INFRA_TERMINATIONS", "Rollout", "Termination", "call_env", "run_episode", "timed_out"]  # INFRA_TERMINATIONS: envs.errors
+__all__ = ["INFRA_TERMINATIONS", "EpisodeRecord", "Termination", "call_env", "run_episode", "timed_out"]  # INFRA_TERMINATIONS: envs.errors
 
 ENV_THREADS = DaemonThreads("env")  # env calls of callers that pass no executor (abandonable: envs.env_threads)
 WAITED_ON = {"env": "the env's own code", "sandbox": "the sandbox", "policy": "the policy's endpoint or model",
              "worker": "a local rollout worker process"}
 
 
-class Rollout(BaseModel):
+class EpisodeRecord(BaseModel):
     """One rollout: a policy run on one task -- the trajectory, its score, the env's evidence and why it ended.
 
     (The stored form is store.models.Episode; the self-test's replayed action lists are
@@ -163,11 +163,11 @@ def timeout_error(call: str, boundary: str, limit_s: float, what: str | None = N
 
 
 def timed_out(env: str, task: TaskRef, policy: str, call: str, boundary: str, limit_s: float, started_at: datetime,
-              elapsed_s: float, what: str | None = None) -> Rollout:
+              elapsed_s: float, what: str | None = None) -> EpisodeRecord:
     """An episode that ended at its time limit before the loop could play it (e.g. its env was still being built,
     or a worker process holding it stopped answering)."""
     error, info = timeout_error(call, boundary, limit_s, what)
-    return Rollout(env=env, task=task, policy=policy, messages=[], reward=0.0, success=False, score_info=info, turns=0,
+    return EpisodeRecord(env=env, task=task, policy=policy, messages=[], reward=0.0, success=False, score_info=info, turns=0,
                    termination="timeout", error=error, timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
                    started_at=started_at)
 
@@ -175,7 +175,7 @@ def timed_out(env: str, task: TaskRef, policy: str, call: str, boundary: str, li
 async def run_episode(
     policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None,
     executor: Executor | None = None, timeout_s: float | None = None, deadline: float | None = None,
-) -> Rollout:
+) -> EpisodeRecord:
     """Reset, then policy.respond -> env.step until done or `max_turns` (raised to `env.max_turns` where the env has one), then score.
 
     Blocking env calls run on `executor` (default: daemon threads, envs.env_threads), or on the event loop
@@ -279,7 +279,7 @@ async def run_episode(
         reward, success, components = 0.0, False, {}
 
     clock["total_s"] = time.perf_counter() - t0
-    return Rollout(
+    return EpisodeRecord(
         env=env.name, task=task, policy=policy.name, messages=messages, reward=reward, success=success,
         components=components, score_info=score_info, step_info=step_info, turns=turns, termination=termination,
         error=error, timings=clock, started_at=started_at,

@@ -1,6 +1,6 @@
 """A PolicyModel over any LangChain chat model, and the message conversion both ways.
 
-The episode loop itself (`run_episode`, `Rollout`) lives in agents/episode.py, which
+The episode loop itself (`run_episode`, `EpisodeRecord`) lives in agents/episode.py, which
 imports no LangChain; it is re-exported here for existing callers.
 
 `ChatModelPolicy` implements envs.protocol.PolicyModel over any LangChain chat
@@ -16,13 +16,13 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from agents.episode import EpisodeRecord, Termination, run_episode
 from agents.errors import ModelEndpointError, ModelError
-from agents.episode import Rollout, Termination, run_episode
 from agents.llm import is_transient, prompt_config
 from envs.errors import EndpointError, MalformedOutputError, PolicyError
 from envs.protocol import Message, ToolCall
 
-__all__ = ["ChatModelPolicy", "Rollout", "Termination", "from_langchain", "run_episode", "to_langchain"]
+__all__ = ["ChatModelPolicy", "EpisodeRecord", "Termination", "from_langchain", "run_episode", "to_langchain"]
 
 
 # --- message conversion ------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
 from agents.config import DEFAULT_EPISODE_TIMEOUT_S
-from agents.episode import Rollout, TimedOut, bounded, call_env, run_episode, timed_out
+from agents.episode import EpisodeRecord, TimedOut, bounded, call_env, run_episode, timed_out
 from agents.errors import IncompleteStage
 from envs.env_threads import DaemonThreads, runs_inline
 from envs.protocol import PolicyModel, TargetEnvironment
@@ -61,7 +61,7 @@ class EpisodePlayer(Protocol):
     returns it; the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
 
     async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> Rollout: ...
+                   timeout_s: float | None = None) -> EpisodeRecord: ...
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class CollectResult:
         return Counter(f.termination for f in self.infra_failures)
 
 
-def episode_fields(ep: Rollout, task_family: str | None) -> dict[str, Any]:
+def episode_fields(ep: EpisodeRecord, task_family: str | None) -> dict[str, Any]:
     """Store columns of one episode."""
     return {
         "policy": ep.policy,
@@ -183,7 +183,7 @@ class GroupWriter:
 async def play_episode(
     policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
     temperature: float | None, executor: Executor | None, timeout_s: float | None = None, env_name: str = "",
-) -> Rollout:
+) -> EpisodeRecord:
     """One episode of (task, sample) on a fresh env, closed after; blocking env calls (building the env among them)
     on `executor` (an `inline` built-in env's on the loop: `call_env`, as run_episode makes them). `timeout_s`: the
     episode's time limit, counted from the start of the env's construction. Sets
@@ -202,7 +202,7 @@ async def play_episode(
                          time.perf_counter() - t0, env_name or None)
     except Exception as e:  # noqa: BLE001 - the env's constructor failed for this episode: its boundary, the others go on
         elapsed = time.perf_counter() - t0
-        return Rollout(env=env_name, task=task_id, policy=getattr(policy, "name", ""), messages=[], reward=0.0, success=False,
+        return EpisodeRecord(env=env_name, task=task_id, policy=getattr(policy, "name", ""), messages=[], reward=0.0, success=False,
                        turns=0, termination="env_error", error=f"building the env failed: {type(e).__name__}: {e}",
                        timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed}, started_at=started_at)
     try:
@@ -232,7 +232,7 @@ async def collect(
     make_env: Callable[[], TargetEnvironment],
     policy: PolicyModel,
     sink: EpisodeSink,
-    on_episode: Callable[[Rollout], None] | None = None,
+    on_episode: Callable[[EpisodeRecord], None] | None = None,
     families: dict[str, str] | None = None,
     result: CollectResult | None = None,
     player: EpisodePlayer | None = None,
@@ -262,7 +262,7 @@ async def collect(
 
 
 async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment], policy: PolicyModel, sink: EpisodeSink,
-                   on_episode: Callable[[Rollout], None] | None, fams: dict[str, str], result: CollectResult | None,
+                   on_episode: Callable[[EpisodeRecord], None] | None, fams: dict[str, str], result: CollectResult | None,
                    player: EpisodePlayer | None, blocking: Callable[..., Any], env_threads: Executor) -> CollectResult:
     done = await blocking(sink.episode_keys, plan.run_id, plan.env)
     todo = [k for k in plan.keys() if k not in done]
@@ -308,7 +308,7 @@ async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment],
     return result
 
 
-def env_failure_line(plan: CollectPlan, result: CollectResult, last: Rollout) -> str:
+def env_failure_line(plan: CollectPlan, result: CollectResult, last: EpisodeRecord) -> str:
     """One line: the env, how many episodes it failed in this call (of the plan's) and how, the limit, the last error."""
     kinds = ", ".join(f"{k}={v}" for k, v in (("env_error", result.env_errors), ("timeout", len(result.timeouts))) if v)
     detail = (last.error or "no detail").splitlines()[0][:300]

@@ -5,7 +5,7 @@ Two policies, each collecting the same plan on every executor (same tasks, sampl
   by the cores a machine has (2 here) and by the other jobs sharing them;
 - `instant`: a policy that answers at once (a fixed tool call), so an episode costs only the env and
   the collector: the difference between Ray and local per episode is the executor's own overhead
-  (dispatch, pickling the Rollout back, the driver's store write), printed in ms.
+  (dispatch, pickling the EpisodeRecord back, the driver's store write), printed in ms.
 
 Each line: episodes/s and the ratio to the local executor measured in the same run (the machine is shared);
 the local rows run before Ray starts in the process (as with executor.kind=local, which never starts Ray).

@@ -9,7 +9,7 @@ cluster: `pool.player(factory)` is the collector's `agents.rollouts.EpisodePlaye
 one pool serves every policy of an evaluation (each worker builds a policy the first time it is asked
 for it).
 
-The driver stays the one writer of the store: a worker returns the `Rollout`, the collector writes it.
+The driver stays the one writer of the store: a worker returns the `EpisodeRecord`, the collector writes it.
 Episodes seed their sampling and tool-call ids from their key (`envs/sampling.py`), so the same plan
 played here, on the driver or on Ray stores the same episodes (tests/executor/test_processes.py).
 
@@ -51,7 +51,7 @@ from typing import Any
 
 from agents.episode import timed_out
 from agents.errors import IncompleteStage
-from agents.rollouts import Rollout, play_episode
+from agents.rollouts import EpisodeRecord, play_episode
 from envs.env_threads import DaemonThreads
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def _worker_main(conn: Any, threads: int | None) -> None:
 
 async def _serve(conn: Any) -> None:
     """Requests: (id, policy key, pickled factory or None, pickled make_env or None, task, sample, max_turns,
-    temperature, timeout_s); None stops. Replies: (id, ok, pickled Rollout or exception)."""
+    temperature, timeout_s); None stops. Replies: (id, ok, pickled EpisodeRecord or exception)."""
     loop = asyncio.get_running_loop()
     pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="worker-io")  # the pipe and policy builds
     env_threads = DaemonThreads("worker-env")  # env calls: abandoned at an episode's time limit
@@ -194,7 +194,7 @@ class _Worker:
         self.process = ctx.Process(target=_worker_main, args=(child, threads), name=f"gapforge-rollout-{index}", daemon=True)
         self.process.start()
         child.close()
-        self.pending: dict[int, asyncio.Future[Rollout]] = {}
+        self.pending: dict[int, asyncio.Future[EpisodeRecord]] = {}
         self.known: set[str] = set()  # policy keys whose factory this worker was sent
         self.send_lock = threading.Lock()  # the pipe's writers: the loop's sends and close()
         self.order: asyncio.Lock | None = None  # FIFO on the loop: requests reach the worker in the order they were made
@@ -302,7 +302,7 @@ class ProcessPool:
         return ProcessPlayer(self, f"policy-{next(self.keys)}", *blobs)
 
     async def play(self, key: str, factory: bytes, make_env: bytes, task_id: str, sample: int, *, max_turns: int,
-                   temperature: float | None, timeout_s: float | None = None) -> Rollout:
+                   temperature: float | None, timeout_s: float | None = None) -> EpisodeRecord:
         assert self.loop is not None, "start() the pool first"
         live = [w for w in self.workers if w.lost is None and w.stuck is None] or [w for w in self.workers if w.lost is None]
         if not live:
@@ -310,7 +310,7 @@ class ProcessPool:
                              "(or set executor.local_rollout_workers=1)")
         w = min(live, key=lambda x: len(x.pending))
         req_id = next(self.ids)
-        future: asyncio.Future[Rollout] = self.loop.create_future()
+        future: asyncio.Future[EpisodeRecord] = self.loop.create_future()
         w.pending[req_id] = future
         w.begun[req_id] = self.loop.create_future()
         if w.stuck is not None:
@@ -375,7 +375,7 @@ class ProcessPlayer:
         self.pool, self.key, self.factory, self.make_env = pool, key, factory, make_env
 
     async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> Rollout:
+                   timeout_s: float | None = None) -> EpisodeRecord:
         return await self.pool.play(self.key, self.factory, self.make_env, task_id, sample, max_turns=max_turns,
                                     temperature=temperature, timeout_s=timeout_s)
 

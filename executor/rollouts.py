@@ -4,7 +4,7 @@ Each `RolloutWorker` actor builds its own policy (`policy_factory()`: an endpoin
 model loaded once per actor) and a fresh env per episode, and plays episodes on its own event loop
 (an async actor: `executor.rollout` resources each). `RayEpisodePlayer` is the collector's
 `agents.rollouts.EpisodePlayer`: it sends each (task, sample) to the least busy actor and hands the
-`Rollout` back; the driver's collector stays the one writer of the store (keyed writes: a retried
+`EpisodeRecord` back; the driver's collector stays the one writer of the store (keyed writes: a retried
 episode is never stored twice).
 
 Each episode carries its time limit (`rollouts.episode_timeout_s`), enforced on the actor's loop (agents.episode);
@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from agents.errors import IncompleteStage
-from agents.rollouts import Rollout, play_episode
+from agents.rollouts import EpisodeRecord, play_episode
 from envs.env_threads import DaemonThreads
 from envs.protocol import PolicyModel, TargetEnvironment
 from executor.cluster import check_feasible, connect, options
@@ -43,7 +43,7 @@ class RolloutWorker:
         return os.getpid()
 
     async def play(self, task_id: str, sample: int, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> Rollout:
+                   timeout_s: float | None = None) -> EpisodeRecord:
         # a task of its own: the episode key it sets stays in its own context
         return await asyncio.create_task(play_episode(self.policy, self.make_env, task_id, sample, max_turns=max_turns,
                                                       temperature=temperature, executor=self.pool, timeout_s=timeout_s))
@@ -65,7 +65,7 @@ class RayEpisodePlayer:
         self.max_retries = max_retries
 
     async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> Rollout:
+                   timeout_s: float | None = None) -> EpisodeRecord:
         i = min(range(len(self.actors)), key=self.busy.__getitem__)
         self.busy[i] += 1
         try:

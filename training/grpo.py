@@ -12,7 +12,7 @@ Each dataset row's prompt is the task reference as JSON (a synthetic seed or a
 target task id); TRL's RepeatSampler hands each row K times in a row, so one run
 of equal prompts is one GRPO group played from the identical initial state.
 
-A rollout an env or infrastructure fault ended (`Rollout.dropped`) is not data
+A rollout an env or infrastructure fault ended (`TokenRollout.dropped`) is not data
 about the model: its sampled tokens are masked (training/rollout.py) and the
 reward handed to TRL is its group's mean over the healthy rollouts (0 when none),
 so it moves neither the group's mean nor anyone's advantage; the step log counts
@@ -29,7 +29,7 @@ from typing import Any
 
 from training.config import TrainingConfig
 from training.cpu import cuda_available
-from training.rollout import EnvFactory, Rollout, run_groups
+from training.rollout import EnvFactory, TokenRollout, run_groups
 from training.sampler import Sampler, TransformersSampler, VLLMSampler
 
 
@@ -88,7 +88,7 @@ class StepLog:
 @dataclass
 class RolloutRecorder:
     steps: list[StepLog] = field(default_factory=list)
-    last: list[Rollout] = field(default_factory=list)
+    last: list[TokenRollout] = field(default_factory=list)
 
 
 def groups_of(prompts: list[Any]) -> list[tuple[Any, int]]:
@@ -109,7 +109,7 @@ def informative_share(rewards_by_group: list[list[float]]) -> float:
     return sum(1 for g in groups if max(g) - min(g) > 1e-9) / len(groups)
 
 
-def trained_rewards(group: list[Rollout]) -> list[float]:
+def trained_rewards(group: list[TokenRollout]) -> list[float]:
     """The rewards TRL sees for one group: a dropped rollout gets the healthy rollouts' mean (0 when none),
     so it shifts neither the group mean nor any advantage (its tokens are masked anyway)."""
     healthy = [r.reward for r in group if r.dropped is None]
@@ -133,7 +133,7 @@ def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any,
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         t0 = time.perf_counter()
         sampler = sampler_for(trainer)
-        rollouts: list[Rollout] = []
+        rollouts: list[TokenRollout] = []
         by_group: list[list[float]] = []
         rewards: list[float] = []
         groups = [(json.loads(prompt) if isinstance(prompt, str) else prompt, count) for prompt, count in groups_of(prompts)]

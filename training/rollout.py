@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Rollout:
+class TokenRollout:
     task: TaskRef
     traj: TokenTrajectory
     messages: list[Message] = field(default_factory=list)
@@ -79,7 +79,7 @@ DROPPED = ("env", "infra")
 class _Episode:
     def __init__(self, env: Environment, task: TaskRef, timeout_s: float, pool: futures.Executor) -> None:
         self.env, self.timeout_s, self.pool = env, timeout_s, pool
-        self.rollout = Rollout(task=task, traj=TokenTrajectory(prompt_ids=[]))
+        self.rollout = TokenRollout(task=task, traj=TokenTrajectory(prompt_ids=[]))
         self.tools: list[dict[str, Any]] = []
         self.active = True
 
@@ -119,7 +119,7 @@ def _fallback_prompt(tokenizer: Any) -> list[int]:
 
 def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, tokenizer: Any, max_turns: int,
               max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float,
-              malformed: str = "end") -> list[Rollout]:
+              malformed: str = "end") -> list[TokenRollout]:
     """K rollouts of `task`; each gets its own env instance, all closed on return. An unparsable tool
     call ends its rollout (`malformed="end"`, blamed on the model) or is passed to the env as the
     turn's text, as a chat API would return it, and the rollout goes on (`"continue"`). The sampler
@@ -131,7 +131,7 @@ def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, 
 
 def run_groups(make_env: EnvFactory, groups: list[tuple[TaskRef, int]], *, sampler: Sampler, tokenizer: Any, max_turns: int,
                max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float,
-               malformed: str = "end") -> list[list[Rollout]]:
+               malformed: str = "end") -> list[list[TokenRollout]]:
     """Several groups `[(task, K), ...]` in one lockstep: each turn samples every live rollout of every group as one
     batch. Row i of group g at turn t samples with the seed of its key (g, i, t), so its tokens do not depend on
     which rows share its batch (up to float rounding of differently shaped matmuls). Otherwise as `run_group`."""
@@ -142,7 +142,7 @@ def run_groups(make_env: EnvFactory, groups: list[tuple[TaskRef, int]], *, sampl
 
 def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: Sampler, tokenizer: Any, max_turns: int,
           max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float, malformed: str,
-          keyed: bool) -> list[list[Rollout]]:
+          keyed: bool) -> list[list[TokenRollout]]:
     if malformed not in ("end", "continue"):
         raise ValueError(f"malformed must be 'end' or 'continue', got {malformed!r}")
     pool = DaemonThreads("train-env")  # a call past its deadline is abandoned, never joined at exit
@@ -237,4 +237,4 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
     r.traj.add_env(delta)
 
 
-__all__ = ["DROPPED", "EnvFactory", "Rollout", "TemplateDriftError", "run_group", "run_groups"]
+__all__ = ["DROPPED", "EnvFactory", "TokenRollout", "TemplateDriftError", "run_group", "run_groups"]

@@ -46,7 +46,7 @@ from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 
 # (policy, env, seed, temperature) -> the episode: a reward, or an object with `.reward` and
-# optionally `.termination` / `.error` (agents.policy.Rollout). The composition root passes
+# optionally `.termination` / `.error` (agents.policy.EpisodeRecord). The composition root passes
 # agents.policy.run_episode adapted to this signature; sandbox/ never imports agents/.
 EpisodeRunner = Callable[[PolicyModel, ValidatedEnv, int, float], Awaitable[Any]]
 PERFECT = 0.99

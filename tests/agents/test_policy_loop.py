@@ -10,7 +10,7 @@ from langchain_core.messages import ToolMessage
 
 from agents.errors import ModelError
 from agents.llm import ScriptedChatModel, make_chat_model
-from agents.policy import ChatModelPolicy, Rollout, from_langchain, run_episode, to_langchain
+from agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
 from envs.errors import EnvError
 from envs.protocol import Message, PolicyModel, ToolCall
 from gapforge.config import EndpointConfig
@@ -50,7 +50,7 @@ async def test_success_path() -> None:
     assert (ep.env, ep.task, ep.policy) == ("toy-locker", "hard", "scripted")
     assert set(ep.timings) == {"policy_s", "env_s", "total_s"}
     assert ep.timings["total_s"] >= ep.timings["policy_s"] + ep.timings["env_s"] - 1e-6
-    assert Rollout.model_validate_json(ep.model_dump_json()) == ep  # storable as JSON
+    assert EpisodeRecord.model_validate_json(ep.model_dump_json()) == ep  # storable as JSON
 
 
 async def test_tool_errors_and_text_replies_are_observations() -> None:

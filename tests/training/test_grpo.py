@@ -101,11 +101,11 @@ def test_a_rollout_an_env_or_infrastructure_fault_ended_is_dropped_from_the_loss
 
 def test_a_dropped_rollout_gets_its_groups_healthy_mean_not_zero():
     from training.grpo import trained_rewards
-    from training.rollout import Rollout
+    from training.rollout import TokenRollout
     from training.tokens import TokenTrajectory
 
     def r(reward, failure=None):
-        return Rollout(task=1, traj=TokenTrajectory(prompt_ids=[1]), reward=reward, failure=failure)
+        return TokenRollout(task=1, traj=TokenTrajectory(prompt_ids=[1]), reward=reward, failure=failure)
 
     assert trained_rewards([r(0.2), r(0.0, "env: RuntimeError: x"), r(0.6), r(0.0, "infra: killed: y")]) == pytest.approx([0.2, 0.4, 0.6, 0.4])
     assert trained_rewards([r(0.0, "model: malformed"), r(1.0)]) == [0.0, 1.0]  # the model's own failure is trained on
