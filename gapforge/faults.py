@@ -25,7 +25,8 @@ It lives in gapforge/ (the package everything installs under) but sits below eve
 imports nothing (gapforge/__init__.py is empty too), and it is the one module of gapforge that the
 other folders may import (`.importlinter`). A few exceptions are not gapforge's errors on purpose:
 the synthetic-env SDK and the in-sandbox server run with the standard library only, a tool's
-refusal is the agent's data; tests/gapforge/test_error_root.py lists them with their reasons.
+refusal is the agent's data, the episode loop's time-limit signal becomes a `timeout` termination
+where it is raised; tests/gapforge/test_error_root.py lists them with their reasons.
 """
 
 from __future__ import annotations
