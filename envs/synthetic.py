@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import EnvError
+from envs.naming import synthetic_env_name
 from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
 from envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
-from envs.naming import synthetic_env_name
 
 
 def load_env_class(path: str | Path) -> type[SyntheticEnv]:

@@ -73,7 +73,6 @@ app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze) 
 
 def main() -> None:
     from store.redact import install_log_redaction
-
     from training.deprecations import quiet_library_deprecations
 
     install_log_redaction()  # URL passwords never reach a log line

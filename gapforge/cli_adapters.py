@@ -8,6 +8,7 @@ from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, handle_errors, run_config
 
+
 @handle_errors
 def adapters(run_id: str = typer.Argument(..., help="run id"), config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Table: capability, status, steps, held-out reward before -> after, path."""

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, fail, handle_errors, run_config
 
+
 def _fmt(x: float | None, ci: tuple[float | None, float | None] | None = None) -> str:
     if x is None:
         return "undefined"

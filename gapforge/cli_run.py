@@ -13,9 +13,9 @@ import typer
 from envs.target_check import describe
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handle_errors
 from gapforge.cli_drive import drive, print_table, say, store_of
+from gapforge.executor_wiring import connect_executor, executor_overrides
 from gapforge.run_progress import read_progress
 from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
-from gapforge.executor_wiring import connect_executor, executor_overrides
 from gapforge.run_view import (
     capability_table,
     cost_table,

@@ -16,9 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agents.analysis.config import AnalysisConfig
+from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
 from agents.router import RoutingConfig  # the router's own section (agents/router.py)
 from agents.synthesis.config import SynthesisConfig
-from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
 from envs.tau2.config import Tau2Config
 from evaluation.config import EvaluationConfig
 from executor.config import ExecutorConfig

@@ -21,8 +21,8 @@ import struct
 import time
 from typing import Any
 
-from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
+from sandbox.config import SandboxConfig
 from sandbox.errors import NO_DAEMON, SandboxError, image_missing
 from sandbox.stage import CONTAINER_ROOT
 

@@ -26,8 +26,8 @@ from pydantic import ValidationError
 
 from envs.naming import synthetic_env_name
 from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
-from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
+from sandbox.config import SandboxConfig
 from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 from sandbox.pool import SandboxPool
 

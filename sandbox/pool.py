@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
+from sandbox.config import SandboxConfig
 from sandbox.errors import EnvCodeError, SandboxError
 from sandbox.stage import Stage
 

@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbox.config import SandboxConfig
 from sandbox.channel import Channel
+from sandbox.config import SandboxConfig
 from sandbox.errors import EnvFailureKind
 
 log = logging.getLogger(__name__)

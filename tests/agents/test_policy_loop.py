@@ -7,15 +7,15 @@ import re
 
 import pytest
 from langchain_core.messages import ToolMessage
+from locker_env import LockerEnv
 
 from agents.errors import ModelError
 from agents.llm import ScriptedChatModel, make_chat_model
 from agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
 from envs.errors import EnvError
 from envs.protocol import Message, PolicyModel, ToolCall
-from gapforge.config import EndpointConfig
-from locker_env import LockerEnv
 from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
+from gapforge.config import EndpointConfig
 
 
 def call(name: str, arguments: dict | str | None = None) -> dict:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envs.breaker import reset_breakers
-from gapforge.cli import app
 from fixtures.fake_openai import FakeOpenAIServer, Faults, text_reply
+from gapforge.cli import app
 from store import Store
 
 ROOT = Path(__file__).parents[2]

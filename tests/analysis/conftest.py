@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agents.analysis.config import AnalysisConfig
-from fixtures.planted_policy import collect_planted
 from envs.shop.env import ShopEnv
+from fixtures.planted_policy import collect_planted
 from store import Store
 
 RUN = "r-analysis"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from agents.analysis.compact import ByteEstimate, compact_episode, make_token_counter

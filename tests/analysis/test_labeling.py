@@ -21,8 +21,8 @@ from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import recorded_analyst
 from agents.analysis.service import analyze_run
 from agents.llm import make_chat_model
-from gapforge.config import EndpointConfig
 from fixtures.fake_openai import FakeOpenAIServer
+from gapforge.config import EndpointConfig
 
 RUN = "r-analysis"  # the run tests/analysis/conftest.py collects
 

@@ -14,9 +14,9 @@ from agents.analysis.discovery import discover
 from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import recorded_analyst
 from agents.errors import StructuredOutputError
-from fixtures.planted_policy import PlantedDeficit, play
 from agents.scripted import ScriptedChatModel
 from envs.shop.env import ShopEnv
+from fixtures.planted_policy import PlantedDeficit, play
 from store import Store
 
 CAPS = ("precondition_verification", "user_confirmation")

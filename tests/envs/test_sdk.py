@@ -16,8 +16,7 @@ import pytest
 
 from envs.errors import EnvError
 from envs.protocol import Message
-from envs.sdk import (EnvDefinitionError, ProtocolError, SyntheticEnv, ToolError, action_to_message,
-                      find_env_class, tool)
+from envs.sdk import EnvDefinitionError, ProtocolError, SyntheticEnv, ToolError, action_to_message, find_env_class, tool
 from envs.synthetic import InProcessSyntheticEnv, load_env_class
 
 SDK_PATH = Path(__file__).resolve().parents[2] / "envs" / "sdk.py"

@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from evaluation.policies import GRPO_TARGET
-from serving.chat_format import qwen3_training_template
 from fixtures.fake_openai import FakeOpenAIServer
+from serving.chat_format import qwen3_training_template
 from tests.gapforge.dryrun_roles import CAPABILITY, respond
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,9 +25,7 @@ def gapforge_containers(client) -> list[str]:
 def sandbox_image(docker_client) -> str:
     """The sandbox image tag; built offline (local Python, else debootstrap) unless current."""
     from sandbox.errors import SandboxError
-    from sandbox.image import build_image
-
-    from sandbox.image import image_is_current
+    from sandbox.image import build_image, image_is_current
 
     if not image_is_current(docker_client, TAG):
         try:

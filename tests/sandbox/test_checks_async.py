@@ -14,10 +14,10 @@ import pytest
 
 from agents.episode import run_episode
 from envs.synthetic import InProcessSyntheticEnv
+from fixtures.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 from sandbox.checks import avalidate_env, validate_env
 from sandbox.checks.grpo import check_grpo_ready
 from sandbox.checks.settings import GRPOReadinessConfig
-from fixtures.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 from serving.openai_policy import EndpointPolicy
 
 BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"

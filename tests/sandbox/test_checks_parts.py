@@ -18,10 +18,10 @@ from gapforge.config import GRPOReadinessConfig
 from sandbox.checks import validate_env
 from sandbox.checks.adversarial import corrupt, corruption_plan
 from sandbox.checks.behaviour import check_diverse
-from sandbox.checks.probe import Probe
-from sandbox.checks.settings import SelfTestThresholds
 from sandbox.checks.grpo import grade_groups
+from sandbox.checks.probe import Probe
 from sandbox.checks.schemas import fidelity_problems, random_args, schema_problems
+from sandbox.checks.settings import SelfTestThresholds
 
 BROKEN = Path(__file__).parent / "broken"
 BASELINE = BROKEN / "baseline_ok.py"

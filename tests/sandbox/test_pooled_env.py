@@ -18,7 +18,6 @@ from sandbox.errors import EnvCodeError, SandboxError
 from sandbox.pool import SandboxPool
 
 
-
 def gapforge_containers(client) -> list[str]:
     return [c.id for c in client.containers.list(all=True, filters={"label": f"gapforge.pid={os.getpid()}"})]
 

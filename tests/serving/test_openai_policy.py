@@ -8,8 +8,8 @@ import pytest
 
 from envs.errors import EndpointError, MalformedOutputError, PolicyError
 from envs.protocol import Message, tool_schema
-from serving.errors import ServingError
 from fixtures.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
+from serving.errors import ServingError
 from serving.openai_policy import EndpointPolicy
 
 TOOLS = [tool_schema("lookup", "Look a thing up.", {"key": {"type": "string"}})]

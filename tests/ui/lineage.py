@@ -25,9 +25,9 @@ from typing import Any
 from agents.analysis.schemas import dictionary_hash
 from agents.analysis.selection import select
 from agents.analysis.split import analysis_episodes
-from fixtures.planted_policy import PlantedDeficit, collect_planted
 from evaluation import stats
 from evaluation.run import child_run_id
+from fixtures.planted_policy import PlantedDeficit, collect_planted
 from graph.context import (
     BaselineDone,
     CapabilityStats,

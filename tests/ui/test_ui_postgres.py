@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 import yaml  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
+
 from store.reader import StoreReader  # noqa: E402
 from tests.ui.conftest import drive_lineage  # noqa: E402
 from ui.app import create_app  # noqa: E402
