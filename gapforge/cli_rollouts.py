@@ -22,7 +22,6 @@ from agents.rollouts import CollectResult, EnvFailureShare, rollout_summary
 from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,
-    UsageError,
     console,
     err_console,
     get_config,
@@ -30,6 +29,7 @@ from gapforge.cli_common import (
 )
 from gapforge.cli_rollouts_show import register_show, render_summary
 from gapforge.executor_wiring import connect_executor, episode_player
+from gapforge.rollouts_run import check_identity, parse_tasks, resume_command
 from gapforge.run_lease import run_lease
 from gapforge.stages.rollouts import check_run_target, target_record
 from gapforge.wiring import (
@@ -44,36 +44,6 @@ app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a 
 register_show(app)  # `rollouts tasks` and `rollouts show` (gapforge/cli_rollouts_show.py)
 
 
-def _parse_tasks(raw: str | None, known: list[str]) -> list[str]:
-    if raw is None:
-        return known
-    wanted = list(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))  # once each, in order
-    if not wanted:
-        raise UsageError(f"--tasks {raw!r} names no task: give comma-separated ids (list them with `gapforge rollouts tasks ENV`) or omit it for all")
-    unknown = [t for t in wanted if t not in set(known)]
-    if unknown:
-        raise UsageError(f"unknown task id(s) {', '.join(unknown)}: list them with `gapforge rollouts tasks ENV`")
-    return wanted
-
-
-def _resume_command(run_id: str, config: str | None) -> str:
-    return f"gapforge rollouts collect --run {run_id}" + (f" --config {config}" if config else "")
-
-
-def _check_identity(run_row, env_name: str, policy_name: str | None) -> None:
-    """A run collects one env with one policy: refuse work that does not belong to it (policy None: the env only)."""
-    stored = run_row.config or {}
-    if run_row.kind != "rollouts":
-        raise UsageError(f"run {run_row.id} is a {run_row.kind} run, not a rollouts run: start a new one (omit --run)")
-    for what, mine in (("env", env_name), ("policy", policy_name)):
-        theirs = stored.get(what)
-        if theirs is not None and mine is not None and theirs != mine:
-            raise UsageError(
-                f"run {run_row.id} collects env {stored.get('env')!r} with policy {stored.get('policy')!r}, not {what} {mine!r}: "
-                "resume it with its own env and policy, or start a new run (omit --run)"
-            )
-
-
 @app.command("collect")
 @handle_errors
 def collect_cmd(
@@ -83,7 +53,8 @@ def collect_cmd(
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,
-    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing episodes run; env, policy and tasks default to the run's)")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing episodes run; "
+                                            "env, policy and tasks default to the run's)")] = None,
     allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --run: go on although the env's tools or tasks changed")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -123,15 +94,15 @@ def collect_cmd(
     finally:
         probe.close()
     if prior is not None:  # before the task ids: a changed task set is named as such
-        _check_identity(prior, env_name, None)
+        check_identity(prior, env_name, None)
         for warning in check_run_target(store, prior.id, target, allow_change=allow_env_change, record=False):
             err_console.print(f"warning: {warning}", highlight=False)
-    task_ids = _parse_tasks(wanted, known)
+    task_ids = parse_tasks(wanted, known)
     families = {t: family_of[t] for t in task_ids}
     pol_cfg = apply_policy_spec(cfg, policy_spec)
     pol = deps.make_policy(pol_cfg)
     if prior is not None:
-        _check_identity(prior, env_name, pol.name)
+        check_identity(prior, env_name, pol.name)
     run_config = {
         "command": "rollouts collect", "env": env_name, "policy": pol.name, "policy_spec": policy_spec,
         "tasks": task_ids, "samples": cfg.rollouts.samples if samples is None else samples, "config": cfg.dump(),
@@ -150,7 +121,7 @@ def collect_cmd(
         episode_timeout_s=cfg.rollouts.episode_timeout_s,
         max_env_failure_share=cfg.rollouts.max_env_failure_share,
     )
-    resume = _resume_command(run_id, config)
+    resume = resume_command(run_id, config)
     with run_lease(cfg, run_id, "rollouts collect"):
         if prior is not None:  # recorded under the lease (checked above, before any work)
             check_run_target(store, run_id, target, allow_change=allow_env_change)

@@ -46,11 +46,13 @@ def test_collect_counts_families_and_resume(store: Store) -> None:
     run_id = store.create_run("rollouts", {})
     plan = CollectPlan(run_id=run_id, env="shop", tasks=TASKS, samples=3, concurrency=4, max_turns=2)
 
-    first = asyncio.run(collect(CollectPlan(**{**plan.__dict__, "tasks": TASKS[:2]}), make_env=lambda: make_env("shop"), policy=_greeter(), sink=store, families=families))
+    first = asyncio.run(collect(CollectPlan(**{**plan.__dict__, "tasks": TASKS[:2]}), make_env=lambda: make_env("shop"), policy=_greeter(),
+                                sink=store, families=families))
     assert (first.planned, first.skipped, first.ran) == (6, 0, 6)
 
     seen: list[str] = []
-    second = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=_greeter(), sink=store, families=families, on_episode=lambda ep: seen.append(str(ep.task))))
+    second = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=_greeter(), sink=store, families=families,
+                                 on_episode=lambda ep: seen.append(str(ep.task))))
     assert (second.planned, second.skipped, second.ran) == (12, 6, 6)
     assert sorted(set(seen)) == sorted(TASKS[2:])
 
@@ -98,7 +100,8 @@ def test_kill_halfway_then_resume_yields_exact_count(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     tasks = ",".join(make_env("shop").task_ids()[:8])
     with FakeOpenAIServer(lambda _r: tool_call_message("get_product_details", {"product_id": "nope"}), latency_s=0.15) as srv:
-        args = ["rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--samples", "2", "--concurrency", "2", "--tasks", tasks, "--set", "rollouts.max_turns=2"]
+        args = ["rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--samples", "2", "--concurrency", "2", "--tasks", tasks,
+                "--set", "rollouts.max_turns=2"]
         env = {**os.environ, "GAPFORGE_WORKSPACE": str(ws)}
         proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         db = ws / "gapforge.db"
@@ -151,7 +154,8 @@ def test_show_lists_and_prints_trajectory(tmp_path: Path) -> None:
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     runner = CliRunner()
     base = ["--set", f"workspace={tmp_path}"]
-    res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001", "--set", "rollouts.max_turns=2", *base])
+    res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001",
+                              "--set", "rollouts.max_turns=2", *base])
     assert res.exit_code == 0, res.output
     run_id = res.output.splitlines()[0].split()[-1]
     listing = runner.invoke(app, ["rollouts", "show", run_id, *base])

@@ -34,14 +34,15 @@ class KeywordScorer:
         return [ord(c) for c in label]
 
     def render(self, messages: list[dict[str, Any]]) -> str:
-        return messages[0]["content"].split('"""')[1].lower()
+        return messages[0]["content"].split('"""')[-2].lower()
 
     def label_logprobs(self, prompts: list[str], token_ids: list[int]) -> list[list[float]]:
         return [[-0.1, -9.0, -3.0] if "tracking" in p else [-1.0, -9.0, -1.5] if "cancel an order" in p else [-4.0, -9.0, -0.1] for p in prompts]
 
 
 def keyword_router() -> Router:
-    options = make_options([{"name": "precondition_verification", "adapter": "pv"}, {"name": "structured_data_reasoning", "adapter": "sdr"}], RoutingConfig().labels)
+    capabilities = [{"name": "precondition_verification", "adapter": "pv"}, {"name": "structured_data_reasoning", "adapter": "sdr"}]
+    options = make_options(capabilities, RoutingConfig().labels)
     return Router(options, KeywordScorer(), RoutingConfig(margin=1.0))
 
 

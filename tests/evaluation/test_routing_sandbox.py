@@ -45,7 +45,7 @@ class KeywordScorer:
         return [ord(c) for c in label]
 
     def render(self, messages: list[dict[str, Any]]) -> str:
-        return messages[0]["content"].split('"""')[1].lower()  # the task's first user message (prompts/router.md)
+        return messages[0]["content"].split('"""')[-2].lower()  # the last quoted block: the task's first user message (prompts/router.md)
 
     def label_logprobs(self, prompts: list[str], token_ids: list[int]) -> list[list[float]]:
         rows = []
