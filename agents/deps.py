@@ -50,7 +50,8 @@ class StageDeps:
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     workspace: Workspace = field(default_factory=lambda: Workspace(Path(".gapforge")))
     episode_runner: Callable[..., Any] | None = None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
-    sandbox_checks: Any = None  # agents.selftest.SandboxChecks: readiness on local worker processes, or self-test + readiness on a Ray Docker node (None: all here)
+    # agents.selftest.SandboxChecks: readiness on local worker processes, or self-test + readiness on a Ray Docker node (None: all here)
+    sandbox_checks: Any = None
     _store: Store | None = field(default=None, init=False, repr=False)
     _pool: SandboxPool | None = field(default=None, init=False, repr=False)
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)

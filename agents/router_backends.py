@@ -117,7 +117,8 @@ class CompletionsScorer(_TokenizerMixin):
         try:
             resp = self._client.post(self.url, json=body)
         except httpx.HTTPError as e:
-            raise ModelEndpointError(f"router endpoint {self.url} unreachable ({type(e).__name__}): start the vLLM server or fix routing.vllm_base_url") from None
+            raise ModelEndpointError(f"router endpoint {self.url} unreachable ({type(e).__name__}): "
+                                     "start the vLLM server or fix routing.vllm_base_url") from None
         if resp.status_code != 200:
             raise ModelEndpointError(f"router endpoint {self.url} answered {resp.status_code}: {resp.text[:200]}")
         choices = sorted(resp.json().get("choices", []), key=lambda c: c.get("index", 0))

@@ -214,7 +214,8 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     section, current = "desc", None
     for line in lines:
         head = line.strip().rstrip(":").lower()
-        if line and not line[0].isspace() and line.strip().endswith(":") and head in {"args", "arguments", "parameters", "returns", "raises", "example", "examples"}:
+        if (line and not line[0].isspace() and line.strip().endswith(":")
+                and head in {"args", "arguments", "parameters", "returns", "raises", "example", "examples"}):
             section, current = head, None
             continue
         if section == "desc":

@@ -219,7 +219,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         first = evals[0].metrics
         lines += [f"Env `{first['env']}`, {first['tasks']} tasks × {first['trials']} trials per policy; 95% bootstrap intervals over tasks.", ""]
         lines += _more_trials(evals)
-        lines += ["| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |", "|---|---|---|---|---|---|"]
+        lines += ["| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |",
+                  "|---|---|---|---|---|---|"]
         for e in evals:
             m = e.metrics
             ks = ", ".join(f"^{k}={v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
@@ -269,7 +270,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     lines += ["## Router", ""]
     if router is not None:
         m = router.metrics
-        lines += [f"Accuracy {m['accuracy']:.1%} on {len(m.get('cases', []))} cases (abstentions count as none: {m.get('abstained', 0)}); prompt `{m.get('prompt')}`, margin {m.get('margin')}.", ""]
+        lines += [f"Accuracy {m['accuracy']:.1%} on {len(m.get('cases', []))} cases (abstentions count as none: {m.get('abstained', 0)}); "
+                  f"prompt `{m.get('prompt')}`, margin {m.get('margin')}.", ""]
         plots.append(_confusion(m, out / "router_confusion.png"))
         lines += ["![confusion](router_confusion.png)", ""]
     else:

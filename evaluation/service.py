@@ -79,7 +79,8 @@ def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200) -> 
     return RunArtifacts(run_id, out, paths, damaged)
 
 
-def load_backend(base_model_path: str | Path, artifacts: RunArtifacts, *, extra_adapters: Mapping[str, str | Path] | None = None, max_new_tokens: int = 512, seed: int = 0):
+def load_backend(base_model_path: str | Path, artifacts: RunArtifacts, *, extra_adapters: Mapping[str, str | Path] | None = None,
+                 max_new_tokens: int = 512, seed: int = 0):
     """One MultiAdapterModel: the base weights once, every capability adapter (+ e.g. the GRPO-on-target baseline)."""
     from serving.multi_adapter import MultiAdapterModel
 

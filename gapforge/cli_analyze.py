@@ -126,7 +126,7 @@ def analyze(
                             done: list[Any] = []
                             for p in range(cfg.analysis.passes):
                                 offset = sum(r.episodes for r in done)
-                                done.append(await steps.label_pass(run, p, retry_failed=retry_failed, on_progress=lambda d, t: bar.update(
+                                done.append(await steps.label_pass(run, p, retry_failed=retry_failed, on_progress=lambda d, t, offset=offset: bar.update(
                                     task, completed=offset + d, total=t * cfg.analysis.passes)))  # fmt: skip
                             return AnalysisReport(split, found, tuple(done), await steps.selection(run)), steps.counter
 
@@ -144,7 +144,8 @@ def analyze(
         current = {(p.pass_index, p.dictionary_hash) for p in report.passes}
         at_endpoint = sum(1 for c in store.label_calls(run, status="failed") if c.boundary == "endpoint" and (c.pass_index, c.dictionary_hash) in current)
     if failures and failures > at_endpoint:
-        console.print(f"[yellow]labeling failures: {failures - at_endpoint} (episode x pass) of the model's output, left out of the rates; re-ask with --retry-failed")
+        console.print(f"[yellow]labeling failures: {failures - at_endpoint} (episode x pass) of the model's output, left out of the rates; "
+                      "re-ask with --retry-failed")
     path = plot or cfg.workspace / "reports" / run / "analysis.png"
     console.print(f"plot: {plot_gap_coverage(rows, cfg.analysis.delta, cfg.analysis.rho, path)}")
     console.print(

@@ -65,7 +65,8 @@ def chat_template_cmd(
 @app.command("teach")
 @handle_errors
 def teach_cmd(
-    out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash, and for a polish by the weights it continues)"),
+    out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash, and for a "
+                             "polish by the weights it continues)"),
     recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. artifacts/shop-policy/teach.json): rebuild exactly its recipe"),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
     first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of this recipe apart from its polish (a first pass, or a "

@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
         env: Annotated[str | None, typer.Option("--env", help="target env (default: the env of the run's held-out split)")] = None,
         tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: the run's held-out split)")] = None,
         trials: Annotated[int | None, typer.Option("--trials", min=1, help="K trials per task (default: the run's evaluation.trials)")] = None,
-        baseline_adapter: Annotated[str | None, typer.Option("--baseline-adapter", help="PEFT dir of the GRPO-on-target baseline (default: the run's own, if trained)")] = None,
+        baseline_adapter: Annotated[str | None, typer.Option(
+            "--baseline-adapter", help="PEFT dir of the GRPO-on-target baseline (default: the run's own, if trained)")] = None,
         base: BaseOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,

@@ -69,7 +69,8 @@ def show_cmd(
         for col in ("id", "env", "task", "sample", "family", "reward", "success", "turns", "termination"):
             table.add_column(col, no_wrap=col in ("env", "task"))
         for r in store.episode_summaries(run):
-            table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no", str(r.turns), r.termination)
+            table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no",
+                          str(r.turns), r.termination)
         console.print(table)
         render_summary(rollout_summary(store, run, None))
         return

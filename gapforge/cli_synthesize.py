@@ -3,7 +3,8 @@
 the run's stored config (gapforge/run_config.py) (progress per capability and attempt, then a table of
 capabilities x attempts x verdicts). Exit 0 when every capability got an env, 1 when one
 ended unsynthesized, 2 for bad input, 3 when an endpoint or the sandbox kept failing past
-its retries (what finished is stored; no attempt is blamed for it; the line says how to resume). Accepted modules: WORKSPACE/synthetic_envs/RUN/CAPABILITY.py."""
+its retries (what finished is stored; no attempt is blamed for it; the line says how to resume).
+Accepted modules: WORKSPACE/synthetic_envs/RUN/CAPABILITY.py."""
 
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ def metrics_cmd(
     finally:
         store.close()
     if not episodes:
-        raise UsageError(f"run {run!r} has no stored toolsandbox episode{f' of env {env!r}' if env else ''}: collect some with `gapforge rollouts collect --env toolsandbox`")
+        raise UsageError(f"run {run!r} has no stored toolsandbox episode{f' of env {env!r}' if env else ''}: "
+                         "collect some with `gapforge rollouts collect --env toolsandbox`")
     views = {e.env: _catalogue_views(e.env) for e in episodes}
     results = stored_metrics(episodes, excluded_for=lambda name: (views[name] or ({}, {}))[0], categories_of=lambda name: (views[name] or ({}, {}))[1])
     if as_json:

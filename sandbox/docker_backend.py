@@ -84,7 +84,8 @@ def container_kwargs(cfg: SandboxConfig, stage_path: str) -> dict[str, Any]:
         "ipc_mode": "private",
         "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
         "log_config": LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
-        "labels": {LABEL: "1", f"{LABEL}.role": "sandbox", f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.started": _start_time(os.getpid()), f"{LABEL}.host": socket.gethostname()},
+        "labels": {LABEL: "1", f"{LABEL}.role": "sandbox", f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.started": _start_time(os.getpid()),
+                   f"{LABEL}.host": socket.gethostname()},
     }
 
 

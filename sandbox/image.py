@@ -74,7 +74,8 @@ def build_dockerfile(client: Any, tag: str) -> None:
     import docker.errors
 
     try:
-        client.images.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name, tag=tag, rm=True, labels={"gapforge.image": recipe_hash(), "gapforge.method": "dockerfile"})
+        client.images.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name, tag=tag, rm=True,
+                            labels={"gapforge.image": recipe_hash(), "gapforge.method": "dockerfile"})
     except (docker.errors.BuildError, docker.errors.APIError) as e:
         raise SandboxError(f"docker build failed ({str(e).splitlines()[0][:200]}): try --method local-python or debootstrap") from None
 
@@ -146,7 +147,8 @@ def debian_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     for f in files:
         if not f.is_file():
             continue
-        for m in re.finditer(r"(?:^deb\s+(?:\[[^\]]*\]\s+)?|^URIs:\s*)(\S+/debian)/?\s*$|^deb\s+(?:\[[^\]]*\]\s+)?(\S+/debian)/?\s+bookworm", f.read_text(), re.M):
+        for m in re.finditer(r"(?:^deb\s+(?:\[[^\]]*\]\s+)?|^URIs:\s*)(\S+/debian)/?\s*$"
+                             r"|^deb\s+(?:\[[^\]]*\]\s+)?(\S+/debian)/?\s+bookworm", f.read_text(), re.M):
             return m.group(1) or m.group(2)
     return "http://deb.debian.org/debian"
 

@@ -26,7 +26,8 @@ from sandbox.config import SandboxConfig
 from sandbox.errors import EnvFailureKind
 
 log = logging.getLogger(__name__)
-WARNING = "sandbox.backend=process runs generated env code WITHOUT ISOLATION (no network, filesystem or secret protection); use the docker backend for untrusted code"
+WARNING = ("sandbox.backend=process runs generated env code WITHOUT ISOLATION (no network, filesystem or secret protection); "
+           "use the docker backend for untrusted code")
 
 
 def _apply_limits(pid: int, cfg: SandboxConfig) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 
-def teach_labels(src: Path, dst: Path, prompts: list[str], labels: list[str], *, steps: int = 30, lr: float = 4e-3, min_margin: float = 1.5, seed: int = 0) -> Path:
+def teach_labels(src: Path, dst: Path, prompts: list[str], labels: list[str], *, steps: int = 30, lr: float = 4e-3, min_margin: float = 1.5,
+                 seed: int = 0) -> Path:
     """Copy the model at `src` to `dst` and train it so the next token after prompts[i] is labels[i]."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -89,6 +90,7 @@ def taught_prompts(scorer: Any, router: Any) -> tuple[list[str], list[str]]:
 
 def capability_specs() -> list[dict[str, Any]]:
     return [
-        {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.", "adapter": "precondition_verification"},
+        {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.",
+         "adapter": "precondition_verification"},
         {"name": "structured_data_reasoning", "definition": "Read nested records and compute totals correctly.", "adapter": "structured_data_reasoning"},
     ]

@@ -160,7 +160,8 @@ async def avalidate_attempt(
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
         ready = acheck_grpo_ready if checks is None else checks.readiness_for(module_path)
-        grpo = await ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
+        grpo = await ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness,
+                           concurrency=readiness.concurrency)
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 

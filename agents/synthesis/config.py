@@ -19,4 +19,5 @@ class SynthesisConfig(BaseModel):
     review: bool = Field(True, description="run the LLM code review (check llm_review) on every attempt that passes the static gate")
     rollout_budget: int = Field(400, ge=0, description="GRPO-readiness policy rollouts per capability, over all attempts")
     recordings: str | None = Field(
-        None, description="recorded generator/reviewer answers (YAML) used when llm.kind is scripted; None = the demo's shop recordings (fixtures/recordings/shop.yaml)")
+        None, description="recorded generator/reviewer answers (YAML) used when llm.kind is scripted; "
+        "None = the demo's shop recordings (fixtures/recordings/shop.yaml)")

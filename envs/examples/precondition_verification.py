@@ -169,7 +169,8 @@ class PreconditionVerificationEnv(SyntheticEnv):
 
     @tool
     def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> dict:
-        """Request a return of items of a delivered order; the refund goes to the given payment method (the original one or a gift card of the customer). Write action."""
+        """Request a return of items of a delivered order; the refund goes to the given payment method
+        (the original one or a gift card of the customer). Write action."""
         order = self._get_order(order_id)
         known = {i["item_id"] for i in order["items"]}
         if not item_ids or len(set(item_ids)) != len(item_ids) or not set(item_ids) <= known:

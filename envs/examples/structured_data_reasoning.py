@@ -64,7 +64,7 @@ class StructuredDataReasoningEnv(SyntheticEnv):
         statuses = [wanted, excluded] + [s for s in statuses if s not in (wanted, excluded)][:3]
         rng.shuffle(statuses)
         orders = {}
-        for n, status in enumerate(statuses):
+        for _n, status in enumerate(statuses):
             items = []
             for name, opts in rng.sample(PRODUCTS, rng.randint(2, 4)):
                 key = next(iter(opts))
@@ -132,7 +132,8 @@ class StructuredDataReasoningEnv(SyntheticEnv):
 
     @tool
     def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> dict:
-        """Request a return of items of a delivered order; the refund goes to the given payment method (the original one or a gift card of the customer). Write action."""
+        """Request a return of items of a delivered order; the refund goes to the given payment method
+        (the original one or a gift card of the customer). Write action."""
         order = self._get_order(order_id)
         if order["status"] != "delivered":
             raise ToolError(f"order {order['order_id']} is '{order['status']}': only delivered orders can be returned")

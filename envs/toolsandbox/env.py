@@ -25,7 +25,8 @@ from envs.toolsandbox.users import user_spec
 from gapforge.faults import EnvCodeFault
 
 NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
-RENAMED = "network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): use ?network=stand-in"
+RENAMED = ("network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): "
+           "use ?network=stand-in")
 _CATALOG: dict[str, Any] | None = None
 _CATALOG_LOCK = threading.Lock()
 
@@ -110,7 +111,8 @@ class ToolSandboxEnv:
         if network == "recorded":
             raise EnvError(f"{self.name}: {RENAMED}")
         if network not in NETWORK_MODES:
-            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) or 'stand-in' (their answers from stand-in data, not comparable to live runs)")
+            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) "
+                           "or 'stand-in' (their answers from stand-in data, not comparable to live runs)")
         self.network = network
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user simulator {user!r} for {self.name}; choose 'scripted' or 'llm'")
@@ -155,7 +157,8 @@ class ToolSandboxEnv:
         if key in self._scenarios:
             return self._scenarios[key]
         if key in self._excluded:
-            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; use env '{self.name}?network=stand-in' for stand-in answers (not comparable to live runs)")
+            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; "
+                           f"use env '{self.name}?network=stand-in' for stand-in answers (not comparable to live runs)")
         raise EnvError(f"unknown task id {key!r} for {self.name} ({len(self._scenarios)} scenarios; see task_ids())")
 
     def tools(self) -> list[dict[str, Any]]:
@@ -178,7 +181,8 @@ class ToolSandboxEnv:
 
     def reset(self, task: TaskRef) -> list[Message]:
         entry = self._entry(task)
-        out = self._ensure_worker().call("reset", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), user=self._user, network=self.network)
+        out = self._ensure_worker().call("reset", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]),
+                                         user=self._user, network=self.network)
         self._task, self._done, self._ended = entry["name"], bool(out["done"]), out.get("termination")
         if out["done"]:
             self._raise_if_user_failed(out)
@@ -253,7 +257,8 @@ class ToolSandboxEnv:
         """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""
         entry = self._entry(task)
         self._task = None
-        return dict(self._ensure_worker().call("reference", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), plan=plan, replies=self._user.get("replies"), network=self.network))
+        return dict(self._ensure_worker().call("reference", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]),
+                                               plan=plan, replies=self._user.get("replies"), network=self.network))
 
     def close(self) -> None:
         if self._worker is not None:

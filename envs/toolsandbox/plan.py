@@ -54,7 +54,8 @@ class CategoryMetrics(BaseModel):
     excluded: int = 0
 
 
-def paper_metrics(similarity: Mapping[str, float], categories: Mapping[str, list[str]], excluded: Mapping[str, list[str]] | None = None) -> dict[str, CategoryMetrics]:
+def paper_metrics(similarity: Mapping[str, float], categories: Mapping[str, list[str]],
+                  excluded: Mapping[str, list[str]] | None = None) -> dict[str, CategoryMetrics]:
     """Per category (and "all"): scenarios run, perfect (similarity == 1.0), mean similarity, excluded.
 
     similarity: scenario -> ToolSandbox similarity (the episode's reward);
@@ -72,5 +73,6 @@ def paper_metrics(similarity: Mapping[str, float], categories: Mapping[str, list
     out = {}
     for cat in sorted(set(scores) | set(left_out), key=lambda c: (c != ALL, c)):
         vals = scores.get(cat, [])
-        out[cat] = CategoryMetrics(run=len(vals), perfect=sum(v == 1.0 for v in vals), mean_similarity=sum(vals) / len(vals) if vals else 0.0, excluded=left_out.get(cat, 0))
+        out[cat] = CategoryMetrics(run=len(vals), perfect=sum(v == 1.0 for v in vals), mean_similarity=sum(vals) / len(vals) if vals else 0.0,
+                                   excluded=left_out.get(cat, 0))
     return out

@@ -47,7 +47,8 @@ def missing_reason() -> str | None:
     """None when ToolSandbox's environment is installed, else a one-line hint saying what to do."""
     if toolsandbox_python() is None:
         where = os.environ.get(PYTHON_ENV_VAR) or str(DEFAULT_VENV)
-        return f"ToolSandbox's environment is not installed ({where} missing): run `make toolsandbox-env` (needs ../shared/vendor/ToolSandbox or the upstream repository, see envs/README.md)"
+        return (f"ToolSandbox's environment is not installed ({where} missing): run `make toolsandbox-env` "
+                "(needs ../shared/vendor/ToolSandbox or the upstream repository, see envs/README.md)")
     return None
 
 

@@ -65,12 +65,14 @@ def check_not_trivial(probe: Probe, seeds: list[int], tools: list[dict[str, Any]
     except EnvFault as fault:
         return CheckResult.fail("not_trivial", fault.describe(), **fault.evidence())
     evidence = {"do_nothing": _stats(nothing), "random_tool": _stats(rand), "threshold": th.trivial_mean}
-    bad = [(label, stats) for label, stats in (("do-nothing", evidence["do_nothing"]), ("random-tool", evidence["random_tool"])) if stats["mean"] >= th.trivial_mean]
+    bad = [(label, stats) for label, stats in (("do-nothing", evidence["do_nothing"]), ("random-tool", evidence["random_tool"]))
+           if stats["mean"] >= th.trivial_mean]
     if bad:
         text = "; ".join(f"a {label} policy scores mean {s['mean']} (>= {th.trivial_mean}), e.g. seed {s['best_seed']} -> {s['max']}" for label, s in bad)
         return CheckResult.fail("not_trivial", text, **evidence)
     return CheckResult.ok(
-        "not_trivial", f"do-nothing mean {evidence['do_nothing']['mean']}, random-tool mean {evidence['random_tool']['mean']} (< {th.trivial_mean})", **evidence,
+        "not_trivial", f"do-nothing mean {evidence['do_nothing']['mean']}, random-tool mean {evidence['random_tool']['mean']} "
+        f"(< {th.trivial_mean})", **evidence,
     )
 
 

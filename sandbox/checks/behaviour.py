@@ -109,6 +109,7 @@ def check_solvable(probe: Probe, seeds: list[int], th: SelfTestThresholds) -> Ch
     if share < th.solvable_share:
         worst = unsolved[0]
         return CheckResult.fail(
-            "solvable", f"reference solution solves {share:.0%} of seeds (< {th.solvable_share:.0%}); seed {worst['seed']} scored {worst['reward']}", **evidence,
+            "solvable", f"reference solution solves {share:.0%} of seeds (< {th.solvable_share:.0%}); "
+            f"seed {worst['seed']} scored {worst['reward']}", **evidence,
         )
     return CheckResult.ok("solvable", f"reference solution solves {share:.0%} of {len(seeds)} seeds", **evidence)

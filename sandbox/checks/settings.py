@@ -53,7 +53,9 @@ class GRPOReadinessConfig(BaseModel):
     max_all_perfect: float = Field(0.2, ge=0.0, le=1.0)
     mean_low: float = Field(0.2, ge=0.0, le=1.0, description="below: too hard for the policy (most groups all zero)")
     mean_high: float = Field(0.8, ge=0.0, le=1.0, description="above: too easy (most groups all perfect)")
-    temperature: float = Field(1.0, gt=0.0, le=2.0, description="sampling temperature of the readiness episodes: the training temperature (training.temperature)")
+    temperature: float = Field(
+        1.0, gt=0.0, le=2.0, description="sampling temperature of the readiness episodes: the training temperature (training.temperature)"
+    )
     concurrency: int = Field(
         4, ge=1, le=256, description="policy episodes in flight (1: a local policy samples in a fixed order, so the verdict is reproducible)"
     )

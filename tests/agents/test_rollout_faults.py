@@ -91,7 +91,8 @@ def test_a_run_refuses_foreign_work_and_a_second_collector(tmp_path: Path) -> No
     # a second collector on the same run while the first works: refused, naming the holder
     with FakeOpenAIServer(text_reply("slow"), latency_s=0.25) as srv:
         slow = [*base, "--set", "rollouts.max_turns=2"]
-        cmd = [sys.executable, "-m", "gapforge.cli", "rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--tasks", TASKS, "--concurrency", "2", *slow]
+        cmd = [sys.executable, "-m", "gapforge.cli", "rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--tasks", TASKS,
+               "--concurrency", "2", *slow]
         first = subprocess.Popen(cmd, cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = first.stdout.readline()
         run2 = line.split()[-1]

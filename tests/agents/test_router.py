@@ -72,7 +72,8 @@ def test_prompt_holds_message_labels_definitions_and_example(tiny_model_dir: Pat
     traj = [
         {"role": "system", "content": "policy"},
         {"role": "user", "content": "return order 7"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "7"}'}}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "7"}'}}]},
         {"role": "tool", "content": '{"status": "delivered"}', "tool_call_id": "c"},
     ]
     example = compact_trajectory(traj, 400)

@@ -157,7 +157,8 @@ def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ToolSa
     # the stand-in reverse geocode of the milestone's coordinates gives the address of its reference reply
     adapter, own, info, ref_calls = _stand_in_parity(stand_in, "find_address_with_lat_lon")
     assert adapter == own == 1.0
-    assert info["network"] == "stand-in" and info["comparable_to_live"] is False and info["stand_in_network"]["calls"] == 1 and info["stand_in_network"]["misses"] == 0
+    assert (info["network"] == "stand-in" and info["comparable_to_live"] is False and info["stand_in_network"]["calls"] == 1
+            and info["stand_in_network"]["misses"] == 0)
     assert info["stand_in_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
     assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["stand_in_network"]["sha256"]
 
@@ -227,7 +228,8 @@ def test_concurrent_episodes_never_share_state(env: ToolSandboxEnv) -> None:
 
         def run_a() -> None:
             a.reset(task_a)
-            out = a.step(Message.assistant(tool_calls=[ToolCall(id="a1", name="add_contact", arguments={"name": "Zed Concurrent", "phone_number": "+15550001111"})]))
+            out = a.step(Message.assistant(tool_calls=[
+                ToolCall(id="a1", name="add_contact", arguments={"name": "Zed Concurrent", "phone_number": "+15550001111"})]))
             results["a"] = out.messages[0].content or ""
 
         def run_b() -> None:
@@ -332,7 +334,8 @@ def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
         print(f"{task:90s} {adapter:.4f} stand-in calls {info['stand_in_network']['calls']} misses {info['stand_in_network']['misses']}")
         if abs(adapter - own) > 1e-9:
             mismatches.append((task, adapter, own))
-    print(f"stand-in parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
+    print(f"stand-in parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, "
+          f"mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
     assert not mismatches
 
 

@@ -37,12 +37,15 @@ def setup(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     names = ["precondition_verification", "structured_data_reasoning", GRPO_TARGET]
     paths = {n: random_adapter(taught, root / n, seed=10 + i) for i, n in enumerate(names)}
     backend = MultiAdapterModel(taught, paths, max_new_tokens=8, name="tiny-base")
-    router = Router(make_options(capability_specs(), RoutingConfig().labels), TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
+    router = Router(make_options(capability_specs(), RoutingConfig().labels),
+                    TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
     store = Store(f"sqlite:///{root / 'gapforge.db'}")
     run_id = store.create_run("trace", {"env": "shop"})
     for c in capability_specs():
         store.put_capability(run_id, c["name"], definition=c["definition"])
-        store.put_adapter(run_id, c["name"], path=str(paths[c["name"]]), metrics={"curve": [{"step": 0, "reward": 0.2}, {"step": 5, "reward": 0.5}], "best_step": 5}, status="trained", capability=c["name"])
+        store.put_adapter(run_id, c["name"], path=str(paths[c["name"]]),
+                          metrics={"curve": [{"step": 0, "reward": 0.2}, {"step": 5, "reward": 0.5}], "best_step": 5},
+                          status="trained", capability=c["name"])
     yield backend, router, store, run_id, root
     store.close()
 

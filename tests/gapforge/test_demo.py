@@ -38,8 +38,8 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 @pytest.mark.timeout(2400)  # the demo and its resume: far past the suite's 600-s default
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_DEMO_E2E") != "1",
-    reason="the graph (3.2 min on a 2-core machine at 760 tokens/s, estimated 7.7-8.8 min at 213-276 tokens/s; the shipped policy: no teaching) with its resume would push CI past its 20-minute "
-    "budget: set GAPFORGE_DEMO_E2E=1 to run it",
+    reason="the graph (3.2 min on a 2-core machine at 760 tokens/s, estimated 7.7-8.8 min at 213-276 tokens/s; the shipped policy: no teaching) "
+    "with its resume would push CI past its 20-minute budget: set GAPFORGE_DEMO_E2E=1 to run it",
 )
 def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
     env = _env(tmp_path)

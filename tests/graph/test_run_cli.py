@@ -45,7 +45,8 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     assert code == 0, out
     rid = run_id_of(out)
     assert "select: done; retained: alpha, beta" in out
-    assert re.search(r"^stage times \(summed over capability branches\): collect_rollouts \d+ s, .*evaluate \d+ s.*; this invocation took \d+\.\d min$", out, re.M), out[-2000:]
+    assert re.search(r"^stage times \(summed over capability branches\): collect_rollouts \d+ s, "
+                     r".*evaluate \d+ s.*; this invocation took \d+\.\d min$", out, re.M), out[-2000:]
     assert "validate (beta): verdict=not trivial" in out  # attempt 1 failed with evidence, then passed
     workspace = load_config(fake_config).workspace
     with open_store(load_config(fake_config)) as store:

@@ -74,7 +74,8 @@ def test_random_arguments_are_accepted_by_the_sdk() -> None:
 
 
 def test_corruption_levels_are_nested_and_seeded() -> None:
-    actions = [{"tool": "a", "arguments": {"x": "1"}}, {"tool": "b", "arguments": {}}, {"say": "done"}, {"tool": "a", "arguments": {"x": "2", "y": 1}}]  # no alteration can equal another action
+    # no alteration can equal another action
+    actions = [{"tool": "a", "arguments": {"x": "1"}}, {"tool": "b", "arguments": {}}, {"say": "done"}, {"tool": "a", "arguments": {"x": "2", "y": 1}}]
     tools = {"a": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}, "b": {"name": "b", "parameters": {}}}
     plan = corruption_plan(actions, 7, tools)
     assert plan == corruption_plan(actions, 7, tools)

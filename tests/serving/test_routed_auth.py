@@ -58,7 +58,8 @@ def test_every_route_but_health_needs_the_key(guarded: RoutedServer) -> None:
     "body,needle",
     [
         ({"model": "echo-base", "messages": [{"role": "assistant", "content": None, "tool_calls": ["x"]}]}, "messages.0.tool_calls.0"),
-        ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]}, "arguments is not JSON"),
+        ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]},
+         "arguments is not JSON"),
         ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]}, "JSON object"),
         ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": "f()"}]}, "must be a list"),
         ({"model": "echo-base", "messages": ["hello"]}, "messages.0"),

@@ -34,7 +34,8 @@ def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("adapters")
     paths = {name: random_adapter(taught, root / name, seed=i + 1) for i, name in enumerate(ADAPTERS)}
     backend = MultiAdapterModel(taught, paths, max_new_tokens=6, name="tiny-base")
-    router = Router(make_options(capability_specs(), RoutingConfig().labels), TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
+    router = Router(make_options(capability_specs(), RoutingConfig().labels),
+                    TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
     routed = RoutedApp(backend, router.route_messages)
     with RoutedServer(routed) as server:
         yield backend, routed, server, paths
@@ -69,7 +70,8 @@ def test_routes_once_per_conversation_and_says_so(served) -> None:
     assert second.model_extra["gapforge"]["cached"] is True and second.model_extra["gapforge"]["adapter"] == "precondition_verification"
     assert routed.routed_count == before + 1  # one forward pass for the whole conversation
     # a client-chosen conversation id wins over the message hash
-    ask = lambda text: client.chat.completions.create(model=ROUTED_MODEL, messages=[{"role": "user", "content": text}], extra_headers={"X-Conversation-Id": "conv-42"})
+    ask = lambda text: client.chat.completions.create(model=ROUTED_MODEL, messages=[{"role": "user", "content": text}],
+                                                      extra_headers={"X-Conversation-Id": "conv-42"})
     assert ask(first_messages()["B"][0]).model_extra["gapforge"]["cached"] is False
     again = ask("something else entirely")
     assert again.model_extra["gapforge"]["cached"] is True and again.model_extra["gapforge"]["conversation"] == "conv-42"
@@ -98,10 +100,12 @@ def test_two_adapters_concurrently_without_cross_talk(served) -> None:
 def test_tool_history_is_accepted_and_bad_requests_are_refused(served) -> None:
     _backend, _routed, server, _paths = served
     client = _client(server)
-    tools = [{"type": "function", "function": {"name": "get_order", "description": "d", "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
+    tools = [{"type": "function", "function": {"name": "get_order", "description": "d",
+                                               "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
     history = [
         {"role": "user", "content": "Where is order 1?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "1"}'}}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "1"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "content": '{"status": "shipped"}'},
     ]
     r = client.chat.completions.create(model="tiny-base", messages=history, tools=tools)
@@ -114,7 +118,8 @@ def test_tool_history_is_accepted_and_bad_requests_are_refused(served) -> None:
 
 def test_vllm_forwarding_uses_versioned_adapter_names_and_relays_tool_calls(served, tmp_path: Path) -> None:
     backend, _routed, _server, paths = served
-    router = Router(make_options(capability_specs(), RoutingConfig().labels), TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
+    router = Router(make_options(capability_specs(), RoutingConfig().labels),
+                    TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
 
     def responder(req):
         call = {"id": "call_7", "type": "function", "function": {"name": "get_order", "arguments": json.dumps({"order_id": "1007"})}}
@@ -132,7 +137,8 @@ def test_vllm_forwarding_uses_versioned_adapter_names_and_relays_tool_calls(serv
             tools = [{"type": "function", "function": {"name": "get_order", "parameters": {"type": "object", "properties": {}}}}]
             r = client.chat.completions.create(model=ROUTED_MODEL, messages=[{"role": "user", "content": first_messages()["B"][0]}], tools=tools)
             call = r.choices[0].message.tool_calls[0]
-            assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_order" and json.loads(call.function.arguments) == {"order_id": "1007"}
+            assert (r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_order"
+                    and json.loads(call.function.arguments) == {"order_id": "1007"})
             chat_models = [b["model"] for path, b in vllm.requests if path == "/v1/chat/completions"]
             assert chat_models == [forward.served["structured_data_reasoning"]]
             text = client.chat.completions.create(model="tiny-base", messages=[{"role": "user", "content": "hi"}])

@@ -120,7 +120,10 @@ def test_template_renders_tools_calls_and_results(tiny_model_dir: Path) -> None:
         '<|im_start|>user\n<tool_response>\n{"status": "pending"}\n</tool_response>\n'
         '<tool_response>\n{"status": "delivered"}\n</tool_response>'
     )
-    assert turns[4] == '<|im_start|>assistant\n<tool_call>\n{"name": "cancel_order", "arguments": {"order_id": "#W1", "reason": "ordered by mistake"}}\n</tool_call>'
+    assert turns[4] == (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "cancel_order", "arguments": {"order_id": "#W1", "reason": "ordered by mistake"}}\n'
+        '</tool_call>'
+    )
     assert turns[5] == '<|im_start|>user\n<tool_response>\n{"status": "cancelled"}\n</tool_response>'
     assert turns[6] == "<|im_start|>assistant\nDone: #W1 is cancelled."
     assert turns[8] == "<|im_start|>assistant\n"  # generation prompt

@@ -69,7 +69,8 @@ def env_code(capability: str, attempt: int, lines: int = 180) -> str:
     doc = f'"""Synthetic env for {capability}, attempt {attempt}. Untrusted text: {PROBE}"""'
     body = [doc, "", "from envs.sdk import SyntheticEnv, tool", "", f"WINDOW_DAYS = {30 + 5 * attempt}", "",
             f"class {''.join(w.title() for w in capability.split('_'))}Env(SyntheticEnv):",
-            "    def generate(self, seed):", "        rng = self.rng(seed)", "        return {'orders': [rng.randint(1, 9) for _ in range(5)]}", ""]  # fmt: skip
+            "    def generate(self, seed):", "        rng = self.rng(seed)",
+            "        return {'orders': [rng.randint(1, 9) for _ in range(5)]}", ""]  # fmt: skip
     for k in range(max(0, lines - len(body) - 4) // 4):
         body += ["    @tool", f"    def read_{k}(self, order_id: str) -> dict:", f"        return self.db['orders'].get(order_id, {{}})  # {k}", ""]
     body += ["    def reward(self):", f"        return 1.0 if self.checked else {0.1 * attempt:.1f}", ""]

@@ -127,7 +127,8 @@ class Episode:
             "exception": self.exception,
         }
         if self.exception is not None:  # tool_sandbox.cli.utils.run_scenario's rule for a failed play
-            out.update(similarity=0.0, milestone_similarity=0.0, minefield_similarity=0.0, turn_count=self.scenario.max_messages, milestone_mapping={}, minefield_mapping={})
+            out.update(similarity=0.0, milestone_similarity=0.0, minefield_similarity=0.0, turn_count=self.scenario.max_messages,
+                       milestone_mapping={}, minefield_mapping={})
         return out
 
 

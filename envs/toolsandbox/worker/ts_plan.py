@@ -36,7 +36,8 @@ from tool_sandbox.common.execution_context import DatabaseNamespace, RoleType
 from tool_sandbox.common.scenario import Scenario
 
 # A SETTING-database milestone target (e.g. {"cellular": True}) is reached by ToolSandbox's setter tool.
-SETTERS = {"low_battery_mode": "set_low_battery_mode_status", "wifi": "set_wifi_status", "cellular": "set_cellular_service_status", "location_service": "set_location_service_status"}
+SETTERS = {"low_battery_mode": "set_low_battery_mode_status", "wifi": "set_wifi_status", "cellular": "set_cellular_service_status",
+           "location_service": "set_location_service_status"}
 SETTING_TOOLS = frozenset(SETTERS.values())
 # (database, how the target changes it) -> the tool that makes that change, and argument renames.
 DB_TOOLS = {

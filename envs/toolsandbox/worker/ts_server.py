@@ -59,7 +59,8 @@ class Worker:
         if kind == "scripted":
             return GuardedUser(ScriptedUser(spec.get("replies")))
         if kind == "llm":
-            return GuardedUser(EndpointUser(spec["model"], spec.get("base_url"), spec.get("api_key") or "", float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))))
+            return GuardedUser(EndpointUser(spec["model"], spec.get("base_url"), spec.get("api_key") or "", float(spec.get("timeout_s", 120)),
+                                            int(spec.get("max_retries", 2))))
         raise BadRequest(f"unknown user kind {kind!r}")
 
     def _module(self, scenario: str, module: str | None) -> str:
@@ -108,7 +109,8 @@ class Worker:
 
         return self.plans.resolve(action, self._live().scenario, get_current_context())
 
-    def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None, network: str = "off") -> dict[str, Any]:
+    def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None,
+                  network: str = "off") -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
         import tempfile
         from pathlib import Path
