@@ -30,6 +30,22 @@ from store.redact import redact
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
+# Paths whose header this process has checked (sqlite_cut). The check opens the file with plain Python, and SQLite's
+# POSIX locks belong to the process: closing ANY descriptor of the file drops every lock this process's connections
+# hold on it (a writer's episodes then stayed invisible to other processes until it closed). So the header is read
+# once per path, at the first open in the process, before any connection of ours exists.
+_HEADER_CHECKED: set[str] = set()
+_HEADER_LOCK = threading.Lock()
+
+
+def _first_open(path: Path) -> bool:
+    key = str(path.resolve())
+    with _HEADER_LOCK:
+        first = key not in _HEADER_CHECKED
+        _HEADER_CHECKED.add(key)
+    return first
+
+
 URL_HINT = "use sqlite:///PATH/TO/gapforge.db or postgresql+psycopg://USER:PASS@HOST:PORT/DB (config store.url or env GAPFORGE_STORE_URL)"
 
 
@@ -60,7 +76,7 @@ def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise StoreError(f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path") from None
-    if cut := sqlite_cut(path):  # a cut file opens and answers until a read reaches the missing pages: say so first
+    if _first_open(path) and (cut := sqlite_cut(path)):  # a cut file opens and answers until a read reaches the missing pages
         raise StoreDamaged(damaged_message(str(path), cut))
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
     # A reader sets query_only (SQLite refuses every write on that connection) and leaves the
