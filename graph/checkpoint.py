@@ -61,9 +61,18 @@ def _damaged(path: Path, reason: str) -> CheckpointDamaged:
                              "is lost with that file)")
 
 
+_CHECKED: set[str] = set()  # files whose header this process has read (see _check_length)
+
+
 def _check_length(path: Path) -> None:
     """CheckpointDamaged when the file is shorter than its SQLite header says (the same O(1) check as
-    store.files.sqlite_cut, which graph/ may not import): a cut file answers until a read reaches the missing pages."""
+    store.files.sqlite_cut, which graph/ may not import): a cut file answers until a read reaches the missing pages.
+    Once per file and process, before any connection of ours: SQLite's POSIX locks belong to the process, and closing
+    any descriptor of the file (this read's) drops every lock the process's open connections hold on it."""
+    key = str(path.resolve())
+    if key in _CHECKED:
+        return
+    _CHECKED.add(key)
     try:
         with path.open("rb") as f:
             head = f.read(100)
