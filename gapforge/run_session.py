@@ -10,17 +10,14 @@ The CLI (cli_run.py, demo.py) only prints what these functions return or raise.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gapforge.config import GapforgeConfig, check_run_config, load_config
+from gapforge.config import GapforgeConfig, check_run_config
 from gapforge.errors import GapforgeError, UsageError
+from gapforge.run_config import load_tree
 from gapforge.run_progress import keeping_progress, progress_path
 
 RUN_KINDS = ("trace", "demo")
@@ -48,14 +45,7 @@ def config_from_record(record: dict[str, Any], overrides: list[str] | None = Non
     stored = record.get("config")
     if not isinstance(stored, dict):
         raise UsageError("this run has no stored config (made by an older gapforge): start a new run")
-    stored = {**stored, "store": {**(stored.get("store") or {}), "url": store_url}}
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(stored, fh)
-        path = Path(fh.name)
-    try:
-        return load_config(path, overrides or [])
-    finally:
-        path.unlink(missing_ok=True)
+    return load_tree({**stored, "store": {**(stored.get("store") or {}), "url": store_url}}, overrides)
 
 
 def options_from_record(record: dict[str, Any]) -> RunOptions:
