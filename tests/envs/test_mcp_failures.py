@@ -132,13 +132,22 @@ def test_a_server_that_exits_at_start_shows_its_stderr(tmp_path: Path) -> None:
 
 
 def test_a_server_that_never_answers_the_handshake_times_out(tmp_path: Path) -> None:
-    (tmp_path / "mute.py").write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "mute.py").write_text("import os, pathlib, time\npathlib.Path('mute.pid').write_text(str(os.getpid()))\ntime.sleep(60)\n")
     path = _target(tmp_path, **{"server__command": ["python", "mute.py"], "server__startup_timeout_s": 0.5})
-    t0 = time.monotonic()
     with pytest.raises(ServerStartError) as err:
         McpTargetEnv(path)
     assert "did not answer the handshake within 0.5 s" in _one_line_error(err)
-    assert time.monotonic() - t0 < 8.0  # the mute process is ended (stdin closed, then SIGTERM), not waited for
+    pid = int((tmp_path / "mute.pid").read_text())
+    assert not _alive(pid)  # the mute process was ended (stdin closed, then SIGTERM), not left running or waited for
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (a zombie awaiting its parent's wait counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 # ---- servers that die mid-episode ---------------------------------------------------
@@ -178,10 +187,9 @@ def test_a_killed_server_fails_the_step_at_once(tmp_path: Path) -> None:
         env.reset("twice")
         pid = _counter(env)["pid"]
         os.kill(pid, signal.SIGKILL)
-        t0 = time.monotonic()
         with pytest.raises(ServerFailure) as err:
             env.step(_calls(("bump", {})))
-        assert time.monotonic() - t0 < 5.0
+        # the closed pipe is seen as such (not waited out as a call timeout, whose message would say so)
         assert "closed the connection" in str(err.value) and "counter server up" in str(err.value)
         with pytest.raises(ServerFailure, match="connection is gone"):
             env.reset("twice")
