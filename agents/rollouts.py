@@ -23,6 +23,7 @@ import asyncio
 import functools
 import logging
 import statistics
+import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -189,7 +190,8 @@ async def play_episode(
     episode's time limit, counted from the start of the env's construction. Sets
     `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
     episode samples the same tokens wherever and with whatever else it is played. An env whose construction raises
-    or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`)."""
+    or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`). A timed-out
+    episode's env is closed in the background, never waited for (its close is often stuck behind the abandoned call)."""
     episode_key.set(f"{task_id}#{sample}")
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
@@ -205,11 +207,31 @@ async def play_episode(
         return EpisodeRecord(env=env_name, task=task_id, policy=getattr(policy, "name", ""), messages=[], reward=0.0, success=False,
                        turns=0, termination="env_error", error=f"building the env failed: {type(e).__name__}: {e}",
                        timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed}, started_at=started_at)
+    ep: EpisodeRecord | None = None
     try:
-        return await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor,
-                                 timeout_s=timeout_s, deadline=deadline)
+        ep = await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor,
+                               timeout_s=timeout_s, deadline=deadline)
+        return ep
     finally:
-        await close_env(env, executor, timeout_s)
+        if ep is not None and ep.termination == "timeout" and not runs_inline(env):
+            close_in_background(env)
+        else:
+            await close_env(env, executor, timeout_s)
+
+
+def close_quietly(env: Any) -> None:
+    """`env.close()`, a failure logged (never an episode's end)."""
+    try:
+        env.close()
+    except Exception as e:  # noqa: BLE001 - a broken env's close must not hide its episode
+        log.warning("closing env %s failed: %s: %s", getattr(env, "name", "?"), type(e).__name__, e)
+
+
+def close_in_background(env: Any) -> None:
+    """`env.close()` on a daemon thread nobody waits for: an env whose call was abandoned at the time limit is often
+    stuck in its close too, and neither its episode's slot nor its worker process's answer (executor/processes.py
+    waits only `WORKER_GRACE_S` past the limit, then blames the worker) may wait a second time limit for it."""
+    threading.Thread(target=close_quietly, args=(env,), name="env-close", daemon=True).start()
 
 
 async def close_env(env: Any, executor: Executor | None, timeout_s: float | None) -> None:

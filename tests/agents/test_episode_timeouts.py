@@ -5,6 +5,7 @@ only, up to the failure share; a resume plays only what is missing."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from pathlib import Path
@@ -14,10 +15,10 @@ import pytest
 
 from agents.episode import run_episode
 from agents.policy import ChatModelPolicy
-from agents.rollouts import CollectPlan, EnvFailureShare, collect
+from agents.rollouts import CollectPlan, EnvFailureShare, collect, play_episode
 from agents.scripted import ScriptedChatModel
 from envs.env_threads import DaemonThreads, runs_inline
-from envs.protocol import Message
+from envs.protocol import Message, Score, StepResult
 from envs.registry import make_env
 from store import Store
 
@@ -141,3 +142,43 @@ def test_an_env_whose_constructor_raises_costs_only_its_episode(store: Store) ->
     rows = sorted(store.episodes(plan.run_id), key=lambda r: r.task_id)
     assert result.ran == 2 and [r.termination for r in rows] == ["env_error", "done"]
     assert rows[0].error == "building the env failed: OSError: the ticket database is locked"
+
+
+class _StuckEnv:
+    """A user's env whose step and close both block until `release` (a hung server: its close waits on it too)."""
+
+    name = "stuck"
+
+    def __init__(self) -> None:
+        self.release, self.closing, self.closed = threading.Event(), threading.Event(), threading.Event()
+
+    def tools(self) -> list[dict[str, Any]]:
+        return []
+
+    def reset(self, task: str) -> list[Message]:
+        return [Message.system("Answer the user."), Message.user("Please help.")]
+
+    def step(self, message: Message) -> StepResult:
+        self.release.wait()
+        return StepResult(messages=[], done=True)
+
+    def score(self) -> Score:
+        return Score(reward=1.0, success=True)
+
+    def close(self) -> None:
+        self.closing.set()
+        self.release.wait()
+        self.closed.set()
+
+
+def test_a_timed_out_episode_does_not_wait_for_its_stuck_env_to_close(caplog: pytest.LogCaptureFixture) -> None:
+    env = _StuckEnv()
+    with caplog.at_level(logging.WARNING, logger="agents.rollouts"):
+        ep = asyncio.run(play_episode(_policy(), lambda: env, "t", 0, max_turns=3, temperature=None,
+                                      executor=DaemonThreads("t"), timeout_s=LIMIT, env_name="stuck"))
+    assert ep.termination == "timeout" and ep.timeout_boundary == "env" and ep.env_failure
+    assert not env.closed.is_set()  # the episode came back while its env's close is still stuck
+    assert "did not close within" not in caplog.text  # its close was never waited for (not a second time limit)
+    assert env.closing.wait(5)  # but it was started, in the background
+    env.release.set()
+    assert env.closed.wait(5)
