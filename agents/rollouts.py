@@ -190,16 +190,19 @@ async def play_episode(
     episode's time limit, counted from the start of the env's construction. Sets
     `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
     episode samples the same tokens wherever and with whatever else it is played. An env whose construction raises
-    or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`). A timed-out
+    or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`); one built after the
+    deadline is closed when it arrives (its server process is not leaked). A timed-out
     episode's env is closed in the background, never waited for (its close is often stuck behind the abandoned call)."""
     episode_key.set(f"{task_id}#{sample}")
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     started_at, t0 = datetime.now(timezone.utc), time.perf_counter()
+    building = _Construction(make_env)
     try:
-        env = await bounded(loop.run_in_executor(executor, make_env), deadline, "make_env", "env")
+        env = await bounded(loop.run_in_executor(executor, building.build), deadline, "make_env", "env")
     except TimedOut as e:
         assert timeout_s is not None
+        building.abandon()
         return timed_out(env_name, task_id, getattr(policy, "name", ""), e.call, e.boundary, timeout_s, started_at,
                          time.perf_counter() - t0, env_name or None)
     except Exception as e:  # noqa: BLE001 - the env's constructor failed for this episode: its boundary, the others go on
@@ -217,6 +220,30 @@ async def play_episode(
             close_in_background(env)
         else:
             await close_env(env, executor, timeout_s)
+
+
+class _Construction:
+    """`make_env()` on a thread the episode may stop waiting for: an env built after `abandon()` is closed."""
+
+    def __init__(self, make_env: Callable[[], TargetEnvironment]) -> None:
+        self.make_env, self.lock = make_env, threading.Lock()
+        self.abandoned = False
+        self.env: TargetEnvironment | None = None  # once built
+
+    def build(self) -> TargetEnvironment:
+        env = self.make_env()
+        with self.lock:
+            late, self.env = self.abandoned, env
+        if late:  # nobody will run an episode on it: close it here, on the thread that built it
+            close_quietly(env)
+        return env
+
+    def abandon(self) -> None:
+        """The episode stopped waiting: the env is closed once built (at once when it arrived meanwhile)."""
+        with self.lock:
+            self.abandoned, env = True, self.env
+        if env is not None:
+            close_in_background(env)
 
 
 def close_quietly(env: Any) -> None:

@@ -182,3 +182,41 @@ def test_a_timed_out_episode_does_not_wait_for_its_stuck_env_to_close(caplog: py
     assert env.closing.wait(5)  # but it was started, in the background
     env.release.set()
     assert env.closed.wait(5)
+
+
+class _LateEnv(_StuckEnv):
+    """A user's env whose constructor returns only after `built` is set (past the episode's time limit)."""
+
+    built = threading.Event()
+    closes = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        type(self).built.wait()
+
+    def close(self) -> None:
+        type(self).closes += 1
+        self.closed.set()
+
+
+def test_an_env_built_after_the_deadline_is_closed_when_it_arrives() -> None:
+    made: list[_LateEnv] = []
+
+    def build() -> _LateEnv:
+        made.append(_LateEnv())
+        return made[-1]
+
+    ep = asyncio.run(play_episode(_policy(), build, "t", 0, max_turns=3, temperature=None, executor=DaemonThreads("t"),
+                                  timeout_s=LIMIT, env_name="late"))
+    assert ep.termination == "timeout" and ep.score_info["timeout"]["call"] == "make_env" and ep.timeout_boundary == "env"
+    assert _LateEnv.closes == 0
+    _LateEnv.built.set()
+    assert _wait_for(lambda: bool(made)) and made[0].closed.wait(5)
+    assert _LateEnv.closes == 1  # its server process (or whatever it holds) is not leaked
+
+
+def _wait_for(cond: Any, limit_s: float = 5.0) -> bool:
+    end = time.monotonic() + limit_s
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.01)
+    return bool(cond())
