@@ -37,6 +37,7 @@ from agents.errors import IncompleteStage
 from envs.env_threads import DaemonThreads, runs_inline
 from envs.protocol import PolicyModel, TargetEnvironment
 from envs.sampling import episode_key
+from gapforge.faults import EndpointFault, GapforgeError
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,9 @@ async def play_episode(
     `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
     episode samples the same tokens wherever and with whatever else it is played. An env whose construction raises
     or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`); one built after the
-    deadline is closed when it arrives (its server process is not leaked). A timed-out
+    deadline is closed when it arrives (its server process is not leaked). A constructor's infrastructure failure
+    (gapforge.faults `infrastructure`: a lost sandbox, an endpoint down, a full disk) is not the env's: the episode
+    ends as `endpoint_error` (an endpoint's) or `sandbox_error` (any other), never stored; a resume plays it. A timed-out
     episode's env is closed in the background, never waited for (its close is often stuck behind the abandoned call)."""
     episode_key.set(f"{task_id}#{sample}")
     loop = asyncio.get_running_loop()
@@ -207,8 +210,12 @@ async def play_episode(
                          time.perf_counter() - t0, env_name or None)
     except Exception as e:  # noqa: BLE001 - the env's constructor failed for this episode: its boundary, the others go on
         elapsed = time.perf_counter() - t0
+        termination, what = "env_error", "building the env failed"
+        if isinstance(e, GapforgeError) and e.infrastructure:  # not the env's code: not stored, a resume redoes it
+            termination = "endpoint_error" if isinstance(e, EndpointFault) else "sandbox_error"
+            what = f"building the env failed on the {e.boundary} (infrastructure)"
         return EpisodeRecord(env=env_name, task=task_id, policy=getattr(policy, "name", ""), messages=[], reward=0.0, success=False,
-                       turns=0, termination="env_error", error=f"building the env failed: {type(e).__name__}: {e}",
+                       turns=0, termination=termination, error=f"{what}: {type(e).__name__}: {e}",
                        timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed}, started_at=started_at)
     ep: EpisodeRecord | None = None
     try:

@@ -18,9 +18,12 @@ from agents.policy import ChatModelPolicy
 from agents.rollouts import CollectPlan, EnvFailureShare, collect, play_episode
 from agents.scripted import ScriptedChatModel
 from envs.env_threads import DaemonThreads, runs_inline
+from envs.errors import EndpointError
 from envs.protocol import Message, Score, StepResult
 from envs.registry import make_env
+from sandbox.errors import SandboxLost
 from store import Store
+from store.errors import DiskFull
 
 SPEC = f"{Path(__file__).resolve().parents[1] / 'data' / 'faulty_env.py'}:FaultyEnv"
 LIMIT = 0.5
@@ -220,3 +223,23 @@ def _wait_for(cond: Any, limit_s: float = 5.0) -> bool:
     while not cond() and time.monotonic() < end:
         time.sleep(0.01)
     return bool(cond())
+
+
+@pytest.mark.parametrize(("error", "termination"), [
+    (SandboxLost("removed", "the container was removed from outside"), "sandbox_error"),
+    (EndpointError("the user simulator's endpoint kept failing: 503"), "endpoint_error"),
+    (DiskFull("/data", "the env's database"), "sandbox_error"),
+])
+def test_an_infrastructure_failure_building_the_env_is_not_stored_and_a_resume_plays_it(
+        store: Store, error: Exception, termination: str) -> None:
+    def broken() -> Any:
+        raise error
+
+    plan = CollectPlan(run_id=store.create_run("rollouts", {}), env=SPEC, tasks=["ok-1"], samples=1, concurrency=1,
+                       max_turns=3, episode_timeout_s=LIMIT)
+    result = asyncio.run(collect(plan, make_env=broken, policy=_policy(), sink=store))
+    assert (result.ran, result.env_errors, store.episodes(plan.run_id)) == (0, 0, [])
+    assert [f.termination for f in result.infra_failures] == [termination] and not result.complete
+    assert type(error).__name__ in result.infra_failures[0].error and "infrastructure" in result.infra_failures[0].error
+    again = asyncio.run(collect(plan, make_env=lambda: make_env(SPEC), policy=_policy(), sink=store))
+    assert again.ran == 1 and again.complete
