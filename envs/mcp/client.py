@@ -78,6 +78,8 @@ class Connection:
         self.label, self.url, self.call_timeout_s = label, url, call_timeout_s
         self.broken = False
         self.calls = 0  # tool calls made on this connection (restart mode: a used server is replaced)
+        self.in_flight = 0  # calls not returned yet (one an episode abandoned at its time limit among them)
+        self._count_lock = threading.Lock()
         self._stderr_path: str | None = None
         if argv is not None:
             fd, self._stderr_path = tempfile.mkstemp(prefix="gapforge-mcp-", suffix=".stderr")
@@ -109,7 +111,17 @@ class Connection:
         being gone or silent past `call_timeout_s` raises `ServerFailure` with its stderr's last words."""
         if self.broken or self._session is None:
             raise ServerFailure(f"{self.label}: the MCP server connection is gone{self._tail_note()}")
-        self.calls += 1
+        with self._count_lock:
+            self.calls += 1
+            self.in_flight += 1
+        try:
+            return self._call(name, arguments)
+        finally:
+            with self._count_lock:
+                self.in_flight -= 1
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
+        assert self._session is not None
         coro = self._session.call_tool(name, arguments, read_timeout_seconds=self.call_timeout_s)
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:

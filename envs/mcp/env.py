@@ -114,7 +114,8 @@ class McpTargetEnv:
                           rule=self.target.spec.reward)
 
     def close(self) -> None:
-        """Give the server back (parked for the next env when it is reset by a tool and healthy, else ended)."""
+        """Give the server back (parked for the next env when it is reset by a tool, healthy and no abandoned call is still
+        on it: pool.park; else ended)."""
         if self._closed:
             return
         self._closed = True

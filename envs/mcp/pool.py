@@ -47,8 +47,10 @@ def take(key: tuple[Any, ...]) -> Connection | None:
 
 
 def park(key: tuple[Any, ...], conn: Connection) -> None:
-    """Keep a healthy connection for the next env of this server; close it when it is not healthy or MAX_IDLE wait."""
-    if conn.alive:
+    """Keep a healthy connection for the next env of this server; close it when it is not healthy, when a call on
+    it has not returned (an episode abandoned it at its time limit: the next episode's reset would race its
+    write), or when MAX_IDLE wait."""
+    if conn.alive and not conn.in_flight:
         with _lock:
             waiting = _idle.setdefault(key, [])
             if len(waiting) < MAX_IDLE:

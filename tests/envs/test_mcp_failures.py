@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -197,12 +198,17 @@ def test_a_killed_server_fails_the_step_at_once(tmp_path: Path) -> None:
         env.close()
 
 
-def test_a_silent_server_hits_the_call_deadline(tmp_path: Path) -> None:
+def _hanging_target(tmp_path: Path, **changes: Any) -> str:
+    """A counter server with a tool `hang` that answers only after 30 s."""
     (tmp_path / "slow.py").write_text(
         "import sys, time\nsys.path.insert(0, %r)\nimport mcp_counter_server as m\n"
         "@m.server.tool()\ndef hang() -> dict:\n    '''Never answers in time.'''\n    time.sleep(30)\n    return {}\n"
         "m.server.run('stdio')\n" % str(DATA))
-    path = _target(tmp_path, **{"server__command": ["python", "slow.py"], "server__call_timeout_s": 0.5})
+    return _target(tmp_path, **{"server__command": ["python", "slow.py"], **changes})
+
+
+def test_a_silent_server_hits_the_call_deadline(tmp_path: Path) -> None:
+    path = _hanging_target(tmp_path, server__call_timeout_s=0.5)
     env = McpTargetEnv(path)
     try:
         env.reset("twice")
@@ -210,6 +216,30 @@ def test_a_silent_server_hits_the_call_deadline(tmp_path: Path) -> None:
             env.step(_calls(("hang", {})))
     finally:
         env.close()
+
+
+def test_a_connection_closed_with_a_call_in_flight_is_ended_not_parked(tmp_path: Path) -> None:
+    env = McpTargetEnv(_hanging_target(tmp_path))  # an episode abandoned at its time limit inside `hang`
+    env.reset("twice")
+    conn = env._conn
+    failed: list[BaseException] = []
+
+    def abandoned_step() -> None:
+        try:
+            env.step(_calls(("hang", {})))
+        except BaseException as e:  # noqa: BLE001 - what the abandoned call ends with
+            failed.append(e)
+
+    stuck = threading.Thread(target=abandoned_step, daemon=True)
+    stuck.start()
+    end = time.monotonic() + 10
+    while conn.calls < 2 and time.monotonic() < end:  # the reset tool's call, then `hang`
+        time.sleep(0.01)
+    assert conn.calls == 2
+    env.close()
+    assert pool.idle_count(env._key) == 0 and not conn.alive  # the next episode's reset cannot race the old call
+    stuck.join(timeout=10)
+    assert isinstance(failed[0], ServerFailure) and conn.in_flight == 0
 
 
 # ---- restart mode -------------------------------------------------------------------
