@@ -20,6 +20,7 @@ nothing is recorded.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, TypedDict
 
@@ -58,12 +59,17 @@ def _failure(stage: str, err: BaseException) -> str:
     return f"{stage}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
 
 
+def _disk_full(err: BaseException) -> bool:
+    """A raw OSError of a full disk or quota (a stage writing a file): the machine's, not the capability's."""
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> tuple[Any, dict[str, Any]]:
     """call_stage, but any error of this one capability is recorded instead of ending the run."""
     try:
         result, update = await call_stage(stage, fn, *args)
     except Exception as e:  # noqa: BLE001 — recorded per capability (with its type); the other branches go on
-        if isinstance(e, GapforgeError) and e.infrastructure:
+        if (isinstance(e, GapforgeError) and e.infrastructure) or _disk_full(e):
             raise  # the infrastructure's doing, not this capability's: the run stops and a resume redoes it
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)
