@@ -11,6 +11,8 @@ The *policy* side records its failures as data instead (envs.errors.PolicyError)
 agents/policy.py translates ModelEndpointError into envs.errors.EndpointError.
 """
 
+from typing import Self
+
 from gapforge.faults import EndpointFault, InputFault, ModelFault, ResumableStop
 
 
@@ -39,6 +41,6 @@ class IncompleteStage(ResumableStop):
         self.summary, self.resume = message, resume
         super().__init__(message + (f": resume with `{resume}`" if resume else ""))
 
-    def with_resume(self, resume: str) -> "IncompleteStage":
+    def with_resume(self, resume: str) -> Self:
         """The same stop, told how to resume (the command that knows its own arguments adds it)."""
-        return self if self.resume else IncompleteStage(self.summary, resume=resume)
+        return self if self.resume else type(self)(self.summary, resume=resume)  # a subclass stays itself (EnvFailureShare, WorkerLost)
