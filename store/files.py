@@ -12,7 +12,8 @@ manifest's sizes (and, with `deep=True`, its hashes) must match, and every `.saf
 header must describe exactly the bytes on disk, every `.pt` / `.pth` file must be a whole zip (torch's
 format) and every `.json` file must parse (a truncated file fails them) -- these also cover directories
 written before manifests existed, and TRL's checkpoints. `write_text` writes one file the same way
-(temporary sibling, then rename).
+(temporary sibling, then rename). `remove_partials` sweeps what a killed writer left (and puts back a
+previous copy it had moved aside).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from store.errors import DiskFull, is_disk_full
 
 MANIFEST = "gapforge_files.json"
 PARTIAL = ".partial-"  # `.NAME.partial-PID`: a directory being written (removed when its writer fails)
+OLD = ".old-"  # `.NAME.old-PID`: the previous copy of NAME, moved aside while the new one is renamed in
 
 
 def _sha256(path: Path) -> str:
@@ -65,7 +67,7 @@ def complete_dir(final: Path, what: str) -> Iterator[Path]:
             f.flush()
             os.fsync(f.fileno())
         if final.exists():
-            old = final.parent / f".{final.name}.old-{os.getpid()}"
+            old = final.parent / f".{final.name}{OLD}{os.getpid()}"
             shutil.rmtree(old, ignore_errors=True)
             final.rename(old)
             tmp.rename(final)
@@ -98,9 +100,17 @@ def write_text(path: Path, text: str, what: str) -> None:
 
 
 def remove_partials(parent: Path) -> None:
-    """Remove what writers that died mid-write left under `parent` (partial directories and files)."""
+    """Remove what writers that died mid-write left under `parent` (partial directories and files). A previous
+    copy a writer moved aside (`complete_dir`) goes back in place when it died before its new copy took that
+    place, else it is removed."""
     for p in Path(parent).glob(f".*{PARTIAL}*"):
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    for old in sorted(Path(parent).glob(f".*{OLD}*")):
+        final = old.with_name(old.name[1:].rsplit(OLD, 1)[0])
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.rename(final)
 
 
 def safetensors_problem(path: Path) -> str | None:
