@@ -30,19 +30,21 @@ from store.redact import redact
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
-# Paths whose header this process has checked (sqlite_cut). The check opens the file with plain Python, and SQLite's
+# Paths whose header this process has checked (sqlite_cut), each with whether the file then began as a SQLite file
+# (or had no bytes yet: SQLite writes its own header). The check opens the file with plain Python, and SQLite's
 # POSIX locks belong to the process: closing ANY descriptor of the file drops every lock this process's connections
 # hold on it (a writer's episodes then stayed invisible to other processes until it closed). So the header is read
-# once per path, at the first open in the process, before any connection of ours exists.
-_HEADER_CHECKED: set[str] = set()
+# once per path, at the first open in the process, before any connection of ours exists -- never on an error path.
+_HEADERS: dict[str, bool] = {}
 _HEADER_LOCK = threading.Lock()
 
 
 def _first_open(path: Path) -> bool:
     key = str(path.resolve())
     with _HEADER_LOCK:
-        first = key not in _HEADER_CHECKED
-        _HEADER_CHECKED.add(key)
+        first = key not in _HEADERS
+        if first:
+            _HEADERS[key] = _sqlite_magic(path)
     return first
 
 
@@ -152,19 +154,29 @@ def _translate(e: exc.DBAPIError, url: URL, what: str) -> StoreError | None:
     """DiskFull / StoreDamaged for a database error that is one, else None (the caller re-raises it as it is)."""
     if is_disk_full(e):
         return DiskFull(where(url), what)
-    if url.get_backend_name() == "sqlite" and is_damaged(e) and _sqlite_magic(Path(where(url))):
+    if url.get_backend_name() == "sqlite" and is_damaged(e) and _began_as_sqlite(Path(where(url)), e):
         return StoreDamaged(damaged_message(where(url), _reason(e)))
     return None  # e.g. a text file at the store's path: not a store at all (make_engine's hint says so)
 
 
+def _began_as_sqlite(path: Path, e: exc.DBAPIError) -> bool:
+    """Whether the damaged file is a SQLite store (its header as read at this process's first open: reading it
+    again here would drop the locks our connections hold); for a path never opened here, SQLite's own word:
+    only a file whose header it accepted is "malformed"."""
+    began = _HEADERS.get(str(path.resolve()))
+    return began if began is not None else "malformed" in _reason(e).lower()
+
+
 def _sqlite_magic(path: Path) -> bool:
-    """Whether the file begins as a SQLite file does (or is cut inside those 16 bytes): a damaged store, not another file."""
+    """Whether the file begins as a SQLite file does (or is cut inside those 16 bytes), or has no bytes yet."""
     try:
         with path.open("rb") as f:
             head = f.read(16)
+    except FileNotFoundError:
+        return True
     except OSError:
         return False
-    return bool(head) and b"SQLite format 3\x00".startswith(head)
+    return b"SQLite format 3\x00".startswith(head)
 
 
 def _add_indexes(engine: Engine) -> None:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy import exc
 from typer.testing import CliRunner
 
 from gapforge.cli import app
 from graph.checkpoint import CheckpointDamaged, open_checkpointer, open_checkpoints_read_only
-from store import Store
+from store import Store, engine
 from store.errors import StoreDamaged
 from store.reader import StoreReader
 
@@ -130,3 +133,26 @@ def test_the_viewer_checkpoint_reader_names_a_damaged_file(tmp_path: Path, damag
     with pytest.raises(CheckpointDamaged) as caught:
         asyncio.run(read())
     assert str(ws / "checkpoints.sqlite") in str(caught.value)
+
+
+def _locked_elsewhere(db: Path) -> bool:
+    """Whether another process is refused the write lock of `db` right now."""
+    probe = "import sqlite3, sys; sqlite3.connect(sys.argv[1], timeout=0).execute('BEGIN IMMEDIATE')"
+    return subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True).returncode != 0
+
+
+def test_naming_a_damaged_store_keeps_the_locks_this_process_holds(tmp_path: Path) -> None:
+    """Reading the file with plain Python on the error path would close a descriptor of it, and with it every
+    POSIX lock this process's SQLite connections hold there."""
+    db = tmp_path / "gapforge.db"
+    Store(f"sqlite:///{db}").close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")  # its write lock is a POSIX lock on the file itself
+    holder.execute("BEGIN IMMEDIATE")
+    assert _locked_elsewhere(db)
+    malformed = exc.DatabaseError("SELECT 1", {}, sqlite3.DatabaseError("database disk image is malformed"))
+    named = engine._translate(malformed, engine.parse_url(f"sqlite:///{db}"), "the episodes")
+    assert isinstance(named, StoreDamaged) and str(db) in str(named)
+    assert _locked_elsewhere(db)  # still ours
+    holder.execute("ROLLBACK")
+    holder.close()
