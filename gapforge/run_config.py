@@ -7,7 +7,8 @@ train / analyze RUN` start from the effective config the run stored (gapforge/ru
 in this order, the keys of `--config FILE`, the config's env vars, `--set` and the command's own
 flags (e.g. `serve --base DIR` = `policy.local_path=DIR`); `overridden` names every setting whose
 value differs from the run's. Where this invocation works, not what the run is, always comes from the
-invocation: `workspace`, `store`, `executor`.
+invocation: `workspace`, `store`, `executor`. A URL the run stored with its password masked must be given again
+by the invocation (`--config`, an env var, `--set`); else the command stops with one line naming the key.
 
 A run stored by an older gapforge (or by hand) may hold no config: the invocation's config is used
 and `note` says so.
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 
 from gapforge.config import ConfigError, GapforgeConfig, load_config, parse_override
+from store.redact import is_redacted
 
 WHERE_KEYS = ("workspace", "store", "executor")  # where this invocation works: never the run's
 
@@ -106,6 +108,16 @@ def _load_stored(tree: dict[str, Any]) -> GapforgeConfig:
                           "the run, or start a new run") from None
 
 
+def _refuse_masked(cfg: GapforgeConfig, run_id: str) -> None:
+    """A URL the run stored with its password masked (`cfg.dump()`) is usable only when this invocation gives it again
+    (`--config`, an env var, `--set`): else the masked text would be sent as the password."""
+    masked = [(k, v) for k, v in _leaves(cfg.model_dump(mode="json")) if isinstance(v, str) and is_redacted(v)]
+    if masked:
+        key, value = masked[0]
+        raise ConfigError(f"run {run_id} stored {key} with its password masked ({value}): give it again with --config FILE "
+                          f"or --set {key}=URL")
+
+
 def where_overrides(overrides: list[str] | None) -> list[str]:
     """The `--set` items that say where this invocation works (`workspace`, `store.*`, `executor.*`)."""
     return [o for o in overrides or [] if parse_override(o)[0].split(".")[0] in WHERE_KEYS]
@@ -122,6 +134,7 @@ def resolve(record: dict[str, Any], run_id: str, where: GapforgeConfig, config_p
         return RunConfig(load_config(config_path, overrides or []), note=note)
     run_cfg = _load_stored(tree)
     cfg = load_tree(_merge(tree, {k: v for k, v in _file_tree(config_path).items() if k not in WHERE_KEYS}), overrides)
+    _refuse_masked(cfg, run_id)
     was = dict(_leaves(run_cfg.dump()))
     changed = [(k, v, was.get(k)) for k, v in _leaves(cfg.dump()) if k.split(".")[0] not in WHERE_KEYS and was.get(k) != v]
     return RunConfig(cfg, changed)

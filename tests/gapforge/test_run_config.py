@@ -82,3 +82,23 @@ def test_an_older_run_uses_the_invocation_s_config_and_says_so(workspace: Path) 
     res = CliRunner().invoke(app, ["adapters", stale, "--set", f"workspace={workspace}"])
     assert res.exit_code == 2 and "stored config does not load" in res.output and "retired_section" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_stored_url_whose_password_was_masked_is_taken_from_the_invocation_or_refused(workspace: Path, tmp_path: Path) -> None:
+    secret = "http://gapforge:s3cret@vllm.internal:8000"  # endpoint base_urls refuse a password: this one takes it
+    made = load_config(None, [f"workspace={workspace}", f"training.vllm_server_base_url={secret}"], environ={})
+    record = {"command": "run", "config": made.dump()}  # stored as http://gapforge:***@vllm.internal:8000
+    where = load_config(None, [f"workspace={workspace}"], environ={})
+    refused = CliRunner().invoke(app, ["adapters", _stored(workspace, record), "--set", f"workspace={workspace}"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output and len(refused.output.strip().splitlines()) == 1
+    assert "training.vllm_server_base_url" in refused.output and "--config" in refused.output and "--set" in refused.output
+    assert resolve(record, "r-1", where, None, [f"training.vllm_server_base_url={secret}"]).cfg.training.vllm_server_base_url == secret
+    file = tmp_path / "c.yaml"
+    file.write_text(f"training:\n  vllm_server_base_url: {secret}\n")
+    given = resolve(record, "r-1", load_config(str(file), [f"workspace={workspace}"], environ={}), str(file))
+    assert given.cfg.training.vllm_server_base_url == secret and given.overridden == []  # the same setting: nothing overridden
+
+
+def _stored(workspace: Path, record: dict) -> str:
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        return store.create_run("trace", record)
