@@ -149,15 +149,17 @@ class RoutedApp:
             self.cache.move_to_end(key)
             return self.cache[key], True
         lock = self._route_locks.setdefault(key, asyncio.Lock())
-        async with lock:  # two first requests of one conversation route once
-            if key in self.cache:
-                return self.cache[key], True
-            decision = await asyncio.to_thread(self.router, raw) if self.router else None
-            self.routed_count += 1
-            self.cache[key] = decision
-            while len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
-        self._route_locks.pop(key, None)
+        try:
+            async with lock:  # two first requests of one conversation route once
+                if key in self.cache:
+                    return self.cache[key], True
+                decision = await asyncio.to_thread(self.router, raw) if self.router else None
+                self.routed_count += 1
+                self.cache[key] = decision
+                while len(self.cache) > self.cache_size:
+                    self.cache.popitem(last=False)
+        finally:  # a router that raised too: one entry per conversation would stay for the server's lifetime
+            self._route_locks.pop(key, None)
         return decision, False
 
     async def chat(self, req: web.Request) -> web.Response:

@@ -3,6 +3,7 @@ malformed requests answered 400 with an OpenAI-style error body, never a 500 tra
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -92,3 +93,11 @@ def test_an_unexpected_failure_is_a_json_500_without_a_traceback() -> None:
 def test_no_key_configured_means_open(guarded: RoutedServer) -> None:
     with RoutedServer(RoutedApp(EchoBackend(), None)) as server:
         assert _post(server, {"model": "a1", "messages": [{"role": "user", "content": "hi"}]}, key=None).status_code == 200
+
+
+def test_a_router_failure_leaves_no_lock_behind() -> None:
+    app = RoutedApp(EchoBackend(), BrokenRouter())
+    for i in range(3):  # one conversation each: every entry would stay for the server's lifetime
+        with pytest.raises(RuntimeError, match="router bug"):
+            asyncio.run(app._route(f"conv-{i}", [{"role": "user", "content": "hi"}]))
+    assert app._route_locks == {} and app.cache == {}
