@@ -1,10 +1,11 @@
-"""Issue 20's measurement: the demo's training and evaluation for several training seeds, one table.
+"""The demo's training and evaluation for several training seeds, one table.
 
 For each seed: GRPO + LoRA on the demo's accepted precondition env (the recorded generator's last
 answer) in the Docker sandbox with the demo's training config; the held-out synthetic reward of base
 vs the kept adapter on TEST seeds nobody selected on (after the training and selection seeds), paired
 rollout by rollout; then on THE shop's held-out split (the demo's analysis split): base, the adapter
-alone and routed TRACE (routing.backend=openings, as the demo routes), every policy on the same
+alone and routed TRACE (routing.backend=openings, the demo's router until 2026-11-27; the demo now routes
+with the learned gate, which this bench does not build yet), every policy on the same
 (task, trial) seeds, the planted family (policy_refusal) with --family-trials trials per task, the
 other families with --trials. Paired differences to the base with two-stage bootstrap 95%
 intervals (tasks, then trials within each task: evaluation.stats.paired_episodes). Wall time per stage.
