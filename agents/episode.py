@@ -9,7 +9,8 @@ and the episode is still scored. A sandbox lost to an outside cause (sandbox.err
 SandboxError, after the sandbox's own retries) ends it as `sandbox_error`.
 An exception in `env.score` is the env's too: the episode ends as `env_error` (reward 0.0 is
 a placeholder, not a verdict; the error says so), unless the infrastructure had already ended it.
-`endpoint_error` and `sandbox_error` are infrastructure failures
+`endpoint_error`, `sandbox_error` and `worker_error` (the local rollout worker process playing the
+episode died: executor/processes.py) are infrastructure failures
 (INFRA_TERMINATIONS): not the model's or the env's doing, so the collector never
 stores such an episode as final and a resume redoes it. Only `env.reset` raising envs.errors.EnvError
 (unknown task: user input) and user-fixable model errors (e.g. a scripted model
@@ -49,7 +50,8 @@ from envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, Poli
 from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
 from sandbox.errors import SandboxError
 
-Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "malformed_output", "policy_error", "env_error", "timeout"]
+Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "worker_error", "malformed_output", "policy_error",
+                      "env_error", "timeout"]
 __all__ = ["INFRA_TERMINATIONS", "EpisodeRecord", "Termination", "call_env", "run_episode", "timed_out"]  # INFRA_TERMINATIONS: envs.errors
 
 ENV_THREADS = DaemonThreads("env")  # env calls of callers that pass no executor (abandonable: envs.env_threads)

@@ -36,13 +36,14 @@ class MalformedOutputError(PolicyError):
 
 
 # Episode terminations that are the infrastructure's doing (endpoint down after its retries, sandbox
-# lost to an outside cause), never the model's or the env's: such an episode is not data.
-INFRA_TERMINATIONS: frozenset[str] = frozenset({"endpoint_error", "sandbox_error"})
+# lost to an outside cause, the local rollout worker process playing it died), never the model's or the env's:
+# such an episode is not data.
+INFRA_TERMINATIONS: frozenset[str] = frozenset({"endpoint_error", "sandbox_error", "worker_error"})
 
 
 class InfrastructureFailure(ResumableStop):
     """The endpoint or the sandbox kept failing past every retry inside a check or stage: what
-    was running is not the env's or the model's doing and not final. `cause`: endpoint | sandbox."""
+    was running is not the env's or the model's doing and not final. `cause`: endpoint | sandbox | worker."""
 
     def __init__(self, cause: str, detail: str) -> None:
         self.cause, self.detail = cause, detail
@@ -53,8 +54,8 @@ class InfrastructureFailure(ResumableStop):
 
 
 def infra_cause(termination: str | None) -> str | None:
-    """'endpoint' / 'sandbox' for an infrastructure termination, else None."""
-    return {"endpoint_error": "endpoint", "sandbox_error": "sandbox"}.get(termination or "")
+    """'endpoint' / 'sandbox' / 'worker' for an infrastructure termination, else None."""
+    return {"endpoint_error": "endpoint", "sandbox_error": "sandbox", "worker_error": "worker"}.get(termination or "")
 
 
 def is_transient_status(status: int) -> bool:

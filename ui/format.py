@@ -20,6 +20,7 @@ BOUNDARY = {
     "policy_error": "model",
     "endpoint_error": "policy endpoint (infrastructure)",
     "sandbox_error": "sandbox (infrastructure)",
+    "worker_error": "rollout worker process (infrastructure)",
     "env_error": "env code",
 }
 
