@@ -13,8 +13,12 @@ The driver stays the one writer of the store: a worker returns the `EpisodeRecor
 Episodes seed their sampling and tool-call ids from their key (`envs/sampling.py`), so the same plan
 played here, on the driver or on Ray stores the same episodes (tests/executor/test_processes.py).
 
-Faults: a worker process that dies fails its unfinished episodes with WorkerLost (an IncompleteStage,
-exit 3; what finished is stored, the same command plays the rest); an exception raised while playing an
+Faults: a worker process that dies (killed, out of memory, a user env's native crash) costs its episodes in flight
+only: each ends as `worker_error` (an infrastructure failure on the `worker` boundary: not stored, a resume plays
+it), a fresh worker takes its place (`pool.restarts`) and the other episodes go on. Workers that keep dying stop
+the stage with WorkerLost (an IncompleteStage, exit 3; what finished is stored, the same command plays the rest):
+past `MAX_WORKER_RESTARTS` replacements in one pool, or when a replacement itself dies before it started an
+episode (its policy cannot even load: another one would die the same way). An exception raised while playing an
 episode is the episode's, re-raised on the driver with its type when it pickles (else a RuntimeError with
 its type, message and the worker's traceback). What crosses a pipe is pickled to bytes by its sender and
 unpickled by its receiver inside a try, so a factory, a result or an error that does not travel fails
@@ -53,13 +57,20 @@ from agents.episode import timed_out
 from agents.errors import IncompleteStage
 from agents.rollouts import EpisodeRecord, play_episode
 from envs.env_threads import DaemonThreads
+from gapforge.faults import ResumableStop
 
 log = logging.getLogger(__name__)
 WORKER_GRACE_S = 5.0  # past an episode's time limit, how long the driver still waits for a worker's answer
+MAX_WORKER_RESTARTS = 3  # workers that died replaced in one pool; the next death stops the stage (WorkerLost)
 
 
 class WorkerLost(IncompleteStage):
-    """A local rollout worker process ended while episodes were in flight (killed, out of memory, crashed)."""
+    """Local rollout worker processes keep ending (killed, out of memory, crashed): past the pool's restarts."""
+
+
+class _Died(ResumableStop):
+    """The worker playing an episode ended (its pool replaced it): that episode is a `worker_error` (never raised
+    past `ProcessPool.play`)."""
 
 
 def picklable(*objects: Any) -> bool:
@@ -201,6 +212,8 @@ class _Worker:
         self.lost: str | None = None
         self.stuck: str | None = None  # why it gets no new episode (it stopped answering): recycled once its pending are settled
         self.begun: dict[int, asyncio.Future[bool]] = {}  # request -> True once the worker started it (False: it never will)
+        self.started = 0  # episodes it said it started (a replacement that dies before its first one: its policy kills it)
+        self.replacement = False  # it took the place of a worker that died
 
     def send(self, message: Any) -> None:
         with self.send_lock:
@@ -217,6 +230,8 @@ class ProcessPool:
         self.threads = threads
         self.workers = [_Worker(self.ctx, i, threads) for i in range(workers)]
         self.recycled = 0  # workers killed and replaced because they stopped answering
+        self.restarts = 0  # workers that died and were replaced (at most MAX_WORKER_RESTARTS)
+        self.closing = False  # close() has begun: a worker that ends now is not replaced
         self.ids = itertools.count()
         self.keys = itertools.count()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -258,10 +273,12 @@ class ProcessPool:
             except Exception as e:  # noqa: BLE001 - a reply this process cannot rebuild: that episode fails, the others go on
                 ok, payload = False, RuntimeError(f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}")
             self.loop.call_soon_threadsafe(self._resolve, w, req_id, ok, payload)
+        w.process.join(1.0)  # the pipe closed: reap it here (not on the loop), so _lose can name its exit code
         self.loop.call_soon_threadsafe(self._lose, w)
 
     @staticmethod
     def _begin(w: _Worker, req_id: int) -> None:
+        w.started += 1
         waiter = w.begun.get(req_id)
         if waiter is not None and not waiter.done():
             waiter.set_result(True)
@@ -284,14 +301,38 @@ class ProcessPool:
             future.set_exception(payload)
 
     def _lose(self, w: _Worker) -> None:
+        """A worker's pipe closed: it ended. Replaced (its episodes in flight become `worker_error`s) unless the pool
+        is closing, it was already recycled, or workers keep dying (then its episodes fail with WorkerLost)."""
         code = w.process.exitcode
         w.lost = f"exit code {code}" if code is not None else "its pipe closed"
+        current = self.workers[w.index] is w and not self.closing
+        stop: str | None = None
+        if current and w.replacement and w.started == 0 and w.pending:
+            stop = "it replaced a worker that died, and died itself before it started an episode"
+        elif current and self.restarts >= MAX_WORKER_RESTARTS:
+            stop = f"{self.restarts} worker(s) already died and were replaced in this pool (MAX_WORKER_RESTARTS)"
+        if current and stop is None:
+            fresh = _Worker(self.ctx, w.index, self.threads)
+            fresh.replacement = True
+            self.workers[w.index] = fresh
+            self._listen(fresh)
+            self.restarts += 1
+            log.warning("local rollout worker %d (pid %s) ended (%s) with %d episode(s) in flight: they end as worker_error "
+                        "(played again by a resume), worker pid %s takes its place", w.index, w.process.pid, w.lost,
+                        len(w.pending), fresh.process.pid)
         for req_id, future in list(w.pending.items()):
-            if not future.done():
+            if future.done():
+                continue
+            if stop is None:
+                future.set_exception(_Died(f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with this episode "
+                                           "in flight"))
+            else:
                 future.set_exception(WorkerLost(
-                    f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with episode #{req_id} in flight; what "
-                    "finished is stored: run the same command again to play the rest (or set executor.local_rollout_workers=1)"))
+                    f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with episode #{req_id} in flight, and "
+                    f"workers keep dying ({stop}); what finished is stored: run the same command again to play the rest (or "
+                    "set executor.local_rollout_workers=1)"))
         w.pending.clear()
+        self._give_up(w)
 
     def player(self, factory: Callable[[], Any], make_env: Callable[[], Any]) -> ProcessPlayer:
         """One policy's EpisodePlayer; TypeError here when the factory or make_env cannot be pickled (check `picklable`)."""
@@ -323,23 +364,28 @@ class ProcessPool:
                            temperature, timeout_s)
                 try:
                     await asyncio.to_thread(w.send, request)
-                except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone
-                    raise WorkerLost(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e}); what "
-                                     "finished is stored: run the same command again to play the rest") from None
-                w.known.add(key)
-            if timeout_s is None:
-                return await future
+                except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone (its reader replaces it)
+                    if not future.done():
+                        future.set_exception(_Died(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e})"))
+                else:
+                    w.known.add(key)
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
-            begun = w.begun[req_id]  # the clock runs from the episode's start in the worker (not its warm-up)
-            await asyncio.wait({future, begun}, return_when=asyncio.FIRST_COMPLETED)
-            if not future.done() and begun.result():
-                try:
-                    return await asyncio.wait_for(asyncio.shield(future), timeout_s + WORKER_GRACE_S)
-                except TimeoutError:
-                    w.stuck = f"no answer to episode {task_id}#{sample} within {timeout_s:g} s + {WORKER_GRACE_S:g} s"
-                    self._give_up(w)
-            if future.done():
-                return future.result()
+            try:
+                if timeout_s is None:
+                    return await future
+                begun = w.begun[req_id]  # the clock runs from the episode's start in the worker (not its warm-up)
+                await asyncio.wait({future, begun}, return_when=asyncio.FIRST_COMPLETED)
+                if not future.done() and begun.result():
+                    try:
+                        return await asyncio.wait_for(asyncio.shield(future), timeout_s + WORKER_GRACE_S)
+                    except TimeoutError:
+                        w.stuck = f"no answer to episode {task_id}#{sample} within {timeout_s:g} s + {WORKER_GRACE_S:g} s"
+                        self._give_up(w)
+                if future.done():
+                    return future.result()
+            except _Died as e:
+                return worker_error(task_id, key, f"{e}; it is not stored and a resume plays it again", started,
+                                    time.perf_counter() - t0, w)
             return timed_out("", task_id, key, "the worker's episode", "worker", timeout_s, started, time.perf_counter() - t0,
                              f"worker {w.index}, pid {w.process.pid}")
         finally:
@@ -354,6 +400,7 @@ class ProcessPool:
         return [w.process.pid for w in self.workers if w.process.pid is not None]
 
     def close(self, timeout_s: float = 10.0) -> None:
+        self.closing = True
         for w in self.workers:
             if w.lost is None:
                 try:
@@ -366,6 +413,14 @@ class ProcessPool:
                 w.process.kill()
                 w.process.join(timeout_s)
             w.conn.close()
+
+
+def worker_error(task_id: str, policy: str, error: str, started_at: datetime, elapsed_s: float, w: _Worker) -> EpisodeRecord:
+    """An episode whose worker process ended while playing it: `worker_error`, an infrastructure failure (not stored)."""
+    info = {"worker": {"index": w.index, "pid": w.process.pid, "ended": w.lost}}
+    return EpisodeRecord(env="", task=task_id, policy=policy, messages=[], reward=0.0, success=False, score_info=info, turns=0,
+                         termination="worker_error", error=f"worker_error: {error}",
+                         timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s}, started_at=started_at)
 
 
 class ProcessPlayer:

@@ -1,10 +1,12 @@
 """Episodes on local worker processes (executor/processes.py): the same episodes as the collector's own loop,
-a worker killed mid-collection ends the stage resumably with exact counts, errors come back with their type."""
+a worker killed mid-collection costs its episodes in flight only (replaced; a resume plays them, exact counts),
+workers that keep dying stop the stage resumably, errors come back with their type."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing
 import os
 import signal
 import threading
@@ -23,7 +25,7 @@ from agents.errors import IncompleteStage
 from agents.rollouts import CollectPlan, collect
 from envs.protocol import Message, ToolCall
 from envs.registry import make_env
-from executor import ExecutorConfig, episode_player
+from executor import ExecutorConfig, episode_player, processes
 from executor.processes import WorkerLost, picklable, process_pool
 from gapforge.config import PolicyConfig
 from gapforge.wiring import make_policy
@@ -103,40 +105,80 @@ def test_a_collection_on_worker_processes_equals_the_one_on_the_loop(store: Stor
     assert len({str(v[0]) for v in local.values()}) > 1  # sampling at temperature 1.0 really varied: not a vacuous equality
 
 
-def test_a_worker_killed_mid_collection_stops_the_stage_and_the_rerun_ends_exact(store: Store) -> None:
+def test_a_worker_killed_mid_collection_costs_its_episodes_only_and_the_rerun_ends_exact(store: Store) -> None:
     tasks = shop().task_ids()[:12]
     run_id = store.create_run("rollouts", {})
     plan = CollectPlan(run_id=run_id, env="shop", tasks=tasks, samples=2, concurrency=8, max_turns=3)
     factory = functools.partial(SlowLookupPolicy, 0.05)
 
-    async def first() -> tuple[Any, list[int]]:
-        stored: list[Any] = []
+    async def first() -> tuple[Any, list[int], list[int], int]:
         async with process_pool(2, 1) as pool:
-            victim = pool.pids()[0]
+            before = pool.pids()
+            victim = before[0]
+            seen: list[Any] = []
 
-            def kill_after_four(_ep: Any) -> None:
-                stored.append(_ep)
-                if len(stored) == 4:
+            def kill_after_four(ep: Any) -> None:
+                seen.append(ep)
+                if len(seen) == 4:
                     os.kill(victim, signal.SIGKILL)  # mid-collection: that worker has episodes in flight
 
-            with pytest.raises(IncompleteStage, match="local rollout worker .* ended") as info:
-                await collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop), on_episode=kill_after_four)
-            return info, stored
+            res = await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop),
+                                                 on_episode=kill_after_four), 120)
+            return res, before, pool.pids(), pool.restarts
 
-    info, _stored = asyncio.run(first())
-    assert isinstance(info.value, WorkerLost)
-    kept = store.episodes(run_id)
-    assert 4 <= len(kept) < 24  # what finished is stored; the rest is not
+    res, before, after, restarts = asyncio.run(first())
+    lost = res.infra_failures
+    assert lost and all(f.termination == "worker_error" for f in lost)  # its episodes in flight, and only those
+    assert all(f"(pid {before[0]}) ended" in f.error for f in lost) and not res.timeouts
+    assert res.ran + len(lost) == 24 and len(store.episodes(run_id)) == res.ran  # every other planned episode is stored
+    assert restarts == 1 and victim_replaced(before, after)
+    assert dict(res.infra_counts()) == {"worker_error": len(lost)}
 
     async def rerun() -> Any:
         async with process_pool(2, 1) as pool:
             return await collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop))
 
     result = asyncio.run(rerun())
-    assert (result.planned, result.skipped, result.ran) == (24, len(kept), 24 - len(kept))
+    assert (result.planned, result.skipped, result.ran) == (24, 24 - len(lost), len(lost))  # a resume plays only those
     keys = [(r.task_id, r.sample) for r in store.episodes(run_id)]
     assert len(keys) == 24 and set(keys) == set(plan.keys())  # exact count, no duplicates, none lost
     assert all(r.turns == 3 for r in store.episodes(run_id))
+
+
+def victim_replaced(before: list[int], after: list[int]) -> bool:
+    return before[0] not in after and before[1] in after and len(set(after) - set(before)) == 1
+
+
+class DiesOnLoad:
+    """A policy whose loading kills its worker process (a native crash, an out-of-memory kill): every worker dies."""
+
+    name = "dies-on-load"
+
+    def __init__(self) -> None:
+        if multiprocessing.parent_process() is not None:  # in a worker, never in the test's own process
+            os._exit(9)
+
+
+def test_workers_that_keep_dying_stop_the_stage_with_worker_lost(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def play(factory: Any, kill: bool) -> None:
+        async with process_pool(1, 1) as pool:
+            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS, samples=1, concurrency=2, max_turns=3)
+
+            def kill_first(_ep: Any) -> None:
+                if kill and pool.restarts == 0:
+                    os.kill(pool.pids()[0], signal.SIGKILL)
+
+            await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop),
+                                           on_episode=kill_first), 120)
+
+    # the first worker dies loading the policy (its 2 episodes in flight end as worker_error), its replacement dies
+    # the same way before it started an episode (the next 2): another one would too
+    with pytest.raises(WorkerLost, match="died itself before it started an episode"):
+        asyncio.run(play(DiesOnLoad, kill=False))
+    # past MAX_WORKER_RESTARTS replacements in one pool (here none allowed): the next death stops the stage
+    monkeypatch.setattr(processes, "MAX_WORKER_RESTARTS", 0)
+    with pytest.raises(IncompleteStage, match="local rollout worker .* ended .* workers keep dying .*MAX_WORKER_RESTARTS"):
+        asyncio.run(play(functools.partial(SlowLookupPolicy, 0.05), kill=True))
 
 
 def test_an_episode_error_and_a_policy_that_cannot_load_come_back_with_their_type(store: Store, tmp_path: Path) -> None:
