@@ -53,28 +53,48 @@ def _example(store: Any, run_id: str, capability: str, max_chars: int) -> str:
     return compact_trajectory(best.messages, max_chars)
 
 
-def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200) -> RunArtifacts:
+def adapter_location(path: str | Path, run_id: str, workspace: Path | None) -> Path:
+    """Where a stored adapter path is now. Paths are stored as the training saw them (relative to the directory the
+    run was started in when its workspace was relative, e.g. `.gapforge/adapters/RUN/CAP/...`): one that does not
+    exist from here is looked up under `workspace` by its part from `adapters/RUN/` on (a command run from another
+    directory, or a workspace moved whole)."""
+    stored = Path(path)
+    if stored.exists() or workspace is None:
+        return stored
+    parts = stored.parts
+    for i in range(len(parts) - 1):
+        if parts[i] == "adapters" and parts[i + 1] == run_id:
+            moved = Path(workspace, *parts[i:])
+            return moved if moved.exists() else stored
+    return stored
+
+
+def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200, workspace: Path | None = None) -> RunArtifacts:
     """Retained capabilities that have a trained adapter on disk that reads back whole (store.files.check_dir:
     adapter_config.json present, sizes as its manifest records, safetensors headers matching the bytes), in
-    stored order; a damaged one is left out and named in `damaged` (a resumed `train` redoes it)."""
+    stored order; a damaged one is left out and named in `damaged` (a resumed `train` redoes it), and so is a
+    finished adapter whose directory is not found (`workspace`: where to look for it besides its stored path)."""
     from store.files import check_dir
 
     caps = store.capabilities(run_id, retained=True) or store.capabilities(run_id)
-    by_cap, damaged = {}, {}
+    by_cap, damaged, where = {}, {}, {}
     for a in store.adapters(run_id):
         if not a.capability or not a.path:
             continue
-        problem = check_dir(Path(a.path), required=("adapter_config.json",))
+        where[a.name] = adapter_location(a.path, run_id, workspace)
+        problem = check_dir(where[a.name], required=("adapter_config.json",))
         if problem is None:
             by_cap[a.capability] = a
-        elif Path(a.path).is_dir():  # there but not whole (a missing dir is an adapter never trained here)
+        elif where[a.name].is_dir():  # there but not whole
             damaged[a.name] = problem
+        elif a.status == "done":  # trained, and not found: never served or evaluated silently without it
+            damaged[a.name] = f"not found at {a.path} (nor under {workspace})" if workspace else f"not found at {a.path}"
     out, paths = [], {}
     for c in caps:
         adapter = by_cap.get(c.name)
         if adapter is None:
             continue
-        paths[adapter.name] = Path(adapter.path)
+        paths[adapter.name] = where[adapter.name]
         out.append({"name": c.name, "definition": c.definition, "example": _example(store, run_id, c.name, max_example_chars), "adapter": adapter.name})
     return RunArtifacts(run_id, out, paths, damaged)
 

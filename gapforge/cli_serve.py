@@ -80,7 +80,7 @@ def served(cfg, store, run_id: str) -> tuple[Any, Any, Any, str]:
 
     if cfg.policy.kind == "endpoint" and not cfg.policy.endpoint.base_url:
         raise UsageError("policy.kind=endpoint needs the vLLM server's URL: pass --vllm-url URL or set policy.endpoint.base_url")
-    sc = stage_context(local_base(cfg), store)
+    sc = stage_context(local_base(cfg), store, lambda _where, text: err_console.print(text, highlight=False, soft_wrap=True))  # e.g. an adapter left out
     routing = Routing(sc)
     try:
         artifacts, chat, router = routing.routed(run_id, baseline=False, keep=False)

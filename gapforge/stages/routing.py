@@ -46,7 +46,9 @@ class Routing:
 
             cfg = self.sc.cfg
             base = self.sc.base_dir()
-            artifacts = run_artifacts(self.sc.store, run_id, max_example_chars=cfg.routing.max_example_chars)
+            artifacts = run_artifacts(self.sc.store, run_id, max_example_chars=cfg.routing.max_example_chars, workspace=self.sc.deps.workspace.root)
+            for name, problem in artifacts.damaged.items():  # never routed to, evaluated or served without saying so
+                self.sc.progress("build_router", f"warning: adapter {name} left out: {problem}")
             extra = self._baseline(run_id) if baseline else {}
             routing = cfg.routing
             if cfg.policy.kind == "endpoint":  # the served policy (vLLM): adapters loaded into it at run time
@@ -66,8 +68,12 @@ class Routing:
 
         if self.baseline_adapter:
             return {GRPO_TARGET: self.baseline_adapter}
+        from evaluation.service import adapter_location
+
         row = self.sc.store.get_adapter(run_id, GRPO_TARGET)
-        return {GRPO_TARGET: row.path} if row is not None and row.status == "done" and row.path else {}
+        if row is None or row.status != "done" or not row.path:
+            return {}
+        return {GRPO_TARGET: adapter_location(row.path, run_id, self.sc.deps.workspace.root)}
 
     def _router_data(self, run_id: str, artifacts: Any, routing: Any, backend: Any, *, keep: bool) -> tuple[Any, RouterData]:
         """(artifacts with the router's options, its data): the stored router's when it was built over these adapters and

@@ -52,3 +52,32 @@ def test_the_example_is_the_best_success_of_the_capability_s_own_synthetic_env(t
         assert set(arts.adapter_paths) == {"precondition_verification", "structured_data_reasoning"}
     finally:
         store.close()
+
+
+def test_an_adapter_stored_relative_to_another_directory_is_found_under_the_workspace(tmp_path: Path, monkeypatch) -> None:
+    """A run started with a relative workspace stores `.gapforge/adapters/RUN/CAP/...`; a command on it from another
+    directory (given the workspace) still finds the adapter, and a finished adapter found nowhere is named, not dropped."""
+    workspace = tmp_path / "ws" / ".gapforge"
+    store = Store(f"sqlite:///{tmp_path / 'g.db'}")
+    try:
+        run_id = store.create_run("trace", {"env": "shop"})
+        for cap in ("precondition_verification", "structured_data_reasoning"):
+            store.put_capability(run_id, cap, definition=f"{cap} definition")
+        kept = workspace / "adapters" / run_id / "precondition_verification" / "evals" / "step-000008"
+        kept.mkdir(parents=True)
+        (kept / "adapter_config.json").write_text("{}")
+        rel = Path(".gapforge", "adapters", run_id, "precondition_verification", "evals", "step-000008")
+        store.put_adapter(run_id, "precondition_verification", path=str(rel), metrics={}, status="done", capability="precondition_verification")
+        store.put_adapter(run_id, "structured_data_reasoning", path=".gapforge/adapters/gone", metrics={}, status="done",
+                          capability="structured_data_reasoning")
+        monkeypatch.chdir(tmp_path)  # not the directory the run was started in: `rel` does not exist from here
+
+        blind = run_artifacts(store, run_id)
+        assert blind.adapter_paths == {} and set(blind.damaged) == {"precondition_verification", "structured_data_reasoning"}
+
+        found = run_artifacts(store, run_id, workspace=workspace)
+        assert found.adapter_paths == {"precondition_verification": kept}
+        assert [c["name"] for c in found.capabilities] == ["precondition_verification"]
+        assert "not found at .gapforge/adapters/gone" in found.damaged["structured_data_reasoning"]
+    finally:
+        store.close()
