@@ -22,7 +22,7 @@ DEFINITION = ("Before acting on a request, the agent checks that the action is a
               "and compares it with the policy's rules, and refuses with the reason when a precondition fails.")
 
 
-def _text(req: dict[str, Any]) -> str:
+def prompt_text(req: dict[str, Any]) -> str:
     parts = []
     for m in req.get("messages") or []:
         c = m.get("content")
@@ -46,7 +46,7 @@ def _schema_keys(req: dict[str, Any]) -> set[str]:
 
 
 def respond(req: dict[str, Any]) -> dict[str, Any]:
-    keys, text = _schema_keys(req), _text(req)
+    keys, text = _schema_keys(req), prompt_text(req)
     if "capabilities" in keys:
         ids = [int(i) for i in re.findall(r"^### episode (\d+)$", text, flags=re.M)]
         return _answer(req, {"capabilities": [{"name": CAPABILITY, "definition": DEFINITION, "example_episode_ids": ids[:2]}]})

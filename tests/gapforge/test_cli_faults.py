@@ -8,19 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_helpers import one_line_error as _one_line_error
 from typer.testing import CliRunner
 
 from gapforge.cli import app
 
 COUNTER = Path(__file__).parents[1] / "sandbox" / "envs" / "counter_env.py"
-
-
-def _one_line_error(res, needle: str) -> str:
-    assert res.exit_code == 2, res.output
-    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and needle in errors[0], res.output
-    assert "Traceback" not in res.output
-    return errors[0]
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_helpers import one_line_error as _one_line_error
 from typer.testing import CliRunner
 
 from gapforge.cli import app
@@ -31,14 +32,6 @@ def answers(tmp_path: Path) -> Path:
     pair = "  - tool_calls: [{name: unlock_account, arguments: {account: u-17}}]\n  - Done.\n"  # answers are used in order
     path.write_text("policy:\n" + pair * 20)
     return path
-
-
-def _one_line_error(res, needle: str) -> str:
-    assert res.exit_code == 2, res.output
-    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and needle in errors[0], res.output
-    assert "Traceback" not in res.output
-    return errors[0]
 
 
 def _collect(tmp_path: Path, *args: str):

@@ -24,6 +24,7 @@ import pytest
 from evaluation.run import child_run_id
 from fixtures.fake_openai import FakeOpenAIServer
 from store import Store
+from tests.gapforge.dryrun_roles import prompt_text
 from tests.prompts.test_prompts_any_target import SHOP_WORDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,14 +81,6 @@ class Roles:
             return self._answer(req, {"capability_focus": True, "tools_match": True, "reward_gameable": False, "verdict": "accept",
                                       "problems": [], "fixes": []})
         raise AssertionError(f"an LLM request this test does not expect: {text[:300]}")
-
-
-def prompt_text(req: dict[str, Any]) -> str:
-    parts = []
-    for m in req.get("messages") or []:
-        c = m.get("content")
-        parts.append(c if isinstance(c, str) else " ".join(p.get("text", "") for p in c or [] if isinstance(p, dict)))
-    return "\n".join(parts)
 
 
 def gapforge(args: list[str], workspace: Path, llm_url: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
