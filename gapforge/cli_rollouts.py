@@ -17,7 +17,6 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from agents.errors import IncompleteStage
 from agents.rollouts import CollectResult, EnvFailureShare, rollout_summary
 from gapforge.cli_common import (
     ConfigOpt,
@@ -28,10 +27,10 @@ from gapforge.cli_common import (
     handle_errors,
 )
 from gapforge.cli_rollouts_show import register_show, render_summary
-from gapforge.executor_wiring import connect_executor, episode_player
+from gapforge.executor_wiring import connect_executor
 from gapforge.rollouts_run import check_identity, parse_tasks, resume_command
 from gapforge.run_lease import run_lease
-from gapforge.stages.rollouts import check_run_target, target_record
+from gapforge.stages.rollouts import check_run_target, collect_plan, empty_result, infra_stop, play_collection, target_record, timeouts_warning
 from gapforge.wiring import (
     apply_policy_spec,
     build_deps,
@@ -67,8 +66,6 @@ def collect_cmd(
     `rollouts.max_env_failure_share` of the episodes; what finished is stored and a resume (`--run RUN`) plays the rest.
     The run records the env's spec and fingerprint; `--run` refuses an env whose tools or tasks changed since.
     """
-    from agents.rollouts import CollectPlan, collect
-
     overrides = list(set_ or [])
     if concurrency is not None:
         overrides.append(f"rollouts.concurrency={concurrency}")  # the config's limits apply to the flag too
@@ -110,17 +107,7 @@ def collect_cmd(
     }  # fmt: skip
     run_id = prior.id if prior is not None else store.create_run("rollouts", run_config)
     console.print(f"run {run_id}", highlight=False)
-    plan = CollectPlan(
-        run_id=run_id,
-        env=env_name,
-        tasks=task_ids,
-        samples=cfg.rollouts.samples if samples is None else samples,
-        concurrency=cfg.rollouts.concurrency,
-        max_turns=cfg.rollouts.max_turns,
-        temperature=pol_cfg.temperature,
-        episode_timeout_s=cfg.rollouts.episode_timeout_s,
-        max_env_failure_share=cfg.rollouts.max_env_failure_share,
-    )
+    plan = collect_plan(cfg, run_id, env_name, task_ids, samples=samples, temperature=pol_cfg.temperature)
     resume = resume_command(run_id, config)
     with run_lease(cfg, run_id, "rollouts collect"):
         if prior is not None:  # recorded under the lease (checked above, before any work)
@@ -130,17 +117,16 @@ def collect_cmd(
             stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
             pending = sum(key not in stored_keys for key in plan.keys())
             tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
-            live = CollectResult(planned=0, skipped=0, ran=0)  # filled as episodes are stored: the counts survive a stop
+            live = empty_result()  # filled as episodes are stored: the counts survive a stop
 
             def advance(ep) -> None:
                 if ep.final:  # an infrastructure failure or a timeout is not finished: a resume redoes it
                     bar.advance(tid)
 
             async def run_and_close() -> CollectResult:
-                try:
-                    async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
-                        return await collect(plan, make_env=make_env, policy=pol, sink=store, families=families, on_episode=advance,
-                                             result=live, player=player)
+                try:  # the graph's collect_rollouts plays the same way (gapforge/stages/rollouts.py)
+                    return await play_collection(cfg, store, plan, pol_cfg=pol_cfg, policy=lambda: pol, make_env=make_env, families=families,
+                                                 result=live, on_episode=advance)
                 finally:
                     await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
 
@@ -171,15 +157,7 @@ def collect_cmd(
     render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
     deps.close()
-    if result.timeouts:
-        last = result.timeouts[-1].error.splitlines()[0]
-        err_console.print(escape(f"warning: {len(result.timeouts)} episode(s) did not finish within rollouts.episode_timeout_s="
-                                 f"{cfg.rollouts.episode_timeout_s:g} s and were not stored ({last}): `{resume}` plays them again"),
-                          highlight=False, soft_wrap=True)
-    if result.infra_failures:
-        counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
-        last = result.infra_failures[-1].error.splitlines()[0] if result.infra_failures[-1].error else "no detail"
-        raise IncompleteStage(
-            f"{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures ({counts}; last: {last}) "
-            f"and were not stored: resume with `{resume}`"
-        )
+    if warning := timeouts_warning(cfg, result):
+        err_console.print(escape(f"warning: {warning}: `{resume}` plays them again"), highlight=False, soft_wrap=True)
+    if stop := infra_stop(result, resume=resume):
+        raise stop

@@ -24,9 +24,6 @@ from graph.context import Cost, RolloutsDone
 
 
 async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
-    from agents.errors import IncompleteStage
-    from agents.rollouts import CollectPlan, CollectResult, collect
-
     cfg = sc.cfg
     env_name = cfg.rollouts.env
     probe, make_env = make_target_env_factory(cfg, env_name)
@@ -37,25 +34,69 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
         families = {t: probe.task_family(t) for t in tasks}
     finally:
         probe.close()
-    plan = CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples, concurrency=cfg.rollouts.concurrency,
-                       max_turns=cfg.rollouts.max_turns, episode_timeout_s=cfg.rollouts.episode_timeout_s,
-                       max_env_failure_share=cfg.rollouts.max_env_failure_share)  # fmt: skip
-    result = CollectResult(planned=0, skipped=0, ran=0)
+    plan = collect_plan(cfg, run_id, env_name, tasks)
+    result = empty_result()
     played = progress_every(sc, "collect_rollouts", "episodes")
-    async with episode_player(cfg, cfg.policy, make_env) as player:  # None: played here (executor.kind local); else Ray actors
-        await collect(plan, make_env=make_env, policy=sc.deps.base_policy() if player is None else None, sink=sc.store, families=families,
-                      result=result, player=player,
-                      on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures) + len(result.timeouts)
-                                                    + result.stored_elsewhere, result.planned))  # fmt: skip
-    if result.timeouts:  # the env's code did not answer in time: those episodes are left out (not stored), the stage goes on
-        sc.progress("collect_rollouts", f"warning: {len(result.timeouts)} episode(s) did not finish within rollouts.episode_timeout_s="
-                    f"{cfg.rollouts.episode_timeout_s:g} s and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})")
-    if result.infra_failures:  # analysis over a partial sample would be biased: stop, resumable (agents/infra.py's rule)
-        counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
-        raise IncompleteStage(f"collect_rollouts: {len(result.infra_failures)} of {result.planned} episodes ended in infrastructure "
-                              f"failures ({counts}) and were not stored; {result.ran} stored")
+    await play_collection(cfg, sc.store, plan, pol_cfg=cfg.policy, policy=sc.deps.base_policy, make_env=make_env, families=families,
+                          result=result, on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures)
+                                                                       + len(result.timeouts) + result.stored_elsewhere, result.planned))
+    if warning := timeouts_warning(cfg, result):  # the env's code did not answer in time: left out (not stored), the stage goes on
+        sc.progress("collect_rollouts", f"warning: {warning}")
+    if stop := infra_stop(result, where="collect_rollouts: "):  # analysis over a partial sample would be biased (agents/infra.py)
+        raise stop
     episodes = await asyncio.to_thread(sc.store.episodes, run_id, env_name)
     return RolloutsDone(len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran))
+
+
+# ---- the collection itself, shared by the graph's collect_rollouts and `gapforge rollouts collect` ----------------
+
+
+def collect_plan(cfg: GapforgeConfig, run_id: str, env_name: str, tasks: list[str], *, samples: int | None = None,
+                 temperature: float | None = None) -> Any:
+    """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share."""
+    from agents.rollouts import CollectPlan
+
+    return CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples if samples is None else samples,
+                       concurrency=cfg.rollouts.concurrency, max_turns=cfg.rollouts.max_turns, temperature=temperature,
+                       episode_timeout_s=cfg.rollouts.episode_timeout_s, max_env_failure_share=cfg.rollouts.max_env_failure_share)
+
+
+def empty_result() -> Any:
+    """A CollectResult the collection fills as episodes are stored (its counts survive a stop)."""
+    from agents.rollouts import CollectResult
+
+    return CollectResult(planned=0, skipped=0, ran=0)
+
+
+async def play_collection(cfg: GapforgeConfig, store: Any, plan: Any, *, pol_cfg: Any, policy: Any, make_env: Any, families: dict[str, str],
+                          result: Any, on_episode: Any = None) -> Any:
+    """Play `plan` and store every episode: here (executor.kind local, one process), on local worker processes or on Ray
+    actors (`episode_player`, which builds the policy `pol_cfg` there); `policy()` makes it here only when needed."""
+    from agents.rollouts import collect
+
+    async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
+        return await collect(plan, make_env=make_env, policy=policy() if player is None else None, sink=store, families=families,
+                             on_episode=on_episode, result=result, player=player)
+
+
+def timeouts_warning(cfg: GapforgeConfig, result: Any) -> str | None:
+    """The line for episodes past `rollouts.episode_timeout_s` in the env's code (left out, not stored), or None."""
+    if not result.timeouts:
+        return None
+    return (f"{len(result.timeouts)} episode(s) did not finish within rollouts.episode_timeout_s={cfg.rollouts.episode_timeout_s:g} s "
+            f"and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})")
+
+
+def infra_stop(result: Any, *, where: str = "", resume: str | None = None) -> Any:
+    """IncompleteStage (exit 3, resumable) when episodes ended in infrastructure failures, else None."""
+    from agents.errors import IncompleteStage
+
+    if not result.infra_failures:
+        return None
+    counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
+    last = result.infra_failures[-1].error.splitlines()[0] if result.infra_failures[-1].error else "no detail"
+    return IncompleteStage(f"{where}{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures "
+                           f"({counts}; last: {last}) and were not stored; {result.ran} stored", resume=resume)
 
 
 def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):
