@@ -271,15 +271,13 @@ def close_in_background(env: Any) -> None:
 async def close_env(env: Any, executor: Executor | None, timeout_s: float | None) -> None:
     """`env.close()`, waited for at most `timeout_s` (an env stuck in an abandoned call may never close); a close
     that raises or does not return is logged, never the episode's end."""
+    if runs_inline(env):
+        close_quietly(env)
+        return
     try:
-        if runs_inline(env):
-            env.close()
-            return
-        await bounded(call_env(env, executor, env.close), time.monotonic() + timeout_s if timeout_s else None, "env.close", "env")
+        await bounded(call_env(env, executor, close_quietly, env), time.monotonic() + timeout_s if timeout_s else None, "env.close", "env")
     except TimedOut:
         log.warning("env %s did not close within %g s: its close() was abandoned", getattr(env, "name", "?"), timeout_s)
-    except Exception as e:  # noqa: BLE001 - a broken env's close must not hide its episode
-        log.warning("closing env %s failed: %s: %s", getattr(env, "name", "?"), type(e).__name__, e)
 
 
 async def collect(
