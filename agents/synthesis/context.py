@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Protocol
 
+from agents.analysis.compact import system_prompt
 from agents.analysis.split import split_openings
 from envs.registry import make_env
 from sandbox.checks.contamination import SplitTexts
@@ -166,5 +167,5 @@ def gather_context(store: StoreReader, run_id: str, capability: str, *, n_episod
 
 def _with_stored_policy(facts: TargetFacts, episodes: list[Any]) -> TargetFacts:
     """The policy document as the shown episodes' system message says it (the env's first task's otherwise)."""
-    stored = next((str(m.get("content") or "") for e in episodes for m in e.messages[:1] if m.get("role") == "system"), "")
+    stored = next((policy for e in episodes if (policy := system_prompt(e))), "")
     return TargetFacts(facts.name, facts.tools, stored or facts.policy)
