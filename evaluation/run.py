@@ -26,6 +26,7 @@ from typing import Any
 
 from agents.errors import IncompleteStage
 from agents.rollouts import CollectPlan, collect
+from agents.router import first_user_message
 from envs.protocol import Message, PolicyModel, TargetEnvironment
 from evaluation import stats
 from evaluation.config import MAX_FAMILY_TRIALS
@@ -97,13 +98,6 @@ class EvalStore:
 def child_run_id(run_id: str, name: str) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
     return f"{run_id}.eval.{safe}"[:64]
-
-
-def _first_user(messages: list[Any]) -> str | None:
-    for m in messages:
-        if m.get("role") == "user":
-            return m.get("content")
-    return None
 
 
 async def _play(store: Any, plan: EvalPlan, name: str, policy: PolicyModel, child: str, counts: dict[str, int], *,
@@ -195,7 +189,7 @@ async def evaluate(
             reused[name] = sorted({r.task_id for r in rows if r.policy == policies[BASE].name and r.policy != policy.name})
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
-            first = {r.task_id: _first_user(r.messages) for r in rows}
+            first = {r.task_id: first_user_message(r.messages) for r in rows}
             for m in sorted({m for m in first.values() if m is not None} - set(decisions)):  # episodes stored by an earlier call
                 await policy.decide([Message.user(m)])
             routing[name] = {t: decisions[m].to_json() for t, m in sorted(first.items()) if m in decisions}

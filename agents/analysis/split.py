@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.analysis.errors import AnalysisError
+from agents.router import first_user_message
 from sandbox.checks.contamination import SplitTexts
 
 
@@ -99,16 +100,6 @@ def analysis_episodes(store: Any, run_id: str, *, fraction: float, seed: int) ->
     return [e for e in eps if e.task_id in keep]
 
 
-def first_user_text(messages: list[Any]) -> str | None:
-    """The content of an episode's first user message (its task's opening), None when it has none."""
-    for m in messages:
-        role = m.get("role") if isinstance(m, dict) else getattr(m, "role", None)
-        if role == "user":
-            content = m.get("content") if isinstance(m, dict) else getattr(m, "content", None)
-            return content if isinstance(content, str) else None
-    return None
-
-
 def split_openings(store: Any, run_id: str, env: str | None = None) -> SplitTexts | None:
     """The openings of the run's stored episodes by split (what check `contamination` guards), None when the
     run has no stored split. Episodes of other envs than the split's are left out."""
@@ -118,7 +109,7 @@ def split_openings(store: Any, run_id: str, env: str | None = None) -> SplitText
     analysis, heldout = set(stored.analysis_tasks), set(stored.heldout_tasks)
     by_task: dict[str, list[str]] = defaultdict(list)
     for e in store.episodes(run_id, env=env or stored.env):
-        text = first_user_text(e.messages)
+        text = first_user_message(e.messages)  # the task's opening
         if text and text not in by_task[e.task_id]:
             by_task[e.task_id].append(text)
     return SplitTexts(heldout={t: texts for t, texts in sorted(by_task.items()) if t in heldout},
