@@ -1,0 +1,36 @@
+"""The training rollout budget every comparison is held to (issue 49: GRPO on the target and GEPA at
+TRACE's budget).
+
+TRACE trains one LoRA adapter per capability, each for `training.max_steps` steps of
+`training.rollouts_per_step` rollouts. A baseline that spends the same number of training rollouts
+gets `training_rollout_budget(cfg, n_adapters)` of them, whatever it does with each: GRPO on the
+target's own tasks (`baseline_steps`), or GEPA's metric calls. The budget follows the number of
+adapters trained, so a second capability doubles it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from training.config import TrainingConfig
+
+
+class _HasTraining(Protocol):
+    training: TrainingConfig
+
+
+def training_rollout_budget(cfg: _HasTraining, n_adapters: int) -> int:
+    """Training rollouts of `n_adapters` capability adapters together, each at its configured steps (early
+    stopping may spend fewer; this is the budget, not the spend)."""
+    if n_adapters < 0:
+        raise ValueError(f"n_adapters must be >= 0, got {n_adapters}")
+    return n_adapters * cfg.training.max_steps * cfg.training.rollouts_per_step
+
+
+def baseline_steps(cfg: _HasTraining, n_adapters: int, *, scale: float = 1.0) -> int:
+    """GRPO steps of a single adapter trained with the same settings that spend `scale` x the adapters'
+    budget (steps of `rollouts_per_step` rollouts; 0 when no adapter was trained)."""
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    budget = training_rollout_budget(cfg, n_adapters) * scale
+    return int(round(budget / cfg.training.rollouts_per_step))
