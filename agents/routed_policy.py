@@ -49,7 +49,7 @@ def hints_text(capabilities: list[dict[str, str]]) -> tuple[str, str]:
 
 
 class HintedPolicy:
-    def __init__(self, base: PolicyModel, capabilities: list[dict[str, str]], *, name: str = "baseline_hints") -> None:
+    def __init__(self, base: PolicyModel, capabilities: list[dict[str, str]], *, name: str = "capability_hints") -> None:
         self.base = base
         self.name = name
         self.hints, self.prompt_id = hints_text(capabilities)

@@ -15,6 +15,15 @@ from agents.router import Router
 from envs.protocol import PolicyModel
 
 GRPO_TARGET = "baseline_grpo_target"
+CAPABILITY_HINTS = "capability_hints"  # the base with the capability descriptions appended, unoptimised
+RENAMED = {"baseline_hints": CAPABILITY_HINTS}  # evaluation names stored by earlier versions -> today's
+
+
+def current_name(name: str) -> str:
+    """A stored evaluation name (bare or `eval:`-prefixed) as this version calls it."""
+    prefix = "eval:" if name.startswith("eval:") else ""
+    bare = name.removeprefix("eval:")
+    return prefix + RENAMED.get(bare, bare)
 
 
 class AdapterBackend(Protocol):
@@ -40,7 +49,7 @@ def standard_policies(
     per_adapter = {a: backend.policy(a, temperature=temperature, name=f"adapter:{a}") for a in adapters}
     policies: dict[str, Any] = {"base": base, "trace_routed": RoutedPolicy(router, base, per_adapter)}
     policies.update({f"adapter:{a}": p for a, p in per_adapter.items()})
-    policies["baseline_hints"] = HintedPolicy(base, list(capabilities))
+    policies[CAPABILITY_HINTS] = HintedPolicy(base, list(capabilities), name=CAPABILITY_HINTS)
     if grpo_target_adapter is not None:
         policies[GRPO_TARGET] = backend.policy(grpo_target_adapter, temperature=temperature, name=GRPO_TARGET)
     return policies

@@ -17,10 +17,11 @@ A section whose data is missing says so instead of a plot. Never prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from evaluation.policies import current_name
 from evaluation.summary import points, verdict
 
 
@@ -206,7 +207,7 @@ def _oracle_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
 def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    evals = [e for e in store.evaluations(run_id) if e.name.startswith("eval:")]
+    evals = [replace(e, name=current_name(e.name)) for e in store.evaluations(run_id) if e.name.startswith("eval:")]
     evals.sort(key=lambda e: (e.name != "eval:base", e.name))
     router = store.get_evaluation(run_id, "router_accuracy")
     adapters = [a for a in store.adapters(run_id) if _curve(a)]

@@ -66,7 +66,7 @@ class EvalPlan:
 
 @dataclass(frozen=True)
 class PolicyEvaluation:
-    name: str  # evaluation name, e.g. "base", "trace_routed", "adapter:<name>", "baseline_hints"
+    name: str  # evaluation name, e.g. "base", "trace_routed", "adapter:<name>", "capability_hints"
     policy: str  # the PolicyModel's own name
     child_run: str
     metrics: dict[str, Any]

@@ -183,7 +183,7 @@ async def evaluate_run(
     players: Any = None,
     together: bool = True,
 ) -> EvaluationResult:
-    """Base, TRACE (routed), each adapter, the hints baseline and (grpo_target=True: the backend holds an
+    """Base, TRACE (routed), each adapter, the capability-hints policy and (grpo_target=True: the backend holds an
     adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`
     (x `family_trials[family]` on a family's tasks for the policies in `family_trials_policies`)."""
     policies = standard_policies(

@@ -55,7 +55,7 @@ def test_evaluates_every_policy_with_intervals_and_resumes(setup) -> None:
     env = make_env("shop")
     families = {t: env.task_family(t) for t in TASKS}
     policies = standard_policies(backend, router, capability_specs(), temperature=1.0, grpo_target_adapter=GRPO_TARGET)
-    assert set(policies) == {"base", "trace_routed", "adapter:precondition_verification", "adapter:structured_data_reasoning", "baseline_hints", GRPO_TARGET}
+    assert set(policies) == {"base", "trace_routed", "adapter:precondition_verification", "adapter:structured_data_reasoning", "capability_hints", GRPO_TARGET}
     plan = EvalPlan(run_id, "shop", TASKS, trials=2, max_turns=2, n_boot=200)
     result = asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=families))
     stored = {e.name: e for e in store.evaluations(run_id)}
@@ -70,7 +70,7 @@ def test_evaluates_every_policy_with_intervals_and_resumes(setup) -> None:
         assert len(store.episodes(m["child_run"], env="shop")) == 4
     routing = stored["eval:trace_routed"].metrics["routing"]
     assert set(routing) == set(TASKS) and all("label" in d for d in routing.values())
-    assert stored["eval:baseline_hints"].metrics["prompt"].startswith("capability_hints@")
+    assert stored["eval:capability_hints"].metrics["prompt"].startswith("capability_hints@")
     # the hinted baseline's policy sees the capability descriptions in its system prompt (the env's messages stay as they are)
     seen: list[list[Message]] = []
 

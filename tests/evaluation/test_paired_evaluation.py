@@ -160,14 +160,14 @@ def test_policies_play_one_after_the_other_when_not_together(tmp_path: Path) -> 
 
     try:
         run_id = store.create_run("trace", {"env": "shop"})
-        policies = {"base": Logged("base"), "adapter:pv": Logged("adapter:pv"), "baseline_hints": Logged("baseline_hints")}
+        policies = {"base": Logged("base"), "adapter:pv": Logged("adapter:pv"), "capability_hints": Logged("capability_hints")}
         plan = EvalPlan(run_id, "shop", TASKS, trials=1, max_turns=1, n_boot=50, concurrency=2)
         asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES, together=False))
-        assert calls == ["base"] * len(TASKS) + ["adapter:pv"] * len(TASKS) + ["baseline_hints"] * len(TASKS)
+        assert calls == ["base"] * len(TASKS) + ["adapter:pv"] * len(TASKS) + ["capability_hints"] * len(TASKS)
         calls.clear()
         plan = EvalPlan(f"{run_id}", "shop", TASKS, trials=2, max_turns=1, n_boot=50, concurrency=2)
         asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES))  # together
-        assert len(calls) == 3 * len(TASKS) and calls != sorted(calls, key=["base", "adapter:pv", "baseline_hints"].index)
+        assert len(calls) == 3 * len(TASKS) and calls != sorted(calls, key=["base", "adapter:pv", "capability_hints"].index)
     finally:
         store.close()
 

@@ -241,7 +241,7 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
     tasks = ["shop-refusal-001", "shop-lookup-001"]  # routed to the first adapter / kept on the base (reused episodes)
     store = Store(f"sqlite:///{tmp_path / 'gapforge.db'}")
     runs = {where: store.create_run("trace", {"env": "shop"}) for where in ("loop", "workers")}
-    played = ("base", "trace_routed", f"adapter:{caps[0]['name']}", "baseline_hints")
+    played = ("base", "trace_routed", f"adapter:{caps[0]['name']}", "capability_hints")
 
     async def both() -> dict:
         base = recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir=str(tmp_path / "w"),

@@ -67,12 +67,12 @@ def test_evaluate_then_report_from_the_cli(workspace: Path, tiny_model_dir: Path
     sets = ["--set", f"workspace={workspace}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
     res = CliRunner().invoke(app, ["evaluate", run, "--trials", "1", "--base", str(tiny_model_dir), *sets])
     assert res.exit_code == 0, res.output
-    assert "trace_routed" in res.output and "baseline_hints" in res.output
+    assert "trace_routed" in res.output and "capability_hints" in res.output
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         names = {e.name for e in store.evaluations(run)}
         played = {e.task_id for e in store.episodes(f"{run}.eval.base")}
     # + the router's data, stored with the run when evaluate built it (evaluation/router_record.py), and oracle routing (evaluation/oracle.py)
-    assert names == {"eval:base", "eval:trace_routed", "eval:adapter:precondition_verification", "eval:baseline_hints", "router", "oracle"}
+    assert names == {"eval:base", "eval:trace_routed", "eval:adapter:precondition_verification", "eval:capability_hints", "router", "oracle"}
     assert played == {"shop-refusal-002"}
     res = CliRunner().invoke(app, ["report", run, *sets])
     assert res.exit_code == 0 and (workspace / "reports" / run / "eval_pass_rate.png").is_file()

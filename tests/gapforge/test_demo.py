@@ -74,7 +74,7 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
         assert store.capabilities(run_id, retained=True)
         assert any(a.capability == "precondition_verification" for a in store.adapters(run_id))
         names = {e.name for e in store.evaluations(run_id)}
-        assert {"eval:base", "eval:trace_routed", "eval:baseline_hints"} <= names  # the GRPO-on-target baseline is off in the demo
+        assert {"eval:base", "eval:trace_routed", "eval:capability_hints"} <= names  # the GRPO-on-target baseline is off in the demo
     report = next(ln.split("report: ", 1)[1] for ln in lines if ln.startswith("report: "))
     assert Path(report).is_file()
 
