@@ -52,6 +52,12 @@ class TrainingConfig(BaseModel):
     eval_every: int = Field(5, ge=1, description="held-out evaluation every N steps")
     patience: int = Field(3, ge=1, description="stop after this many evaluations without improvement")
     min_improvement: float = Field(0.01, ge=0.0)
+    early_stopping: bool = Field(True, description="stop after `patience` held-out evaluations without improvement; off for a "
+                                 "rollout-scaling curve (every run then trains to max_steps; the selection still keeps its best step)")
+    curve_fractions: list[float] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
+        description="the LoRA adapter is kept at step round(f * max_steps) for each f (curve/step-N, for rollout-scaling curves); "
+                    "kept beside the selected adapter, never pruned")
     save_every: int = Field(5, ge=1, description="TRL checkpoint every N steps (resume point)")
     # generation backend
     generation: Literal["transformers", "vllm_server", "vllm_colocate"] = Field(
@@ -68,6 +74,8 @@ class TrainingConfig(BaseModel):
     def _check(self) -> TrainingConfig:
         if self.generation == "vllm_server" and not self.vllm_server_base_url:
             raise ValueError("generation=vllm_server needs vllm_server_base_url (e.g. http://localhost:8000)")
+        if any(not 0.0 <= f <= 1.0 for f in self.curve_fractions):
+            raise ValueError(f"curve_fractions {self.curve_fractions}: each fraction of max_steps must lie in [0, 1]")
         if self.max_new_tokens > self.max_completion_length:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be <= max_completion_length ({self.max_completion_length})")
         return self
@@ -78,6 +86,10 @@ class TrainingConfig(BaseModel):
 
     def train_seed_list(self) -> list[int]:
         return list(range(self.train_seeds))
+
+    def curve_steps(self) -> list[int]:
+        """The steps whose adapter is kept for the scaling curve: round(f * max_steps), ascending, once each."""
+        return sorted({round(f * self.max_steps) for f in self.curve_fractions})
 
     def heldout_seed_list(self) -> list[int]:
         """Disjoint from the training seeds by construction."""

@@ -6,7 +6,8 @@ reward. `HeldoutSelector` (a transformers TrainerCallback) evaluates every
 `eval_every` steps, saves that step's adapter under `evals/step-NNNNNN/`, keeps
 the curve in `selection.json` (rewritten after each evaluation, so a killed job
 resumes with it; entries after the resumed checkpoint are dropped) and stops
-training after `patience` evaluations without an improvement of `min_improvement`.
+training after `patience` evaluations without an improvement of `min_improvement`
+(unless `early_stopping` is off: a rollout-scaling curve trains every run to max_steps).
 
 Selection rule (`beats_step0`): every evaluation plays the same held-out rollouts
 (same seeds, same sampling seed), so checkpoint s and step 0 are paired rollout by
@@ -142,7 +143,7 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
         if state.global_step % self.cfg.eval_every == 0 or state.global_step >= state.max_steps:
             self.record(state.global_step, model)
-            if self.plateaued():
+            if self.cfg.early_stopping and self.plateaued():
                 self.stopped_early = True
                 control.should_training_stop = True
         return control

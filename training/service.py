@@ -63,6 +63,8 @@ class TrainResult(BaseModel):
     heldout_after: float | None
     curve: list[dict[str, Any]]
     stopped_early: bool = False
+    curve_adapters: list[dict[str, Any]] = Field(default_factory=list, description="[{step, training_rollouts, path}]: the adapters "
+                                                 "kept for a rollout-scaling curve (training.curve)")
     wall_s: float = 0.0
     cpu_threads: int | None = None  # torch threads the process started with (transformers generation; a launcher may raise it: threads_file)
     error: str | None = None
@@ -110,6 +112,7 @@ def _invalidate_damaged(out: Path) -> tuple[int | None, list[str]]:
 
     remove_partials(out / "trl")
     remove_partials(out / "evals")
+    remove_partials(out / "curve")
     found: list[tuple[int, str]] = []
     for ckpt in out.glob("trl/checkpoint-*"):
         if problem := check_dir(ckpt, required=("trainer_state.json",)):
@@ -126,7 +129,7 @@ def _invalidate_damaged(out: Path) -> tuple[int | None, list[str]]:
     return first, [problem for _, problem in sorted(found)]
 
 
-TRAINING_STATE = ("result.json", "trl", "evals", "selection.json", "steps.jsonl")
+TRAINING_STATE = ("result.json", "trl", "evals", "curve", "selection.json", "steps.jsonl")
 
 
 def finished_result(out: Path) -> TrainResult | None:
@@ -174,6 +177,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from training.curve import curve_adapters, curve_callback, drop_after, save_curve_adapter
         from training.grpo import RolloutRecorder, build_trainer
         from training.selection import HeldoutSelector, evaluate_heldout
         from training.template_check import prepare_tokenizer
@@ -193,7 +197,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         recorder = RolloutRecorder()
         selector = HeldoutSelector(out, lambda m: evaluate_heldout(m, tokenizer, make_env, heldout_tasks, cfg, eval_seed=cfg.seed),
                                    cfg, progress)
-        callbacks: list[Any] = [selector, _progress_callback(recorder, out / "steps.jsonl", progress)]
+        callbacks: list[Any] = [selector, _progress_callback(recorder, out / "steps.jsonl", progress), curve_callback(out, cfg)]
         if job.threads_file and threads is not None:
             callbacks.append(_threads_callback(Path(job.threads_file), threads))
         trainer = build_trainer(model, tokenizer, make_env, train_tasks, cfg, str(out / "trl"), recorder, callbacks)
@@ -202,8 +206,10 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         if redo_from is not None:  # step 0 itself cut: no checkpoint is left before it, and load keeps step 0's entry
             selector.curve = [e for e in selector.curve if e["step"] < redo_from]
         _trim_steps(out / "steps.jsonl", resume_step)
+        drop_after(out, resume_step)  # the scaling curve's adapters of the steps trained again (training.curve)
         if resume_step == 0:
             selector.record(0, trainer.model)  # the base policy (a fresh LoRA adapter is the identity)
+            save_curve_adapter(out, 0, trainer.model, cfg)
         trainer.train(resume_from_checkpoint=checkpoint)
         steps = trainer.state.global_step
         if not any(e["step"] == steps for e in selector.curve):
@@ -216,6 +222,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         name=job.name, capability=job.capability, status="done", adapter_path=str(best_dir) if best_dir else None,
         steps=steps, best_step=best.get("step"), heldout_before=selector.curve[0]["reward"] if selector.curve else None,
         heldout_after=best.get("reward"), curve=selector.curve, stopped_early=selector.stopped_early,
+        curve_adapters=[{"step": k, "training_rollouts": k * cfg.rollouts_per_step, "path": str(d)} for k, d in curve_adapters(out).items()],
         wall_s=time.perf_counter() - t0, cpu_threads=threads)
     if best_dir is not None:
         meta = {"name": job.name, "capability": job.capability, "base_model": str(Path(job.base_model).resolve()),
