@@ -11,9 +11,8 @@ The *policy* side records its failures as data instead (envs.errors.PolicyError)
 agents/policy.py translates ModelEndpointError into envs.errors.EndpointError.
 """
 
-from typing import Self
 
-from gapforge.faults import EndpointFault, InputFault, ModelFault, ResumableStop
+from gapforge.faults import EndpointFault, InputFault, ModelFault, Resumable, ResumableStop
 
 
 class ModelError(InputFault):
@@ -28,19 +27,15 @@ class StructuredOutputError(ModelFault, ModelError):
     """The model's structured output stayed malformed after the one re-ask."""
 
 
-class IncompleteStage(ResumableStop):
+class IncompleteStage(Resumable, ResumableStop):
     """A stage ended with infrastructure failures (endpoint down, sandbox lost): what finished is
     stored, the rest is not final and a resume redoes it. The message names the count, the cause
-    and the resume command; the CLI prints it as one line and exits 3.
+    and the resume command (`with_resume`: a subclass such as EnvFailureShare or WorkerLost stays
+    itself); the CLI prints it as one line and exits 3.
 
     `infrastructure = True` (from `ResumableStop`) marks it for layers that must let it through
     untouched (the graph's per-capability guard re-raises it: the run stops instead of blaming the
     capability)."""
 
     def __init__(self, message: str, *, resume: str | None = None) -> None:
-        self.summary, self.resume = message, resume
-        super().__init__(message + (f": resume with `{resume}`" if resume else ""))
-
-    def with_resume(self, resume: str) -> Self:
-        """The same stop, told how to resume (the command that knows its own arguments adds it)."""
-        return self if self.resume else type(self)(self.summary, resume=resume)  # a subclass stays itself (EnvFailureShare, WorkerLost)
+        super().__init__(self._resumable(message, resume))

@@ -31,7 +31,7 @@ where it is raised; tests/gapforge/test_error_root.py lists them with their reas
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Self
 
 
 class GapforgeError(Exception):
@@ -94,7 +94,32 @@ class ResumableStop(GapforgeError):
     infrastructure = True
 
 
+class Resumable:
+    """A stop whose message can name the command that resumes it: the layer that raises it knows the
+    cause (`summary`), the command that knows its own arguments adds the resume line (`with_resume`).
+    Mixed into an exception class that calls `_resumable(summary, resume)` from its `__init__`; the
+    class's `resume_wording` is its message's tail with the command and without one."""
+
+    resume_wording: ClassVar[tuple[str, str]] = (": resume with `{}`", "")
+    summary: str
+    resume: str | None
+
+    def _resumable(self, summary: str, resume: str | None) -> str:
+        self.summary, self.resume = summary, resume
+        with_command, without = self.resume_wording
+        return summary + (with_command.format(resume) if resume else without)
+
+    def with_resume(self, resume: str) -> Self:
+        """The same stop (its class and attributes), told how to resume; a stop that already says it stays as it is."""
+        if self.resume:
+            return self
+        told = type(self).__new__(type(self))
+        told.__dict__.update(self.__dict__)
+        told.args = (told._resumable(self.summary, resume),)  # type: ignore[attr-defined]
+        return told
+
+
 BOUNDARIES: tuple[type[GapforgeError], ...] = (InputFault, EndpointFault, SandboxFault, EnvCodeFault, ModelFault, StoreFault, ResumableStop)
 
-__all__ = ["BOUNDARIES", "EndpointFault", "EnvCodeFault", "GapforgeError", "InputFault", "ModelFault", "ResumableStop", "SandboxFault",
-           "StoreFault"]
+__all__ = ["BOUNDARIES", "EndpointFault", "EnvCodeFault", "GapforgeError", "InputFault", "ModelFault", "Resumable", "ResumableStop",
+           "SandboxFault", "StoreFault"]

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gapforge.faults import StoreFault
+from gapforge.faults import Resumable, StoreFault
 
 if TYPE_CHECKING:  # langgraph costs ~0.15 s to import: the CLI imports this module's errors at startup
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -39,20 +39,18 @@ class CheckpointDamaged(CheckpointerError):
     """The SQLite checkpoint file is truncated or overwritten; the message names it and what to do."""
 
 
-class CheckpointDiskFull(CheckpointerError):
+class CheckpointDiskFull(Resumable, CheckpointerError):
     """No space left for a checkpoint write. SQLite rolled the write back, so the last checkpoint stands and a resume
     continues from it: an infrastructure stop (`infrastructure = True`, `with_resume`, like agents.errors.IncompleteStage)."""
 
     infrastructure = True
     exit_code = 3
+    resume_wording = (", then resume with `{}`", ", then resume")
 
     def __init__(self, path: Path, *, resume: str | None = None) -> None:
-        self.path, self.resume = path, resume
-        self.summary = f"no space left on the disk holding the checkpoints {path}; the last checkpoint stands: free space there"
-        super().__init__(self.summary + (f", then resume with `{resume}`" if resume else ", then resume"))
-
-    def with_resume(self, resume: str) -> CheckpointDiskFull:
-        return self if self.resume else CheckpointDiskFull(self.path, resume=resume)
+        self.path = path
+        summary = f"no space left on the disk holding the checkpoints {path}; the last checkpoint stands: free space there"
+        super().__init__(self._resumable(summary, resume))
 
 
 def _damaged(path: Path, reason: str) -> CheckpointDamaged:

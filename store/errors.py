@@ -3,7 +3,7 @@ disk, which is resumable (`DiskFull`: exit 3)."""
 
 from __future__ import annotations
 
-from gapforge.faults import StoreFault
+from gapforge.faults import Resumable, StoreFault
 
 
 class StoreError(StoreFault):
@@ -22,25 +22,22 @@ class StoreDamaged(StoreError):
     database"): found at open or in the middle of a read. One line naming the file and what to do; exit 2."""
 
 
-class DiskFull(StoreError):
+class DiskFull(Resumable, StoreError):
     """No space left where a write went (the store, the checkpoints, an adapter, a workspace file).
 
     What was committed or completed before is kept and nothing half-written is read back as good: free
     space, then resume. Like agents.errors.IncompleteStage (which the store may not import) it is an
-    infrastructure stop: `infrastructure = True`, `resume` / `with_resume(command)`, and the CLI prints
+    infrastructure stop: `infrastructure = True`, `resume` / `with_resume(command)` (gapforge.faults.Resumable), and the CLI prints
     it as one line with exit 3."""
 
     infrastructure = True
     exit_code = 3
+    resume_wording = (", then resume with `{}`", ", then resume")
 
     def __init__(self, path: str, what: str, *, resume: str | None = None) -> None:
-        self.path, self.what, self.resume = path, what, resume
-        self.summary = f"no space left on the disk holding {path} (writing {what}); what was stored before is kept: free space there"
-        super().__init__(self.summary + (f", then resume with `{resume}`" if resume else ", then resume"))
-
-    def with_resume(self, resume: str) -> DiskFull:
-        """The same stop, told how to resume (the command that knows its own arguments adds it)."""
-        return self if self.resume else DiskFull(self.path, self.what, resume=resume)
+        self.path, self.what = path, what
+        summary = f"no space left on the disk holding {path} (writing {what}); what was stored before is kept: free space there"
+        super().__init__(self._resumable(summary, resume))
 
 
 DISK_FULL_MARKERS = ("no space left on device", "database or disk is full", "disk quota exceeded", "could not extend file")

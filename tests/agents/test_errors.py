@@ -16,3 +16,21 @@ def test_with_resume_keeps_the_stop_s_class_and_says_how_to_resume(cls: type[Inc
     assert type(told) is cls and told.summary == stop.summary and told.resume == "gapforge rollouts collect --resume r1"
     assert str(told) == "collect_rollouts: 2 of 8 episodes ended in infrastructure failures: resume with `gapforge rollouts collect --resume r1`"
     assert told.with_resume("another command") is told  # the first command told stays
+
+
+def test_the_disk_full_stops_share_the_resume_wording_and_keep_their_fields() -> None:
+    """store.DiskFull and graph's CheckpointDiskFull use gapforge.faults.Resumable too: told how to resume, each keeps
+    its class, its path and its own wording (', then resume with ...'), and the untold message still says 'then resume'."""
+    from pathlib import Path
+
+    from graph.checkpoint import CheckpointDiskFull
+    from store.errors import DiskFull
+
+    disk = DiskFull("/ws/store.sqlite", "episodes")
+    assert str(disk).endswith("free space there, then resume")
+    told = disk.with_resume("gapforge run --resume r1")
+    assert type(told) is DiskFull and told.path == "/ws/store.sqlite" and told.what == "episodes" and told is not disk
+    assert str(told).endswith("free space there, then resume with `gapforge run --resume r1`") and disk.resume is None
+    ckpt = CheckpointDiskFull(Path("/ws/checkpoints.sqlite")).with_resume("gapforge run --resume r2")
+    assert type(ckpt) is CheckpointDiskFull and ckpt.path == Path("/ws/checkpoints.sqlite") and ckpt.exit_code == 3
+    assert str(ckpt).endswith("the last checkpoint stands: free space there, then resume with `gapforge run --resume r2`")
