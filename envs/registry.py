@@ -1,7 +1,8 @@
 """Target environments from one spec string, the one loader every caller uses.
 
-Parsed in this order, so nothing is ambiguous: the built-in names and prefixes (`shop`, `tau2:<domain>`,
-`toolsandbox[:category][?network=stand-in]`, `mcp:PATH.yaml` — an MCP tool server and its task file), then a
+Parsed in this order, so nothing is ambiguous: the built-in names and prefixes (`shop`, `tau2:<domain>[?max_steps=N]`,
+`toolsandbox[:category][?network=stand-in]`, `mcp:PATH.yaml` — an MCP tool server and its task file —,
+`composite:SPEC+SPEC[+...]` — several envs as one target, envs/composite.py), then a
 user's class as `path/to/file.py:ClassName`, then `package.module:ClassName` (both optionally `?key=value&...`
 constructor keywords; envs/loader.py).
 
@@ -20,6 +21,7 @@ from envs.errors import EnvError
 from envs.protocol import TargetEnvironment
 
 TAU2_DOMAINS = ("retail", "airline", "telecom")
+TAU2_OPTIONS = ("max_steps", "max_errors")  # Tau2Env's caps (τ²'s defaults: 200 steps, 10 tool errors)
 USERS = ("scripted", "llm")
 MCP_HINT = "pip install 'gapforge[mcp]'"
 _checked: set[tuple[str, type]] = set()  # (spec, class) pairs that passed check_target here (a re-imported file: a new class)
@@ -29,12 +31,12 @@ _check_lock = threading.Lock()
 def is_builtin(name: str) -> bool:
     """A built-in target or the mcp: prefix (not a user's class spec)."""
     base = name.partition("?")[0]
-    return name == "shop" or name.startswith(("tau2:", "mcp:")) or base == "toolsandbox" or base.startswith("toolsandbox:")
+    return name == "shop" or name.startswith(("tau2:", "mcp:", "composite:")) or base == "toolsandbox" or base.startswith("toolsandbox:")
 
 
 def list_envs() -> list[str]:
-    """Built-in names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=stand-in`;
-    besides these: `mcp:FILE.yaml`, `package.module:Class`, `path/to/file.py:Class`)."""
+    """Built-in names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=stand-in`, `tau2:<domain>`
+    `?max_steps=N&max_errors=N`; besides these: `mcp:FILE.yaml`, `composite:A+B`, `package.module:Class`, `path/to/file.py:Class`)."""
     return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
@@ -46,11 +48,15 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
         from envs.shop import ShopEnv
 
         return ShopEnv(user=user, user_model=user_model)
+    if name.startswith("composite:"):
+        from envs.composite import CompositeEnv
+
+        return CompositeEnv(name, user=user, user_model=user_model)
     if name.startswith("tau2:"):
-        domain = name.split(":", 1)[1]
+        domain, _, query = name.split(":", 1)[1].partition("?")
         if domain not in TAU2_DOMAINS:
             raise EnvError(f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}")
-        return _make_tau2(name, domain, user, user_model)
+        return _make_tau2(name, domain, user, user_model, _tau2_options(name, query))
     base, _, query = name.partition("?")
     if base == "toolsandbox" or base.startswith("toolsandbox:"):
         from envs.toolsandbox import (
@@ -118,7 +124,19 @@ def _toolsandbox_network(name: str, query: str) -> str:
     return value
 
 
-def _make_tau2(name: str, domain: str, user: str, user_model: Any) -> TargetEnvironment:
+def _tau2_options(name: str, query: str) -> dict[str, int]:
+    """`tau2:retail?max_steps=50&max_errors=10` -> {"max_steps": 50, "max_errors": 10} (τ²'s own step and error caps)."""
+    from envs.loader import parse_keywords
+
+    options = parse_keywords(query, name)
+    for key, value in options.items():
+        if key not in TAU2_OPTIONS or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise EnvError(f"bad option {key}={value!r} in env '{name}': τ² takes {' and '.join(f'{k}=N' for k in TAU2_OPTIONS)} "
+                           "(whole numbers >= 1), e.g. tau2:retail?max_steps=50")
+    return options
+
+
+def _make_tau2(name: str, domain: str, user: str, user_model: Any, options: dict[str, int] | None = None) -> TargetEnvironment:
     hint = f"env '{name}' needs the tau2 extra: pip install 'gapforge[tau2]'"
     try:
         import tau2  # noqa: F401  (the extra's package; Tau2Env imports it anyway)
@@ -128,5 +146,6 @@ def _make_tau2(name: str, domain: str, user: str, user_model: Any) -> TargetEnvi
         if err.name == "tau2" or err.name is None and "tau2" in str(err):
             raise EnvError(f"{hint} ({err})") from err
         raise EnvError(f"env '{name}': the tau2 package is installed but cannot be imported: {err}") from err
-    env: TargetEnvironment = Tau2Env(domain, user=user, user_model=user_model)
+    env: TargetEnvironment = Tau2Env(domain, user=user, user_model=user_model, **(options or {}))
+    env.name = name  # episodes and logs name it by its spec, options included
     return env

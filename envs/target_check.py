@@ -124,7 +124,8 @@ def _sha(data: Any) -> str:
 def fingerprint(env: Any, spec: str, *, user_class: bool) -> TargetFingerprint:
     """The env's tool schemas, (task id, family) set and — for a user's class — its source file, hashed."""
     try:
-        tools = list(env.tools())
+        every_tool = getattr(env, "all_tools", None)  # a composite: every part's schemas, not only the union by name
+        tools = list(every_tool() if callable(every_tool) else env.tools())
         tasks = sorted((t, env.task_family(t)) for t in env.task_ids())
     except Exception as e:
         raise EnvError(f"env '{spec}': listing its tools and tasks raised {type(e).__name__}: {e}: fix the env's code") from None
