@@ -27,7 +27,11 @@ LINE = re.compile(r"^\[(\d+)\] (\w+)(?: ([\w-]+))?: (.*)$")
 CALL = re.compile(r"CALL (\w+)\(")
 CLAIM = re.compile(r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged|taken care)\b", re.I)
 REFUSAL = re.compile(r"\b(unfortunately|cannot|can't|unable|not eligible|not allowed|not possible)\b", re.I)
-ARG_ERROR = re.compile(r"^Error: (bad arguments|unknown tool|.*not found)", re.I)
+# the target's rejections of a call for an argument VALUE: malformed arguments, an unknown tool, an id or name that
+# matches nothing (customer / order / product / payment method "not found"), item ids that are not in the order, an
+# exchange's new item that is not a variant or is the old one. Not a rejection for the state of a record (an order
+# "is 'delivered': only pending orders can ...") or for identity (precondition and identity rules judge those).
+ARG_ERROR = re.compile(r"^Error: (bad arguments|unknown tool|.*\bnot found\b|items .* are not in order|new item .* (is not a variant|is the same as))", re.I)
 
 Verdict = tuple[str, str, int | None]  # label, evidence, message index
 
@@ -39,7 +43,7 @@ class Trajectory:
         self.calls: list[tuple[int, str]] = []
         self.texts: list[tuple[int, str]] = []  # assistant text
         self.users: list[tuple[int, str]] = []
-        self.tool_results: list[tuple[int, str]] = []
+        self.tool_results: list[tuple[int, str, str]] = []  # (index, tool name, result)
         for line in text.splitlines():
             m = LINE.match(line)
             if not m:
@@ -53,7 +57,7 @@ class Trajectory:
             elif role == "user":
                 self.users.append((i, content))
             elif role == "tool":
-                self.tool_results.append((i, content))
+                self.tool_results.append((i, m.group(3) or "", content))
 
     def first_call(self, names: Container[str]) -> int | None:
         return next((i for i, n in self.calls if n in names), None)
@@ -90,12 +94,23 @@ def identity(t: Trajectory) -> Verdict:
     return "LACKING", f"[{a}] touched an account without verifying the customer", a
 
 
+def _lookup(name: str) -> str:
+    """Calls that answer the same question: the customer lookups by email and by name + zip are one."""
+    return "find_customer" if name.startswith("find_customer") else name
+
+
 def arguments(t: Trajectory) -> Verdict:
+    """LACKING when a call was rejected for an argument value and no later call of the same tool was accepted (the
+    mistake was never corrected); PRESENT when every call was accepted or every rejected one was corrected."""
     if not t.calls:
         return "NA", "no tool call", None
-    bad = next((i for i, s in t.tool_results if ARG_ERROR.match(s)), None)
-    if bad is not None:
-        return "LACKING", f"[{bad}] a call was rejected for its arguments", bad
+    results = [(i, _lookup(name), text) for i, name, text in t.tool_results]
+    for i, name, text in results:
+        if ARG_ERROR.match(text) and not any(j > i and n == name and not s.startswith("Error") for j, n, s in results):
+            return "LACKING", f"[{i}] a call was rejected for its arguments and never corrected", i
+    fixed = next((i for i, _, text in results if ARG_ERROR.match(text)), None)
+    if fixed is not None:
+        return "PRESENT", f"[{fixed}] a rejected call was corrected by a later accepted one", fixed
     return "PRESENT", f"[{t.calls[0][0]}] calls were accepted", t.calls[0][0]
 
 
