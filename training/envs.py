@@ -8,7 +8,10 @@
 - `python`: any Environment built by a trusted callable `package.module:callable` or `path/to/file.py:callable`
   (optionally `?key=value` keywords), imported by the target loader (envs/loader.py), as `--env` specs are.
 - `target`: a target env by registry name (`shop`, `tau2:retail`, ...): the
-  "GRPO on the target" baseline trains through the very same trainer.
+  "GRPO on the target" baseline trains through the very same trainer, against the
+  user simulator the evaluation plays it with (`user`, and for `llm` the endpoint's
+  settings: the job process reads the key from the variable they name, as the
+  config loader does; the spec file never holds a key).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class EnvSpec(BaseModel):
     sandbox: dict[str, Any] = Field(default_factory=dict, description="sandbox settings (SandboxConfig fields)")
     train_tasks: list[str] | None = Field(None, description="target task ids to train on")
     heldout_tasks: list[str] | None = Field(None, description="target task ids for selection (disjoint from train)")
+    user: Literal["scripted", "llm"] = Field("scripted", description="target: the user simulator (the evaluation's rollouts.user)")
+    user_endpoint: dict[str, Any] | None = Field(None, description="target with user llm: the llm endpoint's settings (EndpointConfig fields)")
 
     def check(self) -> None:
         if self.kind in ("sandbox", "trusted") and not (self.module and Path(self.module).is_file()):
@@ -45,6 +50,8 @@ class EnvSpec(BaseModel):
                 raise ValueError("a target env spec needs target, train_tasks and heldout_tasks")
             if set(self.train_tasks) & set(self.heldout_tasks):
                 raise ValueError("train_tasks and heldout_tasks overlap: held-out tasks must be disjoint")
+            if self.user == "llm" and not self.user_endpoint:
+                raise ValueError("a target env spec with user llm needs user_endpoint (the llm endpoint's settings)")
 
     def module_sha256(self) -> str | None:
         return hashlib.sha256(Path(self.module).read_bytes()).hexdigest() if self.module else None
@@ -88,8 +95,26 @@ def open_factory(spec: EnvSpec, *, pool_size: int = 4) -> tuple[EnvFactory, Call
         return functools.partial(load_attr(parsed), **parsed.kwargs), (lambda: None)
     from envs.registry import make_env
 
-    name = str(spec.target)
-    return (lambda: make_env(name)), (lambda: None)
+    name, user_model = str(spec.target), _user_model(spec)
+    return (lambda: make_env(name, user=spec.user, user_model=user_model)), (lambda: None)
+
+
+def _user_model(spec: EnvSpec) -> Any:
+    """The simulated user's model for a target spec, built as gapforge.wiring.make_target_env_factory builds it for the
+    evaluation: the shop takes a chat model, τ² and ToolSandbox drive their own simulators from the endpoint settings."""
+    if spec.user != "llm":
+        return None
+    import os
+
+    from agents.config import EndpointConfig
+
+    endpoint = EndpointConfig.model_validate(spec.user_endpoint)
+    endpoint.load_key(os.environ)  # this job process is its own loader: the key never travels in the spec
+    if spec.target != "shop":
+        return endpoint
+    from agents.llm import make_chat_model
+
+    return make_chat_model(endpoint)
 
 
 def task_split(spec: EnvSpec, train_seeds: list[int], heldout_seeds: list[int]) -> tuple[list[Any], list[Any]]:

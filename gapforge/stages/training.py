@@ -77,35 +77,55 @@ async def train(sc: StageContext, run_id: str, capability: str, *, module: str |
                         cost=Cost(policy_rollouts=res.steps * cfg.training.rollouts_per_step))  # fmt: skip
 
 
+def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_dir: str, run_id: str | None, name: str | None = None,
+                 scale: float = 1.0, learning_rate: float | None = None) -> Any:
+    """The GRPO-on-target job: one LoRA adapter with the adapters' GRPO/LoRA settings, on the analysis split's tasks (a
+    quarter held back for its own selection, never the evaluation's tasks), for `scale` x the training rollouts of
+    all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
+    plays it with (rollouts.user). `learning_rate`: another than training.learning_rate (bench/baseline_lr.py)."""
+    from evaluation.policies import GRPO_TARGET
+    from training.budget import baseline_steps
+    from training.envs import EnvSpec
+    from training.service import TrainJob
+
+    tasks = sorted(split.analysis_tasks)
+    held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
+    train_tasks = [t for t in tasks if t not in held]
+    update: dict[str, Any] = {"max_steps": baseline_steps(cfg, n_adapters, scale=scale)}
+    if learning_rate is not None:
+        update["learning_rate"] = learning_rate
+    tcfg = cfg.training.model_copy(update=update)
+    user_endpoint = cfg.llm.endpoint.model_dump(mode="json") if cfg.rollouts.user == "llm" else None
+    env = EnvSpec(kind="target", target=split.env, train_tasks=train_tasks, heldout_tasks=held, user=cfg.rollouts.user,
+                  user_endpoint=user_endpoint)
+    return TrainJob(name=name or GRPO_TARGET, capability=None, base_model=base_model, env=env, config=tcfg, out_dir=out_dir,
+                    store_url=cfg.store_url, run_id=run_id)
+
+
 async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
-    """The paper's baseline: GRPO directly on the target's analysis-split tasks, with the rollout budget of
-    all capability adapters together (selection on a held-back part of that split, never on the evaluation
-    tasks). Trained once per run; a failure is recorded and the evaluation goes on without it."""
+    """The paper's baseline: GRPO directly on the target's analysis-split tasks, with the training rollout budget of
+    all capability adapters together (`baseline_job`). Trained once per run; a failure is recorded and the
+    evaluation goes on without it."""
     cfg, store = sc.cfg, sc.store
     if not cfg.evaluation.baseline_grpo:
         return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
     require("training.service", "GRPO training")
     from evaluation.policies import GRPO_TARGET
-    from training.envs import EnvSpec
-    from training.service import TrainJob
 
     row = await asyncio.to_thread(store.get_adapter, run_id, GRPO_TARGET)
     if row is not None and row.status == "done":
         return BaselineDone(GRPO_TARGET, int(row.metrics.get("steps") or 0))
-    spent = sum(int(a.metrics.get("steps") or 0) for a in await asyncio.to_thread(store.adapters, run_id) if a.capability and a.status == "done")
-    if spent == 0:
+    trained = [a for a in await asyncio.to_thread(store.adapters, run_id) if a.capability and a.status == "done"]
+    if not trained:
         return BaselineDone(None, skipped="no capability adapter: no rollout budget to match")
     split = await asyncio.to_thread(store.get_split, run_id)
     if split is None:
         raise StageFailed("no task split stored with the run (the analysis stores it)")
-    tasks = sorted(split.analysis_tasks)
-    held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
-    train_tasks = [t for t in tasks if t not in held]
-    tcfg = cfg.training.model_copy(update={"max_steps": spent})  # same steps x rollouts per step as the adapters together
-    env = EnvSpec(kind="target", target=split.env, train_tasks=train_tasks, heldout_tasks=held)
-    job = TrainJob(name=GRPO_TARGET, capability=None, base_model=sc.base_dir(), env=env, config=tcfg,
-                   out_dir=str(sc.deps.workspace.adapter_dir(run_id, GRPO_TARGET)), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
-    sc.progress("train_baseline", f"GRPO on the target's tasks ({spent} steps, the adapters' budget)")
+    job = baseline_job(cfg, split, n_adapters=len(trained), base_model=sc.base_dir(), run_id=run_id,
+                       out_dir=str(sc.deps.workspace.adapter_dir(run_id, GRPO_TARGET)))
+    tcfg = job.config
+    sc.progress("train_baseline", f"GRPO on the target's tasks ({tcfg.max_steps} steps x {tcfg.rollouts_per_step} rollouts: "
+                                  f"the budget of {len(trained)} adapter{'s' if len(trained) > 1 else ''})")
     outcome = await _run_job(sc, run_id, job)
     res = outcome.result
     if res is None or res.status != "done":
