@@ -28,7 +28,11 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from statistics import mean
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.fakes (the fake server and the planted policy) live in the repository, not the product
 
 from agents.analysis.compact import compact_episode, make_token_counter
 from agents.analysis.config import AnalysisConfig
@@ -38,14 +42,14 @@ from agents.analysis.recorded import load_recording, recorded_analyst
 from agents.analysis.split import analysis_episodes
 from agents.config import EndpointConfig
 from agents.llm import make_chat_model
-from fixtures.planted_policy import collect_planted
 from store import Store
+from tests.fakes.planted_policy import collect_planted
 
 
 @contextmanager
 def fake_server(latency: float, answer: dict):
-    cmd = [sys.executable, "-m", "fixtures.fake_openai", "--latency", str(latency), "--structured", json.dumps(answer)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "tests.fakes.fake_openai", "--latency", str(latency), "--structured", json.dumps(answer)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         yield proc.stdout.readline().strip()
     finally:

@@ -23,6 +23,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]  # `-m tests.fakes.fake_openai` runs from here (tests/ is not installed)
+
 from agents.rollouts import CollectPlan, collect
 from envs.registry import make_env
 from serving.openai_policy import EndpointPolicy
@@ -32,9 +34,9 @@ from store import Store
 @contextmanager
 def fake_server(latency: float):
     """The fake OpenAI server in a process of its own, so it does not share the client's GIL."""
-    cmd = [sys.executable, "-m", "fixtures.fake_openai", "--latency", str(latency),
+    cmd = [sys.executable, "-m", "tests.fakes.fake_openai", "--latency", str(latency),
            "--tool", "find_customer_by_email", "--args", json.dumps({"email": "nobody@example.com"})]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         yield proc.stdout.readline().strip()
     finally:

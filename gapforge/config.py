@@ -45,7 +45,7 @@ class GapforgeConfig(_Section):
     workspace: Path = Field(Path(".gapforge"), description="everything a run produces lives here. Env: GAPFORGE_WORKSPACE")
     seed: int = 0
     stages: Literal["real", "fixtures"] = Field(
-        "real", description="the stage services a graph run uses: real, or fixtures (the deterministic fakes of fixtures/fake_stages.py "
+        "real", description="the stage services a graph run uses: real, or fixtures (the deterministic fakes of tests/fakes/fake_stages.py "
         "that the graph's lifecycle tests kill and resume); stored with the run's config, so a resume uses the same")
     store: StoreConfig = Field(default_factory=StoreConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)

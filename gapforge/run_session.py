@@ -3,7 +3,7 @@
 The run's effective config and its graph options (review on/off, the parent of a fork)
 are stored with the run, so `gapforge run --resume RUN` rebuilds the same run whoever
 started it (`gapforge run`, `gapforge demo`, `gapforge fork`). Which stage services
-drive it is part of that config (`stages: real | fixtures`), never a code path in a row.
+drive it is part of that config (`stages: real | fixtures`; fixtures: the test suite's fakes), never a code path in a row.
 The CLI (cli_run.py, demo.py) only prints what these functions return or raise.
 """
 
@@ -63,10 +63,17 @@ def get_run_record(store: Any, run_id: str) -> tuple[dict[str, Any], str]:
 
 
 def stages_for(cfg: GapforgeConfig) -> OpenStages:
-    """The stage services the config names: the real ones, or the fixtures' deterministic fakes (graph lifecycle tests)."""
+    """The stage services the config names: the real ones, or the test suite's deterministic fakes (`stages: fixtures`,
+    tests/fakes/fake_stages.py: the graph's lifecycle tests kill and resume real `gapforge run` processes, so a stored
+    config must be able to name them). The fakes are not installed: they import from a source checkout only."""
     if cfg.stages == "fixtures":
-        from fixtures.fake_stages import open_stages as fake_stages
-
+        try:
+            from tests.fakes.fake_stages import open_stages as fake_stages
+        except ModuleNotFoundError as e:
+            if e.name not in ("tests", "tests.fakes", "tests.fakes.fake_stages"):
+                raise
+            raise UsageError("stages: fixtures names the test suite's fake stage services (tests/fakes/fake_stages.py), "
+                             "found only when running from a gapforge source checkout's root: set stages: real") from None
         return fake_stages
     from gapforge.stages import open_stages
 

@@ -18,8 +18,8 @@ from agents.structured_http import StructuredHTTP
 from envs.breaker import CircuitBreaker, CircuitOpen
 from envs.errors import EndpointError
 from envs.protocol import Message
-from fixtures.fake_openai import FakeOpenAIServer, structured_reply, text_reply
 from serving.openai_policy import EndpointPolicy
+from tests.fakes.fake_openai import FakeOpenAIServer, structured_reply, text_reply
 
 WIRE = [{"role": "user", "content": "label episode 7"}]
 N, THRESHOLD, RETRIES = 16, 3, 4

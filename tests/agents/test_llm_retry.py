@@ -1,4 +1,4 @@
-"""Retries of make_chat_model against a local fake OpenAI-compatible server (fixtures.fake_openai)."""
+"""Retries of make_chat_model against a local fake OpenAI-compatible server (tests.fakes.fake_openai)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from agents.errors import ModelEndpointError
 from agents.llm import make_chat_model
-from fixtures.fake_openai import FakeOpenAIServer, text_reply
 from gapforge.config import EndpointConfig
+from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 
 def model_for(srv: FakeOpenAIServer, *, max_retries: int = 4, timeout_s: float = 10.0):

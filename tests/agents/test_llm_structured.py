@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from agents.errors import StructuredOutputError
 from agents.llm import ScriptedChatModel, astructured_call, make_chat_model, prompt_config, structured_call
-from fixtures.fake_openai import FakeOpenAIServer
 from gapforge.config import EndpointConfig
+from tests.fakes.fake_openai import FakeOpenAIServer
 
 ASK = [SystemMessage("You name capabilities."), HumanMessage("Name one.")]
 

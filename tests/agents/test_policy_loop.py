@@ -14,8 +14,8 @@ from agents.llm import ScriptedChatModel, make_chat_model
 from agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
 from envs.errors import EnvError
 from envs.protocol import Message, PolicyModel, ToolCall
-from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from gapforge.config import EndpointConfig
+from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 
 def call(name: str, arguments: dict | str | None = None) -> dict:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envs.breaker import reset_breakers
-from fixtures.fake_openai import FakeOpenAIServer, Faults, text_reply
 from gapforge.cli import app
 from store import Store
+from tests.fakes.fake_openai import FakeOpenAIServer, Faults, text_reply
 
 ROOT = Path(__file__).parents[2]
 TASKS = ",".join(f"shop-lookup-00{i}" for i in range(1, 7))

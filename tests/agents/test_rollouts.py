@@ -19,10 +19,10 @@ from agents.policy import ChatModelPolicy
 from agents.rollouts import CollectPlan, collect, summarize
 from agents.scripted import ScriptedChatModel
 from envs.registry import make_env
-from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from gapforge.cli import app
 from gapforge.config import EndpointConfig
 from store import Store
+from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]
 

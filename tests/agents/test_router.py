@@ -94,7 +94,7 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
     import torch
 
     from agents.router_backends import CompletionsScorer
-    from fixtures.fake_vllm import FakeVLLMServer
+    from tests.fakes.fake_vllm import FakeVLLMServer
 
     direct = TransformersScorer.from_pretrained(taught_dir)
 
@@ -120,7 +120,7 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
 def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
     from agents.errors import ModelEndpointError
     from agents.router_backends import CompletionsScorer
-    from fixtures.fake_vllm import FakeVLLMServer
+    from tests.fakes.fake_vllm import FakeVLLMServer
 
     tok = TransformersScorer.from_pretrained(tiny_model_dir).tokenizer
     # an old server that drops one of the requested ids

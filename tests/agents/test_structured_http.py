@@ -20,7 +20,7 @@ from agents.config import EndpointConfig
 from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
 from agents.llm import astructured_call, make_chat_model
 from agents.structured_http import StructuredHTTP, Usage
-from fixtures.fake_openai import FakeOpenAIServer, structured_reply
+from tests.fakes.fake_openai import FakeOpenAIServer, structured_reply
 
 WIRE = [{"role": "system", "content": "You label episodes."}, {"role": "user", "content": "### episode 7\n[0] user: hi"}]
 GOOD = {"name": "precondition_verification", "index": 2}

@@ -10,8 +10,8 @@ import pytest
 
 from agents.analysis.config import AnalysisConfig
 from envs.shop.env import ShopEnv
-from fixtures.planted_policy import collect_planted
 from store import Store
+from tests.fakes.planted_policy import collect_planted
 
 RUN = "r-analysis"
 

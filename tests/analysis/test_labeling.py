@@ -21,8 +21,8 @@ from agents.analysis.labeling import label_pass
 from agents.analysis.recorded import recorded_analyst
 from agents.analysis.service import analyze_run
 from agents.llm import make_chat_model
-from fixtures.fake_openai import FakeOpenAIServer
 from gapforge.config import EndpointConfig
+from tests.fakes.fake_openai import FakeOpenAIServer
 
 RUN = "r-analysis"  # the run tests/analysis/conftest.py collects
 
@@ -153,8 +153,8 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
     import secrets
 
     from agents.analysis.discovery import discover
-    from fixtures.planted_policy import collect_planted
     from store import Store
+    from tests.fakes.planted_policy import collect_planted
 
     with Store(postgres_url) as store:
         run = store.create_run("trace", {}, f"an-{secrets.token_hex(4)}")

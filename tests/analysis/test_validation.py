@@ -16,8 +16,8 @@ from agents.analysis.recorded import recorded_analyst
 from agents.errors import StructuredOutputError
 from agents.scripted import ScriptedChatModel
 from envs.shop.env import ShopEnv
-from fixtures.planted_policy import PlantedDeficit, play
 from store import Store
+from tests.fakes.planted_policy import PlantedDeficit, play
 
 CAPS = ("precondition_verification", "user_confirmation")
 CFG = AnalysisConfig(passes=1, split_fraction=1.0, bootstrap=0, min_capabilities=2)

@@ -11,8 +11,8 @@ pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .
 from envs.errors import EnvError
 from envs.protocol import Message, TargetEnvironment, ToolCall
 from envs.tau2 import Tau2Env, UserEndpoint, judge
-from fixtures.fake_openai import FakeOpenAIServer
 from tests.envs.conformance import check_conformance
+from tests.fakes.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2
 

@@ -22,7 +22,7 @@ pytest.importorskip("tau2")
 from envs.protocol import Message
 from envs.tau2 import Tau2Env
 from envs.tau2.reference import gold_script, run_adapter, run_orchestrator
-from fixtures.fake_openai import FakeOpenAIServer
+from tests.fakes.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2
 

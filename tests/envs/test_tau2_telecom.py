@@ -12,8 +12,8 @@ from envs.protocol import Message, TargetEnvironment, ToolCall
 from envs.registry import make_env
 from envs.tau2 import Tau2Env, UserEndpoint
 from envs.tau2.reference import gold_script, run_adapter
-from fixtures.fake_openai import FakeOpenAIServer
 from tests.envs.conformance import check_conformance
+from tests.fakes.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2
 

@@ -23,8 +23,8 @@ from envs.registry import make_env
 from envs.toolsandbox import ToolSandboxEnv, catalog
 from envs.toolsandbox.plan import PlanPolicy
 from envs.toolsandbox.runtime import missing_reason
-from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from tests.envs.conformance import check_conformance
+from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 pytestmark = [pytest.mark.toolsandbox, pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
 

@@ -13,10 +13,10 @@ from executor_helpers import episodes_by_key
 from agents.rollouts import CollectPlan, collect
 from envs.registry import make_env
 from executor import ExecutorConfig, episode_player
-from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
 from gapforge.config import PolicyConfig
 from gapforge.wiring import make_policy
 from store import Store
+from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_POLICY = ROOT / "artifacts" / "shop-policy"

@@ -11,9 +11,9 @@ import pytest
 
 from agents.selftest import avalidate_module
 from executor import ExecutorConfig, ExecutorUnavailable, JobResources, sandbox_checks
-from fixtures.fake_openai import FakeOpenAIServer
 from gapforge.config import PolicyConfig
 from gapforge.wiring import build_deps, make_policy
+from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.sandbox.test_checks import BROKEN, declared
 from tests.sandbox.test_checks_async import _alternating_responder
 

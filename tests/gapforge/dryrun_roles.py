@@ -1,4 +1,4 @@
-"""The LLM roles of the GPU dry run, answered by a fake OpenAI server (fixtures.fake_openai): what a real analyst,
+"""The LLM roles of the GPU dry run, answered by a fake OpenAI server (tests.fakes.fake_openai): what a real analyst,
 generator, reviewer and τ² user simulator would send back, reduced to rules, so every stage after them runs for real.
 
 - discovery (a structured answer with `capabilities`): one capability, precondition_verification, with shown episodes;

@@ -90,7 +90,7 @@ def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: 
     import time
 
     from envs.registry import make_env
-    from fixtures.fake_openai import FakeOpenAIServer, tool_call_message
+    from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
     tasks = ",".join(make_env("shop").task_ids()[:6])
     ttl = 1.0

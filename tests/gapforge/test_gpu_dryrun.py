@@ -2,7 +2,7 @@
 
 Four swaps, nothing else: MODEL is a tiny Qwen3-architecture model whose tokenizer carries Qwen3's real chat template
 (`hf download` -> `gapforge dev tiny-model --template qwen3`), `vllm serve` is the project's vLLM stand-in with the same
-flags (fixtures.vllm_standin: same HTTP API, runtime LoRA loading), the LLM roles answer from a fake OpenAI server
+flags (tests.fakes.vllm_standin: same HTTP API, runtime LoRA loading), the LLM roles answer from a fake OpenAI server
 (tests/gapforge/dryrun_roles.py, via GAPFORGE_LLM_BASE_URL), and `gapforge run` gets the --set overrides below that make
 every stage small. The run must go through every stage to the report: rollouts on τ² retail through the served policy,
 analysis, synthesis + self-test in the Docker sandbox, GRPO + LoRA on the synthetic env and on the target (baseline),
@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from evaluation.policies import GRPO_TARGET
-from fixtures.fake_openai import FakeOpenAIServer
 from serving.chat_format import qwen3_training_template
+from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.gapforge.dryrun_roles import CAPABILITY, respond
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def readme_steps() -> list[str]:
 def dry(line: str) -> str:
     """The model, the server and the CLI entry point swapped (in this order: the first swap writes a gapforge command)."""
     for readme, here in (("hf download $MODEL --local-dir $WEIGHTS", "gapforge dev tiny-model $WEIGHTS --template qwen3"),
-                         ("vllm serve ", f"{sys.executable} -m fixtures.vllm_standin "),
+                         ("vllm serve ", f"{sys.executable} -m tests.fakes.vllm_standin "),
                          ("gapforge ", f"{sys.executable} -m gapforge.cli ")):
         line = line.replace(readme, here)
     return line

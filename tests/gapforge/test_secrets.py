@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.errors import ModelError
-from fixtures.fake_openai import FakeOpenAIServer, text_reply
 from gapforge.cli import app
 from gapforge.config import ConfigError, load_config
 from gapforge.errors import UsageError
 from gapforge.run_session import RunOptions, config_from_record, run_record
 from gapforge.wiring import apply_policy_spec, make_policy
 from store.redact import install_log_redaction, redact
+from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 PLANTED = "PLANTED-s3cr3t-7781"
 OPENAI_KEY = "sk-default-PLANTED-key"

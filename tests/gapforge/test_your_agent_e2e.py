@@ -1,7 +1,7 @@
 """Your own agent, end to end: a target env class defined outside the package (tests/data/library_desk) and the
 MCP example (examples/helpdesk) go through `gapforge` as a user runs it, with stand-ins only where this machine
 has no model: the policy is the tiny local model (`tiny_model_dir`), the LLM roles answer from a local
-OpenAI-compatible server (fixtures.fake_openai) by rules: discovery names one capability, labeling marks failures
+OpenAI-compatible server (tests.fakes.fake_openai) by rules: discovery names one capability, labeling marks failures
 LACKING and successes PRESENT, the generator answers with a synthetic env module under tests/data/ written against
 envs/sdk.py (its tools share names, parameters and result keys with the target's), the reviewer accepts.
 Every stage after them is real: episodes, analysis statistics, the Docker sandbox's self-test, GRPO + LoRA,
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from evaluation.run import child_run_id
-from fixtures.fake_openai import FakeOpenAIServer
 from store import Store
+from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.gapforge.dryrun_roles import prompt_text
 from tests.prompts.test_prompts_any_target import SHOP_WORDS
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from fixtures.fake_stages import FakeStages
 from gapforge.config import load_config
 from gapforge.wiring import open_store
 from graph.context import GraphContext, SynthesisAttempt
 from graph.graph import build_graph
 from graph.runner import drive, initial_state
+from tests.fakes.fake_stages import FakeStages
 from tests.graph.conftest import write_config
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
+from tests.fakes.fake_stages import row_counts
 from tests.graph.conftest import ROOT, calls, write_config
 
 # Where to kill, in the order the run reaches them: mid-rollouts, mid-labeling pass 2,

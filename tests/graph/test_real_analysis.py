@@ -23,7 +23,7 @@ from tests.graph.conftest import write_config
 
 class PlantedAnalysisStages(RunStages):
     async def collect_rollouts(self, run_id: str) -> RolloutsDone:
-        from fixtures.planted_policy import collect_planted
+        from tests.fakes.planted_policy import collect_planted
 
         await asyncio.to_thread(collect_planted, self.store, run_id, samples=2, seed=0)
         eps = await asyncio.to_thread(self.store.episodes, run_id)

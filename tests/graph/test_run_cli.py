@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fixtures.fake_stages import row_counts
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.wiring import open_store
+from tests.fakes.fake_stages import row_counts
 from tests.graph.conftest import calls
 
 runner = CliRunner()

@@ -1,6 +1,6 @@
 """The self-test's async entry points: GRPO-readiness rollouts run on the caller's event loop,
 so an endpoint policy's HTTP session is created there and closed there by its creator.
-(In-process over the hand-written baseline env -- trusted code -- and fixtures.fake_openai.)"""
+(In-process over the hand-written baseline env -- trusted code -- and tests.fakes.fake_openai.)"""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 
 from agents.episode import run_episode
 from envs.synthetic import InProcessSyntheticEnv
-from fixtures.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 from sandbox.checks import avalidate_env, validate_env
 from sandbox.checks.grpo import check_grpo_ready
 from sandbox.checks.settings import GRPOReadinessConfig
 from serving.openai_policy import EndpointPolicy
+from tests.fakes.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 
 BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"
 

@@ -17,7 +17,6 @@ from agents.episode import run_episode
 from envs.errors import InfrastructureFailure
 from envs.protocol import Message
 from envs.synthetic import InProcessSyntheticEnv
-from fixtures.fake_openai import FakeOpenAIServer, text_reply
 from gapforge.cli import app
 from sandbox.checks import avalidate_env, validate_env
 from sandbox.checks.grpo import acheck_grpo_ready
@@ -25,6 +24,7 @@ from sandbox.checks.settings import GRPOReadinessConfig
 from sandbox.env import SandboxedEnv
 from sandbox.pool import SandboxPool
 from serving.openai_policy import EndpointPolicy
+from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"
 COUNTER = Path(__file__).parent / "envs" / "counter_env.py"

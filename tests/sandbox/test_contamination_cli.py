@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.analysis.split import ensure_split
-from fixtures.planted_policy import collect_planted
 from gapforge.cli import app
 from store import Store
+from tests.fakes.planted_policy import collect_planted
 
 RECORDED = Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"
 runner = CliRunner()

@@ -10,8 +10,8 @@ import pytest
 from envs.breaker import CircuitBreaker, CircuitOpen
 from envs.errors import EndpointError, MalformedOutputError
 from envs.protocol import Message
-from fixtures.fake_openai import FakeOpenAIServer, Faults, text_reply
 from serving.openai_policy import EndpointPolicy, _Transient, retry_after_s
+from tests.fakes.fake_openai import FakeOpenAIServer, Faults, text_reply
 
 CONVO = [Message.system("be brief"), Message.user("hi")]
 

@@ -8,9 +8,9 @@ import pytest
 
 from envs.errors import EndpointError, MalformedOutputError, PolicyError
 from envs.protocol import Message, tool_schema
-from fixtures.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 from serving.errors import ServingError
 from serving.openai_policy import EndpointPolicy
+from tests.fakes.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 
 TOOLS = [tool_schema("lookup", "Look a thing up.", {"key": {"type": "string"}})]
 CONVO = [Message.system("be brief"), Message.user("find k1")]

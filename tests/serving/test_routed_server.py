@@ -20,10 +20,10 @@ from router_helpers import (
 from agents.router import Router, RoutingConfig, make_options
 from agents.router_backends import TransformersScorer
 from envs.protocol import Message
-from fixtures.fake_vllm import FakeVLLMServer
 from serving.multi_adapter import MultiAdapterModel
 from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 from serving.vllm_backend import VLLMBackend, adapter_version
+from tests.fakes.fake_vllm import FakeVLLMServer
 
 ADAPTERS = ("precondition_verification", "structured_data_reasoning")
 

@@ -1,4 +1,4 @@
-"""The vLLM stand-in (`python -m fixtures.vllm_standin`) on the tiny model with Qwen3's real template, through the clients
+"""The vLLM stand-in (`python -m tests.fakes.vllm_standin`) on the tiny model with Qwen3's real template, through the clients
 gapforge uses against vLLM: chat with tools, runtime LoRA loading under versioned names, router scoring, vLLM's refusals."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ FLAGS = ["--enable-lora", "--max-lora-rank", "8", "--enable-auto-tool-choice", "
 @contextmanager
 def standin(model: Path, *flags: str, runtime_lora: bool = True) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if runtime_lora else ""}
-    proc = subprocess.Popen([sys.executable, "-m", "fixtures.vllm_standin", str(model), "--served-model-name", "Qwen/Qwen3-8B", *flags],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.vllm_standin", str(model), "--served-model-name", "Qwen/Qwen3-8B", *flags],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()  # "serving NAME on URL" once it answers

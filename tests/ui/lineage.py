@@ -27,7 +27,6 @@ from agents.analysis.selection import select
 from agents.analysis.split import analysis_episodes
 from evaluation import stats
 from evaluation.run import child_run_id
-from fixtures.planted_policy import PlantedDeficit, collect_planted
 from graph.context import (
     BaselineDone,
     CapabilityStats,
@@ -44,6 +43,7 @@ from graph.context import (
     ValidationDone,
 )
 from store.analysis_records import LabelCallRecord
+from tests.fakes.planted_policy import PlantedDeficit, collect_planted
 from tests.ui import lineage_rows as rows
 
 DEFAULTS = {"samples": 2, "capabilities": 3, "failing_attempts": 1, "trials": 2, "steps": 12}

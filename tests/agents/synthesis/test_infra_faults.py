@@ -10,8 +10,8 @@ from pathlib import Path
 from synth_fixtures import analysed_run, store_at
 from typer.testing import CliRunner
 
-from fixtures.fake_openai import FakeOpenAIServer, text_reply
 from gapforge.cli import app
+from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 CAP = "precondition_verification"
 

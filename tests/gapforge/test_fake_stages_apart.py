@@ -1,0 +1,36 @@
+"""`stages: fixtures` binds the test suite's fake stage services (tests/fakes/fake_stages.py), which are not installed:
+in a checkout it resolves to them; where they cannot be imported (an install without the repository) the setting is
+refused with a one-line error naming the fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gapforge.config import load_config
+from gapforge.errors import UsageError
+from gapforge.run_session import stages_for
+
+
+def test_stages_fixtures_resolves_to_the_suites_fakes_in_a_checkout(tmp_path: Path) -> None:
+    from tests.fakes.fake_stages import open_stages
+
+    cfg = load_config(None, [f"workspace={tmp_path}", "stages=fixtures"], environ={})
+    assert stages_for(cfg) is open_stages
+
+
+def test_stages_fixtures_without_the_tests_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tests.fakes.fake_stages", None)  # as if tests/ were not there: the import fails
+    cfg = load_config(None, [f"workspace={tmp_path}", "stages=fixtures"], environ={})
+    with pytest.raises(UsageError) as e:
+        stages_for(cfg)
+    assert "\n" not in str(e.value) and "set stages: real" in str(e.value)
+
+
+def test_no_installed_package_holds_a_test_stand_in() -> None:
+    root = Path(__file__).resolve().parents[2]
+    stand_ins = {"fake_openai.py", "fake_vllm.py", "vllm_standin.py", "fake_stages.py", "planted_policy.py"}
+    assert {p.name for p in (root / "tests" / "fakes").iterdir()} >= stand_ins
+    assert not [p for p in (root / "fixtures").rglob("*.py") if p.name in stand_ins]
