@@ -144,6 +144,9 @@ class RolloutConfig(_Section):
     max_turns: int = Field(30, ge=1)
     tasks: list[str] | None = Field(None, description="task ids; None = all")
     user: Literal["scripted", "llm"] = "scripted"
+    user_endpoint: Literal["llm", "policy"] = Field(
+        "llm", description="the endpoint the LLM user simulator (user=llm) talks to: `llm` (llm.endpoint) or `policy` (policy.endpoint, "
+        "the served base model itself, at temperature 0 as τ²'s own user; the TRACE paper's τ² setting; needs policy.kind=endpoint)")
     episode_timeout_s: float = Field(
         DEFAULT_EPISODE_TIMEOUT_S, gt=0, le=86400.0,
         description="an episode's time limit, from building its env to its score: an env or policy call that has not returned "

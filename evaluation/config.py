@@ -11,6 +11,9 @@ class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     trials: int = Field(2, ge=1, le=64, description="episodes per held-out task and evaluated policy (K for pass^k)")
+    all_tasks_greedy: bool = Field(
+        False, description="also evaluate every policy on every task of the run (the analysis split included, so not held out) at "
+        "temperature 0 with 1 trial per task: the TRACE paper's protocol, stored as `all_tasks:<policy>` and reported beside the held-out split")
     family_trials: dict[str, int] = Field(
         default_factory=dict,
         description=f"family -> trials per task of that family (1..{MAX_FAMILY_TRIALS}), instead of `trials`, "

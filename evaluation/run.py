@@ -50,6 +50,7 @@ class EvalPlan:
     family_trials: Mapping[str, int] = field(default_factory=dict)  # family -> trials per task, for family_trials_policies
     family_trials_policies: Sequence[str] = (BASE, ROUTED)
     focus_family: str | None = None  # the headline family (stored with the metrics for the report and the summary)
+    scope: str = "eval"  # rows `<scope>:<policy>`, child runs `<run>.<scope>.<policy>` (`all_tasks`: the paper's protocol, apart)
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -95,9 +96,9 @@ class EvalStore:
     def put_evaluation(self, run_id: str, name: str, *, policy: str, metrics: Mapping[str, Any]) -> Any: ...
 
 
-def child_run_id(run_id: str, name: str) -> str:
+def child_run_id(run_id: str, name: str, scope: str = "eval") -> str:
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
-    return f"{run_id}.eval.{safe}"[:64]
+    return f"{run_id}.{scope}.{safe}"[:64]
 
 
 async def _play(store: Any, plan: EvalPlan, name: str, policy: PolicyModel, child: str, counts: dict[str, int], *,
@@ -152,7 +153,7 @@ async def evaluate(
     order = [BASE, *(n for n in policies if n != BASE)]
     reusing = {n for n in order[1:] if reuses_base(policies[n], policies[BASE])}
     for name in order:
-        children[name] = child_run_id(plan.run_id, name)
+        children[name] = child_run_id(plan.run_id, name, plan.scope)
         counts[name] = plan.task_trials(name, families)
 
     async def play(name: str) -> None:
@@ -217,6 +218,6 @@ async def evaluate(
         prompt_id = getattr(policy, "prompt_id", None)
         if prompt_id:
             metrics["prompt"] = prompt_id
-        store.put_evaluation(plan.run_id, f"eval:{name}", policy=policy.name, metrics=metrics)
+        store.put_evaluation(plan.run_id, f"{plan.scope}:{name}", policy=policy.name, metrics=metrics)
         result.policies.append(PolicyEvaluation(name, policy.name, children[name], metrics))
     return result

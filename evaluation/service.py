@@ -182,6 +182,7 @@ async def evaluate_run(
     on_policy_done: Callable[[str], None] | None = None,
     players: Any = None,
     together: bool = True,
+    scope: str = "eval",
 ) -> EvaluationResult:
     """Base, TRACE (routed), each adapter, the capability-hints policy and (grpo_target=True: the backend holds an
     adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`
@@ -195,8 +196,10 @@ async def evaluate_run(
         grpo_target_adapter=GRPO_TARGET if grpo_target else None,
     )
     plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
-                    family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family)
+                    family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family,
+                    scope=scope)
     result = await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players,
                             together=together)
-    store_oracle(store, run_id, seed=seed)  # routed TRACE against oracle routing (evaluation.oracle), stored as the row `oracle`
+    if scope == "eval":  # the oracle is over the held-out evaluation's trials
+        store_oracle(store, run_id, seed=seed)  # routed TRACE against oracle routing (evaluation.oracle), stored as the row `oracle`
     return result

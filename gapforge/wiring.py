@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from agents.config import credentials_in_url
+from agents.config import EndpointConfig, credentials_in_url
 from agents.deps import StageDeps
 from gapforge.config import GapforgeConfig, PolicyConfig
 from gapforge.errors import UsageError
@@ -170,13 +170,24 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
     user_model = None
     if cfg.rollouts.user == "llm":
         if env_name != "shop":
-            user_model = cfg.llm.endpoint
+            user_model = user_simulator_endpoint(cfg)
         else:
             from agents.llm import make_chat_model
 
-            user_model = make_chat_model(cfg.llm.endpoint)
+            user_model = make_chat_model(user_simulator_endpoint(cfg))
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
     return probe, functools.partial(make_env, env_name, user=cfg.rollouts.user, user_model=user_model)  # picklable: worker processes build it
+
+
+def user_simulator_endpoint(cfg: GapforgeConfig) -> EndpointConfig:
+    """The endpoint the LLM user simulator talks to (`rollouts.user_endpoint`): llm.endpoint, or the served policy's base
+    model (policy.endpoint at temperature 0, as τ²'s own user simulator samples; never an adapter's name)."""
+    if cfg.rollouts.user_endpoint == "llm":
+        return cfg.llm.endpoint
+    if cfg.policy.kind != "endpoint":
+        raise UsageError(f"rollouts.user_endpoint=policy needs a served policy (policy.kind=endpoint), not policy.kind={cfg.policy.kind}: "
+                         "serve it, or set rollouts.user_endpoint=llm")
+    return cfg.policy.endpoint.model_copy(update={"temperature": 0.0})  # the loaded key comes along (a private attribute)
 
 
 def sandbox_checks(cfg: GapforgeConfig):

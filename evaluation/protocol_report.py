@@ -1,0 +1,74 @@
+"""Report sections for the TRACE paper's protocol (evaluation.report calls them; never prints):
+
+- `all_tasks_section`: the evaluations `all_tasks:<policy>` (`evaluation.all_tasks_greedy`: every task of the run,
+  temperature 0, 1 trial), labelled as the paper's protocol, apart from the held-out split: these tasks include the
+  analysis split, so the numbers are not held out;
+- `toolsandbox_section`: for a ToolSandbox target, what the paper's Table 2 reports per policy — the perfect count
+  (scenarios with similarity 1.0) and the mean similarity — from each evaluation's stored episodes
+  (envs.toolsandbox.metrics; a scenario played several times counts as perfect only when every trial was, and its
+  similarity is the mean over its trials).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
+from evaluation.summary import points
+
+ALL_TASKS = "all_tasks:"
+SCOPES = (("eval:", "held-out split"), (ALL_TASKS, "all tasks, greedy, 1 trial"))
+
+
+def _pct(iv: dict[str, Any] | None) -> str:
+    if not iv or iv.get("value") is None:
+        return "–"
+    return f"{iv['value'] * 100:.1f}% [{iv['low'] * 100:.1f}, {iv['high'] * 100:.1f}]"
+
+
+def _ordered(rows: list[Any], prefix: str) -> list[Any]:
+    return sorted(rows, key=lambda e: (e.name != f"{prefix}base", e.name))
+
+
+def all_tasks_section(store: Any, run_id: str) -> list[str]:
+    """The `all_tasks:*` evaluations as a table (nothing when the run has none)."""
+    rows = _ordered([e for e in store.evaluations(run_id) if e.name.startswith(ALL_TASKS)], ALL_TASKS)
+    if not rows:
+        return []
+    first = rows[0].metrics
+    lines = ["## Every task, greedy, 1 trial (the TRACE paper's protocol)", "",
+             f"Env `{first['env']}`, {first.get('tasks')} tasks × 1 trial at temperature 0 per policy: "
+             "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's Table 1 protocol); "
+             "the held-out split above is the contamination-free comparison. 95% bootstrap intervals over tasks.", "",
+             "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |", "|---|---|---|---|"]  # fmt: skip
+    for e in rows:
+        m = e.metrics
+        mr = m.get("mean_reward") or {}
+        reward = "–" if mr.get("value") is None else f"{mr['value']:.3f}"
+        vs = (m.get("vs_base") or {}).get("pass_rate")
+        lines.append(f"| {e.name.removeprefix(ALL_TASKS)} | {_pct(m.get('pass_rate'))} | {reward} | {points(vs) if vs and vs.get('value') is not None else '–'} |")
+    return [*lines, ""]
+
+
+def toolsandbox_section(store: Any, run_id: str) -> list[str]:
+    """Perfect count and mean similarity per evaluated policy and scope, for a ToolSandbox target (else nothing)."""
+    table: list[str] = []
+    notes: set[str] = set()
+    for prefix, scope in SCOPES:
+        rows = _ordered([e for e in store.evaluations(run_id) if e.name.startswith(prefix) and is_toolsandbox(str(e.metrics.get("env", "")))], prefix)
+        for e in rows:
+            env, child = str(e.metrics["env"]), e.metrics.get("child_run")
+            episodes = store.episodes(child, env=env) if child else []
+            for found in stored_metrics(episodes):
+                overall = found.categories.get("all")
+                if overall is None:
+                    continue
+                if found.note:
+                    notes.add(found.note)
+                table.append(f"| {e.name.removeprefix(prefix)} | {scope} | {overall.perfect} of {overall.run} | {overall.mean_similarity:.3f} |")
+    if not table:
+        return []
+    lines = ["## ToolSandbox: perfect count and mean similarity (the TRACE paper's Table 2 metrics)", "",
+             "Perfect: scenarios whose similarity is 1.0 (with several trials, every trial); mean similarity over the scenarios played.", "",
+             "| policy | scope | perfect | mean similarity |", "|---|---|---|---|", *table]  # fmt: skip
+    return [*lines, *(f"\n{n}." for n in sorted(notes)), ""]
