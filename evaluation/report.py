@@ -11,8 +11,6 @@
   on the other half, against each single policy on those trials, and the router's choices against the oracle's;
 - the paper's protocol (evaluation.protocol_report): the `all_tasks:*` evaluations (every task, greedy, 1 trial; not held
   out) and, for a ToolSandbox target, perfect count and mean similarity per policy;
-- scaling with capabilities (evaluation.scaling): routed TRACE with each adapter alone and with all of them, from the
-  stored episodes, paired with the base per family; the gate's held-out accuracy (the stored router);
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
   adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
@@ -25,8 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evaluation.policies import baseline_labels, current_name
-from evaluation.scaling import gate_line, scaling_section
+from evaluation.policies import current_name
 from evaluation.protocol_report import all_tasks_section, toolsandbox_section
 from evaluation.summary import points, verdict
 
@@ -84,16 +81,14 @@ def _more_trials(evals: list[Any]) -> list[str]:
     return [*out, ""] if out else []
 
 
-def _paired_rows(evals: list[Any], labels: dict[str, str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
-    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the others;
-    a policy named in `labels` is shown by its label."""
+def _paired_rows(evals: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the others."""
     rows = []
     for e in evals:
         m = e.metrics
         if e.name == "eval:base" or not m.get("vs_base_paired"):
             continue
         name, focus, fams = e.name.removeprefix("eval:"), m.get("focus_family"), m.get("vs_base_by_family") or {}
-        name = (labels or {}).get(name, name)
         rows.append((name, "all tasks", m["vs_base_paired"]))
         rows += [(name, f, fams[f]) for f in sorted(fams, key=lambda f: (f != focus, f))]
     return rows
@@ -244,7 +239,7 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         for e in evals:
             fam = e.metrics.get("by_family", {})
             lines.append(f"| {e.name.removeprefix('eval:')} | " + " | ".join(_fmt(fam.get(f, {}).get("pass_rate")) for f in families) + " |")
-        paired = _paired_rows(evals, baseline_labels(store, run_id))
+        paired = _paired_rows(evals)
         if paired:
             focus = evals[0].metrics.get("focus_family")
             lines += ["", "### Paired differences vs base (episode level)", ""]
@@ -277,11 +272,7 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     lines += _oracle_section(store, run_id, bool(evals))
     lines += all_tasks_section(store, run_id) + toolsandbox_section(store, run_id)  # the paper's protocol and Table 2 metrics
 
-    lines += scaling_section(store, run_id)  # routed TRACE with 1 and with 2 adapters (evaluation.scaling)
-
-    record = store.get_evaluation(run_id, "router")  # the stored router: the gate's held-out accuracy (evaluation.router_record)
-    gate = gate_line(record.metrics if record is not None else None)
-    lines += ["## Router", "", *([f"{gate[0]}.", ""] if gate else [])]
+    lines += ["## Router", ""]
     if router is not None:
         m = router.metrics
         lines += [f"Accuracy {m['accuracy']:.1%} on {len(m.get('cases', []))} cases (abstentions count as none: {m.get('abstained', 0)}); "
