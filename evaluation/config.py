@@ -20,12 +20,18 @@ class EvaluationConfig(BaseModel):
         "for the policies in family_trials_policies (more paired episodes where the headline is measured)",
     )
     family_trials_policies: list[str] = Field(
-        default_factory=lambda: ["base", "trace_routed"],
-        description="evaluation names that play family_trials; every other policy plays `trials` on every task",
+        default_factory=lambda: ["base", "trace_routed", "baseline_grpo_target"],
+        description="evaluation names that play family_trials and min_family_episodes; every other policy plays `trials` on every task",
     )
+    min_family_episodes: int = Field(
+        0, ge=0, le=MAX_FAMILY_TRIALS, description="at least this many paired episodes per family for the family_trials_policies: "
+        "trials per task of a family = ceil(this / its held-out tasks), unless family_trials gives more (0: off)")
+    underpowered_points: float = Field(
+        15.0, gt=0, description="a family whose paired interval is wider than ± this many points is flagged underpowered")
     focus_family: str | None = Field(None, description="the family whose base -> TRACE (routed) result is the headline (report, summary)")
     routing_seeds: int = Field(4, ge=1, le=256, description="held-out synthetic seeds per capability for the router's accuracy")
-    baseline_grpo: bool = Field(True, description="train the GRPO-on-target baseline (the adapters' rollout budget) before evaluating")
+    baseline_grpo: bool = Field(True, description="train the GRPO-on-target baseline (training.budget: the training rollouts of all "
+                                "capability adapters together) before evaluating")
 
     @field_validator("family_trials")
     @classmethod

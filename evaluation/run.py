@@ -12,13 +12,15 @@ across policies (common random numbers), so episode (task, i) of a policy is
 paired with episode (task, i) of the base (`vs_base_paired`, `vs_base_by_family`).
 
 `plan.family_trials` gives the tasks of some families more trials, for the
-policies in `plan.family_trials_policies` only; a routed policy copies the base's
+policies in `plan.family_trials_policies` only, and so does `plan.min_family_episodes`
+(every family at least that many episodes: ceil(n / its tasks) trials per task); a routed policy copies the base's
 episodes of the tasks it routes to the base (evaluation.reuse) instead of playing them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ class EvalPlan:
     seed: int = 0
     family_trials: Mapping[str, int] = field(default_factory=dict)  # family -> trials per task, for family_trials_policies
     family_trials_policies: Sequence[str] = (BASE, ROUTED)
+    min_family_episodes: int = 0  # powered families: >= this many episodes per family for family_trials_policies (0: off)
     focus_family: str | None = None  # the headline family (stored with the metrics for the report and the summary)
     scope: str = "eval"  # rows `<scope>:<policy>`, child runs `<run>.<scope>.<policy>` (`all_tasks`: the paper's protocol, apart)
 
@@ -61,8 +64,17 @@ class EvalPlan:
 
     def task_trials(self, name: str, families: Mapping[str, str]) -> dict[str, int]:
         """Trials per task for the policy evaluated as `name`."""
-        extra = self.family_trials if name in self.family_trials_policies else {}
-        return {t: extra.get(families[t], self.trials) if t in families else self.trials for t in self.tasks}
+        if name not in self.family_trials_policies:
+            return {t: self.trials for t in self.tasks}
+        sizes = Counter(families[t] for t in self.tasks if t in families)
+        out = {}
+        for t in self.tasks:
+            family = families.get(t)
+            k = self.family_trials.get(family, self.trials) if family is not None else self.trials
+            if family is not None and self.min_family_episodes:  # every family powered: ceil(episodes / its tasks) each
+                k = max(k, min(MAX_FAMILY_TRIALS, -(-self.min_family_episodes // sizes[family])))
+            out[t] = k
+        return out
 
 
 @dataclass(frozen=True)

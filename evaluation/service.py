@@ -179,6 +179,7 @@ async def evaluate_run(
     family_trials: Mapping[str, int] | None = None,
     family_trials_policies: Sequence[str] = ("base", "trace_routed"),
     focus_family: str | None = None,
+    min_family_episodes: int = 0,
     on_policy_done: Callable[[str], None] | None = None,
     players: Any = None,
     together: bool = True,
@@ -197,6 +198,7 @@ async def evaluate_run(
     )
     plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
                     family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family,
+                    min_family_episodes=min_family_episodes,
                     scope=scope)
     result = await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players,
                             together=together)

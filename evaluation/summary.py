@@ -1,7 +1,10 @@
 """The lines a CLI prints at the end of an evaluation: the focus family's base ->
 TRACE (routed) result with its episode-level paired difference and a verdict,
-then TRACE − base on every other family. Pure functions over the stored metrics
-(`eval:<name>` metrics by evaluation name); nothing here prints.
+a line of its own for every other family where TRACE lost (a regression outside
+the focus family), then TRACE − base (and GRPO-on-target − base, when evaluated)
+on every other family, each flagged "underpowered" when its 95% interval is wider
+than ± `underpowered_points`. Pure functions over the stored metrics (`eval:<name>`
+metrics by evaluation name); nothing here prints.
 
 Verdict: "gain" only when the paired difference's 95% interval is above 0,
 "loss" when it is below 0, otherwise "no effect" (the interval contains 0).
@@ -12,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-BASE, ROUTED = "base", "trace_routed"
+BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
+UNDERPOWERED_POINTS = 15.0
 NO_EFFECT_LINE = "no effect (the 95% interval contains 0)"
 
 
@@ -46,7 +50,21 @@ def _diff(d: Mapping[str, Any] | None) -> str:
     return f"{points(pr)}, {d.get('episodes', 0)} paired episodes"  # type: ignore[union-attr]
 
 
-def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str | None = None) -> list[str]:
+def half_width(iv: Mapping[str, Any] | None) -> float | None:
+    """Half the width of an interval, in points (None without one)."""
+    if not iv or iv.get("low") is None or iv.get("high") is None:
+        return None
+    return 100 * (iv["high"] - iv["low"]) / 2
+
+
+def underpowered(d: Mapping[str, Any] | None, limit_points: float = UNDERPOWERED_POINTS) -> str:
+    """' — underpowered (±N points)' when the paired difference's interval is wider than ± limit_points, else ''."""
+    hw = half_width((d or {}).get("pass_rate"))
+    return f" — underpowered (±{hw:.0f} points > ±{limit_points:.0f})" if hw is not None and hw > limit_points else ""
+
+
+def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str | None = None, *,
+             underpowered_points: float = UNDERPOWERED_POINTS) -> list[str]:
     """The summary lines. `metrics_by_name`: evaluation name ("base", "trace_routed", ...) -> its stored metrics
     (EvaluationResult.policies' metrics, or store evaluations `eval:<name>` without the prefix). `focus_family`
     None: the one stored with the metrics, else the headline is over all tasks."""
@@ -65,8 +83,16 @@ def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str
     word = verdict((d or {}).get("pass_rate"))
     lines = [
         f"{scope}: base {_rate(b)} -> TRACE (routed) {_rate(t)}",
-        f"{scope}: TRACE − base {_diff(d)}: {NO_EFFECT_LINE if word == 'no effect' else word or 'no verdict'}",
+        f"{scope}: TRACE − base {_diff(d)}: {NO_EFFECT_LINE if word == 'no effect' else word or 'no verdict'}{underpowered(d, underpowered_points)}",
     ]
-    for family in sorted(f for f in by_family if f != focus):
-        lines.append(f"{family}: TRACE − base {_diff(by_family[family])}")
+    others = sorted(f for f in by_family if f != focus)
+    outside = f"outside {focus}" if focus is not None else "in a family"
+    lines += [f"regression {outside}: {family}: TRACE − base {_diff(by_family[family])}: loss"
+              for family in others if verdict((by_family[family] or {}).get("pass_rate")) == "loss"]
+    grpo = (metrics_by_name.get(GRPO_TARGET) or {}).get("vs_base_by_family")
+    for family in others:
+        line = f"{family}: TRACE − base {_diff(by_family[family])}{underpowered(by_family[family], underpowered_points)}"
+        if grpo is not None and family in grpo:
+            line += f"; GRPO-on-target − base {_diff(grpo[family])}{underpowered(grpo[family], underpowered_points)}"
+        lines.append(line)
     return lines

@@ -44,6 +44,7 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
             families=families, trials=ecfg.trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature,
             concurrency=cfg.rollouts.concurrency, grpo_target=GRPO_TARGET in backend.adapters, gepa=gepa, seed=cfg.seed,
             family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies, focus_family=ecfg.focus_family,
+            min_family_episodes=ecfg.min_family_episodes,
             on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"), players=players,
             together=cfg.executor.kind == "local",  # on Ray each policy's player starts its own actors: one policy at a time
         )  # fmt: skip

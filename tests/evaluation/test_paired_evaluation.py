@@ -173,7 +173,7 @@ def test_policies_play_one_after_the_other_when_not_together(tmp_path: Path) -> 
 
 
 def test_config_and_plan_reject_bad_trial_counts() -> None:
-    assert EvaluationConfig().family_trials == {} and EvaluationConfig().family_trials_policies == ["base", "trace_routed"]
+    assert EvaluationConfig().family_trials == {} and EvaluationConfig().family_trials_policies == ["base", "trace_routed", "baseline_grpo_target"]
     with pytest.raises(ValueError, match=r"family_trials\['refusal'\] = 0: use 1..512 trials per task"):
         EvaluationConfig(family_trials={"refusal": 0})
     with pytest.raises(ValueError, match="1..512"):
