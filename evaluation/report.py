@@ -11,6 +11,8 @@
   on the other half, against each single policy on those trials, and the router's choices against the oracle's;
 - the paper's protocol (evaluation.protocol_report): the `all_tasks:*` evaluations (every task, greedy, 1 trial; not held
   out) and, for a ToolSandbox target, perfect count and mean similarity per policy;
+- scaling with capabilities (evaluation.scaling): routed TRACE with each adapter alone and with all of them, from the
+  stored episodes, paired with the base per family; the gate's held-out accuracy (the stored router);
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
   adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.policies import current_name
+from evaluation.scaling import gate_line, scaling_section
 from evaluation.protocol_report import all_tasks_section, toolsandbox_section
 from evaluation.summary import points, verdict
 
@@ -272,7 +275,11 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     lines += _oracle_section(store, run_id, bool(evals))
     lines += all_tasks_section(store, run_id) + toolsandbox_section(store, run_id)  # the paper's protocol and Table 2 metrics
 
-    lines += ["## Router", ""]
+    lines += scaling_section(store, run_id)  # routed TRACE with 1 and with 2 adapters (evaluation.scaling)
+
+    record = store.get_evaluation(run_id, "router")  # the stored router: the gate's held-out accuracy (evaluation.router_record)
+    gate = gate_line(record.metrics if record is not None else None)
+    lines += ["## Router", "", *([f"{gate[0]}.", ""] if gate else [])]
     if router is not None:
         m = router.metrics
         lines += [f"Accuracy {m['accuracy']:.1%} on {len(m.get('cases', []))} cases (abstentions count as none: {m.get('abstained', 0)}); "

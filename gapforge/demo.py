@@ -115,6 +115,11 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     options = RunOptions()
     create_run(store, "demo", "demo", cfg, options, run_id)
     code = drive(cfg, store, run_id, options, fresh=True, last_line=False)
+    if code == 0:
+        from evaluation.scaling import routing_lines
+
+        for line in routing_lines(store, run_id):  # the gate, oracle routing, routed TRACE over 1 and 2 adapters
+            console.print(line, highlight=False, soft_wrap=True)
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     console.print(REAL_NOTE, highlight=False, soft_wrap=True)
     console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)
