@@ -9,7 +9,7 @@ a fixed "env reply". Three decoders on the same rows and seeds, in one run:
 Prints seconds, tokens/s and the ratio to `copy` per batch size, the share of prompt tokens reused,
 and whether every row's tokens equal `copy`'s.
 
-    python bench/decode.py [--model artifacts/shop-policy] [--rows 1,8,16,32] [--turns 4] [--prompt 400] [--threads 1]
+    python bench/decode.py [--model gapforge/demo_data/shop-policy] [--rows 1,8,16,32] [--turns 4] [--prompt 400] [--threads 1]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import serving.batching as batching
+from gapforge.demo_data import SHOP_POLICY_DIR
 
 
 def play(model, rows: int, turns: int, prompt: int, new_tokens: int, reply: list[int], prefix_bytes: int) -> tuple[float, list, list[int]]:
@@ -36,7 +37,7 @@ def play(model, rows: int, turns: int, prompt: int, new_tokens: int, reply: list
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=Path(__file__).resolve().parents[1] / "artifacts" / "shop-policy")
+    ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR)
     ap.add_argument("--rows", default="1,8,16,32")
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--prompt", type=int, default=400, help="first-turn context length (tokens)")

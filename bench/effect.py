@@ -40,6 +40,7 @@ from envs.shop import ShopEnv
 from evaluation import stats
 from evaluation.routing import env_openings
 from evaluation.run import EvalPlan, evaluate
+from gapforge.demo_data import RECORDINGS_DIR
 from sandbox.config import SandboxConfig
 from store.db import Store
 from training.artifact import SHIPPED
@@ -48,7 +49,7 @@ from training.deprecations import quiet_library_deprecations
 from training.envs import EnvSpec, open_factory
 from training.service import TrainJob, train_capability
 
-MODULE = ROOT / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"
+MODULE = RECORDINGS_DIR / "shop" / "precondition_verification_3.py"
 DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported
 PLANTED = "policy_refusal"
 CAPABILITY = "precondition_verification"

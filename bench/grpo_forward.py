@@ -7,7 +7,7 @@ method on the same trainer object) with a non-zero LoRA adapter on the shipped p
 forward and the backward, the ratio to the padded batch, the step's padding share, and the largest difference
 in logprobs and in the adapter's gradient between the two.
 
-    python bench/grpo_forward.py [--model artifacts/shop-policy] [--threads 1] [--repeats 2] [--lengths 546,...]
+    python bench/grpo_forward.py [--model gapforge/demo_data/shop-policy] [--threads 1] [--repeats 2] [--lengths 546,...]
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+
+from gapforge.demo_data import SHOP_POLICY_DIR
 
 # prompt + completion tokens of the 16 rollouts of four consecutive steps of the demo's precondition adapter
 STEPS = [
@@ -40,7 +42,7 @@ def batch(lengths: list[int], vocab: int, pad: int, gen):  # -> (ids, mask, comp
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=Path(__file__).resolve().parents[1] / "artifacts" / "shop-policy")
+    ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a demo training job gets 1 of 2 cores)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--lengths", default=None, help="comma-separated rollout lengths of one step (default: four demo steps)")

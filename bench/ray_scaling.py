@@ -1,7 +1,7 @@
 """Rollout collection on the shop: the local executor vs Ray with 1 and 2 rollout workers.
 
 Two policies, each collecting the same plan on every executor (same tasks, samples, concurrency):
-- `shop-policy`: the demo's taught tiny model (artifacts/shop-policy), CPU-bound: Ray's gain is bounded
+- `shop-policy`: the demo's taught tiny model (gapforge/demo_data/shop-policy), CPU-bound: Ray's gain is bounded
   by the cores a machine has (2 here) and by the other jobs sharing them;
 - `instant`: a policy that answers at once (a fixed tool call), so an episode costs only the env and
   the collector: the difference between Ray and local per episode is the executor's own overhead
@@ -29,6 +29,7 @@ from agents.rollouts import CollectPlan, collect
 from envs.protocol import Message, ToolCall
 from envs.registry import make_env
 from executor import ExecutorConfig, episode_player
+from gapforge.demo_data import SHOP_POLICY_DIR
 from serving.local import LocalPolicy
 from store import Store
 
@@ -83,7 +84,7 @@ def main() -> None:
     samples = -(-args.episodes // len(tasks))
     plan_args = dict(env="shop", tasks=tasks[: -(-args.episodes // samples)], samples=samples, concurrency=args.concurrency,
                      max_turns=args.max_turns, temperature=1.0)
-    taught = functools.partial(LocalPolicy, ROOT / "artifacts" / "shop-policy", temperature=1.0, max_new_tokens=64)
+    taught = functools.partial(LocalPolicy, SHOP_POLICY_DIR, temperature=1.0, max_new_tokens=64)
     runs = [("shop-policy", taught, args.concurrency), ("instant", InstantPolicy, args.concurrency),
             ("instant", InstantPolicy, 1)]  # concurrency 1: one episode at a time, the overhead is latency per episode
     executors = {"ray x1": ExecutorConfig(kind="ray", rollout_workers=1), "ray x2": ExecutorConfig(kind="ray", rollout_workers=2)}

@@ -44,6 +44,7 @@ import openai
 
 from envs.protocol import Message, ToolCall
 from envs.registry import make_env
+from gapforge.demo_data import SHOP_POLICY_DIR
 from store import Store
 
 ROUTED = "gapforge-router"
@@ -214,7 +215,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workspace", type=Path, help="the workspace holding --run (e.g. a demo's .gapforge)")
     ap.add_argument("--run", help="the run to serve (its stored config, adapters and router); default: a small run built here")
-    ap.add_argument("--model", type=Path, default=ROOT / "artifacts" / "shop-policy", help="the base of the run built here")
+    ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR, help="the base of the run built here")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--requests", type=int, default=2000, help="requests in all (the RSS marks: 200 and this)")
     ap.add_argument("--sequential", type=int, default=40, help="requests sent one at a time before the concurrent phase")

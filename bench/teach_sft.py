@@ -2,7 +2,7 @@
 seconds, tokens/s and their ratio on the same rows from the same weights, and whether the trained weights
 are equal bit for bit.
 
-    python bench/teach_sft.py [--model artifacts/shop-policy] [--rows 64] [--threads 2]
+    python bench/teach_sft.py [--model gapforge/demo_data/shop-policy] [--rows 64] [--threads 2]
 
 Rows are the teach's own examples (gold shop trajectories of one taught instance and their copy drills,
 tokenized with the model's tokenizer). Prints numbers; it does not pass or fail.
@@ -19,10 +19,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gapforge.demo_data import SHOP_POLICY_DIR
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=ROOT / "artifacts" / "shop-policy")
+    ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR)
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()

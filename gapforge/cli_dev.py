@@ -67,11 +67,11 @@ def chat_template_cmd(
 def teach_cmd(
     out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash, and for a "
                              "polish by the weights it continues)"),
-    recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. artifacts/shop-policy/teach.json): rebuild exactly its recipe"),
+    recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. gapforge/demo_data/shop-policy/teach.json): rebuild exactly its recipe"),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
     first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of this recipe apart from its polish (a first pass, or a "
                                            "polished build to continue): only the polish pass runs, from its weights"),
-    ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to artifacts/shop-policy/ (the demo's base policy)"),
+    ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to gapforge/demo_data/shop-policy/ (the demo's base policy)"),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
     samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),
 ) -> None:
@@ -84,7 +84,7 @@ def teach_cmd(
     card: dict = {}
     if recipe is not None:
         if not recipe.is_file():
-            raise UsageError(f"--recipe {recipe}: no such file (give a teach.json, e.g. artifacts/shop-policy/teach.json)")
+            raise UsageError(f"--recipe {recipe}: no such file (give a teach.json, e.g. gapforge/demo_data/shop-policy/teach.json)")
         card = json.loads(recipe.read_text())
         cfg = TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
     else:
@@ -92,7 +92,7 @@ def teach_cmd(
     if epochs is not None:
         cfg = cfg.model_copy(update={"epochs": epochs})
     if first_pass is not None and not (first_pass / "teach.json").is_file():
-        raise UsageError(f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. artifacts/shop-policy)")
+        raise UsageError(f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. gapforge/demo_data/shop-policy)")
     if first_pass is not None and not cfg.polish_epochs:
         raise UsageError("--first-pass needs a recipe with polish_epochs > 0 (there is nothing to continue)")
     parent = card.get("first_pass") or {}

@@ -22,6 +22,7 @@ from agents.synthesis.config import SynthesisConfig
 from envs.tau2.config import Tau2Config
 from evaluation.config import EvaluationConfig
 from executor.config import ExecutorConfig
+from gapforge.demo_data import moved_shop_policy
 from gapforge.errors import ConfigError
 from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from sandbox.config import SandboxConfig
@@ -186,6 +187,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for item in overrides or []:
         key, value = parse_override(item)
         _set_dotted(tree, key, value)
+    pol = tree.get("policy")
+    if isinstance(pol, dict) and isinstance(pol.get("local_path"), str):  # a config or stored run naming the policy's old place
+        pol["local_path"] = moved_shop_policy(pol["local_path"])
     for section in ("llm", "policy"):
         ep = tree.get(section, {}).get("endpoint", {}) if isinstance(tree.get(section), dict) else {}
         if isinstance(ep, dict) and "api_key" in ep:

@@ -1,4 +1,4 @@
-"""The demo's base policy as a versioned artifact in the repository (`artifacts/shop-policy/`).
+"""The demo's base policy as a versioned artifact in the repository (`gapforge/demo_data/shop-policy/`, package data).
 
 Teaching costs 30-60 CPU-minutes, so it is spent once, by the project: `gapforge dev teach --ship`
 builds the taught tiny policy (training.teach), measures its shop pass rates exactly as the demo
@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.faults import InputFault
 
-SHIPPED = Path(__file__).resolve().parents[1] / "artifacts" / "shop-policy"
+SHIPPED = SHOP_POLICY_DIR
 MAX_BYTES = 25 * 1024 * 1024
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "chat_template.jinja", "special_tokens_map.json")
@@ -40,12 +41,12 @@ def load_card(path: str | Path = SHIPPED) -> dict[str, Any]:
     card_path = p / "teach.json"
     if not card_path.is_file() or not (p / "model.safetensors").is_file():
         raise ArtifactError(f"no shipped base policy in {p}: restore it from git (`git checkout -- {p}`) or rebuild it as "
-                            "artifacts/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)")
+                            "gapforge/demo_data/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)")
     card = json.loads(card_path.read_text())
     actual = weights_sha256(p)
     if card.get("weights_sha256") != actual:
         raise ArtifactError(f"{p}/model.safetensors does not match teach.json (sha256 {actual[:12]} != "
-                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as artifacts/README.md says")
+                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as gapforge/demo_data/README.md says")
     return card
 
 

@@ -20,4 +20,4 @@ class SynthesisConfig(BaseModel):
     rollout_budget: int = Field(400, ge=0, description="GRPO-readiness policy rollouts per capability, over all attempts")
     recordings: str | None = Field(
         None, description="recorded generator/reviewer answers (YAML) used when llm.kind is scripted; "
-        "None = the demo's shop recordings (fixtures/recordings/shop.yaml)")
+        "None = the demo's shop recordings (gapforge/demo_data: RECORDINGS_DIR/shop.yaml)")

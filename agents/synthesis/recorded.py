@@ -1,4 +1,4 @@
-"""Recorded generator / reviewer answers (fixtures/recordings/*.yaml: the demo's props) as ScriptedChatModel rules.
+"""Recorded generator / reviewer answers (gapforge.demo_data.RECORDINGS_DIR: the demo's data) as ScriptedChatModel rules.
 
 A recording maps prompt name -> capability -> one answer per attempt. The rule reads the
 capability and attempt number from the rendered prompt ("Capability: ...", "Attempt: N"), so
@@ -18,8 +18,9 @@ from langchain_core.messages import BaseMessage
 
 from agents.errors import ModelError
 from agents.scripted import ScriptedChatModel
+from gapforge.demo_data import RECORDINGS_DIR
 
-SHOP_RECORDINGS = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "shop.yaml"  # read as data, never imported
+SHOP_RECORDINGS = RECORDINGS_DIR / "shop.yaml"  # read as data, never imported
 _CAP = re.compile(r"^Capability: (\S+)$", re.MULTILINE)
 _ATTEMPT = re.compile(r"^Attempt: (\d+)", re.MULTILINE)
 

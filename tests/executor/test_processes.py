@@ -28,11 +28,12 @@ from envs.registry import make_env
 from executor import ExecutorConfig, episode_player, processes
 from executor.processes import WorkerLost, picklable, process_pool
 from gapforge.config import PolicyConfig
+from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.wiring import make_policy
 from store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOP_POLICY = ROOT / "artifacts" / "shop-policy"
+SHOP_POLICY = SHOP_POLICY_DIR
 TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]
 shop = functools.partial(make_env, "shop")
 

@@ -14,12 +14,13 @@ from agents.rollouts import CollectPlan, collect
 from envs.registry import make_env
 from executor import ExecutorConfig, episode_player
 from gapforge.config import PolicyConfig
+from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.wiring import make_policy
 from store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOP_POLICY = ROOT / "artifacts" / "shop-policy"
+SHOP_POLICY = SHOP_POLICY_DIR
 TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]
 
 

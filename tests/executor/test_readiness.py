@@ -21,6 +21,7 @@ from envs.protocol import Message, ToolCall
 from executor import ExecutorConfig, sandbox_checks
 from executor.readiness import LocalReadinessChecks
 from gapforge.config import PolicyConfig
+from gapforge.demo_data import RECORDINGS_DIR, SHOP_POLICY_DIR
 from gapforge.wiring import make_policy
 from sandbox.checks import GRPOReadinessConfig
 from sandbox.checks.grpo import acheck_grpo_ready
@@ -30,8 +31,8 @@ from sandbox.pool import SandboxPool
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"  # the demo's accepted env
-SHOP_POLICY = ROOT / "artifacts" / "shop-policy"
+MODULE = RECORDINGS_DIR / "shop" / "precondition_verification_3.py"  # the demo's accepted env
+SHOP_POLICY = SHOP_POLICY_DIR
 
 
 class StallingPolicy:

@@ -12,6 +12,7 @@ from cli_helpers import one_line_error as _one_line_error
 from typer.testing import CliRunner
 
 from gapforge.cli import app
+from gapforge.demo_data import SHOP_POLICY_DIR
 
 COUNTER = Path(__file__).parents[1] / "sandbox" / "envs" / "counter_env.py"
 
@@ -107,7 +108,7 @@ def test_an_os_error_no_check_foresaw_is_one_line_not_a_traceback(tmp_path: Path
 
 
 def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_path: Path) -> None:
-    card = Path(__file__).parents[2] / "artifacts" / "shop-policy" / "teach.json"
+    card = SHOP_POLICY_DIR / "teach.json"
     out = tmp_path / "models"
     _one_line_error(runner.invoke(app, ["dev", "teach", "--out", str(out), "--first-pass", str(tmp_path / "nope")]), "no finished build there")
     # a recipe without a polish has nothing to continue from a first pass (the shipped one has a polish: drop it)

@@ -12,6 +12,7 @@ import pytest
 
 from envs.registry import make_env
 from envs.synthetic import InProcessSyntheticEnv
+from gapforge.demo_data import RECORDINGS_DIR
 from sandbox.checks import CHECKS, SelfTestThresholds, validate_env
 from sandbox.checks.report import ValidationReport
 from sandbox.errors import EnvCodeError
@@ -100,7 +101,7 @@ def _accepted_recordings() -> list[Path]:
     """The recorded generator answers the recorded reviewer accepts (the last attempt of each capability)."""
     import yaml
 
-    root = Path(__file__).parents[2] / "fixtures" / "recordings"
+    root = RECORDINGS_DIR
     rec = yaml.safe_load((root / "shop.yaml").read_text())
     return [root / rec["synthesis_generator"][cap][-1]["code_file"] for cap, verdicts in rec["synthesis_reviewer"].items()
             if verdicts[-1]["verdict"] == "accept"]
@@ -209,7 +210,7 @@ def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rul
     from envs.sdk import action_to_message
     from envs.synthetic import load_env_class
 
-    cls = load_env_class(str(Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"))
+    cls = load_env_class(str(RECORDINGS_DIR / "shop" / "precondition_verification_3.py"))
     ineligible, kinds = 0, set()
     for seed in range(60):
         env = cls()
@@ -249,7 +250,7 @@ def test_the_accepted_precondition_env_ranks_refusing_an_allowed_request_below_a
     from envs.sdk import action_to_message
     from envs.synthetic import load_env_class
 
-    cls = load_env_class(str(Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"))
+    cls = load_env_class(str(RECORDINGS_DIR / "shop" / "precondition_verification_3.py"))
     look = ("get_order_details", "get_product_details")
 
     def play(seed: int, acts: list[dict]) -> float:

@@ -4,7 +4,6 @@ demo split against its recorded envs; fidelity and result formats of a non-shop 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from envs.registry import make_env
 from envs.sdk import tool
 from envs.synthetic import InProcessSyntheticEnv
 from gapforge.config import load_config
+from gapforge.demo_data import RECORDINGS_DIR
 from sandbox.checks import CHECKS, SelfTestThresholds, SplitTexts, validate_env
 from sandbox.checks.contamination import check_contamination, heldout_only, reproduces, words
 from sandbox.checks.probe import Probe
@@ -21,7 +21,7 @@ from sandbox.checks.result_shapes import observed_result_shapes
 from tests.prompts.helpdesk import TASKS, TOOLS, HelpdeskSynthetic, episode, with_openings
 
 TH = SelfTestThresholds()
-RECORDED = Path(__file__).parents[2] / "fixtures" / "recordings" / "shop"
+RECORDED = RECORDINGS_DIR / "shop"
 HELD = "Security flagged my account after the phishing drill and I cannot sign in anymore."
 SPLIT = SplitTexts(heldout={"hd-lock-004": [HELD], "hd-lock-002": [TASKS["hd-lock-002"][1]], "hd-vpn-002": ["Help."]},
                    analysis=[TASKS["hd-lock-001"][1], TASKS["hd-vpn-001"][1]])

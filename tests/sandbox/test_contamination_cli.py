@@ -12,10 +12,11 @@ from typer.testing import CliRunner
 
 from agents.analysis.split import ensure_split
 from gapforge.cli import app
+from gapforge.demo_data import RECORDINGS_DIR
 from store import Store
 from tests.fakes.planted_policy import collect_planted
 
-RECORDED = Path(__file__).parents[2] / "fixtures" / "recordings" / "shop" / "precondition_verification_3.py"
+RECORDED = RECORDINGS_DIR / "shop" / "precondition_verification_3.py"
 runner = CliRunner()
 pytestmark = pytest.mark.docker
 

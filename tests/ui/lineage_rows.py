@@ -116,7 +116,7 @@ def adapter_files(root: Path, capability: str, *, steps: int, best_step: int) ->
              for s in range(0, steps + 1, 4)]  # fmt: skip
     kept = root / "evals" / f"step-{best_step:06d}"
     kept.mkdir(parents=True, exist_ok=True)
-    (kept / "gapforge_adapter.json").write_text(json.dumps({"name": capability, "capability": capability, "base_model": "artifacts/shop-policy",
+    (kept / "gapforge_adapter.json").write_text(json.dumps({"name": capability, "capability": capability, "base_model": "gapforge/demo_data/shop-policy",
                                                              "base_model_sha256": "0" * 64, "env_module_sha256": "1" * 64, "steps": steps,
                                                              "best_step": best_step, "train_tasks": list(range(64)),
                                                              "heldout_tasks": list(range(1000, 1032))}))  # fmt: skip

@@ -12,6 +12,7 @@ from shop_gold import gold_episodes
 
 from envs.registry import make_env
 from envs.synthetic import InProcessSyntheticEnv
+from gapforge.demo_data import RECORDINGS_DIR
 from sandbox.checks import validate_env
 from sandbox.checks.report import ValidationReport
 from sandbox.checks.result_shapes import (
@@ -23,7 +24,7 @@ from sandbox.checks.result_shapes import (
 BAD = Path(__file__).parent / "bad"
 EXAMPLES = Path(__file__).parents[3] / "envs" / "examples"
 # The recorded generator's attempt 1: the example env with one defect (get_order_details renames the shop's result keys)
-RECORDED_ATTEMPT_1 = Path(__file__).parents[3] / "fixtures" / "recordings" / "shop" / "precondition_verification_1.py"
+RECORDED_ATTEMPT_1 = RECORDINGS_DIR / "shop" / "precondition_verification_1.py"
 NEW = {"result_format", "no_leakage", "reward_hacking"}
 
 
