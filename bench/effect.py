@@ -1,16 +1,21 @@
-"""The demo's training and evaluation for several training seeds, one table.
+"""The demo for several training seeds, one table: what `gapforge demo` measures, per GRPO seed.
 
-For each seed: GRPO + LoRA on the demo's accepted precondition env (the recorded generator's last
-answer) in the Docker sandbox with the demo's training config; the held-out synthetic reward of base
-vs the kept adapter on TEST seeds nobody selected on (after the training and selection seeds), paired
-rollout by rollout; then on THE shop's held-out split (the demo's analysis split): base, the adapter
-alone and routed TRACE (routing.backend=openings, the demo's router until 2026-11-27; the demo now routes
-with the learned gate, which this bench does not build yet), every policy on the same
-(task, trial) seeds, the planted family (policy_refusal) with --family-trials trials per task, the
-other families with --trials. Paired differences to the base with two-stage bootstrap 95%
-intervals (tasks, then trials within each task: evaluation.stats.paired_episodes). Wall time per stage.
+For each seed: `gapforge demo --set training.seed=S` in a workspace of its own, so every stage is the demo's
+own (the demo profile, gapforge/demo_profile.yaml): the recorded analyst retains the capabilities the base
+lacks, each accepted synthetic env trains its adapter (GRPO + LoRA, the adapters in parallel processes), the
+learned gate (routing.backend=gate) routes among them and `none`, and the evaluation plays the held-out split
+(base, each adapter, routed TRACE; paired seeds). Collection, analysis and synthesis do not depend on
+training.seed: only the adapters (and what follows from them) differ between seeds. Then from each run's store:
 
-    .venv/bin/python bench/effect.py [--seeds 0 1 2] [--family-trials 40] [--trials 4] [--test-seeds 32]
+- per adapter: the kept step and its held-out synthetic reward before -> after (the selection seeds); with
+  --test-seeds N, base vs the kept adapter on N synthetic TEST seeds nobody selected on, paired rollout by rollout;
+- the gate's accuracy on its held-out examples, its agreement with oracle routing on the shop's held-out tasks,
+  and oracle routing against routed TRACE and each single policy (evaluation.oracle);
+- routed TRACE - base per family, and routed over each adapter alone and over all of them (evaluation.scaling),
+  paired episode by episode with two-stage bootstrap 95% intervals;
+- the run's stage times and the wall time of the seed.
+
+    .venv/bin/python bench/effect.py [--seeds 0 1 2] [--test-seeds 32] [--out DIR] [--set dotted.key=value ...]
 
 Prints numbers; it does not pass or fail.
 """
@@ -18,8 +23,8 @@ Prints numbers; it does not pass or fail.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,54 +35,49 @@ sys.path.insert(0, str(ROOT))
 
 import yaml
 
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.split import split_tasks
-from agents.config import PolicyConfig, RolloutConfig
-from agents.routed_policy import RoutedPolicy
-from agents.router import RouteOption, Router, RoutingConfig
-from agents.router_backends import OpeningsScorer
-from envs.shop import ShopEnv
 from evaluation import stats
-from evaluation.routing import env_openings
-from evaluation.run import EvalPlan, evaluate
-from gapforge.demo_data import RECORDINGS_DIR
+from evaluation.oracle import ORACLE_ROW, oracle_from_store
+from evaluation.scaling import gate_line, oracle_lines, scaling, scaling_lines
+from evaluation.summary import points
 from sandbox.config import SandboxConfig
 from store.db import Store
-from training.artifact import SHIPPED
 from training.config import TrainingConfig
 from training.deprecations import quiet_library_deprecations
 from training.envs import EnvSpec, open_factory
-from training.service import TrainJob, train_capability
 
-MODULE = RECORDINGS_DIR / "shop" / "precondition_verification_3.py"
 DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported
-PLANTED = "policy_refusal"
-CAPABILITY = "precondition_verification"
+RUN_DEMO = "import sys; from gapforge.cli import main; sys.argv[0] = 'gapforge'; sys.exit(main())"
 
 
-class Profile:
-    """The config sections this bench uses, from the demo's profile (gapforge/demo_profile.yaml) plus --set overrides;
-    each section validated by its own class (bench/ sits below gapforge/ and does not import it)."""
-
-    def __init__(self, overrides: list[str]) -> None:
-        tree: dict = {}
-        for item in [*yaml.safe_load(DEMO_PROFILE.read_text())["settings"], *overrides]:
-            key, raw = item.split("=", 1)
-            node = tree
-            *parents, leaf = key.strip().split(".")
-            for k in parents:
-                node = node.setdefault(k, {})
-            node[leaf] = yaml.safe_load(raw)
-        self.seed = int(tree.get("seed", 0))
-        self.training = TrainingConfig(**tree.get("training", {}))
-        self.routing = RoutingConfig(**tree.get("routing", {}))
-        self.analysis = AnalysisConfig(**tree.get("analysis", {}))
-        self.policy = PolicyConfig(**tree.get("policy", {}))
-        self.rollouts = RolloutConfig(**tree.get("rollouts", {}))
-        self.sandbox = SandboxConfig(**tree.get("sandbox", {}))
+def profile(overrides: list[str]) -> dict:
+    """The demo profile's settings plus `overrides`, as a tree (each section is validated by its own class where used)."""
+    tree: dict = {}
+    for item in [*yaml.safe_load(DEMO_PROFILE.read_text())["settings"], *overrides]:
+        key, raw = item.split("=", 1)
+        node = tree
+        *parents, leaf = key.strip().split(".")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = yaml.safe_load(raw)
+    return tree
 
 
-def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg, seeds: list[int]) -> dict:
+def run_demo(work: Path, seed: int, overrides: list[str]) -> tuple[str, float, str]:
+    """(run id, wall seconds, the demo's output) of `gapforge demo --set training.seed=SEED` in `work` (its workspace)."""
+    work.mkdir(parents=True, exist_ok=True)
+    sets = [a for s in [f"training.seed={seed}", *overrides] for a in ("--set", s)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", RUN_DEMO, "demo", *sets], cwd=work, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    (work / "demo.log").write_text(done.stdout + done.stderr)
+    runs = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("run r-")]
+    if done.returncode != 0 or not runs:
+        raise SystemExit(f"seed {seed}: gapforge demo exited {done.returncode}; its output: {work / 'demo.log'}")
+    return runs[-1], wall, done.stdout
+
+
+def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg: TrainingConfig, seeds: list[int]) -> dict:
     """Base vs adapter on synthetic test seeds, paired by (seed, sample): the mean reward difference and its interval."""
     from training.evaluate import load_policy
     from training.selection import evaluate_heldout
@@ -91,150 +91,82 @@ def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg, seeds: list[int])
     finally:
         close()
     k = cfg.heldout_samples
-    as_eps = lambda rs: {s: {i: (rs[j * k + i], rs[j * k + i] >= 0.999) for i in range(k)} for j, s in enumerate(seeds)}  # noqa: E731
+
+    def as_eps(rs: list[float]) -> dict:
+        return {s: {i: (rs[j * k + i], rs[j * k + i] >= 0.999) for i in range(k)} for j, s in enumerate(seeds)}
+
     paired = stats.paired_episodes(as_eps(rewards["adapter"]), as_eps(rewards["base"]))
     return {"base": sum(rewards["base"]) / len(rewards["base"]), "adapter": sum(rewards["adapter"]) / len(rewards["adapter"]),
             "diff": paired["mean_reward"], "n": paired["episodes"]}
 
 
-def main() -> None:
-    quiet_library_deprecations()  # as the CLI does: TRL / PEFT's checkpointing deprecations at every step and load
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(SHIPPED))
-    ap.add_argument("--module", default=str(MODULE))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--family-trials", type=int, default=40, help="trials per planted-family held-out task (base, adapters, routed)")
-    ap.add_argument("--trials", type=int, default=4, help="trials per task of the other families")
-    ap.add_argument("--test-seeds", type=int, default=32, help="synthetic test seeds (x training.heldout_samples rollouts)")
-    ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra config overrides (dotted.key=value)")
-    args = ap.parse_args()
-    out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-effect-"))
-    cfg = Profile(args.overrides)
-    spec = EnvSpec(kind="sandbox", module=str(Path(args.module).resolve()), sandbox=cfg.sandbox.model_dump(mode="json"))
-    shop = ShopEnv()
-    families = {t: shop.task_family(t) for t in shop.task_ids()}
-    heldout = list(split_tasks(families, cfg.analysis.split_fraction, cfg.analysis.seed, "shop").heldout)
-    print(f"model {args.model}; env {Path(args.module).name}; held-out shop tasks {len(heldout)} "
-          f"({sum(families[t] == PLANTED for t in heldout)} {PLANTED}); work dir {out}", flush=True)
-
-    adapters: dict[int, str] = {}
-    rows: dict[int, dict] = {}
-    for seed in args.seeds:
-        tcfg = cfg.training.model_copy(update={"seed": seed})
-        t0 = time.perf_counter()
-        res = train_capability(TrainJob(name=f"s{seed}", capability=CAPABILITY, base_model=args.model, env=spec, config=tcfg,
-                                        out_dir=str(out / f"adapter-s{seed}")))
-        train_s = time.perf_counter() - t0
-        first = tcfg.train_seeds + tcfg.heldout_seeds
-        t0 = time.perf_counter()
-        test = heldout_test(args.model, res.adapter_path, spec, tcfg, list(range(first, first + args.test_seeds)))
-        adapters[seed] = res.adapter_path
-        rows[seed] = {"train_s": train_s, "kept": res.best_step, "selection": (res.heldout_before, res.heldout_after), "test": test,
-                      "test_s": time.perf_counter() - t0}
-        print(f"seed {seed}: trained in {train_s:.0f}s, kept step {res.best_step}; synthetic test seeds base {test['base']:.3f} -> "
-              f"adapter {test['adapter']:.3f}, paired {test['diff']['value']:+.3f} [{test['diff']['low']:+.3f}, {test['diff']['high']:+.3f}] "
-              f"n={test['n']}", flush=True)
-
-    t0 = time.perf_counter()
-    rows_shop = asyncio.run(shop_eval(args, cfg, spec, adapters, heldout, families, out))
-    shop_s = time.perf_counter() - t0
-    print_table(args, rows, rows_shop, shop_s)
-
-
-_BACKEND: dict[tuple, object] = {}  # per process (the driver, or a worker): the multi-adapter backend, loaded once
-
-
-def bench_policies(model: str, adapters: tuple[tuple[int, str], ...], openings: tuple[str, ...], max_new_tokens: int, seed: int,
-                   temperature: float, min_similarity: float, routing: dict) -> dict:
-    """The bench's policies (base, each adapter alone, each routed by the demo's openings router) over one backend."""
-    from serving.multi_adapter import MultiAdapterModel
-
-    key = (model, adapters, max_new_tokens, seed)
-    if key not in _BACKEND:
-        _BACKEND[key] = MultiAdapterModel(model, {f"s{s}": p for s, p in adapters}, max_new_tokens=max_new_tokens, seed=seed)
-    backend = _BACKEND[key]
-    base = backend.policy(None, temperature=temperature, name="base")
-    policies = {"base": base}
-    for s, _ in adapters:
-        one = backend.policy(f"s{s}", temperature=temperature, name=f"adapter:s{s}")
-        router = Router([RouteOption("A", CAPABILITY, "", adapter=f"s{s}")], OpeningsScorer([list(openings)], min_similarity=min_similarity),
-                        RoutingConfig(**routing))
-        policies[f"adapter:s{s}"] = one
-        policies[f"trace_routed:s{s}"] = RoutedPolicy(router, base, {f"s{s}": one}, name=f"trace_routed:s{s}")
-    return policies
-
-
-def bench_policy(name: str, *recipe) -> object:
-    """One named policy, for a worker process (executor/processes.py: a picklable factory)."""
-    return bench_policies(*recipe)[name]
-
-
-async def shop_eval(args, cfg, spec: EnvSpec, adapters: dict[int, str], heldout: list[str], families: dict[str, str], out: Path) -> dict:
-    """Every policy on the shop's held-out split. Episodes play on local worker processes, one per core (as the demo's
-    evaluation: gapforge.stages.common.rollout_workers; the routed ones too, their openings router being portable);
-    the episodes are keyed, so they are the ones this process would play (tests/executor/test_processes.py)."""
-    from contextlib import asynccontextmanager
-
-    from executor.processes import process_pool
-    from training.cpu import usable_cores
-
-    make_env, close = open_factory(spec, pool_size=2)
-    try:
-        openings = env_openings(make_env, list(range(cfg.training.train_seeds)))
-    finally:
-        close()
-    temp = cfg.policy.temperature
-    recipe = (args.model, tuple(sorted(adapters.items())), tuple(openings), cfg.policy.max_new_tokens, cfg.seed, temp,
-              cfg.routing.openings_min_similarity, cfg.routing.model_dump(mode="json"))
-    policies = bench_policies(*recipe)
-    plan = EvalPlan("effect", "shop", heldout, trials=args.trials, max_turns=cfg.rollouts.max_turns, temperature=temp,
-                    concurrency=cfg.rollouts.concurrency, family_trials={PLANTED: args.family_trials},
-                    family_trials_policies=tuple(policies), focus_family=PLANTED)
-    workers = max(1, min(usable_cores(), 4))
-    async with process_pool(workers, max(1, usable_cores() // workers)) as pool:
-
-        @asynccontextmanager
-        async def players(name: str, _policy: object):
-            yield pool.player(functools.partial(bench_policy, name, *recipe), ShopEnv) if workers > 1 else None
-
-        with Store(f"sqlite:///{out / 'effect.db'}") as store:
-            store.create_run("trace", {}, run_id="effect", exist_ok=True)
-            result = await evaluate(store, plan, make_env=ShopEnv, policies=policies, families=families, players=players)
-    for backend in _BACKEND.values():
-        await backend.aclose()
-    return {p.name: p.metrics for p in result.policies}
-
-
-def _iv(iv: dict | None, scale: float = 100.0, digits: int = 1) -> str:
+def _iv(iv: dict | None, scale: float = 1.0) -> str:
     if not iv or iv.get("value") is None:
         return "-"
-    return f"{iv['value'] * scale:+.{digits}f} [{iv['low'] * scale:+.{digits}f}, {iv['high'] * scale:+.{digits}f}]"
+    return f"{iv['value'] * scale:+.3f} [{iv['low'] * scale:+.3f}, {iv['high'] * scale:+.3f}]"
 
 
-def print_table(args, rows: dict[int, dict], shop: dict[str, dict], shop_s: float) -> None:
-    base = shop["base"]
-    fams = sorted(base["by_family"])
-    print("\nheld-out synthetic (test seeds nobody selected on), mean reward:")
-    print("seed  kept  selection before->after  test base -> adapter  paired diff [95% CI]  n  train_s")
-    for s, r in rows.items():
-        t = r["test"]
-        print(f"{s}  {r['kept']}  {r['selection'][0]:.3f}->{r['selection'][1]:.3f}  {t['base']:.3f} -> {t['adapter']:.3f}  "
-              f"{_iv(t['diff'], 1.0, 3)}  {t['n']}  {r['train_s']:.0f}")
-    print(f"\nshop held-out split, pass rate (base: {PLANTED} {base['by_family'][PLANTED]['pass_rate']['value']:.1%} of "
-          f"{base['by_family'][PLANTED]['episodes']} episodes); paired difference to base in points [95% CI], n paired episodes:")
-    print("policy  " + "  ".join(fams))
-    for name, m in shop.items():
-        if name == "base":
-            continue
-        cells = []
-        for f in fams:
-            d = (m.get("vs_base_by_family") or {}).get(f) or {}
-            rate = m["by_family"][f]["pass_rate"]["value"]
-            cells.append(f"{rate:.1%} {_iv(d.get('pass_rate'))} n={d.get('episodes', 0)}")
-        print(f"{name}  " + "  |  ".join(cells))
-    print(f"\nwall time: training {sum(r['train_s'] for r in rows.values()):.0f}s, synthetic tests "
-          f"{sum(r['test_s'] for r in rows.values()):.0f}s, shop evaluation {shop_s:.0f}s")
+def read_run(work: Path, run_id: str, tree: dict, test_seeds: int) -> dict:
+    """What the table shows of one seed's run, from its store (module doc)."""
+    ws = work / ".gapforge"
+    cfg = TrainingConfig(**{**tree.get("training", {})})
+    sandbox = SandboxConfig(**tree.get("sandbox", {}))
+    out: dict = {"adapters": {}}
+    with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
+        model = store.get_run(run_id).config["config"]["policy"]["local_path"]
+        for a in store.adapters(run_id):
+            if a.status != "done" or not a.capability:
+                continue
+            row = {"kept": a.metrics.get("best_step"), "before": a.metrics.get("heldout_before"), "after": a.metrics.get("heldout_after")}
+            if test_seeds:
+                path = Path(a.path) if Path(a.path).is_absolute() else work / a.path
+                spec = EnvSpec(kind="sandbox", module=str(ws / "synthetic_envs" / run_id / f"{a.capability}.py"), sandbox=sandbox.model_dump(mode="json"))
+                first = cfg.train_seeds + cfg.heldout_seeds
+                row["test"] = heldout_test(model, str(path), spec, cfg.model_copy(update={"seed": 0}), list(range(first, first + test_seeds)))
+            out["adapters"][a.name] = row
+        evals = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+        out["families"] = {f: d for f, d in (evals.get("trace_routed", {}).get("vs_base_by_family") or {}).items()}
+        out["base_rates"] = {f: s["pass_rate"]["value"] for f, s in (evals.get("base", {}).get("by_family") or {}).items()}
+        router = store.get_evaluation(run_id, "router")
+        oracle = store.get_evaluation(run_id, ORACLE_ROW)
+        out["gate"] = gate_line(router.metrics if router is not None else None)
+        out["oracle"] = oracle_lines(oracle.metrics if oracle is not None else oracle_from_store(store, run_id))
+        out["scaling"] = scaling_lines(scaling(store, run_id))
+    return out
+
+
+def print_seed(seed: int, run_id: str, wall: float, r: dict, stage_line: str) -> None:
+    print(f"\n== seed {seed}: run {run_id}, {wall / 60:.1f} min wall", flush=True)
+    for name, a in r["adapters"].items():
+        test = a.get("test")
+        extra = f"; synthetic test seeds base {test['base']:.3f} -> {test['adapter']:.3f}, paired {_iv(test['diff'])} n={test['n']}" if test else ""
+        print(f"adapter {name}: kept step {a['kept']}, held-out synthetic {a['before']:.3f} -> {a['after']:.3f}{extra}")
+    for f, d in sorted(r["families"].items()):
+        pr = d.get("pass_rate") or {}
+        base = r["base_rates"].get(f)
+        print(f"{f}: base {base:.1%}; TRACE − base {points(pr) if pr.get('value') is not None else '-'} ({d.get('episodes', 0)} pairs)")
+    for line in [*r["gate"], *r["oracle"], *r["scaling"]]:
+        print(line)
+    if stage_line:
+        print(stage_line)
+
+
+def main() -> None:
+    quiet_library_deprecations()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training.seed of each demo run")
+    ap.add_argument("--test-seeds", type=int, default=32, help="synthetic test seeds per adapter (x training.heldout_samples); 0: skip")
+    ap.add_argument("--out", default=None, help="work directory, one workspace per seed under it (default: a temporary one)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)")
+    args = ap.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-effect-"))
+    tree = profile(args.overrides)
+    print(f"bench/effect.py: gapforge demo per training seed {args.seeds}; work dir {out}", flush=True)
+    for seed in args.seeds:
+        work = out / f"seed-{seed}"
+        run_id, wall, text = run_demo(work, seed, args.overrides)
+        stage_line = next((line for line in text.splitlines() if line.startswith("stage times")), "")
+        print_seed(seed, run_id, wall, read_run(work, run_id, tree, args.test_seeds), stage_line)
 
 
 if __name__ == "__main__":
