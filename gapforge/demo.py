@@ -122,6 +122,11 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
             console.print(line, highlight=False, soft_wrap=True)
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     console.print(REAL_NOTE, highlight=False, soft_wrap=True)
+    if code == 0:
+        from evaluation.comparison import comparison
+
+        for line in comparison(store, run_id, cfg):  # base / GRPO-on-target / each adapter / routed TRACE, and TRACE vs GRPO
+            console.print(line, highlight=False, soft_wrap=True)
     console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)
     console.print(f"run {run_id}", highlight=False)
     return code

@@ -51,12 +51,13 @@ def job_runner(cfg: GapforgeConfig):
 
 
 @contextlib.asynccontextmanager
-async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env, router=None):
+async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env, router=None, baseline_path=None):
     """(`async with`) `evaluation.run.evaluate(players=...)`: None (every policy plays here), or, with the local
     multi-adapter backend (policy.kind local), local worker processes (gapforge.stages.common.rollout_workers) or Ray
     actors that rebuild each evaluated policy from the base weights and the adapters (their directories locally,
     their bytes on Ray; locally also the routed policy when its router is portable: executor.evaluation.local_eval_players).
-    A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver."""
+    A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver. `baseline_path`: the
+    GRPO-on-target adapter to play instead of the run's stored one (a rollout-scaling point: gapforge/stages/scaling.py)."""
     from gapforge.stages.common import rollout_workers
 
     workers, threads = rollout_workers(cfg)
@@ -67,9 +68,11 @@ async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: 
     from executor.evaluation import eval_players, local_eval_players, recipe
 
     paths = dict(artifacts.adapter_paths)
-    baseline = store.get_adapter(run_id, GRPO_TARGET)
+    baseline = store.get_adapter(run_id, GRPO_TARGET) if baseline_path is None else None
     if baseline is not None and baseline.status == "done" and baseline.path:
         paths[GRPO_TARGET] = baseline.path
+    elif baseline_path is not None:
+        paths[GRPO_TARGET] = baseline_path
     local = cfg.executor.kind == "local"
     base = recipe(base_dir, paths, artifacts.capabilities, list(artifacts.adapter_paths), GRPO_TARGET if GRPO_TARGET in paths else None,
                   temperature=cfg.policy.temperature, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed,

@@ -52,6 +52,10 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
     if ecfg.all_tasks_greedy:  # the paper's protocol beside the held-out split: every task of the run, greedy, 1 trial
         every = sorted({*split.analysis_tasks, *split.heldout_tasks}) if split is not None and env is None and not given else tasks
         played += await _all_tasks_greedy(sc, run_id, env_name, every, make_env, artifacts, backend, router)
+    if ecfg.scaling_curve:  # pass rate against training rollouts: every kept fraction of the adapters' and the baseline's training
+        from gapforge.stages.scaling import evaluate_scaling
+
+        played += await evaluate_scaling(sc, routing, run_id, env=env_name, make_env=make_env, tasks=tasks, families=families)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=played))
 

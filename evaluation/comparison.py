@@ -1,0 +1,144 @@
+"""TRACE against GRPO on the target at the same training rollout budget: the lines `gapforge demo` ends with
+and the report's comparison section (issue 49; the paper's Table 1 question, offline).
+
+One row per policy: base, GRPO-on-target (equal budget), each single adapter, routed TRACE; each with its pass
+rate, its paired difference to the base with the 95% interval (the stored `vs_base_paired`), and what it cost to
+train: training rollouts (steps x rollouts per step, from the adapters' stored results) and training wall time.
+TRACE's budget is given both ways: its adapters' training rollouts alone, and with the synthesis stage's
+GRPO-readiness and self-test rollouts added (each attempt's stored verdict counts them). The verdict of TRACE
+against GRPO-on-target comes from their own paired difference, episode (task, i) of one against episode
+(task, i) of the other (both play the same (task, sample) seeds): "TRACE ahead" when the 95% interval is above 0,
+"GRPO-on-target ahead" when below, else "tied".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evaluation import stats
+from evaluation.summary import points, verdict
+
+BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
+
+
+@dataclass(frozen=True)
+class TrainingCost:
+    rollouts: int
+    wall_s: float
+
+
+def training_costs(store: Any, run_id: str, rollouts_per_step: int) -> dict[str, TrainingCost]:
+    """{adapter name: its training rollouts and wall time} of every finished adapter of the run."""
+    out = {}
+    for a in store.adapters(run_id):
+        if a.status == "done":
+            m = a.metrics or {}
+            out[a.name] = TrainingCost(int(m.get("steps") or 0) * rollouts_per_step, float(m.get("wall_s") or 0.0))
+    return out
+
+
+def synthesis_rollouts(store: Any, run_id: str) -> int:
+    """Policy rollouts the synthesis stage played (GRPO readiness and self-test), over every attempt of every capability."""
+    total = 0
+    for env in store.synthetic_envs(run_id):
+        v = store.get_validation(env.id)
+        if v is not None:
+            total += int(((v.report or {}).get("verdict") or {}).get("rollouts", 0))
+    return total
+
+
+def _episodes(store: Any, metrics: Mapping[str, Any]) -> stats.Episodes:
+    """{task: {sample: (reward, success)}} of a policy's evaluation, the trials it was scored on only."""
+    per_family, trials = metrics.get("trials_by_family") or {}, metrics.get("trials", 1)
+    out: dict[str, dict[int, tuple[float, bool]]] = {}
+    for r in store.episodes(metrics["child_run"], env=metrics.get("env")):
+        if r.sample < per_family.get(r.task_family, trials):
+            out.setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
+    return out
+
+
+def paired_between(store: Any, a: Mapping[str, Any], b: Mapping[str, Any], *, focus: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """Policy a minus policy b, paired episode by episode: over all tasks and (focus) over that family's tasks."""
+    ea, eb = _episodes(store, a), _episodes(store, b)
+    out = {"all tasks": stats.paired_episodes(ea, eb, seed=seed)}
+    if focus:
+        tasks = {r.task_id for r in store.episodes(a["child_run"], env=a.get("env")) if r.task_family == focus}
+        out[focus] = stats.paired_episodes(ea, eb, tasks=tasks, seed=seed)
+    return out
+
+
+def trace_vs_grpo_word(d: Mapping[str, Any] | None) -> str:
+    word = verdict((d or {}).get("pass_rate"))
+    return {"gain": "TRACE ahead", "loss": "GRPO-on-target ahead", "no effect": "tied (the 95% interval contains 0)"}.get(word or "", "no verdict")
+
+
+def comparison_lines(metrics: Mapping[str, Mapping[str, Any]], costs: Mapping[str, TrainingCost], *, synthesis: int = 0,
+                     budget: int | None = None, trace_vs_grpo: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """The comparison table as lines (pure). `metrics`: evaluation name -> stored metrics; `costs`: adapter name ->
+    TrainingCost; `synthesis`: TRACE's readiness + self-test rollouts; `budget`: training.budget.training_rollout_budget;
+    `trace_vs_grpo`: scope -> paired difference of TRACE minus GRPO-on-target (`paired_between`)."""
+    if BASE not in metrics or ROUTED not in metrics:
+        return []
+    adapters = sorted(n.removeprefix("adapter:") for n in metrics if n.startswith("adapter:"))
+    trace_cost = TrainingCost(sum(costs[a].rollouts for a in adapters if a in costs), sum(costs[a].wall_s for a in adapters if a in costs))
+    rows: list[tuple[str, str, TrainingCost | None]] = [("base", BASE, None)]
+    if GRPO_TARGET in metrics:
+        rows.append(("GRPO-on-target (equal budget)", GRPO_TARGET, costs.get(GRPO_TARGET)))
+    rows += [(f"adapter {a}", f"adapter:{a}", costs.get(a)) for a in adapters]
+    rows.append(("TRACE (routed)", ROUTED, trace_cost))
+    width = max(len(label) for label, _, _ in rows)
+    head = "comparison on the held-out split (paired with base: same tasks, same trials" + (f"; budget {budget} training rollouts" if budget else "") + "):"
+    lines = [head]
+    for label, name, cost in rows:
+        m = metrics[name]
+        pr = (m.get("pass_rate") or {}).get("value")
+        rate = "–" if pr is None else f"{pr:6.1%}"
+        d = m.get("vs_base_paired") or {}
+        diff = "" if name == BASE else (f"  vs base {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs)"
+                                        if (d.get("pass_rate") or {}).get("value") is not None else "  vs base: no paired episodes")
+        spent = "  0 training rollouts" if name == BASE else "" if cost is None else f"  {cost.rollouts} training rollouts, {cost.wall_s:.0f} s"
+        if name == ROUTED and synthesis and cost is not None:
+            spent += f" ({cost.rollouts + synthesis} with synthesis' {synthesis} readiness and self-test rollouts)"
+        lines.append(f"  {label:<{width}}  {rate}{diff}{spent}")
+    if GRPO_TARGET not in metrics:
+        lines.append("TRACE vs GRPO-on-target: not compared (the baseline was not evaluated: evaluation.baseline_grpo=false)")
+    for scope, d in (trace_vs_grpo or {}).items():
+        if (d.get("pass_rate") or {}).get("value") is None:
+            continue
+        lines.append(f"TRACE − GRPO-on-target ({scope}): {points(d['pass_rate'])}, {d.get('episodes', 0)} paired episodes: "
+                     f"{trace_vs_grpo_word(d)}")
+    return lines
+
+
+def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
+    """The comparison lines of a run from the store (`cfg`: the run's GapforgeConfig; None: its training section and
+    seed as stored with the run)."""
+    from types import SimpleNamespace
+
+    from training.budget import training_rollout_budget
+    from training.config import TrainingConfig
+
+    metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+    if BASE not in metrics or ROUTED not in metrics or not metrics[ROUTED].get("child_run"):
+        return []
+    if cfg is None:
+        stored = store.get_run(run_id).config or {}
+        cfg = SimpleNamespace(training=TrainingConfig.model_validate(stored.get("training") or {}), seed=int(stored.get("seed") or 0))
+    adapters = [n for n in metrics if n.startswith("adapter:")]
+    vs = None
+    if GRPO_TARGET in metrics:
+        vs = paired_between(store, metrics[ROUTED], metrics[GRPO_TARGET], focus=metrics[ROUTED].get("focus_family"), seed=cfg.seed)
+    return comparison_lines(metrics, training_costs(store, run_id, cfg.training.rollouts_per_step), synthesis=synthesis_rollouts(store, run_id),
+                            budget=training_rollout_budget(cfg, len(adapters)), trace_vs_grpo=vs)
+
+
+def comparison_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
+    """The report's section: the comparison lines of `comparison`, as stored with the run."""
+    lines = comparison(store, run_id) if evaluated else []
+    if not lines:
+        return []
+    return ["## Against GRPO on the target (equal training budget)", "",
+            "GRPO on the target: one LoRA adapter trained with the adapters' GRPO/LoRA settings on the analysis split's tasks "
+            "for the training rollouts of all capability adapters together (training.budget).", "", "```", *lines, "```", ""]

@@ -1,0 +1,166 @@
+"""Pass rate against training rollouts (the paper's Fig. 4): routed TRACE and GRPO on the target at the
+fractions 0, 1/4, 1/2, 3/4, 1 of their training, on the held-out split, paired with the base.
+
+Training keeps each adapter's LoRA weights at step round(f * max_steps) (training.curve; the adapters'
+results list them as `curve_adapters`). Point k of the curve is every capability adapter at its k-th kept
+step, routed by the run's router, and the GRPO-on-target adapter at its k-th kept step; since the baseline
+trains for the budget of all adapters together (training.budget), both have spent the same training rollouts
+at every point. Point 0 is the fresh adapter (its LoRA B matrices are zero): the base policy itself, so it
+is the base's own evaluation and is not played again.
+
+Each point k > 0 is evaluated as a run of its own, `<run>.scale-k` (rows `eval:<policy>`, child runs
+`<run>.scale-k.eval.<policy>`), on the run's held-out tasks with the run's trials, into which the base's
+stored episodes are copied first: every point is paired with the same base episodes under common random
+numbers. `scaling_rows` reads them back; `scaling_plot` draws them with 95% bands; `per_1000` is the points
+gained per 1,000 training rollouts (from the base to the last point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
+
+
+class ScalingError(ValueError):
+    """The run has no curve to evaluate (say what to train)."""
+
+
+def scale_run_id(run_id: str, k: int) -> str:
+    return f"{run_id}.scale-{k}"
+
+
+def curve_points(adapters: Sequence[Any], names: Sequence[str]) -> list[dict[str, dict[str, Any]]]:
+    """[{adapter name: {step, training_rollouts, path}}] per curve point, for the adapters `names` (rows of the store's
+    `adapters`: their `metrics.curve_adapters`). Every adapter must have kept the same number of points."""
+    by_name = {a.name: sorted((a.metrics or {}).get("curve_adapters") or [], key=lambda c: c["step"]) for a in adapters}
+    missing = [n for n in names if not by_name.get(n)]
+    if missing:
+        raise ScalingError(f"no scaling-curve adapters kept for {', '.join(missing)}: train again (training.curve keeps them)")
+    counts = {n: len(by_name[n]) for n in names}
+    if len(set(counts.values())) != 1:
+        raise ScalingError(f"adapters kept different numbers of curve points ({counts}): train with training.early_stopping=false "
+                           "and the same training.curve_fractions")
+    return [{n: by_name[n][k] for n in names} for k in range(next(iter(counts.values())))]
+
+
+def _iv(m: Mapping[str, Any] | None, key: str = "pass_rate") -> dict[str, Any]:
+    return dict(((m or {}).get(key) or {}))
+
+
+def scaling_rows(store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[str, Any]]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per curve point: training rollouts of TRACE (all adapters) and of GRPO-on-target, each one's pass rate
+    and paired difference to the base (95% intervals), and TRACE − GRPO-on-target paired. Point 0 is the base's own
+    evaluation (see the module docstring); a point not evaluated yet is left out."""
+    main = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+    if BASE not in main:
+        raise ScalingError(f"run {run_id} has no evaluation of the base: evaluate it first")
+    rows = []
+    for k, point in enumerate(points):
+        trace_rollouts = sum(int(c["training_rollouts"]) for n, c in point.items() if n != GRPO_TARGET)
+        grpo_rollouts = int(point[GRPO_TARGET]["training_rollouts"]) if GRPO_TARGET in point else None
+        row: dict[str, Any] = {"point": k, "trace_rollouts": trace_rollouts, "grpo_rollouts": grpo_rollouts}
+        if k == 0:
+            zero = {"value": 0.0, "low": 0.0, "high": 0.0}
+            base_rate = _iv(main[BASE])
+            row |= {"trace": base_rate, "grpo": base_rate, "trace_vs_base": zero, "grpo_vs_base": zero, "trace_vs_grpo": zero, "run": run_id}
+            rows.append(row)
+            continue
+        scaled = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(scale_run_id(run_id, k)) if e.name.startswith("eval:")}
+        if ROUTED not in scaled:
+            continue
+        row |= {"run": scale_run_id(run_id, k), "trace": _iv(scaled[ROUTED]), "trace_vs_base": _iv(scaled[ROUTED].get("vs_base_paired"))}
+        if GRPO_TARGET in scaled:
+            from evaluation.comparison import paired_between
+
+            row |= {"grpo": _iv(scaled[GRPO_TARGET]), "grpo_vs_base": _iv(scaled[GRPO_TARGET].get("vs_base_paired")),
+                    "trace_vs_grpo": _iv(paired_between(store, scaled[ROUTED], scaled[GRPO_TARGET], seed=seed)["all tasks"])}
+        rows.append(row)
+    return rows
+
+
+def per_1000(rows: Sequence[Mapping[str, Any]], who: str) -> float | None:
+    """Points of pass rate gained over the base per 1,000 training rollouts, at the last evaluated point."""
+    last = [r for r in rows if r.get(f"{who}_vs_base", {}).get("value") is not None and r.get(f"{who}_rollouts")]
+    if not last:
+        return None
+    r = last[-1]
+    return 100 * r[f"{who}_vs_base"]["value"] / r[f"{who}_rollouts"] * 1000
+
+
+def verdict_word(iv: Mapping[str, Any] | None) -> str:
+    """TRACE − GRPO-on-target: 'TRACE ahead' (interval above 0), 'GRPO ahead' (below), else 'tied'."""
+    if not iv or iv.get("low") is None:
+        return "–"
+    return "TRACE ahead" if iv["low"] > 0 else "GRPO ahead" if iv["high"] < 0 else "tied"
+
+
+def scaling_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rows as a markdown table."""
+    def pct(iv: Mapping[str, Any] | None, signed: bool = False) -> str:
+        if not iv or iv.get("value") is None:
+            return "–"
+        f = "{:+.1f}" if signed else "{:.1f}"
+        return f"{f.format(100 * iv['value'])} [{f.format(100 * iv['low'])}, {f.format(100 * iv['high'])}]"
+
+    out = ["| point | TRACE rollouts | TRACE pass rate | TRACE − base | GRPO rollouts | GRPO pass rate | GRPO − base | TRACE − GRPO | verdict |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['point']} | {r['trace_rollouts']} | {pct(r.get('trace'))} | {pct(r.get('trace_vs_base'), True)} | "
+                   f"{r.get('grpo_rollouts') if r.get('grpo_rollouts') is not None else '–'} | {pct(r.get('grpo'))} | "
+                   f"{pct(r.get('grpo_vs_base'), True)} | {pct(r.get('trace_vs_grpo'), True)} | "
+                   f"{verdict_word(r.get('trace_vs_grpo')) if r['point'] else 'both are the base'} |")
+    return out
+
+
+def scaling_plot(series: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path) -> Path:
+    """Pass rate against training rollouts, one line with its 95% band per (label, policy): `series` maps a label
+    (e.g. a training seed) to its `scaling_rows`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    styles = {"trace": ("TRACE (routed)", "#3a7"), "grpo": ("GRPO on the target", "#c63")}
+    for i, (label, rows) in enumerate(series.items()):
+        for who, (name, color) in styles.items():
+            pts = [r for r in rows if (r.get(who) or {}).get("value") is not None and r.get(f"{who}_rollouts") is not None]
+            if not pts:
+                continue
+            xs = [r[f"{who}_rollouts"] for r in pts]
+            ax.plot(xs, [100 * r[who]["value"] for r in pts], marker="o", color=color, alpha=0.9 - 0.2 * i,
+                    label=f"{name}{'' if len(series) == 1 else f' ({label})'}")
+            ax.fill_between(xs, [100 * r[who]["low"] for r in pts], [100 * r[who]["high"] for r in pts], color=color, alpha=0.12)
+    ax.set_xlabel("training rollouts")
+    ax.set_ylabel("held-out pass rate, % (95% interval)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], Path | None]:
+    """The report's section: the table and the plot, when the run's curve was evaluated (bench/scaling.py)."""
+    adapters = [a for a in store.adapters(run_id) if a.status == "done" and (a.metrics or {}).get("curve_adapters")]
+    names = sorted(a.name for a in adapters)
+    if not names or not any(store.evaluations(scale_run_id(run_id, 1))):
+        return [], None
+    try:
+        rows = scaling_rows(store, run_id, curve_points(adapters, names))
+    except ScalingError as e:
+        return ["## Rollout scaling (pass rate vs training rollouts)", "", str(e), ""], None
+    plot = scaling_plot({run_id: rows}, out_dir / "rollout_scaling.png")
+    lines = ["## Rollout scaling (pass rate vs training rollouts)", "",
+             "Routed TRACE (every adapter at the same fraction of its training) and GRPO on the target at the fractions 0, ¼, ½, ¾, 1 "
+             "of the same training budget, on the held-out split, paired with the base (point 0 is the base itself).", "",
+             *scaling_table(rows), ""]
+    for who, name in (("trace", "TRACE"), ("grpo", "GRPO-on-target")):
+        rate = per_1000(rows, who)
+        if rate is not None:
+            lines.append(f"{name}: {rate:+.1f} points per 1,000 training rollouts.")
+    return [*lines, "", "![rollout scaling](rollout_scaling.png)", ""], plot

@@ -1,0 +1,61 @@
+"""The rollout-scaling curve from stored evaluations: points paired across adapters, TRACE's rollouts summed over its
+adapters, point 0 = the base, the table's verdicts, points per 1,000 rollouts, the plot."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from evaluation.rollout_scaling import ScalingError, curve_points, per_1000, scale_run_id, scaling_plot, scaling_rows, scaling_table
+
+
+def _adapter(name: str, steps: list[int], per_step: int = 16) -> Any:
+    return SimpleNamespace(name=name, status="done", metrics={"curve_adapters": [
+        {"step": s, "training_rollouts": s * per_step, "path": f"/a/{name}/{s}"} for s in steps]})
+
+
+def _iv(v: float, half: float) -> dict[str, float]:
+    return {"value": v, "low": v - half, "high": v + half}
+
+
+class _Store:
+    def __init__(self, evals: dict[str, dict[str, Any]]) -> None:
+        self.evals = evals
+
+    def evaluations(self, run_id: str) -> list[Any]:
+        return [SimpleNamespace(name=f"eval:{n}", metrics=m) for n, m in self.evals.get(run_id, {}).items()]
+
+
+def test_points_pair_each_adapters_kth_step_and_refuse_unequal_curves() -> None:
+    rows = [_adapter("a", [0, 4, 8, 12, 16]), _adapter("b", [0, 4, 8, 12, 16]), _adapter("baseline_grpo_target", [0, 8, 16, 24, 32])]
+    points = curve_points(rows, ["a", "b", "baseline_grpo_target"])
+    assert [p["baseline_grpo_target"]["step"] for p in points] == [0, 8, 16, 24, 32] and points[2]["a"]["step"] == 8
+    with pytest.raises(ScalingError, match="early_stopping=false"):
+        curve_points([_adapter("a", [0, 4]), _adapter("b", [0, 4, 8])], ["a", "b"])
+    with pytest.raises(ScalingError, match="no scaling-curve adapters kept for c"):
+        curve_points(rows, ["a", "c"])
+
+
+def test_rows_table_and_rate_from_stored_points(monkeypatch, tmp_path) -> None:
+    import evaluation.comparison as comparison
+
+    points = curve_points([_adapter("a", [0, 8, 16]), _adapter("baseline_grpo_target", [0, 8, 16])], ["a", "baseline_grpo_target"])
+    evals = {"r": {"base": {"pass_rate": _iv(0.4, 0.1)}},
+             scale_run_id("r", 1): {"trace_routed": {"pass_rate": _iv(0.6, 0.1), "vs_base_paired": {"pass_rate": _iv(0.2, 0.05)}},
+                                    "baseline_grpo_target": {"pass_rate": _iv(0.45, 0.1), "vs_base_paired": {"pass_rate": _iv(0.05, 0.08)}}},
+             scale_run_id("r", 2): {"trace_routed": {"pass_rate": _iv(0.8, 0.1), "vs_base_paired": {"pass_rate": _iv(0.4, 0.05)}},
+                                    "baseline_grpo_target": {"pass_rate": _iv(0.8, 0.1), "vs_base_paired": {"pass_rate": _iv(0.4, 0.05)}}}}
+    trace_minus_grpo = iter([_iv(0.15, 0.05), _iv(0.0, 0.06)])
+    monkeypatch.setattr(comparison, "paired_between", lambda store, a, b, seed=0: {"all tasks": {"pass_rate": next(trace_minus_grpo)}})
+    rows = scaling_rows(_Store(evals), "r", points)
+    assert [(r["point"], r["trace_rollouts"], r["grpo_rollouts"]) for r in rows] == [(0, 0, 0), (1, 128, 128), (2, 256, 256)]
+    assert rows[0]["trace"] == rows[0]["grpo"] == _iv(0.4, 0.1)  # point 0: the base itself
+    table = scaling_table(rows)
+    assert table[2].endswith("both are the base |") and table[3].endswith("TRACE ahead |") and table[4].endswith("tied |")
+    assert per_1000(rows, "trace") == pytest.approx(40 / 256 * 1000) and per_1000(rows, "grpo") == pytest.approx(40 / 256 * 1000)
+    assert scaling_plot({"seed 0": rows}, tmp_path / "s.png").stat().st_size > 1000
+    del evals[scale_run_id("r", 2)]
+    trace_minus_grpo = iter([_iv(0.15, 0.05)])
+    assert [r["point"] for r in scaling_rows(_Store(evals), "r", points)] == [0, 1]  # a point not evaluated yet is left out
