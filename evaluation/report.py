@@ -30,8 +30,8 @@ from typing import Any
 
 from evaluation.comparison import comparison_section
 from evaluation.policies import current_name
-from evaluation.scaling import gate_line, scaling_section
 from evaluation.protocol_report import all_tasks_section, toolsandbox_section
+from evaluation.scaling import gate_line, scaling_section
 from evaluation.rollout_scaling import scaling_section as rollout_scaling_section
 from evaluation.summary import points, verdict
 
