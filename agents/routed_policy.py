@@ -4,8 +4,11 @@
   (decisions cached by that message) and lets the chosen adapter's policy answer
   every turn; None / abstain -> the base policy. `decisions` records what was
   chosen per first message, so evaluation can store the routing per task.
-- `HintedPolicy` (baseline): the base policy with the capability descriptions
-  appended to the system prompt (prompts/capability_hints.md), no adapter.
+- `PromptedPolicy`: the base policy with a text appended to the env's system
+  message, no adapter (the GEPA baseline plays its candidates and its optimised
+  prompt through it: evaluation/gepa_baseline.py).
+- `HintedPolicy` (`capability_hints`): a `PromptedPolicy` whose text is the
+  capability descriptions (prompts/capability_hints.md), unoptimised.
 """
 
 from __future__ import annotations
@@ -48,16 +51,27 @@ def hints_text(capabilities: list[dict[str, str]]) -> tuple[str, str]:
     return prompt.body.format(capabilities=lines), prompt.id
 
 
-class HintedPolicy:
-    def __init__(self, base: PolicyModel, capabilities: list[dict[str, str]], *, name: str = "capability_hints") -> None:
+class PromptedPolicy:
+    """The base policy with `addition` appended to the env's system message (the env's own text stays first: it is
+    the target's policy, not the agent's prompt); no adapter. `prompt_id` names where the addition came from."""
+
+    def __init__(self, base: PolicyModel, addition: str, *, name: str, prompt_id: str | None = None) -> None:
         self.base = base
         self.name = name
-        self.hints, self.prompt_id = hints_text(capabilities)
+        self.addition = addition
+        self.prompt_id = prompt_id
 
     async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
         out = list(messages)
         if out and out[0].role == "system":
-            out[0] = Message.system((out[0].content or "") + self.hints)
+            out[0] = Message.system((out[0].content or "") + self.addition)
         else:
-            out.insert(0, Message.system(self.hints.strip()))
+            out.insert(0, Message.system(self.addition.strip()))
         return await self.base.respond(out, tools, temperature=temperature)
+
+
+class HintedPolicy(PromptedPolicy):
+    def __init__(self, base: PolicyModel, capabilities: list[dict[str, str]], *, name: str = "capability_hints") -> None:
+        hints, prompt_id = hints_text(capabilities)
+        super().__init__(base, hints, name=name, prompt_id=prompt_id)
+        self.hints = hints

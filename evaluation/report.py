@@ -14,9 +14,6 @@
 - scaling with capabilities (evaluation.scaling): routed TRACE with each adapter alone and with all of them, from the
   stored episodes, paired with the base per family; the gate's held-out accuracy (the stored router);
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
-- a comparison section: base / GRPO-on-target at the adapters' training budget / each adapter / routed TRACE
-  (evaluation.comparison), and `rollout_scaling.png`: pass rate against training rollouts with 95% bands when
-  the run's scaling curve was evaluated (evaluation.rollout_scaling);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
   adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
 A section whose data is missing says so instead of a plot. Never prints.
@@ -28,11 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evaluation.comparison import comparison_section
-from evaluation.policies import current_name
-from evaluation.protocol_report import all_tasks_section, toolsandbox_section
+from evaluation.policies import baseline_labels, current_name
 from evaluation.scaling import gate_line, scaling_section
-from evaluation.rollout_scaling import scaling_section as rollout_scaling_section
+from evaluation.protocol_report import all_tasks_section, toolsandbox_section
 from evaluation.summary import points, verdict
 
 
@@ -89,14 +84,16 @@ def _more_trials(evals: list[Any]) -> list[str]:
     return [*out, ""] if out else []
 
 
-def _paired_rows(evals: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the others."""
+def _paired_rows(evals: list[Any], labels: dict[str, str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the others;
+    a policy named in `labels` is shown by its label."""
     rows = []
     for e in evals:
         m = e.metrics
         if e.name == "eval:base" or not m.get("vs_base_paired"):
             continue
         name, focus, fams = e.name.removeprefix("eval:"), m.get("focus_family"), m.get("vs_base_by_family") or {}
+        name = (labels or {}).get(name, name)
         rows.append((name, "all tasks", m["vs_base_paired"]))
         rows += [(name, f, fams[f]) for f in sorted(fams, key=lambda f: (f != focus, f))]
     return rows
@@ -247,7 +244,7 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         for e in evals:
             fam = e.metrics.get("by_family", {})
             lines.append(f"| {e.name.removeprefix('eval:')} | " + " | ".join(_fmt(fam.get(f, {}).get("pass_rate")) for f in families) + " |")
-        paired = _paired_rows(evals)
+        paired = _paired_rows(evals, baseline_labels(store, run_id))
         if paired:
             focus = evals[0].metrics.get("focus_family")
             lines += ["", "### Paired differences vs base (episode level)", ""]
@@ -278,10 +275,6 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         lines += ["No evaluation stored yet (run the evaluate stage).", ""]
 
     lines += _oracle_section(store, run_id, bool(evals))
-    lines += comparison_section(store, run_id, bool(evals))
-    curve_lines, curve_plot = rollout_scaling_section(store, run_id, out)
-    lines += curve_lines
-    plots += [curve_plot] if curve_plot else []
     lines += all_tasks_section(store, run_id) + toolsandbox_section(store, run_id)  # the paper's protocol and Table 2 metrics
 
     lines += scaling_section(store, run_id)  # routed TRACE with 1 and with 2 adapters (evaluation.scaling)

@@ -175,6 +175,7 @@ async def evaluate_run(
     temperature: float = 1.0,
     concurrency: int = 4,
     grpo_target: bool = False,
+    gepa: Any = None,
     seed: int = 0,
     family_trials: Mapping[str, int] | None = None,
     family_trials_policies: Sequence[str] = ("base", "trace_routed"),
@@ -186,7 +187,8 @@ async def evaluate_run(
     scope: str = "eval",
 ) -> EvaluationResult:
     """Base, TRACE (routed), each adapter, the capability-hints policy and (grpo_target=True: the backend holds an
-    adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline, on `tasks` x `trials`
+    adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline and (`gepa`: the run's stored
+    evaluation.gepa_baseline.GepaRecord) the base under GEPA's optimised system prompt, on `tasks` x `trials`
     (x `family_trials[family]` on a family's tasks for the policies in `family_trials_policies`)."""
     policies = standard_policies(
         backend,
@@ -195,6 +197,7 @@ async def evaluate_run(
         temperature=temperature,
         capability_adapters=list(artifacts.adapter_paths),
         grpo_target_adapter=GRPO_TARGET if grpo_target else None,
+        gepa=gepa,
     )
     plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
                     family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family,

@@ -18,6 +18,7 @@ from agents.analysis.discovery import discover
 from agents.analysis.labeling import label_pass
 from agents.analysis.split import split_tasks
 from agents.analysis.target import _registered_tools, target_brief
+from agents.prompt_opt import reflection_template
 from agents.routed_policy import hints_text
 from agents.router import Router, make_options
 from agents.scripted import ScriptedChatModel
@@ -103,6 +104,9 @@ def rendered(tmp_path: Path, registered: None) -> dict[str, str]:
                     target="helpdesk", policy=POLICY)
     out["router"] = str(router.messages("My laptop login says my account is locked.")[0]["content"])
     out["capability_hints"] = hints_text([{"name": n, "definition": d} for n, d in CAPS])[0]
+    template, _ = reflection_template()  # gepa fills its placeholders: the current instructions, the examples as markdown
+    out["gepa_reflection"] = template.replace("<curr_param>", out["capability_hints"]).replace(
+        "<side_info>", "# Example 1\n## Outcome\nFAILURE\n## Episode\n[1] user: My laptop login says my account is locked.\n")
     out["structured_reask"] = load_prompt("structured_reask.md").body.format(error="field 'labels' missing", schema="EpisodeLabels")
     out["sdk_reference"] = load_prompt("sdk_reference.md").body
     return out
@@ -112,12 +116,12 @@ def test_every_role_prompt_is_rendered_here() -> None:
     """A new prompt is added to this test (user simulators belong to their env and speak its domain)."""
     files = {f.name.removesuffix(".md") for f in resources.files("prompts").iterdir() if f.name.endswith(".md") and f.name != "README.md"}
     covered = {"analyst_discover", "analyst_label", "synthesis_generator", "synthesis_reviewer", "router", "capability_hints",
-               "structured_reask", "sdk_reference"}
+               "structured_reask", "sdk_reference", "gepa_reflection"}
     assert {f for f in files if not f.endswith("_user_simulator")} == covered
 
 
 def test_prompts_name_the_targets_domain_and_no_shop(rendered: dict[str, str]) -> None:
-    assert len(rendered) == 8
+    assert len(rendered) == 9
     for name, text in rendered.items():
         outside_example = EXAMPLE.sub("", text)
         assert not SHOP_WORDS.findall(outside_example), (name, sorted(set(SHOP_WORDS.findall(outside_example))))
