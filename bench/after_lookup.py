@@ -1,6 +1,6 @@
 """What a policy does right after it has looked the order up, on THE shop's write and refusal tasks.
 
-For each single-write and policy-refusal task: the gold conversation (training.teach_data.gold_script with
+For each single-write and policy-refusal task: the gold conversation (demo_policy.teach_data.gold_script with
 `look=True`, so every write's order is looked up first, the shop's address changes included) up to the
 result of the first `get_order_details`, then `--samples` next turns of the policy at `--temperature`,
 each seeded by its own key. A next turn is counted as going on to the request (it asks to confirm the write
@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from demo_policy.artifact import SHIPPED
+from demo_policy.teach_data import gold_script, play
 from envs.sampling import episode_key
 from envs.shop import ShopEnv
 from envs.shop.tools import WRITE_TOOLS
-from training.artifact import SHIPPED
-from training.teach_data import gold_script, play
 
 
 def kind_of(turn) -> str:

@@ -1,4 +1,4 @@
-"""The teach's SFT pass with activation checkpointing on (TRL's SFTConfig default) and off (training.teach):
+"""The teach's SFT pass with activation checkpointing on (TRL's SFTConfig default) and off (demo_policy.teach):
 seconds, tokens/s and their ratio on the same rows from the same weights, and whether the trained weights
 are equal bit for bit.
 
@@ -33,8 +33,8 @@ def main() -> None:
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training import teach
-    from training.teach_data import build_trajectories, teach_instances
+    from demo_policy import teach
+    from demo_policy.teach_data import build_trajectories, teach_instances
 
     transformers.utils.logging.disable_progress_bar()  # the weight-loading bars would bury the timings (teach._sft silences TRL's dataset bars)
     torch.set_num_threads(args.threads)

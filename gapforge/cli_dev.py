@@ -71,15 +71,16 @@ def teach_cmd(
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
     first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of this recipe apart from its polish (a first pass, or a "
                                            "polished build to continue): only the polish pass runs, from its weights"),
-    ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to gapforge/demo_data/shop-policy/ (the demo's base policy)"),
+    ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to gapforge/demo_data/shop-policy/ "
+                                 "(the demo's base policy)"),
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
     samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),
 ) -> None:
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
     import json
 
-    from training.artifact import weights_sha256
-    from training.teach import TeachConfig, load_meta, teach
+    from demo_policy.artifact import weights_sha256
+    from demo_policy.teach import TeachConfig, load_meta, teach
 
     card: dict = {}
     if recipe is not None:
@@ -99,11 +100,11 @@ def teach_cmd(
     if parent.get("polish"):  # its polish continued a polished build: both passes from scratch would make another model
         if first_pass is None:
             raise UsageError(f"--recipe {recipe}: its polish continued a polished build (recipe {parent['recipe_hash']}, weights sha256 "
-                             f"{parent['weights_sha256'][:12]}): give that build with --first-pass DIR (artifacts/README.md says how)")
+                             f"{parent['weights_sha256'][:12]}): give that build with --first-pass DIR (demo_policy/README.md says how)")
         have = weights_sha256(first_pass)
         if have != parent["weights_sha256"]:
             raise UsageError(f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
-                             f"({parent['weights_sha256'][:12]}; artifacts/README.md says how to get it)")
+                             f"({parent['weights_sha256'][:12]}; demo_policy/README.md says how to get it)")
     try:
         path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
     except ValueError as e:
@@ -112,7 +113,7 @@ def teach_cmd(
     console.print(f"taught model: {path.resolve()}  (recipe {built}; set policy.local_path to it)", highlight=False)
     rates = None
     if ship_it:
-        from training.artifact import SHIPPED, describe, load_card, measure, ship
+        from demo_policy.artifact import SHIPPED, describe, load_card, measure, ship
 
         console.print(f"measuring the build as the demo collects (44 tasks x {samples} samples, temperature 0.7) ...", highlight=False)
         dest = ship(path, SHIPPED, measure(path, samples=samples))

@@ -65,8 +65,8 @@ def _require_docker(cfg: GapforgeConfig) -> None:
 
 
 def _shipped_policy() -> Path:
-    """The tiny base policy shipped in the repository (training.artifact): taught once for the project, never by the demo."""
-    from training.artifact import SHIPPED, ArtifactError, describe
+    """The tiny base policy shipped in the repository (demo_policy.artifact): taught once for the project, never by the demo."""
+    from demo_policy.artifact import SHIPPED, ArtifactError, describe
 
     try:
         console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
@@ -77,7 +77,7 @@ def _shipped_policy() -> Path:
 
 def _speed(path: Path) -> None:
     """This machine's speed reference (machines called "2 cores" differ 2x or more): the stage times at the end read against it."""
-    from training.artifact import speed_reference
+    from demo_policy.artifact import speed_reference
 
     try:
         s = speed_reference(path)

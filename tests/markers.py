@@ -14,12 +14,12 @@ SERVICE_FIXTURES = {"docker_client": "docker", "postgres_url": "postgres", "ray_
 # Tests that take ~2.5 s or more alone on a 2-core machine (the sum of `--durations`), by node id: a file, or
 # file::test for all of that test's parameters. Each says where its time goes.
 SLOW: dict[str, str] = {
-    "tests/training/test_teach_data.py::test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes_build": "teaches a policy twice",
-    "tests/training/test_teach_data.py::test_polish_seed_draws_the_polish_afresh_and_orders_its_batches": "teaches a policy three times",
-    "tests/training/test_teach_data.py::test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached": "teaches a policy",
-    "tests/training/test_teach_data.py::test_the_card_names_the_hash_its_directory_was_built_under": "teaches a policy",
+    "tests/demo_policy/test_teach_data.py::test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes_build": "teaches a policy twice",
+    "tests/demo_policy/test_teach_data.py::test_polish_seed_draws_the_polish_afresh_and_orders_its_batches": "teaches a policy three times",
+    "tests/demo_policy/test_teach_data.py::test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached": "teaches a policy",
+    "tests/demo_policy/test_teach_data.py::test_the_card_names_the_hash_its_directory_was_built_under": "teaches a policy",
     "tests/gapforge/test_cli_dev_teach.py::test_dev_teach_prints_its_steps_and_not_the_dataset_bars": "teaches a policy",
-    "tests/training/test_artifact.py::test_the_shipped_policy_replays_its_card_on_a_task_subset": "plays the shipped policy",
+    "tests/demo_policy/test_artifact.py::test_the_shipped_policy_replays_its_card_on_a_task_subset": "plays the shipped policy",
     "tests/envs/test_tau2_parity.py": "every case plays through tau2's own orchestrator as well",
     "tests/envs/test_tau2_data_dir.py::test_a_task_set_directory_is_what_the_runs_use_and_record": "collects and evaluates in CLI processes",
     "tests/graph/test_kill_resume.py::test_kill_at_each_stage_then_resume_matches_an_uninterrupted_run": "a graph run killed at each stage",

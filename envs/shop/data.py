@@ -5,7 +5,7 @@ task ids, gold actions and the DB-state hash are stable across machines.
 `build_db(instance=k)` (k >= 1) is another, equally deterministic shop: other
 names, emails, ids, prices and stock. Its tasks are new *instances* of the same
 task templates -- used to teach the tiny base policy on data disjoint from the
-shop it is evaluated on (`training.teach_data`).
+shop it is evaluated on (`demo_policy.teach_data`).
 """
 
 from __future__ import annotations

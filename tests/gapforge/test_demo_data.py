@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from demo_policy.artifact import load_card
 from gapforge.config import load_config
 from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.run_config import load_tree
-from training.artifact import load_card
 
 
 @pytest.mark.parametrize("old", ["artifacts/shop-policy", "/work/elsewhere/artifacts/shop-policy/"])

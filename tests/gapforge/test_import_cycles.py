@@ -12,7 +12,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gapforge", "graph", "evaluation", "agents", "training", "serving", "sandbox", "envs", "store", "prompts", "fixtures")
+PACKAGES = ("gapforge", "graph", "evaluation", "agents", "training", "serving", "sandbox", "envs", "store", "prompts", "demo_policy", "fixtures")
 
 
 def cycles(packages: Iterable[str]) -> list[list[str]]:

@@ -1,7 +1,7 @@
 """The demo's base policy as a versioned artifact in the repository (`gapforge/demo_data/shop-policy/`, package data).
 
 Teaching costs 30-60 CPU-minutes, so it is spent once, by the project: `gapforge dev teach --ship`
-builds the taught tiny policy (training.teach), measures its shop pass rates exactly as the demo
+builds the taught tiny policy (demo_policy.teach), measures its shop pass rates exactly as the demo
 collects (training.evaluate.shop_rates) and copies weights, tokenizer and `teach.json` (recipe and
 its hash, build time and machine, measured pass rates) here. `gapforge demo` loads it and never
 teaches; a test replays a task subset and compares with what `teach.json` recorded.
@@ -41,12 +41,12 @@ def load_card(path: str | Path = SHIPPED) -> dict[str, Any]:
     card_path = p / "teach.json"
     if not card_path.is_file() or not (p / "model.safetensors").is_file():
         raise ArtifactError(f"no shipped base policy in {p}: restore it from git (`git checkout -- {p}`) or rebuild it as "
-                            "gapforge/demo_data/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)")
+                            "demo_policy/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)")
     card = json.loads(card_path.read_text())
     actual = weights_sha256(p)
     if card.get("weights_sha256") != actual:
         raise ArtifactError(f"{p}/model.safetensors does not match teach.json (sha256 {actual[:12]} != "
-                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as gapforge/demo_data/README.md says")
+                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as demo_policy/README.md says")
     return card
 
 

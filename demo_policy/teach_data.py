@@ -245,7 +245,7 @@ def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look
     the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
     `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
     rule the order shows, ask to confirm the right write, answer), ids and names fresh as in `copy_drills`.
-    They are trained on their LAST turn only (`training.teach.tokenize_trajectory(last_only=True)`), so
+    They are trained on their LAST turn only (`demo_policy.teach.tokenize_trajectory(last_only=True)`), so
     the decision the deficit is planted in, check or promise, which comes earlier, is not drilled: the
     taught policy knows what the check calls for, and mostly does not check. `look`: the gold looks every
     write's order up first (`look_first`), so an allowed write has its drill too."""

@@ -1,7 +1,7 @@
 """Teach the tiny base policy of the offline demo (`gapforge dev teach`).
 
 Recipe: gold shop trajectories with the planted deficit, played on other shop
-instances than the one evaluated (training.teach_data) -> a byte-level BPE
+instances than the one evaluated (demo_policy.teach_data) -> a byte-level BPE
 tokenizer trained on them (one token per digit, or per `digit_group` digits) -> a small Qwen3 model (random
 init) -> a copy warm-up (random spans repeated, until the model copies them) ->
 TRL `SFTTrainer` on pre-tokenized examples (the trajectories plus copy drills:
@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from training import tokens as training_tokens  # its bytes are part of the recipe hash
 from training.tokens import encode, env_delta, render
 
 _HERE = Path(__file__).parent
@@ -38,7 +39,7 @@ class TeachConfig(BaseModel):
     instances: int = Field(12, ge=1, description="shop instances taught on (k >= 1; instance 0 is held out)")
     copies: int = Field(1, ge=1, description="trajectories per task of each instance (phrasings and deficit draws vary)")
     warmup_steps: int = Field(6000, ge=0, description="at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)")
-    drills: int = Field(6, ge=0, description="copy drills per trajectory (short prefixes with fresh ids, training.teach_data.copy_drills)")
+    drills: int = Field(6, ge=0, description="copy drills per trajectory (short prefixes with fresh ids, demo_policy.teach_data.copy_drills)")
     refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
     facts_in_opening: float = Field(0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id")
@@ -64,23 +65,23 @@ class TeachConfig(BaseModel):
     polish_refusal_skip: float | None = Field(None, ge=0, le=1, description="`refusal_skip` of the polish's fresh draw "
                                               "(None = the recipe's): re-plants the deficit the decision drills would wear down")
     polish_look_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, every write looks its "
-                                    "order up first (training.teach_data.look_first: the shop's address-change gold does not)")
+                                    "order up first (demo_policy.teach_data.look_first: the shop's address-change gold does not)")
     polish_ask_email_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, a customer found "
                                          "by name and zip is first asked for the email, as every other (the opening gives no cue "
-                                         "which lookup applies), and answers with name and zip (training.teach_data.gold_script)")
+                                         "which lookup applies), and answers with name and zip (demo_policy.teach_data.gold_script)")
     polish_seed: int | None = Field(None, ge=0, description="seed of the polish's draw, its drills and its batch order (None: "
                                     "the draw seed + 1, the order `seed`, so a polish continuing a polished build re-reads its "
                                     "data in the same order). seed + 1 gives that data in another order, `seed` mostly the first "
                                     "pass's data, any other value a fresh draw")
     decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
-                                 "trained on that one decision turn (training.teach_data.decision_drills); they join the last "
+                                 "trained on that one decision turn (demo_policy.teach_data.decision_drills); they join the last "
                                  "pass (the polish when there is one); 0 = none")
     seed: int = 0
     threads: int | None = Field(None, description="torch CPU threads (default: the free cores; not part of the recipe hash)")
 
     def recipe_hash(self) -> str:
         h = hashlib.sha256(self.model_dump_json(exclude={"threads"}).encode())
-        for f in (_HERE / "teach.py", _HERE / "teach_data.py", _HERE / "tokens.py", TEMPLATE):
+        for f in (_HERE / "teach.py", _HERE / "teach_data.py", Path(training_tokens.__file__), TEMPLATE):
             h.update(f.read_bytes())
         return h.hexdigest()[:16]
 
@@ -159,10 +160,10 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
+    from demo_policy.artifact import weights_sha256
+    from demo_policy.teach_data import build_trajectories, teach_instances
     from envs.shop import ShopEnv
-    from training.artifact import weights_sha256
     from training.cpu import set_cpu_threads
-    from training.teach_data import build_trajectories, teach_instances
 
     cfg = cfg or TeachConfig()
     # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
@@ -258,7 +259,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
 
 
 def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, seed: int) -> list[dict[str, list[int]]]:
-    from training.teach_data import copy_drills
+    from demo_policy.teach_data import copy_drills
 
     return ([tokenize_trajectory(tok, t.messages, tools) for t in trajs]
             + [tokenize_trajectory(tok, d, tools) for d in copy_drills(trajs, drills, seed)])
@@ -266,7 +267,7 @@ def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, 
 
 def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
                    say: Callable[[str], None], look: bool = False, email_first: bool = False) -> list[dict[str, list[int]]]:
-    from training.teach_data import decision_drills
+    from demo_policy.teach_data import decision_drills
 
     if not per_task:
         return []

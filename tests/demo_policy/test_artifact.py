@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from training.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, ship, weights_sha256
+from demo_policy.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, ship, weights_sha256
 
 # The replay runs the demo's own sampling (per-episode seeds), so on the machine that measured the card it is
 # exact; another CPU may round a logit differently and flip a sampled token: allow 2 of the 16 episodes.
@@ -70,7 +70,7 @@ def test_the_speed_reference_times_exactly_the_tokens_it_asked_for(monkeypatch) 
     import torch
 
     import training.cpu
-    from training.artifact import speed_reference
+    from demo_policy.artifact import speed_reference
 
     # an idle 2-core machine: a reference on the free cores would take 2 threads here, and 1 under load
     monkeypatch.setattr(training.cpu, "free_cores", lambda: 2)
