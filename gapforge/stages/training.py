@@ -95,7 +95,9 @@ def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_
     if learning_rate is not None:
         update["learning_rate"] = learning_rate
     tcfg = cfg.training.model_copy(update=update)
-    user_endpoint = cfg.llm.endpoint.model_dump(mode="json") if cfg.rollouts.user == "llm" else None
+    from gapforge.wiring import user_simulator_endpoint  # llm.endpoint, or the served policy (rollouts.user_endpoint=policy)
+
+    user_endpoint = user_simulator_endpoint(cfg).model_dump(mode="json") if cfg.rollouts.user == "llm" else None
     env = EnvSpec(kind="target", target=split.env, train_tasks=train_tasks, heldout_tasks=held, user=cfg.rollouts.user,
                   user_endpoint=user_endpoint)
     return TrainJob(name=name or GRPO_TARGET, capability=None, base_model=base_model, env=env, config=tcfg, out_dir=out_dir,
