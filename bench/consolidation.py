@@ -156,7 +156,7 @@ def main() -> None:
 
 
 def _shipped() -> Path:
-    from training.artifact import SHIPPED
+    from demo_policy.artifact import SHIPPED
 
     return SHIPPED
 
