@@ -30,7 +30,13 @@ def test_stages_fixtures_without_the_tests_is_refused_in_one_line(tmp_path: Path
 
 
 def test_no_installed_package_holds_a_test_stand_in() -> None:
+    import fnmatch
+    import tomllib
+
     root = Path(__file__).resolve().parents[2]
     stand_ins = {"fake_openai.py", "fake_vllm.py", "vllm_standin.py", "fake_stages.py", "planted_policy.py"}
     assert {p.name for p in (root / "tests" / "fakes").iterdir()} >= stand_ins
-    assert not [p for p in (root / "fixtures").rglob("*.py") if p.name in stand_ins]
+    include = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    installed = [d for d in root.iterdir() if (d / "__init__.py").is_file() and any(fnmatch.fnmatchcase(d.name, p) for p in include)]
+    assert {"gapforge", "agents", "training"} <= {d.name for d in installed}
+    assert not [str(f) for d in installed for f in d.rglob("*.py") if f.name in stand_ins]
