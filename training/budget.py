@@ -34,3 +34,11 @@ def baseline_steps(cfg: _HasTraining, n_adapters: int, *, scale: float = 1.0) ->
         raise ValueError(f"scale must be > 0, got {scale}")
     budget = training_rollout_budget(cfg, n_adapters) * scale
     return int(round(budget / cfg.training.rollouts_per_step))
+
+
+def baseline_tasks(analysis_tasks: list[str]) -> tuple[list[str], list[str]]:
+    """(training tasks, selection tasks) of GRPO on the target: the analysis split's tasks in sorted order, every
+    max(2, n // 4)-th held back for the baseline's own checkpoint selection (never the evaluation's held-out tasks)."""
+    tasks = sorted(analysis_tasks)
+    held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
+    return [t for t in tasks if t not in held], held

@@ -84,13 +84,11 @@ def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_
     all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
     plays it with (rollouts.user). `learning_rate`: another than training.learning_rate (bench/baseline_lr.py)."""
     from evaluation.policies import GRPO_TARGET
-    from training.budget import baseline_steps
+    from training.budget import baseline_steps, baseline_tasks
     from training.envs import EnvSpec
     from training.service import TrainJob
 
-    tasks = sorted(split.analysis_tasks)
-    held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
-    train_tasks = [t for t in tasks if t not in held]
+    train_tasks, held = baseline_tasks(split.analysis_tasks)
     update: dict[str, Any] = {"max_steps": baseline_steps(cfg, n_adapters, scale=scale)}
     if learning_rate is not None:
         update["learning_rate"] = learning_rate
