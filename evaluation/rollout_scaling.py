@@ -148,7 +148,7 @@ def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], 
     """The report's section: the table and the plot, when the run's curve was evaluated (bench/scaling.py)."""
     adapters = [a for a in store.adapters(run_id) if a.status == "done" and (a.metrics or {}).get("curve_adapters")]
     names = sorted(a.name for a in adapters)
-    if not names or not any(store.evaluations(scale_run_id(run_id, 1))):
+    if not names or scale_run_id(run_id, 1) not in {r.id for r in store.list_runs()} or not any(store.evaluations(scale_run_id(run_id, 1))):
         return [], None
     try:
         rows = scaling_rows(store, run_id, curve_points(adapters, names))
