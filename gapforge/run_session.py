@@ -84,6 +84,7 @@ def create_run(store: Any, kind: str, command: str, cfg: GapforgeConfig, options
     """Store a new graph run with its config and options; a config that cannot complete a run is refused first."""
     if cfg.stages == "real":
         check_run_config(cfg)
+    stages_for(cfg)  # a stage set that does not load here (the fakes outside a checkout) is refused before the run exists
     return store.create_run(kind, run_record(command, cfg, options), run_id)
 
 

@@ -29,6 +29,18 @@ def test_stages_fixtures_without_the_tests_is_refused_in_one_line(tmp_path: Path
     assert "\n" not in str(e.value) and "set stages: real" in str(e.value)
 
 
+def test_a_run_is_not_created_when_its_stage_set_does_not_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gapforge.run_session import RunOptions, create_run
+    from store import Store
+
+    monkeypatch.setitem(sys.modules, "tests.fakes.fake_stages", None)
+    cfg = load_config(None, [f"workspace={tmp_path}", "stages=fixtures"], environ={})
+    store = Store(cfg.store_url)
+    with pytest.raises(UsageError):
+        create_run(store, "trace", "run", cfg, RunOptions())
+    assert store.list_runs() == []
+
+
 def test_no_installed_package_holds_a_test_stand_in() -> None:
     import fnmatch
     import tomllib
