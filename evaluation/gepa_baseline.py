@@ -32,8 +32,8 @@ from agents.analysis.compact import ByteEstimate, compact_episode
 from agents.episode import EpisodeRecord
 from agents.errors import IncompleteStage
 from agents.prompt_opt import GepaConfigError, ReflectionLM, reflection_template
-from agents.routed_policy import PromptedPolicy, hints_text
 from agents.rollouts import play_episode
+from agents.routed_policy import PromptedPolicy, hints_text
 from envs.protocol import PolicyModel, TargetEnvironment
 
 GEPA = "gepa"

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from langchain_core.messages import HumanMessage
 
 from agents.llm import prompt_config
