@@ -178,6 +178,24 @@ def rows_forward(cfg: TrainingConfig) -> bool:
 
 
 _ROWS_TRAINER: Any = None
+EXACT_AT_ZERO_ADVANTAGE = ("grpo", "bnpo", "dr_grpo", "dapo")  # TRL loss types whose per-token loss is -min(r·A, clip(r)·A)
+
+
+def zero_advantage_exact(trainer: Any) -> bool:
+    """Whether a step whose every advantage is 0 has a loss of exactly 0 and gradients of exactly 0 as configured:
+    one of the clipped-ratio losses, no KL term (beta 0), no vLLM importance-sampling factor."""
+    return trainer.loss_type in EXACT_AT_ZERO_ADVANTAGE and trainer.beta == 0.0 and not getattr(trainer, "use_vllm", False)
+
+
+def zero_advantage_loss(model: Any) -> Any:
+    """The loss of a step whose every group had one reward (every advantage 0, e.g. all pass or all fail), without the
+    forward pass: 0, whose backward gives every trainable parameter a gradient of exactly 0, as the full loss's does
+    (each token's loss is -min(r·0, clip(r)·0)). The optimizer then steps as it would have (AdamW with a zero gradient
+    still applies its momentum), so the trained weights are the same to the bit; only TRL's logged entropy and clip
+    ratios of that step are not computed. About a third of the demo's steps have no informative group."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return sum((p * 0).sum() for p in params)
+
 
 
 def _rows_trainer_class() -> Any:
@@ -198,6 +216,15 @@ def _rows_trainer_class() -> Any:
     from trl import GRPOTrainer
 
     class RowsGRPOTrainer(GRPOTrainer):
+        skip_constant_steps = True  # compute_loss: see zero_advantage_loss
+        skipped_steps = 0
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if self.skip_constant_steps and not return_outputs and zero_advantage_exact(self) and not torch.any(inputs["advantages"]):
+                self.skipped_steps += 1
+                return zero_advantage_loss(model)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
         def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                                compute_entropy=False, compute_aux_loss=False, **extra):
             whole = super()._get_per_token_logps_and_entropies
