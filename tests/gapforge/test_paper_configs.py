@@ -10,8 +10,9 @@ tiny Qwen3-architecture model served by the vLLM stand-in (tests.fakes.vllm_stan
 a request that sends no max_tokens, as τ²'s user simulator's do), the LLM roles answer from a fake OpenAI server
 (tests/gapforge/dryrun_roles.py), every stage is small (a few tasks, two GRPO steps), and the τ² run's user simulator is
 the fake server (a random tiny model never ends a conversation, so nothing would succeed and the analysis would find no
-gap); a second step then collects one τ² episode with the user simulator on the served policy, as configured, which
-the 50-step cap ends. Everything else is the config's: every stage runs to the report.
+gap); a second step then collects one τ² episode with the config's own user simulator — the policy endpoint, here a fake
+server that plays both the policy and a user who never stops — which τ²'s 50-step cap ends. Everything else is the
+config's: every stage runs to the report.
 """
 
 from __future__ import annotations
@@ -144,13 +145,16 @@ def _sh(cmd: str, env: dict[str, str], log: Path) -> None:
     assert done.returncode == 0, f"{cmd[:200]!r} failed ({done.returncode}); see {log}:\n" + log.read_text()[-3000:]
 
 
-def _dry_run(tmp_path: Path, config: Path, tasks: list[str], extra: list[str], respond: Any, after: Any = None) -> tuple[Any, str, float]:
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "dry-run"}
+
+
+def _dry_run(tmp_path: Path, config: Path, tasks: list[str], extra: list[str], respond: Any) -> tuple[Any, str, float]:
     """docs/gpu.md's steps with `config` on CPU stand-ins; returns (its config, the run id, minutes)."""
     from tests.fakes.fake_openai import FakeOpenAIServer
 
     weights, workspace, log, port = tmp_path / "tiny-qwen3", tmp_path / "ws", tmp_path / "run.log", _free_port()
-    py, model = sys.executable, "gapforge/tiny-qwen3"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "dry-run"}
+    py, model, env = sys.executable, "gapforge/tiny-qwen3", _env()
     served = [f"--set policy.endpoint.model={model}", f"--set policy.local_path={weights}",
               f"--set policy.endpoint.base_url=http://127.0.0.1:{port}/v1", f"--set workspace={workspace}"]
     t0 = time.perf_counter()
@@ -169,8 +173,6 @@ def _dry_run(tmp_path: Path, config: Path, tasks: list[str], extra: list[str], r
             env["GAPFORGE_LLM_BASE_URL"] = llm.base_url
             sets = [*served, f"--set rollouts.tasks=[{','.join(repr(t) for t in tasks)}]", *(f"--set {shlex.quote(s)}" for s in [*SMALL, *extra])]
             _sh(f"{py} -m gapforge.cli run --config {config} " + " ".join(sets), env, log)
-            if after is not None:
-                after(lambda cmd: _sh(f"{py} -m gapforge.cli {cmd} --config {config} " + " ".join(served), env, log))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait()
@@ -202,31 +204,40 @@ def _check_run(cfg: Any, run_id: str, n_tasks: int) -> dict[str, Any]:
     return rows | {"report": report}
 
 
+def _policy_and_user(req: dict[str, Any]) -> dict[str, Any]:
+    """One endpoint as the served policy and as τ²'s user on it: the policy's requests carry the agent's tools (it asks
+    in words: a tool error would count toward τ²'s error cap), the user's carry none (it never ends the conversation)."""
+    if req.get("tools"):
+        return {"role": "assistant", "content": "Could you tell me more about your reservation?"}
+    return {"role": "assistant", "content": "I still need help with my reservation."}
+
+
 @DRY
 @pytest.mark.tau2
 @pytest.mark.slow
 def test_paper_tau2_dry_run(tmp_path: Path) -> None:
     from store import Store
+    from tests.fakes.fake_openai import FakeOpenAIServer
     from tests.gapforge.dryrun_roles import respond
 
-    collected: list[str] = []
-
-    def user_on_the_policy(gapforge: Any) -> None:  # the config's own user simulator: the served tiny model
-        gapforge("rollouts collect --tasks airline/0 --samples 1 --set policy.max_new_tokens=16")
-        collected.append("done")
-
-    cfg, run_id, minutes = _dry_run(tmp_path, TAU2, TAU2_TASKS, ["rollouts.user_endpoint=llm"], respond, after=user_on_the_policy)
+    cfg, run_id, minutes = _dry_run(tmp_path, TAU2, TAU2_TASKS, ["rollouts.user_endpoint=llm"], respond)
     print(f"\npaper τ² dry run: {minutes:.1f} min")
     _check_run(cfg, run_id, len(TAU2_TASKS))
     with Store(cfg.store_url) as store:
         episodes = store.episodes(run_id, env=cfg.rollouts.env)
         assert {e.task_id.split("/")[0] for e in episodes} == {"airline", "retail"} and any(e.success for e in episodes)
         assert all(e.task_family.split("/")[0] == e.task_id.split("/")[0] for e in episodes)
+    # the config's own user simulator (the policy endpoint) and its 50-step cap, through `rollouts collect`
+    with FakeOpenAIServer(_policy_and_user) as endpoint:
+        _sh(f"{sys.executable} -m gapforge.cli rollouts collect --config {TAU2} --tasks airline/0 --samples 1 "
+            f"--set workspace={cfg.workspace} --set policy.endpoint.base_url={endpoint.base_url}", _env(), tmp_path / "run.log")
+        users = [r for r in endpoint.requests if not r.get("tools")]
+    assert users and {(r["model"], r.get("temperature")) for r in users} == {(PAPER_MODEL, 0.0)}  # the policy's base model, greedy
+    with Store(cfg.store_url) as store:
         (other,) = [r for r in store.list_runs() if r.kind != "trace" and not r.id.startswith(run_id)]
         (episode,) = store.episodes(other.id, env=cfg.rollouts.env)
-    assert collected and episode.score_info["termination_reason"] == "max_steps" and episode.score_info["steps"] == 50, episode.score_info
-    users = [m for m in episode.messages if m["role"] == "user"]
-    assert len(users) > 2 and not any("I need some help with my order" in (m.get("content") or "") for m in users)  # not the fake's words
+    assert episode.score_info["termination_reason"] == "max_steps" and episode.score_info["steps"] == 50, episode.score_info
+    assert episode.turns == 25  # the user's first turn, then 24 x (agent, user), then the agent's 25th message: step 50
 
 
 def _toolsandbox_respond(req: dict[str, Any]) -> dict[str, Any]:
