@@ -41,12 +41,16 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
              "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's Table 1 protocol); "
              "the held-out split above is the contamination-free comparison. 95% bootstrap intervals over tasks.", "",
              "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |", "|---|---|---|---|"]  # fmt: skip
+    from evaluation.policies import baseline_labels
+
+    labels = baseline_labels(store, run_id)  # a baseline shown for what it is, as in the held-out tables
     for e in rows:
         m = e.metrics
         mr = m.get("mean_reward") or {}
         reward = "–" if mr.get("value") is None else f"{mr['value']:.3f}"
         vs = (m.get("vs_base") or {}).get("pass_rate")
-        lines.append(f"| {e.name.removeprefix(ALL_TASKS)} | {_pct(m.get('pass_rate'))} | {reward} | {points(vs) if vs and vs.get('value') is not None else '–'} |")
+        name = e.name.removeprefix(ALL_TASKS)
+        lines.append(f"| {labels.get(name, name)} | {_pct(m.get('pass_rate'))} | {reward} | {points(vs) if vs and vs.get('value') is not None else '–'} |")
     return [*lines, ""]
 
 
