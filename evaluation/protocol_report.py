@@ -38,7 +38,7 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
     first = rows[0].metrics
     lines = ["## Every task, greedy, 1 trial (the TRACE paper's protocol)", "",
              f"Env `{first['env']}`, {first.get('tasks')} tasks × 1 trial at temperature 0 per policy: "
-             "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's Table 1 protocol); "
+             "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's protocol); "
              "the held-out split above is the contamination-free comparison. 95% bootstrap intervals over tasks.", "",
              "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |", "|---|---|---|---|"]  # fmt: skip
     from evaluation.policies import baseline_labels
@@ -56,8 +56,11 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
 
 def toolsandbox_section(store: Any, run_id: str) -> list[str]:
     """Perfect count and mean similarity per evaluated policy and scope, for a ToolSandbox target (else nothing)."""
+    from evaluation.policies import baseline_labels
+
     table: list[str] = []
     notes: set[str] = set()
+    labels = baseline_labels(store, run_id)
     for prefix, scope in SCOPES:
         rows = _ordered([e for e in store.evaluations(run_id) if e.name.startswith(prefix) and is_toolsandbox(str(e.metrics.get("env", "")))], prefix)
         for e in rows:
@@ -69,7 +72,8 @@ def toolsandbox_section(store: Any, run_id: str) -> list[str]:
                     continue
                 if found.note:
                     notes.add(found.note)
-                table.append(f"| {e.name.removeprefix(prefix)} | {scope} | {overall.perfect} of {overall.run} | {overall.mean_similarity:.3f} |")
+                name = e.name.removeprefix(prefix)
+                table.append(f"| {labels.get(name, name)} | {scope} | {overall.perfect} of {overall.run} | {overall.mean_similarity:.3f} |")
     if not table:
         return []
     lines = ["## ToolSandbox: perfect count and mean similarity (the TRACE paper's Table 2 metrics)", "",

@@ -74,6 +74,9 @@ class _Store:
     def evaluations(self, run_id: str) -> list[_Row]:
         return self.rows
 
+    def get_evaluation(self, run_id: str, name: str) -> None:
+        return None  # no GEPA row
+
     def episodes(self, run_id: str, env: str | None = None) -> list[_Episode]:
         return [e for e in self.by_run.get(run_id, []) if env is None or e.env == env]
 
@@ -83,9 +86,11 @@ def test_toolsandbox_runs_report_perfect_count_and_mean_similarity() -> None:
     cats = {"categories": ["single_tool_call"]}
     store = _Store(
         [_Row("all_tasks:base", {"env": env, "child_run": "r.all_tasks.base"}), _Row("eval:base", {"env": env, "child_run": "r.eval.base"}),
-         _Row("all_tasks:trace_routed", {"env": env, "child_run": "r.all_tasks.trace_routed"})],
+         _Row("all_tasks:trace_routed", {"env": env, "child_run": "r.all_tasks.trace_routed"}),
+         _Row("all_tasks:capability_hints", {"env": env, "child_run": "r.all_tasks.capability_hints"})],
         {"r.all_tasks.base": [_Episode(env, "a", 1.0, cats), _Episode(env, "b", 0.5, cats), _Episode(env, "c", 0.0, cats)],
          "r.all_tasks.trace_routed": [_Episode(env, "a", 1.0, cats), _Episode(env, "b", 1.0, cats), _Episode(env, "c", 0.25, cats)],
+         "r.all_tasks.capability_hints": [_Episode(env, "a", 1.0, cats)],
          "r.eval.base": [_Episode(env, "a", 1.0, cats), _Episode(env, "a", 0.5, cats)]},  # two trials, one imperfect: not perfect
     )
     lines = toolsandbox_section(store, "r")
@@ -94,4 +99,5 @@ def test_toolsandbox_runs_report_perfect_count_and_mean_similarity() -> None:
     assert "| base | held-out split | 0 of 1 | 0.750 |" in lines
     assert "| base | all tasks, greedy, 1 trial | 1 of 3 | 0.500 |" in lines
     assert "| trace_routed | all tasks, greedy, 1 trial | 2 of 3 | 0.750 |" in lines
+    assert "| capability hints (descriptions appended, unoptimised) | all tasks, greedy, 1 trial | 1 of 1 | 1.000 |" in lines  # labelled
     assert "not comparable to live RapidAPI runs" in text  # the stand-in network mode says so
