@@ -26,6 +26,8 @@ class EvaluationConfig(BaseModel):
     min_family_episodes: int = Field(
         0, ge=0, le=MAX_FAMILY_TRIALS, description="at least this many paired episodes per family for the family_trials_policies: "
         "trials per task of a family = ceil(this / its held-out tasks), unless family_trials gives more (0: off)")
+    scaling_curve: bool = Field(False, description="after the evaluation, also evaluate routed TRACE and GRPO-on-target at every kept fraction "
+                                "of their training (training.curve_fractions; train with training.early_stopping=false), runs <run>.scale-k")
     underpowered_points: float = Field(
         15.0, gt=0, description="a family whose paired interval is wider than ± this many points is flagged underpowered")
     focus_family: str | None = Field(None, description="the family whose base -> TRACE (routed) result is the headline (report, summary)")
