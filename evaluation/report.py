@@ -14,6 +14,9 @@
 - scaling with capabilities (evaluation.scaling): routed TRACE with each adapter alone and with all of them, from the
   stored episodes, paired with the base per family; the gate's held-out accuracy (the stored router);
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
+- a comparison section: base / GRPO-on-target at the adapters' training budget / each adapter / routed TRACE
+  (evaluation.comparison), and `rollout_scaling.png`: pass rate against training rollouts with 95% bands when
+  the run's scaling curve was evaluated (evaluation.rollout_scaling);
 - `adapter_heldout.png`: held-out synthetic reward per training step for each
   adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
 A section whose data is missing says so instead of a plot. Never prints.
@@ -25,9 +28,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from evaluation.comparison import comparison_section
 from evaluation.policies import baseline_labels, current_name
-from evaluation.scaling import gate_line, scaling_section
 from evaluation.protocol_report import all_tasks_section, toolsandbox_section
+from evaluation.rollout_scaling import scaling_section as rollout_scaling_section
+from evaluation.scaling import gate_line, scaling_section
 from evaluation.summary import points, verdict
 
 
@@ -275,6 +280,10 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         lines += ["No evaluation stored yet (run the evaluate stage).", ""]
 
     lines += _oracle_section(store, run_id, bool(evals))
+    lines += comparison_section(store, run_id, bool(evals))
+    curve_lines, curve_plot = rollout_scaling_section(store, run_id, out)
+    lines += curve_lines
+    plots += [curve_plot] if curve_plot else []
     lines += all_tasks_section(store, run_id) + toolsandbox_section(store, run_id)  # the paper's protocol and Table 2 metrics
 
     lines += scaling_section(store, run_id)  # routed TRACE with 1 and with 2 adapters (evaluation.scaling)
