@@ -8,10 +8,11 @@ Works on a copy of the run's store (the run's workspace is left as it was); the 
 there, and the three policies play under a new run of the copy (the base too: the weights loaded here are the
 shipped policy's, which may differ from those the run was made with).
 
-    .venv/bin/python bench/gepa.py [--workspace /tmp/demo-last/.gapforge] [--run RUN_ID] [--max-metric-calls N]
+    .venv/bin/python bench/gepa.py [--workspace /tmp/demo-last/.gapforge] [--run RUN_ID] [--max-metric-calls N] [--family-trials K]
 
-A ~1M-parameter policy taught on the shop's episodes does not read instructions in its prompt: expect
-"no effect", printed as such whenever the interval contains 0. Prints numbers; it does not pass or fail.
+The shipped ~1M-parameter policy does not read its prompt (its chat template shows it only the tool signatures in
+place of the system message): expect "no effect", printed as such whenever the interval contains 0. Measured:
+docs/evaluation.md (GEPA). Prints numbers; it does not pass or fail.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from evaluation.service import RunArtifacts, load_backend, run_artifacts
 from evaluation.summary import verdict
 from gapforge.demo_data import SHOP_POLICY_DIR
 from store.db import Store
+from training.budget import training_rollout_budget
 from training.config import TrainingConfig
 
 
@@ -67,8 +69,9 @@ async def main(args: argparse.Namespace) -> None:
     n_adapters = len(artifacts.adapter_paths)
     print(f"run {run.id} ({args.workspace}, store copied to {work}); env {split.env}: {len(split.analysis_tasks)} analysis tasks, "
           f"{len(split.heldout_tasks)} held-out; capabilities {[c['name'] for c in artifacts.capabilities]} ({n_adapters} adapters)")
-    print(f"budget: {gepa_budget(cfg, n_adapters)} metric calls = TRACE's training rollouts ({n_adapters} adapters x "
-          f"{cfg.training.max_steps} steps x {cfg.training.rollouts_per_step} rollouts) unless --max-metric-calls")
+    trace = training_rollout_budget(cfg, n_adapters)
+    print(f"budget: {gepa_budget(cfg, n_adapters)} metric calls; TRACE's training rollouts: {trace} ({n_adapters} adapters x "
+          f"{cfg.training.max_steps} steps x {cfg.training.rollouts_per_step} rollouts), the default")
     backend = load_backend(cfg.policy.local_path if Path(cfg.policy.local_path or "").is_dir() else SHOP_POLICY_DIR,
                            RunArtifacts(run.id, artifacts.capabilities), max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)  # fmt: skip
     base = backend.policy(None, temperature=cfg.policy.temperature, name="base")
@@ -85,12 +88,13 @@ async def main(args: argparse.Namespace) -> None:
     policies = {"base": base, CAPABILITY_HINTS: HintedPolicy(base, artifacts.capabilities), GEPA: gepa_policy(base, record)}
     e = cfg.evaluation
     families = dict(split.families)
+    family_trials = {e.focus_family: args.family_trials} if args.family_trials and e.focus_family else e.family_trials
     # a fresh run for the evaluation: the base plays again with the weights loaded here (the run's stored base
     # episodes may come from other weights), on the same (task, trial) seeds as the prompt policies
     bench_run = store.create_run("evaluation", {"bench": "gepa", "of": run.id})
     plan = EvalPlan(bench_run, split.env, list(split.heldout_tasks), trials=e.trials, max_turns=cfg.rollouts.max_turns,
                     temperature=cfg.policy.temperature, concurrency=cfg.rollouts.concurrency, seed=cfg.seed,
-                    family_trials=e.family_trials, family_trials_policies=("base", CAPABILITY_HINTS, GEPA), focus_family=e.focus_family)  # fmt: skip
+                    family_trials=family_trials, family_trials_policies=("base", CAPABILITY_HINTS, GEPA), focus_family=e.focus_family)  # fmt: skip
     t0 = time.perf_counter()
     result = await evaluate(store, plan, make_env=make, policies=policies, families={t: families[t] for t in split.heldout_tasks})
     print(f"\nheld-out evaluation ({time.perf_counter() - t0:.0f} s): paired difference to the base, points of pass rate [95% interval]")
@@ -112,4 +116,5 @@ if __name__ == "__main__":
     p.add_argument("--workspace", default="/tmp/demo-last/.gapforge", help="a finished demo run's workspace (its gapforge.db is copied)")
     p.add_argument("--run", default=None, help="run id (default: the store's latest top-level run)")
     p.add_argument("--max-metric-calls", type=int, default=None, help="GEPA's budget (default: TRACE's training rollouts)")
+    p.add_argument("--family-trials", type=int, default=None, help="trials per task of the run's focus family (default: the run's family_trials)")
     asyncio.run(main(p.parse_args()))
