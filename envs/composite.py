@@ -68,14 +68,13 @@ def parse_composite(spec: str) -> list[tuple[str, str]]:
 class CompositeEnv:
     """The parts of a `composite:` spec behind one TargetEnvironment (module docstring).
 
-    `make(spec, user=, user_model=)` builds a part (envs.registry.make_env); every part gets the same user simulator
-    settings. A part that cannot be built is one EnvError line naming the part; parts built before it are closed.
+    `make(spec, user=, user_model=)` builds a part (envs.registry.make_env passes itself: this module does not import
+    the registry); every part gets the same user simulator settings. A part that cannot be built is one EnvError
+    line naming the part; parts built before it are closed.
     """
 
     def __init__(self, spec: str, *, user: str = "scripted", user_model: Any = None,
-                 make: Callable[..., TargetEnvironment] | None = None) -> None:
-        if make is None:
-            from envs.registry import make_env as make
+                 make: Callable[..., TargetEnvironment]) -> None:
         self.name = spec
         self.parts: dict[str, TargetEnvironment] = {}
         self.specs: dict[str, str] = {}

@@ -51,7 +51,7 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
     if name.startswith("composite:"):
         from envs.composite import CompositeEnv
 
-        return CompositeEnv(name, user=user, user_model=user_model)
+        return CompositeEnv(name, user=user, user_model=user_model, make=make_env)
     if name.startswith("tau2:"):
         domain, _, query = name.split(":", 1)[1].partition("?")
         if domain not in TAU2_DOMAINS:

@@ -35,13 +35,14 @@ from agents.prompt_opt import GepaConfigError, ReflectionLM, reflection_template
 from agents.rollouts import play_episode
 from agents.routed_policy import PromptedPolicy, hints_text
 from envs.protocol import PolicyModel, TargetEnvironment
+from gapforge.faults import InputFault
 
 GEPA = "gepa"
 GEPA_ROW = "gepa_prompt"
 COMPONENT = "system_prompt"
 
 
-class BudgetExceeded(RuntimeError):
+class BudgetExceeded(InputFault):
     """An evaluation would play past the metric-call budget (a bug in the stopping rule, never the model's)."""
 
 
@@ -153,7 +154,8 @@ class EpisodeAdapter:
         from gepa import EvaluationBatch
 
         if self.metric_calls + len(batch) > self.max_metric_calls:
-            raise BudgetExceeded(f"GEPA asked for {len(batch)} episodes with {self.max_metric_calls - self.metric_calls} left")
+            raise BudgetExceeded(f"GEPA asked for {len(batch)} episodes with {self.max_metric_calls - self.metric_calls} of its budget "
+                                 "left: raise evaluation.gepa_max_metric_calls or lower evaluation.gepa_minibatch")
         episodes = asyncio.run_coroutine_threadsafe(self._play(batch, candidate[COMPONENT]), self.loop).result()
         self.metric_calls += len(batch)
         lost = [ep for ep in episodes if ep.infrastructure_failure]

@@ -21,10 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gapforge.faults import InputFault
+
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
 
 
-class ScalingError(ValueError):
+class ScalingError(InputFault, ValueError):
     """The run has no curve to evaluate (say what to train)."""
 
 

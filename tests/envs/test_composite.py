@@ -124,7 +124,7 @@ def test_an_unknown_or_unprefixed_task_id_names_the_prefixes() -> None:
     with pytest.raises(EnvError, match=r"unknown task id 'refund-001' .*start with shop/, BillingEnv/"):
         env.reset("refund-001")
     with pytest.raises(EnvError, match=r"call reset\(task\) before"):
-        CompositeEnv(SHOP_AND_BILLING).score()
+        CompositeEnv(SHOP_AND_BILLING, make=make_env).score()
 
 
 def test_part_prefixes() -> None:

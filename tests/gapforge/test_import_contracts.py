@@ -1,6 +1,7 @@
 """The dependency direction of DESIGN.md §2 holds: import-linter's contracts in
 `.importlinter` (run as `lint-imports`) are all kept, and no code below gapforge/
-imports gapforge (but its error root, gapforge.faults)."""
+imports gapforge (but its error root, gapforge.faults, and the demo's data locations, gapforge.demo_data:
+both import nothing of ours)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def test_a_violation_is_caught(tmp_path: Path) -> None:
 
 
 def test_nothing_below_gapforge_imports_it() -> None:
-    """...but the error root, gapforge.faults (it imports nothing: tests/gapforge/test_error_root.py)."""
-    pattern = re.compile(r"^\s*(from gapforge\b(?!\.faults import )|import gapforge\b)", re.M)
+    """...but the error root, gapforge.faults (it imports nothing: tests/gapforge/test_error_root.py), and
+    gapforge.demo_data (the recordings' and the shipped policy's paths: tests/gapforge/test_demo_data.py)."""
+    pattern = re.compile(r"^\s*(from gapforge\b(?!\.(faults|demo_data) import )|import gapforge\b)", re.M)
     offenders = [
         str(p.relative_to(ROOT))
         for layer in LAYERS
