@@ -51,8 +51,9 @@ def demo_run(seed: int, workspace: Path, extra: list[str]) -> tuple[str, float, 
 def rows_of(workspace: Path, run_id: str) -> list[dict]:
     with Store(f"sqlite:///{(workspace / 'gapforge.db').resolve()}") as store:
         adapters = [a for a in store.adapters(run_id) if a.status == "done"]
-        names = sorted(a.name for a in adapters)
-        return scaling_rows(store, run_id, curve_points(adapters, names))
+        names = sorted(a.name for a in adapters if a.name != "baseline_grpo_target")
+        optional = ["baseline_grpo_target"] if len(names) < len(adapters) else []
+        return scaling_rows(store, run_id, curve_points(adapters, names, optional))
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ gained per 1,000 training rollouts (from the base to the last point).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,18 +35,27 @@ def scale_run_id(run_id: str, k: int) -> str:
     return f"{run_id}.scale-{k}"
 
 
-def curve_points(adapters: Sequence[Any], names: Sequence[str]) -> list[dict[str, dict[str, Any]]]:
-    """[{adapter name: {step, training_rollouts, path}}] per curve point, for the adapters `names` (rows of the store's
-    `adapters`: their `metrics.curve_adapters`). Every adapter must have kept the same number of points."""
-    by_name = {a.name: sorted((a.metrics or {}).get("curve_adapters") or [], key=lambda c: c["step"]) for a in adapters}
-    missing = [n for n in names if not by_name.get(n)]
+def _fraction(entry: Mapping[str, Any]) -> float:
+    """The fraction of its training a curve adapter was kept at (its `curve.json`, written by training.curve)."""
+    if "fraction" in entry:
+        return round(float(entry["fraction"]), 6)
+    return round(float(json.loads((Path(entry["path"]) / "curve.json").read_text())["fraction"]), 6)
+
+
+def curve_points(adapters: Sequence[Any], names: Sequence[str], optional: Sequence[str] = ()) -> list[dict[str, dict[str, Any]]]:
+    """[{adapter name: {step, training_rollouts, path}}] per curve point, matched by the fraction of its training each
+    adapter was kept at, for the adapters `names` (rows of the store's `adapters`: their `metrics.curve_adapters`), each
+    of which must have every point, and `optional` ones (the GRPO-on-target baseline), in a point where they have it
+    (one stopped early lacks its later points)."""
+    by_name = {a.name: {_fraction(c): c for c in (a.metrics or {}).get("curve_adapters") or []} for a in adapters}
+    missing = [n for n in [*names, *optional] if not by_name.get(n)]
     if missing:
         raise ScalingError(f"no scaling-curve adapters kept for {', '.join(missing)}: train again (training.curve keeps them)")
-    counts = {n: len(by_name[n]) for n in names}
-    if len(set(counts.values())) != 1:
-        raise ScalingError(f"adapters kept different numbers of curve points ({counts}): train with training.early_stopping=false "
-                           "and the same training.curve_fractions")
-    return [{n: by_name[n][k] for n in names} for k in range(next(iter(counts.values())))]
+    fractions = sorted(set.intersection(*(set(by_name[n]) for n in names))) if names else []
+    if names and len(fractions) != max(len(by_name[n]) for n in names):
+        raise ScalingError(f"the adapters kept different curve points ({ {n: sorted(by_name[n]) for n in names} }): train with "
+                           "training.early_stopping=false and the same training.curve_fractions")
+    return [{n: by_name[n][f] for n in [*names, *optional] if f in by_name[n]} for f in fractions]
 
 
 def _iv(m: Mapping[str, Any] | None, key: str = "pass_rate") -> dict[str, Any]:
@@ -149,11 +159,12 @@ def scaling_plot(series: Mapping[str, Sequence[Mapping[str, Any]]], path: str | 
 def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], Path | None]:
     """The report's section: the table and the plot, when the run's curve was evaluated (bench/scaling.py)."""
     adapters = [a for a in store.adapters(run_id) if a.status == "done" and (a.metrics or {}).get("curve_adapters")]
-    names = sorted(a.name for a in adapters)
+    names = sorted(a.name for a in adapters if a.name != GRPO_TARGET)
+    optional = [GRPO_TARGET] if any(a.name == GRPO_TARGET for a in adapters) else []
     if not names or scale_run_id(run_id, 1) not in {r.id for r in store.list_runs()} or not any(store.evaluations(scale_run_id(run_id, 1))):
         return [], None
     try:
-        rows = scaling_rows(store, run_id, curve_points(adapters, names))
+        rows = scaling_rows(store, run_id, curve_points(adapters, names, optional))
     except ScalingError as e:
         return ["## Rollout scaling (pass rate vs training rollouts)", "", str(e), ""], None
     plot = scaling_plot({run_id: rows}, out_dir / "rollout_scaling.png")

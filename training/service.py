@@ -222,7 +222,8 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         name=job.name, capability=job.capability, status="done", adapter_path=str(best_dir) if best_dir else None,
         steps=steps, best_step=best.get("step"), heldout_before=selector.curve[0]["reward"] if selector.curve else None,
         heldout_after=best.get("reward"), curve=selector.curve, stopped_early=selector.stopped_early,
-        curve_adapters=[{"step": k, "training_rollouts": k * cfg.rollouts_per_step, "path": str(d)} for k, d in curve_adapters(out).items()],
+        curve_adapters=[{"step": k, "fraction": k / cfg.max_steps, "training_rollouts": k * cfg.rollouts_per_step, "path": str(d)}
+                        for k, d in curve_adapters(out).items()],
         wall_s=time.perf_counter() - t0, cpu_threads=threads)
     if best_dir is not None:
         meta = {"name": job.name, "capability": job.capability, "base_model": str(Path(job.base_model).resolve()),

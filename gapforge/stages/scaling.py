@@ -47,7 +47,7 @@ async def evaluate_scaling(sc: StageContext, routing: Routing, run_id: str, *, e
     adapter_rows = await asyncio.to_thread(store.adapters, run_id)
     names = [c["adapter"] for c in artifacts.capabilities]
     with_grpo = any(a.name == GRPO_TARGET and a.status == "done" for a in adapter_rows)
-    points = curve_points(adapter_rows, names + ([GRPO_TARGET] if with_grpo else []))
+    points = curve_points(adapter_rows, names, [GRPO_TARGET] if with_grpo else [])  # a baseline stopped early: TRACE alone later
     plan = EvalPlan(run_id, env, tasks, trials=ecfg.trials, family_trials=ecfg.family_trials,
                     family_trials_policies=tuple(ecfg.family_trials_policies), min_family_episodes=ecfg.min_family_episodes)
     played = 0
@@ -63,7 +63,7 @@ async def evaluate_scaling(sc: StageContext, routing: Routing, run_id: str, *, e
         await copy_base_episodes(store, policy=_AlwaysBase(), env=env, base_child=base_row.metrics["child_run"], child=base_child,
                                  counts=plan.task_trials("base", families))
         art_k = RunArtifacts(run_id, artifacts.capabilities, {n: Path(point[n]["path"]) for n in names})
-        grpo_path = Path(point[GRPO_TARGET]["path"]) if with_grpo else None
+        grpo_path = Path(point[GRPO_TARGET]["path"]) if GRPO_TARGET in point else None
         backend = await asyncio.to_thread(load_backend, sc.base_dir(), art_k, extra_adapters={GRPO_TARGET: grpo_path} if grpo_path else None,
                                           max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
         sc.progress("evaluate", f"scaling point {k}/{len(points) - 1}: steps " + ", ".join(f"{n} {c['step']}" for n, c in point.items()))
@@ -71,7 +71,7 @@ async def evaluate_scaling(sc: StageContext, routing: Routing, run_id: str, *, e
             result = await evaluate_run(
                 store, run_k, backend=backend, router=router, artifacts=art_k, env=env, make_env=make_env, tasks=tasks, families=families,
                 trials=ecfg.trials, max_turns=cfg.rollouts.max_turns, temperature=cfg.policy.temperature, concurrency=cfg.rollouts.concurrency,
-                grpo_target=with_grpo, seed=cfg.seed, family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies,
+                grpo_target=grpo_path is not None, seed=cfg.seed, family_trials=ecfg.family_trials, family_trials_policies=ecfg.family_trials_policies,
                 focus_family=ecfg.focus_family, min_family_episodes=ecfg.min_family_episodes, players=players,
                 on_policy_done=lambda name, k=k: sc.progress("evaluate", f"scaling point {k}: {name}: played and scored"),
                 together=cfg.executor.kind == "local",

@@ -11,9 +11,10 @@ import pytest
 from evaluation.rollout_scaling import ScalingError, curve_points, per_1000, scale_run_id, scaling_plot, scaling_rows, scaling_table
 
 
-def _adapter(name: str, steps: list[int], per_step: int = 16) -> Any:
+def _adapter(name: str, steps: list[int], per_step: int = 16, max_steps: int | None = None) -> Any:
+    top = max_steps or max(steps)
     return SimpleNamespace(name=name, status="done", metrics={"curve_adapters": [
-        {"step": s, "training_rollouts": s * per_step, "path": f"/a/{name}/{s}"} for s in steps]})
+        {"step": s, "fraction": s / top, "training_rollouts": s * per_step, "path": f"/a/{name}/{s}"} for s in steps]})
 
 
 def _iv(v: float, half: float) -> dict[str, float]:
@@ -28,12 +29,15 @@ class _Store:
         return [SimpleNamespace(name=f"eval:{n}", metrics=m) for n, m in self.evals.get(run_id, {}).items()]
 
 
-def test_points_pair_each_adapters_kth_step_and_refuse_unequal_curves() -> None:
+def test_points_pair_each_adapters_step_at_the_same_fraction_and_refuse_unequal_curves() -> None:
     rows = [_adapter("a", [0, 4, 8, 12, 16]), _adapter("b", [0, 4, 8, 12, 16]), _adapter("baseline_grpo_target", [0, 8, 16, 24, 32])]
-    points = curve_points(rows, ["a", "b", "baseline_grpo_target"])
+    points = curve_points(rows, ["a", "b"], ["baseline_grpo_target"])
     assert [p["baseline_grpo_target"]["step"] for p in points] == [0, 8, 16, 24, 32] and points[2]["a"]["step"] == 8
+    stopped = _adapter("baseline_grpo_target", [0, 8, 16], max_steps=32)  # early stopping ended it at step 20 of 32
+    points = curve_points([*rows[:2], stopped], ["a", "b"], ["baseline_grpo_target"])
+    assert len(points) == 5 and ["baseline_grpo_target" in p for p in points] == [True, True, True, False, False]
     with pytest.raises(ScalingError, match="early_stopping=false"):
-        curve_points([_adapter("a", [0, 4]), _adapter("b", [0, 4, 8])], ["a", "b"])
+        curve_points([_adapter("a", [0, 4], max_steps=8), _adapter("b", [0, 4, 8])], ["a", "b"])
     with pytest.raises(ScalingError, match="no scaling-curve adapters kept for c"):
         curve_points(rows, ["a", "c"])
 
@@ -41,7 +45,7 @@ def test_points_pair_each_adapters_kth_step_and_refuse_unequal_curves() -> None:
 def test_rows_table_and_rate_from_stored_points(monkeypatch, tmp_path) -> None:
     import evaluation.comparison as comparison
 
-    points = curve_points([_adapter("a", [0, 8, 16]), _adapter("baseline_grpo_target", [0, 8, 16])], ["a", "baseline_grpo_target"])
+    points = curve_points([_adapter("a", [0, 8, 16]), _adapter("baseline_grpo_target", [0, 8, 16])], ["a"], ["baseline_grpo_target"])
     evals = {"r": {"base": {"pass_rate": _iv(0.4, 0.1)}},
              scale_run_id("r", 1): {"trace_routed": {"pass_rate": _iv(0.6, 0.1), "vs_base_paired": {"pass_rate": _iv(0.2, 0.05)}},
                                     "baseline_grpo_target": {"pass_rate": _iv(0.45, 0.1), "vs_base_paired": {"pass_rate": _iv(0.05, 0.08)}}},
