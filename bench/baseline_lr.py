@@ -40,6 +40,7 @@ from training.service import TrainJob, train_capability
 
 def _run_settings(store: Store, run_id: str) -> dict:
     stored = store.get_run(run_id).config or {}
+    stored = stored.get("config", stored)  # a graph run stores {command, config, graph, target}
     if (stored.get("rollouts") or {}).get("user", "scripted") != "scripted":
         raise SystemExit(f"run {run_id} plays an LLM user: this bench plays the scripted user only (offline)")
     return stored

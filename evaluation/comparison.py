@@ -125,6 +125,7 @@ def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
         return []
     if cfg is None:
         stored = store.get_run(run_id).config or {}
+        stored = stored.get("config", stored)  # a graph run stores {command, config, graph, target}
         cfg = SimpleNamespace(training=TrainingConfig.model_validate(stored.get("training") or {}), seed=int(stored.get("seed") or 0))
     adapters = [n for n in metrics if n.startswith("adapter:")]
     vs = None

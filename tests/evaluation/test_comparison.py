@@ -76,3 +76,10 @@ def test_a_baseline_that_matches_trace_is_called_tied_and_a_missing_one_is_named
     store = _store(grpo_refusal=False)
     store.evals = [e for e in store.evals if e.name != "eval:baseline_grpo_target"]
     assert comparison(store, "r", _cfg())[-1].startswith("TRACE vs GRPO-on-target: not compared")
+
+
+def test_the_budget_comes_from_the_config_stored_with_a_graph_run() -> None:
+    store = _store(grpo_refusal=False)
+    training = {"max_steps": 16, "groups_per_step": 2, "num_generations": 8}
+    store.get_run = lambda run_id: SimpleNamespace(config={"command": "demo", "config": {"training": training, "seed": 0}})
+    assert comparison(store, "r")[0].endswith("budget 256 training rollouts):")
