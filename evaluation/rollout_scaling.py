@@ -69,6 +69,7 @@ def scaling_rows(store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[
     main = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
     if BASE not in main:
         raise ScalingError(f"run {run_id} has no evaluation of the base: evaluate it first")
+    known = {r.id for r in store.list_runs()} if hasattr(store, "list_runs") else None
     rows = []
     for k, point in enumerate(points):
         trace_rollouts = sum(int(c["training_rollouts"]) for n, c in point.items() if n != GRPO_TARGET)
@@ -79,6 +80,8 @@ def scaling_rows(store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[
             base_rate = _iv(main[BASE])
             row |= {"trace": base_rate, "grpo": base_rate, "trace_vs_base": zero, "grpo_vs_base": zero, "trace_vs_grpo": zero, "run": run_id}
             rows.append(row)
+            continue
+        if known is not None and scale_run_id(run_id, k) not in known:  # not evaluated (yet)
             continue
         scaled = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(scale_run_id(run_id, k)) if e.name.startswith("eval:")}
         if ROUTED not in scaled:

@@ -26,7 +26,12 @@ class _Store:
         self.evals = evals
 
     def evaluations(self, run_id: str) -> list[Any]:
-        return [SimpleNamespace(name=f"eval:{n}", metrics=m) for n, m in self.evals.get(run_id, {}).items()]
+        if run_id not in self.evals:
+            raise LookupError(f"unknown run {run_id!r}")  # as store.Store does
+        return [SimpleNamespace(name=f"eval:{n}", metrics=m) for n, m in self.evals[run_id].items()]
+
+    def list_runs(self) -> list[Any]:
+        return [SimpleNamespace(id=r) for r in self.evals]
 
 
 def test_points_pair_each_adapters_step_at_the_same_fraction_and_refuse_unequal_curves() -> None:
@@ -62,4 +67,4 @@ def test_rows_table_and_rate_from_stored_points(monkeypatch, tmp_path) -> None:
     assert scaling_plot({"seed 0": rows}, tmp_path / "s.png").stat().st_size > 1000
     del evals[scale_run_id("r", 2)]
     trace_minus_grpo = iter([_iv(0.15, 0.05)])
-    assert [r["point"] for r in scaling_rows(_Store(evals), "r", points)] == [0, 1]  # a point not evaluated yet is left out
+    assert [r["point"] for r in scaling_rows(_Store(evals), "r", points)] == [0, 1]  # a point not evaluated (its run not made yet) is left out
