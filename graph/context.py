@@ -80,6 +80,7 @@ class CapabilityStats:
     coverage: float | None
     kept_passes: int
     retained: bool
+    deferred: bool = False  # passed the vote, left out by analysis.max_retained
 
 
 @dataclass(frozen=True, slots=True)

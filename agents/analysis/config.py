@@ -19,6 +19,9 @@ class AnalysisConfig(BaseModel):
     rho: float = Field(0.10, ge=0.0, le=1.0, description="minimum coverage (LACKING failures / failures)")
     passes: int = Field(3, ge=1, le=100, description="labeling passes R (the paper: 10)")
     min_passes: int | None = Field(None, ge=1, description="K of R passes a capability must survive; None = ceil(0.8 R)")
+    max_retained: int | None = Field(
+        None, ge=1, description="retain at most this many capabilities (largest gap first; the rest are 'deferred': no env, no adapter); None = all"
+    )
     min_capabilities: int = Field(4, ge=1, description="fewest capabilities discovery may propose")
     max_capabilities: int = Field(10, ge=1, description="most capabilities discovery may propose")
     discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery (at most)")

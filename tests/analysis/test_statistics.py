@@ -86,3 +86,14 @@ def test_fleiss_kappa_hand_example() -> None:
     assert fleiss_kappa([[2, 0, 0], [1, 1, 0]]) == pytest.approx((0.5 - 0.625) / 0.375)
     assert fleiss_kappa([[2, 0, 0], [2, 0, 0]]) == 1.0  # full agreement on one category
     assert fleiss_kappa([]) is None and fleiss_kappa([[1, 0, 0]]) is None
+
+
+def test_max_retained_keeps_the_largest_gaps_and_defers_the_rest() -> None:
+    """a and d both pass (gap .5); a covers more failures (1.0 against .5), so with max_retained=1 a stays and d is
+    deferred with its statistics intact; without the cap both are retained."""
+    both = stats({0: PASS0})
+    assert both["a"].retained and both["d"].retained
+    one = stats({0: PASS0}, max_retained=1)
+    assert one["a"].retained and one["a"].verdict == "retained"
+    assert not one["d"].retained and one["d"].verdict == "deferred" and one["d"].gap == both["d"].gap == 0.5
+    assert one["b"].verdict == "insufficient evidence"  # the cap never touches what the vote did not retain
