@@ -17,5 +17,5 @@ def test_there_is_a_real_model_config() -> None:
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_loads(path) -> None:
     cfg = load_config(path, [], environ={})
-    assert cfg.rollouts.env.startswith("tau2:")
+    assert cfg.rollouts.env.startswith(("tau2:", "composite:tau2:", "toolsandbox"))
     assert cfg.policy.kind == "endpoint" and cfg.llm.kind == "openai"
