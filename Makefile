@@ -40,8 +40,10 @@ test-fast: install
 	$(PY) -m pytest -q -ra -m "$(FAST)"
 
 # ruff's rules and their exceptions: pyproject.toml [tool.ruff]. Fix what it can itself: $(VENV)/bin/ruff check --fix
+# The layer contracts (.importlinter) over the installed layout: .ci/lint-imports.
 lint: install
 	$(VENV)/bin/ruff check .
+	PYTHON=$(PY) ./.ci/lint-imports
 
 bench: install
 	$(PY) bench/sandbox_step.py

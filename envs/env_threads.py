@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-BUILTIN_PACKAGE = "envs"
+BUILTIN_PACKAGE = __name__.rpartition(".")[0]  # this package (gapforge.envs): its envs are the built-in ones
 
 
 def runs_inline(env: Any) -> bool:

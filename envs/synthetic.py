@@ -12,13 +12,36 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from envs.errors import EnvError
 from envs.naming import synthetic_env_name
 from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
-from envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
+from gapforge.envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
+
+SDK_NAME = "envs.sdk"  # the SDK's name in the sandbox (sandbox/stage.py), the one env modules import
+
+
+@contextmanager
+def sdk_as_in_sandbox() -> Iterator[None]:
+    """While an env module is imported here, `envs` / `envs.sdk` are gapforge.envs / gapforge.envs.sdk, as they are
+    in the sandbox: one SyntheticEnv class for the module and this process. Whatever held those names before (a
+    package of the user's own called `envs`, or nothing) holds them again afterwards."""
+    sdk = sys.modules[SyntheticEnv.__module__]
+    names = {"envs": sys.modules[sdk.__name__.rpartition(".")[0]], SDK_NAME: sdk}
+    saved = {name: sys.modules.get(name) for name in names}
+    sys.modules.update(names)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def load_env_class(path: str | Path) -> type[SyntheticEnv]:
@@ -33,7 +56,8 @@ def load_env_class(path: str | Path) -> type[SyntheticEnv]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # typing.get_type_hints resolves annotations through sys.modules
     try:
-        spec.loader.exec_module(module)
+        with sdk_as_in_sandbox():
+            spec.loader.exec_module(module)
         return find_env_class(module)
     except EnvDefinitionError as exc:
         raise EnvError(f"{path}: {exc}") from None

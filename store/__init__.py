@@ -9,12 +9,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-_WHERE = {
-    "LabelIn": "store.analysis",
-    "Store": "store.db",
-    "StoreError": "store.errors",
-    "StoreConfig": "store.config",
-    **{name: "store.rows" for name in (
+_WHERE = {  # name -> its module in this package
+    "LabelIn": "analysis",
+    "Store": "db",
+    "StoreError": "errors",
+    "StoreConfig": "config",
+    **{name: "rows" for name in (
         "AdapterRow", "CapabilityRow", "CapabilityStatRow", "EpisodeRow", "EpisodeSummaryRow", "EvaluationRow",
         "LabelRow", "LabelValue", "RunRow", "SyntheticEnvRow", "ValidationRow",
     )},
@@ -29,8 +29,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'store' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 

@@ -28,6 +28,7 @@ SLOW: dict[str, str] = {
     "tests/envs/test_mcp_failures.py::test_a_silent_server_hits_the_call_deadline": "MCP server processes",
     "tests/envs/test_mcp_failures.py::test_a_server_that_never_answers_the_handshake_times_out": "MCP server processes",
     "tests/gapforge/test_cli_lease.py::test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up": "two collector processes",
+    "tests/gapforge/test_packaging.py::test_the_wheel_holds_one_top_level_package": "builds a wheel with pip",
     "tests/gapforge/test_cli_lease.py::test_a_second_process_on_a_run_is_refused_with_the_holder_named": "CLI processes",
     "tests/executor/test_processes.py::test_a_worker_killed_mid_collection_costs_its_episodes_only_and_the_rerun_ends_exact": "worker processes",
     "tests/executor/test_processes.py::test_workers_that_keep_dying_stop_the_stage_with_worker_lost": "worker processes that die",

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from envs.examples.precondition_verification import PreconditionVerificationEnv
-from envs.examples.structured_data_reasoning import StructuredDataReasoningEnv
 from envs.sdk import SyntheticEnv, action_to_message
-from envs.synthetic import InProcessSyntheticEnv
+from envs.synthetic import InProcessSyntheticEnv, load_env_class
 from tests.envs.conformance import check_conformance
 
+# env modules, loaded as the sandbox and the trainer load them (they import the SDK as `envs.sdk`)
+EXAMPLE_DIR = Path(__file__).resolve().parents[2] / "envs" / "examples"
+PreconditionVerificationEnv = load_env_class(EXAMPLE_DIR / "precondition_verification.py")
+StructuredDataReasoningEnv = load_env_class(EXAMPLE_DIR / "structured_data_reasoning.py")
 EXAMPLES = [PreconditionVerificationEnv, StructuredDataReasoningEnv]
 SEEDS = range(50)
 

@@ -1,7 +1,7 @@
 """The dependency direction of DESIGN.md §2 holds: import-linter's contracts in
-`.importlinter` (run as `lint-imports`) are all kept, and no code below gapforge/
-imports gapforge (but its error root, gapforge.faults, and the demo's data locations, gapforge.demo_data:
-both import nothing of ours)."""
+`.importlinter` (run by `.ci/lint-imports` over the installed layout) are all kept, and no code
+below gapforge/ imports gapforge's own modules (but its error root, gapforge.faults, and the demo's data
+locations, gapforge.demo_data: both import nothing of ours)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from gapforge import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("graph", "executor", "agents", "training", "serving", "sandbox", "envs", "store", "prompts", "bench")
 
 
 def _lint_imports() -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("lint-imports")
-    if not exe.exists():
+    if not Path(sys.executable).with_name("lint-imports").exists():
         pytest.skip("import-linter is not installed (it is in the dev extra: pip install -e .[dev])")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([str(exe), "--no-logo", "--no-cache", "--config", str(ROOT / ".importlinter")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run([str(ROOT / ".ci" / "lint-imports"), "--no-logo"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_import_linter_contracts_are_kept() -> None:
@@ -33,21 +34,24 @@ def test_import_linter_contracts_are_kept() -> None:
 
 
 def test_a_violation_is_caught(tmp_path: Path) -> None:
-    """The contracts are live: a sandbox module importing gapforge breaks the layers contract."""
+    """The contracts are live: a sandbox module importing the graph above it breaks the layers contract."""
     bad = ROOT / "sandbox" / "_contract_probe_tmp.py"
-    bad.write_text("from gapforge.config import load_config  # noqa: F401\n")
+    bad.write_text("from gapforge.graph.state import RunState  # noqa: F401\n")
     try:
         proc = _lint_imports()
     finally:
         bad.unlink()
     assert proc.returncode != 0
-    assert "sandbox._contract_probe_tmp -> gapforge.config" in proc.stdout
+    assert "gapforge.sandbox._contract_probe_tmp -> gapforge.graph.state" in proc.stdout
 
 
 def test_nothing_below_gapforge_imports_it() -> None:
     """...but the error root, gapforge.faults (it imports nothing: tests/gapforge/test_error_root.py), and
-    gapforge.demo_data (the recordings' and the shipped policy's paths: tests/gapforge/test_demo_data.py)."""
-    pattern = re.compile(r"^\s*(from gapforge\b(?!\.(faults|demo_data) import )|import gapforge\b)", re.M)
+    gapforge.demo_data (the recordings' and the shipped policy's paths: tests/gapforge/test_demo_data.py). The folders
+    below are gapforge's subpackages: an import of one of them is not an import of the composition root."""
+    below = "|".join(FOLDERS)
+    pattern = re.compile(rf"^\s*(from gapforge(?!\.(faults|demo_data) import |\.({below})\b|\s+import\s+({below})(\s*,\s*({below}))*\s*$)\S*\s+import\b"
+                         rf"|import gapforge(?!\.({below})\b))", re.M)
     offenders = [
         str(p.relative_to(ROOT))
         for layer in LAYERS
