@@ -28,7 +28,7 @@ demo: install
 # ToolSandbox lives in a venv of its own (.toolsandbox-venv; its pins conflict with ours). Idempotent (stamp file);
 # does nothing when the vendored source is absent, and its tests then skip with the reason.
 toolsandbox-env: install
-	$(PY) -m envs.toolsandbox.install --source $(TOOLSANDBOX_SRC) --if-present
+	$(PY) -m gapforge.envs.toolsandbox.install --source $(TOOLSANDBOX_SRC) --if-present
 
 test: install toolsandbox-env
 	$(PY) -m pytest -q -ra; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc

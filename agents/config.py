@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
-from agents.errors import ModelError
+from gapforge.agents.errors import ModelError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_EPISODE_TIMEOUT_S = 1800.0  # an episode's time limit where no config sets one (agents.rollouts.CollectPlan)
@@ -162,9 +162,9 @@ class RolloutConfig(_Section):
         """`env: x.py:C` + `env_args: {split: dev}` -> `env: x.py:C?split=dev`, `env_args: {}`."""
         if not isinstance(data, dict) or not data.get("env_args"):
             return data
-        from envs.errors import EnvError
-        from envs.loader import with_keywords
-        from envs.registry import is_builtin
+        from gapforge.envs.errors import EnvError
+        from gapforge.envs.loader import with_keywords
+        from gapforge.envs.registry import is_builtin
 
         env, args = str(data.get("env", "shop")), data["env_args"]
         if not isinstance(args, dict):

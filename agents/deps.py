@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.config import PolicyConfig, RolloutConfig
-from agents.synthesis.config import SynthesisConfig
-from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
-from sandbox.config import SandboxConfig
-from store.workspace import Workspace
+from gapforge.agents.config import PolicyConfig, RolloutConfig
+from gapforge.agents.synthesis.config import SynthesisConfig
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.store.workspace import Workspace
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from envs.protocol import PolicyModel
-    from sandbox.pool import SandboxPool
-    from store import Store
+    from gapforge.envs.protocol import PolicyModel
+    from gapforge.sandbox.pool import SandboxPool
+    from gapforge.store import Store
 
 
 @dataclass

@@ -45,10 +45,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.env_threads import DaemonThreads, boundary_of, runs_inline
-from envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
-from envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
-from sandbox.errors import SandboxError
+from gapforge.envs.env_threads import DaemonThreads, boundary_of, runs_inline
+from gapforge.envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
+from gapforge.envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
+from gapforge.sandbox.errors import SandboxError
 
 Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "worker_error", "malformed_output", "policy_error",
                       "env_error", "timeout"]

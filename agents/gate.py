@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from agents.router import RouterError
+from gapforge.agents.router import RouterError
 
 NONE = "none"
 POOLING = "mean of the last hidden state over the first user message's tokens, rendered alone as a one-turn chat (v1)"

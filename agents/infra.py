@@ -15,9 +15,9 @@ command completes with its resume command.
 
 from __future__ import annotations
 
-from agents.errors import IncompleteStage, ModelEndpointError
-from envs.errors import INFRA_TERMINATIONS, EndpointError, InfrastructureFailure, infra_cause
-from sandbox.errors import SandboxLost
+from gapforge.agents.errors import IncompleteStage, ModelEndpointError
+from gapforge.envs.errors import INFRA_TERMINATIONS, EndpointError, InfrastructureFailure, infra_cause
+from gapforge.sandbox.errors import SandboxLost
 
 # Exceptions that mean "the infrastructure kept failing past its retries" (never the env's, never the model's).
 INFRA_ERRORS: tuple[type[BaseException], ...] = (InfrastructureFailure, SandboxLost, ModelEndpointError, EndpointError)

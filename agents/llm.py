@@ -38,12 +38,12 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from agents.config import EndpointConfig, LLMConfig, PolicyConfig
-from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
-from agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
-from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
-from envs.errors import is_transient_status
-from prompts import load_prompt
+from gapforge.agents.config import EndpointConfig, LLMConfig, PolicyConfig
+from gapforge.agents.errors import ModelEndpointError, ModelError, StructuredOutputError
+from gapforge.agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
+from gapforge.envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
+from gapforge.envs.errors import is_transient_status
+from gapforge.prompts import load_prompt
 
 PLACEHOLDER_API_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key
 

@@ -16,11 +16,11 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from agents.episode import EpisodeRecord, Termination, run_episode
-from agents.errors import ModelEndpointError, ModelError
-from agents.llm import is_transient, prompt_config
-from envs.errors import EndpointError, MalformedOutputError, PolicyError
-from envs.protocol import Message, ToolCall
+from gapforge.agents.episode import EpisodeRecord, Termination, run_episode
+from gapforge.agents.errors import ModelEndpointError, ModelError
+from gapforge.agents.llm import is_transient, prompt_config
+from gapforge.envs.errors import EndpointError, MalformedOutputError, PolicyError
+from gapforge.envs.protocol import Message, ToolCall
 
 __all__ = ["ChatModelPolicy", "EpisodeRecord", "Termination", "from_langchain", "run_episode", "to_langchain"]
 

@@ -21,12 +21,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from pydantic import BaseModel, ConfigDict
 
-from agents.config import LLMConfig
-from agents.errors import ModelError
-from agents.llm import chat_model_from_config, prompt_config
-from agents.scripted import ScriptedChatModel
+from gapforge.agents.config import LLMConfig
+from gapforge.agents.errors import ModelError
+from gapforge.agents.llm import chat_model_from_config, prompt_config
+from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.faults import InputFault
-from prompts import load_prompt
+from gapforge.prompts import load_prompt
 
 PROMPT_FILE = "gepa_reflection.md"
 PROMPT_NAME = "gepa_reflection"
@@ -107,7 +107,7 @@ class ReflectionRecording(BaseModel):
 
 def recorded_reflection(env: str) -> ScriptedChatModel:
     """The recorded reflection LM for a built-in env (agents/recorded/<env>_reflection.yaml)."""
-    from agents.analysis.recorded import RULES, Trajectory
+    from gapforge.agents.analysis.recorded import RULES, Trajectory
 
     path = RECORDED_DIR / f"{env.split(':')[0]}_reflection.yaml"
     if not path.is_file():

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
-from agents.config import DEFAULT_EPISODE_TIMEOUT_S
-from agents.episode import EpisodeRecord, TimedOut, bounded, call_env, run_episode, timed_out
-from agents.errors import IncompleteStage
-from envs.env_threads import DaemonThreads, runs_inline
-from envs.protocol import PolicyModel, TargetEnvironment
-from envs.sampling import episode_key
+from gapforge.agents.config import DEFAULT_EPISODE_TIMEOUT_S
+from gapforge.agents.episode import EpisodeRecord, TimedOut, bounded, call_env, run_episode, timed_out
+from gapforge.agents.errors import IncompleteStage
+from gapforge.envs.env_threads import DaemonThreads, runs_inline
+from gapforge.envs.protocol import PolicyModel, TargetEnvironment
+from gapforge.envs.sampling import episode_key
 from gapforge.faults import EndpointFault, GapforgeError
 
 log = logging.getLogger(__name__)

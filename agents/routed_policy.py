@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agents.router import RouteDecision, Router, first_user_message
-from envs.protocol import Message, PolicyModel
-from prompts import load_prompt
+from gapforge.agents.router import RouteDecision, Router, first_user_message
+from gapforge.envs.protocol import Message, PolicyModel
+from gapforge.prompts import load_prompt
 
 
 class RoutedPolicy:

@@ -27,8 +27,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.errors import ModelError
-from prompts import load_prompt
+from gapforge.agents.errors import ModelError
+from gapforge.prompts import load_prompt
 
 ROUTER_PROMPT = "router.md"
 

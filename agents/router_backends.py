@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
-from agents.errors import ModelEndpointError
-from agents.router import RouterError
+from gapforge.agents.errors import ModelEndpointError
+from gapforge.agents.router import RouterError
 
 DEFAULT_TEMPLATE_KWARGS = {"enable_thinking": False}
 

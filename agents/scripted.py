@@ -39,7 +39,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agents.errors import ModelError
+from gapforge.agents.errors import ModelError
 
 PROMPT_NAME_KEY = "prompt_name"
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agents.deps import StageDeps
-from agents.episode import run_episode
-from envs.errors import EnvError
-from envs.protocol import PolicyModel
-from sandbox.checks import SplitTexts, ValidationReport, avalidate_env, validate_env
-from sandbox.checks.grpo import EpisodeRunner
-from sandbox.env import SandboxedEnv
+from gapforge.agents.deps import StageDeps
+from gapforge.agents.episode import run_episode
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import PolicyModel
+from gapforge.sandbox.checks import SplitTexts, ValidationReport, avalidate_env, validate_env
+from gapforge.sandbox.checks.grpo import EpisodeRunner
+from gapforge.sandbox.env import SandboxedEnv
 
 
 class SandboxChecks(Protocol):
@@ -61,7 +61,7 @@ async def _readiness_episode(policy: PolicyModel, env: Any, seed: int, temperatu
 
 def target_tools(name: str) -> list[dict[str, Any]]:
     """A target env's tool schemas (unknown name -> envs.errors.EnvError, one line)."""
-    from envs.registry import make_env
+    from gapforge.envs.registry import make_env
 
     env = make_env(name)
     try:

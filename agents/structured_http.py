@@ -40,8 +40,8 @@ from openai.lib._parsing._completions import type_to_response_format_param
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryError
 
-from agents.errors import ModelEndpointError, ModelError
-from agents.llm import (
+from gapforge.agents.errors import ModelEndpointError, ModelError
+from gapforge.agents.llm import (
     PLACEHOLDER_API_KEY,
     RetryingChatOpenAI,
     _check_schema,
@@ -50,8 +50,8 @@ from agents.llm import (
     _one_line,
     is_transient,
 )
-from envs.breaker import CircuitOpen
-from prompts import load_prompt
+from gapforge.envs.breaker import CircuitOpen
+from gapforge.prompts import load_prompt
 
 Message = dict[str, Any]  # OpenAI wire format: {"role": ..., "content": ...}
 _STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {

@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from demo_policy.artifact import SHIPPED
-from demo_policy.teach_data import gold_script, play
-from envs.sampling import episode_key
-from envs.shop import ShopEnv
-from envs.shop.tools import WRITE_TOOLS
+from gapforge.demo_policy.artifact import SHIPPED
+from gapforge.demo_policy.teach_data import gold_script, play
+from gapforge.envs.sampling import episode_key
+from gapforge.envs.shop import ShopEnv
+from gapforge.envs.shop.tools import WRITE_TOOLS
 
 
 def kind_of(turn) -> str:
@@ -65,7 +65,7 @@ async def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     args = ap.parse_args()
 
-    from serving.multi_adapter import MultiAdapterModel
+    from gapforge.serving.multi_adapter import MultiAdapterModel
 
     backend = MultiAdapterModel(args.model, {}, max_new_tokens=args.max_new_tokens, seed=0)
     policy = backend.policy(None, temperature=args.temperature, name="policy")

@@ -26,16 +26,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.registry import make_env
-from evaluation.config import EvaluationConfig
-from evaluation.run import EvalPlan, evaluate
-from serving.multi_adapter import MultiAdapterModel
-from store.db import Store
-from training.budget import baseline_steps, baseline_tasks, training_rollout_budget
-from training.config import TrainingConfig
-from training.deprecations import quiet_library_deprecations
-from training.envs import EnvSpec
-from training.service import TrainJob, train_capability
+from gapforge.envs.registry import make_env
+from gapforge.evaluation.config import EvaluationConfig
+from gapforge.evaluation.run import EvalPlan, evaluate
+from gapforge.serving.multi_adapter import MultiAdapterModel
+from gapforge.store.db import Store
+from gapforge.training.budget import baseline_steps, baseline_tasks, training_rollout_budget
+from gapforge.training.config import TrainingConfig
+from gapforge.training.deprecations import quiet_library_deprecations
+from gapforge.training.envs import EnvSpec
+from gapforge.training.service import TrainJob, train_capability
 
 
 def _run_settings(store: Store, run_id: str) -> dict:

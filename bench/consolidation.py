@@ -35,10 +35,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.protocol import Message, Score, StepResult, TaskRef
 from gapforge.demo_data import RECORDINGS_DIR
-from training.config import TrainingConfig
-from training.envs import EnvSpec, open_factory
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec, open_factory
 
 RECORDED = RECORDINGS_DIR / "shop"
 MODULES = [RECORDED / "precondition_verification_3.py", RECORDED / "tool_argument_precision_1.py"]  # the demo's accepted envs
@@ -124,8 +124,8 @@ def consolidated_config(cfg: TrainingConfig, n: int) -> TrainingConfig:
 
 def main() -> None:
     from bench.effect import profile  # the demo profile as a tree (bench/effect.py)
-    from training.deprecations import quiet_library_deprecations
-    from training.service import TrainJob, train_capability
+    from gapforge.training.deprecations import quiet_library_deprecations
+    from gapforge.training.service import TrainJob, train_capability
 
     quiet_library_deprecations()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -156,7 +156,7 @@ def main() -> None:
 
 
 def _shipped() -> Path:
-    from demo_policy.artifact import SHIPPED
+    from gapforge.demo_policy.artifact import SHIPPED
 
     return SHIPPED
 

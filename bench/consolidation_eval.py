@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evaluation import stats
-from evaluation.summary import points
+from gapforge.evaluation import stats
+from gapforge.evaluation.summary import points
 
 
 def _episodes(store: Any, child: str, env: str) -> stats.Episodes:
@@ -24,7 +24,7 @@ def _episodes(store: Any, child: str, env: str) -> stats.Episodes:
 
 def demo_episodes(demo: str) -> dict[str, stats.Episodes]:
     """{policy: episodes} of a demo run's evaluation, `demo` = WORKSPACE:RUN (its store: WORKSPACE/.gapforge/gapforge.db)."""
-    from store.db import Store
+    from gapforge.store.db import Store
 
     ws, _, run = demo.rpartition(":")
     with Store(f"sqlite:///{Path(ws) / '.gapforge' / 'gapforge.db'}") as store:
@@ -33,14 +33,14 @@ def demo_episodes(demo: str) -> dict[str, stats.Episodes]:
 
 
 async def evaluate_consolidated(model: str, adapter: str, tree: dict, out: Path, *, demo: str | None = None) -> dict[str, Any]:
-    from agents.analysis.config import AnalysisConfig
-    from agents.analysis.split import split_tasks
-    from agents.config import PolicyConfig, RolloutConfig
-    from envs.shop import ShopEnv
-    from evaluation.config import EvaluationConfig
-    from evaluation.run import EvalPlan, evaluate
-    from serving.multi_adapter import MultiAdapterModel
-    from store.db import Store
+    from gapforge.agents.analysis.config import AnalysisConfig
+    from gapforge.agents.analysis.split import split_tasks
+    from gapforge.agents.config import PolicyConfig, RolloutConfig
+    from gapforge.envs.shop import ShopEnv
+    from gapforge.evaluation.config import EvaluationConfig
+    from gapforge.evaluation.run import EvalPlan, evaluate
+    from gapforge.serving.multi_adapter import MultiAdapterModel
+    from gapforge.store.db import Store
 
     policy, rollouts = PolicyConfig(**tree.get("policy", {})), RolloutConfig(**tree.get("rollouts", {}))
     analysis, ev = AnalysisConfig(**tree.get("analysis", {})), EvaluationConfig(**tree.get("evaluation", {}))

@@ -18,7 +18,7 @@ import argparse
 import time
 from pathlib import Path
 
-import serving.batching as batching
+import gapforge.serving.batching as batching
 from gapforge.demo_data import SHOP_POLICY_DIR
 
 

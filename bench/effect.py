@@ -35,15 +35,15 @@ sys.path.insert(0, str(ROOT))
 
 import yaml
 
-from evaluation import stats
-from evaluation.oracle import ORACLE_ROW, oracle_from_store
-from evaluation.scaling import gate_line, oracle_lines, scaling, scaling_lines
-from evaluation.summary import points
-from sandbox.config import SandboxConfig
-from store.db import Store
-from training.config import TrainingConfig
-from training.deprecations import quiet_library_deprecations
-from training.envs import EnvSpec, open_factory
+from gapforge.evaluation import stats
+from gapforge.evaluation.oracle import ORACLE_ROW, oracle_from_store
+from gapforge.evaluation.scaling import gate_line, oracle_lines, scaling, scaling_lines
+from gapforge.evaluation.summary import points
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.store.db import Store
+from gapforge.training.config import TrainingConfig
+from gapforge.training.deprecations import quiet_library_deprecations
+from gapforge.training.envs import EnvSpec, open_factory
 
 DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported
 RUN_DEMO = "import sys; from gapforge.cli import main; sys.argv[0] = 'gapforge'; sys.exit(main())"
@@ -79,8 +79,8 @@ def run_demo(work: Path, seed: int, overrides: list[str]) -> tuple[str, float, s
 
 def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg: TrainingConfig, seeds: list[int]) -> dict:
     """Base vs adapter on synthetic test seeds, paired by (seed, sample): the mean reward difference and its interval."""
-    from training.evaluate import load_policy
-    from training.selection import evaluate_heldout
+    from gapforge.training.evaluate import load_policy
+    from gapforge.training.selection import evaluate_heldout
 
     make_env, close = open_factory(spec, pool_size=2)
     try:

@@ -30,19 +30,19 @@ ROOT = Path(__file__).resolve().parents[1]
 # this file is named like the package it benchmarks: its own folder must not shadow `import gepa`
 sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent)]
 
-from agents.config import LLMConfig, PolicyConfig, RolloutConfig
-from agents.routed_policy import HintedPolicy
-from envs.registry import make_env
-from evaluation.config import EvaluationConfig
-from evaluation.gepa_baseline import GEPA, gepa_budget, gepa_for_run, gepa_label, gepa_policy
-from evaluation.policies import CAPABILITY_HINTS
-from evaluation.run import EvalPlan, evaluate
-from evaluation.service import RunArtifacts, load_backend, run_artifacts
-from evaluation.summary import verdict
+from gapforge.agents.config import LLMConfig, PolicyConfig, RolloutConfig
+from gapforge.agents.routed_policy import HintedPolicy
 from gapforge.demo_data import SHOP_POLICY_DIR
-from store.db import Store
-from training.budget import training_rollout_budget
-from training.config import TrainingConfig
+from gapforge.envs.registry import make_env
+from gapforge.evaluation.config import EvaluationConfig
+from gapforge.evaluation.gepa_baseline import GEPA, gepa_budget, gepa_for_run, gepa_label, gepa_policy
+from gapforge.evaluation.policies import CAPABILITY_HINTS
+from gapforge.evaluation.run import EvalPlan, evaluate
+from gapforge.evaluation.service import RunArtifacts, load_backend, run_artifacts
+from gapforge.evaluation.summary import verdict
+from gapforge.store.db import Store
+from gapforge.training.budget import training_rollout_budget
+from gapforge.training.config import TrainingConfig
 
 
 def _cfg(stored: dict, max_metric_calls: int | None) -> SimpleNamespace:

@@ -52,8 +52,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
-    from training.config import TrainingConfig
-    from training.grpo import RolloutRecorder, build_trainer
+    from gapforge.training.config import TrainingConfig
+    from gapforge.training.grpo import RolloutRecorder, build_trainer
 
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(str(args.model), local_files_only=True)

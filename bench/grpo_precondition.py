@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.config import TrainingConfig
-from training.envs import EnvSpec, open_factory
-from training.service import TrainJob, train_capability
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec, open_factory
+from gapforge.training.service import TrainJob, train_capability
 
 MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 
@@ -57,8 +57,8 @@ def main() -> None:
         r = train_capability(job, progress=lambda row: print(json.dumps(row), flush=True))
         reload, test = None, (None, None)
         if r.adapter_path:
-            from training.evaluate import load_policy
-            from training.selection import evaluate_heldout
+            from gapforge.training.evaluate import load_policy
+            from gapforge.training.selection import evaluate_heldout
 
             model, tok = load_policy(args.model, r.adapter_path)
             make_env, close = open_factory(spec, pool_size=2)

@@ -34,15 +34,15 @@ from statistics import mean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.fakes (the fake server and the planted policy) live in the repository, not the product
 
-from agents.analysis.compact import compact_episode, make_token_counter
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import discover
-from agents.analysis.labeling import label_pass
-from agents.analysis.recorded import load_recording, recorded_analyst
-from agents.analysis.split import analysis_episodes
-from agents.config import EndpointConfig
-from agents.llm import make_chat_model
-from store import Store
+from gapforge.agents.analysis.compact import compact_episode, make_token_counter
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import discover
+from gapforge.agents.analysis.labeling import label_pass
+from gapforge.agents.analysis.recorded import load_recording, recorded_analyst
+from gapforge.agents.analysis.split import analysis_episodes
+from gapforge.agents.config import EndpointConfig
+from gapforge.agents.llm import make_chat_model
+from gapforge.store import Store
 from tests.fakes.planted_policy import collect_planted
 
 

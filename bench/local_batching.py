@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.rollouts import CollectPlan, collect
-from envs.shop import ShopEnv
-from serving.local import LocalPolicy
-from training.evaluate import MemorySink
+from gapforge.agents.rollouts import CollectPlan, collect
+from gapforge.envs.shop import ShopEnv
+from gapforge.serving.local import LocalPolicy
+from gapforge.training.evaluate import MemorySink
 
 
 def _content(messages: list[dict]) -> list:
@@ -55,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     model = args.model
     if model is None:
-        from serving.tiny_model import build_tiny_model
+        from gapforge.serving.tiny_model import build_tiny_model
 
         model = build_tiny_model(Path(tempfile.mkdtemp(prefix="gapforge-bench-")) / "tiny")
     tasks = ShopEnv().task_ids()[: args.tasks]

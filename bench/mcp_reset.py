@@ -26,8 +26,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.mcp import McpTargetEnv, pool  # noqa: E402
-from envs.protocol import Message, ToolCall  # noqa: E402
+from gapforge.envs.mcp import McpTargetEnv, pool  # noqa: E402
+from gapforge.envs.protocol import Message, ToolCall  # noqa: E402
 
 HELPDESK = ROOT / "examples" / "helpdesk"
 WRITE = Message.assistant(tool_calls=[

@@ -25,13 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.rollouts import CollectPlan, collect
-from envs.protocol import Message, ToolCall
-from envs.registry import make_env
-from executor import ExecutorConfig, episode_player
+from gapforge.agents.rollouts import CollectPlan, collect
 from gapforge.demo_data import SHOP_POLICY_DIR
-from serving.local import LocalPolicy
-from store import Store
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.executor import ExecutorConfig, episode_player
+from gapforge.serving.local import LocalPolicy
+from gapforge.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # `-m tests.fakes.fake_openai` runs from here (tests/ is not installed)
 
-from agents.rollouts import CollectPlan, collect
-from envs.registry import make_env
-from serving.openai_policy import EndpointPolicy
-from store import Store
+from gapforge.agents.rollouts import CollectPlan, collect
+from gapforge.envs.registry import make_env
+from gapforge.serving.openai_policy import EndpointPolicy
+from gapforge.store import Store
 
 
 @contextmanager

@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.router import Router, RoutingConfig, make_options
-from agents.router_backends import TransformersScorer
-from envs.protocol import Message
-from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.agents.router_backends import TransformersScorer
+from gapforge.envs.protocol import Message
+from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 
 CAPS = [
     {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.", "adapter": "a"},
@@ -111,7 +111,7 @@ def bench_local_overhead(model_dir: Path, requests: int) -> None:
     cores from the one measured). Calls are interleaved so load drift hits both alike."""
     import httpx
 
-    from serving.multi_adapter import MultiAdapterModel
+    from gapforge.serving.multi_adapter import MultiAdapterModel
 
     backend = MultiAdapterModel(model_dir, {}, max_new_tokens=1, name="base")
     body = {"model": ROUTED_MODEL, "messages": [{"role": "user", "content": MESSAGE}], "temperature": 0, "max_tokens": 1}
@@ -214,7 +214,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = ns.model
         if model is None:
-            from serving.tiny_model import build_tiny_model
+            from gapforge.serving.tiny_model import build_tiny_model
 
             model = build_tiny_model(Path(tmp) / "tiny")
         if not ns.local_only:

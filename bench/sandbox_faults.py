@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.protocol import Message
-from sandbox.config import SandboxConfig
-from sandbox.env import SandboxedEnv
-from sandbox.errors import EnvCodeError
+from gapforge.envs.protocol import Message
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.errors import EnvCodeError
 
 HOSTILE = ROOT / "tests" / "sandbox" / "hostile"
 BROKEN = ROOT / "tests" / "sandbox" / "broken"

@@ -19,11 +19,11 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from envs.protocol import Message, ToolCall
-from envs.synthetic import InProcessSyntheticEnv
-from sandbox.config import SandboxConfig
-from sandbox.env import SandboxedEnv
-from sandbox.pool import SandboxPool
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.pool import SandboxPool
 
 DEFAULT_MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

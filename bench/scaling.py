@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluation.rollout_scaling import curve_points, per_1000, scaling_plot, scaling_rows, scaling_table
-from store.db import Store
+from gapforge.evaluation.rollout_scaling import curve_points, per_1000, scaling_plot, scaling_rows, scaling_table
+from gapforge.store.db import Store
 
 CURVE = ["evaluation.baseline_grpo=true", "evaluation.min_family_episodes=40", "training.early_stopping=false", "evaluation.scaling_curve=true"]
 

@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 import httpx
 import openai
 
-from envs.protocol import Message, ToolCall
-from envs.registry import make_env
 from gapforge.demo_data import SHOP_POLICY_DIR
-from store import Store
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.store import Store
 
 ROUTED = "gapforge-router"
 CAPS = ("precondition_verification", "structured_data_reasoning")

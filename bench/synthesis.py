@@ -28,18 +28,18 @@ import asyncio
 
 from synth_fixtures import analysed_run, store_at
 
-from agents.config import PolicyConfig
-from agents.deps import StageDeps
-from agents.synthesis.config import SynthesisConfig
-from agents.synthesis.recorded import recorded_synthesis_model
-from agents.synthesis.service import avalidate_stored_attempt, decided_attempts, generate_attempt, synthesis_result
-from graph.capability import repair
-from graph.context import SynthesisAttempt, ValidationDone
-from sandbox.checks.probe import action_message
-from sandbox.checks.settings import GRPOReadinessConfig
-from sandbox.config import SandboxConfig
-from sandbox.pool import SandboxPool
-from store.workspace import Workspace
+from gapforge.agents.config import PolicyConfig
+from gapforge.agents.deps import StageDeps
+from gapforge.agents.synthesis.config import SynthesisConfig
+from gapforge.agents.synthesis.recorded import recorded_synthesis_model
+from gapforge.agents.synthesis.service import avalidate_stored_attempt, decided_attempts, generate_attempt, synthesis_result
+from gapforge.graph.capability import repair
+from gapforge.graph.context import SynthesisAttempt, ValidationDone
+from gapforge.sandbox.checks.probe import action_message
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.pool import SandboxPool
+from gapforge.store.workspace import Workspace
 
 CAPS = ("precondition_verification", "multi_step_task_completion")
 
@@ -57,9 +57,9 @@ async def noisy_reference(policy, env, seed, temperature):
 
 
 def tiny_runner(tmp: Path):
-    from agents.policy import run_episode
-    from serving.local import LocalPolicy
-    from serving.tiny_model import build_tiny_model
+    from gapforge.agents.policy import run_episode
+    from gapforge.serving.local import LocalPolicy
+    from gapforge.serving.tiny_model import build_tiny_model
 
     policy = LocalPolicy(build_tiny_model(tmp / "tiny"), temperature=1.0, max_new_tokens=48)
 

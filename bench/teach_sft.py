@@ -33,8 +33,8 @@ def main() -> None:
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from demo_policy import teach
-    from demo_policy.teach_data import build_trajectories, teach_instances
+    from gapforge.demo_policy import teach
+    from gapforge.demo_policy.teach_data import build_trajectories, teach_instances
 
     transformers.utils.logging.disable_progress_bar()  # the weight-loading bars would bury the timings (teach._sft silences TRL's dataset bars)
     torch.set_num_threads(args.threads)

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.config import TrainingConfig
-from training.envs import EnvSpec, open_factory
-from training.grpo import RolloutRecorder, build_trainer
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec, open_factory
+from gapforge.training.grpo import RolloutRecorder, build_trainer
 
 MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 
@@ -38,13 +38,13 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from training.cpu import set_cpu_threads
+    from gapforge.training.cpu import set_cpu_threads
 
     print(f"torch threads: {set_cpu_threads()}")
     tmp = Path(tempfile.mkdtemp(prefix="gapforge-bench-"))
     model_dir = args.model
     if model_dir is None:
-        from serving.tiny_model import build_tiny_model
+        from gapforge.serving.tiny_model import build_tiny_model
 
         model_dir = str(build_tiny_model(tmp / "tiny"))
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -66,9 +66,9 @@ def main() -> None:
 
     from fastapi.testclient import TestClient
 
-    from store.reader import StoreReader
-    from ui.app import create_app
-    from ui.sources import UiSettings
+    from gapforge.store.reader import StoreReader
+    from gapforge.ui.app import create_app
+    from gapforge.ui.sources import UiSettings
 
     tmp = None
     if ns.reuse:

@@ -110,7 +110,7 @@ def measure(model_dir: str | Path, *, samples: int = 6, concurrency: int = 8) ->
     replay subset's successes (the shipped-artifact test compares against it)."""
     import asyncio
 
-    from training.evaluate import shop_rates
+    from gapforge.training.evaluate import shop_rates
 
     t0 = time.perf_counter()
     rates = asyncio.run(shop_rates(model_dir, samples=samples, concurrency=concurrency, **DEMO_SAMPLING))

@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from training import tokens as training_tokens  # its bytes are part of the recipe hash
-from training.tokens import encode, env_delta, render
+from gapforge.training import tokens as training_tokens  # its bytes are part of the recipe hash
+from gapforge.training.tokens import encode, env_delta, render
 
 _HERE = Path(__file__).parent
 TEMPLATE = _HERE / "compact_template.jinja"
@@ -98,7 +98,7 @@ def _tokenizer(texts: list[str], cfg: TeachConfig):
     )
     from transformers import PreTrainedTokenizerFast
 
-    from serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS
+    from gapforge.serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS
 
     backend = Tokenizer(models.BPE())
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -160,10 +160,10 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    from demo_policy.artifact import weights_sha256
-    from demo_policy.teach_data import build_trajectories, teach_instances
-    from envs.shop import ShopEnv
-    from training.cpu import set_cpu_threads
+    from gapforge.demo_policy.artifact import weights_sha256
+    from gapforge.demo_policy.teach_data import build_trajectories, teach_instances
+    from gapforge.envs.shop import ShopEnv
+    from gapforge.training.cpu import set_cpu_threads
 
     cfg = cfg or TeachConfig()
     # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
@@ -259,7 +259,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
 
 
 def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, seed: int) -> list[dict[str, list[int]]]:
-    from demo_policy.teach_data import copy_drills
+    from gapforge.demo_policy.teach_data import copy_drills
 
     return ([tokenize_trajectory(tok, t.messages, tools) for t in trajs]
             + [tokenize_trajectory(tok, d, tools) for d in copy_drills(trajs, drills, seed)])
@@ -267,7 +267,7 @@ def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, 
 
 def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
                    say: Callable[[str], None], look: bool = False, email_first: bool = False) -> list[dict[str, list[int]]]:
-    from demo_policy.teach_data import decision_drills
+    from gapforge.demo_policy.teach_data import decision_drills
 
     if not per_task:
         return []

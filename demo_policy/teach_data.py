@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from envs.protocol import Message, ToolCall
-from envs.shop.data import _FIRST, _LAST
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.shop.data import _FIRST, _LAST
 
 ASK = {"order_id": "the order id", "items": "which item", "reason": "the reason", "address": "the new address",
        "exchange_target": "which variant you want instead", "payment": "the payment method for the refund"}
@@ -61,8 +61,8 @@ class Trajectory:
 
 def teach_instances(n: int) -> list[Any]:
     """ShopEnvs of the first `n` buildable shop instances >= 1 (instance 0, THE shop, is never taught on)."""
-    from envs.errors import EnvError
-    from envs.shop import ShopEnv
+    from gapforge.envs.errors import EnvError
+    from gapforge.envs.shop import ShopEnv
 
     envs: list[Any] = []
     k = 0

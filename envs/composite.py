@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TargetEnvironment, TaskRef
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, Score, StepResult, TargetEnvironment, TaskRef
 
 PREFIX = "composite:"
 JOIN = "+"

@@ -35,7 +35,7 @@ def runs_inline(env: Any) -> bool:
 def boundary_of(env: Any) -> str:
     """Who answers an env call: 'sandbox' for an env served from the Docker sandbox, else 'env' (the env's own code,
     which for an MCP target includes its server)."""
-    return "sandbox" if (type(env).__module__ or "").startswith("sandbox.") else "env"
+    return "sandbox" if (type(env).__module__ or "").startswith("gapforge.sandbox.") else "env"
 
 
 _STOP = object()

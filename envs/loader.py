@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.errors import EnvError
+from gapforge.envs.errors import EnvError
 
 FORMS = "package.module:ClassName or path/to/file.py:ClassName"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -189,7 +189,7 @@ class PolicyModel(Protocol):
 def seed_of(task: TaskRef) -> int:
     """The integer seed a synthetic env is reset with: an int, or a string of digits
     (task ids travel as strings through the store). Anything else -> EnvError."""
-    from envs.errors import EnvError
+    from gapforge.envs.errors import EnvError
 
     if isinstance(task, str) and task.lstrip("-").isdigit():
         return int(task)

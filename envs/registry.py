@@ -17,8 +17,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from envs.errors import EnvError
-from envs.protocol import TargetEnvironment
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import TargetEnvironment
 
 TAU2_DOMAINS = ("retail", "airline", "telecom")
 TAU2_OPTIONS = ("max_steps", "max_errors")  # Tau2Env's caps (τ²'s defaults: 200 steps, 10 tool errors)
@@ -45,11 +45,11 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
     if user not in USERS:
         raise EnvError(f"unknown user '{user}': use one of {', '.join(USERS)}")
     if name == "shop":
-        from envs.shop import ShopEnv
+        from gapforge.envs.shop import ShopEnv
 
         return ShopEnv(user=user, user_model=user_model)
     if name.startswith("composite:"):
-        from envs.composite import CompositeEnv
+        from gapforge.envs.composite import CompositeEnv
 
         return CompositeEnv(name, user=user, user_model=user_model, make=make_env)
     if name.startswith("tau2:"):
@@ -59,7 +59,7 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
         return _make_tau2(name, domain, user, user_model, _tau2_options(name, query))
     base, _, query = name.partition("?")
     if base == "toolsandbox" or base.startswith("toolsandbox:"):
-        from envs.toolsandbox import (
+        from gapforge.envs.toolsandbox import (
             ToolSandboxEnv,  # its own venv and worker process; nothing heavy here
         )
 
@@ -70,7 +70,7 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
     if ":" not in name.partition("?")[0]:
         raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}, mcp:FILE.yaml, "
                        "or your own class as package.module:ClassName or path/to/file.py:ClassName")
-    from envs.loader import construct, load_class, parse_class_spec
+    from gapforge.envs.loader import construct, load_class, parse_class_spec
 
     spec = parse_class_spec(name)  # no colon, a bad class name or bad keywords: one line naming the forms
     return _checked_once(name, construct(load_class(spec), spec, user=user, user_model=user_model))
@@ -79,7 +79,7 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
 def _checked_once(name: str, env: Any) -> TargetEnvironment:
     """`env` after the protocol check, which runs on the first instance of `name` (and of its class) in this process."""
     if (name, type(env)) not in _checked:
-        from envs.target_check import check_target
+        from gapforge.envs.target_check import check_target
 
         try:
             check_target(env, name)
@@ -103,7 +103,7 @@ def _make_mcp(name: str, user: str, user_model: Any) -> Any:
     if not path:
         raise EnvError(f"env '{name}': give the target file after 'mcp:', e.g. mcp:examples/helpdesk/target.yaml")
     try:
-        from envs.mcp import McpTargetEnv
+        from gapforge.envs.mcp import McpTargetEnv
     except ImportError as err:
         raise EnvError(f"env '{name}' needs the mcp extra: {MCP_HINT} ({err})") from err
     return McpTargetEnv(path, user=user, user_model=user_model)
@@ -116,7 +116,7 @@ def _toolsandbox_network(name: str, query: str) -> str:
         return "off"
     key, _, value = query.partition("=")
     if key == "network" and value == "recorded":
-        from envs.toolsandbox.env import RENAMED
+        from gapforge.envs.toolsandbox.env import RENAMED
 
         raise EnvError(f"env '{name}': {RENAMED}")
     if key != "network" or value not in ("off", "stand-in"):
@@ -126,7 +126,7 @@ def _toolsandbox_network(name: str, query: str) -> str:
 
 def _tau2_options(name: str, query: str) -> dict[str, int]:
     """`tau2:retail?max_steps=50&max_errors=10` -> {"max_steps": 50, "max_errors": 10} (τ²'s own step and error caps)."""
-    from envs.loader import parse_keywords
+    from gapforge.envs.loader import parse_keywords
 
     options = parse_keywords(query, name)
     for key, value in options.items():
@@ -141,7 +141,7 @@ def _make_tau2(name: str, domain: str, user: str, user_model: Any, options: dict
     try:
         import tau2  # noqa: F401  (the extra's package; Tau2Env imports it anyway)
 
-        from envs.tau2 import Tau2Env
+        from gapforge.envs.tau2 import Tau2Env
     except ImportError as err:
         if err.name == "tau2" or err.name is None and "tau2" in str(err):
             raise EnvError(f"{hint} ({err})") from err

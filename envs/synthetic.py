@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from envs.errors import EnvError
-from envs.naming import synthetic_env_name
-from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
+from gapforge.envs.errors import EnvError
+from gapforge.envs.naming import synthetic_env_name
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, seed_of
 from gapforge.envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
 
 SDK_NAME = "envs.sdk"  # the SDK's name in the sandbox (sandbox/stage.py), the one env modules import

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.errors import EnvError
-from envs.loader import source_of
+from gapforge.envs.errors import EnvError
+from gapforge.envs.loader import source_of
 
 # method -> (positional parameters after self, what it is called with)
 METHODS: dict[str, tuple[int, str]] = {

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evaluation import stats
-from evaluation.summary import points, verdict
+from gapforge.evaluation import stats
+from gapforge.evaluation.summary import points, verdict
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
 
@@ -117,8 +117,8 @@ def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
     seed as stored with the run)."""
     from types import SimpleNamespace
 
-    from training.budget import training_rollout_budget
-    from training.config import TrainingConfig
+    from gapforge.training.budget import training_rollout_budget
+    from gapforge.training.config import TrainingConfig
 
     metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
     if BASE not in metrics or ROUTED not in metrics or not metrics[ROUTED].get("child_run"):

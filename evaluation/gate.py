@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from agents.gate import NONE, HiddenStateEncoder, fit_gate
-from agents.router import RouterError, RoutingConfig, first_user_message
-from evaluation import stats
-from evaluation.router_record import GateAccuracy, GateExample, GateRecord
+from gapforge.agents.gate import NONE, HiddenStateEncoder, fit_gate
+from gapforge.agents.router import RouterError, RoutingConfig, first_user_message
+from gapforge.evaluation import stats
+from gapforge.evaluation.router_record import GateAccuracy, GateExample, GateRecord
 
 
 def task_labels(store: Any, run_id: str, capabilities: Sequence[str], *, required_passes: int) -> tuple[dict[str, tuple[str, str]], dict[str, int]]:
@@ -144,7 +144,7 @@ def gate_encoder(backend: Any = None, base_dir: Any = None, *, max_tokens: int) 
 
     from transformers import AutoModelForCausalLM
 
-    from serving.chat_format import load_tokenizer
+    from gapforge.serving.chat_format import load_tokenizer
 
     if not (Path(base_dir) / "config.json").is_file():
         raise RouterError(f"{base_dir} is not a Hugging Face model directory (no config.json): set policy.local_path to the base the server serves")

@@ -28,13 +28,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.analysis.compact import ByteEstimate, compact_episode
-from agents.episode import EpisodeRecord
-from agents.errors import IncompleteStage
-from agents.prompt_opt import GepaConfigError, ReflectionLM, reflection_template
-from agents.rollouts import play_episode
-from agents.routed_policy import PromptedPolicy, hints_text
-from envs.protocol import PolicyModel, TargetEnvironment
+from gapforge.agents.analysis.compact import ByteEstimate, compact_episode
+from gapforge.agents.episode import EpisodeRecord
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.prompt_opt import GepaConfigError, ReflectionLM, reflection_template
+from gapforge.agents.rollouts import play_episode
+from gapforge.agents.routed_policy import PromptedPolicy, hints_text
+from gapforge.envs.protocol import PolicyModel, TargetEnvironment
 from gapforge.faults import InputFault
 
 GEPA = "gepa"
@@ -80,7 +80,7 @@ def gepa_policy(base: PolicyModel, record: GepaRecord) -> PromptedPolicy:
 
 def gepa_budget(cfg: Any, n_adapters: int) -> int:
     """`evaluation.gepa_max_metric_calls`, else TRACE's training rollouts over `n_adapters` adapters."""
-    from training.budget import training_rollout_budget
+    from gapforge.training.budget import training_rollout_budget
 
     return cfg.evaluation.gepa_max_metric_calls or training_rollout_budget(cfg, n_adapters)
 
@@ -239,7 +239,7 @@ async def gepa_for_run(store: Any, run_id: str, cfg: Any, *, base: PolicyModel, 
     """The run's stored GEPA prompt when it was optimised at this budget from this seed; else GEPA on the stored
     split's analysis tasks (the config's rollout settings, the `llm` role as reflection LM unless `reflection`),
     stored as the row `gepa_prompt`. `cfg`: the run's GapforgeConfig."""
-    from agents.prompt_opt import reflection_model
+    from gapforge.agents.prompt_opt import reflection_model
 
     budget = gepa_budget(cfg, n_adapters)
     stored = load_gepa(store, run_id)

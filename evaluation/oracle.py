@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evaluation import stats
-from evaluation.run import BASE, ROUTED
+from gapforge.evaluation import stats
+from gapforge.evaluation.run import BASE, ROUTED
 
 ORACLE_ROW = "oracle"
 

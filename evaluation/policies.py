@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from agents.routed_policy import HintedPolicy, RoutedPolicy
-from agents.router import Router
-from envs.protocol import PolicyModel
+from gapforge.agents.routed_policy import HintedPolicy, RoutedPolicy
+from gapforge.agents.router import Router
+from gapforge.envs.protocol import PolicyModel
 
 GRPO_TARGET = "baseline_grpo_target"
 CAPABILITY_HINTS = "capability_hints"  # the base with the capability descriptions appended, unoptimised
@@ -36,7 +36,7 @@ class AdapterBackend(Protocol):
 
 def baseline_labels(store: Any, run_id: str) -> dict[str, str]:
     """Report labels of the baselines whose evaluation names alone do not say what they are."""
-    from evaluation.gepa_baseline import GEPA, gepa_label, load_gepa
+    from gapforge.evaluation.gepa_baseline import GEPA, gepa_label, load_gepa
 
     return {CAPABILITY_HINTS: "capability hints (descriptions appended, unoptimised)", GEPA: gepa_label(load_gepa(store, run_id))}
 
@@ -61,7 +61,7 @@ def standard_policies(
     policies.update({f"adapter:{a}": p for a, p in per_adapter.items()})
     policies[CAPABILITY_HINTS] = HintedPolicy(base, list(capabilities), name=CAPABILITY_HINTS)
     if gepa is not None:
-        from evaluation.gepa_baseline import GEPA, gepa_policy
+        from gapforge.evaluation.gepa_baseline import GEPA, gepa_policy
 
         policies[GEPA] = gepa_policy(base, gepa)
     if grpo_target_adapter is not None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
-from evaluation.summary import points
+from gapforge.envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
+from gapforge.evaluation.summary import points
 
 ALL_TASKS = "all_tasks:"
 SCOPES = (("eval:", "held-out split"), (ALL_TASKS, "all tasks, greedy, 1 trial"))
@@ -41,7 +41,7 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
              "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's protocol); "
              "the held-out split above is the contamination-free comparison. 95% bootstrap intervals over tasks.", "",
              "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |", "|---|---|---|---|"]  # fmt: skip
-    from evaluation.policies import baseline_labels
+    from gapforge.evaluation.policies import baseline_labels
 
     labels = baseline_labels(store, run_id)  # a baseline shown for what it is, as in the held-out tables
     for e in rows:
@@ -56,7 +56,7 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
 
 def toolsandbox_section(store: Any, run_id: str) -> list[str]:
     """Perfect count and mean similarity per evaluated policy and scope, for a ToolSandbox target (else nothing)."""
-    from evaluation.policies import baseline_labels
+    from gapforge.evaluation.policies import baseline_labels
 
     table: list[str] = []
     notes: set[str] = set()

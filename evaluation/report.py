@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evaluation.comparison import comparison_section
-from evaluation.policies import baseline_labels, current_name
-from evaluation.protocol_report import all_tasks_section, toolsandbox_section
-from evaluation.rollout_scaling import scaling_section as rollout_scaling_section
-from evaluation.scaling import gate_line, scaling_section
-from evaluation.summary import points, verdict
+from gapforge.evaluation.comparison import comparison_section
+from gapforge.evaluation.policies import baseline_labels, current_name
+from gapforge.evaluation.protocol_report import all_tasks_section, toolsandbox_section
+from gapforge.evaluation.rollout_scaling import scaling_section as rollout_scaling_section
+from gapforge.evaluation.scaling import gate_line, scaling_section
+from gapforge.evaluation.summary import points, verdict
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _curves(adapters: list[Any], path: Path) -> Path:
 
 def _oracle_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
     """Routed TRACE against oracle routing (evaluation.oracle: the stored row, else computed from the stored episodes)."""
-    from evaluation.oracle import ORACLE_ROW, oracle_from_store
+    from gapforge.evaluation.oracle import ORACLE_ROW, oracle_from_store
 
     if not evaluated:
         return []

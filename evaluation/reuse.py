@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.protocol import Message
+from gapforge.envs.protocol import Message
 
 COPIED_FIELDS = ("policy", "messages", "reward", "success", "components", "termination", "error", "turns", "timings",
                  "task_family", "score_info", "step_info", "user_prompt", "started_at")  # fmt: skip

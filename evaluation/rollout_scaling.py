@@ -88,7 +88,7 @@ def scaling_rows(store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[
             continue
         row |= {"run": scale_run_id(run_id, k), "trace": _iv(scaled[ROUTED]), "trace_vs_base": _iv(scaled[ROUTED].get("vs_base_paired"))}
         if GRPO_TARGET in scaled:
-            from evaluation.comparison import paired_between
+            from gapforge.evaluation.comparison import paired_between
 
             row |= {"grpo": _iv(scaled[GRPO_TARGET]), "grpo_vs_base": _iv(scaled[GRPO_TARGET].get("vs_base_paired")),
                     "trace_vs_grpo": _iv(paired_between(store, scaled[ROUTED], scaled[GRPO_TARGET], seed=seed)["all tasks"])}

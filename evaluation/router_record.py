@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.gate import GateState
+from gapforge.agents.gate import GateState
 
 ROUTER_ROW = "router"
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.router import Router, first_user_message
-from envs.protocol import Environment
-from evaluation import stats
+from gapforge.agents.router import Router, first_user_message
+from gapforge.envs.protocol import Environment
+from gapforge.evaluation import stats
 
 NONE = "none"
 

@@ -26,13 +26,13 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.errors import IncompleteStage
-from agents.rollouts import CollectPlan, collect
-from agents.router import first_user_message
-from envs.protocol import Message, PolicyModel, TargetEnvironment
-from evaluation import stats
-from evaluation.config import MAX_FAMILY_TRIALS
-from evaluation.reuse import copy_base_episodes, reuses_base
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.rollouts import CollectPlan, collect
+from gapforge.agents.router import first_user_message
+from gapforge.envs.protocol import Message, PolicyModel, TargetEnvironment
+from gapforge.evaluation import stats
+from gapforge.evaluation.config import MAX_FAMILY_TRIALS
+from gapforge.evaluation.reuse import copy_base_episodes, reuses_base
 
 BASE = "base"
 ROUTED = "trace_routed"

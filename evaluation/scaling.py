@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evaluation import stats
-from evaluation.run import BASE, ROUTED
-from evaluation.summary import points
+from gapforge.evaluation import stats
+from gapforge.evaluation.run import BASE, ROUTED
+from gapforge.evaluation.summary import points
 
 
 def subset_episodes(routed: stats.Episodes, base: stats.Episodes, choice: Mapping[str, str | None], subset: Sequence[str]) -> stats.Episodes:
@@ -44,7 +44,7 @@ def subsets(adapters: Sequence[str]) -> list[tuple[str, ...]]:
 def scaling(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
     """Routed TRACE over each subset of the adapters the router chose among, paired with the base over all tasks and per
     family; None when base and trace_routed were not both evaluated or nothing was routed."""
-    from evaluation.oracle import _policy_episodes
+    from gapforge.evaluation.oracle import _policy_episodes
 
     evals = {e.name.removeprefix("eval:"): e for e in store.evaluations(run_id) if e.name.startswith("eval:")}
     if BASE not in evals or ROUTED not in evals or "child_run" not in evals[ROUTED].metrics:
@@ -122,7 +122,7 @@ def gate_line(router_metrics: Mapping[str, Any] | None) -> list[str]:
 
 def routing_lines(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:
     """The gate, oracle and scaling lines for a run's stored evaluation (module doc)."""
-    from evaluation.oracle import ORACLE_ROW, oracle_from_store
+    from gapforge.evaluation.oracle import ORACLE_ROW, oracle_from_store
 
     router = store.get_evaluation(run_id, "router")
     row = store.get_evaluation(run_id, ORACLE_ROW)

@@ -17,20 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.router import (
+from gapforge.agents.router import (
     RouteOption,
     Router,
     RouterError,
     RoutingConfig,
     compact_trajectory,
 )
-from agents.router_backends import CompletionsScorer, OpeningsScorer, TransformersScorer
-from envs.naming import synthetic_env_name
-from envs.protocol import TargetEnvironment
-from evaluation.oracle import store_oracle
-from evaluation.policies import GRPO_TARGET, standard_policies
-from evaluation.report import ReportResult, write_report
-from evaluation.run import EvalPlan, EvaluationResult, evaluate
+from gapforge.agents.router_backends import CompletionsScorer, OpeningsScorer, TransformersScorer
+from gapforge.envs.naming import synthetic_env_name
+from gapforge.envs.protocol import TargetEnvironment
+from gapforge.evaluation.oracle import store_oracle
+from gapforge.evaluation.policies import GRPO_TARGET, standard_policies
+from gapforge.evaluation.report import ReportResult, write_report
+from gapforge.evaluation.run import EvalPlan, EvaluationResult, evaluate
 
 __all__ = ["ReportResult", "RunArtifacts", "build_router", "evaluate_run", "load_backend", "run_artifacts", "write_report"]
 
@@ -74,7 +74,7 @@ def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200, wor
     adapter_config.json present, sizes as its manifest records, safetensors headers matching the bytes), in
     stored order; a damaged one is left out and named in `damaged` (a resumed `train` redoes it), and so is a
     finished adapter whose directory is not found (`workspace`: where to look for it besides its stored path)."""
-    from store.files import check_dir
+    from gapforge.store.files import check_dir
 
     caps = store.capabilities(run_id, retained=True) or store.capabilities(run_id)
     by_cap, damaged, where = {}, {}, {}
@@ -102,7 +102,7 @@ def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200, wor
 def load_backend(base_model_path: str | Path, artifacts: RunArtifacts, *, extra_adapters: Mapping[str, str | Path] | None = None,
                  max_new_tokens: int = 512, seed: int = 0):
     """One MultiAdapterModel: the base weights once, every capability adapter (+ e.g. the GRPO-on-target baseline)."""
-    from serving.multi_adapter import MultiAdapterModel
+    from gapforge.serving.multi_adapter import MultiAdapterModel
 
     adapters: dict[str, str | Path] = dict(artifacts.adapter_paths)
     adapters.update(extra_adapters or {})
@@ -132,8 +132,8 @@ def build_router(
             raise RouterError("routing.backend=openings needs each capability's synthetic-env openings (evaluation.routing.env_openings)")
         scorer: Any = OpeningsScorer([openings[c["name"]] for c in artifacts.capabilities], min_similarity=routing.openings_min_similarity)
     elif routing.backend == "gate":
-        from agents.gate import GateClassifier, GateScorer
-        from evaluation.gate import gate_encoder
+        from gapforge.agents.gate import GateClassifier, GateScorer
+        from gapforge.evaluation.gate import gate_encoder
 
         if gate is None and not artifacts.capabilities:  # nothing to route to: the router keeps every task on the base, never scoring
             return Router(options, OpeningsScorer([]), routing)
@@ -146,7 +146,7 @@ def build_router(
     elif routing.backend == "vllm":
         if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
             raise RouterError("routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer")
-        from serving.chat_format import load_tokenizer
+        from gapforge.serving.chat_format import load_tokenizer
 
         tok = load_tokenizer(tokenizer_path)  # the chat format the policy is served with
         scorer = CompletionsScorer(routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s)

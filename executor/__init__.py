@@ -21,8 +21,8 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from executor.config import ExecutorConfig, JobResources
-from executor.errors import ExecutorUnavailable
+from gapforge.executor.config import ExecutorConfig, JobResources
+from gapforge.executor.errors import ExecutorUnavailable
 
 __all__ = ["ExecutorConfig", "ExecutorUnavailable", "JobResources", "connect", "episode_player", "job_runner", "sandbox_checks"]
 
@@ -30,7 +30,7 @@ __all__ = ["ExecutorConfig", "ExecutorUnavailable", "JobResources", "connect", "
 def connect(cfg: ExecutorConfig) -> None:
     """Join the cluster now (a `run` checks this at its start: a head that does not answer is exit 2 with one line)."""
     if cfg.kind == "ray":
-        from executor.cluster import connect as join
+        from gapforge.executor.cluster import connect as join
 
         join(cfg)
 
@@ -39,7 +39,7 @@ def connect(cfg: ExecutorConfig) -> None:
 async def episode_player(cfg: ExecutorConfig, policy_factory: Callable[[], Any], make_env: Callable[[], Any],
                          concurrency: int, *, local_workers: int = 1, threads: int | None = None) -> AsyncIterator[Any]:
     if cfg.kind == "local":
-        from executor.processes import picklable, process_pool
+        from gapforge.executor.processes import picklable, process_pool
 
         if local_workers <= 1 or not picklable(policy_factory, make_env):
             yield None
@@ -47,7 +47,7 @@ async def episode_player(cfg: ExecutorConfig, policy_factory: Callable[[], Any],
         async with process_pool(local_workers, threads) as pool:
             yield pool.player(policy_factory, make_env)
         return
-    from executor.rollouts import ray_player
+    from gapforge.executor.rollouts import ray_player
 
     async with ray_player(cfg, policy_factory, make_env, concurrency) as player:
         yield player
@@ -56,10 +56,10 @@ async def episode_player(cfg: ExecutorConfig, policy_factory: Callable[[], Any],
 def job_runner(cfg: ExecutorConfig) -> Callable[..., Any]:
     """(jobs, spec_dir, on_line) -> [training.run.JobOutcome]: local processes one after the other, or Ray tasks."""
     if cfg.kind == "local":
-        from training.run import run_jobs
+        from gapforge.training.run import run_jobs
 
         return run_jobs
-    from executor.training import run_jobs_on_ray
+    from gapforge.executor.training import run_jobs_on_ray
 
     return functools.partial(run_jobs_on_ray, cfg)
 
@@ -67,13 +67,13 @@ def job_runner(cfg: ExecutorConfig) -> Callable[..., Any]:
 def sandbox_checks(cfg: ExecutorConfig, sandbox: Any, policy_factory: Callable[[], Any] | None = None, *,
                    local_workers: int = 1, threads: int | None = None) -> Any:
     if cfg.kind == "local":
-        from executor.processes import picklable
+        from gapforge.executor.processes import picklable
 
         if local_workers <= 1 or policy_factory is None or not picklable(policy_factory):
             return None
-        from executor.readiness import LocalReadinessChecks
+        from gapforge.executor.readiness import LocalReadinessChecks
 
         return LocalReadinessChecks(sandbox, policy_factory, workers=local_workers, threads=threads)
-    from executor.validation import RaySandboxChecks
+    from gapforge.executor.validation import RaySandboxChecks
 
     return RaySandboxChecks(cfg, sandbox, policy_factory)

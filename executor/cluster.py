@@ -14,8 +14,8 @@ import socket
 import threading
 from typing import Any
 
-from executor.config import ExecutorConfig, JobResources
-from executor.errors import ExecutorUnavailable
+from gapforge.executor.config import ExecutorConfig, JobResources
+from gapforge.executor.errors import ExecutorUnavailable
 
 _LOCK = threading.Lock()
 PROBE_TIMEOUT_S = 3.0

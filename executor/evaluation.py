@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.protocol import PolicyModel, TargetEnvironment
-from executor.config import ExecutorConfig
-from executor.training import pack_dir, unpack_dir
+from gapforge.envs.protocol import PolicyModel, TargetEnvironment
+from gapforge.executor.config import ExecutorConfig
+from gapforge.executor.training import pack_dir, unpack_dir
 
 _BACKENDS: dict[str, Any] = {}  # per worker process: the backend of a recipe, loaded once for all its policies
 
@@ -50,7 +50,7 @@ class EvalPolicyRecipe:
         return EvalPolicyRecipe(**{**self.__dict__, "name": name})
 
     def __call__(self) -> PolicyModel:
-        from evaluation.policies import standard_policies
+        from gapforge.evaluation.policies import standard_policies
 
         backend = self._backend()
         policies = standard_policies(backend, self.router, self.capabilities, temperature=self.temperature,  # type: ignore[arg-type]
@@ -59,7 +59,7 @@ class EvalPolicyRecipe:
 
     def _backend(self) -> Any:
         if self.key not in _BACKENDS:
-            from evaluation.service import RunArtifacts, load_backend
+            from gapforge.evaluation.service import RunArtifacts, load_backend
 
             root = Path(self.worker_dir) / "eval-adapters" / self.key
             paths = {name: Path(path) for name, path in self.adapter_dirs.items()}
@@ -94,7 +94,7 @@ def recipe(base_model: str | Path, adapter_paths: Mapping[str, str | Path], capa
 def eval_players(cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment],
                  concurrency: int) -> Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]:
     """`evaluation.run.evaluate(players=...)`: Ray actors for every policy but one that records routing decisions."""
-    from executor.rollouts import ray_player
+    from gapforge.executor.rollouts import ray_player
 
     def players(name: str, policy: PolicyModel) -> AbstractAsyncContextManager[Any]:
         if getattr(policy, "decisions", None) is not None:  # the routed policy: its decisions are read on the driver
@@ -112,7 +112,7 @@ async def local_eval_players(base: EvalPolicyRecipe, make_env: Callable[[], Targ
     policy plays there too when the recipe carries a portable router: the driver has already routed every task's first
     message (evaluation.reuse asks it for each base episode), so its recorded decisions are the ones the workers make.
     None (every policy plays on the caller's loop) when the recipe or `make_env` cannot be pickled, as episode_player does."""
-    from executor.processes import picklable, process_pool
+    from gapforge.executor.processes import picklable, process_pool
 
     if not picklable(base, make_env):  # e.g. an env factory holding a live LLM-user client: every policy plays here
         yield None

@@ -53,10 +53,10 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from agents.episode import timed_out
-from agents.errors import IncompleteStage
-from agents.rollouts import EpisodeRecord, play_episode
-from envs.env_threads import DaemonThreads
+from gapforge.agents.episode import timed_out
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.rollouts import EpisodeRecord, play_episode
+from gapforge.envs.env_threads import DaemonThreads
 from gapforge.faults import ResumableStop
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ async def _serve(conn: Any) -> None:
             conn.send(message)
 
     def build(blob: bytes) -> Any:
-        from serving.batching import model_loading
+        from gapforge.serving.batching import model_loading
 
         with model_loading():  # policies built while others decode (an evaluation's policies play at once)
             return pickle.loads(blob)()

@@ -34,12 +34,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from executor.processes import WorkerLost, _die_with_parent, _error_blob, picklable
-from executor.validation import checks_in_pool
-from sandbox.checks import avalidate_env, validate_env
-from sandbox.checks.grpo import acheck_grpo_ready, check_grpo_ready
-from sandbox.checks.report import CheckResult
-from sandbox.config import SandboxConfig
+from gapforge.executor.processes import WorkerLost, _die_with_parent, _error_blob, picklable
+from gapforge.executor.validation import checks_in_pool
+from gapforge.sandbox.checks import avalidate_env, validate_env
+from gapforge.sandbox.checks.grpo import acheck_grpo_ready, check_grpo_ready
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.config import SandboxConfig
 
 
 def _init_worker(threads: int | None) -> None:

@@ -23,12 +23,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from agents.errors import IncompleteStage
-from agents.rollouts import EpisodeRecord, play_episode
-from envs.env_threads import DaemonThreads
-from envs.protocol import PolicyModel, TargetEnvironment
-from executor.cluster import check_feasible, connect, options
-from executor.config import ExecutorConfig
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.rollouts import EpisodeRecord, play_episode
+from gapforge.envs.env_threads import DaemonThreads
+from gapforge.envs.protocol import PolicyModel, TargetEnvironment
+from gapforge.executor.cluster import check_feasible, connect, options
+from gapforge.executor.config import ExecutorConfig
 
 
 class RolloutWorker:

@@ -1,7 +1,7 @@
 """Training jobs on Ray: one task per capability, with its GPU request (`executor.training`).
 
 The task keeps the job's process isolation: on its worker it runs `training.run.run_job`, i.e.
-`python -m training.run SPEC` in a child process, so a crash or an OOM kill of the trainer is a
+`python -m gapforge.training.run SPEC` in a child process, so a crash or an OOM kill of the trainer is a
 failed outcome returned to the driver (recorded; the other jobs go on), not a lost Ray worker.
 Nothing assumes a shared filesystem:
 
@@ -32,10 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from executor.cluster import check_feasible, connect, options
-from executor.config import ExecutorConfig
-from training.run import JobOutcome, record_failure, run_job
-from training.service import TrainJob, TrainResult, register
+from gapforge.executor.cluster import check_feasible, connect, options
+from gapforge.executor.config import ExecutorConfig
+from gapforge.training.run import JobOutcome, record_failure, run_job
+from gapforge.training.service import TrainJob, TrainResult, register
 
 OnLine = Callable[[str, dict[str, Any]], None]
 

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envs.protocol import PolicyModel
-from executor.cluster import check_feasible, connect, options
-from executor.config import ExecutorConfig
-from sandbox.checks import ValidationReport
-from sandbox.checks.report import CheckResult
-from sandbox.config import SandboxConfig
+from gapforge.envs.protocol import PolicyModel
+from gapforge.executor.cluster import check_feasible, connect, options
+from gapforge.executor.config import ExecutorConfig
+from gapforge.sandbox.checks import ValidationReport
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.config import SandboxConfig
 
 
 def checks_on_worker(kind: str, module_name: str, code: bytes, sandbox: SandboxConfig, worker_dir: str,
@@ -41,10 +41,10 @@ def checks_in_pool(kind: str, path: Path, sandbox: SandboxConfig, policy_factory
                    args: tuple[Any, ...], kwargs: dict[str, Any], *, pool_size: int) -> Any:
     """The checks of the module at `path` (`kind` = self_test | readiness) in a sandbox pool of this process, with a
     policy built here by `policy_factory` (a Ray task's body, and a local readiness worker's: executor/readiness.py)."""
-    from sandbox.checks import avalidate_env
-    from sandbox.checks.grpo import acheck_grpo_ready
-    from sandbox.env import SandboxedEnv
-    from sandbox.pool import SandboxPool
+    from gapforge.sandbox.checks import avalidate_env
+    from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+    from gapforge.sandbox.env import SandboxedEnv
+    from gapforge.sandbox.pool import SandboxPool
 
     pool = SandboxPool(sandbox, size=pool_size)
 

@@ -72,8 +72,8 @@ app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze) 
 
 
 def main() -> None:
-    from store.redact import install_log_redaction
-    from training.deprecations import quiet_library_deprecations
+    from gapforge.store.redact import install_log_redaction
+    from gapforge.training.deprecations import quiet_library_deprecations
 
     install_log_redaction()  # URL passwords never reach a log line
     quiet_library_deprecations()  # third-party deprecations nobody using gapforge can act on

@@ -63,7 +63,7 @@ def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> 
 
 
 def _show(store: Any, run: str, capability: str) -> None:
-    from agents.analysis.service import lacking_episodes
+    from gapforge.agents.analysis.service import lacking_episodes
 
     rows = lacking_episodes(store, run, capability)
     table = Table(title=f"{capability}: LACKING episodes of run {run}")
@@ -100,8 +100,8 @@ def analyze(
     set_: SetOpt = None,
 ) -> None:
     """Discover the capabilities a run's agent lacks, label every episode R times, keep the stable gaps."""
-    from agents.analysis.errors import AnalysisError
-    from agents.analysis.service import AnalysisReport
+    from gapforge.agents.analysis.errors import AnalysisError
+    from gapforge.agents.analysis.service import AnalysisReport
     from gapforge.run_lease import run_lease
     from gapforge.stages import open_stages
 
@@ -155,7 +155,7 @@ def analyze(
         highlight=False,
     )
     if at_endpoint:
-        from agents.errors import IncompleteStage
+        from gapforge.agents.errors import IncompleteStage
 
         raise IncompleteStage(
             f"{at_endpoint} labeling call(s) failed at the endpoint (not the model's fault) and were left out: "

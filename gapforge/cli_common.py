@@ -19,8 +19,8 @@ from rich.markup import escape
 
 from gapforge.config import GapforgeConfig, load_config
 from gapforge.errors import GapforgeError, UsageError, error_line
-from store.errors import DiskFull, is_disk_full
-from store.redact import redact
+from gapforge.store.errors import DiskFull, is_disk_full
+from gapforge.store.redact import redact
 
 console = Console()
 err_console = Console(stderr=True)
@@ -80,7 +80,7 @@ def get_config(config: str | None, overrides: list[str] | None, *, check_workspa
     cfg = load_config(config, overrides or [])
     if check_workspace:
         _check(cfg.workspace)
-    from envs.tau2.domain import use_data_dir
+    from gapforge.envs.tau2.domain import use_data_dir
 
     use_data_dir(cfg.tau2.data_dir)  # before anything imports tau2; inherited by child processes
     return cfg
@@ -90,7 +90,7 @@ def run_config(run_id: str, config: str | None, overrides: list[str] | None, *, 
     """(the config of a command on `run_id`, the store): the run's stored config with this invocation's `--config` keys,
     `--set` items and flags (`overrides`, as dotted settings) on top (gapforge/run_config.py); prints the one line naming
     what it overrode, or that an older run stores no config. Unknown run: StoreError (one line, exit 2)."""
-    from envs.tau2.domain import use_data_dir
+    from gapforge.envs.tau2.domain import use_data_dir
     from gapforge.run_config import resolve, where_overrides
     from gapforge.wiring import open_store
 

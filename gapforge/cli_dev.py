@@ -31,8 +31,8 @@ def tiny_model(
         console.print(f"overwriting the model in {path}", highlight=False)
     from transformers.utils import logging as hf_logging
 
-    from serving.chat_format import stock_template
-    from serving.tiny_model import build_tiny_model
+    from gapforge.serving.chat_format import stock_template
+    from gapforge.serving.tiny_model import build_tiny_model
 
     hf_logging.disable_progress_bar()
     out = build_tiny_model(path, seed=seed, template=stock_template(template) if template else None)
@@ -48,8 +48,8 @@ def chat_template_cmd(
     out: Path = typer.Option(..., "--out", help="file to write the template into (vLLM: --chat-template FILE)"),
 ) -> None:
     """Write the chat template gapforge trains and serves this model with (its family's training template)."""
-    from serving.chat_format import chat_format
-    from serving.errors import ServingError
+    from gapforge.serving.chat_format import chat_format
+    from gapforge.serving.errors import ServingError
 
     if not (model / "tokenizer_config.json").is_file():
         raise ServingError(f"{model} has no tokenizer_config.json: give the local model directory (e.g. huggingface-cli download ... --local-dir DIR)")
@@ -79,8 +79,8 @@ def teach_cmd(
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
     import json
 
-    from demo_policy.artifact import weights_sha256
-    from demo_policy.teach import TeachConfig, load_meta, teach
+    from gapforge.demo_policy.artifact import weights_sha256
+    from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
 
     card: dict = {}
     if recipe is not None:
@@ -113,7 +113,7 @@ def teach_cmd(
     console.print(f"taught model: {path.resolve()}  (recipe {built}; set policy.local_path to it)", highlight=False)
     rates = None
     if ship_it:
-        from demo_policy.artifact import SHIPPED, describe, load_card, measure, ship
+        from gapforge.demo_policy.artifact import SHIPPED, describe, load_card, measure, ship
 
         console.print(f"measuring the build as the demo collects (44 tasks x {samples} samples, temperature 0.7) ...", highlight=False)
         dest = ship(path, SHIPPED, measure(path, samples=samples))
@@ -122,7 +122,7 @@ def teach_cmd(
     elif evaluate:
         import asyncio
 
-        from training.evaluate import shop_rates
+        from gapforge.training.evaluate import shop_rates
 
         rates = asyncio.run(shop_rates(path, samples=samples))
     if rates is not None:

@@ -68,7 +68,7 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
 
 def _headline(store: Any, run_id: str) -> list[str]:
     """The focus family's base -> TRACE result with its paired 95% interval (evaluation.summary), from the store."""
-    from evaluation.summary import headline
+    from gapforge.evaluation.summary import headline
 
     metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
     return headline(metrics) if metrics else []

@@ -20,7 +20,7 @@ from gapforge.errors import UsageError
 from gapforge.wiring import build_deps
 
 if TYPE_CHECKING:
-    from agents.selftest import ValidationOutcome
+    from gapforge.agents.selftest import ValidationOutcome
 
 app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module, show a synthesized one.")
 
@@ -50,7 +50,7 @@ def validate(
     shapes, split = _run_evidence(cfg, episodes_from, target) if episodes_from else (None, None)
     outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes, split_texts=split)
     if outcome.report.incomplete is not None:
-        from agents.infra import stop_for_report
+        from gapforge.agents.infra import stop_for_report
 
         raise stop_for_report(f"validation of {path.name}", outcome.report.incomplete, f"the incomplete report is at {outcome.json_path}",
                               resume=f"gapforge env validate {path}")
@@ -59,9 +59,9 @@ def validate(
 
 def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple[dict[str, Any], Any]:
     """Result shapes of the target's tools in the episodes stored for RUN, and RUN's openings by split (None: no split)."""
-    from agents.analysis.split import split_openings
+    from gapforge.agents.analysis.split import split_openings
+    from gapforge.sandbox.checks.result_shapes import observed_result_shapes
     from gapforge.wiring import open_store
-    from sandbox.checks.result_shapes import observed_result_shapes
 
     if not target:
         raise UsageError("--episodes-from needs --target (the env whose stored episodes to compare with)")
@@ -80,7 +80,7 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
                    json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None,
                    split_texts: Any = None) -> ValidationOutcome:
     """Render `agents.selftest.validate_module` for the terminal: a status line, the table, the verdict."""
-    from agents.selftest import avalidate_module
+    from gapforge.agents.selftest import avalidate_module
 
     n_seeds = seeds if seeds is not None else cfg.synthesis.validation_seeds
     with (
@@ -135,8 +135,8 @@ def show(
     set_: SetOpt = None,
 ) -> None:
     """A synthesized env attempt of a run: code path, hash, status, self-test report, verdict."""
+    from gapforge.store.workspace import Workspace
     from gapforge.wiring import open_store
-    from store.workspace import Workspace
 
     cfg = get_config(config, set_)
     store = open_store(cfg)
@@ -165,7 +165,7 @@ def show(
     if not gate.get("passed", True):
         console.print("[bold red]static gate rejected it:[/] " + "; ".join(gate.get("problems", [])), highlight=False)
     if record.get("report"):
-        from sandbox.checks.report import ValidationReport
+        from gapforge.sandbox.checks.report import ValidationReport
 
         data = record["report"]
         report = ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {

@@ -17,7 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from agents.rollouts import CollectResult, EnvFailureShare, rollout_summary
+from gapforge.agents.rollouts import CollectResult, EnvFailureShare, rollout_summary
 from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,
@@ -31,13 +31,13 @@ from gapforge.executor_wiring import connect_executor
 from gapforge.rollouts_run import check_identity, parse_tasks, resume_command
 from gapforge.run_lease import run_lease
 from gapforge.stages.rollouts import check_run_target, collect_plan, empty_result, infra_stop, play_collection, target_record, timeouts_warning
+from gapforge.store.errors import DiskFull
+from gapforge.store.fencing import LeaseLost
 from gapforge.wiring import (
     apply_policy_spec,
     build_deps,
     make_target_env_factory,
 )
-from store.errors import DiskFull
-from store.fencing import LeaseLost
 
 app = typer.Typer(no_args_is_help=True, help="Collect and inspect rollouts of a policy on a target env.")
 register_show(app)  # `rollouts tasks` and `rollouts show` (gapforge/cli_rollouts_show.py)

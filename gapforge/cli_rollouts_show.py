@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agents.rollouts import RolloutSummary, rollout_summary
+from gapforge.agents.rollouts import RolloutSummary, rollout_summary
 from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,
@@ -62,7 +62,7 @@ def show_cmd(
     target = store.run_target(run)
     if episode is None:
         if target:
-            from envs.target_check import describe
+            from gapforge.envs.target_check import describe
 
             console.print(f"target: {describe(target)}", highlight=False, markup=False)
         table = Table(title=f"run {run}")

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from envs.target_check import describe
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handle_errors
 from gapforge.cli_drive import drive, print_table, say, store_of
+from gapforge.envs.target_check import describe
 from gapforge.executor_wiring import connect_executor, executor_overrides
 from gapforge.run_progress import read_progress
 from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
@@ -76,7 +76,7 @@ def _inspect(config: str | None, set_: list[str] | None, fn: Any) -> Any:
 
 
 async def _snapshot(store: Any, graph: Any, run_id: str) -> Any:
-    from graph.runner import thread_config
+    from gapforge.graph.runner import thread_config
 
     get_run_record(store, run_id)
     snap = await graph.aget_state(thread_config(run_id))
@@ -89,7 +89,7 @@ async def _snapshot(store: Any, graph: Any, run_id: str) -> Any:
 @handle_errors
 def runs_cmd(config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """List graph runs: id, started, status, stage, capabilities retained/trained, pass rate base -> TRACE."""
-    from graph.runner import thread_config
+    from gapforge.graph.runner import thread_config
 
     async def go(store: Any, graph: Any) -> list[tuple[Any, dict[str, Any]]]:
         rows = [r for r in store.list_runs() if r.kind in ("trace", "demo")]
@@ -139,7 +139,7 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
 @handle_errors
 def history_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """The run's checkpoint timeline: step, node, time, what changed."""
-    from graph.inspect import history
+    from gapforge.graph.inspect import history
 
     async def go(store: Any, graph: Any) -> Any:
         await _snapshot(store, graph, run)
@@ -179,7 +179,7 @@ def review_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Show the capability list a --review run paused on, or record the decision (then `run --resume`)."""
-    from graph.runner import thread_config
+    from gapforge.graph.runner import thread_config
 
     if approve and keep:
         raise UsageError("give --approve or --keep, not both")

@@ -20,8 +20,8 @@ def build_image_cmd(
     force: bool = typer.Option(False, "--force", help="rebuild even when the image is current"),
 ) -> None:
     """Build the sandbox image (tag: sandbox.image) with the first method that works here."""
-    from sandbox.docker_backend import docker_client
-    from sandbox.image import build_image
+    from gapforge.sandbox.docker_backend import docker_client
+    from gapforge.sandbox.image import build_image
 
     cfg = get_config(config, set_)
     client = docker_client("start dockerd (the image is built by the Docker daemon)")
@@ -41,7 +41,7 @@ def sweep_cmd(
     everything: bool = typer.Option(False, "--all", help="also containers of running gapforge processes"),
 ) -> None:
     """Remove leftover gapforge sandbox containers (by default those whose owner process is gone)."""
-    from sandbox.docker_backend import docker_client, sweep
+    from gapforge.sandbox.docker_backend import docker_client, sweep
 
     get_config(config, set_)
     removed = sweep(docker_client("start dockerd (containers to sweep live in the Docker daemon)"), everything=everything)

@@ -108,10 +108,10 @@ def register(app: typer.Typer) -> None:
         Past serving.max_queue requests at once: 429 + Retry-After; past serving.request_timeout_s: 504; SIGTERM drains (exit 0)."""
         import asyncio
 
-        from agents.config import is_loopback
+        from gapforge.agents.config import is_loopback
         from gapforge.config import read_secret
-        from serving.http_server import serve_until_signalled
-        from serving.routed_server import ROUTED_MODEL, RoutedApp
+        from gapforge.serving.http_server import serve_until_signalled
+        from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp
 
         flags = [*base_flags(base), *backend_flags(backend, vllm_url, vllm_model)]
         cfg, store = run_config(run, config, [*(set_ or []), *flags])

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agents.errors import IncompleteStage
+from gapforge.agents.errors import IncompleteStage
 from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,

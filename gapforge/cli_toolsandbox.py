@@ -26,13 +26,13 @@ app = typer.Typer(no_args_is_help=True, help="ToolSandbox target: the paper's me
 
 def _catalogue_views(env: str) -> tuple[Mapping[str, list[str]], Mapping[str, list[str]]] | None:
     """(excluded scenario -> network tools, scenario -> categories) of `env`, or None without ToolSandbox's venv."""
-    from envs.toolsandbox.runtime import missing_reason
+    from gapforge.envs.toolsandbox.runtime import missing_reason
 
     if missing_reason() is not None:
         return None
-    from envs.registry import make_env
-    from envs.toolsandbox import catalog
-    from envs.toolsandbox.metrics import current_name
+    from gapforge.envs.registry import make_env
+    from gapforge.envs.toolsandbox import catalog
+    from gapforge.envs.toolsandbox.metrics import current_name
 
     target = make_env(current_name(env))  # builds no worker: the catalogue is cached beside the venv
     try:
@@ -52,7 +52,7 @@ def metrics_cmd(
     set_: SetOpt = None,
 ) -> None:
     """Perfect count and mean similarity per category, with run / excluded counts (as the paper reports)."""
-    from envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
+    from gapforge.envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
 
     cfg = get_config(config, set_)
     store = open_store(cfg)

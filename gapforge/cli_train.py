@@ -60,7 +60,7 @@ def train(run_id: str = typer.Argument(..., help="run id"),
 
     with run_lease(cfg, run_id, "train"):
         done = asyncio.run(go())
-    from store.workspace import Workspace
+    from gapforge.store.workspace import Workspace
 
     num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for d in done:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
-from store.redact import redact
+from gapforge.store.redact import redact
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
@@ -41,13 +41,13 @@ def register(app: typer.Typer) -> None:
         set_: SetOpt = None,
     ) -> None:
         """A read-only web viewer of the store: runs, lineage (episodes -> labels -> capabilities -> envs -> adapters -> evaluation)."""
-        from agents.config import is_loopback
+        from gapforge.agents.config import is_loopback
 
         try:
             import uvicorn
 
-            from ui.app import create_app
-            from ui.sources import UiSettings
+            from gapforge.ui.app import create_app
+            from gapforge.ui.sources import UiSettings
         except ImportError as e:
             raise UsageError(f"gapforge ui needs the ui extra ({e.name} is not installed): pip install 'gapforge[ui]'") from None
 

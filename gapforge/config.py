@@ -15,21 +15,21 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agents.analysis.config import AnalysisConfig
-from agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
-from agents.router import RoutingConfig  # the router's own section (agents/router.py)
-from agents.synthesis.config import SynthesisConfig
-from envs.tau2.config import Tau2Config
-from evaluation.config import EvaluationConfig
-from executor.config import ExecutorConfig
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
+from gapforge.agents.router import RoutingConfig  # the router's own section (agents/router.py)
+from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.demo_data import moved_shop_policy
+from gapforge.envs.tau2.config import Tau2Config
 from gapforge.errors import ConfigError
-from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
-from sandbox.config import SandboxConfig
-from serving.config import ServeConfig
-from store.config import StoreConfig
-from store.redact import redact, redact_tree
-from training.config import TrainingConfig  # the section lives with the trainer
+from gapforge.evaluation.config import EvaluationConfig
+from gapforge.executor.config import ExecutorConfig
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.serving.config import ServeConfig
+from gapforge.store.config import StoreConfig
+from gapforge.store.redact import redact, redact_tree
+from gapforge.training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
     "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "ExecutorConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",

@@ -52,9 +52,9 @@ def demo_config(cfg: GapforgeConfig, user_overrides: list[str] | None = None) ->
 
 
 def _require_docker(cfg: GapforgeConfig) -> None:
-    from sandbox.docker_backend import docker_client
-    from sandbox.errors import SandboxError
-    from sandbox.image import build_image
+    from gapforge.sandbox.docker_backend import docker_client
+    from gapforge.sandbox.errors import SandboxError
+    from gapforge.sandbox.image import build_image
 
     try:
         client = docker_client()
@@ -66,7 +66,7 @@ def _require_docker(cfg: GapforgeConfig) -> None:
 
 def _shipped_policy() -> Path:
     """The tiny base policy shipped in the repository (demo_policy.artifact): taught once for the project, never by the demo."""
-    from demo_policy.artifact import SHIPPED, ArtifactError, describe
+    from gapforge.demo_policy.artifact import SHIPPED, ArtifactError, describe
 
     try:
         console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
@@ -77,7 +77,7 @@ def _shipped_policy() -> Path:
 
 def _speed(path: Path) -> None:
     """This machine's speed reference (machines called "2 cores" differ 2x or more): the stage times at the end read against it."""
-    from demo_policy.artifact import speed_reference
+    from gapforge.demo_policy.artifact import speed_reference
 
     try:
         s = speed_reference(path)
@@ -100,8 +100,8 @@ def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) ->
 def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     """Prepare (sandbox image, taught model), then run the graph; returns the exit code."""
     from gapforge.cli_drive import drive
+    from gapforge.store.runs import new_run_id
     from gapforge.wiring import open_store
-    from store.runs import new_run_id
 
     run_id = new_run_id()
     console.print(f"run {run_id}", highlight=False)
@@ -116,14 +116,14 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     create_run(store, "demo", "demo", cfg, options, run_id)
     code = drive(cfg, store, run_id, options, fresh=True, last_line=False)
     if code == 0:
-        from evaluation.scaling import routing_lines
+        from gapforge.evaluation.scaling import routing_lines
 
         for line in routing_lines(store, run_id):  # the gate, oracle routing, routed TRACE over 1 and 2 adapters
             console.print(line, highlight=False, soft_wrap=True)
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     console.print(REAL_NOTE, highlight=False, soft_wrap=True)
     if code == 0:
-        from evaluation.comparison import comparison
+        from gapforge.evaluation.comparison import comparison
 
         for line in comparison(store, run_id, cfg):  # base / GRPO-on-target / each adapter / routed TRACE, and TRACE vs GRPO
             console.print(line, highlight=False, soft_wrap=True)

@@ -14,14 +14,14 @@ from gapforge.config import GapforgeConfig, PolicyConfig
 from gapforge.wiring import make_policy
 
 if TYPE_CHECKING:
-    from envs.protocol import TargetEnvironment
+    from gapforge.envs.protocol import TargetEnvironment
 
 
 def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[], TargetEnvironment]):
     """Where the collector's episodes are played (`async with`): None = this process's event loop; local worker
     processes (a local policy on a CPU-only machine: gapforge.stages.common.rollout_workers); or Ray actors. The
     processes and actors each build the policy `pol` and envs from `make_env` themselves."""
-    from executor import episode_player as player
+    from gapforge.executor import episode_player as player
     from gapforge.stages.common import rollout_workers
 
     workers, threads = rollout_workers(cfg)
@@ -32,7 +32,7 @@ def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[]
 def connect_executor(cfg: GapforgeConfig) -> None:
     """executor.kind ray: join the cluster now, so an unreachable head stops a command before any work
     (ExecutorUnavailable: one line naming executor.address, exit 2). A no-op for kind local."""
-    from executor import connect
+    from gapforge.executor import connect
 
     connect(cfg.executor)
 
@@ -40,12 +40,12 @@ def connect_executor(cfg: GapforgeConfig) -> None:
 def executor_overrides(overrides: list[str] | None) -> list[str]:
     """The `--set executor.*` items of a command: where a resumed run executes is this invocation's choice
     (another machine, another cluster), not the stored record's."""
-    return [item for item in overrides or [] if item.strip().startswith("executor.")]
+    return [item for item in overrides or [] if item.strip().startswith("gapforge.executor.")]
 
 
 def job_runner(cfg: GapforgeConfig):
     """`training.run.run_jobs` (local processes) or its Ray twin (one task per job, the adapter comes back)."""
-    from executor import job_runner as runner
+    from gapforge.executor import job_runner as runner
 
     return runner(cfg.executor)
 
@@ -64,8 +64,8 @@ async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: 
     if cfg.policy.kind != "local" or (cfg.executor.kind == "local" and workers <= 1):
         yield None
         return
-    from evaluation.policies import GRPO_TARGET
-    from executor.evaluation import eval_players, local_eval_players, recipe
+    from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.executor.evaluation import eval_players, local_eval_players, recipe
 
     paths = dict(artifacts.adapter_paths)
     baseline = store.get_adapter(run_id, GRPO_TARGET) if baseline_path is None else None

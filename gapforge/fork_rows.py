@@ -35,7 +35,7 @@ def _remap(column: str, value: Any, episode_ids: dict[int, int]) -> Any:
 
 def copy_shared_work(store: Any, parent_run: str, new_run: str, kinds: list[str]) -> dict[str, int]:
     """Copy the parent's rows of `kinds` (see TABLES) to `new_run`; returns rows copied per table."""
-    from store.models import Base
+    from gapforge.store.models import Base
 
     tables: dict[str, Table] = Base.metadata.tables  # type: ignore[assignment]
     copied: dict[str, int] = {}

@@ -8,6 +8,6 @@ path/to/file.py:ClassName`). These are the very classes of `envs.protocol`, re-e
 a package of its own named `envs` can import them without a clash. Nothing inside gapforge imports this module.
 """
 
-from envs.protocol import Environment, Message, Score, StepResult, TargetEnvironment, ToolCall, tool_schema
+from gapforge.envs.protocol import Environment, Message, Score, StepResult, TargetEnvironment, ToolCall, tool_schema
 
 __all__ = ["Environment", "Message", "Score", "StepResult", "TargetEnvironment", "ToolCall", "tool_schema"]

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from gapforge.config import ConfigError, GapforgeConfig, load_config, parse_override
-from store.redact import is_redacted
+from gapforge.store.redact import is_redacted
 
 WHERE_KEYS = ("workspace", "store", "executor")  # where this invocation works: never the run's
 

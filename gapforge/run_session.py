@@ -109,8 +109,8 @@ def resume_plan(store: Any, run_id: str, store_url: str | None, overrides: list[
 @asynccontextmanager
 async def open_graph(cfg: GapforgeConfig) -> AsyncIterator[Any]:
     """The compiled graph over the checkpointer of `cfg`'s store."""
-    from graph.checkpoint import open_checkpointer
-    from graph.graph import build_graph
+    from gapforge.graph.checkpoint import open_checkpointer
+    from gapforge.graph.graph import build_graph
 
     async with open_checkpointer(cfg.store.url, cfg.checkpoint_path) as saver:
         yield build_graph(saver)
@@ -120,8 +120,8 @@ def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions,
               log: Callable[[str, str], None] | None = None, open_stages: OpenStages | None = None) -> Any:
     """Run or resume `run_id` under its lease, its status kept true (running, then done | paused, or interrupted |
     incomplete | failed as the exception that stopped it goes up). Returns graph.runner.Outcome."""
-    from graph.context import GraphContext
-    from graph.runner import drive, initial_state
+    from gapforge.graph.context import GraphContext
+    from gapforge.graph.runner import drive, initial_state
 
     stages = open_stages or stages_for(cfg)
     progress = keeping_progress(cfg, run_id, log)
@@ -156,7 +156,7 @@ def fork_run(cfg: GapforgeConfig, store: Any, run_id: str, checkpoint: str, over
     """A new run continuing `run_id` from `checkpoint` with changed settings, reusing its stored work:
     (new run id, its config, its options, rows copied per table). Drive it with `drive_run(..., fresh=False)`."""
     from gapforge.fork_rows import copy_shared_work
-    from graph.inspect import ForkError, fork, fork_point, shared_work
+    from gapforge.graph.inspect import ForkError, fork, fork_point, shared_work
 
     record, _ = get_run_record(store, run_id)
     new_cfg = config_from_record(record, overrides, store_url=cfg.store.url)

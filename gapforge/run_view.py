@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from graph.runner import Event
+from gapforge.graph.runner import Event
 
 
 def _num(value: Any, digits: int = 2) -> str:

@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from agents.config import EndpointConfig, credentials_in_url
-from agents.deps import StageDeps
+from gapforge.agents.config import EndpointConfig, credentials_in_url
+from gapforge.agents.deps import StageDeps
 from gapforge.config import GapforgeConfig, PolicyConfig
 from gapforge.errors import UsageError
-from store.redact import redact
-from store.workspace import Workspace
+from gapforge.store.redact import redact
+from gapforge.store.workspace import Workspace
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from envs.protocol import PolicyModel, TargetEnvironment
-    from sandbox.pool import SandboxPool
-    from store import Store
+    from gapforge.envs.protocol import PolicyModel, TargetEnvironment
+    from gapforge.sandbox.pool import SandboxPool
+    from gapforge.store import Store
 
 
 def open_store(cfg: GapforgeConfig) -> Store:
-    from store import Store
+    from gapforge.store import Store
 
     cfg.workspace.mkdir(parents=True, exist_ok=True)
     return Store(cfg.store_url)
@@ -35,7 +35,7 @@ def open_store(cfg: GapforgeConfig) -> Store:
 
 def open_sandbox_pool(cfg: GapforgeConfig, *, size: int | None = None) -> SandboxPool:
     """A warm pool of sandboxes (`sandbox.pool_size`, or `size`); the caller closes it."""
-    from sandbox.pool import SandboxPool
+    from gapforge.sandbox.pool import SandboxPool
 
     return SandboxPool(cfg.sandbox, size=cfg.sandbox.pool_size if size is None else size)
 
@@ -43,12 +43,12 @@ def open_sandbox_pool(cfg: GapforgeConfig, *, size: int | None = None) -> Sandbo
 def make_role_chat_model(cfg: GapforgeConfig, role: str = "llm") -> BaseChatModel:
     """The chat model of an LLM role: `llm` (analyst, user simulator), `synthesis` (generator and reviewer:
     the recorded answers of `synthesis.recordings` when llm.kind is scripted) or `policy`."""
-    from agents.llm import chat_model_from_config
+    from gapforge.agents.llm import chat_model_from_config
 
     if role == "policy":
         return chat_model_from_config(cfg.policy, section="policy")
     if role == "synthesis" and cfg.llm.kind == "scripted":
-        from agents.synthesis.recorded import recorded_synthesis_model
+        from gapforge.agents.synthesis.recorded import recorded_synthesis_model
 
         return recorded_synthesis_model(cfg.synthesis.recordings)
     return chat_model_from_config(cfg.llm, section="llm")
@@ -127,11 +127,11 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
     if pol.kind == "local":
         if not pol.local_path or not Path(pol.local_path).is_dir():
             raise UsageError(f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder")
-        from serving.local import LocalPolicy
+        from gapforge.serving.local import LocalPolicy
 
         return LocalPolicy(pol.local_path, pol.adapter_path, temperature=pol.temperature, max_new_tokens=pol.max_new_tokens, name=name)
     if pol.kind == "endpoint":
-        from serving.openai_policy import EndpointPolicy
+        from gapforge.serving.openai_policy import EndpointPolicy
 
         ep = pol.endpoint
         key = ep.api_key  # refused before any request when it would go where it does not belong
@@ -149,8 +149,8 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
             breaker_cooldown_s=ep.breaker_cooldown_s,
             name=name,
         )
-    from agents.llm import chat_model_from_config
-    from agents.policy import ChatModelPolicy
+    from gapforge.agents.llm import chat_model_from_config
+    from gapforge.agents.policy import ChatModelPolicy
 
     if pol.scripted_path and not Path(pol.scripted_path).is_file():
         raise UsageError(f"scripted answers file '{pol.scripted_path}' not found")
@@ -165,14 +165,14 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
     env takes a LangChain chat model; tau2 and ToolSandbox drive their own simulators
     (litellm / ToolSandbox's OpenAI user) from the endpoint settings.
     """
-    from envs.registry import make_env
+    from gapforge.envs.registry import make_env
 
     user_model = None
     if cfg.rollouts.user == "llm":
         if env_name != "shop":
             user_model = user_simulator_endpoint(cfg)
         else:
-            from agents.llm import make_chat_model
+            from gapforge.agents.llm import make_chat_model
 
             user_model = make_chat_model(user_simulator_endpoint(cfg))
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
@@ -194,7 +194,7 @@ def sandbox_checks(cfg: GapforgeConfig):
     """None (the sandbox checks run here), GRPO readiness on local worker processes (a local policy on a CPU-only
     machine: as many as gapforge.stages.common.rollout_workers gives), or the Ray drop-ins that run both on a Docker
     node; readiness with a policy each worker builds from `cfg.policy`."""
-    from executor import sandbox_checks as checks
+    from gapforge.executor import sandbox_checks as checks
     from gapforge.stages.common import rollout_workers
 
     factory = functools.partial(make_policy, cfg.policy) if cfg.policy.kind != "scripted" else None

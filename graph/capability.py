@@ -29,9 +29,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from gapforge.faults import GapforgeError
-from graph.context import GraphContext, SynthesisAttempt, ValidationDone
-from graph.nodes import call_stage
-from graph.state import (
+from gapforge.graph.context import GraphContext, SynthesisAttempt, ValidationDone
+from gapforge.graph.nodes import call_stage
+from gapforge.graph.state import (
     FAILED,
     TRAINED,
     UNAVAILABLE,

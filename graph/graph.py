@@ -17,10 +17,10 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Checkpointer
 
-from graph import nodes
-from graph.capability import build_capability_graph
-from graph.context import GraphContext
-from graph.state import RunState
+from gapforge.graph import nodes
+from gapforge.graph.capability import build_capability_graph
+from gapforge.graph.context import GraphContext
+from gapforge.graph.state import RunState
 
 NODES = ("collect_rollouts", "discover", "label", "select", "review", "capability", "build_router", "train_baseline", "evaluate", "report")
 

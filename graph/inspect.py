@@ -16,7 +16,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, copy_checkpoint
 
 from gapforge.faults import InputFault
-from graph.runner import thread_config
+from gapforge.graph.runner import thread_config
 
 # Forks are allowed while only shared, run-independent work is done (rollouts, analysis):
 # from `select` on, a stage writes rows keyed by the run it belongs to.

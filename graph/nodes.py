@@ -17,8 +17,8 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, interrupt
 
-from graph.context import GraphContext, StageFailed, StageUnavailable
-from graph.state import DONE, FAILED, SKIPPED, UNAVAILABLE, RunState
+from gapforge.graph.context import GraphContext, StageFailed, StageUnavailable
+from gapforge.graph.state import DONE, FAILED, SKIPPED, UNAVAILABLE, RunState
 
 
 def cpu_seconds() -> float:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from graph.context import GraphContext
+from gapforge.graph.context import GraphContext
 
 RECURSION_LIMIT = 500  # supersteps: R labeling passes + N attempts x 2 per capability stay far below
 

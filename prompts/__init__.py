@@ -34,7 +34,7 @@ class Prompt:
 def load_prompt(filename: str) -> Prompt:
     """The prompt in prompts/<filename>, header parsed off."""
     try:
-        text = resources.files("prompts").joinpath(filename).read_text(encoding="utf-8")
+        text = resources.files("gapforge.prompts").joinpath(filename).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PromptError(f"prompts/{filename} does not exist") from None
     head, sep, body = text.partition("\n---\n")

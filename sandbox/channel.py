@@ -16,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from sandbox.errors import FAILURE_KINDS, INFRA_KINDS, EnvCodeError, EnvFailureKind, SandboxLost
+from gapforge.sandbox.errors import FAILURE_KINDS, INFRA_KINDS, EnvCodeError, EnvFailureKind, SandboxLost
 
 # kinds the far side may report itself (timeout and crash are decided on this side)
 _KINDS: dict[str, EnvFailureKind] = {k: k for k in FAILURE_KINDS if k not in ("timeout", "crash")}  # type: ignore[misc]

@@ -21,10 +21,10 @@ import struct
 import time
 from typing import Any
 
-from sandbox.channel import Channel
-from sandbox.config import SandboxConfig
-from sandbox.errors import NO_DAEMON, SandboxError, image_missing
-from sandbox.stage import CONTAINER_ROOT
+from gapforge.sandbox.channel import Channel
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.errors import NO_DAEMON, SandboxError, image_missing
+from gapforge.sandbox.stage import CONTAINER_ROOT
 
 LABEL = "gapforge"
 SANDBOX_UID = "65534:65534"

@@ -24,12 +24,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from envs.naming import synthetic_env_name
-from envs.protocol import Message, Score, StepResult, TaskRef, seed_of
-from sandbox.channel import Channel
-from sandbox.config import SandboxConfig
-from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
-from sandbox.pool import SandboxPool
+from gapforge.envs.naming import synthetic_env_name
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, seed_of
+from gapforge.sandbox.channel import Channel
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.errors import EnvCodeError, SandboxError, SandboxLost
+from gapforge.sandbox.pool import SandboxPool
 
 
 class SandboxedEnv:

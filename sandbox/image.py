@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from sandbox.errors import SandboxError
+from gapforge.sandbox.errors import SandboxError
 
 BuildMethod = Literal["auto", "dockerfile", "local-python", "debootstrap"]
 RECIPE_VERSION = "1"

@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sandbox.channel import Channel
-from sandbox.config import SandboxConfig
-from sandbox.errors import EnvCodeError, SandboxError
-from sandbox.stage import Stage
+from gapforge.sandbox.channel import Channel
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.errors import EnvCodeError, SandboxError
+from gapforge.sandbox.stage import Stage
 
 
 class SandboxPool:
@@ -28,7 +28,7 @@ class SandboxPool:
         self.size = cfg.pool_size if size is None else size
         self.client = None
         if cfg.backend == "docker":
-            from sandbox.docker_backend import docker_client, require_image, sweep
+            from gapforge.sandbox.docker_backend import docker_client, require_image, sweep
 
             self.client = client or docker_client()
             require_image(self.client, cfg.image)
@@ -50,10 +50,10 @@ class SandboxPool:
     # -- starting ------------------------------------------------------------
     def _start(self) -> Channel:
         if self.cfg.backend == "docker":
-            from sandbox.docker_backend import start_container
+            from gapforge.sandbox.docker_backend import start_container
 
             return start_container(self.client, self.cfg, str(self.stage.path))
-        from sandbox.process_backend import start_process
+        from gapforge.sandbox.process_backend import start_process
 
         return start_process(self.cfg, str(self.stage.path))
 

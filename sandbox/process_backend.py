@@ -21,9 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbox.channel import Channel
-from sandbox.config import SandboxConfig
-from sandbox.errors import EnvFailureKind
+from gapforge.sandbox.channel import Channel
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.errors import EnvFailureKind
 
 log = logging.getLogger(__name__)
 WARNING = ("sandbox.backend=process runs generated env code WITHOUT ISOLATION (no network, filesystem or secret protection); "

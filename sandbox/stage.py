@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from sandbox.errors import SandboxError
+from gapforge.sandbox.errors import SandboxError
 
 SANDBOX_DIR = Path(__file__).resolve().parent
 ENVS_DIR = SANDBOX_DIR.parent / "envs"

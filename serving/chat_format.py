@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from serving.errors import ServingError
+from gapforge.serving.errors import ServingError
 
 ToolFormat = Literal["hermes", "llama3_json"]
 QWEN3_TRAINING = Path(__file__).with_name("qwen3_training.jinja")

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Self
 
 from aiohttp import web
 
-from serving.errors import ServingError
+from gapforge.serving.errors import ServingError
 
 if TYPE_CHECKING:
-    from serving.routed_server import RoutedApp
+    from gapforge.serving.routed_server import RoutedApp
 
 FLUSH_S = 5.0  # after the drain: how long aiohttp may take to write the last answers before closing connections
 

@@ -22,13 +22,13 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
-from envs.errors import PolicyError
-from envs.protocol import Message
-from envs.sampling import episode_key, keyed_seed
-from serving.batching import BatchGenerator, eos_ids_of
-from serving.chat_format import tool_format_of
-from serving.errors import ServingError
-from serving.tool_calls import new_call_id, parse_turn
+from gapforge.envs.errors import PolicyError
+from gapforge.envs.protocol import Message
+from gapforge.envs.sampling import episode_key, keyed_seed
+from gapforge.serving.batching import BatchGenerator, eos_ids_of
+from gapforge.serving.chat_format import tool_format_of
+from gapforge.serving.errors import ServingError
+from gapforge.serving.tool_calls import new_call_id, parse_turn
 
 
 def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -128,7 +128,7 @@ class LocalPolicy:
     def _load(self, dtype: str) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM
 
-        from serving.chat_format import load_tokenizer
+        from gapforge.serving.chat_format import load_tokenizer
 
         if not (self.model_path / "config.json").is_file():
             raise ServingError(f"{self.model_path} is not a Hugging Face model directory (no config.json); set policy.local_path")

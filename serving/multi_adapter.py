@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envs.protocol import Message
-from serving.chat_format import tool_format_of
-from serving.errors import ServingError
-from serving.local import Generation, call_ids, render_prompt
-from serving.tool_calls import parse_turn
+from gapforge.envs.protocol import Message
+from gapforge.serving.chat_format import tool_format_of
+from gapforge.serving.errors import ServingError
+from gapforge.serving.local import Generation, call_ids, render_prompt
+from gapforge.serving.tool_calls import parse_turn
 
 
 class MultiAdapterModel:
@@ -42,7 +42,7 @@ class MultiAdapterModel:
     ) -> None:
         from transformers import AutoModelForCausalLM
 
-        from serving.chat_format import load_tokenizer
+        from gapforge.serving.chat_format import load_tokenizer
 
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").is_file():

@@ -38,12 +38,12 @@ import aiohttp
 import yarl
 from tenacity import wait_exponential_jitter
 
-from envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
-from envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
-from envs.protocol import Message, ToolCall
+from gapforge.envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
+from gapforge.envs.errors import EndpointError, MalformedOutputError, PolicyError, is_transient_status
+from gapforge.envs.protocol import Message, ToolCall
 from gapforge.faults import EndpointFault
-from serving.errors import ServingError
-from serving.tool_calls import split_reasoning
+from gapforge.serving.errors import ServingError
+from gapforge.serving.tool_calls import split_reasoning
 
 USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
 

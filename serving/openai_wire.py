@@ -11,7 +11,7 @@ from typing import Any, Literal
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envs.protocol import Message, ToolCall
+from gapforge.envs.protocol import Message, ToolCall
 from gapforge.faults import InputFault
 
 

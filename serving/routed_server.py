@@ -50,13 +50,13 @@ from typing import Any, Protocol
 from aiohttp import web
 from pydantic import ValidationError
 
-from envs.errors import MalformedOutputError, PolicyError
-from envs.protocol import Message
-from serving.admission import Admission, RequestTimedOut, ServerStopping
-from serving.config import ServeConfig
-from serving.errors import ServingError
-from serving.http_server import RoutedServer
-from serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, to_message
+from gapforge.envs.errors import MalformedOutputError, PolicyError
+from gapforge.envs.protocol import Message
+from gapforge.serving.admission import Admission, RequestTimedOut, ServerStopping
+from gapforge.serving.config import ServeConfig
+from gapforge.serving.errors import ServingError
+from gapforge.serving.http_server import RoutedServer
+from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, to_message
 
 __all__ = ["ROUTED_MODEL", "BadRequest", "ChatBackend", "ChatRequest", "RoutedApp", "RoutedServer", "conversation_key", "to_message"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.errors import ServingError
+from gapforge.serving.errors import ServingError
 
 # Special (control) tokens: dropped by decode(skip_special_tokens=True).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

@@ -18,8 +18,8 @@ import re
 import uuid
 from typing import Any, Callable
 
-from envs.errors import MalformedOutputError
-from envs.protocol import Message, ToolCall
+from gapforge.envs.errors import MalformedOutputError
+from gapforge.envs.protocol import Message, ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)

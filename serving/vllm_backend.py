@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from envs.protocol import Message
-from serving.errors import ServingError
-from serving.openai_policy import EndpointPolicy
+from gapforge.envs.protocol import Message
+from gapforge.serving.errors import ServingError
+from gapforge.serving.openai_policy import EndpointPolicy
 
 
 def adapter_version(path: str | Path) -> str:

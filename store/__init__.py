@@ -36,11 +36,11 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from store.analysis import LabelIn
-    from store.config import StoreConfig
-    from store.db import Store
-    from store.errors import StoreError
-    from store.rows import (
+    from gapforge.store.analysis import LabelIn
+    from gapforge.store.config import StoreConfig
+    from gapforge.store.db import Store
+    from gapforge.store.errors import StoreError
+    from gapforge.store.rows import (
         AdapterRow,
         CapabilityRow,
         CapabilityStatRow,

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from store.analysis_records import AnalysisRecordQueries
-from store.engine import StoreBase, no_capability
-from store.errors import StoreError
-from store.models import Capability, CapabilityStat, Label, utcnow
-from store.rows import (
+from gapforge.store.analysis_records import AnalysisRecordQueries
+from gapforge.store.engine import StoreBase, no_capability
+from gapforge.store.errors import StoreError
+from gapforge.store.models import Capability, CapabilityStat, Label, utcnow
+from gapforge.store.rows import (
     LABEL_VALUES,
     CapabilityRow,
     CapabilityStatRow,

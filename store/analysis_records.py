@@ -15,10 +15,10 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, tuple_
 
-from store.engine import StoreBase, no_capability
-from store.errors import StoreError
-from store.models import AnalysisSplit, CapabilitySummary, Discovery, Label, LabelCall, utcnow
-from store.rows import LABEL_VALUES, to_row
+from gapforge.store.engine import StoreBase, no_capability
+from gapforge.store.errors import StoreError
+from gapforge.store.models import AnalysisSplit, CapabilitySummary, Discovery, Label, LabelCall, utcnow
+from gapforge.store.rows import LABEL_VALUES, to_row
 
 
 @dataclass(frozen=True, slots=True)

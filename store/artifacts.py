@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from store.engine import StoreBase, no_capability
-from store.errors import StoreError
-from store.models import Adapter, Evaluation, SyntheticEnv, Validation, utcnow
-from store.rows import AdapterRow, EvaluationRow, SyntheticEnvRow, ValidationRow, to_row
+from gapforge.store.engine import StoreBase, no_capability
+from gapforge.store.errors import StoreError
+from gapforge.store.models import Adapter, Evaluation, SyntheticEnv, Validation, utcnow
+from gapforge.store.rows import AdapterRow, EvaluationRow, SyntheticEnvRow, ValidationRow, to_row
 
 
 class ArtifactQueries(StoreBase):

@@ -22,11 +22,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from store import fencing
-from store.errors import DiskFull, NoStore, StoreDamaged, StoreError, damaged_message, is_damaged, is_disk_full
-from store.files import sqlite_cut
-from store.models import Base, Run, utcnow
-from store.redact import redact
+from gapforge.store import fencing
+from gapforge.store.errors import DiskFull, NoStore, StoreDamaged, StoreError, damaged_message, is_damaged, is_disk_full
+from gapforge.store.files import sqlite_cut
+from gapforge.store.models import Base, Run, utcnow
+from gapforge.store.redact import redact
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10

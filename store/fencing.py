@@ -19,8 +19,8 @@ import threading
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from store.errors import StoreError
-from store.models import RunLease
+from gapforge.store.errors import StoreError
+from gapforge.store.models import RunLease
 
 _fences: dict[tuple[str, str], tuple[str, int]] = {}  # (store key, run id) -> (holder id, epoch)
 _lock = threading.Lock()

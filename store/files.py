@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store.errors import DiskFull, is_disk_full
+from gapforge.store.errors import DiskFull, is_disk_full
 
 MANIFEST = "gapforge_files.json"
 PARTIAL = ".partial-"  # `.NAME.partial-PID`: a directory being written (removed when its writer fails)

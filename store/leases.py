@@ -36,11 +36,11 @@ from typing import Any
 
 from sqlalchemy import delete, exc, select, text
 
-from store import fencing
-from store.engine import StoreBase, unknown_run
-from store.errors import DiskFull, StoreError
-from store.fencing import LeaseLost
-from store.models import Run, RunLease, utcnow
+from gapforge.store import fencing
+from gapforge.store.engine import StoreBase, unknown_run
+from gapforge.store.errors import DiskFull, StoreError
+from gapforge.store.fencing import LeaseLost
+from gapforge.store.models import Run, RunLease, utcnow
 
 DEFAULT_TTL_S = 120.0
 LOCK_WAIT_S = 30.0  # PostgreSQL: how long a takeover waits, by default, for a lease row a stuck holder's write still locks

@@ -16,13 +16,13 @@ from typing import Self
 
 from sqlalchemy import select
 
-from store.analysis import AnalysisQueries
-from store.artifacts import ArtifactQueries
-from store.errors import StoreError
-from store.leases import LeaseQueries
-from store.models import SCHEMA_VERSION, StoreMeta
-from store.runs import RunQueries
-from store.views import ViewQueries
+from gapforge.store.analysis import AnalysisQueries
+from gapforge.store.artifacts import ArtifactQueries
+from gapforge.store.errors import StoreError
+from gapforge.store.leases import LeaseQueries
+from gapforge.store.models import SCHEMA_VERSION, StoreMeta
+from gapforge.store.runs import RunQueries
+from gapforge.store.views import ViewQueries
 
 
 class StoreReader(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries, ViewQueries):

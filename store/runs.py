@@ -20,10 +20,10 @@ from typing import Any
 
 from sqlalchemy import exc, select
 
-from store.engine import StoreBase, unknown_run
-from store.errors import StoreError
-from store.models import Episode, Run, utcnow
-from store.rows import EpisodeRow, EpisodeSummaryRow, RunRow, to_row
+from gapforge.store.engine import StoreBase, unknown_run
+from gapforge.store.errors import StoreError
+from gapforge.store.models import Episode, Run, utcnow
+from gapforge.store.rows import EpisodeRow, EpisodeSummaryRow, RunRow, to_row
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Distributions whose versions decide what a run produces (missing ones are skipped).

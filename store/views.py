@@ -15,9 +15,9 @@ from typing import Generic, TypeVar
 
 from sqlalchemy import distinct, func, select
 
-from store.engine import StoreBase
-from store.models import Episode, Label, Run, SyntheticEnv, Validation
-from store.rows import EpisodeSummaryRow, LabelRow, RunRow, to_row
+from gapforge.store.engine import StoreBase
+from gapforge.store.models import Episode, Label, Run, SyntheticEnv, Validation
+from gapforge.store.rows import EpisodeSummaryRow, LabelRow, RunRow, to_row
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ POSTGRES_EXTRA = "extra 'postgres' not installed (pip install -e .[postgres]); C
 def _fresh_endpoint_breakers():
     """Endpoint circuit breakers are process-wide per base URL: a local port reused by a later
     test's fake server must not inherit an earlier test's outage."""
-    from envs.breaker import reset_breakers
+    from gapforge.envs.breaker import reset_breakers
 
     reset_breakers()
     yield
@@ -73,7 +73,7 @@ def postgres_url() -> str:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Qwen-architecture model built offline (random weights, tokenizer trained on the spot)."""
-    from serving.tiny_model import build_tiny_model
+    from gapforge.serving.tiny_model import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny-model")
     build_tiny_model(path, seed=0)
@@ -84,8 +84,8 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def qwen3_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with Qwen3's real stock chat template (TRL's copy, read from the installed package):
     its tokenizer has Qwen's control tokens and the <think> / <tool_call> / <tool_response> tags."""
-    from serving.chat_format import stock_template
-    from serving.tiny_model import build_tiny_model
+    from gapforge.serving.chat_format import stock_template
+    from gapforge.serving.tiny_model import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny-qwen3")
     build_tiny_model(path, seed=0, template=stock_template("qwen3"))

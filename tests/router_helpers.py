@@ -45,8 +45,8 @@ def teach_labels(src: Path, dst: Path, prompts: list[str], labels: list[str], *,
 
 def shared_taught_model(tmp_path_factory: Any, tiny_model_dir: Path) -> Path:
     """The taught router model, built once per test session (several test modules use it)."""
-    from agents.router import Router, RoutingConfig, make_options
-    from agents.router_backends import TransformersScorer
+    from gapforge.agents.router import Router, RoutingConfig, make_options
+    from gapforge.agents.router_backends import TransformersScorer
 
     out = Path(tmp_path_factory.getbasetemp()) / "taught-router"
     if (out / "DONE").exists():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from training.config import TrainingConfig
+from gapforge.training.config import TrainingConfig
 
 
 class _HasTraining(Protocol):

@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from store.files import check_dir, complete_dir
-from training.config import TrainingConfig
+from gapforge.store.files import check_dir, complete_dir
+from gapforge.training.config import TrainingConfig
 
 CURVE_DIR = "curve"
 

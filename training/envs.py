@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from training.rollout import EnvFactory
+from gapforge.training.rollout import EnvFactory
 
 
 class EnvSpec(BaseModel):
@@ -58,14 +58,14 @@ class EnvSpec(BaseModel):
 
 
 def _sandbox_factory(module: str, settings: dict[str, Any], pool_size: int) -> tuple[EnvFactory, Callable[[], None]]:
-    import sandbox.env as sandbox_env
-    from sandbox.pool import SandboxPool
+    import gapforge.sandbox.env as sandbox_env
+    from gapforge.sandbox.pool import SandboxPool
 
     cfg = sandbox_env.SandboxConfig(**settings)  # wherever SandboxConfig lives, sandbox.env imports it
     pool = SandboxPool(cfg, size=pool_size, sweep_on_start=False)
     if cfg.backend == "docker":
         # remove containers of dead (SIGKILLed) jobs; best effort: another process may remove one mid-listing
-        from sandbox.docker_backend import sweep
+        from gapforge.sandbox.docker_backend import sweep
 
         for _ in range(3):
             try:
@@ -82,18 +82,18 @@ def open_factory(spec: EnvSpec, *, pool_size: int = 4) -> tuple[EnvFactory, Call
     if spec.kind == "sandbox":
         return _sandbox_factory(str(spec.module), spec.sandbox, pool_size)
     if spec.kind == "trusted":
-        from envs.synthetic import InProcessSyntheticEnv, load_env_class
+        from gapforge.envs.synthetic import InProcessSyntheticEnv, load_env_class
 
         cls = load_env_class(str(spec.module))
         return (lambda: InProcessSyntheticEnv(cls)), (lambda: None)
     if spec.kind == "python":
         import functools
 
-        from envs.loader import load_attr, parse_class_spec
+        from gapforge.envs.loader import load_attr, parse_class_spec
 
         parsed = parse_class_spec(str(spec.factory))  # the target loader's own parsing and one-line errors
         return functools.partial(load_attr(parsed), **parsed.kwargs), (lambda: None)
-    from envs.registry import make_env
+    from gapforge.envs.registry import make_env
 
     name, user_model = str(spec.target), _user_model(spec)
     return (lambda: make_env(name, user=spec.user, user_model=user_model)), (lambda: None)
@@ -106,13 +106,13 @@ def _user_model(spec: EnvSpec) -> Any:
         return None
     import os
 
-    from agents.config import EndpointConfig
+    from gapforge.agents.config import EndpointConfig
 
     endpoint = EndpointConfig.model_validate(spec.user_endpoint)
     endpoint.load_key(os.environ)  # this job process is its own loader: the key never travels in the spec
     if spec.target != "shop":
         return endpoint
-    from agents.llm import make_chat_model
+    from gapforge.agents.llm import make_chat_model
 
     return make_chat_model(endpoint)
 

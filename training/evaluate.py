@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.rollout import EnvFactory, run_group
-from training.sampler import TransformersSampler
+from gapforge.training.rollout import EnvFactory, run_group
+from gapforge.training.sampler import TransformersSampler
 
 
 def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
-    from serving.chat_format import load_tokenizer
+    from gapforge.serving.chat_format import load_tokenizer
 
     tok = load_tokenizer(model_dir)  # the chat format training used
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
@@ -32,7 +32,7 @@ def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) ->
 def pass_rates(model: Any, tok: Any, make_env: EnvFactory, tasks: list[Any], family_of: Any, *, samples: int = 2,
                temperature: float = 1.0, max_turns: int = 12, max_new_tokens: int = 96, seed: int = 0) -> dict[str, Any]:
     """{family: {"pass_rate", "mean_reward", "episodes"}} plus "all"."""
-    from training.cpu import set_cpu_threads
+    from gapforge.training.cpu import set_cpu_threads
 
     set_cpu_threads()
     sampler = TransformersSampler(model, tok, seed=seed)
@@ -80,10 +80,10 @@ async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, s
     """Pass rates per family on THE shop exactly as `gapforge demo` collects (serving.local.LocalPolicy,
     agents.rollouts.collect, per-episode seeds): {family: {pass_rate, episodes, successes}} plus "all",
     and for policy_refusal the share of its failures that skipped the order check (the planted deficit)."""
-    from agents.rollouts import CollectPlan, collect
-    from envs.shop import ShopEnv
-    from serving.local import LocalPolicy
-    from training.cpu import set_cpu_threads
+    from gapforge.agents.rollouts import CollectPlan, collect
+    from gapforge.envs.shop import ShopEnv
+    from gapforge.serving.local import LocalPolicy
+    from gapforge.training.cpu import set_cpu_threads
 
     set_cpu_threads()  # only the free cores: on a busy machine two threads wait on each other (training/cpu.py)
     env = ShopEnv()

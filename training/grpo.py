@@ -27,10 +27,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.config import TrainingConfig
-from training.cpu import cuda_available
-from training.rollout import EnvFactory, TokenRollout, run_groups
-from training.sampler import Sampler, TransformersSampler, VLLMSampler
+from gapforge.training.config import TrainingConfig
+from gapforge.training.cpu import cuda_available
+from gapforge.training.rollout import EnvFactory, TokenRollout, run_groups
+from gapforge.training.sampler import Sampler, TransformersSampler, VLLMSampler
 
 
 def lora_config(cfg: TrainingConfig):  # -> peft.LoraConfig

@@ -28,14 +28,14 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.env_threads import DaemonThreads
-from envs.errors import PolicyError
-from envs.protocol import Environment, Message, TaskRef
-from sandbox.errors import SandboxError
-from serving.chat_format import tool_format_of
-from serving.tool_calls import parse_turn
-from training.sampler import Sampler
-from training.tokens import (
+from gapforge.envs.env_threads import DaemonThreads
+from gapforge.envs.errors import PolicyError
+from gapforge.envs.protocol import Environment, Message, TaskRef
+from gapforge.sandbox.errors import SandboxError
+from gapforge.serving.chat_format import tool_format_of
+from gapforge.serving.tool_calls import parse_turn
+from gapforge.training.sampler import Sampler
+from gapforge.training.tokens import (
     TemplateDriftError,
     TokenTrajectory,
     encode,

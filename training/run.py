@@ -1,4 +1,4 @@
-"""One training job per process: `python -m training.run SPEC.json`.
+"""One training job per process: `python -m gapforge.training.run SPEC.json`.
 
 SPEC.json is a `training.service.TrainJob` without its store URL (which may hold a
 password and so never goes into a file): the launcher passes it in the job
@@ -28,8 +28,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.errors import DiskFull, is_disk_full
-from training.service import TrainJob, TrainResult, register, train_capability
+from gapforge.store.errors import DiskFull, is_disk_full
+from gapforge.training.service import TrainJob, TrainResult, register, train_capability
 
 STORE_URL_ENV = "GAPFORGE_JOB_STORE_URL"
 DISK_FULL_EXIT = 3  # the job's process found no space left: nothing recorded as the capability's failure
@@ -62,7 +62,7 @@ def _terminate(signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not Path(args[0]).is_file():
-        print("usage: python -m training.run SPEC.json  (a TrainJob as JSON)", file=sys.stderr)
+        print("usage: python -m gapforge.training.run SPEC.json  (a TrainJob as JSON)", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)  # run `finally` blocks and atexit: release every sandbox
     job = TrainJob.model_validate_json(Path(args[0]).read_text())
@@ -152,7 +152,7 @@ def _die_with_parent() -> None:
 
 
 def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: bool = False) -> JobOutcome:
-    """One job in its own process (`python -m training.run`); its progress events go to `on_line(name, event)`.
+    """One job in its own process (`python -m gapforge.training.run`); its progress events go to `on_line(name, event)`.
     `die_with_parent` (a Ray worker launching it): the job dies with its launcher, so a retry never meets it still training."""
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_dir / f"{job.name}.json"
@@ -161,7 +161,7 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
     env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
     if job.store_url:
         env[STORE_URL_ENV] = job.store_url
-    proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "gapforge.training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env,
                             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
     pid_file(spec).write_text(f"{proc.pid}\n")
     try:

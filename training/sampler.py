@@ -58,7 +58,7 @@ class TransformersSampler:
     (serving.batching) never outlive the weights that computed them."""
 
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
-        from serving.batching import BatchGenerator
+        from gapforge.serving.batching import BatchGenerator
 
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids = {tokenizer.eos_token_id}

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from store.files import complete_dir
-from training.config import TrainingConfig
-from training.rollout import EnvFactory, run_groups
-from training.sampler import TransformersSampler
+from gapforge.store.files import complete_dir
+from gapforge.training.config import TrainingConfig
+from gapforge.training.rollout import EnvFactory, run_groups
+from gapforge.training.sampler import TransformersSampler
 
 
 def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: list[Any], cfg: TrainingConfig,

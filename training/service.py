@@ -23,15 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from store.files import check_dir, remove_partials, write_text
-from training.config import TrainingConfig
-from training.envs import EnvSpec, open_factory, task_split
+from gapforge.store.files import check_dir, remove_partials, write_text
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec, open_factory, task_split
 
 METADATA_FILE = "gapforge_adapter.json"
 
 
 class TrainJob(BaseModel):
-    """Everything one training process needs (also the JSON spec of `python -m training.run`)."""
+    """Everything one training process needs (also the JSON spec of `python -m gapforge.training.run`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -177,14 +177,14 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from training.curve import curve_adapters, curve_callback, drop_after, save_curve_adapter
-        from training.grpo import RolloutRecorder, build_trainer
-        from training.selection import HeldoutSelector, evaluate_heldout
-        from training.template_check import prepare_tokenizer
+        from gapforge.training.curve import curve_adapters, curve_callback, drop_after, save_curve_adapter
+        from gapforge.training.grpo import RolloutRecorder, build_trainer
+        from gapforge.training.selection import HeldoutSelector, evaluate_heldout
+        from gapforge.training.template_check import prepare_tokenizer
 
         threads = None
         if cfg.generation == "transformers":
-            from training.cpu import set_cpu_threads
+            from gapforge.training.cpu import set_cpu_threads
 
             threads = set_cpu_threads(job.cpu_threads)
         tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
@@ -241,10 +241,10 @@ def register(job: TrainJob, result: TrainResult) -> None:
     """Upsert the adapter row (keyed by run + name: a re-run never duplicates it)."""
     if not (job.store_url and job.run_id):
         return
-    from store.db import Store
+    from gapforge.store.db import Store
 
     metrics = {k: v for k, v in result.model_dump(mode="json").items() if k not in ("name", "capability", "adapter_path", "status")}
-    from store.errors import StoreError
+    from gapforge.store.errors import StoreError
 
     with Store(job.store_url) as store:
         try:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.chat_format import ChatFormat, use_chat_format
-from training.tokens import TemplateDriftError, check_prefix_preserving
+from gapforge.serving.chat_format import ChatFormat, use_chat_format
+from gapforge.training.tokens import TemplateDriftError, check_prefix_preserving
 
 FIX = ("fix: save a prefix-preserving template as the model dir's chat_template.jinja (one that renders every turn the "
        "same wherever it stands: never drops past <think> blocks, never adds an empty one only to the last turn; "

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.protocol import Message
+from gapforge.envs.protocol import Message
 from gapforge.faults import InputFault
-from serving.local import to_template_messages
+from gapforge.serving.local import to_template_messages
 
 
 class TemplateDriftError(InputFault, ValueError):
@@ -60,7 +60,7 @@ def check_prefix_preserving(tokenizer: Any, tools: list[dict[str, Any]]) -> None
     """Probe the template with a multi-turn conversation (text turn, tool call, tool result,
     user reply, reasoning); raise TemplateDriftError when any turn rewrites an earlier one,
     or when the generation prompt is not where the assistant's turn starts."""
-    from envs.protocol import ToolCall
+    from gapforge.envs.protocol import ToolCall
 
     name = tools[0]["function"]["name"] if tools else "lookup"
     convo = [Message.system("probe system"), Message.user("first user turn"),

@@ -26,11 +26,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from gapforge.faults import InputFault
-from graph.checkpoint import CheckpointerError
-from store.errors import NoStore, StoreError
-from ui.format import FILTERS, GLOBALS
-from ui.links import LINKS
-from ui.sources import Sources, UiSettings
+from gapforge.graph.checkpoint import CheckpointerError
+from gapforge.store.errors import NoStore, StoreError
+from gapforge.ui.format import FILTERS, GLOBALS
+from gapforge.ui.links import LINKS
+from gapforge.ui.sources import Sources, UiSettings
 
 log = logging.getLogger("gapforge.ui")
 STATIC = Path(__file__).parent / "static"
@@ -98,7 +98,7 @@ def _install_errors(app: FastAPI) -> None:
 
 
 def create_app(settings: UiSettings) -> FastAPI:
-    from ui import pages_analysis, pages_artifacts, pages_runs
+    from gapforge.ui import pages_analysis, pages_artifacts, pages_runs
 
     src = Sources(settings)
 

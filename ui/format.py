@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from evaluation.summary import points, verdict
+from gapforge.evaluation.summary import points, verdict
 
 # The episode loop's termination reasons (agents/episode.py) and the boundary each one blames.
 BOUNDARY = {

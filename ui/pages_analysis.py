@@ -10,9 +10,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from store.rows import LABEL_VALUES
-from ui import links
-from ui.app import NotFound, render, sources
+from gapforge.store.rows import LABEL_VALUES
+from gapforge.ui import links
+from gapforge.ui.app import NotFound, render, sources
 
 router = APIRouter()
 

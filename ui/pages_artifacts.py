@@ -11,9 +11,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from ui import code, links, svg
-from ui.app import NotFound, render, sources
-from ui.pages_runs import evaluation_rows
+from gapforge.ui import code, links, svg
+from gapforge.ui.app import NotFound, render, sources
+from gapforge.ui.pages_runs import evaluation_rows
 
 router = APIRouter()
 

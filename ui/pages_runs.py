@@ -9,13 +9,13 @@ import yaml
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from evaluation.summary import headline
-from graph.inspect import FORKABLE_NEXT
-from graph.state import STAGES
-from store.errors import NoStore
-from ui import links, svg
-from ui.app import render, sources
-from ui.sources import RunSnapshot
+from gapforge.evaluation.summary import headline
+from gapforge.graph.inspect import FORKABLE_NEXT
+from gapforge.graph.state import STAGES
+from gapforge.store.errors import NoStore
+from gapforge.ui import links, svg
+from gapforge.ui.app import render, sources
+from gapforge.ui.sources import RunSnapshot
 
 router = APIRouter()
 RUN_KINDS = ("trace", "demo")  # graph runs (gapforge.run_session.RUN_KINDS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.reader import StoreReader
+from gapforge.store.reader import StoreReader
 
 ADAPTER_METADATA = "gapforge_adapter.json"  # training/ writes it beside the kept checkpoint
 STEPS_LOG = "steps.jsonl"  # training/ writes one line per GRPO step in the adapter's job directory
@@ -72,14 +72,14 @@ class Sources:
         """The graph over the checkpoints (read-only), or None while there are none yet."""
         async with self._graph_lock:
             if self._graph is None:
-                from graph.checkpoint import open_checkpoints_read_only
+                from gapforge.graph.checkpoint import open_checkpoints_read_only
 
                 stack = AsyncExitStack()
                 saver = await stack.enter_async_context(open_checkpoints_read_only(self.settings.store_url, self.settings.checkpoint_path))
                 if saver is None:
                     await stack.aclose()
                     return None
-                from graph.graph import build_graph
+                from gapforge.graph.graph import build_graph
 
                 self._graph = build_graph(saver)
                 self._stack.push_async_callback(stack.aclose)
@@ -89,7 +89,7 @@ class Sources:
         graph = await self.graph()
         if graph is None:
             return RunSnapshot()
-        from graph.runner import thread_config
+        from gapforge.graph.runner import thread_config
 
         snap = await graph.aget_state(thread_config(run_id))
         return RunSnapshot(dict(snap.values or {}), tuple(snap.next), tuple(i.value for i in snap.interrupts or ()))
@@ -98,7 +98,7 @@ class Sources:
         graph = await self.graph()
         if graph is None:
             return []
-        from graph.inspect import history
+        from gapforge.graph.inspect import history
 
         return await history(graph, run_id)
 

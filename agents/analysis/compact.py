@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from agents.analysis.errors import AnalysisError
+from gapforge.agents.analysis.errors import AnalysisError
 
 
 class TokenCounter(Protocol):

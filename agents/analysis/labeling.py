@@ -32,18 +32,18 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from agents.analysis.compact import ByteEstimate, TokenCounter, compact_episode, system_prompt
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import current_dictionary
-from agents.analysis.schemas import EPISODE_MESSAGES, label_schema
-from agents.analysis.split import analysis_episodes
-from agents.analysis.target import TargetBrief, target_brief
-from agents.analysis.usage import UsageCounter, seeded
-from agents.errors import ModelEndpointError, StructuredOutputError
-from agents.llm import astructured_call
-from agents.structured_http import StructuredHTTP
-from prompts import load_prompt
-from store.analysis_records import LabelCallRecord
+from gapforge.agents.analysis.compact import ByteEstimate, TokenCounter, compact_episode, system_prompt
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import current_dictionary
+from gapforge.agents.analysis.schemas import EPISODE_MESSAGES, label_schema
+from gapforge.agents.analysis.split import analysis_episodes
+from gapforge.agents.analysis.target import TargetBrief, target_brief
+from gapforge.agents.analysis.usage import UsageCounter, seeded
+from gapforge.agents.errors import ModelEndpointError, StructuredOutputError
+from gapforge.agents.llm import astructured_call
+from gapforge.agents.structured_http import StructuredHTTP
+from gapforge.prompts import load_prompt
+from gapforge.store.analysis_records import LabelCallRecord
 
 PROMPT_FILE = "analyst_label.md"
 Progress = Callable[[int, int], None]  # (done, total), called after every episode

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import yaml
 from langchain_core.messages import BaseMessage
 
-from agents.analysis.errors import AnalysisError
-from agents.scripted import ScriptedChatModel
-from envs.shop.tools import WRITE_TOOLS
+from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.envs.shop.tools import WRITE_TOOLS
 
 RECORDED_DIR = Path(__file__).resolve().parent.parent / "recorded"
 ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *sorted(WRITE_TOOLS))

@@ -11,11 +11,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import current_dictionary
-from agents.analysis.errors import AnalysisError
-from agents.analysis.split import analysis_episodes
-from agents.analysis.statistics import CapabilityStatistics, LabelRecord, compute_statistics
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import current_dictionary
+from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.analysis.split import analysis_episodes
+from gapforge.agents.analysis.statistics import CapabilityStatistics, LabelRecord, compute_statistics
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.analysis.compact import TokenCounter
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import DiscoveryResult, discover
-from agents.analysis.errors import AnalysisError
-from agents.analysis.labeling import LabelPassResult, Progress, label_pass
-from agents.analysis.selection import SelectionResult, select
-from agents.analysis.split import TaskSplit, ensure_split
+from gapforge.agents.analysis.compact import TokenCounter
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import DiscoveryResult, discover
+from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.analysis.labeling import LabelPassResult, Progress, label_pass
+from gapforge.agents.analysis.selection import SelectionResult, select
+from gapforge.agents.analysis.split import TaskSplit, ensure_split
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agents.analysis.errors import AnalysisError
-from agents.router import first_user_message
-from sandbox.checks.contamination import SplitTexts
+from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.router import first_user_message
+from gapforge.sandbox.checks.contamination import SplitTexts
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def _families_of(env: str, episodes: list[Any]) -> dict[str, str]:
     evaluated, on those only), from the target env; the episodes' own when it is not a registered target."""
     collected = {e.task_id for e in episodes}
     try:
-        from envs.registry import make_env
+        from gapforge.envs.registry import make_env
 
         target: Any = make_env(env)
         return {t: target.task_family(t) for t in target.task_ids() if t in collected}

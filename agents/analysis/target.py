@@ -28,7 +28,7 @@ class TargetBrief:
 def _registered_tools(env: str) -> tuple[str, ...] | None:
     """The tool names of a registered target env, None when `make_env` cannot build it."""
     try:
-        from envs.registry import make_env
+        from gapforge.envs.registry import make_env
 
         target: Any = make_env(env)
     except Exception:  # noqa: BLE001 - not a registered target (or its extra is missing): the episodes tell

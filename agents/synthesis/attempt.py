@@ -22,17 +22,17 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.synthesis.config import SynthesisConfig
-from agents.synthesis.context import GeneratorContext
-from agents.synthesis.reviewer import review_check, review_env
-from agents.synthesis.static_gate import static_gate
-from envs.errors import InfrastructureFailure
-from envs.protocol import PolicyModel
-from sandbox.checks import SelfTestThresholds, validate_env
-from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
-from sandbox.checks.probe import ValidatedEnv
-from sandbox.checks.report import CheckResult, ValidationReport
-from sandbox.checks.result_shapes import Shape
+from gapforge.agents.synthesis.config import SynthesisConfig
+from gapforge.agents.synthesis.context import GeneratorContext
+from gapforge.agents.synthesis.reviewer import review_check, review_env
+from gapforge.agents.synthesis.static_gate import static_gate
+from gapforge.envs.errors import InfrastructureFailure
+from gapforge.envs.protocol import PolicyModel
+from gapforge.sandbox.checks import SelfTestThresholds, validate_env
+from gapforge.sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
+from gapforge.sandbox.checks.probe import ValidatedEnv
+from gapforge.sandbox.checks.report import CheckResult, ValidationReport
+from gapforge.sandbox.checks.result_shapes import Shape
 
 OpenModule = Callable[[Path], ValidatedEnv]
 

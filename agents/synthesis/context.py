@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Protocol
 
-from agents.analysis.compact import system_prompt
-from agents.analysis.split import split_openings
-from envs.registry import make_env
-from sandbox.checks.contamination import SplitTexts
+from gapforge.agents.analysis.compact import system_prompt
+from gapforge.agents.analysis.split import split_openings
+from gapforge.envs.registry import make_env
+from gapforge.sandbox.checks.contamination import SplitTexts
 
 RESULT_CHARS = 600  # one stored result per tool, cut here
 

@@ -16,9 +16,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.llm import structured_call
-from agents.synthesis.context import GeneratorContext
-from prompts import Prompt, load_prompt
+from gapforge.agents.llm import structured_call
+from gapforge.agents.synthesis.context import GeneratorContext
+from gapforge.prompts import Prompt, load_prompt
 
 PROMPT_FILE = "synthesis_generator.md"
 EXAMPLE = Path(__file__).resolve().parents[2] / "envs" / "examples" / "precondition_verification.py"

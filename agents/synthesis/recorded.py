@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from langchain_core.messages import BaseMessage
 
-from agents.errors import ModelError
-from agents.scripted import ScriptedChatModel
+from gapforge.agents.errors import ModelError
+from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.demo_data import RECORDINGS_DIR
 
 SHOP_RECORDINGS = RECORDINGS_DIR / "shop.yaml"  # read as data, never imported

@@ -11,10 +11,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.llm import structured_call
-from agents.synthesis.context import GeneratorContext
-from prompts import Prompt, load_prompt
-from sandbox.checks.report import CheckResult
+from gapforge.agents.llm import structured_call
+from gapforge.agents.synthesis.context import GeneratorContext
+from gapforge.prompts import Prompt, load_prompt
+from gapforge.sandbox.checks.report import CheckResult
 
 PROMPT_FILE = "synthesis_reviewer.md"
 

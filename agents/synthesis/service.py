@@ -29,14 +29,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.deps import StageDeps
-from agents.infra import INFRA_ERRORS, stop
-from agents.selftest import readiness_runner
-from agents.synthesis.attempt import AttemptOutcome, avalidate_attempt, validate_attempt
-from agents.synthesis.context import GeneratorContext, gather_context
-from agents.synthesis.generator import generate_env, generator_prompt
-from sandbox.checks.result_shapes import observed_result_shapes
-from sandbox.env import SandboxedEnv
+from gapforge.agents.deps import StageDeps
+from gapforge.agents.infra import INFRA_ERRORS, stop
+from gapforge.agents.selftest import readiness_runner
+from gapforge.agents.synthesis.attempt import AttemptOutcome, avalidate_attempt, validate_attempt
+from gapforge.agents.synthesis.context import GeneratorContext, gather_context
+from gapforge.agents.synthesis.generator import generate_env, generator_prompt
+from gapforge.sandbox.checks.result_shapes import observed_result_shapes
+from gapforge.sandbox.env import SandboxedEnv
 
 Status = Literal["accepted", "unsynthesized"]
 Progress = Callable[[str, int, str], None]  # (capability, attempt, what)

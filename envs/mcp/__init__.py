@@ -4,6 +4,6 @@ Importing this package imports the `mcp` SDK (extra `mcp`); envs.registry turns 
 absence into a one-line error naming the extra.
 """
 
-from envs.mcp.env import McpTargetEnv
+from gapforge.envs.mcp.env import McpTargetEnv
 
 __all__ = ["McpTargetEnv"]

@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from envs.mcp.client import CallOutcome
-from envs.mcp.errors import ServerFailure
-from envs.mcp.spec import TaskSpec
-from envs.protocol import Message, Score
+from gapforge.envs.mcp.client import CallOutcome
+from gapforge.envs.mcp.errors import ServerFailure
+from gapforge.envs.mcp.spec import TaskSpec
+from gapforge.envs.protocol import Message, Score
 from gapforge.faults import EnvCodeFault
 
 CallTool = Callable[[str, dict[str, Any]], CallOutcome]

@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, PaginatedRequestParams, Tool
 
-from envs.mcp.errors import ServerFailure, ServerStartError, one_line
+from gapforge.envs.mcp.errors import ServerFailure, ServerStartError, one_line
 
 CLOSE_GRACE_S = 8.0  # the SDK's stdio shutdown waits at most ~4.5 s (flush, stdin close, SIGTERM, SIGKILL)
 

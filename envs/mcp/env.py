@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envs.errors import EnvError
-from envs.mcp import pool
-from envs.mcp.checks import score_task
-from envs.mcp.client import CallOutcome, Connection
-from envs.mcp.errors import ServerFailure, ServerStartError, TaskFileError
-from envs.mcp.spec import Target, TaskSpec, load_target, tool_problem
-from envs.mcp.user import LLMUser, ScriptedUser, SimulatedUser
-from envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.errors import EnvError
+from gapforge.envs.mcp import pool
+from gapforge.envs.mcp.checks import score_task
+from gapforge.envs.mcp.client import CallOutcome, Connection
+from gapforge.envs.mcp.errors import ServerFailure, ServerStartError, TaskFileError
+from gapforge.envs.mcp.spec import Target, TaskSpec, load_target, tool_problem
+from gapforge.envs.mcp.user import LLMUser, ScriptedUser, SimulatedUser
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
 
 URL_WAIT_S = 600.0  # how long an env waits for another env instance's episode on the same URL server
 

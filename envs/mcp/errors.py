@@ -10,7 +10,7 @@ records it as the episode's `env_error`, with the server's last stderr words.
 
 from __future__ import annotations
 
-from envs.errors import EnvError
+from gapforge.envs.errors import EnvError
 from gapforge.faults import EnvCodeFault
 
 

@@ -20,7 +20,7 @@ import atexit
 import threading
 from typing import Any
 
-from envs.mcp.client import Connection
+from gapforge.envs.mcp.client import Connection
 
 MAX_IDLE = 8
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envs.mcp.errors import TaskFileError, one_line
+from gapforge.envs.mcp.errors import TaskFileError, one_line
 
 STRICT = ConfigDict(extra="forbid")
 

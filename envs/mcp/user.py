@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from envs.mcp.spec import TaskSpec
+from gapforge.envs.mcp.spec import TaskSpec
 
 STOP = "###STOP###"
 THANKS = "Thank you, that's all I needed."
@@ -67,7 +67,7 @@ class LLMUser:
     def __init__(self, chat_model: Any, task: TaskSpec) -> None:
         from langchain_core.messages import AIMessage, SystemMessage
 
-        from prompts import load_prompt
+        from gapforge.prompts import load_prompt
 
         prompt = load_prompt(PROMPT_FILE)
         self.prompt_id = prompt.id

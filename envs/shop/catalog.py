@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envs.shop.data import ShopDB
-from envs.shop.tasks import (
+from gapforge.envs.shop.data import ShopDB
+from gapforge.envs.shop.tasks import (
     FactKey,
     GoldAction,
     ShopTask,

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TaskRef
-from envs.shop.catalog import build_tasks
-from envs.shop.data import ShopDB, build_db
-from envs.shop.tasks import ShopTask
-from envs.shop.tools import (
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.shop.catalog import build_tasks
+from gapforge.envs.shop.data import ShopDB, build_db
+from gapforge.envs.shop.tasks import ShopTask
+from gapforge.envs.shop.tools import (
     READ_TOOLS,
     SCHEMAS,
     TRANSFER_TOOL,
@@ -26,7 +26,7 @@ from envs.shop.tools import (
     ShopTools,
     ToolError,
 )
-from envs.shop.user import ScriptedUser, normalize
+from gapforge.envs.shop.user import ScriptedUser, normalize
 
 
 class _User(Protocol):
@@ -36,7 +36,7 @@ class _User(Protocol):
 
 
 def policy_text() -> str:
-    return resources.files("envs.shop").joinpath("policy.md").read_text(encoding="utf-8")
+    return resources.files("gapforge.envs.shop").joinpath("policy.md").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class ShopEnv:
 
     def _make_user(self, t: ShopTask) -> _User:
         if self.user_kind == "llm":
-            from envs.shop.llm_user import LLMUser
+            from gapforge.envs.shop.llm_user import LLMUser
 
             return LLMUser(self.user_model, t)
         return ScriptedUser(t.user, t.required_info)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from envs.shop.tasks import ShopTask
-from envs.shop.user import STOP
-from prompts import load_prompt
+from gapforge.envs.shop.tasks import ShopTask
+from gapforge.envs.shop.user import STOP
+from gapforge.prompts import load_prompt
 
 PROMPT_FILE = "shop_user_simulator.md"
 

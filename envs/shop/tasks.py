@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.shop.data import Customer, Order, OrderItem, ShopDB
-from envs.shop.tools import WRITE_TOOLS
+from gapforge.envs.shop.data import Customer, Order, OrderItem, ShopDB
+from gapforge.envs.shop.tools import WRITE_TOOLS
 
 Family = Literal["lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal"]
 FAMILIES: tuple[Family, ...] = ("lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal")

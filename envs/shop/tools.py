@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from envs.protocol import tool_schema
-from envs.shop.data import Address, Order, ShopDB, Transaction
+from gapforge.envs.protocol import tool_schema
+from gapforge.envs.shop.data import Address, Order, ShopDB, Transaction
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 _S = {"type": "string"}

@@ -11,7 +11,7 @@ Order of rules, first match wins:
 
 from __future__ import annotations
 
-from envs.shop.tasks import FactKey, UserScript
+from gapforge.envs.shop.tasks import FactKey, UserScript
 
 STOP = "###STOP###"
 

@@ -3,7 +3,7 @@
 Importing this package does not import tau2; the first Tau2Env does (see domain.load_tau2).
 """
 
-from envs.tau2.env import Tau2Env
-from envs.tau2.users import UserEndpoint
+from gapforge.envs.tau2.env import Tau2Env
+from gapforge.envs.tau2.users import UserEndpoint
 
 __all__ = ["Tau2Env", "UserEndpoint"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.protocol import Message, Score
-from envs.tau2.domain import load_tau2
+from gapforge.envs.protocol import Message, Score
+from gapforge.envs.tau2.domain import load_tau2
 
 
 def to_tau2_assistant(message: Message) -> Any:

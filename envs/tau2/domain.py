@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from envs.errors import EnvError
+from gapforge.envs.errors import EnvError
 
 if TYPE_CHECKING:
     from tau2.data_model.tasks import Task

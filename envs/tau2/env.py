@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TaskRef
-from envs.tau2 import convert, judge
-from envs.tau2 import domain as dom
-from envs.tau2.users import ScriptedUser, UserEndpoint, coerce_endpoint, llm_user
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.tau2 import convert, judge
+from gapforge.envs.tau2 import domain as dom
+from gapforge.envs.tau2.users import ScriptedUser, UserEndpoint, coerce_endpoint, llm_user
 
 DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS (the `tau2 run` default)
 DEFAULT_MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from envs.tau2.domain import load_tau2
-from envs.tau2.users import UserEndpoint
+from gapforge.envs.tau2.domain import load_tau2
+from gapforge.envs.tau2.users import UserEndpoint
 
 _JUDGE_MODULE = "tau2.evaluator.evaluator_nl_assertions"
 _LOCK = threading.Lock()

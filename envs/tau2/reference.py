@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from itertools import count
 from typing import Any, Literal
 
-from envs.protocol import Message, ToolCall
-from envs.tau2 import convert, judge
-from envs.tau2 import domain as dom
-from envs.tau2.env import Tau2Env
-from envs.tau2.users import ScriptedUser, llm_user
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.tau2 import convert, judge
+from gapforge.envs.tau2 import domain as dom
+from gapforge.envs.tau2.env import Tau2Env
+from gapforge.envs.tau2.users import ScriptedUser, llm_user
 
 Script = Callable[[], Iterator[Message]]
 Tail = Literal["answer", "loop", "errors"]

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from envs.errors import EnvError
-from envs.tau2.domain import load_tau2
+from gapforge.envs.errors import EnvError
+from gapforge.envs.tau2.domain import load_tau2
 
 
 class UserEndpoint(BaseModel):

@@ -18,10 +18,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TaskRef
-from envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
-from envs.toolsandbox.users import user_spec
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
+from gapforge.envs.toolsandbox.users import user_spec
 from gapforge.faults import EnvCodeFault
 
 NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)

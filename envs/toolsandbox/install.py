@@ -1,4 +1,4 @@
-"""Create ToolSandbox's own venv (idempotent): `python -m envs.toolsandbox.install [--source PATH] [--venv PATH]`.
+"""Create ToolSandbox's own venv (idempotent): `python -m gapforge.envs.toolsandbox.install [--source PATH] [--venv PATH]`.
 
 Installs the pinned core dependencies (requirements.txt, from PyPI) and then the
 ToolSandbox source itself with `--no-deps` (its full dependency list drags in model

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.toolsandbox.plan import CategoryMetrics, paper_metrics
+from gapforge.envs.toolsandbox.plan import CategoryMetrics, paper_metrics
 
 ENV_PREFIX = "toolsandbox"
 STAND_IN_NOTE = ("RapidAPI answers are a stand-in written from the scenarios' milestones (worker/standin_rapidapi.json), "

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from envs.protocol import Message, ToolCall
+from gapforge.envs.protocol import Message, ToolCall
 
 ALL = "all"
 

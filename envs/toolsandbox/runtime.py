@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.errors import EnvError
+from gapforge.envs.errors import EnvError
 from gapforge.faults import EnvCodeFault
 
 REPO = Path(__file__).resolve().parents[2]

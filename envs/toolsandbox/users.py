@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from envs.errors import EnvError
+from gapforge.envs.errors import EnvError
 
 
 class UserEndpoint(BaseModel):

@@ -20,11 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from gapforge.config import GapforgeConfig
-from gapforge.stages import evaluation, report, rollouts, synthesis, training
-from gapforge.stages.analysis import Analysis
-from gapforge.stages.common import Progress, StageContext
-from gapforge.stages.routing import Routing
-from graph.context import (
+from gapforge.graph.context import (
     BaselineDone,
     DiscoveryDone,
     EvaluationDone,
@@ -37,6 +33,10 @@ from graph.context import (
     TrainingDone,
     ValidationDone,
 )
+from gapforge.stages import evaluation, report, rollouts, synthesis, training
+from gapforge.stages.analysis import Analysis
+from gapforge.stages.common import Progress, StageContext
+from gapforge.stages.routing import Routing
 
 
 class RunStages:

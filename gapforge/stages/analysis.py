@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gapforge.config import GapforgeConfig
-from gapforge.stages.common import StageContext, data_errors, require
-from graph.context import (
+from gapforge.graph.context import (
     CapabilityStats,
     Cost,
     DiscoveryDone,
@@ -14,15 +13,16 @@ from graph.context import (
     SelectionDone,
     StageFailed,
 )
+from gapforge.stages.common import StageContext, data_errors, require
 
 
 def analyst_model(cfg: GapforgeConfig, env: str) -> Any:
     """The analyst chat model: the recorded one for the env when llm.kind=scripted without a file."""
     if cfg.llm.kind == "scripted" and not cfg.llm.scripted_path:
-        from agents.analysis.recorded import recorded_analyst
+        from gapforge.agents.analysis.recorded import recorded_analyst
 
         return recorded_analyst(env)
-    from agents.llm import chat_model_from_config
+    from gapforge.agents.llm import chat_model_from_config
 
     return chat_model_from_config(cfg.llm)
 
@@ -39,9 +39,9 @@ class Analysis:
         self._counter: Any = None
 
     def _models(self) -> tuple[Any, Any]:
-        require("agents.analysis.service", "capability analysis")
+        require("gapforge.agents.analysis.service", "capability analysis")
         if self._model is None:
-            from agents.analysis.compact import make_token_counter
+            from gapforge.agents.analysis.compact import make_token_counter
 
             cfg = self.sc.cfg
             self._counter = make_token_counter(cfg.analysis.tokenizer, cfg.policy.local_path if cfg.policy.kind == "local" else None)
@@ -55,8 +55,8 @@ class Analysis:
     async def discovery(self, run_id: str) -> tuple[Any, Any]:
         """(the task split, the discovered dictionary): agents.analysis split.ensure_split then discovery.discover."""
         model, counter = self._models()
-        from agents.analysis.discovery import discover
-        from agents.analysis.split import ensure_split
+        from gapforge.agents.analysis.discovery import discover
+        from gapforge.agents.analysis.split import ensure_split
 
         sc, acfg = self.sc, self.sc.cfg.analysis
         split = await sc.in_thread(ensure_split, sc.store, run_id, fraction=acfg.split_fraction, seed=acfg.seed)
@@ -71,7 +71,7 @@ class Analysis:
     async def label_pass(self, run_id: str, pass_index: int, *, retry_failed: bool = False, on_progress: Any = None) -> Any:
         """One labeling pass (agents.analysis.labeling.label_pass); its data errors become StageFailed."""
         model, counter = self._models()
-        from agents.analysis.labeling import label_pass
+        from gapforge.agents.analysis.labeling import label_pass
 
         try:
             return await label_pass(self.sc.store, model, run_id, pass_index, cfg=self.sc.cfg.analysis, counter=counter,
@@ -90,7 +90,7 @@ class Analysis:
     async def selection(self, run_id: str) -> Any:
         """The statistics and the retained capabilities (agents.analysis.selection.select)."""
         self._models()
-        from agents.analysis.selection import select
+        from gapforge.agents.analysis.selection import select
 
         return await self.sc.in_thread(select, self.sc.store, run_id, cfg=self.sc.cfg.analysis)
 

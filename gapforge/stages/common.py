@@ -11,11 +11,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from agents.deps import StageDeps
+from gapforge.agents.deps import StageDeps
 from gapforge.config import GapforgeConfig
+from gapforge.graph.context import StageFailed, StageUnavailable
 from gapforge.stages.cores import DriverCores
-from graph.context import StageFailed, StageUnavailable
-from training.cpu import cuda_available, usable_cores
+from gapforge.training.cpu import cuda_available, usable_cores
 
 Progress = Callable[[str, str], None]  # (stage or "stage capability", one line)
 

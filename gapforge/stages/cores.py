@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.cpu import usable_cores
+from gapforge.training.cpu import usable_cores
 
 
 class DriverCores:
@@ -62,7 +62,7 @@ class DriverCores:
         return jobs, max(1, cores - sum(jobs.values()))
 
     def _apply(self) -> None:
-        from serving.batching import set_lane_threads
+        from gapforge.serving.batching import set_lane_threads
 
         jobs, lanes = self.shares()
         set_lane_threads(lanes)

@@ -7,19 +7,19 @@ import asyncio
 from typing import Any
 
 from gapforge.executor_wiring import evaluation_players
+from gapforge.graph.context import Cost, EvaluationDone, StageFailed
 from gapforge.stages.common import StageContext, require
 from gapforge.stages.routing import Routing
 from gapforge.wiring import make_target_env_factory
-from graph.context import Cost, EvaluationDone, StageFailed
 
 
 async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities: list[str], *, env: str | None = None,
                    tasks: list[str] | None = None) -> EvaluationDone:
     """The held-out split the analysis stored with the run (its env and tasks), unless `env` / `tasks` name others
     (`gapforge evaluate --env / --tasks`)."""
-    require("evaluation.service", "evaluation")
-    from evaluation.policies import GRPO_TARGET
-    from evaluation.service import evaluate_run
+    require("gapforge.evaluation.service", "evaluation")
+    from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.evaluation.service import evaluate_run
 
     cfg, ecfg = sc.cfg, sc.cfg.evaluation
     split = await asyncio.to_thread(sc.store.get_split, run_id)
@@ -64,8 +64,8 @@ async def _all_tasks_greedy(sc: StageContext, run_id: str, env_name: str, tasks:
                             router: Any) -> int:
     """Every policy on `tasks` at temperature 0, 1 trial each, stored as `all_tasks:<policy>` (evaluation.service, scope);
     returns the episodes played."""
-    from evaluation.policies import GRPO_TARGET
-    from evaluation.service import evaluate_run
+    from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.evaluation.service import evaluate_run
 
     cfg = sc.cfg
     probe = make_env()
@@ -86,7 +86,7 @@ async def _all_tasks_greedy(sc: StageContext, run_id: str, env_name: str, tasks:
 
 async def _gepa(sc: StageContext, run_id: str, split: Any, env_name: str, artifacts: Any, backend: Any, make_env: Any) -> Any:
     """GEPA's optimised system prompt (evaluation.gepa_baseline): the run's stored one, else optimised on its analysis split."""
-    from evaluation.gepa_baseline import gepa_for_run
+    from gapforge.evaluation.gepa_baseline import gepa_for_run
 
     if split is None or split.env != env_name:
         raise StageFailed(f"evaluation.baseline_gepa optimises on the run's analysis split, and {env_name} has none stored: "

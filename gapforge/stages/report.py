@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from gapforge.graph.context import ReportDone
 from gapforge.stages.common import StageContext, require
-from graph.context import ReportDone
 
 
 async def report(sc: StageContext, run_id: str, *, out: str | None = None) -> ReportDone:
     """Into `out`, or the run's report directory in the workspace."""
-    require("evaluation.report", "the report")
-    from evaluation.report import write_report
+    require("gapforge.evaluation.report", "the report")
+    from gapforge.evaluation.report import write_report
 
     where = Path(out) if out else sc.deps.workspace.report_dir(run_id)
     result = await asyncio.to_thread(write_report, sc.store, run_id, where)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from envs.errors import EnvError
-from envs.target_check import TargetFingerprint
 from gapforge.config import GapforgeConfig
+from gapforge.envs.errors import EnvError
+from gapforge.envs.target_check import TargetFingerprint
 from gapforge.executor_wiring import episode_player
+from gapforge.graph.context import Cost, RolloutsDone
 from gapforge.stages.common import StageContext
 from gapforge.wiring import make_target_env_factory
-from graph.context import Cost, RolloutsDone
 
 
 async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
@@ -54,7 +54,7 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
 def collect_plan(cfg: GapforgeConfig, run_id: str, env_name: str, tasks: list[str], *, samples: int | None = None,
                  temperature: float | None = None) -> Any:
     """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share."""
-    from agents.rollouts import CollectPlan
+    from gapforge.agents.rollouts import CollectPlan
 
     return CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples if samples is None else samples,
                        concurrency=cfg.rollouts.concurrency, max_turns=cfg.rollouts.max_turns, temperature=temperature,
@@ -63,7 +63,7 @@ def collect_plan(cfg: GapforgeConfig, run_id: str, env_name: str, tasks: list[st
 
 def empty_result() -> Any:
     """A CollectResult the collection fills as episodes are stored (its counts survive a stop)."""
-    from agents.rollouts import CollectResult
+    from gapforge.agents.rollouts import CollectResult
 
     return CollectResult(planned=0, skipped=0, ran=0)
 
@@ -72,7 +72,7 @@ async def play_collection(cfg: GapforgeConfig, store: Any, plan: Any, *, pol_cfg
                           result: Any, on_episode: Any = None) -> Any:
     """Play `plan` and store every episode: here (executor.kind local, one process), on local worker processes or on Ray
     actors (`episode_player`, which builds the policy `pol_cfg` there); `policy()` makes it here only when needed."""
-    from agents.rollouts import collect
+    from gapforge.agents.rollouts import collect
 
     async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
         return await collect(plan, make_env=make_env, policy=policy() if player is None else None, sink=store, families=families,
@@ -89,7 +89,7 @@ def timeouts_warning(cfg: GapforgeConfig, result: Any) -> str | None:
 
 def infra_stop(result: Any, *, where: str = "", resume: str | None = None) -> Any:
     """IncompleteStage (exit 3, resumable) when episodes ended in infrastructure failures, else None."""
-    from agents.errors import IncompleteStage
+    from gapforge.agents.errors import IncompleteStage
 
     if not result.infra_failures:
         return None
@@ -111,8 +111,8 @@ def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):
 
 def target_record(probe: Any, spec: str) -> TargetFingerprint:
     """The fingerprint of a built env (the source file's hash only for a user's class)."""
-    from envs.registry import is_builtin
-    from envs.target_check import fingerprint
+    from gapforge.envs.registry import is_builtin
+    from gapforge.envs.target_check import fingerprint
 
     return fingerprint(probe, spec, user_class=not is_builtin(spec))
 
@@ -122,7 +122,7 @@ def check_run_target(store: Any, run_id: str, now: TargetFingerprint, *, allow_c
     (one line) unless `allow_change`; returns warnings (a changed source, an allowed change). What was recorded
     before a change stays in the run's `target_history`. `record=False`: check only (a caller not yet holding the
     run's lease checks before any work and records under the lease)."""
-    from envs.target_check import compare
+    from gapforge.envs.target_check import compare
 
     stored = store.run_target(run_id)
     if stored is None:

@@ -17,8 +17,8 @@ import dataclasses
 import functools
 from typing import Any
 
+from gapforge.graph.context import RouterDone, StageFailed
 from gapforge.stages.common import StageContext, require
-from graph.context import RouterDone, StageFailed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Routing:
         """(artifacts, backend, router) of the run (blocking: loads weights; call it in a thread). `baseline`: load the
         GRPO-on-target adapter too (the evaluation plays it); `keep`: store the router's data when it had to be built."""
         if self._routed is None or self._routed[0].run_id != run_id:
-            from evaluation.service import build_router, load_backend, run_artifacts
+            from gapforge.evaluation.service import build_router, load_backend, run_artifacts
 
             cfg = self.sc.cfg
             base = self.sc.base_dir()
@@ -64,11 +64,11 @@ class Routing:
         return self._routed
 
     def _baseline(self, run_id: str) -> dict[str, Any]:
-        from evaluation.policies import GRPO_TARGET
+        from gapforge.evaluation.policies import GRPO_TARGET
 
         if self.baseline_adapter:
             return {GRPO_TARGET: self.baseline_adapter}
-        from evaluation.service import adapter_location
+        from gapforge.evaluation.service import adapter_location
 
         row = self.sc.store.get_adapter(run_id, GRPO_TARGET)
         if row is None or row.status != "done" or not row.path:
@@ -80,7 +80,7 @@ class Routing:
         has what routing.backend needs (openings; gate: the trained gate), else built now (openings: in the sandbox, unless
         the stored router over these adapters has them; gate: trained on them and the analysis split's labels) and stored
         when `keep`."""
-        from evaluation.router_record import load_router, router_record, save_router
+        from gapforge.evaluation.router_record import load_router, router_record, save_router
 
         store, kind = self.sc.store, routing.backend
         record = load_router(store, run_id)
@@ -105,7 +105,7 @@ class Routing:
     def _train_gate(self, run_id: str, artifacts: Any, routing: Any, backend: Any, openings: dict[str, list[str]], seeds: list[int]) -> tuple[Any, Any]:
         """The gate (evaluation.gate) on the synthetic envs' training openings and the analysis split's labelled tasks; a policy
         served by vLLM is read through a local copy of its base (policy.local_path)."""
-        from evaluation.gate import gate_encoder, gate_examples, train_gate
+        from gapforge.evaluation.gate import gate_encoder, gate_examples, train_gate
 
         caps = [c["name"] for c in artifacts.capabilities]
         local = all(hasattr(backend, a) for a in ("model", "tokenizer", "base_context"))
@@ -127,7 +127,7 @@ class Routing:
 
     def _synthetic(self, run_id: str, artifacts: Any) -> dict[str, Any]:
         """Each capability's accepted synthetic env, opened in the sandbox on the run's pool."""
-        from sandbox.env import open_env
+        from gapforge.sandbox.env import open_env
 
         ws, sandbox, pool = self.sc.deps.workspace, self.sc.cfg.sandbox, self.sc.deps.sandbox_pool
         modules = {c["name"]: ws.synthetic_env(run_id, c["name"]) for c in artifacts.capabilities}
@@ -136,13 +136,13 @@ class Routing:
     def _openings(self, run_id: str, artifacts: Any, seeds: list[int]) -> dict[str, list[str]]:
         """Each capability's synthetic-env openings on its TRAINING seeds (what its adapter was trained on), in the sandbox;
         the router's accuracy is measured on held-out seeds."""
-        from evaluation.routing import env_openings
+        from gapforge.evaluation.routing import env_openings
 
         return {name: env_openings(opener, seeds) for name, opener in self._synthetic(run_id, artifacts).items()}
 
     def _vllm_backend(self, adapters: dict[str, Any]) -> Any:
         """The policy endpoint (a vLLM server) with every adapter registered under its versioned name."""
-        from serving.vllm_backend import VLLMBackend
+        from gapforge.serving.vllm_backend import VLLMBackend
 
         ep = self.sc.cfg.policy.endpoint
         backend = VLLMBackend(ep.base_url or "http://localhost:8000/v1", ep.model, adapters, api_key=ep.api_key.get_secret_value() if ep.api_key else None,
@@ -163,8 +163,8 @@ class Routing:
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         """The router over the trained adapters (its data stored with the run), and its accuracy on held-out synthetic
         seeds (in the sandbox)."""
-        require("evaluation.service", "the router")
-        from evaluation.routing import measure_router, routing_cases
+        require("gapforge.evaluation.service", "the router")
+        from gapforge.evaluation.routing import measure_router, routing_cases
 
         artifacts, _backend, router = await asyncio.to_thread(self.routed, run_id)
         seeds = self.sc.cfg.training.heldout_seed_list()[: self.sc.cfg.evaluation.routing_seeds]

@@ -33,11 +33,11 @@ class _AlwaysBase:
 async def evaluate_scaling(sc: StageContext, routing: Routing, run_id: str, *, env: str, make_env: Any, tasks: list[str],
                            families: dict[str, str]) -> int:
     """Evaluate every curve point k > 0 of the run (runs `<run>.scale-k`); returns the episodes played."""
-    from evaluation.policies import GRPO_TARGET
-    from evaluation.reuse import copy_base_episodes
-    from evaluation.rollout_scaling import curve_points, scale_run_id
-    from evaluation.run import EvalPlan, child_run_id
-    from evaluation.service import RunArtifacts, evaluate_run, load_backend
+    from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.evaluation.reuse import copy_base_episodes
+    from gapforge.evaluation.rollout_scaling import curve_points, scale_run_id
+    from gapforge.evaluation.run import EvalPlan, child_run_id
+    from gapforge.evaluation.service import RunArtifacts, evaluate_run, load_backend
 
     cfg, ecfg, store = sc.cfg, sc.cfg.evaluation, sc.store
     artifacts, _, router = await asyncio.to_thread(routing.routed, run_id)

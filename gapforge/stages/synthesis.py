@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+from gapforge.graph.context import Cost, SynthesisAttempt, ValidationDone
 from gapforge.stages.common import StageContext, require
-from graph.context import Cost, SynthesisAttempt, ValidationDone
 
 
 def _progress(sc: StageContext):
@@ -22,7 +22,7 @@ def _progress(sc: StageContext):
 
 async def synthesize(sc: StageContext, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
     """The generator writes attempt `attempt` (with the previous attempt's feedback), stored; a stored one is reused."""
-    service = require("agents.synthesis.service", "environment synthesis")
+    service = require("gapforge.agents.synthesis.service", "environment synthesis")
     code = await asyncio.to_thread(service.generate_attempt, sc.deps, run_id, capability, attempt, _progress(sc))
     return SynthesisAttempt(capability, attempt, code.synthetic_env_id, cost=Cost(llm_calls=int(code.generated)))
 
@@ -30,7 +30,7 @@ async def synthesize(sc: StageContext, run_id: str, capability: str, attempt: in
 async def validate(sc: StageContext, run_id: str, capability: str, attempt: int) -> ValidationDone:
     """The attempt's self-test in the sandbox (readiness rollouts on this loop, or on a local readiness worker process:
     executor/readiness.py), its verdict stored; a stored verdict is reused."""
-    service = require("agents.synthesis.service", "environment synthesis")
+    service = require("gapforge.agents.synthesis.service", "environment synthesis")
     local = sc.cfg.policy.kind == "local"  # its readiness rollouts decode on this machine's cores (cores.DriverCores)
     with sc.driver_cores.decode() if local else contextlib.nullcontext():
         done = await service.avalidate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
@@ -54,8 +54,8 @@ class Steps:
 async def synthesize_capability(sc: StageContext, run_id: str, capability: str) -> Any:
     """The graph's repair loop for one capability, run alone (no training, no checkpointer: the stored attempts and
     verdicts make it resumable), then what it decided as `agents.synthesis.service.SynthesisResult`."""
-    service = require("agents.synthesis.service", "environment synthesis")
-    from graph.capability import repair
+    service = require("gapforge.agents.synthesis.service", "environment synthesis")
+    from gapforge.graph.capability import repair
 
     before = await asyncio.to_thread(service.decided_attempts, sc.store, run_id, capability)
     row = await repair(Steps(sc), run_id, capability, max_attempts=sc.deps.synthesis.max_attempts)

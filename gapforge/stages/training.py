@@ -11,8 +11,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from gapforge.graph.context import BaselineDone, Cost, StageFailed, TrainingDone
 from gapforge.stages.common import StageContext, require
-from graph.context import BaselineDone, Cost, StageFailed, TrainingDone
 
 
 def _step_line(sc: StageContext):
@@ -58,9 +58,9 @@ def accepted_module(sc: StageContext, run_id: str, capability: str) -> Path:
 async def train(sc: StageContext, run_id: str, capability: str, *, module: str | None = None) -> TrainingDone:
     """GRPO + LoRA on the capability's accepted synthetic env (written by synthesis), or on `module` (`gapforge train
     --module`), in its own process."""
-    require("training.service", "GRPO training")
-    from training.envs import EnvSpec
-    from training.service import TrainJob
+    require("gapforge.training.service", "GRPO training")
+    from gapforge.training.envs import EnvSpec
+    from gapforge.training.service import TrainJob
 
     cfg, ws = sc.cfg, sc.deps.workspace
     path = Path(module).resolve() if module else accepted_module(sc, run_id, capability)  # (a file check: no thread, no await)
@@ -83,10 +83,10 @@ def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_
     quarter held back for its own selection, never the evaluation's tasks), for `scale` x the training rollouts of
     all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
     plays it with (rollouts.user). `learning_rate`: another than training.learning_rate (bench/baseline_lr.py)."""
-    from evaluation.policies import GRPO_TARGET
-    from training.budget import baseline_steps, baseline_tasks
-    from training.envs import EnvSpec
-    from training.service import TrainJob
+    from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.training.budget import baseline_steps, baseline_tasks
+    from gapforge.training.envs import EnvSpec
+    from gapforge.training.service import TrainJob
 
     train_tasks, held = baseline_tasks(split.analysis_tasks)
     update: dict[str, Any] = {"max_steps": baseline_steps(cfg, n_adapters, scale=scale)}
@@ -109,8 +109,8 @@ async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
     cfg, store = sc.cfg, sc.store
     if not cfg.evaluation.baseline_grpo:
         return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
-    require("training.service", "GRPO training")
-    from evaluation.policies import GRPO_TARGET
+    require("gapforge.training.service", "GRPO training")
+    from gapforge.evaluation.policies import GRPO_TARGET
 
     row = await asyncio.to_thread(store.get_adapter, run_id, GRPO_TARGET)
     if row is not None and row.status == "done":

@@ -9,11 +9,11 @@ from itertools import pairwise
 from statistics import mean
 from typing import Any
 
-from envs.protocol import Message
-from sandbox.checks.probe import EnvFault, Probe, action_message
-from sandbox.checks.report import CheckResult
-from sandbox.checks.schemas import random_args, random_value, schema_problems
-from sandbox.checks.settings import SelfTestThresholds
+from gapforge.envs.protocol import Message
+from gapforge.sandbox.checks.probe import EnvFault, Probe, action_message
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.schemas import random_args, random_value, schema_problems
+from gapforge.sandbox.checks.settings import SelfTestThresholds
 
 DO_NOTHING = "I am sorry, I cannot help with that."
 _WORD = re.compile(r"[A-Za-z0-9_#@.\-]{3,40}")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sandbox.checks.probe import EnvFault, Probe
-from sandbox.checks.report import CheckResult
-from sandbox.checks.schemas import fidelity_problems, result_format, schema_problems
+from gapforge.sandbox.checks.probe import EnvFault, Probe
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.schemas import fidelity_problems, result_format, schema_problems
 
 
 def check_loads(probe: Probe) -> tuple[CheckResult, list[dict[str, Any]] | None]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.checks.probe import EnvFault, Probe, ReplayedEpisode, canonical
-from sandbox.checks.report import CheckResult
-from sandbox.checks.settings import SelfTestThresholds
+from gapforge.sandbox.checks.probe import EnvFault, Probe, ReplayedEpisode, canonical
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.settings import SelfTestThresholds
 
 
 def _fault(name: str, fault: EnvFault) -> CheckResult:

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.checks.probe import EnvFault, Probe
-from sandbox.checks.report import CheckResult
-from sandbox.checks.settings import SelfTestThresholds
+from gapforge.sandbox.checks.probe import EnvFault, Probe
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.settings import SelfTestThresholds
 
 NAME = "contamination"
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")

@@ -37,13 +37,13 @@ from collections.abc import Awaitable, Callable
 from statistics import mean, pstdev
 from typing import Any
 
-from envs.errors import InfrastructureFailure, infra_cause
-from envs.protocol import PolicyModel
-from envs.sampling import episode_key
-from sandbox.checks.probe import OpenEnv, ValidatedEnv
-from sandbox.checks.report import CheckResult
-from sandbox.checks.settings import GRPOReadinessConfig
-from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
+from gapforge.envs.errors import InfrastructureFailure, infra_cause
+from gapforge.envs.protocol import PolicyModel
+from gapforge.envs.sampling import episode_key
+from gapforge.sandbox.checks.probe import OpenEnv, ValidatedEnv
+from gapforge.sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
+from gapforge.sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 
 # (policy, env, seed, temperature) -> the episode: a reward, or an object with `.reward` and
 # optionally `.termination` / `.error` (agents.policy.EpisodeRecord). The composition root passes

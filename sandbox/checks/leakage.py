@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sandbox.checks.probe import EnvFault, Probe, ReplayedEpisode
-from sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.probe import EnvFault, Probe, ReplayedEpisode
+from gapforge.sandbox.checks.report import CheckResult
 
 MIN_LEN = 4
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envs.protocol import Message, Score, StepResult
-from envs.sdk import ProtocolError, action_to_message
+from gapforge.envs.protocol import Message, Score, StepResult
+from gapforge.envs.sdk import ProtocolError, action_to_message
 from gapforge.faults import EnvCodeFault
-from sandbox.errors import EnvCodeError, SandboxError
+from gapforge.sandbox.errors import EnvCodeError, SandboxError
 
 
 class ValidatedEnv(Protocol):

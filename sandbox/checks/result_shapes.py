@@ -21,8 +21,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sandbox.checks.probe import EnvFault, Probe
-from sandbox.checks.report import CheckResult
+from gapforge.sandbox.checks.probe import EnvFault, Probe
+from gapforge.sandbox.checks.report import CheckResult
 
 Shape = dict[str, Any]
 MAX_PROBLEMS = 8

@@ -19,20 +19,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envs.errors import InfrastructureFailure
-from envs.protocol import PolicyModel
-from sandbox.checks.adversarial import check_graded, check_not_trivial
-from sandbox.checks.basic import check_fidelity, check_loads
-from sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
-from sandbox.checks.contamination import SplitTexts, check_contamination
-from sandbox.checks.exploits import check_reward_hacking
-from sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
-from sandbox.checks.leakage import check_no_leakage
-from sandbox.checks.probe import EnvFault, OpenEnv, Probe
-from sandbox.checks.report import MAX_FAULTS_KEPT, CheckResult, ValidationReport
-from sandbox.checks.result_shapes import Shape, check_result_format
-from sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
-from sandbox.errors import SandboxLost
+from gapforge.envs.errors import InfrastructureFailure
+from gapforge.envs.protocol import PolicyModel
+from gapforge.sandbox.checks.adversarial import check_graded, check_not_trivial
+from gapforge.sandbox.checks.basic import check_fidelity, check_loads
+from gapforge.sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
+from gapforge.sandbox.checks.contamination import SplitTexts, check_contamination
+from gapforge.sandbox.checks.exploits import check_reward_hacking
+from gapforge.sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
+from gapforge.sandbox.checks.leakage import check_no_leakage
+from gapforge.sandbox.checks.probe import EnvFault, OpenEnv, Probe
+from gapforge.sandbox.checks.report import MAX_FAULTS_KEPT, CheckResult, ValidationReport
+from gapforge.sandbox.checks.result_shapes import Shape, check_result_format
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
+from gapforge.sandbox.errors import SandboxLost
 
 CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded",
           "result_format", "no_leakage", "contamination", "reward_hacking", "grpo_ready")

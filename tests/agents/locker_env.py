@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
 
 TASKS = {"easy": 1234, "hard": 9876}
 

@@ -11,14 +11,14 @@ import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict
 
-from agents.config import EndpointConfig
-from agents.errors import ModelEndpointError
-from agents.llm import is_transient, make_chat_model
-from agents.structured_http import StructuredHTTP
-from envs.breaker import CircuitBreaker, CircuitOpen
-from envs.errors import EndpointError
-from envs.protocol import Message
-from serving.openai_policy import EndpointPolicy
+from gapforge.agents.config import EndpointConfig
+from gapforge.agents.errors import ModelEndpointError
+from gapforge.agents.llm import is_transient, make_chat_model
+from gapforge.agents.structured_http import StructuredHTTP
+from gapforge.envs.breaker import CircuitBreaker, CircuitOpen
+from gapforge.envs.errors import EndpointError
+from gapforge.envs.protocol import Message
+from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, structured_reply, text_reply
 
 WIRE = [{"role": "user", "content": "label episode 7"}]

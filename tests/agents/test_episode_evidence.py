@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from agents.episode import run_episode
-from agents.policy import ChatModelPolicy
-from agents.rollouts import CollectPlan, collect, rollout_summary
-from agents.scripted import ScriptedChatModel
-from envs.protocol import Message, Score, StepResult
-from envs.registry import make_env
-from store import Store
+from gapforge.agents.episode import run_episode
+from gapforge.agents.policy import ChatModelPolicy
+from gapforge.agents.rollouts import CollectPlan, collect, rollout_summary
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.envs.protocol import Message, Score, StepResult
+from gapforge.envs.registry import make_env
+from gapforge.store import Store
 
 
 class _ClosingCounter(ChatModelPolicy):

@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from agents.episode import run_episode
-from agents.policy import ChatModelPolicy
-from agents.rollouts import CollectPlan, EnvFailureShare, collect, play_episode
-from agents.scripted import ScriptedChatModel
-from envs.env_threads import DaemonThreads, runs_inline
-from envs.errors import EndpointError
-from envs.protocol import Message, Score, StepResult
-from envs.registry import make_env
-from sandbox.errors import SandboxLost
-from store import Store
-from store.errors import DiskFull
+from gapforge.agents.episode import run_episode
+from gapforge.agents.policy import ChatModelPolicy
+from gapforge.agents.rollouts import CollectPlan, EnvFailureShare, collect, play_episode
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.envs.env_threads import DaemonThreads, runs_inline
+from gapforge.envs.errors import EndpointError
+from gapforge.envs.protocol import Message, Score, StepResult
+from gapforge.envs.registry import make_env
+from gapforge.sandbox.errors import SandboxLost
+from gapforge.store import Store
+from gapforge.store.errors import DiskFull
 
 SPEC = f"{Path(__file__).resolve().parents[1] / 'data' / 'faulty_env.py'}:FaultyEnv"
 LIMIT = 0.5
@@ -176,7 +176,7 @@ class _StuckEnv:
 
 def test_a_timed_out_episode_does_not_wait_for_its_stuck_env_to_close(caplog: pytest.LogCaptureFixture) -> None:
     env = _StuckEnv()
-    with caplog.at_level(logging.WARNING, logger="agents.rollouts"):
+    with caplog.at_level(logging.WARNING, logger="gapforge.agents.rollouts"):
         ep = asyncio.run(play_episode(_policy(), lambda: env, "t", 0, max_turns=3, temperature=None,
                                       executor=DaemonThreads("t"), timeout_s=LIMIT, env_name="stuck"))
     assert ep.termination == "timeout" and ep.timeout_boundary == "env" and ep.env_failure

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.errors import IncompleteStage
-from agents.rollouts import EnvFailureShare
-from executor.processes import WorkerLost
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.rollouts import EnvFailureShare
+from gapforge.executor.processes import WorkerLost
 
 
 @pytest.mark.parametrize("cls", [IncompleteStage, EnvFailureShare, WorkerLost])
@@ -23,8 +23,8 @@ def test_the_disk_full_stops_share_the_resume_wording_and_keep_their_fields() ->
     its class, its path and its own wording (', then resume with ...'), and the untold message still says 'then resume'."""
     from pathlib import Path
 
-    from graph.checkpoint import CheckpointDiskFull
-    from store.errors import DiskFull
+    from gapforge.graph.checkpoint import CheckpointDiskFull
+    from gapforge.store.errors import DiskFull
 
     disk = DiskFull("/ws/store.sqlite", "episodes")
     assert str(disk).endswith("free space there, then resume")

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.gate import GateClassifier, GateScorer, GateState, HiddenStateEncoder, fit_gate
-from agents.router import RouterError, RoutingConfig
-from evaluation.gate import gate_encoder, split_examples, train_gate
-from evaluation.router_record import GateExample
-from evaluation.service import RunArtifacts, build_router
+from gapforge.agents.gate import GateClassifier, GateScorer, GateState, HiddenStateEncoder, fit_gate
+from gapforge.agents.router import RouterError, RoutingConfig
+from gapforge.evaluation.gate import gate_encoder, split_examples, train_gate
+from gapforge.evaluation.router_record import GateExample
+from gapforge.evaluation.service import RunArtifacts, build_router
 
 CAPS = ["precondition_verification", "structured_data_reasoning"]
 

@@ -11,15 +11,15 @@ import pytest
 from router_helpers import random_adapter
 from test_gate import CAPS, one_thread, toy_examples  # noqa: F401 (one_thread: an autouse fixture)
 
-from evaluation.gate import task_labels
-from evaluation.router_record import load_router, router_record, save_router
-from evaluation.service import run_artifacts
 from gapforge.config import load_config
+from gapforge.evaluation.gate import task_labels
+from gapforge.evaluation.router_record import load_router, router_record, save_router
+from gapforge.evaluation.service import run_artifacts
 from gapforge.stages import stage_context
 from gapforge.stages.routing import Routing
-from store import Store
-from store.analysis import LabelIn
-from store.workspace import Workspace
+from gapforge.store import Store
+from gapforge.store.analysis import LabelIn
+from gapforge.store.workspace import Workspace
 from tests.fakes.fake_vllm import FakeVLLMServer
 
 # analysis-split tasks, their first user messages and their labels per pass (two episodes each): (cap0, cap1) values

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import openai
 import pytest
 
-from agents.errors import ModelEndpointError
-from agents.llm import make_chat_model
+from gapforge.agents.errors import ModelEndpointError
+from gapforge.agents.llm import make_chat_model
 from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 

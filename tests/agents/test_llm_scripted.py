@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from agents.errors import ModelError
-from agents.llm import ScriptedChatModel, chat_model_from_config, prompt_config
-from envs.protocol import tool_schema
+from gapforge.agents.errors import ModelError
+from gapforge.agents.llm import ScriptedChatModel, chat_model_from_config, prompt_config
 from gapforge.config import LLMConfig, PolicyConfig
+from gapforge.envs.protocol import tool_schema
 
 LOOKUP = tool_schema("lookup", "Look a customer up.", {"email": {"type": "string"}})
 

@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict
 
-from agents.errors import StructuredOutputError
-from agents.llm import ScriptedChatModel, astructured_call, make_chat_model, prompt_config, structured_call
+from gapforge.agents.errors import StructuredOutputError
+from gapforge.agents.llm import ScriptedChatModel, astructured_call, make_chat_model, prompt_config, structured_call
 from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from envs.breaker import reset_breakers
 from gapforge.cli import app
-from store import Store
+from gapforge.envs.breaker import reset_breakers
+from gapforge.store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer, Faults, text_reply
 
 ROOT = Path(__file__).parents[2]

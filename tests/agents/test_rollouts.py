@@ -14,14 +14,14 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from agents.llm import make_chat_model
-from agents.policy import ChatModelPolicy
-from agents.rollouts import CollectPlan, collect, summarize
-from agents.scripted import ScriptedChatModel
-from envs.registry import make_env
+from gapforge.agents.llm import make_chat_model
+from gapforge.agents.policy import ChatModelPolicy
+from gapforge.agents.rollouts import CollectPlan, collect, summarize
+from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.cli import app
 from gapforge.config import EndpointConfig
-from store import Store
+from gapforge.envs.registry import make_env
+from gapforge.store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 TASKS = ["shop-lookup-001", "shop-write-001", "shop-compound-001", "shop-refusal-001"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from router_helpers import capability_specs, first_messages, shared_taught_model
 
-from agents.router import (
+from gapforge.agents.router import (
     RouteOption,
     Router,
     RouterError,
@@ -16,7 +16,7 @@ from agents.router import (
     compact_trajectory,
     make_options,
 )
-from agents.router_backends import TransformersScorer
+from gapforge.agents.router_backends import TransformersScorer
 
 
 def _options() -> list[RouteOption]:
@@ -93,7 +93,7 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
     from the same model's forward pass: the same decisions and logprobs as the direct backend."""
     import torch
 
-    from agents.router_backends import CompletionsScorer
+    from gapforge.agents.router_backends import CompletionsScorer
     from tests.fakes.fake_vllm import FakeVLLMServer
 
     direct = TransformersScorer.from_pretrained(taught_dir)
@@ -118,8 +118,8 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
 
 
 def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
-    from agents.errors import ModelEndpointError
-    from agents.router_backends import CompletionsScorer
+    from gapforge.agents.errors import ModelEndpointError
+    from gapforge.agents.router_backends import CompletionsScorer
     from tests.fakes.fake_vllm import FakeVLLMServer
 
     tok = TransformersScorer.from_pretrained(tiny_model_dir).tokenizer
@@ -131,7 +131,7 @@ def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
 
 
 def test_openings_router_sends_a_task_to_the_env_whose_openings_it_shares_and_keeps_the_rest_on_base() -> None:
-    from agents.router_backends import OpeningsScorer, opening_words
+    from gapforge.agents.router_backends import OpeningsScorer, opening_words
 
     assert opening_words("It's order #W1234567, my email is ava.kim12@example.com.") == {"it's", "order", "my", "email", "is"}
     scorer = OpeningsScorer([["Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W1"],

@@ -15,11 +15,11 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from agents.analysis.usage import seeded
-from agents.config import EndpointConfig
-from agents.errors import ModelEndpointError, ModelError, StructuredOutputError
-from agents.llm import astructured_call, make_chat_model
-from agents.structured_http import StructuredHTTP, Usage
+from gapforge.agents.analysis.usage import seeded
+from gapforge.agents.config import EndpointConfig
+from gapforge.agents.errors import ModelEndpointError, ModelError, StructuredOutputError
+from gapforge.agents.llm import astructured_call, make_chat_model
+from gapforge.agents.structured_http import StructuredHTTP, Usage
 from tests.fakes.fake_openai import FakeOpenAIServer, structured_reply
 
 WIRE = [{"role": "system", "content": "You label episodes."}, {"role": "user", "content": "### episode 7\n[0] user: hi"}]
@@ -91,7 +91,7 @@ async def test_sends_the_request_chatopenai_sends_and_parses_the_answer(server) 
 
 
 def test_only_endpoint_models_get_a_lean_client() -> None:
-    from agents.llm import ScriptedChatModel
+    from gapforge.agents.llm import ScriptedChatModel
 
     assert StructuredHTTP.from_chat_model(ScriptedChatModel.from_dict({"x": ["y"]})) is None
     assert StructuredHTTP.from_chat_model(model_for("http://127.0.0.1:9/v1")) is not None

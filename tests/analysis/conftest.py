@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.analysis.config import AnalysisConfig
-from envs.shop.env import ShopEnv
-from store import Store
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.envs.shop.env import ShopEnv
+from gapforge.store import Store
 from tests.fakes.planted_policy import collect_planted
 
 RUN = "r-analysis"

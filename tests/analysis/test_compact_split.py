@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.analysis.compact import ByteEstimate, compact_episode, make_token_counter
-from agents.analysis.errors import AnalysisError
-from agents.analysis.split import ensure_split, split_tasks
-from envs.shop.env import ShopEnv
-from store.rows import EpisodeRow
+from gapforge.agents.analysis.compact import ByteEstimate, compact_episode, make_token_counter
+from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.analysis.split import ensure_split, split_tasks
+from gapforge.envs.shop.env import ShopEnv
+from gapforge.store.rows import EpisodeRow
 
 
 def episode(messages: list[dict], **kw) -> EpisodeRow:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.labeling import label_pass
-from agents.analysis.recorded import recorded_analyst
-from agents.analysis.service import analyze_run
-from agents.llm import make_chat_model
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.labeling import label_pass
+from gapforge.agents.analysis.recorded import recorded_analyst
+from gapforge.agents.analysis.service import analyze_run
+from gapforge.agents.llm import make_chat_model
 from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer
 
@@ -57,11 +57,11 @@ def test_planted_deficit_is_retained_decoy_rejected_and_rerun_makes_no_call(plan
 
 KILL_SCRIPT = """
 import asyncio, sys, time
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import discover
-from agents.analysis.labeling import label_pass
-from agents.analysis.recorded import recorded_analyst
-from store import Store
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import discover
+from gapforge.agents.analysis.labeling import label_pass
+from gapforge.agents.analysis.recorded import recorded_analyst
+from gapforge.store import Store
 store = Store(sys.argv[1])
 model = recorded_analyst("shop")
 rule = model._script["analyst_label"][1]
@@ -125,7 +125,7 @@ def test_faulty_endpoint_completes_and_records_every_failure(planted_store, lean
         return {"role": "assistant", "content": text}
 
     discover_model = recorded_analyst("shop")
-    from agents.analysis.discovery import discover
+    from gapforge.agents.analysis.discovery import discover
 
     discover(store, discover_model, RUN, cfg=cfg)
     with FakeOpenAIServer(responder, fail_rate=0.2, seed=3) as srv:
@@ -133,7 +133,7 @@ def test_faulty_endpoint_completes_and_records_every_failure(planted_store, lean
         result = asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
         requests = srv.request_count
         sent = srv.requests[0]
-    from agents.analysis.labeling import label_seed
+    from gapforge.agents.analysis.labeling import label_seed
 
     assert sent["seed"] == label_seed(cfg.seed, 0) and sent["temperature"] == cfg.temperature  # the pass's own sample
     assert sent["messages"][0]["role"] == "system" and sent["messages"][-1]["content"].startswith("### episode")
@@ -152,8 +152,8 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
     """The labeling cache and its one-transaction writes on PostgreSQL (CI runs it)."""
     import secrets
 
-    from agents.analysis.discovery import discover
-    from store import Store
+    from gapforge.agents.analysis.discovery import discover
+    from gapforge.store import Store
     from tests.fakes.planted_policy import collect_planted
 
     with Store(postgres_url) as store:
@@ -170,8 +170,8 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
 
 def test_a_user_fixable_endpoint_error_stops_the_pass_and_records_nothing(planted_store) -> None:
     """401 (bad key) is the user's to fix: ModelError, one line; no labeling failure is recorded."""
-    from agents.analysis.discovery import discover
-    from agents.errors import ModelError
+    from gapforge.agents.analysis.discovery import discover
+    from gapforge.agents.errors import ModelError
 
     store = planted_store
     cfg = AnalysisConfig(passes=1, concurrency=4)
@@ -190,7 +190,7 @@ def test_endpoint_failures_are_not_final_model_output_failures_are(planted_store
     (those only with retry_failed)."""
     store = planted_store
     cfg = AnalysisConfig(passes=1, concurrency=4)
-    from agents.analysis.discovery import discover
+    from gapforge.agents.analysis.discovery import discover
 
     discover(store, recorded_analyst("shop"), RUN, cfg=cfg)
 
@@ -223,7 +223,7 @@ def test_endpoint_failures_are_not_final_model_output_failures_are(planted_store
 
 def test_recorded_rules_read_a_promise_without_an_order_check_as_lacking_the_check():
     """The taught policy's planted deficit promises instead of acting; the rules must see a claim."""
-    from agents.analysis.recorded import Trajectory, precondition
+    from gapforge.agents.analysis.recorded import Trajectory, precondition
 
     promise = ("[0] user: Hi, I want to cancel my order.\n[1] assistant: I can help you cancel an order. What is your email?\n"
                "[2] user: My email is a.b12@example.com.\n[3] assistant: CALL find_customer_by_email(email='a.b12@example.com')\n"

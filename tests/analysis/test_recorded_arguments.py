@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.analysis.recorded import Trajectory, arguments
+from gapforge.agents.analysis.recorded import Trajectory, arguments
 
 OPENING = ("[1] user: Hi, I'd like to return something from an order I received.\n"
            "[2] assistant: CALL find_customer_by_email({\"email\": \"hugo.okafor53@example.com\"})\n"

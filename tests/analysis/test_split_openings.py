@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.analysis.split import split_openings
-from store import Store
+from gapforge.agents.analysis.split import split_openings
+from gapforge.store import Store
 from tests.prompts.helpdesk import TASKS, store_run
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.analysis.statistics import LabelRecord, compute_statistics, fleiss_kappa
+from gapforge.agents.analysis.statistics import LabelRecord, compute_statistics, fleiss_kappa
 
 # four tasks, one episode each: e1, e2 succeed; e3, e4 fail
 EPISODES = {1: ("t1", True), 2: ("t2", True), 3: ("t3", False), 4: ("t4", False)}

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import discover
-from agents.analysis.labeling import label_pass
-from agents.analysis.recorded import recorded_analyst
-from agents.errors import StructuredOutputError
-from agents.scripted import ScriptedChatModel
-from envs.shop.env import ShopEnv
-from store import Store
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import discover
+from gapforge.agents.analysis.labeling import label_pass
+from gapforge.agents.analysis.recorded import recorded_analyst
+from gapforge.agents.errors import StructuredOutputError
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.envs.shop.env import ShopEnv
+from gapforge.store import Store
 from tests.fakes.planted_policy import PlantedDeficit, play
 
 CAPS = ("precondition_verification", "user_confirmation")

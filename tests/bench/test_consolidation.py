@@ -11,9 +11,9 @@ from urllib.parse import unquote
 import pytest
 
 from bench.consolidation import MixedEnv, consolidated_config, mixed_spec, union_tools
-from envs.protocol import Message, tool_schema
-from training.config import TrainingConfig
-from training.envs import EnvSpec, open_factory
+from gapforge.envs.protocol import Message, tool_schema
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec, open_factory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,7 +82,7 @@ def test_the_trainers_env_spec_opens_the_mix() -> None:
 
 @pytest.mark.slow
 def test_a_tiny_model_trains_one_adapter_on_two_envs_mixed(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from training.service import TrainJob, train_capability
+    from gapforge.training.service import TrainJob, train_capability
 
     one = TrainingConfig.tiny(max_steps=1, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8, max_completion_length=128,
                               train_seeds=2, heldout_seeds=1, heldout_samples=1, eval_every=1, save_every=1, patience=10)  # fmt: skip

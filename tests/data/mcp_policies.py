@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from envs.protocol import Message, ToolCall
+from gapforge.envs.protocol import Message, ToolCall
 
 TARGET = Path(__file__).resolve().parents[2] / "examples" / "helpdesk" / "target.yaml"
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from demo_policy.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, ship, weights_sha256
+from gapforge.demo_policy.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, ship, weights_sha256
 
 # The replay runs the demo's own sampling (per-episode seeds), so on the machine that measured the card it is
 # exact; another CPU may round a logit differently and flip a sampled token: allow 2 of the 16 episodes.
@@ -24,7 +24,7 @@ def test_the_shipped_policy_is_intact_and_small() -> None:
 
 
 def test_the_shipped_policy_replays_its_card_on_a_task_subset() -> None:
-    from training.evaluate import shop_rates
+    from gapforge.training.evaluate import shop_rates
 
     card = load_card(SHIPPED)["measured"]
     rates = asyncio.run(shop_rates(SHIPPED, tasks=SUBSET, samples=card["subset"]["samples"], concurrency=8, **_sampling(card)))
@@ -69,8 +69,9 @@ def test_the_speed_reference_times_exactly_the_tokens_it_asked_for(monkeypatch) 
 
     import torch
 
-    import training.cpu
-    from demo_policy.artifact import speed_reference
+    import gapforge.training.cpu  # noqa: F401 (loads the submodule that the name below reaches)
+    from gapforge import training
+    from gapforge.demo_policy.artifact import speed_reference
 
     # an idle 2-core machine: a reference on the free cores would take 2 threads here, and 1 under load
     monkeypatch.setattr(training.cpu, "free_cores", lambda: 2)

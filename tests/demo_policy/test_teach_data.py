@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from demo_policy.teach import TEMPLATE, tokenize_trajectory
-from demo_policy.teach_data import (
+from gapforge.demo_policy.teach import TEMPLATE, tokenize_trajectory
+from gapforge.demo_policy.teach_data import (
     CHECKS,
     build_trajectories,
     copy_drills,
@@ -14,8 +14,8 @@ from demo_policy.teach_data import (
     look_first,
     teach_instances,
 )
-from envs.shop import ShopEnv
-from training.tokens import check_prefix_preserving, render
+from gapforge.envs.shop import ShopEnv
+from gapforge.training.tokens import check_prefix_preserving, render
 
 
 def _gold_ids(env):
@@ -160,8 +160,8 @@ def test_decision_drills_end_on_the_turn_after_a_check_and_train_only_that_turn(
 
 
 def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
-    from demo_policy.teach import TeachConfig, load_meta, teach
-    from training.evaluate import load_policy
+    from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
+    from gapforge.training.evaluate import load_policy
 
     cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=20, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                       intermediate_size=64, epochs=0.2, batch_size=2, threads=1)
@@ -195,7 +195,7 @@ def test_some_openings_give_the_email_and_order_id_and_the_script_does_not_ask_f
 
 
 def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes_build(tmp_path):
-    from demo_policy.teach import TeachConfig, load_meta, teach
+    from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
 
     first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
                         num_kv_heads=1, intermediate_size=64, epochs=0.1, batch_size=2, threads=1, other_skip=0.0)
@@ -230,8 +230,8 @@ def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes
 def test_polish_seed_draws_the_polish_afresh_and_orders_its_batches(monkeypatch, tmp_path):
     """A chained polish with the default seed re-reads its parent's polish data in the same order; `polish_seed`
     gives it another draw (trajectories, drills, decision drills) and another batch order."""
-    import demo_policy.teach as teach_mod
-    from demo_policy.teach import TeachConfig, teach
+    import gapforge.demo_policy.teach as teach_mod
+    from gapforge.demo_policy.teach import TeachConfig, teach
 
     first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
                         num_kv_heads=1, intermediate_size=64, epochs=0.05, batch_size=2, threads=1, decision_drills=1)
@@ -257,7 +257,7 @@ def test_polish_seed_draws_the_polish_afresh_and_orders_its_batches(monkeypatch,
 def test_the_card_names_the_hash_its_directory_was_built_under(monkeypatch, tmp_path):
     """The recipe hash covers the teaching code: an edit while a build runs must not give the card another hash
     than its directory's (it did: the directory's was taken at the start, the card's at the end)."""
-    from demo_policy.teach import TeachConfig, load_meta, teach
+    from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
 
     cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
                       num_kv_heads=1, intermediate_size=64, epochs=0.05, batch_size=2, threads=1)
@@ -274,7 +274,7 @@ def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path
 
     import trl
 
-    from demo_policy.teach import TeachConfig, _sft
+    from gapforge.demo_policy.teach import TeachConfig, _sft
 
     seen = {}
 
@@ -296,7 +296,7 @@ def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path
 def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
     """`email_first`: the opening never says which lookup a customer can serve, so the gold asks for the email; a
     by-name customer answers that they do not remember it, with name and zip (the reply the shop's user gives)."""
-    from demo_policy.teach_data import build_trajectories, teach_instances
+    from gapforge.demo_policy.teach_data import build_trajectories, teach_instances
 
     env = teach_instances(1)[0]
     pairs = [(env, t) for t in env.task_ids() if env.task(t).gold_actions[0].name == "find_customer_by_name_zip"]
@@ -316,11 +316,12 @@ def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
 def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkeypatch, tmp_path):
     """The knobs reach the data they name: the polish's fresh draw and its decision drills, never the first pass's
     draw (checked on the shipped card's recipe continuing the shipped build, stopped before any training)."""
-    import demo_policy.teach as teach_module
-    import demo_policy.teach_data as data
-    import training.cpu
-    from demo_policy.artifact import SHIPPED, load_card
-    from demo_policy.teach import TeachConfig, teach
+    import gapforge.demo_policy.teach as teach_module
+    import gapforge.demo_policy.teach_data as data
+    import gapforge.training.cpu  # noqa: F401 (loads the submodule that the name below reaches)
+    from gapforge import training
+    from gapforge.demo_policy.artifact import SHIPPED, load_card
+    from gapforge.demo_policy.teach import TeachConfig, teach
 
     class Stop(Exception):
         pass
@@ -350,7 +351,7 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
 
 
 def test_digit_groups_make_every_id_the_same_fewer_tokens_in_every_context():
-    from demo_policy.teach import TeachConfig, _tokenizer
+    from gapforge.demo_policy.teach import TeachConfig, _tokenizer
 
     texts = ['My order is #W2324636 and the item 6331419857 costs 81.00.', '{"item_ids": ["6331419857"]}'] * 3
     pairs = _tokenizer(texts, TeachConfig(digit_group=2))

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from envs.errors import EnvError
-from envs.protocol import Environment, Message, Score, StepResult, ToolCall
-from sandbox.checks.schemas import schema_problems
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Environment, Message, Score, StepResult, ToolCall
+from gapforge.sandbox.checks.schemas import schema_problems
 
 UNKNOWN_TASK = "__no_such_task__"
 

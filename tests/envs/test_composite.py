@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.analysis.split import split_tasks
-from agents.episode import run_episode
-from envs.composite import CompositeEnv, parse_composite, part_prefix
-from envs.errors import EnvError
-from envs.protocol import Message, TargetEnvironment, ToolCall
-from envs.registry import is_builtin, make_env
-from envs.target_check import fingerprint
+from gapforge.agents.analysis.split import split_tasks
+from gapforge.agents.episode import run_episode
+from gapforge.envs.composite import CompositeEnv, parse_composite, part_prefix
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
+from gapforge.envs.registry import is_builtin, make_env
+from gapforge.envs.target_check import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 BILLING = f"{ROOT}/examples/my_agent_env.py:BillingEnv"

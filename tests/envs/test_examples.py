@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.sdk import SyntheticEnv, action_to_message
-from envs.synthetic import InProcessSyntheticEnv, load_env_class
+from gapforge.envs.sdk import SyntheticEnv, action_to_message
+from gapforge.envs.synthetic import InProcessSyntheticEnv, load_env_class
 from tests.envs.conformance import check_conformance
 
 # env modules, loaded as the sandbox and the trainer load them (they import the SDK as `envs.sdk`)
@@ -47,7 +47,7 @@ def test_protocol_conformance(env_class: type[SyntheticEnv]) -> None:
 def test_definition_and_shop_fidelity(env_class: type[SyntheticEnv]) -> None:
     env_class.check_definition()
     assert env_class.target == "shop"
-    shop_tools = pytest.importorskip("envs.shop.tools")
+    shop_tools = pytest.importorskip("gapforge.envs.shop.tools")
     shop = {s["function"]["name"]: s["function"]["parameters"] for s in shop_tools.SCHEMAS}
 
     def shape(params: dict) -> dict:

@@ -15,10 +15,10 @@ import yaml
 
 pytest.importorskip("mcp", reason="the MCP target needs the mcp extra: pip install 'gapforge[mcp]'")
 
-from agents.rollouts import CollectPlan, collect  # noqa: E402
-from envs.mcp import McpTargetEnv, pool  # noqa: E402
-from envs.protocol import Message, ToolCall  # noqa: E402
-from store import Store  # noqa: E402
+from gapforge.agents.rollouts import CollectPlan, collect  # noqa: E402
+from gapforge.envs.mcp import McpTargetEnv, pool  # noqa: E402
+from gapforge.envs.protocol import Message, ToolCall  # noqa: E402
+from gapforge.store import Store  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PID = re.compile(r'"pid":\s*(\d+)')

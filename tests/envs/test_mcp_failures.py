@@ -19,12 +19,12 @@ import yaml
 
 pytest.importorskip("mcp", reason="the MCP target needs the mcp extra: pip install 'gapforge[mcp]'")
 
-from agents.episode import run_episode  # noqa: E402
-from envs.errors import EnvError  # noqa: E402
-from envs.mcp import McpTargetEnv, pool  # noqa: E402
-from envs.mcp import env as mcp_env  # noqa: E402
-from envs.mcp.errors import ServerFailure, ServerStartError, TaskFileError  # noqa: E402
-from envs.protocol import Message, ToolCall  # noqa: E402
+from gapforge.agents.episode import run_episode  # noqa: E402
+from gapforge.envs.errors import EnvError  # noqa: E402
+from gapforge.envs.mcp import McpTargetEnv, pool  # noqa: E402
+from gapforge.envs.mcp import env as mcp_env  # noqa: E402
+from gapforge.envs.mcp.errors import ServerFailure, ServerStartError, TaskFileError  # noqa: E402
+from gapforge.envs.protocol import Message, ToolCall  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SERVER = str(DATA / "mcp_counter_server.py")

@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP target needs the mcp extra: pip install 'gapforge[mcp]'")
 
-from agents.episode import run_episode  # noqa: E402
-from agents.rollouts import CollectPlan, collect  # noqa: E402
-from envs.errors import EnvError  # noqa: E402
-from envs.mcp import McpTargetEnv, pool  # noqa: E402
-from envs.protocol import Message, ToolCall  # noqa: E402
-from store import Store  # noqa: E402
+from gapforge.agents.episode import run_episode  # noqa: E402
+from gapforge.agents.rollouts import CollectPlan, collect  # noqa: E402
+from gapforge.envs.errors import EnvError  # noqa: E402
+from gapforge.envs.mcp import McpTargetEnv, pool  # noqa: E402
+from gapforge.envs.protocol import Message, ToolCall  # noqa: E402
+from gapforge.store import Store  # noqa: E402
 from tests.data.mcp_policies import PLANS, PlanPolicy, do_nothing, promiser  # noqa: E402
 from tests.envs.conformance import check_conformance  # noqa: E402
 
@@ -141,7 +141,7 @@ def test_collect_stores_mcp_episodes_with_rewards(tmp_path: Path) -> None:
 
 
 def test_llm_user_plays_the_persona_and_stops(tmp_path: Path) -> None:
-    from agents.scripted import ScriptedChatModel
+    from gapforge.agents.scripted import ScriptedChatModel
 
     user_model = ScriptedChatModel.from_dict({"user": ["E-1008, badge 6650.", "Thanks! ###STOP###"]}, default_prompt="user")
     with pytest.raises(EnvError, match="needs a user model"):

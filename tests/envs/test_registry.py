@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from envs.errors import EnvError
-from envs.protocol import Message, TargetEnvironment, ToolCall
-from envs.registry import list_envs, make_env
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
+from gapforge.envs.registry import list_envs, make_env
 
 
 def test_list_envs_names_shop_tau2_domains_and_toolsandbox() -> None:

@@ -14,10 +14,10 @@ from typing import Literal
 
 import pytest
 
-from envs.errors import EnvError
-from envs.protocol import Message
-from envs.sdk import EnvDefinitionError, ProtocolError, SyntheticEnv, ToolError, action_to_message, find_env_class, tool
-from envs.synthetic import InProcessSyntheticEnv, load_env_class
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message
+from gapforge.envs.sdk import EnvDefinitionError, ProtocolError, SyntheticEnv, ToolError, action_to_message, find_env_class, tool
+from gapforge.envs.synthetic import InProcessSyntheticEnv, load_env_class
 
 SDK_PATH = Path(__file__).resolve().parents[2] / "envs" / "sdk.py"
 MESSAGE_KEYS = set(Message(role="user").model_dump())  # the dump shape (an empty `reasoning` is left out)

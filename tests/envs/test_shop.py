@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from envs.errors import EnvError
-from envs.protocol import Message, Score, TargetEnvironment, ToolCall
-from envs.registry import make_env
-from envs.shop import ShopEnv
-from envs.shop.data import build_db
-from envs.shop.env import _pristine
-from envs.shop.tasks import FAMILIES
-from envs.shop.tools import READ_TOOLS, WRITE_TOOLS, ShopTools
-from envs.shop.user import STOP
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, Score, TargetEnvironment, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.envs.shop import ShopEnv
+from gapforge.envs.shop.data import build_db
+from gapforge.envs.shop.env import _pristine
+from gapforge.envs.shop.tasks import FAMILIES
+from gapforge.envs.shop.tools import READ_TOOLS, WRITE_TOOLS, ShopTools
+from gapforge.envs.shop.user import STOP
 from tests.envs.conformance import check_conformance
 
 ENV = ShopEnv()

@@ -10,10 +10,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
-from envs.errors import EnvError
-from envs.protocol import Message, ToolCall
-from envs.registry import make_env
-from envs.shop.user import STOP
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.envs.shop.user import STOP
 
 
 class RecordingChatModel(BaseChatModel):

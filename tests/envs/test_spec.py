@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import EnvError
-from envs.loader import parse_class_spec, parse_keywords, with_keywords
-from envs.protocol import Message, TargetEnvironment, ToolCall
-from envs.registry import is_builtin, make_env
+from gapforge.envs.errors import EnvError
+from gapforge.envs.loader import parse_class_spec, parse_keywords, with_keywords
+from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
+from gapforge.envs.registry import is_builtin, make_env
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DESK = DATA / "your_env" / "desk_env.py"
@@ -101,7 +101,7 @@ def test_built_in_names_and_prefixes_are_resolved_first() -> None:
 def test_mcp_without_the_package_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "envs.mcp", None)  # what a missing package looks like to `import`
+    monkeypatch.setitem(sys.modules, "gapforge.envs.mcp", None)  # what a missing package looks like to `import`
     with pytest.raises(EnvError, match=r"needs the mcp extra: pip install 'gapforge\[mcp\]'") as err:
         make_env("mcp:examples/helpdesk/target.yaml")
     assert "\n" not in str(err.value)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import EnvError
-from envs.registry import make_env
+from gapforge.envs.errors import EnvError
+from gapforge.envs.registry import make_env
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BROKEN = DATA / "broken_envs.py"

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .[tau2]); CI installs it")
 
-from envs.errors import EnvError
-from envs.protocol import Message, TargetEnvironment, ToolCall
-from envs.tau2 import Tau2Env, UserEndpoint, judge
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
+from gapforge.envs.tau2 import Tau2Env, UserEndpoint, judge
 from tests.envs.conformance import check_conformance
 from tests.fakes.fake_openai import FakeOpenAIServer
 
@@ -188,7 +188,7 @@ def test_an_unfinished_episode_scores_zero_as_tau2_would(envs):
 def test_the_policy_loop_runs_to_tau2s_step_limit_not_its_own_cap():
     import asyncio
 
-    from agents.episode import run_episode
+    from gapforge.agents.episode import run_episode
 
     env = Tau2Env("retail", max_steps=80)
     assert env.max_turns == 80
@@ -222,7 +222,7 @@ class _MustNotBeAsked:
 def test_a_user_who_stops_in_its_first_message_is_scored_not_raised(task_id, reward):
     import asyncio
 
-    from agents.episode import run_episode
+    from gapforge.agents.episode import run_episode
 
     with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": "###STOP###"}) as server:
         env = Tau2Env("retail", user="llm", user_model={"model": "u", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10})
@@ -235,7 +235,7 @@ def test_a_user_who_stops_in_its_first_message_is_scored_not_raised(task_id, rew
 def test_max_steps_one_ends_before_the_first_turn_and_is_scored_not_raised():
     import asyncio
 
-    from agents.episode import run_episode
+    from gapforge.agents.episode import run_episode
 
     env = Tau2Env("retail", max_steps=1)
     episode = asyncio.run(run_episode(_MustNotBeAsked(), env, "12"))

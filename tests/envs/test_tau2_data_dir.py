@@ -23,7 +23,7 @@ pytest.importorskip("tau2")
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from store import Store
+from gapforge.store import Store
 
 pytestmark = pytest.mark.tau2
 REPO = Path(__file__).resolve().parents[2]
@@ -81,16 +81,16 @@ def test_a_task_set_directory_is_what_the_runs_use_and_record(tmp_path: Path) ->
 
 
 def test_the_packaged_task_set_is_recorded_as_such() -> None:
-    from envs.tau2 import Tau2Env
+    from gapforge.envs.tau2 import Tau2Env
 
     version = Tau2Env("retail").data_version()
     assert version["data_dir"] == "packaged" and len(version["tasks_sha256"]) == 16 and version["tasks_sha256"] != "unknown"
 
 
 def test_bad_or_late_task_set_is_a_one_line_error(tmp_path: Path) -> None:
-    from envs.errors import EnvError
-    from envs.tau2 import Tau2Env
-    from envs.tau2.domain import use_data_dir
+    from gapforge.envs.errors import EnvError
+    from gapforge.envs.tau2 import Tau2Env
+    from gapforge.envs.tau2.domain import use_data_dir
 
     res = CliRunner().invoke(app, ["rollouts", "tasks", "tau2:retail", "--set", f"workspace={tmp_path}", "--set", f"tau2.data_dir={tmp_path}"])
     assert res.exit_code == 2 and "is not a τ² data directory" in res.output and len(res.output.strip().splitlines()) == 1

@@ -19,9 +19,9 @@ import pytest
 
 pytest.importorskip("tau2")
 
-from envs.protocol import Message
-from envs.tau2 import Tau2Env
-from envs.tau2.reference import gold_script, run_adapter, run_orchestrator
+from gapforge.envs.protocol import Message
+from gapforge.envs.tau2 import Tau2Env
+from gapforge.envs.tau2.reference import gold_script, run_adapter, run_orchestrator
 from tests.fakes.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2

@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("tau2")
 
-from envs.protocol import Message, TargetEnvironment, ToolCall
-from envs.registry import make_env
-from envs.tau2 import Tau2Env, UserEndpoint
-from envs.tau2.reference import gold_script, run_adapter
+from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.envs.tau2 import Tau2Env, UserEndpoint
+from gapforge.envs.tau2.reference import gold_script, run_adapter
 from tests.envs.conformance import check_conformance
 from tests.fakes.fake_openai import FakeOpenAIServer
 

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents.policy import run_episode
-from envs.errors import EnvError
-from envs.protocol import Message, ToolCall
-from envs.registry import make_env
-from envs.toolsandbox import ToolSandboxEnv, catalog
-from envs.toolsandbox.plan import PlanPolicy
-from envs.toolsandbox.runtime import missing_reason
+from gapforge.agents.policy import run_episode
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.envs.toolsandbox import ToolSandboxEnv, catalog
+from gapforge.envs.toolsandbox.plan import PlanPolicy
+from gapforge.envs.toolsandbox.runtime import missing_reason
 from tests.envs.conformance import check_conformance
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
@@ -282,7 +282,7 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from gapforge.cli import app
-    from store import Store
+    from gapforge.store import Store
 
     task = "search_message_with_recency_latest_multiple_user_turn"
     answers = tmp_path / "policy.yaml"
@@ -306,7 +306,7 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
-    from envs.toolsandbox.plan import paper_metrics
+    from gapforge.envs.toolsandbox.plan import paper_metrics
 
     mismatches, similarity = [], {}
     for task in env.task_ids():
@@ -340,10 +340,10 @@ def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
 
 
 def test_rollouts_collect_stores_toolsandbox_episodes(tmp_path) -> None:
-    from agents.policy import ChatModelPolicy
-    from agents.rollouts import CollectPlan, collect
-    from agents.scripted import ScriptedChatModel
-    from store import Store
+    from gapforge.agents.policy import ChatModelPolicy
+    from gapforge.agents.rollouts import CollectPlan, collect
+    from gapforge.agents.scripted import ScriptedChatModel
+    from gapforge.store import Store
 
     probe = make_env("toolsandbox:single_tool_call")
     tasks = probe.task_ids()[:2]

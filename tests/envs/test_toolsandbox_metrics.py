@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from envs.protocol import Message
-from envs.toolsandbox.install import main as install_main
-from envs.toolsandbox.plan import PlanPolicy, paper_metrics
+from gapforge.envs.protocol import Message
+from gapforge.envs.toolsandbox.install import main as install_main
+from gapforge.envs.toolsandbox.plan import PlanPolicy, paper_metrics
 
 
 def test_paper_metrics_per_category_with_excluded_counts() -> None:
@@ -39,9 +39,9 @@ def test_install_skips_absent_source_only_when_asked(tmp_path, capsys) -> None:
 
 
 def test_missing_toolsandbox_env_is_a_one_line_env_error(monkeypatch, tmp_path) -> None:
-    import envs.toolsandbox.env as ts_env
-    from envs.errors import EnvError
-    from envs.registry import make_env
+    import gapforge.envs.toolsandbox.env as ts_env
+    from gapforge.envs.errors import EnvError
+    from gapforge.envs.registry import make_env
 
     monkeypatch.setenv("GAPFORGE_TOOLSANDBOX_PYTHON", str(tmp_path / "no-python"))
     monkeypatch.setattr(ts_env, "_CATALOG", None)
@@ -57,8 +57,8 @@ def _put(store, run_id: str, env: str, task: str, reward: float, categories: lis
 
 
 def test_stored_metrics_group_by_env_average_samples_and_count_exclusions(tmp_path) -> None:
-    from envs.toolsandbox.metrics import stored_metrics
-    from store import Store
+    from gapforge.envs.toolsandbox.metrics import stored_metrics
+    from gapforge.store import Store
 
     with Store(f"sqlite:///{tmp_path / 'm.db'}") as store:
         run_id = store.create_run("rollouts", {})
@@ -91,7 +91,7 @@ def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch
     from typer.testing import CliRunner
 
     from gapforge.cli import app
-    from store import Store
+    from gapforge.store import Store
 
     monkeypatch.setenv("GAPFORGE_TOOLSANDBOX_PYTHON", str(tmp_path / "no-python"))  # no catalogue: excluded unknown
     with Store(f"sqlite:///{tmp_path / 'gapforge.db'}") as store:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from evaluation.comparison import comparison
 from gapforge.config import GapforgeConfig, TrainingConfig
+from gapforge.evaluation.comparison import comparison
 
 TASKS = {**{f"r{i}": "refusal" for i in range(4)}, **{f"l{i}": "lookup" for i in range(4)}}
 

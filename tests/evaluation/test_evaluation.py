@@ -15,17 +15,17 @@ from router_helpers import (
     shared_taught_model,
 )
 
-from agents.routed_policy import HintedPolicy
-from agents.router import Router, RoutingConfig, make_options
-from agents.router_backends import TransformersScorer
-from envs.protocol import Message
-from envs.registry import make_env
-from evaluation.policies import GRPO_TARGET, standard_policies
-from evaluation.report import write_report
-from evaluation.routing import RoutingCase, measure_router, routing_cases
-from evaluation.run import EvalPlan, evaluate
-from serving.multi_adapter import MultiAdapterModel
-from store import Store
+from gapforge.agents.routed_policy import HintedPolicy
+from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.agents.router_backends import TransformersScorer
+from gapforge.envs.protocol import Message
+from gapforge.envs.registry import make_env
+from gapforge.evaluation.policies import GRPO_TARGET, standard_policies
+from gapforge.evaluation.report import write_report
+from gapforge.evaluation.routing import RoutingCase, measure_router, routing_cases
+from gapforge.evaluation.run import EvalPlan, evaluate
+from gapforge.serving.multi_adapter import MultiAdapterModel
+from gapforge.store import Store
 
 TASKS = ["shop-refusal-001", "shop-lookup-001"]
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
-from agents.llm import prompt_config
-from agents.prompt_opt import recorded_reflection, reflection_template, scripted_reflection
-from envs.protocol import Message, Score, StepResult, ToolCall, tool_schema
-from evaluation.gepa_baseline import GEPA, GEPA_ROW, GepaConfigError, gepa_label, gepa_policy, load_gepa, optimize_prompt, save_gepa
-from evaluation.run import EvalPlan, evaluate
-from store import Store
+from gapforge.agents.llm import prompt_config
+from gapforge.agents.prompt_opt import recorded_reflection, reflection_template, scripted_reflection
+from gapforge.envs.protocol import Message, Score, StepResult, ToolCall, tool_schema
+from gapforge.evaluation.gepa_baseline import GEPA, GEPA_ROW, GepaConfigError, gepa_label, gepa_policy, load_gepa, optimize_prompt, save_gepa
+from gapforge.evaluation.run import EvalPlan, evaluate
+from gapforge.store import Store
 
 RULE = "Check the order before refusing: call get_order and return it when it is eligible."
 TASKS = [f"desk-{i}" for i in range(8)]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evaluation.gepa_baseline import GEPA_ROW, GepaRecord
-from evaluation.policies import CAPABILITY_HINTS, current_name
-from evaluation.report import write_report
+from gapforge.evaluation.gepa_baseline import GEPA_ROW, GepaRecord
+from gapforge.evaluation.policies import CAPABILITY_HINTS, current_name
+from gapforge.evaluation.report import write_report
 from tests.evaluation.test_summary_report import _metrics, _paired, _Row, _Store
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents.router import RouterError, RoutingConfig
-from envs.shop import ShopEnv
-from evaluation.routing import env_openings
-from evaluation.service import RunArtifacts, build_router
+from gapforge.agents.router import RouterError, RoutingConfig
+from gapforge.envs.shop import ShopEnv
+from gapforge.evaluation.routing import env_openings
+from gapforge.evaluation.service import RunArtifacts, build_router
 
 
 def test_build_router_with_openings_routes_by_the_envs_first_messages() -> None:

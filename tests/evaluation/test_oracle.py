@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from evaluation import stats
-from evaluation.oracle import oracle_from_store, oracle_routing, store_oracle
-from evaluation.report import write_report
-from store import Store
+from gapforge.evaluation import stats
+from gapforge.evaluation.oracle import oracle_from_store, oracle_routing, store_oracle
+from gapforge.evaluation.report import write_report
+from gapforge.store import Store
 
 T, F = True, False
 CANDIDATES = ["base", "adapter:a", "adapter:b"]
@@ -111,7 +111,7 @@ class _Says:
         self.name = name
 
     async def respond(self, messages: list[Any], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Any:
-        from envs.protocol import Message
+        from gapforge.envs.protocol import Message
 
         return Message.assistant(f"{self.name} here")
 
@@ -121,11 +121,11 @@ def test_a_resumed_evaluation_still_stores_the_routers_choices(tmp_path: Path) -
     routed policy that played nothing) stores the same choices, not none."""
     import asyncio
 
-    from agents.routed_policy import RoutedPolicy
-    from agents.router import Router, RoutingConfig, make_options
-    from agents.router_backends import OpeningsScorer
-    from envs.registry import make_env
-    from evaluation.run import EvalPlan, evaluate
+    from gapforge.agents.routed_policy import RoutedPolicy
+    from gapforge.agents.router import Router, RoutingConfig, make_options
+    from gapforge.agents.router_backends import OpeningsScorer
+    from gapforge.envs.registry import make_env
+    from gapforge.evaluation.run import EvalPlan, evaluate
 
     tasks = ["shop-lookup-001", "shop-refusal-001"]
     env = make_env("shop")

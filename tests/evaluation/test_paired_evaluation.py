@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from router_helpers import random_adapter
 
-from agents.rollouts import CollectPlan, collect
-from agents.routed_policy import RoutedPolicy
-from agents.router import Router, RoutingConfig, make_options
-from envs.protocol import Message
-from envs.registry import make_env
-from envs.sampling import episode_key
-from evaluation.config import EvaluationConfig
-from evaluation.run import EvalPlan, evaluate
-from store import Store
+from gapforge.agents.rollouts import CollectPlan, collect
+from gapforge.agents.routed_policy import RoutedPolicy
+from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.envs.protocol import Message
+from gapforge.envs.registry import make_env
+from gapforge.envs.sampling import episode_key
+from gapforge.evaluation.config import EvaluationConfig
+from gapforge.evaluation.run import EvalPlan, evaluate
+from gapforge.store import Store
 
 ADAPTER_TASK, NONE_TASK, ABSTAIN_TASK = "shop-lookup-001", "shop-refusal-001", "shop-write-001"
 TASKS = [ADAPTER_TASK, "shop-lookup-002", NONE_TASK, ABSTAIN_TASK]
@@ -189,7 +189,7 @@ def test_config_and_plan_reject_bad_trial_counts() -> None:
 
 @pytest.mark.slow
 def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from serving.multi_adapter import MultiAdapterModel
+    from gapforge.serving.multi_adapter import MultiAdapterModel
 
     adapters = {"pv": random_adapter(tiny_model_dir, tmp_path / "pv", seed=3), "sdr": random_adapter(tiny_model_dir, tmp_path / "sdr", seed=4)}
     backend = MultiAdapterModel(tiny_model_dir, adapters, max_new_tokens=8, name="tiny-base")

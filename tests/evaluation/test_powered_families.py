@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaluation.run import EvalPlan
-from evaluation.summary import headline
+from gapforge.evaluation.run import EvalPlan
+from gapforge.evaluation.summary import headline
 
 FAMILIES = {**{f"r{i}": "refusal" for i in range(5)}, **{f"l{i}": "lookup" for i in range(6)}, **{f"a{i}": "address" for i in range(3)}}
 

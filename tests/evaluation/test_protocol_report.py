@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.protocol import Message
-from envs.registry import make_env
-from evaluation.protocol_report import all_tasks_section, toolsandbox_section
-from evaluation.report import write_report
-from evaluation.run import EvalPlan, evaluate
-from store import Store
+from gapforge.envs.protocol import Message
+from gapforge.envs.registry import make_env
+from gapforge.evaluation.protocol_report import all_tasks_section, toolsandbox_section
+from gapforge.evaluation.report import write_report
+from gapforge.evaluation.run import EvalPlan, evaluate
+from gapforge.store import Store
 
 TASKS = ["shop-refusal-001", "shop-lookup-001"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from evaluation.rollout_scaling import ScalingError, curve_points, per_1000, scale_run_id, scaling_plot, scaling_rows, scaling_table
+from gapforge.evaluation.rollout_scaling import ScalingError, curve_points, per_1000, scale_run_id, scaling_plot, scaling_rows, scaling_table
 
 
 def _adapter(name: str, steps: list[int], per_step: int = 16, max_steps: int | None = None) -> Any:
@@ -48,7 +48,7 @@ def test_points_pair_each_adapters_step_at_the_same_fraction_and_refuse_unequal_
 
 
 def test_rows_table_and_rate_from_stored_points(monkeypatch, tmp_path) -> None:
-    import evaluation.comparison as comparison
+    import gapforge.evaluation.comparison as comparison
 
     points = curve_points([_adapter("a", [0, 8, 16]), _adapter("baseline_grpo_target", [0, 8, 16])], ["a"], ["baseline_grpo_target"])
     evals = {"r": {"base": {"pass_rate": _iv(0.4, 0.1)}},

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from agents.router import Router, RoutingConfig, make_options
-from envs.naming import synthetic_env_name
-from envs.registry import make_env
-from envs.synthetic import InProcessSyntheticEnv
-from evaluation.routing import measure_router, routing_cases
-from sandbox.config import SandboxConfig
-from sandbox.env import SandboxedEnv
-from sandbox.pool import SandboxPool
-from store import Store
+from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.envs.naming import synthetic_env_name
+from gapforge.envs.registry import make_env
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.evaluation.routing import measure_router, routing_cases
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.pool import SandboxPool
+from gapforge.store import Store
 
 pytestmark = pytest.mark.docker
 
@@ -31,7 +31,7 @@ TAG = "gapforge-sandbox:latest"
 
 @pytest.fixture(scope="module")
 def sandbox_cfg(docker_client) -> SandboxConfig:
-    from sandbox.image import build_image, image_is_current
+    from gapforge.sandbox.image import build_image, image_is_current
 
     if not image_is_current(docker_client, TAG):
         build_image(docker_client, TAG, method="local-python")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.naming import capability_of, synthetic_env_name
-from envs.protocol import Message, ToolCall
-from evaluation.service import run_artifacts
-from store import Store
+from gapforge.envs.naming import capability_of, synthetic_env_name
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.evaluation.service import run_artifacts
+from gapforge.store import Store
 
 
 def _episode(store: Store, run_id: str, env: str, task: str, *, reward: float, success: bool, said: str) -> int:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluation import stats
-from evaluation.scaling import gate_line, oracle_lines, routing_lines, scaling, scaling_lines, subset_episodes, subsets
-from store import Store
+from gapforge.evaluation import stats
+from gapforge.evaluation.scaling import gate_line, oracle_lines, routing_lines, scaling, scaling_lines, subset_episodes, subsets
+from gapforge.store import Store
 
 T, F = True, False
 
@@ -84,7 +84,7 @@ def test_nothing_stored_gives_no_lines() -> None:
 
 
 def test_the_report_has_the_scaling_section_and_the_gates_accuracy(tmp_path: Path) -> None:
-    from evaluation.report import write_report
+    from gapforge.evaluation.report import write_report
 
     store, run = _store(tmp_path)
     with store:

@@ -15,14 +15,14 @@ import pytest
 from router_helpers import random_adapter
 from typer.testing import CliRunner
 
-from envs.registry import make_env
 from gapforge.cli import app
 from gapforge.config import load_config
+from gapforge.envs.registry import make_env
 from gapforge.run_config import resolve
 from gapforge.run_session import RunOptions, create_run
 from gapforge.stages import open_stages
-from store import Store
-from store.workspace import Workspace
+from gapforge.store import Store
+from gapforge.store.workspace import Workspace
 
 pytestmark = pytest.mark.docker
 
@@ -35,7 +35,7 @@ TAG = "gapforge-sandbox:latest"
 
 @pytest.fixture(scope="module")
 def sandbox_image(docker_client) -> str:
-    from sandbox.image import build_image, image_is_current
+    from gapforge.sandbox.image import build_image, image_is_current
 
     if not image_is_current(docker_client, TAG):
         build_image(docker_client, TAG, method="local-python")
@@ -75,7 +75,7 @@ def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
 
 def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(workspace: Path, tiny_model_dir: Path, sandbox_image: str) -> None:
     from gapforge.cli_serve import served
-    from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+    from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 
     run = _run(workspace, tiny_model_dir, sandbox_image)
     where = ["--set", f"workspace={workspace}", "--set", "executor.local_rollout_workers=1"]  # where it works: never the run's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation import stats
+from gapforge.evaluation import stats
 
 
 def test_pass_hat_k_matches_the_tau2_definition() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from evaluation.report import write_report
-from evaluation.summary import NO_EFFECT_LINE, headline, verdict
+from gapforge.evaluation.report import write_report
+from gapforge.evaluation.summary import NO_EFFECT_LINE, headline, verdict
 
 
 def _iv(value: float, low: float, high: float) -> dict[str, float]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Store
+from gapforge.store import Store
 
 RAY_EXTRA = "extra 'ray' not installed (pip install -e .[ray]); CI installs it"
 

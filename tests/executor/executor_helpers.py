@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaluation.policies import standard_policies
-from evaluation.run import EvalPlan, child_run_id, evaluate
+from gapforge.evaluation.policies import standard_policies
+from gapforge.evaluation.run import EvalPlan, child_run_id, evaluate
 
 
 def episodes_by_key(store: Any, run_id: str) -> dict[tuple[str, int], tuple]:

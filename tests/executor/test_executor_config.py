@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from executor import ExecutorConfig, ExecutorUnavailable, episode_player, job_runner, sandbox_checks
-from executor.cluster import probe
 from gapforge.config import ConfigError, load_config
-from training.run import run_jobs
+from gapforge.executor import ExecutorConfig, ExecutorUnavailable, episode_player, job_runner, sandbox_checks
+from gapforge.executor.cluster import probe
+from gapforge.training.run import run_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,16 +21,16 @@ from executor_helpers import (
     sorted_episodes,
 )
 
-from agents.errors import IncompleteStage
-from agents.rollouts import CollectPlan, collect
-from envs.protocol import Message, ToolCall
-from envs.registry import make_env
-from executor import ExecutorConfig, episode_player, processes
-from executor.processes import WorkerLost, picklable, process_pool
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.rollouts import CollectPlan, collect
 from gapforge.config import PolicyConfig
 from gapforge.demo_data import SHOP_POLICY_DIR
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.registry import make_env
+from gapforge.executor import ExecutorConfig, episode_player, processes
+from gapforge.executor.processes import WorkerLost, picklable, process_pool
+from gapforge.store import Store
 from gapforge.wiring import make_policy
-from store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_POLICY = SHOP_POLICY_DIR
@@ -211,7 +211,7 @@ class _Unportable:
     """A scorer that does not say it is portable (an LLM or a model forward pass): its router stays on the driver."""
 
     def __init__(self, openings: list[list[str]]) -> None:
-        from agents.router_backends import OpeningsScorer
+        from gapforge.agents.router_backends import OpeningsScorer
 
         self.inner = OpeningsScorer(openings)
 
@@ -227,11 +227,11 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
                                                                                            tmp_path: Path) -> None:
     from router_helpers import capability_specs, random_adapter, shared_taught_model
 
-    from agents.router import Router, RoutingConfig, make_options
-    from agents.router_backends import OpeningsScorer
-    from evaluation.policies import standard_policies
-    from executor.evaluation import local_eval_players, recipe
-    from serving.multi_adapter import MultiAdapterModel
+    from gapforge.agents.router import Router, RoutingConfig, make_options
+    from gapforge.agents.router_backends import OpeningsScorer
+    from gapforge.evaluation.policies import standard_policies
+    from gapforge.executor.evaluation import local_eval_players, recipe
+    from gapforge.serving.multi_adapter import MultiAdapterModel
 
     taught = shared_taught_model(tmp_path_factory, tiny_model_dir)
     caps = capability_specs()

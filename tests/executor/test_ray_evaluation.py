@@ -11,13 +11,13 @@ import pytest
 from executor_helpers import assert_same_evaluation, evaluate_each, sorted_episodes
 from router_helpers import capability_specs, random_adapter, shared_taught_model
 
-from agents.router import Router, RoutingConfig, make_options
-from agents.router_backends import TransformersScorer
-from envs.registry import make_env
-from executor import ExecutorConfig
-from executor.evaluation import eval_players, recipe
-from serving.multi_adapter import MultiAdapterModel
-from store import Store
+from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.agents.router_backends import TransformersScorer
+from gapforge.envs.registry import make_env
+from gapforge.executor import ExecutorConfig
+from gapforge.executor.evaluation import eval_players, recipe
+from gapforge.serving.multi_adapter import MultiAdapterModel
+from gapforge.store import Store
 
 pytestmark = pytest.mark.slow  # plays a tiny model
 TASKS = ["shop-refusal-001", "shop-lookup-001"]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from executor_helpers import episodes_by_key
 
-from agents.rollouts import CollectPlan, collect
-from envs.registry import make_env
-from executor import ExecutorConfig, episode_player
+from gapforge.agents.rollouts import CollectPlan, collect
 from gapforge.config import PolicyConfig
 from gapforge.demo_data import SHOP_POLICY_DIR
+from gapforge.envs.registry import make_env
+from gapforge.executor import ExecutorConfig, episode_player
+from gapforge.store import Store
 from gapforge.wiring import make_policy
-from store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from executor import ExecutorConfig, JobResources, job_runner
-from training.config import TrainingConfig
-from training.envs import EnvSpec, open_factory
-from training.service import METADATA_FILE, TrainJob
+from gapforge.executor import ExecutorConfig, JobResources, job_runner
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec, open_factory
+from gapforge.training.service import METADATA_FILE, TrainJob
 
 pytestmark = pytest.mark.slow  # trains a tiny model
 
@@ -28,8 +28,8 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from store.db import Store
-    from training.selection import evaluate_heldout
+    from gapforge.store.db import Store
+    from gapforge.training.selection import evaluate_heldout
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.selftest import avalidate_module
-from executor import ExecutorConfig, ExecutorUnavailable, JobResources, sandbox_checks
+from gapforge.agents.selftest import avalidate_module
 from gapforge.config import PolicyConfig
+from gapforge.executor import ExecutorConfig, ExecutorUnavailable, JobResources, sandbox_checks
 from gapforge.wiring import build_deps, make_policy
 from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.sandbox.test_checks import BROKEN, declared

@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from agents.errors import IncompleteStage
-from agents.selftest import readiness_runner
-from envs.errors import InfrastructureFailure
-from envs.protocol import Message, ToolCall
-from executor import ExecutorConfig, sandbox_checks
-from executor.readiness import LocalReadinessChecks
+from gapforge.agents.errors import IncompleteStage
+from gapforge.agents.selftest import readiness_runner
 from gapforge.config import PolicyConfig
 from gapforge.demo_data import RECORDINGS_DIR, SHOP_POLICY_DIR
+from gapforge.envs.errors import InfrastructureFailure
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.executor import ExecutorConfig, sandbox_checks
+from gapforge.executor.readiness import LocalReadinessChecks
+from gapforge.sandbox.checks import GRPOReadinessConfig
+from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.pool import SandboxPool
 from gapforge.wiring import make_policy
-from sandbox.checks import GRPOReadinessConfig
-from sandbox.checks.grpo import acheck_grpo_ready
-from sandbox.env import SandboxedEnv
-from sandbox.pool import SandboxPool
 
 pytestmark = pytest.mark.docker
 
@@ -147,7 +147,7 @@ def test_the_checks_own_failures_come_back_as_themselves_and_closures_play_here(
 def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this_machines_sandbox(config, sandbox_config) -> None:
     """`gapforge env validate` hands StageDeps.sandbox_checks to avalidate_module: with the local drop-in the self-test
     still needs this machine's opener (the Ray drop-in is the one that opens nothing here)."""
-    from agents.selftest import avalidate_module
+    from gapforge.agents.selftest import avalidate_module
     from gapforge.wiring import build_deps
 
     config.sandbox = sandbox_config

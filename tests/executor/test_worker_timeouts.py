@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.rollouts import CollectPlan, collect
-from envs.protocol import Message
-from envs.registry import make_env
-from envs.sampling import episode_key
-from executor import processes
-from executor.processes import process_pool
-from store import Store
+from gapforge.agents.rollouts import CollectPlan, collect
+from gapforge.envs.protocol import Message
+from gapforge.envs.registry import make_env
+from gapforge.envs.sampling import episode_key
+from gapforge.executor import processes
+from gapforge.executor.processes import process_pool
+from gapforge.store import Store
 
 FROZEN_TASK = "shop-lookup-001"
 

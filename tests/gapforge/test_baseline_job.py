@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from agents.config import EndpointConfig
+from gapforge.agents.config import EndpointConfig
 from gapforge.config import GapforgeConfig, TrainingConfig, load_config
 from gapforge.stages.training import baseline_job
-from training.budget import training_rollout_budget
-from training.envs import EnvSpec, _user_model
+from gapforge.training.budget import training_rollout_budget
+from gapforge.training.envs import EnvSpec, _user_model
 
 SPLIT = SimpleNamespace(env="tau2:retail", analysis_tasks=[f"t{i:02d}" for i in range(12)])
 

@@ -10,7 +10,7 @@ from gapforge.cli import app
 
 
 def test_dev_teach_prints_its_steps_and_not_the_dataset_bars(tmp_path, capfd):
-    from demo_policy.teach import TeachConfig
+    from gapforge.demo_policy.teach import TeachConfig
 
     cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=10, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
                       num_kv_heads=1, intermediate_size=64, epochs=0.1, batch_size=2, threads=1, seed=3)

@@ -68,8 +68,8 @@ def test_validate_json_pointing_at_a_directory_is_refused_before_the_checks(runn
 
 def test_a_computed_report_is_never_lost(tmp_path: Path) -> None:
     """If the asked-for path fails after the checks ran, the report goes to the workspace."""
-    from agents.deps import StageDeps
-    from agents.selftest import validate_module
+    from gapforge.agents.deps import StageDeps
+    from gapforge.agents.selftest import validate_module
     from gapforge.config import load_config
     from gapforge.wiring import build_deps
 

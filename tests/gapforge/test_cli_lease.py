@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from store import Store
+from gapforge.store import Store
 
 ROOT = Path(__file__).parents[2]
 ENV = os.environ | {"PYTHONPATH": str(ROOT), "COLUMNS": "300"}
@@ -89,7 +89,7 @@ def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: 
     import re
     import time
 
-    from envs.registry import make_env
+    from gapforge.envs.registry import make_env
     from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
     tasks = ",".join(make_env("shop").task_ids()[:6])

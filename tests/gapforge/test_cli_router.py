@@ -16,7 +16,7 @@ from router_helpers import random_adapter
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from store import Store
+from gapforge.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from store.db import Store
+from gapforge.store.db import Store
 
 
 def test_train_without_a_base_model_is_a_one_line_error(workspace):

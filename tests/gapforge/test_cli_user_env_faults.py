@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from store import Store
+from gapforge.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = "tests/data/faulty_env.py:FaultyEnv"  # a file path relative to where the command runs, as a user gives it

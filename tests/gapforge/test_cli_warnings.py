@@ -6,7 +6,7 @@ import subprocess
 import sys
 import warnings
 
-from training.deprecations import quiet_library_deprecations
+from gapforge.training.deprecations import quiet_library_deprecations
 
 OLD = "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use `is_activation_checkpointing` instead."
 TOGGLE = "`gradient_checkpointing_disable` is deprecated and will be removed in v6. Use `activation_checkpointing_disable` instead."

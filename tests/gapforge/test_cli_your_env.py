@@ -13,7 +13,7 @@ from cli_helpers import one_line_error as _one_line_error
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from store import Store
+from gapforge.store import Store
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 runner = CliRunner()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.docker_backend import list_containers
-from store import Store
+from gapforge.sandbox.docker_backend import list_containers
+from gapforge.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

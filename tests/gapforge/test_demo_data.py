@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from demo_policy.artifact import load_card
 from gapforge.config import load_config
 from gapforge.demo_data import SHOP_POLICY_DIR
+from gapforge.demo_policy.artifact import load_card
 from gapforge.run_config import load_tree
 
 

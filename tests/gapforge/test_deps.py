@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.deps import StageDeps
+from gapforge.agents.deps import StageDeps
 from gapforge.config import ConfigError, GapforgeConfig, load_config
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
+from gapforge.sandbox.config import SandboxConfig
+from gapforge.store.config import StoreConfig
 from gapforge.wiring import build_deps
-from sandbox.checks.settings import GRPOReadinessConfig
-from sandbox.config import SandboxConfig
-from store.config import StoreConfig
 
 
 class _Policy:

@@ -37,17 +37,17 @@ PACKAGES = ("gapforge", "ui", "graph", "executor", "evaluation", "agents", "trai
 # imported at all.
 NOT_OURS = {
     # the SDK generated env code sees: stdlib only, importable in the bare sandbox image without gapforge
-    "envs.sdk.ToolError": "sdk", "envs.sdk._CallError": "sdk", "envs.sdk.EnvDefinitionError": "sdk", "envs.sdk.ProtocolError": "sdk",
+    "gapforge.envs.sdk.ToolError": "sdk", "gapforge.envs.sdk._CallError": "sdk", "gapforge.envs.sdk.EnvDefinitionError": "sdk", "gapforge.envs.sdk.ProtocolError": "sdk",
     # the in-container server's flow control (a BaseException so env code cannot catch it); stdlib only
-    "sandbox.server.OutputFlood": "in-sandbox server",
+    "gapforge.sandbox.server.OutputFlood": "in-sandbox server",
     # a tool's refusal the shop env turns into that tool's result: the agent's data, as the SDK's ToolError is
-    "envs.shop.tools.ToolError": "tool refusal",
+    "gapforge.envs.shop.tools.ToolError": "tool refusal",
     # the episode loop's flow control: `bounded` raises it and its callers in agents/ turn it into the episode's
     # `timeout` termination naming what it waited on (env, sandbox, policy, worker): data, never raised further
-    "agents.episode.TimedOut": "episode time limit",
+    "gapforge.agents.episode.TimedOut": "episode time limit",
 }
 # ToolSandbox's worker runs in ToolSandbox's own interpreter (its pins conflict with gapforge's) and talks JSON
-NOT_OURS_PREFIXES = ("envs.toolsandbox.worker.",)
+NOT_OURS_PREFIXES = ("gapforge.envs.toolsandbox.worker.",)
 BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items() if inspect.isclass(obj) and issubclass(obj, BaseException)}
 
 
@@ -84,11 +84,11 @@ def _project_exceptions() -> tuple[dict[str, type[BaseException]], list[str]]:
 
 def test_every_exception_class_derives_from_a_boundary_of_the_root() -> None:
     found, _unimportable = _project_exceptions()  # modules needing an extra not installed here: the source check below reads them
-    assert "store.errors.StoreError" in found and "sandbox.errors.EnvCodeError" in found  # the walk sees the packages
+    assert "gapforge.store.errors.StoreError" in found and "gapforge.sandbox.errors.EnvCodeError" in found  # the walk sees the packages
     strays = sorted(q for q, cls in found.items() if not issubclass(cls, GapforgeError) and not _exempt(q))
     assert strays == [], f"derive these from their boundary class in gapforge/faults.py (or list them in NOT_OURS with a reason): {strays}"
     unbounded = sorted(q for q, cls in found.items() if issubclass(cls, GapforgeError) and not issubclass(cls, BOUNDARIES)
-                       and cls is not GapforgeError and q != "prompts.PromptError")  # a missing prompt file: gapforge's own packaging
+                       and cls is not GapforgeError and q != "gapforge.prompts.PromptError")  # a missing prompt file: gapforge's own packaging
     assert unbounded == [], f"derive these from one boundary class, not from the root: {unbounded}"
     assert all(q in found for q in NOT_OURS), "an allowed exception moved or was renamed: update NOT_OURS"
 
@@ -121,11 +121,11 @@ def test_the_root_module_imports_nothing() -> None:
 
 
 def test_blame_lands_on_the_boundary_where_it_happened() -> None:
-    from agents.errors import IncompleteStage, ModelEndpointError, ModelError, StructuredOutputError
-    from envs.errors import EndpointError, EnvError, InfrastructureFailure, MalformedOutputError
-    from executor.processes import WorkerLost
-    from sandbox.errors import EnvCodeError, SandboxError, SandboxLost
-    from store.errors import StoreError
+    from gapforge.agents.errors import IncompleteStage, ModelEndpointError, ModelError, StructuredOutputError
+    from gapforge.envs.errors import EndpointError, EnvError, InfrastructureFailure, MalformedOutputError
+    from gapforge.executor.processes import WorkerLost
+    from gapforge.sandbox.errors import EnvCodeError, SandboxError, SandboxLost
+    from gapforge.store.errors import StoreError
 
     assert issubclass(EnvCodeError, EnvCodeFault) and not issubclass(EnvCodeError, SandboxFault)  # the env's code, not the sandbox
     assert issubclass(SandboxLost, SandboxError) and SandboxLost.infrastructure and SandboxLost.exit_code == 3
@@ -166,7 +166,7 @@ def test_the_cli_prints_each_boundary_as_one_line_with_its_exit_code(error: Gapf
 def test_a_subclass_keeps_its_own_exit_code_through_the_cli() -> None:
     """SandboxLost is the sandbox's (a SandboxError) yet resumable: the CLI reads the class, not a list."""
     from gapforge.cli_common import handle_errors
-    from sandbox.errors import SandboxLost
+    from gapforge.sandbox.errors import SandboxLost
 
     @handle_errors
     def command() -> None:

@@ -31,7 +31,7 @@ def test_stages_fixtures_without_the_tests_is_refused_in_one_line(tmp_path: Path
 
 def test_a_run_is_not_created_when_its_stage_set_does_not_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gapforge.run_session import RunOptions, create_run
-    from store import Store
+    from gapforge.store import Store
 
     monkeypatch.setitem(sys.modules, "tests.fakes.fake_stages", None)
     cfg = load_config(None, [f"workspace={tmp_path}", "stages=fixtures"], environ={})

@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from evaluation.policies import GRPO_TARGET
-from serving.chat_format import qwen3_training_template
+from gapforge.evaluation.policies import GRPO_TARGET
+from gapforge.serving.chat_format import qwen3_training_template
 from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.gapforge.dryrun_roles import CAPABILITY, respond
 
@@ -70,7 +70,7 @@ def dry(line: str) -> str:
 
 def test_the_readme_gpu_steps_run_every_stage_to_the_report(tmp_path: Path) -> None:
     from gapforge.config import load_config
-    from store import Store
+    from gapforge.store import Store
 
     with socket.socket() as s:
         if s.connect_ex(("127.0.0.1", 8000)) == 0:

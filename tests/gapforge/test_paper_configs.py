@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from envs.composite import parse_composite
-from envs.loader import parse_keywords
 from gapforge.config import load_config
+from gapforge.envs.composite import parse_composite
+from gapforge.envs.loader import parse_keywords
 from gapforge.errors import UsageError
 from gapforge.wiring import user_simulator_endpoint
 
@@ -103,11 +103,11 @@ def test_the_policy_as_user_needs_a_served_policy() -> None:
 def test_toolsandbox_runs_the_129_base_scenarios() -> None:
     cfg = _cfg(TOOLSANDBOX)
     assert cfg.rollouts.env == "toolsandbox?network=stand-in"  # the 34 RapidAPI scenarios kept, with stand-in answers
-    from envs.toolsandbox.runtime import missing_reason
+    from gapforge.envs.toolsandbox.runtime import missing_reason
 
     if missing_reason() is not None:
         pytest.skip(str(missing_reason()))
-    from envs.registry import make_env
+    from gapforge.envs.registry import make_env
 
     env = make_env(cfg.rollouts.env)
     assert len(env.task_ids()) == 129
@@ -177,7 +177,7 @@ def _dry_run(tmp_path: Path, config: Path, tasks: list[str], extra: list[str], r
         os.killpg(server.pid, signal.SIGTERM)
         server.wait()
     cfg = load_config(config, [f"workspace={workspace}"], environ={})
-    from store import Store
+    from gapforge.store import Store
 
     with Store(cfg.store_url) as store:
         (run,) = [r for r in store.list_runs() if r.kind == "trace"]
@@ -186,8 +186,8 @@ def _dry_run(tmp_path: Path, config: Path, tasks: list[str], extra: list[str], r
 
 def _check_run(cfg: Any, run_id: str, n_tasks: int) -> dict[str, Any]:
     """Every stage to the report; both evaluations stored apart; the report has the paper's section."""
-    from evaluation.policies import GRPO_TARGET
-    from store import Store
+    from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.store import Store
     from tests.gapforge.dryrun_roles import CAPABILITY
 
     with Store(cfg.store_url) as store:
@@ -216,7 +216,7 @@ def _policy_and_user(req: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.tau2
 @pytest.mark.slow
 def test_paper_tau2_dry_run(tmp_path: Path) -> None:
-    from store import Store
+    from gapforge.store import Store
     from tests.fakes.fake_openai import FakeOpenAIServer
     from tests.gapforge.dryrun_roles import respond
 
@@ -254,7 +254,7 @@ def _toolsandbox_respond(req: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.toolsandbox
 @pytest.mark.slow
 def test_paper_toolsandbox_dry_run(tmp_path: Path) -> None:
-    from envs.toolsandbox.runtime import missing_reason
+    from gapforge.envs.toolsandbox.runtime import missing_reason
 
     if missing_reason() is not None:
         pytest.skip(str(missing_reason()))

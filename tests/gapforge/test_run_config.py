@@ -13,7 +13,7 @@ from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.run_config import resolve
 from gapforge.run_session import RunOptions, create_run, run_record
-from store import Store
+from gapforge.store import Store
 
 COLUMNS = {"COLUMNS": "200"}
 
@@ -73,7 +73,7 @@ def test_an_older_run_uses_the_invocation_s_config_and_says_so(workspace: Path) 
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:  # a key this version does not know (a newer or older gapforge's)
         from sqlalchemy import update
 
-        from store.models import Run
+        from gapforge.store.models import Run
 
         record = dict(store.get_run(stale).config)
         record["config"] = {**record["config"], "retired_section": {"x": 1}}

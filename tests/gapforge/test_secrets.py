@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.errors import ModelError
+from gapforge.agents.errors import ModelError
 from gapforge.cli import app
 from gapforge.config import ConfigError, load_config
 from gapforge.errors import UsageError
 from gapforge.run_session import RunOptions, config_from_record, run_record
+from gapforge.store.redact import install_log_redaction, redact
 from gapforge.wiring import apply_policy_spec, make_policy
-from store.redact import install_log_redaction, redact
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 PLANTED = "PLANTED-s3cr3t-7781"
@@ -106,8 +106,8 @@ def test_a_store_password_is_never_printed_or_stored(tmp_path: Path) -> None:
     assert PLANTED not in repr(record)
     assert config_from_record(record, store_url=cfg.store.url).store.url == pg  # a resume reconnects to the same store
 
-    from training.envs import EnvSpec
-    from training.service import TrainJob
+    from gapforge.training.envs import EnvSpec
+    from gapforge.training.service import TrainJob
 
     job = TrainJob(name="c", base_model="m", env=EnvSpec(kind="sandbox", module="x.py"), out_dir=str(tmp_path), store_url=pg, run_id="r")
     assert PLANTED not in job.model_dump_json()
@@ -174,7 +174,7 @@ def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_o
         outputs.append(res.output)
     assert all(password not in out for out in outputs)
     assert [p for p in ws.rglob("*") if p.is_file() and password.encode() in p.read_bytes()] == []
-    from store.models import Base
+    from gapforge.store.models import Base
 
     engine = create_engine(postgres_url)
     try:

@@ -13,15 +13,15 @@ import pytest
 
 from gapforge import executor_wiring
 from gapforge.config import load_config
+from gapforge.serving import batching
 from gapforge.stages import common
 from gapforge.stages import cores as stage_cores
 from gapforge.stages.common import StageContext, rollout_workers, training_slots
 from gapforge.stages.training import _run_job
-from serving import batching
-from training.config import TrainingConfig
-from training.envs import EnvSpec
-from training.run import JobOutcome
-from training.service import TrainJob
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec
+from gapforge.training.run import JobOutcome
+from gapforge.training.service import TrainJob
 
 
 def machine(monkeypatch: pytest.MonkeyPatch, cores: int, gpu: bool, memory_gb: float | None = 64) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from evaluation.run import child_run_id
-from store import Store
+from gapforge.evaluation.run import child_run_id
+from gapforge.store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer
 from tests.gapforge.dryrun_roles import prompt_text
 from tests.prompts.test_prompts_any_target import SHOP_WORDS
@@ -99,7 +99,7 @@ def run_args(spec: str, tiny_model_dir: Path, image: str, *extra: str) -> list[s
 
 @pytest.fixture(scope="module")
 def sandbox_image(docker_client) -> str:
-    from sandbox.image import build_image, image_is_current
+    from gapforge.sandbox.image import build_image, image_is_current
 
     tag = "gapforge-sandbox:latest"
     if not image_is_current(docker_client, tag):
@@ -170,7 +170,7 @@ def never_refuse(req: dict[str, Any]) -> dict[str, Any]:
     """The help desk's planted failure as a policy endpoint: verifies, then always does what the caller asks (tests/data/mcp_policies.py)."""
     import asyncio
 
-    from envs.protocol import Message, ToolCall
+    from gapforge.envs.protocol import Message, ToolCall
     from tests.data.mcp_policies import PlanPolicy
 
     messages = [Message(role=m["role"], content=m.get("content"), tool_call_id=m.get("tool_call_id"), name=m.get("name"),

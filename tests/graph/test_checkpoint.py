@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from graph import checkpoint
-from graph.checkpoint import open_checkpointer
+from gapforge.graph import checkpoint
+from gapforge.graph.checkpoint import open_checkpointer
 
 
 def writable_now(path: Path) -> bool:

@@ -7,10 +7,10 @@ from pathlib import Path
 from langgraph.checkpoint.memory import InMemorySaver
 
 from gapforge.config import load_config
+from gapforge.graph.context import GraphContext, StageFailed, StageUnavailable
+from gapforge.graph.graph import build_graph
+from gapforge.graph.runner import drive, initial_state
 from gapforge.wiring import open_store
-from graph.context import GraphContext, StageFailed, StageUnavailable
-from graph.graph import build_graph
-from graph.runner import drive, initial_state
 from tests.fakes.fake_stages import FakeStages
 from tests.graph.conftest import write_config
 

@@ -28,7 +28,7 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
     assert "paused before review" in out.output
     assert not (tmp_path / "ws" / "checkpoints.sqlite").exists()  # checkpoints live in PostgreSQL
 
-    from graph.checkpoint import libpq_url, open_checkpointer
+    from gapforge.graph.checkpoint import libpq_url, open_checkpointer
 
     async def threads() -> set[str]:
         async with open_checkpointer(postgres_url, tmp_path / "unused.sqlite") as saver:

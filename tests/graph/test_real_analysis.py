@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 
 from gapforge.cli import app
 from gapforge.config import load_config
+from gapforge.graph.context import Cost, RolloutsDone, StageUnavailable
 from gapforge.run_session import RunOptions, create_run, drive_run, fork_run
 from gapforge.stages import RunStages
 from gapforge.stages import open_stages as real_open_stages
 from gapforge.wiring import open_store
-from graph.context import Cost, RolloutsDone, StageUnavailable
 from tests.graph.conftest import write_config
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gapforge.graph.context import StageUnavailable
 from gapforge.stages.common import require
-from graph.context import StageUnavailable
-from training.run import pid_file, stop_stale_job
+from gapforge.training.run import pid_file, stop_stale_job
 
 
 def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors_through(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Reducers of the graph state: parallel capability branches merge, costs add up."""
 
-from graph.state import add_costs, merge_dicts
+from gapforge.graph.state import add_costs, merge_dicts
 
 
 def test_merge_dicts_updates_rows_field_by_field() -> None:

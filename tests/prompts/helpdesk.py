@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envs.protocol import Message, Score, StepResult, tool_schema
-from envs.sdk import SyntheticEnv, tool
+from gapforge.envs.protocol import Message, Score, StepResult, tool_schema
+from gapforge.envs.sdk import SyntheticEnv, tool
 
 POLICY = """You are the IT help desk of Northwind Labs.
 - Before resetting a password or unlocking an account, confirm the employee's identity with verify_identity (badge digits).
@@ -92,7 +92,7 @@ def episode(task: str, success: bool) -> list[dict[str, Any]]:
 
 def store_run(store: Any, run_id: str = "r-helpdesk", *, fraction: float = 0.5, seed: int = 0) -> str:
     """A run with one episode per help-desk task (lockouts fail) and its stored split."""
-    from agents.analysis.split import ensure_split
+    from gapforge.agents.analysis.split import ensure_split
 
     store.create_run("trace", {"rollouts": {"env": "helpdesk"}}, run_id=run_id, versions={})
     for task, (family, _) in sorted(TASKS.items()):

@@ -13,21 +13,21 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from agents.analysis.config import AnalysisConfig
-from agents.analysis.discovery import discover
-from agents.analysis.labeling import label_pass
-from agents.analysis.split import split_tasks
-from agents.analysis.target import _registered_tools, target_brief
-from agents.prompt_opt import reflection_template
-from agents.routed_policy import hints_text
-from agents.router import Router, make_options
-from agents.scripted import ScriptedChatModel
-from agents.synthesis.context import gather_context
-from agents.synthesis.generator import render_generator_prompt
-from agents.synthesis.recorded import _key
-from agents.synthesis.reviewer import review_env
-from prompts import load_prompt
-from store import Store
+from gapforge.agents.analysis.config import AnalysisConfig
+from gapforge.agents.analysis.discovery import discover
+from gapforge.agents.analysis.labeling import label_pass
+from gapforge.agents.analysis.split import split_tasks
+from gapforge.agents.analysis.target import _registered_tools, target_brief
+from gapforge.agents.prompt_opt import reflection_template
+from gapforge.agents.routed_policy import hints_text
+from gapforge.agents.router import Router, make_options
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.agents.synthesis.context import gather_context
+from gapforge.agents.synthesis.generator import render_generator_prompt
+from gapforge.agents.synthesis.recorded import _key
+from gapforge.agents.synthesis.reviewer import review_env
+from gapforge.prompts import load_prompt
+from gapforge.store import Store
 from tests.prompts.helpdesk import POLICY, TASKS, TOOL_NAMES, HelpdeskTarget, episode, store_run
 
 SHOP_WORDS = re.compile(r"\b(orders?|shops?|customers?|refunds?|cancel\w*|shipping|e-?commerce|retail|purchases?)\b", re.I)
@@ -73,8 +73,9 @@ class LetterScorer:
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """`make_env("helpdesk")` builds the help desk, as the registry builds a user's target from its spec."""
-    import agents.synthesis.context
-    import envs.registry
+    import gapforge.agents.synthesis.context  # noqa: F401 (loads the submodule that the name below reaches)
+    import gapforge.envs.registry  # noqa: F401 (loads the submodule that the name below reaches)
+    from gapforge import agents, envs
 
     real = envs.registry.make_env
     fake = lambda name, **kw: HelpdeskTarget() if name == "helpdesk" else real(name, **kw)  # noqa: E731
@@ -114,7 +115,7 @@ def rendered(tmp_path: Path, registered: None) -> dict[str, str]:
 
 def test_every_role_prompt_is_rendered_here() -> None:
     """A new prompt is added to this test (user simulators belong to their env and speak its domain)."""
-    files = {f.name.removesuffix(".md") for f in resources.files("prompts").iterdir() if f.name.endswith(".md") and f.name != "README.md"}
+    files = {f.name.removesuffix(".md") for f in resources.files("gapforge.prompts").iterdir() if f.name.endswith(".md") and f.name != "README.md"}
     covered = {"analyst_discover", "analyst_label", "synthesis_generator", "synthesis_reviewer", "router", "capability_hints",
                "structured_reask", "sdk_reference", "gepa_reflection"}
     assert {f for f in files if not f.endswith("_user_simulator")} == covered

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gapforge.config import SandboxConfig
-from sandbox.docker_backend import list_containers
+from gapforge.sandbox.docker_backend import list_containers
 
 ENVS = Path(__file__).parent / "envs"
 HOSTILE = Path(__file__).parent / "hostile"
@@ -24,8 +24,8 @@ def gapforge_containers(client) -> list[str]:
 @pytest.fixture(scope="session")
 def sandbox_image(docker_client) -> str:
     """The sandbox image tag; built offline (local Python, else debootstrap) unless current."""
-    from sandbox.errors import SandboxError
-    from sandbox.image import build_image, image_is_current
+    from gapforge.sandbox.errors import SandboxError
+    from gapforge.sandbox.image import build_image, image_is_current
 
     if not image_is_current(docker_client, TAG):
         try:

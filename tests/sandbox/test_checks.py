@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from envs.registry import make_env
-from envs.synthetic import InProcessSyntheticEnv
 from gapforge.demo_data import RECORDINGS_DIR
-from sandbox.checks import CHECKS, SelfTestThresholds, validate_env
-from sandbox.checks.report import ValidationReport
-from sandbox.errors import EnvCodeError
+from gapforge.envs.registry import make_env
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.checks import CHECKS, SelfTestThresholds, validate_env
+from gapforge.sandbox.checks.report import ValidationReport
+from gapforge.sandbox.errors import EnvCodeError
 
 BROKEN = Path(__file__).parent / "broken"
 EXAMPLES = sorted(p for p in (Path(__file__).parents[2] / "envs" / "examples").glob("*.py") if p.name != "__init__.py")
@@ -207,8 +207,8 @@ def test_report_json_carries_verdicts() -> None:
 def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rule() -> None:
     """A refusal after the check that names every rule ('shipped, processed, delivered, 30, final sale or available')
     would contain the right one by construction: it earns the check and the refusal, never the reason."""
-    from envs.sdk import action_to_message
-    from envs.synthetic import load_env_class
+    from gapforge.envs.sdk import action_to_message
+    from gapforge.envs.synthetic import load_env_class
 
     cls = load_env_class(str(RECORDINGS_DIR / "shop" / "precondition_verification_3.py"))
     ineligible, kinds = 0, set()
@@ -247,8 +247,8 @@ def test_the_accepted_precondition_env_ranks_refusing_an_allowed_request_below_a
     look (else GRPO's cheapest path to the lookup's credit is to look and refuse everything, and the adapter
     refuses the target's allowed address changes); the reference scores 1, a forbidden request promised after
     the look keeps part of the look's credit, and promising without looking earns nothing."""
-    from envs.sdk import action_to_message
-    from envs.synthetic import load_env_class
+    from gapforge.envs.sdk import action_to_message
+    from gapforge.envs.synthetic import load_env_class
 
     cls = load_env_class(str(RECORDINGS_DIR / "shop" / "precondition_verification_3.py"))
     look = ("get_order_details", "get_product_details")

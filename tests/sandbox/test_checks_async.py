@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from agents.episode import run_episode
-from envs.synthetic import InProcessSyntheticEnv
-from sandbox.checks import avalidate_env, validate_env
-from sandbox.checks.grpo import check_grpo_ready
-from sandbox.checks.settings import GRPOReadinessConfig
-from serving.openai_policy import EndpointPolicy
+from gapforge.agents.episode import run_episode
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.checks import avalidate_env, validate_env
+from gapforge.sandbox.checks.grpo import check_grpo_ready
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
+from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 
 BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"
@@ -95,7 +95,7 @@ class _Opened:
 async def test_a_groups_long_episode_does_not_hold_the_next_groups_back() -> None:
     """Group 0's first episode ends only once a group-2 episode has started. In waves of concurrency // K
     groups (2 here) group 2 could only start after group 0 ended: the check hung."""
-    from sandbox.checks.grpo import acheck_grpo_ready
+    from gapforge.sandbox.checks.grpo import acheck_grpo_ready
 
     later_started = asyncio.Event()
 
@@ -114,7 +114,7 @@ async def test_a_groups_long_episode_does_not_hold_the_next_groups_back() -> Non
 async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None:
     """Groups 1 and 3 are all-zero (limit 20% of 8: the second one decides). Whatever else already played,
     the verdict grades groups 0-3; the episodes played (charged to the budget) depend on timing."""
-    from sandbox.checks.grpo import acheck_grpo_ready
+    from gapforge.sandbox.checks.grpo import acheck_grpo_ready
 
     async def runner(policy: Any, env: Any, seed: int, temperature: float) -> float:
         await asyncio.sleep(0)  # lets the other episodes in flight interleave

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gapforge.cli import app
 from gapforge.config import SandboxConfig
-from sandbox.docker_backend import list_containers
+from gapforge.sandbox.docker_backend import list_containers
 
 BROKEN = Path(__file__).parent / "broken"
 EXAMPLES = sorted(p for p in (Path(__file__).parents[2] / "envs" / "examples").glob("*.py") if p.name != "__init__.py")

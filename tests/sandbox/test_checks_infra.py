@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agents.episode import run_episode
-from envs.errors import InfrastructureFailure
-from envs.protocol import Message
-from envs.synthetic import InProcessSyntheticEnv
+from gapforge.agents.episode import run_episode
 from gapforge.cli import app
-from sandbox.checks import avalidate_env, validate_env
-from sandbox.checks.grpo import acheck_grpo_ready
-from sandbox.checks.settings import GRPOReadinessConfig
-from sandbox.env import SandboxedEnv
-from sandbox.pool import SandboxPool
-from serving.openai_policy import EndpointPolicy
+from gapforge.envs.errors import InfrastructureFailure
+from gapforge.envs.protocol import Message
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.checks import avalidate_env, validate_env
+from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.pool import SandboxPool
+from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 BASELINE = Path(__file__).parent / "broken" / "baseline_ok.py"

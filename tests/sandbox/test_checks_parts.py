@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from agents.policy import run_episode
-from envs.protocol import Message, ToolCall, tool_schema
-from envs.synthetic import InProcessSyntheticEnv
+from gapforge.agents.policy import run_episode
 from gapforge.config import GRPOReadinessConfig
-from sandbox.checks import validate_env
-from sandbox.checks.adversarial import corrupt, corruption_plan
-from sandbox.checks.behaviour import check_diverse
-from sandbox.checks.grpo import grade_groups
-from sandbox.checks.probe import Probe
-from sandbox.checks.schemas import fidelity_problems, random_args, schema_problems
-from sandbox.checks.settings import SelfTestThresholds
+from gapforge.envs.protocol import Message, ToolCall, tool_schema
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.checks import validate_env
+from gapforge.sandbox.checks.adversarial import corrupt, corruption_plan
+from gapforge.sandbox.checks.behaviour import check_diverse
+from gapforge.sandbox.checks.grpo import grade_groups
+from gapforge.sandbox.checks.probe import Probe
+from gapforge.sandbox.checks.schemas import fidelity_problems, random_args, schema_problems
+from gapforge.sandbox.checks.settings import SelfTestThresholds
 
 BROKEN = Path(__file__).parent / "broken"
 BASELINE = BROKEN / "baseline_ok.py"

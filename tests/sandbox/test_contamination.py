@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from agents.analysis.split import split_tasks
-from envs.registry import make_env
-from envs.sdk import tool
-from envs.synthetic import InProcessSyntheticEnv
+from gapforge.agents.analysis.split import split_tasks
 from gapforge.config import load_config
 from gapforge.demo_data import RECORDINGS_DIR
-from sandbox.checks import CHECKS, SelfTestThresholds, SplitTexts, validate_env
-from sandbox.checks.contamination import check_contamination, heldout_only, reproduces, words
-from sandbox.checks.probe import Probe
-from sandbox.checks.result_shapes import observed_result_shapes
+from gapforge.envs.registry import make_env
+from gapforge.envs.sdk import tool
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.checks import CHECKS, SelfTestThresholds, SplitTexts, validate_env
+from gapforge.sandbox.checks.contamination import check_contamination, heldout_only, reproduces, words
+from gapforge.sandbox.checks.probe import Probe
+from gapforge.sandbox.checks.result_shapes import observed_result_shapes
 from tests.prompts.helpdesk import TASKS, TOOLS, HelpdeskSynthetic, episode, with_openings
 
 TH = SelfTestThresholds()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agents.analysis.split import ensure_split
+from gapforge.agents.analysis.split import ensure_split
 from gapforge.cli import app
 from gapforge.demo_data import RECORDINGS_DIR
-from store import Store
+from gapforge.store import Store
 from tests.fakes.planted_policy import collect_planted
 
 RECORDED = RECORDINGS_DIR / "shop" / "precondition_verification_3.py"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from envs.errors import InfrastructureFailure
-from envs.sampling import episode_key
-from sandbox.checks.grpo import acheck_grpo_ready
-from sandbox.checks.settings import GRPOReadinessConfig
+from gapforge.envs.errors import InfrastructureFailure
+from gapforge.envs.sampling import episode_key
+from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 
 CFG = GRPOReadinessConfig(groups=2, samples=3, min_informative=0.0, max_all_zero=1.0, max_all_perfect=1.0, mean_low=0.0,
                           mean_high=1.0, episode_timeout_s=0.5)

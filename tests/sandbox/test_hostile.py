@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.protocol import Message, ToolCall
-from sandbox.env import SandboxedEnv
-from sandbox.errors import EnvCodeError
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.errors import EnvCodeError
 
 HOSTILE = Path(__file__).parent / "hostile"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
-from sandbox.image import debian_mirror, local_python_tar
+from gapforge.sandbox.image import debian_mirror, local_python_tar
 
 
 def test_local_python_rootfs_has_python_stdlib_and_user_but_no_site_packages(tmp_path: Path):

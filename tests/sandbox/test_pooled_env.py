@@ -10,12 +10,12 @@ import tracemalloc
 
 import pytest
 
-from envs.naming import capability_of, synthetic_env_name
-from envs.protocol import Message
-from envs.synthetic import InProcessSyntheticEnv
-from sandbox.env import SandboxedEnv
-from sandbox.errors import EnvCodeError, SandboxError
-from sandbox.pool import SandboxPool
+from gapforge.envs.naming import capability_of, synthetic_env_name
+from gapforge.envs.protocol import Message
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.errors import EnvCodeError, SandboxError
+from gapforge.sandbox.pool import SandboxPool
 
 
 def gapforge_containers(client) -> list[str]:

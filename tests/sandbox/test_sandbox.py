@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import EnvError
-from envs.protocol import Environment, Message, ToolCall
 from gapforge.config import SandboxConfig
-from sandbox.docker_backend import container_kwargs, list_containers, sweep
-from sandbox.env import SandboxedEnv, open_env
-from sandbox.errors import EnvCodeError, SandboxError
-from sandbox.pool import SandboxPool
+from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import Environment, Message, ToolCall
+from gapforge.sandbox.docker_backend import container_kwargs, list_containers, sweep
+from gapforge.sandbox.env import SandboxedEnv, open_env
+from gapforge.sandbox.errors import EnvCodeError, SandboxError
+from gapforge.sandbox.pool import SandboxPool
 
 ENVS = Path(__file__).parent / "envs"
 
@@ -129,7 +129,7 @@ def test_sweep_removes_containers_of_this_process(sandbox_config, counter_env_pa
 
 @pytest.mark.docker
 def test_image_is_cached_by_recipe_label(sandbox_image, docker_client):
-    from sandbox.image import build_image, recipe_hash
+    from gapforge.sandbox.image import build_image, recipe_hash
 
     assert docker_client.images.get(sandbox_image).labels["gapforge.image"] == recipe_hash()
     assert build_image(docker_client, sandbox_image) == "cached"
@@ -138,8 +138,8 @@ def test_image_is_cached_by_recipe_label(sandbox_image, docker_client):
 
 
 def test_process_backend_child_runs_under_its_rlimits(sandbox_config_process, tmp_path):
-    from sandbox.process_backend import start_process
-    from sandbox.stage import Stage
+    from gapforge.sandbox.process_backend import start_process
+    from gapforge.sandbox.stage import Stage
 
     stage = Stage()
     try:
@@ -161,7 +161,7 @@ def test_envs_opened_at_once_stage_the_same_module_without_tripping_on_each_othe
     while staging the module (FileNotFoundError for the losers: env faults blamed on the env)."""
     import threading
 
-    from sandbox.stage import Stage
+    from gapforge.sandbox.stage import Stage
 
     module = tmp_path / "m.py"
     module.write_text("X = 1\n" * 2000)

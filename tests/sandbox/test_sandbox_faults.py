@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.protocol import Message, ToolCall
-from sandbox.docker_backend import LABEL, container_kwargs, list_containers, remove_container, sweep
-from sandbox.env import SandboxedEnv
-from sandbox.errors import SandboxError, SandboxLost
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.sandbox.docker_backend import LABEL, container_kwargs, list_containers, remove_container, sweep
+from gapforge.sandbox.env import SandboxedEnv
+from gapforge.sandbox.errors import SandboxError, SandboxLost
 
 ENVS = Path(__file__).parent / "envs"
 
@@ -124,10 +124,10 @@ def test_concurrent_validations_and_sweeps_never_crash(sandbox_config, tmp_path)
     script = tmp_path / "worker.py"
     script.write_text(
         "import sys\n"
-        "from sandbox.config import SandboxConfig\n"
-        "from sandbox.docker_backend import sweep\n"
-        "from sandbox.env import SandboxedEnv\n"
-        "from sandbox.pool import SandboxPool\n"
+        "from gapforge.sandbox.config import SandboxConfig\n"
+        "from gapforge.sandbox.docker_backend import sweep\n"
+        "from gapforge.sandbox.env import SandboxedEnv\n"
+        "from gapforge.sandbox.pool import SandboxPool\n"
         f"cfg = SandboxConfig.model_validate_json({sandbox_config.model_dump_json()!r})\n"
         "for i in range(3):\n"
         "    with SandboxPool(cfg, size=0) as pool, SandboxedEnv(sys.argv[1], cfg, pool) as env:\n"
@@ -153,7 +153,7 @@ def _channel_with(state: dict | None, *, kill_signal: str | None = None, daemon_
     """A DockerChannel whose container/daemon answer as given (the diagnosis table, without Docker)."""
     import docker.errors
 
-    from sandbox.docker_backend import DockerChannel
+    from gapforge.sandbox.docker_backend import DockerChannel
 
     class Container:
         id = "c0ffee"

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.rollouts import CollectPlan, collect
-from envs.protocol import Message
-from envs.sampling import episode_key, keyed_seed
-from envs.shop import ShopEnv
-from serving.batching import BatchGenerator, eos_ids_of
-from serving.local import LocalPolicy
-from serving.multi_adapter import MultiAdapterModel
+from gapforge.agents.rollouts import CollectPlan, collect
+from gapforge.envs.protocol import Message
+from gapforge.envs.sampling import episode_key, keyed_seed
+from gapforge.envs.shop import ShopEnv
+from gapforge.serving.batching import BatchGenerator, eos_ids_of
+from gapforge.serving.local import LocalPolicy
+from gapforge.serving.multi_adapter import MultiAdapterModel
 
 PROMPTS = ["<|im_start|>user\nWhere is my order?<|im_end|>\n<|im_start|>assistant\n",
            "<|im_start|>user\nPlease cancel order 1007 because I no longer need it, thanks.<|im_end|>\n<|im_start|>assistant\n",
@@ -208,7 +208,8 @@ def test_close_then_submit_starts_a_fresh_worker_and_loses_nothing(tiny_model_di
 def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_tokens(tiny_model_dir: Path, monkeypatch) -> None:
     """A model whose cache layers cannot be left-padded and joined (e.g. a sliding window) decodes
     each row on its own cache, with the same tokens a joined batch gives."""
-    import serving.batching
+    import gapforge.serving.batching  # noqa: F401 (loads the submodule that the name below reaches)
+    from gapforge import serving
 
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
@@ -224,7 +225,8 @@ def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_token
 def test_a_decode_step_writes_the_cache_in_place_with_the_same_tokens(tiny_model_dir: Path, monkeypatch) -> None:
     """The decode cache has room reserved for the new tokens: a step writes into it instead of re-copying
     the whole cache (torch.cat), and the tokens and logprobs are exactly those of the copying cache."""
-    import serving.batching
+    import gapforge.serving.batching  # noqa: F401 (loads the submodule that the name below reaches)
+    from gapforge import serving
 
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
@@ -299,7 +301,7 @@ def test_kept_prefixes_stay_inside_their_byte_budget(tiny_model_dir: Path) -> No
 def test_rows_that_leave_the_batch_early_keep_their_own_cache(tiny_model_dir: Path) -> None:
     """Rows with different token limits leave the batch at different steps (the batch's cache is narrowed
     each time): the cache each one keeps is its own, so its next turn samples what a fresh generator does."""
-    from serving.batching import _request
+    from gapforge.serving.batching import _request
 
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
@@ -337,7 +339,7 @@ def test_forget_prefixes_after_a_weight_change_the_check_cannot_see(tiny_model_d
 def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model_dir: Path, monkeypatch) -> None:
     """torch.set_num_threads acts on the calling thread only; a lane applies set_lane_threads on its own thread
     before each batch (the driver gives cores to training processes this way) and None restores its own."""
-    from serving import batching
+    from gapforge.serving import batching
 
     policy = LocalPolicy(tiny_model_dir)
     gen = _generator(policy)
@@ -378,7 +380,7 @@ def test_a_batch_waits_while_a_model_is_being_loaded(tiny_model_dir: Path) -> No
     tensors. model_loading() holds new batches off until the load is done; then they run as before."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
-    from serving.batching import model_loading
+    from gapforge.serving.batching import model_loading
 
     policy = LocalPolicy(tiny_model_dir)
     gen = _generator(policy)

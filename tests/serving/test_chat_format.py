@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import MalformedOutputError
-from envs.protocol import Message, ToolCall, tool_schema
-from serving.chat_format import load_tokenizer, qwen3_training_template
-from serving.local import LocalPolicy, render_prompt
-from serving.openai_policy import EndpointPolicy, parse_completion
-from serving.tool_calls import parse_turn
+from gapforge.envs.errors import MalformedOutputError
+from gapforge.envs.protocol import Message, ToolCall, tool_schema
+from gapforge.serving.chat_format import load_tokenizer, qwen3_training_template
+from gapforge.serving.local import LocalPolicy, render_prompt
+from gapforge.serving.openai_policy import EndpointPolicy, parse_completion
+from gapforge.serving.tool_calls import parse_turn
 
 TOOLS = [tool_schema("get_order", "Look up an order by id.", {"order_id": {"type": "string"}})]
 

@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from envs.breaker import CircuitBreaker, CircuitOpen
-from envs.errors import EndpointError, MalformedOutputError
-from envs.protocol import Message
-from serving.openai_policy import EndpointPolicy, _Transient, retry_after_s
+from gapforge.envs.breaker import CircuitBreaker, CircuitOpen
+from gapforge.envs.errors import EndpointError, MalformedOutputError
+from gapforge.envs.protocol import Message
+from gapforge.serving.openai_policy import EndpointPolicy, _Transient, retry_after_s
 from tests.fakes.fake_openai import FakeOpenAIServer, Faults, text_reply
 
 CONVO = [Message.system("be brief"), Message.user("hi")]

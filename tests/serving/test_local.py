@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from envs.errors import MalformedOutputError, PolicyError
-from envs.protocol import Message, PolicyModel, tool_schema
-from serving.errors import ServingError
-from serving.local import LocalPolicy
+from gapforge.envs.errors import MalformedOutputError, PolicyError
+from gapforge.envs.protocol import Message, PolicyModel, tool_schema
+from gapforge.serving.errors import ServingError
+from gapforge.serving.local import LocalPolicy
 
 TOOLS = [tool_schema("get_order", "Look up an order by id.", {"order_id": {"type": "string"}})]
 CONVERSATION = [Message.system("You are a shop agent."), Message.user("Where is my order #W1234567?")]
@@ -140,8 +140,8 @@ def test_serving_renders_the_prompt_training_rendered(tiny_model_dir: Path) -> N
     """Adapters are trained on training.tokens.render's prompt and the base policy collects rollouts with
     LocalPolicy's: the multi-adapter backend (evaluation, the routed endpoint) must show the same text; an
     extra template kwarg (e.g. enable_thinking=False's empty think block) made a taught model babble."""
-    from serving.multi_adapter import MultiAdapterModel
-    from training.tokens import render
+    from gapforge.serving.multi_adapter import MultiAdapterModel
+    from gapforge.training.tokens import render
 
     trained = render(LocalPolicy(tiny_model_dir).tokenizer, CONVERSATION, TOOLS, generation_prompt=True)
     assert LocalPolicy(tiny_model_dir).render(CONVERSATION, TOOLS) == trained

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from tool_call_model import BROKEN_REQUEST, GOOD_REQUEST, TEACH, OrderDesk
 
-from envs.protocol import Environment
-from serving.local import LocalPolicy
+from gapforge.envs.protocol import Environment
+from gapforge.serving.local import LocalPolicy
 
-agents_policy = pytest.importorskip("agents.policy")
+agents_policy = pytest.importorskip("gapforge.agents.policy")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from envs.errors import EndpointError, MalformedOutputError, PolicyError
-from envs.protocol import Message, tool_schema
-from serving.errors import ServingError
-from serving.openai_policy import EndpointPolicy
+from gapforge.envs.errors import EndpointError, MalformedOutputError, PolicyError
+from gapforge.envs.protocol import Message, tool_schema
+from gapforge.serving.errors import ServingError
+from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 
 TOOLS = [tool_schema("lookup", "Look a thing up.", {"key": {"type": "string"}})]
@@ -113,7 +113,7 @@ def test_bad_url_is_a_user_error() -> None:
 def test_the_request_body_is_the_payload_and_each_message_is_encoded_once() -> None:
     import json
 
-    from envs.protocol import ToolCall
+    from gapforge.envs.protocol import ToolCall
 
     policy = EndpointPolicy("http://127.0.0.1:9/v1", "m", max_tokens=64)
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]

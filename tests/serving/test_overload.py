@@ -17,11 +17,11 @@ import httpx
 import openai
 import pytest
 
-from envs.protocol import Message
-from serving.batching import BatchGenerator
-from serving.config import ServeConfig
-from serving.multi_adapter import MultiAdapterModel
-from serving.routed_server import RoutedApp, RoutedServer
+from gapforge.envs.protocol import Message
+from gapforge.serving.batching import BatchGenerator
+from gapforge.serving.config import ServeConfig
+from gapforge.serving.multi_adapter import MultiAdapterModel
+from gapforge.serving.routed_server import RoutedApp, RoutedServer
 
 HELLO = [{"role": "user", "content": "Cancel order 1012 please"}]
 

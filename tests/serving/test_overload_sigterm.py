@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from store import Store
+from gapforge.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from envs.protocol import Message
-from serving.routed_server import RoutedApp, RoutedServer
+from gapforge.envs.protocol import Message
+from gapforge.serving.routed_server import RoutedApp, RoutedServer
 
 KEY = "serve-key-123"
 

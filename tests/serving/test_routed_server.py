@@ -17,12 +17,12 @@ from router_helpers import (
     shared_taught_model,
 )
 
-from agents.router import Router, RoutingConfig, make_options
-from agents.router_backends import TransformersScorer
-from envs.protocol import Message
-from serving.multi_adapter import MultiAdapterModel
-from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
-from serving.vllm_backend import VLLMBackend, adapter_version
+from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.agents.router_backends import TransformersScorer
+from gapforge.envs.protocol import Message
+from gapforge.serving.multi_adapter import MultiAdapterModel
+from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+from gapforge.serving.vllm_backend import VLLMBackend, adapter_version
 from tests.fakes.fake_vllm import FakeVLLMServer
 
 ADAPTERS = ("precondition_verification", "structured_data_reasoning")

@@ -13,9 +13,9 @@ import openai
 import pytest
 from tool_call_model import BROKEN_REQUEST, GOOD_REQUEST, TEACH, OrderDesk
 
-from agents.router import RouteDecision
-from serving.multi_adapter import MultiAdapterModel
-from serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+from gapforge.agents.router import RouteDecision
+from gapforge.serving.multi_adapter import MultiAdapterModel
+from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 
 ADAPTER = "order_lookup"
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from envs.protocol import Message, ToolCall, tool_schema
-from serving.errors import ServingError
-from serving.local import to_template_messages
-from serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, build_tiny_model
+from gapforge.envs.protocol import Message, ToolCall, tool_schema
+from gapforge.serving.errors import ServingError
+from gapforge.serving.local import to_template_messages
+from gapforge.serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS, build_tiny_model
 
 OFFLINE_SCRIPT = """
 import sys
-from serving.tiny_model import build_tiny_model
+from gapforge.serving.tiny_model import build_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 path = build_tiny_model(sys.argv[1], seed=0)
 tok = AutoTokenizer.from_pretrained(path)

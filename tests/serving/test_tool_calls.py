@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from envs.errors import MalformedOutputError
-from serving.tool_calls import parse_tool_calls
+from gapforge.envs.errors import MalformedOutputError
+from gapforge.serving.tool_calls import parse_tool_calls
 
 
 def ids():

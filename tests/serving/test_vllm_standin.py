@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from envs.protocol import Message, tool_schema
-from serving.errors import ServingError
-from serving.vllm_backend import VLLMBackend
+from gapforge.envs.protocol import Message, tool_schema
+from gapforge.serving.errors import ServingError
+from gapforge.serving.vllm_backend import VLLMBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = [tool_schema("get_order", "Look up an order by id.", {"order_id": {"type": "string"}})]

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
-from serving.local import LocalPolicy
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
+from gapforge.serving.local import LocalPolicy
 
 
 class OrderDesk:

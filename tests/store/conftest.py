@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from store import Store
+from gapforge.store import Store
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from store import Store
-from store.errors import DiskFull
-from store.files import MANIFEST, check_dir, complete_dir
+from gapforge.store import Store
+from gapforge.store.errors import DiskFull
+from gapforge.store.files import MANIFEST, check_dir, complete_dir
 
 LOOKUPS = ",".join(f"shop-lookup-00{i}" for i in range(1, 9))
 SAMPLES = 4
@@ -113,9 +113,9 @@ def test_an_adapter_write_that_meets_enospc_leaves_nothing_read_back(small_disk:
 
 
 def _job(out: Path, model_dir: Path, **kw):
-    from training.config import TrainingConfig
-    from training.envs import EnvSpec
-    from training.service import TrainJob
+    from gapforge.training.config import TrainingConfig
+    from gapforge.training.envs import EnvSpec
+    from gapforge.training.service import TrainJob
 
     cfg = TrainingConfig.tiny(max_steps=4, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8, max_completion_length=128,
                               train_seeds=4, heldout_seeds=2, heldout_samples=1, eval_every=2, save_every=2, patience=10)
@@ -129,8 +129,8 @@ def test_training_on_a_full_disk_stops_resumably_and_a_cut_checkpoint_is_redone(
     it exits 3, run_job raises DiskFull naming its directory, no adapter reads back and no failed adapter is
     recorded against the capability. With space freed it trains to the end; a checkpoint and a held-out adapter
     cut afterwards (as a full disk leaves them) are found on the next start and redone from the checkpoint before."""
-    from training.run import run_job
-    from training.service import train_capability
+    from gapforge.training.run import run_job
+    from gapforge.training.service import train_capability
 
     out = small_disk / "adapters" / "r" / "cap"
     db = tmp_path / "gapforge.db"

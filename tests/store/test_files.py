@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.files import check_dir, complete_dir, remove_partials
+from gapforge.store.files import check_dir, complete_dir, remove_partials
 
 
 def _adapter(parent: Path, version: str) -> Path:

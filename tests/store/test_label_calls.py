@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from store import Store, StoreError
-from store.analysis_records import LabelCallRecord
+from gapforge.store import Store, StoreError
+from gapforge.store.analysis_records import LabelCallRecord
 from tests.store.test_store_roundtrip import episode
 
 

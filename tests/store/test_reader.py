@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from store import LabelIn, Store
-from store.errors import NoStore, StoreError
-from store.reader import StoreReader
+from gapforge.store import LabelIn, Store
+from gapforge.store.errors import NoStore, StoreError
+from gapforge.store.reader import StoreReader
 
 
 def _store(tmp_path: Path) -> tuple[str, str, list[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from store import LabelIn, Store
+from gapforge.store import LabelIn, Store
 
 THREADS = 8
 TASKS = 40

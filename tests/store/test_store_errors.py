@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from store import Store, StoreError
+from gapforge.store import Store, StoreError
 
 
 def open_error(url: str) -> str:

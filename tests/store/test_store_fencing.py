@@ -17,24 +17,25 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from store import Store
-from store.fencing import LeaseLost
-from store.models import RunLease, utcnow
+from gapforge.store import Store
+from gapforge.store.fencing import LeaseLost
+from gapforge.store.models import RunLease, utcnow
 
 ROOT = Path(__file__).parents[2]
 ENV = os.environ | {"PYTHONPATH": str(ROOT)}
 TAKE = """
 import sys
-import store.engine, store.leases
+import gapforge.store.engine, gapforge.store.leases  # noqa: F401 (loads the submodule that the name below reaches)
+from gapforge import store
 if len(sys.argv) > 3:  # a short lock wait, so a test need not wait the default 30 s
     store.engine.SQLITE_BUSY_TIMEOUT_S = store.leases.LOCK_WAIT_S = float(sys.argv[3])
-from store import Store
+from gapforge.store import Store
 s = Store(sys.argv[1])
 print(s.acquire_lease(sys.argv[2], "takeover"), flush=True)
 """
 WRITER = """
 import os, signal, sys, time
-from store import Store
+from gapforge.store import Store
 s = Store(sys.argv[1])
 run = sys.argv[2]
 with s.lease(run, "writer", ttl_s=float(sys.argv[3])):
@@ -50,7 +51,7 @@ with s.lease(run, "writer", ttl_s=float(sys.argv[3])):
 """
 STUCK = """
 import os, signal, sys
-from store import Store
+from gapforge.store import Store
 s = Store(sys.argv[1])
 with s.lease(sys.argv[2], "writer", ttl_s=float(sys.argv[3])), s._write(sys.argv[2]):
     print("in a write", flush=True)

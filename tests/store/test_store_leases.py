@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from store import Store
-from store.leases import RunBusy
-from store.models import RunLease, utcnow
+from gapforge.store import Store
+from gapforge.store.leases import RunBusy
+from gapforge.store.models import RunLease, utcnow
 
 ROOT = Path(__file__).parents[2]
 HOLD = """
 import os, sys, time
-from store import Store
+from gapforge.store import Store
 store = Store(sys.argv[1])
 store.acquire_lease(sys.argv[2], "rollouts collect")
 print("held", flush=True)
@@ -68,7 +68,7 @@ def test_another_hosts_lease_expires_with_its_heartbeat(store: Store) -> None:
 def test_processes_racing_for_a_lease_get_exactly_one(store: Store, store_url: str) -> None:
     run_id = store.create_run("rollouts", {})
     race = (
-        "import sys\nfrom store import Store\nfrom store.leases import RunBusy\n"
+        "import sys\nfrom gapforge.store import Store\nfrom gapforge.store.leases import RunBusy\n"
         "s = Store(sys.argv[1])\ntry:\n    s.acquire_lease(sys.argv[2], 'c')\n    print('won', flush=True)\n    sys.stdin.read()\n"
         "except RunBusy:\n    print('busy', flush=True)\n"
     )

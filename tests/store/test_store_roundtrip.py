@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from envs.protocol import Message, ToolCall
-from store import LabelIn, Store, StoreError
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.store import LabelIn, Store, StoreError
 
 MESSAGES: list[Any] = [
     {"role": "system", "content": "policy: be kind"},

@@ -16,10 +16,10 @@ from sqlalchemy import exc
 from typer.testing import CliRunner
 
 from gapforge.cli import app
-from graph.checkpoint import CheckpointDamaged, open_checkpointer, open_checkpoints_read_only
-from store import Store, engine
-from store.errors import StoreDamaged
-from store.reader import StoreReader
+from gapforge.graph.checkpoint import CheckpointDamaged, open_checkpointer, open_checkpoints_read_only
+from gapforge.store import Store, engine
+from gapforge.store.errors import StoreDamaged
+from gapforge.store.reader import StoreReader
 
 
 def _episode(store: Store, run_id: str, task: str) -> None:

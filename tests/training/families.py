@@ -4,8 +4,8 @@ header / <|eot_id|> tokens. The <think> / <tool_call> / <tool_response> tags are
 
 from __future__ import annotations
 
-from serving.chat_format import stock_template
-from serving.tiny_model import build_tokenizer
+from gapforge.serving.chat_format import stock_template
+from gapforge.serving.tiny_model import build_tokenizer
 
 LLAMA3_SPECIAL = ("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                   "<|eom_id|>", "<|python_tag|>")

@@ -1,7 +1,7 @@
 import pytest
 
 from gapforge.config import GapforgeConfig, TrainingConfig
-from training.budget import baseline_steps, training_rollout_budget
+from gapforge.training.budget import baseline_steps, training_rollout_budget
 
 
 def _cfg(**training: object) -> GapforgeConfig:

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from envs.protocol import Score
+from gapforge.envs.protocol import Score
+from gapforge.training.config import TrainingConfig
+from gapforge.training.grpo import RolloutRecorder, _rows_trainer_class, build_trainer
 from tests.training.toy_env import ToyDeskEnv
-from training.config import TrainingConfig
-from training.grpo import RolloutRecorder, _rows_trainer_class, build_trainer
 
 pytestmark = pytest.mark.slow  # trains a tiny model
 

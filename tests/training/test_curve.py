@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.config import TrainingConfig
-from training.envs import EnvSpec
-from training.service import TrainJob, train_capability
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec
+from gapforge.training.service import TrainJob, train_capability
 
 
 def test_curve_steps_are_the_rounded_fractions_once_each() -> None:

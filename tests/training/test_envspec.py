@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.envs import EnvSpec, open_factory, task_split
+from gapforge.training.envs import EnvSpec, open_factory, task_split
 
 
 def test_a_target_spec_needs_disjoint_task_lists() -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.training.toy_env import ToyDeskEnv
-from training.config import TrainingConfig
-from training.grpo import (
+from gapforge.training.config import TrainingConfig
+from gapforge.training.grpo import (
     RolloutRecorder,
     build_trainer,
     groups_of,
     grpo_config,
     informative_share,
 )
-from training.sampler import TransformersSampler
+from gapforge.training.sampler import TransformersSampler
+from tests.training.toy_env import ToyDeskEnv
 
 CFG = TrainingConfig.tiny(max_steps=2, groups_per_step=2, num_generations=2, max_turns=3, max_new_tokens=8,
                           max_completion_length=256, train_seeds=4, learning_rate=5e-2)
@@ -100,9 +100,9 @@ def test_a_rollout_an_env_or_infrastructure_fault_ended_is_dropped_from_the_loss
 
 
 def test_a_dropped_rollout_gets_its_groups_healthy_mean_not_zero():
-    from training.grpo import trained_rewards
-    from training.rollout import TokenRollout
-    from training.tokens import TokenTrajectory
+    from gapforge.training.grpo import trained_rewards
+    from gapforge.training.rollout import TokenRollout
+    from gapforge.training.tokens import TokenTrajectory
 
     def r(reward, failure=None):
         return TokenRollout(task=1, traj=TokenTrajectory(prompt_ids=[1]), reward=reward, failure=failure)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 import time
 
-from envs.protocol import Message, StepResult
+from gapforge.envs.protocol import Message, StepResult
+from gapforge.training.rollout import run_group
 from tests.training.test_tokens import MODEL_TURNS, ScriptedSampler
 from tests.training.toy_env import ToyDeskEnv
-from training.rollout import run_group
 
 NEVER = threading.Event()
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from training.config import TrainingConfig
-from training.envs import EnvSpec
-from training.run import run_jobs
-from training.service import METADATA_FILE, TrainJob, train_capability
+from gapforge.training.config import TrainingConfig
+from gapforge.training.envs import EnvSpec
+from gapforge.training.run import run_jobs
+from gapforge.training.service import METADATA_FILE, TrainJob, train_capability
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_mode
     # under a loaded suite: its last two steps take ~0.2 s); the resume below runs in this process, ungated
     gate = out / "trl" / "checkpoint-2" / "trainer_state.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOY_GATE": str(gate)}
-    proc = subprocess.Popen([sys.executable, "-m", "training.run", str(spec)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "gapforge.training.run", str(spec)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not Path(f"{gate}.reached").is_file():
@@ -63,7 +63,7 @@ def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_mode
 
 
 def test_a_crashed_job_is_recorded_and_the_next_one_runs(tmp_path, tiny_model_dir):
-    from store.db import Store
+    from gapforge.store.db import Store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:
@@ -82,7 +82,7 @@ def test_a_crashed_job_is_recorded_and_the_next_one_runs(tmp_path, tiny_model_di
 
 
 def test_only_json_object_lines_of_a_job_are_progress_events() -> None:
-    from training.run import _event
+    from gapforge.training.run import _event
 
     assert _event('{"event": "step", "step": 1}\n') == {"event": "step", "step": 1}
     assert _event("{'loss': 0.1, 'grad_norm': 2.0}\n") is None  # TRL's own log dict: not an event, not a crash

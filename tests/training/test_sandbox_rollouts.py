@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from gapforge.training.envs import EnvSpec, open_factory
+from gapforge.training.rollout import run_group
 from tests.training.test_tokens import ScriptedSampler
-from training.envs import EnvSpec, open_factory
-from training.rollout import run_group
 
 pytestmark = pytest.mark.docker
 MODULE = Path(__file__).resolve().parents[2] / "envs" / "examples" / "precondition_verification.py"
@@ -18,7 +18,7 @@ TURNS = ['<tool_call>\n{"name": "find_customer_by_email", "arguments": {"email":
 
 
 def _mine(client) -> list:
-    from sandbox.docker_backend import list_containers
+    from gapforge.sandbox.docker_backend import list_containers
 
     return list_containers(client, f"gapforge.pid={os.getpid()}")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.config import TrainingConfig
-from training.selection import HeldoutSelector, beats_step0, paired_margin
+from gapforge.training.config import TrainingConfig
+from gapforge.training.selection import HeldoutSelector, beats_step0, paired_margin
 
 
 def _entry(step: int, rewards: list[float]) -> dict:

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from envs.protocol import Message, ToolCall
-from serving.chat_format import chat_format, qwen3_training_template, stock_template, use_chat_format
-from serving.errors import ServingError
-from serving.local import render_prompt
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.serving.chat_format import chat_format, qwen3_training_template, stock_template, use_chat_format
+from gapforge.serving.errors import ServingError
+from gapforge.serving.local import render_prompt
+from gapforge.training.rollout import run_group
+from gapforge.training.template_check import prepare_tokenizer
+from gapforge.training.tokens import TemplateDriftError, check_prefix_preserving
 from tests.training.families import family_tokenizer
 from tests.training.test_tokens import ScriptedSampler
 from tests.training.toy_env import ToyDeskEnv
-from training.rollout import run_group
-from training.template_check import prepare_tokenizer
-from training.tokens import TemplateDriftError, check_prefix_preserving
 
 TOOLS = ToyDeskEnv().tools()
 QWEN3_TURNS = [
@@ -146,9 +146,9 @@ def test_an_unknown_drifting_template_is_refused_naming_the_fix(tiny_tokenizer):
 @pytest.mark.slow
 def test_a_model_shipped_with_qwen3s_stock_template_trains_end_to_end(tmp_path, qwen3_model_dir):
     """Through the training service, as a run calls it: the stock Qwen3 template no longer stops GRPO at its first turn."""
-    from training.config import TrainingConfig
-    from training.envs import EnvSpec
-    from training.service import TrainJob, train_capability
+    from gapforge.training.config import TrainingConfig
+    from gapforge.training.envs import EnvSpec
+    from gapforge.training.service import TrainJob, train_capability
 
     cfg = TrainingConfig.tiny(max_steps=2, groups_per_step=1, num_generations=2, max_turns=3, max_new_tokens=8, max_completion_length=256,
                               train_seeds=2, heldout_seeds=1, heldout_samples=1, eval_every=2, save_every=2)

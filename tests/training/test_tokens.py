@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from envs.protocol import Message, ToolCall
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.training.rollout import run_group
+from gapforge.training.sampler import Sample
+from gapforge.training.tokens import TemplateDriftError, check_prefix_preserving, encode, render
 from tests.training.toy_env import ToyDeskEnv
-from training.rollout import run_group
-from training.sampler import Sample
-from training.tokens import TemplateDriftError, check_prefix_preserving, encode, render
 
 MODEL_TURNS = [
     '<tool_call>\n{"name": "lookup", "arguments": {"key": "size"}}\n</tool_call>',
@@ -106,7 +106,7 @@ def test_a_template_that_rewrites_history_is_refused(tiny_tokenizer):
         check_prefix_preserving(tok, ToyDeskEnv().tools())
     history = [Message.system("s"), Message.user("u"),
                Message.assistant(content="<think>\nx\n</think>\n\nok", tool_calls=[ToolCall(id="c", name="lookup", arguments={})])]
-    from training.tokens import env_delta
+    from gapforge.training.tokens import env_delta
 
     with pytest.raises(TemplateDriftError):
         env_delta(tok, history, [Message.tool("c", "r", name="lookup")], ToyDeskEnv().tools())
@@ -115,7 +115,7 @@ def test_a_template_that_rewrites_history_is_refused(tiny_tokenizer):
 def test_temperature_zero_samples_greedily(tiny_model, tiny_tokenizer):
     import torch
 
-    from training.sampler import TransformersSampler
+    from gapforge.training.sampler import TransformersSampler
 
     ctx = tiny_tokenizer("hello there", add_special_tokens=False)["input_ids"]
     a = TransformersSampler(tiny_model, tiny_tokenizer, seed=1).sample([ctx], max_new_tokens=4, temperature=0)[0]
@@ -141,7 +141,7 @@ def test_sampler_logprobs_are_the_models_own_for_the_sampled_ids(tiny_model, tin
     (logits / temperature), for every row of a batch of differently long contexts."""
     import torch
 
-    from training.sampler import TransformersSampler
+    from gapforge.training.sampler import TransformersSampler
 
     contexts = [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("hello there", "a much longer context than the other one", "x")]
     samples = TransformersSampler(tiny_model, tiny_tokenizer, seed=3).sample(contexts, max_new_tokens=12, temperature=0.7)
@@ -167,8 +167,8 @@ def test_an_episode_over_at_reset_is_scored_without_a_model_turn(tiny_tokenizer)
 
 def test_groups_played_together_sample_what_each_samples_in_another_batch(tiny_model, tiny_tokenizer):
     """run_groups keys each row's seed by (group, row, turn): a row's tokens do not depend on its batch-mates."""
-    from training.rollout import run_groups
-    from training.sampler import TransformersSampler
+    from gapforge.training.rollout import run_groups
+    from gapforge.training.sampler import TransformersSampler
 
     kw = {"tokenizer": tiny_tokenizer, "max_turns": 3, "max_new_tokens": 12, "max_completion_length": 4096, "temperature": 1.0,
           "env_timeout_s": 10, "malformed": "continue"}

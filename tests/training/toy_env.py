@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, tool_schema
 
 
 class ToyDeskEnv:
@@ -41,7 +41,7 @@ class ToyDeskEnv:
         self.steps += 1
         if self.crash_at is not None and self.steps >= self.crash_at and self.seed % 2 == 1:
             if self.lose_sandbox:
-                from sandbox.errors import SandboxLost
+                from gapforge.sandbox.errors import SandboxLost
 
                 raise SandboxLost("killed", "container killed from outside", method="step")
             raise RuntimeError("toy env bug: step exploded")

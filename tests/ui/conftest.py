@@ -36,7 +36,7 @@ class Lineage:
         return f"sqlite:///{self.workspace / 'gapforge.db'}"
 
     def settings(self, **kw: object):
-        from ui.sources import UiSettings
+        from gapforge.ui.sources import UiSettings
 
         return UiSettings(store_url=self.store_url, checkpoint_path=self.workspace / "checkpoints.sqlite", workspace=self.workspace,
                           allowed_hosts=("testserver",), **kw)  # fmt: skip

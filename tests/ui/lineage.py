@@ -22,12 +22,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from agents.analysis.schemas import dictionary_hash
-from agents.analysis.selection import select
-from agents.analysis.split import analysis_episodes
-from evaluation import stats
-from evaluation.run import child_run_id
-from graph.context import (
+from gapforge.agents.analysis.schemas import dictionary_hash
+from gapforge.agents.analysis.selection import select
+from gapforge.agents.analysis.split import analysis_episodes
+from gapforge.evaluation import stats
+from gapforge.evaluation.run import child_run_id
+from gapforge.graph.context import (
     BaselineDone,
     CapabilityStats,
     Cost,
@@ -42,7 +42,7 @@ from graph.context import (
     TrainingDone,
     ValidationDone,
 )
-from store.analysis_records import LabelCallRecord
+from gapforge.store.analysis_records import LabelCallRecord
 from tests.fakes.planted_policy import PlantedDeficit, collect_planted
 from tests.ui import lineage_rows as rows
 
@@ -171,7 +171,7 @@ class LineageStages:
         return EvaluationDone(results, Cost(policy_rollouts=sum(int(r["n"]) for r in results.values())))
 
     async def report(self, run_id: str) -> ReportDone:
-        from evaluation.report import write_report
+        from gapforge.evaluation.report import write_report
 
         done = await asyncio.to_thread(write_report, self.store, run_id, self.ws / "reports" / run_id)
         return ReportDone(str(done.path))

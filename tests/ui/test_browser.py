@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from store import Store
-from store.reader import StoreReader
+from gapforge.store import Store
+from gapforge.store.reader import StoreReader
 from tests.ui.conftest import Lineage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -16,13 +16,13 @@ import pytest
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from store import Store  # noqa: E402
-from store.reader import StoreReader  # noqa: E402
+from gapforge.store import Store  # noqa: E402
+from gapforge.store.reader import StoreReader  # noqa: E402
+from gapforge.ui.app import create_app
+from gapforge.ui.pages_runs import RUN_STEPS  # noqa: E402
+from gapforge.ui.sources import UiSettings  # noqa: E402
 from tests.ui import lineage_rows  # noqa: E402
 from tests.ui.conftest import Lineage  # noqa: E402
-from ui.app import create_app
-from ui.pages_runs import RUN_STEPS  # noqa: E402
-from ui.sources import UiSettings  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip instal
 import yaml  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from store.reader import StoreReader  # noqa: E402
+from gapforge.store.reader import StoreReader  # noqa: E402
+from gapforge.ui.app import create_app  # noqa: E402
+from gapforge.ui.sources import UiSettings  # noqa: E402
 from tests.ui.conftest import drive_lineage  # noqa: E402
-from ui.app import create_app  # noqa: E402
-from ui.sources import UiSettings  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from agents.synthesis.config import SynthesisConfig
+from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.config import SandboxConfig
 
 TAG = "gapforge-sandbox:latest"
@@ -21,8 +21,8 @@ TAG = "gapforge-sandbox:latest"
 @pytest.fixture(scope="session")
 def sandbox_cfg(docker_client) -> SandboxConfig:
     """The sandbox image (built offline once if missing) and test-sized limits."""
-    from sandbox.errors import SandboxError
-    from sandbox.image import build_image, image_is_current
+    from gapforge.sandbox.errors import SandboxError
+    from gapforge.sandbox.image import build_image, image_is_current
 
     if not image_is_current(docker_client, TAG):
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.protocol import Message, ToolCall
-from envs.registry import make_env
+from gapforge.envs.protocol import Message, ToolCall
+from gapforge.envs.registry import make_env
 
 
 def gold_episodes(limit: int | None = None) -> list[tuple[str, list[dict[str, Any]], float]]:

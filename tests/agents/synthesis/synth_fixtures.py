@@ -7,7 +7,7 @@ from pathlib import Path
 
 from shop_gold import gold_episodes
 
-from store import LabelIn, Store
+from gapforge.store import LabelIn, Store
 
 CAPABILITIES = {
     "precondition_verification": "Before a refund or a cancellation, verify identity, ownership, status, return window "

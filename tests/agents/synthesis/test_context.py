@@ -8,12 +8,12 @@ import pytest
 from langchain_core.messages import HumanMessage
 from synth_fixtures import analysed_run, store_at
 
-from agents.errors import ModelError
-from agents.llm import structured_call
-from agents.synthesis.context import compact_episode, gather_context
-from agents.synthesis.generator import GeneratedEnv
-from agents.synthesis.recorded import recorded_synthesis_model
-from store import LabelIn
+from gapforge.agents.errors import ModelError
+from gapforge.agents.llm import structured_call
+from gapforge.agents.synthesis.context import compact_episode, gather_context
+from gapforge.agents.synthesis.generator import GeneratedEnv
+from gapforge.agents.synthesis.recorded import recorded_synthesis_model
+from gapforge.store import LabelIn
 
 
 def test_context_takes_the_most_often_lacking_failed_episodes(tmp_path: Path) -> None:

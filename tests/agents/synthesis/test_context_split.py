@@ -6,11 +6,11 @@ from pathlib import Path
 
 from synth_fixtures import analysed_run, store_at
 
-from agents.analysis.split import ensure_split, split_tasks
-from agents.synthesis.context import gather_context
-from agents.synthesis.generator import render_generator_prompt
-from envs.registry import make_env
-from store import LabelIn
+from gapforge.agents.analysis.split import ensure_split, split_tasks
+from gapforge.agents.synthesis.context import gather_context
+from gapforge.agents.synthesis.generator import render_generator_prompt
+from gapforge.envs.registry import make_env
+from gapforge.store import LabelIn
 
 CAP = "precondition_verification"
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from agents.synthesis.attempt import avalidate_attempt, validate_attempt
-from agents.synthesis.config import SynthesisConfig
-from agents.synthesis.context import GeneratorContext, TargetFacts
-from envs.registry import make_env
-from envs.synthetic import InProcessSyntheticEnv
+from gapforge.agents.synthesis.attempt import avalidate_attempt, validate_attempt
+from gapforge.agents.synthesis.config import SynthesisConfig
+from gapforge.agents.synthesis.context import GeneratorContext, TargetFacts
 from gapforge.config import GRPOReadinessConfig
+from gapforge.envs.registry import make_env
+from gapforge.envs.synthetic import InProcessSyntheticEnv
 
 EXAMPLE = Path(__file__).parents[3] / "envs" / "examples" / "precondition_verification.py"
 BAD = Path(__file__).parent / "bad" / "claims_pay.py"

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from shop_gold import gold_episodes
 
-from envs.registry import make_env
-from envs.synthetic import InProcessSyntheticEnv
 from gapforge.demo_data import RECORDINGS_DIR
-from sandbox.checks import validate_env
-from sandbox.checks.report import ValidationReport
-from sandbox.checks.result_shapes import (
+from gapforge.envs.registry import make_env
+from gapforge.envs.synthetic import InProcessSyntheticEnv
+from gapforge.sandbox.checks import validate_env
+from gapforge.sandbox.checks.report import ValidationReport
+from gapforge.sandbox.checks.result_shapes import (
     observed_result_shapes,
     result_shape,
     shape_problems,

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from synth_fixtures import analysed_run, store_at
 
-from agents.deps import StageDeps
-from agents.scripted import ScriptedChatModel
-from agents.synthesis.recorded import synthesis_rules
-from agents.synthesis.service import SynthesisResult
+from gapforge.agents.deps import StageDeps
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.agents.synthesis.recorded import synthesis_rules
+from gapforge.agents.synthesis.service import SynthesisResult
 from gapforge.config import GapforgeConfig
+from gapforge.sandbox.pool import SandboxPool
 from gapforge.stages.common import StageContext
 from gapforge.stages.synthesis import synthesize_capability as repair_loop
-from sandbox.pool import SandboxPool
-from store.workspace import Workspace
+from gapforge.store.workspace import Workspace
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftover_containers")]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from envs import sdk
-from prompts import load_prompt
+from gapforge.envs import sdk
+from gapforge.prompts import load_prompt
 
 BULLET = re.compile(r"^- `([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 

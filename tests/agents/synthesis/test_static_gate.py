@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.synthesis.static_gate import static_gate
+from gapforge.agents.synthesis.static_gate import static_gate
 
 ROOT = Path(__file__).parents[3]
 HEAD = "from envs.sdk import SyntheticEnv, tool\n"
