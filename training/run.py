@@ -108,7 +108,7 @@ def _trains(pid: int, spec: Path) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"training.run" in cmd and str(spec).encode() in cmd
+    return b"gapforge.training.run" in cmd and str(spec).encode() in cmd
 
 
 def stop_stale_job(spec: Path, wait_s: float = 10.0) -> bool:

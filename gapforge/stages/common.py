@@ -33,7 +33,7 @@ def require(module: str, what: str) -> Any:
 def data_errors() -> tuple[type[BaseException], ...]:
     """Errors meaning "this run's data cannot give a result" (recorded, not retried)."""
     found: list[type[BaseException]] = []
-    for module, name in (("agents.analysis.errors", "AnalysisError"),):
+    for module, name in (("gapforge.agents.analysis.errors", "AnalysisError"),):
         try:
             found.append(getattr(importlib.import_module(module), name))
         except (ImportError, AttributeError):

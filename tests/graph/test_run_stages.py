@@ -28,8 +28,8 @@ def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors
 def test_a_stale_job_is_stopped_through_its_pid_file_and_nothing_else(tmp_path: Path) -> None:
     spec, other = tmp_path / "alpha.json", tmp_path / "beta.json"
     sleeper = "import time; time.sleep(120)"
-    mine = subprocess.Popen([sys.executable, "-c", sleeper, "training.run", str(spec)])
-    theirs = subprocess.Popen([sys.executable, "-c", sleeper, "training.run", str(other)])
+    mine = subprocess.Popen([sys.executable, "-c", sleeper, "gapforge.training.run", str(spec)])
+    theirs = subprocess.Popen([sys.executable, "-c", sleeper, "gapforge.training.run", str(other)])
     try:
         pid_file(spec).write_text(f"{mine.pid}\n")
         pid_file(other).write_text(f"{mine.pid}\n")  # a pid file naming a process that trains another spec: left alone
