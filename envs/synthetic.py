@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,23 +26,29 @@ from gapforge.envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
 SDK_NAME = "envs.sdk"  # the SDK's name in the sandbox (sandbox/stage.py), the one env modules import
 
 
+_SDK_SWAP = threading.RLock()
+
+
 @contextmanager
 def sdk_as_in_sandbox() -> Iterator[None]:
     """While an env module is imported here, `envs` / `envs.sdk` are gapforge.envs / gapforge.envs.sdk, as they are
     in the sandbox: one SyntheticEnv class for the module and this process. Whatever held those names before (a
-    package of the user's own called `envs`, or nothing) holds them again afterwards."""
-    sdk = sys.modules[SyntheticEnv.__module__]
-    names = {"envs": sys.modules[sdk.__name__.rpartition(".")[0]], SDK_NAME: sdk}
-    saved = {name: sys.modules.get(name) for name in names}
-    sys.modules.update(names)
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
+    package of the user's own called `envs`, or nothing) holds them again afterwards. One import at a time in the
+    process (`_SDK_SWAP`): threads loading env modules at once would otherwise save and restore each other's aliases
+    (one import then finds no `envs`, or the alias outlives every import)."""
+    with _SDK_SWAP:
+        sdk = sys.modules[SyntheticEnv.__module__]
+        names = {"envs": sys.modules[sdk.__name__.rpartition(".")[0]], SDK_NAME: sdk}
+        saved = {name: sys.modules.get(name) for name in names}
+        sys.modules.update(names)
+        try:
+            yield
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
 
 
 def load_env_class(path: str | Path) -> type[SyntheticEnv]:

@@ -52,3 +52,20 @@ def test_an_env_module_importing_envs_sdk_gets_gapforges_sdk(tmp_path: Path, mon
     env = InProcessSyntheticEnv(cls)
     env.reset(3)
     assert env.solution(3) == [{"tool": "echo", "arguments": {"text": "w3"}}]
+
+
+def test_threads_loading_env_modules_at_once_each_get_the_one_sdk(tmp_path: Path) -> None:
+    """Readiness and evaluation load env modules from many threads at once: every load finds the SDK under its
+    sandbox name and returns a subclass of gapforge's SyntheticEnv, and no `envs` alias is left behind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = []
+    for i in range(8):
+        p = tmp_path / f"echo_{i}.py"
+        p.write_text(MODULE)
+        paths.append(p)
+    before = sys.modules.get("envs")
+    with ThreadPoolExecutor(8) as pool:
+        classes = list(pool.map(load_env_class, paths * 6))
+    assert all(issubclass(c, SyntheticEnv) for c in classes) and len(classes) == 48
+    assert sys.modules.get("envs") is before
