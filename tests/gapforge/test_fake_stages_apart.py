@@ -42,13 +42,11 @@ def test_a_run_is_not_created_when_its_stage_set_does_not_load(tmp_path: Path, m
 
 
 def test_no_installed_package_holds_a_test_stand_in() -> None:
-    import fnmatch
-    import tomllib
+    from tests.gapforge.test_package_data import installed_packages
 
     root = Path(__file__).resolve().parents[2]
     stand_ins = {"fake_openai.py", "fake_vllm.py", "vllm_standin.py", "fake_stages.py", "planted_policy.py"}
     assert {p.name for p in (root / "tests" / "fakes").iterdir()} >= stand_ins
-    include = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
-    installed = [d for d in root.iterdir() if (d / "__init__.py").is_file() and any(fnmatch.fnmatchcase(d.name, p) for p in include)]
-    assert {"gapforge", "agents", "training"} <= {d.name for d in installed}
-    assert not [str(f) for d in installed for f in d.rglob("*.py") if f.name in stand_ins]
+    installed = installed_packages()
+    assert {"gapforge", "gapforge.agents", "gapforge.training"} <= set(installed)
+    assert not [str(f) for d in installed.values() for f in d.glob("*.py") if f.name in stand_ins]

@@ -1,13 +1,12 @@
 """A non-editable install (`pip install .`, a wheel) carries every file the product reads besides its modules: each
 data file inside an installed package is matched by pyproject.toml's package-data globs, and the demo's data
 (`gapforge.demo_data`: the shipped policy, the recordings) lies inside an installed package. Mirrors setuptools:
-a package is a directory with `__init__.py` whose dotted name matches `packages.find.include`; its package-data
+a package is a name in `packages` whose directory `package-dir` gives; its package-data
 patterns (its own and `"*"`) are globs relative to its directory."""
 
 from __future__ import annotations
 
 import ast
-import fnmatch
 import tomllib
 from pathlib import Path
 
@@ -19,45 +18,38 @@ SKIP = {"__pycache__"}
 
 def _setuptools() -> tuple[list[str], dict[str, list[str]]]:
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    return tool["packages"]["find"]["include"], tool.get("package-data", {})
+    return tool["packages"], tool.get("package-data", {})
+
+
+def package_dir(name: str) -> Path:
+    """Where setuptools takes package `name` from: the longest `package-dir` entry that prefixes it, the rest of the
+    dotted name as folders below it."""
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"].get("package-dir", {})
+    head = max((k for k in mapping if name == k or name.startswith(k + ".")), key=len, default="")
+    rest = name[len(head):].lstrip(".")
+    return ROOT.joinpath(mapping.get(head, ""), *(rest.split(".") if rest else []))
 
 
 def installed_packages() -> dict[str, Path]:
-    include, _ = _setuptools()
-    found = {}
-    for init in ROOT.rglob("__init__.py"):
-        pkg = init.parent
-        rel = pkg.relative_to(ROOT)
-        if SKIP & set(rel.parts) or rel.parts[0].startswith("."):
-            continue
-        name = ".".join(rel.parts)
-        # setuptools finds a package only below another found one (or at the top)
-        if any(fnmatch.fnmatchcase(name, pat) for pat in include) and all((ROOT.joinpath(*rel.parts[:i]) / "__init__.py").is_file()
-                                                                         for i in range(1, len(rel.parts))):
-            found[name] = pkg
-    return found
+    """pyproject's package list (dotted names under `gapforge.`), each with its directory in the checkout."""
+    names, _ = _setuptools()
+    return {name: package_dir(name) for name in names}
 
 
-def owner(path: Path, packages: dict[str, Path]) -> str | None:
-    """The installed package whose directory holds `path` most closely."""
-    best = None
-    for name, pkg in packages.items():
-        if path.is_relative_to(pkg) and (best is None or len(pkg.parts) > len(packages[best].parts)):
-            best = name
-    return best
+def holders(path: Path, packages: dict[str, Path]) -> list[str]:
+    """The installed packages whose directory holds `path` (a data folder listed as a package of its own, such as
+    ui/templates, sits inside its parent's)."""
+    return [name for name, pkg in packages.items() if path.is_relative_to(pkg)]
 
 
 def packaged(path: Path, packages: dict[str, Path], data: dict[str, list[str]] | None = None) -> bool:
-    """Whether a non-editable install carries `path`: a module of a package, or matched by its package-data globs
-    (`data`: pyproject's, unless given)."""
-    name = owner(path, packages)
-    if name is None:
-        return False
-    pkg = packages[name]
-    if path.suffix == ".py" and path.parent == pkg:
+    """Whether a non-editable install carries `path`: a module of a listed package, or matched by the package-data
+    globs of a package holding it (`data`: pyproject's, unless given)."""
+    names = holders(path, packages)
+    if path.suffix == ".py" and any(path.parent == packages[n] for n in names):
         return True
     data = _setuptools()[1] if data is None else data
-    return any(path in set(pkg.glob(pattern)) for pattern in [*data.get("*", []), *data.get(name, [])])
+    return any(path in set(packages[n].glob(pattern)) for n in names for pattern in [*data.get("*", []), *data.get(n, [])])
 
 
 def data_files(packages: dict[str, Path]) -> list[Path]:
@@ -89,10 +81,10 @@ def test_every_data_file_of_an_installed_package_is_matched_by_a_glob() -> None:
 
 def test_a_forgotten_glob_is_caught() -> None:
     packages, (_, data) = installed_packages(), _setuptools()
-    weights, recorded = SHOP_POLICY_DIR / "model.safetensors", RECORDINGS_DIR / "shop" / "precondition_verification_3.py"
-    assert packaged(weights, packages, data) and packaged(recorded, packages, data)
-    for path in (weights, recorded):
-        forgotten = {k: v for k, v in data.items() if k != owner(path, packages)}
+    weights, template = SHOP_POLICY_DIR / "model.safetensors", ROOT / "ui" / "templates" / "run.html"
+    assert packaged(weights, packages, data) and packaged(template, packages, data)
+    for path in (weights, template):
+        forgotten = {k: v for k, v in data.items() if k == "*" or k not in holders(path, packages)}
         assert not packaged(path, packages, forgotten)
 
 
