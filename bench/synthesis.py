@@ -1,7 +1,7 @@
 """Environment synthesis, offline: time per attempt (and per stage), policy rollouts spent per
 accepted env by GRPO readiness, and what the LLM review caught vs the checks.
 
-Runs the recorded shop story (fixtures/recordings/shop.yaml) through the real repair
+Runs the recorded shop story (gapforge/demo_data/recordings/shop.yaml) through the real repair
 loop in the Docker sandbox, three times:
   1. no policy (GRPO readiness SKIP) -- time per attempt;
   2. a stand-in mid-skill policy (replays the env's reference solution with each action dropped

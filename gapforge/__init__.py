@@ -18,7 +18,7 @@ from pathlib import Path
 
 # the repository's top-level folders that install under gapforge. (pyproject.toml [tool.setuptools] package-dir;
 # tests/gapforge/test_packaging.py keeps the two equal)
-FOLDERS = ("agents", "demo_policy", "envs", "evaluation", "executor", "fixtures", "graph", "prompts", "sandbox",
+FOLDERS = ("agents", "demo_policy", "envs", "evaluation", "executor", "graph", "prompts", "sandbox",
            "serving", "store", "training", "ui")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 SHOP_POLICY_DIR = _HERE / "shop-policy"
-RECORDINGS_DIR = _HERE.parents[1] / "fixtures" / "recordings"
+RECORDINGS_DIR = _HERE / "recordings"
 
 # Where the shipped policy was until 2026-11-27 (configs and stored runs may still name it).
 OLD_SHOP_POLICY = ("artifacts", "shop-policy")

@@ -31,7 +31,7 @@ from gapforge.faults import (
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("gapforge", "ui", "graph", "executor", "evaluation", "agents", "training", "serving", "sandbox", "envs", "store",
-            "prompts", "demo_policy", "fixtures")
+            "prompts", "demo_policy")
 
 # Exceptions that are not gapforge's errors on purpose: each is caught where it is raised (it never leaves its
 # process, nor the function that turns it into data), and the SDK's and the server's run where gapforge cannot be

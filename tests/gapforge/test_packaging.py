@@ -78,5 +78,5 @@ def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"gapforge", wheel.name.split("-py")[0] + ".dist-info"}
     for path in ("gapforge/agents/__init__.py", "gapforge/envs/sdk.py", "gapforge/sandbox/Dockerfile", "gapforge/ui/templates/base.html",
-                 "gapforge/ui/static/htmx.min.js", "gapforge/prompts/sdk_reference.md", "gapforge/fixtures/recordings/shop.yaml"):
+                 "gapforge/ui/static/htmx.min.js", "gapforge/prompts/sdk_reference.md", "gapforge/demo_data/recordings/shop.yaml"):
         assert path in names
