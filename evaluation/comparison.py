@@ -27,6 +27,7 @@ BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
 class TrainingCost:
     rollouts: int
     wall_s: float
+    kept_step: int | None = None  # the step its held-out selection kept (0: the untrained adapter, i.e. the base)
 
 
 def training_costs(store: Any, run_id: str, rollouts_per_step: int) -> dict[str, TrainingCost]:
@@ -35,7 +36,9 @@ def training_costs(store: Any, run_id: str, rollouts_per_step: int) -> dict[str,
     for a in store.adapters(run_id):
         if a.status == "done":
             m = a.metrics or {}
-            out[a.name] = TrainingCost(int(m.get("steps") or 0) * rollouts_per_step, float(m.get("wall_s") or 0.0))
+            kept = m.get("best_step")
+            out[a.name] = TrainingCost(int(m.get("steps") or 0) * rollouts_per_step, float(m.get("wall_s") or 0.0),
+                                       None if kept is None else int(kept))
     return out
 
 
@@ -99,9 +102,15 @@ def comparison_lines(metrics: Mapping[str, Mapping[str, Any]], costs: Mapping[st
         diff = "" if name == BASE else (f"  vs base {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs)"
                                         if (d.get("pass_rate") or {}).get("value") is not None else "  vs base: no paired episodes")
         spent = "  0 training rollouts" if name == BASE else "" if cost is None else f"  {cost.rollouts} training rollouts, {cost.wall_s:.0f} s"
+        if cost is not None and cost.kept_step is not None and name != ROUTED:
+            spent += f", kept step {cost.kept_step}"
         if name == ROUTED and synthesis and cost is not None:
             spent += f" ({cost.rollouts + synthesis} with synthesis' {synthesis} readiness and self-test rollouts)"
         lines.append(f"  {label:<{width}}  {rate}{diff}{spent}")
+    grpo_cost = costs.get(GRPO_TARGET)
+    if GRPO_TARGET in metrics and grpo_cost is not None and grpo_cost.kept_step == 0:
+        lines.append("GRPO-on-target kept its step 0 (no later checkpoint beat it beyond noise on its own selection tasks): it "
+                     "plays as the base; evaluation.scaling_curve scores every kept fraction of its training")
     if GRPO_TARGET not in metrics:
         lines.append("TRACE vs GRPO-on-target: not compared (the baseline was not evaluated: evaluation.baseline_grpo=false)")
     for scope, d in (trace_vs_grpo or {}).items():

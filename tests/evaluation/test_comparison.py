@@ -48,9 +48,10 @@ def _cfg() -> GapforgeConfig:
     return GapforgeConfig(training=TrainingConfig.tiny(max_steps=16, groups_per_step=2, num_generations=8))
 
 
-def _store(grpo_refusal: bool) -> _Store:
+def _store(grpo_refusal: bool, kept: int = 12) -> _Store:
     store = _Store(adapter_rows=[SimpleNamespace(name="policy_refusal", status="done", metrics={"steps": 16, "wall_s": 95.4}),
-                                 SimpleNamespace(name="baseline_grpo_target", status="done", metrics={"steps": 16, "wall_s": 120.0})])
+                                 SimpleNamespace(name="baseline_grpo_target", status="done",
+                                                 metrics={"steps": 16, "wall_s": 120.0, "best_step": kept})])
     store.play("base", lambda t, s: t.startswith("l"))
     store.play("adapter:policy_refusal", lambda t, s: True, value=0.5)
     store.play("trace_routed", lambda t, s: True, value=0.5)
@@ -63,7 +64,7 @@ def test_the_comparison_rows_and_trace_ahead_of_grpo() -> None:
     assert lines[0].endswith("budget 256 training rollouts):")
     rows = {line.split("  ")[1].strip(): line for line in lines[1:5]}
     assert list(rows) == ["base", "GRPO-on-target (equal budget)", "adapter policy_refusal", "TRACE (routed)"]
-    assert "256 training rollouts, 120 s" in rows["GRPO-on-target (equal budget)"]
+    assert rows["GRPO-on-target (equal budget)"].endswith("256 training rollouts, 120 s, kept step 12")
     assert rows["TRACE (routed)"].endswith("256 training rollouts, 95 s (512 with synthesis' 256 readiness and self-test rollouts)")
     assert "vs base +50.0 points [+40.0, +60.0] (32 pairs)" in rows["TRACE (routed)"]
     assert lines[5] == "TRACE − GRPO-on-target (all tasks): +50.0 points [+12.5, +87.5], 32 paired episodes: TRACE ahead"
@@ -83,3 +84,11 @@ def test_the_budget_comes_from_the_config_stored_with_a_graph_run() -> None:
     training = {"max_steps": 16, "groups_per_step": 2, "num_generations": 8}
     store.get_run = lambda run_id: SimpleNamespace(config={"command": "demo", "config": {"training": training, "seed": 0}})
     assert comparison(store, "r")[0].endswith("budget 256 training rollouts):")
+
+
+def test_a_baseline_that_kept_its_step_0_is_said_to_play_as_the_base() -> None:
+    lines = comparison(_store(grpo_refusal=False, kept=0), "r", _cfg())
+    rows = {line.split("  ")[1].strip(): line for line in lines[1:5]}
+    assert rows["GRPO-on-target (equal budget)"].endswith("kept step 0")
+    assert lines[5].startswith("GRPO-on-target kept its step 0") and "plays as the base" in lines[5]
+    assert not any(line.startswith("GRPO-on-target kept") for line in comparison(_store(grpo_refusal=False), "r", _cfg()))
