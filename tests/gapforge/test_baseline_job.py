@@ -22,7 +22,7 @@ def test_the_baseline_spends_every_adapters_rollouts_with_their_settings() -> No
     for n in (1, 2):
         job = baseline_job(cfg, SPLIT, n_adapters=n, base_model="/m", out_dir="/o", run_id="r")
         assert job.config.max_steps * job.config.rollouts_per_step == training_rollout_budget(cfg, n) == n * 16 * 16
-        same = job.config.model_dump(exclude={"max_steps"}) == cfg.training.model_dump(exclude={"max_steps"})
+        same = job.config.model_dump(exclude={"max_steps", "heldout_samples"}) == cfg.training.model_dump(exclude={"max_steps", "heldout_samples"})
         assert same  # LoRA rank, lr, groups, K, temperature: the adapters' own
     twice = baseline_job(cfg, SPLIT, n_adapters=2, base_model="/m", out_dir="/o", run_id="r", scale=2.0, learning_rate=1e-3)
     assert twice.config.max_steps == 64 and twice.config.learning_rate == 1e-3
@@ -49,3 +49,14 @@ def test_an_llm_user_without_an_endpoint_is_refused() -> None:
 
     with pytest.raises(ValueError, match="user_endpoint"):
         EnvSpec(kind="target", target="shop", train_tasks=["a"], heldout_tasks=["b"], user="llm").check()
+
+
+def test_the_baseline_selects_on_as_many_episodes_as_an_adapter() -> None:
+    """An adapter selects its checkpoint on heldout_seeds x heldout_samples episodes (16 x 2 here); the baseline's few
+    held-back target tasks get enough samples each to match (12 tasks -> every 3rd, 4, held back -> 8 samples each = 32)."""
+    cfg = _cfg()
+    job = baseline_job(cfg, SPLIT, n_adapters=1, base_model="/m", out_dir="/o", run_id="r")
+    per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples
+    held = len(job.env.heldout_tasks)
+    assert held == 4 and job.config.heldout_samples == 8
+    assert per_adapter <= held * job.config.heldout_samples < per_adapter + held
