@@ -119,7 +119,7 @@ def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_i
                              env=ENV, timeout=60, check=False)  # fmt: skip
         assert out.returncode != 0, out.stdout
         last = out.stderr.strip().splitlines()[-1]
-        assert last.startswith("store.leases.RunBusy: ") and "`writer`" in last and "stuck inside a write" in last, last
+        assert last.startswith("gapforge.store.leases.RunBusy: ") and "`writer`" in last and "stuck inside a write" in last, last
         assert f"kill {writer.pid} " in last, last
         writer.kill()
         writer.wait(timeout=30)
