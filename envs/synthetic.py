@@ -11,6 +11,7 @@ never through this class.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 import threading
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ SDK_NAME = "envs.sdk"  # the SDK's name in the sandbox (sandbox/stage.py), the o
 
 
 _SDK_SWAP = threading.RLock()
+_LOADS = itertools.count()
 
 
 @contextmanager
@@ -38,17 +40,24 @@ def sdk_as_in_sandbox() -> Iterator[None]:
     (one import then finds no `envs`, or the alias outlives every import)."""
     with _SDK_SWAP:
         sdk = sys.modules[SyntheticEnv.__module__]
-        names = {"envs": sys.modules[sdk.__name__.rpartition(".")[0]], SDK_NAME: sdk}
-        saved = {name: sys.modules.get(name) for name in names}
+        package = sys.modules[sdk.__name__.rpartition(".")[0]]
+        names = {"envs": package, SDK_NAME: sdk}
+        saved = {name: module for name, module in sys.modules.items() if name == "envs" or name.startswith("envs.")}
+        attributes = dict(vars(package))
         sys.modules.update(names)
         try:
             yield
         finally:
-            for name, module in saved.items():
-                if module is None:
-                    sys.modules.pop(name, None)
-                else:
-                    sys.modules[name] = module
+            # an env module importing another `envs.<x>` made a second copy of gapforge.envs.<x> under that name and
+            # set it on the package: drop the copies, give the package its own attributes back
+            for name in [n for n in sys.modules if (n == "envs" or n.startswith("envs.")) and n not in saved]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+            for key in [k for k in vars(package) if k not in attributes]:
+                delattr(package, key)
+            for key, value in attributes.items():
+                if vars(package).get(key) is not value:
+                    setattr(package, key, value)
 
 
 def load_env_class(path: str | Path) -> type[SyntheticEnv]:
@@ -56,7 +65,7 @@ def load_env_class(path: str | Path) -> type[SyntheticEnv]:
     path = Path(path)
     if not path.is_file() or path.suffix != ".py":
         raise EnvError(f"synthetic env module {path} not found; give the path of a .py file")
-    name = f"gapforge_trusted_env_{abs(hash(path.resolve()))}"
+    name = f"gapforge_trusted_env_{abs(hash(path.resolve()))}_{next(_LOADS)}"  # one name per load: threads may load one file
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise EnvError(f"cannot import {path} as a Python module")

@@ -6,7 +6,8 @@ One namespace: the repository's top-level folders (`agents/`, `envs/`, `graph/`,
 repository root, worker processes started with PYTHONPATH=<repo>, the bench scripts), `_SourceFolders`
 answers for exactly those names with the folders beside this package. It is installed only when this
 package sits in gapforge's own checkout (its pyproject.toml beside the package), never from
-site-packages, and it names no other module: a user's own `agents` or `envs` package stays theirs.
+site-packages, and it names no other module: installed, a user's own `agents` or `envs` package stays
+theirs (in a checkout whose root comes first on sys.path, the checkout's top-level folders shadow them).
 """
 
 from __future__ import annotations

@@ -115,6 +115,10 @@ class Resumable:
             return self
         told = type(self).__new__(type(self))
         told.__dict__.update(self.__dict__)
+        if isinstance(self, BaseException) and isinstance(told, BaseException):  # where it was raised and from what
+            told.__cause__, told.__context__, told.__traceback__ = self.__cause__, self.__context__, self.__traceback__
+            if hasattr(self, "__notes__"):
+                told.__notes__ = list(self.__notes__)
         told.args = (told._resumable(self.summary, resume),)  # type: ignore[attr-defined]
         return told
 

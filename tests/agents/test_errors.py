@@ -34,3 +34,17 @@ def test_the_disk_full_stops_share_the_resume_wording_and_keep_their_fields() ->
     ckpt = CheckpointDiskFull(Path("/ws/checkpoints.sqlite")).with_resume("gapforge run --resume r2")
     assert type(ckpt) is CheckpointDiskFull and ckpt.path == Path("/ws/checkpoints.sqlite") and ckpt.exit_code == 3
     assert str(ckpt).endswith("the last checkpoint stands: free space there, then resume with `gapforge run --resume r2`")
+
+
+def test_a_stop_told_how_to_resume_keeps_where_it_was_raised_and_its_cause() -> None:
+    try:
+        try:
+            raise OSError("connection refused")
+        except OSError as e:
+            raise IncompleteStage("collect_rollouts: 1 of 2 episodes ended in infrastructure failures") from e
+    except IncompleteStage as e:
+        stop = e
+        stop.add_note("endpoint http://x")
+        told = stop.with_resume("gapforge run --resume r1")
+    assert isinstance(told.__cause__, OSError) and told.__traceback__ is stop.__traceback__ is not None
+    assert told.__notes__ == ["endpoint http://x"] and told.__notes__ is not stop.__notes__

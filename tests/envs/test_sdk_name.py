@@ -69,3 +69,34 @@ def test_threads_loading_env_modules_at_once_each_get_the_one_sdk(tmp_path: Path
         classes = list(pool.map(load_env_class, paths * 6))
     assert all(issubclass(c, SyntheticEnv) for c in classes) and len(classes) == 48
     assert sys.modules.get("envs") is before
+
+
+DATACLASS_MODULE = MODULE.replace("from envs.sdk import SyntheticEnv, tool", """from __future__ import annotations
+
+from dataclasses import dataclass
+
+import envs.errors  # noqa: F401  (another envs.<x>: a copy while the alias holds)
+from envs.sdk import SyntheticEnv, tool
+
+
+@dataclass
+class Note:
+    text: str = ""
+""")
+
+
+def test_one_file_loaded_from_threads_at_once_and_an_extra_envs_import_leave_nothing_behind(tmp_path: Path) -> None:
+    """A module with a dataclass (dataclasses looks its module up in sys.modules while the class is made), loaded from
+    8 threads at once: every load succeeds; its extra `import envs.errors` leaves neither an `envs.errors` entry nor a
+    changed gapforge.envs.errors behind."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import gapforge.envs
+    import gapforge.envs.errors as errors
+
+    path = tmp_path / "noted.py"
+    path.write_text(DATACLASS_MODULE)
+    with ThreadPoolExecutor(8) as pool:
+        classes = list(pool.map(load_env_class, [path] * 40))
+    assert all(issubclass(c, SyntheticEnv) for c in classes)
+    assert "envs.errors" not in sys.modules and gapforge.envs.errors is errors and sys.modules["gapforge.envs.errors"] is errors
