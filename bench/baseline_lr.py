@@ -31,7 +31,7 @@ from gapforge.evaluation.config import EvaluationConfig
 from gapforge.evaluation.run import EvalPlan, evaluate
 from gapforge.serving.multi_adapter import MultiAdapterModel
 from gapforge.store.db import Store
-from gapforge.training.budget import baseline_steps, baseline_tasks, training_rollout_budget
+from gapforge.training.budget import baseline_settings, baseline_steps, baseline_tasks, training_rollout_budget
 from gapforge.training.config import TrainingConfig
 from gapforge.training.deprecations import quiet_library_deprecations
 from gapforge.training.envs import EnvSpec
@@ -78,7 +78,8 @@ def main() -> None:
         steps = baseline_steps(cfg, len(adapters), scale=scale)
         job = TrainJob(name=f"grpo-{len(trained)}", capability=None, base_model=model, out_dir=str(out / f"grpo-{len(trained)}"),
                        env=EnvSpec(kind="target", target=split.env, train_tasks=train_tasks, heldout_tasks=held),
-                       config=tcfg.model_copy(update={"max_steps": steps, "learning_rate": lr}))
+                       config=baseline_settings(cfg, len(held), len(adapters), scale=scale, learning_rate=lr))  # the graph's settings
+        assert job.config.max_steps == steps
         t0 = time.perf_counter()
         res = train_capability(job)
         info = {"steps": res.steps, "rollouts": res.steps * tcfg.rollouts_per_step, "kept": res.best_step, "train_s": time.perf_counter() - t0,

@@ -10,7 +10,8 @@ adapters trained, so a second capability doubles it.
 
 from __future__ import annotations
 
-from typing import Protocol
+import math
+from typing import Any, Protocol
 
 from gapforge.training.config import TrainingConfig
 
@@ -42,3 +43,17 @@ def baseline_tasks(analysis_tasks: list[str]) -> tuple[list[str], list[str]]:
     tasks = sorted(analysis_tasks)
     held = tasks[:: max(2, len(tasks) // 4)] or tasks[:1]
     return [t for t in tasks if t not in held], held
+
+
+def baseline_settings(cfg: _HasTraining, n_held: int, n_adapters: int, *, scale: float = 1.0,
+                      learning_rate: float | None = None) -> TrainingConfig:
+    """GRPO on the target's training settings: the adapters' own, for `scale` x their budget (`baseline_steps`), and a
+    checkpoint selection on as many episodes as an adapter's (heldout_seeds x heldout_samples spread over the
+    `n_held` held-back tasks: with 2 samples on 5 tasks it saw 10 and kept step 0 where step 8 was +0.2,
+    run r-20261127-77c8b6). `learning_rate`: another than the adapters' (bench/baseline_lr.py)."""
+    per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples
+    update: dict[str, Any] = {"max_steps": baseline_steps(cfg, n_adapters, scale=scale),
+                              "heldout_samples": max(cfg.training.heldout_samples, math.ceil(per_adapter / max(1, n_held)))}
+    if learning_rate is not None:
+        update["learning_rate"] = learning_rate
+    return cfg.training.model_copy(update=update)

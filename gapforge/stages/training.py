@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +84,12 @@ def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_
     all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
     plays it with (rollouts.user). `learning_rate`: another than training.learning_rate (bench/baseline_lr.py)."""
     from gapforge.evaluation.policies import GRPO_TARGET
-    from gapforge.training.budget import baseline_steps, baseline_tasks
+    from gapforge.training.budget import baseline_settings, baseline_tasks
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob
 
     train_tasks, held = baseline_tasks(split.analysis_tasks)
-    # its checkpoint selection sees as many episodes as each adapter's does (heldout_seeds x heldout_samples): with 2
-    # samples on its few held-back tasks it saw 10 and kept step 0 where a later step was +0.2 (run r-20261127-77c8b6)
-    per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples
-    samples = max(cfg.training.heldout_samples, math.ceil(per_adapter / max(1, len(held))))
-    update: dict[str, Any] = {"max_steps": baseline_steps(cfg, n_adapters, scale=scale), "heldout_samples": samples}
-    if learning_rate is not None:
-        update["learning_rate"] = learning_rate
-    tcfg = cfg.training.model_copy(update=update)
+    tcfg = baseline_settings(cfg, len(held), n_adapters, scale=scale, learning_rate=learning_rate)
     from gapforge.wiring import user_simulator_endpoint  # llm.endpoint, or the served policy (rollouts.user_endpoint=policy)
 
     user_endpoint = user_simulator_endpoint(cfg).model_dump(mode="json") if cfg.rollouts.user == "llm" else None
