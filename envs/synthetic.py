@@ -42,18 +42,19 @@ def sdk_as_in_sandbox() -> Iterator[None]:
         sdk = sys.modules[SyntheticEnv.__module__]
         package = sys.modules[sdk.__name__.rpartition(".")[0]]
         names = {"envs": package, SDK_NAME: sdk}
-        saved = {name: module for name, module in sys.modules.items() if name == "envs" or name.startswith("envs.")}
-        attributes = dict(vars(package))
+        # copies first (dict.copy is one step under the GIL): other threads import while this one iterates
+        saved = {name: module for name, module in sys.modules.copy().items() if name == "envs" or name.startswith("envs.")}
+        attributes = vars(package).copy()
         sys.modules.update(names)
         try:
             yield
         finally:
             # an env module importing another `envs.<x>` made a second copy of gapforge.envs.<x> under that name and
             # set it on the package: drop the copies, give the package its own attributes back
-            for name in [n for n in sys.modules if (n == "envs" or n.startswith("envs.")) and n not in saved]:
-                del sys.modules[name]
+            for name in [n for n in sys.modules.copy() if (n == "envs" or n.startswith("envs.")) and n not in saved]:
+                sys.modules.pop(name, None)
             sys.modules.update(saved)
-            for key in [k for k in vars(package) if k not in attributes]:
+            for key in [k for k in vars(package).copy() if k not in attributes]:
                 delattr(package, key)
             for key, value in attributes.items():
                 if vars(package).get(key) is not value:

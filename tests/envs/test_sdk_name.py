@@ -100,3 +100,36 @@ def test_one_file_loaded_from_threads_at_once_and_an_extra_envs_import_leave_not
         classes = list(pool.map(load_env_class, [path] * 40))
     assert all(issubclass(c, SyntheticEnv) for c in classes)
     assert "envs.errors" not in sys.modules and gapforge.envs.errors is errors and sys.modules["gapforge.envs.errors"] is errors
+
+
+def test_loading_while_other_threads_import_does_not_trip_over_sys_modules(tmp_path: Path) -> None:
+    """The alias reads and restores sys.modules while other threads import (they add entries): it works on copies,
+    so no load fails with 'dictionary changed size during iteration'."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "echo.py"
+    path.write_text(MODULE)
+    stop = threading.Event()
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            sys.modules[f"gf_churn_{i % 64}"] = types.ModuleType("churn")
+            sys.modules.pop(f"gf_churn_{(i + 32) % 64}", None)
+            i += 1
+
+    churner = threading.Thread(target=churn)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows, so a load's iteration meets the churn
+    churner.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            classes = list(pool.map(load_env_class, [path] * 200))
+    finally:
+        stop.set()
+        churner.join()
+        sys.setswitchinterval(interval)
+        for i in range(64):
+            sys.modules.pop(f"gf_churn_{i}", None)
+    assert len(classes) == 200 and all(issubclass(c, SyntheticEnv) for c in classes)
