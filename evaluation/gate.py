@@ -8,6 +8,9 @@ Examples (`gate_examples`), each a first user message and a class:
   in >= K of the R stored passes (K = analysis.required_passes, at most R), and is `none` when every routed capability
   is NA in >= K passes. A task that needs several goes to the one with the most LACKING labels (then the most
   PRESENT or LACKING, then option order). The rest (labels split across passes, no labels) are left out and counted.
+  A capability every labelled analysis task needs (two or more tasks; argument precision applies to every task that
+  calls a tool) cannot tell tasks apart and would leave `none` without an example: for it, a task needs it when at
+  least one of its episodes is LACKING in >= K passes, and as NA when none is in >= K passes (the base does it there).
   Held-out tasks are never examples: the analysis labelled only its split, and the evaluation plays the held-out one.
 - The held-out share (`split_examples`): per class, a seeded permutation of its examples sorted by id puts
   ceil(fraction x n) of them (at most n - 1) in `heldout`; the gate is trained on the rest only, and its stored
@@ -40,12 +43,30 @@ def task_labels(store: Any, run_id: str, capabilities: Sequence[str], *, require
     passes = sorted({lab.pass_index for lab in rows})
     k = min(required_passes, len(passes))
     votes: dict[tuple[str, str, int], list[bool]] = defaultdict(list)  # (task, capability, pass) -> non-NA per episode
+    lacks: dict[tuple[str, str, int], list[bool]] = defaultdict(list)  # (task, capability, pass) -> LACKING per episode
     lacking: Counter[tuple[str, str]] = Counter()
     for lab in rows:
         if lab.capability in capabilities:
             task = episodes[lab.episode_id].task_id
             votes[(task, lab.capability, lab.pass_index)].append(lab.value != "NA")
+            lacks[(task, lab.capability, lab.pass_index)].append(lab.value == "LACKING")
             lacking[(task, lab.capability)] += lab.value == "LACKING"
+
+    def status(task: str, cap: str) -> str | None:
+        """'needed' / 'na' in >= K passes, else None (split across passes or not labelled)."""
+        per_pass = [votes[(task, cap, p)] for p in passes if votes.get((task, cap, p))]
+        if cap in universal:
+            hits = sum(any(lacks[(task, cap, p)]) for p in passes if votes.get((task, cap, p)))
+            return "needed" if hits >= k > 0 else "na" if len(per_pass) - hits >= k > 0 else None
+        if sum(2 * sum(v) >= len(v) for v in per_pass) >= k > 0:
+            return "needed"
+        return "na" if sum(2 * sum(v) < len(v) for v in per_pass) >= k > 0 else None
+
+    universal: set[str] = set()
+    for cap in capabilities:
+        seen = [t for t in sorted(analysis) if any(votes.get((t, cap, p)) for p in passes)]
+        if len(seen) >= 2 and all(status(t, cap) == "needed" for t in seen):
+            universal.add(cap)
     first: dict[str, tuple[int, str]] = {}
     for e in episodes.values():
         if e.task_id not in first or e.sample < first[e.task_id][0]:
@@ -55,11 +76,11 @@ def task_labels(store: Any, run_id: str, capabilities: Sequence[str], *, require
     for task in sorted(analysis):
         needed, na = [], []
         for i, cap in enumerate(capabilities):
-            per_pass = [votes[(task, cap, p)] for p in passes if votes.get((task, cap, p))]
-            if sum(2 * sum(v) >= len(v) for v in per_pass) >= k > 0:
-                non_na = sum(sum(v) for v in per_pass)
+            verdict = status(task, cap)
+            if verdict == "needed":
+                non_na = sum(sum(votes[(task, cap, p)]) for p in passes if votes.get((task, cap, p)))
                 needed.append((lacking[(task, cap)], non_na, -i, cap))
-            elif sum(2 * sum(v) < len(v) for v in per_pass) >= k > 0:
+            elif verdict == "na":
                 na.append(cap)
         if task not in first:
             left["no episode stored"] += 1

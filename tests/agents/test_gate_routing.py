@@ -71,6 +71,31 @@ def test_task_labels_follow_k_of_r_passes(workspace: Path, tiny_model_dir: Path)
         assert labels["shop-compound-002"][0] == CAPS[0]
 
 
+def test_a_capability_every_task_needs_routes_only_where_the_base_lacks_it(workspace: Path, tiny_model_dir: Path) -> None:
+    """cap1 applies to every labelled task (PRESENT or LACKING everywhere): by applicability alone no task could be
+    `none`; it is needed only where an episode lacked it in >= K passes, and `none` where the base did it every time."""
+    universal = {"shop-write-001": [("NA", "LACKING"), ("NA", "PRESENT")] * 3,  # lacked in every pass -> cap1
+                 "shop-write-004": [("NA", "PRESENT")] * 6,  # done every time -> none
+                 "shop-refusal-004": [("LACKING", "PRESENT")] * 6,  # cap0 by applicability, as before
+                 "shop-write-005": [("NA", "LACKING")] * 2 + [("NA", "PRESENT")] * 4}  # lacked in 1 pass of 3
+    with Store(_cfg(workspace, tiny_model_dir).store_url) as store:
+        run = store.create_run("trace", {}, run_id="r-universal")
+        for cap in CAPS:
+            store.put_capability(run, cap, definition=f"{cap} definition")
+        store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=sorted(universal), heldout_tasks=["shop-refusal-001"],
+                        families={t: t.split("-")[1] for t in [*universal, "shop-refusal-001"]})  # fmt: skip
+        for task, per_pass in universal.items():
+            ids = [store.put_episode(run, "shop", task, s, policy="base", messages=[{"role": "user", "content": f"about {task}"}], reward=0.0,
+                                     success=False, components={}, termination="done", error=None, turns=1, timings={}) for s in range(2)]  # fmt: skip
+            for i, values in enumerate(per_pass):
+                store.put_labels(run, i // 2, [LabelIn(ids[i % 2], cap, v) for cap, v in zip(CAPS, values)])
+        labels, left = task_labels(store, run, CAPS, required_passes=3)
+        assert {t: c for t, (c, _) in labels.items()} == {"shop-write-001": CAPS[1], "shop-write-004": "none", "shop-refusal-004": CAPS[0]}
+        assert left == {"labels split across passes (neither needed nor NA in >= 3 of 3)": 1}  # write-005: cap1 lacked in 1 of 3
+        labels, _ = task_labels(store, run, CAPS, required_passes=1)
+        assert labels["shop-write-005"][0] == CAPS[1]
+
+
 def test_the_stored_gate_is_the_one_every_later_user_routes_with(workspace: Path, tiny_model_dir: Path) -> None:
     cfg = _cfg(workspace, tiny_model_dir)
     with Store(cfg.store_url) as store:
