@@ -74,10 +74,12 @@ def test_task_labels_follow_k_of_r_passes(workspace: Path, tiny_model_dir: Path)
 def test_a_capability_every_task_needs_routes_only_where_the_base_lacks_it(workspace: Path, tiny_model_dir: Path) -> None:
     """cap1 applies to every labelled task (PRESENT or LACKING everywhere): by applicability alone no task could be
     `none`; it is needed only where an episode lacked it in >= K passes, and `none` where the base did it every time."""
-    universal = {"shop-write-001": [("NA", "LACKING"), ("NA", "PRESENT")] * 3,  # lacked in every pass -> cap1
-                 "shop-write-004": [("NA", "PRESENT")] * 6,  # done every time -> none
-                 "shop-refusal-004": [("LACKING", "PRESENT")] * 6,  # cap0 by applicability, as before
-                 "shop-write-005": [("NA", "LACKING")] * 2 + [("NA", "PRESENT")] * 4}  # lacked in 1 pass of 3
+    universal = {
+        "shop-write-001": [("NA", "LACKING"), ("NA", "PRESENT")] * 3,  # lacked in every pass -> cap1
+        "shop-write-004": [("NA", "PRESENT")] * 6,  # done every time -> none
+        "shop-refusal-004": [("LACKING", "PRESENT")] * 6,  # cap0 by applicability, as before
+        "shop-write-005": [("NA", "LACKING")] * 2 + [("NA", "PRESENT")] * 4,  # lacked in 1 pass of 3
+    }
     with Store(_cfg(workspace, tiny_model_dir).store_url) as store:
         run = store.create_run("trace", {}, run_id="r-universal")
         for cap in CAPS:
