@@ -37,7 +37,7 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
         families = {t: probe.task_family(t) for t in tasks}
     finally:
         probe.close()
-    gepa = await _gepa(sc, run_id, split, env_name, artifacts, backend, make_env) if ecfg.baseline_gepa else None
+    gepa, gepa_cost = await _gepa(sc, run_id, split, env_name, artifacts, backend, make_env) if ecfg.baseline_gepa else (None, Cost())
     async with evaluation_players(cfg, sc.store, run_id, sc.base_dir(), artifacts, make_env, router) as players:  # None: every policy plays here
         result = await evaluate_run(
             sc.store, run_id, backend=backend, router=router, artifacts=artifacts, env=env_name, make_env=make_env, tasks=tasks,
@@ -57,7 +57,7 @@ async def evaluate(sc: StageContext, routing: Routing, run_id: str, capabilities
 
         played += await evaluate_scaling(sc, routing, run_id, env=env_name, make_env=make_env, tasks=tasks, families=families)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
-    return EvaluationDone(summary, Cost(policy_rollouts=played))
+    return EvaluationDone(summary, Cost(policy_rollouts=played + gepa_cost.policy_rollouts, llm_calls=gepa_cost.llm_calls))
 
 
 async def _all_tasks_greedy(sc: StageContext, run_id: str, env_name: str, tasks: list[str], make_env: Any, artifacts: Any, backend: Any,
@@ -84,19 +84,29 @@ async def _all_tasks_greedy(sc: StageContext, run_id: str, env_name: str, tasks:
     return sum(_played(p.metrics, families) for p in result.policies)
 
 
-async def _gepa(sc: StageContext, run_id: str, split: Any, env_name: str, artifacts: Any, backend: Any, make_env: Any) -> Any:
-    """GEPA's optimised system prompt (evaluation.gepa_baseline): the run's stored one, else optimised on its analysis split."""
-    from gapforge.evaluation.gepa_baseline import gepa_for_run
+async def _gepa(sc: StageContext, run_id: str, split: Any, env_name: str, artifacts: Any, backend: Any, make_env: Any) -> tuple[Any, Cost]:
+    """(GEPA's optimised system prompt (evaluation.gepa_baseline): the run's stored one, else optimised on its analysis split;
+    what this call spent on it: `gepa_cost`)."""
+    from gapforge.evaluation.gepa_baseline import gepa_for_run, load_gepa
 
     if split is None or split.env != env_name:
         raise StageFailed(f"evaluation.baseline_gepa optimises on the run's analysis split, and {env_name} has none stored: "
                           "evaluate the run's own env or set evaluation.baseline_gepa=false")
     base = backend.policy(None, temperature=sc.cfg.policy.temperature, name="base")
+    stored = load_gepa(sc.store, run_id)
     record = await gepa_for_run(sc.store, run_id, sc.cfg, base=base, make_env=make_env, split=split, capabilities=artifacts.capabilities,
                                 n_adapters=len(artifacts.adapter_paths))
     sc.progress("evaluate", f"gepa: {record.metric_calls} of {record.max_metric_calls} metric calls, analysis-split reward "
                 f"{record.seed_score:.2f} -> {record.best_score:.2f}")
-    return record
+    return record, gepa_cost(stored, record)
+
+
+def gepa_cost(stored: Any, record: Any) -> Cost:
+    """What GEPA spent in this stage: its metric calls (episodes of the policy) and reflection calls (the `llm` role) when
+    it optimised now; nothing when the run's stored prompt was reused (`stored` equals `record`: spent by an earlier call)."""
+    if stored is not None and stored.model_dump() == record.model_dump():
+        return Cost()
+    return Cost(policy_rollouts=record.metric_calls, llm_calls=record.reflection_calls)
 
 
 def _metrics(m: dict[str, Any]) -> dict[str, Any]:

@@ -48,3 +48,15 @@ def test_the_paired_table_labels_gepa_with_its_metric_calls_and_the_hints_as_uno
     assert "| capability hints (descriptions appended, unoptimised) | all tasks |" in paired
     assert paired.count("no effect") == 2
     assert "| gepa | 30.0%" in text  # the tables above keep the evaluation names
+
+
+def test_the_evaluation_stage_counts_gepa_only_when_it_optimised_now() -> None:
+    from gapforge.graph.context import Cost
+    from gapforge.stages.evaluation import gepa_cost
+
+    record = GepaRecord(prompt="p", seed_prompt="s", prompt_id="gepa@x", metric_calls=248, max_metric_calls=256, tasks=["t"], candidates=3,
+                        seed_score=0.2, best_score=0.3, reflection_prompt="r@1", reflection_calls=7, gepa_version="0.1.4")  # fmt: skip
+    assert gepa_cost(None, record) == Cost(policy_rollouts=248, llm_calls=7)  # optimised now
+    assert gepa_cost(record.model_copy(), record) == Cost()  # the stored prompt reused: spent by an earlier call
+    rebudgeted = record.model_copy(update={"max_metric_calls": 128})  # stored at another budget: optimised again now
+    assert gepa_cost(rebudgeted, record) == Cost(policy_rollouts=248, llm_calls=7)
