@@ -52,10 +52,11 @@ def task_labels(store: Any, run_id: str, capabilities: Sequence[str], *, require
             lacks[(task, lab.capability, lab.pass_index)].append(lab.value == "LACKING")
             lacking[(task, lab.capability)] += lab.value == "LACKING"
 
-    def status(task: str, cap: str) -> str | None:
-        """'needed' / 'na' in >= K passes, else None (split across passes or not labelled)."""
+    def status(task: str, cap: str, *, by_lacking: bool = False) -> str | None:
+        """'needed' / 'na' in >= K passes, else None (split across passes or not labelled). `by_lacking`: needed means an
+        episode LACKING in the pass (a capability every task needs), not at least half of them non-NA."""
         per_pass = [votes[(task, cap, p)] for p in passes if votes.get((task, cap, p))]
-        if cap in universal:
+        if by_lacking:
             hits = sum(any(lacks[(task, cap, p)]) for p in passes if votes.get((task, cap, p)))
             return "needed" if hits >= k > 0 else "na" if len(per_pass) - hits >= k > 0 else None
         if sum(2 * sum(v) >= len(v) for v in per_pass) >= k > 0:
@@ -76,7 +77,7 @@ def task_labels(store: Any, run_id: str, capabilities: Sequence[str], *, require
     for task in sorted(analysis):
         needed, na = [], []
         for i, cap in enumerate(capabilities):
-            verdict = status(task, cap)
+            verdict = status(task, cap, by_lacking=cap in universal)
             if verdict == "needed":
                 non_na = sum(sum(votes[(task, cap, p)]) for p in passes if votes.get((task, cap, p)))
                 needed.append((lacking[(task, cap)], non_na, -i, cap))
