@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gapforge.evaluation.rollout_scaling import curve_points, per_1000, scaling_plot, scaling_rows, scaling_table
+from gapforge.evaluation.rollout_scaling import per_1000, run_curve_points, scaling_plot, scaling_rows, scaling_table
 from gapforge.store.db import Store
 
 CURVE = ["evaluation.baseline_grpo=true", "evaluation.min_family_episodes=40", "training.early_stopping=false", "evaluation.scaling_curve=true"]
@@ -50,10 +50,7 @@ def demo_run(seed: int, workspace: Path, extra: list[str]) -> tuple[str, float, 
 
 def rows_of(workspace: Path, run_id: str) -> list[dict]:
     with Store(f"sqlite:///{(workspace / 'gapforge.db').resolve()}") as store:
-        adapters = [a for a in store.adapters(run_id) if a.status == "done"]
-        names = sorted(a.name for a in adapters if a.name != "baseline_grpo_target")
-        optional = ["baseline_grpo_target"] if len(names) < len(adapters) else []
-        return scaling_rows(store, run_id, curve_points(adapters, names, optional))
+        return scaling_rows(store, run_id, run_curve_points(store.adapters(run_id)))
 
 
 def main() -> None:

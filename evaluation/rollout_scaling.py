@@ -58,6 +58,14 @@ def curve_points(adapters: Sequence[Any], names: Sequence[str], optional: Sequen
     return [{n: by_name[n][f] for n in [*names, *optional] if f in by_name[n]} for f in fractions]
 
 
+def run_curve_points(adapters: Sequence[Any]) -> list[dict[str, dict[str, Any]]]:
+    """`curve_points` of a run's trained adapters (rows of the store's `adapters`; those not `done` are left out): every
+    capability adapter at every point, the GRPO-on-target baseline where it has the point."""
+    done = [a for a in adapters if a.status == "done"]
+    names = sorted(a.name for a in done if a.name != GRPO_TARGET)
+    return curve_points(done, names, [GRPO_TARGET] if len(names) < len(done) else [])
+
+
 def _iv(m: Mapping[str, Any] | None, key: str = "pass_rate") -> dict[str, Any]:
     return dict(((m or {}).get(key) or {}))
 
@@ -162,12 +170,14 @@ def scaling_plot(series: Mapping[str, Sequence[Mapping[str, Any]]], path: str | 
 def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], Path | None]:
     """The report's section: the table and the plot, when the run's curve was evaluated (bench/scaling.py)."""
     adapters = [a for a in store.adapters(run_id) if a.status == "done" and (a.metrics or {}).get("curve_adapters")]
-    names = sorted(a.name for a in adapters if a.name != GRPO_TARGET)
-    optional = [GRPO_TARGET] if any(a.name == GRPO_TARGET for a in adapters) else []
-    if not names or scale_run_id(run_id, 1) not in {r.id for r in store.list_runs()} or not any(store.evaluations(scale_run_id(run_id, 1))):
+    if (
+        all(a.name == GRPO_TARGET for a in adapters)
+        or scale_run_id(run_id, 1) not in {r.id for r in store.list_runs()}
+        or not any(store.evaluations(scale_run_id(run_id, 1)))
+    ):
         return [], None
     try:
-        rows = scaling_rows(store, run_id, curve_points(adapters, names, optional))
+        rows = scaling_rows(store, run_id, run_curve_points(adapters))
     except ScalingError as e:
         return ["## Rollout scaling (pass rate vs training rollouts)", "", str(e), ""], None
     plot = scaling_plot({run_id: rows}, out_dir / "rollout_scaling.png")

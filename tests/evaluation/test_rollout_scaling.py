@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from gapforge.evaluation.rollout_scaling import ScalingError, curve_points, per_1000, scale_run_id, scaling_plot, scaling_rows, scaling_table
+from gapforge.evaluation.rollout_scaling import (
+    ScalingError,
+    curve_points,
+    per_1000,
+    run_curve_points,
+    scale_run_id,
+    scaling_plot,
+    scaling_rows,
+    scaling_table,
+)
 
 
 def _adapter(name: str, steps: list[int], per_step: int = 16, max_steps: int | None = None) -> Any:
@@ -45,6 +54,16 @@ def test_points_pair_each_adapters_step_at_the_same_fraction_and_refuse_unequal_
         curve_points([_adapter("a", [0, 4], max_steps=8), _adapter("b", [0, 4, 8])], ["a", "b"])
     with pytest.raises(ScalingError, match="no scaling-curve adapters kept for c"):
         curve_points(rows, ["a", "c"])
+
+
+def test_a_runs_points_take_its_done_adapters_with_the_baseline_where_it_has_them() -> None:
+    failed = SimpleNamespace(name="c", status="failed", metrics={})
+    stopped = _adapter("baseline_grpo_target", [0, 8, 16], max_steps=32)
+    points = run_curve_points([_adapter("b", [0, 4, 8, 12, 16]), failed, stopped, _adapter("a", [0, 4, 8, 12, 16])])
+    assert [sorted(p) for p in points] == [["a", "b", "baseline_grpo_target"]] * 3 + [["a", "b"]] * 2
+    assert [sorted(p) for p in run_curve_points([_adapter("a", [0, 8, 16])])] == [["a"]] * 3  # no baseline trained
+    with pytest.raises(ScalingError, match="no scaling-curve adapters kept for a"):
+        run_curve_points([SimpleNamespace(name="a", status="done", metrics={}), stopped])
 
 
 def test_rows_table_and_rate_from_stored_points(monkeypatch, tmp_path) -> None:
