@@ -81,6 +81,7 @@ class CapabilityStats:
     kept_passes: int
     retained: bool
     deferred: bool = False  # passed the vote, left out by analysis.max_retained
+    excluded: bool = False  # passed the vote, left out by analysis.exclude
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,10 @@ class AnalysisConfig(BaseModel):
     max_retained: int | None = Field(
         None, ge=1, description="retain at most this many capabilities (largest gap first; the rest are 'deferred': no env, no adapter); None = all"
     )
+    exclude: list[str] = Field(
+        default_factory=list, description="capabilities never retained whatever their statistics (one measured out of the policy's "
+        "reach, say): their statistics are kept, their verdict is 'excluded', and they do not count against max_retained"
+    )
     min_capabilities: int = Field(4, ge=1, description="fewest capabilities discovery may propose")
     max_capabilities: int = Field(10, ge=1, description="most capabilities discovery may propose")
     discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery (at most)")

@@ -56,7 +56,7 @@ def select(store: Any, run_id: str, *, cfg: AnalysisConfig) -> SelectionResult:
     failures = Counter(c.pass_index for c in calls if c.status == "failed" and c.dictionary_hash == dhash and c.episode_id in in_split)
     stats = compute_statistics(records, names, list(range(cfg.passes)), delta=cfg.delta, rho=cfg.rho,
                                required_passes=cfg.required_passes, bootstrap=cfg.bootstrap, seed=cfg.seed,
-                               max_retained=cfg.max_retained)  # fmt: skip
+                               max_retained=cfg.max_retained, exclude=set(cfg.exclude))  # fmt: skip
     for s in stats:
         for p in s.per_pass:
             store.put_capability_stat(run_id, s.capability, p.pass_index, er_plus=p.er_plus, er_minus=p.er_minus, gap=p.gap,

@@ -90,7 +90,7 @@ class CapabilityStatistics:
     kept_passes: int
     required_passes: int
     retained: bool
-    verdict: str  # retained | unstable | below thresholds | insufficient evidence | deferred (over max_retained)
+    verdict: str  # retained | unstable | below thresholds | insufficient evidence | deferred (over max_retained) | excluded
     tasks: int
 
 
@@ -163,10 +163,13 @@ def compute_statistics(
     bootstrap: int = 1000,
     seed: int = 0,
     max_retained: int | None = None,
+    exclude: set[str] | frozenset[str] = frozenset(),
 ) -> list[CapabilityStatistics]:
-    """Per-pass and across-pass statistics of every capability (see the module doc). With `max_retained`, only that
-    many of the capabilities the vote retains stay retained: the largest pooled gap first (then coverage, then the
-    dictionary's order); the others keep their statistics, are not retained, and their verdict is "deferred"."""
+    """Per-pass and across-pass statistics of every capability (see the module doc). A capability in `exclude` the vote
+    retains is not retained, verdict "excluded" (first: it does not take a place under `max_retained`). With
+    `max_retained`, only that many of the capabilities the vote retains stay retained: the largest pooled gap first
+    (then coverage, then the dictionary's order); the others keep their statistics, are not retained, and their
+    verdict is "deferred"."""
     tallies = _tallies(records)
     tasks = sorted({r.task_id for r in records})
     by_cap: dict[str, list[LabelRecord]] = defaultdict(list)
@@ -192,6 +195,7 @@ def compute_statistics(
             verdict, retained = ("below thresholds" if n_kept == 0 else "unstable"), False
         out.append(CapabilityStatistics(cap, tuple(per_pass), er_p, er_m, gap, gap_ci, cov, cov_ci, _kappa(by_cap[cap], passes),
                                         n_kept, required_passes, retained, verdict, len(tasks)))  # fmt: skip
+    out = [replace(s, retained=False, verdict="excluded") if s.retained and s.capability in exclude else s for s in out]
     if max_retained is not None:
         ranked = sorted((s for s in out if s.retained), key=lambda s: (-(s.gap or 0.0), -(s.coverage or 0.0), capabilities.index(s.capability)))
         over = {s.capability for s in ranked[max_retained:]}

@@ -97,3 +97,12 @@ def test_max_retained_keeps_the_largest_gaps_and_defers_the_rest() -> None:
     assert one["a"].retained and one["a"].verdict == "retained"
     assert not one["d"].retained and one["d"].verdict == "deferred" and one["d"].gap == both["d"].gap == 0.5
     assert one["b"].verdict == "insufficient evidence"  # the cap never touches what the vote did not retain
+
+
+def test_an_excluded_capability_is_not_retained_and_leaves_its_place_under_max_retained() -> None:
+    """`exclude` takes a passing capability out before the max_retained cut: with a excluded, d (deferred by a before)
+    is retained; a keeps its statistics under the verdict "excluded"; what the vote did not retain stays as it was."""
+    out = stats({0: PASS0}, max_retained=1, exclude={"a", "b"})
+    assert not out["a"].retained and out["a"].verdict == "excluded" and out["a"].gap == 0.5
+    assert out["d"].retained and out["d"].verdict == "retained"
+    assert out["b"].verdict == "insufficient evidence"
