@@ -12,6 +12,7 @@ Examples (`gate_examples`), each a first user message and a class:
   calls a tool) cannot tell tasks apart and would leave `none` without an example: for it, a task needs it when at
   least one of its episodes is LACKING in >= K passes, and as NA when none is in >= K passes (the base does it there).
   Held-out tasks are never examples: the analysis labelled only its split, and the evaluation plays the held-out one.
+  A task whose first message more examples carry under another class is left out (`agree_on_text`).
 - The held-out share (`split_examples`): per class, a seeded permutation of its examples sorted by id puts
   ceil(fraction x n) of them (at most n - 1) in `heldout`; the gate is trained on the rest only, and its stored
   accuracy is on the held-out ones, decided as the router decides (abstain below routing.margin -> none).
@@ -120,7 +121,28 @@ def gate_examples(store: Any, run_id: str, capabilities: Sequence[str], openings
                 for c in capabilities for s, t in zip(seeds, openings[c], strict=True)]  # fmt: skip
     labels, left = task_labels(store, run_id, capabilities, required_passes=required_passes)
     examples += [GateExample(id=f"target:{task}", text=text, label=label, split="train") for task, (label, text) in sorted(labels.items())]
+    examples, dropped = agree_on_text(examples)
+    if dropped:
+        left = {**left, "same first message as more examples of another class": dropped}
     return split_examples(examples, routing.gate_heldout_fraction, routing.gate_seed), left
+
+
+def agree_on_text(examples: Sequence[GateExample]) -> tuple[list[GateExample], int]:
+    """(the examples without the target tasks whose first message more examples carry under another class, how many
+    were left out). No gate on the first message can tell identical messages apart, and a lone example of a class on a
+    message that many examples of another carry (a lookup whose episodes never got to the record is `none` by its labels,
+    while the same question is the capability's everywhere else) teaches the gate that class for the whole question.
+    Synthetic examples are never left out; a tie leaves the target task in."""
+    by_text: dict[str, Counter[str]] = defaultdict(Counter)
+    for ex in examples:
+        by_text[ex.text][ex.label] += 1
+    kept = []
+    for ex in examples:
+        others = [n for label, n in by_text[ex.text].items() if label != ex.label]
+        if ex.id.startswith("target:") and others and max(others) > by_text[ex.text][ex.label]:
+            continue
+        kept.append(ex)
+    return kept, len(examples) - len(kept)
 
 
 def decide(log_probs: np.ndarray, classes: Sequence[str], margin: float) -> list[str]:

@@ -145,3 +145,21 @@ def test_a_vllm_run_without_a_stored_gate_trains_it_through_the_local_copy(works
         got, want = remote.route_batch(PROBES), router.route_batch(PROBES)
         assert [d.label for d in got] == [d.label for d in want]
         assert [d.margin for d in got] == pytest.approx([d.margin for d in want], abs=1e-4)
+
+
+def test_a_target_task_outvoted_on_its_own_first_message_is_left_out() -> None:
+    """A lookup labelled `none` (its episodes never reached the record) whose question the synthetic env and other tasks
+    carry under the capability would teach the gate `none` for that question: it is left out. A lone synthetic opening
+    never is, and a tie keeps the task."""
+    from gapforge.evaluation.gate import agree_on_text
+    from gapforge.evaluation.router_record import GateExample
+
+    q, other = "Hello, how much did I pay in total for one of my recent orders?", "Hi, I'd like to cancel an order."
+    examples = [GateExample(id=f"synthetic:scope:seed={i}", text=q, label="scope", split="train") for i in range(3)]
+    examples += [GateExample(id="target:lookup-004", text=q, label="scope", split="train"),
+                 GateExample(id="target:lookup-005", text=q, label="none", split="train"),
+                 GateExample(id="synthetic:pre:seed=0", text=other, label="pre", split="train"),
+                 GateExample(id="target:write-001", text=other, label="none", split="train")]
+    kept, dropped = agree_on_text(examples)
+    assert dropped == 1 and "target:lookup-005" not in {e.id for e in kept}
+    assert {"synthetic:pre:seed=0", "target:write-001", "target:lookup-004"} <= {e.id for e in kept}  # a tie: both stay
