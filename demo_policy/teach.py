@@ -73,6 +73,10 @@ class TeachConfig(BaseModel):
                                     "the draw seed + 1, the order `seed`, so a polish continuing a polished build re-reads its "
                                     "data in the same order). seed + 1 gives that data in another order, `seed` mostly the first "
                                     "pass's data, any other value a fresh draw")
+    polish_lookup_transfer: float = Field(0.0, ge=0, le=1, description="in the polish's fresh draw, the share of lookup_and_answer "
+                                          "trajectories that read the record holding the asked value and then transfer the customer "
+                                          "to a human agent instead of answering (the second planted deficit, "
+                                          "demo_policy.teach_data.gold_script); with it, that family gets no decision drills")
     decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
                                  "trained on that one decision turn (demo_policy.teach_data.decision_drills); they join the last "
                                  "pass (the polish when there is one); 0 = none")
@@ -188,7 +192,7 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     if first_pass is not None:
         first_meta = load_meta(first_pass)
         polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
-                       "polish_look_first", "polish_ask_email_first", "decision_drills", "polish_seed")  # the drills join the polish
+                       "polish_look_first", "polish_ask_email_first", "decision_drills", "polish_seed", "polish_lookup_transfer")  # the drills join the polish
         # through TeachConfig: a card from before a knob existed has that knob's default
         have = {k: v for k, v in TeachConfig(**first_meta["recipe"]).model_dump().items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
@@ -224,10 +228,12 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         draw, order = (cfg.seed + 1, cfg.seed) if cfg.polish_seed is None else (cfg.polish_seed, cfg.polish_seed)
         more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
                                   seed=draw, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
-                                  look=cfg.polish_look_first, email_first=cfg.polish_ask_email_first)
+                                  look=cfg.polish_look_first, email_first=cfg.polish_ask_email_first,
+                                  lookup_transfer=cfg.polish_lookup_transfer)
         rows = _rows(tok, more, tools, cfg.drills, draw)
         decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, draw, say, look=cfg.polish_look_first,
-                                   email_first=cfg.polish_ask_email_first)
+                                   email_first=cfg.polish_ask_email_first,
+                                   skip_families=("lookup_and_answer",) if cfg.polish_lookup_transfer else ())
         rows += decisions
         say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
@@ -266,12 +272,14 @@ def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, 
 
 
 def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
-                   say: Callable[[str], None], look: bool = False, email_first: bool = False) -> list[dict[str, list[int]]]:
+                   say: Callable[[str], None], look: bool = False, email_first: bool = False,
+                   skip_families: tuple[str, ...] = ()) -> list[dict[str, list[int]]]:
     from gapforge.demo_policy.teach_data import decision_drills
 
     if not per_task:
         return []
-    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed, look=look, email_first=email_first)]
+    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed, look=look, email_first=email_first,
+                                                                                    skip_families=skip_families)]
     say(f"decision drills: {len(rows)} (the turn after a check's result, loss on that turn only)")
     return rows
 

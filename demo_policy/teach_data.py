@@ -13,11 +13,11 @@ promise the action instead of refusing; elsewhere a few (`other_skip`, 0.10)
 drop the `get_order_details` check before the write. The rest stay gold, so the
 taught model's behaviour there has variance at temperature 1.0.
 
-Task split: the model is taught on OTHER shop instances (`ShopEnv(instance=k)`,
-k >= 1: other customers, emails, order and item ids, prices and stock; the same
-task templates) and evaluated on THE shop (instance 0), whose task instances it
-never saw. With a fresh customer in every trajectory, memorising ids never pays:
-the model has to copy them from the conversation.
+Second planted deficit (`lookup_transfer`, a polish knob): in `lookup_and_answer` a
+share of the trajectories read the record holding the asked value and then hand
+the customer to a human agent (`transfer_to_human_agents`) instead of answering.
+Another family and another decision than the first deficit's: the record is read,
+the answer is never given.
 """
 
 from __future__ import annotations
@@ -103,12 +103,14 @@ def look_first(actions: list[Any]) -> list[Any]:
 
 
 def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = (),
-                promise_repeats: int = 0, look: bool = False, email_first: bool = False) -> list[Message]:
+                promise_repeats: int = 0, look: bool = False, email_first: bool = False,
+                transfer: bool = False) -> list[Message]:
     """The assistant turns of one trajectory (played in order against the env). `told`: facts the
     customer's opening already gives (see `build_trajectories`), so they are not asked for.
     `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses.
     `look`: every write looks its order up first (`look_first`). `email_first`: a customer found by name
-    and zip is first asked for the email too (see below)."""
+    and zip is first asked for the email too (see below). `transfer`: after the last gold action the customer is
+    handed to a human agent instead of told the required information (the second deficit)."""
     turns: list[Message] = []
     actions = look_first(list(task.gold_actions)) if look else list(task.gold_actions)
     first = actions[0]
@@ -136,6 +138,8 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
         if a.name in WRITES:
             turns.append(Message.assistant(content=f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"))
         turns.append(_call(len(turns), a.name, a.arguments))
+    if transfer:
+        return turns + [_call(len(turns), "transfer_to_human_agents", {"summary": f"The customer wants to {task.goal}."})]
     info = " ".join(task.required_info)
     if task.family == "policy_refusal":
         turns.append(Message.assistant(content=f"I'm sorry, I cannot do that: it is {info}." if info else "I'm sorry, I cannot do that."))
@@ -158,14 +162,17 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
 
 def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
                        seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0, look: bool = False,
-                       email_first: bool = False) -> list[Trajectory]:
+                       email_first: bool = False, lookup_transfer: float = 0.0) -> list[Trajectory]:
     """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
     start with an email lookup and name an order) the customer's opening also gives the email and
     the order id, as many real customers (and synthetic envs) do, and the script does not ask for
     them. The scripted user's later replies do not depend on the opening, so the trajectory is
     played as is and its first user message is then extended with those two facts. `look`: every
-    write looks its order up first, as `gold_script`'s."""
+    write looks its order up first, as `gold_script`'s. `lookup_transfer`: the share of `lookup_and_answer`
+    trajectories with the second deficit (`gold_script`'s `transfer`), drawn from a generator of their own so the
+    rest of the draw is the same with or without it."""
     rng = random.Random(seed)
+    rng2 = random.Random(seed * 1_000_003 + 2)
     out: list[Trajectory] = []
     for env, tid in pairs:
         task, family = env.task(tid), env.task_family(tid)
@@ -176,8 +183,10 @@ def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_ski
             if (task.gold_actions[0].name == "find_customer_by_email" and "email" in facts and "order_id" in facts
                     and rng.random() < facts_in_opening):
                 told = ("email", "order_id")
+            transfer = family == "lookup_and_answer" and lookup_transfer > 0 and rng2.random() < lookup_transfer
             turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told,
-                                promise_repeats=promise_repeats, look=look, email_first=email_first)
+                                promise_repeats=promise_repeats, look=look, email_first=email_first, transfer=transfer)
+            deficit = deficit or transfer
             messages, reward = play(env, tid, turns)
             if told:
                 opening = next(i for i, m in enumerate(messages) if m.role == "user")
@@ -240,7 +249,7 @@ CHECKS = ("get_order_details", "get_product_details")
 
 
 def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look: bool = False,
-                    email_first: bool = False) -> list[list[Message]]:
+                    email_first: bool = False, skip_families: tuple[str, ...] = ()) -> list[list[Message]]:
     """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with
     the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
     `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
@@ -248,10 +257,13 @@ def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look
     They are trained on their LAST turn only (`demo_policy.teach.tokenize_trajectory(last_only=True)`), so
     the decision the deficit is planted in, check or promise, which comes earlier, is not drilled: the
     taught policy knows what the check calls for, and mostly does not check. `look`: the gold looks every
-    write's order up first (`look_first`), so an allowed write has its drill too."""
+    write's order up first (`look_first`), so an allowed write has its drill too. `skip_families`: no drills of
+    these families' tasks (a lookup's drill is its answer, the decision the second deficit is planted in)."""
     rng = random.Random(seed)
     out: list[list[Message]] = []
     for env, tid in pairs:
+        if env.task_family(tid) in skip_families:
+            continue
         task = env.task(tid)
         for _ in range(per_task):
             messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False, look=look, email_first=email_first))

@@ -75,11 +75,18 @@ def skipped_check(messages: list[dict[str, Any]]) -> bool:
     return False
 
 
+def transferred(messages: list[dict[str, Any]]) -> bool:
+    """The second planted behaviour, in a failed lookup: the agent handed the customer to a human agent."""
+    return any(c.get("name") == "transfer_to_human_agents" for m in messages if m.get("role") == "assistant"
+               for c in m.get("tool_calls") or [])
+
+
 async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, samples: int = 6, temperature: float = 0.7,
                      concurrency: int = 8, max_turns: int = 10, max_new_tokens: int = 96, seed: int = 0) -> dict[str, Any]:
     """Pass rates per family on THE shop exactly as `gapforge demo` collects (serving.local.LocalPolicy,
     agents.rollouts.collect, per-episode seeds): {family: {pass_rate, episodes, successes}} plus "all",
-    and for policy_refusal the share of its failures that skipped the order check (the planted deficit)."""
+    for policy_refusal the share of its failures that skipped the order check (the planted deficit), and for
+    lookup_and_answer the share of its failures that handed the customer to a human agent (the second)."""
     from gapforge.agents.rollouts import CollectPlan, collect
     from gapforge.envs.shop import ShopEnv
     from gapforge.serving.local import LocalPolicy
@@ -106,4 +113,7 @@ async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, s
     refusals = [r for r in per.get("policy_refusal", []) if not r["success"]]
     if refusals:
         out["policy_refusal"]["failures_skipping_check"] = round(sum(skipped_check(r["messages"]) for r in refusals) / len(refusals), 4)
+    lookups = [r for r in per.get("lookup_and_answer", []) if not r["success"]]
+    if lookups:
+        out["lookup_and_answer"]["failures_transferring"] = round(sum(transferred(r["messages"]) for r in lookups) / len(lookups), 4)
     return out

@@ -347,6 +347,12 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
         assert (polish["seed"], polish["email_first"], polish["look"]) == (cfg.seed + 1, email_first, look)
         assert polish["promise_repeats"] == cfg.polish_promise_repeats
         assert (drills["seed"], drills["email_first"], drills["look"]) == (cfg.seed + 1, email_first, look)
+        assert polish["lookup_transfer"] == 0.0 and drills["skip_families"] == ()
+    seen.clear()
+    with pytest.raises(Stop):  # the second deficit: planted in the polish's draw, and its family left out of the drills
+        teach(tmp_path, TeachConfig(**{**recipe, "polish_lookup_transfer": 0.8}), first_pass=SHIPPED)
+    (_, first), (_, polish), (_, drills) = seen
+    assert "lookup_transfer" not in first and polish["lookup_transfer"] == 0.8 and drills["skip_families"] == ("lookup_and_answer",)
     assert not list(tmp_path.iterdir())  # stopped before anything was written
 
 
@@ -363,3 +369,32 @@ def test_digit_groups_make_every_id_the_same_fewer_tokens_in_every_context():
     assert len(_tokenizer(texts, TeachConfig()).tokenize('"6331419857"')) == 12  # the default: one token per digit
     with pytest.raises(ValueError, match="raise vocab_size"):
         _tokenizer(texts, TeachConfig(digit_group=3, vocab_size=500))
+
+
+def test_the_second_deficit_reads_the_record_then_transfers_instead_of_answering_and_fails():
+    """`lookup_transfer`: a lookup reads the record holding the answer and hands the customer to a human agent; the
+    shop's grader fails it; the other families' trajectories are the same draw with or without it."""
+    env = ShopEnv(instance=1)
+    pairs = [(env, t) for t in env.task_ids()]
+    plain = build_trajectories(pairs, copies=2, refusal_skip=0.75, other_skip=0.10, seed=3)
+    planted = build_trajectories(pairs, copies=2, refusal_skip=0.75, other_skip=0.10, seed=3, lookup_transfer=1.0)
+    assert [a.messages for a in plain if a.family != "lookup_and_answer"] == [b.messages for b in planted if b.family != "lookup_and_answer"]
+    lookups = [(a, b) for a, b in zip(plain, planted) if a.family == "lookup_and_answer"]
+    assert len(lookups) == 24
+    for a, b in lookups:
+        calls = [c.name for m in b.messages for c in m.tool_calls or []]
+        gold = [c.name for m in a.messages for c in m.tool_calls or []]
+        assert a.reward == 1.0 and b.deficit and b.reward == 0.0
+        assert calls == [*gold, "transfer_to_human_agents"]  # the same record read as the gold, then the transfer
+        assert not any((m.content or "").startswith("Done") for m in b.messages if m.role == "assistant")
+
+
+def test_with_the_second_deficit_the_lookups_get_no_decision_drills():
+    env = ShopEnv(instance=1)
+    pairs = [(env, t) for t in env.task_ids()]
+    every = decision_drills(pairs, 1, 0, look=True)
+    kept = decision_drills(pairs, 1, 0, look=True, skip_families=("lookup_and_answer",))
+    assert 0 < len(kept) < len(every)
+    lookup_openings = {env.task(t).user.opening for t in env.task_ids() if env.task_family(t) == "lookup_and_answer"}
+    assert not any(m.content in lookup_openings for d in kept for m in d if m.role == "user")
+    assert any(m.content in lookup_openings for d in every for m in d if m.role == "user")
