@@ -114,8 +114,32 @@ def arguments(t: Trajectory) -> Verdict:
     return "PRESENT", f"[{t.calls[0][0]}] calls were accepted", t.calls[0][0]
 
 
+ASKS_VALUE = re.compile(r"tracking number|how much|balance|cost|price|total", re.I)
+RECORDS = ("get_order_details", "get_customer_details", "get_product_details")
+NUMBER = re.compile(r"\d[\d.,]*\d|\d")
+TRANSFER = "transfer_to_human_agents"
+
+
+def in_scope(t: Trajectory) -> Verdict:
+    """Whether a question the agent can answer from its tools (a tracking number, a total, a balance, a price) is
+    answered rather than handed to a human agent. NA when the opening asks for no value, or when the agent neither
+    transferred nor said a number after reading a record; LACKING when it transferred the customer; PRESENT when it
+    answered with a number after reading the record that holds it."""
+    if not t.users or not ASKS_VALUE.search(t.users[0][1]):
+        return "NA", "the customer asked for no value", None
+    transfer = t.first_call((TRANSFER,))
+    if transfer is not None:
+        return "LACKING", f"[{transfer}] handed the customer to a human agent instead of answering from the tools", transfer
+    read = next((i for i, name, _ in t.tool_results if name in RECORDS), None)
+    said = next((i for i, s in t.texts if read is not None and i > read and NUMBER.search(s)), None)
+    if said is None:
+        return "NA", "no answer and no transfer", None
+    return "PRESENT", f"[{said}] answered from the record read at [{read}]", said
+
+
 RULES: dict[str, Callable[[Trajectory], Verdict]] = {
     "precondition": precondition, "confirmation": confirmation, "identity": identity, "arguments": arguments,
+    "in_scope": in_scope,
 }  # fmt: skip
 
 
