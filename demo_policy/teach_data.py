@@ -18,6 +18,12 @@ share of the trajectories read the record holding the asked value and then hand
 the customer to a human agent (`transfer_to_human_agents`) instead of answering.
 Another family and another decision than the first deficit's: the record is read,
 the answer is never given.
+
+Task split: the model is taught on OTHER shop instances (`ShopEnv(instance=k)`,
+k >= 1: other customers, emails, order and item ids, prices and stock; the same
+task templates) and evaluated on THE shop (instance 0), whose task instances it
+never saw. With a fresh customer in every trajectory, memorising ids never pays:
+the model has to copy them from the conversation.
 """
 
 from __future__ import annotations
