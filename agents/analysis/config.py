@@ -24,7 +24,8 @@ class AnalysisConfig(BaseModel):
     )
     exclude: list[str] = Field(
         default_factory=list, description="capabilities never retained whatever their statistics (one measured out of the policy's "
-        "reach, say): their statistics are kept, their verdict is 'excluded', and they do not count against max_retained"
+        "reach, say): one the vote retains is not, its verdict is 'excluded' and it takes no place under max_retained; their "
+        "statistics are kept; a name the run's dictionary does not have matches nothing"
     )
     min_capabilities: int = Field(4, ge=1, description="fewest capabilities discovery may propose")
     max_capabilities: int = Field(10, ge=1, description="most capabilities discovery may propose")

@@ -18,8 +18,9 @@ def test_a_lookup_handed_to_a_human_agent_is_the_second_deficit():
     read = [*OPEN, _call("get_order_details"), {"role": "tool", "content": '{"total": 114.83}'}]
     assert transferred([*read, _call("transfer_to_human_agents"), {"role": "tool", "content": '{"result": "Transfer successful"}'}])
     assert not transferred([*read, {"role": "assistant", "content": "Done. 27.52"}])  # a wrong answer is another failure
-    # the customer asking for a human is not the agent's call
-    assert not transferred([*read, {"role": "user", "content": "transfer_to_human_agents please"}])
+    # only the agent's call counts: not a transfer it talks about, nor a tool call of another role
+    assert not transferred([*read, {"role": "assistant", "content": "I could transfer you to a human agent."}])
+    assert not transferred([*read, {"role": "user", "content": None, "tool_calls": [{"name": "transfer_to_human_agents"}]}])
 
 
 def test_the_first_deficit_measure_is_not_fooled_by_a_lookup():
