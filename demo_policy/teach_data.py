@@ -17,7 +17,8 @@ Second planted deficit (`lookup_transfer`, a polish knob): in `lookup_and_answer
 share of the trajectories read the record holding the asked value and then hand
 the customer to a human agent (`transfer_to_human_agents`) instead of answering.
 Another family and another decision than the first deficit's: the record is read,
-the answer is never given.
+the answer is never given (in the tenth of lookups `other_skip` also draws, the
+order is not looked up first either).
 
 Task split: the model is taught on OTHER shop instances (`ShopEnv(instance=k)`,
 k >= 1: other customers, emails, order and item ids, prices and stock; the same
