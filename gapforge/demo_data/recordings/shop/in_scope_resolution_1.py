@@ -6,8 +6,8 @@ parameters and JSON results; customers ask for a shipped order's tracking number
 those episodes (their price questions name products and variants, so the env leaves prices out rather than reproduce
 them; none asks for a gift card's balance) and hand over their email (or name and zip) and order id when asked. In
 the failed episodes the agent found the customer, read the order holding the answer and then called
-`transfer_to_human_agents`, which ends the conversation with the question unanswered; the policy says to transfer
-only when the customer asks for a human or the tools cannot help. No customer here asks for a human, and every
+`transfer_to_human_agents`, which ends the conversation with the question unanswered; the shop's policy says to
+transfer only when the customer asks for a human or the tools cannot help (this env's policy text does not repeat it). No customer here asks for a human, and every
 question is answerable from one order. Orders hold two or three items, so an answer has to be the asked value, not
 any number of the order.
 
@@ -19,7 +19,9 @@ Reward:
   values and corrected itself after the customer asked again, none when it said the asked value in the same turn as
   another.
 A transfer to a human agent before the answer ends the conversation: it keeps the read's point and nothing else
-(0.25). A write zeroes both (the customer asked a question). A policy that does nothing scores 0; one that answers
+(0.25). Known limits: a total read from `list_customer_orders` (which lists each order's total) earns nothing, the
+read being the order's record; and any number the agent says before the read (an email's digits echoed back) counts
+as a first answer and costs the read's point. A write zeroes both (the customer asked a question). A policy that does nothing scores 0; one that answers
 without reading can only guess (0); one that reads and recites every value of the order in one turn keeps 0.25,
 and one that tries them turn by turn until the customer stops asking 0.5.
 """
