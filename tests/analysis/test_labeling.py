@@ -18,7 +18,7 @@ import pytest
 
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.labeling import label_pass
-from gapforge.agents.analysis.recorded import recorded_analyst
+from gapforge.agents.analysis.recorded import load_recording, recorded_analyst
 from gapforge.agents.analysis.service import analyze_run
 from gapforge.agents.llm import make_chat_model
 from gapforge.config import EndpointConfig
@@ -60,7 +60,7 @@ import asyncio, sys, time
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.discovery import discover
 from gapforge.agents.analysis.labeling import label_pass
-from gapforge.agents.analysis.recorded import recorded_analyst
+from gapforge.agents.analysis.recorded import load_recording, recorded_analyst
 from gapforge.store import Store
 store = Store(sys.argv[1])
 model = recorded_analyst("shop")
@@ -102,7 +102,7 @@ def test_killed_labeling_resumes_without_duplicates(planted_store) -> None:
 
 
 def _labels_for(body: dict) -> dict:
-    names = ["precondition_verification", "user_confirmation", "identity_verification", "tool_argument_precision"]
+    names = [c["name"] for c in load_recording("shop")]  # the recorded dictionary's capabilities, as discovery stored them
     return {"labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]}
 
 
@@ -145,7 +145,7 @@ def test_faulty_endpoint_completes_and_records_every_failure(planted_store, lean
     assert all(c.error and c.boundary in ("endpoint", "model_output") for c in failed)
     ok = {c.episode_id for c in calls if c.status == "ok"}
     assert {lab.episode_id for lab in store.labels(RUN)} == ok
-    assert len(store.labels(RUN)) == 4 * len(ok)
+    assert len(store.labels(RUN)) == len(load_recording("shop")) * len(ok)
 
 
 def test_label_cache_on_postgres(postgres_url: str) -> None:
@@ -165,7 +165,7 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
         first = asyncio.run(label_pass(store, model, run, 0, cfg=cfg))
         again = asyncio.run(label_pass(store, model, run, 0, cfg=cfg))
         assert first.labeled == first.episodes == 4 and (again.calls, again.cached) == (0, 4)
-        assert len(store.labels(run)) == 4 * 4
+        assert len(store.labels(run)) == 4 * len(load_recording("shop"))  # every episode x every capability
 
 
 def test_a_user_fixable_endpoint_error_stops_the_pass_and_records_nothing(planted_store) -> None:

@@ -12,7 +12,7 @@ import pytest
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.discovery import discover
 from gapforge.agents.analysis.labeling import label_pass
-from gapforge.agents.analysis.recorded import recorded_analyst
+from gapforge.agents.analysis.recorded import load_recording, recorded_analyst
 from gapforge.agents.errors import StructuredOutputError
 from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.envs.shop.env import ShopEnv
@@ -119,7 +119,7 @@ def test_discovery_reasks_unknown_example_ids_then_fails_in_one_line(planted_sto
         return bad(messages, tools) if len(calls) == 1 else recorded._script["analyst_discover"][1](messages, tools)
 
     found = discover(store, ScriptedChatModel.from_dict({"analyst_discover": once_bad}), "r-analysis", cfg=cfg)
-    assert len(calls) == 2 and len(found.capabilities) == 4
+    assert len(calls) == 2 and len(found.capabilities) == len(load_recording("shop"))  # the recorded dictionary
     assert all(set(c.example_episode_ids) <= set(found.sample_episode_ids) for c in found.capabilities)
     # stored: a second discovery makes no call
     assert discover(store, ScriptedChatModel.from_dict({}), "r-analysis", cfg=cfg).cached
