@@ -71,3 +71,18 @@ def test_real_analysis_in_the_graph_then_fork_with_another_delta(tmp_path: Path,
         assert len(store.label_calls(fid)) == calls_before  # 0 new labeling calls
         assert {c.name for c in store.capabilities(fid, retained=True)} != retained  # another δ, another set
         assert {c.name for c in store.capabilities(rid, retained=True)} == retained  # the parent is untouched
+
+
+def test_an_excluded_capability_reaches_the_graph_state_as_excluded(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """analysis.exclude through the real select stage into the graph's state: the planted capability the vote retains
+    is `excluded` there (not `rejected`, not `deferred`) and not among the run's retained capabilities."""
+    policy = {"kind": "local", "local_path": str(tiny_model_dir)}
+    cfg_path = write_config(tmp_path / "c.yaml", tmp_path / "ws", stages="real", policy=policy,
+                            analysis={"passes": 1, "bootstrap": 0, "exclude": ["precondition_verification"]})
+    cfg = load_config(cfg_path)
+    with open_store(cfg) as store:
+        rid = create_run(store, "trace", "run", cfg, RunOptions())
+        outcome = drive_run(cfg, store, rid, RunOptions(), fresh=True, open_stages=open_stages)
+        retained = {c.name for c in store.capabilities(rid, retained=True)}
+    assert outcome.values["capabilities"]["precondition_verification"]["status"] == "excluded"
+    assert "precondition_verification" not in retained and "precondition_verification" not in outcome.values["retained"]
