@@ -36,6 +36,7 @@ from typing import Any
 
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.shop.data import _FIRST, _LAST
+from gapforge.envs.shop.tools import TRANSFER_TOOL
 
 ASK = {"order_id": "the order id", "items": "which item", "reason": "the reason", "address": "the new address",
        "exchange_target": "which variant you want instead", "payment": "the payment method for the refund"}
@@ -146,7 +147,7 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
             turns.append(Message.assistant(content=f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"))
         turns.append(_call(len(turns), a.name, a.arguments))
     if transfer:
-        return turns + [_call(len(turns), "transfer_to_human_agents", {"summary": f"The customer wants to {task.goal}."})]
+        return turns + [_call(len(turns), TRANSFER_TOOL, {"summary": f"The customer wants to {task.goal}."})]
     info = " ".join(task.required_info)
     if task.family == "policy_refusal":
         turns.append(Message.assistant(content=f"I'm sorry, I cannot do that: it is {info}." if info else "I'm sorry, I cannot do that."))

@@ -77,8 +77,9 @@ def skipped_check(messages: list[dict[str, Any]]) -> bool:
 
 def transferred(messages: list[dict[str, Any]]) -> bool:
     """The second planted behaviour, in a failed lookup: the agent handed the customer to a human agent."""
-    return any(c.get("name") == "transfer_to_human_agents" for m in messages if m.get("role") == "assistant"
-               for c in m.get("tool_calls") or [])
+    from gapforge.envs.shop.tools import TRANSFER_TOOL
+
+    return any(c.get("name") == TRANSFER_TOOL for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or [])
 
 
 async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, samples: int = 6, temperature: float = 0.7,

@@ -19,7 +19,7 @@ from langchain_core.messages import BaseMessage
 
 from gapforge.agents.analysis.errors import AnalysisError
 from gapforge.agents.scripted import ScriptedChatModel
-from gapforge.envs.shop.tools import WRITE_TOOLS
+from gapforge.envs.shop.tools import TRANSFER_TOOL, WRITE_TOOLS
 
 RECORDED_DIR = Path(__file__).resolve().parent.parent / "recorded"
 ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *sorted(WRITE_TOOLS))
@@ -117,7 +117,6 @@ def arguments(t: Trajectory) -> Verdict:
 ASKS_VALUE = re.compile(r"tracking number|how much|balance|cost|price|total", re.I)
 RECORDS = ("get_order_details", "get_customer_details", "get_product_details")
 NUMBER = re.compile(r"\d[\d.,]*\d|\d")
-TRANSFER = "transfer_to_human_agents"
 
 
 def in_scope(t: Trajectory) -> Verdict:
@@ -127,7 +126,7 @@ def in_scope(t: Trajectory) -> Verdict:
     answered with a number after reading the record that holds it."""
     if not t.users or not ASKS_VALUE.search(t.users[0][1]):
         return "NA", "the customer asked for no value", None
-    transfer = t.first_call((TRANSFER,))
+    transfer = t.first_call((TRANSFER_TOOL,))
     if transfer is not None:
         return "LACKING", f"[{transfer}] handed the customer to a human agent instead of answering from the tools", transfer
     read = next((i for i, name, _ in t.tool_results if name in RECORDS), None)
