@@ -80,8 +80,7 @@ class CapabilityStats:
     coverage: float | None
     kept_passes: int
     retained: bool
-    deferred: bool = False  # passed the vote, left out by analysis.max_retained
-    excluded: bool = False  # passed the vote, left out by analysis.exclude
+    left_out: str | None = None  # passed the vote, not retained: "deferred" (analysis.max_retained) or "excluded" (analysis.exclude)
 
 
 @dataclass(frozen=True, slots=True)

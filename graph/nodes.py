@@ -94,7 +94,7 @@ async def select(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, A
     update["retained"] = list(done.retained)
     update["capabilities"] = {
         name: {
-            "status": "retained" if s.retained else "deferred" if s.deferred else "excluded" if s.excluded else "rejected",
+            "status": "retained" if s.retained else s.left_out or "rejected",
             "gap": s.gap,
             "coverage": s.coverage,
             "kept_passes": s.kept_passes,

@@ -190,12 +190,11 @@ def compute_statistics(
         if gap is None:
             verdict, retained = "insufficient evidence", False
         elif n_kept >= required_passes:
-            verdict, retained = "retained", True
+            verdict, retained = ("excluded", False) if cap in exclude else ("retained", True)
         else:
             verdict, retained = ("below thresholds" if n_kept == 0 else "unstable"), False
         out.append(CapabilityStatistics(cap, tuple(per_pass), er_p, er_m, gap, gap_ci, cov, cov_ci, _kappa(by_cap[cap], passes),
                                         n_kept, required_passes, retained, verdict, len(tasks)))  # fmt: skip
-    out = [replace(s, retained=False, verdict="excluded") if s.retained and s.capability in exclude else s for s in out]
     if max_retained is not None:
         ranked = sorted((s for s in out if s.retained), key=lambda s: (-(s.gap or 0.0), -(s.coverage or 0.0), capabilities.index(s.capability)))
         over = {s.capability for s in ranked[max_retained:]}

@@ -96,6 +96,6 @@ class Analysis:
 
     async def select(self, run_id: str) -> SelectionDone:
         sel = await self.selection(run_id)
-        stats = {s.capability: CapabilityStats(s.gap, s.coverage, s.kept_passes, s.retained, s.verdict == "deferred",
-                                                 s.verdict == "excluded") for s in sel.statistics}
+        stats = {s.capability: CapabilityStats(s.gap, s.coverage, s.kept_passes, s.retained,
+                                                 s.verdict if s.verdict in ("deferred", "excluded") else None) for s in sel.statistics}
         return SelectionDone(list(sel.retained), stats)
