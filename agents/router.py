@@ -56,6 +56,8 @@ class RoutingConfig(BaseModel):
     gate_max_tokens: int = Field(256, ge=1, description="backend=gate: the first user message's tokens pooled (the first N)")
     gate_heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class's examples held out "
                                          "for the gate's accuracy (a class with one example keeps it for training)")
+    gate_refit: bool = Field(True, description="backend=gate: once the held-out share has measured the gate, the served gate is "
+                             "fit again on every example with the same settings (the stored accuracy is the first fit's)")
     gate_epochs: int = Field(300, ge=1, le=100_000, description="backend=gate: full-batch Adam steps")
     gate_lr: float = Field(0.05, gt=0.0, description="backend=gate: Adam learning rate")
     gate_weight_decay: float = Field(1e-3, ge=0.0, description="backend=gate: L2 penalty (Adam weight decay)")

@@ -16,6 +16,11 @@ Examples (`gate_examples`), each a first user message and a class:
 - The held-out share (`split_examples`): per class, a seeded permutation of its examples sorted by id puts
   ceil(fraction x n) of them (at most n - 1) in `heldout`; the gate is trained on the rest only, and its stored
   accuracy is on the held-out ones, decided as the router decides (abstain below routing.margin -> none).
+- The served gate (`routing.gate_refit`, on by default): once measured, the gate is fit again on every example,
+  held-out ones included, with the same settings and seed. A question the analysis split asks only in the held-out
+  share (the shop's two price questions, say) would otherwise never be trained on, and the gate would send the
+  held-out split's price question to the wrong adapter with a wide margin. The stored accuracy stays the first
+  fit's: the refit gate has no held-out example left to be measured on.
 """
 
 from __future__ import annotations
@@ -157,7 +162,8 @@ def decide(log_probs: np.ndarray, classes: Sequence[str], margin: float) -> list
 
 def train_gate(encoder: HiddenStateEncoder, examples: Sequence[GateExample], capabilities: Sequence[str], routing: RoutingConfig, *,
                left_out: Mapping[str, int] | None = None) -> GateRecord:  # fmt: skip
-    """Fit the gate on the `train` examples and measure it on the `heldout` ones (features: one base forward pass each)."""
+    """Fit the gate on the `train` examples and measure it on the `heldout` ones (features: one base forward pass each);
+    with `routing.gate_refit` the stored (served) gate is then fit on all of them."""
     classes = [*capabilities, NONE]
     train = [e for e in examples if e.split == "train"]
     if not train:
@@ -170,8 +176,12 @@ def train_gate(encoder: HiddenStateEncoder, examples: Sequence[GateExample], cap
     held = [(e.label, d) for e, d in zip(examples, decided) if e.split == "heldout"]
     conf = stats.confusion(held, classes)
     train_acc = float(np.mean([e.label == d for e, d in zip(examples, decided) if e.split == "train"]))
+    refit = routing.gate_refit and bool(held)
+    if refit:  # the served gate: every example, the same settings (module doc)
+        gate = fit_gate(features, [e.label for e in examples], classes, hidden=routing.gate_hidden, seed=routing.gate_seed,
+                        epochs=routing.gate_epochs, lr=routing.gate_lr, weight_decay=routing.gate_weight_decay)  # fmt: skip
     settings = {"hidden": routing.gate_hidden, "epochs": routing.gate_epochs, "lr": routing.gate_lr, "weight_decay": routing.gate_weight_decay,
-                "seed": routing.gate_seed, "heldout_fraction": routing.gate_heldout_fraction, "margin": routing.margin}  # fmt: skip
+                "seed": routing.gate_seed, "heldout_fraction": routing.gate_heldout_fraction, "margin": routing.margin, "refit": refit}  # fmt: skip
     return GateRecord(state=gate.state(max_tokens=encoder.max_tokens), settings=settings, examples=list(examples),
                       heldout=GateAccuracy(accuracy=conf["accuracy"], labels=classes, matrix=conf["matrix"], n=len(held)),
                       train_accuracy=train_acc, left_out=dict(left_out or {}))  # fmt: skip

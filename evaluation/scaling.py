@@ -116,8 +116,9 @@ def gate_line(router_metrics: Mapping[str, Any] | None) -> list[str]:
         return []
     held = gate["heldout"]
     acc = "–" if held.get("accuracy") is None else f"{held['accuracy']:.0%}"
+    served = f"; served gate refit on all {len(gate['examples'])}" if gate.get("settings", {}).get("refit") else ""
     return [f"gate: held-out accuracy {acc} on {held['n']} examples (train {gate['train_accuracy']:.0%} on "
-            f"{sum(e['split'] == 'train' for e in gate['examples'])}); classes {', '.join(held['labels'])}"]  # fmt: skip
+            f"{sum(e['split'] == 'train' for e in gate['examples'])}{served}); classes {', '.join(held['labels'])}"]  # fmt: skip
 
 
 def routing_lines(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:

@@ -54,7 +54,7 @@ def test_the_gate_learns_a_separable_toy_problem_and_abstains_below_the_margin(e
     examples = split_examples(toy_examples(), 0.25, seed=0)
     held = [e for e in examples if e.split == "heldout"]
     assert [sum(e.label == c for e in held) for c in [*CAPS, "none"]] == [3, 3, 3]  # ceil(0.25 x 12) per class
-    record = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate"))
+    record = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", gate_refit=False))  # the measured gate is the served one
     assert record.heldout.n == 9 and record.heldout.accuracy is not None and record.heldout.accuracy >= 0.8  # chance: 1/3
     assert [e.id for e in record.examples] == [e.id for e in examples]
 
@@ -69,8 +69,31 @@ def test_the_gate_learns_a_separable_toy_problem_and_abstains_below_the_margin(e
     assert above.route(text).abstained and above.route(text).adapter is None
     assert below.route(text).adapter == chosen.adapter and not below.route(text).abstained
     # the gate's stored accuracy is decided as the router decides: with a margin nothing clears, every example goes to none
-    wary = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", margin=1e6))
+    wary = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", margin=1e6, gate_refit=False))
     assert wary.heldout.accuracy == pytest.approx(1 / 3) and wary.heldout.matrix[0] == [0, 0, 3]
+
+
+def test_the_served_gate_is_refit_on_the_held_out_examples_too(encoder: HiddenStateEncoder) -> None:
+    """A kind of question the class carries only in its held-out share (the shop's price questions) reaches the class
+    through the refit gate; the stored accuracy is still the first fit's, measured on examples it never saw."""
+    rng = random.Random(1)
+    items = ["blender", "lamp", "jacket", "kettle", "chair", "phone", "toaster", "mirror"]
+    examples = [e.model_copy(update={"split": "train"}) for e in toy_examples(8)]
+    examples += [GateExample(id=f"price:{i}", text=f"Hi, how much does the {item} with color {rng.choice(['red', 'blue'])} cost?",
+                             label=CAPS[1], split="heldout") for i, item in enumerate(items[:6])]  # fmt: skip
+    fresh = [f"Hi, how much does the {item} with color green cost?" for item in items[6:]]
+    measured = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", gate_refit=False))
+    served = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate"))
+    assert served.settings["refit"] is True and measured.settings["refit"] is False
+    assert served.heldout == measured.heldout and served.train_accuracy == measured.train_accuracy
+    x = encoder.encode([e.text for e in examples])
+    refit = fit_gate(x, [e.label for e in examples], [*CAPS, "none"], seed=0, epochs=300, lr=0.05, weight_decay=1e-3)
+    assert served.state == refit.state(max_tokens=encoder.max_tokens)  # exactly the same fit on every example
+    route = {name: build_router(artifacts(), routing=RoutingConfig(backend="gate"), gate=rec.state, encoder=encoder)
+             for name, rec in [("measured", measured), ("served", served)]}
+    to_cap = {name: [r.route(t).capability for t in fresh] for name, r in route.items()}
+    assert to_cap["served"] == [CAPS[1]] * len(fresh)
+    assert to_cap["measured"] != to_cap["served"]  # without the refit the price questions never reached the class
 
 
 def test_the_same_examples_and_seed_give_the_same_gate_and_leave_the_global_rng_alone(encoder: HiddenStateEncoder) -> None:
