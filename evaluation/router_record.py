@@ -61,7 +61,7 @@ class GateRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: GateState
-    settings: dict[str, bool | int | float]  # the routing.gate_* values it was trained with (refit: the served gate saw every example), the margin it was measured at
+    settings: dict[str, bool | int | float]  # the routing.gate_* values (refit: the served gate saw every example) and the margin it was measured at
     examples: list[GateExample]
     heldout: GateAccuracy
     train_accuracy: float
