@@ -339,7 +339,7 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
     recipe = {k: v for k, v in load_card(SHIPPED)["recipe"].items() if k != "threads"}
     for email_first, look in ((True, False), (False, True)):
         seen.clear()
-        cfg = TeachConfig(**{**recipe, "polish_ask_email_first": email_first, "polish_look_first": look})
+        cfg = TeachConfig(**{**recipe, "polish_ask_email_first": email_first, "polish_look_first": look, "polish_lookup_transfer": 0.0})
         with pytest.raises(Stop):
             teach(tmp_path, cfg, first_pass=SHIPPED)
         (_, first), (_, polish), (_, drills) = seen
