@@ -48,11 +48,15 @@ def baseline_tasks(analysis_tasks: list[str]) -> tuple[list[str], list[str]]:
 def baseline_settings(cfg: _HasTraining, n_held: int, n_adapters: int, *, scale: float = 1.0,
                       learning_rate: float | None = None) -> TrainingConfig:
     """GRPO on the target's training settings: the adapters' own, for `scale` x their budget (`baseline_steps`), and a
-    checkpoint selection on as many episodes as an adapter's (heldout_seeds x heldout_samples spread over the
+    checkpoint selection like an adapter's: on as many episodes (heldout_seeds x heldout_samples spread over the
     `n_held` held-back tasks: with 2 samples on 5 tasks it saw 10 and kept step 0 where step 8 was +0.2,
-    run r-20261127-77c8b6). `learning_rate`: another than the adapters' (bench/baseline_lr.py)."""
+    run r-20261127-77c8b6), at the same fractions of its budget (eval_every stretched with max_steps, so two adapters'
+    budget is evaluated at as many points as one adapter's: each evaluation of the demo's baseline plays ~65 shop
+    episodes, ~20 s). `learning_rate`: another than the adapters' (bench/baseline_lr.py)."""
     per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples
-    update: dict[str, Any] = {"max_steps": baseline_steps(cfg, n_adapters, scale=scale),
+    steps = baseline_steps(cfg, n_adapters, scale=scale)
+    stretch = steps / max(1, cfg.training.max_steps)
+    update: dict[str, Any] = {"max_steps": steps, "eval_every": max(1, round(cfg.training.eval_every * stretch)),
                               "heldout_samples": max(cfg.training.heldout_samples, math.ceil(per_adapter / max(1, n_held)))}
     if learning_rate is not None:
         update["learning_rate"] = learning_rate

@@ -22,8 +22,11 @@ def test_the_baseline_spends_every_adapters_rollouts_with_their_settings() -> No
     for n in (1, 2):
         job = baseline_job(cfg, SPLIT, n_adapters=n, base_model="/m", out_dir="/o", run_id="r")
         assert job.config.max_steps * job.config.rollouts_per_step == training_rollout_budget(cfg, n) == n * 16 * 16
-        same = job.config.model_dump(exclude={"max_steps", "heldout_samples"}) == cfg.training.model_dump(exclude={"max_steps", "heldout_samples"})
-        assert same  # LoRA rank, lr, groups, K, temperature: the adapters' own
+        own = {"max_steps", "heldout_samples", "eval_every"}
+        assert job.config.model_dump(exclude=own) == cfg.training.model_dump(exclude=own)  # LoRA rank, lr, groups, K, temperature
+        # evaluated at the same fractions of its budget as an adapter: as many candidate checkpoints
+        assert job.config.max_steps // job.config.eval_every == cfg.training.max_steps // cfg.training.eval_every
+        assert job.config.eval_every == n * cfg.training.eval_every
     twice = baseline_job(cfg, SPLIT, n_adapters=2, base_model="/m", out_dir="/o", run_id="r", scale=2.0, learning_rate=1e-3)
     assert twice.config.max_steps == 64 and twice.config.learning_rate == 1e-3
     env = twice.env
