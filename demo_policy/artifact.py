@@ -53,7 +53,7 @@ def load_card(path: str | Path = SHIPPED) -> dict[str, Any]:
 def describe(path: str | Path = SHIPPED) -> str:
     """One line naming the artifact: where, its recipe hash and weights hash, its size."""
     card = load_card(path)
-    return (f"{path} (tiny Qwen3, {card['parameters']:,} parameters, taught offline with a planted deficit; "
+    return (f"{path} (tiny Qwen3, {card['parameters']:,} parameters, taught offline with planted deficits; "
             f"recipe {card['recipe_hash']}, weights sha256 {card['weights_sha256'][:12]})")
 
 
