@@ -41,7 +41,7 @@ from gapforge.training.config import TrainingConfig
 from gapforge.training.envs import EnvSpec, open_factory
 
 RECORDED = RECORDINGS_DIR / "shop"
-MODULES = [RECORDED / "precondition_verification_3.py", RECORDED / "tool_argument_precision_1.py"]  # the demo's accepted envs
+MODULES = [RECORDED / "precondition_verification_3.py", RECORDED / "in_scope_resolution_1.py"]  # the demo's accepted envs
 
 
 class MixedEnv:
