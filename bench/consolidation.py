@@ -10,7 +10,7 @@ the trainer reads an env's tools before its reset, and one adapter sees one tool
 call to a tool the drawn env lacks is that env's own "unknown tool" error, data like any wrong call.
 
 Evaluation: base and the consolidated adapter on the held-out split with the demo's trials (evaluation.trials, and
-evaluation.family_trials for both policies), paired with the base per family; with --demo WORKSPACE:RUN also paired
+evaluation.family_trials and min_family_episodes for both policies), paired with the base per family; with --demo WORKSPACE:RUN also paired
 with that demo run's routed TRACE and each of its adapters on the (task, trial) pairs both played (every episode seeds
 from its (task, sample), so episodes of the same base on the same key are the same draw across runs).
 
@@ -135,6 +135,10 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)")
     args = ap.parse_args()
+    if args.demo:
+        from bench.consolidation_eval import demo_store
+
+        demo_store(args.demo)  # a wrong --demo ends here, not after the training
     tree = profile(args.overrides)
     out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-consolidation-"))
     model = args.model or str(_shipped())

@@ -8,6 +8,7 @@ pairing holds.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,30 @@ def _episodes(store: Any, child: str, env: str) -> stats.Episodes:
     return out
 
 
+def demo_store(demo: str) -> tuple[Path, str]:
+    """(store file, run id) of `demo` = WORKSPACE:RUN, checked before any training: the file exists (opening a path that
+    does not would create an empty store) and holds the run. Anything else ends the bench with one line."""
+    from gapforge.store.db import Store
+    from gapforge.store.errors import StoreError
+
+    ws, _, run = demo.rpartition(":")
+    path = Path(ws) / ".gapforge" / "gapforge.db"
+    if not ws or not run or not path.is_file():
+        sys.exit(f"--demo {demo}: no store at {path}: give WORKSPACE:RUN, WORKSPACE the directory the demo ran in (it holds .gapforge/)")
+    try:
+        with Store(f"sqlite:///{path}") as store:
+            store.get_run(run)
+    except StoreError as e:
+        sys.exit(f"--demo {demo}: {e}")
+    return path, run
+
+
 def demo_episodes(demo: str) -> dict[str, stats.Episodes]:
     """{policy: episodes} of a demo run's evaluation, `demo` = WORKSPACE:RUN (its store: WORKSPACE/.gapforge/gapforge.db)."""
     from gapforge.store.db import Store
 
-    ws, _, run = demo.rpartition(":")
-    with Store(f"sqlite:///{Path(ws) / '.gapforge' / 'gapforge.db'}") as store:
+    path, run = demo_store(demo)
+    with Store(f"sqlite:///{path}") as store:
         evals = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run) if e.name.startswith("eval:")}
         return {name: _episodes(store, m["child_run"], m["env"]) for name, m in evals.items() if "child_run" in m}
 
@@ -53,7 +72,7 @@ async def evaluate_consolidated(model: str, adapter: str, tree: dict, out: Path,
                 "adapter:consolidated": backend.policy("consolidated", temperature=policy.temperature, name="adapter:consolidated")}  # fmt: skip
     plan = EvalPlan("consolidation", "shop", heldout, trials=ev.trials, max_turns=rollouts.max_turns, temperature=policy.temperature,
                     concurrency=rollouts.concurrency, seed=seed, family_trials=dict(ev.family_trials), family_trials_policies=tuple(policies),
-                    focus_family=ev.focus_family)  # fmt: skip
+                    focus_family=ev.focus_family, min_family_episodes=ev.min_family_episodes)  # fmt: skip
     try:
         with Store(f"sqlite:///{out / 'consolidation.db'}") as store:
             store.create_run("trace", {}, run_id="consolidation", exist_ok=True)

@@ -92,3 +92,19 @@ def test_a_tiny_model_trains_one_adapter_on_two_envs_mixed(tmp_path: Path, tiny_
     assert res.steps == 2 and Path(res.adapter_path).is_dir()
     steps = [json.loads(line) for line in (tmp_path / "c" / "steps.jsonl").read_text().splitlines() if line.startswith("{")]
     assert [s["step"] for s in steps if s.get("event") == "step"] == [1, 2]
+
+
+def test_a_wrong_demo_is_one_line_before_any_training_and_creates_no_store(tmp_path: Path) -> None:
+    from bench.consolidation_eval import demo_store
+    from gapforge.store.db import Store
+
+    inner = tmp_path / "ws" / ".gapforge"  # the workspace's .gapforge/ given in place of the workspace
+    inner.mkdir(parents=True)
+    with Store(f"sqlite:///{inner / 'gapforge.db'}") as store:
+        store.create_run("trace", {}, run_id="r-1")
+    with pytest.raises(SystemExit, match=r"no store at .*\.gapforge/\.gapforge/gapforge\.db: give WORKSPACE:RUN"):
+        demo_store(f"{inner}:r-1")
+    assert not (inner / ".gapforge").exists()  # nothing created where the store was looked for
+    with pytest.raises(SystemExit, match="unknown run 'r-2'"):
+        demo_store(f"{tmp_path / 'ws'}:r-2")
+    assert demo_store(f"{tmp_path / 'ws'}:r-1") == (inner / "gapforge.db", "r-1")
