@@ -76,7 +76,7 @@ def teach_cmd(
     evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
     samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),
 ) -> None:
-    """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficit)."""
+    """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficits)."""
     import json
 
     from gapforge.demo_policy.artifact import weights_sha256

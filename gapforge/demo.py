@@ -1,7 +1,8 @@
 """`gapforge demo`: the whole TRACE graph, offline, on the built-in `shop` env.
 
-Real: the Docker sandbox, the taught tiny base policy with its planted deficit
-(it skips the precondition check before acting, mostly in `policy_refusal`),
+Real: the Docker sandbox, the taught tiny base policy with its planted deficits
+(it skips the precondition check before acting, mostly in `policy_refusal`, and hands
+lookups to a human agent after reading the record),
 the rollouts, the statistics, the self-test of every generated env, GRPO + LoRA
 on CPU, the router, the evaluation on held-out tasks. Scripted: only the LLM
 roles (analyst, generator, reviewer) answer from recordings — the demo says so

@@ -93,3 +93,15 @@ def test_the_report_has_the_scaling_section_and_the_gates_accuracy(tmp_path: Pat
     assert "| adapters | tasks routed to them | all tasks | lookup | refusal | write |" in section
     assert "| tap | 1 | +12.5 points" in section and "| pv, tap | 3 | +50.0 points" in section
     assert "gate: held-out accuracy 75% on 8 examples" in text.split("## Router")[1]
+
+
+def test_the_gate_line_says_when_the_served_gate_was_refit_on_every_example() -> None:
+    def record(refit: bool | None) -> dict:
+        settings = {} if refit is None else {"refit": refit}
+        examples = [{"split": "train"}] * 3 + [{"split": "heldout"}]
+        return {"gate": {"heldout": {"accuracy": 1.0, "n": 1, "labels": ["pv", "none"]}, "train_accuracy": 1.0,
+                         "examples": examples, "settings": settings}}  # fmt: skip
+
+    (line,) = gate_line(record(True))
+    assert line == "gate: held-out accuracy 100% on 1 examples (train 100% on 3; served gate refit on all 4); classes pv, none"
+    assert gate_line(record(False)) == gate_line(record(None)) == [line.replace("; served gate refit on all 4", "")]
