@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gapforge.agents.gate import NONE, HiddenStateEncoder, fit_gate
+from gapforge.agents.gate import NONE, GateClassifier, HiddenStateEncoder, fit_gate
 from gapforge.agents.router import RouterError, RoutingConfig, first_user_message
 from gapforge.evaluation import stats
 from gapforge.evaluation.router_record import GateAccuracy, GateExample, GateRecord
@@ -170,16 +170,19 @@ def train_gate(encoder: HiddenStateEncoder, examples: Sequence[GateExample], cap
         raise RouterError("routing.backend=gate has no training example: the run needs accepted synthetic envs with training seeds")
     features = encoder.encode([e.text for e in examples])
     is_train = np.array([e.split == "train" for e in examples])
-    gate = fit_gate(features[is_train], [e.label for e in train], classes, hidden=routing.gate_hidden, seed=routing.gate_seed,
-                    epochs=routing.gate_epochs, lr=routing.gate_lr, weight_decay=routing.gate_weight_decay)  # fmt: skip
+
+    def fit(x: np.ndarray, labels: list[str]) -> GateClassifier:  # the routing.gate_* settings, for the measured and the served fit
+        return fit_gate(x, labels, classes, hidden=routing.gate_hidden, seed=routing.gate_seed, epochs=routing.gate_epochs,
+                        lr=routing.gate_lr, weight_decay=routing.gate_weight_decay)  # fmt: skip
+
+    gate = fit(features[is_train], [e.label for e in train])
     decided = decide(gate.log_probs(features), classes, routing.margin)
     held = [(e.label, d) for e, d in zip(examples, decided) if e.split == "heldout"]
     conf = stats.confusion(held, classes)
     train_acc = float(np.mean([e.label == d for e, d in zip(examples, decided) if e.split == "train"]))
     refit = routing.gate_refit and bool(held)
     if refit:  # the served gate: every example, the same settings (module doc)
-        gate = fit_gate(features, [e.label for e in examples], classes, hidden=routing.gate_hidden, seed=routing.gate_seed,
-                        epochs=routing.gate_epochs, lr=routing.gate_lr, weight_decay=routing.gate_weight_decay)  # fmt: skip
+        gate = fit(features, [e.label for e in examples])
     settings = {"hidden": routing.gate_hidden, "epochs": routing.gate_epochs, "lr": routing.gate_lr, "weight_decay": routing.gate_weight_decay,
                 "seed": routing.gate_seed, "heldout_fraction": routing.gate_heldout_fraction, "margin": routing.margin, "refit": refit}  # fmt: skip
     return GateRecord(state=gate.state(max_tokens=encoder.max_tokens), settings=settings, examples=list(examples),
