@@ -14,7 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field
 from gapforge.agents.errors import ModelError
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-DEFAULT_EPISODE_TIMEOUT_S = 1800.0  # an episode's time limit where no config sets one (agents.rollouts.CollectPlan)
+DEFAULT_EPISODE_TIMEOUT_S = 1800.0  # an episode's time limit where no caller passes one (agents.rollouts.CollectPlan)
+LOCAL_POLICY_CALL_S = 60.0  # a local model's turn, at most (a CPU turn of the demo's policy takes well under a second)
+SCRIPTED_CALL_S = 1.0  # a recorded answer's turn
+MIN_EPISODE_LIMIT_S, MAX_EPISODE_LIMIT_S = 60.0, 86400.0
 OPENAI_API_HOST = "api.openai.com"
 
 
@@ -147,10 +150,20 @@ class RolloutConfig(_Section):
     user_endpoint: Literal["llm", "policy"] = Field(
         "llm", description="the endpoint the LLM user simulator (user=llm) talks to: `llm` (llm.endpoint) or `policy` (policy.endpoint, "
         "the served base model itself, at temperature 0 as τ²'s own user; the TRACE paper's τ² setting; needs policy.kind=endpoint)")
-    episode_timeout_s: float = Field(
-        DEFAULT_EPISODE_TIMEOUT_S, gt=0, le=86400.0,
+    episode_timeout_s: float | None = Field(
+        None, gt=0, le=MAX_EPISODE_LIMIT_S,
         description="an episode's time limit, from building its env to its score: an env or policy call that has not returned "
-        "by then ends it as `timeout` (the call is abandoned; the episode is not stored and a resume plays it again)")
+        "by then ends it as `timeout` (the call is abandoned; the episode is not stored and a resume plays it again). None: "
+        "derived from the turn limit and the call timeouts (`episode_limit_s`): turns x (the policy's call timeout + the LLM "
+        "user's, when rollouts.user=llm + rollouts.env_call_s), within [60, 86400] s")
+    heartbeat_s: float = Field(
+        60.0, gt=0, le=3600.0,
+        description="while a collection runs, a line every this many seconds: episodes finished and running, and the one "
+        "running longest (`gapforge run` always; `rollouts collect` when not on a terminal, where its live bar shows nothing)")
+    env_call_s: float = Field(
+        10.0, gt=0, le=3600.0,
+        description="what one env call (reset, step, score) may take, in the derived episode limit: a target whose own calls "
+        "are slow (a remote service, a browser) raises it")
     max_env_failure_share: float = Field(
         0.5, ge=0.0, le=1.0,
         description="a collection stops (exit 3, naming the env) once more episodes than this share of those planned have failed "
@@ -175,3 +188,19 @@ class RolloutConfig(_Section):
             return {**data, "env": with_keywords(env, args), "env_args": {}}
         except EnvError as e:
             raise ValueError(str(e)) from None
+
+
+def episode_limit_s(rollouts: RolloutConfig, policy: PolicyConfig, llm: LLMConfig, env_turns: int | None = None) -> float:
+    """An episode's time limit: `rollouts.episode_timeout_s` when set, else derived so that a hang is noticed in minutes
+    while the slowest honest episode still fits: every turn (the larger of rollouts.max_turns and the env's own turn
+    limit, `env_turns`) may take one policy call at its timeout (an endpoint's `timeout_s`; a local model 60 s; recorded
+    answers 1 s), one LLM-user call at its timeout (rollouts.user=llm) and one env call (`rollouts.env_call_s`).
+    Clamped to [60, 86400] s."""
+    if rollouts.episode_timeout_s is not None:
+        return rollouts.episode_timeout_s
+    turns = max(rollouts.max_turns, env_turns or 0)
+    policy_s = {"endpoint": policy.endpoint.timeout_s, "local": LOCAL_POLICY_CALL_S}.get(policy.kind, SCRIPTED_CALL_S)
+    user_s = 0.0
+    if rollouts.user == "llm":
+        user_s = policy.endpoint.timeout_s if rollouts.user_endpoint == "policy" else llm.endpoint.timeout_s
+    return min(MAX_EPISODE_LIMIT_S, max(MIN_EPISODE_LIMIT_S, turns * (policy_s + user_s + rollouts.env_call_s)))

@@ -8,7 +8,9 @@ and unexpected exceptions inside `env.step` end the episode with that reason,
 and the episode is still scored. A sandbox lost to an outside cause (sandbox.errors.
 SandboxError, after the sandbox's own retries) ends it as `sandbox_error`.
 An exception in `env.score` is the env's too: the episode ends as `env_error` (reward 0.0 is
-a placeholder, not a verdict; the error says so), unless the infrastructure had already ended it.
+a placeholder, not a verdict; the error says so), unless the infrastructure had already ended it. An episode whose
+`env.reset` raised is not scored (there is nothing to score). The error text of the env's own exceptions keeps a
+pydantic ValidationError's detail and names the file:line of the env's code that raised (`env_error_text`).
 `endpoint_error`, `sandbox_error` and `worker_error` (the local rollout worker process playing the
 episode died: executor/processes.py) are infrastructure failures
 (INFRA_TERMINATIONS): not the model's or the env's doing, so the collector never
@@ -37,13 +39,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sysconfig
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gapforge.envs.env_threads import DaemonThreads, boundary_of, runs_inline
 from gapforge.envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
@@ -124,6 +127,30 @@ class EpisodeRecord(BaseModel):
 
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+_NOT_THE_ENVS = ("gapforge", "pydantic", "pydantic_core")  # module roots whose frames are never the env's own code
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def env_error_text(exc: BaseException) -> str:
+    """An exception the env's own code raised, as one line that keeps its point: a pydantic ValidationError's errors
+    (field, message, the value given) instead of its "1 validation error for Score" header, and the file:line of the
+    innermost frame of the env's code (a user's class; not gapforge, pydantic or the standard library)."""
+    text = _text(exc)
+    if isinstance(exc, ValidationError):
+        errors = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or exc.title}: {err['msg']} (got {err.get('input')!r})"
+                           for err in exc.errors()[:3])
+        text = f"ValidationError: {exc.title}: {errors}"
+    where = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        root = str(frame.f_globals.get("__name__") or "").split(".")[0]
+        if root not in _NOT_THE_ENVS and not frame.f_code.co_filename.startswith(_STDLIB):
+            where = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return f"{text} (at {where})" if where else text
 
 
 async def call_env(env: Any, executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -212,6 +239,7 @@ async def run_episode(
     termination: Termination = "max_turns"
     error: str | None = None
     late: TimedOut | None = None
+    unscored = False
     try:
         messages = list(await env_call("reset", env.reset, task))  # EnvError (bad task) propagates
         tools = await env_call("tools", env.tools)
@@ -222,7 +250,8 @@ async def run_episode(
     except SandboxError as e:
         termination, error = "sandbox_error", f"sandbox lost at env.reset: {_text(e)}"
     except Exception as e:
-        termination, error = "env_error", f"env.reset failed: {_text(e)}"
+        termination, error = "env_error", f"env.reset failed: {env_error_text(e)}"
+        unscored = True  # nothing to score: calling score() would add a second error of its own
     else:
         if getattr(env, "done", False) is True:  # ended inside reset (τ²: the user stopped at once, max_steps=1)
             termination = "done"
@@ -252,7 +281,7 @@ async def run_episode(
                 termination, error = "sandbox_error", f"sandbox lost at env.step: {_text(e)}"
                 break
             except Exception as e:
-                termination, error = "env_error", f"env.step failed: {_text(e)}"
+                termination, error = "env_error", f"env.step failed: {env_error_text(e)}"
                 break
             messages.extend(result.messages)
             if result.info:
@@ -262,18 +291,18 @@ async def run_episode(
                 break
 
     reward, success, components, score_info = 0.0, False, {}, {}
-    if late is None:
+    if late is None and not unscored:
         try:
             score = await env_call("score", env.score)
             reward, success, components, score_info = score.reward, score.success, dict(score.components), dict(score.info)
         except TimedOut as e:
             late = e
         except Exception as e:  # the env's code failed to score: its boundary, not a 0-reward verdict on the model
-            score_info = {"score_error": _text(e)}
+            score_info = {"score_error": env_error_text(e)}
             if termination not in INFRA_TERMINATIONS:  # an infrastructure end stays one (not final: a resume redoes it)
                 termination = "env_error"
             error = f"{error}; " if error else ""
-            error += f"env.score failed: {_text(e)}"
+            error += f"env.score failed: {env_error_text(e)}"
     if late is not None:  # not scored: the env may still be inside the abandoned call
         termination = "timeout"
         what = getattr(env, "name", None) if late.boundary == "env" else None

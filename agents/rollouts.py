@@ -1,4 +1,4 @@
-"""Rollout collection (DESIGN.md §1 step 1): run a policy on a target env's
+"""Rollout collection (the method's first step): run a policy on a target env's
 tasks, K samples each, concurrently, and store every episode.
 
 Idempotent per (run, env, task, sample): a re-run after a crash only runs what
@@ -13,8 +13,10 @@ agents.episode). An episode past it is a `timeout`: never stored, a resume plays
 on the env's own code is in `CollectResult.timeouts`; one that waited on the policy, the sandbox or a worker
 process is an infrastructure failure. The env's failures (stored `env_error` episodes and timeouts on the
 env) cost their episodes only, up to `CollectPlan.max_env_failure_share` of the planned episodes: once
-more have failed in this call than that share allows, the collection stops with `EnvFailureShare` (exit 3, naming
-the env; what finished is stored and a resume plays the rest).
+more have failed in this call than that share allows, the collection stops with `EnvFailureShare` (exit 4, the env's
+boundary, naming the env and its last error; what finished is stored). A stored `env_error` says nothing about the
+policy: with `CollectPlan.replay_env_errors` (every collection of a run's target sets it) a resume first deletes the
+run's `env_error` episodes, as long as its analysis has not started, and plays them again with the rest.
 """
 
 from __future__ import annotations
@@ -33,18 +35,25 @@ from typing import Any, Callable, Protocol
 
 from gapforge.agents.config import DEFAULT_EPISODE_TIMEOUT_S
 from gapforge.agents.episode import EpisodeRecord, TimedOut, bounded, call_env, run_episode, timed_out
-from gapforge.agents.errors import IncompleteStage
 from gapforge.envs.env_threads import DaemonThreads, runs_inline
 from gapforge.envs.protocol import PolicyModel, TargetEnvironment
 from gapforge.envs.sampling import episode_key
-from gapforge.faults import EndpointFault, GapforgeError
+from gapforge.faults import EndpointFault, EnvCodeFault, GapforgeError, Resumable
 
 log = logging.getLogger(__name__)
 
 
-class EnvFailureShare(IncompleteStage):
+class EnvFailureShare(Resumable, EnvCodeFault):
     """More of a collection's episodes failed in the env's own code (exceptions, calls that never returned) than
-    `rollouts.max_env_failure_share` allows: the collection stops (exit 3); the message names the env."""
+    `rollouts.max_env_failure_share` allows: the collection stops; the message names the env and the last error.
+    Blamed on the env (exit 4, not the infrastructure's 3): fix its code, then resume, which plays the failed
+    episodes again (`CollectPlan.replay_env_errors`)."""
+
+    resume_wording = (": fix the env's code, then `{}` plays the failed and unplayed episodes again",
+                      ": fix the env's code, then resume (the failed and unplayed episodes are played again)")
+
+    def __init__(self, message: str, *, resume: str | None = None) -> None:
+        super().__init__(self._resumable(message, resume))
 
 
 class EpisodeSink(Protocol):
@@ -77,6 +86,7 @@ class CollectPlan:
     temperature: float | None = None
     episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S  # None: no limit
     max_env_failure_share: float = 1.0  # 1.0: env failures never stop the collection
+    replay_env_errors: bool = False  # first delete the stored `env_error` episodes (before any analysis) and play them again
 
     def keys(self) -> list[tuple[str, int]]:
         return [(t, s) for t in self.tasks for s in range(self.samples)]
@@ -102,6 +112,19 @@ class CollectResult:
     stored_elsewhere: int = 0  # played here, but its key was stored meanwhile by another process: not counted in `ran`
     timeouts: list[InfraFailure] = field(default_factory=list)  # past the time limit in the env's code: not stored
     env_errors: int = 0  # stored `env_error` episodes of this call
+    first_env_error: InfraFailure | None = None  # the first of them (task, sample, error), for the warning line
+    replayed: int = 0  # `env_error` episodes of earlier calls deleted to be played again (CollectPlan.replay_env_errors)
+    in_flight: dict[tuple[str, int], float] = field(default_factory=dict)  # (task, sample) -> time.monotonic() it started
+
+    def heartbeat(self, limit_s: float | None = None) -> str:
+        """One line on how far the collection is, naming the episode running longest (a hang shows there)."""
+        finished = self.skipped + self.ran + self.stored_elsewhere + len(self.infra_failures) + len(self.timeouts)
+        line = f"{finished}/{self.planned} episodes finished, {len(self.in_flight)} running"
+        if self.in_flight:
+            (task, sample), started = min(self.in_flight.items(), key=lambda kv: kv[1])
+            limit = f" of its {limit_s:g} s limit" if limit_s else ""
+            line += f" (longest: {task}#{sample}, {time.monotonic() - started:.0f} s{limit})"
+        return line
 
     @property
     def complete(self) -> bool:
@@ -318,10 +341,13 @@ async def collect(
 async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment], policy: PolicyModel, sink: EpisodeSink,
                    on_episode: Callable[[EpisodeRecord], None] | None, fams: dict[str, str], result: CollectResult | None,
                    player: EpisodePlayer | None, blocking: Callable[..., Any], env_threads: Executor) -> CollectResult:
-    done = await blocking(sink.episode_keys, plan.run_id, plan.env)
-    todo = [k for k in plan.keys() if k not in done]
     if result is None:
         result = CollectResult(planned=0, skipped=0, ran=0)
+    drop = getattr(sink, "drop_env_errors", None)
+    if plan.replay_env_errors and drop is not None:  # the env's failures say nothing about the policy: played again
+        result.replayed = len(await blocking(drop, plan.run_id, plan.env))
+    done = await blocking(sink.episode_keys, plan.run_id, plan.env)
+    todo = [k for k in plan.keys() if k not in done]
     result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
     gate = asyncio.Semaphore(plan.concurrency)
     writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
@@ -329,12 +355,16 @@ async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment],
 
     async def one(task_id: str, sample: int) -> None:
         async with gate:
-            if player is not None:
-                ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
-                                       timeout_s=plan.episode_timeout_s)
-            else:
-                ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
-                                        executor=env_threads, timeout_s=plan.episode_timeout_s, env_name=plan.env)
+            result.in_flight[(task_id, sample)] = time.monotonic()
+            try:
+                if player is not None:
+                    ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
+                                           timeout_s=plan.episode_timeout_s)
+                else:
+                    ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
+                                            executor=env_threads, timeout_s=plan.episode_timeout_s, env_name=plan.env)
+            finally:
+                result.in_flight.pop((task_id, sample), None)
             if ep.infrastructure_failure:
                 result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
             elif not ep.final:  # a timeout on the env's own code: not stored, a resume plays it again
@@ -346,7 +376,10 @@ async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment],
                 else:
                     result.ran += 1
                     result.episode_ids.append(eid)
-                    result.env_errors += ep.termination == "env_error"
+                    if ep.termination == "env_error":
+                        result.env_errors += 1
+                        if result.first_env_error is None:
+                            result.first_env_error = InfraFailure(task_id, sample, ep.termination, ep.error or "")
         if on_episode is not None:
             on_episode(ep)
         if ep.env_failure and result.env_failures > allowed:
@@ -367,8 +400,7 @@ def env_failure_line(plan: CollectPlan, result: CollectResult, last: EpisodeReco
     kinds = ", ".join(f"{k}={v}" for k, v in (("env_error", result.env_errors), ("timeout", len(result.timeouts))) if v)
     detail = (last.error or "no detail").splitlines()[0][:300]
     return (f"env '{plan.env}' failed {result.env_failures} of the {len(plan.keys())} planned episodes ({kinds}), more than "
-            f"rollouts.max_env_failure_share={plan.max_env_failure_share:g} allows; last: {detail}: fix the env's code (what "
-            "finished is stored; timed-out and unplayed episodes are played by a resume)")
+            f"rollouts.max_env_failure_share={plan.max_env_failure_share:g} allows; last: {detail}; what finished is stored")
 
 
 @dataclass(frozen=True)

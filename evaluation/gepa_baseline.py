@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from gapforge.agents.analysis.compact import ByteEstimate, compact_episode
+from gapforge.agents.config import episode_limit_s
 from gapforge.agents.episode import EpisodeRecord
 from gapforge.agents.errors import IncompleteStage
 from gapforge.agents.prompt_opt import GepaConfigError, ReflectionLM, reflection_template
@@ -249,7 +250,7 @@ async def gepa_for_run(store: Any, run_id: str, cfg: Any, *, base: PolicyModel, 
         base, make_env, split.analysis_tasks, capabilities, reflection or reflection_model(cfg.llm, split.env), max_metric_calls=budget,
         minibatch=cfg.evaluation.gepa_minibatch, families=dict(split.families), max_turns=cfg.rollouts.max_turns,
         temperature=cfg.policy.temperature, concurrency=cfg.rollouts.concurrency, seed=cfg.seed,
-        timeout_s=cfg.rollouts.episode_timeout_s, env_name=split.env,
+        timeout_s=episode_limit_s(cfg.rollouts, cfg.policy, cfg.llm), env_name=split.env,
     )  # fmt: skip
     save_gepa(store, run_id, record)
     return record

@@ -30,7 +30,17 @@ from gapforge.cli_rollouts_show import register_show, render_summary
 from gapforge.executor_wiring import connect_executor
 from gapforge.rollouts_run import check_identity, parse_tasks, resume_command
 from gapforge.run_lease import run_lease
-from gapforge.stages.rollouts import check_run_target, collect_plan, empty_result, infra_stop, play_collection, target_record, timeouts_warning
+from gapforge.stages.rollouts import (
+    check_run_target,
+    collect_plan,
+    empty_result,
+    env_errors_warning,
+    env_turn_limit,
+    infra_stop,
+    play_collection,
+    target_record,
+    timeouts_warning,
+)
 from gapforge.store.errors import DiskFull
 from gapforge.store.fencing import LeaseLost
 from gapforge.wiring import (
@@ -52,7 +62,7 @@ def collect_cmd(
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,
-    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing episodes run; "
+    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing and env_error episodes run; "
                                             "env, policy and tasks default to the run's)")] = None,
     allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --run: go on although the env's tools or tasks changed")] = False,
     config: ConfigOpt = None,
@@ -60,10 +70,11 @@ def collect_cmd(
 ) -> None:
     """Run the policy on the env's tasks and store every episode (idempotent per run/env/task/sample).
 
-    Exit 0: every planned episode is stored, except ones past `rollouts.episode_timeout_s` in the env's own
-    code (not stored: a resume plays them again). Exit 3: some ended in infrastructure failures (endpoint down,
-    sandbox lost, a timeout waiting on the policy, the sandbox or a worker), or the env's code failed more than
-    `rollouts.max_env_failure_share` of the episodes; what finished is stored and a resume (`--run RUN`) plays the rest.
+    Exit 0: every planned episode is stored, except ones past the episode time limit in the env's own code (not
+    stored: a resume plays them again); `env_error` episodes (the env's code raised) below the failure share are stored
+    with a warning. Exit 3: some ended in infrastructure failures (endpoint down, sandbox lost, a timeout waiting on the
+    policy, the sandbox or a worker). Exit 4: the env's code failed more than `rollouts.max_env_failure_share` of the
+    episodes. What finished is stored; a resume (`--run RUN`) plays the rest, `env_error` episodes included.
     The run records the env's spec and fingerprint; `--run` refuses an env whose tools or tasks changed since.
     """
     overrides = list(set_ or [])
@@ -88,12 +99,13 @@ def collect_cmd(
         wanted = tasks if tasks is not None else default_tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None)
         known = probe.task_ids()
         family_of = {t: probe.task_family(t) for t in known}
+        env_turns = env_turn_limit(probe)
     finally:
         probe.close()
     if prior is not None:  # before the task ids: a changed task set is named as such
         check_identity(prior, env_name, None)
         for warning in check_run_target(store, prior.id, target, allow_change=allow_env_change, record=False):
-            err_console.print(f"warning: {warning}", highlight=False)
+            err_console.print(escape(f"warning: {warning}"), highlight=False, soft_wrap=True)
     task_ids = parse_tasks(wanted, known)
     families = {t: family_of[t] for t in task_ids}
     pol_cfg = apply_policy_spec(cfg, policy_spec)
@@ -107,7 +119,7 @@ def collect_cmd(
     }  # fmt: skip
     run_id = prior.id if prior is not None else store.create_run("rollouts", run_config)
     console.print(f"run {run_id}", highlight=False)
-    plan = collect_plan(cfg, run_id, env_name, task_ids, samples=samples, temperature=pol_cfg.temperature)
+    plan = collect_plan(cfg, run_id, env_name, task_ids, samples=samples, temperature=pol_cfg.temperature, pol_cfg=pol_cfg, env_turns=env_turns)
     resume = resume_command(run_id, config)
     with run_lease(cfg, run_id, "rollouts collect"):
         if prior is not None:  # recorded under the lease (checked above, before any work)
@@ -115,9 +127,14 @@ def collect_cmd(
         store.set_run_status(run_id, "running")
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
             stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
+            if plan.replay_env_errors:  # played again (agents.rollouts.collect), unless the run's analysis has started
+                stored_keys -= {(e.task_id, e.sample) for e in store.episode_summaries(run_id, env_name) if e.termination == "env_error"}
             pending = sum(key not in stored_keys for key in plan.keys())
             tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
             live = empty_result()  # filled as episodes are stored: the counts survive a stop
+
+            def say_progress(line: str) -> None:  # not on a terminal the bar shows nothing until the end: a line now and then
+                console.print(f"collect: {line}", highlight=False, soft_wrap=True)
 
             def advance(ep) -> None:
                 if ep.final:  # an infrastructure failure or a timeout is not finished: a resume redoes it
@@ -126,7 +143,7 @@ def collect_cmd(
             async def run_and_close() -> CollectResult:
                 try:  # the graph's collect_rollouts plays the same way (gapforge/stages/rollouts.py)
                     return await play_collection(cfg, store, plan, pol_cfg=pol_cfg, policy=lambda: pol, make_env=make_env, families=families,
-                                                 result=live, on_episode=advance)
+                                                 result=live, on_episode=advance, heartbeat=None if console.is_terminal else say_progress)
                 finally:
                     await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
 
@@ -153,11 +170,15 @@ def collect_cmd(
                 raise
         store.set_run_status(run_id, "done" if result.complete else "incomplete")
     elsewhere = f", {result.stored_elsewhere} stored meanwhile by another process" if result.stored_elsewhere else ""
-    console.print(f"{result.ran} episodes ran, {result.skipped} already stored{elsewhere}, {result.planned} planned")
+    replayed = f" ({result.replayed} env_error episodes of an earlier call played again)" if result.replayed else ""
+    console.print(f"{result.ran} episodes ran{replayed}, {result.skipped} already stored{elsewhere}, {result.planned} planned",
+                  highlight=False, soft_wrap=True)
     render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
     deps.close()
-    if warning := timeouts_warning(cfg, result):
+    if warning := timeouts_warning(plan, result):
         err_console.print(escape(f"warning: {warning}: `{resume}` plays them again"), highlight=False, soft_wrap=True)
+    if warning := env_errors_warning(result, resume):
+        err_console.print(escape(f"warning: {warning}"), highlight=False, soft_wrap=True)
     if stop := infra_stop(result, resume=resume):
         raise stop

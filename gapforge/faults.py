@@ -9,16 +9,17 @@ means to the rest of the system:
 | `InputFault` | input | 2 | no | a config file, key or value, a command-line argument, a stage's input (ids, paths, run data) |
 | `EndpointFault` | endpoint | 3 | yes | a model or policy server that does not answer (connection, 429, 5xx, timeout) past its retries |
 | `SandboxFault` | sandbox | 2 | no | Docker or the container: the machine is not set up (a lost container overrides: 3, yes) |
-| `EnvCodeFault` | env | 2 | no | a target or synthetic env's own code (raised, hung, crashed, answered garbage) |
+| `EnvCodeFault` | env | 4 | no | a target or synthetic env's own code (raised, hung, crashed, answered garbage) |
 | `ModelFault` | model | 2 | no | the model's output (malformed after its re-ask) |
 | `StoreFault` | store | 2 | no | the store: its URL, its server, a run id it does not hold |
 | `ResumableStop` | infrastructure | 3 | yes | a stage stopped because an endpoint or the sandbox kept failing; what finished is stored |
 
 `exit_code` is the CLI's: 2 means "fix what the message says", 3 means "the work is resumable:
-run the command again". `infrastructure = True` marks a failure that is nobody's verdict: the
-graph's per-capability guard lets it through (the run stops, resumable) instead of failing the
-capability. A subclass may override both for its own case (a sandbox lost to an outside kill is
-the sandbox's, and resumable). `GapforgeError` itself (exit 1) is gapforge's own installation
+run the command again", 4 means "the env's own code failed: fix the env, then run the command again" (the input
+is fine, the infrastructure is fine: the user's or the generated env's code is what to look at).
+`infrastructure = True` marks a failure that is nobody's verdict: the graph's per-capability guard
+lets it through (the run stops, resumable) instead of failing the capability. A subclass may override
+both for its own case (a sandbox lost to an outside kill is the sandbox's, and resumable). `GapforgeError` itself (exit 1) is gapforge's own installation
 failing (a prompt file missing): a bug to report, not an input to fix.
 
 It lives in gapforge/ (the package everything installs under) but sits below every layer: it
@@ -68,7 +69,7 @@ class EnvCodeFault(GapforgeError):
     """An env's own code failed (a target env's or a generated one's); never the sandbox's or the model's doing."""
 
     boundary = "env"
-    exit_code = 2
+    exit_code = 4
 
 
 class ModelFault(GapforgeError):

@@ -4,7 +4,9 @@
 Episodes are write-once: `put_episode` on a key (run, env, task, sample) that
 is already stored leaves the stored episode untouched and returns its id. Labels
 refer to episodes, so rewriting one after analysis would silently invalidate
-them; a resumed collector uses `episode_keys` to skip what is already done.
+them; a resumed collector uses `episode_keys` to skip what is already done. The one
+exception: before a run's analysis starts, `drop_env_errors` deletes the episodes the
+env's own code failed, so that a resume after the env is fixed plays them again.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
-from sqlalchemy import exc, select
+from sqlalchemy import delete, exc, select
 
 from gapforge.store.engine import StoreBase, unknown_run
 from gapforge.store.errors import StoreError
-from gapforge.store.models import Episode, Run, utcnow
+from gapforge.store.models import AnalysisSplit, Discovery, Episode, LabelCall, Run, utcnow
 from gapforge.store.rows import EpisodeRow, EpisodeSummaryRow, RunRow, to_row
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -200,6 +202,21 @@ class RunQueries(StoreBase):
             where = (Episode.run_id == run_id, Episode.env == env, Episode.task_id == str(task_id), Episode.sample == int(sample))
             found = session.scalars(select(Episode.id).where(*where)).first()
             return None if found is None else int(found)
+
+    def drop_env_errors(self, run_id: str, env: str) -> list[tuple[str, int]]:
+        """Delete the run's `env_error` episodes of `env` (the env's own code failed them: they say nothing about the
+        policy) so that a resumed collection plays them again; their keys, in task order. Nothing once the run's
+        analysis has started (a split, a discovery or a label call stored): from then on its episodes are fixed."""
+        with self._write(run_id) as session:
+            self._require_run(session, run_id)
+            for started in (AnalysisSplit, Discovery, LabelCall):
+                if session.scalars(select(started.id).where(started.run_id == run_id).limit(1)).first() is not None:
+                    return []
+            where = (Episode.run_id == run_id, Episode.env == env, Episode.termination == "env_error")
+            keys = sorted((t, int(s)) for t, s in session.execute(select(Episode.task_id, Episode.sample).where(*where)))
+            if keys:
+                session.execute(delete(Episode).where(*where))
+            return keys
 
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]:
         """(task_id, sample) pairs already stored for this run and env."""

@@ -12,8 +12,10 @@ task set changed since (a changed source file of a user's class only warns) unle
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+from gapforge.agents.config import episode_limit_s
 from gapforge.config import GapforgeConfig
 from gapforge.envs.errors import EnvError
 from gapforge.envs.target_check import TargetFingerprint
@@ -32,15 +34,19 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
             sc.progress("collect_rollouts", f"warning: {warning}")
         tasks = list(cfg.rollouts.tasks or probe.task_ids())
         families = {t: probe.task_family(t) for t in tasks}
+        env_turns = env_turn_limit(probe)
     finally:
         probe.close()
-    plan = collect_plan(cfg, run_id, env_name, tasks)
+    plan = collect_plan(cfg, run_id, env_name, tasks, env_turns=env_turns)
     result = empty_result()
     played = progress_every(sc, "collect_rollouts", "episodes")
     await play_collection(cfg, sc.store, plan, pol_cfg=cfg.policy, policy=sc.deps.base_policy, make_env=make_env, families=families,
                           result=result, on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures)
-                                                                       + len(result.timeouts) + result.stored_elsewhere, result.planned))
-    if warning := timeouts_warning(cfg, result):  # the env's code did not answer in time: left out (not stored), the stage goes on
+                                                                       + len(result.timeouts) + result.stored_elsewhere, result.planned),
+                          heartbeat=lambda line: sc.progress("collect_rollouts", line))
+    if warning := timeouts_warning(plan, result):  # the env's code did not answer in time: left out (not stored), the stage goes on
+        sc.progress("collect_rollouts", f"warning: {warning}")
+    if warning := env_errors_warning(result, f"gapforge run --resume {run_id}"):  # below the failure share: stored, the stage goes on
         sc.progress("collect_rollouts", f"warning: {warning}")
     if stop := infra_stop(result, where="collect_rollouts: "):  # analysis over a partial sample would be biased (agents/infra.py)
         raise stop
@@ -52,13 +58,22 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
 
 
 def collect_plan(cfg: GapforgeConfig, run_id: str, env_name: str, tasks: list[str], *, samples: int | None = None,
-                 temperature: float | None = None) -> Any:
-    """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share."""
+                 temperature: float | None = None, pol_cfg: Any = None, env_turns: int | None = None) -> Any:
+    """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share; a
+    resume plays the env's stored `env_error` episodes again (before the run's analysis starts)."""
     from gapforge.agents.rollouts import CollectPlan
 
     return CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples if samples is None else samples,
                        concurrency=cfg.rollouts.concurrency, max_turns=cfg.rollouts.max_turns, temperature=temperature,
-                       episode_timeout_s=cfg.rollouts.episode_timeout_s, max_env_failure_share=cfg.rollouts.max_env_failure_share)
+                       episode_timeout_s=episode_limit_s(cfg.rollouts, pol_cfg or cfg.policy, cfg.llm, env_turns),
+                       max_env_failure_share=cfg.rollouts.max_env_failure_share,
+                       replay_env_errors=True)
+
+
+def env_turn_limit(probe: Any) -> int | None:
+    """The env's own turn limit (τ²'s `max_turns`), which the episode loop never cuts below; None when it has none."""
+    turns = getattr(probe, "max_turns", None)
+    return turns if isinstance(turns, int) and not isinstance(turns, bool) else None
 
 
 def empty_result() -> Any:
@@ -69,22 +84,45 @@ def empty_result() -> Any:
 
 
 async def play_collection(cfg: GapforgeConfig, store: Any, plan: Any, *, pol_cfg: Any, policy: Any, make_env: Any, families: dict[str, str],
-                          result: Any, on_episode: Any = None) -> Any:
+                          result: Any, on_episode: Any = None, heartbeat: Callable[[str], None] | None = None) -> Any:
     """Play `plan` and store every episode: here (executor.kind local, one process), on local worker processes or on Ray
-    actors (`episode_player`, which builds the policy `pol_cfg` there); `policy()` makes it here only when needed."""
+    actors (`episode_player`, which builds the policy `pol_cfg` there); `policy()` makes it here only when needed.
+    `heartbeat`, when given, gets `result.heartbeat(...)` every `rollouts.heartbeat_s` while episodes run."""
     from gapforge.agents.rollouts import collect
 
-    async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
-        return await collect(plan, make_env=make_env, policy=policy() if player is None else None, sink=store, families=families,
-                             on_episode=on_episode, result=result, player=player)
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(cfg.rollouts.heartbeat_s)
+            heartbeat(result.heartbeat(plan.episode_timeout_s))  # type: ignore[misc]
+
+    beating = asyncio.create_task(beat()) if heartbeat is not None else None
+    try:
+        async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
+            return await collect(plan, make_env=make_env, policy=policy() if player is None else None, sink=store, families=families,
+                                 on_episode=on_episode, result=result, player=player)
+    finally:
+        if beating is not None:
+            beating.cancel()
 
 
-def timeouts_warning(cfg: GapforgeConfig, result: Any) -> str | None:
-    """The line for episodes past `rollouts.episode_timeout_s` in the env's code (left out, not stored), or None."""
+def timeouts_warning(plan: Any, result: Any) -> str | None:
+    """The line for episodes past the plan's time limit in the env's code (left out, not stored), or None."""
     if not result.timeouts:
         return None
-    return (f"{len(result.timeouts)} episode(s) did not finish within rollouts.episode_timeout_s={cfg.rollouts.episode_timeout_s:g} s "
+    return (f"{len(result.timeouts)} episode(s) did not finish within the episode time limit of {plan.episode_timeout_s:g} s "
+            "(rollouts.episode_timeout_s) "
             f"and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})")
+
+
+def env_errors_warning(result: Any, resume: str) -> str | None:
+    """The line for `env_error` episodes stored below the failure share (the env's own code raised: they read as failures
+    but say nothing about the policy), with the first one's task and error, or None."""
+    if not result.env_errors:
+        return None
+    first = result.first_env_error
+    detail = f"; first: {first.task_id}#{first.sample}: {first.error.splitlines()[0][:300]}" if first is not None else ""
+    return (f"{result.env_errors} of {result.planned} episodes ended in env_error (the env's own code raised; they are not the "
+            f"model's failures){detail}: fix the env, then `{resume}` plays them again")
 
 
 def infra_stop(result: Any, *, where: str = "", resume: str | None = None) -> Any:

@@ -9,7 +9,18 @@ from gapforge.agents.rollouts import EnvFailureShare
 from gapforge.executor.processes import WorkerLost
 
 
-@pytest.mark.parametrize("cls", [IncompleteStage, EnvFailureShare, WorkerLost])
+def test_the_env_failure_share_is_the_env_s_stop_with_its_own_exit_code() -> None:
+    """Not an infrastructure stop (3): the env's boundary (4), and the resume line says to fix the env first."""
+    stop = EnvFailureShare("env 'x.py:Desk' failed 9 of the 13 planned episodes (env_error=9)")
+    assert stop.exit_code == 4 and stop.boundary == "env" and not stop.infrastructure
+    told = stop.with_resume("gapforge rollouts collect --run r1")
+    assert type(told) is EnvFailureShare and told.resume == "gapforge rollouts collect --run r1"
+    assert str(told) == ("env 'x.py:Desk' failed 9 of the 13 planned episodes (env_error=9): fix the env's code, then "
+                         "`gapforge rollouts collect --run r1` plays the failed and unplayed episodes again")
+    assert str(stop).endswith(": fix the env's code, then resume (the failed and unplayed episodes are played again)")
+
+
+@pytest.mark.parametrize("cls", [IncompleteStage, WorkerLost])
 def test_with_resume_keeps_the_stop_s_class_and_says_how_to_resume(cls: type[IncompleteStage]) -> None:
     stop = cls("collect_rollouts: 2 of 8 episodes ended in infrastructure failures")
     told = stop.with_resume("gapforge rollouts collect --resume r1")

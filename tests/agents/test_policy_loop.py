@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import ToolMessage
@@ -14,7 +16,7 @@ from gapforge.agents.llm import ScriptedChatModel, make_chat_model
 from gapforge.agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
 from gapforge.config import EndpointConfig
 from gapforge.envs.errors import EnvError
-from gapforge.envs.protocol import Message, PolicyModel, ToolCall
+from gapforge.envs.protocol import Message, PolicyModel, Score, ToolCall
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 
@@ -86,7 +88,8 @@ async def test_malformed_tool_call_ends_the_episode_with_the_raw_output() -> Non
 async def test_env_raising_in_step_is_recorded_as_env_error() -> None:
     ep = await run_episode(scripted_policy([call("read_code"), call("explode")]), LockerEnv(), "easy")
     assert ep.termination == "env_error"
-    assert ep.error == "env.step failed: RuntimeError: the locker room caught fire"
+    # the env's own file:line, where the user looks first
+    assert ep.error == f"env.step failed: RuntimeError: the locker room caught fire (at {LOCKER_FILE}:{line_of('the locker room caught fire')})"
     assert ep.turns == 2 and ep.reward == 0.5
 
 
@@ -94,8 +97,44 @@ async def test_failing_score_is_an_env_error_with_the_reason() -> None:
     ep = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), LockerEnv(fail_score=True), "easy")
     assert ep.termination == "env_error"  # the env's boundary, not a 0-reward verdict on the model
     assert (ep.reward, ep.success) == (0.0, False)
-    assert ep.score_info == {"score_error": "ValueError: score table missing"}
+    assert ep.score_info == {"score_error": f"ValueError: score table missing (at {LOCKER_FILE}:{line_of('score table missing')})"}
     assert "env.score failed" in ep.error
+
+
+class OverScoringLocker(LockerEnv):
+    """Scores a reward above 1: the protocol's Score refuses it in the env's own `score`."""
+
+    def score(self) -> Score:
+        return Score(reward=2.0, success=True)
+
+
+class ResetFails(LockerEnv):
+    """`reset` raises; counts the `score` calls that follow."""
+
+    scored = 0
+
+    def reset(self, task):
+        raise KeyError("patients table")
+
+    def score(self) -> Score:
+        type(self).scored += 1
+        return super().score()
+
+
+async def test_a_score_the_protocol_refuses_names_the_field_the_limit_and_the_line() -> None:
+    ep = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), OverScoringLocker(), "easy")
+    assert ep.termination == "env_error"
+    detail = ep.score_info["score_error"]
+    # the validation's point, not pydantic's "1 validation error for Score" header
+    assert detail.startswith("ValidationError: Score: reward: Input should be less than or equal to 1 (got 2.0)"), detail
+    assert detail.endswith(f"(at {__file__}:{line_of('return Score(reward=2.0, success=True)', __file__)})")
+
+
+async def test_a_reset_that_raises_is_not_scored() -> None:
+    ep = await run_episode(scripted_policy([]), ResetFails(), "easy")
+    assert ep.termination == "env_error" and ep.turns == 0
+    assert ResetFails.scored == 0 and "env.score" not in ep.error and "score_error" not in ep.score_info
+    assert ep.error.startswith("env.reset failed: KeyError: 'patients table' (at ")
 
 
 async def test_unknown_task_propagates_as_env_error() -> None:
@@ -106,6 +145,15 @@ async def test_unknown_task_propagates_as_env_error() -> None:
 async def test_scripted_policy_out_of_answers_is_a_user_error() -> None:
     with pytest.raises(ModelError, match="ran out of answers for prompt 'policy'"):
         await run_episode(scripted_policy([call("read_code")]), LockerEnv(), "easy")
+
+
+LOCKER_FILE = sys.modules[LockerEnv.__module__].__file__
+
+
+def line_of(text: str, path: str | None = None) -> int:
+    """The 1-based line of `path` (default: locker_env.py) that holds `text`."""
+    lines = Path(path or LOCKER_FILE).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def test_message_conversion_round_trip() -> None:

@@ -162,7 +162,7 @@ def test_the_cli_prints_each_boundary_as_one_line_with_its_exit_code(error: Gapf
     probe = typer.Typer()
     probe.command()(command)
     res = CliRunner().invoke(probe, [])
-    assert res.exit_code == type(error).exit_code == (3 if type(error).infrastructure else 2)
+    assert res.exit_code == type(error).exit_code == (3 if type(error).infrastructure else 4 if isinstance(error, EnvCodeFault) else 2)
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert lines == ["error: " + str(error).splitlines()[0]], res.output
 
