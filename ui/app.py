@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
-from jinja2 import ChainableUndefined, Environment, PackageLoader
+from jinja2 import ChainableUndefined, Environment, FileSystemLoader
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
@@ -33,7 +33,9 @@ from gapforge.ui.links import LINKS
 from gapforge.ui.sources import Sources, UiSettings
 
 log = logging.getLogger("gapforge.ui")
+# resources beside this module: the same files from a checkout, an editable install or a wheel, whatever the working directory
 STATIC = Path(__file__).parent / "static"
+TEMPLATES = Path(__file__).parent / "templates"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")  # fmt: skip
 
@@ -43,7 +45,7 @@ class NotFound(InputFault):
 
 
 def _templates() -> Environment:
-    env = Environment(loader=PackageLoader("ui", "templates"), autoescape=True, undefined=ChainableUndefined,
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=ChainableUndefined,
                       trim_blocks=True, lstrip_blocks=True)  # fmt: skip
     env.filters.update(FILTERS)
     env.globals.update(GLOBALS)

@@ -25,7 +25,6 @@ from tests.ui.conftest import Lineage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no headless Chromium here: apt-get install chromium chromium-driver")
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[dev]'")
@@ -51,8 +50,10 @@ def served(lineage: Lineage, tmp_path: Path) -> Iterator[tuple[str, Lineage]]:
     config.write_text(yaml.safe_dump({**yaml.safe_load(lineage.config.read_text()), "workspace": str(ws)}))
     copy = Lineage(config, ws, lineage.run_id)
     port = _free_port()
+    # started outside the checkout, as a user starts it: from the root, `-m` puts it on sys.path, where its top-level
+    # folders import under their own names and would hide code that asks for one of them instead of gapforge.<folder>
     proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "ui", "--config", str(config), "--port", str(port), "--refresh", "0.3"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while True:
