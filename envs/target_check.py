@@ -3,7 +3,9 @@
 
 `check_target` runs once per process per spec (envs.registry.make_env calls it on a user's env): every method of
 `TargetEnvironment` present with a signature the loop can call, at least one task, `task_family` answering for
-every task, and `tools()` a list of OpenAI function schemas. Each failure is one `EnvError` line naming the fix.
+every task, and `tools()` a list of OpenAI function schemas whose `parameters` are valid JSON Schema (checked against
+the meta-schema by the `jsonschema` library: `parameters_problem`, which sandbox/checks/schemas.py also uses) with
+every `required` name a property. Each failure is one `EnvError` line naming the tool and the fix.
 
 A run stores `TargetFingerprint`: hashes of the tool schemas and of the (task id, family) set, and for a user's
 class the SHA-256 of the file that defines it. `compare` says whether a resumed run may go on: changed tools or
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +32,7 @@ METHODS: dict[str, tuple[int, str]] = {
     "close": (0, "close()"), "task_ids": (0, "task_ids()"), "task_family": (1, "task_family(task_id)"),
 }  # fmt: skip
 FIX = "see gapforge.protocol.TargetEnvironment and docs/your-agent.md"
+BUILD = "build each tool with gapforge.protocol.tool_schema"
 
 
 def _callable_with(fn: Any, n: int) -> bool:
@@ -41,21 +45,65 @@ def _callable_with(fn: Any, n: int) -> bool:
     return True
 
 
-def _schema_problem(tool: Any) -> str | None:
+def _meta_schema_problem(schema: dict[str, Any]) -> str | None:
+    """The first thing (by jsonschema's `best_match`) that makes `schema` invalid against the JSON Schema meta-schema
+    of the draft its `$schema` names, else draft 2020-12 (what pydantic writes; OpenAI function tools take JSON Schema)."""
+    from jsonschema import Draft202012Validator  # here: ~80 ms to import, paid only by a check
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    with warnings.catch_warnings():  # an unknown `$schema` URI: jsonschema warns and uses the default draft
+        warnings.simplefilter("ignore", DeprecationWarning)
+        cls = validator_for(schema, default=Draft202012Validator)
+    error = best_match(cls(cls.META_SCHEMA, format_checker=cls.FORMAT_CHECKER).iter_errors(schema))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path)
+    message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
+    return f"{where}: {message}" if where else message
+
+
+def _required_problem(schema: Any, where: str = "") -> str | None:
+    """A `required` name that is not among the `properties` beside it (at the top or in a nested object schema)."""
+    if not isinstance(schema, dict):
+        return None
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required")
+    if isinstance(required, list):
+        missing = [r for r in required if r not in props]
+        if missing:
+            names = ", ".join(repr(r) for r in missing)
+            return f"{where}required names {names}, which {'is not a property' if len(missing) == 1 else 'are not properties'}"
+    nested = [(f"{where}properties.{k}.", sub) for k, sub in props.items()]
+    if isinstance(schema.get("items"), dict):
+        nested.append((f"{where}items.", schema["items"]))
+    return next((p for w, sub in nested if (p := _required_problem(sub, w))), None)
+
+
+def parameters_problem(params: Any) -> str | None:
+    """What is wrong with a tool's `parameters` (one phrase, without the tool's name), or None: not an object schema,
+    not valid JSON Schema (`properties.amount: 5 is not of type 'object', 'boolean'`), or a `required` name that
+    names no property (`required names 'x', which is not a property`)."""
+    if not isinstance(params, dict) or params.get("type") != "object":
+        return "must be a JSON schema with type 'object'"
+    return _meta_schema_problem(params) or _required_problem(params)
+
+
+def _schema_problem(i: int, tool: Any) -> str | None:
     if not isinstance(tool, dict):
-        return f"is a {type(tool).__name__}, not a dict"
+        return f"tools()[{i}] is a {type(tool).__name__}, not a dict: {BUILD}"
     fn = tool.get("function")
     if tool.get("type") != "function" or not isinstance(fn, dict):
-        return "lacks type='function' and a 'function' mapping"
+        return f"tools()[{i}] lacks type='function' and a 'function' mapping: {BUILD}"
     if not isinstance(fn.get("name"), str) or not fn["name"]:
-        return "has no function.name"
-    params = fn.get("parameters", {"type": "object"})
-    if not isinstance(params, dict) or params.get("type") != "object":
-        return f"'{fn['name']}': function.parameters must be a JSON schema with type 'object'"
+        return f"tools()[{i}] has no function.name: {BUILD}"
+    problem = parameters_problem(fn.get("parameters", {"type": "object"}))
+    if problem:
+        return f"tool '{fn['name']}' parameters: {problem}: fix its JSON Schema ({BUILD})"
     try:
         json.dumps(tool)
     except (TypeError, ValueError):
-        return f"'{fn['name']}' is not JSON-serialisable"
+        return f"tool '{fn['name']}' is not JSON-serialisable: {BUILD}"
     return None
 
 
@@ -94,9 +142,9 @@ def check_target(env: Any, spec: str) -> None:
         raise EnvError(f"env '{spec}': {cls}.tools() returned a {type(tools).__name__}: return a list of OpenAI function schemas (tool_schema builds one)")
     names: set[str] = set()
     for i, tool in enumerate(tools):
-        problem = _schema_problem(tool)
+        problem = _schema_problem(i, tool)
         if problem:
-            raise EnvError(f"env '{spec}': tools()[{i}] {problem}: build each tool with gapforge.protocol.tool_schema")
+            raise EnvError(f"env '{spec}': {problem}")
         name = tool["function"]["name"]
         if name in names:
             raise EnvError(f"env '{spec}': two tools are named '{name}': give each tool its own name")

@@ -1,5 +1,6 @@
-"""Structural checks of OpenAI function-tool schemas, fidelity against a target
-env's tools, and schema-valid random arguments for the random-tool policy."""
+"""Structural checks of OpenAI function-tool schemas (then, when those find nothing, the JSON Schema meta-schema
+through `jsonschema`: envs/target_check.py `parameters_problem`; this module runs in the validating process, never in
+the sandbox), fidelity against a target env's tools, and schema-valid random arguments for the random-tool policy."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import random
 import re
 from typing import Any
+
+from gapforge.envs.target_check import parameters_problem
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object", "null"}
@@ -50,6 +53,8 @@ def _parameters_problems(params: Any) -> list[str]:
         out.append("parameters.required must be a list of parameter names")
     else:
         out.extend(f"required parameter '{r}' is not in properties" for r in required if r not in props)
+    if not out and (problem := parameters_problem(params)):  # what the structural checks above do not look at
+        out.append(f"parameters: {problem}")
     return out
 
 
