@@ -3,7 +3,8 @@ run in the sandbox. Prints a table and writes the JSON report; exit 0 only when
 every required check passes, 1 when one failed, 2 for bad input, 3 when the sandbox
 or the policy endpoint kept failing past its retries (the report is still written,
 marked incomplete; nothing is blamed on the env). Sandboxes lost and recovered on
-the way are listed under the table and in the JSON (`sandbox_faults`)."""
+the way are listed under the table and in the JSON (`sandbox_faults`). `gapforge env check SPEC`
+(a target env's reward floors and gold ceiling) is gapforge/cli_env_check.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import typer
 from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, err_console, get_config, handle_errors
+from gapforge.cli_env_check import register_check
 from gapforge.config import GapforgeConfig
 from gapforge.errors import UsageError
 from gapforge.wiring import build_deps
@@ -22,7 +24,8 @@ from gapforge.wiring import build_deps
 if TYPE_CHECKING:
     from gapforge.agents.selftest import ValidationOutcome
 
-app = typer.Typer(no_args_is_help=True, help="Synthetic environments: self-test a generated env module, show a synthesized one.")
+app = typer.Typer(no_args_is_help=True, help="Environments: check a target's reward, self-test a generated env module, show a synthesized one.")
+register_check(app)  # `env check SPEC` (gapforge/cli_env_check.py)
 
 _STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[yellow]SKIP[/]", "INCOMPLETE": "[bold yellow]INCOMPLETE[/]"}
 

@@ -33,16 +33,22 @@ def usable_tools(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]
     return {t["function"]["name"]: t["function"] for t in tools or [] if not schema_problems([t])}
 
 
+def random_call(tools: dict[str, dict[str, Any]], rng: random.Random, conversation: list[Message]) -> dict[str, Any]:
+    """One random tool call as an action {"tool", "arguments"}: a tool of `tools` (non-empty, usable_tools) drawn by `rng`,
+    schema-valid random arguments, strings partly taken from the conversation's words (the random-tool policy's move;
+    `gapforge env check` plays it on a target too)."""
+    fn = tools[rng.choice(sorted(tools))]
+    return {"tool": fn["name"], "arguments": random_args(fn.get("parameters") or {}, rng, _words(conversation))}
+
+
 def play_random(probe: Probe, seed: int, tools: dict[str, dict[str, Any]], calls: int) -> float:
     """Seeded random tool calls with schema-valid random arguments, then a closing text; the reward."""
     env = probe.env()
     rng = random.Random(f"random-tool:{seed}")
     conversation = list(probe.guard("reset", seed, env.reset, seed))
-    names = sorted(tools)
     done = False
-    for i in range(calls if names else 0):
-        fn = tools[rng.choice(names)]
-        action = {"tool": fn["name"], "arguments": random_args(fn.get("parameters") or {}, rng, _words(conversation))}
+    for i in range(calls if tools else 0):
+        action = random_call(tools, rng, conversation)
         result = probe.guard("step", seed, env.step, action_message(action, f"rnd_{seed}_{i}"))
         conversation.extend(result.messages)
         if done := result.done:
