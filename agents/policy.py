@@ -5,7 +5,9 @@ imports no LangChain; it is re-exported here for existing callers.
 
 `ChatModelPolicy` implements envs.protocol.PolicyModel over any LangChain chat
 model (agents.llm.make_chat_model, ScriptedChatModel, ...). Scripted answers for
-it are keyed by its `prompt_name` (default "policy").
+it are keyed by its `prompt_name` (default "policy"): one list shared by every
+episode, and/or per-task scripts under `tasks:` (agents/scripted.py); a script
+with neither is refused when the policy is made.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from gapforge.agents.episode import EpisodeRecord, Termination, run_episode
 from gapforge.agents.errors import ModelEndpointError, ModelError
 from gapforge.agents.llm import is_transient, prompt_config
+from gapforge.agents.scripted import TASKS_KEY, ScriptedChatModel
 from gapforge.envs.errors import EndpointError, MalformedOutputError, PolicyError
 from gapforge.envs.protocol import Message, ToolCall
 
@@ -67,6 +70,9 @@ class ChatModelPolicy:
     """envs.protocol.PolicyModel over a LangChain chat model (tools bound per call)."""
 
     def __init__(self, chat_model: BaseChatModel, name: str, *, prompt_name: str = "policy") -> None:
+        if isinstance(chat_model, ScriptedChatModel) and not chat_model.answers_prompt(prompt_name):
+            raise ModelError(f"scripted policy answers {chat_model.source} hold neither a '{prompt_name}:' list nor '{TASKS_KEY}:' "
+                             f"scripts (found: {', '.join(sorted(chat_model.answers)) or 'nothing'}): add one (docs/your-agent.md §4)")
         self.chat_model = chat_model
         self.name = name
         self.prompt_name = prompt_name

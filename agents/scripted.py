@@ -22,6 +22,20 @@ An answer is a string (plain text), an AIMessage, a callable rule, or a mapping:
                                                  # a string = raw JSON (may be broken)
 
 Files are YAML or JSON with the prompt names at the top level (`from_file`).
+
+Per-task scripts (a scripted policy): the reserved top-level key `tasks` maps task ids to a list
+or `{repeat: answer}`, answering the prompt `task_prompt` ("policy") in the episodes of that task:
+
+    tasks:
+      refund-001: [{tool_calls: [{name: refund_invoice, arguments: {invoice_id: INV-7}}]}, "Refunded."]
+    policy: {repeat: "Sorry, I cannot help with that."}   # the shared answers: every other task
+
+The current episode is `gapforge.envs.sampling.episode_key` ("<task>#<sample>", set by whoever
+plays the episode). Each episode of a listed task starts at the head of its task's list, so
+sample k replays the same script: its n-th policy call gets the n-th answer. A task without a
+script, and a call outside any episode, take the shared list under the prompt's own name, which
+all of them consume together in the order the calls arrive (with concurrent episodes: whichever
+asks first).
 """
 
 from __future__ import annotations
@@ -40,26 +54,33 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from gapforge.agents.errors import ModelError
+from gapforge.envs.sampling import episode_key
 
 PROMPT_NAME_KEY = "prompt_name"
+TASKS_KEY = "tasks"  # the reserved top-level key of per-task scripts
 
 Rule = Callable[[list[BaseMessage], list[dict[str, Any]]], Any]
 
 
 class ScriptedToolCall(BaseModel):
+    """One tool call of a scripted answer."""
+
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
-    id: str | None = None
+    name: str = Field(description="the tool's name, as the env's tools() give it")
+    arguments: dict[str, Any] | str = Field(default_factory=dict, description="the arguments; a string is raw JSON, sent as is (may be broken)")
+    id: str | None = Field(None, description="the call id; made up when left out")
 
 
 class ScriptedAnswer(BaseModel):
+    """One recorded answer as a mapping (a plain string is the same as `content:` alone)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    content: str = ""
-    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
-    structured: dict[str, Any] | str | None = None
+    content: str = Field("", description="the assistant's text")
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list, description="tool calls, in order")
+    structured: dict[str, Any] | str | None = Field(
+        None, description="the object a structured call asks for (the analyst's answers); a string is raw JSON (may be broken)")
 
 
 def _answer(spec: Any, where: str) -> ScriptedAnswer | AIMessage | Rule:
@@ -77,28 +98,40 @@ def _answer(spec: Any, where: str) -> ScriptedAnswer | AIMessage | Rule:
     raise ModelError(f"scripted answer {where}: expected text, a mapping or a rule, got {type(spec).__name__}")
 
 
+def _entry(entry: Any, where: str) -> list[Any] | tuple[str, Any]:
+    """One script: a list of answers, ("repeat", answer) or ("rule", callable)."""
+    if isinstance(entry, list):
+        return [_answer(a, f"#{i} {where}") for i, a in enumerate(entry)]
+    if isinstance(entry, dict) and set(entry) == {"repeat"}:
+        return ("repeat", _answer(entry["repeat"], where))
+    if callable(entry):
+        return ("rule", entry)
+    raise ModelError(f"scripted answers {where}: expected a list, {{repeat: answer}} or a rule")
+
+
 class ScriptedChatModel(BaseChatModel):
     """Recorded answers keyed by prompt name; see the module docstring for the format."""
 
     answers: dict[str, Any] = Field(default_factory=dict)
     default_prompt: str | None = None
     source: str = "<dict>"
+    task_prompt: str = "policy"  # the prompt that the per-task scripts under `tasks` answer
 
     _script: dict[str, list[Any] | tuple[str, Any]] = PrivateAttr(default_factory=dict)
-    _used: dict[str, int] = PrivateAttr(default_factory=dict)
+    _tasks: dict[str, list[Any] | tuple[str, Any]] = PrivateAttr(default_factory=dict)
+    _used: dict[str, int] = PrivateAttr(default_factory=dict)  # position in each shared list
+    _given: dict[str, int] = PrivateAttr(default_factory=dict)  # answers given per prompt, per-task ones included
+    _episode_used: dict[str, int] = PrivateAttr(default_factory=dict)  # position in its task's script, per episode key
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def model_post_init(self, context: Any) -> None:
         for name, entry in self.answers.items():
-            where = f"for prompt '{name}' in {self.source}"
-            if isinstance(entry, list):
-                self._script[name] = [_answer(a, f"#{i} {where}") for i, a in enumerate(entry)]
-            elif isinstance(entry, dict) and set(entry) == {"repeat"}:
-                self._script[name] = ("repeat", _answer(entry["repeat"], where))
-            elif callable(entry):
-                self._script[name] = ("rule", entry)
+            if name == TASKS_KEY:
+                if not isinstance(entry, dict):
+                    raise ModelError(f"scripted answers in {self.source}: '{TASKS_KEY}' must map task ids to answer lists")
+                self._tasks = {str(t): _entry(e, f"for task '{t}' in {self.source}") for t, e in entry.items()}
             else:
-                raise ModelError(f"scripted answers {where}: expected a list, {{repeat: answer}} or a rule")
+                self._script[name] = _entry(entry, f"for prompt '{name}' in {self.source}")
 
     @classmethod
     def from_dict(cls, answers: dict[str, Any], *, default_prompt: str | None = None, source: str = "<dict>") -> "ScriptedChatModel":
@@ -122,8 +155,20 @@ class ScriptedChatModel(BaseChatModel):
         return "gapforge-scripted"
 
     def used(self, prompt_name: str) -> int:
-        """How many answers were given for `prompt_name` so far."""
-        return self._used.get(prompt_name, 0)
+        """How many answers were given for `prompt_name` so far (per-task answers included)."""
+        return self._given.get(prompt_name, 0)
+
+    def answers_prompt(self, prompt_name: str) -> bool:
+        """Whether the script holds answers for `prompt_name`: its own entry, or per-task scripts for `task_prompt`."""
+        return prompt_name in self._script or (prompt_name == self.task_prompt and bool(self._tasks))
+
+    def task_script(self, name: str) -> tuple[str, list[Any] | tuple[str, Any]] | None:
+        """(episode key, the task's script) when prompt `name` is asked inside an episode whose task has a script."""
+        key = episode_key.get()
+        if name != self.task_prompt or not self._tasks or not key or "#" not in key:
+            return None
+        entry = self._tasks.get(key.rpartition("#")[0])
+        return (key, entry) if entry is not None else None
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable[Any, AIMessage]:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], tool_choice=tool_choice, **kwargs)
@@ -139,17 +184,24 @@ class ScriptedChatModel(BaseChatModel):
         return name
 
     def _next(self, name: str, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> Any:
-        if name not in self._script:
+        own = self.task_script(name)
+        if own is None and name not in self._script:
             known = ", ".join(sorted(self._script)) or "none"
+            if name == self.task_prompt and self._tasks:
+                raise ModelError(f"scripted answers in {self.source} have no script for the task of episode '{episode_key.get()}' "
+                                 f"and no shared '{name}' list: add the task under '{TASKS_KEY}', or a '{name}' list")
             raise ModelError(f"scripted model has no answers for prompt '{name}' (known: {known}); add them to {self.source}")
-        entry = self._script[name]
+        entry = own[1] if own is not None else self._script[name]
+        counts, count_key = (self._episode_used, own[0]) if own is not None else (self._used, name)
         with self._lock:
-            n = self._used.get(name, 0)
+            if own is not None and not any(isinstance(m, AIMessage) for m in messages):
+                counts[count_key] = 0  # the episode's first call: a replay of the same episode starts over
+            n = counts.get(count_key, 0)
             if isinstance(entry, list) and n >= len(entry):
-                raise ModelError(
-                    f"scripted model ran out of answers for prompt '{name}' after {n}; add more to {self.source}"
-                )
-            self._used[name] = n + 1
+                where = f"task '{own[0].rpartition('#')[0]}' (episode '{own[0]}')" if own is not None else f"prompt '{name}'"
+                raise ModelError(f"scripted model ran out of answers for {where} after {n}; add more to {self.source}")
+            counts[count_key] = n + 1
+            self._given[name] = self._given.get(name, 0) + 1
         spec = entry[n] if isinstance(entry, list) else entry[1]
         while callable(spec) and not isinstance(spec, (ScriptedAnswer, AIMessage)):
             spec = _answer(spec(messages, tools), f"from the rule for prompt '{name}'")

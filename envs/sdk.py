@@ -87,7 +87,7 @@ _SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 _RUNTIME_NAMES = frozenset(
     "tools reset step score solution scenario_for metadata generate user_reply reward "
-    "system_prompt called tool_specs".split()
+    "system_prompt called calls_to tool_specs check_definition".split()
 )
 _MARK = "__sdk_tool__"
 
@@ -421,14 +421,15 @@ class SyntheticEnv:
 
     # ------------------------------------------------------- helpers for authors
 
-    def calls_to(self, name: str, **arguments: Any) -> list[dict]:
-        """Successful calls of tool `name` whose arguments include the given values."""
-        return [c for c in self.calls if c["ok"] and c["name"] == name
+    def calls_to(self, tool: str, /, **arguments: Any) -> list[dict]:
+        """Successful calls of `tool` whose arguments include the given values. The tool name is positional-only,
+        so any argument name can be matched, `name` and `tool` included: `calls_to("rename", name="x")`."""
+        return [c for c in self.calls if c["ok"] and c["name"] == tool
                 and all(c["arguments"].get(k) == v for k, v in arguments.items())]
 
-    def called(self, name: str, **arguments: Any) -> bool:
-        """Whether tool `name` succeeded at least once with (at least) these argument values."""
-        return bool(self.calls_to(name, **arguments))
+    def called(self, tool: str, /, **arguments: Any) -> bool:
+        """Whether `tool` succeeded at least once with (at least) these argument values (`tool` positional-only)."""
+        return bool(self.calls_to(tool, **arguments))
 
     # ------------------------------------------------------------- runtime API
 

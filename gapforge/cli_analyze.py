@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -60,6 +61,25 @@ def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> 
     fig.savefig(path, format="png", bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def failure_lines(calls: list[Any], limit: int = 3, width: int = 300) -> list[str]:
+    """Why labeling failed: the first `limit` distinct errors of failed label calls (stored in `label_calls.error`), one
+    line each with the first episode and pass that met it and how many more did."""
+    first: dict[str, Any] = {}
+    seen: dict[str, int] = {}
+    for c in calls:
+        text = " ".join((c.error or "no error recorded").split())
+        text = text if len(text) <= width else text[: width - 3] + "..."
+        first.setdefault(text, c)
+        seen[text] = seen.get(text, 0) + 1
+    lines = []
+    for text, c in list(first.items())[:limit]:
+        more = f" (and {seen[text] - 1} more with this error)" if seen[text] > 1 else ""
+        lines.append(f"episode {c.episode_id}, pass {c.pass_index}: {text}{more}")
+    if len(first) > limit:
+        lines.append(f"... {len(first) - limit} more distinct error(s)")
+    return lines
 
 
 def _show(store: Any, run: str, capability: str) -> None:
@@ -142,10 +162,13 @@ def analyze(
 
     with open_store(cfg) as store:
         current = {(p.pass_index, p.dictionary_hash) for p in report.passes}
-        at_endpoint = sum(1 for c in store.label_calls(run, status="failed") if c.boundary == "endpoint" and (c.pass_index, c.dictionary_hash) in current)
+        failed = [c for c in store.label_calls(run, status="failed") if (c.pass_index, c.dictionary_hash) in current]
+    at_endpoint = sum(1 for c in failed if c.boundary == "endpoint")
     if failures and failures > at_endpoint:
         console.print(f"[yellow]labeling failures: {failures - at_endpoint} (episode x pass) of the model's output, left out of the rates; "
                       "re-ask with --retry-failed")
+        for line in failure_lines([c for c in failed if c.boundary != "endpoint"]):
+            console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     path = plot or cfg.workspace / "reports" / run / "analysis.png"
     console.print(f"plot: {plot_gap_coverage(rows, cfg.analysis.delta, cfg.analysis.rho, path)}")
     console.print(

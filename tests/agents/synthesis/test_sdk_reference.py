@@ -1,7 +1,8 @@
-"""The SDK reference in the generator prompt documents exactly envs/sdk.py's public API."""
+"""The SDK reference in the generator prompt documents exactly envs/sdk.py's public API, the helpers' signatures included."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 from gapforge.envs import sdk
@@ -35,3 +36,22 @@ def test_class_names_are_the_public_api_of_synthetic_env() -> None:
                      "Runtime API (used by the sandbox, validators and trainers; do not override)")
     assert doc - public == set(), f"documented but not in envs/sdk.py: {sorted(doc - public)}"
     assert public - doc == set(), f"in envs/sdk.py but not documented: {sorted(public - doc)}"
+
+
+def _spelled(fn) -> str:
+    """`name(a, /, **kw)`: a method's parameters after self as the reference spells them (no annotations)."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    parts: list[str] = []
+    for i, p in enumerate(params):
+        parts.append(f"**{p.name}" if p.kind is p.VAR_KEYWORD else p.name)
+        if p.kind is p.POSITIONAL_ONLY and (i + 1 == len(params) or params[i + 1].kind is not p.POSITIONAL_ONLY):
+            parts.append("/")
+    return f"{fn.__name__}({', '.join(parts)})"
+
+
+def test_the_helpers_signatures_are_the_codes() -> None:
+    """`called` / `calls_to` take the tool's name positional-only, so a tool argument called `name` can be matched."""
+    text = sections()["Helpers and state for your code"]
+    for helper in (sdk.SyntheticEnv.calls_to, sdk.SyntheticEnv.called):
+        assert f"- `{_spelled(helper)}`" in text, f"the reference spells {helper.__name__} differently from envs/sdk.py"
+    assert _spelled(sdk.SyntheticEnv.called) == "called(tool, /, **arguments)"
