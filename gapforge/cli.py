@@ -52,7 +52,8 @@ def _register_groups() -> None:
         ("gapforge.cli_synthesize", ""),
         ("gapforge.cli_train", ""),  # `train RUN`
         ("gapforge.cli_adapters", ""),  # `adapters RUN`
-        ("gapforge.cli_run", ""),  # run, runs, state, history, fork, review
+        ("gapforge.cli_run", ""),  # run, runs, state, history, fork
+        ("gapforge.cli_review", ""),  # review
         ("gapforge.cli_ui", ""),  # `ui`: the read-only web viewer
     ):
         try:

@@ -1,5 +1,6 @@
 """`gapforge rollouts tasks ENV` (an env's task ids and families) and `gapforge rollouts show RUN [--episode ID]`
-(a run's episodes and summary, or one trajectory); read-only, no lease."""
+(a run's episodes and summary, or one trajectory); read-only, no lease. Piped or redirected, the tables print at their
+full width: every value whole."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from gapforge.cli_common import (
     get_config,
     handle_errors,
 )
+from gapforge.run_inspect import print_whole
 from gapforge.wiring import make_target_env_factory, open_store
+
+NUMBERS = ("id", "sample", "reward", "success", "turns")  # the episode table's columns that are numbers (or yes / no)
 
 
 def register_show(app: typer.Typer) -> None:
@@ -31,10 +35,10 @@ def render_summary(summary: RolloutSummary) -> None:
     """Print a `agents.rollouts.RolloutSummary` as a table and a terminations line."""
     table = Table(title=f"run {summary.run_id}: {summary.episodes} episodes")
     for col in ("family", "episodes", "pass rate", "mean reward", "mean turns"):
-        table.add_column(col, justify="left" if col == "family" else "right")
+        table.add_column(col, justify="left" if col == "family" else "right", overflow="fold", no_wrap=col != "family")
     for f in summary.families:
         table.add_row(f.family, str(f.episodes), f"{f.pass_rate:.1%}", f"{f.mean_reward:.3f}", f"{f.mean_turns:.1f}")
-    console.print(table)
+    print_whole(console, table)
     console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in summary.terminations.most_common()), highlight=False)
 
 
@@ -67,11 +71,12 @@ def show_cmd(
             console.print(f"target: {describe(target)}", highlight=False, markup=False)
         table = Table(title=f"run {run}")
         for col in ("id", "env", "task", "sample", "family", "reward", "success", "turns", "termination"):
-            table.add_column(col, no_wrap=col in ("env", "task"))
+            # numbers never wrap; on a narrow terminal the names wrap (never an ellipsis); piped, nothing wraps
+            table.add_column(col, no_wrap=col in NUMBERS, overflow="fold")
         for r in store.episode_summaries(run):
             table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no",
                           str(r.turns), r.termination)
-        console.print(table)
+        print_whole(console, table)
         render_summary(rollout_summary(store, run, None))
         return
     ep = store.get_episode(episode)

@@ -1,4 +1,4 @@
-"""`gapforge run / runs / state / history / fork / review`: the self-improvement graph.
+"""`gapforge run / runs / state / history / fork`: the self-improvement graph (`review`: gapforge/cli_review.py).
 
 Rendering only: the run lifecycle lives in gapforge/run_session.py, the graph
 and its inspection in graph/.
@@ -6,6 +6,7 @@ and its inspection in graph/.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
@@ -28,7 +29,7 @@ app = typer.Typer(help="The self-improvement graph: run, inspect, time-travel.")
 
 
 def register(root: typer.Typer) -> None:
-    """Attach run, runs, state, history, fork and review as top-level commands."""
+    """Attach run, runs, state, history and fork as top-level commands (review: gapforge/cli_review.py)."""
     root.add_typer(app)
 
 
@@ -40,11 +41,27 @@ def run_cmd(
     review: Annotated[bool, typer.Option("--review", help="pause after select for `gapforge review RUN`")] = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue this run from its last checkpoint")] = None,
     allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --resume: go on although the env's tools or tasks changed")] = False,
+    env: Annotated[str | None, typer.Option("--env", help="the target (rollouts.env): shop | tau2:<domain> | toolsandbox[:category] | "
+                                            "mcp:FILE.yaml | package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="the base policy: a local model dir, or an endpoint URL (its weights in "
+                                               "policy.local_path)")] = None,
 ) -> None:
-    """Run the whole TRACE loop as one checkpointed graph (or --resume one)."""
-    cfg = get_config(config, set_)
-    store = store_of(cfg)
+    """Run the whole TRACE loop as one checkpointed graph (or --resume one).
+
+    Before anything is stored, every check that needs no episode runs (gapforge/preflight.py): the config, the target
+    env, the policy's weights and endpoint, and the LLM roles (a key and a server, or recordings for this env)."""
+    if resume and (env or policy):
+        raise UsageError("--env and --policy start a new run; a resumed run keeps the env and policy it was started with")
+    overrides = list(set_ or [])
+    if env is not None:
+        overrides.append(f"rollouts.env={json.dumps(env)}")  # a JSON string is YAML: the spec stays the exact string given
+    cfg = get_config(config, overrides)
+    if policy is not None:
+        from gapforge.wiring import apply_policy_spec
+
+        cfg.policy = apply_policy_spec(cfg, policy)
     if resume:
+        store = store_of(cfg)
         from gapforge.stages.rollouts import resume_target_check
 
         plan = resume_plan(store, resume, cfg.store.url, executor_overrides(set_))  # e.g. another machine's executor.address
@@ -63,19 +80,24 @@ def run_cmd(
         raise typer.Exit(code)
     options = RunOptions(review=review)
     connect_executor(cfg)  # before the run exists: an unreachable Ray head is one line naming executor.address (exit 2)
+    if cfg.stages == "real":
+        from gapforge.preflight import check_before_run
+
+        check_before_run(cfg)  # nothing is created before these pass: no store, no run
+    store = store_of(cfg)
     run_id = create_run(store, "trace", "run", cfg, options)
     say(f"run {run_id}")
     raise typer.Exit(drive(cfg, store, run_id, options, fresh=True))
 
 
-def _inspect(config: str | None, set_: list[str] | None, fn: Any) -> Any:
+def inspect_graph_of(config: str | None, set_: list[str] | None, fn: Any) -> Any:
     """`await fn(store, graph)` for a read-only command."""
     cfg = get_config(config, set_)
     store = store_of(cfg)
     return cfg, store, inspect_graph(cfg, lambda graph: fn(store, graph))
 
 
-async def _snapshot(store: Any, graph: Any, run_id: str) -> Any:
+async def snapshot_of(store: Any, graph: Any, run_id: str) -> Any:
     from gapforge.graph.runner import thread_config
 
     get_run_record(store, run_id)
@@ -87,30 +109,29 @@ async def _snapshot(store: Any, graph: Any, run_id: str) -> Any:
 
 @app.command("runs")
 @handle_errors
-def runs_cmd(config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """List graph runs: id, started, status, stage, capabilities retained/trained, pass rate base -> TRACE."""
-    from gapforge.graph.runner import thread_config
+def runs_cmd(config: ConfigOpt = None, set_: SetOpt = None, kind: Annotated[list[str] | None, typer.Option(help="trace, demo or rollouts")] = None) -> None:
+    """List runs (graph and `rollouts collect` runs, newest first): id, kind, started, status, env, episodes; a graph run's stage, capabilities, pass rates."""
+    from gapforge.cli_common import console
+    from gapforge.run_inspect import continue_command, listed_kinds, print_whole, run_rows
 
-    async def go(store: Any, graph: Any) -> list[tuple[Any, dict[str, Any]]]:
-        rows = [r for r in store.list_runs() if r.kind in ("trace", "demo")]
-        return [(r, dict((await graph.aget_state(thread_config(r.id))).values or {})) for r in rows]
-
-    rows = _inspect(config, set_, go)[2]
-    print_table(runs_table(rows))
+    kinds = listed_kinds(kind)
+    rows = inspect_graph_of(config, set_, lambda store, graph: run_rows(store, graph, kinds))[2]
+    print_whole(console, runs_table(rows))  # piped: every id and value whole, one line per run
     for run, _values in rows:
         if run.status in ("interrupted", "incomplete", "failed"):
-            say(f"{run.id} is {run.status}: continue with `gapforge run --resume {run.id}`")
+            say(f"{run.id} is {run.status}: continue with `{continue_command(run, config)}`")
 
 
 @app.command("state")
 @handle_errors
 def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
-    """A run's status, current stage (with its progress when one is in flight), per-capability table and cost per stage."""
+    """A run's status, current stage (with its progress when one is in flight, or the one that failed), per-capability table and cost per stage."""
+    from gapforge.run_inspect import stage_lines
 
     async def go(store: Any, graph: Any) -> Any:
-        return await _snapshot(store, graph, run)
+        return await snapshot_of(store, graph, run)
 
-    cfg, store, snap = _inspect(config, set_, go)
+    cfg, store, snap = inspect_graph_of(config, set_, go)
     values, status = dict(snap.values), store.get_run(run).status
     say(f"run {run}  status: {status}  stage: {values.get('stage', '-')}  next: {', '.join(snap.next) or 'end'}")
     target = store.run_target(run)  # recorded by its first collection
@@ -121,9 +142,8 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     notes = values.get("notes") or {}
     for stage, state in (values.get("stages") or {}).items():
         say(f"  {stage}: {state}" + (f" — {notes[stage]}" if stage in notes else ""))
-    if snap.next:  # a stage in flight (or stopped in flight): the last progress line each of its parts reported
-        for where, line in read_progress(cfg, run).items():
-            say(f"  in progress: {where}: {line}")
+    for line in stage_lines(status, tuple(snap.next), values, read_progress(cfg, run) if snap.next else {}):
+        say(line)  # the parts of the stage in flight (or stopped in flight), or the stage a failed run's error stopped
     if values.get("rollouts"):
         r = values["rollouts"]
         say(f"rollouts: {r.get('episodes')} episodes, {r.get('successes')} successes")
@@ -142,10 +162,10 @@ def history_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None
     from gapforge.graph.inspect import history
 
     async def go(store: Any, graph: Any) -> Any:
-        await _snapshot(store, graph, run)
+        await snapshot_of(store, graph, run)
         return await history(graph, run)
 
-    print_table(history_table(run, _inspect(config, set_, go)[2]))
+    print_table(history_table(run, inspect_graph_of(config, set_, go)[2]))
 
 
 @app.command("fork")
@@ -167,44 +187,3 @@ def fork_cmd(
     reused = ", ".join(f"{n} {table}" for table, n in copied.items() if n) or "nothing"
     say(f"fork of {run} at {checkpoint} with {' '.join(set_ or []) or 'the same settings'}; reused {reused}")
     raise typer.Exit(drive(new_cfg, store, new_id, options, fresh=False))
-
-
-@app.command("review")
-@handle_errors
-def review_cmd(
-    run: str,
-    approve: Annotated[bool, typer.Option("--approve", help="keep the retained list as it is")] = False,
-    keep: Annotated[str | None, typer.Option("--keep", help="comma-separated capabilities to train (edits the list)")] = None,
-    config: ConfigOpt = None,
-    set_: SetOpt = None,
-) -> None:
-    """Show the capability list a --review run paused on, or record the decision (then `run --resume`)."""
-    from gapforge.graph.runner import thread_config
-
-    if approve and keep:
-        raise UsageError("give --approve or --keep, not both")
-
-    async def go(store: Any, graph: Any) -> Any:
-        snap = await _snapshot(store, graph, run)
-        if tuple(snap.next) != ("review",) or not snap.interrupts:
-            raise UsageError(f"run {run!r} is not waiting for a review (next: {', '.join(snap.next) or 'end'})")
-        values = dict(snap.values)
-        retained = list(values.get("retained") or [])
-        if not (approve or keep):
-            return values, None
-        chosen = retained if approve else [c.strip() for c in (keep or "").split(",") if c.strip()]
-        known = set(values.get("dictionary") or []) | set(values.get("capabilities") or {})
-        unknown = [c for c in chosen if c not in known]
-        if unknown:
-            raise UsageError(f"unknown capability {', '.join(unknown)}: pick from {', '.join(sorted(known))}")
-        decision = {"retained": chosen, "edited": not approve}
-        await graph.aupdate_state(thread_config(run), {"review": decision}, as_node="select")
-        return values, decision
-
-    values, decision = _inspect(config, set_, go)[2]
-    if decision is None:
-        print_table(capability_table(values))
-        say(f"retained: {', '.join(values.get('retained') or []) or 'none'}")
-        say(f"decide: gapforge review {run} --approve | --keep a,b")
-        return
-    say(f"review recorded for {run}: train {', '.join(decision['retained']) or 'nothing'}; continue with `gapforge run --resume {run}`")

@@ -108,24 +108,24 @@ def stage_times(values: dict[str, Any], elapsed_s: float | None = None) -> str |
     return f"stage times (summed over capability branches): {parts}{took}"
 
 
+GRAPH_KINDS = ("trace", "demo")  # runs of the graph, with checkpoints; a `rollouts` run is `gapforge rollouts collect`'s
+
+
 def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
+    """One row per run: `values` is a graph run's state, or a rollouts run's `{"rollouts": {"episodes", "successes"}}`
+    (its graph columns blank). The id never wraps (the other columns wrap to make room); no value ends in an ellipsis."""
     table = Table(title="runs", title_justify="left")
-    for col in ("id", "started", "status", "env", "stage", "retained", "trained", "pass rate base → TRACE"):
-        table.add_column(col, overflow="fold" if col == "env" else "ellipsis")
+    for col in ("id", "kind", "started", "status", "env", "episodes (pass)", "stage", "retained", "trained", "pass rate base → TRACE"):
+        table.add_column(col, no_wrap=col == "id", overflow="fold")
     for run, values in rows:
-        caps = values.get("capabilities") or {}
-        trained = sum(1 for c in caps.values() if c.get("status") == "trained")
-        ev = values.get("evaluation") or {}
-        table.add_row(
-            run.id,
-            f"{run.created_at:%Y-%m-%d %H:%M}",
-            run.status,
-            str(((run.config or {}).get("config") or {}).get("rollouts", {}).get("env", "-")),  # the target's spec
-            values.get("stage", "-"),
-            str(len(values.get("retained") or [])),
-            str(trained),
-            f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}",
-        )
+        config, r, ev = run.config or {}, values.get("rollouts") or {}, values.get("evaluation") or {}
+        graph = run.kind in GRAPH_KINDS
+        env = ((config.get("config") or {}).get("rollouts") or {}).get("env") if graph else config.get("env")  # the target's spec
+        trained = sum(1 for c in (values.get("capabilities") or {}).values() if c.get("status") == "trained")
+        cells = [values.get("stage", "-"), str(len(values.get("retained") or [])), str(trained), f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}"]
+        table.add_row(run.id, run.kind, f"{run.created_at:%Y-%m-%d %H:%M}", run.status, str(env or "-"),
+                      f"{r['episodes']} ({100 * (r.get('successes') or 0) / r['episodes']:.1f}%)" if r.get("episodes") else "-",
+                      *(cells if graph else [""] * len(cells)))  # fmt: skip
     return table
 
 

@@ -142,8 +142,18 @@ RULES: dict[str, Callable[[Trajectory], Verdict]] = {
 }  # fmt: skip
 
 
+def recording_path(env: str) -> Path:
+    """Where the recorded analyst of `env` would be (a built-in env's name, without its options)."""
+    return RECORDED_DIR / f"{env.split(':')[0]}_analyst.yaml"
+
+
+def has_recording(env: str) -> bool:
+    """Whether gapforge ships a recorded analyst for `env` (llm.kind=scripted without llm.scripted_path needs one)."""
+    return recording_path(env).is_file()
+
+
 def load_recording(env: str) -> list[dict[str, str]]:
-    path = RECORDED_DIR / f"{env.split(':')[0]}_analyst.yaml"
+    path = recording_path(env)
     if not path.is_file():
         raise AnalysisError(f"no recorded analyst for env {env!r}: set llm.kind=openai and an llm.endpoint to analyse it")
     return list(yaml.safe_load(path.read_text())["capabilities"])

@@ -1,0 +1,134 @@
+"""What `gapforge run` checks before it creates anything: every check that needs no episode.
+
+A run that cannot finish should say so in the first second, not after hours of rollouts. In order:
+the config can complete a run (`check_run_config`), the target env loads (its class imports, its tools and tasks
+pass the protocol check: `make_target_env_factory` builds one and closes it), the policy's weights are there and a
+served policy answers, and every LLM role the run will ask can answer for this env: a key and an answering endpoint
+for `llm.kind: openai`, a recording for this env (or a file of recorded answers naming the analyst's prompts) for
+`llm.kind: scripted`, and the generator's recordings. Each refusal is one line naming the setting to change
+(ConfigError, exit 2); nothing is stored before all of them pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gapforge.agents.config import DEFAULT_KEY_ENV, EndpointConfig
+from gapforge.config import GapforgeConfig, check_run_config
+from gapforge.errors import ConfigError, GapforgeError
+
+ANALYST_PROMPTS = ("analyst_discover", "analyst_label")  # the prompt names the analyst asks (prompts/)
+RECORDINGS_DOC = "docs/recordings.md"
+
+
+def check_before_run(cfg: GapforgeConfig) -> None:
+    """Refuse (one line, exit 2; the env's own code failing to load: its exit 4) a run that could not finish."""
+    check_run_config(cfg)
+    check_target(cfg)
+    check_policy(cfg)
+    check_llm_roles(cfg)
+
+
+def check_target(cfg: GapforgeConfig) -> None:
+    """The target env builds (a user's class is checked against the protocol there) and closes."""
+    from gapforge.wiring import make_target_env_factory
+
+    probe, _ = make_target_env_factory(cfg, cfg.rollouts.env)
+    probe.close()
+
+
+def check_policy(cfg: GapforgeConfig) -> None:
+    """The base model's weights are on this machine (training and routing load them here); a served policy answers."""
+    from gapforge.wiring import check_endpoint_reachable
+
+    pol = cfg.policy
+    if pol.local_path:
+        folder = Path(pol.local_path).expanduser()
+        if not folder.is_dir():
+            raise ConfigError(f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder")
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"policy.local_path '{pol.local_path}' holds no config.json: point it at a Hugging Face model folder "
+                              "(its weights, config and tokenizer)")
+    if pol.adapter_path and not Path(pol.adapter_path).expanduser().is_dir():
+        raise ConfigError(f"policy.adapter_path '{pol.adapter_path}' is not a directory: point it at a PEFT adapter folder or unset it")
+    if pol.kind == "endpoint":
+        _key(pol.endpoint, "policy.endpoint")
+        check_endpoint_reachable(pol.endpoint.base_url)
+
+
+def check_llm_roles(cfg: GapforgeConfig) -> None:
+    """The analyst, the generator and reviewer, and an LLM user simulator can each answer for this env."""
+    env = cfg.rollouts.env
+    if cfg.llm.kind == "openai":
+        _endpoint(cfg.llm.endpoint, "llm.endpoint", "the analyst, the generator and the reviewer")
+    else:
+        _recorded_analyst(cfg, env)
+        _recorded_synthesis(cfg, env)
+    if cfg.rollouts.user == "llm" and cfg.rollouts.user_endpoint == "llm" and cfg.llm.kind != "openai":
+        _endpoint(cfg.llm.endpoint, "llm.endpoint", "the LLM user simulator (rollouts.user=llm)")
+
+
+def _recorded_analyst(cfg: GapforgeConfig, env: str) -> None:
+    if cfg.llm.scripted_path:
+        from gapforge.agents.scripted import ScriptedChatModel
+
+        try:
+            model = ScriptedChatModel.from_file(cfg.llm.scripted_path)
+        except GapforgeError as e:
+            raise ConfigError(f"llm.scripted_path: {e}") from None
+        missing = [p for p in ANALYST_PROMPTS if p not in model.answers and model.default_prompt is None]
+        if missing:
+            raise ConfigError(f"llm.scripted_path '{cfg.llm.scripted_path}' has no answers for {', '.join(missing)}: record them "
+                              f"(the format: {RECORDINGS_DOC}) or set llm.kind=openai and llm.endpoint")
+        return
+    from gapforge.agents.analysis.recorded import has_recording
+
+    if not has_recording(env):
+        raise ConfigError(f"llm.kind=scripted answers the analyst from recordings, and there is none for env '{env}': set llm.kind=openai "
+                          f"with llm.endpoint (an OpenAI-compatible server), or llm.scripted_path=FILE of recorded answers ({RECORDINGS_DOC})")
+
+
+def _recorded_synthesis(cfg: GapforgeConfig, env: str) -> None:
+    from gapforge.agents.synthesis.recorded import SHOP_RECORDINGS
+
+    if cfg.synthesis.recordings is None:
+        if env.split(":")[0] != "shop":
+            raise ConfigError(f"llm.kind=scripted answers the generator from synthesis.recordings, and the built-in ones answer for the "
+                              f"shop env only, not '{env}': set synthesis.recordings=FILE ({RECORDINGS_DOC}) or llm.kind=openai with llm.endpoint")
+        path = SHOP_RECORDINGS
+    else:
+        path = Path(cfg.synthesis.recordings).expanduser()
+    if not Path(path).is_file():
+        raise ConfigError(f"synthesis.recordings '{path}' not found: point it at a YAML file of recorded generator answers ({RECORDINGS_DOC})")
+
+
+def _key(ep: EndpointConfig, where: str) -> None:
+    """The endpoint's key: refused where it must not go; missing where the endpoint needs one (OpenAI's own API)."""
+    try:
+        key = ep.api_key
+    except GapforgeError as e:  # a key that would travel in clear text: its own one line
+        raise ConfigError(f"{where}: {e}") from None
+    if key is None and ep.is_openai():
+        raise ConfigError(f"{where} is OpenAI's API and no key is set: export {ep.key_env} (or name another variable in "
+                          f"{where}.api_key_env), or point {where}.base_url at your OpenAI-compatible server")
+    if key is None and ep.api_key_env:
+        raise ConfigError(f"{where}.api_key_env names {ep.api_key_env}, which is not set: export it, or unset {where}.api_key_env "
+                          f"(a local server needs no key; {DEFAULT_KEY_ENV} goes only to OpenAI's API)")
+
+
+def _endpoint(ep: EndpointConfig, where: str, who: str) -> None:
+    """A key where one is needed, and a server that answers at base_url (OpenAI's own API is not asked: no request
+    is spent before the run)."""
+    from gapforge.wiring import check_endpoint_url
+
+    _key(ep, where)
+    if ep.base_url is None:
+        return
+    check_endpoint_url(ep.base_url)
+    import httpx
+
+    try:
+        httpx.get(ep.base_url.rstrip("/") + "/models", timeout=5.0)
+    except httpx.HTTPError as e:
+        raise ConfigError(f"{where}.base_url {ep.base_url} does not answer ({type(e).__name__}), and {who} talk to it: "
+                          f"start the server or fix {where}.base_url") from None

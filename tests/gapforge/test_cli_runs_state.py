@@ -1,0 +1,139 @@
+"""`gapforge runs` lists `rollouts collect` runs beside the graph runs (kind, env, episodes; whole ids), and `gapforge
+state` shows the stage that failed or is in flight, never a finished stage's last progress line."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gapforge.agents.errors import ModelEndpointError
+from gapforge.cli import app
+from gapforge.config import load_config
+from gapforge.run_inspect import in_flight
+from gapforge.run_session import RunOptions, create_run, drive_run
+from gapforge.run_view import runs_table
+from gapforge.wiring import open_store
+from tests.fakes.fake_stages import FakeStages
+from tests.graph.conftest import write_config
+
+runner = CliRunner()
+ANSWERS = 'policy:\n  repeat: "Hello there"\n'  # the scripted policy's one answer
+LONG_ID = "failed-at-discover-a-run-id-long-enough-to-be-cut-0001"
+
+
+class AnalystBreaks(FakeStages):
+    """discover reports a line of progress, then an error escapes it (the run: failed)."""
+
+    async def discover(self, run_id: str):
+        self.progress("discover", "read 10 episodes")
+        raise ValueError("the analyst's answer names no capability")
+
+
+class AnalystDown(FakeStages):
+    """discover reports a line of progress, then its endpoint stays down (infrastructure: the run is incomplete)."""
+
+    async def discover(self, run_id: str):
+        self.progress("discover", "read 10 episodes")
+        raise ModelEndpointError("the LLM endpoint http://127.0.0.1:9/v1 kept failing (connection refused) after 4 retries")
+
+
+def _stopped_at_discover(config: Path, stages: type[FakeStages], error: type[BaseException], run_id: str | None = None) -> str:
+    """A graph run over the fake stages whose discover stops it: collect_rollouts finished (its last progress line,
+    `9/10 episodes`, stays in the progress file), discover is next in the checkpoint."""
+    cfg = load_config(config, [], environ={})
+
+    @asynccontextmanager
+    async def open_stages(cfg: Any, store: Any, progress: Any = None) -> AsyncIterator[FakeStages]:
+        yield stages(cfg, store, progress)
+
+    with open_store(cfg) as store:
+        rid = create_run(store, "trace", "run", cfg, RunOptions(), run_id)
+        with pytest.raises(error):
+            drive_run(cfg, store, rid, RunOptions(), fresh=True, open_stages=open_stages)
+    return rid
+
+
+@pytest.fixture
+def fake_config(tmp_path: Path) -> Path:
+    """A workspace config selecting the fake stage services (`stages: fixtures`)."""
+    return write_config(tmp_path / "config.yaml", tmp_path / "ws")
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_state_of_a_run_that_failed_at_discover_says_so_and_not_in_progress(fake_config: Path) -> None:
+    rid = _stopped_at_discover(fake_config, AnalystBreaks, ValueError)
+    code, out = invoke("state", rid, "--config", str(fake_config))
+    assert code == 0, out
+    assert "status: failed" in out and "next: discover" in out
+    assert "discover: failed — an error stopped it before it finished (its last progress: discover: read 10 episodes)" in out, out
+    assert "collect_rollouts: done" in out
+    assert "in progress" not in out and "9/10 episodes" not in out, out
+
+
+def test_state_of_a_stopped_run_shows_progress_of_the_stage_in_flight_only(fake_config: Path) -> None:
+    rid = _stopped_at_discover(fake_config, AnalystDown, ModelEndpointError)
+    code, out = invoke("state", rid, "--config", str(fake_config))
+    assert code == 0, out
+    assert "status: incomplete" in out and "in progress: discover: read 10 episodes" in out, out
+    assert "in progress: collect_rollouts" not in out and "failed" not in out, out
+
+
+def test_in_the_capability_branches_only_the_branches_not_over_are_in_flight() -> None:
+    progress = {"collect_rollouts": "10/10 episodes", "synthesize alpha": "attempt 2: validating", "train alpha": "step 3/12",
+                "train beta": "step 12/12", "train_baseline": "GRPO on the target's tasks"}  # fmt: skip
+    values = {"capabilities": {"alpha": {"status": "validated"}, "beta": {"status": "trained"}}}
+    assert in_flight(progress, ("capability", "capability"), values) == {"synthesize alpha": "attempt 2: validating", "train alpha": "step 3/12"}
+    assert in_flight(progress, ("train_baseline",), values) == {"train_baseline": "GRPO on the target's tasks"}
+
+
+def _collect(config: Path) -> str:
+    answers = config.parent / "answers.yaml"
+    answers.write_text(ANSWERS)
+    code, out = invoke("rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001,shop-lookup-002",
+                       "--set", "rollouts.max_turns=1", "--config", str(config))  # fmt: skip
+    assert code == 0, out
+    return out.splitlines()[0].split()[-1]
+
+
+def _row(out: str, run_id: str) -> list[str]:
+    """The cells of the table row of `run_id` (its id cell whole, on one line)."""
+    (line,) = [line for line in out.splitlines() if line.startswith(f"│ {run_id} ")]
+    return [c.strip() for c in line.split("│")[1:-1]]
+
+
+def test_runs_lists_collect_runs_with_their_kind_env_and_episodes(fake_config: Path) -> None:
+    graph_id = _stopped_at_discover(fake_config, AnalystBreaks, ValueError, LONG_ID)
+    collect_id = _collect(fake_config)
+    code, out = invoke("runs", "--config", str(fake_config))
+    assert code == 0, out
+    assert "…" not in out
+    kind, _started, status, env, episodes, stage, retained, trained, rates = _row(out, collect_id)[1:]
+    assert (kind, status, env, episodes, stage, retained, trained, rates) == ("rollouts", "done", "shop", "2 (0.0%)", "", "", "", "")
+    kind, _started, status, env, episodes, stage, *_ = _row(out, LONG_ID)[1:]
+    assert (kind, status, env, episodes, stage) == ("trace", "failed", "shop", "10 (50.0%)", "collect_rollouts")
+    assert f"{graph_id} is failed: continue with `gapforge run --resume {graph_id}`" in out
+
+    code, out = invoke("runs", "--kind", "rollouts", "--config", str(fake_config))
+    assert code == 0 and collect_id in out and LONG_ID not in out, out
+    code, out = invoke("runs", "--kind", "graph", "--config", str(fake_config))
+    assert code == 2 and "unknown --kind graph: pass one of trace, demo, rollouts" in out, out
+
+
+def test_a_narrow_terminal_wraps_the_other_columns_and_keeps_every_id_whole(fake_config: Path) -> None:
+    _stopped_at_discover(fake_config, AnalystBreaks, ValueError, LONG_ID)
+    with open_store(load_config(fake_config, [], environ={})) as store:
+        rows = [(store.get_run(LONG_ID), {"stage": "collect_rollouts", "rollouts": {"episodes": 10, "successes": 5}})]
+    console = Console(width=100, record=True, force_terminal=True)
+    console.print(runs_table(rows))
+    text = console.export_text()
+    assert f"│ {LONG_ID} │" in text and "…" not in text, text
