@@ -12,3 +12,22 @@ def one_line_error(res: Any, needle: str) -> str:
     assert len(errors) == 1 and needle in errors[0], res.output
     assert "Traceback" not in res.output
     return errors[0]
+
+
+def wait_until_listening(proc: Any, port: int, *, what: str, timeout_s: float = 60.0) -> None:
+    """Wait until `proc` (a subprocess.Popen with stdout piped) accepts connections on 127.0.0.1:`port`; AssertionError
+    with the end of its output when it exits first or takes longer than `timeout_s` (it is killed then)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                out = proc.communicate()[0] if proc.stdout else ""
+                raise AssertionError(f"{what} did not start: {(out or '')[-3000:]}") from None
+            time.sleep(0.1)

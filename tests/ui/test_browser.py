@@ -11,13 +11,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cli_helpers import wait_until_listening
 
 from gapforge.store import Store
 from gapforge.store.reader import StoreReader
@@ -55,15 +55,7 @@ def served(lineage: Lineage, tmp_path: Path) -> Iterator[tuple[str, Lineage]]:
     proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "ui", "--config", str(config), "--port", str(port), "--refresh", "0.3"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"gapforge ui did not start: {proc.stdout.read() if proc.stdout else ''}") from None
-                time.sleep(0.1)
+        wait_until_listening(proc, port, what="gapforge ui")
         yield f"http://127.0.0.1:{port}", copy
     finally:
         proc.terminate()

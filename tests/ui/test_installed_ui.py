@@ -12,12 +12,12 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import time
 import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
+from cli_helpers import wait_until_listening
 
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 
@@ -102,16 +102,7 @@ def test_the_installed_command_serves_a_run_from_any_directory(tmp_path: Path) -
     proc = subprocess.Popen([str(venv / "bin" / "gapforge"), "ui", "--port", str(port), "--set", f"workspace={ws}"], cwd=elsewhere,
                             env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    raise AssertionError(f"gapforge ui did not start: {proc.communicate()[0][-3000:]}") from None
-                time.sleep(0.1)
+        wait_until_listening(proc, port, what="gapforge ui")
         status, page = _get(f"http://127.0.0.1:{port}/")
         assert status == 200 and "<title>" in page and f'href="/runs/{run_id}"' in page
         status, page = _get(f"http://127.0.0.1:{port}/runs/{run_id}")
