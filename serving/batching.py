@@ -1,40 +1,43 @@
 """Batched in-process generation for a transformers model (LocalPolicy, MultiAdapterModel,
 training.sampler.TransformersSampler).
 
-Concurrent episodes each ask for one completion at a time. On CPU a small model's
-decode step costs about the same for 1 row as for 8 (measured with the taught
-tiny policy: 8 prompts sequentially 0.98 s, as one batch 0.22 s), so
-`BatchGenerator` runs the requests that are waiting together: one worker thread
-takes the oldest request, gathers others of the same group (same adapter) that
-arrive within a short window, prefills each prompt on its own, joins their KV
-caches (left-padded) into one batch and decodes; a row that hits an eos token or
-its own token limit leaves the batch (and the cache) at once, so a long answer
-does not make the short ones wait in it. Caches that cannot be joined (a sliding
-window) are decoded row by row.
+Concurrent episodes each ask for one completion at a time. On CPU a small model's decode step costs
+about the same for 1 row as for 8 (bench/engine.py's roofline: the step is per-step overhead, not
+matmuls), so `BatchGenerator` decodes the requests that are waiting together, continuously: one worker
+thread takes the oldest request, gathers others of the same group (same adapter) that arrive within a
+short window, prefills each prompt on its own and decodes the rows together; between two decode steps
+it admits the requests of that group that arrived meanwhile (up to `max_batch` rows), and a row that
+hits an eos token or its own token limit leaves at once and is answered at once, so its caller plays
+its env turn and comes back while the others decode. Requests of another group wait until the batch
+drains (a batch stops admitting once one waits). Caches that cannot be joined (a sliding window) are
+decoded row by row.
 
-The joined cache has room reserved for the tokens to come (a step writes in place; transformers'
-own layer re-copies the cache at every step), and each finished row's cache is kept: the episode's
-next turn, whose context extends it, prefills only the new tokens (`_PrefixStore`).
+The batch's cache is one slot buffer per layer (`_Running`): every row ends at a shared write column
+(its context left-padded with masked zeros), a step writes its tokens in place, a row that arrives is
+written into a free slot and a row that leaves gives its slot to the last row (one row copied, never
+the whole cache); each finished row's cache is kept, and the episode's next turn, whose context extends
+it, prefills only the new tokens (`_PrefixStore`).
 
-Every row samples from its own `torch.Generator` seeded by the request, so a
-row's tokens do not depend on which other rows shared its batch (up to float
-rounding of differently shaped matmuls); the global RNG is never touched.
-Sampling is temperature sampling, then the optional top-k / top-p filters;
-temperature 0 is greedy.
+Every row samples from its own `torch.Generator` seeded by the request, so a row's tokens do not depend
+on which other rows shared its batch (up to float rounding of differently shaped matmuls); the global
+RNG is never touched. Sampling is temperature sampling, then the optional top-k / top-p filters, for
+every row of a step in one batched computation, the draw an exponential race per row (the draw
+torch.multinomial makes, from the same generator); temperature 0 is greedy.
 
-The window adapts: the worker waits (up to `window_s`) only while fewer
-requests have arrived than the last batch had, i.e. while the callers it just
-answered may still come back. A lone caller therefore never waits.
+The window adapts: the worker waits (up to `window_s`) only while fewer requests have arrived than the
+last batch had, i.e. while the callers it just answered may still come back. A lone caller therefore
+never waits.
 
-Cancelling a request's future (`asyncio.wrap_future` does it when the awaiting
-task is cancelled: a client gone, a time limit) drops the request: still queued,
-it is never decoded; already in a batch, its row leaves the batch at the next
-decode step and its future ends with `CancelledError`. `cancelled` counts both.
+Cancelling a request's future (`asyncio.wrap_future` does it when the awaiting task is cancelled: a
+client gone, a time limit) drops the request: still queued, it is never decoded; already in a batch,
+its row leaves the batch at the next decode step and its future ends with `CancelledError`.
+`cancelled` counts both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 import time
@@ -168,12 +171,14 @@ class _Lane:
         self.queue: queue.Queue[_Request | None] = queue.Queue()
         self.backlog: list[_Request] = []  # taken from the queue, waiting for their group's turn
         self.last = 1  # size of the previous batch: how many callers may come back
+        self.stopping = False  # a close() sentinel was taken while admitting into a running batch
+        self.own_threads = 1  # torch's count on the lane's thread when it started (set there)
         self.thread = threading.Thread(target=self.run, name="gapforge-batch-generator", daemon=True)
 
     def run(self) -> None:
         import torch
 
-        own_threads = torch.get_num_threads()
+        self.own_threads = torch.get_num_threads()
         while True:
             batch = self.next_batch()
             if batch is None:
@@ -183,22 +188,65 @@ class _Lane:
                 for r in batch:
                     r.future.set_exception(RuntimeError("the generator was closed"))
                 return
-            threads = _LANE_THREADS[0] or _DEFAULT_THREADS[0] or own_threads
-            if torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
+            self.apply_threads()
+            taken = list(batch)  # every request this batch holds, the ones admitted while it decodes too
             try:
-                outputs = generator._decode(batch)
-            except BaseException as e:  # noqa: BLE001 - every waiting caller gets the error
-                for r in batch:
-                    r.future.set_exception(e)
+                generator._decode(batch, admit=functools.partial(self.admit_into, taken, batch[0].group), finish=_answer)
+            except BaseException as e:  # noqa: BLE001 - every caller still waiting gets the error
+                for r in taken:
+                    if not r.future.done():
+                        r.future.set_exception(e)
             else:
-                generator.batch_sizes.append(len(batch))
-                for r, out in zip(batch, outputs):
-                    if r.future.abandoned:
+                generator.batch_sizes.append(len(taken))
+                for r in taken:  # a row dropped before its first step (its caller left while it waited for the lock)
+                    if not r.future.done():
                         r.future.set_exception(CancelledError())
-                    else:
-                        r.future.set_result(out.ids)
+            if self.stopping:
+                self.queue.put(None)  # a close() seen while admitting: answer the backlog, then stop
+                self.stopping = False
             del generator
+
+    def apply_threads(self) -> None:
+        """This lane thread's torch threads as `set_lane_threads` last said (its own count by default)."""
+        import torch
+
+        threads = _LANE_THREADS[0] or _DEFAULT_THREADS[0] or self.own_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+    def admit_into(self, taken: list[_Request], group: Hashable, room: int) -> list[_Request]:
+        """Between two decode steps, on the lane's thread: `set_lane_threads` applied (a batch that keeps admitting
+        may decode for a whole evaluation), then `more(group, room)`, each also added to `taken` (the batch's requests,
+        answered or failed together)."""
+        self.apply_threads()
+        more = self.more(group, room)
+        taken.extend(more)
+        return more
+
+    def more(self, group: Hashable, room: int) -> list[_Request]:
+        """Requests of `group` waiting now (never blocks), at most `room`, for a batch that is decoding. None while
+        a request of another group waits (the batch drains and that group goes next) or the lane is stopping."""
+        if room <= 0 or self.stopping or any(r.group != group for r in self.backlog):
+            return []
+        taken: list[_Request] = []
+        while len(taken) < room:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self.stopping = True
+                break
+            if item.group != group:
+                self.backlog.append(item)
+                break
+            taken.append(item)
+        live = [r for r in taken if r.future.set_running_or_notify_cancel()]
+        generator = self.ref()
+        if generator is not None:
+            generator.cancelled["waiting"] += len(taken) - len(live)
+        del generator
+        return live
 
     def next_batch(self) -> list[_Request] | None:
         while True:
@@ -238,6 +286,159 @@ class _Lane:
                 return batch
 
 
+Admit = Callable[[int], list[_Request]]  # room -> requests that join a decoding batch
+Finish = Callable[[_Request, Decoded], None]  # a row that ended, handed over at once
+
+
+def _answer(r: _Request, out: Decoded) -> None:
+    """Resolve an ended row's future: its tokens, or CancelledError when its caller is gone."""
+    if r.future.done():
+        return
+    if r.future.abandoned:
+        r.future.set_exception(CancelledError())
+    else:
+        r.future.set_result(out.ids)
+
+
+class _Running:
+    """The rows of one decoding batch, in cache order, on slot buffers that rows enter and leave without the others
+    being copied: each layer's keys/values live in a buffer of (slots, heads, columns, dim); every row ends at the
+    shared write column `pos` (its real tokens are columns begin..pos-1, the ones before it masked). A row that ends
+    gives its slot to the last row (one row copied); a row that arrives is written into the next free slot, the
+    others shifted right only when it is longer than `pos` (with `MARGIN` columns to spare, so the next longer
+    one rarely shifts them again); when every row begins far right, they are shifted left (`compact`). Beside the
+    cache: each row's last position, its generator, what it sampled, its next logits."""
+
+    MARGIN = 128
+
+    def __init__(self, owner: BatchGenerator, *, joined: bool) -> None:
+        self.owner, self.joined = owner, joined
+        self.rows: list[_Request] = []
+        self.outs: list[Decoded] = []
+        self.gens: list[Any] = []
+        self.starts: list[int] = []  # each row's first real column
+        self.cache: Any = None
+        self.pos = 0  # the write column: every row's context ends just before it
+        self.attention: Any = None  # only for a cache that cannot be joined (one row, decoded as it came)
+        self.last: Any = None
+        self.logits: Any = None
+
+    def join(self, rows: list[_Request], prefilled: list[Any]) -> None:
+        """Add prefilled rows: each written into a free slot, right-aligned at the write column."""
+        import torch
+
+        positions = torch.tensor([[len(r.ids) - 1] for r in rows])
+        logits = torch.cat([o.logits for o in prefilled])
+        room = max(r.max_new_tokens for r in rows) + 1
+        if not self.joined:  # one row on a cache that cannot be padded (a sliding window): decoded as it came
+            self.cache = prefilled[0].past_key_values
+            self.attention = torch.ones((1, len(rows[0].ids)), dtype=torch.long)
+        else:
+            longest = max(len(r.ids) for r in rows)
+            if self.cache is None:
+                self._allocate(prefilled[0], slots=max(self.owner.max_batch, len(rows)), columns=longest + room + self.MARGIN)
+                self.pos = longest
+            elif longest > self.pos:
+                self._shift(longest - self.pos + self.MARGIN)
+            self._fit(len(self.rows) + len(rows), self.pos + room)
+            for k, (r, o) in enumerate(zip(rows, prefilled)):
+                slot, begin = len(self.rows) + k, self.pos - len(r.ids)
+                for layer, part in zip(self.cache.layers, o.past_key_values.layers):
+                    layer._k[slot, :, begin : self.pos] = part.keys[0]
+                    layer._v[slot, :, begin : self.pos] = part.values[0]
+            for layer in self.cache.layers:
+                layer.n, layer.length = len(self.rows) + len(rows), self.pos
+                layer._views()
+            self.starts += [self.pos - len(r.ids) for r in rows]
+        self.last = positions if not self.rows else torch.cat([self.last, positions])
+        self.logits = logits if not self.rows else torch.cat([self.logits, logits])
+        self.rows += rows
+        self.outs += [Decoded([], []) for _ in rows]
+        self.gens += [torch.Generator().manual_seed(r.seed) for r in rows]
+
+    def select(self, keep: list[int]) -> list[int]:
+        """Only rows `keep` (cache positions) stay: each leaving row's slot goes to the row now last. Returns the
+        rows' old positions in their new order (what the step sampled for them must follow it)."""
+        import torch
+
+        if len(keep) == len(self.rows):
+            return list(range(len(self.rows)))
+        if not keep:
+            self.rows, self.outs, self.gens, self.starts = [], [], [], []
+            self.cache = self.attention = self.last = self.logits = None
+            return []
+        order = list(range(len(self.rows)))
+        kept = set(keep)
+        for j in sorted((j for j in order if j not in kept), reverse=True):
+            end = len(order) - 1
+            if j != end and self.joined:
+                for layer in self.cache.layers:
+                    layer._k[j, :, : self.pos] = layer._k[end, :, : self.pos]
+                    layer._v[j, :, : self.pos] = layer._v[end, :, : self.pos]
+            order[j] = order[end]
+            order.pop()
+        self.rows, self.outs, self.gens, self.starts = ([xs[i] for i in order] for xs in (self.rows, self.outs, self.gens, self.starts))
+        index = torch.tensor(order)
+        self.last, self.logits = self.last[index], self.logits[index]
+        if self.joined:
+            for layer in self.cache.layers:
+                layer.n = len(order)
+                layer._views()
+            if min(self.starts) >= max(256, self.pos // 2):
+                self._shift(-min(self.starts))
+        else:
+            self.attention = self.attention[index]
+        return order
+
+    def forward(self, tokens: Any) -> None:
+        """One decode step: every row's sampled token in (written at the write column), its next logits out."""
+        import torch
+
+        if self.joined:
+            columns = torch.arange(self.pos + 1)
+            attention = (columns[None, :] >= torch.tensor(self.starts)[:, None]).long()
+        else:
+            self.attention = attention = torch.cat([self.attention, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1)
+        self.last = self.last + 1
+        self.logits = self.owner.model(input_ids=tokens, attention_mask=attention, position_ids=self.last, past_key_values=self.cache,
+                                       use_cache=True, logits_to_keep=1).logits  # fmt: skip
+        self.pos += 1
+
+    def _allocate(self, first: Any, *, slots: int, columns: int) -> None:
+        from transformers import DynamicCache
+
+        parts = first.past_key_values.layers
+        self.cache = DynamicCache(ddp_cache_data=[(p.keys[:, :, :0], p.values[:, :, :0]) for p in parts])
+        self.cache.layers = [_slot_layer(p.keys, slots, columns) for p in parts]
+
+    def _fit(self, slots: int, columns: int) -> None:
+        """Grow every layer's buffers (doubling) to hold `slots` rows and `columns` columns."""
+        for layer in self.cache.layers:
+            layer.grow(slots, columns)
+
+    def _shift(self, by: int) -> None:
+        """Move every row `by` columns right (more room before the write column) or left (`by` < 0: drop dead columns)."""
+        self._fit(len(self.rows), self.pos + by + 1)
+        for layer in self.cache.layers:
+            layer.shift(by, self.pos)
+        self.pos += by
+        self.starts = [s + by for s in self.starts]
+
+
+def _left_pad(t: Any, n: int) -> Any:
+    """(rows, heads, len, dim) -> (rows, heads, n + len, dim), zeros first (masked)."""
+    import torch
+
+    return torch.nn.functional.pad(t, (0, 0, n, 0)) if n else t
+
+
+def _left_pad2(t: Any, n: int) -> Any:
+    """An attention mask (rows, len) -> (rows, n + len), zeros first."""
+    import torch
+
+    return torch.nn.functional.pad(t, (n, 0)) if n else t
+
+
 class BatchGenerator:
     """A worker thread that decodes waiting requests as batches; `submit()` is thread-safe.
 
@@ -251,7 +452,7 @@ class BatchGenerator:
         eos_ids: set[int],
         lock: threading.Lock | None = None,
         select: Callable[[Hashable], ContextManager[Any]] | None = None,
-        max_batch: int = 16,
+        max_batch: int = 64,
         window_s: float = 0.05,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -267,7 +468,8 @@ class BatchGenerator:
         self.window_s = window_s
         self.top_k = top_k if top_k else None
         self.top_p = top_p if top_p is not None and top_p < 1.0 else None
-        self.batch_sizes: list[int] = []  # every batch run by the worker, in order (for tests and benches)
+        self.batch_sizes: list[int] = []  # every batch run by the worker (rows it held, the admitted ones too), in order
+        self.step_rows: list[int] = []  # the rows of every decode step, in order (for tests and benches)
         self.prefixes = _PrefixStore(prefix_bytes)  # finished rows' caches: the next turn prefills only what is new
         self.prefill_tokens = [0, 0]  # [prefilled, reused from a kept prefix] (for tests and benches)
         self.cancelled = {"waiting": 0, "decoding": 0}  # requests dropped because their caller cancelled: before / while decoding
@@ -309,10 +511,12 @@ class BatchGenerator:
         if lane is not None and lane.thread is not threading.current_thread():
             lane.thread.join()
 
-    def _decode(self, batch: list[_Request]) -> list[Decoded]:
-        """Prefill each prompt on its own (a padded prompt batch costs more than the rows alone: the
-        padding and a full attention mask), from a kept prefix when there is one, then decode the rows together on one joined cache, or
-        row by row when the model's cache layers cannot be joined (e.g. a sliding window)."""
+    def _decode(self, batch: list[_Request], *, admit: Admit | None = None, finish: Finish | None = None) -> list[Decoded]:
+        """Prefill each prompt on its own (a padded prompt batch costs more than the rows alone: the padding and a full
+        attention mask), from a kept prefix when there is one, then decode the rows together on one joined cache, or
+        row by row when the model's cache layers cannot be joined (e.g. a sliding window). With `admit`, requests that
+        arrive while the batch decodes join it between two steps (`admit(room)` returns them); with `finish`, each
+        row is handed over the moment it ends, so its caller goes on while the others decode."""
         import torch
 
         with _GATE.decoding(), self.lock, self.select(batch[0].group), torch.no_grad():  # no_grad: the model may be trained next
@@ -321,13 +525,14 @@ class BatchGenerator:
             self.cancelled["waiting"] += len(batch) - len(rows)
             outs = [self._prefill(r) for r in rows]
             if not rows:
-                decoded = []
-            elif len(rows) == 1 or _joinable(outs[0].past_key_values):
-                decoded = self._continue(rows, [o.past_key_values for o in outs], torch.cat([o.logits for o in outs]))
+                decoded = {}
+            elif len(rows) == 1 and not _joinable(outs[0].past_key_values):  # a sliding window: decoded as it came
+                decoded = self._continue(rows, outs, finish=finish)
+            elif _joinable(outs[0].past_key_values):
+                decoded = self._continue(rows, outs, admit=admit, finish=finish)
             else:
-                decoded = [self._continue([r], [o.past_key_values], o.logits)[0] for r, o in zip(rows, outs)]
-        by_request = {id(r): out for r, out in zip(rows, decoded)}
-        return [by_request.get(id(r), Decoded([], [])) for r in batch]
+                decoded = {k: v for r, o in zip(rows, outs) for k, v in self._continue([r], [o], finish=finish).items()}
+        return [decoded.get(id(r), Decoded([], [])) for r in batch]
 
     def _prefill(self, r: _Request) -> Any:
         """The prompt's cache and last logits: from the longest kept prefix of the same group (a finished row
@@ -341,82 +546,90 @@ class BatchGenerator:
         self.prefill_tokens[1] += start
         return self.model(input_ids=torch.tensor([r.ids[start:]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
 
-    def _continue(self, batch: list[_Request], caches: list[Any], logits: Any) -> list[Decoded]:
-        """Sample every row from its prefill logits until its eos or token limit; rows with several
-        prompt lengths share one cache, left-padded with masked zeros."""
+    def _continue(self, batch: list[_Request], prefilled: list[Any], *, admit: Admit | None = None,
+                  finish: Finish | None = None) -> dict[int, Decoded]:
+        """Sample every row from its prefill logits until its eos or token limit, on one cache whose rows are
+        left-padded with masked zeros to the longest context; rows that end leave it at once (`finish`), rows that
+        `admit` brings join it between two steps (prefilled, the cache widened when they are longer)."""
         import torch
 
-        rows = len(batch)
-        width = max(len(r.ids) for r in batch)
-        attention = torch.zeros((rows, width), dtype=torch.long)
-        for i, r in enumerate(batch):
-            attention[i, width - len(r.ids):] = 1
-        cache = caches[0] if rows == 1 else _joined(caches, width)
-        joined = rows > 1 or _joinable(cache)  # else a sliding-window cache, decoded as it came (row by row)
-        if joined:
-            _reserve(cache, max(r.max_new_tokens for r in batch))
-        last = torch.tensor([[len(r.ids) - 1] for r in batch])  # each row's own positions: 0 .. len-1
-        generators = [torch.Generator().manual_seed(r.seed) for r in batch]
-        outputs = [Decoded([], []) for _ in batch]
-        live = list(range(rows))  # the batch rows still decoding, in cache order
-        for _ in range(max(r.max_new_tokens for r in batch)):
-            step = logits[:, -1].float()
+        running = _Running(self, joined=len(batch) > 1 or _joinable(prefilled[0].past_key_values))
+        running.join(batch, prefilled)
+        results: dict[int, Decoded] = {}
+        while True:
+            if admit is not None and running.joined:
+                more = admit(self.max_batch - len(running.rows))
+                if more:
+                    running.join(more, [self._prefill(r) for r in more])
+            if not running.rows:
+                return results
+            self.step_rows.append(len(running.rows))
+            tokens, logprobs = self._sample(running.logits[:, -1].float(), running.rows, running.gens)
             chosen, keep = [], []
-            for j, i in enumerate(live):
-                r = batch[i]
+            for j, r in enumerate(running.rows):
+                out = running.outs[j]
                 if r.future.abandoned:  # its caller is gone: the row leaves now, nothing of it is kept
                     self.cancelled["decoding"] += 1
+                    results[id(r)] = out
+                    if finish is not None:
+                        finish(r, out)
                     continue
-                logps = torch.log_softmax(step[j] if r.temperature <= 0 else self._filtered(step[j] / r.temperature), dim=-1)
-                if r.temperature <= 0:
-                    token = logps.argmax()
-                else:
-                    token = torch.multinomial(logps.exp(), 1, generator=generators[i])[0]
-                outputs[i].ids.append(int(token))
-                outputs[i].logprobs.append(float(logps[token]))
-                if int(token) not in self.eos_ids and len(outputs[i].ids) < r.max_new_tokens:
-                    chosen.append(token)
+                out.ids.append(tokens[j])
+                out.logprobs.append(logprobs[j])
+                if tokens[j] not in self.eos_ids and len(out.ids) < r.max_new_tokens:
+                    chosen.append(tokens[j])
                     keep.append(j)
-            if not keep:
-                break
-            if len(keep) < len(live):  # finished rows leave the batch: no more steps spent on them
-                if joined:
-                    for j, i in enumerate(live):
-                        if j not in keep and not batch[i].future.abandoned:  # its cache holds its prompt and every sampled token but the last
-                            self._keep_row(batch[i], outputs[i], cache, j, width)
-                index = torch.tensor(keep)
-                cache.batch_select_indices(index)
-                attention, last, live = attention[index], last[index], [live[j] for j in keep]
-            attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=1)
-            last = last + 1
-            logits = self.model(input_ids=torch.stack(chosen)[:, None], attention_mask=attention, position_ids=last,
-                                past_key_values=cache, use_cache=True, logits_to_keep=1).logits  # fmt: skip
-        if joined:
-            for j, i in enumerate(live):
-                self._keep_row(batch[i], outputs[i], cache, j, width)
-        return outputs
+                    continue
+                if running.joined:  # its cache holds its prompt and every sampled token but the last
+                    self._keep_row(r, out, running.cache, j, running.starts[j])
+                results[id(r)] = out
+                if finish is not None:
+                    finish(r, out)
+            order = running.select(keep)
+            if not order:
+                continue  # every row ended: admit what waits, or return
+            sampled = dict(zip(keep, chosen))
+            running.forward(torch.tensor([[sampled[j]] for j in order]))
 
-    def _keep_row(self, r: _Request, out: Decoded, cache: Any, row: int, width: int) -> None:
-        """Keep row `row`'s cache (its prompt and the sampled tokens fed back, without the left padding)."""
+    def _keep_row(self, r: _Request, out: Decoded, cache: Any, row: int, start: int) -> None:
+        """Keep row `row`'s cache (its prompt and the sampled tokens fed back, from `start`: without the left padding)."""
         fed = len(out.ids) - 1  # the last sampled token was never fed back
         if fed < 0 or not self.prefixes.budget:
             return
-        lo, hi = width - len(r.ids), width + fed
+        lo, hi = start, start + len(r.ids) + fed
         kept = [(layer.keys[row : row + 1, :, lo:hi], layer.values[row : row + 1, :, lo:hi]) for layer in cache.layers]
         self.prefixes.put(r.group, r.ids + out.ids[:fed], kept)
 
+    def _sample(self, step: Any, rows: list[_Request], gens: list[Any]) -> tuple[list[int], list[float]]:
+        """Every row's next token and its logprob, from one step's logits (rows, vocab), in a few batched ops: a
+        greedy row (temperature 0) takes the argmax; a sampled row divides by its temperature, is filtered (`_filtered`)
+        and draws by an exponential race from its own generator (argmax of p / Exp(1): the draw torch.multinomial makes
+        for one sample, with the same generator use, so the tokens are the ones it would sample), so its tokens depend
+        on its seed alone."""
+        import torch
+
+        temps = torch.tensor([r.temperature for r in rows])
+        greedy = temps <= 0
+        logps = torch.log_softmax(self._filtered(step / torch.where(greedy, 1.0, temps)[:, None]), dim=-1)
+        if bool(greedy.any()):
+            logps = torch.where(greedy[:, None], torch.log_softmax(step, dim=-1), logps)
+        probs = logps.exp()
+        race = torch.stack([torch.empty(probs.shape[-1]).exponential_(1, generator=g) for g in gens])
+        tokens = torch.where(greedy, logps.argmax(-1), (probs / race).argmax(-1))
+        return tokens.tolist(), logps.gather(1, tokens[:, None])[:, 0].tolist()
+
     def _filtered(self, scaled: Any) -> Any:
-        """top-k, then top-p (nucleus) on temperature-scaled logits: the rest set to -inf."""
+        """top-k, then top-p (nucleus) on temperature-scaled logits (rows, vocab): the rest set to -inf."""
         import torch
 
         if self.top_k is not None and self.top_k < scaled.shape[-1]:
-            kth = torch.topk(scaled, self.top_k).values[-1]
+            kth = torch.topk(scaled, self.top_k, dim=-1).values[:, -1:]
             scaled = scaled.masked_fill(scaled < kth, float("-inf"))
         if self.top_p is not None:
-            ordered, order = torch.sort(scaled, descending=True)
+            ordered, order = torch.sort(scaled, descending=True, dim=-1)
             probs = torch.softmax(ordered, dim=-1)
             drop = probs.cumsum(-1) - probs >= self.top_p  # keep the smallest prefix reaching top_p
-            scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
+            scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
         return scaled
 
 
@@ -569,19 +782,69 @@ def _reserved_layer(keys: Any, values: Any, room: int) -> Any:  # the class is b
 _RESERVED: type | None = None
 
 
-def _joined(caches: list[Any], width: int) -> Any:
-    """Single-row caches -> one batch cache, each row left-padded with zeros to `width` (masked)."""
-    import torch
-    from transformers import DynamicCache
+def _slot_layer_class() -> type:
+    base = _reserved_layer_class() if _RESERVED is None else _RESERVED
 
-    def padded(t: Any) -> Any:  # (1, heads, len, dim) -> (1, heads, width, dim)
-        return torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0))
+    class SlotLayer(base):  # type: ignore[misc, valid-type]
+        """A ReservedLayer over slot buffers (`_Running`): only the first `n` slots take part in a forward."""
 
-    layers = []
-    for layer in range(len(caches[0].layers)):
-        parts = [c.layers[layer] for c in caches]
-        layers.append((torch.cat([padded(p.keys) for p in parts]), torch.cat([padded(p.values) for p in parts])))
-    return DynamicCache(ddp_cache_data=layers)
+        def __init__(self, like: Any, slots: int, columns: int) -> None:
+            from transformers.cache_utils import DynamicLayer
+
+            DynamicLayer.__init__(self)
+            self.dtype, self.device, self.is_initialized = like.dtype, like.device, True
+            self.length, self.n = 0, 0
+            shape = (slots, like.shape[1], columns, like.shape[-1])
+            self._k, self._v = like.new_zeros(shape), like.new_zeros(shape)
+            self._views()
+
+        def _views(self) -> None:
+            self.keys, self.values = self._k[: self.n, :, : self.length], self._v[: self.n, :, : self.length]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            new = key_states.shape[-2]
+            self.grow(self.n, self.length + new)
+            self._k[: self.n, :, self.length : self.length + new] = key_states
+            self._v[: self.n, :, self.length : self.length + new] = value_states
+            self.length += new
+            self._views()
+            return self.keys, self.values
+
+        def grow(self, slots: int, columns: int) -> None:
+            have_s, have_c = self._k.shape[0], self._k.shape[2]
+            if slots <= have_s and columns <= have_c:
+                return
+            shape = (max(slots, have_s if slots <= have_s else 2 * have_s), self._k.shape[1],
+                     max(columns, have_c if columns <= have_c else 2 * have_c), self._k.shape[-1])  # fmt: skip
+            for name in ("_k", "_v"):
+                old = getattr(self, name)
+                buffer = old.new_zeros(shape)
+                buffer[:have_s, :, :have_c] = old
+                setattr(self, name, buffer)
+            self._views()
+
+        def shift(self, by: int, pos: int) -> None:
+            """Columns 0..pos-1 of the live slots move `by` columns (right: zeros come in first)."""
+            for buffer in (self._k, self._v):
+                rows = buffer[: self.n]
+                moved = rows[:, :, max(0, -by) : pos].clone()
+                rows[:, :, max(0, by) : max(0, by) + moved.shape[2]] = moved
+                if by > 0:
+                    rows[:, :, :by] = 0
+            self.length = pos + by
+            self._views()
+
+    return SlotLayer
+
+
+def _slot_layer(like: Any, slots: int, columns: int) -> Any:
+    global _SLOT
+    if _SLOT is None:
+        _SLOT = _slot_layer_class()
+    return _SLOT(like, slots, columns)
+
+
+_SLOT: type | None = None
 
 
 def eos_ids_of(model: Any, tokenizer: Any) -> set[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -223,30 +224,50 @@ def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_token
 
 
 def test_a_decode_step_writes_the_cache_in_place_with_the_same_tokens(tiny_model_dir: Path, monkeypatch) -> None:
-    """The decode cache has room reserved for the new tokens: a step writes into it instead of re-copying
-    the whole cache (torch.cat), and the tokens and logprobs are exactly those of the copying cache."""
+    """The decode cache is one slot buffer per layer with room for the new tokens: a step writes into it instead of
+    re-copying the whole cache (torch.cat), and rows of three lengths, left-padded in it, sample exactly the tokens
+    and logprobs of a plain transformers cache decoding each prompt alone."""
     import gapforge.serving.batching  # noqa: F401 (loads the submodule that the name below reaches)
     from gapforge import serving
 
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
     storages: set[int] = set()
-    real_update = serving.batching._reserved_layer_class().update
+    monkeypatch.setattr(serving.batching, "_SLOT", None)
+    slotted = _generator(policy, prefix_bytes=0).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=24)
+    layer_class = serving.batching._SLOT
+    real_update = layer_class.update
 
     def spy(self, key_states, value_states, *a, **k):
         out = real_update(self, key_states, value_states, *a, **k)
-        storages.add(self.keys.untyped_storage().data_ptr())
+        storages.add(self._k.untyped_storage().data_ptr())
         return out
 
-    monkeypatch.setattr(serving.batching, "_RESERVED", None)
-    reserved = _generator(policy, prefix_bytes=0).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=24)
-    layer_class = serving.batching._RESERVED
     monkeypatch.setattr(layer_class, "update", spy)
     _generator(policy, prefix_bytes=0).run_batch(prompts[:1], seeds=[1], temperature=1.0, max_new_tokens=24)
     assert len(storages) == policy.model.config.num_hidden_layers  # one buffer per layer for all 23 steps: no copies
-    monkeypatch.setattr(serving.batching, "_reserve", lambda cache, room: None)
-    copied = _generator(policy, prefix_bytes=0).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=24)
-    assert [d.ids for d in reserved] == [d.ids for d in copied] and [d.logprobs for d in reserved] == [d.logprobs for d in copied]
+    for prompt, seed, got in zip(prompts, [1, 2, 3], slotted):
+        ids, logprobs = _plain_decode(policy, prompt, seed, 24)
+        assert got.ids == ids and got.logprobs == pytest.approx(logprobs, abs=1e-5)  # float rounding of the padded batch
+
+
+def _plain_decode(policy: LocalPolicy, prompt: list[int], seed: int, new_tokens: int) -> tuple[list[int], list[float]]:
+    """One prompt on transformers' own DynamicCache (torch.cat per step), sampled with torch.multinomial (BatchGenerator's
+    exponential race draws the same tokens from the same generator)."""
+    from transformers import DynamicCache
+
+    cache, generator, ids, logprobs = DynamicCache(), torch.Generator().manual_seed(seed), [], []
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        for step in range(new_tokens):
+            logps = torch.log_softmax(logits[0, -1].float() / 1.0, dim=-1)
+            token = torch.multinomial(logps.exp(), 1, generator=generator)[0]
+            ids.append(int(token))
+            logprobs.append(float(logps[token]))
+            if step + 1 < new_tokens:
+                logits = policy.model(input_ids=token.view(1, 1), position_ids=torch.tensor([[len(prompt) + step]]), past_key_values=cache,
+                                      use_cache=True, logits_to_keep=1).logits  # fmt: skip
+    return ids, logprobs
 
 
 def test_the_next_turn_prefills_only_what_is_new_and_samples_the_same(tiny_model_dir: Path) -> None:
@@ -336,41 +357,42 @@ def test_forget_prefixes_after_a_weight_change_the_check_cannot_see(tiny_model_d
     assert [d.ids for d in after] == [d.ids for d in _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)]
 
 
-def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model_dir: Path, monkeypatch) -> None:
+def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model_dir: Path) -> None:
     """torch.set_num_threads acts on the calling thread only; a lane applies set_lane_threads on its own thread
-    before each batch (the driver gives cores to training processes this way) and None restores its own."""
+    before each batch and between its steps (the driver gives cores to training processes this way) and None restores
+    its own."""
     from gapforge.serving import batching
 
     policy = LocalPolicy(tiny_model_dir)
     gen = _generator(policy)
-    seen: list[int] = []
-    decode = gen._decode
-    monkeypatch.setattr(gen, "_decode", lambda batch: (seen.append(torch.get_num_threads()), decode(batch))[1])
+    seen: list[int] = []  # the count each forward ran with (a request may join a batch still decoding: checked per step)
+    policy.model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
     main = torch.get_num_threads()
     prompt = _ids(policy)[0]
     try:
         gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)  # the lane's own count
+        last = [seen[-1]]
         for threads in (1, 3, None):
             batching.set_lane_threads(threads)
             gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
+            last.append(seen[-1])
     finally:
         batching.set_lane_threads(None)
-    own = seen[0]
-    assert seen == [own, 1, 3, own] and torch.get_num_threads() == main
+    own = last[0]
+    assert last == [own, 1, 3, own] and torch.get_num_threads() == main
     # a lane that runs lowered also lowers the count threads started later begin with: a new lane after it
     # still decodes with the process's own count once the lowering is lifted
     batching.set_lane_threads(1)
     gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
+    lowered = seen[-1]
     batching.set_lane_threads(None)
     later = _generator(policy)
-    later_decode = later._decode
-    monkeypatch.setattr(later, "_decode", lambda batch: (seen.append(torch.get_num_threads()), later_decode(batch))[1])
     try:
         later.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
     finally:
         later.close()
         gen.close()
-    assert seen[-2:] == [1, main]
+    assert [lowered, seen[-1]] == [1, main]
     with pytest.raises(ValueError, match="threads must be >= 1"):
         batching.set_lane_threads(0)
 
@@ -394,3 +416,35 @@ def test_a_batch_waits_while_a_model_is_being_loaded(tiny_model_dir: Path) -> No
         assert pending.result(timeout=60) == alone
     finally:
         gen.close()
+
+
+def test_a_request_that_arrives_while_a_batch_decodes_joins_it_and_each_row_is_answered_when_it_ends(tiny_model_dir: Path) -> None:
+    """Continuous batching: B, submitted while A decodes, joins A's batch at the next step (one forward for both, the
+    cache widened to the longer prompt) instead of waiting for A to finish; B is answered as soon as its own tokens are
+    out, while A goes on; each gets the tokens it gets alone."""
+    policy = LocalPolicy(tiny_model_dir)
+    short, long = _ids(policy)[0], _ids(policy)[1] + _ids(policy)[2]  # B's prompt is longer: the running cache widens
+    alone = BatchGenerator(policy.model, eos_ids={-1})
+    want_a = alone.run_batch([short], seeds=[1], temperature=0.0, max_new_tokens=40)[0].ids
+    want_b = alone.run_batch([long], seeds=[2], temperature=0.0, max_new_tokens=6)[0].ids
+    gen = BatchGenerator(policy.model, eos_ids={-1})  # no eos: A decodes its 40 tokens
+    order: list[str] = []
+    submitted: list[Any] = []
+
+    def mid_decode(module: Any, args: Any, kwargs: Any) -> None:  # on the lane's thread, during A's 5th decode step
+        if len(gen.step_rows) == 5 and not submitted:
+            submitted.append(gen.submit(long, temperature=0.0, max_new_tokens=6, seed=2))
+            submitted[0].add_done_callback(lambda f: order.append("B"))
+
+    hook = policy.model.register_forward_pre_hook(mid_decode, with_kwargs=True)
+    try:
+        a = gen.submit(short, temperature=0.0, max_new_tokens=40, seed=1)
+        a.add_done_callback(lambda f: order.append("A"))
+        got_a = a.result(60)
+        got_b = submitted[0].result(60)
+    finally:
+        hook.remove()
+        gen.close()
+    assert (got_a, got_b) == (want_a, want_b)
+    assert order == ["B", "A"]  # B did not wait for A's last 30 tokens
+    assert 2 in gen.step_rows and gen.batch_sizes == [2]  # one batch held both
