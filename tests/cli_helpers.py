@@ -15,8 +15,9 @@ def one_line_error(res: Any, needle: str) -> str:
 
 
 def wait_until_listening(proc: Any, port: int, *, what: str, timeout_s: float = 60.0) -> None:
-    """Wait until `proc` (a subprocess.Popen with stdout piped) accepts connections on 127.0.0.1:`port`; AssertionError
-    with the end of its output when it exits first or takes longer than `timeout_s` (it is killed then)."""
+    """Wait until `proc` (a subprocess.Popen, text mode) accepts connections on 127.0.0.1:`port`; AssertionError with the
+    end of what it printed (whatever of stdout / stderr is piped) when it exits first or takes longer than `timeout_s`
+    (it is killed then)."""
     import socket
     import time
 
@@ -28,6 +29,6 @@ def wait_until_listening(proc: Any, port: int, *, what: str, timeout_s: float = 
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                out = proc.communicate()[0] if proc.stdout else ""
-                raise AssertionError(f"{what} did not start: {(out or '')[-3000:]}") from None
+                printed = "".join(part or "" for part in proc.communicate())
+                raise AssertionError(f"{what} did not start: {printed[-3000:]}") from None
             time.sleep(0.1)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_helpers import wait_until_listening
 
 pytest.importorskip("mcp", reason="the MCP target needs the mcp extra: pip install 'gapforge[mcp]'")
 
@@ -265,7 +266,7 @@ def test_url_server_with_reset_tool_one_episode_at_a_time(tmp_path: Path, monkey
     proc = subprocess.Popen([sys.executable, "server.py", "--http", str(port)], cwd=HELPDESK,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_port(port, proc)
+        wait_until_listening(proc, port, what="the help-desk server", timeout_s=30)
         doc = yaml.safe_load((HELPDESK / "target.yaml").read_text())
         doc["server"] = {"url": f"http://127.0.0.1:{port}/mcp"}
         doc["policy_file"] = str(HELPDESK / "policy.md")
@@ -297,14 +298,3 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def _wait_for_port(port: int, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the help-desk server did not start: {proc.stderr.read() if proc.stderr else ''}") from None
-            time.sleep(0.1)
