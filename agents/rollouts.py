@@ -116,10 +116,14 @@ class CollectResult:
     replayed: int = 0  # `env_error` episodes of earlier calls deleted to be played again (CollectPlan.replay_env_errors)
     in_flight: dict[tuple[str, int], float] = field(default_factory=dict)  # (task, sample) -> time.monotonic() it started
 
+    @property
+    def finished(self) -> int:
+        """Planned episodes accounted for so far: stored (before or now, here or elsewhere), failed or timed out."""
+        return self.skipped + self.ran + self.stored_elsewhere + len(self.infra_failures) + len(self.timeouts)
+
     def heartbeat(self, limit_s: float | None = None) -> str:
         """One line on how far the collection is, naming the episode running longest (a hang shows there)."""
-        finished = self.skipped + self.ran + self.stored_elsewhere + len(self.infra_failures) + len(self.timeouts)
-        line = f"{finished}/{self.planned} episodes finished, {len(self.in_flight)} running"
+        line = f"{self.finished}/{self.planned} episodes finished, {len(self.in_flight)} running"
         if self.in_flight:
             (task, sample), started = min(self.in_flight.items(), key=lambda kv: kv[1])
             limit = f" of its {limit_s:g} s limit" if limit_s else ""

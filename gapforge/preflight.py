@@ -119,16 +119,11 @@ def _key(ep: EndpointConfig, where: str) -> None:
 def _endpoint(ep: EndpointConfig, where: str, who: str) -> None:
     """A key where one is needed, and a server that answers at base_url (OpenAI's own API is not asked: no request
     is spent before the run)."""
-    from gapforge.wiring import check_endpoint_url
+    from gapforge.wiring import endpoint_failure
 
     _key(ep, where)
     if ep.base_url is None:
         return
-    check_endpoint_url(ep.base_url)
-    import httpx
-
-    try:
-        httpx.get(ep.base_url.rstrip("/") + "/models", timeout=5.0)
-    except httpx.HTTPError as e:
-        raise ConfigError(f"{where}.base_url {ep.base_url} does not answer ({type(e).__name__}), and {who} talk to it: "
-                          f"start the server or fix {where}.base_url") from None
+    if (failure := endpoint_failure(ep.base_url)) is not None:
+        raise ConfigError(f"{where}.base_url {ep.base_url} does not answer ({failure}), and {who} talk to it: "
+                          f"start the server or fix {where}.base_url")

@@ -103,12 +103,19 @@ def check_endpoint_reachable(base_url: str | None, timeout_s: float = 5.0) -> No
     """Fail fast with one line when the policy endpoint cannot be reached at all."""
     if not base_url:
         return
+    if (failure := endpoint_failure(base_url, timeout_s)) is not None:
+        raise UsageError(f"policy endpoint {base_url} is unreachable ({failure}): start the server or fix --policy")
+
+
+def endpoint_failure(base_url: str, timeout_s: float = 5.0) -> str | None:
+    """Why an OpenAI-compatible server at `base_url` does not answer at all (the error's type name), or None when it
+    answers anything at /models; a URL that does not parse or names no host is a UsageError of its own."""
     check_endpoint_url(base_url)
-    url = base_url.rstrip("/") + "/models"
     try:
-        httpx.get(url, timeout=timeout_s)
+        httpx.get(base_url.rstrip("/") + "/models", timeout=timeout_s)
     except httpx.HTTPError as e:
-        raise UsageError(f"policy endpoint {base_url} is unreachable ({type(e).__name__}): start the server or fix --policy") from None
+        return type(e).__name__
+    return None
 
 
 def check_endpoint_url(base_url: str) -> None:

@@ -41,8 +41,7 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
     result = empty_result()
     played = progress_every(sc, "collect_rollouts", "episodes")
     await play_collection(cfg, sc.store, plan, pol_cfg=cfg.policy, policy=sc.deps.base_policy, make_env=make_env, families=families,
-                          result=result, on_episode=lambda _ep: played(result.skipped + result.ran + len(result.infra_failures)
-                                                                       + len(result.timeouts) + result.stored_elsewhere, result.planned),
+                          result=result, on_episode=lambda _ep: played(result.finished, result.planned),
                           heartbeat=lambda line: sc.progress("collect_rollouts", line))
     if warning := timeouts_warning(plan, result):  # the env's code did not answer in time: left out (not stored), the stage goes on
         sc.progress("collect_rollouts", f"warning: {warning}")
