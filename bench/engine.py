@@ -22,7 +22,7 @@ against it.
 
     python -m bench.engine [--levels 1,8,32,64] [--episodes 88] [--threads N]
 
-Reads the engine's internals by wrapping them (BatchGenerator._prefill / _continue, forward hooks): nothing of the
+Reads the engine's internals by wrapping them (BatchGenerator._prefill / _decode, _Running.forward): nothing of the
 engine changes.
 """
 
@@ -43,6 +43,7 @@ from gapforge.serving import batching
 from gapforge.serving.local import LocalPolicy
 from gapforge.training.evaluate import MemorySink
 
+_FORWARD = batching._Running.forward
 DEMO = {"temperature": 0.7, "max_turns": 10, "max_new_tokens": 96}  # gapforge/demo_profile.yaml
 
 
@@ -62,8 +63,7 @@ class Profile:
 def instrument(policy: LocalPolicy, prof: Profile) -> None:
     """Time the policy's generator: its prefills, its decode forwards (a forward hook) and its whole batches."""
     gen = policy._generation.batcher
-    prefill, decode = gen._prefill, gen._decode
-    started: list[float] = []
+    prefill, decode, forward = gen._prefill, gen._decode, _FORWARD
 
     def timed_prefill(r: Any) -> Any:
         t0 = time.perf_counter()
@@ -81,47 +81,58 @@ def instrument(policy: LocalPolicy, prof: Profile) -> None:
         finally:
             prof.batch_s += time.perf_counter() - t0
 
-    def pre(module: Any, args: Any, kwargs: Any) -> None:
-        if not prof.in_prefill:
-            started.append(time.perf_counter())
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            prof.rows_per_step.append(int(ids.shape[0]))
-
-    def post(module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        if not prof.in_prefill and started:
-            prof.decode_forward_s += time.perf_counter() - started.pop()
+    def timed_forward(running: Any, tokens: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            return forward(running, tokens)
+        finally:
+            prof.decode_forward_s += time.perf_counter() - t0
+            prof.rows_per_step.append(int(tokens.shape[0]))
 
     gen._prefill, gen._decode = timed_prefill, timed_decode  # type: ignore[method-assign]
-    policy.model.register_forward_pre_hook(pre, with_kwargs=True)
-    policy.model.register_forward_hook(post, with_kwargs=True)
+    batching._Running.forward = timed_forward  # type: ignore[method-assign]  # restored by level()
 
 
-def roofline(model_dir: Path, rows: list[int], context: int, steps: int = 20) -> dict[int, float]:
-    """Seconds of one decode forward of B rows over a `context`-token cache, the median of `steps`."""
+def roofline(model_dir: Path, rows: list[int], context: int, steps: int = 20) -> dict[int, tuple[float, float]]:
+    """Seconds of one decode forward of B rows over a `context`-token cache, the median of `steps`: through the
+    model's own forward (transformers) and through the engine's (serving.fast_forward), in that order."""
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
+    from gapforge.serving.fast_forward import FastForward
+
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True).eval()
+    fast = FastForward.of(model)
+    assert fast is not None, "the engine's forward does not take this model"
+    fast.bind()
     vocab = model.config.vocab_size - 10
     out = {}
     with torch.no_grad():
         for b in rows:
             ids = torch.tensor([[(7 * j + 3 * i) % vocab + 5 for j in range(context)] for i in range(b)])
-            cache = DynamicCache()
-            model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            batching._reserve(cache, steps + 2)
             token = torch.full((b, 1), 11)
-            times = []
-            for s in range(steps):
-                t0 = time.perf_counter()
-                model(input_ids=token, position_ids=torch.full((b, 1), context + s), past_key_values=cache, use_cache=True, logits_to_keep=1)
-                times.append(time.perf_counter() - t0)
-            out[b] = statistics.median(times)
+            medians = []
+            for engine in ("transformers", "fast"):
+                cache = DynamicCache()
+                model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                batching._reserve(cache, steps + 2)
+                times = []
+                for s in range(steps):
+                    position = torch.full((b, 1), context + s)
+                    t0 = time.perf_counter()
+                    if engine == "fast":
+                        fast.decode(token, position, cache.layers, None)
+                    else:
+                        model(input_ids=token, position_ids=position, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    times.append(time.perf_counter() - t0)
+                medians.append(statistics.median(times))
+            out[b] = (medians[0], medians[1])
     return out
 
 
-async def level(model_dir: Path, tasks: list[str], concurrency: int, episodes: int) -> tuple[float, Profile, MemorySink]:
+async def level(model_dir: Path, tasks: list[str], concurrency: int, episodes: int, forward: str) -> tuple[float, Profile, MemorySink]:
     policy = LocalPolicy(model_dir, temperature=DEMO["temperature"], max_new_tokens=DEMO["max_new_tokens"], seed=0)
+    policy._generation.batcher.fast = forward == "fast"
     prof = Profile()
     instrument(policy, prof)
     samples = max(1, -(-episodes // len(tasks)))
@@ -133,6 +144,7 @@ async def level(model_dir: Path, tasks: list[str], concurrency: int, episodes: i
     prof.prefilled = policy._generation.batcher.prefill_tokens[0]
     prof.generated = sum(policy._generation.batcher.step_rows)  # every decode step samples one token per row
     await policy.aclose()
+    batching._Running.forward = _FORWARD  # type: ignore[method-assign]
     return wall, prof, sink
 
 
@@ -144,6 +156,8 @@ def main() -> None:
     ap.add_argument("--one-episodes", type=int, default=44, help="episodes at concurrency 1 (the slowest level)")
     ap.add_argument("--context", type=int, default=700, help="cache length of the roofline's decode step (a shop turn's context)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--forward", default="fast,transformers",
+                    help="the engine's forward(s) to play each level with: fast (serving.fast_forward, shipped), transformers (model(...))")
     args = ap.parse_args()
 
     import torch
@@ -155,13 +169,14 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     ref = speed_reference(args.model)["tokens_per_s"]
     print(f"model {args.model.name}  torch threads {torch.get_num_threads()}  speed reference {ref:.0f} tokens/s (greedy, one sequence, 1 thread)")
-    for b, step_s in roofline(args.model, levels, args.context).items():
+    for b, (slow_s, step_s) in roofline(args.model, levels, args.context).items():
         print(f"roofline rows={b:<3d} one decode step over {args.context} cached tokens: {step_s * 1e3:6.2f} ms -> at most "
-              f"{b / step_s:7.0f} tokens/s ({b / step_s / ref:5.1f}x the reference)")
+              f"{b / step_s:7.0f} tokens/s ({b / step_s / ref:5.1f}x the reference); through model(...): {slow_s * 1e3:6.2f} ms "
+              f"({slow_s / step_s:4.2f}x the step)")
     tasks = ShopEnv().task_ids()
-    for n in levels:
+    for n, forward in [(n, f) for n in levels for f in args.forward.split(",")]:
         episodes = max(n, args.one_episodes if n == 1 else args.episodes)
-        wall, prof, sink = asyncio.run(level(args.model, tasks, n, episodes))
+        wall, prof, sink = asyncio.run(level(args.model, tasks, n, episodes, forward))
         rows = list(sink.rows.values())
         env_s = sum(r["timings"].get("env_s", 0.0) for r in rows)
         inside = prof.batch_s - prof.prefill_s - prof.decode_forward_s
@@ -170,7 +185,7 @@ def main() -> None:
                                            ("idle", idle))}
         gen_rate = prof.generated / wall
         mean_rows = statistics.mean(prof.rows_per_step) if prof.rows_per_step else 0.0
-        print(f"concurrency={n:<3d} episodes={len(rows):<4d} episodes/s={len(rows) / wall:6.2f} gen_tok/s={gen_rate:7.0f} "
+        print(f"concurrency={n:<3d} forward={forward:<12s} episodes={len(rows):<4d} episodes/s={len(rows) / wall:6.2f} gen_tok/s={gen_rate:7.0f} "
               f"prefill_tok/s={prof.prefilled / wall:7.0f} mean_rows/step={mean_rows:5.1f} split: "
               + " ".join(f"{k}={v:4.0%}" for k, v in share.items())
               + f" | env_s={env_s:6.1f} wall_s={wall:6.1f} ratio={gen_rate / ref:5.1f}x")

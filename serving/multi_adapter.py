@@ -3,10 +3,12 @@ routed endpoint and evaluation on CPU.
 
 `MultiAdapterModel(model_path, {name: adapter_dir})` loads the base model once
 and each LoRA adapter into the same PeftModel under its name. `respond(...,
-adapter=name|None)` generates through serving.batching: concurrent requests for
-the same adapter are decoded as one batch, and a batch runs with its adapter
-selected while holding one lock, so requests for different adapters never see
-each other's adapter (PEFT's active adapter is model-global state). Seeds
+adapter=name|None)` generates through serving.batching: concurrent requests are
+decoded as one batch whatever their adapters, each row with its own adapter's
+LoRA (serving.fast_forward); a model the fast forward does not take decodes one
+adapter's requests per batch, with that adapter selected while holding one lock,
+so requests for different adapters never see each other's adapter (PEFT's active
+adapter is model-global state). Seeds
 follow serving.local.Generation (per episode key, else per call). `None` = the base model with
 every adapter disabled. `policy(name)` is an `envs.protocol.PolicyModel` view
 bound to one adapter; `base_context()` is the lock + adapters-off context the
@@ -71,7 +73,8 @@ class MultiAdapterModel:
                 model.load_adapter(path, adapter_name=adapter, is_trainable=False)
         self.model = model.eval()
         self._lock = threading.Lock()
-        self._generation = Generation(self.model, self.tokenizer, seed=seed, lock=self._lock, select=self._selected)
+        self._generation = Generation(self.model, self.tokenizer, seed=seed, lock=self._lock, select=self._selected,
+                                      adapter_of=_same)  # a request's group is its adapter: rows of every adapter share a batch
 
     @property
     def adapters(self) -> list[str]:
@@ -145,6 +148,10 @@ class MultiAdapterModel:
     def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> AdapterPolicy:
         self._check(adapter)
         return AdapterPolicy(self, adapter, temperature, name or (adapter or self.name))
+
+
+def _same(adapter: str | None) -> str | None:
+    return adapter
 
 
 class AdapterPolicy:

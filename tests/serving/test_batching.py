@@ -365,8 +365,19 @@ def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model
 
     policy = LocalPolicy(tiny_model_dir)
     gen = _generator(policy)
-    seen: list[int] = []  # the count each forward ran with (a request may join a batch still decoding: checked per step)
-    policy.model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+    seen: list[int] = []  # the count each step ran with (a request may join a batch still decoding: checked per step)
+
+    def counted(generator: BatchGenerator) -> BatchGenerator:
+        sample = generator._sample
+
+        def sampled(*args: Any) -> Any:
+            seen.append(torch.get_num_threads())
+            return sample(*args)
+
+        generator._sample = sampled  # type: ignore[method-assign]
+        return generator
+
+    counted(gen)
     main = torch.get_num_threads()
     prompt = _ids(policy)[0]
     try:
@@ -386,7 +397,7 @@ def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model
     gen.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
     lowered = seen[-1]
     batching.set_lane_threads(None)
-    later = _generator(policy)
+    later = counted(_generator(policy))
     try:
         later.submit(prompt, temperature=0.0, max_new_tokens=2, seed=0).result(60)
     finally:
@@ -431,19 +442,21 @@ def test_a_request_that_arrives_while_a_batch_decodes_joins_it_and_each_row_is_a
     order: list[str] = []
     submitted: list[Any] = []
 
-    def mid_decode(module: Any, args: Any, kwargs: Any) -> None:  # on the lane's thread, during A's 5th decode step
+    sample = gen._sample
+
+    def mid_decode(*args: Any) -> Any:  # on the lane's thread, during A's 5th decode step
         if len(gen.step_rows) == 5 and not submitted:
             submitted.append(gen.submit(long, temperature=0.0, max_new_tokens=6, seed=2))
             submitted[0].add_done_callback(lambda f: order.append("B"))
+        return sample(*args)
 
-    hook = policy.model.register_forward_pre_hook(mid_decode, with_kwargs=True)
+    gen._sample = mid_decode  # type: ignore[method-assign]
     try:
         a = gen.submit(short, temperature=0.0, max_new_tokens=40, seed=1)
         a.add_done_callback(lambda f: order.append("A"))
         got_a = a.result(60)
         got_b = submitted[0].result(60)
     finally:
-        hook.remove()
         gen.close()
     assert (got_a, got_b) == (want_a, want_b)
     assert order == ["B", "A"]  # B did not wait for A's last 30 tokens

@@ -1,0 +1,240 @@
+"""The engine's forward for Qwen-family models as plain tensor ops: the same ops transformers and PEFT run, in the
+same order, without their per-call machinery (decorators, output records, mask builders, cache classes, PEFT's
+per-layer checks), over the engine's slot buffers.
+
+On the shipped ~1M-parameter policy a decode step is a few hundred small ops, and that machinery cost as much as
+the ops: 1.6-1.7x per decode step at 8-64 rows (bench/engine.py), with logits equal to the bit (tested against
+`model(...)` for every case below, adapters included). It reproduces exactly what transformers' SDPA path does:
+
+- a decode step: with left padding, a boolean mask (rows, 1, 1, columns) and the query packed by key/value head;
+  without any, no mask and grouped-query SDPA;
+- a prefill from scratch: causal SDPA without a mask; on a kept prefix: an explicit causal mask and the key/value
+  heads repeated.
+
+`FastForward.of(model)` is None for anything else (another architecture, another attention implementation, rope
+scaling, a LoRA variant or a tuner module it does not know, dropout in training mode): the engine then calls the
+model as before. Weights are read when a batch starts (`bind`), after the batch's adapter was selected: in-place
+training updates are seen, and so is the adapter a `select` context switched to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+def _rms(x: Any, weight: Any, eps: float) -> Any:
+    import torch
+
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _rotated(x: Any, cos: Any, sin: Any) -> Any:
+    import torch
+
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class _Linear:
+    """A (LoRA-wrapped or plain) nn.Linear's forward: the base projection, then each active adapter's B(A(x)) * scale.
+    With `rows` (mixed adapters): each adapter's B(A(x)) * scale added to its own rows only."""
+
+    __slots__ = ("weight", "bias", "loras", "every")
+
+    def __init__(self, module: Any) -> None:
+        base, self.loras, self.every = module, [], {}
+        if hasattr(module, "base_layer"):
+            base = module.base_layer
+            self.every = {a: (module.lora_A[a].weight, module.lora_B[a].weight, module.scaling[a]) for a in module.lora_A.keys()}
+            if not module.disable_adapters and not module.merged:
+                self.loras = [self.every[a] for a in module.active_adapters if a in self.every]
+        self.weight, self.bias = base.weight, base.bias
+
+    def __call__(self, x: Any, rows: Rows | None = None) -> Any:
+        import torch.nn.functional as F
+
+        out = F.linear(x, self.weight, self.bias)
+        if rows is None:
+            for a, b, scale in self.loras:
+                out = out + F.linear(F.linear(x, a), b) * scale
+            return out
+        for adapter, index in rows:
+            if adapter in self.every:
+                a, b, scale = self.every[adapter]
+                if index is None:  # every row
+                    out = out + F.linear(F.linear(x, a), b) * scale
+                else:
+                    out = out.index_add(0, index, F.linear(F.linear(x[index], a), b) * scale)
+        return out
+
+
+Rows = list[tuple[Any, Any]]  # (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
+
+
+def rows_of(adapters: list[str | None]) -> Rows:
+    """Each adapter (None: the base, no LoRA) with the rows it serves, for a forward whose rows mix adapters."""
+    import torch
+
+    names = [a for a in dict.fromkeys(adapters) if a is not None]
+    if len(names) == 1 and None not in adapters:
+        return [(names[0], None)]
+    return [(a, torch.tensor([i for i, x in enumerate(adapters) if x == a])) for a in names]
+
+
+@dataclass
+class Prefilled:
+    """What `model(...)` returned that the engine reads: the last position's logits and the whole context's cache."""
+
+    logits: Any
+    past_key_values: Any
+
+
+class FastForward:
+    def __init__(self, model: Any, causal_lm: Any) -> None:
+        self.model, self.lm = model, causal_lm
+        config = causal_lm.config
+        self.eps, self.head_dim = config.rms_norm_eps, config.head_dim
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.scale = self.head_dim**-0.5
+        self.inv_freq = causal_lm.model.rotary_emb.inv_freq
+        self.layers: list[dict[str, Any]] = []
+
+    @classmethod
+    def of(cls, model: Any) -> FastForward | None:
+        """The fast forward of `model` (a transformers Qwen2/Qwen3 causal LM, PEFT-wrapped or not), or None."""
+        lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # PeftModel -> the causal LM
+        config = getattr(lm, "config", None)
+        if config is None or getattr(config, "model_type", None) not in ("qwen2", "qwen3") or not hasattr(lm, "lm_head"):
+            return None
+        if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(lm.model, "rotary_emb", None) is None:
+            return None
+        if getattr(lm.model.rotary_emb, "attention_scaling", 1.0) != 1.0 or getattr(config, "use_sliding_window", False):
+            return None
+        known = {id(getattr(layer.self_attn, n)) for layer in lm.model.layers for n in _LINEARS}
+        known |= {id(getattr(layer.mlp, n)) for layer in lm.model.layers for n in _MLP}
+        for module in lm.modules():
+            if hasattr(module, "lora_A") and (id(module) not in known or module.lora_variant or type(module).__name__ != "Linear"):
+                return None  # a LoRA on another module (embeddings, the head) or a variant (DoRA): transformers' path
+        return cls(model, lm)
+
+    def usable(self) -> bool:
+        """Only for inference: dropout (base or adapter) is a no-op in eval mode and nowhere else."""
+        return not self.lm.training
+
+    def bind(self) -> None:
+        """Read the weights and the active adapters now (call when a batch starts, under its adapter)."""
+        self.layers = []
+        for layer in self.lm.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            entry = {name: _Linear(getattr(attn, name)) for name in _LINEARS}
+            entry.update({name: _Linear(getattr(mlp, name)) for name in _MLP})
+            entry.update(ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
+                         q_norm=getattr(getattr(attn, "q_norm", None), "weight", None),
+                         k_norm=getattr(getattr(attn, "k_norm", None), "weight", None))  # fmt: skip
+            self.layers.append(entry)
+        self.embed, self.norm, self.head = self.lm.model.embed_tokens.weight, self.lm.model.norm.weight, _Linear(self.lm.lm_head)
+
+    def _rope(self, positions: Any, dtype: Any) -> tuple[Any, Any]:
+        import torch
+
+        freqs = positions[..., None].float() * self.inv_freq.float()
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
+
+    def _qkv(self, entry: dict[str, Any], x: Any, cos: Any, sin: Any, mix: Rows | None) -> tuple[Any, Any, Any]:
+        rows, width = x.shape[:2]
+        shape = (rows, width, -1, self.head_dim)
+        q, k = entry["q_proj"](x, mix).view(shape), entry["k_proj"](x, mix).view(shape)
+        if entry["q_norm"] is not None:
+            q, k = _rms(q, entry["q_norm"], self.eps), _rms(k, entry["k_norm"], self.eps)
+        v = entry["v_proj"](x, mix).view(shape).transpose(1, 2)
+        return _rotated(q.transpose(1, 2), cos, sin), _rotated(k.transpose(1, 2), cos, sin), v
+
+    def _block(self, entry: dict[str, Any], h: Any, attend: Any, mix: Rows | None) -> Any:
+        import torch.nn.functional as F
+
+        x = _rms(h, entry["ln1"], self.eps)
+        h = h + entry["o_proj"](attend(x), mix)
+        x = _rms(h, entry["ln2"], self.eps)
+        return h + entry["down_proj"](F.silu(entry["gate_proj"](x, mix)) * entry["up_proj"](x, mix), mix)
+
+    def _logits(self, h: Any, mix: Rows | None) -> Any:
+        return self.head(_rms(h[:, -1:], self.norm, self.eps), mix)
+
+    def decode(self, tokens: Any, positions: Any, layers: list[Any], mask: Any, mix: Rows | None = None) -> Any:
+        """One decode step of `tokens` (rows, 1) at `positions` (rows, 1) over slot layers (serving.batching's
+        SlotLayer: each `update` writes the new column); `mask` (rows, 1, 1, columns) boolean, or None when no row is
+        padded; `mix` (`rows_of`): each row's adapter, else the active one for all. Returns the logits (rows, 1, vocab)."""
+        import torch.nn.functional as F
+
+        rows = tokens.shape[0]
+        group = self.heads // self.kv_heads
+        h = F.embedding(tokens, self.embed)
+        cos, sin = self._rope(positions, h.dtype)
+        for entry, layer in zip(self.layers, layers, strict=True):
+
+            def attend(x: Any, entry: Any = entry, layer: Any = layer) -> Any:
+                q, k, v = self._qkv(entry, x, cos, sin, mix)
+                keys, values = layer.update(k, v)
+                if mask is None:
+                    out = F.scaled_dot_product_attention(q, keys, values, dropout_p=0.0, scale=self.scale, is_causal=False, enable_gqa=True)
+                else:
+                    out = F.scaled_dot_product_attention(q.reshape(rows, self.kv_heads, group, self.head_dim), keys, values, attn_mask=mask,
+                                                         dropout_p=0.0, scale=self.scale, is_causal=False)  # fmt: skip
+                return out.reshape(rows, -1, 1, self.head_dim).transpose(1, 2).contiguous().reshape(rows, 1, -1)
+
+            h = self._block(entry, h, attend, mix)
+        return self._logits(h, mix)
+
+    def prefill(self, prompts: list[tuple[list[int], list[tuple[Any, Any]] | None, int]], adapters: list[str | None] | None = None) -> list[Prefilled]:
+        """Prompts (new token ids, the kept keys/values per layer of the `start` tokens before them or None, start), each
+        in a forward of its own (several in one forward gave 3-5% at 32 episodes, and the matmuls' rounding would then
+        depend on the batch), with its adapter from `adapters` (None: the base) or else the active one: per prompt,
+        the last logits and a DynamicCache of its whole context."""
+        if adapters is None:
+            return [self._prefill_one(*prompt, None) for prompt in prompts]
+        return [self._prefill_one(*prompt, rows_of([adapter])) for prompt, adapter in zip(prompts, adapters, strict=True)]
+
+    def _prefill_one(self, ids: list[int], kept: list[tuple[Any, Any]] | None, start: int, mix: Rows | None) -> Prefilled:
+        import torch
+        import torch.nn.functional as F
+        from transformers import DynamicCache
+
+        width = len(ids)
+        h = F.embedding(torch.tensor([ids]), self.embed)
+        cos, sin = self._rope(torch.arange(start, start + width)[None], h.dtype)
+        group = self.heads // self.kv_heads
+        mask = None if kept is None or width == 1 else (torch.arange(start + width)[None, :] <= torch.arange(start, start + width)[:, None])[None, None]
+        cache: list[tuple[Any, Any]] = []
+        for i, entry in enumerate(self.layers):
+
+            def attend(x: Any, entry: Any = entry, i: int = i) -> Any:
+                q, k, v = self._qkv(entry, x, cos, sin, mix)
+                if kept is not None:
+                    k, v = torch.cat([kept[i][0][:, :, :start], k], dim=-2), torch.cat([kept[i][1][:, :, :start], v], dim=-2)
+                cache.append((k, v))
+                if mask is None:  # from scratch (causal), or one new token (a decode step without padding)
+                    out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=self.scale, is_causal=kept is None and width > 1,
+                                                         enable_gqa=True)  # fmt: skip
+                else:
+                    out = F.scaled_dot_product_attention(q, _repeat(k, group), _repeat(v, group), attn_mask=mask, dropout_p=0.0,
+                                                         scale=self.scale, is_causal=False)  # fmt: skip
+                return out.transpose(1, 2).contiguous().reshape(1, width, -1)
+
+            h = self._block(entry, h, attend, mix)
+        return Prefilled(self._logits(h, mix), DynamicCache(ddp_cache_data=cache))
+
+
+def _repeat(t: Any, group: int) -> Any:
+    """(rows, kv_heads, len, dim) -> (rows, kv_heads * group, len, dim), each key/value head repeated `group` times."""
+    if group == 1:
+        return t
+    rows, heads, length, dim = t.shape
+    return t[:, :, None].expand(rows, heads, group, length, dim).reshape(rows, heads * group, length, dim)

@@ -1,0 +1,219 @@
+"""The engine's forward (serving.fast_forward): logits equal to the bit to the model's own forward in every case the
+engine uses it (prefill from scratch and on a kept prefix, decode steps with and without padded rows, LoRA adapters
+active, switched or disabled), the same tokens and logprobs through the engine either way, and transformers' path
+wherever the fast one does not apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from gapforge.serving import batching
+from gapforge.serving.batching import BatchGenerator
+from gapforge.serving.fast_forward import FastForward
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _model(path: Path, **kw: Any) -> Any:
+    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kw).eval()
+
+
+def _lora(path: Path, names: tuple[str, ...] = ("a",), targets: list[str] = TARGETS) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0)
+    model = get_peft_model(_model(path), config, adapter_name=names[0])
+    for name in names[1:]:
+        model.add_adapter(name, config)
+    with torch.no_grad():
+        for i, (key, p) in enumerate(model.named_parameters()):
+            if "lora_B" in key:  # a fresh adapter's B is 0: give every adapter a real (and different) delta
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(i)) * 0.2)
+    return model.eval()
+
+
+def _ids(n: int, seed: int, vocab: int = 500) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(5, vocab, (n,), generator=g).tolist()
+
+
+def _check_logits(model: Any) -> None:
+    fast = FastForward.of(model)
+    assert fast is not None and fast.usable()
+    fast.bind()
+    context = _ids(40, 1)
+    with torch.no_grad():
+        whole = model(input_ids=torch.tensor([context]), use_cache=True, logits_to_keep=1)
+        got = fast.prefill([(context, None, 0)])[0]
+        assert torch.equal(got.logits, whole.logits)
+        for a, b in zip(got.past_key_values.layers, whole.past_key_values.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        kept = [(layer.keys, layer.values) for layer in whole.past_key_values.layers]
+        for start in (30, 39):  # ten new tokens on a kept prefix; one new token (a decode step without padding)
+            want = model(input_ids=torch.tensor([context[start:]]), use_cache=True, logits_to_keep=1,
+                         past_key_values=DynamicCache(ddp_cache_data=[(k[:, :, :start], v[:, :, :start]) for k, v in kept]))
+            assert torch.equal(fast.prefill([(context[start:], kept, start)])[0].logits, want.logits)
+        for starts in ([0, 7, 3], [0, 0, 0], [0]):  # padded rows; none padded; one row
+            rows = len(starts)
+            width = 40
+            ids = torch.tensor([_ids(width, 10 + r) for r in range(rows)])
+            attention = (torch.arange(width + 1)[None] >= torch.tensor(starts)[:, None]).long()
+            token, position = torch.tensor([[11]] * rows), torch.tensor([[width - s] for s in starts])
+            caches = []
+            for _ in range(2):
+                cache = DynamicCache()
+                model(input_ids=ids, attention_mask=attention[:, :-1], position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
+                      past_key_values=cache, use_cache=True)  # fmt: skip
+                batching._reserve(cache, 4)
+                caches.append(cache)
+            want = model(input_ids=token, attention_mask=attention, position_ids=position, past_key_values=caches[0], use_cache=True, logits_to_keep=1)
+            mask = attention.bool()[:, None, None, :] if any(starts) else None
+            assert torch.equal(fast.decode(token, position, caches[1].layers, mask), want.logits), starts
+            assert all(torch.equal(a.keys, b.keys) for a, b in zip(caches[0].layers, caches[1].layers))
+
+
+def test_logits_equal_the_models_own_forward(tiny_model_dir: Path) -> None:
+    _check_logits(_model(tiny_model_dir))
+
+
+def test_logits_equal_peft_with_adapters_active_switched_and_disabled(tiny_model_dir: Path) -> None:
+    model = _lora(tiny_model_dir, ("a", "b"))
+    _check_logits(model)
+    model.set_adapter("b")
+    _check_logits(model)
+    with model.disable_adapter():
+        _check_logits(model)
+
+
+def _turns(model: Any, fast: bool, prompts: list[list[int]], temperature: float) -> list[Any]:
+    gen = BatchGenerator(model, eos_ids={-1}, fast=fast)
+    out, contexts = [], [list(p) for p in prompts]
+    for turn in range(3):  # later turns prefill on the kept prefixes of the earlier ones
+        decoded = gen.run_batch(contexts, seeds=[7 * r + turn for r in range(len(contexts))], temperature=temperature, max_new_tokens=12)
+        out.append([(d.ids, d.logprobs) for d in decoded])
+        contexts = [c + d.ids + _ids(5, turn) for c, d in zip(contexts, decoded)]
+    assert gen.prefill_tokens[1] > 0
+    return out
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_engine_samples_the_same_tokens_and_logprobs_either_way(tiny_model_dir: Path, temperature: float) -> None:
+    prompts = [_ids(n, n) for n in (9, 30, 17, 4)]  # different lengths: rows padded, the cache widened
+    for model in (_model(tiny_model_dir), _lora(tiny_model_dir)):
+        assert _turns(model, True, prompts, temperature) == _turns(model, False, prompts, temperature)
+
+
+def test_the_engine_uses_it_and_falls_back_where_it_does_not_apply(tiny_model_dir: Path) -> None:
+    model = _model(tiny_model_dir)
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    BatchGenerator(model, eos_ids={-1}).run_batch([_ids(8, 1), _ids(5, 2)], seeds=[1, 2], temperature=1.0, max_new_tokens=6)
+    assert calls == []  # every prefill and decode step went through the fast forward
+    BatchGenerator(model, eos_ids={-1}, fast=False).run_batch([_ids(8, 1)], seeds=[1], temperature=1.0, max_new_tokens=6)
+    assert len(calls) == 6  # one prefill, five decode steps
+
+    model.train()  # dropout would act: not for the fast forward
+    assert not FastForward.of(model).usable()
+    assert FastForward.of(_model(tiny_model_dir, attn_implementation="eager")) is None  # other attention numerics
+    assert FastForward.of(_lora(tiny_model_dir, targets=["q_proj", "embed_tokens"])) is None  # a LoRA it does not apply
+    eager = _model(tiny_model_dir, attn_implementation="eager")
+    calls.clear()
+    eager.register_forward_pre_hook(lambda module, args: calls.append(1))
+    got = BatchGenerator(eager, eos_ids={-1}).run_batch([_ids(8, 1)], seeds=[1], temperature=0.0, max_new_tokens=6)[0].ids
+    assert len(calls) == 6 and len(got) == 6
+
+
+def _saved_adapter(path: Path, out: Path, seed: int) -> Path:
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, task_type="CAUSAL_LM")
+    model = get_peft_model(_model(path), config)
+    with torch.no_grad():
+        for i, (key, p) in enumerate(model.named_parameters()):
+            if "lora_" in key:  # deltas large enough that each adapter answers differently
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1000 * seed + i)) * 2.0)
+    model.save_pretrained(out)
+    return out
+
+
+async def test_rows_of_different_adapters_decode_in_one_batch_each_with_its_own(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A MultiAdapterModel's batch takes the rows of every adapter (and the base) at once: each row gets its own
+    adapter's LoRA, so every answer equals the one its adapter gives alone, and the decode steps hold every group's
+    rows (one group at a time before: a group waited for the other's batch to drain)."""
+    import asyncio
+
+    from gapforge.envs.protocol import Message
+    from gapforge.envs.sampling import episode_key
+    from gapforge.serving.multi_adapter import MultiAdapterModel
+
+    adapters = {name: _saved_adapter(tiny_model_dir, tmp_path / name, seed) for name, seed in (("a", 1), ("b", 2))}
+    conv = [Message.user("Where is my order #W1234567?")]
+    calls = [(f"t{i}#0", adapter) for i in range(3) for adapter in (None, "a", "b")]
+
+    async def one(backend: MultiAdapterModel, key: str, adapter: str | None) -> Message:
+        token = episode_key.set(key)
+        try:
+            return await backend.respond(conv, [], adapter=adapter, temperature=1.0)
+        finally:
+            episode_key.reset(token)
+
+    results, widest = [], []
+    for fast in (True, False):
+        backend = MultiAdapterModel(tiny_model_dir, adapters, max_new_tokens=16)
+        backend._generation.batcher.fast = fast
+        assert backend._generation.batcher.mixes() is fast
+        alone = [await one(backend, k, a) for k, a in calls]
+        backend._generation.batcher.step_rows.clear()
+        together = await asyncio.gather(*(one(backend, k, a) for k, a in calls))
+        assert list(together) == alone
+        widest.append(max(backend._generation.batcher.step_rows))
+        results.append(alone)
+        await backend.aclose()
+    assert results[0] == results[1]  # the same answers through either forward
+    assert len({repr(m) for m in results[0][:3]}) > 1  # the adapters change answers (their logits: the test below)
+    assert widest[0] > 3 >= widest[1]  # mixed: one batch held more than one group's three rows; grouped: never
+
+
+def test_decode_with_rows_of_mixed_adapters_matches_each_adapter_alone(tiny_model_dir: Path) -> None:
+    from gapforge.serving.fast_forward import rows_of
+
+    model = _lora(tiny_model_dir, ("a", "b"))
+    fast = FastForward.of(model)
+    width, rows = 30, 8
+    adapters = [None, "a", "b", "a", None, "b", "b", "a"]
+    ids = torch.tensor([_ids(width, 20 + r) for r in range(rows)])
+    token, position = torch.tensor([[11]] * rows), torch.full((rows, 1), width)
+    alone, caches = {}, {}
+    with torch.no_grad():
+        for name in (None, "a", "b"):  # every row's context and next step under one adapter (or the base)
+            caches[name] = DynamicCache()
+            with model.disable_adapter() if name is None else _active(model, name):
+                model(input_ids=ids, past_key_values=caches[name], use_cache=True)
+                keep = [(layer.keys.clone(), layer.values.clone()) for layer in caches[name].layers]
+                batching._reserve(caches[name], 4)
+                fast.bind()
+                alone[name] = fast.decode(token, position, caches[name].layers, None)
+            caches[name] = keep
+        mixed_cache = DynamicCache(ddp_cache_data=[(torch.cat([caches[a][i][0][r : r + 1] for r, a in enumerate(adapters)]),
+                                                    torch.cat([caches[a][i][1][r : r + 1] for r, a in enumerate(adapters)]))
+                                                   for i in range(len(caches["a"]))])  # fmt: skip
+        batching._reserve(mixed_cache, 4)
+        fast.bind()
+        mixed = fast.decode(token, position, mixed_cache.layers, None, rows_of(adapters))
+    for name in (None, "a", "b"):
+        index = [i for i, a in enumerate(adapters) if a == name]
+        assert torch.allclose(mixed[index], alone[name][index], atol=1e-5)
+        others = [i for i, a in enumerate(adapters) if a != name]
+        assert not torch.allclose(mixed[others], alone[name][others], atol=1e-3)  # the other rows did not take this adapter
+
+
+def _active(model: Any, name: str) -> Any:
+    import contextlib
+
+    model.set_adapter(name)
+    return contextlib.nullcontext()
