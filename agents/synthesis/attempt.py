@@ -218,7 +218,7 @@ def _readiness_plan(report: ValidationReport, policy: PolicyModel | None, run_ep
 def _outcome(gate: Any, report: ValidationReport, stage: str, grpo: CheckResult | None, started: float) -> AttemptOutcome:
     rollouts = 0
     if grpo is not None:
-        rollouts = int(grpo.evidence.get("played", grpo.evidence.get("rollouts", 0)))  # the budget pays every episode played
+        rollouts = int(grpo.evidence.get("charged", grpo.evidence.get("rollouts", 0)))  # sandbox/checks/grpo.py: what the budget pays
         report.checks[-1] = grpo
     failures = report.failures
     verdict = AttemptVerdict(

@@ -178,6 +178,10 @@ async def acheck_grpo_ready(
         result.evidence["infra_retried"] = retried[0]
     if played[0] != result.evidence.get("rollouts"):  # ungraded episodes of later groups, replays: the cost, not the verdict
         result.evidence["played"] = played[0]
+    # what the rollout budget pays: every episode of the groups the verdict read, and every retry. Not the episodes of later
+    # groups that were in flight when the check stopped early: how many had started depends on timing (a faster engine
+    # started one more), and a budget that decides whether the next attempt runs must not
+    result.evidence["charged"] = len(reached) * cfg.samples + retried[0]
     return result
 
 

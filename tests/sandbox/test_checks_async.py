@@ -113,7 +113,8 @@ async def test_a_groups_long_episode_does_not_hold_the_next_groups_back() -> Non
 
 async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None:
     """Groups 1 and 3 are all-zero (limit 20% of 8: the second one decides). Whatever else already played,
-    the verdict grades groups 0-3; the episodes played (charged to the budget) depend on timing."""
+    the verdict grades groups 0-3 and the budget is charged their 16 episodes; the episodes played (those of later
+    groups already in flight included) depend on timing, so they are reported but not charged."""
     from gapforge.sandbox.checks.grpo import acheck_grpo_ready
 
     async def runner(policy: Any, env: Any, seed: int, temperature: float) -> float:
@@ -124,6 +125,6 @@ async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None
     seen = []
     for concurrency in (1, 4, 12, 32):
         result = await acheck_grpo_ready(_Opened, list(range(8)), object(), runner, cfg, concurrency=concurrency)
-        seen.append((result.summary, result.evidence["rewards"], result.evidence["rollouts"]))
+        seen.append((result.summary, result.evidence["rewards"], result.evidence["rollouts"], result.evidence["charged"]))
         assert 16 <= result.evidence.get("played", 16) <= 32  # never more than the whole matrix
-    assert len(set(map(str, seen))) == 1 and seen[0][2] == 16 and "stopped early after 4/8 groups" in seen[0][0]
+    assert len(set(map(str, seen))) == 1 and seen[0][2] == seen[0][3] == 16 and "stopped early after 4/8 groups" in seen[0][0]

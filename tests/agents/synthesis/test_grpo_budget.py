@@ -50,7 +50,9 @@ def test_informative_rewards_pass_and_spend_the_full_matrix() -> None:
 def test_all_zero_groups_stop_early() -> None:
     outcome, calls = attempt(EXAMPLE, lambda seed, n: 0.0)
     assert not outcome.verdict.accepted and outcome.verdict.failed_checks == ["grpo_ready"]
-    assert outcome.verdict.rollouts == len(calls) < 32
+    # charged: the two groups the verdict read (8 episodes); the episodes of later groups already in flight when it
+    # stopped were played but not charged (how many depends on timing)
+    assert outcome.verdict.rollouts == 8 <= len(calls) < 32
     grpo = next(c for c in outcome.report["checks"] if c["name"] == "grpo_ready")
     assert "stopped early" in grpo["summary"]
 
