@@ -53,16 +53,16 @@ class EndpointConfig(_Section):
     a key only from the variable named in its own `api_key_env`, and never in clear text
     (http://) to a host other than this machine unless `allow_plain_http_key` says so."""
 
-    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = OpenAI's default")
-    model: str = "gpt-4o-mini"
+    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None: OpenAI's API")
+    model: str = Field("gpt-4o-mini", description="model name sent to the endpoint")
     api_key_env: str | None = Field(
         None, description=f"env var holding this endpoint's key; unset: {DEFAULT_KEY_ENV}, sent only to OpenAI's own API")
-    allow_plain_http_key: bool = Field(False, description="send the key over plain http:// to a non-loopback host (clear text)")
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(4, ge=0, le=20)
-    retry_backoff_s: float = Field(1.0, ge=0.0, le=60.0, description="first retry wait; doubles per attempt (at least what Retry-After asks)")
-    breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that mark the endpoint down (circuit open)")
-    breaker_cooldown_s: float = Field(30.0, ge=0.0, description="while down, calls fail at once; then one probe request is tried")
+    allow_plain_http_key: bool = Field(False, description="send the key over plain http:// to a host other than this machine")
+    timeout_s: float = Field(120.0, gt=0, description="seconds per request")
+    max_retries: int = Field(4, ge=0, le=20, description="retries of a failed request")
+    retry_backoff_s: float = Field(1.0, ge=0.0, le=60.0, description="seconds before the first retry, doubled per retry (at least Retry-After)")
+    breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that mark the endpoint down")
+    breaker_cooldown_s: float = Field(30.0, ge=0.0, description="seconds calls fail at once while it is down, before one probe")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     _key: SecretStr | None = PrivateAttr(None)  # read by the loader (load_key); never dumped
 
@@ -114,60 +114,55 @@ class EndpointConfig(_Section):
 
 
 class LLMConfig(_Section):
-    """The agent roles (analyst, generator, validator, user simulator)."""
+    """The LLM roles: analyst, generator and reviewer (also GEPA's reflection, and the user simulator with
+    `rollouts.user: llm`)."""
 
-    kind: Literal["scripted", "openai"] = "scripted"
+    kind: Literal["scripted", "openai"] = Field("scripted", description="scripted: recorded answers (docs/recordings.md); openai: `llm.endpoint`")
     scripted_path: str | None = Field(None, description="YAML/JSON of recorded answers keyed by prompt name")
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
 
 
 class PolicyConfig(_Section):
-    """The policy being evaluated/trained."""
+    """The base policy being evaluated and trained."""
 
-    kind: Literal["scripted", "endpoint", "local"] = "scripted"
+    kind: Literal["scripted", "endpoint", "local"] = Field(
+        "scripted", description="scripted (recorded answers; cannot train), local (weights at local_path) or endpoint (a server, e.g. vLLM; "
+        "a run also needs local_path and a routing.backend other than transformers)")
     endpoint: EndpointConfig = Field(default_factory=lambda: EndpointConfig(temperature=1.0))
-    local_path: str | None = Field(None, description="directory of a Hugging Face model (kind=local)")
-    adapter_path: str | None = Field(None, description="optional PEFT adapter applied on the local model")
-    scripted_path: str | None = None
+    local_path: str | None = Field(None, description="Hugging Face model directory: the weights to load (local) or that the server serves (endpoint)")
+    adapter_path: str | None = Field(None, description="PEFT adapter applied on the local model (optional)")
+    scripted_path: str | None = Field(None, description="recorded answers (kind scripted)")
     temperature: float = Field(1.0, ge=0.0, le=2.0)
-    max_new_tokens: int = Field(512, gt=0)
+    max_new_tokens: int = Field(512, gt=0, description="tokens per turn")
 
 
 EnvArg = str | int | float | bool | None
 
 
 class RolloutConfig(_Section):
-    env: str = Field("shop", description="the target: shop | tau2:retail | tau2:airline | tau2:telecom | toolsandbox[:category] | "
-                     "mcp:FILE.yaml | package.module:ClassName | path/to/file.py:ClassName, a class optionally with ?key=value keywords")
+    env: str = Field("shop", description="the target: shop | tau2:retail|airline|telecom | toolsandbox[:category] | mcp:FILE.yaml | "
+                     "composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (a class may add ?key=value keywords)")
     env_args: dict[str, EnvArg] = Field(
-        default_factory=dict, description="constructor keywords of a class env; folded into `env` as ?key=value when the config "
-        "loads (so every stage, worker and stored episode names the env by one string), then left empty")
+        default_factory=dict, description="constructor keywords of a class env; folded into `env` as ?key=value on load")
     samples: int = Field(1, ge=1, description="episodes per task")
-    concurrency: int = Field(8, ge=1, le=1024, description="episodes in flight (and worker threads for blocking envs)")
-    max_turns: int = Field(30, ge=1)
-    tasks: list[str] | None = Field(None, description="task ids; None = all")
-    user: Literal["scripted", "llm"] = "scripted"
+    concurrency: int = Field(8, ge=1, le=1024, description="episodes in flight")
+    max_turns: int = Field(30, ge=1, description="policy turns per episode (raised to the env's own limit)")
+    tasks: list[str] | None = Field(None, description="task ids; None: all")
+    user: Literal["scripted", "llm"] = Field("scripted", description="the env's scripted user, or an LLM")
     user_endpoint: Literal["llm", "policy"] = Field(
-        "llm", description="the endpoint the LLM user simulator (user=llm) talks to: `llm` (llm.endpoint) or `policy` (policy.endpoint, "
-        "the served base model itself, at temperature 0 as τ²'s own user; the TRACE paper's τ² setting; needs policy.kind=endpoint)")
+        "llm", description="the LLM user's endpoint: llm.endpoint, or policy.endpoint at temperature 0 (the paper's τ² setting; "
+        "needs policy.kind endpoint)")
     episode_timeout_s: float | None = Field(
         None, gt=0, le=MAX_EPISODE_LIMIT_S,
-        description="an episode's time limit, from building its env to its score: an env or policy call that has not returned "
-        "by then ends it as `timeout` (the call is abandoned; the episode is not stored and a resume plays it again). None: "
-        "derived from the turn limit and the call timeouts (`episode_limit_s`): turns x (the policy's call timeout + the LLM "
-        "user's, when rollouts.user=llm + rollouts.env_call_s), within [60, 86400] s")
+        description="seconds per episode; one past it ends as `timeout` and is replayed on resume. None: derived from max_turns "
+        "and the call timeouts, within [60, 86400]")
     heartbeat_s: float = Field(
         60.0, gt=0, le=3600.0,
-        description="while a collection runs, a line every this many seconds: episodes finished and running, and the one "
-        "running longest (`gapforge run` always; `rollouts collect` when not on a terminal, where its live bar shows nothing)")
-    env_call_s: float = Field(
-        10.0, gt=0, le=3600.0,
-        description="what one env call (reset, step, score) may take, in the derived episode limit: a target whose own calls "
-        "are slow (a remote service, a browser) raises it")
+        description="seconds between progress lines while collecting (`gapforge run`; `rollouts collect` when not on a terminal)")
+    env_call_s: float = Field(10.0, gt=0, le=3600.0, description="seconds one env call may take, in the derived episode limit")
     max_env_failure_share: float = Field(
         0.5, ge=0.0, le=1.0,
-        description="a collection stops (exit 3, naming the env) once more episodes than this share of those planned have failed "
-        "in it in the env's own code (an exception in reset/step/score, a timeout waiting on the env); 1.0: never stops")
+        description="stop a collection (exit 4) once the env's own code failed more than this share of the planned episodes; 1: never")
 
     @model_validator(mode="before")
     @classmethod

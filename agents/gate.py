@@ -1,4 +1,4 @@
-"""The learned gate (`routing.backend: gate`, DESIGN.md §12): a small classifier over the frozen base's
+"""The learned gate (`routing.backend: gate`; docs/evaluation.md): a small classifier over the frozen base's
 hidden state of a task's first user message, a softmax over the routed capabilities plus `none`.
 
 Features (`HiddenStateEncoder`): the first user message is rendered ALONE as a one-turn chat through

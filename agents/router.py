@@ -1,4 +1,4 @@
-"""The router (DESIGN.md §1.5): which adapter answers a task.
+"""The router: which adapter answers a task (docs/evaluation.md).
 
 The frozen base model reads one routing prompt (prompts/router.md): the target's
 name and the opening of its policy document, the task's first user message, one
@@ -38,42 +38,36 @@ class RouterError(ModelError):
 
 
 class RoutingConfig(BaseModel):
-    """Config section `routing` (gapforge/config.py imports it from here)."""
+    """The router: which adapter, or the base model, answers each task (docs/evaluation.md)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     enabled: bool = Field(True, description="False: every task goes to the base model")
     backend: Literal["transformers", "vllm", "openings", "gate"] = Field(
         "transformers",
-        description="who scores the options: transformers / vllm: the base's next-token logprobs of the labels after the routing "
-        "prompt; gate: a classifier over the frozen base's pooled hidden state of the first user message (agents/gate.py; with "
-        "policy.kind=endpoint the hidden states come from the local copy of the base at policy.local_path); openings: word overlap "
-        "with each adapter's synthetic-env openings (agents.router_backends.OpeningsScorer), for base models too small to read "
-        "the routing prompt",
+        description="transformers / vllm: the base's logprob of each label after the routing prompt; gate: a classifier over "
+        "the base's hidden state (docs/evaluation.md); openings: word overlap with each adapter's env openings (tiny bases)",
     )
-    openings_min_similarity: float = Field(0.5, ge=0.0, le=1.0, description="backend=openings: the none label's score")
+    openings_min_similarity: float = Field(0.5, ge=0.0, le=1.0, description="backend=openings: the score of `none`")
     gate_hidden: int = Field(0, ge=0, le=4096, description="backend=gate: 0 = logistic regression; N = a 2-layer MLP with N hidden units")
-    gate_max_tokens: int = Field(256, ge=1, description="backend=gate: the first user message's tokens pooled (the first N)")
-    gate_heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class's examples held out "
-                                         "for the gate's accuracy (a class with one example keeps it for training)")
-    gate_refit: bool = Field(True, description="backend=gate: once the held-out share has measured the gate, the served gate is "
-                             "fit again on every example with the same settings (the stored accuracy is the first fit's)")
+    gate_max_tokens: int = Field(256, ge=1, description="backend=gate: tokens of the first user message pooled")
+    gate_heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class held out to measure the gate")
+    gate_refit: bool = Field(True, description="backend=gate: after measuring, fit the served gate again on every example")
     gate_epochs: int = Field(300, ge=1, le=100_000, description="backend=gate: full-batch Adam steps")
     gate_lr: float = Field(0.05, gt=0.0, description="backend=gate: Adam learning rate")
     gate_weight_decay: float = Field(1e-3, ge=0.0, description="backend=gate: L2 penalty (Adam weight decay)")
-    gate_seed: int = Field(0, description="backend=gate: seeds the classifier's initialisation and the held-out split")
+    gate_seed: int = Field(0, description="backend=gate: seed of the initialisation and the held-out split")
     labels: list[str] = Field(
         default_factory=lambda: list("ABCDEFGHIJKLMNOP"),
-        description="label alphabet; capability i gets labels[i], 'none' the next one; each must be ONE token",
+        description="capability i gets labels[i], `none` the next one; each must be one token",
     )
-    margin: float = Field(0.0, ge=0.0, description="abstain to the base model when top - runner-up score < margin (logprobs; "
-                          "backend=gate: ln(p_top / p_runner_up) of the gate's softmax; openings: word-overlap points)")
-    max_example_chars: int = Field(1200, ge=0, description="budget of each capability's compacted example trajectory")
-    max_policy_chars: int = Field(600, ge=0, description="the opening of the target's policy document shown in the routing prompt")
-    batch_size: int = Field(8, ge=1, description="routing prompts per forward pass (batch routing)")
+    margin: float = Field(0.0, ge=0.0, description="abstain to the base when top minus runner-up score < margin (logprobs; gate: log-odds; openings: overlap)")
+    max_example_chars: int = Field(1200, ge=0, description="characters of each capability's example in the prompt")
+    max_policy_chars: int = Field(600, ge=0, description="characters of the target's policy document in the prompt")
+    batch_size: int = Field(8, ge=1, description="routing prompts per forward pass")
     vllm_base_url: str | None = Field(None, description="backend=vllm: the server's /v1 URL")
     vllm_model: str | None = Field(None, description="backend=vllm: the served base model's name")
-    timeout_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(30.0, gt=0, description="backend=vllm: seconds per request")
 
     @field_validator("labels")
     @classmethod

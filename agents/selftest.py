@@ -1,4 +1,4 @@
-"""Stage service: the self-test of one synthetic env module in the sandbox (DESIGN.md §5).
+"""Stage service: the self-test of one synthetic env module in the sandbox (the checks: sandbox/checks/README.md).
 
 Plain functions that never print and return typed results; `gapforge env validate`,
 `gapforge demo` and the graph's validator node all call `validate_module` (or its

@@ -1,5 +1,5 @@
 """The one Environment protocol used for target, synthetic, validation, training
-and evaluation environments (DESIGN.md §3), and the message types it speaks.
+and evaluation environments (envs/README.md), and the message types it speaks.
 
 Messages follow the OpenAI chat format. Tool calls carry already-parsed JSON
 arguments (a dict); `to_openai()` renders the wire format where arguments are

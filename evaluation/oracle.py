@@ -1,4 +1,4 @@
-"""Oracle routing as a yardstick for the router (DESIGN.md §12): per held-out task, the best single policy
+"""Oracle routing as a yardstick for the router (docs/evaluation.md): per held-out task, the best single policy
 (the base or one adapter), chosen without selection bias.
 
 For each task, the trials used are the samples every candidate (base, each `adapter:<name>`) and the routed

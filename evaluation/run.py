@@ -1,4 +1,4 @@
-"""The evaluate stage service (DESIGN.md §1.6): base vs TRACE vs single adapters vs
+"""The evaluate stage service (docs/evaluation.md): base vs TRACE vs single adapters vs
 baselines on the held-out split of the target env, the same tasks for every
 policy, K trials each, numbers with intervals stored in the evaluations table.
 

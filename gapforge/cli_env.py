@@ -1,4 +1,4 @@
-"""`gapforge env validate PATH`: the self-test of a synthetic env module (DESIGN.md §5),
+"""`gapforge env validate PATH`: the self-test of a synthetic env module (checks: sandbox/checks/README.md),
 run in the sandbox. Prints a table and writes the JSON report; exit 0 only when
 every required check passes, 1 when one failed, 2 for bad input, 3 when the sandbox
 or the policy endpoint kept failing past its retries (the report is still written,
@@ -34,7 +34,7 @@ _STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[
 @handle_errors
 def validate(
     path: Annotated[Path, typer.Argument(help="the env module (.py) to validate")],
-    target: Annotated[str | None, typer.Option("--target", help="target env whose tools must match: any --env spec (shop | tau2:retail | mcp:FILE.yaml | "
+    target: Annotated[str | None, typer.Option("--target", help="target env whose tools must match: any --env spec (shop | mcp:FILE.yaml | composite:A+B | "
                                                    "package.module:Class | path/to/file.py:Class)")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="seeds per check (default: synthesis.validation_seeds)")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here (default: WORKSPACE/validations/)")] = None,

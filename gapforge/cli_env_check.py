@@ -27,7 +27,7 @@ def register_check(app: typer.Typer) -> None:
 @handle_errors
 def check_cmd(
     spec: Annotated[str, typer.Argument(metavar="SPEC", help="the target, as --env takes it: path/to/file.py:Class | package.module:Class | "
-                                        "mcp:FILE.yaml | shop | tau2:retail ...")],
+                                        "mcp:FILE.yaml | composite:SPEC+SPEC | shop | tau2:retail ...")],
     gold: Annotated[Path | None, typer.Option("--gold", metavar="FILE", help="YAML/JSON: task id -> the agent's turns that solve it "
                                               "(docs/your-agent.md); adds the gold row")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,

@@ -56,7 +56,7 @@ register_show(app)  # `rollouts tasks` and `rollouts show` (gapforge/cli_rollout
 @app.command("collect")
 @handle_errors
 def collect_cmd(
-    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | "
+    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | composite:SPEC+SPEC | "
                                             "package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
     policy: Annotated[str | None, typer.Option("--policy", help="endpoint URL, local model dir, or scripted:ANSWERS.yaml")] = None,
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,

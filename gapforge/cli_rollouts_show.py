@@ -43,7 +43,7 @@ def render_summary(summary: RolloutSummary) -> None:
 
 
 @handle_errors
-def tasks_cmd(env: Annotated[str, typer.Argument(help="shop | tau2:retail | mcp:FILE.yaml | package.module:Class | path/to/file.py:Class")],
+def tasks_cmd(env: Annotated[str, typer.Argument(help="shop | tau2:retail | mcp:FILE.yaml | composite:SPEC+SPEC | pkg.module:Class | file.py:Class")],
               config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """List an env's task ids and families (a user's class is checked against the protocol first)."""
     cfg = get_config(config, set_)

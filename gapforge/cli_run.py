@@ -42,7 +42,7 @@ def run_cmd(
     resume: Annotated[str | None, typer.Option("--resume", help="continue this run from its last checkpoint")] = None,
     allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --resume: go on although the env's tools or tasks changed")] = False,
     env: Annotated[str | None, typer.Option("--env", help="the target (rollouts.env): shop | tau2:<domain> | toolsandbox[:category] | "
-                                            "mcp:FILE.yaml | package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
+                                            "mcp:FILE.yaml | composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
     policy: Annotated[str | None, typer.Option("--policy", help="the base policy: a local model dir, or an endpoint URL (its weights in "
                                                "policy.local_path)")] = None,
 ) -> None:

@@ -43,11 +43,10 @@ class _Section(BaseModel):
 
 
 class GapforgeConfig(_Section):
-    workspace: Path = Field(Path(".gapforge"), description="everything a run produces lives here. Env: GAPFORGE_WORKSPACE")
-    seed: int = 0
+    workspace: Path = Field(Path(".gapforge"), description="directory of everything a run writes: store, checkpoints, env code, adapters, reports")
+    seed: int = Field(0, description="seed of the local policy's sampling and of the evaluation's bootstrap")
     stages: Literal["real", "fixtures"] = Field(
-        "real", description="the stage services a graph run uses: real, or fixtures (the deterministic fakes of tests/fakes/fake_stages.py "
-        "that the graph's lifecycle tests kill and resume); stored with the run's config, so a resume uses the same")
+        "real", description="real, or fixtures: the tests' fake stages (tests/fakes/fake_stages.py)")
     store: StoreConfig = Field(default_factory=StoreConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)

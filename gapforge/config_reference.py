@@ -1,9 +1,8 @@
 """The configuration reference (docs/config.md), generated from the pydantic config tree.
 
-Every section of `GapforgeConfig` becomes a table: dotted key, type, default (the value a default
-config holds, so a section built with other defaults, such as `policy.endpoint`, shows its own),
-the field's bounds, and its description. The checks that span fields (model and field validators)
-follow each table with the messages they raise, as written in the code.
+Every section of `GapforgeConfig` becomes one list (sub-sections folded in), a line per key: type, default
+(the value a default config holds: `policy.endpoint` shows its own), bounds, description (a model shown twice
+is described once). The checks that span fields follow each list with the messages they raise.
 
     python -m gapforge.config_reference > docs/config.md
 """
@@ -85,8 +84,8 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+def _flat(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _message(node: ast.expr) -> str | None:
@@ -118,33 +117,60 @@ def validator_messages(model: type[BaseModel]) -> list[str]:
     return messages
 
 
-def _section(prefix: str, instance: BaseModel, description: str, out: list[str], level: int) -> None:
-    model = type(instance)
+def _doc(model: type[BaseModel]) -> str:
+    """The first paragraph of a model's own docstring ("" when it has none of its own)."""
     doc = inspect.getdoc(model) or ""
     if doc.startswith(f"{model.__name__}(") or model.__doc__ is None or model.__doc__ is BaseModel.__doc__:
-        doc = ""
-    out += [f"{'#' * level} `{prefix}`" if prefix else f"{'#' * level} top level", ""]
-    intro = " ".join(t for t in (description, doc.split("\n\n")[0].replace("\n", " ")) if t)
-    if intro:
-        out += [intro, ""]
-    rows, subsections = [], []
+        return ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def _row(key: str, field: Any, value: Any, description: str | None) -> str:
+    """One list item: `- `key` (type, default, bounds): description`."""
+    facts = ", ".join(t for t in (_flat(type_name(field.annotation)), _flat(default_text(value)), _flat(bounds(field.metadata))) if t)
+    text = _flat(description or "")
+    return f"- `{key}` ({facts})" + (f": {text}" if text else "")
+
+
+def _rows(prefix: str, instance: BaseModel, seen: dict[type, str], rows: list[str], intro: list[str],
+          checks: list[str]) -> None:
+    """The rows of a section, its sub-sections folded in: a model already shown elsewhere keeps its rows
+    (type, default, bounds) but not its descriptions, and the intro says which key to read them at."""
+    model = type(instance)
+    first = seen.setdefault(model, prefix)
     for name, field in model.model_fields.items():
         key = f"{prefix}.{name}" if prefix else name
         value = getattr(instance, name)
         if isinstance(value, BaseModel):
-            subsections.append((key, value, field.description or ""))
+            sub = type(value)
+            text = f"as `{seen[sub]}`" if sub in seen else " ".join(t for t in (field.description or "", _doc(sub)) if t)
+            if text:
+                intro.append(f"`{key}`: {text}")
+            _rows(key, value, seen, rows, intro, checks)
             continue
-        rows.append(f"| `{key}` | {_cell(type_name(field.annotation))} | {_cell(default_text(value))} "
-                    f"| {_cell(bounds(field.metadata))} | {_cell(field.description or '')} |")
+        rows.append(_row(key, field, value, field.description if first == prefix else None))
+    if first == prefix:
+        checks += [m for m in validator_messages(model) if m not in checks]
+
+
+def _section(prefix: str, instance: BaseModel, description: str, out: list[str], seen: dict[type, str]) -> None:
+    """One top-level section: its intro, a line per sub-section, one table, the checks its models run on load."""
+    rows: list[str] = []
+    intro = [t for t in (description, _doc(type(instance))) if t]
+    subs: list[str] = []
+    checks: list[str] = []
+    _rows(prefix, instance, seen, rows, subs, checks)
+    out += [f"## `{prefix}`", ""]
+    if intro:
+        out += [" ".join(intro), ""]
+    if subs:
+        out += [*[f"- {s}" for s in subs], ""]
     if rows:
-        out += ["| key | type | default | bounds | description |", "| --- | --- | --- | --- | --- |", *rows, ""]
-    checks = validator_messages(model)
+        out += [*rows, ""]
     if checks:
-        out += ["Checks on load (the error says what to change):", ""]
+        out += ["Checks on load:", ""]
         out += [f"- {' '.join(m.split())}" for m in checks]
         out += [""]
-    for key, value, desc in subsections:
-        _section(key, value, desc, out, min(level + 1, 4))
 
 
 def render() -> str:
@@ -153,11 +179,11 @@ def render() -> str:
         "# Configuration reference",
         "",
         f"Generated from the pydantic models by `{REGENERATE}`; `tests/gapforge/test_config_docs.py` fails when this",
-        "file is stale. Every command takes `--config FILE` (YAML) and `--set dotted.key=value` (the value is parsed as",
-        "YAML); unknown keys are refused with a one-line error and exit code 2. `gapforge config show` prints the",
-        "effective tree. Sections are composed in `gapforge/config.py`; each lives beside the code that reads it.",
+        "file is stale. Commands take `--config FILE` (YAML) and `--set dotted.key=value` (repeatable; the value is parsed",
+        "as YAML); an unknown key or a bad value is refused with one line, exit code 2. `gapforge config show` prints the",
+        "effective config. Each section lives beside the code that reads it; `gapforge/config.py` composes them.",
         "",
-        "Environment variables read by the loader (and nowhere else):",
+        "Environment variables (read by the loader only):",
         "",
         "| variable | sets |",
         "| --- | --- |",
@@ -165,7 +191,18 @@ def render() -> str:
         "| `OPENAI_API_KEY`, or the name in `*.endpoint.api_key_env` | an endpoint's key (never a config field, never printed) |",
         "",
     ]
-    _section("", GapforgeConfig(), "", out, 2)
+    root = GapforgeConfig()
+    seen: dict[type, str] = {GapforgeConfig: ""}
+    rows = [_row(name, field, getattr(root, name), field.description)
+            for name, field in GapforgeConfig.model_fields.items() if not isinstance(getattr(root, name), BaseModel)]
+    out += ["## top level", "", "Each key: `- key (type, default, bounds): what it sets`.", "", *rows, ""]
+    checks = validator_messages(GapforgeConfig)
+    if checks:
+        out += ["Checks on load:", "", *[f"- {' '.join(m.split())}" for m in checks], ""]
+    for name, field in GapforgeConfig.model_fields.items():
+        value = getattr(root, name)
+        if isinstance(value, BaseModel):
+            _section(name, value, field.description or "", out, seen)
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -1,4 +1,4 @@
-"""Graph assembly (DESIGN.md §6).
+"""Graph assembly (the stages and their order: docs/architecture.md).
 
     collect_rollouts → discover → label (×R) → select → review ─┬─ Send per capability:
                                                                  │  synthesize ⇄ validate → train

@@ -1,4 +1,4 @@
-"""The one chat format a policy is sampled, trained, served and evaluated with (DESIGN.md §11 "Templates").
+"""The one chat format a policy is sampled, trained, served and evaluated with (docs/training.md, "Templates").
 
 Exact-token GRPO (training.tokens) appends each env turn as the chat template's *delta*, so the template
 must be prefix-preserving: rendering k messages is a prefix of rendering k+1. Some stock templates rewrite

@@ -6,16 +6,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ServeConfig(BaseModel):
-    """Limits of the routed endpoint (serving/routed_server.py, serving/admission.py)."""
+    """Limits of `gapforge serve` under load and at shutdown."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     max_queue: int = Field(
-        256, ge=1, description="chat requests the server holds at once (being decoded or waiting for the model); one more is answered "
-        "429 with Retry-After (the recent mean answer time, 1-60 s) instead of growing the queue")
+        256, ge=1, description="chat requests held at once; one more gets 429 with Retry-After")
     request_timeout_s: float = Field(
-        300.0, gt=0, description="seconds from a chat request's admission to its answer; past it the request ends with a 504 "
-        "(OpenAI-style error body) and its generation is cancelled")
+        300.0, gt=0, description="seconds from a request's admission to its answer; past it: 504, generation cancelled")
     drain_timeout_s: float = Field(
-        25.0, ge=0, description="on SIGTERM / SIGINT: seconds the requests in flight get to finish while new ones are answered 503; "
-        "those still running then are cancelled and answered 503 (a second signal ends the wait at once)")
+        25.0, ge=0, description="on SIGTERM / SIGINT: seconds requests in flight get to finish (new ones: 503)")

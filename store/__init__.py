@@ -1,4 +1,4 @@
-"""The store: SQLAlchemy models, engine/sessions and the queries later stages use (DESIGN.md §8).
+"""The store: SQLAlchemy models, engine/sessions and the queries later stages use (docs/store.md).
 
 Names are imported lazily (PEP 562) so that `store.errors` / `store.config` cost no
 SQLAlchemy import (the CLI imports them at startup for its error policy and config tree).

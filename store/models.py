@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 ORM tables for a whole gapforge run (DESIGN.md §8).
+"""SQLAlchemy 2 ORM tables for a whole gapforge run (store/README.md).
 
 Every table that a stage writes has a unique key, so a resumed stage upserts
 instead of duplicating rows. JSON columns use the generic `JSON` type (TEXT on

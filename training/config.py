@@ -1,4 +1,4 @@
-"""TrainingConfig: GRPO + LoRA per capability (DESIGN.md §1.4, §7).
+"""TrainingConfig: GRPO + LoRA per capability (docs/training.md).
 
 Defaults are the paper's (TRACE, arXiv 2604.05336 §4): LoRA rank 32 on every
 projection, AdamW lr 1e-5, temperature 1.0, up to 40 iterations, ~640 rollouts
@@ -17,56 +17,51 @@ ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 
 class TrainingConfig(BaseModel):
-    """One capability's GRPO run. Every field is documented; invariants are checked on load."""
+    """One capability's GRPO + LoRA run (docs/training.md); the GRPO-on-target baseline uses the same settings."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # LoRA (kept plain: vLLM rejects DoRA, biases and modules_to_save)
-    lora_rank: int = Field(32, ge=1, description="paper: 32 (~5% of Qwen3-30B-A3B's params)")
+    lora_rank: int = Field(32, ge=1, description="LoRA rank (paper: 32)")
     lora_alpha: int = Field(64, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    lora_target_modules: list[str] = Field(default_factory=lambda: list(ALL_PROJECTIONS), description="paper: all projections")
+    lora_target_modules: list[str] = Field(default_factory=lambda: list(ALL_PROJECTIONS), description="modules LoRA adapts (paper: all projections)")
     # optimisation
-    learning_rate: float = Field(1e-5, gt=0, description="paper: AdamW 1e-5")
-    max_steps: int = Field(40, ge=1, description="paper: up to 40 iterations")
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (paper: 1e-5)")
+    max_steps: int = Field(40, ge=1, description="optimizer steps (paper: up to 40)")
     groups_per_step: int = Field(2, ge=1, description="seeds (GRPO groups) per optimizer step")
-    num_generations: int = Field(8, ge=2, description="K rollouts per seed from the identical initial state")
+    num_generations: int = Field(8, ge=2, description="K: rollouts per seed (the GRPO group)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (paper: 1.0)")
-    beta: float = Field(0.0, ge=0.0, description="KL coefficient (0 = no reference model, TRL's default)")
+    beta: float = Field(0.0, ge=0.0, description="KL coefficient (0: no reference model)")
     epsilon: float = Field(0.2, gt=0, description="PPO-style clip range")
     loss_type: str = Field("dapo", description="TRL GRPOConfig.loss_type")
     # rollouts
     max_turns: int = Field(12, ge=1, description="assistant turns per rollout")
     malformed_tool_calls: Literal["end", "continue"] = Field(
-        "end", description="an unparsable tool call ends the rollout (reward as it stands), or goes to the env as text and "
-                           "the rollout continues (a weak base policy then still gets reward variance in its groups)")
+        "end", description="an unparsable tool call ends the rollout (end) or goes to the env as text (continue)")
     max_new_tokens: int = Field(256, ge=8, description="tokens per assistant turn")
     max_completion_length: int = Field(2048, ge=16, description="all completion tokens of a rollout (model + env turns)")
     env_timeout_s: float = Field(
-        30.0, gt=0, description="the rollouts' time limit per env call: a reset, step or score slower than this ends the rollout "
-                                "(blamed on the env, the call abandoned); it is dropped from the loss, never a reward of 0, and counted per step")
+        30.0, gt=0, description="seconds per env call; a slower call ends the rollout, which leaves the loss (never scored 0)")
     # seeds and selection
     train_seeds: int = Field(80, ge=1, description="synthetic seeds 0..train_seeds-1")
-    heldout_seeds: int = Field(16, ge=1, description="seeds after the training ones, for selection and early stop only")
+    heldout_seeds: int = Field(16, ge=1, description="seeds after the training ones, for checkpoint selection and early stop")
     heldout_samples: int = Field(2, ge=1, description="rollouts per held-out seed")
     eval_every: int = Field(5, ge=1, description="held-out evaluation every N steps")
     patience: int = Field(3, ge=1, description="stop after this many evaluations without improvement")
-    min_improvement: float = Field(0.01, ge=0.0)
-    early_stopping: bool = Field(True, description="stop after `patience` held-out evaluations without improvement; off for a "
-                                 "rollout-scaling curve (every run then trains to max_steps; the selection still keeps its best step)")
+    min_improvement: float = Field(0.01, ge=0.0, description="held-out reward gain that counts as an improvement")
+    early_stopping: bool = Field(True, description="stop after `patience` evaluations without improvement; false: train to max_steps")
     curve_fractions: list[float] = Field(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
-        description="the LoRA adapter is kept at step round(f * max_steps) for each f (curve/step-N, for rollout-scaling curves); "
-                    "kept beside the selected adapter, never pruned")
+        description="also keep the adapter at step round(f x max_steps) for each f (curve/step-N)")
     save_every: int = Field(5, ge=1, description="TRL checkpoint every N steps (resume point)")
     # generation backend
     generation: Literal["transformers", "vllm_server", "vllm_colocate"] = Field(
         "transformers", description="transformers: in-process (CPU, tests); vllm_*: TRL's vLLM support (GPU)")
     vllm_server_base_url: str | None = Field(None, description="for generation=vllm_server, e.g. http://localhost:8000")
     loss_forward: Literal["auto", "batched", "rows"] = Field(
-        "auto", description="the loss's forward pass: all rollouts as one padded batch (GPU), or each rollout alone with its "
-                            "padding cut off (CPU: 2.3x less forward + backward time on the demo's multi-turn rollouts, same "
-                            "logprobs to float rounding); auto = rows on CPU, batched on a GPU")
+        "auto", description="the loss's forward pass: batched (one padded batch) or rows (one rollout at a time, no padding); "
+                            "auto: rows on CPU, batched on a GPU")
     report_to: list[str] = Field(default_factory=list, description="TRL report_to: tensorboard, wandb (when installed)")
     seed: int = 0
 

@@ -1,4 +1,4 @@
-"""Exact tokens for multi-turn rollouts (DESIGN.md §7).
+"""Exact tokens for multi-turn rollouts (docs/training.md, "Exact tokens").
 
 A rollout is one token stream: the prompt ids, then alternately the ids the
 sampler produced (with their logprobs; loss mask 1) and the ids of the env's

@@ -17,34 +17,32 @@ class AnalysisConfig(BaseModel):
 
     delta: float = Field(0.20, ge=-1.0, le=1.0, description="minimum gap ER- - ER+ for a pass to keep a capability")
     rho: float = Field(0.10, ge=0.0, le=1.0, description="minimum coverage (LACKING failures / failures)")
-    passes: int = Field(3, ge=1, le=100, description="labeling passes R (the paper: 10)")
-    min_passes: int | None = Field(None, ge=1, description="K of R passes a capability must survive; None = ceil(0.8 R)")
+    passes: int = Field(3, ge=1, le=100, description="labeling passes R (paper: 10)")
+    min_passes: int | None = Field(None, ge=1, description="K: passes (of R) a capability must be kept in; None: ceil(0.8 R)")
     max_retained: int | None = Field(
-        None, ge=1, description="retain at most this many capabilities (largest gap first; the rest are 'deferred': no env, no adapter); None = all"
+        None, ge=1, description="retain at most N capabilities, largest gap first (the rest: 'deferred'); None: all"
     )
     exclude: list[str] = Field(
-        default_factory=list, description="capabilities never retained whatever their statistics (one measured out of the policy's "
-        "reach, say): one the vote retains is not, its verdict is 'excluded' and it takes no place under max_retained; their "
-        "statistics are kept; a name the run's dictionary does not have matches nothing"
+        default_factory=list, description="capabilities never retained (verdict 'excluded', not counted in max_retained); their statistics are kept"
     )
     min_capabilities: int = Field(4, ge=1, description="fewest capabilities discovery may propose")
     max_capabilities: int = Field(10, ge=1, description="most capabilities discovery may propose")
     discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery (at most)")
     discovery_success: int = Field(5, ge=0, description="successful episodes shown to discovery (at most)")
-    discovery_budget_tokens: int = Field(24_000, ge=1_000, description="token budget of the discovery prompt's episodes")
-    episode_budget_tokens: int = Field(3_000, ge=200, description="token budget of one compacted episode")
-    max_value_chars: int = Field(400, ge=40, description="longer tool arguments/results/turns are cut with a marker")
+    discovery_budget_tokens: int = Field(24_000, ge=1_000, description="tokens of episodes in the discovery prompt")
+    episode_budget_tokens: int = Field(3_000, ge=200, description="tokens of one compacted episode")
+    max_value_chars: int = Field(400, ge=40, description="longer tool arguments, results and turns are cut")
     concurrency: int = Field(16, ge=1, le=1024, description="labeling calls in flight")
     lean_http: bool = Field(
-        True, description="label over lean HTTP (agents/structured_http.py) when the analyst is an endpoint model; false = via LangChain"
+        True, description="an endpoint analyst labels over plain HTTP; false: via LangChain"
     )
-    temperature: float = Field(0.7, ge=0.0, le=2.0, description="analyst sampling temperature for labeling passes")
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="analyst temperature in labeling passes")
     seed: int = Field(0, description="seeds sampling, labeling passes, the split and the bootstrap")
     split_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of each family's tasks in the analysis split")
-    bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples over tasks (0 = no intervals)")
+    bootstrap: int = Field(1000, ge=0, le=100_000, description="bootstrap resamples over tasks (0: no intervals)")
     tokenizer: str = Field(
         "auto",
-        description="token counting: auto | tiktoken:ENCODING | PATH to a tokenizer.json or HF model dir | bytes (estimate)",
+        description="token counting: auto | tiktoken:ENCODING | PATH (tokenizer.json or HF model dir) | bytes (estimate)",
     )
 
     @property

@@ -6,18 +6,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class SynthesisConfig(BaseModel):
-    """Environment synthesis: the generator / validator repair loop (DESIGN.md §1.3, §5)."""
+    """Environment synthesis: the generator writes an env per retained capability; the validation (static gate, self-test
+    in the sandbox, LLM review, GRPO readiness) judges each attempt and sends what failed back to the generator."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    max_attempts: int = Field(5, ge=1, description="generator attempts per capability before it is marked unsynthesized")
+    max_attempts: int = Field(5, ge=1, description="generator attempts per capability")
     validation_seeds: int = Field(20, ge=2, description="seeds per self-test check")
     episodes_in_prompt: int = Field(3, ge=1, description="LACKING failed episodes shown to the generator")
     episode_chars: int = Field(2500, ge=200, description="characters per compacted episode in the prompt")
-    max_code_chars: int = Field(60_000, ge=1000, description="static gate: largest module accepted")
-    max_code_lines: int = Field(1200, ge=50, description="static gate: most lines accepted")
-    review: bool = Field(True, description="run the LLM code review (check llm_review) on every attempt that passes the static gate")
+    max_code_chars: int = Field(60_000, ge=1000, description="static gate: most characters per module")
+    max_code_lines: int = Field(1200, ge=50, description="static gate: most lines per module")
+    review: bool = Field(True, description="LLM code review (check llm_review) of each attempt that passes the static gate")
     rollout_budget: int = Field(400, ge=0, description="GRPO-readiness policy rollouts per capability, over all attempts")
     recordings: str | None = Field(
-        None, description="recorded generator/reviewer answers (YAML) used when llm.kind is scripted; "
-        "None = the demo's shop recordings (gapforge/demo_data: RECORDINGS_DIR/shop.yaml)")
+        None, description="recorded generator and reviewer answers (YAML) for llm.kind scripted; None: the demo's shop recordings")

@@ -8,15 +8,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Tau2Config(BaseModel):
-    """τ²-bench data. Env: TAU2_DATA_DIR (τ²-bench's own variable) sets `data_dir`."""
+    """τ²-bench data (docs/gpu.md, "τ² task set")."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     data_dir: Path | None = Field(
         None,
-        description="a τ² task-set directory in τ²'s own layout (<dir>/tau2/domains/<domain>/tasks.json, split_tasks.json, "
-        "db, policy; <dir>/tau2/user_simulator/), e.g. the data/ folder of a τ²-bench 1.0.x checkout; "
-        "None: the data packaged with the installed tau2",
+        description="a τ² data directory (<dir>/tau2/domains/<domain>/tasks.json), e.g. a τ²-bench checkout's data/; "
+        "None: the data packaged with tau2",
     )
 
     @field_validator("data_dir")

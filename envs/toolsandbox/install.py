@@ -1,14 +1,15 @@
-"""Create ToolSandbox's own venv (idempotent): `python -m gapforge.envs.toolsandbox.install [--source PATH] [--venv PATH]`.
+"""Create ToolSandbox's own venv (idempotent): `python -m gapforge.envs.toolsandbox.install --source PATH [--venv PATH]`.
 
 Installs the pinned core dependencies (requirements.txt, from PyPI) and then the
 ToolSandbox source itself with `--no-deps` (its full dependency list drags in model
-SDKs it does not need here). The source is the vendored copy (default
-../shared/vendor/ToolSandbox) or, for users, a clone of github.com/apple/ToolSandbox
-(or `--source git+https://github.com/apple/ToolSandbox`). A stamp file records what
-was installed; a second run with the same inputs does nothing.
+SDKs it does not need here). The source is a clone of github.com/apple/ToolSandbox
+or a pip URL (`--source git+https://github.com/apple/ToolSandbox`); `make toolsandbox-env`
+passes the Makefile's TOOLSANDBOX_SRC (the one default; override it on the make line).
+A stamp file records what was installed; a second run with the same inputs does nothing.
 
 Standard library only (runs before anything else is installed). Exit 0 when the
-source is absent and --if-present is given (CI without the vendored copy).
+source is absent and --if-present is given (ToolSandbox's tests then skip), 2 when it
+is absent otherwise, 1 when pip fails.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 REQUIREMENTS = HERE / "requirements.txt"
-DEFAULT_SOURCE = REPO.parent / "shared" / "vendor" / "ToolSandbox"
+HOW_TO_POINT = ("pass --source PATH (a clone of github.com/apple/ToolSandbox) or a pip URL, "
+                "or run `make toolsandbox-env TOOLSANDBOX_SRC=PATH`")
 DEFAULT_VENV = REPO / ".toolsandbox-venv"
 
 
@@ -59,17 +61,23 @@ def install(source: str, venv: Path, python: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", default=str(DEFAULT_SOURCE), help="ToolSandbox source: a directory or a pip URL")
+    ap.add_argument("--source", help="ToolSandbox source: a directory (a clone of github.com/apple/ToolSandbox) or a pip URL")
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--python", default=sys.executable, help="interpreter for the venv (3.9-3.12)")
     ap.add_argument("--if-present", action="store_true", help="do nothing (exit 0) when the source directory is absent")
     args = ap.parse_args(argv)
+    if not args.source:
+        if args.if_present:
+            print(f"toolsandbox: no source given; ToolSandbox tests will skip ({HOW_TO_POINT})")
+            return 0
+        print(f"toolsandbox: no source given; {HOW_TO_POINT}", file=sys.stderr)
+        return 2
     local = "://" not in args.source and not args.source.startswith("git+")
     if local and not Path(args.source).is_dir():
         if args.if_present:
-            print(f"toolsandbox: {args.source} absent; ToolSandbox tests will skip")
+            print(f"toolsandbox: {args.source} absent; ToolSandbox tests will skip ({HOW_TO_POINT})")
             return 0
-        print(f"toolsandbox: source {args.source} not found; pass --source (a clone of github.com/apple/ToolSandbox)", file=sys.stderr)
+        print(f"toolsandbox: source {args.source} not found; {HOW_TO_POINT}", file=sys.stderr)
         return 2
     source = str(Path(args.source).resolve()) if local else args.source
     try:

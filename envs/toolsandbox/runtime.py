@@ -47,8 +47,9 @@ def missing_reason() -> str | None:
     """None when ToolSandbox's environment is installed, else a one-line hint saying what to do."""
     if toolsandbox_python() is None:
         where = os.environ.get(PYTHON_ENV_VAR) or str(DEFAULT_VENV)
-        return (f"ToolSandbox's environment is not installed ({where} missing): run `make toolsandbox-env` "
-                "(needs ../shared/vendor/ToolSandbox or the upstream repository, see envs/README.md)")
+        return (f"ToolSandbox's environment is not installed ({where} missing): run "
+                "`make toolsandbox-env TOOLSANDBOX_SRC=PATH` with PATH a clone of github.com/apple/ToolSandbox "
+                f"(docs/install.md), or set {PYTHON_ENV_VAR} to the python of an existing ToolSandbox venv")
     return None
 
 

@@ -1,4 +1,7 @@
-"""Self-test of a synthetic env (DESIGN.md §5): `validate_env` (or `avalidate_env` on a running loop) runs the checks and returns a ValidationReport."""
+"""Self-test of a synthetic env: `validate_env` (or `avalidate_env` on a running loop) runs the checks and returns a ValidationReport.
+
+The checks and their thresholds: sandbox/checks/README.md.
+"""
 
 from gapforge.sandbox.checks.contamination import SplitTexts
 from gapforge.sandbox.checks.report import CheckResult, ValidationReport

@@ -1,4 +1,4 @@
-"""validate_env / avalidate_env: run the self-test checks of DESIGN.md §5 on one env and build the report.
+"""validate_env / avalidate_env: run the self-test checks (sandbox/checks/README.md) on one env and build the report.
 
 The CLI (`gapforge env validate`) and the graph's validator node both call this;
 `open_env` decides where the env runs (sandbox, or in-process for trusted code).

@@ -1,4 +1,4 @@
-"""Thresholds of the self-test (DESIGN.md §5): checks 1-6 and 8-10 and `contamination`
+"""Thresholds of the self-test (sandbox/checks/README.md): checks 1-6 and 8-10 and `contamination`
 (`SelfTestThresholds`, config section `self_test:`) and check 7 (`GRPOReadinessConfig`, section `grpo_readiness:`).
 Both sit in the one config tree, composed by gapforge/config.py."""
 
@@ -16,19 +16,20 @@ class SelfTestThresholds(BaseModel):
     trivial_mean: float = Field(0.30, ge=0.0, le=1.0, description="do-nothing / random-tool mean reward must stay below this")
     determinism_seeds: int = Field(5, ge=1, description="seeds replayed twice in fresh envs")
     graded_seeds: int = Field(10, ge=1, description="seeds whose reference solution is corrupted")
-    graded_fractions: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], min_length=2)
+    graded_fractions: list[float] = Field(default_factory=lambda: [0.25, 0.5, 0.75, 1.0], min_length=2,
+                                          description="corruption levels of the reference solution")
     graded_tolerance: float = Field(0.02, ge=0.0, description="allowed rise of the mean between two corruption levels")
     graded_min_drop: float = Field(0.10, ge=0.0, le=1.0, description="fully corrupted mean must sit this far below the reference mean")
     graded_min_levels: int = Field(3, ge=2, description="distinct reward values (2 decimals) over the graded episodes")
     random_min_calls: int = Field(3, ge=1, description="the random-tool policy makes max(this, len(solution)) calls")
     exploit_mean: float = Field(0.6, ge=0.0, le=1.0, description="every reward-hacking exploit's mean reward must stay below this")
-    exploit_success_share: float = Field(0.25, ge=0.0, le=1.0, description="... and its share of solved episodes (reward >= solved_reward) below this")
+    exploit_success_share: float = Field(0.25, ge=0.0, le=1.0, description="an exploit's share of solved episodes must stay below this")
     exploit_seeds: int = Field(10, ge=1, description="seeds each exploit policy plays")
     exploit_max_calls: int = Field(24, ge=1, description="tool calls an exploit policy makes at most per episode")
     contamination_overlap: float = Field(0.9, gt=0.0, le=1.0,
-                                         description="a user line reproduces a held-out-only opening at this word overlap (or when it contains it)")
+                                         description="word overlap at which a user line copies a held-out opening")
     contamination_min_words: int = Field(4, ge=1, description="held-out openings shorter than this many words are not compared")
-    contamination_seeds: int = Field(100, ge=1, description="seeds 0..N-1 whose openings are compared (cover the training seeds)")
+    contamination_seeds: int = Field(100, ge=1, description="seeds 0..N-1 whose openings are compared")
 
     @model_validator(mode="after")
     def _check(self) -> SelfTestThresholds:
@@ -39,29 +40,22 @@ class SelfTestThresholds(BaseModel):
 
 
 class GRPOReadinessConfig(BaseModel):
-    """Check 7: G seeds x K policy samples at the training temperature (DESIGN.md §5.7), with the policy that
-    will train on the env: its mean reward must sit inside [mean_low, mean_high] (Tau2-Infinity keeps
-    generated tasks at a 0.25-0.75 pass rate) and at least `min_informative` of its groups of K (set K
-    to the training group size) must have a spread; the verdict says "too hard" / "too easy"."""
+    """Check 7: the policy that will train plays `groups` seeds x `samples` episodes at the training temperature;
+    its mean reward must lie in [mean_low, mean_high] and enough groups must have a reward spread."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    groups: int = Field(8, ge=1, description="G seeds")
-    samples: int = Field(4, ge=2, description="K samples per seed: the training group size (a group needs >= 2 to have a spread)")
-    min_informative: float = Field(0.5, ge=0.0, le=1.0, description="share of groups with reward std > 0")
-    max_all_zero: float = Field(0.2, ge=0.0, le=1.0)
-    max_all_perfect: float = Field(0.2, ge=0.0, le=1.0)
-    mean_low: float = Field(0.2, ge=0.0, le=1.0, description="below: too hard for the policy (most groups all zero)")
-    mean_high: float = Field(0.8, ge=0.0, le=1.0, description="above: too easy (most groups all perfect)")
-    temperature: float = Field(
-        1.0, gt=0.0, le=2.0, description="sampling temperature of the readiness episodes: the training temperature (training.temperature)"
-    )
-    concurrency: int = Field(
-        4, ge=1, le=256, description="policy episodes in flight (1: a local policy samples in a fixed order, so the verdict is reproducible)"
-    )
+    groups: int = Field(8, ge=1, description="seeds (G)")
+    samples: int = Field(4, ge=2, description="episodes per seed (K): set it to the training group size")
+    min_informative: float = Field(0.5, ge=0.0, le=1.0, description="smallest share of groups with reward std > 0")
+    max_all_zero: float = Field(0.2, ge=0.0, le=1.0, description="largest share of groups all zero")
+    max_all_perfect: float = Field(0.2, ge=0.0, le=1.0, description="largest share of groups all perfect")
+    mean_low: float = Field(0.2, ge=0.0, le=1.0, description="below: too hard")
+    mean_high: float = Field(0.8, ge=0.0, le=1.0, description="above: too easy")
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="must equal training.temperature")
+    concurrency: int = Field(4, ge=1, le=256, description="episodes in flight (1: a local policy's verdict is reproducible)")
     episode_timeout_s: float = Field(
-        1800.0, gt=0, le=86400.0, description="a readiness episode's time limit: one not finished by then is dropped from its group "
-        "and counted (never graded as a reward of 0); when no group keeps an episode the check stops as an infrastructure failure")
+        1800.0, gt=0, le=86400.0, description="seconds per episode; one past it leaves its group (never scored 0)")
 
     @model_validator(mode="after")
     def _check(self) -> GRPOReadinessConfig:

@@ -1,4 +1,4 @@
-"""The two hand-written example synthetic envs: the self-test properties of DESIGN.md §5, in-process."""
+"""The two hand-written example synthetic envs: the self-test properties (sandbox/checks/README.md), in-process."""
 
 from __future__ import annotations
 

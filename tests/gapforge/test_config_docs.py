@@ -28,21 +28,21 @@ def test_docs_config_md_is_the_generated_reference() -> None:
 
 def test_every_field_of_the_tree_has_a_row() -> None:
     text = render()
-    missing = [k for k in _keys(GapforgeConfig()) if f"| `{k}` |" not in text]
+    missing = [k for k in _keys(GapforgeConfig()) if f"\n- `{k}` (" not in text]
     assert not missing and len(_keys(GapforgeConfig())) > 100
 
 
 def test_a_row_carries_type_default_bounds_and_description() -> None:
-    row = next(line for line in render().splitlines() if line.startswith("| `store.lease_ttl_s` |"))
-    assert row.split(" | ")[1:4] == ["float", "`120.0`", "≥ 1.0, ≤ 3600.0"] and "heartbeat" in row
-    literal = next(line for line in render().splitlines() if line.startswith("| `training.generation` |"))
-    assert '"transformers" \\| "vllm_server" \\| "vllm_colocate"' in literal
+    row = next(line for line in render().splitlines() if line.startswith("- `store.lease_ttl_s` ("))
+    assert row.startswith("- `store.lease_ttl_s` (float, `120.0`, ≥ 1.0, ≤ 3600.0): ") and "heartbeat" in row
+    literal = next(line for line in render().splitlines() if line.startswith("- `training.generation` ("))
+    assert '"transformers" | "vllm_server" | "vllm_colocate"' in literal
 
 
 def test_section_defaults_come_from_the_default_tree_and_checks_are_listed() -> None:
     text = render()
     # policy.endpoint is built with temperature 1.0, llm.endpoint with the class default 0.0
-    assert "| `policy.endpoint.temperature` | float | `1.0` |" in text
-    assert "| `llm.endpoint.temperature` | float | `0.0` |" in text
+    assert "- `policy.endpoint.temperature` (float, `1.0`" in text
+    assert "- `llm.endpoint.temperature` (float, `0.0`" in text
     assert "- max_new_tokens ({…}) must be <= max_completion_length ({…})" in text
     assert "| `GAPFORGE_STORE_URL` | `store.url` |" in text

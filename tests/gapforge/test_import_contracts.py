@@ -1,4 +1,4 @@
-"""The dependency direction of DESIGN.md §2 holds: import-linter's contracts in
+"""The layers' dependency direction (docs/architecture.md) holds: import-linter's contracts in
 `.importlinter` (run by `.ci/lint-imports` over the installed layout) are all kept, and no code
 below gapforge/ imports gapforge's own modules (but its error root, gapforge.faults, and the demo's data
 locations, gapforge.demo_data: both import nothing of ours)."""
