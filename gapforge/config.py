@@ -100,7 +100,7 @@ def check_run_config(cfg: GapforgeConfig) -> None:
         raise ConfigError("policy.kind=endpoint: set policy.local_path to the weights the server serves (training and routing load them here)")
     if pol.kind == "endpoint" and cfg.routing.backend == "transformers":
         raise ConfigError("routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
-                          "elsewhere: set routing.backend=vllm (or openings)")
+                          "elsewhere: set routing.backend=vllm (or gate, or openings)")
 
 
 _ENV_OVERRIDES = {
