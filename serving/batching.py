@@ -15,7 +15,7 @@ with its own adapter. Caches that cannot be joined (a sliding window) are decode
 
 Prefills and decode steps go through serving.fast_forward when the model is one it takes (Qwen2/Qwen3, in eval
 mode): the same ops as the model's own forward, logits equal to the bit, without transformers' and PEFT's
-per-call machinery (1.3-1.6x per decode step on the shipped policy); `fast=False` calls the model.
+per-call machinery (docs/experiments/engine.md); `fast=False` calls the model.
 
 The batch's cache is one slot buffer per layer (`_Running`): every row ends at a shared write column
 (its context left-padded with masked zeros), a step writes its tokens in place, a row that arrives is

@@ -3,7 +3,7 @@ same order, without their per-call machinery (decorators, output records, mask b
 per-layer checks), over the engine's slot buffers.
 
 On the shipped ~1M-parameter policy a decode step is a few hundred small ops, and that machinery cost as much as
-the ops: 1.6-1.7x per decode step at 8-64 rows (bench/engine.py), with logits equal to the bit (tested against
+the ops: a decode step 1.2-1.6x cheaper at 8-64 rows (docs/experiments/engine.md), with logits equal to the bit (tested against
 `model(...)` for every case below, adapters included). It reproduces exactly what transformers' SDPA path does:
 
 - a decode step: with left padding, a boolean mask (rows, 1, 1, columns) and the query packed by key/value head;
