@@ -234,12 +234,15 @@ class _Lane:
         return self.mixing or r.group == key
 
     def more(self, key: Hashable, room: int) -> list[_Request]:
-        """Requests of the batch's group (any group when it mixes them) waiting now (never blocks), at most `room`,
-        for a batch that is decoding. None while a request of another group waits (the batch drains and that group
-        goes next) or the lane is stopping."""
-        if room <= 0 or self.stopping or any(not self._fits(r, key) for r in self.backlog):
+        """Requests of the batch's group (any group when it mixes them, the oldest first) waiting now (never blocks), at
+        most `room`, for a batch that is decoding. None while a request of another group waits (the batch drains and
+        that group goes next), someone waits for the model (`exclusive`, a model load) or the lane is stopping."""
+        generator = self.ref()
+        wanted = generator is not None and generator.exclusive_waiting > 0
+        del generator
+        if room <= 0 or self.stopping or wanted or _GATE.waiting or any(not self._fits(r, key) for r in self.backlog):
             return []
-        taken: list[_Request] = []
+        taken, self.backlog = self.backlog[:room], self.backlog[room:]  # mixing: the backlog fits, and it is older
         while len(taken) < room:
             try:
                 item = self.queue.get_nowait()
@@ -268,7 +271,10 @@ class _Lane:
                 self.backlog.append(first)
             generator = self.ref()
             max_batch, window_s = (generator.max_batch, generator.window_s) if generator is not None else (1, 0.0)
-            self.mixing = generator is not None and generator.mixes()
+            try:
+                self.mixing = generator is not None and generator.mixes()
+            except Exception:  # noqa: BLE001 - the lane must not die here (its callers would wait forever): one group a batch
+                self.mixing = False
             del generator
             group = self.backlog[0].group
             batch = [r for r in self.backlog if self._fits(r, group)][:max_batch]
@@ -501,7 +507,8 @@ class BatchGenerator:
         self.fast_now: Any = None  # the batch being decoded: its FastForward, bound to its adapter (None: the model's own forward)
         self.adapter_of = adapter_of  # group -> adapter name (None: the base): groups may share a batch (`mixes`)
         self.mixing_now: Callable[[Hashable], str | None] | None = None  # the batch being decoded mixes groups: adapter_of
-        self._mixes: tuple[tuple[int, int], bool] | None = None
+        self._mixes: tuple[tuple[int, int, bool], bool] | None = None
+        self.exclusive_waiting = 0  # callers waiting in `exclusive()`: the running batch stops admitting
         self._lane: _Lane | None = None
         self._start = threading.Lock()
 
@@ -554,25 +561,34 @@ class BatchGenerator:
 
         groups = list(dict.fromkeys(r.group for r in batch))
         mixing = len(groups) > 1 if mixing is None else mixing
-        if mixing and not self.mixes():  # rows of several groups, and the model cannot mix them (any more): group by group
-            done = {id(r): d for g in groups for r, d in zip(*self._grouped(batch, g, finish))}
-            return [done[id(r)] for r in batch]
+        decoded: dict[int, Decoded] | None = None
         with _GATE.decoding(), self.lock, contextlib.nullcontext() if mixing else self.select(groups[0]), torch.no_grad():
             self.prefixes.check(self.model)  # (no_grad: the model may be trained next)
             self.fast_now = self._fast_forward()
-            self.mixing_now = self.adapter_of if mixing and self.fast_now is not None else None
-            rows = [r for r in batch if not r.future.abandoned]  # a caller gone while the batch waited for the lock
-            self.cancelled["waiting"] += len(batch) - len(rows)
-            outs = self._prefill(rows)
-            if not rows:
-                decoded = {}
-            elif len(rows) == 1 and not _joinable(outs[0].past_key_values):  # a sliding window: decoded as it came
-                decoded = self._continue(rows, outs, finish=finish)
-            elif _joinable(outs[0].past_key_values):
-                decoded = self._continue(rows, outs, admit=admit, finish=finish)
+            if mixing and (self.fast_now is None or self.adapter_of is None):
+                self.fast_now = None  # formed to mix, and the model cannot (any more): group by group, below
             else:
-                decoded = {k: v for r, o in zip(rows, outs) for k, v in self._continue([r], [o], finish=finish).items()}
+                self.mixing_now = self.adapter_of if mixing else None
+                decoded = self._decode_rows(batch, admit, finish)
+        if decoded is None:
+            done = {id(r): d for g in groups for r, d in zip(*self._grouped(batch, g, finish))}
+            return [done[id(r)] for r in batch]
         return [decoded.get(id(r), Decoded([], [])) for r in batch]
+
+    def _decode_rows(self, batch: list[_Request], admit: Admit | None, finish: Finish | None) -> dict[int, Decoded]:
+        """`_decode`'s work, under the lock, with the batch's forward chosen."""
+        rows = [r for r in batch if not r.future.abandoned]  # a caller gone while the batch waited for the lock
+        self.cancelled["waiting"] += len(batch) - len(rows)
+        outs = self._prefill(rows)
+        if not rows:
+            decoded = {}
+        elif len(rows) == 1 and not _joinable(outs[0].past_key_values):  # a sliding window: decoded as it came
+            decoded = self._continue(rows, outs, finish=finish)
+        elif _joinable(outs[0].past_key_values):
+            decoded = self._continue(rows, outs, admit=admit, finish=finish)
+        else:
+            decoded = {k: v for r, o in zip(rows, outs) for k, v in self._continue([r], [o], finish=finish).items()}
+        return decoded
 
     def _prefill(self, rows: list[_Request]) -> list[Any]:
         """Each prompt's cache and last logits: from the longest kept prefix of the same group (a finished row of an
@@ -604,11 +620,24 @@ class BatchGenerator:
 
         with self.lock:  # an adapter loaded meanwhile (MultiAdapterModel.load_adapter) changes the module tree under the lock
             model = self.model
-            version = (id(model), sum(1 for _ in model.parameters()))
+            version = (id(model), sum(1 for _ in model.parameters()), model.training)
             if self._mixes is None or self._mixes[0] != version:
                 fast = FastForward.of(model)
                 self._mixes = (version, fast is not None and fast.usable())
             return self._mixes[1]
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The model to oneself (its lock), between two decode steps: while this waits, a running batch admits no one,
+        so it drains and lets go even when requests keep arriving (MultiAdapterModel's router forward, adapter loads)."""
+        with self._start:
+            self.exclusive_waiting += 1
+        try:
+            with self.lock:
+                yield
+        finally:
+            with self._start:
+                self.exclusive_waiting -= 1
 
     def _fast_forward(self) -> Any:
         """The model's FastForward bound to the batch's adapter, when it has one and is in eval mode (else None)."""

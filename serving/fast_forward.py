@@ -11,10 +11,12 @@ the ops: a decode step 1.2-1.6x cheaper at 8-64 rows (docs/experiments/engine.md
 - a prefill from scratch: causal SDPA without a mask; on a kept prefix: an explicit causal mask and the key/value
   heads repeated.
 
-`FastForward.of(model)` is None for anything else (another architecture, another attention implementation, rope
-scaling, a LoRA variant or a tuner module it does not know, dropout in training mode): the engine then calls the
-model as before. Weights are read when a batch starts (`bind`), after the batch's adapter was selected: in-place
-training updates are seen, and so is the adapter a `select` context switched to.
+`FastForward.of(model)` is None for anything else (`_takes`: another architecture, attention implementation or rope
+type; a LoRA variant, bias, merge or placement it does not know, another tuner, a wrapped module; and it is not used
+in training mode): the engine then calls the model as before. Rows of several adapters in one forward (`rows_of`)
+each get their own adapter's LoRA, computed on their rows only: equal to each adapter alone up to float rounding.
+Weights are read when a batch starts (`bind`), after the batch's adapter was selected: in-place training updates are
+seen, and so is the adapter a `select` context switched to.
 """
 
 from __future__ import annotations
@@ -61,18 +63,20 @@ class _Linear:
         import torch.nn.functional as F
 
         out = F.linear(x, self.weight, self.bias)
+        dtype = out.dtype
         if rows is None:
-            for a, b, scale in self.loras:
-                out = out + F.linear(F.linear(x, a), b) * scale
-            return out
+            for a, b, scale in self.loras:  # as PEFT: x cast to the adapter's dtype (fp32 LoRA on a bf16 base), the sum cast back
+                out = out + F.linear(F.linear(x.to(a.dtype), a), b) * scale
+            return out.to(dtype)
         for adapter, index in rows:
             if adapter in self.every:
                 a, b, scale = self.every[adapter]
                 if index is None:  # every row
-                    out = out + F.linear(F.linear(x, a), b) * scale
+                    out = out + F.linear(F.linear(x.to(a.dtype), a), b) * scale
                 else:
-                    out = out.index_add(0, index, F.linear(F.linear(x[index], a), b) * scale)
-        return out
+                    delta = F.linear(F.linear(x[index].to(a.dtype), a), b) * scale
+                    out = out.to(delta.dtype).index_add(0, index, delta)
+        return out.to(dtype)
 
 
 Rows = list[tuple[Any, Any]]  # (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
@@ -100,8 +104,9 @@ class FastForward:
     def __init__(self, model: Any, causal_lm: Any) -> None:
         self.model, self.lm = model, causal_lm
         config = causal_lm.config
-        self.eps, self.head_dim = config.rms_norm_eps, config.head_dim
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.eps, self.head_dim = config.rms_norm_eps, getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.gqa = {"enable_gqa": True} if self.heads > self.kv_heads else {}  # transformers passes it only then
         self.scale = self.head_dim**-0.5
         self.inv_freq = causal_lm.model.rotary_emb.inv_freq
         self.layers: list[dict[str, Any]] = []
@@ -109,20 +114,11 @@ class FastForward:
     @classmethod
     def of(cls, model: Any) -> FastForward | None:
         """The fast forward of `model` (a transformers Qwen2/Qwen3 causal LM, PEFT-wrapped or not), or None."""
-        lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # PeftModel -> the causal LM
-        config = getattr(lm, "config", None)
-        if config is None or getattr(config, "model_type", None) not in ("qwen2", "qwen3") or not hasattr(lm, "lm_head"):
+        try:
+            return cls(model, model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model) \
+                if _takes(model) else None  # fmt: skip
+        except Exception:  # noqa: BLE001 - a model shaped otherwise than checked: transformers' own path
             return None
-        if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(lm.model, "rotary_emb", None) is None:
-            return None
-        if getattr(lm.model.rotary_emb, "attention_scaling", 1.0) != 1.0 or getattr(config, "use_sliding_window", False):
-            return None
-        known = {id(getattr(layer.self_attn, n)) for layer in lm.model.layers for n in _LINEARS}
-        known |= {id(getattr(layer.mlp, n)) for layer in lm.model.layers for n in _MLP}
-        for module in lm.modules():
-            if hasattr(module, "lora_A") and (id(module) not in known or module.lora_variant or type(module).__name__ != "Linear"):
-                return None  # a LoRA on another module (embeddings, the head) or a variant (DoRA): transformers' path
-        return cls(model, lm)
 
     def usable(self) -> bool:
         """Only for inference: dropout (base or adapter) is a no-op in eval mode and nowhere else."""
@@ -184,7 +180,7 @@ class FastForward:
                 q, k, v = self._qkv(entry, x, cos, sin, mix)
                 keys, values = layer.update(k, v)
                 if mask is None:
-                    out = F.scaled_dot_product_attention(q, keys, values, dropout_p=0.0, scale=self.scale, is_causal=False, enable_gqa=True)
+                    out = F.scaled_dot_product_attention(q, keys, values, dropout_p=0.0, scale=self.scale, is_causal=False, **self.gqa)
                 else:
                     out = F.scaled_dot_product_attention(q.reshape(rows, self.kv_heads, group, self.head_dim), keys, values, attn_mask=mask,
                                                          dropout_p=0.0, scale=self.scale, is_causal=False)  # fmt: skip
@@ -222,7 +218,7 @@ class FastForward:
                 cache.append((k, v))
                 if mask is None:  # from scratch (causal), or one new token (a decode step without padding)
                     out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=self.scale, is_causal=kept is None and width > 1,
-                                                         enable_gqa=True)  # fmt: skip
+                                                         **self.gqa)  # fmt: skip
                 else:
                     out = F.scaled_dot_product_attention(q, _repeat(k, group), _repeat(v, group), attn_mask=mask, dropout_p=0.0,
                                                          scale=self.scale, is_causal=False)  # fmt: skip
@@ -230,6 +226,37 @@ class FastForward:
 
             h = self._block(entry, h, attend, mix)
         return Prefilled(self._logits(h, mix), DynamicCache(ddp_cache_data=cache))
+
+
+def _takes(model: Any) -> bool:
+    """Whether the ops here are the model's: a Qwen2/Qwen3 causal LM with SDPA attention, default rope, full attention,
+    and (PEFT) only plain, unmerged LoRA on the attention and MLP projections: no prompt learning, no LoRA bias or
+    variant (DoRA), no other tuner (IA3, LoHa), no wrapped module (modules_to_save, trainable tokens)."""
+    import os
+
+    peft_configs = getattr(model, "peft_config", None) or {}
+    if any(getattr(c, "is_prompt_learning", False) for c in peft_configs.values()):
+        return False
+    lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    config, inner = getattr(lm, "config", None), getattr(lm, "model", None)
+    if config is None or getattr(config, "model_type", None) not in ("qwen2", "qwen3") or not hasattr(lm, "lm_head"):
+        return False
+    rotary = getattr(inner, "rotary_emb", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa" or rotary is None or getattr(rotary, "rope_type", "default") != "default":
+        return False
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if getattr(config, "use_sliding_window", False) or head_dim > 256 or os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == "1":
+        return False
+    known = {id(getattr(layer.self_attn, n)) for layer in inner.layers for n in _LINEARS}
+    known |= {id(getattr(layer.mlp, n)) for layer in inner.layers for n in _MLP}
+    for module in lm.modules():
+        if hasattr(module, "original_module") or hasattr(module, "token_adapter"):
+            return False  # a module PEFT wraps whole (modules_to_save, trainable tokens)
+        if hasattr(module, "base_layer"):  # a tuner layer
+            plain = type(module).__name__ == "Linear" and hasattr(module, "lora_A") and id(module) in known
+            if not plain or module.merged or getattr(module, "lora_variant", None) or any(getattr(module, "lora_bias", {}).values()):
+                return False
+    return True
 
 
 def _repeat(t: Any, group: int) -> Any:

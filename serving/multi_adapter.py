@@ -89,7 +89,7 @@ class MultiAdapterModel:
             raise ServingError(f"adapter name '{adapter}' is already served: load each adapter version under a new name")
         from peft import PeftModel
 
-        with self._lock:
+        with self._generation.batcher.exclusive():  # the lock, and a running batch stops admitting meanwhile
             if isinstance(self.model, PeftModel):
                 self.model.load_adapter(path, adapter_name=adapter, is_trainable=False)
             else:
@@ -118,7 +118,7 @@ class MultiAdapterModel:
     @contextlib.contextmanager
     def base_context(self) -> Iterator[None]:
         """Lock + every adapter off: the frozen base model (the router's forward pass)."""
-        with self._lock, self._selected(None):
+        with self._generation.batcher.exclusive(), self._selected(None):
             yield
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:

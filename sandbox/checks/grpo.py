@@ -98,6 +98,7 @@ async def acheck_grpo_ready(
     retried = [0]
     stopping = [False]  # set once the verdict is decided: episodes not yet started are skipped
     played = [0]  # episodes the policy played (retries and ungraded ones included): what the check cost
+    retried_at: dict[int, int] = {}  # infrastructure retries per group seed
 
     async def once(seed: int, sem: asyncio.Semaphore) -> float | str | InfrastructureFailure | None:
         async with sem:
@@ -141,6 +142,7 @@ async def acheck_grpo_ready(
                 return out
             if attempt < INFRA_RETRIES:
                 retried[0] += 1
+                retried_at[seed] = retried_at.get(seed, 0) + 1
         return out
 
     sem = asyncio.Semaphore(concurrency)  # FIFO: episodes get their turn in group order
@@ -181,7 +183,7 @@ async def acheck_grpo_ready(
     # what the rollout budget pays: every episode of the groups the verdict read, and every retry. Not the episodes of later
     # groups that were in flight when the check stopped early: how many had started depends on timing (a faster engine
     # started one more), and a budget that decides whether the next attempt runs must not
-    result.evidence["charged"] = len(reached) * cfg.samples + retried[0]
+    result.evidence["charged"] = len(reached) * cfg.samples + sum(retried_at.get(s, 0) for s in reached)
     return result
 
 

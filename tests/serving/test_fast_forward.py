@@ -217,3 +217,75 @@ def _active(model: Any, name: str) -> Any:
 
     model.set_adapter(name)
     return contextlib.nullcontext()
+
+
+def _tiny_qwen2(path: Path) -> Path:
+    """A tiny Qwen2 (q/k/v biases, no q/k norms, no head_dim in its config) beside the tiny Qwen3's tokenizer."""
+    import shutil
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=_model(path).config.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+    assert getattr(config, "head_dim", None) is None
+    torch.manual_seed(0)
+    out = path.parent / f"{path.name}-qwen2"
+    Qwen2ForCausalLM(config).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (path / name).is_file():
+            shutil.copy(path / name, out / name)
+    return out
+
+
+def test_a_qwen2_model_and_a_bf16_base_with_fp32_adapters_match_too(tiny_model_dir: Path) -> None:
+    qwen2 = _model(_tiny_qwen2(tiny_model_dir))
+    _check_logits(qwen2)
+    bf16 = _lora(tiny_model_dir)  # PEFT keeps the adapter in fp32 on a bf16 base, casts x to it and the sum back
+    bf16.base_model.model.to(torch.bfloat16)
+    for name, p in bf16.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.float()
+    assert {p.dtype for n, p in bf16.named_parameters() if "lora_" in n} == {torch.float32}
+    _check_logits(bf16)
+
+
+def test_models_it_does_not_take_go_to_transformers(tiny_model_dir: Path) -> None:
+    from peft import IA3Config, LoraConfig, get_peft_model
+
+    merged = _lora(tiny_model_dir)
+    merged.merge_adapter()
+    biased = get_peft_model(_model(tiny_model_dir), LoraConfig(r=4, target_modules=TARGETS, lora_bias=True))
+    saved = get_peft_model(_model(tiny_model_dir), LoraConfig(r=4, target_modules=TARGETS, modules_to_save=["lm_head"]))
+    ia3 = get_peft_model(_model(tiny_model_dir), IA3Config(target_modules=["k_proj", "v_proj", "down_proj"], feedforward_modules=["down_proj"]))
+    for model in (merged, biased, saved, ia3):
+        assert FastForward.of(model) is None
+    merged.unmerge_adapter()
+    assert FastForward.of(merged) is not None  # checked at every batch: a merge done later is seen
+
+
+def test_a_batch_formed_to_mix_adapters_decodes_group_by_group_when_it_cannot(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A mixing lane formed the batch, then the model stopped being one the fast forward takes (here: fast off):
+    every row still gets its own adapter, group by group with the adapter selected."""
+    from gapforge.serving.batching import _request
+    from gapforge.serving.multi_adapter import MultiAdapterModel
+
+    backend = MultiAdapterModel(tiny_model_dir, {"a": _saved_adapter(tiny_model_dir, tmp_path / "a", 1)}, max_new_tokens=8)
+    gen = backend._generation.batcher
+    prompts = [_ids(9, 1), _ids(6, 2), _ids(9, 1)]
+    groups = [None, "a", "a"]
+    alone = [gen.run_batch([p], seeds=[s], temperature=1.0, max_new_tokens=8, group=g)[0].ids for s, (p, g) in enumerate(zip(prompts, groups))]
+    gen.fast = False
+    got = gen._decode([_request(p, 1.0, 8, s, g) for s, (p, g) in enumerate(zip(prompts, groups))], mixing=True)
+    assert [d.ids for d in got] == alone and alone[0] != alone[2]  # the base row and the adapter row differ: each had its own
+
+
+def test_a_running_batch_stops_admitting_while_someone_waits_for_the_model(tiny_model_dir: Path) -> None:
+    from gapforge.serving.batching import _Lane, _request
+
+    gen = BatchGenerator(_model(tiny_model_dir), eos_ids={-1})
+    lane = _Lane(gen)
+    lane.queue.put(_request(_ids(5, 1), 1.0, 4, 1, None))
+    gen.exclusive_waiting = 1
+    assert lane.more(None, 8) == []
+    gen.exclusive_waiting = 0
+    assert len(lane.more(None, 8)) == 1
