@@ -3,12 +3,13 @@ routed endpoint and evaluation on CPU.
 
 `MultiAdapterModel(model_path, {name: adapter_dir})` loads the base model once
 and each LoRA adapter into the same PeftModel under its name. `respond(...,
-adapter=name|None)` generates through serving.batching: concurrent requests are
-decoded as one batch whatever their adapters, each row with its own adapter's
-LoRA (serving.fast_forward); a model the fast forward does not take decodes one
-adapter's requests per batch, with that adapter selected while holding one lock,
-so requests for different adapters never see each other's adapter (PEFT's active
-adapter is model-global state). Seeds
+adapter=name|None)` generates through serving.batching: concurrent requests for
+the same adapter are decoded as one batch, and a batch runs with its adapter
+selected while holding one lock, so requests for different adapters never see
+each other's adapter (PEFT's active adapter is model-global state). With
+`mix_adapters` (off by default), one batch holds every adapter's rows, each with
+its own LoRA (serving.fast_forward): measured slower under `gapforge serve` at 64
+conversations (16.6-19.4 vs 21.4-22.2 requests/s, docs/experiments/engine.md). Seeds
 follow serving.local.Generation (per episode key, else per call). `None` = the base model with
 every adapter disabled. `policy(name)` is an `envs.protocol.PolicyModel` view
 bound to one adapter; `base_context()` is the lock + adapters-off context the
@@ -41,6 +42,7 @@ class MultiAdapterModel:
         seed: int = 0,
         template_kwargs: dict[str, Any] | None = None,
         name: str | None = None,
+        mix_adapters: bool = False,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -74,7 +76,7 @@ class MultiAdapterModel:
         self.model = model.eval()
         self._lock = threading.Lock()
         self._generation = Generation(self.model, self.tokenizer, seed=seed, lock=self._lock, select=self._selected,
-                                      adapter_of=_same)  # a request's group is its adapter: rows of every adapter share a batch
+                                      adapter_of=_same if mix_adapters else None)  # a request's group is its adapter
 
     @property
     def adapters(self) -> list[str]:

@@ -164,7 +164,7 @@ async def test_rows_of_different_adapters_decode_in_one_batch_each_with_its_own(
 
     results, widest = [], []
     for fast in (True, False):
-        backend = MultiAdapterModel(tiny_model_dir, adapters, max_new_tokens=16)
+        backend = MultiAdapterModel(tiny_model_dir, adapters, max_new_tokens=16, mix_adapters=True)
         backend._generation.batcher.fast = fast
         assert backend._generation.batcher.mixes() is fast
         alone = [await one(backend, k, a) for k, a in calls]
@@ -269,7 +269,7 @@ def test_a_batch_formed_to_mix_adapters_decodes_group_by_group_when_it_cannot(ti
     from gapforge.serving.batching import _request
     from gapforge.serving.multi_adapter import MultiAdapterModel
 
-    backend = MultiAdapterModel(tiny_model_dir, {"a": _saved_adapter(tiny_model_dir, tmp_path / "a", 1)}, max_new_tokens=8)
+    backend = MultiAdapterModel(tiny_model_dir, {"a": _saved_adapter(tiny_model_dir, tmp_path / "a", 1)}, max_new_tokens=8, mix_adapters=True)
     gen = backend._generation.batcher
     prompts = [_ids(9, 1), _ids(6, 2), _ids(9, 1)]
     groups = [None, "a", "a"]
