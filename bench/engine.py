@@ -57,7 +57,6 @@ class Profile:
     generated: int = 0
     rows_per_step: list[int] = field(default_factory=list)
     prefilled: int = 0  # prompt tokens run through the model (BatchGenerator.prefill_tokens[0])
-    in_prefill: bool = False
 
 
 def instrument(policy: LocalPolicy, prof: Profile) -> None:
@@ -67,11 +66,9 @@ def instrument(policy: LocalPolicy, prof: Profile) -> None:
 
     def timed_prefill(r: Any) -> Any:
         t0 = time.perf_counter()
-        prof.in_prefill = True
         try:
             return prefill(r)
         finally:
-            prof.in_prefill = False
             prof.prefill_s += time.perf_counter() - t0
 
     def timed_decode(batch: Any, **kw: Any) -> Any:

@@ -53,6 +53,8 @@ from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from gapforge.serving.fast_forward import FastForward, rows_of
+
 
 @dataclass
 class Decoded:
@@ -412,20 +414,19 @@ class _Running:
         """One decode step: every row's sampled token in (written at the write column), its next logits out."""
         import torch
 
-        if self.joined:
-            columns = torch.arange(self.pos + 1)
-            attention = (columns[None, :] >= torch.tensor(self.starts)[:, None]).long()
-        else:
-            self.attention = attention = torch.cat([self.attention, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1)
         self.last = self.last + 1
         fast, adapter_of = self.owner.fast_now, self.owner.mixing_now
-        if fast is not None and self.joined:
-            from gapforge.serving.fast_forward import rows_of
-
-            mask = attention.bool()[:, None, None, :] if any(self.starts) else None
+        padded = None  # the columns each row attends (joined rows left-padded), None when no row is padded
+        if self.joined and any(self.starts):
+            padded = torch.arange(self.pos + 1)[None, :] >= torch.tensor(self.starts)[:, None]
+        if fast is not None and self.joined:  # no padding: no mask (transformers drops an all-ones one)
             mix = rows_of([adapter_of(r.group) for r in self.rows]) if adapter_of is not None else None
-            self.logits = fast.decode(tokens, self.last, self.cache.layers, mask, mix)
+            self.logits = fast.decode(tokens, self.last, self.cache.layers, None if padded is None else padded[:, None, None, :], mix)
         else:
+            if not self.joined:
+                self.attention = attention = torch.cat([self.attention, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1)
+            else:
+                attention = torch.ones((len(self.rows), self.pos + 1), dtype=torch.long) if padded is None else padded.long()
             self.logits = self.owner.model(input_ids=tokens, attention_mask=attention, position_ids=self.last, past_key_values=self.cache,
                                            use_cache=True, logits_to_keep=1).logits  # fmt: skip
         self.pos += 1
@@ -616,8 +617,6 @@ class BatchGenerator:
         fast forward takes the model): then no group waits for another's batch to drain."""
         if self.adapter_of is None or not self.fast:
             return False
-        from gapforge.serving.fast_forward import FastForward
-
         with self.lock:  # an adapter loaded meanwhile (MultiAdapterModel.load_adapter) changes the module tree under the lock
             model = self.model
             version = (id(model), sum(1 for _ in model.parameters()), model.training)
@@ -641,8 +640,6 @@ class BatchGenerator:
 
     def _fast_forward(self) -> Any:
         """The model's FastForward bound to the batch's adapter, when it has one and is in eval mode (else None)."""
-        from gapforge.serving.fast_forward import FastForward
-
         fast = FastForward.of(self.model) if self.fast else None
         if fast is None or not fast.usable():
             return None

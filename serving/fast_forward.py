@@ -101,8 +101,8 @@ class Prefilled:
 
 
 class FastForward:
-    def __init__(self, model: Any, causal_lm: Any) -> None:
-        self.model, self.lm = model, causal_lm
+    def __init__(self, causal_lm: Any) -> None:
+        self.lm = causal_lm
         config = causal_lm.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.eps, self.head_dim = config.rms_norm_eps, getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -115,8 +115,8 @@ class FastForward:
     def of(cls, model: Any) -> FastForward | None:
         """The fast forward of `model` (a transformers Qwen2/Qwen3 causal LM, PEFT-wrapped or not), or None."""
         try:
-            return cls(model, model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model) \
-                if _takes(model) else None  # fmt: skip
+            lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # PeftModel -> the causal LM
+            return cls(lm) if _takes(model, lm) else None
         except Exception:  # noqa: BLE001 - a model shaped otherwise than checked: transformers' own path
             return None
 
@@ -228,7 +228,7 @@ class FastForward:
         return Prefilled(self._logits(h, mix), DynamicCache(ddp_cache_data=cache))
 
 
-def _takes(model: Any) -> bool:
+def _takes(model: Any, lm: Any) -> bool:
     """Whether the ops here are the model's: a Qwen2/Qwen3 causal LM with SDPA attention, default rope, full attention,
     and (PEFT) only plain, unmerged LoRA on the attention and MLP projections: no prompt learning, no LoRA bias or
     variant (DoRA), no other tuner (IA3, LoHa), no wrapped module (modules_to_save, trainable tokens)."""
@@ -237,7 +237,6 @@ def _takes(model: Any) -> bool:
     peft_configs = getattr(model, "peft_config", None) or {}
     if any(getattr(c, "is_prompt_learning", False) for c in peft_configs.values()):
         return False
-    lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
     config, inner = getattr(lm, "config", None), getattr(lm, "model", None)
     if config is None or getattr(config, "model_type", None) not in ("qwen2", "qwen3") or not hasattr(lm, "lm_head"):
         return False
