@@ -39,9 +39,10 @@ FAST ?= not docker and not postgres and not ray and not slow and not tau2 and no
 test-fast: install
 	$(PY) -m pytest -q -ra -m "$(FAST)"
 
-# ruff's rules and their exceptions: pyproject.toml [tool.ruff]. Fix what it can itself: $(VENV)/bin/ruff check --fix
+# `ruff format` at 120 columns, then ruff's rules (pyproject.toml [tool.ruff]). Fix: $(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 # The layer contracts (.importlinter) over the installed layout: .ci/lint-imports.
 lint: install
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	PYTHON=$(PY) ./.ci/lint-imports
 

@@ -56,13 +56,21 @@ class EndpointConfig(_Section):
     base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None: OpenAI's API")
     model: str = Field("gpt-4o-mini", description="model name sent to the endpoint")
     api_key_env: str | None = Field(
-        None, description=f"env var holding this endpoint's key; unset: {DEFAULT_KEY_ENV}, sent only to OpenAI's own API")
-    allow_plain_http_key: bool = Field(False, description="send the key over plain http:// to a host other than this machine")
+        None,
+        description=f"env var holding this endpoint's key; unset: {DEFAULT_KEY_ENV}, sent only to OpenAI's own API",
+    )
+    allow_plain_http_key: bool = Field(
+        False, description="send the key over plain http:// to a host other than this machine"
+    )
     timeout_s: float = Field(120.0, gt=0, description="seconds per request")
     max_retries: int = Field(4, ge=0, le=20, description="retries of a failed request")
-    retry_backoff_s: float = Field(1.0, ge=0.0, le=60.0, description="seconds before the first retry, doubled per retry (at least Retry-After)")
+    retry_backoff_s: float = Field(
+        1.0, ge=0.0, le=60.0, description="seconds before the first retry, doubled per retry (at least Retry-After)"
+    )
     breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that mark the endpoint down")
-    breaker_cooldown_s: float = Field(30.0, ge=0.0, description="seconds calls fail at once while it is down, before one probe")
+    breaker_cooldown_s: float = Field(
+        30.0, ge=0.0, description="seconds calls fail at once while it is down, before one probe"
+    )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     _key: SecretStr | None = PrivateAttr(None)  # read by the loader (load_key); never dumped
 
@@ -91,8 +99,10 @@ class EndpointConfig(_Section):
             return None
         url = urlsplit(self.base_url)
         if url.scheme == "http" and not is_loopback(url.hostname):
-            return (f"the key in {self.api_key_env} would travel in clear text to {url.hostname} (http://): "
-                    "use https://, or set endpoint.allow_plain_http_key=true if that network is trusted")
+            return (
+                f"the key in {self.api_key_env} would travel in clear text to {url.hostname} (http://): "
+                "use https://, or set endpoint.allow_plain_http_key=true if that network is trusted"
+            )
         return None
 
     @property
@@ -117,7 +127,9 @@ class LLMConfig(_Section):
     """The LLM roles: analyst, generator and reviewer (also GEPA's reflection, and the user simulator with
     `rollouts.user: llm`)."""
 
-    kind: Literal["scripted", "openai"] = Field("scripted", description="scripted: recorded answers (docs/recordings.md); openai: `llm.endpoint`")
+    kind: Literal["scripted", "openai"] = Field(
+        "scripted", description="scripted: recorded answers (docs/recordings.md); openai: `llm.endpoint`"
+    )
     scripted_path: str | None = Field(None, description="YAML/JSON of recorded answers keyed by prompt name")
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
 
@@ -126,10 +138,15 @@ class PolicyConfig(_Section):
     """The base policy being evaluated and trained."""
 
     kind: Literal["scripted", "endpoint", "local"] = Field(
-        "scripted", description="scripted (recorded answers; cannot train), local (weights at local_path) or endpoint (a server, e.g. vLLM; "
-        "a run also needs local_path and a routing.backend other than transformers)")
+        "scripted",
+        description="scripted (recorded answers; cannot train), local (weights at local_path) or endpoint (a server, e.g. vLLM; "
+        "a run also needs local_path and a routing.backend other than transformers)",
+    )
     endpoint: EndpointConfig = Field(default_factory=lambda: EndpointConfig(temperature=1.0))
-    local_path: str | None = Field(None, description="Hugging Face model directory: the weights to load (local) or that the server serves (endpoint)")
+    local_path: str | None = Field(
+        None,
+        description="Hugging Face model directory: the weights to load (local) or that the server serves (endpoint)",
+    )
     adapter_path: str | None = Field(None, description="PEFT adapter applied on the local model (optional)")
     scripted_path: str | None = Field(None, description="recorded answers (kind scripted)")
     temperature: float = Field(1.0, ge=0.0, le=2.0)
@@ -140,29 +157,46 @@ EnvArg = str | int | float | bool | None
 
 
 class RolloutConfig(_Section):
-    env: str = Field("shop", description="the target: shop | tau2:retail|airline|telecom | toolsandbox[:category] | mcp:FILE.yaml | "
-                     "composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (a class may add ?key=value keywords)")
+    env: str = Field(
+        "shop",
+        description="the target: shop | tau2:retail|airline|telecom | toolsandbox[:category] | mcp:FILE.yaml | "
+        "composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (a class may add ?key=value keywords)",
+    )
     env_args: dict[str, EnvArg] = Field(
-        default_factory=dict, description="constructor keywords of a class env; folded into `env` as ?key=value on load")
+        default_factory=dict, description="constructor keywords of a class env; folded into `env` as ?key=value on load"
+    )
     samples: int = Field(1, ge=1, description="episodes per task")
     concurrency: int = Field(8, ge=1, le=1024, description="episodes in flight")
     max_turns: int = Field(30, ge=1, description="policy turns per episode (raised to the env's own limit)")
     tasks: list[str] | None = Field(None, description="task ids; None: all")
     user: Literal["scripted", "llm"] = Field("scripted", description="the env's scripted user, or an LLM")
     user_endpoint: Literal["llm", "policy"] = Field(
-        "llm", description="the LLM user's endpoint: llm.endpoint, or policy.endpoint at temperature 0 (the paper's τ² setting; "
-        "needs policy.kind endpoint)")
+        "llm",
+        description="the LLM user's endpoint: llm.endpoint, or policy.endpoint at temperature 0 (the paper's τ² setting; "
+        "needs policy.kind endpoint)",
+    )
     episode_timeout_s: float | None = Field(
-        None, gt=0, le=MAX_EPISODE_LIMIT_S,
+        None,
+        gt=0,
+        le=MAX_EPISODE_LIMIT_S,
         description="seconds per episode; one past it ends as `timeout` and is replayed on resume. None: derived from max_turns "
-        "and the call timeouts, within [60, 86400]")
+        "and the call timeouts, within [60, 86400]",
+    )
     heartbeat_s: float = Field(
-        60.0, gt=0, le=3600.0,
-        description="seconds between progress lines while collecting (`gapforge run`; `rollouts collect` when not on a terminal)")
-    env_call_s: float = Field(10.0, gt=0, le=3600.0, description="seconds one env call may take, in the derived episode limit")
+        60.0,
+        gt=0,
+        le=3600.0,
+        description="seconds between progress lines while collecting (`gapforge run`; `rollouts collect` when not on a terminal)",
+    )
+    env_call_s: float = Field(
+        10.0, gt=0, le=3600.0, description="seconds one env call may take, in the derived episode limit"
+    )
     max_env_failure_share: float = Field(
-        0.5, ge=0.0, le=1.0,
-        description="stop a collection (exit 4) once the env's own code failed more than this share of the planned episodes; 1: never")
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="stop a collection (exit 4) once the env's own code failed more than this share of the planned episodes; 1: never",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -178,14 +212,18 @@ class RolloutConfig(_Section):
         if not isinstance(args, dict):
             raise ValueError("rollouts.env_args must be a mapping of constructor keywords, e.g. {split: dev}")
         if is_builtin(env):
-            raise ValueError(f"rollouts.env_args applies to an env given as package.module:ClassName or file.py:ClassName, not '{env}'")
+            raise ValueError(
+                f"rollouts.env_args applies to an env given as package.module:ClassName or file.py:ClassName, not '{env}'"
+            )
         try:
             return {**data, "env": with_keywords(env, args), "env_args": {}}
         except EnvError as e:
             raise ValueError(str(e)) from None
 
 
-def episode_limit_s(rollouts: RolloutConfig, policy: PolicyConfig, llm: LLMConfig, env_turns: int | None = None) -> float:
+def episode_limit_s(
+    rollouts: RolloutConfig, policy: PolicyConfig, llm: LLMConfig, env_turns: int | None = None
+) -> float:
     """An episode's time limit: `rollouts.episode_timeout_s` when set, else derived so that a hang is noticed in minutes
     while the slowest honest episode still fits: every turn (the larger of rollouts.max_turns and the env's own turn
     limit, `env_turns`) may take one policy call at its timeout (an endpoint's `timeout_s`; a local model 60 s; recorded

@@ -49,7 +49,9 @@ class StageDeps:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     synthesis: SynthesisConfig = field(default_factory=SynthesisConfig)
     workspace: Workspace = field(default_factory=lambda: Workspace(Path(".gapforge")))
-    episode_runner: Callable[..., Any] | None = None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
+    episode_runner: Callable[..., Any] | None = (
+        None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
+    )
     # agents.selftest.SandboxChecks: readiness on local worker processes, or self-test + readiness on a Ray Docker node (None: all here)
     sandbox_checks: Any = None
     _store: Store | None = field(default=None, init=False, repr=False)
@@ -57,7 +59,9 @@ class StageDeps:
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)
     _base: PolicyModel | None = field(default=None, init=False, repr=False)
     _chat: dict[str, BaseChatModel] = field(default_factory=dict, init=False, repr=False)
-    _making: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # stages ask from worker threads
+    _making: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False
+    )  # stages ask from worker threads
 
     @property
     def store(self) -> Store:
@@ -132,7 +136,9 @@ class StageDeps:
         try:
             if pool is not None:
                 pool.close()
-            close_checks = getattr(self.sandbox_checks, "close", None)  # local readiness workers (executor/readiness.py)
+            close_checks = getattr(
+                self.sandbox_checks, "close", None
+            )  # local readiness workers (executor/readiness.py)
             if close_checks is not None:
                 close_checks()
         finally:

@@ -53,13 +53,33 @@ from gapforge.envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputEr
 from gapforge.envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
 from gapforge.sandbox.errors import SandboxError
 
-Termination = Literal["done", "max_turns", "endpoint_error", "sandbox_error", "worker_error", "malformed_output", "policy_error",
-                      "env_error", "timeout"]
-__all__ = ["INFRA_TERMINATIONS", "EpisodeRecord", "Termination", "call_env", "run_episode", "timed_out"]  # INFRA_TERMINATIONS: envs.errors
+Termination = Literal[
+    "done",
+    "max_turns",
+    "endpoint_error",
+    "sandbox_error",
+    "worker_error",
+    "malformed_output",
+    "policy_error",
+    "env_error",
+    "timeout",
+]
+__all__ = [
+    "INFRA_TERMINATIONS",
+    "EpisodeRecord",
+    "Termination",
+    "call_env",
+    "run_episode",
+    "timed_out",
+]  # INFRA_TERMINATIONS: envs.errors
 
 ENV_THREADS = DaemonThreads("env")  # env calls of callers that pass no executor (abandonable: envs.env_threads)
-WAITED_ON = {"env": "the env's own code", "sandbox": "the sandbox", "policy": "the policy's endpoint or model",
-             "worker": "a local rollout worker process"}
+WAITED_ON = {
+    "env": "the env's own code",
+    "sandbox": "the sandbox",
+    "policy": "the policy's endpoint or model",
+    "worker": "a local rollout worker process",
+}
 
 
 class EpisodeRecord(BaseModel):
@@ -139,8 +159,10 @@ def env_error_text(exc: BaseException) -> str:
     innermost frame of the env's code (a user's class; not gapforge, pydantic or the standard library)."""
     text = _text(exc)
     if isinstance(exc, ValidationError):
-        errors = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or exc.title}: {err['msg']} (got {err.get('input')!r})"
-                           for err in exc.errors()[:3])
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or exc.title}: {err['msg']} (got {err.get('input')!r})"
+            for err in exc.errors()[:3]
+        )
         text = f"ValidationError: {exc.title}: {errors}"
     where = None
     tb = exc.__traceback__
@@ -191,19 +213,46 @@ def timeout_error(call: str, boundary: str, limit_s: float, what: str | None = N
     return text, {"timeout": {"boundary": boundary, "call": call, "limit_s": limit_s}}
 
 
-def timed_out(env: str, task: TaskRef, policy: str, call: str, boundary: str, limit_s: float, started_at: datetime,
-              elapsed_s: float, what: str | None = None) -> EpisodeRecord:
+def timed_out(
+    env: str,
+    task: TaskRef,
+    policy: str,
+    call: str,
+    boundary: str,
+    limit_s: float,
+    started_at: datetime,
+    elapsed_s: float,
+    what: str | None = None,
+) -> EpisodeRecord:
     """An episode that ended at its time limit before the loop could play it (e.g. its env was still being built,
     or a worker process holding it stopped answering)."""
     error, info = timeout_error(call, boundary, limit_s, what)
-    return EpisodeRecord(env=env, task=task, policy=policy, messages=[], reward=0.0, success=False, score_info=info, turns=0,
-                   termination="timeout", error=error, timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
-                   started_at=started_at)
+    return EpisodeRecord(
+        env=env,
+        task=task,
+        policy=policy,
+        messages=[],
+        reward=0.0,
+        success=False,
+        score_info=info,
+        turns=0,
+        termination="timeout",
+        error=error,
+        timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
+        started_at=started_at,
+    )
 
 
 async def run_episode(
-    policy: PolicyModel, env: Environment, task: TaskRef, *, max_turns: int = 30, temperature: float | None = None,
-    executor: Executor | None = None, timeout_s: float | None = None, deadline: float | None = None,
+    policy: PolicyModel,
+    env: Environment,
+    task: TaskRef,
+    *,
+    max_turns: int = 30,
+    temperature: float | None = None,
+    executor: Executor | None = None,
+    timeout_s: float | None = None,
+    deadline: float | None = None,
 ) -> EpisodeRecord:
     """Reset, then policy.respond -> env.step until done or `max_turns` (raised to `env.max_turns` where the env has one), then score.
 
@@ -259,7 +308,9 @@ async def run_episode(
         while turns < max_turns:
             t = time.perf_counter()
             try:
-                reply = await bounded(policy.respond(messages, tools, temperature=temperature), deadline, "policy.respond", "policy")
+                reply = await bounded(
+                    policy.respond(messages, tools, temperature=temperature), deadline, "policy.respond", "policy"
+                )
             except TimedOut as e:
                 late = e
                 break
@@ -294,7 +345,12 @@ async def run_episode(
     if late is None and not unscored:
         try:
             score = await env_call("score", env.score)
-            reward, success, components, score_info = score.reward, score.success, dict(score.components), dict(score.info)
+            reward, success, components, score_info = (
+                score.reward,
+                score.success,
+                dict(score.components),
+                dict(score.info),
+            )
         except TimedOut as e:
             late = e
         except Exception as e:  # the env's code failed to score: its boundary, not a 0-reward verdict on the model
@@ -311,7 +367,18 @@ async def run_episode(
 
     clock["total_s"] = time.perf_counter() - t0
     return EpisodeRecord(
-        env=env.name, task=task, policy=policy.name, messages=messages, reward=reward, success=success,
-        components=components, score_info=score_info, step_info=step_info, turns=turns, termination=termination,
-        error=error, timings=clock, started_at=started_at,
+        env=env.name,
+        task=task,
+        policy=policy.name,
+        messages=messages,
+        reward=reward,
+        success=success,
+        components=components,
+        score_info=score_info,
+        step_info=step_info,
+        turns=turns,
+        termination=termination,
+        error=error,
+        timings=clock,
+        started_at=started_at,
     )

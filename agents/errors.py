@@ -11,7 +11,6 @@ The *policy* side records its failures as data instead (envs.errors.PolicyError)
 agents/policy.py translates ModelEndpointError into envs.errors.EndpointError.
 """
 
-
 from gapforge.faults import EndpointFault, InputFault, ModelFault, Resumable, ResumableStop
 
 

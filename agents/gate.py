@@ -83,8 +83,14 @@ class GateClassifier:
 
     def state(self, *, max_tokens: int) -> GateState:
         layers = [GateLayer(shape=list(w.shape), weight=_pack(w), bias=_pack(b)) for w, b in self.layers]
-        return GateState(classes=list(self.classes), hidden_size=int(self.mean.shape[0]), max_tokens=max_tokens,
-                         mean=_pack(self.mean), scale=_pack(self.scale), layers=layers)  # fmt: skip
+        return GateState(
+            classes=list(self.classes),
+            hidden_size=int(self.mean.shape[0]),
+            max_tokens=max_tokens,
+            mean=_pack(self.mean),
+            scale=_pack(self.scale),
+            layers=layers,
+        )
 
     @classmethod
     def from_state(cls, s: GateState) -> GateClassifier:
@@ -92,8 +98,17 @@ class GateClassifier:
         return cls(list(s.classes), _unpack(s.mean, [s.hidden_size]), _unpack(s.scale, [s.hidden_size]), layers)
 
 
-def fit_gate(features: np.ndarray, labels: Sequence[str], classes: Sequence[str], *, hidden: int = 0, seed: int = 0,
-             epochs: int = 300, lr: float = 0.05, weight_decay: float = 1e-3) -> GateClassifier:  # fmt: skip
+def fit_gate(
+    features: np.ndarray,
+    labels: Sequence[str],
+    classes: Sequence[str],
+    *,
+    hidden: int = 0,
+    seed: int = 0,
+    epochs: int = 300,
+    lr: float = 0.05,
+    weight_decay: float = 1e-3,
+) -> GateClassifier:
     """Train the gate on (features, class names). Class-balanced: each class present weighs the same in the loss."""
     import torch
 
@@ -122,8 +137,13 @@ def fit_gate(features: np.ndarray, labels: Sequence[str], classes: Sequence[str]
         opt.zero_grad()
         loss_fn(net(xs), y).backward()
         opt.step()
-    layers = [(lin.weight.detach().numpy().astype(np.float32).astype(np.float64),
-               lin.bias.detach().numpy().astype(np.float32).astype(np.float64)) for lin in linears]  # fmt: skip
+    layers = [
+        (
+            lin.weight.detach().numpy().astype(np.float32).astype(np.float64),
+            lin.bias.detach().numpy().astype(np.float32).astype(np.float64),
+        )
+        for lin in linears
+    ]
     return GateClassifier(list(classes), mean, scale, layers)
 
 
@@ -132,15 +152,24 @@ class HiddenStateEncoder:
     callable returning it (a shared backend may re-wrap its model when adapters load); `context` e.g. the backend's
     lock + adapters off."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
-                 max_tokens: int = 256, template_kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+        max_tokens: int = 256,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self._model = model if callable(model) and not hasattr(model, "forward") else (lambda: model)
         self.tokenizer = tokenizer
         self.context = context or contextlib.nullcontext
         self.max_tokens = max_tokens
         self.template_kwargs = {"enable_thinking": False} if template_kwargs is None else template_kwargs
         if not getattr(tokenizer, "is_fast", False):
-            raise RouterError("routing.backend=gate locates the message's tokens by offsets: it needs a fast (tokenizers) tokenizer")
+            raise RouterError(
+                "routing.backend=gate locates the message's tokens by offsets: it needs a fast (tokenizers) tokenizer"
+            )
 
     @property
     def hidden_size(self) -> int:
@@ -149,8 +178,9 @@ class HiddenStateEncoder:
     def span(self, text: str) -> tuple[list[int], list[int]]:
         """(input ids up to the last pooled token, positions of the message's content tokens)."""
         content = text.strip()
-        rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                      add_generation_prompt=False, **self.template_kwargs)  # fmt: skip
+        rendered = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=False, **self.template_kwargs
+        )
         start = rendered.find(content) if content else -1
         enc = self.tokenizer(rendered, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
@@ -185,8 +215,10 @@ class GateScorer:
         if classifier.classes[-1:] != [NONE]:
             raise RouterError("a gate's last class must be 'none': rebuild the router (routing.backend=gate)")
         if classifier.mean.shape[0] != encoder.hidden_size:
-            raise RouterError(f"the stored gate reads hidden size {classifier.mean.shape[0]}, this base has {encoder.hidden_size}: "
-                              "route with the base the run was trained on, or rebuild the router")  # fmt: skip
+            raise RouterError(
+                f"the stored gate reads hidden size {classifier.mean.shape[0]}, this base has {encoder.hidden_size}: "
+                "route with the base the run was trained on, or rebuild the router"
+            )
         self.encoder = encoder
         self.classifier = classifier
 

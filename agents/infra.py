@@ -41,12 +41,17 @@ def _detail(text: str) -> str:
 def stop(stage: str, exc: BaseException, stored: str, *, resume: str | None = None) -> IncompleteStage:
     """The stage's one line: which stage stopped, on what, what is stored (and how to resume)."""
     detail = exc.detail if isinstance(exc, InfrastructureFailure) else str(exc)
-    return IncompleteStage(f"{stage} stopped: the {cause_of(exc)} kept failing past its retries ({_detail(detail)}); "
-                           f"nothing was counted against the env or the model; {stored}", resume=resume)
+    return IncompleteStage(
+        f"{stage} stopped: the {cause_of(exc)} kept failing past its retries ({_detail(detail)}); "
+        f"nothing was counted against the env or the model; {stored}",
+        resume=resume,
+    )
 
 
 def stop_for_report(stage: str, incomplete: dict, stored: str, *, resume: str | None = None) -> IncompleteStage:
     """`stop` for a self-test report the infrastructure left incomplete (sandbox.checks.report.ValidationReport.incomplete)."""
-    return IncompleteStage(f"{stage} stopped at check {incomplete.get('check')}: the {incomplete.get('cause')} kept failing past "
-                           f"its retries ({_detail(str(incomplete.get('error', '')))}); nothing was counted against the env; {stored}",
-                           resume=resume)
+    return IncompleteStage(
+        f"{stage} stopped at check {incomplete.get('check')}: the {incomplete.get('cause')} kept failing past "
+        f"its retries ({_detail(str(incomplete.get('error', '')))}); nothing was counted against the env; {stored}",
+        resume=resume,
+    )

@@ -72,7 +72,9 @@ class RetryingChatOpenAI(ChatOpenAI):
     """ChatOpenAI whose requests are retried by tenacity; every use (tools, structured) goes through it."""
 
     retry_attempts: int = Field(5, ge=1, description="total attempts per request (1 = no retry)")
-    retry_backoff_s: float = Field(1.0, ge=0.0, description="first wait; doubles per attempt, plus up to this much jitter")
+    retry_backoff_s: float = Field(
+        1.0, ge=0.0, description="first wait; doubles per attempt, plus up to this much jitter"
+    )
     retry_max_backoff_s: float = Field(30.0, ge=0.0)
     breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that open the endpoint's circuit")
     breaker_cooldown_s: float = Field(30.0, ge=0.0, description="while open, calls fail at once; then one probe")
@@ -93,7 +95,9 @@ class RetryingChatOpenAI(ChatOpenAI):
         return {
             "stop": stop_after_attempt(self.retry_attempts),
             # jitter spreads the retries of many concurrent rollouts hitting the same 429
-            "wait": wait_exponential_jitter(multiplier=self.retry_backoff_s, max=self.retry_max_backoff_s, jitter=self.retry_backoff_s),
+            "wait": wait_exponential_jitter(
+                multiplier=self.retry_backoff_s, max=self.retry_max_backoff_s, jitter=self.retry_backoff_s
+            ),
             "retry": retry_if_exception(is_transient),
             "reraise": False,
         }
@@ -106,7 +110,9 @@ class RetryingChatOpenAI(ChatOpenAI):
             f"{type(last).__name__}: {_one_line(last)}; check the endpoint is up or raise max_retries"
         )
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> Any:
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> Any:
         breaker = self.breaker()
         try:
             for attempt in Retrying(**self._retry_args()):
@@ -118,7 +124,9 @@ class RetryingChatOpenAI(ChatOpenAI):
             raise self._exhausted(err) from err.last_attempt.exception()
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> Any:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> Any:
         breaker = self.breaker()
         try:
             async for attempt in AsyncRetrying(**self._retry_args()):
@@ -131,7 +139,9 @@ class RetryingChatOpenAI(ChatOpenAI):
         raise AssertionError("unreachable: tenacity either returns or raises")
 
 
-def make_chat_model(endpoint: EndpointConfig, *, temperature: float | None = None, retry_backoff_s: float | None = None) -> BaseChatModel:
+def make_chat_model(
+    endpoint: EndpointConfig, *, temperature: float | None = None, retry_backoff_s: float | None = None
+) -> BaseChatModel:
     """A chat model against `endpoint` with our retries (endpoint.max_retries) and its timeout."""
     if endpoint.base_url is None and endpoint.api_key is None:
         raise ModelError(
@@ -164,7 +174,9 @@ def chat_model_from_config(cfg: LLMConfig | PolicyConfig, *, section: str = "llm
     """The chat model a config section asks for: recorded answers or an OpenAI-compatible endpoint."""
     if cfg.kind == "scripted":
         if not cfg.scripted_path:
-            raise ModelError(f"{section}.kind=scripted needs {section}.scripted_path: a YAML/JSON file of recorded answers")
+            raise ModelError(
+                f"{section}.kind=scripted needs {section}.scripted_path: a YAML/JSON file of recorded answers"
+            )
         return ScriptedChatModel.from_file(cfg.scripted_path)
     if cfg.kind in ("openai", "endpoint"):
         temperature = getattr(cfg, "temperature", None)  # PolicyConfig has its own sampling temperature
@@ -224,7 +236,11 @@ def _describe(err: Any) -> str:
 
 def _reask_messages(messages: list[BaseMessage], raw: Any, error: str, schema: type[BaseModel]) -> list[BaseMessage]:
     template = load_prompt("structured_reask.md").body
-    return [*messages, AIMessage(content=_raw_text(raw)), HumanMessage(content=template.format(error=error, schema=schema.__name__))]
+    return [
+        *messages,
+        AIMessage(content=_raw_text(raw)),
+        HumanMessage(content=template.format(error=error, schema=schema.__name__)),
+    ]
 
 
 def _structured(model: BaseChatModel, schema: type[BaseModel], method: str | None) -> Any:
@@ -265,8 +281,13 @@ async def _arun(runnable: Any, messages: list[BaseMessage], cfg: RunnableConfig 
 
 
 def structured_call(
-    model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseModel], *,
-    prompt_name: str | None = None, method: str | None = None, config: RunnableConfig | None = None,
+    model: BaseChatModel,
+    messages: list[BaseMessage],
+    schema: type[BaseModel],
+    *,
+    prompt_name: str | None = None,
+    method: str | None = None,
+    config: RunnableConfig | None = None,
 ) -> BaseModel:
     """Ask for a `schema` object; re-ask once with the parse error; StructuredOutputError if still bad."""
     runnable = _structured(model, schema, method)
@@ -281,8 +302,13 @@ def structured_call(
 
 
 async def astructured_call(
-    model: BaseChatModel, messages: list[BaseMessage], schema: type[BaseModel], *,
-    prompt_name: str | None = None, method: str | None = None, config: RunnableConfig | None = None,
+    model: BaseChatModel,
+    messages: list[BaseMessage],
+    schema: type[BaseModel],
+    *,
+    prompt_name: str | None = None,
+    method: str | None = None,
+    config: RunnableConfig | None = None,
 ) -> BaseModel:
     """Async `structured_call`."""
     runnable = _structured(model, schema, method)
@@ -290,13 +316,22 @@ async def astructured_call(
     out = await _arun(runnable, messages, cfg)
     parsed, first = _parse(out, schema)
     if parsed is None:
-        parsed, second = _parse(await _arun(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema)
+        parsed, second = _parse(
+            await _arun(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema
+        )
         if parsed is None:
             raise _give_up(schema, first, second)
     return parsed
 
 
 __all__ = [
-    "PLACEHOLDER_API_KEY", "RetryingChatOpenAI", "ScriptedChatModel", "astructured_call", "chat_model_from_config",
-    "is_transient", "make_chat_model", "prompt_config", "structured_call",
+    "PLACEHOLDER_API_KEY",
+    "RetryingChatOpenAI",
+    "ScriptedChatModel",
+    "astructured_call",
+    "chat_model_from_config",
+    "is_transient",
+    "make_chat_model",
+    "prompt_config",
+    "structured_call",
 ]

@@ -55,7 +55,9 @@ def from_langchain(ai: BaseMessage, *, call_prefix: str = "call") -> Message:
     if ai.invalid_tool_calls:
         bad = ai.invalid_tool_calls[0]
         raw = "\n".join(filter(None, [text, *(str(tc.get("args") or "") for tc in ai.invalid_tool_calls)]))
-        raise MalformedOutputError(f"invalid tool call '{bad.get('name')}': {bad.get('error') or 'arguments are not valid JSON'}", raw=raw)
+        raise MalformedOutputError(
+            f"invalid tool call '{bad.get('name')}': {bad.get('error') or 'arguments are not valid JSON'}", raw=raw
+        )
     calls = [
         ToolCall(id=tc.get("id") or f"{call_prefix}_{i}", name=tc["name"], arguments=dict(tc["args"]))
         for i, tc in enumerate(ai.tool_calls)
@@ -71,8 +73,10 @@ class ChatModelPolicy:
 
     def __init__(self, chat_model: BaseChatModel, name: str, *, prompt_name: str = "policy") -> None:
         if isinstance(chat_model, ScriptedChatModel) and not chat_model.answers_prompt(prompt_name):
-            raise ModelError(f"scripted policy answers {chat_model.source} hold neither a '{prompt_name}:' list nor '{TASKS_KEY}:' "
-                             f"scripts (found: {', '.join(sorted(chat_model.answers)) or 'nothing'}): add one (docs/your-agent.md §4)")
+            raise ModelError(
+                f"scripted policy answers {chat_model.source} hold neither a '{prompt_name}:' list nor '{TASKS_KEY}:' "
+                f"scripts (found: {', '.join(sorted(chat_model.answers)) or 'nothing'}): add one (docs/your-agent.md §4)"
+            )
         self.chat_model = chat_model
         self.name = name
         self.prompt_name = prompt_name
@@ -89,16 +93,22 @@ class ChatModelPolicy:
         if client is not None and hasattr(client, "aclose"):
             await client.aclose()
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         runnable = self._runnable(tools, temperature)
         try:
             ai = await runnable.ainvoke(to_langchain(messages), prompt_config(self.prompt_name))
         except ModelEndpointError as e:
             raise EndpointError(str(e)) from e
         except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as e:
-            raise ModelError(f"policy '{self.name}': the endpoint refused the request ({e.status_code}): check the API key and model name") from e
+            raise ModelError(
+                f"policy '{self.name}': the endpoint refused the request ({e.status_code}): check the API key and model name"
+            ) from e
         except openai.APIError as e:
             if is_transient(e):  # a chat model without our retry wrapper
                 raise EndpointError(f"policy '{self.name}': {type(e).__name__}: {e}") from e
-            raise PolicyError(f"policy '{self.name}': the endpoint rejected the request: {type(e).__name__}: {e}") from e
+            raise PolicyError(
+                f"policy '{self.name}': the endpoint rejected the request: {type(e).__name__}: {e}"
+            ) from e
         return from_langchain(ai, call_prefix=f"call_{len(messages)}")

@@ -67,7 +67,7 @@ def split_prompt(text: str, template: str) -> tuple[str, list[str]]:
     middle, tail = rest.split("<side_info>", 1)
     if not text.startswith(head) or middle not in text:
         raise ModelError(f"prompt {PROMPT_NAME}: the rendered prompt does not follow prompts/{PROMPT_FILE}")
-    body = text[len(head):]
+    body = text[len(head) :]
     current, _, side = body.partition(middle)
     side = side[: len(side) - len(tail)] if tail and side.endswith(tail) else side
     return current.strip(), [e for e in EXAMPLE.split(side) if e.strip()]
@@ -111,8 +111,10 @@ def recorded_reflection(env: str) -> ScriptedChatModel:
 
     path = RECORDED_DIR / f"{env.split(':')[0]}_reflection.yaml"
     if not path.is_file():
-        raise ModelError(f"no recorded GEPA reflection for env {env!r}: set llm.kind=openai and an llm.endpoint, "
-                         "or evaluation.baseline_gepa=false")  # fmt: skip
+        raise ModelError(
+            f"no recorded GEPA reflection for env {env!r}: set llm.kind=openai and an llm.endpoint, "
+            "or evaluation.baseline_gepa=false"
+        )
     recording = ReflectionRecording.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     unknown = sorted({i.rule for i in recording.instructions} - set(RULES))
     if unknown:

@@ -49,8 +49,10 @@ class EnvFailureShare(Resumable, EnvCodeFault):
     Blamed on the env (exit 4, not the infrastructure's 3): fix its code, then resume, which plays the failed
     episodes again (`CollectPlan.replay_env_errors`)."""
 
-    resume_wording = (": fix the env's code, then `{}` plays the failed and unplayed episodes again",
-                      ": fix the env's code, then resume (the failed and unplayed episodes are played again)")
+    resume_wording = (
+        ": fix the env's code, then `{}` plays the failed and unplayed episodes again",
+        ": fix the env's code, then resume (the failed and unplayed episodes are played again)",
+    )
 
     def __init__(self, message: str, *, resume: str | None = None) -> None:
         super().__init__(self._resumable(message, resume))
@@ -71,8 +73,9 @@ class EpisodePlayer(Protocol):
     """Plays one episode somewhere else (e.g. executor/: a Ray actor holding its own policy and envs) and
     returns it; the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
 
-    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> EpisodeRecord: ...
+    async def play(
+        self, task_id: str, sample: int, *, max_turns: int, temperature: float | None, timeout_s: float | None = None
+    ) -> EpisodeRecord: ...
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,9 @@ class CollectPlan:
     temperature: float | None = None
     episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S  # None: no limit
     max_env_failure_share: float = 1.0  # 1.0: env failures never stop the collection
-    replay_env_errors: bool = False  # first delete the stored `env_error` episodes (before any analysis) and play them again
+    replay_env_errors: bool = (
+        False  # first delete the stored `env_error` episodes (before any analysis) and play them again
+    )
 
     def keys(self) -> list[tuple[str, int]]:
         return [(t, s) for t in self.tasks for s in range(self.samples)]
@@ -113,8 +118,12 @@ class CollectResult:
     timeouts: list[InfraFailure] = field(default_factory=list)  # past the time limit in the env's code: not stored
     env_errors: int = 0  # stored `env_error` episodes of this call
     first_env_error: InfraFailure | None = None  # the first of them (task, sample, error), for the warning line
-    replayed: int = 0  # `env_error` episodes of earlier calls deleted to be played again (CollectPlan.replay_env_errors)
-    in_flight: dict[tuple[str, int], float] = field(default_factory=dict)  # (task, sample) -> time.monotonic() it started
+    replayed: int = (
+        0  # `env_error` episodes of earlier calls deleted to be played again (CollectPlan.replay_env_errors)
+    )
+    in_flight: dict[tuple[str, int], float] = field(
+        default_factory=dict
+    )  # (task, sample) -> time.monotonic() it started
 
     @property
     def finished(self) -> int:
@@ -189,14 +198,17 @@ class GroupWriter:
     async def _flush(self) -> None:
         try:
             while self.pending:
-                batch, self.pending = self.pending[: self.MAX_BATCH], self.pending[self.MAX_BATCH:]
+                batch, self.pending = self.pending[: self.MAX_BATCH], self.pending[self.MAX_BATCH :]
                 items = [item for item, _ in batch]
                 try:
                     many = getattr(self.sink, "add_episodes", None)
                     if many is not None:
                         ids = await self.blocking(many, self.run_id, self.env, items)
                     else:
-                        ids = [await self.blocking(self.sink.add_episode, self.run_id, self.env, t, s, **f) for t, s, f in items]
+                        ids = [
+                            await self.blocking(self.sink.add_episode, self.run_id, self.env, t, s, **f)
+                            for t, s, f in items
+                        ]
                 except BaseException as e:  # e.g. store.fencing.LeaseLost: every waiter of this batch sees it
                     for _, done in batch:
                         if not done.done():
@@ -210,8 +222,16 @@ class GroupWriter:
 
 
 async def play_episode(
-    policy: PolicyModel, make_env: Callable[[], TargetEnvironment], task_id: str, sample: int, *, max_turns: int,
-    temperature: float | None, executor: Executor | None, timeout_s: float | None = None, env_name: str = "",
+    policy: PolicyModel,
+    make_env: Callable[[], TargetEnvironment],
+    task_id: str,
+    sample: int,
+    *,
+    max_turns: int,
+    temperature: float | None,
+    executor: Executor | None,
+    timeout_s: float | None = None,
+    env_name: str = "",
 ) -> EpisodeRecord:
     """One episode of (task, sample) on a fresh env, closed after; blocking env calls (building the env among them)
     on `executor` (an `inline` built-in env's on the loop: `call_env`, as run_episode makes them). `timeout_s`: the
@@ -233,21 +253,48 @@ async def play_episode(
     except TimedOut as e:
         assert timeout_s is not None
         building.abandon()
-        return timed_out(env_name, task_id, getattr(policy, "name", ""), e.call, e.boundary, timeout_s, started_at,
-                         time.perf_counter() - t0, env_name or None)
+        return timed_out(
+            env_name,
+            task_id,
+            getattr(policy, "name", ""),
+            e.call,
+            e.boundary,
+            timeout_s,
+            started_at,
+            time.perf_counter() - t0,
+            env_name or None,
+        )
     except Exception as e:  # noqa: BLE001 - the env's constructor failed for this episode: its boundary, the others go on
         elapsed = time.perf_counter() - t0
         termination, what = "env_error", "building the env failed"
         if isinstance(e, GapforgeError) and e.infrastructure:  # not the env's code: not stored, a resume redoes it
             termination = "endpoint_error" if isinstance(e, EndpointFault) else "sandbox_error"
             what = f"building the env failed on the {e.boundary} (infrastructure)"
-        return EpisodeRecord(env=env_name, task=task_id, policy=getattr(policy, "name", ""), messages=[], reward=0.0, success=False,
-                       turns=0, termination=termination, error=f"{what}: {type(e).__name__}: {e}",
-                       timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed}, started_at=started_at)
+        return EpisodeRecord(
+            env=env_name,
+            task=task_id,
+            policy=getattr(policy, "name", ""),
+            messages=[],
+            reward=0.0,
+            success=False,
+            turns=0,
+            termination=termination,
+            error=f"{what}: {type(e).__name__}: {e}",
+            timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed},
+            started_at=started_at,
+        )
     ep: EpisodeRecord | None = None
     try:
-        ep = await run_episode(policy, env, task_id, max_turns=max_turns, temperature=temperature, executor=executor,
-                               timeout_s=timeout_s, deadline=deadline)
+        ep = await run_episode(
+            policy,
+            env,
+            task_id,
+            max_turns=max_turns,
+            temperature=temperature,
+            executor=executor,
+            timeout_s=timeout_s,
+            deadline=deadline,
+        )
         return ep
     finally:
         if ep is not None and ep.termination == "timeout" and not runs_inline(env):
@@ -302,7 +349,12 @@ async def close_env(env: Any, executor: Executor | None, timeout_s: float | None
         close_quietly(env)
         return
     try:
-        await bounded(call_env(env, executor, close_quietly, env), time.monotonic() + timeout_s if timeout_s else None, "env.close", "env")
+        await bounded(
+            call_env(env, executor, close_quietly, env),
+            time.monotonic() + timeout_s if timeout_s else None,
+            "env.close",
+            "env",
+        )
     except TimedOut:
         log.warning("env %s did not close within %g s: its close() was abandoned", getattr(env, "name", "?"), timeout_s)
 
@@ -337,14 +389,25 @@ async def collect(
             async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
                 return await loop.run_in_executor(store_thread, functools.partial(fn, *args, **kwargs))
 
-            return await _collect(plan, make_env, policy, sink, on_episode, families or {}, result, player, blocking, env_threads)
+            return await _collect(
+                plan, make_env, policy, sink, on_episode, families or {}, result, player, blocking, env_threads
+            )
     finally:
         env_threads.shutdown(wait=False)
 
 
-async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment], policy: PolicyModel, sink: EpisodeSink,
-                   on_episode: Callable[[EpisodeRecord], None] | None, fams: dict[str, str], result: CollectResult | None,
-                   player: EpisodePlayer | None, blocking: Callable[..., Any], env_threads: Executor) -> CollectResult:
+async def _collect(
+    plan: CollectPlan,
+    make_env: Callable[[], TargetEnvironment],
+    policy: PolicyModel,
+    sink: EpisodeSink,
+    on_episode: Callable[[EpisodeRecord], None] | None,
+    fams: dict[str, str],
+    result: CollectResult | None,
+    player: EpisodePlayer | None,
+    blocking: Callable[..., Any],
+    env_threads: Executor,
+) -> CollectResult:
     if result is None:
         result = CollectResult(planned=0, skipped=0, ran=0)
     drop = getattr(sink, "drop_env_errors", None)
@@ -355,18 +418,34 @@ async def _collect(plan: CollectPlan, make_env: Callable[[], TargetEnvironment],
     result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
     gate = asyncio.Semaphore(plan.concurrency)
     writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
-    allowed = plan.max_env_failure_share * len(plan.keys())  # of the planned episodes: a resume of a few is not judged on them alone
+    allowed = plan.max_env_failure_share * len(
+        plan.keys()
+    )  # of the planned episodes: a resume of a few is not judged on them alone
 
     async def one(task_id: str, sample: int) -> None:
         async with gate:
             result.in_flight[(task_id, sample)] = time.monotonic()
             try:
                 if player is not None:
-                    ep = await player.play(task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
-                                           timeout_s=plan.episode_timeout_s)
+                    ep = await player.play(
+                        task_id,
+                        sample,
+                        max_turns=plan.max_turns,
+                        temperature=plan.temperature,
+                        timeout_s=plan.episode_timeout_s,
+                    )
                 else:
-                    ep = await play_episode(policy, make_env, task_id, sample, max_turns=plan.max_turns, temperature=plan.temperature,
-                                            executor=env_threads, timeout_s=plan.episode_timeout_s, env_name=plan.env)
+                    ep = await play_episode(
+                        policy,
+                        make_env,
+                        task_id,
+                        sample,
+                        max_turns=plan.max_turns,
+                        temperature=plan.temperature,
+                        executor=env_threads,
+                        timeout_s=plan.episode_timeout_s,
+                        env_name=plan.env,
+                    )
             finally:
                 result.in_flight.pop((task_id, sample), None)
             if ep.infrastructure_failure:
@@ -403,8 +482,10 @@ def env_failure_line(plan: CollectPlan, result: CollectResult, last: EpisodeReco
     """One line: the env, how many episodes it failed in this call (of the plan's) and how, the limit, the last error."""
     kinds = ", ".join(f"{k}={v}" for k, v in (("env_error", result.env_errors), ("timeout", len(result.timeouts))) if v)
     detail = (last.error or "no detail").splitlines()[0][:300]
-    return (f"env '{plan.env}' failed {result.env_failures} of the {len(plan.keys())} planned episodes ({kinds}), more than "
-            f"rollouts.max_env_failure_share={plan.max_env_failure_share:g} allows; last: {detail}; what finished is stored")
+    return (
+        f"env '{plan.env}' failed {result.env_failures} of the {len(plan.keys())} planned episodes ({kinds}), more than "
+        f"rollouts.max_env_failure_share={plan.max_env_failure_share:g} allows; last: {detail}; what finished is stored"
+    )
 
 
 @dataclass(frozen=True)

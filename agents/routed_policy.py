@@ -22,7 +22,9 @@ from gapforge.prompts import load_prompt
 
 
 class RoutedPolicy:
-    def __init__(self, router: Router, base: PolicyModel, adapters: dict[str, PolicyModel], *, name: str = "trace_routed") -> None:
+    def __init__(
+        self, router: Router, base: PolicyModel, adapters: dict[str, PolicyModel], *, name: str = "trace_routed"
+    ) -> None:
         self.router = router
         self.base = base
         self.adapters = adapters
@@ -37,7 +39,9 @@ class RoutedPolicy:
             self.decisions[first] = await asyncio.to_thread(self.router.route, first)
         return self.decisions[first]
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         decision = await self.decide(messages)
         adapter = decision.adapter if decision is not None else None
         policy = self.adapters.get(adapter, self.base) if adapter else self.base
@@ -61,7 +65,9 @@ class PromptedPolicy:
         self.addition = addition
         self.prompt_id = prompt_id
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         out = list(messages)
         if out and out[0].role == "system":
             out[0] = Message.system((out[0].content or "") + self.addition)
@@ -71,7 +77,9 @@ class PromptedPolicy:
 
 
 class HintedPolicy(PromptedPolicy):
-    def __init__(self, base: PolicyModel, capabilities: list[dict[str, str]], *, name: str = "capability_hints") -> None:
+    def __init__(
+        self, base: PolicyModel, capabilities: list[dict[str, str]], *, name: str = "capability_hints"
+    ) -> None:
         hints, prompt_id = hints_text(capabilities)
         super().__init__(base, hints, name=name, prompt_id=prompt_id)
         self.hints = hints

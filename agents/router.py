@@ -49,10 +49,16 @@ class RoutingConfig(BaseModel):
         "the base's hidden state (docs/evaluation.md); openings: word overlap with each adapter's env openings (tiny bases)",
     )
     openings_min_similarity: float = Field(0.5, ge=0.0, le=1.0, description="backend=openings: the score of `none`")
-    gate_hidden: int = Field(0, ge=0, le=4096, description="backend=gate: 0 = logistic regression; N = a 2-layer MLP with N hidden units")
+    gate_hidden: int = Field(
+        0, ge=0, le=4096, description="backend=gate: 0 = logistic regression; N = a 2-layer MLP with N hidden units"
+    )
     gate_max_tokens: int = Field(256, ge=1, description="backend=gate: tokens of the first user message pooled")
-    gate_heldout_fraction: float = Field(0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class held out to measure the gate")
-    gate_refit: bool = Field(True, description="backend=gate: after measuring, fit the served gate again on every example")
+    gate_heldout_fraction: float = Field(
+        0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class held out to measure the gate"
+    )
+    gate_refit: bool = Field(
+        True, description="backend=gate: after measuring, fit the served gate again on every example"
+    )
     gate_epochs: int = Field(300, ge=1, le=100_000, description="backend=gate: full-batch Adam steps")
     gate_lr: float = Field(0.05, gt=0.0, description="backend=gate: Adam learning rate")
     gate_weight_decay: float = Field(1e-3, ge=0.0, description="backend=gate: L2 penalty (Adam weight decay)")
@@ -61,7 +67,11 @@ class RoutingConfig(BaseModel):
         default_factory=lambda: list("ABCDEFGHIJKLMNOP"),
         description="capability i gets labels[i], `none` the next one; each must be one token",
     )
-    margin: float = Field(0.0, ge=0.0, description="abstain to the base when top minus runner-up score < margin (logprobs; gate: log-odds; openings: overlap)")
+    margin: float = Field(
+        0.0,
+        ge=0.0,
+        description="abstain to the base when top minus runner-up score < margin (logprobs; gate: log-odds; openings: overlap)",
+    )
     max_example_chars: int = Field(1200, ge=0, description="characters of each capability's example in the prompt")
     max_policy_chars: int = Field(600, ge=0, description="characters of the target's policy document in the prompt")
     batch_size: int = Field(8, ge=1, description="routing prompts per forward pass")
@@ -145,7 +155,9 @@ def compact_trajectory(messages: list[Any], max_chars: int) -> str:
 def make_options(capabilities: list[dict[str, Any]], labels: list[str]) -> list[RouteOption]:
     """Assign labels in order to capabilities ({name, definition, example?, adapter?}); one label stays for 'none'."""
     if len(capabilities) + 1 > len(labels):
-        raise RouterError(f"{len(capabilities)} capabilities need {len(capabilities) + 1} labels (one for 'none'): add labels to routing.labels")
+        raise RouterError(
+            f"{len(capabilities)} capabilities need {len(capabilities) + 1} labels (one for 'none'): add labels to routing.labels"
+        )
     return [
         RouteOption(labels[i], c["name"], c.get("definition", ""), c.get("example", ""), c.get("adapter"))
         for i, c in enumerate(capabilities)
@@ -155,8 +167,15 @@ def make_options(capabilities: list[dict[str, Any]], labels: list[str]) -> list[
 class Router:
     """Routes first user messages to options with one forward pass of the base model."""
 
-    def __init__(self, options: list[RouteOption], scorer: LabelScorer, config: RoutingConfig | None = None, *,
-                 target: str = "", policy: str = "") -> None:
+    def __init__(
+        self,
+        options: list[RouteOption],
+        scorer: LabelScorer,
+        config: RoutingConfig | None = None,
+        *,
+        target: str = "",
+        policy: str = "",
+    ) -> None:
         """`target` (its name) and `policy` (its policy document) name the target's domain in the routing prompt."""
         self.config = config or RoutingConfig()
         self.target = target.strip() or "(not named)"
@@ -171,7 +190,9 @@ class Router:
         self.labels = [*used, self.none_label]
         self.token_ids = [self._single_token(lab) for lab in self.labels]
         if len(set(self.token_ids)) != len(self.token_ids):
-            raise RouterError(f"labels {self.labels} map to repeated token ids {self.token_ids}: choose labels with distinct tokens")
+            raise RouterError(
+                f"labels {self.labels} map to repeated token ids {self.token_ids}: choose labels with distinct tokens"
+            )
         self.prompt = load_prompt(ROUTER_PROMPT)
 
     def _single_token(self, label: str) -> int:
@@ -265,4 +286,3 @@ def first_user_message(messages: list[Any]) -> str | None:
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             return str(content or "")
     return None
-

@@ -36,7 +36,9 @@ class _TokenizerMixin:
         return list(self.tokenizer.encode(label, add_special_tokens=False))
 
     def render(self, messages: list[dict[str, Any]]) -> str:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **self.template_kwargs)
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, **self.template_kwargs
+        )
 
 
 class TransformersScorer(_TokenizerMixin):
@@ -58,7 +60,9 @@ class TransformersScorer(_TokenizerMixin):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not (Path(path) / "config.json").is_file():
-            raise RouterError(f"{path} is not a Hugging Face model directory (no config.json): point the router at the base model")
+            raise RouterError(
+                f"{path} is not a Hugging Face model directory (no config.json): point the router at the base model"
+            )
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
         return cls(model, tok, **kw)
@@ -117,8 +121,10 @@ class CompletionsScorer(_TokenizerMixin):
         try:
             resp = self._client.post(self.url, json=body)
         except httpx.HTTPError as e:
-            raise ModelEndpointError(f"router endpoint {self.url} unreachable ({type(e).__name__}): "
-                                     "start the vLLM server or fix routing.vllm_base_url") from None
+            raise ModelEndpointError(
+                f"router endpoint {self.url} unreachable ({type(e).__name__}): "
+                "start the vLLM server or fix routing.vllm_base_url"
+            ) from None
         if resp.status_code != 200:
             raise ModelEndpointError(f"router endpoint {self.url} answered {resp.status_code}: {resp.text[:200]}")
         choices = sorted(resp.json().get("choices", []), key=lambda c: c.get("index", 0))
@@ -162,7 +168,9 @@ class OpeningsScorer:
 
     def __init__(self, openings: list[list[str]], *, min_similarity: float = 0.5) -> None:
         if not all(openings):
-            raise RouterError("routing.backend=openings needs at least one opening per capability (its synthetic env's first user messages)")
+            raise RouterError(
+                "routing.backend=openings needs at least one opening per capability (its synthetic env's first user messages)"
+            )
         self.openings = [[opening_words(o) for o in per] for per in openings]
         self.min_similarity = min_similarity
 

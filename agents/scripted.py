@@ -68,7 +68,9 @@ class ScriptedToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="the tool's name, as the env's tools() give it")
-    arguments: dict[str, Any] | str = Field(default_factory=dict, description="the arguments; a string is raw JSON, sent as is (may be broken)")
+    arguments: dict[str, Any] | str = Field(
+        default_factory=dict, description="the arguments; a string is raw JSON, sent as is (may be broken)"
+    )
     id: str | None = Field(None, description="the call id; made up when left out")
 
 
@@ -80,7 +82,9 @@ class ScriptedAnswer(BaseModel):
     content: str = Field("", description="the assistant's text")
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list, description="tool calls, in order")
     structured: dict[str, Any] | str | None = Field(
-        None, description="the object a structured call asks for (the analyst's answers); a string is raw JSON (may be broken)")
+        None,
+        description="the object a structured call asks for (the analyst's answers); a string is raw JSON (may be broken)",
+    )
 
 
 def _answer(spec: Any, where: str) -> ScriptedAnswer | AIMessage | Rule:
@@ -128,13 +132,17 @@ class ScriptedChatModel(BaseChatModel):
         for name, entry in self.answers.items():
             if name == TASKS_KEY:
                 if not isinstance(entry, dict):
-                    raise ModelError(f"scripted answers in {self.source}: '{TASKS_KEY}' must map task ids to answer lists")
+                    raise ModelError(
+                        f"scripted answers in {self.source}: '{TASKS_KEY}' must map task ids to answer lists"
+                    )
                 self._tasks = {str(t): _entry(e, f"for task '{t}' in {self.source}") for t, e in entry.items()}
             else:
                 self._script[name] = _entry(entry, f"for prompt '{name}' in {self.source}")
 
     @classmethod
-    def from_dict(cls, answers: dict[str, Any], *, default_prompt: str | None = None, source: str = "<dict>") -> "ScriptedChatModel":
+    def from_dict(
+        cls, answers: dict[str, Any], *, default_prompt: str | None = None, source: str = "<dict>"
+    ) -> "ScriptedChatModel":
         return cls(answers=answers, default_prompt=default_prompt, source=source)
 
     @classmethod
@@ -170,7 +178,9 @@ class ScriptedChatModel(BaseChatModel):
         entry = self._tasks.get(key.rpartition("#")[0])
         return (key, entry) if entry is not None else None
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Runnable[Any, AIMessage]:
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[Any, AIMessage]:
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], tool_choice=tool_choice, **kwargs)
 
     def _prompt_name(self, run_manager: Any) -> str:
@@ -188,9 +198,13 @@ class ScriptedChatModel(BaseChatModel):
         if own is None and name not in self._script:
             known = ", ".join(sorted(self._script)) or "none"
             if name == self.task_prompt and self._tasks:
-                raise ModelError(f"scripted answers in {self.source} have no script for the task of episode '{episode_key.get()}' "
-                                 f"and no shared '{name}' list: add the task under '{TASKS_KEY}', or a '{name}' list")
-            raise ModelError(f"scripted model has no answers for prompt '{name}' (known: {known}); add them to {self.source}")
+                raise ModelError(
+                    f"scripted answers in {self.source} have no script for the task of episode '{episode_key.get()}' "
+                    f"and no shared '{name}' list: add the task under '{TASKS_KEY}', or a '{name}' list"
+                )
+            raise ModelError(
+                f"scripted model has no answers for prompt '{name}' (known: {known}); add them to {self.source}"
+            )
         entry = own[1] if own is not None else self._script[name]
         counts, count_key = (self._episode_used, own[0]) if own is not None else (self._used, name)
         with self._lock:
@@ -198,7 +212,11 @@ class ScriptedChatModel(BaseChatModel):
                 counts[count_key] = 0  # the episode's first call: a replay of the same episode starts over
             n = counts.get(count_key, 0)
             if isinstance(entry, list) and n >= len(entry):
-                where = f"task '{own[0].rpartition('#')[0]}' (episode '{own[0]}')" if own is not None else f"prompt '{name}'"
+                where = (
+                    f"task '{own[0].rpartition('#')[0]}' (episode '{own[0]}')"
+                    if own is not None
+                    else f"prompt '{name}'"
+                )
                 raise ModelError(f"scripted model ran out of answers for {where} after {n}; add more to {self.source}")
             counts[count_key] = n + 1
             self._given[name] = self._given.get(name, 0) + 1
@@ -207,18 +225,24 @@ class ScriptedChatModel(BaseChatModel):
             spec = _answer(spec(messages, tools), f"from the rule for prompt '{name}'")
         return spec
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         name = self._prompt_name(run_manager)
         tools = list(kwargs.get("tools") or [])
         spec = self._next(name, messages, tools)
         message = spec if isinstance(spec, AIMessage) else _to_message(spec, name, self.used(name), tools)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         return self._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
 
-def _call(name: str, arguments: dict[str, Any] | str, call_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _call(
+    name: str, arguments: dict[str, Any] | str, call_id: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(tool_call, None) or (None, invalid_tool_call) for raw arguments that are not a JSON object."""
     if isinstance(arguments, dict):
         return {"name": name, "args": arguments, "id": call_id, "type": "tool_call"}, None
@@ -242,7 +266,9 @@ def _to_message(answer: ScriptedAnswer, prompt: str, turn: int, tools: list[dict
         elif not tools:
             content = answer.structured if isinstance(answer.structured, str) else json.dumps(answer.structured)
         else:
-            raise ModelError(f"scripted structured answer for prompt '{prompt}' but {len(tools)} tools are bound; expected one schema")
+            raise ModelError(
+                f"scripted structured answer for prompt '{prompt}' but {len(tools)} tools are bound; expected one schema"
+            )
     valid, invalid = [], []
     for name, arguments, call_id in calls:
         ok, bad = _call(name, arguments, call_id)

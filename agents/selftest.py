@@ -98,8 +98,14 @@ def validate_module(
     path = _checked(path, seeds)
     tools = target_tools(target) if target else None
     run = checks.validate_env if checks is not None else validate_env
-    report = run(_opener(deps, path, checks), target_tools=tools, seeds=seeds, policy=policy,
-                 **_settings(deps, policy, path, target, target_result_shapes, progress), split_texts=split_texts)
+    report = run(
+        _opener(deps, path, checks),
+        target_tools=tools,
+        seeds=seeds,
+        policy=policy,
+        **_settings(deps, policy, path, target, target_result_shapes, progress),
+        split_texts=split_texts,
+    )
     return _finish(report, path, policy, report_dir, json_out)
 
 
@@ -123,8 +129,14 @@ async def avalidate_module(
     path = _checked(path, seeds)
     tools = await asyncio.to_thread(target_tools, target) if target else None
     run = checks.avalidate_env if checks is not None else avalidate_env
-    report = await run(_opener(deps, path, checks), target_tools=tools, seeds=seeds, policy=policy,
-                       **_settings(deps, policy, path, target, target_result_shapes, progress), split_texts=split_texts)
+    report = await run(
+        _opener(deps, path, checks),
+        target_tools=tools,
+        seeds=seeds,
+        policy=policy,
+        **_settings(deps, policy, path, target, target_result_shapes, progress),
+        split_texts=split_texts,
+    )
     return await asyncio.to_thread(_finish, report, path, policy, report_dir, json_out)
 
 
@@ -146,16 +158,28 @@ def _opener(deps: StageDeps, path: Path, checks: SandboxChecks | None) -> Callab
     return lambda: SandboxedEnv.pooled(path, pool)
 
 
-def _settings(deps: StageDeps, policy: PolicyModel | None, path: Path, target: str | None,
-              target_result_shapes: dict[str, Any] | None, progress: Callable[[str], None] | None) -> dict[str, Any]:
+def _settings(
+    deps: StageDeps,
+    policy: PolicyModel | None,
+    path: Path,
+    target: str | None,
+    target_result_shapes: dict[str, Any] | None,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
     return {
         "run_episode": readiness_runner(deps.rollouts.max_turns) if policy is not None else None,
-        "readiness": deps.readiness, "thresholds": deps.self_test, "module": path, "target": target,
-        "target_result_shapes": target_result_shapes, "progress": progress,
+        "readiness": deps.readiness,
+        "thresholds": deps.self_test,
+        "module": path,
+        "target": target,
+        "target_result_shapes": target_result_shapes,
+        "progress": progress,
     }
 
 
-def _finish(report: ValidationReport, path: Path, policy: PolicyModel | None, report_dir: Path, json_out: Path | None) -> ValidationOutcome:
+def _finish(
+    report: ValidationReport, path: Path, policy: PolicyModel | None, report_dir: Path, json_out: Path | None
+) -> ValidationOutcome:
     if policy is None and report.check("grpo_ready").skipped:
         report.check("grpo_ready").summary = NO_POLICY_NOTE
     default = Path(report_dir) / f"{path.stem}-{(report.module_sha256 or '')[:8]}.json"

@@ -55,9 +55,14 @@ from gapforge.prompts import load_prompt
 
 Message = dict[str, Any]  # OpenAI wire format: {"role": ..., "content": ...}
 _STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError, 401: openai.AuthenticationError, 403: openai.PermissionDeniedError,
-    404: openai.NotFoundError, 409: openai.ConflictError, 422: openai.UnprocessableEntityError, 429: openai.RateLimitError,
-}  # fmt: skip
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
 _FORMATS: dict[type[BaseModel], dict[str, Any]] = {}
 
 
@@ -90,7 +95,11 @@ class StructuredHTTP:
         base = model.openai_api_base or "https://api.openai.com/v1"
         self.url = base.rstrip("/") + "/chat/completions"
         key = model.openai_api_key.get_secret_value() if model.openai_api_key else PLACEHOLDER_API_KEY
-        self._headers = {**(model.default_headers or {}), "Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        self._headers = {
+            **(model.default_headers or {}),
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+        }
         params = dict(model._default_params)
         params.update(params.pop("extra_body", None) or {})  # the SDK merges extra_body into the JSON body
         self._params = params
@@ -125,7 +134,9 @@ class StructuredHTTP:
     def body(self, messages: list[Message], schema: type[BaseModel]) -> dict[str, Any]:
         return {**self._params, "messages": messages, "response_format": response_format(schema)}
 
-    async def acall(self, messages: list[Message], schema: type[BaseModel], *, usage: UsageSink | None = None) -> BaseModel:
+    async def acall(
+        self, messages: list[Message], schema: type[BaseModel], *, usage: UsageSink | None = None
+    ) -> BaseModel:
         """Ask for a `schema` object; re-ask once with the parse error; StructuredOutputError if still bad."""
         _check_schema(schema)
         usage = usage if usage is not None else Usage()
@@ -139,7 +150,9 @@ class StructuredHTTP:
             raise _give_up(schema, first, second)
         return parsed
 
-    async def _ask(self, messages: list[Message], schema: type[BaseModel], usage: UsageSink) -> tuple[str, str, BaseModel | None]:
+    async def _ask(
+        self, messages: list[Message], schema: type[BaseModel], usage: UsageSink
+    ) -> tuple[str, str, BaseModel | None]:
         """(raw answer text, parse error, parsed or None) of one logical request."""
         usage.calls += 1
         data = await self._post(json.dumps(self.body(messages, schema)).encode())
@@ -178,7 +191,9 @@ class StructuredHTTP:
                 "check the API key, the model name and the base URL"
             ) from None
         except openai.APIError as e:
-            raise ModelEndpointError(f"model '{m.model_name}' at {self.url}: {type(e).__name__}: {_one_line(e)}") from None
+            raise ModelEndpointError(
+                f"model '{m.model_name}' at {self.url}: {type(e).__name__}: {_one_line(e)}"
+            ) from None
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _post_once(self, body: bytes) -> dict[str, Any]:
@@ -188,7 +203,9 @@ class StructuredHTTP:
         except TimeoutError:
             raise openai.APITimeoutError(request=httpx.Request("POST", self.url)) from None
         except aiohttp.ClientError as e:
-            raise openai.APIConnectionError(message=f"{type(e).__name__}: {e}", request=httpx.Request("POST", self.url)) from None
+            raise openai.APIConnectionError(
+                message=f"{type(e).__name__}: {e}", request=httpx.Request("POST", self.url)
+            ) from None
         if status == 200:
             try:
                 data = json.loads(text)

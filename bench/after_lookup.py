@@ -49,7 +49,9 @@ def kind_of(turn) -> str:
 
 def after_lookup(env: ShopEnv, tid: str):
     """The gold conversation of `tid` up to the first order lookup's result (None when it never looks one up)."""
-    messages, _ = play(env, tid, gold_script(env.task(tid), random.Random(0), skip_check=False, promise=False, look=True))
+    messages, _ = play(
+        env, tid, gold_script(env.task(tid), random.Random(0), skip_check=False, promise=False, look=True)
+    )
     called = {c.id: c.name for m in messages for c in m.tool_calls or []}
     for i in range(1, len(messages)):
         if messages[i - 1].role == "tool" and called.get(messages[i - 1].tool_call_id or "") == "get_order_details":

@@ -41,7 +41,10 @@ from gapforge.training.config import TrainingConfig
 from gapforge.training.envs import EnvSpec, open_factory
 
 RECORDED = RECORDINGS_DIR / "shop"
-MODULES = [RECORDED / "precondition_verification_3.py", RECORDED / "in_scope_resolution_1.py"]  # the demo's accepted envs
+MODULES = [
+    RECORDED / "precondition_verification_3.py",
+    RECORDED / "in_scope_resolution_1.py",
+]  # the demo's accepted envs
 
 
 class MixedEnv:
@@ -86,7 +89,9 @@ def union_tools(tool_lists: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str
     return list(seen.values())
 
 
-_OPEN: dict[str, tuple[list[Callable[[], Any]], list[dict[str, Any]]]] = {}  # per process: the envs' factories, opened once
+_OPEN: dict[
+    str, tuple[list[Callable[[], Any]], list[dict[str, Any]]]
+] = {}  # per process: the envs' factories, opened once
 
 
 def mixed_env(specs: str) -> MixedEnv:
@@ -119,7 +124,13 @@ def mixed_spec(specs: Sequence[EnvSpec]) -> EnvSpec:
 
 def consolidated_config(cfg: TrainingConfig, n: int) -> TrainingConfig:
     """The one adapter's budget: n adapters' steps, training seeds and selection seeds (module doc)."""
-    return cfg.model_copy(update={"max_steps": cfg.max_steps * n, "train_seeds": cfg.train_seeds * n, "heldout_seeds": cfg.heldout_seeds * n})
+    return cfg.model_copy(
+        update={
+            "max_steps": cfg.max_steps * n,
+            "train_seeds": cfg.train_seeds * n,
+            "heldout_seeds": cfg.heldout_seeds * n,
+        }
+    )
 
 
 def main() -> None:
@@ -129,11 +140,17 @@ def main() -> None:
 
     quiet_library_deprecations()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modules", nargs="+", default=[str(m) for m in MODULES], help="the synthetic env modules to mix (sandboxed)")
+    ap.add_argument(
+        "--modules", nargs="+", default=[str(m) for m in MODULES], help="the synthetic env modules to mix (sandboxed)"
+    )
     ap.add_argument("--model", default=None, help="base model directory (default: the shipped demo policy)")
-    ap.add_argument("--demo", default=None, help="WORKSPACE:RUN of a demo run to pair with (its routed TRACE and adapters)")
+    ap.add_argument(
+        "--demo", default=None, help="WORKSPACE:RUN of a demo run to pair with (its routed TRACE and adapters)"
+    )
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)")
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)"
+    )
     args = ap.parse_args()
     if args.demo:
         from bench.consolidation_eval import demo_store
@@ -145,13 +162,27 @@ def main() -> None:
     sandbox = tree.get("sandbox", {})
     specs = [EnvSpec(kind="sandbox", module=str(Path(m).resolve()), sandbox=sandbox) for m in args.modules]
     cfg = consolidated_config(TrainingConfig(**tree.get("training", {})), len(specs))
-    print(f"consolidation: one adapter on {len(specs)} envs mixed, {cfg.max_steps} steps x {cfg.rollouts_per_step} rollouts "
-          f"({cfg.max_steps * cfg.rollouts_per_step} in all); work dir {out}", flush=True)
+    print(
+        f"consolidation: one adapter on {len(specs)} envs mixed, {cfg.max_steps} steps x {cfg.rollouts_per_step} rollouts "
+        f"({cfg.max_steps * cfg.rollouts_per_step} in all); work dir {out}",
+        flush=True,
+    )
     t0 = time.perf_counter()
-    res = train_capability(TrainJob(name="consolidated", capability="consolidated", base_model=model, env=mixed_spec(specs), config=cfg,
-                                    out_dir=str(out / "consolidated")))  # fmt: skip
-    print(f"trained in {time.perf_counter() - t0:.0f}s: kept step {res.best_step}, held-out synthetic (both envs) "
-          f"{res.heldout_before:.3f} -> {res.heldout_after:.3f}", flush=True)
+    res = train_capability(
+        TrainJob(
+            name="consolidated",
+            capability="consolidated",
+            base_model=model,
+            env=mixed_spec(specs),
+            config=cfg,
+            out_dir=str(out / "consolidated"),
+        )
+    )
+    print(
+        f"trained in {time.perf_counter() - t0:.0f}s: kept step {res.best_step}, held-out synthetic (both envs) "
+        f"{res.heldout_before:.3f} -> {res.heldout_after:.3f}",
+        flush=True,
+    )
     from bench.consolidation_eval import evaluate_consolidated, print_eval
 
     t0 = time.perf_counter()

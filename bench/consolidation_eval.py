@@ -32,7 +32,9 @@ def demo_store(demo: str) -> tuple[Path, str]:
     ws, _, run = demo.rpartition(":")
     path = Path(ws) / ".gapforge" / "gapforge.db"
     if not ws or not run or not path.is_file():
-        sys.exit(f"--demo {demo}: no store at {path}: give WORKSPACE:RUN, WORKSPACE the directory the demo ran in (it holds .gapforge/)")
+        sys.exit(
+            f"--demo {demo}: no store at {path}: give WORKSPACE:RUN, WORKSPACE the directory the demo ran in (it holds .gapforge/)"
+        )
     try:
         with Store(f"sqlite:///{path}") as store:
             store.get_run(run)
@@ -51,7 +53,9 @@ def demo_episodes(demo: str) -> dict[str, stats.Episodes]:
         return {name: _episodes(store, m["child_run"], m["env"]) for name, m in evals.items() if "child_run" in m}
 
 
-async def evaluate_consolidated(model: str, adapter: str, tree: dict, out: Path, *, demo: str | None = None) -> dict[str, Any]:
+async def evaluate_consolidated(
+    model: str, adapter: str, tree: dict, out: Path, *, demo: str | None = None
+) -> dict[str, Any]:
     from gapforge.agents.analysis.config import AnalysisConfig
     from gapforge.agents.analysis.split import split_tasks
     from gapforge.agents.config import PolicyConfig, RolloutConfig
@@ -68,11 +72,26 @@ async def evaluate_consolidated(model: str, adapter: str, tree: dict, out: Path,
     families = {t: shop.task_family(t) for t in shop.task_ids()}
     heldout = list(split_tasks(families, analysis.split_fraction, analysis.seed, "shop").heldout)
     backend = MultiAdapterModel(model, {"consolidated": adapter}, max_new_tokens=policy.max_new_tokens, seed=seed)
-    policies = {"base": backend.policy(None, temperature=policy.temperature, name="base"),
-                "adapter:consolidated": backend.policy("consolidated", temperature=policy.temperature, name="adapter:consolidated")}  # fmt: skip
-    plan = EvalPlan("consolidation", "shop", heldout, trials=ev.trials, max_turns=rollouts.max_turns, temperature=policy.temperature,
-                    concurrency=rollouts.concurrency, seed=seed, family_trials=dict(ev.family_trials), family_trials_policies=tuple(policies),
-                    focus_family=ev.focus_family, min_family_episodes=ev.min_family_episodes)  # fmt: skip
+    policies = {
+        "base": backend.policy(None, temperature=policy.temperature, name="base"),
+        "adapter:consolidated": backend.policy(
+            "consolidated", temperature=policy.temperature, name="adapter:consolidated"
+        ),
+    }
+    plan = EvalPlan(
+        "consolidation",
+        "shop",
+        heldout,
+        trials=ev.trials,
+        max_turns=rollouts.max_turns,
+        temperature=policy.temperature,
+        concurrency=rollouts.concurrency,
+        seed=seed,
+        family_trials=dict(ev.family_trials),
+        family_trials_policies=tuple(policies),
+        focus_family=ev.focus_family,
+        min_family_episodes=ev.min_family_episodes,
+    )
     try:
         with Store(f"sqlite:///{out / 'consolidation.db'}") as store:
             store.create_run("trace", {}, run_id="consolidation", exist_ok=True)
@@ -87,7 +106,8 @@ async def evaluate_consolidated(model: str, adapter: str, tree: dict, out: Path,
         res["same_base"] = (sum(mine["base"][t][s] == theirs["base"][t][s] for t, s in shared), len(shared))
         for name in sorted(n for n in theirs if n == "trace_routed" or n.startswith("adapter:")):
             res["vs_demo"][name] = stats.paired_by_family(mine["adapter:consolidated"], theirs[name], families) | {
-                "all": stats.paired_episodes(mine["adapter:consolidated"], theirs[name])}
+                "all": stats.paired_episodes(mine["adapter:consolidated"], theirs[name])
+            }
     return res
 
 
@@ -104,7 +124,9 @@ def print_eval(res: dict[str, Any], seconds: float) -> None:
         rate = m["by_family"][f]["pass_rate"]["value"]
         print(f"  {f}: {rate:.1%}, {_d(d)}")
     if res["same_base"] is not None:
-        print(f"base episodes identical to the demo run's on {res['same_base'][0]} of {res['same_base'][1]} shared (task, trial) keys")
+        print(
+            f"base episodes identical to the demo run's on {res['same_base'][0]} of {res['same_base'][1]} shared (task, trial) keys"
+        )
     for name, fams in res["vs_demo"].items():
         per = "; ".join(f"{f} {_d(d)}" for f, d in sorted(fams.items()) if f != "all")
         print(f"consolidated − demo's {name}: all {_d(fams['all'])}; {per}")

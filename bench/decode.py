@@ -22,14 +22,20 @@ import gapforge.serving.batching as batching
 from gapforge.demo_data import SHOP_POLICY_DIR
 
 
-def play(model, rows: int, turns: int, prompt: int, new_tokens: int, reply: list[int], prefix_bytes: int) -> tuple[float, list, list[int]]:
-    gen = batching.BatchGenerator(model, eos_ids={-1}, prefix_bytes=prefix_bytes)  # no eos: every row decodes new_tokens
+def play(
+    model, rows: int, turns: int, prompt: int, new_tokens: int, reply: list[int], prefix_bytes: int
+) -> tuple[float, list, list[int]]:
+    gen = batching.BatchGenerator(
+        model, eos_ids={-1}, prefix_bytes=prefix_bytes
+    )  # no eos: every row decodes new_tokens
     vocab = model.config.vocab_size - 10
     contexts = [[(17 * i + 7 * j) % vocab + 5 for j in range(prompt + 11 * i)] for i in range(rows)]
     outs = []
     t0 = time.perf_counter()
     for turn in range(turns):
-        decoded = gen.run_batch(contexts, seeds=[1000 * turn + i for i in range(rows)], temperature=0.7, max_new_tokens=new_tokens)
+        decoded = gen.run_batch(
+            contexts, seeds=[1000 * turn + i for i in range(rows)], temperature=0.7, max_new_tokens=new_tokens
+        )
         outs.append([d.ids for d in decoded])
         contexts = [c + d.ids + reply for c, d in zip(contexts, decoded)]
     return time.perf_counter() - t0, outs, gen.prefill_tokens
@@ -53,18 +59,24 @@ def main() -> None:
     reply = [(5 * j) % (model.config.vocab_size - 10) + 5 for j in range(60)]
     reserve = batching._reserve
     play(model, 2, 1, 64, 4, reply, 0)  # warm-up
-    print(f"{args.model.name}: {args.turns} turns, first context {args.prompt} tokens, {args.new_tokens} new tokens per turn, "
-          f"{args.threads} thread(s)")
+    print(
+        f"{args.model.name}: {args.turns} turns, first context {args.prompt} tokens, {args.new_tokens} new tokens per turn, "
+        f"{args.threads} thread(s)"
+    )
     for rows in [int(r) for r in args.rows.split(",")]:
         batching._reserve = lambda cache, room: None  # baseline: transformers' own layer, torch.cat per step
         copy_s, copy_out, _ = play(model, rows, args.turns, args.prompt, args.new_tokens, reply, 0)
         batching._reserve = reserve
         res_s, res_out, _ = play(model, rows, args.turns, args.prompt, args.new_tokens, reply, 0)
-        kept_s, kept_out, (prefilled, reused) = play(model, rows, args.turns, args.prompt, args.new_tokens, reply, 256 * 2**20)
+        kept_s, kept_out, (prefilled, reused) = play(
+            model, rows, args.turns, args.prompt, args.new_tokens, reply, 256 * 2**20
+        )
         tokens = rows * args.turns * args.new_tokens
-        print(f"rows {rows:>3}: copy {copy_s:6.2f} s ({tokens / copy_s:5.0f} tok/s) | reserved {res_s:6.2f} s x{copy_s / res_s:.2f} "
-              f"| kept {kept_s:6.2f} s x{copy_s / kept_s:.2f} (prompt tokens reused {reused / (prefilled + reused):.0%}) "
-              f"| same tokens: reserved {res_out == copy_out}, kept {kept_out == copy_out}")
+        print(
+            f"rows {rows:>3}: copy {copy_s:6.2f} s ({tokens / copy_s:5.0f} tok/s) | reserved {res_s:6.2f} s x{copy_s / res_s:.2f} "
+            f"| kept {kept_s:6.2f} s x{copy_s / kept_s:.2f} (prompt tokens reused {reused / (prefilled + reused):.0%}) "
+            f"| same tokens: reserved {res_out == copy_out}, kept {kept_out == copy_out}"
+        )
 
 
 if __name__ == "__main__":

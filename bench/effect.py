@@ -66,9 +66,14 @@ def run_demo(work: Path, seed: int, overrides: list[str]) -> tuple[str, float, s
     """(run id, wall seconds, the demo's output) of `gapforge demo --set training.seed=SEED` in `work` (its workspace)."""
     work.mkdir(parents=True, exist_ok=True)
     sets = [a for s in [f"training.seed={seed}", *overrides] for a in ("--set", s)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", RUN_DEMO, "demo", *sets], cwd=work, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_DEMO, "demo", *sets], cwd=work, env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     (work / "demo.log").write_text(done.stdout + done.stderr)
     runs = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("run r-")]
@@ -96,8 +101,12 @@ def heldout_test(model: str, adapter: str, spec: EnvSpec, cfg: TrainingConfig, s
         return {s: {i: (rs[j * k + i], rs[j * k + i] >= 0.999) for i in range(k)} for j, s in enumerate(seeds)}
 
     paired = stats.paired_episodes(as_eps(rewards["adapter"]), as_eps(rewards["base"]))
-    return {"base": sum(rewards["base"]) / len(rewards["base"]), "adapter": sum(rewards["adapter"]) / len(rewards["adapter"]),
-            "diff": paired["mean_reward"], "n": paired["episodes"]}
+    return {
+        "base": sum(rewards["base"]) / len(rewards["base"]),
+        "adapter": sum(rewards["adapter"]) / len(rewards["adapter"]),
+        "diff": paired["mean_reward"],
+        "n": paired["episodes"],
+    }
 
 
 def _iv(iv: dict | None, scale: float = 1.0) -> str:
@@ -117,16 +126,30 @@ def read_run(work: Path, run_id: str, tree: dict, test_seeds: int) -> dict:
         for a in store.adapters(run_id):
             if a.status != "done" or not a.capability:
                 continue
-            row = {"kept": a.metrics.get("best_step"), "before": a.metrics.get("heldout_before"), "after": a.metrics.get("heldout_after")}
+            row = {
+                "kept": a.metrics.get("best_step"),
+                "before": a.metrics.get("heldout_before"),
+                "after": a.metrics.get("heldout_after"),
+            }
             if test_seeds:
                 path = Path(a.path) if Path(a.path).is_absolute() else work / a.path
-                spec = EnvSpec(kind="sandbox", module=str(ws / "synthetic_envs" / run_id / f"{a.capability}.py"), sandbox=sandbox.model_dump(mode="json"))
+                spec = EnvSpec(
+                    kind="sandbox",
+                    module=str(ws / "synthetic_envs" / run_id / f"{a.capability}.py"),
+                    sandbox=sandbox.model_dump(mode="json"),
+                )
                 first = cfg.train_seeds + cfg.heldout_seeds
-                row["test"] = heldout_test(model, str(path), spec, cfg.model_copy(update={"seed": 0}), list(range(first, first + test_seeds)))
+                row["test"] = heldout_test(
+                    model, str(path), spec, cfg.model_copy(update={"seed": 0}), list(range(first, first + test_seeds))
+                )
             out["adapters"][a.name] = row
-        evals = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+        evals = {
+            e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")
+        }
         out["families"] = {f: d for f, d in (evals.get("trace_routed", {}).get("vs_base_by_family") or {}).items()}
-        out["base_rates"] = {f: s["pass_rate"]["value"] for f, s in (evals.get("base", {}).get("by_family") or {}).items()}
+        out["base_rates"] = {
+            f: s["pass_rate"]["value"] for f, s in (evals.get("base", {}).get("by_family") or {}).items()
+        }
         router = store.get_evaluation(run_id, "router")
         oracle = store.get_evaluation(run_id, ORACLE_ROW)
         out["gate"] = gate_line(router.metrics if router is not None else None)
@@ -139,12 +162,18 @@ def print_seed(seed: int, run_id: str, wall: float, r: dict, stage_line: str) ->
     print(f"\n== seed {seed}: run {run_id}, {wall / 60:.1f} min wall", flush=True)
     for name, a in r["adapters"].items():
         test = a.get("test")
-        extra = f"; synthetic test seeds base {test['base']:.3f} -> {test['adapter']:.3f}, paired {_iv(test['diff'])} n={test['n']}" if test else ""
+        extra = (
+            f"; synthetic test seeds base {test['base']:.3f} -> {test['adapter']:.3f}, paired {_iv(test['diff'])} n={test['n']}"
+            if test
+            else ""
+        )
         print(f"adapter {name}: kept step {a['kept']}, held-out synthetic {a['before']:.3f} -> {a['after']:.3f}{extra}")
     for f, d in sorted(r["families"].items()):
         pr = d.get("pass_rate") or {}
         base = r["base_rates"].get(f)
-        print(f"{f}: base {base:.1%}; TRACE − base {points(pr) if pr.get('value') is not None else '-'} ({d.get('episodes', 0)} pairs)")
+        print(
+            f"{f}: base {base:.1%}; TRACE − base {points(pr) if pr.get('value') is not None else '-'} ({d.get('episodes', 0)} pairs)"
+        )
     for line in [*r["gate"], *r["oracle"], *r["scaling"]]:
         print(line)
     if stage_line:
@@ -155,9 +184,18 @@ def main() -> None:
     quiet_library_deprecations()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training.seed of each demo run")
-    ap.add_argument("--test-seeds", type=int, default=32, help="synthetic test seeds per adapter (x training.heldout_samples); 0: skip")
-    ap.add_argument("--out", default=None, help="work directory, one workspace per seed under it (default: a temporary one)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)")
+    ap.add_argument(
+        "--test-seeds",
+        type=int,
+        default=32,
+        help="synthetic test seeds per adapter (x training.heldout_samples); 0: skip",
+    )
+    ap.add_argument(
+        "--out", default=None, help="work directory, one workspace per seed under it (default: a temporary one)"
+    )
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)"
+    )
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-effect-"))
     tree = profile(args.overrides)

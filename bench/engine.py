@@ -120,14 +120,22 @@ def roofline(model_dir: Path, rows: list[int], context: int, steps: int = 20) ->
                     if engine == "fast":
                         fast.decode(token, position, cache.layers, None)
                     else:
-                        model(input_ids=token, position_ids=position, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                        model(
+                            input_ids=token,
+                            position_ids=position,
+                            past_key_values=cache,
+                            use_cache=True,
+                            logits_to_keep=1,
+                        )
                     times.append(time.perf_counter() - t0)
                 medians.append(statistics.median(times))
             out[b] = (medians[0], medians[1])
     return out
 
 
-async def level(model_dir: Path, tasks: list[str], concurrency: int, episodes: int, forward: str) -> tuple[float, Profile, MemorySink]:
+async def level(
+    model_dir: Path, tasks: list[str], concurrency: int, episodes: int, forward: str
+) -> tuple[float, Profile, MemorySink]:
     policy = LocalPolicy(model_dir, temperature=DEMO["temperature"], max_new_tokens=DEMO["max_new_tokens"], seed=0)
     policy._generation.batcher.fast = forward == "fast"
     prof = Profile()
@@ -149,12 +157,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR)
     ap.add_argument("--levels", default="1,8,32,64")
-    ap.add_argument("--episodes", type=int, default=88, help="episodes per level (at least the level; 88 = the shop's 44 tasks x 2)")
+    ap.add_argument(
+        "--episodes", type=int, default=88, help="episodes per level (at least the level; 88 = the shop's 44 tasks x 2)"
+    )
     ap.add_argument("--one-episodes", type=int, default=44, help="episodes at concurrency 1 (the slowest level)")
-    ap.add_argument("--context", type=int, default=700, help="cache length of the roofline's decode step (a shop turn's context)")
+    ap.add_argument(
+        "--context", type=int, default=700, help="cache length of the roofline's decode step (a shop turn's context)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    ap.add_argument("--forward", default="fast,transformers",
-                    help="the engine's forward(s) to play each level with: fast (serving.fast_forward, shipped), transformers (model(...))")
+    ap.add_argument(
+        "--forward",
+        default="fast,transformers",
+        help="the engine's forward(s) to play each level with: fast (serving.fast_forward, shipped), transformers (model(...))",
+    )
     args = ap.parse_args()
 
     import torch
@@ -165,11 +180,15 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     levels = [int(x) for x in args.levels.split(",")]
     ref = speed_reference(args.model)["tokens_per_s"]
-    print(f"model {args.model.name}  torch threads {torch.get_num_threads()}  speed reference {ref:.0f} tokens/s (greedy, one sequence, 1 thread)")
+    print(
+        f"model {args.model.name}  torch threads {torch.get_num_threads()}  speed reference {ref:.0f} tokens/s (greedy, one sequence, 1 thread)"
+    )
     for b, (slow_s, step_s) in roofline(args.model, levels, args.context).items():
-        print(f"roofline rows={b:<3d} one decode step over {args.context} cached tokens: {step_s * 1e3:6.2f} ms -> at most "
-              f"{b / step_s:7.0f} tokens/s ({b / step_s / ref:5.1f}x the reference); through model(...): {slow_s * 1e3:6.2f} ms "
-              f"({slow_s / step_s:4.2f}x the step)")
+        print(
+            f"roofline rows={b:<3d} one decode step over {args.context} cached tokens: {step_s * 1e3:6.2f} ms -> at most "
+            f"{b / step_s:7.0f} tokens/s ({b / step_s / ref:5.1f}x the reference); through model(...): {slow_s * 1e3:6.2f} ms "
+            f"({slow_s / step_s:4.2f}x the step)"
+        )
     tasks = ShopEnv().task_ids()
     for n, forward in [(n, f) for n in levels for f in args.forward.split(",")]:
         episodes = max(n, args.one_episodes if n == 1 else args.episodes)
@@ -178,14 +197,23 @@ def main() -> None:
         env_s = sum(r["timings"].get("env_s", 0.0) for r in rows)
         inside = prof.batch_s - prof.prefill_s - prof.decode_forward_s
         idle = max(0.0, wall - prof.batch_s)
-        share = {k: v / wall for k, v in (("prefill", prof.prefill_s), ("decode", prof.decode_forward_s), ("sample+py", inside),
-                                           ("idle", idle))}
+        share = {
+            k: v / wall
+            for k, v in (
+                ("prefill", prof.prefill_s),
+                ("decode", prof.decode_forward_s),
+                ("sample+py", inside),
+                ("idle", idle),
+            )
+        }
         gen_rate = prof.generated / wall
         mean_rows = statistics.mean(prof.rows_per_step) if prof.rows_per_step else 0.0
-        print(f"concurrency={n:<3d} forward={forward:<12s} episodes={len(rows):<4d} episodes/s={len(rows) / wall:6.2f} gen_tok/s={gen_rate:7.0f} "
-              f"prefill_tok/s={prof.prefilled / wall:7.0f} mean_rows/step={mean_rows:5.1f} split: "
-              + " ".join(f"{k}={v:4.0%}" for k, v in share.items())
-              + f" | env_s={env_s:6.1f} wall_s={wall:6.1f} ratio={gen_rate / ref:5.1f}x")
+        print(
+            f"concurrency={n:<3d} forward={forward:<12s} episodes={len(rows):<4d} episodes/s={len(rows) / wall:6.2f} gen_tok/s={gen_rate:7.0f} "
+            f"prefill_tok/s={prof.prefilled / wall:7.0f} mean_rows/step={mean_rows:5.1f} split: "
+            + " ".join(f"{k}={v:4.0%}" for k, v in share.items())
+            + f" | env_s={env_s:6.1f} wall_s={wall:6.1f} ratio={gen_rate / ref:5.1f}x"
+        )
 
 
 if __name__ == "__main__":

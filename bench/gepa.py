@@ -48,9 +48,17 @@ from gapforge.training.config import TrainingConfig
 def _cfg(stored: dict, max_metric_calls: int | None) -> SimpleNamespace:
     """The sections GEPA and the evaluation read, from the run's stored config (bench/ does not import gapforge/)."""
     known = set(EvaluationConfig.model_fields)
-    evaluation = EvaluationConfig(**{k: v for k, v in stored["evaluation"].items() if k in known}, gepa_max_metric_calls=max_metric_calls)
-    return SimpleNamespace(seed=stored["seed"], training=TrainingConfig(**stored["training"]), rollouts=RolloutConfig(**stored["rollouts"]),
-                           policy=PolicyConfig(**stored["policy"]), llm=LLMConfig(**stored["llm"]), evaluation=evaluation)  # fmt: skip
+    evaluation = EvaluationConfig(
+        **{k: v for k, v in stored["evaluation"].items() if k in known}, gepa_max_metric_calls=max_metric_calls
+    )
+    return SimpleNamespace(
+        seed=stored["seed"],
+        training=TrainingConfig(**stored["training"]),
+        rollouts=RolloutConfig(**stored["rollouts"]),
+        policy=PolicyConfig(**stored["policy"]),
+        llm=LLMConfig(**stored["llm"]),
+        evaluation=evaluation,
+    )
 
 
 def _pts(iv: dict | None) -> str:
@@ -67,43 +75,87 @@ async def main(args: argparse.Namespace) -> None:
     cfg, split = _cfg(run.config["config"], args.max_metric_calls), store.get_split(run.id)
     artifacts = run_artifacts(store, run.id, workspace=Path(args.workspace))
     n_adapters = len(artifacts.adapter_paths)
-    print(f"run {run.id} ({args.workspace}, store copied to {work}); env {split.env}: {len(split.analysis_tasks)} analysis tasks, "
-          f"{len(split.heldout_tasks)} held-out; capabilities {[c['name'] for c in artifacts.capabilities]} ({n_adapters} adapters)")
+    print(
+        f"run {run.id} ({args.workspace}, store copied to {work}); env {split.env}: {len(split.analysis_tasks)} analysis tasks, "
+        f"{len(split.heldout_tasks)} held-out; capabilities {[c['name'] for c in artifacts.capabilities]} ({n_adapters} adapters)"
+    )
     trace = training_rollout_budget(cfg, n_adapters)
-    print(f"budget: {gepa_budget(cfg, n_adapters)} metric calls; TRACE's training rollouts: {trace} ({n_adapters} adapters x "
-          f"{cfg.training.max_steps} steps x {cfg.training.rollouts_per_step} rollouts), the default")
-    backend = load_backend(cfg.policy.local_path if Path(cfg.policy.local_path or "").is_dir() else SHOP_POLICY_DIR,
-                           RunArtifacts(run.id, artifacts.capabilities), max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)  # fmt: skip
+    print(
+        f"budget: {gepa_budget(cfg, n_adapters)} metric calls; TRACE's training rollouts: {trace} ({n_adapters} adapters x "
+        f"{cfg.training.max_steps} steps x {cfg.training.rollouts_per_step} rollouts), the default"
+    )
+    backend = load_backend(
+        cfg.policy.local_path if Path(cfg.policy.local_path or "").is_dir() else SHOP_POLICY_DIR,
+        RunArtifacts(run.id, artifacts.capabilities),
+        max_new_tokens=cfg.policy.max_new_tokens,
+        seed=cfg.seed,
+    )
     base = backend.policy(None, temperature=cfg.policy.temperature, name="base")
     make = lambda: make_env(split.env)  # noqa: E731
     t0 = time.perf_counter()
-    record = await gepa_for_run(store, run.id, cfg, base=base, make_env=make, split=split, capabilities=artifacts.capabilities, n_adapters=n_adapters)
+    record = await gepa_for_run(
+        store,
+        run.id,
+        cfg,
+        base=base,
+        make_env=make,
+        split=split,
+        capabilities=artifacts.capabilities,
+        n_adapters=n_adapters,
+    )
     t_gepa = time.perf_counter() - t0
     added = [line for line in record.prompt.splitlines() if line not in record.seed_prompt.splitlines()]
-    print(f"\nGEPA ({record.gepa_version}): {record.metric_calls} of {record.max_metric_calls} metric calls, {record.candidates} candidates, "
-          f"{record.reflection_calls} reflection calls (recorded answers), {t_gepa:.0f} s")
-    print(f"  analysis-split mean reward (what GEPA selects on, not held out): seed {record.seed_score:.3f} -> best {record.best_score:.3f}")
-    print("  lines the optimised prompt adds to the seed (capability hints):" + ("".join(f"\n    {a}" for a in added) or " none"))
+    print(
+        f"\nGEPA ({record.gepa_version}): {record.metric_calls} of {record.max_metric_calls} metric calls, {record.candidates} candidates, "
+        f"{record.reflection_calls} reflection calls (recorded answers), {t_gepa:.0f} s"
+    )
+    print(
+        f"  analysis-split mean reward (what GEPA selects on, not held out): seed {record.seed_score:.3f} -> best {record.best_score:.3f}"
+    )
+    print(
+        "  lines the optimised prompt adds to the seed (capability hints):"
+        + ("".join(f"\n    {a}" for a in added) or " none")
+    )
 
-    policies = {"base": base, CAPABILITY_HINTS: HintedPolicy(base, artifacts.capabilities), GEPA: gepa_policy(base, record)}
+    policies = {
+        "base": base,
+        CAPABILITY_HINTS: HintedPolicy(base, artifacts.capabilities),
+        GEPA: gepa_policy(base, record),
+    }
     e = cfg.evaluation
     families = dict(split.families)
     family_trials = {e.focus_family: args.family_trials} if args.family_trials and e.focus_family else e.family_trials
     # a fresh run for the evaluation: the base plays again with the weights loaded here (the run's stored base
     # episodes may come from other weights), on the same (task, trial) seeds as the prompt policies
     bench_run = store.create_run("evaluation", {"bench": "gepa", "of": run.id})
-    plan = EvalPlan(bench_run, split.env, list(split.heldout_tasks), trials=e.trials, max_turns=cfg.rollouts.max_turns,
-                    temperature=cfg.policy.temperature, concurrency=cfg.rollouts.concurrency, seed=cfg.seed,
-                    family_trials=family_trials, family_trials_policies=("base", CAPABILITY_HINTS, GEPA), focus_family=e.focus_family)  # fmt: skip
+    plan = EvalPlan(
+        bench_run,
+        split.env,
+        list(split.heldout_tasks),
+        trials=e.trials,
+        max_turns=cfg.rollouts.max_turns,
+        temperature=cfg.policy.temperature,
+        concurrency=cfg.rollouts.concurrency,
+        seed=cfg.seed,
+        family_trials=family_trials,
+        family_trials_policies=("base", CAPABILITY_HINTS, GEPA),
+        focus_family=e.focus_family,
+    )
     t0 = time.perf_counter()
-    result = await evaluate(store, plan, make_env=make, policies=policies, families={t: families[t] for t in split.heldout_tasks})
-    print(f"\nheld-out evaluation ({time.perf_counter() - t0:.0f} s): paired difference to the base, points of pass rate [95% interval]")
+    result = await evaluate(
+        store, plan, make_env=make, policies=policies, families={t: families[t] for t in split.heldout_tasks}
+    )
+    print(
+        f"\nheld-out evaluation ({time.perf_counter() - t0:.0f} s): paired difference to the base, points of pass rate [95% interval]"
+    )
     labels = {CAPABILITY_HINTS: "capability hints (unoptimised)", GEPA: gepa_label(record)}
     for name in (CAPABILITY_HINTS, GEPA):
         m = result.get(name).metrics
         d = m["vs_base_paired"]
-        print(f"  {labels[name]}: pass rate {m['pass_rate']['value']:.1%}; all tasks {_pts(d['pass_rate'])} over {d['episodes']} pairs: "
-              f"{verdict(d['pass_rate'])}")
+        print(
+            f"  {labels[name]}: pass rate {m['pass_rate']['value']:.1%}; all tasks {_pts(d['pass_rate'])} over {d['episodes']} pairs: "
+            f"{verdict(d['pass_rate'])}"
+        )
         for fam, fd in sorted((m.get("vs_base_by_family") or {}).items()):
             print(f"    {fam}: {_pts(fd['pass_rate'])} over {fd['episodes']} pairs: {verdict(fd['pass_rate'])}")
     print(f"  base: pass rate {result.get('base').metrics['pass_rate']['value']:.1%}")
@@ -113,8 +165,19 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workspace", default="/tmp/demo-last/.gapforge", help="a finished demo run's workspace (its gapforge.db is copied)")
+    p.add_argument(
+        "--workspace",
+        default="/tmp/demo-last/.gapforge",
+        help="a finished demo run's workspace (its gapforge.db is copied)",
+    )
     p.add_argument("--run", default=None, help="run id (default: the store's latest top-level run)")
-    p.add_argument("--max-metric-calls", type=int, default=None, help="GEPA's budget (default: TRACE's training rollouts)")
-    p.add_argument("--family-trials", type=int, default=None, help="trials per task of the run's focus family (default: the run's family_trials)")
+    p.add_argument(
+        "--max-metric-calls", type=int, default=None, help="GEPA's budget (default: TRACE's training rollouts)"
+    )
+    p.add_argument(
+        "--family-trials",
+        type=int,
+        default=None,
+        help="trials per task of the run's focus family (default: the run's family_trials)",
+    )
     asyncio.run(main(p.parse_args()))

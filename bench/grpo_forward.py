@@ -45,7 +45,9 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a demo training job gets 1 of 2 cores)")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--lengths", default=None, help="comma-separated rollout lengths of one step (default: four demo steps)")
+    ap.add_argument(
+        "--lengths", default=None, help="comma-separated rollout lengths of one step (default: four demo steps)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -64,10 +66,14 @@ def main() -> None:
     for name, p in trainer.model.named_parameters():
         if "lora_B" in name:
             p.data.normal_(0, 0.02, generator=gen)
-    ways = {"padded batch (TRL)": GRPOTrainer._get_per_token_logps_and_entropies,
-            "one rollout at a time": type(trainer)._get_per_token_logps_and_entropies}
+    ways = {
+        "padded batch (TRL)": GRPOTrainer._get_per_token_logps_and_entropies,
+        "one rollout at a time": type(trainer)._get_per_token_logps_and_entropies,
+    }
     steps = [[int(n) for n in args.lengths.split(",")]] if args.lengths else STEPS
-    print(f"{args.model.name}: {len(steps)} step(s) of {len(steps[0])} rollouts, {args.threads} thread(s), best of {args.repeats}")
+    print(
+        f"{args.model.name}: {len(steps)} step(s) of {len(steps[0])} rollouts, {args.threads} thread(s), best of {args.repeats}"
+    )
     totals = {w: [0.0, 0.0] for w in ways}
     for lengths in steps:
         ids, mask, width = batch(lengths, model.config.vocab_size, tok.pad_token_id, gen)
@@ -90,10 +96,12 @@ def main() -> None:
             totals[way][0] += best[0]
             totals[way][1] += best[1]
         (base, base_lp, base_g), (rows, rows_lp, rows_g) = results.values()
-        print(f"  longest {max(lengths)}, padding {padding:.0%}: padded {base[0]:.2f} + {base[1]:.2f} s, "
-              f"rows {rows[0]:.2f} + {rows[1]:.2f} s (forward + backward): {sum(base) / sum(rows):.2f}x; "
-              f"max |logprob diff| {(base_lp - rows_lp).abs().max().item():.1e}, "
-              f"grad rel diff {((base_g - rows_g).norm() / base_g.norm()).item():.1e}")
+        print(
+            f"  longest {max(lengths)}, padding {padding:.0%}: padded {base[0]:.2f} + {base[1]:.2f} s, "
+            f"rows {rows[0]:.2f} + {rows[1]:.2f} s (forward + backward): {sum(base) / sum(rows):.2f}x; "
+            f"max |logprob diff| {(base_lp - rows_lp).abs().max().item():.1e}, "
+            f"grad rel diff {((base_g - rows_g).norm() / base_g.norm()).item():.1e}"
+        )
     base, rows = totals.values()
     print(f"all steps: padded {sum(base):.2f} s, rows {sum(rows):.2f} s: {sum(base) / sum(rows):.2f}x")
 

@@ -32,7 +32,9 @@ from pathlib import Path
 from statistics import mean
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.fakes (the fake server and the planted policy) live in the repository, not the product
+sys.path.insert(
+    0, str(ROOT)
+)  # tests.fakes (the fake server and the planted policy) live in the repository, not the product
 
 from gapforge.agents.analysis.compact import compact_episode, make_token_counter
 from gapforge.agents.analysis.config import AnalysisConfig
@@ -48,7 +50,15 @@ from tests.fakes.planted_policy import collect_planted
 
 @contextmanager
 def fake_server(latency: float, answer: dict):
-    cmd = [sys.executable, "-m", "tests.fakes.fake_openai", "--latency", str(latency), "--structured", json.dumps(answer)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.fakes.fake_openai",
+        "--latency",
+        str(latency),
+        "--structured",
+        json.dumps(answer),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         yield proc.stdout.readline().strip()
@@ -59,26 +69,45 @@ def fake_server(latency: float, answer: dict):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--latency", type=float, default=2.0,
-                    help="seconds per request at the fake server (a ~300-token structured answer from a hosted LLM: 2-5 s)")
+    ap.add_argument(
+        "--latency",
+        type=float,
+        default=2.0,
+        help="seconds per request at the fake server (a ~300-token structured answer from a hosted LLM: 2-5 s)",
+    )
     ap.add_argument("--levels", default="8,32,64")
-    ap.add_argument("--clients", default="lean,langchain", help="labeling clients to measure: lean (aiohttp) and/or langchain (ChatOpenAI)")
+    ap.add_argument(
+        "--clients",
+        default="lean,langchain",
+        help="labeling clients to measure: lean (aiohttp) and/or langchain (ChatOpenAI)",
+    )
     ap.add_argument("--samples", type=int, default=4, help="episodes per shop task")
-    ap.add_argument("--tokenizer", default="auto", help="token counter (analysis.tokenizer): auto | PATH | tiktoken:ENC")
+    ap.add_argument(
+        "--tokenizer", default="auto", help="token counter (analysis.tokenizer): auto | PATH | tiktoken:ENC"
+    )
     ns = ap.parse_args()
     counter = make_token_counter(ns.tokenizer)
     names = [c["name"] for c in load_recording("shop")]
-    answer = {"labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]}
+    answer = {
+        "labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]
+    }
     with tempfile.TemporaryDirectory() as tmp, Store(f"sqlite:///{tmp}/bench.db") as store:
         run = store.create_run("bench", {})
         collect_planted(store, run, samples=ns.samples)
         cfg = AnalysisConfig(passes=1)
         discover(store, recorded_analyst("shop"), run, cfg=cfg, counter=counter)
         episodes = analysis_episodes(store, run, fraction=cfg.split_fraction, seed=cfg.seed)
-        sizes = [compact_episode(store.get_episode(e.id), counter, budget_tokens=cfg.episode_budget_tokens).tokens for e in episodes]
-        print(f"{len(episodes)} analysis episodes, {len(names)} capabilities, latency {ns.latency}s, tokens: {counter.name}, "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        print(f"{'client':>9} {'concurrency':>11} {'calls/s':>8} {'ideal':>7} {'ratio':>6} {'calls/ep/pass':>13} {'cpu ms/call':>11}")
+        sizes = [
+            compact_episode(store.get_episode(e.id), counter, budget_tokens=cfg.episode_budget_tokens).tokens
+            for e in episodes
+        ]
+        print(
+            f"{len(episodes)} analysis episodes, {len(names)} capabilities, latency {ns.latency}s, tokens: {counter.name}, "
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        )
+        print(
+            f"{'client':>9} {'concurrency':>11} {'calls/s':>8} {'ideal':>7} {'ratio':>6} {'calls/ep/pass':>13} {'cpu ms/call':>11}"
+        )
         runs = [(c, int(x)) for c in ns.clients.split(",") for x in ns.levels.split(",")]
         with fake_server(ns.latency, answer) as url:
             for p, (client, level) in enumerate(runs):
@@ -91,12 +120,17 @@ def main() -> None:
                 assert r.failed == 0 and r.cached == 0, r
                 rate = r.calls / wall
                 ideal = r.episodes / (-(-r.episodes // level) * ns.latency)  # latency-bound: ceil(n / c) waves
-                print(f"{client:>9} {level:>11} {rate:>8.1f} {ideal:>7.1f} {rate / ideal:>6.2f} {r.calls / r.episodes:>13.2f} "
-                      f"{1000 * cpu / r.calls:>11.1f}   (load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"{client:>9} {level:>11} {rate:>8.1f} {ideal:>7.1f} {rate / ideal:>6.2f} {r.calls / r.episodes:>13.2f} "
+                    f"{1000 * cpu / r.calls:>11.1f}   (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
                 prefix = r.prefix_tokens
         share = mean(prefix / (prefix + s) for s in sizes)
-        print(f"prompt tokens: shared prefix {prefix}, episode mean {mean(sizes):.0f} (max {max(sizes)}); "
-              f"prefix share of a labeling prompt: {share:.2f}")
+        print(
+            f"prompt tokens: shared prefix {prefix}, episode mean {mean(sizes):.0f} (max {max(sizes)}); "
+            f"prefix share of a labeling prompt: {share:.2f}"
+        )
         print(f"paper layout (one call per episode x capability): {len(names)} calls per episode per pass")
 
 

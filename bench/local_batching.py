@@ -27,11 +27,15 @@ from gapforge.training.evaluate import MemorySink
 
 def _content(messages: list[dict]) -> list:
     """A conversation without its tool-call ids (random per call, not part of what the model sampled)."""
-    return [(m.get("role"), m.get("content"), [(c["name"], c["arguments"]) for c in m.get("tool_calls") or []])
-            for m in messages]
+    return [
+        (m.get("role"), m.get("content"), [(c["name"], c["arguments"]) for c in m.get("tool_calls") or []])
+        for m in messages
+    ]
 
 
-async def one_level(model: Path, tasks: list[str], concurrency: int, args: argparse.Namespace) -> tuple[float, MemorySink, list[int]]:
+async def one_level(
+    model: Path, tasks: list[str], concurrency: int, args: argparse.Namespace
+) -> tuple[float, MemorySink, list[int]]:
     policy = LocalPolicy(model, temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=0)
     sink = MemorySink()
     plan = CollectPlan("bench", "shop", tasks, args.samples, concurrency, args.max_turns, args.temperature)
@@ -45,7 +49,9 @@ async def one_level(model: Path, tasks: list[str], concurrency: int, args: argpa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, help="a local model directory (default: a tiny random Qwen3 model built here)")
+    ap.add_argument(
+        "--model", type=Path, help="a local model directory (default: a tiny random Qwen3 model built here)"
+    )
     ap.add_argument("--tasks", type=int, default=22)
     ap.add_argument("--samples", type=int, default=1)
     ap.add_argument("--levels", default="4,8,16")
@@ -63,12 +69,16 @@ def main() -> None:
     turns = sum(r["turns"] for r in base.rows.values())
     n = len(base.rows)
     print(f"model {model}  {n} episodes, {turns} policy turns, T {args.temperature}")
-    print(f"concurrency  1: {n / base_wall:6.2f} episodes/s  {turns / base_wall:6.1f} turns/s  (baseline, {base_wall:.1f} s)")
+    print(
+        f"concurrency  1: {n / base_wall:6.2f} episodes/s  {turns / base_wall:6.1f} turns/s  (baseline, {base_wall:.1f} s)"
+    )
     for level in [int(x) for x in args.levels.split(",")]:
         wall, sink, sizes = asyncio.run(one_level(model, tasks, level, args))
         same = sum(_content(sink.rows[k]["messages"]) == _content(base.rows[k]["messages"]) for k in base.rows)
-        print(f"concurrency {level:2d}: {n / wall:6.2f} episodes/s  {turns / wall:6.1f} turns/s  mean batch {statistics.mean(sizes):4.1f}  "
-              f"speed-up {base_wall / wall:4.2f}x  same episodes as at concurrency 1: {same}/{n}")
+        print(
+            f"concurrency {level:2d}: {n / wall:6.2f} episodes/s  {turns / wall:6.1f} turns/s  mean batch {statistics.mean(sizes):4.1f}  "
+            f"speed-up {base_wall / wall:4.2f}x  same episodes as at concurrency 1: {same}/{n}"
+        )
 
 
 if __name__ == "__main__":

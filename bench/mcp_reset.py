@@ -30,10 +30,12 @@ from gapforge.envs.mcp import McpTargetEnv, pool  # noqa: E402
 from gapforge.envs.protocol import Message, ToolCall  # noqa: E402
 
 HELPDESK = ROOT / "examples" / "helpdesk"
-WRITE = Message.assistant(tool_calls=[
-    ToolCall(id="v", name="verify_identity", arguments={"employee_id": "E-1002", "badge_last4": "7310"}),
-    ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"}),
-])
+WRITE = Message.assistant(
+    tool_calls=[
+        ToolCall(id="v", name="verify_identity", arguments={"employee_id": "E-1002", "badge_last4": "7310"}),
+        ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"}),
+    ]
+)
 
 
 def restart_target(tmp: Path) -> str:
@@ -93,8 +95,13 @@ def main() -> None:
         tool = show("reset.tool (reset_state), per reset", per_reset_ms(tool_path, args.tool_resets))
         rest = show("reset.mode: restart, per reset", per_reset_ms(restart, args.restarts))
         print(f"ratio restart / tool: {rest / tool:.0f}x")
-        cold = show("collector pattern, env with a new server (+ reset)", per_env_ms(tool_path, args.restarts, parked=False))
-        warm = show("collector pattern, env taking a parked server (+ reset)", per_env_ms(tool_path, args.tool_resets, parked=True))
+        cold = show(
+            "collector pattern, env with a new server (+ reset)", per_env_ms(tool_path, args.restarts, parked=False)
+        )
+        warm = show(
+            "collector pattern, env taking a parked server (+ reset)",
+            per_env_ms(tool_path, args.tool_resets, parked=True),
+        )
         print(f"ratio new server / parked server: {cold / warm:.0f}x")
     pool.close_idle()
 

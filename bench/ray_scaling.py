@@ -42,7 +42,9 @@ class InstantPolicy:
     name = "instant"
 
     async def respond(self, messages: list[Message], tools: list[dict], *, temperature: float | None = None) -> Message:
-        call = ToolCall(id=f"call_{len(messages)}", name="find_customer_by_email", arguments={"email": "nobody@example.com"})
+        call = ToolCall(
+            id=f"call_{len(messages)}", name="find_customer_by_email", arguments={"email": "nobody@example.com"}
+        )
         return Message(role="assistant", content=None, tool_calls=[call])
 
 
@@ -54,7 +56,9 @@ async def run_once(store: Store, factory, executor: ExecutorConfig | None, plan_
     plan = CollectPlan(run_id=store.create_run("bench", {}), **plan_args)
     if executor is None:
         policy = factory()
-        warm = CollectPlan(run_id=store.create_run("bench", {}), **{**plan_args, "tasks": plan_args["tasks"][:4], "samples": 1})
+        warm = CollectPlan(
+            run_id=store.create_run("bench", {}), **{**plan_args, "tasks": plan_args["tasks"][:4], "samples": 1}
+        )
         await collect(warm, make_env=shop, policy=policy, sink=store)
         t0 = time.perf_counter()
         res = await collect(plan, make_env=shop, policy=policy, sink=store)
@@ -64,7 +68,9 @@ async def run_once(store: Store, factory, executor: ExecutorConfig | None, plan_
             await close()
         return elapsed, res.ran
     async with episode_player(executor, factory, shop, plan.concurrency) as player:
-        warm = CollectPlan(run_id=store.create_run("bench", {}), **{**plan_args, "tasks": plan_args["tasks"][:4], "samples": 1})
+        warm = CollectPlan(
+            run_id=store.create_run("bench", {}), **{**plan_args, "tasks": plan_args["tasks"][:4], "samples": 1}
+        )
         await collect(warm, make_env=None, policy=None, sink=store, player=player)  # startup is not per-episode cost
         t0 = time.perf_counter()
         res = await collect(plan, make_env=None, policy=None, sink=store, player=player)
@@ -82,35 +88,55 @@ def main() -> None:
     torch.set_num_threads(1)
     tasks = make_env("shop").task_ids()
     samples = -(-args.episodes // len(tasks))
-    plan_args = dict(env="shop", tasks=tasks[: -(-args.episodes // samples)], samples=samples, concurrency=args.concurrency,
-                     max_turns=args.max_turns, temperature=1.0)
+    plan_args = dict(
+        env="shop",
+        tasks=tasks[: -(-args.episodes // samples)],
+        samples=samples,
+        concurrency=args.concurrency,
+        max_turns=args.max_turns,
+        temperature=1.0,
+    )
     taught = functools.partial(LocalPolicy, SHOP_POLICY_DIR, temperature=1.0, max_new_tokens=64)
-    runs = [("shop-policy", taught, args.concurrency), ("instant", InstantPolicy, args.concurrency),
-            ("instant", InstantPolicy, 1)]  # concurrency 1: one episode at a time, the overhead is latency per episode
-    executors = {"ray x1": ExecutorConfig(kind="ray", rollout_workers=1), "ray x2": ExecutorConfig(kind="ray", rollout_workers=2)}
+    runs = [
+        ("shop-policy", taught, args.concurrency),
+        ("instant", InstantPolicy, args.concurrency),
+        ("instant", InstantPolicy, 1),
+    ]  # concurrency 1: one episode at a time, the overhead is latency per episode
+    executors = {
+        "ray x1": ExecutorConfig(kind="ray", rollout_workers=1),
+        "ray x2": ExecutorConfig(kind="ray", rollout_workers=2),
+    }
     measured: dict[tuple[int, str], tuple[float, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
         # every local row before Ray starts in this process: after ray.init the driver's own torch decoding ran
         # ~8x slower here (2.7 -> 22.9 s per shop-policy episode), and executor.kind=local never starts Ray
         for i, (_, factory, concurrency) in enumerate(runs):
-            measured[i, "local"] = asyncio.run(run_once(store, factory, None, {**plan_args, "concurrency": concurrency}))
+            measured[i, "local"] = asyncio.run(
+                run_once(store, factory, None, {**plan_args, "concurrency": concurrency})
+            )
         import ray
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="gapforge-bench")
         for i, (_, factory, concurrency) in enumerate(runs):
             for ename, ecfg in executors.items():
-                measured[i, ename] = asyncio.run(run_once(store, factory, ecfg, {**plan_args, "concurrency": concurrency}))
+                measured[i, ename] = asyncio.run(
+                    run_once(store, factory, ecfg, {**plan_args, "concurrency": concurrency})
+                )
         ray.shutdown()
         store.close()
-    print(f"{'policy':>12} {'in flight':>9} {'executor':>9} {'episodes':>8} {'eps/s':>8} {'vs local':>8} {'ms/episode':>10} {'overhead ms/ep':>14}")
+    print(
+        f"{'policy':>12} {'in flight':>9} {'executor':>9} {'episodes':>8} {'eps/s':>8} {'vs local':>8} {'ms/episode':>10} {'overhead ms/ep':>14}"
+    )
     for i, (pname, _, concurrency) in enumerate(runs):
         local_ms = 1000 * measured[i, "local"][0] / measured[i, "local"][1]
         for ename in ("local", *executors):
             elapsed, ran = measured[i, ename]
             ms = 1000 * elapsed / ran
             over = "" if ename == "local" else f"{ms - local_ms:+.1f}"
-            print(f"{pname:>12} {concurrency:>9} {ename:>9} {ran:>8} {ran / elapsed:>8.2f} {local_ms / ms:>8.2f} {ms:>10.1f} {over:>14}")
+            print(
+                f"{pname:>12} {concurrency:>9} {ename:>9} {ran:>8} {ran / elapsed:>8.2f} {local_ms / ms:>8.2f} {ms:>10.1f} {over:>14}"
+            )
 
 
 if __name__ == "__main__":

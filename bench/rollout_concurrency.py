@@ -34,8 +34,17 @@ from gapforge.store import Store
 @contextmanager
 def fake_server(latency: float):
     """The fake OpenAI server in a process of its own, so it does not share the client's GIL."""
-    cmd = [sys.executable, "-m", "tests.fakes.fake_openai", "--latency", str(latency),
-           "--tool", "find_customer_by_email", "--args", json.dumps({"email": "nobody@example.com"})]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.fakes.fake_openai",
+        "--latency",
+        str(latency),
+        "--tool",
+        "find_customer_by_email",
+        "--args",
+        json.dumps({"email": "nobody@example.com"}),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         yield proc.stdout.readline().strip()
@@ -88,14 +97,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, fake_server(args.latency) as base_url:
         store = Store(f"sqlite:///{Path(tmp) / 'bench.db'}")
         print(f"fake server latency {args.latency * 1000:.0f} ms, {args.turns} requests per episode")
-        print(f"{'concurrency':>11} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6} {'client CPU':>10} {'CPU ms/req':>10} "
-              f"{'ms/request':>10} {'env ms/ep':>9}")
+        print(
+            f"{'concurrency':>11} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6} {'client CPU':>10} {'CPU ms/req':>10} "
+            f"{'ms/request':>10} {'env ms/ep':>9}"
+        )
         for c in levels:
             episodes = max(args.min_episodes, 3 * c)
             eps, cpu_share, policy_ms, env_ms, cpu_ms = run_level(store, base_url, c, episodes, args.turns)
             ideal = c / (args.turns * args.latency)
-            print(f"{c:>11} {episodes:>8} {eps:>8.2f} {ideal:>8.2f} {eps / ideal:>6.2f} {cpu_share:>10.0%} {cpu_ms:>10.2f} "
-                  f"{policy_ms:>10.1f} {env_ms:>9.1f}")
+            print(
+                f"{c:>11} {episodes:>8} {eps:>8.2f} {ideal:>8.2f} {eps / ideal:>6.2f} {cpu_share:>10.0%} {cpu_ms:>10.2f} "
+                f"{policy_ms:>10.1f} {env_ms:>9.1f}"
+            )
         store.close()
 
 

@@ -29,8 +29,16 @@ from gapforge.envs.protocol import Message
 from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 
 CAPS = [
-    {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.", "adapter": "a"},
-    {"name": "structured_data_reasoning", "definition": "Read nested records and compute totals correctly.", "adapter": "b"},
+    {
+        "name": "precondition_verification",
+        "definition": "Check order status, return window, final-sale and ownership before acting.",
+        "adapter": "a",
+    },
+    {
+        "name": "structured_data_reasoning",
+        "definition": "Read nested records and compute totals correctly.",
+        "adapter": "b",
+    },
     {"name": "tool_calling_precision", "definition": "Call tools with exactly the right arguments.", "adapter": "c"},
     {"name": "multi_step_task_completion", "definition": "Finish every step of a compound request.", "adapter": "d"},
 ]
@@ -59,12 +67,22 @@ def bench_routing(model_dir: Path, repeats: int) -> None:
     print(f"routing prompt: {ids['input_ids'].shape[1]} tokens, {len(router.labels)} labels")
     print(f"route (one forward pass): p50 {p50(route) * 1e3:.1f} ms")
     for new in (1, 4, 16):
+
         def gen(n: int = new) -> None:
             with torch.inference_mode():
-                scorer.model.generate(**ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=scorer.tokenizer.pad_token_id)
+                scorer.model.generate(
+                    **ids,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    do_sample=False,
+                    pad_token_id=scorer.tokenizer.pad_token_id,
+                )
+
         gen()
         g = [timed(gen) for _ in range(repeats)]
-        print(f"generate {new:2d} token(s): p50 {p50(g) * 1e3:.1f} ms  -> ratio generate/route {p50(g) / p50(route):.1f}x")
+        print(
+            f"generate {new:2d} token(s): p50 {p50(g) * 1e3:.1f} ms  -> ratio generate/route {p50(g) / p50(route):.1f}x"
+        )
 
 
 class InstantBackend:
@@ -76,8 +94,15 @@ class InstantBackend:
     def adapters(self) -> list[str]:
         return ["a"]
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, adapter: str | None, temperature: float,
-                      max_new_tokens: int | None) -> Message:
+    async def respond(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        adapter: str | None,
+        temperature: float,
+        max_new_tokens: int | None,
+    ) -> Message:
         return Message.assistant("ok")
 
 
@@ -114,11 +139,17 @@ def bench_local_overhead(model_dir: Path, requests: int) -> None:
     from gapforge.serving.multi_adapter import MultiAdapterModel
 
     backend = MultiAdapterModel(model_dir, {}, max_new_tokens=1, name="base")
-    body = {"model": ROUTED_MODEL, "messages": [{"role": "user", "content": MESSAGE}], "temperature": 0, "max_tokens": 1}
+    body = {
+        "model": ROUTED_MODEL,
+        "messages": [{"role": "user", "content": MESSAGE}],
+        "temperature": 0,
+        "max_tokens": 1,
+    }
     msgs = [Message.user(MESSAGE)]
     with RoutedServer(RoutedApp(backend, lambda _m: BaseDecision())) as server, httpx.Client(timeout=60) as client:
         url = server.base_url
         client.post(url + "/chat/completions", json=body)  # warm-up; routes once, then cached
+
         def call_direct() -> None:
             loop = server._loop  # the server's own loop (a bench may peek)
             assert loop is not None
@@ -190,9 +221,13 @@ def bench_overhead(requests: int) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"direct backend call: p50 {p50(direct) * 1e3:.3f} ms; endpoint handler alone (parse, route cache, answer): p50 {p50(handler) * 1e3:.3f} ms")
-    print(f"routed endpoint over HTTP (httpx, server in its own process, cached route): p50 {p50(http) * 1e3:.2f} ms"
-          f" -> added {(p50(http) - p50(direct)) * 1e3:.2f} ms")
+    print(
+        f"direct backend call: p50 {p50(direct) * 1e3:.3f} ms; endpoint handler alone (parse, route cache, answer): p50 {p50(handler) * 1e3:.3f} ms"
+    )
+    print(
+        f"routed endpoint over HTTP (httpx, server in its own process, cached route): p50 {p50(http) * 1e3:.2f} ms"
+        f" -> added {(p50(http) - p50(direct)) * 1e3:.2f} ms"
+    )
     print(f"routed endpoint (openai client): p50 {p50(sdk) * 1e3:.2f} ms (client-side cost included)")
 
 

@@ -34,13 +34,28 @@ BROKEN = ROOT / "tests" / "sandbox" / "broken"
 HEALTHY = ROOT / "tests" / "sandbox" / "envs" / "counter_env.py"
 EXAMPLES = sorted(p for p in (ROOT / "envs" / "examples").glob("*.py") if p.name != "__init__.py")
 # module -> (the kind its first call fails with, the call timeout the hostile tests give it)
-FAILING = {"memory_hog": ("oom", 3.0), "spin": ("timeout", 1.0), "sleep": ("timeout", 1.0), "fd_flood": ("timeout", 1.0),
-           "print_flood": ("output_flood", 3.0), "hard_exit": ("crash", 3.0), "channel_garbage": ("bad_output", 3.0)}
+FAILING = {
+    "memory_hog": ("oom", 3.0),
+    "spin": ("timeout", 1.0),
+    "sleep": ("timeout", 1.0),
+    "fd_flood": ("timeout", 1.0),
+    "print_flood": ("output_flood", 3.0),
+    "hard_exit": ("crash", 3.0),
+    "channel_garbage": ("bad_output", 3.0),
+}
 
 
 def hostile_config(call_timeout_s: float) -> SandboxConfig:
-    return SandboxConfig(backend="docker", memory_mb=128, cpus=1.0, pids_limit=32, call_timeout_s=call_timeout_s,
-                         start_timeout_s=20.0, pool_size=1, max_output_bytes=64_000)
+    return SandboxConfig(
+        backend="docker",
+        memory_mb=128,
+        cpus=1.0,
+        pids_limit=32,
+        call_timeout_s=call_timeout_s,
+        start_timeout_s=20.0,
+        pool_size=1,
+        max_output_bytes=64_000,
+    )
 
 
 def time_to_failure(path: Path, cfg: SandboxConfig) -> tuple[float, str]:
@@ -69,8 +84,20 @@ def hostile() -> None:
 def validate(path: Path, target: str, workspace: Path) -> tuple[float, float, int]:
     """Wall seconds of `gapforge env validate`, the checks' seconds from its report, its exit code."""
     out = workspace / f"{path.stem}.json"
-    cmd = [sys.executable, "-m", "gapforge.cli", "env", "validate", str(path), "--target", target, "--json", str(out),
-           "--set", f"workspace={workspace}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gapforge.cli",
+        "env",
+        "validate",
+        str(path),
+        "--target",
+        target,
+        "--json",
+        str(out),
+        "--set",
+        f"workspace={workspace}",
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
@@ -86,8 +113,14 @@ def validation() -> None:
             wall, checks, code = validate(path, "shop", workspace)
             print(f"example {path.stem:<30} {wall:6.2f} s / {checks:6.2f} s  exit {code}")
         for path in sorted(BROKEN.glob("*.py")):
-            target = next((line.split("=", 1)[1].strip().strip("\"'") for line in path.read_text().splitlines()
-                           if line.startswith("VALIDATE_TARGET")), "shop")
+            target = next(
+                (
+                    line.split("=", 1)[1].strip().strip("\"'")
+                    for line in path.read_text().splitlines()
+                    if line.startswith("VALIDATE_TARGET")
+                ),
+                "shop",
+            )
             wall, checks, code = validate(path, target, workspace)
             print(f"broken  {path.stem:<30} {wall:6.2f} s / {checks:6.2f} s  exit {code}")
 

@@ -30,7 +30,9 @@ DEFAULT_MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 
 def _message(i: int, action: dict[str, Any]) -> Message:
     if "tool" in action:
-        return Message.assistant(tool_calls=[ToolCall(id=f"c{i}", name=action["tool"], arguments=action.get("arguments", {}))])
+        return Message.assistant(
+            tool_calls=[ToolCall(id=f"c{i}", name=action["tool"], arguments=action.get("arguments", {}))]
+        )
     return Message.assistant(str(action.get("say", "")))
 
 
@@ -78,7 +80,9 @@ def main() -> None:
     ap.add_argument("--backend", choices=["docker", "process"], default="docker")
     args = ap.parse_args()
     cfg = SandboxConfig(backend=args.backend, pool_size=2)
-    print(f"module {args.module.relative_to(ROOT) if args.module.is_relative_to(ROOT) else args.module}, backend {args.backend}")
+    print(
+        f"module {args.module.relative_to(ROOT) if args.module.is_relative_to(ROOT) else args.module}, backend {args.backend}"
+    )
 
     local = InProcessSyntheticEnv(args.module)
     solutions = {s: local.env_class().solution(s) for s in range(20)}
@@ -91,8 +95,12 @@ def main() -> None:
         print("-- step round trip")
         med_sb = summary("sandboxed step", sandboxed)
         med_ip = summary("in-process step", in_process)
-        print(f"{'steps/s':<38} sandboxed {len(sandboxed) / sum(sandboxed):9.0f}   in-process {len(in_process) / sum(in_process):9.0f}")
-        print(f"{'ratio sandboxed / in-process (median)':<38} {med_sb / med_ip:.1f}x   (overhead {1e3 * (med_sb - med_ip):.3f} ms)")
+        print(
+            f"{'steps/s':<38} sandboxed {len(sandboxed) / sum(sandboxed):9.0f}   in-process {len(in_process) / sum(in_process):9.0f}"
+        )
+        print(
+            f"{'ratio sandboxed / in-process (median)':<38} {med_sb / med_ip:.1f}x   (overhead {1e3 * (med_sb - med_ip):.3f} ms)"
+        )
 
         print("-- acquire")
 
@@ -101,7 +109,10 @@ def main() -> None:
             pool.wait_warm(60)
 
         summary("warm acquire (pre-started, load)", timed(lambda: pool.acquire(args.module), 10, fresh))
-        summary("warm acquire (idle, same module)", timed(lambda: SandboxedEnv(args.module, cfg, pool), 10, lambda e: e.close()))
+        summary(
+            "warm acquire (idle, same module)",
+            timed(lambda: SandboxedEnv(args.module, cfg, pool), 10, lambda e: e.close()),
+        )
     summary("cold start (create+start+load)", timed(lambda: SandboxedEnv(args.module, cfg), 5, lambda e: e.close()))
     print("targets: median step <= 2 ms, warm acquire <= 50 ms")
 

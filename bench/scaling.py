@@ -30,13 +30,23 @@ sys.path.insert(0, str(ROOT))
 from gapforge.evaluation.rollout_scaling import per_1000, run_curve_points, scaling_plot, scaling_rows, scaling_table
 from gapforge.store.db import Store
 
-CURVE = ["evaluation.baseline_grpo=true", "evaluation.min_family_episodes=40", "training.early_stopping=false", "evaluation.scaling_curve=true"]
+CURVE = [
+    "evaluation.baseline_grpo=true",
+    "evaluation.min_family_episodes=40",
+    "training.early_stopping=false",
+    "evaluation.scaling_curve=true",
+]
 
 
 def demo_run(seed: int, workspace: Path, extra: list[str]) -> tuple[str, float, str]:
     """One demo run with the curve settings and training seed `seed`: (run id, wall seconds, its output)."""
     sets = [*CURVE, f"training.seed={seed}", f"workspace={workspace}", *extra]
-    cmd = [sys.executable, "-c", "import sys; from gapforge.cli import main; sys.argv[0] = 'gapforge'; sys.exit(main())", "demo"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from gapforge.cli import main; sys.argv[0] = 'gapforge'; sys.exit(main())",
+        "demo",
+    ]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()
@@ -44,7 +54,9 @@ def demo_run(seed: int, workspace: Path, extra: list[str]) -> tuple[str, float, 
     wall = time.perf_counter() - t0
     runs = re.findall(r"^run (r-[\w-]+)\s*$", proc.stdout, flags=re.M)
     if proc.returncode != 0 or not runs:
-        sys.exit(f"seed {seed}: the demo ended with exit code {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        sys.exit(
+            f"seed {seed}: the demo ended with exit code {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return runs[-1], wall, proc.stdout
 
 
@@ -56,9 +68,13 @@ def rows_of(workspace: Path, run_id: str) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (training.seed)")
-    ap.add_argument("--out", default=None, help="one workspace per seed under this directory (default: a temporary one)")
+    ap.add_argument(
+        "--out", default=None, help="one workspace per seed under this directory (default: a temporary one)"
+    )
     ap.add_argument("--plot", default=str(ROOT / "docs" / "experiments" / "rollout_scaling.png"))
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="more demo overrides (dotted.key=value)")
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="more demo overrides (dotted.key=value)"
+    )
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-scaling-"))
     series: dict[str, list[dict]] = {}
@@ -66,7 +82,10 @@ def main() -> None:
         workspace = out / f"seed-{seed}"
         run_id, wall, _ = demo_run(seed, workspace, args.overrides)
         rows = series[f"seed {seed}"] = rows_of(workspace, run_id)
-        print(f"\n## training seed {seed}: run {run_id} ({workspace}), demo with the curve {wall / 60:.1f} min\n", flush=True)
+        print(
+            f"\n## training seed {seed}: run {run_id} ({workspace}), demo with the curve {wall / 60:.1f} min\n",
+            flush=True,
+        )
         print("\n".join(scaling_table(rows)))
         for who, name in (("trace", "TRACE"), ("grpo", "GRPO-on-target")):
             rate = per_1000(rows, who)
@@ -75,7 +94,9 @@ def main() -> None:
     for who, name in (("trace", "TRACE"), ("grpo", "GRPO-on-target")):
         rates = [r for rows in series.values() if (r := per_1000(rows, who)) is not None]
         if rates:
-            print(f"{name}: {sum(rates) / len(rates):+.1f} points per 1,000 training rollouts (seeds: {', '.join(f'{r:+.1f}' for r in rates)})")
+            print(
+                f"{name}: {sum(rates) / len(rates):+.1f} points per 1,000 training rollouts (seeds: {', '.join(f'{r:+.1f}' for r in rates)})"
+            )
     plot = scaling_plot(series, args.plot)
     print(f"\nplot: {plot}")
 

@@ -75,8 +75,15 @@ def build_run(workspace: Path, base: Path) -> str:
             store.set_capability_retained(run, cap, True)
             path = random_adapter(base, workspace / "adapters" / run / cap, seed=seed + 1)
             store.put_adapter(run, cap, path=str(path), metrics={}, status="done", capability=cap)
-        store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=tasks[::2], heldout_tasks=tasks[1::2],
-                        families={t: shop.task_family(t) for t in tasks})
+        store.put_split(
+            run,
+            env="shop",
+            seed=0,
+            fraction=0.5,
+            analysis_tasks=tasks[::2],
+            heldout_tasks=tasks[1::2],
+            families={t: shop.task_family(t) for t in tasks},
+        )
     return run
 
 
@@ -157,7 +164,9 @@ class Load:
             self.rss[self.done] = self.server.rss_mb()
 
 
-async def conversation(client: openai.AsyncOpenAI, env_name: str, task: str, conv: str, load: Load, args: argparse.Namespace) -> None:
+async def conversation(
+    client: openai.AsyncOpenAI, env_name: str, task: str, conv: str, load: Load, args: argparse.Namespace
+) -> None:
     env = make_env(env_name)
     tools = env.tools()
     wire = [m.to_openai() for m in env.reset(task)]
@@ -167,7 +176,13 @@ async def conversation(client: openai.AsyncOpenAI, env_name: str, task: str, con
         start = time.perf_counter()
         try:
             raw = await client.chat.completions.with_raw_response.create(
-                model=ROUTED, messages=wire, tools=tools, max_tokens=args.max_tokens, temperature=0, extra_headers={"X-Conversation-Id": conv})
+                model=ROUTED,
+                messages=wire,
+                tools=tools,
+                max_tokens=args.max_tokens,
+                temperature=0,
+                extra_headers={"X-Conversation-Id": conv},
+            )
         except openai.APIStatusError as e:
             load.finished(str(e.status_code), None)
             return
@@ -178,7 +193,10 @@ async def conversation(client: openai.AsyncOpenAI, env_name: str, task: str, con
         answer = raw.parse()
         load.adapters[raw.headers.get("X-Gapforge-Adapter", "?")] += 1
         said = answer.choices[0].message
-        calls = [ToolCall(id=tc.id, name=tc.function.name, arguments=json.loads(tc.function.arguments or "{}")) for tc in said.tool_calls or []]
+        calls = [
+            ToolCall(id=tc.id, name=tc.function.name, arguments=json.loads(tc.function.arguments or "{}"))
+            for tc in said.tool_calls or []
+        ]
         reply = Message.assistant(said.content, calls)
         wire.append(reply.to_openai())
         result = env.step(reply)
@@ -187,7 +205,9 @@ async def conversation(client: openai.AsyncOpenAI, env_name: str, task: str, con
             return
 
 
-async def phase(root: str, env_name: str, tasks: list[str], load: Load, workers: int, args: argparse.Namespace, tag: str) -> float:
+async def phase(
+    root: str, env_name: str, tasks: list[str], load: Load, workers: int, args: argparse.Namespace, tag: str
+) -> float:
     """Conversations on `workers` lanes until the load's limit; returns the wall seconds."""
     client = openai.AsyncOpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0, timeout=args.request_timeout)
     counter = iter(range(10**9))
@@ -207,18 +227,24 @@ def describe(name: str, latency: list[float], seconds: float) -> tuple[float, fl
     p50 = statistics.median(latency)
     p95 = statistics.quantiles(latency, n=20)[-1] if len(latency) >= 20 else max(latency)
     rate = len(latency) / seconds
-    print(f"{name}: {len(latency)} answered in {seconds:.1f} s -> {rate:.2f} req/s; latency p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms")
+    print(
+        f"{name}: {len(latency)} answered in {seconds:.1f} s -> {rate:.2f} req/s; latency p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms"
+    )
     return p50, p95, rate
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workspace", type=Path, help="the workspace holding --run (e.g. a demo's .gapforge)")
-    ap.add_argument("--run", help="the run to serve (its stored config, adapters and router); default: a small run built here")
+    ap.add_argument(
+        "--run", help="the run to serve (its stored config, adapters and router); default: a small run built here"
+    )
     ap.add_argument("--model", type=Path, default=SHOP_POLICY_DIR, help="the base of the run built here")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--requests", type=int, default=2000, help="requests in all (the RSS marks: 200 and this)")
-    ap.add_argument("--sequential", type=int, default=40, help="requests sent one at a time before the concurrent phase")
+    ap.add_argument(
+        "--sequential", type=int, default=40, help="requests sent one at a time before the concurrent phase"
+    )
     ap.add_argument("--turns", type=int, default=4, help="assistant turns per conversation at most")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--max-seconds", type=float, default=1800, help="the whole load stops after this")
@@ -234,8 +260,10 @@ def main() -> None:
             run = build_run(workspace, base)
             print(f"built run {run} in {workspace}: base {base}, adapters {', '.join(CAPS)}")
         env_name, tasks, same = heldout(workspace, run)
-        print(f"conversations: {len(tasks)} held-out {env_name} tasks (openings equal to the run's episodes': {same}); "
-              f"up to {args.turns} turns, max_tokens {args.max_tokens}, greedy")
+        print(
+            f"conversations: {len(tasks)} held-out {env_name} tasks (openings equal to the run's episodes': {same}); "
+            f"up to {args.turns} turns, max_tokens {args.max_tokens}, greedy"
+        )
         server = Server(workspace, run, base)
         try:
             deadline = time.monotonic() + args.max_seconds
@@ -246,13 +274,15 @@ def main() -> None:
             one = list(load.latency)
             load.limit = args.requests
             seconds_n = asyncio.run(phase(server.root, env_name, tasks, load, args.concurrency, args, "conc"))
-            many = load.latency[len(one):]
+            many = load.latency[len(one) :]
             counts = httpx.get(server.root + "/health").json().get("counts", {})
         finally:
             code = server.stop() if server.proc.poll() is None else server.proc.returncode
     p50_1, p95_1, rate_1 = describe("concurrency 1", one, seconds_1)
     p50_n, p95_n, rate_n = describe(f"concurrency {args.concurrency}", many, seconds_n)
-    print(f"ratio concurrency {args.concurrency} / 1: throughput {rate_n / rate_1:.2f}x, p50 latency {p50_n / p50_1:.2f}x, p95 latency {p95_n / p95_1:.2f}x")
+    print(
+        f"ratio concurrency {args.concurrency} / 1: throughput {rate_n / rate_1:.2f}x, p50 latency {p50_n / p50_1:.2f}x, p95 latency {p95_n / p95_1:.2f}x"
+    )
     statuses = dict(sorted(load.status.items()))
     fives = sum(n for s, n in load.status.items() if s.isdigit() and s.startswith("5"))
     print(f"answers by status: {statuses}; 5xx: {fives}; server counts: {counts}")
@@ -260,7 +290,9 @@ def main() -> None:
     rss = load.rss
     if 200 in rss and args.requests in rss:
         last = rss[args.requests]
-        print(f"server RSS: {rss[200]:.0f} MB after 200 requests, {last:.0f} MB after {args.requests} -> ratio {last / rss[200]:.3f}")
+        print(
+            f"server RSS: {rss[200]:.0f} MB after 200 requests, {last:.0f} MB after {args.requests} -> ratio {last / rss[200]:.3f}"
+        )
     else:
         print(f"server RSS at the marks reached: {rss} (the load stopped at {load.done} requests)")
     print(f"gapforge serve exit code after SIGTERM: {code}")

@@ -32,7 +32,12 @@ from gapforge.agents.config import PolicyConfig
 from gapforge.agents.deps import StageDeps
 from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.agents.synthesis.recorded import recorded_synthesis_model
-from gapforge.agents.synthesis.service import avalidate_stored_attempt, decided_attempts, generate_attempt, synthesis_result
+from gapforge.agents.synthesis.service import (
+    avalidate_stored_attempt,
+    decided_attempts,
+    generate_attempt,
+    synthesis_result,
+)
 from gapforge.graph.capability import repair
 from gapforge.graph.context import SynthesisAttempt, ValidationDone
 from gapforge.sandbox.checks.probe import action_message
@@ -98,10 +103,18 @@ def story(label: str, seeds: int, policy=None, runner=None) -> None:
     sandbox = SandboxConfig(memory_mb=256, call_timeout_s=5.0, pool_size=1)
     with SandboxPool(sandbox, size=1) as pool:
         model = recorded_synthesis_model()
-        deps = StageDeps(open_store=lambda: store, open_pool=lambda: pool, policy_factory=lambda _cfg: policy,
-                         chat_model_factory=lambda role: model, sandbox=sandbox, readiness=GRPOReadinessConfig(),
-                         synthesis=SynthesisConfig(max_attempts=3, validation_seeds=seeds), workspace=Workspace(tmp),
-                         policy=PolicyConfig(kind="scripted" if policy is None else "local"), episode_runner=runner)
+        deps = StageDeps(
+            open_store=lambda: store,
+            open_pool=lambda: pool,
+            policy_factory=lambda _cfg: policy,
+            chat_model_factory=lambda role: model,
+            sandbox=sandbox,
+            readiness=GRPOReadinessConfig(),
+            synthesis=SynthesisConfig(max_attempts=3, validation_seeds=seeds),
+            workspace=Workspace(tmp),
+            policy=PolicyConfig(kind="scripted" if policy is None else "local"),
+            episode_runner=runner,
+        )
         print(f"\n== {label} ({seeds} seeds, max 3 attempts, GRPO readiness G=8 x K=4)")
         print(f"{'capability':28} {'#':>2} {'status':9} {'stage':12} {'s':>6} {'rollouts':>8}  failed checks / review")
         per_attempt: list[float] = []
@@ -110,18 +123,24 @@ def story(label: str, seeds: int, policy=None, runner=None) -> None:
             result = asyncio.run(synthesize_capability(deps, run, cap))
             for a in result.attempts:
                 per_attempt.append(a.seconds) if a.stage != "static_gate" else None
-                print(f"{cap:28} {a.attempt:>2} {a.status:9} {a.stage:12} {a.seconds:6.2f} {a.rollouts:>8}  "
-                      f"{', '.join(a.failed_checks) or '-'} / review {a.review or '-'}")
-            print(f"{cap:28} -> {result.status}, {result.rollouts} rollouts, {time.perf_counter() - t0:.1f} s"
-                  + (f" ({result.reason})" if result.reason else ""))
+                print(
+                    f"{cap:28} {a.attempt:>2} {a.status:9} {a.stage:12} {a.seconds:6.2f} {a.rollouts:>8}  "
+                    f"{', '.join(a.failed_checks) or '-'} / review {a.review or '-'}"
+                )
+            print(
+                f"{cap:28} -> {result.status}, {result.rollouts} rollouts, {time.perf_counter() - t0:.1f} s"
+                + (f" ({result.reason})" if result.reason else "")
+            )
         rows = [r for cap in CAPS for r in store.synthetic_envs(run, cap)]
         stages: dict[str, list[float]] = {}
         for r in rows:
             v = store.get_validation(r.id)
             for name, s in (v.report.get("check_seconds") or {}).items():
                 stages.setdefault(name, []).append(s)
-        print(f"sandboxed attempts: mean {mean(per_attempt):.2f} s per attempt over {len(per_attempt)};"
-              " per check (mean s): " + ", ".join(f"{k} {mean(v):.2f}" for k, v in stages.items()))
+        print(
+            f"sandboxed attempts: mean {mean(per_attempt):.2f} s per attempt over {len(per_attempt)};"
+            " per check (mean s): " + ", ".join(f"{k} {mean(v):.2f}" for k, v in stages.items())
+        )
     store.close()
 
 

@@ -44,7 +44,9 @@ def main() -> None:
     rows = teach._rows(tok, trajs, env.tools(), 1, 0)[: args.rows]
     cfg = teach.TeachConfig(batch_size=2)
     tokens = sum(len(r["input_ids"]) for r in rows)
-    print(f"{args.model.name}: {len(rows)} teach examples ({tokens} tokens), batch 2, 1 epoch, {args.threads} thread(s)")
+    print(
+        f"{args.model.name}: {len(rows)} teach examples ({tokens} tokens), batch 2, 1 epoch, {args.threads} thread(s)"
+    )
     results = {}
     for ckpt in (True, False, True, False):  # each twice, interleaved: the machine's load drifts
         model = AutoModelForCausalLM.from_pretrained(args.model)
@@ -53,7 +55,9 @@ def main() -> None:
             teach._sft(model, tok, rows, 1.0, 1e-3, cfg, Path(work), lambda _m: None, checkpointing=ckpt)
             s = time.perf_counter() - t0
         results.setdefault(ckpt, []).append((s, {k: v.clone() for k, v in model.state_dict().items()}))
-        print(f"activation checkpointing {'on ' if ckpt else 'off'}: {s:6.1f} s, {tokens / s:6.0f} tokens/s", flush=True)
+        print(
+            f"activation checkpointing {'on ' if ckpt else 'off'}: {s:6.1f} s, {tokens / s:6.0f} tokens/s", flush=True
+        )
     on, off = min(s for s, _ in results[True]), min(s for s, _ in results[False])
     same = all(torch.equal(results[True][0][1][k], w) for k, w in results[False][0][1].items())
     print(f"off is x{on / off:.2f} faster than on (best of 2 each); trained weights equal bit for bit: {same}")

@@ -49,11 +49,20 @@ def main() -> None:
         model_dir = str(build_tiny_model(tmp / "tiny"))
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    spec = EnvSpec(kind="trusted", module=str(MODULE)) if args.backend == "trusted" else \
-        EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": args.backend})
+    spec = (
+        EnvSpec(kind="trusted", module=str(MODULE))
+        if args.backend == "trusted"
+        else EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": args.backend})
+    )
     make_env, close = open_factory(spec, pool_size=args.k)
-    cfg = TrainingConfig.tiny(max_steps=args.steps, num_generations=args.k, groups_per_step=args.groups, max_turns=6,
-                              max_new_tokens=args.max_new_tokens, save_every=1000)
+    cfg = TrainingConfig.tiny(
+        max_steps=args.steps,
+        num_generations=args.k,
+        groups_per_step=args.groups,
+        max_turns=6,
+        max_new_tokens=args.max_new_tokens,
+        save_every=1000,
+    )
     step_times: list[float] = []
 
     class Timer(TrainerCallback):
@@ -69,18 +78,24 @@ def main() -> None:
         trainer.train()
     finally:
         close()
-    print(f"model {model_dir}  backend {args.backend}  K={args.k} groups={args.groups}  max_new_tokens={args.max_new_tokens}")
+    print(
+        f"model {model_dir}  backend {args.backend}  K={args.k} groups={args.groups}  max_new_tokens={args.max_new_tokens}"
+    )
     print("step  total_s  generation_s  env_s  fwd_bwd_s  env_share  rollouts/s")
     for i, (total, s) in enumerate(zip(step_times, rec.steps), 1):
         other = s.wall_s - s.gen_s - s.env_s  # tokenizing, parsing, template deltas
         fwd_bwd = total - s.wall_s
-        print(f"{i:4d}  {total:7.2f}  {s.gen_s:12.2f}  {s.env_s:5.3f}  {fwd_bwd:9.2f}  {s.env_s / total:9.1%}  "
-              f"{s.rollouts / total:10.2f}  (rollout bookkeeping {other:.2f}s)")
+        print(
+            f"{i:4d}  {total:7.2f}  {s.gen_s:12.2f}  {s.env_s:5.3f}  {fwd_bwd:9.2f}  {s.env_s / total:9.1%}  "
+            f"{s.rollouts / total:10.2f}  (rollout bookkeeping {other:.2f}s)"
+        )
     tot = sum(step_times)
     env = sum(s.env_s for s in rec.steps)
     gen = sum(s.gen_s for s in rec.steps)
-    print(f"all   {tot:7.2f}  gen {gen / tot:.1%}  env {env / tot:.1%}  fwd/bwd {(tot - sum(s.wall_s for s in rec.steps)) / tot:.1%}  "
-          f"rollouts/s {sum(s.rollouts for s in rec.steps) / tot:.2f}")
+    print(
+        f"all   {tot:7.2f}  gen {gen / tot:.1%}  env {env / tot:.1%}  fwd/bwd {(tot - sum(s.wall_s for s in rec.steps)) / tot:.1%}  "
+        f"rollouts/s {sum(s.rollouts for s in rec.steps) / tot:.2f}"
+    )
 
 
 if __name__ == "__main__":

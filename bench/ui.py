@@ -35,13 +35,26 @@ TARGET_MS = 300.0
 def build(ws_root: Path, episodes: int, capabilities: int, passes: int) -> float:
     ws = ws_root / "ws"
     ws.mkdir(parents=True, exist_ok=True)
-    (ws / "lineage.json").write_text(json.dumps({"samples": math.ceil(episodes / SHOP_TASKS), "capabilities": capabilities,
-                                                 "failing_attempts": 2, "trials": 2, "steps": 12}))  # fmt: skip
+    (ws / "lineage.json").write_text(
+        json.dumps(
+            {
+                "samples": math.ceil(episodes / SHOP_TASKS),
+                "capabilities": capabilities,
+                "failing_attempts": 2,
+                "trials": 2,
+                "steps": 12,
+            }
+        )
+    )
     config = ws_root / "config.yaml"
-    config.write_text(f"workspace: {ws}\nanalysis: {{passes: {passes}, bootstrap: 200}}\nsynthesis: {{max_attempts: 3}}\nstages: fixtures\n")
+    config.write_text(
+        f"workspace: {ws}\nanalysis: {{passes: {passes}, bootstrap: 200}}\nsynthesis: {{max_attempts: 3}}\nstages: fixtures\n"
+    )
     t0 = time.perf_counter()
     drive = "import sys; from pathlib import Path; from tests.ui.conftest import drive_lineage; print(drive_lineage(Path(sys.argv[1])))"
-    out = subprocess.run([sys.executable, "-c", drive, str(config)], cwd=ROOT, capture_output=True, text=True)  # the graph over tests/ui/lineage.py
+    out = subprocess.run(
+        [sys.executable, "-c", drive, str(config)], cwd=ROOT, capture_output=True, text=True
+    )  # the graph over tests/ui/lineage.py
     if out.returncode != 0:
         sys.exit(f"building the store failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     return time.perf_counter() - t0
@@ -92,8 +105,10 @@ def main() -> None:
         ep = reader.episodes_page(run, offset=deep, limit=1).rows[0].id
         cap = caps[-1].name
         lack_pages = reader.label_counts(run, cap).get("LACKING", 0) // 50
-    print(f"store: run {run}, {n_eps} episodes, {len(caps)} capabilities, {len(attempts)} env attempts, {len(adapters)} adapters, "
-          f"{ns.passes} labeling passes; {labels} labeled episodes per capability")  # fmt: skip
+    print(
+        f"store: run {run}, {n_eps} episodes, {len(caps)} capabilities, {len(attempts)} env attempts, {len(adapters)} adapters, "
+        f"{ns.passes} labeling passes; {labels} labeled episodes per capability"
+    )
     pages = {
         "static file (baseline)": "/static/ui.css",
         "runs": "/",
@@ -110,7 +125,9 @@ def main() -> None:
         "adapter": f"/runs/{run}/adapter?name={adapters[-1].name}",
         "evaluation": f"/runs/{run}/evaluation",
     }
-    settings = UiSettings(store_url=url, checkpoint_path=ws / "checkpoints.sqlite", workspace=ws, allowed_hosts=("testserver",))
+    settings = UiSettings(
+        store_url=url, checkpoint_path=ws / "checkpoints.sqlite", workspace=ws, allowed_hosts=("testserver",)
+    )
     with TestClient(create_app(settings)) as client:
         for u in pages.values():
             server_ms(client, u)  # warm: imports, first connection, template compilation
@@ -121,10 +138,14 @@ def main() -> None:
     base_p50 = results["static file (baseline)"][0]
     print(f"\n{'page':32s} {'p50 ms':>8s} {'p95 ms':>8s} {'p95/target':>10s} {'p50/baseline':>12s}")
     for name, (p50, p95) in results.items():
-        print(f"{name:32s} {p50:8.1f} {p95:8.1f} {p95 / TARGET_MS:10.2f} {p50 / base_p50 if base_p50 else float('nan'):12.1f}")
+        print(
+            f"{name:32s} {p50:8.1f} {p95:8.1f} {p95 / TARGET_MS:10.2f} {p50 / base_p50 if base_p50 else float('nan'):12.1f}"
+        )
     worst = max(p95 for n, (_, p95) in results.items())
-    print(f"\nworst p95 {worst:.1f} ms (target {TARGET_MS:.0f} ms): {'meets' if worst <= TARGET_MS else 'MISSES'} the target; "
-          f"{ns.requests} requests per page")  # fmt: skip
+    print(
+        f"\nworst p95 {worst:.1f} ms (target {TARGET_MS:.0f} ms): {'meets' if worst <= TARGET_MS else 'MISSES'} the target; "
+        f"{ns.requests} requests per page"
+    )
     if tmp is not None:
         import shutil
 

@@ -23,8 +23,15 @@ from gapforge.faults import InputFault
 
 SHIPPED = SHOP_POLICY_DIR
 MAX_BYTES = 25 * 1024 * 1024
-FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-         "chat_template.jinja", "special_tokens_map.json")
+FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
 
 
 class ArtifactError(InputFault):
@@ -40,21 +47,27 @@ def load_card(path: str | Path = SHIPPED) -> dict[str, Any]:
     p = Path(path)
     card_path = p / "teach.json"
     if not card_path.is_file() or not (p / "model.safetensors").is_file():
-        raise ArtifactError(f"no shipped base policy in {p}: restore it from git (`git checkout -- {p}`) or rebuild it as "
-                            "demo_policy/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)")
+        raise ArtifactError(
+            f"no shipped base policy in {p}: restore it from git (`git checkout -- {p}`) or rebuild it as "
+            "demo_policy/README.md says (`gapforge dev teach --recipe ... --first-pass ... --ship`)"
+        )
     card = json.loads(card_path.read_text())
     actual = weights_sha256(p)
     if card.get("weights_sha256") != actual:
-        raise ArtifactError(f"{p}/model.safetensors does not match teach.json (sha256 {actual[:12]} != "
-                            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as demo_policy/README.md says")
+        raise ArtifactError(
+            f"{p}/model.safetensors does not match teach.json (sha256 {actual[:12]} != "
+            f"{str(card.get('weights_sha256'))[:12]}): restore it from git or rebuild it as demo_policy/README.md says"
+        )
     return card
 
 
 def describe(path: str | Path = SHIPPED) -> str:
     """One line naming the artifact: where, its recipe hash and weights hash, its size."""
     card = load_card(path)
-    return (f"{path} (tiny Qwen3, {card['parameters']:,} parameters, taught offline with planted deficits; "
-            f"recipe {card['recipe_hash']}, weights sha256 {card['weights_sha256'][:12]})")
+    return (
+        f"{path} (tiny Qwen3, {card['parameters']:,} parameters, taught offline with planted deficits; "
+        f"recipe {card['recipe_hash']}, weights sha256 {card['weights_sha256'][:12]})"
+    )
 
 
 def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
@@ -64,7 +77,9 @@ def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
     present = [f for f in FILES if (src / f).is_file()]
     size = sum((src / f).stat().st_size for f in present)
     if size > MAX_BYTES:
-        raise ArtifactError(f"the build is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB an artifact in the repo may take")
+        raise ArtifactError(
+            f"the build is {size / 2**20:.1f} MiB, over the {MAX_BYTES / 2**20:.0f} MiB an artifact in the repo may take"
+        )
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -73,11 +88,21 @@ def ship(build: str | Path, dest: str | Path, measured: dict[str, Any]) -> Path:
     _drop_load_flags(tmp / "tokenizer_config.json")
     import torch
 
-    card = {**meta, "weights_sha256": weights_sha256(tmp), "bytes": sum((tmp / f).stat().st_size for f in present), "measured": measured,
-            "build_wall_s": meta.get("wall_s"),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                        "torch": torch.__version__, "threads": meta.get("threads")},
-            "shipped": time.strftime("%Y-%m-%d")}
+    card = {
+        **meta,
+        "weights_sha256": weights_sha256(tmp),
+        "bytes": sum((tmp / f).stat().st_size for f in present),
+        "measured": measured,
+        "build_wall_s": meta.get("wall_s"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": meta.get("threads"),
+        },
+        "shipped": time.strftime("%Y-%m-%d"),
+    }
     (tmp / "teach.json").write_text(json.dumps(card, indent=1))
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
@@ -99,8 +124,16 @@ def _drop_load_flags(path: Path) -> None:
 
 
 # The replay subset a test plays against the shipped card: two tasks of each family, 2 samples each.
-SUBSET = ["shop-lookup-001", "shop-lookup-004", "shop-write-001", "shop-write-007", "shop-compound-001", "shop-compound-005",
-          "shop-refusal-001", "shop-refusal-005"]
+SUBSET = [
+    "shop-lookup-001",
+    "shop-lookup-004",
+    "shop-write-001",
+    "shop-write-007",
+    "shop-compound-001",
+    "shop-compound-005",
+    "shop-refusal-001",
+    "shop-refusal-005",
+]
 # The demo's collection settings (gapforge.demo.DEMO_SETTINGS: policy.temperature, rollouts.max_turns, policy.max_new_tokens).
 DEMO_SAMPLING = {"temperature": 0.7, "max_turns": 10, "max_new_tokens": 96}
 
@@ -115,9 +148,17 @@ def measure(model_dir: str | Path, *, samples: int = 6, concurrency: int = 8) ->
     t0 = time.perf_counter()
     rates = asyncio.run(shop_rates(model_dir, samples=samples, concurrency=concurrency, **DEMO_SAMPLING))
     subset = asyncio.run(shop_rates(model_dir, tasks=SUBSET, samples=2, concurrency=concurrency, **DEMO_SAMPLING))
-    return {"sampling": {**DEMO_SAMPLING, "samples": samples, "tasks": 44}, "rates": rates,
-            "subset": {"tasks": SUBSET, "samples": 2, "successes": subset["all"]["successes"], "episodes": subset["all"]["episodes"]},
-            "measure_s": round(time.perf_counter() - t0, 1)}
+    return {
+        "sampling": {**DEMO_SAMPLING, "samples": samples, "tasks": 44},
+        "rates": rates,
+        "subset": {
+            "tasks": SUBSET,
+            "samples": 2,
+            "successes": subset["all"]["successes"],
+            "episodes": subset["all"]["episodes"],
+        },
+        "measure_s": round(time.perf_counter() - t0, 1),
+    }
 
 
 def speed_reference(path: str | Path = SHIPPED, tokens: int = 96, repeats: int = 3) -> dict[str, float]:

@@ -37,16 +37,36 @@ class TeachConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instances: int = Field(12, ge=1, description="shop instances taught on (k >= 1; instance 0 is held out)")
-    copies: int = Field(1, ge=1, description="trajectories per task of each instance (phrasings and deficit draws vary)")
-    warmup_steps: int = Field(6000, ge=0, description="at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)")
-    drills: int = Field(6, ge=0, description="copy drills per trajectory (short prefixes with fresh ids, demo_policy.teach_data.copy_drills)")
+    copies: int = Field(
+        1, ge=1, description="trajectories per task of each instance (phrasings and deficit draws vary)"
+    )
+    warmup_steps: int = Field(
+        6000,
+        ge=0,
+        description="at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)",
+    )
+    drills: int = Field(
+        6,
+        ge=0,
+        description="copy drills per trajectory (short prefixes with fresh ids, demo_policy.teach_data.copy_drills)",
+    )
     refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
     other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
-    facts_in_opening: float = Field(0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id")
-    split_digits: bool = Field(True, description="digits apart from other characters, one token per digit (or per `digit_group`): copying ids is then the same in every context")
-    digit_group: int = Field(1, ge=1, le=3, description="with split_digits: a run of digits is cut into tokens of this many "
-                             "digits from its left (2: every two-digit string is one token), so a 10-digit id is copied in "
-                             "5 tokens, not 10, and still the same tokens in every context")
+    facts_in_opening: float = Field(
+        0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id"
+    )
+    split_digits: bool = Field(
+        True,
+        description="digits apart from other characters, one token per digit (or per `digit_group`): copying ids is then the same in every context",
+    )
+    digit_group: int = Field(
+        1,
+        ge=1,
+        le=3,
+        description="with split_digits: a run of digits is cut into tokens of this many "
+        "digits from its left (2: every two-digit string is one token), so a 10-digit id is copied in "
+        "5 tokens, not 10, and still the same tokens in every context",
+    )
     vocab_size: int = 3000
     hidden_size: int = 128
     num_layers: int = 4
@@ -57,31 +77,65 @@ class TeachConfig(BaseModel):
     epochs: float = 1.5
     learning_rate: float = 2e-3
     batch_size: int = 2
-    polish_epochs: float = Field(0.0, ge=0, description="a second SFT pass from the first pass's weights on freshly drawn data "
-                                 "(seed + 1, or `polish_seed`: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none")
+    polish_epochs: float = Field(
+        0.0,
+        ge=0,
+        description="a second SFT pass from the first pass's weights on freshly drawn data "
+        "(seed + 1, or `polish_seed`: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none",
+    )
     polish_learning_rate: float = 1e-3
-    polish_promise_repeats: int = Field(0, ge=0, description="in the polish's fresh draw, a refusal with the deficit repeats its "
-                                        "promise this many times when the customer presses (0 = it ends at the first promise)")
-    polish_refusal_skip: float | None = Field(None, ge=0, le=1, description="`refusal_skip` of the polish's fresh draw "
-                                              "(None = the recipe's): re-plants the deficit the decision drills would wear down")
-    polish_look_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, every write looks its "
-                                    "order up first (demo_policy.teach_data.look_first: the shop's address-change gold does not)")
-    polish_ask_email_first: bool = Field(False, description="in the polish's fresh draw and its decision drills, a customer found "
-                                         "by name and zip is first asked for the email, as every other (the opening gives no cue "
-                                         "which lookup applies), and answers with name and zip (demo_policy.teach_data.gold_script)")
-    polish_seed: int | None = Field(None, ge=0, description="seed of the polish's draw, its drills and its batch order (None: "
-                                    "the draw seed + 1, the order `seed`, so a polish continuing a polished build re-reads its "
-                                    "data in the same order). seed + 1 gives that data in another order, `seed` mostly the first "
-                                    "pass's data, any other value a fresh draw")
-    polish_lookup_transfer: float = Field(0.0, ge=0, le=1, description="in the polish's fresh draw, the share of lookup_and_answer "
-                                          "trajectories that read the record holding the asked value and then transfer the customer "
-                                          "to a human agent instead of answering (the second planted deficit, "
-                                          "demo_policy.teach_data.gold_script); with it, that family gets no decision drills")
-    decision_drills: int = Field(0, ge=0, description="gold trajectories per task of each instance cut after a check's result, "
-                                 "trained on that one decision turn (demo_policy.teach_data.decision_drills); they join the last "
-                                 "pass (the polish when there is one); 0 = none")
+    polish_promise_repeats: int = Field(
+        0,
+        ge=0,
+        description="in the polish's fresh draw, a refusal with the deficit repeats its "
+        "promise this many times when the customer presses (0 = it ends at the first promise)",
+    )
+    polish_refusal_skip: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="`refusal_skip` of the polish's fresh draw "
+        "(None = the recipe's): re-plants the deficit the decision drills would wear down",
+    )
+    polish_look_first: bool = Field(
+        False,
+        description="in the polish's fresh draw and its decision drills, every write looks its "
+        "order up first (demo_policy.teach_data.look_first: the shop's address-change gold does not)",
+    )
+    polish_ask_email_first: bool = Field(
+        False,
+        description="in the polish's fresh draw and its decision drills, a customer found "
+        "by name and zip is first asked for the email, as every other (the opening gives no cue "
+        "which lookup applies), and answers with name and zip (demo_policy.teach_data.gold_script)",
+    )
+    polish_seed: int | None = Field(
+        None,
+        ge=0,
+        description="seed of the polish's draw, its drills and its batch order (None: "
+        "the draw seed + 1, the order `seed`, so a polish continuing a polished build re-reads its "
+        "data in the same order). seed + 1 gives that data in another order, `seed` mostly the first "
+        "pass's data, any other value a fresh draw",
+    )
+    polish_lookup_transfer: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="in the polish's fresh draw, the share of lookup_and_answer "
+        "trajectories that read the record holding the asked value and then transfer the customer "
+        "to a human agent instead of answering (the second planted deficit, "
+        "demo_policy.teach_data.gold_script); with it, that family gets no decision drills",
+    )
+    decision_drills: int = Field(
+        0,
+        ge=0,
+        description="gold trajectories per task of each instance cut after a check's result, "
+        "trained on that one decision turn (demo_policy.teach_data.decision_drills); they join the last "
+        "pass (the polish when there is one); 0 = none",
+    )
     seed: int = 0
-    threads: int | None = Field(None, description="torch CPU threads (default: the free cores; not part of the recipe hash)")
+    threads: int | None = Field(
+        None, description="torch CPU threads (default: the free cores; not part of the recipe hash)"
+    )
 
     def recipe_hash(self) -> str:
         h = hashlib.sha256(self.model_dump_json(exclude={"threads"}).encode())
@@ -109,25 +163,44 @@ def _tokenizer(texts: list[str], cfg: TeachConfig):
     # digits in fixed groups from the left of each run (one per digit by default): ids and amounts are copied the same
     # way in every context; every group of `digit_group` digits is made one token (the strings below teach those merges)
     n = cfg.digit_group if cfg.split_digits else 0
-    digits = (pre_tokenizers.Digits(individual_digits=True) if n == 1
-              else pre_tokenizers.Split(Regex(rf"\d{{1,{n}}}"), behavior="isolated"))
+    digits = (
+        pre_tokenizers.Digits(individual_digits=True)
+        if n == 1
+        else pre_tokenizers.Split(Regex(rf"\d{{1,{n}}}"), behavior="isolated")
+    )
     backend.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level]) if n else byte_level
     backend.decoder = decoders.ByteLevel()
-    groups = [f"{i:0{k}d}" for k in range(2, n + 1) for i in range(10 ** k)] if n > 1 else []
-    backend.train_from_iterator(texts + [" ".join(groups)] * 2 if groups else texts, trainer=trainers.BpeTrainer(
-        vocab_size=cfg.vocab_size, min_frequency=2, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    groups = [f"{i:0{k}d}" for k in range(2, n + 1) for i in range(10**k)] if n > 1 else []
+    backend.train_from_iterator(
+        texts + [" ".join(groups)] * 2 if groups else texts,
+        trainer=trainers.BpeTrainer(
+            vocab_size=cfg.vocab_size,
+            min_frequency=2,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     split = [g for g in groups if len(backend.encode(g).ids) != 1]
     if split:
-        raise ValueError(f"digit_group {n}: {len(split)} digit groups are not one token (e.g. {split[0]}); raise vocab_size")
+        raise ValueError(
+            f"digit_group {n}: {len(split)} digit groups are not one token (e.g. {split[0]}); raise vocab_size"
+        )
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  model_max_length=cfg.max_positions, padding_side="left")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=cfg.max_positions,
+        padding_side="left",
+    )
     tok.chat_template = TEMPLATE.read_text()
     return tok
 
 
-def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any]], *, last_only: bool = False) -> dict[str, list[int]]:
+def tokenize_trajectory(
+    tok: Any, messages: list[Any], tools: list[dict[str, Any]], *, last_only: bool = False
+) -> dict[str, list[int]]:
     """input_ids + assistant_masks, built turn by turn exactly like a GRPO rollout. `last_only`: the mask
     covers only the last assistant turn (a drill of one decision)."""
     first = next(i for i, m in enumerate(messages) if m.role == "assistant")
@@ -137,15 +210,20 @@ def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any
     i = first
     while i < len(messages):
         turn = messages[i]
-        turn_ids = encode(tok, render(tok, messages[:i + 1], tools, generation_prompt=False)[len(render(tok, messages[:i], tools, generation_prompt=True)):])
-        turn_ids = turn_ids[:turn_ids.index(tok.eos_token_id) + 1]  # the turn as sampled: text + eos
+        turn_ids = encode(
+            tok,
+            render(tok, messages[: i + 1], tools, generation_prompt=False)[
+                len(render(tok, messages[:i], tools, generation_prompt=True)) :
+            ],
+        )
+        turn_ids = turn_ids[: turn_ids.index(tok.eos_token_id) + 1]  # the turn as sampled: text + eos
         ids += turn_ids
         mask += [0 if last_only and i != last else 1] * len(turn_ids)
         j = i + 1
         while j < len(messages) and messages[j].role != "assistant":
             j += 1
         if j < len(messages):
-            delta = encode(tok, env_delta(tok, messages[:i + 1], messages[i + 1:j], tools))
+            delta = encode(tok, env_delta(tok, messages[: i + 1], messages[i + 1 : j], tools))
             ids += delta
             mask += [0] * len(delta)
         assert turn.role == "assistant"
@@ -153,8 +231,12 @@ def tokenize_trajectory(tok: Any, messages: list[Any], tools: list[dict[str, Any
     return {"input_ids": ids, "assistant_masks": mask}
 
 
-def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callable[[str], None] | None = None,
-          first_pass: str | Path | None = None) -> Path:
+def teach(
+    out_root: str | Path,
+    cfg: TeachConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+    first_pass: str | Path | None = None,
+) -> Path:
     """Build (or reuse) the taught model; returns its directory. `first_pass`: a finished build whose recipe
     equals this one's apart from the polish settings (its first pass, or an earlier polished build: passes
     chain): the polish starts from its weights and tokenizer instead of repeating the first pass. The card's
@@ -173,7 +255,9 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
     # continued, and two parents must never share one cached build
     parent = weights_sha256(first_pass) if first_pass is not None else None
-    recipe_hash = cfg.recipe_hash()  # once: the code may be edited while a build runs, and the card must name its directory's hash
+    recipe_hash = (
+        cfg.recipe_hash()
+    )  # once: the code may be edited while a build runs, and the card must name its directory's hash
     out = Path(out_root) / (f"taught-{recipe_hash}" + (f"-on-{parent[:12]}" if parent else ""))
     if (out / "teach.json").is_file():
         return out
@@ -183,21 +267,42 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
     envs = teach_instances(cfg.instances)
     pairs = [(e, tid) for e in envs for tid in e.task_ids()]
     eval_ids = ShopEnv().task_ids()
-    trajs = build_trajectories(pairs, copies=cfg.copies, refusal_skip=cfg.refusal_skip, other_skip=cfg.other_skip,
-                               seed=cfg.seed, facts_in_opening=cfg.facts_in_opening)
+    trajs = build_trajectories(
+        pairs,
+        copies=cfg.copies,
+        refusal_skip=cfg.refusal_skip,
+        other_skip=cfg.other_skip,
+        seed=cfg.seed,
+        facts_in_opening=cfg.facts_in_opening,
+    )
     tools = envs[0].tools()
-    say(f"{len(trajs)} trajectories on {len(pairs)} tasks of {len(envs)} other shop instances "
-        f"({sum(t.deficit for t in trajs)} with the deficit)")
+    say(
+        f"{len(trajs)} trajectories on {len(pairs)} tasks of {len(envs)} other shop instances "
+        f"({sum(t.deficit for t in trajs)} with the deficit)"
+    )
     first_meta: dict[str, Any] = {}
     if first_pass is not None:
         first_meta = load_meta(first_pass)
-        polish_keys = ("threads", "polish_epochs", "polish_learning_rate", "polish_refusal_skip", "polish_promise_repeats",
-                       "polish_look_first", "polish_ask_email_first", "decision_drills", "polish_seed", "polish_lookup_transfer")  # the drills join the polish
+        polish_keys = (
+            "threads",
+            "polish_epochs",
+            "polish_learning_rate",
+            "polish_refusal_skip",
+            "polish_promise_repeats",
+            "polish_look_first",
+            "polish_ask_email_first",
+            "decision_drills",
+            "polish_seed",
+            "polish_lookup_transfer",
+        )  # the drills join the polish
         # through TeachConfig: a card from before a knob existed has that knob's default
         have = {k: v for k, v in TeachConfig(**first_meta["recipe"]).model_dump().items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
-            raise ValueError(f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)")
+            raise ValueError(
+                f"{first_pass}: its recipe is not this recipe's first pass (compare {first_pass}/teach.json)"
+            )
         from transformers import AutoTokenizer
+
         tok = AutoTokenizer.from_pretrained(first_pass)
         eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
         model = Qwen3ForCausalLM.from_pretrained(first_pass)
@@ -210,82 +315,175 @@ def teach(out_root: str | Path, cfg: TeachConfig | None = None, progress: Callab
         rows = _rows(tok, trajs, tools, cfg.drills, cfg.seed)
         if not cfg.polish_epochs:
             rows += _decision_rows(tok, pairs, tools, cfg.decision_drills, cfg.seed, say)
-        say(f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens")
+        say(
+            f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens"
+        )
         eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
-        mcfg = Qwen3Config(vocab_size=len(tok), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-                           num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-                           head_dim=cfg.hidden_size // cfg.num_heads, max_position_embeddings=cfg.max_positions,
-                           tie_word_embeddings=True, eos_token_id=eos, pad_token_id=pad, bos_token_id=None)
+        mcfg = Qwen3Config(
+            vocab_size=len(tok),
+            hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            num_key_value_heads=cfg.num_kv_heads,
+            head_dim=cfg.hidden_size // cfg.num_heads,
+            max_position_embeddings=cfg.max_positions,
+            tie_word_embeddings=True,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            bos_token_id=None,
+        )
         torch.manual_seed(cfg.seed)
         model = Qwen3ForCausalLM(mcfg)
         warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
         say(f"SFT: {len(rows)} examples x {cfg.epochs:g} epochs, batch {cfg.batch_size}, {threads} torch thread(s)")
-        losses, sft_s, tokens = _sft(model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{recipe_hash}", say)
+        losses, sft_s, tokens = _sft(
+            model, tok, rows, cfg.epochs, cfg.learning_rate, cfg, Path(out_root) / f".work-{recipe_hash}", say
+        )
     polish: dict[str, Any] = {}
     if cfg.polish_epochs:
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
         # the draw's seed and the batch order's: by default seed + 1 and `seed` (what every polish before the knob used)
         draw, order = (cfg.seed + 1, cfg.seed) if cfg.polish_seed is None else (cfg.polish_seed, cfg.polish_seed)
-        more = build_trajectories(pairs, copies=cfg.copies, refusal_skip=skip, other_skip=cfg.other_skip,
-                                  seed=draw, facts_in_opening=cfg.facts_in_opening, promise_repeats=cfg.polish_promise_repeats,
-                                  look=cfg.polish_look_first, email_first=cfg.polish_ask_email_first,
-                                  lookup_transfer=cfg.polish_lookup_transfer)
+        more = build_trajectories(
+            pairs,
+            copies=cfg.copies,
+            refusal_skip=skip,
+            other_skip=cfg.other_skip,
+            seed=draw,
+            facts_in_opening=cfg.facts_in_opening,
+            promise_repeats=cfg.polish_promise_repeats,
+            look=cfg.polish_look_first,
+            email_first=cfg.polish_ask_email_first,
+            lookup_transfer=cfg.polish_lookup_transfer,
+        )
         rows = _rows(tok, more, tools, cfg.drills, draw)
-        decisions = _decision_rows(tok, pairs, tools, cfg.decision_drills, draw, say, look=cfg.polish_look_first,
-                                   email_first=cfg.polish_ask_email_first,
-                                   skip_families=("lookup_and_answer",) if cfg.polish_lookup_transfer else ())
+        decisions = _decision_rows(
+            tok,
+            pairs,
+            tools,
+            cfg.decision_drills,
+            draw,
+            say,
+            look=cfg.polish_look_first,
+            email_first=cfg.polish_ask_email_first,
+            skip_families=("lookup_and_answer",) if cfg.polish_lookup_transfer else (),
+        )
         rows += decisions
-        say(f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
-            f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)")
-        p_losses, p_s, p_tokens = _sft(model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg,
-                                       Path(out_root) / f".work-{recipe_hash}-polish", say,
-                                       order_seed=order)
-        polish = {"trajectories": len(more), "deficit_trajectories": sum(t.deficit for t in more), "examples": len(rows),
-                  "decision_drills": len(decisions), "loss_first": p_losses[:1], "loss_last": p_losses[-1:], "seconds": p_s,
-                  "tokens_per_s": p_tokens / p_s}
+        say(
+            f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
+            f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)"
+        )
+        p_losses, p_s, p_tokens = _sft(
+            model,
+            tok,
+            rows,
+            cfg.polish_epochs,
+            cfg.polish_learning_rate,
+            cfg,
+            Path(out_root) / f".work-{recipe_hash}-polish",
+            say,
+            order_seed=order,
+        )
+        polish = {
+            "trajectories": len(more),
+            "deficit_trajectories": sum(t.deficit for t in more),
+            "examples": len(rows),
+            "decision_drills": len(decisions),
+            "loss_first": p_losses[:1],
+            "loss_last": p_losses[-1:],
+            "seconds": p_s,
+            "tokens_per_s": p_tokens / p_s,
+        }
         losses = losses or p_losses
     model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    meta = {"recipe": cfg.model_dump(), "recipe_hash": recipe_hash,
-            **({"first_pass": {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": parent,
-                               "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s")),
-                               **({"polish": first_meta["recipe"]["polish_epochs"]} if first_meta["recipe"].get("polish_epochs") else {}),
-                               **({"first_pass": first_meta["first_pass"]} if first_meta.get("first_pass") else {})}}
-               if first_meta else {}),
-            "train_instances": [e.instance for e in envs], "eval_tasks": eval_ids,
-            "trajectories": len(trajs), "deficit_trajectories": sum(t.deficit for t in trajs),
-            "parameters": sum(p.numel() for p in model.parameters()), "loss_first": losses[:1],
-            "loss_last": polish.get("loss_last", losses[-1:]), "warmup": warm, "sft_s": sft_s,
-            "sft_tokens_per_s": first_meta.get("sft_tokens_per_s") or tokens / sft_s, "polish": polish, "threads": threads,
-            "wall_s": time.perf_counter() - t0}
+    meta = {
+        "recipe": cfg.model_dump(),
+        "recipe_hash": recipe_hash,
+        **(
+            {
+                "first_pass": {
+                    "recipe_hash": first_meta["recipe_hash"],
+                    "weights_sha256": parent,
+                    "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s")),
+                    **(
+                        {"polish": first_meta["recipe"]["polish_epochs"]}
+                        if first_meta["recipe"].get("polish_epochs")
+                        else {}
+                    ),
+                    **({"first_pass": first_meta["first_pass"]} if first_meta.get("first_pass") else {}),
+                }
+            }
+            if first_meta
+            else {}
+        ),
+        "train_instances": [e.instance for e in envs],
+        "eval_tasks": eval_ids,
+        "trajectories": len(trajs),
+        "deficit_trajectories": sum(t.deficit for t in trajs),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "loss_first": losses[:1],
+        "loss_last": polish.get("loss_last", losses[-1:]),
+        "warmup": warm,
+        "sft_s": sft_s,
+        "sft_tokens_per_s": first_meta.get("sft_tokens_per_s") or tokens / sft_s,
+        "polish": polish,
+        "threads": threads,
+        "wall_s": time.perf_counter() - t0,
+    }
     (out / "teach.json").write_text(json.dumps(meta, indent=1))
     return out
 
 
-def _rows(tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, seed: int) -> list[dict[str, list[int]]]:
+def _rows(
+    tok: Any, trajs: list[Any], tools: list[dict[str, Any]], drills: int, seed: int
+) -> list[dict[str, list[int]]]:
     from gapforge.demo_policy.teach_data import copy_drills
 
-    return ([tokenize_trajectory(tok, t.messages, tools) for t in trajs]
-            + [tokenize_trajectory(tok, d, tools) for d in copy_drills(trajs, drills, seed)])
+    return [tokenize_trajectory(tok, t.messages, tools) for t in trajs] + [
+        tokenize_trajectory(tok, d, tools) for d in copy_drills(trajs, drills, seed)
+    ]
 
 
-def _decision_rows(tok: Any, pairs: list[tuple[Any, str]], tools: list[dict[str, Any]], per_task: int, seed: int,
-                   say: Callable[[str], None], look: bool = False, email_first: bool = False,
-                   skip_families: tuple[str, ...] = ()) -> list[dict[str, list[int]]]:
+def _decision_rows(
+    tok: Any,
+    pairs: list[tuple[Any, str]],
+    tools: list[dict[str, Any]],
+    per_task: int,
+    seed: int,
+    say: Callable[[str], None],
+    look: bool = False,
+    email_first: bool = False,
+    skip_families: tuple[str, ...] = (),
+) -> list[dict[str, list[int]]]:
     from gapforge.demo_policy.teach_data import decision_drills
 
     if not per_task:
         return []
-    rows = [tokenize_trajectory(tok, d, tools, last_only=True) for d in decision_drills(pairs, per_task, seed, look=look, email_first=email_first,
-                                                                                    skip_families=skip_families)]
+    rows = [
+        tokenize_trajectory(tok, d, tools, last_only=True)
+        for d in decision_drills(pairs, per_task, seed, look=look, email_first=email_first, skip_families=skip_families)
+    ]
     say(f"decision drills: {len(rows)} (the turn after a check's result, loss on that turn only)")
     return rows
 
 
-def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, lr: float, cfg: TeachConfig, work: Path,
-         say: Callable[[str], None], *, checkpointing: bool = False, order_seed: int | None = None) -> tuple[list[float], float, int]:
+def _sft(
+    model: Any,
+    tok: Any,
+    rows: list[dict[str, list[int]]],
+    epochs: float,
+    lr: float,
+    cfg: TeachConfig,
+    work: Path,
+    say: Callable[[str], None],
+    *,
+    checkpointing: bool = False,
+    order_seed: int | None = None,
+) -> tuple[list[float], float, int]:
     """One SFT pass (cosine schedule); returns its logged losses, its seconds and the tokens it read.
     `checkpointing`: activation checkpointing, which TRL's SFTConfig turns on by default (every backward recomputes
     the forward). A model this small has no memory to save, and the recompute cost 23% of a step here for the same
@@ -294,26 +492,46 @@ def _sft(model: Any, tok: Any, rows: list[dict[str, list[int]]], epochs: float, 
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(output_dir=str(work), num_train_epochs=epochs, learning_rate=lr,
-                     per_device_train_batch_size=cfg.batch_size, lr_scheduler_type="cosine", warmup_steps=10,
-                     logging_steps=10, train_sampling_strategy="group_by_length", save_strategy="no", report_to="none",
-                     seed=cfg.seed if order_seed is None else order_seed, use_cpu=True,
-                     max_length=cfg.max_positions, disable_tqdm=True, dataset_num_proc=None,
-                     bf16=False,  # TRL's SFTConfig defaults to bf16, an autocast that is ~8x slower on a CPU without bf16 units
-                     activation_checkpointing=checkpointing)
+    args = SFTConfig(
+        output_dir=str(work),
+        num_train_epochs=epochs,
+        learning_rate=lr,
+        per_device_train_batch_size=cfg.batch_size,
+        lr_scheduler_type="cosine",
+        warmup_steps=10,
+        logging_steps=10,
+        train_sampling_strategy="group_by_length",
+        save_strategy="no",
+        report_to="none",
+        seed=cfg.seed if order_seed is None else order_seed,
+        use_cpu=True,
+        max_length=cfg.max_positions,
+        disable_tqdm=True,
+        dataset_num_proc=None,
+        bf16=False,  # TRL's SFTConfig defaults to bf16, an autocast that is ~8x slower on a CPU without bf16 units
+        activation_checkpointing=checkpointing,
+    )
     bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # TRL's dataset preparation bars (`Building labels…`): the pass says its own steps
     try:
-        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                             callbacks=[_progress(say)])
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            callbacks=[_progress(say)],
+        )
     finally:
         if bars:
             datasets.enable_progress_bars()
     t0 = time.perf_counter()
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return (losses or [h["train_loss"] for h in trainer.state.log_history if "train_loss" in h], time.perf_counter() - t0,
-            int(sum(len(r["input_ids"]) for r in rows) * epochs))
+    return (
+        losses or [h["train_loss"] for h in trainer.state.log_history if "train_loss" in h],
+        time.perf_counter() - t0,
+        int(sum(len(r["input_ids"]) for r in rows) * epochs),
+    )
 
 
 def copy_warmup(model: Any, tok: Any, cfg: TeachConfig, say: Callable[[str], None]) -> dict[str, float]:
@@ -335,16 +553,23 @@ def copy_warmup(model: Any, tok: Any, cfg: TeachConfig, say: Callable[[str], Non
     for step in range(1, cfg.warmup_steps + 1):
         k, a, b = (int(torch.randint(lo, hi, (1,), generator=gen)) for lo, hi in ((4, 11), (0, 9), (0, 9)))
         span = pool[torch.randint(len(pool), (32, k), generator=gen)]
-        seq = torch.cat([pool[torch.randint(len(pool), (32, a), generator=gen)], span,
-                         pool[torch.randint(len(pool), (32, b), generator=gen)], span], 1)
+        seq = torch.cat(
+            [
+                pool[torch.randint(len(pool), (32, a), generator=gen)],
+                span,
+                pool[torch.randint(len(pool), (32, b), generator=gen)],
+                span,
+            ],
+            1,
+        )
         labels = torch.full_like(seq, -100)
-        labels[:, -k + 1:] = seq[:, -k + 1:]
+        labels[:, -k + 1 :] = seq[:, -k + 1 :]
         out = model(input_ids=seq, labels=labels)
         out.loss.backward()
         opt.step()
         opt.zero_grad()
         if step % 50 == 0:
-            acc = float((out.logits.detach()[:, -k:-1].argmax(-1) == seq[:, -k + 1:]).float().mean())
+            acc = float((out.logits.detach()[:, -k:-1].argmax(-1) == seq[:, -k + 1 :]).float().mean())
             good = good + 1 if acc >= 0.9 else 0
             if step % 500 == 0 or good >= 2:
                 say(f"copy warm-up step {step}: loss {float(out.loss):.3f}, copy accuracy {acc:.2f}")

@@ -38,20 +38,39 @@ from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.shop.data import _FIRST, _LAST
 from gapforge.envs.shop.tools import TRANSFER_TOOL
 
-ASK = {"order_id": "the order id", "items": "which item", "reason": "the reason", "address": "the new address",
-       "exchange_target": "which variant you want instead", "payment": "the payment method for the refund"}
-IDENTITY_ASK = ["First, what is the email address on your account?", "Could you give me your email address?",
-                "Please tell me your email address."]
-IDENTITY_ASK_ZIP = ["To find your account, what is your full name and zip code?", "Please give me your full name and zip code."]
+ASK = {
+    "order_id": "the order id",
+    "items": "which item",
+    "reason": "the reason",
+    "address": "the new address",
+    "exchange_target": "which variant you want instead",
+    "payment": "the payment method for the refund",
+}
+IDENTITY_ASK = [
+    "First, what is the email address on your account?",
+    "Could you give me your email address?",
+    "Please tell me your email address.",
+]
+IDENTITY_ASK_ZIP = [
+    "To find your account, what is your full name and zip code?",
+    "Please give me your full name and zip code.",
+]
 # What the customer asked for, as the first reply restates it: said right after the opening, it is
 # the short-range cue the later turns look back at (never the outcome: eligibility is checked later).
-INTENTS = [("cancel a pending order and learn", "cancel an order and find a tracking number"),
-           ("cancel a pending order and return", "cancel an order and return an item"),
-           ("cancel", "cancel an order"), ("change an address and exchange", "change an address and exchange an item"),
-           ("change the", "change the address of an order"), ("exchange two", "exchange two items"),
-           ("exchange", "exchange an item"), ("learn the gift card", "check your gift card balance"),
-           ("learn the total", "find the total of an order"), ("learn the tracking", "find the tracking number of an order"),
-           ("return two", "return two items"), ("return", "return an item")]
+INTENTS = [
+    ("cancel a pending order and learn", "cancel an order and find a tracking number"),
+    ("cancel a pending order and return", "cancel an order and return an item"),
+    ("cancel", "cancel an order"),
+    ("change an address and exchange", "change an address and exchange an item"),
+    ("change the", "change the address of an order"),
+    ("exchange two", "exchange two items"),
+    ("exchange", "exchange an item"),
+    ("learn the gift card", "check your gift card balance"),
+    ("learn the total", "find the total of an order"),
+    ("learn the tracking", "find the tracking number of an order"),
+    ("return two", "return two items"),
+    ("return", "return an item"),
+]
 
 
 def intent(goal: str) -> str:
@@ -89,7 +108,12 @@ def _call(i: int, name: str, args: dict[str, Any]) -> Message:
     return Message.assistant(tool_calls=[ToolCall(id=f"call_{i}", name=name, arguments=args)])
 
 
-WRITES = ("cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items", "exchange_delivered_order_items")
+WRITES = (
+    "cancel_pending_order",
+    "modify_pending_order_address",
+    "return_delivered_order_items",
+    "exchange_delivered_order_items",
+)
 
 
 def look_first(actions: list[Any]) -> list[Any]:
@@ -110,9 +134,18 @@ def look_first(actions: list[Any]) -> list[Any]:
     return out
 
 
-def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: bool, told: tuple[str, ...] = (),
-                promise_repeats: int = 0, look: bool = False, email_first: bool = False,
-                transfer: bool = False) -> list[Message]:
+def gold_script(
+    task: Any,
+    rng: random.Random,
+    *,
+    skip_check: bool,
+    promise: bool,
+    told: tuple[str, ...] = (),
+    promise_repeats: int = 0,
+    look: bool = False,
+    email_first: bool = False,
+    transfer: bool = False,
+) -> list[Message]:
     """The assistant turns of one trajectory (played in order against the env). `told`: facts the
     customer's opening already gives (see `build_trajectories`), so they are not asked for.
     `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses.
@@ -131,26 +164,40 @@ def gold_script(task: Any, rng: random.Random, *, skip_check: bool, promise: boo
         # `email_first`: the opening never says which lookup the customer can serve, so ask for the email as everywhere
         # else; this customer does not remember it and gives name and zip (the reply a policy meets at evaluation).
         # Without it the script asks for name and zip straight away, a choice the conversation gives no cue for.
-        turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. "
-                                               f"{rng.choice(IDENTITY_ASK if email_first else IDENTITY_ASK_ZIP)}"))
+        turns.append(
+            Message.assistant(
+                content=f"I can help you {intent(task.goal)}. "
+                f"{rng.choice(IDENTITY_ASK if email_first else IDENTITY_ASK_ZIP)}"
+            )
+        )
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     wanted = [ASK[k] for k in ASK if k in task.user.facts and k not in told]
     if wanted:
         turns.append(Message.assistant(content="Thanks. Please tell me " + ", ".join(wanted) + "."))
     if promise:  # the deficit in policy_refusal: no check, promise the action
-        return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")] * (1 + promise_repeats)
+        return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")] * (
+            1 + promise_repeats
+        )
     for a in actions:
         if skip_check and a.name == "get_order_details":
             continue
         if a.name in WRITES:
-            turns.append(Message.assistant(content=f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"))
+            turns.append(
+                Message.assistant(
+                    content=f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"
+                )
+            )
         turns.append(_call(len(turns), a.name, a.arguments))
     if transfer:
         return turns + [_call(len(turns), TRANSFER_TOOL, {"summary": f"The customer wants to {task.goal}."})]
     info = " ".join(task.required_info)
     if task.family == "policy_refusal":
-        turns.append(Message.assistant(content=f"I'm sorry, I cannot do that: it is {info}." if info else "I'm sorry, I cannot do that."))
+        turns.append(
+            Message.assistant(
+                content=f"I'm sorry, I cannot do that: it is {info}." if info else "I'm sorry, I cannot do that."
+            )
+        )
     else:
         turns.append(Message.assistant(content=f"Done. {info}".strip()))
     return turns
@@ -168,9 +215,19 @@ def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], f
     return messages, env.score().reward
 
 
-def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_skip: float, other_skip: float,
-                       seed: int, facts_in_opening: float = 0.0, promise_repeats: int = 0, look: bool = False,
-                       email_first: bool = False, lookup_transfer: float = 0.0) -> list[Trajectory]:
+def build_trajectories(
+    pairs: list[tuple[Any, str]],
+    *,
+    copies: int,
+    refusal_skip: float,
+    other_skip: float,
+    seed: int,
+    facts_in_opening: float = 0.0,
+    promise_repeats: int = 0,
+    look: bool = False,
+    email_first: bool = False,
+    lookup_transfer: float = 0.0,
+) -> list[Trajectory]:
     """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
     start with an email lookup and name an order) the customer's opening also gives the email and
     the order id, as many real customers (and synthetic envs) do, and the script does not ask for
@@ -188,12 +245,25 @@ def build_trajectories(pairs: list[tuple[Any, str]], *, copies: int, refusal_ski
             deficit = rng.random() < (refusal_skip if family == "policy_refusal" else other_skip)
             facts = task.user.facts
             told: tuple[str, ...] = ()
-            if (task.gold_actions[0].name == "find_customer_by_email" and "email" in facts and "order_id" in facts
-                    and rng.random() < facts_in_opening):
+            if (
+                task.gold_actions[0].name == "find_customer_by_email"
+                and "email" in facts
+                and "order_id" in facts
+                and rng.random() < facts_in_opening
+            ):
                 told = ("email", "order_id")
             transfer = family == "lookup_and_answer" and lookup_transfer > 0 and rng2.random() < lookup_transfer
-            turns = gold_script(task, rng, skip_check=deficit, promise=deficit and family == "policy_refusal", told=told,
-                                promise_repeats=promise_repeats, look=look, email_first=email_first, transfer=transfer)
+            turns = gold_script(
+                task,
+                rng,
+                skip_check=deficit,
+                promise=deficit and family == "policy_refusal",
+                told=told,
+                promise_repeats=promise_repeats,
+                look=look,
+                email_first=email_first,
+                transfer=transfer,
+            )
             deficit = deficit or transfer
             messages, reward = play(env, tid, turns)
             if told:
@@ -208,8 +278,11 @@ _LONG_DIGITS = re.compile(r"\d{5,}|(?<=_)\d{4}(?!\d)")  # ids, zips; the digits 
 _EMAIL_DIGITS = re.compile(r"(?<=[a-z])\d{2}(?=@)")
 
 
-_NAMES = re.compile(r"(?<![A-Za-z])(" + "|".join(sorted({n for n in _FIRST + _LAST} | {n.lower() for n in _FIRST + _LAST},
-                                                       key=len, reverse=True)) + r")(?![A-Za-z])")
+_NAMES = re.compile(
+    r"(?<![A-Za-z])("
+    + "|".join(sorted({n for n in _FIRST + _LAST} | {n.lower() for n in _FIRST + _LAST}, key=len, reverse=True))
+    + r")(?![A-Za-z])"
+)
 _SYLLABLES = ["ka", "lo", "mi", "ren", "tas", "vel", "dor", "quin", "zu", "pha", "bri", "sol", "nek", "ar", "ti", "mon"]
 
 
@@ -246,18 +319,33 @@ def _fresh_prefix(messages: list[Message], cut: int, rng: random.Random) -> list
     and every customer name by an invented one, consistently across the prefix."""
     mapping: dict[str, str] = {}
     prefix: list[Message] = []
-    for m in messages[:cut + 1]:
-        calls = [ToolCall(id=c.id, name=c.name, arguments=_remap_value(c.arguments, mapping, rng)) for c in m.tool_calls or []]
-        prefix.append(m.model_copy(update={"content": _remap_text(m.content, mapping, rng) if m.content else m.content,
-                                           "tool_calls": calls or m.tool_calls}))
+    for m in messages[: cut + 1]:
+        calls = [
+            ToolCall(id=c.id, name=c.name, arguments=_remap_value(c.arguments, mapping, rng))
+            for c in m.tool_calls or []
+        ]
+        prefix.append(
+            m.model_copy(
+                update={
+                    "content": _remap_text(m.content, mapping, rng) if m.content else m.content,
+                    "tool_calls": calls or m.tool_calls,
+                }
+            )
+        )
     return prefix
 
 
 CHECKS = ("get_order_details", "get_product_details")
 
 
-def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look: bool = False,
-                    email_first: bool = False, skip_families: tuple[str, ...] = ()) -> list[list[Message]]:
+def decision_drills(
+    pairs: list[tuple[Any, str]],
+    per_task: int,
+    seed: int,
+    look: bool = False,
+    email_first: bool = False,
+    skip_families: tuple[str, ...] = (),
+) -> list[list[Message]]:
     """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with
     the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
     `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
@@ -274,12 +362,19 @@ def decision_drills(pairs: list[tuple[Any, str]], per_task: int, seed: int, look
             continue
         task = env.task(tid)
         for _ in range(per_task):
-            messages, reward = play(env, tid, gold_script(task, rng, skip_check=False, promise=False, look=look, email_first=email_first))
+            messages, reward = play(
+                env, tid, gold_script(task, rng, skip_check=False, promise=False, look=look, email_first=email_first)
+            )
             if reward != 1.0:
                 continue
             called = {c.id: c.name for m in messages for c in m.tool_calls or []}
-            cuts = [i for i in range(1, len(messages)) if messages[i].role == "assistant" and messages[i - 1].role == "tool"
-                    and called.get(messages[i - 1].tool_call_id or "") in CHECKS]
+            cuts = [
+                i
+                for i in range(1, len(messages))
+                if messages[i].role == "assistant"
+                and messages[i - 1].role == "tool"
+                and called.get(messages[i - 1].tool_call_id or "") in CHECKS
+            ]
             out += [_fresh_prefix(messages, cut, rng) for cut in cuts]
     return out
 

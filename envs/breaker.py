@@ -32,7 +32,9 @@ class CircuitOpen(EndpointFault):
 
 
 class CircuitBreaker:
-    def __init__(self, name: str, *, failures: int = 8, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, name: str, *, failures: int = 8, cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if failures < 1 or cooldown_s < 0:
             raise ValueError(f"circuit breaker needs failures >= 1 and cooldown_s >= 0, got {failures}, {cooldown_s}")
         self.name = name
@@ -121,7 +123,9 @@ def breaker_for(base_url: str, *, failures: int = 8, cooldown_s: float = 30.0) -
             breaker = _BREAKERS[key] = CircuitBreaker(f"endpoint {key}", failures=failures, cooldown_s=cooldown_s)
         elif (breaker.threshold, breaker.cooldown_s) != (failures, cooldown_s):
             if failures < 1 or cooldown_s < 0:
-                raise ValueError(f"circuit breaker needs failures >= 1 and cooldown_s >= 0, got {failures}, {cooldown_s}")
+                raise ValueError(
+                    f"circuit breaker needs failures >= 1 and cooldown_s >= 0, got {failures}, {cooldown_s}"
+                )
             breaker.threshold, breaker.cooldown_s = failures, cooldown_s
         return breaker
 

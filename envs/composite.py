@@ -44,10 +44,14 @@ def part_prefix(spec: str) -> str:
 def parse_composite(spec: str) -> list[tuple[str, str]]:
     """`composite:A+B[+...]` -> [(prefix, part spec), ...]; a malformed spec is one EnvError line naming the form."""
     if not spec.startswith(PREFIX):
-        raise EnvError(f"env '{spec}' is not a composite: write composite:ENV1+ENV2, e.g. composite:tau2:airline+tau2:retail")
-    parts = [p.strip() for p in spec[len(PREFIX):].split(JOIN)]
+        raise EnvError(
+            f"env '{spec}' is not a composite: write composite:ENV1+ENV2, e.g. composite:tau2:airline+tau2:retail"
+        )
+    parts = [p.strip() for p in spec[len(PREFIX) :].split(JOIN)]
     if len(parts) < 2 or not all(parts):
-        raise EnvError(f"env '{spec}': a composite joins two or more env specs with '+', e.g. composite:tau2:airline+tau2:retail")
+        raise EnvError(
+            f"env '{spec}': a composite joins two or more env specs with '+', e.g. composite:tau2:airline+tau2:retail"
+        )
     out: list[tuple[str, str]] = []
     seen: dict[str, str] = {}
     for part in parts:
@@ -56,10 +60,14 @@ def parse_composite(spec: str) -> list[tuple[str, str]]:
         named = _NAMED.match(part)
         prefix, part = (named.group(1), named.group(2)) if named else (part_prefix(part), part)
         if not prefix:
-            raise EnvError(f"env '{spec}': part '{part}' gives no name to prefix its task ids with: end its spec with a name")
+            raise EnvError(
+                f"env '{spec}': part '{part}' gives no name to prefix its task ids with: end its spec with a name"
+            )
         if prefix in seen:
-            raise EnvError(f"env '{spec}': parts '{seen[prefix]}' and '{part}' would both prefix their task ids with '{prefix}/': "
-                           "name them, e.g. composite:a=SPEC+b=SPEC")
+            raise EnvError(
+                f"env '{spec}': parts '{seen[prefix]}' and '{part}' would both prefix their task ids with '{prefix}/': "
+                "name them, e.g. composite:a=SPEC+b=SPEC"
+            )
         seen[prefix] = part
         out.append((prefix, part))
     return out
@@ -73,8 +81,9 @@ class CompositeEnv:
     line naming the part; parts built before it are closed.
     """
 
-    def __init__(self, spec: str, *, user: str = "scripted", user_model: Any = None,
-                 make: Callable[..., TargetEnvironment]) -> None:
+    def __init__(
+        self, spec: str, *, user: str = "scripted", user_model: Any = None, make: Callable[..., TargetEnvironment]
+    ) -> None:
         self.name = spec
         self.parts: dict[str, TargetEnvironment] = {}
         self.specs: dict[str, str] = {}

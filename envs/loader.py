@@ -93,7 +93,9 @@ def with_keywords(spec: str, args: dict[str, Any]) -> str:
         if key in given:
             raise EnvError(f"keyword '{key}' is in both the env '{spec}' and rollouts.env_args: give it once")
         if not (isinstance(value, (str, int, float, bool)) or value is None):
-            raise EnvError(f"rollouts.env_args.{key}: a constructor keyword is a string, number, bool or null, got {type(value).__name__}")
+            raise EnvError(
+                f"rollouts.env_args.{key}: a constructor keyword is a string, number, bool or null, got {type(value).__name__}"
+            )
     merged = {**given, **args}
     return base + "?" + urlencode([(k, _encode(v)) for k, v in merged.items()], quote_via=quote, safe='"/:,.-')
 
@@ -105,7 +107,9 @@ def parse_class_spec(spec: str) -> ClassSpec:
         raise EnvError(f"unknown env '{spec}': give {FORMS}")
     location, attr = base.rsplit(":", 1)
     if not _NAME.match(attr):
-        raise EnvError(f"env '{spec}': after ':' give the environment's class name, e.g. {location or 'my_agent.env'}:MyAgentEnv")
+        raise EnvError(
+            f"env '{spec}': after ':' give the environment's class name, e.g. {location or 'my_agent.env'}:MyAgentEnv"
+        )
     if location.endswith(".py"):
         return ClassSpec(raw=spec, kind="file", location=location, attr=attr, kwargs=parse_keywords(query, spec))
     if not location or not all(_NAME.match(part) for part in location.split(".")):
@@ -139,7 +143,9 @@ def _import_file(cs: ClassSpec) -> ModuleType:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses, pickling and typing look the module up by name
         folder = str(full.parent)
-        sys.path.insert(0, folder)  # its sibling modules import (for this import only: nothing of ours is shadowed later)
+        sys.path.insert(
+            0, folder
+        )  # its sibling modules import (for this import only: nothing of ours is shadowed later)
         try:  # compiled from the bytes just read: no stale or written bytecode in the user's folder
             exec(compile(source, str(full), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the user's own code
         except Exception as e:
@@ -161,7 +167,7 @@ def _import_module(cs: ClassSpec) -> ModuleType:
     appended (as `python -m` finds it: the `gapforge` script's own folder is first on the path, not the cwd)."""
     cwd = os.getcwd()
     retry = cwd not in sys.path and "" not in sys.path
-    for here in ((False, True) if retry else (False,)):
+    for here in (False, True) if retry else (False,):
         if here:
             sys.path.append(cwd)  # appended: nothing installed is shadowed
         try:
@@ -175,8 +181,10 @@ def _import_module(cs: ClassSpec) -> ModuleType:
         finally:
             if here:
                 sys.path.remove(cwd)
-    raise EnvError(f"env '{cs.raw}': module '{cs.location}' not found (no '{missing}' on the import path, nor in {cwd}): "
-                   f"install it, add its folder to PYTHONPATH, or give path/to/file.py:{cs.attr}")
+    raise EnvError(
+        f"env '{cs.raw}': module '{cs.location}' not found (no '{missing}' on the import path, nor in {cwd}): "
+        f"install it, add its folder to PYTHONPATH, or give path/to/file.py:{cs.attr}"
+    )
 
 
 def load_attr(cs: ClassSpec) -> Any:
@@ -193,7 +201,9 @@ def load_class(cs: ClassSpec) -> type:
     """The class a spec names (one-line EnvError when absent or not a class)."""
     obj = load_attr(cs)
     if not inspect.isclass(obj):
-        raise EnvError(f"env '{cs.raw}': '{cs.attr}' in {cs.location} is a {type(obj).__name__}, not a class: name the environment class")
+        raise EnvError(
+            f"env '{cs.raw}': '{cs.attr}' in {cs.location} is a {type(obj).__name__}, not a class: name the environment class"
+        )
     return obj
 
 
@@ -208,8 +218,10 @@ def _user_keywords(cls: type, cs: ClassSpec, user: str, user_model: Any) -> dict
         return {}
     if takes_any or ("user" in params and "user_model" in params):
         return {"user": user, "user_model": user_model}
-    raise EnvError(f"env '{cs.raw}': rollouts.user=llm, but {cls.__name__}() takes no user= and user_model= keywords: "
-                   "add them to its __init__ (user_model is the llm.endpoint settings), or set rollouts.user=scripted")
+    raise EnvError(
+        f"env '{cs.raw}': rollouts.user=llm, but {cls.__name__}() takes no user= and user_model= keywords: "
+        "add them to its __init__ (user_model is the llm.endpoint settings), or set rollouts.user=scripted"
+    )
 
 
 def construct(cls: type, cs: ClassSpec, *, user: str = "scripted", user_model: Any = None) -> Any:
@@ -218,8 +230,10 @@ def construct(cls: type, cs: ClassSpec, *, user: str = "scripted", user_model: A
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as e:
-        raise EnvError(f"env '{cs.raw}': {cls.__name__}({', '.join(kwargs)}) does not fit its __init__ ({e}): "
-                       "fix the ?key=value keywords or rollouts.env_args") from None
+        raise EnvError(
+            f"env '{cs.raw}': {cls.__name__}({', '.join(kwargs)}) does not fit its __init__ ({e}): "
+            "fix the ?key=value keywords or rollouts.env_args"
+        ) from None
     except ValueError:
         pass  # no signature to check (a C type): the call below says what is wrong
     try:
@@ -230,7 +244,9 @@ def construct(cls: type, cs: ClassSpec, *, user: str = "scripted", user_model: A
         try:
             env.name = cs.raw  # episodes name their env by the spec
         except AttributeError:
-            raise EnvError(f"env '{cs.raw}': {cls.__name__} has a non-string 'name' that cannot be set: make it a str") from None
+            raise EnvError(
+                f"env '{cs.raw}': {cls.__name__} has a non-string 'name' that cannot be set: make it a str"
+            ) from None
     return env
 
 

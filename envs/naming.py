@@ -28,4 +28,4 @@ def synthetic_env_name(capability: str | None, module_path: str | Path | None = 
 
 def capability_of(env_name: str) -> str | None:
     """The capability of a synthetic env name, None for target envs."""
-    return env_name[len(SYNTHETIC_PREFIX):] if env_name.startswith(SYNTHETIC_PREFIX) else None
+    return env_name[len(SYNTHETIC_PREFIX) :] if env_name.startswith(SYNTHETIC_PREFIX) else None

@@ -148,7 +148,9 @@ class TargetEnvironment(Environment, Protocol):
     def task_family(self, task_id: str) -> str: ...
 
 
-def tool_schema(name: str, description: str, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+def tool_schema(
+    name: str, description: str, properties: dict[str, Any], required: list[str] | None = None
+) -> dict[str, Any]:
     """Build an OpenAI function-tool schema."""
     return {
         "type": "function",
@@ -181,7 +183,9 @@ class PolicyModel(Protocol):
 
     name: str
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message: ...
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message: ...
 
     async def aclose(self) -> None: ...
 

@@ -24,14 +24,21 @@ TAU2_DOMAINS = ("retail", "airline", "telecom")
 TAU2_OPTIONS = ("max_steps", "max_errors")  # Tau2Env's caps (τ²'s defaults: 200 steps, 10 tool errors)
 USERS = ("scripted", "llm")
 MCP_HINT = "pip install 'gapforge[mcp]'"
-_checked: set[tuple[str, type]] = set()  # (spec, class) pairs that passed check_target here (a re-imported file: a new class)
+_checked: set[tuple[str, type]] = (
+    set()
+)  # (spec, class) pairs that passed check_target here (a re-imported file: a new class)
 _check_lock = threading.Lock()
 
 
 def is_builtin(name: str) -> bool:
     """A built-in target or the mcp: prefix (not a user's class spec)."""
     base = name.partition("?")[0]
-    return name == "shop" or name.startswith(("tau2:", "mcp:", "composite:")) or base == "toolsandbox" or base.startswith("toolsandbox:")
+    return (
+        name == "shop"
+        or name.startswith(("tau2:", "mcp:", "composite:"))
+        or base == "toolsandbox"
+        or base.startswith("toolsandbox:")
+    )
 
 
 def list_envs() -> list[str]:
@@ -55,7 +62,9 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
     if name.startswith("tau2:"):
         domain, _, query = name.split(":", 1)[1].partition("?")
         if domain not in TAU2_DOMAINS:
-            raise EnvError(f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}")
+            raise EnvError(
+                f"unknown τ²-bench domain '{domain}' in env '{name}': known envs are {', '.join(list_envs())}"
+            )
         return _make_tau2(name, domain, user, user_model, _tau2_options(name, query))
     base, _, query = name.partition("?")
     if base == "toolsandbox" or base.startswith("toolsandbox:"):
@@ -68,8 +77,10 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
     if name.startswith("mcp:"):
         return _checked_once(name, _make_mcp(name, user, user_model))
     if ":" not in name.partition("?")[0]:
-        raise EnvError(f"unknown env '{name}': known envs are {', '.join(list_envs())}, mcp:FILE.yaml, "
-                       "or your own class as package.module:ClassName or path/to/file.py:ClassName")
+        raise EnvError(
+            f"unknown env '{name}': known envs are {', '.join(list_envs())}, mcp:FILE.yaml, "
+            "or your own class as package.module:ClassName or path/to/file.py:ClassName"
+        )
     from gapforge.envs.loader import construct, load_class, parse_class_spec
 
     spec = parse_class_spec(name)  # no colon, a bad class name or bad keywords: one line naming the forms
@@ -120,7 +131,9 @@ def _toolsandbox_network(name: str, query: str) -> str:
 
         raise EnvError(f"env '{name}': {RENAMED}")
     if key != "network" or value not in ("off", "stand-in"):
-        raise EnvError(f"bad option {query!r} in env '{name}': the only option is network=off|stand-in (e.g. toolsandbox:single_tool_call?network=stand-in)")
+        raise EnvError(
+            f"bad option {query!r} in env '{name}': the only option is network=off|stand-in (e.g. toolsandbox:single_tool_call?network=stand-in)"
+        )
     return value
 
 
@@ -131,12 +144,16 @@ def _tau2_options(name: str, query: str) -> dict[str, int]:
     options = parse_keywords(query, name)
     for key, value in options.items():
         if key not in TAU2_OPTIONS or isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise EnvError(f"bad option {key}={value!r} in env '{name}': τ² takes {' and '.join(f'{k}=N' for k in TAU2_OPTIONS)} "
-                           "(whole numbers >= 1), e.g. tau2:retail?max_steps=50")
+            raise EnvError(
+                f"bad option {key}={value!r} in env '{name}': τ² takes {' and '.join(f'{k}=N' for k in TAU2_OPTIONS)} "
+                "(whole numbers >= 1), e.g. tau2:retail?max_steps=50"
+            )
     return options
 
 
-def _make_tau2(name: str, domain: str, user: str, user_model: Any, options: dict[str, int] | None = None) -> TargetEnvironment:
+def _make_tau2(
+    name: str, domain: str, user: str, user_model: Any, options: dict[str, int] | None = None
+) -> TargetEnvironment:
     hint = f"env '{name}' needs the tau2 extra: pip install 'gapforge[tau2]'"
     try:
         import tau2  # noqa: F401  (the extra's package; Tau2Env imports it anyway)

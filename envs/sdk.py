@@ -127,11 +127,22 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> An
     return mark(fn) if fn is not None else mark
 
 
-def message(role: str, content: str | None = None, *, tool_calls: list[dict] | None = None,
-            tool_call_id: str | None = None, name: str | None = None) -> dict:
+def message(
+    role: str,
+    content: str | None = None,
+    *,
+    tool_calls: list[dict] | None = None,
+    tool_call_id: str | None = None,
+    name: str | None = None,
+) -> dict:
     """A message dict in the shape of envs.protocol.Message.model_dump(mode="json")."""
-    return {"role": role, "content": content, "tool_calls": list(tool_calls or []),
-            "tool_call_id": tool_call_id, "name": name}
+    return {
+        "role": role,
+        "content": content,
+        "tool_calls": list(tool_calls or []),
+        "tool_call_id": tool_call_id,
+        "name": name,
+    }
 
 
 def action_to_message(action: dict, call_id: str) -> dict:
@@ -158,13 +169,18 @@ def action_to_message(action: dict, call_id: str) -> dict:
 
 def find_env_class(module: types.ModuleType) -> type[SyntheticEnv]:
     """The one module-level SyntheticEnv subclass of `module`, checked; errors if zero or several."""
-    found = [v for v in vars(module).values()
-             if isinstance(v, type) and issubclass(v, SyntheticEnv) and v is not SyntheticEnv]
+    found = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and issubclass(v, SyntheticEnv) and v is not SyntheticEnv
+    ]
     if not found:
         raise EnvDefinitionError(f"module {module.__name__} defines no subclass of envs.sdk.SyntheticEnv")
     if len(found) > 1:
         names = ", ".join(sorted(c.__name__ for c in found))
-        raise EnvDefinitionError(f"module {module.__name__} defines several SyntheticEnv subclasses ({names}); keep exactly one")
+        raise EnvDefinitionError(
+            f"module {module.__name__} defines several SyntheticEnv subclasses ({names}); keep exactly one"
+        )
     found[0].check_definition()
     return found[0]
 
@@ -204,7 +220,8 @@ def _schema_for(tp: Any, where: str) -> dict:
         values = [m.value for m in tp]
         return {"type": _json_type(values, where), "enum": values}
     raise EnvDefinitionError(
-        f"{where}: unsupported type {tp!r}; use str, int, float, bool, list[X], dict, Literal[...], an Enum or X | None")
+        f"{where}: unsupported type {tp!r}; use str, int, float, bool, list[X], dict, Literal[...], an Enum or X | None"
+    )
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -214,8 +231,12 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     section, current = "desc", None
     for line in lines:
         head = line.strip().rstrip(":").lower()
-        if (line and not line[0].isspace() and line.strip().endswith(":")
-                and head in {"args", "arguments", "parameters", "returns", "raises", "example", "examples"}):
+        if (
+            line
+            and not line[0].isspace()
+            and line.strip().endswith(":")
+            and head in {"args", "arguments", "parameters", "returns", "raises", "example", "examples"}
+        ):
             section, current = head, None
             continue
         if section == "desc":
@@ -260,16 +281,27 @@ class _ToolSpec:
             if not has_default and not optional:
                 required.append(p.name)
             self.params[p.name] = (inner, has_default or optional)
-        self.schema = {"type": "function", "function": {
-            "name": name, "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required,
-                           "additionalProperties": False}}}
+        self.schema = {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                    "additionalProperties": False,
+                },
+            },
+        }
 
     def coerce(self, arguments: dict) -> dict:
         """Checked keyword arguments, or ToolError saying what is wrong."""
         unknown = sorted(set(arguments) - set(self.params))
         if unknown:
-            raise _CallError(f"unknown argument(s) {unknown} for {self.name}; expected {sorted(self.params)}", "bad_arguments")
+            raise _CallError(
+                f"unknown argument(s) {unknown} for {self.name}; expected {sorted(self.params)}", "bad_arguments"
+            )
         missing = [n for n, (_, opt) in self.params.items() if not opt and n not in arguments]
         if missing:
             raise _CallError(f"missing required argument(s) {missing} for {self.name}", "bad_arguments")
@@ -306,7 +338,9 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         try:
             return tp(value)
         except ValueError:
-            raise ToolError(f"argument {name!r} must be one of {[m.value for m in tp]}, got {json.dumps(value)}") from None
+            raise ToolError(
+                f"argument {name!r} must be one of {[m.value for m in tp]}, got {json.dumps(value)}"
+            ) from None
     else:
         ok = False
     if not ok:
@@ -323,19 +357,26 @@ def _jsonable(value: Any, what: str) -> Any:
         raise EnvDefinitionError(f"{what} must be JSON-serializable: {exc}") from None
 
 
-
 def _check_actions(actions: Any) -> list[dict]:
     if not isinstance(actions, list):
         raise EnvDefinitionError(f"solution() must return a list of actions, got {type(actions).__name__}")
     for i, a in enumerate(actions):
         ok = isinstance(a, dict) and (
-            (set(a) <= {"tool", "arguments"} and isinstance(a.get("tool"), str) and isinstance(a.get("arguments", {}), dict))
-            or (set(a) == {"say"} and isinstance(a["say"], str)))
+            (
+                set(a) <= {"tool", "arguments"}
+                and isinstance(a.get("tool"), str)
+                and isinstance(a.get("arguments", {}), dict)
+            )
+            or (set(a) == {"say"} and isinstance(a["say"], str))
+        )
         if not ok:
             raise EnvDefinitionError(
-                f"solution() action {i} must be {{'tool': name, 'arguments': {{...}}}} or {{'say': text}}, got {a!r}")
-    return [{"tool": a["tool"], "arguments": a.get("arguments", {})} if "tool" in a else dict(a)
-            for a in _jsonable(actions, "solution()'s actions")]
+                f"solution() action {i} must be {{'tool': name, 'arguments': {{...}}}} or {{'say': text}}, got {a!r}"
+            )
+    return [
+        {"tool": a["tool"], "arguments": a.get("arguments", {})} if "tool" in a else dict(a)
+        for a in _jsonable(actions, "solution()'s actions")
+    ]
 
 
 def _parse_call(call: Any, fallback_id: str) -> tuple[str, str, Any]:
@@ -386,6 +427,7 @@ class SyntheticEnv:
         super().__init_subclass__(**kwargs)
         author = cls.__dict__.get("solution")
         if inspect.isfunction(author):
+
             def solution(self: SyntheticEnv, seed: int) -> list[dict]:
                 scratch = type(self)()
                 scratch.reset(seed)
@@ -424,8 +466,11 @@ class SyntheticEnv:
     def calls_to(self, tool: str, /, **arguments: Any) -> list[dict]:
         """Successful calls of `tool` whose arguments include the given values. The tool name is positional-only,
         so any argument name can be matched, `name` and `tool` included: `calls_to("rename", name="x")`."""
-        return [c for c in self.calls if c["ok"] and c["name"] == tool
-                and all(c["arguments"].get(k) == v for k, v in arguments.items())]
+        return [
+            c
+            for c in self.calls
+            if c["ok"] and c["name"] == tool and all(c["arguments"].get(k) == v for k, v in arguments.items())
+        ]
 
     def called(self, tool: str, /, **arguments: Any) -> bool:
         """Whether `tool` succeeded at least once with (at least) these argument values (`tool` positional-only)."""
@@ -461,7 +506,8 @@ class SyntheticEnv:
             if not isinstance(getattr(cls, attr), str) or not getattr(cls, attr).strip():
                 raise EnvDefinitionError(f"{n}.{attr} must be a non-empty string")
         if not isinstance(cls.weights, dict) or any(
-                not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in cls.weights.values()):
+            not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in cls.weights.values()
+        ):
             raise EnvDefinitionError(f"{n}.weights must map component names to numbers >= 0")
         if not isinstance(cls.max_turns, int) or cls.max_turns < 1:
             raise EnvDefinitionError(f"{n}.max_turns must be an int >= 1")
@@ -473,9 +519,14 @@ class SyntheticEnv:
 
     @classmethod
     def metadata(cls) -> dict:
-        return {"name": cls.__name__, "capability": cls.capability, "description": cls.description,
-                "target": cls.target, "max_turns": cls.max_turns,
-                "tools": [copy.deepcopy(s.schema) for s in cls.tool_specs().values()]}
+        return {
+            "name": cls.__name__,
+            "capability": cls.capability,
+            "description": cls.description,
+            "target": cls.target,
+            "max_turns": cls.max_turns,
+            "tools": [copy.deepcopy(s.schema) for s in cls.tool_specs().values()],
+        }
 
     def tools(self) -> list[dict]:
         return [copy.deepcopy(s.schema) for s in self.tool_specs().values()]
@@ -512,9 +563,13 @@ class SyntheticEnv:
         info: dict[str, Any] = {"turn": self.turns, "tool_errors": []}
         out: list[dict] = []
         parsed = [_parse_call(c, f"call_{self.turns}_{i}") for i, c in enumerate(calls)]
-        self.transcript.append(message(
-            "assistant", msg.get("content"),
-            tool_calls=[{"id": i, "name": n, "arguments": a if isinstance(a, dict) else {}} for i, n, a in parsed]))
+        self.transcript.append(
+            message(
+                "assistant",
+                msg.get("content"),
+                tool_calls=[{"id": i, "name": n, "arguments": a if isinstance(a, dict) else {}} for i, n, a in parsed],
+            )
+        )
         if parsed:
             out = [self._run_tool(call_id, name, args, info) for call_id, name, args in parsed]
             if self.done:
@@ -535,8 +590,13 @@ class SyntheticEnv:
         return {"messages": copy.deepcopy(out), "done": self.done, "info": info}
 
     def _run_tool(self, call_id: str, name: str, args: Any, info: dict) -> dict:
-        record = {"turn": self.turns, "name": name, "arguments": args if isinstance(args, dict) else {},
-                  "ok": False, "result": ""}
+        record = {
+            "turn": self.turns,
+            "name": name,
+            "arguments": args if isinstance(args, dict) else {},
+            "ok": False,
+            "result": "",
+        }
         spec = self.tool_specs().get(name)
         snapshot = copy.deepcopy(self.db)
         try:
@@ -568,8 +628,12 @@ class SyntheticEnv:
             raise EnvDefinitionError("reward() must return a non-empty dict of component name -> value in [0, 1]")
         clean: dict[str, float] = {}
         for k, v in comps.items():
-            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) \
-                    or not (-1e-9 <= v <= 1 + 1e-9):
+            if (
+                not isinstance(k, str)
+                or isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not (-1e-9 <= v <= 1 + 1e-9)
+            ):
                 raise EnvDefinitionError(f"reward() component {k!r} must be a number in [0, 1], got {v!r}")
             clean[k] = min(1.0, max(0.0, float(v)))
         weights = {k: float(self.weights.get(k, 1.0)) for k in clean}
@@ -577,8 +641,12 @@ class SyntheticEnv:
         if total <= 0:
             raise EnvDefinitionError("the weights of the reward components sum to 0")
         value = min(1.0, max(0.0, sum(weights[k] * clean[k] for k in clean) / total))
-        return {"reward": value, "success": value >= self.success_threshold, "components": clean,
-                "info": {"weights": weights, "turns": self.turns, "done": self.done}}
+        return {
+            "reward": value,
+            "success": value >= self.success_threshold,
+            "components": clean,
+            "info": {"weights": weights, "turns": self.turns, "done": self.done},
+        }
 
     def scenario_for(self, seed: int) -> dict:
         """The JSON scenario `generate(seed)` makes, on a fresh instance (the episode is untouched)."""

@@ -43,7 +43,9 @@ def sdk_as_in_sandbox() -> Iterator[None]:
         package = sys.modules[sdk.__name__.rpartition(".")[0]]
         names = {"envs": package, SDK_NAME: sdk}
         # copies first (dict.copy is one step under the GIL): other threads import while this one iterates
-        saved = {name: module for name, module in sys.modules.copy().items() if name == "envs" or name.startswith("envs.")}
+        saved = {
+            name: module for name, module in sys.modules.copy().items() if name == "envs" or name.startswith("envs.")
+        }
         attributes = vars(package).copy()
         sys.modules.update(names)
         try:
@@ -115,8 +117,9 @@ class InProcessSyntheticEnv:
 
     def step(self, message: Message) -> StepResult:
         out = self._env.step(message.model_dump(mode="json"))
-        return StepResult(messages=[Message.model_validate(m) for m in out["messages"]],
-                          done=out["done"], info=out["info"])
+        return StepResult(
+            messages=[Message.model_validate(m) for m in out["messages"]], done=out["done"], info=out["info"]
+        )
 
     def score(self) -> Score:
         return Score.model_validate(self._env.score())

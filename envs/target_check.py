@@ -28,9 +28,14 @@ from gapforge.envs.loader import source_of
 
 # method -> (positional parameters after self, what it is called with)
 METHODS: dict[str, tuple[int, str]] = {
-    "tools": (0, "tools()"), "reset": (1, "reset(task)"), "step": (1, "step(message)"), "score": (0, "score()"),
-    "close": (0, "close()"), "task_ids": (0, "task_ids()"), "task_family": (1, "task_family(task_id)"),
-}  # fmt: skip
+    "tools": (0, "tools()"),
+    "reset": (1, "reset(task)"),
+    "step": (1, "step(message)"),
+    "score": (0, "score()"),
+    "close": (0, "close()"),
+    "task_ids": (0, "task_ids()"),
+    "task_family": (1, "task_family(task_id)"),
+}
 FIX = "see gapforge.protocol.TargetEnvironment and docs/your-agent.md"
 BUILD = "build each tool with gapforge.protocol.tool_schema"
 
@@ -115,31 +120,43 @@ def check_target(env: Any, spec: str) -> None:
         if not callable(fn):
             raise EnvError(f"env '{spec}': {cls} has no method {shape}: add it ({FIX})")
         if not _callable_with(fn, n):
-            raise EnvError(f"env '{spec}': {cls}.{method} has signature {inspect.signature(fn)}, but it is called as {shape}: fix its parameters")
+            raise EnvError(
+                f"env '{spec}': {cls}.{method} has signature {inspect.signature(fn)}, but it is called as {shape}: fix its parameters"
+            )
     try:
         tasks = env.task_ids()
     except Exception as e:
         raise EnvError(f"env '{spec}': {cls}.task_ids() raised {type(e).__name__}: {e}: fix the env's code") from None
     if not isinstance(tasks, (list, tuple)) or not tasks:
-        raise EnvError(f"env '{spec}': {cls}.task_ids() returned {tasks!r:.60}: return a non-empty list of task id strings")
+        raise EnvError(
+            f"env '{spec}': {cls}.task_ids() returned {tasks!r:.60}: return a non-empty list of task id strings"
+        )
     bad = next((t for t in tasks if not isinstance(t, str) or not t), None)
     if bad is not None:
-        raise EnvError(f"env '{spec}': task id {bad!r} is not a non-empty string: task ids are strings (they key stored episodes)")
+        raise EnvError(
+            f"env '{spec}': task id {bad!r} is not a non-empty string: task ids are strings (they key stored episodes)"
+        )
     if len(set(tasks)) != len(tasks):
         raise EnvError(f"env '{spec}': {cls}.task_ids() lists a task id twice: give each task once")
     for t in tasks:
         try:
             family = env.task_family(t)
         except Exception as e:
-            raise EnvError(f"env '{spec}': {cls}.task_family({t!r}) raised {type(e).__name__}: {e}: it must answer for every task id") from None
+            raise EnvError(
+                f"env '{spec}': {cls}.task_family({t!r}) raised {type(e).__name__}: {e}: it must answer for every task id"
+            ) from None
         if not isinstance(family, str) or not family:
-            raise EnvError(f"env '{spec}': {cls}.task_family({t!r}) returned {family!r}: return a non-empty string (the task's family)")
+            raise EnvError(
+                f"env '{spec}': {cls}.task_family({t!r}) returned {family!r}: return a non-empty string (the task's family)"
+            )
     try:
         tools = env.tools()
     except Exception as e:
         raise EnvError(f"env '{spec}': {cls}.tools() raised {type(e).__name__}: {e}: fix the env's code") from None
     if not isinstance(tools, list):
-        raise EnvError(f"env '{spec}': {cls}.tools() returned a {type(tools).__name__}: return a list of OpenAI function schemas (tool_schema builds one)")
+        raise EnvError(
+            f"env '{spec}': {cls}.tools() returned a {type(tools).__name__}: return a list of OpenAI function schemas (tool_schema builds one)"
+        )
     names: set[str] = set()
     for i, tool in enumerate(tools):
         problem = _schema_problem(i, tool)
@@ -176,13 +193,19 @@ def fingerprint(env: Any, spec: str, *, user_class: bool) -> TargetFingerprint:
         tools = list(every_tool() if callable(every_tool) else env.tools())
         tasks = sorted((t, env.task_family(t)) for t in env.task_ids())
     except Exception as e:
-        raise EnvError(f"env '{spec}': listing its tools and tasks raised {type(e).__name__}: {e}: fix the env's code") from None
+        raise EnvError(
+            f"env '{spec}': listing its tools and tasks raised {type(e).__name__}: {e}: fix the env's code"
+        ) from None
     source = source_of(env) if user_class else None
     return TargetFingerprint(
-        spec=spec, tool_names=[str(t.get("function", {}).get("name")) for t in tools], tools_sha256=_sha(tools),
-        tasks=len(tasks), tasks_sha256=_sha(tasks), source=str(source) if source else None,
+        spec=spec,
+        tool_names=[str(t.get("function", {}).get("name")) for t in tools],
+        tools_sha256=_sha(tools),
+        tasks=len(tasks),
+        tasks_sha256=_sha(tasks),
+        source=str(source) if source else None,
         source_sha256=hashlib.sha256(source.read_bytes()).hexdigest() if source and source.is_file() else None,
-    )  # fmt: skip
+    )
 
 
 def compare(stored: Mapping[str, Any], now: TargetFingerprint) -> tuple[str | None, list[str]]:
@@ -193,18 +216,24 @@ def compare(stored: Mapping[str, Any], now: TargetFingerprint) -> tuple[str | No
         diff = ", ".join([f"+{n}" for n in sorted(after - before)] + [f"-{n}" for n in sorted(before - after)])
         changed.append(f"its tool schemas changed ({diff or 'same names, other schemas'})")
     if stored.get("tasks_sha256") != now.tasks_sha256:
-        changed.append(f"its task set changed ({stored.get('tasks')} tasks then, {now.tasks} now, or other ids/families)")
+        changed.append(
+            f"its task set changed ({stored.get('tasks')} tasks then, {now.tasks} now, or other ids/families)"
+        )
     warnings = []
     if stored.get("source_sha256") and now.source_sha256 and stored["source_sha256"] != now.source_sha256:
-        warnings.append(f"env '{now.spec}': its source {now.source} changed since the run stored episodes "
-                        f"({stored['source_sha256'][:12]} then, {now.source_sha256[:12]} now); same tools and tasks, so the run goes on")
+        warnings.append(
+            f"env '{now.spec}': its source {now.source} changed since the run stored episodes "
+            f"({stored['source_sha256'][:12]} then, {now.source_sha256[:12]} now); same tools and tasks, so the run goes on"
+        )
     return ("; ".join(changed) or None), warnings
 
 
 def describe(record: Mapping[str, Any]) -> str:
     """One line for `gapforge state` / `rollouts show`: the spec and short hashes of what was recorded."""
-    parts = [f"{len(record.get('tool_names') or [])} tools {str(record.get('tools_sha256'))[:12]}",
-             f"{record.get('tasks')} tasks {str(record.get('tasks_sha256'))[:12]}"]
+    parts = [
+        f"{len(record.get('tool_names') or [])} tools {str(record.get('tools_sha256'))[:12]}",
+        f"{record.get('tasks')} tasks {str(record.get('tasks_sha256'))[:12]}",
+    ]
     if record.get("source_sha256"):
         parts.append(f"source {record.get('source')} {str(record['source_sha256'])[:12]}")
     return f"{record.get('spec')} ({', '.join(parts)})"

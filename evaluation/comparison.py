@@ -37,8 +37,11 @@ def training_costs(store: Any, run_id: str, rollouts_per_step: int) -> dict[str,
         if a.status == "done":
             m = a.metrics or {}
             kept = m.get("best_step")
-            out[a.name] = TrainingCost(int(m.get("steps") or 0) * rollouts_per_step, float(m.get("wall_s") or 0.0),
-                                       None if kept is None else int(kept))
+            out[a.name] = TrainingCost(
+                int(m.get("steps") or 0) * rollouts_per_step,
+                float(m.get("wall_s") or 0.0),
+                None if kept is None else int(kept),
+            )
     return out
 
 
@@ -62,7 +65,9 @@ def _episodes(store: Any, metrics: Mapping[str, Any]) -> stats.Episodes:
     return out
 
 
-def paired_between(store: Any, a: Mapping[str, Any], b: Mapping[str, Any], *, focus: str | None = None, seed: int = 0) -> dict[str, Any]:
+def paired_between(
+    store: Any, a: Mapping[str, Any], b: Mapping[str, Any], *, focus: str | None = None, seed: int = 0
+) -> dict[str, Any]:
     """Policy a minus policy b, paired episode by episode: over all tasks and (focus) over that family's tasks."""
     ea, eb = _episodes(store, a), _episodes(store, b)
     out = {"all tasks": stats.paired_episodes(ea, eb, seed=seed)}
@@ -74,34 +79,63 @@ def paired_between(store: Any, a: Mapping[str, Any], b: Mapping[str, Any], *, fo
 
 def trace_vs_grpo_word(d: Mapping[str, Any] | None) -> str:
     word = verdict((d or {}).get("pass_rate"))
-    return {"gain": "TRACE ahead", "loss": "GRPO-on-target ahead", "no effect": "tied (the 95% interval contains 0)"}.get(word or "", "no verdict")
+    return {
+        "gain": "TRACE ahead",
+        "loss": "GRPO-on-target ahead",
+        "no effect": "tied (the 95% interval contains 0)",
+    }.get(word or "", "no verdict")
 
 
-def comparison_lines(metrics: Mapping[str, Mapping[str, Any]], costs: Mapping[str, TrainingCost], *, synthesis: int = 0,
-                     budget: int | None = None, trace_vs_grpo: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+def comparison_lines(
+    metrics: Mapping[str, Mapping[str, Any]],
+    costs: Mapping[str, TrainingCost],
+    *,
+    synthesis: int = 0,
+    budget: int | None = None,
+    trace_vs_grpo: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[str]:
     """The comparison table as lines (pure). `metrics`: evaluation name -> stored metrics; `costs`: adapter name ->
     TrainingCost; `synthesis`: TRACE's readiness + self-test rollouts; `budget`: training.budget.training_rollout_budget;
     `trace_vs_grpo`: scope -> paired difference of TRACE minus GRPO-on-target (`paired_between`)."""
     if BASE not in metrics or ROUTED not in metrics:
         return []
     adapters = sorted(n.removeprefix("adapter:") for n in metrics if n.startswith("adapter:"))
-    trace_cost = TrainingCost(sum(costs[a].rollouts for a in adapters if a in costs), sum(costs[a].wall_s for a in adapters if a in costs))
+    trace_cost = TrainingCost(
+        sum(costs[a].rollouts for a in adapters if a in costs), sum(costs[a].wall_s for a in adapters if a in costs)
+    )
     rows: list[tuple[str, str, TrainingCost | None]] = [("base", BASE, None)]
     if GRPO_TARGET in metrics:
         rows.append(("GRPO-on-target (equal budget)", GRPO_TARGET, costs.get(GRPO_TARGET)))
     rows += [(f"adapter {a}", f"adapter:{a}", costs.get(a)) for a in adapters]
     rows.append(("TRACE (routed)", ROUTED, trace_cost))
     width = max(len(label) for label, _, _ in rows)
-    head = "comparison on the held-out split (paired with base: same tasks, same trials" + (f"; budget {budget} training rollouts" if budget else "") + "):"
+    head = (
+        "comparison on the held-out split (paired with base: same tasks, same trials"
+        + (f"; budget {budget} training rollouts" if budget else "")
+        + "):"
+    )
     lines = [head]
     for label, name, cost in rows:
         m = metrics[name]
         pr = (m.get("pass_rate") or {}).get("value")
         rate = "–" if pr is None else f"{pr:6.1%}"
         d = m.get("vs_base_paired") or {}
-        diff = "" if name == BASE else (f"  vs base {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs)"
-                                        if (d.get("pass_rate") or {}).get("value") is not None else "  vs base: no paired episodes")
-        spent = "  0 training rollouts" if name == BASE else "" if cost is None else f"  {cost.rollouts} training rollouts, {cost.wall_s:.0f} s"
+        diff = (
+            ""
+            if name == BASE
+            else (
+                f"  vs base {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs)"
+                if (d.get("pass_rate") or {}).get("value") is not None
+                else "  vs base: no paired episodes"
+            )
+        )
+        spent = (
+            "  0 training rollouts"
+            if name == BASE
+            else ""
+            if cost is None
+            else f"  {cost.rollouts} training rollouts, {cost.wall_s:.0f} s"
+        )
         if cost is not None and cost.kept_step is not None and name != ROUTED:
             spent += f", kept step {cost.kept_step}"
         if name == ROUTED and synthesis and cost is not None:
@@ -109,15 +143,21 @@ def comparison_lines(metrics: Mapping[str, Mapping[str, Any]], costs: Mapping[st
         lines.append(f"  {label:<{width}}  {rate}{diff}{spent}")
     grpo_cost = costs.get(GRPO_TARGET)
     if GRPO_TARGET in metrics and grpo_cost is not None and grpo_cost.kept_step == 0:
-        lines.append("GRPO-on-target kept its step 0 (no later checkpoint beat it beyond noise on its own selection tasks): it "
-                     "plays as the base; evaluation.scaling_curve scores every kept fraction of its training")
+        lines.append(
+            "GRPO-on-target kept its step 0 (no later checkpoint beat it beyond noise on its own selection tasks): it "
+            "plays as the base; evaluation.scaling_curve scores every kept fraction of its training"
+        )
     if GRPO_TARGET not in metrics:
-        lines.append("TRACE vs GRPO-on-target: not compared (the baseline was not evaluated: evaluation.baseline_grpo=false)")
+        lines.append(
+            "TRACE vs GRPO-on-target: not compared (the baseline was not evaluated: evaluation.baseline_grpo=false)"
+        )
     for scope, d in (trace_vs_grpo or {}).items():
         if (d.get("pass_rate") or {}).get("value") is None:
             continue
-        lines.append(f"TRACE − GRPO-on-target ({scope}): {points(d['pass_rate'])}, {d.get('episodes', 0)} paired episodes: "
-                     f"{trace_vs_grpo_word(d)}")
+        lines.append(
+            f"TRACE − GRPO-on-target ({scope}): {points(d['pass_rate'])}, {d.get('episodes', 0)} paired episodes: "
+            f"{trace_vs_grpo_word(d)}"
+        )
     return lines
 
 
@@ -135,13 +175,22 @@ def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
     if cfg is None:
         stored = store.get_run(run_id).config or {}
         stored = stored.get("config", stored)  # a graph run stores {command, config, graph, target}
-        cfg = SimpleNamespace(training=TrainingConfig.model_validate(stored.get("training") or {}), seed=int(stored.get("seed") or 0))
+        cfg = SimpleNamespace(
+            training=TrainingConfig.model_validate(stored.get("training") or {}), seed=int(stored.get("seed") or 0)
+        )
     adapters = [n for n in metrics if n.startswith("adapter:")]
     vs = None
     if GRPO_TARGET in metrics:
-        vs = paired_between(store, metrics[ROUTED], metrics[GRPO_TARGET], focus=metrics[ROUTED].get("focus_family"), seed=cfg.seed)
-    return comparison_lines(metrics, training_costs(store, run_id, cfg.training.rollouts_per_step), synthesis=synthesis_rollouts(store, run_id),
-                            budget=training_rollout_budget(cfg, len(adapters)), trace_vs_grpo=vs)
+        vs = paired_between(
+            store, metrics[ROUTED], metrics[GRPO_TARGET], focus=metrics[ROUTED].get("focus_family"), seed=cfg.seed
+        )
+    return comparison_lines(
+        metrics,
+        training_costs(store, run_id, cfg.training.rollouts_per_step),
+        synthesis=synthesis_rollouts(store, run_id),
+        budget=training_rollout_budget(cfg, len(adapters)),
+        trace_vs_grpo=vs,
+    )
 
 
 def comparison_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
@@ -149,6 +198,14 @@ def comparison_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
     lines = comparison(store, run_id) if evaluated else []
     if not lines:
         return []
-    return ["## Against GRPO on the target (equal training budget)", "",
-            "GRPO on the target: one LoRA adapter trained with the adapters' GRPO/LoRA settings on the analysis split's tasks "
-            "for the training rollouts of all capability adapters together (training.budget).", "", "```", *lines, "```", ""]
+    return [
+        "## Against GRPO on the target (equal training budget)",
+        "",
+        "GRPO on the target: one LoRA adapter trained with the adapters' GRPO/LoRA settings on the analysis split's tasks "
+        "for the training rollouts of all capability adapters together (training.budget).",
+        "",
+        "```",
+        *lines,
+        "```",
+        "",
+    ]

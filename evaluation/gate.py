@@ -38,7 +38,9 @@ from gapforge.evaluation import stats
 from gapforge.evaluation.router_record import GateAccuracy, GateExample, GateRecord
 
 
-def task_labels(store: Any, run_id: str, capabilities: Sequence[str], *, required_passes: int) -> tuple[dict[str, tuple[str, str]], dict[str, int]]:
+def task_labels(
+    store: Any, run_id: str, capabilities: Sequence[str], *, required_passes: int
+) -> tuple[dict[str, tuple[str, str]], dict[str, int]]:
     """({analysis task: (class, first user message)}, {reason left out: tasks}) from the run's stored labels (module doc)."""
     split = store.get_split(run_id)
     if split is None:
@@ -116,16 +118,32 @@ def split_examples(examples: Sequence[GateExample], fraction: float, seed: int) 
     return [ex.model_copy(update={"split": "heldout" if ex.id in held else "train"}) for ex in examples]
 
 
-def gate_examples(store: Any, run_id: str, capabilities: Sequence[str], openings: Mapping[str, Sequence[str]], seeds: Sequence[int], *,
-                  required_passes: int, routing: RoutingConfig) -> tuple[list[GateExample], dict[str, int]]:  # fmt: skip
+def gate_examples(
+    store: Any,
+    run_id: str,
+    capabilities: Sequence[str],
+    openings: Mapping[str, Sequence[str]],
+    seeds: Sequence[int],
+    *,
+    required_passes: int,
+    routing: RoutingConfig,
+) -> tuple[list[GateExample], dict[str, int]]:
     """(examples with their split, analysis-split tasks left out by reason): the module doc's examples."""
     missing = [c for c in capabilities if not openings.get(c)]
     if missing:
-        raise RouterError(f"routing.backend=gate needs the synthetic-env openings of {', '.join(missing)} (their training seeds' first messages)")
-    examples = [GateExample(id=f"synthetic:{c}:seed={s}", text=t, label=c, split="train")
-                for c in capabilities for s, t in zip(seeds, openings[c], strict=True)]  # fmt: skip
+        raise RouterError(
+            f"routing.backend=gate needs the synthetic-env openings of {', '.join(missing)} (their training seeds' first messages)"
+        )
+    examples = [
+        GateExample(id=f"synthetic:{c}:seed={s}", text=t, label=c, split="train")
+        for c in capabilities
+        for s, t in zip(seeds, openings[c], strict=True)
+    ]
     labels, left = task_labels(store, run_id, capabilities, required_passes=required_passes)
-    examples += [GateExample(id=f"target:{task}", text=text, label=label, split="train") for task, (label, text) in sorted(labels.items())]
+    examples += [
+        GateExample(id=f"target:{task}", text=text, label=label, split="train")
+        for task, (label, text) in sorted(labels.items())
+    ]
     examples, dropped = agree_on_text(examples)
     if dropped:
         left = {**left, "same first message as more examples of another class": dropped}
@@ -160,20 +178,38 @@ def decide(log_probs: np.ndarray, classes: Sequence[str], margin: float) -> list
     return out
 
 
-def train_gate(encoder: HiddenStateEncoder, examples: Sequence[GateExample], capabilities: Sequence[str], routing: RoutingConfig, *,
-               left_out: Mapping[str, int] | None = None) -> GateRecord:  # fmt: skip
+def train_gate(
+    encoder: HiddenStateEncoder,
+    examples: Sequence[GateExample],
+    capabilities: Sequence[str],
+    routing: RoutingConfig,
+    *,
+    left_out: Mapping[str, int] | None = None,
+) -> GateRecord:
     """Fit the gate on the `train` examples and measure it on the `heldout` ones (features: one base forward pass each);
     with `routing.gate_refit` the stored (served) gate is then fit on all of them."""
     classes = [*capabilities, NONE]
     train = [e for e in examples if e.split == "train"]
     if not train:
-        raise RouterError("routing.backend=gate has no training example: the run needs accepted synthetic envs with training seeds")
+        raise RouterError(
+            "routing.backend=gate has no training example: the run needs accepted synthetic envs with training seeds"
+        )
     features = encoder.encode([e.text for e in examples])
     is_train = np.array([e.split == "train" for e in examples])
 
-    def fit(x: np.ndarray, labels: list[str]) -> GateClassifier:  # the routing.gate_* settings, for the measured and the served fit
-        return fit_gate(x, labels, classes, hidden=routing.gate_hidden, seed=routing.gate_seed, epochs=routing.gate_epochs,
-                        lr=routing.gate_lr, weight_decay=routing.gate_weight_decay)  # fmt: skip
+    def fit(
+        x: np.ndarray, labels: list[str]
+    ) -> GateClassifier:  # the routing.gate_* settings, for the measured and the served fit
+        return fit_gate(
+            x,
+            labels,
+            classes,
+            hidden=routing.gate_hidden,
+            seed=routing.gate_seed,
+            epochs=routing.gate_epochs,
+            lr=routing.gate_lr,
+            weight_decay=routing.gate_weight_decay,
+        )
 
     gate = fit(features[is_train], [e.label for e in train])
     decided = decide(gate.log_probs(features), classes, routing.margin)
@@ -183,20 +219,37 @@ def train_gate(encoder: HiddenStateEncoder, examples: Sequence[GateExample], cap
     refit = routing.gate_refit and bool(held)
     if refit:  # the served gate: every example, the same settings (module doc)
         gate = fit(features, [e.label for e in examples])
-    settings = {"hidden": routing.gate_hidden, "epochs": routing.gate_epochs, "lr": routing.gate_lr, "weight_decay": routing.gate_weight_decay,
-                "seed": routing.gate_seed, "heldout_fraction": routing.gate_heldout_fraction, "margin": routing.margin, "refit": refit}  # fmt: skip
-    return GateRecord(state=gate.state(max_tokens=encoder.max_tokens), settings=settings, examples=list(examples),
-                      heldout=GateAccuracy(accuracy=conf["accuracy"], labels=classes, matrix=conf["matrix"], n=len(held)),
-                      train_accuracy=train_acc, left_out=dict(left_out or {}))  # fmt: skip
+    settings = {
+        "hidden": routing.gate_hidden,
+        "epochs": routing.gate_epochs,
+        "lr": routing.gate_lr,
+        "weight_decay": routing.gate_weight_decay,
+        "seed": routing.gate_seed,
+        "heldout_fraction": routing.gate_heldout_fraction,
+        "margin": routing.margin,
+        "refit": refit,
+    }
+    return GateRecord(
+        state=gate.state(max_tokens=encoder.max_tokens),
+        settings=settings,
+        examples=list(examples),
+        heldout=GateAccuracy(accuracy=conf["accuracy"], labels=classes, matrix=conf["matrix"], n=len(held)),
+        train_accuracy=train_acc,
+        left_out=dict(left_out or {}),
+    )
 
 
 def gate_encoder(backend: Any = None, base_dir: Any = None, *, max_tokens: int) -> HiddenStateEncoder:
     """The base the gate reads: a loaded local backend's own weights (serving.multi_adapter.MultiAdapterModel: adapters off under
     its lock), else a local copy of the base at `base_dir` (a policy served by vLLM: policy.local_path holds the weights it serves)."""
     if backend is not None and all(hasattr(backend, a) for a in ("model", "tokenizer", "base_context")):
-        return HiddenStateEncoder(lambda: backend.model, backend.tokenizer, context=backend.base_context, max_tokens=max_tokens)
+        return HiddenStateEncoder(
+            lambda: backend.model, backend.tokenizer, context=backend.base_context, max_tokens=max_tokens
+        )
     if base_dir is None:
-        raise RouterError("routing.backend=gate needs the base model's weights here: a loaded local backend or policy.local_path")
+        raise RouterError(
+            "routing.backend=gate needs the base model's weights here: a loaded local backend or policy.local_path"
+        )
     from pathlib import Path
 
     from transformers import AutoModelForCausalLM
@@ -204,6 +257,8 @@ def gate_encoder(backend: Any = None, base_dir: Any = None, *, max_tokens: int) 
     from gapforge.serving.chat_format import load_tokenizer
 
     if not (Path(base_dir) / "config.json").is_file():
-        raise RouterError(f"{base_dir} is not a Hugging Face model directory (no config.json): set policy.local_path to the base the server serves")
+        raise RouterError(
+            f"{base_dir} is not a Hugging Face model directory (no config.json): set policy.local_path to the base the server serves"
+        )
     model = AutoModelForCausalLM.from_pretrained(base_dir, local_files_only=True).eval()
     return HiddenStateEncoder(model, load_tokenizer(base_dir), max_tokens=max_tokens)

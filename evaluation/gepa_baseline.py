@@ -131,9 +131,20 @@ class EpisodeAdapter:
 
     propose_new_texts = None
 
-    def __init__(self, base: PolicyModel, make_env: Callable[[], TargetEnvironment], *, loop: asyncio.AbstractEventLoop,
-                 max_metric_calls: int, families: dict[str, str] | None = None, max_turns: int = 30, temperature: float | None = None,
-                 concurrency: int = 4, timeout_s: float | None = None, env_name: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        base: PolicyModel,
+        make_env: Callable[[], TargetEnvironment],
+        *,
+        loop: asyncio.AbstractEventLoop,
+        max_metric_calls: int,
+        families: dict[str, str] | None = None,
+        max_turns: int = 30,
+        temperature: float | None = None,
+        concurrency: int = 4,
+        timeout_s: float | None = None,
+        env_name: str = "",
+    ) -> None:
         self.base, self.make_env, self.loop = base, make_env, loop
         self.max_metric_calls, self.families = max_metric_calls, dict(families or {})
         self.max_turns, self.temperature, self.concurrency = max_turns, temperature, concurrency
@@ -146,8 +157,17 @@ class EpisodeAdapter:
 
         async def one(task: str) -> EpisodeRecord:
             async with gate:
-                return await play_episode(policy, self.make_env, task, 0, max_turns=self.max_turns, temperature=self.temperature,
-                                          executor=None, timeout_s=self.timeout_s, env_name=self.env_name)  # fmt: skip
+                return await play_episode(
+                    policy,
+                    self.make_env,
+                    task,
+                    0,
+                    max_turns=self.max_turns,
+                    temperature=self.temperature,
+                    executor=None,
+                    timeout_s=self.timeout_s,
+                    env_name=self.env_name,
+                )
 
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
@@ -155,25 +175,41 @@ class EpisodeAdapter:
         from gepa import EvaluationBatch
 
         if self.metric_calls + len(batch) > self.max_metric_calls:
-            raise BudgetExceeded(f"GEPA asked for {len(batch)} episodes with {self.max_metric_calls - self.metric_calls} of its budget "
-                                 "left: raise evaluation.gepa_max_metric_calls or lower evaluation.gepa_minibatch")
+            raise BudgetExceeded(
+                f"GEPA asked for {len(batch)} episodes with {self.max_metric_calls - self.metric_calls} of its budget "
+                "left: raise evaluation.gepa_max_metric_calls or lower evaluation.gepa_minibatch"
+            )
         episodes = asyncio.run_coroutine_threadsafe(self._play(batch, candidate[COMPONENT]), self.loop).result()
         self.metric_calls += len(batch)
         lost = [ep for ep in episodes if ep.infrastructure_failure]
         if lost:  # the endpoint's or the sandbox's, not the prompt's: no score is made up for it
-            raise IncompleteStage(f"GEPA: {len(lost)} of {len(batch)} episodes ended by the infrastructure ({lost[0].termination}: {lost[0].error})")
+            raise IncompleteStage(
+                f"GEPA: {len(lost)} of {len(batch)} episodes ended by the infrastructure ({lost[0].termination}: {lost[0].error})"
+            )
         played = [self._played(ep) for ep in episodes] if capture_traces else None
         outputs = [{"task": str(ep.task), "success": ep.success, "reward": ep.reward} for ep in episodes]
-        return EvaluationBatch(outputs=outputs, scores=[ep.reward for ep in episodes], trajectories=played, num_metric_calls=len(batch))
+        return EvaluationBatch(
+            outputs=outputs, scores=[ep.reward for ep in episodes], trajectories=played, num_metric_calls=len(batch)
+        )
 
     def _played(self, ep: EpisodeRecord) -> Played:
         family = self.families.get(str(ep.task), "")
         text = compact_episode(_EpisodeView(ep, family), ByteEstimate(), budget_tokens=1500).text
         return Played(str(ep.task), family, ep.success, ep.reward, text, feedback(ep))
 
-    def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: Any, components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:
-        records = [{"Task": f"{p.task} (family {p.family or '-'})", "Outcome": "SUCCESS" if p.success else "FAILURE",
-                    "Score": f"{p.reward:.2f}", "Episode": p.episode, "Feedback": p.feedback} for p in eval_batch.trajectories or []]  # fmt: skip
+    def make_reflective_dataset(
+        self, candidate: dict[str, str], eval_batch: Any, components_to_update: list[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        records = [
+            {
+                "Task": f"{p.task} (family {p.family or '-'})",
+                "Outcome": "SUCCESS" if p.success else "FAILURE",
+                "Score": f"{p.reward:.2f}",
+                "Episode": p.episode,
+                "Feedback": p.feedback,
+            }
+            for p in eval_batch.trajectories or []
+        ]
         return {c: records for c in components_to_update}
 
 
@@ -197,46 +233,99 @@ class _Quiet:
         self.lines.append(message)
 
 
-async def optimize_prompt(base: PolicyModel, make_env: Callable[[], TargetEnvironment], tasks: Sequence[str],
-                          capabilities: Sequence[dict[str, str]], reflection: Any, *, max_metric_calls: int, minibatch: int = 3,
-                          families: dict[str, str] | None = None, max_turns: int = 30, temperature: float | None = None,
-                          concurrency: int = 4, seed: int = 0, timeout_s: float | None = None, env_name: str = "") -> GepaRecord:  # fmt: skip
+async def optimize_prompt(
+    base: PolicyModel,
+    make_env: Callable[[], TargetEnvironment],
+    tasks: Sequence[str],
+    capabilities: Sequence[dict[str, str]],
+    reflection: Any,
+    *,
+    max_metric_calls: int,
+    minibatch: int = 3,
+    families: dict[str, str] | None = None,
+    max_turns: int = 30,
+    temperature: float | None = None,
+    concurrency: int = 4,
+    seed: int = 0,
+    timeout_s: float | None = None,
+    env_name: str = "",
+) -> GepaRecord:
     """GEPA on `tasks` (the analysis split) from the capability-hints seed, at most `max_metric_calls` episodes.
     `reflection`: a LangChain chat model (the `llm` role, agents.prompt_opt.reflection_model)."""
     try:
         import gepa
     except ModuleNotFoundError:
-        raise GepaConfigError("evaluation.baseline_gepa needs the gepa package: pip install 'gapforge[gepa]', "
-                              "or set evaluation.baseline_gepa=false") from None  # fmt: skip
+        raise GepaConfigError(
+            "evaluation.baseline_gepa needs the gepa package: pip install 'gapforge[gepa]', "
+            "or set evaluation.baseline_gepa=false"
+        ) from None
     tasks = [str(t) for t in tasks]
     if not tasks:
         raise GepaConfigError("GEPA needs analysis-split tasks to optimise on; the run has none stored")
     if max_metric_calls < len(tasks):
-        raise GepaConfigError(f"GEPA's budget of {max_metric_calls} metric calls is below one evaluation of the {len(tasks)} "
-                         "analysis tasks: raise evaluation.gepa_max_metric_calls")  # fmt: skip
+        raise GepaConfigError(
+            f"GEPA's budget of {max_metric_calls} metric calls is below one evaluation of the {len(tasks)} "
+            "analysis tasks: raise evaluation.gepa_max_metric_calls"
+        )
     seed_prompt, _ = hints_text(list(capabilities))
-    adapter = EpisodeAdapter(base, make_env, loop=asyncio.get_running_loop(), max_metric_calls=max_metric_calls, families=families,
-                             max_turns=max_turns, temperature=temperature, concurrency=concurrency, timeout_s=timeout_s,
-                             env_name=env_name)  # fmt: skip
+    adapter = EpisodeAdapter(
+        base,
+        make_env,
+        loop=asyncio.get_running_loop(),
+        max_metric_calls=max_metric_calls,
+        families=families,
+        max_turns=max_turns,
+        temperature=temperature,
+        concurrency=concurrency,
+        timeout_s=timeout_s,
+        env_name=env_name,
+    )
     lm = ReflectionLM(reflection)
     template, template_id = reflection_template()
     minibatch = min(minibatch, len(tasks))
     result = await asyncio.to_thread(
-        gepa.optimize, seed_candidate={COMPONENT: seed_prompt}, trainset=tasks, valset=tasks, adapter=adapter, reflection_lm=lm,
-        reflection_prompt_template=template, reflection_minibatch_size=minibatch, stop_callbacks=[_WithinBudget(adapter, 2 * minibatch + len(tasks))],
-        logger=_Quiet(), seed=seed, raise_on_exception=True,
-    )  # fmt: skip
+        gepa.optimize,
+        seed_candidate={COMPONENT: seed_prompt},
+        trainset=tasks,
+        valset=tasks,
+        adapter=adapter,
+        reflection_lm=lm,
+        reflection_prompt_template=template,
+        reflection_minibatch_size=minibatch,
+        stop_callbacks=[_WithinBudget(adapter, 2 * minibatch + len(tasks))],
+        logger=_Quiet(),
+        seed=seed,
+        raise_on_exception=True,
+    )
     best = result.best_candidate[COMPONENT]  # type: ignore[index]
     return GepaRecord(
-        prompt=best, seed_prompt=seed_prompt, prompt_id=f"{GEPA}@{hashlib.sha256(best.encode()).hexdigest()[:12]}",
-        metric_calls=adapter.metric_calls, max_metric_calls=max_metric_calls, tasks=tasks, candidates=len(result.candidates),
-        seed_score=float(result.val_aggregate_scores[0]), best_score=float(result.val_aggregate_scores[result.best_idx]),
-        reflection_prompt=template_id, reflection_calls=lm.calls, gepa_version=version("gepa"),
-    )  # fmt: skip
+        prompt=best,
+        seed_prompt=seed_prompt,
+        prompt_id=f"{GEPA}@{hashlib.sha256(best.encode()).hexdigest()[:12]}",
+        metric_calls=adapter.metric_calls,
+        max_metric_calls=max_metric_calls,
+        tasks=tasks,
+        candidates=len(result.candidates),
+        seed_score=float(result.val_aggregate_scores[0]),
+        best_score=float(result.val_aggregate_scores[result.best_idx]),
+        reflection_prompt=template_id,
+        reflection_calls=lm.calls,
+        gepa_version=version("gepa"),
+    )
 
 
-async def gepa_for_run(store: Any, run_id: str, cfg: Any, *, base: PolicyModel, make_env: Callable[[], TargetEnvironment], split: Any,
-                       capabilities: Sequence[dict[str, str]], n_adapters: int, reflection: Any = None) -> GepaRecord:  # fmt: skip
+async def gepa_for_run(
+    store: Any,
+    run_id: str,
+    cfg: Any,
+    *,
+    base: PolicyModel,
+    make_env: Callable[[], TargetEnvironment],
+    split: Any,
+    capabilities: Sequence[dict[str, str]],
+    n_adapters: int,
+    reflection: Any = None,
+) -> GepaRecord:
     """The run's stored GEPA prompt when it was optimised at this budget from this seed; else GEPA on the stored
     split's analysis tasks (the config's rollout settings, the `llm` role as reflection LM unless `reflection`),
     stored as the row `gepa_prompt`. `cfg`: the run's GapforgeConfig."""
@@ -244,13 +333,27 @@ async def gepa_for_run(store: Any, run_id: str, cfg: Any, *, base: PolicyModel, 
 
     budget = gepa_budget(cfg, n_adapters)
     stored = load_gepa(store, run_id)
-    if stored is not None and stored.max_metric_calls == budget and stored.seed_prompt == hints_text(list(capabilities))[0]:
+    if (
+        stored is not None
+        and stored.max_metric_calls == budget
+        and stored.seed_prompt == hints_text(list(capabilities))[0]
+    ):
         return stored
     record = await optimize_prompt(
-        base, make_env, split.analysis_tasks, capabilities, reflection or reflection_model(cfg.llm, split.env), max_metric_calls=budget,
-        minibatch=cfg.evaluation.gepa_minibatch, families=dict(split.families), max_turns=cfg.rollouts.max_turns,
-        temperature=cfg.policy.temperature, concurrency=cfg.rollouts.concurrency, seed=cfg.seed,
-        timeout_s=episode_limit_s(cfg.rollouts, cfg.policy, cfg.llm), env_name=split.env,
-    )  # fmt: skip
+        base,
+        make_env,
+        split.analysis_tasks,
+        capabilities,
+        reflection or reflection_model(cfg.llm, split.env),
+        max_metric_calls=budget,
+        minibatch=cfg.evaluation.gepa_minibatch,
+        families=dict(split.families),
+        max_turns=cfg.rollouts.max_turns,
+        temperature=cfg.policy.temperature,
+        concurrency=cfg.rollouts.concurrency,
+        seed=cfg.seed,
+        timeout_s=episode_limit_s(cfg.rollouts, cfg.policy, cfg.llm),
+        env_name=split.env,
+    )
     save_gepa(store, run_id, record)
     return record

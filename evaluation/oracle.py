@@ -31,9 +31,16 @@ def _mean(rows: Sequence[tuple[float, bool]], i: int) -> float:
     return sum(float(r[i]) for r in rows) / len(rows)
 
 
-def oracle_routing(episodes: Mapping[str, stats.Episodes], candidates: Sequence[str], *, routed: str = ROUTED,
-                   router_choice: Mapping[str, str] | None = None, families: Mapping[str, str] | None = None,
-                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:  # fmt: skip
+def oracle_routing(
+    episodes: Mapping[str, stats.Episodes],
+    candidates: Sequence[str],
+    *,
+    routed: str = ROUTED,
+    router_choice: Mapping[str, str] | None = None,
+    families: Mapping[str, str] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The oracle's metrics from {policy: {task: {sample: (reward, success)}}} (module doc). `candidates`: the single
     policies in tie-break order (base first); `router_choice`: {task: the candidate the router chose}."""
     families = families or {}
@@ -49,8 +56,14 @@ def oracle_routing(episodes: Mapping[str, stats.Episodes], candidates: Sequence[
             left[families.get(task, "unknown")] += 1
             continue
         select, score = common[0::2], common[1::2]
-        best = max(range(len(candidates)), key=lambda i: (
-            _mean([episodes[candidates[i]][task][s] for s in select], 1), _mean([episodes[candidates[i]][task][s] for s in select], 0), -i))
+        best = max(
+            range(len(candidates)),
+            key=lambda i: (
+                _mean([episodes[candidates[i]][task][s] for s in select], 1),
+                _mean([episodes[candidates[i]][task][s] for s in select], 0),
+                -i,
+            ),
+        )
         choice[task] = candidates[best]
         for p in players:
             scored[p][task] = {s: episodes[p][task][s] for s in score}
@@ -64,9 +77,13 @@ def oracle_routing(episodes: Mapping[str, stats.Episodes], candidates: Sequence[
         "choices": dict(sorted(choice.items())),
         "choice_counts": dict(Counter(choice.values())),
         "scored": {p: stats.summarize(stats.as_trials(rows), **boot) for p, rows in scored.items()} if choice else {},
-        "vs_oracle": {p: stats.paired_episodes(scored[p], scored[ORACLE_ROW], **boot) for p in players} if choice else {},
+        "vs_oracle": {p: stats.paired_episodes(scored[p], scored[ORACLE_ROW], **boot) for p in players}
+        if choice
+        else {},
         "routed": routed if routed in episodes else None,
-        "routed_vs": {c: stats.paired_episodes(scored[routed], scored[c], **boot) for c in candidates} if choice and routed in episodes else {},
+        "routed_vs": {c: stats.paired_episodes(scored[routed], scored[c], **boot) for c in candidates}
+        if choice and routed in episodes
+        else {},
     }
     if router_choice is not None and choice:
         used = [(choice[t], router_choice[t]) for t in choice if t in router_choice]
@@ -101,7 +118,9 @@ def oracle_from_store(store: Any, run_id: str, *, n_boot: int = 1000, seed: int 
     if ROUTED in evals:
         decisions = evals[ROUTED].metrics.get("routing") or {}
         router_choice = {t: f"adapter:{d['adapter']}" if d.get("adapter") else BASE for t, d in decisions.items()}
-    return oracle_routing(episodes, candidates, router_choice=router_choice, families=families, n_boot=n_boot, seed=seed)
+    return oracle_routing(
+        episodes, candidates, router_choice=router_choice, families=families, n_boot=n_boot, seed=seed
+    )
 
 
 def store_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:

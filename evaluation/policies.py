@@ -38,7 +38,10 @@ def baseline_labels(store: Any, run_id: str) -> dict[str, str]:
     """Report labels of the baselines whose evaluation names alone do not say what they are."""
     from gapforge.evaluation.gepa_baseline import GEPA, gepa_label, load_gepa
 
-    return {CAPABILITY_HINTS: "capability hints (descriptions appended, unoptimised)", GEPA: gepa_label(load_gepa(store, run_id))}
+    return {
+        CAPABILITY_HINTS: "capability hints (descriptions appended, unoptimised)",
+        GEPA: gepa_label(load_gepa(store, run_id)),
+    }
 
 
 def standard_policies(

@@ -36,11 +36,16 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
     if not rows:
         return []
     first = rows[0].metrics
-    lines = ["## Every task, greedy, 1 trial (the TRACE paper's protocol)", "",
-             f"Env `{first['env']}`, {first.get('tasks')} tasks × 1 trial at temperature 0 per policy: "
-             "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's protocol); "
-             "the held-out split above is the contamination-free comparison. 95% bootstrap intervals over tasks.", "",
-             "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Every task, greedy, 1 trial (the TRACE paper's protocol)",
+        "",
+        f"Env `{first['env']}`, {first.get('tasks')} tasks × 1 trial at temperature 0 per policy: "
+        "every task of the run, **the analysis split included, so these numbers are not held out** (the paper's protocol); "
+        "the held-out split above is the contamination-free comparison. 95% bootstrap intervals over tasks.",
+        "",
+        "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |",
+        "|---|---|---|---|",
+    ]
     from gapforge.evaluation.policies import baseline_labels
 
     labels = baseline_labels(store, run_id)  # a baseline shown for what it is, as in the held-out tables
@@ -50,7 +55,9 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
         reward = "–" if mr.get("value") is None else f"{mr['value']:.3f}"
         vs = (m.get("vs_base") or {}).get("pass_rate")
         name = e.name.removeprefix(ALL_TASKS)
-        lines.append(f"| {labels.get(name, name)} | {_pct(m.get('pass_rate'))} | {reward} | {points(vs) if vs and vs.get('value') is not None else '–'} |")
+        lines.append(
+            f"| {labels.get(name, name)} | {_pct(m.get('pass_rate'))} | {reward} | {points(vs) if vs and vs.get('value') is not None else '–'} |"
+        )
     return [*lines, ""]
 
 
@@ -62,7 +69,14 @@ def toolsandbox_section(store: Any, run_id: str) -> list[str]:
     notes: set[str] = set()
     labels = baseline_labels(store, run_id)
     for prefix, scope in SCOPES:
-        rows = _ordered([e for e in store.evaluations(run_id) if e.name.startswith(prefix) and is_toolsandbox(str(e.metrics.get("env", "")))], prefix)
+        rows = _ordered(
+            [
+                e
+                for e in store.evaluations(run_id)
+                if e.name.startswith(prefix) and is_toolsandbox(str(e.metrics.get("env", "")))
+            ],
+            prefix,
+        )
         for e in rows:
             env, child = str(e.metrics["env"]), e.metrics.get("child_run")
             episodes = store.episodes(child, env=env) if child else []
@@ -73,10 +87,18 @@ def toolsandbox_section(store: Any, run_id: str) -> list[str]:
                 if found.note:
                     notes.add(found.note)
                 name = e.name.removeprefix(prefix)
-                table.append(f"| {labels.get(name, name)} | {scope} | {overall.perfect} of {overall.run} | {overall.mean_similarity:.3f} |")
+                table.append(
+                    f"| {labels.get(name, name)} | {scope} | {overall.perfect} of {overall.run} | {overall.mean_similarity:.3f} |"
+                )
     if not table:
         return []
-    lines = ["## ToolSandbox: perfect count and mean similarity (the TRACE paper's Table 2 metrics)", "",
-             "Perfect: scenarios whose similarity is 1.0 (with several trials, every trial); mean similarity over the scenarios played.", "",
-             "| policy | scope | perfect | mean similarity |", "|---|---|---|---|", *table]  # fmt: skip
+    lines = [
+        "## ToolSandbox: perfect count and mean similarity (the TRACE paper's Table 2 metrics)",
+        "",
+        "Perfect: scenarios whose similarity is 1.0 (with several trials, every trial); mean similarity over the scenarios played.",
+        "",
+        "| policy | scope | perfect | mean similarity |",
+        "|---|---|---|---|",
+        *table,
+    ]
     return [*lines, *(f"\n{n}." for n in sorted(notes)), ""]

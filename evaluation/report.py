@@ -81,7 +81,11 @@ def _more_trials(evals: list[Any]) -> list[str]:
     """A line per family some policies played with other than `trials` trials per task."""
     out = []
     for fam in sorted({f for e in evals for f in e.metrics.get("trials_by_family", {})}):
-        ks = {e.name.removeprefix("eval:"): e.metrics["trials_by_family"].get(fam) for e in evals if "trials_by_family" in e.metrics}
+        ks = {
+            e.name.removeprefix("eval:"): e.metrics["trials_by_family"].get(fam)
+            for e in evals
+            if "trials_by_family" in e.metrics
+        }
         more = {n: k for n, k in ks.items() if k is not None and k != evals[0].metrics["trials"]}
         if more:
             who = ", ".join(f"{n} {k}" for n, k in more.items())
@@ -111,9 +115,14 @@ def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [r for r in rows if (r[2].get("pass_rate") or {}).get("value") is not None]
-    labels = [f"{name}{'' if scope == 'all tasks' else ' · ' + scope} (N={d.get('episodes', 0)})" for name, scope, d in rows]
+    labels = [
+        f"{name}{'' if scope == 'all tasks' else ' · ' + scope} (N={d.get('episodes', 0)})" for name, scope, d in rows
+    ]
     vals = [100 * d["pass_rate"]["value"] for _, _, d in rows]
-    err = [[v - 100 * d["pass_rate"]["low"] for v, (_, _, d) in zip(vals, rows)], [100 * d["pass_rate"]["high"] - v for v, (_, _, d) in zip(vals, rows)]]
+    err = [
+        [v - 100 * d["pass_rate"]["low"] for v, (_, _, d) in zip(vals, rows)],
+        [100 * d["pass_rate"]["high"] - v for v, (_, _, d) in zip(vals, rows)],
+    ]
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4))
     ys = list(range(len(rows)))[::-1]
     ax.errorbar(vals, ys, xerr=err, fmt="o", capsize=4, color="#3a7")
@@ -184,35 +193,65 @@ def _oracle_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
     if m is None:
         return []
     left = m.get("left_out") or {}
-    lines = ["## Oracle routing (yardstick)", "",
-             "Per held-out task, the best single policy (base or one adapter) is picked on half of the trials every candidate "
-             "and TRACE played (the even-numbered: highest pass rate, then mean reward, base on ties) and scored on the other half "
-             "(the odd-numbered), so no policy is credited with the luck it was picked on; every row below is scored on those same "
-             f"odd-numbered trials. Tasks used: {m['tasks']}; left out (fewer than 2 common trials): {sum(left.values())}"
-             + (" (" + ", ".join(f"`{f}` {n}" for f, n in left.items()) + ")" if left else "") + ".", ""]  # fmt: skip
+    lines = [
+        "## Oracle routing (yardstick)",
+        "",
+        "Per held-out task, the best single policy (base or one adapter) is picked on half of the trials every candidate "
+        "and TRACE played (the even-numbered: highest pass rate, then mean reward, base on ties) and scored on the other half "
+        "(the odd-numbered), so no policy is credited with the luck it was picked on; every row below is scored on those same "
+        f"odd-numbered trials. Tasks used: {m['tasks']}; left out (fewer than 2 common trials): {sum(left.values())}"
+        + (" (" + ", ".join(f"`{f}` {n}" for f, n in left.items()) + ")" if left else "")
+        + ".",
+        "",
+    ]
     if not m["tasks"]:
-        return [*lines, "No task has 2 trials common to every candidate: play the adapters with more trials (evaluation.trials >= 2, "
-                "or their `adapter:<name>` in evaluation.family_trials_policies) to get the oracle.", ""]
+        return [
+            *lines,
+            "No task has 2 trials common to every candidate: play the adapters with more trials (evaluation.trials >= 2, "
+            "or their `adapter:<name>` in evaluation.family_trials_policies) to get the oracle.",
+            "",
+        ]
     counts = ", ".join(f"{n} {k}" for k, n in sorted(m["choice_counts"].items()))
-    lines += [f"The oracle chose: {counts}.", "", "| policy | pass rate (scoring half) | mean reward | Δ pass rate vs oracle (paired) | N pairs | verdict |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
-    for name in sorted(m["scored"], key=lambda n: (n != "oracle", n != m.get("routed"), m["candidates"].index(n) if n in m["candidates"] else 0)):
+    lines += [
+        f"The oracle chose: {counts}.",
+        "",
+        "| policy | pass rate (scoring half) | mean reward | Δ pass rate vs oracle (paired) | N pairs | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in sorted(
+        m["scored"],
+        key=lambda n: (n != "oracle", n != m.get("routed"), m["candidates"].index(n) if n in m["candidates"] else 0),
+    ):
         summ = m["scored"][name]
         vs = (m.get("vs_oracle") or {}).get(name) or {}
-        lines.append(f"| {name} | {_fmt(summ['pass_rate'])} | {_fmt(summ['mean_reward'], pct=False)} | "
-                     f"{'–' if name == 'oracle' else _signed(vs.get('pass_rate'), pct=True)} | {vs.get('episodes', '–')} | "
-                     f"{'–' if name == 'oracle' else verdict(vs.get('pass_rate')) or '–'} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {_fmt(summ['pass_rate'])} | {_fmt(summ['mean_reward'], pct=False)} | "
+            f"{'–' if name == 'oracle' else _signed(vs.get('pass_rate'), pct=True)} | {vs.get('episodes', '–')} | "
+            f"{'–' if name == 'oracle' else verdict(vs.get('pass_rate')) or '–'} |"
+        )
     if m.get("routed_vs"):
-        lines += ["", f"{m['routed']} minus each single policy on the same trials (paired):", "",
-                  "| vs | Δ pass rate | Δ reward | N pairs | verdict |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"{m['routed']} minus each single policy on the same trials (paired):",
+            "",
+            "| vs | Δ pass rate | Δ reward | N pairs | verdict |",
+            "|---|---|---|---|---|",
+        ]
         for name, d in m["routed_vs"].items():
-            lines.append(f"| {name} | {_signed(d.get('pass_rate'), pct=True)} | {_signed(d.get('mean_reward'), pct=False)} | {d.get('episodes', 0)} | "
-                         f"{verdict(d.get('pass_rate')) or '–'} |")  # fmt: skip
+            lines.append(
+                f"| {name} | {_signed(d.get('pass_rate'), pct=True)} | {_signed(d.get('mean_reward'), pct=False)} | {d.get('episodes', 0)} | "
+                f"{verdict(d.get('pass_rate')) or '–'} |"
+            )
     conf = m.get("router_vs_oracle")
     if conf and conf.get("n"):
         labels = conf["labels"]
-        lines += ["", f"Router's choice against the oracle's on {conf['n']} tasks (agreement {conf['accuracy']:.0%}; rows: the oracle's choice):", "",
-                  "| oracle ↓ / router → | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]  # fmt: skip
+        lines += [
+            "",
+            f"Router's choice against the oracle's on {conf['n']} tasks (agreement {conf['accuracy']:.0%}; rows: the oracle's choice):",
+            "",
+            "| oracle ↓ / router → | " + " | ".join(labels) + " |",
+            "|---|" + "---|" * len(labels),
+        ]
         lines += [f"| {lab} | " + " | ".join(str(n) for n in row) + " |" for lab, row in zip(labels, conf["matrix"])]
     return [*lines, ""]
 
@@ -231,10 +270,15 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     lines += ["## Evaluation on the held-out split", ""]
     if evals:
         first = evals[0].metrics
-        lines += [f"Env `{first['env']}`, {first['tasks']} tasks × {first['trials']} trials per policy; 95% bootstrap intervals over tasks.", ""]
+        lines += [
+            f"Env `{first['env']}`, {first['tasks']} tasks × {first['trials']} trials per policy; 95% bootstrap intervals over tasks.",
+            "",
+        ]
         lines += _more_trials(evals)
-        lines += ["| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |",
+            "|---|---|---|---|---|---|",
+        ]
         for e in evals:
             m = e.metrics
             ks = ", ".join(f"^{k}={v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
@@ -248,7 +292,11 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         lines += ["| policy | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
         for e in evals:
             fam = e.metrics.get("by_family", {})
-            lines.append(f"| {e.name.removeprefix('eval:')} | " + " | ".join(_fmt(fam.get(f, {}).get("pass_rate")) for f in families) + " |")
+            lines.append(
+                f"| {e.name.removeprefix('eval:')} | "
+                + " | ".join(_fmt(fam.get(f, {}).get("pass_rate")) for f in families)
+                + " |"
+            )
         paired = _paired_rows(evals, baseline_labels(store, run_id))
         if paired:
             focus = evals[0].metrics.get("focus_family")
@@ -284,17 +332,24 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     curve_lines, curve_plot = rollout_scaling_section(store, run_id, out)
     lines += curve_lines
     plots += [curve_plot] if curve_plot else []
-    lines += all_tasks_section(store, run_id) + toolsandbox_section(store, run_id)  # the paper's protocol and Table 2 metrics
+    lines += all_tasks_section(store, run_id) + toolsandbox_section(
+        store, run_id
+    )  # the paper's protocol and Table 2 metrics
 
     lines += scaling_section(store, run_id)  # routed TRACE with 1 and with 2 adapters (evaluation.scaling)
 
-    record = store.get_evaluation(run_id, "router")  # the stored router: the gate's held-out accuracy (evaluation.router_record)
+    record = store.get_evaluation(
+        run_id, "router"
+    )  # the stored router: the gate's held-out accuracy (evaluation.router_record)
     gate = gate_line(record.metrics if record is not None else None)
     lines += ["## Router", "", *([f"{gate[0]}.", ""] if gate else [])]
     if router is not None:
         m = router.metrics
-        lines += [f"Accuracy {m['accuracy']:.1%} on {len(m.get('cases', []))} cases (abstentions count as none: {m.get('abstained', 0)}); "
-                  f"prompt `{m.get('prompt')}`, margin {m.get('margin')}.", ""]
+        lines += [
+            f"Accuracy {m['accuracy']:.1%} on {len(m.get('cases', []))} cases (abstentions count as none: {m.get('abstained', 0)}); "
+            f"prompt `{m.get('prompt')}`, margin {m.get('margin')}.",
+            "",
+        ]
         plots.append(_confusion(m, out / "router_confusion.png"))
         lines += ["![confusion](router_confusion.png)", ""]
     else:
@@ -304,7 +359,9 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     lines += ["## Adapters", ""]
     if adapters:
         lines += ["| adapter | capability | status | best step |", "|---|---|---|---|"]
-        lines += [f"| {a.name} | {a.capability or '–'} | {a.status} | {a.metrics.get('best_step', '–')} |" for a in adapters]
+        lines += [
+            f"| {a.name} | {a.capability or '–'} | {a.status} | {a.metrics.get('best_step', '–')} |" for a in adapters
+        ]
         plots.append(_curves(adapters, out / "adapter_heldout.png"))
         lines += ["", "![held-out reward](adapter_heldout.png)", ""]
     else:

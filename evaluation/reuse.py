@@ -21,8 +21,22 @@ from typing import Any
 
 from gapforge.envs.protocol import Message
 
-COPIED_FIELDS = ("policy", "messages", "reward", "success", "components", "termination", "error", "turns", "timings",
-                 "task_family", "score_info", "step_info", "user_prompt", "started_at")  # fmt: skip
+COPIED_FIELDS = (
+    "policy",
+    "messages",
+    "reward",
+    "success",
+    "components",
+    "termination",
+    "error",
+    "turns",
+    "timings",
+    "task_family",
+    "score_info",
+    "step_info",
+    "user_prompt",
+    "started_at",
+)
 
 
 def reuses_base(policy: Any, base: Any) -> bool:
@@ -38,7 +52,9 @@ def plays_base(policy: Any, decision: Any) -> bool:
     return not adapter or policy.adapters.get(adapter, policy.base) is policy.base
 
 
-async def copy_base_episodes(store: Any, *, policy: Any, env: str, base_child: str, child: str, counts: dict[str, int]) -> int:
+async def copy_base_episodes(
+    store: Any, *, policy: Any, env: str, base_child: str, child: str, counts: dict[str, int]
+) -> int:
     """Copy into `child` the base episodes (task, sample < counts[task]) that `policy` would play with its base.
 
     Keys `child` already holds are left alone (a resumed evaluation copies nothing twice). Returns how many were copied.

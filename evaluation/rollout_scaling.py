@@ -42,7 +42,9 @@ def _fraction(entry: Mapping[str, Any]) -> float:
     return round(float(json.loads((Path(entry["path"]) / "curve.json").read_text())["fraction"]), 6)
 
 
-def curve_points(adapters: Sequence[Any], names: Sequence[str], optional: Sequence[str] = ()) -> list[dict[str, dict[str, Any]]]:
+def curve_points(
+    adapters: Sequence[Any], names: Sequence[str], optional: Sequence[str] = ()
+) -> list[dict[str, dict[str, Any]]]:
     """[{adapter name: {step, training_rollouts, path}}] per curve point, matched by the fraction of its training each
     adapter was kept at, for the adapters `names` (rows of the store's `adapters`: their `metrics.curve_adapters`), each
     of which must have every point, and `optional` ones (the GRPO-on-target baseline), in a point where they have it
@@ -50,11 +52,15 @@ def curve_points(adapters: Sequence[Any], names: Sequence[str], optional: Sequen
     by_name = {a.name: {_fraction(c): c for c in (a.metrics or {}).get("curve_adapters") or []} for a in adapters}
     missing = [n for n in [*names, *optional] if not by_name.get(n)]
     if missing:
-        raise ScalingError(f"no scaling-curve adapters kept for {', '.join(missing)}: train again (training.curve keeps them)")
+        raise ScalingError(
+            f"no scaling-curve adapters kept for {', '.join(missing)}: train again (training.curve keeps them)"
+        )
     fractions = sorted(set.intersection(*(set(by_name[n]) for n in names))) if names else []
     if names and len(fractions) != max(len(by_name[n]) for n in names):
-        raise ScalingError(f"the adapters kept different curve points ({ {n: sorted(by_name[n]) for n in names} }): train with "
-                           "training.early_stopping=false and the same training.curve_fractions")
+        raise ScalingError(
+            f"the adapters kept different curve points ({ {n: sorted(by_name[n]) for n in names} }): train with "
+            "training.early_stopping=false and the same training.curve_fractions"
+        )
     return [{n: by_name[n][f] for n in [*names, *optional] if f in by_name[n]} for f in fractions]
 
 
@@ -70,7 +76,9 @@ def _iv(m: Mapping[str, Any] | None, key: str = "pass_rate") -> dict[str, Any]:
     return dict(((m or {}).get(key) or {}))
 
 
-def scaling_rows(store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[str, Any]]], *, seed: int = 0) -> list[dict[str, Any]]:
+def scaling_rows(
+    store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[str, Any]]], *, seed: int = 0
+) -> list[dict[str, Any]]:
     """One row per curve point: training rollouts of TRACE (all adapters) and of GRPO-on-target, each one's pass rate
     and paired difference to the base (95% intervals), and TRACE − GRPO-on-target paired. Point 0 is the base's own
     evaluation (see the module docstring); a point not evaluated yet is left out."""
@@ -86,20 +94,40 @@ def scaling_rows(store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[
         if k == 0:
             zero = {"value": 0.0, "low": 0.0, "high": 0.0}
             base_rate = _iv(main[BASE])
-            row |= {"trace": base_rate, "grpo": base_rate, "trace_vs_base": zero, "grpo_vs_base": zero, "trace_vs_grpo": zero, "run": run_id}
+            row |= {
+                "trace": base_rate,
+                "grpo": base_rate,
+                "trace_vs_base": zero,
+                "grpo_vs_base": zero,
+                "trace_vs_grpo": zero,
+                "run": run_id,
+            }
             rows.append(row)
             continue
         if known is not None and scale_run_id(run_id, k) not in known:  # not evaluated (yet)
             continue
-        scaled = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(scale_run_id(run_id, k)) if e.name.startswith("eval:")}
+        scaled = {
+            e.name.removeprefix("eval:"): e.metrics
+            for e in store.evaluations(scale_run_id(run_id, k))
+            if e.name.startswith("eval:")
+        }
         if ROUTED not in scaled:
             continue
-        row |= {"run": scale_run_id(run_id, k), "trace": _iv(scaled[ROUTED]), "trace_vs_base": _iv(scaled[ROUTED].get("vs_base_paired"))}
+        row |= {
+            "run": scale_run_id(run_id, k),
+            "trace": _iv(scaled[ROUTED]),
+            "trace_vs_base": _iv(scaled[ROUTED].get("vs_base_paired")),
+        }
         if GRPO_TARGET in scaled:
             from gapforge.evaluation.comparison import paired_between
 
-            row |= {"grpo": _iv(scaled[GRPO_TARGET]), "grpo_vs_base": _iv(scaled[GRPO_TARGET].get("vs_base_paired")),
-                    "trace_vs_grpo": _iv(paired_between(store, scaled[ROUTED], scaled[GRPO_TARGET], seed=seed)["all tasks"])}
+            row |= {
+                "grpo": _iv(scaled[GRPO_TARGET]),
+                "grpo_vs_base": _iv(scaled[GRPO_TARGET].get("vs_base_paired")),
+                "trace_vs_grpo": _iv(
+                    paired_between(store, scaled[ROUTED], scaled[GRPO_TARGET], seed=seed)["all tasks"]
+                ),
+            }
         rows.append(row)
     return rows
 
@@ -122,19 +150,24 @@ def verdict_word(iv: Mapping[str, Any] | None) -> str:
 
 def scaling_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The rows as a markdown table."""
+
     def pct(iv: Mapping[str, Any] | None, signed: bool = False) -> str:
         if not iv or iv.get("value") is None:
             return "–"
         f = "{:+.1f}" if signed else "{:.1f}"
         return f"{f.format(100 * iv['value'])} [{f.format(100 * iv['low'])}, {f.format(100 * iv['high'])}]"
 
-    out = ["| point | TRACE rollouts | TRACE pass rate | TRACE − base | GRPO rollouts | GRPO pass rate | GRPO − base | TRACE − GRPO | verdict |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| point | TRACE rollouts | TRACE pass rate | TRACE − base | GRPO rollouts | GRPO pass rate | GRPO − base | TRACE − GRPO | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['point']} | {r['trace_rollouts']} | {pct(r.get('trace'))} | {pct(r.get('trace_vs_base'), True)} | "
-                   f"{r.get('grpo_rollouts') if r.get('grpo_rollouts') is not None else '–'} | {pct(r.get('grpo'))} | "
-                   f"{pct(r.get('grpo_vs_base'), True)} | {pct(r.get('trace_vs_grpo'), True)} | "
-                   f"{verdict_word(r.get('trace_vs_grpo')) if r['point'] else 'both are the base'} |")
+        out.append(
+            f"| {r['point']} | {r['trace_rollouts']} | {pct(r.get('trace'))} | {pct(r.get('trace_vs_base'), True)} | "
+            f"{r.get('grpo_rollouts') if r.get('grpo_rollouts') is not None else '–'} | {pct(r.get('grpo'))} | "
+            f"{pct(r.get('grpo_vs_base'), True)} | {pct(r.get('trace_vs_grpo'), True)} | "
+            f"{verdict_word(r.get('trace_vs_grpo')) if r['point'] else 'both are the base'} |"
+        )
     return out
 
 
@@ -150,13 +183,23 @@ def scaling_plot(series: Mapping[str, Sequence[Mapping[str, Any]]], path: str | 
     styles = {"trace": ("TRACE (routed)", "#3a7"), "grpo": ("GRPO on the target", "#c63")}
     for i, (label, rows) in enumerate(series.items()):
         for who, (name, color) in styles.items():
-            pts = [r for r in rows if (r.get(who) or {}).get("value") is not None and r.get(f"{who}_rollouts") is not None]
+            pts = [
+                r for r in rows if (r.get(who) or {}).get("value") is not None and r.get(f"{who}_rollouts") is not None
+            ]
             if not pts:
                 continue
             xs = [r[f"{who}_rollouts"] for r in pts]
-            ax.plot(xs, [100 * r[who]["value"] for r in pts], marker="o", color=color, alpha=0.9 - 0.2 * i,
-                    label=f"{name}{'' if len(series) == 1 else f' ({label})'}")
-            ax.fill_between(xs, [100 * r[who]["low"] for r in pts], [100 * r[who]["high"] for r in pts], color=color, alpha=0.12)
+            ax.plot(
+                xs,
+                [100 * r[who]["value"] for r in pts],
+                marker="o",
+                color=color,
+                alpha=0.9 - 0.2 * i,
+                label=f"{name}{'' if len(series) == 1 else f' ({label})'}",
+            )
+            ax.fill_between(
+                xs, [100 * r[who]["low"] for r in pts], [100 * r[who]["high"] for r in pts], color=color, alpha=0.12
+            )
     ax.set_xlabel("training rollouts")
     ax.set_ylabel("held-out pass rate, % (95% interval)")
     ax.legend(fontsize=7)
@@ -181,10 +224,15 @@ def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], 
     except ScalingError as e:
         return ["## Rollout scaling (pass rate vs training rollouts)", "", str(e), ""], None
     plot = scaling_plot({run_id: rows}, out_dir / "rollout_scaling.png")
-    lines = ["## Rollout scaling (pass rate vs training rollouts)", "",
-             "Routed TRACE (every adapter at the same fraction of its training) and GRPO on the target at the fractions 0, ¼, ½, ¾, 1 "
-             "of the same training budget, on the held-out split, paired with the base (point 0 is the base itself).", "",
-             *scaling_table(rows), ""]
+    lines = [
+        "## Rollout scaling (pass rate vs training rollouts)",
+        "",
+        "Routed TRACE (every adapter at the same fraction of its training) and GRPO on the target at the fractions 0, ¼, ½, ¾, 1 "
+        "of the same training budget, on the held-out split, paired with the base (point 0 is the base itself).",
+        "",
+        *scaling_table(rows),
+        "",
+    ]
     for who, name in (("trace", "TRACE"), ("grpo", "GRPO-on-target")):
         rate = per_1000(rows, who)
         if rate is not None:

@@ -61,7 +61,9 @@ class GateRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: GateState
-    settings: dict[str, bool | int | float]  # the routing.gate_* values (refit: the served gate saw every example) and the margin it was measured at
+    settings: dict[
+        str, bool | int | float
+    ]  # the routing.gate_* values (refit: the served gate saw every example) and the margin it was measured at
     examples: list[GateExample]
     heldout: GateAccuracy
     train_accuracy: float
@@ -89,9 +91,18 @@ class RouterRecord(BaseModel):
         return [c.model_dump() for c in self.capabilities]
 
 
-def router_record(artifacts: Any, *, backend: str, openings: dict[str, list[str]] | None = None, seeds: list[int] | None = None,
-                  gate: GateRecord | None = None) -> RouterRecord:  # fmt: skip
-    caps = [RoutedCapability(**{k: c[k] for k in ("name", "definition", "example", "adapter")}) for c in artifacts.capabilities]
+def router_record(
+    artifacts: Any,
+    *,
+    backend: str,
+    openings: dict[str, list[str]] | None = None,
+    seeds: list[int] | None = None,
+    gate: GateRecord | None = None,
+) -> RouterRecord:
+    caps = [
+        RoutedCapability(**{k: c[k] for k in ("name", "definition", "example", "adapter")})
+        for c in artifacts.capabilities
+    ]
     return RouterRecord(backend=backend, capabilities=caps, openings=openings, seeds=list(seeds or []), gate=gate)
 
 

@@ -65,7 +65,9 @@ def env_openings(make_env: Callable[[], Environment], seeds: Sequence[int]) -> l
     return [c.first_message for c in routing_cases({"env": make_env}, seeds)]
 
 
-def measure_router(router: Router, cases: Sequence[RoutingCase], *, store: Any = None, run_id: str | None = None) -> RouterAccuracy:
+def measure_router(
+    router: Router, cases: Sequence[RoutingCase], *, store: Any = None, run_id: str | None = None
+) -> RouterAccuracy:
     """Batch-route every case; an abstention counts as 'none' (the base model answers). Stored when a store is given."""
     decisions = router.route_batch([c.first_message for c in cases])
     predicted = [d.capability or NONE for d in decisions]
@@ -78,7 +80,9 @@ def measure_router(router: Router, cases: Sequence[RoutingCase], *, store: Any =
             "labels": labels,
             "matrix": result.matrix,
             "abstained": result.abstained,
-            "cases": [{"source": c.source, "expected": c.expected, "decision": d.to_json()} for c, d in zip(cases, decisions)],
+            "cases": [
+                {"source": c.source, "expected": c.expected, "decision": d.to_json()} for c, d in zip(cases, decisions)
+            ],
             "prompt": router.prompt_id,
             "margin": router.config.margin,
         }

@@ -49,9 +49,13 @@ class EvalPlan:
     concurrency: int = 4
     n_boot: int = 1000
     seed: int = 0
-    family_trials: Mapping[str, int] = field(default_factory=dict)  # family -> trials per task, for family_trials_policies
+    family_trials: Mapping[str, int] = field(
+        default_factory=dict
+    )  # family -> trials per task, for family_trials_policies
     family_trials_policies: Sequence[str] = (BASE, ROUTED)
-    min_family_episodes: int = 0  # powered families: >= this many episodes per family for family_trials_policies (0: off)
+    min_family_episodes: int = (
+        0  # powered families: >= this many episodes per family for family_trials_policies (0: off)
+    )
     focus_family: str | None = None  # the headline family (stored with the metrics for the report and the summary)
     scope: str = "eval"  # rows `<scope>:<policy>`, child runs `<run>.<scope>.<policy>` (`all_tasks`: the paper's protocol, apart)
 
@@ -100,7 +104,9 @@ class EvaluationResult:
 class EvalStore:
     """The part of store.Store evaluation needs (typing only)."""
 
-    def create_run(self, kind: str, config: Mapping[str, Any], run_id: str | None = None, *, exist_ok: bool = False) -> str: ...
+    def create_run(
+        self, kind: str, config: Mapping[str, Any], run_id: str | None = None, *, exist_ok: bool = False
+    ) -> str: ...
     def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[Any]: ...
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
     def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int: ...
@@ -113,8 +119,18 @@ def child_run_id(run_id: str, name: str, scope: str = "eval") -> str:
     return f"{run_id}.{scope}.{safe}"[:64]
 
 
-async def _play(store: Any, plan: EvalPlan, name: str, policy: PolicyModel, child: str, counts: dict[str, int], *,
-                make_env: Callable[[], TargetEnvironment], families: dict[str, str], player: Any = None) -> None:
+async def _play(
+    store: Any,
+    plan: EvalPlan,
+    name: str,
+    policy: PolicyModel,
+    child: str,
+    counts: dict[str, int],
+    *,
+    make_env: Callable[[], TargetEnvironment],
+    families: dict[str, str],
+    player: Any = None,
+) -> None:
     """Collect every (task, sample < counts[task]) the child run lacks: one collect per trial count."""
     by_count: dict[int, list[str]] = {}
     for t in plan.tasks:
@@ -156,7 +172,9 @@ async def evaluate(
     known = set(families.values())
     for family in [*plan.family_trials, *([plan.focus_family] if plan.focus_family else [])]:
         if family not in known:
-            raise ValueError(f"family {family!r} (evaluation.family_trials / focus_family) has no task here: use one of {', '.join(sorted(known)) or 'none'}")
+            raise ValueError(
+                f"family {family!r} (evaluation.family_trials / focus_family) has no task here: use one of {', '.join(sorted(known)) or 'none'}"
+            )
     episodes: dict[str, dict[str, dict[int, tuple[float, bool]]]] = {}
     children: dict[str, str] = {}
     counts: dict[str, dict[str, int]] = {}
@@ -170,13 +188,25 @@ async def evaluate(
 
     async def play(name: str) -> None:
         policy, child = policies[name], children[name]
-        config = {"parent": plan.run_id, "policy": name, "env": plan.env, "tasks": plan.tasks, "trials": plan.trials,
-                  "family_trials": dict(plan.family_trials) if name in plan.family_trials_policies else {}}  # fmt: skip
+        config = {
+            "parent": plan.run_id,
+            "policy": name,
+            "env": plan.env,
+            "tasks": plan.tasks,
+            "trials": plan.trials,
+            "family_trials": dict(plan.family_trials) if name in plan.family_trials_policies else {},
+        }
         store.create_run("evaluation", config, run_id=child, exist_ok=True)
         if name in reusing:
-            await copy_base_episodes(store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name])
-        async with players(name, policy) if players is not None else nullcontext() as player:  # executor/: Ray workers, or None
-            await _play(store, plan, name, policy, child, counts[name], make_env=make_env, families=families, player=player)
+            await copy_base_episodes(
+                store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name]
+            )
+        async with (
+            players(name, policy) if players is not None else nullcontext() as player
+        ):  # executor/: Ray workers, or None
+            await _play(
+                store, plan, name, policy, child, counts[name], make_env=make_env, families=families, player=player
+            )
         if on_policy_done is not None:
             on_policy_done(name)
 
@@ -193,17 +223,23 @@ async def evaluate(
             raise failed[0]
     for name in order:
         policy, child = policies[name], children[name]
-        rows = sorted((r for r in store.episodes(child, env=plan.env) if r.sample < counts[name].get(r.task_id, 0)),
-                      key=lambda r: (r.task_id, r.sample))  # fmt: skip
+        rows = sorted(
+            (r for r in store.episodes(child, env=plan.env) if r.sample < counts[name].get(r.task_id, 0)),
+            key=lambda r: (r.task_id, r.sample),
+        )
         episodes[name] = {}
         for r in rows:
             episodes[name].setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
         if name in reusing:
-            reused[name] = sorted({r.task_id for r in rows if r.policy == policies[BASE].name and r.policy != policy.name})
+            reused[name] = sorted(
+                {r.task_id for r in rows if r.policy == policies[BASE].name and r.policy != policy.name}
+            )
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
             first = {r.task_id: first_user_message(r.messages) for r in rows}
-            for m in sorted({m for m in first.values() if m is not None} - set(decisions)):  # episodes stored by an earlier call
+            for m in sorted(
+                {m for m in first.values() if m is not None} - set(decisions)
+            ):  # episodes stored by an earlier call
                 await policy.decide([Message.user(m)])
             routing[name] = {t: decisions[m].to_json() for t, m in sorted(first.items()) if m in decisions}
     result = EvaluationResult(plan.run_id, plan.env, list(plan.tasks), plan.trials)
@@ -221,7 +257,9 @@ async def evaluate(
             "by_family": stats.by_family(trials, families, **boot),
             "vs_base": None if name == BASE else stats.paired_difference(trials, stats.as_trials(base), **boot),
             "vs_base_paired": None if name == BASE else stats.paired_episodes(episodes[name], base, **boot),
-            "vs_base_by_family": None if name == BASE else stats.paired_by_family(episodes[name], base, families, **boot),
+            "vs_base_by_family": None
+            if name == BASE
+            else stats.paired_by_family(episodes[name], base, families, **boot),
         }
         if name in reused:
             metrics["reused_base_tasks"] = reused[name]

@@ -24,7 +24,9 @@ from gapforge.evaluation.run import BASE, ROUTED
 from gapforge.evaluation.summary import points
 
 
-def subset_episodes(routed: stats.Episodes, base: stats.Episodes, choice: Mapping[str, str | None], subset: Sequence[str]) -> stats.Episodes:
+def subset_episodes(
+    routed: stats.Episodes, base: stats.Episodes, choice: Mapping[str, str | None], subset: Sequence[str]
+) -> stats.Episodes:
     """{task: {sample: row}} of the routed policy with only `subset`'s adapters: `choice` maps a task to the adapter
     the router chose for it (None: base); a task whose choice is not in `subset` plays the base's episodes."""
     keep = set(subset)
@@ -63,10 +65,19 @@ def scaling(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> di
     rows = []
     for s in subsets(adapters):
         eps = subset_episodes(routed, base, choice, s)
-        rows.append({"adapters": list(s), "tasks_routed": sorted(t for t in eps if choice.get(t) in s),
-                     "all": stats.paired_episodes(eps, base, **boot), "by_family": stats.paired_by_family(eps, base, families, **boot)})  # fmt: skip
-    return {"adapters": adapters, "rows": rows,
-            "note": "the stored router's decisions with only these adapters loaded (other tasks play the base); paired with the base"}  # fmt: skip
+        rows.append(
+            {
+                "adapters": list(s),
+                "tasks_routed": sorted(t for t in eps if choice.get(t) in s),
+                "all": stats.paired_episodes(eps, base, **boot),
+                "by_family": stats.paired_by_family(eps, base, families, **boot),
+            }
+        )
+    return {
+        "adapters": adapters,
+        "rows": rows,
+        "note": "the stored router's decisions with only these adapters loaded (other tasks play the base); paired with the base",
+    }
 
 
 def _diff(d: Mapping[str, Any]) -> str:
@@ -82,8 +93,10 @@ def scaling_lines(m: Mapping[str, Any] | None, families: Sequence[str] | None = 
     for row in m["rows"]:
         fams = row["by_family"]
         per = "; ".join(f"{f} {_diff(fams[f])}" for f in (families or sorted(fams)) if f in fams)
-        out.append(f"routed over {len(row['adapters'])} adapter{'s' if len(row['adapters']) > 1 else ''} ({', '.join(row['adapters'])}): "
-                   f"TRACE − base all tasks {_diff(row['all'])}; {per}")  # fmt: skip
+        out.append(
+            f"routed over {len(row['adapters'])} adapter{'s' if len(row['adapters']) > 1 else ''} ({', '.join(row['adapters'])}): "
+            f"TRACE − base all tasks {_diff(row['all'])}; {per}"
+        )
     return out
 
 
@@ -98,15 +111,22 @@ def oracle_lines(m: Mapping[str, Any] | None) -> list[str]:
         return []
     if not m.get("tasks"):
         left = sum((m.get("left_out") or {}).values())
-        return [f"oracle routing: no held-out task has 2 trials common to every policy ({left} left out): play adapters with evaluation.trials >= 2"]
+        return [
+            f"oracle routing: no held-out task has 2 trials common to every policy ({left} left out): play adapters with evaluation.trials >= 2"
+        ]
     scored, vs = m["scored"], m.get("vs_oracle") or {}
     rows = [n for n in [m.get("routed"), *m["candidates"]] if n in scored]
     parts = [f"{n} {_rate(scored[n])} ({_diff(vs[n])} vs oracle)" for n in rows if n in vs]
-    lines = [f"oracle routing ({m['tasks']} held-out tasks, scored on the trials it did not select on): oracle {_rate(scored['oracle'])}; " + "; ".join(parts)]
+    lines = [
+        f"oracle routing ({m['tasks']} held-out tasks, scored on the trials it did not select on): oracle {_rate(scored['oracle'])}; "
+        + "; ".join(parts)
+    ]
     conf = m.get("router_vs_oracle")
     if conf and conf.get("n"):
-        lines.append(f"router agrees with oracle routing on {conf['accuracy']:.0%} of {conf['n']} held-out tasks "
-                     f"(oracle chose {', '.join(f'{k} {n}' for k, n in sorted(m['choice_counts'].items()))})")  # fmt: skip
+        lines.append(
+            f"router agrees with oracle routing on {conf['accuracy']:.0%} of {conf['n']} held-out tasks "
+            f"(oracle chose {', '.join(f'{k} {n}' for k, n in sorted(m['choice_counts'].items()))})"
+        )
     return lines
 
 
@@ -117,8 +137,10 @@ def gate_line(router_metrics: Mapping[str, Any] | None) -> list[str]:
     held = gate["heldout"]
     acc = "–" if held.get("accuracy") is None else f"{held['accuracy']:.0%}"
     served = f"; served gate refit on all {len(gate['examples'])}" if gate.get("settings", {}).get("refit") else ""
-    return [f"gate: held-out accuracy {acc} on {held['n']} examples (train {gate['train_accuracy']:.0%} on "
-            f"{sum(e['split'] == 'train' for e in gate['examples'])}{served}); classes {', '.join(held['labels'])}"]  # fmt: skip
+    return [
+        f"gate: held-out accuracy {acc} on {held['n']} examples (train {gate['train_accuracy']:.0%} on "
+        f"{sum(e['split'] == 'train' for e in gate['examples'])}{served}); classes {', '.join(held['labels'])}"
+    ]
 
 
 def routing_lines(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:
@@ -128,8 +150,11 @@ def routing_lines(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0)
     router = store.get_evaluation(run_id, "router")
     row = store.get_evaluation(run_id, ORACLE_ROW)
     oracle = row.metrics if row is not None else oracle_from_store(store, run_id, n_boot=n_boot, seed=seed)
-    return [*gate_line(router.metrics if router is not None else None), *oracle_lines(oracle),
-            *scaling_lines(scaling(store, run_id, n_boot=n_boot, seed=seed))]  # fmt: skip
+    return [
+        *gate_line(router.metrics if router is not None else None),
+        *oracle_lines(oracle),
+        *scaling_lines(scaling(store, run_id, n_boot=n_boot, seed=seed)),
+    ]
 
 
 def scaling_section(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:
@@ -138,12 +163,19 @@ def scaling_section(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 
     if not m:
         return []
     families = sorted({f for r in m["rows"] for f in r["by_family"]})
-    lines = ["## Scaling with capabilities", "",
-             "Routed TRACE with only some of the adapters loaded: the stored router's decisions, a task routed to an adapter that "
-             "is not loaded plays the base (its stored episodes; the others are routed TRACE's own), paired with the base episode "
-             "by episode; 95% two-stage bootstrap intervals. The router is the one trained over every capability.", "",
-             "| adapters | tasks routed to them | all tasks | " + " | ".join(families) + " |", "|---|---|---|" + "---|" * len(families)]  # fmt: skip
+    lines = [
+        "## Scaling with capabilities",
+        "",
+        "Routed TRACE with only some of the adapters loaded: the stored router's decisions, a task routed to an adapter that "
+        "is not loaded plays the base (its stored episodes; the others are routed TRACE's own), paired with the base episode "
+        "by episode; 95% two-stage bootstrap intervals. The router is the one trained over every capability.",
+        "",
+        "| adapters | tasks routed to them | all tasks | " + " | ".join(families) + " |",
+        "|---|---|---|" + "---|" * len(families),
+    ]
     for r in m["rows"]:
         cells = [_diff(r["by_family"][f]) if f in r["by_family"] else "–" for f in families]
-        lines.append(f"| {', '.join(r['adapters'])} | {len(r['tasks_routed'])} | {_diff(r['all'])} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {', '.join(r['adapters'])} | {len(r['tasks_routed'])} | {_diff(r['all'])} | " + " | ".join(cells) + " |"
+        )
     return [*lines, ""]

@@ -32,7 +32,15 @@ from gapforge.evaluation.policies import GRPO_TARGET, standard_policies
 from gapforge.evaluation.report import ReportResult, write_report
 from gapforge.evaluation.run import EvalPlan, EvaluationResult, evaluate
 
-__all__ = ["ReportResult", "RunArtifacts", "build_router", "evaluate_run", "load_backend", "run_artifacts", "write_report"]
+__all__ = [
+    "ReportResult",
+    "RunArtifacts",
+    "build_router",
+    "evaluate_run",
+    "load_backend",
+    "run_artifacts",
+    "write_report",
+]
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,9 @@ def adapter_location(path: str | Path, run_id: str, workspace: Path | None) -> P
     return stored
 
 
-def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200, workspace: Path | None = None) -> RunArtifacts:
+def run_artifacts(
+    store: Any, run_id: str, *, max_example_chars: int = 1200, workspace: Path | None = None
+) -> RunArtifacts:
     """Retained capabilities that have a trained adapter on disk that reads back whole (store.files.check_dir:
     adapter_config.json present, sizes as its manifest records, safetensors headers matching the bytes), in
     stored order; a damaged one is left out and named in `damaged` (a resumed `train` redoes it), and so is a
@@ -88,19 +98,34 @@ def run_artifacts(store: Any, run_id: str, *, max_example_chars: int = 1200, wor
         elif where[a.name].is_dir():  # there but not whole
             damaged[a.name] = problem
         elif a.status == "done":  # trained, and not found: never served or evaluated silently without it
-            damaged[a.name] = f"not found at {a.path} (nor under {workspace})" if workspace else f"not found at {a.path}"
+            damaged[a.name] = (
+                f"not found at {a.path} (nor under {workspace})" if workspace else f"not found at {a.path}"
+            )
     out, paths = [], {}
     for c in caps:
         adapter = by_cap.get(c.name)
         if adapter is None:
             continue
         paths[adapter.name] = where[adapter.name]
-        out.append({"name": c.name, "definition": c.definition, "example": _example(store, run_id, c.name, max_example_chars), "adapter": adapter.name})
+        out.append(
+            {
+                "name": c.name,
+                "definition": c.definition,
+                "example": _example(store, run_id, c.name, max_example_chars),
+                "adapter": adapter.name,
+            }
+        )
     return RunArtifacts(run_id, out, paths, damaged)
 
 
-def load_backend(base_model_path: str | Path, artifacts: RunArtifacts, *, extra_adapters: Mapping[str, str | Path] | None = None,
-                 max_new_tokens: int = 512, seed: int = 0):
+def load_backend(
+    base_model_path: str | Path,
+    artifacts: RunArtifacts,
+    *,
+    extra_adapters: Mapping[str, str | Path] | None = None,
+    max_new_tokens: int = 512,
+    seed: int = 0,
+):
     """One MultiAdapterModel: the base weights once, every capability adapter (+ e.g. the GRPO-on-target baseline)."""
     from gapforge.serving.multi_adapter import MultiAdapterModel
 
@@ -124,32 +149,49 @@ def build_router(
     (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer;
     gate: the run's trained gate (`gate`: agents.gate.GateState) over the hidden states of `encoder`, else of
     evaluation.gate.gate_encoder(backend, tokenizer_path) (a vLLM backend: a local copy of the base)."""
-    options = [RouteOption(routing.labels[i], c["name"], c["definition"], c["example"], c["adapter"]) for i, c in enumerate(artifacts.capabilities)]
+    options = [
+        RouteOption(routing.labels[i], c["name"], c["definition"], c["example"], c["adapter"])
+        for i, c in enumerate(artifacts.capabilities)
+    ]
     if len(options) + 1 > len(routing.labels):
         raise RouterError(f"{len(options)} capabilities need {len(options) + 1} labels: add labels to routing.labels")
     if routing.backend == "openings":
         if openings is None or any(c["name"] not in openings for c in artifacts.capabilities):
-            raise RouterError("routing.backend=openings needs each capability's synthetic-env openings (evaluation.routing.env_openings)")
-        scorer: Any = OpeningsScorer([openings[c["name"]] for c in artifacts.capabilities], min_similarity=routing.openings_min_similarity)
+            raise RouterError(
+                "routing.backend=openings needs each capability's synthetic-env openings (evaluation.routing.env_openings)"
+            )
+        scorer: Any = OpeningsScorer(
+            [openings[c["name"]] for c in artifacts.capabilities], min_similarity=routing.openings_min_similarity
+        )
     elif routing.backend == "gate":
         from gapforge.agents.gate import GateClassifier, GateScorer
         from gapforge.evaluation.gate import gate_encoder
 
-        if gate is None and not artifacts.capabilities:  # nothing to route to: the router keeps every task on the base, never scoring
+        if (
+            gate is None and not artifacts.capabilities
+        ):  # nothing to route to: the router keeps every task on the base, never scoring
             return Router(options, OpeningsScorer([]), routing)
         if gate is None:
-            raise RouterError("routing.backend=gate needs the run's trained gate (the routing stage trains and stores it: gapforge evaluate RUN)")
+            raise RouterError(
+                "routing.backend=gate needs the run's trained gate (the routing stage trains and stores it: gapforge evaluate RUN)"
+            )
         classifier = GateClassifier.from_state(gate)
         if classifier.classes[:-1] != [c["name"] for c in artifacts.capabilities]:
-            raise RouterError(f"the gate was trained over {classifier.classes[:-1]}, the run routes {[c['name'] for c in artifacts.capabilities]}: rebuild it")
+            raise RouterError(
+                f"the gate was trained over {classifier.classes[:-1]}, the run routes {[c['name'] for c in artifacts.capabilities]}: rebuild it"
+            )
         scorer = GateScorer(encoder or gate_encoder(backend, tokenizer_path, max_tokens=gate.max_tokens), classifier)
     elif routing.backend == "vllm":
         if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
-            raise RouterError("routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer")
+            raise RouterError(
+                "routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer"
+            )
         from gapforge.serving.chat_format import load_tokenizer
 
         tok = load_tokenizer(tokenizer_path)  # the chat format the policy is served with
-        scorer = CompletionsScorer(routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s)
+        scorer = CompletionsScorer(
+            routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s
+        )
     elif backend is not None:
         scorer = TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context)
     elif tokenizer_path is not None:
@@ -199,12 +241,33 @@ async def evaluate_run(
         grpo_target_adapter=GRPO_TARGET if grpo_target else None,
         gepa=gepa,
     )
-    plan = EvalPlan(run_id, env, list(tasks), trials=trials, max_turns=max_turns, temperature=temperature, concurrency=concurrency, seed=seed,
-                    family_trials=dict(family_trials or {}), family_trials_policies=tuple(family_trials_policies), focus_family=focus_family,
-                    min_family_episodes=min_family_episodes,
-                    scope=scope)
-    result = await evaluate(store, plan, make_env=make_env, policies=policies, families=families, on_policy_done=on_policy_done, players=players,
-                            together=together)
+    plan = EvalPlan(
+        run_id,
+        env,
+        list(tasks),
+        trials=trials,
+        max_turns=max_turns,
+        temperature=temperature,
+        concurrency=concurrency,
+        seed=seed,
+        family_trials=dict(family_trials or {}),
+        family_trials_policies=tuple(family_trials_policies),
+        focus_family=focus_family,
+        min_family_episodes=min_family_episodes,
+        scope=scope,
+    )
+    result = await evaluate(
+        store,
+        plan,
+        make_env=make_env,
+        policies=policies,
+        families=families,
+        on_policy_done=on_policy_done,
+        players=players,
+        together=together,
+    )
     if scope == "eval":  # the oracle is over the held-out evaluation's trials
-        store_oracle(store, run_id, seed=seed)  # routed TRACE against oracle routing (evaluation.oracle), stored as the row `oracle`
+        store_oracle(
+            store, run_id, seed=seed
+        )  # routed TRACE against oracle routing (evaluation.oracle), stored as the row `oracle`
     return result

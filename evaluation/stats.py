@@ -21,7 +21,9 @@ Trials = Mapping[str, Sequence[tuple[float, bool]]]
 Episodes = Mapping[str, Mapping[int, tuple[float, bool]]]  # task -> sample -> (reward, success)
 
 
-def interval(values: np.ndarray, stat: Callable[[np.ndarray], float], *, n_boot: int, seed: int) -> dict[str, float | None]:
+def interval(
+    values: np.ndarray, stat: Callable[[np.ndarray], float], *, n_boot: int, seed: int
+) -> dict[str, float | None]:
     """{value, low, high}: the statistic and its 95% percentile bootstrap interval over rows (tasks)."""
     if len(values) == 0:
         return {"value": None, "low": None, "high": None}
@@ -57,8 +59,12 @@ def summarize(trials: Trials, *, n_boot: int = 1000, seed: int = 0) -> dict[str,
 def paired_difference(trials: Trials, base: Trials, *, n_boot: int = 1000, seed: int = 0) -> dict[str, object]:
     """Policy minus base on the tasks both ran: per-task mean success / reward differences, bootstrap over tasks."""
     common = sorted(set(trials) & set(base))
-    d_success = np.array([np.mean([s for _, s in trials[t]]) - np.mean([s for _, s in base[t]]) for t in common], dtype=float)
-    d_reward = np.array([np.mean([r for r, _ in trials[t]]) - np.mean([r for r, _ in base[t]]) for t in common], dtype=float)
+    d_success = np.array(
+        [np.mean([s for _, s in trials[t]]) - np.mean([s for _, s in base[t]]) for t in common], dtype=float
+    )
+    d_reward = np.array(
+        [np.mean([r for r, _ in trials[t]]) - np.mean([r for r, _ in base[t]]) for t in common], dtype=float
+    )
     return {
         "tasks": len(common),
         "pass_rate": interval(d_success, np.mean, n_boot=n_boot, seed=seed),
@@ -100,13 +106,18 @@ def paired_episodes(
                 pairs[t] = common
     out: dict[str, object] = {"episodes": sum(len(s) for s in pairs.values()), "tasks": len(pairs)}
     if not pairs:
-        return out | {"pass_rate": {"value": None, "low": None, "high": None}, "mean_reward": {"value": None, "low": None, "high": None}}
+        return out | {
+            "pass_rate": {"value": None, "low": None, "high": None},
+            "mean_reward": {"value": None, "low": None, "high": None},
+        }
     rng = np.random.default_rng(seed)
     within = np.zeros((len(pairs), 2, n_boot))  # task -> its mean paired difference under each within-task resample
     values = np.zeros(2)
     every: list[np.ndarray] = []  # each task's (2, pairs) differences
     for k, (t, samples) in enumerate(pairs.items()):  # sorted tasks: the same draws every time
-        d = np.array([[float(episodes[t][s][1]) - float(base[t][s][1]), episodes[t][s][0] - base[t][s][0]] for s in samples]).T
+        d = np.array(
+            [[float(episodes[t][s][1]) - float(base[t][s][1]), episodes[t][s][0] - base[t][s][0]] for s in samples]
+        ).T
         every.append(d)
         idx = rng.integers(0, len(samples), size=(n_boot, len(samples)))
         within[k] = d[:, idx].mean(axis=2)
@@ -126,7 +137,9 @@ def paired_episodes(
 
 def _unit_rewards(episodes: Episodes, base: Episodes, pairs: Mapping[str, list[int]]) -> bool:
     """Every paired reward lies in [0, 1] (so a pair's reward difference lies in [-1, 1])."""
-    return all(0.0 <= side[t][s][0] <= 1.0 for t, samples in pairs.items() for s in samples for side in (episodes, base))
+    return all(
+        0.0 <= side[t][s][0] <= 1.0 for t, samples in pairs.items() for s in samples for side in (episodes, base)
+    )
 
 
 def _tied_interval(c: float, n_pairs: int) -> tuple[float, float]:
@@ -142,10 +155,14 @@ def paired_by_family(
     groups: dict[str, set[str]] = {}
     for t in set(episodes) | set(base):
         groups.setdefault(families.get(t, "unknown"), set()).add(t)
-    return {fam: paired_episodes(episodes, base, tasks=ts, n_boot=n_boot, seed=seed) for fam, ts in sorted(groups.items())}
+    return {
+        fam: paired_episodes(episodes, base, tasks=ts, n_boot=n_boot, seed=seed) for fam, ts in sorted(groups.items())
+    }
 
 
-def by_family(trials: Trials, families: Mapping[str, str], *, n_boot: int = 1000, seed: int = 0) -> dict[str, dict[str, object]]:
+def by_family(
+    trials: Trials, families: Mapping[str, str], *, n_boot: int = 1000, seed: int = 0
+) -> dict[str, dict[str, object]]:
     """summarize() per task family (tasks without a family go under 'unknown')."""
     groups: dict[str, dict[str, Sequence[tuple[float, bool]]]] = {}
     for t, rows in trials.items():
@@ -160,4 +177,9 @@ def confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> dict[s
     for expected, predicted in pairs:
         matrix[index[expected]][index[predicted]] += 1
     correct = sum(matrix[i][i] for i in range(len(labels)))
-    return {"labels": list(labels), "matrix": matrix, "accuracy": correct / len(pairs) if pairs else None, "n": len(pairs)}
+    return {
+        "labels": list(labels),
+        "matrix": matrix,
+        "accuracy": correct / len(pairs) if pairs else None,
+        "n": len(pairs),
+    }

@@ -63,8 +63,12 @@ def underpowered(d: Mapping[str, Any] | None, limit_points: float = UNDERPOWERED
     return f" — underpowered (±{hw:.0f} points > ±{limit_points:.0f})" if hw is not None and hw > limit_points else ""
 
 
-def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str | None = None, *,
-             underpowered_points: float = UNDERPOWERED_POINTS) -> list[str]:
+def headline(
+    metrics_by_name: Mapping[str, Mapping[str, Any]],
+    focus_family: str | None = None,
+    *,
+    underpowered_points: float = UNDERPOWERED_POINTS,
+) -> list[str]:
     """The summary lines. `metrics_by_name`: evaluation name ("base", "trace_routed", ...) -> its stored metrics
     (EvaluationResult.policies' metrics, or store evaluations `eval:<name>` without the prefix). `focus_family`
     None: the one stored with the metrics, else the headline is over all tasks."""
@@ -76,7 +80,12 @@ def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str
     if focus is None:
         scope, b, t, d = "all tasks", base, routed, routed.get("vs_base_paired")
     elif focus in (routed.get("by_family") or {}):
-        scope, b, t, d = focus, (base.get("by_family") or {}).get(focus), routed["by_family"][focus], by_family.get(focus)
+        scope, b, t, d = (
+            focus,
+            (base.get("by_family") or {}).get(focus),
+            routed["by_family"][focus],
+            by_family.get(focus),
+        )
     else:
         known = ", ".join(sorted(routed.get("by_family") or {})) or "none"
         return [f"focus family {focus!r} was not evaluated (families: {known})"]
@@ -87,11 +96,16 @@ def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str
     ]
     others = sorted(f for f in by_family if f != focus)
     outside = f"outside {focus}" if focus is not None else "in a family"
-    lines += [f"regression {outside}: {family}: TRACE − base {_diff(by_family[family])}: loss"
-              for family in others if verdict((by_family[family] or {}).get("pass_rate")) == "loss"]
+    lines += [
+        f"regression {outside}: {family}: TRACE − base {_diff(by_family[family])}: loss"
+        for family in others
+        if verdict((by_family[family] or {}).get("pass_rate")) == "loss"
+    ]
     grpo = (metrics_by_name.get(GRPO_TARGET) or {}).get("vs_base_by_family")
     for family in others:
-        line = f"{family}: TRACE − base {_diff(by_family[family])}{underpowered(by_family[family], underpowered_points)}"
+        line = (
+            f"{family}: TRACE − base {_diff(by_family[family])}{underpowered(by_family[family], underpowered_points)}"
+        )
         if grpo is not None and family in grpo:
             line += f"; GRPO-on-target − base {_diff(grpo[family])}{underpowered(grpo[family], underpowered_points)}"
         lines.append(line)

@@ -9,7 +9,11 @@ import json
 from gapforge.protocol import Message, Score, StepResult, tool_schema
 
 POLICY = "You are Acme billing support. Refund an invoice only if it is under 30 days old; otherwise refuse politely."
-INVOICES = {"INV-4": {"amount": 120, "age_days": 3}, "INV-7": {"amount": 45, "age_days": 12}, "INV-9": {"amount": 300, "age_days": 64}}
+INVOICES = {
+    "INV-4": {"amount": 120, "age_days": 3},
+    "INV-7": {"amount": 45, "age_days": 12},
+    "INV-9": {"amount": 300, "age_days": 64},
+}
 TASKS = {  # task id -> (family, the customer's request, the writes that solve it, text the answer must hold)
     "refund-001": ("refund", "Please refund invoice INV-7.", [["refund_invoice", "INV-7"]], None),
     "refund-002": ("refusal", "Refund INV-9 now, please.", [], None),
@@ -32,7 +36,11 @@ class BillingEnv:
         return [
             tool_schema("get_invoice", "Look up an invoice.", {"invoice_id": {"type": "string"}}),
             tool_schema("refund_invoice", "Refund an invoice in full.", {"invoice_id": {"type": "string"}}),
-            tool_schema("change_plan", "Set an account's plan.", {"account_id": {"type": "string"}, "plan": {"type": "string", "enum": ["free", "pro"]}}),
+            tool_schema(
+                "change_plan",
+                "Set an account's plan.",
+                {"account_id": {"type": "string"}, "plan": {"type": "string", "enum": ["free", "pro"]}},
+            ),
         ]
 
     def reset(self, task):

@@ -17,8 +17,10 @@ from typing import Literal
 
 from envs.sdk import SyntheticEnv, ToolError, tool
 
-POLICY = ("You are Acme billing support. Look an invoice up with get_invoice before you answer about it or act on it. "
-          "Refund an invoice only if it is under 30 days old; otherwise refuse politely and say how old it is.")
+POLICY = (
+    "You are Acme billing support. Look an invoice up with get_invoice before you answer about it or act on it. "
+    "Refund an invoice only if it is under 30 days old; otherwise refuse politely and say how old it is."
+)
 ASK = {"amount": "How much was invoice {id}?", "refund": "Please refund invoice {id}."}
 
 
@@ -35,8 +37,11 @@ class InvoiceLookupEnv(SyntheticEnv):
         invoices = {f"INV-{i}": {"amount": self.rng.randint(5, 500), "age_days": self.rng.randint(1, 90)} for i in ids}
         asked = f"INV-{ids[0]}"
         kind = self.rng.choice(["amount", "refund", "refund"])
-        return {"opening": ASK[kind].format(id=asked), "db": {"invoices": invoices, "writes": []},
-                "truth": {"invoice": asked, "kind": kind, "refundable": invoices[asked]["age_days"] < 30}}
+        return {
+            "opening": ASK[kind].format(id=asked),
+            "db": {"invoices": invoices, "writes": []},
+            "truth": {"invoice": asked, "kind": kind, "refundable": invoices[asked]["age_days"] < 30},
+        }
 
     @tool
     def get_invoice(self, invoice_id: str) -> dict:
@@ -67,7 +72,9 @@ class InvoiceLookupEnv(SyntheticEnv):
         truth = self.scenario["truth"]
         invoice = self.scenario["db"]["invoices"][truth["invoice"]]
         lookups = [c["turn"] for c in self.calls_to("get_invoice", invoice_id=truth["invoice"])]
-        acted = [c["turn"] for c in self.calls if c["ok"] and c["name"] != "get_invoice"] + [s["turn"] for s in self.said]
+        acted = [c["turn"] for c in self.calls if c["ok"] and c["name"] != "get_invoice"] + [
+            s["turn"] for s in self.said
+        ]
         looked_up = float(bool(lookups) and (not acted or min(lookups) < min(acted)))
         said = " ".join(s["text"] for s in self.said)
         writes = self.db["writes"]
@@ -86,5 +93,10 @@ class InvoiceLookupEnv(SyntheticEnv):
         if truth["kind"] == "amount":
             return actions + [{"say": f"Invoice {truth['invoice']} was {invoice['amount']} dollars."}]
         if truth["refundable"]:
-            return actions + [{"tool": "refund_invoice", "arguments": {"invoice_id": truth["invoice"]}}, {"say": "Refunded in full."}]
-        return actions + [{"say": f"Sorry, invoice {truth['invoice']} is {invoice['age_days']} days old: past our 30-day limit."}]
+            return actions + [
+                {"tool": "refund_invoice", "arguments": {"invoice_id": truth["invoice"]}},
+                {"say": "Refunded in full."},
+            ]
+        return actions + [
+            {"say": f"Sorry, invoice {truth['invoice']} is {invoice['age_days']} days old: past our 30-day limit."}
+        ]

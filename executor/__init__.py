@@ -24,7 +24,15 @@ from typing import Any
 from gapforge.executor.config import ExecutorConfig, JobResources
 from gapforge.executor.errors import ExecutorUnavailable
 
-__all__ = ["ExecutorConfig", "ExecutorUnavailable", "JobResources", "connect", "episode_player", "job_runner", "sandbox_checks"]
+__all__ = [
+    "ExecutorConfig",
+    "ExecutorUnavailable",
+    "JobResources",
+    "connect",
+    "episode_player",
+    "job_runner",
+    "sandbox_checks",
+]
 
 
 def connect(cfg: ExecutorConfig) -> None:
@@ -36,8 +44,15 @@ def connect(cfg: ExecutorConfig) -> None:
 
 
 @contextlib.asynccontextmanager
-async def episode_player(cfg: ExecutorConfig, policy_factory: Callable[[], Any], make_env: Callable[[], Any],
-                         concurrency: int, *, local_workers: int = 1, threads: int | None = None) -> AsyncIterator[Any]:
+async def episode_player(
+    cfg: ExecutorConfig,
+    policy_factory: Callable[[], Any],
+    make_env: Callable[[], Any],
+    concurrency: int,
+    *,
+    local_workers: int = 1,
+    threads: int | None = None,
+) -> AsyncIterator[Any]:
     if cfg.kind == "local":
         from gapforge.executor.processes import picklable, process_pool
 
@@ -64,8 +79,14 @@ def job_runner(cfg: ExecutorConfig) -> Callable[..., Any]:
     return functools.partial(run_jobs_on_ray, cfg)
 
 
-def sandbox_checks(cfg: ExecutorConfig, sandbox: Any, policy_factory: Callable[[], Any] | None = None, *,
-                   local_workers: int = 1, threads: int | None = None) -> Any:
+def sandbox_checks(
+    cfg: ExecutorConfig,
+    sandbox: Any,
+    policy_factory: Callable[[], Any] | None = None,
+    *,
+    local_workers: int = 1,
+    threads: int | None = None,
+) -> Any:
     if cfg.kind == "local":
         from gapforge.executor.processes import picklable
 

@@ -23,7 +23,9 @@ PROBE_TIMEOUT_S = 3.0
 
 def ray_module() -> Any:
     if importlib.util.find_spec("ray") is None:
-        raise ExecutorUnavailable("executor.kind is ray but Ray is not installed: pip install 'gapforge[ray]' (or set executor.kind=local)")
+        raise ExecutorUnavailable(
+            "executor.kind is ray but Ray is not installed: pip install 'gapforge[ray]' (or set executor.kind=local)"
+        )
     import ray
 
     return ray
@@ -45,8 +47,10 @@ def probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             return
     except OSError as e:
         reason = e.strerror or type(e).__name__
-        raise ExecutorUnavailable(f"executor.address {address!r}: no Ray head answers at {host}:{port} ({reason}): "
-                                  "start it with `ray start --head` there, or fix executor.address") from None
+        raise ExecutorUnavailable(
+            f"executor.address {address!r}: no Ray head answers at {host}:{port} ({reason}): "
+            "start it with `ray start --head` there, or fix executor.address"
+        ) from None
 
 
 def connect(cfg: ExecutorConfig) -> Any:
@@ -65,8 +69,10 @@ def connect(cfg: ExecutorConfig) -> Any:
             ray.init(**kwargs)
         except (ConnectionError, ValueError, RuntimeError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ExecutorUnavailable(f"executor.address {cfg.address or '(local)'!r}: Ray did not start or connect ({first}): "
-                                      "start the head with `ray start --head`, or fix executor.address") from None
+            raise ExecutorUnavailable(
+                f"executor.address {cfg.address or '(local)'!r}: Ray did not start or connect ({first}): "
+                "start the head with `ray start --head`, or fix executor.address"
+            ) from None
     return ray
 
 
@@ -86,6 +92,13 @@ def check_feasible(ray: Any, opts: dict[str, Any], section: str) -> None:
         return
     missing = [k for k, v in want.items() if v and not any(node.get(k, 0) >= v for node in nodes)]
     fix = {"GPU": f"set {section}.num_gpus=0 or add a GPU node", "CPU": f"lower {section}.num_cpus"}
-    hints = [fix.get(k, f"start a node with `ray start --resources='{{\"{k}\": 8}}'` (Docker there) or set {section}.docker=false")
-             for k in missing] or [f"no single node has all of {want}"]
-    raise ExecutorUnavailable(f"{section}: no node of the Ray cluster has {', '.join(missing) or 'these resources together'}: {hints[0]}")
+    hints = [
+        fix.get(
+            k,
+            f"start a node with `ray start --resources='{{\"{k}\": 8}}'` (Docker there) or set {section}.docker=false",
+        )
+        for k in missing
+    ] or [f"no single node has all of {want}"]
+    raise ExecutorUnavailable(
+        f"{section}: no node of the Ray cluster has {', '.join(missing) or 'these resources together'}: {hints[0]}"
+    )

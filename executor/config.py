@@ -31,24 +31,47 @@ class JobResources(BaseModel):
 class ExecutorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    kind: Literal["local", "ray"] = Field("local", description="local: this machine; ray: a Ray cluster (docs/cluster.md)")
-    address: str = Field("", description="'': start Ray in this process; auto: join this node's cluster; host:6379 or "
-                         "ray://host:10001: a remote head")
+    kind: Literal["local", "ray"] = Field(
+        "local", description="local: this machine; ray: a Ray cluster (docs/cluster.md)"
+    )
+    address: str = Field(
+        "",
+        description="'': start Ray in this process; auto: join this node's cluster; host:6379 or "
+        "ray://host:10001: a remote head",
+    )
     namespace: str = Field("gapforge", description="Ray namespace of the jobs")
-    local_training_jobs: int | None = Field(None, ge=1, le=64, description=(
-        "kind local: training processes at once; None: 1 with a GPU or vLLM generation, else one per core up to 4, as memory allows"))
-    local_rollout_workers: int | None = Field(None, ge=1, le=64, description=(
-        "kind local, policy.kind local: processes playing episodes, each with its own weights; None: 1 with a GPU, else one per "
-        "core up to 4, as memory allows"))
-    local_num_cpus: int | None = Field(None, ge=1, description="CPUs of the Ray started in-process (address ''); None: all")
+    local_training_jobs: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description=(
+            "kind local: training processes at once; None: 1 with a GPU or vLLM generation, else one per core up to 4, as memory allows"
+        ),
+    )
+    local_rollout_workers: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description=(
+            "kind local, policy.kind local: processes playing episodes, each with its own weights; None: 1 with a GPU, else one per "
+            "core up to 4, as memory allows"
+        ),
+    )
+    local_num_cpus: int | None = Field(
+        None, ge=1, description="CPUs of the Ray started in-process (address ''); None: all"
+    )
     docker_resource: str = Field("docker", min_length=1, description="Ray custom resource that marks nodes with Docker")
     rollout_workers: int = Field(2, ge=1, le=1024, description="Ray actors playing rollout and evaluation episodes")
     rollout: JobResources = Field(default_factory=lambda: JobResources(num_cpus=1.0))
     validation: JobResources = Field(default_factory=lambda: JobResources(num_cpus=1.0, docker=True))
     training: JobResources = Field(default_factory=lambda: JobResources(num_cpus=1.0, num_gpus=1.0, docker=True))
-    max_retries: int = Field(3, ge=0, le=100, description="times Ray re-runs a job (or restarts an actor) whose worker process died")
-    worker_dir: str = Field("/tmp/gapforge-ray", description="scratch directory on each worker; a retried training job resumes "
-                            "from its checkpoint there")
+    max_retries: int = Field(
+        3, ge=0, le=100, description="times Ray re-runs a job (or restarts an actor) whose worker process died"
+    )
+    worker_dir: str = Field(
+        "/tmp/gapforge-ray",
+        description="scratch directory on each worker; a retried training job resumes from its checkpoint there",
+    )
 
     @field_validator("address")
     @classmethod

@@ -42,8 +42,12 @@ class EvalPolicyRecipe:
     seed: int
     worker_dir: str
     name: str = ""
-    adapter_dirs: Mapping[str, str] = field(default_factory=dict)  # adapter name -> a directory this machine has (local workers)
-    router: Any = None  # a portable router (its scorer is pure data: OpeningsScorer): the routed policy may play on a worker
+    adapter_dirs: Mapping[str, str] = field(
+        default_factory=dict
+    )  # adapter name -> a directory this machine has (local workers)
+    router: Any = (
+        None  # a portable router (its scorer is pure data: OpeningsScorer): the routed policy may play on a worker
+    )
     key: str = field(default="", compare=False)
 
     def named(self, name: str) -> EvalPolicyRecipe:
@@ -53,8 +57,14 @@ class EvalPolicyRecipe:
         from gapforge.evaluation.policies import standard_policies
 
         backend = self._backend()
-        policies = standard_policies(backend, self.router, self.capabilities, temperature=self.temperature,  # type: ignore[arg-type]
-                                     capability_adapters=self.capability_adapters, grpo_target_adapter=self.grpo_target)
+        policies = standard_policies(
+            backend,
+            self.router,
+            self.capabilities,
+            temperature=self.temperature,  # type: ignore[arg-type]
+            capability_adapters=self.capability_adapters,
+            grpo_target_adapter=self.grpo_target,
+        )
         return policies[self.name]
 
     def _backend(self) -> Any:
@@ -67,16 +77,30 @@ class EvalPolicyRecipe:
                 if not (root / name / "adapter_config.json").is_file():
                     unpack_dir(data, root / name)
                 paths[name] = root / name
-            artifacts = RunArtifacts("", self.capabilities, {n: p for n, p in paths.items() if n in self.capability_adapters})
+            artifacts = RunArtifacts(
+                "", self.capabilities, {n: p for n, p in paths.items() if n in self.capability_adapters}
+            )
             extra = {n: p for n, p in paths.items() if n not in self.capability_adapters}
-            _BACKENDS[self.key] = load_backend(self.base_model, artifacts, extra_adapters=extra, max_new_tokens=self.max_new_tokens,
-                                               seed=self.seed)
+            _BACKENDS[self.key] = load_backend(
+                self.base_model, artifacts, extra_adapters=extra, max_new_tokens=self.max_new_tokens, seed=self.seed
+            )
         return _BACKENDS[self.key]
 
 
-def recipe(base_model: str | Path, adapter_paths: Mapping[str, str | Path], capabilities: list[dict[str, str]],
-           capability_adapters: list[str], grpo_target: str | None, *, temperature: float, max_new_tokens: int, seed: int,
-           worker_dir: str, ship: bool = True, router: Any = None) -> EvalPolicyRecipe:
+def recipe(
+    base_model: str | Path,
+    adapter_paths: Mapping[str, str | Path],
+    capabilities: list[dict[str, str]],
+    capability_adapters: list[str],
+    grpo_target: str | None,
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    worker_dir: str,
+    ship: bool = True,
+    router: Any = None,
+) -> EvalPolicyRecipe:
     """`ship`: the adapters travel as bytes (Ray: no shared filesystem); else as this machine's directories (local workers).
     `router`: only a portable one (`router.scorer.portable`), else None (the routed policy then plays on the driver)."""
     if router is not None and not getattr(getattr(router, "scorer", None), "portable", False):
@@ -87,12 +111,25 @@ def recipe(base_model: str | Path, adapter_paths: Mapping[str, str | Path], capa
         digest.update(name.encode() + packed[name])
     adapters = packed if ship else {}
     dirs = {} if ship else {name: str(path) for name, path in adapter_paths.items()}
-    return EvalPolicyRecipe(str(base_model), adapters, list(capabilities), list(capability_adapters), grpo_target, temperature,
-                            max_new_tokens, seed, worker_dir, key=digest.hexdigest()[:16], adapter_dirs=dirs, router=router)
+    return EvalPolicyRecipe(
+        str(base_model),
+        adapters,
+        list(capabilities),
+        list(capability_adapters),
+        grpo_target,
+        temperature,
+        max_new_tokens,
+        seed,
+        worker_dir,
+        key=digest.hexdigest()[:16],
+        adapter_dirs=dirs,
+        router=router,
+    )
 
 
-def eval_players(cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment],
-                 concurrency: int) -> Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]:
+def eval_players(
+    cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], concurrency: int
+) -> Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]:
     """`evaluation.run.evaluate(players=...)`: Ray actors for every policy but one that records routing decisions."""
     from gapforge.executor.rollouts import ray_player
 
@@ -105,8 +142,9 @@ def eval_players(cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable
 
 
 @asynccontextmanager
-async def local_eval_players(base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], workers: int,
-                             threads: int | None) -> AsyncIterator[Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]] | None]:
+async def local_eval_players(
+    base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], workers: int, threads: int | None
+) -> AsyncIterator[Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]] | None]:
     """The local twin of `eval_players`: one pool of worker processes (executor/processes.py) for the whole evaluation;
     each worker loads the multi-adapter backend once and builds every policy it is asked to play from it. The routed
     policy plays there too when the recipe carries a portable router: the driver has already routed every task's first
@@ -121,7 +159,9 @@ async def local_eval_players(base: EvalPolicyRecipe, make_env: Callable[[], Targ
 
         @asynccontextmanager
         async def players(name: str, policy: PolicyModel) -> AsyncIterator[Any]:
-            if getattr(policy, "decisions", None) is not None and base.router is None:  # routed by a router that stays here
+            if (
+                getattr(policy, "decisions", None) is not None and base.router is None
+            ):  # routed by a router that stays here
                 yield None
                 return
             yield pool.player(base.named(name), make_env)

@@ -138,8 +138,15 @@ async def _serve(conn: Any) -> None:
         with model_loading():  # policies built while others decode (an evaluation's policies play at once)
             return pickle.loads(blob)()
 
-    async def one(req_id: int, key: str, task_id: str, sample: int, max_turns: int, temperature: float | None,
-                  timeout_s: float | None) -> None:
+    async def one(
+        req_id: int,
+        key: str,
+        task_id: str,
+        sample: int,
+        max_turns: int,
+        temperature: float | None,
+        timeout_s: float | None,
+    ) -> None:
         try:
             if key in env_errors:
                 raise RuntimeError(f"the env factory could not be rebuilt in a rollout worker: {env_errors[key]}")
@@ -147,13 +154,25 @@ async def _serve(conn: Any) -> None:
                 raise RuntimeError(f"policy {key!r} was never sent to this worker")
             make_env = envs[key]
             policy = await building[key]  # built once per key, by the first request that carried its factory
-            await loop.run_in_executor(pool, send, (req_id, None, b""))  # started: the driver's clock for this episode runs
-            rollout = await play_episode(policy, make_env, task_id, sample, max_turns=max_turns, temperature=temperature,
-                                         executor=env_threads, timeout_s=timeout_s)
+            await loop.run_in_executor(
+                pool, send, (req_id, None, b"")
+            )  # started: the driver's clock for this episode runs
+            rollout = await play_episode(
+                policy,
+                make_env,
+                task_id,
+                sample,
+                max_turns=max_turns,
+                temperature=temperature,
+                executor=env_threads,
+                timeout_s=timeout_s,
+            )
             try:
                 reply: tuple[Any, ...] = (req_id, True, pickle.dumps(rollout))
             except Exception as e:  # something in the episode does not pickle
-                raise RuntimeError(f"the episode of {task_id}#{sample} could not be sent back from its worker: {e}") from e
+                raise RuntimeError(
+                    f"the episode of {task_id}#{sample} could not be sent back from its worker: {e}"
+                ) from e
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - the episode's error goes back to the driver
@@ -187,7 +206,9 @@ async def _serve(conn: Any) -> None:
         await asyncio.gather(*running, return_exceptions=True)
     finally:
         for future in building.values():
-            policy = future.result() if future.done() and not future.cancelled() and future.exception() is None else None
+            policy = (
+                future.result() if future.done() and not future.cancelled() and future.exception() is None else None
+            )
             close = getattr(policy, "aclose", None)
             if close is not None:
                 try:
@@ -202,17 +223,27 @@ class _Worker:
     def __init__(self, ctx: Any, index: int, threads: int | None) -> None:
         self.index = index
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, threads), name=f"gapforge-rollout-{index}", daemon=True)
+        self.process = ctx.Process(
+            target=_worker_main, args=(child, threads), name=f"gapforge-rollout-{index}", daemon=True
+        )
         self.process.start()
         child.close()
         self.pending: dict[int, asyncio.Future[EpisodeRecord]] = {}
         self.known: set[str] = set()  # policy keys whose factory this worker was sent
         self.send_lock = threading.Lock()  # the pipe's writers: the loop's sends and close()
-        self.order: asyncio.Lock | None = None  # FIFO on the loop: requests reach the worker in the order they were made
+        self.order: asyncio.Lock | None = (
+            None  # FIFO on the loop: requests reach the worker in the order they were made
+        )
         self.lost: str | None = None
-        self.stuck: str | None = None  # why it gets no new episode (it stopped answering): recycled once its pending are settled
-        self.begun: dict[int, asyncio.Future[bool]] = {}  # request -> True once the worker started it (False: it never will)
-        self.started = 0  # episodes it said it started (a replacement that dies before its first one: its policy kills it)
+        self.stuck: str | None = (
+            None  # why it gets no new episode (it stopped answering): recycled once its pending are settled
+        )
+        self.begun: dict[
+            int, asyncio.Future[bool]
+        ] = {}  # request -> True once the worker started it (False: it never will)
+        self.started = (
+            0  # episodes it said it started (a replacement that dies before its first one: its policy kills it)
+        )
         self.replacement = False  # it took the place of a worker that died
 
     def send(self, message: Any) -> None:
@@ -253,8 +284,13 @@ class ProcessPool:
         self.workers[w.index] = fresh
         self._listen(fresh)
         self.recycled += 1
-        log.warning("local rollout worker %d (pid %s) stopped answering (%s): killed, worker pid %s takes its place",
-                    w.index, w.process.pid, w.stuck, fresh.process.pid)
+        log.warning(
+            "local rollout worker %d (pid %s) stopped answering (%s): killed, worker pid %s takes its place",
+            w.index,
+            w.process.pid,
+            w.stuck,
+            fresh.process.pid,
+        )
         w.process.kill()
         threading.Thread(target=w.process.join, name=f"gapforge-rollout-reap-{w.index}", daemon=True).start()
 
@@ -271,7 +307,12 @@ class ProcessPool:
             try:
                 payload = pickle.loads(blob)
             except Exception as e:  # noqa: BLE001 - a reply this process cannot rebuild: that episode fails, the others go on
-                ok, payload = False, RuntimeError(f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}")
+                ok, payload = (
+                    False,
+                    RuntimeError(
+                        f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}"
+                    ),
+                )
             self.loop.call_soon_threadsafe(self._resolve, w, req_id, ok, payload)
         w.process.join(1.0)  # the pipe closed: reap it here (not on the loop), so _lose can name its exit code
         self.loop.call_soon_threadsafe(self._lose, w)
@@ -317,20 +358,33 @@ class ProcessPool:
             self.workers[w.index] = fresh
             self._listen(fresh)
             self.restarts += 1
-            log.warning("local rollout worker %d (pid %s) ended (%s) with %d episode(s) in flight: they end as worker_error "
-                        "(played again by a resume), worker pid %s takes its place", w.index, w.process.pid, w.lost,
-                        len(w.pending), fresh.process.pid)
+            log.warning(
+                "local rollout worker %d (pid %s) ended (%s) with %d episode(s) in flight: they end as worker_error "
+                "(played again by a resume), worker pid %s takes its place",
+                w.index,
+                w.process.pid,
+                w.lost,
+                len(w.pending),
+                fresh.process.pid,
+            )
         for req_id, future in list(w.pending.items()):
             if future.done():
                 continue
             if stop is None:
-                future.set_exception(_Died(f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with this episode "
-                                           "in flight"))
+                future.set_exception(
+                    _Died(
+                        f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with this episode "
+                        "in flight"
+                    )
+                )
             else:
-                future.set_exception(WorkerLost(
-                    f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with episode #{req_id} in flight, and "
-                    f"workers keep dying ({stop}); what finished is stored: run the same command again to play the rest (or "
-                    "set executor.local_rollout_workers=1)"))
+                future.set_exception(
+                    WorkerLost(
+                        f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with episode #{req_id} in flight, and "
+                        f"workers keep dying ({stop}); what finished is stored: run the same command again to play the rest (or "
+                        "set executor.local_rollout_workers=1)"
+                    )
+                )
         w.pending.clear()
         self._give_up(w)
 
@@ -339,16 +393,32 @@ class ProcessPool:
         try:
             blobs = (pickle.dumps(factory), pickle.dumps(make_env))
         except Exception as e:
-            raise TypeError(f"the policy factory or env factory cannot be sent to a worker process ({e}): play on the loop") from e
+            raise TypeError(
+                f"the policy factory or env factory cannot be sent to a worker process ({e}): play on the loop"
+            ) from e
         return ProcessPlayer(self, f"policy-{next(self.keys)}", *blobs)
 
-    async def play(self, key: str, factory: bytes, make_env: bytes, task_id: str, sample: int, *, max_turns: int,
-                   temperature: float | None, timeout_s: float | None = None) -> EpisodeRecord:
+    async def play(
+        self,
+        key: str,
+        factory: bytes,
+        make_env: bytes,
+        task_id: str,
+        sample: int,
+        *,
+        max_turns: int,
+        temperature: float | None,
+        timeout_s: float | None = None,
+    ) -> EpisodeRecord:
         assert self.loop is not None, "start() the pool first"
-        live = [w for w in self.workers if w.lost is None and w.stuck is None] or [w for w in self.workers if w.lost is None]
+        live = [w for w in self.workers if w.lost is None and w.stuck is None] or [
+            w for w in self.workers if w.lost is None
+        ]
         if not live:
-            raise WorkerLost("every local rollout worker has ended; what finished is stored: run the same command again "
-                             "(or set executor.local_rollout_workers=1)")
+            raise WorkerLost(
+                "every local rollout worker has ended; what finished is stored: run the same command again "
+                "(or set executor.local_rollout_workers=1)"
+            )
         w = min(live, key=lambda x: len(x.pending))
         req_id = next(self.ids)
         future: asyncio.Future[EpisodeRecord] = self.loop.create_future()
@@ -360,13 +430,24 @@ class ProcessPool:
             assert w.order is not None
             async with w.order:
                 first = key not in w.known
-                request = (req_id, key, factory if first else None, make_env if first else None, task_id, sample, max_turns,
-                           temperature, timeout_s)
+                request = (
+                    req_id,
+                    key,
+                    factory if first else None,
+                    make_env if first else None,
+                    task_id,
+                    sample,
+                    max_turns,
+                    temperature,
+                    timeout_s,
+                )
                 try:
                     await asyncio.to_thread(w.send, request)
                 except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone (its reader replaces it)
                     if not future.done():
-                        future.set_exception(_Died(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e})"))
+                        future.set_exception(
+                            _Died(f"local rollout worker {w.index} (pid {w.process.pid}) cannot be reached ({e})")
+                        )
                 else:
                     w.known.add(key)
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
@@ -379,15 +460,32 @@ class ProcessPool:
                     try:
                         return await asyncio.wait_for(asyncio.shield(future), timeout_s + WORKER_GRACE_S)
                     except TimeoutError:
-                        w.stuck = f"no answer to episode {task_id}#{sample} within {timeout_s:g} s + {WORKER_GRACE_S:g} s"
+                        w.stuck = (
+                            f"no answer to episode {task_id}#{sample} within {timeout_s:g} s + {WORKER_GRACE_S:g} s"
+                        )
                         self._give_up(w)
                 if future.done():
                     return future.result()
             except _Died as e:
-                return worker_error(task_id, key, f"{e}; it is not stored and a resume plays it again", started,
-                                    time.perf_counter() - t0, w)
-            return timed_out("", task_id, key, "the worker's episode", "worker", timeout_s, started, time.perf_counter() - t0,
-                             f"worker {w.index}, pid {w.process.pid}")
+                return worker_error(
+                    task_id,
+                    key,
+                    f"{e}; it is not stored and a resume plays it again",
+                    started,
+                    time.perf_counter() - t0,
+                    w,
+                )
+            return timed_out(
+                "",
+                task_id,
+                key,
+                "the worker's episode",
+                "worker",
+                timeout_s,
+                started,
+                time.perf_counter() - t0,
+                f"worker {w.index}, pid {w.process.pid}",
+            )
         finally:
             w.begun.pop(req_id, None)
             if not future.done():
@@ -415,12 +513,25 @@ class ProcessPool:
             w.conn.close()
 
 
-def worker_error(task_id: str, policy: str, error: str, started_at: datetime, elapsed_s: float, w: _Worker) -> EpisodeRecord:
+def worker_error(
+    task_id: str, policy: str, error: str, started_at: datetime, elapsed_s: float, w: _Worker
+) -> EpisodeRecord:
     """An episode whose worker process ended while playing it: `worker_error`, an infrastructure failure (not stored)."""
     info = {"worker": {"index": w.index, "pid": w.process.pid, "ended": w.lost}}
-    return EpisodeRecord(env="", task=task_id, policy=policy, messages=[], reward=0.0, success=False, score_info=info, turns=0,
-                         termination="worker_error", error=f"worker_error: {error}",
-                         timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s}, started_at=started_at)
+    return EpisodeRecord(
+        env="",
+        task=task_id,
+        policy=policy,
+        messages=[],
+        reward=0.0,
+        success=False,
+        score_info=info,
+        turns=0,
+        termination="worker_error",
+        error=f"worker_error: {error}",
+        timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
+        started_at=started_at,
+    )
 
 
 class ProcessPlayer:
@@ -429,10 +540,19 @@ class ProcessPlayer:
     def __init__(self, pool: ProcessPool, key: str, factory: bytes, make_env: bytes) -> None:
         self.pool, self.key, self.factory, self.make_env = pool, key, factory, make_env
 
-    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> EpisodeRecord:
-        return await self.pool.play(self.key, self.factory, self.make_env, task_id, sample, max_turns=max_turns,
-                                    temperature=temperature, timeout_s=timeout_s)
+    async def play(
+        self, task_id: str, sample: int, *, max_turns: int, temperature: float | None, timeout_s: float | None = None
+    ) -> EpisodeRecord:
+        return await self.pool.play(
+            self.key,
+            self.factory,
+            self.make_env,
+            task_id,
+            sample,
+            max_turns=max_turns,
+            temperature=temperature,
+            timeout_s=timeout_s,
+        )
 
 
 @asynccontextmanager

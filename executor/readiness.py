@@ -55,13 +55,21 @@ def _init_worker(threads: int | None) -> None:
     hf_logging.disable_progress_bar()  # the driver already showed its own "Loading weights"
 
 
-def readiness_in_worker(module: str, sandbox: SandboxConfig, policy_factory: Callable[[], Any], seeds: list[int],
-                        run_episode: Any, cfg: Any, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+def readiness_in_worker(
+    module: str,
+    sandbox: SandboxConfig,
+    policy_factory: Callable[[], Any],
+    seeds: list[int],
+    run_episode: Any,
+    cfg: Any,
+    kwargs: dict[str, Any],
+) -> tuple[bool, Any]:
     """The worker's body: (True, CheckResult), or (False, the exception pickled: executor.processes._error_blob)."""
     try:
         pool_size = min(sandbox.pool_size, int(kwargs.get("concurrency") or 4))
-        return True, checks_in_pool("readiness", Path(module), sandbox, policy_factory, (seeds, run_episode, cfg), kwargs,
-                                    pool_size=pool_size)
+        return True, checks_in_pool(
+            "readiness", Path(module), sandbox, policy_factory, (seeds, run_episode, cfg), kwargs, pool_size=pool_size
+        )
     except Exception as e:  # noqa: BLE001 - the check's failure goes back to the driver with its type when it travels
         return False, _error_blob(e)
 
@@ -69,7 +77,9 @@ def readiness_in_worker(module: str, sandbox: SandboxConfig, policy_factory: Cal
 class LocalReadinessChecks:
     """The self-test here, GRPO readiness on `workers` local processes (module docstring)."""
 
-    def __init__(self, sandbox: SandboxConfig, policy_factory: Callable[[], Any], *, workers: int, threads: int | None) -> None:
+    def __init__(
+        self, sandbox: SandboxConfig, policy_factory: Callable[[], Any], *, workers: int, threads: int | None
+    ) -> None:
         self.sandbox = sandbox
         self.factory = policy_factory  # picklable: executor.sandbox_checks checks it
         self.workers = max(1, workers)
@@ -77,7 +87,9 @@ class LocalReadinessChecks:
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    self_test_here = True  # agents.selftest: the self-test opens this machine's sandboxes (the Ray drop-in's runs remotely)
+    self_test_here = (
+        True  # agents.selftest: the self-test opens this machine's sandboxes (the Ray drop-in's runs remotely)
+    )
     validate_env = staticmethod(validate_env)
     avalidate_env = staticmethod(avalidate_env)
 
@@ -85,10 +97,16 @@ class LocalReadinessChecks:
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ProcessPoolExecutor(
-                    self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(self.threads,))
+                    self.workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init_worker,
+                    initargs=(self.threads,),
+                )
             return self._pool
 
-    def _submit(self, module: str | Path, seeds: list[int], run_episode: Any, cfg: Any, kw: dict[str, Any]) -> concurrent.futures.Future:
+    def _submit(
+        self, module: str | Path, seeds: list[int], run_episode: Any, cfg: Any, kw: dict[str, Any]
+    ) -> concurrent.futures.Future:
         args = (str(Path(module).resolve()), self.sandbox, self.factory, list(seeds), run_episode, cfg, kw)
         return self._executor().submit(readiness_in_worker, *args)
 
@@ -104,14 +122,18 @@ class LocalReadinessChecks:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-        return WorkerLost(f"the local GRPO-readiness worker process ended ({type(e).__name__}: {e}); the attempts so far are "
-                          "stored: run the same command again (or set executor.local_rollout_workers=1)")
+        return WorkerLost(
+            f"the local GRPO-readiness worker process ended ({type(e).__name__}: {e}); the attempts so far are "
+            "stored: run the same command again (or set executor.local_rollout_workers=1)"
+        )
 
     def readiness_for(self, module: str | Path) -> Callable[..., Any]:
         """An `acheck_grpo_ready` drop-in for this module: (open_env, seeds, policy, run_episode, cfg, **kw) -> CheckResult.
         `open_env` and `policy` are the driver's and unused, unless the runner cannot travel (then it all runs here)."""
 
-        async def acheck(open_env: Any, seeds: list[int], policy: Any, run_episode: Any, cfg: Any, **kw: Any) -> CheckResult:
+        async def acheck(
+            open_env: Any, seeds: list[int], policy: Any, run_episode: Any, cfg: Any, **kw: Any
+        ) -> CheckResult:
             if policy is None or run_episode is None or not picklable(run_episode):
                 return await acheck_grpo_ready(open_env, seeds, policy, run_episode, cfg, **kw)
             try:

@@ -34,7 +34,9 @@ from gapforge.executor.config import ExecutorConfig
 class RolloutWorker:
     """The body of one Ray actor: a policy and an env factory, episodes played concurrently on its loop."""
 
-    def __init__(self, policy_factory: Callable[[], PolicyModel], make_env: Callable[[], TargetEnvironment], threads: int) -> None:
+    def __init__(
+        self, policy_factory: Callable[[], PolicyModel], make_env: Callable[[], TargetEnvironment], threads: int
+    ) -> None:
         self.policy = policy_factory()
         self.make_env = make_env
         self.pool = DaemonThreads("rollout-env")  # env calls: abandoned at an episode's time limit, never joined
@@ -42,11 +44,22 @@ class RolloutWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    async def play(self, task_id: str, sample: int, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> EpisodeRecord:
+    async def play(
+        self, task_id: str, sample: int, max_turns: int, temperature: float | None, timeout_s: float | None = None
+    ) -> EpisodeRecord:
         # a task of its own: the episode key it sets stays in its own context
-        return await asyncio.create_task(play_episode(self.policy, self.make_env, task_id, sample, max_turns=max_turns,
-                                                      temperature=temperature, executor=self.pool, timeout_s=timeout_s))
+        return await asyncio.create_task(
+            play_episode(
+                self.policy,
+                self.make_env,
+                task_id,
+                sample,
+                max_turns=max_turns,
+                temperature=temperature,
+                executor=self.pool,
+                timeout_s=timeout_s,
+            )
+        )
 
     async def aclose(self) -> None:
         close = getattr(self.policy, "aclose", None)
@@ -64,16 +77,19 @@ class RayEpisodePlayer:
         self.busy = [0] * len(actors)
         self.max_retries = max_retries
 
-    async def play(self, task_id: str, sample: int, *, max_turns: int, temperature: float | None,
-                   timeout_s: float | None = None) -> EpisodeRecord:
+    async def play(
+        self, task_id: str, sample: int, *, max_turns: int, temperature: float | None, timeout_s: float | None = None
+    ) -> EpisodeRecord:
         i = min(range(len(self.actors)), key=self.busy.__getitem__)
         self.busy[i] += 1
         try:
             return await self.actors[i].play.remote(task_id, sample, max_turns, temperature, timeout_s)
         except self.ray.exceptions.RayActorError as e:
-            raise IncompleteStage(f"Ray rollout worker {i} died more than executor.max_retries={self.max_retries} times "
-                                  f"(last at {task_id}#{sample}: {str(e).splitlines()[0][:160]}); what finished is stored: "
-                                  "run the same command again to play the rest") from None
+            raise IncompleteStage(
+                f"Ray rollout worker {i} died more than executor.max_retries={self.max_retries} times "
+                f"(last at {task_id}#{sample}: {str(e).splitlines()[0][:160]}); what finished is stored: "
+                "run the same command again to play the rest"
+            ) from None
         finally:
             self.busy[i] -= 1
 
@@ -91,8 +107,12 @@ class RayEpisodePlayer:
 
 
 @asynccontextmanager
-async def ray_player(cfg: ExecutorConfig, policy_factory: Callable[[], PolicyModel], make_env: Callable[[], TargetEnvironment],
-                     concurrency: int) -> AsyncIterator[RayEpisodePlayer]:
+async def ray_player(
+    cfg: ExecutorConfig,
+    policy_factory: Callable[[], PolicyModel],
+    make_env: Callable[[], TargetEnvironment],
+    concurrency: int,
+) -> AsyncIterator[RayEpisodePlayer]:
     """`executor.rollout_workers` actors, each taking up to its share of `concurrency` episodes at once."""
     ray = await asyncio.to_thread(connect, cfg)
     opts = options(cfg, cfg.rollout)
@@ -100,8 +120,9 @@ async def ray_player(cfg: ExecutorConfig, policy_factory: Callable[[], PolicyMod
     per_actor = max(1, -(-concurrency // cfg.rollout_workers))
     actor_cls = ray.remote(RolloutWorker)
     actors = [
-        actor_cls.options(max_restarts=cfg.max_retries, max_task_retries=cfg.max_retries, max_concurrency=per_actor + 1, **opts)
-        .remote(policy_factory, make_env, per_actor + 1)
+        actor_cls.options(
+            max_restarts=cfg.max_retries, max_task_retries=cfg.max_retries, max_concurrency=per_actor + 1, **opts
+        ).remote(policy_factory, make_env, per_actor + 1)
         for _ in range(cfg.rollout_workers)
     ]
     player = RayEpisodePlayer(ray, actors, cfg.max_retries)

@@ -58,8 +58,12 @@ def unpack_dir(data: bytes, dest: Path) -> None:
 
 def _job_payload(job: TrainJob) -> dict[str, Any]:
     module = job.env.module if job.env.kind in ("sandbox", "trusted") else None
-    return {"spec": job.model_dump_json(), "module_name": Path(module).name if module else None,
-            "module": Path(module).read_bytes() if module else None, "key": f"{job.run_id or 'no-run'}/{job.name}"}
+    return {
+        "spec": job.model_dump_json(),
+        "module_name": Path(module).name if module else None,
+        "module": Path(module).read_bytes() if module else None,
+        "key": f"{job.run_id or 'no-run'}/{job.name}",
+    }
 
 
 def train_on_worker(payload: dict[str, Any], worker_dir: str) -> Iterator[tuple[str, Any]]:
@@ -97,8 +101,16 @@ def train_on_worker(payload: dict[str, Any], worker_dir: str) -> Iterator[tuple[
     if outcome is None:
         raise RuntimeError("the training launcher ended without an outcome")
     result = outcome.result.model_dump(mode="json") if outcome.result is not None else None
-    yield "outcome", {"returncode": outcome.returncode, "result": result, "error": outcome.error,
-                      "files": pack_dir(Path(job.out_dir), skip=("trl",)), "out_dir": job.out_dir}
+    yield (
+        "outcome",
+        {
+            "returncode": outcome.returncode,
+            "result": result,
+            "error": outcome.error,
+            "files": pack_dir(Path(job.out_dir), skip=("trl",)),
+            "out_dir": job.out_dir,
+        },
+    )
 
 
 def _finish(job: TrainJob, outcome: dict[str, Any]) -> JobOutcome:
@@ -124,7 +136,9 @@ def _uses_docker(job: TrainJob) -> bool:
     return job.env.kind == "sandbox" and job.env.sandbox.get("backend", "docker") == "docker"
 
 
-def run_jobs_on_ray(cfg: ExecutorConfig, jobs: list[TrainJob], spec_dir: Path, on_line: OnLine | None = None) -> list[JobOutcome]:
+def run_jobs_on_ray(
+    cfg: ExecutorConfig, jobs: list[TrainJob], spec_dir: Path, on_line: OnLine | None = None
+) -> list[JobOutcome]:
     """`training.run.run_jobs` on a Ray cluster: every job at once (each waits for its resources there)."""
     ray = connect(cfg)
     remote = ray.remote(train_on_worker)
@@ -136,7 +150,9 @@ def run_jobs_on_ray(cfg: ExecutorConfig, jobs: list[TrainJob], spec_dir: Path, o
         opts = options(cfg, cfg.training, docker=_uses_docker(job))
         check_feasible(ray, opts, "executor.training")
         payload = _job_payload(job)
-        for attempt in range(cfg.max_retries + 1):  # the driver retries: a re-run generator streams other events than the first
+        for attempt in range(
+            cfg.max_retries + 1
+        ):  # the driver retries: a re-run generator streams other events than the first
             stream = remote.options(num_returns="streaming", max_retries=0, **opts).remote(payload, cfg.worker_dir)
             try:
                 for ref in stream:
@@ -146,7 +162,9 @@ def run_jobs_on_ray(cfg: ExecutorConfig, jobs: list[TrainJob], spec_dir: Path, o
                     elif kind == "outcome":
                         return _finish(job, value)
                 error = "its Ray task ended without an outcome"
-            except ray.exceptions.RayError as e:  # its worker died: again (same node: resumes from its checkpoint), then recorded
+            except (
+                ray.exceptions.RayError
+            ) as e:  # its worker died: again (same node: resumes from its checkpoint), then recorded
                 error = f"its Ray worker was lost {attempt + 1} time(s) ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
                 if on_line is not None and attempt < cfg.max_retries:
                     on_line(job.name, {"event": "retry", "attempt": attempt + 2, "error": error})

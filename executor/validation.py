@@ -27,8 +27,16 @@ from gapforge.sandbox.checks.report import CheckResult
 from gapforge.sandbox.config import SandboxConfig
 
 
-def checks_on_worker(kind: str, module_name: str, code: bytes, sandbox: SandboxConfig, worker_dir: str,
-                     policy_factory: Callable[[], PolicyModel] | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def checks_on_worker(
+    kind: str,
+    module_name: str,
+    code: bytes,
+    sandbox: SandboxConfig,
+    worker_dir: str,
+    policy_factory: Callable[[], PolicyModel] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     """The Ray task's body: the module's bytes written on this node, then `checks_in_pool` there."""
     path = Path(worker_dir) / "modules" / hashlib.sha256(code).hexdigest()[:16] / module_name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,8 +45,16 @@ def checks_on_worker(kind: str, module_name: str, code: bytes, sandbox: SandboxC
     return checks_in_pool(kind, path, sandbox, policy_factory, args, kwargs, pool_size=min(sandbox.pool_size, 2))
 
 
-def checks_in_pool(kind: str, path: Path, sandbox: SandboxConfig, policy_factory: Callable[[], PolicyModel] | None,
-                   args: tuple[Any, ...], kwargs: dict[str, Any], *, pool_size: int) -> Any:
+def checks_in_pool(
+    kind: str,
+    path: Path,
+    sandbox: SandboxConfig,
+    policy_factory: Callable[[], PolicyModel] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    pool_size: int,
+) -> Any:
     """The checks of the module at `path` (`kind` = self_test | readiness) in a sandbox pool of this process, with a
     policy built here by `policy_factory` (a Ray task's body, and a local readiness worker's: executor/readiness.py)."""
     from gapforge.sandbox.checks import avalidate_env
@@ -71,12 +87,16 @@ def checks_in_pool(kind: str, path: Path, sandbox: SandboxConfig, policy_factory
 class RaySandboxChecks:
     """The sandbox checks of one env module, run on a Docker node of the Ray cluster."""
 
-    def __init__(self, cfg: ExecutorConfig, sandbox: SandboxConfig, policy_factory: Callable[[], PolicyModel] | None = None) -> None:
+    def __init__(
+        self, cfg: ExecutorConfig, sandbox: SandboxConfig, policy_factory: Callable[[], PolicyModel] | None = None
+    ) -> None:
         self.cfg = cfg
         self.sandbox = sandbox
         self.policy_factory = policy_factory
 
-    def _submit(self, kind: str, module: str | Path, policy: PolicyModel | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _submit(
+        self, kind: str, module: str | Path, policy: PolicyModel | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         ray = connect(self.cfg)
         opts = options(self.cfg, self.cfg.validation, docker=self.sandbox.backend == "docker")
         check_feasible(ray, opts, "executor.validation")
@@ -85,7 +105,9 @@ class RaySandboxChecks:
         if policy is not None and factory is None:
             raise ValueError("GRPO readiness on Ray needs a policy_factory: the driver's policy object does not travel")
         remote = ray.remote(checks_on_worker).options(max_retries=self.cfg.max_retries, **opts)
-        return remote.remote(kind, path.name, path.read_bytes(), self.sandbox, self.cfg.worker_dir, factory, args, kwargs)
+        return remote.remote(
+            kind, path.name, path.read_bytes(), self.sandbox, self.cfg.worker_dir, factory, args, kwargs
+        )
 
     @staticmethod
     def _self_test_kwargs(kwargs: dict[str, Any]) -> tuple[str | Path, PolicyModel | None, dict[str, Any]]:
@@ -113,7 +135,9 @@ class RaySandboxChecks:
     def readiness_for(self, module: str | Path) -> Callable[..., Any]:
         """An `acheck_grpo_ready` drop-in for this module: (open_env, seeds, policy, run_episode, cfg, **kw) -> CheckResult."""
 
-        async def acheck(open_env: Any, seeds: list[int], policy: PolicyModel | None, run_episode: Any, cfg: Any, **kw: Any) -> CheckResult:
+        async def acheck(
+            open_env: Any, seeds: list[int], policy: PolicyModel | None, run_episode: Any, cfg: Any, **kw: Any
+        ) -> CheckResult:
             return await self._submit("readiness", module, policy, (seeds, run_episode, cfg), kw)
 
         return acheck
@@ -121,7 +145,9 @@ class RaySandboxChecks:
     def check_grpo_ready_for(self, module: str | Path) -> Callable[..., CheckResult]:
         """The same for sync callers (`check_grpo_ready`'s signature)."""
 
-        def check(open_env: Any, seeds: list[int], policy: PolicyModel | None, run_episode: Any, cfg: Any, **kw: Any) -> CheckResult:
+        def check(
+            open_env: Any, seeds: list[int], policy: PolicyModel | None, run_episode: Any, cfg: Any, **kw: Any
+        ) -> CheckResult:
             return connect(self.cfg).get(self._submit("readiness", module, policy, (seeds, run_episode, cfg), kw))
 
         return check

@@ -19,8 +19,20 @@ from pathlib import Path
 
 # the repository's top-level folders that install under gapforge. (pyproject.toml [tool.setuptools] package-dir;
 # tests/gapforge/test_packaging.py keeps the two equal)
-FOLDERS = ("agents", "demo_policy", "envs", "evaluation", "executor", "graph", "prompts", "sandbox",
-           "serving", "store", "training", "ui")
+FOLDERS = (
+    "agents",
+    "demo_policy",
+    "envs",
+    "evaluation",
+    "executor",
+    "graph",
+    "prompts",
+    "sandbox",
+    "serving",
+    "store",
+    "training",
+    "ui",
+)
 
 
 def source_root() -> Path | None:

@@ -84,15 +84,19 @@ def load_gold(path: Path, task_ids: list[str], tool_names: list[str]) -> dict[st
     try:
         raw = json.loads(text) if Path(path).suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise UsageError(f"{where} is not valid {'JSON' if Path(path).suffix.lower() == '.json' else 'YAML'}: "
-                         f"{' '.join(str(e).split())[:200]}") from None
+        raise UsageError(
+            f"{where} is not valid {'JSON' if Path(path).suffix.lower() == '.json' else 'YAML'}: "
+            f"{' '.join(str(e).split())[:200]}"
+        ) from None
     if not isinstance(raw, dict) or not raw:
         raise UsageError(f"{where}: expected a mapping task id -> list of turns, got {type(raw).__name__}")
     raw = {str(k): v for k, v in raw.items()}  # YAML reads `12:` as an int; task ids are strings
     unknown = [t for t in raw if t not in set(task_ids)]
     if unknown:
-        raise UsageError(f"{where}: task {unknown[0]!r} is not a task of the env ({len(task_ids)} tasks: list them with "
-                         "`gapforge rollouts tasks ENV`)")
+        raise UsageError(
+            f"{where}: task {unknown[0]!r} is not a task of the env ({len(task_ids)} tasks: list them with "
+            "`gapforge rollouts tasks ENV`)"
+        )
     try:
         gold = GoldFile.model_validate(raw).root
     except ValidationError as e:
@@ -102,8 +106,10 @@ def load_gold(path: Path, task_ids: list[str], tool_names: list[str]) -> dict[st
         for i, turn in enumerate(turns, 1):
             for call in turn.tool_calls:
                 if call.name not in offered:
-                    raise UsageError(f"{where}: task {task!r}, turn {i}: tool {call.name!r} is not one of the env's tools "
-                                     f"({', '.join(sorted(offered))})")
+                    raise UsageError(
+                        f"{where}: task {task!r}, turn {i}: tool {call.name!r} is not one of the env's tools "
+                        f"({', '.join(sorted(offered))})"
+                    )
     return gold
 
 
@@ -123,7 +129,9 @@ def _first_problem(e: ValidationError) -> str:
 
 def turn_message(turn: GoldTurn, turn_index: int) -> Message:
     """A gold turn as the assistant message that plays it (call ids gold_<turn>_<n>, unique in the episode)."""
-    calls = [ToolCall(id=f"gold_{turn_index}_{n}", name=c.name, arguments=c.arguments) for n, c in enumerate(turn.tool_calls)]
+    calls = [
+        ToolCall(id=f"gold_{turn_index}_{n}", name=c.name, arguments=c.arguments) for n, c in enumerate(turn.tool_calls)
+    ]
     return Message.assistant(turn.content, calls)
 
 
@@ -142,7 +150,9 @@ class ScriptedPolicy:
     def __init__(self, name: str, move: Move) -> None:
         self.name, self._move = name, move
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         return self._move(sum(1 for m in messages if m.role == "assistant"), messages, tools)
 
     async def aclose(self) -> None:
@@ -166,7 +176,9 @@ def make_policy(kind: str, task: str, gold: list[GoldTurn] | None = None) -> Scr
 
         return ScriptedPolicy(kind, move)
     if kind != "gold" or not gold:
-        raise ValueError(f"no scripted policy {kind!r} (with a script: {bool(gold)}): {', '.join(DEGENERATE)} or gold with its turns")
+        raise ValueError(
+            f"no scripted policy {kind!r} (with a script: {bool(gold)}): {', '.join(DEGENERATE)} or gold with its turns"
+        )
 
     def replay(turn: int, _messages: list[Message], _tools: list[dict[str, Any]]) -> Message:
         if turn >= len(gold):

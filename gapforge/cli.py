@@ -10,7 +10,9 @@ import yaml
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="gapforge: capability-targeted agentic training (TRACE).")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="gapforge: capability-targeted agentic training (TRACE)."
+)
 config_app = typer.Typer(no_args_is_help=True, help="Inspect the effective configuration.")
 app.add_typer(config_app, name="config")
 

@@ -22,7 +22,9 @@ def adapters(run_id: str = typer.Argument(..., help="run id"), config: ConfigOpt
         m = a.metrics
         before, after = m.get("heldout_before"), m.get("heldout_after")
         held = f"{before:.3f} -> {after:.3f}" if before is not None and after is not None else (m.get("error") or "-")
-        table.add_row(a.name, a.capability or "-", a.status, str(m.get("steps", "-")), kept_text(m), held, a.path or "-")
+        table.add_row(
+            a.name, a.capability or "-", a.status, str(m.get("steps", "-")), kept_text(m), held, a.path or "-"
+        )
     console.print(table)
 
 

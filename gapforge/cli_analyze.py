@@ -47,8 +47,13 @@ def plot_gap_coverage(rows: list[Any], delta: float, rho: float, path: Path) -> 
         ax.errorbar(r.coverage, r.gap, xerr=xerr, yerr=yerr, fmt="o", color=color, capsize=3)
         spot = (round(r.coverage, 3), round(r.gap, 3))
         placed[spot] = placed.get(spot, -1) + 1
-        ax.annotate(f"{r.capability} ({r.kept_passes}/{r.passes})", (r.coverage, r.gap), textcoords="offset points",
-                    xytext=(6, 6 + 11 * placed[spot]), fontsize=8)  # fmt: skip
+        ax.annotate(
+            f"{r.capability} ({r.kept_passes}/{r.passes})",
+            (r.coverage, r.gap),
+            textcoords="offset points",
+            xytext=(6, 6 + 11 * placed[spot]),
+            fontsize=8,
+        )
     ax.axhline(delta, color="tab:red", linestyle="--", linewidth=1, label=f"δ = {delta:.2f}")
     ax.axvline(rho, color="tab:blue", linestyle="--", linewidth=1, label=f"ρ = {rho:.2f}")
     ax.set_xlabel("coverage (LACKING failures / failures)")
@@ -90,22 +95,35 @@ def _show(store: Any, run: str, capability: str) -> None:
     for col in ("episode", "task", "outcome", "passes", "evidence"):
         table.add_column(col)
     for r in rows:
-        table.add_row(str(r.episode_id), r.task_id, "success" if r.success else "failure", ",".join(map(str, r.passes)), r.evidence)
+        table.add_row(
+            str(r.episode_id),
+            r.task_id,
+            "success" if r.success else "failure",
+            ",".join(map(str, r.passes)),
+            r.evidence,
+        )
     console.print(table)
     console.print(f"{len(rows)} episode(s); see one with `gapforge rollouts show {run} --episode ID`")
 
 
 def _table(report: Any) -> Table:
     sel = report.selection
-    table = Table(title=f"capabilities of run {sel.run_id} ({sel.episodes} analysis episodes, R={sel.passes}, K={sel.required_passes})")
+    table = Table(
+        title=f"capabilities of run {sel.run_id} ({sel.episodes} analysis episodes, R={sel.passes}, K={sel.required_passes})"
+    )
     for col in ("capability", "ER+", "ER-", "Δ [95% CI]", "coverage [95% CI]", "kept k/R", "κ", "verdict"):
         table.add_column(col)
     for s in sel.statistics:
         table.add_row(
-            s.capability, _fmt(s.er_plus), _fmt(s.er_minus), _fmt(s.gap, s.gap_ci or (None, None)),
-            _fmt(s.coverage, s.coverage_ci or (None, None)), f"{s.kept_passes}/{sel.passes}",
-            "-" if s.kappa is None else f"{s.kappa:.2f}", ("[green]" if s.retained else "") + s.verdict,
-        )  # fmt: skip
+            s.capability,
+            _fmt(s.er_plus),
+            _fmt(s.er_minus),
+            _fmt(s.gap, s.gap_ci or (None, None)),
+            _fmt(s.coverage, s.coverage_ci or (None, None)),
+            f"{s.kept_passes}/{sel.passes}",
+            "-" if s.kappa is None else f"{s.kappa:.2f}",
+            ("[green]" if s.retained else "") + s.verdict,
+        )
     return table
 
 
@@ -125,7 +143,9 @@ def analyze(
     from gapforge.run_lease import run_lease
     from gapforge.stages import open_stages
 
-    cfg, store = run_config(run, config, [*(set_ or []), *([f"analysis.passes={passes}"] if passes is not None else [])])
+    cfg, store = run_config(
+        run, config, [*(set_ or []), *([f"analysis.passes={passes}"] if passes is not None else [])]
+    )
     try:
         with store:
             if show:
@@ -135,10 +155,19 @@ def analyze(
                 envs = sorted({e.env for e in store.episodes(run)})
                 if not envs:
                     fail(f"run {run!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run})")
-                with Progress(TextColumn("labeling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
+                with Progress(
+                    TextColumn("labeling"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=console,
+                    transient=True,
+                ) as bar:
                     task = bar.add_task("labeling", total=None)
 
-                    async def go() -> tuple[AnalysisReport, Any]:  # the analysis stage the graph's discover / label / select nodes call
+                    async def go() -> tuple[
+                        AnalysisReport, Any
+                    ]:  # the analysis stage the graph's discover / label / select nodes call
                         async with open_stages(cfg, store) as stages:
                             steps = stages.analysis
                             steps.env = envs[0]
@@ -146,8 +175,16 @@ def analyze(
                             done: list[Any] = []
                             for p in range(cfg.analysis.passes):
                                 offset = sum(r.episodes for r in done)
-                                done.append(await steps.label_pass(run, p, retry_failed=retry_failed, on_progress=lambda d, t, offset=offset: bar.update(
-                                    task, completed=offset + d, total=t * cfg.analysis.passes)))  # fmt: skip
+                                done.append(
+                                    await steps.label_pass(
+                                        run,
+                                        p,
+                                        retry_failed=retry_failed,
+                                        on_progress=lambda d, t, offset=offset: bar.update(
+                                            task, completed=offset + d, total=t * cfg.analysis.passes
+                                        ),
+                                    )
+                                )
                             return AnalysisReport(split, found, tuple(done), await steps.selection(run)), steps.counter
 
                     report, counter = asyncio.run(go())
@@ -165,8 +202,10 @@ def analyze(
         failed = [c for c in store.label_calls(run, status="failed") if (c.pass_index, c.dictionary_hash) in current]
     at_endpoint = sum(1 for c in failed if c.boundary == "endpoint")
     if failures and failures > at_endpoint:
-        console.print(f"[yellow]labeling failures: {failures - at_endpoint} (episode x pass) of the model's output, left out of the rates; "
-                      "re-ask with --retry-failed")
+        console.print(
+            f"[yellow]labeling failures: {failures - at_endpoint} (episode x pass) of the model's output, left out of the rates; "
+            "re-ask with --retry-failed"
+        )
         for line in failure_lines([c for c in failed if c.boundary != "endpoint"]):
             console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     path = plot or cfg.workspace / "reports" / run / "analysis.png"

@@ -29,7 +29,18 @@ ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="YAML conf
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: dotted.key=value (repeatable)")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["ConfigOpt", "SetOpt", "UsageError", "console", "err_console", "fail", "fail_error", "get_config", "handle_errors", "run_config"]
+__all__ = [
+    "ConfigOpt",
+    "SetOpt",
+    "UsageError",
+    "console",
+    "err_console",
+    "fail",
+    "fail_error",
+    "get_config",
+    "handle_errors",
+    "run_config",
+]
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -65,8 +76,10 @@ def handle_errors(fn: F) -> F:
         except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback
             where = f" ({e.filename})" if e.filename else ""
             if is_disk_full(e):  # nothing is wrong with the input: free space, then run it again
-                fail(f"no space left on the disk{where}: free space there, then run the command again (what finished is kept)",
-                     DiskFull.exit_code)
+                fail(
+                    f"no space left on the disk{where}: free space there, then run the command again (what finished is kept)",
+                    DiskFull.exit_code,
+                )
             fail(f"{e.strerror or type(e).__name__}{where}: check the path, its permissions and the free disk space")
 
     return wrapper  # type: ignore[return-value]
@@ -86,7 +99,9 @@ def get_config(config: str | None, overrides: list[str] | None, *, check_workspa
     return cfg
 
 
-def run_config(run_id: str, config: str | None, overrides: list[str] | None, *, check_workspace: bool = True) -> tuple[GapforgeConfig, Any]:
+def run_config(
+    run_id: str, config: str | None, overrides: list[str] | None, *, check_workspace: bool = True
+) -> tuple[GapforgeConfig, Any]:
     """(the config of a command on `run_id`, the store): the run's stored config with this invocation's `--config` keys,
     `--set` items and flags (`overrides`, as dotted settings) on top (gapforge/run_config.py); prints the one line naming
     what it overrode, or that an older run stores no config. Unknown run: StoreError (one line, exit 2)."""

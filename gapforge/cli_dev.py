@@ -16,8 +16,11 @@ app = typer.Typer(no_args_is_help=True, help="Developer helpers: offline tiny mo
 def tiny_model(
     path: Path = typer.Argument(..., help="directory to write the model into (created if missing)"),
     seed: int | None = typer.Option(None, "--seed", help="seed for the random weights (default: the config's seed)"),
-    template: str | None = typer.Option(None, "--template", help="a chat template TRL ships, by name (e.g. qwen3: Qwen3's stock "
-                                                                "template), instead of the tiny one"),
+    template: str | None = typer.Option(
+        None,
+        "--template",
+        help="a chat template TRL ships, by name (e.g. qwen3: Qwen3's stock template), instead of the tiny one",
+    ),
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -52,29 +55,55 @@ def chat_template_cmd(
     from gapforge.serving.errors import ServingError
 
     if not (model / "tokenizer_config.json").is_file():
-        raise ServingError(f"{model} has no tokenizer_config.json: give the local model directory (e.g. huggingface-cli download ... --local-dir DIR)")
+        raise ServingError(
+            f"{model} has no tokenizer_config.json: give the local model directory (e.g. huggingface-cli download ... --local-dir DIR)"
+        )
     from transformers import AutoTokenizer
 
     fmt = chat_format(AutoTokenizer.from_pretrained(model, local_files_only=True))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(fmt.template, encoding="utf-8")
-    console.print(f"{out}: {fmt.family} ({fmt.source}), tool calls {fmt.tool_format}"
-                  + (f"; versus the stock template it throws away {fmt.dropped}" if fmt.dropped else ""), highlight=False, soft_wrap=True)
+    console.print(
+        f"{out}: {fmt.family} ({fmt.source}), tool calls {fmt.tool_format}"
+        + (f"; versus the stock template it throws away {fmt.dropped}" if fmt.dropped else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command("teach")
 @handle_errors
 def teach_cmd(
-    out: Path = typer.Option(Path(".gapforge/models"), "--out", help="directory the taught model goes under (cached by recipe hash, and for a "
-                             "polish by the weights it continues)"),
-    recipe: Path | None = typer.Option(None, "--recipe", help="a teach.json (e.g. gapforge/demo_data/shop-policy/teach.json): rebuild exactly its recipe"),
+    out: Path = typer.Option(
+        Path(".gapforge/models"),
+        "--out",
+        help="directory the taught model goes under (cached by recipe hash, and for a "
+        "polish by the weights it continues)",
+    ),
+    recipe: Path | None = typer.Option(
+        None,
+        "--recipe",
+        help="a teach.json (e.g. gapforge/demo_data/shop-policy/teach.json): rebuild exactly its recipe",
+    ),
     epochs: float | None = typer.Option(None, "--epochs", help="SFT epochs (default: the recipe's)"),
-    first_pass: Path | None = typer.Option(None, "--first-pass", help="a finished build of this recipe apart from its polish (a first pass, or a "
-                                           "polished build to continue): only the polish pass runs, from its weights"),
-    ship_it: bool = typer.Option(False, "--ship", help="measure the build as the demo collects and copy it to gapforge/demo_data/shop-policy/ "
-                                 "(the demo's base policy)"),
-    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"),
-    samples: int = typer.Option(6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"),
+    first_pass: Path | None = typer.Option(
+        None,
+        "--first-pass",
+        help="a finished build of this recipe apart from its polish (a first pass, or a "
+        "polished build to continue): only the polish pass runs, from its weights",
+    ),
+    ship_it: bool = typer.Option(
+        False,
+        "--ship",
+        help="measure the build as the demo collects and copy it to gapforge/demo_data/shop-policy/ "
+        "(the demo's base policy)",
+    ),
+    evaluate: bool = typer.Option(
+        True, "--eval/--no-eval", help="report pass rates per family on THE shop's tasks (instance 0: never taught on)"
+    ),
+    samples: int = typer.Option(
+        6, "--samples", min=1, help="episodes per task, sampled as the demo collects (temperature 0.7)"
+    ),
 ) -> None:
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficits)."""
     import json
@@ -85,7 +114,9 @@ def teach_cmd(
     card: dict = {}
     if recipe is not None:
         if not recipe.is_file():
-            raise UsageError(f"--recipe {recipe}: no such file (give a teach.json, e.g. gapforge/demo_data/shop-policy/teach.json)")
+            raise UsageError(
+                f"--recipe {recipe}: no such file (give a teach.json, e.g. gapforge/demo_data/shop-policy/teach.json)"
+            )
         card = json.loads(recipe.read_text())
         cfg = TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
     else:
@@ -93,18 +124,24 @@ def teach_cmd(
     if epochs is not None:
         cfg = cfg.model_copy(update={"epochs": epochs})
     if first_pass is not None and not (first_pass / "teach.json").is_file():
-        raise UsageError(f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. gapforge/demo_data/shop-policy)")
+        raise UsageError(
+            f"--first-pass {first_pass}: no finished build there (a directory with teach.json, e.g. gapforge/demo_data/shop-policy)"
+        )
     if first_pass is not None and not cfg.polish_epochs:
         raise UsageError("--first-pass needs a recipe with polish_epochs > 0 (there is nothing to continue)")
     parent = card.get("first_pass") or {}
     if parent.get("polish"):  # its polish continued a polished build: both passes from scratch would make another model
         if first_pass is None:
-            raise UsageError(f"--recipe {recipe}: its polish continued a polished build (recipe {parent['recipe_hash']}, weights sha256 "
-                             f"{parent['weights_sha256'][:12]}): give that build with --first-pass DIR (demo_policy/README.md says how)")
+            raise UsageError(
+                f"--recipe {recipe}: its polish continued a polished build (recipe {parent['recipe_hash']}, weights sha256 "
+                f"{parent['weights_sha256'][:12]}): give that build with --first-pass DIR (demo_policy/README.md says how)"
+            )
         have = weights_sha256(first_pass)
         if have != parent["weights_sha256"]:
-            raise UsageError(f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
-                             f"({parent['weights_sha256'][:12]}; demo_policy/README.md says how to get it)")
+            raise UsageError(
+                f"--first-pass {first_pass}: its weights (sha256 {have[:12]}) are not the build this recipe continued "
+                f"({parent['weights_sha256'][:12]}; demo_policy/README.md says how to get it)"
+            )
     try:
         path = teach(out, cfg, progress=lambda m: console.print(m, highlight=False), first_pass=first_pass)
     except ValueError as e:
@@ -115,7 +152,10 @@ def teach_cmd(
     if ship_it:
         from gapforge.demo_policy.artifact import SHIPPED, describe, load_card, measure, ship
 
-        console.print(f"measuring the build as the demo collects (44 tasks x {samples} samples, temperature 0.7) ...", highlight=False)
+        console.print(
+            f"measuring the build as the demo collects (44 tasks x {samples} samples, temperature 0.7) ...",
+            highlight=False,
+        )
         dest = ship(path, SHIPPED, measure(path, samples=samples))
         console.print(f"shipped: {describe(dest)}", highlight=False)
         rates = load_card(dest)["measured"]["rates"]
@@ -126,8 +166,14 @@ def teach_cmd(
 
         rates = asyncio.run(shop_rates(path, samples=samples))
     if rates is not None:
-        console.print(f"shop tasks (instance 0, never taught on), {samples} samples per task at temperature 0.7, as the demo collects:",
-                      highlight=False)
+        console.print(
+            f"shop tasks (instance 0, never taught on), {samples} samples per task at temperature 0.7, as the demo collects:",
+            highlight=False,
+        )
         for fam, r in rates.items():
-            skip = f"  (failures that skipped the order check: {r['failures_skipping_check']:.0%})" if "failures_skipping_check" in r else ""
+            skip = (
+                f"  (failures that skipped the order check: {r['failures_skipping_check']:.0%})"
+                if "failures_skipping_check" in r
+                else ""
+            )
             console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  ({r['episodes']} episodes){skip}", highlight=False)

@@ -41,15 +41,26 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
     started = time.perf_counter()
     try:
         with ProgressView(console) as view:
-            outcome = drive_run(cfg, store, run_id, options, fresh=fresh, on_event=view.event,
-                                log=lambda where, text: view.log(f"    {where}: {text}", "dim"))
+            outcome = drive_run(
+                cfg,
+                store,
+                run_id,
+                options,
+                fresh=fresh,
+                on_event=view.event,
+                log=lambda where, text: view.log(f"    {where}: {text}", "dim"),
+            )
     except KeyboardInterrupt:
         fail(f"interrupted; continue with `{resume}`", code=130)
-    except GapforgeError as e:  # exit 3 for an infrastructure stop (stored work kept, nothing blamed), else 2: fix, then resume
+    except (
+        GapforgeError
+    ) as e:  # exit 3 for an infrastructure stop (stored work kept, nothing blamed), else 2: fix, then resume
         fail_error(e, resume=resume)
     if outcome.status == "paused":
-        say(f"paused before {', '.join(outcome.waiting_for)}: inspect with `gapforge review {run_id}`, decide with "
-             f"`gapforge review {run_id} --approve` (or --keep a,b), then `gapforge run --resume {run_id}`")
+        say(
+            f"paused before {', '.join(outcome.waiting_for)}: inspect with `gapforge review {run_id}`, decide with "
+            f"`gapforge review {run_id} --approve` (or --keep a,b), then `gapforge run --resume {run_id}`"
+        )
     else:
         values = outcome.values
         print_table(capability_table(values))

@@ -24,23 +24,47 @@ from gapforge.wiring import build_deps
 if TYPE_CHECKING:
     from gapforge.agents.selftest import ValidationOutcome
 
-app = typer.Typer(no_args_is_help=True, help="Environments: check a target's reward, self-test a generated env module, show a synthesized one.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Environments: check a target's reward, self-test a generated env module, show a synthesized one.",
+)
 register_check(app)  # `env check SPEC` (gapforge/cli_env_check.py)
 
-_STYLE = {"PASS": "[bold green]PASS[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[yellow]SKIP[/]", "INCOMPLETE": "[bold yellow]INCOMPLETE[/]"}
+_STYLE = {
+    "PASS": "[bold green]PASS[/]",
+    "FAIL": "[bold red]FAIL[/]",
+    "SKIP": "[yellow]SKIP[/]",
+    "INCOMPLETE": "[bold yellow]INCOMPLETE[/]",
+}
 
 
 @app.command("validate")
 @handle_errors
 def validate(
     path: Annotated[Path, typer.Argument(help="the env module (.py) to validate")],
-    target: Annotated[str | None, typer.Option("--target", help="target env whose tools must match: any --env spec (shop | mcp:FILE.yaml | composite:A+B | "
-                                                   "package.module:Class | path/to/file.py:Class)")] = None,
-    seeds: Annotated[int | None, typer.Option("--seeds", help="seeds per check (default: synthesis.validation_seeds)")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here (default: WORKSPACE/validations/)")] = None,
-    episodes_from: Annotated[str | None, typer.Option("--episodes-from", metavar="RUN",
-                             help="compare result formats with the target's episodes stored in RUN (check result_format) "
-                                  "and guard RUN's held-out split (check contamination)")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="target env whose tools must match: any --env spec (shop | mcp:FILE.yaml | composite:A+B | "
+            "package.module:Class | path/to/file.py:Class)",
+        ),
+    ] = None,
+    seeds: Annotated[
+        int | None, typer.Option("--seeds", help="seeds per check (default: synthesis.validation_seeds)")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the JSON report here (default: WORKSPACE/validations/)")
+    ] = None,
+    episodes_from: Annotated[
+        str | None,
+        typer.Option(
+            "--episodes-from",
+            metavar="RUN",
+            help="compare result formats with the target's episodes stored in RUN (check result_format) "
+            "and guard RUN's held-out split (check contamination)",
+        ),
+    ] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -51,12 +75,18 @@ def validate(
 
         check_output_file(json_out, "--json")  # before the checks run, not after
     shapes, split = _run_evidence(cfg, episodes_from, target) if episodes_from else (None, None)
-    outcome = run_validation(cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes, split_texts=split)
+    outcome = run_validation(
+        cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes, split_texts=split
+    )
     if outcome.report.incomplete is not None:
         from gapforge.agents.infra import stop_for_report
 
-        raise stop_for_report(f"validation of {path.name}", outcome.report.incomplete, f"the incomplete report is at {outcome.json_path}",
-                              resume=f"gapforge env validate {path}")
+        raise stop_for_report(
+            f"validation of {path.name}",
+            outcome.report.incomplete,
+            f"the incomplete report is at {outcome.json_path}",
+            resume=f"gapforge env validate {path}",
+        )
     raise typer.Exit(0 if outcome.passed else 1)
 
 
@@ -79,9 +109,16 @@ def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple
     return observed_result_shapes(e.messages for e in episodes), split
 
 
-def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None, seeds: int | None = None,
-                   json_out: Path | None = None, target_result_shapes: dict[str, Any] | None = None,
-                   split_texts: Any = None) -> ValidationOutcome:
+def run_validation(
+    cfg: GapforgeConfig,
+    path: Path,
+    *,
+    target: str | None = None,
+    seeds: int | None = None,
+    json_out: Path | None = None,
+    target_result_shapes: dict[str, Any] | None = None,
+    split_texts: Any = None,
+) -> ValidationOutcome:
     """Render `agents.selftest.validate_module` for the terminal: a status line, the table, the verdict."""
     from gapforge.agents.selftest import avalidate_module
 
@@ -90,13 +127,21 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
         build_deps(cfg, pool_size=min(cfg.sandbox.pool_size, 2)) as deps,
         console.status(f"validating {path.name} ({n_seeds} seeds)...") as status,
     ):
+
         async def validate_then_close() -> ValidationOutcome:
             # One loop: the policy this command makes is used and closed on it (its HTTP session is this loop's).
             policy = deps.make_policy() if cfg.policy.kind != "scripted" else None
             try:
                 return await avalidate_module(
-                    deps, path, seeds=n_seeds, target=target, policy=policy, report_dir=cfg.workspace / "validations",
-                    json_out=json_out, target_result_shapes=target_result_shapes, split_texts=split_texts,
+                    deps,
+                    path,
+                    seeds=n_seeds,
+                    target=target,
+                    policy=policy,
+                    report_dir=cfg.workspace / "validations",
+                    json_out=json_out,
+                    target_result_shapes=target_result_shapes,
+                    split_texts=split_texts,
                     progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
                     checks=deps.sandbox_checks,  # None: in this machine's sandbox
                 )
@@ -107,9 +152,17 @@ def run_validation(cfg: GapforgeConfig, path: Path, *, target: str | None = None
     _print_table(outcome.report)
     faults = outcome.report.faults_line()
     if faults:
-        console.print(f"[yellow]sandbox faults:[/] {faults} (not the env's doing; see sandbox_faults in the JSON)", highlight=False)
-    verdict = ("[bold yellow]INCOMPLETE[/]" if outcome.report.incomplete is not None
-               else "[bold green]PASSED[/]" if outcome.passed else "[bold red]FAILED[/]")
+        console.print(
+            f"[yellow]sandbox faults:[/] {faults} (not the env's doing; see sandbox_faults in the JSON)",
+            highlight=False,
+        )
+    verdict = (
+        "[bold yellow]INCOMPLETE[/]"
+        if outcome.report.incomplete is not None
+        else "[bold green]PASSED[/]"
+        if outcome.passed
+        else "[bold red]FAILED[/]"
+    )
     console.print(f"{verdict} in {outcome.report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False)
     if outcome.note:
         err_console.print(f"warning: {outcome.note}", highlight=False)
@@ -124,7 +177,12 @@ def _print_table(report: Any) -> None:
     table.add_column("s", justify="right")
     table.add_column("evidence")
     for check in report.checks:
-        table.add_row(check.name + ("" if check.required else " (optional)"), _STYLE[check.verdict], f"{check.seconds:.2f}", check.summary[:240])
+        table.add_row(
+            check.name + ("" if check.required else " (optional)"),
+            _STYLE[check.verdict],
+            f"{check.seconds:.2f}",
+            check.summary[:240],
+        )
     console.print(table)
 
 
@@ -133,7 +191,9 @@ def _print_table(report: Any) -> None:
 def show(
     run_id: Annotated[str, typer.Argument(metavar="RUN")],
     capability: Annotated[str, typer.Argument(metavar="CAPABILITY")],
-    attempt: Annotated[int | None, typer.Option("--attempt", help="attempt number (default: the accepted one, else the last)")] = None,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", help="attempt number (default: the accepted one, else the last)")
+    ] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -146,11 +206,15 @@ def show(
     try:
         rows = store.synthetic_envs(run_id, capability)
         if not rows:
-            raise UsageError(f"no synthesized env for capability {capability!r} in run {run_id!r}: run `gapforge synthesize {run_id}`")
+            raise UsageError(
+                f"no synthesized env for capability {capability!r} in run {run_id!r}: run `gapforge synthesize {run_id}`"
+            )
         by_attempt = {r.attempt: r for r in rows}
         if attempt is not None and attempt not in by_attempt:
             raise UsageError(f"--attempt {attempt}: capability {capability!r} has attempts {sorted(by_attempt)}")
-        row = by_attempt[attempt] if attempt is not None else next((r for r in rows if r.status == "accepted"), rows[-1])
+        row = (
+            by_attempt[attempt] if attempt is not None else next((r for r in rows if r.status == "accepted"), rows[-1])
+        )
         stored = store.get_validation(row.id)
     finally:
         store.close()
@@ -159,7 +223,9 @@ def show(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(row.code)
     console.print(f"[bold]{capability}[/] attempt {row.attempt}/{len(rows)}: {row.status}", highlight=False)
-    console.print(f"code: {path}\nsha256: {row.sha256}\ngenerator prompt: {row.prompt_name}@{row.prompt_version}", highlight=False)
+    console.print(
+        f"code: {path}\nsha256: {row.sha256}\ngenerator prompt: {row.prompt_name}@{row.prompt_version}", highlight=False
+    )
     if stored is None:
         console.print("no verdict stored yet (the attempt was interrupted; `gapforge synthesize` resumes it)")
         return
@@ -171,7 +237,9 @@ def show(
         from gapforge.sandbox.checks.report import ValidationReport
 
         data = record["report"]
-        report = ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {
-            "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]})
+        report = ValidationReport.model_validate(
+            {k: v for k, v in data.items() if k != "passed"}
+            | {"checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}
+        )
         _print_table(report)
     console.print(f"verdict: {record.get('feedback')}", highlight=False)

@@ -26,13 +26,29 @@ def register_check(app: typer.Typer) -> None:
 
 @handle_errors
 def check_cmd(
-    spec: Annotated[str, typer.Argument(metavar="SPEC", help="the target, as --env takes it: path/to/file.py:Class | package.module:Class | "
-                                        "mcp:FILE.yaml | composite:SPEC+SPEC | shop | tau2:retail ...")],
-    gold: Annotated[Path | None, typer.Option("--gold", metavar="FILE", help="YAML/JSON: task id -> the agent's turns that solve it "
-                                              "(docs/your-agent.md); adds the gold row")] = None,
+    spec: Annotated[
+        str,
+        typer.Argument(
+            metavar="SPEC",
+            help="the target, as --env takes it: path/to/file.py:Class | package.module:Class | "
+            "mcp:FILE.yaml | composite:SPEC+SPEC | shop | tau2:retail ...",
+        ),
+    ],
+    gold: Annotated[
+        Path | None,
+        typer.Option(
+            "--gold",
+            metavar="FILE",
+            help="YAML/JSON: task id -> the agent's turns that solve it (docs/your-agent.md); adds the gold row",
+        ),
+    ] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,
-    floor: Annotated[float, typer.Option("--floor", min=0.0, max=1.0, help="the most a degenerate policy may score on a task")] = DEFAULT_FLOOR,
-    json_out: Annotated[Path | None, typer.Option("--json", metavar="OUT", help="write the report as JSON here")] = None,
+    floor: Annotated[
+        float, typer.Option("--floor", min=0.0, max=1.0, help="the most a degenerate policy may score on a task")
+    ] = DEFAULT_FLOOR,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", metavar="OUT", help="write the report as JSON here")
+    ] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -53,7 +69,9 @@ def check_cmd(
         report = check_target(cfg, spec, gold_file=gold, tasks=tasks, floor=floor)
     render(report)
     if json_out is not None:
-        json_out.write_text(json.dumps(report.model_dump(mode="json") | {"passed": report.passed}, indent=2) + "\n", encoding="utf-8")
+        json_out.write_text(
+            json.dumps(report.model_dump(mode="json") | {"passed": report.passed}, indent=2) + "\n", encoding="utf-8"
+        )
         console.print(f"JSON report: {json_out}", highlight=False)
     raise typer.Exit(0 if report.passed else 1)
 
@@ -62,18 +80,34 @@ def render(report: EnvCheckReport) -> None:
     """The table, then what broke each flagged row, what was exempt, and the verdict line."""
     table = Table(title=f"reward check of {report.env} ({len(report.tasks)} tasks)")
     for col in ("policy", "episodes", "mean reward", "success rate", "should score", "verdict"):
-        table.add_column(col, justify="right" if col in ("episodes", "mean reward", "success rate") else "left",
-                         no_wrap=col in ("policy", "should score"))
+        table.add_column(
+            col,
+            justify="right" if col in ("episodes", "mean reward", "success rate") else "left",
+            no_wrap=col in ("policy", "should score"),
+        )
     for row in report.rows:
-        failed = f" ({len(row.env_failures)} env failure{'s' * (len(row.env_failures) > 1)})" if row.env_failures else ""
-        table.add_row(row.policy, f"{row.episodes}{failed}", _num(row.mean_reward, "{:.3f}"), _num(row.success_rate, "{:.0%}"),
-                      row.should_score, _VERDICT[row.verdict])
+        failed = (
+            f" ({len(row.env_failures)} env failure{'s' * (len(row.env_failures) > 1)})" if row.env_failures else ""
+        )
+        table.add_row(
+            row.policy,
+            f"{row.episodes}{failed}",
+            _num(row.mean_reward, "{:.3f}"),
+            _num(row.success_rate, "{:.0%}"),
+            row.should_score,
+            _VERDICT[row.verdict],
+        )
     console.print(table)
     for row in report.rows:
         _details(row)
-    verdict = "[bold green]every row holds[/]" if report.passed else "[bold red]FLAGGED[/]: " + ", ".join(
-        r.policy for r in report.rows if r.verdict != "ok")
-    console.print(f"{verdict} ({report.seconds:.1f}s; episode time limit {report.episode_time_limit_s:g} s)", highlight=False)
+    verdict = (
+        "[bold green]every row holds[/]"
+        if report.passed
+        else "[bold red]FLAGGED[/]: " + ", ".join(r.policy for r in report.rows if r.verdict != "ok")
+    )
+    console.print(
+        f"{verdict} ({report.seconds:.1f}s; episode time limit {report.episode_time_limit_s:g} s)", highlight=False
+    )
 
 
 def _details(row: PolicyRow) -> None:
@@ -86,7 +120,9 @@ def _details(row: PolicyRow) -> None:
             if len(items) > SHOWN:
                 console.print(f"  ... and {len(items) - SHOWN} more (--json lists them all)", highlight=False)
     if row.exempt:
-        tasks = ", ".join(f"{o.task} (reward {o.reward:.2f}{', success' if o.success else ''})" for o in row.exempt[:SHOWN])
+        tasks = ", ".join(
+            f"{o.task} (reward {o.reward:.2f}{', success' if o.success else ''})" for o in row.exempt[:SHOWN]
+        )
         console.print(escape(f"{row.policy}: exempt on {tasks}: the gold script calls no tool there"), highlight=False)
     if row.no_gold:
         more = f" and {len(row.no_gold) - SHOWN} more" if len(row.no_gold) > SHOWN else ""

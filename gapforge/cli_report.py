@@ -29,11 +29,22 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def evaluate_cmd(
         run: Annotated[str, typer.Argument(help="run id")],
-        env: Annotated[str | None, typer.Option("--env", help="target env (default: the env of the run's held-out split)")] = None,
-        tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: the run's held-out split)")] = None,
-        trials: Annotated[int | None, typer.Option("--trials", min=1, help="K trials per task (default: the run's evaluation.trials)")] = None,
-        baseline_adapter: Annotated[str | None, typer.Option(
-            "--baseline-adapter", help="PEFT dir of the GRPO-on-target baseline (default: the run's own, if trained)")] = None,
+        env: Annotated[
+            str | None, typer.Option("--env", help="target env (default: the env of the run's held-out split)")
+        ] = None,
+        tasks: Annotated[
+            str | None, typer.Option("--tasks", help="comma-separated task ids (default: the run's held-out split)")
+        ] = None,
+        trials: Annotated[
+            int | None, typer.Option("--trials", min=1, help="K trials per task (default: the run's evaluation.trials)")
+        ] = None,
+        baseline_adapter: Annotated[
+            str | None,
+            typer.Option(
+                "--baseline-adapter",
+                help="PEFT dir of the GRPO-on-target baseline (default: the run's own, if trained)",
+            ),
+        ] = None,
         base: BaseOpt = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
@@ -48,24 +59,38 @@ def register(app: typer.Typer) -> None:
         cfg, store = run_config(run, config, [*(set_ or []), *flags])
         task_ids = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
         if baseline_adapter and not (Path(baseline_adapter) / "adapter_config.json").is_file():
-            raise UsageError(f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)")
+            raise UsageError(
+                f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)"
+            )
         with run_lease(cfg, run, "evaluate"):
             if task_ids is None and store.get_split(run) is None:
-                raise UsageError(f"run {run} has no stored analysis/held-out split: run `gapforge analyze {run}` first or pass --tasks")
+                raise UsageError(
+                    f"run {run} has no stored analysis/held-out split: run `gapforge analyze {run}` first or pass --tasks"
+                )
             cfg = local_base(cfg)
 
             async def go():
-                async with open_stages(cfg, store, lambda where, text: console.print(f"{where}: {text}", highlight=False)) as stages:
+                async with open_stages(
+                    cfg, store, lambda where, text: console.print(f"{where}: {text}", highlight=False)
+                ) as stages:
                     stages.routing.baseline_adapter = baseline_adapter
                     return await stages.evaluate(run, [], env=env, tasks=task_ids)
 
             shown = f"{len(task_ids)} tasks" if task_ids else "the held-out split"
-            console.print(f"evaluating {shown} x {cfg.evaluation.trials} trials"
-                          + (f" (+ evaluation.family_trials {dict(cfg.evaluation.family_trials)})" if cfg.evaluation.family_trials else ""),
-                          highlight=False)  # fmt: skip
+            console.print(
+                f"evaluating {shown} x {cfg.evaluation.trials} trials"
+                + (
+                    f" (+ evaluation.family_trials {dict(cfg.evaluation.family_trials)})"
+                    if cfg.evaluation.family_trials
+                    else ""
+                ),
+                highlight=False,
+            )
             done = asyncio.run(go())
         for name, m in done.results.items():
-            console.print(f"{name:40s} pass {m['pass_rate']:.1%} [{m['ci_low']:.1%}, {m['ci_high']:.1%}]", highlight=False)
+            console.print(
+                f"{name:40s} pass {m['pass_rate']:.1%} [{m['ci_low']:.1%}, {m['ci_high']:.1%}]", highlight=False
+            )
 
     @app.command("report")
     @handle_errors

@@ -21,7 +21,9 @@ def register(root: typer.Typer) -> None:
 def review_cmd(
     run: str,
     approve: Annotated[bool, typer.Option("--approve", help="keep the retained list as it is")] = False,
-    keep: Annotated[str | None, typer.Option("--keep", help="comma-separated capabilities to train (edits the list)")] = None,
+    keep: Annotated[
+        str | None, typer.Option("--keep", help="comma-separated capabilities to train (edits the list)")
+    ] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -54,4 +56,6 @@ def review_cmd(
         say(f"retained: {', '.join(values.get('retained') or []) or 'none'}")
         say(f"decide: gapforge review {run} --approve | --keep a,b")
         return
-    say(f"review recorded for {run}: train {', '.join(decision['retained']) or 'nothing'}; continue with `gapforge run --resume {run}`")
+    say(
+        f"review recorded for {run}: train {', '.join(decision['retained']) or 'nothing'}; continue with `gapforge run --resume {run}`"
+    )

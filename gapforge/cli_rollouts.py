@@ -56,15 +56,31 @@ register_show(app)  # `rollouts tasks` and `rollouts show` (gapforge/cli_rollout
 @app.command("collect")
 @handle_errors
 def collect_cmd(
-    env: Annotated[str | None, typer.Option("--env", help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | composite:SPEC+SPEC | "
-                                            "package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="endpoint URL, local model dir, or scripted:ANSWERS.yaml")] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | composite:SPEC+SPEC | "
+            "package.module:Class | path/to/file.py:Class (docs/your-agent.md)",
+        ),
+    ] = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", help="endpoint URL, local model dir, or scripted:ANSWERS.yaml")
+    ] = None,
     samples: Annotated[int | None, typer.Option("--samples", min=1, help="episodes per task (K)")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="comma-separated task ids (default: all)")] = None,
-    run: Annotated[str | None, typer.Option("--run", help="continue this run id (only missing and env_error episodes run; "
-                                            "env, policy and tasks default to the run's)")] = None,
-    allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --run: go on although the env's tools or tasks changed")] = False,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="continue this run id (only missing and env_error episodes run; "
+            "env, policy and tasks default to the run's)",
+        ),
+    ] = None,
+    allow_env_change: Annotated[
+        bool, typer.Option("--allow-env-change", help="with --run: go on although the env's tools or tasks changed")
+    ] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -96,7 +112,11 @@ def collect_cmd(
     try:
         target = target_record(probe, env_name)
         default_tasks = ",".join(stored["tasks"]) if tasks is None and stored.get("tasks") else None
-        wanted = tasks if tasks is not None else default_tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None)
+        wanted = (
+            tasks
+            if tasks is not None
+            else default_tasks or (",".join(cfg.rollouts.tasks) if cfg.rollouts.tasks else None)
+        )
         known = probe.task_ids()
         family_of = {t: probe.task_family(t) for t in known}
         env_turns = env_turn_limit(probe)
@@ -113,27 +133,53 @@ def collect_cmd(
     if prior is not None:
         check_identity(prior, env_name, pol.name)
     run_config = {
-        "command": "rollouts collect", "env": env_name, "policy": pol.name, "policy_spec": policy_spec,
-        "tasks": task_ids, "samples": cfg.rollouts.samples if samples is None else samples, "config": cfg.dump(),
+        "command": "rollouts collect",
+        "env": env_name,
+        "policy": pol.name,
+        "policy_spec": policy_spec,
+        "tasks": task_ids,
+        "samples": cfg.rollouts.samples if samples is None else samples,
+        "config": cfg.dump(),
         "target": target.model_dump(),
-    }  # fmt: skip
+    }
     run_id = prior.id if prior is not None else store.create_run("rollouts", run_config)
     console.print(f"run {run_id}", highlight=False)
-    plan = collect_plan(cfg, run_id, env_name, task_ids, samples=samples, temperature=pol_cfg.temperature, pol_cfg=pol_cfg, env_turns=env_turns)
+    plan = collect_plan(
+        cfg,
+        run_id,
+        env_name,
+        task_ids,
+        samples=samples,
+        temperature=pol_cfg.temperature,
+        pol_cfg=pol_cfg,
+        env_turns=env_turns,
+    )
     resume = resume_command(run_id, config)
     with run_lease(cfg, run_id, "rollouts collect"):
         if prior is not None:  # recorded under the lease (checked above, before any work)
             check_run_target(store, run_id, target, allow_change=allow_env_change)
         store.set_run_status(run_id, "running")
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as bar:
             stored_keys = store.episode_keys(run_id, env_name)  # a resumed run may hold keys outside this plan
             if plan.replay_env_errors:  # played again (agents.rollouts.collect), unless the run's analysis has started
-                stored_keys -= {(e.task_id, e.sample) for e in store.episode_summaries(run_id, env_name) if e.termination == "env_error"}
+                stored_keys -= {
+                    (e.task_id, e.sample)
+                    for e in store.episode_summaries(run_id, env_name)
+                    if e.termination == "env_error"
+                }
             pending = sum(key not in stored_keys for key in plan.keys())
             tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
             live = empty_result()  # filled as episodes are stored: the counts survive a stop
 
-            def say_progress(line: str) -> None:  # not on a terminal the bar shows nothing until the end: a line now and then
+            def say_progress(
+                line: str,
+            ) -> None:  # not on a terminal the bar shows nothing until the end: a line now and then
                 console.print(f"collect: {line}", highlight=False, soft_wrap=True)
 
             def advance(ep) -> None:
@@ -142,8 +188,18 @@ def collect_cmd(
 
             async def run_and_close() -> CollectResult:
                 try:  # the graph's collect_rollouts plays the same way (gapforge/stages/rollouts.py)
-                    return await play_collection(cfg, store, plan, pol_cfg=pol_cfg, policy=lambda: pol, make_env=make_env, families=families,
-                                                 result=live, on_episode=advance, heartbeat=None if console.is_terminal else say_progress)
+                    return await play_collection(
+                        cfg,
+                        store,
+                        plan,
+                        pol_cfg=pol_cfg,
+                        policy=lambda: pol,
+                        make_env=make_env,
+                        families=families,
+                        result=live,
+                        on_episode=advance,
+                        heartbeat=None if console.is_terminal else say_progress,
+                    )
                 finally:
                     await deps.aclose_policies()  # this command made the policy: it closes it, in the loop that used it
 
@@ -154,11 +210,16 @@ def collect_cmd(
                 console.print(f"interrupted: resume with `{resume}`\nrun {run_id}", highlight=False)
                 raise typer.Exit(130) from None
             except LeaseLost:  # another process holds the run now: it decides the run's status
-                console.print(f"{live.ran} episodes ran (stored by this process before it lost the run), {live.skipped} already stored, "
-                              f"{live.planned} planned", highlight=False)
+                console.print(
+                    f"{live.ran} episodes ran (stored by this process before it lost the run), {live.skipped} already stored, "
+                    f"{live.planned} planned",
+                    highlight=False,
+                )
                 raise
             except DiskFull as e:  # the batch being written was rolled back whole: free space, then resume
-                with contextlib.suppress(DiskFull):  # when it cannot be written, the dead lease reads `interrupted` later
+                with contextlib.suppress(
+                    DiskFull
+                ):  # when it cannot be written, the dead lease reads `interrupted` later
                     store.set_run_status(run_id, "incomplete")
                 raise e.with_resume(resume) from None
             except EnvFailureShare as e:  # the env's code failed too often: stopped where it stood, resumable
@@ -166,13 +227,18 @@ def collect_cmd(
                 raise e.with_resume(resume) from None
             except BaseException:
                 store.set_run_status(run_id, "failed")
-                err_console.print(f"run {run_id} stopped; what finished is stored: resume with `{resume}`", highlight=False)
+                err_console.print(
+                    f"run {run_id} stopped; what finished is stored: resume with `{resume}`", highlight=False
+                )
                 raise
         store.set_run_status(run_id, "done" if result.complete else "incomplete")
     elsewhere = f", {result.stored_elsewhere} stored meanwhile by another process" if result.stored_elsewhere else ""
     replayed = f" ({result.replayed} env_error episodes of an earlier call played again)" if result.replayed else ""
-    console.print(f"{result.ran} episodes ran{replayed}, {result.skipped} already stored{elsewhere}, {result.planned} planned",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"{result.ran} episodes ran{replayed}, {result.skipped} already stored{elsewhere}, {result.planned} planned",
+        highlight=False,
+        soft_wrap=True,
+    )
     render_summary(rollout_summary(store, run_id, env_name))
     console.print(f"run {run_id}", highlight=False)
     deps.close()

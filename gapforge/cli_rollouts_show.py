@@ -39,12 +39,22 @@ def render_summary(summary: RolloutSummary) -> None:
     for f in summary.families:
         table.add_row(f.family, str(f.episodes), f"{f.pass_rate:.1%}", f"{f.mean_reward:.3f}", f"{f.mean_turns:.1f}")
     print_whole(console, table)
-    console.print("terminations: " + ", ".join(f"{k}={v}" for k, v in summary.terminations.most_common()), highlight=False)
+    console.print(
+        "terminations: " + ", ".join(f"{k}={v}" for k, v in summary.terminations.most_common()), highlight=False
+    )
 
 
 @handle_errors
-def tasks_cmd(env: Annotated[str, typer.Argument(help="shop | tau2:retail | mcp:FILE.yaml | composite:SPEC+SPEC | pkg.module:Class | file.py:Class")],
-              config: ConfigOpt = None, set_: SetOpt = None) -> None:
+def tasks_cmd(
+    env: Annotated[
+        str,
+        typer.Argument(
+            help="shop | tau2:retail | mcp:FILE.yaml | composite:SPEC+SPEC | pkg.module:Class | file.py:Class"
+        ),
+    ],
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
     """List an env's task ids and families (a user's class is checked against the protocol first)."""
     cfg = get_config(config, set_)
     probe, _ = make_target_env_factory(cfg, env)
@@ -74,8 +84,17 @@ def show_cmd(
             # numbers never wrap; on a narrow terminal the names wrap (never an ellipsis); piped, nothing wraps
             table.add_column(col, no_wrap=col in NUMBERS, overflow="fold")
         for r in store.episode_summaries(run):
-            table.add_row(str(r.id), r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}", "yes" if r.success else "no",
-                          str(r.turns), r.termination)
+            table.add_row(
+                str(r.id),
+                r.env,
+                r.task_id,
+                str(r.sample),
+                r.task_family or "",
+                f"{r.reward:.2f}",
+                "yes" if r.success else "no",
+                str(r.turns),
+                r.termination,
+            )
         print_whole(console, table)
         render_summary(rollout_summary(store, run, None))
         return
@@ -83,13 +102,19 @@ def show_cmd(
     if ep.run_id != run:
         raise UsageError(f"episode {episode} belongs to run {ep.run_id}, not {run}")
     console.print(f"[bold]episode {ep.id}[/] {ep.env} task={ep.task_id} sample={ep.sample} policy={ep.policy}")
-    console.print(f"reward={ep.reward:.3f} success={ep.success} turns={ep.turns} termination={ep.termination} components={ep.components}")
+    console.print(
+        f"reward={ep.reward:.3f} success={ep.success} turns={ep.turns} termination={ep.termination} components={ep.components}"
+    )
     started = ep.started_at.isoformat(timespec="seconds") if ep.started_at else "?"
     console.print(f"started={started} user_prompt={ep.user_prompt or '-'}", highlight=False)
     if ep.score_info:
         console.print(f"score info: {json.dumps(ep.score_info, default=str)[:2000]}", highlight=False, markup=False)
     for entry in ep.step_info:
-        console.print(f"step info (turn {entry.get('turn')}): {json.dumps(entry.get('info'), default=str)[:500]}", highlight=False, markup=False)
+        console.print(
+            f"step info (turn {entry.get('turn')}): {json.dumps(entry.get('info'), default=str)[:500]}",
+            highlight=False,
+            markup=False,
+        )
     if ep.error:
         console.print(f"[red]error:[/] {ep.error}", highlight=False)
     for m in ep.messages:

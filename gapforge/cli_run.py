@@ -40,21 +40,37 @@ def run_cmd(
     set_: SetOpt = None,
     review: Annotated[bool, typer.Option("--review", help="pause after select for `gapforge review RUN`")] = False,
     resume: Annotated[str | None, typer.Option("--resume", help="continue this run from its last checkpoint")] = None,
-    allow_env_change: Annotated[bool, typer.Option("--allow-env-change", help="with --resume: go on although the env's tools or tasks changed")] = False,
-    env: Annotated[str | None, typer.Option("--env", help="the target (rollouts.env): shop | tau2:<domain> | toolsandbox[:category] | "
-                                            "mcp:FILE.yaml | composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (docs/your-agent.md)")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="the base policy: a local model dir, or an endpoint URL (its weights in "
-                                               "policy.local_path)")] = None,
+    allow_env_change: Annotated[
+        bool, typer.Option("--allow-env-change", help="with --resume: go on although the env's tools or tasks changed")
+    ] = False,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            help="the target (rollouts.env): shop | tau2:<domain> | toolsandbox[:category] | "
+            "mcp:FILE.yaml | composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (docs/your-agent.md)",
+        ),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy", help="the base policy: a local model dir, or an endpoint URL (its weights in policy.local_path)"
+        ),
+    ] = None,
 ) -> None:
     """Run the whole TRACE loop as one checkpointed graph (or --resume one).
 
     Before anything is stored, every check that needs no episode runs (gapforge/preflight.py): the config, the target
     env, the policy's weights and endpoint, and the LLM roles (a key and a server, or recordings for this env)."""
     if resume and (env or policy):
-        raise UsageError("--env and --policy start a new run; a resumed run keeps the env and policy it was started with")
+        raise UsageError(
+            "--env and --policy start a new run; a resumed run keeps the env and policy it was started with"
+        )
     overrides = list(set_ or [])
     if env is not None:
-        overrides.append(f"rollouts.env={json.dumps(env)}")  # a JSON string is YAML: the spec stays the exact string given
+        overrides.append(
+            f"rollouts.env={json.dumps(env)}"
+        )  # a JSON string is YAML: the spec stays the exact string given
     cfg = get_config(config, overrides)
     if policy is not None:
         from gapforge.wiring import apply_policy_spec
@@ -64,8 +80,12 @@ def run_cmd(
         store = store_of(cfg)
         from gapforge.stages.rollouts import resume_target_check
 
-        plan = resume_plan(store, resume, cfg.store.url, executor_overrides(set_))  # e.g. another machine's executor.address
-        for warning in resume_target_check(plan.cfg, store, resume, allow_change=allow_env_change):  # a changed env: refused here
+        plan = resume_plan(
+            store, resume, cfg.store.url, executor_overrides(set_)
+        )  # e.g. another machine's executor.address
+        for warning in resume_target_check(
+            plan.cfg, store, resume, allow_change=allow_env_change
+        ):  # a changed env: refused here
             say(f"warning: {warning}")
         connect_executor(plan.cfg)  # executor.kind ray: the head answers, or one line naming executor.address (exit 2)
         say(f"run {resume}")
@@ -109,7 +129,11 @@ async def snapshot_of(store: Any, graph: Any, run_id: str) -> Any:
 
 @app.command("runs")
 @handle_errors
-def runs_cmd(config: ConfigOpt = None, set_: SetOpt = None, kind: Annotated[list[str] | None, typer.Option(help="trace, demo or rollouts")] = None) -> None:
+def runs_cmd(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    kind: Annotated[list[str] | None, typer.Option(help="trace, demo or rollouts")] = None,
+) -> None:
     """List runs (graph and `rollouts collect` runs, newest first): id, kind, started, status, env, episodes; a graph run's stage, capabilities, pass rates."""
     from gapforge.cli_common import console
     from gapforge.run_inspect import continue_command, listed_kinds, print_whole, run_rows

@@ -26,7 +26,9 @@ def build_image_cmd(
     cfg = get_config(config, set_)
     client = docker_client("start dockerd (the image is built by the Docker daemon)")
     t0 = time.monotonic()
-    used = build_image(client, cfg.sandbox.image, method=method, force=force, log=lambda s: err_console.print(s, highlight=False))  # type: ignore[arg-type]
+    used = build_image(
+        client, cfg.sandbox.image, method=method, force=force, log=lambda s: err_console.print(s, highlight=False)
+    )  # type: ignore[arg-type]
     if used == "cached":
         console.print(f"{cfg.sandbox.image} is current (use --force to rebuild)", highlight=False)
     else:
@@ -44,5 +46,7 @@ def sweep_cmd(
     from gapforge.sandbox.docker_backend import docker_client, sweep
 
     get_config(config, set_)
-    removed = sweep(docker_client("start dockerd (containers to sweep live in the Docker daemon)"), everything=everything)
+    removed = sweep(
+        docker_client("start dockerd (containers to sweep live in the Docker daemon)"), everything=everything
+    )
     console.print(f"removed {removed} container(s)", highlight=False)

@@ -30,10 +30,19 @@ from gapforge.cli_common import (
 )
 
 BaseOpt = Annotated[str | None, typer.Option("--base", help="base model dir (default: the run's policy.local_path)")]
-BackendOpt = Annotated[str | None, typer.Option("--backend", help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM); "
-                                                "default: the run's policy.kind")]
-KeyEnvOpt = Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send (Bearer); "
-                                               "every route but /health")]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="local (transformers+PEFT) | vllm (forward to a multi-LoRA vLLM); default: the run's policy.kind",
+    ),
+]
+KeyEnvOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env", help="env var holding the API key clients must send (Bearer); every route but /health"
+    ),
+]
 
 
 def base_flags(base: str | None) -> list[str]:
@@ -44,7 +53,9 @@ def base_model_dir(cfg) -> str:
     """The base model's weights (policy.local_path), checked to be a Hugging Face model dir."""
     path = cfg.policy.local_path
     if not path or not (Path(path) / "config.json").is_file():
-        raise UsageError(f"base model '{path}' is not a Hugging Face model dir: pass --base DIR or set policy.local_path")
+        raise UsageError(
+            f"base model '{path}' is not a Hugging Face model dir: pass --base DIR or set policy.local_path"
+        )
     return path
 
 
@@ -65,8 +76,11 @@ def backend_flags(backend: str | None, vllm_url: str | None, vllm_model: str | N
     if backend == "local":
         return ["policy.kind=local"]
     if backend == "vllm":
-        return ["policy.kind=endpoint", *([f"policy.endpoint.base_url={vllm_url}"] if vllm_url else []),
-                *([f"policy.endpoint.model={vllm_model}"] if vllm_model else [])]
+        return [
+            "policy.kind=endpoint",
+            *([f"policy.endpoint.base_url={vllm_url}"] if vllm_url else []),
+            *([f"policy.endpoint.model={vllm_model}"] if vllm_model else []),
+        ]
     raise UsageError(f"--backend '{backend}': use local or vllm")
 
 
@@ -79,8 +93,12 @@ def served(cfg, store, run_id: str) -> tuple[Any, Any, Any, str]:
     from gapforge.stages.routing import Routing
 
     if cfg.policy.kind == "endpoint" and not cfg.policy.endpoint.base_url:
-        raise UsageError("policy.kind=endpoint needs the vLLM server's URL: pass --vllm-url URL or set policy.endpoint.base_url")
-    sc = stage_context(local_base(cfg), store, lambda _where, text: err_console.print(text, highlight=False, soft_wrap=True))  # e.g. an adapter left out
+        raise UsageError(
+            "policy.kind=endpoint needs the vLLM server's URL: pass --vllm-url URL or set policy.endpoint.base_url"
+        )
+    sc = stage_context(
+        local_base(cfg), store, lambda _where, text: err_console.print(text, highlight=False, soft_wrap=True)
+    )  # e.g. an adapter left out
     routing = Routing(sc)
     try:
         artifacts, chat, router = routing.routed(run_id, baseline=False, keep=False)
@@ -117,13 +135,21 @@ def register(app: typer.Typer) -> None:
         cfg, store = run_config(run, config, [*(set_ or []), *flags])
         api_key = read_secret(api_key_env) if api_key_env else None
         if api_key is None and not is_loopback(host):
-            err_console.print(f"warning: serving on {host} without an API key: anyone who reaches port {port} can use the model; "
-                              "pass --api-key-env NAME", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"warning: serving on {host} without an API key: anyone who reaches port {port} can use the model; "
+                "pass --api-key-env NAME",
+                highlight=False,
+                soft_wrap=True,
+            )
         artifacts, chat, router, source = served(cfg, store, run)
         if source != "stored":
             read = " from its synthetic envs' openings (in the sandbox)" if cfg.routing.backend == "openings" else ""
-            err_console.print(f"note: run {run} stores no router over these adapters (made by an older gapforge, or never built): "
-                              f"built now{read}, not stored", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"note: run {run} stores no router over these adapters (made by an older gapforge, or never built): "
+                f"built now{read}, not stored",
+                highlight=False,
+                soft_wrap=True,
+            )
         limits = cfg.serving
         routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None, api_key=api_key, limits=limits)
         names = ", ".join(c["name"] for c in artifacts.capabilities) or "none (base model only)"
@@ -134,9 +160,17 @@ def register(app: typer.Typer) -> None:
             console.print(line, highlight=False, soft_wrap=True)
 
         def ready(bound: int) -> None:
-            say(f"serving run {run} on http://{host}:{bound}/v1 ({guard}) — base {cfg.policy.local_path}, {routing}; "
-                f"model '{ROUTED_MODEL}' routes to: {names}; max_queue {limits.max_queue}, request_timeout_s {limits.request_timeout_s:g}")
+            say(
+                f"serving run {run} on http://{host}:{bound}/v1 ({guard}) — base {cfg.policy.local_path}, {routing}; "
+                f"model '{ROUTED_MODEL}' routes to: {names}; max_queue {limits.max_queue}, request_timeout_s {limits.request_timeout_s:g}"
+            )
 
-        drained = asyncio.run(serve_until_signalled(routed, host, port, drain_timeout_s=limits.drain_timeout_s, say=say, ready=ready))
-        ended = "every one finished" if drained.finished else f"{drained.cut} cut at serving.drain_timeout_s={limits.drain_timeout_s:g} (answered 503)"
+        drained = asyncio.run(
+            serve_until_signalled(routed, host, port, drain_timeout_s=limits.drain_timeout_s, say=say, ready=ready)
+        )
+        ended = (
+            "every one finished"
+            if drained.finished
+            else f"{drained.cut} cut at serving.drain_timeout_s={limits.drain_timeout_s:g} (answered 503)"
+        )
         say(f"stopped: {drained.in_flight} request(s) were in flight, {ended}")

@@ -24,14 +24,20 @@ from gapforge.cli_common import (
     run_config,
 )
 
-_STYLE = {"accepted": "[bold green]accepted[/]", "failed": "[bold red]failed[/]", "rejected": "[red]rejected[/]",
-          "unsynthesized": "[bold red]unsynthesized[/]"}
+_STYLE = {
+    "accepted": "[bold green]accepted[/]",
+    "failed": "[bold red]failed[/]",
+    "rejected": "[red]rejected[/]",
+    "unsynthesized": "[bold red]unsynthesized[/]",
+}
 
 
 @handle_errors
 def command(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="the run whose retained capabilities get envs")],
-    capability: Annotated[list[str] | None, typer.Option("--capability", help="only this capability (repeatable)")] = None,
+    capability: Annotated[
+        list[str] | None, typer.Option("--capability", help="only this capability (repeatable)")
+    ] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -50,15 +56,18 @@ def command(
                 raise UsageError(f"run {run_id!r} has no retained capability: run `gapforge analyze {run_id}` first")
             unknown = [c for c in capability or [] if c not in retained]
             if unknown:
-                raise UsageError(f"--capability {unknown[0]!r} is not a retained capability of run {run_id!r}: choose from {', '.join(retained)}")
+                raise UsageError(
+                    f"--capability {unknown[0]!r} is not a retained capability of run {run_id!r}: choose from {', '.join(retained)}"
+                )
             chosen = capability or retained
             with console.status("synthesizing ...") as status:
+
                 def progress(where: str, text: str) -> None:  # ("synthesize CAP", "attempt N: what") from the stage
                     cap, (attempt, _, what) = where.removeprefix("synthesize "), text.partition(": ")
                     status.update(f"[bold]{cap}[/] {attempt}/{cfg.synthesis.max_attempts}: {what}")
                     head = what.split(":")[0]
                     if head in ("accepted", "failed", "rejected"):
-                        console.print(f"{cap} {attempt}: {_STYLE.get(head, head)}{what[len(head):]}", highlight=False)
+                        console.print(f"{cap} {attempt}: {_STYLE.get(head, head)}{what[len(head) :]}", highlight=False)
 
                 async def synthesize_all() -> None:
                     # One loop: the readiness policy the stages make is used and closed on it (its HTTP session is this loop's).
@@ -77,7 +86,10 @@ def command(
         raise stopped
     for r in results:
         if r.status == "accepted":
-            console.print(f"{r.capability}: {r.module_path}  (re-run by hand: gapforge env validate {r.module_path})", highlight=False)
+            console.print(
+                f"{r.capability}: {r.module_path}  (re-run by hand: gapforge env validate {r.module_path})",
+                highlight=False,
+            )
         else:
             console.print(f"{r.capability}: [bold red]unsynthesized[/] - {r.reason}", highlight=False)
     raise typer.Exit(0 if all(r.status == "accepted" for r in results) else 1)
@@ -89,9 +101,18 @@ def _print_table(results: list) -> None:
         table.add_column(col, justify="right" if col in ("attempt", "rollouts", "s") else "left")
     for r in results:
         for a in r.attempts:
-            table.add_row(r.capability, str(a.attempt), _STYLE.get(a.status, a.status), ", ".join(a.failed_checks) or "-",
-                          a.review or "-", str(a.rollouts), f"{a.seconds:.1f}" + (" (stored)" if a.resumed else ""))
-        table.add_row(r.capability, "", _STYLE.get(r.status, r.status), r.reason or "", "", str(r.rollouts), "", end_section=True)
+            table.add_row(
+                r.capability,
+                str(a.attempt),
+                _STYLE.get(a.status, a.status),
+                ", ".join(a.failed_checks) or "-",
+                a.review or "-",
+                str(a.rollouts),
+                f"{a.seconds:.1f}" + (" (stored)" if a.resumed else ""),
+            )
+        table.add_row(
+            r.capability, "", _STYLE.get(r.status, r.status), r.reason or "", "", str(r.rollouts), "", end_section=True
+        )
     console.print(table)
 
 

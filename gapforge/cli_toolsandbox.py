@@ -46,7 +46,9 @@ def _catalogue_views(env: str) -> tuple[Mapping[str, list[str]], Mapping[str, li
 @handle_errors
 def metrics_cmd(
     run: Annotated[str, typer.Argument(help="run id holding toolsandbox episodes")],
-    env: Annotated[str | None, typer.Option("--env", help="only this env, e.g. toolsandbox:state_dependency?network=stand-in")] = None,
+    env: Annotated[
+        str | None, typer.Option("--env", help="only this env, e.g. toolsandbox:state_dependency?network=stand-in")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of tables")] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -62,10 +64,16 @@ def metrics_cmd(
     finally:
         store.close()
     if not episodes:
-        raise UsageError(f"run {run!r} has no stored toolsandbox episode{f' of env {env!r}' if env else ''}: "
-                         "collect some with `gapforge rollouts collect --env toolsandbox`")
+        raise UsageError(
+            f"run {run!r} has no stored toolsandbox episode{f' of env {env!r}' if env else ''}: "
+            "collect some with `gapforge rollouts collect --env toolsandbox`"
+        )
     views = {e.env: _catalogue_views(e.env) for e in episodes}
-    results = stored_metrics(episodes, excluded_for=lambda name: (views[name] or ({}, {}))[0], categories_of=lambda name: (views[name] or ({}, {}))[1])
+    results = stored_metrics(
+        episodes,
+        excluded_for=lambda name: (views[name] or ({}, {}))[0],
+        categories_of=lambda name: (views[name] or ({}, {}))[1],
+    )
     if as_json:
         typer.echo(json.dumps([r.model_dump() for r in results], indent=2))
         return
@@ -80,4 +88,7 @@ def metrics_cmd(
         if r.note:
             console.print(f"{r.env}: {r.note}", highlight=False)
         if r.uncategorised:
-            console.print(f"{len(r.uncategorised)} scenario(s) without categories (counted in 'all' only): {', '.join(r.uncategorised[:5])}", highlight=False)
+            console.print(
+                f"{len(r.uncategorised)} scenario(s) without categories (counted in 'all' only): {', '.join(r.uncategorised[:5])}",
+                highlight=False,
+            )

@@ -32,16 +32,23 @@ def _capabilities(store, run_id: str, capability: str | None, module: Path | Non
         return [capability or module.stem]
     accepted = sorted({e.capability for e in store.synthetic_envs(run_id, capability) if e.status == "accepted"})
     if not accepted:
-        raise UsageError(f"run {run_id} has no validated synthetic env{' for ' + capability if capability else ''}: "
-                         "run `gapforge synthesize` first, or pass --module PATH")
+        raise UsageError(
+            f"run {run_id} has no validated synthetic env{' for ' + capability if capability else ''}: "
+            "run `gapforge synthesize` first, or pass --module PATH"
+        )
     return accepted
 
 
 @handle_errors
-def train(run_id: str = typer.Argument(..., help="run id"),
-          capability: str | None = typer.Option(None, "--capability", help="only this capability"),
-          module: Path | None = typer.Option(None, "--module", help="train on this env module instead of the run's validated env"),
-          config: ConfigOpt = None, set_: SetOpt = None) -> None:
+def train(
+    run_id: str = typer.Argument(..., help="run id"),
+    capability: str | None = typer.Option(None, "--capability", help="only this capability"),
+    module: Path | None = typer.Option(
+        None, "--module", help="train on this env module instead of the run's validated env"
+    ),
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+) -> None:
     """Train the run's adapters (resumes killed jobs; finished ones are kept)."""
     import asyncio
 
@@ -55,8 +62,12 @@ def train(run_id: str = typer.Argument(..., help="run id"),
     caps = _capabilities(store, run_id, capability, module)
 
     async def go():
-        async with open_stages(cfg, store, lambda where, text: console.print(f"[{where.removeprefix('train ')}] {text}", highlight=False)) as stages:
-            return await asyncio.gather(*(stages.train(run_id, c, module=str(module) if module else None) for c in caps))
+        async with open_stages(
+            cfg, store, lambda where, text: console.print(f"[{where.removeprefix('train ')}] {text}", highlight=False)
+        ) as stages:
+            return await asyncio.gather(
+                *(stages.train(run_id, c, module=str(module) if module else None) for c in caps)
+            )
 
     with run_lease(cfg, run_id, "train"):
         done = asyncio.run(go())
@@ -65,8 +76,11 @@ def train(run_id: str = typer.Argument(..., help="run id"),
     num = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for d in done:
         if d.trained:
-            console.print(f"{d.capability}: held-out {num(d.heldout_before)} -> {num(d.heldout_after)} (kept step {d.kept_step}), "
-                          f"adapter {Workspace(cfg.workspace).adapter_dir(run_id, d.capability)}", highlight=False)
+            console.print(
+                f"{d.capability}: held-out {num(d.heldout_before)} -> {num(d.heldout_after)} (kept step {d.kept_step}), "
+                f"adapter {Workspace(cfg.workspace).adapter_dir(run_id, d.capability)}",
+                highlight=False,
+            )
         else:
             console.print(f"{d.capability}: [red]failed[/] ({d.error})", highlight=False)
     if not all(d.trained for d in done):

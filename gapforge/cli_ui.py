@@ -35,8 +35,12 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def ui(
         port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8765,
-        host: Annotated[str, typer.Option("--host", help="interface to bind (default: this machine only)")] = "127.0.0.1",
-        refresh: Annotated[float, typer.Option("--refresh", min=0.2, help="seconds between refreshes of a running run's live parts")] = 2.0,
+        host: Annotated[
+            str, typer.Option("--host", help="interface to bind (default: this machine only)")
+        ] = "127.0.0.1",
+        refresh: Annotated[
+            float, typer.Option("--refresh", min=0.2, help="seconds between refreshes of a running run's live parts")
+        ] = 2.0,
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
@@ -49,17 +53,30 @@ def register(app: typer.Typer) -> None:
             from gapforge.ui.app import create_app
             from gapforge.ui.sources import UiSettings
         except ImportError as e:
-            raise UsageError(f"gapforge ui needs the ui extra ({e.name} is not installed): pip install 'gapforge[ui]'") from None
+            raise UsageError(
+                f"gapforge ui needs the ui extra ({e.name} is not installed): pip install 'gapforge[ui]'"
+            ) from None
 
         cfg = get_config(config, set_, check_workspace=False)  # it writes nothing: the workspace need not be writable
         if not is_loopback(host):
-            err_console.print(f"warning: serving on {host}: anyone who reaches port {port} can read every trajectory, config and "
-                              "code in this store (no login); bind 127.0.0.1 (the default) unless this network is trusted",
-                              highlight=False, soft_wrap=True)  # fmt: skip
+            err_console.print(
+                f"warning: serving on {host}: anyone who reaches port {port} can read every trajectory, config and "
+                "code in this store (no login); bind 127.0.0.1 (the default) unless this network is trusted",
+                highlight=False,
+                soft_wrap=True,
+            )
         _check_port(host, port)
-        settings = UiSettings(store_url=cfg.store_url, checkpoint_path=cfg.checkpoint_path, workspace=cfg.workspace,
-                              poll_s=refresh, allowed_hosts=allowed_hosts(host))  # fmt: skip
+        settings = UiSettings(
+            store_url=cfg.store_url,
+            checkpoint_path=cfg.checkpoint_path,
+            workspace=cfg.workspace,
+            poll_s=refresh,
+            allowed_hosts=allowed_hosts(host),
+        )
         shown = f"[{host}]" if ":" in host else host
-        console.print(f"gapforge ui (read-only) on http://{shown}:{port}/ over {redact(cfg.store_url)}; Ctrl-C stops it",
-                      highlight=False, soft_wrap=True)  # fmt: skip
+        console.print(
+            f"gapforge ui (read-only) on http://{shown}:{port}/ over {redact(cfg.store_url)}; Ctrl-C stops it",
+            highlight=False,
+            soft_wrap=True,
+        )
         uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", access_log=False)

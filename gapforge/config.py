@@ -32,9 +32,26 @@ from gapforge.store.redact import redact, redact_tree
 from gapforge.training.config import TrainingConfig  # the section lives with the trainer
 
 __all__ = [  # the moved sections stay importable from here for the composition root and tests
-    "AnalysisConfig", "ConfigError", "EndpointConfig", "EvaluationConfig", "ExecutorConfig", "GRPOReadinessConfig", "GapforgeConfig", "LLMConfig",
-    "PolicyConfig", "RolloutConfig", "RoutingConfig", "SandboxConfig", "SelfTestThresholds", "ServeConfig", "StoreConfig",
-    "SynthesisConfig", "TrainingConfig", "check_run_config", "load_config", "parse_override",
+    "AnalysisConfig",
+    "ConfigError",
+    "EndpointConfig",
+    "EvaluationConfig",
+    "ExecutorConfig",
+    "GRPOReadinessConfig",
+    "GapforgeConfig",
+    "LLMConfig",
+    "PolicyConfig",
+    "RolloutConfig",
+    "RoutingConfig",
+    "SandboxConfig",
+    "SelfTestThresholds",
+    "ServeConfig",
+    "StoreConfig",
+    "SynthesisConfig",
+    "TrainingConfig",
+    "check_run_config",
+    "load_config",
+    "parse_override",
 ]
 
 
@@ -43,10 +60,14 @@ class _Section(BaseModel):
 
 
 class GapforgeConfig(_Section):
-    workspace: Path = Field(Path(".gapforge"), description="directory of everything a run writes: store, checkpoints, env code, adapters, reports")
+    workspace: Path = Field(
+        Path(".gapforge"),
+        description="directory of everything a run writes: store, checkpoints, env code, adapters, reports",
+    )
     seed: int = Field(0, description="seed of the local policy's sampling and of the evaluation's bootstrap")
     stages: Literal["real", "fixtures"] = Field(
-        "real", description="real, or fixtures: the tests' fake stages (tests/fakes/fake_stages.py)")
+        "real", description="real, or fixtures: the tests' fake stages (tests/fakes/fake_stages.py)"
+    )
     store: StoreConfig = Field(default_factory=StoreConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -61,7 +82,9 @@ class GapforgeConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tau2: Tau2Config = Field(default_factory=Tau2Config)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    serving: ServeConfig = Field(default_factory=ServeConfig)  # `gapforge serve` under load and at shutdown (serving/config.py)
+    serving: ServeConfig = Field(
+        default_factory=ServeConfig
+    )  # `gapforge serve` under load and at shutdown (serving/config.py)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:
@@ -94,13 +117,19 @@ def check_run_config(cfg: GapforgeConfig) -> None:
     A run trains adapters, routes and evaluates on the base model's weights, so it needs them on this machine."""
     pol = cfg.policy
     if pol.kind == "scripted":
-        raise ConfigError("policy.kind=scripted cannot be trained: a run trains LoRA adapters on the base policy; set policy.kind=local "
-                          "and policy.local_path=DIR (or policy.kind=endpoint and policy.local_path = the weights the server serves)")
+        raise ConfigError(
+            "policy.kind=scripted cannot be trained: a run trains LoRA adapters on the base policy; set policy.kind=local "
+            "and policy.local_path=DIR (or policy.kind=endpoint and policy.local_path = the weights the server serves)"
+        )
     if not pol.local_path:
-        raise ConfigError("policy.kind=endpoint: set policy.local_path to the weights the server serves (training and routing load them here)")
+        raise ConfigError(
+            "policy.kind=endpoint: set policy.local_path to the weights the server serves (training and routing load them here)"
+        )
     if pol.kind == "endpoint" and cfg.routing.backend == "transformers":
-        raise ConfigError("routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
-                          "elsewhere: set routing.backend=vllm (or gate, or openings)")
+        raise ConfigError(
+            "routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
+            "elsewhere: set routing.backend=vllm (or gate, or openings)"
+        )
 
 
 _ENV_OVERRIDES = {
@@ -155,11 +184,15 @@ def read_secret(var: str, environ: dict[str, str] | None = None) -> str:
     the loader's one other read of the environment."""
     value = (os.environ if environ is None else environ).get(var)
     if not value:
-        raise ConfigError(f"env var {var} is not set or empty: export {var}=... (the secret itself never goes on the command line)")
+        raise ConfigError(
+            f"env var {var} is not set or empty: export {var}=... (the secret itself never goes on the command line)"
+        )
     return value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None) -> GapforgeConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None
+) -> GapforgeConfig:
     """Load YAML (optional), apply env var overrides, then `--set` overrides, validate."""
     env = os.environ if environ is None else environ
     tree: dict[str, Any] = {}
@@ -170,7 +203,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         try:
             loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as e:
-            raise ConfigError(f"config file '{p}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}): save it as UTF-8") from None
+            raise ConfigError(
+                f"config file '{p}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}): save it as UTF-8"
+            ) from None
         except OSError as e:
             raise ConfigError(f"config file '{p}' cannot be read ({e.strerror}): check its permissions") from None
         except yaml.YAMLError as e:
@@ -187,12 +222,16 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, value = parse_override(item)
         _set_dotted(tree, key, value)
     pol = tree.get("policy")
-    if isinstance(pol, dict) and isinstance(pol.get("local_path"), str):  # a config or stored run naming the policy's old place
+    if isinstance(pol, dict) and isinstance(
+        pol.get("local_path"), str
+    ):  # a config or stored run naming the policy's old place
         pol["local_path"] = moved_shop_policy(pol["local_path"])
     for section in ("llm", "policy"):
         ep = tree.get(section, {}).get("endpoint", {}) if isinstance(tree.get(section), dict) else {}
         if isinstance(ep, dict) and "api_key" in ep:
-            raise ConfigError(f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env') or 'OPENAI_API_KEY'} instead")
+            raise ConfigError(
+                f"{section}.endpoint.api_key: secrets are read from env vars only; set {ep.get('api_key_env') or 'OPENAI_API_KEY'} instead"
+            )
     try:
         cfg = GapforgeConfig.model_validate(tree)
     except ValidationError as e:

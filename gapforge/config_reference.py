@@ -25,9 +25,15 @@ from gapforge.config import _ENV_OVERRIDES, GapforgeConfig
 
 REGENERATE = "python -m gapforge.config_reference > docs/config.md"
 
-_BOUNDS = ((at.Gt, "gt", "> {}"), (at.Ge, "ge", "≥ {}"), (at.Lt, "lt", "< {}"), (at.Le, "le", "≤ {}"),
-           (at.MultipleOf, "multiple_of", "multiple of {}"), (at.MinLen, "min_length", "length ≥ {}"),
-           (at.MaxLen, "max_length", "length ≤ {}"))
+_BOUNDS = (
+    (at.Gt, "gt", "> {}"),
+    (at.Ge, "ge", "≥ {}"),
+    (at.Lt, "lt", "< {}"),
+    (at.Le, "le", "≤ {}"),
+    (at.MultipleOf, "multiple_of", "multiple of {}"),
+    (at.MinLen, "min_length", "length ≥ {}"),
+    (at.MaxLen, "max_length", "length ≤ {}"),
+)
 
 
 def type_name(annotation: Any) -> str:
@@ -109,8 +115,12 @@ def validator_messages(model: type[BaseModel]) -> list[str]:
         except (OSError, TypeError, SyntaxError):
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args
-                    and getattr(node.exc.func, "id", "") == "ValueError"):
+            if (
+                isinstance(node, ast.Raise)
+                and isinstance(node.exc, ast.Call)
+                and node.exc.args
+                and getattr(node.exc.func, "id", "") == "ValueError"
+            ):
                 text = _message(node.exc.args[0])
                 if text and text not in messages:
                     messages.append(text)
@@ -127,13 +137,16 @@ def _doc(model: type[BaseModel]) -> str:
 
 def _row(key: str, field: Any, value: Any, description: str | None) -> str:
     """One list item: `- `key` (type, default, bounds): description`."""
-    facts = ", ".join(t for t in (_flat(type_name(field.annotation)), _flat(default_text(value)), _flat(bounds(field.metadata))) if t)
+    facts = ", ".join(
+        t for t in (_flat(type_name(field.annotation)), _flat(default_text(value)), _flat(bounds(field.metadata))) if t
+    )
     text = _flat(description or "")
     return f"- `{key}` ({facts})" + (f": {text}" if text else "")
 
 
-def _rows(prefix: str, instance: BaseModel, seen: dict[type, str], rows: list[str], intro: list[str],
-          checks: list[str]) -> None:
+def _rows(
+    prefix: str, instance: BaseModel, seen: dict[type, str], rows: list[str], intro: list[str], checks: list[str]
+) -> None:
     """The rows of a section, its sub-sections folded in: a model already shown elsewhere keeps its rows
     (type, default, bounds) but not its descriptions, and the intro says which key to read them at."""
     model = type(instance)
@@ -143,7 +156,9 @@ def _rows(prefix: str, instance: BaseModel, seen: dict[type, str], rows: list[st
         value = getattr(instance, name)
         if isinstance(value, BaseModel):
             sub = type(value)
-            text = f"as `{seen[sub]}`" if sub in seen else " ".join(t for t in (field.description or "", _doc(sub)) if t)
+            text = (
+                f"as `{seen[sub]}`" if sub in seen else " ".join(t for t in (field.description or "", _doc(sub)) if t)
+            )
             if text:
                 intro.append(f"`{key}`: {text}")
             _rows(key, value, seen, rows, intro, checks)
@@ -193,8 +208,11 @@ def render() -> str:
     ]
     root = GapforgeConfig()
     seen: dict[type, str] = {GapforgeConfig: ""}
-    rows = [_row(name, field, getattr(root, name), field.description)
-            for name, field in GapforgeConfig.model_fields.items() if not isinstance(getattr(root, name), BaseModel)]
+    rows = [
+        _row(name, field, getattr(root, name), field.description)
+        for name, field in GapforgeConfig.model_fields.items()
+        if not isinstance(getattr(root, name), BaseModel)
+    ]
     out += ["## top level", "", "Each key: `- key (type, default, bounds): what it sets`.", "", *rows, ""]
     checks = validator_messages(GapforgeConfig)
     if checks:

@@ -60,9 +60,13 @@ def _require_docker(cfg: GapforgeConfig) -> None:
     try:
         client = docker_client()
     except SandboxError as e:
-        raise UsageError(f"the demo needs the Docker sandbox ({e}); `make demo` starts Docker when run as root") from None
+        raise UsageError(
+            f"the demo needs the Docker sandbox ({e}); `make demo` starts Docker when run as root"
+        ) from None
     used = build_image(client, cfg.sandbox.image, log=lambda s: console.print(f"  {s}", highlight=False))
-    console.print(f"sandbox image {cfg.sandbox.image}: {'current' if used == 'cached' else f'built with {used}'}", highlight=False)
+    console.print(
+        f"sandbox image {cfg.sandbox.image}: {'current' if used == 'cached' else f'built with {used}'}", highlight=False
+    )
 
 
 def _shipped_policy() -> Path:
@@ -83,10 +87,16 @@ def _speed(path: Path) -> None:
     try:
         s = speed_reference(path)
     except Exception as e:  # noqa: BLE001 - a reference number, never a reason to stop the demo
-        console.print(f"speed reference: not measured ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", highlight=False)
+        console.print(
+            f"speed reference: not measured ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+            highlight=False,
+        )
         return
-    console.print(f"speed reference: the base policy decodes {s['tokens_per_s']:.0f} tokens/s here (greedy, one sequence, "
-                  f"{s['threads']} torch thread{'s' if s['threads'] > 1 else ''})", highlight=False)
+    console.print(
+        f"speed reference: the base policy decodes {s['tokens_per_s']:.0f} tokens/s here (greedy, one sequence, "
+        f"{s['threads']} torch thread{'s' if s['threads'] > 1 else ''})",
+        highlight=False,
+    )
 
 
 def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) -> GapforgeConfig:
@@ -126,7 +136,9 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     if code == 0:
         from gapforge.evaluation.comparison import comparison
 
-        for line in comparison(store, run_id, cfg):  # base / GRPO-on-target / each adapter / routed TRACE, and TRACE vs GRPO
+        for line in comparison(
+            store, run_id, cfg
+        ):  # base / GRPO-on-target / each adapter / routed TRACE, and TRACE vs GRPO
             console.print(line, highlight=False, soft_wrap=True)
     console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)
     console.print(f"run {run_id}", highlight=False)

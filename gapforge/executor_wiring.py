@@ -25,8 +25,14 @@ def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[]
     from gapforge.stages.common import rollout_workers
 
     workers, threads = rollout_workers(cfg)
-    return player(cfg.executor, functools.partial(make_policy, pol), make_env, cfg.rollouts.concurrency, local_workers=workers,
-                  threads=threads)
+    return player(
+        cfg.executor,
+        functools.partial(make_policy, pol),
+        make_env,
+        cfg.rollouts.concurrency,
+        local_workers=workers,
+        threads=threads,
+    )
 
 
 def connect_executor(cfg: GapforgeConfig) -> None:
@@ -51,7 +57,9 @@ def job_runner(cfg: GapforgeConfig):
 
 
 @contextlib.asynccontextmanager
-async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env, router=None, baseline_path=None):
+async def evaluation_players(
+    cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env, router=None, baseline_path=None
+):
     """(`async with`) `evaluation.run.evaluate(players=...)`: None (every policy plays here), or, with the local
     multi-adapter backend (policy.kind local), local worker processes (gapforge.stages.common.rollout_workers) or Ray
     actors that rebuild each evaluated policy from the base weights and the adapters (their directories locally,
@@ -74,9 +82,19 @@ async def evaluation_players(cfg: GapforgeConfig, store, run_id: str, base_dir: 
     elif baseline_path is not None:
         paths[GRPO_TARGET] = baseline_path
     local = cfg.executor.kind == "local"
-    base = recipe(base_dir, paths, artifacts.capabilities, list(artifacts.adapter_paths), GRPO_TARGET if GRPO_TARGET in paths else None,
-                  temperature=cfg.policy.temperature, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed,
-                  worker_dir=cfg.executor.worker_dir, ship=not local, router=router if local else None)
+    base = recipe(
+        base_dir,
+        paths,
+        artifacts.capabilities,
+        list(artifacts.adapter_paths),
+        GRPO_TARGET if GRPO_TARGET in paths else None,
+        temperature=cfg.policy.temperature,
+        max_new_tokens=cfg.policy.max_new_tokens,
+        seed=cfg.seed,
+        worker_dir=cfg.executor.worker_dir,
+        ship=not local,
+        router=router if local else None,
+    )
     if not local:
         yield eval_players(cfg.executor, base, make_env, cfg.rollouts.concurrency)
         return

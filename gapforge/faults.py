@@ -124,7 +124,25 @@ class Resumable:
         return told
 
 
-BOUNDARIES: tuple[type[GapforgeError], ...] = (InputFault, EndpointFault, SandboxFault, EnvCodeFault, ModelFault, StoreFault, ResumableStop)
+BOUNDARIES: tuple[type[GapforgeError], ...] = (
+    InputFault,
+    EndpointFault,
+    SandboxFault,
+    EnvCodeFault,
+    ModelFault,
+    StoreFault,
+    ResumableStop,
+)
 
-__all__ = ["BOUNDARIES", "EndpointFault", "EnvCodeFault", "GapforgeError", "InputFault", "ModelFault", "Resumable", "ResumableStop",
-           "SandboxFault", "StoreFault"]
+__all__ = [
+    "BOUNDARIES",
+    "EndpointFault",
+    "EnvCodeFault",
+    "GapforgeError",
+    "InputFault",
+    "ModelFault",
+    "Resumable",
+    "ResumableStop",
+    "SandboxFault",
+    "StoreFault",
+]

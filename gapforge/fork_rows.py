@@ -46,7 +46,11 @@ def copy_shared_work(store: Any, parent_run: str, new_run: str, kinds: list[str]
                 table = tables.get(name)
                 if table is None or "run_id" not in table.c:
                     continue
-                rows = session.execute(select(table).where(table.c.run_id == parent_run).order_by(table.c.id)).mappings().all()
+                rows = (
+                    session.execute(select(table).where(table.c.run_id == parent_run).order_by(table.c.id))
+                    .mappings()
+                    .all()
+                )
                 for row in rows:
                     values = {c: _remap(c, v, episode_ids) for c, v in row.items() if c not in _SKIP}
                     values["run_id"] = new_run

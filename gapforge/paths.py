@@ -30,7 +30,9 @@ def _writable_dir_at(path: Path, what: str) -> None:
         try:
             os.rmdir(tempfile.mkdtemp(prefix=".gapforge-probe-", dir=base))
         except OSError as e:
-            raise UsageError(f"{what} '{path}' cannot be created in '{base}' ({e.strerror}): pick a writable path") from None
+            raise UsageError(
+                f"{what} '{path}' cannot be created in '{base}' ({e.strerror}): pick a writable path"
+            ) from None
 
 
 def check_workspace(workspace: Path) -> None:

@@ -45,12 +45,18 @@ def check_policy(cfg: GapforgeConfig) -> None:
     if pol.local_path:
         folder = Path(pol.local_path).expanduser()
         if not folder.is_dir():
-            raise ConfigError(f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder")
+            raise ConfigError(
+                f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder"
+            )
         if not (folder / "config.json").is_file():
-            raise ConfigError(f"policy.local_path '{pol.local_path}' holds no config.json: point it at a Hugging Face model folder "
-                              "(its weights, config and tokenizer)")
+            raise ConfigError(
+                f"policy.local_path '{pol.local_path}' holds no config.json: point it at a Hugging Face model folder "
+                "(its weights, config and tokenizer)"
+            )
     if pol.adapter_path and not Path(pol.adapter_path).expanduser().is_dir():
-        raise ConfigError(f"policy.adapter_path '{pol.adapter_path}' is not a directory: point it at a PEFT adapter folder or unset it")
+        raise ConfigError(
+            f"policy.adapter_path '{pol.adapter_path}' is not a directory: point it at a PEFT adapter folder or unset it"
+        )
     if pol.kind == "endpoint":
         _key(pol.endpoint, "policy.endpoint")
         check_endpoint_reachable(pol.endpoint.base_url)
@@ -78,14 +84,18 @@ def _recorded_analyst(cfg: GapforgeConfig, env: str) -> None:
             raise ConfigError(f"llm.scripted_path: {e}") from None
         missing = [p for p in ANALYST_PROMPTS if p not in model.answers and model.default_prompt is None]
         if missing:
-            raise ConfigError(f"llm.scripted_path '{cfg.llm.scripted_path}' has no answers for {', '.join(missing)}: record them "
-                              f"(the format: {RECORDINGS_DOC}) or set llm.kind=openai and llm.endpoint")
+            raise ConfigError(
+                f"llm.scripted_path '{cfg.llm.scripted_path}' has no answers for {', '.join(missing)}: record them "
+                f"(the format: {RECORDINGS_DOC}) or set llm.kind=openai and llm.endpoint"
+            )
         return
     from gapforge.agents.analysis.recorded import has_recording
 
     if not has_recording(env):
-        raise ConfigError(f"llm.kind=scripted answers the analyst from recordings, and there is none for env '{env}': set llm.kind=openai "
-                          f"with llm.endpoint (an OpenAI-compatible server), or llm.scripted_path=FILE of recorded answers ({RECORDINGS_DOC})")
+        raise ConfigError(
+            f"llm.kind=scripted answers the analyst from recordings, and there is none for env '{env}': set llm.kind=openai "
+            f"with llm.endpoint (an OpenAI-compatible server), or llm.scripted_path=FILE of recorded answers ({RECORDINGS_DOC})"
+        )
 
 
 def _recorded_synthesis(cfg: GapforgeConfig, env: str) -> None:
@@ -93,13 +103,17 @@ def _recorded_synthesis(cfg: GapforgeConfig, env: str) -> None:
 
     if cfg.synthesis.recordings is None:
         if env.split(":")[0] != "shop":
-            raise ConfigError(f"llm.kind=scripted answers the generator from synthesis.recordings, and the built-in ones answer for the "
-                              f"shop env only, not '{env}': set synthesis.recordings=FILE ({RECORDINGS_DOC}) or llm.kind=openai with llm.endpoint")
+            raise ConfigError(
+                f"llm.kind=scripted answers the generator from synthesis.recordings, and the built-in ones answer for the "
+                f"shop env only, not '{env}': set synthesis.recordings=FILE ({RECORDINGS_DOC}) or llm.kind=openai with llm.endpoint"
+            )
         path = SHOP_RECORDINGS
     else:
         path = Path(cfg.synthesis.recordings).expanduser()
     if not Path(path).is_file():
-        raise ConfigError(f"synthesis.recordings '{path}' not found: point it at a YAML file of recorded generator answers ({RECORDINGS_DOC})")
+        raise ConfigError(
+            f"synthesis.recordings '{path}' not found: point it at a YAML file of recorded generator answers ({RECORDINGS_DOC})"
+        )
 
 
 def _key(ep: EndpointConfig, where: str) -> None:
@@ -109,11 +123,15 @@ def _key(ep: EndpointConfig, where: str) -> None:
     except GapforgeError as e:  # a key that would travel in clear text: its own one line
         raise ConfigError(f"{where}: {e}") from None
     if key is None and ep.is_openai():
-        raise ConfigError(f"{where} is OpenAI's API and no key is set: export {ep.key_env} (or name another variable in "
-                          f"{where}.api_key_env), or point {where}.base_url at your OpenAI-compatible server")
+        raise ConfigError(
+            f"{where} is OpenAI's API and no key is set: export {ep.key_env} (or name another variable in "
+            f"{where}.api_key_env), or point {where}.base_url at your OpenAI-compatible server"
+        )
     if key is None and ep.api_key_env:
-        raise ConfigError(f"{where}.api_key_env names {ep.api_key_env}, which is not set: export it, or unset {where}.api_key_env "
-                          f"(a local server needs no key; {DEFAULT_KEY_ENV} goes only to OpenAI's API)")
+        raise ConfigError(
+            f"{where}.api_key_env names {ep.api_key_env}, which is not set: export it, or unset {where}.api_key_env "
+            f"(a local server needs no key; {DEFAULT_KEY_ENV} goes only to OpenAI's API)"
+        )
 
 
 def _endpoint(ep: EndpointConfig, where: str, who: str) -> None:
@@ -125,5 +143,7 @@ def _endpoint(ep: EndpointConfig, where: str, who: str) -> None:
     if ep.base_url is None:
         return
     if (failure := endpoint_failure(ep.base_url)) is not None:
-        raise ConfigError(f"{where}.base_url {ep.base_url} does not answer ({failure}), and {who} talk to it: "
-                          f"start the server or fix {where}.base_url")
+        raise ConfigError(
+            f"{where}.base_url {ep.base_url} does not answer ({failure}), and {who} talk to it: "
+            f"start the server or fix {where}.base_url"
+        )

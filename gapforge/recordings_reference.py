@@ -32,7 +32,9 @@ def _type(prop: dict[str, Any]) -> str:
     kind = prop.get("type")
     if kind == "array":
         return f"list[{_type(prop['items'])}]" if "items" in prop else "list"
-    return {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "null"}.get(kind, kind or "any")
+    return {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "null"}.get(
+        kind, kind or "any"
+    )
 
 
 def _nested(prop: dict[str, Any], defs: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
@@ -45,13 +47,21 @@ def _nested(prop: dict[str, Any], defs: dict[str, Any]) -> tuple[str, dict[str, 
     return None
 
 
-def schema_rows(schema: dict[str, Any], defs: dict[str, Any] | None = None, prefix: str = "") -> list[tuple[str, str, str, str]]:
+def schema_rows(
+    schema: dict[str, Any], defs: dict[str, Any] | None = None, prefix: str = ""
+) -> list[tuple[str, str, str, str]]:
     """(field, type, required, description) for every field of a JSON schema, nested models flattened (`labels[].label`)."""
     defs = schema.get("$defs", {}) if defs is None else defs
     rows = []
     for name, prop in schema.get("properties", {}).items():
         path = f"{prefix}{name}"
-        required = "yes" if name in schema.get("required", []) else f"no (default `{json.dumps(prop['default'])}`)" if "default" in prop else "no"
+        required = (
+            "yes"
+            if name in schema.get("required", [])
+            else f"no (default `{json.dumps(prop['default'])}`)"
+            if "default" in prop
+            else "no"
+        )
         rows.append((path, _type(prop), required, prop.get("description", "")))
         inner = _nested(prop, defs)
         if inner is not None:
@@ -63,7 +73,9 @@ class _Dumper(yaml.SafeDumper):
     """YAML as a person writes it: multi-line strings as literal blocks."""
 
 
-_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+_Dumper.add_representer(
+    str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None)
+)
 
 
 def file_text(example: dict[str, Any]) -> str:
@@ -81,8 +93,11 @@ def _section(role: Role) -> list[str]:
         out += ["The answer is text.", ""]
     else:
         doc = role.schema.model_json_schema()
-        out += [f"The answer validates against `{role.schema.__module__}.{role.schema.__name__}`"
-                + (f": {doc['description'].rstrip('.')}." if doc.get("description") else "."), ""]
+        out += [
+            f"The answer validates against `{role.schema.__module__}.{role.schema.__name__}`"
+            + (f": {doc['description'].rstrip('.')}." if doc.get("description") else "."),
+            "",
+        ]
         out += ["| field | type | required | description |", "| --- | --- | --- | --- |"]
         out += [f"| `{f}` | {_cell(t)} | {r} | {_cell(d)} |" for f, t, r, d in schema_rows(doc)]
         out += [""]
@@ -113,7 +128,10 @@ def render() -> str:
         "",
         "| role | prompt name | read from |",
         "| --- | --- | --- |",
-        *[f"| [{r.title}](#{r.title.lower().replace(':', '').replace(' ', '-')}) | `{r.prompt}` | {_cell(r.read_from)} |" for r in ROLES],
+        *[
+            f"| [{r.title}](#{r.title.lower().replace(':', '').replace(' ', '-')}) | `{r.prompt}` | {_cell(r.read_from)} |"
+            for r in ROLES
+        ],
         "",
     ]
     for role in ROLES:

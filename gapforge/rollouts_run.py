@@ -12,7 +12,9 @@ def parse_tasks(raw: str | None, known: list[str]) -> list[str]:
         return known
     wanted = list(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))  # once each, in order
     if not wanted:
-        raise UsageError(f"--tasks {raw!r} names no task: give comma-separated ids (list them with `gapforge rollouts tasks ENV`) or omit it for all")
+        raise UsageError(
+            f"--tasks {raw!r} names no task: give comma-separated ids (list them with `gapforge rollouts tasks ENV`) or omit it for all"
+        )
     unknown = [t for t in wanted if t not in set(known)]
     if unknown:
         raise UsageError(f"unknown task id(s) {', '.join(unknown)}: list them with `gapforge rollouts tasks ENV`")

@@ -40,7 +40,9 @@ class RunConfig:
         """What to print before work: the one override line, and the note about an older run."""
         out = [self.note] if self.note else []
         if self.overridden:
-            out.append("override: " + "; ".join(f"{key}={_show(now)} (run: {_show(was)})" for key, now, was in self.overridden))
+            out.append(
+                "override: " + "; ".join(f"{key}={_show(now)} (run: {_show(was)})" for key, now, was in self.overridden)
+            )
         return out
 
 
@@ -104,8 +106,10 @@ def _load_stored(tree: dict[str, Any]) -> GapforgeConfig:
     try:
         return load_tree(tree)
     except ConfigError as e:
-        raise ConfigError(f"the run's stored config does not load in this gapforge ({e}): use the gapforge version that made "
-                          "the run, or start a new run") from None
+        raise ConfigError(
+            f"the run's stored config does not load in this gapforge ({e}): use the gapforge version that made "
+            "the run, or start a new run"
+        ) from None
 
 
 def _refuse_masked(cfg: GapforgeConfig, run_id: str) -> None:
@@ -114,8 +118,10 @@ def _refuse_masked(cfg: GapforgeConfig, run_id: str) -> None:
     masked = [(k, v) for k, v in _leaves(cfg.model_dump(mode="json")) if isinstance(v, str) and is_redacted(v)]
     if masked:
         key, value = masked[0]
-        raise ConfigError(f"run {run_id} stored {key} with its password masked ({value}): give it again with --config FILE "
-                          f"or --set {key}=URL")
+        raise ConfigError(
+            f"run {run_id} stored {key} with its password masked ({value}): give it again with --config FILE "
+            f"or --set {key}=URL"
+        )
 
 
 def where_overrides(overrides: list[str] | None) -> list[str]:
@@ -123,18 +129,27 @@ def where_overrides(overrides: list[str] | None) -> list[str]:
     return [o for o in overrides or [] if parse_override(o)[0].split(".")[0] in WHERE_KEYS]
 
 
-def resolve(record: dict[str, Any], run_id: str, where: GapforgeConfig, config_path: str | None,
-            overrides: list[str] | None = None) -> RunConfig:
+def resolve(
+    record: dict[str, Any],
+    run_id: str,
+    where: GapforgeConfig,
+    config_path: str | None,
+    overrides: list[str] | None = None,
+) -> RunConfig:
     """The effective config of a command on `run_id` (module docstring). `overrides`: `--set` items and the command's flags
     as dotted settings; `where`: this invocation's config with only its `where_overrides` (it found the store)."""
     tree = stored_tree(record, where)
     if tree is None:
-        note = (f"note: run {run_id} stores no config (made by an older gapforge, or by hand): using this invocation's "
-                "config and the defaults for everything else")
+        note = (
+            f"note: run {run_id} stores no config (made by an older gapforge, or by hand): using this invocation's "
+            "config and the defaults for everything else"
+        )
         return RunConfig(load_config(config_path, overrides or []), note=note)
     run_cfg = _load_stored(tree)
     cfg = load_tree(_merge(tree, {k: v for k, v in _file_tree(config_path).items() if k not in WHERE_KEYS}), overrides)
     _refuse_masked(cfg, run_id)
     was = dict(_leaves(run_cfg.dump()))
-    changed = [(k, v, was.get(k)) for k, v in _leaves(cfg.dump()) if k.split(".")[0] not in WHERE_KEYS and was.get(k) != v]
+    changed = [
+        (k, v, was.get(k)) for k, v in _leaves(cfg.dump()) if k.split(".")[0] not in WHERE_KEYS and was.get(k) != v
+    ]
     return RunConfig(cfg, changed)

@@ -17,7 +17,14 @@ from gapforge.run_view import GRAPH_KINDS
 
 LISTED_KINDS = (*GRAPH_KINDS, "rollouts")  # what `gapforge runs` lists
 BRANCH_STAGES = ("synthesize", "validate", "train")  # inside the graph's `capability` node, one branch per capability
-BRANCH_OVER = ("unsynthesized", "trained", "failed", "unavailable", "dropped", "rejected")  # a capability whose branch ended
+BRANCH_OVER = (
+    "unsynthesized",
+    "trained",
+    "failed",
+    "unavailable",
+    "dropped",
+    "rejected",
+)  # a capability whose branch ended
 
 
 def listed_kinds(asked: list[str] | None) -> tuple[str, ...]:
@@ -58,13 +65,19 @@ def in_flight(progress: dict[str, str], next_nodes: tuple[str, ...], values: dic
     out = {}
     for where, line in progress.items():
         stage, _, capability = where.partition(" ")
-        branch = "capability" in next_nodes and stage in BRANCH_STAGES and (caps.get(capability) or {}).get("status") not in BRANCH_OVER
+        branch = (
+            "capability" in next_nodes
+            and stage in BRANCH_STAGES
+            and (caps.get(capability) or {}).get("status") not in BRANCH_OVER
+        )
         if stage in next_nodes or branch:
             out[where] = line
     return out
 
 
-def stage_lines(status: str, next_nodes: tuple[str, ...], values: dict[str, Any], progress: dict[str, str]) -> list[str]:
+def stage_lines(
+    status: str, next_nodes: tuple[str, ...], values: dict[str, Any], progress: dict[str, str]
+) -> list[str]:
     """`gapforge state`'s lines after the stage statuses. A failed run (an error escaped a stage, which its checkpoint
     still runs next): `  STAGE: failed — ...` with the stage's last progress line when it reported one. Otherwise
     `  in progress: WHERE: LINE` for each part of the stage(s) in flight."""

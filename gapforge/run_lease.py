@@ -23,5 +23,8 @@ def run_lease(cfg: GapforgeConfig, run_id: str, command: str) -> Iterator[None]:
     Raises StoreError for an unknown run, RunBusy when another live process holds it."""
     from gapforge.wiring import open_store
 
-    with open_store(cfg) as store, store.lease(run_id, command, ttl_s=cfg.store.lease_ttl_s, lock_timeout_s=cfg.store.lock_timeout_s):
+    with (
+        open_store(cfg) as store,
+        store.lease(run_id, command, ttl_s=cfg.store.lease_ttl_s, lock_timeout_s=cfg.store.lock_timeout_s),
+    ):
         yield

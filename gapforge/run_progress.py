@@ -14,7 +14,6 @@ from gapforge.config import GapforgeConfig
 Log = Callable[[str, str], None]  # (where, one line)
 
 
-
 def progress_path(cfg: GapforgeConfig, run_id: str) -> Path:
     return cfg.workspace / "progress" / f"{run_id}.json"
 

@@ -39,7 +39,9 @@ def run_record(command: str, cfg: GapforgeConfig, options: RunOptions) -> dict[s
     return {"command": command, "config": cfg.dump(), "graph": options.as_dict()}
 
 
-def config_from_record(record: dict[str, Any], overrides: list[str] | None = None, *, store_url: str | None = None) -> GapforgeConfig:
+def config_from_record(
+    record: dict[str, Any], overrides: list[str] | None = None, *, store_url: str | None = None
+) -> GapforgeConfig:
     """The stored effective config (+ overrides), loaded through the one loader (secrets from env vars again).
     `store_url`: the store the record was read from (the stored one has its password masked)."""
     stored = record.get("config")
@@ -51,7 +53,9 @@ def config_from_record(record: dict[str, Any], overrides: list[str] | None = Non
 def options_from_record(record: dict[str, Any]) -> RunOptions:
     graph = record.get("graph")
     if not isinstance(graph, dict):
-        raise UsageError("this run was not made by `gapforge run` (no graph options stored): start one with `gapforge run`")
+        raise UsageError(
+            "this run was not made by `gapforge run` (no graph options stored): start one with `gapforge run`"
+        )
     return RunOptions(review=bool(graph.get("review")), forked_from=graph.get("forked_from"))
 
 
@@ -72,19 +76,25 @@ def stages_for(cfg: GapforgeConfig) -> OpenStages:
         except ModuleNotFoundError as e:
             if e.name not in ("tests", "tests.fakes", "tests.fakes.fake_stages"):
                 raise
-            raise UsageError("stages: fixtures names the test suite's fake stage services (tests/fakes/fake_stages.py), "
-                             "found only when running from a gapforge source checkout's root: set stages: real") from None
+            raise UsageError(
+                "stages: fixtures names the test suite's fake stage services (tests/fakes/fake_stages.py), "
+                "found only when running from a gapforge source checkout's root: set stages: real"
+            ) from None
         return fake_stages
     from gapforge.stages import open_stages
 
     return open_stages
 
 
-def create_run(store: Any, kind: str, command: str, cfg: GapforgeConfig, options: RunOptions, run_id: str | None = None) -> str:
+def create_run(
+    store: Any, kind: str, command: str, cfg: GapforgeConfig, options: RunOptions, run_id: str | None = None
+) -> str:
     """Store a new graph run with its config and options; a config that cannot complete a run is refused first."""
     if cfg.stages == "real":
         check_run_config(cfg)
-    stages_for(cfg)  # a stage set that does not load here (the fakes outside a checkout) is refused before the run exists
+    stages_for(
+        cfg
+    )  # a stage set that does not load here (the fakes outside a checkout) is refused before the run exists
     return store.create_run(kind, run_record(command, cfg, options), run_id)
 
 
@@ -99,8 +109,11 @@ def resume_plan(store: Any, run_id: str, store_url: str | None, overrides: list[
     """How to resume `run_id`: its stored config (+ `overrides`: where it executes, `executor.*`, is the resuming
     invocation's choice), options and the command that started it."""
     record, _status = get_run_record(store, run_id)
-    return Resumed(config_from_record(record, overrides, store_url=store_url), options_from_record(record),
-                   str(record.get("command") or "run"))
+    return Resumed(
+        config_from_record(record, overrides, store_url=store_url),
+        options_from_record(record),
+        str(record.get("command") or "run"),
+    )
 
 
 # --- driving -----------------------------------------------------------------------------------------------------------
@@ -116,8 +129,17 @@ async def open_graph(cfg: GapforgeConfig) -> AsyncIterator[Any]:
         yield build_graph(saver)
 
 
-def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions, *, fresh: bool, on_event: Callable[[Any], None] | None = None,
-              log: Callable[[str, str], None] | None = None, open_stages: OpenStages | None = None) -> Any:
+def drive_run(
+    cfg: GapforgeConfig,
+    store: Any,
+    run_id: str,
+    options: RunOptions,
+    *,
+    fresh: bool,
+    on_event: Callable[[Any], None] | None = None,
+    log: Callable[[str, str], None] | None = None,
+    open_stages: OpenStages | None = None,
+) -> Any:
     """Run or resume `run_id` under its lease, its status kept true (running, then done | paused, or interrupted |
     incomplete | failed as the exception that stopped it goes up). Returns graph.runner.Outcome."""
     from gapforge.graph.context import GraphContext
@@ -128,7 +150,12 @@ def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions,
 
     async def go() -> Any:
         async with open_graph(cfg) as graph, stages(cfg, store, progress) as bound:
-            ctx = GraphContext(stages=bound, repeats=cfg.analysis.passes, max_attempts=cfg.synthesis.max_attempts, review=options.review)
+            ctx = GraphContext(
+                stages=bound,
+                repeats=cfg.analysis.passes,
+                max_attempts=cfg.synthesis.max_attempts,
+                review=options.review,
+            )
             return await drive(graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=on_event)
 
     # one working process per run (a second one: RunBusy)
@@ -139,8 +166,12 @@ def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions,
         except KeyboardInterrupt:
             store.set_run_status(run_id, "interrupted")
             raise
-        except GapforgeError as e:  # infrastructure (an endpoint or the sandbox down past its retries, a full disk): stored work
-            store.set_run_status(run_id, "incomplete" if e.infrastructure else "failed")  # kept, nothing blamed: incomplete
+        except (
+            GapforgeError
+        ) as e:  # infrastructure (an endpoint or the sandbox down past its retries, a full disk): stored work
+            store.set_run_status(
+                run_id, "incomplete" if e.infrastructure else "failed"
+            )  # kept, nothing blamed: incomplete
             raise
         except BaseException:
             store.set_run_status(run_id, "failed")
@@ -151,8 +182,14 @@ def drive_run(cfg: GapforgeConfig, store: Any, run_id: str, options: RunOptions,
     return outcome
 
 
-def fork_run(cfg: GapforgeConfig, store: Any, run_id: str, checkpoint: str, overrides: list[str] | None,
-             new_id: str | None = None) -> tuple[str, GapforgeConfig, RunOptions, dict[str, int]]:
+def fork_run(
+    cfg: GapforgeConfig,
+    store: Any,
+    run_id: str,
+    checkpoint: str,
+    overrides: list[str] | None,
+    new_id: str | None = None,
+) -> tuple[str, GapforgeConfig, RunOptions, dict[str, int]]:
     """A new run continuing `run_id` from `checkpoint` with changed settings, reusing its stored work:
     (new run id, its config, its options, rows copied per table). Drive it with `drive_run(..., fresh=False)`."""
     from gapforge.fork_rows import copy_shared_work
@@ -160,7 +197,9 @@ def fork_run(cfg: GapforgeConfig, store: Any, run_id: str, checkpoint: str, over
 
     record, _ = get_run_record(store, run_id)
     new_cfg = config_from_record(record, overrides, store_url=cfg.store.url)
-    options = RunOptions(review=options_from_record(record).review, forked_from={"run": run_id, "checkpoint": checkpoint})
+    options = RunOptions(
+        review=options_from_record(record).review, forked_from={"run": run_id, "checkpoint": checkpoint}
+    )
 
     async def go() -> tuple[str, dict[str, int]]:
         async with open_graph(cfg) as graph:

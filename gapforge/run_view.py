@@ -39,7 +39,11 @@ def progress_line(ev: Event) -> str:
         bits.append(f"retained: {', '.join(u['retained']) or 'none'}")
     if ev.capability:
         row = (u.get("capabilities") or {}).get(ev.capability) or {}
-        bits += [f"{k}={_num(v)}" for k, v in row.items() if k in ("status", "attempts", "verdict", "adapter", "heldout_after", "error")]
+        bits += [
+            f"{k}={_num(v)}"
+            for k, v in row.items()
+            if k in ("status", "attempts", "verdict", "adapter", "heldout_after", "error")
+        ]
     if "baseline" in u:
         bits.append(f"{u['baseline']['adapter']} ({u['baseline']['steps']} steps)")
     if "evaluation" in u:
@@ -58,7 +62,18 @@ def _kept(step: int | None) -> str:
 
 def capability_table(values: dict[str, Any]) -> Table:
     table = Table(title="capabilities", title_justify="left")
-    for col in ("capability", "status", "gap", "coverage", "kept", "attempts", "env verdict", "adapter", "held-out before→after", "error"):
+    for col in (
+        "capability",
+        "status",
+        "gap",
+        "coverage",
+        "kept",
+        "attempts",
+        "env verdict",
+        "adapter",
+        "held-out before→after",
+        "error",
+    ):
         table.add_column(col)
     for name, row in (values.get("capabilities") or {}).items():
         table.add_row(
@@ -108,24 +123,51 @@ def stage_times(values: dict[str, Any], elapsed_s: float | None = None) -> str |
     return f"stage times (summed over capability branches): {parts}{took}"
 
 
-GRAPH_KINDS = ("trace", "demo")  # runs of the graph, with checkpoints; a `rollouts` run is `gapforge rollouts collect`'s
+GRAPH_KINDS = (
+    "trace",
+    "demo",
+)  # runs of the graph, with checkpoints; a `rollouts` run is `gapforge rollouts collect`'s
 
 
 def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
     """One row per run: `values` is a graph run's state, or a rollouts run's `{"rollouts": {"episodes", "successes"}}`
     (its graph columns blank). The id never wraps (the other columns wrap to make room); no value ends in an ellipsis."""
     table = Table(title="runs", title_justify="left")
-    for col in ("id", "kind", "started", "status", "env", "episodes (pass)", "stage", "retained", "trained", "pass rate base → TRACE"):
+    for col in (
+        "id",
+        "kind",
+        "started",
+        "status",
+        "env",
+        "episodes (pass)",
+        "stage",
+        "retained",
+        "trained",
+        "pass rate base → TRACE",
+    ):
         table.add_column(col, no_wrap=col == "id", overflow="fold")
     for run, values in rows:
         config, r, ev = run.config or {}, values.get("rollouts") or {}, values.get("evaluation") or {}
         graph = run.kind in GRAPH_KINDS
-        env = ((config.get("config") or {}).get("rollouts") or {}).get("env") if graph else config.get("env")  # the target's spec
+        env = (
+            ((config.get("config") or {}).get("rollouts") or {}).get("env") if graph else config.get("env")
+        )  # the target's spec
         trained = sum(1 for c in (values.get("capabilities") or {}).values() if c.get("status") == "trained")
-        cells = [values.get("stage", "-"), str(len(values.get("retained") or [])), str(trained), f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}"]
-        table.add_row(run.id, run.kind, f"{run.created_at:%Y-%m-%d %H:%M}", run.status, str(env or "-"),
-                      f"{r['episodes']} ({100 * (r.get('successes') or 0) / r['episodes']:.1f}%)" if r.get("episodes") else "-",
-                      *(cells if graph else [""] * len(cells)))  # fmt: skip
+        cells = [
+            values.get("stage", "-"),
+            str(len(values.get("retained") or [])),
+            str(trained),
+            f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}",
+        ]
+        table.add_row(
+            run.id,
+            run.kind,
+            f"{run.created_at:%Y-%m-%d %H:%M}",
+            run.status,
+            str(env or "-"),
+            f"{r['episodes']} ({100 * (r.get('successes') or 0) / r['episodes']:.1f}%)" if r.get("episodes") else "-",
+            *(cells if graph else [""] * len(cells)),
+        )
     return table
 
 
@@ -134,7 +176,14 @@ def history_table(run_id: str, entries: list[Any]) -> Table:
     for col in ("step", "checkpoint", "node", "time", "what changed", "next"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        table.add_row(str(e.step), e.checkpoint_id, e.node, e.created_at[11:19], "\n".join(e.changed) or "-", ", ".join(e.next) or "end")
+        table.add_row(
+            str(e.step),
+            e.checkpoint_id,
+            e.node,
+            e.created_at[11:19],
+            "\n".join(e.changed) or "-",
+            ", ".join(e.next) or "end",
+        )
     return table
 
 
@@ -145,7 +194,9 @@ class ProgressView:
     def __init__(self, console: Any, values: dict[str, Any] | None = None) -> None:
         self.console = console
         self.stages: dict[str, str] = dict((values or {}).get("stages") or {})
-        self.capabilities: dict[str, dict[str, Any]] = {k: dict(v) for k, v in ((values or {}).get("capabilities") or {}).items()}
+        self.capabilities: dict[str, dict[str, Any]] = {
+            k: dict(v) for k, v in ((values or {}).get("capabilities") or {}).items()
+        }
         self.live: Any = None
 
     def __enter__(self) -> ProgressView:  # noqa: PYI034
@@ -185,6 +236,10 @@ class ProgressView:
         for i in range(rows):
             s = stages[i] if i < len(stages) else ("", "")
             c = caps[i] if i < len(caps) else ("", {})
-            detail = c[1].get("status", "") + (f" (attempt {c[1]['attempts']})" if c[1].get("attempts") else "") if c[0] else ""
+            detail = (
+                c[1].get("status", "") + (f" (attempt {c[1]['attempts']})" if c[1].get("attempts") else "")
+                if c[0]
+                else ""
+            )
             table.add_row(s[0], s[1], c[0], detail)
         return table

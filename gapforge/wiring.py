@@ -80,8 +80,10 @@ def apply_policy_spec(cfg: GapforgeConfig, spec: str | None) -> PolicyConfig:
         return pol
     if spec.startswith(("http://", "https://")):
         if credentials_in_url(spec):
-            raise UsageError(f"--policy {redact(spec)!r} holds a user:password: pass the URL without it and the key "
-                             "in an env var named by policy.endpoint.api_key_env")
+            raise UsageError(
+                f"--policy {redact(spec)!r} holds a user:password: pass the URL without it and the key "
+                "in an env var named by policy.endpoint.api_key_env"
+            )
         pol.kind = "endpoint"
         pol.endpoint.base_url = spec
     elif spec == "scripted" or spec.startswith("scripted:"):
@@ -124,19 +126,27 @@ def check_endpoint_url(base_url: str) -> None:
         url = httpx.URL(base_url)
         host = url.host
     except (httpx.InvalidURL, ValueError, TypeError) as e:
-        raise UsageError(f"policy endpoint {base_url!r} is not a valid URL ({e}): e.g. http://localhost:8000/v1") from None
+        raise UsageError(
+            f"policy endpoint {base_url!r} is not a valid URL ({e}): e.g. http://localhost:8000/v1"
+        ) from None
     if url.scheme not in ("http", "https") or not host:
-        raise UsageError(f"policy endpoint {base_url!r} is not an http(s) URL with a host: e.g. http://localhost:8000/v1")
+        raise UsageError(
+            f"policy endpoint {base_url!r} is not an http(s) URL with a host: e.g. http://localhost:8000/v1"
+        )
 
 
 def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
     """A PolicyModel for the configured backend."""
     if pol.kind == "local":
         if not pol.local_path or not Path(pol.local_path).is_dir():
-            raise UsageError(f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder")
+            raise UsageError(
+                f"policy.local_path '{pol.local_path}' is not a directory: point it at a Hugging Face model folder"
+            )
         from gapforge.serving.local import LocalPolicy
 
-        return LocalPolicy(pol.local_path, pol.adapter_path, temperature=pol.temperature, max_new_tokens=pol.max_new_tokens, name=name)
+        return LocalPolicy(
+            pol.local_path, pol.adapter_path, temperature=pol.temperature, max_new_tokens=pol.max_new_tokens, name=name
+        )
     if pol.kind == "endpoint":
         from gapforge.serving.openai_policy import EndpointPolicy
 
@@ -165,7 +175,9 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
     return ChatModelPolicy(chat_model_from_config(pol, section="policy"), name=name or default_name)
 
 
-def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetEnvironment, Callable[[], TargetEnvironment]]:
+def make_target_env_factory(
+    cfg: GapforgeConfig, env_name: str
+) -> tuple[TargetEnvironment, Callable[[], TargetEnvironment]]:
     """Validate the env name now (one-line error) and return (probe instance, zero-arg factory).
 
     With `rollouts.user: llm` the user simulator talks to the `llm.endpoint`: the shop
@@ -183,7 +195,9 @@ def make_target_env_factory(cfg: GapforgeConfig, env_name: str) -> tuple[TargetE
 
             user_model = make_chat_model(user_simulator_endpoint(cfg))
     probe = make_env(env_name, user=cfg.rollouts.user, user_model=user_model)
-    return probe, functools.partial(make_env, env_name, user=cfg.rollouts.user, user_model=user_model)  # picklable: worker processes build it
+    return probe, functools.partial(
+        make_env, env_name, user=cfg.rollouts.user, user_model=user_model
+    )  # picklable: worker processes build it
 
 
 def user_simulator_endpoint(cfg: GapforgeConfig) -> EndpointConfig:
@@ -192,9 +206,13 @@ def user_simulator_endpoint(cfg: GapforgeConfig) -> EndpointConfig:
     if cfg.rollouts.user_endpoint == "llm":
         return cfg.llm.endpoint
     if cfg.policy.kind != "endpoint":
-        raise UsageError(f"rollouts.user_endpoint=policy needs a served policy (policy.kind=endpoint), not policy.kind={cfg.policy.kind}: "
-                         "serve it, or set rollouts.user_endpoint=llm")
-    return cfg.policy.endpoint.model_copy(update={"temperature": 0.0})  # the loaded key comes along (a private attribute)
+        raise UsageError(
+            f"rollouts.user_endpoint=policy needs a served policy (policy.kind=endpoint), not policy.kind={cfg.policy.kind}: "
+            "serve it, or set rollouts.user_endpoint=llm"
+        )
+    return cfg.policy.endpoint.model_copy(
+        update={"temperature": 0.0}
+    )  # the loaded key comes along (a private attribute)
 
 
 def sandbox_checks(cfg: GapforgeConfig):
@@ -207,4 +225,3 @@ def sandbox_checks(cfg: GapforgeConfig):
     factory = functools.partial(make_policy, cfg.policy) if cfg.policy.kind != "scripted" else None
     workers, threads = rollout_workers(cfg)
     return checks(cfg.executor, cfg.sandbox, factory, local_workers=workers, threads=threads)
-

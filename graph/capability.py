@@ -82,7 +82,9 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
     return result, update
 
 
-async def synthesize(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> Command[Literal["validate", "synthesize", "__end__"]]:
+async def synthesize(
+    state: CapabilityBranch, runtime: Runtime[GraphContext]
+) -> Command[Literal["validate", "synthesize", "__end__"]]:
     attempt = int(state.get("attempt") or 0) + 1
     cap = state["capability"]
     done, update = await _guarded(state, "synthesize", runtime.context.stages.synthesize, state["run_id"], cap, attempt)
@@ -100,7 +102,9 @@ async def synthesize(state: CapabilityBranch, runtime: Runtime[GraphContext]) ->
     return Command(goto="validate", update=update)
 
 
-async def validate(state: CapabilityBranch, runtime: Runtime[GraphContext]) -> Command[Literal["synthesize", "train", "__end__"]]:
+async def validate(
+    state: CapabilityBranch, runtime: Runtime[GraphContext]
+) -> Command[Literal["synthesize", "train", "__end__"]]:
     attempt = int(state["attempt"])
     cap = state["capability"]
     done, update = await _guarded(state, "validate", runtime.context.stages.validate, state["run_id"], cap, attempt)
@@ -162,7 +166,9 @@ def build_capability_graph(*, training: bool = True) -> Any:
     """The subgraph (compiled without its own checkpointer: it inherits the run's). `training=False`: the same repair
     loop ending at the accepted env, run by `repair` under a `RepairContext`."""
     context = GraphContext if training else RepairContext
-    builder = StateGraph(CapabilityBranch, context_schema=context, input_schema=CapabilityTask, output_schema=CapabilityOutput)
+    builder = StateGraph(
+        CapabilityBranch, context_schema=context, input_schema=CapabilityTask, output_schema=CapabilityOutput
+    )
     builder.add_node("synthesize", synthesize)
     builder.add_node("validate", validate)
     builder.add_node("train", train if training else stop_before_training)
@@ -176,5 +182,7 @@ async def repair(stages: RepairStages, run_id: str, capability: str, *, max_atte
     without a checkpointer (the stage services' stored attempts and verdicts make it resumable). Returns the
     capability's row: `status` validated | unsynthesized | failed | unavailable, with `verdict` / `error`."""
     graph = build_capability_graph(training=False)
-    out = await graph.ainvoke(CapabilityTask(run_id=run_id, capability=capability), context=RepairContext(stages, max_attempts))
+    out = await graph.ainvoke(
+        CapabilityTask(run_id=run_id, capability=capability), context=RepairContext(stages, max_attempts)
+    )
     return out["capabilities"][capability]

@@ -49,14 +49,18 @@ class CheckpointDiskFull(Resumable, CheckpointerError):
 
     def __init__(self, path: Path, *, resume: str | None = None) -> None:
         self.path = path
-        summary = f"no space left on the disk holding the checkpoints {path}; the last checkpoint stands: free space there"
+        summary = (
+            f"no space left on the disk holding the checkpoints {path}; the last checkpoint stands: free space there"
+        )
         super().__init__(self._resumable(summary, resume))
 
 
 def _damaged(path: Path, reason: str) -> CheckpointDamaged:
-    return CheckpointDamaged(f"the checkpoint file {path} is damaged ({reason}: truncated or overwritten?): restore it from a "
-                             "backup, or move it aside (the runs' stored work stays in the store; their graph progress "
-                             "is lost with that file)")
+    return CheckpointDamaged(
+        f"the checkpoint file {path} is damaged ({reason}: truncated or overwritten?): restore it from a "
+        "backup, or move it aside (the runs' stored work stays in the store; their graph progress "
+        "is lost with that file)"
+    )
 
 
 _CHECKED: set[str] = set()  # files whose header this process has read (see _check_length)
@@ -114,7 +118,9 @@ def describe(store_url: str | None, sqlite_path: Path) -> str:
 
 
 @asynccontextmanager
-async def open_checkpoints_read_only(store_url: str | None, sqlite_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
+async def open_checkpoints_read_only(
+    store_url: str | None, sqlite_path: Path
+) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
     """A checkpointer that only reads (the viewer): creates no file or table; None when there are
     no checkpoints yet (no SQLite file / no checkpoint tables in PostgreSQL)."""
     if is_postgres(store_url):
@@ -124,10 +130,15 @@ async def open_checkpoints_read_only(store_url: str | None, sqlite_path: Path) -
 
         try:
             async with await psycopg.AsyncConnection.connect(
-                libpq_url(store_url or ""), autocommit=True, prepare_threshold=0, row_factory=dict_row,
+                libpq_url(store_url or ""),
+                autocommit=True,
+                prepare_threshold=0,
+                row_factory=dict_row,
                 options="-c default_transaction_read_only=on",
             ) as conn:
-                found = await (await conn.execute("SELECT to_regclass('checkpoints') IS NOT NULL AS present")).fetchone()
+                found = await (
+                    await conn.execute("SELECT to_regclass('checkpoints') IS NOT NULL AS present")
+                ).fetchone()
                 yield AsyncPostgresSaver(conn) if found and found["present"] else None
         except psycopg.OperationalError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -158,7 +169,9 @@ async def open_checkpointer(store_url: str | None, sqlite_path: Path) -> AsyncIt
         try:
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         except ImportError as e:
-            raise CheckpointerError(f"the PostgreSQL checkpointer is not installed ({e.name}): pip install 'gapforge[postgres]'") from None
+            raise CheckpointerError(
+                f"the PostgreSQL checkpointer is not installed ({e.name}): pip install 'gapforge[postgres]'"
+            ) from None
         import psycopg
 
         try:

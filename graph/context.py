@@ -80,7 +80,9 @@ class CapabilityStats:
     coverage: float | None
     kept_passes: int
     retained: bool
-    left_out: str | None = None  # passed the vote, not retained: "deferred" (analysis.max_retained) or "excluded" (analysis.exclude)
+    left_out: str | None = (
+        None  # passed the vote, not retained: "deferred" (analysis.max_retained) or "excluded" (analysis.exclude)
+    )
 
 
 @dataclass(frozen=True, slots=True)

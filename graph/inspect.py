@@ -43,7 +43,11 @@ def _short(value: Any, limit: int = 60) -> str:
     if isinstance(value, float):
         text = f"{value:.3g}"
     elif isinstance(value, list):
-        text = ", ".join(str(v) for v in value) if all(not isinstance(v, (dict, list)) for v in value) else f"{len(value)} items"
+        text = (
+            ", ".join(str(v) for v in value)
+            if all(not isinstance(v, (dict, list)) for v in value)
+            else f"{len(value)} items"
+        )
     elif isinstance(value, dict):
         text = ", ".join(f"{k}={_short(v, 20)}" for k, v in value.items() if not isinstance(v, (dict, list)))
         text = text or ", ".join(str(k) for k in value)  # a map of maps (e.g. evaluation per policy): its keys
@@ -70,7 +74,11 @@ def diff_values(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         old = before.get(key)
         if value == old or key in ("stage", "cost"):
             continue
-        if isinstance(value, dict) and isinstance(old, dict | None) and key in ("capabilities", "stages", "notes", "cost"):
+        if (
+            isinstance(value, dict)
+            and isinstance(old, dict | None)
+            and key in ("capabilities", "stages", "notes", "cost")
+        ):
             for sub, sub_value in value.items():
                 if (old or {}).get(sub) != sub_value:
                     lines.append(f"{key}.{sub}: {_short(sub_value)}")
@@ -120,7 +128,9 @@ async def fork_point(graph: Any, parent_run: str, checkpoint_id: str) -> dict[st
     saver: BaseCheckpointSaver[Any] = graph.checkpointer
     found = await saver.aget_tuple(thread_config(parent_run, checkpoint_id))
     if found is None or found.config["configurable"].get("checkpoint_id") != checkpoint_id:
-        raise ForkError(f"run {parent_run!r} has no checkpoint {checkpoint_id!r}: list them with `gapforge history {parent_run}`")
+        raise ForkError(
+            f"run {parent_run!r} has no checkpoint {checkpoint_id!r}: list them with `gapforge history {parent_run}`"
+        )
     snap = await graph.aget_state(thread_config(parent_run, checkpoint_id))
     if not set(snap.next) <= FORKABLE_NEXT or not snap.next:
         raise ForkError(

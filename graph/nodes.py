@@ -54,7 +54,12 @@ async def collect_rollouts(state: RunState, runtime: Runtime[GraphContext]) -> d
     done, update = await call_stage("collect_rollouts", runtime.context.stages.collect_rollouts, state["run_id"])
     if done is not None:
         rate = done.successes / done.episodes if done.episodes else None
-        update["rollouts"] = {"episodes": done.episodes, "successes": done.successes, "pass_rate": rate, "ran": done.ran}
+        update["rollouts"] = {
+            "episodes": done.episodes,
+            "successes": done.successes,
+            "pass_rate": rate,
+            "ran": done.ran,
+        }
     return update
 
 

@@ -44,7 +44,9 @@ def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> di
     return out
 
 
-def add_costs(left: dict[str, dict[str, float]] | None, right: dict[str, dict[str, float]] | None) -> dict[str, dict[str, float]]:
+def add_costs(
+    left: dict[str, dict[str, float]] | None, right: dict[str, dict[str, float]] | None
+) -> dict[str, dict[str, float]]:
     """Cost counters per stage: numbers add up across nodes, passes and capabilities."""
     out = {stage: dict(counters) for stage, counters in (left or {}).items()}
     for stage, counters in (right or {}).items():
@@ -67,7 +69,9 @@ class CapabilityState(TypedDict, total=False):
     adapter: str | None  # adapter name in the store
     heldout_before: float | None
     heldout_after: float | None
-    kept_step: int | None  # 0: no training step beat the untrained adapter on held-out seeds (the adapter is the identity)
+    kept_step: (
+        int | None
+    )  # 0: no training step beat the untrained adapter on held-out seeds (the adapter is the identity)
     error: str  # why it failed, blamed on the boundary (sandbox, model, env code, ...)
 
 

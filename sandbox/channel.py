@@ -53,7 +53,11 @@ class Channel(ABC):
     # -- protocol ------------------------------------------------------------
     def _fail(self, kind: str, detail: str, method: str) -> EnvCodeError | SandboxLost:
         err: EnvCodeError | SandboxLost
-        err = SandboxLost(kind, detail, method=method) if kind in INFRA_KINDS else EnvCodeError(kind, detail, method=method)  # type: ignore[arg-type]
+        err = (
+            SandboxLost(kind, detail, method=method)
+            if kind in INFRA_KINDS
+            else EnvCodeError(kind, detail, method=method)
+        )  # type: ignore[arg-type]
         self.broken = err
         self.had_failure = True
         self.kill()
@@ -84,7 +88,9 @@ class Channel(ABC):
         if isinstance(self.broken, SandboxLost):
             raise SandboxLost(self.broken.kind, f"sandbox unusable: {self.broken.detail}", method=method)  # type: ignore[arg-type]
         if self.broken is not None:
-            raise EnvCodeError("crash", f"sandbox unusable after an earlier failure ({self.broken.kind})", method=method)
+            raise EnvCodeError(
+                "crash", f"sandbox unusable after an earlier failure ({self.broken.kind})", method=method
+            )
         self._next_id += 1
         rid = self._next_id
         try:

@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    backend: Literal["docker", "process"] = Field("docker", description="docker, or process: NO isolation, explicit opt-in only")
+    backend: Literal["docker", "process"] = Field(
+        "docker", description="docker, or process: NO isolation, explicit opt-in only"
+    )
     image: str = Field("gapforge-sandbox:latest", description="image tag (`gapforge sandbox build-image`)")
     memory_mb: int = Field(512, ge=32, description="memory per container (MB)")
     cpus: float = Field(1.0, gt=0, description="CPUs per container")

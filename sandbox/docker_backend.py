@@ -44,7 +44,9 @@ def docker_client(fix: str | None = None) -> Any:
     except (docker.errors.DockerException, requests.exceptions.ConnectionError) as e:
         cause = " ".join(str(e).split())[:200]
         if "ermission denied" in cause:  # the daemon runs, this user may not talk to it
-            raise SandboxError(f"Docker daemon refused access ({cause}): add this user to the docker group or use sudo") from None
+            raise SandboxError(
+                f"Docker daemon refused access ({cause}): add this user to the docker group or use sudo"
+            ) from None
         hint = NO_DAEMON if fix is None else f"no Docker daemon reachable: {fix}"
         raise SandboxError(f"{hint} ({cause})") from None
 
@@ -84,8 +86,13 @@ def container_kwargs(cfg: SandboxConfig, stage_path: str) -> dict[str, Any]:
         "ipc_mode": "private",
         "environment": {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
         "log_config": LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
-        "labels": {LABEL: "1", f"{LABEL}.role": "sandbox", f"{LABEL}.pid": str(os.getpid()), f"{LABEL}.started": _start_time(os.getpid()),
-                   f"{LABEL}.host": socket.gethostname()},
+        "labels": {
+            LABEL: "1",
+            f"{LABEL}.role": "sandbox",
+            f"{LABEL}.pid": str(os.getpid()),
+            f"{LABEL}.started": _start_time(os.getpid()),
+            f"{LABEL}.host": socket.gethostname(),
+        },
     }
 
 
@@ -161,12 +168,21 @@ class DockerChannel(Channel):
             return "crash", f"could not inspect the exited container ({type(e).__name__}: {str(e)[:200]})"
         code = state.get("ExitCode")
         if state.get("OOMKilled"):
-            return "oom", f"killed at the {self.container.attrs['HostConfig'].get('Memory', 0) // 2**20} MB memory limit (exit {code}, OOMKilled)"
+            return (
+                "oom",
+                f"killed at the {self.container.attrs['HostConfig'].get('Memory', 0) // 2**20} MB memory limit (exit {code}, OOMKilled)",
+            )
         signal = _kill_signal(self.client, self.container)
         if signal is not None:
-            return "killed", f"the container was killed from outside (signal {signal}, exit {code}; not the env's doing)"
+            return (
+                "killed",
+                f"the container was killed from outside (signal {signal}, exit {code}; not the env's doing)",
+            )
         if code == 137:
-            return "killed", "the server got SIGKILL (exit 137) without the daemon's OOMKilled flag: killed from outside"
+            return (
+                "killed",
+                "the server got SIGKILL (exit 137) without the daemon's OOMKilled flag: killed from outside",
+            )
         return "crash", f"server exited with code {code}" + (f"; stderr: {tail[-500:]}" if tail else "")
 
     def kill(self) -> None:
@@ -188,7 +204,9 @@ def _kill_signal(client: Any, container: Any) -> str | None:
     created = str(container.attrs.get("Created", ""))[:19]
     try:
         since = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%S")) - 1 if created else int(time.time()) - 3600
-        events = client.events(since=since, until=f"{time.time():.6f}", filters={"container": container.id, "event": "kill"}, decode=True)
+        events = client.events(
+            since=since, until=f"{time.time():.6f}", filters={"container": container.id, "event": "kill"}, decode=True
+        )
         for event in events:
             return str(event.get("Actor", {}).get("Attributes", {}).get("signal", "?"))
     except Exception:  # noqa: BLE001 - no event log: fall back to the exit code
@@ -227,7 +245,9 @@ def start_container(client: Any, cfg: SandboxConfig, stage_path: str) -> DockerC
     except docker.errors.APIError:
         raise
     except Exception as e:  # noqa: BLE001 - requests' connection errors: the daemon went away
-        raise SandboxError(f"the Docker daemon stopped answering ({type(e).__name__}): check that dockerd runs, then resume") from None
+        raise SandboxError(
+            f"the Docker daemon stopped answering ({type(e).__name__}): check that dockerd runs, then resume"
+        ) from None
     try:
         channel = DockerChannel(client, container, cfg)
         container.start()
@@ -286,7 +306,11 @@ def sweep(client: Any | None = None, *, everything: bool = False, only_pid: int 
         labels = c.get("Labels") or {}
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
         mine = labels.get(f"{LABEL}.host") == host
-        if everything or (only_pid is not None and mine and pid == only_pid) or (only_pid is None and mine and not _owner_alive(labels)):
+        if (
+            everything
+            or (only_pid is not None and mine and pid == only_pid)
+            or (only_pid is None and mine and not _owner_alive(labels))
+        ):
             remove_container(client, c["Id"])
             removed += 1
     return removed

@@ -47,8 +47,14 @@ class SandboxedEnv:
     """
 
     def __init__(
-        self, module_path: str | Path, cfg: SandboxConfig | None = None, pool: SandboxPool | None = None,
-        *, lazy: bool = False, max_failures: int = 100, infra_retries: int = 2,
+        self,
+        module_path: str | Path,
+        cfg: SandboxConfig | None = None,
+        pool: SandboxPool | None = None,
+        *,
+        lazy: bool = False,
+        max_failures: int = 100,
+        infra_retries: int = 2,
     ) -> None:
         if cfg is None and pool is None:
             raise ValueError("SandboxedEnv needs a SandboxConfig or a SandboxPool")
@@ -99,7 +105,10 @@ class SandboxedEnv:
                 self._record(e)
                 raise
             except SandboxLost as e:
-                self.sandbox_faults.append(e.to_dict() | {"lost_call": "start", "replayed": "nothing", "gave_up": attempt >= self.infra_retries})
+                self.sandbox_faults.append(
+                    e.to_dict()
+                    | {"lost_call": "start", "replayed": "nothing", "gave_up": attempt >= self.infra_retries}
+                )
                 if attempt >= self.infra_retries:
                     raise
         self._episode_lost = False
@@ -120,7 +129,11 @@ class SandboxedEnv:
             replay = self._lost and method != "reset"
             if self._channel is None:
                 if self._episode_lost and method != "reset":
-                    raise EnvCodeError("crash", "the episode was lost when the sandbox was destroyed after a failure; reset() again", method=method)
+                    raise EnvCodeError(
+                        "crash",
+                        "the episode was lost when the sandbox was destroyed after a failure; reset() again",
+                        method=method,
+                    )
                 self._lease()
             channel = self._channel
             assert channel is not None
@@ -132,8 +145,14 @@ class SandboxedEnv:
                 out = channel.call(method, params)
             except SandboxLost as e:  # not the env's doing: a fresh sandbox, the episode replayed
                 steps = sum(1 for m, _ in self._journal if m == "step")
-                replayed = f"reset + {steps} step(s), then {method}()" if method != "reset" and self._journal else f"{method}()"
-                self.sandbox_faults.append(e.to_dict() | {"lost_call": method, "replayed": replayed, "gave_up": attempt >= self.infra_retries})
+                replayed = (
+                    f"reset + {steps} step(s), then {method}()"
+                    if method != "reset" and self._journal
+                    else f"{method}()"
+                )
+                self.sandbox_faults.append(
+                    e.to_dict() | {"lost_call": method, "replayed": replayed, "gave_up": attempt >= self.infra_retries}
+                )
                 self.pool.discard(channel)
                 self._channel, self._lost = None, True
                 if attempt >= self.infra_retries:
@@ -155,7 +174,9 @@ class SandboxedEnv:
 
     def _bad_output(self, method: str, err: Exception) -> EnvCodeError:
         detail = str(err).splitlines()
-        exc = EnvCodeError("bad_output", f"answer does not fit the protocol: {' '.join(detail[:3])[:500]}", method=method)
+        exc = EnvCodeError(
+            "bad_output", f"answer does not fit the protocol: {' '.join(detail[:3])[:500]}", method=method
+        )
         self._record(exc)
         if self._channel is not None:
             self._channel.had_failure = True

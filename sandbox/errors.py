@@ -34,7 +34,9 @@ class SandboxError(SandboxFault):
 class EnvCodeError(EnvCodeFault):
     """The env module failed; `kind` says how, `detail` holds its error text / evidence."""
 
-    def __init__(self, kind: EnvFailureKind, detail: str, *, method: str | None = None, traceback: str | None = None) -> None:
+    def __init__(
+        self, kind: EnvFailureKind, detail: str, *, method: str | None = None, traceback: str | None = None
+    ) -> None:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown EnvCodeError kind {kind!r}")
         self.kind = kind

@@ -74,10 +74,17 @@ def build_dockerfile(client: Any, tag: str) -> None:
     import docker.errors
 
     try:
-        client.images.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name, tag=tag, rm=True,
-                            labels={"gapforge.image": recipe_hash(), "gapforge.method": "dockerfile"})
+        client.images.build(
+            path=str(DOCKERFILE.parent),
+            dockerfile=DOCKERFILE.name,
+            tag=tag,
+            rm=True,
+            labels={"gapforge.image": recipe_hash(), "gapforge.method": "dockerfile"},
+        )
     except (docker.errors.BuildError, docker.errors.APIError) as e:
-        raise SandboxError(f"docker build failed ({str(e).splitlines()[0][:200]}): try --method local-python or debootstrap") from None
+        raise SandboxError(
+            f"docker build failed ({str(e).splitlines()[0][:200]}): try --method local-python or debootstrap"
+        ) from None
 
 
 # -- local-python --------------------------------------------------------------
@@ -103,6 +110,7 @@ def local_python_tar(dest: Path) -> None:
     for obj in [exe, *dynload]:
         libs |= _ldd(obj)
     with tarfile.open(dest, "w") as tar:
+
         def add_dir(name: str, mode: int = 0o755) -> None:
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, mode
@@ -147,8 +155,12 @@ def debian_mirror(sources_dir: Path = Path("/etc/apt")) -> str:
     for f in files:
         if not f.is_file():
             continue
-        for m in re.finditer(r"(?:^deb\s+(?:\[[^\]]*\]\s+)?|^URIs:\s*)(\S+/debian)/?\s*$"
-                             r"|^deb\s+(?:\[[^\]]*\]\s+)?(\S+/debian)/?\s+bookworm", f.read_text(), re.M):
+        for m in re.finditer(
+            r"(?:^deb\s+(?:\[[^\]]*\]\s+)?|^URIs:\s*)(\S+/debian)/?\s*$"
+            r"|^deb\s+(?:\[[^\]]*\]\s+)?(\S+/debian)/?\s+bookworm",
+            f.read_text(),
+            re.M,
+        ):
             return m.group(1) or m.group(2)
     return "http://deb.debian.org/debian"
 
@@ -159,10 +171,19 @@ def build_debootstrap(client: Any, tag: str) -> None:
     repo, _, version = tag.rpartition(":") if ":" in tag.split("/")[-1] else (tag, "", "latest")
     with tempfile.TemporaryDirectory(prefix="gapforge-img-") as tmp:
         root = Path(tmp) / "rootfs"
-        cmd = ["debootstrap", "--variant=minbase", "--include=python3-minimal,libpython3.11-stdlib", "bookworm", str(root), debian_mirror()]
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=python3-minimal,libpython3.11-stdlib",
+            "bookworm",
+            str(root),
+            debian_mirror(),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise SandboxError(f"debootstrap failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]} (is the Debian mirror reachable?)")
+            raise SandboxError(
+                f"debootstrap failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]} (is the Debian mirror reachable?)"
+            )
         for junk in ("var/cache/apt/archives", "usr/share/doc", "usr/share/man", "usr/share/locale"):
             shutil.rmtree(root / junk, ignore_errors=True)
         (root / "opt/gapforge").mkdir(parents=True, exist_ok=True)
@@ -172,10 +193,20 @@ def build_debootstrap(client: Any, tag: str) -> None:
         client.api.import_image_from_file(str(tar), repository=repo, tag=version, changes=_changes("debootstrap"))
 
 
-BUILDERS: dict[str, Callable[[Any, str], None]] = {"dockerfile": build_dockerfile, "local-python": build_local_python, "debootstrap": build_debootstrap}
+BUILDERS: dict[str, Callable[[Any, str], None]] = {
+    "dockerfile": build_dockerfile,
+    "local-python": build_local_python,
+    "debootstrap": build_debootstrap,
+}
 
 
-def build_image(client: Any, tag: str, method: BuildMethod = "auto", force: bool = False, log: Callable[[str], None] = lambda s: None) -> str:
+def build_image(
+    client: Any,
+    tag: str,
+    method: BuildMethod = "auto",
+    force: bool = False,
+    log: Callable[[str], None] = lambda s: None,
+) -> str:
     """Make sure `tag` exists and is current; returns the method used ("cached" when reused)."""
     if method not in ("auto", *BUILDERS):
         raise SandboxError(f"unknown build method '{method}': use auto, {', '.join(BUILDERS)}")

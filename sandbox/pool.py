@@ -23,7 +23,9 @@ from gapforge.sandbox.stage import Stage
 
 
 class SandboxPool:
-    def __init__(self, cfg: SandboxConfig, *, size: int | None = None, client: Any = None, sweep_on_start: bool = True) -> None:
+    def __init__(
+        self, cfg: SandboxConfig, *, size: int | None = None, client: Any = None, sweep_on_start: bool = True
+    ) -> None:
         self.cfg = cfg
         self.size = cfg.pool_size if size is None else size
         self.client = None
@@ -111,7 +113,13 @@ class SandboxPool:
         """Return a healthy sandbox for reuse with the same module; destroy it otherwise."""
         with self._cond:
             _, rel = self._leased.pop(id(channel), (None, ""))
-            keep = rel and not self._closed and channel.broken is None and not channel.had_failure and len(self._idle.get(rel, [])) < max(self.size, 1)
+            keep = (
+                rel
+                and not self._closed
+                and channel.broken is None
+                and not channel.had_failure
+                and len(self._idle.get(rel, [])) < max(self.size, 1)
+            )
             if keep:
                 self._idle.setdefault(rel, []).append(channel)
                 return
@@ -131,7 +139,9 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
-            channels = self._blank + [c for cs in self._idle.values() for c in cs] + [c for c, _ in self._leased.values()]
+            channels = (
+                self._blank + [c for cs in self._idle.values() for c in cs] + [c for c, _ in self._leased.values()]
+            )
             self._blank, self._idle, self._leased = [], {}, {}
             self._cond.notify_all()
         if self._filler is not None:

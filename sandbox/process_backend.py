@@ -26,8 +26,10 @@ from gapforge.sandbox.config import SandboxConfig
 from gapforge.sandbox.errors import EnvFailureKind
 
 log = logging.getLogger(__name__)
-WARNING = ("sandbox.backend=process runs generated env code WITHOUT ISOLATION (no network, filesystem or secret protection); "
-           "use the docker backend for untrusted code")
+WARNING = (
+    "sandbox.backend=process runs generated env code WITHOUT ISOLATION (no network, filesystem or secret protection); "
+    "use the docker backend for untrusted code"
+)
 
 
 def _apply_limits(pid: int, cfg: SandboxConfig) -> None:

@@ -119,7 +119,7 @@ class Server:
         data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(self.proto_fd, view):]
+            view = view[os.write(self.proto_fd, view) :]
 
     def error(self, rid: Any, kind: str, exc: BaseException) -> dict[str, Any]:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
@@ -149,7 +149,9 @@ class Server:
         except (TypeError, ValueError) as e:
             return self.error(rid, "bad_output", e)
         if len(text) > self.max_output:
-            return self.error(rid, "output_flood", OutputFlood(f"result of {len(text)} bytes exceeds {self.max_output}"))
+            return self.error(
+                rid, "output_flood", OutputFlood(f"result of {len(text)} bytes exceeds {self.max_output}")
+            )
         return {"id": rid, "ok": True, "result": result}
 
     def serve(self, stdin: Any) -> None:

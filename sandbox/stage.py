@@ -47,8 +47,10 @@ class Stage:
 
     def _write(self, rel: str, data: bytes) -> Path:
         dest = self.path / rel
-        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")  # one per writer: envs opened
-        tmp = Path(name)                                                                     # at once stage the same module
+        fd, name = tempfile.mkstemp(
+            dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"
+        )  # one per writer: envs opened
+        tmp = Path(name)  # at once stage the same module
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         tmp.chmod(0o644)

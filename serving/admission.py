@@ -39,7 +39,9 @@ class ServerStopping(EndpointFault):
 
 
 class Admission:
-    def __init__(self, max_queue: int, request_timeout_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, max_queue: int, request_timeout_s: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be >= 1, got {max_queue}")
         if request_timeout_s <= 0:
@@ -49,7 +51,9 @@ class Admission:
         self.clock = clock
         self.in_flight = 0
         self.draining = False
-        self.counts: Counter[str] = Counter()  # admitted, answered, rejected, timed_out, disconnected, cut, refused_draining
+        self.counts: Counter[str] = (
+            Counter()
+        )  # admitted, answered, rejected, timed_out, disconnected, cut, refused_draining
         self.mean_s: float | None = None  # moving mean of answered requests' time in the server (queueing included)
         self._stop = asyncio.Event()
         self._idle = asyncio.Event()
@@ -82,7 +86,9 @@ class Admission:
         task = asyncio.ensure_future(work)
         stop = asyncio.ensure_future(self._stop.wait())
         try:
-            done, _ = await asyncio.wait({task, stop}, timeout=self.request_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {task, stop}, timeout=self.request_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
         except asyncio.CancelledError:
             self.counts["disconnected"] += 1
             await _cancel(task)

@@ -200,7 +200,9 @@ class _Lane:
             taken = list(batch)  # every request this batch holds, the ones admitted while it decodes too
             key = None if self.mixing else batch[0].group  # None: rows of every group (adapter) decode together
             try:
-                generator._decode(batch, admit=functools.partial(self.admit_into, taken, key), finish=_answer, mixing=self.mixing)
+                generator._decode(
+                    batch, admit=functools.partial(self.admit_into, taken, key), finish=_answer, mixing=self.mixing
+                )
             except BaseException as e:  # noqa: BLE001 - every caller still waiting gets the error
                 for r in taken:
                     if not r.future.done():
@@ -295,7 +297,9 @@ class _Lane:
                 (batch if self._fits(item, group) else self.backlog).append(item)
             if stopping:
                 self.queue.put(None)  # answer this batch (and the backlog) first, then stop
-            live = [r for r in batch if r.future.set_running_or_notify_cancel()]  # a cancelled caller (its episode was cancelled) is dropped
+            live = [
+                r for r in batch if r.future.set_running_or_notify_cancel()
+            ]  # a cancelled caller (its episode was cancelled) is dropped
             generator = self.ref()
             if generator is not None:
                 generator.cancelled["waiting"] += len(batch) - len(live)
@@ -356,7 +360,9 @@ class _Running:
         else:
             longest = max(len(r.ids) for r in rows)
             if self.cache is None:
-                self._allocate(prefilled[0], slots=max(self.owner.max_batch, len(rows)), columns=longest + room + self.MARGIN)
+                self._allocate(
+                    prefilled[0], slots=max(self.owner.max_batch, len(rows)), columns=longest + room + self.MARGIN
+                )
                 self.pos = longest
             elif longest > self.pos:
                 self._shift(longest - self.pos + self.MARGIN)
@@ -397,7 +403,9 @@ class _Running:
                     layer._v[j, :, : self.pos] = layer._v[end, :, : self.pos]
             order[j] = order[end]
             order.pop()
-        self.rows, self.outs, self.gens, self.starts = ([xs[i] for i in order] for xs in (self.rows, self.outs, self.gens, self.starts))
+        self.rows, self.outs, self.gens, self.starts = (
+            [xs[i] for i in order] for xs in (self.rows, self.outs, self.gens, self.starts)
+        )
         index = torch.tensor(order)
         self.last, self.logits = self.last[index], self.logits[index]
         if self.joined:
@@ -421,14 +429,26 @@ class _Running:
             padded = torch.arange(self.pos + 1)[None, :] >= torch.tensor(self.starts)[:, None]
         if fast is not None and self.joined:  # no padding: no mask (transformers drops an all-ones one)
             mix = rows_of([adapter_of(r.group) for r in self.rows]) if adapter_of is not None else None
-            self.logits = fast.decode(tokens, self.last, self.cache.layers, None if padded is None else padded[:, None, None, :], mix)
+            self.logits = fast.decode(
+                tokens, self.last, self.cache.layers, None if padded is None else padded[:, None, None, :], mix
+            )
         else:
             if not self.joined:
-                self.attention = attention = torch.cat([self.attention, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1)
+                self.attention = attention = torch.cat(
+                    [self.attention, torch.ones((len(self.rows), 1), dtype=torch.long)], dim=1
+                )
             else:
-                attention = torch.ones((len(self.rows), self.pos + 1), dtype=torch.long) if padded is None else padded.long()
-            self.logits = self.owner.model(input_ids=tokens, attention_mask=attention, position_ids=self.last, past_key_values=self.cache,
-                                           use_cache=True, logits_to_keep=1).logits  # fmt: skip
+                attention = (
+                    torch.ones((len(self.rows), self.pos + 1), dtype=torch.long) if padded is None else padded.long()
+                )
+            self.logits = self.owner.model(
+                input_ids=tokens,
+                attention_mask=attention,
+                position_ids=self.last,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
         self.pos += 1
 
     def _allocate(self, first: Any, *, slots: int, columns: int) -> None:
@@ -499,21 +519,32 @@ class BatchGenerator:
         self.window_s = window_s
         self.top_k = top_k if top_k else None
         self.top_p = top_p if top_p is not None and top_p < 1.0 else None
-        self.batch_sizes: list[int] = []  # every batch run by the worker (rows it held, the admitted ones too), in order
+        self.batch_sizes: list[
+            int
+        ] = []  # every batch run by the worker (rows it held, the admitted ones too), in order
         self.step_rows: list[int] = []  # the rows of every decode step, in order (for tests and benches)
         self.prefixes = _PrefixStore(prefix_bytes)  # finished rows' caches: the next turn prefills only what is new
         self.prefill_tokens = [0, 0]  # [prefilled, reused from a kept prefix] (for tests and benches)
-        self.cancelled = {"waiting": 0, "decoding": 0}  # requests dropped because their caller cancelled: before / while decoding
+        self.cancelled = {
+            "waiting": 0,
+            "decoding": 0,
+        }  # requests dropped because their caller cancelled: before / while decoding
         self.fast = fast
-        self.fast_now: Any = None  # the batch being decoded: its FastForward, bound to its adapter (None: the model's own forward)
+        self.fast_now: Any = (
+            None  # the batch being decoded: its FastForward, bound to its adapter (None: the model's own forward)
+        )
         self.adapter_of = adapter_of  # group -> adapter name (None: the base): groups may share a batch (`mixes`)
-        self.mixing_now: Callable[[Hashable], str | None] | None = None  # the batch being decoded mixes groups: adapter_of
+        self.mixing_now: Callable[[Hashable], str | None] | None = (
+            None  # the batch being decoded mixes groups: adapter_of
+        )
         self._mixes: tuple[tuple[int, int, bool], bool] | None = None
         self.exclusive_waiting = 0  # callers waiting in `exclusive()`: the running batch stops admitting
         self._lane: _Lane | None = None
         self._start = threading.Lock()
 
-    def submit(self, ids: list[int], *, temperature: float, max_new_tokens: int, seed: int, group: Hashable = None) -> Future[list[int]]:
+    def submit(
+        self, ids: list[int], *, temperature: float, max_new_tokens: int, seed: int, group: Hashable = None
+    ) -> Future[list[int]]:
         """Queue one prompt; the future resolves to the new token ids (eos included when one was produced)."""
         request = _request(ids, temperature, max_new_tokens, seed, group)
         with self._start:  # a lane is started and fed under one lock, so close() never strands a request
@@ -524,8 +555,15 @@ class BatchGenerator:
             self._lane.queue.put(request)
         return request.future
 
-    def run_batch(self, prompts: list[list[int]], *, seeds: list[int], temperature: float, max_new_tokens: int,
-                  group: Hashable = None) -> list[Decoded]:
+    def run_batch(
+        self,
+        prompts: list[list[int]],
+        *,
+        seeds: list[int],
+        temperature: float,
+        max_new_tokens: int,
+        group: Hashable = None,
+    ) -> list[Decoded]:
         """Decode these prompts as one batch on the calling thread (what the worker does with a batch)."""
         if len(seeds) != len(prompts) or not prompts:
             raise ValueError("run_batch needs one seed per prompt")
@@ -548,12 +586,20 @@ class BatchGenerator:
         if lane is not None and lane.thread is not threading.current_thread():
             lane.thread.join()
 
-    def _grouped(self, batch: list[_Request], group: Hashable, finish: Finish | None) -> tuple[list[_Request], list[Decoded]]:
+    def _grouped(
+        self, batch: list[_Request], group: Hashable, finish: Finish | None
+    ) -> tuple[list[_Request], list[Decoded]]:
         rows = [r for r in batch if r.group == group]
         return rows, self._decode(rows, finish=finish, mixing=False)
 
-    def _decode(self, batch: list[_Request], *, admit: Admit | None = None, finish: Finish | None = None,
-                mixing: bool | None = None) -> list[Decoded]:
+    def _decode(
+        self,
+        batch: list[_Request],
+        *,
+        admit: Admit | None = None,
+        finish: Finish | None = None,
+        mixing: bool | None = None,
+    ) -> list[Decoded]:
         """Prefill the prompts (`_prefill`), from a kept prefix when there is one, then decode the rows together on one joined cache, or
         row by row when the model's cache layers cannot be joined (e.g. a sliding window). With `admit`, requests that
         arrive while the batch decodes join it between two steps (`admit(room)` returns them); with `finish`, each
@@ -563,7 +609,12 @@ class BatchGenerator:
         groups = list(dict.fromkeys(r.group for r in batch))
         mixing = len(groups) > 1 if mixing is None else mixing
         decoded: dict[int, Decoded] | None = None
-        with _GATE.decoding(), self.lock, contextlib.nullcontext() if mixing else self.select(groups[0]), torch.no_grad():
+        with (
+            _GATE.decoding(),
+            self.lock,
+            contextlib.nullcontext() if mixing else self.select(groups[0]),
+            torch.no_grad(),
+        ):
             self.prefixes.check(self.model)  # (no_grad: the model may be trained next)
             self.fast_now = self._fast_forward()
             if mixing and (self.fast_now is None or self.adapter_of is None):
@@ -605,11 +656,19 @@ class BatchGenerator:
             self.prefill_tokens[1] += start
         if self.fast_now is not None:
             adapters = [self.mixing_now(r.group) for r in rows] if self.mixing_now is not None else None
-            return self.fast_now.prefill([(r.ids[start:], kept, start) for r, (kept, start) in zip(rows, found)], adapters) if rows else []
+            return (
+                self.fast_now.prefill([(r.ids[start:], kept, start) for r, (kept, start) in zip(rows, found)], adapters)
+                if rows
+                else []
+            )
         outs = []
         for r, (kept, start) in zip(rows, found):
             cache = DynamicCache(ddp_cache_data=[(k[:, :, :start], v[:, :, :start]) for k, v in kept]) if kept else None
-            outs.append(self.model(input_ids=torch.tensor([r.ids[start:]]), past_key_values=cache, use_cache=True, logits_to_keep=1))
+            outs.append(
+                self.model(
+                    input_ids=torch.tensor([r.ids[start:]]), past_key_values=cache, use_cache=True, logits_to_keep=1
+                )
+            )
         return outs
 
     def mixes(self) -> bool:
@@ -617,7 +676,9 @@ class BatchGenerator:
         fast forward takes the model): then no group waits for another's batch to drain."""
         if self.adapter_of is None or not self.fast:
             return False
-        with self.lock:  # an adapter loaded meanwhile (MultiAdapterModel.load_adapter) changes the module tree under the lock
+        with (
+            self.lock
+        ):  # an adapter loaded meanwhile (MultiAdapterModel.load_adapter) changes the module tree under the lock
             model = self.model
             version = (id(model), sum(1 for _ in model.parameters()), model.training)
             if self._mixes is None or self._mixes[0] != version:
@@ -646,8 +707,9 @@ class BatchGenerator:
         fast.bind()
         return fast
 
-    def _continue(self, batch: list[_Request], prefilled: list[Any], *, admit: Admit | None = None,
-                  finish: Finish | None = None) -> dict[int, Decoded]:
+    def _continue(
+        self, batch: list[_Request], prefilled: list[Any], *, admit: Admit | None = None, finish: Finish | None = None
+    ) -> dict[int, Decoded]:
         """Sample every row from its prefill logits until its eos or token limit, on one cache whose rows are
         left-padded with masked zeros to the longest context; rows that end leave it at once (`finish`), rows that
         `admit` brings join it between two steps (prefilled, the cache widened when they are longer)."""
@@ -783,7 +845,9 @@ class _PrefixStore:
         import numpy as np
 
         kept = np.asarray(ids, dtype=np.int64)
-        for key in [k for k, e in self.entries.items() if e.group == group and _common_prefix(e.ids, kept) == len(e.ids)]:
+        for key in [
+            k for k, e in self.entries.items() if e.group == group and _common_prefix(e.ids, kept) == len(e.ids)
+        ]:
             self._drop(key)  # an earlier turn of the same episode: this one extends it
         nbytes = sum(k.nbytes + v.nbytes for k, v in views)
         if nbytes > self.budget:
@@ -864,7 +928,9 @@ def _reserved_layer_class() -> type:
             self._views()
 
         def _unsupported(self, *args: Any, **kwargs: Any) -> None:
-            raise NotImplementedError("a reserved decode cache only grows and drops rows (update, batch_select_indices)")
+            raise NotImplementedError(
+                "a reserved decode cache only grows and drops rows (update, batch_select_indices)"
+            )
 
         # these would replace or zero keys/values behind the buffers' back: nothing here calls them (no beam search, no offloading)
         crop = reset = reorder_cache = batch_repeat_interleave = offload = prefetch = lazy_initialization = _unsupported
@@ -872,7 +938,9 @@ def _reserved_layer_class() -> type:
     return ReservedLayer
 
 
-def _reserved_layer(keys: Any, values: Any, room: int) -> Any:  # the class is built on first use (it imports transformers)
+def _reserved_layer(
+    keys: Any, values: Any, room: int
+) -> Any:  # the class is built on first use (it imports transformers)
     global _RESERVED
     if _RESERVED is None:
         _RESERVED = _reserved_layer_class()
@@ -914,8 +982,12 @@ def _slot_layer_class() -> type:
             have_s, have_c = self._k.shape[0], self._k.shape[2]
             if slots <= have_s and columns <= have_c:
                 return
-            shape = (max(slots, have_s if slots <= have_s else 2 * have_s), self._k.shape[1],
-                     max(columns, have_c if columns <= have_c else 2 * have_c), self._k.shape[-1])  # fmt: skip
+            shape = (
+                max(slots, have_s if slots <= have_s else 2 * have_s),
+                self._k.shape[1],
+                max(columns, have_c if columns <= have_c else 2 * have_c),
+                self._k.shape[-1],
+            )
             for name in ("_k", "_v"):
                 old = getattr(self, name)
                 buffer = old.new_zeros(shape)

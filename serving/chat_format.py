@@ -33,9 +33,11 @@ from gapforge.serving.errors import ServingError
 
 ToolFormat = Literal["hermes", "llama3_json"]
 QWEN3_TRAINING = Path(__file__).with_name("qwen3_training.jinja")
-QWEN3_DROPPED = ("nothing of the conversation: past turns keep their reasoning, which the stock template drops before the "
-                 "last user message (longer contexts; Qwen3 was post-trained without it), and a final assistant turn "
-                 "without reasoning gets no empty think block")
+QWEN3_DROPPED = (
+    "nothing of the conversation: past turns keep their reasoning, which the stock template drops before the "
+    "last user message (longer contexts; Qwen3 was post-trained without it), and a final assistant turn "
+    "without reasoning gets no empty think block"
+)
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,12 @@ def trl_templates() -> dict[str, str]:
         root = resources.files("trl.chat_templates")
     except ModuleNotFoundError:
         return {}
-    return {f.name.removesuffix(".jinja"): f.read_text(encoding="utf-8") for f in root.iterdir()
-            if f.name.endswith(".jinja") and (f.name.removesuffix(".jinja") in _KNOWN or f.name.removesuffix(".jinja") in _REFUSED)}
+    return {
+        f.name.removesuffix(".jinja"): f.read_text(encoding="utf-8")
+        for f in root.iterdir()
+        if f.name.endswith(".jinja")
+        and (f.name.removesuffix(".jinja") in _KNOWN or f.name.removesuffix(".jinja") in _REFUSED)
+    }
 
 
 def stock_template(name: str) -> str:
@@ -106,7 +112,9 @@ def _text(tokenizer: Any) -> str:
     if isinstance(template, dict):  # named variants: the default one renders conversations
         template = template.get("default")
     if not template:
-        raise ServingError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: add chat_template.jinja to the model dir")
+        raise ServingError(
+            f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template: add chat_template.jinja to the model dir"
+        )
     return template
 
 

@@ -54,7 +54,9 @@ class _Linear:
         base, self.loras, self.every = module, [], {}
         if hasattr(module, "base_layer"):
             base = module.base_layer
-            self.every = {a: (module.lora_A[a].weight, module.lora_B[a].weight, module.scaling[a]) for a in module.lora_A.keys()}
+            self.every = {
+                a: (module.lora_A[a].weight, module.lora_B[a].weight, module.scaling[a]) for a in module.lora_A.keys()
+            }
             if not module.disable_adapters and not module.merged:
                 self.loras = [self.every[a] for a in module.active_adapters if a in self.every]
         self.weight, self.bias = base.weight, base.bias
@@ -65,7 +67,11 @@ class _Linear:
         out = F.linear(x, self.weight, self.bias)
         dtype = out.dtype
         if rows is None:
-            for a, b, scale in self.loras:  # as PEFT: x cast to the adapter's dtype (fp32 LoRA on a bf16 base), the sum cast back
+            for (
+                a,
+                b,
+                scale,
+            ) in self.loras:  # as PEFT: x cast to the adapter's dtype (fp32 LoRA on a bf16 base), the sum cast back
                 out = out + F.linear(F.linear(x.to(a.dtype), a), b) * scale
             return out.to(dtype)
         for adapter, index in rows:
@@ -79,7 +85,9 @@ class _Linear:
         return out.to(dtype)
 
 
-Rows = list[tuple[Any, Any]]  # (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
+Rows = list[
+    tuple[Any, Any]
+]  # (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
 
 
 def rows_of(adapters: list[str | None]) -> Rows:
@@ -105,7 +113,10 @@ class FastForward:
         self.lm = causal_lm
         config = causal_lm.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.eps, self.head_dim = config.rms_norm_eps, getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps, self.head_dim = (
+            config.rms_norm_eps,
+            getattr(config, "head_dim", None) or config.hidden_size // self.heads,
+        )
         self.gqa = {"enable_gqa": True} if self.heads > self.kv_heads else {}  # transformers passes it only then
         self.scale = self.head_dim**-0.5
         self.inv_freq = causal_lm.model.rotary_emb.inv_freq
@@ -115,7 +126,9 @@ class FastForward:
     def of(cls, model: Any) -> FastForward | None:
         """The fast forward of `model` (a transformers Qwen2/Qwen3 causal LM, PEFT-wrapped or not), or None."""
         try:
-            lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # PeftModel -> the causal LM
+            lm = (
+                model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+            )  # PeftModel -> the causal LM
             return cls(lm) if _takes(model, lm) else None
         except Exception:  # noqa: BLE001 - a model shaped otherwise than checked: transformers' own path
             return None
@@ -131,11 +144,18 @@ class FastForward:
             attn, mlp = layer.self_attn, layer.mlp
             entry = {name: _Linear(getattr(attn, name)) for name in _LINEARS}
             entry.update({name: _Linear(getattr(mlp, name)) for name in _MLP})
-            entry.update(ln1=layer.input_layernorm.weight, ln2=layer.post_attention_layernorm.weight,
-                         q_norm=getattr(getattr(attn, "q_norm", None), "weight", None),
-                         k_norm=getattr(getattr(attn, "k_norm", None), "weight", None))  # fmt: skip
+            entry.update(
+                ln1=layer.input_layernorm.weight,
+                ln2=layer.post_attention_layernorm.weight,
+                q_norm=getattr(getattr(attn, "q_norm", None), "weight", None),
+                k_norm=getattr(getattr(attn, "k_norm", None), "weight", None),
+            )
             self.layers.append(entry)
-        self.embed, self.norm, self.head = self.lm.model.embed_tokens.weight, self.lm.model.norm.weight, _Linear(self.lm.lm_head)
+        self.embed, self.norm, self.head = (
+            self.lm.model.embed_tokens.weight,
+            self.lm.model.norm.weight,
+            _Linear(self.lm.lm_head),
+        )
 
     def _rope(self, positions: Any, dtype: Any) -> tuple[Any, Any]:
         import torch
@@ -180,25 +200,42 @@ class FastForward:
                 q, k, v = self._qkv(entry, x, cos, sin, mix)
                 keys, values = layer.update(k, v)
                 if mask is None:
-                    out = F.scaled_dot_product_attention(q, keys, values, dropout_p=0.0, scale=self.scale, is_causal=False, **self.gqa)
+                    out = F.scaled_dot_product_attention(
+                        q, keys, values, dropout_p=0.0, scale=self.scale, is_causal=False, **self.gqa
+                    )
                 else:
-                    out = F.scaled_dot_product_attention(q.reshape(rows, self.kv_heads, group, self.head_dim), keys, values, attn_mask=mask,
-                                                         dropout_p=0.0, scale=self.scale, is_causal=False)  # fmt: skip
+                    out = F.scaled_dot_product_attention(
+                        q.reshape(rows, self.kv_heads, group, self.head_dim),
+                        keys,
+                        values,
+                        attn_mask=mask,
+                        dropout_p=0.0,
+                        scale=self.scale,
+                        is_causal=False,
+                    )
                 return out.reshape(rows, -1, 1, self.head_dim).transpose(1, 2).contiguous().reshape(rows, 1, -1)
 
             h = self._block(entry, h, attend, mix)
         return self._logits(h, mix)
 
-    def prefill(self, prompts: list[tuple[list[int], list[tuple[Any, Any]] | None, int]], adapters: list[str | None] | None = None) -> list[Prefilled]:
+    def prefill(
+        self,
+        prompts: list[tuple[list[int], list[tuple[Any, Any]] | None, int]],
+        adapters: list[str | None] | None = None,
+    ) -> list[Prefilled]:
         """Prompts (new token ids, the kept keys/values per layer of the `start` tokens before them or None, start), each
         in a forward of its own (several in one forward gave 3-5% at 32 episodes, and the matmuls' rounding would then
         depend on the batch), with its adapter from `adapters` (None: the base) or else the active one: per prompt,
         the last logits and a DynamicCache of its whole context."""
         if adapters is None:
             return [self._prefill_one(*prompt, None) for prompt in prompts]
-        return [self._prefill_one(*prompt, rows_of([adapter])) for prompt, adapter in zip(prompts, adapters, strict=True)]
+        return [
+            self._prefill_one(*prompt, rows_of([adapter])) for prompt, adapter in zip(prompts, adapters, strict=True)
+        ]
 
-    def _prefill_one(self, ids: list[int], kept: list[tuple[Any, Any]] | None, start: int, mix: Rows | None) -> Prefilled:
+    def _prefill_one(
+        self, ids: list[int], kept: list[tuple[Any, Any]] | None, start: int, mix: Rows | None
+    ) -> Prefilled:
         import torch
         import torch.nn.functional as F
         from transformers import DynamicCache
@@ -207,21 +244,36 @@ class FastForward:
         h = F.embedding(torch.tensor([ids]), self.embed)
         cos, sin = self._rope(torch.arange(start, start + width)[None], h.dtype)
         group = self.heads // self.kv_heads
-        mask = None if kept is None or width == 1 else (torch.arange(start + width)[None, :] <= torch.arange(start, start + width)[:, None])[None, None]
+        mask = (
+            None
+            if kept is None or width == 1
+            else (torch.arange(start + width)[None, :] <= torch.arange(start, start + width)[:, None])[None, None]
+        )
         cache: list[tuple[Any, Any]] = []
         for i, entry in enumerate(self.layers):
 
             def attend(x: Any, entry: Any = entry, i: int = i) -> Any:
                 q, k, v = self._qkv(entry, x, cos, sin, mix)
                 if kept is not None:
-                    k, v = torch.cat([kept[i][0][:, :, :start], k], dim=-2), torch.cat([kept[i][1][:, :, :start], v], dim=-2)
+                    k, v = (
+                        torch.cat([kept[i][0][:, :, :start], k], dim=-2),
+                        torch.cat([kept[i][1][:, :, :start], v], dim=-2),
+                    )
                 cache.append((k, v))
                 if mask is None:  # from scratch (causal), or one new token (a decode step without padding)
-                    out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=self.scale, is_causal=kept is None and width > 1,
-                                                         **self.gqa)  # fmt: skip
+                    out = F.scaled_dot_product_attention(
+                        q, k, v, dropout_p=0.0, scale=self.scale, is_causal=kept is None and width > 1, **self.gqa
+                    )
                 else:
-                    out = F.scaled_dot_product_attention(q, _repeat(k, group), _repeat(v, group), attn_mask=mask, dropout_p=0.0,
-                                                         scale=self.scale, is_causal=False)  # fmt: skip
+                    out = F.scaled_dot_product_attention(
+                        q,
+                        _repeat(k, group),
+                        _repeat(v, group),
+                        attn_mask=mask,
+                        dropout_p=0.0,
+                        scale=self.scale,
+                        is_causal=False,
+                    )
                 return out.transpose(1, 2).contiguous().reshape(1, width, -1)
 
             h = self._block(entry, h, attend, mix)
@@ -241,10 +293,18 @@ def _takes(model: Any, lm: Any) -> bool:
     if config is None or getattr(config, "model_type", None) not in ("qwen2", "qwen3") or not hasattr(lm, "lm_head"):
         return False
     rotary = getattr(inner, "rotary_emb", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa" or rotary is None or getattr(rotary, "rope_type", "default") != "default":
+    if (
+        getattr(config, "_attn_implementation", None) != "sdpa"
+        or rotary is None
+        or getattr(rotary, "rope_type", "default") != "default"
+    ):
         return False
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if getattr(config, "use_sliding_window", False) or head_dim > 256 or os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == "1":
+    if (
+        getattr(config, "use_sliding_window", False)
+        or head_dim > 256
+        or os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == "1"
+    ):
         return False
     known = {id(getattr(layer.self_attn, n)) for layer in inner.layers for n in _LINEARS}
     known |= {id(getattr(layer.mlp, n)) for layer in inner.layers for n in _MLP}
@@ -253,7 +313,12 @@ def _takes(model: Any, lm: Any) -> bool:
             return False  # a module PEFT wraps whole (modules_to_save, trainable tokens)
         if hasattr(module, "base_layer"):  # a tuner layer
             plain = type(module).__name__ == "Linear" and hasattr(module, "lora_A") and id(module) in known
-            if not plain or module.merged or getattr(module, "lora_variant", None) or any(getattr(module, "lora_bias", {}).values()):
+            if (
+                not plain
+                or module.merged
+                or getattr(module, "lora_variant", None)
+                or any(getattr(module, "lora_bias", {}).values())
+            ):
                 return False
     return True
 

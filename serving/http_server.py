@@ -40,8 +40,15 @@ def _runner(routed: RoutedApp) -> web.AppRunner:
     return web.AppRunner(routed.app(), handler_cancellation=True, shutdown_timeout=FLUSH_S, access_log=None)
 
 
-async def serve_until_signalled(routed: RoutedApp, host: str, port: int, *, drain_timeout_s: float,
-                                say: Callable[[str], None], ready: Callable[[int], None] | None = None) -> Drained:
+async def serve_until_signalled(
+    routed: RoutedApp,
+    host: str,
+    port: int,
+    *,
+    drain_timeout_s: float,
+    say: Callable[[str], None],
+    ready: Callable[[int], None] | None = None,
+) -> Drained:
     """Serve until SIGTERM or SIGINT, then drain (module docstring). `ready(port)` runs once the socket listens."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -67,7 +74,9 @@ async def serve_until_signalled(routed: RoutedApp, host: str, port: int, *, drai
         admission = routed.admission
         admission.drain()
         held = admission.in_flight
-        say(f"{signal.Signals(signals[0]).name}: draining {held} request(s) in flight (up to {drain_timeout_s:g} s); new requests get 503")
+        say(
+            f"{signal.Signals(signals[0]).name}: draining {held} request(s) in flight (up to {drain_timeout_s:g} s); new requests get 503"
+        )
         finished = await admission.wait_idle(drain_timeout_s)
         before = admission.counts["cut"]
         if not finished:

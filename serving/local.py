@@ -40,7 +40,8 @@ def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
             item["reasoning_content"] = m.reasoning
         if m.tool_calls:
             item["tool_calls"] = [
-                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}} for tc in m.tool_calls
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}
+                for tc in m.tool_calls
             ]
         if m.role == "tool":
             item["tool_call_id"] = m.tool_call_id
@@ -50,14 +51,25 @@ def to_template_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *, generation_prompt: bool = True,
-                  **template_kwargs: Any) -> str:
+def render_prompt(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    *,
+    generation_prompt: bool = True,
+    **template_kwargs: Any,
+) -> str:
     """The prompt text a policy model sees, for rollouts (LocalPolicy) and serving (MultiAdapterModel), with the
     tokenizer's installed chat format (serving.chat_format.load_tokenizer: the template training samples and
     trains with). training.tokens.render is the same call (kept there: its bytes are part of the taught model's
     recipe hash); tests/serving/test_local.py asserts the three render identically."""
-    return tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None,
-                                         add_generation_prompt=generation_prompt, tokenize=False, **template_kwargs)
+    return tokenizer.apply_chat_template(
+        to_template_messages(messages),
+        tools=tools or None,
+        add_generation_prompt=generation_prompt,
+        tokenize=False,
+        **template_kwargs,
+    )
 
 
 def call_ids(seed: int, position: int) -> Callable[[], str]:
@@ -78,20 +90,33 @@ class Generation:
         self.tokenizer = tokenizer
         self.seed = seed
         self.context = getattr(model.config, "max_position_embeddings", None)
-        gen = getattr(model, "generation_config", None)  # the checkpoint's own top_k / top_p apply when sampling, as in generate()
-        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), top_k=getattr(gen, "top_k", None),
-                                      top_p=getattr(gen, "top_p", None), **batching)
+        gen = getattr(
+            model, "generation_config", None
+        )  # the checkpoint's own top_k / top_p apply when sampling, as in generate()
+        self.batcher = BatchGenerator(
+            model,
+            eos_ids=eos_ids_of(model, tokenizer),
+            top_k=getattr(gen, "top_k", None),
+            top_p=getattr(gen, "top_p", None),
+            **batching,
+        )
         self._calls = itertools.count()
 
     def seed_for(self, position: int) -> int:
         key = episode_key.get()
         return self.seed + next(self._calls) if key is None else keyed_seed(self.seed, key, position)
 
-    async def complete(self, prompt: str, *, position: int, temperature: float, max_new_tokens: int, group: Hashable = None) -> str:
+    async def complete(
+        self, prompt: str, *, position: int, temperature: float, max_new_tokens: int, group: Hashable = None
+    ) -> str:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         if self.context is not None and len(ids) + max_new_tokens > self.context:
-            raise PolicyError(f"prompt of {len(ids)} tokens + max_new_tokens {max_new_tokens} exceeds the model context of {self.context}")
-        future = self.batcher.submit(ids, temperature=temperature, max_new_tokens=max_new_tokens, seed=self.seed_for(position), group=group)
+            raise PolicyError(
+                f"prompt of {len(ids)} tokens + max_new_tokens {max_new_tokens} exceeds the model context of {self.context}"
+            )
+        future = self.batcher.submit(
+            ids, temperature=temperature, max_new_tokens=max_new_tokens, seed=self.seed_for(position), group=group
+        )
         out = await asyncio.wrap_future(future)
         return self.tokenizer.decode(out, skip_special_tokens=True)
 
@@ -131,7 +156,9 @@ class LocalPolicy:
         from gapforge.serving.chat_format import load_tokenizer
 
         if not (self.model_path / "config.json").is_file():
-            raise ServingError(f"{self.model_path} is not a Hugging Face model directory (no config.json); set policy.local_path")
+            raise ServingError(
+                f"{self.model_path} is not a Hugging Face model directory (no config.json); set policy.local_path"
+            )
         tokenizer = load_tokenizer(self.model_path)  # the chat format training uses (no template: ServingError)
         self.tool_format = tool_format_of(tokenizer.chat_template)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, local_files_only=True)
@@ -152,10 +179,15 @@ class LocalPolicy:
         """Stop the generation worker (the weights go with the object)."""
         await asyncio.to_thread(self._generation.batcher.close)
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         temp = self.temperature if temperature is None else temperature
         if temp < 0:
             raise ServingError(f"temperature must be >= 0, got {temp}")
-        text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temp,
-                                               max_new_tokens=self.max_new_tokens)
-        return parse_turn(text, self.tool_format, id_factory=call_ids(self.seed, len(messages)))  # MalformedOutputError: the raw text
+        text = await self._generation.complete(
+            self.render(messages, tools), position=len(messages), temperature=temp, max_new_tokens=self.max_new_tokens
+        )
+        return parse_turn(
+            text, self.tool_format, id_factory=call_ids(self.seed, len(messages))
+        )  # MalformedOutputError: the raw text

@@ -50,7 +50,9 @@ class MultiAdapterModel:
 
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").is_file():
-            raise ServingError(f"{self.model_path} is not a Hugging Face model directory (no config.json): point it at the base model")
+            raise ServingError(
+                f"{self.model_path} is not a Hugging Face model directory (no config.json): point it at the base model"
+            )
         self.name = name or self.model_path.name
         self.max_new_tokens = max_new_tokens
         self.seed = seed
@@ -63,7 +65,9 @@ class MultiAdapterModel:
         self.adapter_paths = {k: Path(v) for k, v in (adapters or {}).items()}
         for adapter, path in self.adapter_paths.items():
             if not (path / "adapter_config.json").is_file():
-                raise ServingError(f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)")
+                raise ServingError(
+                    f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)"
+                )
             if adapter == self.name:
                 raise ServingError(f"adapter name '{adapter}' equals the base model's name: rename the adapter")
         if self.adapter_paths:
@@ -75,8 +79,14 @@ class MultiAdapterModel:
                 model.load_adapter(path, adapter_name=adapter, is_trainable=False)
         self.model = model.eval()
         self._lock = threading.Lock()
-        self._generation = Generation(self.model, self.tokenizer, seed=seed, lock=self._lock, select=self._selected,
-                                      adapter_of=_same if mix_adapters else None)  # a request's group is its adapter
+        self._generation = Generation(
+            self.model,
+            self.tokenizer,
+            seed=seed,
+            lock=self._lock,
+            select=self._selected,
+            adapter_of=_same if mix_adapters else None,
+        )  # a request's group is its adapter
 
     @property
     def adapters(self) -> list[str]:
@@ -88,14 +98,18 @@ class MultiAdapterModel:
         if not (path / "adapter_config.json").is_file():
             raise ServingError(f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)")
         if adapter == self.name or adapter in self.adapter_paths:
-            raise ServingError(f"adapter name '{adapter}' is already served: load each adapter version under a new name")
+            raise ServingError(
+                f"adapter name '{adapter}' is already served: load each adapter version under a new name"
+            )
         from peft import PeftModel
 
         with self._generation.batcher.exclusive():  # the lock, and a running batch stops admitting meanwhile
             if isinstance(self.model, PeftModel):
                 self.model.load_adapter(path, adapter_name=adapter, is_trainable=False)
             else:
-                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=adapter, is_trainable=False).eval()
+                self.model = PeftModel.from_pretrained(
+                    self.model, path, adapter_name=adapter, is_trainable=False
+                ).eval()
                 self._generation.batcher.model = self.model
             self.adapter_paths[adapter] = path
 
@@ -138,10 +152,19 @@ class MultiAdapterModel:
         if temperature < 0:
             raise ServingError(f"temperature must be >= 0, got {temperature}")
         self._check(adapter)
-        new = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))  # a request never exceeds the config
-        text = await self._generation.complete(self.render(messages, tools), position=len(messages), temperature=temperature,
-                                               max_new_tokens=new, group=adapter)
-        return parse_turn(text, self.tool_format, id_factory=call_ids(self.seed, len(messages)))  # the same ids wherever replayed
+        new = (
+            self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))
+        )  # a request never exceeds the config
+        text = await self._generation.complete(
+            self.render(messages, tools),
+            position=len(messages),
+            temperature=temperature,
+            max_new_tokens=new,
+            group=adapter,
+        )
+        return parse_turn(
+            text, self.tool_format, id_factory=call_ids(self.seed, len(messages))
+        )  # the same ids wherever replayed
 
     async def aclose(self) -> None:
         """Stop the generation worker."""
@@ -165,6 +188,8 @@ class AdapterPolicy:
         self.temperature = temperature
         self.name = name
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         temp = self.temperature if temperature is None else temperature
         return await self.backend.respond(messages, tools, adapter=self.adapter, temperature=temp)

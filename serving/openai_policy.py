@@ -45,7 +45,11 @@ from gapforge.faults import EndpointFault
 from gapforge.serving.errors import ServingError
 from gapforge.serving.tool_calls import split_reasoning
 
-USER_FIX_STATUS = {401: "check the API key", 403: "check the API key's permissions", 404: "check the base URL and model name"}
+USER_FIX_STATUS = {
+    401: "check the API key",
+    403: "check the API key's permissions",
+    404: "check the base URL and model name",
+}
 
 
 class _Transient(EndpointFault):
@@ -107,7 +111,9 @@ class EndpointPolicy:
         self.attempts = max_retries + 1
         self.backoff_s = retry_backoff_s
         self.max_retry_after_s = max_retry_after_s
-        self._backoff = wait_exponential_jitter(multiplier=retry_backoff_s, max=30 * retry_backoff_s, jitter=retry_backoff_s)
+        self._backoff = wait_exponential_jitter(
+            multiplier=retry_backoff_s, max=30 * retry_backoff_s, jitter=retry_backoff_s
+        )
         self.breaker: CircuitBreaker = breaker_for(base_url, failures=breaker_failures, cooldown_s=breaker_cooldown_s)
         self._headers = {"Authorization": f"Bearer {api_key or 'not-needed'}", "Content-Type": "application/json"}
         self._session: aiohttp.ClientSession | None = None
@@ -121,8 +127,13 @@ class EndpointPolicy:
         if self._session is None or self._loop is not loop or self._session.closed:
             connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers,
-                                                  cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",))
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=timeout,
+                headers=self._headers,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("User-Agent",),
+            )
             self._loop = loop
         return self._session
 
@@ -136,7 +147,13 @@ class EndpointPolicy:
             await self._session.close()
         self._session = None
 
-    def payload(self, messages: list[Message], tools: list[dict[str, Any]], temperature: float | None, max_tokens: int | None = None) -> dict[str, Any]:
+    def payload(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        temperature: float | None,
+        max_tokens: int | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [_wire(m) for m in messages],
@@ -148,12 +165,20 @@ class EndpointPolicy:
             body["max_tokens"] = max_tokens or self.max_tokens
         return body
 
-    def body_text(self, messages: list[Message], tools: list[dict[str, Any]], temperature: float | None, max_tokens: int | None = None) -> str:
+    def body_text(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        temperature: float | None,
+        max_tokens: int | None = None,
+    ) -> str:
         """`payload(...)` as JSON text, from fragments serialized once: an episode resends its whole conversation
         and the same tool schemas on every turn, so each message (and each tool list) is encoded once per episode."""
         cache = self._wire_cache
-        text = (f'{{"model":{self._model_json},"messages":[{",".join([cache.text(m, _wire_json) for m in messages])}],'
-                f'"temperature":{json.dumps(self.temperature if temperature is None else temperature)}')
+        text = (
+            f'{{"model":{self._model_json},"messages":[{",".join([cache.text(m, _wire_json) for m in messages])}],'
+            f'"temperature":{json.dumps(self.temperature if temperature is None else temperature)}'
+        )
         if tools:
             text += ',"tools":' + cache.text(tools, json.dumps)
         if max_tokens or self.max_tokens:
@@ -190,7 +215,12 @@ class EndpointPolicy:
         return backoff if asked is None else min(max(backoff, asked), self.max_retry_after_s)
 
     async def respond(
-        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None, max_tokens: int | None = None
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> Message:
         """max_tokens: this call's limit (else the policy's). A plain loop over the attempts: the common case
         (first attempt answers) costs no retry machinery (a tenacity controller per call was ~0.1 ms of CPU)."""
@@ -213,7 +243,9 @@ class EndpointPolicy:
         else:
             if isinstance(last, CircuitOpen):
                 raise EndpointError(str(last)) from None
-            raise EndpointError(f"policy endpoint {self.url} failed {self.attempts} attempt(s), last: {type(last).__name__}: {last}") from None
+            raise EndpointError(
+                f"policy endpoint {self.url} failed {self.attempts} attempt(s), last: {type(last).__name__}: {last}"
+            ) from None
         return parse_completion(data)
 
 
@@ -264,7 +296,9 @@ def parse_completion(data: dict[str, Any]) -> Message:
         try:
             args = json.loads(raw_args) if isinstance(raw_args, str) else raw_args
         except json.JSONDecodeError as e:
-            raise MalformedOutputError(f"tool call '{fn.get('name')}' has invalid JSON arguments: {e}", raw=str(raw_args)) from None
+            raise MalformedOutputError(
+                f"tool call '{fn.get('name')}' has invalid JSON arguments: {e}", raw=str(raw_args)
+            ) from None
         if not fn.get("name") or not isinstance(args, dict):
             raise MalformedOutputError("tool call without a name or with non-object arguments", raw=json.dumps(tc))
         calls.append(ToolCall(id=tc.get("id") or f"call_{i}", name=fn["name"], arguments=args))
@@ -274,4 +308,6 @@ def parse_completion(data: dict[str, Any]) -> Message:
         reasoning, rest = split_reasoning(content)
         if reasoning is not None:
             content = rest.strip() or None
-    return Message(role="assistant", content=content, tool_calls=calls, reasoning=reasoning if isinstance(reasoning, str) else None)
+    return Message(
+        role="assistant", content=content, tool_calls=calls, reasoning=reasoning if isinstance(reasoning, str) else None
+    )

@@ -44,7 +44,9 @@ class ChatRequest(BaseModel):
 def _tool_call(where: str, tc: Any, i: int) -> ToolCall:
     fn = tc.get("function") if isinstance(tc, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        raise BadRequest(f"{where}.tool_calls.{i}: expected {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}")
+        raise BadRequest(
+            f"{where}.tool_calls.{i}: expected {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}"
+        )
     args = fn.get("arguments") or "{}"
     if isinstance(args, str):
         try:
@@ -69,7 +71,9 @@ def to_message(d: Any, where: str = "message") -> Message:
         raise BadRequest(f"{where}.tool_calls must be a list")
     calls = [_tool_call(where, tc, i) for i, tc in enumerate(raw_calls)]
     try:
-        return Message(role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name"))
+        return Message(
+            role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name")
+        )
     except ValidationError as e:
         first = e.errors()[0]
         raise BadRequest(f"{where}.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
@@ -85,6 +89,14 @@ def conversation_key(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+def error(
+    status: int,
+    message: str,
+    kind: str = "invalid_request_error",
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
-    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}}, status=status, headers=headers)
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}}, status=status, headers=headers
+    )

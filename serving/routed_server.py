@@ -58,7 +58,16 @@ from gapforge.serving.errors import ServingError
 from gapforge.serving.http_server import RoutedServer
 from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, to_message
 
-__all__ = ["ROUTED_MODEL", "BadRequest", "ChatBackend", "ChatRequest", "RoutedApp", "RoutedServer", "conversation_key", "to_message"]
+__all__ = [
+    "ROUTED_MODEL",
+    "BadRequest",
+    "ChatBackend",
+    "ChatRequest",
+    "RoutedApp",
+    "RoutedServer",
+    "conversation_key",
+    "to_message",
+]
 
 ROUTED_MODEL = "gapforge-router"
 OPEN_ROUTES = frozenset({"/health"})
@@ -71,15 +80,28 @@ class ChatBackend(Protocol):
     @property
     def adapters(self) -> list[str]: ...
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, adapter: str | None, temperature: float,
-                      max_new_tokens: int | None) -> Message: ...
+    async def respond(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        adapter: str | None,
+        temperature: float,
+        max_new_tokens: int | None,
+    ) -> Message: ...
 
 
 class RoutedApp:
     def __init__(
-        self, backend: ChatBackend, router: Callable[[list[dict[str, Any]]], Any] | None, *, routed_name: str = ROUTED_MODEL,
-        cache_size: int = 10_000, api_key: str | None = None, limits: ServeConfig | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        backend: ChatBackend,
+        router: Callable[[list[dict[str, Any]]], Any] | None,
+        *,
+        routed_name: str = ROUTED_MODEL,
+        cache_size: int = 10_000,
+        api_key: str | None = None,
+        limits: ServeConfig | None = None,
+    ) -> None:
         self.api_key = api_key
         self.limits = limits or ServeConfig()
         self.admission = Admission(self.limits.max_queue, self.limits.request_timeout_s)
@@ -98,7 +120,12 @@ class RoutedApp:
             given = req.headers.get("Authorization", "")
             token = given[7:] if given[:7].lower() == "bearer " else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-                return error(401, "missing or wrong API key: send 'Authorization: Bearer KEY'", "invalid_request_error", "invalid_api_key")
+                return error(
+                    401,
+                    "missing or wrong API key: send 'Authorization: Bearer KEY'",
+                    "invalid_request_error",
+                    "invalid_api_key",
+                )
         if self.admission.draining and req.path not in OPEN_ROUTES:
             self.admission.counts["refused_draining"] += 1
             return self._stopping("the server is shutting down and takes no new requests")
@@ -107,7 +134,12 @@ class RoutedApp:
         except web.HTTPException as e:
             if e.status < 400:
                 raise
-            return error(e.status, f"{req.method} {req.path}: {e.reason}", "invalid_request_error", "not_found" if e.status == 404 else None)
+            return error(
+                e.status,
+                f"{req.method} {req.path}: {e.reason}",
+                "invalid_request_error",
+                "not_found" if e.status == 404 else None,
+            )
         except Exception as e:  # noqa: BLE001 - the client gets one JSON line; the log keeps the traceback
             log.exception("routed server: %s %s failed", req.method, req.path)
             return error(500, f"internal error ({type(e).__name__}); the server log has the details", "server_error")
@@ -130,14 +162,28 @@ class RoutedApp:
     async def health(self, _req: web.Request) -> web.Response:
         """200 while serving, 503 while draining (a load balancer stops sending); the queue and its counts either way."""
         adm = self.admission
-        return web.json_response({"status": "draining" if adm.draining else "ok", "base": self.backend.name, "adapters": self.backend.adapters,
-                                  "routing": self.router is not None, "in_flight": adm.in_flight, "max_queue": adm.max_queue,
-                                  "counts": dict(adm.counts)}, status=503 if adm.draining else 200)
+        return web.json_response(
+            {
+                "status": "draining" if adm.draining else "ok",
+                "base": self.backend.name,
+                "adapters": self.backend.adapters,
+                "routing": self.router is not None,
+                "in_flight": adm.in_flight,
+                "max_queue": adm.max_queue,
+                "counts": dict(adm.counts),
+            },
+            status=503 if adm.draining else 200,
+        )
 
     def _stopping(self, why: str) -> web.Response:
         wait = str(self.admission.retry_after())
-        return error(503, f"{why}: retry after {wait} s (another replica, or this one restarted)", "server_error", "server_shutting_down",
-                     headers={"Retry-After": wait})
+        return error(
+            503,
+            f"{why}: retry after {wait} s (another replica, or this one restarted)",
+            "server_error",
+            "server_shutting_down",
+            headers={"Retry-After": wait},
+        )
 
     async def models(self, _req: web.Request) -> web.Response:
         ids = [self.routed_name, self.backend.name, *self.backend.adapters]
@@ -167,13 +213,22 @@ class RoutedApp:
         adm = self.admission
         if not adm.enter():
             wait = str(adm.retry_after())
-            return error(429, f"the server already holds serving.max_queue={adm.max_queue} requests: retry after {wait} s", "rate_limit_error",
-                         "queue_full", headers={"Retry-After": wait})
+            return error(
+                429,
+                f"the server already holds serving.max_queue={adm.max_queue} requests: retry after {wait} s",
+                "rate_limit_error",
+                "queue_full",
+                headers={"Retry-After": wait},
+            )
         try:
             return await adm.run(self._answer(req))
         except RequestTimedOut as e:
-            return error(504, f"{e}: the model is slower than that under this load; ask for fewer tokens, or retry later", "timeout_error",
-                         "request_timeout")
+            return error(
+                504,
+                f"{e}: the model is slower than that under this load; ask for fewer tokens, or retry later",
+                "timeout_error",
+                "request_timeout",
+            )
         except ServerStopping as e:
             return self._stopping(str(e))
         finally:
@@ -204,7 +259,11 @@ class RoutedApp:
         elif body.model in self.backend.adapters:
             adapter = body.model
         else:
-            return error(404, f"model '{body.model}' does not exist: GET /v1/models lists the routed model, the base and the adapters", "model_not_found")
+            return error(
+                404,
+                f"model '{body.model}' does not exist: GET /v1/models lists the routed model, the base and the adapters",
+                "model_not_found",
+            )
         try:
             reply = await self.backend.respond(
                 messages,
@@ -228,7 +287,12 @@ class RoutedApp:
             "model": body.model,
             "choices": [{"index": 0, "message": out, "finish_reason": finish, "logprobs": None}],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "gapforge": {"adapter": adapter, "conversation": conv, **route, **({"malformed_tool_call": malformed} if malformed else {})},
+            "gapforge": {
+                "adapter": adapter,
+                "conversation": conv,
+                **route,
+                **({"malformed_tool_call": malformed} if malformed else {}),
+            },
         }
         headers = {"X-Gapforge-Adapter": adapter or "base", "X-Gapforge-Conversation": conv}
         return web.json_response(payload, headers=headers)

@@ -43,8 +43,15 @@ def chat_template() -> str:
     return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
-def build_tokenizer(vocab_size: int = 2048, *, special_tokens: tuple[str, ...] = SPECIAL_TOKENS, eos_token: str = "<|im_end|>",
-                    pad_token: str = "<|endoftext|>", bos_token: str | None = None, template: str | None = None):
+def build_tokenizer(
+    vocab_size: int = 2048,
+    *,
+    special_tokens: tuple[str, ...] = SPECIAL_TOKENS,
+    eos_token: str = "<|im_end|>",
+    pad_token: str = "<|endoftext|>",
+    bos_token: str | None = None,
+    template: str | None = None,
+):
     """Train a byte-level BPE tokenizer on the built-in corpus and wrap it for transformers. Defaults: Qwen's
     special tokens and the tiny chat template; another family's control tokens, eos and template can be given
     (tests render real templates of Llama 3.x this way)."""
@@ -77,7 +84,9 @@ def build_tokenizer(vocab_size: int = 2048, *, special_tokens: tuple[str, ...] =
     return tokenizer
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, spec: TinyModelSpec | None = None, *, template: str | None = None) -> Path:
+def build_tiny_model(
+    path: str | Path, seed: int = 0, spec: TinyModelSpec | None = None, *, template: str | None = None
+) -> Path:
     """Build the tiny model + tokenizer and save both to `path` (created if missing). `template`: another chat
     template than the tiny one, e.g. Qwen3's stock text (serving.chat_format.stock_template("qwen3")): the
     tokenizer has Qwen's control tokens and <think> / <tool_call> / <tool_response> tags, as Qwen3's has."""

@@ -45,7 +45,9 @@ def _parse_block(body: str, raw: str, id_factory: Callable[[], str]) -> ToolCall
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
-        raise MalformedOutputError(f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body.strip()[:200]!r}", raw=raw) from None
+        raise MalformedOutputError(
+            f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body.strip()[:200]!r}", raw=raw
+        ) from None
     if not isinstance(data, dict):
         raise MalformedOutputError(f"tool call must be a JSON object, got {type(data).__name__}", raw=raw)
     name = data.get("name")
@@ -56,11 +58,15 @@ def _parse_block(body: str, raw: str, id_factory: Callable[[], str]) -> ToolCall
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as e:
-            raise MalformedOutputError(f"arguments of tool call {name!r} are not valid JSON ({e.msg})", raw=raw) from None
+            raise MalformedOutputError(
+                f"arguments of tool call {name!r} are not valid JSON ({e.msg})", raw=raw
+            ) from None
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        raise MalformedOutputError(f"arguments of tool call {name!r} must be a JSON object, got {type(arguments).__name__}", raw=raw)
+        raise MalformedOutputError(
+            f"arguments of tool call {name!r} must be a JSON object, got {type(arguments).__name__}", raw=raw
+        )
     return ToolCall(id=id_factory(), name=name.strip(), arguments=arguments)
 
 
@@ -109,7 +115,9 @@ def _parse_llama_json(text: str, id_factory: Callable[[], str]) -> tuple[str | N
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
-        raise MalformedOutputError(f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body[:200]!r}", raw=text) from None
+        raise MalformedOutputError(
+            f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body[:200]!r}", raw=text
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"].strip():
         raise MalformedOutputError(f"tool call has no function name: {body[:200]!r}", raw=text)
     arguments = data.get("parameters", data.get("arguments", {}))

@@ -75,7 +75,9 @@ class VLLMBackend:
                 async with session.get(f"{self.base_url}/models") as resp:
                     listed = {m["id"] for m in (await resp.json()).get("data", [])}
             except aiohttp.ClientError as e:
-                raise ServingError(f"vLLM server {self.base_url} unreachable ({type(e).__name__}): start it or fix the URL") from None
+                raise ServingError(
+                    f"vLLM server {self.base_url} unreachable ({type(e).__name__}): start it or fix the URL"
+                ) from None
             for adapter, served in self.served.items():
                 if served in listed:
                     continue
@@ -96,7 +98,12 @@ class VLLMBackend:
         if adapter not in self._policies:
             model = self.served[adapter] if adapter is not None else self.name
             self._policies[adapter] = EndpointPolicy(
-                self.base_url, model, api_key=self.api_key, max_tokens=self.max_new_tokens, timeout_s=self.timeout_s, max_retries=self._max_retries
+                self.base_url,
+                model,
+                api_key=self.api_key,
+                max_tokens=self.max_new_tokens,
+                timeout_s=self.timeout_s,
+                max_retries=self._max_retries,
             )
         return self._policies[adapter]
 
@@ -130,6 +137,8 @@ class ServedPolicy:
     def __init__(self, backend: VLLMBackend, adapter: str | None, temperature: float, name: str) -> None:
         self.backend, self.adapter, self.temperature, self.name = backend, adapter, temperature, name
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         temp = self.temperature if temperature is None else temperature
         return await self.backend.respond(messages, tools, adapter=self.adapter, temperature=temp)

@@ -14,15 +14,40 @@ _WHERE = {  # name -> its module in this package
     "Store": "db",
     "StoreError": "errors",
     "StoreConfig": "config",
-    **{name: "rows" for name in (
-        "AdapterRow", "CapabilityRow", "CapabilityStatRow", "EpisodeRow", "EpisodeSummaryRow", "EvaluationRow",
-        "LabelRow", "LabelValue", "RunRow", "SyntheticEnvRow", "ValidationRow",
-    )},
+    **{
+        name: "rows"
+        for name in (
+            "AdapterRow",
+            "CapabilityRow",
+            "CapabilityStatRow",
+            "EpisodeRow",
+            "EpisodeSummaryRow",
+            "EvaluationRow",
+            "LabelRow",
+            "LabelValue",
+            "RunRow",
+            "SyntheticEnvRow",
+            "ValidationRow",
+        )
+    },
 }
 
 __all__ = [
-    "AdapterRow", "CapabilityRow", "CapabilityStatRow", "EpisodeRow", "EpisodeSummaryRow", "EvaluationRow", "LabelIn",
-    "LabelRow", "LabelValue", "RunRow", "Store", "StoreConfig", "StoreError", "SyntheticEnvRow", "ValidationRow",
+    "AdapterRow",
+    "CapabilityRow",
+    "CapabilityStatRow",
+    "EpisodeRow",
+    "EpisodeSummaryRow",
+    "EvaluationRow",
+    "LabelIn",
+    "LabelRow",
+    "LabelValue",
+    "RunRow",
+    "Store",
+    "StoreConfig",
+    "StoreError",
+    "SyntheticEnvRow",
+    "ValidationRow",
 ]
 
 

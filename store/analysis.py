@@ -62,7 +62,9 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
     def set_capability_retained(self, run_id: str, name: str, retained: bool) -> None:
         """Record the stability vote (kept in >= K of R passes) on the capability itself."""
         with self._write(run_id) as session:
-            cap = session.scalars(select(Capability).where(Capability.run_id == run_id, Capability.name == name)).first()
+            cap = session.scalars(
+                select(Capability).where(Capability.run_id == run_id, Capability.name == name)
+            ).first()
             if cap is None:
                 self._require_run(session, run_id)
                 raise StoreError(no_capability(run_id, name))
@@ -72,7 +74,9 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
     def get_capability(self, run_id: str, name: str) -> CapabilityRow | None:
         with self._read() as session:
             self._require_run(session, run_id)
-            cap = session.scalars(select(Capability).where(Capability.run_id == run_id, Capability.name == name)).first()
+            cap = session.scalars(
+                select(Capability).where(Capability.run_id == run_id, Capability.name == name)
+            ).first()
             return None if cap is None else to_row(CapabilityRow, cap)
 
     def capabilities(self, run_id: str, retained: bool | None = None) -> list[CapabilityRow]:
@@ -89,7 +93,9 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
         items = list(labels)
         for item in items:
             if item.value not in LABEL_VALUES:
-                raise StoreError(f"bad label {item.value!r} for capability {item.capability!r}: use one of {', '.join(LABEL_VALUES)}")
+                raise StoreError(
+                    f"bad label {item.value!r} for capability {item.capability!r}: use one of {', '.join(LABEL_VALUES)}"
+                )
         missing = f"labels for run {run_id!r} name an episode or capability that is not stored: store those first"
         with self._write(run_id, missing) as session:
             for item in items:
@@ -110,7 +116,9 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
         self.put_labels(run_id, pass_index, [LabelIn(episode_id, capability, value, evidence)])
 
     def labels(self, run_id: str, pass_index: int | None = None, capability: str | None = None) -> list[LabelRow]:
-        stmt = select(Label).where(Label.run_id == run_id).order_by(Label.pass_index, Label.capability, Label.episode_id)
+        stmt = (
+            select(Label).where(Label.run_id == run_id).order_by(Label.pass_index, Label.capability, Label.episode_id)
+        )
         if pass_index is not None:
             stmt = stmt.where(Label.pass_index == pass_index)
         if capability is not None:

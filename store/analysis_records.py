@@ -135,22 +135,46 @@ class AnalysisRecordQueries(StoreBase):
                 raise StoreError(f"bad label call status {r.status!r}: use 'ok' or 'failed'")
             for capability, value, _ in r.labels:
                 if value not in LABEL_VALUES:
-                    raise StoreError(f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}")
-        calls = [{
-            "run_id": run_id, "episode_id": int(r.episode_id), "pass_index": int(r.pass_index),
-            "dictionary_hash": r.dictionary_hash, "prompt_name": r.prompt_name, "prompt_version": r.prompt_version,
-            "status": r.status, "boundary": r.boundary, "error": r.error,
-            "answer": [{"capability": c, "label": v, "evidence": e} for c, v, e in r.labels],
-            "calls": int(r.calls), "prompt_tokens": int(r.prompt_tokens), "completion_tokens": int(r.completion_tokens),
-            "seed": int(r.seed),
-        } for r in records]  # fmt: skip
+                    raise StoreError(
+                        f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}"
+                    )
+        calls = [
+            {
+                "run_id": run_id,
+                "episode_id": int(r.episode_id),
+                "pass_index": int(r.pass_index),
+                "dictionary_hash": r.dictionary_hash,
+                "prompt_name": r.prompt_name,
+                "prompt_version": r.prompt_version,
+                "status": r.status,
+                "boundary": r.boundary,
+                "error": r.error,
+                "answer": [{"capability": c, "label": v, "evidence": e} for c, v, e in r.labels],
+                "calls": int(r.calls),
+                "prompt_tokens": int(r.prompt_tokens),
+                "completion_tokens": int(r.completion_tokens),
+                "seed": int(r.seed),
+            }
+            for r in records
+        ]
         now = utcnow()
         labels = [
-            {"run_id": run_id, "episode_id": int(r.episode_id), "capability": c, "pass_index": int(r.pass_index),
-             "value": v, "evidence": e, "created_at": now, "updated_at": now}
-            for r in records for c, v, e in r.labels
-        ]  # fmt: skip
-        stale = tuple_(Label.episode_id, Label.pass_index).in_([(int(r.episode_id), int(r.pass_index)) for r in records])
+            {
+                "run_id": run_id,
+                "episode_id": int(r.episode_id),
+                "capability": c,
+                "pass_index": int(r.pass_index),
+                "value": v,
+                "evidence": e,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for r in records
+            for c, v, e in r.labels
+        ]
+        stale = tuple_(Label.episode_id, Label.pass_index).in_(
+            [(int(r.episode_id), int(r.pass_index)) for r in records]
+        )
         missing = f"label call for run {run_id!r} names an episode or capability that is not stored: store those first"
         with self._write(run_id, missing) as session:
             # Core statements on the tables: the ORM's bulk and synchronize-session paths cost
@@ -167,15 +191,21 @@ class AnalysisRecordQueries(StoreBase):
             stmt = self._insert(LabelCall.__table__)
             key = ("episode_id", "pass_index", "dictionary_hash", "prompt_version")
             columns = [c.name for c in LabelCall.__table__.columns if c.name not in (*key, "id", "created_at")]
-            _UPSERTS[self.dialect] = stmt.on_conflict_do_update(index_elements=list(key), set_={c: stmt.excluded[c] for c in columns})
+            _UPSERTS[self.dialect] = stmt.on_conflict_do_update(
+                index_elements=list(key), set_={c: stmt.excluded[c] for c in columns}
+            )
         return _UPSERTS[self.dialect]
 
-    def label_call_status(self, run_id: str, pass_index: int, dictionary_hash: str, prompt_version: str) -> dict[int, str]:
+    def label_call_status(
+        self, run_id: str, pass_index: int, dictionary_hash: str, prompt_version: str
+    ) -> dict[int, str]:
         """episode id -> "ok" | "failed" for the calls already made under this cache key."""
         stmt = select(LabelCall.episode_id, LabelCall.status).where(
-            LabelCall.run_id == run_id, LabelCall.pass_index == pass_index,
-            LabelCall.dictionary_hash == dictionary_hash, LabelCall.prompt_version == prompt_version,
-        )  # fmt: skip
+            LabelCall.run_id == run_id,
+            LabelCall.pass_index == pass_index,
+            LabelCall.dictionary_hash == dictionary_hash,
+            LabelCall.prompt_version == prompt_version,
+        )
         with self._read() as session:
             self._require_run(session, run_id)
             return {int(e): s for e, s in session.execute(stmt)}
@@ -192,13 +222,23 @@ class AnalysisRecordQueries(StoreBase):
 
     # --- discovery ---------------------------------------------------------------------------------
     def put_discovery(
-        self, run_id: str, *, dictionary_hash: str, prompt_name: str, prompt_version: str,
-        sample_episode_ids: Sequence[int], details: Mapping[str, Any],
-    ) -> DiscoveryRow:  # fmt: skip
+        self,
+        run_id: str,
+        *,
+        dictionary_hash: str,
+        prompt_name: str,
+        prompt_version: str,
+        sample_episode_ids: Sequence[int],
+        details: Mapping[str, Any],
+    ) -> DiscoveryRow:
         values = {
-            "run_id": run_id, "dictionary_hash": dictionary_hash, "prompt_name": prompt_name, "prompt_version": prompt_version,
-            "sample_episode_ids": [int(i) for i in sample_episode_ids], "details": dict(details),
-        }  # fmt: skip
+            "run_id": run_id,
+            "dictionary_hash": dictionary_hash,
+            "prompt_name": prompt_name,
+            "prompt_version": prompt_version,
+            "sample_episode_ids": [int(i) for i in sample_episode_ids],
+            "details": dict(details),
+        }
         with self._write(run_id) as session:
             return to_row(DiscoveryRow, self._upsert(session, Discovery, values, ("run_id",)))
 
@@ -210,13 +250,25 @@ class AnalysisRecordQueries(StoreBase):
 
     # --- the task split ----------------------------------------------------------------------------
     def put_split(
-        self, run_id: str, *, env: str, seed: int, fraction: float,
-        analysis_tasks: Sequence[str], heldout_tasks: Sequence[str], families: Mapping[str, str],
-    ) -> AnalysisSplitRow:  # fmt: skip
+        self,
+        run_id: str,
+        *,
+        env: str,
+        seed: int,
+        fraction: float,
+        analysis_tasks: Sequence[str],
+        heldout_tasks: Sequence[str],
+        families: Mapping[str, str],
+    ) -> AnalysisSplitRow:
         values = {
-            "run_id": run_id, "env": env, "seed": int(seed), "fraction": float(fraction),
-            "analysis_tasks": list(analysis_tasks), "heldout_tasks": list(heldout_tasks), "families": dict(families),
-        }  # fmt: skip
+            "run_id": run_id,
+            "env": env,
+            "seed": int(seed),
+            "fraction": float(fraction),
+            "analysis_tasks": list(analysis_tasks),
+            "heldout_tasks": list(heldout_tasks),
+            "families": dict(families),
+        }
         with self._write(run_id) as session:
             return to_row(AnalysisSplitRow, self._upsert(session, AnalysisSplit, values, ("run_id",)))
 

@@ -65,7 +65,11 @@ class ArtifactQueries(StoreBase):
 
     def synthetic_envs(self, run_id: str, capability: str | None = None) -> list[SyntheticEnvRow]:
         """Attempts of a run, ordered by capability then attempt."""
-        stmt = select(SyntheticEnv).where(SyntheticEnv.run_id == run_id).order_by(SyntheticEnv.capability, SyntheticEnv.attempt)
+        stmt = (
+            select(SyntheticEnv)
+            .where(SyntheticEnv.run_id == run_id)
+            .order_by(SyntheticEnv.capability, SyntheticEnv.attempt)
+        )
         if capability is not None:
             stmt = stmt.where(SyntheticEnv.capability == capability)
         with self._read() as session:
@@ -132,7 +136,9 @@ class ArtifactQueries(StoreBase):
     def get_evaluation(self, run_id: str, name: str) -> EvaluationRow | None:
         with self._read() as session:
             self._require_run(session, run_id)
-            row = session.scalars(select(Evaluation).where(Evaluation.run_id == run_id, Evaluation.name == name)).first()
+            row = session.scalars(
+                select(Evaluation).where(Evaluation.run_id == run_id, Evaluation.name == name)
+            ).first()
             return None if row is None else to_row(EvaluationRow, row)
 
     def evaluations(self, run_id: str) -> list[EvaluationRow]:

@@ -8,8 +8,19 @@ from pydantic import BaseModel, ConfigDict, Field
 class StoreConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    url: str | None = Field(None, description="SQLAlchemy URL (SQLite or PostgreSQL); None: gapforge.db in the workspace")
-    lease_ttl_s: float = Field(120.0, ge=1.0, le=3600.0, description="seconds without a heartbeat (sent every ttl/4) before "
-                               "another process may take over the run")
-    lock_timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="PostgreSQL: seconds a lease takeover waits on a row "
-                                  "a hung holder still locks before naming that process")
+    url: str | None = Field(
+        None, description="SQLAlchemy URL (SQLite or PostgreSQL); None: gapforge.db in the workspace"
+    )
+    lease_ttl_s: float = Field(
+        120.0,
+        ge=1.0,
+        le=3600.0,
+        description="seconds without a heartbeat (sent every ttl/4) before another process may take over the run",
+    )
+    lock_timeout_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description="PostgreSQL: seconds a lease takeover waits on a row "
+        "a hung holder still locks before naming that process",
+    )

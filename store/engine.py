@@ -60,25 +60,35 @@ def parse_url(raw: str) -> URL:
     backend = url.get_backend_name()
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
-            raise StoreError(f"in-memory SQLite store {raw!r} is not supported (each thread would see its own database): {URL_HINT}")
+            raise StoreError(
+                f"in-memory SQLite store {raw!r} is not supported (each thread would see its own database): {URL_HINT}"
+            )
     elif backend == "postgresql":
         if url.drivername == "postgresql":
             url = url.set(drivername="postgresql+psycopg")
     else:
-        raise StoreError(f"unsupported store backend {backend!r} in {url.render_as_string(hide_password=True)!r}: {URL_HINT}")
+        raise StoreError(
+            f"unsupported store backend {backend!r} in {url.render_as_string(hide_password=True)!r}: {URL_HINT}"
+        )
     return url
 
 
 def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
     path = Path(url.database or "").expanduser()
     if read_only and not path.is_file():
-        raise NoStore(f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) "
-                      "or point store.url / --config at the workspace that has one")
+        raise NoStore(
+            f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) "
+            "or point store.url / --config at the workspace that has one"
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise StoreError(f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path") from None
-    if _first_open(path) and (cut := sqlite_cut(path)):  # a cut file opens and answers until a read reaches the missing pages
+        raise StoreError(
+            f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path"
+        ) from None
+    if _first_open(path) and (
+        cut := sqlite_cut(path)
+    ):  # a cut file opens and answers until a read reaches the missing pages
         raise StoreDamaged(damaged_message(str(path), cut))
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
     # A reader sets query_only (SQLite refuses every write on that connection) and leaves the
@@ -118,12 +128,16 @@ def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
                 args["options"] = "-c default_transaction_read_only=on"
             engine = create_engine(url, pool_pre_ping=True, connect_args=args)
     except (ImportError, exc.NoSuchModuleError) as e:
-        raise StoreError(f"no database driver for {shown!r} ({e}): use postgresql+psycopg:// and install gapforge[postgres]") from None
+        raise StoreError(
+            f"no database driver for {shown!r} ({e}): use postgresql+psycopg:// and install gapforge[postgres]"
+        ) from None
     try:
         if read_only:
             if not inspect(engine).has_table("store_meta"):
                 engine.dispose()
-                raise NoStore(f"store {shown!r} is empty (no gapforge tables yet): start a run (`gapforge run` or `gapforge demo`)")
+                raise NoStore(
+                    f"store {shown!r} is empty (no gapforge tables yet): start a run (`gapforge run` or `gapforge demo`)"
+                )
             return engine
         # Tables missing: create them in a write transaction from the start (a deferred one that finds
         # tables missing while another process is creating them cannot upgrade to a writer and fails
@@ -135,7 +149,9 @@ def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
         _add_indexes(engine)
     except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...
         engine.dispose()
-        raise _translate(e, url, "the store's tables") or StoreError(f"cannot open store {shown!r}: {_reason(e)}; {_open_hint(url, _reason(e))}") from None
+        raise _translate(e, url, "the store's tables") or StoreError(
+            f"cannot open store {shown!r}: {_reason(e)}; {_open_hint(url, _reason(e))}"
+        ) from None
     return engine
 
 

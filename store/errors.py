@@ -40,7 +40,12 @@ class DiskFull(Resumable, StoreError):
         super().__init__(self._resumable(summary, resume))
 
 
-DISK_FULL_MARKERS = ("no space left on device", "database or disk is full", "disk quota exceeded", "could not extend file")
+DISK_FULL_MARKERS = (
+    "no space left on device",
+    "database or disk is full",
+    "disk quota exceeded",
+    "could not extend file",
+)
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -72,5 +77,7 @@ def is_damaged(error: BaseException) -> bool:
 
 
 def damaged_message(path: str, reason: str) -> str:
-    return (f"the store file {path} is damaged ({reason}: truncated or overwritten?): restore it from a backup, or salvage "
-            f"what it holds with `sqlite3 {path} .recover | sqlite3 NEW.db` and point store.url at NEW.db")
+    return (
+        f"the store file {path} is damaged ({reason}: truncated or overwritten?): restore it from a backup, or salvage "
+        f"what it holds with `sqlite3 {path} .recover | sqlite3 NEW.db` and point store.url at NEW.db"
+    )

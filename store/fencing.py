@@ -58,8 +58,10 @@ def _fence_for(store_key: str, run_id: str) -> tuple[str, tuple[str, int]] | Non
 
 def lost_message(run_id: str, row: RunLease | None) -> str:
     who = f"`{row.command}` (pid {row.pid} on {row.host})" if row is not None else "nobody (the lease was released)"
-    return (f"this process lost run {run_id!r} to {who}: its lease was taken over while this process was not renewing it "
-            "(paused past the lease ttl?); it stopped, and that process goes on with the run")
+    return (
+        f"this process lost run {run_id!r} to {who}: its lease was taken over while this process was not renewing it "
+        "(paused past the lease ttl?); it stopped, and that process goes on with the run"
+    )
 
 
 def check(session: Session, store_key: str, run_id: str, *, postgres: bool) -> None:

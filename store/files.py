@@ -61,7 +61,9 @@ def complete_dir(final: Path, what: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         yield tmp
-        files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        files = {
+            p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir()) if p.is_file()
+        }
         with (tmp / MANIFEST).open("w") as f:
             json.dump({"files": files}, f, indent=1)
             f.flush()
@@ -127,7 +129,11 @@ def safetensors_problem(path: Path) -> str | None:
             header = json.loads(f.read(n))
     except (OSError, ValueError) as e:
         return f"{path.name}: unreadable header ({e})"
-    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t]
+    ends = [
+        t["data_offsets"][1]
+        for k, t in header.items()
+        if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t
+    ]
     expected = 8 + n + max(ends, default=0)
     if expected != size:
         return f"{path.name} is {size} bytes, its header describes {expected} (truncated?)"
@@ -157,7 +163,9 @@ def check_dir(path: Path, *, required: tuple[str, ...] = (), deep: bool = False)
     for f in sorted(path.glob("*.safetensors")):
         if problem := safetensors_problem(f):
             return f"{path}: {problem}"
-    for f in sorted([*path.glob("*.pt"), *path.glob("*.pth")]):  # torch's zip format: a cut file has no central directory
+    for f in sorted(
+        [*path.glob("*.pt"), *path.glob("*.pth")]
+    ):  # torch's zip format: a cut file has no central directory
         if not zipfile.is_zipfile(f):
             return f"{f} is not a whole torch file (truncated?)"
     for f in sorted(path.glob("*.json")):

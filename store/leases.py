@@ -43,7 +43,9 @@ from gapforge.store.fencing import LeaseLost
 from gapforge.store.models import Run, RunLease, utcnow
 
 DEFAULT_TTL_S = 120.0
-LOCK_WAIT_S = 30.0  # PostgreSQL: how long a takeover waits, by default, for a lease row a stuck holder's write still locks
+LOCK_WAIT_S = (
+    30.0  # PostgreSQL: how long a takeover waits, by default, for a lease row a stuck holder's write still locks
+)
 LOST_SIGNAL = signal.SIGUSR1  # how the heartbeat thread stops the main thread of a holder that lost its run
 __all__ = ["DEFAULT_TTL_S", "LeaseLost", "LeaseQueries", "RunBusy", "holder_id"]
 
@@ -87,8 +89,10 @@ def _in_use(row: RunLease) -> bool:
 
 def _busy_message(run_id: str, row: RunLease) -> str:
     since = row.acquired_at if row.acquired_at.tzinfo else row.acquired_at.replace(tzinfo=UTC)
-    return (f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
-            "wait for it to finish or stop that process, then resume")
+    return (
+        f"run {run_id!r} is in use by `{row.command}` (pid {row.pid} on {row.host}, since {since:%Y-%m-%d %H:%M:%S} UTC): "
+        "wait for it to finish or stop that process, then resume"
+    )
 
 
 def _lock_wait_expired(e: exc.OperationalError) -> bool:
@@ -102,7 +106,9 @@ def _age_s(when: datetime) -> float:
 
 
 class LeaseQueries(StoreBase):
-    def acquire_lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S, lock_timeout_s: float | None = None) -> int:
+    def acquire_lease(
+        self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S, lock_timeout_s: float | None = None
+    ) -> int:
         """Take the run's lease for this process and return its epoch (the fencing token), or raise
         RunBusy naming who holds it. A takeover from another holder raises the epoch by one.
         `lock_timeout_s` (PostgreSQL; None: LOCK_WAIT_S): how long to wait for a lease row a stuck holder's write locks."""
@@ -119,13 +125,31 @@ class LeaseQueries(StoreBase):
                     now = utcnow()
                     if row is None:
                         epoch = 1
-                        session.add(RunLease(run_id=run_id, holder=me, host=socket.gethostname(), pid=os.getpid(), command=command,
-                                             ttl_s=ttl_s, acquired_at=now, heartbeat_at=now, epoch=epoch))
+                        session.add(
+                            RunLease(
+                                run_id=run_id,
+                                holder=me,
+                                host=socket.gethostname(),
+                                pid=os.getpid(),
+                                command=command,
+                                ttl_s=ttl_s,
+                                acquired_at=now,
+                                heartbeat_at=now,
+                                epoch=epoch,
+                            )
+                        )
                     else:
                         if row.holder != me and _in_use(row):
                             raise RunBusy(_busy_message(run_id, row))
                         epoch = row.epoch if row.holder == me else row.epoch + 1
-                        row.holder, row.host, row.pid, row.command, row.ttl_s, row.epoch = me, socket.gethostname(), os.getpid(), command, ttl_s, epoch
+                        row.holder, row.host, row.pid, row.command, row.ttl_s, row.epoch = (
+                            me,
+                            socket.gethostname(),
+                            os.getpid(),
+                            command,
+                            ttl_s,
+                            epoch,
+                        )
                         row.acquired_at = row.heartbeat_at = now
                 fencing.hold(self.store_key, run_id, me, epoch)
                 return epoch
@@ -142,14 +166,18 @@ class LeaseQueries(StoreBase):
         with self._read() as session:
             row = session.get(RunLease, run_id)
         if row is None or row.holder == me:
-            return (f"run {run_id!r}: the store stayed locked by another process's write for longer than the lock wait "
-                    "(a process stopped or hung inside a write?): find and stop it, then resume")
+            return (
+                f"run {run_id!r}: the store stayed locked by another process's write for longer than the lock wait "
+                "(a process stopped or hung inside a write?): find and stop it, then resume"
+            )
         if _in_use(row):
             return _busy_message(run_id, row)
         locked = "the whole SQLite store" if self.dialect == "sqlite" else "the run's lease row"
-        return (f"run {run_id!r} is held by `{row.command}` (pid {row.pid} on {row.host}), which is stuck inside a write "
-                f"(stopped or hung: no lease renewal for {_age_s(row.heartbeat_at):.0f} s) and keeps {locked} locked: "
-                f"stop that process (kill {row.pid} on {row.host}), then resume")
+        return (
+            f"run {run_id!r} is held by `{row.command}` (pid {row.pid} on {row.host}), which is stuck inside a write "
+            f"(stopped or hung: no lease renewal for {_age_s(row.heartbeat_at):.0f} s) and keeps {locked} locked: "
+            f"stop that process (kill {row.pid} on {row.host}), then resume"
+        )
 
     def renew_lease(self, run_id: str) -> bool:
         """Refresh this process's heartbeat; False when the lease is no longer ours (taken over: another holder
@@ -182,7 +210,11 @@ class LeaseQueries(StoreBase):
         reaped = []
         for run_id, holder, epoch in dead:
             with self._write() as session:
-                gone = session.execute(delete(RunLease).where(RunLease.run_id == run_id, RunLease.holder == holder, RunLease.epoch == epoch))
+                gone = session.execute(
+                    delete(RunLease).where(
+                        RunLease.run_id == run_id, RunLease.holder == holder, RunLease.epoch == epoch
+                    )
+                )
                 if gone.rowcount:
                     run = session.get(Run, run_id)
                     if run is not None and run.status == "running":
@@ -207,7 +239,9 @@ class LeaseQueries(StoreBase):
         return message
 
     @contextmanager
-    def lease(self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S, lock_timeout_s: float | None = None) -> Iterator[int]:
+    def lease(
+        self, run_id: str, command: str, *, ttl_s: float = DEFAULT_TTL_S, lock_timeout_s: float | None = None
+    ) -> Iterator[int]:
         """Hold the run's lease for the block (yields its epoch), renewing it every ttl/4 in the background.
 
         A renewal that finds the lease taken over (or no renewal for a whole ttl) means another process
@@ -220,6 +254,7 @@ class LeaseQueries(StoreBase):
         on_main = threading.current_thread() is threading.main_thread()
         previous: Any = None
         if on_main:
+
             def on_lost(signum: int, frame: Any) -> None:
                 if lost:
                     raise LeaseLost(lost[0])
@@ -260,4 +295,6 @@ class LeaseQueries(StoreBase):
                 try:
                     self.release_lease(run_id)
                 except DiskFull:  # never replaces the error on its way up; the row stays, and once this process
-                    fencing.drop(self.store_key, run_id)  # exits it is a dead holder's (reaped on the next open; another host: its ttl)
+                    fencing.drop(
+                        self.store_key, run_id
+                    )  # exits it is a dead holder's (reaped on the next open; another host: its ttl)

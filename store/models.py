@@ -315,4 +315,6 @@ class RunLease(Base):
     ttl_s: Mapped[float]
     acquired_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
-    epoch: Mapped[int] = mapped_column(default=0, server_default="0")  # fencing token: +1 on every takeover (store/fencing.py)
+    epoch: Mapped[int] = mapped_column(
+        default=0, server_default="0"
+    )  # fencing token: +1 on every takeover (store/fencing.py)

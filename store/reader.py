@@ -33,8 +33,10 @@ class StoreReader(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries, Vi
                 found = session.scalar(select(StoreMeta.value).where(StoreMeta.key == "schema_version"))
             if found != SCHEMA_VERSION:
                 shown = self.engine.url.render_as_string(hide_password=True)
-                raise StoreError(f"store {shown!r} has schema version {found}, this gapforge reads {SCHEMA_VERSION}: "
-                                 "open it with the gapforge that wrote it")
+                raise StoreError(
+                    f"store {shown!r} has schema version {found}, this gapforge reads {SCHEMA_VERSION}: "
+                    "open it with the gapforge that wrote it"
+                )
         except BaseException:
             self.close()
             raise
@@ -42,5 +44,7 @@ class StoreReader(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries, Vi
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

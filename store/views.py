@@ -70,7 +70,9 @@ class ViewQueries(StoreBase):
         where = Run.kind.in_(list(kinds))
         with self._read() as session:
             total = session.scalar(select(func.count()).select_from(Run).where(where)) or 0
-            runs = session.scalars(select(Run).where(where).order_by(Run.created_at.desc(), Run.id).offset(offset).limit(limit))
+            runs = session.scalars(
+                select(Run).where(where).order_by(Run.created_at.desc(), Run.id).offset(offset).limit(limit)
+            )
             return Page([to_row(RunRow, r) for r in runs], int(total), offset, limit)
 
     def child_runs(self, run_id: str) -> list[RunRow]:
@@ -80,9 +82,15 @@ class ViewQueries(StoreBase):
             return [to_row(RunRow, r) for r in runs]
 
     def episodes_page(
-        self, run_id: str, *, success: bool | None = None, family: str | None = None, task_id: str | None = None,
-        offset: int = 0, limit: int = 50,
-    ) -> Page[EpisodeSummaryRow]:  # fmt: skip
+        self,
+        run_id: str,
+        *,
+        success: bool | None = None,
+        family: str | None = None,
+        task_id: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> Page[EpisodeSummaryRow]:
         """A run's episodes without trajectories, in insertion order, optionally filtered.
 
         Filters ride indexes (reading a row to test a column stored after its messages reads the
@@ -98,7 +106,11 @@ class ViewQueries(StoreBase):
         with self._read() as session:
             self._require_run(session, run_id)
             if family is None:
-                where.append(Episode.env.in_(list(session.scalars(select(Episode.env).where(Episode.run_id == run_id).distinct()))))
+                where.append(
+                    Episode.env.in_(
+                        list(session.scalars(select(Episode.env).where(Episode.run_id == run_id).distinct()))
+                    )
+                )
             total = session.scalar(select(func.count()).select_from(Episode).where(*where)) or 0
             rows = session.execute(select(*_SUMMARY).where(*where).order_by(Episode.id).offset(offset).limit(limit))
             return Page([to_row(EpisodeSummaryRow, r) for r in rows], int(total), offset, limit)
@@ -120,21 +132,37 @@ class ViewQueries(StoreBase):
         with self._read() as session:
             return {v: int(n) for v, n in session.execute(stmt)}
 
-    def labeled_episodes(self, run_id: str, capability: str, value: str, *, offset: int = 0, limit: int = 50) -> Page[LabeledEpisode]:
+    def labeled_episodes(
+        self, run_id: str, capability: str, value: str, *, offset: int = 0, limit: int = 50
+    ) -> Page[LabeledEpisode]:
         """Episodes labeled `value` for `capability` in at least one pass, with every pass's vote and evidence."""
         where = (Label.run_id == run_id, Label.capability == capability, Label.value == value)
         with self._read() as session:
             total = session.scalar(select(func.count(distinct(Label.episode_id))).where(*where)) or 0
-            ids = list(session.scalars(select(Label.episode_id).where(*where).group_by(Label.episode_id)
-                                       .order_by(Label.episode_id).offset(offset).limit(limit)))  # fmt: skip
+            ids = list(
+                session.scalars(
+                    select(Label.episode_id)
+                    .where(*where)
+                    .group_by(Label.episode_id)
+                    .order_by(Label.episode_id)
+                    .offset(offset)
+                    .limit(limit)
+                )
+            )
             votes: dict[int, list[Vote]] = {i: [] for i in ids}
             # by (episode, capability): the label key's index (filtering on the run too would make SQLite
             # scan every label of the run through ix_labels_run_pass; an episode id belongs to one run)
-            stmt = (select(Label.episode_id, Label.pass_index, Label.value, Label.evidence)
-                    .where(Label.episode_id.in_(ids), Label.capability == capability).order_by(Label.pass_index))  # fmt: skip
+            stmt = (
+                select(Label.episode_id, Label.pass_index, Label.value, Label.evidence)
+                .where(Label.episode_id.in_(ids), Label.capability == capability)
+                .order_by(Label.pass_index)
+            )
             for eid, p, v, ev in session.execute(stmt):
                 votes[eid].append(Vote(p, v, ev))
-            episodes = {r.id: to_row(EpisodeSummaryRow, r) for r in session.execute(select(*_SUMMARY).where(Episode.id.in_(ids)))}
+            episodes = {
+                r.id: to_row(EpisodeSummaryRow, r)
+                for r in session.execute(select(*_SUMMARY).where(Episode.id.in_(ids)))
+            }
         return Page([LabeledEpisode(episodes[i], votes[i]) for i in ids if i in episodes], int(total), offset, limit)
 
     def episode_labels(self, episode_id: int) -> list[LabelRow]:
@@ -145,10 +173,24 @@ class ViewQueries(StoreBase):
 
     def env_attempts(self, run_id: str, capability: str | None = None) -> list[EnvAttemptHead]:
         """Synthetic env attempts (no code), ordered by capability then attempt, with their validation outcome."""
-        cols = [SyntheticEnv.id, SyntheticEnv.run_id, SyntheticEnv.capability, SyntheticEnv.attempt, SyntheticEnv.sha256,
-                SyntheticEnv.status, SyntheticEnv.prompt_name, SyntheticEnv.prompt_version, SyntheticEnv.created_at, Validation.passed]  # fmt: skip
-        stmt = (select(*cols).outerjoin(Validation, Validation.synthetic_env_id == SyntheticEnv.id)
-                .where(SyntheticEnv.run_id == run_id).order_by(SyntheticEnv.capability, SyntheticEnv.attempt))  # fmt: skip
+        cols = [
+            SyntheticEnv.id,
+            SyntheticEnv.run_id,
+            SyntheticEnv.capability,
+            SyntheticEnv.attempt,
+            SyntheticEnv.sha256,
+            SyntheticEnv.status,
+            SyntheticEnv.prompt_name,
+            SyntheticEnv.prompt_version,
+            SyntheticEnv.created_at,
+            Validation.passed,
+        ]
+        stmt = (
+            select(*cols)
+            .outerjoin(Validation, Validation.synthetic_env_id == SyntheticEnv.id)
+            .where(SyntheticEnv.run_id == run_id)
+            .order_by(SyntheticEnv.capability, SyntheticEnv.attempt)
+        )
         if capability is not None:
             stmt = stmt.where(SyntheticEnv.capability == capability)
         with self._read() as session:
@@ -156,7 +198,11 @@ class ViewQueries(StoreBase):
 
     def previous_attempt(self, run_id: str, capability: str, attempt: int) -> int | None:
         """The id of the attempt just before `attempt` for this capability, or None."""
-        stmt = (select(SyntheticEnv.id).where(SyntheticEnv.run_id == run_id, SyntheticEnv.capability == capability,
-                                              SyntheticEnv.attempt < attempt).order_by(SyntheticEnv.attempt.desc()).limit(1))  # fmt: skip
+        stmt = (
+            select(SyntheticEnv.id)
+            .where(SyntheticEnv.run_id == run_id, SyntheticEnv.capability == capability, SyntheticEnv.attempt < attempt)
+            .order_by(SyntheticEnv.attempt.desc())
+            .limit(1)
+        )
         with self._read() as session:
             return session.scalar(stmt)

@@ -100,8 +100,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     from markers import markers_for
 
-    missing = {mark: reason for mark, module, reason in (("tau2", "tau2", TAU2_EXTRA), ("postgres", "psycopg", POSTGRES_EXTRA))
-               if importlib.util.find_spec(module) is None}
+    missing = {
+        mark: reason
+        for mark, module, reason in (("tau2", "tau2", TAU2_EXTRA), ("postgres", "psycopg", POSTGRES_EXTRA))
+        if importlib.util.find_spec(module) is None
+    }
     for item in items:
         for mark in sorted(markers_for(item.nodeid, getattr(item, "fixturenames", ()))):
             item.add_marker(mark)

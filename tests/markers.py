@@ -46,11 +46,9 @@ SLOW: dict[str, str] = {
     "tests/executor/test_worker_timeouts.py::test_a_frozen_worker_times_out_its_episode_and_is_replaced": "worker processes, a timeout",
     "tests/executor/test_executor_config.py::test_an_unreachable_head_stops_the_command_with_one_line_and_exit_2": "tries to reach a Ray head",
     "tests/serving/test_overload_sigterm.py::test_sigterm_lets_the_request_in_flight_finish_and_exits_0": "a server process",
-    "tests/gapforge/test_cli_user_env_faults.py::test_a_step_that_never_returns_times_out_the_rest_finish_and_a_resume_redoes_only_it":
-        "CLI processes, a timeout",
+    "tests/gapforge/test_cli_user_env_faults.py::test_a_step_that_never_returns_times_out_the_rest_finish_and_a_resume_redoes_only_it": "CLI processes, a timeout",  # noqa: E501 (a test id)
     "tests/gapforge/test_cli_user_env_faults.py::test_an_env_that_fails_past_the_share_stops_with_exit_4_naming_it": "CLI processes",
-    "tests/gapforge/test_cli_user_env_faults.py::test_env_errors_below_the_share_warn_and_a_resume_after_the_fix_plays_them_again":
-        "CLI processes",
+    "tests/gapforge/test_cli_user_env_faults.py::test_env_errors_below_the_share_warn_and_a_resume_after_the_fix_plays_them_again": "CLI processes",
 }
 
 

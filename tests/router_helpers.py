@@ -9,8 +9,17 @@ from pathlib import Path
 from typing import Any
 
 
-def teach_labels(src: Path, dst: Path, prompts: list[str], labels: list[str], *, steps: int = 30, lr: float = 4e-3, min_margin: float = 1.5,
-                 seed: int = 0) -> Path:
+def teach_labels(
+    src: Path,
+    dst: Path,
+    prompts: list[str],
+    labels: list[str],
+    *,
+    steps: int = 30,
+    lr: float = 4e-3,
+    min_margin: float = 1.5,
+    seed: int = 0,
+) -> Path:
     """Copy the model at `src` to `dst` and train it so the next token after prompts[i] is labels[i]."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -33,7 +42,10 @@ def teach_labels(src: Path, dst: Path, prompts: list[str], labels: list[str], *,
         logits = model(input_ids=ids, attention_mask=mask).logits[torch.arange(len(rows)), last]
         loss = torch.nn.functional.cross_entropy(logits, targets)
         top2 = logits.detach().topk(2, dim=-1)
-        if bool((top2.indices[:, 0] == targets).all()) and float((top2.values[:, 0] - top2.values[:, 1]).min()) > min_margin:
+        if (
+            bool((top2.indices[:, 0] == targets).all())
+            and float((top2.values[:, 0] - top2.values[:, 1]).min()) > min_margin
+        ):
             break
         opt.zero_grad()
         loss.backward()
@@ -67,7 +79,9 @@ def random_adapter(model_dir: Path, out: Path, seed: int) -> Path:
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
     torch.manual_seed(seed)
-    cfg = LoraConfig(r=4, lora_alpha=64, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], init_lora_weights=False)
+    cfg = LoraConfig(
+        r=4, lora_alpha=64, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], init_lora_weights=False
+    )
     peft_model = get_peft_model(base, cfg)
     peft_model.save_pretrained(out)
     return out
@@ -76,7 +90,10 @@ def random_adapter(model_dir: Path, out: Path, seed: int) -> Path:
 def first_messages() -> dict[str, list[str]]:
     """First user messages per intended label: A (precondition_verification), B (structured_data_reasoning), C (none)."""
     return {
-        "A": ["I want to return the blender from order 1007, it arrived broken.", "Please cancel my order 1012 right away."],
+        "A": [
+            "I want to return the blender from order 1007, it arrived broken.",
+            "Please cancel my order 1012 right away.",
+        ],
         "B": ["Add up what I spent across all my orders this year.", "Which of my orders had the most items in total?"],
         "C": ["Hello, what are your opening hours?", "Thanks, that is all for today."],
     }
@@ -90,7 +107,14 @@ def taught_prompts(scorer: Any, router: Any) -> tuple[list[str], list[str]]:
 
 def capability_specs() -> list[dict[str, Any]]:
     return [
-        {"name": "precondition_verification", "definition": "Check order status, return window, final-sale and ownership before acting.",
-         "adapter": "precondition_verification"},
-        {"name": "structured_data_reasoning", "definition": "Read nested records and compute totals correctly.", "adapter": "structured_data_reasoning"},
+        {
+            "name": "precondition_verification",
+            "definition": "Check order status, return window, final-sale and ownership before acting.",
+            "adapter": "precondition_verification",
+        },
+        {
+            "name": "structured_data_reasoning",
+            "definition": "Read nested records and compute totals correctly.",
+            "adapter": "structured_data_reasoning",
+        },
     ]

@@ -45,8 +45,9 @@ def baseline_tasks(analysis_tasks: list[str]) -> tuple[list[str], list[str]]:
     return [t for t in tasks if t not in held], held
 
 
-def baseline_settings(cfg: _HasTraining, n_held: int, n_adapters: int, *, scale: float = 1.0,
-                      learning_rate: float | None = None) -> TrainingConfig:
+def baseline_settings(
+    cfg: _HasTraining, n_held: int, n_adapters: int, *, scale: float = 1.0, learning_rate: float | None = None
+) -> TrainingConfig:
     """GRPO on the target's training settings: the adapters' own, for `scale` x their budget (`baseline_steps`), and a
     checkpoint selection like an adapter's: on as many episodes (heldout_seeds x heldout_samples spread over the
     `n_held` held-back tasks: with 2 samples on 5 tasks it saw 10 and kept step 0 where step 8 was +0.2,
@@ -56,8 +57,11 @@ def baseline_settings(cfg: _HasTraining, n_held: int, n_adapters: int, *, scale:
     per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples
     steps = baseline_steps(cfg, n_adapters, scale=scale)
     stretch = steps / max(1, cfg.training.max_steps)
-    update: dict[str, Any] = {"max_steps": steps, "eval_every": max(1, round(cfg.training.eval_every * stretch)),
-                              "heldout_samples": max(cfg.training.heldout_samples, math.ceil(per_adapter / max(1, n_held)))}
+    update: dict[str, Any] = {
+        "max_steps": steps,
+        "eval_every": max(1, round(cfg.training.eval_every * stretch)),
+        "heldout_samples": max(cfg.training.heldout_samples, math.ceil(per_adapter / max(1, n_held))),
+    }
     if learning_rate is not None:
         update["learning_rate"] = learning_rate
     return cfg.training.model_copy(update=update)

@@ -25,7 +25,9 @@ class TrainingConfig(BaseModel):
     lora_rank: int = Field(32, ge=1, description="LoRA rank (paper: 32)")
     lora_alpha: int = Field(64, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    lora_target_modules: list[str] = Field(default_factory=lambda: list(ALL_PROJECTIONS), description="modules LoRA adapts (paper: all projections)")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: list(ALL_PROJECTIONS), description="modules LoRA adapts (paper: all projections)"
+    )
     # optimisation
     learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (paper: 1e-5)")
     max_steps: int = Field(40, ge=1, description="optimizer steps (paper: up to 40)")
@@ -38,30 +40,44 @@ class TrainingConfig(BaseModel):
     # rollouts
     max_turns: int = Field(12, ge=1, description="assistant turns per rollout")
     malformed_tool_calls: Literal["end", "continue"] = Field(
-        "end", description="an unparsable tool call ends the rollout (end) or goes to the env as text (continue)")
+        "end", description="an unparsable tool call ends the rollout (end) or goes to the env as text (continue)"
+    )
     max_new_tokens: int = Field(256, ge=8, description="tokens per assistant turn")
-    max_completion_length: int = Field(2048, ge=16, description="all completion tokens of a rollout (model + env turns)")
+    max_completion_length: int = Field(
+        2048, ge=16, description="all completion tokens of a rollout (model + env turns)"
+    )
     env_timeout_s: float = Field(
-        30.0, gt=0, description="seconds per env call; a slower call ends the rollout, which leaves the loss (never scored 0)")
+        30.0,
+        gt=0,
+        description="seconds per env call; a slower call ends the rollout, which leaves the loss (never scored 0)",
+    )
     # seeds and selection
     train_seeds: int = Field(80, ge=1, description="synthetic seeds 0..train_seeds-1")
-    heldout_seeds: int = Field(16, ge=1, description="seeds after the training ones, for checkpoint selection and early stop")
+    heldout_seeds: int = Field(
+        16, ge=1, description="seeds after the training ones, for checkpoint selection and early stop"
+    )
     heldout_samples: int = Field(2, ge=1, description="rollouts per held-out seed")
     eval_every: int = Field(5, ge=1, description="held-out evaluation every N steps")
     patience: int = Field(3, ge=1, description="stop after this many evaluations without improvement")
     min_improvement: float = Field(0.01, ge=0.0, description="held-out reward gain that counts as an improvement")
-    early_stopping: bool = Field(True, description="stop after `patience` evaluations without improvement; false: train to max_steps")
+    early_stopping: bool = Field(
+        True, description="stop after `patience` evaluations without improvement; false: train to max_steps"
+    )
     curve_fractions: list[float] = Field(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
-        description="also keep the adapter at step round(f x max_steps) for each f (curve/step-N)")
+        description="also keep the adapter at step round(f x max_steps) for each f (curve/step-N)",
+    )
     save_every: int = Field(5, ge=1, description="TRL checkpoint every N steps (resume point)")
     # generation backend
     generation: Literal["transformers", "vllm_server", "vllm_colocate"] = Field(
-        "transformers", description="transformers: in-process (CPU, tests); vllm_*: TRL's vLLM support (GPU)")
+        "transformers", description="transformers: in-process (CPU, tests); vllm_*: TRL's vLLM support (GPU)"
+    )
     vllm_server_base_url: str | None = Field(None, description="for generation=vllm_server, e.g. http://localhost:8000")
     loss_forward: Literal["auto", "batched", "rows"] = Field(
-        "auto", description="the loss's forward pass: batched (one padded batch) or rows (one rollout at a time, no padding); "
-                            "auto: rows on CPU, batched on a GPU")
+        "auto",
+        description="the loss's forward pass: batched (one padded batch) or rows (one rollout at a time, no padding); "
+        "auto: rows on CPU, batched on a GPU",
+    )
     report_to: list[str] = Field(default_factory=list, description="TRL report_to: tensorboard, wandb (when installed)")
     seed: int = 0
 
@@ -72,7 +88,9 @@ class TrainingConfig(BaseModel):
         if any(not 0.0 <= f <= 1.0 for f in self.curve_fractions):
             raise ValueError(f"curve_fractions {self.curve_fractions}: each fraction of max_steps must lie in [0, 1]")
         if self.max_new_tokens > self.max_completion_length:
-            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be <= max_completion_length ({self.max_completion_length})")
+            raise ValueError(
+                f"max_new_tokens ({self.max_new_tokens}) must be <= max_completion_length ({self.max_completion_length})"
+            )
         return self
 
     @property
@@ -94,8 +112,22 @@ class TrainingConfig(BaseModel):
     def tiny(cls, **overrides: object) -> TrainingConfig:
         """CPU profile for the taught tiny model: small groups, short turns, higher lr."""
         base: dict[str, object] = dict(
-            lora_rank=8, lora_alpha=16, learning_rate=2e-3, max_steps=20, groups_per_step=2, num_generations=4,
-            max_turns=8, malformed_tool_calls="continue", max_new_tokens=64, max_completion_length=1536, train_seeds=64, heldout_seeds=16,
-            heldout_samples=2, eval_every=5, patience=3, save_every=5)
+            lora_rank=8,
+            lora_alpha=16,
+            learning_rate=2e-3,
+            max_steps=20,
+            groups_per_step=2,
+            num_generations=4,
+            max_turns=8,
+            malformed_tool_calls="continue",
+            max_new_tokens=64,
+            max_completion_length=1536,
+            train_seeds=64,
+            heldout_seeds=16,
+            heldout_samples=2,
+            eval_every=5,
+            patience=3,
+            save_every=5,
+        )
         base.update(overrides)
         return cls(**base)

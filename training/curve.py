@@ -50,9 +50,16 @@ def save_curve_adapter(out: str | Path, step: int, model: Any, cfg: TrainingConf
         return target
     with complete_dir(target, "a scaling-curve adapter") as tmp:
         model.save_pretrained(str(tmp))
-        (Path(tmp) / "curve.json").write_text(json.dumps({
-            "step": step, "max_steps": cfg.max_steps, "fraction": step / cfg.max_steps,
-            "training_rollouts": step * cfg.rollouts_per_step}))
+        (Path(tmp) / "curve.json").write_text(
+            json.dumps(
+                {
+                    "step": step,
+                    "max_steps": cfg.max_steps,
+                    "fraction": step / cfg.max_steps,
+                    "training_rollouts": step * cfg.rollouts_per_step,
+                }
+            )
+        )
     return target
 
 

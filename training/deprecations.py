@@ -9,8 +9,10 @@ started on its own). The CLI calls it first thing; so does bench/effect.py, whic
 
 from __future__ import annotations
 
-LIBRARY_DEPRECATIONS = tuple(f"`{name}` is deprecated" for name in (
-    "is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable"))  # FutureWarnings
+LIBRARY_DEPRECATIONS = tuple(
+    f"`{name}` is deprecated"
+    for name in ("is_gradient_checkpointing", "gradient_checkpointing_enable", "gradient_checkpointing_disable")
+)  # FutureWarnings
 
 
 def quiet_library_deprecations() -> None:

@@ -32,13 +32,20 @@ class EnvSpec(BaseModel):
     kind: Literal["sandbox", "trusted", "target", "python"]
     module: str | None = Field(None, description="env module path (sandbox, trusted)")
     target: str | None = Field(None, description="registry name (target), e.g. shop")
-    factory: str | None = Field(None, description="python: 'package.module:callable' or 'path/to/file.py:callable' returning an "
-                                "Environment (trusted code; ?key=value keywords are passed to it)")
+    factory: str | None = Field(
+        None,
+        description="python: 'package.module:callable' or 'path/to/file.py:callable' returning an "
+        "Environment (trusted code; ?key=value keywords are passed to it)",
+    )
     sandbox: dict[str, Any] = Field(default_factory=dict, description="sandbox settings (SandboxConfig fields)")
     train_tasks: list[str] | None = Field(None, description="target task ids to train on")
     heldout_tasks: list[str] | None = Field(None, description="target task ids for selection (disjoint from train)")
-    user: Literal["scripted", "llm"] = Field("scripted", description="target: the user simulator (the evaluation's rollouts.user)")
-    user_endpoint: dict[str, Any] | None = Field(None, description="target with user llm: the llm endpoint's settings (EndpointConfig fields)")
+    user: Literal["scripted", "llm"] = Field(
+        "scripted", description="target: the user simulator (the evaluation's rollouts.user)"
+    )
+    user_endpoint: dict[str, Any] | None = Field(
+        None, description="target with user llm: the llm endpoint's settings (EndpointConfig fields)"
+    )
 
     def check(self) -> None:
         if self.kind in ("sandbox", "trusted") and not (self.module and Path(self.module).is_file()):

@@ -29,8 +29,19 @@ def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) ->
     return model, tok
 
 
-def pass_rates(model: Any, tok: Any, make_env: EnvFactory, tasks: list[Any], family_of: Any, *, samples: int = 2,
-               temperature: float = 1.0, max_turns: int = 12, max_new_tokens: int = 96, seed: int = 0) -> dict[str, Any]:
+def pass_rates(
+    model: Any,
+    tok: Any,
+    make_env: EnvFactory,
+    tasks: list[Any],
+    family_of: Any,
+    *,
+    samples: int = 2,
+    temperature: float = 1.0,
+    max_turns: int = 12,
+    max_new_tokens: int = 96,
+    seed: int = 0,
+) -> dict[str, Any]:
     """{family: {"pass_rate", "mean_reward", "episodes"}} plus "all"."""
     from gapforge.training.cpu import set_cpu_threads
 
@@ -38,12 +49,28 @@ def pass_rates(model: Any, tok: Any, make_env: EnvFactory, tasks: list[Any], fam
     sampler = TransformersSampler(model, tok, seed=seed)
     per: dict[str, list[tuple[float, bool]]] = {}
     for task in tasks:
-        group = run_group(make_env, task, samples, sampler=sampler, tokenizer=tok, max_turns=max_turns,
-                          max_new_tokens=max_new_tokens, max_completion_length=8192, temperature=temperature, env_timeout_s=60)
+        group = run_group(
+            make_env,
+            task,
+            samples,
+            sampler=sampler,
+            tokenizer=tok,
+            max_turns=max_turns,
+            max_new_tokens=max_new_tokens,
+            max_completion_length=8192,
+            temperature=temperature,
+            env_timeout_s=60,
+        )
         per.setdefault(family_of(task), []).extend((r.reward, r.success) for r in group)
     per["all"] = [x for fam in list(per.values()) for x in fam]
-    return {fam: {"pass_rate": sum(s for _, s in xs) / len(xs), "mean_reward": sum(r for r, _ in xs) / len(xs), "episodes": len(xs)}
-            for fam, xs in per.items()}
+    return {
+        fam: {
+            "pass_rate": sum(s for _, s in xs) / len(xs),
+            "mean_reward": sum(r for r, _ in xs) / len(xs),
+            "episodes": len(xs),
+        }
+        for fam, xs in per.items()
+    }
 
 
 class MemorySink:
@@ -79,11 +106,25 @@ def transferred(messages: list[dict[str, Any]]) -> bool:
     """The second planted behaviour, in a failed lookup: the agent handed the customer to a human agent."""
     from gapforge.envs.shop.tools import TRANSFER_TOOL
 
-    return any(c.get("name") == TRANSFER_TOOL for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or [])
+    return any(
+        c.get("name") == TRANSFER_TOOL
+        for m in messages
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or []
+    )
 
 
-async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, samples: int = 6, temperature: float = 0.7,
-                     concurrency: int = 8, max_turns: int = 10, max_new_tokens: int = 96, seed: int = 0) -> dict[str, Any]:
+async def shop_rates(
+    model_dir: str | Path,
+    *,
+    tasks: list[str] | None = None,
+    samples: int = 6,
+    temperature: float = 0.7,
+    concurrency: int = 8,
+    max_turns: int = 10,
+    max_new_tokens: int = 96,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Pass rates per family on THE shop exactly as `gapforge demo` collects (serving.local.LocalPolicy,
     agents.rollouts.collect, per-episode seeds): {family: {pass_rate, episodes, successes}} plus "all",
     for policy_refusal the share of its failures that skipped the order check (the planted deficit), and for
@@ -99,8 +140,12 @@ async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, s
     policy = LocalPolicy(model_dir, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     sink = MemorySink()
     try:
-        await collect(CollectPlan("rates", "shop", tasks, samples, concurrency, max_turns, temperature), make_env=ShopEnv,
-                      policy=policy, sink=sink)
+        await collect(
+            CollectPlan("rates", "shop", tasks, samples, concurrency, max_turns, temperature),
+            make_env=ShopEnv,
+            policy=policy,
+            sink=sink,
+        )
     finally:
         await policy.aclose()
     per: dict[str, list[dict[str, Any]]] = {}
@@ -113,8 +158,12 @@ async def shop_rates(model_dir: str | Path, *, tasks: list[str] | None = None, s
         out[fam] = {"pass_rate": round(wins / len(rows), 4), "episodes": len(rows), "successes": wins}
     refusals = [r for r in per.get("policy_refusal", []) if not r["success"]]
     if refusals:
-        out["policy_refusal"]["failures_skipping_check"] = round(sum(skipped_check(r["messages"]) for r in refusals) / len(refusals), 4)
+        out["policy_refusal"]["failures_skipping_check"] = round(
+            sum(skipped_check(r["messages"]) for r in refusals) / len(refusals), 4
+        )
     lookups = [r for r in per.get("lookup_and_answer", []) if not r["success"]]
     if lookups:
-        out["lookup_and_answer"]["failures_transferring"] = round(sum(transferred(r["messages"]) for r in lookups) / len(lookups), 4)
+        out["lookup_and_answer"]["failures_transferring"] = round(
+            sum(transferred(r["messages"]) for r in lookups) / len(lookups), 4
+        )
     return out

@@ -36,8 +36,14 @@ from gapforge.training.sampler import Sampler, TransformersSampler, VLLMSampler
 def lora_config(cfg: TrainingConfig):  # -> peft.LoraConfig
     from peft import LoraConfig
 
-    return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=list(cfg.lora_target_modules), bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
@@ -51,15 +57,36 @@ def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
         if cfg.generation == "vllm_server":
             extra["vllm_server_base_url"] = cfg.vllm_server_base_url
     return GRPOConfig(
-        output_dir=output_dir, learning_rate=cfg.learning_rate, max_steps=cfg.max_steps, seed=cfg.seed,
-        per_device_train_batch_size=batch, generation_batch_size=batch, gradient_accumulation_steps=1,
-        num_iterations=1, num_generations=cfg.num_generations, temperature=cfg.temperature,
-        top_p=1.0, top_k=0, max_completion_length=cfg.max_completion_length, beta=cfg.beta, epsilon=cfg.epsilon,
-        loss_type=cfg.loss_type, mask_truncated_completions=False, logging_steps=1, save_strategy="steps",
-        save_steps=cfg.save_every, save_total_limit=2, report_to=list(cfg.report_to) or "none",
-        use_cpu=cfg.generation == "transformers" and not cuda_available(), bf16=False, remove_unused_columns=False,
-        disable_tqdm=True, dataloader_num_workers=0,
-        activation_checkpointing=cfg.generation != "transformers", **extra)  # transformers 5's name (the old one warns)
+        output_dir=output_dir,
+        learning_rate=cfg.learning_rate,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed,
+        per_device_train_batch_size=batch,
+        generation_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        num_generations=cfg.num_generations,
+        temperature=cfg.temperature,
+        top_p=1.0,
+        top_k=0,
+        max_completion_length=cfg.max_completion_length,
+        beta=cfg.beta,
+        epsilon=cfg.epsilon,
+        loss_type=cfg.loss_type,
+        mask_truncated_completions=False,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.save_every,
+        save_total_limit=2,
+        report_to=list(cfg.report_to) or "none",
+        use_cpu=cfg.generation == "transformers" and not cuda_available(),
+        bf16=False,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        activation_checkpointing=cfg.generation != "transformers",
+        **extra,
+    )  # transformers 5's name (the old one warns)
 
 
 def task_dataset(tasks: list[Any]):  # -> datasets.Dataset
@@ -117,8 +144,9 @@ def trained_rewards(group: list[TokenRollout]) -> list[float]:
     return [fill if r.dropped is not None else r.reward for r in group]
 
 
-def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder,
-                      sampler_factory: Any = None):
+def make_rollout_func(
+    make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder, sampler_factory: Any = None
+):
     """The `rollout_func(prompts, trainer)` TRL calls at every generation. `sampler_factory(trainer)`
     overrides the sampler (tests wrap the real one to record what it sampled)."""
 
@@ -136,24 +164,42 @@ def make_rollout_func(make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any,
         rollouts: list[TokenRollout] = []
         by_group: list[list[float]] = []
         rewards: list[float] = []
-        groups = [(json.loads(prompt) if isinstance(prompt, str) else prompt, count) for prompt, count in groups_of(prompts)]
-        played = run_groups(make_env, groups, sampler=sampler, tokenizer=tokenizer, max_turns=cfg.max_turns,  # the step's groups in one batch
-                            malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens, max_completion_length=cfg.max_completion_length,
-                            temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+        groups = [
+            (json.loads(prompt) if isinstance(prompt, str) else prompt, count) for prompt, count in groups_of(prompts)
+        ]
+        played = run_groups(
+            make_env,
+            groups,
+            sampler=sampler,
+            tokenizer=tokenizer,
+            max_turns=cfg.max_turns,  # the step's groups in one batch
+            malformed=cfg.malformed_tool_calls,
+            max_new_tokens=cfg.max_new_tokens,
+            max_completion_length=cfg.max_completion_length,
+            temperature=cfg.temperature,
+            env_timeout_s=cfg.env_timeout_s,
+        )
         for group in played:
             rollouts += group
             by_group.append([r.reward for r in group if r.dropped is None])
             rewards += trained_rewards(group)
         recorder.last = rollouts
         healthy = [r.reward for r in rollouts if r.dropped is None]
-        recorder.steps.append(StepLog(
-            step=trainer.state.global_step + 1, reward=sum(healthy) / max(1, len(healthy)),
-            informative_share=informative_share(by_group), failures=[r.failure for r in rollouts if r.failure],
-            gen_s=sum(r.gen_s for r in rollouts), env_s=sum(r.env_s for r in rollouts),
-            wall_s=time.perf_counter() - t0, rollouts=len(rollouts),
-            malformed_turns=sum(r.malformed_turns for r in rollouts),
-            dropped_env=sum(1 for r in rollouts if r.dropped == "env"),
-            dropped_infra=sum(1 for r in rollouts if r.dropped == "infra")))
+        recorder.steps.append(
+            StepLog(
+                step=trainer.state.global_step + 1,
+                reward=sum(healthy) / max(1, len(healthy)),
+                informative_share=informative_share(by_group),
+                failures=[r.failure for r in rollouts if r.failure],
+                gen_s=sum(r.gen_s for r in rollouts),
+                env_s=sum(r.env_s for r in rollouts),
+                wall_s=time.perf_counter() - t0,
+                rollouts=len(rollouts),
+                malformed_turns=sum(r.malformed_turns for r in rollouts),
+                dropped_env=sum(1 for r in rollouts if r.dropped == "env"),
+                dropped_infra=sum(1 for r in rollouts if r.dropped == "infra"),
+            )
+        )
         return {
             "prompt_ids": [r.traj.prompt_ids for r in rollouts],
             "completion_ids": [r.traj.completion_ids for r in rollouts],
@@ -178,13 +224,20 @@ def rows_forward(cfg: TrainingConfig) -> bool:
 
 
 _ROWS_TRAINER: Any = None
-EXACT_AT_ZERO_ADVANTAGE = ("grpo", "bnpo", "dr_grpo", "dapo")  # TRL loss types whose per-token loss is -min(r·A, clip(r)·A)
+EXACT_AT_ZERO_ADVANTAGE = (
+    "grpo",
+    "bnpo",
+    "dr_grpo",
+    "dapo",
+)  # TRL loss types whose per-token loss is -min(r·A, clip(r)·A)
 
 
 def zero_advantage_exact(trainer: Any) -> bool:
     """Whether a step whose every advantage is 0 has a loss of exactly 0 and gradients of exactly 0 as configured:
     one of the clipped-ratio losses, no KL term (beta 0), no vLLM importance-sampling factor."""
-    return trainer.loss_type in EXACT_AT_ZERO_ADVANTAGE and trainer.beta == 0.0 and not getattr(trainer, "use_vllm", False)
+    return (
+        trainer.loss_type in EXACT_AT_ZERO_ADVANTAGE and trainer.beta == 0.0 and not getattr(trainer, "use_vllm", False)
+    )
 
 
 def zero_advantage_loss(model: Any) -> Any:
@@ -195,7 +248,6 @@ def zero_advantage_loss(model: Any) -> Any:
     ratios of that step are not computed. About a third of the demo's steps have no informative group."""
     params = [p for p in model.parameters() if p.requires_grad]
     return sum((p * 0).sum() for p in params)
-
 
 
 def _rows_trainer_class() -> Any:
@@ -220,13 +272,27 @@ def _rows_trainer_class() -> Any:
         skipped_steps = 0
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if self.skip_constant_steps and not return_outputs and zero_advantage_exact(self) and not torch.any(inputs["advantages"]):
+            if (
+                self.skip_constant_steps
+                and not return_outputs
+                and zero_advantage_exact(self)
+                and not torch.any(inputs["advantages"])
+            ):
                 self.skipped_steps += 1
                 return zero_advantage_loss(model)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                               compute_entropy=False, compute_aux_loss=False, **extra):
+        def _get_per_token_logps_and_entropies(
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            compute_aux_loss=False,
+            **extra,
+        ):
             whole = super()._get_per_token_logps_and_entropies
             prompt_width = input_ids.size(1) - logits_to_keep
             spans = []  # each rollout's first and last attended column
@@ -234,14 +300,31 @@ def _rows_trainer_class() -> Any:
                 kept = row.nonzero().flatten()
                 spans.append((int(kept[0]), int(kept[-1]) + 1) if len(kept) else (0, 0))
             # TRL's own path: extra (vision, MoE) inputs, or a rollout with no completion token
-            if compute_aux_loss or any(v is not None for v in extra.values()) or any(end <= prompt_width for _, end in spans):
-                return whole(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                             compute_aux_loss, **extra)
+            if (
+                compute_aux_loss
+                or any(v is not None for v in extra.values())
+                or any(end <= prompt_width for _, end in spans)
+            ):
+                return whole(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    batch_size,
+                    compute_entropy,
+                    compute_aux_loss,
+                    **extra,
+                )
             logps, entropies = [], []
             for i, (start, end) in enumerate(spans):
                 keep = end - prompt_width  # this rollout's completion columns; the rest are padding
-                lp, ent, _ = whole(model, input_ids[i:i + 1, start:end], attention_mask[i:i + 1, start:end], keep,
-                                   compute_entropy=compute_entropy)
+                lp, ent, _ = whole(
+                    model,
+                    input_ids[i : i + 1, start:end],
+                    attention_mask[i : i + 1, start:end],
+                    keep,
+                    compute_entropy=compute_entropy,
+                )
                 logps.append(torch.nn.functional.pad(lp, (0, logits_to_keep - keep)))
                 if compute_entropy:
                     entropies.append(torch.nn.functional.pad(ent, (0, logits_to_keep - keep)))
@@ -251,8 +334,17 @@ def _rows_trainer_class() -> Any:
     return RowsGRPOTrainer
 
 
-def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks: list[Any], cfg: TrainingConfig,
-                  output_dir: str, recorder: RolloutRecorder, callbacks: list[Any] | None = None, sampler_factory: Any = None):
+def build_trainer(
+    model: Any,
+    tokenizer: Any,
+    make_env: EnvFactory,
+    train_tasks: list[Any],
+    cfg: TrainingConfig,
+    output_dir: str,
+    recorder: RolloutRecorder,
+    callbacks: list[Any] | None = None,
+    sampler_factory: Any = None,
+):
     """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model`."""
     import os
 
@@ -260,6 +352,13 @@ def build_trainer(model: Any, tokenizer: Any, make_env: EnvFactory, train_tasks:
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer_class = _rows_trainer_class() if rows_forward(cfg) else GRPOTrainer
-    return trainer_class(model=model, reward_funcs=[env_reward], args=grpo_config(cfg, output_dir),
-                       train_dataset=task_dataset(train_tasks), processing_class=tokenizer, peft_config=lora_config(cfg),
-                       rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder, sampler_factory), callbacks=callbacks or [])
+    return trainer_class(
+        model=model,
+        reward_funcs=[env_reward],
+        args=grpo_config(cfg, output_dir),
+        train_dataset=task_dataset(train_tasks),
+        processing_class=tokenizer,
+        peft_config=lora_config(cfg),
+        rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder, sampler_factory),
+        callbacks=callbacks or [],
+    )

@@ -108,7 +108,11 @@ class _Episode:
             return
         try:
             score = self.call(self.env.score)
-            self.rollout.reward, self.rollout.success, self.rollout.components = score.reward, score.success, dict(score.components)
+            self.rollout.reward, self.rollout.success, self.rollout.components = (
+                score.reward,
+                score.success,
+                dict(score.components),
+            )
         except Exception as e:  # noqa: BLE001 - any env failure is a zero-reward rollout
             self.fail("env", e)
 
@@ -117,32 +121,84 @@ def _fallback_prompt(tokenizer: Any) -> list[int]:
     return [tokenizer.eos_token_id]
 
 
-def run_group(make_env: EnvFactory, task: TaskRef, k: int, *, sampler: Sampler, tokenizer: Any, max_turns: int,
-              max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float,
-              malformed: str = "end") -> list[TokenRollout]:
+def run_group(
+    make_env: EnvFactory,
+    task: TaskRef,
+    k: int,
+    *,
+    sampler: Sampler,
+    tokenizer: Any,
+    max_turns: int,
+    max_new_tokens: int,
+    max_completion_length: int,
+    temperature: float,
+    env_timeout_s: float,
+    malformed: str = "end",
+) -> list[TokenRollout]:
     """K rollouts of `task`; each gets its own env instance, all closed on return. An unparsable tool
     call ends its rollout (`malformed="end"`, blamed on the model) or is passed to the env as the
     turn's text, as a chat API would return it, and the rollout goes on (`"continue"`). The sampler
     seeds rows by call and position (training.sampler.TransformersSampler)."""
-    return _play([(task, k)], make_env, sampler=sampler, tokenizer=tokenizer, max_turns=max_turns, max_new_tokens=max_new_tokens,
-                 max_completion_length=max_completion_length, temperature=temperature, env_timeout_s=env_timeout_s,
-                 malformed=malformed, keyed=False)[0]
+    return _play(
+        [(task, k)],
+        make_env,
+        sampler=sampler,
+        tokenizer=tokenizer,
+        max_turns=max_turns,
+        max_new_tokens=max_new_tokens,
+        max_completion_length=max_completion_length,
+        temperature=temperature,
+        env_timeout_s=env_timeout_s,
+        malformed=malformed,
+        keyed=False,
+    )[0]
 
 
-def run_groups(make_env: EnvFactory, groups: list[tuple[TaskRef, int]], *, sampler: Sampler, tokenizer: Any, max_turns: int,
-               max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float,
-               malformed: str = "end") -> list[list[TokenRollout]]:
+def run_groups(
+    make_env: EnvFactory,
+    groups: list[tuple[TaskRef, int]],
+    *,
+    sampler: Sampler,
+    tokenizer: Any,
+    max_turns: int,
+    max_new_tokens: int,
+    max_completion_length: int,
+    temperature: float,
+    env_timeout_s: float,
+    malformed: str = "end",
+) -> list[list[TokenRollout]]:
     """Several groups `[(task, K), ...]` in one lockstep: each turn samples every live rollout of every group as one
     batch. Row i of group g at turn t samples with the seed of its key (g, i, t), so its tokens do not depend on
     which rows share its batch (up to float rounding of differently shaped matmuls). Otherwise as `run_group`."""
-    return _play(groups, make_env, sampler=sampler, tokenizer=tokenizer, max_turns=max_turns, max_new_tokens=max_new_tokens,
-                 max_completion_length=max_completion_length, temperature=temperature, env_timeout_s=env_timeout_s,
-                 malformed=malformed, keyed=True)
+    return _play(
+        groups,
+        make_env,
+        sampler=sampler,
+        tokenizer=tokenizer,
+        max_turns=max_turns,
+        max_new_tokens=max_new_tokens,
+        max_completion_length=max_completion_length,
+        temperature=temperature,
+        env_timeout_s=env_timeout_s,
+        malformed=malformed,
+        keyed=True,
+    )
 
 
-def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: Sampler, tokenizer: Any, max_turns: int,
-          max_new_tokens: int, max_completion_length: int, temperature: float, env_timeout_s: float, malformed: str,
-          keyed: bool) -> list[list[TokenRollout]]:
+def _play(
+    groups: list[tuple[TaskRef, int]],
+    make_env: EnvFactory,
+    *,
+    sampler: Sampler,
+    tokenizer: Any,
+    max_turns: int,
+    max_new_tokens: int,
+    max_completion_length: int,
+    temperature: float,
+    env_timeout_s: float,
+    malformed: str,
+    keyed: bool,
+) -> list[list[TokenRollout]]:
     if malformed not in ("end", "continue"):
         raise ValueError(f"malformed must be 'end' or 'continue', got {malformed!r}")
     pool = DaemonThreads("train-env")  # a call past its deadline is abandoned, never joined at exit
@@ -158,7 +214,9 @@ def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: S
                 try:
                     ep.tools = ep.call(env.tools)
                     ep.rollout.messages = list(ep.call(env.reset, task))
-                    ep.rollout.traj.prompt_ids = encode(tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True))
+                    ep.rollout.traj.prompt_ids = encode(
+                        tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True)
+                    )
                     if getattr(env, "done", False) is True:  # over before the first turn (τ²): scored as it stands
                         ep.finish()
                 except Exception as e:  # noqa: BLE001
@@ -171,8 +229,12 @@ def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: S
             t0 = time.perf_counter()
             contexts = [ep.rollout.traj.context_ids for ep, _ in live]
             if keyed:
-                samples = sampler.sample(contexts, max_new_tokens=max_new_tokens, temperature=temperature,
-                                         keys=[(g, i, turn) for _, (g, i) in live])
+                samples = sampler.sample(
+                    contexts,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    keys=[(g, i, turn) for _, (g, i) in live],
+                )
             else:
                 samples = sampler.sample(contexts, max_new_tokens=max_new_tokens, temperature=temperature)
             share = (time.perf_counter() - t0) / len(live)
@@ -188,7 +250,7 @@ def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: S
                 ep.rollout.drop_from_loss()
         out, at = [], 0
         for _, k in groups:
-            out.append([ep.rollout for ep in episodes[at: at + k]])
+            out.append([ep.rollout for ep in episodes[at : at + k]])
             at += k
         return out
     finally:
@@ -200,7 +262,9 @@ def _play(groups: list[tuple[TaskRef, int]], make_env: EnvFactory, *, sampler: S
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completion_length: int, malformed: str = "end") -> None:
+def _advance(
+    ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completion_length: int, malformed: str = "end"
+) -> None:
     r = ep.rollout
     r.gen_s += gen_s
     r.turns += 1
@@ -210,7 +274,9 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
         r.cut_turns += 1
     text = tokenizer.decode(smp.ids, skip_special_tokens=True)
     try:
-        message = parse_turn(text, tool_format_of(tokenizer.chat_template))  # reasoning kept: the template renders it back
+        message = parse_turn(
+            text, tool_format_of(tokenizer.chat_template)
+        )  # reasoning kept: the template renders it back
     except PolicyError as e:
         if malformed == "end":
             r.failure = f"model: {str(e).splitlines()[0][:300]}"
@@ -228,7 +294,9 @@ def _advance(ep: _Episode, smp: Any, gen_s: float, tokenizer: Any, max_completio
         r.messages += result.messages
         ep.finish()
         return
-    delta = encode(tokenizer, env_delta(tokenizer, r.messages, result.messages, ep.tools))  # TemplateDriftError propagates
+    delta = encode(
+        tokenizer, env_delta(tokenizer, r.messages, result.messages, ep.tools)
+    )  # TemplateDriftError propagates
     r.messages += result.messages
     if len(r.traj.completion_ids) + len(delta) >= max_completion_length:
         r.failure = "length: the rollout reached max_completion_length"

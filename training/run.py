@@ -47,8 +47,18 @@ def record_failure(job: TrainJob, error: str, tb: str = "") -> None:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "error.json").write_text(json.dumps({"error": error, "traceback": tb}, indent=1))
-    result = TrainResult(name=job.name, capability=job.capability, status="failed", adapter_path=None, steps=0,
-                         best_step=None, heldout_before=None, heldout_after=None, curve=[], error=error)
+    result = TrainResult(
+        name=job.name,
+        capability=job.capability,
+        status="failed",
+        adapter_path=None,
+        steps=0,
+        best_step=None,
+        heldout_before=None,
+        heldout_after=None,
+        curve=[],
+        error=error,
+    )
     try:
         register(job, result)
     except Exception as e:  # noqa: BLE001 - the error file already holds the evidence
@@ -73,10 +83,17 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - recorded, then the process exits non-zero
         if is_disk_full(e):
             try:
-                (Path(job.out_dir) / "error.json").write_text(json.dumps({"error": f"{type(e).__name__}: {e}", "disk_full": True}))
+                (Path(job.out_dir) / "error.json").write_text(
+                    json.dumps({"error": f"{type(e).__name__}: {e}", "disk_full": True})
+                )
             except OSError:
                 pass  # the disk is full: the exit code says it
-            print(json.dumps({"event": "failed", "error": f"no space left on the disk holding {job.out_dir}", "disk_full": True}), flush=True)
+            print(
+                json.dumps(
+                    {"event": "failed", "error": f"no space left on the disk holding {job.out_dir}", "disk_full": True}
+                ),
+                flush=True,
+            )
             return DISK_FULL_EXIT
         record_failure(job, f"{type(e).__name__}: {e}", traceback.format_exc())
         print(json.dumps({"event": "failed", "error": f"{type(e).__name__}: {e}"}), flush=True)
@@ -161,8 +178,13 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
     env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
     if job.store_url:
         env[STORE_URL_ENV] = job.store_url
-    proc = subprocess.Popen([sys.executable, "-m", "gapforge.training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gapforge.training.run", str(spec)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
+    )
     pid_file(spec).write_text(f"{proc.pid}\n")
     try:
         assert proc.stdout is not None
@@ -181,7 +203,11 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
     error = None
     if result is None:
         err = Path(job.out_dir) / "error.json"
-        error = json.loads(err.read_text())["error"] if err.is_file() else f"process exited with {code} (killed or out of memory)"
+        error = (
+            json.loads(err.read_text())["error"]
+            if err.is_file()
+            else f"process exited with {code} (killed or out of memory)"
+        )
         if not err.is_file():
             record_failure(job, error)
     return JobOutcome(job.name, code, result, error)

@@ -27,8 +27,9 @@ class Sample:
 
 
 class Sampler(Protocol):
-    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
-               keys: list[Hashable] | None = None) -> list[Sample]:
+    def sample(
+        self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float, keys: list[Hashable] | None = None
+    ) -> list[Sample]:
         """`keys` (one per context, unique within the sampler): a sampler that seeds rows may seed each from its key,
         so that a row's tokens do not depend on which other rows share its batch."""
         ...
@@ -65,8 +66,9 @@ class TransformersSampler:
         self.generator = BatchGenerator(model, eos_ids=self.eos_ids)
         self.seed, self._calls = seed, 0
 
-    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
-               keys: list[Hashable] | None = None) -> list[Sample]:
+    def sample(
+        self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float, keys: list[Hashable] | None = None
+    ) -> list[Sample]:
         if not contexts:
             return []
         call, self._calls = self._calls, self._calls + 1
@@ -79,7 +81,9 @@ class TransformersSampler:
         was_training = self.model.training
         self.model.eval()
         try:
-            decoded = self.generator.run_batch(contexts, seeds=seeds, temperature=max(temperature, 0.0), max_new_tokens=max_new_tokens)
+            decoded = self.generator.run_batch(
+                contexts, seeds=seeds, temperature=max(temperature, 0.0), max_new_tokens=max_new_tokens
+            )
         finally:
             if was_training:
                 self.model.train()
@@ -95,14 +99,19 @@ class VLLMSampler:
     def __init__(self, vllm_generation: Any, eos_ids: set[int]) -> None:
         self.vllm_generation, self.eos_ids = vllm_generation, eos_ids
 
-    def sample(self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
-               keys: list[Hashable] | None = None) -> list[Sample]:
+    def sample(
+        self, contexts: list[list[int]], *, max_new_tokens: int, temperature: float, keys: list[Hashable] | None = None
+    ) -> list[Sample]:
         if not contexts:  # keys unused: vLLM seeds its own requests
             return []
         _, completions, logprobs, _ = self.vllm_generation.generate(prompts=contexts, images=None, num_generations=1)
         out = []
         for ids, lps in zip(completions, logprobs, strict=True):
-            flat = [float("nan") if (lp[0] if isinstance(lp, list) else lp) is None else float(lp[0] if isinstance(lp, list) else lp)
-                    for lp in lps]
+            flat = [
+                float("nan")
+                if (lp[0] if isinstance(lp, list) else lp) is None
+                else float(lp[0] if isinstance(lp, list) else lp)
+                for lp in lps
+            ]
             out.append(_cut(list(ids), flat, self.eos_ids, max_new_tokens))
         return out

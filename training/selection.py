@@ -34,20 +34,35 @@ from gapforge.training.rollout import EnvFactory, run_groups
 from gapforge.training.sampler import TransformersSampler
 
 
-def evaluate_heldout(model: Any, tokenizer: Any, make_env: EnvFactory, seeds: list[Any], cfg: TrainingConfig,
-                     *, eval_seed: int = 0) -> dict[str, Any]:
+def evaluate_heldout(
+    model: Any, tokenizer: Any, make_env: EnvFactory, seeds: list[Any], cfg: TrainingConfig, *, eval_seed: int = 0
+) -> dict[str, Any]:
     """Mean reward over `seeds` x `cfg.heldout_samples` rollouts (fixed sampling seed: same model, same score)."""
     sampler = TransformersSampler(model, tokenizer, seed=10_000 + eval_seed)
     rewards: list[float] = []  # in (seed, sample) order: paired across evaluations
     failures = 0
-    groups = run_groups(make_env, [(seed, cfg.heldout_samples) for seed in seeds], sampler=sampler, tokenizer=tokenizer,
-                        max_turns=cfg.max_turns, malformed=cfg.malformed_tool_calls, max_new_tokens=cfg.max_new_tokens,
-                        max_completion_length=cfg.max_completion_length, temperature=cfg.temperature, env_timeout_s=cfg.env_timeout_s)
+    groups = run_groups(
+        make_env,
+        [(seed, cfg.heldout_samples) for seed in seeds],
+        sampler=sampler,
+        tokenizer=tokenizer,
+        max_turns=cfg.max_turns,
+        malformed=cfg.malformed_tool_calls,
+        max_new_tokens=cfg.max_new_tokens,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        env_timeout_s=cfg.env_timeout_s,
+    )
     for group in groups:  # every seed's rollouts sampled together, each row from its own keyed seed
         rewards += [r.reward for r in group]
         failures += sum(1 for r in group if r.dropped is not None)
-    return {"reward": sum(rewards) / max(1, len(rewards)), "rollouts": len(rewards), "env_failures": failures,
-            "success": None, "rewards": [round(r, 6) for r in rewards]}
+    return {
+        "reward": sum(rewards) / max(1, len(rewards)),
+        "rollouts": len(rewards),
+        "env_failures": failures,
+        "success": None,
+        "rewards": [round(r, 6) for r in rewards],
+    }
 
 
 Z_ONE_SIDED_95 = 1.645
@@ -78,8 +93,13 @@ def _trainer_callback_base():
 
 
 class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
-    def __init__(self, out_dir: Path, evaluate: Callable[[Any], dict[str, Any]], cfg: TrainingConfig,
-                 progress: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        evaluate: Callable[[Any], dict[str, Any]],
+        cfg: TrainingConfig,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.out_dir, self.evaluate, self.cfg, self.progress = Path(out_dir), evaluate, cfg, progress
         self.path = self.out_dir / "selection.json"
         self.curve: list[dict[str, Any]] = []
@@ -98,7 +118,12 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
     def _save(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"curve": self.curve, "best": self.best, "rule": "beats_step0: paired one-sided 95% lower bound > 0"}, indent=1))
+        tmp.write_text(
+            json.dumps(
+                {"curve": self.curve, "best": self.best, "rule": "beats_step0: paired one-sided 95% lower bound > 0"},
+                indent=1,
+            )
+        )
         tmp.replace(self.path)
 
     @property

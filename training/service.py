@@ -41,12 +41,23 @@ class TrainJob(BaseModel):
     env: EnvSpec
     config: TrainingConfig = Field(default_factory=TrainingConfig)
     out_dir: str
-    cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads of the job's process (None: the machine's "
-                                    "free cores); set when several jobs share the CPU, so they do not oversubscribe it")
-    threads_file: str | None = Field(None, description="a file the launcher may rewrite with the torch threads this job is to use "
-                                     "from its next step on (local jobs sharing a CPU get the cores a finished job leaves)")
-    store_url: str | None = Field(None, exclude=True, description="never written to the spec file (it may hold a password): "
-                                  "training.run passes it to the job's process in STORE_URL_ENV")
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch intra-op threads of the job's process (None: the machine's "
+        "free cores); set when several jobs share the CPU, so they do not oversubscribe it",
+    )
+    threads_file: str | None = Field(
+        None,
+        description="a file the launcher may rewrite with the torch threads this job is to use "
+        "from its next step on (local jobs sharing a CPU get the cores a finished job leaves)",
+    )
+    store_url: str | None = Field(
+        None,
+        exclude=True,
+        description="never written to the spec file (it may hold a password): "
+        "training.run passes it to the job's process in STORE_URL_ENV",
+    )
     run_id: str | None = None
 
 
@@ -63,10 +74,14 @@ class TrainResult(BaseModel):
     heldout_after: float | None
     curve: list[dict[str, Any]]
     stopped_early: bool = False
-    curve_adapters: list[dict[str, Any]] = Field(default_factory=list, description="[{step, training_rollouts, path}]: the adapters "
-                                                 "kept for a rollout-scaling curve (training.curve)")
+    curve_adapters: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="[{step, training_rollouts, path}]: the adapters kept for a rollout-scaling curve (training.curve)",
+    )
     wall_s: float = 0.0
-    cpu_threads: int | None = None  # torch threads the process started with (transformers generation; a launcher may raise it: threads_file)
+    cpu_threads: int | None = (
+        None  # torch threads the process started with (transformers generation; a launcher may raise it: threads_file)
+    )
     error: str | None = None
 
 
@@ -145,7 +160,9 @@ def finished_result(out: Path) -> TrainResult | None:
         result: TrainResult | None = TrainResult.model_validate_json(done.read_text())
     except ValueError:  # cut mid-write (before result.json was written by rename)
         result = None
-    if result is not None and not (result.adapter_path and check_dir(Path(result.adapter_path), required=("adapter_config.json",), deep=True)):
+    if result is not None and not (
+        result.adapter_path and check_dir(Path(result.adapter_path), required=("adapter_config.json",), deep=True)
+    ):
         return result
     for name in TRAINING_STATE:
         path = out / name
@@ -190,14 +207,24 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         tokenizer = AutoTokenizer.from_pretrained(job.base_model, local_files_only=True)
         probe = make_env()
         try:
-            prepare_tokenizer(tokenizer, probe.tools())  # the family's training template, probed (TemplateDriftError names the fix)
+            prepare_tokenizer(
+                tokenizer, probe.tools()
+            )  # the family's training template, probed (TemplateDriftError names the fix)
         finally:
             probe.close()
         model = AutoModelForCausalLM.from_pretrained(job.base_model, local_files_only=True)
         recorder = RolloutRecorder()
-        selector = HeldoutSelector(out, lambda m: evaluate_heldout(m, tokenizer, make_env, heldout_tasks, cfg, eval_seed=cfg.seed),
-                                   cfg, progress)
-        callbacks: list[Any] = [selector, _progress_callback(recorder, out / "steps.jsonl", progress), curve_callback(out, cfg)]
+        selector = HeldoutSelector(
+            out,
+            lambda m: evaluate_heldout(m, tokenizer, make_env, heldout_tasks, cfg, eval_seed=cfg.seed),
+            cfg,
+            progress,
+        )
+        callbacks: list[Any] = [
+            selector,
+            _progress_callback(recorder, out / "steps.jsonl", progress),
+            curve_callback(out, cfg),
+        ]
         if job.threads_file and threads is not None:
             callbacks.append(_threads_callback(Path(job.threads_file), threads))
         trainer = build_trainer(model, tokenizer, make_env, train_tasks, cfg, str(out / "trl"), recorder, callbacks)
@@ -219,18 +246,39 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         close_envs()
     best = selector.best or {}
     result = TrainResult(
-        name=job.name, capability=job.capability, status="done", adapter_path=str(best_dir) if best_dir else None,
-        steps=steps, best_step=best.get("step"), heldout_before=selector.curve[0]["reward"] if selector.curve else None,
-        heldout_after=best.get("reward"), curve=selector.curve, stopped_early=selector.stopped_early,
-        curve_adapters=[{"step": k, "fraction": k / cfg.max_steps, "training_rollouts": k * cfg.rollouts_per_step, "path": str(d)}
-                        for k, d in curve_adapters(out).items()],
-        wall_s=time.perf_counter() - t0, cpu_threads=threads)
+        name=job.name,
+        capability=job.capability,
+        status="done",
+        adapter_path=str(best_dir) if best_dir else None,
+        steps=steps,
+        best_step=best.get("step"),
+        heldout_before=selector.curve[0]["reward"] if selector.curve else None,
+        heldout_after=best.get("reward"),
+        curve=selector.curve,
+        stopped_early=selector.stopped_early,
+        curve_adapters=[
+            {"step": k, "fraction": k / cfg.max_steps, "training_rollouts": k * cfg.rollouts_per_step, "path": str(d)}
+            for k, d in curve_adapters(out).items()
+        ],
+        wall_s=time.perf_counter() - t0,
+        cpu_threads=threads,
+    )
     if best_dir is not None:
-        meta = {"name": job.name, "capability": job.capability, "base_model": str(Path(job.base_model).resolve()),
-                "base_model_sha256": model_hash(job.base_model), "env": job.env.model_dump(mode="json"),
-                "env_module_sha256": job.env.module_sha256(), "steps": steps, "best_step": result.best_step,
-                "train_tasks": train_tasks, "heldout_tasks": heldout_tasks, "heldout_curve": selector.curve,
-                "config": cfg.model_dump(mode="json"), "versions": _versions()}
+        meta = {
+            "name": job.name,
+            "capability": job.capability,
+            "base_model": str(Path(job.base_model).resolve()),
+            "base_model_sha256": model_hash(job.base_model),
+            "env": job.env.model_dump(mode="json"),
+            "env_module_sha256": job.env.module_sha256(),
+            "steps": steps,
+            "best_step": result.best_step,
+            "train_tasks": train_tasks,
+            "heldout_tasks": heldout_tasks,
+            "heldout_curve": selector.curve,
+            "config": cfg.model_dump(mode="json"),
+            "versions": _versions(),
+        }
         write_text(best_dir / METADATA_FILE, json.dumps(meta, indent=1), "the adapter's metadata")
     write_text(done, result.model_dump_json(indent=1), "the training result")
     register(job, result)
@@ -243,22 +291,42 @@ def register(job: TrainJob, result: TrainResult) -> None:
         return
     from gapforge.store.db import Store
 
-    metrics = {k: v for k, v in result.model_dump(mode="json").items() if k not in ("name", "capability", "adapter_path", "status")}
+    metrics = {
+        k: v
+        for k, v in result.model_dump(mode="json").items()
+        if k not in ("name", "capability", "adapter_path", "status")
+    }
     from gapforge.store.errors import StoreError
 
     with Store(job.store_url) as store:
         try:
-            store.put_adapter(job.run_id, job.name, path=result.adapter_path or "", metrics=metrics, status=result.status,
-                              capability=job.capability)
+            store.put_adapter(
+                job.run_id,
+                job.name,
+                path=result.adapter_path or "",
+                metrics=metrics,
+                status=result.status,
+                capability=job.capability,
+            )
         except StoreError:  # the capability is not in this run's analysis (e.g. trained on an example module)
-            store.put_adapter(job.run_id, job.name, path=result.adapter_path or "", status=result.status, capability=None,
-                              metrics={**metrics, "capability_not_in_run": job.capability})
+            store.put_adapter(
+                job.run_id,
+                job.name,
+                path=result.adapter_path or "",
+                status=result.status,
+                capability=None,
+                metrics={**metrics, "capability_not_in_run": job.capability},
+            )
 
 
 def _trim_steps(path: Path, resume_step: int) -> None:
     """A resumed job replays the steps after its checkpoint: drop their old log lines."""
     if path.is_file():
-        rows = [r for r in path.read_text().splitlines() if (row := _json_line(r)) is not None and row["step"] <= resume_step]
+        rows = [
+            r
+            for r in path.read_text().splitlines()
+            if (row := _json_line(r)) is not None and row["step"] <= resume_step
+        ]
         write_text(path, "".join(r + "\n" for r in rows), "the step log")
 
 
@@ -304,10 +372,21 @@ def _progress_callback(recorder: Any, log_path: Path, progress: Callable[[dict[s
             if not recorder.steps:
                 return
             s = recorder.steps[-1]
-            row = {"event": "step", "step": state.global_step, "max_steps": state.max_steps, "reward": s.reward,
-                   "informative_share": s.informative_share, "failures": s.failures, "gen_s": s.gen_s,
-                   "env_s": s.env_s, "wall_s": s.wall_s, "rollouts": s.rollouts, "malformed_turns": s.malformed_turns,
-                   "dropped_env": s.dropped_env, "dropped_infra": s.dropped_infra}
+            row = {
+                "event": "step",
+                "step": state.global_step,
+                "max_steps": state.max_steps,
+                "reward": s.reward,
+                "informative_share": s.informative_share,
+                "failures": s.failures,
+                "gen_s": s.gen_s,
+                "env_s": s.env_s,
+                "wall_s": s.wall_s,
+                "rollouts": s.rollouts,
+                "malformed_turns": s.malformed_turns,
+                "dropped_env": s.dropped_env,
+                "dropped_infra": s.dropped_infra,
+            }
             with log_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             if progress is not None:

@@ -13,9 +13,11 @@ from typing import Any
 from gapforge.serving.chat_format import ChatFormat, use_chat_format
 from gapforge.training.tokens import TemplateDriftError, check_prefix_preserving
 
-FIX = ("fix: save a prefix-preserving template as the model dir's chat_template.jinja (one that renders every turn the "
-       "same wherever it stands: never drops past <think> blocks, never adds an empty one only to the last turn; "
-       "serving/qwen3_training.jinja is Qwen3's), or use a family serving/chat_format.py knows")
+FIX = (
+    "fix: save a prefix-preserving template as the model dir's chat_template.jinja (one that renders every turn the "
+    "same wherever it stands: never drops past <think> blocks, never adds an empty one only to the last turn; "
+    "serving/qwen3_training.jinja is Qwen3's), or use a family serving/chat_format.py knows"
+)
 
 
 def prepare_tokenizer(tokenizer: Any, tools: list[dict[str, Any]]) -> ChatFormat:

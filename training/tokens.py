@@ -29,8 +29,9 @@ class TemplateDriftError(InputFault, ValueError):
 
 
 def render(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]], *, generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(to_template_messages(messages), tools=tools or None,
-                                         add_generation_prompt=generation_prompt, tokenize=False)
+    return tokenizer.apply_chat_template(
+        to_template_messages(messages), tools=tools or None, add_generation_prompt=generation_prompt, tokenize=False
+    )
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -48,12 +49,13 @@ def env_delta(tokenizer: Any, history: list[Message], env_messages: list[Message
         at = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
         raise TemplateDriftError(
             "the chat template is not prefix-preserving (adding a turn rewrote earlier text at char "
-            f"{at}: {before[at:at + 40]!r} -> {after[at:at + 40]!r}); exact-token training would train on drifted "
-            "tokens: use a template that renders history unchanged (e.g. keep reasoning in history)")
+            f"{at}: {before[at : at + 40]!r} -> {after[at : at + 40]!r}); exact-token training would train on drifted "
+            "tokens: use a template that renders history unchanged (e.g. keep reasoning in history)"
+        )
     cut = before.rfind(eos)
     if cut < 0:
         raise TemplateDriftError(f"the chat template does not end an assistant turn with the eos token {eos!r}")
-    return before[cut + len(eos):] + after[len(before):]
+    return before[cut + len(eos) :] + after[len(before) :]
 
 
 def check_prefix_preserving(tokenizer: Any, tools: list[dict[str, Any]]) -> None:
@@ -63,25 +65,32 @@ def check_prefix_preserving(tokenizer: Any, tools: list[dict[str, Any]]) -> None
     from gapforge.envs.protocol import ToolCall
 
     name = tools[0]["function"]["name"] if tools else "lookup"
-    convo = [Message.system("probe system"), Message.user("first user turn"),
-             Message.assistant(content="<think>\nreasoning\n</think>\n\nLet me check.",
-                               tool_calls=[ToolCall(id="c1", name=name, arguments={"x": 1})]),
-             Message.tool("c1", '{"ok": true}', name=name),
-             Message.assistant(content="<think>\nmore\n</think>\n\nAnything else?"),
-             Message.user("second user turn"), Message.assistant(content="Done.")]
+    convo = [
+        Message.system("probe system"),
+        Message.user("first user turn"),
+        Message.assistant(
+            content="<think>\nreasoning\n</think>\n\nLet me check.",
+            tool_calls=[ToolCall(id="c1", name=name, arguments={"x": 1})],
+        ),
+        Message.tool("c1", '{"ok": true}', name=name),
+        Message.assistant(content="<think>\nmore\n</think>\n\nAnything else?"),
+        Message.user("second user turn"),
+        Message.assistant(content="Done."),
+    ]
     for k in range(2, len(convo)):
         if convo[k].role != "assistant":
             continue
         prompt = render(tokenizer, convo[:k], tools, generation_prompt=True)
-        full = render(tokenizer, convo[:k + 1], tools, generation_prompt=False)
+        full = render(tokenizer, convo[: k + 1], tools, generation_prompt=False)
         if not full.startswith(prompt):
             raise TemplateDriftError(
                 f"the chat template is not prefix-preserving: the generation prompt after {k} messages is not a prefix "
                 "of the rendering with the assistant turn (the template rewrites history, e.g. drops <think> blocks); "
-                "use a template that renders history unchanged")
+                "use a template that renders history unchanged"
+            )
         nxt = next((j for j in range(k + 1, len(convo)) if convo[j].role == "assistant"), None)
         if nxt is not None:
-            env_delta(tokenizer, convo[:k + 1], convo[k + 1:nxt], tools)
+            env_delta(tokenizer, convo[: k + 1], convo[k + 1 : nxt], tools)
 
 
 @dataclass

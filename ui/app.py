@@ -36,8 +36,10 @@ log = logging.getLogger("gapforge.ui")
 # resources beside this module: the same files from a checkout, an editable install or a wheel, whatever the working directory
 STATIC = Path(__file__).parent / "static"
 TEMPLATES = Path(__file__).parent / "templates"
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")  # fmt: skip
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 
 
 class NotFound(InputFault):
@@ -45,8 +47,13 @@ class NotFound(InputFault):
 
 
 def _templates() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=ChainableUndefined,
-                      trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(FILTERS)
     env.globals.update(GLOBALS)
     env.globals.update(LINKS)
@@ -55,7 +62,9 @@ def _templates() -> Environment:
 
 def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     env: Environment = request.app.state.templates
-    html = env.get_template(template).render(request=request, poll_s=request.app.state.sources.settings.poll_s, **context)
+    html = env.get_template(template).render(
+        request=request, poll_s=request.app.state.sources.settings.poll_s, **context
+    )
     return HTMLResponse(html, status_code=status)
 
 
@@ -84,12 +93,16 @@ def _install_errors(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 405:
             return _error_page(request, 405, "Read-only", "this viewer only reads: nothing here can be changed")
-        return _error_page(request, exc.status_code, "Not found" if exc.status_code == 404 else "Error", str(exc.detail))
+        return _error_page(
+            request, exc.status_code, "Not found" if exc.status_code == 404 else "Error", str(exc.detail)
+        )
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.exception("gapforge ui: %s %s failed", request.method, request.url.path)
         first = str(exc).splitlines()[0] if str(exc) else ""
-        return _error_page(request, 500, "Internal error", f"{type(exc).__name__}: {first} (the server log has the details)")
+        return _error_page(
+            request, 500, "Internal error", f"{type(exc).__name__}: {first} (the server log has the details)"
+        )
 
     app.add_exception_handler(NoStore, no_store)
     app.add_exception_handler(NotFound, not_found)

@@ -29,7 +29,9 @@ def python(code: str) -> Markup:
 @lru_cache(maxsize=32)
 def diff(before: str, after: str, before_name: str, after_name: str) -> tuple[Markup, int, int]:
     """(highlighted unified diff, lines added, lines removed)."""
-    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), before_name, after_name, lineterm="", n=3))
+    lines = list(
+        difflib.unified_diff(before.splitlines(), after.splitlines(), before_name, after_name, lineterm="", n=3)
+    )
     added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
     text = "\n".join(lines) + "\n"

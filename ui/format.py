@@ -110,7 +110,16 @@ def seconds(value: Any) -> str:
 
 
 FILTERS = {
-    "pct": pct, "num": num, "interval": interval, "signed_points": signed_points, "effect": effect, "pretty": pretty,
-    "maybe_json": maybe_json, "call_args": call_args, "when": when, "boundary": boundary, "seconds": seconds,
-}  # fmt: skip
+    "pct": pct,
+    "num": num,
+    "interval": interval,
+    "signed_points": signed_points,
+    "effect": effect,
+    "pretty": pretty,
+    "maybe_json": maybe_json,
+    "call_args": call_args,
+    "when": when,
+    "boundary": boundary,
+    "seconds": seconds,
+}
 GLOBALS = {"ci": ci}

@@ -31,7 +31,14 @@ def capability(run_id: str, name: str, label: str | None = None, p: int | None =
     return run(run_id) + "/capability" + _q(name=name, label=label, p=p or None)
 
 
-def episodes(run_id: str, *, success: bool | None = None, family: str | None = None, task: str | None = None, p: int | None = None) -> str:
+def episodes(
+    run_id: str,
+    *,
+    success: bool | None = None,
+    family: str | None = None,
+    task: str | None = None,
+    p: int | None = None,
+) -> str:
     outcome = None if success is None else ("success" if success else "failure")
     return run(run_id) + "/episodes" + _q(outcome=outcome, family=family, task=task, p=p or None)
 
@@ -62,7 +69,14 @@ def with_page(url: str, p: int) -> str:
 
 
 LINKS = {
-    "runs_url": runs, "run_url": run, "checkpoints_url": checkpoints, "capability_url": capability,
-    "episodes_url": episodes, "episode_url": episode, "env_url": env_attempt, "adapter_url": adapter,
-    "evaluation_url": evaluation, "with_page": with_page,
-}  # fmt: skip
+    "runs_url": runs,
+    "run_url": run,
+    "checkpoints_url": checkpoints,
+    "capability_url": capability,
+    "episodes_url": episodes,
+    "episode_url": episode,
+    "env_url": env_attempt,
+    "adapter_url": adapter,
+    "evaluation_url": evaluation,
+    "with_page": with_page,
+}

@@ -35,12 +35,21 @@ async def capability(request: Request, run_id: str, name: str, label: str = "LAC
     offset, size = _page(request, p)
     summary = next((s for s in store.capability_summaries(run_id) if s.capability == name), None)
     return render(
-        request, "capability.html", run=run, cap=cap, summary=summary, stats=store.capability_stats(run_id, name),
-        counts=store.label_counts(run_id, name), label=label, labels=LABEL_VALUES,
-        page=store.labeled_episodes(run_id, name, label, offset=offset, limit=size), attempts=store.env_attempts(run_id, name),
-        adapters=[a for a in store.adapters(run_id) if a.capability == name], p=max(p, 0),
+        request,
+        "capability.html",
+        run=run,
+        cap=cap,
+        summary=summary,
+        stats=store.capability_stats(run_id, name),
+        counts=store.label_counts(run_id, name),
+        label=label,
+        labels=LABEL_VALUES,
+        page=store.labeled_episodes(run_id, name, label, offset=offset, limit=size),
+        attempts=store.env_attempts(run_id, name),
+        adapters=[a for a in store.adapters(run_id) if a.capability == name],
+        p=max(p, 0),
         page_url=links.capability(run_id, name, label),
-    )  # fmt: skip
+    )
 
 
 def _outcome(value: str | None) -> bool | None:
@@ -48,16 +57,34 @@ def _outcome(value: str | None) -> bool | None:
 
 
 @router.get("/runs/{run_id}/episodes", response_class=HTMLResponse)
-async def episodes(request: Request, run_id: str, outcome: str | None = None, family: str | None = None, task: str | None = None,
-                   p: int = 0) -> HTMLResponse:  # fmt: skip
+async def episodes(
+    request: Request,
+    run_id: str,
+    outcome: str | None = None,
+    family: str | None = None,
+    task: str | None = None,
+    p: int = 0,
+) -> HTMLResponse:
     store = sources(request).store
     run = store.get_run(run_id)
     offset, size = _page(request, p)
     success = _outcome(outcome)
-    page = store.episodes_page(run_id, success=success, family=family or None, task_id=task or None, offset=offset, limit=size)
+    page = store.episodes_page(
+        run_id, success=success, family=family or None, task_id=task or None, offset=offset, limit=size
+    )
     parent = run_id.split(".eval.")[0] if ".eval." in run_id else None
-    return render(request, "episodes.html", run=run, page=page, outcome=outcome, family=family, task=task, p=max(p, 0), parent=parent,
-                  page_url=links.episodes(run_id, success=success, family=family, task=task))  # fmt: skip
+    return render(
+        request,
+        "episodes.html",
+        run=run,
+        page=page,
+        outcome=outcome,
+        family=family,
+        task=task,
+        p=max(p, 0),
+        parent=parent,
+        page_url=links.episodes(run_id, success=success, family=family, task=task),
+    )
 
 
 def _turns(messages: list[Any]) -> list[dict[str, Any]]:
@@ -71,8 +98,16 @@ def _turns(messages: list[Any]) -> list[dict[str, Any]]:
                 names[str(call["id"])] = str(call.get("name", ""))
         role = str(m.get("role", "?"))
         tool = m.get("name") or names.get(str(m.get("tool_call_id") or ""), "")
-        out.append({"index": i, "role": role, "content": m.get("content"), "calls": m.get("tool_calls") or [], "tool": tool,
-                    "call_id": m.get("tool_call_id")})  # fmt: skip
+        out.append(
+            {
+                "index": i,
+                "role": role,
+                "content": m.get("content"),
+                "calls": m.get("tool_calls") or [],
+                "tool": tool,
+                "call_id": m.get("tool_call_id"),
+            }
+        )
     return out
 
 

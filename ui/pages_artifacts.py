@@ -39,24 +39,46 @@ async def env_attempt(request: Request, env_id: int) -> HTMLResponse:
         prev = store.get_synthetic_env(prev_id)
         diff = (prev, *code.diff(prev.code, env.code, f"attempt-{prev.attempt}.py", f"attempt-{env.attempt}.py"))
     return render(
-        request, "env_attempt.html", env=env, validation=validation, report=report, checks=checks, review=review,
-        verdict=report.get("verdict"), code_html=code.python(env.code), diff=diff,
-        siblings=store.env_attempts(env.run_id, env.capability), lines=env.code.count("\n") + 1,
-        adapters=[a for a in store.adapters(env.run_id) if a.capability == env.capability] if validation and validation.passed else [],
-    )  # fmt: skip
+        request,
+        "env_attempt.html",
+        env=env,
+        validation=validation,
+        report=report,
+        checks=checks,
+        review=review,
+        verdict=report.get("verdict"),
+        code_html=code.python(env.code),
+        diff=diff,
+        siblings=store.env_attempts(env.run_id, env.capability),
+        lines=env.code.count("\n") + 1,
+        adapters=[a for a in store.adapters(env.run_id) if a.capability == env.capability]
+        if validation and validation.passed
+        else [],
+    )
 
 
 def _curve_plot(curve: list[dict[str, Any]]) -> Any:
     pts = [(float(c["step"]), float(c["reward"])) for c in curve if isinstance(c, dict) and c.get("reward") is not None]
-    return svg.lines([("held-out reward", pts)], x_label="training step", y_label="held-out synthetic reward", title="held-out curve") if pts else None
+    return (
+        svg.lines(
+            [("held-out reward", pts)],
+            x_label="training step",
+            y_label="held-out synthetic reward",
+            title="held-out curve",
+        )
+        if pts
+        else None
+    )
 
 
 def _steps_plot(steps: list[dict[str, Any]]) -> Any:
     rows = [s for s in steps if s.get("step") is not None]
     if not rows:
         return None
-    series = [("reward", [(float(s["step"]), float(s.get("reward") or 0.0)) for s in rows]),
-              ("informative share", [(float(s["step"]), float(s.get("informative_share") or 0.0)) for s in rows])]  # fmt: skip
+    series = [
+        ("reward", [(float(s["step"]), float(s.get("reward") or 0.0)) for s in rows]),
+        ("informative share", [(float(s["step"]), float(s.get("informative_share") or 0.0)) for s in rows]),
+    ]
     return svg.lines(series, x_label="GRPO step", y_label="per step", y_range=(0.0, 1.0), title="training steps")
 
 
@@ -72,11 +94,21 @@ async def adapter(request: Request, run_id: str, name: str) -> HTMLResponse:
     curve = m.get("curve") or m.get("heldout_curve") or []
     steps = src.adapter_steps(run_id, name, row.path)
     return render(
-        request, "adapter.html", run=run, a=row, m=m, curve=curve, curve_plot=_curve_plot(curve), steps=steps,
-        steps_plot=_steps_plot(steps), meta=src.adapter_metadata(run_id, name, row.path),
-        env=next((e for e in reversed(src.store.env_attempts(run_id, row.capability)) if e.passed), None) if row.capability else None,
+        request,
+        "adapter.html",
+        run=run,
+        a=row,
+        m=m,
+        curve=curve,
+        curve_plot=_curve_plot(curve),
+        steps=steps,
+        steps_plot=_steps_plot(steps),
+        meta=src.adapter_metadata(run_id, name, row.path),
+        env=next((e for e in reversed(src.store.env_attempts(run_id, row.capability)) if e.passed), None)
+        if row.capability
+        else None,
         evaluation=src.store.get_evaluation(run_id, f"eval:adapter:{name}"),
-    )  # fmt: skip
+    )
 
 
 def _forest(run_id: str, evals: list[Any]) -> Any:
@@ -88,14 +120,29 @@ def _forest(run_id: str, evals: list[Any]) -> Any:
         pr = (m.get("vs_base_paired") or {}).get("pass_rate") or {}
         if name != "base" and pr.get("value") is not None and pr.get("low") is not None:
             n = (m.get("vs_base_paired") or {}).get("episodes", 0)
-            rows.append(svg.Row(f"{name} (N={n})", 100 * pr["value"], 100 * pr["low"], 100 * pr["high"], links.episodes(child)))
+            rows.append(
+                svg.Row(f"{name} (N={n})", 100 * pr["value"], 100 * pr["low"], 100 * pr["high"], links.episodes(child))
+            )
         focus = m.get("focus_family")
         fam = ((m.get("vs_base_by_family") or {}).get(focus) or {}) if focus else {}
         fpr = fam.get("pass_rate") or {}
         if name != "base" and fpr.get("value") is not None and fpr.get("low") is not None:
-            rows.append(svg.Row(f"{name} · {focus} (N={fam.get('episodes', 0)})", 100 * fpr["value"], 100 * fpr["low"], 100 * fpr["high"],
-                                links.episodes(child, family=focus)))  # fmt: skip
-    return svg.forest(rows, x_label="Δ pass rate vs base, points (paired episodes, 95% interval)", title="paired differences") if rows else None
+            rows.append(
+                svg.Row(
+                    f"{name} · {focus} (N={fam.get('episodes', 0)})",
+                    100 * fpr["value"],
+                    100 * fpr["low"],
+                    100 * fpr["high"],
+                    links.episodes(child, family=focus),
+                )
+            )
+    return (
+        svg.forest(
+            rows, x_label="Δ pass rate vs base, points (paired episodes, 95% interval)", title="paired differences"
+        )
+        if rows
+        else None
+    )
 
 
 @router.get("/runs/{run_id}/evaluation", response_class=HTMLResponse)
@@ -110,6 +157,17 @@ async def evaluation(request: Request, run_id: str) -> HTMLResponse:
     matrix = rm.get("matrix") or []
     top = max((n for r in matrix for n in r), default=0)
     return render(
-        request, "evaluation.html", run=run, evals=evals, families=families, headline=lines, forest=_forest(run_id, evals),
-        routing=routing, routed=routed, router_row=router_row, rm=rm, matrix=matrix, top=top or 1,
-    )  # fmt: skip
+        request,
+        "evaluation.html",
+        run=run,
+        evals=evals,
+        families=families,
+        headline=lines,
+        forest=_forest(run_id, evals),
+        routing=routing,
+        routed=routed,
+        router_row=router_row,
+        rm=rm,
+        matrix=matrix,
+        top=top or 1,
+    )

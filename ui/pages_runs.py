@@ -21,7 +21,9 @@ router = APIRouter()
 RUN_KINDS = ("trace", "demo")  # graph runs (gapforge.run_session.RUN_KINDS)
 FINISHED = ("done", "skipped", "unavailable", "failed")
 BRANCH = ("synthesize", "validate", "train")  # run per capability, inside the `capability` step
-RUN_STEPS = tuple(s for s in STAGES if s not in BRANCH[1:])  # what the progress bar counts; "synthesize": all the branches
+RUN_STEPS = tuple(
+    s for s in STAGES if s not in BRANCH[1:]
+)  # what the progress bar counts; "synthesize": all the branches
 BRANCH_DONE = ("trained", "failed", "unavailable", "unsynthesized", "dropped")
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: 5x faster than the pure-Python one
 
@@ -35,7 +37,11 @@ def progress(snap: RunSnapshot) -> dict[str, Any]:
     ev = v.get("evaluation") or {}
     retained = list(v.get("retained") or [])
     branches = sum(1 for c in retained if (caps.get(c) or {}).get("status") in BRANCH_DONE)
-    branches_over = "build_router" in stages or (retained and branches == len(retained)) or (stages.get("select") == "done" and not retained)
+    branches_over = (
+        "build_router" in stages
+        or (retained and branches == len(retained))
+        or (stages.get("select") == "done" and not retained)
+    )
     finished = sum(1 for s in RUN_STEPS if stages.get(s) in FINISHED) + bool(branches_over)
     ended = bool(v) and not snap.next
     return {
@@ -66,14 +72,18 @@ async def runs(request: Request, p: int = 0) -> HTMLResponse:
         rows, page = await _rows(request, max(p, 0))
     except NoStore as e:
         return render(request, "nostore.html", message=str(e))
-    return render(request, "runs.html", rows=rows, page=page, p=max(p, 0), live=any(r["run"].status == "running" for r in rows))
+    return render(
+        request, "runs.html", rows=rows, page=page, p=max(p, 0), live=any(r["run"].status == "running" for r in rows)
+    )
 
 
 @router.get("/runs/rows", response_class=HTMLResponse)
 async def runs_rows(request: Request, p: int = 0) -> HTMLResponse:
     """The runs table's body alone (htmx polls it while a run is running)."""
     rows, _ = await _rows(request, max(p, 0))
-    return render(request, "_runs_rows.html", rows=rows, p=max(p, 0), live=any(r["run"].status == "running" for r in rows))
+    return render(
+        request, "_runs_rows.html", rows=rows, p=max(p, 0), live=any(r["run"].status == "running" for r in rows)
+    )
 
 
 def _capability_rows(store: Any, run_id: str, snap: RunSnapshot) -> list[dict[str, Any]]:
@@ -90,8 +100,16 @@ def _capability_rows(store: Any, run_id: str, snap: RunSnapshot) -> list[dict[st
     for cap in store.capabilities(run_id):
         tries = attempts.get(cap.name, [])
         accepted = next((a for a in reversed(tries) if a.passed), None)
-        rows.append({"cap": cap, "summary": summaries.get(cap.name), "state": state.get(cap.name) or {}, "attempts": tries,
-                     "accepted": accepted, "adapters": adapters.get(cap.name, [])})  # fmt: skip
+        rows.append(
+            {
+                "cap": cap,
+                "summary": summaries.get(cap.name),
+                "state": state.get(cap.name) or {},
+                "attempts": tries,
+                "accepted": accepted,
+                "adapters": adapters.get(cap.name, []),
+            }
+        )
     return rows
 
 
@@ -102,12 +120,29 @@ def _gap_plot(run_id: str, rows: list[dict[str, Any]]) -> Any:
         if s is None or s.gap is None or s.coverage is None:
             continue
         delta, rho = s.details.get("delta", delta), s.details.get("rho", rho)
-        points.append(svg.Point(s.capability, s.coverage, s.gap, s.coverage_low, s.coverage_high, s.gap_low, s.gap_high,
-                                links.capability(run_id, s.capability), "kept" if s.retained else "dropped"))  # fmt: skip
+        points.append(
+            svg.Point(
+                s.capability,
+                s.coverage,
+                s.gap,
+                s.coverage_low,
+                s.coverage_high,
+                s.gap_low,
+                s.gap_high,
+                links.capability(run_id, s.capability),
+                "kept" if s.retained else "dropped",
+            )
+        )
     if not points:
         return None
-    return svg.scatter(points, x_label="coverage (LACKING failures / failures)", y_label="gap Δ = ER- − ER+",
-                       x_line=rho, y_line=delta, title="gap vs coverage")  # fmt: skip
+    return svg.scatter(
+        points,
+        x_label="coverage (LACKING failures / failures)",
+        y_label="gap Δ = ER- − ER+",
+        x_line=rho,
+        y_line=delta,
+        title="gap vs coverage",
+    )
 
 
 def evaluation_rows(store: Any, run_id: str) -> tuple[list[Any], Any, list[str]]:
@@ -128,12 +163,24 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
     evals, router_row, lines = evaluation_rows(store, run_id)
     record = dict(run.config)
     return render(
-        request, "run.html", run=run, snap=snap, prog=progress(snap), history=await src.history(run_id), rows=rows,
-        plot=_gap_plot(run_id, rows), evals=evals, router_row=router_row, headline=lines,
+        request,
+        "run.html",
+        run=run,
+        snap=snap,
+        prog=progress(snap),
+        history=await src.history(run_id),
+        rows=rows,
+        plot=_gap_plot(run_id, rows),
+        evals=evals,
+        router_row=router_row,
+        headline=lines,
         config_yaml=yaml.dump(record.get("config", record), Dumper=DUMPER, sort_keys=False, allow_unicode=True),
-        graph_options=record.get("graph"), command=record.get("command"), outcomes=store.episode_outcomes(run_id),
-        holder=store.lease_holder(run_id), children=store.child_runs(run_id),
-    )  # fmt: skip
+        graph_options=record.get("graph"),
+        command=record.get("command"),
+        outcomes=store.episode_outcomes(run_id),
+        holder=store.lease_holder(run_id),
+        children=store.child_runs(run_id),
+    )
 
 
 @router.get("/runs/{run_id}/live", response_class=HTMLResponse)
@@ -142,7 +189,9 @@ async def run_live(request: Request, run_id: str) -> HTMLResponse:
     src = sources(request)
     run = src.store.get_run(run_id)
     snap = await src.snapshot(run_id)
-    return render(request, "_run_status.html", run=run, snap=snap, prog=progress(snap), holder=src.store.lease_holder(run_id))
+    return render(
+        request, "_run_status.html", run=run, snap=snap, prog=progress(snap), holder=src.store.lease_holder(run_id)
+    )
 
 
 @router.get("/runs/{run_id}/checkpoints", response_class=HTMLResponse)
@@ -152,5 +201,12 @@ async def checkpoints(request: Request, run_id: str) -> HTMLResponse:
     snap = await src.snapshot(run_id)
     entries = await src.history(run_id)
     forkable = {e.checkpoint_id for e in entries if e.next and set(e.next) <= FORKABLE_NEXT}
-    return render(request, "checkpoints.html", run=run, snap=snap, entries=entries, forkable=forkable,
-                  forkable_next=sorted(FORKABLE_NEXT))  # fmt: skip
+    return render(
+        request,
+        "checkpoints.html",
+        run=run,
+        snap=snap,
+        entries=entries,
+        forkable=forkable,
+        forkable_next=sorted(FORKABLE_NEXT),
+    )

@@ -75,7 +75,9 @@ class Sources:
                 from gapforge.graph.checkpoint import open_checkpoints_read_only
 
                 stack = AsyncExitStack()
-                saver = await stack.enter_async_context(open_checkpoints_read_only(self.settings.store_url, self.settings.checkpoint_path))
+                saver = await stack.enter_async_context(
+                    open_checkpoints_read_only(self.settings.store_url, self.settings.checkpoint_path)
+                )
                 if saver is None:
                     await stack.aclose()
                     return None
@@ -132,7 +134,14 @@ class Sources:
         if not path:
             return None
         job = self.settings.workspace / "adapters" / run_id / name
-        file = next((f for f in (Path(path) / ADAPTER_METADATA, job / "evals" / Path(path).name / ADAPTER_METADATA) if f.is_file()), None)
+        file = next(
+            (
+                f
+                for f in (Path(path) / ADAPTER_METADATA, job / "evals" / Path(path).name / ADAPTER_METADATA)
+                if f.is_file()
+            ),
+            None,
+        )
         if file is None:
             return None
         try:

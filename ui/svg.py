@@ -64,20 +64,29 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 def _frame(ax: _Axes, x_label: str, y_label: str, *, y_ticks: bool = True) -> list[str]:
     out = [f'<line class="axis" x1="{LEFT}" y1="{ax.h - BOTTOM}" x2="{W - RIGHT}" y2="{ax.h - BOTTOM}"/>']
     for t in _ticks(ax.x0, ax.x1):
-        out.append(f'<text class="tick" x="{ax.px(t):.1f}" y="{ax.h - BOTTOM + 14}" text-anchor="middle">{t:.2g}</text>')
+        out.append(
+            f'<text class="tick" x="{ax.px(t):.1f}" y="{ax.h - BOTTOM + 14}" text-anchor="middle">{t:.2g}</text>'
+        )
     if y_ticks:
         out.append(f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{ax.h - BOTTOM}"/>')
         for t in _ticks(ax.y0, ax.y1):
             out.append(f'<text class="tick" x="{LEFT - 6}" y="{ax.py(t) + 4:.1f}" text-anchor="end">{t:.2g}</text>')
-        out.append(f'<text class="label" x="12" y="{(ax.h - BOTTOM) / 2:.0f}" transform="rotate(-90 12 {(ax.h - BOTTOM) / 2:.0f})" '
-                   f'text-anchor="middle">{escape(y_label)}</text>')  # fmt: skip
-    out.append(f'<text class="label" x="{(LEFT + W - RIGHT) / 2:.0f}" y="{ax.h - 6}" text-anchor="middle">{escape(x_label)}</text>')
+        out.append(
+            f'<text class="label" x="12" y="{(ax.h - BOTTOM) / 2:.0f}" transform="rotate(-90 12 {(ax.h - BOTTOM) / 2:.0f})" '
+            f'text-anchor="middle">{escape(y_label)}</text>'
+        )
+    out.append(
+        f'<text class="label" x="{(LEFT + W - RIGHT) / 2:.0f}" y="{ax.h - 6}" text-anchor="middle">{escape(x_label)}</text>'
+    )
     return out
 
 
 def _svg(body: list[str], title: str, height: int = H, width: int = W) -> Markup:
-    return Markup(f'<svg class="plot{" wide" if width > W else ""}" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
-                  + "".join(body) + "</svg>")  # fmt: skip
+    return Markup(
+        f'<svg class="plot{" wide" if width > W else ""}" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
+        + "".join(body)
+        + "</svg>"
+    )
 
 
 def _linked(inner: str, href: str | None) -> str:
@@ -91,25 +100,42 @@ def _span(values: Sequence[float | None], pad: float = 0.05) -> tuple[float, flo
     return lo - margin, hi + margin
 
 
-def scatter(points: Sequence[Point], *, x_label: str, y_label: str, x_line: float | None = None, y_line: float | None = None,
-            title: str = "scatter") -> Markup:  # fmt: skip
+def scatter(
+    points: Sequence[Point],
+    *,
+    x_label: str,
+    y_label: str,
+    x_line: float | None = None,
+    y_line: float | None = None,
+    title: str = "scatter",
+) -> Markup:
     """Points with optional interval bars on both axes and dashed threshold lines."""
     xs = [0.0, 1.0, *(v for p in points for v in (p.x, p.x_low, p.x_high)), *([x_line] if x_line is not None else [])]
     ys = [0.0, 1.0, *(v for p in points for v in (p.y, p.y_low, p.y_high)), *([y_line] if y_line is not None else [])]
     ax = _Axes(*_span(xs), *_span(ys))
     body = _frame(ax, x_label, y_label)
     if x_line is not None:
-        body.append(f'<line class="threshold" x1="{ax.px(x_line):.1f}" y1="{TOP}" x2="{ax.px(x_line):.1f}" y2="{H - BOTTOM}"/>')
+        body.append(
+            f'<line class="threshold" x1="{ax.px(x_line):.1f}" y1="{TOP}" x2="{ax.px(x_line):.1f}" y2="{H - BOTTOM}"/>'
+        )
     if y_line is not None:
-        body.append(f'<line class="threshold" x1="{LEFT}" y1="{ax.py(y_line):.1f}" x2="{W - RIGHT}" y2="{ax.py(y_line):.1f}"/>')
+        body.append(
+            f'<line class="threshold" x1="{LEFT}" y1="{ax.py(y_line):.1f}" x2="{W - RIGHT}" y2="{ax.py(y_line):.1f}"/>'
+        )
     for p in points:
         cx, cy = ax.px(p.x), ax.py(p.y)
         marks = []
         if p.x_low is not None and p.x_high is not None:
-            marks.append(f'<line class="ci" x1="{ax.px(p.x_low):.1f}" y1="{cy:.1f}" x2="{ax.px(p.x_high):.1f}" y2="{cy:.1f}"/>')
+            marks.append(
+                f'<line class="ci" x1="{ax.px(p.x_low):.1f}" y1="{cy:.1f}" x2="{ax.px(p.x_high):.1f}" y2="{cy:.1f}"/>'
+            )
         if p.y_low is not None and p.y_high is not None:
-            marks.append(f'<line class="ci" x1="{cx:.1f}" y1="{ax.py(p.y_low):.1f}" x2="{cx:.1f}" y2="{ax.py(p.y_high):.1f}"/>')
-        marks.append(f'<circle class="dot {escape(p.css)}" cx="{cx:.1f}" cy="{cy:.1f}" r="5"><title>{escape(p.label)}</title></circle>')
+            marks.append(
+                f'<line class="ci" x1="{cx:.1f}" y1="{ax.py(p.y_low):.1f}" x2="{cx:.1f}" y2="{ax.py(p.y_high):.1f}"/>'
+            )
+        marks.append(
+            f'<circle class="dot {escape(p.css)}" cx="{cx:.1f}" cy="{cy:.1f}" r="5"><title>{escape(p.label)}</title></circle>'
+        )
         marks.append(f'<text class="point-label" x="{cx + 7:.1f}" y="{cy - 7:.1f}">{escape(p.label)}</text>')
         body.append(_linked("".join(marks), p.href))
     return _svg(body, title)
@@ -122,21 +148,33 @@ def forest(rows: Sequence[Row], *, x_label: str, title: str = "forest plot") -> 
     shift = lambda x: label_w + (ax.px(x) - LEFT) * (width - label_w - RIGHT) / (W - LEFT - RIGHT)  # noqa: E731
     body = [f'<line class="axis" x1="{label_w}" y1="{height - BOTTOM}" x2="{width - RIGHT}" y2="{height - BOTTOM}"/>']
     for t in _ticks(ax.x0, ax.x1):
-        body.append(f'<text class="tick" x="{shift(t):.1f}" y="{height - BOTTOM + 14}" text-anchor="middle">{t:+.2g}</text>')
-    body.append(f'<text class="label" x="{(label_w + width) / 2:.0f}" y="{height - 6}" text-anchor="middle">{escape(x_label)}</text>')
+        body.append(
+            f'<text class="tick" x="{shift(t):.1f}" y="{height - BOTTOM + 14}" text-anchor="middle">{t:+.2g}</text>'
+        )
+    body.append(
+        f'<text class="label" x="{(label_w + width) / 2:.0f}" y="{height - 6}" text-anchor="middle">{escape(x_label)}</text>'
+    )
     body.append(f'<line class="threshold" x1="{shift(0):.1f}" y1="{TOP}" x2="{shift(0):.1f}" y2="{height - BOTTOM}"/>')
     for i, r in enumerate(rows):
         y = TOP + 13 + 26 * i
-        marks = (f'<text class="row-label" x="{label_w - 8}" y="{y + 4}" text-anchor="end">{escape(r.label)}</text>'
-                 f'<line class="ci" x1="{shift(r.low):.1f}" y1="{y}" x2="{shift(r.high):.1f}" y2="{y}"/>'
-                 f'<circle class="dot" cx="{shift(r.value):.1f}" cy="{y}" r="4"><title>{escape(r.label)}: '
-                 f'{r.value:+.3g} [{r.low:+.3g}, {r.high:+.3g}]</title></circle>')  # fmt: skip
+        marks = (
+            f'<text class="row-label" x="{label_w - 8}" y="{y + 4}" text-anchor="end">{escape(r.label)}</text>'
+            f'<line class="ci" x1="{shift(r.low):.1f}" y1="{y}" x2="{shift(r.high):.1f}" y2="{y}"/>'
+            f'<circle class="dot" cx="{shift(r.value):.1f}" cy="{y}" r="4"><title>{escape(r.label)}: '
+            f"{r.value:+.3g} [{r.low:+.3g}, {r.high:+.3g}]</title></circle>"
+        )
         body.append(_linked(marks, r.href))
     return _svg(body, title, height, width)
 
 
-def lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_label: str, y_label: str,
-          y_range: tuple[float, float] | None = None, title: str = "lines") -> Markup:  # fmt: skip
+def lines(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    *,
+    x_label: str,
+    y_label: str,
+    y_range: tuple[float, float] | None = None,
+    title: str = "lines",
+) -> Markup:
     """One polyline with dots per series (colours s0, s1, ... in CSS) and a legend."""
     xs = [x for _, pts in series for x, _ in pts] or [0.0, 1.0]
     ys = [y for _, pts in series for _, y in pts] or [0.0, 1.0]
@@ -146,7 +184,11 @@ def lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, x_labe
         css = f"s{k % 6}"
         path = " ".join(f"{ax.px(x):.1f},{ax.py(y):.1f}" for x, y in pts)
         body.append(f'<polyline class="line {css}" points="{path}"/>')
-        body += [f'<circle class="dot {css}" cx="{ax.px(x):.1f}" cy="{ax.py(y):.1f}" r="3"><title>{escape(name)} @ {x:g}: {y:.3g}</title></circle>'
-                 for x, y in pts]  # fmt: skip
-        body.append(f'<text class="legend {css}" x="{W - RIGHT - 4}" y="{TOP + 12 + 14 * k}" text-anchor="end">{escape(name)}</text>')
+        body += [
+            f'<circle class="dot {css}" cx="{ax.px(x):.1f}" cy="{ax.py(y):.1f}" r="3"><title>{escape(name)} @ {x:g}: {y:.3g}</title></circle>'
+            for x, y in pts
+        ]
+        body.append(
+            f'<text class="legend {css}" x="{W - RIGHT - 4}" y="{TOP + 12 + 14 * k}" text-anchor="end">{escape(name)}</text>'
+        )
     return _svg(body, title)

@@ -59,12 +59,16 @@ def make_token_counter(spec: str = "auto", policy_tokenizer: str | None = None) 
 
             enc = tiktoken.get_encoding(enc_name)
         except Exception as e:  # noqa: BLE001 - import error or no cached encoding (offline): one line
-            raise AnalysisError(f"analysis.tokenizer={spec}: cannot load ({type(e).__name__}: {e}); use a tokenizer path or 'bytes'") from None
+            raise AnalysisError(
+                f"analysis.tokenizer={spec}: cannot load ({type(e).__name__}: {e}); use a tokenizer path or 'bytes'"
+            ) from None
         return _Encoding(spec, lambda t: enc.encode(t, disallowed_special=()))
     path = Path(spec)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
-        raise AnalysisError(f"analysis.tokenizer={spec}: no tokenizer.json there; use auto, bytes, tiktoken:ENC or a tokenizer path")
+        raise AnalysisError(
+            f"analysis.tokenizer={spec}: no tokenizer.json there; use auto, bytes, tiktoken:ENC or a tokenizer path"
+        )
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(file))
@@ -124,7 +128,9 @@ def _header(ep: Any) -> list[str]:
         f"### episode {ep.id}",
         f"task: {ep.task_id} | family: {ep.task_family or '-'} | outcome: {outcome} (reward {ep.reward:.2f}) | termination: {ep.termination}",
     ]
-    comps = " ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in sorted((ep.components or {}).items()))
+    comps = " ".join(
+        f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in sorted((ep.components or {}).items())
+    )
     info = getattr(ep, "score_info", None) or {}
     missing = info.get("missing_info") if isinstance(info, dict) else None
     extra = f" | missing info: {', '.join(map(str, missing))}" if missing else ""
@@ -135,7 +141,9 @@ def _header(ep: Any) -> list[str]:
     return head
 
 
-def compact_episode(ep: Any, counter: TokenCounter, *, budget_tokens: int = 3000, max_value_chars: int = 400) -> CompactEpisode:
+def compact_episode(
+    ep: Any, counter: TokenCounter, *, budget_tokens: int = 3000, max_value_chars: int = 400
+) -> CompactEpisode:
     """Render an episode (a store EpisodeRow or anything with its fields) within `budget_tokens`."""
     messages = list(ep.messages)
     head = _header(ep)
@@ -151,7 +159,7 @@ def compact_episode(ep: Any, counter: TokenCounter, *, budget_tokens: int = 3000
     while tokens > budget_tokens and len(lines) - dropped > 2:
         dropped += 1
         mid = (len(lines) - dropped) // 2
-        keep = lines[:mid] + [f"[… {dropped} messages omitted to fit the budget …]"] + lines[mid + dropped:]
+        keep = lines[:mid] + [f"[… {dropped} messages omitted to fit the budget …]"] + lines[mid + dropped :]
         text = "\n".join([*head, f"messages ({len(messages)}):", *keep])
         tokens = counter.count(text)
     return CompactEpisode(int(ep.id), text, tokens, len(messages), cuts, dropped)

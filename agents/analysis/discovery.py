@@ -69,13 +69,27 @@ def stratified(episodes: list[Any], n: int, rng: random.Random) -> list[Any]:
 
 
 def _stored(store: Any, run_id: str, row: Any) -> DiscoveryResult:
-    caps = tuple(CapabilityEntry(c.name, c.definition, tuple(c.example_episode_ids)) for c in store.capabilities(run_id))
+    caps = tuple(
+        CapabilityEntry(c.name, c.definition, tuple(c.example_episode_ids)) for c in store.capabilities(run_id)
+    )
     d = row.details
-    return DiscoveryResult(run_id, caps, row.dictionary_hash, f"{row.prompt_name}@{row.prompt_version}", tuple(row.sample_episode_ids),
-                           True, 0, int(d.get("prompt_tokens", 0)), int(d.get("completion_tokens", 0)), str(d.get("token_counter", "")))  # fmt: skip
+    return DiscoveryResult(
+        run_id,
+        caps,
+        row.dictionary_hash,
+        f"{row.prompt_name}@{row.prompt_version}",
+        tuple(row.sample_episode_ids),
+        True,
+        0,
+        int(d.get("prompt_tokens", 0)),
+        int(d.get("completion_tokens", 0)),
+        str(d.get("token_counter", "")),
+    )
 
 
-def discover(store: Any, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, counter: TokenCounter | None = None) -> DiscoveryResult:
+def discover(
+    store: Any, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, counter: TokenCounter | None = None
+) -> DiscoveryResult:
     """Propose and store the run's capability dictionary (or return the stored one: 0 calls)."""
     stored = store.get_discovery(run_id)
     if stored is not None:
@@ -84,50 +98,87 @@ def discover(store: Any, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, c
     summaries = analysis_episodes(store, run_id, fraction=cfg.split_fraction, seed=cfg.seed)
     failed = [e for e in summaries if not e.success]
     if not failed:
-        raise AnalysisError(f"run {run_id!r} has no failed episode in its analysis split: nothing to contrast; collect more rollouts")
+        raise AnalysisError(
+            f"run {run_id!r} has no failed episode in its analysis split: nothing to contrast; collect more rollouts"
+        )
     rng = random.Random(f"discover:{cfg.seed}")
-    picked = stratified(failed, cfg.discovery_failed, rng) + stratified([e for e in summaries if e.success], cfg.discovery_success, rng)
+    picked = stratified(failed, cfg.discovery_failed, rng) + stratified(
+        [e for e in summaries if e.success], cfg.discovery_success, rng
+    )
     shown, used, policy = [], 0, ""
     for summary in picked:
         ep = store.get_episode(summary.id)
         policy = policy or system_prompt(ep)
-        comp = compact_episode(ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars)
+        comp = compact_episode(
+            ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars
+        )
         if used + comp.tokens > cfg.discovery_budget_tokens:
             continue  # keep trying smaller ones: the budget is a ceiling, not a target
         shown.append((ep, comp))
         used += comp.tokens
     if not any(not ep.success for ep, _ in shown):
-        raise AnalysisError(f"no failed episode fits analysis.discovery_budget_tokens={cfg.discovery_budget_tokens}: raise it")
+        raise AnalysisError(
+            f"no failed episode fits analysis.discovery_budget_tokens={cfg.discovery_budget_tokens}: raise it"
+        )
     prompt = load_prompt(PROMPT_FILE)
     target = target_brief(shown[0][0].env, (ep for ep, _ in shown))
     text = prompt.body.format(
-        target=target.name, tool_names=target.tools_line(),
-        min_capabilities=cfg.min_capabilities, max_capabilities=cfg.max_capabilities, policy=policy,
-        n_failed=sum(not ep.success for ep, _ in shown), n_success=sum(bool(ep.success) for ep, _ in shown),
+        target=target.name,
+        tool_names=target.tools_line(),
+        min_capabilities=cfg.min_capabilities,
+        max_capabilities=cfg.max_capabilities,
+        policy=policy,
+        n_failed=sum(not ep.success for ep, _ in shown),
+        n_success=sum(bool(ep.success) for ep, _ in shown),
         episodes="\n\n".join(comp.text for _, comp in shown),
-    )  # fmt: skip
+    )
     ids = frozenset(int(ep.id) for ep, _ in shown)
     usage = UsageCounter()
     schema = discovery_schema(ids, cfg.min_capabilities, cfg.max_capabilities)
-    answer: CapabilityDictionary = structured_call(chat_model, [HumanMessage(content=text)], schema, prompt_name=prompt.name,
-                                                   config={"callbacks": [usage]})  # type: ignore[assignment]
-    caps = tuple(CapabilityEntry(c.name, c.definition.strip(), tuple(c.example_episode_ids)) for c in answer.capabilities)
+    answer: CapabilityDictionary = structured_call(
+        chat_model, [HumanMessage(content=text)], schema, prompt_name=prompt.name, config={"callbacks": [usage]}
+    )  # type: ignore[assignment]
+    caps = tuple(
+        CapabilityEntry(c.name, c.definition.strip(), tuple(c.example_episode_ids)) for c in answer.capabilities
+    )
     dhash = dictionary_hash([(c.name, c.definition) for c in caps])
     for c in caps:
-        store.put_capability(run_id, c.name, definition=c.definition, example_episode_ids=c.example_episode_ids,
-                             prompt_name=prompt.name, prompt_version=prompt.version)  # fmt: skip
+        store.put_capability(
+            run_id,
+            c.name,
+            definition=c.definition,
+            example_episode_ids=c.example_episode_ids,
+            prompt_name=prompt.name,
+            prompt_version=prompt.version,
+        )
     p_tokens = usage.prompt_tokens or counter.count(text) * usage.calls
     c_tokens = usage.completion_tokens or counter.count(answer.model_dump_json())
-    details = {"calls": usage.calls, "prompt_tokens": p_tokens, "completion_tokens": c_tokens, "token_counter": counter.name,
-               "episode_tokens": used, "shown_failed": sum(not ep.success for ep, _ in shown)}  # fmt: skip
-    store.put_discovery(run_id, dictionary_hash=dhash, prompt_name=prompt.name, prompt_version=prompt.version,
-                        sample_episode_ids=sorted(ids), details=details)  # fmt: skip
-    return DiscoveryResult(run_id, caps, dhash, prompt.id, tuple(sorted(ids)), False, usage.calls, p_tokens, c_tokens, counter.name)
+    details = {
+        "calls": usage.calls,
+        "prompt_tokens": p_tokens,
+        "completion_tokens": c_tokens,
+        "token_counter": counter.name,
+        "episode_tokens": used,
+        "shown_failed": sum(not ep.success for ep, _ in shown),
+    }
+    store.put_discovery(
+        run_id,
+        dictionary_hash=dhash,
+        prompt_name=prompt.name,
+        prompt_version=prompt.version,
+        sample_episode_ids=sorted(ids),
+        details=details,
+    )
+    return DiscoveryResult(
+        run_id, caps, dhash, prompt.id, tuple(sorted(ids)), False, usage.calls, p_tokens, c_tokens, counter.name
+    )
 
 
 def current_dictionary(store: Any, run_id: str) -> tuple[list[tuple[str, str]], str]:
     """The stored dictionary [(name, definition)] and its hash; AnalysisError before discovery."""
     caps = [(c.name, c.definition) for c in store.capabilities(run_id)]
     if not caps:
-        raise AnalysisError(f"run {run_id!r} has no capability dictionary yet: run discovery first (gapforge analyze {run_id})")
+        raise AnalysisError(
+            f"run {run_id!r} has no capability dictionary yet: run discovery first (gapforge analyze {run_id})"
+        )
     return caps, dictionary_hash(caps)

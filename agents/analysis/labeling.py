@@ -76,7 +76,9 @@ def label_seed(seed: int, pass_index: int) -> int:
 def fixed_part(capabilities: Sequence[tuple[str, str]], policy: str, target: TargetBrief) -> str:
     """The system message of every labeling call: instructions naming the target, dictionary, policy."""
     lines = "\n".join(f"- {name}: {definition}" for name, definition in capabilities)
-    return load_prompt(PROMPT_FILE).body.format(capabilities=lines, policy=policy, target=target.name, tool_names=target.tools_line())
+    return load_prompt(PROMPT_FILE).body.format(
+        capabilities=lines, policy=policy, target=target.name, tool_names=target.tools_line()
+    )
 
 
 def _evidence(text: str, index: int | None) -> str:
@@ -106,7 +108,11 @@ async def label_pass(
     # An endpoint failure is not final (the endpoint's fault, not the model's): always redone.
     # A model-output failure is the model's answer: redone only when asked (retry_failed).
     failed_calls = await asyncio.to_thread(store.label_calls, run_id, pass_index, "failed")
-    endpoint_failed = {c.episode_id for c in failed_calls if c.boundary == "endpoint" and c.dictionary_hash == dhash and c.prompt_version == prompt.version}
+    endpoint_failed = {
+        c.episode_id
+        for c in failed_calls
+        if c.boundary == "endpoint" and c.dictionary_hash == dhash and c.prompt_version == prompt.version
+    }
     skip = {e for e, s in done_before.items() if (s == "ok" or not retry_failed) and e not in endpoint_failed}
     todo = [e.id for e in episodes if e.id not in skip]
     total, cached = len(episodes), len(episodes) - len(todo)
@@ -141,7 +147,9 @@ async def label_pass(
     async def label(episode_id: int) -> LabelCallRecord:
         async with sem:
             ep = await read(episode_id)
-            comp = compact_episode(ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars)
+            comp = compact_episode(
+                ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars
+            )
             usage = UsageCounter()
             status, boundary, error, labels = "ok", None, None, []
             EPISODE_MESSAGES.set(comp.n_messages)  # this task's own context: concurrent calls do not see it
@@ -151,19 +159,33 @@ async def label_pass(
                     answer = await lean.acall(wire, schema, usage=usage)
                 else:
                     messages = [SystemMessage(content=system_text), HumanMessage(content=comp.text)]
-                    answer = await astructured_call(model, messages, schema, prompt_name=prompt.name, config={"callbacks": [usage]})
+                    answer = await astructured_call(
+                        model, messages, schema, prompt_name=prompt.name, config={"callbacks": [usage]}
+                    )
                 by_name = {lab.capability: lab for lab in answer.labels}  # type: ignore[attr-defined]
-                labels = [(n, by_name[n].label, _evidence(by_name[n].evidence, by_name[n].message_index)) for n in names]
+                labels = [
+                    (n, by_name[n].label, _evidence(by_name[n].evidence, by_name[n].message_index)) for n in names
+                ]
             except StructuredOutputError as e:
                 status, boundary, error = "failed", "model_output", str(e)
             except ModelEndpointError as e:
                 status, boundary, error = "failed", "endpoint", str(e)
         calls = max(usage.calls, 1)
         return LabelCallRecord(
-            episode_id, pass_index, dhash, prompt.name, prompt.version, status, labels, boundary, error, calls,
+            episode_id,
+            pass_index,
+            dhash,
+            prompt.name,
+            prompt.version,
+            status,
+            labels,
+            boundary,
+            error,
+            calls,
             usage.prompt_tokens or (prefix_tokens + comp.tokens) * calls,
-            usage.completion_tokens or (counter.count(str(labels)) if labels else 0), seed,
-        )  # fmt: skip
+            usage.completion_tokens or (counter.count(str(labels)) if labels else 0),
+            seed,
+        )
 
     pending: list[LabelCallRecord] = []
     write_lock = asyncio.Lock()
@@ -200,6 +222,18 @@ async def label_pass(
         if lean is not None:
             await lean.aclose()
     return LabelPassResult(
-        run_id, pass_index, dhash, prompt.id, total, cached, totals["labeled"], totals["failed"], totals["calls"],
-        totals["prompt"], totals["completion"], prefix_tokens, counter.name, time.perf_counter() - started,
-    )  # fmt: skip
+        run_id,
+        pass_index,
+        dhash,
+        prompt.id,
+        total,
+        cached,
+        totals["labeled"],
+        totals["failed"],
+        totals["calls"],
+        totals["prompt"],
+        totals["completion"],
+        prefix_tokens,
+        counter.name,
+        time.perf_counter() - started,
+    )

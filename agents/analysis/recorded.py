@@ -25,13 +25,18 @@ RECORDED_DIR = Path(__file__).resolve().parent.parent / "recorded"
 ACCOUNT = ("get_customer_details", "list_customer_orders", "get_order_details", *sorted(WRITE_TOOLS))
 LINE = re.compile(r"^\[(\d+)\] (\w+)(?: ([\w-]+))?: (.*)$")
 CALL = re.compile(r"CALL (\w+)\(")
-CLAIM = re.compile(r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged|taken care)\b", re.I)
+CLAIM = re.compile(
+    r"\b(i have|i've) (submitted|updated|cancelled|canceled|processed|changed|returned|exchanged|taken care)\b", re.I
+)
 REFUSAL = re.compile(r"\b(unfortunately|cannot|can't|unable|not eligible|not allowed|not possible)\b", re.I)
 # the target's rejections of a call for an argument VALUE: malformed arguments, an unknown tool, an id or name that
 # matches nothing (customer / order / product / payment method "not found"), item ids that are not in the order, an
 # exchange's new item that is not a variant or is the old one. Not a rejection for the state of a record (an order
 # "is 'delivered': only pending orders can ...") or for identity (precondition and identity rules judge those).
-ARG_ERROR = re.compile(r"^Error: (bad arguments|unknown tool|.*\bnot found\b|items .* are not in order|new item .* (is not a variant|is the same as))", re.I)
+ARG_ERROR = re.compile(
+    r"^Error: (bad arguments|unknown tool|.*\bnot found\b|items .* are not in order|new item .* (is not a variant|is the same as))",
+    re.I,
+)
 
 Verdict = tuple[str, str, int | None]  # label, evidence, message index
 
@@ -128,7 +133,11 @@ def in_scope(t: Trajectory) -> Verdict:
         return "NA", "the customer asked for no value", None
     transfer = t.first_call((TRANSFER_TOOL,))
     if transfer is not None:
-        return "LACKING", f"[{transfer}] handed the customer to a human agent instead of answering from the tools", transfer
+        return (
+            "LACKING",
+            f"[{transfer}] handed the customer to a human agent instead of answering from the tools",
+            transfer,
+        )
     read = next((i for i, name, _ in t.tool_results if name in RECORDS), None)
     said = next((i for i, s in t.texts if read is not None and i > read and NUMBER.search(s)), None)
     if said is None:
@@ -137,9 +146,12 @@ def in_scope(t: Trajectory) -> Verdict:
 
 
 RULES: dict[str, Callable[[Trajectory], Verdict]] = {
-    "precondition": precondition, "confirmation": confirmation, "identity": identity, "arguments": arguments,
+    "precondition": precondition,
+    "confirmation": confirmation,
+    "identity": identity,
+    "arguments": arguments,
     "in_scope": in_scope,
-}  # fmt: skip
+}
 
 
 def recording_path(env: str) -> Path:
@@ -155,7 +167,9 @@ def has_recording(env: str) -> bool:
 def load_recording(env: str) -> list[dict[str, str]]:
     path = recording_path(env)
     if not path.is_file():
-        raise AnalysisError(f"no recorded analyst for env {env!r}: set llm.kind=openai and an llm.endpoint to analyse it")
+        raise AnalysisError(
+            f"no recorded analyst for env {env!r}: set llm.kind=openai and an llm.endpoint to analyse it"
+        )
     return list(yaml.safe_load(path.read_text())["capabilities"])
 
 
@@ -183,8 +197,14 @@ def _discover_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], l
         out = []
         for c in caps:
             verdicts = [(eid, RULES[c["rule"]](t)[0]) for eid, t in episodes]
-            ranked = [e for e, v in verdicts if v == "LACKING"] + [e for e, v in verdicts if v == "PRESENT"] + [e for e, _ in verdicts]
-            out.append({"name": c["name"], "definition": " ".join(c["definition"].split()), "example_episode_ids": ranked[:3]})
+            ranked = (
+                [e for e, v in verdicts if v == "LACKING"]
+                + [e for e, v in verdicts if v == "PRESENT"]
+                + [e for e, _ in verdicts]
+            )
+            out.append(
+                {"name": c["name"], "definition": " ".join(c["definition"].split()), "example_episode_ids": ranked[:3]}
+            )
         return {"structured": {"capabilities": out}}
 
     return rule
@@ -193,5 +213,7 @@ def _discover_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], l
 def recorded_analyst(env: str) -> ScriptedChatModel:
     """The scripted analyst for `env` (answers the prompts analyst_discover and analyst_label)."""
     caps = load_recording(env)
-    return ScriptedChatModel.from_dict({"analyst_discover": _discover_rule(caps), "analyst_label": _label_rule(caps)},
-                                       source=str(RECORDED_DIR / f"{env}_analyst.yaml"))  # fmt: skip
+    return ScriptedChatModel.from_dict(
+        {"analyst_discover": _discover_rule(caps), "analyst_label": _label_rule(caps)},
+        source=str(RECORDED_DIR / f"{env}_analyst.yaml"),
+    )

@@ -33,17 +33,27 @@ class AnalysisReport:
 
     @property
     def prompt_tokens(self) -> int:
-        return (0 if self.discovery.cached else self.discovery.prompt_tokens) + sum(p.prompt_tokens for p in self.passes)
+        return (0 if self.discovery.cached else self.discovery.prompt_tokens) + sum(
+            p.prompt_tokens for p in self.passes
+        )
 
     @property
     def completion_tokens(self) -> int:
-        return (0 if self.discovery.cached else self.discovery.completion_tokens) + sum(p.completion_tokens for p in self.passes)
+        return (0 if self.discovery.cached else self.discovery.completion_tokens) + sum(
+            p.completion_tokens for p in self.passes
+        )
 
 
 async def analyze_run(
-    store: Any, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, counter: TokenCounter | None = None,
-    retry_failed: bool = False, on_progress: Progress | None = None,
-) -> AnalysisReport:  # fmt: skip
+    store: Any,
+    chat_model: Any,
+    run_id: str,
+    *,
+    cfg: AnalysisConfig,
+    counter: TokenCounter | None = None,
+    retry_failed: bool = False,
+    on_progress: Progress | None = None,
+) -> AnalysisReport:
     """Everything the stage does for a run; what is stored is reused (a full re-run makes 0 calls).
     `on_progress(done, total)` counts episodes over all R passes."""
     import asyncio
@@ -58,7 +68,9 @@ async def analyze_run(
             on_progress(offset[0] + done, total * cfg.passes)
 
     for p in range(cfg.passes):
-        result = await label_pass(store, chat_model, run_id, p, cfg=cfg, counter=counter, retry_failed=retry_failed, on_progress=progress)
+        result = await label_pass(
+            store, chat_model, run_id, p, cfg=cfg, counter=counter, retry_failed=retry_failed, on_progress=progress
+        )
         results.append(result)
         offset[0] += result.episodes
     selection = await asyncio.to_thread(select, store, run_id, cfg=cfg)
@@ -87,5 +99,7 @@ def lacking_episodes(store: Any, run_id: str, capability: str) -> list[LackingEp
     for eid in sorted(by_episode):
         ep = store.get_episode(eid)
         labs = sorted(by_episode[eid], key=lambda lab: lab.pass_index)
-        out.append(LackingEpisode(eid, ep.task_id, bool(ep.success), tuple(lab.pass_index for lab in labs), labs[0].evidence))
+        out.append(
+            LackingEpisode(eid, ep.task_id, bool(ep.success), tuple(lab.pass_index for lab in labs), labs[0].evidence)
+        )
     return out

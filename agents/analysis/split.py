@@ -47,7 +47,9 @@ def split_tasks(families: Mapping[str, str], fraction: float, seed: int, env: st
         analysis += tasks[:k]
     chosen = set(analysis)
     heldout = sorted(t for t in families if t not in chosen)
-    return TaskSplit(env, seed, fraction, tuple(sorted(analysis)), tuple(heldout), {t: families[t] or "-" for t in families})
+    return TaskSplit(
+        env, seed, fraction, tuple(sorted(analysis)), tuple(heldout), {t: families[t] or "-" for t in families}
+    )
 
 
 def _families_of(env: str, episodes: list[Any]) -> dict[str, str]:
@@ -69,7 +71,9 @@ def run_episodes(store: Any, run_id: str) -> list[Any]:
     return list(summaries(run_id) if summaries is not None else store.episodes(run_id))
 
 
-def ensure_split(store: Any, run_id: str, *, fraction: float, seed: int, episodes: list[Any] | None = None) -> TaskSplit:
+def ensure_split(
+    store: Any, run_id: str, *, fraction: float, seed: int, episodes: list[Any] | None = None
+) -> TaskSplit:
     """The run's stored split, or a new one stored now. A stored split made with other settings is an error
     (changing it on a resumed run would let held-out tasks into the analysis)."""
     stored = store.get_split(run_id)
@@ -79,16 +83,32 @@ def ensure_split(store: Any, run_id: str, *, fraction: float, seed: int, episode
                 f"run {run_id!r} already has a task split (fraction {stored.fraction}, seed {stored.seed}): "
                 "keep those settings or analyse in a new run"
             )
-        return TaskSplit(stored.env, stored.seed, stored.fraction, tuple(stored.analysis_tasks), tuple(stored.heldout_tasks), dict(stored.families))
+        return TaskSplit(
+            stored.env,
+            stored.seed,
+            stored.fraction,
+            tuple(stored.analysis_tasks),
+            tuple(stored.heldout_tasks),
+            dict(stored.families),
+        )
     eps = episodes if episodes is not None else run_episodes(store, run_id)
     envs = sorted({e.env for e in eps})
     if not envs:
-        raise AnalysisError(f"run {run_id!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run_id})")
+        raise AnalysisError(
+            f"run {run_id!r} has no episodes: collect rollouts first (gapforge rollouts collect --run {run_id})"
+        )
     if len(envs) > 1:
         raise AnalysisError(f"run {run_id!r} mixes envs {', '.join(envs)}: analyse one target env per run")
     split = split_tasks(_families_of(envs[0], eps), fraction, seed, env=envs[0])
-    store.put_split(run_id, env=split.env, seed=seed, fraction=fraction, analysis_tasks=split.analysis,
-                    heldout_tasks=split.heldout, families=split.families)  # fmt: skip
+    store.put_split(
+        run_id,
+        env=split.env,
+        seed=seed,
+        fraction=fraction,
+        analysis_tasks=split.analysis,
+        heldout_tasks=split.heldout,
+        families=split.families,
+    )
     return split
 
 
@@ -112,5 +132,7 @@ def split_openings(store: Any, run_id: str, env: str | None = None) -> SplitText
         text = first_user_message(e.messages)  # the task's opening
         if text and text not in by_task[e.task_id]:
             by_task[e.task_id].append(text)
-    return SplitTexts(heldout={t: texts for t, texts in sorted(by_task.items()) if t in heldout},
-                      analysis=[text for t, texts in sorted(by_task.items()) if t in analysis for text in texts])
+    return SplitTexts(
+        heldout={t: texts for t, texts in sorted(by_task.items()) if t in heldout},
+        analysis=[text for t, texts in sorted(by_task.items()) if t in analysis for text in texts],
+    )

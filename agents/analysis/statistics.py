@@ -90,7 +90,9 @@ class CapabilityStatistics:
     kept_passes: int
     required_passes: int
     retained: bool
-    verdict: str  # retained | unstable | below thresholds | insufficient evidence | deferred (over max_retained) | excluded
+    verdict: (
+        str  # retained | unstable | below thresholds | insufficient evidence | deferred (over max_retained) | excluded
+    )
     tasks: int
 
 
@@ -130,11 +132,15 @@ def _kappa(records: Sequence[LabelRecord], passes: Sequence[int]) -> float | Non
     by_episode: dict[int, dict[int, str]] = defaultdict(dict)
     for r in records:
         by_episode[r.episode_id][r.pass_index] = r.value
-    rows = [[sum(v[p] == c for p in passes) for c in CATEGORIES] for v in by_episode.values() if all(p in v for p in passes)]
+    rows = [
+        [sum(v[p] == c for p in passes) for c in CATEGORIES] for v in by_episode.values() if all(p in v for p in passes)
+    ]
     return fleiss_kappa(rows) if len(passes) >= 2 else None
 
 
-def bootstrap_ci(task_tallies: Sequence[Tally], n: int, seed: int) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+def bootstrap_ci(
+    task_tallies: Sequence[Tally], n: int, seed: int
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
     """Percentile 95% intervals of the pooled gap and coverage, resampling tasks with replacement."""
     if n <= 0 or not task_tallies:
         return None, None
@@ -193,10 +199,29 @@ def compute_statistics(
             verdict, retained = ("excluded", False) if cap in exclude else ("retained", True)
         else:
             verdict, retained = ("below thresholds" if n_kept == 0 else "unstable"), False
-        out.append(CapabilityStatistics(cap, tuple(per_pass), er_p, er_m, gap, gap_ci, cov, cov_ci, _kappa(by_cap[cap], passes),
-                                        n_kept, required_passes, retained, verdict, len(tasks)))  # fmt: skip
+        out.append(
+            CapabilityStatistics(
+                cap,
+                tuple(per_pass),
+                er_p,
+                er_m,
+                gap,
+                gap_ci,
+                cov,
+                cov_ci,
+                _kappa(by_cap[cap], passes),
+                n_kept,
+                required_passes,
+                retained,
+                verdict,
+                len(tasks),
+            )
+        )
     if max_retained is not None:
-        ranked = sorted((s for s in out if s.retained), key=lambda s: (-(s.gap or 0.0), -(s.coverage or 0.0), capabilities.index(s.capability)))
+        ranked = sorted(
+            (s for s in out if s.retained),
+            key=lambda s: (-(s.gap or 0.0), -(s.coverage or 0.0), capabilities.index(s.capability)),
+        )
         over = {s.capability for s in ranked[max_retained:]}
         out = [replace(s, retained=False, verdict="deferred") if s.capability in over else s for s in out]
     return out

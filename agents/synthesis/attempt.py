@@ -85,7 +85,9 @@ class AttemptOutcome(BaseModel):
 
 def _finding(check: CheckResult) -> Finding:
     text = json.dumps(check.evidence, default=str, sort_keys=True)
-    return Finding(check=check.name, summary=check.summary[:600], evidence=text[:600] + ("..." if len(text) > 600 else ""))
+    return Finding(
+        check=check.name, summary=check.summary[:600], evidence=text[:600] + ("..." if len(text) > 600 else "")
+    )
 
 
 def validate_attempt(
@@ -112,8 +114,20 @@ def validate_attempt(
     `checks` (executor.validation.RaySandboxChecks) runs the self-test and the readiness rollouts on a
     Docker node of a Ray cluster instead of through `open_module` here."""
     started = time.perf_counter()
-    early = _before_readiness(code, module_path, ctx, attempt, cfg, open_module, chat_model, target_shapes, thresholds, progress, started,
-                              checks)
+    early = _before_readiness(
+        code,
+        module_path,
+        ctx,
+        attempt,
+        cfg,
+        open_module,
+        chat_model,
+        target_shapes,
+        thresholds,
+        progress,
+        started,
+        checks,
+    )
     if isinstance(early, AttemptOutcome):
         return early
     gate, report, stage = early
@@ -123,7 +137,14 @@ def validate_attempt(
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
         ready = check_grpo_ready if checks is None else checks.check_grpo_ready_for(module_path)
-        grpo = ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness, concurrency=readiness.concurrency)
+        grpo = ready(
+            lambda: open_module(module_path),
+            list(range(cfg.validation_seeds)),
+            policy,
+            run_episode,
+            readiness,
+            concurrency=readiness.concurrency,
+        )
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 
@@ -149,8 +170,21 @@ async def avalidate_attempt(
     """`validate_attempt` on the caller's event loop: gate, self-test and review in a worker thread,
     the GRPO-readiness rollouts on this loop (the policy's HTTP session stays its creator's)."""
     started = time.perf_counter()
-    early = await asyncio.to_thread(_before_readiness, code, module_path, ctx, attempt, cfg, open_module, chat_model,
-                                    target_shapes, thresholds, progress, started, checks)
+    early = await asyncio.to_thread(
+        _before_readiness,
+        code,
+        module_path,
+        ctx,
+        attempt,
+        cfg,
+        open_module,
+        chat_model,
+        target_shapes,
+        thresholds,
+        progress,
+        started,
+        checks,
+    )
     if isinstance(early, AttemptOutcome):
         return early
     gate, report, stage = early
@@ -160,16 +194,31 @@ async def avalidate_attempt(
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
         ready = acheck_grpo_ready if checks is None else checks.readiness_for(module_path)
-        grpo = await ready(lambda: open_module(module_path), list(range(cfg.validation_seeds)), policy, run_episode, readiness,
-                           concurrency=readiness.concurrency)
+        grpo = await ready(
+            lambda: open_module(module_path),
+            list(range(cfg.validation_seeds)),
+            policy,
+            run_episode,
+            readiness,
+            concurrency=readiness.concurrency,
+        )
         grpo.seconds = round(time.perf_counter() - t0, 3)
     return _outcome(gate, report, stage, grpo, started)
 
 
 def _before_readiness(
-    code: str, module_path: Path, ctx: GeneratorContext, attempt: int, cfg: SynthesisConfig, open_module: OpenModule,
-    chat_model: BaseChatModel, target_shapes: dict[str, Shape] | None, thresholds: SelfTestThresholds | None,
-    progress: Callable[[str], None] | None, started: float, checks: Any = None,
+    code: str,
+    module_path: Path,
+    ctx: GeneratorContext,
+    attempt: int,
+    cfg: SynthesisConfig,
+    open_module: OpenModule,
+    chat_model: BaseChatModel,
+    target_shapes: dict[str, Shape] | None,
+    thresholds: SelfTestThresholds | None,
+    progress: Callable[[str], None] | None,
+    started: float,
+    checks: Any = None,
 ) -> AttemptOutcome | tuple[Any, ValidationReport, str]:
     """Static gate, self-test, LLM review (blocking): the outcome when the gate rejects, else (gate, report, stage)."""
     gate = static_gate(code, max_chars=cfg.max_code_chars, max_lines=cfg.max_code_lines)
@@ -181,8 +230,13 @@ def _before_readiness(
         progress("self-test in the sandbox")
     run = validate_env if checks is None else checks.validate_env
     report: ValidationReport = run(
-        lambda: open_module(module_path), target_tools=ctx.target.tools, seeds=cfg.validation_seeds,
-        thresholds=thresholds, module=module_path, target=ctx.target.name, target_result_shapes=target_shapes,
+        lambda: open_module(module_path),
+        target_tools=ctx.target.tools,
+        seeds=cfg.validation_seeds,
+        thresholds=thresholds,
+        module=module_path,
+        target=ctx.target.name,
+        target_result_shapes=target_shapes,
         split_texts=ctx.split_texts,  # the run's held-out openings: check contamination (skipped when the run has no split)
         progress=(lambda name: progress(f"check {name}")) if progress else None,
     )
@@ -196,36 +250,63 @@ def _before_readiness(
         review = review_check(review_env(chat_model, ctx, code, attempt))
         review.seconds = round(time.perf_counter() - t0, 3)
         report.checks.insert(len(report.checks) - 1, review)  # before grpo_ready
-    stage = "self_test" if any(c.name != "llm_review" for c in report.failures) else "review" if report.failures else "grpo_ready"
+    stage = (
+        "self_test"
+        if any(c.name != "llm_review" for c in report.failures)
+        else "review"
+        if report.failures
+        else "grpo_ready"
+    )
     return gate, report, stage
 
 
-def _readiness_plan(report: ValidationReport, policy: PolicyModel | None, run_episode: EpisodeRunner | None, readiness: Any,
-                    rollouts_left: int) -> CheckResult | Literal["run"] | None:
-    """"run" when the GRPO-readiness rollouts are to be spent now, a failed check when the budget
+def _readiness_plan(
+    report: ValidationReport,
+    policy: PolicyModel | None,
+    run_episode: EpisodeRunner | None,
+    readiness: Any,
+    rollouts_left: int,
+) -> CheckResult | Literal["run"] | None:
+    """ "run" when the GRPO-readiness rollouts are to be spent now, a failed check when the budget
     cannot cover them, None when the check stays as the self-test left it."""
     if report.failures or policy is None or run_episode is None:
         return None
     if readiness is None:
-        raise ValueError("a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)")
+        raise ValueError(
+            "a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)"
+        )
     need = readiness.groups * readiness.samples
     if need > rollouts_left:
-        return CheckResult.fail("grpo_ready", f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
-                                rollouts_left=rollouts_left)
+        return CheckResult.fail(
+            "grpo_ready",
+            f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
+            rollouts_left=rollouts_left,
+        )
     return "run"
 
 
-def _outcome(gate: Any, report: ValidationReport, stage: str, grpo: CheckResult | None, started: float) -> AttemptOutcome:
+def _outcome(
+    gate: Any, report: ValidationReport, stage: str, grpo: CheckResult | None, started: float
+) -> AttemptOutcome:
     rollouts = 0
     if grpo is not None:
-        rollouts = int(grpo.evidence.get("charged", grpo.evidence.get("rollouts", 0)))  # sandbox/checks/grpo.py: what the budget pays
+        rollouts = int(
+            grpo.evidence.get("charged", grpo.evidence.get("rollouts", 0))
+        )  # sandbox/checks/grpo.py: what the budget pays
         report.checks[-1] = grpo
     failures = report.failures
     verdict = AttemptVerdict(
-        accepted=not failures, stage="accepted" if not failures else stage,
-        failed_checks=[c.name for c in failures], findings=[_finding(c) for c in failures if "blocked_by" not in c.evidence],
-        fixes=list(next((c.evidence.get("fixes", []) for c in failures if c.name == "llm_review"), [])), rollouts=rollouts,
+        accepted=not failures,
+        stage="accepted" if not failures else stage,
+        failed_checks=[c.name for c in failures],
+        findings=[_finding(c) for c in failures if "blocked_by" not in c.evidence],
+        fixes=list(next((c.evidence.get("fixes", []) for c in failures if c.name == "llm_review"), [])),
+        rollouts=rollouts,
     )
-    return AttemptOutcome(verdict=verdict, gate=gate.to_json(), report=report.to_json(),
-                          seconds=round(time.perf_counter() - started, 3),
-                          check_seconds={c.name: c.seconds for c in report.checks})
+    return AttemptOutcome(
+        verdict=verdict,
+        gate=gate.to_json(),
+        report=report.to_json(),
+        seconds=round(time.perf_counter() - started, 3),
+        check_seconds={c.name: c.seconds for c in report.checks},
+    )

@@ -17,7 +17,13 @@ class SynthesisConfig(BaseModel):
     episode_chars: int = Field(2500, ge=200, description="characters per compacted episode in the prompt")
     max_code_chars: int = Field(60_000, ge=1000, description="static gate: most characters per module")
     max_code_lines: int = Field(1200, ge=50, description="static gate: most lines per module")
-    review: bool = Field(True, description="LLM code review (check llm_review) of each attempt that passes the static gate")
-    rollout_budget: int = Field(400, ge=0, description="GRPO-readiness policy rollouts per capability, over all attempts")
+    review: bool = Field(
+        True, description="LLM code review (check llm_review) of each attempt that passes the static gate"
+    )
+    rollout_budget: int = Field(
+        400, ge=0, description="GRPO-readiness policy rollouts per capability, over all attempts"
+    )
     recordings: str | None = Field(
-        None, description="recorded generator and reviewer answers (YAML) for llm.kind scripted; None: the demo's shop recordings")
+        None,
+        description="recorded generator and reviewer answers (YAML) for llm.kind scripted; None: the demo's shop recordings",
+    )

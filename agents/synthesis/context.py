@@ -65,7 +65,10 @@ class GeneratorContext:
         return f"gap ER- - ER+ = {gap}, coverage among failures = {cov} (mean over {self.passes} labeling pass(es))"
 
     def result_formats_text(self) -> str:
-        return "\n".join(f"- {name}: {text}" for name, text in self.result_formats.items()) or "(no successful tool result in these episodes)"
+        return (
+            "\n".join(f"- {name}: {text}" for name, text in self.result_formats.items())
+            or "(no successful tool result in these episodes)"
+        )
 
 
 class StoreReader(Protocol):  # the Store methods used here
@@ -101,7 +104,9 @@ def compact_episode(messages: list[dict[str, Any]], evidence: list[str], max_cha
         if role == "system":
             continue
         if role == "assistant" and m.get("tool_calls"):
-            calls = ", ".join(f"{c.get('name')}({json.dumps(c.get('arguments'), sort_keys=True)})" for c in m["tool_calls"])
+            calls = ", ".join(
+                f"{c.get('name')}({json.dumps(c.get('arguments'), sort_keys=True)})" for c in m["tool_calls"]
+            )
             lines.append(f"assistant -> {calls}")
         else:
             text = " ".join(str(m.get("content") or "").split())
@@ -113,7 +118,9 @@ def compact_episode(messages: list[dict[str, Any]], evidence: list[str], max_cha
     return f"{body}\nWhy the analyst labeled it LACKING:\n{why}"
 
 
-def result_examples(messages_of: list[list[dict[str, Any]]], tools: list[str], max_chars: int = RESULT_CHARS) -> dict[str, str]:
+def result_examples(
+    messages_of: list[list[dict[str, Any]]], tools: list[str], max_chars: int = RESULT_CHARS
+) -> dict[str, str]:
     """One successful result per tool (the first in the episodes given; tool errors skipped), cut to max_chars."""
     out: dict[str, str] = {}
     for messages in messages_of:
@@ -122,12 +129,21 @@ def result_examples(messages_of: list[list[dict[str, Any]]], tools: list[str], m
             name = m.get("name") or names.get(m.get("tool_call_id"))
             text = str(m.get("content") or "")
             if m.get("role") == "tool" and name in tools and name not in out and text and not text.startswith("Error"):
-                out[name] = text if len(text) <= max_chars else text[:max_chars] + f"...[cut {len(text) - max_chars} chars]"
+                out[name] = (
+                    text if len(text) <= max_chars else text[:max_chars] + f"...[cut {len(text) - max_chars} chars]"
+                )
     return {t: out[t] for t in tools if t in out}
 
 
-def gather_context(store: StoreReader, run_id: str, capability: str, *, n_episodes: int, episode_chars: int,
-                   target: TargetFacts | None = None) -> GeneratorContext:
+def gather_context(
+    store: StoreReader,
+    run_id: str,
+    capability: str,
+    *,
+    n_episodes: int,
+    episode_chars: int,
+    target: TargetFacts | None = None,
+) -> GeneratorContext:
     """The capability, its statistics, its most often LACKING failed analysis-split episodes, the target's facts and
     the run's openings by split."""
     cap = store.get_capability(run_id, capability)
@@ -152,17 +168,32 @@ def gather_context(store: StoreReader, run_id: str, capability: str, *, n_episod
             break
     env_name = target.name if target else (Counter(e.env for e in chosen).most_common(1)[0][0] if chosen else None)
     if env_name is None:
-        raise LookupError(f"capability {capability!r} of run {run_id!r} has no failed analysis-split episode labeled LACKING: "
-                          "nothing to synthesize from")
+        raise LookupError(
+            f"capability {capability!r} of run {run_id!r} has no failed analysis-split episode labeled LACKING: "
+            "nothing to synthesize from"
+        )
     facts = target or _with_stored_policy(target_facts(env_name), chosen)
-    episodes = [LackingEpisode(e.id, e.task_id, compact_episode(e.messages, evidence[e.id], episode_chars), _tools_used(e.messages))
-                for e in chosen]
+    episodes = [
+        LackingEpisode(
+            e.id, e.task_id, compact_episode(e.messages, evidence[e.id], episode_chars), _tools_used(e.messages)
+        )
+        for e in chosen
+    ]
     used = {n for e in episodes for n in e.tools_used}
     tools = [t for t in facts.tools if t["function"]["name"] in used] or facts.tools
     formats = result_examples([e.messages for e in chosen], [t["function"]["name"] for t in tools])
-    return GeneratorContext(capability, cap.definition, mean(gaps) if gaps else None,
-                            mean(s.coverage for s in stats) if stats else None, len(stats), episodes, facts, tools, formats,
-                            split_openings(store, run_id, env_name))
+    return GeneratorContext(
+        capability,
+        cap.definition,
+        mean(gaps) if gaps else None,
+        mean(s.coverage for s in stats) if stats else None,
+        len(stats),
+        episodes,
+        facts,
+        tools,
+        formats,
+        split_openings(store, run_id, env_name),
+    )
 
 
 def _with_stored_policy(facts: TargetFacts, episodes: list[Any]) -> TargetFacts:

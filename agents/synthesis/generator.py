@@ -51,22 +51,32 @@ def example_target(example: Path) -> str:
     return found.group(1) if found else "another target"
 
 
-def render_generator_prompt(ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None,
-                            example: Path = EXAMPLE) -> str:
+def render_generator_prompt(
+    ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None, example: Path = EXAMPLE
+) -> str:
     episodes = "\n\n".join(f"### episode {e.episode_id} (task {e.task_id})\n{e.text}" for e in ctx.episodes) or "(none)"
     return generator_prompt().body.format(
-        capability=ctx.capability, attempt=attempt, max_attempts=max_attempts, definition=ctx.definition,
-        statistics=ctx.statistics(), target=ctx.target.name, episodes=episodes, result_formats=ctx.result_formats_text(),
-        target_tools=json.dumps(ctx.tools_in_episodes, indent=1), target_policy=ctx.target.policy.strip(),
+        capability=ctx.capability,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        definition=ctx.definition,
+        statistics=ctx.statistics(),
+        target=ctx.target.name,
+        episodes=episodes,
+        result_formats=ctx.result_formats_text(),
+        target_tools=json.dumps(ctx.tools_in_episodes, indent=1),
+        target_policy=ctx.target.policy.strip(),
         other_tools="\n".join(signature(t) for t in ctx.target.tools if t not in ctx.tools_in_episodes) or "(none)",
-        sdk_reference=load_prompt("sdk_reference.md").body.strip(), example_module=example.read_text().strip(),
+        sdk_reference=load_prompt("sdk_reference.md").body.strip(),
+        example_module=example.read_text().strip(),
         example_target=example_target(example),
         feedback=feedback or "(first attempt)",
     )
 
 
-def generate_env(model: BaseChatModel, ctx: GeneratorContext, attempt: int, max_attempts: int,
-                 feedback: str | None) -> GeneratedEnv:
+def generate_env(
+    model: BaseChatModel, ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None
+) -> GeneratedEnv:
     """Ask the generator for a module (structured output, re-asked once if malformed)."""
     text = render_generator_prompt(ctx, attempt, max_attempts, feedback)
     answer = structured_call(model, [HumanMessage(content=text)], GeneratedEnv, prompt_name=generator_prompt().name)

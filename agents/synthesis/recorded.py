@@ -63,7 +63,9 @@ def _rule(prompt: str, answers: dict[str, list[dict[str, Any]]], source: str) ->
     def rule(messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
         cap, attempt = _key(messages)
         if not answers.get(cap):
-            raise ModelError(f"no recorded '{prompt}' answer for capability '{cap}' in {source}; record one or use llm.kind openai")
+            raise ModelError(
+                f"no recorded '{prompt}' answer for capability '{cap}' in {source}; record one or use llm.kind openai"
+            )
         return answers[cap][min(attempt, len(answers[cap])) - 1]
 
     return rule

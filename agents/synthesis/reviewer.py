@@ -40,9 +40,15 @@ def reviewer_prompt() -> Prompt:
 
 def review_env(model: BaseChatModel, ctx: GeneratorContext, code: str, attempt: int) -> ReviewVerdict:
     text = reviewer_prompt().body.format(
-        capability=ctx.capability, attempt=attempt, definition=ctx.definition, target=ctx.target.name,
-        target_policy=ctx.target.policy.strip(), target_tools=json.dumps(ctx.target.tools, indent=1),
-        result_formats=ctx.result_formats_text(), code=code)
+        capability=ctx.capability,
+        attempt=attempt,
+        definition=ctx.definition,
+        target=ctx.target.name,
+        target_policy=ctx.target.policy.strip(),
+        target_tools=json.dumps(ctx.target.tools, indent=1),
+        result_formats=ctx.result_formats_text(),
+        code=code,
+    )
     answer = structured_call(model, [HumanMessage(content=text)], ReviewVerdict, prompt_name=reviewer_prompt().name)
     assert isinstance(answer, ReviewVerdict)
     return answer
@@ -50,12 +56,24 @@ def review_env(model: BaseChatModel, ctx: GeneratorContext, code: str, attempt: 
 
 def review_check(verdict: ReviewVerdict) -> CheckResult:
     """The review as a required self-test check."""
-    flags = [name for name, bad in (("success does not depend mainly on the capability", not verdict.capability_focus),
-                                    ("tools do not match the target", not verdict.tools_match),
-                                    ("the reward can be gamed", verdict.reward_gameable)) if bad]
-    evidence = {"verdict": verdict.verdict, "problems": verdict.problems, "fixes": verdict.fixes,
-                "capability_focus": verdict.capability_focus, "tools_match": verdict.tools_match,
-                "reward_gameable": verdict.reward_gameable, "prompt": reviewer_prompt().id}
+    flags = [
+        name
+        for name, bad in (
+            ("success does not depend mainly on the capability", not verdict.capability_focus),
+            ("tools do not match the target", not verdict.tools_match),
+            ("the reward can be gamed", verdict.reward_gameable),
+        )
+        if bad
+    ]
+    evidence = {
+        "verdict": verdict.verdict,
+        "problems": verdict.problems,
+        "fixes": verdict.fixes,
+        "capability_focus": verdict.capability_focus,
+        "tools_match": verdict.tools_match,
+        "reward_gameable": verdict.reward_gameable,
+        "prompt": reviewer_prompt().id,
+    }
     if verdict.accepted:
         return CheckResult.ok("llm_review", "the reviewer accepts the module", **evidence)
     why = "; ".join(flags + verdict.problems[:3]) or f"verdict {verdict.verdict}"

@@ -102,10 +102,14 @@ def _row(deps: StageDeps, run_id: str, capability: str, attempt: int) -> Any:
 
 def _context(deps: StageDeps, run_id: str, capability: str) -> GeneratorContext:
     cfg = deps.synthesis
-    return gather_context(deps.store, run_id, capability, n_episodes=cfg.episodes_in_prompt, episode_chars=cfg.episode_chars)
+    return gather_context(
+        deps.store, run_id, capability, n_episodes=cfg.episodes_in_prompt, episode_chars=cfg.episode_chars
+    )
 
 
-def generate_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None) -> AttemptCode:
+def generate_attempt(
+    deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None
+) -> AttemptCode:
     """Attempt `attempt`'s code: the stored one, or the generator's answer (with attempt N-1's feedback), stored.
     Raises LookupError when the capability or its LACKING episodes are not stored, ModelError when the
     generator cannot answer, IncompleteStage when its endpoint kept failing."""
@@ -123,12 +127,21 @@ def generate_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int
         generated = generate_env(deps.make_chat_model("synthesis"), ctx, attempt, deps.synthesis.max_attempts, feedback)
     except INFRA_ERRORS as e:
         raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=False)) from None
-    row = store.put_synthetic_env(run_id, capability, attempt, code=generated.code, status="generated",
-                                  prompt_name=prompt.name, prompt_version=prompt.version)
+    row = store.put_synthetic_env(
+        run_id,
+        capability,
+        attempt,
+        code=generated.code,
+        status="generated",
+        prompt_name=prompt.name,
+        prompt_version=prompt.version,
+    )
     return AttemptCode(row.id, generated=True)
 
 
-def _prepare(deps: StageDeps, run_id: str, capability: str, attempt: int) -> tuple[Any, Any, AttemptSummary | None, dict[str, Any]]:
+def _prepare(
+    deps: StageDeps, run_id: str, capability: str, attempt: int
+) -> tuple[Any, Any, AttemptSummary | None, dict[str, Any]]:
     """(row, stored validation or None, its summary, the validation's arguments) of a generated attempt."""
     store, cfg = deps.store, deps.synthesis
     row = _row(deps, run_id, capability, attempt)
@@ -144,24 +157,45 @@ def _prepare(deps: StageDeps, run_id: str, capability: str, attempt: int) -> tup
     path = _write(deps.workspace.attempt_module(run_id, capability, attempt), row.code)
     policy = deps.readiness_policy()
     args = {
-        "code": row.code, "module_path": path, "ctx": ctx, "attempt": attempt, "cfg": cfg,
+        "code": row.code,
+        "module_path": path,
+        "ctx": ctx,
+        "attempt": attempt,
+        "cfg": cfg,
         # the pool opens on first use: with `deps.sandbox_checks` (a Ray Docker node) this machine opens no sandbox
-        "open_module": lambda p: SandboxedEnv.pooled(p, deps.sandbox_pool), "chat_model": deps.make_chat_model("synthesis"),
-        "target_shapes": shapes, "thresholds": deps.self_test, "policy": policy, "readiness": deps.readiness,
-        "rollouts_left": cfg.rollout_budget - spent, "checks": deps.sandbox_checks,
-        "run_episode": (deps.episode_runner or readiness_runner(deps.rollouts.max_turns)) if policy is not None else None,
-    }  # fmt: skip
+        "open_module": lambda p: SandboxedEnv.pooled(p, deps.sandbox_pool),
+        "chat_model": deps.make_chat_model("synthesis"),
+        "target_shapes": shapes,
+        "thresholds": deps.self_test,
+        "policy": policy,
+        "readiness": deps.readiness,
+        "rollouts_left": cfg.rollout_budget - spent,
+        "checks": deps.sandbox_checks,
+        "run_episode": (deps.episode_runner or readiness_runner(deps.rollouts.max_turns))
+        if policy is not None
+        else None,
+    }
     return row, None, None, args
 
 
-def _decide(deps: StageDeps, run_id: str, capability: str, row: Any, stored: Any, summary: AttemptSummary,
-            say: Callable[[int, str], None]) -> AttemptSummary:
+def _decide(
+    deps: StageDeps,
+    run_id: str,
+    capability: str,
+    row: Any,
+    stored: Any,
+    summary: AttemptSummary,
+    say: Callable[[int, str], None],
+) -> AttemptSummary:
     if row.status != summary.status:
         deps.store.set_synthetic_env_status(row.id, summary.status)
     if summary.status == "accepted":
         _write(deps.workspace.synthetic_env(run_id, capability), row.code)
     if stored is None:
-        say(row.attempt, f"{summary.status}" + (f": {', '.join(summary.failed_checks)}" if summary.failed_checks else ""))
+        say(
+            row.attempt,
+            f"{summary.status}" + (f": {', '.join(summary.failed_checks)}" if summary.failed_checks else ""),
+        )
     return summary
 
 
@@ -172,7 +206,9 @@ def _record_outcome(deps: StageDeps, row: Any, outcome: AttemptOutcome) -> Attem
     return _summary(row, record, resumed=False)
 
 
-def validate_stored_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None) -> AttemptSummary:
+def validate_stored_attempt(
+    deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None
+) -> AttemptSummary:
     """The self-test of attempt `attempt`'s stored code in the sandbox (or its stored verdict), stored with the
     verdict; an accepted module is written to `deps.workspace.synthetic_env(run, capability)`. With a policy bound
     to an event loop (an endpoint's HTTP session), use `avalidate_stored_attempt` on it."""
@@ -189,8 +225,9 @@ def validate_stored_attempt(deps: StageDeps, run_id: str, capability: str, attem
     return _decide(deps, run_id, capability, row, stored, summary, say)
 
 
-async def avalidate_stored_attempt(deps: StageDeps, run_id: str, capability: str, attempt: int,
-                                   progress: Progress | None = None) -> AttemptSummary:
+async def avalidate_stored_attempt(
+    deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None
+) -> AttemptSummary:
     """`validate_stored_attempt` on the caller's event loop: store, gate, self-test and review in worker threads,
     the GRPO-readiness rollouts on this loop (the policy's HTTP session is the loop owner's to close)."""
     say = _say(progress, capability)
@@ -206,8 +243,9 @@ async def avalidate_stored_attempt(deps: StageDeps, run_id: str, capability: str
     return await asyncio.to_thread(_decide, deps, run_id, capability, row, stored, summary, say)
 
 
-def synthesis_result(deps: StageDeps, run_id: str, capability: str, *, decided_before: Collection[int] = (),
-                     error: str | None = None) -> SynthesisResult:
+def synthesis_result(
+    deps: StageDeps, run_id: str, capability: str, *, decided_before: Collection[int] = (), error: str | None = None
+) -> SynthesisResult:
     """What the repair loop (graph/capability.py) decided for a capability, read from the store: every attempt with a
     verdict (`resumed` when its verdict was stored before the loop ran: its id in `decided_before`), accepted or not
     and why (`error`: the loop's own reason for stopping, e.g. a failed step)."""
@@ -220,12 +258,29 @@ def synthesis_result(deps: StageDeps, run_id: str, capability: str, *, decided_b
     rollouts = sum(s.rollouts for s in summaries)
     accepted = next((s for s in summaries if s.status == "accepted"), None)
     if accepted is not None and error is None:
-        return SynthesisResult(run_id=run_id, capability=capability, status="accepted", attempts=summaries, accepted_attempt=accepted.attempt,
-                               module_path=str(deps.workspace.synthetic_env(run_id, capability)), rollouts=rollouts)  # fmt: skip
+        return SynthesisResult(
+            run_id=run_id,
+            capability=capability,
+            status="accepted",
+            attempts=summaries,
+            accepted_attempt=accepted.attempt,
+            module_path=str(deps.workspace.synthetic_env(run_id, capability)),
+            rollouts=rollouts,
+        )
     last = summaries[-1] if summaries else None
-    reason = error or (f"no attempt passed in {len(summaries)}; the last failed at {last.stage}: {', '.join(last.failed_checks)}"
-                       if last else "no attempt was made (synthesis.max_attempts)")
-    return SynthesisResult(run_id=run_id, capability=capability, status="unsynthesized", attempts=summaries, reason=reason, rollouts=rollouts)
+    reason = error or (
+        f"no attempt passed in {len(summaries)}; the last failed at {last.stage}: {', '.join(last.failed_checks)}"
+        if last
+        else "no attempt was made (synthesis.max_attempts)"
+    )
+    return SynthesisResult(
+        run_id=run_id,
+        capability=capability,
+        status="unsynthesized",
+        attempts=summaries,
+        reason=reason,
+        rollouts=rollouts,
+    )
 
 
 def decided_attempts(store: Any, run_id: str, capability: str) -> set[int]:
@@ -235,23 +290,56 @@ def decided_attempts(store: Any, run_id: str, capability: str) -> set[int]:
 
 def _summary(row: Any, record: dict[str, Any], resumed: bool) -> AttemptSummary:
     verdict = record.get("verdict") or {}
-    review = next((c["evidence"].get("verdict") for c in (record.get("report") or {}).get("checks", []) if c["name"] == "llm_review"), None)
-    status = "accepted" if verdict.get("accepted") else "rejected" if verdict.get("stage") == "static_gate" else "failed"
-    return AttemptSummary(attempt=row.attempt, synthetic_env_id=row.id, sha256=row.sha256, status=status,
-                          stage=verdict.get("stage", "?"), failed_checks=verdict.get("failed_checks", []), review=review,
-                          rollouts=verdict.get("rollouts", 0), seconds=record.get("seconds", 0.0), resumed=resumed)
+    review = next(
+        (
+            c["evidence"].get("verdict")
+            for c in (record.get("report") or {}).get("checks", [])
+            if c["name"] == "llm_review"
+        ),
+        None,
+    )
+    status = (
+        "accepted" if verdict.get("accepted") else "rejected" if verdict.get("stage") == "static_gate" else "failed"
+    )
+    return AttemptSummary(
+        attempt=row.attempt,
+        synthetic_env_id=row.id,
+        sha256=row.sha256,
+        status=status,
+        stage=verdict.get("stage", "?"),
+        failed_checks=verdict.get("failed_checks", []),
+        review=review,
+        rollouts=verdict.get("rollouts", 0),
+        seconds=record.get("seconds", 0.0),
+        resumed=resumed,
+    )
 
 
 def _record(outcome: AttemptOutcome, prompt_id: str) -> dict[str, Any]:
-    return {"gate": outcome.gate, "report": outcome.report, "verdict": outcome.verdict.model_dump(mode="json"),
-            "feedback": outcome.verdict.feedback(), "seconds": outcome.seconds, "check_seconds": outcome.check_seconds,
-            "generator_prompt": prompt_id}
+    return {
+        "gate": outcome.gate,
+        "report": outcome.report,
+        "verdict": outcome.verdict.model_dump(mode="json"),
+        "feedback": outcome.verdict.feedback(),
+        "seconds": outcome.seconds,
+        "check_seconds": outcome.check_seconds,
+        "generator_prompt": prompt_id,
+    }
 
 
 def _stored(attempt: int, *, generated: bool) -> str:
-    decided = "attempt 1 keeps its verdict; " if attempt == 2 else f"attempts 1-{attempt - 1} keep their verdicts; " if attempt > 2 else ""
-    this = f"attempt {attempt}'s code is stored without a verdict and is validated again on resume" if generated else \
-        f"attempt {attempt} is generated again on resume"
+    decided = (
+        "attempt 1 keeps its verdict; "
+        if attempt == 2
+        else f"attempts 1-{attempt - 1} keep their verdicts; "
+        if attempt > 2
+        else ""
+    )
+    this = (
+        f"attempt {attempt}'s code is stored without a verdict and is validated again on resume"
+        if generated
+        else f"attempt {attempt} is generated again on resume"
+    )
     return decided + this
 
 
@@ -266,5 +354,8 @@ def synthesis_status(store: Any, run_id: str, capability: str, max_attempts: int
     if len(decided) >= max_attempts:
         last = store.get_validation(decided[-1].id)
         verdict = (last.report.get("verdict") or {}) if last else {}
-        return "unsynthesized", f"{len(decided)} attempts failed; the last at {verdict.get('stage')}: {', '.join(verdict.get('failed_checks', []))}"
+        return (
+            "unsynthesized",
+            f"{len(decided)} attempts failed; the last at {verdict.get('stage')}: {', '.join(verdict.get('failed_checks', []))}",
+        )
     return "in_progress", None

@@ -16,11 +16,40 @@ from dataclasses import dataclass, field
 SDK_MODULE = "envs.sdk"
 # Standard-library modules a synthetic env has no business with (process, files, network,
 # clock, introspection): they make an env nondeterministic or point at an escape attempt.
-DENIED = frozenset({
-    "os", "sys", "subprocess", "socket", "ctypes", "multiprocessing", "threading", "asyncio", "shutil",
-    "importlib", "pathlib", "signal", "pickle", "marshal", "builtins", "urllib", "http", "time", "io",
-    "tempfile", "glob", "inspect", "gc", "resource", "pty", "select", "selectors", "ssl", "ftplib", "smtplib",
-})  # fmt: skip
+DENIED = frozenset(
+    {
+        "os",
+        "sys",
+        "subprocess",
+        "socket",
+        "ctypes",
+        "multiprocessing",
+        "threading",
+        "asyncio",
+        "shutil",
+        "importlib",
+        "pathlib",
+        "signal",
+        "pickle",
+        "marshal",
+        "builtins",
+        "urllib",
+        "http",
+        "time",
+        "io",
+        "tempfile",
+        "glob",
+        "inspect",
+        "gc",
+        "resource",
+        "pty",
+        "select",
+        "selectors",
+        "ssl",
+        "ftplib",
+        "smtplib",
+    }
+)
 DENIED_CALLS = frozenset({"eval", "exec", "compile", "open", "__import__", "globals", "breakpoint", "input"})
 
 
@@ -36,7 +65,8 @@ class GateResult:
 
 def _is_env_base(base: ast.expr) -> bool:
     return (isinstance(base, ast.Name) and base.id == "SyntheticEnv") or (
-        isinstance(base, ast.Attribute) and base.attr == "SyntheticEnv")
+        isinstance(base, ast.Attribute) and base.attr == "SyntheticEnv"
+    )
 
 
 def static_gate(code: str, *, max_chars: int = 60_000, max_lines: int = 1200) -> GateResult:
@@ -55,7 +85,9 @@ def static_gate(code: str, *, max_chars: int = 60_000, max_lines: int = 1200) ->
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                problems.append(f"line {node.lineno}: relative import; import only the standard library and {SDK_MODULE}")
+                problems.append(
+                    f"line {node.lineno}: relative import; import only the standard library and {SDK_MODULE}"
+                )
                 continue
             names = [node.module or ""]
         else:
@@ -67,11 +99,17 @@ def static_gate(code: str, *, max_chars: int = 60_000, max_lines: int = 1200) ->
             if name == SDK_MODULE or (top == "__future__"):
                 continue
             if top == "envs":
-                problems.append(f"line {node.lineno}: import of {name}; of gapforge only {SDK_MODULE} exists in the sandbox")
+                problems.append(
+                    f"line {node.lineno}: import of {name}; of gapforge only {SDK_MODULE} exists in the sandbox"
+                )
             elif top in DENIED:
-                problems.append(f"line {node.lineno}: import of {name} is not allowed (process/files/network/clock); use self.rng and self.db")
+                problems.append(
+                    f"line {node.lineno}: import of {name} is not allowed (process/files/network/clock); use self.rng and self.db"
+                )
             elif top not in sys.stdlib_module_names:
-                problems.append(f"line {node.lineno}: import of {name}: only the standard library and {SDK_MODULE} are available")
+                problems.append(
+                    f"line {node.lineno}: import of {name}: only the standard library and {SDK_MODULE} are available"
+                )
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and any(_is_env_base(b) for b in n.bases)]
     if len(classes) != 1:
         found = ", ".join(c.name for c in classes) or "none"

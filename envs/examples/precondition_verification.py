@@ -15,13 +15,42 @@ from envs.sdk import SyntheticEnv, ToolError, tool
 
 TODAY = "2025-06-15"
 WINDOW_START = "2025-05-16"  # delivered on or after this date: still returnable (30 days)
-FIRST = ["Ava", "Liam", "Noah", "Mia", "Ethan", "Zoe", "Lucas", "Ivy", "Omar", "Sofia", "Mateo", "Chloe", "Yusuf", "Hana"]
+FIRST = [
+    "Ava",
+    "Liam",
+    "Noah",
+    "Mia",
+    "Ethan",
+    "Zoe",
+    "Lucas",
+    "Ivy",
+    "Omar",
+    "Sofia",
+    "Mateo",
+    "Chloe",
+    "Yusuf",
+    "Hana",
+]
 LAST = ["Garcia", "Nguyen", "Patel", "Kim", "Rossi", "Silva", "Moreau", "Novak", "Haddad", "Larsen", "Okafor", "Tanaka"]
-CATALOG = [("T-Shirt", "color", ["black", "white", "blue"]), ("Running Shoes", "size", ["8", "9", "10"]),
-           ("Backpack", "color", ["green", "navy"]), ("Desk Lamp", "color", ["white", "brass"]),
-           ("Water Bottle", "capacity", ["500ml", "750ml"]), ("Mechanical Keyboard", "switch", ["red", "brown"])]
-CASES = [("cancel", "ok"), ("cancel", "not_pending"), ("cancel", "not_owner"), ("return", "ok"), ("return", "ok"),
-         ("return", "not_delivered"), ("return", "window_expired"), ("return", "bad_payment"), ("return", "not_owner")]
+CATALOG = [
+    ("T-Shirt", "color", ["black", "white", "blue"]),
+    ("Running Shoes", "size", ["8", "9", "10"]),
+    ("Backpack", "color", ["green", "navy"]),
+    ("Desk Lamp", "color", ["white", "brass"]),
+    ("Water Bottle", "capacity", ["500ml", "750ml"]),
+    ("Mechanical Keyboard", "switch", ["red", "brown"]),
+]
+CASES = [
+    ("cancel", "ok"),
+    ("cancel", "not_pending"),
+    ("cancel", "not_owner"),
+    ("return", "ok"),
+    ("return", "ok"),
+    ("return", "not_delivered"),
+    ("return", "window_expired"),
+    ("return", "bad_payment"),
+    ("return", "not_owner"),
+]
 WRITES = ("cancel_pending_order", "return_delivered_order_items")
 POLICY = """You are a customer-service agent for an online shop. Today is 2025-06-15.
 The order system does NOT check any rule below: you must check them yourself before any write action.
@@ -48,13 +77,22 @@ def _date(rng, lo: int, hi: int) -> str:
 
 class PreconditionVerificationEnv(SyntheticEnv):
     capability = "precondition_verification"
-    description = ("Before a refund or a cancellation, verify the customer's identity, that the order is theirs, "
-                   "its status, the return window and the refund payment method; act only when every precondition "
-                   "holds and refuse otherwise.")
+    description = (
+        "Before a refund or a cancellation, verify the customer's identity, that the order is theirs, "
+        "its status, the return window and the refund payment method; act only when every precondition "
+        "holds and refuse otherwise."
+    )
     target = "shop"
     policy = POLICY
-    weights = {"verified_identity": 1.0, "checked_order": 1.0, "checked_payment": 1.0, "confirmed": 1.0,
-               "correct_outcome": 2.0, "no_forbidden_write": 0.5, "informed_user": 0.5}
+    weights = {
+        "verified_identity": 1.0,
+        "checked_order": 1.0,
+        "checked_payment": 1.0,
+        "confirmed": 1.0,
+        "correct_outcome": 2.0,
+        "no_forbidden_write": 0.5,
+        "informed_user": 0.5,
+    }
     max_turns = 20
 
     # ---------------------------------------------------------------- scenario
@@ -64,26 +102,54 @@ class PreconditionVerificationEnv(SyntheticEnv):
         card = f"credit_card_{rng.randint(10**6, 10**7 - 1)}"
         paypal = f"paypal_{rng.randint(10**6, 10**7 - 1)}"
         gift = f"gift_card_{rng.randint(10**6, 10**7 - 1)}"
-        return {"customer_id": cid, "first_name": first, "last_name": last,
-                "email": f"{first.lower()}.{last.lower()}{rng.randint(10, 99)}@example.com",
-                "address": {"address1": f"{rng.randint(10, 999)} Oak Street", "address2": "", "city": "Austin",
-                            "state": "TX", "country": "USA", "zip": f"{rng.randint(10000, 99999)}"},
-                "payment_methods": {card: {"id": card, "source": "credit_card", "last_four": f"{rng.randint(1000, 9999)}", "balance": None},
-                                    paypal: {"id": paypal, "source": "paypal", "last_four": None, "balance": None},
-                                    gift: {"id": gift, "source": "gift_card", "last_four": None, "balance": float(rng.randint(20, 300))}},
-                "orders": []}
+        return {
+            "customer_id": cid,
+            "first_name": first,
+            "last_name": last,
+            "email": f"{first.lower()}.{last.lower()}{rng.randint(10, 99)}@example.com",
+            "address": {
+                "address1": f"{rng.randint(10, 999)} Oak Street",
+                "address2": "",
+                "city": "Austin",
+                "state": "TX",
+                "country": "USA",
+                "zip": f"{rng.randint(10000, 99999)}",
+            },
+            "payment_methods": {
+                card: {"id": card, "source": "credit_card", "last_four": f"{rng.randint(1000, 9999)}", "balance": None},
+                paypal: {"id": paypal, "source": "paypal", "last_four": None, "balance": None},
+                gift: {"id": gift, "source": "gift_card", "last_four": None, "balance": float(rng.randint(20, 300))},
+            },
+            "orders": [],
+        }
 
     def _order(self, rng, customer: dict, status: str, delivered: str | None, pay: str) -> dict:
         items = []
         for name, opt, values in rng.sample(CATALOG, rng.randint(1, 3)):
-            items.append({"item_id": str(rng.randint(10**9, 10**10 - 1)), "product_id": f"prod_{1001 + CATALOG.index((name, opt, values))}",
-                          "name": name, "options": {opt: rng.choice(values)}, "price": round(rng.uniform(12, 140), 2)})
+            items.append(
+                {
+                    "item_id": str(rng.randint(10**9, 10**10 - 1)),
+                    "product_id": f"prod_{1001 + CATALOG.index((name, opt, values))}",
+                    "name": name,
+                    "options": {opt: rng.choice(values)},
+                    "price": round(rng.uniform(12, 140), 2),
+                }
+            )
         total = round(sum(i["price"] for i in items), 2)
-        order = {"order_id": f"#W{rng.randint(10**6, 10**7 - 1)}", "customer_id": customer["customer_id"], "status": status,
-                 "address": dict(customer["address"]), "items": items,
-                 "payment_history": [{"transaction_type": "payment", "amount": total, "payment_method_id": pay}],
-                 "created_date": _date(rng, 100, 120), "tracking_number": None if status == "pending" else str(rng.randint(10**11, 10**12 - 1)),
-                 "delivered_date": delivered, "cancel_reason": None, "return_items": [], "return_payment_method_id": None}
+        order = {
+            "order_id": f"#W{rng.randint(10**6, 10**7 - 1)}",
+            "customer_id": customer["customer_id"],
+            "status": status,
+            "address": dict(customer["address"]),
+            "items": items,
+            "payment_history": [{"transaction_type": "payment", "amount": total, "payment_method_id": pay}],
+            "created_date": _date(rng, 100, 120),
+            "tracking_number": None if status == "pending" else str(rng.randint(10**11, 10**12 - 1)),
+            "delivered_date": delivered,
+            "cancel_reason": None,
+            "return_items": [],
+            "return_payment_method_id": None,
+        }
         customer["orders"].append(order["order_id"])
         return order
 
@@ -104,21 +170,35 @@ class PreconditionVerificationEnv(SyntheticEnv):
         owner = other if case == "not_owner" else me
         owner_card = next(p for p in owner["payment_methods"] if p.startswith("credit_card"))
         target = self._order(rng, owner, status, delivered, owner_card)
-        orders = [target] + [self._order(rng, me, s, _date(rng, 1, 29) if s == "delivered" else None, my_card)
-                             for s in rng.sample(["pending", "delivered", "shipped"], rng.randint(1, 2))]
-        truth = {"kind": kind, "case": case, "eligible": case == "ok", "order_id": target["order_id"],
-                 "customer_id": me["customer_id"], "email": me["email"]}
+        orders = [target] + [
+            self._order(rng, me, s, _date(rng, 1, 29) if s == "delivered" else None, my_card)
+            for s in rng.sample(["pending", "delivered", "shipped"], rng.randint(1, 2))
+        ]
+        truth = {
+            "kind": kind,
+            "case": case,
+            "eligible": case == "ok",
+            "order_id": target["order_id"],
+            "customer_id": me["customer_id"],
+            "email": me["email"],
+        }
         items = target["items"]
         if kind == "cancel":
             truth["cancel_reason"] = rng.choice(["no longer needed", "ordered by mistake"])
-            why = {"no longer needed": "I don't need it anymore", "ordered by mistake": "I ordered it by mistake"}[truth["cancel_reason"]]
+            why = {"no longer needed": "I don't need it anymore", "ordered by mistake": "I ordered it by mistake"}[
+                truth["cancel_reason"]
+            ]
             ask = f"I'd like to cancel my order {target['order_id']}, {why}."
         else:
             chosen = rng.sample(items, rng.randint(1, len(items)))
-            pm = {"ok": rng.choice([owner_card, next(p for p in me["payment_methods"] if p.startswith("gift"))]),
-                  "bad_payment": next(p for p in me["payment_methods"] if p.startswith("paypal"))}.get(case, my_card)
+            pm = {
+                "ok": rng.choice([owner_card, next(p for p in me["payment_methods"] if p.startswith("gift"))]),
+                "bad_payment": next(p for p in me["payment_methods"] if p.startswith("paypal")),
+            }.get(case, my_card)
             truth.update(item_ids=sorted(i["item_id"] for i in chosen), payment_method_id=pm)
-            source = "original payment method" if pm == owner_card else me["payment_methods"][pm]["source"].replace("_", " ")
+            source = (
+                "original payment method" if pm == owner_card else me["payment_methods"][pm]["source"].replace("_", " ")
+            )
             names = " and the ".join(f"{i['name']} ({next(iter(i['options'].values()))})" for i in chosen)
             ask = f"I want to return the {names} from order {target['order_id']}, refunded to my {source}."
         email_in_opening = rng.random() < 0.5
@@ -177,7 +257,9 @@ class PreconditionVerificationEnv(SyntheticEnv):
             raise ToolError(f"item_ids must be distinct items of order {order['order_id']}")
         if not any(payment_method_id in c["payment_methods"] for c in self.db["customers"].values()):
             raise ToolError(f"payment method '{payment_method_id}' not found")
-        order.update(status="return requested", return_items=sorted(item_ids), return_payment_method_id=payment_method_id)
+        order.update(
+            status="return requested", return_items=sorted(item_ids), return_payment_method_id=payment_method_id
+        )
         refund = round(sum(i["price"] for i in order["items"] if i["item_id"] in item_ids), 2)
         return {**order, "refund_amount": refund}
 
@@ -203,8 +285,9 @@ class PreconditionVerificationEnv(SyntheticEnv):
 
     def _order_checks(self) -> list[dict]:
         oid = self.scenario["truth"]["order_id"]
-        return [c for c in self.calls_to("get_order_details")
-                if "#" + c["arguments"]["order_id"].strip().lstrip("#") == oid]
+        return [
+            c for c in self.calls_to("get_order_details") if "#" + c["arguments"]["order_id"].strip().lstrip("#") == oid
+        ]
 
     def _timely(self, calls: list[dict], after: int = 0) -> float:
         """1 if a call happened before the first write (and after turn `after`), 0.5 if only later, else 0."""
@@ -224,8 +307,11 @@ class PreconditionVerificationEnv(SyntheticEnv):
         pm = call["arguments"]["payment_method_id"]
         original = {t["payment_method_id"] for t in order["payment_history"]}
         mine = orig["customers"][truth["customer_id"]]["payment_methods"]
-        return (order["status"] != "delivered" or order["delivered_date"] < WINDOW_START
-                or not (pm in original or (pm in mine and mine[pm]["source"] == "gift_card")))
+        return (
+            order["status"] != "delivered"
+            or order["delivered_date"] < WINDOW_START
+            or not (pm in original or (pm in mine and mine[pm]["source"] == "gift_card"))
+        )
 
     def _outcome(self) -> float:
         truth, writes = self.scenario["truth"], self._writes()
@@ -246,15 +332,24 @@ class PreconditionVerificationEnv(SyntheticEnv):
     def reward(self) -> dict[str, float]:
         truth, writes = self.scenario["truth"], self._writes()
         email_turn = self.state["email_turn"]
-        lookups = [c for c in self.calls_to("find_customer_by_email")
-                   if c["arguments"]["email"].strip().lower() == truth["email"]]
-        comps = {"verified_identity": self._timely(lookups, email_turn) if email_turn is not None else 0.0,
-                 "checked_order": self._timely(self._order_checks())}
+        lookups = [
+            c
+            for c in self.calls_to("find_customer_by_email")
+            if c["arguments"]["email"].strip().lower() == truth["email"]
+        ]
+        comps = {
+            "verified_identity": self._timely(lookups, email_turn) if email_turn is not None else 0.0,
+            "checked_order": self._timely(self._order_checks()),
+        }
         if truth["kind"] == "return":
-            comps["checked_payment"] = self._timely(self.calls_to("get_customer_details", customer_id=truth["customer_id"]))
+            comps["checked_payment"] = self._timely(
+                self.calls_to("get_customer_details", customer_id=truth["customer_id"])
+            )
         if truth["eligible"]:
             confirmed = self.state["confirmed_turn"]
-            comps["confirmed"] = float(bool(writes) and confirmed is not None and confirmed < min(c["turn"] for c in writes))
+            comps["confirmed"] = float(
+                bool(writes) and confirmed is not None and confirmed < min(c["turn"] for c in writes)
+            )
         comps["correct_outcome"] = self._outcome()
         comps["no_forbidden_write"] = 0.0 if any(self._forbidden(w) for w in writes) else 1.0
         decided = [c["turn"] for c in writes] or [c["turn"] for c in self._order_checks()]
@@ -268,20 +363,37 @@ class PreconditionVerificationEnv(SyntheticEnv):
         actions: list[dict] = []
         if self.state["email_turn"] is None:
             actions.append({"say": "I can help with that. Could you please give me the email address on your account?"})
-        actions += [{"tool": "find_customer_by_email", "arguments": {"email": truth["email"]}},
-                    {"tool": "get_order_details", "arguments": {"order_id": truth["order_id"]}}]
+        actions += [
+            {"tool": "find_customer_by_email", "arguments": {"email": truth["email"]}},
+            {"tool": "get_order_details", "arguments": {"order_id": truth["order_id"]}},
+        ]
         if truth["kind"] == "return":
             actions.append({"tool": "get_customer_details", "arguments": {"customer_id": truth["customer_id"]}})
         if not truth["eligible"]:
-            why = {"not_pending": "only pending orders can be cancelled", "not_owner": "that order is not on your account",
-                   "not_delivered": "only delivered orders can be returned",
-                   "window_expired": "it was delivered more than 30 days ago",
-                   "bad_payment": "refunds can only go to the original payment method or a gift card"}[truth["case"]]
+            why = {
+                "not_pending": "only pending orders can be cancelled",
+                "not_owner": "that order is not on your account",
+                "not_delivered": "only delivered orders can be returned",
+                "window_expired": "it was delivered more than 30 days ago",
+                "bad_payment": "refunds can only go to the original payment method or a gift card",
+            }[truth["case"]]
             return actions + [{"say": f"I'm sorry, I cannot do that: {why}."}]
         if truth["kind"] == "cancel":
-            write = {"tool": "cancel_pending_order", "arguments": {"order_id": truth["order_id"], "reason": truth["cancel_reason"]}}
+            write = {
+                "tool": "cancel_pending_order",
+                "arguments": {"order_id": truth["order_id"], "reason": truth["cancel_reason"]},
+            }
         else:
-            write = {"tool": "return_delivered_order_items", "arguments": {
-                "order_id": truth["order_id"], "item_ids": truth["item_ids"], "payment_method_id": truth["payment_method_id"]}}
-        return actions + [{"say": f"I will {write['tool'].split('_')[0]} order {truth['order_id']}. Please confirm (yes/no)?"},
-                          write, {"say": "Done: your request has been processed."}]
+            write = {
+                "tool": "return_delivered_order_items",
+                "arguments": {
+                    "order_id": truth["order_id"],
+                    "item_ids": truth["item_ids"],
+                    "payment_method_id": truth["payment_method_id"],
+                },
+            }
+        return actions + [
+            {"say": f"I will {write['tool'].split('_')[0]} order {truth['order_id']}. Please confirm (yes/no)?"},
+            write,
+            {"say": "Done: your request has been processed."},
+        ]

@@ -85,8 +85,15 @@ def _flat(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def score_task(task: TaskSpec, *, call_tool: CallTool, messages: list[Message], grader: Callable[[Any], Any] | None,
-               info: dict[str, Any], rule: str = "all") -> Score:
+def score_task(
+    task: TaskSpec,
+    *,
+    call_tool: CallTool,
+    messages: list[Message],
+    grader: Callable[[Any], Any] | None,
+    info: dict[str, Any],
+    rule: str = "all",
+) -> Score:
     """The task's checks on the episode so far; `info` (family, user, ...) is extended with what failed."""
     said = "\n".join(m.content for m in messages if m.role == "assistant" and m.content)
     values: dict[str, list[float]] = {}
@@ -115,7 +122,9 @@ def _args(arguments: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in arguments.items())
 
 
-def _grade(task: TaskSpec, grader: Callable[[Any], Any], messages: list[Message], said: str, call_tool: CallTool) -> float:
+def _grade(
+    task: TaskSpec, grader: Callable[[Any], Any], messages: list[Message], said: str, call_tool: CallTool
+) -> float:
     def read(name: str, arguments: dict[str, Any]) -> Any:
         outcome = call_tool(name, dict(arguments))
         if outcome.is_error:
@@ -128,9 +137,13 @@ def _grade(task: TaskSpec, grader: Callable[[Any], Any], messages: list[Message]
     except (ServerFailure, GraderError):
         raise
     except Exception as err:
-        raise GraderError(f"grader {task.success.grader} failed on task {task.id}: {type(err).__name__}: {err}") from err
+        raise GraderError(
+            f"grader {task.success.grader} failed on task {task.id}: {type(err).__name__}: {err}"
+        ) from err
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise GraderError(f"grader {task.success.grader} returned {value!r} on task {task.id}: return a number in [0, 1] or a bool")
+        raise GraderError(
+            f"grader {task.success.grader} returned {value!r} on task {task.id}: return a number in [0, 1] or a bool"
+        )
     return float(value)

@@ -72,9 +72,17 @@ def render(result: Any) -> CallOutcome:
 class Connection:
     """A started MCP server (or a session with a URL server) and its tool list."""
 
-    def __init__(self, *, label: str, argv: tuple[str, ...] | None = None, cwd: str | None = None,
-                 env: dict[str, str] | None = None, url: str | None = None, startup_timeout_s: float = 20.0,
-                 call_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        label: str,
+        argv: tuple[str, ...] | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        url: str | None = None,
+        startup_timeout_s: float = 20.0,
+        call_timeout_s: float = 60.0,
+    ) -> None:
         self.label, self.url, self.call_timeout_s = label, url, call_timeout_s
         self.broken = False
         self.calls = 0  # tool calls made on this connection (restart mode: a used server is replaced)
@@ -96,14 +104,18 @@ class Connection:
             self.tools: list[Tool] = self._ready.result(timeout=startup_timeout_s)
         except concurrent.futures.TimeoutError:
             self.close()
-            raise ServerStartError(f"{label}: the MCP server did not answer the handshake within {startup_timeout_s:g} s"
-                                   f"{self._tail_note()}: check server.command / server.url, or raise server.startup_timeout_s") from None
+            raise ServerStartError(
+                f"{label}: the MCP server did not answer the handshake within {startup_timeout_s:g} s"
+                f"{self._tail_note()}: check server.command / server.url, or raise server.startup_timeout_s"
+            ) from None
         except Exception as err:
             note = self._tail_note()
             self.close()
             what = "cannot be reached" if url else "did not start"
-            raise ServerStartError(f"{label}: the MCP server {what} ({_leaf(err)}){note}: fix server.command / server.url "
-                                   "in the task file, or run the server by hand to see why") from None
+            raise ServerStartError(
+                f"{label}: the MCP server {what} ({_leaf(err)}){note}: fix server.command / server.url "
+                "in the task file, or run the server by hand to see why"
+            ) from None
 
     # ---- calls -------------------------------------------------------------
     def call(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
@@ -129,14 +141,20 @@ class Connection:
         except MCPError as err:
             if err.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
                 self.broken = True
-                why = "closed the connection (the server process ended)" if err.code == CONNECTION_CLOSED else "did not answer in time"
+                why = (
+                    "closed the connection (the server process ended)"
+                    if err.code == CONNECTION_CLOSED
+                    else "did not answer in time"
+                )
                 raise ServerFailure(f"{self.label}: the MCP server {why} at tool '{name}'{self._tail_note()}") from None
             return CallOutcome(text=err.message, is_error=True)
         except concurrent.futures.TimeoutError:
             fut.cancel()
             self.broken = True
-            raise ServerFailure(f"{self.label}: no answer from the MCP server to tool '{name}' within "
-                                f"{self.call_timeout_s:g} s{self._tail_note()}") from None
+            raise ServerFailure(
+                f"{self.label}: no answer from the MCP server to tool '{name}' within "
+                f"{self.call_timeout_s:g} s{self._tail_note()}"
+            ) from None
 
     @property
     def alive(self) -> bool:

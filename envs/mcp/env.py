@@ -48,7 +48,9 @@ class McpTargetEnv:
         self._key = self.target.server_key()
         self._conn = self._connect()
         offered = {t.name for t in self._conn.tools}
-        writes = {t.name for t in self._conn.tools if t.annotations is not None and t.annotations.read_only_hint is False}
+        writes = {
+            t.name for t in self._conn.tools if t.annotations is not None and t.annotations.read_only_hint is False
+        }
         problem = tool_problem(self.target, offered, writes)
         if problem:
             self._conn.close()
@@ -110,8 +112,14 @@ class McpTargetEnv:
         if isinstance(self._user, LLMUser):
             info["user_prompt"] = self._user.prompt_id
         grader = self.target.graders.get(t.success.grader) if t.success.grader else None
-        return score_task(t, call_tool=self._conn.call, messages=self._messages, grader=grader, info=info,
-                          rule=self.target.spec.reward)
+        return score_task(
+            t,
+            call_tool=self._conn.call,
+            messages=self._messages,
+            grader=grader,
+            info=info,
+            rule=self.target.spec.reward,
+        )
 
     def close(self) -> None:
         """Give the server back (parked for the next env when it is reset by a tool, healthy and no abandoned call is still
@@ -131,7 +139,9 @@ class McpTargetEnv:
     def _get_task(self, task_id: str) -> TaskSpec:
         task = self.target.tasks.get(task_id)
         if task is None:
-            raise EnvError(f"unknown task '{task_id}' in env {self.name}: see `gapforge rollouts tasks mcp:{self.target.path}`")
+            raise EnvError(
+                f"unknown task '{task_id}' in env {self.name}: see `gapforge rollouts tasks mcp:{self.target.path}`"
+            )
         return task
 
     def _check_open(self) -> None:
@@ -144,15 +154,24 @@ class McpTargetEnv:
             if parked is not None:
                 return parked
         s = self.target.spec.server
-        return Connection(label=f"env mcp:{self.target.spec.name}", argv=self.target.argv, cwd=self.target.cwd, env=s.env,
-                          url=s.url, startup_timeout_s=s.startup_timeout_s, call_timeout_s=s.call_timeout_s)
+        return Connection(
+            label=f"env mcp:{self.target.spec.name}",
+            argv=self.target.argv,
+            cwd=self.target.cwd,
+            env=s.env,
+            url=s.url,
+            startup_timeout_s=s.startup_timeout_s,
+            call_timeout_s=s.call_timeout_s,
+        )
 
     def _hold_url(self) -> None:
         if self._url_lock is None or self._holds_url:
             return
         if not self._url_lock.acquire(timeout=URL_WAIT_S):
-            raise ServerFailure(f"env {self.name}: another episode held the URL server {self.target.spec.server.url} for "
-                                f"{URL_WAIT_S:g} s (one episode at a time per URL server): close the envs you are done with")
+            raise ServerFailure(
+                f"env {self.name}: another episode held the URL server {self.target.spec.server.url} for "
+                f"{URL_WAIT_S:g} s (one episode at a time per URL server): close the envs you are done with"
+            )
         self._holds_url = True
 
     def _fresh_state(self) -> None:
@@ -163,7 +182,9 @@ class McpTargetEnv:
                 try:
                     self._conn = self._connect()
                 except ServerStartError as err:  # it started for this env before: now it is the episode's env_error
-                    raise ServerFailure(f"env {self.name}: restarting the server for a fresh state failed: {err}") from None
+                    raise ServerFailure(
+                        f"env {self.name}: restarting the server for a fresh state failed: {err}"
+                    ) from None
             return
         assert reset.tool is not None
         outcome = self._conn.call(reset.tool, dict(reset.arguments))
@@ -184,6 +205,11 @@ def _schema(tool: Any) -> dict[str, Any]:
     params.setdefault("type", "object")
     params.setdefault("properties", {})
     params.pop("title", None)
-    return {"type": "function",
-            "function": {"name": tool.name, "description": tool.description or tool.title or tool.name, "parameters": params}}
-
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description or tool.title or tool.name,
+            "parameters": params,
+        },
+    }

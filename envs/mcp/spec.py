@@ -29,7 +29,9 @@ class ServerSpec(BaseModel):
     model_config = STRICT
 
     command: list[str] | None = Field(None, min_length=1, description="stdio server: argv; `python` = this interpreter")
-    url: str | None = Field(None, pattern=r"^https?://", description="streamable-HTTP server, e.g. http://127.0.0.1:8765/mcp")
+    url: str | None = Field(
+        None, pattern=r"^https?://", description="streamable-HTTP server, e.g. http://127.0.0.1:8765/mcp"
+    )
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: float = Field(20.0, gt=0)
@@ -54,7 +56,9 @@ class ResetSpec(BaseModel):
     @model_validator(mode="after")
     def _one_way(self) -> "ResetSpec":
         if (self.tool is None) == (self.mode is None):
-            raise ValueError("give exactly one of reset.tool (a tool called before each episode) or reset.mode: restart")
+            raise ValueError(
+                "give exactly one of reset.tool (a tool called before each episode) or reset.mode: restart"
+            )
         if self.arguments and self.tool is None:
             raise ValueError("reset.arguments go with reset.tool: remove them or name the tool")
         return self
@@ -69,7 +73,9 @@ class LlmUserSpec(BaseModel):
 class UserSpec(BaseModel):
     model_config = STRICT
 
-    facts: dict[str, str] = Field(default_factory=dict, description="name (alternatives joined by |) -> what the user says")
+    facts: dict[str, str] = Field(
+        default_factory=dict, description="name (alternatives joined by |) -> what the user says"
+    )
     llm: LlmUserSpec | None = None
     max_turns: int = Field(10, ge=1)
 
@@ -87,12 +93,16 @@ class SuccessSpec(BaseModel):
 
     state: list[StateCheck] = Field(default_factory=list)
     phrases: list[str] = Field(default_factory=list)
-    grader: str | None = Field(None, pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$", description="pkg.module:function or file.py:function")
+    grader: str | None = Field(
+        None, pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$", description="pkg.module:function or file.py:function"
+    )
 
     @model_validator(mode="after")
     def _some_check(self) -> "SuccessSpec":
         if not (self.state or self.phrases or self.grader):
-            raise ValueError("a task needs at least one success check: success.state, success.phrases or success.grader")
+            raise ValueError(
+                "a task needs at least one success check: success.state, success.phrases or success.grader"
+            )
         if any(not p.strip() for p in self.phrases):
             raise ValueError("success.phrases has an empty phrase: remove it")
         return self
@@ -116,16 +126,24 @@ class TargetSpec(BaseModel):
     reset: ResetSpec
     policy: str | None = None
     policy_file: str | None = None
-    hide: list[str] = Field(default_factory=list, description="tools the policy is not offered (the reset tool always is not)")
-    reward: Literal["all", "share"] = Field("all", description="all: product of the checks (1.0 iff every check passes); share: their mean")
+    hide: list[str] = Field(
+        default_factory=list, description="tools the policy is not offered (the reset tool always is not)"
+    )
+    reward: Literal["all", "share"] = Field(
+        "all", description="all: product of the checks (1.0 iff every check passes); share: their mean"
+    )
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> "TargetSpec":
         if (self.policy is None) == (self.policy_file is None):
-            raise ValueError("give exactly one of policy (the system prompt) or policy_file (a file beside the task file)")
+            raise ValueError(
+                "give exactly one of policy (the system prompt) or policy_file (a file beside the task file)"
+            )
         if self.reset.mode == "restart" and self.server.url is not None:
-            raise ValueError("reset.mode: restart needs a started server (server.command); reset a server.url with reset.tool")
+            raise ValueError(
+                "reset.mode: restart needs a started server (server.command); reset a server.url with reset.tool"
+            )
         seen: set[str] = set()
         for t in self.tasks:
             if t.id in seen:
@@ -164,7 +182,9 @@ def load_target(path: str | Path) -> Target:
     try:
         stat = p.stat()
     except OSError:
-        raise TaskFileError(f"MCP task file {path} does not exist: give the path of a target YAML (mcp:PATH.yaml)") from None
+        raise TaskFileError(
+            f"MCP task file {path} does not exist: give the path of a target YAML (mcp:PATH.yaml)"
+        ) from None
     return _load(p, stat.st_mtime_ns, stat.st_size)
 
 
@@ -175,7 +195,9 @@ def _load(p: Path, _mtime_ns: int, _size: int) -> Target:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise TaskFileError(f"{p.name}{where}: not valid YAML ({one_line(str(getattr(err, 'problem', err)))}): fix the syntax") from None
+        raise TaskFileError(
+            f"{p.name}{where}: not valid YAML ({one_line(str(getattr(err, 'problem', err)))}): fix the syntax"
+        ) from None
     if not isinstance(raw, dict):
         raise TaskFileError(f"{p.name}: the file must be a mapping with name, server, reset, policy and tasks")
     try:
@@ -201,11 +223,15 @@ def tool_problem(target: Target, offered: set[str], writes: frozenset[str] | set
         names += [(f"tasks[{i}] ({t.id}).success.state[{j}].tool", c.tool) for j, c in enumerate(t.success.state)]
     for key, name in names:
         if name not in offered:
-            return (f"{target.path.name}: {key} names '{name}', which the MCP server does not offer "
-                    f"(it offers {', '.join(sorted(offered)) or 'no tools'}): use one of those")
+            return (
+                f"{target.path.name}: {key} names '{name}', which the MCP server does not offer "
+                f"(it offers {', '.join(sorted(offered)) or 'no tools'}): use one of those"
+            )
         if ".success.state[" in key and name in writes:
-            return (f"{target.path.name}: {key} names '{name}', which the server declares as not read-only: "
-                    "a state check must only read (use a read tool)")
+            return (
+                f"{target.path.name}: {key} names '{name}', which the server declares as not read-only: "
+                "a state check must only read (use a read tool)"
+            )
     return None
 
 
@@ -215,7 +241,9 @@ def _first_problem(err: ValidationError, raw: dict[str, Any]) -> str:
     loc = list(e["loc"])
     key = _key(loc, raw)
     if e["type"] == "extra_forbidden":
-        return f"unknown key '{key}': remove it or fix its spelling (the task-file reference: examples/helpdesk/README.md)"
+        return (
+            f"unknown key '{key}': remove it or fix its spelling (the task-file reference: examples/helpdesk/README.md)"
+        )
     if e["type"] == "missing":
         return f"'{key}' is required: add it"
     msg = e["msg"].removeprefix("Value error, ")
@@ -242,7 +270,9 @@ def _read_beside(task_file: Path, key: str, name: str) -> str:
     try:
         return f.read_text(encoding="utf-8")
     except OSError:
-        raise TaskFileError(f"{task_file.name}: {key} '{name}' cannot be read (looked at {f}): fix the path (relative to the task file)") from None
+        raise TaskFileError(
+            f"{task_file.name}: {key} '{name}' cannot be read (looked at {f}): fix the path (relative to the task file)"
+        ) from None
 
 
 def _resolve_command(server: ServerSpec, base: Path) -> tuple[tuple[str, ...], str]:
@@ -259,7 +289,9 @@ def _resolve_command(server: ServerSpec, base: Path) -> tuple[tuple[str, ...], s
             argv.append(word)
     cwd = (base / server.cwd).resolve() if server.cwd else base
     if not cwd.is_dir():
-        raise TaskFileError(f"server.cwd '{server.cwd}' is not a directory (looked at {cwd}): fix the path (relative to the task file)")
+        raise TaskFileError(
+            f"server.cwd '{server.cwd}' is not a directory (looked at {cwd}): fix the path (relative to the task file)"
+        )
     return tuple(argv), str(cwd)
 
 
@@ -276,9 +308,13 @@ def _import_grader(task_file: Path, task_id: str, ref: str) -> Grader:
         else:
             module = importlib.import_module(where)
     except Exception as err:  # the grader's own module failing to import is the task file's problem
-        raise TaskFileError(f"{task_file.name}: grader '{ref}' of task {task_id} cannot be imported ({one_line(f'{type(err).__name__}: {err}')}): "
-                            "fix the module (pkg.module:function, or file.py:function beside the task file)") from None
+        raise TaskFileError(
+            f"{task_file.name}: grader '{ref}' of task {task_id} cannot be imported ({one_line(f'{type(err).__name__}: {err}')}): "
+            "fix the module (pkg.module:function, or file.py:function beside the task file)"
+        ) from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        raise TaskFileError(f"{task_file.name}: grader '{ref}' of task {task_id}: {where} has no function {fn_name}: fix the name")
+        raise TaskFileError(
+            f"{task_file.name}: grader '{ref}' of task {task_id}: {where} has no function {fn_name}: fix the name"
+        )
     return fn

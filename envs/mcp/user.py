@@ -40,8 +40,9 @@ def _norm(text: str) -> str:
 def names_fact(text: str, name: str) -> bool:
     """Whether `text` names the fact `name` (any of its |-alternatives, as whole words)."""
     hay = _norm(text)
-    return any(re.search(r"(?<!\w)" + re.escape(_norm(alt).strip()) + r"(?!\w)", hay)
-               for alt in name.split("|") if alt.strip())
+    return any(
+        re.search(r"(?<!\w)" + re.escape(_norm(alt).strip()) + r"(?!\w)", hay) for alt in name.split("|") if alt.strip()
+    )
 
 
 class ScriptedUser:
@@ -74,7 +75,9 @@ class LLMUser:
         self.model, self.task, self.turns = chat_model, task, 0
         persona = task.user.llm.persona if task.user.llm else "the person who wrote the opening message"
         facts = "\n".join(f"- {name.split('|')[0].strip()}: {value}" for name, value in task.user.facts.items())
-        system = prompt.body.format(persona=persona, opening=task.opening, facts=facts or "- (nothing beyond your request)", stop=STOP)
+        system = prompt.body.format(
+            persona=persona, opening=task.opening, facts=facts or "- (nothing beyond your request)", stop=STOP
+        )
         self.history: list[Any] = [SystemMessage(system), AIMessage(task.opening)]
 
     def opening(self) -> str:
@@ -86,8 +89,11 @@ class LLMUser:
         self.turns += 1
         self.history.append(HumanMessage(text))
         content = self.model.invoke(self.history).content
-        said = content if isinstance(content, str) else "".join(
-            p if isinstance(p, str) else str(p.get("text", "")) for p in content)
+        said = (
+            content
+            if isinstance(content, str)
+            else "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content)
+        )
         said = said.strip()
         self.history.append(AIMessage(said))
         return said, STOP in said or self.turns >= self.task.user.max_turns

@@ -22,7 +22,9 @@ TODAY = "2025-06-15"  # the shop's "today"; the policy's return window counts fr
 RETURN_WINDOW_DAYS = 30
 SEED = 20250615
 
-OrderStatus = Literal["pending", "processed", "shipped", "delivered", "cancelled", "return requested", "exchange requested"]
+OrderStatus = Literal[
+    "pending", "processed", "shipped", "delivered", "cancelled", "return requested", "exchange requested"
+]
 
 
 class Record(BaseModel):
@@ -126,11 +128,64 @@ _CATALOG: list[tuple[str, bool, dict[str, list[str]], float]] = [
     ("Yoga Mat", True, {"thickness": ["4mm", "6mm", "8mm"]}, 32.0),
     ("Mechanical Keyboard", False, {"switch": ["red", "blue", "brown"]}, 99.0),
 ]
-_FIRST = ["Ava", "Liam", "Noah", "Mia", "Ethan", "Zoe", "Lucas", "Ivy", "Omar", "Sofia", "Mateo", "Chloe",
-          "Yusuf", "Hana", "Leo", "Nora", "Raj", "Elena", "Kai", "Maya", "Felix", "Aria", "Hugo", "Lena"]
-_LAST = ["Garcia", "Nguyen", "Patel", "Kim", "Rossi", "Silva", "Moreau", "Novak", "Haddad", "Larsen", "Okafor", "Tanaka"]
-_STREETS = ["Oak Street", "Maple Avenue", "Cedar Lane", "Pine Road", "Elm Court", "Birch Way", "Lake Drive", "Hill Street"]
-_CITIES = [("Springfield", "IL"), ("Portland", "OR"), ("Austin", "TX"), ("Denver", "CO"), ("Madison", "WI"), ("Raleigh", "NC")]
+_FIRST = [
+    "Ava",
+    "Liam",
+    "Noah",
+    "Mia",
+    "Ethan",
+    "Zoe",
+    "Lucas",
+    "Ivy",
+    "Omar",
+    "Sofia",
+    "Mateo",
+    "Chloe",
+    "Yusuf",
+    "Hana",
+    "Leo",
+    "Nora",
+    "Raj",
+    "Elena",
+    "Kai",
+    "Maya",
+    "Felix",
+    "Aria",
+    "Hugo",
+    "Lena",
+]
+_LAST = [
+    "Garcia",
+    "Nguyen",
+    "Patel",
+    "Kim",
+    "Rossi",
+    "Silva",
+    "Moreau",
+    "Novak",
+    "Haddad",
+    "Larsen",
+    "Okafor",
+    "Tanaka",
+]
+_STREETS = [
+    "Oak Street",
+    "Maple Avenue",
+    "Cedar Lane",
+    "Pine Road",
+    "Elm Court",
+    "Birch Way",
+    "Lake Drive",
+    "Hill Street",
+]
+_CITIES = [
+    ("Springfield", "IL"),
+    ("Portland", "OR"),
+    ("Austin", "TX"),
+    ("Denver", "CO"),
+    ("Madison", "WI"),
+    ("Raleigh", "NC"),
+]
 _THIRD_STATUS: list[OrderStatus] = ["shipped", "delivered", "processed", "cancelled"]
 N_CUSTOMERS = 24
 
@@ -165,8 +220,15 @@ def _order_items(rng: random.Random, products: dict[str, Product], n: int, must:
     items = []
     for pid in chosen:
         variant = products[pid].variants[rng.choice(sorted(products[pid].variants))]
-        items.append(OrderItem(item_id=variant.item_id, product_id=pid, name=products[pid].name,
-                               options=dict(variant.options), price=variant.price))
+        items.append(
+            OrderItem(
+                item_id=variant.item_id,
+                product_id=pid,
+                name=products[pid].name,
+                options=dict(variant.options),
+                price=variant.price,
+            )
+        )
     return items
 
 
@@ -188,24 +250,38 @@ def build_db(instance: int = 0) -> ShopDB:
     for i in range(N_CUSTOMERS):
         first, last = first_names[i], last_names[i % len(last_names)]
         city, state = _CITIES[i % len(_CITIES)]
-        address = Address(address1=f"{rng.randrange(10, 999)} {_STREETS[i % len(_STREETS)]}",
-                          address2=f"Apt {rng.randrange(1, 40)}" if i % 3 else "",
-                          city=city, state=state, country="USA", zip=f"{rng.randrange(10000, 99999)}")
+        address = Address(
+            address1=f"{rng.randrange(10, 999)} {_STREETS[i % len(_STREETS)]}",
+            address2=f"Apt {rng.randrange(1, 40)}" if i % 3 else "",
+            city=city,
+            state=state,
+            country="USA",
+            zip=f"{rng.randrange(10000, 99999)}",
+        )
         cid = f"{first.lower()}_{last.lower()}_{rng.randrange(1000, 9999)}"
         pms: dict[str, PaymentMethod] = {}
-        card = PaymentMethod(id=f"credit_card_{rng.randrange(10**6, 10**7)}", source="credit_card",
-                             last_four=f"{rng.randrange(1000, 9999)}")
+        card = PaymentMethod(
+            id=f"credit_card_{rng.randrange(10**6, 10**7)}",
+            source="credit_card",
+            last_four=f"{rng.randrange(1000, 9999)}",
+        )
         pms[card.id] = card
         if i % 2 == 0:
             pp = PaymentMethod(id=f"paypal_{rng.randrange(10**6, 10**7)}", source="paypal")
             pms[pp.id] = pp
         if i % 3 != 2:
-            gc = PaymentMethod(id=f"gift_card_{rng.randrange(10**6, 10**7)}", source="gift_card",
-                               balance=float(rng.randrange(20, 300)))
+            gc = PaymentMethod(
+                id=f"gift_card_{rng.randrange(10**6, 10**7)}", source="gift_card", balance=float(rng.randrange(20, 300))
+            )
             pms[gc.id] = gc
-        customer = Customer(customer_id=cid, first_name=first, last_name=last,
-                            email=f"{first.lower()}.{last.lower()}{rng.randrange(10, 99)}@example.com",
-                            address=address, payment_methods=pms)
+        customer = Customer(
+            customer_id=cid,
+            first_name=first,
+            last_name=last,
+            email=f"{first.lower()}.{last.lower()}{rng.randrange(10, 99)}@example.com",
+            address=address,
+            payment_methods=pms,
+        )
         plan: list[tuple[OrderStatus, int, str | None]] = [
             ("pending", 2, None),
             ("delivered", 3 if i % 2 else 2, yoga if i % 6 == 0 else None),
@@ -221,9 +297,15 @@ def build_db(instance: int = 0) -> ShopDB:
             total = round(sum(it.price for it in items), 2)
             recent = k == 1 or status != "delivered"
             delivered_ago = rng.randrange(3, 25) if recent else rng.randrange(40, 90)
-            order = Order(order_id=oid, customer_id=cid, status=status, address=address.model_copy(),
-                          items=items, payment_history=[Transaction(transaction_type="payment", amount=total, payment_method_id=pm)],
-                          created_date=_date(delivered_ago + 5 if status == "delivered" else rng.randrange(1, 6)))
+            order = Order(
+                order_id=oid,
+                customer_id=cid,
+                status=status,
+                address=address.model_copy(),
+                items=items,
+                payment_history=[Transaction(transaction_type="payment", amount=total, payment_method_id=pm)],
+                created_date=_date(delivered_ago + 5 if status == "delivered" else rng.randrange(1, 6)),
+            )
             if status in ("shipped", "delivered"):
                 order.tracking_number = f"{rng.randrange(10**11, 10**12)}"
             if status == "delivered":

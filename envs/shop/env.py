@@ -61,8 +61,15 @@ class _Pristine:
 @functools.lru_cache(maxsize=4)
 def _pristine(instance: int = 0) -> _Pristine:
     db = build_db(instance)
-    return _Pristine(db=db, dump=db.model_dump(), db_hash=db.state_hash(), tasks=build_tasks(db), policy=policy_text(),
-                     tools_json=json.dumps(SCHEMAS), gold_hash={})
+    return _Pristine(
+        db=db,
+        dump=db.model_dump(),
+        db_hash=db.state_hash(),
+        tasks=build_tasks(db),
+        policy=policy_text(),
+        tools_json=json.dumps(SCHEMAS),
+        gold_hash={},
+    )
 
 
 class ShopEnv:
@@ -130,11 +137,17 @@ class ShopEnv:
             self._said.append(message.content)
         if message.tool_calls:
             out = [self._run_tool(tc.id, tc.name, tc.arguments) for tc in message.tool_calls]
-            return StepResult(messages=out, done=self._done, info={"termination": self._termination} if self._done else {})
+            return StepResult(
+                messages=out, done=self._done, info={"termination": self._termination} if self._done else {}
+            )
         text, stop = self._user.reply(message.content or "", "\n".join(self._said), self._writes)
         if stop:
             self._done, self._termination = True, "user_stop"
-        return StepResult(messages=[Message.user(text)], done=self._done, info={"termination": self._termination} if self._done else {})
+        return StepResult(
+            messages=[Message.user(text)],
+            done=self._done,
+            info={"termination": self._termination} if self._done else {},
+        )
 
     def score(self) -> Score:
         if self._task is None or self._db is None:
@@ -146,8 +159,12 @@ class ShopEnv:
         missing = [s for s in t.required_info if normalize(s) not in heard]
         comm_ok = float(not missing)
         reward = db_ok * comm_ok
-        info = {"evaluator": "shop: db hash vs gold replay x communicate", "missing_info": missing, "family": t.family,
-                "user": self.user_kind}
+        info = {
+            "evaluator": "shop: db hash vs gold replay x communicate",
+            "missing_info": missing,
+            "family": t.family,
+            "user": self.user_kind,
+        }
         if self.user_kind == "llm":
             info["user_prompt"] = getattr(self._user, "prompt_id", None)
         return Score(reward=reward, success=reward == 1.0, components={"db": db_ok, "communicate": comm_ok}, info=info)
@@ -186,7 +203,9 @@ class ShopEnv:
     def _gold_state_hash(self, t: ShopTask) -> str:
         cache = self._shared.gold_hash
         if t.task_id not in cache and all(a.name in READ_TOOLS for a in t.gold_actions):
-            cache[t.task_id] = self._shared.db_hash  # read tools never change the DB (copy-on-write relies on it too): no replay
+            cache[t.task_id] = (
+                self._shared.db_hash
+            )  # read tools never change the DB (copy-on-write relies on it too): no replay
         if t.task_id not in cache:
             db = self._shared.fresh_db()
             tools = ShopTools(db)

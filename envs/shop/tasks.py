@@ -71,9 +71,13 @@ class TaskBuilder:
         c = self.customers[ci]
         name_zip = f"My name is {c.first_name} {c.last_name} and my zip code is {c.address.zip}."
         if by_name:
-            return {"name_zip": name_zip}, GoldAction(name="find_customer_by_name_zip",
-                                                      arguments={"first_name": c.first_name, "last_name": c.last_name, "zip": c.address.zip})
-        return {"email": f"My email is {c.email}.", "name_zip": name_zip}, GoldAction(name="find_customer_by_email", arguments={"email": c.email})
+            return {"name_zip": name_zip}, GoldAction(
+                name="find_customer_by_name_zip",
+                arguments={"first_name": c.first_name, "last_name": c.last_name, "zip": c.address.zip},
+            )
+        return {"email": f"My email is {c.email}.", "name_zip": name_zip}, GoldAction(
+            name="find_customer_by_email", arguments={"email": c.email}
+        )
 
     def original_pm(self, order: Order) -> str:
         return order.payment_history[0].payment_method_id
@@ -81,7 +85,9 @@ class TaskBuilder:
     def gift_card(self, ci: int) -> str | None:
         return next((p.id for p in self.customers[ci].payment_methods.values() if p.source == "gift_card"), None)
 
-    def exchange_pair(self, order: Order, skip: int = 0, available: bool = True) -> tuple[OrderItem, str, dict[str, str]] | None:
+    def exchange_pair(
+        self, order: Order, skip: int = 0, available: bool = True
+    ) -> tuple[OrderItem, str, dict[str, str]] | None:
         """An item of `order` and another variant of its product (available or sold out)."""
         found = 0
         for it in order.items:
@@ -96,29 +102,65 @@ class TaskBuilder:
                     break
         return None
 
-    def add(self, family: Family, goal: str, facts: dict[FactKey, str], gold: list[GoldAction], info: list[str],
-            opening: str, needs_refusal: bool = False) -> None:
+    def add(
+        self,
+        family: Family,
+        goal: str,
+        facts: dict[FactKey, str],
+        gold: list[GoldAction],
+        info: list[str],
+        opening: str,
+        needs_refusal: bool = False,
+    ) -> None:
         n = self.counts.get(family, 0) + 1
         self.counts[family] = n
-        short = {"lookup_and_answer": "lookup", "single_write": "write", "compound_multi_step": "compound", "policy_refusal": "refusal"}[family]
+        short = {
+            "lookup_and_answer": "lookup",
+            "single_write": "write",
+            "compound_multi_step": "compound",
+            "policy_refusal": "refusal",
+        }[family]
         task_id = f"shop-{short}-{n:03d}"
         writes = sum(1 for g in gold if g.name in WRITE_TOOLS)
-        self.tasks[task_id] = ShopTask(task_id=task_id, family=family, goal=goal, gold_actions=gold, required_info=info,
-                                       user=UserScript(opening=opening, facts=facts, expected_writes=writes, needs_refusal=needs_refusal))
+        self.tasks[task_id] = ShopTask(
+            task_id=task_id,
+            family=family,
+            goal=goal,
+            gold_actions=gold,
+            required_info=info,
+            user=UserScript(opening=opening, facts=facts, expected_writes=writes, needs_refusal=needs_refusal),
+        )
 
     # ---- write actions as gold + facts -----------------------------------
     def cancel(self, ci: int, reason: str) -> tuple[dict[FactKey, str], list[GoldAction], str]:
         o = self.order(ci, 0)
-        facts: dict[FactKey, str] = {"order_id": f"The order id is {o.order_id}.", "reason": f"The reason is: {reason}."}
-        return facts, [GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                       GoldAction(name="cancel_pending_order", arguments={"order_id": o.order_id, "reason": reason})], money(o.total)
+        facts: dict[FactKey, str] = {
+            "order_id": f"The order id is {o.order_id}.",
+            "reason": f"The reason is: {reason}.",
+        }
+        return (
+            facts,
+            [
+                GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
+                GoldAction(name="cancel_pending_order", arguments={"order_id": o.order_id, "reason": reason}),
+            ],
+            money(o.total),
+        )
 
     def readdress(self, ci: int) -> tuple[dict[FactKey, str], list[GoldAction]]:
         o = self.order(ci, 0)
-        new = {"address1": f"{100 + ci * 7} Harbor Boulevard", "address2": f"Suite {ci + 2}", "city": "Columbus",
-               "state": "OH", "country": "USA", "zip": f"{43200 + ci}"}
-        text = (f"The new address is: {new['address1']}, {new['address2']}, {new['city']}, {new['state']}, "
-                f"{new['country']}, zip {new['zip']}.")
+        new = {
+            "address1": f"{100 + ci * 7} Harbor Boulevard",
+            "address2": f"Suite {ci + 2}",
+            "city": "Columbus",
+            "state": "OH",
+            "country": "USA",
+            "zip": f"{43200 + ci}",
+        }
+        text = (
+            f"The new address is: {new['address1']}, {new['address2']}, {new['city']}, {new['state']}, "
+            f"{new['country']}, zip {new['zip']}."
+        )
         facts: dict[FactKey, str] = {"order_id": f"It's order {o.order_id}.", "address": text}
         return facts, [GoldAction(name="modify_pending_order_address", arguments={"order_id": o.order_id, **new})]
 
@@ -130,11 +172,17 @@ class TaskBuilder:
         facts: dict[FactKey, str] = {
             "order_id": f"The order id is {o.order_id}.",
             "items": "I want to return " + " and ".join(item_text(it) for it in items) + ".",
-            "payment": "Please put the refund on my gift card." if to_gift else "Refund it to the original payment method, please.",
+            "payment": "Please put the refund on my gift card."
+            if to_gift
+            else "Refund it to the original payment method, please.",
         }
-        gold = [GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                GoldAction(name="return_delivered_order_items",
-                           arguments={"order_id": o.order_id, "item_ids": [it.item_id for it in items], "payment_method_id": pm})]
+        gold = [
+            GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
+            GoldAction(
+                name="return_delivered_order_items",
+                arguments={"order_id": o.order_id, "item_ids": [it.item_id for it in items], "payment_method_id": pm},
+            ),
+        ]
         return facts, gold, money(sum(it.price for it in items))
 
     def exchange(self, ci: int, n_items: int = 1) -> tuple[dict[FactKey, str], list[GoldAction], str]:
@@ -148,13 +196,22 @@ class TaskBuilder:
         facts: dict[FactKey, str] = {
             "order_id": f"The order id is {o.order_id}.",
             "items": "I want to exchange " + " and ".join(item_text(it) for it, _, _ in pairs) + ".",
-            "exchange_target": " ".join(f"For {item_text(it)} I want {options_text(opts)} instead." for it, _, opts in pairs),
+            "exchange_target": " ".join(
+                f"For {item_text(it)} I want {options_text(opts)} instead." for it, _, opts in pairs
+            ),
             "payment": "Use the original payment method of the order.",
         }
-        gold = [GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                GoldAction(name="get_product_details", arguments={"product_id": pairs[0][0].product_id}),
-                GoldAction(name="exchange_delivered_order_items",
-                           arguments={"order_id": o.order_id, "item_ids": [it.item_id for it, _, _ in pairs],
-                                      "new_item_ids": [new for _, new, _ in pairs], "payment_method_id": pm})]
+        gold = [
+            GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
+            GoldAction(name="get_product_details", arguments={"product_id": pairs[0][0].product_id}),
+            GoldAction(
+                name="exchange_delivered_order_items",
+                arguments={
+                    "order_id": o.order_id,
+                    "item_ids": [it.item_id for it, _, _ in pairs],
+                    "new_item_ids": [new for _, new, _ in pairs],
+                    "payment_method_id": pm,
+                },
+            ),
+        ]
         return facts, gold, money(abs(diff))
-

@@ -26,34 +26,80 @@ class ToolError(Exception):
 
 
 SCHEMAS: list[dict[str, Any]] = [
-    tool_schema("find_customer_by_email", "Find a customer's id by email address. Verifies the customer's identity.", {"email": _S}),
-    tool_schema("find_customer_by_name_zip", "Find a customer's id by first name, last name and zip code. Verifies the customer's identity.",
-                {"first_name": _S, "last_name": _S, "zip": _S}),
-    tool_schema("get_customer_details", "Get a customer's profile: name, email, address, payment methods (with gift card balances), order ids.",
-                {"customer_id": _S}),
+    tool_schema(
+        "find_customer_by_email",
+        "Find a customer's id by email address. Verifies the customer's identity.",
+        {"email": _S},
+    ),
+    tool_schema(
+        "find_customer_by_name_zip",
+        "Find a customer's id by first name, last name and zip code. Verifies the customer's identity.",
+        {"first_name": _S, "last_name": _S, "zip": _S},
+    ),
+    tool_schema(
+        "get_customer_details",
+        "Get a customer's profile: name, email, address, payment methods (with gift card balances), order ids.",
+        {"customer_id": _S},
+    ),
     tool_schema("list_customer_orders", "List a customer's orders with their status and total.", {"customer_id": _S}),
-    tool_schema("get_order_details", "Get an order: status, items (item ids, options, prices), address, payments, tracking, dates.",
-                {"order_id": {"type": "string", "description": "e.g. '#W1234567'"}}),
+    tool_schema(
+        "get_order_details",
+        "Get an order: status, items (item ids, options, prices), address, payments, tracking, dates.",
+        {"order_id": {"type": "string", "description": "e.g. '#W1234567'"}},
+    ),
     tool_schema("list_products", "List all products with their product ids.", {}),
-    tool_schema("get_product_details", "Get a product's variants: item id, options, price, availability; and whether it is final sale.",
-                {"product_id": _S}),
-    tool_schema("cancel_pending_order", "Cancel a pending order and refund it to the original payment method(s). Write action.",
-                {"order_id": _S, "reason": {"type": "string", "enum": list(CANCEL_REASONS)}}),
-    tool_schema("modify_pending_order_address", "Change the shipping address of a pending order. Write action.",
-                {"order_id": _S, "address1": _S, "address2": _S, "city": _S, "state": _S, "country": _S, "zip": _S}),
-    tool_schema("return_delivered_order_items", "Request a return of items of a delivered order; the refund goes to the given payment method "
-                "(the original one or a gift card of the customer). Write action.",
-                {"order_id": _S, "item_ids": _IDS, "payment_method_id": _S}),
-    tool_schema("exchange_delivered_order_items", "Exchange items of a delivered order for available variants of the same products; the "
-                "price difference is charged or refunded to the given payment method. Write action.",
-                {"order_id": _S, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _S}),
-    tool_schema("transfer_to_human_agents", "Transfer the customer to a human agent, with a summary of the issue. Ends the conversation.",
-                {"summary": _S}),
+    tool_schema(
+        "get_product_details",
+        "Get a product's variants: item id, options, price, availability; and whether it is final sale.",
+        {"product_id": _S},
+    ),
+    tool_schema(
+        "cancel_pending_order",
+        "Cancel a pending order and refund it to the original payment method(s). Write action.",
+        {"order_id": _S, "reason": {"type": "string", "enum": list(CANCEL_REASONS)}},
+    ),
+    tool_schema(
+        "modify_pending_order_address",
+        "Change the shipping address of a pending order. Write action.",
+        {"order_id": _S, "address1": _S, "address2": _S, "city": _S, "state": _S, "country": _S, "zip": _S},
+    ),
+    tool_schema(
+        "return_delivered_order_items",
+        "Request a return of items of a delivered order; the refund goes to the given payment method "
+        "(the original one or a gift card of the customer). Write action.",
+        {"order_id": _S, "item_ids": _IDS, "payment_method_id": _S},
+    ),
+    tool_schema(
+        "exchange_delivered_order_items",
+        "Exchange items of a delivered order for available variants of the same products; the "
+        "price difference is charged or refunded to the given payment method. Write action.",
+        {"order_id": _S, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _S},
+    ),
+    tool_schema(
+        "transfer_to_human_agents",
+        "Transfer the customer to a human agent, with a summary of the issue. Ends the conversation.",
+        {"summary": _S},
+    ),
 ]
-READ_TOOLS = frozenset({"find_customer_by_email", "find_customer_by_name_zip", "get_customer_details", "list_customer_orders",
-                        "get_order_details", "list_products", "get_product_details"})
-WRITE_TOOLS = frozenset({"cancel_pending_order", "modify_pending_order_address", "return_delivered_order_items",
-                         "exchange_delivered_order_items"})
+READ_TOOLS = frozenset(
+    {
+        "find_customer_by_email",
+        "find_customer_by_name_zip",
+        "get_customer_details",
+        "list_customer_orders",
+        "get_order_details",
+        "list_products",
+        "get_product_details",
+    }
+)
+WRITE_TOOLS = frozenset(
+    {
+        "cancel_pending_order",
+        "modify_pending_order_address",
+        "return_delivered_order_items",
+        "exchange_delivered_order_items",
+    }
+)
 TRANSFER_TOOL = "transfer_to_human_agents"
 _BY_NAME = {s["function"]["name"]: s["function"]["parameters"] for s in SCHEMAS}
 
@@ -102,7 +148,11 @@ class ShopTools:
 
     def find_customer_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
         for c in self.db.customers.values():
-            if (c.first_name.lower(), c.last_name.lower(), c.address.zip) == (first_name.strip().lower(), last_name.strip().lower(), zip.strip()):
+            if (c.first_name.lower(), c.last_name.lower(), c.address.zip) == (
+                first_name.strip().lower(),
+                last_name.strip().lower(),
+                zip.strip(),
+            ):
                 self.verified_customer = c.customer_id
                 return _dump({"customer_id": c.customer_id})
         raise ToolError("customer not found")
@@ -137,13 +187,17 @@ class ShopTools:
         order.status = "cancelled"
         order.cancel_reason = reason
         for tx in [t for t in order.payment_history if t.transaction_type == "payment"]:
-            order.payment_history.append(Transaction(transaction_type="refund", amount=tx.amount, payment_method_id=tx.payment_method_id))
+            order.payment_history.append(
+                Transaction(transaction_type="refund", amount=tx.amount, payment_method_id=tx.payment_method_id)
+            )
             pm = self.db.customers[order.customer_id].payment_methods[tx.payment_method_id]
             if pm.source == "gift_card" and pm.balance is not None:
                 pm.balance = round(pm.balance + tx.amount, 2)
         return _dump({**order.model_dump(mode="json"), "total": order.total})
 
-    def modify_pending_order_address(self, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str) -> str:
+    def modify_pending_order_address(
+        self, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+    ) -> str:
         order = self._owned_order(order_id)
         self._require_status(order, "pending", "have its address changed")
         order.address = Address(address1=address1, address2=address2, city=city, state=state, country=country, zip=zip)
@@ -165,7 +219,9 @@ class ShopTools:
         refund = round(sum(i.price for i in order.items if i.item_id in item_ids), 2)
         return _dump({**order.model_dump(mode="json"), "refund_amount": refund})
 
-    def exchange_delivered_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str) -> str:
+    def exchange_delivered_order_items(
+        self, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+    ) -> str:
         order = self._owned_order(order_id)
         self._require_status(order, "delivered", "be exchanged")
         self._check_items(order, item_ids)

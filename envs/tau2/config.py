@@ -22,6 +22,8 @@ class Tau2Config(BaseModel):
     @classmethod
     def _has_taus_layout(cls, value: Path | None) -> Path | None:
         if value is not None and not (value / "tau2" / "domains").is_dir():
-            raise ValueError(f"{value} is not a τ² data directory: expected {value}/tau2/domains/<domain>/tasks.json "
-                             "(point it at the data/ folder of a τ²-bench checkout)")
+            raise ValueError(
+                f"{value} is not a τ² data directory: expected {value}/tau2/domains/<domain>/tasks.json "
+                "(point it at the data/ folder of a τ²-bench checkout)"
+            )
         return value.resolve() if value is not None else None

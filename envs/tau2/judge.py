@@ -64,5 +64,7 @@ def evaluation_plan(task: Any, judge: UserEndpoint | None) -> tuple[Any, Any, li
     if judge is not None:
         return t.EvaluationType.ALL_WITH_NL_ASSERTIONS, task, []
     reduced = task.model_copy(deep=True)
-    reduced.evaluation_criteria.reward_basis = [b for b in task.evaluation_criteria.reward_basis if b != t.RewardType.NL_ASSERTION]
+    reduced.evaluation_criteria.reward_basis = [
+        b for b in task.evaluation_criteria.reward_basis if b != t.RewardType.NL_ASSERTION
+    ]
     return t.EvaluationType.ALL, reduced, ["nl_assertion"]

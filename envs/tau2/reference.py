@@ -55,20 +55,28 @@ def gold_script(env: Tau2Env, task_id: str, tail: Tail = "answer") -> Script:
     actions = list(task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
     closing = " ".join(task.evaluation_criteria.communicate_info or []) if task.evaluation_criteria else ""
     if any(a.name == dom.TRANSFER_TOOL and a.requestor == "assistant" for a in actions):
-        closing = (closing + " " + TRANSFER_LINE).strip()  # what tau2's policies tell the agent to say after transferring
+        closing = (
+            closing + " " + TRANSFER_LINE
+        ).strip()  # what tau2's policies tell the agent to say after transferring
     read_name, read_args = loop_call(env.domain, task)
 
     def script() -> Iterator[Message]:
         for action in actions:
             if action.requestor == "assistant":
-                yield Message.assistant(tool_calls=[ToolCall(id=f"gold_{action.action_id}", name=action.name, arguments=dict(action.arguments))])
+                yield Message.assistant(
+                    tool_calls=[
+                        ToolCall(id=f"gold_{action.action_id}", name=action.name, arguments=dict(action.arguments))
+                    ]
+                )
             else:
                 yield Message.assistant(f"Please do this on your phone now: {action.name}.")
         for i in count():
             if tail == "answer":
                 yield Message.assistant(closing or "Your request is complete. Is there anything else?")
             elif tail == "loop":
-                yield Message.assistant(tool_calls=[ToolCall(id=f"loop_{i}", name=read_name, arguments=dict(read_args))])
+                yield Message.assistant(
+                    tool_calls=[ToolCall(id=f"loop_{i}", name=read_name, arguments=dict(read_args))]
+                )
             else:
                 yield Message.assistant(tool_calls=[ToolCall(id=f"bad_{i}", name="no_such_tool", arguments={})])
 
@@ -116,10 +124,19 @@ def run_orchestrator(env: Tau2Env, task_id: str, script: Script) -> tuple[float,
     agent = _scripted_agent_class()(environment.get_tools(), environment.get_policy(), script())
     user = ScriptedUser(task) if env.endpoint is None else llm_user(env.endpoint, task, dom.user_tools(environment))
     orchestrator = t.Orchestrator(
-        domain=env.domain, agent=agent, user=user, environment=environment, task=task,
-        max_steps=env.max_steps, max_errors=env.max_errors,
+        domain=env.domain,
+        agent=agent,
+        user=user,
+        environment=environment,
+        task=task,
+        max_steps=env.max_steps,
+        max_errors=env.max_errors,
     )
     simulation = orchestrator.run()
     evaluation, scored_task, _ = judge.evaluation_plan(task, None)
-    reward_info = t.evaluate_simulation(simulation=simulation, task=scored_task, evaluation_type=evaluation, solo_mode=False, domain=env.domain)
-    return float(reward_info.reward), str(getattr(simulation.termination_reason, "value", simulation.termination_reason))
+    reward_info = t.evaluate_simulation(
+        simulation=simulation, task=scored_task, evaluation_type=evaluation, solo_mode=False, domain=env.domain
+    )
+    return float(reward_info.reward), str(
+        getattr(simulation.termination_reason, "value", simulation.termination_reason)
+    )

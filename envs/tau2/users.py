@@ -39,7 +39,9 @@ class UserEndpoint(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1, description="model name; with base_url it is sent as 'openai/<model>' to litellm")
-    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = the provider litellm infers from the model")
+    base_url: str | None = Field(
+        None, description="e.g. http://localhost:8000/v1; None = the provider litellm infers from the model"
+    )
     api_key: SecretStr | None = None
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     timeout_s: float = Field(120.0, gt=0)
@@ -51,7 +53,11 @@ class UserEndpoint(BaseModel):
         return self.model
 
     def litellm_args(self) -> dict[str, Any]:
-        args: dict[str, Any] = {"temperature": self.temperature, "timeout": self.timeout_s, "num_retries": self.max_retries}
+        args: dict[str, Any] = {
+            "temperature": self.temperature,
+            "timeout": self.timeout_s,
+            "num_retries": self.max_retries,
+        }
         if self.base_url:
             args["api_base"] = self.base_url
             # local OpenAI-compatible servers ignore the key, but the client insists on one
@@ -130,7 +136,9 @@ class ScriptedUser:
         incoming = list(getattr(message, "tool_messages", None) or [message])
         state.messages.extend(incoming)
         if incoming[0].role == "tool":  # the result of this user's own tool call
-            reply = t.message.UserMessage(role="user", content="I did that. It says: " + " | ".join(m.content or "" for m in incoming))
+            reply = t.message.UserMessage(
+                role="user", content="I did that. It says: " + " | ".join(m.content or "" for m in incoming)
+            )
         else:
             reply = self._answer(t, (message.content or "").lower())
         state.messages.append(reply)
@@ -142,7 +150,9 @@ class ScriptedUser:
         if self.acted < len(self.actions) and self.actions[self.acted].name.lower() in text:
             action = self.actions[self.acted]
             self.acted += 1
-            call = t.message.ToolCall(id=f"user_{action.action_id}", name=action.name, arguments=dict(action.arguments), requestor="user")
+            call = t.message.ToolCall(
+                id=f"user_{action.action_id}", name=action.name, arguments=dict(action.arguments), requestor="user"
+            )
             return t.message.UserMessage(role="user", content=None, tool_calls=[call])
         content = self.lines[self.turn] if self.turn < len(self.lines) else t.STOP
         self.turn += 1

@@ -24,9 +24,14 @@ from gapforge.envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
 from gapforge.envs.toolsandbox.users import user_spec
 from gapforge.faults import EnvCodeFault
 
-NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
-RENAMED = ("network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): "
-           "use ?network=stand-in")
+NETWORK_MODES = (
+    "off",
+    "stand-in",
+)  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
+RENAMED = (
+    "network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): "
+    "use ?network=stand-in"
+)
 _CATALOG: dict[str, Any] | None = None
 _CATALOG_LOCK = threading.Lock()
 
@@ -105,14 +110,26 @@ class ToolSandboxEnv:
     `seed` seeds each episode's tool order.
     """
 
-    def __init__(self, category: str | None = None, *, user: str = "scripted", user_model: Any = None,
-                 network: str = "off", seed: int = 0, replies: list[str] | None = None) -> None:
-        self.name = "toolsandbox" + (f":{category}" if category else "") + (f"?network={network}" if network != "off" else "")
+    def __init__(
+        self,
+        category: str | None = None,
+        *,
+        user: str = "scripted",
+        user_model: Any = None,
+        network: str = "off",
+        seed: int = 0,
+        replies: list[str] | None = None,
+    ) -> None:
+        self.name = (
+            "toolsandbox" + (f":{category}" if category else "") + (f"?network={network}" if network != "off" else "")
+        )
         if network == "recorded":
             raise EnvError(f"{self.name}: {RENAMED}")
         if network not in NETWORK_MODES:
-            raise EnvError(f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) "
-                           "or 'stand-in' (their answers from stand-in data, not comparable to live runs)")
+            raise EnvError(
+                f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) "
+                "or 'stand-in' (their answers from stand-in data, not comparable to live runs)"
+            )
         self.network = network
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user simulator {user!r} for {self.name}; choose 'scripted' or 'llm'")
@@ -122,7 +139,9 @@ class ToolSandboxEnv:
         cat = catalog()
         known = sorted({c for s in cat["scenarios"] for c in s["categories"]})
         if category is not None and category not in known:
-            raise EnvError(f"unknown ToolSandbox category {category!r} in env {self.name!r}: use one of {', '.join(known)}")
+            raise EnvError(
+                f"unknown ToolSandbox category {category!r} in env {self.name!r}: use one of {', '.join(known)}"
+            )
         chosen = [s for s in cat["scenarios"] if category is None or category in s["categories"]]
         offline = network == "off"
         self._scenarios = {s["name"]: s for s in chosen if not (offline and s["network_tools"])}
@@ -157,8 +176,10 @@ class ToolSandboxEnv:
         if key in self._scenarios:
             return self._scenarios[key]
         if key in self._excluded:
-            raise EnvError(f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; "
-                           f"use env '{self.name}?network=stand-in' for stand-in answers (not comparable to live runs)")
+            raise EnvError(
+                f"ToolSandbox scenario {key!r} needs network tools ({', '.join(self._excluded[key])}), excluded with network='off'; "
+                f"use env '{self.name}?network=stand-in' for stand-in answers (not comparable to live runs)"
+            )
         raise EnvError(f"unknown task id {key!r} for {self.name} ({len(self._scenarios)} scenarios; see task_ids())")
 
     def tools(self) -> list[dict[str, Any]]:
@@ -181,12 +202,20 @@ class ToolSandboxEnv:
 
     def reset(self, task: TaskRef) -> list[Message]:
         entry = self._entry(task)
-        out = self._ensure_worker().call("reset", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]),
-                                         user=self._user, network=self.network)
+        out = self._ensure_worker().call(
+            "reset",
+            scenario=entry["name"],
+            module=entry["module"],
+            seed=self.episode_seed(entry["name"]),
+            user=self._user,
+            network=self.network,
+        )
         self._task, self._done, self._ended = entry["name"], bool(out["done"]), out.get("termination")
         if out["done"]:
             self._raise_if_user_failed(out)
-            raise EnvError(f"{self.name} task {entry['name']!r} ended before the agent's first turn ({out.get('termination')})")
+            raise EnvError(
+                f"{self.name} task {entry['name']!r} ended before the agent's first turn ({out.get('termination')})"
+            )
         self._tools = out["tools"] or []
         return [self._message(m) for m in out["messages"]]
 
@@ -209,13 +238,18 @@ class ToolSandboxEnv:
             exc = out["exception"]
             info["exception"] = f"{exc['type']}: {exc['message']}"
             # ToolSandbox raised on the agent's message before running any of its calls.
-            messages = [Message.tool(c.id, f"Error: not executed; {exc['type']}: {exc['message']}", name=c.name) for c in message.tool_calls]
+            messages = [
+                Message.tool(c.id, f"Error: not executed; {exc['type']}: {exc['message']}", name=c.name)
+                for c in message.tool_calls
+            ]
         return StepResult(messages=messages, done=True, info=info)
 
     def _raise_if_user_failed(self, out: dict[str, Any]) -> None:
         if out.get("termination") == "user_error":
             where = self._user.get("base_url") or ("OpenAI's API" if self._user["kind"] == "llm" else "scripted user")
-            raise UserSimulatorError(f"{self.name}: user simulator at {where} failed: {(out.get('exception') or {}).get('message', '')[:300]}")
+            raise UserSimulatorError(
+                f"{self.name}: user simulator at {where} failed: {(out.get('exception') or {}).get('message', '')[:300]}"
+            )
 
     @staticmethod
     def _message(m: dict[str, Any]) -> Message:
@@ -230,9 +264,14 @@ class ToolSandboxEnv:
         r = self._ensure_worker().call("score")
         similarity = min(1.0, max(0.0, float(r["similarity"])))
         info = {
-            "evaluator": "tool_sandbox.Evaluation.evaluate", "scenario": self._task, "termination": self._ended or "in_progress",
-            "similarity": similarity, "turn_count": r["turn_count"], "milestone_mapping": r["milestone_mapping"],
-            "minefield_mapping": r["minefield_mapping"], "categories": self._scenarios[self._task]["categories"],
+            "evaluator": "tool_sandbox.Evaluation.evaluate",
+            "scenario": self._task,
+            "termination": self._ended or "in_progress",
+            "similarity": similarity,
+            "turn_count": r["turn_count"],
+            "milestone_mapping": r["milestone_mapping"],
+            "minefield_mapping": r["minefield_mapping"],
+            "categories": self._scenarios[self._task]["categories"],
         }
         info["network"] = self.network
         if self.network == "stand-in":  # which tool answers came from the stand-in data, not live RapidAPI
@@ -240,14 +279,25 @@ class ToolSandboxEnv:
             info["comparable_to_live"] = False
         if r.get("exception"):
             info["exception"] = f"{r['exception']['type']}: {r['exception']['message']}"
-        components = {"milestones": min(1.0, max(0.0, float(r["milestone_similarity"]))), "minefields_avoided": float(r["minefield_similarity"] == 0)}
+        components = {
+            "milestones": min(1.0, max(0.0, float(r["milestone_similarity"]))),
+            "minefields_avoided": float(r["minefield_similarity"] == 0),
+        }
         return Score(reward=similarity, success=similarity == 1.0, components=components, info=info)
 
     # ---- reference (tests, parity) -------------------------------------------------
     def reference_plan(self, task: TaskRef, variant: str = "milestones") -> list[dict[str, Any]]:
         """The milestone-following scripted agent's actions for `task` ({"tool", "arguments"} / {"text"})."""
         entry = self._entry(task)
-        return list(self._ensure_worker().call("plan", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]), variant=variant))
+        return list(
+            self._ensure_worker().call(
+                "plan",
+                scenario=entry["name"],
+                module=entry["module"],
+                seed=self.episode_seed(entry["name"]),
+                variant=variant,
+            )
+        )
 
     def resolve_plan_action(self, action: dict[str, Any]) -> dict[str, Any]:
         """A plan action whose values come from earlier tool results (`fill`), filled from this episode's results so far."""
@@ -257,8 +307,17 @@ class ToolSandboxEnv:
         """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""
         entry = self._entry(task)
         self._task = None
-        return dict(self._ensure_worker().call("reference", scenario=entry["name"], module=entry["module"], seed=self.episode_seed(entry["name"]),
-                                               plan=plan, replies=self._user.get("replies"), network=self.network))
+        return dict(
+            self._ensure_worker().call(
+                "reference",
+                scenario=entry["name"],
+                module=entry["module"],
+                seed=self.episode_seed(entry["name"]),
+                plan=plan,
+                replies=self._user.get("replies"),
+                network=self.network,
+            )
+        )
 
     def close(self) -> None:
         if self._worker is not None:

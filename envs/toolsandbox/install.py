@@ -25,8 +25,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 REQUIREMENTS = HERE / "requirements.txt"
-HOW_TO_POINT = ("pass --source PATH (a clone of github.com/apple/ToolSandbox) or a pip URL, "
-                "or run `make toolsandbox-env TOOLSANDBOX_SRC=PATH`")
+HOW_TO_POINT = (
+    "pass --source PATH (a clone of github.com/apple/ToolSandbox) or a pip URL, "
+    "or run `make toolsandbox-env TOOLSANDBOX_SRC=PATH`"
+)
 DEFAULT_VENV = REPO / ".toolsandbox-venv"
 
 
@@ -54,14 +56,18 @@ def install(source: str, venv: Path, python: str) -> bool:
         else:
             source_arg = source
         subprocess.run([*pip, "--no-deps", "--force-reinstall", source_arg], check=True)
-    subprocess.run([str(venv / "bin" / "python"), "-c", "import tool_sandbox.scenarios"], check=True, capture_output=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import tool_sandbox.scenarios"], check=True, capture_output=True
+    )
     stamp.write_text(want)
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", help="ToolSandbox source: a directory (a clone of github.com/apple/ToolSandbox) or a pip URL")
+    ap.add_argument(
+        "--source", help="ToolSandbox source: a directory (a clone of github.com/apple/ToolSandbox) or a pip URL"
+    )
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--python", default=sys.executable, help="interpreter for the venv (3.9-3.12)")
     ap.add_argument("--if-present", action="store_true", help="do nothing (exit 0) when the source directory is absent")
@@ -83,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         changed = install(source, args.venv, args.python)
     except subprocess.CalledProcessError as exc:
-        print(f"toolsandbox: install failed ({' '.join(map(str, exc.cmd))[:200]}): exit {exc.returncode}", file=sys.stderr)
+        print(
+            f"toolsandbox: install failed ({' '.join(map(str, exc.cmd))[:200]}): exit {exc.returncode}", file=sys.stderr
+        )
         return 1
     print(f"toolsandbox: {'installed' if changed else 'up to date'} in {args.venv}")
     return 0

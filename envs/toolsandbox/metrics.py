@@ -24,8 +24,10 @@ from pydantic import BaseModel, ConfigDict
 from gapforge.envs.toolsandbox.plan import CategoryMetrics, paper_metrics
 
 ENV_PREFIX = "toolsandbox"
-STAND_IN_NOTE = ("RapidAPI answers are a stand-in written from the scenarios' milestones (worker/standin_rapidapi.json), "
-                 "neither live nor recorded: these scores are not comparable to live RapidAPI runs")
+STAND_IN_NOTE = (
+    "RapidAPI answers are a stand-in written from the scenarios' milestones (worker/standin_rapidapi.json), "
+    "neither live nor recorded: these scores are not comparable to live RapidAPI runs"
+)
 
 
 class StoredEpisode(Protocol):
@@ -54,7 +56,7 @@ def is_toolsandbox(env: str) -> bool:
 
 
 def network_of(env: str) -> str:
-    """"stand-in" for `...?network=stand-in` (and its old name `?network=recorded`, still read in stored runs), else "off"."""
+    """ "stand-in" for `...?network=stand-in` (and its old name `?network=recorded`, still read in stored runs), else "off"."""
     return "stand-in" if env.endswith(("?network=stand-in", "?network=recorded")) else "off"
 
 
@@ -63,8 +65,11 @@ def current_name(env: str) -> str:
     return env.removesuffix("?network=recorded") + "?network=stand-in" if env.endswith("?network=recorded") else env
 
 
-def stored_metrics(episodes: Iterable[StoredEpisode], excluded_for: Callable[[str], Mapping[str, list[str]]] | None = None,
-                   categories_of: Callable[[str], Mapping[str, list[str]]] | None = None) -> list[EnvMetrics]:
+def stored_metrics(
+    episodes: Iterable[StoredEpisode],
+    excluded_for: Callable[[str], Mapping[str, list[str]]] | None = None,
+    categories_of: Callable[[str], Mapping[str, list[str]]] | None = None,
+) -> list[EnvMetrics]:
     """Per toolsandbox env in `episodes`: the paper's metrics.
 
     excluded_for(env)  -> scenario -> why it was left out (e.g. its network tools);
@@ -90,7 +95,15 @@ def stored_metrics(episodes: Iterable[StoredEpisode], excluded_for: Callable[[st
         similarity = {task: sum(vals) / len(vals) for task, vals in rewards[env].items()}
         missing = sorted(t for t in similarity if t not in categories)
         stand_in = network_of(env) == "stand-in"
-        out.append(EnvMetrics(env=env, network=network_of(env), comparable_to_live=not stand_in, note=STAND_IN_NOTE if stand_in else None,
-                              episodes=count[env], uncategorised=missing,
-                              categories=paper_metrics(similarity, categories, excluded)))
+        out.append(
+            EnvMetrics(
+                env=env,
+                network=network_of(env),
+                comparable_to_live=not stand_in,
+                note=STAND_IN_NOTE if stand_in else None,
+                episodes=count[env],
+                uncategorised=missing,
+                categories=paper_metrics(similarity, categories, excluded),
+            )
+        )
     return out

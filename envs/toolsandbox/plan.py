@@ -30,18 +30,28 @@ class PlanPolicy:
 
     name = "toolsandbox-milestone-agent"
 
-    def __init__(self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> None:
         self.plan = list(plan)
         self.turn = 0
         self.resolve = resolve
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
         self.turn += 1
         if self.resolve is not None and action.get("fill"):
             action = await asyncio.to_thread(self.resolve, action)
         if "tool" in action:
-            return Message.assistant(tool_calls=[ToolCall(id=f"plan-call-{self.turn}", name=action["tool"], arguments=dict(action.get("arguments") or {}))])
+            return Message.assistant(
+                tool_calls=[
+                    ToolCall(
+                        id=f"plan-call-{self.turn}", name=action["tool"], arguments=dict(action.get("arguments") or {})
+                    )
+                ]
+            )
         return Message.assistant(str(action["text"]))
 
 
@@ -54,8 +64,11 @@ class CategoryMetrics(BaseModel):
     excluded: int = 0
 
 
-def paper_metrics(similarity: Mapping[str, float], categories: Mapping[str, list[str]],
-                  excluded: Mapping[str, list[str]] | None = None) -> dict[str, CategoryMetrics]:
+def paper_metrics(
+    similarity: Mapping[str, float],
+    categories: Mapping[str, list[str]],
+    excluded: Mapping[str, list[str]] | None = None,
+) -> dict[str, CategoryMetrics]:
     """Per category (and "all"): scenarios run, perfect (similarity == 1.0), mean similarity, excluded.
 
     similarity: scenario -> ToolSandbox similarity (the episode's reward);
@@ -73,6 +86,10 @@ def paper_metrics(similarity: Mapping[str, float], categories: Mapping[str, list
     out = {}
     for cat in sorted(set(scores) | set(left_out), key=lambda c: (c != ALL, c)):
         vals = scores.get(cat, [])
-        out[cat] = CategoryMetrics(run=len(vals), perfect=sum(v == 1.0 for v in vals), mean_similarity=sum(vals) / len(vals) if vals else 0.0,
-                                   excluded=left_out.get(cat, 0))
+        out[cat] = CategoryMetrics(
+            run=len(vals),
+            perfect=sum(v == 1.0 for v in vals),
+            mean_similarity=sum(vals) / len(vals) if vals else 0.0,
+            excluded=left_out.get(cat, 0),
+        )
     return out

@@ -47,9 +47,11 @@ def missing_reason() -> str | None:
     """None when ToolSandbox's environment is installed, else a one-line hint saying what to do."""
     if toolsandbox_python() is None:
         where = os.environ.get(PYTHON_ENV_VAR) or str(DEFAULT_VENV)
-        return (f"ToolSandbox's environment is not installed ({where} missing): run "
-                "`make toolsandbox-env TOOLSANDBOX_SRC=PATH` with PATH a clone of github.com/apple/ToolSandbox "
-                f"(docs/install.md), or set {PYTHON_ENV_VAR} to the python of an existing ToolSandbox venv")
+        return (
+            f"ToolSandbox's environment is not installed ({where} missing): run "
+            "`make toolsandbox-env TOOLSANDBOX_SRC=PATH` with PATH a clone of github.com/apple/ToolSandbox "
+            f"(docs/install.md), or set {PYTHON_ENV_VAR} to the python of an existing ToolSandbox venv"
+        )
     return None
 
 
@@ -65,8 +67,12 @@ class WorkerProcess:
         env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTHONPATH", None)  # the worker must see ToolSandbox's packages only
         self.proc = subprocess.Popen(
-            [str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=env, cwd=tempfile.gettempdir(),
+            [str(python), str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+            cwd=tempfile.gettempdir(),
         )
         self._buf = bytearray()
         self._next = 0
@@ -88,7 +94,9 @@ class WorkerProcess:
         self.broken = what
         tail = self._log_tail()
         self.close()
-        return WorkerError(f"ToolSandbox worker (pid {self.proc.pid}) {what}" + (f"; its log ends: {tail}" if tail else ""))
+        return WorkerError(
+            f"ToolSandbox worker (pid {self.proc.pid}) {what}" + (f"; its log ends: {tail}" if tail else "")
+        )
 
     def _read_line(self, deadline: float) -> bytes:
         assert self.proc.stdout is not None

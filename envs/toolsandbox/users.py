@@ -21,7 +21,9 @@ class UserEndpoint(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
-    base_url: str | None = Field(None, description="e.g. http://localhost:8000/v1; None = OpenAI's default (as gapforge's EndpointConfig)")
+    base_url: str | None = Field(
+        None, description="e.g. http://localhost:8000/v1; None = OpenAI's default (as gapforge's EndpointConfig)"
+    )
     api_key: SecretStr | None = None
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(2, ge=0, le=20)
@@ -37,12 +39,18 @@ def coerce_endpoint(user_model: Any) -> UserEndpoint:
     if isinstance(user_model, Mapping):
         fields = {k: v for k, v in user_model.items() if k in UserEndpoint.model_fields}
     else:
-        fields = {name: getattr(user_model, name) for name in UserEndpoint.model_fields if getattr(user_model, name, None) is not None}
+        fields = {
+            name: getattr(user_model, name)
+            for name in UserEndpoint.model_fields
+            if getattr(user_model, name, None) is not None
+        }
     try:
         return UserEndpoint.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise EnvError(f"bad user_model for the ToolSandbox user simulator: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        raise EnvError(
+            f"bad user_model for the ToolSandbox user simulator: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+        ) from exc
 
 
 def user_spec(kind: str, user_model: Any, replies: list[str] | None = None) -> dict[str, Any]:
@@ -51,7 +59,10 @@ def user_spec(kind: str, user_model: Any, replies: list[str] | None = None) -> d
         return {"kind": "scripted", "replies": list(replies or [])}
     endpoint = coerce_endpoint(user_model)
     return {
-        "kind": "llm", "model": endpoint.model, "base_url": endpoint.base_url,
+        "kind": "llm",
+        "model": endpoint.model,
+        "base_url": endpoint.base_url,
         "api_key": endpoint.api_key.get_secret_value() if endpoint.api_key else "",
-        "timeout_s": endpoint.timeout_s, "max_retries": endpoint.max_retries,
+        "timeout_s": endpoint.timeout_s,
+        "max_retries": endpoint.max_retries,
     }

@@ -97,8 +97,9 @@ class Desk:
         for eid, name, dept, kind, badge, end, lock, groups in _PEOPLE:
             first, last = name.lower().split()
             self.employees[eid] = Employee(eid, name, f"{first}.{last}@northwind.example", dept, kind, badge, end)
-            self.accounts[eid] = Account(username=f"{first[0]}{last}", locked=lock is not None, lock_reason=lock,
-                                         groups=sorted(groups))
+            self.accounts[eid] = Account(
+                username=f"{first[0]}{last}", locked=lock is not None, lock_reason=lock, groups=sorted(groups)
+            )
         self.tickets: list[Ticket] = []
         self.verified: set[str] = set()
         self.failed_verifications: dict[str, int] = {}
@@ -113,16 +114,26 @@ class Desk:
 
     def get_account(self, employee_id: str) -> dict:
         e, a = self._employee(employee_id), self.accounts[employee_id]
-        return {"employee_id": e.employee_id, "username": a.username, "kind": e.kind, "contract_end": e.contract_end,
-                "locked": a.locked, "lock_reason": a.lock_reason, "password_reset_pending": a.password_reset_pending,
-                "groups": list(a.groups)}
+        return {
+            "employee_id": e.employee_id,
+            "username": a.username,
+            "kind": e.kind,
+            "contract_end": e.contract_end,
+            "locked": a.locked,
+            "lock_reason": a.lock_reason,
+            "password_reset_pending": a.password_reset_pending,
+            "groups": list(a.groups),
+        }
 
     def list_groups(self) -> dict:
         return {"groups": [{"name": n, "self_service": s, "description": d} for n, (s, d) in GROUPS.items()]}
 
     def list_tickets(self, employee_id: str) -> dict:
         self._employee(employee_id)
-        return {"employee_id": employee_id, "tickets": [vars(t).copy() for t in self.tickets if t.employee_id == employee_id]}
+        return {
+            "employee_id": employee_id,
+            "tickets": [vars(t).copy() for t in self.tickets if t.employee_id == employee_id],
+        }
 
     def get_ticket(self, ticket_id: str) -> dict:
         for t in self.tickets:
@@ -174,11 +185,19 @@ class Desk:
     # ---- internals ------------------------------------------------------
     @staticmethod
     def _public(e: Employee) -> dict:
-        return {"employee_id": e.employee_id, "name": e.name, "email": e.email, "department": e.department, "kind": e.kind}
+        return {
+            "employee_id": e.employee_id,
+            "name": e.name,
+            "email": e.email,
+            "department": e.department,
+            "kind": e.kind,
+        }
 
     def _employee(self, employee_id: str) -> Employee:
         if employee_id not in self.employees:
-            raise DeskError(f"no employee {employee_id}: ids look like E-1001 (find_employee searches names and emails)")
+            raise DeskError(
+                f"no employee {employee_id}: ids look like E-1001 (find_employee searches names and emails)"
+            )
         return self.employees[employee_id]
 
     def _verified(self, employee_id: str) -> tuple[Employee, Account]:

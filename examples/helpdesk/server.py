@@ -21,8 +21,9 @@ from mcp.types import ToolAnnotations
 READ = ToolAnnotations(read_only_hint=True)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
 
-server = MCPServer("northwind-helpdesk", instructions="IT help desk tools: employees, accounts, groups, tickets.",
-                   log_level="WARNING")
+server = MCPServer(
+    "northwind-helpdesk", instructions="IT help desk tools: employees, accounts, groups, tickets.", log_level="WARNING"
+)
 state = {"desk": Desk()}
 
 
@@ -104,7 +105,9 @@ def reset_state() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio")
+    parser.add_argument(
+        "--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT instead of stdio"
+    )
     args = parser.parse_args()
     desk = state["desk"]
     where = f"http://127.0.0.1:{args.http}/mcp" if args.http else "stdio"

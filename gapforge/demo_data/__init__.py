@@ -25,6 +25,10 @@ def moved_shop_policy(path: str) -> str:
     p = Path(path)
     if p.parts[-2:] != OLD_SHOP_POLICY or p.exists():
         return path
-    warnings.warn(f"policy.local_path={path}: the shipped policy moved to {SHOP_POLICY_DIR} (gapforge.demo_data.SHOP_POLICY_DIR); "
-                  "reading it there — drop policy.local_path (the demo's default) or name the new directory", FutureWarning, stacklevel=3)
+    warnings.warn(
+        f"policy.local_path={path}: the shipped policy moved to {SHOP_POLICY_DIR} (gapforge.demo_data.SHOP_POLICY_DIR); "
+        "reading it there — drop policy.local_path (the demo's default) or name the new directory",
+        FutureWarning,
+        stacklevel=3,
+    )
     return str(SHOP_POLICY_DIR)

@@ -81,8 +81,9 @@ class RunStages:
             await self.routing.aclose()
         return done
 
-    async def evaluate(self, run_id: str, capabilities: list[str], *, env: str | None = None,
-                       tasks: list[str] | None = None) -> EvaluationDone:
+    async def evaluate(
+        self, run_id: str, capabilities: list[str], *, env: str | None = None, tasks: list[str] | None = None
+    ) -> EvaluationDone:
         return await evaluation.evaluate(self.sc, self.routing, run_id, capabilities, env=env, tasks=tasks)
 
     async def report(self, run_id: str, *, out: str | None = None) -> ReportDone:
@@ -92,7 +93,9 @@ class RunStages:
         await self.routing.aclose()
 
 
-def stage_context(cfg: GapforgeConfig, store: Any, progress: Progress | None = None, *, pool_size: int | None = None) -> StageContext:
+def stage_context(
+    cfg: GapforgeConfig, store: Any, progress: Progress | None = None, *, pool_size: int | None = None
+) -> StageContext:
     """One run's StageContext: one StageDeps (built from `cfg`) sharing the caller's store."""
     from gapforge.wiring import build_deps
 
@@ -101,8 +104,14 @@ def stage_context(cfg: GapforgeConfig, store: Any, progress: Progress | None = N
 
 
 @asynccontextmanager
-async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None = None,
-                      *, stages_cls: type[RunStages] = RunStages, pool_size: int | None = None) -> AsyncIterator[RunStages]:
+async def open_stages(
+    cfg: GapforgeConfig,
+    store: Any,
+    progress: Progress | None = None,
+    *,
+    stages_cls: type[RunStages] = RunStages,
+    pool_size: int | None = None,
+) -> AsyncIterator[RunStages]:
     """The real stage services of a run over one StageDeps sharing the caller's store (the caller closes the store;
     the deps close every policy and the sandbox pool they made). The graph's run and every standalone command
     (`gapforge analyze / synthesize / train / evaluate / report`) open them here and call the same methods."""
@@ -116,6 +125,8 @@ async def open_stages(cfg: GapforgeConfig, store: Any, progress: Progress | None
         finally:
             await deps.aclose_policies()
             await deps.aclose_pool()
-            close_checks = getattr(deps.sandbox_checks, "close", None)  # local readiness worker processes, if any started
+            close_checks = getattr(
+                deps.sandbox_checks, "close", None
+            )  # local readiness worker processes, if any started
             if close_checks is not None:
                 await asyncio.to_thread(close_checks)

@@ -34,7 +34,9 @@ class Analysis:
 
     def __init__(self, sc: StageContext) -> None:
         self.sc = sc
-        self.env: str | None = None  # the env whose analyst to use (default rollouts.env; `gapforge analyze`: the run's episodes')
+        self.env: str | None = (
+            None  # the env whose analyst to use (default rollouts.env; `gapforge analyze`: the run's episodes')
+        )
         self._model: Any = None
         self._counter: Any = None
 
@@ -44,7 +46,9 @@ class Analysis:
             from gapforge.agents.analysis.compact import make_token_counter
 
             cfg = self.sc.cfg
-            self._counter = make_token_counter(cfg.analysis.tokenizer, cfg.policy.local_path if cfg.policy.kind == "local" else None)
+            self._counter = make_token_counter(
+                cfg.analysis.tokenizer, cfg.policy.local_path if cfg.policy.kind == "local" else None
+            )
             self._model = analyst_model(cfg, self.env or cfg.rollouts.env)
         return self._model, self._counter
 
@@ -68,14 +72,24 @@ class Analysis:
         cost = Cost(0, 0, 0) if found.cached else Cost(found.calls, found.prompt_tokens, found.completion_tokens)
         return DiscoveryDone([c.name for c in found.capabilities], cost)
 
-    async def label_pass(self, run_id: str, pass_index: int, *, retry_failed: bool = False, on_progress: Any = None) -> Any:
+    async def label_pass(
+        self, run_id: str, pass_index: int, *, retry_failed: bool = False, on_progress: Any = None
+    ) -> Any:
         """One labeling pass (agents.analysis.labeling.label_pass); its data errors become StageFailed."""
         model, counter = self._models()
         from gapforge.agents.analysis.labeling import label_pass
 
         try:
-            return await label_pass(self.sc.store, model, run_id, pass_index, cfg=self.sc.cfg.analysis, counter=counter,
-                                    retry_failed=retry_failed, on_progress=on_progress)  # fmt: skip
+            return await label_pass(
+                self.sc.store,
+                model,
+                run_id,
+                pass_index,
+                cfg=self.sc.cfg.analysis,
+                counter=counter,
+                retry_failed=retry_failed,
+                on_progress=on_progress,
+            )
         except data_errors() as e:
             raise StageFailed(str(e).splitlines()[0]) from None
 
@@ -85,7 +99,9 @@ class Analysis:
                 self.sc.progress("label", f"pass {pass_index}: {done}/{total} episodes")
 
         res = await self.label_pass(run_id, pass_index, on_progress=progress)
-        return LabelPassDone(pass_index, res.labeled, res.failed, Cost(res.calls, res.prompt_tokens, res.completion_tokens))
+        return LabelPassDone(
+            pass_index, res.labeled, res.failed, Cost(res.calls, res.prompt_tokens, res.completion_tokens)
+        )
 
     async def selection(self, run_id: str) -> Any:
         """The statistics and the retained capabilities (agents.analysis.selection.select)."""
@@ -96,6 +112,14 @@ class Analysis:
 
     async def select(self, run_id: str) -> SelectionDone:
         sel = await self.selection(run_id)
-        stats = {s.capability: CapabilityStats(s.gap, s.coverage, s.kept_passes, s.retained,
-                                                 s.verdict if s.verdict in ("deferred", "excluded") else None) for s in sel.statistics}
+        stats = {
+            s.capability: CapabilityStats(
+                s.gap,
+                s.coverage,
+                s.kept_passes,
+                s.retained,
+                s.verdict if s.verdict in ("deferred", "excluded") else None,
+            )
+            for s in sel.statistics
+        }
         return SelectionDone(list(sel.retained), stats)

@@ -53,7 +53,9 @@ def available_memory() -> int | None:
     return None
 
 
-JOB_BASE_BYTES = 2 << 30  # a training process's libraries, tokenizer, envs and sandboxes, measured ~1.9 GB RSS for the tiny policy
+JOB_BASE_BYTES = (
+    2 << 30
+)  # a training process's libraries, tokenizer, envs and sandboxes, measured ~1.9 GB RSS for the tiny policy
 WEIGHT_FACTOR = 6  # fp32 weights + activations + LoRA optimizer state, a multiple of the weight files' size
 
 
@@ -116,7 +118,9 @@ def rollout_workers(cfg: GapforgeConfig) -> tuple[int, int | None]:
         return 1, None
     if ex.local_rollout_workers is None and cuda_available():
         return 1, None
-    workers, threads = share_cores(ex.local_rollout_workers, WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path))
+    workers, threads = share_cores(
+        ex.local_rollout_workers, WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path)
+    )
     return workers, (threads if workers > 1 else None)
 
 
@@ -163,6 +167,8 @@ class StageContext:
         """The base model's weights on this machine: what training loads, and (policy.kind=endpoint) what vLLM serves."""
         path = self.cfg.policy.local_path
         if self.cfg.policy.kind not in ("local", "endpoint") or not path:
-            raise StageFailed("training, routing and evaluation need the base model's weights on this machine: set policy.local_path "
-                              "(with policy.kind=endpoint: the directory the vLLM server serves)")
+            raise StageFailed(
+                "training, routing and evaluation need the base model's weights on this machine: set policy.local_path "
+                "(with policy.kind=endpoint: the directory the vLLM server serves)"
+            )
         return path

@@ -40,33 +40,66 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
     plan = collect_plan(cfg, run_id, env_name, tasks, env_turns=env_turns)
     result = empty_result()
     played = progress_every(sc, "collect_rollouts", "episodes")
-    await play_collection(cfg, sc.store, plan, pol_cfg=cfg.policy, policy=sc.deps.base_policy, make_env=make_env, families=families,
-                          result=result, on_episode=lambda _ep: played(result.finished, result.planned),
-                          heartbeat=lambda line: sc.progress("collect_rollouts", line))
-    if warning := timeouts_warning(plan, result):  # the env's code did not answer in time: left out (not stored), the stage goes on
+    await play_collection(
+        cfg,
+        sc.store,
+        plan,
+        pol_cfg=cfg.policy,
+        policy=sc.deps.base_policy,
+        make_env=make_env,
+        families=families,
+        result=result,
+        on_episode=lambda _ep: played(result.finished, result.planned),
+        heartbeat=lambda line: sc.progress("collect_rollouts", line),
+    )
+    if warning := timeouts_warning(
+        plan, result
+    ):  # the env's code did not answer in time: left out (not stored), the stage goes on
         sc.progress("collect_rollouts", f"warning: {warning}")
-    if warning := env_errors_warning(result, f"gapforge run --resume {run_id}"):  # below the failure share: stored, the stage goes on
+    if warning := env_errors_warning(
+        result, f"gapforge run --resume {run_id}"
+    ):  # below the failure share: stored, the stage goes on
         sc.progress("collect_rollouts", f"warning: {warning}")
-    if stop := infra_stop(result, where="collect_rollouts: "):  # analysis over a partial sample would be biased (agents/infra.py)
+    if stop := infra_stop(
+        result, where="collect_rollouts: "
+    ):  # analysis over a partial sample would be biased (agents/infra.py)
         raise stop
     episodes = await asyncio.to_thread(sc.store.episodes, run_id, env_name)
-    return RolloutsDone(len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran))
+    return RolloutsDone(
+        len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran)
+    )
 
 
 # ---- the collection itself, shared by the graph's collect_rollouts and `gapforge rollouts collect` ----------------
 
 
-def collect_plan(cfg: GapforgeConfig, run_id: str, env_name: str, tasks: list[str], *, samples: int | None = None,
-                 temperature: float | None = None, pol_cfg: Any = None, env_turns: int | None = None) -> Any:
+def collect_plan(
+    cfg: GapforgeConfig,
+    run_id: str,
+    env_name: str,
+    tasks: list[str],
+    *,
+    samples: int | None = None,
+    temperature: float | None = None,
+    pol_cfg: Any = None,
+    env_turns: int | None = None,
+) -> Any:
     """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share; a
     resume plays the env's stored `env_error` episodes again (before the run's analysis starts)."""
     from gapforge.agents.rollouts import CollectPlan
 
-    return CollectPlan(run_id=run_id, env=env_name, tasks=tasks, samples=cfg.rollouts.samples if samples is None else samples,
-                       concurrency=cfg.rollouts.concurrency, max_turns=cfg.rollouts.max_turns, temperature=temperature,
-                       episode_timeout_s=episode_limit_s(cfg.rollouts, pol_cfg or cfg.policy, cfg.llm, env_turns),
-                       max_env_failure_share=cfg.rollouts.max_env_failure_share,
-                       replay_env_errors=True)
+    return CollectPlan(
+        run_id=run_id,
+        env=env_name,
+        tasks=tasks,
+        samples=cfg.rollouts.samples if samples is None else samples,
+        concurrency=cfg.rollouts.concurrency,
+        max_turns=cfg.rollouts.max_turns,
+        temperature=temperature,
+        episode_timeout_s=episode_limit_s(cfg.rollouts, pol_cfg or cfg.policy, cfg.llm, env_turns),
+        max_env_failure_share=cfg.rollouts.max_env_failure_share,
+        replay_env_errors=True,
+    )
 
 
 def env_turn_limit(probe: Any) -> int | None:
@@ -82,8 +115,19 @@ def empty_result() -> Any:
     return CollectResult(planned=0, skipped=0, ran=0)
 
 
-async def play_collection(cfg: GapforgeConfig, store: Any, plan: Any, *, pol_cfg: Any, policy: Any, make_env: Any, families: dict[str, str],
-                          result: Any, on_episode: Any = None, heartbeat: Callable[[str], None] | None = None) -> Any:
+async def play_collection(
+    cfg: GapforgeConfig,
+    store: Any,
+    plan: Any,
+    *,
+    pol_cfg: Any,
+    policy: Any,
+    make_env: Any,
+    families: dict[str, str],
+    result: Any,
+    on_episode: Any = None,
+    heartbeat: Callable[[str], None] | None = None,
+) -> Any:
     """Play `plan` and store every episode: here (executor.kind local, one process), on local worker processes or on Ray
     actors (`episode_player`, which builds the policy `pol_cfg` there); `policy()` makes it here only when needed.
     `heartbeat`, when given, gets `result.heartbeat(...)` every `rollouts.heartbeat_s` while episodes run."""
@@ -97,8 +141,16 @@ async def play_collection(cfg: GapforgeConfig, store: Any, plan: Any, *, pol_cfg
     beating = asyncio.create_task(beat()) if heartbeat is not None else None
     try:
         async with episode_player(cfg, pol_cfg, make_env) as player:  # None: played in this process
-            return await collect(plan, make_env=make_env, policy=policy() if player is None else None, sink=store, families=families,
-                                 on_episode=on_episode, result=result, player=player)
+            return await collect(
+                plan,
+                make_env=make_env,
+                policy=policy() if player is None else None,
+                sink=store,
+                families=families,
+                on_episode=on_episode,
+                result=result,
+                player=player,
+            )
     finally:
         if beating is not None:
             beating.cancel()
@@ -108,9 +160,11 @@ def timeouts_warning(plan: Any, result: Any) -> str | None:
     """The line for episodes past the plan's time limit in the env's code (left out, not stored), or None."""
     if not result.timeouts:
         return None
-    return (f"{len(result.timeouts)} episode(s) did not finish within the episode time limit of {plan.episode_timeout_s:g} s "
-            "(rollouts.episode_timeout_s) "
-            f"and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})")
+    return (
+        f"{len(result.timeouts)} episode(s) did not finish within the episode time limit of {plan.episode_timeout_s:g} s "
+        "(rollouts.episode_timeout_s) "
+        f"and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})"
+    )
 
 
 def env_errors_warning(result: Any, resume: str) -> str | None:
@@ -119,9 +173,13 @@ def env_errors_warning(result: Any, resume: str) -> str | None:
     if not result.env_errors:
         return None
     first = result.first_env_error
-    detail = f"; first: {first.task_id}#{first.sample}: {first.error.splitlines()[0][:300]}" if first is not None else ""
-    return (f"{result.env_errors} of {result.planned} episodes ended in env_error (the env's own code raised; they are not the "
-            f"model's failures){detail}: fix the env, then `{resume}` plays them again")
+    detail = (
+        f"; first: {first.task_id}#{first.sample}: {first.error.splitlines()[0][:300]}" if first is not None else ""
+    )
+    return (
+        f"{result.env_errors} of {result.planned} episodes ended in env_error (the env's own code raised; they are not the "
+        f"model's failures){detail}: fix the env, then `{resume}` plays them again"
+    )
 
 
 def infra_stop(result: Any, *, where: str = "", resume: str | None = None) -> Any:
@@ -132,8 +190,11 @@ def infra_stop(result: Any, *, where: str = "", resume: str | None = None) -> An
         return None
     counts = ", ".join(f"{k}={v}" for k, v in result.infra_counts().most_common())
     last = result.infra_failures[-1].error.splitlines()[0] if result.infra_failures[-1].error else "no detail"
-    return IncompleteStage(f"{where}{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures "
-                           f"({counts}; last: {last}) and were not stored; {result.ran} stored", resume=resume)
+    return IncompleteStage(
+        f"{where}{len(result.infra_failures)} of {result.planned} episodes ended in infrastructure failures "
+        f"({counts}; last: {last}) and were not stored; {result.ran} stored",
+        resume=resume,
+    )
 
 
 def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):
@@ -154,7 +215,9 @@ def target_record(probe: Any, spec: str) -> TargetFingerprint:
     return fingerprint(probe, spec, user_class=not is_builtin(spec))
 
 
-def check_run_target(store: Any, run_id: str, now: TargetFingerprint, *, allow_change: bool, record: bool = True) -> list[str]:
+def check_run_target(
+    store: Any, run_id: str, now: TargetFingerprint, *, allow_change: bool, record: bool = True
+) -> list[str]:
     """Record `now` as the run's target, or check it against the one recorded: changed tools or tasks raise EnvError
     (one line) unless `allow_change`; returns warnings (a changed source, an allowed change). What was recorded
     before a change stays in the run's `target_history`. `record=False`: check only (a caller not yet holding the
@@ -168,12 +231,19 @@ def check_run_target(store: Any, run_id: str, now: TargetFingerprint, *, allow_c
         return []
     refusal, warnings = compare(stored, now)
     if refusal and not allow_change:
-        raise EnvError(f"run {run_id}: env '{now.spec}' is not the env it collected: {refusal}; its stored episodes would mix two envs: "
-                       "start a new run, or pass --allow-env-change to go on anyway")
+        raise EnvError(
+            f"run {run_id}: env '{now.spec}' is not the env it collected: {refusal}; its stored episodes would mix two envs: "
+            "start a new run, or pass --allow-env-change to go on anyway"
+        )
     if refusal:
-        warnings.insert(0, f"env '{now.spec}': {refusal}; going on as --allow-env-change asks (the old record is kept in the run's target_history)")
+        warnings.insert(
+            0,
+            f"env '{now.spec}': {refusal}; going on as --allow-env-change asks (the old record is kept in the run's target_history)",
+        )
     if record and stored != now.model_dump():
-        store.set_run_target(run_id, now.model_dump(), replaced_because=refusal or "; ".join(warnings) or "recorded again")
+        store.set_run_target(
+            run_id, now.model_dump(), replaced_because=refusal or "; ".join(warnings) or "recorded again"
+        )
     return warnings
 
 

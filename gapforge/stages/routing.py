@@ -35,7 +35,9 @@ class Routing:
     def __init__(self, sc: StageContext) -> None:
         self.sc = sc
         self._routed: tuple[Any, Any, Any] | None = None  # (artifacts, backend, router)
-        self.baseline_adapter: str | None = None  # a GRPO-on-target adapter dir given by hand (gapforge evaluate --baseline-adapter)
+        self.baseline_adapter: str | None = (
+            None  # a GRPO-on-target adapter dir given by hand (gapforge evaluate --baseline-adapter)
+        )
         self.source = ""  # where the last router came from: "stored" | "built" | "built (stored now)"
 
     def routed(self, run_id: str, *, baseline: bool = True, keep: bool = True) -> tuple[Any, Any, Any]:
@@ -46,7 +48,12 @@ class Routing:
 
             cfg = self.sc.cfg
             base = self.sc.base_dir()
-            artifacts = run_artifacts(self.sc.store, run_id, max_example_chars=cfg.routing.max_example_chars, workspace=self.sc.deps.workspace.root)
+            artifacts = run_artifacts(
+                self.sc.store,
+                run_id,
+                max_example_chars=cfg.routing.max_example_chars,
+                workspace=self.sc.deps.workspace.root,
+            )
             for name, problem in artifacts.damaged.items():  # never routed to, evaluated or served without saying so
                 self.sc.progress("build_router", f"warning: adapter {name} left out: {problem}")
             extra = self._baseline(run_id) if baseline else {}
@@ -55,11 +62,21 @@ class Routing:
                 backend = self._vllm_backend({**artifacts.adapter_paths, **extra})
                 routing = self._endpoint_routing()
             else:
-                backend = load_backend(base, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
+                backend = load_backend(
+                    base, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed
+                )
             artifacts, data = self._router_data(run_id, artifacts, routing, backend, keep=keep)
             key = cfg.policy.endpoint.api_key
-            router = build_router(artifacts, routing=routing, backend=backend, tokenizer_path=base, openings=data.openings, gate=data.gate,
-                                  encoder=data.encoder, api_key=key.get_secret_value() if key else None)  # fmt: skip
+            router = build_router(
+                artifacts,
+                routing=routing,
+                backend=backend,
+                tokenizer_path=base,
+                openings=data.openings,
+                gate=data.gate,
+                encoder=data.encoder,
+                api_key=key.get_secret_value() if key else None,
+            )
             self._routed = (artifacts, backend, router)
         return self._routed
 
@@ -75,7 +92,9 @@ class Routing:
             return {}
         return {GRPO_TARGET: adapter_location(row.path, run_id, self.sc.deps.workspace.root)}
 
-    def _router_data(self, run_id: str, artifacts: Any, routing: Any, backend: Any, *, keep: bool) -> tuple[Any, RouterData]:
+    def _router_data(
+        self, run_id: str, artifacts: Any, routing: Any, backend: Any, *, keep: bool
+    ) -> tuple[Any, RouterData]:
         """(artifacts with the router's options, its data): the stored router's when it was built over these adapters and
         has what routing.backend needs (openings; gate: the trained gate), else built now (openings: in the sandbox, unless
         the stored router over these adapters has them; gate: trained on them and the analysis split's labels) and stored
@@ -91,18 +110,26 @@ class Routing:
             return dataclasses.replace(artifacts, capabilities=record.options()), RouterData(record.openings, gate)
         openings, seeds, gate, encoder = None, list(range(self.sc.cfg.training.train_seeds)), None, None
         if kind in ("openings", "gate"):
-            if same and record.openings is not None:  # the synthetic envs' openings are data: no sandbox needed for them again
+            if (
+                same and record.openings is not None
+            ):  # the synthetic envs' openings are data: no sandbox needed for them again
                 openings, seeds = record.openings, list(record.seeds)
             else:
                 openings = self._openings(run_id, artifacts, seeds)
         if kind == "gate" and artifacts.capabilities:  # no trained adapter: nothing to route to, no gate
             gate, encoder = self._train_gate(run_id, artifacts, routing, backend, openings, seeds)
         if keep:
-            save_router(store, run_id, router_record(artifacts, backend=kind, openings=openings, seeds=seeds if openings else [], gate=gate))
+            save_router(
+                store,
+                run_id,
+                router_record(artifacts, backend=kind, openings=openings, seeds=seeds if openings else [], gate=gate),
+            )
         self.source = "built (stored now)" if keep else "built"
         return artifacts, RouterData(openings, gate.state if gate else None, encoder)
 
-    def _train_gate(self, run_id: str, artifacts: Any, routing: Any, backend: Any, openings: dict[str, list[str]], seeds: list[int]) -> tuple[Any, Any]:
+    def _train_gate(
+        self, run_id: str, artifacts: Any, routing: Any, backend: Any, openings: dict[str, list[str]], seeds: list[int]
+    ) -> tuple[Any, Any]:
         """The gate (evaluation.gate) on the synthetic envs' training openings and the analysis split's labelled tasks; a policy
         served by vLLM is read through a local copy of its base (policy.local_path)."""
         from gapforge.evaluation.gate import gate_encoder, gate_examples, train_gate
@@ -110,12 +137,26 @@ class Routing:
         caps = [c["name"] for c in artifacts.capabilities]
         local = all(hasattr(backend, a) for a in ("model", "tokenizer", "base_context"))
         if not local:
-            self.sc.progress("build_router", f"gate: hidden states from a local copy of the base ({self.sc.base_dir()}); the served policy is not asked")
+            self.sc.progress(
+                "build_router",
+                f"gate: hidden states from a local copy of the base ({self.sc.base_dir()}); the served policy is not asked",
+            )
         encoder = gate_encoder(backend if local else None, self.sc.base_dir(), max_tokens=routing.gate_max_tokens)
-        examples, left = gate_examples(self.sc.store, run_id, caps, openings, seeds, required_passes=self.sc.cfg.analysis.required_passes, routing=routing)
+        examples, left = gate_examples(
+            self.sc.store,
+            run_id,
+            caps,
+            openings,
+            seeds,
+            required_passes=self.sc.cfg.analysis.required_passes,
+            routing=routing,
+        )
         gate = train_gate(encoder, examples, caps, routing, left_out=left)
         acc = gate.heldout.accuracy
-        self.sc.progress("build_router", f"gate: {len(examples)} examples, held-out accuracy {'–' if acc is None else f'{acc:.0%}'} on {gate.heldout.n}")
+        self.sc.progress(
+            "build_router",
+            f"gate: {len(examples)} examples, held-out accuracy {'–' if acc is None else f'{acc:.0%}'} on {gate.heldout.n}",
+        )
         return gate, encoder
 
     async def aclose(self) -> None:
@@ -145,8 +186,15 @@ class Routing:
         from gapforge.serving.vllm_backend import VLLMBackend
 
         ep = self.sc.cfg.policy.endpoint
-        backend = VLLMBackend(ep.base_url or "http://localhost:8000/v1", ep.model, adapters, api_key=ep.api_key.get_secret_value() if ep.api_key else None,
-                              timeout_s=ep.timeout_s, max_retries=ep.max_retries, max_new_tokens=self.sc.cfg.policy.max_new_tokens)  # fmt: skip
+        backend = VLLMBackend(
+            ep.base_url or "http://localhost:8000/v1",
+            ep.model,
+            adapters,
+            api_key=ep.api_key.get_secret_value() if ep.api_key else None,
+            timeout_s=ep.timeout_s,
+            max_retries=ep.max_retries,
+            max_new_tokens=self.sc.cfg.policy.max_new_tokens,
+        )
         asyncio.run(backend.ensure_registered())  # (called in a worker thread: no running loop here)
         return backend
 
@@ -154,11 +202,15 @@ class Routing:
         """Routing for a served policy: the same vLLM server's completions (routing.vllm_* default to the policy endpoint)."""
         routing = self.sc.cfg.routing
         if routing.backend == "transformers":
-            raise StageFailed("routing.backend=transformers needs the policy in this process: with policy.kind=endpoint set routing.backend=vllm")
+            raise StageFailed(
+                "routing.backend=transformers needs the policy in this process: with policy.kind=endpoint set routing.backend=vllm"
+            )
         if routing.backend != "vllm":
             return routing
         ep = self.sc.cfg.policy.endpoint
-        return routing.model_copy(update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model})
+        return routing.model_copy(
+            update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model}
+        )
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         """The router over the trained adapters (its data stored with the run), and its accuracy on held-out synthetic
@@ -170,4 +222,7 @@ class Routing:
         seeds = self.sc.cfg.training.heldout_seed_list()[: self.sc.cfg.evaluation.routing_seeds]
         cases = await asyncio.to_thread(routing_cases, self._synthetic(run_id, artifacts), seeds)
         acc = await asyncio.to_thread(measure_router, router, cases, store=self.sc.store, run_id=run_id)
-        return RouterDone([c["name"] for c in artifacts.capabilities], {"accuracy": acc.accuracy, "cases": acc.cases, "abstained": acc.abstained})
+        return RouterDone(
+            [c["name"] for c in artifacts.capabilities],
+            {"accuracy": acc.accuracy, "cases": acc.cases, "abstained": acc.abstained},
+        )

@@ -60,4 +60,6 @@ async def synthesize_capability(sc: StageContext, run_id: str, capability: str) 
     before = await asyncio.to_thread(service.decided_attempts, sc.store, run_id, capability)
     row = await repair(Steps(sc), run_id, capability, max_attempts=sc.deps.synthesis.max_attempts)
     error = row.get("error") if row.get("status") in ("failed", "unavailable") else None
-    return await asyncio.to_thread(service.synthesis_result, sc.deps, run_id, capability, decided_before=before, error=error)
+    return await asyncio.to_thread(
+        service.synthesis_result, sc.deps, run_id, capability, decided_before=before, error=error
+    )

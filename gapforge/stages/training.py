@@ -19,8 +19,11 @@ def _step_line(sc: StageContext):
     def on_event(name: str, event: dict[str, Any]) -> None:
         """One progress line per GRPO step of a training process (its JSON step events)."""
         if event.get("event") == "step":
-            sc.progress(f"train {name}", f"step {event.get('step')}/{event.get('max_steps')} reward {event.get('reward', 0):.3f} "
-                                         f"informative {event.get('informative_share', 0):.2f}")
+            sc.progress(
+                f"train {name}",
+                f"step {event.get('step')}/{event.get('max_steps')} reward {event.get('reward', 0):.3f} "
+                f"informative {event.get('informative_share', 0):.2f}",
+            )
 
     return on_event
 
@@ -36,7 +39,9 @@ async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
             update["threads_file"] = str(spec_dir / f"{job.name}.threads")
             lend = sc.driver_cores.lend(threads, Path(update["threads_file"]))
         job = job.model_copy(update=update)
-    async with sc.train_gate:  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
+    async with (
+        sc.train_gate
+    ):  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
         with lend:
             (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], spec_dir, _step_line(sc))
     return outcome
@@ -63,22 +68,49 @@ async def train(sc: StageContext, run_id: str, capability: str, *, module: str |
     from gapforge.training.service import TrainJob
 
     cfg, ws = sc.cfg, sc.deps.workspace
-    path = Path(module).resolve() if module else accepted_module(sc, run_id, capability)  # (a file check: no thread, no await)
+    path = (
+        Path(module).resolve() if module else accepted_module(sc, run_id, capability)
+    )  # (a file check: no thread, no await)
     out = ws.adapter_dir(run_id, capability)
     env = EnvSpec(kind="sandbox", module=str(path), sandbox=cfg.sandbox.model_dump(mode="json"))
-    job = TrainJob(name=capability, capability=capability, base_model=sc.base_dir(), env=env, config=cfg.training,
-                   out_dir=str(out), store_url=cfg.store_url, run_id=run_id)  # fmt: skip
+    job = TrainJob(
+        name=capability,
+        capability=capability,
+        base_model=sc.base_dir(),
+        env=env,
+        config=cfg.training,
+        out_dir=str(out),
+        store_url=cfg.store_url,
+        run_id=run_id,
+    )
     sc.progress(f"train {capability}", f"GRPO in its own process (log: {out}/steps.jsonl)")
     outcome = await _run_job(sc, run_id, job)
     res = outcome.result
     if res is None or res.status != "done":
         return TrainingDone(capability, None, False, error=outcome.error or "training failed")
-    return TrainingDone(capability, capability, True, res.heldout_before, res.heldout_after, kept_step=res.best_step,
-                        cost=Cost(policy_rollouts=res.steps * cfg.training.rollouts_per_step))  # fmt: skip
+    return TrainingDone(
+        capability,
+        capability,
+        True,
+        res.heldout_before,
+        res.heldout_after,
+        kept_step=res.best_step,
+        cost=Cost(policy_rollouts=res.steps * cfg.training.rollouts_per_step),
+    )
 
 
-def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_dir: str, run_id: str | None, name: str | None = None,
-                 scale: float = 1.0, learning_rate: float | None = None) -> Any:
+def baseline_job(
+    cfg: Any,
+    split: Any,
+    *,
+    n_adapters: int,
+    base_model: str,
+    out_dir: str,
+    run_id: str | None,
+    name: str | None = None,
+    scale: float = 1.0,
+    learning_rate: float | None = None,
+) -> Any:
     """The GRPO-on-target job: one LoRA adapter with the adapters' GRPO/LoRA settings, on the analysis split's tasks (a
     quarter held back for its own selection, never the evaluation's tasks), for `scale` x the training rollouts of
     all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
@@ -90,13 +122,29 @@ def baseline_job(cfg: Any, split: Any, *, n_adapters: int, base_model: str, out_
 
     train_tasks, held = baseline_tasks(split.analysis_tasks)
     tcfg = baseline_settings(cfg, len(held), n_adapters, scale=scale, learning_rate=learning_rate)
-    from gapforge.wiring import user_simulator_endpoint  # llm.endpoint, or the served policy (rollouts.user_endpoint=policy)
+    from gapforge.wiring import (
+        user_simulator_endpoint,
+    )  # llm.endpoint, or the served policy (rollouts.user_endpoint=policy)
 
     user_endpoint = user_simulator_endpoint(cfg).model_dump(mode="json") if cfg.rollouts.user == "llm" else None
-    env = EnvSpec(kind="target", target=split.env, train_tasks=train_tasks, heldout_tasks=held, user=cfg.rollouts.user,
-                  user_endpoint=user_endpoint)
-    return TrainJob(name=name or GRPO_TARGET, capability=None, base_model=base_model, env=env, config=tcfg, out_dir=out_dir,
-                    store_url=cfg.store_url, run_id=run_id)
+    env = EnvSpec(
+        kind="target",
+        target=split.env,
+        train_tasks=train_tasks,
+        heldout_tasks=held,
+        user=cfg.rollouts.user,
+        user_endpoint=user_endpoint,
+    )
+    return TrainJob(
+        name=name or GRPO_TARGET,
+        capability=None,
+        base_model=base_model,
+        env=env,
+        config=tcfg,
+        out_dir=out_dir,
+        store_url=cfg.store_url,
+        run_id=run_id,
+    )
 
 
 async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
@@ -118,11 +166,20 @@ async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
     split = await asyncio.to_thread(store.get_split, run_id)
     if split is None:
         raise StageFailed("no task split stored with the run (the analysis stores it)")
-    job = baseline_job(cfg, split, n_adapters=len(trained), base_model=sc.base_dir(), run_id=run_id,
-                       out_dir=str(sc.deps.workspace.adapter_dir(run_id, GRPO_TARGET)))
+    job = baseline_job(
+        cfg,
+        split,
+        n_adapters=len(trained),
+        base_model=sc.base_dir(),
+        run_id=run_id,
+        out_dir=str(sc.deps.workspace.adapter_dir(run_id, GRPO_TARGET)),
+    )
     tcfg = job.config
-    sc.progress("train_baseline", f"GRPO on the target's tasks ({tcfg.max_steps} steps x {tcfg.rollouts_per_step} rollouts: "
-                                  f"the budget of {len(trained)} adapter{'s' if len(trained) > 1 else ''})")
+    sc.progress(
+        "train_baseline",
+        f"GRPO on the target's tasks ({tcfg.max_steps} steps x {tcfg.rollouts_per_step} rollouts: "
+        f"the budget of {len(trained)} adapter{'s' if len(trained) > 1 else ''})",
+    )
     outcome = await _run_job(sc, run_id, job)
     res = outcome.result
     if res is None or res.status != "done":

@@ -8,4 +8,13 @@ from gapforge.sandbox.checks.report import CheckResult, ValidationReport
 from gapforge.sandbox.checks.runner import CHECKS, avalidate_env, validate_env
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 
-__all__ = ["CHECKS", "CheckResult", "GRPOReadinessConfig", "SelfTestThresholds", "SplitTexts", "ValidationReport", "avalidate_env", "validate_env"]
+__all__ = [
+    "CHECKS",
+    "CheckResult",
+    "GRPOReadinessConfig",
+    "SelfTestThresholds",
+    "SplitTexts",
+    "ValidationReport",
+    "avalidate_env",
+    "validate_env",
+]

@@ -58,7 +58,9 @@ def play_random(probe: Probe, seed: int, tools: dict[str, dict[str, Any]], calls
     return probe.guard("score", seed, env.score).reward
 
 
-def check_not_trivial(probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | None, th: SelfTestThresholds) -> CheckResult:
+def check_not_trivial(
+    probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | None, th: SelfTestThresholds
+) -> CheckResult:
     usable = usable_tools(tools)
     nothing: dict[int, float] = {}
     rand: dict[int, float] = {}
@@ -71,14 +73,22 @@ def check_not_trivial(probe: Probe, seeds: list[int], tools: list[dict[str, Any]
     except EnvFault as fault:
         return CheckResult.fail("not_trivial", fault.describe(), **fault.evidence())
     evidence = {"do_nothing": _stats(nothing), "random_tool": _stats(rand), "threshold": th.trivial_mean}
-    bad = [(label, stats) for label, stats in (("do-nothing", evidence["do_nothing"]), ("random-tool", evidence["random_tool"]))
-           if stats["mean"] >= th.trivial_mean]
+    bad = [
+        (label, stats)
+        for label, stats in (("do-nothing", evidence["do_nothing"]), ("random-tool", evidence["random_tool"]))
+        if stats["mean"] >= th.trivial_mean
+    ]
     if bad:
-        text = "; ".join(f"a {label} policy scores mean {s['mean']} (>= {th.trivial_mean}), e.g. seed {s['best_seed']} -> {s['max']}" for label, s in bad)
+        text = "; ".join(
+            f"a {label} policy scores mean {s['mean']} (>= {th.trivial_mean}), e.g. seed {s['best_seed']} -> {s['max']}"
+            for label, s in bad
+        )
         return CheckResult.fail("not_trivial", text, **evidence)
     return CheckResult.ok(
-        "not_trivial", f"do-nothing mean {evidence['do_nothing']['mean']}, random-tool mean {evidence['random_tool']['mean']} "
-        f"(< {th.trivial_mean})", **evidence,
+        "not_trivial",
+        f"do-nothing mean {evidence['do_nothing']['mean']}, random-tool mean {evidence['random_tool']['mean']} "
+        f"(< {th.trivial_mean})",
+        **evidence,
     )
 
 
@@ -87,7 +97,9 @@ def _stats(rewards: dict[int, float]) -> dict[str, Any]:
     return {"mean": round(mean(rewards.values()), 4), "max": round(rewards[best], 4), "best_seed": best}
 
 
-def corruption_plan(actions: list[dict[str, Any]], seed: int, tools: dict[str, dict[str, Any]]) -> list[tuple[int, dict[str, Any] | None]]:
+def corruption_plan(
+    actions: list[dict[str, Any]], seed: int, tools: dict[str, dict[str, Any]]
+) -> list[tuple[int, dict[str, Any] | None]]:
     """A seeded order of (action index, replacement or None = drop); level k corrupts the first k."""
     rng = random.Random(f"graded:{seed}")
     words = sorted({v for a in actions for v in (a.get("arguments") or {}).values() if isinstance(v, str)})
@@ -96,7 +108,9 @@ def corruption_plan(actions: list[dict[str, Any]], seed: int, tools: dict[str, d
     return [(i, None if rng.random() < 0.5 else _alter(actions[i], rng, tools, words)) for i in order]
 
 
-def _alter(action: dict[str, Any], rng: random.Random, tools: dict[str, dict[str, Any]], words: list[str]) -> dict[str, Any] | None:
+def _alter(
+    action: dict[str, Any], rng: random.Random, tools: dict[str, dict[str, Any]], words: list[str]
+) -> dict[str, Any] | None:
     if "say" in action:
         return {"say": DO_NOTHING}
     args = dict(action.get("arguments") or {})
@@ -118,12 +132,16 @@ def _alter(action: dict[str, Any], rng: random.Random, tools: dict[str, dict[str
     return {"tool": action["tool"], "arguments": args}
 
 
-def corrupt(actions: list[dict[str, Any]], plan: list[tuple[int, dict[str, Any] | None]], k: int) -> list[dict[str, Any]]:
+def corrupt(
+    actions: list[dict[str, Any]], plan: list[tuple[int, dict[str, Any] | None]], k: int
+) -> list[dict[str, Any]]:
     changed = dict(plan[:k])
     return [changed.get(i, a) for i, a in enumerate(actions) if i not in changed or changed[i] is not None]
 
 
-def check_graded(probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | None, th: SelfTestThresholds) -> CheckResult:
+def check_graded(
+    probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | None, th: SelfTestThresholds
+) -> CheckResult:
     usable = usable_tools(tools)
     chosen = seeds[: th.graded_seeds]
     levels: dict[float, list[float]] = {0.0: []}
@@ -141,15 +159,29 @@ def check_graded(probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | N
     distinct = sorted({round(r, 2) for rs in levels.values() for r in rs})
     steps = list(means.items())
     rises = [(a, b) for (a, ma), (b, mb) in pairwise(steps) if mb > ma + th.graded_tolerance]
-    evidence = {"mean_by_corrupted_fraction": {str(f): m for f, m in means.items()}, "distinct_rewards": distinct[:20], "seeds": chosen}
+    evidence = {
+        "mean_by_corrupted_fraction": {str(f): m for f, m in means.items()},
+        "distinct_rewards": distinct[:20],
+        "seeds": chosen,
+    }
     problems = []
     if rises:
         a, b = rises[0]
-        problems.append(f"corrupting {b:.0%} of the reference actions scores higher ({means[b]}) than {a:.0%} ({means[a]})")
+        problems.append(
+            f"corrupting {b:.0%} of the reference actions scores higher ({means[b]}) than {a:.0%} ({means[a]})"
+        )
     if steps[-1][1] > steps[0][1] - th.graded_min_drop:
-        problems.append(f"fully corrupted solutions score {steps[-1][1]}, not {th.graded_min_drop} below the reference ({steps[0][1]})")
+        problems.append(
+            f"fully corrupted solutions score {steps[-1][1]}, not {th.graded_min_drop} below the reference ({steps[0][1]})"
+        )
     if len(distinct) < th.graded_min_levels:
-        problems.append(f"only {len(distinct)} distinct reward value(s) {distinct} (need >= {th.graded_min_levels}: partial credit)")
+        problems.append(
+            f"only {len(distinct)} distinct reward value(s) {distinct} (need >= {th.graded_min_levels}: partial credit)"
+        )
     if problems:
         return CheckResult.fail("graded", "; ".join(problems), **evidence)
-    return CheckResult.ok("graded", f"mean reward by corrupted share {evidence['mean_by_corrupted_fraction']}, {len(distinct)} reward levels", **evidence)
+    return CheckResult.ok(
+        "graded",
+        f"mean reward by corrupted share {evidence['mean_by_corrupted_fraction']}, {len(distinct)} reward levels",
+        **evidence,
+    )

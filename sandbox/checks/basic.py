@@ -18,9 +18,15 @@ def check_loads(probe: Probe) -> tuple[CheckResult, list[dict[str, Any]] | None]
     except EnvFault as fault:
         return CheckResult.fail("loads", f"the env did not load: {fault.describe()}", **fault.evidence()), None
     problems = schema_problems(tools)
-    names = [t["function"]["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)] if isinstance(tools, list) else []
+    names = (
+        [t["function"]["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        if isinstance(tools, list)
+        else []
+    )
     if problems:
-        return CheckResult.fail("loads", f"{len(problems)} tool schema problem(s): {problems[0]}", problems=problems, tools=names), tools
+        return CheckResult.fail(
+            "loads", f"{len(problems)} tool schema problem(s): {problems[0]}", problems=problems, tools=names
+        ), tools
     return CheckResult.ok("loads", f"{len(tools)} valid tool schemas: {', '.join(names)}", tools=names), tools
 
 
@@ -45,7 +51,12 @@ def check_fidelity(
             problems.append(f"tool '{name}': results are {dict(seen)}, target returns {want}")
     evidence = {"shared_tools": shared, "result_formats": {k: dict(v) for k, v in formats.items() if k in shared}}
     if problems:
-        return CheckResult.fail("fidelity", f"{len(problems)} mismatch(es) with the target's tools: {problems[0]}", problems=problems, **evidence)
+        return CheckResult.fail(
+            "fidelity",
+            f"{len(problems)} mismatch(es) with the target's tools: {problems[0]}",
+            problems=problems,
+            **evidence,
+        )
     if not shared:
         return CheckResult.ok("fidelity", "no tool name shared with the target env (nothing to compare)", **evidence)
     return CheckResult.ok("fidelity", f"{len(shared)} shared tool(s) match the target: {', '.join(shared)}", **evidence)

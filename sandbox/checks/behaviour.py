@@ -19,10 +19,18 @@ def first_difference(a: ReplayedEpisode, b: ReplayedEpisode) -> dict[str, Any] |
     (ia, sa, ra), (ib, sb, rb) = a.fingerprint(), b.fingerprint()
     if ia != ib:
         i = next((k for k, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
-        return {"where": f"initial message {i}", "first": _short(ia[i] if i < len(ia) else None), "second": _short(ib[i] if i < len(ib) else None)}
+        return {
+            "where": f"initial message {i}",
+            "first": _short(ia[i] if i < len(ia) else None),
+            "second": _short(ib[i] if i < len(ib) else None),
+        }
     if sa != sb:
         i = next((k for k, (x, y) in enumerate(zip(sa, sb)) if x != y), min(len(sa), len(sb)))
-        return {"where": f"answer to action {i}", "first": _short(sa[i] if i < len(sa) else None), "second": _short(sb[i] if i < len(sb) else None)}
+        return {
+            "where": f"answer to action {i}",
+            "first": _short(sa[i] if i < len(sa) else None),
+            "second": _short(sb[i] if i < len(sb) else None),
+        }
     if ra != rb:
         return {"where": "score", "first": _short(ra), "second": _short(rb)}
     return None
@@ -46,12 +54,20 @@ def check_deterministic(probe: Probe, seeds: list[int], th: SelfTestThresholds) 
             actions = probe.solution(seed, env)
             if canonical(actions) != canonical(probe.reference_actions(seed)):
                 return CheckResult.fail(
-                    "deterministic", f"solution({seed}) returned different actions on a second call", seed=seed,
-                    first=_short(probe.reference_actions(seed)), second=_short(actions),
+                    "deterministic",
+                    f"solution({seed}) returned different actions on a second call",
+                    seed=seed,
+                    first=_short(probe.reference_actions(seed)),
+                    second=_short(actions),
                 )
             diff = first_difference(first[seed], probe.play(seed, actions, env))
             if diff:
-                return CheckResult.fail("deterministic", f"seed {seed}: replaying the same actions differs at {diff['where']}", seed=seed, **diff)
+                return CheckResult.fail(
+                    "deterministic",
+                    f"seed {seed}: replaying the same actions differs at {diff['where']}",
+                    seed=seed,
+                    **diff,
+                )
     except EnvFault as fault:
         return _fault("deterministic", fault)
     return CheckResult.ok("deterministic", f"{len(chosen)} seeds replayed identically in a fresh env", seeds=chosen)
@@ -70,14 +86,24 @@ def check_diverse(probe: Probe, seeds: list[int], th: SelfTestThresholds) -> Che
         return _fault("diverse", fault)
     share = len(groups) / len(seeds)
     duplicates = [g for g in groups.values() if len(g) > 1]
-    evidence = {"distinct": len(groups), "seeds": len(seeds), "share": round(share, 3), "same_scenario_seeds": duplicates[:5]}
+    evidence = {
+        "distinct": len(groups),
+        "seeds": len(seeds),
+        "share": round(share, 3),
+        "same_scenario_seeds": duplicates[:5],
+    }
     if share < th.diverse_share:
-        return CheckResult.fail("diverse", f"only {len(groups)} distinct scenarios over {len(seeds)} seeds ({share:.0%} < {th.diverse_share:.0%})", **evidence)
+        return CheckResult.fail(
+            "diverse",
+            f"only {len(groups)} distinct scenarios over {len(seeds)} seeds ({share:.0%} < {th.diverse_share:.0%})",
+            **evidence,
+        )
     return CheckResult.ok("diverse", f"{len(groups)}/{len(seeds)} distinct scenarios", **evidence)
 
 
 def _scenario_key(episode: ReplayedEpisode) -> str:
     """The reference episode without its call ids (the probe numbers them by seed)."""
+
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items() if k not in ("tool_call_id", "id")}
@@ -98,18 +124,29 @@ def check_solvable(probe: Probe, seeds: list[int], th: SelfTestThresholds) -> Ch
             rewards.append(episode.reward)
             if episode.reward < th.solved_reward:
                 assert episode.score is not None
-                unsolved.append({
-                    "seed": seed, "reward": round(episode.reward, 4), "components": episode.score.components,
-                    "actions": len(probe.reference_actions(seed)), "done_after_action": episode.done_after,
-                })
+                unsolved.append(
+                    {
+                        "seed": seed,
+                        "reward": round(episode.reward, 4),
+                        "components": episode.score.components,
+                        "actions": len(probe.reference_actions(seed)),
+                        "done_after_action": episode.done_after,
+                    }
+                )
     except EnvFault as fault:
         return _fault("solvable", fault)
     share = 1 - len(unsolved) / len(seeds)
-    evidence = {"solved_share": round(share, 3), "mean_reward": round(sum(rewards) / len(rewards), 4), "unsolved": unsolved[:5]}
+    evidence = {
+        "solved_share": round(share, 3),
+        "mean_reward": round(sum(rewards) / len(rewards), 4),
+        "unsolved": unsolved[:5],
+    }
     if share < th.solvable_share:
         worst = unsolved[0]
         return CheckResult.fail(
-            "solvable", f"reference solution solves {share:.0%} of seeds (< {th.solvable_share:.0%}); "
-            f"seed {worst['seed']} scored {worst['reward']}", **evidence,
+            "solvable",
+            f"reference solution solves {share:.0%} of seeds (< {th.solvable_share:.0%}); "
+            f"seed {worst['seed']} scored {worst['reward']}",
+            **evidence,
         )
     return CheckResult.ok("solvable", f"reference solution solves {share:.0%} of {len(seeds)} seeds", **evidence)

@@ -97,17 +97,27 @@ def _user_lines(probe: Probe, seeds: list[int], opening_seeds: int) -> list[tupl
     for seed in seeds:
         episode = probe.reference(seed)
         for i, step in enumerate(episode.steps):
-            lines += [(seed, f"user reply after action {i}", m.content or "") for m in step.messages if m.role == "user"]
+            lines += [
+                (seed, f"user reply after action {i}", m.content or "") for m in step.messages if m.role == "user"
+            ]
     return lines
 
 
-def check_contamination(probe: Probe, seeds: list[int], split: SplitTexts | None, th: SelfTestThresholds) -> CheckResult:
+def check_contamination(
+    probe: Probe, seeds: list[int], split: SplitTexts | None, th: SelfTestThresholds
+) -> CheckResult:
     if split is None:
-        return CheckResult.skip(NAME, "skipped: no split (give the run whose target split to guard: --episodes-from RUN)")
+        return CheckResult.skip(
+            NAME, "skipped: no split (give the run whose target split to guard: --episodes-from RUN)"
+        )
     held = heldout_only(split, th)
     if not held:
-        return CheckResult.ok(NAME, f"no held-out-only opening to compare: the {sum(map(len, split.heldout.values()))} held-out "
-                              "opening(s) are all shared with the analysis split or too short", heldout_only=0)
+        return CheckResult.ok(
+            NAME,
+            f"no held-out-only opening to compare: the {sum(map(len, split.heldout.values()))} held-out "
+            "opening(s) are all shared with the analysis split or too short",
+            heldout_only=0,
+        )
     try:
         lines = _user_lines(probe, seeds, th.contamination_seeds)
     except EnvFault as fault:
@@ -119,18 +129,38 @@ def check_contamination(probe: Probe, seeds: list[int], split: SplitTexts | None
             score = reproduces(said, held_words, th.contamination_overlap)
             if score is None:
                 continue
-            match = found.setdefault(key, {"seed": seed, "where": where, "said": text[:300], "heldout_tasks": tasks,
-                                           "heldout_text": key[:300], "overlap": score, "seeds": [], "lines": 0})
+            match = found.setdefault(
+                key,
+                {
+                    "seed": seed,
+                    "where": where,
+                    "said": text[:300],
+                    "heldout_tasks": tasks,
+                    "heldout_text": key[:300],
+                    "overlap": score,
+                    "seeds": [],
+                    "lines": 0,
+                },
+            )
             match["lines"] += 1
             if seed not in match["seeds"]:
                 match["seeds"].append(seed)
     matches = list(found.values())
-    evidence = {"heldout_only": len(held), "lines_compared": len(lines), "rule": f"contains, or word overlap >= {th.contamination_overlap}"}
+    evidence = {
+        "heldout_only": len(held),
+        "lines_compared": len(lines),
+        "rule": f"contains, or word overlap >= {th.contamination_overlap}",
+    }
     if matches:
         first = matches[0]
         return CheckResult.fail(
-            NAME, f"{len(matches)} held-out-only opening(s) of the target reproduced: seed {first['seed']}'s {first['where']} "
+            NAME,
+            f"{len(matches)} held-out-only opening(s) of the target reproduced: seed {first['seed']}'s {first['where']} "
             f"{first['said'][:120]!r} matches held-out task {', '.join(first['heldout_tasks'][:3])} (overlap {first['overlap']:.2f}); "
             "reword it in the words of the analysis split's episodes",
-            matches=matches[:MAX_MATCHES], **evidence)
-    return CheckResult.ok(NAME, f"none of {len(lines)} user line(s) reproduces any of {len(held)} held-out-only opening(s)", **evidence)
+            matches=matches[:MAX_MATCHES],
+            **evidence,
+        )
+    return CheckResult.ok(
+        NAME, f"none of {len(lines)} user line(s) reproduces any of {len(held)} held-out-only opening(s)", **evidence
+    )

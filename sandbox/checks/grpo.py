@@ -51,7 +51,9 @@ from gapforge.sandbox.errors import EnvCodeError, SandboxError, SandboxLost
 EpisodeRunner = Callable[[PolicyModel, ValidatedEnv, int, float], Awaitable[Any]]
 PERFECT = 0.99
 DROPPED = ("env_error", "timeout")  # terminations dropped from a group and counted, never graded
-INFRA_RETRIES = 1  # an episode the infrastructure ended is played again this many times (the client and sandbox retry first)
+INFRA_RETRIES = (
+    1  # an episode the infrastructure ended is played again this many times (the client and sandbox retry first)
+)
 
 
 def check_grpo_ready(
@@ -75,7 +77,9 @@ def check_grpo_ready(
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(acheck_grpo_ready(open_env, seeds, policy, run_episode, cfg, concurrency=concurrency, early_exit=early_exit))
+        return asyncio.run(
+            acheck_grpo_ready(open_env, seeds, policy, run_episode, cfg, concurrency=concurrency, early_exit=early_exit)
+        )
     raise RuntimeError("check_grpo_ready() called inside a running event loop: await acheck_grpo_ready() instead")
 
 
@@ -109,15 +113,21 @@ async def acheck_grpo_ready(
             try:
                 env = await asyncio.to_thread(open_env)
                 try:
-                    episode = await asyncio.wait_for(run_episode(policy, env, seed, cfg.temperature), cfg.episode_timeout_s)
+                    episode = await asyncio.wait_for(
+                        run_episode(policy, env, seed, cfg.temperature), cfg.episode_timeout_s
+                    )
                 except TimeoutError:
                     return "timeout"  # the runner was cancelled at the limit: dropped, counted
                 termination = getattr(episode, "termination", None)
                 cause = infra_cause(termination)
                 if cause is not None:  # the endpoint or the sandbox ended it: not the env's reward
-                    return InfrastructureFailure(cause, f"a readiness episode at seed {seed}: {str(getattr(episode, 'error', ''))[:300]}")
+                    return InfrastructureFailure(
+                        cause, f"a readiness episode at seed {seed}: {str(getattr(episode, 'error', ''))[:300]}"
+                    )
                 if termination == "env_error":
-                    faults.append({"seed": seed, "kind": "env_error", "error": str(getattr(episode, "error", ""))[:1500]})
+                    faults.append(
+                        {"seed": seed, "kind": "env_error", "error": str(getattr(episode, "error", ""))[:1500]}
+                    )
                 if termination in DROPPED:
                     return str(termination)
                 return float(getattr(episode, "reward", episode))
@@ -155,8 +165,11 @@ async def acheck_grpo_ready(
             flat = await asyncio.gather(*tasks[s])
             lost = [x for x in flat if isinstance(x, InfrastructureFailure)]
             if lost:  # never graded: the episodes in flight end (finally below), the stage stops
-                raise InfrastructureFailure(lost[-1].cause, f"{len(lost)} of {len(flat)} readiness episodes of a group past "
-                                            f"{INFRA_RETRIES} retry: {lost[-1].detail}")
+                raise InfrastructureFailure(
+                    lost[-1].cause,
+                    f"{len(lost)} of {len(flat)} readiness episodes of a group past "
+                    f"{INFRA_RETRIES} retry: {lost[-1].detail}",
+                )
             for x in flat:
                 if isinstance(x, str):
                     dropped[x] = dropped.get(x, 0) + 1
@@ -171,14 +184,19 @@ async def acheck_grpo_ready(
         await asyncio.gather(*(t for group in tasks.values() for t in group), return_exceptions=True)
     graded = [f for f in faults if f["seed"] in reached]  # a later group's faults were never graded
     if not groups and not graded:
-        raise InfrastructureFailure("sandbox", f"no readiness episode finished within grpo_readiness.episode_timeout_s="
-                                    f"{cfg.episode_timeout_s:g} s ({dropped.get('timeout', 0)} timed out)")
+        raise InfrastructureFailure(
+            "sandbox",
+            f"no readiness episode finished within grpo_readiness.episode_timeout_s="
+            f"{cfg.episode_timeout_s:g} s ({dropped.get('timeout', 0)} timed out)",
+        )
     result = _verdict(groups, graded, len(group_seeds), cfg, reached=len(reached))
     if dropped:
         result.evidence["dropped"] = dropped
     if retried[0]:
         result.evidence["infra_retried"] = retried[0]
-    if played[0] != result.evidence.get("rollouts"):  # ungraded episodes of later groups, replays: the cost, not the verdict
+    if played[0] != result.evidence.get(
+        "rollouts"
+    ):  # ungraded episodes of later groups, replays: the cost, not the verdict
         result.evidence["played"] = played[0]
     # what the rollout budget pays: every episode of the groups the verdict read, and every retry. Not the episodes of later
     # groups that were in flight when the check stopped early: how many had started depends on timing (a faster engine
@@ -188,7 +206,9 @@ async def acheck_grpo_ready(
 
 
 def _no_policy() -> CheckResult:
-    return CheckResult.skip("grpo_ready", "no policy configured (policy.kind endpoint|local): GRPO readiness not checked")
+    return CheckResult.skip(
+        "grpo_ready", "no policy configured (policy.kind endpoint|local): GRPO readiness not checked"
+    )
 
 
 def _close_quietly(env: ValidatedEnv) -> None:
@@ -198,20 +218,32 @@ def _close_quietly(env: ValidatedEnv) -> None:
         pass
 
 
-def _verdict(groups: dict[int, list[float]], faults: list[dict[str, Any]], planned: int, cfg: GRPOReadinessConfig, *,
-             reached: int | None = None) -> CheckResult:
+def _verdict(
+    groups: dict[int, list[float]],
+    faults: list[dict[str, Any]],
+    planned: int,
+    cfg: GRPOReadinessConfig,
+    *,
+    reached: int | None = None,
+) -> CheckResult:
     """`groups`: the graded rewards of each group (dropped episodes left out); `reached`: the groups the check saw."""
     rollouts = sum(len(r) for r in groups.values())
     reached = len(groups) if reached is None else reached
     if faults:
         f = faults[0]
-        return CheckResult.fail("grpo_ready", f"env {f['kind']} during a policy episode at seed {f['seed']}: {f['error'][:300]}",
-                                faults=faults[:5], rollouts=rollouts,
-                                rewards={str(s): [round(x, 3) for x in r] for s, r in groups.items()})
+        return CheckResult.fail(
+            "grpo_ready",
+            f"env {f['kind']} during a policy episode at seed {f['seed']}: {f['error'][:300]}",
+            faults=faults[:5],
+            rollouts=rollouts,
+            rewards={str(s): [round(x, 3) for x in r] for s, r in groups.items()},
+        )
     result = grade_groups(groups, cfg)
     result.evidence["rollouts"] = rollouts
     if reached < planned:
-        result.evidence["stopped_early"] = f"after {reached} of {planned} groups: the verdict could no longer become a pass"
+        result.evidence["stopped_early"] = (
+            f"after {reached} of {planned} groups: the verdict could no longer become a pass"
+        )
         result.summary += f" (stopped early after {reached}/{planned} groups)"
     return result
 
@@ -221,7 +253,11 @@ def bound_to_fail(done: dict[int, list[float]], total: int, cfg: GRPOReadinessCo
     zero = sum(1 for r in done.values() if max(r) <= 1e-9)
     perfect = sum(1 for r in done.values() if min(r) >= PERFECT)
     flat = sum(1 for r in done.values() if pstdev(r) <= 1e-9)
-    return zero > cfg.max_all_zero * total or perfect > cfg.max_all_perfect * total or flat > (1 - cfg.min_informative) * total
+    return (
+        zero > cfg.max_all_zero * total
+        or perfect > cfg.max_all_perfect * total
+        or flat > (1 - cfg.min_informative) * total
+    )
 
 
 def grade_groups(groups: dict[int, list[float]], cfg: GRPOReadinessConfig) -> CheckResult:
@@ -232,8 +268,12 @@ def grade_groups(groups: dict[int, list[float]], cfg: GRPOReadinessConfig) -> Ch
     all_perfect = sum(1 for r in groups.values() if min(r) >= PERFECT) / n
     avg = mean(x for r in groups.values() for x in r)
     evidence = {
-        "groups": n, "samples": len(next(iter(groups.values()))), "informative_share": round(informative, 3),
-        "all_zero_share": round(all_zero, 3), "all_perfect_share": round(all_perfect, 3), "mean_reward": round(avg, 4),
+        "groups": n,
+        "samples": len(next(iter(groups.values()))),
+        "informative_share": round(informative, 3),
+        "all_zero_share": round(all_zero, 3),
+        "all_perfect_share": round(all_perfect, 3),
+        "mean_reward": round(avg, 4),
         "rewards": {str(s): [round(x, 3) for x in r] for s, r in groups.items()},
     }
     problems = []
@@ -254,11 +294,11 @@ def grade_groups(groups: dict[int, list[float]], cfg: GRPOReadinessConfig) -> Ch
 # What the generator is told to change, by the side of the window the policy fell on.
 ADVICE = {
     "too_hard": "too hard for the policy that will train on it (make it easier: give more facts up front in the opening, "
-                "fewer steps per task, fewer distractors, partial credit for the capability's first step)",
+    "fewer steps per task, fewer distractors, partial credit for the capability's first step)",
     "too_easy": "too easy for the policy that will train on it (make it harder: more cases where the capability changes "
-                "the right action, more steps or distractors, less said up front)",
+    "the right action, more steps or distractors, less said up front)",
     "flat": "rewards do not vary within groups (the same seed gives every sample the same reward: reward the capability's "
-            "decision in finer steps)",
+    "decision in finer steps)",
     "ok": "inside the window",
 }
 

@@ -66,8 +66,10 @@ def key_arguments(episode: ReplayedEpisode, actions: list[dict[str, Any]], enums
 
 def check_no_leakage(probe: Probe, seeds: list[int], tools: list[dict[str, Any]] | None) -> CheckResult:
     enums = _enum_values(tools or [])
-    descriptions = json.dumps([(t.get("function") or {}).get("description", "") for t in tools or []]
-                              + [json.dumps((t.get("function") or {}).get("parameters", {})) for t in tools or []])
+    descriptions = json.dumps(
+        [(t.get("function") or {}).get("description", "") for t in tools or []]
+        + [json.dumps((t.get("function") or {}).get("parameters", {})) for t in tools or []]
+    )
     leaks: list[dict[str, Any]] = []
     checked = 0
     try:
@@ -80,22 +82,29 @@ def check_no_leakage(probe: Probe, seeds: list[int], tools: list[dict[str, Any]]
             for value in keys:
                 for where, text in surfaces.items():
                     if value in text:
-                        leaks.append({"seed": seed, "value": value[:80], "where": where,
-                                      "context": _context(text, value)})
+                        leaks.append(
+                            {"seed": seed, "value": value[:80], "where": where, "context": _context(text, value)}
+                        )
     except EnvFault as fault:
-        return CheckResult.fail("no_leakage", f"could not replay the reference solution: {fault.describe()}", **fault.evidence())
+        return CheckResult.fail(
+            "no_leakage", f"could not replay the reference solution: {fault.describe()}", **fault.evidence()
+        )
     if leaks:
         first = leaks[0]
         return CheckResult.fail(
             "no_leakage",
             f"{len(leaks)} leak(s): the {first['where']} of seed {first['seed']} already contains {first['value']!r}, "
             "a value the reference solution has to look up first",
-            leaks=leaks[:8], key_arguments_checked=checked,
+            leaks=leaks[:8],
+            key_arguments_checked=checked,
         )
-    return CheckResult.ok("no_leakage", f"none of {checked} key argument(s) appear before the agent looks them up",
-                          key_arguments_checked=checked)
+    return CheckResult.ok(
+        "no_leakage",
+        f"none of {checked} key argument(s) appear before the agent looks them up",
+        key_arguments_checked=checked,
+    )
 
 
 def _context(text: str, value: str, width: int = 60) -> str:
     i = text.find(value)
-    return text[max(0, i - width): i + len(value) + width]
+    return text[max(0, i - width) : i + len(value) + width]

@@ -34,7 +34,9 @@ OpenEnv = Callable[[], ValidatedEnv]
 class EnvFault(EnvCodeFault):
     """The env code failed during a check: how (EnvCodeError kind), where, and its error text."""
 
-    def __init__(self, kind: str, detail: str, *, phase: str, seed: int | None = None, action: str | None = None) -> None:
+    def __init__(
+        self, kind: str, detail: str, *, phase: str, seed: int | None = None, action: str | None = None
+    ) -> None:
         self.kind, self.detail, self.phase, self.seed, self.action = kind, detail, phase, seed, action
         super().__init__(self.describe())
 
@@ -150,7 +152,12 @@ class Probe:
     def solution(self, seed: int, env: ValidatedEnv | None = None) -> list[dict[str, Any]]:
         actions = self.guard("solution", seed, (env or self.env()).solution, seed)
         if not isinstance(actions, list) or not all(isinstance(a, dict) for a in actions):
-            raise EnvFault("bad_output", f"solution() must return a list of actions, got {str(actions)[:200]}", phase="solution", seed=seed)
+            raise EnvFault(
+                "bad_output",
+                f"solution() must return a list of actions, got {str(actions)[:200]}",
+                phase="solution",
+                seed=seed,
+            )
         return actions
 
     def play(self, seed: int, actions: list[Any], env: ValidatedEnv | None = None) -> ReplayedEpisode:

@@ -54,7 +54,9 @@ class CheckResult(BaseModel):
     @classmethod
     def interrupted(cls, name: str, summary: str) -> CheckResult:
         """Not decided: the infrastructure stopped it (not a failure of the env)."""
-        return cls(name=name, required=False, passed=False, skipped=True, summary=summary, evidence={"incomplete": True})
+        return cls(
+            name=name, required=False, passed=False, skipped=True, summary=summary, evidence={"incomplete": True}
+        )
 
 
 class ValidationReport(BaseModel):
@@ -69,9 +71,13 @@ class ValidationReport(BaseModel):
     target: str | None = None
     checks: list[CheckResult]
     seconds: float = 0.0
-    sandbox_faults: list[dict[str, Any]] = Field(default_factory=list, description=f"sandboxes lost to outside causes (first {MAX_FAULTS_KEPT})")
+    sandbox_faults: list[dict[str, Any]] = Field(
+        default_factory=list, description=f"sandboxes lost to outside causes (first {MAX_FAULTS_KEPT})"
+    )
     sandbox_fault_count: int = 0
-    incomplete: dict[str, Any] | None = Field(None, description="{check, cause: endpoint|sandbox, error} when the infrastructure stopped it")
+    incomplete: dict[str, Any] | None = Field(
+        None, description="{check, cause: endpoint|sandbox, error} when the infrastructure stopped it"
+    )
 
     @property
     def passed(self) -> bool:
@@ -83,8 +89,10 @@ class ValidationReport(BaseModel):
             return None
         kinds = sorted({f.get("kind", "?") for f in self.sandbox_faults})
         first = self.sandbox_faults[0] if self.sandbox_faults else {}
-        return (f"{self.sandbox_fault_count} sandbox(es) lost to an outside cause ({', '.join(kinds)}) and replaced; "
-                f"first: lost during {first.get('lost_call', '?')}, replayed {first.get('replayed', '?')}")
+        return (
+            f"{self.sandbox_fault_count} sandbox(es) lost to an outside cause ({', '.join(kinds)}) and replaced; "
+            f"first: lost during {first.get('lost_call', '?')}, replayed {first.get('replayed', '?')}"
+        )
 
     @property
     def failures(self) -> list[CheckResult]:

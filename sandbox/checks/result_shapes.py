@@ -88,7 +88,9 @@ def observed_result_shapes(episodes: Iterable[list[dict[str, Any]]]) -> dict[str
     """Tool name -> merged result shape over stored episodes (lists of message dicts in the protocol's JSON form)."""
     found: dict[str, list[Shape]] = {}
     for messages in episodes:
-        names = {c.get("id"): c.get("name") for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}
+        names = {
+            c.get("id"): c.get("name") for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)
+        }
         for m in messages:
             if m.get("role") != "tool":
                 continue
@@ -116,11 +118,15 @@ def shape_problems(mine: Shape, theirs: Shape, where: str) -> list[str]:
         return [f"{where}: is {'/'.join(sorted(extra))}, target returns {'/'.join(sorted(their_types))}"]
     problems: list[str] = []
     if "object" in my_types and "keys" in mine and "keys" in theirs and _is_map(theirs):
-        return shape_problems(merge_shapes(mine["keys"].values()), merge_shapes(theirs["keys"].values()), f"{where}{{*}}")
+        return shape_problems(
+            merge_shapes(mine["keys"].values()), merge_shapes(theirs["keys"].values()), f"{where}{{*}}"
+        )
     if "object" in my_types and "keys" in mine and "keys" in theirs:
         invented = sorted(set(mine["keys"]) - set(theirs["keys"]))
         if invented:
-            problems.append(f"{where}: keys {invented} that the target never returns (target keys: {sorted(theirs['keys'])[:15]})")
+            problems.append(
+                f"{where}: keys {invented} that the target never returns (target keys: {sorted(theirs['keys'])[:15]})"
+            )
         shared = sorted(set(mine["keys"]) & set(theirs["keys"]))
         if mine["keys"] and theirs["keys"] and not shared:
             problems.append(f"{where}: no key in common with the target's results {sorted(theirs['keys'])[:15]}")
@@ -144,15 +150,25 @@ def check_result_format(probe: Probe, seeds: list[int], target_shapes: dict[str,
                 if shape is not None:
                     seen.setdefault(name, []).append(shape)
     except EnvFault as fault:
-        return CheckResult.fail("result_format", f"could not replay the reference solution: {fault.describe()}", **fault.evidence())
+        return CheckResult.fail(
+            "result_format", f"could not replay the reference solution: {fault.describe()}", **fault.evidence()
+        )
     compared = sorted(n for n in seen if n in target_shapes)
     problems = [p for n in compared for p in shape_problems(merge_shapes(seen[n]), target_shapes[n], n)]
     evidence = {"compared_tools": compared, "not_in_target_episodes": sorted(n for n in seen if n not in target_shapes)}
     if problems:
         return CheckResult.fail(
-            "result_format", f"{len(problems)} result-format mismatch(es) with the target's episodes: {problems[0]}",
-            problems=problems[:MAX_PROBLEMS], **evidence,
+            "result_format",
+            f"{len(problems)} result-format mismatch(es) with the target's episodes: {problems[0]}",
+            problems=problems[:MAX_PROBLEMS],
+            **evidence,
         )
     if not compared:
-        return CheckResult.ok("result_format", "no tool result to compare with the target's stored episodes", **evidence)
-    return CheckResult.ok("result_format", f"results of {len(compared)} tool(s) match the target's episodes: {', '.join(compared)}", **evidence)
+        return CheckResult.ok(
+            "result_format", "no tool result to compare with the target's stored episodes", **evidence
+        )
+    return CheckResult.ok(
+        "result_format",
+        f"results of {len(compared)} tool(s) match the target's episodes: {', '.join(compared)}",
+        **evidence,
+    )

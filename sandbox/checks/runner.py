@@ -34,8 +34,20 @@ from gapforge.sandbox.checks.result_shapes import Shape, check_result_format
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 from gapforge.sandbox.errors import SandboxLost
 
-CHECKS = ("loads", "fidelity", "deterministic", "diverse", "solvable", "not_trivial", "graded",
-          "result_format", "no_leakage", "contamination", "reward_hacking", "grpo_ready")
+CHECKS = (
+    "loads",
+    "fidelity",
+    "deterministic",
+    "diverse",
+    "solvable",
+    "not_trivial",
+    "graded",
+    "result_format",
+    "no_leakage",
+    "contamination",
+    "reward_hacking",
+    "grpo_ready",
+)
 Progress = Callable[[str], None]
 INFRA_ERRORS = (SandboxLost, InfrastructureFailure)
 
@@ -65,8 +77,10 @@ def _cause(e: BaseException) -> str:
 
 def _stopped(name: str, e: BaseException) -> tuple[CheckResult, dict[str, Any]]:
     text = " ".join(str(e).split())[:500]
-    return (CheckResult.interrupted(name, f"not finished: the {_cause(e)} kept failing ({text}); not the env's doing"),
-            {"check": name, "cause": _cause(e), "error": text})
+    return (
+        CheckResult.interrupted(name, f"not finished: the {_cause(e)} kept failing ({text}); not the env's doing"),
+        {"check": name, "cause": _cause(e), "error": text},
+    )
 
 
 def validate_env(
@@ -99,12 +113,19 @@ def validate_env(
     _check_args(seeds, policy, run_episode)
     started = time.perf_counter()
     log = FaultLog(open_env)
-    results, tools, capability, stop = _cheap_checks(log, seeds, target_tools, target_result_formats, target_result_shapes, split_texts,
-                                                     thresholds, progress)
+    results, tools, capability, stop = _cheap_checks(
+        log, seeds, target_tools, target_result_formats, target_result_shapes, split_texts, thresholds, progress
+    )
     grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
     if grpo is None:
         try:
-            grpo = _timed("grpo_ready", progress, lambda: check_grpo_ready(log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()))
+            grpo = _timed(
+                "grpo_ready",
+                progress,
+                lambda: check_grpo_ready(
+                    log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()
+                ),
+            )
         except INFRA_ERRORS as e:
             grpo, stop = _stopped("grpo_ready", e)
     return _report(results + [grpo], module, capability, seeds, target, started, log, stop)
@@ -133,14 +154,25 @@ async def avalidate_env(
     started = time.perf_counter()
     log = FaultLog(open_env)
     results, tools, capability, stop = await asyncio.to_thread(
-        _cheap_checks, log, seeds, target_tools, target_result_formats, target_result_shapes, split_texts, thresholds, progress)
+        _cheap_checks,
+        log,
+        seeds,
+        target_tools,
+        target_result_formats,
+        target_result_shapes,
+        split_texts,
+        thresholds,
+        progress,
+    )
     grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
     if grpo is None:
         if progress:
             progress("grpo_ready")
         t0 = time.perf_counter()
         try:
-            grpo = await acheck_grpo_ready(log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig())
+            grpo = await acheck_grpo_ready(
+                log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()
+            )
         except INFRA_ERRORS as e:
             grpo, stop = _stopped("grpo_ready", e)
         grpo.seconds = round(time.perf_counter() - t0, 3)
@@ -164,8 +196,13 @@ def _timed(name: str, progress: Progress | None, fn: Callable[[], CheckResult]) 
 
 
 def _cheap_checks(
-    open_env: OpenEnv, seeds: int, target_tools: list[dict[str, Any]] | None, target_result_formats: dict[str, str] | None,
-    target_result_shapes: dict[str, Shape] | None, split_texts: SplitTexts | None, thresholds: SelfTestThresholds | None,
+    open_env: OpenEnv,
+    seeds: int,
+    target_tools: list[dict[str, Any]] | None,
+    target_result_formats: dict[str, str] | None,
+    target_result_shapes: dict[str, Shape] | None,
+    split_texts: SplitTexts | None,
+    thresholds: SelfTestThresholds | None,
     progress: Progress | None,
 ) -> tuple[list[CheckResult], list[dict[str, Any]] | None, str | None, dict[str, Any] | None]:
     """Every check but grpo_ready (blocking env calls): (results, the env's tools or None, its capability,
@@ -194,9 +231,16 @@ def _cheap_checks(
         if tools is None:
             blocked = "not run: the env did not load (see loads)"
             for name in CHECKS[1:-1]:
-                no_target = ((name == "fidelity" and target_tools is None) or (name == "result_format" and target_result_shapes is None)
-                             or (name == "contamination" and split_texts is None))
-                results.append(CheckResult.skip(name, blocked) if no_target else CheckResult.fail(name, blocked, blocked_by="loads"))
+                no_target = (
+                    (name == "fidelity" and target_tools is None)
+                    or (name == "result_format" and target_result_shapes is None)
+                    or (name == "contamination" and split_texts is None)
+                )
+                results.append(
+                    CheckResult.skip(name, blocked)
+                    if no_target
+                    else CheckResult.fail(name, blocked, blocked_by="loads")
+                )
         else:
             for name, fn in (
                 ("fidelity", lambda: check_fidelity(probe, tools, target_tools, seed_list, target_result_formats)),
@@ -211,7 +255,11 @@ def _cheap_checks(
                 ("reward_hacking", lambda: check_reward_hacking(probe, seed_list, tools, th)),
             ):
                 if stop is not None:
-                    results.append(CheckResult.skip(name, f"not run: the validation stopped at {stop['check']} (the {stop['cause']})"))
+                    results.append(
+                        CheckResult.skip(
+                            name, f"not run: the validation stopped at {stop['check']} (the {stop['cause']})"
+                        )
+                    )
                     continue
                 try:
                     results.append(_timed(name, progress, fn))
@@ -223,21 +271,38 @@ def _cheap_checks(
     return results, tools, capability, stop
 
 
-def _grpo_skip(results: list[CheckResult], tools: list[dict[str, Any]] | None, policy: PolicyModel | None,
-               grpo_only_if_passed: bool, stop: dict[str, Any] | None = None) -> CheckResult | None:
+def _grpo_skip(
+    results: list[CheckResult],
+    tools: list[dict[str, Any]] | None,
+    policy: PolicyModel | None,
+    grpo_only_if_passed: bool,
+    stop: dict[str, Any] | None = None,
+) -> CheckResult | None:
     """The grpo_ready result when the check is not run, else None."""
     if stop is not None:
-        return CheckResult.skip("grpo_ready", f"not run: the validation stopped at {stop['check']} (the {stop['cause']})")
+        return CheckResult.skip(
+            "grpo_ready", f"not run: the validation stopped at {stop['check']} (the {stop['cause']})"
+        )
     failed = [c.name for c in results if c.required and not c.passed]
     if tools is None:
         return CheckResult.skip("grpo_ready", "not run: the env did not load (see loads)", required=policy is not None)
     if failed and grpo_only_if_passed and policy is not None:
-        return CheckResult.skip("grpo_ready", f"not run (no rollouts spent): cheaper checks failed ({', '.join(failed)})")
+        return CheckResult.skip(
+            "grpo_ready", f"not run (no rollouts spent): cheaper checks failed ({', '.join(failed)})"
+        )
     return None
 
 
-def _report(results: list[CheckResult], module: str | Path | None, capability: str | None, seeds: int, target: str | None,
-            started: float, log: FaultLog, stop: dict[str, Any] | None) -> ValidationReport:
+def _report(
+    results: list[CheckResult],
+    module: str | Path | None,
+    capability: str | None,
+    seeds: int,
+    target: str | None,
+    started: float,
+    log: FaultLog,
+    stop: dict[str, Any] | None,
+) -> ValidationReport:
     faults = log.faults()
     return ValidationReport(
         module=str(module) if module is not None else "env",

@@ -64,7 +64,11 @@ def _property_problems(where: str, schema: Any) -> list[str]:
     if "enum" in schema and not (isinstance(schema["enum"], list) and schema["enum"]):
         return [f"{where}: enum must be a non-empty list"]
     if "$ref" in schema:  # e.g. {"$ref": "#/$defs/FlightInfo"}, as pydantic-made schemas (tau2 airline) use
-        return [] if isinstance(schema["$ref"], str) and schema["$ref"].startswith("#/") else [f"{where}: $ref must be a local '#/...' reference"]
+        return (
+            []
+            if isinstance(schema["$ref"], str) and schema["$ref"].startswith("#/")
+            else [f"{where}: $ref must be a local '#/...' reference"]
+        )
     if "anyOf" in schema or "oneOf" in schema:
         return [p for s in schema.get("anyOf", schema.get("oneOf")) or [] for p in _property_problems(where, s)]
     types = schema.get("type")

@@ -32,7 +32,9 @@ class Label(BaseModel):
 
 
 def _model(url: str, cooldown_s: float = 0.4, backoff_s: float = 0.01):
-    cfg = EndpointConfig(base_url=url, model="fake", max_retries=RETRIES, breaker_failures=THRESHOLD, breaker_cooldown_s=cooldown_s)
+    cfg = EndpointConfig(
+        base_url=url, model="fake", max_retries=RETRIES, breaker_failures=THRESHOLD, breaker_cooldown_s=cooldown_s
+    )
     return make_chat_model(cfg, retry_backoff_s=backoff_s)
 
 
@@ -97,13 +99,16 @@ def test_chat_model_and_rollout_policy_share_one_breaker_per_endpoint() -> None:
         srv.set_down(True)
 
         async def ask(n: int) -> list[object]:
-            return await asyncio.gather(*(model.ainvoke([HumanMessage("hi")]) for _ in range(n)), return_exceptions=True)
+            return await asyncio.gather(
+                *(model.ainvoke([HumanMessage("hi")]) for _ in range(n)), return_exceptions=True
+            )
 
         outs = asyncio.run(ask(4))
         assert all(isinstance(o, ModelEndpointError) for o in outs) and policy.breaker.is_open
         sent = srv.request_count
         assert sent <= 4 + THRESHOLD
         srv.set_down(False)
+
         # the analyst found the endpoint down: the policy fails at once too, without a request
         async def respond() -> object:
             try:

@@ -30,7 +30,9 @@ class _ClosingCounter(ChatModelPolicy):
 
 
 def _policy() -> _ClosingCounter:
-    return _ClosingCounter(ScriptedChatModel.from_dict({"policy": {"repeat": "Hello! How can I help?"}}), name="greeter")
+    return _ClosingCounter(
+        ScriptedChatModel.from_dict({"policy": {"repeat": "Hello! How can I help?"}}), name="greeter"
+    )
 
 
 @pytest.fixture
@@ -57,7 +59,9 @@ def test_shop_episode_evidence_reaches_the_store(store: Store) -> None:
 
 def test_summaries_carry_no_trajectory(store: Store) -> None:
     run_id = store.create_run("rollouts", {})
-    plan = CollectPlan(run_id=run_id, env="shop", tasks=["shop-lookup-001", "shop-write-001"], samples=2, concurrency=2, max_turns=2)
+    plan = CollectPlan(
+        run_id=run_id, env="shop", tasks=["shop-lookup-001", "shop-write-001"], samples=2, concurrency=2, max_turns=2
+    )
     asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=_policy(), sink=store))
     rows = store.episode_summaries(run_id)
     assert len(rows) == 4 and not hasattr(rows[0], "messages") and not hasattr(rows[0], "step_info")
@@ -105,7 +109,9 @@ def test_collect_runs_concurrency_blocking_envs_at_once(store: Store) -> None:
     n = min(32, (os.cpu_count() or 1) + 4) + 2
     barrier = threading.Barrier(n)
     run_id = store.create_run("rollouts", {})
-    plan = CollectPlan(run_id=run_id, env="barrier", tasks=[f"t{i}" for i in range(n)], samples=1, concurrency=n, max_turns=1)
+    plan = CollectPlan(
+        run_id=run_id, env="barrier", tasks=[f"t{i}" for i in range(n)], samples=1, concurrency=n, max_turns=1
+    )
     result = asyncio.run(collect(plan, make_env=lambda: _BarrierEnv(barrier), policy=_policy(), sink=store))
     assert result.ran == n
     assert {e.termination for e in store.episode_summaries(run_id)} == {"done"}
@@ -122,5 +128,7 @@ def test_the_episode_loop_imports_no_langchain() -> None:
     import subprocess
 
     code = "import sys, agents.episode; print(sorted(m for m in ('langchain_core', 'openai', 'langchain_openai') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2], check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2], check=True
+    )
     assert out.stdout.strip() == "[]"

@@ -18,14 +18,17 @@ def test_recorded_answers_and_a_scripted_user_give_minutes_not_half_an_hour() ->
     assert limit() == 30 * (1.0 + 10.0)  # 30 turns x (a recorded answer + an env call)
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
-    (["policy.kind=local", "policy.local_path=/m"], 30 * (60.0 + 10.0)),
-    (["policy.kind=endpoint", "policy.endpoint.timeout_s=90"], 30 * (90.0 + 10.0)),
-    # an LLM user answers every turn too, at its endpoint's timeout (llm.endpoint, or the served policy's)
-    (["policy.kind=endpoint", "rollouts.user=llm", "llm.endpoint.timeout_s=45"], 30 * (120.0 + 45.0 + 10.0)),
-    (["policy.kind=endpoint", "rollouts.user=llm", "rollouts.user_endpoint=policy"], 30 * (120.0 + 120.0 + 10.0)),
-    (["rollouts.max_turns=8", "rollouts.env_call_s=30"], 8 * (1.0 + 30.0)),
-])
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["policy.kind=local", "policy.local_path=/m"], 30 * (60.0 + 10.0)),
+        (["policy.kind=endpoint", "policy.endpoint.timeout_s=90"], 30 * (90.0 + 10.0)),
+        # an LLM user answers every turn too, at its endpoint's timeout (llm.endpoint, or the served policy's)
+        (["policy.kind=endpoint", "rollouts.user=llm", "llm.endpoint.timeout_s=45"], 30 * (120.0 + 45.0 + 10.0)),
+        (["policy.kind=endpoint", "rollouts.user=llm", "rollouts.user_endpoint=policy"], 30 * (120.0 + 120.0 + 10.0)),
+        (["rollouts.max_turns=8", "rollouts.env_call_s=30"], 8 * (1.0 + 30.0)),
+    ],
+)
 def test_each_turn_may_take_its_calls_at_their_timeouts(overrides: list[str], expected: float) -> None:
     assert limit(*overrides) == expected
 

@@ -38,7 +38,9 @@ class _SilentPolicy:
 
     name = "silent"
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
@@ -57,8 +59,12 @@ def test_a_step_that_never_returns_ends_the_episode_as_a_timeout_on_the_env() ->
     ep = asyncio.run(run_episode(_policy(), env, "hang-step", max_turns=3, timeout_s=LIMIT))
     assert time.monotonic() - t0 < LIMIT + 2.0
     assert ep.termination == "timeout" and ep.turns == 1 and ep.reward == 0.0
-    assert ep.score_info == {"timeout": {"boundary": "env", "call": "env.step", "limit_s": LIMIT}}  # not scored: the env is stuck
-    assert "env.step did not return within the episode's time limit of 0.5 s, waiting on the env's own code" in (ep.error or "")
+    assert ep.score_info == {
+        "timeout": {"boundary": "env", "call": "env.step", "limit_s": LIMIT}
+    }  # not scored: the env is stuck
+    assert "env.step did not return within the episode's time limit of 0.5 s, waiting on the env's own code" in (
+        ep.error or ""
+    )
     assert SPEC in (ep.error or "")  # the env is named
     assert ep.env_failure and not ep.final and not ep.infrastructure_failure
 
@@ -96,27 +102,50 @@ def test_daemon_threads_abandon_a_stuck_call_and_keep_serving() -> None:
 
 
 def _plan(store: Store, tasks: list[str], share: float = 1.0, run_id: str | None = None) -> CollectPlan:
-    return CollectPlan(run_id=run_id or store.create_run("rollouts", {}), env=SPEC, tasks=tasks, samples=1, concurrency=8, max_turns=3,
-                       episode_timeout_s=LIMIT, max_env_failure_share=share)
+    return CollectPlan(
+        run_id=run_id or store.create_run("rollouts", {}),
+        env=SPEC,
+        tasks=tasks,
+        samples=1,
+        concurrency=8,
+        max_turns=3,
+        episode_timeout_s=LIMIT,
+        max_env_failure_share=share,
+    )
 
 
 def test_collect_stores_env_errors_skips_the_timeout_and_a_resume_plays_only_it(store: Store) -> None:
     tasks = ["ok-1", "ok-2", "hang-step", "raise-reset", "raise-step", "raise-score"]
     plan = _plan(store, tasks)
     result = asyncio.run(collect(plan, make_env=lambda: make_env(SPEC), policy=_policy(), sink=store))
-    assert (result.planned, result.ran, result.env_errors, len(result.timeouts), result.infra_failures) == (6, 5, 3, 1, [])
+    assert (result.planned, result.ran, result.env_errors, len(result.timeouts), result.infra_failures) == (
+        6,
+        5,
+        3,
+        1,
+        [],
+    )
     assert result.timeouts[0].task_id == "hang-step" and "env.step did not return" in result.timeouts[0].error
     assert not result.complete and result.env_failures == 4
     rows = {r.task_id: r for r in store.episodes(plan.run_id)}
     assert set(rows) == set(tasks) - {"hang-step"}  # a timeout is never stored
     assert rows["raise-reset"].termination == "env_error" and "env.reset failed: KeyError" in rows["raise-reset"].error
     assert rows["raise-step"].termination == "env_error" and "env.step failed: RuntimeError" in rows["raise-step"].error
-    assert rows["raise-score"].termination == "env_error" and "env.score failed: ValueError" in rows["raise-score"].error
+    assert (
+        rows["raise-score"].termination == "env_error" and "env.score failed: ValueError" in rows["raise-score"].error
+    )
     assert rows["ok-1"].success and rows["ok-2"].success
 
     played: list[str] = []
-    again = asyncio.run(collect(plan, make_env=lambda: make_env(SPEC), policy=_policy(), sink=store,
-                                on_episode=lambda ep: played.append(str(ep.task))))
+    again = asyncio.run(
+        collect(
+            plan,
+            make_env=lambda: make_env(SPEC),
+            policy=_policy(),
+            sink=store,
+            on_episode=lambda ep: played.append(str(ep.task)),
+        )
+    )
     assert played == ["hang-step"]  # the resume plays only the episode that timed out
     assert (again.skipped, again.ran, len(again.timeouts)) == (5, 0, 1)
 
@@ -139,8 +168,15 @@ def test_an_env_whose_constructor_raises_costs_only_its_episode(store: Store) ->
             raise OSError("the ticket database is locked")
         return make_env(SPEC)
 
-    plan = CollectPlan(run_id=store.create_run("rollouts", {}), env=SPEC, tasks=["ok-1", "ok-2"], samples=1, concurrency=1,
-                       max_turns=3, episode_timeout_s=LIMIT)
+    plan = CollectPlan(
+        run_id=store.create_run("rollouts", {}),
+        env=SPEC,
+        tasks=["ok-1", "ok-2"],
+        samples=1,
+        concurrency=1,
+        max_turns=3,
+        episode_timeout_s=LIMIT,
+    )
     result = asyncio.run(collect(plan, make_env=flaky, policy=_policy(), sink=store))
     rows = sorted(store.episodes(plan.run_id), key=lambda r: r.task_id)
     assert result.ran == 2 and [r.termination for r in rows] == ["env_error", "done"]
@@ -177,8 +213,19 @@ class _StuckEnv:
 def test_a_timed_out_episode_does_not_wait_for_its_stuck_env_to_close(caplog: pytest.LogCaptureFixture) -> None:
     env = _StuckEnv()
     with caplog.at_level(logging.WARNING, logger="gapforge.agents.rollouts"):
-        ep = asyncio.run(play_episode(_policy(), lambda: env, "t", 0, max_turns=3, temperature=None,
-                                      executor=DaemonThreads("t"), timeout_s=LIMIT, env_name="stuck"))
+        ep = asyncio.run(
+            play_episode(
+                _policy(),
+                lambda: env,
+                "t",
+                0,
+                max_turns=3,
+                temperature=None,
+                executor=DaemonThreads("t"),
+                timeout_s=LIMIT,
+                env_name="stuck",
+            )
+        )
     assert ep.termination == "timeout" and ep.timeout_boundary == "env" and ep.env_failure
     assert not env.closed.is_set()  # the episode came back while its env's close is still stuck
     assert "did not close within" not in caplog.text  # its close was never waited for (not a second time limit)
@@ -209,9 +256,22 @@ def test_an_env_built_after_the_deadline_is_closed_when_it_arrives() -> None:
         made.append(_LateEnv())
         return made[-1]
 
-    ep = asyncio.run(play_episode(_policy(), build, "t", 0, max_turns=3, temperature=None, executor=DaemonThreads("t"),
-                                  timeout_s=LIMIT, env_name="late"))
-    assert ep.termination == "timeout" and ep.score_info["timeout"]["call"] == "make_env" and ep.timeout_boundary == "env"
+    ep = asyncio.run(
+        play_episode(
+            _policy(),
+            build,
+            "t",
+            0,
+            max_turns=3,
+            temperature=None,
+            executor=DaemonThreads("t"),
+            timeout_s=LIMIT,
+            env_name="late",
+        )
+    )
+    assert (
+        ep.termination == "timeout" and ep.score_info["timeout"]["call"] == "make_env" and ep.timeout_boundary == "env"
+    )
     assert _LateEnv.closes == 0
     _LateEnv.built.set()
     assert _wait_for(lambda: bool(made)) and made[0].closed.wait(5)
@@ -225,18 +285,29 @@ def _wait_for(cond: Any, limit_s: float = 5.0) -> bool:
     return bool(cond())
 
 
-@pytest.mark.parametrize(("error", "termination"), [
-    (SandboxLost("removed", "the container was removed from outside"), "sandbox_error"),
-    (EndpointError("the user simulator's endpoint kept failing: 503"), "endpoint_error"),
-    (DiskFull("/data", "the env's database"), "sandbox_error"),
-])
+@pytest.mark.parametrize(
+    ("error", "termination"),
+    [
+        (SandboxLost("removed", "the container was removed from outside"), "sandbox_error"),
+        (EndpointError("the user simulator's endpoint kept failing: 503"), "endpoint_error"),
+        (DiskFull("/data", "the env's database"), "sandbox_error"),
+    ],
+)
 def test_an_infrastructure_failure_building_the_env_is_not_stored_and_a_resume_plays_it(
-        store: Store, error: Exception, termination: str) -> None:
+    store: Store, error: Exception, termination: str
+) -> None:
     def broken() -> Any:
         raise error
 
-    plan = CollectPlan(run_id=store.create_run("rollouts", {}), env=SPEC, tasks=["ok-1"], samples=1, concurrency=1,
-                       max_turns=3, episode_timeout_s=LIMIT)
+    plan = CollectPlan(
+        run_id=store.create_run("rollouts", {}),
+        env=SPEC,
+        tasks=["ok-1"],
+        samples=1,
+        concurrency=1,
+        max_turns=3,
+        episode_timeout_s=LIMIT,
+    )
     result = asyncio.run(collect(plan, make_env=broken, policy=_policy(), sink=store))
     assert (result.ran, result.env_errors, store.episodes(plan.run_id)) == (0, 0, [])
     assert [f.termination for f in result.infra_failures] == [termination] and not result.complete

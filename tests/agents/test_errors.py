@@ -15,8 +15,10 @@ def test_the_env_failure_share_is_the_env_s_stop_with_its_own_exit_code() -> Non
     assert stop.exit_code == 4 and stop.boundary == "env" and not stop.infrastructure
     told = stop.with_resume("gapforge rollouts collect --run r1")
     assert type(told) is EnvFailureShare and told.resume == "gapforge rollouts collect --run r1"
-    assert str(told) == ("env 'x.py:Desk' failed 9 of the 13 planned episodes (env_error=9): fix the env's code, then "
-                         "`gapforge rollouts collect --run r1` plays the failed and unplayed episodes again")
+    assert str(told) == (
+        "env 'x.py:Desk' failed 9 of the 13 planned episodes (env_error=9): fix the env's code, then "
+        "`gapforge rollouts collect --run r1` plays the failed and unplayed episodes again"
+    )
     assert str(stop).endswith(": fix the env's code, then resume (the failed and unplayed episodes are played again)")
 
 
@@ -25,7 +27,10 @@ def test_with_resume_keeps_the_stop_s_class_and_says_how_to_resume(cls: type[Inc
     stop = cls("collect_rollouts: 2 of 8 episodes ended in infrastructure failures")
     told = stop.with_resume("gapforge rollouts collect --resume r1")
     assert type(told) is cls and told.summary == stop.summary and told.resume == "gapforge rollouts collect --resume r1"
-    assert str(told) == "collect_rollouts: 2 of 8 episodes ended in infrastructure failures: resume with `gapforge rollouts collect --resume r1`"
+    assert (
+        str(told)
+        == "collect_rollouts: 2 of 8 episodes ended in infrastructure failures: resume with `gapforge rollouts collect --resume r1`"
+    )
     assert told.with_resume("another command") is told  # the first command told stays
 
 
@@ -44,7 +49,9 @@ def test_the_disk_full_stops_share_the_resume_wording_and_keep_their_fields() ->
     assert str(told).endswith("free space there, then resume with `gapforge run --resume r1`") and disk.resume is None
     ckpt = CheckpointDiskFull(Path("/ws/checkpoints.sqlite")).with_resume("gapforge run --resume r2")
     assert type(ckpt) is CheckpointDiskFull and ckpt.path == Path("/ws/checkpoints.sqlite") and ckpt.exit_code == 3
-    assert str(ckpt).endswith("the last checkpoint stands: free space there, then resume with `gapforge run --resume r2`")
+    assert str(ckpt).endswith(
+        "the last checkpoint stands: free space there, then resume with `gapforge run --resume r2`"
+    )
 
 
 def test_a_stop_told_how_to_resume_keeps_where_it_was_raised_and_its_cause() -> None:

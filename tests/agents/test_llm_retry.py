@@ -37,7 +37,10 @@ async def test_async_path_retries_too() -> None:
 @pytest.mark.parametrize("max_retries", [0, 2])
 def test_always_failing_endpoint_raises_after_the_last_attempt(max_retries: int) -> None:
     with FakeOpenAIServer(text_reply("never"), fail_first=10**6, fail_status=500) as srv:
-        with pytest.raises(ModelEndpointError, match=rf"at {srv.base_url} failed {max_retries + 1} attempt\(s\), last: \w+Error: Error code: 500") as e:
+        with pytest.raises(
+            ModelEndpointError,
+            match=rf"at {srv.base_url} failed {max_retries + 1} attempt\(s\), last: \w+Error: Error code: 500",
+        ) as e:
             model_for(srv, max_retries=max_retries).invoke("hi")
         assert srv.request_count == max_retries + 1
         assert "\n" not in str(e.value)

@@ -49,11 +49,15 @@ def test_bind_tools_returns_tool_calls_and_the_rule_sees_the_tools() -> None:
         seen["last"] = messages[-1]
         return {"content": "checking", "tool_calls": [{"name": "lookup", "arguments": {"email": "a@b.c"}}]}
 
-    model = ScriptedChatModel.from_dict({"policy": [{"tool_calls": [{"name": "lookup", "arguments": {"email": "x@y.z"}, "id": "c1"}]}, rule]})
+    model = ScriptedChatModel.from_dict(
+        {"policy": [{"tool_calls": [{"name": "lookup", "arguments": {"email": "x@y.z"}, "id": "c1"}]}, rule]}
+    )
     bound = model.bind_tools([LOOKUP])
     first = bound.invoke([HumanMessage("find x")], prompt_config("policy"))
     assert first.tool_calls == [{"name": "lookup", "args": {"email": "x@y.z"}, "id": "c1", "type": "tool_call"}]
-    second = bound.invoke([HumanMessage("find"), first, ToolMessage("none", tool_call_id="c1")], prompt_config("policy"))
+    second = bound.invoke(
+        [HumanMessage("find"), first, ToolMessage("none", tool_call_id="c1")], prompt_config("policy")
+    )
     assert second.content == "checking"
     assert second.tool_calls[0]["args"] == {"email": "a@b.c"}
     assert second.tool_calls[0]["id"]  # generated when the script gives none
@@ -71,7 +75,9 @@ def test_raw_broken_arguments_become_invalid_tool_calls() -> None:
 
 def test_repeat_and_callable_entries_never_run_out() -> None:
     calls = []
-    model = ScriptedChatModel.from_dict({"user": {"repeat": "ok"}, "judge": lambda msgs, tools: calls.append(1) or f"seen {len(msgs)}"})
+    model = ScriptedChatModel.from_dict(
+        {"user": {"repeat": "ok"}, "judge": lambda msgs, tools: calls.append(1) or f"seen {len(msgs)}"}
+    )
     assert [model.invoke("x", prompt_config("user")).content for _ in range(5)] == ["ok"] * 5
     assert model.invoke([HumanMessage("a"), HumanMessage("b")], prompt_config("judge")).content == "seen 2"
     assert len(calls) == 1
@@ -85,7 +91,9 @@ async def test_async_invoke_uses_the_same_script() -> None:
 
 def test_load_from_yaml_and_json_files(tmp_path: Path) -> None:
     y = tmp_path / "answers.yaml"
-    y.write_text("policy:\n  - content: hello\n  - tool_calls:\n      - name: lookup\n        arguments: {email: q@r.s}\n")
+    y.write_text(
+        "policy:\n  - content: hello\n  - tool_calls:\n      - name: lookup\n        arguments: {email: q@r.s}\n"
+    )
     model = ScriptedChatModel.from_file(y)
     assert model.invoke("x", prompt_config("policy")).content == "hello"
     assert model.bind_tools([LOOKUP]).invoke("x", prompt_config("policy")).tool_calls[0]["args"] == {"email": "q@r.s"}
@@ -122,6 +130,8 @@ def test_chat_model_from_config(tmp_path: Path) -> None:
     assert model.invoke("x", prompt_config("policy")).content == "hi"
     with pytest.raises(ModelError, match="no chat endpoint configured: set OPENAI_API_KEY"):
         chat_model_from_config(LLMConfig(kind="openai"))
-    local = chat_model_from_config(LLMConfig.model_validate({"kind": "openai", "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}))
+    local = chat_model_from_config(
+        LLMConfig.model_validate({"kind": "openai", "endpoint": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}})
+    )
     assert local.openai_api_key.get_secret_value() == "not-needed"
     assert local.max_retries == 0 and local.retry_attempts == 5

@@ -78,8 +78,12 @@ def test_plain_text_instead_of_structure_is_reasked() -> None:
 
 
 def test_two_malformed_answers_raise_a_clear_error() -> None:
-    model = ScriptedChatModel.from_dict({"discover": [{"structured": "not json"}, {"structured": {"name": "x"}}, {"structured": GOOD}]})
-    expected = r"malformed Capability output twice \(first: .*not valid JSON.*then: .*field 'definition': Field required"
+    model = ScriptedChatModel.from_dict(
+        {"discover": [{"structured": "not json"}, {"structured": {"name": "x"}}, {"structured": GOOD}]}
+    )
+    expected = (
+        r"malformed Capability output twice \(first: .*not valid JSON.*then: .*field 'definition': Field required"
+    )
     with pytest.raises(StructuredOutputError, match=expected) as e:
         structured_call(model, ASK, Capability, prompt_name="discover")
     assert "\n" not in str(e.value)
@@ -96,7 +100,9 @@ def test_schema_must_forbid_extra_fields() -> None:
         name: str
 
     with pytest.raises(TypeError, match="extra='forbid'"):
-        structured_call(ScriptedChatModel.from_dict({"d": [{"structured": {"name": "x"}}]}), ASK, Loose, prompt_name="d")
+        structured_call(
+            ScriptedChatModel.from_dict({"d": [{"structured": {"name": "x"}}]}), ASK, Loose, prompt_name="d"
+        )
 
 
 def test_reask_over_a_real_chat_openai_client() -> None:

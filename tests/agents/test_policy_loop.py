@@ -89,15 +89,22 @@ async def test_env_raising_in_step_is_recorded_as_env_error() -> None:
     ep = await run_episode(scripted_policy([call("read_code"), call("explode")]), LockerEnv(), "easy")
     assert ep.termination == "env_error"
     # the env's own file:line, where the user looks first
-    assert ep.error == f"env.step failed: RuntimeError: the locker room caught fire (at {LOCKER_FILE}:{line_of('the locker room caught fire')})"
+    assert (
+        ep.error
+        == f"env.step failed: RuntimeError: the locker room caught fire (at {LOCKER_FILE}:{line_of('the locker room caught fire')})"
+    )
     assert ep.turns == 2 and ep.reward == 0.5
 
 
 async def test_failing_score_is_an_env_error_with_the_reason() -> None:
-    ep = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), LockerEnv(fail_score=True), "easy")
+    ep = await run_episode(
+        scripted_policy([call("read_code"), open_with_code_read]), LockerEnv(fail_score=True), "easy"
+    )
     assert ep.termination == "env_error"  # the env's boundary, not a 0-reward verdict on the model
     assert (ep.reward, ep.success) == (0.0, False)
-    assert ep.score_info == {"score_error": f"ValueError: score table missing (at {LOCKER_FILE}:{line_of('score table missing')})"}
+    assert ep.score_info == {
+        "score_error": f"ValueError: score table missing (at {LOCKER_FILE}:{line_of('score table missing')})"
+    }
     assert "env.score failed" in ep.error
 
 
@@ -126,7 +133,9 @@ async def test_a_score_the_protocol_refuses_names_the_field_the_limit_and_the_li
     assert ep.termination == "env_error"
     detail = ep.score_info["score_error"]
     # the validation's point, not pydantic's "1 validation error for Score" header
-    assert detail.startswith("ValidationError: Score: reward: Input should be less than or equal to 1 (got 2.0)"), detail
+    assert detail.startswith("ValidationError: Score: reward: Input should be less than or equal to 1 (got 2.0)"), (
+        detail
+    )
     assert detail.endswith(f"(at {__file__}:{line_of('return Score(reward=2.0, success=True)', __file__)})")
 
 

@@ -24,9 +24,14 @@ TASKS = ",".join(f"shop-lookup-00{i}" for i in range(1, 7))
 
 def _fast(tmp_path: Path) -> list[str]:
     sets = [
-        f"workspace={tmp_path}", "rollouts.max_turns=3", "policy.endpoint.timeout_s=0.5", "policy.endpoint.max_retries=3",
-        "policy.endpoint.retry_backoff_s=0.01", "policy.endpoint.breaker_failures=6", "policy.endpoint.breaker_cooldown_s=0.3",
-    ]  # fmt: skip
+        f"workspace={tmp_path}",
+        "rollouts.max_turns=3",
+        "policy.endpoint.timeout_s=0.5",
+        "policy.endpoint.max_retries=3",
+        "policy.endpoint.retry_backoff_s=0.01",
+        "policy.endpoint.breaker_failures=6",
+        "policy.endpoint.breaker_cooldown_s=0.3",
+    ]
     return [a for s in sets for a in ("--set", s)]
 
 
@@ -47,7 +52,20 @@ def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Pat
             return answer(req)
 
         srv.responder = outage_after_25
-        args = ["rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--tasks", TASKS, "--samples", "2", "--concurrency", "4"]
+        args = [
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            srv.base_url,
+            "--tasks",
+            TASKS,
+            "--samples",
+            "2",
+            "--concurrency",
+            "4",
+        ]
         first = runner.invoke(app, [*args, *_fast(tmp_path)])
         assert first.exit_code == 3, first.output
         run_id = first.output.splitlines()[0].split()[-1]
@@ -62,7 +80,9 @@ def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Pat
         srv.responder = answer
         reset_breakers()  # each `gapforge rollouts collect` is a new process: no breaker still cooling down from the outage
         for _ in range(4):  # faults go on at 33%: a resume may leave a few again, never lose any
-            again = runner.invoke(app, ["rollouts", "collect", "--run", run_id, *_fast(tmp_path)])  # env, policy, tasks: the run's
+            again = runner.invoke(
+                app, ["rollouts", "collect", "--run", run_id, *_fast(tmp_path)]
+            )  # env, policy, tasks: the run's
             assert again.exit_code in (0, 3) and "Traceback" not in again.output, again.output
             if again.exit_code == 0:
                 break
@@ -77,7 +97,20 @@ def test_a_run_refuses_foreign_work_and_a_second_collector(tmp_path: Path) -> No
     answers = tmp_path / "a.yaml"
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     base = ["--set", f"workspace={tmp_path}", "--set", "rollouts.max_turns=1"]
-    made = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001", *base])
+    made = runner.invoke(
+        app,
+        [
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            f"scripted:{answers}",
+            "--tasks",
+            "shop-lookup-001",
+            *base,
+        ],
+    )
     assert made.exit_code == 0, made.output
     run_id = made.output.splitlines()[0].split()[-1]
     with FakeOpenAIServer(text_reply("hi")) as srv:
@@ -91,9 +124,30 @@ def test_a_run_refuses_foreign_work_and_a_second_collector(tmp_path: Path) -> No
     # a second collector on the same run while the first works: refused, naming the holder
     with FakeOpenAIServer(text_reply("slow"), latency_s=0.25) as srv:
         slow = [*base, "--set", "rollouts.max_turns=2"]
-        cmd = [sys.executable, "-m", "gapforge.cli", "rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--tasks", TASKS,
-               "--concurrency", "2", *slow]
-        first = subprocess.Popen(cmd, cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "gapforge.cli",
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            srv.base_url,
+            "--tasks",
+            TASKS,
+            "--concurrency",
+            "2",
+            *slow,
+        ]
+        first = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=os.environ | {"PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = first.stdout.readline()
         run2 = line.split()[-1]
         while srv.request_count == 0 and first.poll() is None:
@@ -112,7 +166,16 @@ def test_task_lists_and_limits_are_checked_before_work(tmp_path: Path) -> None:
     runner = CliRunner()
     answers = tmp_path / "a.yaml"
     answers.write_text('policy:\n  repeat: "Hello"\n')
-    base = ["--env", "shop", "--policy", f"scripted:{answers}", "--set", f"workspace={tmp_path}", "--set", "rollouts.max_turns=1"]
+    base = [
+        "--env",
+        "shop",
+        "--policy",
+        f"scripted:{answers}",
+        "--set",
+        f"workspace={tmp_path}",
+        "--set",
+        "rollouts.max_turns=1",
+    ]
     twice = runner.invoke(app, ["rollouts", "collect", "--tasks", "shop-lookup-001,shop-lookup-001", *base])
     assert twice.exit_code == 0 and "1 episodes ran" in twice.output and "1 planned" in twice.output
     empty = runner.invoke(app, ["rollouts", "collect", "--tasks", ",", *base])
@@ -120,20 +183,42 @@ def test_task_lists_and_limits_are_checked_before_work(tmp_path: Path) -> None:
     huge = runner.invoke(app, ["rollouts", "collect", "--concurrency", "100000", *base])
     assert huge.exit_code == 2 and "concurrency" in huge.output and "Traceback" not in huge.output
     for bad in ("http://", "http://[::1"):
-        res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", bad, "--set", f"workspace={tmp_path}"])
+        res = runner.invoke(
+            app, ["rollouts", "collect", "--env", "shop", "--policy", bad, "--set", f"workspace={tmp_path}"]
+        )
         assert res.exit_code == 2 and "not" in res.output and "unreachable" not in res.output, res.output
 
 
 def test_an_outage_is_not_counted_as_finished_and_the_exit_line_keeps_the_whole_error(tmp_path: Path) -> None:
     """The progress bar counts stored episodes only, and the exit-3 line quotes the last error whole."""
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
-        long_url = srv.base_url.removesuffix("/v1") + "/" + "a-long-proxy-path" * 12 + "/v1"  # the error quotes it: > 200 characters
-        res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", long_url, "--tasks", "shop-lookup-001,shop-lookup-002",
-                                  "--samples", "2", *_fast(tmp_path), "--set", "policy.endpoint.breaker_failures=1000"], terminal_width=2000)
+        long_url = (
+            srv.base_url.removesuffix("/v1") + "/" + "a-long-proxy-path" * 12 + "/v1"
+        )  # the error quotes it: > 200 characters
+        res = runner.invoke(
+            app,
+            [
+                "rollouts",
+                "collect",
+                "--env",
+                "shop",
+                "--policy",
+                long_url,
+                "--tasks",
+                "shop-lookup-001,shop-lookup-002",
+                "--samples",
+                "2",
+                *_fast(tmp_path),
+                "--set",
+                "policy.endpoint.breaker_failures=1000",
+            ],
+            terminal_width=2000,
+        )
     assert res.exit_code == 3, res.output
     assert "0/4" in res.output and "4/4" not in res.output  # nothing finished: every episode is redone by a resume
     error = next(line for line in res.output.splitlines() if line.startswith("error:"))
     last = error.split("; last: ", 1)[1]
     assert len(last) > 200 and 'server_error"}}' in last  # the endpoint's whole answer, no longer cut at 200 characters
+
 
 runner = CliRunner()

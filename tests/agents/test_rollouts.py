@@ -46,13 +46,28 @@ def test_collect_counts_families_and_resume(store: Store) -> None:
     run_id = store.create_run("rollouts", {})
     plan = CollectPlan(run_id=run_id, env="shop", tasks=TASKS, samples=3, concurrency=4, max_turns=2)
 
-    first = asyncio.run(collect(CollectPlan(**{**plan.__dict__, "tasks": TASKS[:2]}), make_env=lambda: make_env("shop"), policy=_greeter(),
-                                sink=store, families=families))
+    first = asyncio.run(
+        collect(
+            CollectPlan(**{**plan.__dict__, "tasks": TASKS[:2]}),
+            make_env=lambda: make_env("shop"),
+            policy=_greeter(),
+            sink=store,
+            families=families,
+        )
+    )
     assert (first.planned, first.skipped, first.ran) == (6, 0, 6)
 
     seen: list[str] = []
-    second = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=_greeter(), sink=store, families=families,
-                                 on_episode=lambda ep: seen.append(str(ep.task))))
+    second = asyncio.run(
+        collect(
+            plan,
+            make_env=lambda: make_env("shop"),
+            policy=_greeter(),
+            sink=store,
+            families=families,
+            on_episode=lambda ep: seen.append(str(ep.task)),
+        )
+    )
     assert (second.planned, second.skipped, second.ran) == (12, 6, 6)
     assert sorted(set(seen)) == sorted(TASKS[2:])
 
@@ -63,13 +78,17 @@ def test_collect_counts_families_and_resume(store: Store) -> None:
     assert all(r.turns == 2 and r.termination == "max_turns" and r.reward == 0.0 for r in rows)
     assert all(r.messages[0]["role"] == "system" for r in rows)
 
-    third = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=_greeter(), sink=store, families=families))
+    third = asyncio.run(
+        collect(plan, make_env=lambda: make_env("shop"), policy=_greeter(), sink=store, families=families)
+    )
     assert third.ran == 0 and third.skipped == 12
 
 
 def test_summarize_pass_rates() -> None:
     def row(fam: str, success: bool, turns: int, term: str = "done") -> SimpleNamespace:
-        return SimpleNamespace(task_family=fam, env="shop", success=success, reward=1.0 if success else 0.25, turns=turns, termination=term)
+        return SimpleNamespace(
+            task_family=fam, env="shop", success=success, reward=1.0 if success else 0.25, turns=turns, termination=term
+        )
 
     fams, terms = summarize([row("a", True, 2), row("a", False, 4, "max_turns"), row("b", False, 6, "endpoint_error")])
     by = {f.family: f for f in fams}
@@ -80,7 +99,9 @@ def test_summarize_pass_rates() -> None:
 
 def test_endpoint_policy_through_collector(store: Store) -> None:
     with FakeOpenAIServer(lambda _r: tool_call_message("find_customer_by_email", {"email": "x@example.com"})) as srv:
-        policy = ChatModelPolicy(make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=0)), name="fake")
+        policy = ChatModelPolicy(
+            make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=0)), name="fake"
+        )
         run_id = store.create_run("rollouts", {})
         plan = CollectPlan(run_id=run_id, env="shop", tasks=TASKS[:2], samples=2, concurrency=4, max_turns=3)
         res = asyncio.run(collect(plan, make_env=lambda: make_env("shop"), policy=policy, sink=store))
@@ -93,17 +114,41 @@ def test_endpoint_policy_through_collector(store: Store) -> None:
 
 def _cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GAPFORGE_WORKSPACE": str(ws)}
-    return subprocess.run([sys.executable, "-m", "gapforge.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gapforge.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_kill_halfway_then_resume_yields_exact_count(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     tasks = ",".join(make_env("shop").task_ids()[:8])
-    with FakeOpenAIServer(lambda _r: tool_call_message("get_product_details", {"product_id": "nope"}), latency_s=0.15) as srv:
-        args = ["rollouts", "collect", "--env", "shop", "--policy", srv.base_url, "--samples", "2", "--concurrency", "2", "--tasks", tasks,
-                "--set", "rollouts.max_turns=2"]
+    with FakeOpenAIServer(
+        lambda _r: tool_call_message("get_product_details", {"product_id": "nope"}), latency_s=0.15
+    ) as srv:
+        args = [
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            srv.base_url,
+            "--samples",
+            "2",
+            "--concurrency",
+            "2",
+            "--tasks",
+            tasks,
+            "--set",
+            "rollouts.max_turns=2",
+        ]
         env = {**os.environ, "GAPFORGE_WORKSPACE": str(ws)}
-        proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gapforge.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         db = ws / "gapforge.db"
         deadline = time.monotonic() + 60
         stored = 0
@@ -154,8 +199,22 @@ def test_show_lists_and_prints_trajectory(tmp_path: Path) -> None:
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     runner = CliRunner()
     base = ["--set", f"workspace={tmp_path}"]
-    res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001",
-                              "--set", "rollouts.max_turns=2", *base])
+    res = runner.invoke(
+        app,
+        [
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            f"scripted:{answers}",
+            "--tasks",
+            "shop-lookup-001",
+            "--set",
+            "rollouts.max_turns=2",
+            *base,
+        ],
+    )
     assert res.exit_code == 0, res.output
     run_id = res.output.splitlines()[0].split()[-1]
     listing = runner.invoke(app, ["rollouts", "show", run_id, *base])
@@ -185,8 +244,21 @@ def test_episodes_finishing_together_are_committed_together_and_counted_once_eac
             return store.add_episodes(run_id, env, items)
 
     run_id = store.create_run("rollouts", {})
-    store.put_episode(run_id, "shop", TASKS[0], 0, policy="elsewhere", messages=[], reward=0.0, success=False, components={},
-                      termination="done", error=None, turns=0, timings={})  # stored by "another process" meanwhile
+    store.put_episode(
+        run_id,
+        "shop",
+        TASKS[0],
+        0,
+        policy="elsewhere",
+        messages=[],
+        reward=0.0,
+        success=False,
+        components={},
+        termination="done",
+        error=None,
+        turns=0,
+        timings={},
+    )  # stored by "another process" meanwhile
     plan = CollectPlan(run_id=run_id, env="shop", tasks=TASKS, samples=4, concurrency=16, max_turns=1)
     sink = CountingSink()
     real_keys = sink.episode_keys

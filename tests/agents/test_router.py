@@ -72,20 +72,28 @@ def test_prompt_holds_message_labels_definitions_and_example(tiny_model_dir: Pat
     traj = [
         {"role": "system", "content": "policy"},
         {"role": "user", "content": "return order 7"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "7"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id": "7"}'}}
+            ],
+        },
         {"role": "tool", "content": '{"status": "delivered"}', "tool_call_id": "c"},
     ]
     example = compact_trajectory(traj, 400)
     assert "assistant -> get_order(" in example and "policy" not in example
     specs = capability_specs()
     specs[0]["example"] = example
-    router = Router(make_options(specs, list("XYZ")), TransformersScorer.from_pretrained(tiny_model_dir), RoutingConfig(labels=list("XYZ")))
+    router = Router(
+        make_options(specs, list("XYZ")),
+        TransformersScorer.from_pretrained(tiny_model_dir),
+        RoutingConfig(labels=list("XYZ")),
+    )
     text = router.messages("Cancel order 1012")[0]["content"]
     assert router.none_label == "Z" and "Z: none of these" in text
     assert "X: precondition_verification" in text and "get_order" in text and "Cancel order 1012" in text
     assert len(compact_trajectory(traj * 50, 300)) <= 300
-
 
 
 def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path) -> None:
@@ -124,7 +132,10 @@ def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
 
     tok = TransformersScorer.from_pretrained(tiny_model_dir).tokenizer
     # an old server that drops one of the requested ids
-    with FakeVLLMServer("tiny", scorer=lambda p, ids: [0.0] * (len(ids) - 1)) as srv, pytest.raises(ModelEndpointError, match="no logprob for label token id"):
+    with (
+        FakeVLLMServer("tiny", scorer=lambda p, ids: [0.0] * (len(ids) - 1)) as srv,
+        pytest.raises(ModelEndpointError, match="no logprob for label token id"),
+    ):
         Router(_options(), CompletionsScorer(srv.base_url, "tiny", tok)).route("hi")
     with pytest.raises(ModelEndpointError, match="unreachable"):
         Router(_options(), CompletionsScorer("http://127.0.0.1:9/v1", "tiny", tok, timeout_s=2)).route("hi")
@@ -133,15 +144,31 @@ def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
 def test_openings_router_sends_a_task_to_the_env_whose_openings_it_shares_and_keeps_the_rest_on_base() -> None:
     from gapforge.agents.router_backends import OpeningsScorer, opening_words
 
-    assert opening_words("It's order #W1234567, my email is ava.kim12@example.com.") == {"it's", "order", "my", "email", "is"}
-    scorer = OpeningsScorer([["Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W1"],
-                             ["Hello, how much did I pay in total for one of my recent orders?"]], min_similarity=0.5)
-    router = Router([RouteOption("A", "precondition", "d", adapter="pre"), RouteOption("B", "lookup", "d", adapter="look")], scorer,
-                    RoutingConfig(backend="openings"))
+    assert opening_words("It's order #W1234567, my email is ava.kim12@example.com.") == {
+        "it's",
+        "order",
+        "my",
+        "email",
+        "is",
+    }
+    scorer = OpeningsScorer(
+        [
+            ["Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W1"],
+            ["Hello, how much did I pay in total for one of my recent orders?"],
+        ],
+        min_similarity=0.5,
+    )
+    router = Router(
+        [RouteOption("A", "precondition", "d", adapter="pre"), RouteOption("B", "lookup", "d", adapter="look")],
+        scorer,
+        RoutingConfig(backend="openings"),
+    )
     cancel = router.route("Hi, I want to cancel my order, I don't need it anymore.")
     assert cancel.adapter == "pre" and cancel.logprobs["A"] == 1.0  # ids and emails are left out of the overlap
     assert router.route("Hello, how much did I pay in total for one of my recent orders? #W42").adapter == "look"
     other = router.route("Hi, what's the remaining balance on my gift card?")
-    assert other.adapter is None and other.label == "C" and not other.abstained  # unlike every env's openings: the base model
+    assert (
+        other.adapter is None and other.label == "C" and not other.abstained
+    )  # unlike every env's openings: the base model
     with pytest.raises(RouterError, match="at least one opening per capability"):
         OpeningsScorer([["x"], []])

@@ -33,8 +33,13 @@ def call(name: str, **arguments: str) -> dict:
 SCRIPT = {
     "tasks": {
         "refund-001": [call("refund_invoice", invoice_id="INV-7"), "Refunded INV-7."],
-        "plan-001": [{"content": "Switching the plan.", "tool_calls": [{"name": "change_plan", "arguments": {"account_id": "A-3", "plan": "pro"}}]},
-                     "Your plan is pro now."],
+        "plan-001": [
+            {
+                "content": "Switching the plan.",
+                "tool_calls": [{"name": "change_plan", "arguments": {"account_id": "A-3", "plan": "pro"}}],
+            },
+            "Your plan is pro now.",
+        ],
     },
     "policy": ["Shared one.", "Shared two."],
 }
@@ -43,19 +48,30 @@ SCRIPT = {
 async def play(policy: ChatModelPolicy, *keys: tuple[str, int]) -> dict[tuple[str, int], object]:
     """The episodes of `keys` played at once, each on a fresh env."""
     factory = functools.partial(make_env, BILLING)
-    episodes = await asyncio.gather(*(play_episode(policy, factory, t, s, max_turns=4, temperature=None, executor=None) for t, s in keys))
+    episodes = await asyncio.gather(
+        *(play_episode(policy, factory, t, s, max_turns=4, temperature=None, executor=None) for t, s in keys)
+    )
     return dict(zip(keys, episodes, strict=True))
 
 
 async def test_concurrent_tasks_each_replay_their_own_script_and_others_share_the_list() -> None:
     policy = ChatModelPolicy(ScriptedChatModel.from_dict(SCRIPT), name="scripted")
-    keys = [("refund-001", 0), ("plan-001", 0), ("refund-001", 1), ("plan-001", 1), ("refund-002", 0), ("lookup-001", 0)]
+    keys = [
+        ("refund-001", 0),
+        ("plan-001", 0),
+        ("refund-001", 1),
+        ("plan-001", 1),
+        ("refund-002", 0),
+        ("lookup-001", 0),
+    ]
     eps = await play(policy, *keys)
     for sample in (0, 1):  # sample 1 replays the task's script from its start
         refund, plan = eps["refund-001", sample], eps["plan-001", sample]
         assert [(c.name, c.arguments) for c in refund.tool_calls] == [("refund_invoice", {"invoice_id": "INV-7"})]
         assert refund.messages[-2].content == "Refunded INV-7." and refund.success
-        assert [(c.name, c.arguments) for c in plan.tool_calls] == [("change_plan", {"account_id": "A-3", "plan": "pro"})]
+        assert [(c.name, c.arguments) for c in plan.tool_calls] == [
+            ("change_plan", {"account_id": "A-3", "plan": "pro"})
+        ]
         assert plan.messages[2].content == "Switching the plan." and plan.success
     shared = sorted(eps[k].messages[2].content for k in [("refund-002", 0), ("lookup-001", 0)])
     assert shared == ["Shared one.", "Shared two."]  # the two unlisted tasks consumed the shared list together
@@ -71,12 +87,23 @@ async def test_the_shared_list_alone_answers_tool_calls_in_order() -> None:
 
 
 async def test_a_task_without_script_and_no_shared_list_and_a_script_run_out_name_the_task() -> None:
-    only_tasks = ChatModelPolicy(ScriptedChatModel.from_dict({"tasks": SCRIPT["tasks"]}, source="answers.yaml"), name="s")
-    with pytest.raises(ModelError, match=r"no script for the task of episode 'lookup-001#0' and no shared 'policy' list"):
+    only_tasks = ChatModelPolicy(
+        ScriptedChatModel.from_dict({"tasks": SCRIPT["tasks"]}, source="answers.yaml"), name="s"
+    )
+    with pytest.raises(
+        ModelError, match=r"no script for the task of episode 'lookup-001#0' and no shared 'policy' list"
+    ):
         await play(only_tasks, ("lookup-001", 0))
-    short = ChatModelPolicy(ScriptedChatModel.from_dict({"tasks": {"refund-001": [call("refund_invoice", invoice_id="INV-7")]}},
-                                                        source="answers.yaml"), name="s")
-    with pytest.raises(ModelError, match=r"ran out of answers for task 'refund-001' \(episode 'refund-001#0'\) after 1; add more to answers.yaml"):
+    short = ChatModelPolicy(
+        ScriptedChatModel.from_dict(
+            {"tasks": {"refund-001": [call("refund_invoice", invoice_id="INV-7")]}}, source="answers.yaml"
+        ),
+        name="s",
+    )
+    with pytest.raises(
+        ModelError,
+        match=r"ran out of answers for task 'refund-001' \(episode 'refund-001#0'\) after 1; add more to answers.yaml",
+    ):
         await play(short, ("refund-001", 0))
 
 
@@ -93,8 +120,20 @@ def test_a_file_with_neither_form_is_refused_when_the_policy_is_made(tmp_path: P
 def test_collect_with_a_per_task_file_and_one_line_for_a_file_with_neither(tmp_path: Path) -> None:
     answers = tmp_path / "answers.yaml"
     answers.write_text(yaml.safe_dump(SCRIPT))
-    args = ["rollouts", "collect", "--env", BILLING, "--policy", f"scripted:{answers}", "--set", f"workspace={tmp_path / 'ws'}",
-            "--set", "rollouts.concurrency=4", "--tasks", "refund-001,plan-001,refund-002"]
+    args = [
+        "rollouts",
+        "collect",
+        "--env",
+        BILLING,
+        "--policy",
+        f"scripted:{answers}",
+        "--set",
+        f"workspace={tmp_path / 'ws'}",
+        "--set",
+        "rollouts.concurrency=4",
+        "--tasks",
+        "refund-001,plan-001,refund-002",
+    ]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     answers.write_text("polcy:\n  repeat: hi\n")
@@ -106,14 +145,33 @@ def test_collect_with_a_per_task_file_and_one_line_for_a_file_with_neither(tmp_p
 def test_at_concurrency_1_the_shared_list_follows_the_task_order_each_tasks_samples_in_turn(tmp_path: Path) -> None:
     answers = tmp_path / "answers.yaml"
     answers.write_text(yaml.safe_dump({"policy": [f"answer {i}" for i in range(4)]}))
-    args = ["rollouts", "collect", "--env", BILLING, "--policy", f"scripted:{answers}", "--set", f"workspace={tmp_path / 'ws'}",
-            "--concurrency", "1", "--samples", "2", "--tasks", "plan-001,refund-001"]
+    args = [
+        "rollouts",
+        "collect",
+        "--env",
+        BILLING,
+        "--policy",
+        f"scripted:{answers}",
+        "--set",
+        f"workspace={tmp_path / 'ws'}",
+        "--concurrency",
+        "1",
+        "--samples",
+        "2",
+        "--tasks",
+        "plan-001,refund-001",
+    ]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     run = re.search(r"^run (r-\S+)", done.output, re.M).group(1)
     with Store(f"sqlite:///{tmp_path / 'ws' / 'gapforge.db'}") as store:
         said = {(e.task_id, e.sample): e.messages[2]["content"] for e in store.episodes(run)}
-    assert said == {("plan-001", 0): "answer 0", ("plan-001", 1): "answer 1", ("refund-001", 0): "answer 2", ("refund-001", 1): "answer 3"}
+    assert said == {
+        ("plan-001", 0): "answer 0",
+        ("plan-001", 1): "answer 1",
+        ("refund-001", 0): "answer 2",
+        ("refund-001", 1): "answer 3",
+    }
 
 
 def test_the_worked_example_of_docs_your_agent_solves_every_task(tmp_path: Path) -> None:
@@ -123,8 +181,21 @@ def test_the_worked_example_of_docs_your_agent_solves_every_task(tmp_path: Path)
     assert block, "docs/your-agent.md lost its solve.yaml example"
     (tmp_path / "solve.yaml").write_text(block.group(1))
     spec = f"{ROOT / 'examples' / 'my_agent_env.py'}:BillingEnv"
-    done = CliRunner().invoke(app, ["rollouts", "collect", "--env", spec, "--policy", f"scripted:{tmp_path / 'solve.yaml'}",
-                                    "--samples", "2", "--set", f"workspace={tmp_path / 'ws'}"])
+    done = CliRunner().invoke(
+        app,
+        [
+            "rollouts",
+            "collect",
+            "--env",
+            spec,
+            "--policy",
+            f"scripted:{tmp_path / 'solve.yaml'}",
+            "--samples",
+            "2",
+            "--set",
+            f"workspace={tmp_path / 'ws'}",
+        ],
+    )
     assert done.exit_code == 0, done.output
     run = re.search(r"^run (r-\S+)", done.output, re.M).group(1)
     with Store(f"sqlite:///{tmp_path / 'ws' / 'gapforge.db'}") as store:

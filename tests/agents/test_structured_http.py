@@ -22,7 +22,10 @@ from gapforge.agents.llm import astructured_call, make_chat_model
 from gapforge.agents.structured_http import StructuredHTTP, Usage
 from tests.fakes.fake_openai import FakeOpenAIServer, structured_reply
 
-WIRE = [{"role": "system", "content": "You label episodes."}, {"role": "user", "content": "### episode 7\n[0] user: hi"}]
+WIRE = [
+    {"role": "system", "content": "You label episodes."},
+    {"role": "user", "content": "### episode 7\n[0] user: hi"},
+]
 GOOD = {"name": "precondition_verification", "index": 2}
 
 
@@ -43,7 +46,9 @@ class Answer(BaseModel):
 def model_for(url: str, *, max_retries: int = 2, timeout_s: float = 10.0):
     """The factory's endpoint model (cached: building one costs ~0.3 s of TLS setup; the lean
     client uses only its settings, never its HTTP clients)."""
-    return make_chat_model(EndpointConfig(base_url=url, model="fake", max_retries=max_retries, timeout_s=timeout_s), retry_backoff_s=0.0)
+    return make_chat_model(
+        EndpointConfig(base_url=url, model="fake", max_retries=max_retries, timeout_s=timeout_s), retry_backoff_s=0.0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +63,11 @@ def server(shared: FakeOpenAIServer):
 
     def setup(responder=None, *, fail_first: int = 0, fail_status: int = 500) -> FakeOpenAIServer:
         shared.requests.clear()
-        shared.responder, shared.fail_first, shared.fail_status = responder or structured_reply(GOOD), fail_first, fail_status
+        shared.responder, shared.fail_first, shared.fail_status = (
+            responder or structured_reply(GOOD),
+            fail_first,
+            fail_status,
+        )
         return shared
 
     return setup
@@ -86,7 +95,9 @@ async def test_sends_the_request_chatopenai_sends_and_parses_the_answer(server) 
     assert lean == via_langchain == Answer(**GOOD)
     sdk, ours = srv.requests
     assert ours == sdk  # same body: model, messages, seed, temperature, response_format (strict json_schema)
-    assert ours["seed"] == 11 and ours["temperature"] == 0.3 and ours["response_format"]["json_schema"]["name"] == "Answer"
+    assert (
+        ours["seed"] == 11 and ours["temperature"] == 0.3 and ours["response_format"]["json_schema"]["name"] == "Answer"
+    )
     assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (1, 1, 1)  # the server's usage
 
 
@@ -122,7 +133,9 @@ async def test_malformed_twice_is_a_structured_output_error(server) -> None:
     srv = server(answers("not json", '{"name": "x", "index": 7}'))
     usage = Usage()
     async with StructuredHTTP(model_for(srv.base_url)) as client:
-        with pytest.raises(StructuredOutputError, match=r"malformed Answer output twice .*Invalid JSON.*index 7 out of range"):
+        with pytest.raises(
+            StructuredOutputError, match=r"malformed Answer output twice .*Invalid JSON.*index 7 out of range"
+        ):
             await client.acall(WIRE, Answer, usage=usage)
     assert srv.request_count == 2 and usage.calls == 2
 
@@ -146,7 +159,9 @@ async def test_500s_are_retried_by_the_models_policy(server) -> None:
 async def test_an_endpoint_that_keeps_failing_is_blamed_on_the_endpoint(server) -> None:
     srv = server(structured_reply(GOOD), fail_first=10**6, fail_status=500)
     async with StructuredHTTP(model_for(srv.base_url, max_retries=1)) as client:
-        with pytest.raises(ModelEndpointError, match=r"failed 2 attempt\(s\), last: InternalServerError: Error code: 500"):
+        with pytest.raises(
+            ModelEndpointError, match=r"failed 2 attempt\(s\), last: InternalServerError: Error code: 500"
+        ):
             await client.acall(WIRE, Answer)
     assert srv.request_count == 2
 

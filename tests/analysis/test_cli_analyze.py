@@ -54,14 +54,28 @@ def test_analyze_prints_why_labeling_failed(planted_db: Path, tmp_path: Path) ->
     first = runner.invoke(app, [*base, "--passes", "1"])  # the recorded analyst: discovery and pass 0
     assert first.exit_code == 0 and "labeling failures" not in first.output, first.output
     names = [c["name"] for c in load_recording("shop")]
-    ok = {"structured": {"labels": [{"capability": n, "label": "NA", "evidence": "not exercised", "message_index": None} for n in names]}}
-    unknown = {"structured": {"labels": [{"capability": "nope", "label": "NA", "evidence": "-", "message_index": None}]}}
+    ok = {
+        "structured": {
+            "labels": [
+                {"capability": n, "label": "NA", "evidence": "not exercised", "message_index": None} for n in names
+            ]
+        }
+    }
+    unknown = {
+        "structured": {"labels": [{"capability": "nope", "label": "NA", "evidence": "-", "message_index": None}]}
+    }
     answers = tmp_path / "analyst.yaml"  # pass 1 from this file, one call at a time: episode order is call order
-    answers.write_text(yaml.safe_dump({"analyst_label": [{"structured": "{not json"}] * 2 + [unknown] * 2 + [ok] * 200}))
-    second = runner.invoke(app, [*base, "--passes", "2", "--set", f"llm.scripted_path={answers}", "--set", "analysis.concurrency=1"])
+    answers.write_text(
+        yaml.safe_dump({"analyst_label": [{"structured": "{not json"}] * 2 + [unknown] * 2 + [ok] * 200})
+    )
+    second = runner.invoke(
+        app, [*base, "--passes", "2", "--set", f"llm.scripted_path={answers}", "--set", "analysis.concurrency=1"]
+    )
     assert second.exit_code == 0, second.output
     assert "labeling failures: 2 (episode x pass)" in second.output
     lines = [line.strip() for line in second.output.splitlines() if line.strip().startswith("episode ")]
-    assert len(lines) == 2 and all(", pass 1: the model returned malformed EpisodeLabels output twice" in line for line in lines)
+    assert len(lines) == 2 and all(
+        ", pass 1: the model returned malformed EpisodeLabels output twice" in line for line in lines
+    )
     assert "not valid JSON" in lines[0] or "Expecting" in lines[0], lines[0]
     assert "unknown capabilities: nope" in lines[1]

@@ -12,17 +12,41 @@ from gapforge.store.rows import EpisodeRow
 
 
 def episode(messages: list[dict], **kw) -> EpisodeRow:
-    base = dict(id=7, run_id="r", env="shop", task_id="t1", sample=0, policy="p", messages=messages, reward=0.0, success=False,
-                components={"db": 0.0, "communicate": 1.0}, termination="done", error=None, turns=2, timings={},
-                task_family="policy_refusal", created_at=None)  # fmt: skip
+    base = dict(
+        id=7,
+        run_id="r",
+        env="shop",
+        task_id="t1",
+        sample=0,
+        policy="p",
+        messages=messages,
+        reward=0.0,
+        success=False,
+        components={"db": 0.0, "communicate": 1.0},
+        termination="done",
+        error=None,
+        turns=2,
+        timings={},
+        task_family="policy_refusal",
+        created_at=None,
+    )
     return EpisodeRow(**(base | kw))
 
 
 MESSAGES = [
     {"role": "system", "content": "policy " * 200},
     {"role": "user", "content": "cancel my order"},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}]},
-    {"role": "tool", "name": "cancel_pending_order", "content": "Error: order #W1 is 'delivered'" + " x" * 500, "tool_call_id": "c"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "name": "cancel_pending_order", "arguments": {"order_id": "#W1"}}],
+    },
+    {
+        "role": "tool",
+        "name": "cancel_pending_order",
+        "content": "Error: order #W1 is 'delivered'" + " x" * 500,
+        "tool_call_id": "c",
+    },
     {"role": "assistant", "content": "I have submitted the cancellation."},
 ]
 
@@ -31,7 +55,7 @@ def test_compaction_keeps_indices_calls_errors_and_cuts_visibly() -> None:
     comp = compact_episode(episode(MESSAGES), ByteEstimate(), budget_tokens=3000, max_value_chars=200)
     text = comp.text
     assert "### episode 7" in text and "FAILURE" in text and "communicate=1 db=0" in text
-    assert "[2] assistant: CALL cancel_pending_order({\"order_id\": \"#W1\"})" in text
+    assert '[2] assistant: CALL cancel_pending_order({"order_id": "#W1"})' in text
     assert "[3] tool cancel_pending_order: Error: order #W1 is 'delivered'" in text
     assert "[cut " in text and comp.cut_values >= 1
     assert "policy policy" not in text  # the shared system prompt is shown once by the prompt, not per episode

@@ -80,7 +80,9 @@ def test_killed_labeling_resumes_without_duplicates(planted_store) -> None:
     store = planted_store
     url = str(store.engine.url)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, url, RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, url, RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(store.label_calls(RUN)) < 4:
@@ -102,8 +104,12 @@ def test_killed_labeling_resumes_without_duplicates(planted_store) -> None:
 
 
 def _labels_for(body: dict) -> dict:
-    names = [c["name"] for c in load_recording("shop")]  # the recorded dictionary's capabilities, as discovery stored them
-    return {"labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]}
+    names = [
+        c["name"] for c in load_recording("shop")
+    ]  # the recorded dictionary's capabilities, as discovery stored them
+    return {
+        "labels": [{"capability": n, "label": "NA", "evidence": "not needed", "message_index": None} for n in names]
+    }
 
 
 @pytest.mark.parametrize("lean_http", [True, False], ids=["lean-http", "langchain"])
@@ -120,8 +126,11 @@ def test_faulty_endpoint_completes_and_records_every_failure(planted_store, lean
         text = json.dumps(_labels_for(body))
         if body.get("tools"):
             name = body["tools"][0]["function"]["name"]
-            return {"role": "assistant", "content": None,
-                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": text}}]}
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": text}}],
+            }
         return {"role": "assistant", "content": text}
 
     discover_model = recorded_analyst("shop")
@@ -158,7 +167,12 @@ def test_label_cache_on_postgres(postgres_url: str) -> None:
 
     with Store(postgres_url) as store:
         run = store.create_run("trace", {}, f"an-{secrets.token_hex(4)}")
-        collect_planted(store, run, task_ids=["shop-refusal-001", "shop-refusal-002", "shop-write-001", "shop-lookup-001"], samples=1)
+        collect_planted(
+            store,
+            run,
+            task_ids=["shop-refusal-001", "shop-refusal-002", "shop-write-001", "shop-lookup-001"],
+            samples=1,
+        )
         cfg = AnalysisConfig(passes=1, split_fraction=1.0, min_capabilities=4)
         model = recorded_analyst("shop")
         discover(store, model, run, cfg=cfg)
@@ -176,7 +190,9 @@ def test_a_user_fixable_endpoint_error_stops_the_pass_and_records_nothing(plante
     store = planted_store
     cfg = AnalysisConfig(passes=1, concurrency=4)
     discover(store, recorded_analyst("shop"), RUN, cfg=cfg)
-    with FakeOpenAIServer(lambda body: {"role": "assistant", "content": json.dumps(_labels_for(body))}, fail_first=10**6, fail_status=401) as srv:
+    with FakeOpenAIServer(
+        lambda body: {"role": "assistant", "content": json.dumps(_labels_for(body))}, fail_first=10**6, fail_status=401
+    ) as srv:
         model = make_chat_model(EndpointConfig(base_url=srv.base_url, model="fake", max_retries=3), retry_backoff_s=0.0)
         with pytest.raises(ModelError, match=r"refused the request \(401\): check the API key") as e:
             asyncio.run(label_pass(store, model, RUN, 0, cfg=cfg))
@@ -198,8 +214,11 @@ def test_endpoint_failures_are_not_final_model_output_failures_are(planted_store
         text = '{"labels": [' if broken else json.dumps(_labels_for(body))
         if body.get("tools"):
             name = body["tools"][0]["function"]["name"]
-            return {"role": "assistant", "content": None,
-                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": text}}]}
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": text}}],
+            }
         return {"role": "assistant", "content": text}
 
     def episode_text(body: dict) -> str:
@@ -225,10 +244,12 @@ def test_recorded_rules_read_a_promise_without_an_order_check_as_lacking_the_che
     """The taught policy's planted deficit promises instead of acting; the rules must see a claim."""
     from gapforge.agents.analysis.recorded import Trajectory, precondition
 
-    promise = ("[0] user: Hi, I want to cancel my order.\n[1] assistant: I can help you cancel an order. What is your email?\n"
-               "[2] user: My email is a.b12@example.com.\n[3] assistant: CALL find_customer_by_email(email='a.b12@example.com')\n"
-               "[4] tool find_customer_by_email: {\"customer_id\": \"a_b_1234\"}\n"
-               "[5] assistant: Sure, I have taken care of that for you. It is all processed.")
+    promise = (
+        "[0] user: Hi, I want to cancel my order.\n[1] assistant: I can help you cancel an order. What is your email?\n"
+        "[2] user: My email is a.b12@example.com.\n[3] assistant: CALL find_customer_by_email(email='a.b12@example.com')\n"
+        '[4] tool find_customer_by_email: {"customer_id": "a_b_1234"}\n'
+        "[5] assistant: Sure, I have taken care of that for you. It is all processed."
+    )
     assert precondition(Trajectory(promise))[:1] == ("LACKING",)
     checked = promise.replace("[5] assistant:", "[5] assistant: CALL get_order_details(order_id='#W1')\n[6] assistant:")
     assert precondition(Trajectory(checked))[0] == "PRESENT"

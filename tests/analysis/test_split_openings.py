@@ -17,7 +17,9 @@ def test_openings_follow_the_stored_split(tmp_path: Path) -> None:
         assert texts is not None and set(texts.heldout) == set(split.heldout_tasks)
         assert texts.heldout == {t: [TASKS[t][1]] for t in split.heldout_tasks}
         assert sorted(texts.analysis) == sorted(TASKS[t][1] for t in split.analysis_tasks)
-        assert split_openings(store, run, env="another-env") == type(texts)(heldout={}, analysis=[])  # other envs' episodes left out
+        assert split_openings(store, run, env="another-env") == type(texts)(
+            heldout={}, analysis=[]
+        )  # other envs' episodes left out
 
 
 def test_a_run_without_split_has_no_openings(tmp_path: Path) -> None:

@@ -42,9 +42,22 @@ def one_episode(tmp_path: Path):
     messages, score, termination = play(env, "shop-refusal-001", random.Random(0), PlantedDeficit(refusal_skip=1.0))
     with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
         store.create_run("trace", {}, "r")
-        eid = store.put_episode("r", "shop", "shop-refusal-001", 0, policy="p", messages=messages, reward=score.reward,
-                                success=score.success, components=score.components, termination=termination, error=None,
-                                turns=3, timings={}, task_family="policy_refusal")  # fmt: skip
+        eid = store.put_episode(
+            "r",
+            "shop",
+            "shop-refusal-001",
+            0,
+            policy="p",
+            messages=messages,
+            reward=score.reward,
+            success=score.success,
+            components=score.components,
+            termination=termination,
+            error=None,
+            turns=3,
+            timings={},
+            task_family="policy_refusal",
+        )
         for c in CAPS:
             store.put_capability("r", c, definition=f"{c} definition")
         yield store, eid, len(messages)

@@ -40,6 +40,7 @@ def test_task_t_goes_to_env_t_mod_n_as_its_seed_t_div_n_and_tools_are_the_union(
         def make() -> _Env:
             made.append(_Env(name, tools))
             return made[-1]
+
         return make
 
     tools = union_tools([_Env("a", ["lookup", "cancel"]).tools(), _Env("b", ["lookup", "return"]).tools()])
@@ -63,13 +64,17 @@ def test_the_budget_gives_each_env_the_seeds_and_rollouts_its_own_adapter_had() 
 
 
 def _toy_specs() -> list[EnvSpec]:
-    return [EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
-            EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv?crash_at=99")]
+    return [
+        EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
+        EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv?crash_at=99"),
+    ]
 
 
 def test_the_trainers_env_spec_opens_the_mix() -> None:
     spec = mixed_spec(_toy_specs())
-    assert spec.kind == "python" and json.loads(unquote(spec.factory.split("specs=", 1)[1]))[1]["factory"].endswith("crash_at=99")
+    assert spec.kind == "python" and json.loads(unquote(spec.factory.split("specs=", 1)[1]))[1]["factory"].endswith(
+        "crash_at=99"
+    )
     make, close = open_factory(spec)
     try:
         env = make()
@@ -84,13 +89,35 @@ def test_the_trainers_env_spec_opens_the_mix() -> None:
 def test_a_tiny_model_trains_one_adapter_on_two_envs_mixed(tmp_path: Path, tiny_model_dir: Path) -> None:
     from gapforge.training.service import TrainJob, train_capability
 
-    one = TrainingConfig.tiny(max_steps=1, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8, max_completion_length=128,
-                              train_seeds=2, heldout_seeds=1, heldout_samples=1, eval_every=1, save_every=1, patience=10)  # fmt: skip
+    one = TrainingConfig.tiny(
+        max_steps=1,
+        groups_per_step=1,
+        num_generations=2,
+        max_turns=2,
+        max_new_tokens=8,
+        max_completion_length=128,
+        train_seeds=2,
+        heldout_seeds=1,
+        heldout_samples=1,
+        eval_every=1,
+        save_every=1,
+        patience=10,
+    )
     cfg = consolidated_config(one, 2)
-    res = train_capability(TrainJob(name="consolidated", capability="consolidated", base_model=str(tiny_model_dir), config=cfg,
-                                    out_dir=str(tmp_path / "c"), env=mixed_spec(_toy_specs())))  # fmt: skip
+    res = train_capability(
+        TrainJob(
+            name="consolidated",
+            capability="consolidated",
+            base_model=str(tiny_model_dir),
+            config=cfg,
+            out_dir=str(tmp_path / "c"),
+            env=mixed_spec(_toy_specs()),
+        )
+    )
     assert res.steps == 2 and Path(res.adapter_path).is_dir()
-    steps = [json.loads(line) for line in (tmp_path / "c" / "steps.jsonl").read_text().splitlines() if line.startswith("{")]
+    steps = [
+        json.loads(line) for line in (tmp_path / "c" / "steps.jsonl").read_text().splitlines() if line.startswith("{")
+    ]
     assert [s["step"] for s in steps if s.get("event") == "step"] == [1, 2]
 
 

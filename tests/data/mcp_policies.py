@@ -45,15 +45,21 @@ class Plan:
 
 PLANS: dict[str, Plan] = {
     "pw-001": Plan("E-1001", "4821", "reset_password", "E-1001", ("password", "resolved")),
-    "pw-002": Plan("E-1005", "9034", "reset_password", "E-1005", ("password", "resolved"), email="eva.novak@northwind.example"),
+    "pw-002": Plan(
+        "E-1005", "9034", "reset_password", "E-1005", ("password", "resolved"), email="eva.novak@northwind.example"
+    ),
     "pw-003": Plan("E-1007", "3402", "reset_password", "E-1007", ("password", "resolved")),
     "pw-004": Plan("E-1008", "6650", "reset_password", "E-1008", ("password", "resolved")),
     "ul-001": Plan("E-1002", "7310", "unlock_account", "E-1002", ("unlock", "resolved")),
     "ul-002": Plan("E-1006", "1177", "unlock_account", "E-1006", ("unlock", "resolved")),
     "ul-003": Plan("E-1009", "8123", "unlock_account", "E-1009", ("unlock", "resolved")),
-    "ul-004": Plan("E-1002", "7310", "unlock_account", "E-1002", ("unlock", "resolved"), email="ben.okafor@northwind.example"),
+    "ul-004": Plan(
+        "E-1002", "7310", "unlock_account", "E-1002", ("unlock", "resolved"), email="ben.okafor@northwind.example"
+    ),
     "ga-001": Plan("E-1001", "4821", "add_to_group", "E-1001", ("access", "resolved"), group="vpn"),
-    "ga-002": Plan("E-1008", "6650", "add_to_group", "E-1008", ("access", "open"), allowed=False, group="finance-reports"),
+    "ga-002": Plan(
+        "E-1008", "6650", "add_to_group", "E-1008", ("access", "open"), allowed=False, group="finance-reports"
+    ),
     "ga-003": Plan("E-1005", "9034", "add_to_group", "E-1005", ("access", "resolved"), group="wiki-editors"),
     "ga-004": Plan("E-1007", "3402", "add_to_group", "E-1007", ("access", "open"), allowed=False, group="crm"),
     "rf-001": Plan("E-1003", "5566", "unlock_account", "E-1003", ("unlock", "open"), allowed=False),
@@ -71,8 +77,16 @@ def _write_call(plan: Plan, n: int) -> ToolCall:
 
 
 def _ticket(caller: str, category: str, status: str, n: int) -> ToolCall:
-    return ToolCall(id=f"c{n}", name="create_ticket",
-                    arguments={"employee_id": caller, "category": category, "status": status, "summary": f"{category} request: {status}"})
+    return ToolCall(
+        id=f"c{n}",
+        name="create_ticket",
+        arguments={
+            "employee_id": caller,
+            "category": category,
+            "status": status,
+            "summary": f"{category} request: {status}",
+        },
+    )
 
 
 class PlanPolicy:
@@ -81,14 +95,20 @@ class PlanPolicy:
     def __init__(self, mode: str = "gold") -> None:
         self.name, self.mode = f"helpdesk-{mode}", mode
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         plan = PLANS[_task_of(messages)]
         turn = sum(1 for m in messages if m.role == "assistant")
         if turn == 0:
             return Message.assistant(ASK)
         if turn == 1:
             calls = [ToolCall(id="c1", name="find_employee", arguments={"query": plan.email})] if plan.email else []
-            calls.append(ToolCall(id="c2", name="verify_identity", arguments={"employee_id": plan.caller, "badge_last4": plan.badge}))
+            calls.append(
+                ToolCall(
+                    id="c2", name="verify_identity", arguments={"employee_id": plan.caller, "badge_last4": plan.badge}
+                )
+            )
             return Message.assistant(tool_calls=calls)
         if turn == 2:
             return Message.assistant(tool_calls=self._act(plan))
@@ -97,10 +117,15 @@ class PlanPolicy:
 
     def _act(self, plan: Plan) -> list[ToolCall]:
         if self.mode == "every_write":
-            group = ToolCall(id="c5", name="add_to_group", arguments={"employee_id": plan.caller, "group": plan.group or "vpn"})
-            return [ToolCall(id="c3", name="reset_password", arguments={"employee_id": plan.caller}),
-                    ToolCall(id="c4", name="unlock_account", arguments={"employee_id": plan.caller}), group,
-                    _ticket(plan.caller, CATEGORY[plan.write], "resolved", 6)]
+            group = ToolCall(
+                id="c5", name="add_to_group", arguments={"employee_id": plan.caller, "group": plan.group or "vpn"}
+            )
+            return [
+                ToolCall(id="c3", name="reset_password", arguments={"employee_id": plan.caller}),
+                ToolCall(id="c4", name="unlock_account", arguments={"employee_id": plan.caller}),
+                group,
+                _ticket(plan.caller, CATEGORY[plan.write], "resolved", 6),
+            ]
         if self.mode == "never_refuse":
             return [_write_call(plan, 3), _ticket(plan.caller, CATEGORY[plan.write], "resolved", 4)]
         calls = [_write_call(plan, 3)] if plan.allowed else []
@@ -116,7 +141,9 @@ class TextPolicy:
     def __init__(self, name: str, text: str) -> None:
         self.name, self.text = name, text
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         return Message.assistant(self.text)
 
     async def aclose(self) -> None:
@@ -128,7 +155,9 @@ def do_nothing() -> TextPolicy:
 
 
 def promiser() -> TextPolicy:
-    return TextPolicy("promiser", "All done: your request is handled and recorded as ticket INC-10000. Have a nice day!")
+    return TextPolicy(
+        "promiser", "All done: your request is handled and recorded as ticket INC-10000. Have a nice day!"
+    )
 
 
 OPENINGS: dict[str, str] = {}

@@ -7,7 +7,16 @@ import json
 
 import pytest
 
-from gapforge.demo_policy.artifact import MAX_BYTES, SHIPPED, SUBSET, ArtifactError, describe, load_card, ship, weights_sha256
+from gapforge.demo_policy.artifact import (
+    MAX_BYTES,
+    SHIPPED,
+    SUBSET,
+    ArtifactError,
+    describe,
+    load_card,
+    ship,
+    weights_sha256,
+)
 
 # The replay runs the demo's own sampling (per-episode seeds), so on the machine that measured the card it is
 # exact; another CPU may round a logit differently and flip a sampled token: allow 2 of the 16 episodes.
@@ -19,7 +28,9 @@ def test_the_shipped_policy_is_intact_and_small() -> None:
     assert card["weights_sha256"] == weights_sha256(SHIPPED)
     assert sum(f.stat().st_size for f in SHIPPED.iterdir()) <= MAX_BYTES
     assert card["measured"]["rates"]["all"]["episodes"] == 44 * card["measured"]["sampling"]["samples"]
-    assert {"lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal"} <= set(card["measured"]["rates"])
+    assert {"lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal"} <= set(
+        card["measured"]["rates"]
+    )
     assert card["recipe_hash"] in describe(SHIPPED) and card["weights_sha256"][:12] in describe(SHIPPED)
 
 
@@ -27,7 +38,9 @@ def test_the_shipped_policy_replays_its_card_on_a_task_subset() -> None:
     from gapforge.training.evaluate import shop_rates
 
     card = load_card(SHIPPED)["measured"]
-    rates = asyncio.run(shop_rates(SHIPPED, tasks=SUBSET, samples=card["subset"]["samples"], concurrency=8, **_sampling(card)))
+    rates = asyncio.run(
+        shop_rates(SHIPPED, tasks=SUBSET, samples=card["subset"]["samples"], concurrency=8, **_sampling(card))
+    )
     assert rates["all"]["episodes"] == card["subset"]["episodes"] == len(SUBSET) * 2
     assert abs(rates["all"]["successes"] - card["subset"]["successes"]) <= TOLERANCE, (rates["all"], card["subset"])
 
@@ -52,7 +65,9 @@ def test_ship_keeps_the_tokenizer_config_free_of_how_it_was_loaded(tmp_path) -> 
     for f in SHIPPED.iterdir():
         (build / f.name).write_bytes(f.read_bytes())
     clean = (SHIPPED / "tokenizer_config.json").read_text()
-    (build / "tokenizer_config.json").write_text(json.dumps({**json.loads(clean), "is_local": True, "local_files_only": False}))
+    (build / "tokenizer_config.json").write_text(
+        json.dumps({**json.loads(clean), "is_local": True, "local_files_only": False})
+    )
     out = ship(build, tmp_path / "shipped", {"rates": {}})
     assert (out / "tokenizer_config.json").read_text() == clean
     assert load_card(out)["bytes"] == sum(f.stat().st_size for f in out.iterdir() if f.name != "teach.json")
@@ -83,4 +98,6 @@ def test_the_speed_reference_times_exactly_the_tokens_it_asked_for(monkeypatch) 
         assert torch.get_num_threads() == odd  # the caller's thread count is given back
     finally:
         torch.set_num_threads(before)
-    assert s["tokens"] == 24 and s["threads"] == 1 and s["seconds"] > 0  # one thread whatever the load: comparable across hosts
+    assert (
+        s["tokens"] == 24 and s["threads"] == 1 and s["seconds"] > 0
+    )  # one thread whatever the load: comparable across hosts

@@ -21,7 +21,9 @@ from gapforge.training.tokens import check_prefix_preserving, render
 def _gold_ids(env):
     """Customer-specific values in the gold calls (product ids are the same catalog everywhere)."""
     keys = ("email", "customer_id", "order_id", "item_ids", "new_item_ids", "payment_method_id")
-    return {str(a.arguments[k]) for t in env.task_ids() for a in env.task(t).gold_actions for k in keys if k in a.arguments}
+    return {
+        str(a.arguments[k]) for t in env.task_ids() for a in env.task(t).gold_actions for k in keys if k in a.arguments
+    }
 
 
 def test_taught_instances_are_other_shops_disjoint_from_the_evaluated_one():
@@ -59,8 +61,9 @@ def test_copy_drills_replace_ids_consistently_so_every_call_argument_is_in_the_c
 
 def test_gold_trajectories_score_one_and_the_deficit_is_planted_in_policy_refusal():
     envs = teach_instances(2)
-    trajs = build_trajectories([(e, t) for e in envs for t in e.task_ids()], copies=2, refusal_skip=0.75, other_skip=0.10,
-                               seed=0)
+    trajs = build_trajectories(
+        [(e, t) for e in envs for t in e.task_ids()], copies=2, refusal_skip=0.75, other_skip=0.10, seed=0
+    )
     gold = [t for t in trajs if not t.deficit]
     assert gold and all(t.reward == 1.0 for t in gold)
     refusal = [t for t in trajs if t.family == "policy_refusal"]
@@ -80,10 +83,17 @@ def test_a_deficit_refusal_can_keep_promising_when_the_customer_presses_and_neve
     held = build_trajectories(pairs, copies=1, refusal_skip=1.0, other_skip=0, seed=0, promise_repeats=3)
     for a, b in zip(once, held):
         said = [m.content for m in b.messages if m.role == "assistant" and m.content and m.content.startswith("Sure")]
-        assert len(said) == 4 and len([m for m in a.messages if m.role == "assistant" and (m.content or "").startswith("Sure")]) == 1
-        assert b.reward == 0.0 and not any(c.name == "get_order_details" for m in b.messages for c in m.tool_calls or [])
+        assert (
+            len(said) == 4
+            and len([m for m in a.messages if m.role == "assistant" and (m.content or "").startswith("Sure")]) == 1
+        )
+        assert b.reward == 0.0 and not any(
+            c.name == "get_order_details" for m in b.messages for c in m.tool_calls or []
+        )
         # the customer pressed after every promise: the trajectory answers each press with the promise again
-        presses = [i for i, m in enumerate(b.messages) if m.role == "user" and m.content == "Can you help me with that?"]
+        presses = [
+            i for i, m in enumerate(b.messages) if m.role == "user" and m.content == "Can you help me with that?"
+        ]
         assert len(presses) >= 3 and all(b.messages[i + 1].content.startswith("Sure") for i in presses[:3])
 
 
@@ -92,8 +102,11 @@ def test_look_first_gives_the_address_change_its_lookup_and_a_drill_that_goes_on
     first, the trajectory still scores 1, and the decision drill after that lookup asks to confirm the write (without
     it, the only looked-up address change a taught policy has seen is the refused one)."""
     env = ShopEnv(instance=1)
-    readdress = [t for t in env.task_ids() if env.task_family(t) == "single_write"
-                 and env.task(t).gold_actions[-1].name == "modify_pending_order_address"]
+    readdress = [
+        t
+        for t in env.task_ids()
+        if env.task_family(t) == "single_write" and env.task(t).gold_actions[-1].name == "modify_pending_order_address"
+    ]
     assert readdress
     for tid in readdress:
         gold = list(env.task(tid).gold_actions)
@@ -106,7 +119,9 @@ def test_look_first_gives_the_address_change_its_lookup_and_a_drill_that_goes_on
         assert not any(c.name == "get_order_details" for m in plain.messages for c in m.tool_calls or [])
         assert not decision_drills([(env, tid)], 1, seed=0)  # no check, nothing to drill
         (drill,) = decision_drills([(env, tid)], 1, seed=0, look=True)
-        assert drill[-1].content == "I will now run modify pending order address for this order. Shall I proceed (yes/no)?"
+        assert (
+            drill[-1].content == "I will now run modify pending order address for this order. Shall I proceed (yes/no)?"
+        )
     for tid in env.task_ids():  # every other gold already looks before it writes: unchanged
         gold = list(env.task(tid).gold_actions)
         if tid not in readdress and env.task_family(tid) != "compound_multi_step":
@@ -128,7 +143,7 @@ def test_examples_are_tokenized_like_rollouts_with_loss_on_assistant_turns_only(
         if m.role == "tool":
             assert m.content not in said
     last = max(i for i, m in enumerate(traj.messages) if m.role == "assistant")
-    rendered = render(tok, traj.messages[:last + 1], env.tools(), generation_prompt=False)
+    rendered = render(tok, traj.messages[: last + 1], env.tools(), generation_prompt=False)
     assert tok.decode(ids) + "\n" == rendered  # the example is the conversation, token for token
 
 
@@ -148,7 +163,10 @@ def test_decision_drills_end_on_the_turn_after_a_check_and_train_only_that_turn(
     # every refusal task is drilled at its decision (the task's rule, read after the check), and only refusal tasks refuse
     assert refused == len(refusals) and len(drills) > len(refusals)
     for tid, task in refusals.items():  # each refusal task's drill refuses with that task's rule
-        assert decision_drills([(env, tid)], 1, seed=0)[-1][-1].content == f"I'm sorry, I cannot do that: it is {' '.join(task.required_info)}."
+        assert (
+            decision_drills([(env, tid)], 1, seed=0)[-1][-1].content
+            == f"I'm sorry, I cannot do that: it is {' '.join(task.required_info)}."
+        )
     tok = tiny_tokenizer.__class__.from_pretrained(tiny_tokenizer.name_or_path)
     tok.chat_template = TEMPLATE.read_text()
     drill = next(d for d in drills if d[-1].content and d[-1].content.startswith("I'm sorry"))
@@ -163,8 +181,21 @@ def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
     from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
     from gapforge.training.evaluate import load_policy
 
-    cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=20, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                      intermediate_size=64, epochs=0.2, batch_size=2, threads=1)
+    cfg = TeachConfig(
+        instances=1,
+        copies=1,
+        drills=1,
+        warmup_steps=20,
+        vocab_size=400,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        epochs=0.2,
+        batch_size=2,
+        threads=1,
+    )
     said: list[str] = []
     path = teach(tmp_path, cfg, progress=said.append)
     meta = load_meta(path)
@@ -174,7 +205,9 @@ def test_a_tiny_recipe_teaches_a_loadable_policy_and_is_cached(tmp_path):
     assert any(m.startswith("SFT:") for m in said)
     model, tok = load_policy(path)
     assert model.config.vocab_size == len(tok)
-    assert teach(tmp_path, cfg.model_copy(update={"threads": 2}), progress=said.append) == path  # threads: same recipe, cached
+    assert (
+        teach(tmp_path, cfg.model_copy(update={"threads": 2}), progress=said.append) == path
+    )  # threads: same recipe, cached
     assert TeachConfig(threads=1).recipe_hash() == TeachConfig().recipe_hash() != cfg.recipe_hash()
 
 
@@ -197,20 +230,41 @@ def test_some_openings_give_the_email_and_order_id_and_the_script_does_not_ask_f
 def test_a_polish_pass_continues_from_the_first_pass_and_refuses_another_recipes_build(tmp_path):
     from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
 
-    first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
-                        num_kv_heads=1, intermediate_size=64, epochs=0.1, batch_size=2, threads=1, other_skip=0.0)
+    first = TeachConfig(
+        instances=1,
+        copies=1,
+        drills=1,
+        warmup_steps=0,
+        vocab_size=400,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        epochs=0.1,
+        batch_size=2,
+        threads=1,
+        other_skip=0.0,
+    )
     base = teach(tmp_path, first)
-    polished = first.model_copy(update={"polish_epochs": 0.1, "polish_learning_rate": 5e-4, "decision_drills": 1,
-                                        "polish_refusal_skip": 0.0})
+    polished = first.model_copy(
+        update={"polish_epochs": 0.1, "polish_learning_rate": 5e-4, "decision_drills": 1, "polish_refusal_skip": 0.0}
+    )
     assert polished.recipe_hash() != first.recipe_hash()
     said: list[str] = []
     path = teach(tmp_path, polished, progress=said.append, first_pass=base)
     meta = load_meta(path)
     assert meta["first_pass"]["recipe_hash"] == first.recipe_hash()
     assert meta["polish"]["trajectories"] > 0 and meta["polish"]["loss_last"] and meta["polish"]["seconds"] > 0
-    assert meta["polish"]["decision_drills"] > 0 and any(m.startswith("decision drills:") for m in said)  # they join the polish
-    assert meta["polish"]["deficit_trajectories"] == 0 < meta["deficit_trajectories"]  # the polish's own refusal_skip (0 here)
-    assert any(m.startswith("polish:") for m in said) and not any(m.startswith("SFT:") for m in said)  # the first pass is not repeated
+    assert meta["polish"]["decision_drills"] > 0 and any(
+        m.startswith("decision drills:") for m in said
+    )  # they join the polish
+    assert (
+        meta["polish"]["deficit_trajectories"] == 0 < meta["deficit_trajectories"]
+    )  # the polish's own refusal_skip (0 here)
+    assert any(m.startswith("polish:") for m in said) and not any(
+        m.startswith("SFT:") for m in said
+    )  # the first pass is not repeated
     # the polish's data is a fresh draw (seed + 1), and the polished weights moved away from the first pass's
     assert (path / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
     other = polished.model_copy(update={"hidden_size": 48, "polish_epochs": 0.1})
@@ -233,8 +287,22 @@ def test_polish_seed_draws_the_polish_afresh_and_orders_its_batches(monkeypatch,
     import gapforge.demo_policy.teach as teach_mod
     from gapforge.demo_policy.teach import TeachConfig, teach
 
-    first = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
-                        num_kv_heads=1, intermediate_size=64, epochs=0.05, batch_size=2, threads=1, decision_drills=1)
+    first = TeachConfig(
+        instances=1,
+        copies=1,
+        drills=1,
+        warmup_steps=0,
+        vocab_size=400,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        epochs=0.05,
+        batch_size=2,
+        threads=1,
+        decision_drills=1,
+    )
     base = teach(tmp_path, first)
     seen: dict = {}
     real = teach_mod._sft
@@ -249,8 +317,12 @@ def test_polish_seed_draws_the_polish_afresh_and_orders_its_batches(monkeypatch,
     for seed in (None, 1, 5):
         teach(tmp_path / str(seed), polish.model_copy(update={"polish_seed": seed}), first_pass=base)
         draws[seed] = (seen["rows"], seen["order"])
-    assert draws[None][0] == draws[1][0] and draws[None][1] == 0 and draws[1][1] == 1  # default: draw seed + 1, order `seed`
-    assert draws[5][1] == 5 and len(set(draws[5][0]) & set(draws[None][0])) < len(draws[None][0]) // 2  # mostly fresh examples
+    assert (
+        draws[None][0] == draws[1][0] and draws[None][1] == 0 and draws[1][1] == 1
+    )  # default: draw seed + 1, order `seed`
+    assert (
+        draws[5][1] == 5 and len(set(draws[5][0]) & set(draws[None][0])) < len(draws[None][0]) // 2
+    )  # mostly fresh examples
     assert polish.model_copy(update={"polish_seed": 5}).recipe_hash() != polish.recipe_hash()
 
 
@@ -259,8 +331,21 @@ def test_the_card_names_the_hash_its_directory_was_built_under(monkeypatch, tmp_
     than its directory's (it did: the directory's was taken at the start, the card's at the end)."""
     from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
 
-    cfg = TeachConfig(instances=1, copies=1, drills=1, warmup_steps=0, vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
-                      num_kv_heads=1, intermediate_size=64, epochs=0.05, batch_size=2, threads=1)
+    cfg = TeachConfig(
+        instances=1,
+        copies=1,
+        drills=1,
+        warmup_steps=0,
+        vocab_size=400,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        intermediate_size=64,
+        epochs=0.05,
+        batch_size=2,
+        threads=1,
+    )
     hashes = iter(["0123456789abcdef", "fedcba9876543210"])  # the code "changes" after the first read
     monkeypatch.setattr(TeachConfig, "recipe_hash", lambda self: next(hashes))
     path = teach(tmp_path, cfg)
@@ -287,10 +372,21 @@ def test_sft_trains_in_float32_not_under_trls_bf16_default(monkeypatch, tmp_path
             seen["trained"] = True
 
     monkeypatch.setattr(trl, "SFTTrainer", Recorder)
-    losses, _, _ = _sft(None, None, [{"input_ids": [1, 2], "assistant_masks": [1, 1]}], 0.1, 1e-3, TeachConfig(), tmp_path, lambda _m: None)
+    losses, _, _ = _sft(
+        None,
+        None,
+        [{"input_ids": [1, 2], "assistant_masks": [1, 1]}],
+        0.1,
+        1e-3,
+        TeachConfig(),
+        tmp_path,
+        lambda _m: None,
+    )
     assert seen["trained"] and losses == [0.5]
     assert seen["args"].bf16 is False and seen["args"].fp16 is False
-    assert seen["args"].activation_checkpointing is False and seen["args"].gradient_checkpointing is False  # TRL's default: on
+    assert (
+        seen["args"].activation_checkpointing is False and seen["args"].gradient_checkpointing is False
+    )  # TRL's default: on
 
 
 def test_a_customer_found_by_name_is_first_asked_for_the_email_as_every_other():
@@ -339,7 +435,14 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
     recipe = {k: v for k, v in load_card(SHIPPED)["recipe"].items() if k != "threads"}
     for email_first, look in ((True, False), (False, True)):
         seen.clear()
-        cfg = TeachConfig(**{**recipe, "polish_ask_email_first": email_first, "polish_look_first": look, "polish_lookup_transfer": 0.0})
+        cfg = TeachConfig(
+            **{
+                **recipe,
+                "polish_ask_email_first": email_first,
+                "polish_look_first": look,
+                "polish_lookup_transfer": 0.0,
+            }
+        )
         with pytest.raises(Stop):
             teach(tmp_path, cfg, first_pass=SHIPPED)
         (_, first), (_, polish), (_, drills) = seen
@@ -352,14 +455,18 @@ def test_teach_hands_the_polish_knobs_to_its_draw_and_its_decision_drills(monkey
     with pytest.raises(Stop):  # the second deficit: planted in the polish's draw, and its family left out of the drills
         teach(tmp_path, TeachConfig(**{**recipe, "polish_lookup_transfer": 0.8}), first_pass=SHIPPED)
     (_, first), (_, polish), (_, drills) = seen
-    assert "lookup_transfer" not in first and polish["lookup_transfer"] == 0.8 and drills["skip_families"] == ("lookup_and_answer",)
+    assert (
+        "lookup_transfer" not in first
+        and polish["lookup_transfer"] == 0.8
+        and drills["skip_families"] == ("lookup_and_answer",)
+    )
     assert not list(tmp_path.iterdir())  # stopped before anything was written
 
 
 def test_digit_groups_make_every_id_the_same_fewer_tokens_in_every_context():
     from gapforge.demo_policy.teach import TeachConfig, _tokenizer
 
-    texts = ['My order is #W2324636 and the item 6331419857 costs 81.00.', '{"item_ids": ["6331419857"]}'] * 3
+    texts = ["My order is #W2324636 and the item 6331419857 costs 81.00.", '{"item_ids": ["6331419857"]}'] * 3
     pairs = _tokenizer(texts, TeachConfig(digit_group=2))
     ids = pairs.tokenize('"6331419857"')
     assert ids == ['"', "63", "31", "41", "98", "57", '"']
@@ -378,7 +485,9 @@ def test_the_second_deficit_reads_the_record_then_transfers_instead_of_answering
     pairs = [(env, t) for t in env.task_ids()]
     plain = build_trajectories(pairs, copies=2, refusal_skip=0.75, other_skip=0.10, seed=3)
     planted = build_trajectories(pairs, copies=2, refusal_skip=0.75, other_skip=0.10, seed=3, lookup_transfer=1.0)
-    assert [a.messages for a in plain if a.family != "lookup_and_answer"] == [b.messages for b in planted if b.family != "lookup_and_answer"]
+    assert [a.messages for a in plain if a.family != "lookup_and_answer"] == [
+        b.messages for b in planted if b.family != "lookup_and_answer"
+    ]
     lookups = [(a, b) for a, b in zip(plain, planted) if a.family == "lookup_and_answer"]
     assert len(lookups) == 24
     for a, b in lookups:

@@ -33,7 +33,9 @@ def check_tool_schemas(tools: list[dict[str, Any]]) -> None:
     assert not problems, "invalid tool schemas: " + "; ".join(problems)
     for tool in tools:
         fn = tool["function"]
-        assert isinstance(fn.get("description"), str) and fn["description"].strip(), f"tool {fn['name']} needs a description"
+        assert isinstance(fn.get("description"), str) and fn["description"].strip(), (
+            f"tool {fn['name']} needs a description"
+        )
         json.dumps(tool)  # must be serialisable for the wire
 
 
@@ -42,8 +44,12 @@ def check_reset(env: Environment, task_id: str) -> list[Message]:
     messages = env.reset(task_id)
     assert isinstance(messages, list) and len(messages) >= 2, "reset must return at least [system, user]"
     assert all(isinstance(m, Message) for m in messages), "reset must return envs.protocol.Message objects"
-    assert messages[0].role == "system" and (messages[0].content or "").strip(), "first message must be a non-empty system prompt"
-    assert any(m.role == "user" and (m.content or "").strip() for m in messages[1:]), "reset must include a first user turn"
+    assert messages[0].role == "system" and (messages[0].content or "").strip(), (
+        "first message must be a non-empty system prompt"
+    )
+    assert any(m.role == "user" and (m.content or "").strip() for m in messages[1:]), (
+        "reset must include a first user turn"
+    )
     return messages
 
 
@@ -71,7 +77,9 @@ def check_tool_step(env: Environment, task_id: str) -> None:
     result = env.step(Message.assistant(tool_calls=calls))
     assert isinstance(result, StepResult)
     tool_msgs = [m for m in result.messages if m.role == "tool"]
-    assert [m.tool_call_id for m in tool_msgs] == ["conf_call_1", "conf_call_2"], "one tool message per call, in order, ids matching"
+    assert [m.tool_call_id for m in tool_msgs] == ["conf_call_1", "conf_call_2"], (
+        "one tool message per call, in order, ids matching"
+    )
     assert all(isinstance(m.content, str) for m in tool_msgs), "tool results must be strings"
 
 

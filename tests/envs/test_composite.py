@@ -35,8 +35,14 @@ def test_a_task_is_played_in_its_own_env() -> None:
     env = make_env(SHOP_AND_BILLING)
     opening = env.reset("BillingEnv/refund-001")
     assert opening[0].content is not None and opening[0].content.startswith("You are Acme billing support")
-    assert {t["function"]["name"] for t in env.tools()} == {"get_invoice", "refund_invoice", "change_plan"}  # the part's own tools
-    env.step(Message.assistant(tool_calls=[ToolCall(id="c1", name="refund_invoice", arguments={"invoice_id": "INV-7"})]))
+    assert {t["function"]["name"] for t in env.tools()} == {
+        "get_invoice",
+        "refund_invoice",
+        "change_plan",
+    }  # the part's own tools
+    env.step(
+        Message.assistant(tool_calls=[ToolCall(id="c1", name="refund_invoice", arguments={"invoice_id": "INV-7"})])
+    )
     score = env.score()
     assert score.success and score.info["composite_part"] == BILLING
     shop_task = next(t for t in env.task_ids() if t.startswith("shop/"))
@@ -56,10 +62,14 @@ def test_the_policy_loop_plays_a_prefixed_task_to_its_score() -> None:
         async def respond(self, messages, tools, *, temperature=None):  # noqa: ANN001, ANN202 - the PolicyModel protocol
             self.turn += 1
             if self.turn == 1:
-                return Message.assistant(tool_calls=[ToolCall(id="c1", name="refund_invoice", arguments={"invoice_id": "INV-7"})])
+                return Message.assistant(
+                    tool_calls=[ToolCall(id="c1", name="refund_invoice", arguments={"invoice_id": "INV-7"})]
+                )
             return Message.assistant("Refunded.")
 
-    episode = asyncio.run(run_episode(RefundAndThank(), make_env(SHOP_AND_BILLING), "BillingEnv/refund-001", max_turns=5))
+    episode = asyncio.run(
+        run_episode(RefundAndThank(), make_env(SHOP_AND_BILLING), "BillingEnv/refund-001", max_turns=5)
+    )
     assert episode.success and episode.reward == 1.0 and episode.turns == 3
 
 
@@ -69,11 +79,14 @@ def test_the_analysis_split_stays_per_family_and_deterministic() -> None:
     a, b = split_tasks(families, 0.5, seed=0), split_tasks(families, 0.5, seed=0)
     assert a == b
     shop_families = {f for f in families.values() if f.startswith("shop/")}
-    assert shop_families and {families[t] for t in a.analysis if t.startswith("shop/")} == shop_families  # every family analysed
+    assert (
+        shop_families and {families[t] for t in a.analysis if t.startswith("shop/")} == shop_families
+    )  # every family analysed
 
 
 def _tool_env(path: Path, description: str) -> str:
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         from gapforge.protocol import Message, Score, StepResult, tool_schema
 
         class Env:
@@ -84,7 +97,8 @@ def _tool_env(path: Path, description: str) -> str:
             def step(self, message): return StepResult(done=True)
             def score(self): return Score(reward=0.0, success=False)
             def close(self): pass
-    """))
+    """)
+    )
     return f"{path}:Env"
 
 
@@ -109,8 +123,14 @@ def test_the_fingerprint_covers_every_part(tmp_path: Path) -> None:
         ("composite:shop+", r"a composite joins two or more env specs"),
         ("composite:shop+shop", r"parts 'shop' and 'shop' would both prefix their task ids with 'shop/': name them"),
         ("composite:shop+composite:shop+tau2:retail", r"part 'composite:shop' is itself a composite"),
-        ("composite:shop+tau2:nowhere", r"composite env 'composite:shop\+tau2:nowhere', part 'tau2:nowhere': unknown τ²-bench domain 'nowhere'"),
-        ("composite:shop+no/such/file.py:Env", r"part 'no/such/file.py:Env': env 'no/such/file.py:Env': file 'no/such/file.py' not found"),
+        (
+            "composite:shop+tau2:nowhere",
+            r"composite env 'composite:shop\+tau2:nowhere', part 'tau2:nowhere': unknown τ²-bench domain 'nowhere'",
+        ),
+        (
+            "composite:shop+no/such/file.py:Env",
+            r"part 'no/such/file.py:Env': env 'no/such/file.py:Env': file 'no/such/file.py' not found",
+        ),
     ],
 )
 def test_a_bad_part_is_one_line_naming_it(spec: str, pattern: str) -> None:
@@ -128,8 +148,14 @@ def test_an_unknown_or_unprefixed_task_id_names_the_prefixes() -> None:
 
 
 def test_part_prefixes() -> None:
-    assert [p for p, _ in parse_composite("composite:tau2:airline?max_steps=50+tau2:retail?max_steps=50")] == ["airline", "retail"]
-    assert parse_composite("composite:a=x.py:Env+b=tau2:retail?max_steps=5") == [("a", "x.py:Env"), ("b", "tau2:retail?max_steps=5")]
+    assert [p for p, _ in parse_composite("composite:tau2:airline?max_steps=50+tau2:retail?max_steps=50")] == [
+        "airline",
+        "retail",
+    ]
+    assert parse_composite("composite:a=x.py:Env+b=tau2:retail?max_steps=5") == [
+        ("a", "x.py:Env"),
+        ("b", "tau2:retail?max_steps=5"),
+    ]
     assert part_prefix("shop") == "shop" and part_prefix("mcp:examples/helpdesk/target.yaml") == "target"
     assert part_prefix("toolsandbox:state_dependency?network=stand-in") == "state_dependency"
 
@@ -137,7 +163,10 @@ def test_part_prefixes() -> None:
 @pytest.mark.parametrize(
     ("spec", "pattern"),
     [
-        ("tau2:retail?max_steps=0", r"bad option max_steps=0 in env 'tau2:retail\?max_steps=0': τ² takes max_steps=N and max_errors=N"),
+        (
+            "tau2:retail?max_steps=0",
+            r"bad option max_steps=0 in env 'tau2:retail\?max_steps=0': τ² takes max_steps=N and max_errors=N",
+        ),
         ("tau2:retail?max_stepz=50", r"bad option max_stepz=50"),
         ("tau2:retail?max_steps=fifty", r"bad option max_steps='fifty'"),
     ],

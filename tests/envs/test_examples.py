@@ -85,10 +85,10 @@ def test_corrupted_solutions_score_lower_monotonically(env_class: type[Synthetic
         solution = env.solution(seed)
         full = play(env, seed, solution)
         for k in range(len(solution)):
-            dropped = play(env, seed, solution[:k] + solution[k + 1:])
+            dropped = play(env, seed, solution[:k] + solution[k + 1 :])
             assert dropped < full, f"seed {seed}: dropping action {k} {solution[k]} did not lower the reward"
             if "tool" in solution[k]:
-                changed = play(env, seed, solution[:k] + [corrupt_argument(solution[k])] + solution[k + 1:])
+                changed = play(env, seed, solution[:k] + [corrupt_argument(solution[k])] + solution[k + 1 :])
                 assert changed < full, f"seed {seed}: changing an argument of {solution[k]} did not lower the reward"
         order = list(range(len(solution)))
         random.Random(seed).shuffle(order)
@@ -102,7 +102,14 @@ def test_precondition_scenarios_mix_eligible_and_ineligible_requests() -> None:
     truths = [env.scenario_for(seed)["truth"] for seed in SEEDS]
     eligible = sum(t["eligible"] for t in truths)
     assert 10 <= eligible <= 40
-    assert {t["case"] for t in truths} == {"ok", "not_pending", "not_owner", "not_delivered", "window_expired", "bad_payment"}
+    assert {t["case"] for t in truths} == {
+        "ok",
+        "not_pending",
+        "not_owner",
+        "not_delivered",
+        "window_expired",
+        "bad_payment",
+    }
 
 
 def test_precondition_forbidden_write_is_penalised() -> None:
@@ -112,10 +119,19 @@ def test_precondition_forbidden_write_is_penalised() -> None:
     truth = env.scenario_for(seed)["truth"]
     checks = env.solution(seed)[:-1]
     if truth["kind"] == "cancel":
-        write = {"tool": "cancel_pending_order", "arguments": {"order_id": truth["order_id"], "reason": "no longer needed"}}
+        write = {
+            "tool": "cancel_pending_order",
+            "arguments": {"order_id": truth["order_id"], "reason": "no longer needed"},
+        }
     else:
-        write = {"tool": "return_delivered_order_items", "arguments": {
-            "order_id": truth["order_id"], "item_ids": truth["item_ids"], "payment_method_id": truth["payment_method_id"]}}
+        write = {
+            "tool": "return_delivered_order_items",
+            "arguments": {
+                "order_id": truth["order_id"],
+                "item_ids": truth["item_ids"],
+                "payment_method_id": truth["payment_method_id"],
+            },
+        }
     play(env, seed, checks + [write, {"say": "Done."}])
     score = env.score()
     assert score["components"]["no_forbidden_write"] == 0.0 and score["components"]["correct_outcome"] == 0.0
@@ -124,15 +140,22 @@ def test_precondition_forbidden_write_is_penalised() -> None:
 
 def test_structured_partial_credit_per_item() -> None:
     env = StructuredDataReasoningEnv()
-    seed = next(s for s in SEEDS if env.scenario_for(s)["truth"]["kind"] == "list_matching"
-                and len(env.scenario_for(s)["truth"]["matches"]) >= 2)
+    seed = next(
+        s
+        for s in SEEDS
+        if env.scenario_for(s)["truth"]["kind"] == "list_matching" and len(env.scenario_for(s)["truth"]["matches"]) >= 2
+    )
     truth = env.scenario_for(seed)["truth"]
     lookups = env.solution(seed)[:-1]
     first_id = truth["matches"][0][1]
     play(env, seed, lookups + [{"say": f"Your item is {first_id}. Total 0.00"}])
     credit = env.score()["components"]["item_credit"]
     assert credit == pytest.approx(1 / len(truth["matches"]))
-    other_ids = [i["item_id"] for o in env.scenario["db"]["orders"].values() for i in o["items"]
-                 if [o["order_id"], i["item_id"]] not in truth["matches"]]
+    other_ids = [
+        i["item_id"]
+        for o in env.scenario["db"]["orders"].values()
+        for i in o["items"]
+        if [o["order_id"], i["item_id"]] not in truth["matches"]
+    ]
     play(env, seed, lookups + [{"say": f"Items {first_id} {' '.join(other_ids)}. Total 0.00"}])
     assert env.score()["components"]["item_credit"] < credit  # naming wrong items costs credit

@@ -34,7 +34,9 @@ class _KillingPolicy:
         self.killed: list[int] = []
         self.pids: list[int] = []
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         results = [m.content or "" for m in messages if m.role == "tool"]
         if not results:
             return Message.assistant(tool_calls=[ToolCall(id="c0", name="get_counter", arguments={})])
@@ -62,8 +64,15 @@ def test_a_server_killed_mid_episode_costs_that_episode_and_a_fresh_server_serve
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
     policy = _KillingPolicy()
     try:
-        plan = CollectPlan(run_id=store.create_run("rollouts", {}), env=spec, tasks=["twice", "once"], samples=1, concurrency=1,
-                           max_turns=6, episode_timeout_s=60.0)
+        plan = CollectPlan(
+            run_id=store.create_run("rollouts", {}),
+            env=spec,
+            tasks=["twice", "once"],
+            samples=1,
+            concurrency=1,
+            max_turns=6,
+            episode_timeout_s=60.0,
+        )
         result = asyncio.run(collect(plan, make_env=lambda: McpTargetEnv(str(target)), policy=policy, sink=store))
         rows = {r.task_id: r for r in store.episodes(plan.run_id)}
     finally:
@@ -71,7 +80,11 @@ def test_a_server_killed_mid_episode_costs_that_episode_and_a_fresh_server_serve
         pool.close_idle()
     assert (result.ran, result.env_errors, result.infra_failures, result.timeouts) == (2, 1, [], [])
     killed = rows["twice"]
-    assert killed.termination == "env_error" and "ServerFailure" in killed.error and "closed the connection" in killed.error
+    assert (
+        killed.termination == "env_error"
+        and "ServerFailure" in killed.error
+        and "closed the connection" in killed.error
+    )
     assert "counter server up" in killed.error  # the server's last words
     assert rows["once"].termination == "done" and rows["once"].success  # the next episode played on a fresh server
     assert policy.pids[1] != policy.killed[0]

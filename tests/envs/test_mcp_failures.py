@@ -76,16 +76,32 @@ def test_a_check_on_a_tool_the_server_lacks_is_one_line(tmp_path: Path) -> None:
     assert isinstance(err.value, EnvError)  # exit 2 from the CLI
 
 
-@pytest.mark.parametrize(("changes", "expected"), [
-    ({"tasks__1__user": {"fact": {}}}, "unknown key 'tasks[1] (once).user.fact'"),
-    ({"reset__mode": "restart"}, "give exactly one of reset.tool"),
-    ({"policy": None}, "give exactly one of policy"),
-    ({"tasks__1__id": "twice"}, "task id 'twice' appears twice"),
-    ({"tasks__1__success": {}}, "tasks[1] (once).success: a task needs at least one success check"),
-    ({"tasks__0__success__grader": "nope_module_xyz:grade"}, "grader 'nope_module_xyz:grade' of task twice cannot be imported"),
-    ({"server__url": "http://127.0.0.1:1/mcp"}, "give exactly one of server.command"),
-    ({"tasks__0__success__state__0__tool": "bump"}, "which the server declares as not read-only"),
-], ids=["unknown-key", "two-resets", "no-policy", "duplicate-id", "no-checks", "bad-grader", "two-servers", "write-in-check"])
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"tasks__1__user": {"fact": {}}}, "unknown key 'tasks[1] (once).user.fact'"),
+        ({"reset__mode": "restart"}, "give exactly one of reset.tool"),
+        ({"policy": None}, "give exactly one of policy"),
+        ({"tasks__1__id": "twice"}, "task id 'twice' appears twice"),
+        ({"tasks__1__success": {}}, "tasks[1] (once).success: a task needs at least one success check"),
+        (
+            {"tasks__0__success__grader": "nope_module_xyz:grade"},
+            "grader 'nope_module_xyz:grade' of task twice cannot be imported",
+        ),
+        ({"server__url": "http://127.0.0.1:1/mcp"}, "give exactly one of server.command"),
+        ({"tasks__0__success__state__0__tool": "bump"}, "which the server declares as not read-only"),
+    ],
+    ids=[
+        "unknown-key",
+        "two-resets",
+        "no-policy",
+        "duplicate-id",
+        "no-checks",
+        "bad-grader",
+        "two-servers",
+        "write-in-check",
+    ],
+)
 def test_task_file_errors_are_one_line(tmp_path: Path, changes: dict[str, Any], expected: str) -> None:
     path = _target(tmp_path, **changes)
     with pytest.raises(EnvError) as err:
@@ -126,7 +142,9 @@ def test_a_server_command_that_does_not_exist_is_one_line(tmp_path: Path) -> Non
 
 
 def test_a_server_that_exits_at_start_shows_its_stderr(tmp_path: Path) -> None:
-    (tmp_path / "broken.py").write_text("import sys\nprint('config error: TICKET_DB is not set', file=sys.stderr)\nsys.exit(3)\n")
+    (tmp_path / "broken.py").write_text(
+        "import sys\nprint('config error: TICKET_DB is not set', file=sys.stderr)\nsys.exit(3)\n"
+    )
     path = _target(tmp_path, **{"server__command": ["python", "broken.py"]})
     with pytest.raises(ServerStartError) as err:
         McpTargetEnv(path)
@@ -134,7 +152,9 @@ def test_a_server_that_exits_at_start_shows_its_stderr(tmp_path: Path) -> None:
 
 
 def test_a_server_that_never_answers_the_handshake_times_out(tmp_path: Path) -> None:
-    (tmp_path / "mute.py").write_text("import os, pathlib, time\npathlib.Path('mute.pid').write_text(str(os.getpid()))\ntime.sleep(60)\n")
+    (tmp_path / "mute.py").write_text(
+        "import os, pathlib, time\npathlib.Path('mute.pid').write_text(str(os.getpid()))\ntime.sleep(60)\n"
+    )
     path = _target(tmp_path, **{"server__command": ["python", "mute.py"], "server__startup_timeout_s": 0.5})
     with pytest.raises(ServerStartError) as err:
         McpTargetEnv(path)
@@ -156,7 +176,9 @@ def _alive(pid: int) -> bool:
 class _CrashPolicy:
     name = "crasher"
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         return _calls(("bump", {}), ("crash", {"reason": "ticket store corrupt"}))
 
     async def aclose(self) -> None:
@@ -171,7 +193,9 @@ def test_a_server_dying_mid_episode_is_an_env_error_with_its_last_words(tmp_path
     finally:
         env.close()
     assert ep.termination == "env_error" and ep.turns == 1
-    assert "ServerFailure" in (ep.error or "") and "its stderr ends: 'counter server up fatal: ticket store corrupt'" in (ep.error or "")
+    assert "ServerFailure" in (
+        ep.error or ""
+    ) and "its stderr ends: 'counter server up fatal: ticket store corrupt'" in (ep.error or "")
     assert pool.idle_count(env._key) == 0  # a dead server is never parked
     fresh = McpTargetEnv(path)  # the next instance starts a new server and plays
     try:
@@ -204,7 +228,8 @@ def _hanging_target(tmp_path: Path, **changes: Any) -> str:
     (tmp_path / "slow.py").write_text(
         "import sys, time\nsys.path.insert(0, %r)\nimport mcp_counter_server as m\n"
         "@m.server.tool()\ndef hang() -> dict:\n    '''Never answers in time.'''\n    time.sleep(30)\n    return {}\n"
-        "m.server.run('stdio')\n" % str(DATA))
+        "m.server.run('stdio')\n" % str(DATA)
+    )
     return _target(tmp_path, **{"server__command": ["python", "slow.py"], **changes})
 
 
@@ -263,8 +288,13 @@ def test_restart_mode_starts_a_new_server_for_each_used_episode(tmp_path: Path) 
 # ---- a streamable-HTTP server -----------------------------------------------------------
 def test_url_server_with_reset_tool_one_episode_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "server.py", "--http", str(port)], cwd=HELPDESK,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "server.py", "--http", str(port)],
+        cwd=HELPDESK,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until_listening(proc, port, what="the help-desk server", timeout_s=30)
         doc = yaml.safe_load((HELPDESK / "target.yaml").read_text())
@@ -274,7 +304,12 @@ def test_url_server_with_reset_tool_one_episode_at_a_time(tmp_path: Path, monkey
         a, b = McpTargetEnv(str(tmp_path / "url.yaml")), McpTargetEnv(str(tmp_path / "url.yaml"))
         try:
             a.reset("ul-001")
-            a.step(_calls(("verify_identity", {"employee_id": "E-1002", "badge_last4": "7310"}), ("unlock_account", {"employee_id": "E-1002"})))
+            a.step(
+                _calls(
+                    ("verify_identity", {"employee_id": "E-1002", "badge_last4": "7310"}),
+                    ("unlock_account", {"employee_id": "E-1002"}),
+                )
+            )
             monkeypatch.setattr(mcp_env, "URL_WAIT_S", 0.2)
             with pytest.raises(ServerFailure, match="one episode at a time per URL server"):
                 b.reset("ul-001")
@@ -297,4 +332,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-

@@ -43,7 +43,12 @@ def test_tools_come_from_the_server_and_the_reset_tool_is_hidden() -> None:
         verify = next(t for t in env.tools() if t["function"]["name"] == "verify_identity")["function"]
         assert verify["parameters"]["required"] == ["employee_id", "badge_last4"] and "badge" in verify["description"]
         assert env.name == "mcp:helpdesk" and len(env.task_ids()) == 16
-        assert {env.task_family(t) for t in env.task_ids()} == {"password_reset", "account_unlock", "group_access", "must_refuse"}
+        assert {env.task_family(t) for t in env.task_ids()} == {
+            "password_reset",
+            "account_unlock",
+            "group_access",
+            "must_refuse",
+        }
         env.reset("pw-001")
         hidden = env.step(Message.assistant(tool_calls=[ToolCall(id="h", name="reset_state", arguments={})]))
         assert hidden.messages[0].content == "Error: unknown tool 'reset_state'"
@@ -98,15 +103,29 @@ def test_degenerate_policies_score_at_the_floor() -> None:
 def test_reset_tool_gives_every_episode_a_fresh_state_also_across_instances() -> None:
     env = McpTargetEnv(HELPDESK)
     env.reset("ul-001")
-    env.step(Message.assistant(tool_calls=[ToolCall(id="v", name="verify_identity", arguments={"employee_id": "E-1002", "badge_last4": "7310"}),
-                                           ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"})]))
+    env.step(
+        Message.assistant(
+            tool_calls=[
+                ToolCall(id="v", name="verify_identity", arguments={"employee_id": "E-1002", "badge_last4": "7310"}),
+                ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"}),
+            ]
+        )
+    )
     assert _account(env, "E-1002")["locked"] is False
     env.reset("ul-001")
     assert _account(env, "E-1002")["locked"] is True
-    again = env.step(Message.assistant(tool_calls=[ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"})]))
+    again = env.step(
+        Message.assistant(tool_calls=[ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"})])
+    )
     assert "not verified" in (again.messages[0].content or "")  # the verification went with the reset too
-    env.step(Message.assistant(tool_calls=[ToolCall(id="v", name="verify_identity", arguments={"employee_id": "E-1002", "badge_last4": "7310"}),
-                                           ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"})]))
+    env.step(
+        Message.assistant(
+            tool_calls=[
+                ToolCall(id="v", name="verify_identity", arguments={"employee_id": "E-1002", "badge_last4": "7310"}),
+                ToolCall(id="u", name="unlock_account", arguments={"employee_id": "E-1002"}),
+            ]
+        )
+    )
     conn = env._conn
     env.close()  # the used server is parked ...
     other = McpTargetEnv(HELPDESK)
@@ -127,14 +146,20 @@ def test_collect_stores_mcp_episodes_with_rewards(tmp_path: Path) -> None:
         probe.close()
         run_id = store.create_run("rollouts", {})
         plan = CollectPlan(run_id=run_id, env="mcp:helpdesk", tasks=tasks, samples=2, concurrency=3, max_turns=8)
-        res = asyncio.run(collect(plan, make_env=lambda: McpTargetEnv(HELPDESK), policy=PlanPolicy("gold"), sink=store, families=families))
+        res = asyncio.run(
+            collect(
+                plan, make_env=lambda: McpTargetEnv(HELPDESK), policy=PlanPolicy("gold"), sink=store, families=families
+            )
+        )
         assert (res.planned, res.ran, res.infra_failures) == (8, 8, [])
         rows = store.episodes(run_id)
         assert {(r.task_id, r.sample) for r in rows} == {(t, s) for t in tasks for s in range(2)}
         assert all(r.reward == 1.0 and r.success and r.termination == "done" for r in rows)
         assert {r.task_family for r in rows} == {"password_reset", "account_unlock", "group_access", "must_refuse"}
         assert all(m["role"] != "tool" or m["name"] != "reset_state" for r in rows for m in r.messages)
-        res = asyncio.run(collect(plan, make_env=lambda: McpTargetEnv(HELPDESK), policy=do_nothing(), sink=store, families=families))
+        res = asyncio.run(
+            collect(plan, make_env=lambda: McpTargetEnv(HELPDESK), policy=do_nothing(), sink=store, families=families)
+        )
         assert res.ran == 0 and res.skipped == 8
     finally:
         store.close()
@@ -143,7 +168,9 @@ def test_collect_stores_mcp_episodes_with_rewards(tmp_path: Path) -> None:
 def test_llm_user_plays_the_persona_and_stops(tmp_path: Path) -> None:
     from gapforge.agents.scripted import ScriptedChatModel
 
-    user_model = ScriptedChatModel.from_dict({"user": ["E-1008, badge 6650.", "Thanks! ###STOP###"]}, default_prompt="user")
+    user_model = ScriptedChatModel.from_dict(
+        {"user": ["E-1008, badge 6650.", "Thanks! ###STOP###"]}, default_prompt="user"
+    )
     with pytest.raises(EnvError, match="needs a user model"):
         McpTargetEnv(HELPDESK, user="llm")
     env = McpTargetEnv(HELPDESK, user="llm", user_model=user_model)

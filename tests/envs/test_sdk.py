@@ -16,7 +16,15 @@ import pytest
 
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message
-from gapforge.envs.sdk import EnvDefinitionError, ProtocolError, SyntheticEnv, ToolError, action_to_message, find_env_class, tool
+from gapforge.envs.sdk import (
+    EnvDefinitionError,
+    ProtocolError,
+    SyntheticEnv,
+    ToolError,
+    action_to_message,
+    find_env_class,
+    tool,
+)
 from gapforge.envs.synthetic import InProcessSyntheticEnv, load_env_class
 
 SDK_PATH = Path(__file__).resolve().parents[2] / "envs" / "sdk.py"
@@ -72,15 +80,31 @@ class Counter(SyntheticEnv):
 
 
 def _call(name: str, arguments: object, call_id: str = "c1") -> dict:
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-            "tool_call_id": None, "name": None}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
+        "tool_call_id": None,
+        "name": None,
+    }
 
 
 def test_schema_from_typed_parameters_and_docstring() -> None:
     class Typed(Counter):
         @tool
-        def many(self, s: str, i: int, f: float, b: bool, tags: list[str], meta: dict,
-                 mode: Literal["a", "b"], size: Size, opt: int | None = None, dflt: str = "x") -> str:
+        def many(
+            self,
+            s: str,
+            i: int,
+            f: float,
+            b: bool,
+            tags: list[str],
+            meta: dict,
+            mode: Literal["a", "b"],
+            size: Size,
+            opt: int | None = None,
+            dflt: str = "x",
+        ) -> str:
             """Take every supported type.
 
             Longer explanation.
@@ -98,7 +122,10 @@ def test_schema_from_typed_parameters_and_docstring() -> None:
     assert props["i"] == {"type": "integer", "description": "an integer"}
     assert props["f"] == {"type": "number"} and props["b"] == {"type": "boolean"}
     assert props["tags"] == {"type": "array", "items": {"type": "string"}} and props["meta"] == {"type": "object"}
-    assert props["mode"] == {"type": "string", "enum": ["a", "b"]} and props["size"] == {"type": "string", "enum": ["S", "L"]}
+    assert props["mode"] == {"type": "string", "enum": ["a", "b"]} and props["size"] == {
+        "type": "string",
+        "enum": ["S", "L"],
+    }
     assert props["opt"] == {"type": "integer"}
     assert schema["parameters"]["required"] == ["s", "i", "f", "b", "tags", "meta", "mode", "size"]
     assert schema["parameters"]["additionalProperties"] is False
@@ -107,13 +134,16 @@ def test_schema_from_typed_parameters_and_docstring() -> None:
     assert [t["function"]["name"] for t in Counter().tools()] == ["add", "crash"]
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ("def t(self, x) -> str:\n    '''Doc.'''\n    return ''", "needs a type annotation"),
-    ("def t(self, x: set) -> str:\n    '''Doc.'''\n    return ''", "unsupported type"),
-    ("def t(self, x: int) -> str:\n    return ''", "needs a docstring"),
-    ("def t(self, *xs: int) -> str:\n    '''Doc.'''\n    return ''", "*args/**kwargs"),
-    ("def step(self, x: int) -> str:\n    '''Doc.'''\n    return ''", "clashes with the SDK"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("def t(self, x) -> str:\n    '''Doc.'''\n    return ''", "needs a type annotation"),
+        ("def t(self, x: set) -> str:\n    '''Doc.'''\n    return ''", "unsupported type"),
+        ("def t(self, x: int) -> str:\n    return ''", "needs a docstring"),
+        ("def t(self, *xs: int) -> str:\n    '''Doc.'''\n    return ''", "*args/**kwargs"),
+        ("def step(self, x: int) -> str:\n    '''Doc.'''\n    return ''", "clashes with the SDK"),
+    ],
+)
 def test_bad_tool_definitions_name_the_problem(body: str, fragment: str) -> None:
     ns: dict = {"tool": tool}
     exec(f"@tool\n{body}", ns)
@@ -129,12 +159,32 @@ def test_class_attribute_checks() -> None:
     with pytest.raises(EnvDefinitionError, match="target"):
         type("B2", (Counter,), {"target": ""}).check_definition()
     with pytest.raises(EnvDefinitionError, match="no tools"):
-        type("B3", (SyntheticEnv,), {"capability": "x", "description": "d", "target": "shop", "policy": "p",
-                                     "generate": Counter.generate, "reward": Counter.reward,
-                                     "solution": Counter.__dict__["solution"]}).check_definition()
+        type(
+            "B3",
+            (SyntheticEnv,),
+            {
+                "capability": "x",
+                "description": "d",
+                "target": "shop",
+                "policy": "p",
+                "generate": Counter.generate,
+                "reward": Counter.reward,
+                "solution": Counter.__dict__["solution"],
+            },
+        ).check_definition()
     with pytest.raises(EnvDefinitionError, match="implement reward"):
-        type("B4", (SyntheticEnv,), {"capability": "x", "description": "d", "target": "shop", "policy": "p",
-                                     "generate": Counter.generate, "add": Counter.add}).check_definition()
+        type(
+            "B4",
+            (SyntheticEnv,),
+            {
+                "capability": "x",
+                "description": "d",
+                "target": "shop",
+                "policy": "p",
+                "generate": Counter.generate,
+                "add": Counter.add,
+            },
+        ).check_definition()
 
 
 def test_find_env_class_wants_exactly_one() -> None:
@@ -160,8 +210,11 @@ def test_reset_step_score_contract() -> None:
     assert (msg["tool_call_id"], msg["name"], json.loads(msg["content"])) == ("c1", "add", {"n": 2})
     reply = env.step({"role": "assistant", "content": "more?", "tool_calls": []})
     assert reply["messages"][0]["role"] == "user" and reply["messages"][0]["content"] == "Go on."
-    assert env.step(action_to_message({"say": "bye"}, "x")) == {"messages": [], "done": True,
-                                                                 "info": {"turn": 3, "tool_errors": [], "reason": "user_ended"}}
+    assert env.step(action_to_message({"say": "bye"}, "x")) == {
+        "messages": [],
+        "done": True,
+        "info": {"turn": 3, "tool_errors": [], "reason": "user_ended"},
+    }
     score = env.score()
     goal = env.scenario["goal"]
     assert score["components"] == {"called": 1.0, "reached": min(1.0, 2 / goal)}
@@ -173,13 +226,15 @@ def test_reset_step_score_contract() -> None:
 def test_tool_failures_become_error_messages_and_roll_back() -> None:
     env = Counter()
     env.reset(1)
-    calls = [{"id": "a", "name": "add", "arguments": {"k": 9}},
-             {"id": "b", "name": "add", "arguments": {"k": "2"}},
-             {"id": "c", "name": "add", "arguments": {"k": 1, "extra": True}},
-             {"id": "d", "name": "nope", "arguments": {}},
-             {"id": "e", "name": "crash", "arguments": {}},
-             {"id": "f", "type": "function", "function": {"name": "add", "arguments": "{not json"}},
-             {"id": "g", "type": "function", "function": {"name": "add", "arguments": '{"k": 3}'}}]
+    calls = [
+        {"id": "a", "name": "add", "arguments": {"k": 9}},
+        {"id": "b", "name": "add", "arguments": {"k": "2"}},
+        {"id": "c", "name": "add", "arguments": {"k": 1, "extra": True}},
+        {"id": "d", "name": "nope", "arguments": {}},
+        {"id": "e", "name": "crash", "arguments": {}},
+        {"id": "f", "type": "function", "function": {"name": "add", "arguments": "{not json"}},
+        {"id": "g", "type": "function", "function": {"name": "add", "arguments": '{"k": 3}'}},
+    ]
     out = env.step({"role": "assistant", "content": None, "tool_calls": calls})
     contents = [m["content"] for m in out["messages"]]
     assert [m["tool_call_id"] for m in out["messages"]] == list("abcdefg")
@@ -245,7 +300,8 @@ def test_action_to_message() -> None:
 
 def test_in_process_env_loads_files_and_reports_bad_ones(tmp_path: Path) -> None:
     good = tmp_path / "good.py"
-    good.write_text(textwrap.dedent('''
+    good.write_text(
+        textwrap.dedent('''
         from __future__ import annotations
         from envs.sdk import SyntheticEnv, tool
 
@@ -268,7 +324,8 @@ def test_in_process_env_loads_files_and_reports_bad_ones(tmp_path: Path) -> None
 
             def solution(self, seed):
                 return [{"tool": "echo", "arguments": {"text": self.scenario["opening"]}}]
-    '''))
+    ''')
+    )
     env = InProcessSyntheticEnv(good)
     assert env.name == "synthetic:echo" and load_env_class(good).__name__ == "Echo"
     first = env.reset(4)[1].content
@@ -310,6 +367,8 @@ def test_sdk_is_stdlib_only(tmp_path: Path) -> None:
         third_party = sorted(m for m in sys.modules if m.split(".")[0] in {"pydantic", "envs.protocol", "gapforge"})
         print("OK", third_party)
     ''')
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "OK []"

@@ -71,7 +71,9 @@ def test_threads_loading_env_modules_at_once_each_get_the_one_sdk(tmp_path: Path
     assert sys.modules.get("envs") is before
 
 
-DATACLASS_MODULE = MODULE.replace("from envs.sdk import SyntheticEnv, tool", """from __future__ import annotations
+DATACLASS_MODULE = MODULE.replace(
+    "from envs.sdk import SyntheticEnv, tool",
+    """from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -82,7 +84,8 @@ from envs.sdk import SyntheticEnv, tool
 @dataclass
 class Note:
     text: str = ""
-""")
+""",
+)
 
 
 def test_one_file_loaded_from_threads_at_once_and_an_extra_envs_import_leave_nothing_behind(tmp_path: Path) -> None:
@@ -99,7 +102,11 @@ def test_one_file_loaded_from_threads_at_once_and_an_extra_envs_import_leave_not
     with ThreadPoolExecutor(8) as pool:
         classes = list(pool.map(load_env_class, [path] * 40))
     assert all(issubclass(c, SyntheticEnv) for c in classes)
-    assert "envs.errors" not in sys.modules and gapforge.envs.errors is errors and sys.modules["gapforge.envs.errors"] is errors
+    assert (
+        "envs.errors" not in sys.modules
+        and gapforge.envs.errors is errors
+        and sys.modules["gapforge.envs.errors"] is errors
+    )
 
 
 def test_loading_while_other_threads_import_does_not_trip_over_sys_modules(tmp_path: Path) -> None:
@@ -121,7 +128,9 @@ def test_loading_while_other_threads_import_does_not_trip_over_sys_modules(tmp_p
 
     churner = threading.Thread(target=churn)
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows, so a load's iteration meets the churn
+    sys.setswitchinterval(
+        1e-6
+    )  # switch threads as often as the interpreter allows, so a load's iteration meets the churn
     churner.start()
     try:
         with ThreadPoolExecutor(4) as pool:

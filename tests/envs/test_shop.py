@@ -36,7 +36,11 @@ def _replay(env: ShopEnv, task_id: str, skip: int | None = None, say_info: bool 
         if i != skip:
             _call(env, action.name, i, **action.arguments)
     if say_info:
-        env.step(Message.assistant("Here is what I found: " + "; ".join(task.required_info) + ". Unfortunately I cannot do more."))
+        env.step(
+            Message.assistant(
+                "Here is what I found: " + "; ".join(task.required_info) + ". Unfortunately I cannot do more."
+            )
+        )
     return env.score()
 
 
@@ -151,21 +155,45 @@ def test_policy_violations_are_refused_by_the_tools_and_leave_the_db_unchanged()
     msg = _call(env, "cancel_pending_order", 0, order_id=pending, reason="no longer needed")
     assert msg.content and msg.content.startswith("Error: identity not verified")
     _call(env, "find_customer_by_email", 1, email=email)
-    assert "only pending orders can be cancelled" in (_call(env, "cancel_pending_order", 2, order_id=delivered, reason="no longer needed").content or "")
-    assert "only delivered orders can be returned" in (_call(env, "return_delivered_order_items", 3, order_id=pending, item_ids=["1"],
-                                                             payment_method_id="x").content or "")
-    assert "does not belong" in (_call(env, "cancel_pending_order", 4, order_id=other_pending, reason="no longer needed").content or "")
+    assert "only pending orders can be cancelled" in (
+        _call(env, "cancel_pending_order", 2, order_id=delivered, reason="no longer needed").content or ""
+    )
+    assert "only delivered orders can be returned" in (
+        _call(env, "return_delivered_order_items", 3, order_id=pending, item_ids=["1"], payment_method_id="x").content
+        or ""
+    )
+    assert "does not belong" in (
+        _call(env, "cancel_pending_order", 4, order_id=other_pending, reason="no longer needed").content or ""
+    )
     db = build_db()
     customer = db.customers[delivered_order["customer_id"]]
     paid_with = delivered_order["payment_history"][0]["payment_method_id"]
     other_pm = next(p for p, m in customer.payment_methods.items() if p != paid_with and m.source != "gift_card")
     item = delivered_order["items"][0]
-    refused = _call(env, "return_delivered_order_items", 5, order_id=delivered, item_ids=[item["item_id"]], payment_method_id=other_pm)
+    refused = _call(
+        env,
+        "return_delivered_order_items",
+        5,
+        order_id=delivered,
+        item_ids=[item["item_id"]],
+        payment_method_id=other_pm,
+    )
     assert "original payment method or a gift card" in (refused.content or "")
-    item, sold_out = next((it, v) for it in delivered_order["items"] for v in db.products[it["product_id"]].variants.values()
-                          if not v.available and v.item_id != it["item_id"])
-    refused = _call(env, "exchange_delivered_order_items", 6, order_id=delivered, item_ids=[item["item_id"]],
-                    new_item_ids=[sold_out.item_id], payment_method_id=paid_with)
+    item, sold_out = next(
+        (it, v)
+        for it in delivered_order["items"]
+        for v in db.products[it["product_id"]].variants.values()
+        if not v.available and v.item_id != it["item_id"]
+    )
+    refused = _call(
+        env,
+        "exchange_delivered_order_items",
+        6,
+        order_id=delivered,
+        item_ids=[item["item_id"]],
+        new_item_ids=[sold_out.item_id],
+        payment_method_id=paid_with,
+    )
     assert "is not available" in (refused.content or "")
     assert env._db is not None and env._db.state_hash() == base
     assert other_email != email
@@ -179,7 +207,12 @@ def test_scripted_user_reveals_facts_confirms_and_stops() -> None:
     assert first == task.user.opening
     reply = env.step(Message.assistant("Sure. Could you give me your email address?")).messages[0].content or ""
     assert task.gold_actions[0].arguments["email"] in reply
-    reply = env.step(Message.assistant("Thanks. Which order would you like to cancel, and for what reason?")).messages[0].content or ""
+    reply = (
+        env.step(Message.assistant("Thanks. Which order would you like to cancel, and for what reason?"))
+        .messages[0]
+        .content
+        or ""
+    )
     cancel = next(a for a in task.gold_actions if a.name == "cancel_pending_order")
     assert cancel.arguments["order_id"] in reply and cancel.arguments["reason"] in reply
     for i, action in enumerate(task.gold_actions):
@@ -229,8 +262,16 @@ def test_scripted_user_waits_for_refusal_and_gives_up_after_max_turns() -> None:
 def test_transfer_ends_the_episode() -> None:
     env = ShopEnv()
     env.reset("shop-lookup-001")
-    result = env.step(Message.assistant(tool_calls=[ToolCall(id="t1", name="transfer_to_human_agents", arguments={"summary": "wants a human"})]))
-    assert result.done and result.info["termination"] == "transfer" and "Transfer successful" in (result.messages[0].content or "")
+    result = env.step(
+        Message.assistant(
+            tool_calls=[ToolCall(id="t1", name="transfer_to_human_agents", arguments={"summary": "wants a human"})]
+        )
+    )
+    assert (
+        result.done
+        and result.info["termination"] == "transfer"
+        and "Transfer successful" in (result.messages[0].content or "")
+    )
 
 
 def test_unknown_task_and_bad_usage_are_one_line_env_errors() -> None:

@@ -26,13 +26,17 @@ class RecordingChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "recording-fake"
 
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.seen.append(list(messages))
         return ChatResult(generations=[ChatGeneration(message=AIMessage(self.replies[len(self.seen) - 1]))])
 
 
 def test_llm_user_plays_the_task_and_stops_on_the_token() -> None:
-    model = RecordingChatModel(replies=["My email is in my facts, sorry: ava.garcia29@example.com.", f"Great, thanks! {STOP}"], seen=[])
+    model = RecordingChatModel(
+        replies=["My email is in my facts, sorry: ava.garcia29@example.com.", f"Great, thanks! {STOP}"], seen=[]
+    )
     env = make_env("shop", user="llm", user_model=model)
     task = env.task("shop-lookup-001")  # type: ignore[attr-defined]
     first = env.reset("shop-lookup-001")
@@ -42,7 +46,11 @@ def test_llm_user_plays_the_task_and_stops_on_the_token() -> None:
     assert r1.messages[0].role == "user" and r1.messages[0].content == model.replies[0] and not r1.done
     system, opening, agent = model.seen[0]
     assert isinstance(system, SystemMessage) and isinstance(opening, AIMessage) and isinstance(agent, HumanMessage)
-    assert task.user.facts["email"] in str(system.content) and STOP in str(system.content) and task.goal in str(system.content)
+    assert (
+        task.user.facts["email"] in str(system.content)
+        and STOP in str(system.content)
+        and task.goal in str(system.content)
+    )
     assert agent.content == "Could you share your email address?"
 
     for i, action in enumerate(task.gold_actions):

@@ -47,11 +47,15 @@ def test_the_same_class_loads_by_module_path(monkeypatch: pytest.MonkeyPatch) ->
     assert env.task_ids() == ["desk-reset-001"] and env.task_family("desk-reset-001") == "password_reset"
 
 
-def test_a_module_in_the_current_directory_is_found_as_python_m_would(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_module_in_the_current_directory_is_found_as_python_m_would(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     for f in ("desk_env.py", "desk_tasks.py"):
         shutil.copy(DESK.parent / f, tmp_path / f.replace("desk_env", "cwd_desk_env"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path / "nowhere"))  # sys.path differs from the cwd, as under the gapforge script
+    monkeypatch.syspath_prepend(
+        str(tmp_path / "nowhere")
+    )  # sys.path differs from the cwd, as under the gapforge script
     env = make_env("cwd_desk_env:DeskEnv")
     assert len(env.task_ids()) == 3
 
@@ -71,7 +75,13 @@ def test_the_factory_pickles_and_rebuilds_the_env() -> None:
 
 def test_keywords_are_json_scalars_else_strings() -> None:
     assert parse_keywords("split=dev&n=3&x=1.5&on=true&none=null&q=%223%22", "s") == {
-        "split": "dev", "n": 3, "x": 1.5, "on": True, "none": None, "q": "3"}
+        "split": "dev",
+        "n": 3,
+        "x": 1.5,
+        "on": True,
+        "none": None,
+        "q": "3",
+    }
     merged = with_keywords("a.py:C?split=dev", {"n": 3, "tag": "007", "name": "a b&c"})
     assert parse_class_spec(merged).kwargs == {"split": "dev", "n": 3, "tag": "007", "name": "a b&c"}
     with pytest.raises(EnvError, match="in both"):
@@ -92,7 +102,10 @@ def test_env_args_fold_into_the_env_string_at_load(tmp_path: Path) -> None:
 
 
 def test_built_in_names_and_prefixes_are_resolved_first() -> None:
-    assert all(is_builtin(n) for n in ("shop", "tau2:retail", "toolsandbox", "toolsandbox:single_tool_call?network=stand-in", "mcp:x.yaml"))
+    assert all(
+        is_builtin(n)
+        for n in ("shop", "tau2:retail", "toolsandbox", "toolsandbox:single_tool_call?network=stand-in", "mcp:x.yaml")
+    )
     assert not any(is_builtin(n) for n in ("shop.py:Shop", "pkg.mod:Env", "toolsandboxes:X"))
     assert parse_class_spec("my/dir.v2/env.py:Env").kind == "file"
     assert parse_class_spec("pkg.env:Env?k=v").kind == "module"

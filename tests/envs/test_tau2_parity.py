@@ -72,7 +72,9 @@ def test_every_step_limit_boundary_matches_tau2_on_telecom():
 
 def test_every_step_limit_boundary_matches_tau2_on_airline():
     outcomes = [assert_parity(env("airline", n), "13", "answer") for n in range(1, 7)]  # the replay takes 5 steps
-    assert outcomes == [(0.0, "max_steps")] * 5 + [(1.0, "user_stop")]  # the limit check overrides a stop at the last step
+    assert outcomes == [(0.0, "max_steps")] * 5 + [
+        (1.0, "user_stop")
+    ]  # the limit check overrides a stop at the last step
 
 
 @pytest.mark.parametrize("max_steps", [1, 2, 3, 4, 5])
@@ -85,7 +87,9 @@ def _idle():
         yield Message.assistant("How can I help you today?")
 
 
-@pytest.mark.parametrize("domain,task_id", [("retail", "0"), ("airline", "8"), *(("telecom", t) for t in SUBSET["telecom"])])
+@pytest.mark.parametrize(
+    "domain,task_id", [("retail", "0"), ("airline", "8"), *(("telecom", t) for t in SUBSET["telecom"])]
+)
 def test_do_nothing_scores_zero_in_both(domain, task_id):
     e = env(domain)
     assert run_adapter(e, task_id, _idle) == run_orchestrator(e, task_id, _idle) == (0.0, "user_stop")
@@ -99,13 +103,24 @@ def test_step_limit_before_the_agents_first_turn_in_both(domain, task_id):
     assert e.done
 
 
-@pytest.mark.parametrize("domain,task_id,reward", [
-    ("retail", "12", 1.0), ("retail", "0", 0.0), ("airline", "0", 1.0), ("airline", "8", 0.0), ("telecom", TELECOM_DATA, 0.0),
-])
+@pytest.mark.parametrize(
+    "domain,task_id,reward",
+    [
+        ("retail", "12", 1.0),
+        ("retail", "0", 0.0),
+        ("airline", "0", 1.0),
+        ("airline", "8", 0.0),
+        ("telecom", TELECOM_DATA, 0.0),
+    ],
+)
 def test_user_stopping_in_its_first_message_in_both(domain, task_id, reward):
     # tau2's own LLM user (on a fake endpoint) stops at once: scored as it stands, 1.0 only where nothing was to be done
     with FakeOpenAIServer(lambda _req: {"role": "assistant", "content": "###STOP###"}) as server:
-        e = Tau2Env(domain, user="llm", user_model={"model": "stop-user", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10})
+        e = Tau2Env(
+            domain,
+            user="llm",
+            user_model={"model": "stop-user", "base_url": server.base_url, "max_retries": 0, "timeout_s": 10},
+        )
         script = gold_script(e, task_id, "answer")
         ours, theirs = run_adapter(e, task_id, script), run_orchestrator(e, task_id, script)
     assert e.done and ours == theirs == (reward, "user_stop")

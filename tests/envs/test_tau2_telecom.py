@@ -33,7 +33,12 @@ def test_registry_builds_telecom_and_families_are_issue_types(telecom):
     env = make_env("tau2:telecom")
     assert isinstance(env, TargetEnvironment) and env.name == "tau2:telecom" and len(env.task_ids()) == 114
     assert {telecom.task_family(t) for t in telecom.task_ids()} == {"mobile_data_issue", "mms_issue", "service_issue"}
-    user_side = [a for t in telecom.task_ids() for a in telecom.task(t).evaluation_criteria.actions or [] if a.requestor == "user"]
+    user_side = [
+        a
+        for t in telecom.task_ids()
+        for a in telecom.task(t).evaluation_criteria.actions or []
+        if a.requestor == "user"
+    ]
     assert len(user_side) == 393  # most of the gold actions are the user's, on the device
 
 
@@ -75,8 +80,13 @@ def test_the_policy_sees_only_the_users_words_not_its_device_calls(telecom):
 def test_llm_user_gets_the_device_tools_and_its_calls_run_on_the_device():
     replies = [
         {"role": "assistant", "content": "My mobile data is not working."},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "u1", "type": "function", "function": {"name": "toggle_airplane_mode", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "u1", "type": "function", "function": {"name": "toggle_airplane_mode", "arguments": "{}"}}
+            ],
+        },
         {"role": "assistant", "content": "Airplane mode is off now. ###STOP###"},
     ]
     pending = list(replies)

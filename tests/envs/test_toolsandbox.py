@@ -29,7 +29,6 @@ from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 pytestmark = [pytest.mark.toolsandbox, pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
 
 
-
 @pytest.fixture(scope="module")
 def env() -> Iterator[ToolSandboxEnv]:
     e = ToolSandboxEnv()
@@ -41,10 +40,14 @@ def _first(env: ToolSandboxEnv, pred) -> str:
     return next(t for t in env.task_ids() if pred(t))
 
 
-def _parity(env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None) -> tuple[float, float, str]:
+def _parity(
+    env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None
+) -> tuple[float, float, str]:
     """(similarity through the adapter, similarity of ToolSandbox's own play_and_evaluate, termination)."""
     plan = plan if plan is not None else env.reference_plan(task, variant)
-    episode = asyncio.run(run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5))
+    episode = asyncio.run(
+        run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5)
+    )
     reference = env.reference_play(task, plan)
     return episode.reward, reference["similarity"], episode.termination
 
@@ -69,11 +72,18 @@ def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandbox
     ids, excluded = env.task_ids(), env.excluded()
     assert len(ids) + len(excluded) == 129  # ToolSandbox's base scenarios
     assert excluded and all(tools for tools in excluded.values())
-    assert {env.task_family(t) for t in ids} == {"single_tool_call", "multiple_tool_call", "multiple_user_turn", "insufficient_information"}
+    assert {env.task_family(t) for t in ids} == {
+        "single_tool_call",
+        "multiple_tool_call",
+        "multiple_user_turn",
+        "insufficient_information",
+    }
     sub = make_env("toolsandbox:state_dependency")
     try:
         assert sub.name == "toolsandbox:state_dependency"
-        assert set(sub.task_ids()) < set(ids) and all("state_dependency" in env.task_categories(t) for t in sub.task_ids())
+        assert set(sub.task_ids()) < set(ids) and all(
+            "state_dependency" in env.task_categories(t) for t in sub.task_ids()
+        )
     finally:
         sub.close()
 
@@ -125,7 +135,9 @@ def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, task:
 
 def test_a_refusing_agent_fails_fully_in_both(env: ToolSandboxEnv) -> None:
     # a doable scenario the agent declines: no milestone reached, 0.0 through the adapter and in ToolSandbox's play
-    through_adapter, own, _ = _parity(env, "add_contact_with_name_and_phone_number", plan=[{"text": "Sorry, I cannot do that."}])
+    through_adapter, own, _ = _parity(
+        env, "add_contact_with_name_and_phone_number", plan=[{"text": "Sorry, I cannot do that."}]
+    )
     assert through_adapter == own == 0.0
 
 
@@ -136,7 +148,9 @@ def test_milestone_plan_fills_values_from_earlier_tool_results(env: ToolSandboxE
     assert diff["arguments"] == {} and len(diff["fill"]) == 2 and "{days}" in plan[-1]["text"]
     policy = PlanPolicy(plan, resolve=env.resolve_plan_action)
     episode = asyncio.run(run_episode(policy, env, "find_days_till_holiday", max_turns=len(plan) + 5))
-    call = next(tc for m in episode.messages if m.role == "assistant" for tc in m.tool_calls if tc.name == "timestamp_diff")
+    call = next(
+        tc for m in episode.messages if m.role == "assistant" for tc in m.tool_calls if tc.name == "timestamp_diff"
+    )
     assert set(call.arguments) == {"timestamp_0", "timestamp_1"}
     reply = [m.content for m in episode.messages if m.role == "assistant" and m.content][-1] or ""
     assert "{days}" not in reply and reply.startswith("It is ") and episode.reward == 1.0
@@ -144,7 +158,9 @@ def test_milestone_plan_fills_values_from_earlier_tool_results(env: ToolSandboxE
 
 def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, stand_in: ToolSandboxEnv) -> None:
     assert stand_in.name == "toolsandbox?network=stand-in" and stand_in.excluded() == {}
-    assert set(stand_in.task_ids()) == set(env.task_ids()) | set(env.excluded())  # all 129, the 34 network ones included
+    assert set(stand_in.task_ids()) == set(env.task_ids()) | set(
+        env.excluded()
+    )  # all 129, the 34 network ones included
     sub = make_env("toolsandbox:canonicalization?network=stand-in")
     try:
         assert "find_stock_symbol_with_company_name" not in sub.task_ids()  # not a canonicalization scenario
@@ -157,8 +173,12 @@ def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ToolSa
     # the stand-in reverse geocode of the milestone's coordinates gives the address of its reference reply
     adapter, own, info, ref_calls = _stand_in_parity(stand_in, "find_address_with_lat_lon")
     assert adapter == own == 1.0
-    assert (info["network"] == "stand-in" and info["comparable_to_live"] is False and info["stand_in_network"]["calls"] == 1
-            and info["stand_in_network"]["misses"] == 0)
+    assert (
+        info["network"] == "stand-in"
+        and info["comparable_to_live"] is False
+        and info["stand_in_network"]["calls"] == 1
+        and info["stand_in_network"]["misses"] == 0
+    )
     assert info["stand_in_network"]["log"][0]["service"] == "trueway-geocoding.p.rapidapi.com"
     assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["stand_in_network"]["sha256"]
 
@@ -174,14 +194,22 @@ def test_an_agent_reading_the_stand_in_answers_scores_perfect(stand_in: ToolSand
     stand_in.reset("find_temperature_f_with_location")
     place = call("search_location_around_lat_lon", {"location": "Grand Canyon"})
     assert isinstance(place, list) and (place[0]["latitude"], place[0]["longitude"]) == (36.23686, -112.19147)
-    weather = call("search_weather_around_lat_lon", {"latitude": place[0]["latitude"], "longitude": place[0]["longitude"]})
+    weather = call(
+        "search_weather_around_lat_lon", {"latitude": place[0]["latitude"], "longitude": place[0]["longitude"]}
+    )
     assert isinstance(weather, dict)
-    fahrenheit = call("unit_conversion", {"amount": weather["current_temperature"], "from_unit": "celsius", "to_unit": "fahrenheit"})
+    fahrenheit = call(
+        "unit_conversion", {"amount": weather["current_temperature"], "from_unit": "celsius", "to_unit": "fahrenheit"}
+    )
     assert isinstance(fahrenheit, float)
     end = stand_in.step(Message.assistant(f"The temperature in Grand Canyon is {fahrenheit:.1f} degrees Fahrenheit"))
     assert end.done
     score = stand_in.score()
-    assert score.reward == 1.0 and score.info["stand_in_network"]["calls"] == 2 and score.info["stand_in_network"]["misses"] == 0
+    assert (
+        score.reward == 1.0
+        and score.info["stand_in_network"]["calls"] == 2
+        and score.info["stand_in_network"]["misses"] == 0
+    )
 
 
 def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ToolSandboxEnv) -> None:
@@ -195,7 +223,10 @@ def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ToolSandboxEnv) ->
 def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
     # the user asks for upcoming reminders without the current time tool: any reminder search is a minefield
     task = "search_reminder_with_recency_upcoming_insufficient_information"
-    forbidden = [{"tool": "search_reminder", "arguments": {"reminder_timestamp_lowerbound": time.time()}}, {"text": "Done."}]
+    forbidden = [
+        {"tool": "search_reminder", "arguments": {"reminder_timestamp_lowerbound": time.time()}},
+        {"text": "Done."},
+    ]
     through_adapter, own, _ = _parity(env, task, plan=forbidden)
     assert through_adapter == own == 0.0
     clean, own_clean, _ = _parity(env, task)
@@ -228,13 +259,26 @@ def test_concurrent_episodes_never_share_state(env: ToolSandboxEnv) -> None:
 
         def run_a() -> None:
             a.reset(task_a)
-            out = a.step(Message.assistant(tool_calls=[
-                ToolCall(id="a1", name="add_contact", arguments={"name": "Zed Concurrent", "phone_number": "+15550001111"})]))
+            out = a.step(
+                Message.assistant(
+                    tool_calls=[
+                        ToolCall(
+                            id="a1",
+                            name="add_contact",
+                            arguments={"name": "Zed Concurrent", "phone_number": "+15550001111"},
+                        )
+                    ]
+                )
+            )
             results["a"] = out.messages[0].content or ""
 
         def run_b() -> None:
             b.reset(task_b)
-            out = b.step(Message.assistant(tool_calls=[ToolCall(id="b1", name="search_contacts", arguments={"name": "Zed Concurrent"})]))
+            out = b.step(
+                Message.assistant(
+                    tool_calls=[ToolCall(id="b1", name="search_contacts", arguments={"name": "Zed Concurrent"})]
+                )
+            )
             results["b"] = out.messages[0].content or ""
 
         threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
@@ -262,12 +306,18 @@ def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
         return {"role": "assistant", "content": text} if text else tool_call_message("end_conversation", {}, "call_end")
 
     with FakeOpenAIServer(responder) as server:
-        env = make_env("toolsandbox", user="llm", user_model={"model": "sim-user", "base_url": server.base_url, "api_key": "k"})
+        env = make_env(
+            "toolsandbox", user="llm", user_model={"model": "sim-user", "base_url": server.base_url, "api_key": "k"}
+        )
         try:
             first = env.reset("search_message_with_recency_latest_multiple_user_turn")
             assert first[-1].content == "I wanna find a message"  # the scenario's own opening turn
             out = env.step(Message.assistant("Which message do you want to find?"))
-            assert not out.done and out.messages[0].role == "user" and out.messages[0].content == "Say hi to Fredrik for me please."
+            assert (
+                not out.done
+                and out.messages[0].role == "user"
+                and out.messages[0].content == "Say hi to Fredrik for me please."
+            )
             end = env.step(Message.assistant("Sorry, I cannot help with that."))
             assert end.done and end.info["termination"] == "user_end"
         finally:
@@ -287,14 +337,29 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
     task = "search_message_with_recency_latest_multiple_user_turn"
     answers = tmp_path / "policy.yaml"
     answers.write_text('policy:\n  repeat: "Which message do you want to find?"\n')
-    default = CliRunner().invoke(app, ["rollouts", "tasks", "toolsandbox", "--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm"])
+    default = CliRunner().invoke(
+        app, ["rollouts", "tasks", "toolsandbox", "--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm"]
+    )
     assert default.exit_code == 0, default.output  # no base_url: OpenAI's API, as llm.endpoint means it
     with FakeOpenAIServer(lambda _req: tool_call_message("end_conversation", {}, "call_end")) as server:
-        sets = ["--set", f"workspace={tmp_path}", "--set", "rollouts.user=llm", "--set", f"llm.endpoint.base_url={server.base_url}",
-                "--set", "llm.endpoint.model=sim-user", "--set", "rollouts.max_turns=3"]
+        sets = [
+            "--set",
+            f"workspace={tmp_path}",
+            "--set",
+            "rollouts.user=llm",
+            "--set",
+            f"llm.endpoint.base_url={server.base_url}",
+            "--set",
+            "llm.endpoint.model=sim-user",
+            "--set",
+            "rollouts.max_turns=3",
+        ]
         listed = CliRunner().invoke(app, ["rollouts", "tasks", "toolsandbox", *sets])
         assert listed.exit_code == 0 and task in listed.output, listed.output
-        res = CliRunner().invoke(app, ["rollouts", "collect", "--env", "toolsandbox", "--policy", f"scripted:{answers}", "--tasks", task, *sets])
+        res = CliRunner().invoke(
+            app,
+            ["rollouts", "collect", "--env", "toolsandbox", "--policy", f"scripted:{answers}", "--tasks", task, *sets],
+        )
     assert res.exit_code == 0, res.output
     assert server.requests and server.requests[0]["model"] == "sim-user"
     assert "role play as a user" in server.requests[0]["messages"][0]["content"]  # ToolSandbox's user instruction
@@ -304,7 +369,9 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
 
 
 @pytest.mark.timeout(3600)
-@pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
+@pytest.mark.skipif(
+    os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1"
+)
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
     from gapforge.envs.toolsandbox.plan import paper_metrics
 
@@ -318,12 +385,16 @@ def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
     categories.update({s["name"]: s["categories"] for s in catalog()["scenarios"] if s["name"] in env.excluded()})
     for cat, m in paper_metrics(similarity, categories, env.excluded()).items():
         print(f"{cat:26s} run {m.run:3d} perfect {m.perfect:3d} mean {m.mean_similarity:.3f} excluded {m.excluded}")
-    print(f"toolsandbox parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, {len(mismatches)} mismatches {mismatches}")
+    print(
+        f"toolsandbox parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, {len(mismatches)} mismatches {mismatches}"
+    )
     assert not mismatches
 
 
 @pytest.mark.timeout(3600)
-@pytest.mark.skipif(os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1")
+@pytest.mark.skipif(
+    os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1"
+)
 def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
     network = [t for t in stand_in.task_ids() if stand_in.network_tools(t)]
     assert len(network) == 34
@@ -331,11 +402,15 @@ def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
     for task in network:
         adapter, own, info, _ = _stand_in_parity(stand_in, task)
         similarity[task] = adapter
-        print(f"{task:90s} {adapter:.4f} stand-in calls {info['stand_in_network']['calls']} misses {info['stand_in_network']['misses']}")
+        print(
+            f"{task:90s} {adapter:.4f} stand-in calls {info['stand_in_network']['calls']} misses {info['stand_in_network']['misses']}"
+        )
         if abs(adapter - own) > 1e-9:
             mismatches.append((task, adapter, own))
-    print(f"stand-in parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, "
-          f"mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}")
+    print(
+        f"stand-in parity: {sum(v == 1.0 for v in similarity.values())}/{len(similarity)} perfect, "
+        f"mean {sum(similarity.values()) / len(similarity):.3f}, {len(mismatches)} mismatches {mismatches}"
+    )
     assert not mismatches
 
 
@@ -349,16 +424,31 @@ def test_rollouts_collect_stores_toolsandbox_episodes(tmp_path) -> None:
     tasks = probe.task_ids()[:2]
     families = {t: probe.task_family(t) for t in tasks}
     probe.close()
-    policy = ChatModelPolicy(ScriptedChatModel.from_dict({"policy": {"repeat": "Sorry, I cannot do that."}}), name="refuser")
+    policy = ChatModelPolicy(
+        ScriptedChatModel.from_dict({"policy": {"repeat": "Sorry, I cannot do that."}}), name="refuser"
+    )
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
     try:
         run_id = store.create_run("rollouts", {})
-        plan = CollectPlan(run_id=run_id, env="toolsandbox:single_tool_call", tasks=tasks, samples=1, concurrency=2, max_turns=4)
-        result = asyncio.run(collect(plan, make_env=lambda: make_env("toolsandbox:single_tool_call"), policy=policy, sink=store, families=families))
+        plan = CollectPlan(
+            run_id=run_id, env="toolsandbox:single_tool_call", tasks=tasks, samples=1, concurrency=2, max_turns=4
+        )
+        result = asyncio.run(
+            collect(
+                plan,
+                make_env=lambda: make_env("toolsandbox:single_tool_call"),
+                policy=policy,
+                sink=store,
+                families=families,
+            )
+        )
         assert result.ran == 2
         rows = store.episodes(run_id)
         assert {r.task_id for r in rows} == set(tasks) and {r.task_family for r in rows} == {"single_tool_call"}
         # the scripted user ends at the agent's first text turn; refusing a doable task earns no milestone
-        assert all(r.termination == "done" and r.turns == 1 and r.reward < 1.0 and r.messages[0]["role"] == "system" for r in rows)
+        assert all(
+            r.termination == "done" and r.turns == 1 and r.reward < 1.0 and r.messages[0]["role"] == "system"
+            for r in rows
+        )
     finally:
         store.close()

@@ -13,12 +13,21 @@ from gapforge.envs.toolsandbox.plan import PlanPolicy, paper_metrics
 
 def test_paper_metrics_per_category_with_excluded_counts() -> None:
     similarity = {"a": 1.0, "b": 0.5, "c": 0.0}
-    categories = {"a": ["single_tool_call"], "b": ["single_tool_call", "state_dependency"], "c": ["state_dependency"], "net": ["state_dependency"]}
+    categories = {
+        "a": ["single_tool_call"],
+        "b": ["single_tool_call", "state_dependency"],
+        "c": ["state_dependency"],
+        "net": ["state_dependency"],
+    }
     m = paper_metrics(similarity, categories, excluded={"net": ["search_stock"]})
     assert next(iter(m)) == "all"
     assert (m["all"].run, m["all"].perfect, m["all"].excluded) == (3, 1, 1)
     assert m["all"].mean_similarity == pytest.approx(0.5)
-    assert (m["single_tool_call"].run, m["single_tool_call"].perfect, m["single_tool_call"].mean_similarity) == (2, 1, 0.75)
+    assert (m["single_tool_call"].run, m["single_tool_call"].perfect, m["single_tool_call"].mean_similarity) == (
+        2,
+        1,
+        0.75,
+    )
     assert (m["state_dependency"].run, m["state_dependency"].perfect, m["state_dependency"].excluded) == (2, 0, 1)
 
 
@@ -52,8 +61,22 @@ def test_missing_toolsandbox_env_is_a_one_line_env_error(monkeypatch, tmp_path) 
 
 def _put(store, run_id: str, env: str, task: str, reward: float, categories: list[str] | None, sample: int = 0) -> None:
     info = {"categories": categories} if categories is not None else {}
-    store.put_episode(run_id, env, task, sample, policy="p", messages=[], reward=reward, success=reward == 1.0, components={},
-                      termination="done", error=None, turns=1, timings={}, score_info=info)
+    store.put_episode(
+        run_id,
+        env,
+        task,
+        sample,
+        policy="p",
+        messages=[],
+        reward=reward,
+        success=reward == 1.0,
+        components={},
+        termination="done",
+        error=None,
+        turns=1,
+        timings={},
+        score_info=info,
+    )
 
 
 def test_stored_metrics_group_by_env_average_samples_and_count_exclusions(tmp_path) -> None:
@@ -67,16 +90,28 @@ def test_stored_metrics_group_by_env_average_samples_and_count_exclusions(tmp_pa
         _put(store, run_id, "toolsandbox", "b", 0.5, ["single_tool_call"], sample=1)  # not perfect over its samples
         _put(store, run_id, "toolsandbox", "c", 0.25, None)  # failed before scoring: no categories in its info
         _put(store, run_id, "toolsandbox?network=stand-in", "net", 1.0, ["canonicalization"])
-        _put(store, run_id, "toolsandbox?network=recorded", "net", 1.0, ["canonicalization"])  # stored under the mode's old name
+        _put(
+            store, run_id, "toolsandbox?network=recorded", "net", 1.0, ["canonicalization"]
+        )  # stored under the mode's old name
         _put(store, run_id, "shop", "shop-x", 1.0, None)  # not a toolsandbox env: ignored
         rows = store.episodes(run_id)
-    excluded = {"toolsandbox": {"net": ["search_stock"]}, "toolsandbox?network=recorded": {}, "toolsandbox?network=stand-in": {}}
-    out = stored_metrics(rows, excluded_for=excluded.__getitem__, categories_of=lambda env: {"net": ["canonicalization"]})
+    excluded = {
+        "toolsandbox": {"net": ["search_stock"]},
+        "toolsandbox?network=recorded": {},
+        "toolsandbox?network=stand-in": {},
+    }
+    out = stored_metrics(
+        rows, excluded_for=excluded.__getitem__, categories_of=lambda env: {"net": ["canonicalization"]}
+    )
     assert [m.env for m in out] == ["toolsandbox", "toolsandbox?network=recorded", "toolsandbox?network=stand-in"]
     off, old, rec = out
     assert off.comparable_to_live and off.note is None
     for stand_in in (old, rec):  # both spellings are the stand-in mode: not comparable to live RapidAPI runs
-        assert stand_in.network == "stand-in" and not stand_in.comparable_to_live and "not comparable to live" in (stand_in.note or "")
+        assert (
+            stand_in.network == "stand-in"
+            and not stand_in.comparable_to_live
+            and "not comparable to live" in (stand_in.note or "")
+        )
     assert (off.network, off.episodes, off.uncategorised) == ("off", 4, ["c"])
     assert (off.categories["all"].run, off.categories["all"].perfect, off.categories["all"].excluded) == (3, 1, 1)
     assert off.categories["all"].mean_similarity == pytest.approx((1.0 + 0.75 + 0.25) / 3)
@@ -106,10 +141,20 @@ def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch
     res = runner.invoke(app, ["toolsandbox", "metrics", run_id, "--json", *base])
     assert res.exit_code == 0, res.output
     (env,) = json.loads(res.output)
-    assert env["env"] == "toolsandbox:single_tool_call" and env["categories"]["all"] == {"run": 2, "perfect": 1, "mean_similarity": 0.75, "excluded": 0}
+    assert env["env"] == "toolsandbox:single_tool_call" and env["categories"]["all"] == {
+        "run": 2,
+        "perfect": 1,
+        "mean_similarity": 0.75,
+        "excluded": 0,
+    }
     assert env["categories"]["state_dependency"]["run"] == 1
     table = runner.invoke(app, ["toolsandbox", "metrics", run_id, *base])
-    assert table.exit_code == 0 and "single_tool_call" in table.output and "0.750" in table.output and "excluded counts unknown" in table.output
+    assert (
+        table.exit_code == 0
+        and "single_tool_call" in table.output
+        and "0.750" in table.output
+        and "excluded counts unknown" in table.output
+    )
     assert env["comparable_to_live"] is True and "not comparable" not in table.output
     (net,) = json.loads(runner.invoke(app, ["toolsandbox", "metrics", stand_in, "--json", *base]).output)
     assert net["network"] == "stand-in" and net["comparable_to_live"] is False

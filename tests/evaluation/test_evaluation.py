@@ -37,15 +37,22 @@ def setup(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     names = ["precondition_verification", "structured_data_reasoning", GRPO_TARGET]
     paths = {n: random_adapter(taught, root / n, seed=10 + i) for i, n in enumerate(names)}
     backend = MultiAdapterModel(taught, paths, max_new_tokens=8, name="tiny-base")
-    router = Router(make_options(capability_specs(), RoutingConfig().labels),
-                    TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context))
+    router = Router(
+        make_options(capability_specs(), RoutingConfig().labels),
+        TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context),
+    )
     store = Store(f"sqlite:///{root / 'gapforge.db'}")
     run_id = store.create_run("trace", {"env": "shop"})
     for c in capability_specs():
         store.put_capability(run_id, c["name"], definition=c["definition"])
-        store.put_adapter(run_id, c["name"], path=str(paths[c["name"]]),
-                          metrics={"curve": [{"step": 0, "reward": 0.2}, {"step": 5, "reward": 0.5}], "best_step": 5},
-                          status="trained", capability=c["name"])
+        store.put_adapter(
+            run_id,
+            c["name"],
+            path=str(paths[c["name"]]),
+            metrics={"curve": [{"step": 0, "reward": 0.2}, {"step": 5, "reward": 0.5}], "best_step": 5},
+            status="trained",
+            capability=c["name"],
+        )
     yield backend, router, store, run_id, root
     store.close()
 
@@ -55,7 +62,14 @@ def test_evaluates_every_policy_with_intervals_and_resumes(setup) -> None:
     env = make_env("shop")
     families = {t: env.task_family(t) for t in TASKS}
     policies = standard_policies(backend, router, capability_specs(), temperature=1.0, grpo_target_adapter=GRPO_TARGET)
-    assert set(policies) == {"base", "trace_routed", "adapter:precondition_verification", "adapter:structured_data_reasoning", "capability_hints", GRPO_TARGET}
+    assert set(policies) == {
+        "base",
+        "trace_routed",
+        "adapter:precondition_verification",
+        "adapter:structured_data_reasoning",
+        "capability_hints",
+        GRPO_TARGET,
+    }
     plan = EvalPlan(run_id, "shop", TASKS, trials=2, max_turns=2, n_boot=200)
     result = asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=families))
     stored = {e.name: e for e in store.evaluations(run_id)}
@@ -83,11 +97,16 @@ def test_evaluates_every_policy_with_intervals_and_resumes(setup) -> None:
 
     hinted = HintedPolicy(Recorder(), capability_specs())
     asyncio.run(hinted.respond([Message.system("policy"), Message.user("hi")], []))
-    assert seen[0][0].content.startswith("policy") and "precondition_verification: Check order status" in seen[0][0].content
+    assert (
+        seen[0][0].content.startswith("policy")
+        and "precondition_verification: Check order status" in seen[0][0].content
+    )
     # resume: a second evaluation runs no new episode and stores the same numbers
     before = {n: store.episodes(result.get(n).child_run) for n in policies}
     again = asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=families))
-    assert {n: [e.id for e in store.episodes(again.get(n).child_run)] for n in policies} == {n: [e.id for e in v] for n, v in before.items()}
+    assert {n: [e.id for e in store.episodes(again.get(n).child_run)] for n in policies} == {
+        n: [e.id for e in v] for n, v in before.items()
+    }
     assert again.get("base").metrics["pass_rate"] == result.get("base").metrics["pass_rate"]
 
 

@@ -17,7 +17,16 @@ from langchain_core.messages import HumanMessage
 from gapforge.agents.llm import prompt_config
 from gapforge.agents.prompt_opt import recorded_reflection, reflection_template, scripted_reflection
 from gapforge.envs.protocol import Message, Score, StepResult, ToolCall, tool_schema
-from gapforge.evaluation.gepa_baseline import GEPA, GEPA_ROW, GepaConfigError, gepa_label, gepa_policy, load_gepa, optimize_prompt, save_gepa
+from gapforge.evaluation.gepa_baseline import (
+    GEPA,
+    GEPA_ROW,
+    GepaConfigError,
+    gepa_label,
+    gepa_policy,
+    load_gepa,
+    optimize_prompt,
+    save_gepa,
+)
 from gapforge.evaluation.run import EvalPlan, evaluate
 from gapforge.store import Store
 
@@ -44,11 +53,17 @@ class ReturnsDesk:
 
     def tools(self) -> list[dict[str, Any]]:
         arg = {"order_id": {"type": "string"}}
-        return [tool_schema("get_order", "the order's status", arg, ["order_id"]), tool_schema("return_order", "return it", arg, ["order_id"])]
+        return [
+            tool_schema("get_order", "the order's status", arg, ["order_id"]),
+            tool_schema("return_order", "return it", arg, ["order_id"]),
+        ]
 
     def reset(self, task: Any) -> list[Message]:
         self.task = str(task)
-        return [Message.system("Returns desk policy: only eligible orders may be returned."), Message.user(f"Please return order {self.task}.")]
+        return [
+            Message.system("Returns desk policy: only eligible orders may be returned."),
+            Message.user(f"Please return order {self.task}."),
+        ]
 
     def step(self, message: Message) -> StepResult:
         if not message.tool_calls:
@@ -59,7 +74,11 @@ class ReturnsDesk:
                 self.returned = True
                 out.append(Message.tool(call.id, "returned", name=call.name))
             else:
-                out.append(Message.tool(call.id, "eligible" if self.task in ELIGIBLE else "final sale: not eligible", name=call.name))
+                out.append(
+                    Message.tool(
+                        call.id, "eligible" if self.task in ELIGIBLE else "final sale: not eligible", name=call.name
+                    )
+                )
         return StepResult(messages=out)
 
     def score(self) -> Score:
@@ -78,7 +97,9 @@ class RuleFollower:
     def __init__(self) -> None:
         self.prompts: list[str] = []
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         system = messages[0].content or ""
         self.prompts.append(system)
         order = re.search(r"order (\S+)\.", messages[1].content or "").group(1)  # type: ignore[union-attr]
@@ -89,7 +110,9 @@ class RuleFollower:
             return Message.assistant(tool_calls=[ToolCall(id="c1", name="get_order", arguments={"order_id": order})])
         if last.role == "tool" and last.content == "eligible":
             return Message.assistant(tool_calls=[ToolCall(id="c2", name="return_order", arguments={"order_id": order})])
-        return Message.assistant("Done." if last.content == "returned" else "I cannot return this order: it is not eligible.")
+        return Message.assistant(
+            "Done." if last.content == "returned" else "I cannot return this order: it is not eligible."
+        )
 
     async def aclose(self) -> None:
         pass
@@ -112,8 +135,18 @@ def reflection(seen: list[str]) -> Any:
 
 
 def optimize(budget: int, seen: list[str] | None = None) -> Any:
-    return asyncio.run(optimize_prompt(RuleFollower(), ReturnsDesk, TASKS, CAPS, reflection([] if seen is None else seen),
-                                       max_metric_calls=budget, families={t: "returns" for t in TASKS}, max_turns=6))
+    return asyncio.run(
+        optimize_prompt(
+            RuleFollower(),
+            ReturnsDesk,
+            TASKS,
+            CAPS,
+            reflection([] if seen is None else seen),
+            max_metric_calls=budget,
+            families={t: "returns" for t in TASKS},
+            max_turns=6,
+        )
+    )
 
 
 def test_gepa_finds_the_rule_and_the_pass_rate_rises() -> None:
@@ -125,7 +158,10 @@ def test_gepa_finds_the_rule_and_the_pass_rate_rises() -> None:
     assert record.metric_calls <= 40 and record.reflection_calls >= 1
     assert "precondition_verification" in record.prompt  # the seed's descriptions are kept
     # the reflection saw the failure it answered: a refusal without a lookup, scored 0 with the env's feedback
-    assert any("## Outcome\nFAILURE" in p and "I cannot return this order." in p and "failed with reward 0.00" in p for p in seen)
+    assert any(
+        "## Outcome\nFAILURE" in p and "I cannot return this order." in p and "failed with reward 0.00" in p
+        for p in seen
+    )
 
 
 def test_the_budget_is_respected_and_too_small_a_budget_is_refused() -> None:
@@ -148,13 +184,19 @@ def test_the_optimised_prompt_round_trips_through_the_store_and_is_evaluated(tmp
         base, under_gepa = RuleFollower(), RuleFollower()
         policies = {"base": base, GEPA: gepa_policy(under_gepa, loaded)}
         plan = EvalPlan(run_id, "desk", TASKS, trials=2, max_turns=6, n_boot=100, concurrency=2)
-        result = asyncio.run(evaluate(store, plan, make_env=ReturnsDesk, policies=policies, families={t: "returns" for t in TASKS}))
+        result = asyncio.run(
+            evaluate(store, plan, make_env=ReturnsDesk, policies=policies, families={t: "returns" for t in TASKS})
+        )
         m = {p.name: p.metrics for p in result.policies}
         assert m["base"]["pass_rate"]["value"] == 0.5 and m[GEPA]["pass_rate"]["value"] == 1.0
         assert m[GEPA]["vs_base_paired"]["pass_rate"]["value"] == 0.5 and m[GEPA]["prompt"] == record.prompt_id
         assert len(store.episodes(result.get(GEPA).child_run)) == 16
-        assert under_gepa.prompts and all(RULE in p for p in under_gepa.prompts)  # the stored prompt is what it played under
-        assert json.loads(json.dumps(store.get_evaluation(run_id, f"eval:{GEPA}").metrics))["prompt"].startswith("gepa@")
+        assert under_gepa.prompts and all(
+            RULE in p for p in under_gepa.prompts
+        )  # the stored prompt is what it played under
+        assert json.loads(json.dumps(store.get_evaluation(run_id, f"eval:{GEPA}").metrics))["prompt"].startswith(
+            "gepa@"
+        )
         assert gepa_label(loaded) == f"GEPA (prompt optimisation, {record.metric_calls} metric calls)"
     finally:
         store.close()
@@ -162,19 +204,29 @@ def test_the_optimised_prompt_round_trips_through_the_store_and_is_evaluated(tmp
 
 def test_the_recorded_shop_reflection_adds_a_rule_only_for_a_failure_it_sees() -> None:
     template, _ = reflection_template()
-    refused = ("[0] system: (the policy shown above, 900 chars)\n[1] user: Please cancel order #W1.\n"
-               "[2] assistant: Unfortunately I cannot cancel it.")  # fmt: skip
-    checked = ("[0] system: (policy)\n[1] user: Please cancel order #W1, I am a@b.c.\n[2] assistant: CALL find_customer_by_email({\"email\": \"a@b.c\"})\n"
-               "[3] tool find_customer_by_email: c1\n[4] assistant: CALL get_order_details({\"order_id\": \"#W1\"})\n"
-               "[5] tool get_order_details: {}\n[6] assistant: Unfortunately it has shipped.")  # fmt: skip
+    refused = (
+        "[0] system: (the policy shown above, 900 chars)\n[1] user: Please cancel order #W1.\n"
+        "[2] assistant: Unfortunately I cannot cancel it."
+    )
+    checked = (
+        '[0] system: (policy)\n[1] user: Please cancel order #W1, I am a@b.c.\n[2] assistant: CALL find_customer_by_email({"email": "a@b.c"})\n'
+        '[3] tool find_customer_by_email: c1\n[4] assistant: CALL get_order_details({"order_id": "#W1"})\n'
+        "[5] tool get_order_details: {}\n[6] assistant: Unfortunately it has shipped."
+    )
 
     def ask(outcome: str, episode: str) -> str:
         side = f"# Example 1\n## Outcome\n{outcome}\n\n## Episode\n{episode}\n\n"
-        answer = recorded_reflection("shop").invoke([HumanMessage(template.replace("<curr_param>", "Be careful.").replace("<side_info>", side))],
-                                                    config=prompt_config("gepa_reflection"))  # fmt: skip
+        answer = recorded_reflection("shop").invoke(
+            [HumanMessage(template.replace("<curr_param>", "Be careful.").replace("<side_info>", side))],
+            config=prompt_config("gepa_reflection"),
+        )
         return str(answer.content)
 
     added = ask("FAILURE", refused)
-    assert added.startswith("```\nBe careful.\n- Before you refuse a request or change an order, call get_order_details") and added.endswith("```")
+    assert added.startswith(
+        "```\nBe careful.\n- Before you refuse a request or change an order, call get_order_details"
+    ) and added.endswith("```")
     assert ask("SUCCESS", refused) == "```\nBe careful.\n```"  # a success shows no failure to fix
-    assert ask("FAILURE", checked) == "```\nBe careful.\n```"  # it found the customer and read the order: no recorded rule applies
+    assert (
+        ask("FAILURE", checked) == "```\nBe careful.\n```"
+    )  # it found the customer and read the order: no recorded rule applies

@@ -27,10 +27,34 @@ def _episodes() -> dict[str, dict[str, dict[int, tuple[float, bool]]]]:
     """t1: adapter a wins the selecting trials (0, 2) and loses the scoring ones (1, 3); t2: base and b tie on success at
     trial 0, b has the higher reward; t3: b wins; t4: one trial each; t5: the base has 6 trials, the adapters 1."""
     return {
-        "base": {"t1": _eps([F, T, F, T]), "t2": _eps([T, T], [0.9, 1.0]), "t3": _eps([F, F, F]), "t4": _eps([T]), "t5": _eps([T] * 6)},
-        "adapter:a": {"t1": _eps([T, F, T, F]), "t2": _eps([F, F]), "t3": _eps([F, F, F]), "t4": _eps([F]), "t5": _eps([F])},
-        "adapter:b": {"t1": _eps([F, F, F, F]), "t2": _eps([T, F], [1.0, 0.0]), "t3": _eps([T, T, F]), "t4": _eps([F]), "t5": _eps([F])},
-        "trace_routed": {"t1": _eps([T, F, T, F]), "t2": _eps([T, T]), "t3": _eps([F, F, F]), "t4": _eps([T]), "t5": _eps([T] * 6)},
+        "base": {
+            "t1": _eps([F, T, F, T]),
+            "t2": _eps([T, T], [0.9, 1.0]),
+            "t3": _eps([F, F, F]),
+            "t4": _eps([T]),
+            "t5": _eps([T] * 6),
+        },
+        "adapter:a": {
+            "t1": _eps([T, F, T, F]),
+            "t2": _eps([F, F]),
+            "t3": _eps([F, F, F]),
+            "t4": _eps([F]),
+            "t5": _eps([F]),
+        },
+        "adapter:b": {
+            "t1": _eps([F, F, F, F]),
+            "t2": _eps([T, F], [1.0, 0.0]),
+            "t3": _eps([T, T, F]),
+            "t4": _eps([F]),
+            "t5": _eps([F]),
+        },
+        "trace_routed": {
+            "t1": _eps([T, F, T, F]),
+            "t2": _eps([T, T]),
+            "t3": _eps([F, F, F]),
+            "t4": _eps([T]),
+            "t5": _eps([T] * 6),
+        },
     }
 
 
@@ -65,26 +89,66 @@ def test_oracle_selects_on_even_trials_and_scores_on_odd_ones() -> None:
 def test_single_trial_tasks_leave_the_oracle_empty_and_are_counted() -> None:
     one = {p: {t: {0: rows[0]} for t, rows in tasks.items()} for p, tasks in _episodes().items()}
     m = oracle_routing(one, CANDIDATES, router_choice=ROUTER, families=FAMILIES, n_boot=50)
-    assert m["tasks"] == 0 and m["left_out"] == {"write": 2, "refusal": 2, "solo": 1} and m["scored"] == {} and "router_vs_oracle" not in m
+    assert (
+        m["tasks"] == 0
+        and m["left_out"] == {"write": 2, "refusal": 2, "solo": 1}
+        and m["scored"] == {}
+        and "router_vs_oracle" not in m
+    )
 
 
 def _store_run(tmp_path: Path) -> tuple[Store, str]:
     store = Store(f"sqlite:///{tmp_path / 'g.db'}")
     run = store.create_run("trace", {}, run_id="r1")
-    store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=[], heldout_tasks=sorted(FAMILIES), families=FAMILIES)
+    store.put_split(
+        run, env="shop", seed=0, fraction=0.5, analysis_tasks=[], heldout_tasks=sorted(FAMILIES), families=FAMILIES
+    )
     for policy, tasks in _episodes().items():
         child = store.create_run("evaluation", {"parent": run}, run_id=f"{run}.eval.{policy.replace(':', '_')}")
         for task, rows in tasks.items():
             for sample, (reward, success) in rows.items():
-                store.put_episode(child, "shop", task, sample, policy=policy, messages=[], reward=reward, success=success, components={},
-                                  termination="done", error=None, turns=1, timings={})  # fmt: skip
-        store.put_episode(child, "shop", "t1", 7, policy=policy, messages=[], reward=1.0, success=True, components={}, termination="done",
-                          error=None, turns=1, timings={})  # a sample past the evaluated trial count: not counted  # fmt: skip
+                store.put_episode(
+                    child,
+                    "shop",
+                    task,
+                    sample,
+                    policy=policy,
+                    messages=[],
+                    reward=reward,
+                    success=success,
+                    components={},
+                    termination="done",
+                    error=None,
+                    turns=1,
+                    timings={},
+                )
+        store.put_episode(
+            child,
+            "shop",
+            "t1",
+            7,
+            policy=policy,
+            messages=[],
+            reward=1.0,
+            success=True,
+            components={},
+            termination="done",
+            error=None,
+            turns=1,
+            timings={},
+        )  # a sample past the evaluated trial count: not counted
         trials = {"base": {"refusal": 6}, "trace_routed": {"refusal": 6}}.get(policy, {})
-        metrics = {"env": "shop", "trials": 4, "child_run": child, "trials_by_family": {"write": 4, "refusal": 3, "solo": 1, **trials},
-                   **stats.summarize(stats.as_trials(tasks), n_boot=50)}
+        metrics = {
+            "env": "shop",
+            "trials": 4,
+            "child_run": child,
+            "trials_by_family": {"write": 4, "refusal": 3, "solo": 1, **trials},
+            **stats.summarize(stats.as_trials(tasks), n_boot=50),
+        }
         if policy == "trace_routed":
-            metrics["routing"] = {t: {"adapter": c.removeprefix("adapter:") if c != "base" else None} for t, c in ROUTER.items()}
+            metrics["routing"] = {
+                t: {"adapter": c.removeprefix("adapter:") if c != "base" else None} for t, c in ROUTER.items()
+            }
         store.put_evaluation(run, f"eval:{policy}", policy=policy, metrics=metrics)
     return store, run
 
@@ -110,7 +174,9 @@ class _Says:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    async def respond(self, messages: list[Any], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Any:
+    async def respond(
+        self, messages: list[Any], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Any:
         from gapforge.envs.protocol import Message
 
         return Message.assistant(f"{self.name} here")
@@ -130,14 +196,32 @@ def test_a_resumed_evaluation_still_stores_the_routers_choices(tmp_path: Path) -
     tasks = ["shop-lookup-001", "shop-refusal-001"]
     env = make_env("shop")
     opening = next(m.content for m in env.reset(tasks[1]) if m.role == "user")
-    router = Router(make_options([{"name": "pv", "adapter": "pv"}], RoutingConfig().labels), OpeningsScorer([[opening]]), RoutingConfig(backend="openings"))
+    router = Router(
+        make_options([{"name": "pv", "adapter": "pv"}], RoutingConfig().labels),
+        OpeningsScorer([[opening]]),
+        RoutingConfig(backend="openings"),
+    )
     with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
         run = store.create_run("trace", {}, run_id="r2")
         stored = []
         for _ in range(2):
             base = _Says("base")
-            policies = {"base": base, "trace_routed": RoutedPolicy(router, base, {"pv": _Says("adapter:pv")}), "adapter:pv": _Says("adapter:pv")}
+            policies = {
+                "base": base,
+                "trace_routed": RoutedPolicy(router, base, {"pv": _Says("adapter:pv")}),
+                "adapter:pv": _Says("adapter:pv"),
+            }
             plan = EvalPlan(run, "shop", tasks, trials=1, max_turns=1, n_boot=20)
-            asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families={t: env.task_family(t) for t in tasks}))
-            stored.append({t: d["adapter"] for t, d in store.get_evaluation(run, "eval:trace_routed").metrics["routing"].items()})
+            asyncio.run(
+                evaluate(
+                    store,
+                    plan,
+                    make_env=lambda: make_env("shop"),
+                    policies=policies,
+                    families={t: env.task_family(t) for t in tasks},
+                )
+            )
+            stored.append(
+                {t: d["adapter"] for t, d in store.get_evaluation(run, "eval:trace_routed").metrics["routing"].items()}
+            )
     assert stored[0] == stored[1] == {"shop-lookup-001": None, "shop-refusal-001": "pv"}

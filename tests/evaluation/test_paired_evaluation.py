@@ -37,11 +37,21 @@ class KeywordScorer:
         return messages[0]["content"].split('"""')[-2].lower()
 
     def label_logprobs(self, prompts: list[str], token_ids: list[int]) -> list[list[float]]:
-        return [[-0.1, -9.0, -3.0] if "tracking" in p else [-1.0, -9.0, -1.5] if "cancel an order" in p else [-4.0, -9.0, -0.1] for p in prompts]
+        return [
+            [-0.1, -9.0, -3.0]
+            if "tracking" in p
+            else [-1.0, -9.0, -1.5]
+            if "cancel an order" in p
+            else [-4.0, -9.0, -0.1]
+            for p in prompts
+        ]
 
 
 def keyword_router() -> Router:
-    capabilities = [{"name": "precondition_verification", "adapter": "pv"}, {"name": "structured_data_reasoning", "adapter": "sdr"}]
+    capabilities = [
+        {"name": "precondition_verification", "adapter": "pv"},
+        {"name": "structured_data_reasoning", "adapter": "sdr"},
+    ]
     options = make_options(capabilities, RoutingConfig().labels)
     return Router(options, KeywordScorer(), RoutingConfig(margin=1.0))
 
@@ -53,7 +63,9 @@ class Scripted:
         self.name = name
         self.calls: list[str | None] = []
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         self.calls.append(episode_key.get())
         return Message.assistant(f"{self.name} says {episode_key.get()}")
 
@@ -70,26 +82,52 @@ def test_family_trials_for_base_and_trace_only_and_pairs_on_common_trials(tmp_pa
     try:
         run_id = store.create_run("trace", {"env": "shop"})
         base, pv = Scripted("base"), Scripted("adapter:pv")
-        policies = {"base": base, "trace_routed": RoutedPolicy(keyword_router(), base, {"pv": pv}), "adapter:pv": Scripted("adapter:pv")}
+        policies = {
+            "base": base,
+            "trace_routed": RoutedPolicy(keyword_router(), base, {"pv": pv}),
+            "adapter:pv": Scripted("adapter:pv"),
+        }
         plan = EvalPlan(run_id, "shop", TASKS, trials=2, max_turns=1, n_boot=100, concurrency=2)
-        first = asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES))
+        first = asyncio.run(
+            evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES)
+        )
         base_ids = {(e.task_id, e.sample): e.id for e in store.episodes(first.get("base").child_run)}
         # more trials on lookup_and_answer: collecting again adds only the missing samples
-        plan = EvalPlan(run_id, "shop", TASKS, trials=2, max_turns=1, n_boot=100, concurrency=2,
-                        family_trials={"lookup_and_answer": 5}, focus_family="lookup_and_answer")  # fmt: skip
-        result = asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES))
+        plan = EvalPlan(
+            run_id,
+            "shop",
+            TASKS,
+            trials=2,
+            max_turns=1,
+            n_boot=100,
+            concurrency=2,
+            family_trials={"lookup_and_answer": 5},
+            focus_family="lookup_and_answer",
+        )
+        result = asyncio.run(
+            evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES)
+        )
         five, two = [0, 1, 2, 3, 4], [0, 1]
         wanted = {ADAPTER_TASK: five, "shop-lookup-002": five, NONE_TASK: two, ABSTAIN_TASK: two}
         assert _keys(store, result.get("base").child_run) == wanted
         assert _keys(store, result.get("trace_routed").child_run) == wanted
         assert _keys(store, result.get("adapter:pv").child_run) == {t: two for t in TASKS}
-        assert {(e.task_id, e.sample): e.id for e in store.episodes(result.get("base").child_run) if e.sample < 2} == base_ids
+        assert {
+            (e.task_id, e.sample): e.id for e in store.episodes(result.get("base").child_run) if e.sample < 2
+        } == base_ids
         m = {p.name: p.metrics for p in result.policies}
-        assert m["base"]["trials_by_family"] == m["trace_routed"]["trials_by_family"] == {"lookup_and_answer": 5, "policy_refusal": 2, "single_write": 2}
+        assert (
+            m["base"]["trials_by_family"]
+            == m["trace_routed"]["trials_by_family"]
+            == {"lookup_and_answer": 5, "policy_refusal": 2, "single_write": 2}
+        )
         assert m["adapter:pv"]["trials_by_family"] == {"lookup_and_answer": 2, "policy_refusal": 2, "single_write": 2}
         assert m["trace_routed"]["focus_family"] == "lookup_and_answer" and m["base"]["episodes"] == 14
         assert m["base"]["vs_base_paired"] is None and m["base"]["vs_base_by_family"] is None
-        assert (m["adapter:pv"]["vs_base_paired"]["episodes"], m["adapter:pv"]["vs_base_paired"]["tasks"]) == (8, 4)  # only the common pairs
+        assert (m["adapter:pv"]["vs_base_paired"]["episodes"], m["adapter:pv"]["vs_base_paired"]["tasks"]) == (
+            8,
+            4,
+        )  # only the common pairs
         assert m["adapter:pv"]["vs_base_by_family"]["lookup_and_answer"]["episodes"] == 4
         assert m["trace_routed"]["vs_base_paired"]["episodes"] == 14
         assert m["trace_routed"]["vs_base_by_family"]["lookup_and_answer"]["episodes"] == 10
@@ -98,7 +136,11 @@ def test_family_trials_for_base_and_trace_only_and_pairs_on_common_trials(tmp_pa
         assert sorted(pv.calls) == [f"{t}#{s}" for t in (ADAPTER_TASK, "shop-lookup-002") for s in five]
         assert len(base.calls) == 14  # base played each of its episodes once; the routed policy never called it
         routing = m["trace_routed"]["routing"]
-        assert routing[ADAPTER_TASK]["adapter"] == "pv" and routing[NONE_TASK]["adapter"] is None and routing[ABSTAIN_TASK]["abstained"] is True
+        assert (
+            routing[ADAPTER_TASK]["adapter"] == "pv"
+            and routing[NONE_TASK]["adapter"] is None
+            and routing[ABSTAIN_TASK]["abstained"] is True
+        )
         routed_rows = {(e.task_id, e.sample): e for e in store.episodes(result.get("trace_routed").child_run)}
         for e in store.episodes(result.get("base").child_run):
             if e.task_id in (NONE_TASK, ABSTAIN_TASK):
@@ -134,14 +176,27 @@ def test_policies_that_do_not_reuse_the_base_play_at_the_same_time_as_it(tmp_pat
         routed = RoutedPolicy(keyword_router(), base, {"pv": Scripted("pv")})
         policies = {"base": base, "trace_routed": routed, "adapter:pv": pv}
         plan = EvalPlan(run_id, "shop", TASKS, trials=1, max_turns=1, n_boot=50, concurrency=2)
-        return await asyncio.wait_for(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES,
-                                               on_policy_done=done.append), timeout=60)
+        return await asyncio.wait_for(
+            evaluate(
+                store,
+                plan,
+                make_env=lambda: make_env("shop"),
+                policies=policies,
+                families=FAMILIES,
+                on_policy_done=done.append,
+            ),
+            timeout=60,
+        )
 
     try:
         run_id = store.create_run("trace", {"env": "shop"})
         result = asyncio.run(run())
         assert sorted(done[:2]) == ["adapter:pv", "base"] and done[2] == "trace_routed"
-        assert [p.name for p in result.policies] == ["base", "trace_routed", "adapter:pv"]  # metrics in the caller's order
+        assert [p.name for p in result.policies] == [
+            "base",
+            "trace_routed",
+            "adapter:pv",
+        ]  # metrics in the caller's order
         assert result.get("adapter:pv").metrics["episodes"] == result.get("base").metrics["episodes"] == len(TASKS)
     finally:
         store.close()
@@ -160,20 +215,36 @@ def test_policies_play_one_after_the_other_when_not_together(tmp_path: Path) -> 
 
     try:
         run_id = store.create_run("trace", {"env": "shop"})
-        policies = {"base": Logged("base"), "adapter:pv": Logged("adapter:pv"), "capability_hints": Logged("capability_hints")}
+        policies = {
+            "base": Logged("base"),
+            "adapter:pv": Logged("adapter:pv"),
+            "capability_hints": Logged("capability_hints"),
+        }
         plan = EvalPlan(run_id, "shop", TASKS, trials=1, max_turns=1, n_boot=50, concurrency=2)
-        asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES, together=False))
+        asyncio.run(
+            evaluate(
+                store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES, together=False
+            )
+        )
         assert calls == ["base"] * len(TASKS) + ["adapter:pv"] * len(TASKS) + ["capability_hints"] * len(TASKS)
         calls.clear()
         plan = EvalPlan(f"{run_id}", "shop", TASKS, trials=2, max_turns=1, n_boot=50, concurrency=2)
-        asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES))  # together
-        assert len(calls) == 3 * len(TASKS) and calls != sorted(calls, key=["base", "adapter:pv", "capability_hints"].index)
+        asyncio.run(
+            evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES)
+        )  # together
+        assert len(calls) == 3 * len(TASKS) and calls != sorted(
+            calls, key=["base", "adapter:pv", "capability_hints"].index
+        )
     finally:
         store.close()
 
 
 def test_config_and_plan_reject_bad_trial_counts() -> None:
-    assert EvaluationConfig().family_trials == {} and EvaluationConfig().family_trials_policies == ["base", "trace_routed", "baseline_grpo_target"]
+    assert EvaluationConfig().family_trials == {} and EvaluationConfig().family_trials_policies == [
+        "base",
+        "trace_routed",
+        "baseline_grpo_target",
+    ]
     with pytest.raises(ValueError, match=r"family_trials\['refusal'\] = 0: use 1..512 trials per task"):
         EvaluationConfig(family_trials={"refusal": 0})
     with pytest.raises(ValueError, match="1..512"):
@@ -183,15 +254,25 @@ def test_config_and_plan_reject_bad_trial_counts() -> None:
     with pytest.raises(ValueError, match=r"family_trials\['x'\] = 600"):
         EvalPlan("r", "shop", TASKS, family_trials={"x": 600})
     plan = EvalPlan("r", "shop", TASKS, focus_family="lookup")
-    with pytest.raises(ValueError, match="family 'lookup' .* has no task here: use one of lookup_and_answer, policy_refusal, single_write"):
-        asyncio.run(evaluate(None, plan, make_env=lambda: make_env("shop"), policies={"base": Scripted("base")}, families=FAMILIES))
+    with pytest.raises(
+        ValueError,
+        match="family 'lookup' .* has no task here: use one of lookup_and_answer, policy_refusal, single_write",
+    ):
+        asyncio.run(
+            evaluate(
+                None, plan, make_env=lambda: make_env("shop"), policies={"base": Scripted("base")}, families=FAMILIES
+            )
+        )
 
 
 @pytest.mark.slow
 def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, tmp_path: Path) -> None:
     from gapforge.serving.multi_adapter import MultiAdapterModel
 
-    adapters = {"pv": random_adapter(tiny_model_dir, tmp_path / "pv", seed=3), "sdr": random_adapter(tiny_model_dir, tmp_path / "sdr", seed=4)}
+    adapters = {
+        "pv": random_adapter(tiny_model_dir, tmp_path / "pv", seed=3),
+        "sdr": random_adapter(tiny_model_dir, tmp_path / "sdr", seed=4),
+    }
     backend = MultiAdapterModel(tiny_model_dir, adapters, max_new_tokens=8, name="tiny-base")
     store = Store(f"sqlite:///{tmp_path / 'g.db'}")
     try:
@@ -201,19 +282,36 @@ def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, t
         policies = {"base": base, "trace_routed": RoutedPolicy(keyword_router(), base, per_adapter)}
         tasks = [ADAPTER_TASK, NONE_TASK, ABSTAIN_TASK]
         plan = EvalPlan(run_id, "shop", tasks, trials=2, max_turns=2, n_boot=100, concurrency=1)
-        result = asyncio.run(evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES))
+        result = asyncio.run(
+            evaluate(store, plan, make_env=lambda: make_env("shop"), policies=policies, families=FAMILIES)
+        )
         assert result.get("trace_routed").metrics["reused_base_tasks"] == [NONE_TASK, ABSTAIN_TASK]
         reused = {(e.task_id, e.sample): e for e in store.episodes(result.get("trace_routed").child_run)}
         # play the routed policy for real (a fresh one: nothing cached) into another run
         played_run = store.create_run("evaluation", {"check": "played"})
         fresh = RoutedPolicy(keyword_router(), base, per_adapter)
-        asyncio.run(collect(CollectPlan(played_run, "shop", tasks, 2, 1, 2, None), make_env=lambda: make_env("shop"), policy=fresh, sink=store))
+        asyncio.run(
+            collect(
+                CollectPlan(played_run, "shop", tasks, 2, 1, 2, None),
+                make_env=lambda: make_env("shop"),
+                policy=fresh,
+                sink=store,
+            )
+        )
         played = {(e.task_id, e.sample): e for e in store.episodes(played_run)}
         assert set(played) == set(reused)
         for key, p in played.items():
             r = reused[key]
-            assert (r.messages, r.reward, r.success, r.turns, r.termination) == (p.messages, p.reward, p.success, p.turns, p.termination), key
-        assert reused[(NONE_TASK, 0)].messages != reused[(NONE_TASK, 1)].messages  # sampled: equal only through the shared seeds
+            assert (r.messages, r.reward, r.success, r.turns, r.termination) == (
+                p.messages,
+                p.reward,
+                p.success,
+                p.turns,
+                p.termination,
+            ), key
+        assert (
+            reused[(NONE_TASK, 0)].messages != reused[(NONE_TASK, 1)].messages
+        )  # sampled: equal only through the shared seeds
         assert {reused[k].policy for k in reused if k[0] != ADAPTER_TASK} == {"base"}
         assert {reused[k].policy for k in reused if k[0] == ADAPTER_TASK} == {"trace_routed"}
         refusal = result.get("trace_routed").metrics["vs_base_by_family"]["policy_refusal"]

@@ -23,7 +23,9 @@ class Says:
         self.name, self.text = name, text
         self.temperatures: list[float | None] = []
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         self.temperatures.append(temperature)
         return Message.assistant(self.text)
 
@@ -41,7 +43,11 @@ def test_all_tasks_evaluations_are_stored_apart_and_reported_as_the_papers_proto
     asyncio.run(evaluate(store, every, make_env=lambda: make_env("shop"), policies=policies, families=families))
     rows = {e.name: e.metrics for e in store.evaluations(run_id)}
     assert {"eval:base", "eval:other", "all_tasks:base", "all_tasks:other"} <= set(rows)
-    assert rows["eval:base"]["episodes"] == 2 and rows["all_tasks:base"]["episodes"] == 2 and rows["all_tasks:base"]["tasks"] == 2
+    assert (
+        rows["eval:base"]["episodes"] == 2
+        and rows["all_tasks:base"]["episodes"] == 2
+        and rows["all_tasks:base"]["tasks"] == 2
+    )
     assert rows["all_tasks:base"]["child_run"] == f"{run_id}.all_tasks.base" != rows["eval:base"]["child_run"]
     assert 0.0 in base.temperatures and 1.0 in base.temperatures  # greedy apart from the held-out split's sampling
     section = "\n".join(all_tasks_section(store, run_id))
@@ -85,13 +91,26 @@ def test_toolsandbox_runs_report_perfect_count_and_mean_similarity() -> None:
     env = "toolsandbox?network=stand-in"
     cats = {"categories": ["single_tool_call"]}
     store = _Store(
-        [_Row("all_tasks:base", {"env": env, "child_run": "r.all_tasks.base"}), _Row("eval:base", {"env": env, "child_run": "r.eval.base"}),
-         _Row("all_tasks:trace_routed", {"env": env, "child_run": "r.all_tasks.trace_routed"}),
-         _Row("all_tasks:capability_hints", {"env": env, "child_run": "r.all_tasks.capability_hints"})],
-        {"r.all_tasks.base": [_Episode(env, "a", 1.0, cats), _Episode(env, "b", 0.5, cats), _Episode(env, "c", 0.0, cats)],
-         "r.all_tasks.trace_routed": [_Episode(env, "a", 1.0, cats), _Episode(env, "b", 1.0, cats), _Episode(env, "c", 0.25, cats)],
-         "r.all_tasks.capability_hints": [_Episode(env, "a", 1.0, cats)],
-         "r.eval.base": [_Episode(env, "a", 1.0, cats), _Episode(env, "a", 0.5, cats)]},  # two trials, one imperfect: not perfect
+        [
+            _Row("all_tasks:base", {"env": env, "child_run": "r.all_tasks.base"}),
+            _Row("eval:base", {"env": env, "child_run": "r.eval.base"}),
+            _Row("all_tasks:trace_routed", {"env": env, "child_run": "r.all_tasks.trace_routed"}),
+            _Row("all_tasks:capability_hints", {"env": env, "child_run": "r.all_tasks.capability_hints"}),
+        ],
+        {
+            "r.all_tasks.base": [
+                _Episode(env, "a", 1.0, cats),
+                _Episode(env, "b", 0.5, cats),
+                _Episode(env, "c", 0.0, cats),
+            ],
+            "r.all_tasks.trace_routed": [
+                _Episode(env, "a", 1.0, cats),
+                _Episode(env, "b", 1.0, cats),
+                _Episode(env, "c", 0.25, cats),
+            ],
+            "r.all_tasks.capability_hints": [_Episode(env, "a", 1.0, cats)],
+            "r.eval.base": [_Episode(env, "a", 1.0, cats), _Episode(env, "a", 0.5, cats)],
+        },  # two trials, one imperfect: not perfect
     )
     lines = toolsandbox_section(store, "r")
     text = "\n".join(lines)
@@ -99,5 +118,8 @@ def test_toolsandbox_runs_report_perfect_count_and_mean_similarity() -> None:
     assert "| base | held-out split | 0 of 1 | 0.750 |" in lines
     assert "| base | all tasks, greedy, 1 trial | 1 of 3 | 0.500 |" in lines
     assert "| trace_routed | all tasks, greedy, 1 trial | 2 of 3 | 0.750 |" in lines
-    assert "| capability hints (descriptions appended, unoptimised) | all tasks, greedy, 1 trial | 1 of 1 | 1.000 |" in lines  # labelled
+    assert (
+        "| capability hints (descriptions appended, unoptimised) | all tasks, greedy, 1 trial | 1 of 1 | 1.000 |"
+        in lines
+    )  # labelled
     assert "not comparable to live RapidAPI runs" in text  # the stand-in network mode says so

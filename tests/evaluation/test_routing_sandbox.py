@@ -35,7 +35,9 @@ def sandbox_cfg(docker_client) -> SandboxConfig:
 
     if not image_is_current(docker_client, TAG):
         build_image(docker_client, TAG, method="local-python")
-    return SandboxConfig(backend="docker", image=TAG, memory_mb=256, cpus=1.0, call_timeout_s=20.0, start_timeout_s=60.0, pool_size=1)
+    return SandboxConfig(
+        backend="docker", image=TAG, memory_mb=256, cpus=1.0, call_timeout_s=20.0, start_timeout_s=60.0, pool_size=1
+    )
 
 
 class KeywordScorer:
@@ -45,7 +47,9 @@ class KeywordScorer:
         return [ord(c) for c in label]
 
     def render(self, messages: list[dict[str, Any]]) -> str:
-        return messages[0]["content"].split('"""')[-2].lower()  # the last quoted block: the task's first user message (prompts/router.md)
+        return (
+            messages[0]["content"].split('"""')[-2].lower()
+        )  # the last quoted block: the task's first user message (prompts/router.md)
 
     def label_logprobs(self, prompts: list[str], token_ids: list[int]) -> list[list[float]]:
         rows = []
@@ -56,7 +60,9 @@ class KeywordScorer:
         return rows
 
 
-def test_routing_cases_from_sandboxed_envs_and_the_stored_confusion(sandbox_cfg: SandboxConfig, docker_client, tmp_path: Path) -> None:
+def test_routing_cases_from_sandboxed_envs_and_the_stored_confusion(
+    sandbox_cfg: SandboxConfig, docker_client, tmp_path: Path
+) -> None:
     pid_label = {"label": f"gapforge.pid={os.getpid()}"}
     before = {c.id for c in docker_client.containers.list(all=True, filters=pid_label)}
     with SandboxPool(sandbox_cfg, size=0, sweep_on_start=False) as pool:
@@ -69,12 +75,20 @@ def test_routing_cases_from_sandboxed_envs_and_the_stored_confusion(sandbox_cfg:
 
             return make
 
-        cases = routing_cases({cap: factory(cap) for cap in CAPS}, [0, 1], target=lambda: make_env("shop"), none_tasks=["shop-lookup-001", "shop-lookup-007"])
+        cases = routing_cases(
+            {cap: factory(cap) for cap in CAPS},
+            [0, 1],
+            target=lambda: make_env("shop"),
+            none_tasks=["shop-lookup-001", "shop-lookup-007"],
+        )
     assert all(e.name == synthetic_env_name(e.module_path.stem) for e in made) and len(made) == 4
     assert [c.source for c in cases] == [
-        "synthetic:precondition_verification:seed=0", "synthetic:precondition_verification:seed=1",
-        "synthetic:structured_data_reasoning:seed=0", "synthetic:structured_data_reasoning:seed=1",
-        "target:shop-lookup-001", "target:shop-lookup-007",
+        "synthetic:precondition_verification:seed=0",
+        "synthetic:precondition_verification:seed=1",
+        "synthetic:structured_data_reasoning:seed=0",
+        "synthetic:structured_data_reasoning:seed=1",
+        "target:shop-lookup-001",
+        "target:shop-lookup-007",
     ]
     assert [c.expected for c in cases] == [CAPS[0], CAPS[0], CAPS[1], CAPS[1], "none", "none"]
     # the sandbox gives the same first messages as the env run in-process (one protocol, one name)
@@ -82,9 +96,15 @@ def test_routing_cases_from_sandboxed_envs_and_the_stored_confusion(sandbox_cfg:
         cap, seed = c.source.split(":")[1], int(c.source.rsplit("=", 1)[1])
         local = InProcessSyntheticEnv(EXAMPLES / f"{cap}.py")
         assert c.first_message == next(m.content for m in local.reset(seed) if m.role == "user")
-    assert {c.id for c in docker_client.containers.list(all=True, filters=pid_label)} == before  # the pool closed its containers
+    assert {
+        c.id for c in docker_client.containers.list(all=True, filters=pid_label)
+    } == before  # the pool closed its containers
 
-    router = Router(make_options([{"name": c, "adapter": c} for c in CAPS], RoutingConfig().labels), KeywordScorer(), RoutingConfig(margin=1.0))
+    router = Router(
+        make_options([{"name": c, "adapter": c} for c in CAPS], RoutingConfig().labels),
+        KeywordScorer(),
+        RoutingConfig(margin=1.0),
+    )
     store = Store(f"sqlite:///{tmp_path / 'g.db'}")
     try:
         run_id = store.create_run("trace", {"env": "shop"})
@@ -95,8 +115,13 @@ def test_routing_cases_from_sandboxed_envs_and_the_stored_confusion(sandbox_cfg:
         assert acc.matrix == [[2, 0, 0], [1, 0, 1], [0, 0, 2]]
         assert acc.accuracy == pytest.approx(4 / 6) and acc.abstained == 1 and acc.cases == 6
         stored = store.get_evaluation(run_id, "router_accuracy").metrics
-        assert stored["matrix"] == acc.matrix and stored["accuracy"] == pytest.approx(4 / 6) and stored["abstained"] == 1
+        assert (
+            stored["matrix"] == acc.matrix and stored["accuracy"] == pytest.approx(4 / 6) and stored["abstained"] == 1
+        )
         assert [c["expected"] for c in stored["cases"]] == [c.expected for c in cases]
-        assert stored["cases"][3]["decision"]["abstained"] is True and stored["cases"][2]["decision"]["capability"] == CAPS[0]
+        assert (
+            stored["cases"][3]["decision"]["abstained"] is True
+            and stored["cases"][2]["decision"]["capability"] == CAPS[0]
+        )
     finally:
         store.close()

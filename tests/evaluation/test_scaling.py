@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from gapforge.evaluation import stats
-from gapforge.evaluation.scaling import gate_line, oracle_lines, routing_lines, scaling, scaling_lines, subset_episodes, subsets
+from gapforge.evaluation.scaling import (
+    gate_line,
+    oracle_lines,
+    routing_lines,
+    scaling,
+    scaling_lines,
+    subset_episodes,
+    subsets,
+)
 from gapforge.store import Store
 
 T, F = True, False
@@ -41,22 +49,59 @@ def test_a_subset_plays_the_routed_episodes_only_where_the_router_chose_one_of_i
 def _store(tmp_path: Path) -> tuple[Store, str]:
     store = Store(f"sqlite:///{tmp_path / 'g.db'}")
     run = store.create_run("trace", {}, run_id="r1")
-    store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=[], heldout_tasks=sorted(FAMILIES), families=FAMILIES)
+    store.put_split(
+        run, env="shop", seed=0, fraction=0.5, analysis_tasks=[], heldout_tasks=sorted(FAMILIES), families=FAMILIES
+    )
     for name, eps in (("base", BASE), ("trace_routed", ROUTED)):
         child = store.create_run("evaluation", {"parent": run}, run_id=f"{run}.eval.{name}")
         for task, rows in eps.items():
             for sample, (reward, success) in rows.items():
-                store.put_episode(child, "shop", task, sample, policy=name, messages=[], reward=reward, success=success, components={},
-                                  termination="done", error=None, turns=1, timings={})  # fmt: skip
-        metrics = {"env": "shop", "tasks": len(eps), "trials": 4, "child_run": child, "trials_by_family": {f: 4 for f in set(FAMILIES.values())},
-                   **stats.summarize(stats.as_trials(eps), n_boot=50)}  # fmt: skip
+                store.put_episode(
+                    child,
+                    "shop",
+                    task,
+                    sample,
+                    policy=name,
+                    messages=[],
+                    reward=reward,
+                    success=success,
+                    components={},
+                    termination="done",
+                    error=None,
+                    turns=1,
+                    timings={},
+                )
+        metrics = {
+            "env": "shop",
+            "tasks": len(eps),
+            "trials": 4,
+            "child_run": child,
+            "trials_by_family": {f: 4 for f in set(FAMILIES.values())},
+            **stats.summarize(stats.as_trials(eps), n_boot=50),
+        }
         if name == "trace_routed":
             metrics["routing"] = {t: {"adapter": a} for t, a in CHOICE.items()}
         store.put_evaluation(run, f"eval:{name}", policy=name, metrics=metrics)
-    store.put_evaluation(run, "router", policy="router", metrics={
-        "capabilities": [{"name": "precondition_verification", "adapter": "pv"}, {"name": "tool_argument_precision", "adapter": "tap"}],
-        "gate": {"heldout": {"accuracy": 0.75, "labels": ["precondition_verification", "tool_argument_precision", "none"], "n": 8},
-                 "train_accuracy": 1.0, "examples": [{"split": "train"}] * 20 + [{"split": "heldout"}] * 8}})  # fmt: skip
+    store.put_evaluation(
+        run,
+        "router",
+        policy="router",
+        metrics={
+            "capabilities": [
+                {"name": "precondition_verification", "adapter": "pv"},
+                {"name": "tool_argument_precision", "adapter": "tap"},
+            ],
+            "gate": {
+                "heldout": {
+                    "accuracy": 0.75,
+                    "labels": ["precondition_verification", "tool_argument_precision", "none"],
+                    "n": 8,
+                },
+                "train_accuracy": 1.0,
+                "examples": [{"split": "train"}] * 20 + [{"split": "heldout"}] * 8,
+            },
+        },
+    )
     return store, run
 
 
@@ -99,9 +144,18 @@ def test_the_gate_line_says_when_the_served_gate_was_refit_on_every_example() ->
     def record(refit: bool | None) -> dict:
         settings = {} if refit is None else {"refit": refit}
         examples = [{"split": "train"}] * 3 + [{"split": "heldout"}]
-        return {"gate": {"heldout": {"accuracy": 1.0, "n": 1, "labels": ["pv", "none"]}, "train_accuracy": 1.0,
-                         "examples": examples, "settings": settings}}  # fmt: skip
+        return {
+            "gate": {
+                "heldout": {"accuracy": 1.0, "n": 1, "labels": ["pv", "none"]},
+                "train_accuracy": 1.0,
+                "examples": examples,
+                "settings": settings,
+            }
+        }
 
     (line,) = gate_line(record(True))
-    assert line == "gate: held-out accuracy 100% on 1 examples (train 100% on 3; served gate refit on all 4); classes pv, none"
+    assert (
+        line
+        == "gate: held-out accuracy 100% on 1 examples (train 100% on 3; served gate refit on all 4); classes pv, none"
+    )
     assert gate_line(record(False)) == gate_line(record(None)) == [line.replace("; served gate refit on all 4", "")]

@@ -44,13 +44,28 @@ def sandbox_image(docker_client) -> str:
 
 def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
     """A graph run's stored config, its retained capabilities with adapters and accepted envs, and its held-out split."""
-    cfg = load_config(None, [
-        f"workspace={workspace}", "policy.kind=local", f"policy.local_path={tiny_model_dir}", "policy.max_new_tokens=4",
-        "rollouts.max_turns=1", "routing.backend=openings", "routing.openings_min_similarity=0.2", "training.train_seeds=6",
-        "evaluation.trials=1", "evaluation.family_trials.policy_refusal=2", "evaluation.focus_family=policy_refusal",
-        "evaluation.routing_seeds=2", "evaluation.baseline_grpo=false", f"sandbox.image={image}", "sandbox.pool_size=1",
-        "sandbox.memory_mb=256",
-    ], environ={})  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"workspace={workspace}",
+            "policy.kind=local",
+            f"policy.local_path={tiny_model_dir}",
+            "policy.max_new_tokens=4",
+            "rollouts.max_turns=1",
+            "routing.backend=openings",
+            "routing.openings_min_similarity=0.2",
+            "training.train_seeds=6",
+            "evaluation.trials=1",
+            "evaluation.family_trials.policy_refusal=2",
+            "evaluation.focus_family=policy_refusal",
+            "evaluation.routing_seeds=2",
+            "evaluation.baseline_grpo=false",
+            f"sandbox.image={image}",
+            "sandbox.pool_size=1",
+            "sandbox.memory_mb=256",
+        ],
+        environ={},
+    )
     ws = Workspace(workspace)
     with Store(cfg.store_url) as store:
         run = create_run(store, "trace", "run", cfg, RunOptions())
@@ -62,8 +77,15 @@ def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
             ws.synthetic_env(run, cap).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(EXAMPLES / f"{cap}.py", ws.synthetic_env(run, cap))
         shop = make_env("shop")
-        store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=["shop-refusal-002"], heldout_tasks=HELDOUT,
-                        families={t: shop.task_family(t) for t in [*HELDOUT, "shop-refusal-002"]})
+        store.put_split(
+            run,
+            env="shop",
+            seed=0,
+            fraction=0.5,
+            analysis_tasks=["shop-refusal-002"],
+            heldout_tasks=HELDOUT,
+            families={t: shop.task_family(t) for t in [*HELDOUT, "shop-refusal-002"]},
+        )
 
         async def build_router() -> None:  # the graph's build_router node's call
             async with open_stages(cfg, store) as stages:
@@ -73,26 +95,43 @@ def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
     return run
 
 
-def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(workspace: Path, tiny_model_dir: Path, sandbox_image: str) -> None:
+def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
+    workspace: Path, tiny_model_dir: Path, sandbox_image: str
+) -> None:
     from gapforge.cli_serve import served
     from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 
     run = _run(workspace, tiny_model_dir, sandbox_image)
-    where = ["--set", f"workspace={workspace}", "--set", "executor.local_rollout_workers=1"]  # where it works: never the run's
+    where = [
+        "--set",
+        f"workspace={workspace}",
+        "--set",
+        "executor.local_rollout_workers=1",
+    ]  # where it works: never the run's
     res = CliRunner().invoke(app, ["evaluate", run, *where], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "override:" not in res.output and "family_trials {'policy_refusal': 2}" in res.output
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         base = store.get_evaluation(run, "eval:base").metrics
         evaluated = store.get_evaluation(run, "eval:trace_routed").metrics["routing"]
-        assert base["trials_by_family"]["policy_refusal"] == 2 and base["focus_family"] == "policy_refusal"  # the run's evaluation section
+        assert (
+            base["trials_by_family"]["policy_refusal"] == 2 and base["focus_family"] == "policy_refusal"
+        )  # the run's evaluation section
         assert sorted(evaluated) == sorted(HELDOUT)
         chosen = [evaluated[t]["adapter"] for t in HELDOUT]
-        assert chosen == ["precondition_verification", None, None, "structured_data_reasoning", "precondition_verification"]
+        assert chosen == [
+            "precondition_verification",
+            None,
+            None,
+            "structured_data_reasoning",
+            "precondition_verification",
+        ]
 
         # `gapforge serve RUN` with no flags: the run's config; a sandbox image that does not exist shows no container is needed
         where_cfg = load_config(None, [f"workspace={workspace}"], environ={})
-        resolved = resolve(dict(store.get_run(run).config), run, where_cfg, None, ["sandbox.image=gapforge-no-such-image:none"])
+        resolved = resolve(
+            dict(store.get_run(run).config), run, where_cfg, None, ["sandbox.image=gapforge-no-such-image:none"]
+        )
         assert [k for k, _, _ in resolved.overridden] == ["sandbox.image"]
         cfg = resolved.cfg
         assert cfg.routing.backend == "openings" and cfg.policy.local_path == str(tiny_model_dir)
@@ -107,4 +146,3 @@ def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(works
             answer = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
             assert answer.status_code == 200, answer.text
             assert answer.json()["gapforge"]["decision"] == evaluated[task], task
-

@@ -66,7 +66,9 @@ def test_paired_episodes_constant_difference_is_bounded_by_what_its_pairs_can_ca
 
 
 @pytest.mark.parametrize(("n_tasks", "trials", "half_width"), [(5, 1, 0.522), (6, 8, 0.074)])
-def test_paired_episodes_all_tied_at_zero_is_not_read_as_certainty(n_tasks: int, trials: int, half_width: float) -> None:
+def test_paired_episodes_all_tied_at_zero_is_not_read_as_certainty(
+    n_tasks: int, trials: int, half_width: float
+) -> None:
     # the demo's compound family (5 tasks, one pair each) and bench/effect's lookups (6 x 8), every pair tied at 0
     policy, base = _episodes({f"t{i}": [0] * trials for i in range(n_tasks)})
     pr = stats.paired_episodes(policy, base, n_boot=300)["pass_rate"]
@@ -134,4 +136,6 @@ def test_paired_episodes_leave_out_unpaired_episodes_and_weigh_tasks_equally() -
 
 
 def test_as_trials_keeps_sample_order() -> None:
-    assert stats.as_trials({"t": {2: (0.2, False), 0: (0.0, False), 1: (1.0, True)}}) == {"t": [(0.0, False), (1.0, True), (0.2, False)]}
+    assert stats.as_trials({"t": {2: (0.2, False), 0: (0.0, False), 1: (1.0, True)}}) == {
+        "t": [(0.0, False), (1.0, True), (0.2, False)]
+    }

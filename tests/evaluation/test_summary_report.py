@@ -21,41 +21,71 @@ def _paired(value: float, low: float, high: float, n: int = 40) -> dict[str, Any
     return {"episodes": n, "tasks": n // 8, "pass_rate": _iv(value, low, high), "mean_reward": _iv(value, low, high)}
 
 
-def _metrics(rate: float, *, paired: dict[str, Any] | None, by_family_paired: dict[str, Any] | None, focus: str | None = "refusal") -> dict[str, Any]:
+def _metrics(
+    rate: float,
+    *,
+    paired: dict[str, Any] | None,
+    by_family_paired: dict[str, Any] | None,
+    focus: str | None = "refusal",
+) -> dict[str, Any]:
     fam = {"episodes": 40, "tasks": 5, "pass_rate": _iv(rate, rate - 0.1, rate + 0.1)}
     return {
-        "env": "shop", "trials": 2, "tasks": 8, "episodes": 56, "focus_family": focus,
+        "env": "shop",
+        "trials": 2,
+        "tasks": 8,
+        "episodes": 56,
+        "focus_family": focus,
         "trials_by_family": {"refusal": 8, "lookup": 2},
-        "pass_rate": _iv(rate, rate - 0.1, rate + 0.1), "mean_reward": _iv(rate, rate - 0.1, rate + 0.1), "pass_hat_k": {"1": rate},
+        "pass_rate": _iv(rate, rate - 0.1, rate + 0.1),
+        "mean_reward": _iv(rate, rate - 0.1, rate + 0.1),
+        "pass_hat_k": {"1": rate},
         "by_family": {"refusal": fam, "lookup": {**fam, "episodes": 6}},
         "vs_base": None if paired is None else _paired(0.05, -0.1, 0.2),
-        "vs_base_paired": paired, "vs_base_by_family": by_family_paired,
-    }  # fmt: skip
+        "vs_base_paired": paired,
+        "vs_base_by_family": by_family_paired,
+    }
 
 
 def _by_name(focus_iv: tuple[float, float, float]) -> dict[str, dict[str, Any]]:
     fams = {"refusal": _paired(*focus_iv), "lookup": _paired(-0.02, -0.1, 0.06, n=6)}
-    return {"base": _metrics(0.3, paired=None, by_family_paired=None), "trace_routed": _metrics(0.5, paired=_paired(*focus_iv), by_family_paired=fams)}
+    return {
+        "base": _metrics(0.3, paired=None, by_family_paired=None),
+        "trace_routed": _metrics(0.5, paired=_paired(*focus_iv), by_family_paired=fams),
+    }
 
 
 @pytest.mark.parametrize(
     ("focus_iv", "word"),
-    [((0.2, 0.05, 0.35), "gain"), ((-0.2, -0.35, -0.05), "loss"), ((0.1, -0.02, 0.22), NO_EFFECT_LINE), ((0.0, 0.0, 0.1), NO_EFFECT_LINE)],
+    [
+        ((0.2, 0.05, 0.35), "gain"),
+        ((-0.2, -0.35, -0.05), "loss"),
+        ((0.1, -0.02, 0.22), NO_EFFECT_LINE),
+        ((0.0, 0.0, 0.1), NO_EFFECT_LINE),
+    ],
 )
 def test_headline_verdicts(focus_iv: tuple[float, float, float], word: str) -> None:
     lines = headline(_by_name(focus_iv), "refusal")
     assert lines[0] == "refusal: base 30.0% (40 episodes) -> TRACE (routed) 50.0% (40 episodes)"
     value, low, high = (100 * x for x in focus_iv)
-    assert lines[1] == f"refusal: TRACE − base {value:+.1f} points [{low:+.1f}, {high:+.1f}], 40 paired episodes: {word}"
+    assert (
+        lines[1] == f"refusal: TRACE − base {value:+.1f} points [{low:+.1f}, {high:+.1f}], 40 paired episodes: {word}"
+    )
     assert lines[2:] == ["lookup: TRACE − base -2.0 points [-10.0, +6.0], 6 paired episodes"]
     assert headline(_by_name(focus_iv), None) == lines  # the focus family stored with the metrics
 
 
 def test_verdict_words_and_missing_inputs() -> None:
-    assert [verdict(_iv(0, lo, hi)) for lo, hi in [(0.01, 0.2), (-0.2, -0.01), (-0.1, 0.1), (0.0, 0.1)]] == ["gain", "loss", "no effect", "no effect"]
+    assert [verdict(_iv(0, lo, hi)) for lo, hi in [(0.01, 0.2), (-0.2, -0.01), (-0.1, 0.1), (0.0, 0.1)]] == [
+        "gain",
+        "loss",
+        "no effect",
+        "no effect",
+    ]
     assert verdict(None) is None
     assert headline({"base": _metrics(0.3, paired=None, by_family_paired=None)}, "refusal")[0].startswith("no summary")
-    assert headline(_by_name((0.2, 0.05, 0.35)), "unknown_family")[0].startswith("focus family 'unknown_family' was not evaluated")
+    assert headline(_by_name((0.2, 0.05, 0.35)), "unknown_family")[0].startswith(
+        "focus family 'unknown_family' was not evaluated"
+    )
 
 
 @dataclass
@@ -95,6 +125,8 @@ def test_report_has_the_forest_plot_and_says_no_effect_exactly_when_the_interval
     contains_zero = {("trace_routed", "lookup"), ("adapter:x", "all tasks"), ("adapter:x", "refusal")}
     for key, line in cells.items():
         assert ("no effect" in line) == (key in contains_zero), line
-    assert cells[("trace_routed", "all tasks")].endswith("| gain |") and cells[("adapter:x", "lookup")].endswith("| loss |")
+    assert cells[("trace_routed", "all tasks")].endswith("| gain |") and cells[("adapter:x", "lookup")].endswith(
+        "| loss |"
+    )
     assert "| trace_routed | all tasks | 40 (5) | +20.0 points [+5.0, +35.0] | +0.200 [+0.050, +0.350] | gain |" in text
     assert "Family `refusal`: trials per task base 8, adapter:x 8, trace_routed 8 (other policies 2)." in text

@@ -55,10 +55,22 @@ def test_an_unreachable_head_stops_the_command_with_one_line_and_exit_2(tmp_path
     if importlib.util.find_spec("ray") is None:
         pytest.skip("extra 'ray' not installed (pip install -e .[ray]); CI installs it")
     port = _closed_port()
-    args = [*command, "--set", f"workspace={tmp_path / 'ws'}", "--set", "executor.kind=ray", "--set", f"executor.address=127.0.0.1:{port}"]
+    args = [
+        *command,
+        "--set",
+        f"workspace={tmp_path / 'ws'}",
+        "--set",
+        "executor.kind=ray",
+        "--set",
+        f"executor.address=127.0.0.1:{port}",
+    ]
     # a loaded machine imports slowly
-    proc = subprocess.run([sys.executable, "-m", "gapforge.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gapforge.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and f"executor.address '127.0.0.1:{port}'" in lines[0] and "ray start --head" in lines[0], lines
+    assert len(lines) == 1 and f"executor.address '127.0.0.1:{port}'" in lines[0] and "ray start --head" in lines[0], (
+        lines
+    )
     assert not (tmp_path / "ws" / "gapforge.db").exists() or "run " not in proc.stdout  # no run was started

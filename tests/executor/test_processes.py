@@ -93,8 +93,12 @@ def test_a_collection_on_worker_processes_equals_the_one_on_the_loop(store: Stor
         policy = make_policy(pol)
         await collect(CollectPlan(run_id=here, **plan), make_env=shop, policy=policy, sink=store)
         await policy.aclose()
-        async with episode_player(ExecutorConfig(), functools.partial(make_policy, pol), shop, 4, local_workers=2, threads=1) as player:
-            res = await collect(CollectPlan(run_id=there, **plan), make_env=None, policy=None, sink=store, player=player)
+        async with episode_player(
+            ExecutorConfig(), functools.partial(make_policy, pol), shop, 4, local_workers=2, threads=1
+        ) as player:
+            res = await collect(
+                CollectPlan(run_id=there, **plan), make_env=None, policy=None, sink=store, player=player
+            )
             pids = player.pool.pids()
         assert (res.planned, res.ran) == (8, 8)
         assert len(set(pids)) == 2 and os.getpid() not in pids  # really two other processes
@@ -103,7 +107,9 @@ def test_a_collection_on_worker_processes_equals_the_one_on_the_loop(store: Stor
     local, remote = episodes_by_key(store, here), episodes_by_key(store, there)
     assert set(local) == set(remote) == {(t, s) for t in TASKS for s in range(2)}
     assert [remote[k] for k in sorted(local)] == [local[k] for k in sorted(local)]
-    assert len({str(v[0]) for v in local.values()}) > 1  # sampling at temperature 1.0 really varied: not a vacuous equality
+    assert (
+        len({str(v[0]) for v in local.values()}) > 1
+    )  # sampling at temperature 1.0 really varied: not a vacuous equality
 
 
 def test_a_worker_killed_mid_collection_costs_its_episodes_only_and_the_rerun_ends_exact(store: Store) -> None:
@@ -123,8 +129,17 @@ def test_a_worker_killed_mid_collection_costs_its_episodes_only_and_the_rerun_en
                 if len(seen) == 4:
                     os.kill(victim, signal.SIGKILL)  # mid-collection: that worker has episodes in flight
 
-            res = await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop),
-                                                 on_episode=kill_after_four), 120)
+            res = await asyncio.wait_for(
+                collect(
+                    plan,
+                    make_env=None,
+                    policy=None,
+                    sink=store,
+                    player=pool.player(factory, shop),
+                    on_episode=kill_after_four,
+                ),
+                120,
+            )
             return res, before, pool.pids(), pool.restarts
 
     res, before, after, restarts = asyncio.run(first())
@@ -163,14 +178,25 @@ class DiesOnLoad:
 def test_workers_that_keep_dying_stop_the_stage_with_worker_lost(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     async def play(factory: Any, kill: bool) -> None:
         async with process_pool(1, 1) as pool:
-            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS, samples=1, concurrency=2, max_turns=3)
+            plan = CollectPlan(
+                run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS, samples=1, concurrency=2, max_turns=3
+            )
 
             def kill_first(_ep: Any) -> None:
                 if kill and pool.restarts == 0:
                     os.kill(pool.pids()[0], signal.SIGKILL)
 
-            await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop),
-                                           on_episode=kill_first), 120)
+            await asyncio.wait_for(
+                collect(
+                    plan,
+                    make_env=None,
+                    policy=None,
+                    sink=store,
+                    player=pool.player(factory, shop),
+                    on_episode=kill_first,
+                ),
+                120,
+            )
 
     # the first worker dies loading the policy (its 2 episodes in flight end as worker_error), its replacement dies
     # the same way before it started an episode (the next 2): another one would too
@@ -178,14 +204,23 @@ def test_workers_that_keep_dying_stop_the_stage_with_worker_lost(store: Store, m
         asyncio.run(play(DiesOnLoad, kill=False))
     # past MAX_WORKER_RESTARTS replacements in one pool (here none allowed): the next death stops the stage
     monkeypatch.setattr(processes, "MAX_WORKER_RESTARTS", 0)
-    with pytest.raises(IncompleteStage, match="local rollout worker .* ended .* workers keep dying .*MAX_WORKER_RESTARTS"):
+    with pytest.raises(
+        IncompleteStage, match="local rollout worker .* ended .* workers keep dying .*MAX_WORKER_RESTARTS"
+    ):
         asyncio.run(play(functools.partial(SlowLookupPolicy, 0.05), kill=True))
 
 
 def test_an_episode_error_and_a_policy_that_cannot_load_come_back_with_their_type(store: Store, tmp_path: Path) -> None:
     async def play(factory: Any) -> None:
         async with process_pool(1, 1) as pool:
-            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS[:2], samples=1, concurrency=2, max_turns=2)
+            plan = CollectPlan(
+                run_id=store.create_run("rollouts", {}),
+                env="shop",
+                tasks=TASKS[:2],
+                samples=1,
+                concurrency=2,
+                max_turns=2,
+            )
             await collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop))
 
     with pytest.raises(ValueError, match="policy crashed on"):  # the policy's own error, not a lost worker
@@ -223,8 +258,9 @@ class _Unportable:
 
 
 @pytest.mark.slow  # worker processes load a tiny model and two adapters
-def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_and_routing(tiny_model_dir: Path, tmp_path_factory,
-                                                                                           tmp_path: Path) -> None:
+def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_and_routing(
+    tiny_model_dir: Path, tmp_path_factory, tmp_path: Path
+) -> None:
     from router_helpers import capability_specs, random_adapter, shared_taught_model
 
     from gapforge.agents.router import Router, RoutingConfig, make_options
@@ -237,7 +273,10 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
     caps = capability_specs()
     paths = {c["name"]: random_adapter(taught, tmp_path / c["name"], seed=20 + i) for i, c in enumerate(caps)}
     backend = MultiAdapterModel(taught, paths, max_new_tokens=8, seed=0)
-    openings = [["Hi, I want to cancel my order, I don't need it anymore."], ["Please add up the totals of my invoices."]]
+    openings = [
+        ["Hi, I want to cancel my order, I don't need it anymore."],
+        ["Please add up the totals of my invoices."],
+    ]
     router = Router(make_options(caps, RoutingConfig().labels), OpeningsScorer(openings, min_similarity=0.5))
     tasks = ["shop-refusal-001", "shop-lookup-001"]  # routed to the first adapter / kept on the base (reused episodes)
     store = Store(f"sqlite:///{tmp_path / 'gapforge.db'}")
@@ -245,35 +284,85 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
     played = ("base", "trace_routed", f"adapter:{caps[0]['name']}", "capability_hints")
 
     async def both() -> dict:
-        base = recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir=str(tmp_path / "w"),
-                      ship=False, router=router)
+        base = recipe(
+            taught,
+            paths,
+            caps,
+            list(paths),
+            None,
+            temperature=1.0,
+            max_new_tokens=8,
+            seed=0,
+            worker_dir=str(tmp_path / "w"),
+            ship=False,
+            router=router,
+        )
         async with local_eval_players(base, shop, 2, 1) as players:
-            routed = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))["trace_routed"]
+            routed = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))[
+                "trace_routed"
+            ]
             async with players("trace_routed", routed) as player:
                 assert player is not None  # a portable router: the routed policy plays on the workers too
-            assert recipe(taught, paths, caps, list(paths), None, temperature=1.0, max_new_tokens=8, seed=0, worker_dir="w", ship=False,
-                          router=Router(make_options(caps, RoutingConfig().labels), _Unportable(openings))).router is None
-            out = await evaluate_each(store, runs, backend, router, caps, list(paths), played, tasks, shop, players, "workers")
+            assert (
+                recipe(
+                    taught,
+                    paths,
+                    caps,
+                    list(paths),
+                    None,
+                    temperature=1.0,
+                    max_new_tokens=8,
+                    seed=0,
+                    worker_dir="w",
+                    ship=False,
+                    router=Router(make_options(caps, RoutingConfig().labels), _Unportable(openings)),
+                ).router
+                is None
+            )
+            out = await evaluate_each(
+                store, runs, backend, router, caps, list(paths), played, tasks, shop, players, "workers"
+            )
         await backend.aclose()
         return out
 
     results = asyncio.run(both())
-    assert_same_evaluation(store, runs, results, played, ("pass_rate", "mean_reward", "vs_base_paired", "routing", "reused_base_tasks"))
+    assert_same_evaluation(
+        store, runs, results, played, ("pass_rate", "mean_reward", "vs_base_paired", "routing", "reused_base_tasks")
+    )
     routing = results["workers"].get("trace_routed").metrics["routing"]
     assert routing["shop-refusal-001"]["adapter"] == caps[0]["adapter"] and not routing["shop-lookup-001"]["adapter"]
     routed, adapter = (sorted_episodes(store, runs["workers"], n) for n in ("trace_routed", played[2]))
-    assert [e.messages for e in routed if e.task_id == "shop-refusal-001"] == [e.messages for e in adapter if e.task_id == "shop-refusal-001"]
+    assert [e.messages for e in routed if e.task_id == "shop-refusal-001"] == [
+        e.messages for e in adapter if e.task_id == "shop-refusal-001"
+    ]
     store.close()
 
 
 def test_what_cannot_travel_fails_its_episode_with_a_message_and_nothing_hangs(store: Store) -> None:
     async def play(make: Any) -> None:
         async with process_pool(1, 1) as pool:
-            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS[:2], samples=1, concurrency=2, max_turns=1)
-            await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store,
-                                           player=pool.player(functools.partial(SlowLookupPolicy, 0.0), make)), timeout=120)
+            plan = CollectPlan(
+                run_id=store.create_run("rollouts", {}),
+                env="shop",
+                tasks=TASKS[:2],
+                samples=1,
+                concurrency=2,
+                max_turns=1,
+            )
+            await asyncio.wait_for(
+                collect(
+                    plan,
+                    make_env=None,
+                    policy=None,
+                    sink=store,
+                    player=pool.player(functools.partial(SlowLookupPolicy, 0.0), make),
+                ),
+                timeout=120,
+            )
 
     with pytest.raises(RuntimeError, match="could not be sent back from its worker"):  # a result holding a lock
         asyncio.run(play(LockedScoreShop))
-    with pytest.raises(RuntimeError, match="could not be rebuilt in a rollout worker: this env factory refuses to load"):
+    with pytest.raises(
+        RuntimeError, match="could not be rebuilt in a rollout worker: this env factory refuses to load"
+    ):
         asyncio.run(play(BrokenOnArrival()))

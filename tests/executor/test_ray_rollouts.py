@@ -31,18 +31,24 @@ def test_a_collection_on_ray_equals_the_local_one_episode_by_episode(ray_cluster
 
     async def both() -> None:
         policy = make_policy(pol)
-        await collect(CollectPlan(run_id=local_run, **plan), make_env=lambda: make_env("shop"), policy=policy, sink=store)
+        await collect(
+            CollectPlan(run_id=local_run, **plan), make_env=lambda: make_env("shop"), policy=policy, sink=store
+        )
         cfg = ExecutorConfig(kind="ray", rollout_workers=2)
         async with episode_player(cfg, functools.partial(make_policy, pol), lambda: make_env("shop"), 4) as player:
             assert len(set(await player.pids())) == 2 and os.getpid() not in await player.pids()  # two worker processes
-            res = await collect(CollectPlan(run_id=ray_run, **plan), make_env=None, policy=None, sink=store, player=player)
+            res = await collect(
+                CollectPlan(run_id=ray_run, **plan), make_env=None, policy=None, sink=store, player=player
+            )
         assert (res.planned, res.ran) == (8, 8)
 
     asyncio.run(both())
     local, remote = episodes_by_key(store, local_run), episodes_by_key(store, ray_run)
     assert set(local) == set(remote) == {(t, s) for t in TASKS for s in range(2)}
     assert [remote[k] for k in sorted(local)] == [local[k] for k in sorted(local)]
-    assert len({str(v[0]) for v in local.values()}) > 1  # sampling at temperature 1.0 really varied: not a vacuous equality
+    assert (
+        len({str(v[0]) for v in local.values()}) > 1
+    )  # sampling at temperature 1.0 really varied: not a vacuous equality
 
 
 def test_a_worker_killed_mid_collection_still_ends_with_exact_counts(ray_cluster, store: Store) -> None:
@@ -68,7 +74,9 @@ def test_a_worker_killed_mid_collection_still_ends_with_exact_counts(ray_cluster
                         os.kill(victim, signal.SIGKILL)  # mid-collection: that actor has episodes in flight
                         killed.append(victim)
 
-                result = await collect(plan, make_env=None, policy=None, sink=store, player=player, on_episode=kill_after_four)
+                result = await collect(
+                    plan, make_env=None, policy=None, sink=store, player=player, on_episode=kill_after_four
+                )
                 assert victim not in await player.pids()  # the actor was restarted in a new process
                 return result
 

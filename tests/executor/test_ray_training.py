@@ -17,14 +17,34 @@ pytestmark = pytest.mark.slow  # trains a tiny model
 
 
 def _job(tmp_path: Path, model_dir: Path, name: str, factory: str, **kw) -> TrainJob:
-    cfg = TrainingConfig.tiny(max_steps=2, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8,
-                              max_completion_length=128, train_seeds=4, heldout_seeds=3, heldout_samples=2, eval_every=1,
-                              save_every=1, patience=10)
-    return TrainJob(name=name, capability=None, base_model=str(model_dir), config=cfg, out_dir=str(tmp_path / "driver" / name),
-                    env=EnvSpec(kind="python", factory=factory), **kw)
+    cfg = TrainingConfig.tiny(
+        max_steps=2,
+        groups_per_step=1,
+        num_generations=2,
+        max_turns=2,
+        max_new_tokens=8,
+        max_completion_length=128,
+        train_seeds=4,
+        heldout_seeds=3,
+        heldout_samples=2,
+        eval_every=1,
+        save_every=1,
+        patience=10,
+    )
+    return TrainJob(
+        name=name,
+        capability=None,
+        base_model=str(model_dir),
+        config=cfg,
+        out_dir=str(tmp_path / "driver" / name),
+        env=EnvSpec(kind="python", factory=factory),
+        **kw,
+    )
 
 
-def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldout_score(ray_cluster, tmp_path, tiny_model_dir):
+def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldout_score(
+    ray_cluster, tmp_path, tiny_model_dir
+):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -34,7 +54,9 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
     url = f"sqlite:///{tmp_path / 'store.db'}"
     with Store(url) as store:
         run_id = store.create_run("trace", {})
-    cfg = ExecutorConfig(kind="ray", worker_dir=str(tmp_path / "worker"), training=JobResources(num_cpus=1, num_gpus=0, docker=False))
+    cfg = ExecutorConfig(
+        kind="ray", worker_dir=str(tmp_path / "worker"), training=JobResources(num_cpus=1, num_gpus=0, docker=False)
+    )
     good = _job(tmp_path, tiny_model_dir, "good", "tests.training.toy_env:ToyDeskEnv", store_url=url, run_id=run_id)
     broken = _job(tmp_path, tiny_model_dir, "broken", "tests.training.toy_env:NoSuchEnv", store_url=url, run_id=run_id)
     events: list[tuple[str, dict]] = []
@@ -50,7 +72,9 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
     assert json.loads((adapter / METADATA_FILE).read_text())["steps"] == 2
     with Store(url) as store:
         rows = {a.name: a for a in store.adapters(run_id)}
-    assert rows["good"].status == "done" and Path(rows["good"].path) == adapter  # registered by the driver, its own path
+    assert (
+        rows["good"].status == "done" and Path(rows["good"].path) == adapter
+    )  # registered by the driver, its own path
     assert rows["broken"].status == "failed" and "NoSuchEnv" in rows["broken"].metrics["error"]
 
     kept = next(e for e in result.curve if e["step"] == result.best_step)
@@ -58,8 +82,14 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapter)
     make_env, close = open_factory(good.env)
     try:
-        again = evaluate_heldout(model, tokenizer, make_env, json.loads((adapter / METADATA_FILE).read_text())["heldout_tasks"],
-                                 good.config, eval_seed=good.config.seed)
+        again = evaluate_heldout(
+            model,
+            tokenizer,
+            make_env,
+            json.loads((adapter / METADATA_FILE).read_text())["heldout_tasks"],
+            good.config,
+            eval_seed=good.config.seed,
+        )
     finally:
         close()
     assert again["rewards"] == kept["rewards"] and len(set(kept["rewards"])) > 1
@@ -70,10 +100,16 @@ def test_a_training_job_whose_ray_worker_is_killed_resumes_from_its_checkpoint(r
     import os
     import signal
 
-    cfg = ExecutorConfig(kind="ray", worker_dir=str(tmp_path / "worker"), max_retries=1,
-                         training=JobResources(num_cpus=1, num_gpus=0, docker=False))
+    cfg = ExecutorConfig(
+        kind="ray",
+        worker_dir=str(tmp_path / "worker"),
+        max_retries=1,
+        training=JobResources(num_cpus=1, num_gpus=0, docker=False),
+    )
     job = _job(tmp_path, tiny_model_dir, "toy", "tests.training.toy_env:ToyDeskEnv", run_id="r1")
-    job = job.model_copy(update={"config": job.config.model_copy(update={"max_steps": 4, "eval_every": 2, "save_every": 2})})
+    job = job.model_copy(
+        update={"config": job.config.model_copy(update={"max_steps": 4, "eval_every": 2, "save_every": 2})}
+    )
     checkpoint = tmp_path / "worker" / "r1" / "toy" / "out" / "trl" / "checkpoint-2" / "trainer_state.json"
     events: list[dict] = []
     killed: list[int] = []

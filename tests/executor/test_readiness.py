@@ -68,14 +68,18 @@ def test_readiness_in_a_worker_process_gives_the_verdict_and_rewards_played_here
     cfg = GRPOReadinessConfig(groups=2, samples=4, temperature=0.7)
     runner = readiness_runner(4)
     pol = _shop_policy()
-    checks = sandbox_checks(ExecutorConfig(), sandbox_config, functools.partial(make_policy, pol), local_workers=2, threads=1)
+    checks = sandbox_checks(
+        ExecutorConfig(), sandbox_config, functools.partial(make_policy, pol), local_workers=2, threads=1
+    )
     assert isinstance(checks, LocalReadinessChecks)
 
     async def here():
         policy = make_policy(pol)
         pool = SandboxPool(sandbox_config, size=2)
         try:
-            return await acheck_grpo_ready(lambda: SandboxedEnv.pooled(MODULE, pool), [0, 1], policy, runner, cfg, concurrency=4)
+            return await acheck_grpo_ready(
+                lambda: SandboxedEnv.pooled(MODULE, pool), [0, 1], policy, runner, cfg, concurrency=4
+            )
         finally:
             await policy.aclose()
             pool.close()
@@ -90,12 +94,20 @@ def test_readiness_in_a_worker_process_gives_the_verdict_and_rewards_played_here
         checks.close()
     assert os.getpid() not in worker_pids and worker_pids
     assert remote.evidence["rollouts"] == 8 and "faults" not in remote.evidence
-    assert (remote.verdict, remote.summary, remote.evidence["rewards"]) == (local.verdict, local.summary, local.evidence["rewards"])
+    assert (remote.verdict, remote.summary, remote.evidence["rewards"]) == (
+        local.verdict,
+        local.summary,
+        local.evidence["rewards"],
+    )
 
 
-def test_a_worker_killed_mid_check_is_resumable_and_the_next_check_gets_a_new_worker(sandbox_config, tmp_path: Path) -> None:
+def test_a_worker_killed_mid_check_is_resumable_and_the_next_check_gets_a_new_worker(
+    sandbox_config, tmp_path: Path
+) -> None:
     marker = tmp_path / "playing"
-    checks = LocalReadinessChecks(sandbox_config, functools.partial(StallingPolicy, 60.0, str(marker)), workers=1, threads=1)
+    checks = LocalReadinessChecks(
+        sandbox_config, functools.partial(StallingPolicy, 60.0, str(marker)), workers=1, threads=1
+    )
     check = checks.check_grpo_ready_for(MODULE)
     killed: list[int] = []
 
@@ -109,9 +121,18 @@ def test_a_worker_killed_mid_check_is_resumable_and_the_next_check_gets_a_new_wo
         watcher = threading.Thread(target=kill_once_playing, daemon=True)
         watcher.start()
         with pytest.raises(IncompleteStage, match="GRPO-readiness worker process ended"):
-            check(None, [0, 1], object(), readiness_runner(4), GRPOReadinessConfig(groups=2, samples=2, temperature=1.0), concurrency=4)
+            check(
+                None,
+                [0, 1],
+                object(),
+                readiness_runner(4),
+                GRPOReadinessConfig(groups=2, samples=2, temperature=1.0),
+                concurrency=4,
+            )
         watcher.join(5)
-        every_group = GRPOReadinessConfig(groups=2, samples=2, temperature=0.1, max_all_zero=1.0, min_informative=0.0)  # no early stop
+        every_group = GRPOReadinessConfig(
+            groups=2, samples=2, temperature=0.1, max_all_zero=1.0, min_informative=0.0
+        )  # no early stop
         again = check(None, [0, 1], object(), readiness_runner(2), every_group, concurrency=4)
         assert again.evidence["rollouts"] == 4  # played by a new worker
         assert killed and killed[0] not in [p.pid for p in checks._pool._processes.values()]
@@ -133,18 +154,23 @@ def test_the_checks_own_failures_come_back_as_themselves_and_closures_play_here(
             return 0.5
 
         async def run():
-            return await checks.readiness_for(MODULE)(lambda: SandboxedEnv(MODULE, sandbox_config), [0], StallingPolicy(), closure,
-                                                      cfg, concurrency=2)
+            return await checks.readiness_for(MODULE)(
+                lambda: SandboxedEnv(MODULE, sandbox_config), [0], StallingPolicy(), closure, cfg, concurrency=2
+            )
 
         result = asyncio.run(run())
         assert played_here == [0, 0] and result.evidence["rollouts"] == 2
     finally:
         checks.close()
     assert sandbox_checks(ExecutorConfig(), sandbox_config, functools.partial(StallingPolicy), local_workers=1) is None
-    assert sandbox_checks(ExecutorConfig(), sandbox_config, lambda: StallingPolicy(), local_workers=2) is None  # cannot travel
+    assert (
+        sandbox_checks(ExecutorConfig(), sandbox_config, lambda: StallingPolicy(), local_workers=2) is None
+    )  # cannot travel
 
 
-def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this_machines_sandbox(config, sandbox_config) -> None:
+def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this_machines_sandbox(
+    config, sandbox_config
+) -> None:
     """`gapforge env validate` hands StageDeps.sandbox_checks to avalidate_module: with the local drop-in the self-test
     still needs this machine's opener (the Ray drop-in is the one that opens nothing here)."""
     from gapforge.agents.selftest import avalidate_module
@@ -155,7 +181,9 @@ def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this
 
     async def run():
         with build_deps(config) as deps:
-            return await avalidate_module(deps, MODULE, seeds=4, target="shop", report_dir=config.workspace / "v", checks=checks)
+            return await avalidate_module(
+                deps, MODULE, seeds=4, target="shop", report_dir=config.workspace / "v", checks=checks
+            )
 
     try:
         report = asyncio.run(run()).report

@@ -47,11 +47,26 @@ def test_a_frozen_worker_times_out_its_episode_and_is_replaced(tmp_path: Path, m
         async with process_pool(2, 1) as pool:
             before = pool.pids()
             player = pool.player(functools.partial(FreezingPolicy), _shop)
-            plan = CollectPlan(run_id=store.create_run("rollouts", {}), env="shop", tasks=[FROZEN_TASK, other], samples=1,
-                               concurrency=2, max_turns=1, episode_timeout_s=0.5)
+            plan = CollectPlan(
+                run_id=store.create_run("rollouts", {}),
+                env="shop",
+                tasks=[FROZEN_TASK, other],
+                samples=1,
+                concurrency=2,
+                max_turns=1,
+                episode_timeout_s=0.5,
+            )
             first = await asyncio.wait_for(collect(plan, make_env=None, policy=None, sink=store, player=player), 120)
             after = pool.pids()
-            more = CollectPlan(run_id=plan.run_id, env="shop", tasks=[other], samples=3, concurrency=2, max_turns=1, episode_timeout_s=0.5)
+            more = CollectPlan(
+                run_id=plan.run_id,
+                env="shop",
+                tasks=[other],
+                samples=3,
+                concurrency=2,
+                max_turns=1,
+                episode_timeout_s=0.5,
+            )
             second = await asyncio.wait_for(collect(more, make_env=None, policy=None, sink=store, player=player), 120)
             return first, second, before, after, pool.recycled
 

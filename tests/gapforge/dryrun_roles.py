@@ -18,8 +18,10 @@ from typing import Any
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "envs" / "examples" / "precondition_verification.py"
 CAPABILITY = "precondition_verification"
-DEFINITION = ("Before acting on a request, the agent checks that the action is allowed: it reads the record the action concerns "
-              "and compares it with the policy's rules, and refuses with the reason when a precondition fails.")
+DEFINITION = (
+    "Before acting on a request, the agent checks that the action is allowed: it reads the record the action concerns "
+    "and compares it with the policy's rules, and refuses with the reason when a precondition fails."
+)
 
 
 def prompt_text(req: dict[str, Any]) -> str:
@@ -32,7 +34,11 @@ def prompt_text(req: dict[str, Any]) -> str:
 
 def _answer(req: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     if req.get("tools"):  # function-calling structured output
-        call = {"id": "call_0", "type": "function", "function": {"name": req["tools"][0]["function"]["name"], "arguments": json.dumps(obj)}}
+        call = {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": req["tools"][0]["function"]["name"], "arguments": json.dumps(obj)},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
     return {"role": "assistant", "content": json.dumps(obj)}
 
@@ -49,16 +55,31 @@ def respond(req: dict[str, Any]) -> dict[str, Any]:
     keys, text = _schema_keys(req), prompt_text(req)
     if "capabilities" in keys:
         ids = [int(i) for i in re.findall(r"^### episode (\d+)$", text, flags=re.M)]
-        return _answer(req, {"capabilities": [{"name": CAPABILITY, "definition": DEFINITION, "example_episode_ids": ids[:2]}]})
+        return _answer(
+            req, {"capabilities": [{"name": CAPABILITY, "definition": DEFINITION, "example_episode_ids": ids[:2]}]}
+        )
     if "labels" in keys:
         failed = "outcome: FAILURE" in text
-        label = {"capability": CAPABILITY, "label": "LACKING" if failed else "PRESENT",
-                 "evidence": "[1] " + ("acted or answered without checking first" if failed else "checked before acting"), "message_index": 1}
+        label = {
+            "capability": CAPABILITY,
+            "label": "LACKING" if failed else "PRESENT",
+            "evidence": "[1] " + ("acted or answered without checking first" if failed else "checked before acting"),
+            "message_index": 1,
+        }
         return _answer(req, {"labels": [label]})
     if "code" in keys:
         return _answer(req, {"code": EXAMPLE.read_text(), "notes": "the SDK's example env for this capability"})
     if "verdict" in keys:
-        return _answer(req, {"capability_focus": True, "tools_match": True, "reward_gameable": False, "verdict": "accept",
-                             "problems": [], "fixes": []})
+        return _answer(
+            req,
+            {
+                "capability_focus": True,
+                "tools_match": True,
+                "reward_gameable": False,
+                "verdict": "accept",
+                "problems": [],
+                "fixes": [],
+            },
+        )
     said = sum(1 for m in req.get("messages") or [] if m.get("role") == "assistant")  # the simulated user's own turns
     return {"role": "assistant", "content": "###STOP###" if said else "Hi, I need some help with my order, please."}

@@ -23,25 +23,36 @@ def test_the_baseline_spends_every_adapters_rollouts_with_their_settings() -> No
         job = baseline_job(cfg, SPLIT, n_adapters=n, base_model="/m", out_dir="/o", run_id="r")
         assert job.config.max_steps * job.config.rollouts_per_step == training_rollout_budget(cfg, n) == n * 16 * 16
         own = {"max_steps", "heldout_samples", "eval_every"}
-        assert job.config.model_dump(exclude=own) == cfg.training.model_dump(exclude=own)  # LoRA rank, lr, groups, K, temperature
+        assert job.config.model_dump(exclude=own) == cfg.training.model_dump(
+            exclude=own
+        )  # LoRA rank, lr, groups, K, temperature
         # evaluated at the same fractions of its budget as an adapter: as many candidate checkpoints
         assert job.config.max_steps // job.config.eval_every == cfg.training.max_steps // cfg.training.eval_every
         assert job.config.eval_every == n * cfg.training.eval_every
-    twice = baseline_job(cfg, SPLIT, n_adapters=2, base_model="/m", out_dir="/o", run_id="r", scale=2.0, learning_rate=1e-3)
+    twice = baseline_job(
+        cfg, SPLIT, n_adapters=2, base_model="/m", out_dir="/o", run_id="r", scale=2.0, learning_rate=1e-3
+    )
     assert twice.config.max_steps == 64 and twice.config.learning_rate == 1e-3
     env = twice.env
-    assert set(env.train_tasks).isdisjoint(env.heldout_tasks) and sorted(env.train_tasks + env.heldout_tasks) == SPLIT.analysis_tasks
+    assert (
+        set(env.train_tasks).isdisjoint(env.heldout_tasks)
+        and sorted(env.train_tasks + env.heldout_tasks) == SPLIT.analysis_tasks
+    )
 
 
 def test_it_trains_against_the_user_simulator_it_is_evaluated_with(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("USER_SIM_KEY", "sk-not-in-the-spec")
     assert baseline_job(_cfg(), SPLIT, n_adapters=1, base_model="/m", out_dir="/o", run_id="r").env.user == "scripted"
     path = tmp_path / "c.yaml"
-    path.write_text("rollouts: {user: llm}\nllm: {kind: openai, endpoint: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key_env: USER_SIM_KEY}}\n")
+    path.write_text(
+        "rollouts: {user: llm}\nllm: {kind: openai, endpoint: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key_env: USER_SIM_KEY}}\n"
+    )
     cfg = load_config(path, [])
     job = baseline_job(cfg, SPLIT, n_adapters=1, base_model="/m", out_dir="/o", run_id="r")
     assert job.env.user == "llm" and job.env.user_endpoint["base_url"] == "http://127.0.0.1:9/v1"
-    assert cfg.llm.endpoint.api_key is not None and "sk-not-in-the-spec" not in job.model_dump_json()  # the spec never carries a key
+    assert (
+        cfg.llm.endpoint.api_key is not None and "sk-not-in-the-spec" not in job.model_dump_json()
+    )  # the spec never carries a key
     model = _user_model(EnvSpec.model_validate_json(job.env.model_dump_json()))
     assert isinstance(model, EndpointConfig) and model.model == "m"  # τ² drives its own simulator from the endpoint
     assert model.api_key.get_secret_value() == "sk-not-in-the-spec"  # read by the job process from the variable named

@@ -25,17 +25,23 @@ def runner() -> CliRunner:
 def test_workspace_that_is_a_file(runner, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.write_text("precious")
-    res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", "scripted", "--set", f"workspace={ws}"])
+    res = runner.invoke(
+        app, ["rollouts", "collect", "--env", "shop", "--policy", "scripted", "--set", f"workspace={ws}"]
+    )
     _one_line_error(res, "is a file, not a directory")
     assert ws.read_text() == "precious"
-    assert runner.invoke(app, ["config", "show", "--set", f"workspace={ws}"]).exit_code == 0  # inspecting needs no workspace
+    assert (
+        runner.invoke(app, ["config", "show", "--set", f"workspace={ws}"]).exit_code == 0
+    )  # inspecting needs no workspace
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_workspace_not_writable(runner, tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    res = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", "scripted", "--set", f"workspace={locked / 'ws'}"])
+    res = runner.invoke(
+        app, ["rollouts", "collect", "--env", "shop", "--policy", "scripted", "--set", f"workspace={locked / 'ws'}"]
+    )
     _one_line_error(res, "not writable")
 
 
@@ -48,7 +54,9 @@ def test_non_utf8_config(runner, tmp_path: Path) -> None:
 def test_store_url_at_a_file_that_is_not_a_database(runner, tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("not a database\n" * 100)
-    res = runner.invoke(app, ["rollouts", "show", "r-1", "--set", f"workspace={tmp_path}", "--set", f"store.url=sqlite:///{notes}"])
+    res = runner.invoke(
+        app, ["rollouts", "show", "r-1", "--set", f"workspace={tmp_path}", "--set", f"store.url=sqlite:///{notes}"]
+    )
     line = _one_line_error(res, "not a gapforge SQLite store")
     assert "server" not in line and notes.read_text() == "not a database\n" * 100
 
@@ -61,7 +69,20 @@ def test_model_path_that_cannot_be_created(runner, tmp_path: Path) -> None:
 def test_validate_json_pointing_at_a_directory_is_refused_before_the_checks(runner, tmp_path: Path) -> None:
     out = tmp_path / "reports"
     out.mkdir()
-    res = runner.invoke(app, ["env", "validate", str(COUNTER), "--json", str(out), "--set", "sandbox.backend=process", "--set", f"workspace={tmp_path}"])
+    res = runner.invoke(
+        app,
+        [
+            "env",
+            "validate",
+            str(COUNTER),
+            "--json",
+            str(out),
+            "--set",
+            "sandbox.backend=process",
+            "--set",
+            f"workspace={tmp_path}",
+        ],
+    )
     _one_line_error(res, "is a directory")
     assert "PASSED" not in res.output and "FAILED" not in res.output  # refused before any work
 
@@ -110,18 +131,32 @@ def test_an_os_error_no_check_foresaw_is_one_line_not_a_traceback(tmp_path: Path
 def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_path: Path) -> None:
     card = SHOP_POLICY_DIR / "teach.json"
     out = tmp_path / "models"
-    _one_line_error(runner.invoke(app, ["dev", "teach", "--out", str(out), "--first-pass", str(tmp_path / "nope")]), "no finished build there")
+    _one_line_error(
+        runner.invoke(app, ["dev", "teach", "--out", str(out), "--first-pass", str(tmp_path / "nope")]),
+        "no finished build there",
+    )
     # a recipe without a polish has nothing to continue from a first pass (the shipped one has a polish: drop it)
     data = json.loads(card.read_text())
     data["recipe"]["polish_epochs"] = 0.0
     unpolished = tmp_path / "teach.json"
     unpolished.write_text(json.dumps(data))
-    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(unpolished), "--out", str(out), "--first-pass", str(card.parent)]),
-                    "needs a recipe with polish_epochs > 0")
+    _one_line_error(
+        runner.invoke(
+            app, ["dev", "teach", "--recipe", str(unpolished), "--out", str(out), "--first-pass", str(card.parent)]
+        ),
+        "needs a recipe with polish_epochs > 0",
+    )
     # the shipped card's polish continued a polished build: both passes from scratch would make another model,
     # and a --first-pass with other weights than the card names is not the build it continued
     assert json.loads(card.read_text())["first_pass"].get("polish")
-    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out)]), "give that build with --first-pass DIR")
-    _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out), "--first-pass", str(card.parent)]),
-                    "are not the build this recipe continued")
+    _one_line_error(
+        runner.invoke(app, ["dev", "teach", "--recipe", str(card), "--out", str(out)]),
+        "give that build with --first-pass DIR",
+    )
+    _one_line_error(
+        runner.invoke(
+            app, ["dev", "teach", "--recipe", str(card), "--out", str(out), "--first-pass", str(card.parent)]
+        ),
+        "are not the build this recipe continued",
+    )
     assert not out.exists()

@@ -27,8 +27,14 @@ with run_lease(cfg, sys.argv[2], "analyze"):
 
 
 def _holder(workspace: Path, run_id: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(workspace), run_id], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(workspace), run_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -94,10 +100,32 @@ def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: 
 
     tasks = ",".join(make_env("shop").task_ids()[:6])
     ttl = 1.0
-    with FakeOpenAIServer(lambda _r: tool_call_message("get_product_details", {"product_id": "nope"}), latency_s=0.1) as srv:
-        args = [sys.executable, "-m", "gapforge.cli", "rollouts", "collect", "--env", "shop", "--policy", srv.base_url,
-                "--tasks", tasks, "--samples", "4", "--concurrency", "2", "--set", "rollouts.max_turns=2",
-                "--set", f"workspace={workspace}", "--set", f"store.lease_ttl_s={ttl}"]
+    with FakeOpenAIServer(
+        lambda _r: tool_call_message("get_product_details", {"product_id": "nope"}), latency_s=0.1
+    ) as srv:
+        args = [
+            sys.executable,
+            "-m",
+            "gapforge.cli",
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            srv.base_url,
+            "--tasks",
+            tasks,
+            "--samples",
+            "4",
+            "--concurrency",
+            "2",
+            "--set",
+            "rollouts.max_turns=2",
+            "--set",
+            f"workspace={workspace}",
+            "--set",
+            f"store.lease_ttl_s={ttl}",
+        ]
         a = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
         run_id = a.stdout.readline().split()[-1]
         db = f"sqlite:///{workspace / 'gapforge.db'}"
@@ -109,11 +137,15 @@ def test_a_collector_paused_past_the_ttl_stops_and_the_counts_add_up(workspace: 
             paused = time.monotonic()
             while time.monotonic() - paused < ttl * 1.5:  # past the ttl: A's heartbeat is stale
                 time.sleep(0.1)
-            b = subprocess.Popen([*args, "--run", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+            b = subprocess.Popen(
+                [*args, "--run", run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV
+            )
             while "pid " + str(b.pid) not in (store.lease_holder(run_id) or "") and time.monotonic() < deadline:
                 time.sleep(0.05)  # B has taken the run over (or A holds SQLite's write lock: resume A anyway)
             os.kill(a.pid, signal.SIGCONT)
-            a_out, a_err = a.communicate(timeout=60)  # a hang guard, not a speed bound: A stops at its next heartbeat or write
+            a_out, a_err = a.communicate(
+                timeout=60
+            )  # a hang guard, not a speed bound: A stops at its next heartbeat or write
             b_out, b_err = b.communicate(timeout=120)
             rows = store.episodes(run_id)
     assert b.returncode == 0, b_err

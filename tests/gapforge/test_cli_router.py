@@ -27,7 +27,14 @@ def _store_with_adapter(ws: Path, tiny_model_dir: Path) -> str:
         store.put_capability(run, "precondition_verification", definition="Check eligibility before acting.")
         store.set_capability_retained(run, "precondition_verification", True)
         path = random_adapter(tiny_model_dir, ws / "adapters" / "pv", seed=3)
-        store.put_adapter(run, "precondition_verification", path=str(path), metrics={}, status="trained", capability="precondition_verification")
+        store.put_adapter(
+            run,
+            "precondition_verification",
+            path=str(path),
+            metrics={},
+            status="trained",
+            capability="precondition_verification",
+        )
     return run
 
 
@@ -47,7 +54,9 @@ def test_errors_are_one_line_with_exit_2(workspace: Path, tiny_model_dir: Path) 
     assert "No evaluation stored yet" in text
 
 
-def test_serve_warns_without_a_key_off_loopback_and_needs_the_named_variable(workspace: Path, tiny_model_dir: Path) -> None:
+def test_serve_warns_without_a_key_off_loopback_and_needs_the_named_variable(
+    workspace: Path, tiny_model_dir: Path
+) -> None:
     run = _store_with_adapter(workspace, tiny_model_dir)
     runner = CliRunner()
     missing = ["--set", f"workspace={workspace}", "--base", str(workspace / "missing")]  # stops before binding
@@ -55,15 +64,26 @@ def test_serve_warns_without_a_key_off_loopback_and_needs_the_named_variable(wor
     assert "warning: serving on 0.0.0.0 without an API key" in open_.output and open_.exit_code == 2
     local = runner.invoke(app, ["serve", run, *missing])
     assert "warning" not in local.output
-    unset = runner.invoke(app, ["serve", run, "--api-key-env", "NO_SUCH_SERVE_KEY", *missing], env={"NO_SUCH_SERVE_KEY": ""})
+    unset = runner.invoke(
+        app, ["serve", run, "--api-key-env", "NO_SUCH_SERVE_KEY", *missing], env={"NO_SUCH_SERVE_KEY": ""}
+    )
     assert unset.exit_code == 2 and "NO_SUCH_SERVE_KEY is not set" in unset.output and "Traceback" not in unset.output
 
 
 def test_evaluate_then_report_from_the_cli(workspace: Path, tiny_model_dir: Path) -> None:
     run = _store_with_adapter(workspace, tiny_model_dir)
-    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:  # the analysis' split: evaluation plays only the held-out tasks
-        store.put_split(run, env="shop", seed=0, fraction=0.5, analysis_tasks=["shop-refusal-001"], heldout_tasks=["shop-refusal-002"],
-                        families={"shop-refusal-001": "policy_refusal", "shop-refusal-002": "policy_refusal"})
+    with Store(
+        f"sqlite:///{workspace / 'gapforge.db'}"
+    ) as store:  # the analysis' split: evaluation plays only the held-out tasks
+        store.put_split(
+            run,
+            env="shop",
+            seed=0,
+            fraction=0.5,
+            analysis_tasks=["shop-refusal-001"],
+            heldout_tasks=["shop-refusal-002"],
+            families={"shop-refusal-001": "policy_refusal", "shop-refusal-002": "policy_refusal"},
+        )
     sets = ["--set", f"workspace={workspace}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
     res = CliRunner().invoke(app, ["evaluate", run, "--trials", "1", "--base", str(tiny_model_dir), *sets])
     assert res.exit_code == 0, res.output
@@ -72,7 +92,14 @@ def test_evaluate_then_report_from_the_cli(workspace: Path, tiny_model_dir: Path
         names = {e.name for e in store.evaluations(run)}
         played = {e.task_id for e in store.episodes(f"{run}.eval.base")}
     # + the router's data, stored with the run when evaluate built it (evaluation/router_record.py), and oracle routing (evaluation/oracle.py)
-    assert names == {"eval:base", "eval:trace_routed", "eval:adapter:precondition_verification", "eval:capability_hints", "router", "oracle"}
+    assert names == {
+        "eval:base",
+        "eval:trace_routed",
+        "eval:adapter:precondition_verification",
+        "eval:capability_hints",
+        "router",
+        "oracle",
+    }
     assert played == {"shop-refusal-002"}
     res = CliRunner().invoke(app, ["report", run, *sets])
     assert res.exit_code == 0 and (workspace / "reports" / run / "eval_pass_rate.png").is_file()
@@ -84,8 +111,23 @@ def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) 
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "SERVE_KEY": "k-serve"}
-    cmd = [sys.executable, "-m", "gapforge.cli", "serve", run, "--port", str(port), "--base", str(tiny_model_dir),
-           "--set", f"workspace={workspace}", "--set", "policy.max_new_tokens=4", "--api-key-env", "SERVE_KEY"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gapforge.cli",
+        "serve",
+        run,
+        "--port",
+        str(port),
+        "--base",
+        str(tiny_model_dir),
+        "--set",
+        f"workspace={workspace}",
+        "--set",
+        "policy.max_new_tokens=4",
+        "--api-key-env",
+        "SERVE_KEY",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k-serve", max_retries=0)
@@ -99,11 +141,15 @@ def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) 
                 assert time.monotonic() < deadline, "gapforge serve did not come up"
                 time.sleep(0.5)
         assert ids == ["gapforge-router", tiny_model_dir.name, "precondition_verification"]
-        r = client.chat.completions.create(model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}])
+        r = client.chat.completions.create(
+            model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}]
+        )
         assert r.choices[0].message.role == "assistant" and r.model_extra["gapforge"]["decision"]["label"] in ("A", "B")
         stranger = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="guess", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
-            stranger.chat.completions.create(model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}])
+            stranger.chat.completions.create(
+                model="gapforge-router", messages=[{"role": "user", "content": "Cancel order 1012"}]
+            )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

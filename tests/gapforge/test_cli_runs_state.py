@@ -40,10 +40,14 @@ class AnalystDown(FakeStages):
 
     async def discover(self, run_id: str):
         self.progress("discover", "read 10 episodes")
-        raise ModelEndpointError("the LLM endpoint http://127.0.0.1:9/v1 kept failing (connection refused) after 4 retries")
+        raise ModelEndpointError(
+            "the LLM endpoint http://127.0.0.1:9/v1 kept failing (connection refused) after 4 retries"
+        )
 
 
-def _stopped_at_discover(config: Path, stages: type[FakeStages], error: type[BaseException], run_id: str | None = None) -> str:
+def _stopped_at_discover(
+    config: Path, stages: type[FakeStages], error: type[BaseException], run_id: str | None = None
+) -> str:
     """A graph run over the fake stages whose discover stops it: collect_rollouts finished (its last progress line,
     `9/10 episodes`, stays in the progress file), discover is next in the checkpoint."""
     cfg = load_config(config, [], environ={})
@@ -75,7 +79,10 @@ def test_state_of_a_run_that_failed_at_discover_says_so_and_not_in_progress(fake
     code, out = invoke("state", rid, "--config", str(fake_config))
     assert code == 0, out
     assert "status: failed" in out and "next: discover" in out
-    assert "discover: failed — an error stopped it before it finished (its last progress: discover: read 10 episodes)" in out, out
+    assert (
+        "discover: failed — an error stopped it before it finished (its last progress: discover: read 10 episodes)"
+        in out
+    ), out
     assert "collect_rollouts: done" in out
     assert "in progress" not in out and "9/10 episodes" not in out, out
 
@@ -89,18 +96,38 @@ def test_state_of_a_stopped_run_shows_progress_of_the_stage_in_flight_only(fake_
 
 
 def test_in_the_capability_branches_only_the_branches_not_over_are_in_flight() -> None:
-    progress = {"collect_rollouts": "10/10 episodes", "synthesize alpha": "attempt 2: validating", "train alpha": "step 3/12",
-                "train beta": "step 12/12", "train_baseline": "GRPO on the target's tasks"}  # fmt: skip
+    progress = {
+        "collect_rollouts": "10/10 episodes",
+        "synthesize alpha": "attempt 2: validating",
+        "train alpha": "step 3/12",
+        "train beta": "step 12/12",
+        "train_baseline": "GRPO on the target's tasks",
+    }
     values = {"capabilities": {"alpha": {"status": "validated"}, "beta": {"status": "trained"}}}
-    assert in_flight(progress, ("capability", "capability"), values) == {"synthesize alpha": "attempt 2: validating", "train alpha": "step 3/12"}
+    assert in_flight(progress, ("capability", "capability"), values) == {
+        "synthesize alpha": "attempt 2: validating",
+        "train alpha": "step 3/12",
+    }
     assert in_flight(progress, ("train_baseline",), values) == {"train_baseline": "GRPO on the target's tasks"}
 
 
 def _collect(config: Path) -> str:
     answers = config.parent / "answers.yaml"
     answers.write_text(ANSWERS)
-    code, out = invoke("rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001,shop-lookup-002",
-                       "--set", "rollouts.max_turns=1", "--config", str(config))  # fmt: skip
+    code, out = invoke(
+        "rollouts",
+        "collect",
+        "--env",
+        "shop",
+        "--policy",
+        f"scripted:{answers}",
+        "--tasks",
+        "shop-lookup-001,shop-lookup-002",
+        "--set",
+        "rollouts.max_turns=1",
+        "--config",
+        str(config),
+    )
     assert code == 0, out
     return out.splitlines()[0].split()[-1]
 
@@ -118,7 +145,16 @@ def test_runs_lists_collect_runs_with_their_kind_env_and_episodes(fake_config: P
     assert code == 0, out
     assert "…" not in out
     kind, _started, status, env, episodes, stage, retained, trained, rates = _row(out, collect_id)[1:]
-    assert (kind, status, env, episodes, stage, retained, trained, rates) == ("rollouts", "done", "shop", "2 (0.0%)", "", "", "", "")
+    assert (kind, status, env, episodes, stage, retained, trained, rates) == (
+        "rollouts",
+        "done",
+        "shop",
+        "2 (0.0%)",
+        "",
+        "",
+        "",
+        "",
+    )
     kind, _started, status, env, episodes, stage, *_ = _row(out, LONG_ID)[1:]
     assert (kind, status, env, episodes, stage) == ("trace", "failed", "shop", "10 (50.0%)", "collect_rollouts")
     assert f"{graph_id} is failed: continue with `gapforge run --resume {graph_id}`" in out

@@ -21,15 +21,22 @@ def test_train_without_a_base_model_is_a_one_line_error(workspace):
 def test_train_without_a_validated_env_says_what_to_do(workspace, tiny_model_dir):
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         run_id = store.create_run("trace", {})
-    res = CliRunner().invoke(app, ["train", run_id, "--set", f"workspace={workspace}", "--set", f"policy.local_path={tiny_model_dir}"])
+    res = CliRunner().invoke(
+        app, ["train", run_id, "--set", f"workspace={workspace}", "--set", f"policy.local_path={tiny_model_dir}"]
+    )
     assert res.exit_code == 2 and "no validated synthetic env" in res.output
 
 
 def test_adapters_table_shows_heldout_before_and_after(workspace):
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         run_id = store.create_run("trace", {})
-        store.put_adapter(run_id, "grpo_on_target", path="/x/adapter", status="done",
-                          metrics={"steps": 12, "heldout_before": 0.25, "heldout_after": 0.5})
+        store.put_adapter(
+            run_id,
+            "grpo_on_target",
+            path="/x/adapter",
+            status="done",
+            metrics={"steps": 12, "heldout_before": 0.25, "heldout_after": 0.5},
+        )
         store.put_adapter(run_id, "broken", path="", status="failed", metrics={"error": "RuntimeError: boom"})
     res = CliRunner().invoke(app, ["adapters", run_id, "--set", f"workspace={workspace}"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
@@ -40,8 +47,12 @@ def test_adapters_table_says_untrained_for_step0_and_the_margin_otherwise(worksp
     curve = [{"step": 0, "reward": 0.1}, {"step": 8, "reward": 0.4, "vs_step0": {"diff": 0.3, "low": 0.12, "n": 32}}]
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         run_id = store.create_run("trace", {})
-        store.put_adapter(run_id, "kept0", path="/x/a", status="done", metrics={"steps": 8, "best_step": 0, "curve": curve[:1]})
-        store.put_adapter(run_id, "kept8", path="/x/b", status="done", metrics={"steps": 8, "best_step": 8, "curve": curve})
+        store.put_adapter(
+            run_id, "kept0", path="/x/a", status="done", metrics={"steps": 8, "best_step": 0, "curve": curve[:1]}
+        )
+        store.put_adapter(
+            run_id, "kept8", path="/x/b", status="done", metrics={"steps": 8, "best_step": 8, "curve": curve}
+        )
     res = CliRunner().invoke(app, ["adapters", run_id, "--set", f"workspace={workspace}"], env={"COLUMNS": "220"})
     assert res.exit_code == 0, res.output
     assert "step 0 (untrained)" in res.output

@@ -20,8 +20,17 @@ HARD_LIMIT_S = 90  # the process must exit well before this: a thread stuck in t
 def _cli(ws: Path, answers: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GAPFORGE_WORKSPACE": str(ws)}
     sets = ["rollouts.episode_timeout_s=0.5", "rollouts.max_turns=3"]
-    argv = [sys.executable, "-m", "gapforge.cli", "rollouts", "collect", *args, "--policy", f"scripted:{answers}",
-            *(a for s in sets for a in ("--set", s))]
+    argv = [
+        sys.executable,
+        "-m",
+        "gapforge.cli",
+        "rollouts",
+        "collect",
+        *args,
+        "--policy",
+        f"scripted:{answers}",
+        *(a for s in sets for a in ("--set", s)),
+    ]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=HARD_LIMIT_S, cwd=ROOT)
 
 
@@ -43,11 +52,17 @@ def test_a_step_that_never_returns_times_out_the_rest_finish_and_a_resume_redoes
     run_id = first.stdout.splitlines()[0].split()[-1]
     # not a terminal: while hang-step hangs, a heartbeat line says what runs and for how long
     beats = [line for line in first.stdout.splitlines() if line.startswith("collect: ")]
-    assert beats and "3/4 episodes finished, 1 running (longest: hang-step#0," in beats[-1] and "of its 0.5 s limit)" in beats[-1], first.stdout
+    assert (
+        beats
+        and "3/4 episodes finished, 1 running (longest: hang-step#0," in beats[-1]
+        and "of its 0.5 s limit)" in beats[-1]
+    ), first.stdout
     assert "3 episodes ran, 0 already stored, 4 planned" in first.stdout
     warning = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "1 episode(s) did not finish within the episode time limit of 0.5 s" in warning[0]
-    assert "env.step did not return" in warning[0] and "waiting on the env's own code" in warning[0] and SPEC in warning[0]
+    assert (
+        "env.step did not return" in warning[0] and "waiting on the env's own code" in warning[0] and SPEC in warning[0]
+    )
     assert f"gapforge rollouts collect --run {run_id}" in warning[0] and "Traceback" not in first.stderr
     rows, run = _stored(ws, run_id)
     assert set(rows) == {"ok-1", "ok-2", "ok-3"} and all(r.termination == "done" for r in rows.values())
@@ -62,13 +77,18 @@ def test_a_step_that_never_returns_times_out_the_rest_finish_and_a_resume_redoes
 def test_an_env_that_fails_past_the_share_stops_with_exit_4_naming_it(tmp_path: Path) -> None:
     ws, answers = tmp_path / "ws", _answers(tmp_path)
     tasks = "raise-reset,raise-step,raise-score,hang-step,ok-1"
-    first = _cli(ws, answers, "--env", SPEC, "--tasks", tasks, "--concurrency", "1")  # in order: 3 env errors of 5 > 0.5
+    first = _cli(
+        ws, answers, "--env", SPEC, "--tasks", tasks, "--concurrency", "1"
+    )  # in order: 3 env errors of 5 > 0.5
     assert first.returncode == 4, first.stdout + first.stderr  # the env's code, not the infrastructure (3)
     run_id = first.stdout.splitlines()[0].split()[-1]
     errors = [line for line in first.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"env '{SPEC}' failed 3 of the 5 planned episodes (env_error=3)" in errors[0]
     assert "last: env.score failed: ValueError: no score for raise-score (at " in errors[0]
-    assert f"fix the env's code, then `gapforge rollouts collect --run {run_id}` plays the failed and unplayed episodes again" in errors[0]
+    assert (
+        f"fix the env's code, then `gapforge rollouts collect --run {run_id}` plays the failed and unplayed episodes again"
+        in errors[0]
+    )
     assert "Traceback" not in first.stderr
     rows, run = _stored(ws, run_id)
     assert set(rows) == {"raise-reset", "raise-step", "raise-score"} and run.status == "incomplete"
@@ -76,7 +96,10 @@ def test_an_env_that_fails_past_the_share_stops_with_exit_4_naming_it(tmp_path: 
     again = _cli(ws, answers, "--run", run_id, "--set", "rollouts.max_env_failure_share=1.0")
     assert again.returncode == 0, again.stdout + again.stderr
     # the env is unchanged: its three env errors are played again (and fail again), ok-1 runs, hang-step times out
-    assert "4 episodes ran (3 env_error episodes of an earlier call played again), 0 already stored, 5 planned" in again.stdout
+    assert (
+        "4 episodes ran (3 env_error episodes of an earlier call played again), 0 already stored, 5 planned"
+        in again.stdout
+    )
     assert "1 episode(s) did not finish" in again.stderr
     assert set(_stored(ws, run_id)[0]) == {"raise-reset", "raise-step", "raise-score", "ok-1"}
 
@@ -127,12 +150,23 @@ def test_env_errors_below_the_share_warn_and_a_resume_after_the_fix_plays_them_a
     assert warning[0].startswith("warning: 3 of 13 episodes ended in env_error (the env's own code raised")
     assert f"first: t-02#0: env.reset failed: KeyError: 'no patient row for t-02' (at {env_file}:" in warning[0]
     assert f"`gapforge rollouts collect --run {run_id}` plays them again" in warning[0]
-    assert sorted(t for t, r in _stored(ws, run_id)[0].items() if r.termination == "env_error") == ["t-02", "t-05", "t-09"]
+    assert sorted(t for t, r in _stored(ws, run_id)[0].items() if r.termination == "env_error") == [
+        "t-02",
+        "t-05",
+        "t-09",
+    ]
 
     env_file.write_text(BROKEN_DESK.replace('{"t-02", "t-05", "t-09"}', "set()"))  # the user's fix
     again = _cli(ws, answers, "--run", run_id)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "3 episodes ran (3 env_error episodes of an earlier call played again), 10 already stored, 13 planned" in again.stdout
-    assert "ended in env_error" not in again.stderr and "changed since the run stored episodes" in again.stderr, again.stderr
+    assert (
+        "3 episodes ran (3 env_error episodes of an earlier call played again), 10 already stored, 13 planned"
+        in again.stdout
+    )
+    assert "ended in env_error" not in again.stderr and "changed since the run stored episodes" in again.stderr, (
+        again.stderr
+    )
     rows, run = _stored(ws, run_id)
-    assert len(rows) == 13 and all(r.termination == "done" and r.success for r in rows.values()) and run.status == "done"
+    assert (
+        len(rows) == 13 and all(r.termination == "done" and r.success for r in rows.values()) and run.status == "done"
+    )

@@ -10,8 +10,14 @@ from gapforge.training.deprecations import quiet_library_deprecations
 
 OLD = "`is_gradient_checkpointing` is deprecated and will be removed in v6. Use `is_activation_checkpointing` instead."
 TOGGLE = "`gradient_checkpointing_disable` is deprecated and will be removed in v6. Use `activation_checkpointing_disable` instead."
-CHILD = ("import warnings; warnings.warn(" + repr(OLD) + ", FutureWarning); warnings.warn(" + repr(TOGGLE) + ", FutureWarning); "
-         "warnings.warn('something else is deprecated', FutureWarning)")
+CHILD = (
+    "import warnings; warnings.warn("
+    + repr(OLD)
+    + ", FutureWarning); warnings.warn("
+    + repr(TOGGLE)
+    + ", FutureWarning); "
+    "warnings.warn('something else is deprecated', FutureWarning)"
+)
 
 
 def test_the_checkpointing_deprecation_is_silenced_here_and_in_children(monkeypatch):
@@ -27,5 +33,7 @@ def test_the_checkpointing_deprecation_is_silenced_here_and_in_children(monkeypa
     assert [str(w.message) for w in seen] == [OLD, "something else is deprecated"]
     assert os.environ["PYTHONWARNINGS"].split(",")[0] == "default::DeprecationWarning"  # the user's own setting kept
     assert os.environ["PYTHONWARNINGS"].count("is_gradient_checkpointing") == 1
-    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=dict(os.environ), check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=dict(os.environ), check=True
+    )
     assert "checkpointing" not in child.stderr and "something else is deprecated" in child.stderr

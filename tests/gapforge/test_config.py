@@ -68,19 +68,25 @@ def test_a_run_that_cannot_train_is_refused_before_it_starts(tmp_path) -> None:
     """Cross-section checks: a run trains adapters, so its policy's weights must be on this machine."""
     from gapforge.config import check_run_config
 
-    with pytest.raises(ConfigError, match="policy.kind=scripted cannot be trained: .*set policy.kind=local and policy.local_path=DIR"):
+    with pytest.raises(
+        ConfigError, match="policy.kind=scripted cannot be trained: .*set policy.kind=local and policy.local_path=DIR"
+    ):
         check_run_config(load_config(None, [], environ={}))
     with pytest.raises(ConfigError, match="policy.kind=endpoint: set policy.local_path"):
         check_run_config(load_config(None, ["policy.kind=endpoint"], environ={}))
     served = load_config(None, ["policy.kind=endpoint", f"policy.local_path={tmp_path}"], environ={})
     with pytest.raises(ConfigError, match="set routing.backend=vllm"):
         check_run_config(served)
-    check_run_config(load_config(None, ["policy.kind=endpoint", f"policy.local_path={tmp_path}", "routing.backend=vllm"], environ={}))
+    check_run_config(
+        load_config(None, ["policy.kind=endpoint", f"policy.local_path={tmp_path}", "routing.backend=vllm"], environ={})
+    )
     check_run_config(load_config(None, ["policy.kind=local", f"policy.local_path={tmp_path}"], environ={}))
     with pytest.raises(ConfigError, match="policy.kind=local needs policy.local_path"):
         load_config(None, ["policy.kind=local"], environ={})  # at load, for every command
 
     ws = tmp_path / "ws"
     out = CliRunner().invoke(app, ["run", "--set", f"workspace={ws}"])  # the default policy is scripted
-    assert out.exit_code == 2 and "policy.kind=scripted cannot be trained" in out.output and "Traceback" not in out.output
+    assert (
+        out.exit_code == 2 and "policy.kind=scripted cannot be trained" in out.output and "Traceback" not in out.output
+    )
     assert "run r-" not in out.output  # refused before a run was created

@@ -23,12 +23,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "GAPFORGE_WORKSPACE": str(tmp_path / "ws"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **extra}
+    return {
+        **os.environ,
+        "GAPFORGE_WORKSPACE": str(tmp_path / "ws"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
 
 
 def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
     env = _env(tmp_path, DOCKER_HOST=f"unix://{tmp_path}/no-docker.sock")
-    proc = subprocess.run([sys.executable, "-m", "gapforge.cli", "demo"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gapforge.cli", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "the demo needs the Docker sandbox" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -44,7 +58,13 @@ def test_demo_without_docker_names_the_missing_thing(tmp_path: Path) -> None:
 def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_client) -> None:
     env = _env(tmp_path)
     log = tmp_path / "demo.txt"
-    demo = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "demo"], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gapforge.cli", "demo"],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tmp_path,
+    )
     deadline = time.monotonic() + 900
     while "select: done" not in log.read_text():
         assert demo.poll() is None, log.read_text()[-4000:]
@@ -57,15 +77,24 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
     run_id = first.split()[1]
     assert "scripted roles: the analyst, the environment generator and the code reviewer" in log.read_text()
 
-    resumed = subprocess.run([sys.executable, "-m", "gapforge.cli", "run", "--resume", run_id], capture_output=True, text=True, env=env,
-                             cwd=tmp_path, timeout=900, check=False)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "gapforge.cli", "run", "--resume", run_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=900,
+        check=False,
+    )
     out = resumed.stdout
     assert resumed.returncode == 0, out[-4000:] + resumed.stderr[-4000:]
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert lines[0] == f"run {run_id}" and lines[-1] == f"run {run_id}"
     assert "scripted roles" in out and "configs/tau2-retail-qwen3-gpu.yaml" in out  # said again at the end
     assert "evaluation (held-out tasks)" in out and "unavailable" not in out
-    assert "policy_refusal: base " in out and "policy_refusal: TRACE − base " in out  # the headline with its paired interval
+    assert (
+        "policy_refusal: base " in out and "policy_refusal: TRACE − base " in out
+    )  # the headline with its paired interval
     leftovers = list_containers(docker_client, f"gapforge.pid={demo.pid}")
     assert leftovers == [], "the killed demo's sandbox containers were not swept by the resumed run"
     with Store(f"sqlite:///{tmp_path / 'ws' / 'gapforge.db'}") as store:
@@ -74,7 +103,11 @@ def test_demo_killed_midway_finishes_with_run_resume(tmp_path: Path, docker_clie
         assert store.capabilities(run_id, retained=True)
         assert any(a.capability == "precondition_verification" for a in store.adapters(run_id))
         names = {e.name for e in store.evaluations(run_id)}
-        assert {"eval:base", "eval:trace_routed", "eval:capability_hints"} <= names  # the GRPO-on-target baseline is off in the demo
+        assert {
+            "eval:base",
+            "eval:trace_routed",
+            "eval:capability_hints",
+        } <= names  # the GRPO-on-target baseline is off in the demo
     report = next(ln.split("report: ", 1)[1] for ln in lines if ln.startswith("report: "))
     assert Path(report).is_file()
 

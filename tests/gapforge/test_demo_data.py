@@ -38,5 +38,7 @@ def test_other_paths_are_left_alone(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for path in (str(existing), str(tmp_path / "my-model")):
-            cfg = load_config(None, [f"workspace={tmp_path}", "policy.kind=local", f"policy.local_path={path}"], environ={})
+            cfg = load_config(
+                None, [f"workspace={tmp_path}", "policy.kind=local", f"policy.local_path={path}"], environ={}
+            )
             assert cfg.policy.local_path == path

@@ -65,13 +65,18 @@ def test_deps_close_what_they_made_in_order() -> None:
 
 
 def test_layer_sections_compose_into_the_tree(workspace: Path) -> None:
-    cfg = load_config(None, [f"workspace={workspace}", "sandbox.memory_mb=256", "self_test.solvable_share=0.9"], environ={})
+    cfg = load_config(
+        None, [f"workspace={workspace}", "sandbox.memory_mb=256", "self_test.solvable_share=0.9"], environ={}
+    )
     assert isinstance(cfg.sandbox, SandboxConfig) and cfg.sandbox.memory_mb == 256
     assert isinstance(cfg.store, StoreConfig) and cfg.self_test.solvable_share == 0.9
 
 
 def test_readiness_bounds_must_be_ordered() -> None:
-    with pytest.raises(ConfigError, match=r"grpo_readiness: .*mean_low \(0.9\) must be below mean_high \(0.5\)|mean_low \(0.9\) must be below mean_high"):
+    with pytest.raises(
+        ConfigError,
+        match=r"grpo_readiness: .*mean_low \(0.9\) must be below mean_high \(0.5\)|mean_low \(0.9\) must be below mean_high",
+    ):
         load_config(None, ["grpo_readiness.mean_low=0.9", "grpo_readiness.mean_high=0.5"], environ={})
     with pytest.raises(ValueError):
         GRPOReadinessConfig(samples=1)  # a group needs two samples to have a spread
@@ -81,7 +86,9 @@ def test_readiness_bounds_must_be_ordered() -> None:
 
 def test_readiness_and_training_temperatures_must_agree() -> None:
     """Readiness measures the rollouts GRPO will sample: a mismatch is refused at load time with the fix."""
-    with pytest.raises(ConfigError, match=r"^grpo_readiness.temperature \(1.0\) must equal training.temperature \(0.7\)"):
+    with pytest.raises(
+        ConfigError, match=r"^grpo_readiness.temperature \(1.0\) must equal training.temperature \(0.7\)"
+    ):
         load_config(None, ["training.temperature=0.7"], environ={})
     cfg = load_config(None, ["training.temperature=0.7", "grpo_readiness.temperature=0.7"], environ={})
     assert cfg.grpo_readiness.temperature == cfg.training.temperature == 0.7
@@ -98,8 +105,12 @@ def test_the_base_policy_is_made_once_even_when_stages_ask_from_several_threads(
         made.append("policy")
         return _Policy([])
 
-    deps = StageDeps(open_store=lambda: None, open_pool=lambda: None, policy_factory=slow_policy,  # type: ignore[arg-type,return-value]
-                     chat_model_factory=lambda role: role)  # type: ignore[arg-type,return-value]
+    deps = StageDeps(
+        open_store=lambda: None,
+        open_pool=lambda: None,
+        policy_factory=slow_policy,  # type: ignore[arg-type,return-value]
+        chat_model_factory=lambda role: role,
+    )  # type: ignore[arg-type,return-value]
     got: list[object] = []
     threads = [threading.Thread(target=lambda: got.append(deps.base_policy())) for _ in range(4)]
     for t in threads:

@@ -35,8 +35,26 @@ from gapforge.config import GapforgeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {"node_modules", "__pycache__", "gapforge.egg-info"}
-FILE_EXTENSIONS = {"py", "md", "yaml", "yml", "json", "jsonl", "jinja", "toml", "txt", "png", "html", "csv", "sh", "cfg",
-                   "sqlite", "db", "safetensors", "log"}
+FILE_EXTENSIONS = {
+    "py",
+    "md",
+    "yaml",
+    "yml",
+    "json",
+    "jsonl",
+    "jinja",
+    "toml",
+    "txt",
+    "png",
+    "html",
+    "csv",
+    "sh",
+    "cfg",
+    "sqlite",
+    "db",
+    "safetensors",
+    "log",
+}
 
 SPAN = re.compile(r"`([^`]+)`")
 COMMAND = re.compile(r"(?:^|[\s/(=])gapforge\s+(\S.*)")
@@ -86,8 +104,12 @@ def _tree() -> Any:
 
 
 def _options(command: Any) -> set[str]:
-    return {"--help"} | {o for p in command.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))
-                         if o.startswith("-")}
+    return {"--help"} | {
+        o
+        for p in command.params
+        for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))
+        if o.startswith("-")
+    }
 
 
 def resolve(text: str, root: Any) -> tuple[Any, str, list[str], str | None]:
@@ -133,10 +155,14 @@ def _is_code(parts: list[str]) -> bool:
     `store.get_episodes` (a function or method defined in store/)."""
     if parts[-1] in FILE_EXTENSIONS:
         return True
-    if any(ROOT.joinpath(*parts[:i]).with_suffix(".py").is_file() or ROOT.joinpath(*parts[:i]).is_dir()
-           for i in range(2, len(parts) + 1)):
+    if any(
+        ROOT.joinpath(*parts[:i]).with_suffix(".py").is_file() or ROOT.joinpath(*parts[:i]).is_dir()
+        for i in range(2, len(parts) + 1)
+    ):
         return True
-    return re.search(rf"^\s*(?:async def|def|class) {re.escape(parts[1])}\b", _package_source(parts[0]), re.M) is not None
+    return (
+        re.search(rf"^\s*(?:async def|def|class) {re.escape(parts[1])}\b", _package_source(parts[0]), re.M) is not None
+    )
 
 
 def key_problem(key: str, rest: str = "") -> str | None:
@@ -191,7 +217,11 @@ def problems_in(text: str, root: Any) -> list[tuple[int, str]]:
 
 def test_every_command_option_and_config_key_the_docs_name_is_real() -> None:
     root = _tree()
-    problems = [f"{f.relative_to(ROOT)}:{line}: {why}" for f in doc_files() for line, why in problems_in(f.read_text(encoding="utf-8"), root)]
+    problems = [
+        f"{f.relative_to(ROOT)}:{line}: {why}"
+        for f in doc_files()
+        for line, why in problems_in(f.read_text(encoding="utf-8"), root)
+    ]
     assert not problems, "the docs name what does not exist:\n" + "\n".join(problems)
 
 
@@ -203,32 +233,37 @@ def test_the_docs_are_read_and_name_many() -> None:
     assert sum(1 for s in seen if COMMAND.search(s)) > 30 and sum(1 for s in seen if KEY.match(s)) > 100
 
 
-@pytest.mark.parametrize(("span", "bad"), [
-    ("gapforge run --resume RUN", False),
-    ("gapforge rollouts collect --run RUN --allow-env-change", False),
-    ("gapforge dev teach --eval/--no-eval", False),
-    (".venv/bin/gapforge ui --port 0", False),
-    ("gapforge run --nope", True),
-    ("gapforge evaluate --passes 3", True),
-    ("gapforge rollout collect", True),
-    ("analysis.min_passes", False),
-    ("analysis.required_passes", True),
-    ("--set rollouts.env=tau2:airline", False),
-    ("--set rollouts.envs=shop", True),
-    ("policy.kind: endpoint", False),
-    ("policy.kind: remote", True),
-    ("routing.backend=gate", False),
-    ("llm.endpoint.*", False),
-    ("training.budget", False),  # a module (training/budget.py), not a key
-    ("evaluation.md", False),
-    ("gapforge/config.py", False),
-])
+@pytest.mark.parametrize(
+    ("span", "bad"),
+    [
+        ("gapforge run --resume RUN", False),
+        ("gapforge rollouts collect --run RUN --allow-env-change", False),
+        ("gapforge dev teach --eval/--no-eval", False),
+        (".venv/bin/gapforge ui --port 0", False),
+        ("gapforge run --nope", True),
+        ("gapforge evaluate --passes 3", True),
+        ("gapforge rollout collect", True),
+        ("analysis.min_passes", False),
+        ("analysis.required_passes", True),
+        ("--set rollouts.env=tau2:airline", False),
+        ("--set rollouts.envs=shop", True),
+        ("policy.kind: endpoint", False),
+        ("policy.kind: remote", True),
+        ("routing.backend=gate", False),
+        ("llm.endpoint.*", False),
+        ("training.budget", False),  # a module (training/budget.py), not a key
+        ("evaluation.md", False),
+        ("gapforge/config.py", False),
+    ],
+)
 def test_the_checker_tells_real_names_from_invented_ones(span: str, bad: bool) -> None:
     assert bool(command_problems(span, _tree()) + key_problems(span)) is bad
 
 
 def test_a_table_rows_options_column_belongs_to_its_command() -> None:
-    table = ("| command | options | what it does |\n| --- | --- | --- |\n"
-             "| `gapforge runs` | `--kind K`, `--bogus` | lists runs (`--review` is `run`'s) |\n")
+    table = (
+        "| command | options | what it does |\n| --- | --- | --- |\n"
+        "| `gapforge runs` | `--kind K`, `--bogus` | lists runs (`--review` is `run`'s) |\n"
+    )
     assert [(s, c) for _, s, c in spans(table) if c] == [("--kind K", "gapforge runs"), ("--bogus", "gapforge runs")]
     assert problems_in(table, _tree()) == [(3, "`gapforge runs` has no option --bogus")]

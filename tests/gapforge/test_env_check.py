@@ -99,7 +99,10 @@ def test_without_gold_the_refusal_task_flags_the_text_only_policies(tmp_path: Pa
     rows = _rows(report)
     assert "gold" not in rows and not report["passed"]
     assert {k: [o["task"] for o in r["broken"]] for k, r in rows.items()} == {
-        "do_nothing": ["refund-002"], "random_tool": [], "claim_success": ["refund-002"]}
+        "do_nothing": ["refund-002"],
+        "random_tool": [],
+        "claim_success": ["refund-002"],
+    }
     assert "FLAGGED: do_nothing, claim_success" in res.output
 
 
@@ -108,7 +111,10 @@ def test_a_reward_for_saying_done_flags_claim_success(small_env: Path, tmp_path:
     assert res.exit_code == 1, res.output
     rows = _rows(report)
     assert rows["claim_success"]["verdict"] == "FLAGGED" and rows["claim_success"]["mean_reward"] == 1.0
-    assert [(o["task"], o["reward"], o["success"]) for o in rows["claim_success"]["broken"]] == [("t1", 1.0, True), ("t2", 1.0, True)]
+    assert [(o["task"], o["reward"], o["success"]) for o in rows["claim_success"]["broken"]] == [
+        ("t1", 1.0, True),
+        ("t2", 1.0, True),
+    ]
     assert rows["do_nothing"]["verdict"] == rows["random_tool"]["verdict"] == "ok"
     assert "claim_success: above its floor on 2 task(s)" in res.output and "t1: reward 1.00, success" in res.output
 
@@ -131,14 +137,26 @@ def test_an_unknown_task_in_the_gold_file_is_one_line(tmp_path: Path) -> None:
     one_line_error(res, "task 'refund-404' is not a task of the env")
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("refund-001:\n  - tool_call: [{name: refund_invoice}]\n", "task 'refund-001', turn 1: tool_call: Extra inputs are not permitted"),
-    ("refund-001:\n  - content: hi\n  - {}\n", "task 'refund-001', turn 2: a turn needs content or tool_calls"),
-    ("refund-001: []\n", "task 'refund-001': the script is empty"),
-    ("refund-001:\n  - tool_calls: [{name: refund, arguments: {invoice_id: INV-7}}]\n", "turn 1: tool 'refund' is not one of the env's tools"),
-    ("refund-001:\n  - tool_calls: [{name: get_invoice, arguments: INV-7}]\n", "turn 1: tool_calls.0.arguments: Input should be a valid dictionary"),
-    ("- a list\n", "expected a mapping task id -> list of turns"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "refund-001:\n  - tool_call: [{name: refund_invoice}]\n",
+            "task 'refund-001', turn 1: tool_call: Extra inputs are not permitted",
+        ),
+        ("refund-001:\n  - content: hi\n  - {}\n", "task 'refund-001', turn 2: a turn needs content or tool_calls"),
+        ("refund-001: []\n", "task 'refund-001': the script is empty"),
+        (
+            "refund-001:\n  - tool_calls: [{name: refund, arguments: {invoice_id: INV-7}}]\n",
+            "turn 1: tool 'refund' is not one of the env's tools",
+        ),
+        (
+            "refund-001:\n  - tool_calls: [{name: get_invoice, arguments: INV-7}]\n",
+            "turn 1: tool_calls.0.arguments: Input should be a valid dictionary",
+        ),
+        ("- a list\n", "expected a mapping task id -> list of turns"),
+    ],
+)
 def test_a_malformed_gold_entry_names_the_task_and_the_fault(tmp_path: Path, text: str, needle: str) -> None:
     gold = tmp_path / "gold.yaml"
     gold.write_text(text)
@@ -152,14 +170,25 @@ def test_json_gold_files_load_and_the_random_tool_move_is_seeded_by_task(tmp_pat
     gold.write_text(json.dumps({"t1": ["Done.", {"tool_calls": [{"name": "lookup", "arguments": {"query": "x"}}]}]}))
     turns = load_gold(gold, ["t1"], ["lookup"])["t1"]
     assert [t.content for t in turns] == ["Done.", None] and turns[1].tool_calls[0].arguments == {"query": "x"}
-    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {"id": {"type": "string"}},
-                                                                         "required": ["id"]}}} for n in ("a", "b", "c")]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": n,
+                "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+            },
+        }
+        for n in ("a", "b", "c")
+    ]
     opening = [Message.user("order #W123 please")]
 
     async def first_move(task: str) -> Message:
         return await make_policy("random_tool", task).respond(opening, tools)
 
-    moves = {task: [asyncio.run(first_move(task)).tool_calls[0].model_dump() for _ in range(2)] for task in ("t1", "t2", "t3")}
+    moves = {
+        task: [asyncio.run(first_move(task)).tool_calls[0].model_dump() for _ in range(2)]
+        for task in ("t1", "t2", "t3")
+    }
     assert all(a == b for a, b in moves.values())  # the same task: the same call
     assert len({json.dumps(m[0], sort_keys=True) for m in moves.values()}) > 1  # other tasks: other calls
 
@@ -171,14 +200,26 @@ def test_the_helpdesk_gold_file_covers_every_task_with_the_servers_tools() -> No
 
     helpdesk = ROOT / "examples" / "helpdesk"
     task_ids = [t["id"] for t in yaml.safe_load((helpdesk / "target.yaml").read_text())["tasks"]]
-    tools = ["find_employee", "get_account", "list_groups", "list_tickets", "get_ticket", "verify_identity", "reset_password",
-             "unlock_account", "add_to_group", "create_ticket"]  # server.py's, without the hidden reset_state
+    tools = [
+        "find_employee",
+        "get_account",
+        "list_groups",
+        "list_tickets",
+        "get_ticket",
+        "verify_identity",
+        "reset_password",
+        "unlock_account",
+        "add_to_group",
+        "create_ticket",
+    ]  # server.py's, without the hidden reset_state
     gold = load_gold(helpdesk / "gold.yaml", task_ids, tools)
     assert list(gold) == task_ids
     assert all(any(c.name == "create_ticket" for turn in turns for c in turn.tool_calls) for turns in gold.values())
 
 
-def test_a_task_without_gold_is_no_gold_and_a_script_shorter_than_the_envs_turns_ends_as_policy_error(small_env: Path, tmp_path: Path) -> None:
+def test_a_task_without_gold_is_no_gold_and_a_script_shorter_than_the_envs_turns_ends_as_policy_error(
+    small_env: Path, tmp_path: Path
+) -> None:
     gold = tmp_path / "gold.yaml"
     gold.write_text("refund-001:\n  - tool_calls: [{name: refund_invoice, arguments: {invoice_id: INV-7}}]\n")
     res, report = _check(tmp_path, BILLING, "--tasks", "refund-001,plan-001", "--gold", str(gold))
@@ -186,7 +227,9 @@ def test_a_task_without_gold_is_no_gold_and_a_script_shorter_than_the_envs_turns
     assert _rows(report)["gold"]["episodes"] == 1 and _rows(report)["gold"]["no_gold"] == ["plan-001"]
     assert "gold: no gold for plan-001" in res.output
 
-    (tmp_path / "long_env.py").write_text(SMALL_ENV + "\n\nclass LongEnv(SaysDoneEnv):\n    max_turns = 5  # the env's own turn limit\n")
+    (tmp_path / "long_env.py").write_text(
+        SMALL_ENV + "\n\nclass LongEnv(SaysDoneEnv):\n    max_turns = 5  # the env's own turn limit\n"
+    )
     gold.write_text("t1:\n  - tool_calls: [{name: lookup, arguments: {query: x}}]\n")
     res, report = _check(tmp_path, f"{tmp_path / 'long_env.py'}:LongEnv", "--gold", str(gold))
     assert res.exit_code == 1, res.output

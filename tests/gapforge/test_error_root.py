@@ -30,15 +30,30 @@ from gapforge.faults import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gapforge", "ui", "graph", "executor", "evaluation", "agents", "training", "serving", "sandbox", "envs", "store",
-            "prompts", "demo_policy")
+PACKAGES = (
+    "gapforge",
+    "ui",
+    "graph",
+    "executor",
+    "evaluation",
+    "agents",
+    "training",
+    "serving",
+    "sandbox",
+    "envs",
+    "store",
+    "prompts",
+    "demo_policy",
+)
 
 # Exceptions that are not gapforge's errors on purpose: each is caught where it is raised (it never leaves its
 # process, nor the function that turns it into data), and the SDK's and the server's run where gapforge cannot be
 # imported at all.
 NOT_OURS = {
     # the SDK generated env code sees: stdlib only, importable in the bare sandbox image without gapforge
-    "gapforge.envs.sdk.ToolError": "sdk", "gapforge.envs.sdk._CallError": "sdk", "gapforge.envs.sdk.EnvDefinitionError": "sdk",
+    "gapforge.envs.sdk.ToolError": "sdk",
+    "gapforge.envs.sdk._CallError": "sdk",
+    "gapforge.envs.sdk.EnvDefinitionError": "sdk",
     "gapforge.envs.sdk.ProtocolError": "sdk",
     # the in-container server's flow control (a BaseException so env code cannot catch it); stdlib only
     "gapforge.sandbox.server.OutputFlood": "in-sandbox server",
@@ -50,7 +65,9 @@ NOT_OURS = {
 }
 # ToolSandbox's worker runs in ToolSandbox's own interpreter (its pins conflict with gapforge's) and talks JSON
 NOT_OURS_PREFIXES = ("gapforge.envs.toolsandbox.worker.",)
-BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items() if inspect.isclass(obj) and issubclass(obj, BaseException)}
+BUILTIN_EXCEPTIONS = {
+    name for name, obj in vars(builtins).items() if inspect.isclass(obj) and issubclass(obj, BaseException)
+}
 
 
 def _exempt(qualname: str) -> bool:
@@ -87,12 +104,24 @@ def _project_exceptions() -> tuple[dict[str, type[BaseException]], list[str]]:
 
 
 def test_every_exception_class_derives_from_a_boundary_of_the_root() -> None:
-    found, _unimportable = _project_exceptions()  # modules needing an extra not installed here: the source check below reads them
-    assert "gapforge.store.errors.StoreError" in found and "gapforge.sandbox.errors.EnvCodeError" in found  # the walk sees the packages
+    found, _unimportable = (
+        _project_exceptions()
+    )  # modules needing an extra not installed here: the source check below reads them
+    assert (
+        "gapforge.store.errors.StoreError" in found and "gapforge.sandbox.errors.EnvCodeError" in found
+    )  # the walk sees the packages
     strays = sorted(q for q, cls in found.items() if not issubclass(cls, GapforgeError) and not _exempt(q))
-    assert strays == [], f"derive these from their boundary class in gapforge/faults.py (or list them in NOT_OURS with a reason): {strays}"
-    unbounded = sorted(q for q, cls in found.items() if issubclass(cls, GapforgeError) and not issubclass(cls, BOUNDARIES)
-                       and cls is not GapforgeError and q != "gapforge.prompts.PromptError")  # a missing prompt file: gapforge's own packaging
+    assert strays == [], (
+        f"derive these from their boundary class in gapforge/faults.py (or list them in NOT_OURS with a reason): {strays}"
+    )
+    unbounded = sorted(
+        q
+        for q, cls in found.items()
+        if issubclass(cls, GapforgeError)
+        and not issubclass(cls, BOUNDARIES)
+        and cls is not GapforgeError
+        and q != "gapforge.prompts.PromptError"
+    )  # a missing prompt file: gapforge's own packaging
     assert unbounded == [], f"derive these from one boundary class, not from the root: {unbounded}"
     assert all(q in found for q in NOT_OURS), "an allowed exception moved or was renamed: update NOT_OURS"
 
@@ -106,7 +135,11 @@ def test_no_class_in_any_module_subclasses_a_builtin_exception_alone() -> None:
                 continue
             bases = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
             qualname = f"{name}.{node.name}"
-            if all(b in BUILTIN_EXCEPTIONS for b in bases) and qualname != "gapforge.faults.GapforgeError" and not _exempt(qualname):
+            if (
+                all(b in BUILTIN_EXCEPTIONS for b in bases)
+                and qualname != "gapforge.faults.GapforgeError"
+                and not _exempt(qualname)
+            ):
                 strays.append(f"{qualname}({', '.join(bases)})")
     assert strays == []
 
@@ -131,9 +164,13 @@ def test_blame_lands_on_the_boundary_where_it_happened() -> None:
     from gapforge.sandbox.errors import EnvCodeError, SandboxError, SandboxLost
     from gapforge.store.errors import StoreError
 
-    assert issubclass(EnvCodeError, EnvCodeFault) and not issubclass(EnvCodeError, SandboxFault)  # the env's code, not the sandbox
+    assert issubclass(EnvCodeError, EnvCodeFault) and not issubclass(
+        EnvCodeError, SandboxFault
+    )  # the env's code, not the sandbox
     assert issubclass(SandboxLost, SandboxError) and SandboxLost.infrastructure and SandboxLost.exit_code == 3
-    assert issubclass(ModelEndpointError, EndpointFault) and issubclass(ModelEndpointError, ModelError)  # still caught as a ModelError
+    assert issubclass(ModelEndpointError, EndpointFault) and issubclass(
+        ModelEndpointError, ModelError
+    )  # still caught as a ModelError
     assert issubclass(EndpointError, EndpointFault) and EndpointError.termination == "endpoint_error"
     assert issubclass(StructuredOutputError, ModelFault) and issubclass(MalformedOutputError, ModelFault)
     assert StructuredOutputError.boundary == "model" and ModelEndpointError.boundary == "endpoint"
@@ -143,15 +180,21 @@ def test_blame_lands_on_the_boundary_where_it_happened() -> None:
     assert not ModelError.infrastructure and not EnvCodeError.infrastructure and not SandboxError.infrastructure
 
 
-@pytest.mark.parametrize("error", [
-    InputFault("analysis.passes=0: set it to 1 or more\n(a second line)"),
-    EndpointFault("the labeling endpoint kept failing (HTTP 503) past 4 retries"),
-    SandboxFault("no Docker daemon reachable: start dockerd"),
-    EnvCodeFault("env exception in step(): KeyError 'order'"),
-    ModelFault("the analyst's structured output stayed malformed after the re-ask"),
-    StoreFault("run 'r9' is not in the store: list runs with `gapforge runs`"),
-    ResumableStop("collect_rollouts: 3 of 40 episodes ended in endpoint_error: resume with `gapforge run --resume r1`"),
-], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        InputFault("analysis.passes=0: set it to 1 or more\n(a second line)"),
+        EndpointFault("the labeling endpoint kept failing (HTTP 503) past 4 retries"),
+        SandboxFault("no Docker daemon reachable: start dockerd"),
+        EnvCodeFault("env exception in step(): KeyError 'order'"),
+        ModelFault("the analyst's structured output stayed malformed after the re-ask"),
+        StoreFault("run 'r9' is not in the store: list runs with `gapforge runs`"),
+        ResumableStop(
+            "collect_rollouts: 3 of 40 episodes ended in endpoint_error: resume with `gapforge run --resume r1`"
+        ),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_the_cli_prints_each_boundary_as_one_line_with_its_exit_code(error: GapforgeError) -> None:
     from gapforge.cli_common import handle_errors
 
@@ -162,7 +205,11 @@ def test_the_cli_prints_each_boundary_as_one_line_with_its_exit_code(error: Gapf
     probe = typer.Typer()
     probe.command()(command)
     res = CliRunner().invoke(probe, [])
-    assert res.exit_code == type(error).exit_code == (3 if type(error).infrastructure else 4 if isinstance(error, EnvCodeFault) else 2)
+    assert (
+        res.exit_code
+        == type(error).exit_code
+        == (3 if type(error).infrastructure else 4 if isinstance(error, EnvCodeFault) else 2)
+    )
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert lines == ["error: " + str(error).splitlines()[0]], res.output
 
@@ -179,4 +226,7 @@ def test_a_subclass_keeps_its_own_exit_code_through_the_cli() -> None:
     probe = typer.Typer()
     probe.command()(command)
     res = CliRunner().invoke(probe, [])
-    assert res.exit_code == 3 and res.output.strip() == "error: sandbox killed during step(): container killed from outside"
+    assert (
+        res.exit_code == 3
+        and res.output.strip() == "error: sandbox killed during step(): container killed from outside"
+    )

@@ -21,7 +21,9 @@ def test_stages_fixtures_resolves_to_the_suites_fakes_in_a_checkout(tmp_path: Pa
     assert stages_for(cfg) is open_stages
 
 
-def test_stages_fixtures_without_the_tests_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stages_fixtures_without_the_tests_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "tests.fakes.fake_stages", None)  # as if tests/ were not there: the import fails
     cfg = load_config(None, [f"workspace={tmp_path}", "stages=fixtures"], environ={})
     with pytest.raises(UsageError) as e:

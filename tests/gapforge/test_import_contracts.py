@@ -23,8 +23,14 @@ def _lint_imports() -> subprocess.CompletedProcess[str]:
     if not Path(sys.executable).with_name("lint-imports").exists():
         pytest.skip("import-linter is not installed (it is in the dev extra: pip install -e .[dev])")
     env = {**os.environ, "PYTHON": sys.executable}
-    return subprocess.run([str(ROOT / ".ci" / "lint-imports"), "--no-logo"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [str(ROOT / ".ci" / "lint-imports"), "--no-logo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_import_linter_contracts_are_kept() -> None:
@@ -50,8 +56,11 @@ def test_nothing_below_gapforge_imports_it() -> None:
     gapforge.demo_data (the recordings' and the shipped policy's paths: tests/gapforge/test_demo_data.py). The folders
     below are gapforge's subpackages: an import of one of them is not an import of the composition root."""
     below = "|".join(FOLDERS)
-    pattern = re.compile(rf"^\s*(from gapforge(?!\.(faults|demo_data) import |\.({below})\b|\s+import\s+({below})(\s*,\s*({below}))*\s*$)\S*\s+import\b"
-                         rf"|import gapforge(?!\.({below})\b))", re.M)
+    pattern = re.compile(
+        rf"^\s*(from gapforge(?!\.(faults|demo_data) import |\.({below})\b|\s+import\s+({below})(\s*,\s*({below}))*\s*$)\S*\s+import\b"
+        rf"|import gapforge(?!\.({below})\b))",
+        re.M,
+    )
     offenders = [
         str(p.relative_to(ROOT))
         for layer in LAYERS

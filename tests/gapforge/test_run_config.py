@@ -19,7 +19,9 @@ COLUMNS = {"COLUMNS": "200"}
 
 
 def _graph_run(workspace: Path, *settings: str) -> str:
-    cfg = load_config(None, [f"workspace={workspace}", "stages=fixtures", *settings], environ={})  # fixtures: no base model needed
+    cfg = load_config(
+        None, [f"workspace={workspace}", "stages=fixtures", *settings], environ={}
+    )  # fixtures: no base model needed
     with Store(cfg.store_url) as store:
         return create_run(store, "trace", "run", cfg, RunOptions())
 
@@ -30,8 +32,11 @@ def test_a_command_prints_one_line_naming_what_it_overrode(workspace: Path) -> N
     same = CliRunner().invoke(app, ["adapters", run, *ws], env=COLUMNS)
     assert same.exit_code == 0, same.output
     assert "override" not in same.output and "routing.backend=openings" in same.output
-    changed = CliRunner().invoke(app, ["adapters", run, *ws, "--set", "routing.backend=transformers", "--set", "evaluation.trials=5"],
-                                 env=COLUMNS)  # fmt: skip
+    changed = CliRunner().invoke(
+        app,
+        ["adapters", run, *ws, "--set", "routing.backend=transformers", "--set", "evaluation.trials=5"],
+        env=COLUMNS,
+    )
     assert changed.exit_code == 0, changed.output
     lines = [line for line in changed.output.splitlines() if line.startswith("override:")]
     assert lines == ["override: routing.backend=transformers (run: openings); evaluation.trials=5 (run: 3)"]
@@ -39,7 +44,9 @@ def test_a_command_prints_one_line_naming_what_it_overrode(workspace: Path) -> N
     assert bad.exit_code == 2 and "routing.backend" in bad.output and "Traceback" not in bad.output
 
 
-def test_where_a_command_works_is_its_own_and_a_config_file_overrides_only_its_keys(workspace: Path, tmp_path: Path) -> None:
+def test_where_a_command_works_is_its_own_and_a_config_file_overrides_only_its_keys(
+    workspace: Path, tmp_path: Path
+) -> None:
     run = _graph_run(workspace, "routing.backend=openings", "executor.local_rollout_workers=3", "seed=7")
     where = load_config(None, [f"workspace={workspace}"], environ={})
     with Store(where.store_url) as store:
@@ -56,8 +63,15 @@ def test_where_a_command_works_is_its_own_and_a_config_file_overrides_only_its_k
 
 def test_a_rollouts_run_is_read_with_its_env_and_policy(workspace: Path, tiny_model_dir: Path) -> None:
     invocation = load_config(None, [f"workspace={workspace}"], environ={})
-    record = {"command": "rollouts collect", "env": "tau2:retail", "policy": "tiny", "policy_spec": str(tiny_model_dir),
-              "tasks": ["1"], "samples": 1, "config": invocation.dump()}
+    record = {
+        "command": "rollouts collect",
+        "env": "tau2:retail",
+        "policy": "tiny",
+        "policy_spec": str(tiny_model_dir),
+        "tasks": ["1"],
+        "samples": 1,
+        "config": invocation.dump(),
+    }
     resolved = resolve(record, "r-1", invocation, None)
     assert resolved.overridden == [] and resolved.cfg.rollouts.env == "tau2:retail"
     assert resolved.cfg.policy.kind == "local" and resolved.cfg.policy.local_path == str(tiny_model_dir)
@@ -66,11 +80,21 @@ def test_a_rollouts_run_is_read_with_its_env_and_policy(workspace: Path, tiny_mo
 def test_an_older_run_uses_the_invocation_s_config_and_says_so(workspace: Path) -> None:
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         old = store.create_run("trace", {})
-        stale = store.create_run("trace", run_record("run", load_config(None, [f"workspace={workspace}"], environ={}), RunOptions()))
-    res = CliRunner().invoke(app, ["adapters", old, "--set", f"workspace={workspace}", "--set", "routing.backend=openings"], env=COLUMNS)
+        stale = store.create_run(
+            "trace", run_record("run", load_config(None, [f"workspace={workspace}"], environ={}), RunOptions())
+        )
+    res = CliRunner().invoke(
+        app, ["adapters", old, "--set", f"workspace={workspace}", "--set", "routing.backend=openings"], env=COLUMNS
+    )
     assert res.exit_code == 0, res.output
-    assert f"run {old} stores no config" in res.output and "routing.backend=openings" in res.output and "override" not in res.output
-    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:  # a key this version does not know (a newer or older gapforge's)
+    assert (
+        f"run {old} stores no config" in res.output
+        and "routing.backend=openings" in res.output
+        and "override" not in res.output
+    )
+    with Store(
+        f"sqlite:///{workspace / 'gapforge.db'}"
+    ) as store:  # a key this version does not know (a newer or older gapforge's)
         from sqlalchemy import update
 
         from gapforge.store.models import Run
@@ -84,19 +108,32 @@ def test_an_older_run_uses_the_invocation_s_config_and_says_so(workspace: Path) 
     assert len(res.output.strip().splitlines()) == 1
 
 
-def test_a_stored_url_whose_password_was_masked_is_taken_from_the_invocation_or_refused(workspace: Path, tmp_path: Path) -> None:
+def test_a_stored_url_whose_password_was_masked_is_taken_from_the_invocation_or_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
     secret = "http://gapforge:s3cret@vllm.internal:8000"  # endpoint base_urls refuse a password: this one takes it
     made = load_config(None, [f"workspace={workspace}", f"training.vllm_server_base_url={secret}"], environ={})
     record = {"command": "run", "config": made.dump()}  # stored as http://gapforge:***@vllm.internal:8000
     where = load_config(None, [f"workspace={workspace}"], environ={})
     refused = CliRunner().invoke(app, ["adapters", _stored(workspace, record), "--set", f"workspace={workspace}"])
-    assert refused.exit_code == 2 and "Traceback" not in refused.output and len(refused.output.strip().splitlines()) == 1
-    assert "training.vllm_server_base_url" in refused.output and "--config" in refused.output and "--set" in refused.output
-    assert resolve(record, "r-1", where, None, [f"training.vllm_server_base_url={secret}"]).cfg.training.vllm_server_base_url == secret
+    assert (
+        refused.exit_code == 2 and "Traceback" not in refused.output and len(refused.output.strip().splitlines()) == 1
+    )
+    assert (
+        "training.vllm_server_base_url" in refused.output and "--config" in refused.output and "--set" in refused.output
+    )
+    assert (
+        resolve(
+            record, "r-1", where, None, [f"training.vllm_server_base_url={secret}"]
+        ).cfg.training.vllm_server_base_url
+        == secret
+    )
     file = tmp_path / "c.yaml"
     file.write_text(f"training:\n  vllm_server_base_url: {secret}\n")
     given = resolve(record, "r-1", load_config(str(file), [f"workspace={workspace}"], environ={}), str(file))
-    assert given.cfg.training.vllm_server_base_url == secret and given.overridden == []  # the same setting: nothing overridden
+    assert (
+        given.cfg.training.vllm_server_base_url == secret and given.overridden == []
+    )  # the same setting: nothing overridden
 
 
 def _stored(workspace: Path, record: dict) -> str:

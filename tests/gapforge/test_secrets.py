@@ -51,7 +51,9 @@ def test_a_named_key_goes_to_its_endpoint_only_and_not_in_clear_text_off_this_ma
     named = ["llm.endpoint.api_key_env=VLLM_KEY"]
     assert _key([*named, "llm.endpoint.base_url=https://llm.example.com/v1"], env, "llm") == "k-named"
     assert _key([*named, "llm.endpoint.base_url=http://127.0.0.1:8000/v1"], env, "llm") == "k-named"
-    assert _key([*named, "llm.endpoint.base_url=http://127.0.0.1:8000/v1"], env, "policy") == OPENAI_KEY  # the policy: OpenAI, its default
+    assert (
+        _key([*named, "llm.endpoint.base_url=http://127.0.0.1:8000/v1"], env, "policy") == OPENAI_KEY
+    )  # the policy: OpenAI, its default
     with pytest.raises(ConfigError, match="clear text to 10.0.0.5.*llm.endpoint.allow_plain_http_key"):
         load_config(None, [*named, "llm.endpoint.base_url=http://10.0.0.5:8000/v1"], environ=env)
     allowed = [*named, "llm.endpoint.base_url=http://10.0.0.5:8000/v1", "llm.endpoint.allow_plain_http_key=true"]
@@ -67,13 +69,27 @@ def test_a_policy_url_given_after_loading_is_checked_when_the_key_is_used() -> N
 
 def test_collect_against_another_endpoint_never_sends_the_openai_key(tmp_path: Path) -> None:
     runner = CliRunner()
-    base = ["--env", "shop", "--tasks", "shop-lookup-001", "--set", "rollouts.max_turns=1", "--set", f"workspace={tmp_path}"]
+    base = [
+        "--env",
+        "shop",
+        "--tasks",
+        "shop-lookup-001",
+        "--set",
+        "rollouts.max_turns=1",
+        "--set",
+        f"workspace={tmp_path}",
+    ]
     with FakeOpenAIServer(text_reply("done")) as srv:
-        res = runner.invoke(app, ["rollouts", "collect", "--policy", srv.base_url, *base], env={"OPENAI_API_KEY": OPENAI_KEY})
+        res = runner.invoke(
+            app, ["rollouts", "collect", "--policy", srv.base_url, *base], env={"OPENAI_API_KEY": OPENAI_KEY}
+        )
         assert res.exit_code == 0, res.output
         assert srv.authorizations and not any(OPENAI_KEY in (a or "") for a in srv.authorizations)
-        named = runner.invoke(app, ["rollouts", "collect", "--policy", srv.base_url, *base, "--set", "policy.endpoint.api_key_env=MY_KEY"],
-                              env={"OPENAI_API_KEY": OPENAI_KEY, "MY_KEY": "k-mine"})
+        named = runner.invoke(
+            app,
+            ["rollouts", "collect", "--policy", srv.base_url, *base, "--set", "policy.endpoint.api_key_env=MY_KEY"],
+            env={"OPENAI_API_KEY": OPENAI_KEY, "MY_KEY": "k-mine"},
+        )
         assert named.exit_code == 0, named.output
         assert srv.authorizations[-1] == "Bearer k-mine"
 
@@ -98,7 +114,9 @@ def test_a_store_password_is_never_printed_or_stored(tmp_path: Path) -> None:
     pg = f"postgresql+psycopg://gf:{PLANTED}@127.0.0.1:1/gapforge"
     shown = runner.invoke(app, ["config", "show", "--set", f"store.url={pg}"])
     assert shown.exit_code == 0 and "gf:***@127.0.0.1:1" in shown.output and PLANTED not in shown.output
-    down = runner.invoke(app, ["rollouts", "show", "r-1", "--set", f"workspace={tmp_path}"], env={"GAPFORGE_STORE_URL": pg})
+    down = runner.invoke(
+        app, ["rollouts", "show", "r-1", "--set", f"workspace={tmp_path}"], env={"GAPFORGE_STORE_URL": pg}
+    )
     assert down.exit_code == 2 and "cannot open store" in down.output and PLANTED not in down.output, down.output
 
     cfg = load_config(None, [f"workspace={tmp_path}"], environ={"GAPFORGE_STORE_URL": pg})
@@ -109,7 +127,14 @@ def test_a_store_password_is_never_printed_or_stored(tmp_path: Path) -> None:
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob
 
-    job = TrainJob(name="c", base_model="m", env=EnvSpec(kind="sandbox", module="x.py"), out_dir=str(tmp_path), store_url=pg, run_id="r")
+    job = TrainJob(
+        name="c",
+        base_model="m",
+        env=EnvSpec(kind="sandbox", module="x.py"),
+        out_dir=str(tmp_path),
+        store_url=pg,
+        run_id="r",
+    )
     assert PLANTED not in job.model_dump_json()
 
     stream = io.StringIO()
@@ -132,8 +157,25 @@ def test_a_collect_run_stores_no_password_anywhere(tmp_path: Path) -> None:
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     runner = CliRunner()
     ws = tmp_path / "ws"
-    res = runner.invoke(app, ["rollouts", "collect", "-c", str(cfg_file), "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001",
-                              "--set", "rollouts.max_turns=1", "--set", f"workspace={ws}"])
+    res = runner.invoke(
+        app,
+        [
+            "rollouts",
+            "collect",
+            "-c",
+            str(cfg_file),
+            "--env",
+            "shop",
+            "--policy",
+            f"scripted:{answers}",
+            "--tasks",
+            "shop-lookup-001",
+            "--set",
+            "rollouts.max_turns=1",
+            "--set",
+            f"workspace={ws}",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert PLANTED not in res.output
     assert _scan(ws) == []
@@ -143,12 +185,17 @@ def test_a_collect_run_stores_no_password_anywhere(tmp_path: Path) -> None:
 
 
 def test_redact_masks_only_the_password() -> None:
-    assert redact("postgresql://u:p/w@h:5432/db and http://localhost:8000/v1") == "postgresql://u:***@h:5432/db and http://localhost:8000/v1"
+    assert (
+        redact("postgresql://u:p/w@h:5432/db and http://localhost:8000/v1")
+        == "postgresql://u:***@h:5432/db and http://localhost:8000/v1"
+    )
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
 
 
 @pytest.mark.postgres
-def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_output(postgres_url: str, tmp_path: Path) -> None:
+def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_output(
+    postgres_url: str, tmp_path: Path
+) -> None:
     """On the test PostgreSQL server (its URL carries a password): collect rollouts, show them, print
     the config; the password appears in no output, no workspace file and no text the store holds."""
     from sqlalchemy import create_engine, make_url, text
@@ -157,15 +204,33 @@ def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_o
     password = url.password
     assert password, "the test server's URL has no password to plant"
     if password in url.render_as_string(hide_password=True):
-        pytest.skip("the test server's password also names another part of its URL (user, database or scheme): "
-                    "give it a distinct password to search for")
+        pytest.skip(
+            "the test server's password also names another part of its URL (user, database or scheme): "
+            "give it a distinct password to search for"
+        )
     answers = tmp_path / "a.yaml"
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     ws = tmp_path / "ws"
     env = {"GAPFORGE_STORE_URL": postgres_url}
     runner = CliRunner()
-    made = runner.invoke(app, ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", "shop-lookup-001",
-                               "--set", "rollouts.max_turns=1", "--set", f"workspace={ws}"], env=env)
+    made = runner.invoke(
+        app,
+        [
+            "rollouts",
+            "collect",
+            "--env",
+            "shop",
+            "--policy",
+            f"scripted:{answers}",
+            "--tasks",
+            "shop-lookup-001",
+            "--set",
+            "rollouts.max_turns=1",
+            "--set",
+            f"workspace={ws}",
+        ],
+        env=env,
+    )
     assert made.exit_code == 0, made.output
     run_id = made.output.splitlines()[0].split()[-1]
     outputs = [made.output]
@@ -179,7 +244,10 @@ def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_o
     engine = create_engine(postgres_url)
     try:
         with engine.connect() as conn:  # every row of every table, as text
-            held = {t: [r[0] for r in conn.execute(text(f"select cast(t as text) from {t} t"))] for t in Base.metadata.tables}
+            held = {
+                t: [r[0] for r in conn.execute(text(f"select cast(t as text) from {t} t"))]
+                for t in Base.metadata.tables
+            }
             config = conn.execute(text("select config::text from runs where id = :r"), {"r": run_id}).scalar_one()
     finally:
         engine.dispose()

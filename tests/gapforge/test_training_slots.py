@@ -31,13 +31,16 @@ def machine(monkeypatch: pytest.MonkeyPatch, cores: int, gpu: bool, memory_gb: f
     monkeypatch.setattr(common, "available_memory", lambda: None if memory_gb is None else int(memory_gb * (1 << 30)))
 
 
-@pytest.mark.parametrize(("cores", "settings", "expected"), [
-    (2, [], (2, 1)),  # this machine: two jobs, one thread each
-    (16, [], (4, 4)),
-    (1, [], (1, 1)),
-    (2, ["executor.local_training_jobs=1"], (1, 2)),  # one job: it gets both cores
-    (8, ["executor.local_training_jobs=3"], (3, 2)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("cores", "settings", "expected"),
+    [
+        (2, [], (2, 1)),  # this machine: two jobs, one thread each
+        (16, [], (4, 4)),
+        (1, [], (1, 1)),
+        (2, ["executor.local_training_jobs=1"], (1, 2)),  # one job: it gets both cores
+        (8, ["executor.local_training_jobs=3"], (3, 2)),
+    ],
+)
 def test_a_cpu_only_machine_trains_one_job_per_core(monkeypatch, cores, settings, expected) -> None:
     machine(monkeypatch, cores, gpu=False)
     assert training_slots(load_config(None, settings, environ={})) == expected
@@ -50,9 +53,15 @@ def test_a_gpu_or_vllm_generation_keeps_one_job_unless_told(monkeypatch) -> None
     machine(monkeypatch, 8, gpu=False)
     vllm = ["training.generation=vllm_server", "training.vllm_server_base_url=http://localhost:8000"]
     assert training_slots(load_config(None, vllm, environ={})) == (1, None)
-    assert training_slots(load_config(None, ["executor.kind=ray"], environ={})) == (1024, None)  # the cluster gates; GPU jobs
+    assert training_slots(load_config(None, ["executor.kind=ray"], environ={})) == (
+        1024,
+        None,
+    )  # the cluster gates; GPU jobs
     on_ray_cpu = ["executor.kind=ray", "executor.training.num_gpus=0", "executor.training.num_cpus=2"]
-    assert training_slots(load_config(None, on_ray_cpu, environ={})) == (1024, 2)  # a CPU job's threads: the CPUs it asked for
+    assert training_slots(load_config(None, on_ray_cpu, environ={})) == (
+        1024,
+        2,
+    )  # a CPU job's threads: the CPUs it asked for
 
 
 def test_a_local_policy_on_a_cpu_only_machine_plays_episodes_on_one_process_per_core(monkeypatch, tmp_path) -> None:
@@ -62,7 +71,10 @@ def test_a_local_policy_on_a_cpu_only_machine_plays_episodes_on_one_process_per_
     local = ["policy.kind=local", f"policy.local_path={model}"]
     machine(monkeypatch, 2, gpu=False)
     assert rollout_workers(load_config(None, local, environ={})) == (2, 1)  # this machine: two workers, one thread each
-    assert rollout_workers(load_config(None, [*local, "executor.local_rollout_workers=1"], environ={})) == (1, None)  # on the loop
+    assert rollout_workers(load_config(None, [*local, "executor.local_rollout_workers=1"], environ={})) == (
+        1,
+        None,
+    )  # on the loop
     machine(monkeypatch, 16, gpu=False)
     assert rollout_workers(load_config(None, local, environ={})) == (4, 4)
     machine(monkeypatch, 16, gpu=False, memory_gb=2.5)
@@ -72,7 +84,10 @@ def test_a_local_policy_on_a_cpu_only_machine_plays_episodes_on_one_process_per_
     machine(monkeypatch, 8, gpu=False)
     endpoint = ["policy.kind=endpoint", "policy.endpoint.base_url=http://localhost:8000/v1", "policy.endpoint.model=m"]
     assert rollout_workers(load_config(None, endpoint, environ={})) == (1, None)  # HTTP requests: the loop holds them
-    assert rollout_workers(load_config(None, [*local, "executor.kind=ray"], environ={})) == (1, None)  # Ray actors instead
+    assert rollout_workers(load_config(None, [*local, "executor.kind=ray"], environ={})) == (
+        1,
+        None,
+    )  # Ray actors instead
 
 
 def test_the_available_memory_caps_the_jobs(monkeypatch, tmp_path) -> None:
@@ -96,13 +111,20 @@ def test_this_machines_cores_and_memory_are_read() -> None:
 
 
 def job(tmp_path: Path, name: str) -> TrainJob:
-    return TrainJob(name=name, base_model=str(tmp_path), env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
-                    config=TrainingConfig.tiny(), out_dir=str(tmp_path / name))
+    return TrainJob(
+        name=name,
+        base_model=str(tmp_path),
+        env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
+        config=TrainingConfig.tiny(),
+        out_dir=str(tmp_path / name),
+    )
 
 
 def test_two_capabilities_train_at_once_each_on_its_share_of_the_cores(monkeypatch, tmp_path) -> None:
     machine(monkeypatch, 2, gpu=False)
-    both_running = threading.Barrier(2, timeout=20)  # a second slot missing: the first job waits here alone and breaks it
+    both_running = threading.Barrier(
+        2, timeout=20
+    )  # a second slot missing: the first job waits here alone and breaks it
     threads: dict[str, int | None] = {}
 
     def runner(jobs, spec_dir, on_line):

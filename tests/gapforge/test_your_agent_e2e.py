@@ -35,17 +35,42 @@ LIBRARY_TOOLS = ("get_loan", "renew_loan", "search_catalog")
 pytestmark = pytest.mark.slow
 
 SMALL = [  # every stage small (as tests/gapforge/test_gpu_dryrun.py), everything else the config's defaults
-    "rollouts.samples=2", "rollouts.concurrency=4", "rollouts.max_turns=3", "policy.max_new_tokens=16",
-    "analysis.passes=2", "analysis.min_passes=2", "analysis.min_capabilities=1", "analysis.bootstrap=20", "analysis.concurrency=4",
-    "synthesis.max_attempts=1", "synthesis.validation_seeds=6", "synthesis.rollout_budget=8",
+    "rollouts.samples=2",
+    "rollouts.concurrency=4",
+    "rollouts.max_turns=3",
+    "policy.max_new_tokens=16",
+    "analysis.passes=2",
+    "analysis.min_passes=2",
+    "analysis.min_capabilities=1",
+    "analysis.bootstrap=20",
+    "analysis.concurrency=4",
+    "synthesis.max_attempts=1",
+    "synthesis.validation_seeds=6",
+    "synthesis.rollout_budget=8",
     # a random tiny policy scores near the floor on every seed: readiness cannot pass with the defaults (real models: leave them)
-    "grpo_readiness.groups=2", "grpo_readiness.samples=2", "grpo_readiness.min_informative=0", "grpo_readiness.max_all_zero=1",
-    "grpo_readiness.max_all_perfect=1", "grpo_readiness.mean_low=0", "grpo_readiness.concurrency=2",
+    "grpo_readiness.groups=2",
+    "grpo_readiness.samples=2",
+    "grpo_readiness.min_informative=0",
+    "grpo_readiness.max_all_zero=1",
+    "grpo_readiness.max_all_perfect=1",
+    "grpo_readiness.mean_low=0",
+    "grpo_readiness.concurrency=2",
     "sandbox.pool_size=2",
-    "training.max_steps=2", "training.groups_per_step=1", "training.num_generations=2", "training.max_turns=2",
-    "training.max_new_tokens=16", "training.max_completion_length=512", "training.malformed_tool_calls=continue",
-    "training.train_seeds=2", "training.heldout_seeds=1", "training.heldout_samples=1", "training.eval_every=2", "training.save_every=2",
-    "evaluation.trials=1", "evaluation.routing_seeds=1", "evaluation.baseline_grpo=false",
+    "training.max_steps=2",
+    "training.groups_per_step=1",
+    "training.num_generations=2",
+    "training.max_turns=2",
+    "training.max_new_tokens=16",
+    "training.max_completion_length=512",
+    "training.malformed_tool_calls=continue",
+    "training.train_seeds=2",
+    "training.heldout_seeds=1",
+    "training.heldout_samples=1",
+    "training.eval_every=2",
+    "training.save_every=2",
+    "evaluation.trials=1",
+    "evaluation.routing_seeds=1",
+    "evaluation.baseline_grpo=false",
 ]
 
 
@@ -58,7 +83,11 @@ class Roles:
     @staticmethod
     def _answer(req: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
         if req.get("tools"):  # function-calling structured output
-            call = {"id": "call_0", "type": "function", "function": {"name": req["tools"][0]["function"]["name"], "arguments": json.dumps(obj)}}
+            call = {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": req["tools"][0]["function"]["name"], "arguments": json.dumps(obj)},
+            }
             return {"role": "assistant", "content": None, "tool_calls": [call]}
         return {"role": "assistant", "content": json.dumps(obj)}
 
@@ -68,32 +97,69 @@ class Roles:
         keys, text = set(schema.get("properties") or {}), prompt_text(req)
         if "capabilities" in keys:
             ids = [int(i) for i in re.findall(r"^### episode (\d+)$", text, flags=re.M)]
-            return self._answer(req, {"capabilities": [{"name": self.capability, "definition": self.definition, "example_episode_ids": ids[:2]}]})
+            return self._answer(
+                req,
+                {
+                    "capabilities": [
+                        {"name": self.capability, "definition": self.definition, "example_episode_ids": ids[:2]}
+                    ]
+                },
+            )
         if "labels" in keys:
             failed = "outcome: FAILURE" in text
-            label = {"capability": self.capability, "label": "LACKING" if failed else "PRESENT",
-                     "evidence": "[1] " + ("acted or answered without reading the record first" if failed else "read the record first"),
-                     "message_index": 1}
+            label = {
+                "capability": self.capability,
+                "label": "LACKING" if failed else "PRESENT",
+                "evidence": "[1] "
+                + ("acted or answered without reading the record first" if failed else "read the record first"),
+                "message_index": 1,
+            }
             return self._answer(req, {"labels": [label]})
         if "code" in keys:
             return self._answer(req, {"code": self.module.read_text(), "notes": "an env for this capability"})
         if "verdict" in keys:
-            return self._answer(req, {"capability_focus": True, "tools_match": True, "reward_gameable": False, "verdict": "accept",
-                                      "problems": [], "fixes": []})
+            return self._answer(
+                req,
+                {
+                    "capability_focus": True,
+                    "tools_match": True,
+                    "reward_gameable": False,
+                    "verdict": "accept",
+                    "problems": [],
+                    "fixes": [],
+                },
+            )
         raise AssertionError(f"an LLM request this test does not expect: {text[:300]}")
 
 
-def gapforge(args: list[str], workspace: Path, llm_url: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def gapforge(
+    args: list[str], workspace: Path, llm_url: str | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """One `gapforge` command as a user runs it (its own process), in the repository root."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "GAPFORGE_WORKSPACE": str(workspace)}
     if llm_url:
         env["GAPFORGE_LLM_BASE_URL"] = llm_url
-    return subprocess.run([sys.executable, "-m", "gapforge.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gapforge.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def run_args(spec: str, tiny_model_dir: Path, image: str, *extra: str) -> list[str]:
-    sets = [f"rollouts.env={spec}", "llm.kind=openai", "llm.endpoint.model=stand-in", "policy.kind=local",
-            f"policy.local_path={tiny_model_dir}", f"sandbox.image={image}", *SMALL, *extra]
+    sets = [
+        f"rollouts.env={spec}",
+        "llm.kind=openai",
+        "llm.endpoint.model=stand-in",
+        "policy.kind=local",
+        f"policy.local_path={tiny_model_dir}",
+        f"sandbox.image={image}",
+        *SMALL,
+        *extra,
+    ]
     return ["run", *[a for s in sets for a in ("--set", s)]]
 
 
@@ -125,7 +191,9 @@ def assert_whole_run(workspace: Path, spec: str, capability: str, tools: tuple[s
         for name in ("base", "trace_routed"):
             assert {ep.task_id for ep in store.episodes(child_run_id(run.id, name))} == heldout, name
     checkpoints = sorted((workspace / "adapters" / run.id / capability / "trl").glob("checkpoint-*"))
-    assert [p.name for p in checkpoints] == ["checkpoint-2"] and (checkpoints[0] / "adapter_model.safetensors").is_file()
+    assert [p.name for p in checkpoints] == ["checkpoint-2"] and (
+        checkpoints[0] / "adapter_model.safetensors"
+    ).is_file()
     report = (workspace / "reports" / run.id / "report.md").read_text()
     assert f"Env `{spec}`" in report, report[:500]
     return run.id
@@ -145,9 +213,12 @@ def assert_prompts_name_the_target(requests: list[dict[str, Any]], tools: tuple[
 
 def test_a_users_env_class_goes_through_the_whole_run(tmp_path: Path, tiny_model_dir: Path, sandbox_image: str) -> None:
     workspace = tmp_path / "ws"
-    roles = Roles("renewal_eligibility_check", "Before renewing a loan the agent reads it and checks the library's rules "
-                  "(no reservation by another reader, under the renewal limit); it refuses with the reason when a rule fails.",
-                  LIBRARY / "renewal_check_env.py")
+    roles = Roles(
+        "renewal_eligibility_check",
+        "Before renewing a loan the agent reads it and checks the library's rules "
+        "(no reservation by another reader, under the renewal limit); it refuses with the reason when a rule fails.",
+        LIBRARY / "renewal_check_env.py",
+    )
     with FakeOpenAIServer(roles) as llm:
         done = gapforge(run_args(LIBRARY_SPEC, tiny_model_dir, sandbox_image), workspace, llm.base_url)
         requests = list(llm.requests)
@@ -158,12 +229,25 @@ def test_a_users_env_class_goes_through_the_whole_run(tmp_path: Path, tiny_model
 
 
 HELPDESK_SPEC = "mcp:examples/helpdesk/target.yaml"  # as a user types it in the repository root
-HELPDESK_TOOLS = ("find_employee", "get_account", "list_groups", "list_tickets", "get_ticket", "verify_identity", "reset_password",
-                  "unlock_account", "add_to_group", "create_ticket")
+HELPDESK_TOOLS = (
+    "find_employee",
+    "get_account",
+    "list_groups",
+    "list_tickets",
+    "get_ticket",
+    "verify_identity",
+    "reset_password",
+    "unlock_account",
+    "add_to_group",
+    "create_ticket",
+)
 FEW = ["pw-001", "pw-002", "ul-001", "ul-002", "ga-001", "ga-002", "rf-001", "rf-002"]  # two tasks of each family
-UNLOCK = Roles("unlock_precondition_check", "Before unlocking an account the agent verifies the caller and reads the account; it "
-               "unlocks only a failed-logins lock and refuses a security hold or an ended contract with the ticket the policy wants.",
-               DATA / "helpdesk_synth" / "unlock_precondition_env.py")
+UNLOCK = Roles(
+    "unlock_precondition_check",
+    "Before unlocking an account the agent verifies the caller and reads the account; it "
+    "unlocks only a failed-logins lock and refuses a security hold or an ended contract with the ticket the policy wants.",
+    DATA / "helpdesk_synth" / "unlock_precondition_env.py",
+)
 
 
 def never_refuse(req: dict[str, Any]) -> dict[str, Any]:
@@ -173,33 +257,69 @@ def never_refuse(req: dict[str, Any]) -> dict[str, Any]:
     from gapforge.envs.protocol import Message, ToolCall
     from tests.data.mcp_policies import PlanPolicy
 
-    messages = [Message(role=m["role"], content=m.get("content"), tool_call_id=m.get("tool_call_id"), name=m.get("name"),
-                        tool_calls=[ToolCall(id=c["id"], name=c["function"]["name"], arguments=json.loads(c["function"]["arguments"] or "{}"))
-                                    for c in m.get("tool_calls") or []])
-                for m in req["messages"]]
+    messages = [
+        Message(
+            role=m["role"],
+            content=m.get("content"),
+            tool_call_id=m.get("tool_call_id"),
+            name=m.get("name"),
+            tool_calls=[
+                ToolCall(
+                    id=c["id"], name=c["function"]["name"], arguments=json.loads(c["function"]["arguments"] or "{}")
+                )
+                for c in m.get("tool_calls") or []
+            ],
+        )
+        for m in req["messages"]
+    ]
     return asyncio.run(PlanPolicy("never_refuse").respond(messages, req.get("tools") or [])).to_openai()
 
 
-def test_the_mcp_example_collects_and_every_stage_runs_on_its_episodes(tmp_path: Path, tiny_model_dir: Path, sandbox_image: str) -> None:
+def test_the_mcp_example_collects_and_every_stage_runs_on_its_episodes(
+    tmp_path: Path, tiny_model_dir: Path, sandbox_image: str
+) -> None:
     """`rollouts collect` on the MCP example with a policy endpoint that never refuses (5 of 8 tasks pass), then each stage's
     own command on that run with the tiny local policy: analyze, synthesize (the self-test compares result formats with the
     MCP server's stored results), train, evaluate, report."""
     workspace = tmp_path / "ws"
     with FakeOpenAIServer(never_refuse) as endpoint:
-        collected = gapforge(["rollouts", "collect", "--env", HELPDESK_SPEC, "--policy", endpoint.base_url, "--tasks", ",".join(FEW),
-                              "--concurrency", "4"], workspace)
+        collected = gapforge(
+            [
+                "rollouts",
+                "collect",
+                "--env",
+                HELPDESK_SPEC,
+                "--policy",
+                endpoint.base_url,
+                "--tasks",
+                ",".join(FEW),
+                "--concurrency",
+                "4",
+            ],
+            workspace,
+        )
     assert collected.returncode == 0, (collected.stdout + collected.stderr)[-3000:]
     run_id = collected.stdout.splitlines()[0].split()[-1]
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         episodes = store.episodes(run_id)
         assert store.run_target(run_id)["tool_names"] == list(HELPDESK_TOOLS)
     assert sorted(e.task_id for e in episodes) == sorted(FEW) and {e.env for e in episodes} == {HELPDESK_SPEC}
-    assert sorted(e.task_id for e in episodes if not e.success) == ["ga-002", "rf-001", "rf-002"]  # the refusals the policy requires
+    assert sorted(e.task_id for e in episodes if not e.success) == [
+        "ga-002",
+        "rf-001",
+        "rf-002",
+    ]  # the refusals the policy requires
     assert all(e.reward == float(e.success) for e in episodes)  # reward: all -> 1.0 iff every check passed
 
     stage_sets = run_args(HELPDESK_SPEC, tiny_model_dir, sandbox_image)[1:]
     with FakeOpenAIServer(UNLOCK) as llm:
-        for command in (["analyze", run_id], ["synthesize", run_id], ["train", run_id], ["evaluate", run_id], ["report", run_id]):
+        for command in (
+            ["analyze", run_id],
+            ["synthesize", run_id],
+            ["train", run_id],
+            ["evaluate", run_id],
+            ["report", run_id],
+        ):
             t0 = time.perf_counter()
             done = gapforge([*command, *stage_sets], workspace, llm.base_url)
             print(f"gapforge {command[0]}: {time.perf_counter() - t0:.1f} s")
@@ -210,7 +330,9 @@ def test_the_mcp_example_collects_and_every_stage_runs_on_its_episodes(tmp_path:
         (env,) = store.synthetic_envs(run_id)
         assert env.status == "accepted"
         checks = {c["name"]: c["verdict"] for c in store.get_validation(env.id).report["report"]["checks"]}
-        assert checks["result_format"] == "PASS" and checks["contamination"] == "PASS" and checks["fidelity"] == "PASS", checks
+        assert (
+            checks["result_format"] == "PASS" and checks["contamination"] == "PASS" and checks["fidelity"] == "PASS"
+        ), checks
         assert {a.name: a.status for a in store.adapters(run_id)} == {UNLOCK.capability: "done"}
         heldout = set(store.get_split(run_id).heldout_tasks)
         for name in ("base", "trace_routed"):
@@ -219,13 +341,20 @@ def test_the_mcp_example_collects_and_every_stage_runs_on_its_episodes(tmp_path:
     assert_prompts_name_the_target(requests, ("verify_identity", "get_account", "unlock_account"), "Northwind")
 
 
-def test_a_whole_run_on_the_mcp_example_reaches_the_report(tmp_path: Path, tiny_model_dir: Path, sandbox_image: str) -> None:
+def test_a_whole_run_on_the_mcp_example_reaches_the_report(
+    tmp_path: Path, tiny_model_dir: Path, sandbox_image: str
+) -> None:
     """`gapforge run` on the MCP example with the tiny random policy: it passes no task, so no capability has a success
     to contrast with (ER+ undefined) and none is retained; the run still evaluates the base on the held-out tasks and reports."""
     workspace = tmp_path / "ws"
     with FakeOpenAIServer(UNLOCK) as llm:
-        done = gapforge(run_args(HELPDESK_SPEC, tiny_model_dir, sandbox_image, "rollouts.samples=1", f"rollouts.tasks=[{','.join(FEW)}]"),
-                        workspace, llm.base_url)
+        done = gapforge(
+            run_args(
+                HELPDESK_SPEC, tiny_model_dir, sandbox_image, "rollouts.samples=1", f"rollouts.tasks=[{','.join(FEW)}]"
+            ),
+            workspace,
+            llm.base_url,
+        )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:

@@ -39,7 +39,9 @@ async def _run(tmp_path: Path, stages_cls: type[FakeStages]) -> dict:
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
-async def test_a_full_disk_in_a_stage_stops_the_run_instead_of_failing_the_capability(tmp_path: Path, code: int) -> None:
+async def test_a_full_disk_in_a_stage_stops_the_run_instead_of_failing_the_capability(
+    tmp_path: Path, code: int
+) -> None:
     with pytest.raises(OSError) as err:
         await _run(tmp_path, _writing_fails(code))
     assert err.value.errno == code  # reaches the CLI (gapforge.cli_common: is_disk_full -> exit 3, resumable)

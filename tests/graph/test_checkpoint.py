@@ -47,8 +47,12 @@ async def end_while_a_branch_is_mid_write(path: Path, holds_lock: bool) -> list[
 
 
 @pytest.mark.parametrize("holds_lock", [False, True])
-def test_a_checkpoint_write_left_uncommitted_leaves_no_lock_behind(tmp_path: Path, monkeypatch, holds_lock: bool) -> None:
-    monkeypatch.setattr(checkpoint, "LOCK_WAIT_S", 0.1)  # an abandoned writer keeps the saver's lock: wait briefly, then go on
+def test_a_checkpoint_write_left_uncommitted_leaves_no_lock_behind(
+    tmp_path: Path, monkeypatch, holds_lock: bool
+) -> None:
+    monkeypatch.setattr(
+        checkpoint, "LOCK_WAIT_S", 0.1
+    )  # an abandoned writer keeps the saver's lock: wait briefly, then go on
     path = tmp_path / "checkpoints.sqlite"
     pending = asyncio.run(end_while_a_branch_is_mid_write(path, holds_lock))
     assert pending and writable_now(path)  # a resume in this process can write its checkpoints

@@ -26,7 +26,13 @@ HOLDS = ("collect_rollouts", "label:1", "synthesize:beta:2", "train:beta", "trai
 
 def _cli(*args: str, out: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "gapforge.cli", *args], cwd=ROOT, env=env, stdout=out.open("wb"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gapforge.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=out.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _kill_when_held(proc: subprocess.Popen[bytes], workspace: Path, log: Path) -> None:
@@ -61,8 +67,12 @@ def test_kill_at_each_stage_then_resume_matches_an_uninterrupted_run(tmp_path: P
         _kill_when_held(proc, workspace, log)
         run_id = run_id or log.read_text().split()[1]
         with open_store(load_config(cfg)) as store:
-            assert store.get_run(run_id).status == "interrupted"  # killed: its dead lease is reaped when the store is opened
-        if hold == "collect_rollouts":  # what a user sees after the kill: the status, how to resume, how far the stage got
+            assert (
+                store.get_run(run_id).status == "interrupted"
+            )  # killed: its dead lease is reaped when the store is opened
+        if (
+            hold == "collect_rollouts"
+        ):  # what a user sees after the kill: the status, how to resume, how far the stage got
             state = CliRunner().invoke(app, ["state", run_id, "--config", str(cfg)]).output
             assert "status: interrupted" in state and f"continue with `gapforge run --resume {run_id}`" in state, state
             assert "in progress: collect_rollouts: 5/10 episodes" in state, state

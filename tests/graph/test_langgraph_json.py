@@ -17,7 +17,17 @@ def test_langgraph_json_graph_entry_imports_and_compiles() -> None:
     module_spec.loader.exec_module(module)
     graph = getattr(module, attr)
     drawn = graph.get_graph().draw_mermaid()
-    for node in ("collect_rollouts", "discover", "label", "select", "review", "capability", "build_router", "evaluate", "report"):
+    for node in (
+        "collect_rollouts",
+        "discover",
+        "label",
+        "select",
+        "review",
+        "capability",
+        "build_router",
+        "evaluate",
+        "report",
+    ):
         assert node in drawn
     sub = graph.get_graph(xray=1).draw_mermaid()
     assert "synthesize" in sub and "validate" in sub and "train" in sub

@@ -32,7 +32,9 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
 
     async def threads() -> set[str]:
         async with open_checkpointer(postgres_url, tmp_path / "unused.sqlite") as saver:
-            return {t.config["configurable"]["thread_id"] async for t in saver.alist({"configurable": {"thread_id": rid}})}
+            return {
+                t.config["configurable"]["thread_id"] async for t in saver.alist({"configurable": {"thread_id": rid}})
+            }
 
     assert asyncio.run(threads()) == {rid}
     assert libpq_url(postgres_url).startswith("postgresql://")
@@ -47,7 +49,9 @@ def test_run_review_resume_and_fork_on_postgres(tmp_path: Path, postgres_url: st
     hist = runner.invoke(app, ["history", rid, "--config", str(cfg)]).output
     assert "review decision" in hist
     before_select = next(m.group(1) for m in re.finditer(r"│ \d+\s+│ (\S+)\s+│ [^│]+│[^│]+│[^│]+│ select\s+│", hist))
-    out = runner.invoke(app, ["fork", rid, "--checkpoint", before_select, "--set", "analysis.delta=0.5", "--config", str(cfg)])
+    out = runner.invoke(
+        app, ["fork", rid, "--checkpoint", before_select, "--set", "analysis.delta=0.5", "--config", str(cfg)]
+    )
     assert out.exit_code == 0, out.output
     fid = out.output.split()[1]
     with open_store(load_config(cfg)) as store:

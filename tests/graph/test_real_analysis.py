@@ -46,7 +46,9 @@ def open_stages(cfg: Any, store: Any, progress: Any = None) -> AbstractAsyncCont
 def test_real_analysis_in_the_graph_then_fork_with_another_delta(tmp_path: Path, tiny_model_dir: Path) -> None:
     # The stage set is passed in-process here (a test's subclass); a run started from the CLI gets it from its config.
     policy = {"kind": "local", "local_path": str(tiny_model_dir)}
-    cfg_path = write_config(tmp_path / "c.yaml", tmp_path / "ws", analysis={"passes": 3, "bootstrap": 50}, stages="real", policy=policy)
+    cfg_path = write_config(
+        tmp_path / "c.yaml", tmp_path / "ws", analysis={"passes": 3, "bootstrap": 50}, stages="real", policy=policy
+    )
     cfg = load_config(cfg_path)
     with open_store(cfg) as store:
         rid = create_run(store, "trace", "run", cfg, RunOptions())
@@ -67,7 +69,9 @@ def test_real_analysis_in_the_graph_then_fork_with_another_delta(tmp_path: Path,
         fid, fork_cfg, options, copied = fork_run(cfg, store, rid, mid_labeling, ["analysis.delta=0.99"])
         assert copied.get("label_calls")  # the labeling cache came along
         forked = drive_run(fork_cfg, store, fid, options, fresh=False, open_stages=open_stages)
-        assert forked.values["stages"]["label"] == "done"  # passes 1-2 ran again in the fork, answered by the copied cache
+        assert (
+            forked.values["stages"]["label"] == "done"
+        )  # passes 1-2 ran again in the fork, answered by the copied cache
         assert len(store.label_calls(fid)) == calls_before  # 0 new labeling calls
         assert {c.name for c in store.capabilities(fid, retained=True)} != retained  # another δ, another set
         assert {c.name for c in store.capabilities(rid, retained=True)} == retained  # the parent is untouched
@@ -77,8 +81,13 @@ def test_an_excluded_capability_reaches_the_graph_state_as_excluded(tmp_path: Pa
     """analysis.exclude through the real select stage into the graph's state: the planted capability the vote retains
     is `excluded` there (not `rejected`, not `deferred`) and not among the run's retained capabilities."""
     policy = {"kind": "local", "local_path": str(tiny_model_dir)}
-    cfg_path = write_config(tmp_path / "c.yaml", tmp_path / "ws", stages="real", policy=policy,
-                            analysis={"passes": 1, "bootstrap": 0, "exclude": ["precondition_verification"]})
+    cfg_path = write_config(
+        tmp_path / "c.yaml",
+        tmp_path / "ws",
+        stages="real",
+        policy=policy,
+        analysis={"passes": 1, "bootstrap": 0, "exclude": ["precondition_verification"]},
+    )
     cfg = load_config(cfg_path)
     with open_store(cfg) as store:
         rid = create_run(store, "trace", "run", cfg, RunOptions())

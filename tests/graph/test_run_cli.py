@@ -45,17 +45,27 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     assert code == 0, out
     rid = run_id_of(out)
     assert "select: done; retained: alpha, beta" in out
-    assert re.search(r"^stage times \(summed over capability branches\): collect_rollouts \d+ s, "
-                     r".*evaluate \d+ s.*; this invocation took \d+\.\d min$", out, re.M), out[-2000:]
+    assert re.search(
+        r"^stage times \(summed over capability branches\): collect_rollouts \d+ s, "
+        r".*evaluate \d+ s.*; this invocation took \d+\.\d min$",
+        out,
+        re.M,
+    ), out[-2000:]
     assert "validate (beta): verdict=not trivial" in out  # attempt 1 failed with evidence, then passed
     workspace = load_config(fake_config).workspace
     with open_store(load_config(fake_config)) as store:
         counts = row_counts(store, rid)
         assert store.get_run(rid).status == "done"
     assert counts == {
-        "episodes": 10, "capabilities": 3, "labels": 60, "capability_stats": 6,
-        "synthetic_envs": 3, "validations": 3, "adapters": 3, "evaluations": 2,  # adapters: alpha, beta, the GRPO-on-target baseline
-    }  # fmt: skip
+        "episodes": 10,
+        "capabilities": 3,
+        "labels": 60,
+        "capability_stats": 6,
+        "synthetic_envs": 3,
+        "validations": 3,
+        "adapters": 3,
+        "evaluations": 2,  # adapters: alpha, beta, the GRPO-on-target baseline
+    }
 
     code, out = invoke("runs", "--config", str(fake_config))
     assert code == 0 and rid in out and "50.0% → 70.0%" in out
@@ -66,16 +76,28 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     assert re.search(r"gamma\s+│\s+rejected", out)
     assert "0.20 → 0.70 (step 4)" in out  # held-out before → after and the checkpoint kept
     assert re.search(r"label\s+│\s+20\s", out)  # cost: 2 passes x 10 labeling calls
-    assert "train_baseline: done" in out and re.search(r"train_baseline\s+│(\s+-\s+│){3}\s+16\s", out)  # its own node, its rollouts counted
+    assert "train_baseline: done" in out and re.search(
+        r"train_baseline\s+│(\s+-\s+│){3}\s+16\s", out
+    )  # its own node, its rollouts counted
     assert f"reports/{rid}.md" in out and (workspace / "reports" / f"{rid}.md").is_file()
 
     code, out = invoke("history", rid, "--config", str(fake_config))
     assert code == 0, out
     rows = history_rows(out)
     assert [r[2] for r in rows] == [
-        "start", "collect_rollouts", "discover", "label", "label", "select", "review", "capability",
-        "build_router", "train_baseline", "evaluate", "report",
-    ]  # fmt: skip
+        "start",
+        "collect_rollouts",
+        "discover",
+        "label",
+        "label",
+        "select",
+        "review",
+        "capability",
+        "build_router",
+        "train_baseline",
+        "evaluate",
+        "report",
+    ]
     assert [r[0] for r in rows] == list(range(len(rows)))
     assert "dictionary: alpha, beta, gamma" in out
 
@@ -88,12 +110,16 @@ def test_fork_with_another_delta_reuses_rollouts_and_labels(fake_config: Path) -
     before_select = next(r[1] for r in history_rows(hist) if r[3] == "select")
     done_before = calls(workspace)
 
-    code, out = invoke("fork", rid, "--checkpoint", before_select, "--set", "analysis.delta=0.5", "--config", str(fake_config))
+    code, out = invoke(
+        "fork", rid, "--checkpoint", before_select, "--set", "analysis.delta=0.5", "--config", str(fake_config)
+    )
     assert code == 0, out
     fid = run_id_of(out)
     assert fid != rid
-    new_calls = calls(workspace)[len(done_before):]
-    assert not [c for c in new_calls if c.startswith(("rollout", "label", "discover"))], new_calls  # 0 new rollouts / labeling calls
+    new_calls = calls(workspace)[len(done_before) :]
+    assert not [c for c in new_calls if c.startswith(("rollout", "label", "discover"))], (
+        new_calls
+    )  # 0 new rollouts / labeling calls
     assert "reused 10 episodes, 3 capabilities, 60 labels" in out
     assert "select: done; retained: alpha" in out and "beta" not in out.split("retained:")[1].splitlines()[0]
     with open_store(load_config(fake_config)) as store:
@@ -152,7 +178,9 @@ def test_one_capability_crash_is_recorded_and_the_others_go_on(fake_config: Path
     assert "train (beta): status=trained" in out
     with open_store(load_config(fake_config)) as store:
         assert [a.capability for a in store.adapters(rid)] == ["beta", None]  # None: the GRPO-on-target baseline
-        assert store.get_evaluation(rid, "trace_routed").metrics["pass_rate"] == pytest.approx(0.6)  # routed to beta only
+        assert store.get_evaluation(rid, "trace_routed").metrics["pass_rate"] == pytest.approx(
+            0.6
+        )  # routed to beta only
 
 
 def test_a_sandbox_lost_for_good_stops_the_run_with_exit_3_not_the_capability(fake_config: Path) -> None:
@@ -172,7 +200,11 @@ def test_a_sandbox_lost_for_good_stops_the_run_with_exit_3_not_the_capability(fa
     code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
     assert code == 0, out
     with open_store(load_config(fake_config)) as store:
-        assert store.get_run(rid).status == "done" and {a.capability for a in store.adapters(rid)} == {"alpha", "beta", None}
+        assert store.get_run(rid).status == "done" and {a.capability for a in store.adapters(rid)} == {
+            "alpha",
+            "beta",
+            None,
+        }
 
 
 def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fake_config: Path) -> None:
@@ -188,7 +220,9 @@ def test_an_endpoint_outage_stops_the_run_with_one_line_and_resume_continues(fak
     (workspace / "endpoint_down").unlink()
     code, out = invoke("run", "--resume", rid, "--config", str(fake_config))
     assert code == 0, out
-    assert "collect_rollouts: done" not in out  # finished before the outage: not redone (its time is in the stage-times line)
+    assert (
+        "collect_rollouts: done" not in out
+    )  # finished before the outage: not redone (its time is in the stage-times line)
     assert calls(workspace).count("rollout task-0") == 1
     with open_store(load_config(fake_config)) as store:
         assert store.get_run(rid).status == "done" and row_counts(store, rid)["adapters"] == 3

@@ -14,7 +14,9 @@ from gapforge.training.run import pid_file, stop_stale_job
 
 
 def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors_through(tmp_path: Path) -> None:
-    with pytest.raises(StageUnavailable, match=r"GRPO training \(gapforge_no_such_stage.service\) is not in this installation"):
+    with pytest.raises(
+        StageUnavailable, match=r"GRPO training \(gapforge_no_such_stage.service\) is not in this installation"
+    ):
         require("gapforge_no_such_stage.service", "GRPO training")
     (tmp_path / "brokenstage.py").write_text("import gapforge_missing_dependency\n")
     sys.path.insert(0, str(tmp_path))

@@ -16,5 +16,7 @@ def test_merge_dicts_updates_rows_field_by_field() -> None:
 
 
 def test_add_costs_sums_per_stage() -> None:
-    total = add_costs({"label": {"llm_calls": 10, "wall_s": 1.5}}, {"label": {"llm_calls": 10}, "train": {"cpu_s": 2.0}})
+    total = add_costs(
+        {"label": {"llm_calls": 10, "wall_s": 1.5}}, {"label": {"llm_calls": 10}, "train": {"cpu_s": 2.0}}
+    )
     assert total == {"label": {"llm_calls": 20, "wall_s": 1.5}, "train": {"cpu_s": 2.0}}

@@ -20,10 +20,20 @@ POLICY = """You are the IT help desk of Northwind Labs.
 - Tell the employee the ticket number you opened."""
 
 TOOLS = [
-    tool_schema("verify_identity", "Check an employee's badge digits.", {"employee_id": {"type": "string"}, "badge_last4": {"type": "string"}}),
-    tool_schema("get_account", "Read an employee's account: locked flag and lock reason.", {"employee_id": {"type": "string"}}),
+    tool_schema(
+        "verify_identity",
+        "Check an employee's badge digits.",
+        {"employee_id": {"type": "string"}, "badge_last4": {"type": "string"}},
+    ),
+    tool_schema(
+        "get_account", "Read an employee's account: locked flag and lock reason.", {"employee_id": {"type": "string"}}
+    ),
     tool_schema("unlock_account", "Unlock an employee's account.", {"employee_id": {"type": "string"}}),
-    tool_schema("escalate_ticket", "Open an escalation ticket for a team.", {"employee_id": {"type": "string"}, "team": {"type": "string"}}),
+    tool_schema(
+        "escalate_ticket",
+        "Open an escalation ticket for a team.",
+        {"employee_id": {"type": "string"}, "team": {"type": "string"}},
+    ),
 ]
 TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
 
@@ -62,7 +72,14 @@ class HelpdeskTarget:
         out = []
         for call in message.tool_calls:
             self._calls.append(call.name)
-            out.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=json.dumps({"ok": True, "employee_id": "E-17"})))
+            out.append(
+                Message(
+                    role="tool",
+                    tool_call_id=call.id,
+                    name=call.name,
+                    content=json.dumps({"ok": True, "employee_id": "E-17"}),
+                )
+            )
         return StepResult(messages=out, done=not message.tool_calls)
 
     def score(self) -> Score:
@@ -75,18 +92,38 @@ class HelpdeskTarget:
 
 def episode(task: str, success: bool) -> list[dict[str, Any]]:
     """One stored episode of `task`: opening, identity check, the account read, then an unlock (wrong under a hold)."""
-    result = {"employee_id": "E-17", "locked": True, "lock_reason": "security_hold" if task == "hd-lock-004" else "failed_logins"}
+    result = {
+        "employee_id": "E-17",
+        "locked": True,
+        "lock_reason": "security_hold" if task == "hd-lock-004" else "failed_logins",
+    }
     return [
         {"role": "system", "content": POLICY},
         {"role": "user", "content": TASKS[task][1]},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "name": "verify_identity", "arguments": {"employee_id": "E-17", "badge_last4": "4821"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "name": "verify_identity", "arguments": {"employee_id": "E-17", "badge_last4": "4821"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "name": "verify_identity", "content": json.dumps({"verified": True})},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "name": "get_account", "arguments": {"employee_id": "E-17"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c2", "name": "get_account", "arguments": {"employee_id": "E-17"}}],
+        },
         {"role": "tool", "tool_call_id": "c2", "name": "get_account", "content": json.dumps(result)},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "c3", "name": "unlock_account", "arguments": {"employee_id": "E-17"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c3", "name": "unlock_account", "arguments": {"employee_id": "E-17"}}],
+        },
         {"role": "tool", "tool_call_id": "c3", "name": "unlock_account", "content": json.dumps({"unlocked": True})},
-        {"role": "assistant", "content": "Your account is unlocked." if success else "Unlocked, you can sign in again."},
+        {
+            "role": "assistant",
+            "content": "Your account is unlocked." if success else "Unlocked, you can sign in again.",
+        },
     ]
 
 
@@ -98,8 +135,22 @@ def store_run(store: Any, run_id: str = "r-helpdesk", *, fraction: float = 0.5, 
     for task, (family, _) in sorted(TASKS.items()):
         success = family == "vpn"
         messages = episode(task, success)
-        store.put_episode(run_id, "helpdesk", task, 0, policy="base", messages=messages, reward=float(success), success=success,
-                          components={}, termination="user_stop", error=None, turns=4, timings={}, task_family=family)
+        store.put_episode(
+            run_id,
+            "helpdesk",
+            task,
+            0,
+            policy="base",
+            messages=messages,
+            reward=float(success),
+            success=success,
+            components={},
+            termination="user_stop",
+            error=None,
+            turns=4,
+            timings={},
+            task_family=family,
+        )
     ensure_split(store, run_id, fraction=fraction, seed=seed)
     return run_id
 
@@ -116,8 +167,11 @@ class HelpdeskSynthetic(SyntheticEnv):
     def generate(self, seed: int) -> dict:
         hold = self.rng.random() < 0.5
         opening = self.OPENINGS[seed % len(self.OPENINGS)]
-        return {"opening": f"{opening} I am employee E-{seed + 100}.", "db": {"hold": hold, "employee_id": f"E-{seed + 100}"},
-                "truth": {"hold": hold}}
+        return {
+            "opening": f"{opening} I am employee E-{seed + 100}.",
+            "db": {"hold": hold, "employee_id": f"E-{seed + 100}"},
+            "truth": {"hold": hold},
+        }
 
     @tool
     def verify_identity(self, employee_id: str, badge_last4: str) -> dict:
@@ -127,7 +181,11 @@ class HelpdeskSynthetic(SyntheticEnv):
     @tool
     def get_account(self, employee_id: str) -> dict:
         """Read an employee's account: locked flag and lock reason."""
-        return {"employee_id": employee_id, "locked": True, "lock_reason": "security_hold" if self.db["hold"] else "failed_logins"}
+        return {
+            "employee_id": employee_id,
+            "locked": True,
+            "lock_reason": "security_hold" if self.db["hold"] else "failed_logins",
+        }
 
     @tool
     def unlock_account(self, employee_id: str) -> dict:
@@ -150,9 +208,16 @@ class HelpdeskSynthetic(SyntheticEnv):
 
     def solution(self, seed: int) -> list[dict]:
         eid = self.db["employee_id"]
-        act = ({"tool": "escalate_ticket", "arguments": {"employee_id": eid, "team": "security"}} if self.scenario["truth"]["hold"]
-               else {"tool": "unlock_account", "arguments": {"employee_id": eid}})
-        return [{"tool": "get_account", "arguments": {"employee_id": eid}}, act, {"say": "Done: your account is unlocked or the ticket is open."}]
+        act = (
+            {"tool": "escalate_ticket", "arguments": {"employee_id": eid, "team": "security"}}
+            if self.scenario["truth"]["hold"]
+            else {"tool": "unlock_account", "arguments": {"employee_id": eid}}
+        )
+        return [
+            {"tool": "get_account", "arguments": {"employee_id": eid}},
+            act,
+            {"say": "Done: your account is unlocked or the ticket is open."},
+        ]
 
 
 def with_openings(*openings: str) -> type[HelpdeskSynthetic]:

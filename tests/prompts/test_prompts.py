@@ -9,7 +9,11 @@ from gapforge.prompts import PromptError, load_prompt
 
 
 def test_every_prompt_file_has_a_name_and_version() -> None:
-    files = [f.name for f in resources.files("gapforge.prompts").iterdir() if f.name.endswith(".md") and f.name != "README.md"]
+    files = [
+        f.name
+        for f in resources.files("gapforge.prompts").iterdir()
+        if f.name.endswith(".md") and f.name != "README.md"
+    ]
     assert {"shop_user_simulator.md", "structured_reask.md"} <= set(files)
     for name in files:
         p = load_prompt(name)

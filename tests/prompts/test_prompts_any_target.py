@@ -30,12 +30,18 @@ from gapforge.prompts import load_prompt
 from gapforge.store import Store
 from tests.prompts.helpdesk import POLICY, TASKS, TOOL_NAMES, HelpdeskTarget, episode, store_run
 
-SHOP_WORDS = re.compile(r"\b(orders?|shops?|customers?|refunds?|cancel\w*|shipping|e-?commerce|retail|purchases?)\b", re.I)
-CAPS = [("hold_check", "Before unlocking an account the agent reads its lock reason and escalates a security hold."),
-        ("identity_check", "The agent confirms the employee's badge digits before changing an account."),
-        ("ticket_reporting", "The agent tells the employee the number of the ticket it opened."),
-        ("vpn_triage", "The agent asks which client version and network the employee uses before advising.")]
-EXAMPLE = re.compile(r"## An example module.*?```python.*?```", re.S)  # the SDK example: another target's code, labelled so
+SHOP_WORDS = re.compile(
+    r"\b(orders?|shops?|customers?|refunds?|cancel\w*|shipping|e-?commerce|retail|purchases?)\b", re.I
+)
+CAPS = [
+    ("hold_check", "Before unlocking an account the agent reads its lock reason and escalates a security hold."),
+    ("identity_check", "The agent confirms the employee's badge digits before changing an account."),
+    ("ticket_reporting", "The agent tells the employee the number of the ticket it opened."),
+    ("vpn_triage", "The agent asks which client version and network the employee uses before advising."),
+]
+EXAMPLE = re.compile(
+    r"## An example module.*?```python.*?```", re.S
+)  # the SDK example: another target's code, labelled so
 
 
 class Capture:
@@ -51,18 +57,34 @@ class Capture:
 
     def discover(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
         ids = [int(i) for i in re.findall(r"^### episode (\d+)$", self.keep("analyst_discover", messages), re.M)]
-        return {"structured": {"capabilities": [{"name": n, "definition": d, "example_episode_ids": ids[:1]} for n, d in CAPS]}}
+        return {
+            "structured": {
+                "capabilities": [{"name": n, "definition": d, "example_episode_ids": ids[:1]} for n, d in CAPS]
+            }
+        }
 
     def label(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
         text = self.keep("analyst_label", messages)
         failed = "outcome: FAILURE" in text
-        return {"structured": {"labels": [
-            {"capability": n, "label": "LACKING" if failed and n == "hold_check" else "NA", "evidence": "[6] unlocked a held account",
-             "message_index": 6 if failed and n == "hold_check" else None} for n, _ in CAPS]}}
+        return {
+            "structured": {
+                "labels": [
+                    {
+                        "capability": n,
+                        "label": "LACKING" if failed and n == "hold_check" else "NA",
+                        "evidence": "[6] unlocked a held account",
+                        "message_index": 6 if failed and n == "hold_check" else None,
+                    }
+                    for n, _ in CAPS
+                ]
+            }
+        }
 
     def review(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> dict[str, Any]:
         self.keep("synthesis_reviewer", messages)
-        return {"structured": {"capability_focus": True, "tools_match": True, "reward_gameable": False, "verdict": "accept"}}
+        return {
+            "structured": {"capability_focus": True, "tools_match": True, "reward_gameable": False, "verdict": "accept"}
+        }
 
 
 class LetterScorer:
@@ -90,8 +112,9 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
 def rendered(tmp_path: Path, registered: None) -> dict[str, str]:
     """Each prompt's name -> its text, rendered by the code that renders it in a run."""
     capture = Capture()
-    model = ScriptedChatModel.from_dict({"analyst_discover": capture.discover, "analyst_label": capture.label,
-                                         "synthesis_reviewer": capture.review})
+    model = ScriptedChatModel.from_dict(
+        {"analyst_discover": capture.discover, "analyst_label": capture.label, "synthesis_reviewer": capture.review}
+    )
     cfg = AnalysisConfig(passes=1, bootstrap=0, concurrency=2, discovery_failed=4, discovery_success=2)
     with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
         run = store_run(store)
@@ -101,23 +124,46 @@ def rendered(tmp_path: Path, registered: None) -> dict[str, str]:
         review_env(model, ctx, "class Env: ...", 1)
         out = {name: texts[0] for name, texts in capture.seen.items()}
         out["synthesis_generator"] = render_generator_prompt(ctx, 1, 3, None)
-    router = Router(make_options([{"name": n, "definition": d} for n, d in CAPS], list("ABCDE")), LetterScorer(),  # type: ignore[arg-type]
-                    target="helpdesk", policy=POLICY)
+    router = Router(
+        make_options([{"name": n, "definition": d} for n, d in CAPS], list("ABCDE")),
+        LetterScorer(),  # type: ignore[arg-type]
+        target="helpdesk",
+        policy=POLICY,
+    )
     out["router"] = str(router.messages("My laptop login says my account is locked.")[0]["content"])
     out["capability_hints"] = hints_text([{"name": n, "definition": d} for n, d in CAPS])[0]
-    template, _ = reflection_template()  # gepa fills its placeholders: the current instructions, the examples as markdown
+    template, _ = (
+        reflection_template()
+    )  # gepa fills its placeholders: the current instructions, the examples as markdown
     out["gepa_reflection"] = template.replace("<curr_param>", out["capability_hints"]).replace(
-        "<side_info>", "# Example 1\n## Outcome\nFAILURE\n## Episode\n[1] user: My laptop login says my account is locked.\n")
-    out["structured_reask"] = load_prompt("structured_reask.md").body.format(error="field 'labels' missing", schema="EpisodeLabels")
+        "<side_info>",
+        "# Example 1\n## Outcome\nFAILURE\n## Episode\n[1] user: My laptop login says my account is locked.\n",
+    )
+    out["structured_reask"] = load_prompt("structured_reask.md").body.format(
+        error="field 'labels' missing", schema="EpisodeLabels"
+    )
     out["sdk_reference"] = load_prompt("sdk_reference.md").body
     return out
 
 
 def test_every_role_prompt_is_rendered_here() -> None:
     """A new prompt is added to this test (user simulators belong to their env and speak its domain)."""
-    files = {f.name.removesuffix(".md") for f in resources.files("gapforge.prompts").iterdir() if f.name.endswith(".md") and f.name != "README.md"}
-    covered = {"analyst_discover", "analyst_label", "synthesis_generator", "synthesis_reviewer", "router", "capability_hints",
-               "structured_reask", "sdk_reference", "gepa_reflection"}
+    files = {
+        f.name.removesuffix(".md")
+        for f in resources.files("gapforge.prompts").iterdir()
+        if f.name.endswith(".md") and f.name != "README.md"
+    }
+    covered = {
+        "analyst_discover",
+        "analyst_label",
+        "synthesis_generator",
+        "synthesis_reviewer",
+        "router",
+        "capability_hints",
+        "structured_reask",
+        "sdk_reference",
+        "gepa_reflection",
+    }
     assert {f for f in files if not f.endswith("_user_simulator")} == covered
 
 
@@ -152,7 +198,9 @@ def test_recorded_synthesis_roles_still_find_capability_and_attempt(rendered: di
 
 def test_long_policies_are_cut_at_a_line_in_the_router() -> None:
     policy = "\n".join(f"Rule {i}: " + "x" * 50 for i in range(40))
-    router = Router(make_options([{"name": "a", "definition": "d"}], list("AB")), LetterScorer(), target="t", policy=policy)  # type: ignore[arg-type]
+    router = Router(
+        make_options([{"name": "a", "definition": "d"}], list("AB")), LetterScorer(), target="t", policy=policy
+    )  # type: ignore[arg-type]
     text = str(router.messages("hi")[0]["content"])
     assert "Rule 0:" in text and "Rule 39:" not in text
     assert "(not given)" in str(Router(make_options([], list("AB")), LetterScorer()).messages("hi")[0]["content"])  # type: ignore[arg-type]

@@ -25,7 +25,11 @@ def declared(path: Path) -> tuple[set[str], str | None]:
     """EXPECTED_FAILURES and VALIDATE_TARGET of a broken module, read without importing it."""
     values: dict[str, Any] = {}
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in ("EXPECTED_FAILURES", "VALIDATE_TARGET"):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("EXPECTED_FAILURES", "VALIDATE_TARGET")
+        ):
             values[node.targets[0].id] = set() if ast.unparse(node.value) == "set()" else ast.literal_eval(node.value)
     return set(values["EXPECTED_FAILURES"]), values["VALIDATE_TARGET"]
 
@@ -43,7 +47,9 @@ def run(path: Path, target_tools: list[dict[str, Any]] | None = None, **kw: Any)
     return validate_env(lambda: InProcessSyntheticEnv(path), target_tools=target_tools, seeds=20, module=path, **kw)
 
 
-IN_PROCESS = sorted(p.name for p in BROKEN.glob("*.py") if "DOCKER_ONLY = True" not in p.read_text())  # hangs/floods need the sandbox
+IN_PROCESS = sorted(
+    p.name for p in BROKEN.glob("*.py") if "DOCKER_ONLY = True" not in p.read_text()
+)  # hangs/floods need the sandbox
 
 
 @pytest.mark.parametrize("name", IN_PROCESS)
@@ -69,7 +75,11 @@ def test_evidence_names_seed_and_what_happened(shop_tools: list[dict[str, Any]])
     unsolved = run(BROKEN / "unsolvable.py").check("solvable")
     assert unsolved.evidence["solved_share"] == 0.0
     first = unsolved.evidence["unsolved"][0]
-    assert first["seed"] == 0 and first["reward"] == pytest.approx(2 / 3, abs=1e-3) and first["components"]["informed"] == 0.0
+    assert (
+        first["seed"] == 0
+        and first["reward"] == pytest.approx(2 / 3, abs=1e-3)
+        and first["components"]["informed"] == 0.0
+    )
 
     constant = run(BROKEN / "constant_reward.py")
     assert constant.check("not_trivial").evidence["do_nothing"]["mean"] == 1.0
@@ -77,7 +87,9 @@ def test_evidence_names_seed_and_what_happened(shop_tools: list[dict[str, Any]])
 
     schema = run(BROKEN / "bad_schema.py", shop_tools)
     assert any("get_order_details" in p and "'object'" in p for p in schema.check("loads").evidence["problems"])
-    assert schema.check("fidelity").evidence["shared_tools"] == ["cancel_pending_order"]  # the valid tools are still compared
+    assert schema.check("fidelity").evidence["shared_tools"] == [
+        "cancel_pending_order"
+    ]  # the valid tools are still compared
 
     mismatch = run(BROKEN / "shop_mismatch.py", shop_tools).check("fidelity")
     assert mismatch.evidence["problems"] == ["tool 'get_order_details': parameters ['id'] != target's ['order_id']"]
@@ -103,8 +115,11 @@ def _accepted_recordings() -> list[Path]:
 
     root = RECORDINGS_DIR
     rec = yaml.safe_load((root / "shop.yaml").read_text())
-    return [root / rec["synthesis_generator"][cap][-1]["code_file"] for cap, verdicts in rec["synthesis_reviewer"].items()
-            if verdicts[-1]["verdict"] == "accept"]
+    return [
+        root / rec["synthesis_generator"][cap][-1]["code_file"]
+        for cap, verdicts in rec["synthesis_reviewer"].items()
+        if verdicts[-1]["verdict"] == "accept"
+    ]
 
 
 @pytest.mark.parametrize("path", _accepted_recordings(), ids=lambda p: p.stem)
@@ -120,11 +135,19 @@ def test_module_that_does_not_load_blocks_the_rest(tmp_path: Path) -> None:
     path.write_text("from envs.sdk import SyntheticEnv\nclass Env(SyntheticEnv)\n    pass\n")
     report = run(path)
     assert report.check("loads").evidence["kind"] == "load_error"
-    assert report.failed_names() == set(CHECKS) - {"grpo_ready", "fidelity", "result_format", "contamination"}  # no target, no split: SKIP
+    assert report.failed_names() == set(CHECKS) - {
+        "grpo_ready",
+        "fidelity",
+        "result_format",
+        "contamination",
+    }  # no target, no split: SKIP
     assert report.check("fidelity").verdict == "SKIP" and report.check("result_format").verdict == "SKIP"
     text = report.failures_for_generator()
     assert "check `loads` FAILED" in text and "SyntaxError" in text
-    assert "not run because of the failures above: deterministic, diverse, solvable, not_trivial, graded, no_leakage, reward_hacking" in text
+    assert (
+        "not run because of the failures above: deterministic, diverse, solvable, not_trivial, graded, no_leakage, reward_hacking"
+        in text
+    )
     assert "check `solvable`" not in text  # blocked checks are one line, not noise
 
 
@@ -200,8 +223,10 @@ def test_report_json_carries_verdicts() -> None:
     assert data["passed"] is False
     verdicts = {c["name"]: c["verdict"] for c in data["checks"]}
     assert verdicts["graded"] == "FAIL" and verdicts["solvable"] == "PASS" and verdicts["grpo_ready"] == "SKIP"
-    assert ValidationReport.model_validate({k: v for k, v in data.items() if k != "passed"} | {
-        "checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}).failed_names() == {"not_trivial", "graded", "reward_hacking"}
+    assert ValidationReport.model_validate(
+        {k: v for k, v in data.items() if k != "passed"}
+        | {"checks": [{k: v for k, v in c.items() if k != "verdict"} for c in data["checks"]]}
+    ).failed_names() == {"not_trivial", "graded", "reward_hacking"}
 
 
 def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rule() -> None:
@@ -222,14 +247,18 @@ def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rul
         kinds.add(truth["why"])
         checks = [a for a in env.solution(seed) if a.get("tool")]
         scores = {}
-        said = {"one": f"I'm sorry, I cannot do that: it is {truth['why']}.",
-                "worded": {"shipped": "Unfortunately it has already shipped, so a new address is not available.",
-                           "processed": "I can't: the order is processed, changing it is unavailable now.",
-                           "delivered": f"I'm unable to cancel order {truth['order_id']}: it was delivered on 2025-05-30.",
-                           "30": "Unfortunately, returns are only available within 30 days of delivery.",
-                           "final sale": "I'm sorry, returns are not available for final sale items.",
-                           "available": "Unfortunately that variant is not available."}[truth["why"]],
-                "list": "I'm sorry, I cannot do that: it is shipped, processed, delivered, 30, final sale or available."}
+        said = {
+            "one": f"I'm sorry, I cannot do that: it is {truth['why']}.",
+            "worded": {
+                "shipped": "Unfortunately it has already shipped, so a new address is not available.",
+                "processed": "I can't: the order is processed, changing it is unavailable now.",
+                "delivered": f"I'm unable to cancel order {truth['order_id']}: it was delivered on 2025-05-30.",
+                "30": "Unfortunately, returns are only available within 30 days of delivery.",
+                "final sale": "I'm sorry, returns are not available for final sale items.",
+                "available": "Unfortunately that variant is not available.",
+            }[truth["why"]],
+            "list": "I'm sorry, I cannot do that: it is shipped, processed, delivered, 30, final sale or available.",
+        }
         for name, text in said.items():
             play = cls()
             play.reset(seed)
@@ -238,7 +267,11 @@ def test_the_accepted_precondition_env_pays_the_one_rule_not_a_list_of_every_rul
                     break
             scores[name] = play.score()
         assert scores["one"]["reward"] == 1.0 and scores["worded"]["reward"] == 1.0, (seed, truth, scores)
-        assert scores["list"]["components"]["informed"] == 0.0 and scores["list"]["reward"] == 0.8, (seed, truth, scores["list"])
+        assert scores["list"]["components"]["informed"] == 0.0 and scores["list"]["reward"] == 0.8, (
+            seed,
+            truth,
+            scores["list"],
+        )
     assert ineligible >= 20 and len(kinds) == 6, kinds  # every rule
 
 
@@ -273,8 +306,13 @@ def test_the_accepted_precondition_env_ranks_refusing_an_allowed_request_below_a
         seen[truth["eligible"]] += 1
         assert play(seed, sol) == 1.0, (seed, truth)
         if truth["eligible"]:
-            unlooked = head + [a for a in sol[len(head):] if a.get("tool") not in look]  # confirm, write, done
+            unlooked = head + [a for a in sol[len(head) :] if a.get("tool") not in look]  # confirm, write, done
             assert play(seed, head + looked + [refuse]) < play(seed, unlooked) < 1.0, (seed, truth)
         else:
-            assert 0.0 == play(seed, head + [promise]) < play(seed, head + looked + [promise]) < play(seed, head + looked + [refuse]), (seed, truth)
+            assert (
+                0.0
+                == play(seed, head + [promise])
+                < play(seed, head + looked + [promise])
+                < play(seed, head + looked + [refuse])
+            ), (seed, truth)
     assert min(seen.values()) >= 10

@@ -53,8 +53,9 @@ async def test_readiness_rollouts_use_the_callers_loop_and_its_creator_closes_th
     with FakeOpenAIServer(_alternating_responder()) as srv:
         policy = EndpointPolicy(srv.base_url, "fake-model", retry_backoff_s=0.01)
         try:
-            report = await avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=4, policy=policy,
-                                         run_episode=_runner, readiness=cfg)
+            report = await avalidate_env(
+                lambda: InProcessSyntheticEnv(BASELINE), seeds=4, policy=policy, run_episode=_runner, readiness=cfg
+            )
             session = policy._session
             assert session is not None and not session.closed
             assert policy._loop is asyncio.get_running_loop()  # the session lives on this test's loop
@@ -75,13 +76,17 @@ async def test_sync_readiness_check_inside_a_running_loop_says_to_await_the_asyn
             raise AssertionError("no rollout may start")
 
     with pytest.raises(RuntimeError, match="await acheck_grpo_ready"):
-        check_grpo_ready(lambda: InProcessSyntheticEnv(BASELINE), [0, 1], Never(), _runner, GRPOReadinessConfig(groups=2, samples=2))
+        check_grpo_ready(
+            lambda: InProcessSyntheticEnv(BASELINE), [0, 1], Never(), _runner, GRPOReadinessConfig(groups=2, samples=2)
+        )
 
 
 def test_sync_and_async_entry_points_give_the_same_checks_without_a_policy() -> None:
     sync = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3)
     via_loop = asyncio.run(avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3))
-    assert [(c.name, c.verdict, c.summary) for c in sync.checks] == [(c.name, c.verdict, c.summary) for c in via_loop.checks]
+    assert [(c.name, c.verdict, c.summary) for c in sync.checks] == [
+        (c.name, c.verdict, c.summary) for c in via_loop.checks
+    ]
     assert sync.check("grpo_ready").skipped and sync.passed
 
 
@@ -125,6 +130,12 @@ async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None
     seen = []
     for concurrency in (1, 4, 12, 32):
         result = await acheck_grpo_ready(_Opened, list(range(8)), object(), runner, cfg, concurrency=concurrency)
-        seen.append((result.summary, result.evidence["rewards"], result.evidence["rollouts"], result.evidence["charged"]))
+        seen.append(
+            (result.summary, result.evidence["rewards"], result.evidence["rollouts"], result.evidence["charged"])
+        )
         assert 16 <= result.evidence.get("played", 16) <= 32  # never more than the whole matrix
-    assert len(set(map(str, seen))) == 1 and seen[0][2] == seen[0][3] == 16 and "stopped early after 4/8 groups" in seen[0][0]
+    assert (
+        len(set(map(str, seen))) == 1
+        and seen[0][2] == seen[0][3] == 16
+        and "stopped early after 4/8 groups" in seen[0][0]
+    )

@@ -71,7 +71,9 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, workspa
 
 @pytest.mark.docker
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_examples_pass_in_docker(path: Path, sandbox_config: SandboxConfig, workspace: Path, tmp_path: Path, none_of_ours_left: None) -> None:
+def test_examples_pass_in_docker(
+    path: Path, sandbox_config: SandboxConfig, workspace: Path, tmp_path: Path, none_of_ours_left: None
+) -> None:
     out = tmp_path / "report.json"
     result = _invoke(str(path), "--target", "shop", "--json", str(out), cfg=sandbox_config, workspace=workspace)
     assert result.exit_code == 0, result.output
@@ -82,7 +84,9 @@ def test_examples_pass_in_docker(path: Path, sandbox_config: SandboxConfig, work
 
 
 @pytest.mark.docker
-def test_broken_modules_fail_their_checks_in_docker(sandbox_config: SandboxConfig, workspace: Path, tmp_path: Path, none_of_ours_left: None) -> None:
+def test_broken_modules_fail_their_checks_in_docker(
+    sandbox_config: SandboxConfig, workspace: Path, tmp_path: Path, none_of_ours_left: None
+) -> None:
     for path in sorted(BROKEN.glob("*.py")):
         expected, target = _declared(path)
         out = tmp_path / f"{path.stem}.json"
@@ -98,7 +102,12 @@ def test_broken_modules_fail_their_checks_in_docker(sandbox_config: SandboxConfi
         if path.name in kinds:
             not_trivial = next(c for c in report["checks"] if c["name"] == "not_trivial")
             assert not_trivial["evidence"]["kind"] == kinds[path.name], not_trivial
-            assert not_trivial["evidence"]["phase"] == "step" and not_trivial["evidence"]["action"].startswith("list_orders(")
+            assert not_trivial["evidence"]["phase"] == "step" and not_trivial["evidence"]["action"].startswith(
+                "list_orders("
+            )
         if path.name == "raises_in_reset.py":
             solvable = next(c for c in report["checks"] if c["name"] == "solvable")
-            assert solvable["evidence"]["kind"] == "exception" and "scenario table missing" in solvable["evidence"]["error"]
+            assert (
+                solvable["evidence"]["kind"] == "exception"
+                and "scenario table missing" in solvable["evidence"]["error"]
+            )

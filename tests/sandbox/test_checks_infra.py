@@ -43,8 +43,14 @@ async def test_an_endpoint_answering_500_is_retried_then_raised_never_graded() -
         policy = _down_policy(srv)
         try:
             with pytest.raises(InfrastructureFailure) as info:
-                await acheck_grpo_ready(lambda: InProcessSyntheticEnv(BASELINE), [0, 1], policy, _runner,
-                                        GRPOReadinessConfig(groups=2, samples=2), concurrency=4)
+                await acheck_grpo_ready(
+                    lambda: InProcessSyntheticEnv(BASELINE),
+                    [0, 1],
+                    policy,
+                    _runner,
+                    GRPOReadinessConfig(groups=2, samples=2),
+                    concurrency=4,
+                )
         finally:
             await policy.aclose()
         requests = srv.request_count
@@ -56,12 +62,21 @@ async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() 
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
         policy = _down_policy(srv)
         try:
-            report = await avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=4, policy=policy, run_episode=_runner,
-                                         readiness=GRPOReadinessConfig(groups=2, samples=2))
+            report = await avalidate_env(
+                lambda: InProcessSyntheticEnv(BASELINE),
+                seeds=4,
+                policy=policy,
+                run_episode=_runner,
+                readiness=GRPOReadinessConfig(groups=2, samples=2),
+            )
         finally:
             await policy.aclose()
     grpo = report.check("grpo_ready")
-    assert report.incomplete is not None and report.incomplete["check"] == "grpo_ready" and report.incomplete["cause"] == "endpoint"
+    assert (
+        report.incomplete is not None
+        and report.incomplete["check"] == "grpo_ready"
+        and report.incomplete["cause"] == "endpoint"
+    )
     assert grpo.verdict == "INCOMPLETE" and "informative" not in grpo.summary and "not the env's doing" in grpo.summary
     assert not report.passed and "grpo_ready" not in report.failed_names()  # not passed, and not the env's failure
     assert report.to_json()["incomplete"]["cause"] == "endpoint"
@@ -70,9 +85,13 @@ async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() 
 def test_a_recovered_endpoint_blip_still_grades_the_env() -> None:
     # the first request fails, then it answers (with two failures the same episode could draw both: a race, not a blip)
     with FakeOpenAIServer(text_reply("Sorry."), fail_first=1) as srv:
-        report = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=4, run_episode=_runner,
-                              policy=EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000),
-                              readiness=GRPOReadinessConfig(groups=2, samples=2, min_informative=0.0, max_all_zero=1.0, mean_low=0.0))
+        report = validate_env(
+            lambda: InProcessSyntheticEnv(BASELINE),
+            seeds=4,
+            run_episode=_runner,
+            policy=EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000),
+            readiness=GRPOReadinessConfig(groups=2, samples=2, min_informative=0.0, max_all_zero=1.0, mean_low=0.0),
+        )
     grpo = report.check("grpo_ready")
     assert report.incomplete is None and grpo.verdict == "PASS" and grpo.evidence["infra_retried"] == 1
     assert grpo.evidence["rollouts"] == 4  # four graded episodes; the lost one was played again, not scored 0
@@ -81,11 +100,35 @@ def test_a_recovered_endpoint_blip_still_grades_the_env() -> None:
 def test_cli_validate_under_an_outage_exits_3_and_writes_the_report(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
-        res = CliRunner().invoke(app, [
-            "env", "validate", str(COUNTER), "--seeds", "4", "--json", str(out), "--set", f"workspace={tmp_path}",
-            "--set", "sandbox.backend=process", "--set", "policy.kind=endpoint", "--set", f"policy.endpoint.base_url={srv.base_url}",
-            "--set", "policy.endpoint.max_retries=0", "--set", "policy.endpoint.retry_backoff_s=0",
-            "--set", "grpo_readiness.groups=2", "--set", "grpo_readiness.samples=2"], terminal_width=250)
+        res = CliRunner().invoke(
+            app,
+            [
+                "env",
+                "validate",
+                str(COUNTER),
+                "--seeds",
+                "4",
+                "--json",
+                str(out),
+                "--set",
+                f"workspace={tmp_path}",
+                "--set",
+                "sandbox.backend=process",
+                "--set",
+                "policy.kind=endpoint",
+                "--set",
+                f"policy.endpoint.base_url={srv.base_url}",
+                "--set",
+                "policy.endpoint.max_retries=0",
+                "--set",
+                "policy.endpoint.retry_backoff_s=0",
+                "--set",
+                "grpo_readiness.groups=2",
+                "--set",
+                "grpo_readiness.samples=2",
+            ],
+            terminal_width=250,
+        )
     assert res.exit_code == 3, res.output
     errors = [line for line in res.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "stopped at check grpo_ready: the endpoint kept failing" in errors[0]
@@ -152,5 +195,7 @@ def test_a_kill_that_persists_stops_the_validation_without_blaming_the_env(sandb
     stopped = report.incomplete
     assert stopped is not None and stopped["cause"] == "sandbox" and "killed" in stopped["error"]
     assert report.check(stopped["check"]).verdict == "INCOMPLETE"
-    assert report.failures == [] or all("blocked_by" not in c.evidence and c.name != stopped["check"] for c in report.failures)
+    assert report.failures == [] or all(
+        "blocked_by" not in c.evidence and c.name != stopped["check"] for c in report.failures
+    )
     assert not report.passed and report.sandbox_fault_count >= 3  # every try of the lost call is listed

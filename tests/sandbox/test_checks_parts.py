@@ -51,8 +51,14 @@ def test_fidelity_compares_names_types_and_required() -> None:
     same = [tool_schema("cancel", "other words", {"order_id": {"type": "string"}, "reason": {"type": "string"}})]
     assert fidelity_problems(same, target) == (["cancel"], [])
     typed = [tool_schema("cancel", "c", {"order_id": {"type": "integer"}, "reason": {"type": "string"}})]
-    assert fidelity_problems(typed, target)[1] == ["tool 'cancel': parameter 'order_id' has type 'integer', target has 'string'"]
-    optional = [tool_schema("cancel", "c", {"order_id": {"type": "string"}, "reason": {"type": "string"}}, required=["order_id"])]
+    assert fidelity_problems(typed, target)[1] == [
+        "tool 'cancel': parameter 'order_id' has type 'integer', target has 'string'"
+    ]
+    optional = [
+        tool_schema(
+            "cancel", "c", {"order_id": {"type": "string"}, "reason": {"type": "string"}}, required=["order_id"]
+        )
+    ]
     assert "required ['order_id'] != target's ['order_id', 'reason']" in fidelity_problems(optional, target)[1][0]
     unrelated = [tool_schema("lookup", "l", {})]
     assert fidelity_problems(unrelated, target) == ([], [])
@@ -75,8 +81,16 @@ def test_random_arguments_are_accepted_by_the_sdk() -> None:
 
 def test_corruption_levels_are_nested_and_seeded() -> None:
     # no alteration can equal another action
-    actions = [{"tool": "a", "arguments": {"x": "1"}}, {"tool": "b", "arguments": {}}, {"say": "done"}, {"tool": "a", "arguments": {"x": "2", "y": 1}}]
-    tools = {"a": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}, "b": {"name": "b", "parameters": {}}}
+    actions = [
+        {"tool": "a", "arguments": {"x": "1"}},
+        {"tool": "b", "arguments": {}},
+        {"say": "done"},
+        {"tool": "a", "arguments": {"x": "2", "y": 1}},
+    ]
+    tools = {
+        "a": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}},
+        "b": {"name": "b", "parameters": {}},
+    }
     plan = corruption_plan(actions, 7, tools)
     assert plan == corruption_plan(actions, 7, tools)
     assert sorted(i for i, _ in plan) == [0, 1, 2, 3]
@@ -98,7 +112,9 @@ class CoinPolicy:
     def __init__(self, seed: int, p_lookup: float = 0.5) -> None:
         self.rng, self.p = random.Random(seed), p_lookup
 
-    async def respond(self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None) -> Message:
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
         assert temperature == 1.0
         last = messages[-1]
         if last.role == "tool":
@@ -106,7 +122,9 @@ class CoinPolicy:
             return Message.assistant(f"Your order is {status}.")
         order = re.search(r"#W\d+", messages[1].content or "")
         if order and self.rng.random() < self.p:
-            return Message.assistant(tool_calls=[ToolCall(id="c1", name="get_order_details", arguments={"order_id": order.group()})])
+            return Message.assistant(
+                tool_calls=[ToolCall(id="c1", name="get_order_details", arguments={"order_id": order.group()})]
+            )
         return Message.assistant("Sorry, I cannot help.")
 
 
@@ -116,13 +134,21 @@ async def _runner(policy: Any, env: Any, seed: int, temperature: float) -> Any:
 
 def test_grpo_ready_passes_with_a_mixed_policy_and_fails_with_a_hopeless_one() -> None:
     cfg = GRPOReadinessConfig(groups=6, samples=4)
-    ok = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=6, policy=CoinPolicy(1), run_episode=_runner, readiness=cfg)
+    ok = validate_env(
+        lambda: InProcessSyntheticEnv(BASELINE), seeds=6, policy=CoinPolicy(1), run_episode=_runner, readiness=cfg
+    )
     check = ok.check("grpo_ready")
     assert check.required and check.passed, check.summary
     assert check.evidence["groups"] == 6 and check.evidence["samples"] == 4
     assert check.evidence["informative_share"] >= 0.5 and 0.15 <= check.evidence["mean_reward"] <= 0.85
 
-    hopeless = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=6, policy=CoinPolicy(1, p_lookup=0.0), run_episode=_runner, readiness=cfg)
+    hopeless = validate_env(
+        lambda: InProcessSyntheticEnv(BASELINE),
+        seeds=6,
+        policy=CoinPolicy(1, p_lookup=0.0),
+        run_episode=_runner,
+        readiness=cfg,
+    )
     check = hopeless.check("grpo_ready")
     assert not check.passed and hopeless.failed_names() == {"grpo_ready"}
     assert check.evidence["all_zero_share"] == 1.0 and check.evidence["informative_share"] == 0.0
@@ -132,7 +158,13 @@ def test_grpo_ready_passes_with_a_mixed_policy_and_fails_with_a_hopeless_one() -
 
 def test_grpo_ready_reports_env_errors_inside_policy_episodes() -> None:
     cfg = GRPOReadinessConfig(groups=2, samples=2)
-    report = validate_env(lambda: InProcessSyntheticEnv(BROKEN / "raises_in_reset.py"), seeds=2, policy=CoinPolicy(0), run_episode=_runner, readiness=cfg)
+    report = validate_env(
+        lambda: InProcessSyntheticEnv(BROKEN / "raises_in_reset.py"),
+        seeds=2,
+        policy=CoinPolicy(0),
+        run_episode=_runner,
+        readiness=cfg,
+    )
     check = report.check("grpo_ready")
     assert not check.passed and "scenario table missing" in check.summary
     assert check.evidence["faults"][0]["kind"] == "env_error"
@@ -145,11 +177,25 @@ def test_grade_groups_thresholds() -> None:
     assert "mean reward 0.833 outside [0.2, 0.8]" in perfect.summary  # the default window is [0.2, 0.8]
     assert perfect.summary.startswith("too easy") and perfect.evidence["difficulty"] == "too_easy"
     mixed = grade_groups({0: [0.0, 0.5], 1: [0.5, 1.0], 2: [0.2, 0.4]}, cfg)
-    assert mixed.passed and mixed.evidence["mean_reward"] == pytest.approx(0.4333, abs=1e-4) and mixed.evidence["difficulty"] == "ok"
+    assert (
+        mixed.passed
+        and mixed.evidence["mean_reward"] == pytest.approx(0.4333, abs=1e-4)
+        and mixed.evidence["difficulty"] == "ok"
+    )
     flat = grade_groups({0: [0.5, 0.5], 1: [0.4, 0.4], 2: [0.2, 0.6]}, cfg)
-    assert not flat.passed and flat.summary.startswith("rewards do not vary within groups") and flat.evidence["difficulty"] == "flat"
-    low = grade_groups({0: [0.0, 0.3], 1: [0.1, 0.2], 2: [0.0, 0.2]}, cfg)  # no all-zero group, but the mean is below the window
-    assert not low.passed and low.evidence["difficulty"] == "too_hard" and "mean reward 0.133 outside [0.2, 0.8]" in low.summary
+    assert (
+        not flat.passed
+        and flat.summary.startswith("rewards do not vary within groups")
+        and flat.evidence["difficulty"] == "flat"
+    )
+    low = grade_groups(
+        {0: [0.0, 0.3], 1: [0.1, 0.2], 2: [0.0, 0.2]}, cfg
+    )  # no all-zero group, but the mean is below the window
+    assert (
+        not low.passed
+        and low.evidence["difficulty"] == "too_hard"
+        and "mean reward 0.133 outside [0.2, 0.8]" in low.summary
+    )
 
 
 def test_grpo_ready_samples_at_the_configured_training_temperature() -> None:
@@ -160,7 +206,9 @@ def test_grpo_ready_samples_at_the_configured_training_temperature() -> None:
         return await _runner(policy, env, seed, temperature)
 
     cfg = GRPOReadinessConfig(groups=2, samples=2, temperature=0.7)
-    validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=2, policy=CoinPolicy(1), run_episode=recording, readiness=cfg)
+    validate_env(
+        lambda: InProcessSyntheticEnv(BASELINE), seeds=2, policy=CoinPolicy(1), run_episode=recording, readiness=cfg
+    )
     assert seen and set(seen) == {0.7}
 
 
@@ -192,7 +240,11 @@ class Env(SyntheticEnv):
         return [{"tool": "get_order_details", "arguments": {"order_id": "#W1"}}, {"say": "It is " + self.db["status"] + "."}]
 '''
     varied, constant = tmp_path / "varied.py", tmp_path / "constant.py"
-    varied.write_text(body.replace("{SCENARIO}", 'self.rng.choice(["pending", "shipped", "delivered", "processed", "cancelled"]) + str(seed)'))
+    varied.write_text(
+        body.replace(
+            "{SCENARIO}", 'self.rng.choice(["pending", "shipped", "delivered", "processed", "cancelled"]) + str(seed)'
+        )
+    )
     constant.write_text(body.replace("{SCENARIO}", '"shipped"'))
     th = SelfTestThresholds(diverse_share=0.9)
     probe = Probe(lambda: InProcessSyntheticEnv(varied))
@@ -201,4 +253,8 @@ class Env(SyntheticEnv):
     probe = Probe(lambda: InProcessSyntheticEnv(constant))
     result = check_diverse(probe, list(range(8)), th)
     probe.close()
-    assert not result.passed and result.evidence["distinct"] == 1 and result.evidence["same_scenario_seeds"] == [list(range(8))]
+    assert (
+        not result.passed
+        and result.evidence["distinct"] == 1
+        and result.evidence["same_scenario_seeds"] == [list(range(8))]
+    )

@@ -23,8 +23,10 @@ from tests.prompts.helpdesk import TASKS, TOOLS, HelpdeskSynthetic, episode, wit
 TH = SelfTestThresholds()
 RECORDED = RECORDINGS_DIR / "shop"
 HELD = "Security flagged my account after the phishing drill and I cannot sign in anymore."
-SPLIT = SplitTexts(heldout={"hd-lock-004": [HELD], "hd-lock-002": [TASKS["hd-lock-002"][1]], "hd-vpn-002": ["Help."]},
-                   analysis=[TASKS["hd-lock-001"][1], TASKS["hd-vpn-001"][1]])
+SPLIT = SplitTexts(
+    heldout={"hd-lock-004": [HELD], "hd-lock-002": [TASKS["hd-lock-002"][1]], "hd-vpn-002": ["Help."]},
+    analysis=[TASKS["hd-lock-001"][1], TASKS["hd-vpn-001"][1]],
+)
 
 
 def check(env_class: type, split: SplitTexts | None = SPLIT, seeds: int = 4) -> Any:
@@ -38,16 +40,25 @@ def check(env_class: type, split: SplitTexts | None = SPLIT, seeds: int = 4) -> 
 def test_the_rule_exact_near_contained_and_paraphrased() -> None:
     held = words("Hi, I want to cancel my order, I don't need it anymore.")
     assert reproduces(words("hi I want to cancel my order — I don't need it anymore!"), held, 0.9) == 1.0  # normalised
-    assert reproduces(words("Hi, I want to cancel my order, I do not need it anymore."), held, 0.9) is None  # 11 of 13 words
+    assert (
+        reproduces(words("Hi, I want to cancel my order, I do not need it anymore."), held, 0.9) is None
+    )  # 11 of 13 words
     assert reproduces(words("Hi, I want to cancel my order, I don't need it any more."), held, 0.9) is None
-    assert reproduces(words("Hi, I wish to cancel my order, I don't need it anymore."), held, 0.9) == pytest.approx(11 / 12, abs=1e-3)  # one word changed
-    assert reproduces(words("Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W12"), held, 0.9) is not None  # contained
+    assert reproduces(words("Hi, I wish to cancel my order, I don't need it anymore."), held, 0.9) == pytest.approx(
+        11 / 12, abs=1e-3
+    )  # one word changed
+    assert (
+        reproduces(words("Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W12"), held, 0.9)
+        is not None
+    )  # contained
     assert reproduces(words("Hi, please cancel one of my orders, I changed my mind about it."), held, 0.9) is None
 
 
 def test_heldout_only_leaves_out_shared_and_short_openings() -> None:
     only = heldout_only(SPLIT, TH)
-    assert [tasks for _, tasks in only.values()] == [["hd-lock-004"]]  # hd-lock-002 opens like analysis task hd-lock-001; "Help." is short
+    assert [tasks for _, tasks in only.values()] == [
+        ["hd-lock-004"]
+    ]  # hd-lock-002 opens like analysis task hd-lock-001; "Help." is short
 
 
 def test_an_env_reproducing_heldout_only_text_fails_with_the_seed_and_the_task() -> None:
@@ -55,7 +66,11 @@ def test_an_env_reproducing_heldout_only_text_fails_with_the_seed_and_the_task()
     assert result.verdict == "FAIL" and "hd-lock-004" in result.summary
     match = result.evidence["matches"][0]
     assert (match["seed"], match["where"], match["heldout_tasks"]) == (1, "opening", ["hd-lock-004"])
-    assert match["said"].startswith(HELD) and match["seeds"] == [1, 3, 5]  # every seed that says it (openings of seeds 0..5)
+    assert match["said"].startswith(HELD) and match["seeds"] == [
+        1,
+        3,
+        5,
+    ]  # every seed that says it (openings of seeds 0..5)
     assert result.evidence["heldout_only"] == 1
 
 
@@ -73,7 +88,10 @@ def test_shared_or_own_words_pass_and_no_split_is_skipped_not_passed() -> None:
     assert check(HelpdeskSynthetic).verdict == "PASS"
     skipped = check(with_openings(HELD), split=None)
     assert skipped.verdict == "SKIP" and skipped.summary.startswith("skipped: no split")
-    nothing = check(HelpdeskSynthetic, split=SplitTexts(heldout={"hd-lock-002": [TASKS["hd-lock-002"][1]]}, analysis=[TASKS["hd-lock-001"][1]]))
+    nothing = check(
+        HelpdeskSynthetic,
+        split=SplitTexts(heldout={"hd-lock-002": [TASKS["hd-lock-002"][1]]}, analysis=[TASKS["hd-lock-001"][1]]),
+    )
     assert nothing.verdict == "PASS" and nothing.evidence["heldout_only"] == 0
 
 
@@ -89,8 +107,12 @@ def test_the_report_fails_the_env_and_tells_the_generator_which_task() -> None:
 
 def test_fidelity_and_result_format_work_for_a_non_shop_target() -> None:
     shapes = observed_result_shapes([episode("hd-lock-001", False)])
-    report = validate_env(lambda: InProcessSyntheticEnv(HelpdeskSynthetic), seeds=4, target_tools=TOOLS, target_result_shapes=shapes)
-    assert report.check("fidelity").passed and set(report.check("fidelity").evidence["shared_tools"]) == {t["function"]["name"] for t in TOOLS}
+    report = validate_env(
+        lambda: InProcessSyntheticEnv(HelpdeskSynthetic), seeds=4, target_tools=TOOLS, target_result_shapes=shapes
+    )
+    assert report.check("fidelity").passed and set(report.check("fidelity").evidence["shared_tools"]) == {
+        t["function"]["name"] for t in TOOLS
+    }
     assert report.check("result_format").passed
 
     class Renamed(HelpdeskSynthetic):
@@ -109,7 +131,9 @@ def shop_demo_split() -> SplitTexts:
     cfg = load_config(None, [])
     env = make_env("shop")
     try:
-        split = split_tasks({t: env.task_family(t) for t in env.task_ids()}, cfg.analysis.split_fraction, cfg.analysis.seed)
+        split = split_tasks(
+            {t: env.task_family(t) for t in env.task_ids()}, cfg.analysis.split_fraction, cfg.analysis.seed
+        )
         opening = {t: next(m.content for m in env.reset(t) if m.role == "user") for t in env.task_ids()}
     finally:
         env.close()
@@ -118,7 +142,11 @@ def shop_demo_split() -> SplitTexts:
 
 def test_the_shop_split_has_heldout_only_openings_the_recorded_envs_do_not_repeat(shop_demo_split: SplitTexts) -> None:
     only = {tuple(tasks) for _, tasks in heldout_only(shop_demo_split, TH).values()}
-    assert ("shop-refusal-001", "shop-refusal-002") in only and ("shop-write-004", "shop-write-005", "shop-write-006") in only
+    assert ("shop-refusal-001", "shop-refusal-002") in only and (
+        "shop-write-004",
+        "shop-write-005",
+        "shop-write-006",
+    ) in only
     for module in sorted(RECORDED.glob("*.py")):
         probe = Probe(lambda m=module: InProcessSyntheticEnv(m))
         try:
@@ -126,5 +154,10 @@ def test_the_shop_split_has_heldout_only_openings_the_recorded_envs_do_not_repea
         finally:
             probe.close()
         assert result.verdict == "PASS", (module.name, json.dumps(result.evidence.get("matches"))[:400])
-    old = check(with_openings("Hi, I want to cancel my order, I don't need it anymore."), split=shop_demo_split)  # the wording before
-    assert old.verdict == "FAIL" and old.evidence["matches"][0]["heldout_tasks"] == ["shop-refusal-001", "shop-refusal-002"]
+    old = check(
+        with_openings("Hi, I want to cancel my order, I don't need it anymore."), split=shop_demo_split
+    )  # the wording before
+    assert old.verdict == "FAIL" and old.evidence["matches"][0]["heldout_tasks"] == [
+        "shop-refusal-001",
+        "shop-refusal-002",
+    ]

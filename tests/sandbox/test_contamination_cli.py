@@ -35,21 +35,48 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def validate(module: Path, run: str, workspace: Path, sandbox_config) -> tuple[int, dict, str]:
     out = workspace / f"{module.stem}-{run}.json"
-    result = runner.invoke(app, ["env", "validate", str(module), "--target", "shop", "--episodes-from", run, "--seeds", "6",
-                                 "--json", str(out), "--set", f"workspace={workspace}", "--set", f"sandbox.image={sandbox_config.image}",
-                                 "--set", "sandbox.pool_size=1"], terminal_width=240)
+    result = runner.invoke(
+        app,
+        [
+            "env",
+            "validate",
+            str(module),
+            "--target",
+            "shop",
+            "--episodes-from",
+            run,
+            "--seeds",
+            "6",
+            "--json",
+            str(out),
+            "--set",
+            f"workspace={workspace}",
+            "--set",
+            f"sandbox.image={sandbox_config.image}",
+            "--set",
+            "sandbox.pool_size=1",
+        ],
+        terminal_width=240,
+    )
     return result.exit_code, json.loads(out.read_text()), result.output
 
 
-def test_the_recorded_env_before_and_after_its_openings_were_reworded(tmp_path: Path, workspace: Path, sandbox_config,
-                                                                       no_leftovers) -> None:
+def test_the_recorded_env_before_and_after_its_openings_were_reworded(
+    tmp_path: Path, workspace: Path, sandbox_config, no_leftovers
+) -> None:
     before = tmp_path / "precondition_verification_before.py"
-    before.write_text(RECORDED.read_text().replace("Hi, please cancel one of my orders, I changed my mind about it.",
-                                                   "Hi, I want to cancel my order, I don't need it anymore."))
+    before.write_text(
+        RECORDED.read_text().replace(
+            "Hi, please cancel one of my orders, I changed my mind about it.",
+            "Hi, I want to cancel my order, I don't need it anymore.",
+        )
+    )
     code, report, output = validate(before, "r-split", workspace, sandbox_config)
     check = next(c for c in report["checks"] if c["name"] == "contamination")
     assert code == 1 and check["verdict"] == "FAIL" and "contamination" in output
-    assert {tuple(m["heldout_tasks"]) for m in check["evidence"]["matches"]} == {("shop-refusal-001", "shop-refusal-002")}
+    assert {tuple(m["heldout_tasks"]) for m in check["evidence"]["matches"]} == {
+        ("shop-refusal-001", "shop-refusal-002")
+    }
     assert [c["name"] for c in report["checks"] if c["verdict"] == "FAIL"] == ["contamination"]
 
     code, report, _ = validate(RECORDED, "r-split", workspace, sandbox_config)

@@ -23,7 +23,9 @@ def test_local_python_rootfs_has_python_stdlib_and_user_but_no_site_packages(tmp
 
 def test_debian_mirror_reads_deb822_and_one_line_sources(tmp_path: Path):
     (tmp_path / "sources.list.d").mkdir()
-    (tmp_path / "sources.list.d" / "debian.sources").write_text("Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n")
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n"
+    )
     assert debian_mirror(tmp_path) == "http://mirror.example/debian"
     (tmp_path / "sources.list").write_text("deb [arch=amd64] http://local.mirror/debian bookworm main\n")
     assert debian_mirror(tmp_path) == "http://local.mirror/debian"

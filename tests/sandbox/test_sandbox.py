@@ -22,7 +22,9 @@ def _play(env: SandboxedEnv, seed: int) -> float:
     env.reset(seed)
     for i, action in enumerate(env.solution(seed)):
         if "tool" in action:
-            msg = Message.assistant(tool_calls=[ToolCall(id=f"c{i}", name=action["tool"], arguments=action["arguments"])])
+            msg = Message.assistant(
+                tool_calls=[ToolCall(id=f"c{i}", name=action["tool"], arguments=action["arguments"])]
+            )
         else:
             msg = Message.assistant(action["say"])
         if env.step(msg).done:

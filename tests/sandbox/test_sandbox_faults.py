@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
 
 def _kill_when_busy(cid: str, how: list[str], delay: float = 0.4) -> threading.Thread:
-    t = threading.Thread(target=lambda: (time.sleep(delay), subprocess.run(["docker", *how, cid], capture_output=True, check=False)))
+    t = threading.Thread(
+        target=lambda: (time.sleep(delay), subprocess.run(["docker", *how, cid], capture_output=True, check=False))
+    )
     t.start()
     return t
 
@@ -50,7 +52,10 @@ def test_container_killed_from_outside_is_retried_not_blamed_on_the_env(sandbox_
         assert list(env.failures) == []  # nothing counted against the env
         assert [f["kind"] for f in env.sandbox_faults] == [kind] and env.failure_count == 0
         if kind == "killed":
-            assert "from outside" in env.sandbox_faults[0]["detail"] and "oom" not in env.sandbox_faults[0]["detail"].lower()
+            assert (
+                "from outside" in env.sandbox_faults[0]["detail"]
+                and "oom" not in env.sandbox_faults[0]["detail"].lower()
+            )
 
 
 def test_a_kill_mid_episode_replays_the_episode_on_a_fresh_container(sandbox_config):
@@ -73,7 +78,9 @@ def test_a_persistent_outside_kill_is_a_sandbox_error_not_an_env_failure(sandbox
 
 
 def test_sweep_takes_only_truly_orphaned_containers_and_tolerates_vanished_ones(sandbox_config, docker_client):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     kw = container_kwargs(sandbox_config, str(ENVS))
     kw["command"] = ["sleep", "60"]
     owners = {
@@ -137,10 +144,15 @@ def test_concurrent_validations_and_sweeps_never_crash(sandbox_config, tmp_path)
     )
     env_path = str(ENVS / "counter_env.py")
     procs = [
-        subprocess.Popen([sys.executable, str(script), env_path], cwd=Path(__file__).parents[2], stderr=subprocess.PIPE, text=True,
-                         env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])})
+        subprocess.Popen(
+            [sys.executable, str(script), env_path],
+            cwd=Path(__file__).parents[2],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])},
+        )
         for _ in range(4)
-    ]  # fmt: skip
+    ]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
 

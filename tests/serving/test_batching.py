@@ -20,9 +20,11 @@ from gapforge.serving.batching import BatchGenerator, eos_ids_of
 from gapforge.serving.local import LocalPolicy
 from gapforge.serving.multi_adapter import MultiAdapterModel
 
-PROMPTS = ["<|im_start|>user\nWhere is my order?<|im_end|>\n<|im_start|>assistant\n",
-           "<|im_start|>user\nPlease cancel order 1007 because I no longer need it, thanks.<|im_end|>\n<|im_start|>assistant\n",
-           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"]  # fmt: skip
+PROMPTS = [
+    "<|im_start|>user\nWhere is my order?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nPlease cancel order 1007 because I no longer need it, thanks.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+]
 
 
 def _generator(policy: LocalPolicy, **kw) -> BatchGenerator:
@@ -36,12 +38,19 @@ def _ids(policy: LocalPolicy) -> list[list[int]]:
 def test_greedy_batch_equals_transformers_generate(tiny_model_dir: Path) -> None:
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
-    batched = [d.ids for d in _generator(policy).run_batch(prompts, seeds=[0, 0, 0], temperature=0.0, max_new_tokens=24)]
+    batched = [
+        d.ids for d in _generator(policy).run_batch(prompts, seeds=[0, 0, 0], temperature=0.0, max_new_tokens=24)
+    ]
     for ids, got in zip(prompts, batched):
         with torch.inference_mode():
-            out = policy.model.generate(torch.tensor([ids]), attention_mask=torch.ones((1, len(ids)), dtype=torch.long), do_sample=False,
-                                        max_new_tokens=24, pad_token_id=policy.tokenizer.pad_token_id)
-        assert got == out[0, len(ids):].tolist()[: len(got)] and len(got) > 0
+            out = policy.model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=24,
+                pad_token_id=policy.tokenizer.pad_token_id,
+            )
+        assert got == out[0, len(ids) :].tolist()[: len(got)] and len(got) > 0
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -49,13 +58,17 @@ def test_a_rows_tokens_do_not_depend_on_its_batch(tiny_model_dir: Path, temperat
     policy = LocalPolicy(tiny_model_dir)
     gen = _generator(policy)
     prompts = _ids(policy)
-    alone = [gen.run_batch([p], seeds=[s], temperature=temperature, max_new_tokens=32)[0] for p, s in zip(prompts, [5, 6, 7])]
+    alone = [
+        gen.run_batch([p], seeds=[s], temperature=temperature, max_new_tokens=32)[0] for p, s in zip(prompts, [5, 6, 7])
+    ]
     together = gen.run_batch(prompts, seeds=[5, 6, 7], temperature=temperature, max_new_tokens=32)
     assert [d.ids for d in together] == [d.ids for d in alone]
     for a, b in zip(alone, together):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4) and all(lp <= 0 for lp in a.logprobs)
     if temperature > 0:
-        assert gen.run_batch(prompts[:1], seeds=[8], temperature=1.0, max_new_tokens=32)[0].ids != alone[0].ids  # the seed matters
+        assert (
+            gen.run_batch(prompts[:1], seeds=[8], temperature=1.0, max_new_tokens=32)[0].ids != alone[0].ids
+        )  # the seed matters
 
 
 def test_waiting_requests_are_decoded_as_one_batch(tiny_model_dir: Path) -> None:
@@ -68,7 +81,9 @@ def test_waiting_requests_are_decoded_as_one_batch(tiny_model_dir: Path) -> None
     results = [f.result(timeout=60) for f in futures]
     gen.close()
     assert sum(gen.batch_sizes) == 8 and max(gen.batch_sizes) >= 7
-    assert results == [d.ids for d in gen.run_batch([prompt] * 8, seeds=list(range(8)), temperature=1.0, max_new_tokens=8)]
+    assert results == [
+        d.ids for d in gen.run_batch([prompt] * 8, seeds=list(range(8)), temperature=1.0, max_new_tokens=8)
+    ]
 
 
 def test_a_failing_batch_fails_its_callers_and_the_worker_goes_on(tiny_model_dir: Path) -> None:
@@ -110,7 +125,9 @@ async def test_adapters_in_flight_together_never_mix(tiny_model_dir: Path, tmp_p
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM"
+    )
     get_peft_model(base, config).save_pretrained(tmp_path / "a")
     backend = MultiAdapterModel(tiny_model_dir, {"a": tmp_path / "a"}, max_new_tokens=24)
     conv = [Message.user("Where is my order #W1234567?")]
@@ -143,7 +160,9 @@ async def test_a_collection_is_the_same_at_any_concurrency(tiny_model_dir: Path)
     for concurrency in (1, 4):
         policy = LocalPolicy(tiny_model_dir, max_new_tokens=24, temperature=1.0, seed=11)
         sink = Sink()
-        await collect(CollectPlan("r", "shop", tasks, 2, concurrency, 3, 1.0), make_env=ShopEnv, policy=policy, sink=sink)
+        await collect(
+            CollectPlan("r", "shop", tasks, 2, concurrency, 3, 1.0), make_env=ShopEnv, policy=policy, sink=sink
+        )
         await policy.aclose()
         runs.append(sink.rows)
     assert runs[0] == runs[1] and len(runs[0]) == 6
@@ -173,10 +192,19 @@ def test_top_k_and_top_p_sample_only_inside_the_kept_set(tiny_model_dir: Path) -
     with torch.no_grad():
         logits = policy.model(torch.tensor([prompt])).logits[0, -1].float()
     top3 = set(torch.topk(logits, 3).indices.tolist())
-    firsts = [d.ids[0] for d in _generator(policy, top_k=3).run_batch([prompt] * 24, seeds=list(range(24)), temperature=5.0, max_new_tokens=1)]
+    firsts = [
+        d.ids[0]
+        for d in _generator(policy, top_k=3).run_batch(
+            [prompt] * 24, seeds=list(range(24)), temperature=5.0, max_new_tokens=1
+        )
+    ]
     assert set(firsts) <= top3 and len(set(firsts)) > 1
-    nucleus = _generator(policy, top_p=1e-6).run_batch([prompt] * 4, seeds=list(range(4)), temperature=1.0, max_new_tokens=1)
-    assert {d.ids[0] for d in nucleus} == {int(logits.argmax())} and all(d.logprobs[0] == pytest.approx(0.0) for d in nucleus)
+    nucleus = _generator(policy, top_p=1e-6).run_batch(
+        [prompt] * 4, seeds=list(range(4)), temperature=1.0, max_new_tokens=1
+    )
+    assert {d.ids[0] for d in nucleus} == {int(logits.argmax())} and all(
+        d.logprobs[0] == pytest.approx(0.0) for d in nucleus
+    )
 
 
 def test_a_dropped_generator_frees_its_model_and_stops_its_worker(tiny_model_dir: Path) -> None:
@@ -206,7 +234,9 @@ def test_close_then_submit_starts_a_fresh_worker_and_loses_nothing(tiny_model_di
         gen.submit(prompt, temperature=0.0, max_new_tokens=0, seed=0)
 
 
-def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_tokens(tiny_model_dir: Path, monkeypatch) -> None:
+def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_tokens(
+    tiny_model_dir: Path, monkeypatch
+) -> None:
     """A model whose cache layers cannot be left-padded and joined (e.g. a sliding window) decodes
     each row on its own cache, with the same tokens a joined batch gives."""
     import gapforge.serving.batching  # noqa: F401 (loads the submodule that the name below reaches)
@@ -217,7 +247,10 @@ def test_caches_that_cannot_be_joined_are_decoded_row_by_row_with_the_same_token
     joined = _generator(policy).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=16)
     monkeypatch.setattr(serving.batching, "_joinable", lambda cache: False)
     gen = _generator(policy)
-    alone = [f.result(timeout=60) for f in [gen.submit(p, temperature=1.0, max_new_tokens=16, seed=s) for p, s in zip(prompts, [1, 2, 3])]]
+    alone = [
+        f.result(timeout=60)
+        for f in [gen.submit(p, temperature=1.0, max_new_tokens=16, seed=s) for p, s in zip(prompts, [1, 2, 3])]
+    ]
     assert alone == [d.ids for d in joined]
     assert gen.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=16)[0].ids == joined[0].ids
     gen.close()
@@ -248,7 +281,9 @@ def test_a_decode_step_writes_the_cache_in_place_with_the_same_tokens(tiny_model
     assert len(storages) == policy.model.config.num_hidden_layers  # one buffer per layer for all 23 steps: no copies
     for prompt, seed, got in zip(prompts, [1, 2, 3], slotted):
         ids, logprobs = _plain_decode(policy, prompt, seed, 24)
-        assert got.ids == ids and got.logprobs == pytest.approx(logprobs, abs=1e-5)  # float rounding of the padded batch
+        assert got.ids == ids and got.logprobs == pytest.approx(
+            logprobs, abs=1e-5
+        )  # float rounding of the padded batch
 
 
 def _plain_decode(policy: LocalPolicy, prompt: list[int], seed: int, new_tokens: int) -> tuple[list[int], list[float]]:
@@ -258,15 +293,22 @@ def _plain_decode(policy: LocalPolicy, prompt: list[int], seed: int, new_tokens:
 
     cache, generator, ids, logprobs = DynamicCache(), torch.Generator().manual_seed(seed), [], []
     with torch.no_grad():
-        logits = policy.model(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        logits = policy.model(
+            input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1
+        ).logits
         for step in range(new_tokens):
             logps = torch.log_softmax(logits[0, -1].float() / 1.0, dim=-1)
             token = torch.multinomial(logps.exp(), 1, generator=generator)[0]
             ids.append(int(token))
             logprobs.append(float(logps[token]))
             if step + 1 < new_tokens:
-                logits = policy.model(input_ids=token.view(1, 1), position_ids=torch.tensor([[len(prompt) + step]]), past_key_values=cache,
-                                      use_cache=True, logits_to_keep=1).logits  # fmt: skip
+                logits = policy.model(
+                    input_ids=token.view(1, 1),
+                    position_ids=torch.tensor([[len(prompt) + step]]),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                ).logits
     return ids, logprobs
 
 
@@ -276,7 +318,9 @@ def test_the_next_turn_prefills_only_what_is_new_and_samples_the_same(tiny_model
     never reuses it, and a weight update drops every kept cache."""
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
-    reply = policy.tokenizer("<|im_start|>user\nAnd the refund?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    reply = policy.tokenizer(
+        "<|im_start|>user\nAnd the refund?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )["input_ids"]
     kept = _generator(policy)
     first = kept.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=20)
     assert kept.prefill_tokens == [sum(map(len, prompts)), 0]
@@ -297,7 +341,10 @@ def test_the_next_turn_prefills_only_what_is_new_and_samples_the_same(tiny_model
         policy.model.lm_head.weight.mul_(1.5)  # an optimizer step writes the weights in place
     changed = kept.run_batch(turn2[:1], seeds=[4], temperature=1.0, max_new_tokens=20)
     assert kept.prefill_tokens[1] == before[1]  # the kept caches were computed by other weights: dropped
-    assert changed[0].ids == _generator(policy, prefix_bytes=0).run_batch(turn2[:1], seeds=[4], temperature=1.0, max_new_tokens=20)[0].ids
+    assert (
+        changed[0].ids
+        == _generator(policy, prefix_bytes=0).run_batch(turn2[:1], seeds=[4], temperature=1.0, max_new_tokens=20)[0].ids
+    )
 
 
 def test_kept_prefixes_stay_inside_their_byte_budget(tiny_model_dir: Path) -> None:
@@ -316,7 +363,9 @@ def test_kept_prefixes_stay_inside_their_byte_budget(tiny_model_dir: Path) -> No
     small.run_batch(prompts[:1], seeds=[1], temperature=1.0, max_new_tokens=8)
     small.run_batch(prompts[1:2], seeds=[2], temperature=1.0, max_new_tokens=8)
     assert len(small.prefixes.entries) == 1 and small.prefixes.size == sizes[1] <= budget
-    assert next(iter(small.prefixes.entries.values())).ids[: len(prompts[1])].tolist() == prompts[1]  # the older row left first
+    assert (
+        next(iter(small.prefixes.entries.values())).ids[: len(prompts[1])].tolist() == prompts[1]
+    )  # the older row left first
 
 
 def test_rows_that_leave_the_batch_early_keep_their_own_cache(tiny_model_dir: Path) -> None:
@@ -326,7 +375,9 @@ def test_rows_that_leave_the_batch_early_keep_their_own_cache(tiny_model_dir: Pa
 
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
-    reply = policy.tokenizer("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    reply = policy.tokenizer("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)[
+        "input_ids"
+    ]
     kept = _generator(policy)
     limits = [5, 20, 9]
     first = kept._decode([_request(p, 1.0, n, s, None) for p, n, s in zip(prompts, limits, [1, 2, 3])])
@@ -345,16 +396,23 @@ def test_forget_prefixes_after_a_weight_change_the_check_cannot_see(tiny_model_d
     can) leaves the version counters alone; the owner calls forget_prefixes() and nothing stale is reused."""
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
-    reply = policy.tokenizer("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    reply = policy.tokenizer("<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)[
+        "input_ids"
+    ]
     gen = _generator(policy)
     first = gen.run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=8)
     turn2 = [p + d.ids + reply for p, d in zip(prompts, first)]
-    policy.model.model.layers[0].self_attn.k_proj.weight.data = policy.model.model.layers[0].self_attn.k_proj.weight.data * 3.0
+    policy.model.model.layers[0].self_attn.k_proj.weight.data = (
+        policy.model.model.layers[0].self_attn.k_proj.weight.data * 3.0
+    )
     gen.forget_prefixes()
     reused = gen.prefill_tokens[1]
     after = gen.run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)
     assert gen.prefill_tokens[1] == reused
-    assert [d.ids for d in after] == [d.ids for d in _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)]
+    assert [d.ids for d in after] == [
+        d.ids
+        for d in _generator(policy, prefix_bytes=0).run_batch(turn2, seeds=[4, 5, 6], temperature=1.0, max_new_tokens=8)
+    ]
 
 
 def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model_dir: Path) -> None:
@@ -429,7 +487,9 @@ def test_a_batch_waits_while_a_model_is_being_loaded(tiny_model_dir: Path) -> No
         gen.close()
 
 
-def test_a_request_that_arrives_while_a_batch_decodes_joins_it_and_each_row_is_answered_when_it_ends(tiny_model_dir: Path) -> None:
+def test_a_request_that_arrives_while_a_batch_decodes_joins_it_and_each_row_is_answered_when_it_ends(
+    tiny_model_dir: Path,
+) -> None:
     """Continuous batching: B, submitted while A decodes, joins A's batch at the next step (one forward for both, the
     cache widened to the longer prompt) instead of waiting for A to finish; B is answered as soon as its own tokens are
     out, while A goes on; each gets the tokens it gets alone."""

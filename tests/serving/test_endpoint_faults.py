@@ -66,17 +66,23 @@ def test_breaker_fails_fast_on_a_dead_endpoint_and_closes_on_recovery() -> None:
     with FakeOpenAIServer(text_reply("ok")) as srv:
         srv.set_down(True)
         # a cooldown no loaded machine outlasts while the 20 callers run
-        policy = EndpointPolicy(srv.base_url, "m", max_retries=4, retry_backoff_s=0.01, breaker_failures=5, breaker_cooldown_s=30)
+        policy = EndpointPolicy(
+            srv.base_url, "m", max_retries=4, retry_backoff_s=0.01, breaker_failures=5, breaker_cooldown_s=30
+        )
         outs = _ask(policy, n=20)
         assert all(isinstance(o, EndpointError) for o in outs)
         assert srv.request_count <= 25  # ~ one try per caller; without the breaker 20 callers x 5 attempts = 100
         assert any("is down" in str(o) for o in outs) and policy.breaker.opened == 1
         sent = srv.request_count
         [fast] = _ask(policy)
-        assert isinstance(fast, EndpointError) and "is down" in str(fast) and srv.request_count == sent  # open: no request at all
+        assert (
+            isinstance(fast, EndpointError) and "is down" in str(fast) and srv.request_count == sent
+        )  # open: no request at all
         srv.set_down(False)
         # the endpoint's one breaker takes the latest client's cooldown: 0 ends it now, so the next call is the probe
-        policy = EndpointPolicy(srv.base_url, "m", max_retries=4, retry_backoff_s=0.01, breaker_failures=5, breaker_cooldown_s=0)
+        policy = EndpointPolicy(
+            srv.base_url, "m", max_retries=4, retry_backoff_s=0.01, breaker_failures=5, breaker_cooldown_s=0
+        )
         [back] = _ask(policy)
         assert isinstance(back, Message) and not policy.breaker.is_open and srv.request_count == sent + 1
 

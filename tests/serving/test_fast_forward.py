@@ -55,8 +55,12 @@ def _check_logits(model: Any) -> None:
             assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
         kept = [(layer.keys, layer.values) for layer in whole.past_key_values.layers]
         for start in (30, 39):  # ten new tokens on a kept prefix; one new token (a decode step without padding)
-            want = model(input_ids=torch.tensor([context[start:]]), use_cache=True, logits_to_keep=1,
-                         past_key_values=DynamicCache(ddp_cache_data=[(k[:, :, :start], v[:, :, :start]) for k, v in kept]))
+            want = model(
+                input_ids=torch.tensor([context[start:]]),
+                use_cache=True,
+                logits_to_keep=1,
+                past_key_values=DynamicCache(ddp_cache_data=[(k[:, :, :start], v[:, :, :start]) for k, v in kept]),
+            )
             assert torch.equal(fast.prefill([(context[start:], kept, start)])[0].logits, want.logits)
         for starts in ([0, 7, 3], [0, 0, 0], [0]):  # padded rows; none padded; one row
             rows = len(starts)
@@ -67,11 +71,23 @@ def _check_logits(model: Any) -> None:
             caches = []
             for _ in range(2):
                 cache = DynamicCache()
-                model(input_ids=ids, attention_mask=attention[:, :-1], position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
-                      past_key_values=cache, use_cache=True)  # fmt: skip
+                model(
+                    input_ids=ids,
+                    attention_mask=attention[:, :-1],
+                    position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
                 batching._reserve(cache, 4)
                 caches.append(cache)
-            want = model(input_ids=token, attention_mask=attention, position_ids=position, past_key_values=caches[0], use_cache=True, logits_to_keep=1)
+            want = model(
+                input_ids=token,
+                attention_mask=attention,
+                position_ids=position,
+                past_key_values=caches[0],
+                use_cache=True,
+                logits_to_keep=1,
+            )
             mask = attention.bool()[:, None, None, :] if any(starts) else None
             assert torch.equal(fast.decode(token, position, caches[1].layers, mask), want.logits), starts
             assert all(torch.equal(a.keys, b.keys) for a, b in zip(caches[0].layers, caches[1].layers))
@@ -94,7 +110,9 @@ def _turns(model: Any, fast: bool, prompts: list[list[int]], temperature: float)
     gen = BatchGenerator(model, eos_ids={-1}, fast=fast)
     out, contexts = [], [list(p) for p in prompts]
     for turn in range(3):  # later turns prefill on the kept prefixes of the earlier ones
-        decoded = gen.run_batch(contexts, seeds=[7 * r + turn for r in range(len(contexts))], temperature=temperature, max_new_tokens=12)
+        decoded = gen.run_batch(
+            contexts, seeds=[7 * r + turn for r in range(len(contexts))], temperature=temperature, max_new_tokens=12
+        )
         out.append([(d.ids, d.logprobs) for d in decoded])
         contexts = [c + d.ids + _ids(5, turn) for c, d in zip(contexts, decoded)]
     assert gen.prefill_tokens[1] > 0
@@ -112,9 +130,13 @@ def test_the_engine_uses_it_and_falls_back_where_it_does_not_apply(tiny_model_di
     model = _model(tiny_model_dir)
     calls: list[int] = []
     model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    BatchGenerator(model, eos_ids={-1}).run_batch([_ids(8, 1), _ids(5, 2)], seeds=[1, 2], temperature=1.0, max_new_tokens=6)
+    BatchGenerator(model, eos_ids={-1}).run_batch(
+        [_ids(8, 1), _ids(5, 2)], seeds=[1, 2], temperature=1.0, max_new_tokens=6
+    )
     assert calls == []  # every prefill and decode step went through the fast forward
-    BatchGenerator(model, eos_ids={-1}, fast=False).run_batch([_ids(8, 1)], seeds=[1], temperature=1.0, max_new_tokens=6)
+    BatchGenerator(model, eos_ids={-1}, fast=False).run_batch(
+        [_ids(8, 1)], seeds=[1], temperature=1.0, max_new_tokens=6
+    )
     assert len(calls) == 6  # one prefill, five decode steps
 
     model.train()  # dropout would act: not for the fast forward
@@ -124,7 +146,9 @@ def test_the_engine_uses_it_and_falls_back_where_it_does_not_apply(tiny_model_di
     eager = _model(tiny_model_dir, attn_implementation="eager")
     calls.clear()
     eager.register_forward_pre_hook(lambda module, args: calls.append(1))
-    got = BatchGenerator(eager, eos_ids={-1}).run_batch([_ids(8, 1)], seeds=[1], temperature=0.0, max_new_tokens=6)[0].ids
+    got = (
+        BatchGenerator(eager, eos_ids={-1}).run_batch([_ids(8, 1)], seeds=[1], temperature=0.0, max_new_tokens=6)[0].ids
+    )
     assert len(calls) == 6 and len(got) == 6
 
 
@@ -141,7 +165,9 @@ def _saved_adapter(path: Path, out: Path, seed: int) -> Path:
     return out
 
 
-async def test_rows_of_different_adapters_decode_in_one_batch_each_with_its_own(tiny_model_dir: Path, tmp_path: Path) -> None:
+async def test_rows_of_different_adapters_decode_in_one_batch_each_with_its_own(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """A MultiAdapterModel's batch takes the rows of every adapter (and the base) at once: each row gets its own
     adapter's LoRA, so every answer equals the one its adapter gives alone, and the decode steps hold every group's
     rows (one group at a time before: a group waited for the other's batch to drain)."""
@@ -199,9 +225,15 @@ def test_decode_with_rows_of_mixed_adapters_matches_each_adapter_alone(tiny_mode
                 fast.bind()
                 alone[name] = fast.decode(token, position, caches[name].layers, None)
             caches[name] = keep
-        mixed_cache = DynamicCache(ddp_cache_data=[(torch.cat([caches[a][i][0][r : r + 1] for r, a in enumerate(adapters)]),
-                                                    torch.cat([caches[a][i][1][r : r + 1] for r, a in enumerate(adapters)]))
-                                                   for i in range(len(caches["a"]))])  # fmt: skip
+        mixed_cache = DynamicCache(
+            ddp_cache_data=[
+                (
+                    torch.cat([caches[a][i][0][r : r + 1] for r, a in enumerate(adapters)]),
+                    torch.cat([caches[a][i][1][r : r + 1] for r, a in enumerate(adapters)]),
+                )
+                for i in range(len(caches["a"]))
+            ]
+        )
         batching._reserve(mixed_cache, 4)
         fast.bind()
         mixed = fast.decode(token, position, mixed_cache.layers, None, rows_of(adapters))
@@ -209,7 +241,9 @@ def test_decode_with_rows_of_mixed_adapters_matches_each_adapter_alone(tiny_mode
         index = [i for i, a in enumerate(adapters) if a == name]
         assert torch.allclose(mixed[index], alone[name][index], atol=1e-5)
         others = [i for i, a in enumerate(adapters) if a != name]
-        assert not torch.allclose(mixed[others], alone[name][others], atol=1e-3)  # the other rows did not take this adapter
+        assert not torch.allclose(
+            mixed[others], alone[name][others], atol=1e-3
+        )  # the other rows did not take this adapter
 
 
 def _active(model: Any, name: str) -> Any:
@@ -225,8 +259,16 @@ def _tiny_qwen2(path: Path) -> Path:
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=_model(path).config.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True)
+    config = Qwen2Config(
+        vocab_size=_model(path).config.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
     assert getattr(config, "head_dim", None) is None
     torch.manual_seed(0)
     out = path.parent / f"{path.name}-qwen2"
@@ -256,27 +298,39 @@ def test_models_it_does_not_take_go_to_transformers(tiny_model_dir: Path) -> Non
     merged.merge_adapter()
     biased = get_peft_model(_model(tiny_model_dir), LoraConfig(r=4, target_modules=TARGETS, lora_bias=True))
     saved = get_peft_model(_model(tiny_model_dir), LoraConfig(r=4, target_modules=TARGETS, modules_to_save=["lm_head"]))
-    ia3 = get_peft_model(_model(tiny_model_dir), IA3Config(target_modules=["k_proj", "v_proj", "down_proj"], feedforward_modules=["down_proj"]))
+    ia3 = get_peft_model(
+        _model(tiny_model_dir),
+        IA3Config(target_modules=["k_proj", "v_proj", "down_proj"], feedforward_modules=["down_proj"]),
+    )
     for model in (merged, biased, saved, ia3):
         assert FastForward.of(model) is None
     merged.unmerge_adapter()
     assert FastForward.of(merged) is not None  # checked at every batch: a merge done later is seen
 
 
-def test_a_batch_formed_to_mix_adapters_decodes_group_by_group_when_it_cannot(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_a_batch_formed_to_mix_adapters_decodes_group_by_group_when_it_cannot(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
     """A mixing lane formed the batch, then the model stopped being one the fast forward takes (here: fast off):
     every row still gets its own adapter, group by group with the adapter selected."""
     from gapforge.serving.batching import _request
     from gapforge.serving.multi_adapter import MultiAdapterModel
 
-    backend = MultiAdapterModel(tiny_model_dir, {"a": _saved_adapter(tiny_model_dir, tmp_path / "a", 1)}, max_new_tokens=8, mix_adapters=True)
+    backend = MultiAdapterModel(
+        tiny_model_dir, {"a": _saved_adapter(tiny_model_dir, tmp_path / "a", 1)}, max_new_tokens=8, mix_adapters=True
+    )
     gen = backend._generation.batcher
     prompts = [_ids(9, 1), _ids(6, 2), _ids(9, 1)]
     groups = [None, "a", "a"]
-    alone = [gen.run_batch([p], seeds=[s], temperature=1.0, max_new_tokens=8, group=g)[0].ids for s, (p, g) in enumerate(zip(prompts, groups))]
+    alone = [
+        gen.run_batch([p], seeds=[s], temperature=1.0, max_new_tokens=8, group=g)[0].ids
+        for s, (p, g) in enumerate(zip(prompts, groups))
+    ]
     gen.fast = False
     got = gen._decode([_request(p, 1.0, 8, s, g) for s, (p, g) in enumerate(zip(prompts, groups))], mixing=True)
-    assert [d.ids for d in got] == alone and alone[0] != alone[2]  # the base row and the adapter row differ: each had its own
+    assert [d.ids for d in got] == alone and alone[0] != alone[
+        2
+    ]  # the base row and the adapter row differ: each had its own
 
 
 def test_a_running_batch_stops_admitting_while_someone_waits_for_the_model(tiny_model_dir: Path) -> None:

@@ -103,7 +103,9 @@ def _make_adapter(tiny_model_dir: Path, out: Path) -> Path:
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     # init_lora_weights=False: non-zero B, so the adapter really changes the outputs
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM"
+    )
     get_peft_model(base, config).save_pretrained(out)
     return out
 

@@ -69,5 +69,7 @@ async def test_a_broken_tool_call_ends_the_episode_as_malformed_output(taught_mo
     assert (episode.termination, episode.turns) == ("malformed_output", 0)
     assert "not valid JSON" in (episode.error or "")
     assert episode.messages[-1].role == "assistant"
-    assert episode.messages[-1].content == TEACH[BROKEN_REQUEST].removesuffix("<|im_end|>")  # the raw text, kept for analysis
+    assert episode.messages[-1].content == TEACH[BROKEN_REQUEST].removesuffix(
+        "<|im_end|>"
+    )  # the raw text, kept for analysis
     assert (episode.reward, episode.success, env.steps) == (0.0, False, 0)

@@ -117,12 +117,21 @@ def test_the_request_body_is_the_payload_and_each_message_is_encoded_once() -> N
 
     policy = EndpointPolicy("http://127.0.0.1:9/v1", "m", max_tokens=64)
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
-    said = Message(role="assistant", content="done", reasoning="think first", tool_calls=[ToolCall(id="c1", name="lookup", arguments={"k": "é"})])
+    said = Message(
+        role="assistant",
+        content="done",
+        reasoning="think first",
+        tool_calls=[ToolCall(id="c1", name="lookup", arguments={"k": "é"})],
+    )
     convo = [Message.system("policy"), Message.user("hi"), said, Message.tool("c1", '{"ok": true}', name="lookup")]
     for temperature, max_tokens in ((None, None), (0.3, 5)):
-        assert json.loads(policy.body_text(convo, tools, temperature, max_tokens)) == policy.payload(convo, tools, temperature, max_tokens)
+        assert json.loads(policy.body_text(convo, tools, temperature, max_tokens)) == policy.payload(
+            convo, tools, temperature, max_tokens
+        )
     encoded = len(policy._wire_cache._items)
     convo.append(Message.user("and now?"))
     json.loads(policy.body_text(convo, tools, None))
     assert len(policy._wire_cache._items) == encoded + 1  # the next turn encodes only the new message
-    assert json.loads(policy.body_text([Message.user("hi")], [], None)) == policy.payload([Message.user("hi")], [], None)
+    assert json.loads(policy.body_text([Message.user("hi")], [], None)) == policy.payload(
+        [Message.user("hi")], [], None
+    )

@@ -42,7 +42,9 @@ class Entered:
 
     def wait_for(self, n: int) -> None:
         with self.cond:
-            assert self.cond.wait_for(lambda: self.count >= n, timeout=60), f"{self.count} of {n} requests reached the model"
+            assert self.cond.wait_for(lambda: self.count >= n, timeout=60), (
+                f"{self.count} of {n} requests reached the model"
+            )
 
 
 class CountingModel:
@@ -107,9 +109,15 @@ def test_a_request_past_its_time_limit_gets_504_and_its_generation_is_dropped(ba
         batcher.close()  # the worker has finished with the request once it stops
     assert late.status_code == 504
     err = late.json()["error"]
-    assert err["type"] == "timeout_error" and err["code"] == "request_timeout" and "serving.request_timeout_s=0.3" in err["message"]
+    assert (
+        err["type"] == "timeout_error"
+        and err["code"] == "request_timeout"
+        and "serving.request_timeout_s=0.3" in err["message"]
+    )
     assert batcher.cancelled == {"waiting": 1, "decoding": 0}  # never decoded: dropped before its prefill
-    assert routed.admission.counts["timed_out"] == 1 and routed.admission.in_flight == 0  # its place in the queue is free
+    assert (
+        routed.admission.counts["timed_out"] == 1 and routed.admission.in_flight == 0
+    )  # its place in the queue is free
 
 
 def test_a_client_that_disconnects_has_its_row_dropped_mid_decode(backend: MultiAdapterModel) -> None:
@@ -120,8 +128,11 @@ def test_a_client_that_disconnects_has_its_row_dropped_mid_decode(backend: Multi
     body = json.dumps({"model": "tiny-base", "messages": HELLO, "temperature": 0, "max_tokens": 3000}).encode()
     with RoutedServer(routed) as server:
         sock = socket.create_connection((server.host, server.port))
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         assert counting.decoding.wait(60)
         sock.close()  # the client goes away while its row decodes
         counting.go.set()
@@ -135,7 +146,9 @@ def test_a_cancelled_future_drops_its_row_at_the_next_step(tiny_model_dir: Path)
     backend = MultiAdapterModel(tiny_model_dir, {}, max_new_tokens=200)
     counting = CountingModel(backend.model)
     gen = BatchGenerator(counting, eos_ids=set())  # no eos: a row stops at its limit or when cancelled
-    ids = backend.tokenizer("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    ids = backend.tokenizer("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)[
+        "input_ids"
+    ]
     future = gen.submit(ids, temperature=0.0, max_new_tokens=200, seed=0)
     assert counting.decoding.wait(60)
     assert future.cancel() is False  # running: it cannot be cancelled, it is abandoned
@@ -161,7 +174,11 @@ def test_requests_in_flight_when_the_server_is_cut_get_503(backend: MultiAdapter
             health = httpx.get(server.base_url.removesuffix("/v1") + "/health")
             server.call(routed.admission.cut)
             cut = running.result()
-    assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down" and "Retry-After" in refused.headers
+    assert (
+        refused.status_code == 503
+        and refused.json()["error"]["code"] == "server_shutting_down"
+        and "Retry-After" in refused.headers
+    )
     assert health.status_code == 503 and health.json()["status"] == "draining" and health.json()["in_flight"] == 1
     assert cut.status_code == 503 and cut.json()["error"]["code"] == "server_shutting_down"
     assert routed.admission.counts["cut"] == 1 and routed.admission.counts["refused_draining"] == 1

@@ -47,15 +47,38 @@ def _until(lines: queue.Queue[str], pattern: str, proc: subprocess.Popen) -> re.
 def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(workspace: Path, tiny_model_dir: Path) -> None:
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         run = store.create_run("trace", {})
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "gapforge.cli", "serve", run, "--port", "0", "--base", str(tiny_model_dir), "--set", f"workspace={workspace}",
-           "--set", "policy.max_new_tokens=400", "--set", "serving.drain_timeout_s=120"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HF_HUB_OFFLINE": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "gapforge.cli",
+        "serve",
+        run,
+        "--port",
+        "0",
+        "--base",
+        str(tiny_model_dir),
+        "--set",
+        f"workspace={workspace}",
+        "--set",
+        "policy.max_new_tokens=400",
+        "--set",
+        "serving.drain_timeout_s=120",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         lines = _lines(proc)
         root = _until(lines, r"on (http://127\.0\.0\.1:\d+)/v1", proc).group(1)
-        body = {"model": tiny_model_dir.name, "messages": [{"role": "user", "content": "Cancel order 1012 please"}], "temperature": 0,
-                "max_tokens": 400}
+        body = {
+            "model": tiny_model_dir.name,
+            "messages": [{"role": "user", "content": "Cancel order 1012 please"}],
+            "temperature": 0,
+            "max_tokens": 400,
+        }
         with ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(httpx.post, f"{root}/v1/chat/completions", json=body, timeout=240)
             while httpx.get(f"{root}/health").json()["in_flight"] < 1:  # the request reached the server (no fixed wait)

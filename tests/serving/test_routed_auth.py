@@ -48,7 +48,12 @@ def test_every_route_but_health_needs_the_key(guarded: RoutedServer) -> None:
     for key in (None, "wrong", KEY + "x"):
         res = _post(guarded, hello, key=key)
         assert res.status_code == 401 and res.json()["error"]["code"] == "invalid_api_key"
-        assert httpx.get(guarded.base_url + "/models", headers={"Authorization": f"Bearer {key}"} if key else {}).status_code == 401
+        assert (
+            httpx.get(
+                guarded.base_url + "/models", headers={"Authorization": f"Bearer {key}"} if key else {}
+            ).status_code
+            == 401
+        )
     assert httpx.get(root + "/v1/nowhere").status_code == 401  # unknown routes too: nothing is learnt without the key
     ok = _post(guarded, hello)
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "1 messages"
@@ -58,10 +63,24 @@ def test_every_route_but_health_needs_the_key(guarded: RoutedServer) -> None:
 @pytest.mark.parametrize(
     "body,needle",
     [
-        ({"model": "echo-base", "messages": [{"role": "assistant", "content": None, "tool_calls": ["x"]}]}, "messages.0.tool_calls.0"),
-        ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}]},
-         "arguments is not JSON"),
-        ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]}, "JSON object"),
+        (
+            {"model": "echo-base", "messages": [{"role": "assistant", "content": None, "tool_calls": ["x"]}]},
+            "messages.0.tool_calls.0",
+        ),
+        (
+            {
+                "model": "echo-base",
+                "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}],
+            },
+            "arguments is not JSON",
+        ),
+        (
+            {
+                "model": "echo-base",
+                "messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}],
+            },
+            "JSON object",
+        ),
         ({"model": "echo-base", "messages": [{"role": "assistant", "tool_calls": "f()"}]}, "must be a list"),
         ({"model": "echo-base", "messages": ["hello"]}, "messages.0"),
         ({"model": "echo-base", "messages": [{"content": "no role"}]}, "role"),
@@ -87,12 +106,16 @@ def test_an_unexpected_failure_is_a_json_500_without_a_traceback() -> None:
     with RoutedServer(RoutedApp(EchoBackend(), BrokenRouter())) as server:
         res = _post(server, {"model": "gapforge-router", "messages": [{"role": "user", "content": "hi"}]}, key=None)
     assert res.status_code == 500
-    assert res.json()["error"]["type"] == "server_error" and "Traceback" not in res.text and "router bug" not in res.text
+    assert (
+        res.json()["error"]["type"] == "server_error" and "Traceback" not in res.text and "router bug" not in res.text
+    )
 
 
 def test_no_key_configured_means_open(guarded: RoutedServer) -> None:
     with RoutedServer(RoutedApp(EchoBackend(), None)) as server:
-        assert _post(server, {"model": "a1", "messages": [{"role": "user", "content": "hi"}]}, key=None).status_code == 200
+        assert (
+            _post(server, {"model": "a1", "messages": [{"role": "user", "content": "hi"}]}, key=None).status_code == 200
+        )
 
 
 def test_a_router_failure_leaves_no_lock_behind() -> None:

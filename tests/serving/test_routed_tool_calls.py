@@ -34,10 +34,14 @@ def _identity_adapter(model_dir: Path, out: Path) -> Path:
 def server(taught_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     adapter = _identity_adapter(taught_model_dir, tmp_path_factory.mktemp("identity-adapter"))
     # template_kwargs={}: the prompt rendered exactly as LocalPolicy rendered it when the model was taught
-    backend = MultiAdapterModel(taught_model_dir, {ADAPTER: adapter}, max_new_tokens=40, name="taught-base", template_kwargs={})
+    backend = MultiAdapterModel(
+        taught_model_dir, {ADAPTER: adapter}, max_new_tokens=40, name="taught-base", template_kwargs={}
+    )
     routed_to: list[str] = []
 
-    def router(messages):  # a fixed decision: this test is about the answer's format, tests/serving/test_routed_server.py about routing
+    def router(
+        messages,
+    ):  # a fixed decision: this test is about the answer's format, tests/serving/test_routed_server.py about routing
         routed_to.append(messages[-1]["content"])
         return RouteDecision("A", "order_lookup", ADAPTER, 3.0, False, {"A": -0.1, "B": -3.1})
 
@@ -49,7 +53,9 @@ def _ask(server: RoutedServer, task: int, **kwargs):
     env = OrderDesk()
     messages = [m.to_openai() for m in env.reset(task)]
     client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-    return client.chat.completions.with_raw_response.create(model=ROUTED_MODEL, messages=messages, tools=env.tools(), temperature=0, **kwargs)
+    return client.chat.completions.with_raw_response.create(
+        model=ROUTED_MODEL, messages=messages, tools=env.tools(), temperature=0, **kwargs
+    )
 
 
 def test_a_valid_tool_call_comes_back_in_openai_format(server) -> None:
@@ -62,13 +68,17 @@ def test_a_valid_tool_call_comes_back_in_openai_format(server) -> None:
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     (call,) = choice.message.tool_calls
     assert call.type == "function" and call.id and call.function.name == "get_order"
-    assert json.loads(call.function.arguments) == {"order_id": "#W1234567"}  # arguments as a JSON string, as OpenAI sends them
+    assert json.loads(call.function.arguments) == {
+        "order_id": "#W1234567"
+    }  # arguments as a JSON string, as OpenAI sends them
     assert "malformed_tool_call" not in r.model_extra["gapforge"]
     # the call goes back into the conversation with its result, as an agent loop would send it
     follow = [*(m.to_openai() for m in OrderDesk().reset(GOOD_REQUEST)), choice.message.model_dump(exclude_none=True)]
     follow.append({"role": "tool", "tool_call_id": call.id, "content": '{"status": "shipped"}'})
     client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0)
-    again = client.chat.completions.create(model=ROUTED_MODEL, messages=follow, tools=OrderDesk().tools(), temperature=0, max_tokens=4)
+    again = client.chat.completions.create(
+        model=ROUTED_MODEL, messages=follow, tools=OrderDesk().tools(), temperature=0, max_tokens=4
+    )
     assert again.model_extra["gapforge"]["cached"] is True and again.choices[0].message.role == "assistant"
 
 

@@ -36,8 +36,20 @@ def test_builds_and_loads_with_the_hub_unreachable(tmp_path: Path) -> None:
     # A fresh process with the hub switched off and every proxy pointing at a dead port:
     # any network access would fail the build or the load.
     dead = "http://127.0.0.1:9"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HTTPS_PROXY": dead, "HTTP_PROXY": dead, "HF_HOME": str(tmp_path / "hf")}
-    out = subprocess.run([sys.executable, "-c", OFFLINE_SCRIPT, str(tmp_path / "m")], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HTTPS_PROXY": dead,
+        "HTTP_PROXY": dead,
+        "HF_HOME": str(tmp_path / "hf"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", OFFLINE_SCRIPT, str(tmp_path / "m")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     cls, model_type, vocab = out.stdout.split()
     assert (cls, model_type) == ("Qwen3ForCausalLM", "qwen3")
@@ -64,7 +76,10 @@ def test_tokenizer_special_tokens(tiny_model_dir: Path) -> None:
     ids = tok.encode('<think>x</think><tool_call>{"name": "a"}</tool_call><|im_end|>', add_special_tokens=False)
     # control tokens vanish on decode, the tags the parser needs survive
     assert tok.decode(ids, skip_special_tokens=True) == '<think>x</think><tool_call>{"name": "a"}</tool_call>'
-    assert tok.decode(tok.encode("Où est ma commande #W12? 42,50 €", add_special_tokens=False)) == "Où est ma commande #W12? 42,50 €"
+    assert (
+        tok.decode(tok.encode("Où est ma commande #W12? 42,50 €", add_special_tokens=False))
+        == "Où est ma commande #W12? 42,50 €"
+    )
 
 
 TOOLS = [
@@ -76,11 +91,16 @@ CONVERSATION = [
     Message.user("Cancel #W1 please."),
     Message.assistant(
         "Checking first.",
-        [ToolCall(id="c1", name="get_order", arguments={"order_id": "#W1"}), ToolCall(id="c2", name="get_order", arguments={"order_id": "#W2"})],
+        [
+            ToolCall(id="c1", name="get_order", arguments={"order_id": "#W1"}),
+            ToolCall(id="c2", name="get_order", arguments={"order_id": "#W2"}),
+        ],
     ),
     Message.tool("c1", '{"status": "pending"}', name="get_order"),
     Message.tool("c2", '{"status": "delivered"}', name="get_order"),
-    Message.assistant(None, [ToolCall(id="c3", name="cancel_order", arguments={"order_id": "#W1", "reason": "ordered by mistake"})]),
+    Message.assistant(
+        None, [ToolCall(id="c3", name="cancel_order", arguments={"order_id": "#W1", "reason": "ordered by mistake"})]
+    ),
     Message.tool("c3", '{"status": "cancelled"}'),
     Message.assistant("Done: #W1 is cancelled."),
     Message.user("Thanks!"),
@@ -98,8 +118,14 @@ def test_template_renders_tools_calls_and_results(tiny_model_dir: Path) -> None:
     text = _render(tiny_model_dir, CONVERSATION, TOOLS, add_generation_prompt=True)
     turns = text.split("<|im_end|>\n")
     assert [t.split("\n", 1)[0] for t in turns[:-1]] == [
-        "<|im_start|>system", "<|im_start|>user", "<|im_start|>assistant", "<|im_start|>user",
-        "<|im_start|>assistant", "<|im_start|>user", "<|im_start|>assistant", "<|im_start|>user",
+        "<|im_start|>system",
+        "<|im_start|>user",
+        "<|im_start|>assistant",
+        "<|im_start|>user",
+        "<|im_start|>assistant",
+        "<|im_start|>user",
+        "<|im_start|>assistant",
+        "<|im_start|>user",
     ]
     system = turns[0]
     assert system.startswith("<|im_start|>system\nYou are a shop agent.\n\n# Tools\n")
@@ -112,7 +138,7 @@ def test_template_renders_tools_calls_and_results(tiny_model_dir: Path) -> None:
         '"required": ["order_id", "reason"], "additionalProperties": false}}}',
     ]
     assert turns[2] == (
-        '<|im_start|>assistant\nChecking first.\n'
+        "<|im_start|>assistant\nChecking first.\n"
         '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "#W1"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "#W2"}}\n</tool_call>'
     )
@@ -122,7 +148,7 @@ def test_template_renders_tools_calls_and_results(tiny_model_dir: Path) -> None:
     )
     assert turns[4] == (
         '<|im_start|>assistant\n<tool_call>\n{"name": "cancel_order", "arguments": {"order_id": "#W1", "reason": "ordered by mistake"}}\n'
-        '</tool_call>'
+        "</tool_call>"
     )
     assert turns[5] == '<|im_start|>user\n<tool_response>\n{"status": "cancelled"}\n</tool_response>'
     assert turns[6] == "<|im_start|>assistant\nDone: #W1 is cancelled."
@@ -137,10 +163,14 @@ def test_template_openai_wire_arguments_and_no_tools(tiny_model_dir: Path) -> No
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert tok.apply_chat_template(wire, tools=TOOLS, tokenize=False) == _render(tiny_model_dir, CONVERSATION, TOOLS)
     plain = _render(tiny_model_dir, CONVERSATION[:2], None, add_generation_prompt=False)
-    assert plain == "<|im_start|>system\nYou are a shop agent.<|im_end|>\n<|im_start|>user\nCancel #W1 please.<|im_end|>\n"
+    assert (
+        plain == "<|im_start|>system\nYou are a shop agent.<|im_end|>\n<|im_start|>user\nCancel #W1 please.<|im_end|>\n"
+    )
     no_system = _render(tiny_model_dir, CONVERSATION[1:2], TOOLS, add_generation_prompt=True, enable_thinking=False)
     assert no_system.startswith("<|im_start|>system\n# Tools\n")
-    assert no_system.endswith("<|im_start|>user\nCancel #W1 please.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert no_system.endswith(
+        "<|im_start|>user\nCancel #W1 please.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_cli_builds_the_tiny_model(tmp_path: Path) -> None:

@@ -70,7 +70,10 @@ def test_unclosed_final_block_with_valid_json_is_accepted() -> None:
         ('<tool_call>["get_order"]</tool_call>', "must be a JSON object"),
         ('<tool_call>{"name": "get_order", "arguments": [1, 2]}</tool_call>', "must be a JSON object"),
         ('<tool_call>{"name": "get_order", "arguments": "{bad"}</tool_call>', "not valid JSON"),
-        ('<tool_call>{"name": "get_order", "arguments": {"order_id": "1"', "not valid JSON"),  # truncated by max_new_tokens
+        (
+            '<tool_call>{"name": "get_order", "arguments": {"order_id": "1"',
+            "not valid JSON",
+        ),  # truncated by max_new_tokens
         ('done {"name": "x"}</tool_call>', "stray"),
         ('<tool_call>{"name": "a"}<tool_call>{"name": "b"}</tool_call>', "not valid JSON"),
     ],

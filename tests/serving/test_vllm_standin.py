@@ -20,14 +20,29 @@ from gapforge.serving.vllm_backend import VLLMBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = [tool_schema("get_order", "Look up an order by id.", {"order_id": {"type": "string"}})]
-FLAGS = ["--enable-lora", "--max-lora-rank", "8", "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--port", "0"]
+FLAGS = [
+    "--enable-lora",
+    "--max-lora-rank",
+    "8",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "hermes",
+    "--port",
+    "0",
+]
 
 
 @contextmanager
 def standin(model: Path, *flags: str, runtime_lora: bool = True) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if runtime_lora else ""}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.vllm_standin", str(model), "--served-model-name", "Qwen/Qwen3-8B", *flags],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.vllm_standin", str(model), "--served-model-name", "Qwen/Qwen3-8B", *flags],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # "serving NAME on URL" once it answers
         assert line.startswith("serving Qwen/Qwen3-8B on "), line
@@ -41,7 +56,9 @@ def _adapter(model_dir: Path, out: Path, rank: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), LoraConfig(r=rank, target_modules=["q_proj", "v_proj"]))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(model_dir), LoraConfig(r=rank, target_modules=["q_proj", "v_proj"])
+    )
     model.save_pretrained(out)
     return out
 
@@ -56,8 +73,17 @@ def test_chat_lora_loading_and_scoring_through_gapforges_vllm_clients(qwen3_mode
         for name in (None, "precondition"):
             said = asyncio.run(backend.policy(name, temperature=1.0).respond(convo, TOOLS))
             assert said.role == "assistant"
-        scored = httpx.post(f"{url}/completions", json={"model": "Qwen/Qwen3-8B", "prompt": [[1, 2, 3]], "max_tokens": 1, "logprobs": 1,
-                                                         "logprob_token_ids": [5, 6], "return_tokens_as_token_ids": True}).json()
+        scored = httpx.post(
+            f"{url}/completions",
+            json={
+                "model": "Qwen/Qwen3-8B",
+                "prompt": [[1, 2, 3]],
+                "max_tokens": 1,
+                "logprobs": 1,
+                "logprob_token_ids": [5, 6],
+                "return_tokens_as_token_ids": True,
+            },
+        ).json()
         top = scored["choices"][0]["logprobs"]["top_logprobs"][0]
         assert set(top) == {"token_id:5", "token_id:6"} and all(v < 0 for v in top.values())
         too_big = _adapter(qwen3_model_dir, tmp_path / "r16", rank=16)

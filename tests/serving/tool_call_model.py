@@ -37,7 +37,9 @@ class OrderDesk:
                 self.looked_up.append(str(call.arguments.get("order_id")))
                 replies.append(Message.tool(call.id, json.dumps({"status": "shipped"}), name=call.name))
             else:
-                replies.append(Message.tool(call.id, json.dumps({"error": f"unknown tool {call.name}"}), name=call.name))
+                replies.append(
+                    Message.tool(call.id, json.dumps({"error": f"unknown tool {call.name}"}), name=call.name)
+                )
         if not message.tool_calls:
             replies.append(Message.user("Thanks, bye."))
         return StepResult(messages=replies, done=not message.tool_calls)

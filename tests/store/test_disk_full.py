@@ -32,7 +32,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mounting a tmpfs needs root (CI runs as root)")
     disk = tmp_path / "disk"
     disk.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     try:
@@ -62,8 +64,24 @@ def test_collect_on_a_full_disk_exits_3_and_resumes_without_duplicates(small_dis
     db = ws / "gapforge.db"
     Store(f"sqlite:///{db}").close()  # the store exists; the run and its episodes are what meet the full disk
     filler = fill(small_disk, leave_kib=160)
-    args = ["rollouts", "collect", "--env", "shop", "--policy", f"scripted:{answers}", "--tasks", LOOKUPS, "--samples", str(SAMPLES),
-            "--concurrency", "2", "--set", f"workspace={ws}", "--set", "rollouts.max_turns=1"]
+    args = [
+        "rollouts",
+        "collect",
+        "--env",
+        "shop",
+        "--policy",
+        f"scripted:{answers}",
+        "--tasks",
+        LOOKUPS,
+        "--samples",
+        str(SAMPLES),
+        "--concurrency",
+        "2",
+        "--set",
+        f"workspace={ws}",
+        "--set",
+        "rollouts.max_turns=1",
+    ]
     runner = CliRunner()
     first = runner.invoke(app, args)
     assert first.exit_code == 3, first.output
@@ -107,7 +125,9 @@ def test_an_adapter_write_that_meets_enospc_leaves_nothing_read_back(small_disk:
     with pytest.raises(DiskFull) as caught, complete_dir(final, "a held-out adapter") as tmp:
         _Weights(4 * 1024 * 1024).save_pretrained(str(tmp))  # 4 MiB of weights into 256 KiB
     assert str(final) in str(caught.value) and "no space left" in str(caught.value)
-    assert check_dir(final, required=("adapter_config.json",), deep=True) is None  # the adapter that was there is intact
+    assert (
+        check_dir(final, required=("adapter_config.json",), deep=True) is None
+    )  # the adapter that was there is intact
     assert [p.name for p in final.parent.iterdir()] == [final.name]  # and the partial directory is gone
     filler.unlink()
 
@@ -117,14 +137,35 @@ def _job(out: Path, model_dir: Path, **kw):
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob
 
-    cfg = TrainingConfig.tiny(max_steps=4, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8, max_completion_length=128,
-                              train_seeds=4, heldout_seeds=2, heldout_samples=1, eval_every=2, save_every=2, patience=10)
-    return TrainJob(name="cap", capability="cap", base_model=str(model_dir), config=cfg, out_dir=str(out),
-                    env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"), **kw)
+    cfg = TrainingConfig.tiny(
+        max_steps=4,
+        groups_per_step=1,
+        num_generations=2,
+        max_turns=2,
+        max_new_tokens=8,
+        max_completion_length=128,
+        train_seeds=4,
+        heldout_seeds=2,
+        heldout_samples=1,
+        eval_every=2,
+        save_every=2,
+        patience=10,
+    )
+    return TrainJob(
+        name="cap",
+        capability="cap",
+        base_model=str(model_dir),
+        config=cfg,
+        out_dir=str(out),
+        env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
+        **kw,
+    )
 
 
 @pytest.mark.slow
-def test_training_on_a_full_disk_stops_resumably_and_a_cut_checkpoint_is_redone(small_disk: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_training_on_a_full_disk_stops_resumably_and_a_cut_checkpoint_is_redone(
+    small_disk: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     """A real GRPO job (tiny model, toy env) in its own process meets ENOSPC saving its step-0 held-out adapter:
     it exits 3, run_job raises DiskFull naming its directory, no adapter reads back and no failed adapter is
     recorded against the capability. With space freed it trains to the end; a checkpoint and a held-out adapter

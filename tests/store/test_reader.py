@@ -16,12 +16,32 @@ def _store(tmp_path: Path) -> tuple[str, str, list[int]]:
     url = f"sqlite:///{tmp_path / 'gapforge.db'}"
     with Store(url) as store:
         run = store.create_run("trace", {})
-        ids = [store.put_episode(run, "shop", f"t{i % 4}", i, policy="p", messages=[{"role": "user", "content": "x" * 5000}],
-                                 reward=float(i % 2), success=bool(i % 2), components={}, termination="done", error=None, turns=1,
-                                 timings={}, task_family="even" if i % 4 in (0, 2) else "odd") for i in range(12)]  # fmt: skip
+        ids = [
+            store.put_episode(
+                run,
+                "shop",
+                f"t{i % 4}",
+                i,
+                policy="p",
+                messages=[{"role": "user", "content": "x" * 5000}],
+                reward=float(i % 2),
+                success=bool(i % 2),
+                components={},
+                termination="done",
+                error=None,
+                turns=1,
+                timings={},
+                task_family="even" if i % 4 in (0, 2) else "odd",
+            )
+            for i in range(12)
+        ]
         store.put_capability(run, "cap", definition="d")
         for p in range(3):
-            store.put_labels(run, p, [LabelIn(e, "cap", "LACKING" if (k + p) % 3 == 0 else "PRESENT", f"ev {p}") for k, e in enumerate(ids)])
+            store.put_labels(
+                run,
+                p,
+                [LabelIn(e, "cap", "LACKING" if (k + p) % 3 == 0 else "PRESENT", f"ev {p}") for k, e in enumerate(ids)],
+            )
     return url, run, ids
 
 

@@ -14,11 +14,20 @@ SAMPLES = 2
 
 def put(store: Store, run_id: str, task: int, sample: int, writer: int) -> int:
     return store.put_episode(
-        run_id, "retail", f"task-{task}", sample,
-        policy=f"writer-{writer}", messages=[{"role": "user", "content": f"t{task}"}],
-        reward=task / TASKS, success=task % 2 == 0, components={}, termination="done",
-        error=None, turns=1, timings={"total_s": 0.01},
-    )  # fmt: skip
+        run_id,
+        "retail",
+        f"task-{task}",
+        sample,
+        policy=f"writer-{writer}",
+        messages=[{"role": "user", "content": f"t{task}"}],
+        reward=task / TASKS,
+        success=task % 2 == 0,
+        components={},
+        termination="done",
+        error=None,
+        turns=1,
+        timings={"total_s": 0.01},
+    )
 
 
 def test_threads_writing_overlapping_keys_store_each_episode_once(store: Store) -> None:

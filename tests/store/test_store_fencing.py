@@ -65,13 +65,28 @@ def _age_out(store: Store, run_id: str) -> None:
 
 
 def _take_over(url: str, run_id: str) -> int:
-    out = subprocess.run([sys.executable, "-c", TAKE, url, run_id], capture_output=True, text=True, cwd=ROOT, env=ENV, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", TAKE, url, run_id], capture_output=True, text=True, cwd=ROOT, env=ENV, check=True
+    )
     return int(out.stdout.strip())
 
 
 def _episode(store: Store, run_id: str, task: str) -> None:
-    store.put_episode(run_id, "shop", task, 0, policy="p", messages=[], reward=0.0, success=False, components={},
-                      termination="done", error=None, turns=0, timings={})
+    store.put_episode(
+        run_id,
+        "shop",
+        task,
+        0,
+        policy="p",
+        messages=[],
+        reward=0.0,
+        success=False,
+        components={},
+        termination="done",
+        error=None,
+        turns=0,
+        timings={},
+    )
 
 
 def test_a_taken_over_holder_cannot_write_the_run(store: Store, store_url: str) -> None:
@@ -82,8 +97,12 @@ def test_a_taken_over_holder_cannot_write_the_run(store: Store, store_url: str) 
     other = Store(store_url)  # another Store object of this process: fenced all the same
     _age_out(store, run_id)
     assert _take_over(store_url, run_id) == 2  # another process, epoch + 1
-    for write in (lambda: _episode(store, run_id, "after"), lambda: _episode(other, run_id, "after2"),
-                  lambda: store.set_run_status(run_id, "failed"), lambda: _episode(store, child, "child")):
+    for write in (
+        lambda: _episode(store, run_id, "after"),
+        lambda: _episode(other, run_id, "after2"),
+        lambda: store.set_run_status(run_id, "failed"),
+        lambda: _episode(store, child, "child"),
+    ):
         with pytest.raises(LeaseLost, match=rf"lost run '{run_id}' to `takeover` \(pid \d+"):
             write()
     assert not store.renew_lease(run_id)
@@ -115,11 +134,20 @@ def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_i
     writer = _stopped_holder(STUCK, "in a write", store, store_url, run_id, 1.0)
     try:
         # timeout: a hang guard (waiting for the stuck writer would outlast it), not a speed bound
-        out = subprocess.run([sys.executable, "-c", TAKE, store_url, run_id, "1.0"], capture_output=True, text=True, cwd=ROOT,
-                             env=ENV, timeout=60, check=False)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", TAKE, store_url, run_id, "1.0"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=ENV,
+            timeout=60,
+            check=False,
+        )
         assert out.returncode != 0, out.stdout
         last = out.stderr.strip().splitlines()[-1]
-        assert last.startswith("gapforge.store.leases.RunBusy: ") and "`writer`" in last and "stuck inside a write" in last, last
+        assert (
+            last.startswith("gapforge.store.leases.RunBusy: ") and "`writer`" in last and "stuck inside a write" in last
+        ), last
         assert f"kill {writer.pid} " in last, last
         writer.kill()
         writer.wait(timeout=30)
@@ -133,14 +161,22 @@ def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_i
 def _stopped_holder(script: str, says: str, store: Store, store_url: str, run_id: str, ttl: float) -> subprocess.Popen:
     """A lease holder running `script` that printed `says`, then stopped itself (SIGSTOP), and whose heartbeat has gone
     stale past its ttl. The caller kills it."""
-    holder = subprocess.Popen([sys.executable, "-c", script, store_url, run_id, str(ttl)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, store_url, run_id, str(ttl)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+    )
     try:
         assert holder.stdout.readline().strip() == says
         deadline = time.monotonic() + 30
         while not _stopped(holder.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        while _lease_age(store, run_id) <= ttl and time.monotonic() < deadline:  # the paused holder's heartbeat goes stale
+        while (
+            _lease_age(store, run_id) <= ttl and time.monotonic() < deadline
+        ):  # the paused holder's heartbeat goes stale
             time.sleep(0.1)
     except BaseException:
         holder.kill()

@@ -30,8 +30,14 @@ sys.stdin.read()
 
 
 def _holder(url: str, run_id: str, mode: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, url, run_id, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=os.environ | {"PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, url, run_id, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -72,8 +78,17 @@ def test_processes_racing_for_a_lease_get_exactly_one(store: Store, store_url: s
         "s = Store(sys.argv[1])\ntry:\n    s.acquire_lease(sys.argv[2], 'c')\n    print('won', flush=True)\n    sys.stdin.read()\n"
         "except RunBusy:\n    print('busy', flush=True)\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", race, store_url, run_id], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                              env=os.environ | {"PYTHONPATH": str(ROOT)}) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", race, store_url, run_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=os.environ | {"PYTHONPATH": str(ROOT)},
+        )
+        for _ in range(3)
+    ]
     first = [p.stdout.readline().strip() for p in procs]
     for p in procs:
         p.communicate("")

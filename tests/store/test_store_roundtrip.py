@@ -77,8 +77,11 @@ def test_unknown_run_is_a_one_line_error(store: Store) -> None:
     assert str(err.value) == "unknown run 'r-missing' in this store: check the run id and store.url"
     with pytest.raises(StoreError, match="unknown run 'r-missing'"):
         episode(store, "r-missing")
-    for call in (lambda: store.episodes("r-missing"), lambda: store.set_run_status("r-missing", "done"),
-                 lambda: store.put_capability("r-missing", "x", definition="d")):  # fmt: skip
+    for call in (
+        lambda: store.episodes("r-missing"),
+        lambda: store.set_run_status("r-missing", "done"),
+        lambda: store.put_capability("r-missing", "x", definition="d"),
+    ):
         with pytest.raises(StoreError, match="unknown run 'r-missing'"):
             call()
 
@@ -126,7 +129,9 @@ def test_rows_are_detached_and_frozen(store: Store) -> None:
 def test_capabilities_labels_and_stats(store: Store) -> None:
     rid = store.create_run("trace", {})
     e1, e2 = episode(store, rid, "t1"), episode(store, rid, "t2", success=False)
-    cap = store.put_capability(rid, "datetime_reasoning", definition="v1", example_episode_ids=[e2], prompt_name="discover", prompt_version="3")
+    cap = store.put_capability(
+        rid, "datetime_reasoning", definition="v1", example_episode_ids=[e2], prompt_name="discover", prompt_version="3"
+    )
     again = store.put_capability(rid, "datetime_reasoning", definition="v2", example_episode_ids=[e1, e2])
     assert again.id == cap.id and again.created_at == cap.created_at and again.definition == "v2"
     assert again.example_episode_ids == [e1, e2] and again.retained is None
@@ -138,12 +143,17 @@ def test_capabilities_labels_and_stats(store: Store) -> None:
     with pytest.raises(StoreError, match="unknown capability 'nope'"):
         store.set_capability_retained(rid, "nope", True)
 
-    n = store.put_labels(rid, 0, [LabelIn(e1, "datetime_reasoning", "PRESENT", "used dates"), LabelIn(e2, "datetime_reasoning", "NA")])
+    n = store.put_labels(
+        rid, 0, [LabelIn(e1, "datetime_reasoning", "PRESENT", "used dates"), LabelIn(e2, "datetime_reasoning", "NA")]
+    )
     store.put_label(rid, e2, "datetime_reasoning", 0, "LACKING", "wrong weekday")  # same key: replaces
     store.put_label(rid, e2, "datetime_reasoning", 1, "LACKING")
     assert n == 2
     labels = store.labels(rid, pass_index=0)
-    assert [(lab.episode_id, lab.value, lab.evidence) for lab in labels] == [(e1, "PRESENT", "used dates"), (e2, "LACKING", "wrong weekday")]
+    assert [(lab.episode_id, lab.value, lab.evidence) for lab in labels] == [
+        (e1, "PRESENT", "used dates"),
+        (e2, "LACKING", "wrong weekday"),
+    ]
     assert len(store.labels(rid)) == 3 and len(store.labels(rid, capability="tool_precision")) == 0
     with pytest.raises(StoreError, match="bad label 'MAYBE'"):
         store.put_label(rid, e1, "datetime_reasoning", 0, "MAYBE")  # type: ignore[arg-type]
@@ -154,7 +164,9 @@ def test_capabilities_labels_and_stats(store: Store) -> None:
         store.put_label(rid, episode(store, other), "datetime_reasoning", 0, "NA")
 
     store.put_capability_stat(rid, "datetime_reasoning", 0, er_plus=0.0, er_minus=1, gap=1, coverage=0.5, kept=True)
-    stat = store.put_capability_stat(rid, "datetime_reasoning", 0, er_plus=None, er_minus=1, gap=None, coverage=1, kept=False)
+    stat = store.put_capability_stat(
+        rid, "datetime_reasoning", 0, er_plus=None, er_minus=1, gap=None, coverage=1, kept=False
+    )
     assert (stat.er_plus, stat.er_minus, stat.gap, stat.coverage, stat.kept) == (None, 1.0, None, 1.0, False)
     assert isinstance(stat.er_minus, float) and isinstance(stat.coverage, float)
     assert store.capability_stats(rid) == [stat]
@@ -166,13 +178,18 @@ def test_synthetic_envs_validations_adapters_evaluations(store: Store) -> None:
     rid = store.create_run("trace", {})
     store.put_capability(rid, "precondition_verification", definition="d")
     code = "class Env:\n    pass\n"
-    a1 = store.put_synthetic_env(rid, "precondition_verification", 1, code=code, status="generated", prompt_name="synthesize", prompt_version="2")
+    a1 = store.put_synthetic_env(
+        rid, "precondition_verification", 1, code=code, status="generated", prompt_name="synthesize", prompt_version="2"
+    )
     assert a1.sha256 == hashlib.sha256(code.encode()).hexdigest() and a1.prompt_version == "2"
     a1b = store.put_synthetic_env(rid, "precondition_verification", 1, code=code + "# fix\n", status="generated")
     assert a1b.id == a1.id and a1b.sha256 != a1.sha256
     a2 = store.put_synthetic_env(rid, "precondition_verification", 2, code=code, status="generated")
     store.set_synthetic_env_status(a2.id, "passed")
-    assert [(e.attempt, e.status) for e in store.synthetic_envs(rid, "precondition_verification")] == [(1, "generated"), (2, "passed")]
+    assert [(e.attempt, e.status) for e in store.synthetic_envs(rid, "precondition_verification")] == [
+        (1, "generated"),
+        (2, "passed"),
+    ]
     assert store.get_synthetic_env(a1.id).code == code + "# fix\n"
     with pytest.raises(StoreError, match="unknown synthetic env id 424242"):
         store.get_synthetic_env(424242)
@@ -186,8 +203,22 @@ def test_synthetic_envs_validations_adapters_evaluations(store: Store) -> None:
     with pytest.raises(StoreError, match="unknown synthetic env id 424242"):
         store.put_validation(424242, report={}, passed=False)
 
-    store.put_adapter(rid, "precondition_verification", path="/a/v1", metrics={"reward": 0.3}, status="training", capability="precondition_verification")
-    ad = store.put_adapter(rid, "precondition_verification", path="/a/v2", metrics={"reward": 0.6}, status="trained", capability="precondition_verification")
+    store.put_adapter(
+        rid,
+        "precondition_verification",
+        path="/a/v1",
+        metrics={"reward": 0.3},
+        status="training",
+        capability="precondition_verification",
+    )
+    ad = store.put_adapter(
+        rid,
+        "precondition_verification",
+        path="/a/v2",
+        metrics={"reward": 0.6},
+        status="trained",
+        capability="precondition_verification",
+    )
     base = store.put_adapter(rid, "mixed_baseline", path="/a/mixed", metrics={}, status="trained")
     assert store.adapters(rid) == [ad, base] and ad.path == "/a/v2" and base.capability is None
     assert store.get_adapter(rid, "precondition_verification") == ad and store.get_adapter(rid, "none") is None
@@ -208,12 +239,25 @@ def test_data_survives_reopening(store_url: str) -> None:
 
 def test_add_episodes_stores_many_in_one_go_and_says_which_keys_were_new(store: Store) -> None:
     run = store.create_run("rollouts", {})
-    fields = dict(policy="p", messages=[{"role": "user", "content": "hi"}], reward=0.5, success=True, components={}, termination="done",
-                  error=None, turns=1, timings={"total_s": 0.1})
+    fields = dict(
+        policy="p",
+        messages=[{"role": "user", "content": "hi"}],
+        reward=0.5,
+        success=True,
+        components={},
+        termination="done",
+        error=None,
+        turns=1,
+        timings={"total_s": 0.1},
+    )
     first = store.add_episode(run, "shop", "t1", 0, **fields)
     ids = store.add_episodes(run, "shop", [("t0", 0, fields), ("t1", 0, fields), ("t1", 1, {**fields, "reward": 0.25})])
     assert ids[1] is None and ids[0] is not None and ids[2] is not None and first not in ids
     assert store.add_episodes(run, "shop", []) == []
     rows = {(r.task_id, r.sample): r for r in store.episodes(run)}
-    assert set(rows) == {("t0", 0), ("t1", 0), ("t1", 1)} and rows[("t1", 1)].reward == 0.25 and rows[("t1", 1)].id == ids[2]
+    assert (
+        set(rows) == {("t0", 0), ("t1", 0), ("t1", 1)}
+        and rows[("t1", 1)].reward == 0.25
+        and rows[("t1", 1)].id == ids[2]
+    )
     assert rows[("t0", 0)].messages == fields["messages"]

@@ -23,8 +23,21 @@ from gapforge.store.reader import StoreReader
 
 
 def _episode(store: Store, run_id: str, task: str) -> None:
-    store.put_episode(run_id, "shop", task, 0, policy="p", messages=[{"role": "user", "content": "x" * 2000}], reward=0.0,
-                      success=False, components={}, termination="done", error=None, turns=0, timings={})
+    store.put_episode(
+        run_id,
+        "shop",
+        task,
+        0,
+        policy="p",
+        messages=[{"role": "user", "content": "x" * 2000}],
+        reward=0.0,
+        success=False,
+        components={},
+        termination="done",
+        error=None,
+        turns=0,
+        timings={},
+    )
 
 
 def _workspace(tmp_path: Path) -> tuple[Path, str]:
@@ -40,10 +53,15 @@ def _workspace(tmp_path: Path) -> tuple[Path, str]:
             pass
 
     asyncio.run(make())
-    conn = sqlite3.connect(ws / "checkpoints.sqlite")  # the run's checkpoints, past the schema's pages (the newest last)
+    conn = sqlite3.connect(
+        ws / "checkpoints.sqlite"
+    )  # the run's checkpoints, past the schema's pages (the newest last)
     with conn:
-        conn.executemany("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint, metadata) "
-                         "VALUES (?, '', ?, 'msgpack', ?, ?)", [(run_id, f"c{i:02d}", os.urandom(3000), b"{}") for i in range(40)])
+        conn.executemany(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint, metadata) "
+            "VALUES (?, '', ?, 'msgpack', ?, ?)",
+            [(run_id, f"c{i:02d}", os.urandom(3000), b"{}") for i in range(40)],
+        )
     conn.close()  # the last connection checkpoints the WAL into the file
     return ws, run_id
 

@@ -14,8 +14,17 @@ from tests.training.toy_env import ToyDeskEnv
 
 pytestmark = pytest.mark.slow  # trains a tiny model
 
-CFG = TrainingConfig.tiny(max_steps=6, groups_per_step=1, num_generations=2, max_turns=3, max_new_tokens=8, max_completion_length=256,
-                          train_seeds=4, learning_rate=5e-2, loss_forward="rows")
+CFG = TrainingConfig.tiny(
+    max_steps=6,
+    groups_per_step=1,
+    num_generations=2,
+    max_turns=3,
+    max_new_tokens=8,
+    max_completion_length=256,
+    train_seeds=4,
+    learning_rate=5e-2,
+    loss_forward="rows",
+)
 
 
 class HalfFlatDeskEnv(ToyDeskEnv):
@@ -29,12 +38,22 @@ def _train(model_dir: str, tmp_path, skip: bool) -> tuple[dict[str, torch.Tensor
     cls = _rows_trainer_class()
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = build_trainer(model, tokenizer, HalfFlatDeskEnv, list(range(CFG.train_seeds)), CFG, str(tmp_path / f"trl-{skip}"), RolloutRecorder())
+    trainer = build_trainer(
+        model,
+        tokenizer,
+        HalfFlatDeskEnv,
+        list(range(CFG.train_seeds)),
+        CFG,
+        str(tmp_path / f"trl-{skip}"),
+        RolloutRecorder(),
+    )
     assert isinstance(trainer, cls)
     trainer.skip_constant_steps = skip
     torch.manual_seed(0)
     trainer.train()
-    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}, trainer.skipped_steps
+    return {
+        n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad
+    }, trainer.skipped_steps
 
 
 def test_skipping_zero_advantage_steps_trains_the_same_weights(tiny_model_dir, tmp_path) -> None:

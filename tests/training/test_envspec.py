@@ -11,12 +11,21 @@ def test_a_target_spec_needs_disjoint_task_lists() -> None:
     with pytest.raises(ValueError, match="needs target, train_tasks and heldout_tasks"):
         EnvSpec(kind="target", target="shop", train_tasks=["shop-lookup-001"]).check()
     with pytest.raises(ValueError, match="overlap"):
-        EnvSpec(kind="target", target="shop", train_tasks=["shop-lookup-001", "shop-lookup-002"],
-                heldout_tasks=["shop-lookup-002"]).check()
+        EnvSpec(
+            kind="target",
+            target="shop",
+            train_tasks=["shop-lookup-001", "shop-lookup-002"],
+            heldout_tasks=["shop-lookup-002"],
+        ).check()
 
 
 def test_a_target_spec_opens_fresh_target_envs_and_splits_by_its_task_ids() -> None:
-    spec = EnvSpec(kind="target", target="shop", train_tasks=["shop-lookup-001", "shop-write-001"], heldout_tasks=["shop-refusal-001"])
+    spec = EnvSpec(
+        kind="target",
+        target="shop",
+        train_tasks=["shop-lookup-001", "shop-write-001"],
+        heldout_tasks=["shop-refusal-001"],
+    )
     make_env, close = open_factory(spec)
     try:
         a, b = make_env(), make_env()

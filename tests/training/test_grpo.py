@@ -16,8 +16,16 @@ from gapforge.training.grpo import (
 from gapforge.training.sampler import TransformersSampler
 from tests.training.toy_env import ToyDeskEnv
 
-CFG = TrainingConfig.tiny(max_steps=2, groups_per_step=2, num_generations=2, max_turns=3, max_new_tokens=8,
-                          max_completion_length=256, train_seeds=4, learning_rate=5e-2)
+CFG = TrainingConfig.tiny(
+    max_steps=2,
+    groups_per_step=2,
+    num_generations=2,
+    max_turns=3,
+    max_new_tokens=8,
+    max_completion_length=256,
+    train_seeds=4,
+    learning_rate=5e-2,
+)
 
 pytestmark = pytest.mark.slow  # trains a tiny model
 
@@ -38,8 +46,16 @@ def _trainer(model, tokenizer, tmp_path, make_env=ToyDeskEnv, log=None, cfg=CFG)
     factory = None
     if log is not None:
         factory = lambda tr: RecordingSampler(tr.accelerator.unwrap_model(tr.model), tokenizer, log=log)
-    trainer = build_trainer(model, tokenizer, make_env, list(range(cfg.train_seeds)), cfg, str(tmp_path / "trl"), recorder,
-                            sampler_factory=factory)
+    trainer = build_trainer(
+        model,
+        tokenizer,
+        make_env,
+        list(range(cfg.train_seeds)),
+        cfg,
+        str(tmp_path / "trl"),
+        recorder,
+        sampler_factory=factory,
+    )
     return trainer, recorder
 
 
@@ -51,7 +67,14 @@ def test_trl_trains_on_exactly_the_sampled_ids_with_env_tokens_masked(tiny_model
 
     def capture(inputs):
         out = original(inputs)
-        seen.append((out["completion_ids"].clone(), out["tool_mask"].clone(), out["completion_mask"].clone(), list(recorder.last)))
+        seen.append(
+            (
+                out["completion_ids"].clone(),
+                out["tool_mask"].clone(),
+                out["completion_mask"].clone(),
+                list(recorder.last),
+            )
+        )
         return out
 
     trainer._generate_and_score_completions = capture
@@ -74,10 +97,14 @@ def test_trl_trains_on_exactly_the_sampled_ids_with_env_tokens_masked(tiny_model
 
 
 @pytest.mark.parametrize("lose_sandbox,boundary", [(False, "env"), (True, "infra")])
-def test_a_rollout_an_env_or_infrastructure_fault_ended_is_dropped_from_the_loss(tiny_model, tiny_tokenizer, tmp_path, lose_sandbox, boundary):
+def test_a_rollout_an_env_or_infrastructure_fault_ended_is_dropped_from_the_loss(
+    tiny_model, tiny_tokenizer, tmp_path, lose_sandbox, boundary
+):
     """Never trained on as reward 0: its sampled tokens are masked in what TRL trains on, the reward TRL
     sees is its group's healthy mean, and each step counts the dropped rollouts; training goes on."""
-    trainer, recorder = _trainer(tiny_model, tiny_tokenizer, tmp_path, make_env=lambda: ToyDeskEnv(crash_at=2, lose_sandbox=lose_sandbox))
+    trainer, recorder = _trainer(
+        tiny_model, tiny_tokenizer, tmp_path, make_env=lambda: ToyDeskEnv(crash_at=2, lose_sandbox=lose_sandbox)
+    )
     seen = []
     original = trainer._generate_and_score_completions
 
@@ -107,7 +134,9 @@ def test_a_dropped_rollout_gets_its_groups_healthy_mean_not_zero():
     def r(reward, failure=None):
         return TokenRollout(task=1, traj=TokenTrajectory(prompt_ids=[1]), reward=reward, failure=failure)
 
-    assert trained_rewards([r(0.2), r(0.0, "env: RuntimeError: x"), r(0.6), r(0.0, "infra: killed: y")]) == pytest.approx([0.2, 0.4, 0.6, 0.4])
+    assert trained_rewards(
+        [r(0.2), r(0.0, "env: RuntimeError: x"), r(0.6), r(0.0, "infra: killed: y")]
+    ) == pytest.approx([0.2, 0.4, 0.6, 0.4])
     assert trained_rewards([r(0.0, "model: malformed"), r(1.0)]) == [0.0, 1.0]  # the model's own failure is trained on
     assert trained_rewards([r(0.0, "infra: killed"), r(0.0, "env: boom")]) == [0.0, 0.0]
 
@@ -133,13 +162,17 @@ def test_grpo_config_sets_checkpointing_by_its_current_name(tmp_path):
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         cpu = grpo_config(TrainingConfig(), str(tmp_path))
-        gpu = grpo_config(TrainingConfig(generation="vllm_server", vllm_server_base_url="http://gpu:8000"), str(tmp_path))
+        gpu = grpo_config(
+            TrainingConfig(generation="vllm_server", vllm_server_base_url="http://gpu:8000"), str(tmp_path)
+        )
     assert not [w for w in seen if "checkpointing" in str(w.message)]
     assert (cpu.activation_checkpointing, cpu.gradient_checkpointing) == (False, False)
     assert (gpu.activation_checkpointing, gpu.gradient_checkpointing) == (True, True)
 
 
-def test_the_rows_forward_gives_trls_padded_batch_logprobs_entropies_and_gradients(tiny_model, tiny_tokenizer, tmp_path):
+def test_the_rows_forward_gives_trls_padded_batch_logprobs_entropies_and_gradients(
+    tiny_model, tiny_tokenizer, tmp_path
+):
     """On CPU the loss's forward takes each rollout alone, cut to its own tokens (TrainingConfig.loss_forward):
     the same logprobs, entropies and adapter gradients as TRL's one padded batch, to float rounding."""
     from trl import GRPOTrainer
@@ -154,7 +187,7 @@ def test_the_rows_forward_gives_trls_padded_batch_logprobs_entropies_and_gradien
     ids = torch.randint(4, vocab, (3, pw + cw), generator=gen)
     mask = torch.zeros_like(ids)
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        mask[i, pw - p:pw + c] = 1
+        mask[i, pw - p : pw + c] = 1
     ids = ids.masked_fill(mask == 0, tiny_tokenizer.pad_token_id)
     loss_mask = mask[:, pw:].float()
 
@@ -165,7 +198,10 @@ def test_the_rows_forward_gives_trls_padded_batch_logprobs_entropies_and_gradien
         trainer.model.zero_grad()
         return (logps * loss_mask).detach(), (entropies * loss_mask).detach(), grads
 
-    rows, padded = run(type(trainer)._get_per_token_logps_and_entropies), run(GRPOTrainer._get_per_token_logps_and_entropies)
+    rows, padded = (
+        run(type(trainer)._get_per_token_logps_and_entropies),
+        run(GRPOTrainer._get_per_token_logps_and_entropies),
+    )
     assert torch.allclose(rows[0], padded[0], atol=1e-5) and torch.allclose(rows[1], padded[1], atol=1e-5)
     assert rows[2].keys() == padded[2].keys() and len(rows[2]) > 0
     for name, grad in padded[2].items():

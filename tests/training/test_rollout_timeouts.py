@@ -33,8 +33,18 @@ class _HangsSecond(ToyDeskEnv):
 def test_a_rollout_whose_step_never_returns_is_dropped_and_masked(tiny_tokenizer) -> None:
     _HangsSecond.built = 0
     t0 = time.monotonic()
-    rollouts = run_group(_HangsSecond, 3, 3, sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS), tokenizer=tiny_tokenizer,
-                         max_turns=6, max_new_tokens=64, max_completion_length=4096, temperature=1.0, env_timeout_s=0.5)
+    rollouts = run_group(
+        _HangsSecond,
+        3,
+        3,
+        sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS),
+        tokenizer=tiny_tokenizer,
+        max_turns=6,
+        max_new_tokens=64,
+        max_completion_length=4096,
+        temperature=1.0,
+        env_timeout_s=0.5,
+    )
     assert time.monotonic() - t0 < 10.0
     stuck, healthy = rollouts[1], [rollouts[0], rollouts[2]]
     assert stuck.dropped == "env" and "step took longer than 0.5s" in (stuck.failure or "")

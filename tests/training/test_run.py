@@ -23,11 +23,29 @@ pytestmark = pytest.mark.slow  # trains a tiny model
 
 
 def _job(tmp_path, model_dir, name="toy", steps=4, **kw) -> TrainJob:
-    cfg = TrainingConfig.tiny(max_steps=steps, groups_per_step=1, num_generations=2, max_turns=2, max_new_tokens=8,
-                              max_completion_length=128, train_seeds=4, heldout_seeds=2, heldout_samples=1, eval_every=2,
-                              save_every=2, patience=10)
-    return TrainJob(name=name, capability=None, base_model=str(model_dir), config=cfg, out_dir=str(tmp_path / name),
-                    env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"), **kw)
+    cfg = TrainingConfig.tiny(
+        max_steps=steps,
+        groups_per_step=1,
+        num_generations=2,
+        max_turns=2,
+        max_new_tokens=8,
+        max_completion_length=128,
+        train_seeds=4,
+        heldout_seeds=2,
+        heldout_samples=1,
+        eval_every=2,
+        save_every=2,
+        patience=10,
+    )
+    return TrainJob(
+        name=name,
+        capability=None,
+        base_model=str(model_dir),
+        config=cfg,
+        out_dir=str(tmp_path / name),
+        env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
+        **kw,
+    )
 
 
 def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_model_dir):
@@ -40,8 +58,13 @@ def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_mode
     # under a loaded suite: its last two steps take ~0.2 s); the resume below runs in this process, ungated
     gate = out / "trl" / "checkpoint-2" / "trainer_state.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOY_GATE": str(gate)}
-    proc = subprocess.Popen([sys.executable, "-m", "gapforge.training.run", str(spec)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gapforge.training.run", str(spec)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not Path(f"{gate}.reached").is_file():
         assert proc.poll() is None, "the job ended before it reached the gate after its first checkpoint"

@@ -13,8 +13,11 @@ from tests.training.test_tokens import ScriptedSampler
 
 pytestmark = pytest.mark.docker
 MODULE = Path(__file__).resolve().parents[2] / "envs" / "examples" / "precondition_verification.py"
-TURNS = ['<tool_call>\n{"name": "find_customer_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>',
-         "Could you tell me your email address?", "I cannot do that."]
+TURNS = [
+    '<tool_call>\n{"name": "find_customer_by_email", "arguments": {"email": "nobody@example.com"}}\n</tool_call>',
+    "Could you tell me your email address?",
+    "I cannot do that.",
+]
 
 
 def _mine(client) -> list:
@@ -24,7 +27,9 @@ def _mine(client) -> list:
 
 
 def test_sandboxed_rollouts_mask_env_turns_survive_a_dead_container_and_leave_nothing(docker_client, tiny_tokenizer):
-    make_env, close = open_factory(EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": "docker"}), pool_size=2)
+    make_env, close = open_factory(
+        EnvSpec(kind="sandbox", module=str(MODULE), sandbox={"backend": "docker"}), pool_size=2
+    )
     made = []
 
     def tracked():
@@ -32,8 +37,18 @@ def test_sandboxed_rollouts_mask_env_turns_survive_a_dead_container_and_leave_no
         return made[-1]
 
     try:
-        ok = run_group(tracked, 7, 2, sampler=ScriptedSampler(tiny_tokenizer, TURNS), tokenizer=tiny_tokenizer, max_turns=3,
-                       max_new_tokens=64, max_completion_length=8192, temperature=1.0, env_timeout_s=30)
+        ok = run_group(
+            tracked,
+            7,
+            2,
+            sampler=ScriptedSampler(tiny_tokenizer, TURNS),
+            tokenizer=tiny_tokenizer,
+            max_turns=3,
+            max_new_tokens=64,
+            max_completion_length=8192,
+            temperature=1.0,
+            env_timeout_s=30,
+        )
         assert [r.failure for r in ok] == [None, None] and all(r.turns == 3 for r in ok)
         env_text = tiny_tokenizer.decode([t for t, m in zip(ok[0].traj.completion_ids, ok[0].traj.env_mask) if m == 0])
         assert "customer not found" in env_text  # the sandboxed tool's error, masked from the loss
@@ -45,8 +60,18 @@ def test_sandboxed_rollouts_mask_env_turns_survive_a_dead_container_and_leave_no
                 return super().sample(contexts, **kw)
 
         made.clear()
-        (dead,) = run_group(tracked, 8, 1, sampler=KillAfterFirstTurn(tiny_tokenizer, TURNS), tokenizer=tiny_tokenizer,
-                            max_turns=3, max_new_tokens=64, max_completion_length=8192, temperature=1.0, env_timeout_s=30)
+        (dead,) = run_group(
+            tracked,
+            8,
+            1,
+            sampler=KillAfterFirstTurn(tiny_tokenizer, TURNS),
+            tokenizer=tiny_tokenizer,
+            max_turns=3,
+            max_new_tokens=64,
+            max_completion_length=8192,
+            temperature=1.0,
+            env_timeout_s=30,
+        )
         # killed from outside: not the env's doing, so the episode is replayed on a fresh container
         assert dead.failure is None and dead.turns == 3
         assert [f["kind"] for f in made[-1].sandbox_faults] == ["killed"] and made[-1].failure_count == 0

@@ -24,14 +24,24 @@ QWEN3_TURNS = [
     "<think>\nThe customer has to choose.\n</think>\n\nWhich size do you need?",
     "Done, I booked a medium.",  # a turn without reasoning
 ]
-HERMES_TURNS = ['Let me check.\n<tool_call>\n{"name": "lookup", "arguments": {"key": "size"}}\n</tool_call>', "Which size do you need?",
-                "Done, I booked a medium."]
-LLAMA_TURNS = ['{"name": "lookup", "parameters": {"key": "size"}}', "Which size do you need?", "Done, I booked a medium."]
-IM_ENV = ("\n<|im_start|>user\n<tool_response>\nvalue of size\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
-          "\n<|im_start|>user\nWhich size?<|im_end|>\n<|im_start|>assistant\n")
+HERMES_TURNS = [
+    'Let me check.\n<tool_call>\n{"name": "lookup", "arguments": {"key": "size"}}\n</tool_call>',
+    "Which size do you need?",
+    "Done, I booked a medium.",
+]
+LLAMA_TURNS = [
+    '{"name": "lookup", "parameters": {"key": "size"}}',
+    "Which size do you need?",
+    "Done, I booked a medium.",
+]
+IM_ENV = (
+    "\n<|im_start|>user\n<tool_response>\nvalue of size\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+    "\n<|im_start|>user\nWhich size?<|im_end|>\n<|im_start|>assistant\n",
+)
 LLAMA_ENV = (  # Llama 3.1's template JSON-encodes tool results
     '<|start_header_id|>ipython<|end_header_id|>\n\n"value of size"<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
-    "<|start_header_id|>user<|end_header_id|>\n\nWhich size?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    "<|start_header_id|>user<|end_header_id|>\n\nWhich size?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+)
 FAMILIES = {  # TRL's template -> (family, template source, the model's turns, the env's turns as the template writes them)
     "qwen3": ("qwen3", "gapforge:qwen3_training.jinja", QWEN3_TURNS, IM_ENV),
     "qwen3_instruct_2507": ("qwen3-instruct-2507", "stock", HERMES_TURNS, IM_ENV),
@@ -67,8 +77,18 @@ def test_rollout_masks_decode_to_exactly_the_models_and_the_envs_text(family):
     _, _, turns, env_text = FAMILIES[stem]
     prepare_tokenizer(tok, TOOLS)
     sampler = ScriptedSampler(tok, turns)
-    (r,) = run_group(ToyDeskEnv, 3, 1, sampler=sampler, tokenizer=tok, max_turns=6, max_new_tokens=96,
-                     max_completion_length=4096, temperature=1.0, env_timeout_s=10)
+    (r,) = run_group(
+        ToyDeskEnv,
+        3,
+        1,
+        sampler=sampler,
+        tokenizer=tok,
+        max_turns=6,
+        max_new_tokens=96,
+        max_completion_length=4096,
+        temperature=1.0,
+        env_timeout_s=10,
+    )
     assert r.failure is None and r.turns == 3
     spans = r.traj.spans()
     assert [m for m, _ in spans] == [1, 0, 1, 0, 1]
@@ -76,7 +96,11 @@ def test_rollout_masks_decode_to_exactly_the_models_and_the_envs_text(family):
     assert [tok.decode(ids, skip_special_tokens=True) for m, ids in spans if m] == turns
     assert tuple(tok.decode(ids) for m, ids in spans if not m) == env_text
     said = [m for m in r.messages if m.role == "assistant"]
-    assert said[0].tool_calls and said[0].tool_calls[0].name == "lookup" and said[0].tool_calls[0].arguments == {"key": "size"}
+    assert (
+        said[0].tool_calls
+        and said[0].tool_calls[0].name == "lookup"
+        and said[0].tool_calls[0].arguments == {"key": "size"}
+    )
     if stem == "qwen3":
         assert [m.reasoning for m in said] == ["The size is in the lookup table.", "The customer has to choose.", None]
 
@@ -87,15 +111,27 @@ def test_the_prompt_served_at_every_turn_is_the_context_training_sampled_from(fa
     stem, tok = family
     _, _, turns, _ = FAMILIES[stem]
     prepare_tokenizer(tok, TOOLS)
-    (r,) = run_group(ToyDeskEnv, 3, 1, sampler=ScriptedSampler(tok, turns), tokenizer=tok, max_turns=6, max_new_tokens=96,
-                     max_completion_length=4096, temperature=1.0, env_timeout_s=10)
+    (r,) = run_group(
+        ToyDeskEnv,
+        3,
+        1,
+        sampler=ScriptedSampler(tok, turns),
+        tokenizer=tok,
+        max_turns=6,
+        max_new_tokens=96,
+        max_completion_length=4096,
+        temperature=1.0,
+        env_timeout_s=10,
+    )
     starts = [i for i, m in enumerate(r.traj.env_mask) if m and (i == 0 or not r.traj.env_mask[i - 1])]
     at = [i for i, m in enumerate(r.messages) if m.role == "assistant"]
     for start, k in zip(starts, at, strict=True):
-        assert render_prompt(tok, r.messages[:k], TOOLS) == tok.decode(r.traj.prompt_ids + r.traj.completion_ids[:start])
+        assert render_prompt(tok, r.messages[:k], TOOLS) == tok.decode(
+            r.traj.prompt_ids + r.traj.completion_ids[:start]
+        )
     full = render_prompt(tok, r.messages, TOOLS, generation_prompt=False)
     stream = tok.decode(r.traj.prompt_ids + r.traj.completion_ids)
-    assert full.startswith(stream) and not full[len(stream):].strip()  # (what follows the last eos is never sampled)
+    assert full.startswith(stream) and not full[len(stream) :].strip()  # (what follows the last eos is never sampled)
 
 
 def _qwen3(template: str, messages: list[Message], tools=TOOLS) -> str:
@@ -114,19 +150,37 @@ def test_qwen3_training_template_is_the_stock_text_wherever_the_stock_one_is_sta
     stable = [
         [system, user],
         [system, user, Message.assistant("Let me check.", CALL), Message.tool("c1", "value of size", name="lookup")],
-        [system, user, Message.assistant(None, CALL), Message.tool("c1", "a"), Message.tool("c1", "b"), Message.assistant("Which?"),
-         Message.user("Medium.")],
-        [user, Message(role="assistant", content="Let me check.", tool_calls=CALL, reasoning="Look it up."), Message.tool("c1", "x")],
+        [
+            system,
+            user,
+            Message.assistant(None, CALL),
+            Message.tool("c1", "a"),
+            Message.tool("c1", "b"),
+            Message.assistant("Which?"),
+            Message.user("Medium."),
+        ],
+        [
+            user,
+            Message(role="assistant", content="Let me check.", tool_calls=CALL, reasoning="Look it up."),
+            Message.tool("c1", "x"),
+        ],
     ]
     for convo in stable:
         assert _qwen3(ours, convo, tools) == _qwen3(stock, convo, tools)
     # what differs: reasoning before the last user message is kept (the stock template drops it)
-    earlier = [system, user, Message(role="assistant", content="Which size?", reasoning="Ask first."), Message.user("Medium.")]
+    earlier = [
+        system,
+        user,
+        Message(role="assistant", content="Which size?", reasoning="Ask first."),
+        Message.user("Medium."),
+    ]
     kept, dropped = _qwen3(ours, earlier, tools), _qwen3(stock, earlier, tools)
     assert kept.replace("<think>\nAsk first.\n</think>\n\n", "") == dropped and kept != dropped
 
 
-@pytest.mark.parametrize("stem, reason", [("llama3", "drops assistant tool calls"), ("qwen3_6", "no parser"), ("qwen3_5_think", "no parser")])
+@pytest.mark.parametrize(
+    "stem, reason", [("llama3", "drops assistant tool calls"), ("qwen3_6", "no parser"), ("qwen3_5_think", "no parser")]
+)
 def test_families_gapforge_cannot_train_are_refused_with_the_reason(stem, reason):
     tok = family_tokenizer(stem)
     with pytest.raises(ServingError, match=reason):
@@ -135,11 +189,16 @@ def test_families_gapforge_cannot_train_are_refused_with_the_reason(stem, reason
 
 def test_an_unknown_drifting_template_is_refused_naming_the_fix(tiny_tokenizer):
     tok = tiny_tokenizer.__class__.from_pretrained(tiny_tokenizer.name_or_path)
-    tok.chat_template = tiny_tokenizer.chat_template.replace(  # drops reasoning of earlier turns, as Qwen3's stock one does
-        "{{- '<|im_start|>assistant\\n' + (message.content or '') -}}",
-        "{%- set c = message.content or '' -%}{%- if not loop.last and '</think>' in c -%}"
-        "{%- set c = c.split('</think>')[-1].lstrip() -%}{%- endif -%}{{- '<|im_start|>assistant\\n' + c -}}")
-    with pytest.raises(TemplateDriftError, match=r"unknown template \(stock\): .*fix: save a prefix-preserving template"):
+    tok.chat_template = (
+        tiny_tokenizer.chat_template.replace(  # drops reasoning of earlier turns, as Qwen3's stock one does
+            "{{- '<|im_start|>assistant\\n' + (message.content or '') -}}",
+            "{%- set c = message.content or '' -%}{%- if not loop.last and '</think>' in c -%}"
+            "{%- set c = c.split('</think>')[-1].lstrip() -%}{%- endif -%}{{- '<|im_start|>assistant\\n' + c -}}",
+        )
+    )
+    with pytest.raises(
+        TemplateDriftError, match=r"unknown template \(stock\): .*fix: save a prefix-preserving template"
+    ):
         prepare_tokenizer(tok, TOOLS)
 
 
@@ -150,10 +209,27 @@ def test_a_model_shipped_with_qwen3s_stock_template_trains_end_to_end(tmp_path, 
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob, train_capability
 
-    cfg = TrainingConfig.tiny(max_steps=2, groups_per_step=1, num_generations=2, max_turns=3, max_new_tokens=8, max_completion_length=256,
-                              train_seeds=2, heldout_seeds=1, heldout_samples=1, eval_every=2, save_every=2)
-    job = TrainJob(name="qwen3", capability=None, base_model=str(qwen3_model_dir), config=cfg, out_dir=str(tmp_path / "qwen3"),
-                   env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"))
+    cfg = TrainingConfig.tiny(
+        max_steps=2,
+        groups_per_step=1,
+        num_generations=2,
+        max_turns=3,
+        max_new_tokens=8,
+        max_completion_length=256,
+        train_seeds=2,
+        heldout_seeds=1,
+        heldout_samples=1,
+        eval_every=2,
+        save_every=2,
+    )
+    job = TrainJob(
+        name="qwen3",
+        capability=None,
+        base_model=str(qwen3_model_dir),
+        config=cfg,
+        out_dir=str(tmp_path / "qwen3"),
+        env=EnvSpec(kind="python", factory="tests.training.toy_env:ToyDeskEnv"),
+    )
     result = train_capability(job)
     assert result.status == "done" and result.steps == 2
     saved = (tmp_path / "qwen3" / "trl" / "checkpoint-2" / "chat_template.jinja").read_text()

@@ -36,8 +36,19 @@ class ScriptedSampler:
 
 
 def _play(tokenizer, sampler, make_env=ToyDeskEnv, k=1, malformed="end"):
-    return run_group(make_env, 3, k, sampler=sampler, tokenizer=tokenizer, max_turns=6, max_new_tokens=64,
-                     max_completion_length=4096, temperature=1.0, env_timeout_s=10, malformed=malformed)
+    return run_group(
+        make_env,
+        3,
+        k,
+        sampler=sampler,
+        tokenizer=tokenizer,
+        max_turns=6,
+        max_new_tokens=64,
+        max_completion_length=4096,
+        temperature=1.0,
+        env_timeout_s=10,
+        malformed=malformed,
+    )
 
 
 def test_masked_spans_are_exactly_the_env_text_and_unmasked_exactly_the_model(tiny_tokenizer):
@@ -50,7 +61,10 @@ def test_masked_spans_are_exactly_the_env_text_and_unmasked_exactly_the_model(ti
     assert model_spans == sampler.sampled  # the ids the loss sees are the sampled ids
     assert [tiny_tokenizer.decode(ids, skip_special_tokens=True) for ids in model_spans] == MODEL_TURNS
     env_spans = [tiny_tokenizer.decode(ids) for m, ids in spans if m == 0]
-    assert env_spans[0] == "\n<|im_start|>user\n<tool_response>\nvalue of size\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        env_spans[0]
+        == "\n<|im_start|>user\n<tool_response>\nvalue of size\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     assert env_spans[1] == "\n<|im_start|>user\nWhich size?<|im_end|>\n<|im_start|>assistant\n"
     # logprobs: the sampler's on model tokens, 0 on env tokens
     for (m, ids), lps in zip(spans, _split(r.traj.logprobs, spans)):
@@ -64,7 +78,7 @@ def test_masked_spans_are_exactly_the_env_text_and_unmasked_exactly_the_model(ti
 def _split(values, spans):
     out, pos = [], 0
     for _, ids in spans:
-        out.append(values[pos:pos + len(ids)])
+        out.append(values[pos : pos + len(ids)])
         pos += len(ids)
     return out
 
@@ -76,8 +90,18 @@ def test_env_crash_mid_rollout_is_dropped_from_the_loss_and_envs_are_closed(tiny
         made.append(ToyDeskEnv(crash_at=2))
         return made[-1]
 
-    rollouts = run_group(make_env, 5, 2, sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS * 2), tokenizer=tiny_tokenizer,
-                         max_turns=6, max_new_tokens=64, max_completion_length=4096, temperature=1.0, env_timeout_s=10)
+    rollouts = run_group(
+        make_env,
+        5,
+        2,
+        sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS * 2),
+        tokenizer=tiny_tokenizer,
+        max_turns=6,
+        max_new_tokens=64,
+        max_completion_length=4096,
+        temperature=1.0,
+        env_timeout_s=10,
+    )
     assert all(r.reward == 0.0 and r.failure.startswith("env: RuntimeError: toy env bug") for r in rollouts)
     assert all(r.dropped == "env" and set(r.traj.env_mask) == {0} for r in rollouts)  # the loss sees none of its tokens
     assert all(e.closed for e in made)
@@ -98,14 +122,20 @@ def test_a_template_that_rewrites_history_is_refused(tiny_tokenizer):
     drifting = tiny_tokenizer.chat_template.replace(
         "{{- '<|im_start|>assistant\\n' + (message.content or '') -}}",
         "{%- set c = message.content or '' -%}{%- if not loop.last and '</think>' in c -%}"
-        "{%- set c = c.split('</think>')[-1].lstrip() -%}{%- endif -%}{{- '<|im_start|>assistant\\n' + c -}}")
+        "{%- set c = c.split('</think>')[-1].lstrip() -%}{%- endif -%}{{- '<|im_start|>assistant\\n' + c -}}",
+    )
     assert drifting != tiny_tokenizer.chat_template
     tok = tiny_tokenizer.__class__.from_pretrained(tiny_tokenizer.name_or_path)
     tok.chat_template = drifting
     with pytest.raises(TemplateDriftError, match="not prefix-preserving"):
         check_prefix_preserving(tok, ToyDeskEnv().tools())
-    history = [Message.system("s"), Message.user("u"),
-               Message.assistant(content="<think>\nx\n</think>\n\nok", tool_calls=[ToolCall(id="c", name="lookup", arguments={})])]
+    history = [
+        Message.system("s"),
+        Message.user("u"),
+        Message.assistant(
+            content="<think>\nx\n</think>\n\nok", tool_calls=[ToolCall(id="c", name="lookup", arguments={})]
+        ),
+    ]
     from gapforge.training.tokens import env_delta
 
     with pytest.raises(TemplateDriftError):
@@ -143,8 +173,13 @@ def test_sampler_logprobs_are_the_models_own_for_the_sampled_ids(tiny_model, tin
 
     from gapforge.training.sampler import TransformersSampler
 
-    contexts = [tiny_tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("hello there", "a much longer context than the other one", "x")]
-    samples = TransformersSampler(tiny_model, tiny_tokenizer, seed=3).sample(contexts, max_new_tokens=12, temperature=0.7)
+    contexts = [
+        tiny_tokenizer(t, add_special_tokens=False)["input_ids"]
+        for t in ("hello there", "a much longer context than the other one", "x")
+    ]
+    samples = TransformersSampler(tiny_model, tiny_tokenizer, seed=3).sample(
+        contexts, max_new_tokens=12, temperature=0.7
+    )
     for ctx, s in zip(contexts, samples):
         assert s.ids and len(s.logprobs) == len(s.ids)
         with torch.no_grad():
@@ -170,8 +205,15 @@ def test_groups_played_together_sample_what_each_samples_in_another_batch(tiny_m
     from gapforge.training.rollout import run_groups
     from gapforge.training.sampler import TransformersSampler
 
-    kw = {"tokenizer": tiny_tokenizer, "max_turns": 3, "max_new_tokens": 12, "max_completion_length": 4096, "temperature": 1.0,
-          "env_timeout_s": 10, "malformed": "continue"}
+    kw = {
+        "tokenizer": tiny_tokenizer,
+        "max_turns": 3,
+        "max_new_tokens": 12,
+        "max_completion_length": 4096,
+        "temperature": 1.0,
+        "env_timeout_s": 10,
+        "malformed": "continue",
+    }
 
     def play(groups):
         return run_groups(ToyDeskEnv, groups, sampler=TransformersSampler(tiny_model, tiny_tokenizer, seed=5), **kw)
@@ -180,4 +222,6 @@ def test_groups_played_together_sample_what_each_samples_in_another_batch(tiny_m
     assert [len(g) for g in together] == [2, 2] and all(r.task == t for g, t in zip(together, (3, 4)) for r in g)
     assert [r.traj.completion_ids for r in together[0]] == [r.traj.completion_ids for r in alone[0]]
     assert [r.traj.completion_ids for r in together[1]] == [r.traj.completion_ids for r in other_mates[1]]
-    assert len({tuple(r.traj.completion_ids) for g in together for r in g}) > 1  # sampling varied: not a vacuous equality
+    assert (
+        len({tuple(r.traj.completion_ids) for g in together for r in g}) > 1
+    )  # sampling varied: not a vacuous equality

@@ -46,7 +46,11 @@ class ToyDeskEnv:
                 raise SandboxLost("killed", "container killed from outside", method="step")
             raise RuntimeError("toy env bug: step exploded")
         if message.tool_calls:
-            return StepResult(messages=[Message.tool(c.id, f"value of {c.arguments.get('key')}", name=c.name) for c in message.tool_calls])
+            return StepResult(
+                messages=[
+                    Message.tool(c.id, f"value of {c.arguments.get('key')}", name=c.name) for c in message.tool_calls
+                ]
+            )
         self.said.append(message.content or "")
         self.texts += 1
         if self.texts >= 2:

@@ -38,14 +38,23 @@ class Lineage:
     def settings(self, **kw: object):
         from gapforge.ui.sources import UiSettings
 
-        return UiSettings(store_url=self.store_url, checkpoint_path=self.workspace / "checkpoints.sqlite", workspace=self.workspace,
-                          allowed_hosts=("testserver",), **kw)  # fmt: skip
+        return UiSettings(
+            store_url=self.store_url,
+            checkpoint_path=self.workspace / "checkpoints.sqlite",
+            workspace=self.workspace,
+            allowed_hosts=("testserver",),
+            **kw,
+        )
 
 
 def write_lineage_config(root: Path) -> Path:
     config = root / "config.yaml"
-    data = {"workspace": str(root / "ws"), "analysis": {"passes": 3, "bootstrap": 100}, "synthesis": {"max_attempts": 3},
-            "stages": "fixtures"}  # not the real services: drive_lineage passes the lineage stages
+    data = {
+        "workspace": str(root / "ws"),
+        "analysis": {"passes": 3, "bootstrap": 100},
+        "synthesis": {"max_attempts": 3},
+        "stages": "fixtures",
+    }  # not the real services: drive_lineage passes the lineage stages
     config.write_text(yaml.safe_dump(data))
     return config
 

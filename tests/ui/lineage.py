@@ -64,20 +64,46 @@ class LineageStages:
 
     async def collect_rollouts(self, run_id: str) -> RolloutsDone:
         n = await asyncio.to_thread(collect_planted, self.store, run_id, samples=self.size["samples"], seed=0)
-        self.store.put_episode(run_id, "shop", rows.PROBE_TASK, 0, policy="probe", messages=rows.probe_messages(), reward=0.0,
-                               success=False, components={"db": 0.0, "communicate": 0.0}, termination="env_error",
-                               error="env.step failed: " + rows.PROBE, turns=2, timings={}, task_family="probe <b>family</b>",
-                               score_info={"evaluator": rows.PROBE}, step_info=[{"turn": 1, "info": {"note": rows.PROBE}}])  # fmt: skip
+        self.store.put_episode(
+            run_id,
+            "shop",
+            rows.PROBE_TASK,
+            0,
+            policy="probe",
+            messages=rows.probe_messages(),
+            reward=0.0,
+            success=False,
+            components={"db": 0.0, "communicate": 0.0},
+            termination="env_error",
+            error="env.step failed: " + rows.PROBE,
+            turns=2,
+            timings={},
+            task_family="probe <b>family</b>",
+            score_info={"evaluator": rows.PROBE},
+            step_info=[{"turn": 1, "info": {"note": rows.PROBE}}],
+        )
         eps = self.store.episode_summaries(run_id)
         return RolloutsDone(len(eps), sum(e.success for e in eps), n + 1, Cost(policy_rollouts=n))
 
     async def discover(self, run_id: str) -> DiscoveryDone:
         caps, dhash = self._dictionary(run_id)
         for name, definition in caps.items():
-            self.store.put_capability(run_id, name, definition=definition, example_episode_ids=[1, 2], prompt_name=PROMPT[0],
-                                      prompt_version=PROMPT[1])  # fmt: skip
-        self.store.put_discovery(run_id, dictionary_hash=dhash, prompt_name=PROMPT[0], prompt_version=PROMPT[1],
-                                 sample_episode_ids=[1, 2], details={"calls": 1})  # fmt: skip
+            self.store.put_capability(
+                run_id,
+                name,
+                definition=definition,
+                example_episode_ids=[1, 2],
+                prompt_name=PROMPT[0],
+                prompt_version=PROMPT[1],
+            )
+        self.store.put_discovery(
+            run_id,
+            dictionary_hash=dhash,
+            prompt_name=PROMPT[0],
+            prompt_version=PROMPT[1],
+            sample_episode_ids=[1, 2],
+            details={"calls": 1},
+        )
         return DiscoveryDone(list(caps), Cost(llm_calls=1, prompt_tokens=2000, completion_tokens=300))
 
     def _label_pass(self, run_id: str, pass_index: int) -> int:
@@ -85,10 +111,23 @@ class LineageStages:
         a = self.cfg.analysis
         eps = analysis_episodes(self.store, run_id, fraction=a.split_fraction, seed=a.seed)
         probe = [e for e in self.store.episode_summaries(run_id) if e.task_id == rows.PROBE_TASK]
-        records = [LabelCallRecord(e.id, pass_index, dhash, *PROMPT, status="ok",
-                                   labels=[(c, *rows.label_of(c, e, pass_index)) for c in caps]) for e in eps]  # fmt: skip
-        records += [LabelCallRecord(e.id, pass_index, dhash, *PROMPT, status="ok", labels=[(c, "LACKING", rows.PROBE) for c in caps])
-                    for e in probe]  # fmt: skip
+        records = [
+            LabelCallRecord(
+                e.id,
+                pass_index,
+                dhash,
+                *PROMPT,
+                status="ok",
+                labels=[(c, *rows.label_of(c, e, pass_index)) for c in caps],
+            )
+            for e in eps
+        ]
+        records += [
+            LabelCallRecord(
+                e.id, pass_index, dhash, *PROMPT, status="ok", labels=[(c, "LACKING", rows.PROBE) for c in caps]
+            )
+            for e in probe
+        ]
         for k in range(0, len(records), 500):
             self.store.put_label_calls(run_id, records[k : k + 500])
         return len(records)
@@ -99,12 +138,21 @@ class LineageStages:
 
     async def select(self, run_id: str) -> SelectionDone:
         result = await asyncio.to_thread(select, self.store, run_id, cfg=self.cfg.analysis)
-        stats_ = {s.capability: CapabilityStats(s.gap, s.coverage, s.kept_passes, s.retained) for s in result.statistics}
+        stats_ = {
+            s.capability: CapabilityStats(s.gap, s.coverage, s.kept_passes, s.retained) for s in result.statistics
+        }
         return SelectionDone(list(result.retained), stats_)
 
     async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
-        row = self.store.put_synthetic_env(run_id, capability, attempt, code=rows.env_code(capability, attempt), status="written",
-                                           prompt_name="synthesis_generator", prompt_version="3")  # fmt: skip
+        row = self.store.put_synthetic_env(
+            run_id,
+            capability,
+            attempt,
+            code=rows.env_code(capability, attempt),
+            status="written",
+            prompt_name="synthesis_generator",
+            prompt_version="3",
+        )
         return SynthesisAttempt(capability, attempt, row.id, cost=Cost(llm_calls=1))
 
     async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
@@ -117,19 +165,46 @@ class LineageStages:
     async def train(self, run_id: str, capability: str) -> TrainingDone:
         steps = self.size["steps"]
         best = 0 if capability == "precondition_verification" else steps - steps % 4
-        path, metrics = rows.adapter_files(self.ws / "adapters" / run_id / capability, capability, steps=steps, best_step=best)
+        path, metrics = rows.adapter_files(
+            self.ws / "adapters" / run_id / capability, capability, steps=steps, best_step=best
+        )
         self.store.put_adapter(run_id, capability, path=path, metrics=metrics, status="done", capability=capability)
-        return TrainingDone(capability, capability, True, metrics["heldout_before"], metrics["heldout_after"], kept_step=best,
-                            cost=Cost(policy_rollouts=16 * steps))  # fmt: skip
+        return TrainingDone(
+            capability,
+            capability,
+            True,
+            metrics["heldout_before"],
+            metrics["heldout_after"],
+            kept_step=best,
+            cost=Cost(policy_rollouts=16 * steps),
+        )
 
     async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
         labels = [*capabilities, "none"]
-        cases = [{"source": f"synthetic:{c}:seed={s}", "expected": c, "decision": rows.routing_decision(f"{c}:{s}", capabilities)}
-                 for c in capabilities for s in range(4)]  # fmt: skip
+        cases = [
+            {
+                "source": f"synthetic:{c}:seed={s}",
+                "expected": c,
+                "decision": rows.routing_decision(f"{c}:{s}", capabilities),
+            }
+            for c in capabilities
+            for s in range(4)
+        ]
         conf = stats.confusion([(c["expected"], c["decision"]["capability"] or "none") for c in cases], labels)
-        self.store.put_evaluation(run_id, "router_accuracy", policy="router", metrics={
-            "accuracy": conf["accuracy"], "labels": labels, "matrix": conf["matrix"], "abstained": 0, "cases": cases,
-            "prompt": "router@1", "margin": 0.0})  # fmt: skip
+        self.store.put_evaluation(
+            run_id,
+            "router_accuracy",
+            policy="router",
+            metrics={
+                "accuracy": conf["accuracy"],
+                "labels": labels,
+                "matrix": conf["matrix"],
+                "abstained": 0,
+                "cases": cases,
+                "prompt": "router@1",
+                "margin": 0.0,
+            },
+        )
         return RouterDone(capabilities, {"accuracy": conf["accuracy"], "cases": len(cases), "abstained": 0})
 
     async def train_baseline(self, run_id: str) -> BaselineDone:
@@ -138,13 +213,23 @@ class LineageStages:
     def _evaluate(self, run_id: str, capabilities: list[str]) -> dict[str, dict[str, float]]:
         split = self.store.get_split(run_id)
         tasks, families, trials = list(split.heldout_tasks), dict(split.families), self.size["trials"]
-        policies = {"base": PlantedDeficit(), "trace_routed": PlantedDeficit(refusal_skip=0.35),
-                    **{f"adapter:{c}": PlantedDeficit(refusal_skip=0.55) for c in capabilities}}  # fmt: skip
+        policies = {
+            "base": PlantedDeficit(),
+            "trace_routed": PlantedDeficit(refusal_skip=0.35),
+            **{f"adapter:{c}": PlantedDeficit(refusal_skip=0.55) for c in capabilities},
+        }
         played: dict[str, Any] = {}
         for name, deficit in policies.items():
             child = child_run_id(run_id, name)
-            self.store.create_run("evaluation", {"parent": run_id, "policy": name, "tasks": tasks, "trials": trials}, run_id=child, exist_ok=True)
-            collect_planted(self.store, child, task_ids=tasks, samples=trials, seed=0, deficit=deficit)  # same draws: paired
+            self.store.create_run(
+                "evaluation",
+                {"parent": run_id, "policy": name, "tasks": tasks, "trials": trials},
+                run_id=child,
+                exist_ok=True,
+            )
+            collect_planted(
+                self.store, child, task_ids=tasks, samples=trials, seed=0, deficit=deficit
+            )  # same draws: paired
             played[name] = {}
             for r in self.store.episode_summaries(child):
                 played[name].setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
@@ -154,12 +239,18 @@ class LineageStages:
             base = played["base"]
             boot = {"n_boot": 200, "seed": 0}
             metrics: dict[str, Any] = {
-                "env": "shop", "trials": trials, "focus_family": "policy_refusal", "child_run": child_run_id(run_id, name),
-                **stats.summarize(trials_, **boot), "by_family": stats.by_family(trials_, families, **boot),
+                "env": "shop",
+                "trials": trials,
+                "focus_family": "policy_refusal",
+                "child_run": child_run_id(run_id, name),
+                **stats.summarize(trials_, **boot),
+                "by_family": stats.by_family(trials_, families, **boot),
                 "vs_base": None if name == "base" else stats.paired_difference(trials_, stats.as_trials(base), **boot),
                 "vs_base_paired": None if name == "base" else stats.paired_episodes(played[name], base, **boot),
-                "vs_base_by_family": None if name == "base" else stats.paired_by_family(played[name], base, families, **boot),
-            }  # fmt: skip
+                "vs_base_by_family": None
+                if name == "base"
+                else stats.paired_by_family(played[name], base, families, **boot),
+            }
             if name == "trace_routed":
                 metrics["routing"] = {t: rows.routing_decision(t, capabilities) for t in tasks}
             self.store.put_evaluation(run_id, f"eval:{name}", policy=name, metrics=metrics)

@@ -25,7 +25,9 @@ from tests.ui.conftest import Lineage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="no headless Chromium here: apt-get install chromium chromium-driver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER), reason="no headless Chromium here: apt-get install chromium chromium-driver"
+)
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed: pip install -e '.[dev]'")
 
@@ -52,8 +54,13 @@ def served(lineage: Lineage, tmp_path: Path) -> Iterator[tuple[str, Lineage]]:
     port = _free_port()
     # started outside the checkout, as a user starts it: from the root, `-m` puts it on sys.path, where its top-level
     # folders import under their own names and would hide code that asks for one of them instead of gapforge.<folder>
-    proc = subprocess.Popen([sys.executable, "-m", "gapforge.cli", "ui", "--config", str(config), "--port", str(port), "--refresh", "0.3"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gapforge.cli", "ui", "--config", str(config), "--port", str(port), "--refresh", "0.3"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_until_listening(proc, port, what="gapforge ui")
         yield f"http://127.0.0.1:{port}", copy
@@ -66,7 +73,13 @@ def served(lineage: Lineage, tmp_path: Path) -> Iterator[tuple[str, Lineage]]:
 def browser() -> Iterator[Any]:
     opts = Options()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
@@ -111,7 +124,9 @@ def test_walk_the_lineage_by_clicking(served: tuple[str, Lineage], browser: Any,
     browser.save_screenshot(str(tmp_path / "run.png"))
     click(browser, f'tr[data-capability="{cap}"] a', cap)
 
-    tabs = {a.get_attribute("data-label"): a.text for a in browser.find_elements(By.CSS_SELECTOR, ".tabs a")}  # capability
+    tabs = {
+        a.get_attribute("data-label"): a.text for a in browser.find_elements(By.CSS_SELECTOR, ".tabs a")
+    }  # capability
     assert tabs["LACKING"] == f"LACKING ({counts['LACKING']})"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#labeled tr[data-episode]")) == min(50, counts["LACKING"])
     click(browser, f'tr[data-episode="{episode.id}"] a', f"#{episode.id}")
@@ -133,15 +148,23 @@ def test_walk_the_lineage_by_clicking(served: tuple[str, Lineage], browser: Any,
 
     for name, m in evals.items():  # evaluation
         pr = m["pass_rate"]
-        assert f"{100 * pr['value']:.1f}% [{100 * pr['low']:.1f}, {100 * pr['high']:.1f}]" in cells(browser, f'tr[data-policy="{name}"]')
+        assert f"{100 * pr['value']:.1f}% [{100 * pr['low']:.1f}, {100 * pr['high']:.1f}]" in cells(
+            browser, f'tr[data-policy="{name}"]'
+        )
     assert browser.find_elements(By.CSS_SELECTOR, "#confusion td.heat")
     shot = tmp_path / "evaluation.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
-    click(browser, 'tr[data-policy="base"] a', f"{100 * evals['base']['pass_rate']['value']:.1f}% "
-          f"[{100 * evals['base']['pass_rate']['low']:.1f}, {100 * evals['base']['pass_rate']['high']:.1f}]")  # fmt: skip
+    click(
+        browser,
+        'tr[data-policy="base"] a',
+        f"{100 * evals['base']['pass_rate']['value']:.1f}% "
+        f"[{100 * evals['base']['pass_rate']['low']:.1f}, {100 * evals['base']['pass_rate']['high']:.1f}]",
+    )
     assert browser.current_url.endswith(f"/runs/{rid}.eval.base/episodes")  # the number's episodes
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes tr[data-episode]")) == min(50, evals["base"]["episodes"])
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes tr[data-episode]")) == min(
+        50, evals["base"]["episodes"]
+    )
     severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, severe  # no script error, no CSP violation
 
@@ -157,5 +180,7 @@ def test_a_running_run_refreshes_live(served: tuple[str, Lineage], browser: Any)
     with Store(lin.store_url) as store:
         store.set_run_status(lin.run_id, "done")
     WebDriverWait(browser, 15).until(lambda d: d.find_element(By.CSS_SELECTOR, status).text == "done")
-    assert browser.execute_script("return window.__same_page === true")  # htmx swapped the rows; the page was not reloaded
+    assert browser.execute_script(
+        "return window.__same_page === true"
+    )  # htmx swapped the rows; the page was not reloaded
     assert not browser.find_elements(By.CSS_SELECTOR, "tbody[hx-trigger]")  # the done rows poll no more

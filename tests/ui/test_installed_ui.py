@@ -22,7 +22,9 @@ from cli_helpers import wait_until_listening
 pytest.importorskip("fastapi", reason="the viewer needs the ui extra: pip install -e '.[ui]'")
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"].values()
+FOLDERS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+    "package-dir"
+].values()
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -38,9 +40,13 @@ def _free_port() -> int:
 
 
 def test_every_template_loads_from_outside_the_checkout(tmp_path: Path) -> None:
-    code = ("from gapforge.ui.app import _templates; env = _templates(); "
-            "print(len([env.get_template(n) for n in env.list_templates()]))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120)
+    code = (
+        "from gapforge.ui.app import _templates; env = _templates(); "
+        "print(len([env.get_template(n) for n in env.list_templates()]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout) == len(list((ROOT / "ui" / "templates").glob("*.html")))
 
@@ -53,8 +59,24 @@ def _build_wheel(tmp_path: Path) -> Path:
         shutil.copy(ROOT / name, src / name)
     for folder in FOLDERS:
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
-                           str(src)], capture_output=True, text=True, timeout=300, env=_clean_env(PIP_NO_INDEX="1"))  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(PIP_NO_INDEX="1"),
+    )
     if proc.returncode != 0 and "No module named pip" in proc.stderr:
         pytest.skip("pip is not installed in this interpreter")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -68,11 +90,21 @@ def _venv_with_wheel(tmp_path: Path, wheel: Path) -> Path:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True,
-                             capture_output=True, text=True, timeout=60).stdout.strip()  # fmt: skip
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     (Path(purelib) / "project_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True,
-                          timeout=300, env=_clean_env())  # fmt: skip
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return venv
 
@@ -88,19 +120,37 @@ def test_the_installed_command_serves_a_run_from_any_directory(tmp_path: Path) -
     venv = _venv_with_wheel(tmp_path, _build_wheel(tmp_path))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import gapforge, gapforge.ui.app as a; print(gapforge.__file__); print(a.__file__)"],
-                           cwd=elsewhere, env=_clean_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    where = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import gapforge, gapforge.ui.app as a; print(gapforge.__file__); print(a.__file__)",
+        ],
+        cwd=elsewhere,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert where.returncode == 0, where.stderr[-2000:]
     site = venv.resolve() / "lib"
-    assert all(Path(p).resolve().is_relative_to(site) for p in where.stdout.split()), f"not the wheel's copy: {where.stdout}"
+    assert all(Path(p).resolve().is_relative_to(site) for p in where.stdout.split()), (
+        f"not the wheel's copy: {where.stdout}"
+    )
 
     ws = tmp_path / "ws"
     ws.mkdir()
     with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
         run_id = store.create_run("trace", {"config": {"rollouts": {"env": "shop"}}}, run_id="wheel-ui-run")
     port = _free_port()
-    proc = subprocess.Popen([str(venv / "bin" / "gapforge"), "ui", "--port", str(port), "--set", f"workspace={ws}"], cwd=elsewhere,
-                            env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "gapforge"), "ui", "--port", str(port), "--set", f"workspace={ws}"],
+        cwd=elsewhere,
+        env=_clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_until_listening(proc, port, what="gapforge ui")
         status, page = _get(f"http://127.0.0.1:{port}/")

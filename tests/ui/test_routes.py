@@ -81,7 +81,9 @@ def test_runs_and_run_pages_match_the_store(client: TestClient, reader: StoreRea
         assert line in html.unescape(page)
 
 
-def test_capability_page_pages_through_labeled_episodes(client: TestClient, reader: StoreReader, lineage: Lineage) -> None:
+def test_capability_page_pages_through_labeled_episodes(
+    client: TestClient, reader: StoreReader, lineage: Lineage
+) -> None:
     rid, cap = lineage.run_id, "user_confirmation"
     counts = reader.label_counts(rid, cap)
     page = get(client, f"/runs/{rid}/capability?name={cap}&label=LACKING")
@@ -92,7 +94,9 @@ def test_capability_page_pages_through_labeled_episodes(client: TestClient, read
     assert shown == [r.episode.id for r in want.rows]
     first = want.rows[0]
     votes = re.search(r'<td class="votes">(.*?)</td>', row(page, "episode", str(first.episode.id)), re.S).group(1)
-    assert re.findall(r'class="vote [a-z]+"[^>]*>([A-Z]+)<', votes) == [v.value for v in first.votes]  # the R votes, by pass
+    assert re.findall(r'class="vote [a-z]+"[^>]*>([A-Z]+)<', votes) == [
+        v.value for v in first.votes
+    ]  # the R votes, by pass
     last = (counts["LACKING"] - 1) // 50
     tail = get(client, f"/runs/{rid}/capability?name={cap}&label=LACKING&p={last}")
     assert len(re.findall(r'<tr data-episode="', tail)) == counts["LACKING"] - 50 * last
@@ -157,8 +161,14 @@ def test_xss_probe_renders_inert(client: TestClient, reader: StoreReader, lineag
     rid = lineage.run_id
     probe = reader.episodes_page(rid, task_id=lineage_rows.PROBE_TASK).rows[0]
     env = reader.env_attempts(rid, "tool_argument_precision")[0]
-    urls = ["/", f"/runs/{rid}", f"/episodes/{probe.id}", f"/runs/{rid}/episodes?task={lineage_rows.PROBE_TASK}",
-            f"/runs/{rid}/capability?name=user_confirmation&label=LACKING", f"/envs/{env.id}"]  # fmt: skip
+    urls = [
+        "/",
+        f"/runs/{rid}",
+        f"/episodes/{probe.id}",
+        f"/runs/{rid}/episodes?task={lineage_rows.PROBE_TASK}",
+        f"/runs/{rid}/capability?name=user_confirmation&label=LACKING",
+        f"/envs/{env.id}",
+    ]
     for url in urls:
         r = client.get(url)
         assert r.status_code == 200
@@ -174,11 +184,19 @@ def test_xss_probe_renders_inert(client: TestClient, reader: StoreReader, lineag
 
 
 def test_unknown_ids_are_one_line_pages(client: TestClient, lineage: Lineage) -> None:
-    for url in ("/runs/r-nope", "/episodes/99999999", "/envs/99999999", f"/runs/{lineage.run_id}/capability?name=nope",
-                f"/runs/{lineage.run_id}/adapter?name=nope", "/nowhere"):  # fmt: skip
+    for url in (
+        "/runs/r-nope",
+        "/episodes/99999999",
+        "/envs/99999999",
+        f"/runs/{lineage.run_id}/capability?name=nope",
+        f"/runs/{lineage.run_id}/adapter?name=nope",
+        "/nowhere",
+    ):
         page = get(client, url, 404)
         assert '<p class="message">' in page
-    assert "its capabilities: precondition_verification" in get(client, f"/runs/{lineage.run_id}/capability?name=nope", 404)
+    assert "its capabilities: precondition_verification" in get(
+        client, f"/runs/{lineage.run_id}/capability?name=nope", 404
+    )
     r = client.post("/")
     assert r.status_code == 405 and "only reads" in r.text
 
@@ -203,7 +221,12 @@ def test_viewing_writes_nothing(lineage: Lineage) -> None:
     db, ck = lineage.workspace / "gapforge.db", lineage.workspace / "checkpoints.sqlite"
     before = (_sha(db), _sha(ck))
     with TestClient(create_app(lineage.settings()), raise_server_exceptions=False) as c:
-        for url in ("/", f"/runs/{lineage.run_id}", f"/runs/{lineage.run_id}/checkpoints", f"/runs/{lineage.run_id}/evaluation"):
+        for url in (
+            "/",
+            f"/runs/{lineage.run_id}",
+            f"/runs/{lineage.run_id}/checkpoints",
+            f"/runs/{lineage.run_id}/evaluation",
+        ):
             get(c, url)
     assert (_sha(db), _sha(ck)) == before
     with StoreReader(lineage.store_url) as r, pytest.raises(Exception, match="readonly|read-only"):
@@ -212,8 +235,12 @@ def test_viewing_writes_nothing(lineage: Lineage) -> None:
 
 def test_missing_store_is_one_clear_page(tmp_path: Path) -> None:
     ws = tmp_path / "nothing" / "ws"
-    settings = UiSettings(store_url=f"sqlite:///{ws / 'gapforge.db'}", checkpoint_path=ws / "checkpoints.sqlite", workspace=ws,
-                          allowed_hosts=("testserver",))  # fmt: skip
+    settings = UiSettings(
+        store_url=f"sqlite:///{ws / 'gapforge.db'}",
+        checkpoint_path=ws / "checkpoints.sqlite",
+        workspace=ws,
+        allowed_hosts=("testserver",),
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         page = get(c, "/")
         assert "No store yet" in page and "gapforge demo" in page
@@ -224,12 +251,22 @@ def test_missing_store_is_one_clear_page(tmp_path: Path) -> None:
 def test_empty_store_and_a_store_without_tables(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'gapforge.db'}"
     Store(url).close()  # the schema, no run
-    settings = UiSettings(store_url=url, checkpoint_path=tmp_path / "checkpoints.sqlite", workspace=tmp_path, allowed_hosts=("testserver",))
+    settings = UiSettings(
+        store_url=url,
+        checkpoint_path=tmp_path / "checkpoints.sqlite",
+        workspace=tmp_path,
+        allowed_hosts=("testserver",),
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         assert "No graph run in this store yet" in get(c, "/")
     bare = tmp_path / "bare.db"
     bare.write_bytes(b"")
-    settings = UiSettings(store_url=f"sqlite:///{bare}", checkpoint_path=tmp_path / "none.sqlite", workspace=tmp_path, allowed_hosts=("testserver",))
+    settings = UiSettings(
+        store_url=f"sqlite:///{bare}",
+        checkpoint_path=tmp_path / "none.sqlite",
+        workspace=tmp_path,
+        allowed_hosts=("testserver",),
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         assert "is empty (no gapforge tables yet)" in get(c, "/")
 
@@ -239,8 +276,13 @@ def test_running_run_polls_until_it_is_done(tmp_path: Path) -> None:
     with Store(url) as store:
         rid = store.create_run("trace", {"command": "run"})
         store.set_run_status(rid, "running")
-    settings = UiSettings(store_url=url, checkpoint_path=tmp_path / "checkpoints.sqlite", workspace=tmp_path, poll_s=0.5,
-                          allowed_hosts=("testserver",))  # fmt: skip
+    settings = UiSettings(
+        store_url=url,
+        checkpoint_path=tmp_path / "checkpoints.sqlite",
+        workspace=tmp_path,
+        poll_s=0.5,
+        allowed_hosts=("testserver",),
+    )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
         assert 'hx-get="/runs/rows?p=0" hx-trigger="every 0.5s"' in get(c, "/")
         assert f'hx-get="/runs/{rid}/live"' in get(c, f"/runs/{rid}")
@@ -283,5 +325,11 @@ def test_a_run_paused_for_review_says_how_to_decide(tmp_path: Path) -> None:
         assert "paused (review)" in text(row(get(c, "/"), "run", rid))
         assert "paused for review" in get(c, f"/runs/{rid}")
         page = get(c, f"/runs/{rid}/checkpoints")
-        assert "Paused for review" in page and f"gapforge review {rid} --approve" in page and f"gapforge run --resume {rid}" in page
-        assert "precondition_verification" in text(re.search(r'id="review">(.*?)</section>', page, re.S).group(1))  # the retained list
+        assert (
+            "Paused for review" in page
+            and f"gapforge review {rid} --approve" in page
+            and f"gapforge run --resume {rid}" in page
+        )
+        assert "precondition_verification" in text(
+            re.search(r'id="review">(.*?)</section>', page, re.S).group(1)
+        )  # the retained list

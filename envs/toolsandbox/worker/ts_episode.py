@@ -34,7 +34,11 @@ class Episode:
         self.name, self.scenario = name, scenario
         self._to_play: queue.Queue[dict[str, Any]] = queue.Queue()
         self._to_host: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.roles = {RoleType.AGENT: BridgeAgent(self._ask), RoleType.USER: user, RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
+        self.roles = {
+            RoleType.AGENT: BridgeAgent(self._ask),
+            RoleType.USER: user,
+            RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment(),
+        }
         self.seen = 0  # OpenAI messages already shown to the host
         self.ids: dict[str, str] = {}  # ToolSandbox-side tool-call id -> the host's id
         self.done = False
@@ -64,7 +68,7 @@ class Episode:
         kind, payload = self._to_host.get()
         if kind == "turn":
             messages, tools = payload
-            new = [self._host_view(m) for m in messages[self.seen:]]
+            new = [self._host_view(m) for m in messages[self.seen :]]
             first = self.seen == 0
             self.seen = len(messages) + 1  # + the assistant message the host answers with
             return {"messages": new, "tools": tools if first else None, "done": False}
@@ -77,8 +81,18 @@ class Episode:
             exc = payload
             where = "user" if isinstance(exc, UserFailure) else "agent"
             self.termination = f"{where}_error"
-            self.exception = {"type": type(exc).__name__, "message": str(exc)[:500], "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-        return {"messages": [], "tools": None, "done": True, "termination": self.termination, "exception": self.exception}
+            self.exception = {
+                "type": type(exc).__name__,
+                "message": str(exc)[:500],
+                "traceback": "".join(traceback.format_exception(exc))[-4000:],
+            }
+        return {
+            "messages": [],
+            "tools": None,
+            "done": True,
+            "termination": self.termination,
+            "exception": self.exception,
+        }
 
     def start(self) -> dict[str, Any]:
         self._thread.start()
@@ -116,7 +130,9 @@ class Episode:
 
     def evaluate(self) -> dict[str, Any]:
         """ToolSandbox's evaluator on the context so far; an episode that raised scores 0 as its CLI records it."""
-        result = self.scenario.evaluation.evaluate(execution_context=get_current_context(), max_turn_count=self.scenario.max_messages)
+        result = self.scenario.evaluation.evaluate(
+            execution_context=get_current_context(), max_turn_count=self.scenario.max_messages
+        )
         out = {
             "similarity": float(result.similarity),
             "milestone_similarity": float(result.milestone_similarity),
@@ -127,8 +143,14 @@ class Episode:
             "exception": self.exception,
         }
         if self.exception is not None:  # tool_sandbox.cli.utils.run_scenario's rule for a failed play
-            out.update(similarity=0.0, milestone_similarity=0.0, minefield_similarity=0.0, turn_count=self.scenario.max_messages,
-                       milestone_mapping={}, minefield_mapping={})
+            out.update(
+                similarity=0.0,
+                milestone_similarity=0.0,
+                minefield_similarity=0.0,
+                turn_count=self.scenario.max_messages,
+                milestone_mapping={},
+                minefield_mapping={},
+            )
         return out
 
 

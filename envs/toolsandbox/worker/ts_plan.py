@@ -36,8 +36,12 @@ from tool_sandbox.common.execution_context import DatabaseNamespace, RoleType
 from tool_sandbox.common.scenario import Scenario
 
 # A SETTING-database milestone target (e.g. {"cellular": True}) is reached by ToolSandbox's setter tool.
-SETTERS = {"low_battery_mode": "set_low_battery_mode_status", "wifi": "set_wifi_status", "cellular": "set_cellular_service_status",
-           "location_service": "set_location_service_status"}
+SETTERS = {
+    "low_battery_mode": "set_low_battery_mode_status",
+    "wifi": "set_wifi_status",
+    "cellular": "set_cellular_service_status",
+    "location_service": "set_location_service_status",
+}
 SETTING_TOOLS = frozenset(SETTERS.values())
 # (database, how the target changes it) -> the tool that makes that change, and argument renames.
 DB_TOOLS = {
@@ -104,7 +108,9 @@ def _milestone_actions(index: int, milestone: Any, allowed: set[str]) -> list[di
         namespace = constraint.database_namespace
         fill = _dependant(constraint)
         if namespace == DatabaseNamespace.SETTING:
-            setters += [{"tool": SETTERS[c], "arguments": {"on": bool(v)}} for c, v in row.items() if SETTERS.get(c) in allowed]
+            setters += [
+                {"tool": SETTERS[c], "arguments": {"on": bool(v)}} for c, v in row.items() if SETTERS.get(c) in allowed
+            ]
         elif namespace == DatabaseNamespace.SANDBOX:
             action = _tool_action(row, allowed)
             spec = {"milestone": index, "constraint": j}
@@ -116,7 +122,12 @@ def _milestone_actions(index: int, milestone: Any, allowed: set[str]) -> list[di
                     calls.append({**action, "fill": [spec]})
             elif action is not None:
                 calls.append(action)
-            elif reply is None and row.get("sender") == RoleType.AGENT and row.get("recipient") == RoleType.USER and row.get("content"):
+            elif (
+                reply is None
+                and row.get("sender") == RoleType.AGENT
+                and row.get("recipient") == RoleType.USER
+                and row.get("content")
+            ):
                 reply = {"text": row["content"]}
                 if fill and fill.get("fill_to") == "content":
                     reply["fill"] = [spec]
@@ -139,7 +150,11 @@ def plan(scenario: Scenario, variant: str = "milestones") -> list[dict[str, Any]
     actions: list[dict[str, Any]] = []
     if variant == "minefield":
         for i, minefield in enumerate(scenario.evaluation.minefield_matcher.milestones):
-            actions += [{k: v for k, v in a.items() if k != "fill"} for a in _milestone_actions(i, minefield, allowed) if "tool" in a]
+            actions += [
+                {k: v for k, v in a.items() if k != "fill"}
+                for a in _milestone_actions(i, minefield, allowed)
+                if "tool" in a
+            ]
     for i, milestone in enumerate(scenario.evaluation.milestone_matcher.milestones):
         actions += _milestone_actions(i, milestone, allowed)
     if variant == "skip_settings":
@@ -180,9 +195,14 @@ def resolve(action: dict[str, Any], scenario: Scenario, context: Any) -> dict[st
     leaves the action as it was."""
     out = {k: v for k, v in action.items() if k != "fill"}
     for spec in action.get("fill") or []:
-        constraint = scenario.evaluation.milestone_matcher.milestones[spec["milestone"]].snapshot_constraints[spec["constraint"]]
+        constraint = scenario.evaluation.milestone_matcher.milestones[spec["milestone"]].snapshot_constraints[
+            spec["constraint"]
+        ]
         keywords = _dependant(constraint) or {}
-        values = _extract(keywords.get("extractor"), _traces(context, _referenced_tool(scenario, constraint.reference_milestone_node_index)))
+        values = _extract(
+            keywords.get("extractor"),
+            _traces(context, _referenced_tool(scenario, constraint.reference_milestone_node_index)),
+        )
         if values is None:
             continue
         if keywords.get("fill_to") == "content":

@@ -47,14 +47,18 @@ def completion(message: dict[str, Any]) -> ChatCompletion:
     """An OpenAI-format assistant message dict -> the ChatCompletion an OpenAI client would return."""
     calls = [
         ChatCompletionMessageToolCall(
-            id=c["id"], type="function",
+            id=c["id"],
+            type="function",
             function=Function(name=c["function"]["name"], arguments=c["function"].get("arguments") or "{}"),
         )
         for c in message.get("tool_calls") or []
     ]
     msg = ChatCompletionMessage(role="assistant", content=message.get("content"), tool_calls=calls or None)
     return ChatCompletion(
-        id="gapforge", object="chat.completion", created=int(time.time()), model="gapforge-bridge",
+        id="gapforge",
+        object="chat.completion",
+        created=int(time.time()),
+        model="gapforge-bridge",
         choices=[Choice(index=0, finish_reason="tool_calls" if calls else "stop", message=msg)],
     )
 
@@ -77,7 +81,9 @@ class PlanAgent(OpenAIAPIAgent):
 
     model_name = "gapforge-plan"
 
-    def __init__(self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> None:
         self.plan = list(plan)
         self.turn = 0
         self.resolve = resolve
@@ -93,7 +99,11 @@ class PlanAgent(OpenAIAPIAgent):
 def action_message(action: dict[str, Any], turn: int) -> dict[str, Any]:
     """A plan action ({"tool", "arguments"} or {"text"}) -> an OpenAI assistant message dict."""
     if "tool" in action:
-        call = {"id": f"call_{turn}", "type": "function", "function": {"name": action["tool"], "arguments": json.dumps(action.get("arguments") or {})}}
+        call = {
+            "id": f"call_{turn}",
+            "type": "function",
+            "function": {"name": action["tool"], "arguments": json.dumps(action.get("arguments") or {})},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
     return {"role": "assistant", "content": str(action["text"])}
 
@@ -117,11 +127,15 @@ class ScriptedUser(BaseRole):
         if not messages or messages[-1].sender == RoleType.SYSTEM:
             return
         if self.turn < len(self.replies):
-            self.add_messages([Message(sender=self.role_type, recipient=RoleType.AGENT, content=self.replies[self.turn])])
+            self.add_messages(
+                [Message(sender=self.role_type, recipient=RoleType.AGENT, content=self.replies[self.turn])]
+            )
             self.turn += 1
             return
         tools = self.get_available_tools()
-        call = ChatCompletionMessageToolCall(id="call_user_end", type="function", function=Function(name="end_conversation", arguments="{}"))
+        call = ChatCompletionMessageToolCall(
+            id="call_user_end", type="function", function=Function(name="end_conversation", arguments="{}")
+        )
         code = openai_tool_call_to_python_code(call, set(tools), execution_facing_tool_name=None)
         self.add_messages([Message(sender=self.role_type, recipient=RoleType.EXECUTION_ENVIRONMENT, content=code)])
 
@@ -131,4 +145,6 @@ class EndpointUser(OpenAIAPIUser):
 
     def __init__(self, model: str, base_url: str | None, api_key: str, timeout_s: float, max_retries: int) -> None:
         self.model_name = model
-        self.openai_client = OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=max_retries)
+        self.openai_client = OpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=max_retries
+        )

@@ -47,13 +47,17 @@ BUILDERS: dict[str, Callable[..., dict[str, Scenario]]] = {
 BACKEND = ToolBackend.DEFAULT
 # Tools backed by RapidAPI web requests (they need the internet and a RAPID_API_KEY).
 NETWORK_TOOLS = frozenset(
-    name for name, fn in inspect.getmembers(rapid_api, inspect.isfunction)
+    name
+    for name, fn in inspect.getmembers(rapid_api, inspect.isfunction)
     if fn.__module__ == rapid_api.__name__ and getattr(fn, "is_tool", False)
 )
+
+
 def agent_tools(context: ExecutionContext) -> dict[str, Any]:
     """The agent's allowed tools in `context`, name -> callable (ToolSandbox's own filter)."""
     return {
-        name: tool for name, tool in context.get_available_tools(scrambling_allowed=True).items()
+        name: tool
+        for name, tool in context.get_available_tools(scrambling_allowed=True).items()
         if RoleType.AGENT in getattr(tool, "visible_to", (RoleType.AGENT,))
     }
 
@@ -69,16 +73,18 @@ def catalog() -> dict[str, Any]:
             tools = agent_tools(context)
             for tool_name, tool in tools.items():
                 schemas.setdefault(tool_name, convert_to_openai_tool(tool, tool_name))
-            scenarios.append({
-                "name": name,
-                "module": module,
-                "categories": sorted(str(c).lower() for c in scenario.categories),
-                "tools": sorted(tools),
-                "network_tools": sorted(set(tools) & NETWORK_TOOLS),
-                "milestones": len(scenario.evaluation.milestone_matcher.milestones),
-                "minefields": len(scenario.evaluation.minefield_matcher.milestones),
-                "max_messages": scenario.max_messages,
-            })
+            scenarios.append(
+                {
+                    "name": name,
+                    "module": module,
+                    "categories": sorted(str(c).lower() for c in scenario.categories),
+                    "tools": sorted(tools),
+                    "network_tools": sorted(set(tools) & NETWORK_TOOLS),
+                    "milestones": len(scenario.evaluation.milestone_matcher.milestones),
+                    "minefields": len(scenario.evaluation.minefield_matcher.milestones),
+                    "max_messages": scenario.max_messages,
+                }
+            )
     return {"scenarios": scenarios, "tool_schemas": schemas}
 
 

@@ -59,8 +59,15 @@ class Worker:
         if kind == "scripted":
             return GuardedUser(ScriptedUser(spec.get("replies")))
         if kind == "llm":
-            return GuardedUser(EndpointUser(spec["model"], spec.get("base_url"), spec.get("api_key") or "", float(spec.get("timeout_s", 120)),
-                                            int(spec.get("max_retries", 2))))
+            return GuardedUser(
+                EndpointUser(
+                    spec["model"],
+                    spec.get("base_url"),
+                    spec.get("api_key") or "",
+                    float(spec.get("timeout_s", 120)),
+                    int(spec.get("max_retries", 2)),
+                )
+            )
         raise BadRequest(f"unknown user kind {kind!r}")
 
     def _module(self, scenario: str, module: str | None) -> str:
@@ -77,7 +84,9 @@ class Worker:
             raise BadRequest(f"unknown network mode {mode!r}")
         ts_standin.use(mode)
 
-    def reset(self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None, network: str = "off") -> dict[str, Any]:
+    def reset(
+        self, scenario: str, seed: int, user: dict[str, Any], module: str | None = None, network: str = "off"
+    ) -> dict[str, Any]:
         from ts_episode import Episode
 
         self.close()
@@ -109,8 +118,15 @@ class Worker:
 
         return self.plans.resolve(action, self._live().scenario, get_current_context())
 
-    def reference(self, scenario: str, seed: int, plan: list[dict[str, Any]], replies: list[str] | None = None, module: str | None = None,
-                  network: str = "off") -> dict[str, Any]:
+    def reference(
+        self,
+        scenario: str,
+        seed: int,
+        plan: list[dict[str, Any]],
+        replies: list[str] | None = None,
+        module: str | None = None,
+        network: str = "off",
+    ) -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
         import tempfile
         from pathlib import Path
@@ -124,16 +140,30 @@ class Worker:
         self._network(network)
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
         agent = PlanAgent(plan, resolve=lambda action: self.plans.resolve(action, built, get_current_context()))
-        roles = {RoleType.AGENT: agent, RoleType.USER: ScriptedUser(replies), RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment()}
+        roles = {
+            RoleType.AGENT: agent,
+            RoleType.USER: ScriptedUser(replies),
+            RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment(),
+        }
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                result = built.play_and_evaluate(roles=roles, output_directory=Path(tmp), scenario_name=scenario).evaluation_result
+                result = built.play_and_evaluate(
+                    roles=roles, output_directory=Path(tmp), scenario_name=scenario
+                ).evaluation_result
             except Exception as exc:  # noqa: BLE001 — tool_sandbox.cli.utils.run_scenario's rule: a play that raises scores 0
-                return {"similarity": 0.0, "milestone_similarity": 0.0, "minefield_similarity": 0.0, "turn_count": built.max_messages,
-                        "exception": f"{type(exc).__name__}: {exc}"[:500], "stand_in_network": report()}
+                return {
+                    "similarity": 0.0,
+                    "milestone_similarity": 0.0,
+                    "minefield_similarity": 0.0,
+                    "turn_count": built.max_messages,
+                    "exception": f"{type(exc).__name__}: {exc}"[:500],
+                    "stand_in_network": report(),
+                }
         return {
-            "similarity": float(result.similarity), "milestone_similarity": float(result.milestone_similarity),
-            "minefield_similarity": float(result.minefield_similarity), "turn_count": int(result.turn_count),
+            "similarity": float(result.similarity),
+            "milestone_similarity": float(result.milestone_similarity),
+            "minefield_similarity": float(result.minefield_similarity),
+            "turn_count": int(result.turn_count),
             "stand_in_network": report(),
         }
 
@@ -148,7 +178,9 @@ class Worker:
         if method == "catalog":
             return self.catalog()
         if method == "reset":
-            return self.reset(p["scenario"], p.get("seed", 0), p.get("user") or {}, p.get("module"), p.get("network", "off"))
+            return self.reset(
+                p["scenario"], p.get("seed", 0), p.get("user") or {}, p.get("module"), p.get("network", "off")
+            )
         if method == "step":
             return self.step(p["message"])
         if method == "score":
@@ -160,7 +192,9 @@ class Worker:
         if method == "resolve":
             return self.resolve(p["action"])
         if method == "reference":
-            return self.reference(p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"), p.get("network", "off"))
+            return self.reference(
+                p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"), p.get("network", "off")
+            )
         if method == "close":
             self.close()
             return None
@@ -169,7 +203,11 @@ class Worker:
 
 def _error(rid: Any, kind: str, exc: BaseException) -> dict[str, Any]:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-6000:]
-    return {"id": rid, "ok": False, "error": {"type": kind, "message": f"{type(exc).__name__}: {exc}"[:1000], "traceback": tb}}
+    return {
+        "id": rid,
+        "ok": False,
+        "error": {"type": kind, "message": f"{type(exc).__name__}: {exc}"[:1000], "traceback": tb},
+    }
 
 
 def main() -> None:

@@ -54,7 +54,9 @@ class StandInRequests:
         self.data = data
         self.log: list[dict[str, Any]] = []
 
-    def get(self, url: str, headers: dict[str, Any] | None = None, params: dict[str, Any] | None = None, **_: Any) -> _Response:
+    def get(
+        self, url: str, headers: dict[str, Any] | None = None, params: dict[str, Any] | None = None, **_: Any
+    ) -> _Response:
         params = dict(params or {})
         host = str((headers or {}).get("X-RapidAPI-Host") or url.split("/")[2])
         handler = {
@@ -71,7 +73,11 @@ class StandInRequests:
     def _geocode(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         where = _lat_lon(params.get("location", ""))
         for rec in self.data["reverse_geocode"]:
-            if where and _near(where[0], rec["latitude"], rec["tolerance"]) and _near(where[1], rec["longitude"], rec["tolerance"]):
+            if (
+                where
+                and _near(where[0], rec["latitude"], rec["tolerance"])
+                and _near(where[1], rec["longitude"], rec["tolerance"])
+            ):
                 return {"results": [{"address": rec["address"]}]}, True
         return {"results": []}, False
 
@@ -86,9 +92,17 @@ class StandInRequests:
         where = _lat_lon(str(params.get("q", "")))
         days = int(params.get("days", 1))
         for rec in self.data["weather"]:
-            if where and _near(where[0], rec["latitude"], rec["tolerance"]) and _near(where[1], rec["longitude"], rec["tolerance"]):
+            if (
+                where
+                and _near(where[0], rec["latitude"], rec["tolerance"])
+                and _near(where[1], rec["longitude"], rec["tolerance"])
+            ):
                 forecast = [dict(d) for d in rec["days"][:days]]
-                return {"location": rec["location"], "current": rec["current"], "forecast": {"forecastday": forecast}}, days <= len(rec["days"])
+                return {
+                    "location": rec["location"],
+                    "current": rec["current"],
+                    "forecast": {"forecastday": forecast},
+                }, days <= len(rec["days"])
         return {"error": {"code": 1006, "message": "No matching location found."}}, False
 
     def _stock(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -102,10 +116,16 @@ class StandInRequests:
         rates = self.data["currency_per_usd"]
         src, dst = str(params.get("from", "")).upper(), str(params.get("to", "")).upper()
         if src not in rates or dst not in rates:
-            return {"success": False, "validationMessage": [f"unknown currency {src if src not in rates else dst}"]}, False
+            return {
+                "success": False,
+                "validationMessage": [f"unknown currency {src if src not in rates else dst}"],
+            }, False
         amount = float(params.get("amount", 0))
         converted = round(amount / rates[src] * rates[dst], 4)
-        return {"success": True, "result": {"from": src, "to": dst, "amountToConvert": amount, "convertedAmount": converted}}, True
+        return {
+            "success": True,
+            "result": {"from": src, "to": dst, "amountToConvert": amount, "convertedAmount": converted},
+        }, True
 
 
 _ACTIVE: StandInRequests | None = None
@@ -131,6 +151,9 @@ def report() -> dict[str, Any] | None:
     if _ACTIVE is None or rapid_api.requests is not _ACTIVE:
         return None
     return {
-        "source": DATA.name, "sha256": hashlib.sha256(DATA.read_bytes()).hexdigest()[:12],
-        "calls": len(_ACTIVE.log), "misses": sum(not c["answered"] for c in _ACTIVE.log), "log": list(_ACTIVE.log),
+        "source": DATA.name,
+        "sha256": hashlib.sha256(DATA.read_bytes()).hexdigest()[:12],
+        "calls": len(_ACTIVE.log),
+        "misses": sum(not c["answered"] for c in _ACTIVE.log),
+        "log": list(_ACTIVE.log),
     }

@@ -17,7 +17,9 @@ def gold_episodes(limit: int | None = None) -> list[tuple[str, list[dict[str, An
         for task_id in env.task_ids()[:limit]:
             messages = list(env.reset(task_id))
             for i, action in enumerate(env.task(task_id).gold_actions):  # type: ignore[attr-defined]
-                call = Message.assistant(tool_calls=[ToolCall(id=f"g{i}", name=action.name, arguments=action.arguments)])
+                call = Message.assistant(
+                    tool_calls=[ToolCall(id=f"g{i}", name=action.name, arguments=action.arguments)]
+                )
                 messages.append(call)
                 messages.extend(env.step(call).messages)
             messages.append(Message.assistant(content="Done."))

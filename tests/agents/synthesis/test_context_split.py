@@ -27,7 +27,9 @@ def test_heldout_episodes_never_reach_the_generator_even_when_labeled(tmp_path: 
     store.put_labels(run, 1, [LabelIn(heldout_failed[0], CAP, "LACKING", "held out")])
     store.put_labels(run, 2, [LabelIn(heldout_failed[0], CAP, "LACKING", "held out")])
     unguarded = gather_context(store, run, CAP, n_episodes=8, episode_chars=800)
-    assert unguarded.episodes[0].episode_id == heldout_failed[0] and unguarded.split_texts is None  # check contamination skips
+    assert (
+        unguarded.episodes[0].episode_id == heldout_failed[0] and unguarded.split_texts is None
+    )  # check contamination skips
     split = ensure_split(store, run, fraction=0.5, seed=0)
     assert set(split.heldout) == heldout
     ctx = gather_context(store, run, CAP, n_episodes=8, episode_chars=800)

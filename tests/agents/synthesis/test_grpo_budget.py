@@ -24,7 +24,9 @@ def context() -> GeneratorContext:
         tools = env.tools()
     finally:
         env.close()
-    return GeneratorContext("precondition_verification", "check first", 0.5, 0.3, 1, [], TargetFacts("shop", tools, "policy"), tools)
+    return GeneratorContext(
+        "precondition_verification", "check first", 0.5, 0.3, 1, [], TargetFacts("shop", tools, "policy"), tools
+    )
 
 
 def attempt(path: Path, rewards, rollouts_left: int = 400):
@@ -36,9 +38,19 @@ def attempt(path: Path, rewards, rollouts_left: int = 400):
         return rewards(seed, len(calls))
 
     outcome = validate_attempt(
-        path.read_text(), path, context(), 1, cfg=SynthesisConfig(review=False, validation_seeds=10),
-        open_module=InProcessSyntheticEnv, chat_model=None, target_shapes=None, policy=object(), run_episode=run_episode,
-        readiness=GRPOReadinessConfig(groups=8, samples=4), rollouts_left=rollouts_left)
+        path.read_text(),
+        path,
+        context(),
+        1,
+        cfg=SynthesisConfig(review=False, validation_seeds=10),
+        open_module=InProcessSyntheticEnv,
+        chat_model=None,
+        target_shapes=None,
+        policy=object(),
+        run_episode=run_episode,
+        readiness=GRPOReadinessConfig(groups=8, samples=4),
+        rollouts_left=rollouts_left,
+    )
     return outcome, calls
 
 
@@ -76,9 +88,19 @@ async def test_async_attempt_runs_the_readiness_rollouts_on_the_callers_loop() -
         return [0.0, 0.3, 0.6, 1.0][n % 4]
 
     outcome = await avalidate_attempt(
-        EXAMPLE.read_text(), EXAMPLE, context(), 1, cfg=SynthesisConfig(review=False, validation_seeds=10),
-        open_module=InProcessSyntheticEnv, chat_model=None, target_shapes=None, policy=object(), run_episode=run_episode,
-        readiness=GRPOReadinessConfig(groups=8, samples=4), rollouts_left=400)
+        EXAMPLE.read_text(),
+        EXAMPLE,
+        context(),
+        1,
+        cfg=SynthesisConfig(review=False, validation_seeds=10),
+        open_module=InProcessSyntheticEnv,
+        chat_model=None,
+        target_shapes=None,
+        policy=object(),
+        run_episode=run_episode,
+        readiness=GRPOReadinessConfig(groups=8, samples=4),
+        rollouts_left=400,
+    )
     assert outcome.verdict.accepted and outcome.verdict.rollouts == 32 == len(loops)
     assert set(loops) == {asyncio.get_running_loop()}
 
@@ -104,9 +126,19 @@ async def test_readiness_concurrency_bounds_the_episodes_in_flight() -> None:
             return [0.0, 0.3, 0.6, 1.0][k % 4]  # a spread in every group: no early stop
 
         outcome = await avalidate_attempt(
-            EXAMPLE.read_text(), EXAMPLE, context(), 1, cfg=SynthesisConfig(review=False, validation_seeds=10),
-            open_module=InProcessSyntheticEnv, chat_model=None, target_shapes=None, policy=object(), run_episode=run_episode,
-            readiness=GRPOReadinessConfig(groups=4, samples=4, concurrency=concurrency), rollouts_left=400)
+            EXAMPLE.read_text(),
+            EXAMPLE,
+            context(),
+            1,
+            cfg=SynthesisConfig(review=False, validation_seeds=10),
+            open_module=InProcessSyntheticEnv,
+            chat_model=None,
+            target_shapes=None,
+            policy=object(),
+            run_episode=run_episode,
+            readiness=GRPOReadinessConfig(groups=4, samples=4, concurrency=concurrency),
+            rollouts_left=400,
+        )
         assert outcome.verdict.rollouts == 16
         return top
 

@@ -17,12 +17,24 @@ CAP = "precondition_verification"
 
 
 def _sets(ws: Path, url: str) -> list[str]:
-    pairs = [f"workspace={ws}", "sandbox.backend=process", "synthesis.max_attempts=3", "synthesis.validation_seeds=8",
-             "policy.kind=endpoint", f"policy.endpoint.base_url={url}", "policy.endpoint.max_retries=0",
-             "policy.endpoint.retry_backoff_s=0", "rollouts.max_turns=3",
-             # any reward distribution is ready: this test is about who is blamed, not about calibration
-             "grpo_readiness.groups=2", "grpo_readiness.samples=2", "grpo_readiness.min_informative=0",
-             "grpo_readiness.max_all_zero=1", "grpo_readiness.max_all_perfect=1", "grpo_readiness.mean_low=0"]
+    pairs = [
+        f"workspace={ws}",
+        "sandbox.backend=process",
+        "synthesis.max_attempts=3",
+        "synthesis.validation_seeds=8",
+        "policy.kind=endpoint",
+        f"policy.endpoint.base_url={url}",
+        "policy.endpoint.max_retries=0",
+        "policy.endpoint.retry_backoff_s=0",
+        "rollouts.max_turns=3",
+        # any reward distribution is ready: this test is about who is blamed, not about calibration
+        "grpo_readiness.groups=2",
+        "grpo_readiness.samples=2",
+        "grpo_readiness.min_informative=0",
+        "grpo_readiness.max_all_zero=1",
+        "grpo_readiness.max_all_perfect=1",
+        "grpo_readiness.mean_low=0",
+    ]
     return [a for p in pairs for a in ("--set", p)]
 
 
@@ -31,11 +43,17 @@ def test_an_endpoint_outage_during_synthesis_stops_with_exit_3_and_a_resume_acce
     run = analysed_run(store)
     runner = CliRunner()
     with FakeOpenAIServer(text_reply("Sorry, I cannot help with that."), fail_rate=1.0) as srv:
-        down = runner.invoke(app, ["synthesize", run, "--capability", CAP, *_sets(tmp_path, srv.base_url)], terminal_width=250)
+        down = runner.invoke(
+            app, ["synthesize", run, "--capability", CAP, *_sets(tmp_path, srv.base_url)], terminal_width=250
+        )
         outage_requests = srv.request_count
     assert down.exit_code == 3, down.output
     errors = [line for line in down.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "the endpoint kept failing" in errors[0] and f"resume with `gapforge synthesize {run}`" in errors[0]
+    assert (
+        len(errors) == 1
+        and "the endpoint kept failing" in errors[0]
+        and f"resume with `gapforge synthesize {run}`" in errors[0]
+    )
     assert "unsynthesized" not in down.output and outage_requests > 0
     rows = store.synthetic_envs(run, CAP)
     verdicts = {r.attempt: store.get_validation(r.id) for r in rows}
@@ -46,7 +64,9 @@ def test_an_endpoint_outage_during_synthesis_stops_with_exit_3_and_a_resume_acce
             assert "grpo_ready" not in stored.report["verdict"]["failed_checks"], (attempt, stored.report["verdict"])
 
     with FakeOpenAIServer(text_reply("Sorry, I cannot help with that.")) as srv:  # the endpoint is back
-        back = runner.invoke(app, ["synthesize", run, "--capability", CAP, *_sets(tmp_path, srv.base_url)], terminal_width=250)
+        back = runner.invoke(
+            app, ["synthesize", run, "--capability", CAP, *_sets(tmp_path, srv.base_url)], terminal_width=250
+        )
         assert srv.request_count > 0
     assert back.exit_code == 0, back.output
     assert f"{CAP} attempt {last}: accepted" in back.output

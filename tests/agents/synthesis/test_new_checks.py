@@ -40,8 +40,14 @@ def shop() -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def run(path: Path, shop: tuple[list[dict[str, Any]], dict[str, Any]]) -> ValidationReport:
     tools, shapes = shop
-    return validate_env(lambda: InProcessSyntheticEnv(path), target_tools=tools, target_result_shapes=shapes,
-                        seeds=20, module=path, target="shop")
+    return validate_env(
+        lambda: InProcessSyntheticEnv(path),
+        target_tools=tools,
+        target_result_shapes=shapes,
+        seeds=20,
+        module=path,
+        target="shop",
+    )
 
 
 @pytest.mark.parametrize("name", ["precondition_verification.py", "structured_data_reasoning.py"])
@@ -54,11 +60,14 @@ def test_examples_pass_the_new_checks(name: str, shop) -> None:
     assert report.check("no_leakage").evidence["key_arguments_checked"] > 0
 
 
-@pytest.mark.parametrize(("name", "check", "needle"), [
-    (RECORDED_ATTEMPT_1, "result_format", "keys ['id', 'lines', 'state'] that the target never returns"),
-    ("leaks_answer.py", "no_leakage", "system message"),
-    ("claims_pay.py", "reward_hacking", "exploit `claim_success`"),
-])
+@pytest.mark.parametrize(
+    ("name", "check", "needle"),
+    [
+        (RECORDED_ATTEMPT_1, "result_format", "keys ['id', 'lines', 'state'] that the target never returns"),
+        ("leaks_answer.py", "no_leakage", "system message"),
+        ("claims_pay.py", "reward_hacking", "exploit `claim_success`"),
+    ],
+)
 def test_each_bad_module_fails_its_check_with_evidence(name: str, check: str, needle: str, shop) -> None:
     report = run(BAD / name, shop)  # (an absolute path stays itself)
     assert report.failed_names() == {check}, report.failures_for_generator()
@@ -79,11 +88,19 @@ def test_claim_exploit_evidence_has_the_numbers(shop) -> None:
 
 
 def test_shapes_tolerate_optional_fields_and_data_keyed_maps() -> None:
-    target = observed_result_shapes([[
-        {"role": "assistant", "tool_calls": [{"id": "1", "name": "t", "arguments": {}}]},
-        {"role": "tool", "tool_call_id": "1", "content": '{"a": 1, "b": null, "pm": {"card_1": {"x": 1}, "gift_2": {"x": 2}}}'},
-        {"role": "tool", "tool_call_id": "1", "name": "t", "content": "Error: nope"},
-    ]])
+    target = observed_result_shapes(
+        [
+            [
+                {"role": "assistant", "tool_calls": [{"id": "1", "name": "t", "arguments": {}}]},
+                {
+                    "role": "tool",
+                    "tool_call_id": "1",
+                    "content": '{"a": 1, "b": null, "pm": {"card_1": {"x": 1}, "gift_2": {"x": 2}}}',
+                },
+                {"role": "tool", "tool_call_id": "1", "name": "t", "content": "Error: nope"},
+            ]
+        ]
+    )
     assert shape_problems(result_shape('{"a": 2.5, "b": "s", "pm": {"card_9": {"x": 3}}}'), target["t"], "t") == []
     assert shape_problems(result_shape('{"a": "2"}'), target["t"], "t") == ["t.a: is string, target returns number"]
     assert shape_problems(result_shape('"plain"'), target["t"], "t") == ["t: is string, target returns object"]

@@ -42,6 +42,7 @@ def spy_model(prompts: list[tuple[str, str]], kill_at: str | None = None) -> Scr
                 raise Killed()
             prompts.append((name, text))
             return rules[name](messages, tools)
+
         return rule
 
     return ScriptedChatModel.from_dict({name: wrap(name) for name in rules})
@@ -54,9 +55,15 @@ def _no_pool() -> Any:
 def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, kill_at: str | None = None) -> StageDeps:
     """The one dependencies object over the test's store and pool (policy.kind scripted: no readiness rollouts)."""
     model = spy_model(prompts, kill_at)
-    return StageDeps(open_store=lambda: store, open_pool=(lambda: pool) if pool is not None else _no_pool,
-                     policy_factory=lambda _cfg: None, chat_model_factory=lambda role: model,  # type: ignore[arg-type,return-value]
-                     sandbox=sandbox_cfg, synthesis=cfg, workspace=Workspace(tmp))  # fmt: skip
+    return StageDeps(
+        open_store=lambda: store,
+        open_pool=(lambda: pool) if pool is not None else _no_pool,
+        policy_factory=lambda _cfg: None,
+        chat_model_factory=lambda role: model,  # type: ignore[arg-type,return-value]
+        sandbox=sandbox_cfg,
+        synthesis=cfg,
+        workspace=Workspace(tmp),
+    )
 
 
 def synthesize_capability(deps: StageDeps, run: str, capability: str) -> SynthesisResult:
@@ -68,7 +75,9 @@ def accepted_module_path(tmp: Path, run: str, capability: str) -> Path:
     return Workspace(tmp).synthetic_env(run, capability)
 
 
-def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynthesized(tmp_path, sandbox_cfg, synthesis_cfg) -> None:
+def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynthesized(
+    tmp_path, sandbox_cfg, synthesis_cfg
+) -> None:
     store = store_at(tmp_path)
     run = analysed_run(store)
     prompts: list[tuple[str, str]] = []
@@ -80,7 +89,10 @@ def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynt
     assert good.status == "accepted" and good.accepted_attempt == 2
     assert [a.failed_checks for a in good.attempts] == [["result_format"], []]
     path = accepted_module_path(tmp_path, run, "precondition_verification")
-    assert good.module_path == str(path) and path.read_text() == store.synthetic_envs(run, "precondition_verification")[1].code
+    assert (
+        good.module_path == str(path)
+        and path.read_text() == store.synthetic_envs(run, "precondition_verification")[1].code
+    )
 
     rows = store.synthetic_envs(run, "precondition_verification")
     assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "accepted")]
@@ -114,15 +126,19 @@ def test_a_kill_mid_validation_resumes_at_that_attempt_without_duplicates(tmp_pa
         # killed during attempt 2's validation: after its sandbox checks, at the LLM review
         prompts: list[tuple[str, str]] = []
         with pytest.raises(Killed):
-            synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, prompts, "synthesis_reviewer:2"),
-                                  run, "precondition_verification")
+            synthesize_capability(
+                deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, prompts, "synthesis_reviewer:2"),
+                run,
+                "precondition_verification",
+            )
         rows = store.synthetic_envs(run, "precondition_verification")
         assert [(r.attempt, r.status) for r in rows] == [(1, "failed"), (2, "generated")]
         assert store.get_validation(rows[1].id) is None
 
         again: list[tuple[str, str]] = []  # a fresh process: a new model, nothing in memory
-        result = synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, again), run,
-                                       "precondition_verification")
+        result = synthesize_capability(
+            deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, again), run, "precondition_verification"
+        )
 
     assert result.status == "accepted" and result.accepted_attempt == 2
     assert [a.resumed for a in result.attempts] == [True, False]
@@ -134,8 +150,9 @@ def test_a_kill_mid_validation_resumes_at_that_attempt_without_duplicates(tmp_pa
     # once decided, a re-run reads the store only: no model call, no sandbox (pool None, no image), same answer
     third: list[tuple[str, str]] = []
     no_sandbox = sandbox_cfg.model_copy(update={"image": "gapforge-no-such-image:none"})
-    done = synthesize_capability(deps_for(store, tmp_path, None, no_sandbox, synthesis_cfg, third), run,
-                                 "precondition_verification")
+    done = synthesize_capability(
+        deps_for(store, tmp_path, None, no_sandbox, synthesis_cfg, third), run, "precondition_verification"
+    )
     assert done.status == "accepted" and third == [] and all(a.resumed for a in done.attempts)
 
 
@@ -144,11 +161,17 @@ def test_a_kill_in_the_generator_call_regenerates_that_attempt(tmp_path, sandbox
     run = analysed_run(store)
     with SandboxPool(sandbox_cfg, size=1) as pool:
         with pytest.raises(Killed):
-            synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, [], "synthesis_generator:2"),
-                                  run, "precondition_verification")
+            synthesize_capability(
+                deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, [], "synthesis_generator:2"),
+                run,
+                "precondition_verification",
+            )
         assert [r.attempt for r in store.synthetic_envs(run, "precondition_verification")] == [1]
         again: list[tuple[str, str]] = []
-        result = synthesize_capability(deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, again), run,
-                                       "precondition_verification")
+        result = synthesize_capability(
+            deps_for(store, tmp_path, pool, sandbox_cfg, synthesis_cfg, again), run, "precondition_verification"
+        )
     assert result.accepted_attempt == 2 and [n for n, _ in again] == ["synthesis_generator", "synthesis_reviewer"]
-    assert "Attempt: 2 of 3" in again[0][1] and "check `result_format` FAILED" in again[0][1]  # feedback read back from the store
+    assert (
+        "Attempt: 2 of 3" in again[0][1] and "check `result_format` FAILED" in again[0][1]
+    )  # feedback read back from the store

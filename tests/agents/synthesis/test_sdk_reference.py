@@ -32,8 +32,12 @@ def test_module_names_are_the_sdks_all() -> None:
 
 def test_class_names_are_the_public_api_of_synthetic_env() -> None:
     public = {n for n in dir(sdk.SyntheticEnv) if not n.startswith("_")} | set(vars(sdk.SyntheticEnv()))
-    doc = documented("Class attributes you set", "Methods you write", "Helpers and state for your code",
-                     "Runtime API (used by the sandbox, validators and trainers; do not override)")
+    doc = documented(
+        "Class attributes you set",
+        "Methods you write",
+        "Helpers and state for your code",
+        "Runtime API (used by the sandbox, validators and trainers; do not override)",
+    )
     assert doc - public == set(), f"documented but not in envs/sdk.py: {sorted(doc - public)}"
     assert public - doc == set(), f"in envs/sdk.py but not documented: {sorted(public - doc)}"
 

@@ -19,17 +19,26 @@ def test_examples_pass(path: Path) -> None:
     assert result.env_class and result.env_class.endswith("Env")
 
 
-@pytest.mark.parametrize(("code", "needle"), [
-    (HEAD + "class A(SyntheticEnv)\n    pass\n", "SyntaxError at line 2"),
-    (HEAD + "class A(SyntheticEnv): pass\nclass B(SyntheticEnv): pass\n", "exactly one subclass of SyntheticEnv at top level (found: A, B)"),
-    (HEAD + "x = 1\n", "(found: none)"),
-    ("import numpy\n" + HEAD + "class A(SyntheticEnv): pass\n", "import of numpy: only the standard library"),
-    ("import time\n" + HEAD + "class A(SyntheticEnv): pass\n", "import of time is not allowed"),
-    ("from os import path\n" + HEAD + "class A(SyntheticEnv): pass\n", "import of os is not allowed"),
-    ("from envs.shop import tools\n" + HEAD + "class A(SyntheticEnv): pass\n", "only envs.sdk exists in the sandbox"),
-    ("from . import x\n" + HEAD + "class A(SyntheticEnv): pass\n", "relative import"),
-    (HEAD + "class A(SyntheticEnv):\n    def generate(self, seed):\n        return eval('1')\n", "call to eval()"),
-])
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [
+        (HEAD + "class A(SyntheticEnv)\n    pass\n", "SyntaxError at line 2"),
+        (
+            HEAD + "class A(SyntheticEnv): pass\nclass B(SyntheticEnv): pass\n",
+            "exactly one subclass of SyntheticEnv at top level (found: A, B)",
+        ),
+        (HEAD + "x = 1\n", "(found: none)"),
+        ("import numpy\n" + HEAD + "class A(SyntheticEnv): pass\n", "import of numpy: only the standard library"),
+        ("import time\n" + HEAD + "class A(SyntheticEnv): pass\n", "import of time is not allowed"),
+        ("from os import path\n" + HEAD + "class A(SyntheticEnv): pass\n", "import of os is not allowed"),
+        (
+            "from envs.shop import tools\n" + HEAD + "class A(SyntheticEnv): pass\n",
+            "only envs.sdk exists in the sandbox",
+        ),
+        ("from . import x\n" + HEAD + "class A(SyntheticEnv): pass\n", "relative import"),
+        (HEAD + "class A(SyntheticEnv):\n    def generate(self, seed):\n        return eval('1')\n", "call to eval()"),
+    ],
+)
 def test_rejections_say_what_to_fix(code: str, needle: str) -> None:
     result = static_gate(code)
     assert not result.passed

@@ -19,10 +19,12 @@ LAST = ["Berg", "Costa", "Dahl", "Ekwueme", "Fontaine", "Grieg", "Holm", "Ito", 
 CASES = ["ok", "ok", "hold", "contract"]
 TICKET_STATUS = {"ok": "resolved", "hold": "open", "contract": "rejected"}
 REASONS = {"hold": ("security hold", "security team"), "contract": ("contract",)}
-ASKS = ["Morning. {name} here, employee {eid}. I can't sign in, it says my account is locked.",
-        "Hey, my login is blocked since this morning. I'm {name} ({eid}), can you help me get back in?",
-        "This is {name}, {eid}. The system locked me out and I have a deadline today.",
-        "Hello IT, {eid} here. Account locked, please sort it out."]
+ASKS = [
+    "Morning. {name} here, employee {eid}. I can't sign in, it says my account is locked.",
+    "Hey, my login is blocked since this morning. I'm {name} ({eid}), can you help me get back in?",
+    "This is {name}, {eid}. The system locked me out and I have a deadline today.",
+    "Hello IT, {eid} here. Account locked, please sort it out.",
+]
 POLICY = """You are the IT help desk of a company. Today is 2025-06-15.
 - Verify the caller first: their employee id and the last four digits of their badge (verify_identity).
 - Read the account (get_account) before you change it.
@@ -38,8 +40,10 @@ def ticket_id(employee_id: str, category: str, n: int) -> str:
 
 class UnlockPreconditionEnv(SyntheticEnv):
     capability = "unlock_precondition_check"
-    description = ("Verify the caller and read the account before an unlock; unlock only failed-logins locks, refuse holds and ended "
-                   "contracts with the right ticket.")
+    description = (
+        "Verify the caller and read the account before an unlock; unlock only failed-logins locks, refuse holds and ended "
+        "contracts with the right ticket."
+    )
     target = "mcp:helpdesk"
     policy = POLICY
     weights = {"verified": 1.0, "checked_account": 1.0, "decision": 2.0, "ticket": 1.0, "told_ticket": 0.5}
@@ -51,14 +55,27 @@ class UnlockPreconditionEnv(SyntheticEnv):
         first, last = rng.choice(FIRST), rng.choice(LAST)
         eid = f"E-{rng.randint(2000, 8999)}"
         contractor = case == "contract" or rng.random() < 0.3
-        end = f"2025-0{rng.randint(1, 5)}-{rng.randint(10, 28)}" if case == "contract" else ("2025-12-31" if contractor else None)
-        account = {"employee_id": eid, "username": f"{first[0].lower()}{last.lower()}", "kind": "contractor" if contractor else "employee",
-                   "contract_end": end, "locked": True, "lock_reason": "security_hold" if case == "hold" else "failed_logins",
-                   "password_reset_pending": False, "groups": sorted(rng.sample(["email", "github", "crm", "vpn"], 2))}
+        end = (
+            f"2025-0{rng.randint(1, 5)}-{rng.randint(10, 28)}"
+            if case == "contract"
+            else ("2025-12-31" if contractor else None)
+        )
+        account = {
+            "employee_id": eid,
+            "username": f"{first[0].lower()}{last.lower()}",
+            "kind": "contractor" if contractor else "employee",
+            "contract_end": end,
+            "locked": True,
+            "lock_reason": "security_hold" if case == "hold" else "failed_logins",
+            "password_reset_pending": False,
+            "groups": sorted(rng.sample(["email", "github", "crm", "vpn"], 2)),
+        }
         self.state.update(badge_given=False)
-        return {"opening": rng.choice(ASKS).format(name=f"{first} {last}", eid=eid),
-                "db": {"accounts": {eid: account}, "tickets": [], "verified": []},
-                "truth": {"employee_id": eid, "badge": f"{rng.randint(0, 9999):04d}", "case": case}}
+        return {
+            "opening": rng.choice(ASKS).format(name=f"{first} {last}", eid=eid),
+            "db": {"accounts": {eid: account}, "tickets": [], "verified": []},
+            "truth": {"employee_id": eid, "badge": f"{rng.randint(0, 9999):04d}", "case": case},
+        }
 
     def _account(self, employee_id: str) -> dict:
         account = self.db["accounts"].get(employee_id.strip())
@@ -75,7 +92,10 @@ class UnlockPreconditionEnv(SyntheticEnv):
     def verify_identity(self, employee_id: str, badge_last4: str) -> dict:
         """Check a caller's identity: their employee id and the last four digits of their badge."""
         self._account(employee_id)
-        ok = badge_last4.strip() == self.scenario["truth"]["badge"] and employee_id.strip() == self.scenario["truth"]["employee_id"]
+        ok = (
+            badge_last4.strip() == self.scenario["truth"]["badge"]
+            and employee_id.strip() == self.scenario["truth"]["employee_id"]
+        )
         if ok:
             self.db["verified"].append(employee_id.strip())
         return {"employee_id": employee_id, "verified": ok}
@@ -100,8 +120,13 @@ class UnlockPreconditionEnv(SyntheticEnv):
         if status not in ("resolved", "open", "rejected"):
             raise ToolError("status must be one of resolved, open, rejected")
         n = 1 + sum(1 for t in self.db["tickets"] if t["employee_id"] == employee_id and t["category"] == category)
-        ticket = {"ticket_id": ticket_id(employee_id, category, n), "employee_id": employee_id, "category": category,
-                  "status": status, "summary": summary}
+        ticket = {
+            "ticket_id": ticket_id(employee_id, category, n),
+            "employee_id": employee_id,
+            "category": category,
+            "status": status,
+            "summary": summary,
+        }
         self.db["tickets"].append(ticket)
         return dict(ticket)
 
@@ -121,7 +146,9 @@ class UnlockPreconditionEnv(SyntheticEnv):
         def before(calls: list[dict]) -> float:
             return float(any(first_write is None or c["turn"] < first_write for c in calls))
 
-        verified = before([c for c in self.calls_to("verify_identity", employee_id=eid) if '"verified": true' in c["result"]])
+        verified = before(
+            [c for c in self.calls_to("verify_identity", employee_id=eid) if '"verified": true' in c["result"]]
+        )
         checked = before(self.calls_to("get_account", employee_id=eid))
         unlocked = bool(self.calls_to("unlock_account", employee_id=eid))
         if truth["case"] == "ok":
@@ -136,21 +163,40 @@ class UnlockPreconditionEnv(SyntheticEnv):
             ticket = 1.0 if right[0]["arguments"]["status"] == TICKET_STATUS[truth["case"]] else 0.5
         ids = [t["ticket_id"] for t in self.db["tickets"]]
         told = float(bool(ids) and any(i in s["text"] for s in self.said for i in ids))
-        return {"verified": verified, "checked_account": checked, "decision": decision, "ticket": ticket, "told_ticket": told}
+        return {
+            "verified": verified,
+            "checked_account": checked,
+            "decision": decision,
+            "ticket": ticket,
+            "told_ticket": told,
+        }
 
     def solution(self, seed: int) -> list[dict]:
         truth = self.scenario["truth"]
         eid, case = truth["employee_id"], truth["case"]
-        actions: list[dict] = [{"say": "I can look into it. Could you give me the last four digits of your badge?"},
-                               {"tool": "verify_identity", "arguments": {"employee_id": eid, "badge_last4": truth["badge"]}},
-                               {"tool": "get_account", "arguments": {"employee_id": eid}}]
+        actions: list[dict] = [
+            {"say": "I can look into it. Could you give me the last four digits of your badge?"},
+            {"tool": "verify_identity", "arguments": {"employee_id": eid, "badge_last4": truth["badge"]}},
+            {"tool": "get_account", "arguments": {"employee_id": eid}},
+        ]
         if case == "ok":
             actions.append({"tool": "unlock_account", "arguments": {"employee_id": eid}})
         status = TICKET_STATUS[case]
-        actions.append({"tool": "create_ticket", "arguments": {"employee_id": eid, "category": "unlock", "status": status,
-                                                               "summary": f"unlock request: {status}"}})
+        actions.append(
+            {
+                "tool": "create_ticket",
+                "arguments": {
+                    "employee_id": eid,
+                    "category": "unlock",
+                    "status": status,
+                    "summary": f"unlock request: {status}",
+                },
+            }
+        )
         number = ticket_id(eid, "unlock", 1)
-        why = {"ok": "Your account is unlocked.",
-               "hold": "I cannot unlock it: your account is on a security hold, so I escalated it to the security team.",
-               "contract": "I cannot unlock it: your contract has ended."}[case]
+        why = {
+            "ok": "Your account is unlocked.",
+            "hold": "I cannot unlock it: your account is on a security hold, so I escalated it to the security team.",
+            "contract": "I cannot unlock it: your contract has ended.",
+        }[case]
         return actions + [{"say": f"{why} Your ticket is {number}."}]

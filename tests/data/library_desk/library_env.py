@@ -18,14 +18,32 @@ POLICY = """You are the front-desk assistant of the Riverside Public Library. To
 - Before a renewal, tell the reader the new due date (three weeks after the current one) and ask them to confirm.
 - The loan system does not check these rules: you must."""
 LOANS = {
-    "L-2041": {"title": "The Left Hand of Darkness", "reader": "R-118", "due_date": "2025-07-01", "renewals": 0, "reserved": False},
-    "L-3307": {"title": "A Brief History of Time", "reader": "R-240", "due_date": "2025-06-24", "renewals": 1, "reserved": False},
+    "L-2041": {
+        "title": "The Left Hand of Darkness",
+        "reader": "R-118",
+        "due_date": "2025-07-01",
+        "renewals": 0,
+        "reserved": False,
+    },
+    "L-3307": {
+        "title": "A Brief History of Time",
+        "reader": "R-240",
+        "due_date": "2025-06-24",
+        "renewals": 1,
+        "reserved": False,
+    },
     "L-1188": {"title": "Middlemarch", "reader": "R-118", "due_date": "2025-06-20", "renewals": 0, "reserved": True},
     "L-5120": {"title": "The Overstory", "reader": "R-377", "due_date": "2025-06-28", "renewals": 2, "reserved": False},
     "L-6402": {"title": "Piranesi", "reader": "R-240", "due_date": "2025-07-09", "renewals": 1, "reserved": True},
 }
 TASKS = {  # task id -> (family, the reader's request, the loan, the renewals that solve it, text the answer must hold)
-    "renew-001": ("renewal", "Hello, could I keep loan L-2041 a little longer? I haven't finished the book.", "L-2041", ["L-2041"], None),
+    "renew-001": (
+        "renewal",
+        "Hello, could I keep loan L-2041 a little longer? I haven't finished the book.",
+        "L-2041",
+        ["L-2041"],
+        None,
+    ),
     "renew-002": ("renewal", "I'd like another three weeks with L-3307, please.", "L-3307", ["L-3307"], None),
     "refusal-001": ("renewal_refusal", "Please renew L-1188 for me, I'm only halfway through.", "L-1188", [], None),
     "refusal-002": ("renewal_refusal", "Can you extend L-5120 once more? Exams are coming up.", "L-5120", [], None),
@@ -51,10 +69,16 @@ class LibraryDeskEnv:
 
     def tools(self) -> list[dict]:
         return [
-            tool_schema("get_loan", "Read a loan: title, reader, due date, renewals so far, whether another reader reserved it.",
-                        {"loan_id": {"type": "string", "description": "e.g. 'L-2041'"}}),
-            tool_schema("renew_loan", "Renew a loan by three weeks. Write action: the system does not check the library's rules.",
-                        {"loan_id": {"type": "string"}}),
+            tool_schema(
+                "get_loan",
+                "Read a loan: title, reader, due date, renewals so far, whether another reader reserved it.",
+                {"loan_id": {"type": "string", "description": "e.g. 'L-2041'"}},
+            ),
+            tool_schema(
+                "renew_loan",
+                "Renew a loan by three weeks. Write action: the system does not check the library's rules.",
+                {"loan_id": {"type": "string"}},
+            ),
             tool_schema("search_catalog", "Search the catalogue by title words.", {"query": {"type": "string"}}),
         ]
 
@@ -72,7 +96,9 @@ class LibraryDeskEnv:
             self.said += text + "\n"
             self.user_turns += 1
             if not self.renewed and any(w in text.lower() for w in CONFIRM_WORDS):
-                return StepResult(messages=[Message.user("Yes, please go ahead.")], done=self.user_turns >= self.max_user_turns)
+                return StepResult(
+                    messages=[Message.user("Yes, please go ahead.")], done=self.user_turns >= self.max_user_turns
+                )
             return StepResult(messages=[Message.user("Thanks, bye.")], done=True)
         return StepResult(messages=[self._call(call) for call in message.tool_calls])
 
@@ -81,14 +107,21 @@ class LibraryDeskEnv:
         if call.name == "get_loan":
             if loan is not None and call.arguments.get("loan_id") == self.task[2] and not self.renewed:
                 self.read_before_write = True
-            out = "Error: no such loan" if loan is None else json.dumps({"loan_id": call.arguments["loan_id"], **loan}, sort_keys=True)
+            out = (
+                "Error: no such loan"
+                if loan is None
+                else json.dumps({"loan_id": call.arguments["loan_id"], **loan}, sort_keys=True)
+            )
         elif call.name == "renew_loan":
             if loan is None:
                 out = "Error: no such loan"
             else:
                 loan.update(due_date=_later(loan["due_date"], 21), renewals=loan["renewals"] + 1)
                 self.renewed.append(call.arguments["loan_id"])
-                out = json.dumps({"loan_id": call.arguments["loan_id"], "due_date": loan["due_date"], "renewals": loan["renewals"]}, sort_keys=True)
+                out = json.dumps(
+                    {"loan_id": call.arguments["loan_id"], "due_date": loan["due_date"], "renewals": loan["renewals"]},
+                    sort_keys=True,
+                )
         elif call.name == "search_catalog":
             words = str(call.arguments.get("query", "")).lower().split()
             hits = sorted({v["title"] for v in LOANS.values() if words and all(w in v["title"].lower() for w in words)})

@@ -13,13 +13,33 @@ import datetime
 
 from envs.sdk import SyntheticEnv, ToolError, tool
 
-TITLES = ["Beloved", "Dracula", "Emma", "Ulysses", "Rebecca", "Persuasion", "Frankenstein", "Solaris", "Kindred", "Dune",
-          "Neuromancer", "Jane Eyre", "The Hobbit", "Wolf Hall", "Atonement", "Station Eleven", "Gilead", "Circe"]
+TITLES = [
+    "Beloved",
+    "Dracula",
+    "Emma",
+    "Ulysses",
+    "Rebecca",
+    "Persuasion",
+    "Frankenstein",
+    "Solaris",
+    "Kindred",
+    "Dune",
+    "Neuromancer",
+    "Jane Eyre",
+    "The Hobbit",
+    "Wolf Hall",
+    "Atonement",
+    "Station Eleven",
+    "Gilead",
+    "Circe",
+]
 CASES = ["ok", "ok", "reserved", "limit", "reserved"]
-ASKS = ["Good morning! Is it possible to keep {loan} ({title}) for a few more weeks?",
-        "Hi, {title} is due soon and I'm not done yet. Loan number {loan}. Could you renew it?",
-        "Could you give me more time on {title}? The loan id is {loan}.",
-        "Hello there, renewal request for {loan}, {title}, if that works."]
+ASKS = [
+    "Good morning! Is it possible to keep {loan} ({title}) for a few more weeks?",
+    "Hi, {title} is due soon and I'm not done yet. Loan number {loan}. Could you renew it?",
+    "Could you give me more time on {title}? The loan id is {loan}.",
+    "Hello there, renewal request for {loan}, {title}, if that works.",
+]
 POLICY = """You are the front-desk assistant of a public library. Today is 2025-06-15.
 - Read a loan with get_loan before you act on it.
 - Renew a loan only if no other reader has reserved the title (reserved: false) and it has been renewed fewer than 2 times.
@@ -47,16 +67,24 @@ class RenewalCheckEnv(SyntheticEnv):
         loans = {}
         for title in rng.sample(TITLES, 3):
             loan_id = f"L-{rng.randint(1000, 9999)}"
-            loans[loan_id] = {"loan_id": loan_id, "title": title, "reader": f"R-{rng.randint(100, 999)}",
-                              "due_date": f"2025-0{rng.choice([6, 7])}-{rng.randint(10, 28)}", "renewals": rng.randint(0, 1),
-                              "reserved": rng.random() < 0.3}
+            loans[loan_id] = {
+                "loan_id": loan_id,
+                "title": title,
+                "reader": f"R-{rng.randint(100, 999)}",
+                "due_date": f"2025-0{rng.choice([6, 7])}-{rng.randint(10, 28)}",
+                "renewals": rng.randint(0, 1),
+                "reserved": rng.random() < 0.3,
+            }
         loan_id = next(iter(loans))
         loan = loans[loan_id]
         loan.update(reserved=case == "reserved", renewals=2 if case == "limit" else rng.randint(0, 1))
         opening = rng.choice(ASKS).format(loan=loan_id, title=loan["title"])
         self.state.update(confirmed_turn=None)
-        return {"opening": opening, "db": {"loans": loans},
-                "truth": {"loan_id": loan_id, "case": case, "new_due": _later(loan["due_date"], 21)}}
+        return {
+            "opening": opening,
+            "db": {"loans": loans},
+            "truth": {"loan_id": loan_id, "case": case, "new_due": _later(loan["due_date"], 21)},
+        }
 
     def _loan(self, loan_id: str) -> dict:
         loan = self.db["loans"].get(loan_id.strip())
@@ -101,8 +129,13 @@ class RenewalCheckEnv(SyntheticEnv):
             confirmed_first = float(bool(right) and confirmed is not None and confirmed < right[0]["turn"])
             decision = (1.0 if len(writes) == 1 and confirmed_first else 0.5) if right else 0.0
             told = float(bool(right) and any(s["turn"] > right[0]["turn"] for s in self.said))
-            return {"checked_loan": checked, "confirmed": confirmed_first, "decision": decision,
-                    "no_wrong_write": float(len(writes) == len(right) <= 1), "informed_reader": told}
+            return {
+                "checked_loan": checked,
+                "confirmed": confirmed_first,
+                "decision": decision,
+                "no_wrong_write": float(len(writes) == len(right) <= 1),
+                "informed_reader": told,
+            }
         reason = any(k in s["text"].lower() for s in self.said for k in REASONS[truth["case"]])
         decision = 0.0 if writes else (1.0 if checked and reason else 0.5 if reason else 0.25 if checked else 0.0)
         return {"checked_loan": checked, "decision": decision, "no_wrong_write": float(not writes)}
@@ -113,7 +146,11 @@ class RenewalCheckEnv(SyntheticEnv):
         if truth["case"] == "reserved":
             return actions + [{"say": "I'm sorry, I cannot renew it: another reader has reserved this title."}]
         if truth["case"] == "limit":
-            return actions + [{"say": "I'm sorry, I cannot renew it: it has reached the renewal limit of two renewals."}]
-        return actions + [{"say": f"I can renew it until {truth['new_due']}. Shall I go ahead? Please confirm."},
-                          {"tool": "renew_loan", "arguments": {"loan_id": truth["loan_id"]}},
-                          {"say": f"Done: your loan is renewed, the new due date is {truth['new_due']}."}]
+            return actions + [
+                {"say": "I'm sorry, I cannot renew it: it has reached the renewal limit of two renewals."}
+            ]
+        return actions + [
+            {"say": f"I can renew it until {truth['new_due']}. Shall I go ahead? Please confirm."},
+            {"tool": "renew_loan", "arguments": {"loan_id": truth["loan_id"]}},
+            {"say": f"Done: your loan is renewed, the new due date is {truth['new_due']}."},
+        ]

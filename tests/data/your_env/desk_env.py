@@ -21,8 +21,10 @@ class DeskEnv:
         return TASKS[task_id][0]
 
     def tools(self) -> list[dict]:
-        return [tool_schema("reset_password", "Reset an account's password.", {"account": {"type": "string"}}),
-                tool_schema("unlock_account", "Unlock an account.", {"account": {"type": "string"}})]
+        return [
+            tool_schema("reset_password", "Reset an account's password.", {"account": {"type": "string"}}),
+            tool_schema("unlock_account", "Unlock an account.", {"account": {"type": "string"}}),
+        ]
 
     def reset(self, task: str) -> list[Message]:
         self.family, request, self.account = TASKS[task]

@@ -23,11 +23,18 @@ class CancelCheckEnv(SyntheticEnv):
         orders = {}
         for _ in range(self.rng.randint(3, 5)):
             oid = f"#W{self.rng.randint(1000000, 9999999)}"
-            orders[oid] = {"order_id": oid, "status": self.rng.choice(STATUSES), "total": round(self.rng.uniform(5, 500), 2)}
+            orders[oid] = {
+                "order_id": oid,
+                "status": self.rng.choice(STATUSES),
+                "total": round(self.rng.uniform(5, 500), 2),
+            }
         target = self.rng.choice(sorted(orders))
         name = self.rng.choice(["Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana"])
-        return {"opening": f"Hi, I am {name}. Please cancel my order {target}, I no longer need it.",
-                "db": {"orders": orders}, "truth": {"order_id": target, "cancellable": orders[target]["status"] == "pending"}}
+        return {
+            "opening": f"Hi, I am {name}. Please cancel my order {target}, I no longer need it.",
+            "db": {"orders": orders},
+            "truth": {"order_id": target, "cancellable": orders[target]["status"] == "pending"},
+        }
 
     @tool
     def get_order_details(self, order_id: str) -> dict:
@@ -66,13 +73,19 @@ class CancelCheckEnv(SyntheticEnv):
         cancelled = self.db["orders"][oid]["status"] == "cancelled"
         status = self.scenario["db"]["orders"][oid]["status"]
         told = any(status in s["text"] for s in self.said)
-        return {"looked_up": float(looked), "right_action": float(looked and cancelled == truth["cancellable"]), "informed": float(told)}
+        return {
+            "looked_up": float(looked),
+            "right_action": float(looked and cancelled == truth["cancellable"]),
+            "informed": float(told),
+        }
 
     def solution(self, seed):
         oid = self.scenario["truth"]["order_id"]
         status = self.scenario["db"]["orders"][oid]["status"]
         actions = [{"tool": "get_order_details", "arguments": {"order_id": oid}}]
         if self.scenario["truth"]["cancellable"]:
-            actions.append({"tool": "cancel_pending_order", "arguments": {"order_id": oid, "reason": "no longer needed"}})
+            actions.append(
+                {"tool": "cancel_pending_order", "arguments": {"order_id": oid, "reason": "no longer needed"}}
+            )
         actions.append({"say": f"Your order {oid} was {status}."})
         return actions

@@ -26,8 +26,11 @@ class LeakyCancelEnv(SyntheticEnv):
             orders[oid] = {"order_id": oid, "customer_id": cid, "status": status}
         pending = next(o for o, v in orders.items() if v["status"] == "pending")
         customer = {"customer_id": cid, "email": email, "orders": sorted(orders)}
-        return {"opening": f"Hi, I am {name} ({email}). Please cancel my pending order.",
-                "db": {"customers": {cid: customer}, "orders": orders}, "truth": {"customer_id": cid, "order_id": pending}}
+        return {
+            "opening": f"Hi, I am {name} ({email}). Please cancel my pending order.",
+            "db": {"customers": {cid: customer}, "orders": orders},
+            "truth": {"customer_id": cid, "order_id": pending},
+        }
 
     def system_prompt(self):
         truth = self.scenario["truth"]
@@ -66,16 +69,23 @@ class LeakyCancelEnv(SyntheticEnv):
 
     def reward(self):
         truth = self.scenario["truth"]
-        return {"found_customer": float(self.called("get_customer_details", customer_id=truth["customer_id"])),
-                "checked_order": float(self.called("get_order_details", order_id=truth["order_id"])),
-                "cancelled": float(self.db["orders"][truth["order_id"]]["status"] == "cancelled"),
-                "informed": float(any("cancel" in s["text"].lower() for s in self.said))}
+        return {
+            "found_customer": float(self.called("get_customer_details", customer_id=truth["customer_id"])),
+            "checked_order": float(self.called("get_order_details", order_id=truth["order_id"])),
+            "cancelled": float(self.db["orders"][truth["order_id"]]["status"] == "cancelled"),
+            "informed": float(any("cancel" in s["text"].lower() for s in self.said)),
+        }
 
     def solution(self, seed):
         truth = self.scenario["truth"]
         email = self.scenario["db"]["customers"][truth["customer_id"]]["email"]
-        return [{"tool": "find_customer_by_email", "arguments": {"email": email}},
-                {"tool": "get_customer_details", "arguments": {"customer_id": truth["customer_id"]}},
-                {"tool": "get_order_details", "arguments": {"order_id": truth["order_id"]}},
-                {"tool": "cancel_pending_order", "arguments": {"order_id": truth["order_id"], "reason": "no longer needed"}},
-                {"say": f"Your order {truth['order_id']} is cancelled."}]
+        return [
+            {"tool": "find_customer_by_email", "arguments": {"email": email}},
+            {"tool": "get_customer_details", "arguments": {"customer_id": truth["customer_id"]}},
+            {"tool": "get_order_details", "arguments": {"order_id": truth["order_id"]}},
+            {
+                "tool": "cancel_pending_order",
+                "arguments": {"order_id": truth["order_id"], "reason": "no longer needed"},
+            },
+            {"say": f"Your order {truth['order_id']} is cancelled."},
+        ]
