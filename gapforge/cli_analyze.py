@@ -139,7 +139,7 @@ def analyze(
 ) -> None:
     """Discover the capabilities a run's agent lacks, label every episode R times, keep the stable gaps."""
     from gapforge.agents.analysis.errors import AnalysisError
-    from gapforge.agents.analysis.service import AnalysisReport
+    from gapforge.agents.analysis.service import AnalysisReport, analyze_run
     from gapforge.run_lease import run_lease
     from gapforge.stages import open_stages
 
@@ -165,27 +165,20 @@ def analyze(
                 ) as bar:
                     task = bar.add_task("labeling", total=None)
 
-                    async def go() -> tuple[
-                        AnalysisReport, Any
-                    ]:  # the analysis stage the graph's discover / label / select nodes call
+                    async def go() -> tuple[AnalysisReport, Any]:  # the analysis stage's own models and steps
                         async with open_stages(cfg, store) as stages:
-                            steps = stages.analysis
-                            steps.env = envs[0]
-                            split, found = await steps.discovery(run)
-                            done: list[Any] = []
-                            for p in range(cfg.analysis.passes):
-                                offset = sum(r.episodes for r in done)
-                                done.append(
-                                    await steps.label_pass(
-                                        run,
-                                        p,
-                                        retry_failed=retry_failed,
-                                        on_progress=lambda d, t, offset=offset: bar.update(
-                                            task, completed=offset + d, total=t * cfg.analysis.passes
-                                        ),
-                                    )
-                                )
-                            return AnalysisReport(split, found, tuple(done), await steps.selection(run)), steps.counter
+                            stages.analysis.env = envs[0]
+                            model, counter = stages.analysis.models()
+                            report = await analyze_run(
+                                store,
+                                model,
+                                run,
+                                cfg=cfg.analysis,
+                                counter=counter,
+                                retry_failed=retry_failed,
+                                on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+                            )
+                            return report, counter
 
                     report, counter = asyncio.run(go())
             rows = store.capability_summaries(run)

@@ -1,5 +1,5 @@
-"""The analysis stage end to end, for the CLI (graph nodes call the steps one by one):
-split -> discovery -> R labeling passes -> selection; plus what `--show` lists.
+"""The analysis stage end to end for `gapforge analyze` (the graph's nodes call the same services one node each:
+gapforge/stages/analysis.py): split -> discovery -> R labeling passes -> selection; plus what `--show` lists.
 """
 
 from __future__ import annotations
