@@ -472,20 +472,6 @@ class _Running:
         self.starts = [s + by for s in self.starts]
 
 
-def _left_pad(t: Any, n: int) -> Any:
-    """(rows, heads, len, dim) -> (rows, heads, n + len, dim), zeros first (masked)."""
-    import torch
-
-    return torch.nn.functional.pad(t, (0, 0, n, 0)) if n else t
-
-
-def _left_pad2(t: Any, n: int) -> Any:
-    """An attention mask (rows, len) -> (rows, n + len), zeros first."""
-    import torch
-
-    return torch.nn.functional.pad(t, (n, 0)) if n else t
-
-
 class BatchGenerator:
     """A worker thread that decodes waiting requests as batches; `submit()` is thread-safe.
 
@@ -883,83 +869,28 @@ def _joinable(cache: Any) -> bool:
 
 
 def _reserve(cache: Any, room: int) -> None:
-    """Give each full-attention layer of `cache` room for `room` more tokens, written in place: the
-    default layer re-copies its whole cache at every decode step (torch.cat), which was a quarter of a
-    step at 16 rows x 600 tokens (bench/decode.py)."""
-    cache.layers = [_reserved_layer(layer.keys, layer.values, room) for layer in cache.layers]
-
-
-def _reserved_layer_class() -> type:
-    from transformers.cache_utils import DynamicLayer
-
-    class ReservedLayer(DynamicLayer):
-        """A DynamicLayer whose keys/values are views of buffers with spare room: `update` writes the new
-        positions in place (growing the buffers only if the room runs out), so a decode step reads the
-        cache but does not copy it. `batch_select_indices` (a finished row leaves) copies once."""
-
-        def __init__(self, keys: Any, values: Any, room: int) -> None:
-            super().__init__()
-            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-            self.length = keys.shape[-2]
-            self._k, self._v = self._room(keys, room), self._room(values, room)
-            self._views()
-
-        def _room(self, t: Any, room: int) -> Any:
-            buffer = t.new_zeros((*t.shape[:-2], self.length + room, t.shape[-1]))
-            buffer[..., : self.length, :] = t[..., : self.length, :]
-            return buffer
-
-        def _views(self) -> None:
-            self.keys, self.values = self._k[..., : self.length, :], self._v[..., : self.length, :]
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            new = key_states.shape[-2]
-            if self.length + new > self._k.shape[-2]:
-                grow = max(new, self._k.shape[-2])
-                self._k, self._v = self._room(self._k, grow), self._room(self._v, grow)
-            self._k[..., self.length : self.length + new, :] = key_states
-            self._v[..., self.length : self.length + new, :] = value_states
-            self.length += new
-            self._views()
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices: Any) -> None:
-            self._k, self._v = self._k[indices, ...], self._v[indices, ...]
-            self._views()
-
-        def _unsupported(self, *args: Any, **kwargs: Any) -> None:
-            raise NotImplementedError(
-                "a reserved decode cache only grows and drops rows (update, batch_select_indices)"
-            )
-
-        # these would replace or zero keys/values behind the buffers' back: nothing here calls them (no beam search, no offloading)
-        crop = reset = reorder_cache = batch_repeat_interleave = offload = prefetch = lazy_initialization = _unsupported
-
-    return ReservedLayer
-
-
-def _reserved_layer(
-    keys: Any, values: Any, room: int
-) -> Any:  # the class is built on first use (it imports transformers)
-    global _RESERVED
-    if _RESERVED is None:
-        _RESERVED = _reserved_layer_class()
-    return _RESERVED(keys, values, room)
-
-
-_RESERVED: type | None = None
+    """Turn a prefilled cache's layers into slot layers with room for `room` more tokens (bench/engine.py's
+    roofline and the tests decode over a cache built this way, as the engine's batches do)."""
+    layers = []
+    for layer in cache.layers:
+        slot = _slot_layer(layer.keys, layer.keys.shape[0], layer.keys.shape[-2] + room)
+        slot.n = layer.keys.shape[0]
+        slot.update(layer.keys, layer.values)
+        layers.append(slot)
+    cache.layers = layers
 
 
 def _slot_layer_class() -> type:
-    base = _reserved_layer_class() if _RESERVED is None else _RESERVED
+    from transformers.cache_utils import DynamicLayer
 
-    class SlotLayer(base):  # type: ignore[misc, valid-type]
-        """A ReservedLayer over slot buffers (`_Running`): only the first `n` slots take part in a forward."""
+    class SlotLayer(DynamicLayer):
+        """A cache layer over slot buffers (`_Running`) with spare columns: `update` writes the new positions in
+        place, so a decode step reads the cache but does not copy it (transformers' own layer re-copies its whole
+        cache at every step: torch.cat, a quarter of a step at 16 rows x 600 tokens, bench/decode.py). Only the
+        first `n` slots take part in a forward."""
 
         def __init__(self, like: Any, slots: int, columns: int) -> None:
-            from transformers.cache_utils import DynamicLayer
-
-            DynamicLayer.__init__(self)
+            super().__init__()
             self.dtype, self.device, self.is_initialized = like.dtype, like.device, True
             self.length, self.n = 0, 0
             shape = (slots, like.shape[1], columns, like.shape[-1])
@@ -1005,6 +936,15 @@ def _slot_layer_class() -> type:
                     rows[:, :, :by] = 0
             self.length = pos + by
             self._views()
+
+        def _unsupported(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError("a slot cache only grows, shifts and takes rows through _Running")
+
+        # these would replace or zero keys/values behind the buffers' back: nothing here calls them (no beam search,
+        # no offloading)
+        crop = reset = reorder_cache = batch_repeat_interleave = batch_select_indices = offload = prefetch = (
+            lazy_initialization
+        ) = _unsupported
 
     return SlotLayer
 
