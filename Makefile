@@ -47,8 +47,8 @@ lint: install
 	PYTHON=$(PY) ./.ci/lint-imports
 
 bench: install
-	$(PY) bench/sandbox_step.py
-	$(PY) bench/rollout_concurrency.py
+	$(PY) -m bench.sandbox_step
+	$(PY) -m bench.rollout_concurrency
 
 clean:
 	rm -rf $(VENV) .gapforge .pytest_cache .ruff_cache .toolsandbox-venv

@@ -2,7 +2,8 @@
 link per folder that pyproject.toml [tool.setuptools.package-dir] maps under gapforge. (agents/, envs/, ...).
 
 Tools that find a package's modules by walking its directory (import-linter, grimp) see in a checkout only
-gapforge/'s own modules; with DEST first on the path they see the installed layout.
+gapforge/'s own modules, editable install or not (it maps the folders by an import hook, not in the directory); with
+DEST first on the path they see the installed layout.
 
     python .ci/installed_view.py DEST
 """

@@ -10,7 +10,7 @@ Why: an allowed write the policy refuses once it has looked is what GRPO's "look
 on the target (training/README.md, "Why single writes drop"). A policy whose only looked-up address change
 is a refused one refuses it here; the shop's own tasks say which requests are allowed.
 
-    .venv/bin/python bench/after_lookup.py [--model DIR] [--samples 20] [--temperature 0.7]
+    .venv/bin/python -m bench.after_lookup [--model DIR] [--samples 20] [--temperature 0.7]
 
 Prints counts; it does not pass or fail.
 """
@@ -20,12 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import sys
 from collections import Counter
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gapforge.demo_policy.artifact import SHIPPED
 from gapforge.demo_policy.teach_data import gold_script, play

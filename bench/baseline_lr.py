@@ -9,7 +9,7 @@ adapter (its own held-out selection, as in the run) then plays the run's held-ou
 (family_trials, min_family_episodes) beside the base, every policy on the same (task, trial) seeds; paired
 differences to the base with two-stage bootstrap 95% intervals (evaluation.stats). Times per row.
 
-    .venv/bin/python bench/baseline_lr.py --workspace DIR --run RUN [--lr 2e-3 4e-3 8e-3] [--scale 2] [--out DIR]
+    .venv/bin/python -m bench.baseline_lr --workspace DIR --run RUN [--lr 2e-3 4e-3 8e-3] [--scale 2] [--out DIR]
 
 Prints numbers; it does not pass or fail. Offline targets with the scripted user only.
 """
@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gapforge.envs.registry import make_env
 from gapforge.evaluation.config import EvaluationConfig

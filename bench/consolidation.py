@@ -14,7 +14,7 @@ evaluation.family_trials and min_family_episodes for both policies), paired with
 with that demo run's routed TRACE and each of its adapters on the (task, trial) pairs both played (every episode seeds
 from its (task, sample), so episodes of the same base on the same key are the same draw across runs).
 
-    .venv/bin/python bench/consolidation.py [--modules A.py B.py] [--demo WORKSPACE:RUN] [--out DIR] [--set k=v ...]
+    .venv/bin/python -m bench.consolidation [--modules A.py B.py] [--demo WORKSPACE:RUN] [--out DIR] [--set k=v ...]
 
 Prints numbers; it does not pass or fail. tests/bench/test_consolidation.py trains it on tiny settings.
 """
@@ -25,15 +25,11 @@ import argparse
 import asyncio
 import atexit
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gapforge.demo_data import RECORDINGS_DIR
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef

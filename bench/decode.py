@@ -9,7 +9,7 @@ a fixed "env reply". Three decoders on the same rows and seeds, in one run:
 Prints seconds, tokens/s and the ratio to `copy` per batch size, the share of prompt tokens reused,
 and whether every row's tokens equal `copy`'s.
 
-    python bench/decode.py [--model gapforge/demo_data/shop-policy] [--rows 1,8,16,32] [--turns 4] [--prompt 400] [--threads 1]
+    python -m bench.decode [--model gapforge/demo_data/shop-policy] [--rows 1,8,16,32] [--turns 4] [--prompt 400] [--threads 1]
 """
 
 from __future__ import annotations

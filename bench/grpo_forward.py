@@ -7,7 +7,7 @@ method on the same trainer object) with a non-zero LoRA adapter on the shipped p
 forward and the backward, the ratio to the padded batch, the step's padding share, and the largest difference
 in logprobs and in the adapter's gradient between the two.
 
-    python bench/grpo_forward.py [--model gapforge/demo_data/shop-policy] [--threads 1] [--repeats 2] [--lengths 546,...]
+    python -m bench.grpo_forward [--model gapforge/demo_data/shop-policy] [--threads 1] [--repeats 2] [--lengths 546,...]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 sandbox, over several training seeds; held-out synthetic reward before -> after; the kept
 adapter reloaded with PEFT and re-evaluated to the same held-out score.
 
-    .venv/bin/python bench/grpo_precondition.py --model DIR [--backend docker] [--seeds 0 1 2] [--steps 6]
+    .venv/bin/python -m bench.grpo_precondition --model DIR [--backend docker] [--seeds 0 1 2] [--steps 6]
 
 Prints numbers; it does not pass or fail.
 """
@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gapforge.training.config import TrainingConfig
 from gapforge.training.envs import EnvSpec, open_factory
 from gapforge.training.service import TrainJob, train_capability
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

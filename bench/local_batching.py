@@ -7,7 +7,7 @@ requests are decoded together (serving.batching). Prints episodes/s, policy
 turns/s, the mean batch size, the speed-up over concurrency 1, and whether every
 episode equals the concurrency-1 one (per-episode seeds, envs.sampling).
 
-    python bench/local_batching.py [--model DIR] [--tasks 22] [--levels 4,8,16] [--temperature 0.7]
+    python -m bench.local_batching [--model DIR] [--tasks 22] [--levels 4,8,16] [--temperature 0.7]
 """
 
 from __future__ import annotations

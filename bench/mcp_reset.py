@@ -1,6 +1,6 @@
 """Per-episode cost of a fresh server state for an MCP target (examples/helpdesk), both reset ways.
 
-    .venv/bin/python bench/mcp_reset.py [--tool-resets 200] [--restarts 10]
+    .venv/bin/python -m bench.mcp_reset [--tool-resets 200] [--restarts 10]
 
 - `reset.tool`: `env.reset(task)` on an env whose server was just written to (a
   verify + unlock), i.e. the reset tool's round trip plus the episode's setup.
@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from gapforge.envs.mcp import McpTargetEnv, pool
+from gapforge.envs.protocol import Message, ToolCall
 
-from gapforge.envs.mcp import McpTargetEnv, pool  # noqa: E402
-from gapforge.envs.protocol import Message, ToolCall  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 HELPDESK = ROOT / "examples" / "helpdesk"
 WRITE = Message.assistant(

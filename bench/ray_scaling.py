@@ -13,7 +13,7 @@ Every process decodes with one torch thread (Ray gives each 1-CPU worker OMP_NUM
 to match, or the comparison would measure OpenMP threads spinning on a busy machine), and each executor plays
 a small warm-up collection before its clock starts (actors up, weights loaded, first forward done).
 
-    python bench/ray_scaling.py [--episodes 48] [--concurrency 8] [--max-turns 4]
+    python -m bench.ray_scaling [--episodes 48] [--concurrency 8] [--max-turns 4]
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from gapforge.envs.registry import make_env
 from gapforge.executor import ExecutorConfig, episode_player
 from gapforge.serving.local import LocalPolicy
 from gapforge.store import Store
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class InstantPolicy:

@@ -8,7 +8,7 @@ policy requests, so the latency-bound ideal is concurrency / (turns * latency)
 episodes per second. Prints episodes/s, the ratio to that ideal, and the client's CPU per policy
 request (the whole collector process: episode loop, env, store writes; load-independent up to noise).
 
-    python bench/rollout_concurrency.py [--latency 0.1] [--turns 4] [--levels 1,8,32,64]
+    python -m bench.rollout_concurrency [--latency 0.1] [--turns 4] [--levels 1,8,32,64]
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]  # `-m tests.fakes.fake_openai` runs from here (tests/ is not installed)
-
 from gapforge.agents.rollouts import CollectPlan, collect
 from gapforge.envs.registry import make_env
 from gapforge.serving.openai_policy import EndpointPolicy
 from gapforge.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]  # `-m tests.fakes.fake_openai` runs from here (tests/ is not installed)
 
 
 @contextmanager

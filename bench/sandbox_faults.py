@@ -1,7 +1,7 @@
 """Benchmark: how long the sandbox takes to report a hostile module's failure, and how long
 `gapforge env validate` takes per example env and per broken module, in Docker.
 
-    .venv/bin/python bench/sandbox_faults.py [--skip-validate] [--skip-hostile]
+    .venv/bin/python -m bench.sandbox_faults [--skip-validate] [--skip-hostile]
 
 Hostile modules (tests/sandbox/hostile/): seconds from opening the sandboxed env to the
 EnvCodeError of its first call, container start included, with the limits the hostile tests use
@@ -21,13 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from gapforge.envs.protocol import Message
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.sandbox.env import SandboxedEnv
 from gapforge.sandbox.errors import EnvCodeError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HOSTILE = ROOT / "tests" / "sandbox" / "hostile"
 BROKEN = ROOT / "tests" / "sandbox" / "broken"

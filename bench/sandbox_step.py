@@ -1,7 +1,7 @@
 """Benchmark: per-step round trip of a warm SandboxedEnv vs the same env in-process,
 warm pool acquire, and cold container start.
 
-    .venv/bin/python bench/sandbox_step.py [--module PATH] [--steps N] [--backend docker|process]
+    .venv/bin/python -m bench.sandbox_step [--module PATH] [--steps N] [--backend docker|process]
 
 Targets (issue 4): median step round trip <= 2 ms, warm acquire <= 50 ms.
 Prints numbers; it does not pass or fail.
@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.synthetic import InProcessSyntheticEnv
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.sandbox.env import SandboxedEnv
 from gapforge.sandbox.pool import SandboxPool
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

@@ -1,6 +1,6 @@
 """Benchmark: `gapforge serve` (local backend) under 64 concurrent OpenAI-client conversations.
 
-    .venv/bin/python bench/serve_load.py [--workspace DIR --run RUN] [--requests 2000] [--concurrency 64]
+    .venv/bin/python -m bench.serve_load [--workspace DIR --run RUN] [--requests 2000] [--concurrency 64]
 
 The server is the real command in its own process (`python -m gapforge.cli serve RUN --port 0`), on a real run:
 RUN in the workspace DIR when given (e.g. the demo's run: its stored config, adapters and router), else a small
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import queue
 import re
 import signal
@@ -36,9 +35,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import httpx
 import openai
 
@@ -46,6 +42,8 @@ from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.registry import make_env
 from gapforge.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ROUTED = "gapforge-router"
 CAPS = ("precondition_verification", "structured_data_reasoning")
@@ -108,8 +106,7 @@ class Server:
     def __init__(self, workspace: Path, run: str, base: Path | None) -> None:
         cmd = [sys.executable, "-m", "gapforge.cli", "serve", run, "--port", "0", "--set", f"workspace={workspace}"]
         cmd += ["--base", str(base)] if base is not None else []
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.root = self.wait_for(r"on (http://[\d.]+:\d+)/v1").group(1)

@@ -2,7 +2,7 @@
 seconds, tokens/s and their ratio on the same rows from the same weights, and whether the trained weights
 are equal bit for bit.
 
-    python bench/teach_sft.py [--model gapforge/demo_data/shop-policy] [--rows 64] [--threads 2]
+    python -m bench.teach_sft [--model gapforge/demo_data/shop-policy] [--rows 64] [--threads 2]
 
 Rows are the teach's own examples (gold shop trajectories of one taught instance and their copy drills,
 tokenized with the model's tokenizer). Prints numbers; it does not pass or fail.
@@ -11,13 +11,9 @@ tokenized with the model's tokenizer). Prints numbers; it does not pass or fail.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from gapforge.demo_data import SHOP_POLICY_DIR
 

@@ -1,7 +1,7 @@
 """Benchmark: one GRPO step on the tiny model, time split into generation, env (sandbox)
 and forward/backward, plus rollouts/s.
 
-    .venv/bin/python bench/training_step.py [--model DIR] [--backend docker|process|trusted] [--steps N]
+    .venv/bin/python -m bench.training_step [--model DIR] [--backend docker|process|trusted] [--steps N]
 
 --model defaults to a freshly built random tiny model (serving/tiny_model.py); pass the
 taught policy (`gapforge dev teach`) for realistic turn lengths. Target (issue 11): env
@@ -11,17 +11,15 @@ share <= 5% of the step. Prints numbers; it does not pass or fail.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from gapforge.training.config import TrainingConfig
 from gapforge.training.envs import EnvSpec, open_factory
 from gapforge.training.grpo import RolloutRecorder, build_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MODULE = ROOT / "envs" / "examples" / "precondition_verification.py"
 

@@ -9,7 +9,7 @@ in-process and reads the app's own
 `Server-Timing` header (time inside the app, rendering included). Baseline in the same run:
 a static file (the cost of the request path alone). Target: p95 <= 300 ms on every page.
 
-    .venv/bin/python bench/ui.py [--episodes 10000] [--capabilities 31] [--requests 30] [--keep DIR | --reuse DIR]
+    .venv/bin/python -m bench.ui [--episodes 10000] [--capabilities 31] [--requests 30] [--keep DIR | --reuse DIR]
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 SHOP_TASKS = 44
 TARGET_MS = 300.0

@@ -6,7 +6,6 @@ fault. A run refuses work that does not belong to it, and one process at a time 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,7 +142,6 @@ def test_a_run_refuses_foreign_work_and_a_second_collector(tmp_path: Path) -> No
         first = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env=os.environ | {"PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +24,6 @@ from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer
 
 RUN = "r-analysis"  # the run tests/analysis/conftest.py collects
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_planted_deficit_is_retained_decoy_rejected_and_rerun_makes_no_call(planted_store, analysis_cfg) -> None:
@@ -79,9 +76,8 @@ asyncio.run(label_pass(store, model, sys.argv[2], 0, cfg=cfg))
 def test_killed_labeling_resumes_without_duplicates(planted_store) -> None:
     store = planted_store
     url = str(store.engine.url)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", KILL_SCRIPT, url, RUN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", KILL_SCRIPT, url, RUN], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + 60

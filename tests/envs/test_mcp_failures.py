@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -225,10 +226,11 @@ def test_a_killed_server_fails_the_step_at_once(tmp_path: Path) -> None:
 
 def _hanging_target(tmp_path: Path, **changes: Any) -> str:
     """A counter server with a tool `hang` that answers only after 30 s."""
+    shutil.copy(SERVER, tmp_path)  # beside slow.py, whose folder starts the server's path
     (tmp_path / "slow.py").write_text(
-        "import sys, time\nsys.path.insert(0, %r)\nimport mcp_counter_server as m\n"
+        "import time\nimport mcp_counter_server as m\n"
         "@m.server.tool()\ndef hang() -> dict:\n    '''Never answers in time.'''\n    time.sleep(30)\n    return {}\n"
-        "m.server.run('stdio')\n" % str(DATA)
+        "m.server.run('stdio')\n"
     )
     return _target(tmp_path, **{"server__command": ["python", "slow.py"], **changes})
 

@@ -1,5 +1,5 @@
 """Parity with τ²-bench: the same scripted agent and user through the adapter and through tau2's own
-orchestrator + evaluator give equal rewards and termination reasons (envs/tau2/reference.py).
+orchestrator + evaluator give equal rewards and termination reasons (tests/envs/tau2_reference.py).
 
 Default suite: every ending tau2 has, in each of retail, airline and telecom — gold replays (user_stop, 1.0)
 incl. a transfer to a human per domain, doing nothing (user_stop, 0.0), a looping agent hitting the step
@@ -21,7 +21,7 @@ pytest.importorskip("tau2")
 
 from gapforge.envs.protocol import Message
 from gapforge.envs.tau2 import Tau2Env
-from gapforge.envs.tau2.reference import gold_script, run_adapter, run_orchestrator
+from tests.envs.tau2_reference import gold_script, run_adapter, run_orchestrator
 from tests.fakes.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2

@@ -11,8 +11,8 @@ pytest.importorskip("tau2")
 from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
 from gapforge.envs.registry import make_env
 from gapforge.envs.tau2 import Tau2Env, UserEndpoint
-from gapforge.envs.tau2.reference import gold_script, run_adapter
 from tests.envs.conformance import check_conformance
+from tests.envs.tau2_reference import gold_script, run_adapter
 from tests.fakes.fake_openai import FakeOpenAIServer
 
 pytestmark = pytest.mark.tau2

@@ -14,7 +14,7 @@ from pathlib import Path
 from gapforge.store import Store
 
 ROOT = Path(__file__).parents[2]
-ENV = os.environ | {"PYTHONPATH": str(ROOT), "COLUMNS": "300"}
+ENV = os.environ | {"COLUMNS": "300"}
 HOLD = """
 import sys
 from gapforge.config import load_config

@@ -19,15 +19,12 @@ import pytest
 from gapforge.sandbox.docker_backend import list_containers
 from gapforge.store import Store
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {
         **os.environ,
         "GAPFORGE_WORKSPACE": str(tmp_path / "ws"),
         "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(ROOT),
         **extra,
     }
 

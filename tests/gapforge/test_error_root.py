@@ -145,8 +145,8 @@ def test_no_class_in_any_module_subclasses_a_builtin_exception_alone() -> None:
 
 
 def test_the_root_module_imports_nothing() -> None:
-    """Every layer imports it: it may import only the standard library's typing (and gapforge/__init__.py, which resolves
-    the folders in a checkout, only the standard library)."""
+    """Every layer imports it: it may import only the standard library's typing (and gapforge/__init__.py, which every
+    import of gapforge.<folder> runs first, only the standard library)."""
     tree = ast.parse((ROOT / "gapforge" / "faults.py").read_text(encoding="utf-8"))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

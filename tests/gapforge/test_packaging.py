@@ -1,6 +1,5 @@
-"""One namespace: the repository's top-level folders install as gapforge.<folder> (pyproject.toml maps them) and
-resolve to the same folders in a source checkout (gapforge/__init__.py), without taking a user's own packages of
-those names."""
+"""One namespace: the repository's top-level folders install as gapforge.<folder> (pyproject.toml maps them), and the
+editable install resolves them to this checkout's folders without taking a user's own packages of those names."""
 
 from __future__ import annotations
 
@@ -14,17 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from gapforge import FOLDERS
-
 ROOT = Path(__file__).resolve().parents[2]
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
 
 
 def test_every_folder_installs_under_gapforge() -> None:
-    assert SETUPTOOLS["package-dir"] == {"gapforge": "gapforge", **{f"gapforge.{name}": name for name in FOLDERS}}
     top = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    assert top == {"gapforge", *FOLDERS}, (
-        "a top-level package folder that pyproject.toml does not map (or one it maps that is gone)"
+    folders = {f"gapforge.{name}": name for name in top - {"gapforge"}}
+    assert SETUPTOOLS["package-dir"] == {"gapforge": "gapforge", **folders}, (
+        "a top-level package folder that pyproject.toml does not map as gapforge.<folder> (or one it maps that is gone)"
     )
 
 
@@ -41,11 +38,10 @@ def test_every_folder_is_a_listed_package() -> None:
     assert listed - expected == set(), "listed in pyproject.toml but no such folder"
 
 
-def test_a_source_checkout_resolves_the_folders_beside_the_package() -> None:
+def test_the_editable_install_resolves_the_folders_of_this_checkout() -> None:
     import gapforge.agents
     import gapforge.envs.sdk
 
-    assert gapforge.source_root() == ROOT
     assert Path(gapforge.agents.__file__) == ROOT / "agents" / "__init__.py"
     assert Path(gapforge.envs.sdk.__file__) == ROOT / "envs" / "sdk.py"
     with pytest.raises(ModuleNotFoundError):
@@ -56,7 +52,7 @@ def test_a_users_own_package_named_like_a_folder_stays_theirs(tmp_path: Path) ->
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "__init__.py").write_text("MINE = True\n")
     code = "import agents, gapforge.agents; print(agents.MINE, gapforge.agents.__file__)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )

@@ -13,18 +13,17 @@ from gapforge.stages.common import require
 from gapforge.training.run import pid_file, stop_stale_job
 
 
-def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors_through(tmp_path: Path) -> None:
+def test_require_says_a_missing_stage_is_unavailable_but_lets_real_import_errors_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(
         StageUnavailable, match=r"GRPO training \(gapforge_no_such_stage.service\) is not in this installation"
     ):
         require("gapforge_no_such_stage.service", "GRPO training")
     (tmp_path / "brokenstage.py").write_text("import gapforge_missing_dependency\n")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        with pytest.raises(ModuleNotFoundError, match="gapforge_missing_dependency"):
-            require("brokenstage", "a stage with a broken import")
-    finally:
-        sys.path.remove(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="gapforge_missing_dependency"):
+        require("brokenstage", "a stage with a broken import")
 
 
 def test_a_stale_job_is_stopped_through_its_pid_file_and_nothing_else(tmp_path: Path) -> None:

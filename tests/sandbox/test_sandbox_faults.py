@@ -149,7 +149,6 @@ def test_concurrent_validations_and_sweeps_never_crash(sandbox_config, tmp_path)
             cwd=Path(__file__).parents[2],
             stderr=subprocess.PIPE,
             text=True,
-            env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])},
         )
         for _ in range(4)
     ]

@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import update
 
 from gapforge.store import Store
+from gapforge.store.errors import StoreError
 from gapforge.store.fencing import LeaseLost
-from gapforge.store.models import RunLease, utcnow
+from gapforge.store.models import SCHEMA_VERSION, RunLease, utcnow
 
 ROOT = Path(__file__).parents[2]
-ENV = os.environ | {"PYTHONPATH": str(ROOT)}
 TAKE = """
 import sys
 import gapforge.store.engine, gapforge.store.leases  # noqa: F401 (loads the submodule that the name below reaches)
@@ -66,7 +66,7 @@ def _age_out(store: Store, run_id: str) -> None:
 
 def _take_over(url: str, run_id: str) -> int:
     out = subprocess.run(
-        [sys.executable, "-c", TAKE, url, run_id], capture_output=True, text=True, cwd=ROOT, env=ENV, check=True
+        [sys.executable, "-c", TAKE, url, run_id], capture_output=True, text=True, cwd=ROOT, check=True
     )
     return int(out.stdout.strip())
 
@@ -139,7 +139,6 @@ def test_a_takeover_names_a_holder_stuck_inside_a_write_instead_of_waiting_for_i
             capture_output=True,
             text=True,
             cwd=ROOT,
-            env=ENV,
             timeout=60,
             check=False,
         )
@@ -167,7 +166,6 @@ def _stopped_holder(script: str, says: str, store: Store, store_url: str, run_id
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env=ENV,
     )
     try:
         assert holder.stdout.readline().strip() == says
@@ -197,14 +195,16 @@ def _lease_age(store: Store, run_id: str) -> float:
         return (utcnow() - beat).total_seconds()
 
 
-def test_a_store_made_before_fencing_gets_the_epoch_column(sqlite_url: str) -> None:
+def test_a_store_made_by_an_older_gapforge_is_refused_in_one_line_naming_its_version(sqlite_url: str) -> None:
+    """No migrations: a store of schema version 2 (before fencing, with names since retired) is refused, not adapted."""
     from sqlalchemy import text
 
     with Store(sqlite_url) as old:
-        run_id = old.create_run("rollouts", {})
+        old.create_run("rollouts", {})
         with old.engine.begin() as conn:
-            conn.execute(text("ALTER TABLE run_leases DROP COLUMN epoch"))  # as an older gapforge made it
-    with Store(sqlite_url) as store:
-        assert store.acquire_lease(run_id, "collect") == 1
-        _episode(store, run_id, "t")
-        store.release_lease(run_id)
+            conn.execute(text("ALTER TABLE run_leases DROP COLUMN epoch"))  # as version 2 made it
+            conn.execute(text("UPDATE store_meta SET value = '2' WHERE key = 'schema_version'"))
+    with pytest.raises(StoreError) as refused:
+        Store(sqlite_url)
+    message = str(refused.value)
+    assert "has schema version 2" in message and f"needs {SCHEMA_VERSION}" in message and "\n" not in message

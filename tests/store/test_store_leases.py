@@ -36,7 +36,6 @@ def _holder(url: str, run_id: str, mode: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env=os.environ | {"PYTHONPATH": str(ROOT)},
     )
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -85,7 +84,6 @@ def test_processes_racing_for_a_lease_get_exactly_one(store: Store, store_url: s
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,
-            env=os.environ | {"PYTHONPATH": str(ROOT)},
         )
         for _ in range(3)
     ]

@@ -3,11 +3,6 @@ folder are importable (shop_gold, synth_fixtures)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 import os
 
 import pytest

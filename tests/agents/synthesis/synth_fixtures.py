@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shop_gold import gold_episodes
-
 from gapforge.store import LabelIn, Store
+from tests.agents.synthesis.shop_gold import gold_episodes
 
 CAPABILITIES = {
     "precondition_verification": "Before a refund or a cancellation, verify identity, ownership, status, return window "
