@@ -52,7 +52,7 @@ class StageDeps:
     episode_runner: Callable[..., Any] | None = (
         None  # GRPO readiness episodes (default: the policy loop, rollouts.max_turns)
     )
-    # agents.selftest.SandboxChecks: readiness on local worker processes, or self-test + readiness on a Ray Docker node (None: all here)
+    # agents.validation.SandboxChecks: readiness on local worker processes, or every check on a Ray Docker node (None: all here)
     sandbox_checks: Any = None
     _store: Store | None = field(default=None, init=False, repr=False)
     _pool: SandboxPool | None = field(default=None, init=False, repr=False)
@@ -138,7 +138,7 @@ class StageDeps:
                 pool.close()
             close_checks = getattr(
                 self.sandbox_checks, "close", None
-            )  # local readiness workers (executor/readiness.py)
+            )  # local readiness workers (executor/validation.py)
             if close_checks is not None:
                 close_checks()
         finally:

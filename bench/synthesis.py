@@ -8,35 +8,28 @@ loop in the Docker sandbox, three times:
      with probability 0.35) -- rollouts per accepted env with the full G x K matrix;
   3. the tiny random-weight Qwen3 model (serving/tiny_model.py, LocalPolicy) -- a policy that
      cannot do the task: early exit.
-Usage: .venv/bin/python bench/synthesis.py [--seeds 20]
+Usage: .venv/bin/python -m bench.synthesis [--seeds 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 from statistics import mean
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "agents" / "synthesis")]
-
-import asyncio
-
-from synth_fixtures import analysed_run, store_at
 
 from gapforge.agents.config import PolicyConfig
 from gapforge.agents.deps import StageDeps
 from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.agents.synthesis.recorded import recorded_synthesis_model
 from gapforge.agents.synthesis.service import (
-    avalidate_stored_attempt,
     decided_attempts,
     generate_attempt,
     synthesis_result,
+    validate_stored_attempt,
 )
 from gapforge.graph.capability import repair
 from gapforge.graph.context import SynthesisAttempt, ValidationDone
@@ -45,6 +38,7 @@ from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.sandbox.pool import SandboxPool
 from gapforge.store.workspace import Workspace
+from tests.agents.synthesis.synth_fixtures import analysed_run, store_at
 
 CAPS = ("precondition_verification", "multi_step_task_completion")
 
@@ -85,7 +79,7 @@ class Steps:
         return SynthesisAttempt(cap, attempt, code.synthetic_env_id)
 
     async def validate(self, run, cap, attempt):
-        done = await avalidate_stored_attempt(self.deps, run, cap, attempt)
+        done = await validate_stored_attempt(self.deps, run, cap, attempt)
         return ValidationDone(cap, attempt, done.status == "accepted", done.verdict_line())
 
 

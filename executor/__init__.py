@@ -8,8 +8,8 @@ the stage services through narrow seams; the services do not know which executor
   processes (`local_workers` > 1: executor/processes.py) or Ray actors;
 - `job_runner(cfg)`: `training.run.run_jobs` or its Ray twin (one task per job, adapter files back);
 - `sandbox_checks(cfg, sandbox, policy_factory, local_workers=, threads=)`: locally None (every check in this
-  process) or, with `local_workers` > 1, the self-test here and GRPO readiness on local worker processes
-  (executor/readiness.py); on Ray the drop-ins for both (`agents.selftest.SandboxChecks`).
+  process) or, with `local_workers` > 1, the readiness check on local worker processes and the others here; on
+  Ray every check on a Docker node (executor/validation.py: `agents.validation.SandboxChecks`).
 
 Ray is imported only when `kind` is ray (the `ray` extra).
 """
@@ -92,7 +92,7 @@ def sandbox_checks(
 
         if local_workers <= 1 or policy_factory is None or not picklable(policy_factory):
             return None
-        from gapforge.executor.readiness import LocalReadinessChecks
+        from gapforge.executor.validation import LocalReadinessChecks
 
         return LocalReadinessChecks(sandbox, policy_factory, workers=local_workers, threads=threads)
     from gapforge.executor.validation import RaySandboxChecks

@@ -1,7 +1,7 @@
-"""Env validation and GRPO readiness on Ray nodes that run Docker (`executor.validation`).
+"""The validation's checks (sandbox/checks/) on other processes: the `agents.validation.SandboxChecks` drop-ins.
 
-`RaySandboxChecks` offers drop-ins for `sandbox.checks.avalidate_env` / `validate_env` and
-`acheck_grpo_ready` / `check_grpo_ready` with the same signatures: instead of opening the module
+`RaySandboxChecks` (`executor.kind: ray`, `executor.validation`) offers drop-ins for `sandbox.checks.validate_env`
+and the readiness check `check_grpo_ready` with the same signatures: instead of opening the module
 through the driver's opener, it sends the module's bytes to a Ray task placed on a node holding
 `executor.docker_resource`; that task opens the module in its own node's sandbox pool (generated
 code still runs only in the sandbox), builds its own policy for readiness (`policy_factory`, not the
@@ -9,20 +9,47 @@ driver's object: an HTTP session or a loaded model does not travel), runs the ch
 report to the driver. The driver's progress callback hears one line per remote call (the checks
 inside run remotely). A sandbox or endpoint failing past its retries comes back as the same
 `incomplete` report / InfrastructureFailure as on one machine.
+
+`LocalReadinessChecks` (`executor.kind: local`, a local policy on a CPU-only machine) runs the readiness check on
+local worker processes. The check plays G x K policy episodes in a candidate env. Played in the driver, every check
+shares the driver's one base policy, so its one decoding thread and the event loop (one GIL) bound them:
+in the demo the two capability branches' checks ran at once and kept ~0.9 of the 2 cores busy (vmstat:
+45% idle for the 75 s they took, on the capability phase's critical path). So the other checks stay in
+this process (its `validate_env` is sandbox.checks' own); `readiness_for(module)` runs the
+whole readiness check in a spawned worker process (`workers` of them, `threads` torch threads each), which builds
+its own policy from the picklable factory, opens the module in its own sandbox pool (generated code still
+runs only in the sandbox) and returns the CheckResult. The episodes are the same as in the driver: each
+samples from its key (`grpo_ready:<seed>#<sample>`) and the policy's seed, not from the process or the
+batch it decodes in (tests/executor/test_readiness.py).
+
+Faults of a local worker: an exception the check raises (its InfrastructureFailure among them) comes back with its
+type, or as a RuntimeError with its type, message and traceback when it does not travel
+(executor.processes._error_blob); a worker that dies (killed, out of memory) is WorkerLost (an IncompleteStage,
+exit 3: the stored attempts stay, the same command runs the check again), and the next check starts a new worker.
+Workers die with the driver (PR_SET_PDEATHSIG); the containers of a dead worker are swept by the next pool. A check
+whose episode runner cannot travel (a test's closure) runs in this process, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
+import multiprocessing
+import os
+import pickle
+import threading
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from gapforge.envs.protocol import PolicyModel
 from gapforge.executor.cluster import check_feasible, connect, options
 from gapforge.executor.config import ExecutorConfig
-from gapforge.sandbox.checks import ValidationReport
+from gapforge.executor.processes import WorkerLost, _die_with_parent, _error_blob, picklable
+from gapforge.sandbox.checks import ValidationReport, validate_env
+from gapforge.sandbox.checks.grpo import check_grpo_ready
 from gapforge.sandbox.checks.report import CheckResult
 from gapforge.sandbox.config import SandboxConfig
 
@@ -56,9 +83,7 @@ def checks_in_pool(
     pool_size: int,
 ) -> Any:
     """The checks of the module at `path` (`kind` = self_test | readiness) in a sandbox pool of this process, with a
-    policy built here by `policy_factory` (a Ray task's body, and a local readiness worker's: executor/readiness.py)."""
-    from gapforge.sandbox.checks import avalidate_env
-    from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+    policy built here by `policy_factory` (a Ray task's body, and a local readiness worker's: `readiness_in_worker`)."""
     from gapforge.sandbox.env import SandboxedEnv
     from gapforge.sandbox.pool import SandboxPool
 
@@ -71,8 +96,8 @@ def checks_in_pool(
         policy = policy_factory() if policy_factory is not None else None
         try:
             if kind == "self_test":
-                return await avalidate_env(open_env, policy=policy, **{**kwargs, "module": path})
-            return await acheck_grpo_ready(open_env, args[0], policy, *args[1:], **kwargs)
+                return await validate_env(open_env, policy=policy, **{**kwargs, "module": path})
+            return await check_grpo_ready(open_env, args[0], policy, *args[1:], **kwargs)
         finally:
             close = getattr(policy, "aclose", None)
             if close is not None:
@@ -120,34 +145,131 @@ class RaySandboxChecks:
             progress("self-test on a Ray Docker node")
         return module, policy, kwargs
 
-    async def avalidate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport:
-        """`sandbox.checks.avalidate_env` on a Docker node (`open_env`, the driver's opener, is not used there)."""
+    async def validate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport:
+        """`sandbox.checks.validate_env` on a Docker node (`open_env`, the driver's opener, is not used there)."""
         module, policy, rest = self._self_test_kwargs(dict(kwargs))
         report = await self._submit("self_test", module, policy, (), rest)
         return report.model_copy(update={"module": str(module)})
 
-    def validate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport:
-        module, policy, rest = self._self_test_kwargs(dict(kwargs))
-        ray = connect(self.cfg)
-        report = ray.get(self._submit("self_test", module, policy, (), rest))
-        return report.model_copy(update={"module": str(module)})
-
     def readiness_for(self, module: str | Path) -> Callable[..., Any]:
-        """An `acheck_grpo_ready` drop-in for this module: (open_env, seeds, policy, run_episode, cfg, **kw) -> CheckResult."""
+        """A `check_grpo_ready` drop-in for this module: (open_env, seeds, policy, run_episode, cfg, **kw) -> CheckResult."""
 
-        async def acheck(
+        async def check(
             open_env: Any, seeds: list[int], policy: PolicyModel | None, run_episode: Any, cfg: Any, **kw: Any
         ) -> CheckResult:
             return await self._submit("readiness", module, policy, (seeds, run_episode, cfg), kw)
 
-        return acheck
+        return check
 
-    def check_grpo_ready_for(self, module: str | Path) -> Callable[..., CheckResult]:
-        """The same for sync callers (`check_grpo_ready`'s signature)."""
 
-        def check(
-            open_env: Any, seeds: list[int], policy: PolicyModel | None, run_episode: Any, cfg: Any, **kw: Any
+def _init_worker(threads: int | None) -> None:
+    """Each worker: dies with the driver, decodes on `threads` torch threads, and imports the policy stack once."""
+    _die_with_parent()
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    if threads:
+        torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()  # the driver already showed its own "Loading weights"
+
+
+def readiness_in_worker(
+    module: str,
+    sandbox: SandboxConfig,
+    policy_factory: Callable[[], Any],
+    seeds: list[int],
+    run_episode: Any,
+    cfg: Any,
+    kwargs: dict[str, Any],
+) -> tuple[bool, Any]:
+    """The worker's body: (True, CheckResult), or (False, the exception pickled: executor.processes._error_blob)."""
+    try:
+        pool_size = min(sandbox.pool_size, int(kwargs.get("concurrency") or 4))
+        return True, checks_in_pool(
+            "readiness", Path(module), sandbox, policy_factory, (seeds, run_episode, cfg), kwargs, pool_size=pool_size
+        )
+    except Exception as e:  # noqa: BLE001 - the check's failure goes back to the driver with its type when it travels
+        return False, _error_blob(e)
+
+
+class LocalReadinessChecks:
+    """The checks here, but the readiness check on `workers` local processes (module docstring)."""
+
+    def __init__(
+        self, sandbox: SandboxConfig, policy_factory: Callable[[], Any], *, workers: int, threads: int | None
+    ) -> None:
+        self.sandbox = sandbox
+        self.factory = policy_factory  # picklable: executor.sandbox_checks checks it
+        self.workers = max(1, workers)
+        self.threads = threads
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    self_test_here = True  # agents.validation: the other checks open this machine's sandboxes (Ray's: remotely)
+    validate_env = staticmethod(validate_env)
+
+    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self.workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_init_worker,
+                    initargs=(self.threads,),
+                )
+            return self._pool
+
+    def _submit(
+        self, module: str | Path, seeds: list[int], run_episode: Any, cfg: Any, kw: dict[str, Any]
+    ) -> concurrent.futures.Future:
+        args = (str(Path(module).resolve()), self.sandbox, self.factory, list(seeds), run_episode, cfg, kw)
+        return self._executor().submit(readiness_in_worker, *args)
+
+    @staticmethod
+    def _result(reply: tuple[bool, Any]) -> CheckResult:
+        ok, payload = reply
+        if ok:
+            return payload
+        raise pickle.loads(payload)
+
+    def _lost(self, e: BaseException) -> WorkerLost:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return WorkerLost(
+            f"the local GRPO-readiness worker process ended ({type(e).__name__}: {e}); the attempts so far are "
+            "stored: run the same command again (or set executor.local_rollout_workers=1)"
+        )
+
+    def readiness_for(self, module: str | Path) -> Callable[..., Any]:
+        """A `check_grpo_ready` drop-in for this module: (open_env, seeds, policy, run_episode, cfg, **kw) -> CheckResult.
+        `open_env` and `policy` are the driver's and unused, unless the runner cannot travel (then it all runs here)."""
+
+        async def check(
+            open_env: Any, seeds: list[int], policy: Any, run_episode: Any, cfg: Any, **kw: Any
         ) -> CheckResult:
-            return connect(self.cfg).get(self._submit("readiness", module, policy, (seeds, run_episode, cfg), kw))
+            if policy is None or run_episode is None or not picklable(run_episode):
+                return await check_grpo_ready(open_env, seeds, policy, run_episode, cfg, **kw)
+            try:
+                reply = await asyncio.wrap_future(self._submit(module, seeds, run_episode, cfg, kw))
+            except BrokenProcessPool as e:
+                raise self._lost(e) from None
+            return self._result(reply)
 
         return check
+
+    def close(self) -> None:
+        """Stop the workers (a check in flight ends with them)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # an idle worker exits at once; one still in a check is stopped
+            process.join(5)
+            if process.is_alive():
+                process.kill()

@@ -1,4 +1,4 @@
-"""`gapforge env validate PATH`: the self-test of a synthetic env module (checks: sandbox/checks/README.md),
+"""`gapforge env validate PATH`: the validation of an env module (checks: sandbox/checks/README.md),
 run in the sandbox. Prints a table and writes the JSON report; exit 0 only when
 every required check passes, 1 when one failed, 2 for bad input, 3 when the sandbox
 or the policy endpoint kept failing past its retries (the report is still written,
@@ -22,7 +22,7 @@ from gapforge.errors import UsageError
 from gapforge.wiring import build_deps
 
 if TYPE_CHECKING:
-    from gapforge.agents.selftest import ValidationOutcome
+    from gapforge.agents.validation import ValidationOutcome
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -119,8 +119,9 @@ def run_validation(
     target_result_shapes: dict[str, Any] | None = None,
     split_texts: Any = None,
 ) -> ValidationOutcome:
-    """Render `agents.selftest.validate_module` for the terminal: a status line, the table, the verdict."""
-    from gapforge.agents.selftest import avalidate_module
+    """Run `agents.validation.validate_module` (asyncio.run: the validation's one sync entry) and render it for the
+    terminal: a status line, the table, the verdict."""
+    from gapforge.agents.validation import validate_module
 
     n_seeds = seeds if seeds is not None else cfg.synthesis.validation_seeds
     with (
@@ -132,7 +133,7 @@ def run_validation(
             # One loop: the policy this command makes is used and closed on it (its HTTP session is this loop's).
             policy = deps.make_policy() if cfg.policy.kind != "scripted" else None
             try:
-                return await avalidate_module(
+                return await validate_module(
                     deps,
                     path,
                     seeds=n_seeds,

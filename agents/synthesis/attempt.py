@@ -26,10 +26,11 @@ from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.agents.synthesis.context import GeneratorContext
 from gapforge.agents.synthesis.reviewer import review_check, review_env
 from gapforge.agents.synthesis.static_gate import static_gate
+from gapforge.agents.validation import SandboxChecks
 from gapforge.envs.errors import InfrastructureFailure
 from gapforge.envs.protocol import PolicyModel
 from gapforge.sandbox.checks import SelfTestThresholds, validate_env
-from gapforge.sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
+from gapforge.sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
 from gapforge.sandbox.checks.probe import ValidatedEnv
 from gapforge.sandbox.checks.report import CheckResult, ValidationReport
 from gapforge.sandbox.checks.result_shapes import Shape
@@ -90,7 +91,7 @@ def _finding(check: CheckResult) -> Finding:
     )
 
 
-def validate_attempt(
+async def validate_attempt(
     code: str,
     module_path: Path,
     ctx: GeneratorContext,
@@ -106,15 +107,16 @@ def validate_attempt(
     readiness: Any = None,
     rollouts_left: int = 0,
     progress: Callable[[str], None] | None = None,
-    checks: Any = None,
+    checks: SandboxChecks | None = None,
 ) -> AttemptOutcome:
     """Run every gate on one module. `open_module` opens the env: the synthesis service always passes
     the sandbox (sandbox.env.open_env); only tests pass trusted in-process example envs.
-    With a policy bound to an event loop (an endpoint's HTTP session), use `avalidate_attempt` on it.
-    `checks` (executor.validation.RaySandboxChecks) runs the self-test and the readiness rollouts on a
-    Docker node of a Ray cluster instead of through `open_module` here."""
+    `checks` (executor/validation.py) runs the self-test and the readiness rollouts on a Docker node of a Ray
+    cluster, or the readiness rollouts on a local worker process, instead of through `open_module` here.
+    Gate, self-test and review run in worker threads, the GRPO-readiness rollouts on this loop (the policy's
+    HTTP session stays its creator's)."""
     started = time.perf_counter()
-    early = _before_readiness(
+    early = await _before_readiness(
         code,
         module_path,
         ctx,
@@ -136,64 +138,7 @@ def validate_attempt(
         if progress:
             progress("GRPO readiness (policy rollouts)")
         t0 = time.perf_counter()
-        ready = check_grpo_ready if checks is None else checks.check_grpo_ready_for(module_path)
-        grpo = ready(
-            lambda: open_module(module_path),
-            list(range(cfg.validation_seeds)),
-            policy,
-            run_episode,
-            readiness,
-            concurrency=readiness.concurrency,
-        )
-        grpo.seconds = round(time.perf_counter() - t0, 3)
-    return _outcome(gate, report, stage, grpo, started)
-
-
-async def avalidate_attempt(
-    code: str,
-    module_path: Path,
-    ctx: GeneratorContext,
-    attempt: int,
-    *,
-    cfg: SynthesisConfig,
-    open_module: OpenModule,
-    chat_model: BaseChatModel,
-    target_shapes: dict[str, Shape] | None,
-    thresholds: SelfTestThresholds | None = None,
-    policy: PolicyModel | None = None,
-    run_episode: EpisodeRunner | None = None,
-    readiness: Any = None,
-    rollouts_left: int = 0,
-    progress: Callable[[str], None] | None = None,
-    checks: Any = None,
-) -> AttemptOutcome:
-    """`validate_attempt` on the caller's event loop: gate, self-test and review in a worker thread,
-    the GRPO-readiness rollouts on this loop (the policy's HTTP session stays its creator's)."""
-    started = time.perf_counter()
-    early = await asyncio.to_thread(
-        _before_readiness,
-        code,
-        module_path,
-        ctx,
-        attempt,
-        cfg,
-        open_module,
-        chat_model,
-        target_shapes,
-        thresholds,
-        progress,
-        started,
-        checks,
-    )
-    if isinstance(early, AttemptOutcome):
-        return early
-    gate, report, stage = early
-    grpo = _readiness_plan(report, policy, run_episode, readiness, rollouts_left)
-    if grpo == "run":
-        if progress:
-            progress("GRPO readiness (policy rollouts)")
-        t0 = time.perf_counter()
-        ready = acheck_grpo_ready if checks is None else checks.readiness_for(module_path)
+        ready = check_grpo_ready if checks is None else checks.readiness_for(module_path)
         grpo = await ready(
             lambda: open_module(module_path),
             list(range(cfg.validation_seeds)),
@@ -206,7 +151,7 @@ async def avalidate_attempt(
     return _outcome(gate, report, stage, grpo, started)
 
 
-def _before_readiness(
+async def _before_readiness(
     code: str,
     module_path: Path,
     ctx: GeneratorContext,
@@ -218,10 +163,11 @@ def _before_readiness(
     thresholds: SelfTestThresholds | None,
     progress: Callable[[str], None] | None,
     started: float,
-    checks: Any = None,
+    checks: SandboxChecks | None = None,
 ) -> AttemptOutcome | tuple[Any, ValidationReport, str]:
-    """Static gate, self-test, LLM review (blocking): the outcome when the gate rejects, else (gate, report, stage)."""
-    gate = static_gate(code, max_chars=cfg.max_code_chars, max_lines=cfg.max_code_lines)
+    """Static gate, self-test, LLM review (each in a worker thread): the outcome when the gate rejects, else
+    (gate, report, stage)."""
+    gate = await asyncio.to_thread(static_gate, code)
     if not gate.passed:
         finding = Finding(check="static_gate", summary="; ".join(gate.problems)[:600])
         verdict = AttemptVerdict(accepted=False, stage="static_gate", failed_checks=["static_gate"], findings=[finding])
@@ -229,7 +175,7 @@ def _before_readiness(
     if progress:
         progress("self-test in the sandbox")
     run = validate_env if checks is None else checks.validate_env
-    report: ValidationReport = run(
+    report: ValidationReport = await run(
         lambda: open_module(module_path),
         target_tools=ctx.target.tools,
         seeds=cfg.validation_seeds,
@@ -247,7 +193,7 @@ def _before_readiness(
         if progress:
             progress("LLM review")
         t0 = time.perf_counter()
-        review = review_check(review_env(chat_model, ctx, code, attempt))
+        review = review_check(await asyncio.to_thread(review_env, chat_model, ctx, code, attempt))
         review.seconds = round(time.perf_counter() - t0, 3)
         report.checks.insert(len(report.checks) - 1, review)  # before grpo_ready
     stage = (

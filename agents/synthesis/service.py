@@ -2,7 +2,7 @@
 in turn (graph/capability.py owns the repair loop: which attempt comes next, when to stop):
 
     code = generate_attempt(deps, run_id, capability, attempt)      # the generator writes attempt N
-    summary = await avalidate_stored_attempt(deps, run_id, capability, attempt)   # its self-test
+    summary = await validate_stored_attempt(deps, run_id, capability, attempt)    # its validation
 
 Every attempt is stored before it is validated (synthetic_envs: code, sha256, status
 generated -> rejected | failed | accepted) and its verdict after (validations: the gate, the
@@ -31,10 +31,11 @@ from pydantic import BaseModel, ConfigDict
 
 from gapforge.agents.deps import StageDeps
 from gapforge.agents.infra import INFRA_ERRORS, stop
-from gapforge.agents.selftest import readiness_runner
-from gapforge.agents.synthesis.attempt import AttemptOutcome, avalidate_attempt, validate_attempt
+from gapforge.agents.synthesis.attempt import AttemptOutcome, validate_attempt
+from gapforge.agents.synthesis.config import EPISODE_CHARS, EPISODES_IN_PROMPT
 from gapforge.agents.synthesis.context import GeneratorContext, gather_context
 from gapforge.agents.synthesis.generator import generate_env, generator_prompt
+from gapforge.agents.validation import readiness_runner
 from gapforge.sandbox.checks.result_shapes import observed_result_shapes
 from gapforge.sandbox.env import SandboxedEnv
 
@@ -101,10 +102,7 @@ def _row(deps: StageDeps, run_id: str, capability: str, attempt: int) -> Any:
 
 
 def _context(deps: StageDeps, run_id: str, capability: str) -> GeneratorContext:
-    cfg = deps.synthesis
-    return gather_context(
-        deps.store, run_id, capability, n_episodes=cfg.episodes_in_prompt, episode_chars=cfg.episode_chars
-    )
+    return gather_context(deps.store, run_id, capability, n_episodes=EPISODES_IN_PROMPT, episode_chars=EPISODE_CHARS)
 
 
 def generate_attempt(
@@ -206,36 +204,19 @@ def _record_outcome(deps: StageDeps, row: Any, outcome: AttemptOutcome) -> Attem
     return _summary(row, record, resumed=False)
 
 
-def validate_stored_attempt(
+async def validate_stored_attempt(
     deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None
 ) -> AttemptSummary:
-    """The self-test of attempt `attempt`'s stored code in the sandbox (or its stored verdict), stored with the
-    verdict; an accepted module is written to `deps.workspace.synthetic_env(run, capability)`. With a policy bound
-    to an event loop (an endpoint's HTTP session), use `avalidate_stored_attempt` on it."""
-    say = _say(progress, capability)
-    row, stored, summary, args = _prepare(deps, run_id, capability, attempt)
-    if summary is None:
-        say(attempt, "validating")
-        try:
-            outcome = validate_attempt(**args, progress=lambda what: say(attempt, what))
-        except INFRA_ERRORS as e:
-            say(attempt, "stopped: infrastructure")
-            raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=True)) from None
-        summary = _record_outcome(deps, row, outcome)
-    return _decide(deps, run_id, capability, row, stored, summary, say)
-
-
-async def avalidate_stored_attempt(
-    deps: StageDeps, run_id: str, capability: str, attempt: int, progress: Progress | None = None
-) -> AttemptSummary:
-    """`validate_stored_attempt` on the caller's event loop: store, gate, self-test and review in worker threads,
-    the GRPO-readiness rollouts on this loop (the policy's HTTP session is the loop owner's to close)."""
+    """The validation of attempt `attempt`'s stored code in the sandbox (or its stored verdict), stored with the
+    verdict; an accepted module is written to `deps.workspace.synthetic_env(run, capability)`. Store, gate, self-test
+    and review run in worker threads, the GRPO-readiness rollouts on this loop (the policy's HTTP session is the loop
+    owner's to close)."""
     say = _say(progress, capability)
     row, stored, summary, args = await asyncio.to_thread(_prepare, deps, run_id, capability, attempt)
     if summary is None:
         say(attempt, "validating")
         try:
-            outcome = await avalidate_attempt(**args, progress=lambda what: say(attempt, what))
+            outcome = await validate_attempt(**args, progress=lambda what: say(attempt, what))
         except INFRA_ERRORS as e:
             say(attempt, "stopped: infrastructure")
             raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=True)) from None

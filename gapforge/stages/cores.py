@@ -14,7 +14,7 @@ class DriverCores:
     """The cores' share-out (module docstring) as jobs and readiness checks start and end.
 
     GRPO readiness checks decode with the local policy (in this process, or each on a local worker process:
-    executor/readiness.py) while the capability branches that got there first already train. With 2 cores,
+    executor/validation.py) while the capability branches that got there first already train. With 2 cores,
     one training process and the driver decoding on 2 threads, the demo's third precondition env spent 128 s
     in its readiness check (63 s once the driver took 1 thread); beside one busy process the same check took
     145 s on 2 threads and 52 s on 1 (each parallel op waits at a barrier for the thread that is not

@@ -28,12 +28,12 @@ async def synthesize(sc: StageContext, run_id: str, capability: str, attempt: in
 
 
 async def validate(sc: StageContext, run_id: str, capability: str, attempt: int) -> ValidationDone:
-    """The attempt's self-test in the sandbox (readiness rollouts on this loop, or on a local readiness worker process:
-    executor/readiness.py), its verdict stored; a stored verdict is reused."""
+    """The attempt's validation (readiness rollouts on this loop, or on a local worker process: executor/validation.py),
+    its verdict stored; a stored verdict is reused."""
     service = require("gapforge.agents.synthesis.service", "environment synthesis")
     local = sc.cfg.policy.kind == "local"  # its readiness rollouts decode on this machine's cores (cores.DriverCores)
     with sc.driver_cores.decode() if local else contextlib.nullcontext():
-        done = await service.avalidate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
+        done = await service.validate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
     cost = Cost() if done.resumed else Cost(llm_calls=int(done.review is not None), policy_rollouts=done.rollouts)
     return ValidationDone(capability, attempt, done.status == "accepted", done.verdict_line(), cost=cost)
 

@@ -1,11 +1,8 @@
-"""Self-test of a synthetic env: `validate_env` (or `avalidate_env` on a running loop) runs the checks and returns a ValidationReport.
-
-The checks and their thresholds: sandbox/checks/README.md.
-"""
+"""The checks of an env's validation (sandbox/checks/README.md); `validate_env` (runner.py) runs them all."""
 
 from gapforge.sandbox.checks.contamination import SplitTexts
 from gapforge.sandbox.checks.report import CheckResult, ValidationReport
-from gapforge.sandbox.checks.runner import CHECKS, avalidate_env, validate_env
+from gapforge.sandbox.checks.runner import CHECKS, validate_env
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
 
 __all__ = [
@@ -15,6 +12,5 @@ __all__ = [
     "SelfTestThresholds",
     "SplitTexts",
     "ValidationReport",
-    "avalidate_env",
     "validate_env",
 ]

@@ -1,9 +1,9 @@
-"""Check 7: GRPO-ready. G seeds x K policy samples at the training temperature (grpo_readiness.temperature) must give
+"""Check 7: GRPO-ready. G seeds x K policy samples at the training temperature (training.temperature) must give
 informative groups (reward std > 0), few all-zero / all-perfect groups, and a
 mean reward inside [mean_low, mean_high].
 
-`acheck_grpo_ready` runs on the caller's event loop (the policy's HTTP session lives
-there and its creator closes it); `check_grpo_ready` is the same check for sync callers.
+`check_grpo_ready` runs on the caller's event loop (the policy's HTTP session lives
+there and its creator closes it).
 Episodes start in group order, `concurrency` at a time, with no barrier between groups (a
 group's last, longest episode no longer holds the next group back: the demo's checks ran
 in waves of one group and decoded mostly one or two rows at the tail of each). The groups
@@ -56,34 +56,7 @@ INFRA_RETRIES = (
 )
 
 
-def check_grpo_ready(
-    open_env: OpenEnv,
-    seeds: list[int],
-    policy: PolicyModel | None,
-    run_episode: EpisodeRunner | None,
-    cfg: GRPOReadinessConfig,
-    *,
-    concurrency: int = 4,
-    early_exit: bool = True,
-) -> CheckResult:
-    """`acheck_grpo_ready` for callers without an event loop: runs it in a loop of its own.
-
-    The policy is used on that loop only; a policy holding a loop-bound HTTP session
-    (serving.openai_policy.EndpointPolicy) belongs on its owner's loop: await
-    `acheck_grpo_ready` there and close the policy in the same loop. Inside a running
-    loop this raises RuntimeError (no hidden thread, no second loop)."""
-    if policy is None or run_episode is None:
-        return _no_policy()
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(
-            acheck_grpo_ready(open_env, seeds, policy, run_episode, cfg, concurrency=concurrency, early_exit=early_exit)
-        )
-    raise RuntimeError("check_grpo_ready() called inside a running event loop: await acheck_grpo_ready() instead")
-
-
-async def acheck_grpo_ready(
+async def check_grpo_ready(
     open_env: OpenEnv,
     seeds: list[int],
     policy: PolicyModel | None,

@@ -1,7 +1,9 @@
-"""validate_env / avalidate_env: run the self-test checks (sandbox/checks/README.md) on one env and build the report.
+"""`validate_env`: the validation of one env, every check of sandbox/checks/README.md in order, one ValidationReport.
 
-The CLI (`gapforge env validate`) and the graph's validator node both call this;
-`open_env` decides where the env runs (sandbox, or in-process for trusted code).
+This is what the graph's `validate` stage (agents/synthesis/attempt.py, between the static gate and the LLM review)
+and `gapforge env validate` (agents/validation.py) call, and what a Ray Docker node or a local worker process runs
+for them (executor/validation.py); `open_env` decides where the env runs (sandbox, or in-process for trusted code).
+It is async: the blocking checks run in a worker thread, the policy's rollouts on the caller's loop.
 
 Infrastructure is never the env's failure: sandboxes lost and recovered during the
 checks are listed in the report (`sandbox_faults`); a sandbox lost for good
@@ -26,7 +28,7 @@ from gapforge.sandbox.checks.basic import check_fidelity, check_loads
 from gapforge.sandbox.checks.behaviour import check_deterministic, check_diverse, check_solvable
 from gapforge.sandbox.checks.contamination import SplitTexts, check_contamination
 from gapforge.sandbox.checks.exploits import check_reward_hacking
-from gapforge.sandbox.checks.grpo import EpisodeRunner, acheck_grpo_ready, check_grpo_ready
+from gapforge.sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
 from gapforge.sandbox.checks.leakage import check_no_leakage
 from gapforge.sandbox.checks.probe import EnvFault, OpenEnv, Probe
 from gapforge.sandbox.checks.report import MAX_FAULTS_KEPT, CheckResult, ValidationReport
@@ -83,7 +85,7 @@ def _stopped(name: str, e: BaseException) -> tuple[CheckResult, dict[str, Any]]:
     )
 
 
-def validate_env(
+async def validate_env(
     open_env: OpenEnv,
     *,
     target_tools: list[dict[str, Any]] | None = None,
@@ -100,56 +102,16 @@ def validate_env(
     progress: Progress | None = None,
     grpo_only_if_passed: bool = False,
 ) -> ValidationReport:
-    """Run every check; env failures become failed checks, never exceptions.
+    """Run every check; env failures become failed checks, never exceptions. The policy's HTTP session stays the
+    caller's (its rollouts run on this loop).
 
     `target_result_shapes` (sandbox.checks.result_shapes.observed_result_shapes of the target's
     stored episodes) enables check `result_format`; `split_texts` (the target's openings by split)
     enables check `contamination`. With `grpo_only_if_passed`, the policy
     rollouts of `grpo_ready` are spent only when every cheaper required check passed.
-    For callers with an event loop (or a policy bound to one) use `avalidate_env`.
 
     Raises only for setup problems (sandbox.errors.SandboxError) and bad arguments (ValueError).
     """
-    _check_args(seeds, policy, run_episode)
-    started = time.perf_counter()
-    log = FaultLog(open_env)
-    results, tools, capability, stop = _cheap_checks(
-        log, seeds, target_tools, target_result_formats, target_result_shapes, split_texts, thresholds, progress
-    )
-    grpo = _grpo_skip(results, tools, policy, grpo_only_if_passed, stop)
-    if grpo is None:
-        try:
-            grpo = _timed(
-                "grpo_ready",
-                progress,
-                lambda: check_grpo_ready(
-                    log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()
-                ),
-            )
-        except INFRA_ERRORS as e:
-            grpo, stop = _stopped("grpo_ready", e)
-    return _report(results + [grpo], module, capability, seeds, target, started, log, stop)
-
-
-async def avalidate_env(
-    open_env: OpenEnv,
-    *,
-    target_tools: list[dict[str, Any]] | None = None,
-    seeds: int = 20,
-    policy: PolicyModel | None = None,
-    run_episode: EpisodeRunner | None = None,
-    readiness: GRPOReadinessConfig | None = None,
-    thresholds: SelfTestThresholds | None = None,
-    module: str | Path | None = None,
-    target: str | None = None,
-    target_result_formats: dict[str, str] | None = None,
-    target_result_shapes: dict[str, Shape] | None = None,
-    split_texts: SplitTexts | None = None,
-    progress: Progress | None = None,
-    grpo_only_if_passed: bool = False,
-) -> ValidationReport:
-    """`validate_env` on the caller's event loop: the blocking checks run in a worker thread,
-    the GRPO-readiness rollouts on this loop (so the policy's HTTP session stays the caller's)."""
     _check_args(seeds, policy, run_episode)
     started = time.perf_counter()
     log = FaultLog(open_env)
@@ -170,7 +132,7 @@ async def avalidate_env(
             progress("grpo_ready")
         t0 = time.perf_counter()
         try:
-            grpo = await acheck_grpo_ready(
+            grpo = await check_grpo_ready(
                 log, list(range(seeds)), policy, run_episode, readiness or GRPOReadinessConfig()
             )
         except INFRA_ERRORS as e:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gapforge.agents.selftest import avalidate_module
+from gapforge.agents.validation import validate_module
 from gapforge.config import PolicyConfig
 from gapforge.executor import ExecutorConfig, ExecutorUnavailable, JobResources, sandbox_checks
 from gapforge.wiring import build_deps, make_policy
@@ -25,7 +25,7 @@ def _validate(config, sandbox_config, path: Path, checks, policy=None):
 
     async def run():
         with build_deps(config) as deps:
-            return await avalidate_module(
+            return await validate_module(
                 deps, path, seeds=4, target="shop", policy=policy, report_dir=config.workspace / "v", checks=checks
             )
 

@@ -1,4 +1,4 @@
-"""GRPO readiness on local worker processes (executor/readiness.py): the same verdict and the same rewards
+"""GRPO readiness on local worker processes (executor/validation.py): the same verdict and the same rewards
 as the check played in this process, a worker killed mid-check is WorkerLost (resumable) and the next check
 gets a new worker, and the check's own failures come back as themselves."""
 
@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from gapforge.agents.errors import IncompleteStage
-from gapforge.agents.selftest import readiness_runner
+from gapforge.agents.validation import readiness_runner
 from gapforge.config import PolicyConfig
 from gapforge.demo_data import RECORDINGS_DIR, SHOP_POLICY_DIR
 from gapforge.envs.errors import InfrastructureFailure
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.executor import ExecutorConfig, sandbox_checks
-from gapforge.executor.readiness import LocalReadinessChecks
+from gapforge.executor.validation import LocalReadinessChecks
 from gapforge.sandbox.checks import GRPOReadinessConfig
-from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+from gapforge.sandbox.checks.grpo import check_grpo_ready
 from gapforge.sandbox.env import SandboxedEnv
 from gapforge.sandbox.pool import SandboxPool
 from gapforge.wiring import make_policy
@@ -65,7 +65,7 @@ def _shop_policy() -> PolicyConfig:
 
 
 def test_readiness_in_a_worker_process_gives_the_verdict_and_rewards_played_here(sandbox_config) -> None:
-    cfg = GRPOReadinessConfig(groups=2, samples=4, temperature=0.7)
+    cfg = GRPOReadinessConfig(groups=2, samples=4).with_temperature(0.7)
     runner = readiness_runner(4)
     pol = _shop_policy()
     checks = sandbox_checks(
@@ -77,7 +77,7 @@ def test_readiness_in_a_worker_process_gives_the_verdict_and_rewards_played_here
         policy = make_policy(pol)
         pool = SandboxPool(sandbox_config, size=2)
         try:
-            return await acheck_grpo_ready(
+            return await check_grpo_ready(
                 lambda: SandboxedEnv.pooled(MODULE, pool), [0, 1], policy, runner, cfg, concurrency=4
             )
         finally:
@@ -108,7 +108,7 @@ def test_a_worker_killed_mid_check_is_resumable_and_the_next_check_gets_a_new_wo
     checks = LocalReadinessChecks(
         sandbox_config, functools.partial(StallingPolicy, 60.0, str(marker)), workers=1, threads=1
     )
-    check = checks.check_grpo_ready_for(MODULE)
+    check = checks.readiness_for(MODULE)
     killed: list[int] = []
 
     def kill_once_playing() -> None:  # the worker writes its pid when its first episode asks the policy
@@ -121,19 +121,20 @@ def test_a_worker_killed_mid_check_is_resumable_and_the_next_check_gets_a_new_wo
         watcher = threading.Thread(target=kill_once_playing, daemon=True)
         watcher.start()
         with pytest.raises(IncompleteStage, match="GRPO-readiness worker process ended"):
-            check(
-                None,
-                [0, 1],
-                object(),
-                readiness_runner(4),
-                GRPOReadinessConfig(groups=2, samples=2, temperature=1.0),
-                concurrency=4,
+            asyncio.run(
+                check(
+                    None,
+                    [0, 1],
+                    object(),
+                    readiness_runner(4),
+                    GRPOReadinessConfig(groups=2, samples=2).with_temperature(1.0),
+                    concurrency=4,
+                )
             )
         watcher.join(5)
-        every_group = GRPOReadinessConfig(
-            groups=2, samples=2, temperature=0.1, max_all_zero=1.0, min_informative=0.0
-        )  # no early stop
-        again = check(None, [0, 1], object(), readiness_runner(2), every_group, concurrency=4)
+        every_group = GRPOReadinessConfig(groups=2, samples=2, max_all_zero=1.0, min_informative=0.0)  # no early stop
+        every_group = every_group.with_temperature(0.1)
+        again = asyncio.run(check(None, [0, 1], object(), readiness_runner(2), every_group, concurrency=4))
         assert again.evidence["rollouts"] == 4  # played by a new worker
         assert killed and killed[0] not in [p.pid for p in checks._pool._processes.values()]
     finally:
@@ -145,7 +146,7 @@ def test_the_checks_own_failures_come_back_as_themselves_and_closures_play_here(
     checks = LocalReadinessChecks(sandbox_config, functools.partial(StallingPolicy), workers=1, threads=1)
     try:
         with pytest.raises(InfrastructureFailure, match="the endpoint kept failing: 2 of 2 readiness episodes") as e:
-            checks.check_grpo_ready_for(MODULE)(None, [0], object(), _endpoint_down, cfg, concurrency=2)
+            asyncio.run(checks.readiness_for(MODULE)(None, [0], object(), _endpoint_down, cfg, concurrency=2))
         assert e.value.cause == "endpoint"
         played_here: list[int] = []
 
@@ -171,9 +172,9 @@ def test_the_checks_own_failures_come_back_as_themselves_and_closures_play_here(
 def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this_machines_sandbox(
     config, sandbox_config
 ) -> None:
-    """`gapforge env validate` hands StageDeps.sandbox_checks to avalidate_module: with the local drop-in the self-test
+    """`gapforge env validate` hands StageDeps.sandbox_checks to validate_module: with the local drop-in the self-test
     still needs this machine's opener (the Ray drop-in is the one that opens nothing here)."""
-    from gapforge.agents.selftest import avalidate_module
+    from gapforge.agents.validation import validate_module
     from gapforge.wiring import build_deps
 
     config.sandbox = sandbox_config
@@ -181,7 +182,7 @@ def test_env_validate_with_the_local_readiness_checks_runs_the_self_test_in_this
 
     async def run():
         with build_deps(config) as deps:
-            return await avalidate_module(
+            return await validate_module(
                 deps, MODULE, seeds=4, target="shop", report_dir=config.workspace / "v", checks=checks
             )
 

@@ -3,6 +3,7 @@ traceback, nothing lost (a computed validation report is never lost)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_validate_json_pointing_at_a_directory_is_refused_before_the_checks(runn
 def test_a_computed_report_is_never_lost(tmp_path: Path) -> None:
     """If the asked-for path fails after the checks ran, the report goes to the workspace."""
     from gapforge.agents.deps import StageDeps
-    from gapforge.agents.selftest import validate_module
+    from gapforge.agents.validation import validate_module
     from gapforge.config import load_config
     from gapforge.wiring import build_deps
 
@@ -99,7 +100,9 @@ def test_a_computed_report_is_never_lost(tmp_path: Path) -> None:
     target.mkdir()  # a directory appeared where the file should go
     with build_deps(cfg, pool_size=0) as deps:
         assert isinstance(deps, StageDeps)
-        outcome = validate_module(deps, COUNTER, seeds=3, report_dir=tmp_path / "validations", json_out=target)
+        outcome = asyncio.run(
+            validate_module(deps, COUNTER, seeds=3, report_dir=tmp_path / "validations", json_out=target)
+        )
     assert outcome.json_path.parent == tmp_path / "validations" and "could not write" in (outcome.note or "")
     assert json.loads(outcome.json_path.read_text())["module"].endswith("counter_env.py")
 

@@ -3,6 +3,7 @@ of the self-test against its target, examples/my_agent_env.py:BillingEnv, and it
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from gapforge.envs.registry import make_env
@@ -16,7 +17,9 @@ MODULE = EXAMPLES / "my_agent_synthetic_env.py"
 
 def test_the_example_passes_the_self_test_against_the_billing_env() -> None:
     target = make_env(f"{EXAMPLES / 'my_agent_env.py'}:BillingEnv")
-    report = validate_env(lambda: InProcessSyntheticEnv(MODULE), target_tools=target.tools(), seeds=20, module=MODULE)
+    report = asyncio.run(
+        validate_env(lambda: InProcessSyntheticEnv(MODULE), target_tools=target.tools(), seeds=20, module=MODULE)
+    )
     assert report.passed, report.failures_for_generator()
     assert report.capability == "invoice_lookup"
     assert report.check("fidelity").evidence["shared_tools"] == ["get_invoice", "refund_invoice", "change_plan"]

@@ -5,6 +5,7 @@ env and the example envs pass every required check."""
 from __future__ import annotations
 
 import ast
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,9 @@ def shop_tools() -> list[dict[str, Any]]:
 
 
 def run(path: Path, target_tools: list[dict[str, Any]] | None = None, **kw: Any) -> ValidationReport:
-    return validate_env(lambda: InProcessSyntheticEnv(path), target_tools=target_tools, seeds=20, module=path, **kw)
+    return asyncio.run(
+        validate_env(lambda: InProcessSyntheticEnv(path), target_tools=target_tools, seeds=20, module=path, **kw)
+    )
 
 
 IN_PROCESS = sorted(
@@ -199,7 +202,7 @@ class PoisonedAfterFault:
 
 def test_env_failure_is_a_failed_check_and_later_checks_use_a_fresh_env() -> None:
     PoisonedAfterFault.opened, PoisonedAfterFault.faulted = 0, False
-    report = validate_env(PoisonedAfterFault, seeds=10)
+    report = asyncio.run(validate_env(PoisonedAfterFault, seeds=10))
     assert report.failed_names() == {"not_trivial"}
     ev = report.check("not_trivial").evidence
     assert ev == {"seed": 0, "phase": "score", "kind": "timeout", "error": "score() did not answer within 3.0 s"}
@@ -214,7 +217,7 @@ def test_thresholds_are_configurable_and_checked() -> None:
     with pytest.raises(ValueError, match="graded_fractions"):
         SelfTestThresholds(graded_fractions=[0.5, 0.25])
     with pytest.raises(ValueError, match="seeds must be >= 2"):
-        validate_env(lambda: InProcessSyntheticEnv(BROKEN / "baseline_ok.py"), seeds=1)
+        asyncio.run(validate_env(lambda: InProcessSyntheticEnv(BROKEN / "baseline_ok.py"), seeds=1))
 
 
 def test_report_json_carries_verdicts() -> None:

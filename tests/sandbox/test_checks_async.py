@@ -1,4 +1,4 @@
-"""The self-test's async entry points: GRPO-readiness rollouts run on the caller's event loop,
+"""The validation is async: GRPO-readiness rollouts run on the caller's event loop,
 so an endpoint policy's HTTP session is created there and closed there by its creator.
 (In-process over the hand-written baseline env -- trusted code -- and tests.fakes.fake_openai.)"""
 
@@ -10,12 +10,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gapforge.agents.episode import run_episode
 from gapforge.envs.synthetic import InProcessSyntheticEnv
-from gapforge.sandbox.checks import avalidate_env, validate_env
-from gapforge.sandbox.checks.grpo import check_grpo_ready
+from gapforge.sandbox.checks import validate_env
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
@@ -53,7 +50,7 @@ async def test_readiness_rollouts_use_the_callers_loop_and_its_creator_closes_th
     with FakeOpenAIServer(_alternating_responder()) as srv:
         policy = EndpointPolicy(srv.base_url, "fake-model", retry_backoff_s=0.01)
         try:
-            report = await avalidate_env(
+            report = await validate_env(
                 lambda: InProcessSyntheticEnv(BASELINE), seeds=4, policy=policy, run_episode=_runner, readiness=cfg
             )
             session = policy._session
@@ -68,28 +65,6 @@ async def test_readiness_rollouts_use_the_callers_loop_and_its_creator_closes_th
     assert [c.name for c in report.checks][-1] == "grpo_ready" and report.passed, report.failed_names()
 
 
-async def test_sync_readiness_check_inside_a_running_loop_says_to_await_the_async_one() -> None:
-    class Never:
-        name = "never"
-
-        async def respond(self, *a: Any, **k: Any) -> Any:
-            raise AssertionError("no rollout may start")
-
-    with pytest.raises(RuntimeError, match="await acheck_grpo_ready"):
-        check_grpo_ready(
-            lambda: InProcessSyntheticEnv(BASELINE), [0, 1], Never(), _runner, GRPOReadinessConfig(groups=2, samples=2)
-        )
-
-
-def test_sync_and_async_entry_points_give_the_same_checks_without_a_policy() -> None:
-    sync = validate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3)
-    via_loop = asyncio.run(avalidate_env(lambda: InProcessSyntheticEnv(BASELINE), seeds=3))
-    assert [(c.name, c.verdict, c.summary) for c in sync.checks] == [
-        (c.name, c.verdict, c.summary) for c in via_loop.checks
-    ]
-    assert sync.check("grpo_ready").skipped and sync.passed
-
-
 class _Opened:
     """A stand-in env (the runner below never steps it)."""
 
@@ -100,7 +75,7 @@ class _Opened:
 async def test_a_groups_long_episode_does_not_hold_the_next_groups_back() -> None:
     """Group 0's first episode ends only once a group-2 episode has started. In waves of concurrency // K
     groups (2 here) group 2 could only start after group 0 ended: the check hung."""
-    from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+    from gapforge.sandbox.checks.grpo import check_grpo_ready
 
     later_started = asyncio.Event()
 
@@ -112,7 +87,7 @@ async def test_a_groups_long_episode_does_not_hold_the_next_groups_back() -> Non
         return [0.0, 1.0][seed % 2 if seed < 4 else 0] if seed != 1 else 0.5
 
     cfg = GRPOReadinessConfig(groups=4, samples=2, max_all_zero=1.0, max_all_perfect=1.0, min_informative=0.0)
-    result = await asyncio.wait_for(acheck_grpo_ready(_Opened, [0, 1, 2, 3], object(), runner, cfg, concurrency=4), 10)
+    result = await asyncio.wait_for(check_grpo_ready(_Opened, [0, 1, 2, 3], object(), runner, cfg, concurrency=4), 10)
     assert result.evidence["groups"] == 4 and result.evidence["rollouts"] == 8
 
 
@@ -120,7 +95,7 @@ async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None
     """Groups 1 and 3 are all-zero (limit 20% of 8: the second one decides). Whatever else already played,
     the verdict grades groups 0-3 and the budget is charged their 16 episodes; the episodes played (those of later
     groups already in flight included) depend on timing, so they are reported but not charged."""
-    from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+    from gapforge.sandbox.checks.grpo import check_grpo_ready
 
     async def runner(policy: Any, env: Any, seed: int, temperature: float) -> float:
         await asyncio.sleep(0)  # lets the other episodes in flight interleave
@@ -129,7 +104,7 @@ async def test_an_early_stop_grades_the_same_groups_at_any_concurrency() -> None
     cfg = GRPOReadinessConfig(groups=8, samples=4)
     seen = []
     for concurrency in (1, 4, 12, 32):
-        result = await acheck_grpo_ready(_Opened, list(range(8)), object(), runner, cfg, concurrency=concurrency)
+        result = await check_grpo_ready(_Opened, list(range(8)), object(), runner, cfg, concurrency=concurrency)
         seen.append(
             (result.summary, result.evidence["rewards"], result.evidence["rollouts"], result.evidence["charged"])
         )

@@ -5,6 +5,7 @@ JSON; a kill that persists stops the validation the same way and the report is s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -18,8 +19,8 @@ from gapforge.cli import app
 from gapforge.envs.errors import InfrastructureFailure
 from gapforge.envs.protocol import Message
 from gapforge.envs.synthetic import InProcessSyntheticEnv
-from gapforge.sandbox.checks import avalidate_env, validate_env
-from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+from gapforge.sandbox.checks import validate_env
+from gapforge.sandbox.checks.grpo import check_grpo_ready
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 from gapforge.sandbox.env import SandboxedEnv
 from gapforge.sandbox.pool import SandboxPool
@@ -43,7 +44,7 @@ async def test_an_endpoint_answering_500_is_retried_then_raised_never_graded() -
         policy = _down_policy(srv)
         try:
             with pytest.raises(InfrastructureFailure) as info:
-                await acheck_grpo_ready(
+                await check_grpo_ready(
                     lambda: InProcessSyntheticEnv(BASELINE),
                     [0, 1],
                     policy,
@@ -62,7 +63,7 @@ async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() 
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
         policy = _down_policy(srv)
         try:
-            report = await avalidate_env(
+            report = await validate_env(
                 lambda: InProcessSyntheticEnv(BASELINE),
                 seeds=4,
                 policy=policy,
@@ -85,12 +86,14 @@ async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() 
 def test_a_recovered_endpoint_blip_still_grades_the_env() -> None:
     # the first request fails, then it answers (with two failures the same episode could draw both: a race, not a blip)
     with FakeOpenAIServer(text_reply("Sorry."), fail_first=1) as srv:
-        report = validate_env(
-            lambda: InProcessSyntheticEnv(BASELINE),
-            seeds=4,
-            run_episode=_runner,
-            policy=EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000),
-            readiness=GRPOReadinessConfig(groups=2, samples=2, min_informative=0.0, max_all_zero=1.0, mean_low=0.0),
+        report = asyncio.run(
+            validate_env(
+                lambda: InProcessSyntheticEnv(BASELINE),
+                seeds=4,
+                run_episode=_runner,
+                policy=EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000),
+                readiness=GRPOReadinessConfig(groups=2, samples=2, min_informative=0.0, max_all_zero=1.0, mean_low=0.0),
+            )
         )
     grpo = report.check("grpo_ready")
     assert report.incomplete is None and grpo.verdict == "PASS" and grpo.evidence["infra_retried"] == 1
@@ -175,8 +178,8 @@ class _Killer:
 def test_a_container_killed_during_validation_is_recovered_and_listed(sandbox_config) -> None:
     cls = _Killer("once").env_class()
     with SandboxPool(sandbox_config, size=1) as pool:
-        clean = validate_env(lambda: SandboxedEnv.pooled(COUNTER, pool), seeds=4, module=COUNTER)
-        report = validate_env(lambda: cls.pooled(COUNTER, pool), seeds=4, module=COUNTER)
+        clean = asyncio.run(validate_env(lambda: SandboxedEnv.pooled(COUNTER, pool), seeds=4, module=COUNTER))
+        report = asyncio.run(validate_env(lambda: cls.pooled(COUNTER, pool), seeds=4, module=COUNTER))
     # the kill changes no verdict: the same checks pass and fail as without it
     assert [(c.name, c.verdict) for c in report.checks] == [(c.name, c.verdict) for c in clean.checks]
     assert clean.sandbox_fault_count == 0 and report.sandbox_fault_count == 1 and report.incomplete is None
@@ -191,7 +194,7 @@ def test_a_container_killed_during_validation_is_recovered_and_listed(sandbox_co
 def test_a_kill_that_persists_stops_the_validation_without_blaming_the_env(sandbox_config) -> None:
     cls = _Killer("always").env_class()
     with SandboxPool(sandbox_config, size=1) as pool:
-        report = validate_env(lambda: cls.pooled(COUNTER, pool), seeds=4, module=COUNTER)
+        report = asyncio.run(validate_env(lambda: cls.pooled(COUNTER, pool), seeds=4, module=COUNTER))
     stopped = report.incomplete
     assert stopped is not None and stopped["cause"] == "sandbox" and "killed" in stopped["error"]
     assert report.check(stopped["check"]).verdict == "INCOMPLETE"

@@ -3,6 +3,7 @@ arguments, corruption plans, and the GRPO-readiness check with policies we own."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -134,20 +135,24 @@ async def _runner(policy: Any, env: Any, seed: int, temperature: float) -> Any:
 
 def test_grpo_ready_passes_with_a_mixed_policy_and_fails_with_a_hopeless_one() -> None:
     cfg = GRPOReadinessConfig(groups=6, samples=4)
-    ok = validate_env(
-        lambda: InProcessSyntheticEnv(BASELINE), seeds=6, policy=CoinPolicy(1), run_episode=_runner, readiness=cfg
+    ok = asyncio.run(
+        validate_env(
+            lambda: InProcessSyntheticEnv(BASELINE), seeds=6, policy=CoinPolicy(1), run_episode=_runner, readiness=cfg
+        )
     )
     check = ok.check("grpo_ready")
     assert check.required and check.passed, check.summary
     assert check.evidence["groups"] == 6 and check.evidence["samples"] == 4
     assert check.evidence["informative_share"] >= 0.5 and 0.15 <= check.evidence["mean_reward"] <= 0.85
 
-    hopeless = validate_env(
-        lambda: InProcessSyntheticEnv(BASELINE),
-        seeds=6,
-        policy=CoinPolicy(1, p_lookup=0.0),
-        run_episode=_runner,
-        readiness=cfg,
+    hopeless = asyncio.run(
+        validate_env(
+            lambda: InProcessSyntheticEnv(BASELINE),
+            seeds=6,
+            policy=CoinPolicy(1, p_lookup=0.0),
+            run_episode=_runner,
+            readiness=cfg,
+        )
     )
     check = hopeless.check("grpo_ready")
     assert not check.passed and hopeless.failed_names() == {"grpo_ready"}
@@ -158,12 +163,14 @@ def test_grpo_ready_passes_with_a_mixed_policy_and_fails_with_a_hopeless_one() -
 
 def test_grpo_ready_reports_env_errors_inside_policy_episodes() -> None:
     cfg = GRPOReadinessConfig(groups=2, samples=2)
-    report = validate_env(
-        lambda: InProcessSyntheticEnv(BROKEN / "raises_in_reset.py"),
-        seeds=2,
-        policy=CoinPolicy(0),
-        run_episode=_runner,
-        readiness=cfg,
+    report = asyncio.run(
+        validate_env(
+            lambda: InProcessSyntheticEnv(BROKEN / "raises_in_reset.py"),
+            seeds=2,
+            policy=CoinPolicy(0),
+            run_episode=_runner,
+            readiness=cfg,
+        )
     )
     check = report.check("grpo_ready")
     assert not check.passed and "scenario table missing" in check.summary
@@ -205,9 +212,11 @@ def test_grpo_ready_samples_at_the_configured_training_temperature() -> None:
         seen.append(temperature)
         return await _runner(policy, env, seed, temperature)
 
-    cfg = GRPOReadinessConfig(groups=2, samples=2, temperature=0.7)
-    validate_env(
-        lambda: InProcessSyntheticEnv(BASELINE), seeds=2, policy=CoinPolicy(1), run_episode=recording, readiness=cfg
+    cfg = GRPOReadinessConfig(groups=2, samples=2).with_temperature(0.7)
+    asyncio.run(
+        validate_env(
+            lambda: InProcessSyntheticEnv(BASELINE), seeds=2, policy=CoinPolicy(1), run_episode=recording, readiness=cfg
+        )
     )
     assert seen and set(seen) == {0.7}
 

@@ -3,6 +3,7 @@ demo split against its recorded envs; fidelity and result formats of a non-shop 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -97,18 +98,22 @@ def test_shared_or_own_words_pass_and_no_split_is_skipped_not_passed() -> None:
 
 def test_the_report_fails_the_env_and_tells_the_generator_which_task() -> None:
     leaking = with_openings(HELD)
-    report = validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4, split_texts=SPLIT, target_tools=TOOLS)
+    report = asyncio.run(
+        validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4, split_texts=SPLIT, target_tools=TOOLS)
+    )
     assert [c.name for c in report.checks] == list(CHECKS) and "contamination" in CHECKS
     assert "contamination" in report.failed_names() and not report.passed
     assert "hd-lock-004" in report.failures_for_generator()
-    no_split = validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4)
+    no_split = asyncio.run(validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4))
     assert no_split.check("contamination").verdict == "SKIP" and "contamination" not in no_split.failed_names()
 
 
 def test_fidelity_and_result_format_work_for_a_non_shop_target() -> None:
     shapes = observed_result_shapes([episode("hd-lock-001", False)])
-    report = validate_env(
-        lambda: InProcessSyntheticEnv(HelpdeskSynthetic), seeds=4, target_tools=TOOLS, target_result_shapes=shapes
+    report = asyncio.run(
+        validate_env(
+            lambda: InProcessSyntheticEnv(HelpdeskSynthetic), seeds=4, target_tools=TOOLS, target_result_shapes=shapes
+        )
     )
     assert report.check("fidelity").passed and set(report.check("fidelity").evidence["shared_tools"]) == {
         t["function"]["name"] for t in TOOLS
@@ -121,7 +126,9 @@ def test_fidelity_and_result_format_work_for_a_non_shop_target() -> None:
             """Read an account."""
             return {"employee_id": employee, "locked": False, "lock_reason": None}
 
-    bad = validate_env(lambda: InProcessSyntheticEnv(Renamed), seeds=4, target_tools=TOOLS, target_result_shapes=shapes)
+    bad = asyncio.run(
+        validate_env(lambda: InProcessSyntheticEnv(Renamed), seeds=4, target_tools=TOOLS, target_result_shapes=shapes)
+    )
     assert not bad.check("fidelity").passed and "get_account" in bad.check("fidelity").summary
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from gapforge.envs.errors import InfrastructureFailure
 from gapforge.envs.sampling import episode_key
-from gapforge.sandbox.checks.grpo import acheck_grpo_ready
+from gapforge.sandbox.checks.grpo import check_grpo_ready
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 
 CFG = GRPOReadinessConfig(
@@ -46,7 +46,7 @@ def _runner(plays: dict[str, Any]):
 
 
 def _check(plays: dict[str, Any]):
-    return asyncio.run(acheck_grpo_ready(_Env, [0, 1], object(), _runner(plays), CFG, concurrency=6, early_exit=False))
+    return asyncio.run(check_grpo_ready(_Env, [0, 1], object(), _runner(plays), CFG, concurrency=6, early_exit=False))
 
 
 def test_an_env_error_is_dropped_from_its_group_not_scored_zero() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gapforge.agents.synthesis.attempt import avalidate_attempt, validate_attempt
+from gapforge.agents.synthesis.attempt import validate_attempt
 from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.agents.synthesis.context import GeneratorContext, TargetFacts
 from gapforge.config import GRPOReadinessConfig
@@ -37,19 +37,21 @@ def attempt(path: Path, rewards, rollouts_left: int = 400):
         env.reset(seed)
         return rewards(seed, len(calls))
 
-    outcome = validate_attempt(
-        path.read_text(),
-        path,
-        context(),
-        1,
-        cfg=SynthesisConfig(review=False, validation_seeds=10),
-        open_module=InProcessSyntheticEnv,
-        chat_model=None,
-        target_shapes=None,
-        policy=object(),
-        run_episode=run_episode,
-        readiness=GRPOReadinessConfig(groups=8, samples=4),
-        rollouts_left=rollouts_left,
+    outcome = asyncio.run(
+        validate_attempt(
+            path.read_text(),
+            path,
+            context(),
+            1,
+            cfg=SynthesisConfig(review=False, validation_seeds=10),
+            open_module=InProcessSyntheticEnv,
+            chat_model=None,
+            target_shapes=None,
+            policy=object(),
+            run_episode=run_episode,
+            readiness=GRPOReadinessConfig(groups=8, samples=4),
+            rollouts_left=rollouts_left,
+        )
     )
     return outcome, calls
 
@@ -78,7 +80,7 @@ def test_no_rollouts_when_a_cheaper_check_failed_or_the_budget_is_spent() -> Non
 
 
 async def test_async_attempt_runs_the_readiness_rollouts_on_the_callers_loop() -> None:
-    """avalidate_attempt: the blocking checks leave the loop free; every rollout runs on this loop."""
+    """validate_attempt: the blocking checks leave the loop free; every rollout runs on this loop."""
     loops: list[object] = []
 
     async def run_episode(policy, env, seed, temperature):
@@ -87,7 +89,7 @@ async def test_async_attempt_runs_the_readiness_rollouts_on_the_callers_loop() -
         await asyncio.to_thread(env.reset, seed)
         return [0.0, 0.3, 0.6, 1.0][n % 4]
 
-    outcome = await avalidate_attempt(
+    outcome = await validate_attempt(
         EXAMPLE.read_text(),
         EXAMPLE,
         context(),
@@ -125,7 +127,7 @@ async def test_readiness_concurrency_bounds_the_episodes_in_flight() -> None:
             live -= 1
             return [0.0, 0.3, 0.6, 1.0][k % 4]  # a spread in every group: no early stop
 
-        outcome = await avalidate_attempt(
+        outcome = await validate_attempt(
             EXAMPLE.read_text(),
             EXAMPLE,
             context(),

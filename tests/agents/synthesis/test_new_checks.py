@@ -4,6 +4,7 @@ and the two example envs pass all three."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,15 @@ def shop() -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def run(path: Path, shop: tuple[list[dict[str, Any]], dict[str, Any]]) -> ValidationReport:
     tools, shapes = shop
-    return validate_env(
-        lambda: InProcessSyntheticEnv(path),
-        target_tools=tools,
-        target_result_shapes=shapes,
-        seeds=20,
-        module=path,
-        target="shop",
+    return asyncio.run(
+        validate_env(
+            lambda: InProcessSyntheticEnv(path),
+            target_tools=tools,
+            target_result_shapes=shapes,
+            seeds=20,
+            module=path,
+            target="shop",
+        )
     )
 
 

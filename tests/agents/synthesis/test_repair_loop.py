@@ -2,7 +2,7 @@
 answers (the shop story), real static gate, real checks, real store. The attempts are driven by
 the graph's own repair loop (graph/capability.py `repair`, through `gapforge.stages.synthesis`, as
 `gapforge synthesize` runs it), whose nodes call the service's two steps (generate_attempt,
-avalidate_stored_attempt)."""
+validate_stored_attempt)."""
 
 from __future__ import annotations
 

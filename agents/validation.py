@@ -1,8 +1,7 @@
-"""Stage service: the self-test of one synthetic env module in the sandbox (the checks: sandbox/checks/README.md).
-
-Plain functions that never print and return typed results; `gapforge env validate`,
-`gapforge demo` and the graph's validator node all call `validate_module` (or its
-async twin `avalidate_module`) and render the result themselves.
+"""`gapforge env validate`'s validation of an env module given by path: the checks (sandbox/checks/runner.py) with
+the settings of `deps`, the JSON report written; it never prints (the CLI renders the outcome). Also the readiness
+check's episode runner (`readiness_runner`, the synthesis service's too) and `SandboxChecks`: where the checks run
+when not all in this process (executor/validation.py).
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,18 +18,19 @@ from gapforge.agents.deps import StageDeps
 from gapforge.agents.episode import run_episode
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import PolicyModel
-from gapforge.sandbox.checks import SplitTexts, ValidationReport, avalidate_env, validate_env
+from gapforge.sandbox.checks import CheckResult, SplitTexts, ValidationReport, validate_env
 from gapforge.sandbox.checks.grpo import EpisodeRunner
 from gapforge.sandbox.env import SandboxedEnv
 
 
 class SandboxChecks(Protocol):
-    """Where the sandbox checks of a module run when not on this machine (executor.validation.RaySandboxChecks):
-    drop-ins for sandbox.checks.validate_env / avalidate_env that read the module from `module=`."""
+    """Where the checks of a module run when not all in this process (executor/validation.py: on a Ray Docker node,
+    or the readiness check on local worker processes): a drop-in for sandbox.checks.validate_env that reads the
+    module from `module=`, and one for the readiness check (sandbox.checks.grpo.check_grpo_ready) of a module."""
 
-    def validate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport: ...
+    async def validate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport: ...
 
-    async def avalidate_env(self, open_env: Any, **kwargs: Any) -> ValidationReport: ...
+    def readiness_for(self, module: str | Path) -> Callable[..., Awaitable[CheckResult]]: ...
 
 
 NO_POLICY_NOTE = "skipped: no policy to sample (policy.kind is scripted; set policy.kind endpoint|local)"
@@ -51,7 +51,7 @@ class ValidationOutcome:
 
 def readiness_runner(max_turns: int) -> EpisodeRunner:
     """The GRPO-readiness check's episode runner: the policy loop with a turn cap (picklable: a local
-    worker process runs the check, executor/readiness.py)."""
+    worker process runs the check, executor/validation.py)."""
     return functools.partial(_readiness_episode, max_turns=max_turns)
 
 
@@ -70,7 +70,7 @@ def target_tools(name: str) -> list[dict[str, Any]]:
         env.close()
 
 
-def validate_module(
+async def validate_module(
     deps: StageDeps,
     path: Path,
     *,
@@ -84,51 +84,16 @@ def validate_module(
     progress: Callable[[str], None] | None = None,
     checks: SandboxChecks | None = None,
 ) -> ValidationOutcome:
-    """Run every check on `path` in sandboxes leased from `deps.sandbox_pool` (or where `checks` runs
-    them: executor.validation.RaySandboxChecks, on a Docker node of a Ray cluster) and write the
-    JSON report (`json_out`, default `report_dir/<stem>-<sha8>.json`). `target_result_shapes`
-    (observed in the target's stored episodes) enables check `result_format`, `split_texts`
-    (agents.analysis.split.split_openings of the run) check `contamination`.
+    """`sandbox.checks.validate_env` on `path` in sandboxes leased from `deps.sandbox_pool` (or where `checks` runs
+    them), then the JSON report written (`json_out`, default `report_dir/<stem>-<sha8>.json`). `split_texts`:
+    agents.analysis.split.split_openings of a run.
 
     Thresholds, readiness settings and the turn cap come from `deps`. `policy` None skips
     the GRPO-readiness check with a note. Bad input -> EnvError before any sandbox starts.
-    For a caller with an event loop, or a policy bound to one (an endpoint policy's HTTP
-    session), use `avalidate_module` on that loop and close the policy there.
-    """
-    path = _checked(path, seeds)
-    tools = target_tools(target) if target else None
-    run = checks.validate_env if checks is not None else validate_env
-    report = run(
-        _opener(deps, path, checks),
-        target_tools=tools,
-        seeds=seeds,
-        policy=policy,
-        **_settings(deps, policy, path, target, target_result_shapes, progress),
-        split_texts=split_texts,
-    )
-    return _finish(report, path, policy, report_dir, json_out)
-
-
-async def avalidate_module(
-    deps: StageDeps,
-    path: Path,
-    *,
-    seeds: int,
-    target: str | None = None,
-    policy: PolicyModel | None = None,
-    report_dir: Path,
-    json_out: Path | None = None,
-    target_result_shapes: dict[str, Any] | None = None,
-    split_texts: SplitTexts | None = None,
-    progress: Callable[[str], None] | None = None,
-    checks: SandboxChecks | None = None,
-) -> ValidationOutcome:
-    """`validate_module` on the caller's event loop (graph nodes, the CLI's one loop): the
-    blocking checks run in a worker thread; the policy's GRPO-readiness rollouts run on this
-    loop, so its HTTP session is the caller's to close (`await policy.aclose()` here)."""
+    The policy's rollouts run on the caller's loop: its HTTP session is the caller's to close."""
     path = _checked(path, seeds)
     tools = await asyncio.to_thread(target_tools, target) if target else None
-    run = checks.avalidate_env if checks is not None else avalidate_env
+    run = checks.validate_env if checks is not None else validate_env
     report = await run(
         _opener(deps, path, checks),
         target_tools=tools,
