@@ -3,7 +3,7 @@ label with `generate`, and the per-request overhead of the routed endpoint vs
 calling the backend directly (an instant backend: the endpoint's own cost; and the
 real local transformers backend, 1 new token).
 
-    .venv/bin/python bench/router.py [--model DIR] [--repeats N] [--requests N]
+    .venv/bin/python -m bench.router [--model DIR] [--repeats N] [--requests N]
 
 Targets (issue 12): routing >= 5x faster than generating the label; routed
 endpoint adds <= 5 ms at p50. Prints numbers; it does not pass or fail.
@@ -20,11 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from gapforge.agents.router import Router, RoutingConfig, make_options
-from gapforge.agents.router_backends import TransformersScorer
+from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 from gapforge.envs.protocol import Message
 from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
 

@@ -6,8 +6,8 @@ The record lives in the store (an `evaluations` row named `router`, policy `rout
 `router_accuracy` row measured on it): the store is the run's record of what was evaluated, it moves
 with the run (SQLite file or PostgreSQL), and reading it starts no sandbox container.
 
-    record = router_record(artifacts, backend="openings", openings={...}, seeds=[0, 1, ...])
-    record = router_record(artifacts, backend="gate", openings={...}, seeds=[...], gate=GateRecord(...))  # evaluation.gate
+    record = router_record(artifacts, backend="transformers")
+    record = router_record(artifacts, backend="gate", openings={...}, seeds=[...], gate=GateRecord(...))  # router.gate
     save_router(store, run_id, record)
     record = load_router(store, run_id)          # None: a run stored before routers were recorded
     record.matches(artifacts)                    # the same capabilities and adapters, in the same order
@@ -15,11 +15,11 @@ with the run (SQLite file or PostgreSQL), and reading it starts no sandbox conta
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gapforge.agents.gate import GateState
+from gapforge.agents.router import GateRecord
 
 ROUTER_ROW = "router"
 
@@ -35,49 +35,16 @@ class RoutedCapability(BaseModel):
     adapter: str
 
 
-class GateExample(BaseModel):
-    """One example the gate was trained or measured on: its first user message and class."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str  # "synthetic:<capability>:seed=<n>" or "target:<task id>"
-    text: str
-    label: str  # a routed capability, or "none"
-    split: Literal["train", "heldout"]
-
-
-class GateAccuracy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    accuracy: float | None  # None: no held-out example
-    labels: list[str]
-    matrix: list[list[int]]  # rows = expected, columns = decided (an abstention counts as none)
-    n: int
-
-
-class GateRecord(BaseModel):
-    """routing.backend=gate: the trained gate, its examples and how it did on the held-out ones."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: GateState
-    settings: dict[
-        str, bool | int | float
-    ]  # the routing.gate_* values (refit: the served gate saw every example) and the margin it was measured at
-    examples: list[GateExample]
-    heldout: GateAccuracy
-    train_accuracy: float
-    left_out: dict[str, int] = {}  # analysis-split tasks not used, by reason (evaluation.gate.task_labels)
-
-
 class RouterRecord(BaseModel):
     """What a router is made of besides the base weights and `routing:` settings."""
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: str  # routing.backend when it was built (openings | gate | transformers | vllm)
+    backend: str  # routing.backend when it was built (gate | transformers | vllm)
     capabilities: list[RoutedCapability]
-    openings: dict[str, list[str]] | None = None  # openings / gate: each capability's synthetic-env openings
+    openings: dict[str, list[str]] | None = (
+        None  # gate: each capability's synthetic-env openings (its training examples)
+    )
     seeds: list[int] = []  # the synthetic-env seeds the openings came from (the adapters' training seeds)
     gate: GateRecord | None = None  # routing.backend=gate
 

@@ -14,11 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gapforge.agents.router import Router, first_user_message
+from gapforge.agents.router import NONE, Router, confusion, first_user_message
 from gapforge.envs.protocol import Environment
-from gapforge.evaluation import stats
-
-NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ def routing_cases(
 
 
 def env_openings(make_env: Callable[[], Environment], seeds: Sequence[int]) -> list[str]:
-    """The first user messages of an env's seeds (what routing.backend=openings compares a task with)."""
+    """The first user messages of an env's seeds (the gate's examples of its capability)."""
     return [c.first_message for c in routing_cases({"env": make_env}, seeds)]
 
 
@@ -72,7 +69,7 @@ def measure_router(
     decisions = router.route_batch([c.first_message for c in cases])
     predicted = [d.capability or NONE for d in decisions]
     labels = [o.capability for o in router.options] + [NONE]
-    conf = stats.confusion([(c.expected, p) for c, p in zip(cases, predicted)], labels)
+    conf = confusion([(c.expected, p) for c, p in zip(cases, predicted)], labels)
     result = RouterAccuracy(conf["accuracy"], labels, conf["matrix"], sum(d.abstained for d in decisions), len(cases))  # type: ignore[arg-type]
     if store is not None and run_id is not None:
         metrics = {

@@ -168,18 +168,3 @@ def by_family(
     for t, rows in trials.items():
         groups.setdefault(families.get(t, "unknown"), {})[t] = rows
     return {fam: summarize(g, n_boot=n_boot, seed=seed) for fam, g in sorted(groups.items())}
-
-
-def confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> dict[str, object]:
-    """Router accuracy and confusion matrix from (expected, predicted) names; rows = expected."""
-    index = {name: i for i, name in enumerate(labels)}
-    matrix = [[0] * len(labels) for _ in labels]
-    for expected, predicted in pairs:
-        matrix[index[expected]][index[predicted]] += 1
-    correct = sum(matrix[i][i] for i in range(len(labels)))
-    return {
-        "labels": list(labels),
-        "matrix": matrix,
-        "accuracy": correct / len(pairs) if pairs else None,
-        "n": len(pairs),
-    }

@@ -143,9 +143,9 @@ def register(app: typer.Typer) -> None:
             )
         artifacts, chat, router, source = served(cfg, store, run)
         if source != "stored":
-            read = " from its synthetic envs' openings (in the sandbox)" if cfg.routing.backend == "openings" else ""
+            read = " from its synthetic envs' openings (in the sandbox)" if cfg.routing.backend == "gate" else ""
             err_console.print(
-                f"note: run {run} stores no router over these adapters (made by an older gapforge, or never built): "
+                f"note: run {run} stores no router over these adapters (never built for them): "
                 f"built now{read}, not stored",
                 highlight=False,
                 soft_wrap=True,

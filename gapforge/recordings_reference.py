@@ -142,7 +142,7 @@ def render() -> str:
         "- The user simulator: `rollouts.user: llm` talks to `llm.endpoint` (or, with `rollouts.user_endpoint: policy`, the",
         "  served policy). Offline, `rollouts.user: scripted` plays each env's own scripted user instead.",
         "- The router asks no LLM: it reads the base model's next-token log-probabilities of its labels, or a classifier",
-        "  over the base's hidden state, or word overlap (`routing.backend`).",
+        "  over the base's hidden state (`routing.backend`).",
         "",
         "## The demo's recordings, and your own",
         "",

@@ -1,12 +1,47 @@
 """Test helpers for the router, routed serving and evaluation: a tiny model TAUGHT
-(a few real optimizer steps) to answer routing prompts with a chosen label, and
-random-but-distinct LoRA adapters on the tiny model."""
+(a few real optimizer steps) to answer routing prompts with a chosen label,
+random-but-distinct LoRA adapters on the tiny model, and `OpeningsScorer`, a
+deterministic router backend of pure data."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+_WORD = re.compile(r"[a-z']+")
+
+
+def opening_words(text: str) -> frozenset[str]:
+    """The words of a first user message, lower-cased; ids, emails and numbers (a token with a digit, '@' or '#') left out."""
+    kept = (t for t in text.lower().split() if not any(c.isdigit() or c in "@#" for c in t))
+    return frozenset(w for w in _WORD.findall(" ".join(kept)))
+
+
+class OpeningsScorer:
+    """A test stand-in router backend (was the product's `routing.backend: openings`): each capability's score is the
+    highest word overlap (Jaccard, ids left out) between the task's first user message and that capability's given
+    openings; the none label scores `min_similarity`. Pure data and deterministic, so `portable`: a worker process
+    routing with a copy decides exactly as this process does (executor.evaluation plays the routed policy there)."""
+
+    portable = True
+
+    def __init__(self, openings: list[list[str]], *, min_similarity: float = 0.5) -> None:
+        self.openings = [[opening_words(o) for o in per] for per in openings]
+        self.min_similarity = min_similarity
+
+    def check_labels(self, labels: list[str]) -> None:
+        pass
+
+    def scores(self, router: Any, first_user_messages: list[str]) -> list[list[float]]:
+        """One row per message: a score per capability (in option order), then the none label's."""
+        rows = []
+        for message in first_user_messages:
+            words = opening_words(message)
+            row = [max((len(words & o) / len(words | o) if words | o else 0.0) for o in per) for per in self.openings]
+            rows.append([*row, self.min_similarity])
+        return rows
 
 
 def teach_labels(
@@ -57,8 +92,7 @@ def teach_labels(
 
 def shared_taught_model(tmp_path_factory: Any, tiny_model_dir: Path) -> Path:
     """The taught router model, built once per test session (several test modules use it)."""
-    from gapforge.agents.router import Router, RoutingConfig, make_options
-    from gapforge.agents.router_backends import TransformersScorer
+    from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 
     out = Path(tmp_path_factory.getbasetemp()) / "taught-router"
     if (out / "DONE").exists():

@@ -3,11 +3,10 @@
 them) that the evaluation plays and `gapforge serve` serves; a newly trained baseline adapter closes
 them (`aclose`): the evaluation loads them again with it.
 
-The router's data (its options in label order with their examples, with routing.backend=openings
-the synthetic envs' openings, with routing.backend=gate those and the trained gate: its weights and
-examples) is stored with the run the first time it is built (evaluation.router_record); every later
-user of the run reads it back, so the served router is the evaluated one and no sandbox container
-starts for it. The gate reads the base's hidden states: the loaded local backend's own weights, or
+The router's data (its options in label order with their examples; with routing.backend=gate the
+synthetic envs' openings and the trained gate: its weights and examples) is stored with the run the
+first time it is built (evaluation.router_record); every later user of the run reads it back, so the
+served router is the evaluated one and no sandbox container starts for it. The gate reads the base's hidden states: the loaded local backend's own weights, or
 with a policy served by vLLM (policy.kind=endpoint) a local copy of the base at policy.local_path."""
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ from gapforge.stages.common import StageContext, require
 
 @dataclasses.dataclass(frozen=True)
 class RouterData:
-    """What build_router needs beyond the options: openings (openings, gate) and the gate's weights with the encoder it was
-    trained through (None when read from the store: build_router makes one)."""
+    """What build_router needs beyond the options: the gate's weights with the encoder it was trained through (None when
+    read from the store: build_router makes one)."""
 
-    openings: dict[str, list[str]] | None = None
     gate: Any = None
     encoder: Any = None
 
@@ -72,7 +70,6 @@ class Routing:
                 routing=routing,
                 backend=backend,
                 tokenizer_path=base,
-                openings=data.openings,
                 gate=data.gate,
                 encoder=data.encoder,
                 api_key=key.get_secret_value() if key else None,
@@ -96,23 +93,21 @@ class Routing:
         self, run_id: str, artifacts: Any, routing: Any, backend: Any, *, keep: bool
     ) -> tuple[Any, RouterData]:
         """(artifacts with the router's options, its data): the stored router's when it was built over these adapters and
-        has what routing.backend needs (openings; gate: the trained gate), else built now (openings: in the sandbox, unless
-        the stored router over these adapters has them; gate: trained on them and the analysis split's labels) and stored
-        when `keep`."""
+        has what routing.backend needs (gate: the trained gate), else built now (gate: trained on the synthetic envs'
+        openings, read in the sandbox unless the stored router over these adapters has them, and the analysis split's
+        labels) and stored when `keep`."""
         from gapforge.evaluation.router_record import load_router, router_record, save_router
 
         store, kind = self.sc.store, routing.backend
         record = load_router(store, run_id)
         same = record is not None and record.matches(artifacts)
-        if same and (kind != "openings" or record.openings is not None) and (kind != "gate" or record.gate is not None):
+        if same and (kind != "gate" or record.gate is not None):
             self.source = "stored"
             gate = record.gate.state if kind == "gate" and record.gate else None
-            return dataclasses.replace(artifacts, capabilities=record.options()), RouterData(record.openings, gate)
+            return dataclasses.replace(artifacts, capabilities=record.options()), RouterData(gate)
         openings, seeds, gate, encoder = None, list(range(self.sc.cfg.training.train_seeds)), None, None
-        if kind in ("openings", "gate"):
-            if (
-                same and record.openings is not None
-            ):  # the synthetic envs' openings are data: no sandbox needed for them again
+        if kind == "gate":
+            if same and record.openings is not None:  # the synthetic envs' openings are data: no sandbox needed again
                 openings, seeds = record.openings, list(record.seeds)
             else:
                 openings = self._openings(run_id, artifacts, seeds)
@@ -125,14 +120,15 @@ class Routing:
                 router_record(artifacts, backend=kind, openings=openings, seeds=seeds if openings else [], gate=gate),
             )
         self.source = "built (stored now)" if keep else "built"
-        return artifacts, RouterData(openings, gate.state if gate else None, encoder)
+        return artifacts, RouterData(gate.state if gate else None, encoder)
 
     def _train_gate(
         self, run_id: str, artifacts: Any, routing: Any, backend: Any, openings: dict[str, list[str]], seeds: list[int]
     ) -> tuple[Any, Any]:
-        """The gate (evaluation.gate) on the synthetic envs' training openings and the analysis split's labelled tasks; a policy
+        """The gate (agents.router.gate) on the synthetic envs' training openings and the analysis split's labelled tasks; a policy
         served by vLLM is read through a local copy of its base (policy.local_path)."""
-        from gapforge.evaluation.gate import gate_encoder, gate_examples, train_gate
+        from gapforge.agents.router.gate import gate_encoder, gate_examples, train_gate
+        from gapforge.serving.chat_format import load_tokenizer
 
         caps = [c["name"] for c in artifacts.capabilities]
         local = all(hasattr(backend, a) for a in ("model", "tokenizer", "base_context"))
@@ -141,7 +137,12 @@ class Routing:
                 "build_router",
                 f"gate: hidden states from a local copy of the base ({self.sc.base_dir()}); the served policy is not asked",
             )
-        encoder = gate_encoder(backend if local else None, self.sc.base_dir(), max_tokens=routing.gate_max_tokens)
+        encoder = gate_encoder(
+            backend if local else None,
+            self.sc.base_dir(),
+            max_tokens=routing.gate.max_tokens,
+            load_tokenizer=load_tokenizer,
+        )
         examples, left = gate_examples(
             self.sc.store,
             run_id,

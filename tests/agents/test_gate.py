@@ -9,10 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gapforge.agents.gate import GateClassifier, GateScorer, GateState, HiddenStateEncoder, fit_gate
-from gapforge.agents.router import RouterError, RoutingConfig
-from gapforge.evaluation.gate import gate_encoder, split_examples, train_gate
-from gapforge.evaluation.router_record import GateExample
+from gapforge.agents.router import GateConfig, RouterError, RoutingConfig
+from gapforge.agents.router.gate import (
+    GateClassifier,
+    GateExample,
+    GateScorer,
+    GateState,
+    HiddenStateEncoder,
+    fit_gate,
+    gate_encoder,
+    split_examples,
+    train_gate,
+)
 from gapforge.evaluation.service import RunArtifacts, build_router
 
 CAPS = ["precondition_verification", "structured_data_reasoning"]
@@ -55,7 +63,9 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def encoder(tiny_model_dir: Path) -> HiddenStateEncoder:
-    return gate_encoder(None, tiny_model_dir, max_tokens=64)
+    from gapforge.serving.chat_format import load_tokenizer
+
+    return gate_encoder(None, tiny_model_dir, max_tokens=64, load_tokenizer=load_tokenizer)
 
 
 def test_the_gate_learns_a_separable_toy_problem_and_abstains_below_the_margin(encoder: HiddenStateEncoder) -> None:
@@ -63,7 +73,7 @@ def test_the_gate_learns_a_separable_toy_problem_and_abstains_below_the_margin(e
     held = [e for e in examples if e.split == "heldout"]
     assert [sum(e.label == c for e in held) for c in [*CAPS, "none"]] == [3, 3, 3]  # ceil(0.25 x 12) per class
     record = train_gate(
-        encoder, examples, CAPS, RoutingConfig(backend="gate", gate_refit=False)
+        encoder, examples, CAPS, RoutingConfig(backend="gate", gate=GateConfig(refit=False))
     )  # the measured gate is the served one
     assert (
         record.heldout.n == 9 and record.heldout.accuracy is not None and record.heldout.accuracy >= 0.8
@@ -93,7 +103,7 @@ def test_the_gate_learns_a_separable_toy_problem_and_abstains_below_the_margin(e
     assert above.route(text).abstained and above.route(text).adapter is None
     assert below.route(text).adapter == chosen.adapter and not below.route(text).abstained
     # the gate's stored accuracy is decided as the router decides: with a margin nothing clears, every example goes to none
-    wary = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", margin=1e6, gate_refit=False))
+    wary = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", margin=1e6, gate=GateConfig(refit=False)))
     assert wary.heldout.accuracy == pytest.approx(1 / 3) and wary.heldout.matrix[0] == [0, 0, 3]
 
 
@@ -113,7 +123,7 @@ def test_the_served_gate_is_refit_on_the_held_out_examples_too(encoder: HiddenSt
         for i, item in enumerate(items[:6])
     ]
     fresh = [f"Hi, how much does the {item} with color green cost?" for item in items[6:]]
-    measured = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", gate_refit=False))
+    measured = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate", gate=GateConfig(refit=False)))
     served = train_gate(encoder, examples, CAPS, RoutingConfig(backend="gate"))
     assert served.settings["refit"] is True and measured.settings["refit"] is False
     assert served.heldout == measured.heldout and served.train_accuracy == measured.train_accuracy

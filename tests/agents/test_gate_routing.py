@@ -11,8 +11,8 @@ import pytest
 from router_helpers import random_adapter
 from test_gate import CAPS, one_thread, toy_examples  # noqa: F401 (one_thread: an autouse fixture)
 
+from gapforge.agents.router.gate import task_labels
 from gapforge.config import load_config
-from gapforge.evaluation.gate import task_labels
 from gapforge.evaluation.router_record import load_router, router_record, save_router
 from gapforge.evaluation.service import run_artifacts
 from gapforge.stages import stage_context
@@ -48,7 +48,8 @@ PROBES = [
 
 
 def _run(store: Store, workspace: Path, tiny_model_dir: Path) -> str:
-    """Two retained capabilities with adapters, a stored openings router (as a demo run has), labels of the analysis split."""
+    """Two retained capabilities with adapters, a stored router without a gate but with the synthetic envs' openings,
+    labels of the analysis split."""
     run = store.create_run("trace", {}, run_id="r-gate")
     ws = Workspace(workspace)
     for seed, cap in enumerate(CAPS):
@@ -90,7 +91,7 @@ def _run(store: Store, workspace: Path, tiny_model_dir: Path) -> str:
     save_router(
         store,
         run,
-        router_record(run_artifacts(store, run), backend="openings", openings=openings, seeds=list(range(8))),
+        router_record(run_artifacts(store, run), backend="transformers", openings=openings, seeds=list(range(8))),
     )
     return run
 
@@ -103,7 +104,7 @@ def _cfg(workspace: Path, tiny_model_dir: Path, *extra: str):
             "policy.kind=local",
             f"policy.local_path={tiny_model_dir}",
             "routing.backend=gate",
-            "routing.gate_max_tokens=64",
+            "routing.gate.max_tokens=64",
             *extra,
         ],
         environ={},
@@ -236,7 +237,7 @@ def test_a_vllm_run_without_a_stored_gate_trains_it_through_the_local_copy(
         run = _run(store, workspace, tiny_model_dir)
         local = Routing(stage_context(cfg, store))
         _, _, router = local.routed(run, baseline=False, keep=False)  # trained here, not stored
-        assert local.source == "built" and load_router(store, run).backend == "openings"
+        assert local.source == "built" and load_router(store, run).backend == "transformers"
         with FakeVLLMServer("tiny-base") as vllm:
             lines: list[str] = []
             ecfg = _cfg(
@@ -260,8 +261,7 @@ def test_a_target_task_outvoted_on_its_own_first_message_is_left_out() -> None:
     """A lookup labelled `none` (its episodes never reached the record) whose question the synthetic env and other tasks
     carry under the capability would teach the gate `none` for that question: it is left out. A lone synthetic opening
     never is, and a tie keeps the task."""
-    from gapforge.evaluation.gate import agree_on_text
-    from gapforge.evaluation.router_record import GateExample
+    from gapforge.agents.router.gate import GateExample, agree_on_text
 
     q, other = "Hello, how much did I pay in total for one of my recent orders?", "Hi, I'd like to cancel an order."
     examples = [GateExample(id=f"synthetic:scope:seed={i}", text=q, label="scope", split="train") for i in range(3)]

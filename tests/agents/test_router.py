@@ -13,10 +13,11 @@ from gapforge.agents.router import (
     Router,
     RouterError,
     RoutingConfig,
+    TransformersScorer,
     compact_trajectory,
+    confusion,
     make_options,
 )
-from gapforge.agents.router_backends import TransformersScorer
 
 
 def _options() -> list[RouteOption]:
@@ -101,7 +102,7 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
     from the same model's forward pass: the same decisions and logprobs as the direct backend."""
     import torch
 
-    from gapforge.agents.router_backends import CompletionsScorer
+    from gapforge.agents.router import CompletionsScorer
     from tests.fakes.fake_vllm import FakeVLLMServer
 
     direct = TransformersScorer.from_pretrained(taught_dir)
@@ -122,12 +123,12 @@ def test_vllm_completions_scorer_matches_the_transformers_pass(taught_dir: Path)
     for a, b in zip(via_vllm, local):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert body["max_tokens"] == 1 and body["return_tokens_as_token_ids"] is True and len(body["prompt"]) == 3
-    assert body["logprob_token_ids"] == Router(_options(), direct).token_ids
+    assert body["logprob_token_ids"] == direct.token_ids(Router(_options(), direct).labels)
 
 
 def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
     from gapforge.agents.errors import ModelEndpointError
-    from gapforge.agents.router_backends import CompletionsScorer
+    from gapforge.agents.router import CompletionsScorer
     from tests.fakes.fake_vllm import FakeVLLMServer
 
     tok = TransformersScorer.from_pretrained(tiny_model_dir).tokenizer
@@ -141,16 +142,9 @@ def test_vllm_scorer_blames_the_endpoint(tiny_model_dir: Path) -> None:
         Router(_options(), CompletionsScorer("http://127.0.0.1:9/v1", "tiny", tok, timeout_s=2)).route("hi")
 
 
-def test_openings_router_sends_a_task_to_the_env_whose_openings_it_shares_and_keeps_the_rest_on_base() -> None:
-    from gapforge.agents.router_backends import OpeningsScorer, opening_words
+def test_a_backend_s_scores_pick_the_option_and_none_keeps_the_base() -> None:
+    from router_helpers import OpeningsScorer
 
-    assert opening_words("It's order #W1234567, my email is ava.kim12@example.com.") == {
-        "it's",
-        "order",
-        "my",
-        "email",
-        "is",
-    }
     scorer = OpeningsScorer(
         [
             ["Hi, I want to cancel my order, I don't need it anymore. ava@x.com #W1"],
@@ -161,14 +155,15 @@ def test_openings_router_sends_a_task_to_the_env_whose_openings_it_shares_and_ke
     router = Router(
         [RouteOption("A", "precondition", "d", adapter="pre"), RouteOption("B", "lookup", "d", adapter="look")],
         scorer,
-        RoutingConfig(backend="openings"),
+        RoutingConfig(),
     )
     cancel = router.route("Hi, I want to cancel my order, I don't need it anymore.")
-    assert cancel.adapter == "pre" and cancel.logprobs["A"] == 1.0  # ids and emails are left out of the overlap
+    assert cancel.adapter == "pre" and cancel.logprobs["A"] == 1.0
     assert router.route("Hello, how much did I pay in total for one of my recent orders? #W42").adapter == "look"
     other = router.route("Hi, what's the remaining balance on my gift card?")
-    assert (
-        other.adapter is None and other.label == "C" and not other.abstained
-    )  # unlike every env's openings: the base model
-    with pytest.raises(RouterError, match="at least one opening per capability"):
-        OpeningsScorer([["x"], []])
+    assert other.adapter is None and other.label == "C" and not other.abstained  # none scores highest: the base model
+
+
+def test_confusion_matrix_rows_are_expected() -> None:
+    c = confusion([("a", "a"), ("a", "none"), ("none", "none")], ["a", "none"])
+    assert c["matrix"] == [[1, 1], [0, 1]] and c["accuracy"] == pytest.approx(2 / 3)

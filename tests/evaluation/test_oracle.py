@@ -187,9 +187,9 @@ def test_a_resumed_evaluation_still_stores_the_routers_choices(tmp_path: Path) -
     routed policy that played nothing) stores the same choices, not none."""
     import asyncio
 
-    from gapforge.agents.routed_policy import RoutedPolicy
-    from gapforge.agents.router import Router, RoutingConfig, make_options
-    from gapforge.agents.router_backends import OpeningsScorer
+    from router_helpers import OpeningsScorer
+
+    from gapforge.agents.router import RoutedPolicy, Router, RoutingConfig, make_options
     from gapforge.envs.registry import make_env
     from gapforge.evaluation.run import EvalPlan, evaluate
 
@@ -199,7 +199,7 @@ def test_a_resumed_evaluation_still_stores_the_routers_choices(tmp_path: Path) -
     router = Router(
         make_options([{"name": "pv", "adapter": "pv"}], RoutingConfig().labels),
         OpeningsScorer([[opening]]),
-        RoutingConfig(backend="openings"),
+        RoutingConfig(),
     )
     with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
         run = store.create_run("trace", {}, run_id="r2")

@@ -13,8 +13,7 @@ import pytest
 from router_helpers import random_adapter
 
 from gapforge.agents.rollouts import CollectPlan, collect
-from gapforge.agents.routed_policy import RoutedPolicy
-from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.agents.router import LabelScorer, RoutedPolicy, Router, RoutingConfig, make_options
 from gapforge.envs.protocol import Message
 from gapforge.envs.registry import make_env
 from gapforge.envs.sampling import episode_key
@@ -27,7 +26,7 @@ TASKS = [ADAPTER_TASK, "shop-lookup-002", NONE_TASK, ABSTAIN_TASK]
 FAMILIES = {t: make_env("shop").task_family(t) for t in TASKS}
 
 
-class KeywordScorer:
+class KeywordScorer(LabelScorer):
     """A LabelScorer stand-in: 'tracking' -> A clearly; 'cancel an order' -> A by less than the margin (abstain); else none (C)."""
 
     def label_token_ids(self, label: str) -> list[int]:

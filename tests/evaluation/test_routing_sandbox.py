@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gapforge.agents.router import Router, RoutingConfig, make_options
+from gapforge.agents.router import LabelScorer, Router, RoutingConfig, make_options
 from gapforge.envs.naming import synthetic_env_name
 from gapforge.envs.registry import make_env
 from gapforge.envs.synthetic import InProcessSyntheticEnv
@@ -40,7 +40,7 @@ def sandbox_cfg(docker_client) -> SandboxConfig:
     )
 
 
-class KeywordScorer:
+class KeywordScorer(LabelScorer):
     """A LabelScorer stand-in: the label logprobs come from keywords of the task message in the routing prompt."""
 
     def label_token_ids(self, label: str) -> list[int]:

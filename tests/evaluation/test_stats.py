@@ -37,11 +37,6 @@ def test_paired_difference_is_policy_minus_base_on_common_tasks() -> None:
     assert set(fam) == {"refusal", "unknown"} and fam["refusal"]["pass_rate"]["value"] == 1.0
 
 
-def test_confusion_matrix_rows_are_expected() -> None:
-    c = stats.confusion([("a", "a"), ("a", "none"), ("none", "none")], ["a", "none"])
-    assert c["matrix"] == [[1, 1], [0, 1]] and c["accuracy"] == pytest.approx(2 / 3)
-
-
 def _episodes(diffs: dict[str, list[int]], *, base_success: bool = False) -> tuple[dict, dict]:
     """Hand-made paired trials: per task, the policy's success minus the base's (+1, 0 or -1) per trial."""
     policy, base = {}, {}

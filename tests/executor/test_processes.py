@@ -246,25 +246,24 @@ class _Unportable:
     """A scorer that does not say it is portable (an LLM or a model forward pass): its router stays on the driver."""
 
     def __init__(self, openings: list[list[str]]) -> None:
-        from gapforge.agents.router_backends import OpeningsScorer
+        from router_helpers import OpeningsScorer
 
         self.inner = OpeningsScorer(openings)
 
-    def label_token_ids(self, label: str) -> list[int]:
-        return self.inner.label_token_ids(label)
+    def check_labels(self, labels: list[str]) -> None:
+        pass
 
-    def scores(self, messages: list[str]) -> list[list[float]]:
-        return self.inner.scores(messages)
+    def scores(self, router: Any, messages: list[str]) -> list[list[float]]:
+        return self.inner.scores(router, messages)
 
 
 @pytest.mark.slow  # worker processes load a tiny model and two adapters
 def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_and_routing(
     tiny_model_dir: Path, tmp_path_factory, tmp_path: Path
 ) -> None:
-    from router_helpers import capability_specs, random_adapter, shared_taught_model
+    from router_helpers import OpeningsScorer, capability_specs, random_adapter, shared_taught_model
 
     from gapforge.agents.router import Router, RoutingConfig, make_options
-    from gapforge.agents.router_backends import OpeningsScorer
     from gapforge.evaluation.policies import standard_policies
     from gapforge.executor.evaluation import local_eval_players, recipe
     from gapforge.serving.multi_adapter import MultiAdapterModel

@@ -11,8 +11,7 @@ import pytest
 from executor_helpers import assert_same_evaluation, evaluate_each, sorted_episodes
 from router_helpers import capability_specs, random_adapter, shared_taught_model
 
-from gapforge.agents.router import Router, RoutingConfig, make_options
-from gapforge.agents.router_backends import TransformersScorer
+from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 from gapforge.envs.registry import make_env
 from gapforge.executor import ExecutorConfig
 from gapforge.executor.evaluation import eval_players, recipe

@@ -18,8 +18,6 @@ from typer.testing import CliRunner
 from gapforge.cli import app
 from gapforge.store import Store
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _store_with_adapter(ws: Path, tiny_model_dir: Path) -> str:
     with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
@@ -110,7 +108,7 @@ def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "SERVE_KEY": "k-serve"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "SERVE_KEY": "k-serve"}
     cmd = [
         sys.executable,
         "-m",

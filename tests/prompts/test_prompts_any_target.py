@@ -19,8 +19,8 @@ from gapforge.agents.analysis.labeling import label_pass
 from gapforge.agents.analysis.split import split_tasks
 from gapforge.agents.analysis.target import _registered_tools, target_brief
 from gapforge.agents.prompt_opt import reflection_template
-from gapforge.agents.routed_policy import hints_text
-from gapforge.agents.router import Router, make_options
+from gapforge.agents.prompted_policy import hints_text
+from gapforge.agents.router import LabelScorer, Router, make_options
 from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.agents.synthesis.context import gather_context
 from gapforge.agents.synthesis.generator import render_generator_prompt
@@ -87,7 +87,7 @@ class Capture:
         }
 
 
-class LetterScorer:
+class LetterScorer(LabelScorer):
     def label_token_ids(self, label: str) -> list[int]:
         return [ord(label)]
 

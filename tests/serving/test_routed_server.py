@@ -17,8 +17,7 @@ from router_helpers import (
     shared_taught_model,
 )
 
-from gapforge.agents.router import Router, RoutingConfig, make_options
-from gapforge.agents.router_backends import TransformersScorer
+from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 from gapforge.envs.protocol import Message
 from gapforge.serving.multi_adapter import MultiAdapterModel
 from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer

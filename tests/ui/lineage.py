@@ -25,6 +25,7 @@ from typing import Any
 from gapforge.agents.analysis.schemas import dictionary_hash
 from gapforge.agents.analysis.selection import select
 from gapforge.agents.analysis.split import analysis_episodes
+from gapforge.agents.router import confusion
 from gapforge.evaluation import stats
 from gapforge.evaluation.run import child_run_id
 from gapforge.graph.context import (
@@ -190,7 +191,7 @@ class LineageStages:
             for c in capabilities
             for s in range(4)
         ]
-        conf = stats.confusion([(c["expected"], c["decision"]["capability"] or "none") for c in cases], labels)
+        conf = confusion([(c["expected"], c["decision"]["capability"] or "none") for c in cases], labels)
         self.store.put_evaluation(
             run_id,
             "router_accuracy",

@@ -1,90 +1,59 @@
 """The router: which adapter answers a task (docs/evaluation.md).
 
-The frozen base model reads one routing prompt (prompts/router.md): the target's
-name and the opening of its policy document, the task's first user message, one
-single-token label per capability (A, B, C, ...) with
-its definition and one compacted successful trajectory from its synthetic env,
-and one more label meaning "none of these". ONE forward pass; the decision is
-the argmax of the next-token log-probabilities over the label tokens (never
-generation). A label that is not exactly one token of the tokenizer is refused
-when the router is built. When the winner beats the runner-up by less than
-`margin` (in log-probability units = logit units), the router abstains to the
-base model; "none" also keeps the base model.
+`Router` holds the options (one single-token label per capability, with its definition, one compacted successful
+trajectory from its synthetic env and its adapter) and one more label meaning "none of these". A backend
+(`Scorer`) gives, per first user message, one score per option and then `none`'s; the decision is the argmax.
+When the winner beats the runner-up by less than `routing.margin` (logprob units for the label scorer, log-odds
+for the gate), the router abstains to the base model; "none" also keeps the base model.
 
-Scorers (agents/router_backends.py): transformers directly, or a vLLM server's
-completions API asked for the logprobs of the label token ids; or, for a base
-model too small to read the routing prompt, the word overlap of the task's first
-message with the openings each adapter was trained on (`OpeningsScorer`). The
-learned gate (agents/gate.py, `GateScorer`) reads no routing prompt: a classifier
-over the base's hidden state of the first user message gives the option scores.
+Backends, one per module: the paper's label scorer (`labels.py`: the frozen base's next-token log-probabilities
+of the label tokens after the routing prompt, prompts/router.md, built here by `Router.messages`; a local model or
+a vLLM server's completions) and the learned gate (`gate.py`: a classifier over the base's hidden state of the
+first user message).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any, Protocol
 
 from gapforge.agents.errors import ModelError
+from gapforge.agents.router.config import RoutingConfig
 from gapforge.prompts import load_prompt
 
 ROUTER_PROMPT = "router.md"
+NONE = "none"  # the class of a task no routed capability covers: the base model plays it
 
 
 class RouterError(ModelError):
     """A router that cannot be built as configured (multi-token label, too few labels); says what to fix."""
 
 
-class RoutingConfig(BaseModel):
-    """The router: which adapter, or the base model, answers each task (docs/evaluation.md)."""
+class Scorer(Protocol):
+    """A router backend: per first user message, one score per option (in option order), then the none label's.
+    `portable`: pure data, so a worker process routing with a copy decides exactly as this process does."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    portable: bool
 
-    enabled: bool = Field(True, description="False: every task goes to the base model")
-    backend: Literal["transformers", "vllm", "openings", "gate"] = Field(
-        "transformers",
-        description="transformers / vllm: the base's logprob of each label after the routing prompt; gate: a classifier over "
-        "the base's hidden state (docs/evaluation.md); openings: word overlap with each adapter's env openings (tiny bases)",
-    )
-    openings_min_similarity: float = Field(0.5, ge=0.0, le=1.0, description="backend=openings: the score of `none`")
-    gate_hidden: int = Field(
-        0, ge=0, le=4096, description="backend=gate: 0 = logistic regression; N = a 2-layer MLP with N hidden units"
-    )
-    gate_max_tokens: int = Field(256, ge=1, description="backend=gate: tokens of the first user message pooled")
-    gate_heldout_fraction: float = Field(
-        0.25, ge=0.0, lt=1.0, description="backend=gate: share of each class held out to measure the gate"
-    )
-    gate_refit: bool = Field(
-        True, description="backend=gate: after measuring, fit the served gate again on every example"
-    )
-    gate_epochs: int = Field(300, ge=1, le=100_000, description="backend=gate: full-batch Adam steps")
-    gate_lr: float = Field(0.05, gt=0.0, description="backend=gate: Adam learning rate")
-    gate_weight_decay: float = Field(1e-3, ge=0.0, description="backend=gate: L2 penalty (Adam weight decay)")
-    gate_seed: int = Field(0, description="backend=gate: seed of the initialisation and the held-out split")
-    labels: list[str] = Field(
-        default_factory=lambda: list("ABCDEFGHIJKLMNOP"),
-        description="capability i gets labels[i], `none` the next one; each must be one token",
-    )
-    margin: float = Field(
-        0.0,
-        ge=0.0,
-        description="abstain to the base when top minus runner-up score < margin (logprobs; gate: log-odds; openings: overlap)",
-    )
-    max_example_chars: int = Field(1200, ge=0, description="characters of each capability's example in the prompt")
-    max_policy_chars: int = Field(600, ge=0, description="characters of the target's policy document in the prompt")
-    batch_size: int = Field(8, ge=1, description="routing prompts per forward pass")
-    vllm_base_url: str | None = Field(None, description="backend=vllm: the server's /v1 URL")
-    vllm_model: str | None = Field(None, description="backend=vllm: the served base model's name")
-    timeout_s: float = Field(30.0, gt=0, description="backend=vllm: seconds per request")
+    def check_labels(self, labels: list[str]) -> None:
+        """Refuse labels this backend cannot score (RouterError), when the router is built."""
+        ...
 
-    @field_validator("labels")
-    @classmethod
-    def _distinct(cls, v: list[str]) -> list[str]:
-        if len(v) < 2 or len(set(v)) != len(v) or any(not s.strip() for s in v):
-            raise ValueError("routing.labels needs at least 2 distinct, non-blank labels")
-        return v
+    def scores(self, router: Router, first_user_messages: list[str]) -> list[list[float]]: ...
+
+
+class NoScorer:
+    """The scorer of a router with no option to route to: every task stays on the base and nothing is scored."""
+
+    portable = True
+
+    def check_labels(self, labels: list[str]) -> None:
+        pass
+
+    def scores(self, router: Router, first_user_messages: list[str]) -> list[list[float]]:
+        raise RouterError("a router without options scores nothing")
 
 
 @dataclass(frozen=True)
@@ -118,16 +87,6 @@ class RouteDecision:
         return asdict(self)
 
 
-class LabelScorer(Protocol):
-    """Next-token log-probabilities of given token ids after chat-templated prompts."""
-
-    def label_token_ids(self, label: str) -> list[int]: ...
-
-    def render(self, messages: list[dict[str, Any]]) -> str: ...
-
-    def label_logprobs(self, prompts: list[str], token_ids: list[int]) -> list[list[float]]: ...
-
-
 def compact_trajectory(messages: list[Any], max_chars: int) -> str:
     """A successful episode as short lines (`user: ...`, `assistant -> tool(args)`, `tool: ...`), system prompt dropped."""
     lines: list[str] = []
@@ -156,7 +115,8 @@ def make_options(capabilities: list[dict[str, Any]], labels: list[str]) -> list[
     """Assign labels in order to capabilities ({name, definition, example?, adapter?}); one label stays for 'none'."""
     if len(capabilities) + 1 > len(labels):
         raise RouterError(
-            f"{len(capabilities)} capabilities need {len(capabilities) + 1} labels (one for 'none'): add labels to routing.labels"
+            f"{len(capabilities)} capabilities need {len(capabilities) + 1} labels (one for 'none'): add labels to "
+            "routing.labels"
         )
     return [
         RouteOption(labels[i], c["name"], c.get("definition", ""), c.get("example", ""), c.get("adapter"))
@@ -165,12 +125,12 @@ def make_options(capabilities: list[dict[str, Any]], labels: list[str]) -> list[
 
 
 class Router:
-    """Routes first user messages to options with one forward pass of the base model."""
+    """Routes first user messages to options with the scores of one backend."""
 
     def __init__(
         self,
         options: list[RouteOption],
-        scorer: LabelScorer,
+        scorer: Scorer,
         config: RoutingConfig | None = None,
         *,
         target: str = "",
@@ -188,27 +148,15 @@ class Router:
             raise RouterError("option labels must be distinct and leave one label of routing.labels for 'none'")
         self.none_label = spare[0]
         self.labels = [*used, self.none_label]
-        self.token_ids = [self._single_token(lab) for lab in self.labels]
-        if len(set(self.token_ids)) != len(self.token_ids):
-            raise RouterError(
-                f"labels {self.labels} map to repeated token ids {self.token_ids}: choose labels with distinct tokens"
-            )
+        scorer.check_labels(self.labels)
         self.prompt = load_prompt(ROUTER_PROMPT)
-
-    def _single_token(self, label: str) -> int:
-        ids = self.scorer.label_token_ids(label)
-        if len(ids) != 1:
-            raise RouterError(
-                f"router label {label!r} is {len(ids)} tokens of this tokenizer, not 1: use single-token labels in routing.labels (e.g. A, B, C)"
-            )
-        return ids[0]
 
     @property
     def prompt_id(self) -> str:
         return self.prompt.id
 
     def messages(self, first_user_message: str) -> list[dict[str, Any]]:
-        """The routing prompt as one user turn (the scorer renders it with the chat template)."""
+        """The routing prompt as one user turn (the label scorer renders it with the chat template)."""
         blocks = []
         for o in self.options:
             block = f"{o.label}: {o.capability} — {o.definition.strip()}"
@@ -226,7 +174,7 @@ class Router:
         return [{"role": "user", "content": text}]
 
     def decide(self, logprobs: list[float]) -> RouteDecision:
-        """Argmax over the label logprobs; none / small margin -> the base model."""
+        """Argmax over the label scores; none / small margin -> the base model."""
         scores = dict(zip(self.labels, logprobs, strict=True))
         order = sorted(range(len(logprobs)), key=lambda i: logprobs[i], reverse=True)
         best = order[0]
@@ -240,18 +188,10 @@ class Router:
         return RouteDecision(label, opt.capability, opt.adapter, margin, False, scores)
 
     def route_batch(self, first_user_messages: list[str]) -> list[RouteDecision]:
-        """Route many tasks: prompts go to the scorer in batches of `routing.batch_size`."""
+        """Route many tasks (the label scorer sends its prompts in batches of `routing.batch_size`)."""
         if not self.config.enabled or not self.options:
             return [RouteDecision(None, None, None, 0.0, False, {}) for _ in first_user_messages]
-        if hasattr(self.scorer, "scores"):  # OpeningsScorer, agents.gate.GateScorer: score the first messages directly
-            return [self.decide(r) for r in self.scorer.scores(list(first_user_messages))]
-        prompts = [self.scorer.render(self.messages(m)) for m in first_user_messages]
-        out: list[RouteDecision] = []
-        size = self.config.batch_size
-        for start in range(0, len(prompts), size):
-            rows = self.scorer.label_logprobs(prompts[start : start + size], self.token_ids)
-            out.extend(self.decide(r) for r in rows)
-        return out
+        return [self.decide(r) for r in self.scorer.scores(self, list(first_user_messages))]
 
     def route(self, first_user_message: str) -> RouteDecision:
         return self.route_batch([first_user_message])[0]
@@ -286,3 +226,18 @@ def first_user_message(messages: list[Any]) -> str | None:
                 content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             return str(content or "")
     return None
+
+
+def confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> dict[str, object]:
+    """Router accuracy and confusion matrix from (expected, predicted) names; rows = expected."""
+    index = {name: i for i, name in enumerate(labels)}
+    matrix = [[0] * len(labels) for _ in labels]
+    for expected, predicted in pairs:
+        matrix[index[expected]][index[predicted]] += 1
+    correct = sum(matrix[i][i] for i in range(len(labels)))
+    return {
+        "labels": list(labels),
+        "matrix": matrix,
+        "accuracy": correct / len(pairs) if pairs else None,
+        "n": len(pairs),
+    }

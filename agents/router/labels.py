@@ -1,21 +1,22 @@
-"""Label scorers for the router: next-token log-probabilities of the label token ids.
+"""The paper's label scorer (routing.backend transformers / vllm): the frozen base model reads the routing prompt
+(`Router.messages`: the target's name and the opening of its policy document, the task's first user message, one
+single-token label per capability with its definition and example, one more label for "none"), and the scores are the
+next-token log-probabilities of the label tokens after it: ONE forward pass, never generation. A label that is not
+exactly one token of the tokenizer is refused when the router is built.
 
-- `TransformersScorer`: a forward pass of a local Hugging Face model (right-padded
-  batch, the last real position of each row). `context` wraps the pass, e.g. to
-  hold the serving lock and disable the adapters of a shared PeftModel so the
-  FROZEN base model decides.
-- `CompletionsScorer`: a vLLM server's `/v1/completions` with the prompt sent as
-  token ids (rendered by the local tokenizer, so label ids and prompt agree),
-  `max_tokens=1`, `logprob_token_ids` = the label ids and
-  `return_tokens_as_token_ids` so the answer is keyed `token_id:N`. Both return
-  log-softmax over the full vocabulary, so margins (differences) are logit
-  differences on either backend.
+Two transports of the same scorer:
+- `TransformersScorer`: a forward pass of a local Hugging Face model (right-padded batch, the last real position of
+  each row). `context` wraps the pass, e.g. to hold the serving lock and disable the adapters of a shared PeftModel
+  so the FROZEN base model decides.
+- `CompletionsScorer`: a vLLM server's `/v1/completions` with the prompt sent as token ids (rendered by the local
+  tokenizer, so label ids and prompt agree), `max_tokens=1`, `logprob_token_ids` = the label ids and
+  `return_tokens_as_token_ids` so the answer is keyed `token_id:N`.
+Both return log-softmax over the full vocabulary, so margins (differences) are logit differences on either.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,14 +24,20 @@ from typing import Any
 import httpx
 
 from gapforge.agents.errors import ModelEndpointError
-from gapforge.agents.router import RouterError
+from gapforge.agents.router.router import Router, RouterError
 
 DEFAULT_TEMPLATE_KWARGS = {"enable_thinking": False}
 
 
-class _TokenizerMixin:
-    tokenizer: Any
-    template_kwargs: dict[str, Any]
+class LabelScorer:
+    """The label scorer over a tokenizer; a transport implements `label_logprobs` (next-token log-probabilities of
+    the given token ids after each chat-templated prompt)."""
+
+    portable = False  # a model forward pass or a server: a worker process does not route with a copy
+
+    def __init__(self, tokenizer: Any = None, template_kwargs: dict[str, Any] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.template_kwargs = DEFAULT_TEMPLATE_KWARGS if template_kwargs is None else template_kwargs
 
     def label_token_ids(self, label: str) -> list[int]:
         return list(self.tokenizer.encode(label, add_special_tokens=False))
@@ -40,8 +47,39 @@ class _TokenizerMixin:
             messages, add_generation_prompt=True, tokenize=False, **self.template_kwargs
         )
 
+    def label_logprobs(self, prompts: list[str], token_ids: list[int]) -> list[list[float]]:
+        raise NotImplementedError
 
-class TransformersScorer(_TokenizerMixin):
+    def token_ids(self, labels: list[str]) -> list[int]:
+        """One token id per label (RouterError: a label of several tokens, or two labels on one token)."""
+        ids = []
+        for label in labels:
+            tokens = self.label_token_ids(label)
+            if len(tokens) != 1:
+                raise RouterError(
+                    f"router label {label!r} is {len(tokens)} tokens of this tokenizer, not 1: use single-token labels "
+                    "in routing.labels (e.g. A, B, C)"
+                )
+            ids.append(tokens[0])
+        if len(set(ids)) != len(ids):
+            raise RouterError(f"labels {labels} map to repeated token ids {ids}: choose labels with distinct tokens")
+        return ids
+
+    def check_labels(self, labels: list[str]) -> None:
+        self.token_ids(labels)
+
+    def scores(self, router: Router, first_user_messages: list[str]) -> list[list[float]]:
+        """The routing prompt of each message, sent in batches of `routing.batch_size`."""
+        token_ids = self.token_ids(router.labels)
+        prompts = [self.render(router.messages(m)) for m in first_user_messages]
+        size = router.config.batch_size
+        out: list[list[float]] = []
+        for start in range(0, len(prompts), size):
+            out.extend(self.label_logprobs(prompts[start : start + size], token_ids))
+        return out
+
+
+class TransformersScorer(LabelScorer):
     def __init__(
         self,
         model: Any,
@@ -50,10 +88,9 @@ class TransformersScorer(_TokenizerMixin):
         context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__(tokenizer, template_kwargs)
         self.model = model
-        self.tokenizer = tokenizer
         self.context = context or contextlib.nullcontext
-        self.template_kwargs = DEFAULT_TEMPLATE_KWARGS if template_kwargs is None else template_kwargs
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kw: Any) -> TransformersScorer:
@@ -85,7 +122,7 @@ class TransformersScorer(_TokenizerMixin):
         return rows[:, token_ids].tolist()
 
 
-class CompletionsScorer(_TokenizerMixin):
+class CompletionsScorer(LabelScorer):
     """vLLM's completions API (0.33: `logprob_token_ids`, `return_tokens_as_token_ids`)."""
 
     def __init__(
@@ -98,10 +135,9 @@ class CompletionsScorer(_TokenizerMixin):
         timeout_s: float = 30.0,
         template_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__(tokenizer, template_kwargs)
         self.url = base_url.rstrip("/") + "/completions"
         self.model = model
-        self.tokenizer = tokenizer
-        self.template_kwargs = DEFAULT_TEMPLATE_KWARGS if template_kwargs is None else template_kwargs
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
 
@@ -138,50 +174,9 @@ class CompletionsScorer(_TokenizerMixin):
                 key = f"token_id:{tid}"
                 if key not in top:
                     raise ModelEndpointError(
-                        f"router endpoint gave no logprob for label token id {tid}: it needs vLLM >= 0.33 (logprob_token_ids)"
+                        f"router endpoint gave no logprob for label token id {tid}: it needs vLLM >= 0.33 "
+                        "(logprob_token_ids)"
                     )
                 row.append(float(top[key]))
             out.append(row)
         return out
-
-
-_WORD = re.compile(r"[a-z']+")
-
-
-def opening_words(text: str) -> frozenset[str]:
-    """The words of a first user message, lower-cased; ids, emails and numbers (a token with a digit, '@' or '#') left out."""
-    kept = (t for t in text.lower().split() if not any(c.isdigit() or c in "@#" for c in t))
-    return frozenset(w for w in _WORD.findall(" ".join(kept)))
-
-
-class OpeningsScorer:
-    """Routing by the openings each adapter was trained on (`routing.backend: openings`).
-
-    A stand-in for a base model too small to read the routing prompt (the offline demo's ~1M-parameter
-    policy): each capability's score is the highest word overlap (Jaccard, ids left out) between the
-    task's first user message and the first user messages of its synthetic env's held-out seeds; the
-    "none" label scores `min_similarity`, so a task unlike every env's openings keeps the base model.
-    Scores play the role of logprobs in Router.decide (argmax, margin). Pure data and deterministic
-    (`portable`): a worker process routing with a copy decides exactly as this process does."""
-
-    portable = True
-
-    def __init__(self, openings: list[list[str]], *, min_similarity: float = 0.5) -> None:
-        if not all(openings):
-            raise RouterError(
-                "routing.backend=openings needs at least one opening per capability (its synthetic env's first user messages)"
-            )
-        self.openings = [[opening_words(o) for o in per] for per in openings]
-        self.min_similarity = min_similarity
-
-    def label_token_ids(self, label: str) -> list[int]:
-        return [ord(label[0])] if len(label) == 1 else [ord(c) for c in label]
-
-    def scores(self, first_user_messages: list[str]) -> list[list[float]]:
-        """One row per message: a score per capability (in option order), then the none label's."""
-        rows = []
-        for message in first_user_messages:
-            words = opening_words(message)
-            row = [max((len(words & o) / len(words | o) if words | o else 0.0) for o in per) for per in self.openings]
-            rows.append([*row, self.min_similarity])
-        return rows
