@@ -19,6 +19,10 @@ LOCAL_POLICY_CALL_S = 60.0  # a local model's turn, at most (a CPU turn of the d
 SCRIPTED_CALL_S = 1.0  # a recorded answer's turn
 MIN_EPISODE_LIMIT_S, MAX_EPISODE_LIMIT_S = 60.0, 86400.0
 OPENAI_API_HOST = "api.openai.com"
+# The temperature of a chat model made from an endpoint when the caller gives none (agents/llm.py make_chat_model): the
+# LLM roles (analyst's discovery, generator, reviewer) and an LLM user simulator sample greedily; the policy samples at
+# policy.temperature, labeling passes at analysis.temperature.
+ENDPOINT_TEMPERATURE = 0.0
 
 
 class _Section(BaseModel):
@@ -71,7 +75,6 @@ class EndpointConfig(_Section):
     breaker_cooldown_s: float = Field(
         30.0, ge=0.0, description="seconds calls fail at once while it is down, before one probe"
     )
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
     _key: SecretStr | None = PrivateAttr(None)  # read by the loader (load_key); never dumped
 
     @field_validator("base_url")
@@ -142,7 +145,7 @@ class PolicyConfig(_Section):
         description="scripted (recorded answers; cannot train), local (weights at local_path) or endpoint (a server, e.g. vLLM; "
         "a run also needs local_path and a routing.backend other than transformers)",
     )
-    endpoint: EndpointConfig = Field(default_factory=lambda: EndpointConfig(temperature=1.0))
+    endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     local_path: str | None = Field(
         None,
         description="Hugging Face model directory: the weights to load (local) or that the server serves (endpoint)",

@@ -38,7 +38,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from gapforge.agents.config import EndpointConfig, LLMConfig, PolicyConfig
+from gapforge.agents.config import ENDPOINT_TEMPERATURE, EndpointConfig, LLMConfig, PolicyConfig
 from gapforge.agents.errors import ModelEndpointError, ModelError, StructuredOutputError
 from gapforge.agents.scripted import PROMPT_NAME_KEY, ScriptedChatModel
 from gapforge.envs.breaker import CircuitBreaker, CircuitOpen, breaker_for
@@ -162,7 +162,7 @@ def make_chat_model(
         api_key=key,
         timeout=endpoint.timeout_s,
         max_retries=0,
-        temperature=endpoint.temperature if temperature is None else temperature,
+        temperature=ENDPOINT_TEMPERATURE if temperature is None else temperature,
         retry_attempts=endpoint.max_retries + 1,
         retry_backoff_s=endpoint.retry_backoff_s if retry_backoff_s is None else retry_backoff_s,
         breaker_failures=endpoint.breaker_failures,

@@ -14,7 +14,7 @@ Both labeling clients are measured in the same run: `lean` (agents/structured_ht
 default) and `langchain` (ChatOpenAI via agents.llm.astructured_call, the baseline), with the
 client CPU per call (ms; load-independent, unlike calls/s on a shared machine).
 
-    python bench/labeling.py [--latency 2.0] [--levels 8,32,64] [--clients lean,langchain] [--samples 4] [--tokenizer PATH]
+    python -m bench.labeling [--latency 2.0] [--levels 8,32,64] [--clients lean,langchain] [--samples 4] [--tokenizer PATH]
 """
 
 from __future__ import annotations
@@ -31,11 +31,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from statistics import mean
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(
-    0, str(ROOT)
-)  # tests.fakes (the fake server and the planted policy) live in the repository, not the product
-
 from gapforge.agents.analysis.compact import compact_episode, make_token_counter
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.discovery import discover
@@ -46,6 +41,8 @@ from gapforge.agents.config import EndpointConfig
 from gapforge.agents.llm import make_chat_model
 from gapforge.store import Store
 from tests.fakes.planted_policy import collect_planted
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
@@ -97,10 +94,7 @@ def main() -> None:
         cfg = AnalysisConfig(passes=1)
         discover(store, recorded_analyst("shop"), run, cfg=cfg, counter=counter)
         episodes = analysis_episodes(store, run, fraction=cfg.split_fraction, seed=cfg.seed)
-        sizes = [
-            compact_episode(store.get_episode(e.id), counter, budget_tokens=cfg.episode_budget_tokens).tokens
-            for e in episodes
-        ]
+        sizes = [compact_episode(store.get_episode(e.id), counter).tokens for e in episodes]
         print(
             f"{len(episodes)} analysis episodes, {len(names)} capabilities, latency {ns.latency}s, tokens: {counter.name}, "
             f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"

@@ -121,15 +121,10 @@ def _make_mcp(name: str, user: str, user_model: Any) -> Any:
 
 
 def _toolsandbox_network(name: str, query: str) -> str:
-    """`toolsandbox[:category]?network=stand-in` -> "stand-in"; no query -> "off"; the old `network=recorded` is refused
-    with the new name (its answers were never recorded)."""
+    """`toolsandbox[:category]?network=stand-in` -> "stand-in"; no query -> "off"."""
     if not query:
         return "off"
     key, _, value = query.partition("=")
-    if key == "network" and value == "recorded":
-        from gapforge.envs.toolsandbox.env import RENAMED
-
-        raise EnvError(f"env '{name}': {RENAMED}")
     if key != "network" or value not in ("off", "stand-in"):
         raise EnvError(
             f"bad option {query!r} in env '{name}': the only option is network=off|stand-in (e.g. toolsandbox:single_tool_call?network=stand-in)"

@@ -35,9 +35,6 @@ class EvaluationConfig(BaseModel):
         description="also evaluate routed TRACE and GRPO-on-target at each training.curve_fractions step "
         "(runs <run>.scale-k; train with training.early_stopping=false)",
     )
-    underpowered_points: float = Field(
-        15.0, gt=0, description="flag a family whose paired interval is wider than ± this many points"
-    )
     focus_family: str | None = Field(None, description="the family whose base -> TRACE (routed) result is the headline")
     routing_seeds: int = Field(
         4, ge=1, le=256, description="held-out synthetic seeds per capability for the router's accuracy"

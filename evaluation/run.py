@@ -33,9 +33,14 @@ from gapforge.envs.protocol import Message, PolicyModel, TargetEnvironment
 from gapforge.evaluation import stats
 from gapforge.evaluation.config import MAX_FAMILY_TRIALS
 from gapforge.evaluation.reuse import copy_base_episodes, reuses_base
+from gapforge.faults import InputFault
 
 BASE = "base"
 ROUTED = "trace_routed"
+
+
+class UnknownFamily(InputFault, ValueError):
+    """evaluation.family_trials or focus_family names a family none of the evaluated tasks is in (exit 2, one line)."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ async def evaluate(
     """Run every policy on plan.tasks x its trials (skipping stored episodes), then compute and store metrics.
 
     `policies` must include "base" (the reference for paired differences). A policy with a `decisions`
-    attribute (agents.routed_policy.RoutedPolicy) also gets its routing per task stored, and over the same
+    attribute (agents.router.RoutedPolicy) also gets its routing per task stored, and over the same
     base object it reuses the base's episodes of the tasks it routes to the base: it plays after the base;
     with `together`, every other policy at the same time as the base (each with `plan.concurrency` episodes in
     flight), else one after the other (Ray: each policy's player starts its own actors, each with the backend).
@@ -172,7 +177,7 @@ async def evaluate(
     known = set(families.values())
     for family in [*plan.family_trials, *([plan.focus_family] if plan.focus_family else [])]:
         if family not in known:
-            raise ValueError(
+            raise UnknownFamily(
                 f"family {family!r} (evaluation.family_trials / focus_family) has no task here: use one of {', '.join(sorted(known)) or 'none'}"
             )
     episodes: dict[str, dict[str, dict[int, tuple[float, bool]]]] = {}

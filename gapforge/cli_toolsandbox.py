@@ -32,9 +32,8 @@ def _catalogue_views(env: str) -> tuple[Mapping[str, list[str]], Mapping[str, li
         return None
     from gapforge.envs.registry import make_env
     from gapforge.envs.toolsandbox import catalog
-    from gapforge.envs.toolsandbox.metrics import current_name
 
-    target = make_env(current_name(env))  # builds no worker: the catalogue is cached beside the venv
+    target = make_env(env)  # builds no worker: the catalogue is cached beside the venv
     try:
         excluded = target.excluded()  # type: ignore[attr-defined]
     finally:

@@ -17,14 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
-from gapforge.agents.router import RoutingConfig  # the router's own section (agents/router.py)
+from gapforge.agents.router import RoutingConfig  # the router's own section (agents/router/config.py)
 from gapforge.agents.synthesis.config import SynthesisConfig
-from gapforge.demo_data import moved_shop_policy
 from gapforge.envs.tau2.config import Tau2Config
 from gapforge.errors import ConfigError
 from gapforge.evaluation.config import EvaluationConfig
 from gapforge.executor.config import ExecutorConfig
-from gapforge.sandbox.checks.settings import GRPOReadinessConfig, SelfTestThresholds
+from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.serving.config import ServeConfig
 from gapforge.store.config import StoreConfig
@@ -44,7 +43,6 @@ __all__ = [  # the moved sections stay importable from here for the composition 
     "RolloutConfig",
     "RoutingConfig",
     "SandboxConfig",
-    "SelfTestThresholds",
     "ServeConfig",
     "StoreConfig",
     "SynthesisConfig",
@@ -76,7 +74,6 @@ class GapforgeConfig(_Section):
     synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     grpo_readiness: GRPOReadinessConfig = Field(default_factory=GRPOReadinessConfig)
-    self_test: SelfTestThresholds = Field(default_factory=SelfTestThresholds)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
@@ -89,11 +86,6 @@ class GapforgeConfig(_Section):
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:
         """Settings of two sections that must agree (one-line fixes)."""
-        if abs(self.grpo_readiness.temperature - self.training.temperature) > 1e-9:
-            raise ValueError(
-                f"grpo_readiness.temperature ({self.grpo_readiness.temperature}) must equal training.temperature "
-                f"({self.training.temperature}): readiness measures the rollouts GRPO will sample; set both to the same value"
-            )
         if self.policy.kind == "local" and not self.policy.local_path:
             raise ValueError("policy.kind=local needs policy.local_path: set it to a Hugging Face model directory")
         return self
@@ -128,7 +120,7 @@ def check_run_config(cfg: GapforgeConfig) -> None:
     if pol.kind == "endpoint" and cfg.routing.backend == "transformers":
         raise ConfigError(
             "routing.backend=transformers needs the policy in this process, but policy.kind=endpoint serves it "
-            "elsewhere: set routing.backend=vllm (or gate, or openings)"
+            "elsewhere: set routing.backend=vllm (or gate)"
         )
 
 
@@ -221,11 +213,6 @@ def load_config(
     for item in overrides or []:
         key, value = parse_override(item)
         _set_dotted(tree, key, value)
-    pol = tree.get("policy")
-    if isinstance(pol, dict) and isinstance(
-        pol.get("local_path"), str
-    ):  # a config or stored run naming the policy's old place
-        pol["local_path"] = moved_shop_policy(pol["local_path"])
     for section in ("llm", "policy"):
         ep = tree.get(section, {}).get("endpoint", {}) if isinstance(tree.get(section), dict) else {}
         if isinstance(ep, dict) and "api_key" in ep:

@@ -1,7 +1,7 @@
 """The configuration reference (docs/config.md), generated from the pydantic config tree.
 
 Every section of `GapforgeConfig` becomes one list (sub-sections folded in), a line per key: type, default
-(the value a default config holds: `policy.endpoint` shows its own), bounds, description (a model shown twice
+(the value a default config holds: `executor.training` shows its own), bounds, description (a model shown twice
 is described once). The checks that span fields follow each list with the messages they raise.
 
     python -m gapforge.config_reference > docs/config.md

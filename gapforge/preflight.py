@@ -2,7 +2,8 @@
 
 A run that cannot finish should say so in the first second, not after hours of rollouts. In order:
 the config can complete a run (`check_run_config`), the target env loads (its class imports, its tools and tasks
-pass the protocol check: `make_target_env_factory` builds one and closes it), the policy's weights are there and a
+pass the protocol check: `make_target_env_factory` builds one and closes it) and has the tasks and families the config
+names (`check_names`: rollouts.tasks, evaluation.focus_family, evaluation.family_trials), the policy's weights are there and a
 served policy answers, and every LLM role the run will ask can answer for this env: a key and an answering endpoint
 for `llm.kind: openai`, a recording for this env (or a file of recorded answers naming the analyst's prompts) for
 `llm.kind: scripted`, and the generator's recordings. Each refusal is one line naming the setting to change
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from gapforge.agents.config import DEFAULT_KEY_ENV, EndpointConfig
 from gapforge.config import GapforgeConfig, check_run_config
+from gapforge.envs.protocol import TargetEnvironment
 from gapforge.errors import ConfigError, GapforgeError
 
 ANALYST_PROMPTS = ("analyst_discover", "analyst_label")  # the prompt names the analyst asks (prompts/)
@@ -34,7 +36,29 @@ def check_target(cfg: GapforgeConfig) -> None:
     from gapforge.wiring import make_target_env_factory
 
     probe, _ = make_target_env_factory(cfg, cfg.rollouts.env)
-    probe.close()
+    try:
+        check_names(cfg, probe)
+    finally:
+        probe.close()
+
+
+def check_names(cfg: GapforgeConfig, target: TargetEnvironment) -> None:
+    """The task ids and families the config names exist in the target: a typo is refused now, not after training."""
+    env, ids = cfg.rollouts.env, target.task_ids()
+    unknown = [t for t in cfg.rollouts.tasks or [] if t not in set(ids)]
+    if unknown:
+        raise ConfigError(
+            f"rollouts.tasks: unknown task id(s) {', '.join(unknown)} in {env}: list them with `gapforge rollouts tasks {env}`"
+        )
+    families = {target.task_family(t) for t in cfg.rollouts.tasks or ids}
+    ev = cfg.evaluation
+    named = [("evaluation.family_trials", f) for f in ev.family_trials]
+    named += [("evaluation.focus_family", ev.focus_family)] if ev.focus_family is not None else []
+    for key, family in named:
+        if family not in families:
+            raise ConfigError(
+                f"{key}: no task of {env} is in family {family!r}: use one of {', '.join(sorted(families)) or 'none'}"
+            )
 
 
 def check_policy(cfg: GapforgeConfig) -> None:

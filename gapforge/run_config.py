@@ -10,8 +10,8 @@ value differs from the run's. Where this invocation works, not what the run is, 
 invocation: `workspace`, `store`, `executor`. A URL the run stored with its password masked must be given again
 by the invocation (`--config`, an env var, `--set`); else the command stops with one line naming the key.
 
-A run stored by an older gapforge (or by hand) may hold no config: the invocation's config is used
-and `note` says so.
+A run that stores no config (an evaluation's child run, or one made by hand) uses the invocation's config,
+and `note` says so. A store made by an older gapforge is refused when it opens (store/models.py SCHEMA_VERSION).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def resolve(
     tree = stored_tree(record, where)
     if tree is None:
         note = (
-            f"note: run {run_id} stores no config (made by an older gapforge, or by hand): using this invocation's "
+            f"note: run {run_id} stores no config (an evaluation's child run, or made by hand): using this invocation's "
             "config and the defaults for everything else"
         )
         return RunConfig(load_config(config_path, overrides or []), note=note)

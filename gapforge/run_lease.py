@@ -25,6 +25,6 @@ def run_lease(cfg: GapforgeConfig, run_id: str, command: str) -> Iterator[None]:
 
     with (
         open_store(cfg) as store,
-        store.lease(run_id, command, ttl_s=cfg.store.lease_ttl_s, lock_timeout_s=cfg.store.lock_timeout_s),
+        store.lease(run_id, command, ttl_s=cfg.store.lease_ttl_s),
     ):
         yield

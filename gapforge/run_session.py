@@ -46,7 +46,7 @@ def config_from_record(
     `store_url`: the store the record was read from (the stored one has its password masked)."""
     stored = record.get("config")
     if not isinstance(stored, dict):
-        raise UsageError("this run has no stored config (made by an older gapforge): start a new run")
+        raise UsageError("this run stores no config (it was not started by `gapforge run`): start a new run")
     return load_tree({**stored, "store": {**(stored.get("store") or {}), "url": store_url}}, overrides)
 
 
@@ -159,7 +159,7 @@ def drive_run(
             return await drive(graph, run_id, ctx, start=initial_state(run_id) if fresh else None, on_event=on_event)
 
     # one working process per run (a second one: RunBusy)
-    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s, lock_timeout_s=cfg.store.lock_timeout_s):
+    with store.lease(run_id, "run", ttl_s=cfg.store.lease_ttl_s):
         store.set_run_status(run_id, "running")
         try:
             outcome = asyncio.run(go())

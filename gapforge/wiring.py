@@ -63,8 +63,7 @@ def build_deps(cfg: GapforgeConfig, *, pool_size: int | None = None) -> StageDep
         chat_model_factory=lambda role: make_role_chat_model(cfg, role),
         sandbox=cfg.sandbox,
         rollouts=cfg.rollouts,
-        readiness=cfg.grpo_readiness,
-        self_test=cfg.self_test,
+        readiness=cfg.grpo_readiness.with_temperature(cfg.training.temperature),  # it samples as GRPO will
         policy=cfg.policy,
         synthesis=cfg.synthesis,
         workspace=Workspace(cfg.workspace),
@@ -210,9 +209,8 @@ def user_simulator_endpoint(cfg: GapforgeConfig) -> EndpointConfig:
             f"rollouts.user_endpoint=policy needs a served policy (policy.kind=endpoint), not policy.kind={cfg.policy.kind}: "
             "serve it, or set rollouts.user_endpoint=llm"
         )
-    return cfg.policy.endpoint.model_copy(
-        update={"temperature": 0.0}
-    )  # the loaded key comes along (a private attribute)
+    # the loaded key comes along (a private attribute); its chat model samples at ENDPOINT_TEMPERATURE, 0
+    return cfg.policy.endpoint.model_copy()
 
 
 def sandbox_checks(cfg: GapforgeConfig):

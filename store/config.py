@@ -17,10 +17,3 @@ class StoreConfig(BaseModel):
         le=3600.0,
         description="seconds without a heartbeat (sent every ttl/4) before another process may take over the run",
     )
-    lock_timeout_s: float = Field(
-        30.0,
-        gt=0.0,
-        le=3600.0,
-        description="PostgreSQL: seconds a lease takeover waits on a row "
-        "a hung holder still locks before naming that process",
-    )

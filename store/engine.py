@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url, select, text
+from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -145,7 +145,6 @@ def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
         # stuck process holds still opens, and its lease can name that process (store/leases.py).
         if not set(Base.metadata.tables) <= set(inspect(engine).get_table_names()):
             Base.metadata.create_all(engine.execution_options(gapforge_write=True))
-        _add_lease_epoch(engine)
         _add_indexes(engine)
     except exc.DBAPIError as e:  # OperationalError, DatabaseError ("file is not a database"), ...
         engine.dispose()
@@ -203,20 +202,6 @@ def _add_indexes(engine: Engine) -> None:
         for index in table.indexes:
             if index.name not in have:
                 index.create(engine.execution_options(gapforge_write=True), checkfirst=True)
-
-
-def _add_lease_epoch(engine: Engine) -> None:
-    """Stores made before leases were fenced lack `run_leases.epoch`: add it (a lease row is
-    transient, so 0 for the rows there is right). Two processes racing: the loser's ALTER fails
-    and it finds the column there."""
-    if any(c["name"] == "epoch" for c in inspect(engine).get_columns("run_leases")):
-        return
-    try:
-        with engine.execution_options(gapforge_write=True).begin() as conn:
-            conn.execute(text("ALTER TABLE run_leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0"))
-    except exc.DBAPIError:
-        if not any(c["name"] == "epoch" for c in inspect(engine).get_columns("run_leases")):
-            raise
 
 
 def _open_hint(url: URL, reason: str) -> str:

@@ -17,8 +17,8 @@ the lease gone within one beat and stops its work with one line (LeaseLost).
 
 A holder stopped inside a write (SIGSTOP, a hung client) keeps its transaction open:
 on PostgreSQL its share lock on the lease row, on SQLite the store's write lock. A
-takeover waits for that lock at most `lock_timeout_s` (config `store.lock_timeout_s`, default
-LOCK_WAIT_S; SQLite: the busy timeout), then gets RunBusy naming the stuck process to stop,
+takeover waits for that lock at most `lock_timeout_s` (default LOCK_WAIT_S; SQLite: the busy
+timeout), then gets RunBusy naming the stuck process to stop,
 instead of waiting forever.
 """
 

@@ -26,7 +26,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = "2"  # 2: episodes keep score_info, step_info, user_prompt, started_at
+# 2: episodes keep score_info, step_info, user_prompt, started_at. 3: leases are fenced (run_leases.epoch); names
+# earlier versions stored (`baseline_hints`, `?network=recorded`) are no longer read: an older store is refused.
+SCHEMA_VERSION = "3"
 
 
 def utcnow() -> datetime:

@@ -13,7 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# The recipe's fixed parts (the paper's; no profile varies them), read by training/grpo.py:
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # modules LoRA adapts
+LORA_DROPOUT = 0.0  # no dropout on the adapters
+CLIP_EPSILON = 0.2  # PPO-style clip range of the GRPO loss
+LOSS_TYPE = "dapo"  # TRL GRPOConfig.loss_type (training/grpo.py relies on its zero-advantage behaviour)
 
 
 class TrainingConfig(BaseModel):
@@ -22,12 +26,8 @@ class TrainingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # LoRA (kept plain: vLLM rejects DoRA, biases and modules_to_save)
-    lora_rank: int = Field(32, ge=1, description="LoRA rank (paper: 32)")
+    lora_rank: int = Field(32, ge=1, description="LoRA rank (paper: 32; on every projection, ALL_PROJECTIONS)")
     lora_alpha: int = Field(64, ge=1)
-    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    lora_target_modules: list[str] = Field(
-        default_factory=lambda: list(ALL_PROJECTIONS), description="modules LoRA adapts (paper: all projections)"
-    )
     # optimisation
     learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate (paper: 1e-5)")
     max_steps: int = Field(40, ge=1, description="optimizer steps (paper: up to 40)")
@@ -35,8 +35,6 @@ class TrainingConfig(BaseModel):
     num_generations: int = Field(8, ge=2, description="K: rollouts per seed (the GRPO group)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (paper: 1.0)")
     beta: float = Field(0.0, ge=0.0, description="KL coefficient (0: no reference model)")
-    epsilon: float = Field(0.2, gt=0, description="PPO-style clip range")
-    loss_type: str = Field("dapo", description="TRL GRPOConfig.loss_type")
     # rollouts
     max_turns: int = Field(12, ge=1, description="assistant turns per rollout")
     malformed_tool_calls: Literal["end", "continue"] = Field(

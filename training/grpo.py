@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gapforge.training.config import TrainingConfig
+from gapforge.training.config import ALL_PROJECTIONS, CLIP_EPSILON, LORA_DROPOUT, LOSS_TYPE, TrainingConfig
 from gapforge.training.cpu import cuda_available
 from gapforge.training.rollout import EnvFactory, TokenRollout, run_groups
 from gapforge.training.sampler import Sampler, TransformersSampler, VLLMSampler
@@ -39,8 +39,8 @@ def lora_config(cfg: TrainingConfig):  # -> peft.LoraConfig
     return LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=list(cfg.lora_target_modules),
+        lora_dropout=LORA_DROPOUT,
+        target_modules=list(ALL_PROJECTIONS),
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -71,8 +71,8 @@ def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
         top_k=0,
         max_completion_length=cfg.max_completion_length,
         beta=cfg.beta,
-        epsilon=cfg.epsilon,
-        loss_type=cfg.loss_type,
+        epsilon=CLIP_EPSILON,
+        loss_type=LOSS_TYPE,
         mask_truncated_completions=False,
         logging_steps=1,
         save_strategy="steps",

@@ -141,8 +141,16 @@ def _header(ep: Any) -> list[str]:
     return head
 
 
+EPISODE_BUDGET_TOKENS = 3000  # tokens of one compacted episode in a discovery or labeling prompt
+MAX_VALUE_CHARS = 400  # longer tool arguments, results and turns are cut
+
+
 def compact_episode(
-    ep: Any, counter: TokenCounter, *, budget_tokens: int = 3000, max_value_chars: int = 400
+    ep: Any,
+    counter: TokenCounter,
+    *,
+    budget_tokens: int = EPISODE_BUDGET_TOKENS,
+    max_value_chars: int = MAX_VALUE_CHARS,
 ) -> CompactEpisode:
     """Render an episode (a store EpisodeRow or anything with its fields) within `budget_tokens`."""
     messages = list(ep.messages)

@@ -33,8 +33,6 @@ class AnalysisConfig(BaseModel):
     discovery_failed: int = Field(20, ge=1, description="failed episodes shown to discovery (at most)")
     discovery_success: int = Field(5, ge=0, description="successful episodes shown to discovery (at most)")
     discovery_budget_tokens: int = Field(24_000, ge=1_000, description="tokens of episodes in the discovery prompt")
-    episode_budget_tokens: int = Field(3_000, ge=200, description="tokens of one compacted episode")
-    max_value_chars: int = Field(400, ge=40, description="longer tool arguments, results and turns are cut")
     concurrency: int = Field(16, ge=1, le=1024, description="labeling calls in flight")
     lean_http: bool = Field(True, description="an endpoint analyst labels over plain HTTP; false: via LangChain")
     temperature: float = Field(0.7, ge=0.0, le=2.0, description="analyst temperature in labeling passes")

@@ -109,9 +109,7 @@ def discover(
     for summary in picked:
         ep = store.get_episode(summary.id)
         policy = policy or system_prompt(ep)
-        comp = compact_episode(
-            ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars
-        )
+        comp = compact_episode(ep, counter)
         if used + comp.tokens > cfg.discovery_budget_tokens:
             continue  # keep trying smaller ones: the budget is a ceiling, not a target
         shown.append((ep, comp))

@@ -147,9 +147,7 @@ async def label_pass(
     async def label(episode_id: int) -> LabelCallRecord:
         async with sem:
             ep = await read(episode_id)
-            comp = compact_episode(
-                ep, counter, budget_tokens=cfg.episode_budget_tokens, max_value_chars=cfg.max_value_chars
-            )
+            comp = compact_episode(ep, counter)
             usage = UsageCounter()
             status, boundary, error, labels = "ok", None, None, []
             EPISODE_MESSAGES.set(comp.n_messages)  # this task's own context: concurrent calls do not see it

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+EPISODES_IN_PROMPT = 3  # LACKING failed episodes shown to the generator (agents/synthesis/context.py)
+EPISODE_CHARS = 2500  # characters per compacted episode in the generator's prompt
+
 
 class SynthesisConfig(BaseModel):
     """Environment synthesis: the generator writes an env per retained capability; the validation (static gate, self-test
@@ -13,10 +16,6 @@ class SynthesisConfig(BaseModel):
 
     max_attempts: int = Field(5, ge=1, description="generator attempts per capability")
     validation_seeds: int = Field(20, ge=2, description="seeds per self-test check")
-    episodes_in_prompt: int = Field(3, ge=1, description="LACKING failed episodes shown to the generator")
-    episode_chars: int = Field(2500, ge=200, description="characters per compacted episode in the prompt")
-    max_code_chars: int = Field(60_000, ge=1000, description="static gate: most characters per module")
-    max_code_lines: int = Field(1200, ge=50, description="static gate: most lines per module")
     review: bool = Field(
         True, description="LLM code review (check llm_review) of each attempt that passes the static gate"
     )

@@ -69,7 +69,11 @@ def _is_env_base(base: ast.expr) -> bool:
     )
 
 
-def static_gate(code: str, *, max_chars: int = 60_000, max_lines: int = 1200) -> GateResult:
+MAX_CODE_CHARS = 60_000  # most characters of a generated env module (a synthetic env is a few hundred lines)
+MAX_CODE_LINES = 1200  # most lines of a generated env module
+
+
+def static_gate(code: str, *, max_chars: int = MAX_CODE_CHARS, max_lines: int = MAX_CODE_LINES) -> GateResult:
     """Parse `code` (never run it) and list every rule it breaks."""
     problems: list[str] = []
     if len(code) > max_chars:

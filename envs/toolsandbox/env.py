@@ -28,10 +28,6 @@ NETWORK_MODES = (
     "off",
     "stand-in",
 )  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
-RENAMED = (
-    "network=recorded was renamed network=stand-in (its RapidAPI answers were written from the scenarios' milestones, never recorded): "
-    "use ?network=stand-in"
-)
 _CATALOG: dict[str, Any] | None = None
 _CATALOG_LOCK = threading.Lock()
 
@@ -123,8 +119,6 @@ class ToolSandboxEnv:
         self.name = (
             "toolsandbox" + (f":{category}" if category else "") + (f"?network={network}" if network != "off" else "")
         )
-        if network == "recorded":
-            raise EnvError(f"{self.name}: {RENAMED}")
         if network not in NETWORK_MODES:
             raise EnvError(
                 f"{self.name}: network mode {network!r} is not supported; use 'off' (RapidAPI-backed scenarios excluded) "

@@ -8,8 +8,7 @@ episode's reward (the mean over samples when a run holds several; "perfect" then
 means every sample was perfect). Categories come from each episode's score info
 (ToolSandboxEnv records them); excluded scenarios (network="off") are given by the
 caller, who can ask the catalogue (`ToolSandboxEnv(...).excluded()`). An env in the
-stand-in network mode (and episodes stored under its old name `?network=recorded`)
-is marked `comparable_to_live=False` with a note saying why.
+stand-in network mode is marked `comparable_to_live=False` with a note saying why.
 Works on anything with `env`, `task_id`, `reward` and `score_info` (store rows).
 """
 
@@ -56,13 +55,8 @@ def is_toolsandbox(env: str) -> bool:
 
 
 def network_of(env: str) -> str:
-    """ "stand-in" for `...?network=stand-in` (and its old name `?network=recorded`, still read in stored runs), else "off"."""
-    return "stand-in" if env.endswith(("?network=stand-in", "?network=recorded")) else "off"
-
-
-def current_name(env: str) -> str:
-    """A stored env name as make_env spells it today (`?network=recorded` -> `?network=stand-in`)."""
-    return env.removesuffix("?network=recorded") + "?network=stand-in" if env.endswith("?network=recorded") else env
+    """ "stand-in" for `...?network=stand-in`, else "off"."""
+    return "stand-in" if env.endswith("?network=stand-in") else "off"
 
 
 def stored_metrics(

@@ -1,13 +1,15 @@
 """Thresholds of the self-test (sandbox/checks/README.md): checks 1-6 and 8-10 and `contamination`
-(`SelfTestThresholds`, config section `self_test:`) and check 7 (`GRPOReadinessConfig`, section `grpo_readiness:`).
-Both sit in the one config tree, composed by gapforge/config.py."""
+(`SelfTestThresholds`: the self-test's fixed rules, not config keys: no profile varies them; tests pass their own)
+and check 7 (`GRPOReadinessConfig`, config section `grpo_readiness:`, composed by gapforge/config.py)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 
 class SelfTestThresholds(BaseModel):
+    """What the self-test's checks accept (the defaults are the rules every run uses)."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     solved_reward: float = Field(
@@ -70,13 +72,26 @@ class GRPOReadinessConfig(BaseModel):
     max_all_perfect: float = Field(0.2, ge=0.0, le=1.0, description="largest share of groups all perfect")
     mean_low: float = Field(0.2, ge=0.0, le=1.0, description="below: too hard")
     mean_high: float = Field(0.8, ge=0.0, le=1.0, description="above: too easy")
-    temperature: float = Field(1.0, gt=0.0, le=2.0, description="must equal training.temperature")
     concurrency: int = Field(
         4, ge=1, le=256, description="episodes in flight (1: a local policy's verdict is reproducible)"
     )
     episode_timeout_s: float = Field(
         1800.0, gt=0, le=86400.0, description="seconds per episode; one past it leaves its group (never scored 0)"
     )
+
+    _temperature: float = PrivateAttr(1.0)  # training.temperature, set by with_temperature (gapforge/wiring.py)
+
+    @property
+    def temperature(self) -> float:
+        """The temperature the check samples at: GRPO's own (training.temperature), so it measures the rollouts GRPO
+        will sample."""
+        return self._temperature
+
+    def with_temperature(self, temperature: float) -> GRPOReadinessConfig:
+        """These settings, sampling at `temperature` (the training temperature)."""
+        out = self.model_copy()
+        out._temperature = temperature
+        return out
 
     @model_validator(mode="after")
     def _check(self) -> GRPOReadinessConfig:

@@ -90,28 +90,21 @@ def test_stored_metrics_group_by_env_average_samples_and_count_exclusions(tmp_pa
         _put(store, run_id, "toolsandbox", "b", 0.5, ["single_tool_call"], sample=1)  # not perfect over its samples
         _put(store, run_id, "toolsandbox", "c", 0.25, None)  # failed before scoring: no categories in its info
         _put(store, run_id, "toolsandbox?network=stand-in", "net", 1.0, ["canonicalization"])
-        _put(
-            store, run_id, "toolsandbox?network=recorded", "net", 1.0, ["canonicalization"]
-        )  # stored under the mode's old name
         _put(store, run_id, "shop", "shop-x", 1.0, None)  # not a toolsandbox env: ignored
         rows = store.episodes(run_id)
     excluded = {
         "toolsandbox": {"net": ["search_stock"]},
-        "toolsandbox?network=recorded": {},
         "toolsandbox?network=stand-in": {},
     }
     out = stored_metrics(
         rows, excluded_for=excluded.__getitem__, categories_of=lambda env: {"net": ["canonicalization"]}
     )
-    assert [m.env for m in out] == ["toolsandbox", "toolsandbox?network=recorded", "toolsandbox?network=stand-in"]
-    off, old, rec = out
+    assert [m.env for m in out] == ["toolsandbox", "toolsandbox?network=stand-in"]
+    off, rec = out
     assert off.comparable_to_live and off.note is None
-    for stand_in in (old, rec):  # both spellings are the stand-in mode: not comparable to live RapidAPI runs
-        assert (
-            stand_in.network == "stand-in"
-            and not stand_in.comparable_to_live
-            and "not comparable to live" in (stand_in.note or "")
-        )
+    assert (  # the stand-in mode is not comparable to live RapidAPI runs
+        rec.network == "stand-in" and not rec.comparable_to_live and "not comparable to live" in (rec.note or "")
+    )
     assert (off.network, off.episodes, off.uncategorised) == ("off", 4, ["c"])
     assert (off.categories["all"].run, off.categories["all"].perfect, off.categories["all"].excluded) == (3, 1, 1)
     assert off.categories["all"].mean_similarity == pytest.approx((1.0 + 0.75 + 0.25) / 3)

@@ -41,8 +41,9 @@ def test_a_row_carries_type_default_bounds_and_description() -> None:
 
 def test_section_defaults_come_from_the_default_tree_and_checks_are_listed() -> None:
     text = render()
-    # policy.endpoint is built with temperature 1.0, llm.endpoint with the class default 0.0
-    assert "- `policy.endpoint.temperature` (float, `1.0`" in text
-    assert "- `llm.endpoint.temperature` (float, `0.0`" in text
+    # executor.training is built with a GPU and Docker, executor.rollout with the class defaults
+    assert (
+        "- `executor.training.num_gpus` (float, `1.0`" in text and "- `executor.rollout.num_gpus` (float, `0.0`" in text
+    )
     assert "- max_new_tokens ({…}) must be <= max_completion_length ({…})" in text
     assert "| `GAPFORGE_STORE_URL` | `store.url` |" in text

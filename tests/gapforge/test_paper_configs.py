@@ -33,6 +33,7 @@ import pytest
 from gapforge.config import load_config
 from gapforge.envs.composite import parse_composite
 from gapforge.envs.loader import parse_keywords
+from gapforge.envs.tau2.users import coerce_endpoint
 from gapforge.errors import UsageError
 from gapforge.wiring import user_simulator_endpoint
 
@@ -76,7 +77,8 @@ def test_tau2_is_airline_and_retail_as_one_target_with_a_50_step_cap_and_the_pol
     assert all(parse_keywords(spec.partition("?")[2], spec) == {"max_steps": 50} for _, spec in parts)
     assert cfg.rollouts.user_endpoint == "policy"
     user = user_simulator_endpoint(cfg)
-    assert (user.model, user.base_url, user.temperature) == (PAPER_MODEL, cfg.policy.endpoint.base_url, 0.0)
+    assert (user.model, user.base_url) == (PAPER_MODEL, cfg.policy.endpoint.base_url)
+    assert coerce_endpoint(user).temperature == 0.0  # what τ²'s user simulator samples at
 
 
 @pytest.mark.tau2

@@ -27,11 +27,11 @@ def _graph_run(workspace: Path, *settings: str) -> str:
 
 
 def test_a_command_prints_one_line_naming_what_it_overrode(workspace: Path) -> None:
-    run = _graph_run(workspace, "routing.backend=openings", "evaluation.trials=3")
+    run = _graph_run(workspace, "routing.backend=gate", "evaluation.trials=3")
     ws = ["--set", f"workspace={workspace}"]
     same = CliRunner().invoke(app, ["adapters", run, *ws], env=COLUMNS)
     assert same.exit_code == 0, same.output
-    assert "override" not in same.output and "routing.backend=openings" in same.output
+    assert "override" not in same.output and "routing.backend=gate" in same.output
     changed = CliRunner().invoke(
         app,
         ["adapters", run, *ws, "--set", "routing.backend=transformers", "--set", "evaluation.trials=5"],
@@ -39,7 +39,7 @@ def test_a_command_prints_one_line_naming_what_it_overrode(workspace: Path) -> N
     )
     assert changed.exit_code == 0, changed.output
     lines = [line for line in changed.output.splitlines() if line.startswith("override:")]
-    assert lines == ["override: routing.backend=transformers (run: openings); evaluation.trials=5 (run: 3)"]
+    assert lines == ["override: routing.backend=transformers (run: gate); evaluation.trials=5 (run: 3)"]
     bad = CliRunner().invoke(app, ["adapters", run, *ws, "--set", "routing.backend=nope"])
     assert bad.exit_code == 2 and "routing.backend" in bad.output and "Traceback" not in bad.output
 
@@ -47,7 +47,7 @@ def test_a_command_prints_one_line_naming_what_it_overrode(workspace: Path) -> N
 def test_where_a_command_works_is_its_own_and_a_config_file_overrides_only_its_keys(
     workspace: Path, tmp_path: Path
 ) -> None:
-    run = _graph_run(workspace, "routing.backend=openings", "executor.local_rollout_workers=3", "seed=7")
+    run = _graph_run(workspace, "routing.backend=gate", "executor.local_rollout_workers=3", "seed=7")
     where = load_config(None, [f"workspace={workspace}"], environ={})
     with Store(where.store_url) as store:
         record = dict(store.get_run(run).config)
@@ -57,7 +57,7 @@ def test_where_a_command_works_is_its_own_and_a_config_file_overrides_only_its_k
     file = tmp_path / "c.yaml"
     file.write_text("routing:\n  margin: 0.25\n")
     layered = resolve(record, run, where, str(file))
-    assert layered.cfg.routing.backend == "openings" and layered.cfg.seed == 7  # the file's one key changes one setting
+    assert layered.cfg.routing.backend == "gate" and layered.cfg.seed == 7  # the file's one key changes one setting
     assert layered.lines() == ["override: routing.margin=0.25 (run: 0.0)"]
 
 
@@ -77,19 +77,19 @@ def test_a_rollouts_run_is_read_with_its_env_and_policy(workspace: Path, tiny_mo
     assert resolved.cfg.policy.kind == "local" and resolved.cfg.policy.local_path == str(tiny_model_dir)
 
 
-def test_an_older_run_uses_the_invocation_s_config_and_says_so(workspace: Path) -> None:
+def test_a_run_without_a_stored_config_uses_the_invocation_s_and_says_so(workspace: Path) -> None:
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         old = store.create_run("trace", {})
         stale = store.create_run(
             "trace", run_record("run", load_config(None, [f"workspace={workspace}"], environ={}), RunOptions())
         )
     res = CliRunner().invoke(
-        app, ["adapters", old, "--set", f"workspace={workspace}", "--set", "routing.backend=openings"], env=COLUMNS
+        app, ["adapters", old, "--set", f"workspace={workspace}", "--set", "routing.backend=gate"], env=COLUMNS
     )
     assert res.exit_code == 0, res.output
     assert (
         f"run {old} stores no config" in res.output
-        and "routing.backend=openings" in res.output
+        and "routing.backend=gate" in res.output
         and "override" not in res.output
     )
     with Store(
