@@ -32,6 +32,7 @@ from gapforge.store.errors import DiskFull, is_disk_full
 from gapforge.training.service import TrainJob, TrainResult, register, train_capability
 
 STORE_URL_ENV = "GAPFORGE_JOB_STORE_URL"
+LAUNCHER_PID_ENV = "GAPFORGE_JOB_LAUNCHER_PID"  # set: the job dies with that process (a Ray worker launching it)
 DISK_FULL_EXIT = 3  # the job's process found no space left: nothing recorded as the capability's failure
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or not Path(args[0]).is_file():
         print("usage: python -m gapforge.training.run SPEC.json  (a TrainJob as JSON)", file=sys.stderr)
         return 2
+    _die_with_launcher()
     signal.signal(signal.SIGTERM, _terminate)  # run `finally` blocks and atexit: release every sandbox
     job = TrainJob.model_validate_json(Path(args[0]).read_text())
     job.store_url = os.environ.get(STORE_URL_ENV) or None
@@ -161,11 +163,38 @@ def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutc
     return [run_job(job, spec_dir, on_line) for job in jobs]
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: Linux sends it SIGKILL when the launching thread's process dies (PR_SET_PDEATHSIG)."""
+def _die_with_launcher() -> None:
+    """In the job process, first thing (Linux): SIGKILL when its launcher dies (PR_SET_PDEATHSIG), when the
+    launcher asked for it (`LAUNCHER_PID_ENV`, set by run_job's `die_with_parent`). Set here and not in a
+    `preexec_fn`: that would run Python between fork and exec in the launcher's child, and a Ray worker has many
+    threads (a child forked from a threaded process may crash or hang before exec: see `subprocess`). A launcher
+    that died before the signal was armed is seen here as a changed parent: the job stops at once."""
+    launcher = os.environ.pop(LAUNCHER_PID_ENV, None)
+    if launcher is None or sys.platform != "linux":
+        return
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != int(launcher):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exit_reason(code: int) -> str:
+    """Why a job process that left no error.json ended, from its exit code (a signal is named, never guessed)."""
+    if code >= 0:
+        return f"process exited with {code} without writing result.json or error.json"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    why = {
+        signal.SIGKILL: "killed: out of memory (the kernel's OOM killer) or stopped by hand",
+        signal.SIGSEGV: "crashed in native code: a segmentation fault",
+        signal.SIGBUS: "crashed in native code: a bus error (a mapped file cut short?)",
+        signal.SIGABRT: "aborted by native code",
+        signal.SIGTERM: "stopped",
+    }.get(-code, "ended by a signal")
+    return f"process ended by {name} ({why})"
 
 
 def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: bool = False) -> JobOutcome:
@@ -175,15 +204,13 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
     spec = spec_dir / f"{job.name}.json"
     stop_stale_job(spec)
     spec.write_text(job.model_dump_json(indent=1))
-    env = {k: v for k, v in os.environ.items() if k != STORE_URL_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (STORE_URL_ENV, LAUNCHER_PID_ENV)}
     if job.store_url:
         env[STORE_URL_ENV] = job.store_url
+    if die_with_parent:
+        env[LAUNCHER_PID_ENV] = str(os.getpid())  # the job arms PR_SET_PDEATHSIG itself (_die_with_launcher)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gapforge.training.run", str(spec)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
+        [sys.executable, "-m", "gapforge.training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env
     )
     pid_file(spec).write_text(f"{proc.pid}\n")
     try:
@@ -203,11 +230,7 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
     error = None
     if result is None:
         err = Path(job.out_dir) / "error.json"
-        error = (
-            json.loads(err.read_text())["error"]
-            if err.is_file()
-            else f"process exited with {code} (killed or out of memory)"
-        )
+        error = json.loads(err.read_text())["error"] if err.is_file() else exit_reason(code)
         if not err.is_file():
             record_failure(job, error)
     return JobOutcome(job.name, code, result, error)

@@ -6,6 +6,7 @@ proposes that rule only when the reflective dataset shows a refusal made without
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -34,6 +35,10 @@ RULE = "Check the order before refusing: call get_order and return it when it is
 TASKS = [f"desk-{i}" for i in range(8)]
 ELIGIBLE = {t for i, t in enumerate(TASKS) if i % 2 == 0}
 CAPS = [{"name": "precondition_verification", "definition": "checks the record before acting or refusing"}]
+NEEDS_GEPA = pytest.mark.skipif(
+    importlib.util.find_spec("gepa") is None,
+    reason="extra 'gepa' not installed (pip install -e .[gepa]); CI installs it",
+)
 
 
 class ReturnsDesk:
@@ -149,6 +154,7 @@ def optimize(budget: int, seen: list[str] | None = None) -> Any:
     )
 
 
+@NEEDS_GEPA
 def test_gepa_finds_the_rule_and_the_pass_rate_rises() -> None:
     seen: list[str] = []
     record = optimize(40, seen)
@@ -164,6 +170,7 @@ def test_gepa_finds_the_rule_and_the_pass_rate_rises() -> None:
     )
 
 
+@NEEDS_GEPA
 def test_the_budget_is_respected_and_too_small_a_budget_is_refused() -> None:
     for budget in (8, 13, 21, 23):
         record = optimize(budget)
@@ -173,6 +180,7 @@ def test_the_budget_is_respected_and_too_small_a_budget_is_refused() -> None:
         optimize(7)
 
 
+@NEEDS_GEPA
 def test_the_optimised_prompt_round_trips_through_the_store_and_is_evaluated(tmp_path: Path) -> None:
     record = optimize(40)
     store = Store(f"sqlite:///{tmp_path / 'g.db'}")

@@ -52,10 +52,9 @@ def test_a_step_that_never_returns_times_out_the_rest_finish_and_a_resume_redoes
     run_id = first.stdout.splitlines()[0].split()[-1]
     # not a terminal: while hang-step hangs, a heartbeat line says what runs and for how long
     beats = [line for line in first.stdout.splitlines() if line.startswith("collect: ")]
-    assert (
-        beats
-        and "3/4 episodes finished, 1 running (longest: hang-step#0," in beats[-1]
-        and "of its 0.5 s limit)" in beats[-1]
+    assert any(  # any beat: a slow machine may print one more after the timeout ("4/4 episodes finished, 0 running")
+        "3/4 episodes finished, 1 running (longest: hang-step#0," in beat and "of its 0.5 s limit)" in beat
+        for beat in beats
     ), first.stdout
     assert "3 episodes ran, 0 already stored, 4 planned" in first.stdout
     warning = [line for line in first.stderr.splitlines() if line.startswith("warning:")]

@@ -134,3 +134,54 @@ def test_a_job_takes_the_threads_its_launcher_writes_from_its_next_step_on(tmp_p
         torch.set_num_threads(before)
     assert result.status == "done" and result.cpu_threads == 1
     assert seen == [1, 3, 2]
+
+
+def test_a_job_process_that_left_no_error_file_is_blamed_on_its_signal_by_name() -> None:
+    from gapforge.training.run import exit_reason
+
+    assert exit_reason(-signal.SIGSEGV) == "process ended by SIGSEGV (crashed in native code: a segmentation fault)"
+    assert exit_reason(-signal.SIGKILL).startswith("process ended by SIGKILL (killed: out of memory")
+    assert exit_reason(-100) == "process ended by signal 100 (ended by a signal)"
+    assert exit_reason(7) == "process exited with 7 without writing result.json or error.json"
+
+
+LAUNCHED = (
+    "import os, sys, time; from gapforge.training.run import _die_with_launcher; _die_with_launcher(); "
+    "print(os.environ.get('GAPFORGE_JOB_LAUNCHER_PID'), flush=True); time.sleep(60)"
+)
+LAUNCHER = (
+    "import os, subprocess, sys, time; env = dict(os.environ, GAPFORGE_JOB_LAUNCHER_PID=str(os.getpid())); "
+    f"p = subprocess.Popen([sys.executable, '-c', {LAUNCHED!r}], env=env, stdout=subprocess.PIPE, text=True); "
+    "p.stdout.readline(); print(p.pid, flush=True); time.sleep(60)"
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_job_launched_to_die_with_its_launcher_does_and_stops_at_once_when_it_is_already_gone(tmp_path) -> None:
+    """The job arms PR_SET_PDEATHSIG itself (no preexec_fn: nothing runs between fork and exec in a threaded
+    launcher): its launcher SIGKILLed, it dies; started with a launcher pid that is not its parent, it stops."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None
+    job_pid = int(launcher.stdout.readline())  # the job runs, armed (it printed: the variable was popped)
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{job_pid}").exists() and not _zombie(job_pid):
+        time.sleep(0.05)
+    assert not Path(f"/proc/{job_pid}").exists() or _zombie(job_pid)
+
+    orphan = subprocess.run(
+        [sys.executable, "-c", LAUNCHED],
+        env=dict(os.environ, GAPFORGE_JOB_LAUNCHER_PID="1"),  # not its parent: the launcher died before it armed
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert orphan.returncode == -signal.SIGKILL and orphan.stdout == ""
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
