@@ -15,7 +15,7 @@ training.seed: only the adapters (and what follows from them) differ between see
   paired episode by episode with two-stage bootstrap 95% intervals;
 - the run's stage times and the wall time of the seed.
 
-    .venv/bin/python bench/effect.py [--seeds 0 1 2] [--test-seeds 32] [--out DIR] [--set dotted.key=value ...]
+    .venv/bin/python -m bench.effect [--seeds 0 1 2] [--test-seeds 32] [--out DIR] [--set dotted.key=value ...]
 
 Prints numbers; it does not pass or fail.
 """
@@ -23,27 +23,25 @@ Prints numbers; it does not pass or fail.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import yaml
 
 from gapforge.evaluation import stats
-from gapforge.evaluation.oracle import ORACLE_ROW, oracle_from_store
-from gapforge.evaluation.scaling import gate_line, oracle_lines, scaling, scaling_lines
+from gapforge.evaluation.oracle import ORACLE_COMPARISON
+from gapforge.evaluation.scaling import SUBSETS_COMPARISON, gate_line
 from gapforge.evaluation.summary import points
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.store.db import Store
 from gapforge.training.config import TrainingConfig
 from gapforge.training.deprecations import quiet_library_deprecations
 from gapforge.training.envs import EnvSpec, open_factory
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DEMO_PROFILE = ROOT / "gapforge" / "demo_profile.yaml"  # data: read, not imported
 RUN_DEMO = "import sys; from gapforge.cli import main; sys.argv[0] = 'gapforge'; sys.exit(main())"
@@ -66,14 +64,8 @@ def run_demo(work: Path, seed: int, overrides: list[str]) -> tuple[str, float, s
     """(run id, wall seconds, the demo's output) of `gapforge demo --set training.seed=SEED` in `work` (its workspace)."""
     work.mkdir(parents=True, exist_ok=True)
     sets = [a for s in [f"training.seed={seed}", *overrides] for a in ("--set", s)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-    }
     t0 = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_DEMO, "demo", *sets], cwd=work, env=env, capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, "-c", RUN_DEMO, "demo", *sets], cwd=work, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     (work / "demo.log").write_text(done.stdout + done.stderr)
     runs = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("run r-")]
@@ -151,10 +143,10 @@ def read_run(work: Path, run_id: str, tree: dict, test_seeds: int) -> dict:
             f: s["pass_rate"]["value"] for f, s in (evals.get("base", {}).get("by_family") or {}).items()
         }
         router = store.get_evaluation(run_id, "router")
-        oracle = store.get_evaluation(run_id, ORACLE_ROW)
         out["gate"] = gate_line(router.metrics if router is not None else None)
-        out["oracle"] = oracle_lines(oracle.metrics if oracle is not None else oracle_from_store(store, run_id))
-        out["scaling"] = scaling_lines(scaling(store, run_id))
+        # the lines the demo prints (evaluation.registry)
+        out["oracle"] = ORACLE_COMPARISON.lines(store, run_id, None)
+        out["scaling"] = SUBSETS_COMPARISON.lines(store, run_id, None)
     return out
 
 

@@ -8,7 +8,7 @@ Works on a copy of the run's store (the run's workspace is left as it was); the 
 there, and the three policies play under a new run of the copy (the base too: the weights loaded here are the
 shipped policy's, which may differ from those the run was made with).
 
-    .venv/bin/python bench/gepa.py [--workspace /tmp/demo-last/.gapforge] [--run RUN_ID] [--max-metric-calls N] [--family-trials K]
+    .venv/bin/python -m bench.gepa [--workspace /tmp/demo-last/.gapforge] [--run RUN_ID] [--max-metric-calls N] [--family-trials K]
 
 The shipped ~1M-parameter policy does not read its prompt (its chat template shows it only the tool signatures in
 place of the system message): expect "no effect", printed as such whenever the interval contains 0. Measured:
@@ -20,23 +20,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[1]
-# this file is named like the package it benchmarks: its own folder must not shadow `import gepa`
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent)]
-
 from gapforge.agents.config import LLMConfig, PolicyConfig, RolloutConfig
-from gapforge.agents.routed_policy import HintedPolicy
 from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.envs.registry import make_env
+from gapforge.evaluation.comparisons import CAPABILITY_HINTS, HINTS_COMPARISON, Evaluation
 from gapforge.evaluation.config import EvaluationConfig
-from gapforge.evaluation.gepa_baseline import GEPA, gepa_budget, gepa_for_run, gepa_label, gepa_policy
-from gapforge.evaluation.policies import CAPABILITY_HINTS
+from gapforge.evaluation.gepa_baseline import GEPA, GEPA_COMPARISON, gepa_budget, gepa_label
 from gapforge.evaluation.run import EvalPlan, evaluate
 from gapforge.evaluation.service import RunArtifacts, load_backend, run_artifacts
 from gapforge.evaluation.summary import verdict
@@ -59,6 +53,10 @@ def _cfg(stored: dict, max_metric_calls: int | None) -> SimpleNamespace:
         llm=LLMConfig(**stored["llm"]),
         evaluation=evaluation,
     )
+
+
+async def _not_here(*args: object, **kwargs: object) -> None:
+    raise AssertionError("GEPA's prepare step plays through its own adapter, never the stage's evaluation")
 
 
 def _pts(iv: dict | None) -> str:
@@ -92,17 +90,28 @@ async def main(args: argparse.Namespace) -> None:
     )
     base = backend.policy(None, temperature=cfg.policy.temperature, name="base")
     make = lambda: make_env(split.env)  # noqa: E731
-    t0 = time.perf_counter()
-    record = await gepa_for_run(
+    families = dict(split.families)
+    heldout = list(split.heldout_tasks)
+    ev = Evaluation(  # what the evaluate stage gives a comparison; this bench plays its own evaluation below
         store,
         run.id,
         cfg,
-        base=base,
-        make_env=make,
-        split=split,
-        capabilities=artifacts.capabilities,
-        n_adapters=n_adapters,
+        split.env,
+        make,
+        heldout,
+        {t: families[t] for t in heldout},
+        split,
+        artifacts,
+        backend,
+        None,
+        str(SHOP_POLICY_DIR),
+        given=False,
+        progress=lambda line: None,
+        play=_not_here,
     )
+    t0 = time.perf_counter()
+    # the evaluate stage's GEPA step: the run's stored prompt at this budget, else GEPA on the analysis split
+    record = await GEPA_COMPARISON.prepare(ev)
     t_gepa = time.perf_counter() - t0
     added = [line for line in record.prompt.splitlines() if line not in record.seed_prompt.splitlines()]
     print(
@@ -117,13 +126,13 @@ async def main(args: argparse.Namespace) -> None:
         + ("".join(f"\n    {a}" for a in added) or " none")
     )
 
-    policies = {
+    caps, temperature = artifacts.capabilities, cfg.policy.temperature
+    policies = {  # the base and the two prompt baselines, as the evaluate stage's plug-ins add them
         "base": base,
-        CAPABILITY_HINTS: HintedPolicy(base, artifacts.capabilities),
-        GEPA: gepa_policy(base, record),
+        **HINTS_COMPARISON.policies(base, backend, caps, temperature, None),
+        **GEPA_COMPARISON.policies(base, backend, caps, temperature, record),
     }
     e = cfg.evaluation
-    families = dict(split.families)
     family_trials = {e.focus_family: args.family_trials} if args.family_trials and e.focus_family else e.family_trials
     # a fresh run for the evaluation: the base plays again with the weights loaded here (the run's stored base
     # episodes may come from other weights), on the same (task, trial) seeds as the prompt policies
@@ -131,7 +140,7 @@ async def main(args: argparse.Namespace) -> None:
     plan = EvalPlan(
         bench_run,
         split.env,
-        list(split.heldout_tasks),
+        heldout,
         trials=e.trials,
         max_turns=cfg.rollouts.max_turns,
         temperature=cfg.policy.temperature,
@@ -142,9 +151,7 @@ async def main(args: argparse.Namespace) -> None:
         focus_family=e.focus_family,
     )
     t0 = time.perf_counter()
-    result = await evaluate(
-        store, plan, make_env=make, policies=policies, families={t: families[t] for t in split.heldout_tasks}
-    )
+    result = await evaluate(store, plan, make_env=make, policies=policies, families=ev.families)
     print(
         f"\nheld-out evaluation ({time.perf_counter() - t0:.0f} s): paired difference to the base, points of pass rate [95% interval]"
     )

@@ -9,7 +9,7 @@ from each run's store (evaluation.rollout_scaling): the table per seed with the 
 budget (TRACE ahead / tied / GRPO ahead, from the paired 95% interval), the points gained per 1,000 training rollouts
 for each, and one plot of every seed's curves with their 95% bands.
 
-    .venv/bin/python bench/scaling.py [--seeds 0 1 2] [--out DIR] [--plot docs/experiments/rollout_scaling.png] [--set k=v ...]
+    .venv/bin/python -m bench.scaling [--seeds 0 1 2] [--out DIR] [--plot docs/experiments/rollout_scaling.png] [--set k=v ...]
 
 Prints numbers (and the wall time of each demo run); it does not pass or fail.
 """
@@ -24,11 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from gapforge.evaluation.rollout_scaling import per_1000, run_curve_points, scaling_plot, scaling_rows, scaling_table
 from gapforge.store.db import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CURVE = [
     "evaluation.baseline_grpo=true",

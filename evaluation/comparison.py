@@ -13,11 +13,13 @@ against GRPO-on-target comes from their own paired difference, episode (task, i)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gapforge.evaluation import stats
+from gapforge.evaluation.comparisons import Comparison
 from gapforge.evaluation.summary import points, verdict
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
@@ -193,9 +195,9 @@ def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
     )
 
 
-def comparison_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
+def comparison_section(store: Any, run_id: str) -> list[str]:
     """The report's section: the comparison lines of `comparison`, as stored with the run."""
-    lines = comparison(store, run_id) if evaluated else []
+    lines = comparison(store, run_id)
     if not lines:
         return []
     return [
@@ -209,3 +211,27 @@ def comparison_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
         "```",
         "",
     ]
+
+
+class _GrpoOnTarget(Comparison):
+    """GRPO on the target at the adapters' training budget: trained by the `train_baseline` node when
+    `evaluation.baseline_grpo` is on (gapforge/stages/training.py), played whenever the backend holds its adapter
+    (also one given by hand: `gapforge evaluate --baseline-adapter`)."""
+
+    name, kind, switch = GRPO_TARGET, "baseline", "baseline_grpo"
+
+    def policies(
+        self, base: Any, backend: Any, capabilities: Sequence[dict[str, str]], temperature: float, prepared: Any
+    ) -> dict[str, Any]:
+        if GRPO_TARGET not in backend.adapters:
+            return {}
+        return {GRPO_TARGET: backend.policy(GRPO_TARGET, temperature=temperature, name=GRPO_TARGET)}
+
+    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+        return comparison_section(store, run_id), []
+
+    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+        return comparison(store, run_id, cfg)
+
+
+GRPO_COMPARISON = _GrpoOnTarget()

@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,10 +33,14 @@ from gapforge.agents.config import episode_limit_s
 from gapforge.agents.episode import EpisodeRecord
 from gapforge.agents.errors import IncompleteStage
 from gapforge.agents.prompt_opt import GepaConfigError, ReflectionLM, reflection_template
+from gapforge.agents.prompted_policy import PromptedPolicy, hints_text
 from gapforge.agents.rollouts import play_episode
-from gapforge.agents.routed_policy import PromptedPolicy, hints_text
 from gapforge.envs.protocol import PolicyModel, TargetEnvironment
+from gapforge.evaluation.comparisons import Comparison
 from gapforge.faults import InputFault
+
+if TYPE_CHECKING:
+    from gapforge.evaluation.comparisons import Evaluation
 
 GEPA = "gepa"
 GEPA_ROW = "gepa_prompt"
@@ -314,46 +318,60 @@ async def optimize_prompt(
     )
 
 
-async def gepa_for_run(
-    store: Any,
-    run_id: str,
-    cfg: Any,
-    *,
-    base: PolicyModel,
-    make_env: Callable[[], TargetEnvironment],
-    split: Any,
-    capabilities: Sequence[dict[str, str]],
-    n_adapters: int,
-    reflection: Any = None,
-) -> GepaRecord:
-    """The run's stored GEPA prompt when it was optimised at this budget from this seed; else GEPA on the stored
-    split's analysis tasks (the config's rollout settings, the `llm` role as reflection LM unless `reflection`),
-    stored as the row `gepa_prompt`. `cfg`: the run's GapforgeConfig."""
-    from gapforge.agents.prompt_opt import reflection_model
+class _Gepa(Comparison):
+    """The base under GEPA's optimised system prompt (`evaluation.baseline_gepa`, extra `gepa`): optimised (or the
+    run's stored prompt reused) before the held-out evaluation, then played there as `gepa`."""
 
-    budget = gepa_budget(cfg, n_adapters)
-    stored = load_gepa(store, run_id)
-    if (
-        stored is not None
-        and stored.max_metric_calls == budget
-        and stored.seed_prompt == hints_text(list(capabilities))[0]
-    ):
-        return stored
-    record = await optimize_prompt(
-        base,
-        make_env,
-        split.analysis_tasks,
-        capabilities,
-        reflection or reflection_model(cfg.llm, split.env),
-        max_metric_calls=budget,
-        minibatch=cfg.evaluation.gepa_minibatch,
-        families=dict(split.families),
-        max_turns=cfg.rollouts.max_turns,
-        temperature=cfg.policy.temperature,
-        concurrency=cfg.rollouts.concurrency,
-        seed=cfg.seed,
-        timeout_s=episode_limit_s(cfg.rollouts, cfg.policy, cfg.llm),
-        env_name=split.env,
-    )
-    save_gepa(store, run_id, record)
-    return record
+    name, kind, switch = GEPA, "baseline", "baseline_gepa"
+
+    async def prepare(self, ev: Evaluation) -> GepaRecord:
+        """The run's stored prompt when it was optimised at this budget from this seed; else GEPA on the stored split's
+        analysis tasks (the config's rollout settings, the `llm` role as reflection LM), stored as the row
+        `gepa_prompt`, and what it spent added to `ev` (a stored prompt reused was spent by an earlier call)."""
+        from gapforge.agents.prompt_opt import reflection_model
+
+        cfg, split = ev.cfg, ev.split
+        if split is None or split.env != ev.env:
+            raise ev.failure(
+                f"evaluation.baseline_gepa optimises on the run's analysis split, and {ev.env} has none stored: "
+                "evaluate the run's own env or set evaluation.baseline_gepa=false"
+            )
+        capabilities = ev.artifacts.capabilities
+        budget = gepa_budget(cfg, len(ev.artifacts.adapter_paths))
+        record = load_gepa(ev.store, ev.run_id)
+        if record is None or record.max_metric_calls != budget or record.seed_prompt != hints_text(capabilities)[0]:
+            record = await optimize_prompt(
+                ev.backend.policy(None, temperature=cfg.policy.temperature, name="base"),
+                ev.make_env,
+                split.analysis_tasks,
+                capabilities,
+                reflection_model(cfg.llm, split.env),
+                max_metric_calls=budget,
+                minibatch=cfg.evaluation.gepa_minibatch,
+                families=dict(split.families),
+                max_turns=cfg.rollouts.max_turns,
+                temperature=cfg.policy.temperature,
+                concurrency=cfg.rollouts.concurrency,
+                seed=cfg.seed,
+                timeout_s=episode_limit_s(cfg.rollouts, cfg.policy, cfg.llm),
+                env_name=split.env,
+            )
+            save_gepa(ev.store, ev.run_id, record)
+            ev.policy_rollouts += record.metric_calls  # episodes of the policy
+            ev.llm_calls += record.reflection_calls  # the `llm` role
+        ev.progress(
+            f"gepa: {record.metric_calls} of {record.max_metric_calls} metric calls, analysis-split reward "
+            f"{record.seed_score:.2f} -> {record.best_score:.2f}"
+        )
+        return record
+
+    def policies(
+        self, base: Any, backend: Any, capabilities: Sequence[dict[str, str]], temperature: float, prepared: Any
+    ) -> dict[str, Any]:
+        return {} if prepared is None else {GEPA: gepa_policy(base, prepared)}
+
+    def labels(self, store: Any, run_id: str) -> dict[str, str]:
+        return {GEPA: gepa_label(load_gepa(store, run_id))}
+
+
+GEPA_COMPARISON = _Gepa()

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from gapforge.agents.router import confusion
 from gapforge.evaluation import stats
+from gapforge.evaluation.comparisons import Comparison
 from gapforge.evaluation.run import BASE, ROUTED
+from gapforge.evaluation.summary import interval, pairs, signed, verdict
 
 ORACLE_ROW = "oracle"
 
@@ -88,7 +92,7 @@ def oracle_routing(
     if router_choice is not None and choice:
         used = [(choice[t], router_choice[t]) for t in choice if t in router_choice]
         labels = [*candidates, *sorted({r for _, r in used} - set(candidates))]
-        out["router_vs_oracle"] = stats.confusion(used, labels)  # rows = the oracle's choice, columns = the router's
+        out["router_vs_oracle"] = confusion(used, labels)  # rows = the oracle's choice, columns = the router's
     return out
 
 
@@ -129,3 +133,130 @@ def store_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) 
     if metrics is not None:
         store.put_evaluation(run_id, ORACLE_ROW, policy=ORACLE_ROW, metrics=metrics)
     return metrics
+
+
+def stored_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """The run's stored `oracle` row, else the oracle computed from its stored episodes."""
+    row = store.get_evaluation(run_id, ORACLE_ROW)
+    return row.metrics if row is not None else oracle_from_store(store, run_id, n_boot=n_boot, seed=seed)
+
+
+def _rate(summary: Mapping[str, Any]) -> str:
+    pr = summary.get("pass_rate") or {}
+    return "–" if pr.get("value") is None else f"{pr['value']:.1%}"
+
+
+def oracle_lines(m: Mapping[str, Any] | None) -> list[str]:
+    """Routed TRACE, each single policy and the oracle on the oracle's scoring half, and the router's agreement with it."""
+    if not m:
+        return []
+    if not m.get("tasks"):
+        left = sum((m.get("left_out") or {}).values())
+        return [
+            f"oracle routing: no held-out task has 2 trials common to every policy ({left} left out): play adapters with evaluation.trials >= 2"
+        ]
+    scored, vs = m["scored"], m.get("vs_oracle") or {}
+    rows = [n for n in [m.get("routed"), *m["candidates"]] if n in scored]
+    parts = [f"{n} {_rate(scored[n])} ({pairs(vs[n])} vs oracle)" for n in rows if n in vs]
+    lines = [
+        f"oracle routing ({m['tasks']} held-out tasks, scored on the trials it did not select on): oracle {_rate(scored['oracle'])}; "
+        + "; ".join(parts)
+    ]
+    conf = m.get("router_vs_oracle")
+    if conf and conf.get("n"):
+        lines.append(
+            f"router agrees with oracle routing on {conf['accuracy']:.0%} of {conf['n']} held-out tasks "
+            f"(oracle chose {', '.join(f'{k} {n}' for k, n in sorted(m['choice_counts'].items()))})"
+        )
+    return lines
+
+
+def oracle_section(store: Any, run_id: str) -> list[str]:
+    """The report's section: routed TRACE against oracle routing (the stored row, else computed from the stored
+    episodes); nothing before an evaluation."""
+    if not any(e.name.startswith("eval:") for e in store.evaluations(run_id)):
+        return []
+    m = stored_oracle(store, run_id)
+    if m is None:
+        return []
+    left = m.get("left_out") or {}
+    lines = [
+        "## Oracle routing (yardstick)",
+        "",
+        "Per held-out task, the best single policy (base or one adapter) is picked on half of the trials every candidate "
+        "and TRACE played (the even-numbered: highest pass rate, then mean reward, base on ties) and scored on the other half "
+        "(the odd-numbered), so no policy is credited with the luck it was picked on; every row below is scored on those same "
+        f"odd-numbered trials. Tasks used: {m['tasks']}; left out (fewer than 2 common trials): {sum(left.values())}"
+        + (" (" + ", ".join(f"`{f}` {n}" for f, n in left.items()) + ")" if left else "")
+        + ".",
+        "",
+    ]
+    if not m["tasks"]:
+        return [
+            *lines,
+            "No task has 2 trials common to every candidate: play the adapters with more trials (evaluation.trials >= 2, "
+            "or their `adapter:<name>` in evaluation.family_trials_policies) to get the oracle.",
+            "",
+        ]
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(m["choice_counts"].items()))
+    lines += [
+        f"The oracle chose: {counts}.",
+        "",
+        "| policy | pass rate (scoring half) | mean reward | Δ pass rate vs oracle (paired) | N pairs | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in sorted(
+        m["scored"],
+        key=lambda n: (n != "oracle", n != m.get("routed"), m["candidates"].index(n) if n in m["candidates"] else 0),
+    ):
+        summ = m["scored"][name]
+        vs = (m.get("vs_oracle") or {}).get(name) or {}
+        lines.append(
+            f"| {name} | {interval(summ['pass_rate'])} | {interval(summ['mean_reward'], pct=False)} | "
+            f"{'–' if name == 'oracle' else signed(vs.get('pass_rate'), pct=True)} | {vs.get('episodes', '–')} | "
+            f"{'–' if name == 'oracle' else verdict(vs.get('pass_rate')) or '–'} |"
+        )
+    if m.get("routed_vs"):
+        lines += [
+            "",
+            f"{m['routed']} minus each single policy on the same trials (paired):",
+            "",
+            "| vs | Δ pass rate | Δ reward | N pairs | verdict |",
+            "|---|---|---|---|---|",
+        ]
+        for name, d in m["routed_vs"].items():
+            lines.append(
+                f"| {name} | {signed(d.get('pass_rate'), pct=True)} | {signed(d.get('mean_reward'), pct=False)} | {d.get('episodes', 0)} | "
+                f"{verdict(d.get('pass_rate')) or '–'} |"
+            )
+    conf = m.get("router_vs_oracle")
+    if conf and conf.get("n"):
+        labels = conf["labels"]
+        lines += [
+            "",
+            f"Router's choice against the oracle's on {conf['n']} tasks (agreement {conf['accuracy']:.0%}; rows: the oracle's choice):",
+            "",
+            "| oracle ↓ / router → | " + " | ".join(labels) + " |",
+            "|---|" + "---|" * len(labels),
+        ]
+        lines += [f"| {lab} | " + " | ".join(str(n) for n in row) + " |" for lab, row in zip(labels, conf["matrix"])]
+    return [*lines, ""]
+
+
+class _Oracle(Comparison):
+    """Oracle routing as the router's yardstick: stored as the row `oracle` after every held-out evaluation."""
+
+    name = ORACLE_ROW
+
+    def scored(self, store: Any, run_id: str, *, scope: str, seed: int) -> None:
+        if scope == "eval":  # the oracle is over the held-out evaluation's trials
+            store_oracle(store, run_id, seed=seed)
+
+    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+        return oracle_section(store, run_id), []
+
+    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+        return oracle_lines(stored_oracle(store, run_id))
+
+
+ORACLE_COMPARISON = _Oracle()

@@ -3,6 +3,9 @@
 - `all_tasks_section`: the evaluations `all_tasks:<policy>` (`evaluation.all_tasks_greedy`: every task of the run,
   temperature 0, 1 trial), labelled as the paper's protocol, apart from the held-out split: these tasks include the
   analysis split, so the numbers are not held out;
+- the `paper_protocol` comparison (`evaluation.all_tasks_greedy`): after the held-out evaluation, every policy plays
+  those tasks (the held-out split's and the analysis split's of the run, or the tasks given by hand) once at
+  temperature 0, stored as `all_tasks:<policy>`; its report sections are these two;
 - `toolsandbox_section`: for a ToolSandbox target, what the paper's Table 2 reports per policy — the perfect count
   (scenarios with similarity 1.0) and the mean similarity — from each evaluation's stored episodes
   (envs.toolsandbox.metrics; a scenario played several times counts as perfect only when every trial was, and its
@@ -11,10 +14,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gapforge.envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
+from gapforge.evaluation.comparisons import Comparison
+from gapforge.evaluation.reuse import played
 from gapforge.evaluation.summary import points
+
+if TYPE_CHECKING:
+    from gapforge.evaluation.comparisons import Evaluation
 
 ALL_TASKS = "all_tasks:"
 SCOPES = (("eval:", "held-out split"), (ALL_TASKS, "all tasks, greedy, 1 trial"))
@@ -30,8 +40,8 @@ def _ordered(rows: list[Any], prefix: str) -> list[Any]:
     return sorted(rows, key=lambda e: (e.name != f"{prefix}base", e.name))
 
 
-def all_tasks_section(store: Any, run_id: str) -> list[str]:
-    """The `all_tasks:*` evaluations as a table (nothing when the run has none)."""
+def all_tasks_section(store: Any, run_id: str, labels: Mapping[str, str]) -> list[str]:
+    """The `all_tasks:*` evaluations as a table (nothing when the run has none); `labels`: the baselines' names."""
     rows = _ordered([e for e in store.evaluations(run_id) if e.name.startswith(ALL_TASKS)], ALL_TASKS)
     if not rows:
         return []
@@ -46,9 +56,6 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
         "| policy | pass rate | mean reward | Δ pass rate vs base (paired over tasks) |",
         "|---|---|---|---|",
     ]
-    from gapforge.evaluation.policies import baseline_labels
-
-    labels = baseline_labels(store, run_id)  # a baseline shown for what it is, as in the held-out tables
     for e in rows:
         m = e.metrics
         mr = m.get("mean_reward") or {}
@@ -61,13 +68,10 @@ def all_tasks_section(store: Any, run_id: str) -> list[str]:
     return [*lines, ""]
 
 
-def toolsandbox_section(store: Any, run_id: str) -> list[str]:
+def toolsandbox_section(store: Any, run_id: str, labels: Mapping[str, str]) -> list[str]:
     """Perfect count and mean similarity per evaluated policy and scope, for a ToolSandbox target (else nothing)."""
-    from gapforge.evaluation.policies import baseline_labels
-
     table: list[str] = []
     notes: set[str] = set()
-    labels = baseline_labels(store, run_id)
     for prefix, scope in SCOPES:
         rows = _ordered(
             [
@@ -102,3 +106,41 @@ def toolsandbox_section(store: Any, run_id: str) -> list[str]:
         *table,
     ]
     return [*lines, *(f"\n{n}." for n in sorted(notes)), ""]
+
+
+class _PaperProtocol(Comparison):
+    """Every task of the run at temperature 0, 1 trial, beside the held-out split (`evaluation.all_tasks_greedy`)."""
+
+    name, switch = "paper_protocol", "all_tasks_greedy"
+
+    async def extend(self, ev: Evaluation) -> int:
+        split = ev.split
+        every = (
+            sorted({*split.analysis_tasks, *split.heldout_tasks}) if split is not None and not ev.given else ev.tasks
+        )
+        probe = ev.make_env()
+        try:
+            families = {t: probe.task_family(t) for t in every}
+        finally:
+            probe.close()
+        result = await ev.play(
+            ev.run_id,
+            artifacts=ev.artifacts,
+            backend=ev.backend,
+            tasks=every,
+            families=families,
+            trials=1,
+            temperature=0.0,
+            family_trials_policies=(),
+            on_policy_done=lambda name: ev.progress(f"all tasks, greedy: {name}: played and scored"),
+            scope="all_tasks",
+        )
+        return sum(played(p.metrics, families) for p in result.policies)
+
+    def report(
+        self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:  # a baseline shown for what it is, as in the held-out tables
+        return all_tasks_section(store, run_id, labels) + toolsandbox_section(store, run_id, labels), []
+
+
+PROTOCOL_COMPARISON = _PaperProtocol()

@@ -24,16 +24,13 @@ A section whose data is missing says so instead of a plot. Never prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gapforge.evaluation.comparison import comparison_section
-from gapforge.evaluation.policies import baseline_labels, current_name
-from gapforge.evaluation.protocol_report import all_tasks_section, toolsandbox_section
-from gapforge.evaluation.rollout_scaling import scaling_section as rollout_scaling_section
-from gapforge.evaluation.scaling import gate_line, scaling_section
-from gapforge.evaluation.summary import points, verdict
+from gapforge.evaluation.registry import labels, report_sections
+from gapforge.evaluation.scaling import gate_line
+from gapforge.evaluation.summary import interval, signed, verdict
 
 
 @dataclass(frozen=True)
@@ -41,13 +38,6 @@ class ReportResult:
     path: Path
     plots: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
-
-
-def _fmt(iv: dict[str, Any] | None, pct: bool = True) -> str:
-    if not iv or iv.get("value") is None:
-        return "–"
-    scale, unit = (100.0, "%") if pct else (1.0, "")
-    return f"{iv['value'] * scale:.1f}{unit} [{iv['low'] * scale:.1f}, {iv['high'] * scale:.1f}]"
 
 
 def _bars(evals: list[Any], key: str, title: str, path: Path) -> Path:
@@ -69,12 +59,6 @@ def _bars(evals: list[Any], key: str, title: str, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _signed(iv: dict[str, Any] | None, *, pct: bool) -> str:
-    if not iv or iv.get("value") is None:
-        return "–"
-    return points(iv) if pct else f"{iv['value']:+.3f} [{iv['low']:+.3f}, {iv['high']:+.3f}]"
 
 
 def _more_trials(evals: list[Any]) -> list[str]:
@@ -182,84 +166,10 @@ def _curves(adapters: list[Any], path: Path) -> Path:
     return path
 
 
-def _oracle_section(store: Any, run_id: str, evaluated: bool) -> list[str]:
-    """Routed TRACE against oracle routing (evaluation.oracle: the stored row, else computed from the stored episodes)."""
-    from gapforge.evaluation.oracle import ORACLE_ROW, oracle_from_store
-
-    if not evaluated:
-        return []
-    row = store.get_evaluation(run_id, ORACLE_ROW)
-    m = row.metrics if row is not None else oracle_from_store(store, run_id)
-    if m is None:
-        return []
-    left = m.get("left_out") or {}
-    lines = [
-        "## Oracle routing (yardstick)",
-        "",
-        "Per held-out task, the best single policy (base or one adapter) is picked on half of the trials every candidate "
-        "and TRACE played (the even-numbered: highest pass rate, then mean reward, base on ties) and scored on the other half "
-        "(the odd-numbered), so no policy is credited with the luck it was picked on; every row below is scored on those same "
-        f"odd-numbered trials. Tasks used: {m['tasks']}; left out (fewer than 2 common trials): {sum(left.values())}"
-        + (" (" + ", ".join(f"`{f}` {n}" for f, n in left.items()) + ")" if left else "")
-        + ".",
-        "",
-    ]
-    if not m["tasks"]:
-        return [
-            *lines,
-            "No task has 2 trials common to every candidate: play the adapters with more trials (evaluation.trials >= 2, "
-            "or their `adapter:<name>` in evaluation.family_trials_policies) to get the oracle.",
-            "",
-        ]
-    counts = ", ".join(f"{n} {k}" for k, n in sorted(m["choice_counts"].items()))
-    lines += [
-        f"The oracle chose: {counts}.",
-        "",
-        "| policy | pass rate (scoring half) | mean reward | Δ pass rate vs oracle (paired) | N pairs | verdict |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name in sorted(
-        m["scored"],
-        key=lambda n: (n != "oracle", n != m.get("routed"), m["candidates"].index(n) if n in m["candidates"] else 0),
-    ):
-        summ = m["scored"][name]
-        vs = (m.get("vs_oracle") or {}).get(name) or {}
-        lines.append(
-            f"| {name} | {_fmt(summ['pass_rate'])} | {_fmt(summ['mean_reward'], pct=False)} | "
-            f"{'–' if name == 'oracle' else _signed(vs.get('pass_rate'), pct=True)} | {vs.get('episodes', '–')} | "
-            f"{'–' if name == 'oracle' else verdict(vs.get('pass_rate')) or '–'} |"
-        )
-    if m.get("routed_vs"):
-        lines += [
-            "",
-            f"{m['routed']} minus each single policy on the same trials (paired):",
-            "",
-            "| vs | Δ pass rate | Δ reward | N pairs | verdict |",
-            "|---|---|---|---|---|",
-        ]
-        for name, d in m["routed_vs"].items():
-            lines.append(
-                f"| {name} | {_signed(d.get('pass_rate'), pct=True)} | {_signed(d.get('mean_reward'), pct=False)} | {d.get('episodes', 0)} | "
-                f"{verdict(d.get('pass_rate')) or '–'} |"
-            )
-    conf = m.get("router_vs_oracle")
-    if conf and conf.get("n"):
-        labels = conf["labels"]
-        lines += [
-            "",
-            f"Router's choice against the oracle's on {conf['n']} tasks (agreement {conf['accuracy']:.0%}; rows: the oracle's choice):",
-            "",
-            "| oracle ↓ / router → | " + " | ".join(labels) + " |",
-            "|---|" + "---|" * len(labels),
-        ]
-        lines += [f"| {lab} | " + " | ".join(str(n) for n in row) + " |" for lab, row in zip(labels, conf["matrix"])]
-    return [*lines, ""]
-
-
 def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    evals = [replace(e, name=current_name(e.name)) for e in store.evaluations(run_id) if e.name.startswith("eval:")]
+    evals = [e for e in store.evaluations(run_id) if e.name.startswith("eval:")]
     evals.sort(key=lambda e: (e.name != "eval:base", e.name))
     router = store.get_evaluation(run_id, "router_accuracy")
     adapters = [a for a in store.adapters(run_id) if _curve(a)]
@@ -284,8 +194,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
             ks = ", ".join(f"^{k}={v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
             vs = m.get("vs_base") or {}
             lines.append(
-                f"| {e.name.removeprefix('eval:')} | {_fmt(m['pass_rate'])} | {_fmt(m['mean_reward'], pct=False)} | {ks} | "
-                f"{_fmt(vs.get('pass_rate'))} | {_fmt(vs.get('mean_reward'), pct=False)} |"
+                f"| {e.name.removeprefix('eval:')} | {interval(m['pass_rate'])} | {interval(m['mean_reward'], pct=False)} | {ks} | "
+                f"{interval(vs.get('pass_rate'))} | {interval(vs.get('mean_reward'), pct=False)} |"
             )
         lines += ["", "### Per family (pass rate)", ""]
         families = sorted({f for e in evals for f in e.metrics.get("by_family", {})})
@@ -294,10 +204,10 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
             fam = e.metrics.get("by_family", {})
             lines.append(
                 f"| {e.name.removeprefix('eval:')} | "
-                + " | ".join(_fmt(fam.get(f, {}).get("pass_rate")) for f in families)
+                + " | ".join(interval(fam.get(f, {}).get("pass_rate")) for f in families)
                 + " |"
             )
-        paired = _paired_rows(evals, baseline_labels(store, run_id))
+        paired = _paired_rows(evals, labels(store, run_id))
         if paired:
             focus = evals[0].metrics.get("focus_family")
             lines += ["", "### Paired differences vs base (episode level)", ""]
@@ -311,8 +221,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
             ]
             for name, scope, d in paired:
                 lines.append(
-                    f"| {name} | {scope} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {_signed(d.get('pass_rate'), pct=True)} | "
-                    f"{_signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
+                    f"| {name} | {scope} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {signed(d.get('pass_rate'), pct=True)} | "
+                    f"{signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
                 )
             forest = [r for r in paired if r[1] in ("all tasks", focus)]
             if any((d.get("pass_rate") or {}).get("value") is not None for _, _, d in forest):
@@ -327,16 +237,9 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         missing.append("evaluation")
         lines += ["No evaluation stored yet (run the evaluate stage).", ""]
 
-    lines += _oracle_section(store, run_id, bool(evals))
-    lines += comparison_section(store, run_id, bool(evals))
-    curve_lines, curve_plot = rollout_scaling_section(store, run_id, out)
-    lines += curve_lines
-    plots += [curve_plot] if curve_plot else []
-    lines += all_tasks_section(store, run_id) + toolsandbox_section(
-        store, run_id
-    )  # the paper's protocol and Table 2 metrics
-
-    lines += scaling_section(store, run_id)  # routed TRACE with 1 and with 2 adapters (evaluation.scaling)
+    sections, drawn = report_sections(store, run_id, out)  # every comparison's section (evaluation.registry)
+    lines += sections
+    plots += drawn
 
     record = store.get_evaluation(
         run_id, "router"

@@ -1,6 +1,6 @@
 """Reuse of the base's episodes by the routed policy where the router sends a task to the base.
 
-agents.routed_policy.RoutedPolicy decides once per conversation, from its first
+agents.router.RoutedPolicy decides once per conversation, from its first
 user message; when the decision is none / abstain it answers every turn with the
 very base policy object, at the same temperature. With common random numbers
 (envs.sampling: each call's seed comes from the episode key `task#sample`, never
@@ -17,6 +17,7 @@ one playing would take (and it is cached there for the routing metrics).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gapforge.envs.protocol import Message
@@ -73,3 +74,10 @@ async def copy_base_episodes(
         store.put_episode(child, env, row.task_id, row.sample, **{f: getattr(row, f) for f in COPIED_FIELDS})
         copied += 1
     return copied
+
+
+def played(metrics: Mapping[str, Any], families: Mapping[str, str]) -> int:
+    """Episodes a policy actually played: its evaluation's episodes less those it copied from the base."""
+    per_family = metrics.get("trials_by_family") or {}
+    reused = sum(per_family.get(families.get(t, ""), 0) for t in metrics.get("reused_base_tasks") or [])
+    return int(metrics.get("episodes", 0)) - reused

@@ -9,20 +9,29 @@ at every point. Point 0 is the fresh adapter (its LoRA B matrices are zero): the
 is the base's own evaluation and is not played again.
 
 Each point k > 0 is evaluated as a run of its own, `<run>.scale-k` (rows `eval:<policy>`, child runs
-`<run>.scale-k.eval.<policy>`), on the run's held-out tasks with the run's trials, into which the base's
-stored episodes are copied first: every point is paired with the same base episodes under common random
-numbers. `scaling_rows` reads them back; `scaling_plot` draws them with 95% bands; `per_1000` is the points
-gained per 1,000 training rollouts (from the base to the last point).
+`<run>.scale-k.eval.<policy>`), by the `rollout_scaling` comparison after the run's evaluation
+(`evaluation.scaling_curve`), on the run's held-out tasks with the run's trials, through the same evaluation
+service, policies and worker processes. The base's stored episodes are copied into the point's base child run
+first, so no point plays the base again and every point is paired with the same base episodes under common random
+numbers; the router is the run's own (it routes with the base weights to the point's adapters). Resumable: a
+point's stored episodes are kept. `scaling_rows` reads them back; `scaling_plot` draws them with 95% bands;
+`per_1000` is the points gained per 1,000 training rollouts (from the base to the last point).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gapforge.evaluation.comparisons import Comparison
 from gapforge.faults import InputFault
+
+if TYPE_CHECKING:
+    from gapforge.evaluation.comparisons import Evaluation
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
 
@@ -238,3 +247,116 @@ def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], 
         if rate is not None:
             lines.append(f"{name}: {rate:+.1f} points per 1,000 training rollouts.")
     return [*lines, "", "![rollout scaling](rollout_scaling.png)", ""], plot
+
+
+class _AlwaysBase:
+    """A 'policy' for evaluation.reuse.copy_base_episodes that plays every task with the base: copy them all."""
+
+    adapters: dict[str, Any] = {}
+    base = None
+
+    async def decide(self, messages: Any) -> None:
+        return None
+
+
+async def evaluate_scaling(ev: Evaluation) -> int:
+    """Evaluate every curve point k > 0 of the run (runs `<run>.scale-k`); returns the episodes played."""
+    from gapforge.evaluation.reuse import copy_base_episodes
+    from gapforge.evaluation.run import EvalPlan, child_run_id
+
+    cfg, ecfg, store, run_id, artifacts = ev.cfg, ev.cfg.evaluation, ev.store, ev.run_id, ev.artifacts
+    base_row = await asyncio.to_thread(store.get_evaluation, run_id, "eval:base")
+    if base_row is None:
+        raise ValueError(
+            f"run {run_id}: the base is not evaluated yet (the scaling curve pairs every point with its episodes)"
+        )
+    adapter_rows = await asyncio.to_thread(store.adapters, run_id)
+    names = [c["adapter"] for c in artifacts.capabilities]
+    with_grpo = any(a.name == GRPO_TARGET and a.status == "done" for a in adapter_rows)
+    points = curve_points(
+        adapter_rows, names, [GRPO_TARGET] if with_grpo else []
+    )  # a baseline stopped early: TRACE alone later
+    plan = EvalPlan(
+        run_id,
+        ev.env,
+        ev.tasks,
+        trials=ecfg.trials,
+        family_trials=ecfg.family_trials,
+        family_trials_policies=tuple(ecfg.family_trials_policies),
+        min_family_episodes=ecfg.min_family_episodes,
+    )
+    played = 0
+    for k, point in enumerate(points):
+        if k == 0:  # the fresh adapters: the base itself (module doc)
+            continue
+        run_k = scale_run_id(run_id, k)
+        await asyncio.to_thread(
+            store.create_run,
+            "evaluation",
+            {"parent": run_id, "scaling_point": k, "steps": {n: c["step"] for n, c in point.items()}},
+            run_k,
+            exist_ok=True,
+        )
+        base_child = child_run_id(run_k, "base")
+        await asyncio.to_thread(
+            store.create_run,
+            "evaluation",
+            {"parent": run_k, "policy": "base", "copied_from": base_row.metrics["child_run"]},
+            base_child,
+            exist_ok=True,
+        )
+        await copy_base_episodes(
+            store,
+            policy=_AlwaysBase(),
+            env=ev.env,
+            base_child=base_row.metrics["child_run"],
+            child=base_child,
+            counts=plan.task_trials("base", ev.families),
+        )
+        art_k = replace(artifacts, adapter_paths={n: Path(point[n]["path"]) for n in names}, damaged={})
+        grpo_path = Path(point[GRPO_TARGET]["path"]) if GRPO_TARGET in point else None
+        backend = await asyncio.to_thread(
+            ev.load_backend,  # type: ignore[arg-type]
+            ev.base_dir,
+            art_k,
+            extra_adapters={GRPO_TARGET: grpo_path} if grpo_path else None,
+            max_new_tokens=cfg.policy.max_new_tokens,
+            seed=cfg.seed,
+        )
+        ev.progress(
+            f"scaling point {k}/{len(points) - 1}: steps " + ", ".join(f"{n} {c['step']}" for n, c in point.items())
+        )
+        result = await ev.play(
+            run_k,
+            artifacts=art_k,
+            backend=backend,
+            baseline_path=grpo_path,
+            tasks=ev.tasks,
+            families=ev.families,
+            trials=ecfg.trials,
+            temperature=cfg.policy.temperature,
+            family_trials=ecfg.family_trials,
+            family_trials_policies=ecfg.family_trials_policies,
+            focus_family=ecfg.focus_family,
+            min_family_episodes=ecfg.min_family_episodes,
+            on_policy_done=lambda name, k=k: ev.progress(f"scaling point {k}: {name}: played and scored"),
+        )
+        played += sum(int(p.metrics.get("episodes", 0)) for p in result.policies if p.name != "base")
+    return played
+
+
+class _RolloutScaling(Comparison):
+    """Pass rate against training rollouts (`evaluation.scaling_curve`): the curve points evaluated after the run's
+    held-out evaluation; the report's table and plot."""
+
+    name, switch = "rollout_scaling", "scaling_curve"
+
+    async def extend(self, ev: Evaluation) -> int:
+        return await evaluate_scaling(ev)
+
+    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+        lines, plot = scaling_section(store, run_id, out_dir)
+        return lines, [plot] if plot else []
+
+
+CURVE_COMPARISON = _RolloutScaling()

@@ -1,7 +1,7 @@
-"""Scaling with capabilities (the paper's Fig. 3) and the routing lines a demo prints, from the stored evaluation.
+"""Scaling with capabilities (the paper's Fig. 3) from the stored evaluation: the `adapter_subsets` comparison.
 
 Routed TRACE over a subset S of the trained adapters is not played again. The routed policy decides once per
-conversation from the task's first user message (agents.routed_policy), and when the adapter it chose is not
+conversation from the task's first user message (agents.router.RoutedPolicy), and when the adapter it chose is not
 loaded it answers with its base (evaluation.reuse.plays_base). So "the same router with only S's adapters"
 plays, under common random numbers (each episode seeds from its (task, sample)), the full routed policy's
 stored episode (task, i) on every task routed to an adapter of S, and the base's stored episode (task, i) on
@@ -9,19 +9,20 @@ every other task. `subset_episodes` builds exactly that; every subset is then pa
 (`stats.paired_by_family`). The router is the one trained over every capability: the rows measure what each
 adapter adds under that router, not a router retrained over fewer capabilities.
 
-`routing_lines` are the lines `gapforge demo` prints after its headline: the gate's accuracy on its held-out
-examples, its agreement with oracle routing on the target's held-out tasks, routed TRACE against the oracle and
-each single policy (evaluation.oracle), and the subsets' paired differences per family. Nothing here prints.
+`scaling_lines` are the lines `gapforge demo` prints for it (after the gate's line, `gate_line`, and oracle
+routing's, evaluation.oracle): the subsets' paired differences per family. Nothing here prints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from gapforge.evaluation import stats
+from gapforge.evaluation.comparisons import Comparison
 from gapforge.evaluation.run import BASE, ROUTED
-from gapforge.evaluation.summary import points
+from gapforge.evaluation.summary import pairs
 
 
 def subset_episodes(
@@ -80,11 +81,6 @@ def scaling(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> di
     }
 
 
-def _diff(d: Mapping[str, Any]) -> str:
-    pr = d.get("pass_rate") or {}
-    return "no paired episodes" if pr.get("value") is None else f"{points(pr)} ({d.get('episodes', 0)} pairs)"
-
-
 def scaling_lines(m: Mapping[str, Any] | None, families: Sequence[str] | None = None) -> list[str]:
     """One line per subset: its paired difference with the base on all tasks, then on each family (or `families`)."""
     if not m:
@@ -92,42 +88,12 @@ def scaling_lines(m: Mapping[str, Any] | None, families: Sequence[str] | None = 
     out = []
     for row in m["rows"]:
         fams = row["by_family"]
-        per = "; ".join(f"{f} {_diff(fams[f])}" for f in (families or sorted(fams)) if f in fams)
+        per = "; ".join(f"{f} {pairs(fams[f])}" for f in (families or sorted(fams)) if f in fams)
         out.append(
             f"routed over {len(row['adapters'])} adapter{'s' if len(row['adapters']) > 1 else ''} ({', '.join(row['adapters'])}): "
-            f"TRACE − base all tasks {_diff(row['all'])}; {per}"
+            f"TRACE − base all tasks {pairs(row['all'])}; {per}"
         )
     return out
-
-
-def _rate(summary: Mapping[str, Any]) -> str:
-    pr = summary.get("pass_rate") or {}
-    return "–" if pr.get("value") is None else f"{pr['value']:.1%}"
-
-
-def oracle_lines(m: Mapping[str, Any] | None) -> list[str]:
-    """Routed TRACE, each single policy and the oracle on the oracle's scoring half, and the router's agreement with it."""
-    if not m:
-        return []
-    if not m.get("tasks"):
-        left = sum((m.get("left_out") or {}).values())
-        return [
-            f"oracle routing: no held-out task has 2 trials common to every policy ({left} left out): play adapters with evaluation.trials >= 2"
-        ]
-    scored, vs = m["scored"], m.get("vs_oracle") or {}
-    rows = [n for n in [m.get("routed"), *m["candidates"]] if n in scored]
-    parts = [f"{n} {_rate(scored[n])} ({_diff(vs[n])} vs oracle)" for n in rows if n in vs]
-    lines = [
-        f"oracle routing ({m['tasks']} held-out tasks, scored on the trials it did not select on): oracle {_rate(scored['oracle'])}; "
-        + "; ".join(parts)
-    ]
-    conf = m.get("router_vs_oracle")
-    if conf and conf.get("n"):
-        lines.append(
-            f"router agrees with oracle routing on {conf['accuracy']:.0%} of {conf['n']} held-out tasks "
-            f"(oracle chose {', '.join(f'{k} {n}' for k, n in sorted(m['choice_counts'].items()))})"
-        )
-    return lines
 
 
 def gate_line(router_metrics: Mapping[str, Any] | None) -> list[str]:
@@ -140,20 +106,6 @@ def gate_line(router_metrics: Mapping[str, Any] | None) -> list[str]:
     return [
         f"gate: held-out accuracy {acc} on {held['n']} examples (train {gate['train_accuracy']:.0%} on "
         f"{sum(e['split'] == 'train' for e in gate['examples'])}{served}); classes {', '.join(held['labels'])}"
-    ]
-
-
-def routing_lines(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:
-    """The gate, oracle and scaling lines for a run's stored evaluation (module doc)."""
-    from gapforge.evaluation.oracle import ORACLE_ROW, oracle_from_store
-
-    router = store.get_evaluation(run_id, "router")
-    row = store.get_evaluation(run_id, ORACLE_ROW)
-    oracle = row.metrics if row is not None else oracle_from_store(store, run_id, n_boot=n_boot, seed=seed)
-    return [
-        *gate_line(router.metrics if router is not None else None),
-        *oracle_lines(oracle),
-        *scaling_lines(scaling(store, run_id, n_boot=n_boot, seed=seed)),
     ]
 
 
@@ -174,8 +126,23 @@ def scaling_section(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 
         "|---|---|---|" + "---|" * len(families),
     ]
     for r in m["rows"]:
-        cells = [_diff(r["by_family"][f]) if f in r["by_family"] else "–" for f in families]
+        cells = [pairs(r["by_family"][f]) if f in r["by_family"] else "–" for f in families]
         lines.append(
-            f"| {', '.join(r['adapters'])} | {len(r['tasks_routed'])} | {_diff(r['all'])} | " + " | ".join(cells) + " |"
+            f"| {', '.join(r['adapters'])} | {len(r['tasks_routed'])} | {pairs(r['all'])} | " + " | ".join(cells) + " |"
         )
     return [*lines, ""]
+
+
+class _AdapterSubsets(Comparison):
+    """Routed TRACE over each adapter alone and over all of them, from the stored episodes (always on)."""
+
+    name = "adapter_subsets"
+
+    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+        return scaling_section(store, run_id), []
+
+    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+        return scaling_lines(scaling(store, run_id))
+
+
+SUBSETS_COMPARISON = _AdapterSubsets()

@@ -5,7 +5,7 @@ CLI (plain functions: no printing, typed results).
     backend   = load_backend(base_model_path, artifacts, extra_adapters={...})
     router    = build_router(artifacts, backend=backend, routing=cfg)          # transformers, shared base weights
     router    = build_router(artifacts, routing=cfg, tokenizer_path=base)      # routing.backend = "vllm"
-    router    = build_router(artifacts, routing=cfg, backend=backend, gate=record.gate.state)  # "gate" (evaluation.gate)
+    router    = build_router(artifacts, routing=cfg, backend=backend, gate=record.gate.state)  # "gate" (agents.router.gate)
     result    = await evaluate_run(store, run_id, backend=backend, router=router, artifacts=artifacts, ...)
     report    = write_report(store, run_id, out_dir)                # evaluation.report
 """
@@ -18,17 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from gapforge.agents.router import (
+    CompletionsScorer,
+    NoScorer,
     RouteOption,
     Router,
     RouterError,
     RoutingConfig,
+    TransformersScorer,
     compact_trajectory,
 )
-from gapforge.agents.router_backends import CompletionsScorer, OpeningsScorer, TransformersScorer
 from gapforge.envs.naming import synthetic_env_name
 from gapforge.envs.protocol import TargetEnvironment
-from gapforge.evaluation.oracle import store_oracle
-from gapforge.evaluation.policies import GRPO_TARGET, standard_policies
+from gapforge.evaluation.policies import standard_policies
+from gapforge.evaluation.registry import scored
 from gapforge.evaluation.report import ReportResult, write_report
 from gapforge.evaluation.run import EvalPlan, EvaluationResult, evaluate
 
@@ -141,46 +143,40 @@ def build_router(
     backend: Any = None,
     tokenizer_path: str | Path | None = None,
     api_key: str | None = None,
-    openings: Mapping[str, list[str]] | None = None,
     gate: Any = None,
     encoder: Any = None,
 ) -> Router:
     """The router over the run's capabilities. routing.backend = transformers: the backend's own base weights
     (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer;
-    gate: the run's trained gate (`gate`: agents.gate.GateState) over the hidden states of `encoder`, else of
-    evaluation.gate.gate_encoder(backend, tokenizer_path) (a vLLM backend: a local copy of the base)."""
+    gate: the run's trained gate (`gate`: agents.router.gate.GateState) over the hidden states of `encoder`, else of
+    agents.router.gate.gate_encoder(backend, tokenizer_path) (a vLLM backend: a local copy of the base)."""
     options = [
         RouteOption(routing.labels[i], c["name"], c["definition"], c["example"], c["adapter"])
         for i, c in enumerate(artifacts.capabilities)
     ]
     if len(options) + 1 > len(routing.labels):
         raise RouterError(f"{len(options)} capabilities need {len(options) + 1} labels: add labels to routing.labels")
-    if routing.backend == "openings":
-        if openings is None or any(c["name"] not in openings for c in artifacts.capabilities):
-            raise RouterError(
-                "routing.backend=openings needs each capability's synthetic-env openings (evaluation.routing.env_openings)"
-            )
-        scorer: Any = OpeningsScorer(
-            [openings[c["name"]] for c in artifacts.capabilities], min_similarity=routing.openings_min_similarity
-        )
-    elif routing.backend == "gate":
-        from gapforge.agents.gate import GateClassifier, GateScorer
-        from gapforge.evaluation.gate import gate_encoder
+    scorer: Any
+    if routing.backend == "gate":
+        from gapforge.agents.router.gate import gate_encoder, gate_scorer
+        from gapforge.serving.chat_format import load_tokenizer
 
         if (
             gate is None and not artifacts.capabilities
         ):  # nothing to route to: the router keeps every task on the base, never scoring
-            return Router(options, OpeningsScorer([]), routing)
+            return Router(options, NoScorer(), routing)
         if gate is None:
             raise RouterError(
                 "routing.backend=gate needs the run's trained gate (the routing stage trains and stores it: gapforge evaluate RUN)"
             )
-        classifier = GateClassifier.from_state(gate)
-        if classifier.classes[:-1] != [c["name"] for c in artifacts.capabilities]:
-            raise RouterError(
-                f"the gate was trained over {classifier.classes[:-1]}, the run routes {[c['name'] for c in artifacts.capabilities]}: rebuild it"
-            )
-        scorer = GateScorer(encoder or gate_encoder(backend, tokenizer_path, max_tokens=gate.max_tokens), classifier)
+        scorer = gate_scorer(
+            gate,
+            [c["name"] for c in artifacts.capabilities],
+            lambda: (
+                encoder
+                or gate_encoder(backend, tokenizer_path, max_tokens=gate.max_tokens, load_tokenizer=load_tokenizer)
+            ),
+        )
     elif routing.backend == "vllm":
         if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
             raise RouterError(
@@ -216,8 +212,7 @@ async def evaluate_run(
     max_turns: int = 30,
     temperature: float = 1.0,
     concurrency: int = 4,
-    grpo_target: bool = False,
-    gepa: Any = None,
+    prepared: Mapping[str, Any] | None = None,
     seed: int = 0,
     family_trials: Mapping[str, int] | None = None,
     family_trials_policies: Sequence[str] = ("base", "trace_routed"),
@@ -228,18 +223,17 @@ async def evaluate_run(
     together: bool = True,
     scope: str = "eval",
 ) -> EvaluationResult:
-    """Base, TRACE (routed), each adapter, the capability-hints policy and (grpo_target=True: the backend holds an
-    adapter named evaluation.policies.GRPO_TARGET) the GRPO-on-target baseline and (`gepa`: the run's stored
-    evaluation.gepa_baseline.GepaRecord) the base under GEPA's optimised system prompt, on `tasks` x `trials`
-    (x `family_trials[family]` on a family's tasks for the policies in `family_trials_policies`)."""
+    """Base, TRACE (routed), each adapter and every comparison's policies (evaluation.registry: the capability hints,
+    GRPO on the target when the backend holds its adapter, GEPA's prompt when `prepared` holds the run's
+    evaluation.gepa_baseline.GepaRecord) on `tasks` x `trials` (x `family_trials[family]` on a family's tasks for the
+    policies in `family_trials_policies`); then each comparison's `scored` (the oracle row, for scope `eval`)."""
     policies = standard_policies(
         backend,
         router,
         artifacts.capabilities,
         temperature=temperature,
         capability_adapters=list(artifacts.adapter_paths),
-        grpo_target_adapter=GRPO_TARGET if grpo_target else None,
-        gepa=gepa,
+        prepared=prepared,
     )
     plan = EvalPlan(
         run_id,
@@ -266,8 +260,5 @@ async def evaluate_run(
         players=players,
         together=together,
     )
-    if scope == "eval":  # the oracle is over the held-out evaluation's trials
-        store_oracle(
-            store, run_id, seed=seed
-        )  # routed TRACE against oracle routing (evaluation.oracle), stored as the row `oracle`
+    scored(store, run_id, scope=scope, seed=seed)  # e.g. routed TRACE against oracle routing, the row `oracle`
     return result

@@ -3,7 +3,7 @@ TRACE (routed) result with its episode-level paired difference and a verdict,
 a line of its own for every other family where TRACE lost (a regression outside
 the focus family), then TRACE − base (and GRPO-on-target − base, when evaluated)
 on every other family, each flagged "underpowered" when its 95% interval is wider
-than ± `underpowered_points`. Pure functions over the stored metrics (`eval:<name>`
+than ± `UNDERPOWERED_POINTS`. Pure functions over the stored metrics (`eval:<name>`
 metrics by evaluation name); nothing here prints.
 
 Verdict: "gain" only when the paired difference's 95% interval is above 0,
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
-UNDERPOWERED_POINTS = 15.0
+UNDERPOWERED_POINTS = 15.0  # a family's paired 95% interval wider than ± this many points is flagged
 NO_EFFECT_LINE = "no effect (the 95% interval contains 0)"
 
 
@@ -34,6 +34,27 @@ def verdict(iv: Mapping[str, Any] | None) -> Literal["gain", "loss", "no effect"
 def points(iv: Mapping[str, Any]) -> str:
     """A difference in pass rate as signed points with its interval: '+12.5 points [+3.1, +21.9]'."""
     return f"{iv['value'] * 100:+.1f} points [{iv['low'] * 100:+.1f}, {iv['high'] * 100:+.1f}]"
+
+
+def pairs(d: Mapping[str, Any]) -> str:
+    """A paired difference in pass rate with its pair count: '+12.5 points [+3.1, +21.9] (40 pairs)'."""
+    pr = d.get("pass_rate") or {}
+    return "no paired episodes" if pr.get("value") is None else f"{points(pr)} ({d.get('episodes', 0)} pairs)"
+
+
+def interval(iv: Mapping[str, Any] | None, pct: bool = True) -> str:
+    """A value with its interval for a table: '35.0% [25.0, 45.0]' (pct) or '0.4 [0.2, 0.5]'; '–' without one."""
+    if not iv or iv.get("value") is None:
+        return "–"
+    scale, unit = (100.0, "%") if pct else (1.0, "")
+    return f"{iv['value'] * scale:.1f}{unit} [{iv['low'] * scale:.1f}, {iv['high'] * scale:.1f}]"
+
+
+def signed(iv: Mapping[str, Any] | None, *, pct: bool) -> str:
+    """A difference with its interval for a table: points (pct) or a signed reward; '–' without one."""
+    if not iv or iv.get("value") is None:
+        return "–"
+    return points(iv) if pct else f"{iv['value']:+.3f} [{iv['low']:+.3f}, {iv['high']:+.3f}]"
 
 
 def _rate(m: Mapping[str, Any] | None) -> str:

@@ -46,7 +46,7 @@ class EvalPolicyRecipe:
         default_factory=dict
     )  # adapter name -> a directory this machine has (local workers)
     router: Any = (
-        None  # a portable router (its scorer is pure data: OpeningsScorer): the routed policy may play on a worker
+        None  # a portable router (its scorer is pure data, `scorer.portable`): the routed policy may play on a worker
     )
     key: str = field(default="", compare=False)
 
@@ -63,7 +63,6 @@ class EvalPolicyRecipe:
             self.capabilities,
             temperature=self.temperature,  # type: ignore[arg-type]
             capability_adapters=self.capability_adapters,
-            grpo_target_adapter=self.grpo_target,
         )
         return policies[self.name]
 

@@ -127,18 +127,19 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     create_run(store, "demo", "demo", cfg, options, run_id)
     code = drive(cfg, store, run_id, options, fresh=True, last_line=False)
     if code == 0:
-        from gapforge.evaluation.scaling import routing_lines
+        from gapforge.evaluation.registry import summary_lines
+        from gapforge.evaluation.scaling import gate_line
 
-        for line in routing_lines(store, run_id):  # the gate, oracle routing, routed TRACE over 1 and 2 adapters
+        router = store.get_evaluation(run_id, "router")
+        analyses = summary_lines(store, run_id, cfg, "analysis")  # oracle routing, routed TRACE over 1 and 2 adapters
+        for line in [*gate_line(router.metrics if router is not None else None), *analyses]:
             console.print(line, highlight=False, soft_wrap=True)
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     console.print(REAL_NOTE, highlight=False, soft_wrap=True)
     if code == 0:
-        from gapforge.evaluation.comparison import comparison
+        from gapforge.evaluation.registry import summary_lines
 
-        for line in comparison(
-            store, run_id, cfg
-        ):  # base / GRPO-on-target / each adapter / routed TRACE, and TRACE vs GRPO
+        for line in summary_lines(store, run_id, cfg, "baseline"):  # base / GRPO-on-target / adapters / TRACE
             console.print(line, highlight=False, soft_wrap=True)
     console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)
     console.print(f"run {run_id}", highlight=False)

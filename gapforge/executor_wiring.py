@@ -65,7 +65,7 @@ async def evaluation_players(
     actors that rebuild each evaluated policy from the base weights and the adapters (their directories locally,
     their bytes on Ray; locally also the routed policy when its router is portable: executor.evaluation.local_eval_players).
     A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver. `baseline_path`: the
-    GRPO-on-target adapter to play instead of the run's stored one (a rollout-scaling point: gapforge/stages/scaling.py)."""
+    GRPO-on-target adapter to play instead of the run's stored one (a rollout-scaling point: evaluation/rollout_scaling.py)."""
     from gapforge.stages.common import rollout_workers
 
     workers, threads = rollout_workers(cfg)

@@ -1,11 +1,17 @@
-"""`evaluate`: base vs TRACE (routed) vs each adapter vs the baselines on the held-out split (evaluation.service); with
-`evaluation.all_tasks_greedy` also on every task of the run, greedy, 1 trial (the paper's protocol, rows `all_tasks:<policy>`)."""
+"""`evaluate`: base vs TRACE (routed) vs each adapter vs the baselines on the held-out split (evaluation.service),
+with every comparison on in the config plugged in (evaluation.registry: GEPA's prompt optimised first, more
+evaluations after: every task greedy, the rollout-scaling curve)."""
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
+from gapforge.evaluation import reuse
+from gapforge.evaluation.comparisons import Evaluation
+from gapforge.evaluation.registry import enabled
+from gapforge.evaluation.service import load_backend
 from gapforge.executor_wiring import evaluation_players
 from gapforge.graph.context import Cost, EvaluationDone, StageFailed
 from gapforge.stages.common import StageContext, require
@@ -25,9 +31,6 @@ async def evaluate(
     """The held-out split the analysis stored with the run (its env and tasks), unless `env` / `tasks` name others
     (`gapforge evaluate --env / --tasks`)."""
     require("gapforge.evaluation.service", "evaluation")
-    from gapforge.evaluation.policies import GRPO_TARGET
-    from gapforge.evaluation.service import evaluate_run
-
     cfg, ecfg = sc.cfg, sc.cfg.evaluation
     split = await asyncio.to_thread(sc.store.get_split, run_id)
     if split is None and tasks is None:
@@ -46,83 +49,71 @@ async def evaluate(
         families = {t: probe.task_family(t) for t in tasks}
     finally:
         probe.close()
-    gepa, gepa_cost = (
-        await _gepa(sc, run_id, split, env_name, artifacts, backend, make_env) if ecfg.baseline_gepa else (None, Cost())
+    ev = Evaluation(
+        sc.store,
+        run_id,
+        cfg,
+        env_name,
+        make_env,
+        tasks,
+        families,
+        split,
+        artifacts,
+        backend,
+        router,
+        sc.base_dir(),
+        given=env is not None or given,
+        progress=lambda line: sc.progress("evaluate", line),
+        play=partial(_play, sc, run_id, env_name, make_env, router),
+        failure=StageFailed,
+        load_backend=load_backend,
     )
-    async with evaluation_players(
-        cfg, sc.store, run_id, sc.base_dir(), artifacts, make_env, router
-    ) as players:  # None: every policy plays here
-        result = await evaluate_run(
-            sc.store,
-            run_id,
-            backend=backend,
-            router=router,
-            artifacts=artifacts,
-            env=env_name,
-            make_env=make_env,
-            tasks=tasks,
-            families=families,
-            trials=ecfg.trials,
-            max_turns=cfg.rollouts.max_turns,
-            temperature=cfg.policy.temperature,
-            concurrency=cfg.rollouts.concurrency,
-            grpo_target=GRPO_TARGET in backend.adapters,
-            gepa=gepa,
-            seed=cfg.seed,
-            family_trials=ecfg.family_trials,
-            family_trials_policies=ecfg.family_trials_policies,
-            focus_family=ecfg.focus_family,
-            min_family_episodes=ecfg.min_family_episodes,
-            on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
-            players=players,
-            together=cfg.executor.kind
-            == "local",  # on Ray each policy's player starts its own actors: one policy at a time
-        )
-    played = sum(_played(p.metrics, families) for p in result.policies)
-    if ecfg.all_tasks_greedy:  # the paper's protocol beside the held-out split: every task of the run, greedy, 1 trial
-        every = (
-            sorted({*split.analysis_tasks, *split.heldout_tasks})
-            if split is not None and env is None and not given
-            else tasks
-        )
-        played += await _all_tasks_greedy(sc, run_id, env_name, every, make_env, artifacts, backend, router)
-    if (
-        ecfg.scaling_curve
-    ):  # pass rate against training rollouts: every kept fraction of the adapters' and the baseline's training
-        from gapforge.stages.scaling import evaluate_scaling
-
-        played += await evaluate_scaling(
-            sc, routing, run_id, env=env_name, make_env=make_env, tasks=tasks, families=families
-        )
+    comparisons = enabled(cfg)
+    prepared = {c.name: await c.prepare(ev) for c in comparisons}  # e.g. GEPA optimises its prompt
+    result = await ev.play(
+        run_id,
+        artifacts=artifacts,
+        backend=backend,
+        tasks=tasks,
+        families=families,
+        trials=ecfg.trials,
+        temperature=cfg.policy.temperature,
+        prepared={n: p for n, p in prepared.items() if p is not None},
+        family_trials=ecfg.family_trials,
+        family_trials_policies=ecfg.family_trials_policies,
+        focus_family=ecfg.focus_family,
+        min_family_episodes=ecfg.min_family_episodes,
+        on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
+    )
+    played = sum(reuse.played(p.metrics, families) for p in result.policies)
+    for c in comparisons:  # more evaluations: every task greedy (the paper's protocol), the rollout-scaling curve
+        played += await c.extend(ev)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
-    return EvaluationDone(
-        summary, Cost(policy_rollouts=played + gepa_cost.policy_rollouts, llm_calls=gepa_cost.llm_calls)
-    )
+    return EvaluationDone(summary, Cost(policy_rollouts=played + ev.policy_rollouts, llm_calls=ev.llm_calls))
 
 
-async def _all_tasks_greedy(
+async def _play(
     sc: StageContext,
-    run_id: str,
+    main_run: str,
     env_name: str,
-    tasks: list[str],
     make_env: Any,
+    router: Any,
+    run_id: str,
+    *,
     artifacts: Any,
     backend: Any,
-    router: Any,
-) -> int:
-    """Every policy on `tasks` at temperature 0, 1 trial each, stored as `all_tasks:<policy>` (evaluation.service, scope);
-    returns the episodes played."""
-    from gapforge.evaluation.policies import GRPO_TARGET
+    baseline_path: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """evaluation.service.evaluate_run of `run_id` (the run's, or a curve point's) under the run's players (worker
+    processes or Ray actors; None: every policy plays here)."""
     from gapforge.evaluation.service import evaluate_run
 
     cfg = sc.cfg
-    probe = make_env()
-    try:
-        families = {t: probe.task_family(t) for t in tasks}
-    finally:
-        probe.close()
-    async with evaluation_players(cfg, sc.store, run_id, sc.base_dir(), artifacts, make_env, router) as players:
-        result = await evaluate_run(
+    async with evaluation_players(
+        cfg, sc.store, main_run, sc.base_dir(), artifacts, make_env, router, baseline_path=baseline_path
+    ) as players:
+        return await evaluate_run(
             sc.store,
             run_id,
             backend=backend,
@@ -130,61 +121,13 @@ async def _all_tasks_greedy(
             artifacts=artifacts,
             env=env_name,
             make_env=make_env,
-            tasks=tasks,
-            families=families,
-            trials=1,
             max_turns=cfg.rollouts.max_turns,
-            temperature=0.0,
             concurrency=cfg.rollouts.concurrency,
-            grpo_target=GRPO_TARGET in backend.adapters,
             seed=cfg.seed,
-            family_trials_policies=(),
-            on_policy_done=lambda name: sc.progress("evaluate", f"all tasks, greedy: {name}: played and scored"),
             players=players,
-            together=cfg.executor.kind == "local",
-            scope="all_tasks",
+            together=cfg.executor.kind == "local",  # on Ray each policy's player starts its own actors: one at a time
+            **kwargs,
         )
-    return sum(_played(p.metrics, families) for p in result.policies)
-
-
-async def _gepa(
-    sc: StageContext, run_id: str, split: Any, env_name: str, artifacts: Any, backend: Any, make_env: Any
-) -> tuple[Any, Cost]:
-    """(GEPA's optimised system prompt (evaluation.gepa_baseline): the run's stored one, else optimised on its analysis split;
-    what this call spent on it: `gepa_cost`)."""
-    from gapforge.evaluation.gepa_baseline import gepa_for_run, load_gepa
-
-    if split is None or split.env != env_name:
-        raise StageFailed(
-            f"evaluation.baseline_gepa optimises on the run's analysis split, and {env_name} has none stored: "
-            "evaluate the run's own env or set evaluation.baseline_gepa=false"
-        )
-    base = backend.policy(None, temperature=sc.cfg.policy.temperature, name="base")
-    stored = load_gepa(sc.store, run_id)
-    record = await gepa_for_run(
-        sc.store,
-        run_id,
-        sc.cfg,
-        base=base,
-        make_env=make_env,
-        split=split,
-        capabilities=artifacts.capabilities,
-        n_adapters=len(artifacts.adapter_paths),
-    )
-    sc.progress(
-        "evaluate",
-        f"gepa: {record.metric_calls} of {record.max_metric_calls} metric calls, analysis-split reward "
-        f"{record.seed_score:.2f} -> {record.best_score:.2f}",
-    )
-    return record, gepa_cost(stored, record)
-
-
-def gepa_cost(stored: Any, record: Any) -> Cost:
-    """What GEPA spent in this stage: its metric calls (episodes of the policy) and reflection calls (the `llm` role) when
-    it optimised now; nothing when the run's stored prompt was reused (`stored` equals `record`: spent by an earlier call)."""
-    if stored is not None and stored.model_dump() == record.model_dump():
-        return Cost()
-    return Cost(policy_rollouts=record.metric_calls, llm_calls=record.reflection_calls)
 
 
 def _metrics(m: dict[str, Any]) -> dict[str, Any]:
@@ -197,10 +140,3 @@ def _metrics(m: dict[str, Any]) -> dict[str, Any]:
         "mean_reward": mr.get("value"),
         "n": m.get("episodes") or m.get("n"),
     }
-
-
-def _played(metrics: dict[str, Any], families: dict[str, str]) -> int:
-    """Episodes a policy actually played: its episodes less those it reused from the base (evaluation.reuse)."""
-    per_family = metrics.get("trials_by_family") or {}
-    reused = sum(per_family.get(families.get(t, ""), 0) for t in metrics.get("reused_base_tasks") or [])
-    return int(metrics.get("episodes", 0)) - reused

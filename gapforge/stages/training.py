@@ -152,10 +152,11 @@ async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
     all capability adapters together (`baseline_job`). Trained once per run; a failure is recorded and the
     evaluation goes on without it."""
     cfg, store = sc.cfg, sc.store
-    if not cfg.evaluation.baseline_grpo:
+    from gapforge.evaluation.comparison import GRPO_COMPARISON, GRPO_TARGET
+
+    if not GRPO_COMPARISON.enabled(cfg.evaluation):
         return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
     require("gapforge.training.service", "GRPO training")
-    from gapforge.evaluation.policies import GRPO_TARGET
 
     row = await asyncio.to_thread(store.get_adapter, run_id, GRPO_TARGET)
     if row is not None and row.status == "done":

@@ -15,9 +15,8 @@ from router_helpers import (
     shared_taught_model,
 )
 
-from gapforge.agents.routed_policy import HintedPolicy
-from gapforge.agents.router import Router, RoutingConfig, make_options
-from gapforge.agents.router_backends import TransformersScorer
+from gapforge.agents.prompted_policy import HintedPolicy
+from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 from gapforge.envs.protocol import Message
 from gapforge.envs.registry import make_env
 from gapforge.evaluation.policies import GRPO_TARGET, standard_policies
@@ -61,7 +60,8 @@ def test_evaluates_every_policy_with_intervals_and_resumes(setup) -> None:
     backend, router, store, run_id, _root = setup
     env = make_env("shop")
     families = {t: env.task_family(t) for t in TASKS}
-    policies = standard_policies(backend, router, capability_specs(), temperature=1.0, grpo_target_adapter=GRPO_TARGET)
+    # the backend holds GRPO_TARGET's adapter: the GRPO-on-target comparison adds its policy (evaluation.comparisons)
+    policies = standard_policies(backend, router, capability_specs(), temperature=1.0)
     assert set(policies) == {
         "base",
         "trace_routed",

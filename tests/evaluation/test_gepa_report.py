@@ -1,6 +1,5 @@
-"""The report names the prompt baselines for what they are: a run stored before the rename
-(`eval:baseline_hints`) reports under today's name `capability_hints`; the paired table labels GEPA with the
-metric calls it spent and the capability hints as unoptimised."""
+"""The report names the prompt baselines for what they are: the paired table labels GEPA with the metric calls it
+spent and the capability hints as unoptimised."""
 
 from __future__ import annotations
 
@@ -8,25 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from gapforge.evaluation.gepa_baseline import GEPA_ROW, GepaRecord
-from gapforge.evaluation.policies import CAPABILITY_HINTS, current_name
 from gapforge.evaluation.report import write_report
 from tests.evaluation.test_summary_report import _metrics, _paired, _Row, _Store
-
-
-def test_old_names_map_to_todays() -> None:
-    assert current_name("eval:baseline_hints") == f"eval:{CAPABILITY_HINTS}"
-    assert current_name("baseline_hints") == CAPABILITY_HINTS
-    assert current_name("eval:adapter:x") == "eval:adapter:x"
-
-
-def test_a_run_stored_with_baseline_hints_still_reports(tmp_path: Path) -> None:
-    evals = {
-        "base": _metrics(0.3, paired=None, by_family_paired=None),
-        "baseline_hints": _metrics(0.35, paired=_paired(0.05, -0.05, 0.15), by_family_paired={}),
-    }
-    text = write_report(_Store(evals), "r1", tmp_path).path.read_text()
-    assert "baseline_hints" not in text
-    assert "| capability_hints | 35.0% [25.0, 45.0]" in text
 
 
 class _WithGepa(_Store):
@@ -66,13 +48,20 @@ def test_the_paired_table_labels_gepa_with_its_metric_calls_and_the_hints_as_uno
     assert "| gepa | 30.0%" in text  # the tables above keep the evaluation names
 
 
-def test_the_evaluation_stage_counts_gepa_only_when_it_optimised_now() -> None:
-    from gapforge.graph.context import Cost
-    from gapforge.stages.evaluation import gepa_cost
+def test_the_evaluation_stage_reuses_the_runs_prompt_at_its_budget_and_counts_nothing_for_it(tmp_path: Path) -> None:
+    import asyncio
+    from types import SimpleNamespace
 
+    from gapforge.agents.prompted_policy import hints_text
+    from gapforge.evaluation.comparisons import Evaluation
+    from gapforge.evaluation.config import EvaluationConfig
+    from gapforge.evaluation.gepa_baseline import GEPA_COMPARISON, save_gepa
+    from gapforge.store import Store
+
+    caps = [{"name": "pv", "definition": "checks first", "example": "", "adapter": "pv"}]
     record = GepaRecord(
         prompt="p",
-        seed_prompt="s",
+        seed_prompt=hints_text(caps)[0],
         prompt_id="gepa@x",
         metric_calls=248,
         max_metric_calls=256,
@@ -84,7 +73,27 @@ def test_the_evaluation_stage_counts_gepa_only_when_it_optimised_now() -> None:
         reflection_calls=7,
         gepa_version="0.1.4",
     )
-    assert gepa_cost(None, record) == Cost(policy_rollouts=248, llm_calls=7)  # optimised now
-    assert gepa_cost(record.model_copy(), record) == Cost()  # the stored prompt reused: spent by an earlier call
-    rebudgeted = record.model_copy(update={"max_metric_calls": 128})  # stored at another budget: optimised again now
-    assert gepa_cost(rebudgeted, record) == Cost(policy_rollouts=248, llm_calls=7)
+    lines: list[str] = []
+    with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        run = store.create_run("trace", {})
+        save_gepa(store, run, record)
+        ev = Evaluation(
+            store,
+            run,
+            SimpleNamespace(evaluation=EvaluationConfig(gepa_max_metric_calls=256)),
+            "shop",
+            lambda: None,
+            ["t"],
+            {"t": "f"},
+            SimpleNamespace(env="shop"),
+            SimpleNamespace(capabilities=caps, adapter_paths={"pv": tmp_path}),
+            None,
+            None,
+            "",
+            given=False,
+            progress=lines.append,
+            play=None,  # type: ignore[arg-type]
+        )
+        assert asyncio.run(GEPA_COMPARISON.prepare(ev)) == record  # stored at this budget from this seed: reused
+    assert (ev.policy_rollouts, ev.llm_calls) == (0, 0)  # spent by the call that optimised it
+    assert lines == ["gepa: 248 of 256 metric calls, analysis-split reward 0.20 -> 0.30"]

@@ -11,6 +11,7 @@ from typing import Any
 from gapforge.envs.protocol import Message
 from gapforge.envs.registry import make_env
 from gapforge.evaluation.protocol_report import all_tasks_section, toolsandbox_section
+from gapforge.evaluation.registry import labels
 from gapforge.evaluation.report import write_report
 from gapforge.evaluation.run import EvalPlan, evaluate
 from gapforge.store import Store
@@ -50,12 +51,12 @@ def test_all_tasks_evaluations_are_stored_apart_and_reported_as_the_papers_proto
     )
     assert rows["all_tasks:base"]["child_run"] == f"{run_id}.all_tasks.base" != rows["eval:base"]["child_run"]
     assert 0.0 in base.temperatures and 1.0 in base.temperatures  # greedy apart from the held-out split's sampling
-    section = "\n".join(all_tasks_section(store, run_id))
+    section = "\n".join(all_tasks_section(store, run_id, labels(store, run_id)))
     assert "Every task, greedy, 1 trial (the TRACE paper's protocol)" in section and "not held out" in section
     assert "| base |" in section and "| other |" in section and "2 tasks × 1 trial" in section
     report = write_report(store, run_id, tmp_path / "report").path.read_text()
     assert report.index("## Evaluation on the held-out split") < report.index("## Every task, greedy, 1 trial")
-    assert toolsandbox_section(store, run_id) == []  # not a ToolSandbox target
+    assert toolsandbox_section(store, run_id, {}) == []  # not a ToolSandbox target
     store.close()
 
 
@@ -112,7 +113,7 @@ def test_toolsandbox_runs_report_perfect_count_and_mean_similarity() -> None:
             "r.eval.base": [_Episode(env, "a", 1.0, cats), _Episode(env, "a", 0.5, cats)],
         },  # two trials, one imperfect: not perfect
     )
-    lines = toolsandbox_section(store, "r")
+    lines = toolsandbox_section(store, "r", labels(store, "r"))  # every comparison's labels, as the report gives
     text = "\n".join(lines)
     assert "perfect count and mean similarity" in text
     assert "| base | held-out split | 0 of 1 | 0.750 |" in lines

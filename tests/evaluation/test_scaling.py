@@ -1,6 +1,7 @@
 """Routed TRACE over a subset of adapters from stored episodes (evaluation/scaling.py): a task the router sent to an
 adapter outside the subset plays the base's episodes, the rest the routed policy's; each subset is paired with the
-base per family; and the lines the demo prints (gate, oracle, scaling) read the stored rows."""
+base per family; and the lines the demo prints (the gate's, then the analyses' of evaluation.comparisons: oracle, subsets)
+read the stored rows."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gapforge.evaluation import stats
+from gapforge.evaluation.oracle import oracle_lines
+from gapforge.evaluation.registry import summary_lines
 from gapforge.evaluation.scaling import (
     gate_line,
-    oracle_lines,
-    routing_lines,
     scaling,
     scaling_lines,
     subset_episodes,
@@ -115,7 +116,8 @@ def test_scaling_from_the_store_pairs_each_subset_with_the_base_and_prints_one_l
         assert rows[("tap",)]["by_family"]["write"]["pass_rate"]["value"] == pytest.approx(2 / 4)
         assert rows[("tap",)]["by_family"]["refusal"]["pass_rate"]["value"] == pytest.approx(0.0)
         assert rows[("pv", "tap")]["all"]["episodes"] == 16
-        lines = routing_lines(store, run, n_boot=100)
+        router = store.get_evaluation(run, "router")
+        lines = [*gate_line(router.metrics), *summary_lines(store, run, None, "analysis")]  # what the demo prints
     assert lines[0].startswith("gate: held-out accuracy 75% on 8 examples (train 100% on 20)")
     assert any(line.startswith("routed over 2 adapters (pv, tap): TRACE − base all tasks") for line in lines)
     heads = [line.split(":")[0] for line in scaling_lines(m)]
@@ -124,8 +126,12 @@ def test_scaling_from_the_store_pairs_each_subset_with_the_base_and_prints_one_l
     assert any(line.startswith("oracle routing (4 held-out tasks") and "; base 37.5%" in line for line in lines)
 
 
-def test_nothing_stored_gives_no_lines() -> None:
+def test_nothing_stored_gives_no_lines(tmp_path: Path) -> None:
     assert gate_line(None) == [] and oracle_lines(None) == [] and scaling_lines(None) == []
+    with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        run = store.create_run("demo", {})
+        assert summary_lines(store, run, None, "analysis") == []  # no evaluation: no comparison has a line
+        assert summary_lines(store, run, None, "baseline") == []
 
 
 def test_the_report_has_the_scaling_section_and_the_gates_accuracy(tmp_path: Path) -> None:
