@@ -106,19 +106,6 @@ class EvaluationResult:
         return next(p for p in self.policies if p.name == name)
 
 
-class EvalStore:
-    """The part of store.Store evaluation needs (typing only)."""
-
-    def create_run(
-        self, kind: str, config: Mapping[str, Any], run_id: str | None = None, *, exist_ok: bool = False
-    ) -> str: ...
-    def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[Any]: ...
-    def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
-    def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int: ...
-    def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None: ...
-    def put_evaluation(self, run_id: str, name: str, *, policy: str, metrics: Mapping[str, Any]) -> Any: ...
-
-
 def child_run_id(run_id: str, name: str, scope: str = "eval") -> str:
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
     return f"{run_id}.{scope}.{safe}"[:64]

@@ -36,7 +36,6 @@ class EvalPolicyRecipe:
     adapters: Mapping[str, bytes]  # adapter name -> its directory as tar.gz bytes
     capabilities: list[dict[str, str]]
     capability_adapters: list[str]
-    grpo_target: str | None
     temperature: float
     max_new_tokens: int
     seed: int
@@ -91,7 +90,6 @@ def recipe(
     adapter_paths: Mapping[str, str | Path],
     capabilities: list[dict[str, str]],
     capability_adapters: list[str],
-    grpo_target: str | None,
     *,
     temperature: float,
     max_new_tokens: int,
@@ -115,7 +113,6 @@ def recipe(
         adapters,
         list(capabilities),
         list(capability_adapters),
-        grpo_target,
         temperature,
         max_new_tokens,
         seed,

@@ -87,7 +87,6 @@ async def evaluation_players(
         paths,
         artifacts.capabilities,
         list(artifacts.adapter_paths),
-        GRPO_TARGET if GRPO_TARGET in paths else None,
         temperature=cfg.policy.temperature,
         max_new_tokens=cfg.policy.max_new_tokens,
         seed=cfg.seed,

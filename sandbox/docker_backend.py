@@ -314,13 +314,3 @@ def sweep(client: Any | None = None, *, everything: bool = False, only_pid: int 
             remove_container(client, c["Id"])
             removed += 1
     return removed
-
-
-def wait_gone(client: Any, ids: list[str], timeout: float = 10.0) -> None:
-    """Block until the given containers no longer exist (removal is asynchronous-ish)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = {c["Id"] for c in list_containers(client)} & set(ids)
-        if not left:
-            return
-        time.sleep(0.05)

@@ -322,21 +322,3 @@ def _stored(attempt: int, *, generated: bool) -> str:
         else f"attempt {attempt} is generated again on resume"
     )
     return decided + this
-
-
-def synthesis_status(store: Any, run_id: str, capability: str, max_attempts: int) -> tuple[str, str | None]:
-    """(accepted | unsynthesized | in_progress | not_started, reason) from what is stored."""
-    rows = store.synthetic_envs(run_id, capability)
-    if not rows:
-        return "not_started", None
-    if any(r.status == "accepted" for r in rows):
-        return "accepted", None
-    decided = [r for r in rows if r.status in ("failed", "rejected")]
-    if len(decided) >= max_attempts:
-        last = store.get_validation(decided[-1].id)
-        verdict = (last.report.get("verdict") or {}) if last else {}
-        return (
-            "unsynthesized",
-            f"{len(decided)} attempts failed; the last at {verdict.get('stage')}: {', '.join(verdict.get('failed_checks', []))}",
-        )
-    return "in_progress", None

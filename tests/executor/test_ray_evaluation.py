@@ -44,7 +44,6 @@ def test_evaluation_on_ray_stores_the_local_episodes_and_metrics(
             paths,
             caps,
             list(paths),
-            None,
             temperature=1.0,
             max_new_tokens=8,
             seed=0,
