@@ -59,6 +59,7 @@ class Comparison:
     name: str = ""
     kind: Literal["baseline", "analysis"] = "analysis"
     switch: str | None = None  # its `evaluation.<switch>` (bool); None: always on
+    extend_order: int = 0  # `extend` runs in this order (then the registry's): a later one may be stopped by an earlier
 
     def enabled(self, ecfg: Any) -> bool:
         return self.switch is None or bool(getattr(ecfg, self.switch))

@@ -350,6 +350,7 @@ class _RolloutScaling(Comparison):
     held-out evaluation; the report's table and plot."""
 
     name, switch = "rollout_scaling", "scaling_curve"
+    extend_order = 1  # its curve points after the paper's all-tasks pass, whose rows a stopped curve must not cost
 
     async def extend(self, ev: Evaluation) -> int:
         return await evaluate_scaling(ev)

@@ -8,10 +8,6 @@ import asyncio
 from functools import partial
 from typing import Any
 
-from gapforge.evaluation import reuse
-from gapforge.evaluation.comparisons import Evaluation
-from gapforge.evaluation.registry import enabled
-from gapforge.evaluation.service import load_backend
 from gapforge.executor_wiring import evaluation_players
 from gapforge.graph.context import Cost, EvaluationDone, StageFailed
 from gapforge.stages.common import StageContext, require
@@ -31,6 +27,11 @@ async def evaluate(
     """The held-out split the analysis stored with the run (its env and tasks), unless `env` / `tasks` name others
     (`gapforge evaluate --env / --tasks`)."""
     require("gapforge.evaluation.service", "evaluation")
+    from gapforge.evaluation import reuse
+    from gapforge.evaluation.comparisons import Evaluation
+    from gapforge.evaluation.registry import enabled
+    from gapforge.evaluation.service import load_backend
+
     cfg, ecfg = sc.cfg, sc.cfg.evaluation
     split = await asyncio.to_thread(sc.store.get_split, run_id)
     if split is None and tasks is None:
@@ -86,7 +87,7 @@ async def evaluate(
         on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
     )
     played = sum(reuse.played(p.metrics, families) for p in result.policies)
-    for c in comparisons:  # more evaluations: every task greedy (the paper's protocol), the rollout-scaling curve
+    for c in sorted(comparisons, key=lambda c: c.extend_order):  # more evaluations: every task greedy, then the curve
         played += await c.extend(ev)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=played + ev.policy_rollouts, llm_calls=ev.llm_calls))
