@@ -3,23 +3,45 @@ message. `router.py`: `Router` and its options, decisions and the one backend in
 module: `labels.py` (the paper's label scorer: a local model or a vLLM server's completions) and `gate.py` (the
 learned gate, its examples and training); `config.py`: the `routing:` section; `policy.py`: `RoutedPolicy`."""
 
-from gapforge.agents.router.config import GateConfig, RoutingConfig
-from gapforge.agents.router.gate import GateRecord
-from gapforge.agents.router.labels import CompletionsScorer, LabelScorer, TransformersScorer
-from gapforge.agents.router.policy import RoutedPolicy
-from gapforge.agents.router.router import (
-    NONE,
-    NoScorer,
-    RouteDecision,
-    RouteOption,
-    Router,
-    RouterError,
-    Scorer,
-    compact_trajectory,
-    confusion,
-    first_user_message,
-    make_options,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {  # name -> the module holding it, imported on first use: loading the config needs neither numpy nor httpx
+    "GateConfig": "config",
+    "RoutingConfig": "config",
+    "GateRecord": "gate",
+    "CompletionsScorer": "labels",
+    "LabelScorer": "labels",
+    "TransformersScorer": "labels",
+    "RoutedPolicy": "policy",
+    **{
+        name: "router"
+        for name in (
+            "NONE",
+            "NoScorer",
+            "RouteDecision",
+            "RouteOption",
+            "Router",
+            "RouterError",
+            "Scorer",
+            "compact_trajectory",
+            "confusion",
+            "first_user_message",
+            "make_options",
+        )
+    },
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "NONE",
