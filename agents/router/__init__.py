@@ -43,23 +43,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "NONE",
-    "CompletionsScorer",
-    "GateConfig",
-    "GateRecord",
-    "LabelScorer",
-    "NoScorer",
-    "RouteDecision",
-    "RouteOption",
-    "RoutedPolicy",
-    "Router",
-    "RouterError",
-    "RoutingConfig",
-    "Scorer",
-    "TransformersScorer",
-    "compact_trajectory",
-    "confusion",
-    "first_user_message",
-    "make_options",
-]
+__all__ = sorted(_HOME)
