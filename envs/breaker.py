@@ -1,13 +1,9 @@
 """A circuit breaker for one endpoint: stop hammering a server that is down.
 
-After `failures` consecutive failed requests (no success in between) the circuit
-opens: every call fails at once with CircuitOpen for `cooldown_s`. Then one probe
-request is let through (half-open): its success closes the circuit, its failure
-opens it again for another cooldown. Concurrent callers share one breaker, so an
-outage costs about `failures` requests, not (episodes x retries) of them.
-
-One class for every endpoint client (serving's EndpointPolicy, agents' RetryingChatOpenAI
-and StructuredHTTP), shared process-wide per endpoint base URL: `breaker_for(base_url, ...)`.
+After `failures` consecutive failed requests the circuit opens: every call fails at once with CircuitOpen for
+`cooldown_s`; then one probe is let through (half-open): its success closes the circuit, its failure reopens it.
+Callers share one breaker per endpoint base URL process-wide (`breaker_for(base_url, ...)`: serving's EndpointPolicy,
+agents' RetryingChatOpenAI and StructuredHTTP), so an outage costs about `failures` requests, not episodes x retries.
 A client wraps each HTTP attempt in `with breaker.attempt(is_failure): ...`.
 """
 

@@ -1,19 +1,16 @@
 """CompositeEnv: several target envs analysed as one target, e.g. `composite:tau2:airline+tau2:retail`.
 
-The spec is `composite:` followed by two or more env specs joined by `+` (each any spec `make_env` takes, with its own
-`?key=value` options: `composite:tau2:airline?max_steps=50+tau2:retail?max_steps=50`; a part may not itself contain
-`+` nor be a composite). Each part gets a prefix: the last `:`-segment of its spec before `?` (`tau2:airline` ->
-`airline`, `shop` -> `shop`, `path/x.py:MyEnv` -> `MyEnv`, a path's file stem for `mcp:dir/target.yaml` -> `target`),
-or the name given before it as `NAME=SPEC` (`composite:a=one.py:Env+b=two.py:Env`); two parts with the same prefix
-are refused. Task ids and families are prefixed by it (`airline/12`, family
-`airline/cancel_reservation`), so the analysis split — stratified per family — stays deterministic and per env, and
-the report shows each env's families apart. An episode is played in its own part's env: `reset("retail/7")` resets
-the retail part on task `7`, and `tools()`, `step`, `score`, `done` are that part's until the next reset.
+The spec is `composite:` and two or more env specs joined by `+`, each any spec `make_env` takes with its own options
+(`composite:tau2:airline?max_steps=50+tau2:retail?max_steps=50`; a part may not contain `+` nor be a composite). Each
+part's prefix is the last `:`-segment of its spec before `?` (`tau2:airline` -> `airline`, `path/x.py:MyEnv` ->
+`MyEnv`, `mcp:dir/target.yaml` -> `target`) or the name given as `NAME=SPEC`; two parts with one prefix are refused.
+Task ids and families carry it (`airline/12`, `airline/cancel_reservation`), so the family-stratified analysis split
+stays per env and the report shows each env's families apart. `reset("retail/7")` plays task `7` in the retail part,
+whose `tools()`, `step`, `score` and `done` answer until the next reset.
 
-Before any reset, `tools()` is the union of the parts' tools by name (where two parts share a name the first part's
-schema stands; an episode always sees its own part's); `all_tools()` lists every part's schemas in part order, which
-the run's fingerprint (envs.target_check) hashes, so a change in any part refuses a resumed run. `max_turns` is the
-largest of the parts' own step limits (the policy loop never cuts a τ² part before τ²'s cap does).
+Before any reset `tools()` is the union of the parts' tools by name (the first part's schema where names clash);
+`all_tools()` lists every part's schemas in order, which the run's fingerprint hashes (a change in any part refuses a
+resumed run). `max_turns` is the largest of the parts' limits (the loop never cuts a τ² part before τ²'s cap does).
 """
 
 from __future__ import annotations
@@ -104,7 +101,6 @@ class CompositeEnv:
         self.inline = all(getattr(env, "inline", False) is True for env in self.parts.values())
         self._active: TargetEnvironment | None = None
 
-    # ---- catalogue -------------------------------------------------------------
     def task_ids(self) -> list[str]:
         return list(self._routes)
 
@@ -141,7 +137,6 @@ class CompositeEnv:
         prefixes = ", ".join(f"{p}/" for p in self.parts)
         raise EnvError(f"unknown task id {key!r} for {self.name}: its task ids start with {prefixes} (see task_ids())")
 
-    # ---- episode -----------------------------------------------------------------
     def reset(self, task: TaskRef) -> list[Message]:
         prefix, inner = self._route(task)
         self._active = self.parts[prefix]

@@ -1,16 +1,12 @@
 """Where blocking env calls run: daemon threads a caller may abandon, and which envs may run on the event loop.
 
-An env call that never returns (a user's `step` blocked forever, a server that stopped answering) cannot be
-stopped: Python threads cannot be killed. The caller stops *waiting* for it at its deadline and abandons the
-thread. `concurrent.futures.ThreadPoolExecutor` is unfit for that: its worker threads are joined at interpreter
-exit, so one stuck call hangs the process's shutdown. `DaemonThreads` is an `Executor` whose threads are
-daemons: an idle one is reused, a busy (or stuck) one is never waited for, a new one starts when none is idle,
-and an idle one ends after `idle_s`. The number of threads is bounded by the caller's own concurrency
-(episodes in flight) plus the calls it abandoned.
+A stuck env call (a user's `step` blocked forever, a silent server) cannot be stopped, Python threads cannot be
+killed: the caller stops *waiting* at its deadline and abandons the thread. `ThreadPoolExecutor` joins its workers at
+exit, so one stuck call hangs shutdown; `DaemonThreads` is an `Executor` on daemon threads: an idle one is reused, a
+busy one never waited for, a new one started when none is idle, an idle one ends after `idle_s`.
 
-`runs_inline(env)`: an env may declare `inline = True` (every call fast and CPU-only) to run on the event loop
-without a thread hop. No deadline can fire while a call holds the loop, so the promise is honoured only for
-gapforge's own built-in envs (classes in the `envs` package); a user's class always runs on a thread.
+`runs_inline(env)`: `inline = True` (every call fast and CPU-only: run on the event loop, no thread hop) is honoured
+only for gapforge's own built-in envs (classes in the `envs` package): no deadline can fire while a call holds the loop.
 """
 
 from __future__ import annotations

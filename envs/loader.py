@@ -1,16 +1,11 @@
 """A user's own target environment from a spec string: `package.module:ClassName` or `path/to/file.py:ClassName`,
-each optionally with constructor keywords `?key=value&key2=value2` (values read as JSON scalars when they parse,
-else kept as strings).
+each optionally with constructor keywords `?key=value&key2=value2` (JSON scalars when they parse, else strings).
 
-`envs.registry.make_env` resolves the built-in names and the `mcp:` prefix first and hands any other spec here,
-so every caller (collection, the task split, synthesis context, self-test, GRPO training, worker processes and
-Ray workers) loads a user's env the same way from one plain, picklable string.
-
-A file spec is imported by path under a module name derived from the file's absolute path (re-imported when the
-file's bytes change), with the file's directory on `sys.path` while it is imported, so its sibling modules import; it
-need not live inside any package. The user's code is trusted: it runs in this process, unsandboxed. Every
-failure here is one line naming the fix (`EnvError`); an exception raised by the user's own code (at import or
-in the constructor) is blamed on that code.
+`envs.registry.make_env` resolves the built-ins first and hands any other spec here, so every caller (collection,
+synthesis, self-test, training, worker processes, Ray) loads a user's env the same way from one picklable string.
+A file is imported by path under a name derived from its absolute path (re-imported when its bytes change), with
+its directory on `sys.path` during the import so its siblings import. The code is trusted: it runs in this process.
+Every failure is one `EnvError` line naming the fix; an exception from the user's own code is blamed on that code.
 """
 
 from __future__ import annotations
@@ -110,11 +105,10 @@ def parse_class_spec(spec: str) -> ClassSpec:
         raise EnvError(
             f"env '{spec}': after ':' give the environment's class name, e.g. {location or 'my_agent.env'}:MyAgentEnv"
         )
-    if location.endswith(".py"):
-        return ClassSpec(raw=spec, kind="file", location=location, attr=attr, kwargs=parse_keywords(query, spec))
-    if not location or not all(_NAME.match(part) for part in location.split(".")):
+    kind = "file" if location.endswith(".py") else "module"
+    if kind == "module" and (not location or not all(_NAME.match(part) for part in location.split("."))):
         raise EnvError(f"env '{spec}': '{location}' is neither a .py file nor a dotted module name: give {FORMS}")
-    return ClassSpec(raw=spec, kind="module", location=location, attr=attr, kwargs=parse_keywords(query, spec))
+    return ClassSpec(raw=spec, kind=kind, location=location, attr=attr, kwargs=parse_keywords(query, spec))
 
 
 def _blame(spec: str, doing: str, err: BaseException) -> EnvError:
@@ -143,9 +137,7 @@ def _import_file(cs: ClassSpec) -> ModuleType:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses, pickling and typing look the module up by name
         folder = str(full.parent)
-        sys.path.insert(
-            0, folder
-        )  # its sibling modules import (for this import only: nothing of ours is shadowed later)
+        sys.path.insert(0, folder)  # for this import only: its siblings import, nothing of ours is shadowed later
         try:  # compiled from the bytes just read: no stale or written bytecode in the user's folder
             exec(compile(source, str(full), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the user's own code
         except Exception as e:

@@ -1,11 +1,6 @@
-"""The one env naming rule: the name an episode, a validation, an adapter or an
-evaluation is stored under.
-
-- target envs: `shop`, `tau2:<domain>` (envs.registry);
-- synthetic envs: `synthetic:<capability>`, the same whether the module runs
-  in-process (envs.synthetic, trusted code) or in the sandbox (sandbox.SandboxedEnv),
-  so validation, training and evaluation share store keys. A module that declares
-  no capability is named by its file stem instead.
+"""The one env naming rule, the name episodes, validations, adapters and evaluations are stored under: target envs
+`shop`, `tau2:<domain>` (envs.registry); synthetic envs `synthetic:<capability>`, the same in-process
+(envs.synthetic) or in the sandbox (sandbox.SandboxedEnv), or `synthetic:<file stem>` without a capability.
 """
 
 from __future__ import annotations

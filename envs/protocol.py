@@ -1,10 +1,5 @@
-"""The one Environment protocol used for target, synthetic, validation, training
-and evaluation environments (envs/README.md), and the message types it speaks.
-
-Messages follow the OpenAI chat format. Tool calls carry already-parsed JSON
-arguments (a dict); `to_openai()` renders the wire format where arguments are
-a JSON string.
-"""
+"""The one Environment protocol (target, synthetic, validation, training and evaluation envs) and its message
+types: the OpenAI chat format, tool calls with parsed arguments (`to_openai()` renders them as a JSON string)."""
 
 from __future__ import annotations
 
@@ -12,6 +7,8 @@ import json
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from gapforge.envs.sdk import function_schema
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -43,8 +40,7 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None  # set on role == "tool"
     name: str | None = None  # tool name on role == "tool"
-    # the assistant's <think> reasoning as the model wrote it (policy backends that parse it); envs ignore it,
-    # the training chat template renders it back (serving.chat_format); left out of dumps when None
+    # the assistant's <think> reasoning as written (envs ignore it; serving.chat_format renders it back); not dumped when None
     reasoning: str | None = None
 
     @model_serializer(mode="wrap")
@@ -109,21 +105,14 @@ TaskRef = str | int  # a task id for target envs, an integer seed for synthetic 
 class Environment(Protocol):
     """The contract every environment implements.
 
-    Lifecycle: `reset(task)` starts an episode and returns the initial messages
-    (system prompt with the policy, the first user turn); `step(message)` takes
-    one assistant message and returns what follows; `score()` may be called at
-    any time and scores the episode so far; `close()` releases resources.
+    `reset(task)` starts an episode and returns the initial messages (system prompt with the policy, the first user
+    turn); `step(message)` takes one assistant message and returns what follows; `score()` scores the episode so far
+    (at any time); `close()` releases resources.
 
-    Optional attribute `inline: bool` (default False): True promises that every
-    call is fast and CPU-only (no I/O), so the policy loop calls it on the event
-    loop instead of a worker thread (the thread hop costs more than such a call
-    under load; see bench/rollout_concurrency.py). Envs that block on I/O (the
-    sandbox, an LLM user simulator) leave it False.
-
-    Optional attribute `done: bool`: the episode is over. An env whose episode can
-    end inside `reset` (τ²: the user stops in its first message, or max_steps=1)
-    provides it; the policy loop reads it right after `reset` and then scores the
-    episode without asking the policy.
+    Optional `inline: bool` (default False): True promises every call is fast and CPU-only, so the policy loop calls
+    it on the event loop instead of a worker thread (the hop costs more than such a call under load;
+    bench/rollout_concurrency.py). Optional `done: bool`: the episode is over; an env whose episode can end inside
+    `reset` (τ²: the user stops at once, or max_steps=1) provides it, and the loop then scores without the policy.
     """
 
     name: str
@@ -151,34 +140,16 @@ class TargetEnvironment(Environment, Protocol):
 def tool_schema(
     name: str, description: str, properties: dict[str, Any], required: list[str] | None = None
 ) -> dict[str, Any]:
-    """Build an OpenAI function-tool schema."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {
-                "type": "object",
-                "properties": properties,
-                "required": list(required if required is not None else properties),
-                "additionalProperties": False,
-            },
-        },
-    }
+    """Build an OpenAI function-tool schema (every property required unless `required` says otherwise)."""
+    return function_schema(name, description, properties, list(required if required is not None else properties))
 
 
 @runtime_checkable
 class PolicyModel(Protocol):
-    """The agent side: anything that answers a conversation with one assistant message.
-
-    Implementations: agents.policy.ChatModelPolicy (any LangChain chat model:
-    ChatOpenAI, the scripted model), serving.local.LocalPolicy (transformers+PEFT).
-    Failures raise envs.errors.PolicyError subclasses (EndpointError,
-    MalformedOutputError); the policy loop records them as the episode's end.
-
-    `aclose()` releases what the policy holds (HTTP sessions belong to the event loop
-    that used them). Whoever creates a policy closes it; code that is handed one
-    (the rollout collector, the readiness check) never does.
+    """The agent side: anything that answers a conversation with one assistant message (agents.policy.ChatModelPolicy,
+    serving.local.LocalPolicy). Failures raise envs.errors.PolicyError subclasses, which the policy loop records as the
+    episode's end. `aclose()` releases what it holds (HTTP sessions belong to the event loop that used them): whoever
+    creates a policy closes it; code handed one (the rollout collector, the readiness check) never does.
     """
 
     name: str

@@ -1,19 +1,16 @@
 """Target environments from one spec string, the one loader every caller uses.
 
-Parsed in this order, so nothing is ambiguous: the built-in names and prefixes (`shop`, `tau2:<domain>[?max_steps=N]`,
-`toolsandbox[:category][?network=stand-in]`, `mcp:PATH.yaml` — an MCP tool server and its task file —,
-`composite:SPEC+SPEC[+...]` — several envs as one target, envs/composite.py), then a
-user's class as `path/to/file.py:ClassName`, then `package.module:ClassName` (both optionally `?key=value&...`
-constructor keywords; envs/loader.py).
-
-Every call builds a fresh instance (episodes never share state). Adapters to
-external benchmarks are imported lazily, so a missing extra only matters when
-that env is asked for. A user's class is checked against the protocol the first
-time this process builds it (envs/target_check.py): one line naming the fix.
+Parsed in this order, so nothing is ambiguous: the built-ins (`shop`, `tau2:<domain>[?max_steps=N]`,
+`toolsandbox[:category][?network=stand-in]`, `mcp:PATH.yaml`, `composite:SPEC+SPEC[+...]`), then a user's class as
+`path/to/file.py:ClassName`, then `package.module:ClassName` (both with optional `?key=value&...` constructor
+keywords; envs/loader.py). Every call builds a fresh instance; adapters are imported lazily (a missing extra matters
+only when that env is asked for); a user's class is checked against the protocol the first time this process builds
+it (envs/target_check.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -24,9 +21,7 @@ TAU2_DOMAINS = ("retail", "airline", "telecom")
 TAU2_OPTIONS = ("max_steps", "max_errors")  # Tau2Env's caps (τ²'s defaults: 200 steps, 10 tool errors)
 USERS = ("scripted", "llm")
 MCP_HINT = "pip install 'gapforge[mcp]'"
-_checked: set[tuple[str, type]] = (
-    set()
-)  # (spec, class) pairs that passed check_target here (a re-imported file: a new class)
+_checked: set[tuple[str, type]] = set()  # (spec, class) pairs that passed check_target here (re-imported: a new class)
 _check_lock = threading.Lock()
 
 
@@ -68,9 +63,7 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
         return _make_tau2(name, domain, user, user_model, _tau2_options(name, query))
     base, _, query = name.partition("?")
     if base == "toolsandbox" or base.startswith("toolsandbox:"):
-        from gapforge.envs.toolsandbox import (
-            ToolSandboxEnv,  # its own venv and worker process; nothing heavy here
-        )
+        from gapforge.envs.toolsandbox import ToolSandboxEnv  # its own venv and worker process: nothing heavy here
 
         category = base.split(":", 1)[1] if ":" in base else None
         return ToolSandboxEnv(category, user=user, user_model=user_model, network=_toolsandbox_network(name, query))
@@ -95,18 +88,12 @@ def _checked_once(name: str, env: Any) -> TargetEnvironment:
         try:
             check_target(env, name)
         except BaseException:
-            _close_quietly(env)
+            with contextlib.suppress(Exception):  # the check's error is the one to report
+                env.close()
             raise
         with _check_lock:
             _checked.add((name, type(env)))
     return env  # type: ignore[no-any-return]
-
-
-def _close_quietly(env: Any) -> None:
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001, S110 - the check's error is the one to report
-        pass
 
 
 def _make_mcp(name: str, user: str, user_model: Any) -> Any:

@@ -1,17 +1,11 @@
 """Which episode a policy call belongs to, for reproducible sampling under concurrency.
 
-The rollout collector (and the GRPO-readiness check) run many episodes at once.
-A local policy that seeded its sampler by call order would then sample
-differently depending on which episode's request happened to arrive first.
-Instead, whoever runs an episode sets `episode_key` (a contextvar: each asyncio
-task, and each `asyncio.to_thread` call, sees its own value) to a string that
-names the episode, e.g. "shop-lookup-001#2" for sample 2 of that task; a local
-policy then seeds each call from (its seed, the key, the conversation length),
-so the same episode samples the same tokens at any concurrency and batch size.
-
-The key deliberately leaves out the run id: the base model and an adapter
-evaluated on the same (task, trial) draw the same random numbers, which makes
-their paired difference less noisy (common random numbers).
+The rollout collector runs many episodes at once; a local policy seeding its sampler by call order would sample
+differently depending on which request arrived first. So whoever runs an episode sets `episode_key` (a contextvar:
+each asyncio task and `asyncio.to_thread` call sees its own) to a name of the episode, e.g. "shop-lookup-001#2", and
+a local policy seeds each call from (its seed, the key, the conversation length): the same episode samples the same
+tokens at any concurrency and batch size. The key leaves out the run id on purpose: the base model and an adapter
+draw the same random numbers on the same (task, trial), which makes their paired difference less noisy.
 """
 
 from __future__ import annotations

@@ -3,54 +3,11 @@
 STANDARD LIBRARY ONLY. This one file is copied into the bare sandbox image as
 `envs/sdk.py` (beside an empty `envs/__init__.py`); nothing else of ours exists there.
 
-Writing an env (the author API) -- one module, exactly one subclass:
-
-    from envs.sdk import SyntheticEnv, ToolError, tool
-
-    class RefundEnv(SyntheticEnv):
-        capability = "precondition_verification"   # snake_case
-        description = "Verify identity and eligibility before refunding."
-        target = "shop"                              # the target env whose tools it mimics
-        policy = "You are a support agent. ..."      # system prompt the agent sees
-        weights = {"outcome": 2.0}                   # reward weights, default 1.0 each
-
-        def generate(self, seed):        # deterministic: use self.rng only, never time/global random
-            return {"opening": "Hi, ...", "db": {...}, "truth": {...}}
-
-        @tool
-        def get_order_details(self, order_id: str) -> dict:
-            '''Get the status and items of an order.
-
-            Args:
-                order_id: The order id, such as '#W0000001'.
-            '''
-            order = self.db["orders"].get(order_id)
-            if order is None:
-                raise ToolError("order not found")
-            return order                  # str as is, anything else as JSON
-
-        def user_reply(self, text):       # scripted user; None = the user ends the conversation
-            return None
-
-        def reward(self):                 # named components, each in [0, 1]
-            return {"looked_up": float(self.called("get_order_details")), "outcome": 0.0}
-
-        def solution(self, seed):         # reference actions for this seed
-            return [{"tool": "get_order_details", "arguments": {"order_id": "#W1"}}, {"say": "Done."}]
-
-State the SDK gives the author: `self.rng` (random.Random(seed)), `self.seed`,
-`self.scenario` (what generate returned; treat as read-only), `self.db` (a deep copy
-of scenario["db"] that tools mutate; restored if a tool call fails), `self.calls`
-(every tool call: name, arguments, ok, result), `self.said` (the agent's texts),
-`self.transcript` (all messages), `self.state` (a dict for the simulated user's and
-your own episode bookkeeping), `self.turns` (assistant messages so far; every call
-and text record carries its "turn"), and `self.done` (set it in a tool to end).
-All of these are fresh at every reset().
-`solution(seed)` always runs on a fresh instance reset to `seed`, so it may read
-`self.scenario` / `self.db` freely.
-
-Reward: weighted mean of the components with `weights` (missing names weigh 1.0);
-success: reward >= `success_threshold` (0.999).
+The author API (one module, exactly one `SyntheticEnv` subclass with `@tool` methods, `generate`, `reward`,
+`solution`, optionally `user_reply`) and the state the SDK keeps (`rng`, `scenario`, `db`, `calls`, `said`,
+`transcript`, `state`, `turns`, `done`, all fresh at every reset) are documented in prompts/sdk_reference.md
+(docs/sdk.md), which tests keep equal to this file's public API; a complete example is
+envs/examples/precondition_verification.py.
 
 Runtime API (used by the sandbox server, validators and envs.synthetic): tools(),
 reset(seed), step(message), score(), solution(seed), scenario_for(seed), metadata();
@@ -113,12 +70,8 @@ class ProtocolError(ValueError):
 
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
-    """Mark a method as a tool. Typed parameters + the docstring become its OpenAI schema.
-
-    Parameter types: str, int, float, bool, list[X], dict, Literal[...], an Enum,
-    `X | None` (optional). Parameters with a default are optional. The first docstring
-    paragraph is the tool description; an `Args:` section gives parameter descriptions.
-    """
+    """Mark a method as a tool: its typed parameters (str, int, float, bool, list[X], dict, Literal[...], an Enum,
+    `X | None` or a default: optional) and docstring (first paragraph; `Args:` section) become its OpenAI schema."""
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         setattr(f, _MARK, name or f.__name__)
@@ -136,20 +89,12 @@ def message(
     name: str | None = None,
 ) -> dict:
     """A message dict in the shape of envs.protocol.Message.model_dump(mode="json")."""
-    return {
-        "role": role,
-        "content": content,
-        "tool_calls": list(tool_calls or []),
-        "tool_call_id": tool_call_id,
-        "name": name,
-    }
+    return dict(role=role, content=content, tool_calls=list(tool_calls or []), tool_call_id=tool_call_id, name=name)
 
 
 def action_to_message(action: dict, call_id: str) -> dict:
-    """A reference action ({"tool": name, "arguments": {...}} or {"say": text}) as an assistant message.
-
-    The one conversion: in-process and sandboxed envs, and the self-test (sandbox.checks.probe,
-    which validates the dict into an envs.protocol.Message), all use this."""
+    """A reference action ({"tool": name, "arguments": {...}} or {"say": text}) as an assistant message: the one
+    conversion in-process and sandboxed envs and the self-test (sandbox.checks.probe) use."""
     if not isinstance(action, dict):
         raise ProtocolError(f"an action must be a dict, got {type(action).__name__}")
     if "tool" in action:
@@ -183,9 +128,6 @@ def find_env_class(module: types.ModuleType) -> type[SyntheticEnv]:
         )
     found[0].check_definition()
     return found[0]
-
-
-# ---------------------------------------------------------------- tool schemas
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:
@@ -224,6 +166,15 @@ def _schema_for(tp: Any, where: str) -> dict:
     )
 
 
+_SECTIONS = {"args", "arguments", "parameters", "returns", "raises", "example", "examples"}
+
+
+def function_schema(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    """An OpenAI function-tool schema (envs.protocol.tool_schema builds the target envs' tools with it)."""
+    parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     lines = inspect.cleandoc(doc).splitlines()
     desc: list[str] = []
@@ -231,12 +182,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     section, current = "desc", None
     for line in lines:
         head = line.strip().rstrip(":").lower()
-        if (
-            line
-            and not line[0].isspace()
-            and line.strip().endswith(":")
-            and head in {"args", "arguments", "parameters", "returns", "raises", "example", "examples"}
-        ):
+        if line and not line[0].isspace() and line.strip().endswith(":") and head in _SECTIONS:
             section, current = head, None
             continue
         if section == "desc":
@@ -281,19 +227,7 @@ class _ToolSpec:
             if not has_default and not optional:
                 required.append(p.name)
             self.params[p.name] = (inner, has_default or optional)
-        self.schema = {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": description,
-                "parameters": {
-                    "type": "object",
-                    "properties": properties,
-                    "required": required,
-                    "additionalProperties": False,
-                },
-            },
-        }
+        self.schema = function_schema(name, description, properties, required)
 
     def coerce(self, arguments: dict) -> dict:
         """Checked keyword arguments, or ToolError saying what is wrong."""
@@ -361,15 +295,9 @@ def _check_actions(actions: Any) -> list[dict]:
     if not isinstance(actions, list):
         raise EnvDefinitionError(f"solution() must return a list of actions, got {type(actions).__name__}")
     for i, a in enumerate(actions):
-        ok = isinstance(a, dict) and (
-            (
-                set(a) <= {"tool", "arguments"}
-                and isinstance(a.get("tool"), str)
-                and isinstance(a.get("arguments", {}), dict)
-            )
-            or (set(a) == {"say"} and isinstance(a["say"], str))
-        )
-        if not ok:
+        is_call = isinstance(a, dict) and set(a) <= {"tool", "arguments"} and isinstance(a.get("tool"), str)
+        is_say = isinstance(a, dict) and set(a) == {"say"} and isinstance(a["say"], str)
+        if not ((is_call and isinstance(a.get("arguments", {}), dict)) or is_say):
             raise EnvDefinitionError(
                 f"solution() action {i} must be {{'tool': name, 'arguments': {{...}}}} or {{'say': text}}, got {a!r}"
             )
@@ -436,13 +364,9 @@ class SyntheticEnv:
             solution.__doc__ = author.__doc__
             cls.solution = solution  # type: ignore[method-assign]
 
-    # ------------------------------------------------------------ author hooks
-
     def generate(self, seed: int) -> dict:
-        """The scenario for `seed`: {"opening": first user message, "db": records tools act on, ...}.
-
-        Use only `self.rng` (already seeded); never time, global random, files or network.
-        """
+        """The scenario for `seed`: {"opening": first user message, "db": records tools act on, ...}; use only
+        `self.rng` (already seeded), never time, global random, files or network."""
         raise NotImplementedError
 
     def user_reply(self, text: str) -> str | None:
@@ -461,8 +385,6 @@ class SyntheticEnv:
         """The system message; `policy` by default (override to add scenario facts)."""
         return self.policy
 
-    # ------------------------------------------------------- helpers for authors
-
     def calls_to(self, tool: str, /, **arguments: Any) -> list[dict]:
         """Successful calls of `tool` whose arguments include the given values. The tool name is positional-only,
         so any argument name can be matched, `name` and `tool` included: `calls_to("rename", name="x")`."""
@@ -475,8 +397,6 @@ class SyntheticEnv:
     def called(self, tool: str, /, **arguments: Any) -> bool:
         """Whether `tool` succeeded at least once with (at least) these argument values (`tool` positional-only)."""
         return bool(self.calls_to(tool, **arguments))
-
-    # ------------------------------------------------------------- runtime API
 
     @classmethod
     def tool_specs(cls) -> dict[str, _ToolSpec]:
@@ -563,13 +483,8 @@ class SyntheticEnv:
         info: dict[str, Any] = {"turn": self.turns, "tool_errors": []}
         out: list[dict] = []
         parsed = [_parse_call(c, f"call_{self.turns}_{i}") for i, c in enumerate(calls)]
-        self.transcript.append(
-            message(
-                "assistant",
-                msg.get("content"),
-                tool_calls=[{"id": i, "name": n, "arguments": a if isinstance(a, dict) else {}} for i, n, a in parsed],
-            )
-        )
+        shown = [dict(id=i, name=n, arguments=a if isinstance(a, dict) else {}) for i, n, a in parsed]
+        self.transcript.append(message("assistant", msg.get("content"), tool_calls=shown))
         if parsed:
             out = [self._run_tool(call_id, name, args, info) for call_id, name, args in parsed]
             if self.done:
@@ -590,13 +505,7 @@ class SyntheticEnv:
         return {"messages": copy.deepcopy(out), "done": self.done, "info": info}
 
     def _run_tool(self, call_id: str, name: str, args: Any, info: dict) -> dict:
-        record = {
-            "turn": self.turns,
-            "name": name,
-            "arguments": args if isinstance(args, dict) else {},
-            "ok": False,
-            "result": "",
-        }
+        record = dict(turn=self.turns, name=name, arguments=args if isinstance(args, dict) else {}, ok=False, result="")
         spec = self.tool_specs().get(name)
         snapshot = copy.deepcopy(self.db)
         try:
@@ -628,12 +537,8 @@ class SyntheticEnv:
             raise EnvDefinitionError("reward() must return a non-empty dict of component name -> value in [0, 1]")
         clean: dict[str, float] = {}
         for k, v in comps.items():
-            if (
-                not isinstance(k, str)
-                or isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not (-1e-9 <= v <= 1 + 1e-9)
-            ):
+            number = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if not isinstance(k, str) or not number or not (-1e-9 <= v <= 1 + 1e-9):
                 raise EnvDefinitionError(f"reward() component {k!r} must be a number in [0, 1], got {v!r}")
             clean[k] = min(1.0, max(0.0, float(v)))
         weights = {k: float(self.weights.get(k, 1.0)) for k in clean}

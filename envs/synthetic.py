@@ -1,11 +1,7 @@
 """Run a synthetic env (an envs.sdk.SyntheticEnv subclass) in this process, behind the Environment protocol.
 
-!!! TRUSTED CODE ONLY !!!
-InProcessSyntheticEnv imports and executes the env module inside the calling
-process with no isolation at all. Use it only for code a person wrote and
-reviewed: the hand-written examples in envs/examples/, benchmarks, unit tests.
-LLM-written env code only ever runs in the sandbox (sandbox.SandboxedEnv),
-never through this class.
+!!! TRUSTED CODE ONLY !!! The module runs in the calling process with no isolation: only code a person wrote and
+reviewed (envs/examples/, benchmarks, tests). LLM-written env code only ever runs in the sandbox (sandbox.SandboxedEnv).
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from gapforge.envs.naming import synthetic_env_name
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, seed_of
 from gapforge.envs.sdk import EnvDefinitionError, SyntheticEnv, find_env_class
 
-SDK_NAME = "envs.sdk"  # the SDK's name in the sandbox (sandbox/stage.py), the one env modules import
+SDK_NAME = "envs.sdk"  # the SDK's name in the sandbox (sandbox/mount.py), the one env modules import
 
 
 _SDK_SWAP = threading.RLock()

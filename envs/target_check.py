@@ -1,15 +1,13 @@
 """What a loaded target env must satisfy before any work (`check_target`), and what a run records of it
 (`fingerprint`, `compare`).
 
-`check_target` runs once per process per spec (envs.registry.make_env calls it on a user's env): every method of
-`TargetEnvironment` present with a signature the loop can call, at least one task, `task_family` answering for
-every task, and `tools()` a list of OpenAI function schemas whose `parameters` are valid JSON Schema (checked against
-the meta-schema by the `jsonschema` library: `parameters_problem`, which sandbox/checks/schemas.py also uses) with
-every `required` name a property. Each failure is one `EnvError` line naming the tool and the fix.
+`check_target` (once per process per spec, from envs.registry.make_env): every `TargetEnvironment` method present
+with a callable signature, at least one task, `task_family` answering for each, and `tools()` OpenAI function
+schemas whose `parameters` are valid JSON Schema (the `jsonschema` meta-schema check `parameters_problem`, shared
+with sandbox/checks/schemas.py) with every `required` name a property. Each failure is one `EnvError` line.
 
-A run stores `TargetFingerprint`: hashes of the tool schemas and of the (task id, family) set, and for a user's
-class the SHA-256 of the file that defines it. `compare` says whether a resumed run may go on: changed tools or
-tasks refuse (the stored episodes would mix two envs), a changed source file only warns.
+`TargetFingerprint`: hashes of the tool schemas, of the (task id, family) set and, for a user's class, of its file.
+`compare`: changed tools or tasks refuse a resumed run (its episodes would mix two envs); a changed file only warns.
 """
 
 from __future__ import annotations
@@ -112,6 +110,15 @@ def _schema_problem(i: int, tool: Any) -> str | None:
     return None
 
 
+def _answer(env: Any, spec: str, call: str, *args: Any, fix: str = "fix the env's code") -> Any:
+    """`env.<call>(*args)`; what it raises becomes one EnvError line ending in `fix`."""
+    try:
+        return getattr(env, call)(*args)
+    except Exception as e:
+        shown = f"{call}({', '.join(map(repr, args))})"
+        raise EnvError(f"env '{spec}': {type(env).__name__}.{shown} raised {type(e).__name__}: {e}: {fix}") from None
+
+
 def check_target(env: Any, spec: str) -> None:
     """One-line EnvError for the first thing that keeps `env` from being a usable TargetEnvironment."""
     cls = type(env).__name__
@@ -123,10 +130,7 @@ def check_target(env: Any, spec: str) -> None:
             raise EnvError(
                 f"env '{spec}': {cls}.{method} has signature {inspect.signature(fn)}, but it is called as {shape}: fix its parameters"
             )
-    try:
-        tasks = env.task_ids()
-    except Exception as e:
-        raise EnvError(f"env '{spec}': {cls}.task_ids() raised {type(e).__name__}: {e}: fix the env's code") from None
+    tasks = _answer(env, spec, "task_ids")
     if not isinstance(tasks, (list, tuple)) or not tasks:
         raise EnvError(
             f"env '{spec}': {cls}.task_ids() returned {tasks!r:.60}: return a non-empty list of task id strings"
@@ -139,20 +143,12 @@ def check_target(env: Any, spec: str) -> None:
     if len(set(tasks)) != len(tasks):
         raise EnvError(f"env '{spec}': {cls}.task_ids() lists a task id twice: give each task once")
     for t in tasks:
-        try:
-            family = env.task_family(t)
-        except Exception as e:
-            raise EnvError(
-                f"env '{spec}': {cls}.task_family({t!r}) raised {type(e).__name__}: {e}: it must answer for every task id"
-            ) from None
+        family = _answer(env, spec, "task_family", t, fix="it must answer for every task id")
         if not isinstance(family, str) or not family:
             raise EnvError(
                 f"env '{spec}': {cls}.task_family({t!r}) returned {family!r}: return a non-empty string (the task's family)"
             )
-    try:
-        tools = env.tools()
-    except Exception as e:
-        raise EnvError(f"env '{spec}': {cls}.tools() raised {type(e).__name__}: {e}: fix the env's code") from None
+    tools = _answer(env, spec, "tools")
     if not isinstance(tools, list):
         raise EnvError(
             f"env '{spec}': {cls}.tools() returned a {type(tools).__name__}: return a list of OpenAI function schemas (tool_schema builds one)"

@@ -13,23 +13,8 @@ import re
 
 from envs.sdk import SyntheticEnv, ToolError, tool
 
-FIRST = [
-    "Ava",
-    "Liam",
-    "Noah",
-    "Mia",
-    "Ethan",
-    "Zoe",
-    "Lucas",
-    "Ivy",
-    "Omar",
-    "Sofia",
-    "Mateo",
-    "Chloe",
-    "Yusuf",
-    "Hana",
-]
-LAST = ["Garcia", "Nguyen", "Patel", "Kim", "Rossi", "Silva", "Moreau", "Novak", "Haddad", "Larsen", "Okafor", "Tanaka"]
+FIRST = "Ava Liam Noah Mia Ethan Zoe Lucas Ivy Omar Sofia Mateo Chloe Yusuf Hana".split()
+LAST = "Garcia Nguyen Patel Kim Rossi Silva Moreau Novak Haddad Larsen Okafor Tanaka".split()
 PRODUCTS = [
     ("T-Shirt", {"size": ["S", "M", "L"]}),
     ("Running Shoes", {"size": ["8", "9", "10"]}),
@@ -63,8 +48,6 @@ class StructuredDataReasoningEnv(SyntheticEnv):
     policy = POLICY
     weights = {"gathered": 1.0, "item_credit": 3.0, "payment_ok": 1.0, "reported_total": 1.0}
     max_turns = 24
-
-    # ---------------------------------------------------------------- scenario
 
     def generate(self, seed: int) -> dict:
         rng = self.rng
@@ -166,8 +149,6 @@ class StructuredDataReasoningEnv(SyntheticEnv):
             "truth": truth,
         }
 
-    # ------------------------------------------------------------------- tools
-
     def _get_order(self, order_id: str) -> dict:
         oid = "#" + order_id.strip().lstrip("#")
         if oid not in self.db["orders"]:
@@ -218,15 +199,11 @@ class StructuredDataReasoningEnv(SyntheticEnv):
         refund = round(sum(i["price"] for i in order["items"] if i["item_id"] in item_ids), 2)
         return {**order, "refund_amount": refund}
 
-    # -------------------------------------------------------- simulated user
-
     def user_reply(self, text: str) -> str | None:
         if _AMOUNT.search(text) or self.called("return_delivered_order_items"):
             return None  # the agent answered: the customer is done
         self.state["nudges"] += 1
         return None if self.state["nudges"] > 2 else "Could you check my orders and tell me, please?"
-
-    # ------------------------------------------------------------------ reward
 
     def reward(self) -> dict[str, float]:
         truth = self.scenario["truth"]
@@ -262,8 +239,6 @@ class StructuredDataReasoningEnv(SyntheticEnv):
             got |= {("?", i) for i in mentioned - {i for _, i in want}}
         comps["item_credit"] = len(got & want) / (len(want) + len(got - want))
         return comps
-
-    # ---------------------------------------------------------------- solution
 
     def solution(self, seed: int) -> list[dict]:
         truth, orders = self.scenario["truth"], self.scenario["db"]["orders"]

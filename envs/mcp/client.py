@@ -1,15 +1,10 @@
 """One MCP client connection, usable from synchronous code on any thread.
 
-The `mcp` SDK is async; the Environment protocol is synchronous and called from
-worker threads. A `Connection` therefore runs its own event loop in a daemon
-thread: one task holds the transport and the `ClientSession` open (stdio: the
-server process, its stderr going to a temp file; or streamable HTTP), and every
-`call` is a coroutine submitted to that loop with a deadline. Nothing waits
-without a bound: the handshake has `startup_timeout_s`, every call
-`call_timeout_s`, and `close()` the SDK's own bounded shutdown (stdin closed,
-then SIGTERM, then SIGKILL). A server that died shows up as the SDK's
-"Connection closed" at once; the connection is then `broken` and every later
-call fails fast.
+The `mcp` SDK is async and the Environment protocol synchronous: a `Connection` runs its own event loop in a daemon
+thread, where one task holds the transport and `ClientSession` open (stdio, the server's stderr to a temp file; or
+streamable HTTP), and every `call` is a coroutine submitted to it. Every wait is bounded: the handshake by
+`startup_timeout_s`, a call by `call_timeout_s`, `close()` by the SDK's own shutdown (stdin, SIGTERM, SIGKILL). A
+dead server shows as the SDK's "Connection closed" at once; the connection is then `broken` and later calls fail fast.
 """
 
 from __future__ import annotations
@@ -117,7 +112,6 @@ class Connection:
                 "in the task file, or run the server by hand to see why"
             ) from None
 
-    # ---- calls -------------------------------------------------------------
     def call(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
         """Call one tool. A tool error or a protocol error about the call is an outcome (`is_error`); the server
         being gone or silent past `call_timeout_s` raises `ServerFailure` with its stderr's last words."""
@@ -192,7 +186,6 @@ class Connection:
                 os.unlink(self._stderr_path)
             self._stderr_path = None
 
-    # ---- internals ---------------------------------------------------------
     def _tail_note(self) -> str:
         tail = self.stderr_tail()
         return f"; its stderr ends: {tail!r}" if tail else ""
@@ -234,15 +227,11 @@ async def _list_all(session: ClientSession) -> list[Tool]:
     tools: list[Tool] = []
     cursor = None
     while True:
-        page = await session.list_tools(params=None if cursor is None else _page(cursor))
+        page = await session.list_tools(params=None if cursor is None else PaginatedRequestParams(cursor=cursor))
         tools += page.tools
         cursor = page.next_cursor
         if not cursor:
             return tools
-
-
-def _page(cursor: str) -> PaginatedRequestParams:
-    return PaginatedRequestParams(cursor=cursor)
 
 
 def _leaf(err: BaseException) -> str:

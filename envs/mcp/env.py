@@ -1,15 +1,5 @@
-"""McpTargetEnv: an MCP tool server plus a YAML task file behind envs.protocol.TargetEnvironment.
-
-One env instance owns one server connection and plays one episode at a time.
-`reset(task)` gives the server a fresh state (the task file's reset tool, or a
-new server process when the current one has been used), then returns
-[system: the policy, user: the task's opening]. `step` runs the assistant's tool
-calls on the server in order (tool errors, protocol errors about a call, unknown
-and hidden tool names become `Error: ...` tool messages: the agent's data) or hands
-its text to the simulated user (envs/mcp/user.py); the episode ends when the user
-does. `score()` runs the task's checks on the live server (envs/mcp/checks.py).
-The server failing mid-episode raises `ServerFailure` (the loop's `env_error`),
-with its stderr's last words.
+"""McpTargetEnv: an MCP tool server plus a YAML task file behind envs.protocol.TargetEnvironment (the episode and
+its failures: envs/mcp/README.md). One env instance owns one server connection and plays one episode at a time.
 """
 
 from __future__ import annotations
@@ -63,7 +53,6 @@ class McpTargetEnv:
         self._task: TaskSpec | None = None
         self._closed = False
 
-    # ---- TargetEnvironment ------------------------------------------------
     def task_ids(self) -> list[str]:
         return [t.id for t in self.target.spec.tasks]
 
@@ -135,7 +124,6 @@ class McpTargetEnv:
             self._holds_url = False
             self._url_lock.release()
 
-    # ---- internals --------------------------------------------------------
     def _get_task(self, task_id: str) -> TaskSpec:
         task = self.target.tasks.get(task_id)
         if task is None:

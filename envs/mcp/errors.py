@@ -1,11 +1,6 @@
-"""Errors of an MCP target, by boundary.
-
-Load-time problems are `EnvError`s (user-fixable, one line, exit 2 from the CLI):
-the task file (`TaskFileError`, bad input) and a server that does not start
-(`ServerStartError`, with the tail of its stderr: blamed on the env's code, `EnvCodeFault`).
-A server failing during an episode (it died, its pipe closed, it stopped answering) is
-`ServerFailure`, the env's code too and deliberately *not* an EnvError: the policy loop
-records it as the episode's `env_error`, with the server's last stderr words.
+"""Errors of an MCP target, by boundary: load-time problems are one-line `EnvError`s (exit 2), the task file
+(`TaskFileError`) or a server that does not start (`ServerStartError`, blamed on the env's code). A server failing
+mid-episode is `ServerFailure`, deliberately *not* an EnvError: the policy loop records the episode's `env_error`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Process-wide bookkeeping of MCP servers: idle connections kept for reuse, and one lock per URL server.
 
-Starting a stdio server costs a process and the SDK's import (~0.5 s for a Python
-server here); the rollout collector builds one env per episode. For a target reset
-by its reset tool, a closed env therefore parks its healthy connection here and the
-next env with the same server (same argv, cwd, env, url) takes it; the reset tool
-runs at every `reset`, so the reuse is invisible to episodes. Targets with
-`reset.mode: restart` never park (their episodes each get a new process anyway).
-At most `MAX_IDLE` connections wait per server; `close_idle()` ends them (it runs
-at interpreter exit; a stdio server also ends by itself when its stdin closes).
-
-A URL server is one server for all env instances: its state cannot be fresh for
-two episodes at once, so `url_lock(url)` lets one env instance hold it from its
-first `reset` to its `close()`; the others wait.
+Starting a stdio server costs a process and the SDK's import (~0.5 s for a Python server) and the rollout collector
+builds one env per episode: for a target reset by its reset tool, a closed env parks its healthy connection here and
+the next env of the same server (argv, cwd, env, url) takes it; the reset tool runs at every `reset`, so the reuse is
+invisible. `reset.mode: restart` targets never park. At most `MAX_IDLE` wait per server; `close_idle()` ends them
+(at interpreter exit). A URL server is one server for all env instances: `url_lock(url)` lets one env hold it from
+its first `reset` to its `close()`.
 """
 
 from __future__ import annotations

@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gapforge.envs.mcp.errors import TaskFileError, one_line
 
-STRICT = ConfigDict(extra="forbid")
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
 
-class ServerSpec(BaseModel):
-    model_config = STRICT
-
+class ServerSpec(_Strict):
     command: list[str] | None = Field(None, min_length=1, description="stdio server: argv; `python` = this interpreter")
     url: str | None = Field(
         None, pattern=r"^https?://", description="streamable-HTTP server, e.g. http://127.0.0.1:8765/mcp"
@@ -46,9 +46,7 @@ class ServerSpec(BaseModel):
         return self
 
 
-class ResetSpec(BaseModel):
-    model_config = STRICT
-
+class ResetSpec(_Strict):
     tool: str | None = None
     arguments: dict[str, Any] = Field(default_factory=dict)
     mode: Literal["restart"] | None = None
@@ -64,15 +62,11 @@ class ResetSpec(BaseModel):
         return self
 
 
-class LlmUserSpec(BaseModel):
-    model_config = STRICT
-
+class LlmUserSpec(_Strict):
     persona: str = Field(min_length=1)
 
 
-class UserSpec(BaseModel):
-    model_config = STRICT
-
+class UserSpec(_Strict):
     facts: dict[str, str] = Field(
         default_factory=dict, description="name (alternatives joined by |) -> what the user says"
     )
@@ -80,17 +74,13 @@ class UserSpec(BaseModel):
     max_turns: int = Field(10, ge=1)
 
 
-class StateCheck(BaseModel):
-    model_config = STRICT
-
+class StateCheck(_Strict):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     expect: Any
 
 
-class SuccessSpec(BaseModel):
-    model_config = STRICT
-
+class SuccessSpec(_Strict):
     state: list[StateCheck] = Field(default_factory=list)
     phrases: list[str] = Field(default_factory=list)
     grader: str | None = Field(
@@ -108,9 +98,7 @@ class SuccessSpec(BaseModel):
         return self
 
 
-class TaskSpec(BaseModel):
-    model_config = STRICT
-
+class TaskSpec(_Strict):
     id: str = Field(min_length=1)
     family: str = Field(min_length=1)
     opening: str = Field(min_length=1)
@@ -118,9 +106,7 @@ class TaskSpec(BaseModel):
     success: SuccessSpec
 
 
-class TargetSpec(BaseModel):
-    model_config = STRICT
-
+class TargetSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     server: ServerSpec
     reset: ResetSpec
@@ -235,7 +221,6 @@ def tool_problem(target: Target, offered: set[str], writes: frozenset[str] | set
     return None
 
 
-# ---- helpers ---------------------------------------------------------------
 def _first_problem(err: ValidationError, raw: dict[str, Any]) -> str:
     e = err.errors()[0]
     loc = list(e["loc"])

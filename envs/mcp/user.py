@@ -1,16 +1,11 @@
 """The simulated user of an MCP target's task: scripted (from the task's facts) or an LLM playing a persona.
 
-Scripted, one rule: the user answers an assistant text turn with every fact whose
-name appears in it, one `name: value` line each; a turn that names no fact ends the
-conversation ("Thank you, that's all I needed."), as does the task's `max_turns`-th
-answer. A fact's name may list alternatives joined by `|` (`badge|last four`); names
-match case-insensitively as whole words, with `_`, `-` and whitespace alike
-(`employee_id` matches "employee ID"). So a confirmation is a fact too:
-`{"confirm|go ahead": "yes"}`.
-
-LLM: any LangChain chat model (the caller passes it in), prompt
-`prompts/mcp_user_simulator.md` with the task's persona (or, without one, "the
-person who wrote the opening message") and its facts; it ends with `###STOP###`.
+Scripted: an assistant text turn is answered with every fact whose name appears in it, one `name: value` line each;
+a turn naming no fact ends the conversation ("Thank you, that's all I needed."), as does the `max_turns`-th answer.
+A name may list alternatives joined by `|` (`badge|last four`), matched case-insensitively as whole words with `_`,
+`-` and whitespace alike (`employee_id` matches "employee ID"); a confirmation is a fact too: `{"confirm|go ahead": "yes"}`.
+LLM: any LangChain chat model, prompt `prompts/mcp_user_simulator.md` with the task's persona (default "the person
+who wrote the opening message") and facts; it ends with `###STOP###`.
 """
 
 from __future__ import annotations

@@ -2,38 +2,31 @@
 
 from __future__ import annotations
 
+import functools
+
 from gapforge.envs.shop.data import ShopDB
-from gapforge.envs.shop.tasks import (
-    FactKey,
-    GoldAction,
-    ShopTask,
-    TaskBuilder,
-    item_text,
-    money,
-    options_text,
-)
+from gapforge.envs.shop.tasks import FactKey, GoldAction, ShopTask, TaskBuilder, item_text, money, options_text
 
 
 def _lookups(b: TaskBuilder) -> None:
+    add = functools.partial(b.add, "lookup_and_answer")
     for ci in (0, 4, 8):  # i % 4 == 0: the third order is shipped
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
-        b.add(
-            "lookup_and_answer",
+        add(
             "learn the tracking number of a shipped order",
             {**facts, "order_id": f"It's order {o.order_id}."},
-            [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})],
+            [find, b.details(o)],
             [o.tracking_number or ""],
             "Hi, one of my orders hasn't arrived yet. Can you tell me its tracking number?",
         )
     for ci, by_name in ((1, False), (3, True), (5, False)):
         o = b.order(ci, 1)
         facts, find = b.identity(ci, by_name)
-        b.add(
-            "lookup_and_answer",
+        add(
             "learn the total paid for an order",
             {**facts, "order_id": f"The order is {o.order_id}."},
-            [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})],
+            [find, b.details(o)],
             [money(o.total)],
             "Hello, how much did I pay in total for one of my recent orders?",
         )
@@ -41,8 +34,7 @@ def _lookups(b: TaskBuilder) -> None:
         c = b.customers[ci]
         gc = next(p for p in c.payment_methods.values() if p.source == "gift_card")
         facts, find = b.identity(ci, by_name=ci == 10)
-        b.add(
-            "lookup_and_answer",
+        add(
             "learn the gift card balance",
             facts,
             [find, GoldAction(name="get_customer_details", arguments={"customer_id": c.customer_id})],
@@ -52,8 +44,7 @@ def _lookups(b: TaskBuilder) -> None:
     for pid, pick in (("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)):
         p = b.db.products[pid]
         v = [v for v in p.variants.values() if v.available][pick]
-        b.add(
-            "lookup_and_answer",
+        add(
             "learn the price of a product variant",
             {},
             [GoldAction(name="list_products"), GoldAction(name="get_product_details", arguments={"product_id": pid})],
@@ -63,11 +54,11 @@ def _lookups(b: TaskBuilder) -> None:
 
 
 def _single_writes(b: TaskBuilder) -> None:
+    add = functools.partial(b.add, "single_write")
     for ci, reason in ((10, "no longer needed"), (11, "ordered by mistake"), (13, "no longer needed")):
         facts, find = b.identity(ci, by_name=ci == 11)
         f2, gold, total = b.cancel(ci, reason)
-        b.add(
-            "single_write",
+        add(
             "cancel a pending order",
             {**facts, **f2},
             [find, *gold],
@@ -77,8 +68,7 @@ def _single_writes(b: TaskBuilder) -> None:
     for ci in (14, 15, 16):
         facts, find = b.identity(ci)
         f2, gold = b.readdress(ci)
-        b.add(
-            "single_write",
+        add(
             "change the shipping address of a pending order",
             {**facts, **f2},
             [find, *gold],
@@ -88,8 +78,7 @@ def _single_writes(b: TaskBuilder) -> None:
     for ci, idx, to_gift in ((17, [0], False), (19, [1], True), (22, [0], True)):
         facts, find = b.identity(ci, by_name=ci == 19)
         f2, gold, refund = b.ret(ci, idx, to_gift)
-        b.add(
-            "single_write",
+        add(
             "return an item of a delivered order",
             {**facts, **f2},
             [find, *gold],
@@ -99,8 +88,7 @@ def _single_writes(b: TaskBuilder) -> None:
     for ci in (21, 22, 23):
         facts, find = b.identity(ci)
         f2, gold, diff = b.exchange(ci)
-        b.add(
-            "single_write",
+        add(
             "exchange an item of a delivered order",
             {**facts, **f2},
             [find, *gold],
@@ -110,6 +98,7 @@ def _single_writes(b: TaskBuilder) -> None:
 
 
 def _compounds(b: TaskBuilder) -> None:
+    add = functools.partial(b.add, "compound_multi_step")
     for ci in (1, 3):
         facts, find = b.identity(ci)
         fc, gc, total = b.cancel(ci, "no longer needed")
@@ -120,8 +109,7 @@ def _compounds(b: TaskBuilder) -> None:
             **fr,
             "order_id": f"The order to cancel is {b.order(ci, 0).order_id} and the one to return from is {b.order(ci, 1).order_id}.",
         }
-        b.add(
-            "compound_multi_step",
+        add(
             "cancel a pending order and return an item of a delivered one",
             facts2,
             [find, *gc, *gr],
@@ -138,8 +126,7 @@ def _compounds(b: TaskBuilder) -> None:
             **fx,
             "order_id": f"The address change is for {b.order(ci, 0).order_id} and the exchange is for {b.order(ci, 1).order_id}.",
         }
-        b.add(
-            "compound_multi_step",
+        add(
             "change an address and exchange an item",
             facts2,
             [find, *ga, *gx],
@@ -149,8 +136,7 @@ def _compounds(b: TaskBuilder) -> None:
     for ci in (9, 13):
         facts, find = b.identity(ci, by_name=ci == 13)
         fr, gr, refund = b.ret(ci, [0, 1], True)
-        b.add(
-            "compound_multi_step",
+        add(
             "return two items to a gift card",
             {**facts, **fr},
             [find, *gr],
@@ -166,19 +152,17 @@ def _compounds(b: TaskBuilder) -> None:
             **fc,
             "order_id": f"Cancel {b.order(ci, 0).order_id}; the shipped one is {shipped.order_id}.",
         }
-        b.add(
-            "compound_multi_step",
+        add(
             "cancel a pending order and learn a tracking number",
             facts2,
-            [find, *gc, GoldAction(name="get_order_details", arguments={"order_id": shipped.order_id})],
+            [find, *gc, b.details(shipped)],
             [total, shipped.tracking_number or ""],
             "Hi, please cancel one of my pending orders, and also give me the tracking number of my shipped order.",
         )
     for ci in (11, 15):  # odd customers have three items in the delivered order
         facts, find = b.identity(ci)
         fx, gx, diff = b.exchange(ci, n_items=2)
-        b.add(
-            "compound_multi_step",
+        add(
             "exchange two items of one order",
             {**facts, **fx},
             [find, *gx],
@@ -188,36 +172,32 @@ def _compounds(b: TaskBuilder) -> None:
 
 
 def _refusals(b: TaskBuilder) -> None:
+    add = functools.partial(b.add, "policy_refusal", needs_refusal=True)
     for ci in (2, 14):
         o = b.order(ci, 1)
         facts, find = b.identity(ci)
-        b.add(
-            "policy_refusal",
+        add(
             "cancel a delivered order (not allowed)",
             {**facts, "order_id": f"It's order {o.order_id}.", "reason": "I no longer need it."},
-            [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})],
+            [find, b.details(o)],
             ["delivered"],
             "Hi, I want to cancel my order, I don't need it anymore.",
-            needs_refusal=True,
         )
     for ci in (8, 6):  # 8: shipped, 6: processed
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
         f2, _ = b.readdress(ci)
-        b.add(
-            "policy_refusal",
+        add(
             f"change the address of a {o.status} order (not allowed)",
             {**facts, **f2, "order_id": f"It's order {o.order_id}."},
-            [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})],
+            [find, b.details(o)],
             [o.status],
             "Hello, I need to send one of my orders to a different address.",
-            needs_refusal=True,
         )
     for ci in (1, 9):  # i % 4 == 1: the third order was delivered more than 30 days ago
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
-        b.add(
-            "policy_refusal",
+        add(
             "return an item delivered more than 30 days ago (not allowed)",
             {
                 **facts,
@@ -225,17 +205,15 @@ def _refusals(b: TaskBuilder) -> None:
                 "items": f"I want to return {item_text(o.items[0])}.",
                 "payment": "Refund it to the original payment method, please.",
             },
-            [find, GoldAction(name="get_order_details", arguments={"order_id": o.order_id})],
+            [find, b.details(o)],
             ["30"],
             "Hi, I'd like to return an item from an older order.",
-            needs_refusal=True,
         )
     for ci in (0, 6):  # the delivered order holds a final-sale Yoga Mat
         o = b.order(ci, 1)
         mat = next(it for it in o.items if b.db.products[it.product_id].final_sale)
         facts, find = b.identity(ci)
-        b.add(
-            "policy_refusal",
+        add(
             "return a final-sale item (not allowed)",
             {
                 **facts,
@@ -243,14 +221,9 @@ def _refusals(b: TaskBuilder) -> None:
                 "items": f"I want to return {item_text(mat)}.",
                 "payment": "Refund it to the original payment method, please.",
             },
-            [
-                find,
-                GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                GoldAction(name="get_product_details", arguments={"product_id": mat.product_id}),
-            ],
+            [find, b.details(o), GoldAction(name="get_product_details", arguments={"product_id": mat.product_id})],
             ["final sale"],
             "Hi, I'd like to return the yoga mat I bought.",
-            needs_refusal=True,
         )
     for ci in (17, 23):
         o = b.order(ci, 1)
@@ -258,8 +231,7 @@ def _refusals(b: TaskBuilder) -> None:
         assert pair is not None, f"customer {ci} has no sold-out variant to ask for"
         it, _, opts = pair
         facts, find = b.identity(ci)
-        b.add(
-            "policy_refusal",
+        add(
             "exchange for a sold-out variant (not allowed)",
             {
                 **facts,
@@ -268,14 +240,9 @@ def _refusals(b: TaskBuilder) -> None:
                 "exchange_target": f"I want it with {options_text(opts)} instead, nothing else.",
                 "payment": "Use the original payment method of the order.",
             },
-            [
-                find,
-                GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                GoldAction(name="get_product_details", arguments={"product_id": it.product_id}),
-            ],
+            [find, b.details(o), GoldAction(name="get_product_details", arguments={"product_id": it.product_id})],
             ["available"],
             f"Hi, I'd like to exchange the {it.name} I received for another variant.",
-            needs_refusal=True,
         )
 
 

@@ -19,7 +19,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 TODAY = "2025-06-15"  # the shop's "today"; the policy's return window counts from here
-RETURN_WINDOW_DAYS = 30
 SEED = 20250615
 
 OrderStatus = Literal[
@@ -128,56 +127,12 @@ _CATALOG: list[tuple[str, bool, dict[str, list[str]], float]] = [
     ("Yoga Mat", True, {"thickness": ["4mm", "6mm", "8mm"]}, 32.0),
     ("Mechanical Keyboard", False, {"switch": ["red", "blue", "brown"]}, 99.0),
 ]
-_FIRST = [
-    "Ava",
-    "Liam",
-    "Noah",
-    "Mia",
-    "Ethan",
-    "Zoe",
-    "Lucas",
-    "Ivy",
-    "Omar",
-    "Sofia",
-    "Mateo",
-    "Chloe",
-    "Yusuf",
-    "Hana",
-    "Leo",
-    "Nora",
-    "Raj",
-    "Elena",
-    "Kai",
-    "Maya",
-    "Felix",
-    "Aria",
-    "Hugo",
-    "Lena",
-]
-_LAST = [
-    "Garcia",
-    "Nguyen",
-    "Patel",
-    "Kim",
-    "Rossi",
-    "Silva",
-    "Moreau",
-    "Novak",
-    "Haddad",
-    "Larsen",
-    "Okafor",
-    "Tanaka",
-]
-_STREETS = [
-    "Oak Street",
-    "Maple Avenue",
-    "Cedar Lane",
-    "Pine Road",
-    "Elm Court",
-    "Birch Way",
-    "Lake Drive",
-    "Hill Street",
-]
+_FIRST = (
+    "Ava Liam Noah Mia Ethan Zoe Lucas Ivy Omar Sofia Mateo Chloe Yusuf Hana Leo Nora Raj Elena Kai Maya Felix Aria Hugo "
+    "Lena".split()
+)
+_LAST = "Garcia Nguyen Patel Kim Rossi Silva Moreau Novak Haddad Larsen Okafor Tanaka".split()
+_STREETS = "Oak Street|Maple Avenue|Cedar Lane|Pine Road|Elm Court|Birch Way|Lake Drive|Hill Street".split("|")
 _CITIES = [
     ("Springfield", "IL"),
     ("Portland", "OR"),
@@ -220,15 +175,8 @@ def _order_items(rng: random.Random, products: dict[str, Product], n: int, must:
     items = []
     for pid in chosen:
         variant = products[pid].variants[rng.choice(sorted(products[pid].variants))]
-        items.append(
-            OrderItem(
-                item_id=variant.item_id,
-                product_id=pid,
-                name=products[pid].name,
-                options=dict(variant.options),
-                price=variant.price,
-            )
-        )
+        item = {"item_id": variant.item_id, "product_id": pid, "name": products[pid].name}
+        items.append(OrderItem(**item, options=dict(variant.options), price=variant.price))
     return items
 
 
@@ -250,37 +198,23 @@ def build_db(instance: int = 0) -> ShopDB:
     for i in range(N_CUSTOMERS):
         first, last = first_names[i], last_names[i % len(last_names)]
         city, state = _CITIES[i % len(_CITIES)]
+        street = f"{rng.randrange(10, 999)} {_STREETS[i % len(_STREETS)]}"
+        apt = f"Apt {rng.randrange(1, 40)}" if i % 3 else ""
         address = Address(
-            address1=f"{rng.randrange(10, 999)} {_STREETS[i % len(_STREETS)]}",
-            address2=f"Apt {rng.randrange(1, 40)}" if i % 3 else "",
-            city=city,
-            state=state,
-            country="USA",
-            zip=f"{rng.randrange(10000, 99999)}",
+            address1=street, address2=apt, city=city, state=state, country="USA", zip=f"{rng.randrange(10000, 99999)}"
         )
         cid = f"{first.lower()}_{last.lower()}_{rng.randrange(1000, 9999)}"
-        pms: dict[str, PaymentMethod] = {}
-        card = PaymentMethod(
-            id=f"credit_card_{rng.randrange(10**6, 10**7)}",
-            source="credit_card",
-            last_four=f"{rng.randrange(1000, 9999)}",
-        )
-        pms[card.id] = card
+        card = f"credit_card_{rng.randrange(10**6, 10**7)}"
+        methods = [PaymentMethod(id=card, source="credit_card", last_four=f"{rng.randrange(1000, 9999)}")]
         if i % 2 == 0:
-            pp = PaymentMethod(id=f"paypal_{rng.randrange(10**6, 10**7)}", source="paypal")
-            pms[pp.id] = pp
+            methods.append(PaymentMethod(id=f"paypal_{rng.randrange(10**6, 10**7)}", source="paypal"))
         if i % 3 != 2:
-            gc = PaymentMethod(
-                id=f"gift_card_{rng.randrange(10**6, 10**7)}", source="gift_card", balance=float(rng.randrange(20, 300))
-            )
-            pms[gc.id] = gc
+            gift = f"gift_card_{rng.randrange(10**6, 10**7)}"
+            methods.append(PaymentMethod(id=gift, source="gift_card", balance=float(rng.randrange(20, 300))))
+        pms = {pm.id: pm for pm in methods}
+        email = f"{first.lower()}.{last.lower()}{rng.randrange(10, 99)}@example.com"
         customer = Customer(
-            customer_id=cid,
-            first_name=first,
-            last_name=last,
-            email=f"{first.lower()}.{last.lower()}{rng.randrange(10, 99)}@example.com",
-            address=address,
-            payment_methods=pms,
+            customer_id=cid, first_name=first, last_name=last, email=email, address=address, payment_methods=pms
         )
         plan: list[tuple[OrderStatus, int, str | None]] = [
             ("pending", 2, None),
@@ -288,9 +222,8 @@ def build_db(instance: int = 0) -> ShopDB:
             (_THIRD_STATUS[i % 4], 2, None),
         ]
         for k, (status, n_items, must) in enumerate(plan):
-            oid = f"#W{rng.randrange(10**6, 10**7)}"
-            while oid in used_order_ids:
-                oid = f"#W{rng.randrange(10**6, 10**7)}"
+            while (oid := f"#W{rng.randrange(10**6, 10**7)}") in used_order_ids:
+                pass
             used_order_ids.add(oid)
             items = _order_items(rng, products, n_items, must)
             pm = sorted(pms)[rng.randrange(len(pms))]

@@ -11,32 +11,15 @@ import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
 
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
 from gapforge.envs.shop.catalog import build_tasks
 from gapforge.envs.shop.data import ShopDB, build_db
 from gapforge.envs.shop.tasks import ShopTask
-from gapforge.envs.shop.tools import (
-    READ_TOOLS,
-    SCHEMAS,
-    TRANSFER_TOOL,
-    WRITE_TOOLS,
-    ShopTools,
-    ToolError,
-)
-from gapforge.envs.shop.user import ScriptedUser, normalize
-
-
-class _User(Protocol):
-    def opening(self) -> str: ...
-
-    def reply(self, last: str, said: str, writes_done: int) -> tuple[str, bool]: ...
-
-
-def policy_text() -> str:
-    return resources.files("gapforge.envs.shop").joinpath("policy.md").read_text(encoding="utf-8")
+from gapforge.envs.shop.tools import READ_TOOLS, SCHEMAS, TRANSFER_TOOL, WRITE_TOOLS, ShopTools, ToolError
+from gapforge.envs.shop.user import LLMUser, ScriptedUser, normalize
 
 
 @dataclass(frozen=True)
@@ -66,7 +49,7 @@ def _pristine(instance: int = 0) -> _Pristine:
         dump=db.model_dump(),
         db_hash=db.state_hash(),
         tasks=build_tasks(db),
-        policy=policy_text(),
+        policy=resources.files("gapforge.envs.shop").joinpath("policy.md").read_text(encoding="utf-8"),
         tools_json=json.dumps(SCHEMAS),
         gold_hash={},
     )
@@ -99,27 +82,22 @@ class ShopEnv:
         self._task: ShopTask | None = None
         self._db: ShopDB | None = None
 
-    # ---- TargetEnvironment ----------------------------------------------
     def task_ids(self) -> list[str]:
         return list(self._tasks)
 
     def task_family(self, task_id: str) -> str:
-        return self._get_task(task_id).family
-
-    def task(self, task_id: str) -> ShopTask:
-        """The full task (gold actions, required info, user script): for tests and inspection."""
-        return self._get_task(task_id)
+        return self.task(task_id).family
 
     def tools(self) -> list[dict[str, Any]]:
         return json.loads(self._shared.tools_json)  # a fresh copy, faster than deepcopy
 
     def reset(self, task: TaskRef) -> list[Message]:
-        t = self._get_task(str(task))
+        t = self.task(str(task))
         self._task = t
         self._db = self._shared.db  # copy-on-write: most episodes never write
         self._db_owned = False
         self._tools = ShopTools(self._db)
-        self._user: _User = self._make_user(t)
+        self._user: ScriptedUser | LLMUser = self._make_user(t)
         self._said: list[str] = []
         self._writes = 0
         self._done = False
@@ -137,17 +115,12 @@ class ShopEnv:
             self._said.append(message.content)
         if message.tool_calls:
             out = [self._run_tool(tc.id, tc.name, tc.arguments) for tc in message.tool_calls]
-            return StepResult(
-                messages=out, done=self._done, info={"termination": self._termination} if self._done else {}
-            )
-        text, stop = self._user.reply(message.content or "", "\n".join(self._said), self._writes)
-        if stop:
-            self._done, self._termination = True, "user_stop"
-        return StepResult(
-            messages=[Message.user(text)],
-            done=self._done,
-            info={"termination": self._termination} if self._done else {},
-        )
+        else:
+            text, stop = self._user.reply(message.content or "", "\n".join(self._said), self._writes)
+            if stop:
+                self._done, self._termination = True, "user_stop"
+            out = [Message.user(text)]
+        return StepResult(messages=out, done=self._done, info={"termination": self._termination} if self._done else {})
 
     def score(self) -> Score:
         if self._task is None or self._db is None:
@@ -159,12 +132,8 @@ class ShopEnv:
         missing = [s for s in t.required_info if normalize(s) not in heard]
         comm_ok = float(not missing)
         reward = db_ok * comm_ok
-        info = {
-            "evaluator": "shop: db hash vs gold replay x communicate",
-            "missing_info": missing,
-            "family": t.family,
-            "user": self.user_kind,
-        }
+        evaluator = "shop: db hash vs gold replay x communicate"
+        info = {"evaluator": evaluator, "missing_info": missing, "family": t.family, "user": self.user_kind}
         if self.user_kind == "llm":
             info["user_prompt"] = getattr(self._user, "prompt_id", None)
         return Score(reward=reward, success=reward == 1.0, components={"db": db_ok, "communicate": comm_ok}, info=info)
@@ -172,16 +141,14 @@ class ShopEnv:
     def close(self) -> None:
         self._db = None
 
-    # ---- internals --------------------------------------------------------
-    def _get_task(self, task_id: str) -> ShopTask:
+    def task(self, task_id: str) -> ShopTask:
+        """The full task (gold actions, required info, user script)."""
         if task_id not in self._tasks:
             raise EnvError(f"unknown task '{task_id}' in env shop: see `gapforge rollouts tasks shop`")
         return self._tasks[task_id]
 
-    def _make_user(self, t: ShopTask) -> _User:
+    def _make_user(self, t: ShopTask) -> ScriptedUser | LLMUser:
         if self.user_kind == "llm":
-            from gapforge.envs.shop.llm_user import LLMUser
-
             return LLMUser(self.user_model, t)
         return ScriptedUser(t.user, t.required_info)
 
@@ -203,9 +170,8 @@ class ShopEnv:
     def _gold_state_hash(self, t: ShopTask) -> str:
         cache = self._shared.gold_hash
         if t.task_id not in cache and all(a.name in READ_TOOLS for a in t.gold_actions):
-            cache[t.task_id] = (
-                self._shared.db_hash
-            )  # read tools never change the DB (copy-on-write relies on it too): no replay
+            # read tools never change the DB (copy-on-write relies on it too): no replay
+            cache[t.task_id] = self._shared.db_hash
         if t.task_id not in cache:
             db = self._shared.fresh_db()
             tools = ShopTools(db)

@@ -16,6 +16,7 @@ from gapforge.envs.shop.tools import WRITE_TOOLS
 
 Family = Literal["lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal"]
 FAMILIES: tuple[Family, ...] = ("lookup_and_answer", "single_write", "compound_multi_step", "policy_refusal")
+_SHORT = dict(zip(FAMILIES, ("lookup", "write", "compound", "refusal")))  # task id: shop-<short>-NNN
 FactKey = Literal["email", "name_zip", "order_id", "items", "reason", "address", "payment", "exchange_target"]
 
 
@@ -63,7 +64,6 @@ class TaskBuilder:
         self.tasks: dict[str, ShopTask] = {}
         self.counts: dict[str, int] = {}
 
-    # ---- helpers --------------------------------------------------------
     def order(self, ci: int, k: int) -> Order:
         return self.db.orders[self.customers[ci].orders[k]]
 
@@ -81,6 +81,9 @@ class TaskBuilder:
 
     def original_pm(self, order: Order) -> str:
         return order.payment_history[0].payment_method_id
+
+    def details(self, order: Order) -> GoldAction:
+        return GoldAction(name="get_order_details", arguments={"order_id": order.order_id})
 
     def gift_card(self, ci: int) -> str | None:
         return next((p.id for p in self.customers[ci].payment_methods.values() if p.source == "gift_card"), None)
@@ -112,15 +115,8 @@ class TaskBuilder:
         opening: str,
         needs_refusal: bool = False,
     ) -> None:
-        n = self.counts.get(family, 0) + 1
-        self.counts[family] = n
-        short = {
-            "lookup_and_answer": "lookup",
-            "single_write": "write",
-            "compound_multi_step": "compound",
-            "policy_refusal": "refusal",
-        }[family]
-        task_id = f"shop-{short}-{n:03d}"
+        n = self.counts[family] = self.counts.get(family, 0) + 1
+        task_id = f"shop-{_SHORT[family]}-{n:03d}"
         writes = sum(1 for g in gold if g.name in WRITE_TOOLS)
         self.tasks[task_id] = ShopTask(
             task_id=task_id,
@@ -131,36 +127,20 @@ class TaskBuilder:
             user=UserScript(opening=opening, facts=facts, expected_writes=writes, needs_refusal=needs_refusal),
         )
 
-    # ---- write actions as gold + facts -----------------------------------
     def cancel(self, ci: int, reason: str) -> tuple[dict[FactKey, str], list[GoldAction], str]:
         o = self.order(ci, 0)
         facts: dict[FactKey, str] = {
             "order_id": f"The order id is {o.order_id}.",
             "reason": f"The reason is: {reason}.",
         }
-        return (
-            facts,
-            [
-                GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-                GoldAction(name="cancel_pending_order", arguments={"order_id": o.order_id, "reason": reason}),
-            ],
-            money(o.total),
-        )
+        cancel = GoldAction(name="cancel_pending_order", arguments={"order_id": o.order_id, "reason": reason})
+        return facts, [self.details(o), cancel], money(o.total)
 
     def readdress(self, ci: int) -> tuple[dict[FactKey, str], list[GoldAction]]:
         o = self.order(ci, 0)
-        new = {
-            "address1": f"{100 + ci * 7} Harbor Boulevard",
-            "address2": f"Suite {ci + 2}",
-            "city": "Columbus",
-            "state": "OH",
-            "country": "USA",
-            "zip": f"{43200 + ci}",
-        }
-        text = (
-            f"The new address is: {new['address1']}, {new['address2']}, {new['city']}, {new['state']}, "
-            f"{new['country']}, zip {new['zip']}."
-        )
+        street, suite, zip_code = f"{100 + ci * 7} Harbor Boulevard", f"Suite {ci + 2}", f"{43200 + ci}"
+        new = dict(address1=street, address2=suite, city="Columbus", state="OH", country="USA", zip=zip_code)
+        text = f"The new address is: {street}, {suite}, Columbus, OH, USA, zip {zip_code}."
         facts: dict[FactKey, str] = {"order_id": f"It's order {o.order_id}.", "address": text}
         return facts, [GoldAction(name="modify_pending_order_address", arguments={"order_id": o.order_id, **new})]
 
@@ -169,20 +149,16 @@ class TaskBuilder:
         items = [o.items[i] for i in idx]
         pm = self.gift_card(ci) if to_gift else self.original_pm(o)
         assert pm is not None
+        payment = (
+            "Please put the refund on my gift card." if to_gift else "Refund it to the original payment method, please."
+        )
         facts: dict[FactKey, str] = {
             "order_id": f"The order id is {o.order_id}.",
             "items": "I want to return " + " and ".join(item_text(it) for it in items) + ".",
-            "payment": "Please put the refund on my gift card."
-            if to_gift
-            else "Refund it to the original payment method, please.",
+            "payment": payment,
         }
-        gold = [
-            GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
-            GoldAction(
-                name="return_delivered_order_items",
-                arguments={"order_id": o.order_id, "item_ids": [it.item_id for it in items], "payment_method_id": pm},
-            ),
-        ]
+        arguments = {"order_id": o.order_id, "item_ids": [it.item_id for it in items], "payment_method_id": pm}
+        gold = [self.details(o), GoldAction(name="return_delivered_order_items", arguments=arguments)]
         return facts, gold, money(sum(it.price for it in items))
 
     def exchange(self, ci: int, n_items: int = 1) -> tuple[dict[FactKey, str], list[GoldAction], str]:
@@ -202,7 +178,7 @@ class TaskBuilder:
             "payment": "Use the original payment method of the order.",
         }
         gold = [
-            GoldAction(name="get_order_details", arguments={"order_id": o.order_id}),
+            self.details(o),
             GoldAction(name="get_product_details", arguments={"product_id": pairs[0][0].product_id}),
             GoldAction(
                 name="exchange_delivered_order_items",

@@ -81,31 +81,18 @@ SCHEMAS: list[dict[str, Any]] = [
         {"summary": _S},
     ),
 ]
-READ_TOOLS = frozenset(
-    {
-        "find_customer_by_email",
-        "find_customer_by_name_zip",
-        "get_customer_details",
-        "list_customer_orders",
-        "get_order_details",
-        "list_products",
-        "get_product_details",
-    }
-)
-WRITE_TOOLS = frozenset(
-    {
-        "cancel_pending_order",
-        "modify_pending_order_address",
-        "return_delivered_order_items",
-        "exchange_delivered_order_items",
-    }
-)
 TRANSFER_TOOL = "transfer_to_human_agents"
+WRITE_TOOLS = frozenset(s["function"]["name"] for s in SCHEMAS if "Write action." in s["function"]["description"])
+READ_TOOLS = frozenset(s["function"]["name"] for s in SCHEMAS) - WRITE_TOOLS - {TRANSFER_TOOL}
 _BY_NAME = {s["function"]["name"]: s["function"]["parameters"] for s in SCHEMAS}
 
 
 def _dump(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)
+
+
+def _order_dump(order: Order) -> str:
+    return _dump({**order.model_dump(mode="json"), "total": order.total})
 
 
 def _check_args(name: str, args: dict[str, Any]) -> None:
@@ -138,7 +125,6 @@ class ShopTools:
         fn: Callable[..., str] = getattr(self, name)
         return fn(**args)
 
-    # ---- read -------------------------------------------------------------
     def find_customer_by_email(self, email: str) -> str:
         for c in self.db.customers.values():
             if c.email.lower() == email.strip().lower():
@@ -147,12 +133,9 @@ class ShopTools:
         raise ToolError("customer not found")
 
     def find_customer_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
+        wanted = (first_name.strip().lower(), last_name.strip().lower(), zip.strip())
         for c in self.db.customers.values():
-            if (c.first_name.lower(), c.last_name.lower(), c.address.zip) == (
-                first_name.strip().lower(),
-                last_name.strip().lower(),
-                zip.strip(),
-            ):
+            if (c.first_name.lower(), c.last_name.lower(), c.address.zip) == wanted:
                 self.verified_customer = c.customer_id
                 return _dump({"customer_id": c.customer_id})
         raise ToolError("customer not found")
@@ -170,7 +153,7 @@ class ShopTools:
 
     def get_order_details(self, order_id: str) -> str:
         order = self._order(order_id)
-        return _dump({**order.model_dump(mode="json"), "total": order.total})
+        return _order_dump(order)
 
     def list_products(self) -> str:
         return _dump({p.name: p.product_id for p in self.db.products.values()})
@@ -180,7 +163,6 @@ class ShopTools:
             raise ToolError(f"product '{product_id}' not found")
         return _dump(self.db.products[product_id].model_dump(mode="json"))
 
-    # ---- write ------------------------------------------------------------
     def cancel_pending_order(self, order_id: str, reason: str) -> str:
         order = self._owned_order(order_id)
         self._require_status(order, "pending", "be cancelled")
@@ -193,7 +175,7 @@ class ShopTools:
             pm = self.db.customers[order.customer_id].payment_methods[tx.payment_method_id]
             if pm.source == "gift_card" and pm.balance is not None:
                 pm.balance = round(pm.balance + tx.amount, 2)
-        return _dump({**order.model_dump(mode="json"), "total": order.total})
+        return _order_dump(order)
 
     def modify_pending_order_address(
         self, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
@@ -201,7 +183,7 @@ class ShopTools:
         order = self._owned_order(order_id)
         self._require_status(order, "pending", "have its address changed")
         order.address = Address(address1=address1, address2=address2, city=city, state=state, country=country, zip=zip)
-        return _dump({**order.model_dump(mode="json"), "total": order.total})
+        return _order_dump(order)
 
     def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str) -> str:
         order = self._owned_order(order_id)
@@ -255,7 +237,6 @@ class ShopTools:
     def transfer_to_human_agents(self, summary: str) -> str:
         return _dump({"result": "Transfer successful"})
 
-    # ---- helpers ----------------------------------------------------------
     def _order(self, order_id: str) -> Order:
         oid = order_id.strip() if order_id.strip().startswith("#") else f"#{order_id.strip()}"
         if oid not in self.db.orders:

@@ -1,6 +1,7 @@
-"""The deterministic scripted user: keyword rules over the agent's last message.
+"""The shop's simulated users: the deterministic scripted user (keyword rules over the agent's last message), and
+the optional LLM user (`LLMUser`, real runs).
 
-Order of rules, first match wins:
+The scripted user's rules, first match wins:
 1. turn limit reached -> stop;
 2. goal reached (enough successful writes, every awaited fact heard, a refusal
    heard when the task expects one) -> thanks + stop;
@@ -11,9 +12,12 @@ Order of rules, first match wins:
 
 from __future__ import annotations
 
-from gapforge.envs.shop.tasks import FactKey, UserScript
+from typing import Any
+
+from gapforge.envs.shop.tasks import FactKey, ShopTask, UserScript
 
 STOP = "###STOP###"
+PROMPT_FILE = "shop_user_simulator.md"
 
 _TRIGGERS: list[tuple[FactKey, tuple[str, ...]]] = [
     ("email", ("email", "e-mail")),
@@ -21,82 +25,36 @@ _TRIGGERS: list[tuple[FactKey, tuple[str, ...]]] = [
     ("order_id", ("order id", "order number", "which order", "order #", "order's id", "which of your orders")),
     (
         "items",
-        (
-            "which item",
-            "which product",
-            "what item",
-            "which of the items",
-            "item would you like",
-            "items would you like",
-            "which one",
-            "what would you like to return",
-            "what would you like to exchange",
+        tuple(
+            "which item|which product|what item|which of the items|item would you like|items would you like|"
+            "which one|what would you like to return|what would you like to exchange".split("|")
         ),
     ),
     ("reason", ("reason", "why")),
     ("address", ("address",)),
     (
         "exchange_target",
-        (
-            "exchange it for",
-            "exchange them for",
-            "which variant",
-            "what size",
-            "what color",
-            "which size",
-            "which color",
-            "new variant",
-            "instead",
-            "prefer",
-            "would you like it in",
-            "replace",
+        tuple(
+            "exchange it for|exchange them for|which variant|what size|what color|which size|which color|"
+            "new variant|instead|prefer|would you like it in|replace".split("|")
         ),
     ),
     (
         "payment",
-        (
-            "payment method",
-            "refund to",
-            "refunded to",
-            "gift card",
-            "original payment",
-            "which card",
-            "price difference",
-            "charge",
-            "refund method",
+        tuple(
+            "payment method|refund to|refunded to|gift card|original payment|which card|price difference|"
+            "charge|refund method".split("|")
         ),
     ),
 ]
-_CONFIRM = (
-    "confirm",
-    "proceed",
-    "go ahead",
-    "shall i",
-    "should i",
-    "would you like me to",
-    "do you want me to",
-    "yes/no",
-    "(yes",
-    "is that correct",
-    "is this correct",
-    "is that right",
+_CONFIRM = tuple(
+    "confirm|proceed|go ahead|shall i|should i|would you like me to|do you want me to|yes/no|(yes|"
+    "is that correct|is this correct|is that right".split("|")
 )
 _IDENTITY = ("email", "e-mail", "zip", "postal", "your name", "full name")
-REFUSAL_WORDS = (
-    "cannot",
-    "can't",
-    "can not",
-    "unable",
-    "not eligible",
-    "ineligible",
-    "not possible",
-    "not able",
-    "not allowed",
-    "unfortunately",
-    "not available",
-    "unavailable",
-    "only pending",
-    "only delivered",
+REFUSAL_WORDS = tuple(
+    "cannot|can't|can not|unable|not eligible|ineligible|not possible|not able|not allowed|unfortunately|"
+    "not available|unavailable|only pending|only delivered".split("|")
 )
 THANKS = f"Thank you, that's all I needed. {STOP}"
 CONFIRM_YES = "Yes, please go ahead."
@@ -151,3 +109,44 @@ class ScriptedUser:
                 if "name_zip" in facts and facts["name_zip"] not in parts:
                     parts.append(facts["name_zip"])
         return (" ".join(parts) if parts else NUDGE), False
+
+
+class LLMUser:
+    """Optional LLM user simulator (real runs): any LangChain chat model, passed in, playing the task's customer with
+    prompts/shop_user_simulator.md; it ends with the stop token. Same interface as ScriptedUser."""
+
+    def __init__(self, chat_model: Any, task: ShopTask) -> None:
+        from langchain_core.messages import AIMessage, SystemMessage
+
+        from gapforge.prompts import load_prompt
+
+        self.model = chat_model
+        self.script = task.user
+        prompt = load_prompt(PROMPT_FILE)
+        self.prompt_name, self.prompt_version, body = prompt.name, prompt.version, prompt.body
+        facts = "\n".join(f"- {v}" for v in task.user.facts.values()) or "- (nothing beyond your question)"
+        system = body.format(goal=task.goal, opening=task.user.opening, facts=facts, stop=STOP)
+        # roles are mirrored: the simulator is the "AI", the shop agent is the "human"
+        self.history: list[Any] = [SystemMessage(system), AIMessage(task.user.opening)]
+        self.turns = 0
+
+    @property
+    def prompt_id(self) -> str:
+        return f"{self.prompt_name}@{self.prompt_version}"
+
+    def opening(self) -> str:
+        return self.script.opening
+
+    def reply(self, last: str, said: str, writes_done: int) -> tuple[str, bool]:
+        from langchain_core.messages import AIMessage, HumanMessage
+
+        self.turns += 1
+        if self.turns > self.script.max_turns:
+            return STOP, True
+        self.history.append(HumanMessage(last))
+        content = self.model.invoke(self.history).content
+        if not isinstance(content, str):
+            content = "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
+        text = content.strip()
+        self.history.append(AIMessage(text))
+        return text, STOP in text

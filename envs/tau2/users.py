@@ -1,24 +1,16 @@
-"""The two user simulators the adapter drives: tau2's own LLM user, and an offline scripted user.
+"""The two user simulators the adapter drives, both speaking tau2's user interface (`get_init_state`,
+`generate_next_message`, `is_stop`) and returning tau2 `UserMessage`s.
 
-Both speak tau2's user interface (`get_init_state`, `generate_next_message`,
-`is_stop`) and return tau2 `UserMessage`s, so the adapter drives them the same way.
+LLM user (`user="llm"`): tau2's own `UserSimulator` (its guidelines + the task's user scenario), calling the model
+through litellm at an OpenAI-compatible endpoint given as `UserEndpoint` (or a dict / an object with its attributes,
+e.g. gapforge's `EndpointConfig`).
 
-LLM user (`user="llm"`): tau2's `UserSimulator` (its guidelines + the task's
-user scenario as system prompt), which calls the model through litellm. It is
-pointed at an OpenAI-compatible endpoint given as `UserEndpoint` (or anything
-with the same attributes, e.g. gapforge's `EndpointConfig`, or a dict).
-
-Scripted user (`user="scripted"`): deterministic, built only from the task. It
-opens with the scenario's reason for the call, then answers each agent text
-message in this order: if the agent says the user is being transferred, it sends
-tau2's ###TRANSFER###; if the agent's text names the tool of the user's next
-user-side gold action (telecom: `toggle_airplane_mode`, ...), it performs that
-action as a user tool call and, given the result, reports it back in words;
-otherwise it gives the next scenario fact (known info, then the task
-instructions), then tau2's ###STOP###. Besides those two checks it does not read
-what the agent says and never confirms anything, so it suits tests and gold
-replays (the same user drives tau2's own orchestrator in the parity test), not
-measuring a real policy.
+Scripted user (`user="scripted"`): deterministic, from the task only. It opens with the scenario's reason for the
+call, then answers each agent text: tau2's ###TRANSFER### if the agent says the user is being transferred; the user's
+next user-side gold action as a user tool call if the text names its tool (telecom: `toggle_airplane_mode`, ...),
+reporting the result back in words; else the next scenario fact (known info, then the task instructions), then
+###STOP###. It never confirms anything, so it suits tests and gold replays (it drives tau2's own orchestrator in the
+parity test), not measuring a real policy.
 """
 
 from __future__ import annotations
@@ -102,10 +94,7 @@ def llm_user(endpoint: UserEndpoint, task: Any, user_tools: list[Any] | None = N
     if user_tools and _litellm_can_skip_mcp():
         args["_skip_mcp_handler"] = True
     return t.UserSimulator(
-        tools=user_tools,
-        instructions=str(task.user_scenario),
-        llm=endpoint.litellm_model(),
-        llm_args=args,
+        tools=user_tools, instructions=str(task.user_scenario), llm=endpoint.litellm_model(), llm_args=args
     )
 
 

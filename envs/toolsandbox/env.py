@@ -7,27 +7,32 @@ ToolSandbox's execution environment (Python code in its interactive console, so
 tool results are Python reprs), text goes to the user role, and the user ends the
 episode with `end_conversation` (or ToolSandbox's max-messages limit does).
 `score()` is ToolSandbox's `Evaluation.evaluate` (milestones / minefields).
+
+User simulators (both run inside the worker, worker/ts_roles.py): scripted, or ToolSandbox's `OpenAIAPIUser` (its
+user instruction and few-shot examples come with each scenario) on the configured OpenAI-compatible endpoint.
+`PlanPolicy` replays `reference_plan` (one action per turn, "Done." once used up; a `fill` action is resolved by
+`resolve_plan_action`, which asks the episode's worker): it follows the answer key, a reference agent, not a baseline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
 import zlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
 from gapforge.envs.errors import EnvError
-from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, ToolCall
 from gapforge.envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
-from gapforge.envs.toolsandbox.users import user_spec
 from gapforge.faults import EnvCodeFault
 
-NETWORK_MODES = (
-    "off",
-    "stand-in",
-)  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (written here, not recorded)
+NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (not recorded)
 _CATALOG: dict[str, Any] | None = None
 _CATALOG_LOCK = threading.Lock()
 
@@ -89,6 +94,59 @@ def categories() -> list[str]:
     return sorted({c for s in catalog()["scenarios"] for c in s["categories"]})
 
 
+class UserEndpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint for ToolSandbox's LLM user simulator."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    base_url: str | None = Field(
+        None, description="e.g. http://localhost:8000/v1; None = OpenAI's default (as gapforge's EndpointConfig)"
+    )
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=20)
+
+
+def coerce_endpoint(user_model: Any) -> UserEndpoint:
+    """A UserEndpoint, a dict of its fields, or an object with those attributes (gapforge's `llm.endpoint`
+    EndpointConfig, as `rollouts.user=llm` passes it)."""
+    if user_model is None:
+        raise EnvError("user='llm' needs user_model: an OpenAI-compatible endpoint (model, base_url, api_key)")
+    if isinstance(user_model, UserEndpoint):
+        return user_model
+    if isinstance(user_model, Mapping):
+        fields = {k: v for k, v in user_model.items() if k in UserEndpoint.model_fields}
+    else:
+        fields = {
+            name: getattr(user_model, name)
+            for name in UserEndpoint.model_fields
+            if getattr(user_model, name, None) is not None
+        }
+    try:
+        return UserEndpoint.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise EnvError(
+            f"bad user_model for the ToolSandbox user simulator: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+        ) from exc
+
+
+def user_spec(kind: str, user_model: Any, replies: list[str] | None = None) -> dict[str, Any]:
+    """The worker's user description (wire format)."""
+    if kind == "scripted":
+        return {"kind": "scripted", "replies": list(replies or [])}
+    endpoint = coerce_endpoint(user_model)
+    return {
+        "kind": "llm",
+        "model": endpoint.model,
+        "base_url": endpoint.base_url,
+        "api_key": endpoint.api_key.get_secret_value() if endpoint.api_key else "",
+        "timeout_s": endpoint.timeout_s,
+        "max_retries": endpoint.max_retries,
+    }
+
+
 class UserSimulatorError(EnvCodeFault, RuntimeError):
     """The user simulator (its endpoint) failed during an episode."""
 
@@ -146,7 +204,6 @@ class ToolSandboxEnv:
         self._done = False
         self._ended: str | None = None
 
-    # ---- catalogue ---------------------------------------------------------------
     def task_ids(self) -> list[str]:
         return sorted(self._scenarios)
 
@@ -183,7 +240,6 @@ class ToolSandboxEnv:
         names = sorted({t for s in self._scenarios.values() for t in s["tools"]})
         return [self._schemas[n] for n in names]
 
-    # ---- episode -------------------------------------------------------------------
     def _ensure_worker(self) -> WorkerProcess:
         if self._worker is None or self._worker.broken is not None:
             if self._worker is not None:
@@ -194,16 +250,15 @@ class ToolSandboxEnv:
     def episode_seed(self, task_id: str) -> int:
         return zlib.crc32(f"{self.seed}:{task_id}".encode())
 
+    def _call_on(self, method: str, task: TaskRef, **params: Any) -> Any:
+        """The worker's `method` on the task's scenario (its name, defining module and episode seed)."""
+        entry = self._entry(task)
+        seed = self.episode_seed(entry["name"])
+        return self._ensure_worker().call(method, scenario=entry["name"], module=entry["module"], seed=seed, **params)
+
     def reset(self, task: TaskRef) -> list[Message]:
         entry = self._entry(task)
-        out = self._ensure_worker().call(
-            "reset",
-            scenario=entry["name"],
-            module=entry["module"],
-            seed=self.episode_seed(entry["name"]),
-            user=self._user,
-            network=self.network,
-        )
+        out = self._call_on("reset", task, user=self._user, network=self.network)
         self._task, self._done, self._ended = entry["name"], bool(out["done"]), out.get("termination")
         if out["done"]:
             self._raise_if_user_failed(out)
@@ -262,12 +317,10 @@ class ToolSandboxEnv:
             "scenario": self._task,
             "termination": self._ended or "in_progress",
             "similarity": similarity,
-            "turn_count": r["turn_count"],
-            "milestone_mapping": r["milestone_mapping"],
-            "minefield_mapping": r["minefield_mapping"],
+            **{k: r[k] for k in ("turn_count", "milestone_mapping", "minefield_mapping")},
             "categories": self._scenarios[self._task]["categories"],
+            "network": self.network,
         }
-        info["network"] = self.network
         if self.network == "stand-in":  # which tool answers came from the stand-in data, not live RapidAPI
             info["stand_in_network"] = r.get("stand_in_network") or {"calls": 0, "misses": 0}
             info["comparable_to_live"] = False
@@ -279,19 +332,9 @@ class ToolSandboxEnv:
         }
         return Score(reward=similarity, success=similarity == 1.0, components=components, info=info)
 
-    # ---- reference (tests, parity) -------------------------------------------------
     def reference_plan(self, task: TaskRef, variant: str = "milestones") -> list[dict[str, Any]]:
         """The milestone-following scripted agent's actions for `task` ({"tool", "arguments"} / {"text"})."""
-        entry = self._entry(task)
-        return list(
-            self._ensure_worker().call(
-                "plan",
-                scenario=entry["name"],
-                module=entry["module"],
-                seed=self.episode_seed(entry["name"]),
-                variant=variant,
-            )
-        )
+        return list(self._call_on("plan", task, variant=variant))
 
     def resolve_plan_action(self, action: dict[str, Any]) -> dict[str, Any]:
         """A plan action whose values come from earlier tool results (`fill`), filled from this episode's results so far."""
@@ -299,18 +342,10 @@ class ToolSandboxEnv:
 
     def reference_play(self, task: TaskRef, plan: list[dict[str, Any]]) -> dict[str, Any]:
         """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""
-        entry = self._entry(task)
+        self._entry(task)
         self._task = None
         return dict(
-            self._ensure_worker().call(
-                "reference",
-                scenario=entry["name"],
-                module=entry["module"],
-                seed=self.episode_seed(entry["name"]),
-                plan=plan,
-                replies=self._user.get("replies"),
-                network=self.network,
-            )
+            self._call_on("reference", task, plan=plan, replies=self._user.get("replies"), network=self.network)
         )
 
     def close(self) -> None:
@@ -318,3 +353,30 @@ class ToolSandboxEnv:
             self._worker.close()
             self._worker = None
         self._task, self._tools = None, None
+
+
+class PlanPolicy:
+    """envs.protocol.PolicyModel replaying a fixed plan of {"tool", "arguments"} / {"text"} actions."""
+
+    name = "toolsandbox-milestone-agent"
+
+    def __init__(
+        self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> None:
+        self.plan = list(plan)
+        self.turn = 0
+        self.resolve = resolve
+
+    async def respond(
+        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
+    ) -> Message:
+        action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
+        self.turn += 1
+        if self.resolve is not None and action.get("fill"):
+            action = await asyncio.to_thread(self.resolve, action)
+        if "tool" not in action:
+            return Message.assistant(str(action["text"]))
+        arguments = dict(action.get("arguments") or {})
+        return Message.assistant(
+            tool_calls=[ToolCall(id=f"plan-call-{self.turn}", name=action["tool"], arguments=arguments)]
+        )

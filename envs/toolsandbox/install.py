@@ -72,18 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for the venv (3.9-3.12)")
     ap.add_argument("--if-present", action="store_true", help="do nothing (exit 0) when the source directory is absent")
     args = ap.parse_args(argv)
-    if not args.source:
+    local = bool(args.source) and "://" not in args.source and not args.source.startswith("git+")
+    if not args.source or (local and not Path(args.source).is_dir()):
         if args.if_present:
-            print(f"toolsandbox: no source given; ToolSandbox tests will skip ({HOW_TO_POINT})")
+            absent = f"{args.source} absent" if args.source else "no source given"
+            print(f"toolsandbox: {absent}; ToolSandbox tests will skip ({HOW_TO_POINT})")
             return 0
-        print(f"toolsandbox: no source given; {HOW_TO_POINT}", file=sys.stderr)
-        return 2
-    local = "://" not in args.source and not args.source.startswith("git+")
-    if local and not Path(args.source).is_dir():
-        if args.if_present:
-            print(f"toolsandbox: {args.source} absent; ToolSandbox tests will skip ({HOW_TO_POINT})")
-            return 0
-        print(f"toolsandbox: source {args.source} not found; {HOW_TO_POINT}", file=sys.stderr)
+        missing = f"source {args.source} not found" if args.source else "no source given"
+        print(f"toolsandbox: {missing}; {HOW_TO_POINT}", file=sys.stderr)
         return 2
     source = str(Path(args.source).resolve()) if local else args.source
     try:

@@ -1,15 +1,11 @@
-"""The paper's ToolSandbox metrics over stored episodes (a run's `toolsandbox[...]` episodes).
+"""The TRACE paper's ToolSandbox metrics: `paper_metrics`, per category and `all`, scenarios run, perfect
+(similarity == 1.0), mean similarity and excluded (network); `stored_metrics(episodes, excluded_for=...)`, those per
+toolsandbox env name in a run's stored episodes (`toolsandbox`, `toolsandbox:state_dependency`, `...?network=stand-in`).
 
-`stored_metrics(episodes, excluded_for=...)` groups episodes by env name (e.g.
-`toolsandbox`, `toolsandbox:state_dependency`, `toolsandbox?network=stand-in`) and
-reports, per env, `paper_metrics`: per category and `all`, scenarios run, perfect
-(similarity == 1.0), mean similarity, excluded. A scenario's similarity is its
-episode's reward (the mean over samples when a run holds several; "perfect" then
-means every sample was perfect). Categories come from each episode's score info
-(ToolSandboxEnv records them); excluded scenarios (network="off") are given by the
-caller, who can ask the catalogue (`ToolSandboxEnv(...).excluded()`). An env in the
-stand-in network mode is marked `comparable_to_live=False` with a note saying why.
-Works on anything with `env`, `task_id`, `reward` and `score_info` (store rows).
+A scenario's similarity is its episode's reward (the mean over samples when a run holds several; "perfect" then means
+every sample was). Categories come from each episode's score info (ToolSandboxEnv records them); excluded scenarios
+(network="off") come from the caller (`ToolSandboxEnv(...).excluded()`). A stand-in network env is marked
+`comparable_to_live=False` with a note saying why. Works on anything with `env`, `task_id`, `reward`, `score_info`.
 """
 
 from __future__ import annotations
@@ -20,13 +16,50 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from gapforge.envs.toolsandbox.plan import CategoryMetrics, paper_metrics
-
+ALL = "all"
 ENV_PREFIX = "toolsandbox"
 STAND_IN_NOTE = (
     "RapidAPI answers are a stand-in written from the scenarios' milestones (worker/standin_rapidapi.json), "
     "neither live nor recorded: these scores are not comparable to live RapidAPI runs"
 )
+
+
+class CategoryMetrics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run: int
+    perfect: int
+    mean_similarity: float
+    excluded: int = 0
+
+
+def paper_metrics(
+    similarity: Mapping[str, float],
+    categories: Mapping[str, list[str]],
+    excluded: Mapping[str, list[str]] | None = None,
+) -> dict[str, CategoryMetrics]:
+    """Per category (and "all"): scenarios run, perfect (similarity == 1.0), mean similarity, excluded.
+
+    similarity: scenario -> ToolSandbox similarity (the episode's reward);
+    categories: scenario -> its categories (run and excluded scenarios);
+    excluded:   scenario -> why (e.g. its network tools), counted, not scored.
+    """
+    scores: dict[str, list[float]] = defaultdict(list)
+    left_out: dict[str, int] = defaultdict(int)
+    for name, value in similarity.items():
+        for cat in [ALL, *categories.get(name, [])]:
+            scores[cat].append(float(value))
+    for name in excluded or {}:
+        for cat in [ALL, *categories.get(name, [])]:
+            left_out[cat] += 1
+    out = {}
+    for cat in sorted(set(scores) | set(left_out), key=lambda c: (c != ALL, c)):
+        vals = scores.get(cat, [])
+        mean = sum(vals) / len(vals) if vals else 0.0
+        out[cat] = CategoryMetrics(
+            run=len(vals), perfect=sum(v == 1.0 for v in vals), mean_similarity=mean, excluded=left_out.get(cat, 0)
+        )
+    return out
 
 
 class StoredEpisode(Protocol):

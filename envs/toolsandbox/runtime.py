@@ -10,6 +10,7 @@ the worker dies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -150,11 +151,8 @@ class WorkerProcess:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-        for stream in (self.proc.stdout,):
-            if stream is not None and not stream.closed:
-                stream.close()
+        if self.proc.stdout is not None and not self.proc.stdout.closed:
+            self.proc.stdout.close()
         self._log.close()
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self._log.name)
-        except OSError:
-            pass

@@ -26,9 +26,8 @@ from itertools import count
 from typing import Any, Literal
 
 from gapforge.envs.protocol import Message, ToolCall
-from gapforge.envs.tau2 import convert, judge
 from gapforge.envs.tau2 import domain as dom
-from gapforge.envs.tau2.env import Tau2Env
+from gapforge.envs.tau2.env import Tau2Env, evaluation_plan, to_tau2_assistant
 from gapforge.envs.tau2.users import ScriptedUser, llm_user
 
 Script = Callable[[], Iterator[Message]]
@@ -108,7 +107,7 @@ def _scripted_agent_class() -> type:
             return list(message_history or [])
 
         def generate_next_message(self, message: Any, state: list[Any]) -> tuple[Any, list[Any]]:
-            reply = convert.to_tau2_assistant(next(self.messages))
+            reply = to_tau2_assistant(next(self.messages))
             state.extend([message, reply])
             return reply, state
 
@@ -133,7 +132,7 @@ def run_orchestrator(env: Tau2Env, task_id: str, script: Script) -> tuple[float,
         max_errors=env.max_errors,
     )
     simulation = orchestrator.run()
-    evaluation, scored_task, _ = judge.evaluation_plan(task, None)
+    evaluation, scored_task, _ = evaluation_plan(task, None)
     reward_info = t.evaluate_simulation(
         simulation=simulation, task=scored_task, evaluation_type=evaluation, solo_mode=False, domain=env.domain
     )

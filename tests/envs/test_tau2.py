@@ -10,7 +10,8 @@ pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .
 
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
-from gapforge.envs.tau2 import Tau2Env, UserEndpoint, judge
+from gapforge.envs.tau2 import Tau2Env, UserEndpoint
+from gapforge.envs.tau2.env import evaluation_plan
 from tests.envs.conformance import check_conformance
 from tests.fakes.fake_openai import FakeOpenAIServer
 
@@ -279,7 +280,7 @@ def _judged(env: Tau2Env, task_id: str):
 def test_without_a_judge_every_other_component_is_kept_and_the_drop_recorded(monkeypatch):
     env = Tau2Env("retail")
     monkeypatch.setattr(env, "_tasks", {**env._tasks, "0": _judged(env, "0")})
-    evaluation, scored, dropped = judge.evaluation_plan(env.task("0"), None)
+    evaluation, scored, dropped = evaluation_plan(env.task("0"), None)
     assert evaluation.value == "all" and dropped == ["nl_assertion"]
     assert [b.value for b in scored.evaluation_criteria.reward_basis] == ["DB", "COMMUNICATE"]
     score = play(env, "0", gold_calls(env, "0"))

@@ -21,7 +21,7 @@ from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.registry import make_env
 from gapforge.envs.toolsandbox import ToolSandboxEnv, catalog
-from gapforge.envs.toolsandbox.plan import PlanPolicy
+from gapforge.envs.toolsandbox.env import PlanPolicy
 from gapforge.envs.toolsandbox.runtime import missing_reason
 from tests.envs.conformance import check_conformance
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
@@ -371,7 +371,7 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
     os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1"
 )
 def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
-    from gapforge.envs.toolsandbox.plan import paper_metrics
+    from gapforge.envs.toolsandbox.metrics import paper_metrics
 
     mismatches, similarity = [], {}
     for task in env.task_ids():

@@ -15,11 +15,7 @@ import threading
 import traceback
 from typing import Any
 
-from tool_sandbox.common.execution_context import (
-    DatabaseNamespace,
-    RoleType,
-    get_current_context,
-)
+from tool_sandbox.common.execution_context import DatabaseNamespace, RoleType, get_current_context
 from tool_sandbox.common.scenario import Scenario
 from tool_sandbox.roles.execution_environment import ExecutionEnvironment
 from ts_roles import BridgeAgent
@@ -46,7 +42,6 @@ class Episode:
         self.exception: dict[str, str] | None = None
         self._thread = threading.Thread(target=self._play, name=f"play-{name}", daemon=True)
 
-    # -- play thread ------------------------------------------------------------
     def _ask(self, messages: list[dict[str, Any]], tools: Any) -> dict[str, Any]:
         self._to_host.put(("turn", (messages, tools)))
         answer = self._to_play.get()
@@ -63,7 +58,6 @@ class Episode:
         except BaseException as exc:  # noqa: BLE001 — an episode's failure is data (ToolSandbox scores it 0)
             self._to_host.put(("error", exc))
 
-    # -- main thread ------------------------------------------------------------
     def _wait(self) -> dict[str, Any]:
         kind, payload = self._to_host.get()
         if kind == "turn":
@@ -134,24 +128,25 @@ class Episode:
             execution_context=get_current_context(), max_turn_count=self.scenario.max_messages
         )
         out = {
-            "similarity": float(result.similarity),
-            "milestone_similarity": float(result.milestone_similarity),
-            "minefield_similarity": float(result.minefield_similarity),
-            "turn_count": int(result.turn_count),
+            **similarities(result),
             "milestone_mapping": {str(k): list(v) for k, v in result.milestone_mapping.items()},
             "minefield_mapping": {str(k): list(v) for k, v in result.minefield_mapping.items()},
             "exception": self.exception,
         }
-        if self.exception is not None:  # tool_sandbox.cli.utils.run_scenario's rule for a failed play
-            out.update(
-                similarity=0.0,
-                milestone_similarity=0.0,
-                minefield_similarity=0.0,
-                turn_count=self.scenario.max_messages,
-                milestone_mapping={},
-                minefield_mapping={},
-            )
+        if self.exception is not None:
+            out.update(failed_play(self.scenario.max_messages), milestone_mapping={}, minefield_mapping={})
         return out
+
+
+def similarities(result: Any) -> dict[str, Any]:
+    """A ToolSandbox EvaluationResult's numbers, as the host reads them."""
+    names = ("similarity", "milestone_similarity", "minefield_similarity")
+    return {**{n: float(getattr(result, n)) for n in names}, "turn_count": int(result.turn_count)}
+
+
+def failed_play(max_messages: int) -> dict[str, Any]:
+    """tool_sandbox.cli.utils.run_scenario's rule: a play that raised scores 0 at the message limit."""
+    return {"similarity": 0.0, "milestone_similarity": 0.0, "minefield_similarity": 0.0, "turn_count": max_messages}
 
 
 class _Stopped(BaseException):

@@ -1,24 +1,16 @@
 """The milestone-following scripted agent's plan for a ToolSandbox scenario (ToolSandbox venv only).
 
-A reference / test agent for parity checks, not a baseline: it reads the answer
-key (the scenario's milestones). Per milestone, in order:
+A reference / test agent for parity checks, not a baseline: it reads the answer key. Per milestone, in order: the
+setter calls its SETTING targets need (`set_wifi_status(on=True)`, ...); its tool calls (each tool-trace target with
+its literal arguments; of alternatives, the first the scenario allows), or where it has none, the call its CONTACT /
+MESSAGING / REMINDER target implies (added row -> `add_contact` / `send_message_with_phone_number` / `add_reminder`,
+removed -> `remove_*` by id, updated -> `modify_*`, arguments from the row, allowed tools only); its reference reply
+to the user (the first agent->user content target).
 
-- the setter calls its SETTING targets need (`set_wifi_status(on=True)`, ...);
-- its tool calls: each tool-trace target with its literal arguments; of alternatives
-  that all satisfy the milestone, the first the scenario allows;
-- where the milestone has no tool-trace target, the call its CONTACT / MESSAGING /
-  REMINDER target implies (an added row -> `add_contact` / `send_message_with_phone_number`
-  / `add_reminder`, a removed one -> `remove_*` by id, an updated one -> `modify_*`),
-  arguments from the target row, allowed tools only;
-- its reference reply to the user (the first agent->user content target).
-
-Targets whose values come from an earlier tool result (ToolSandbox's
-`tool_trace_dependant_similarity`: a timestamp from `get_current_timestamp`, the days
-from `timestamp_diff`, ...) carry a `fill` (a list of {"milestone", "constraint"}:
-several constraints may fill one call's arguments): when the action is played,
-`resolve` applies each constraint's own extractor to the latest trace of the
-referenced milestone's tool in the live context and fills the call's arguments or
-formats the reply ("It is {days} days ..."), as the evaluator will.
+Targets whose values come from an earlier tool result (ToolSandbox's `tool_trace_dependant_similarity`: a timestamp
+from `get_current_timestamp`, days from `timestamp_diff`, ...) carry a `fill` (a list of {"milestone", "constraint"}):
+when played, `resolve` applies each constraint's own extractor to the latest trace of the referenced milestone's tool
+in the live context and fills the call's arguments or formats the reply ("It is {days} days ..."), as the evaluator will.
 """
 
 from __future__ import annotations

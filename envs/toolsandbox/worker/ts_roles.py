@@ -1,22 +1,11 @@
-"""Roles that plug into ToolSandbox's own play loop (runs in the ToolSandbox venv).
+"""Roles that plug into ToolSandbox's own play loop (ToolSandbox venv only: the standard library and `tool_sandbox`).
 
-Imports: the standard library and `tool_sandbox` only (this file is executed by the
-ToolSandbox environment's python, never imported by gapforge).
-
-Every role below goes through ToolSandbox's own message handling: the agents
-subclass its `OpenAIAPIAgent` and only replace the model call (`model_inference`),
-the LLM user subclasses its `OpenAIAPIUser` and only replaces the client (so its
-user prompt, few-shot examples and `end_conversation` tool are ToolSandbox's).
-
-- `BridgeAgent`: the model is gapforge's policy on the other side of the worker
-  protocol: it hands ToolSandbox's OpenAI-format messages and tools out and waits
-  for the assistant message (a thread hand-off, see ts_episode.py).
-- `PlanAgent`: replays a fixed plan of actions (the milestone-following scripted
-  agent, for ToolSandbox's own `play_and_evaluate` in the parity check); an action
-  with a `fill` is resolved against the context first (ts_plan.resolve).
-- `ScriptedUser`: answers agent text with its given replies in order, then ends the
-  conversation through the `end_conversation` tool, as the LLM user would.
-- `EndpointUser`: ToolSandbox's LLM user on any OpenAI-compatible endpoint.
+The agents subclass ToolSandbox's `OpenAIAPIAgent` and replace only the model call (`model_inference`); the LLM user
+subclasses its `OpenAIAPIUser` and replaces only the client, so prompts, few-shot examples and `end_conversation`
+stay ToolSandbox's. `BridgeAgent`: the model is gapforge's policy on the other side of the worker protocol (a thread
+hand-off, ts_episode.py). `PlanAgent`: replays a fixed plan (the milestone-following agent, for ToolSandbox's own
+`play_and_evaluate` in the parity check; a `fill` is resolved first, ts_plan.resolve). `ScriptedUser`: its replies in
+order, then `end_conversation`, as the LLM user would. `EndpointUser`: ToolSandbox's LLM user on any endpoint.
 """
 
 from __future__ import annotations
@@ -29,15 +18,9 @@ from typing import Any
 from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
-from openai.types.chat.chat_completion_message_tool_call import (
-    ChatCompletionMessageToolCall,
-    Function,
-)
+from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
 from tool_sandbox.common.execution_context import RoleType
-from tool_sandbox.common.message_conversion import (
-    Message,
-    openai_tool_call_to_python_code,
-)
+from tool_sandbox.common.message_conversion import Message, openai_tool_call_to_python_code
 from tool_sandbox.roles.base_role import BaseRole
 from tool_sandbox.roles.openai_api_agent import OpenAIAPIAgent
 from tool_sandbox.roles.openai_api_user import OpenAIAPIUser

@@ -17,26 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 import tool_sandbox.tools.rapid_api_search_tools as rapid_api
-from tool_sandbox.common.execution_context import (
-    ExecutionContext,
-    RoleType,
-    set_current_context,
-)
+from tool_sandbox.common.execution_context import ExecutionContext, RoleType, set_current_context
 from tool_sandbox.common.scenario import Scenario
 from tool_sandbox.common.tool_conversion import convert_to_openai_tool
 from tool_sandbox.common.tool_discovery import ToolBackend
-from tool_sandbox.scenarios.insufficient_information_scenarios import (
-    named_insufficient_information_scenarios,
-)
-from tool_sandbox.scenarios.multiple_tool_call_scenarios import (
-    named_multiple_tool_call_scenarios,
-)
-from tool_sandbox.scenarios.multiple_user_turn_scenarios import (
-    named_multiple_user_turn_scenarios,
-)
-from tool_sandbox.scenarios.single_tool_call_scenarios import (
-    named_single_tool_call_scenarios,
-)
+from tool_sandbox.scenarios.insufficient_information_scenarios import named_insufficient_information_scenarios
+from tool_sandbox.scenarios.multiple_tool_call_scenarios import named_multiple_tool_call_scenarios
+from tool_sandbox.scenarios.multiple_user_turn_scenarios import named_multiple_user_turn_scenarios
+from tool_sandbox.scenarios.single_tool_call_scenarios import named_single_tool_call_scenarios
 
 BUILDERS: dict[str, Callable[..., dict[str, Scenario]]] = {
     "single_tool_call": named_single_tool_call_scenarios,

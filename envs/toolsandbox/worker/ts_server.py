@@ -1,18 +1,14 @@
-"""The ToolSandbox worker: line-delimited JSON on stdin/stdout, one process per env instance.
-
-Run by the ToolSandbox environment's python (`python ts_server.py`), never imported
-by gapforge. Same wire shape as sandbox/server.py:
+"""The ToolSandbox worker: line-delimited JSON on stdin/stdout, one process per env instance, run by ToolSandbox's
+python (`python ts_server.py`), never imported by gapforge. Same wire shape as sandbox/server.py:
 
     {"id": 1, "method": "reset", "params": {...}}
  -> {"id": 1, "ok": true, "result": {...}}
  |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
 
-Methods: ping, catalog, reset, step, score, plan, resolve, reference, close. reset and
-reference take `network` ("off" | "stand-in": ToolSandbox's RapidAPI calls
-answered from stand-in data, see ts_standin.py). KIND is
-"bad_request" (the host asked for something that does not exist) or "exception".
-The protocol channel is a duplicate of the original stdout; fd 1 and sys.stdout
-point at stderr so ToolSandbox's prints (tqdm bars, tool output) never reach it.
+Methods: ping, catalog, reset, step, score, plan, resolve, reference, close; reset and reference take `network`
+("off" | "stand-in": RapidAPI answered from stand-in data, ts_standin.py). KIND: "bad_request" (the host asked for
+something that does not exist) or "exception". The protocol channel is a duplicate of the original stdout; fd 1 and
+sys.stdout point at stderr so ToolSandbox's prints never reach it.
 """
 
 from __future__ import annotations
@@ -59,15 +55,9 @@ class Worker:
         if kind == "scripted":
             return GuardedUser(ScriptedUser(spec.get("replies")))
         if kind == "llm":
-            return GuardedUser(
-                EndpointUser(
-                    spec["model"],
-                    spec.get("base_url"),
-                    spec.get("api_key") or "",
-                    float(spec.get("timeout_s", 120)),
-                    int(spec.get("max_retries", 2)),
-                )
-            )
+            model, base_url, key = spec["model"], spec.get("base_url"), spec.get("api_key") or ""
+            timeout_s, retries = float(spec.get("timeout_s", 120)), int(spec.get("max_retries", 2))
+            return GuardedUser(EndpointUser(model, base_url, key, timeout_s, retries))
         raise BadRequest(f"unknown user kind {kind!r}")
 
     def _module(self, scenario: str, module: str | None) -> str:
@@ -133,6 +123,7 @@ class Worker:
 
         from tool_sandbox.common.execution_context import RoleType, get_current_context
         from tool_sandbox.roles.execution_environment import ExecutionEnvironment
+        from ts_episode import failed_play, similarities
         from ts_roles import PlanAgent, ScriptedUser
         from ts_standin import report
 
@@ -150,22 +141,10 @@ class Worker:
                 result = built.play_and_evaluate(
                     roles=roles, output_directory=Path(tmp), scenario_name=scenario
                 ).evaluation_result
-            except Exception as exc:  # noqa: BLE001 — tool_sandbox.cli.utils.run_scenario's rule: a play that raises scores 0
-                return {
-                    "similarity": 0.0,
-                    "milestone_similarity": 0.0,
-                    "minefield_similarity": 0.0,
-                    "turn_count": built.max_messages,
-                    "exception": f"{type(exc).__name__}: {exc}"[:500],
-                    "stand_in_network": report(),
-                }
-        return {
-            "similarity": float(result.similarity),
-            "milestone_similarity": float(result.milestone_similarity),
-            "minefield_similarity": float(result.minefield_similarity),
-            "turn_count": int(result.turn_count),
-            "stand_in_network": report(),
-        }
+            except Exception as exc:  # noqa: BLE001 — a play that raises scores 0 (failed_play)
+                exception = f"{type(exc).__name__}: {exc}"[:500]
+                return {**failed_play(built.max_messages), "exception": exception, "stand_in_network": report()}
+        return {**similarities(result), "stand_in_network": report()}
 
     def close(self) -> None:
         if self.episode is not None:

@@ -1,15 +1,10 @@
 """network="stand-in": ToolSandbox's RapidAPI tools answered from standin_rapidapi.json (ToolSandbox venv only).
 
-Only the HTTP call is replaced: `tool_sandbox.tools.rapid_api_search_tools` keeps its
-own tools, validators, wifi check and response post-processing; its module-level
-`requests` is swapped for `StandInRequests`, whose `get(url, headers, params)`
-answers in the shape of each RapidAPI service from the stand-in data (written here
-from the scenarios' milestone constants — the answer key — never fetched or
-recorded; other values invented). So scores in this mode are not comparable to
-live RapidAPI runs. A query the data does not cover gets the service's "nothing
-found" shape (the tool returns None / [] / raises, as it would on an empty answer).
-Every request is logged so the episode's score can say which answers the data had
-and which were misses.
+Only the HTTP call is replaced: `tool_sandbox.tools.rapid_api_search_tools` keeps its tools, validators, wifi check
+and post-processing; its module-level `requests` becomes `StandInRequests`, answering in each service's shape from
+the stand-in data (written from the scenarios' milestone constants, never fetched or recorded), so such scores are
+not comparable to live runs. An uncovered query gets the service's "nothing found" shape. Every request is logged,
+so the score can say which answers the data had and which were misses.
 """
 
 from __future__ import annotations
@@ -39,12 +34,20 @@ def _near(a: float, b: float, tol: float) -> bool:
     return abs(float(a) - float(b)) <= tol
 
 
-def _lat_lon(text: str) -> tuple[float, float] | None:
+def _near_record(records: list[dict[str, Any]], text: str) -> dict[str, Any] | None:
+    """The first record within its `tolerance` of the "lat,lon" in `text` (None for none, or no lat,lon)."""
     try:
         lat, lon = (float(x) for x in str(text).split(","))
     except ValueError:
         return None
-    return lat, lon
+    return next(
+        (
+            r
+            for r in records
+            if _near(lat, r["latitude"], r["tolerance"]) and _near(lon, r["longitude"], r["tolerance"])
+        ),
+        None,
+    )
 
 
 class StandInRequests:
@@ -71,15 +74,8 @@ class StandInRequests:
         return _Response(payload)
 
     def _geocode(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        where = _lat_lon(params.get("location", ""))
-        for rec in self.data["reverse_geocode"]:
-            if (
-                where
-                and _near(where[0], rec["latitude"], rec["tolerance"])
-                and _near(where[1], rec["longitude"], rec["tolerance"])
-            ):
-                return {"results": [{"address": rec["address"]}]}, True
-        return {"results": []}, False
+        rec = _near_record(self.data["reverse_geocode"], params.get("location", ""))
+        return ({"results": [{"address": rec["address"]}]}, True) if rec else ({"results": []}, False)
 
     def _places(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         query = " ".join(str(params.get("query", "")).lower().split())
@@ -89,21 +85,12 @@ class StandInRequests:
         return {"status": "OK", "data": [dict(rec["result"]) for rec in found[:limit]]}, bool(found)
 
     def _weather(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        where = _lat_lon(str(params.get("q", "")))
+        rec = _near_record(self.data["weather"], str(params.get("q", "")))
         days = int(params.get("days", 1))
-        for rec in self.data["weather"]:
-            if (
-                where
-                and _near(where[0], rec["latitude"], rec["tolerance"])
-                and _near(where[1], rec["longitude"], rec["tolerance"])
-            ):
-                forecast = [dict(d) for d in rec["days"][:days]]
-                return {
-                    "location": rec["location"],
-                    "current": rec["current"],
-                    "forecast": {"forecastday": forecast},
-                }, days <= len(rec["days"])
-        return {"error": {"code": 1006, "message": "No matching location found."}}, False
+        if rec is None:
+            return {"error": {"code": 1006, "message": "No matching location found."}}, False
+        forecast = {"forecastday": [dict(d) for d in rec["days"][:days]]}
+        return {"location": rec["location"], "current": rec["current"], "forecast": forecast}, days <= len(rec["days"])
 
     def _stock(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         query = str(params.get("query", "")).strip().lower()
