@@ -1,37 +1,21 @@
 """The episode loop: drive a PolicyModel through an Environment until done or a turn limit.
 
-`run_episode(policy, env, task)` returns a `EpisodeRecord` (messages, reward, success,
-components, the env's evidence — `score_info` and every non-empty `StepResult.info` —
-turns, termination reason, timings, start time). A bad rollout is data: policy
-failures (envs.errors.PolicyError: endpoint down after retries, malformed output)
-and unexpected exceptions inside `env.step` end the episode with that reason,
-and the episode is still scored. A sandbox lost to an outside cause (sandbox.errors.
-SandboxError, after the sandbox's own retries) ends it as `sandbox_error`.
-An exception in `env.score` is the env's too: the episode ends as `env_error` (reward 0.0 is
-a placeholder, not a verdict; the error says so), unless the infrastructure had already ended it. An episode whose
-`env.reset` raised is not scored (there is nothing to score). The error text of the env's own exceptions keeps a
-pydantic ValidationError's detail and names the file:line of the env's code that raised (`env_error_text`).
-`endpoint_error`, `sandbox_error` and `worker_error` (the local rollout worker process playing the
-episode died: executor/processes.py) are infrastructure failures
-(INFRA_TERMINATIONS): not the model's or the env's doing, so the collector never
-stores such an episode as final and a resume redoes it. Only `env.reset` raising envs.errors.EnvError
-(unknown task: user input) and user-fixable model errors (e.g. a scripted model
-out of answers) propagate. An env whose `done` is True right after reset (an episode
-that ended before the agent's first turn) is scored at once, with 0 turns. The caller owns the env's lifecycle: run_episode never
-calls `env.close()`.
+`run_episode(policy, env, task)` returns an `EpisodeRecord` (messages, reward, success, components, the env's evidence:
+`score_info` and every non-empty `StepResult.info`, turns, termination, timings, start time); the terminations are
+tabled in agents/README.md. A bad rollout is data: a policy failure (envs.errors.PolicyError) or an exception in
+`env.step` ends the episode, which is still scored; an exception in `env.score` makes it `env_error` (reward 0.0 is a
+placeholder, not a verdict) unless the infrastructure had already ended it; an episode whose `env.reset` raised is not
+scored. The env's own exceptions keep a ValidationError's detail and the file:line of the env's code that raised
+(`env_error_text`). Infrastructure ends (INFRA_TERMINATIONS) are never stored as final: a resume redoes them. Only
+`env.reset` raising EnvError (unknown task) and user-fixable model errors propagate. An env done right after reset is
+scored at once, with 0 turns. The caller owns the env's lifecycle: run_episode never calls `env.close()`.
 
-Time limit: with `timeout_s`, the episode has a deadline (`deadline`, a `time.monotonic()` instant, when the caller
-started the clock earlier, e.g. before building the env). Every env call and every policy call is awaited at most
-until then; one that does not return by then ends the episode as `timeout`, and the call is abandoned (env calls
-run on daemon threads, envs.env_threads: a stuck one never holds the process at exit). The episode is not scored
-(its env may still be inside the stuck call), and `score_info["timeout"]` names the boundary that was waited on:
-`env` (the env's own code: a user's class, an MCP server), `sandbox`, or `policy` (its endpoint or model); the
-error says the same in words. A timeout is not final: the collector never stores it and a resume plays it again.
-An env may run `inline` on the event loop (where no deadline can fire) only when it is one of gapforge's built-in
-envs (envs.env_threads.runs_inline).
-
-This module imports no LangChain and no openai (contract in /.importlinter), so
-training/ can drive episodes with the policy loop alone.
+Time limit: with `timeout_s` (from `deadline`, a `time.monotonic()` instant, when the caller started the clock earlier)
+every env and policy call is awaited at most until the deadline; one that does not return ends the episode as
+`timeout` and is abandoned (env calls run on daemon threads, envs.env_threads). It is not scored (the env may still be
+inside the stuck call); `score_info["timeout"]` names the boundary waited on (`env`, `sandbox`, `policy`). A timeout is
+not final. Only gapforge's built-in envs may run `inline` on the event loop (envs.env_threads.runs_inline).
+Imports no LangChain and no openai (/.importlinter), so training/ can drive episodes with the policy loop alone.
 """
 
 from __future__ import annotations
@@ -64,30 +48,16 @@ Termination = Literal[
     "env_error",
     "timeout",
 ]
-__all__ = [
-    "INFRA_TERMINATIONS",
-    "EpisodeRecord",
-    "Termination",
-    "call_env",
-    "run_episode",
-    "timed_out",
-]  # INFRA_TERMINATIONS: envs.errors
+__all__ = ["INFRA_TERMINATIONS", "EpisodeRecord", "Termination", "call_env", "run_episode", "timed_out"]
 
 ENV_THREADS = DaemonThreads("env")  # env calls of callers that pass no executor (abandonable: envs.env_threads)
-WAITED_ON = {
-    "env": "the env's own code",
-    "sandbox": "the sandbox",
-    "policy": "the policy's endpoint or model",
-    "worker": "a local rollout worker process",
-}
+WAITED_ON = {"env": "the env's own code", "sandbox": "the sandbox", "policy": "the policy's endpoint or model"}
+WAITED_ON["worker"] = "a local rollout worker process"
 
 
 class EpisodeRecord(BaseModel):
-    """One rollout: a policy run on one task -- the trajectory, its score, the env's evidence and why it ended.
-
-    (The stored form is store.models.Episode; the self-test's replayed action lists are
-    sandbox.checks.probe.ReplayedEpisode.)
-    """
+    """One rollout: a policy run on one task -- the trajectory, its score, the env's evidence and why it ended (stored
+    as store.models.Episode; the self-test's replayed action lists are sandbox.checks.probe.ReplayedEpisode)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -213,6 +183,15 @@ def timeout_error(call: str, boundary: str, limit_s: float, what: str | None = N
     return text, {"timeout": {"boundary": boundary, "call": call, "limit_s": limit_s}}
 
 
+def empty_episode(
+    env: str, task: TaskRef, policy: str, started_at: datetime, elapsed_s: float, **end: Any
+) -> EpisodeRecord:
+    """An episode that ended before the loop could play it; `end`: its termination and error (and score_info)."""
+    timings = {"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s}
+    common = {"messages": [], "reward": 0.0, "success": False, "turns": 0, "timings": timings, "started_at": started_at}
+    return EpisodeRecord(env=env, task=task, policy=policy, **common, **end)
+
+
 def timed_out(
     env: str,
     task: TaskRef,
@@ -227,20 +206,7 @@ def timed_out(
     """An episode that ended at its time limit before the loop could play it (e.g. its env was still being built,
     or a worker process holding it stopped answering)."""
     error, info = timeout_error(call, boundary, limit_s, what)
-    return EpisodeRecord(
-        env=env,
-        task=task,
-        policy=policy,
-        messages=[],
-        reward=0.0,
-        success=False,
-        score_info=info,
-        turns=0,
-        termination="timeout",
-        error=error,
-        timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
-        started_at=started_at,
-    )
+    return empty_episode(env, task, policy, started_at, elapsed_s, termination="timeout", error=error, score_info=info)
 
 
 async def run_episode(
@@ -366,19 +332,7 @@ async def run_episode(
         reward, success, components = 0.0, False, {}
 
     clock["total_s"] = time.perf_counter() - t0
-    return EpisodeRecord(
-        env=env.name,
-        task=task,
-        policy=policy.name,
-        messages=messages,
-        reward=reward,
-        success=success,
-        components=components,
-        score_info=score_info,
-        step_info=step_info,
-        turns=turns,
-        termination=termination,
-        error=error,
-        timings=clock,
-        started_at=started_at,
-    )
+    ids = {"env": env.name, "task": task, "policy": policy.name, "started_at": started_at}
+    scored = {"reward": reward, "success": success, "components": components, "score_info": score_info}
+    loop = {"messages": messages, "step_info": step_info, "turns": turns, "termination": termination, "error": error}
+    return EpisodeRecord(**ids, **scored, **loop, timings=clock)

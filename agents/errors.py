@@ -1,14 +1,11 @@
-"""Errors of the chat-model boundary (agents/llm.py, agents/scripted.py).
+"""Errors of the chat-model boundary (agents/llm.py, agents/scripted.py); the CLI prints each as one line with its
+boundary's exit code (gapforge/faults.py).
 
-ModelError is user-fixable input (an `InputFault`, exit 2): a missing endpoint or
-key, an unknown scripted prompt name, no recorded answer left. Its subclasses are
-blamed on their own boundary: `ModelEndpointError` on the endpoint (down past its
-retries: infrastructure, exit 3), `StructuredOutputError` on the model (exit 2).
-`IncompleteStage` is the resumable stop (`gapforge.faults.ResumableStop`, exit 3). The CLI
-prints any of them as one line with the boundary's exit code (gapforge/faults.py).
-
-The *policy* side records its failures as data instead (envs.errors.PolicyError);
-agents/policy.py translates ModelEndpointError into envs.errors.EndpointError.
+`ModelError`: user-fixable input (exit 2): a missing endpoint or key, an unknown scripted prompt, no answer left. Its
+subclasses are blamed on their own boundary: `ModelEndpointError` on the endpoint (down past its retries, exit 3),
+`StructuredOutputError` on the model (exit 2). `IncompleteStage`: the resumable stop (exit 3). The *policy* side
+records its failures as data instead (envs.errors.PolicyError; agents/policy.py turns ModelEndpointError into
+envs.errors.EndpointError).
 """
 
 from gapforge.faults import EndpointFault, InputFault, ModelFault, Resumable, ResumableStop
@@ -27,14 +24,10 @@ class StructuredOutputError(ModelFault, ModelError):
 
 
 class IncompleteStage(Resumable, ResumableStop):
-    """A stage ended with infrastructure failures (endpoint down, sandbox lost): what finished is
-    stored, the rest is not final and a resume redoes it. The message names the count, the cause
-    and the resume command (`with_resume`: a subclass such as EnvFailureShare or WorkerLost stays
-    itself); the CLI prints it as one line and exits 3.
-
-    `infrastructure = True` (from `ResumableStop`) marks it for layers that must let it through
-    untouched (the graph's per-capability guard re-raises it: the run stops instead of blaming the
-    capability)."""
+    """A stage ended with infrastructure failures (endpoint down, sandbox lost): what finished is stored, a resume
+    redoes the rest. The message names the count, the cause and the resume command (`with_resume`: a subclass such as
+    WorkerLost stays itself). `infrastructure = True` (from `ResumableStop`): layers let it through untouched (the
+    graph's per-capability guard re-raises it: the run stops instead of blaming the capability)."""
 
     def __init__(self, message: str, *, resume: str | None = None) -> None:
         super().__init__(self._resumable(message, resume))

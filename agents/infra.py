@@ -1,14 +1,8 @@
-"""The one rule for infrastructure faults, shared by every stage.
+"""The one rule for infrastructure faults, shared by every stage: an endpoint or sandbox failing past its retries
+is never the env's or the model's failure. Inside an episode it ends the episode as `endpoint_error` /
+`sandbox_error` (envs.errors.INFRA_TERMINATIONS, never counted as a reward); in a check or a stage it raises. Either
+way the stage stops with what finished stored, and `stop(...)` gives its one IncompleteStage line (exit 3):
 
-An endpoint that stays down past its retries or a sandbox lost to an outside cause
-past its retries is never the env's or the model's failure. Inside an episode it
-ends the episode as `endpoint_error` / `sandbox_error` (envs.errors.INFRA_TERMINATIONS),
-which callers never count as a reward; in a check or a stage it raises. Either way
-the stage stops: what finished stays stored, nothing is recorded against the env or
-the model, and `stop(...)` gives the one IncompleteStage line (exit 3) that the
-command completes with its resume command.
-
-    try: ...
     except INFRA_ERRORS as e:
         raise stop("synthesis of precondition_verification", e, "attempts 1-2 are stored") from None
 """
@@ -16,14 +10,12 @@ command completes with its resume command.
 from __future__ import annotations
 
 from gapforge.agents.errors import IncompleteStage, ModelEndpointError
-from gapforge.envs.errors import INFRA_TERMINATIONS, EndpointError, InfrastructureFailure, infra_cause
+from gapforge.envs.errors import EndpointError, InfrastructureFailure
 from gapforge.sandbox.errors import SandboxLost
 
 # Exceptions that mean "the infrastructure kept failing past its retries" (never the env's, never the model's).
 INFRA_ERRORS: tuple[type[BaseException], ...] = (InfrastructureFailure, SandboxLost, ModelEndpointError, EndpointError)
 MAX_DETAIL = 400
-
-__all__ = ["INFRA_ERRORS", "INFRA_TERMINATIONS", "cause_of", "infra_cause", "stop", "stop_for_report"]
 
 
 def cause_of(exc: BaseException) -> str:

@@ -1,13 +1,7 @@
-"""A PolicyModel over any LangChain chat model, and the message conversion both ways.
-
-The episode loop itself (`run_episode`, `EpisodeRecord`) lives in agents/episode.py, which
-imports no LangChain; it is re-exported here for existing callers.
-
-`ChatModelPolicy` implements envs.protocol.PolicyModel over any LangChain chat
-model (agents.llm.make_chat_model, ScriptedChatModel, ...). Scripted answers for
-it are keyed by its `prompt_name` (default "policy"): one list shared by every
-episode, and/or per-task scripts under `tasks:` (agents/scripted.py); a script
-with neither is refused when the policy is made.
+"""`ChatModelPolicy`: envs.protocol.PolicyModel over any LangChain chat model (agents.llm.make_chat_model,
+ScriptedChatModel, ...), and the message conversion both ways. Scripted answers for it are keyed by its
+`prompt_name` (default "policy"): a shared list and/or per-task scripts under `tasks:` (agents/scripted.py); a
+script with neither is refused when the policy is made. `run_episode` (agents/episode.py) is re-exported here.
 """
 
 from __future__ import annotations
@@ -18,17 +12,14 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from gapforge.agents.episode import EpisodeRecord, Termination, run_episode
+from gapforge.agents.episode import EpisodeRecord, run_episode
 from gapforge.agents.errors import ModelEndpointError, ModelError
 from gapforge.agents.llm import is_transient, prompt_config
 from gapforge.agents.scripted import TASKS_KEY, ScriptedChatModel
 from gapforge.envs.errors import EndpointError, MalformedOutputError, PolicyError
 from gapforge.envs.protocol import Message, ToolCall
 
-__all__ = ["ChatModelPolicy", "EpisodeRecord", "Termination", "from_langchain", "run_episode", "to_langchain"]
-
-
-# --- message conversion ------------------------------------------------------------------------
+__all__ = ["ChatModelPolicy", "EpisodeRecord", "from_langchain", "run_episode", "to_langchain"]
 
 
 def to_langchain(messages: list[Message]) -> list[BaseMessage]:
@@ -63,9 +54,6 @@ def from_langchain(ai: BaseMessage, *, call_prefix: str = "call") -> Message:
         for i, tc in enumerate(ai.tool_calls)
     ]
     return Message.assistant(content=text or (None if calls else ""), tool_calls=calls)
-
-
-# --- the policy over a chat model --------------------------------------------------------------
 
 
 class ChatModelPolicy:

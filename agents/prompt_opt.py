@@ -1,12 +1,9 @@
-"""GEPA's reflection LM: the `llm` role answering prompts/gepa_reflection.md (evaluation/gepa_baseline.py runs
-the optimisation through the `gepa` package and hands it `ReflectionLM`).
-
-GEPA renders the reflection prompt itself from our template (its placeholders `<curr_param>`: the current
-instructions, `<side_info>`: the reflective dataset as markdown, one `# Example N` per record) and takes the new
-instructions from the answer's ``` block. Offline (`llm.kind=scripted` without a file) the answers come from
-`agents/recorded/<env>_reflection.yaml`: `scripted_reflection` appends a recorded rule when, and only when, a
-failed example in the prompt shows the failure the rule is about (the recorded analyst's rule of that name over
-the example's compacted episode decides), so the recording reacts to what the candidate actually did.
+"""GEPA's reflection LM: the `llm` role answering prompts/gepa_reflection.md (evaluation/gepa_baseline.py runs the
+optimisation through the `gepa` package with `ReflectionLM`). GEPA renders the prompt from our template (`<curr_param>`:
+the current instructions, `<side_info>`: one `# Example N` per record) and takes the new instructions from the answer's
+``` block. Offline (`llm.kind=scripted` without a file) the answers come from `agents/recorded/<env>_reflection.yaml`:
+a recorded rule is appended when, and only when, a failed example shows the failure it is about (the recorded
+analyst's rule of that name over the example's compacted episode decides).
 """
 
 from __future__ import annotations
@@ -113,7 +110,7 @@ def recorded_reflection(env: str) -> ScriptedChatModel:
     if not path.is_file():
         raise ModelError(
             f"no recorded GEPA reflection for env {env!r}: set llm.kind=openai and an llm.endpoint, "
-            "or evaluation.baseline_gepa=false"
+            "or take gepa out of evaluation.comparisons"
         )
     recording = ReflectionRecording.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
     unknown = sorted({i.rule for i in recording.instructions} - set(RULES))

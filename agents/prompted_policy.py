@@ -1,9 +1,6 @@
-"""The base policy with a text added to its system message, for evaluation's baselines (no adapter, no router).
-
-- `PromptedPolicy`: the base policy with a text appended to the env's system message (the GEPA baseline plays its
-  candidates and its optimised prompt through it: evaluation/gepa_baseline.py).
-- `HintedPolicy` (`capability_hints`): a `PromptedPolicy` whose text is the capability descriptions
-  (prompts/capability_hints.md), unoptimised.
+"""The base policy with a text added to its system message, for evaluation's baselines (no adapter, no router):
+`PromptedPolicy` (the GEPA baseline plays its candidates and optimised prompt through it: evaluation/gepa_baseline.py)
+and `HintedPolicy` (`capability_hints`: the capability descriptions, prompts/capability_hints.md, unoptimised).
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
-"""Rollout collection (the method's first step): run a policy on a target env's
-tasks, K samples each, concurrently, and store every episode.
+"""Rollout collection (the method's first step): a policy on a target env's tasks, K samples each, concurrently,
+every episode stored as it finishes (a kill loses at most the ones in flight), each on a fresh env instance.
 
-Idempotent per (run, env, task, sample): a re-run after a crash only runs what
-the store does not hold yet. An episode ended by an infrastructure failure
-(endpoint down after retries, sandbox lost: agents.episode.INFRA_TERMINATIONS)
-is NOT stored: it is reported in `CollectResult.infra_failures` and a resume
-runs it again, so an outage never becomes the model's record. Each episode gets a fresh env instance; episodes
-are written as they finish, so a kill loses at most the ones in flight.
+Idempotent per (run, env, task, sample): a re-run only plays what the store lacks. An episode ended by the
+infrastructure (endpoint down past its retries, sandbox lost: envs.errors.INFRA_TERMINATIONS) is NOT stored but
+reported in `CollectResult.infra_failures`, so an outage never becomes the model's record; a resume plays it.
 
-Every episode has a time limit (`CollectPlan.episode_timeout_s`, from env construction to score:
-agents.episode). An episode past it is a `timeout`: never stored, a resume plays it again. One that waited
-on the env's own code is in `CollectResult.timeouts`; one that waited on the policy, the sandbox or a worker
-process is an infrastructure failure. The env's failures (stored `env_error` episodes and timeouts on the
-env) cost their episodes only, up to `CollectPlan.max_env_failure_share` of the planned episodes: once
-more have failed in this call than that share allows, the collection stops with `EnvFailureShare` (exit 4, the env's
-boundary, naming the env and its last error; what finished is stored). A stored `env_error` says nothing about the
-policy: with `CollectPlan.replay_env_errors` (every collection of a run's target sets it) a resume first deletes the
-run's `env_error` episodes, as long as its analysis has not started, and plays them again with the rest.
+Every episode has a time limit (`CollectPlan.episode_timeout_s`, env construction to score: agents/episode.py).
+A `timeout` is never stored: waiting on the env's own code it is in `CollectResult.timeouts`, on the policy, sandbox
+or a worker process it is an infrastructure failure. The env's failures (stored `env_error` episodes, timeouts on
+the env) cost their episodes only, up to `max_env_failure_share` of the planned episodes; past it the collection
+stops with `EnvFailureShare` (exit 4, naming the env and its last error). With `replay_env_errors` (every collection
+of a run's target) a resume first deletes the run's `env_error` episodes, before its analysis starts, and replays them.
 """
 
 from __future__ import annotations
@@ -31,23 +25,25 @@ from collections import Counter, defaultdict
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from gapforge.agents.config import DEFAULT_EPISODE_TIMEOUT_S
-from gapforge.agents.episode import EpisodeRecord, TimedOut, bounded, call_env, run_episode, timed_out
+from gapforge.agents.episode import EpisodeRecord, TimedOut, bounded, call_env, empty_episode, run_episode, timed_out
 from gapforge.envs.env_threads import DaemonThreads, runs_inline
 from gapforge.envs.protocol import PolicyModel, TargetEnvironment
 from gapforge.envs.sampling import episode_key
 from gapforge.faults import EndpointFault, EnvCodeFault, GapforgeError, Resumable
 
+if TYPE_CHECKING:
+    from gapforge.store import Store
+
 log = logging.getLogger(__name__)
 
 
 class EnvFailureShare(Resumable, EnvCodeFault):
-    """More of a collection's episodes failed in the env's own code (exceptions, calls that never returned) than
-    `rollouts.max_env_failure_share` allows: the collection stops; the message names the env and the last error.
-    Blamed on the env (exit 4, not the infrastructure's 3): fix its code, then resume, which plays the failed
-    episodes again (`CollectPlan.replay_env_errors`)."""
+    """More episodes failed in the env's own code (exceptions, calls that never returned) than
+    `rollouts.max_env_failure_share` allows. Blamed on the env (exit 4, not the infrastructure's 3): fix its code,
+    then resume, which plays the failed episodes again (`CollectPlan.replay_env_errors`)."""
 
     resume_wording = (
         ": fix the env's code, then `{}` plays the failed and unplayed episodes again",
@@ -59,19 +55,18 @@ class EnvFailureShare(Resumable, EnvCodeFault):
 
 
 class EpisodeSink(Protocol):
-    """The part of store.Store the collector needs."""
+    """The part of store.Store the collector needs. A sink may also offer `add_episodes(run_id, env,
+    [(task_id, sample, fields)]) -> [id | None]` (one transaction for many: episodes are then committed in groups)."""
 
     def episode_keys(self, run_id: str, env: str) -> set[tuple[str, int]]: ...
 
     def add_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int | None:
-        """The new episode's id, or None when the key was already stored (e.g. by another process).
-        A sink may also offer `add_episodes(run_id, env, [(task_id, sample, fields)]) -> [id | None]`
-        (one transaction for many: the collector then commits episodes in groups)."""
+        """The new episode's id, or None when the key was already stored (e.g. by another process)."""
 
 
 class EpisodePlayer(Protocol):
-    """Plays one episode somewhere else (e.g. executor/: a Ray actor holding its own policy and envs) and
-    returns it; the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
+    """Plays one episode somewhere else (executor/: a Ray actor holding its own policy and envs) and returns it;
+    the collector stays the one writer of the sink. `aclose()` is the creator's to call."""
 
     async def play(
         self, task_id: str, sample: int, *, max_turns: int, temperature: float | None, timeout_s: float | None = None
@@ -89,9 +84,7 @@ class CollectPlan:
     temperature: float | None = None
     episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S  # None: no limit
     max_env_failure_share: float = 1.0  # 1.0: env failures never stop the collection
-    replay_env_errors: bool = (
-        False  # first delete the stored `env_error` episodes (before any analysis) and play them again
-    )
+    replay_env_errors: bool = False  # first delete the stored `env_error` episodes and play them again
 
     def keys(self) -> list[tuple[str, int]]:
         return [(t, s) for t in self.tasks for s in range(self.samples)]
@@ -118,12 +111,8 @@ class CollectResult:
     timeouts: list[InfraFailure] = field(default_factory=list)  # past the time limit in the env's code: not stored
     env_errors: int = 0  # stored `env_error` episodes of this call
     first_env_error: InfraFailure | None = None  # the first of them (task, sample, error), for the warning line
-    replayed: int = (
-        0  # `env_error` episodes of earlier calls deleted to be played again (CollectPlan.replay_env_errors)
-    )
-    in_flight: dict[tuple[str, int], float] = field(
-        default_factory=dict
-    )  # (task, sample) -> time.monotonic() it started
+    replayed: int = 0  # `env_error` episodes of earlier calls deleted to be played again
+    in_flight: dict[tuple[str, int], float] = field(default_factory=dict)  # (task, sample) -> monotonic start
 
     @property
     def finished(self) -> int:
@@ -153,31 +142,23 @@ class CollectResult:
         return Counter(f.termination for f in self.infra_failures)
 
 
+_COLUMNS = ("policy", "messages", "reward", "success", "components", "termination", "error", "turns", "timings")
+
+
 def episode_fields(ep: EpisodeRecord, task_family: str | None) -> dict[str, Any]:
     """Store columns of one episode."""
     return {
-        "policy": ep.policy,
+        **{k: getattr(ep, k) for k in _COLUMNS},
         "messages": [m.model_dump(mode="json") for m in ep.messages],
-        "reward": ep.reward,
-        "success": ep.success,
-        "components": ep.components,
-        "termination": ep.termination,
-        "error": ep.error,
-        "turns": ep.turns,
-        "timings": ep.timings,
         "task_family": task_family,
-        "score_info": ep.score_info,
-        "step_info": ep.step_info,
-        "user_prompt": ep.user_prompt,
-        "started_at": ep.started_at,
+        **{k: getattr(ep, k) for k in ("score_info", "step_info", "user_prompt", "started_at")},
     }
 
 
 class GroupWriter:
-    """Writes finished episodes with group commit: while one write is in flight, the episodes that finish
-    meanwhile queue up and go together in the next transaction (`sink.add_episodes`, one fence check and
-    one commit for all; a sink without it gets one `add_episode` each). Each caller still gets its own
-    answer (the new id, or None when its key was stored elsewhere) once its episode is stored."""
+    """Group commit: while one write is in flight, the episodes that finish meanwhile queue up and go together in the
+    next transaction (`sink.add_episodes`: one fence check and commit for all; else one `add_episode` each). Each
+    caller still gets its own answer (the new id, or None when its key was stored elsewhere) once it is stored."""
 
     MAX_BATCH = 256  # rows per transaction (a sink may put them in one statement: SQLite caps its variables)
 
@@ -205,10 +186,8 @@ class GroupWriter:
                     if many is not None:
                         ids = await self.blocking(many, self.run_id, self.env, items)
                     else:
-                        ids = [
-                            await self.blocking(self.sink.add_episode, self.run_id, self.env, t, s, **f)
-                            for t, s, f in items
-                        ]
+                        add = self.sink.add_episode
+                        ids = [await self.blocking(add, self.run_id, self.env, t, s, **f) for t, s, f in items]
                 except BaseException as e:  # e.g. store.fencing.LeaseLost: every waiter of this batch sees it
                     for _, done in batch:
                         if not done.done():
@@ -234,67 +213,37 @@ async def play_episode(
     env_name: str = "",
 ) -> EpisodeRecord:
     """One episode of (task, sample) on a fresh env, closed after; blocking env calls (building the env among them)
-    on `executor` (an `inline` built-in env's on the loop: `call_env`, as run_episode makes them). `timeout_s`: the
-    episode's time limit, counted from the start of the env's construction. Sets
-    `episode_key` to `<task>#<sample>` in the calling task's context: a local policy seeds from it, so the
-    episode samples the same tokens wherever and with whatever else it is played. An env whose construction raises
-    or does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`); one built after the
-    deadline is closed when it arrives (its server process is not leaked). A constructor's infrastructure failure
-    (gapforge.faults `infrastructure`: a lost sandbox, an endpoint down, a full disk) is not the env's: the episode
-    ends as `endpoint_error` (an endpoint's) or `sandbox_error` (any other), never stored; a resume plays it. A timed-out
-    episode's env is closed in the background, never waited for (its close is often stuck behind the abandoned call)."""
+    on `executor` (an `inline` built-in env's on the loop, as run_episode makes them). `timeout_s` counts from the
+    start of the env's construction. Sets `episode_key` to `<task>#<sample>` in the calling task's context: a local
+    policy seeds from it, so the episode samples the same tokens wherever it is played. A constructor that raises or
+    does not return in time ends only this episode (`env_error` / `timeout`, named `env_name`); an env built after the
+    deadline is closed when it arrives. A constructor's infrastructure failure (gapforge.faults `infrastructure`) is
+    `endpoint_error` (an endpoint's) or `sandbox_error` (any other): never stored. A timed-out episode's env is closed
+    in the background, never waited for (its close is often stuck behind the abandoned call)."""
     episode_key.set(f"{task_id}#{sample}")
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     started_at, t0 = datetime.now(timezone.utc), time.perf_counter()
-    building = _Construction(make_env)
+    building, name = _Construction(make_env), getattr(policy, "name", "")
     try:
         env = await bounded(loop.run_in_executor(executor, building.build), deadline, "make_env", "env")
     except TimedOut as e:
         assert timeout_s is not None
         building.abandon()
-        return timed_out(
-            env_name,
-            task_id,
-            getattr(policy, "name", ""),
-            e.call,
-            e.boundary,
-            timeout_s,
-            started_at,
-            time.perf_counter() - t0,
-            env_name or None,
-        )
+        elapsed = time.perf_counter() - t0
+        return timed_out(env_name, task_id, name, e.call, e.boundary, timeout_s, started_at, elapsed, env_name or None)
     except Exception as e:  # noqa: BLE001 - the env's constructor failed for this episode: its boundary, the others go on
         elapsed = time.perf_counter() - t0
         termination, what = "env_error", "building the env failed"
         if isinstance(e, GapforgeError) and e.infrastructure:  # not the env's code: not stored, a resume redoes it
             termination = "endpoint_error" if isinstance(e, EndpointFault) else "sandbox_error"
             what = f"building the env failed on the {e.boundary} (infrastructure)"
-        return EpisodeRecord(
-            env=env_name,
-            task=task_id,
-            policy=getattr(policy, "name", ""),
-            messages=[],
-            reward=0.0,
-            success=False,
-            turns=0,
-            termination=termination,
-            error=f"{what}: {type(e).__name__}: {e}",
-            timings={"policy_s": 0.0, "env_s": elapsed, "total_s": elapsed},
-            started_at=started_at,
-        )
+        error = f"{what}: {type(e).__name__}: {e}"
+        return empty_episode(env_name, task_id, name, started_at, elapsed, termination=termination, error=error)
     ep: EpisodeRecord | None = None
     try:
-        ep = await run_episode(
-            policy,
-            env,
-            task_id,
-            max_turns=max_turns,
-            temperature=temperature,
-            executor=executor,
-            timeout_s=timeout_s,
-            deadline=deadline,
-        )
+        limits = {"max_turns": max_turns, "temperature": temperature, "timeout_s": timeout_s, "deadline": deadline}
+        ep = await run_episode(policy, env, task_id, executor=executor, **limits)
         return ep
     finally:
         if ep is not None and ep.termination == "timeout" and not runs_inline(env):
@@ -348,13 +297,9 @@ async def close_env(env: Any, executor: Executor | None, timeout_s: float | None
     if runs_inline(env):
         close_quietly(env)
         return
+    deadline = time.monotonic() + timeout_s if timeout_s else None
     try:
-        await bounded(
-            call_env(env, executor, close_quietly, env),
-            time.monotonic() + timeout_s if timeout_s else None,
-            "env.close",
-            "env",
-        )
+        await bounded(call_env(env, executor, close_quietly, env), deadline, "env.close", "env")
     except TimedOut:
         log.warning("env %s did not close within %g s: its close() was abandoned", getattr(env, "name", "?"), timeout_s)
 
@@ -370,112 +315,77 @@ async def collect(
     result: CollectResult | None = None,
     player: EpisodePlayer | None = None,
 ) -> CollectResult:
-    """Run every (task, sample) of the plan that the sink does not hold yet.
-
-    `result`, when given, is filled in place (and returned), so a caller still knows what this call
-    stored when the collection is stopped by an exception (e.g. store.fencing.LeaseLost, EnvFailureShare).
-    Env construction and env calls run on daemon threads (envs.env_threads.DaemonThreads: a call abandoned at
-    the time limit never holds the process at exit), at most `plan.concurrency` episodes at once, so that many
-    blocking envs (tau2, the sandbox, an LLM user) really run at once; store writes on a thread of their own.
-    The policy is the caller's: collect never closes it. With a `player` (executor/: worker processes or Ray
-    actors that hold their own policy and envs) the episodes are played there and only written here; `make_env`
-    and `policy` then go unused.
-    """
+    """Run every (task, sample) of the plan that the sink does not hold yet. `result`, when given, is filled in place
+    (and returned): a caller still knows what this call stored when an exception stops it (store.fencing.LeaseLost,
+    EnvFailureShare). Env construction and calls run on daemon threads (envs.env_threads: a call abandoned at the time
+    limit never holds the process at exit), at most `plan.concurrency` episodes at once; store writes on a thread of
+    their own. The policy is the caller's (never closed here). With a `player` (executor/: worker processes or Ray
+    actors holding their own policy and envs) episodes are played there and only written here."""
     loop = asyncio.get_running_loop()
     env_threads = DaemonThreads("rollout-env")
+    result = result if result is not None else CollectResult(planned=0, skipped=0, ran=0)
+    fams = families or {}
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-store") as store_thread:
 
             async def blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
                 return await loop.run_in_executor(store_thread, functools.partial(fn, *args, **kwargs))
 
-            return await _collect(
-                plan, make_env, policy, sink, on_episode, families or {}, result, player, blocking, env_threads
-            )
+            drop = getattr(sink, "drop_env_errors", None)
+            if plan.replay_env_errors and drop is not None:  # the env's failures say nothing about the policy
+                result.replayed = len(await blocking(drop, plan.run_id, plan.env))
+            done = await blocking(sink.episode_keys, plan.run_id, plan.env)
+            todo = [k for k in plan.keys() if k not in done]
+            result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
+            gate = asyncio.Semaphore(plan.concurrency)
+            writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
+            allowed = plan.max_env_failure_share * len(
+                plan.keys()
+            )  # of the planned: a resume of a few is not judged alone
+            limits = {"max_turns": plan.max_turns, "temperature": plan.temperature, "timeout_s": plan.episode_timeout_s}
+
+            async def one(task_id: str, sample: int) -> None:
+                async with gate:
+                    result.in_flight[(task_id, sample)] = time.monotonic()
+                    try:
+                        if player is not None:
+                            ep = await player.play(task_id, sample, **limits)
+                        else:
+                            ep = await play_episode(
+                                policy, make_env, task_id, sample, executor=env_threads, env_name=plan.env, **limits
+                            )
+                    finally:
+                        result.in_flight.pop((task_id, sample), None)
+                    failure = InfraFailure(task_id, sample, ep.termination, ep.error or "")
+                    if ep.infrastructure_failure:
+                        result.infra_failures.append(failure)
+                    elif not ep.final:  # a timeout on the env's own code: not stored, a resume plays it again
+                        result.timeouts.append(failure)
+                    else:
+                        eid = await writer.add(task_id, sample, episode_fields(ep, fams.get(task_id)))
+                        if eid is None:
+                            result.stored_elsewhere += 1
+                        else:
+                            result.ran += 1
+                            result.episode_ids.append(eid)
+                            if ep.termination == "env_error":
+                                result.env_errors += 1
+                                result.first_env_error = result.first_env_error or failure
+                if on_episode is not None:
+                    on_episode(ep)
+                if ep.env_failure and result.env_failures > allowed:
+                    raise EnvFailureShare(env_failure_line(plan, result, ep))
+
+            tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            return result
     finally:
         env_threads.shutdown(wait=False)
-
-
-async def _collect(
-    plan: CollectPlan,
-    make_env: Callable[[], TargetEnvironment],
-    policy: PolicyModel,
-    sink: EpisodeSink,
-    on_episode: Callable[[EpisodeRecord], None] | None,
-    fams: dict[str, str],
-    result: CollectResult | None,
-    player: EpisodePlayer | None,
-    blocking: Callable[..., Any],
-    env_threads: Executor,
-) -> CollectResult:
-    if result is None:
-        result = CollectResult(planned=0, skipped=0, ran=0)
-    drop = getattr(sink, "drop_env_errors", None)
-    if plan.replay_env_errors and drop is not None:  # the env's failures say nothing about the policy: played again
-        result.replayed = len(await blocking(drop, plan.run_id, plan.env))
-    done = await blocking(sink.episode_keys, plan.run_id, plan.env)
-    todo = [k for k in plan.keys() if k not in done]
-    result.planned, result.skipped = len(plan.keys()), len(plan.keys()) - len(todo)
-    gate = asyncio.Semaphore(plan.concurrency)
-    writer = GroupWriter(sink, plan.run_id, plan.env, blocking)
-    allowed = plan.max_env_failure_share * len(
-        plan.keys()
-    )  # of the planned episodes: a resume of a few is not judged on them alone
-
-    async def one(task_id: str, sample: int) -> None:
-        async with gate:
-            result.in_flight[(task_id, sample)] = time.monotonic()
-            try:
-                if player is not None:
-                    ep = await player.play(
-                        task_id,
-                        sample,
-                        max_turns=plan.max_turns,
-                        temperature=plan.temperature,
-                        timeout_s=plan.episode_timeout_s,
-                    )
-                else:
-                    ep = await play_episode(
-                        policy,
-                        make_env,
-                        task_id,
-                        sample,
-                        max_turns=plan.max_turns,
-                        temperature=plan.temperature,
-                        executor=env_threads,
-                        timeout_s=plan.episode_timeout_s,
-                        env_name=plan.env,
-                    )
-            finally:
-                result.in_flight.pop((task_id, sample), None)
-            if ep.infrastructure_failure:
-                result.infra_failures.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
-            elif not ep.final:  # a timeout on the env's own code: not stored, a resume plays it again
-                result.timeouts.append(InfraFailure(task_id, sample, ep.termination, ep.error or ""))
-            else:
-                eid = await writer.add(task_id, sample, episode_fields(ep, fams.get(task_id)))
-                if eid is None:
-                    result.stored_elsewhere += 1
-                else:
-                    result.ran += 1
-                    result.episode_ids.append(eid)
-                    if ep.termination == "env_error":
-                        result.env_errors += 1
-                        if result.first_env_error is None:
-                            result.first_env_error = InfraFailure(task_id, sample, ep.termination, ep.error or "")
-        if on_episode is not None:
-            on_episode(ep)
-        if ep.env_failure and result.env_failures > allowed:
-            raise EnvFailureShare(env_failure_line(plan, result, ep))
-
-    tasks = [asyncio.create_task(one(t, s)) for t, s in todo]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return result
 
 
 def env_failure_line(plan: CollectPlan, result: CollectResult, last: EpisodeRecord) -> str:
@@ -516,14 +426,8 @@ class RolloutSummary:
         return sum(f.passed for f in self.families) / self.episodes if self.episodes else 0.0
 
 
-class SummarySource(Protocol):
-    """The part of store.Store the summary needs (no trajectories are loaded)."""
-
-    def episode_summaries(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[Any]: ...
-
-
-def rollout_summary(store: SummarySource, run_id: str, env: str | None = None) -> RolloutSummary:
-    """Pass rate / reward / turns per task family and the terminations of a run (never prints)."""
+def rollout_summary(store: Store, run_id: str, env: str | None = None) -> RolloutSummary:
+    """Pass rate / reward / turns per task family and the terminations of a run (never prints; loads no trajectory)."""
     rows = store.episode_summaries(run_id, env=env)
     families, terminations = summarize(rows)
     return RolloutSummary(run_id=run_id, env=env, episodes=len(rows), families=families, terminations=terminations)
@@ -534,16 +438,14 @@ def summarize(rows: list[Any]) -> tuple[list[FamilySummary], Counter[str]]:
     by_family: dict[str, list[Any]] = defaultdict(list)
     for r in rows:
         by_family[r.task_family or r.env].append(r)
-    out = []
-    for fam in sorted(by_family):
-        eps = by_family[fam]
-        out.append(
-            FamilySummary(
-                family=fam,
-                episodes=len(eps),
-                passed=sum(1 for e in eps if e.success),
-                mean_reward=statistics.fmean(e.reward for e in eps),
-                mean_turns=statistics.fmean(e.turns for e in eps),
-            )
+    out = [
+        FamilySummary(
+            fam,
+            len(eps),
+            sum(1 for e in eps if e.success),
+            statistics.fmean(e.reward for e in eps),
+            statistics.fmean(e.turns for e in eps),
         )
+        for fam, eps in sorted(by_family.items())
+    ]
     return out, Counter(r.termination for r in rows)

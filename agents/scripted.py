@@ -1,41 +1,18 @@
-"""ScriptedChatModel: a chat model we own that returns recorded answers, for tests and the offline demo.
+"""ScriptedChatModel: a chat model returning recorded answers, for tests and the offline demo (docs/recordings.md).
 
-Answers are keyed by *prompt name*. The caller names the prompt in the invoke
-config's metadata (`agents.llm.prompt_config(name)` builds it):
+Answers are keyed by *prompt name*, named in the invoke config's metadata (`agents.llm.prompt_config(name)`:
+`config={"metadata": {"prompt_name": "discover"}}`; chains such as `with_structured_output` pass it down), else
+`default_prompt`. A script maps each prompt name to a list of answers consumed in order (running out -> ModelError
+naming the prompt), `{"repeat": answer}`, or a rule `(messages, tools) -> answer` (Python only) asked on every call.
+An answer is a string (plain text), an AIMessage, a rule, or a mapping (`ScriptedAnswer`): `content`, `tool_calls`
+(`[{name, arguments, id}]`; arguments as a string = raw JSON, may be broken), `structured` (the object of a
+structured call; a string = raw JSON). Files (`from_file`) are YAML or JSON with the prompt names at the top level.
 
-    model.invoke(messages, config={"metadata": {"prompt_name": "discover"}})
-
-Without a name the model falls back to `default_prompt` (if set). Chains such as
-`with_structured_output(...)` pass the metadata down to the model call.
-
-A script maps each prompt name to one of:
-- a list of answers, consumed in order (running out -> ModelError naming the prompt);
-- `{"repeat": answer}`: the same answer every time;
-- a callable rule `(messages, tools) -> answer` (Python only), asked on every call.
-
-An answer is a string (plain text), an AIMessage, a callable rule, or a mapping:
-
-    content: "text"                              # optional
-    tool_calls: [{name: lookup, arguments: {id: 3}, id: call_1}]   # id optional;
-                                                 # arguments as a string = raw JSON (may be broken)
-    structured: {field: value}                   # for with_structured_output / structured_call;
-                                                 # a string = raw JSON (may be broken)
-
-Files are YAML or JSON with the prompt names at the top level (`from_file`).
-
-Per-task scripts (a scripted policy): the reserved top-level key `tasks` maps task ids to a list
-or `{repeat: answer}`, answering the prompt `task_prompt` ("policy") in the episodes of that task:
-
-    tasks:
-      refund-001: [{tool_calls: [{name: refund_invoice, arguments: {invoice_id: INV-7}}]}, "Refunded."]
-    policy: {repeat: "Sorry, I cannot help with that."}   # the shared answers: every other task
-
-The current episode is `gapforge.envs.sampling.episode_key` ("<task>#<sample>", set by whoever
-plays the episode). Each episode of a listed task starts at the head of its task's list, so
-sample k replays the same script: its n-th policy call gets the n-th answer. A task without a
-script, and a call outside any episode, take the shared list under the prompt's own name, which
-all of them consume together in the order the calls arrive (with concurrent episodes: whichever
-asks first).
+Per-task scripts (a scripted policy): the reserved top-level key `tasks` maps task ids to a list or
+`{repeat: answer}` answering the prompt `task_prompt` ("policy") in that task's episodes; every other task takes the
+shared list under the prompt's own name. The current episode is `gapforge.envs.sampling.episode_key`
+("<task>#<sample>"). Each episode of a listed task starts at the head of its task's list, so sample k replays the same
+script; the shared list is consumed by all tasks together, in the order the calls arrive.
 """
 
 from __future__ import annotations

@@ -1,34 +1,21 @@
-"""Structured calls straight over HTTP (aiohttp): the lean twin of `agents.llm.astructured_call`
-for hot loops that make hundreds of the same-shaped calls (analysis labeling).
+"""Structured calls straight over HTTP (aiohttp): the lean twin of `agents.llm.astructured_call` for hot loops of
+hundreds of same-shaped calls (analysis labeling).
 
-Why: profiling `bench/labeling.py` at concurrency 32 showed ~30 ms of client CPU per
-labeling call through ChatOpenAI, most of it in the openai SDK (its request transform and
-httpcore's pool scan on every request) and LangChain's runnable/callback plumbing, which
-capped throughput at ~7 calls/s on the shared cores. The same precedent as the rollout
-path (`serving/openai_policy.py`, DESIGN §10). Agent roles keep ChatOpenAI; this client is
-built FROM one (`StructuredHTTP.from_chat_model`) and sends the same request it would:
-
-- body: the model's own request parameters (`_default_params`: model, temperature, seed,
-  max tokens, model_kwargs, extra_body) + the messages + the response_format the openai
-  SDK derives from the pydantic schema (computed once per schema class);
-- breaker: the model's (`RetryingChatOpenAI.breaker()`, the endpoint's process-wide circuit
-  breaker, envs/breaker.py): with the endpoint down, calls fail at once -> `ModelEndpointError`;
-- retries: the model's retry policy itself (`RetryingChatOpenAI._retry_args`, the one
-  transient rule `envs.errors.is_transient_status` via `agents.llm.is_transient`): HTTP
-  failures are raised as the openai SDK's own exception types so that rule classifies them
-  exactly as for ChatOpenAI; exhausted -> the model's `ModelEndpointError`;
-- a malformed answer (not JSON, failed validation, refusal, cut at max tokens) is the
-  model's output: re-asked once with the parse error (prompts/structured_reask.md), then
-  `StructuredOutputError`, as `astructured_call` does;
-- blame: 401/403/404 -> `ModelError` (fix key, model or URL); any other non-retryable
-  HTTP answer, and a 200 whose body is not a chat completion -> `ModelEndpointError`.
-
-Use one client per event loop (`async with StructuredHTTP.from_chat_model(m) as client`):
-its aiohttp session is bound to the loop that opened it.
+Why: profiling `bench/labeling.py` at concurrency 32 showed ~30 ms of client CPU per labeling call through
+ChatOpenAI (the openai SDK's request transform, httpcore's pool scan, LangChain's runnable/callback plumbing),
+capping throughput at ~7 calls/s on the shared cores; the rollout path does the same (`serving/openai_policy.py`,
+DESIGN §10). Built FROM a `RetryingChatOpenAI` (`from_chat_model`), it sends the request that model would: its own
+parameters (`_default_params`, extra_body merged) + the messages + the SDK's response_format for the schema; through
+the model's circuit breaker and retry policy (`_retry_args`; HTTP failures are raised as the openai SDK's exception
+types so the one transient rule classifies them as for ChatOpenAI; exhausted -> `ModelEndpointError`). A malformed
+answer (not JSON, invalid, refused, cut at max tokens) is re-asked once (prompts/structured_reask.md), then
+`StructuredOutputError`; 401/403/404 -> `ModelError`; any other non-retryable answer, or a 200 that is not a chat
+completion -> `ModelEndpointError`. One client per event loop: its aiohttp session is bound to the loop that opened it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -63,7 +50,6 @@ _STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
     422: openai.UnprocessableEntityError,
     429: openai.RateLimitError,
 }
-_FORMATS: dict[type[BaseModel], dict[str, Any]] = {}
 
 
 class UsageSink(Protocol):  # agents.analysis.usage.UsageCounter fits
@@ -79,12 +65,10 @@ class Usage:
     completion_tokens: int = 0
 
 
+@functools.cache
 def response_format(schema: type[BaseModel]) -> dict[str, Any]:
-    """The json_schema response_format the openai SDK sends for `schema` (ChatOpenAI's default
-    structured method), built once per class."""
-    if schema not in _FORMATS:
-        _FORMATS[schema] = type_to_response_format_param(schema)  # type: ignore[assignment]
-    return _FORMATS[schema]
+    """The json_schema response_format the openai SDK sends for `schema` (ChatOpenAI's default structured method)."""
+    return type_to_response_format_param(schema)  # type: ignore[return-value]
 
 
 class StructuredHTTP:
@@ -197,27 +181,26 @@ class StructuredHTTP:
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _post_once(self, body: bytes) -> dict[str, Any]:
+        request = httpx.Request("POST", self.url)
         try:
             async with self._http().post(self.url, data=body) as resp:
                 status, text, headers = resp.status, await resp.text(), dict(resp.headers)
         except TimeoutError:
-            raise openai.APITimeoutError(request=httpx.Request("POST", self.url)) from None
+            raise openai.APITimeoutError(request=request) from None
         except aiohttp.ClientError as e:
-            raise openai.APIConnectionError(
-                message=f"{type(e).__name__}: {e}", request=httpx.Request("POST", self.url)
-            ) from None
+            raise openai.APIConnectionError(message=f"{type(e).__name__}: {e}", request=request) from None
         if status == 200:
             try:
                 data = json.loads(text)
                 if not isinstance(data["choices"][0]["message"], dict):
                     raise TypeError("message is not an object")
             except (ValueError, KeyError, IndexError, TypeError):
-                response = httpx.Response(status, headers=headers, text=text, request=httpx.Request("POST", self.url))
+                response = httpx.Response(status, headers=headers, text=text, request=request)
                 raise openai.APIResponseValidationError(
                     response, text, message=f"answered 200 with a body that is not a chat completion: {text[:150]!r}"
                 ) from None
             return data
-        response = httpx.Response(status, headers=headers, text=text, request=httpx.Request("POST", self.url))
+        response = httpx.Response(status, headers=headers, text=text, request=request)
         try:
             err_body: object = json.loads(text)
         except ValueError:

@@ -91,55 +91,33 @@ async def validate_module(
     Thresholds, readiness settings and the turn cap come from `deps`. `policy` None skips
     the GRPO-readiness check with a note. Bad input -> EnvError before any sandbox starts.
     The policy's rollouts run on the caller's loop: its HTTP session is the caller's to close."""
-    path = _checked(path, seeds)
-    tools = await asyncio.to_thread(target_tools, target) if target else None
-    run = checks.validate_env if checks is not None else validate_env
-    report = await run(
-        _opener(deps, path, checks),
-        target_tools=tools,
-        seeds=seeds,
-        policy=policy,
-        **_settings(deps, policy, path, target, target_result_shapes, progress),
-        split_texts=split_texts,
-    )
-    return await asyncio.to_thread(_finish, report, path, policy, report_dir, json_out)
-
-
-def _checked(path: Path, seeds: int) -> Path:
     path = Path(path)
     if not path.is_file() or path.suffix != ".py":
         raise EnvError(f"env module '{path}' not found: give the path of a .py file")
     if seeds < 2:
         raise EnvError(f"--seeds {seeds}: need at least 2 seeds to compare scenarios")
-    return path
-
-
-def _opener(deps: StageDeps, path: Path, checks: SandboxChecks | None) -> Callable[[], SandboxedEnv] | None:
-    """Envs on the caller-owned pool, each leasing its sandbox lazily on first use (None when `checks`
-    runs the self-test elsewhere: this machine then needs no Docker; `checks.self_test_here`: it runs here)."""
-    if checks is not None and not getattr(checks, "self_test_here", False):
-        return None
-    pool = deps.sandbox_pool
-    return lambda: SandboxedEnv.pooled(path, pool)
-
-
-def _settings(
-    deps: StageDeps,
-    policy: PolicyModel | None,
-    path: Path,
-    target: str | None,
-    target_result_shapes: dict[str, Any] | None,
-    progress: Callable[[str], None] | None,
-) -> dict[str, Any]:
-    return {
-        "run_episode": readiness_runner(deps.rollouts.max_turns) if policy is not None else None,
-        "readiness": deps.readiness,
-        "thresholds": deps.self_test,
-        "module": path,
-        "target": target,
-        "target_result_shapes": target_result_shapes,
-        "progress": progress,
-    }
+    tools = await asyncio.to_thread(target_tools, target) if target else None
+    # Envs on the caller-owned pool, each leasing its sandbox lazily on first use; None when `checks` runs the
+    # self-test elsewhere (this machine then needs no Docker; `checks.self_test_here`: it runs here).
+    opener = None
+    if checks is None or getattr(checks, "self_test_here", False):
+        pool = deps.sandbox_pool
+        opener = lambda: SandboxedEnv.pooled(path, pool)  # noqa: E731
+    report = await (validate_env if checks is None else checks.validate_env)(
+        opener,
+        target_tools=tools,
+        seeds=seeds,
+        policy=policy,
+        run_episode=readiness_runner(deps.rollouts.max_turns) if policy is not None else None,
+        readiness=deps.readiness,
+        thresholds=deps.self_test,
+        module=path,
+        target=target,
+        target_result_shapes=target_result_shapes,
+        progress=progress,
+        split_texts=split_texts,
+    )
+    return await asyncio.to_thread(_finish, report, path, policy, report_dir, json_out)
 
 
 def _finish(

@@ -1,13 +1,9 @@
-"""Trajectory compaction: an episode rendered for the analyst within a token budget.
+"""Trajectory compaction: an episode rendered for the analyst within a token budget, deterministically.
 
-Deterministic. Every message keeps its index in the stored episode (`[i]`), so a
-label's evidence can cite it. Long values (tool arguments and results, turns) are
-cut with a visible marker; if the episode still exceeds the budget the cut is
-tightened, then middle messages are dropped with a marker (first and last kept).
-The system prompt (the env's policy, the same in every episode) is not repeated:
-the prompts show it once in their fixed part.
-
-Token counts come from a real tokenizer when one is configured (`tiktoken:ENC`, a
+Every message keeps its index in the stored episode (`[i]`), so a label's evidence can cite it. Long values are cut
+with a visible marker; if the episode still exceeds the budget the cut is tightened, then middle messages are dropped
+with a marker (first and last kept). The system prompt (the env's policy, the same in every episode) is not repeated:
+the prompts show it once. Token counts come from a real tokenizer when one is configured (`tiktoken:ENC`, a
 tokenizer.json / HF model dir such as the policy's); `bytes` is a labelled estimate.
 """
 
@@ -98,27 +94,25 @@ def _args(arguments: Any) -> str:
 
 def _lines(messages: list[dict[str, Any]], limit: int) -> tuple[list[str], int]:
     out, cuts = [], 0
+
+    def cut(value: str) -> str:
+        nonlocal cuts
+        text, was_cut = _cut(value, limit)
+        cuts += was_cut
+        return text
+
     for i, m in enumerate(messages):
-        role = m.get("role", "?")
+        role, content = m.get("role", "?"), m.get("content") or ""
         if role == "system":
-            out.append(f"[{i}] system: (the policy shown above, {len(m.get('content') or '')} chars)")
-            continue
-        content = m.get("content") or ""
-        if role == "tool":
-            text, cut = _cut(content, limit)
-            cuts += cut
-            out.append(f"[{i}] tool {m.get('name') or ''}: {text}".replace("tool :", "tool:"))
-            continue
-        parts = []
-        if content:
-            text, cut = _cut(content, limit)
-            cuts += cut
-            parts.append(text)
-        for tc in m.get("tool_calls") or []:
-            text, cut = _cut(_args(tc.get("arguments", {})), limit)
-            cuts += cut
-            parts.append(f"CALL {tc.get('name')}({text})")
-        out.append(f"[{i}] {role}: " + (" | ".join(parts) if parts else "(empty)"))
+            out.append(f"[{i}] system: (the policy shown above, {len(content)} chars)")
+        elif role == "tool":
+            out.append(f"[{i}] tool {m.get('name') or ''}: {cut(content)}".replace("tool :", "tool:"))
+        else:
+            parts = [cut(content)] if content else []
+            parts += [
+                f"CALL {tc.get('name')}({cut(_args(tc.get('arguments', {})))})" for tc in m.get("tool_calls") or []
+            ]
+            out.append(f"[{i}] {role}: " + (" | ".join(parts) if parts else "(empty)"))
     return out, cuts
 
 

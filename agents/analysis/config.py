@@ -1,8 +1,5 @@
-"""AnalysisConfig: the `analysis:` section of the config tree (owned by this layer).
-
-Defaults follow the paper's reference settings where it has them (δ = 0.20,
-ρ = 0.10, K of R = 80%), except R = 3 passes (the paper uses 10: raise
-`passes` when the analyst is a real model and the budget allows).
+"""AnalysisConfig: the `analysis:` section. Defaults follow the paper's reference settings (δ = 0.20, ρ = 0.10, K of
+R = 80%), except R = 3 passes (the paper uses 10: raise `passes` when the analyst is a real model and budget allows).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Discovery: the analyst reads a stratified sample of failed and successful episodes
-(analysis split only, within a token budget) and proposes the capability dictionary.
-The prompt names the target by its own facts (name, tools, policy document: agents/analysis/target.py).
-
-One structured call (prompts/analyst_discover.md). The answer is validated beyond
-types (count, unique snake_case names, example ids among the shown episodes,
-non-empty definitions); a violation is re-asked once with the error, then the stage
-fails with agents.errors.StructuredOutputError (one line). Idempotent per run: a
-stored discovery is returned without a call.
+"""Discovery: the analyst reads a stratified sample of failed and successful analysis-split episodes (within a token
+budget; the target named by its own facts, agents/analysis/target.py) and proposes the capability dictionary in one
+structured call (prompts/analyst_discover.md). The answer is validated beyond types (schemas.dictionary_problems); a
+violation is re-asked once, then the stage fails with StructuredOutputError. A stored discovery is returned without a
+call.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import HumanMessage
 
@@ -27,6 +23,9 @@ from gapforge.agents.analysis.target import target_brief
 from gapforge.agents.analysis.usage import UsageCounter
 from gapforge.agents.llm import structured_call
 from gapforge.prompts import load_prompt
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 PROMPT_FILE = "analyst_discover.md"
 
@@ -68,27 +67,17 @@ def stratified(episodes: list[Any], n: int, rng: random.Random) -> list[Any]:
     return out
 
 
-def _stored(store: Any, run_id: str, row: Any) -> DiscoveryResult:
+def _stored(store: Store, run_id: str, row: Any) -> DiscoveryResult:
     caps = tuple(
         CapabilityEntry(c.name, c.definition, tuple(c.example_episode_ids)) for c in store.capabilities(run_id)
     )
-    d = row.details
-    return DiscoveryResult(
-        run_id,
-        caps,
-        row.dictionary_hash,
-        f"{row.prompt_name}@{row.prompt_version}",
-        tuple(row.sample_episode_ids),
-        True,
-        0,
-        int(d.get("prompt_tokens", 0)),
-        int(d.get("completion_tokens", 0)),
-        str(d.get("token_counter", "")),
-    )
+    prompt, d = f"{row.prompt_name}@{row.prompt_version}", row.details
+    tokens = int(d.get("prompt_tokens", 0)), int(d.get("completion_tokens", 0)), str(d.get("token_counter", ""))
+    return DiscoveryResult(run_id, caps, row.dictionary_hash, prompt, tuple(row.sample_episode_ids), True, 0, *tokens)
 
 
 def discover(
-    store: Any, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, counter: TokenCounter | None = None
+    store: Store, chat_model: Any, run_id: str, *, cfg: AnalysisConfig, counter: TokenCounter | None = None
 ) -> DiscoveryResult:
     """Propose and store the run's capability dictionary (or return the stored one: 0 calls)."""
     stored = store.get_discovery(run_id)
@@ -140,14 +129,10 @@ def discover(
         CapabilityEntry(c.name, c.definition.strip(), tuple(c.example_episode_ids)) for c in answer.capabilities
     )
     dhash = dictionary_hash([(c.name, c.definition) for c in caps])
+    origin = {"prompt_name": prompt.name, "prompt_version": prompt.version}
     for c in caps:
         store.put_capability(
-            run_id,
-            c.name,
-            definition=c.definition,
-            example_episode_ids=c.example_episode_ids,
-            prompt_name=prompt.name,
-            prompt_version=prompt.version,
+            run_id, c.name, definition=c.definition, example_episode_ids=c.example_episode_ids, **origin
         )
     p_tokens = usage.prompt_tokens or counter.count(text) * usage.calls
     c_tokens = usage.completion_tokens or counter.count(answer.model_dump_json())
@@ -156,23 +141,15 @@ def discover(
         "prompt_tokens": p_tokens,
         "completion_tokens": c_tokens,
         "token_counter": counter.name,
-        "episode_tokens": used,
-        "shown_failed": sum(not ep.success for ep, _ in shown),
     }
-    store.put_discovery(
-        run_id,
-        dictionary_hash=dhash,
-        prompt_name=prompt.name,
-        prompt_version=prompt.version,
-        sample_episode_ids=sorted(ids),
-        details=details,
-    )
+    details |= {"episode_tokens": used, "shown_failed": sum(not ep.success for ep, _ in shown)}
+    store.put_discovery(run_id, dictionary_hash=dhash, sample_episode_ids=sorted(ids), details=details, **origin)
     return DiscoveryResult(
         run_id, caps, dhash, prompt.id, tuple(sorted(ids)), False, usage.calls, p_tokens, c_tokens, counter.name
     )
 
 
-def current_dictionary(store: Any, run_id: str) -> tuple[list[tuple[str, str]], str]:
+def current_dictionary(store: Store, run_id: str) -> tuple[list[tuple[str, str]], str]:
     """The stored dictionary [(name, definition)] and its hash; AnalysisError before discovery."""
     caps = [(c.name, c.definition) for c in store.capabilities(run_id)]
     if not caps:

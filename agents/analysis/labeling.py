@@ -1,23 +1,17 @@
-"""Labeling: ONE structured call per (episode, pass) labels every capability NA / PRESENT /
-LACKING with one line of evidence citing a message index.
+"""Labeling: ONE structured call per (episode, pass) labels every capability NA / PRESENT / LACKING with one line of
+evidence citing a message index.
 
-- Layout: system message = instructions naming the target (its name and tools:
-  agents/analysis/target.py) + dictionary + policy (identical for every call of a pass:
-  prefix caching applies), then the compacted episode as the last message.
-- Validation (agents.analysis.schemas.label_schema): every capability exactly once, no
-  unknown names, evidence index in range; re-asked once with the error
-  (agents.llm.astructured_call), then recorded as a labeling failure (status "failed",
-  boundary "model_output"); an endpoint still failing after the retries of the
-  chat-model factory is recorded with boundary "endpoint". Never silently NA.
-- Concurrency: at most cfg.concurrency calls in flight.
-- Client: an endpoint chat model from the factory is spoken to over lean HTTP
-  (agents.structured_http: the same request, retry policy and re-ask, a fraction of the
-  client CPU); the scripted model and other chat models through LangChain.
-- Cache: store.label_calls keyed by (episode, pass, dictionary hash, prompt version);
-  a call's record and its labels are written in one transaction as soon as it finishes
-  (calls that finish while a write runs go together in the next one:
-  store.put_label_calls), so a re-run makes zero calls for what is stored and a killed
-  pass resumes without duplicates.
+- Layout: the system message (instructions naming the target, agents/analysis/target.py, + dictionary + policy) is
+  the same for every call of a pass (prefix caching applies); the compacted episode is the last message.
+- Validation (schemas.label_schema): every capability exactly once, no unknown names, evidence index in range;
+  re-asked once with the error, then recorded as a failure (status "failed", boundary "model_output"); an endpoint
+  still failing past the factory's retries is recorded with boundary "endpoint". Never silently NA.
+- At most cfg.concurrency calls in flight. An endpoint chat model from the factory is spoken to over lean HTTP
+  (agents/structured_http.py: same request, retry policy and re-ask, ~1/10 of the client CPU); the scripted model
+  and other chat models through LangChain.
+- Cache: store.label_calls keyed by (episode, pass, dictionary hash, prompt version); a call's record and labels are
+  written in one transaction as soon as it finishes (calls finishing meanwhile go together in the next one:
+  store.put_label_calls), so a re-run makes zero calls for what is stored and a killed pass resumes without duplicates.
 - Passes are independent samples: seed = f(cfg.seed, pass) (OpenAI `seed`), temperature from cfg.
 """
 
@@ -28,7 +22,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -44,6 +38,9 @@ from gapforge.agents.llm import astructured_call
 from gapforge.agents.structured_http import StructuredHTTP
 from gapforge.prompts import load_prompt
 from gapforge.store.analysis_records import LabelCallRecord
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 PROMPT_FILE = "analyst_label.md"
 Progress = Callable[[int, int], None]  # (done, total), called after every episode
@@ -87,7 +84,7 @@ def _evidence(text: str, index: int | None) -> str:
 
 
 async def label_pass(
-    store: Any,
+    store: Store,
     chat_model: Any,
     run_id: str,
     pass_index: int,
@@ -169,21 +166,10 @@ async def label_pass(
             except ModelEndpointError as e:
                 status, boundary, error = "failed", "endpoint", str(e)
         calls = max(usage.calls, 1)
-        return LabelCallRecord(
-            episode_id,
-            pass_index,
-            dhash,
-            prompt.name,
-            prompt.version,
-            status,
-            labels,
-            boundary,
-            error,
-            calls,
-            usage.prompt_tokens or (prefix_tokens + comp.tokens) * calls,
-            usage.completion_tokens or (counter.count(str(labels)) if labels else 0),
-            seed,
-        )
+        prompt_tokens = usage.prompt_tokens or (prefix_tokens + comp.tokens) * calls
+        completion_tokens = usage.completion_tokens or (counter.count(str(labels)) if labels else 0)
+        key = (episode_id, pass_index, dhash, prompt.name, prompt.version)
+        return LabelCallRecord(*key, status, labels, boundary, error, calls, prompt_tokens, completion_tokens, seed)
 
     pending: list[LabelCallRecord] = []
     write_lock = asyncio.Lock()
@@ -207,8 +193,6 @@ async def label_pass(
         if on_progress:
             on_progress(totals["done"], total)
 
-    # an endpoint model is spoken to over lean HTTP (agents/structured_http.py: same request,
-    # same retry policy, ~1/10 of the client CPU); scripted and other chat models via LangChain
     lean = StructuredHTTP.from_chat_model(model) if cfg.lean_http else None
     tasks = [asyncio.ensure_future(one(e)) for e in todo]
     try:
@@ -219,19 +203,8 @@ async def label_pass(
         await asyncio.gather(*tasks, return_exceptions=True)
         if lean is not None:
             await lean.aclose()
+    counts = [totals[k] for k in ("labeled", "failed", "calls", "prompt", "completion")]
+    elapsed = time.perf_counter() - started
     return LabelPassResult(
-        run_id,
-        pass_index,
-        dhash,
-        prompt.id,
-        total,
-        cached,
-        totals["labeled"],
-        totals["failed"],
-        totals["calls"],
-        totals["prompt"],
-        totals["completion"],
-        prefix_tokens,
-        counter.name,
-        time.perf_counter() - started,
+        run_id, pass_index, dhash, prompt.id, total, cached, *counts, prefix_tokens, counter.name, elapsed
     )

@@ -1,10 +1,7 @@
-"""The recorded analyst for offline runs: a ScriptedChatModel answering the discovery and
-labeling prompts from agents/recorded/<env>_analyst.yaml.
-
-The dictionary is recorded data. Example episode ids and labels come from deterministic
-RULES over the compacted trajectory the prompt shows (the same text a real analyst
-reads), so the same recording labels any policy's episodes honestly: the scripted
-planted-deficit policy's, or a taught tiny model's. Only the analyst is scripted.
+"""The recorded analyst for offline runs: a ScriptedChatModel answering the discovery and labeling prompts from
+agents/recorded/<env>_analyst.yaml. The dictionary is recorded data; example episode ids and labels come from
+deterministic RULES over the compacted trajectory the prompt shows (the text a real analyst reads), so one recording
+labels any policy's episodes honestly (the planted-deficit policy's or a taught tiny model's).
 """
 
 from __future__ import annotations
@@ -133,11 +130,8 @@ def in_scope(t: Trajectory) -> Verdict:
         return "NA", "the customer asked for no value", None
     transfer = t.first_call((TRANSFER_TOOL,))
     if transfer is not None:
-        return (
-            "LACKING",
-            f"[{transfer}] handed the customer to a human agent instead of answering from the tools",
-            transfer,
-        )
+        why = f"[{transfer}] handed the customer to a human agent instead of answering from the tools"
+        return "LACKING", why, transfer
     read = next((i for i, name, _ in t.tool_results if name in RECORDS), None)
     said = next((i for i, s in t.texts if read is not None and i > read and NUMBER.search(s)), None)
     if said is None:
@@ -146,11 +140,7 @@ def in_scope(t: Trajectory) -> Verdict:
 
 
 RULES: dict[str, Callable[[Trajectory], Verdict]] = {
-    "precondition": precondition,
-    "confirmation": confirmation,
-    "identity": identity,
-    "arguments": arguments,
-    "in_scope": in_scope,
+    rule.__name__: rule for rule in (precondition, confirmation, identity, arguments, in_scope)
 }
 
 
@@ -197,14 +187,9 @@ def _discover_rule(caps: list[dict[str, str]]) -> Callable[[list[BaseMessage], l
         out = []
         for c in caps:
             verdicts = [(eid, RULES[c["rule"]](t)[0]) for eid, t in episodes]
-            ranked = (
-                [e for e, v in verdicts if v == "LACKING"]
-                + [e for e, v in verdicts if v == "PRESENT"]
-                + [e for e, _ in verdicts]
-            )
-            out.append(
-                {"name": c["name"], "definition": " ".join(c["definition"].split()), "example_episode_ids": ranked[:3]}
-            )
+            ranked = [e for want in ("LACKING", "PRESENT", None) for e, v in verdicts if want in (v, None)]
+            definition = " ".join(c["definition"].split())
+            out.append({"name": c["name"], "definition": definition, "example_episode_ids": ranked[:3]})
         return {"structured": {"capabilities": out}}
 
     return rule

@@ -1,10 +1,7 @@
-"""The analyst's structured outputs, validated beyond types.
-
-The checks that depend on the call (which episode ids were shown, which capabilities
-exist, how many messages the episode has) live in subclasses made per call by
-`discovery_schema(...)` / `label_schema(...)`: a violation is then a validation error
-like any other, so `agents.llm.structured_call` re-asks once with it, then fails.
-The JSON schema the model sees is the same for every call of a pass (prefix caching).
+"""The analyst's structured outputs, validated beyond types. The checks that depend on the call (episode ids shown,
+capabilities, the episode's message count) live in subclasses made per call (`discovery_schema` / `label_schema`): a
+violation is a validation error like any other, re-asked once, then a failure. The JSON schema the model sees is the
+same for every call of a pass (prefix caching).
 """
 
 from __future__ import annotations
@@ -123,32 +120,28 @@ def label_problems(answer: EpisodeLabels, names: tuple[str, ...], n_messages: in
     return problems
 
 
+def _checked(base: type[BaseModel], problems: Any) -> Any:
+    """A subclass of `base` whose validation also fails on `problems(answer)`; named like `base` (the tool name and
+    schema title the model sees)."""
+
+    def semantic(self: BaseModel) -> BaseModel:
+        found = problems(self)
+        if found:
+            raise ValueError("; ".join(found))
+        return self
+
+    checked = type(f"{base.__name__}Checked", (base,), {"_semantic": model_validator(mode="after")(semantic)})
+    checked.__name__ = base.__name__
+    return checked
+
+
 @functools.lru_cache(maxsize=256)
 def discovery_schema(sample_ids: frozenset[int], lo: int, hi: int) -> type[CapabilityDictionary]:
-    class CapabilityDictionaryChecked(CapabilityDictionary):
-        @model_validator(mode="after")
-        def _semantic(self) -> "CapabilityDictionaryChecked":
-            problems = dictionary_problems(self, sample_ids, lo, hi)
-            if problems:
-                raise ValueError("; ".join(problems))
-            return self
-
-    CapabilityDictionaryChecked.__name__ = "CapabilityDictionary"  # the tool name the model sees
-    return CapabilityDictionaryChecked
+    return _checked(CapabilityDictionary, lambda answer: dictionary_problems(answer, sample_ids, lo, hi))
 
 
 @functools.lru_cache(maxsize=256)
 def label_schema(names: tuple[str, ...]) -> type[EpisodeLabels]:
     """One class per dictionary (same JSON schema for every call of a pass); the episode's
     message count comes from EPISODE_MESSAGES."""
-
-    class EpisodeLabelsChecked(EpisodeLabels):
-        @model_validator(mode="after")
-        def _semantic(self) -> "EpisodeLabelsChecked":
-            problems = label_problems(self, names, EPISODE_MESSAGES.get())
-            if problems:
-                raise ValueError("; ".join(problems))
-            return self
-
-    EpisodeLabelsChecked.__name__ = "EpisodeLabels"
-    return EpisodeLabelsChecked
+    return _checked(EpisodeLabels, lambda answer: label_problems(answer, names, EPISODE_MESSAGES.get()))

@@ -1,21 +1,22 @@
-"""Selection: statistics over the stored labels of R passes -> stored per-pass stats,
-per-capability summaries, and the retained flag on each capability.
-
-Idempotent per run: every write is an upsert; re-running with other thresholds
-(e.g. `--set analysis.delta=0.3`) recomputes from the same labels with no LLM call.
+"""Selection: statistics over the stored labels of R passes -> stored per-pass stats, per-capability summaries and
+the retained flag. Every write is an upsert: other thresholds (`--set analysis.delta=0.3`) recompute from the same
+labels with no LLM call.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.discovery import current_dictionary
 from gapforge.agents.analysis.errors import AnalysisError
 from gapforge.agents.analysis.split import analysis_episodes
 from gapforge.agents.analysis.statistics import CapabilityStatistics, LabelRecord, compute_statistics
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 @dataclass(frozen=True)
@@ -30,28 +31,23 @@ class SelectionResult:
     labeling_failures: dict[int, int]  # pass -> episodes whose labeling failed in that pass
 
 
-def label_records(store: Any, run_id: str, cfg: AnalysisConfig) -> tuple[list[LabelRecord], list[Any]]:
+def label_records(store: Store, run_id: str, cfg: AnalysisConfig) -> tuple[list[LabelRecord], list[Any]]:
     """The label table of the run's analysis-split episodes (passes 0..R-1)."""
     episodes = {e.id: e for e in analysis_episodes(store, run_id, fraction=cfg.split_fraction, seed=cfg.seed)}
     records = [
-        LabelRecord(
-            lab.episode_id,
-            episodes[lab.episode_id].task_id,
-            bool(episodes[lab.episode_id].success),
-            lab.capability,
-            lab.pass_index,
-            lab.value,
-        )
+        LabelRecord(lab.episode_id, ep.task_id, bool(ep.success), lab.capability, lab.pass_index, lab.value)
         for lab in store.labels(run_id)
-        if lab.episode_id in episodes and lab.pass_index < cfg.passes
+        if (ep := episodes.get(lab.episode_id)) is not None and lab.pass_index < cfg.passes
     ]
     return records, list(episodes.values())
 
 
-def select(store: Any, run_id: str, *, cfg: AnalysisConfig) -> SelectionResult:
+_SUMMARY = ("kept_passes", "required_passes", "er_plus", "er_minus", "gap", "coverage", "kappa", "retained", "verdict")
+
+
+def select(store: Store, run_id: str, *, cfg: AnalysisConfig) -> SelectionResult:
     """Compute, store and return the statistics and the retained capabilities of a labeled run."""
     capabilities, dhash = current_dictionary(store, run_id)
-    names = [n for n, _ in capabilities]
     calls = store.label_calls(run_id)
     labeled_passes = {c.pass_index for c in calls if c.dictionary_hash == dhash}
     missing = [p for p in range(cfg.passes) if p not in labeled_passes]
@@ -64,58 +60,21 @@ def select(store: Any, run_id: str, *, cfg: AnalysisConfig) -> SelectionResult:
     failures = Counter(
         c.pass_index for c in calls if c.status == "failed" and c.dictionary_hash == dhash and c.episode_id in in_split
     )
-    stats = compute_statistics(
-        records,
-        names,
-        list(range(cfg.passes)),
-        delta=cfg.delta,
-        rho=cfg.rho,
-        required_passes=cfg.required_passes,
-        bootstrap=cfg.bootstrap,
-        seed=cfg.seed,
-        max_retained=cfg.max_retained,
-        exclude=set(cfg.exclude),
-    )
+    vote = {"delta": cfg.delta, "rho": cfg.rho, "required_passes": cfg.required_passes, "exclude": set(cfg.exclude)}
+    boot = {"max_retained": cfg.max_retained, "bootstrap": cfg.bootstrap, "seed": cfg.seed}
+    stats = compute_statistics(records, [n for n, _ in capabilities], list(range(cfg.passes)), **vote, **boot)
+    details = {"delta": cfg.delta, "rho": cfg.rho, "bootstrap": cfg.bootstrap}
     for s in stats:
         for p in s.per_pass:
-            store.put_capability_stat(
-                run_id,
-                s.capability,
-                p.pass_index,
-                er_plus=p.er_plus,
-                er_minus=p.er_minus,
-                gap=p.gap,
-                coverage=p.coverage,
-                kept=p.kept,
-            )
-        store.put_capability_summary(
-            run_id,
-            s.capability,
-            {
-                "dictionary_hash": dhash,
-                "passes": cfg.passes,
-                "kept_passes": s.kept_passes,
-                "required_passes": s.required_passes,
-                "er_plus": s.er_plus,
-                "er_minus": s.er_minus,
-                "gap": s.gap,
-                "gap_low": s.gap_ci[0] if s.gap_ci else None,
-                "gap_high": s.gap_ci[1] if s.gap_ci else None,
-                "coverage": s.coverage,
-                "coverage_low": s.coverage_ci[0] if s.coverage_ci else None,
-                "coverage_high": s.coverage_ci[1] if s.coverage_ci else None,
-                "kappa": s.kappa,
-                "retained": s.retained,
-                "verdict": s.verdict,
-                "details": {
-                    "delta": cfg.delta,
-                    "rho": cfg.rho,
-                    "bootstrap": cfg.bootstrap,
-                    "tasks": s.tasks,
-                    "labeling_failures": {str(k): v for k, v in sorted(failures.items())},
-                },
-            },
-        )
+            rates = {"er_plus": p.er_plus, "er_minus": p.er_minus, "gap": p.gap, "coverage": p.coverage}
+            store.put_capability_stat(run_id, s.capability, p.pass_index, **rates, kept=p.kept)
+        gap_ci, cov_ci = s.gap_ci or (None, None), s.coverage_ci or (None, None)
+        summary = {k: getattr(s, k) for k in _SUMMARY}
+        summary.update(dictionary_hash=dhash, passes=cfg.passes, gap_low=gap_ci[0], gap_high=gap_ci[1])
+        summary.update(coverage_low=cov_ci[0], coverage_high=cov_ci[1])
+        failed = {str(k): v for k, v in sorted(failures.items())}
+        summary["details"] = {**details, "tasks": s.tasks, "labeling_failures": failed}
+        store.put_capability_summary(run_id, s.capability, summary)
         store.set_capability_retained(run_id, s.capability, s.retained)
     retained = tuple(s.capability for s in stats if s.retained)
     return SelectionResult(

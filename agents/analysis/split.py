@@ -1,9 +1,7 @@
-"""The split against contamination: a target's tasks -> analysis split + held-out split.
-
-Deterministic (seeded), stratified by task family, stored with the run; analysis reads
-only the analysis split, evaluation later reports on the held-out split
-(`store.get_split(run).heldout_tasks`), and `split_openings` hands the openings of both
-splits to the self-test's contamination check.
+"""The split against contamination: a target's tasks -> analysis split + held-out split. Deterministic (seeded),
+stratified by task family, stored with the run; analysis reads only the analysis split, evaluation reports on the
+held-out one (`store.get_split(run).heldout_tasks`), and `split_openings` hands the openings of both splits to the
+self-test's contamination check.
 """
 
 from __future__ import annotations
@@ -12,11 +10,14 @@ import random
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.analysis.errors import AnalysisError
 from gapforge.agents.router import first_user_message
 from gapforge.sandbox.checks.contamination import SplitTexts
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,14 @@ def _families_of(env: str, episodes: list[Any]) -> dict[str, str]:
         return {e.task_id: e.task_family or "-" for e in episodes}
 
 
-def run_episodes(store: Any, run_id: str) -> list[Any]:
+def run_episodes(store: Store, run_id: str) -> list[Any]:
     """A run's episodes without messages when the store offers it (episode_summaries), else with."""
     summaries = getattr(store, "episode_summaries", None)
     return list(summaries(run_id) if summaries is not None else store.episodes(run_id))
 
 
 def ensure_split(
-    store: Any, run_id: str, *, fraction: float, seed: int, episodes: list[Any] | None = None
+    store: Store, run_id: str, *, fraction: float, seed: int, episodes: list[Any] | None = None
 ) -> TaskSplit:
     """The run's stored split, or a new one stored now. A stored split made with other settings is an error
     (changing it on a resumed run would let held-out tasks into the analysis)."""
@@ -83,14 +84,8 @@ def ensure_split(
                 f"run {run_id!r} already has a task split (fraction {stored.fraction}, seed {stored.seed}): "
                 "keep those settings or analyse in a new run"
             )
-        return TaskSplit(
-            stored.env,
-            stored.seed,
-            stored.fraction,
-            tuple(stored.analysis_tasks),
-            tuple(stored.heldout_tasks),
-            dict(stored.families),
-        )
+        analysis, heldout = tuple(stored.analysis_tasks), tuple(stored.heldout_tasks)
+        return TaskSplit(stored.env, stored.seed, stored.fraction, analysis, heldout, dict(stored.families))
     eps = episodes if episodes is not None else run_episodes(store, run_id)
     envs = sorted({e.env for e in eps})
     if not envs:
@@ -100,19 +95,12 @@ def ensure_split(
     if len(envs) > 1:
         raise AnalysisError(f"run {run_id!r} mixes envs {', '.join(envs)}: analyse one target env per run")
     split = split_tasks(_families_of(envs[0], eps), fraction, seed, env=envs[0])
-    store.put_split(
-        run_id,
-        env=split.env,
-        seed=seed,
-        fraction=fraction,
-        analysis_tasks=split.analysis,
-        heldout_tasks=split.heldout,
-        families=split.families,
-    )
+    tasks = {"analysis_tasks": split.analysis, "heldout_tasks": split.heldout, "families": split.families}
+    store.put_split(run_id, env=split.env, seed=seed, fraction=fraction, **tasks)
     return split
 
 
-def analysis_episodes(store: Any, run_id: str, *, fraction: float, seed: int) -> list[Any]:
+def analysis_episodes(store: Store, run_id: str, *, fraction: float, seed: int) -> list[Any]:
     """The run's episodes on analysis-split tasks (held-out tasks are never shown to the analyst)."""
     eps = run_episodes(store, run_id)
     split = ensure_split(store, run_id, fraction=fraction, seed=seed, episodes=eps)
@@ -120,7 +108,7 @@ def analysis_episodes(store: Any, run_id: str, *, fraction: float, seed: int) ->
     return [e for e in eps if e.task_id in keep]
 
 
-def split_openings(store: Any, run_id: str, env: str | None = None) -> SplitTexts | None:
+def split_openings(store: Store, run_id: str, env: str | None = None) -> SplitTexts | None:
     """The openings of the run's stored episodes by split (what check `contamination` guards), None when the
     run has no stored split. Episodes of other envs than the split's are left out."""
     stored = store.get_split(run_id)

@@ -90,9 +90,7 @@ class CapabilityStatistics:
     kept_passes: int
     required_passes: int
     retained: bool
-    verdict: (
-        str  # retained | unstable | below thresholds | insufficient evidence | deferred (over max_retained) | excluded
-    )
+    verdict: str  # retained | unstable | below thresholds | insufficient evidence | deferred (max_retained) | excluded
     tasks: int
 
 
@@ -199,24 +197,9 @@ def compute_statistics(
             verdict, retained = ("excluded", False) if cap in exclude else ("retained", True)
         else:
             verdict, retained = ("below thresholds" if n_kept == 0 else "unstable"), False
-        out.append(
-            CapabilityStatistics(
-                cap,
-                tuple(per_pass),
-                er_p,
-                er_m,
-                gap,
-                gap_ci,
-                cov,
-                cov_ci,
-                _kappa(by_cap[cap], passes),
-                n_kept,
-                required_passes,
-                retained,
-                verdict,
-                len(tasks),
-            )
-        )
+        pooled_stats = (er_p, er_m, gap, gap_ci, cov, cov_ci, _kappa(by_cap[cap], passes))
+        vote = (n_kept, required_passes, retained, verdict, len(tasks))
+        out.append(CapabilityStatistics(cap, tuple(per_pass), *pooled_stats, *vote))
     if max_retained is not None:
         ranked = sorted(
             (s for s in out if s.retained),

@@ -1,10 +1,7 @@
-"""What the analyst prompts say about the target: its name and its tools' names.
-
-The policy document comes from the episodes themselves (their system message,
-`compact.system_prompt`); the tool names from the target env when `envs.registry.make_env`
-builds it (its whole tool list, in its order), else from the tool calls of the episodes given
-(a target that is not registered: only the tools the agent used). Nothing here is specific to
-one target: the prompts name the domain through these facts, never through fixed wording.
+"""What the analyst prompts say about the target: its name and its tools' names (the policy document comes from the
+episodes' system message, `compact.system_prompt`). The tool names come from the target env when
+`envs.registry.make_env` builds it (its whole tool list, in order), else from the episodes' tool calls. Nothing here
+is specific to one target: the prompts name the domain through these facts, never through fixed wording.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Counting what the analyst costs: calls and tokens, through LangChain callbacks.
-
-Token counts reported by the endpoint (usage) are used when present; the scripted
-model reports none, so callers fall back to the token counter's estimate.
+"""Counting what the analyst costs: calls and tokens, through LangChain callbacks. The endpoint's reported usage is
+used when present; the scripted model reports none, so callers fall back to the token counter's estimate.
 """
 
 from __future__ import annotations

@@ -1,23 +1,20 @@
-"""Validate one generated module: static gate -> self-test in the sandbox -> LLM review ->
-GRPO readiness (policy rollouts, only when everything else passed and budget remains).
-
-The outcome is one structured verdict (`AttemptVerdict`) whose `feedback()` goes back to the
-generator: which check failed, on which seed, what happened, and the reviewer's fixes.
-
-The infrastructure never decides a verdict: a self-test the sandbox left incomplete or
-readiness episodes the endpoint / sandbox kept ending raise envs.errors.InfrastructureFailure
-(or sandbox.errors.SandboxLost) instead of an outcome; the service stops the stage
+"""Validate one generated module: static gate -> self-test in the sandbox -> LLM review -> GRPO readiness (policy
+rollouts, only when everything else passed and budget remains). The outcome is one `AttemptVerdict` whose
+`feedback()` goes back to the generator (which check failed, on which seed, what happened, the reviewer's fixes).
+The infrastructure never decides a verdict: a self-test the sandbox left incomplete, or readiness episodes the
+endpoint / sandbox kept ending, raise InfrastructureFailure (or SandboxLost); the service stops the stage
 (agents/infra.py) and the attempt is validated again on resume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
@@ -116,57 +113,7 @@ async def validate_attempt(
     Gate, self-test and review run in worker threads, the GRPO-readiness rollouts on this loop (the policy's
     HTTP session stays its creator's)."""
     started = time.perf_counter()
-    early = await _before_readiness(
-        code,
-        module_path,
-        ctx,
-        attempt,
-        cfg,
-        open_module,
-        chat_model,
-        target_shapes,
-        thresholds,
-        progress,
-        started,
-        checks,
-    )
-    if isinstance(early, AttemptOutcome):
-        return early
-    gate, report, stage = early
-    grpo = _readiness_plan(report, policy, run_episode, readiness, rollouts_left)
-    if grpo == "run":
-        if progress:
-            progress("GRPO readiness (policy rollouts)")
-        t0 = time.perf_counter()
-        ready = check_grpo_ready if checks is None else checks.readiness_for(module_path)
-        grpo = await ready(
-            lambda: open_module(module_path),
-            list(range(cfg.validation_seeds)),
-            policy,
-            run_episode,
-            readiness,
-            concurrency=readiness.concurrency,
-        )
-        grpo.seconds = round(time.perf_counter() - t0, 3)
-    return _outcome(gate, report, stage, grpo, started)
-
-
-async def _before_readiness(
-    code: str,
-    module_path: Path,
-    ctx: GeneratorContext,
-    attempt: int,
-    cfg: SynthesisConfig,
-    open_module: OpenModule,
-    chat_model: BaseChatModel,
-    target_shapes: dict[str, Shape] | None,
-    thresholds: SelfTestThresholds | None,
-    progress: Callable[[str], None] | None,
-    started: float,
-    checks: SandboxChecks | None = None,
-) -> AttemptOutcome | tuple[Any, ValidationReport, str]:
-    """Static gate, self-test, LLM review (each in a worker thread): the outcome when the gate rejects, else
-    (gate, report, stage)."""
+    open_env = functools.partial(open_module, module_path)
     gate = await asyncio.to_thread(static_gate, code)
     if not gate.passed:
         finding = Finding(check="static_gate", summary="; ".join(gate.problems)[:600])
@@ -176,7 +123,7 @@ async def _before_readiness(
         progress("self-test in the sandbox")
     run = validate_env if checks is None else checks.validate_env
     report: ValidationReport = await run(
-        lambda: open_module(module_path),
+        open_env,
         target_tools=ctx.target.tools,
         seeds=cfg.validation_seeds,
         thresholds=thresholds,
@@ -196,49 +143,29 @@ async def _before_readiness(
         review = review_check(await asyncio.to_thread(review_env, chat_model, ctx, code, attempt))
         review.seconds = round(time.perf_counter() - t0, 3)
         report.checks.insert(len(report.checks) - 1, review)  # before grpo_ready
-    stage = (
-        "self_test"
-        if any(c.name != "llm_review" for c in report.failures)
-        else "review"
-        if report.failures
-        else "grpo_ready"
-    )
-    return gate, report, stage
-
-
-def _readiness_plan(
-    report: ValidationReport,
-    policy: PolicyModel | None,
-    run_episode: EpisodeRunner | None,
-    readiness: Any,
-    rollouts_left: int,
-) -> CheckResult | Literal["run"] | None:
-    """ "run" when the GRPO-readiness rollouts are to be spent now, a failed check when the budget
-    cannot cover them, None when the check stays as the self-test left it."""
-    if report.failures or policy is None or run_episode is None:
-        return None
-    if readiness is None:
-        raise ValueError(
-            "a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)"
-        )
-    need = readiness.groups * readiness.samples
-    if need > rollouts_left:
-        return CheckResult.fail(
-            "grpo_ready",
-            f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}",
-            rollouts_left=rollouts_left,
-        )
-    return "run"
-
-
-def _outcome(
-    gate: Any, report: ValidationReport, stage: str, grpo: CheckResult | None, started: float
-) -> AttemptOutcome:
+    failures = report.failures
+    stage = "self_test" if any(c.name != "llm_review" for c in failures) else "review" if failures else "grpo_ready"
+    grpo: CheckResult | None = None  # None: the check stays as the self-test left it
+    if not failures and policy is not None and run_episode is not None:
+        if readiness is None:
+            raise ValueError(
+                "a policy for GRPO readiness needs its thresholds (readiness: the config's grpo_readiness section)"
+            )
+        need = readiness.groups * readiness.samples
+        if need > rollouts_left:
+            why = f"rollout budget exhausted: {rollouts_left} left, the check needs up to {need}"
+            grpo = CheckResult.fail("grpo_ready", why, rollouts_left=rollouts_left)
+        else:
+            if progress:
+                progress("GRPO readiness (policy rollouts)")
+            t0 = time.perf_counter()
+            ready = check_grpo_ready if checks is None else checks.readiness_for(module_path)
+            seeds = list(range(cfg.validation_seeds))
+            grpo = await ready(open_env, seeds, policy, run_episode, readiness, concurrency=readiness.concurrency)
+            grpo.seconds = round(time.perf_counter() - t0, 3)
     rollouts = 0
     if grpo is not None:
-        rollouts = int(
-            grpo.evidence.get("charged", grpo.evidence.get("rollouts", 0))
-        )  # sandbox/checks/grpo.py: what the budget pays
+        rollouts = int(grpo.evidence.get("charged", grpo.evidence.get("rollouts", 0)))  # sandbox/checks/grpo.py
         report.checks[-1] = grpo
     failures = report.failures
     verdict = AttemptVerdict(

@@ -1,14 +1,8 @@
-"""The generator's inputs, gathered from the store and the target env.
-
-Only analysis-split episodes reach the generator: when the run has a stored split, an episode of
-a held-out task is never shown, even if a label marks it LACKING (labeling reads the analysis
-split only; this is the guard at the generator's own door). The held-out split goes the other
-way: `split_texts` (the openings of both splits) is what the self-test's contamination check
-compares the generated env's user lines with.
-
-The prompt names the target by its own facts: its name, its tool schemas (from the env), its
-policy document (the system message of the episodes shown, else of the env's first task) and one
-stored result per tool (its result format). `compact_episode` renders one failed episode.
+"""The generator's inputs, gathered from the store and the target env. Only analysis-split episodes reach the
+generator: with a stored split, a held-out task's episode is never shown, even if labeled LACKING (the guard at the
+generator's own door). `split_texts` (the openings of both splits) is what the self-test's contamination check
+compares the generated env's user lines with. The prompt names the target by its own facts: name, tool schemas, policy
+document (the shown episodes' system message, else the env's first task's) and one stored result per tool.
 """
 
 from __future__ import annotations
@@ -17,12 +11,16 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.analysis.compact import system_prompt
 from gapforge.agents.analysis.split import split_openings
+from gapforge.agents.analysis.target import called_tools
 from gapforge.envs.registry import make_env
 from gapforge.sandbox.checks.contamination import SplitTexts
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 RESULT_CHARS = 600  # one stored result per tool, cut here
 
@@ -71,15 +69,6 @@ class GeneratorContext:
         )
 
 
-class StoreReader(Protocol):  # the Store methods used here
-    def get_capability(self, run_id: str, name: str) -> Any: ...
-    def capability_stats(self, run_id: str, capability: str | None = None) -> list[Any]: ...
-    def labels(self, run_id: str, pass_index: int | None = None, capability: str | None = None) -> list[Any]: ...
-    def get_episode(self, episode_id: int) -> Any: ...
-    def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[Any]: ...
-    def get_split(self, run_id: str) -> Any: ...
-
-
 def target_facts(name: str) -> TargetFacts:
     """Tools and policy (the system message of its first task) of a registered target env."""
     env = make_env(name)
@@ -90,10 +79,6 @@ def target_facts(name: str) -> TargetFacts:
     finally:
         env.close()
     return TargetFacts(name, tools, policy)
-
-
-def _tools_used(messages: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(c.get("name") for m in messages for c in (m.get("tool_calls") or []) if c.get("name")))
 
 
 def compact_episode(messages: list[dict[str, Any]], evidence: list[str], max_chars: int) -> str:
@@ -136,7 +121,7 @@ def result_examples(
 
 
 def gather_context(
-    store: StoreReader,
+    store: Store,
     run_id: str,
     capability: str,
     *,
@@ -172,31 +157,18 @@ def gather_context(
             f"capability {capability!r} of run {run_id!r} has no failed analysis-split episode labeled LACKING: "
             "nothing to synthesize from"
         )
-    facts = target or _with_stored_policy(target_facts(env_name), chosen)
-    episodes = [
-        LackingEpisode(
-            e.id, e.task_id, compact_episode(e.messages, evidence[e.id], episode_chars), _tools_used(e.messages)
-        )
-        for e in chosen
-    ]
+    if target is None:  # the policy document as the shown episodes' system message says it (else the first task's)
+        found = target_facts(env_name)
+        stored = next((policy for e in chosen if (policy := system_prompt(e))), "")
+        target = TargetFacts(found.name, found.tools, stored or found.policy)
+    facts = target
+    texts = {e.id: compact_episode(e.messages, evidence[e.id], episode_chars) for e in chosen}
+    episodes = [LackingEpisode(e.id, e.task_id, texts[e.id], called_tools(e.messages)) for e in chosen]
     used = {n for e in episodes for n in e.tools_used}
     tools = [t for t in facts.tools if t["function"]["name"] in used] or facts.tools
     formats = result_examples([e.messages for e in chosen], [t["function"]["name"] for t in tools])
+    gap, coverage = mean(gaps) if gaps else None, mean(s.coverage for s in stats) if stats else None
+    openings = split_openings(store, run_id, env_name)
     return GeneratorContext(
-        capability,
-        cap.definition,
-        mean(gaps) if gaps else None,
-        mean(s.coverage for s in stats) if stats else None,
-        len(stats),
-        episodes,
-        facts,
-        tools,
-        formats,
-        split_openings(store, run_id, env_name),
+        capability, cap.definition, gap, coverage, len(stats), episodes, facts, tools, formats, openings
     )
-
-
-def _with_stored_policy(facts: TargetFacts, episodes: list[Any]) -> TargetFacts:
-    """The policy document as the shown episodes' system message says it (the env's first task's otherwise)."""
-    stored = next((policy for e in episodes if (policy := system_prompt(e))), "")
-    return TargetFacts(facts.name, facts.tools, stored or facts.policy)

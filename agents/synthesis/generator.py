@@ -1,9 +1,6 @@
-"""The generator agent: one call writes one synthetic env module for a capability.
-
-Inputs (prompts/synthesis_generator.md): the capability, its statistics, compacted LACKING
-episodes (analysis split only), the target's tool schemas, result formats and policy document,
-the SDK reference (prompts/sdk_reference.md), one example module (labelled with the target it
-was written for), and the previous attempt's verdict with its evidence.
+"""The generator agent: one call (prompts/synthesis_generator.md) writes one synthetic env module for a capability, from
+its statistics, compacted LACKING episodes (analysis split only), the target's tool schemas, result formats and policy,
+the SDK reference, one example module (labelled with its target) and the previous attempt's verdict.
 """
 
 from __future__ import annotations

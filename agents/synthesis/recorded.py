@@ -1,10 +1,7 @@
-"""Recorded generator / reviewer answers (gapforge.demo_data.RECORDINGS_DIR: the demo's data) as ScriptedChatModel rules.
-
-A recording maps prompt name -> capability -> one answer per attempt. The rule reads the
-capability and attempt number from the rendered prompt ("Capability: ...", "Attempt: N"), so
-the answer does not depend on call order: a resumed run gets the answer of the attempt it
-resumes at. Only the LLM roles are recorded; every answer still goes through the real static
-gate, sandbox checks and repair loop.
+"""Recorded generator / reviewer answers (gapforge.demo_data.RECORDINGS_DIR) as ScriptedChatModel rules: prompt name ->
+capability -> one answer per attempt. The rule reads the capability and attempt from the rendered prompt
+("Capability: ...", "Attempt: N"), so a resumed run gets the answer of the attempt it resumes at. Every answer still
+goes through the real static gate, sandbox checks and repair loop.
 """
 
 from __future__ import annotations

@@ -65,15 +65,8 @@ def review_check(verdict: ReviewVerdict) -> CheckResult:
         )
         if bad
     ]
-    evidence = {
-        "verdict": verdict.verdict,
-        "problems": verdict.problems,
-        "fixes": verdict.fixes,
-        "capability_focus": verdict.capability_focus,
-        "tools_match": verdict.tools_match,
-        "reward_gameable": verdict.reward_gameable,
-        "prompt": reviewer_prompt().id,
-    }
+    fields = ("verdict", "problems", "fixes", "capability_focus", "tools_match", "reward_gameable")
+    evidence = {k: getattr(verdict, k) for k in fields} | {"prompt": reviewer_prompt().id}
     if verdict.accepted:
         return CheckResult.ok("llm_review", "the reviewer accepts the module", **evidence)
     why = "; ".join(flags + verdict.problems[:3]) or f"verdict {verdict.verdict}"

@@ -1,10 +1,7 @@
-"""The static gate: cheap checks on generated code BEFORE it goes to the sandbox.
-
-It only parses the code (ast) -- it never imports or executes it -- and it is not a
-security boundary (the sandbox is). It rejects what would waste a sandbox run: code that
-does not parse, not exactly one env class, imports other than the standard library and
-the SDK, modules that reach for the process, network or clock, and oversize modules.
-A rejection is evidence for the generator like any failed check.
+"""The static gate: cheap checks on generated code BEFORE the sandbox. It only parses the code (never imports or runs
+it) and is no security boundary (the sandbox is). It rejects what would waste a sandbox run: code that does not parse,
+not exactly one env class, imports beyond the standard library and the SDK, modules that reach for the process,
+network or clock, oversize modules. A rejection is evidence for the generator like any failed check.
 """
 
 from __future__ import annotations
@@ -17,38 +14,8 @@ SDK_MODULE = "envs.sdk"
 # Standard-library modules a synthetic env has no business with (process, files, network,
 # clock, introspection): they make an env nondeterministic or point at an escape attempt.
 DENIED = frozenset(
-    {
-        "os",
-        "sys",
-        "subprocess",
-        "socket",
-        "ctypes",
-        "multiprocessing",
-        "threading",
-        "asyncio",
-        "shutil",
-        "importlib",
-        "pathlib",
-        "signal",
-        "pickle",
-        "marshal",
-        "builtins",
-        "urllib",
-        "http",
-        "time",
-        "io",
-        "tempfile",
-        "glob",
-        "inspect",
-        "gc",
-        "resource",
-        "pty",
-        "select",
-        "selectors",
-        "ssl",
-        "ftplib",
-        "smtplib",
-    }
+    "os sys subprocess socket ctypes multiprocessing threading asyncio shutil importlib pathlib signal pickle marshal "
+    "builtins urllib http time io tempfile glob inspect gc resource pty select selectors ssl ftplib smtplib".split()
 )
 DENIED_CALLS = frozenset({"eval", "exec", "compile", "open", "__import__", "globals", "breakpoint", "input"})
 

@@ -11,10 +11,10 @@ import pytest
 from langchain_core.messages import ToolMessage
 from locker_env import LockerEnv
 
+from gapforge.agents.config import EndpointConfig
 from gapforge.agents.errors import ModelError
 from gapforge.agents.llm import ScriptedChatModel, make_chat_model
 from gapforge.agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
-from gapforge.config import EndpointConfig
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, PolicyModel, Score, ToolCall
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message

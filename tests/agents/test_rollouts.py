@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
+from gapforge.agents.config import EndpointConfig
 from gapforge.agents.llm import make_chat_model
 from gapforge.agents.policy import ChatModelPolicy
 from gapforge.agents.rollouts import CollectPlan, collect, summarize
 from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.cli import app
-from gapforge.config import EndpointConfig
 from gapforge.envs.registry import make_env
 from gapforge.store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
