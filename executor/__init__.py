@@ -21,18 +21,9 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from gapforge.executor.config import ExecutorConfig, JobResources
-from gapforge.executor.errors import ExecutorUnavailable
-
-__all__ = [
-    "ExecutorConfig",
-    "ExecutorUnavailable",
-    "JobResources",
-    "connect",
-    "episode_player",
-    "job_runner",
-    "sandbox_checks",
-]
+from gapforge.executor.config import ExecutorConfig as ExecutorConfig
+from gapforge.executor.config import JobResources as JobResources
+from gapforge.executor.errors import ExecutorUnavailable as ExecutorUnavailable
 
 
 def connect(cfg: ExecutorConfig) -> None:

@@ -92,13 +92,8 @@ def check_feasible(ray: Any, opts: dict[str, Any], section: str) -> None:
         return
     missing = [k for k, v in want.items() if v and not any(node.get(k, 0) >= v for node in nodes)]
     fix = {"GPU": f"set {section}.num_gpus=0 or add a GPU node", "CPU": f"lower {section}.num_cpus"}
-    hints = [
-        fix.get(
-            k,
-            f"start a node with `ray start --resources='{{\"{k}\": 8}}'` (Docker there) or set {section}.docker=false",
-        )
-        for k in missing
-    ] or [f"no single node has all of {want}"]
+    other = "start a node with `ray start --resources='{{\"{}\": 8}}'` (Docker there) or set {}.docker=false"
+    hints = [fix.get(k) or other.format(k, section) for k in missing] or [f"no single node has all of {want}"]
     raise ExecutorUnavailable(
         f"{section}: no node of the Ray cluster has {', '.join(missing) or 'these resources together'}: {hints[0]}"
     )

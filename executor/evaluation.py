@@ -7,9 +7,8 @@
 shared filesystem), the capabilities and the sampling settings. On the worker it loads the same
 multi-adapter backend (`evaluation.service.load_backend`, same seed) and takes the named policy from
 `evaluation.policies.standard_policies`, so an episode samples what it would have sampled on the driver
-(keyed seeds). On Ray the routed TRACE policy stays on the driver: its routing decisions are recorded there
-(and it mostly copies the base's episodes, evaluation.reuse); local workers also play it when its router is
-portable (below).
+(keyed seeds). The routed TRACE policy stays on the driver: its routing decisions are recorded there
+(and it mostly copies the base's episodes, evaluation.reuse).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from gapforge.executor.config import ExecutorConfig
 from gapforge.executor.training import pack_dir, unpack_dir
 
 _BACKENDS: dict[str, Any] = {}  # per worker process: the backend of a recipe, loaded once for all its policies
+Players = Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,7 @@ class EvalPolicyRecipe:
     seed: int
     worker_dir: str
     name: str = ""
-    adapter_dirs: Mapping[str, str] = field(
-        default_factory=dict
-    )  # adapter name -> a directory this machine has (local workers)
-    router: Any = (
-        None  # a portable router (its scorer is pure data, `scorer.portable`): the routed policy may play on a worker
-    )
+    adapter_dirs: Mapping[str, str] = field(default_factory=dict)  # adapter name -> a directory here (local workers)
     key: str = field(default="", compare=False)
 
     def named(self, name: str) -> EvalPolicyRecipe:
@@ -55,12 +50,11 @@ class EvalPolicyRecipe:
     def __call__(self) -> PolicyModel:
         from gapforge.evaluation.policies import standard_policies
 
-        backend = self._backend()
         policies = standard_policies(
-            backend,
-            self.router,
+            self._backend(),
+            None,  # type: ignore[arg-type]
             self.capabilities,
-            temperature=self.temperature,  # type: ignore[arg-type]
+            temperature=self.temperature,
             capability_adapters=self.capability_adapters,
         )
         return policies[self.name]
@@ -98,10 +92,8 @@ def recipe(
     ship: bool = True,
     router: Any = None,
 ) -> EvalPolicyRecipe:
-    """`ship`: the adapters travel as bytes (Ray: no shared filesystem); else as this machine's directories (local workers).
-    `router`: only a portable one (`router.scorer.portable`), else None (the routed policy then plays on the driver)."""
-    if router is not None and not getattr(getattr(router, "scorer", None), "portable", False):
-        router = None
+    """`ship`: the adapters travel as bytes (Ray: no shared filesystem); else as this machine's directories (local
+    workers). `router` is not used (the routed policy plays on the driver); the keyword stays for callers."""
     packed = {name: pack_dir(Path(path)) for name, path in adapter_paths.items()}
     digest = hashlib.sha256(f"{base_model}\0{max_new_tokens}\0{seed}".encode())
     for name in sorted(packed):
@@ -119,20 +111,22 @@ def recipe(
         worker_dir,
         key=digest.hexdigest()[:16],
         adapter_dirs=dirs,
-        router=router,
     )
+
+
+def _routed(policy: PolicyModel) -> bool:
+    """The routed policy: its decisions are read on the driver, so it plays there."""
+    return getattr(policy, "decisions", None) is not None
 
 
 def eval_players(
     cfg: ExecutorConfig, base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], concurrency: int
-) -> Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]]:
-    """`evaluation.run.evaluate(players=...)`: Ray actors for every policy but one that records routing decisions."""
+) -> Players:
+    """`evaluation.run.evaluate(players=...)`: Ray actors for every policy but the routed one."""
     from gapforge.executor.rollouts import ray_player
 
     def players(name: str, policy: PolicyModel) -> AbstractAsyncContextManager[Any]:
-        if getattr(policy, "decisions", None) is not None:  # the routed policy: its decisions are read on the driver
-            return nullcontext()
-        return ray_player(cfg, base.named(name), make_env, concurrency)
+        return nullcontext() if _routed(policy) else ray_player(cfg, base.named(name), make_env, concurrency)
 
     return players
 
@@ -140,12 +134,10 @@ def eval_players(
 @asynccontextmanager
 async def local_eval_players(
     base: EvalPolicyRecipe, make_env: Callable[[], TargetEnvironment], workers: int, threads: int | None
-) -> AsyncIterator[Callable[[str, PolicyModel], AbstractAsyncContextManager[Any]] | None]:
+) -> AsyncIterator[Players | None]:
     """The local twin of `eval_players`: one pool of worker processes (executor/processes.py) for the whole evaluation;
-    each worker loads the multi-adapter backend once and builds every policy it is asked to play from it. The routed
-    policy plays there too when the recipe carries a portable router: the driver has already routed every task's first
-    message (evaluation.reuse asks it for each base episode), so its recorded decisions are the ones the workers make.
-    None (every policy plays on the caller's loop) when the recipe or `make_env` cannot be pickled, as episode_player does."""
+    each worker loads the multi-adapter backend once and builds every policy it is asked to play from it. None (every
+    policy plays on the caller's loop) when the recipe or `make_env` cannot be pickled, as episode_player does."""
     from gapforge.executor.processes import picklable, process_pool
 
     if not picklable(base, make_env):  # e.g. an env factory holding a live LLM-user client: every policy plays here
@@ -155,11 +147,6 @@ async def local_eval_players(
 
         @asynccontextmanager
         async def players(name: str, policy: PolicyModel) -> AsyncIterator[Any]:
-            if (
-                getattr(policy, "decisions", None) is not None and base.router is None
-            ):  # routed by a router that stays here
-                yield None
-                return
-            yield pool.player(base.named(name), make_env)
+            yield None if _routed(policy) else pool.player(base.named(name), make_env)
 
         yield players

@@ -1,37 +1,28 @@
 """Episodes on local worker processes (`executor.kind: local` with a policy whose weights load in-process).
 
-A tiny or small model decoding on CPU keeps about one core busy in one Python process (the GIL and
-per-layer overhead, not the matmuls, bound it), so on a machine with several cores the collector's own
-event loop leaves the others idle. `process_pool(workers, threads)` starts `workers` spawned processes
-that each hold their own copy of the policy (built by a picklable factory, once per factory) and play
-episodes concurrently on their own event loop, like the Ray actors of executor/rollouts.py but with no
-cluster: `pool.player(factory)` is the collector's `agents.rollouts.EpisodePlayer` for one policy, and
-one pool serves every policy of an evaluation (each worker builds a policy the first time it is asked
-for it).
+A small model decoding on CPU keeps about one core busy per Python process (the GIL and per-layer overhead, not the
+matmuls, bound it), so the collector's own loop leaves the other cores idle. `process_pool(workers, threads)` starts
+spawned processes that each build their own copy of a policy (from a picklable factory, once per factory) and play
+episodes concurrently on their own loop, like the Ray actors of executor/rollouts.py without a cluster:
+`pool.player(factory, make_env)` is one policy's `agents.rollouts.EpisodePlayer`, and one pool serves every policy
+of an evaluation. The driver stays the store's one writer (a worker returns the `EpisodeRecord`). Episodes seed
+from their key (`envs/sampling.py`), so the same plan stores the same episodes here, on the driver or on Ray
+(tests/executor/test_processes.py).
 
-The driver stays the one writer of the store: a worker returns the `EpisodeRecord`, the collector writes it.
-Episodes seed their sampling and tool-call ids from their key (`envs/sampling.py`), so the same plan
-played here, on the driver or on Ray stores the same episodes (tests/executor/test_processes.py).
+Faults: a worker that dies (killed, out of memory, a native crash) costs its episodes in flight only: each ends as
+`worker_error` (an infrastructure failure on the `worker` boundary: not stored, a resume plays it) and a fresh worker
+takes its place (`pool.restarts`). Workers that keep dying stop the stage with WorkerLost (an IncompleteStage, exit 3):
+past `MAX_WORKER_RESTARTS` replacements in one pool, or when a replacement dies before it started an episode (its
+policy cannot even load). An episode's exception is re-raised on the driver with its type when it pickles (else a
+RuntimeError with its type, message and the worker's traceback). What crosses a pipe is pickled by its sender and
+unpickled by its receiver inside a try, so what does not travel fails that episode with a message instead of hanging
+the stage or killing the worker. Requests to one worker go in order (the first one of a policy carries its factory).
+A worker dies with the driver (PR_SET_PDEATHSIG, and its pipe's end-of-file).
 
-Faults: a worker process that dies (killed, out of memory, a user env's native crash) costs its episodes in flight
-only: each ends as `worker_error` (an infrastructure failure on the `worker` boundary: not stored, a resume plays
-it), a fresh worker takes its place (`pool.restarts`) and the other episodes go on. Workers that keep dying stop
-the stage with WorkerLost (an IncompleteStage, exit 3; what finished is stored, the same command plays the rest):
-past `MAX_WORKER_RESTARTS` replacements in one pool, or when a replacement itself dies before it started an
-episode (its policy cannot even load: another one would die the same way). An exception raised while playing an
-episode is the episode's, re-raised on the driver with its type when it pickles (else a RuntimeError with
-its type, message and the worker's traceback). What crosses a pipe is pickled to bytes by its sender and
-unpickled by its receiver inside a try, so a factory, a result or an error that does not travel fails
-that episode with a message instead of hanging the stage or killing the worker. Requests to one worker
-are sent in order (the first one of a policy carries its factory). A worker dies with the driver
-(PR_SET_PDEATHSIG, and its pipe's end-of-file).
-
-Time limits: each request carries the episode's time limit, which the worker's own loop enforces (agents.episode:
-a stuck env call ends the episode as `timeout` on the env, its daemon thread abandoned). A worker that does not
-answer within that limit plus `WORKER_GRACE_S` (its loop or its process is stuck: a policy decoding forever, a
-C call holding the GIL) is not waited on any longer: that episode is a `timeout` on the `worker` boundary (an
-infrastructure failure: not stored, a resume plays it again), the worker gets no new episode, and once its other
-episodes are accounted for (answered or timed out) it is killed and a fresh worker takes its place.
+Time limits: the worker's loop enforces each episode's limit (agents.episode: a stuck env call ends it as `timeout`).
+A worker that does not answer within the limit plus `WORKER_GRACE_S` (a policy decoding forever, a C call holding
+the GIL) is not waited on: that episode is a `timeout` on the `worker` boundary (not stored, a resume plays it), the
+worker gets no new episode, and once its other episodes are settled it is killed and replaced.
 """
 
 from __future__ import annotations
@@ -53,7 +44,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from gapforge.agents.episode import timed_out
+from gapforge.agents.episode import empty_episode, timed_out
 from gapforge.agents.errors import IncompleteStage
 from gapforge.agents.rollouts import EpisodeRecord, play_episode
 from gapforge.envs.env_threads import DaemonThreads
@@ -100,7 +91,8 @@ def _error_blob(err: BaseException) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(err).__name__}: {err} (in a rollout worker process)\n{trace}"))
 
 
-def _worker_main(conn: Any, threads: int | None) -> None:
+def init_worker(threads: int | None) -> None:
+    """A worker process's start: it dies with the driver and decodes on `threads` torch threads."""
     _die_with_parent()
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -113,6 +105,10 @@ def _worker_main(conn: Any, threads: int | None) -> None:
         hf_logging.disable_progress_bar()  # the driver already showed its own "Loading weights"
     except ImportError:
         pass
+
+
+def _worker_main(conn: Any, threads: int | None) -> None:
+    init_worker(threads)
     asyncio.run(_serve(conn))
 
 
@@ -138,15 +134,8 @@ async def _serve(conn: Any) -> None:
         with model_loading():  # policies built while others decode (an evaluation's policies play at once)
             return pickle.loads(blob)()
 
-    async def one(
-        req_id: int,
-        key: str,
-        task_id: str,
-        sample: int,
-        max_turns: int,
-        temperature: float | None,
-        timeout_s: float | None,
-    ) -> None:
+    async def one(req_id: int, key: str, task_id: str, sample: int, *limits: Any) -> None:
+        max_turns, temperature, timeout_s = limits
         try:
             if key in env_errors:
                 raise RuntimeError(f"the env factory could not be rebuilt in a rollout worker: {env_errors[key]}")
@@ -154,9 +143,8 @@ async def _serve(conn: Any) -> None:
                 raise RuntimeError(f"policy {key!r} was never sent to this worker")
             make_env = envs[key]
             policy = await building[key]  # built once per key, by the first request that carried its factory
-            await loop.run_in_executor(
-                pool, send, (req_id, None, b"")
-            )  # started: the driver's clock for this episode runs
+            # started: the driver's clock for this episode runs
+            await loop.run_in_executor(pool, send, (req_id, None, b""))
             rollout = await play_episode(
                 policy,
                 make_env,
@@ -206,10 +194,8 @@ async def _serve(conn: Any) -> None:
         await asyncio.gather(*running, return_exceptions=True)
     finally:
         for future in building.values():
-            policy = (
-                future.result() if future.done() and not future.cancelled() and future.exception() is None else None
-            )
-            close = getattr(policy, "aclose", None)
+            built = future.done() and not future.cancelled() and future.exception() is None
+            close = getattr(future.result() if built else None, "aclose", None)
             if close is not None:
                 try:
                     await close()
@@ -235,15 +221,11 @@ class _Worker:
             None  # FIFO on the loop: requests reach the worker in the order they were made
         )
         self.lost: str | None = None
-        self.stuck: str | None = (
-            None  # why it gets no new episode (it stopped answering): recycled once its pending are settled
-        )
-        self.begun: dict[
-            int, asyncio.Future[bool]
-        ] = {}  # request -> True once the worker started it (False: it never will)
-        self.started = (
-            0  # episodes it said it started (a replacement that dies before its first one: its policy kills it)
-        )
+        # why it gets no new episode (it stopped answering): recycled once its pending are settled
+        self.stuck: str | None = None
+        self.begun: dict[int, asyncio.Future[bool]] = {}  # request -> True once the worker started it (False: never)
+        # episodes it said it started (a replacement that dies before its first one: its policy kills it)
+        self.started = 0
         self.replacement = False  # it took the place of a worker that died
 
     def send(self, message: Any) -> None:
@@ -276,13 +258,16 @@ class ProcessPool:
         w.order = asyncio.Lock()
         threading.Thread(target=self._read, args=(w,), name=f"gapforge-rollout-reader-{w.index}", daemon=True).start()
 
+    def _replace(self, w: _Worker) -> _Worker:
+        fresh = self.workers[w.index] = _Worker(self.ctx, w.index, self.threads)
+        self._listen(fresh)
+        return fresh
+
     def _recycle(self, w: _Worker) -> None:
         """Kill a worker that stopped answering (its pending episodes are settled) and start a fresh one in its place."""
         if self.workers[w.index] is not w:
             return
-        fresh = _Worker(self.ctx, w.index, self.threads)
-        self.workers[w.index] = fresh
-        self._listen(fresh)
+        fresh = self._replace(w)
         self.recycled += 1
         log.warning(
             "local rollout worker %d (pid %s) stopped answering (%s): killed, worker pid %s takes its place",
@@ -307,11 +292,9 @@ class ProcessPool:
             try:
                 payload = pickle.loads(blob)
             except Exception as e:  # noqa: BLE001 - a reply this process cannot rebuild: that episode fails, the others go on
-                ok, payload = (
-                    False,
-                    RuntimeError(
-                        f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}"
-                    ),
+                ok = False
+                payload = RuntimeError(
+                    f"the reply of rollout worker {w.index} could not be read here: {type(e).__name__}: {e}"
                 )
             self.loop.call_soon_threadsafe(self._resolve, w, req_id, ok, payload)
         w.process.join(1.0)  # the pipe closed: reap it here (not on the loop), so _lose can name its exit code
@@ -353,10 +336,8 @@ class ProcessPool:
         elif current and self.restarts >= MAX_WORKER_RESTARTS:
             stop = f"{self.restarts} worker(s) already died and were replaced in this pool (MAX_WORKER_RESTARTS)"
         if current and stop is None:
-            fresh = _Worker(self.ctx, w.index, self.threads)
+            fresh = self._replace(w)
             fresh.replacement = True
-            self.workers[w.index] = fresh
-            self._listen(fresh)
             self.restarts += 1
             log.warning(
                 "local rollout worker %d (pid %s) ended (%s) with %d episode(s) in flight: they end as worker_error "
@@ -367,22 +348,17 @@ class ProcessPool:
                 len(w.pending),
                 fresh.process.pid,
             )
+        ended = f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost})"
         for req_id, future in list(w.pending.items()):
             if future.done():
                 continue
             if stop is None:
-                future.set_exception(
-                    _Died(
-                        f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with this episode "
-                        "in flight"
-                    )
-                )
+                future.set_exception(_Died(f"{ended} with this episode in flight"))
             else:
                 future.set_exception(
                     WorkerLost(
-                        f"local rollout worker {w.index} (pid {w.process.pid}) ended ({w.lost}) with episode #{req_id} in flight, and "
-                        f"workers keep dying ({stop}); what finished is stored: run the same command again to play the rest (or "
-                        "set executor.local_rollout_workers=1)"
+                        f"{ended} with episode #{req_id} in flight, and workers keep dying ({stop}); what finished is "
+                        "stored: run the same command again to play the rest (or set executor.local_rollout_workers=1)"
                     )
                 )
         w.pending.clear()
@@ -429,18 +405,8 @@ class ProcessPool:
         try:
             assert w.order is not None
             async with w.order:
-                first = key not in w.known
-                request = (
-                    req_id,
-                    key,
-                    factory if first else None,
-                    make_env if first else None,
-                    task_id,
-                    sample,
-                    max_turns,
-                    temperature,
-                    timeout_s,
-                )
+                blobs = (None, None) if key in w.known else (factory, make_env)
+                request = (req_id, key, *blobs, task_id, sample, max_turns, temperature, timeout_s)
                 try:
                     await asyncio.to_thread(w.send, request)
                 except (OSError, ValueError) as e:  # its pipe is closed: the worker is gone (its reader replaces it)
@@ -467,25 +433,16 @@ class ProcessPool:
                 if future.done():
                     return future.result()
             except _Died as e:
-                return worker_error(
-                    task_id,
-                    key,
-                    f"{e}; it is not stored and a resume plays it again",
-                    started,
-                    time.perf_counter() - t0,
-                    w,
+                # an infrastructure failure (not stored): `worker_error`
+                info = {"worker": {"index": w.index, "pid": w.process.pid, "ended": w.lost}}
+                error = f"worker_error: {e}; it is not stored and a resume plays it again"
+                elapsed = time.perf_counter() - t0
+                return empty_episode(
+                    "", task_id, key, started, elapsed, termination="worker_error", error=error, score_info=info
                 )
-            return timed_out(
-                "",
-                task_id,
-                key,
-                "the worker's episode",
-                "worker",
-                timeout_s,
-                started,
-                time.perf_counter() - t0,
-                f"worker {w.index}, pid {w.process.pid}",
-            )
+            where = f"worker {w.index}, pid {w.process.pid}"
+            elapsed = time.perf_counter() - t0
+            return timed_out("", task_id, key, "the worker's episode", "worker", timeout_s, started, elapsed, where)
         finally:
             w.begun.pop(req_id, None)
             if not future.done():
@@ -513,46 +470,15 @@ class ProcessPool:
             w.conn.close()
 
 
-def worker_error(
-    task_id: str, policy: str, error: str, started_at: datetime, elapsed_s: float, w: _Worker
-) -> EpisodeRecord:
-    """An episode whose worker process ended while playing it: `worker_error`, an infrastructure failure (not stored)."""
-    info = {"worker": {"index": w.index, "pid": w.process.pid, "ended": w.lost}}
-    return EpisodeRecord(
-        env="",
-        task=task_id,
-        policy=policy,
-        messages=[],
-        reward=0.0,
-        success=False,
-        score_info=info,
-        turns=0,
-        termination="worker_error",
-        error=f"worker_error: {error}",
-        timings={"policy_s": 0.0, "env_s": elapsed_s, "total_s": elapsed_s},
-        started_at=started_at,
-    )
-
-
 class ProcessPlayer:
     """One policy's `agents.rollouts.EpisodePlayer` over a ProcessPool (its factories already pickled)."""
 
     def __init__(self, pool: ProcessPool, key: str, factory: bytes, make_env: bytes) -> None:
         self.pool, self.key, self.factory, self.make_env = pool, key, factory, make_env
 
-    async def play(
-        self, task_id: str, sample: int, *, max_turns: int, temperature: float | None, timeout_s: float | None = None
-    ) -> EpisodeRecord:
-        return await self.pool.play(
-            self.key,
-            self.factory,
-            self.make_env,
-            task_id,
-            sample,
-            max_turns=max_turns,
-            temperature=temperature,
-            timeout_s=timeout_s,
-        )
+    async def play(self, task_id: str, sample: int, **episode: Any) -> EpisodeRecord:
+        """`EpisodePlayer.play`; `episode`: max_turns, temperature, timeout_s."""
+        return await self.pool.play(self.key, self.factory, self.make_env, task_id, sample, **episode)
 
 
 @asynccontextmanager

@@ -1,18 +1,16 @@
 """Rollout and evaluation episodes on Ray actors (`executor.kind: ray`).
 
-Each `RolloutWorker` actor builds its own policy (`policy_factory()`: an endpoint client, or a local
-model loaded once per actor) and a fresh env per episode, and plays episodes on its own event loop
-(an async actor: `executor.rollout` resources each). `RayEpisodePlayer` is the collector's
-`agents.rollouts.EpisodePlayer`: it sends each (task, sample) to the least busy actor and hands the
-`EpisodeRecord` back; the driver's collector stays the one writer of the store (keyed writes: a retried
-episode is never stored twice).
+Each `RolloutWorker` actor (an async actor: `executor.rollout` resources each) builds its own policy
+(`policy_factory()`: an endpoint client, or a local model loaded once per actor) and a fresh env per episode.
+`RayEpisodePlayer` is the collector's `agents.rollouts.EpisodePlayer`: it sends each (task, sample) to the least
+busy actor and hands the `EpisodeRecord` back; the driver's collector stays the store's one writer (keyed writes:
+a retried episode is never stored twice). Each episode's time limit (`rollouts.episode_timeout_s`) is enforced on
+the actor's loop (agents.episode); env calls run on daemon threads there, so one abandoned at the limit never holds
+the actor.
 
-Each episode carries its time limit (`rollouts.episode_timeout_s`), enforced on the actor's loop (agents.episode);
-env calls run on daemon threads there, so one abandoned at the limit never holds the actor.
-
-Faults: an actor whose process dies is restarted and its unfinished calls re-run (`executor.max_retries`
-each); the episode key seeds sampling, so a re-run plays the same episode. Past the retries the
-collection stops with IncompleteStage (exit 3): what finished is stored, a resume plays the rest.
+Faults: an actor whose process dies is restarted and its unfinished calls re-run (`executor.max_retries` each); the
+episode key seeds sampling, so a re-run plays the same episode. Past the retries the collection stops with
+IncompleteStage (exit 3): what finished is stored, a resume plays the rest.
 """
 
 from __future__ import annotations

@@ -1,21 +1,20 @@
 """Training jobs on Ray: one task per capability, with its GPU request (`executor.training`).
 
-The task keeps the job's process isolation: on its worker it runs `training.run.run_job`, i.e.
-`python -m gapforge.training.run SPEC` in a child process, so a crash or an OOM kill of the trainer is a
-failed outcome returned to the driver (recorded; the other jobs go on), not a lost Ray worker.
-Nothing assumes a shared filesystem:
+The task keeps the job's process isolation: its worker runs `training.run.run_job` (`python -m gapforge.training.run
+SPEC` in a child process), so a crash or an OOM kill of the trainer is a failed outcome returned to the driver
+(recorded; the other jobs go on), not a lost Ray worker. Nothing assumes a shared filesystem:
 
 - the driver sends the job spec (never the store URL) and, for a sandboxed env, the env module's bytes;
-- the worker trains in `executor.worker_dir/<run>/<name>` (the same path on a retry, so a job that Ray
-  re-runs after its worker died resumes from its last TRL checkpoint when it lands on the same node);
-- the job's output directory comes back as a tar archive without the TRL checkpoints (the adapter,
-  `result.json`, `steps.jsonl`, `selection.json`: LoRA adapters are small), is unpacked into the
-  job's `out_dir` on the driver, and the driver registers the adapter in the store.
+- the worker trains in `executor.worker_dir/<run>/<name>` (the same path on a retry: a job Ray re-runs after its
+  worker died resumes from its last TRL checkpoint when it lands on the same node);
+- the job's output directory comes back as a tar archive without the TRL checkpoints (the adapter, `result.json`,
+  `steps.jsonl`, `selection.json`: LoRA adapters are small), unpacked into the job's `out_dir` on the driver, which
+  registers the adapter in the store.
 
-The base model's weights are not shipped: a training node must hold them at `job.base_model`
-(e.g. `hf download` there); a node without them fails the job with that one line.
-Progress events stream back while the job trains (a Ray streaming generator). A lost worker is retried by the
-driver (a fresh stream per attempt), and the trainer child dies with its worker (PR_SET_PDEATHSIG).
+The base model's weights are not shipped: a training node must hold them at `job.base_model` (e.g. `hf download`
+there); a node without them fails the job with that one line. Progress events stream back while the job trains (a
+Ray streaming generator). A lost worker is retried by the driver (a fresh stream per attempt), and the trainer child
+dies with its worker (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -101,16 +100,9 @@ def train_on_worker(payload: dict[str, Any], worker_dir: str) -> Iterator[tuple[
     if outcome is None:
         raise RuntimeError("the training launcher ended without an outcome")
     result = outcome.result.model_dump(mode="json") if outcome.result is not None else None
-    yield (
-        "outcome",
-        {
-            "returncode": outcome.returncode,
-            "result": result,
-            "error": outcome.error,
-            "files": pack_dir(Path(job.out_dir), skip=("trl",)),
-            "out_dir": job.out_dir,
-        },
-    )
+    files = pack_dir(Path(job.out_dir), skip=("trl",))
+    out = {"returncode": outcome.returncode, "result": result, "error": outcome.error, "files": files}
+    yield "outcome", {**out, "out_dir": job.out_dir}
 
 
 def _finish(job: TrainJob, outcome: dict[str, Any]) -> JobOutcome:
@@ -150,9 +142,8 @@ def run_jobs_on_ray(
         opts = options(cfg, cfg.training, docker=_uses_docker(job))
         check_feasible(ray, opts, "executor.training")
         payload = _job_payload(job)
-        for attempt in range(
-            cfg.max_retries + 1
-        ):  # the driver retries: a re-run generator streams other events than the first
+        # the driver retries: a re-run generator streams other events than the first
+        for attempt in range(cfg.max_retries + 1):
             stream = remote.options(num_returns="streaming", max_retries=0, **opts).remote(payload, cfg.worker_dir)
             try:
                 for ref in stream:
@@ -162,9 +153,8 @@ def run_jobs_on_ray(
                     elif kind == "outcome":
                         return _finish(job, value)
                 error = "its Ray task ended without an outcome"
-            except (
-                ray.exceptions.RayError
-            ) as e:  # its worker died: again (same node: resumes from its checkpoint), then recorded
+            # its worker died: again (same node: resumes from its checkpoint), then recorded
+            except ray.exceptions.RayError as e:
                 error = f"its Ray worker was lost {attempt + 1} time(s) ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
                 if on_line is not None and attempt < cfg.max_retries:
                     on_line(job.name, {"event": "retry", "attempt": attempt + 2, "error": error})

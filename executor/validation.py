@@ -1,33 +1,27 @@
 """The validation's checks (sandbox/checks/) on other processes: the `agents.validation.SandboxChecks` drop-ins.
 
-`RaySandboxChecks` (`executor.kind: ray`, `executor.validation`) offers drop-ins for `sandbox.checks.validate_env`
-and the readiness check `check_grpo_ready` with the same signatures: instead of opening the module
-through the driver's opener, it sends the module's bytes to a Ray task placed on a node holding
-`executor.docker_resource`; that task opens the module in its own node's sandbox pool (generated
-code still runs only in the sandbox), builds its own policy for readiness (`policy_factory`, not the
-driver's object: an HTTP session or a loaded model does not travel), runs the checks and returns the
-report to the driver. The driver's progress callback hears one line per remote call (the checks
-inside run remotely). A sandbox or endpoint failing past its retries comes back as the same
-`incomplete` report / InfrastructureFailure as on one machine.
+`RaySandboxChecks` (`executor.kind: ray`, `executor.validation`): drop-ins for `sandbox.checks.validate_env` and the
+readiness check `check_grpo_ready` with the same signatures that send the module's bytes to a Ray task on a node
+holding `executor.docker_resource`. The task opens the module in its own node's sandbox pool (generated code still
+runs only in the sandbox), builds its own policy for readiness (`policy_factory`: the driver's HTTP session or loaded
+model does not travel) and returns the report. The driver's progress callback hears one line per remote call. A
+sandbox or endpoint failing past its retries comes back as the same `incomplete` report / InfrastructureFailure as on
+one machine.
 
-`LocalReadinessChecks` (`executor.kind: local`, a local policy on a CPU-only machine) runs the readiness check on
-local worker processes. The check plays G x K policy episodes in a candidate env. Played in the driver, every check
-shares the driver's one base policy, so its one decoding thread and the event loop (one GIL) bound them:
-in the demo the two capability branches' checks ran at once and kept ~0.9 of the 2 cores busy (vmstat:
-45% idle for the 75 s they took, on the capability phase's critical path). So the other checks stay in
-this process (its `validate_env` is sandbox.checks' own); `readiness_for(module)` runs the
-whole readiness check in a spawned worker process (`workers` of them, `threads` torch threads each), which builds
-its own policy from the picklable factory, opens the module in its own sandbox pool (generated code still
-runs only in the sandbox) and returns the CheckResult. The episodes are the same as in the driver: each
-samples from its key (`grpo_ready:<seed>#<sample>`) and the policy's seed, not from the process or the
-batch it decodes in (tests/executor/test_readiness.py).
+`LocalReadinessChecks` (`executor.kind: local`, a local policy on a CPU-only machine) runs the readiness check (G x K
+policy episodes in a candidate env) on spawned worker processes (`workers`, `threads` torch threads each). Played in
+the driver, every check shares its one base policy, so one decoding thread and one GIL bound them: in the demo the two
+capability branches' checks kept ~0.9 of the 2 cores busy (vmstat: 45% idle for the 75 s they took, on the
+capability phase's critical path). The other checks stay here (`validate_env` is sandbox.checks' own). A worker
+builds its own policy from the picklable factory, opens the module in its own sandbox pool and returns the
+CheckResult; its episodes are the driver's: each samples from its key (`grpo_ready:<seed>#<sample>`) and the
+policy's seed, not from the process or batch (tests/executor/test_readiness.py).
 
-Faults of a local worker: an exception the check raises (its InfrastructureFailure among them) comes back with its
-type, or as a RuntimeError with its type, message and traceback when it does not travel
-(executor.processes._error_blob); a worker that dies (killed, out of memory) is WorkerLost (an IncompleteStage,
-exit 3: the stored attempts stay, the same command runs the check again), and the next check starts a new worker.
-Workers die with the driver (PR_SET_PDEATHSIG); the containers of a dead worker are swept by the next pool. A check
-whose episode runner cannot travel (a test's closure) runs in this process, as before.
+Faults of a local worker: the check's exception (InfrastructureFailure among them) comes back with its type, or as a
+RuntimeError with its type, message and traceback (executor.processes._error_blob); a worker that dies (killed, out
+of memory) is WorkerLost (an IncompleteStage, exit 3: the stored attempts stay, the same command runs the check
+again), and the next check starts a new worker. Workers die with the driver (PR_SET_PDEATHSIG); a dead worker's
+containers are swept by the next pool. A check whose episode runner cannot travel (a test's closure) runs here.
 """
 
 from __future__ import annotations
@@ -36,7 +30,6 @@ import asyncio
 import concurrent.futures
 import hashlib
 import multiprocessing
-import os
 import pickle
 import threading
 from collections.abc import Callable
@@ -47,7 +40,7 @@ from typing import Any
 from gapforge.envs.protocol import PolicyModel
 from gapforge.executor.cluster import check_feasible, connect, options
 from gapforge.executor.config import ExecutorConfig
-from gapforge.executor.processes import WorkerLost, _die_with_parent, _error_blob, picklable
+from gapforge.executor.processes import WorkerLost, _error_blob, init_worker, picklable
 from gapforge.sandbox.checks import ValidationReport, validate_env
 from gapforge.sandbox.checks.grpo import check_grpo_ready
 from gapforge.sandbox.checks.report import CheckResult
@@ -55,21 +48,15 @@ from gapforge.sandbox.config import SandboxConfig
 
 
 def checks_on_worker(
-    kind: str,
-    module_name: str,
-    code: bytes,
-    sandbox: SandboxConfig,
-    worker_dir: str,
-    policy_factory: Callable[[], PolicyModel] | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    module_name: str, code: bytes, worker_dir: str, kind: str, sandbox: SandboxConfig, *check: Any
 ) -> Any:
-    """The Ray task's body: the module's bytes written on this node, then `checks_in_pool` there."""
+    """The Ray task's body: the module's bytes written on this node, then `checks_in_pool` there (`check`: the
+    policy factory, args and kwargs)."""
     path = Path(worker_dir) / "modules" / hashlib.sha256(code).hexdigest()[:16] / module_name
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file():
         path.write_bytes(code)
-    return checks_in_pool(kind, path, sandbox, policy_factory, args, kwargs, pool_size=min(sandbox.pool_size, 2))
+    return checks_in_pool(kind, path, sandbox, *check, pool_size=min(sandbox.pool_size, 2))
 
 
 def checks_in_pool(
@@ -115,9 +102,7 @@ class RaySandboxChecks:
     def __init__(
         self, cfg: ExecutorConfig, sandbox: SandboxConfig, policy_factory: Callable[[], PolicyModel] | None = None
     ) -> None:
-        self.cfg = cfg
-        self.sandbox = sandbox
-        self.policy_factory = policy_factory
+        self.cfg, self.sandbox, self.policy_factory = cfg, sandbox, policy_factory
 
     def _submit(
         self, kind: str, module: str | Path, policy: PolicyModel | None, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -131,7 +116,7 @@ class RaySandboxChecks:
             raise ValueError("GRPO readiness on Ray needs a policy_factory: the driver's policy object does not travel")
         remote = ray.remote(checks_on_worker).options(max_retries=self.cfg.max_retries, **opts)
         return remote.remote(
-            kind, path.name, path.read_bytes(), self.sandbox, self.cfg.worker_dir, factory, args, kwargs
+            path.name, path.read_bytes(), self.cfg.worker_dir, kind, self.sandbox, factory, args, kwargs
         )
 
     @staticmethod
@@ -162,19 +147,6 @@ class RaySandboxChecks:
         return check
 
 
-def _init_worker(threads: int | None) -> None:
-    """Each worker: dies with the driver, decodes on `threads` torch threads, and imports the policy stack once."""
-    _die_with_parent()
-    if threads:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    if threads:
-        torch.set_num_threads(threads)
-    hf_logging.disable_progress_bar()  # the driver already showed its own "Loading weights"
-
-
 def readiness_in_worker(
     module: str,
     sandbox: SandboxConfig,
@@ -200,10 +172,8 @@ class LocalReadinessChecks:
     def __init__(
         self, sandbox: SandboxConfig, policy_factory: Callable[[], Any], *, workers: int, threads: int | None
     ) -> None:
-        self.sandbox = sandbox
-        self.factory = policy_factory  # picklable: executor.sandbox_checks checks it
-        self.workers = max(1, workers)
-        self.threads = threads
+        self.sandbox, self.factory = sandbox, policy_factory  # picklable: executor.sandbox_checks checks it
+        self.workers, self.threads = max(1, workers), threads
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -216,23 +186,10 @@ class LocalReadinessChecks:
                 self._pool = concurrent.futures.ProcessPoolExecutor(
                     self.workers,
                     mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init_worker,
+                    initializer=init_worker,
                     initargs=(self.threads,),
                 )
             return self._pool
-
-    def _submit(
-        self, module: str | Path, seeds: list[int], run_episode: Any, cfg: Any, kw: dict[str, Any]
-    ) -> concurrent.futures.Future:
-        args = (str(Path(module).resolve()), self.sandbox, self.factory, list(seeds), run_episode, cfg, kw)
-        return self._executor().submit(readiness_in_worker, *args)
-
-    @staticmethod
-    def _result(reply: tuple[bool, Any]) -> CheckResult:
-        ok, payload = reply
-        if ok:
-            return payload
-        raise pickle.loads(payload)
 
     def _lost(self, e: BaseException) -> WorkerLost:
         with self._lock:
@@ -253,11 +210,14 @@ class LocalReadinessChecks:
         ) -> CheckResult:
             if policy is None or run_episode is None or not picklable(run_episode):
                 return await check_grpo_ready(open_env, seeds, policy, run_episode, cfg, **kw)
+            args = (str(Path(module).resolve()), self.sandbox, self.factory, list(seeds), run_episode, cfg, kw)
             try:
-                reply = await asyncio.wrap_future(self._submit(module, seeds, run_episode, cfg, kw))
+                ok, payload = await asyncio.wrap_future(self._executor().submit(readiness_in_worker, *args))
             except BrokenProcessPool as e:
                 raise self._lost(e) from None
-            return self._result(reply)
+            if ok:
+                return payload
+            raise pickle.loads(payload)
 
         return check
 

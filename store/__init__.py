@@ -9,46 +9,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-_WHERE = {  # name -> its module in this package
-    "LabelIn": "analysis",
-    "Store": "db",
-    "StoreError": "errors",
-    "StoreConfig": "config",
-    **{
-        name: "rows"
-        for name in (
-            "AdapterRow",
-            "CapabilityRow",
-            "CapabilityStatRow",
-            "EpisodeRow",
-            "EpisodeSummaryRow",
-            "EvaluationRow",
-            "LabelRow",
-            "LabelValue",
-            "RunRow",
-            "SyntheticEnvRow",
-            "ValidationRow",
-        )
-    },
-}
-
-__all__ = [
-    "AdapterRow",
-    "CapabilityRow",
-    "CapabilityStatRow",
-    "EpisodeRow",
-    "EpisodeSummaryRow",
-    "EvaluationRow",
-    "LabelIn",
-    "LabelRow",
-    "LabelValue",
-    "RunRow",
-    "Store",
-    "StoreConfig",
-    "StoreError",
-    "SyntheticEnvRow",
-    "ValidationRow",
-]
+_WHERE = {"LabelIn": "analysis", "Store": "db", "StoreError": "errors"}  # name -> its module in this package
+__all__ = ["LabelIn", "Store", "StoreError"]
 
 
 def __getattr__(name: str) -> Any:
@@ -62,19 +24,5 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from gapforge.store.analysis import LabelIn
-    from gapforge.store.config import StoreConfig
     from gapforge.store.db import Store
     from gapforge.store.errors import StoreError
-    from gapforge.store.rows import (
-        AdapterRow,
-        CapabilityRow,
-        CapabilityStatRow,
-        EpisodeRow,
-        EpisodeSummaryRow,
-        EvaluationRow,
-        LabelRow,
-        LabelValue,
-        RunRow,
-        SyntheticEnvRow,
-        ValidationRow,
-    )

@@ -1,28 +1,21 @@
 """Contrastive capability analysis: the capability dictionary, labels and per-pass statistics.
 
-All writes are upserts on the table's unique key (latest write wins), so a
-re-run discovery, labeling pass or statistics step replaces its own rows.
+All writes are upserts on the table's unique key (latest write wins): a re-run step replaces its own rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from gapforge.store.analysis_records import AnalysisRecordQueries
+from gapforge.store.analysis_records import AnalysisRecordQueries, check_label
 from gapforge.store.engine import StoreBase, no_capability
 from gapforge.store.errors import StoreError
 from gapforge.store.models import Capability, CapabilityStat, Label, utcnow
-from gapforge.store.rows import (
-    LABEL_VALUES,
-    CapabilityRow,
-    CapabilityStatRow,
-    LabelRow,
-    LabelValue,
-    to_row,
-)
+from gapforge.store.rows import CapabilityRow, CapabilityStatRow, LabelRow, LabelValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +49,7 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
             "prompt_name": prompt_name,
             "prompt_version": prompt_version,
         }
-        with self._write(run_id) as session:
-            return to_row(CapabilityRow, self._upsert(session, Capability, values, ("run_id", "name")))
+        return self._put(CapabilityRow, Capability, values, ("run_id", "name"))
 
     def set_capability_retained(self, run_id: str, name: str, retained: bool) -> None:
         """Record the stability vote (kept in >= K of R passes) on the capability itself."""
@@ -68,64 +60,30 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
             if cap is None:
                 self._require_run(session, run_id)
                 raise StoreError(no_capability(run_id, name))
-            cap.retained = retained
-            cap.updated_at = utcnow()
+            cap.retained, cap.updated_at = retained, utcnow()
 
     def get_capability(self, run_id: str, name: str) -> CapabilityRow | None:
-        with self._read() as session:
-            self._require_run(session, run_id)
-            cap = session.scalars(
-                select(Capability).where(Capability.run_id == run_id, Capability.name == name)
-            ).first()
-            return None if cap is None else to_row(CapabilityRow, cap)
+        return self._one(CapabilityRow, Capability, run_id, name=name)
 
     def capabilities(self, run_id: str, retained: bool | None = None) -> list[CapabilityRow]:
-        stmt = select(Capability).where(Capability.run_id == run_id).order_by(Capability.id)
-        if retained is not None:
-            stmt = stmt.where(Capability.retained == retained)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(CapabilityRow, c) for c in session.scalars(stmt)]
+        return self._list(CapabilityRow, Capability, run_id, [Capability.id], retained=retained)
 
     # --- labels -------------------------------------------------------------------------------
     def put_labels(self, run_id: str, pass_index: int, labels: Iterable[LabelIn]) -> int:
         """Upsert labels of one pass in one transaction, keyed by (episode, capability, pass); returns the count."""
         items = list(labels)
         for item in items:
-            if item.value not in LABEL_VALUES:
-                raise StoreError(
-                    f"bad label {item.value!r} for capability {item.capability!r}: use one of {', '.join(LABEL_VALUES)}"
-                )
+            check_label(item.capability, item.value)
         missing = f"labels for run {run_id!r} name an episode or capability that is not stored: store those first"
         with self._write(run_id, missing) as session:
             for item in items:
-                values = {
-                    "run_id": run_id,
-                    "episode_id": item.episode_id,
-                    "capability": item.capability,
-                    "pass_index": pass_index,
-                    "value": item.value,
-                    "evidence": item.evidence,
-                }
+                values = {"run_id": run_id, "pass_index": pass_index, **dataclasses.asdict(item)}
                 self._upsert(session, Label, values, ("episode_id", "capability", "pass_index"))
         return len(items)
 
-    def put_label(
-        self, run_id: str, episode_id: int, capability: str, pass_index: int, value: LabelValue, evidence: str = ""
-    ) -> None:
-        self.put_labels(run_id, pass_index, [LabelIn(episode_id, capability, value, evidence)])
-
     def labels(self, run_id: str, pass_index: int | None = None, capability: str | None = None) -> list[LabelRow]:
-        stmt = (
-            select(Label).where(Label.run_id == run_id).order_by(Label.pass_index, Label.capability, Label.episode_id)
-        )
-        if pass_index is not None:
-            stmt = stmt.where(Label.pass_index == pass_index)
-        if capability is not None:
-            stmt = stmt.where(Label.capability == capability)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(LabelRow, lab) for lab in session.scalars(stmt)]
+        order = [Label.pass_index, Label.capability, Label.episode_id]
+        return self._list(LabelRow, Label, run_id, order, pass_index=pass_index, capability=capability)
 
     # --- statistics ---------------------------------------------------------------------------
     def put_capability_stat(
@@ -151,18 +109,9 @@ class AnalysisQueries(AnalysisRecordQueries, StoreBase):
             "coverage": coverage,
             "kept": kept,
         }
-        with self._write(run_id, no_capability(run_id, capability)) as session:
-            row = self._upsert(session, CapabilityStat, values, ("run_id", "capability", "pass_index"))
-            return to_row(CapabilityStatRow, row)
+        key = ("run_id", "capability", "pass_index")
+        return self._put(CapabilityStatRow, CapabilityStat, values, key, no_capability(run_id, capability))
 
     def capability_stats(self, run_id: str, capability: str | None = None) -> list[CapabilityStatRow]:
-        stmt = (
-            select(CapabilityStat)
-            .where(CapabilityStat.run_id == run_id)
-            .order_by(CapabilityStat.capability, CapabilityStat.pass_index)
-        )
-        if capability is not None:
-            stmt = stmt.where(CapabilityStat.capability == capability)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(CapabilityStatRow, s) for s in session.scalars(stmt)]
+        order = [CapabilityStat.capability, CapabilityStat.pass_index]
+        return self._list(CapabilityStatRow, CapabilityStat, run_id, order, capability=capability)

@@ -1,9 +1,8 @@
-"""Analysis records beyond capabilities/labels/stats: labeling calls (the labeling cache and
-its failures and cost), the discovery record, the task split, per-capability summaries.
+"""Analysis records beyond capabilities/labels/stats: labeling calls (the labeling cache, its failures and cost),
+the discovery record, the task split, per-capability summaries.
 
-Writes are keyed upserts, so a resumed stage never duplicates rows. A labeling call and
-its labels are written in ONE transaction: a process killed mid-pass leaves either
-both or neither.
+Writes are keyed upserts, so a resumed stage never duplicates rows. A labeling call and its labels are written in
+ONE transaction: a process killed mid-pass leaves both or neither.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from sqlalchemy import delete, insert, select, tuple_
 from gapforge.store.engine import StoreBase, no_capability
 from gapforge.store.errors import StoreError
 from gapforge.store.models import AnalysisSplit, CapabilitySummary, Discovery, Label, LabelCall, utcnow
-from gapforge.store.rows import LABEL_VALUES, to_row
+from gapforge.store.rows import LABEL_VALUES
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,13 +116,13 @@ class CapabilitySummaryRow:
 _UPSERTS: dict[str, Any] = {}  # dialect -> the label-call upsert statement
 
 
+def check_label(capability: str, value: str) -> None:
+    if value not in LABEL_VALUES:
+        raise StoreError(f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}")
+
+
 class AnalysisRecordQueries(StoreBase):
     # --- labeling calls (cache, failures, cost) --------------------------------------------------
-    def put_label_call(self, run_id: str, episode_id: int, pass_index: int, **fields: Any) -> None:
-        """Record one labeling call and replace the (episode, pass) labels in one transaction;
-        `fields` are LabelCallRecord's other fields (dictionary_hash, status, labels, ...)."""
-        self.put_label_calls(run_id, [LabelCallRecord(episode_id=episode_id, pass_index=pass_index, **fields)])
-
     def put_label_calls(self, run_id: str, records: Sequence[LabelCallRecord]) -> None:
         """Record labeling calls and replace each one's (episode, pass) labels, all in ONE
         transaction: three statements whatever the batch size (the labeling hot loop writes
@@ -134,10 +133,7 @@ class AnalysisRecordQueries(StoreBase):
             if r.status not in ("ok", "failed"):
                 raise StoreError(f"bad label call status {r.status!r}: use 'ok' or 'failed'")
             for capability, value, _ in r.labels:
-                if value not in LABEL_VALUES:
-                    raise StoreError(
-                        f"bad label {value!r} for capability {capability!r}: use one of {', '.join(LABEL_VALUES)}"
-                    )
+                check_label(capability, value)
         calls = [
             {
                 "run_id": run_id,
@@ -200,25 +196,16 @@ class AnalysisRecordQueries(StoreBase):
         self, run_id: str, pass_index: int, dictionary_hash: str, prompt_version: str
     ) -> dict[int, str]:
         """episode id -> "ok" | "failed" for the calls already made under this cache key."""
-        stmt = select(LabelCall.episode_id, LabelCall.status).where(
-            LabelCall.run_id == run_id,
-            LabelCall.pass_index == pass_index,
-            LabelCall.dictionary_hash == dictionary_hash,
-            LabelCall.prompt_version == prompt_version,
+        stmt = select(LabelCall.episode_id, LabelCall.status).filter_by(
+            run_id=run_id, pass_index=pass_index, dictionary_hash=dictionary_hash, prompt_version=prompt_version
         )
         with self._read() as session:
             self._require_run(session, run_id)
             return {int(e): s for e, s in session.execute(stmt)}
 
     def label_calls(self, run_id: str, pass_index: int | None = None, status: str | None = None) -> list[LabelCallRow]:
-        stmt = select(LabelCall).where(LabelCall.run_id == run_id).order_by(LabelCall.pass_index, LabelCall.episode_id)
-        if pass_index is not None:
-            stmt = stmt.where(LabelCall.pass_index == pass_index)
-        if status is not None:
-            stmt = stmt.where(LabelCall.status == status)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(LabelCallRow, c) for c in session.scalars(stmt)]
+        order = [LabelCall.pass_index, LabelCall.episode_id]
+        return self._list(LabelCallRow, LabelCall, run_id, order, pass_index=pass_index, status=status)
 
     # --- discovery ---------------------------------------------------------------------------------
     def put_discovery(
@@ -239,14 +226,10 @@ class AnalysisRecordQueries(StoreBase):
             "sample_episode_ids": [int(i) for i in sample_episode_ids],
             "details": dict(details),
         }
-        with self._write(run_id) as session:
-            return to_row(DiscoveryRow, self._upsert(session, Discovery, values, ("run_id",)))
+        return self._put(DiscoveryRow, Discovery, values, ("run_id",))
 
     def get_discovery(self, run_id: str) -> DiscoveryRow | None:
-        with self._read() as session:
-            self._require_run(session, run_id)
-            row = session.scalars(select(Discovery).where(Discovery.run_id == run_id)).first()
-            return None if row is None else to_row(DiscoveryRow, row)
+        return self._one(DiscoveryRow, Discovery, run_id)
 
     # --- the task split ----------------------------------------------------------------------------
     def put_split(
@@ -269,25 +252,18 @@ class AnalysisRecordQueries(StoreBase):
             "heldout_tasks": list(heldout_tasks),
             "families": dict(families),
         }
-        with self._write(run_id) as session:
-            return to_row(AnalysisSplitRow, self._upsert(session, AnalysisSplit, values, ("run_id",)))
+        return self._put(AnalysisSplitRow, AnalysisSplit, values, ("run_id",))
 
     def get_split(self, run_id: str) -> AnalysisSplitRow | None:
         """The run's stored split (evaluation reads `heldout_tasks` from it), or None."""
-        with self._read() as session:
-            self._require_run(session, run_id)
-            row = session.scalars(select(AnalysisSplit).where(AnalysisSplit.run_id == run_id)).first()
-            return None if row is None else to_row(AnalysisSplitRow, row)
+        return self._one(AnalysisSplitRow, AnalysisSplit, run_id)
 
     # --- per-capability summaries ------------------------------------------------------------------
     def put_capability_summary(self, run_id: str, capability: str, values: Mapping[str, Any]) -> CapabilitySummaryRow:
         """Upsert by (run, capability); `values` holds the other columns of CapabilitySummary."""
         row = {"run_id": run_id, "capability": capability, **values}
-        with self._write(run_id, no_capability(run_id, capability)) as session:
-            return to_row(CapabilitySummaryRow, self._upsert(session, CapabilitySummary, row, ("run_id", "capability")))
+        key = ("run_id", "capability")
+        return self._put(CapabilitySummaryRow, CapabilitySummary, row, key, no_capability(run_id, capability))
 
     def capability_summaries(self, run_id: str) -> list[CapabilitySummaryRow]:
-        stmt = select(CapabilitySummary).where(CapabilitySummary.run_id == run_id).order_by(CapabilitySummary.id)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(CapabilitySummaryRow, s) for s in session.scalars(stmt)]
+        return self._list(CapabilitySummaryRow, CapabilitySummary, run_id, [CapabilitySummary.id])

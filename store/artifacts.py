@@ -1,8 +1,7 @@
 """What a run builds: synthetic envs, their validations, adapters and evaluations.
 
-All writes are upserts on the table's unique key (latest write wins): a retried
-synthesis attempt, a re-run validation, a retrained adapter or a repeated
-evaluation replaces its own row instead of adding one.
+All writes are upserts on the table's unique key (latest write wins): a retried synthesis attempt, a re-run
+validation, a retrained adapter or a repeated evaluation replaces its own row instead of adding one.
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ class ArtifactQueries(StoreBase):
             "prompt_name": prompt_name,
             "prompt_version": prompt_version,
         }
-        with self._write(run_id, no_capability(run_id, capability)) as session:
-            row = self._upsert(session, SyntheticEnv, values, ("run_id", "capability", "attempt"))
-            return to_row(SyntheticEnvRow, row)
+        key = ("run_id", "capability", "attempt")
+        return self._put(SyntheticEnvRow, SyntheticEnv, values, key, no_capability(run_id, capability))
 
     def set_synthetic_env_status(self, synthetic_env_id: int, status: str) -> None:
         with self._write() as session:
@@ -53,8 +51,7 @@ class ArtifactQueries(StoreBase):
             if env is None:
                 raise _unknown_env(synthetic_env_id)
             self._fence(session, env.run_id)
-            env.status = status
-            env.updated_at = utcnow()
+            env.status, env.updated_at = status, utcnow()
 
     def get_synthetic_env(self, synthetic_env_id: int) -> SyntheticEnvRow:
         with self._read() as session:
@@ -65,16 +62,8 @@ class ArtifactQueries(StoreBase):
 
     def synthetic_envs(self, run_id: str, capability: str | None = None) -> list[SyntheticEnvRow]:
         """Attempts of a run, ordered by capability then attempt."""
-        stmt = (
-            select(SyntheticEnv)
-            .where(SyntheticEnv.run_id == run_id)
-            .order_by(SyntheticEnv.capability, SyntheticEnv.attempt)
-        )
-        if capability is not None:
-            stmt = stmt.where(SyntheticEnv.capability == capability)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(SyntheticEnvRow, e) for e in session.scalars(stmt)]
+        order = [SyntheticEnv.capability, SyntheticEnv.attempt]
+        return self._list(SyntheticEnvRow, SyntheticEnv, run_id, order, capability=capability)
 
     # --- validations --------------------------------------------------------------------------
     def put_validation(self, synthetic_env_id: int, *, report: Mapping[str, Any], passed: bool) -> ValidationRow:
@@ -111,41 +100,25 @@ class ArtifactQueries(StoreBase):
             "metrics": dict(metrics),
             "status": status,
         }
-        with self._write(run_id, no_capability(run_id, capability)) as session:
-            return to_row(AdapterRow, self._upsert(session, Adapter, values, ("run_id", "name")))
+        return self._put(AdapterRow, Adapter, values, ("run_id", "name"), no_capability(run_id, capability))
 
     def get_adapter(self, run_id: str, name: str) -> AdapterRow | None:
-        with self._read() as session:
-            self._require_run(session, run_id)
-            row = session.scalars(select(Adapter).where(Adapter.run_id == run_id, Adapter.name == name)).first()
-            return None if row is None else to_row(AdapterRow, row)
+        return self._one(AdapterRow, Adapter, run_id, name=name)
 
     def adapters(self, run_id: str) -> list[AdapterRow]:
-        with self._read() as session:
-            self._require_run(session, run_id)
-            rows = session.scalars(select(Adapter).where(Adapter.run_id == run_id).order_by(Adapter.id))
-            return [to_row(AdapterRow, a) for a in rows]
+        return self._list(AdapterRow, Adapter, run_id, [Adapter.id])
 
     # --- evaluations --------------------------------------------------------------------------
     def put_evaluation(self, run_id: str, name: str, *, policy: str, metrics: Mapping[str, Any]) -> EvaluationRow:
         """Upsert by (run, name); `policy` names what was evaluated (base, an adapter, router, a baseline)."""
         values = {"run_id": run_id, "name": name, "policy": policy, "metrics": dict(metrics)}
-        with self._write(run_id) as session:
-            return to_row(EvaluationRow, self._upsert(session, Evaluation, values, ("run_id", "name")))
+        return self._put(EvaluationRow, Evaluation, values, ("run_id", "name"))
 
     def get_evaluation(self, run_id: str, name: str) -> EvaluationRow | None:
-        with self._read() as session:
-            self._require_run(session, run_id)
-            row = session.scalars(
-                select(Evaluation).where(Evaluation.run_id == run_id, Evaluation.name == name)
-            ).first()
-            return None if row is None else to_row(EvaluationRow, row)
+        return self._one(EvaluationRow, Evaluation, run_id, name=name)
 
     def evaluations(self, run_id: str) -> list[EvaluationRow]:
-        with self._read() as session:
-            self._require_run(session, run_id)
-            rows = session.scalars(select(Evaluation).where(Evaluation.run_id == run_id).order_by(Evaluation.id))
-            return [to_row(EvaluationRow, e) for e in rows]
+        return self._list(EvaluationRow, Evaluation, run_id, [Evaluation.id])
 
 
 def _unknown_env(synthetic_env_id: int) -> StoreError:

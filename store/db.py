@@ -4,23 +4,17 @@
         run_id = store.create_run("trace", config)
         store.put_episode(run_id, "retail", "task-1", 0, policy="base", ...)
 
-The query methods live in mixins by stage: store/runs.py (runs, episodes),
-store/analysis.py (capabilities, labels, statistics), store/artifacts.py
-(synthetic envs, validations, adapters, evaluations). Every method opens its
-own short session and returns detached rows (store/rows.py), so async callers
-run them with `asyncio.to_thread`.
+The query methods live in mixins by stage: store/runs.py (runs, episodes), store/analysis.py (capabilities, labels,
+statistics), store/artifacts.py (synthetic envs, validations, adapters, evaluations). Every method opens its own
+short session and returns detached rows (store/rows.py), so async callers run them with `asyncio.to_thread`.
 """
 
 from __future__ import annotations
-
-from types import TracebackType
-from typing import Self
 
 from sqlalchemy import select
 
 from gapforge.store.analysis import AnalysisQueries
 from gapforge.store.artifacts import ArtifactQueries
-from gapforge.store.errors import StoreError
 from gapforge.store.leases import LeaseQueries
 from gapforge.store.models import SCHEMA_VERSION, StoreMeta
 from gapforge.store.runs import RunQueries
@@ -47,16 +41,4 @@ class Store(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries):
                 stmt = self._insert(StoreMeta).values(key="schema_version", value=SCHEMA_VERSION)
                 session.execute(stmt.on_conflict_do_nothing(index_elements=["key"]))
                 found = session.scalars(query).one()
-        if found != SCHEMA_VERSION:
-            shown = self.engine.url.render_as_string(hide_password=True)
-            raise StoreError(
-                f"store {shown!r} has schema version {found}, this gapforge needs {SCHEMA_VERSION}: use a new workspace or store URL"
-            )
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        self._check_version(found, f"needs {SCHEMA_VERSION}: use a new workspace or store URL")

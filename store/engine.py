@@ -1,11 +1,9 @@
 """Engine and session plumbing: URL checks, SQLite pragmas, per-call sessions, upserts.
 
-Concurrency: every store call opens its own short session, so callers may use
-the store from many threads at once (asyncio tasks via `asyncio.to_thread`).
-On SQLite, write transactions start with BEGIN IMMEDIATE and wait up to the
-busy timeout for the write lock (WAL lets readers continue meanwhile); plain
-deferred transactions could fail with "database is locked" when two of them
-upgrade to writers at the same time.
+Every store call opens its own short session, so callers may use the store from many threads at once (asyncio tasks
+via `asyncio.to_thread`). On SQLite, write transactions start with BEGIN IMMEDIATE and wait up to the busy timeout
+for the write lock (WAL lets readers continue meanwhile); deferred transactions could fail with "database is locked"
+when two of them upgrade to writers at the same time.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy import URL, Engine, create_engine, event, exc, inspect, make_url, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -25,8 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from gapforge.store import fencing
 from gapforge.store.errors import DiskFull, NoStore, StoreDamaged, StoreError, damaged_message, is_damaged, is_disk_full
 from gapforge.store.files import sqlite_cut
-from gapforge.store.models import Base, Run, utcnow
+from gapforge.store.models import SCHEMA_VERSION, Base, Run, utcnow
 from gapforge.store.redact import redact
+from gapforge.store.rows import R, to_row
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
@@ -86,13 +85,11 @@ def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
         raise StoreError(
             f"cannot create the directory of the SQLite store {str(path)!r}: {e.strerror}; pick a writable path"
         ) from None
-    if _first_open(path) and (
-        cut := sqlite_cut(path)
-    ):  # a cut file opens and answers until a read reaches the missing pages
+    # a cut file opens and answers until a read reaches the missing pages
+    if _first_open(path) and (cut := sqlite_cut(path)):
         raise StoreDamaged(damaged_message(str(path), cut))
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
-    # A reader sets query_only (SQLite refuses every write on that connection) and leaves the
-    # journal mode as the writers set it.
+    # A reader sets query_only (SQLite refuses every write on that connection) and leaves the journal mode as it is.
     pragmas = ("query_only=ON",) if read_only else ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL")
 
     @event.listens_for(engine, "connect")
@@ -216,6 +213,11 @@ def _open_hint(url: URL, reason: str) -> str:
     return "check the file at that path (disk full? another program holding it?)"
 
 
+def given(**eq: Any) -> dict[str, Any]:
+    """The keywords whose value is not None (a query's optional `column == value` filters)."""
+    return {k: v for k, v in eq.items() if v is not None}
+
+
 def unknown_run(run_id: str) -> StoreError:
     return StoreError(f"unknown run {run_id!r} in this store: check the run id and store.url")
 
@@ -277,9 +279,34 @@ class StoreBase:
         with self._read() as session:
             return session.get(Run, run_id) is not None
 
-    def _require_run(self, session: Session, run_id: str) -> None:
-        if session.get(Run, run_id) is None:
+    def _require_run(self, session: Session, run_id: str) -> Run:
+        run = session.get(Run, run_id)
+        if run is None:
             raise unknown_run(run_id)
+        return run
+
+    def _rows(self, row: type[R], stmt: Any, run_id: str | None = None) -> list[R]:
+        """`stmt`'s ORM objects as detached rows; StoreError when `run_id` is given and unknown."""
+        with self._read() as session:
+            if run_id is not None:
+                self._require_run(session, run_id)
+            return [to_row(row, x) for x in session.scalars(stmt)]
+
+    def _list(self, row: type[R], model: Any, run_id: str, order: Sequence[Any], **eq: Any) -> list[R]:
+        """A run's rows of `model` in `order`, where each column of `eq` whose value is not None equals it."""
+        stmt = select(model).filter_by(run_id=run_id, **given(**eq))
+        return self._rows(row, stmt.order_by(*order), run_id)
+
+    def _one(self, row: type[R], model: Any, run_id: str, **key: Any) -> R | None:
+        """The run's row of `model` with this unique key, or None."""
+        return next(iter(self._rows(row, select(model).filter_by(run_id=run_id, **key), run_id)), None)
+
+    def _put(
+        self, row: type[R], model: Any, values: dict[str, Any], key: Sequence[str], missing: str | None = None
+    ) -> R:
+        """Upsert `values` (a run's row) on `key` and return the stored row (see `_upsert`)."""
+        with self._write(values["run_id"], missing) as session:
+            return to_row(row, self._upsert(session, model, values, key))
 
     def _insert(self, model: type[Base]) -> Any:
         return (pg_insert if self.dialect == "postgresql" else sqlite_insert)(model)
@@ -302,5 +329,15 @@ class StoreBase:
         where = [getattr(model, k) == values[k] for k in key]
         return int(session.scalars(select(model.id).where(*where)).one())
 
+    def _check_version(self, found: str | None, wording: str) -> None:
+        if found != SCHEMA_VERSION:
+            raise StoreError(f"store {self.store_key!r} has schema version {found}, this gapforge {wording}")
+
     def close(self) -> None:
         self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -23,12 +23,10 @@ class StoreDamaged(StoreError):
 
 
 class DiskFull(Resumable, StoreError):
-    """No space left where a write went (the store, the checkpoints, an adapter, a workspace file).
-
-    What was committed or completed before is kept and nothing half-written is read back as good: free
-    space, then resume. Like agents.errors.IncompleteStage (which the store may not import) it is an
-    infrastructure stop: `infrastructure = True`, `resume` / `with_resume(command)` (gapforge.faults.Resumable), and the CLI prints
-    it as one line with exit 3."""
+    """No space left where a write went (the store, the checkpoints, an adapter, a workspace file). What was
+    committed before is kept and nothing half-written is read back as good: free space, then resume. Like
+    agents.errors.IncompleteStage (which the store may not import) an infrastructure stop (gapforge.faults.Resumable):
+    one line, exit 3."""
 
     infrastructure = True
     exit_code = 3

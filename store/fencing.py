@@ -1,15 +1,12 @@
 """Fencing tokens for run leases: a process that lost a run can no longer write to it.
 
-Every acquisition of a run's lease by another process raises the lease's `epoch`.
-The process holding the lease registers (store, run) -> epoch here; from then on
-every write of that run (or of its child runs `RUN.<suffix>`, e.g. evaluation
-runs) made by ANY Store object of this process checks, inside the write's own
-transaction, that the lease row still carries this process's holder id and
-epoch. A stale holder (paused past the ttl: SIGSTOP, a VM pause, a long GC)
-gets `LeaseLost` instead of a write, so two processes never both write a run.
-On SQLite the check and the write share one `BEGIN IMMEDIATE` transaction; on
-PostgreSQL the lease row is read `FOR SHARE`, which a takeover's `FOR UPDATE`
-waits for. Writes of runs this process never leased are not fenced.
+Every acquisition of a run's lease by another process raises the lease's `epoch`. The holder registers
+(store, run) -> epoch here; from then on every write of that run (or of its child runs `RUN.<suffix>`, e.g.
+evaluation runs) by ANY Store object of this process checks, inside the write's own transaction, that the lease
+row still carries this process's holder id and epoch. A stale holder (paused past the ttl: SIGSTOP, a VM pause, a
+long GC) gets `LeaseLost` instead of a write, so two processes never both write a run. On SQLite the check and the
+write share one `BEGIN IMMEDIATE` transaction; on PostgreSQL the lease row is read `FOR SHARE`, which a takeover's
+`FOR UPDATE` waits for. Writes of runs this process never leased are not fenced.
 """
 
 from __future__ import annotations

@@ -4,16 +4,14 @@
         model.save_pretrained(tmp)                  # lands at adapter_dir only once it is whole
     problem = check_dir(adapter_dir)                # None, or what is wrong with it
 
-`complete_dir` writes into a hidden sibling directory, then records every file's size and sha256 in
-`MANIFEST` (the completion marker) and renames the directory into place. A full disk (ENOSPC) at
-any point removes the partial directory and raises store.errors.DiskFull naming the path; the
-directory that was there before, if any, is left as it was. `check_dir` reads a directory back: the
-manifest's sizes (and, with `deep=True`, its hashes) must match, and every `.safetensors` file's
-header must describe exactly the bytes on disk, every `.pt` / `.pth` file must be a whole zip (torch's
-format) and every `.json` file must parse (a truncated file fails them) -- these also cover directories
-written before manifests existed, and TRL's checkpoints. `write_text` writes one file the same way
-(temporary sibling, then rename). `remove_partials` sweeps what a killed writer left (and puts back a
-previous copy it had moved aside).
+`complete_dir` writes into a hidden sibling directory, records every file's size and sha256 in `MANIFEST` (the
+completion marker) and renames the directory into place. A full disk (ENOSPC) at any point removes the partial
+directory and raises store.errors.DiskFull naming the path; the directory there before, if any, is left as it was.
+`check_dir` reads a directory back: the manifest's sizes (and, with `deep=True`, its hashes) must match, every
+`.safetensors` file's header must describe exactly the bytes on disk, every `.pt` / `.pth` file must be a whole zip
+(torch's format) and every `.json` file must parse -- these also cover directories written before manifests existed,
+and TRL's checkpoints. `write_text` writes one file the same way (temporary sibling, then rename). `remove_partials`
+sweeps what a killed writer left (and puts back a previous copy it had moved aside).
 """
 
 from __future__ import annotations
@@ -163,9 +161,8 @@ def check_dir(path: Path, *, required: tuple[str, ...] = (), deep: bool = False)
     for f in sorted(path.glob("*.safetensors")):
         if problem := safetensors_problem(f):
             return f"{path}: {problem}"
-    for f in sorted(
-        [*path.glob("*.pt"), *path.glob("*.pth")]
-    ):  # torch's zip format: a cut file has no central directory
+    # torch's zip format: a cut file has no central directory
+    for f in sorted([*path.glob("*.pt"), *path.glob("*.pth")]):
         if not zipfile.is_zipfile(f):
             return f"{f} is not a whole torch file (truncated?)"
     for f in sorted(path.glob("*.json")):

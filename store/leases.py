@@ -3,23 +3,18 @@
     with store.lease(run_id, "rollouts collect"):
         ...  # a second process asking for the same run gets RunBusy naming the holder
 
-The holder is identified by host, pid and the process's start time (so a
-recycled pid is not the holder). A lease is taken over when its holder is gone
-(same host: the process no longer exists) or its heartbeat is older than its
-ttl (another host: a background thread refreshes it every ttl/4). A SIGKILLed
-holder therefore never blocks a resume on the same host, and blocks one on
-another host for at most ttl seconds.
+The holder is host, pid and the process's start time (a recycled pid is not the holder). A lease is taken over when
+its holder is gone (same host: the process no longer exists) or its heartbeat, refreshed every ttl/4 by a background
+thread, is older than its ttl (any host): a SIGKILLed holder never blocks a resume on its host, and one on another
+host for at most ttl seconds.
 
-Leases are fenced (store/fencing.py): every takeover raises the lease's epoch,
-and every write of the run checks it, so a holder that was paused past the ttl
-(SIGSTOP, a VM pause) and taken over cannot write again; its heartbeat finds
-the lease gone within one beat and stops its work with one line (LeaseLost).
+Leases are fenced (store/fencing.py): a takeover raises the lease's epoch and every write of the run checks it, so
+a holder paused past the ttl (SIGSTOP, a VM pause) cannot write again; its heartbeat finds the lease gone within
+one beat and stops its work with one line (LeaseLost).
 
-A holder stopped inside a write (SIGSTOP, a hung client) keeps its transaction open:
-on PostgreSQL its share lock on the lease row, on SQLite the store's write lock. A
-takeover waits for that lock at most `lock_timeout_s` (default LOCK_WAIT_S; SQLite: the busy
-timeout), then gets RunBusy naming the stuck process to stop,
-instead of waiting forever.
+A holder stopped inside a write (SIGSTOP, a hung client) keeps its transaction open: on PostgreSQL its share lock on
+the lease row, on SQLite the store's write lock. A takeover waits for that lock at most `lock_timeout_s` (default
+LOCK_WAIT_S; SQLite: the busy timeout), then gets RunBusy naming the stuck process to stop.
 """
 
 from __future__ import annotations
@@ -37,17 +32,15 @@ from typing import Any
 from sqlalchemy import delete, exc, select, text
 
 from gapforge.store import fencing
-from gapforge.store.engine import StoreBase, unknown_run
+from gapforge.store.engine import StoreBase
 from gapforge.store.errors import DiskFull, StoreError
 from gapforge.store.fencing import LeaseLost
 from gapforge.store.models import Run, RunLease, utcnow
 
 DEFAULT_TTL_S = 120.0
-LOCK_WAIT_S = (
-    30.0  # PostgreSQL: how long a takeover waits, by default, for a lease row a stuck holder's write still locks
-)
+# PostgreSQL: how long a takeover waits, by default, for a lease row a stuck holder's write still locks
+LOCK_WAIT_S = 30.0
 LOST_SIGNAL = signal.SIGUSR1  # how the heartbeat thread stops the main thread of a holder that lost its run
-__all__ = ["DEFAULT_TTL_S", "LeaseLost", "LeaseQueries", "RunBusy", "holder_id"]
 
 
 class RunBusy(StoreError):
@@ -119,38 +112,19 @@ class LeaseQueries(StoreBase):
                 with self._write() as session:  # not fenced: this is how a fence is (re)gained
                     if self.dialect == "postgresql":
                         session.execute(text(f"SET LOCAL lock_timeout = '{wait_ms}ms'"))
-                    if session.get(Run, run_id) is None:
-                        raise unknown_run(run_id)
+                    self._require_run(session, run_id)
                     row = session.scalars(select(RunLease).where(RunLease.run_id == run_id).with_for_update()).first()
+                    if row is not None and row.holder != me and _in_use(row):
+                        raise RunBusy(_busy_message(run_id, row))
+                    epoch = 1 if row is None else row.epoch if row.holder == me else row.epoch + 1
                     now = utcnow()
+                    held = {"holder": me, "host": socket.gethostname(), "pid": os.getpid(), "command": command}
+                    held.update(ttl_s=ttl_s, acquired_at=now, heartbeat_at=now, epoch=epoch)
                     if row is None:
-                        epoch = 1
-                        session.add(
-                            RunLease(
-                                run_id=run_id,
-                                holder=me,
-                                host=socket.gethostname(),
-                                pid=os.getpid(),
-                                command=command,
-                                ttl_s=ttl_s,
-                                acquired_at=now,
-                                heartbeat_at=now,
-                                epoch=epoch,
-                            )
-                        )
+                        session.add(RunLease(run_id=run_id, **held))
                     else:
-                        if row.holder != me and _in_use(row):
-                            raise RunBusy(_busy_message(run_id, row))
-                        epoch = row.epoch if row.holder == me else row.epoch + 1
-                        row.holder, row.host, row.pid, row.command, row.ttl_s, row.epoch = (
-                            me,
-                            socket.gethostname(),
-                            os.getpid(),
-                            command,
-                            ttl_s,
-                            epoch,
-                        )
-                        row.acquired_at = row.heartbeat_at = now
+                        for name, value in held.items():
+                            setattr(row, name, value)
                 fencing.hold(self.store_key, run_id, me, epoch)
                 return epoch
             except exc.IntegrityError:
@@ -295,6 +269,5 @@ class LeaseQueries(StoreBase):
                 try:
                     self.release_lease(run_id)
                 except DiskFull:  # never replaces the error on its way up; the row stays, and once this process
-                    fencing.drop(
-                        self.store_key, run_id
-                    )  # exits it is a dead holder's (reaped on the next open; another host: its ttl)
+                    # exits it is a dead holder's (reaped on the next open; another host: its ttl)
+                    fencing.drop(self.store_key, run_id)

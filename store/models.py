@@ -1,12 +1,8 @@
 """SQLAlchemy 2 ORM tables for a whole gapforge run (store/README.md).
 
-Every table that a stage writes has a unique key, so a resumed stage upserts
-instead of duplicating rows. JSON columns use the generic `JSON` type (TEXT on
-SQLite, json on PostgreSQL), so key order and values round-trip exactly.
-Timestamps are stored in UTC.
-
-These classes never leave a session: queries hand out the frozen rows of
-store/rows.py instead.
+Every table a stage writes has a unique key, so a resumed stage upserts instead of duplicating rows. JSON columns
+use the generic `JSON` type (TEXT on SQLite, json on PostgreSQL): key order and values round-trip exactly.
+Timestamps are UTC. These classes never leave a session: queries hand out the frozen rows of store/rows.py.
 """
 
 from __future__ import annotations
@@ -14,16 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    DateTime,
-    ForeignKey,
-    ForeignKeyConstraint,
-    Index,
-    String,
-    Text,
-    UniqueConstraint,
-)
+from sqlalchemy import JSON, DateTime, ForeignKey, ForeignKeyConstraint, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # 2: episodes keep score_info, step_info, user_prompt, started_at. 3: leases are fenced (run_leases.epoch); names
@@ -36,11 +23,7 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {
-        dict[str, Any]: JSON,
-        list[Any]: JSON,
-        datetime: DateTime(timezone=True),
-    }
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: DateTime(timezone=True)}
 
 
 class Stamped:
@@ -48,6 +31,13 @@ class Stamped:
 
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OfRun:
+    """An integer id and the run the row belongs to: the table's first two columns."""
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True, sort_order=-2)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), sort_order=-1)
 
 
 def _capability_fk() -> ForeignKeyConstraint:
@@ -71,7 +61,7 @@ class Run(Stamped, Base):
     versions: Mapped[dict[str, Any]]  # package versions, python, platform: for reproducibility
 
 
-class Episode(Base):
+class Episode(OfRun, Base):
     """One rollout of a policy on one task (target env) or seed (synthetic env). Write-once."""
 
     __tablename__ = "episodes"
@@ -81,8 +71,6 @@ class Episode(Base):
         Index("ix_episodes_run_env_success", "run_id", "env", "success"),
         Index("ix_episodes_run_family", "run_id", "task_family", "success"),  # the viewer's family filter
     )
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     env: Mapped[str] = mapped_column(String(128))
     task_id: Mapped[str] = mapped_column(String(256))
     sample: Mapped[int]
@@ -106,13 +94,11 @@ class Episode(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
-class Capability(Stamped, Base):
+class Capability(OfRun, Stamped, Base):
     """One entry of the discovered capability dictionary."""
 
     __tablename__ = "capabilities"
     __table_args__ = (UniqueConstraint("run_id", "name", name="uq_capability_key"),)
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     name: Mapped[str] = mapped_column(String(128))
     definition: Mapped[str] = mapped_column(Text)
     example_episode_ids: Mapped[list[Any]]
@@ -121,7 +107,7 @@ class Capability(Stamped, Base):
     retained: Mapped[bool | None]  # set by the select stage after the stability vote
 
 
-class Label(Stamped, Base):
+class Label(OfRun, Stamped, Base):
     """Episode x capability x analysis pass -> NA / PRESENT / LACKING, with evidence."""
 
     __tablename__ = "labels"
@@ -133,8 +119,6 @@ class Label(Stamped, Base):
         # a capability's episodes by label, in episode order (the viewer pages through them)
         Index("ix_labels_run_capability_value", "run_id", "capability", "value", "episode_id"),
     )
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     episode_id: Mapped[int]
     capability: Mapped[str] = mapped_column(String(128))
     pass_index: Mapped[int]
@@ -142,7 +126,7 @@ class Label(Stamped, Base):
     evidence: Mapped[str] = mapped_column(Text, default="")
 
 
-class CapabilityStat(Stamped, Base):
+class CapabilityStat(OfRun, Stamped, Base):
     """ER+, ER-, gap and coverage of one capability in one labeling pass."""
 
     __tablename__ = "capability_stats"
@@ -150,8 +134,6 @@ class CapabilityStat(Stamped, Base):
         UniqueConstraint("run_id", "capability", "pass_index", name="uq_capability_stat_key"),
         _capability_fk(),
     )
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     capability: Mapped[str] = mapped_column(String(128))
     pass_index: Mapped[int]
     er_plus: Mapped[float | None]  # None when no success needed the capability
@@ -161,7 +143,7 @@ class CapabilityStat(Stamped, Base):
     kept: Mapped[bool]
 
 
-class LabelCall(Stamped, Base):
+class LabelCall(OfRun, Stamped, Base):
     """One labeling call (episode x pass) of the analyst: the cache key of labeling, its outcome and cost.
 
     Keyed by (episode, pass, dictionary hash, prompt version): a re-run finds it and makes no call.
@@ -174,8 +156,6 @@ class LabelCall(Stamped, Base):
         ForeignKeyConstraint(["run_id", "episode_id"], ["episodes.run_id", "episodes.id"]),
         Index("ix_label_calls_run_pass", "run_id", "pass_index"),
     )
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     episode_id: Mapped[int]
     pass_index: Mapped[int]
     dictionary_hash: Mapped[str] = mapped_column(String(64))
@@ -218,13 +198,11 @@ class AnalysisSplit(Stamped, Base):
     families: Mapped[dict[str, Any]]  # task id -> family
 
 
-class CapabilitySummary(Stamped, Base):
+class CapabilitySummary(OfRun, Stamped, Base):
     """One capability across the R labeling passes: pooled rates, bootstrap intervals, kappa, the vote."""
 
     __tablename__ = "capability_summaries"
     __table_args__ = (UniqueConstraint("run_id", "capability", name="uq_capability_summary_key"), _capability_fk())
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     capability: Mapped[str] = mapped_column(String(128))
     dictionary_hash: Mapped[str] = mapped_column(String(64))
     passes: Mapped[int]
@@ -244,7 +222,7 @@ class CapabilitySummary(Stamped, Base):
     details: Mapped[dict[str, Any]]
 
 
-class SyntheticEnv(Stamped, Base):
+class SyntheticEnv(OfRun, Stamped, Base):
     """One generated environment module (one generator attempt for one capability)."""
 
     __tablename__ = "synthetic_envs"
@@ -252,8 +230,6 @@ class SyntheticEnv(Stamped, Base):
         UniqueConstraint("run_id", "capability", "attempt", name="uq_synthetic_env_key"),
         _capability_fk(),
     )
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     capability: Mapped[str] = mapped_column(String(128))
     attempt: Mapped[int]
     code: Mapped[str] = mapped_column(Text)
@@ -273,16 +249,11 @@ class Validation(Stamped, Base):
     passed: Mapped[bool]
 
 
-class Adapter(Stamped, Base):
+class Adapter(OfRun, Stamped, Base):
     """A trained LoRA adapter (per capability, or a baseline with capability None)."""
 
     __tablename__ = "adapters"
-    __table_args__ = (
-        UniqueConstraint("run_id", "name", name="uq_adapter_key"),
-        _capability_fk(),
-    )
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    __table_args__ = (UniqueConstraint("run_id", "name", name="uq_adapter_key"), _capability_fk())
     name: Mapped[str] = mapped_column(String(128))
     capability: Mapped[str | None] = mapped_column(String(128))
     path: Mapped[str] = mapped_column(Text)
@@ -290,13 +261,11 @@ class Adapter(Stamped, Base):
     status: Mapped[str] = mapped_column(String(32))
 
 
-class Evaluation(Stamped, Base):
+class Evaluation(OfRun, Stamped, Base):
     """Metrics of one policy (base, an adapter, the router, a baseline) on an evaluation set."""
 
     __tablename__ = "evaluations"
     __table_args__ = (UniqueConstraint("run_id", "name", name="uq_evaluation_key"),)
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     name: Mapped[str] = mapped_column(String(128))
     policy: Mapped[str] = mapped_column(String(256))
     metrics: Mapped[dict[str, Any]]
@@ -317,6 +286,4 @@ class RunLease(Base):
     ttl_s: Mapped[float]
     acquired_at: Mapped[datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
-    epoch: Mapped[int] = mapped_column(
-        default=0, server_default="0"
-    )  # fencing token: +1 on every takeover (store/fencing.py)
+    epoch: Mapped[int] = mapped_column(default=0, server_default="0")  # fencing token: +1 on every takeover

@@ -11,14 +11,10 @@ an empty database raises `NoStore`; a store of another schema version `StoreErro
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Self
-
 from sqlalchemy import select
 
 from gapforge.store.analysis import AnalysisQueries
 from gapforge.store.artifacts import ArtifactQueries
-from gapforge.store.errors import StoreError
 from gapforge.store.leases import LeaseQueries
 from gapforge.store.models import SCHEMA_VERSION, StoreMeta
 from gapforge.store.runs import RunQueries
@@ -31,20 +27,7 @@ class StoreReader(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries, Vi
         try:
             with self._read() as session:
                 found = session.scalar(select(StoreMeta.value).where(StoreMeta.key == "schema_version"))
-            if found != SCHEMA_VERSION:
-                shown = self.engine.url.render_as_string(hide_password=True)
-                raise StoreError(
-                    f"store {shown!r} has schema version {found}, this gapforge reads {SCHEMA_VERSION}: "
-                    "open it with the gapforge that wrote it"
-                )
+            self._check_version(found, f"reads {SCHEMA_VERSION}: open it with the gapforge that wrote it")
         except BaseException:
             self.close()
             raise
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

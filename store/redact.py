@@ -1,6 +1,5 @@
-"""Passwords in URLs never leave their place: `redact("postgresql://u:pw@h/db")` is
-`postgresql://u:***@h/db`. Used wherever a URL or a message that may hold one is
-printed or stored (config show, a run's stored config, error lines, logs)."""
+"""Passwords in URLs never leave their place: `redact("postgresql://u:pw@h/db")` is `postgresql://u:***@h/db`. Used
+wherever a URL or a message that may hold one is printed or stored (config show, a run's config, error lines, logs)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Detached, typed rows the store hands out (never live ORM objects).
-
-Each row is a frozen dataclass whose fields mirror the columns of the table
-of the same name in store/models.py. Timestamps are timezone-aware UTC.
-"""
+"""Detached, typed rows the store hands out (never live ORM objects): frozen dataclasses whose fields mirror the
+columns of the table of the same name in store/models.py. Timestamps are timezone-aware UTC."""
 
 from __future__ import annotations
 
@@ -169,18 +166,14 @@ class EvaluationRow:
 R = TypeVar("R")
 
 
-def _utc(value: Any) -> Any:
-    # SQLite hands back naive datetimes; everything the store writes is UTC.
+def _coerce(type_name: Any, value: Any) -> Any:
+    # SQLite's RETURNING hands back 1.0 as the integer 1 (before column affinity): restore floats. SQLite hands back
+    # naive datetimes; everything the store writes is UTC.
+    if value is not None and type_name in ("float", "float | None"):
+        return float(value)
     if isinstance(value, datetime) and value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value
-
-
-def _coerce(type_name: Any, value: Any) -> Any:
-    # SQLite's RETURNING hands back 1.0 as the integer 1 (before column affinity): restore floats.
-    if value is not None and type_name in ("float", "float | None"):
-        return float(value)
-    return _utc(value)
 
 
 def to_row(cls: type[R], obj: object) -> R:

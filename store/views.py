@@ -1,8 +1,6 @@
-"""Paged read queries for the viewer (`gapforge ui`): one page of rows and its total, never a
-whole table, so every page stays fast on a store with tens of thousands of episodes.
-
-Each query selects only the columns its page shows (no trajectories, no env code) and
-rides an index: episodes by (run, ...), labels by (run, capability, value, episode).
+"""Paged read queries for the viewer (`gapforge ui`): one page of rows and its total, never a whole table, so every
+page stays fast on a store with tens of thousands of episodes. Each query selects only the columns its page shows
+(no trajectories, no env code) and rides an index: episodes by (run, ...), labels by (run, capability, value, episode).
 """
 
 from __future__ import annotations
@@ -77,9 +75,7 @@ class ViewQueries(StoreBase):
 
     def child_runs(self, run_id: str) -> list[RunRow]:
         """The runs a run made for itself (`RUN.eval.POLICY`: the evaluation's episodes)."""
-        with self._read() as session:
-            runs = session.scalars(select(Run).where(Run.id.startswith(f"{run_id}.", autoescape=True)).order_by(Run.id))
-            return [to_row(RunRow, r) for r in runs]
+        return self._rows(RunRow, select(Run).where(Run.id.startswith(f"{run_id}.", autoescape=True)).order_by(Run.id))
 
     def episodes_page(
         self,
@@ -167,24 +163,13 @@ class ViewQueries(StoreBase):
 
     def episode_labels(self, episode_id: int) -> list[LabelRow]:
         """What the analyst said about one episode: every capability in every pass."""
-        stmt = select(Label).where(Label.episode_id == episode_id).order_by(Label.capability, Label.pass_index)
-        with self._read() as session:
-            return [to_row(LabelRow, lab) for lab in session.scalars(stmt)]
+        return self._rows(
+            LabelRow, select(Label).filter_by(episode_id=episode_id).order_by(Label.capability, Label.pass_index)
+        )
 
     def env_attempts(self, run_id: str, capability: str | None = None) -> list[EnvAttemptHead]:
         """Synthetic env attempts (no code), ordered by capability then attempt, with their validation outcome."""
-        cols = [
-            SyntheticEnv.id,
-            SyntheticEnv.run_id,
-            SyntheticEnv.capability,
-            SyntheticEnv.attempt,
-            SyntheticEnv.sha256,
-            SyntheticEnv.status,
-            SyntheticEnv.prompt_name,
-            SyntheticEnv.prompt_version,
-            SyntheticEnv.created_at,
-            Validation.passed,
-        ]
+        cols = [getattr(SyntheticEnv, f.name) for f in dataclasses.fields(EnvAttemptHead)[:-1]] + [Validation.passed]
         stmt = (
             select(*cols)
             .outerjoin(Validation, Validation.synthetic_env_id == SyntheticEnv.id)

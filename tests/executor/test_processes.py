@@ -242,21 +242,6 @@ def test_a_factory_that_cannot_travel_plays_on_the_loop() -> None:
     assert type(asyncio.run(which(functools.partial(SlowLookupPolicy, 0.1)))).__name__ == "ProcessPlayer"
 
 
-class _Unportable:
-    """A scorer that does not say it is portable (an LLM or a model forward pass): its router stays on the driver."""
-
-    def __init__(self, openings: list[list[str]]) -> None:
-        from router_helpers import OpeningsScorer
-
-        self.inner = OpeningsScorer(openings)
-
-    def check_labels(self, labels: list[str]) -> None:
-        pass
-
-    def scores(self, router: Any, messages: list[str]) -> list[list[float]]:
-        return self.inner.scores(router, messages)
-
-
 @pytest.mark.slow  # worker processes load a tiny model and two adapters
 def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_and_routing(
     tiny_model_dir: Path, tmp_path_factory, tmp_path: Path
@@ -293,29 +278,13 @@ def test_an_evaluation_on_worker_processes_stores_the_loop_s_episodes_metrics_an
             seed=0,
             worker_dir=str(tmp_path / "w"),
             ship=False,
-            router=router,
         )
         async with local_eval_players(base, shop, 2, 1) as players:
             routed = standard_policies(backend, router, caps, temperature=1.0, capability_adapters=list(paths))[
                 "trace_routed"
             ]
             async with players("trace_routed", routed) as player:
-                assert player is not None  # a portable router: the routed policy plays on the workers too
-            assert (
-                recipe(
-                    taught,
-                    paths,
-                    caps,
-                    list(paths),
-                    temperature=1.0,
-                    max_new_tokens=8,
-                    seed=0,
-                    worker_dir="w",
-                    ship=False,
-                    router=Router(make_options(caps, RoutingConfig().labels), _Unportable(openings)),
-                ).router
-                is None
-            )
+                assert player is None  # the routed policy plays on the driver: its decisions are recorded there
             out = await evaluate_each(
                 store, runs, backend, router, caps, list(paths), played, tasks, shop, players, "workers"
             )

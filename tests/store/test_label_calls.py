@@ -60,10 +60,7 @@ def test_a_batch_is_written_and_a_rewrite_replaces_not_duplicates(store: Store) 
         ("a", "PRESENT"),
         ("b", "NA"),
     }
-    # another pass is another key; the single-call form writes the same way
-    store.put_label_call(
-        rid, e1, 1, **{k: v for k, v in vars_of(rec(e1, 1)).items() if k not in ("episode_id", "pass_index")}
-    )
+    store.put_label_calls(rid, [rec(e1, 1)])  # another pass is another key
     assert len(store.label_calls(rid, pass_index=1)) == 1 and len(store.labels(rid)) == 8
 
 

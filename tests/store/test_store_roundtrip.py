@@ -146,8 +146,8 @@ def test_capabilities_labels_and_stats(store: Store) -> None:
     n = store.put_labels(
         rid, 0, [LabelIn(e1, "datetime_reasoning", "PRESENT", "used dates"), LabelIn(e2, "datetime_reasoning", "NA")]
     )
-    store.put_label(rid, e2, "datetime_reasoning", 0, "LACKING", "wrong weekday")  # same key: replaces
-    store.put_label(rid, e2, "datetime_reasoning", 1, "LACKING")
+    store.put_labels(rid, 0, [LabelIn(e2, "datetime_reasoning", "LACKING", "wrong weekday")])  # same key: replaces
+    store.put_labels(rid, 1, [LabelIn(e2, "datetime_reasoning", "LACKING")])
     assert n == 2
     labels = store.labels(rid, pass_index=0)
     assert [(lab.episode_id, lab.value, lab.evidence) for lab in labels] == [
@@ -156,12 +156,12 @@ def test_capabilities_labels_and_stats(store: Store) -> None:
     ]
     assert len(store.labels(rid)) == 3 and len(store.labels(rid, capability="tool_precision")) == 0
     with pytest.raises(StoreError, match="bad label 'MAYBE'"):
-        store.put_label(rid, e1, "datetime_reasoning", 0, "MAYBE")  # type: ignore[arg-type]
+        store.put_labels(rid, 0, [LabelIn(e1, "datetime_reasoning", "MAYBE")])  # type: ignore[arg-type]
     with pytest.raises(StoreError, match="not stored"):
-        store.put_label(rid, e1, "no_such_capability", 0, "NA")
+        store.put_labels(rid, 0, [LabelIn(e1, "no_such_capability", "NA")])
     other = store.create_run("trace", {})
     with pytest.raises(StoreError, match="not stored"):  # an episode of another run
-        store.put_label(rid, episode(store, other), "datetime_reasoning", 0, "NA")
+        store.put_labels(rid, 0, [LabelIn(episode(store, other), "datetime_reasoning", "NA")])
 
     store.put_capability_stat(rid, "datetime_reasoning", 0, er_plus=0.0, er_minus=1, gap=1, coverage=0.5, kept=True)
     stat = store.put_capability_stat(
