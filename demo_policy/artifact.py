@@ -1,10 +1,10 @@
 """The demo's base policy as a versioned artifact in the repository (`gapforge/demo_data/shop-policy/`, package data).
 
-Teaching costs 30-60 CPU-minutes, so it is spent once, by the project: `gapforge dev teach --ship`
-builds the taught tiny policy (demo_policy.teach), measures its shop pass rates exactly as the demo
-collects (training.evaluate.shop_rates) and copies weights, tokenizer and `teach.json` (recipe and
-its hash, build time and machine, measured pass rates) here. `gapforge demo` loads it and never
-teaches; a test replays a task subset and compares with what `teach.json` recorded.
+Teaching costs 30-60 CPU-minutes, so it is spent once, by the project: `gapforge dev teach --ship` builds the taught
+tiny policy (demo_policy.teach), measures its shop pass rates exactly as the demo collects
+(training.evaluate.shop_rates) and copies weights, tokenizer and `teach.json` (recipe and its hash, build time and
+machine, measured pass rates) here. `gapforge demo` loads it and never teaches; a test replays a task subset and
+compares with what `teach.json` recorded.
 """
 
 from __future__ import annotations
@@ -23,15 +23,8 @@ from gapforge.faults import InputFault
 
 SHIPPED = SHOP_POLICY_DIR
 MAX_BYTES = 25 * 1024 * 1024
-FILES = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-)
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+FILES += ("chat_template.jinja", "special_tokens_map.json")
 
 
 class ArtifactError(InputFault):
@@ -124,16 +117,8 @@ def _drop_load_flags(path: Path) -> None:
 
 
 # The replay subset a test plays against the shipped card: two tasks of each family, 2 samples each.
-SUBSET = [
-    "shop-lookup-001",
-    "shop-lookup-004",
-    "shop-write-001",
-    "shop-write-007",
-    "shop-compound-001",
-    "shop-compound-005",
-    "shop-refusal-001",
-    "shop-refusal-005",
-]
+SUBSET = ["shop-lookup-001", "shop-lookup-004", "shop-write-001", "shop-write-007", "shop-compound-001"]
+SUBSET += ["shop-compound-005", "shop-refusal-001", "shop-refusal-005"]
 # The demo's collection settings (gapforge.demo.DEMO_SETTINGS: policy.temperature, rollouts.max_turns, policy.max_new_tokens).
 DEMO_SAMPLING = {"temperature": 0.7, "max_turns": 10, "max_new_tokens": 96}
 
@@ -151,12 +136,7 @@ def measure(model_dir: str | Path, *, samples: int = 6, concurrency: int = 8) ->
     return {
         "sampling": {**DEMO_SAMPLING, "samples": samples, "tasks": 44},
         "rates": rates,
-        "subset": {
-            "tasks": SUBSET,
-            "samples": 2,
-            "successes": subset["all"]["successes"],
-            "episodes": subset["all"]["episodes"],
-        },
+        "subset": {"tasks": SUBSET, "samples": 2, **{k: subset["all"][k] for k in ("successes", "episodes")}},
         "measure_s": round(time.perf_counter() - t0, 1),
     }
 
@@ -170,8 +150,7 @@ def speed_reference(path: str | Path = SHIPPED, tokens: int = 96, repeats: int =
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    before = torch.get_num_threads()
-    threads = 1
+    before, threads = torch.get_num_threads(), 1
     torch.set_num_threads(threads)
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)

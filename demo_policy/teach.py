@@ -1,18 +1,16 @@
 """Teach the tiny base policy of the offline demo (`gapforge dev teach`).
 
-Recipe: gold shop trajectories with the planted deficit, played on other shop
-instances than the one evaluated (demo_policy.teach_data) -> a byte-level BPE
-tokenizer trained on them (one token per digit, or per `digit_group` digits) -> a small Qwen3 model (random
-init) -> a copy warm-up (random spans repeated, until the model copies them) ->
-TRL `SFTTrainer` on pre-tokenized examples (the trajectories plus copy drills:
-short prefixes with fresh ids; and decision drills: the turn after a check's result, its loss on that turn
-alone) whose loss covers only the assistant's tokens. Examples are tokenized exactly like GRPO rollouts (training.tokens: the
-prompt, each assistant turn + eos, each env turn as the template delta), so the
-taught model sees at training time the same token streams it will produce.
-The compact chat template (compact_template.jinja) keeps the context short.
+Recipe: gold shop trajectories with the planted deficit, played on other shop instances than the one evaluated
+(demo_policy.teach_data) -> a byte-level BPE tokenizer trained on them (one token per digit, or per `digit_group`
+digits) -> a small Qwen3 model (random init) -> a copy warm-up (random spans repeated, until the model copies them) ->
+TRL `SFTTrainer` on pre-tokenized examples (the trajectories plus copy drills: short prefixes with fresh ids; and
+decision drills: the turn after a check's result, its loss on that turn alone) whose loss covers only the assistant's
+tokens. Examples are tokenized exactly like GRPO rollouts (training.tokens: the prompt, each assistant turn + eos,
+each env turn as the template delta), so the taught model sees at training time the same token streams it will
+produce. The compact chat template (compact_template.jinja) keeps the context short.
 
-Cached: the output directory is named by a hash of the recipe (config + data
-code + template), and a finished build (`teach.json` present) is reused.
+Cached: the output directory is named by a hash of the recipe (config + data code + template), and a finished build
+(`teach.json` present) is reused.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gapforge.serving import tiny_model  # its bytes (the tokenizer and config makers) are part of the recipe hash
 from gapforge.training import tokens as training_tokens  # its bytes are part of the recipe hash
 from gapforge.training.tokens import encode, env_delta, render
 
@@ -36,37 +35,20 @@ TEMPLATE = _HERE / "compact_template.jinja"
 class TeachConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    instances: int = Field(12, ge=1, description="shop instances taught on (k >= 1; instance 0 is held out)")
-    copies: int = Field(
-        1, ge=1, description="trajectories per task of each instance (phrasings and deficit draws vary)"
-    )
-    warmup_steps: int = Field(
-        6000,
-        ge=0,
-        description="at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)",
-    )
-    drills: int = Field(
-        6,
-        ge=0,
-        description="copy drills per trajectory (short prefixes with fresh ids, demo_policy.teach_data.copy_drills)",
-    )
-    refusal_skip: float = Field(0.75, ge=0, le=1, description="share of policy_refusal trajectories with the deficit")
-    other_skip: float = Field(0.10, ge=0, le=1, description="share elsewhere that skip the order check")
-    facts_in_opening: float = Field(
-        0.5, ge=0, le=1, description="share of trajectories whose opening gives the email and order id"
-    )
-    split_digits: bool = Field(
-        True,
-        description="digits apart from other characters, one token per digit (or per `digit_group`): copying ids is then the same in every context",
-    )
-    digit_group: int = Field(
-        1,
-        ge=1,
-        le=3,
-        description="with split_digits: a run of digits is cut into tokens of this many "
-        "digits from its left (2: every two-digit string is one token), so a 10-digit id is copied in "
-        "5 tokens, not 10, and still the same tokens in every context",
-    )
+    instances: int = Field(12, ge=1)  # shop instances taught on (k >= 1; instance 0 is held out)
+    copies: int = Field(1, ge=1)  # trajectories per task of each instance (phrasings and deficit draws vary)
+    # at most this many copy warm-up steps before SFT (random spans repeated: induction heads first)
+    warmup_steps: int = Field(6000, ge=0)
+    drills: int = Field(6, ge=0)  # copy drills per trajectory (short prefixes with fresh ids, teach_data.copy_drills)
+    refusal_skip: float = Field(0.75, ge=0, le=1)  # share of policy_refusal trajectories with the deficit
+    other_skip: float = Field(0.10, ge=0, le=1)  # share elsewhere that skip the order check
+    facts_in_opening: float = Field(0.5, ge=0, le=1)  # share of trajectories whose opening gives email and order id
+    # digits apart from other characters, one token per digit (or per `digit_group`): copying ids is then the same in
+    # every context
+    split_digits: bool = True
+    # with split_digits: a run of digits is cut into tokens of this many digits from its left (2: every two-digit
+    # string is one token), so a 10-digit id is copied in 5 tokens, not 10, and still the same tokens in every context
+    digit_group: int = Field(1, ge=1, le=3)
     vocab_size: int = 3000
     hidden_size: int = 128
     num_layers: int = 4
@@ -77,89 +59,50 @@ class TeachConfig(BaseModel):
     epochs: float = 1.5
     learning_rate: float = 2e-3
     batch_size: int = 2
-    polish_epochs: float = Field(
-        0.0,
-        ge=0,
-        description="a second SFT pass from the first pass's weights on freshly drawn data "
-        "(seed + 1, or `polish_seed`: other phrasings, deficit draws and drills) with its own cosine schedule; 0 = none",
-    )
+    # a second SFT pass from the first pass's weights on freshly drawn data (seed + 1, or `polish_seed`: other
+    # phrasings, deficit draws and drills) with its own cosine schedule; 0 = none
+    polish_epochs: float = Field(0.0, ge=0)
     polish_learning_rate: float = 1e-3
-    polish_promise_repeats: int = Field(
-        0,
-        ge=0,
-        description="in the polish's fresh draw, a refusal with the deficit repeats its "
-        "promise this many times when the customer presses (0 = it ends at the first promise)",
-    )
-    polish_refusal_skip: float | None = Field(
-        None,
-        ge=0,
-        le=1,
-        description="`refusal_skip` of the polish's fresh draw "
-        "(None = the recipe's): re-plants the deficit the decision drills would wear down",
-    )
-    polish_look_first: bool = Field(
-        False,
-        description="in the polish's fresh draw and its decision drills, every write looks its "
-        "order up first (demo_policy.teach_data.look_first: the shop's address-change gold does not)",
-    )
-    polish_ask_email_first: bool = Field(
-        False,
-        description="in the polish's fresh draw and its decision drills, a customer found "
-        "by name and zip is first asked for the email, as every other (the opening gives no cue "
-        "which lookup applies), and answers with name and zip (demo_policy.teach_data.gold_script)",
-    )
-    polish_seed: int | None = Field(
-        None,
-        ge=0,
-        description="seed of the polish's draw, its drills and its batch order (None: "
-        "the draw seed + 1, the order `seed`, so a polish continuing a polished build re-reads its "
-        "data in the same order). seed + 1 gives that data in another order, `seed` mostly the first "
-        "pass's data, any other value a fresh draw",
-    )
-    polish_lookup_transfer: float = Field(
-        0.0,
-        ge=0,
-        le=1,
-        description="in the polish's fresh draw, the share of lookup_and_answer "
-        "trajectories that read the record holding the asked value and then transfer the customer "
-        "to a human agent instead of answering (the second planted deficit, "
-        "demo_policy.teach_data.gold_script); with it, that family gets no decision drills",
-    )
-    decision_drills: int = Field(
-        0,
-        ge=0,
-        description="gold trajectories per task of each instance cut after a check's result, "
-        "trained on that one decision turn (demo_policy.teach_data.decision_drills); they join the last "
-        "pass (the polish when there is one); 0 = none",
-    )
+    # in the polish's fresh draw, a refusal with the deficit repeats its promise this many times when the customer
+    # presses (0 = it ends at the first promise)
+    polish_promise_repeats: int = Field(0, ge=0)
+    # `refusal_skip` of the polish's fresh draw (None = the recipe's): re-plants the deficit the decision drills would
+    # wear down
+    polish_refusal_skip: float | None = Field(None, ge=0, le=1)
+    # in the polish's fresh draw and its decision drills, every write looks its order up first (teach_data.look_first:
+    # the shop's address-change gold does not)
+    polish_look_first: bool = False
+    # in the polish's fresh draw and its decision drills, a customer found by name and zip is first asked for the
+    # email, as every other (the opening gives no cue which lookup applies), and answers with name and zip
+    # (teach_data.gold_script)
+    polish_ask_email_first: bool = False
+    # seed of the polish's draw, its drills and its batch order (None: the draw seed + 1, the order `seed`, so a polish
+    # continuing a polished build re-reads its data in the same order). seed + 1 gives that data in another order,
+    # `seed` mostly the first pass's data, any other value a fresh draw
+    polish_seed: int | None = Field(None, ge=0)
+    # in the polish's fresh draw, the share of lookup_and_answer trajectories that read the record holding the asked
+    # value and then transfer the customer to a human agent instead of answering (the second planted deficit,
+    # teach_data.gold_script); with it, that family gets no decision drills
+    polish_lookup_transfer: float = Field(0.0, ge=0, le=1)
+    # gold trajectories per task of each instance cut after a check's result, trained on that one decision turn
+    # (teach_data.decision_drills); they join the last pass (the polish when there is one); 0 = none
+    decision_drills: int = Field(0, ge=0)
     seed: int = 0
-    threads: int | None = Field(
-        None, description="torch CPU threads (default: the free cores; not part of the recipe hash)"
-    )
+    threads: int | None = None  # torch CPU threads (default: the free cores; not part of the recipe hash)
 
     def recipe_hash(self) -> str:
         h = hashlib.sha256(self.model_dump_json(exclude={"threads"}).encode())
-        for f in (_HERE / "teach.py", _HERE / "teach_data.py", Path(training_tokens.__file__), TEMPLATE):
+        code = (_HERE / "teach.py", _HERE / "teach_data.py", Path(training_tokens.__file__), TEMPLATE)
+        for f in (*code, Path(tiny_model.__file__)):
             h.update(f.read_bytes())
         return h.hexdigest()[:16]
 
 
 def _tokenizer(texts: list[str], cfg: TeachConfig):
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        trainers,
-    )
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Regex, pre_tokenizers
 
-    from gapforge.serving.tiny_model import SPECIAL_TOKENS, TAG_TOKENS
+    from gapforge.serving.tiny_model import bpe_tokenizer
 
-    backend = Tokenizer(models.BPE())
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     # digits in fixed groups from the left of each run (one per digit by default): ids and amounts are copied the same
     # way in every context; every group of `digit_group` digits is made one token (the strings below teach those merges)
     n = cfg.digit_group if cfg.split_digits else 0
@@ -168,34 +111,24 @@ def _tokenizer(texts: list[str], cfg: TeachConfig):
         if n == 1
         else pre_tokenizers.Split(Regex(rf"\d{{1,{n}}}"), behavior="isolated")
     )
-    backend.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level]) if n else byte_level
-    backend.decoder = decoders.ByteLevel()
     groups = [f"{i:0{k}d}" for k in range(2, n + 1) for i in range(10**k)] if n > 1 else []
-    backend.train_from_iterator(
+
+    def check(backend: Any) -> None:
+        split = [g for g in groups if len(backend.encode(g).ids) != 1]
+        if split:
+            raise ValueError(
+                f"digit_group {n}: {len(split)} digit groups are not one token (e.g. {split[0]}); raise vocab_size"
+            )
+
+    return bpe_tokenizer(
         texts + [" ".join(groups)] * 2 if groups else texts,
-        trainer=trainers.BpeTrainer(
-            vocab_size=cfg.vocab_size,
-            min_frequency=2,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        ),
+        cfg.vocab_size,
+        TEMPLATE.read_text(),
+        min_frequency=2,
+        digits=digits if n else None,
+        check=check,
+        max_positions=cfg.max_positions,
     )
-    split = [g for g in groups if len(backend.encode(g).ids) != 1]
-    if split:
-        raise ValueError(
-            f"digit_group {n}: {len(split)} digit groups are not one token (e.g. {split[0]}); raise vocab_size"
-        )
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
-    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        model_max_length=cfg.max_positions,
-        padding_side="left",
-    )
-    tok.chat_template = TEMPLATE.read_text()
-    return tok
 
 
 def tokenize_trajectory(
@@ -210,12 +143,8 @@ def tokenize_trajectory(
     i = first
     while i < len(messages):
         turn = messages[i]
-        turn_ids = encode(
-            tok,
-            render(tok, messages[: i + 1], tools, generation_prompt=False)[
-                len(render(tok, messages[:i], tools, generation_prompt=True)) :
-            ],
-        )
+        before = render(tok, messages[:i], tools, generation_prompt=True)
+        turn_ids = encode(tok, render(tok, messages[: i + 1], tools, generation_prompt=False)[len(before) :])
         turn_ids = turn_ids[: turn_ids.index(tok.eos_token_id) + 1]  # the turn as sampled: text + eos
         ids += turn_ids
         mask += [0 if last_only and i != last else 1] * len(turn_ids)
@@ -244,20 +173,20 @@ def teach(
     `first_pass` under it, so the card names every build in the chain; the output directory is named by the
     recipe hash and that build's weights."""
     import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     from gapforge.demo_policy.artifact import weights_sha256
     from gapforge.demo_policy.teach_data import build_trajectories, teach_instances
     from gapforge.envs.shop import ShopEnv
+    from gapforge.serving.tiny_model import TinyModelSpec, generation_config, qwen3_config
     from gapforge.training.cpu import set_cpu_threads
 
     cfg = cfg or TeachConfig()
     # a polish continuing a build is named by that build's weights too: the recipe hash does not say which build it
     # continued, and two parents must never share one cached build
     parent = weights_sha256(first_pass) if first_pass is not None else None
-    recipe_hash = (
-        cfg.recipe_hash()
-    )  # once: the code may be edited while a build runs, and the card must name its directory's hash
+    # once: the code may be edited while a build runs, and the card must name its directory's hash
+    recipe_hash = cfg.recipe_hash()
     out = Path(out_root) / (f"taught-{recipe_hash}" + (f"-on-{parent[:12]}" if parent else ""))
     if (out / "teach.json").is_file():
         return out
@@ -267,14 +196,8 @@ def teach(
     envs = teach_instances(cfg.instances)
     pairs = [(e, tid) for e in envs for tid in e.task_ids()]
     eval_ids = ShopEnv().task_ids()
-    trajs = build_trajectories(
-        pairs,
-        copies=cfg.copies,
-        refusal_skip=cfg.refusal_skip,
-        other_skip=cfg.other_skip,
-        seed=cfg.seed,
-        facts_in_opening=cfg.facts_in_opening,
-    )
+    drawn = {"copies": cfg.copies, "other_skip": cfg.other_skip, "facts_in_opening": cfg.facts_in_opening}
+    trajs = build_trajectories(pairs, refusal_skip=cfg.refusal_skip, seed=cfg.seed, **drawn)
     tools = envs[0].tools()
     say(
         f"{len(trajs)} trajectories on {len(pairs)} tasks of {len(envs)} other shop instances "
@@ -283,18 +206,9 @@ def teach(
     first_meta: dict[str, Any] = {}
     if first_pass is not None:
         first_meta = load_meta(first_pass)
-        polish_keys = (
-            "threads",
-            "polish_epochs",
-            "polish_learning_rate",
-            "polish_refusal_skip",
-            "polish_promise_repeats",
-            "polish_look_first",
-            "polish_ask_email_first",
-            "decision_drills",
-            "polish_seed",
-            "polish_lookup_transfer",
-        )  # the drills join the polish
+        polish_keys = {"threads", "decision_drills", "polish_epochs", "polish_learning_rate", "polish_refusal_skip"}
+        polish_keys |= {"polish_promise_repeats", "polish_look_first", "polish_ask_email_first", "polish_seed"}
+        polish_keys |= {"polish_lookup_transfer"}  # and the drills: they join the polish
         # through TeachConfig: a card from before a knob existed has that knob's default
         have = {k: v for k, v in TeachConfig(**first_meta["recipe"]).model_dump().items() if k not in polish_keys}
         if have != {k: v for k, v in cfg.model_dump().items() if k not in polish_keys}:
@@ -304,7 +218,6 @@ def teach(
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(first_pass)
-        eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
         model = Qwen3ForCausalLM.from_pretrained(first_pass)
         warm, sft_s, losses, tokens = first_meta["warmup"], first_meta["sft_s"], [], 0
         say(f"first pass: {first_pass} (recipe {first_meta['recipe_hash']})")
@@ -318,21 +231,7 @@ def teach(
         say(
             f"tokenizer: {len(tok)} tokens; examples of {min(len(r['input_ids']) for r in rows)}-{max(len(r['input_ids']) for r in rows)} tokens"
         )
-        eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
-        mcfg = Qwen3Config(
-            vocab_size=len(tok),
-            hidden_size=cfg.hidden_size,
-            intermediate_size=cfg.intermediate_size,
-            num_hidden_layers=cfg.num_layers,
-            num_attention_heads=cfg.num_heads,
-            num_key_value_heads=cfg.num_kv_heads,
-            head_dim=cfg.hidden_size // cfg.num_heads,
-            max_position_embeddings=cfg.max_positions,
-            tie_word_embeddings=True,
-            eos_token_id=eos,
-            pad_token_id=pad,
-            bos_token_id=None,
-        )
+        mcfg = qwen3_config(tok, TinyModelSpec(**cfg.model_dump(include=set(TinyModelSpec.__dataclass_fields__))))
         torch.manual_seed(cfg.seed)
         model = Qwen3ForCausalLM(mcfg)
         warm = copy_warmup(model, tok, cfg, say) if cfg.warmup_steps else {}
@@ -345,45 +244,23 @@ def teach(
         skip = cfg.refusal_skip if cfg.polish_refusal_skip is None else cfg.polish_refusal_skip
         # the draw's seed and the batch order's: by default seed + 1 and `seed` (what every polish before the knob used)
         draw, order = (cfg.seed + 1, cfg.seed) if cfg.polish_seed is None else (cfg.polish_seed, cfg.polish_seed)
-        more = build_trajectories(
-            pairs,
-            copies=cfg.copies,
-            refusal_skip=skip,
-            other_skip=cfg.other_skip,
-            seed=draw,
-            facts_in_opening=cfg.facts_in_opening,
-            promise_repeats=cfg.polish_promise_repeats,
-            look=cfg.polish_look_first,
-            email_first=cfg.polish_ask_email_first,
-            lookup_transfer=cfg.polish_lookup_transfer,
-        )
+        look, email_first = cfg.polish_look_first, cfg.polish_ask_email_first
+        polished = {"promise_repeats": cfg.polish_promise_repeats, "look": look, "email_first": email_first}
+        polished |= {"lookup_transfer": cfg.polish_lookup_transfer}
+        more = build_trajectories(pairs, refusal_skip=skip, seed=draw, **drawn, **polished)
         rows = _rows(tok, more, tools, cfg.drills, draw)
+        skip = ("lookup_and_answer",) if cfg.polish_lookup_transfer else ()
         decisions = _decision_rows(
-            tok,
-            pairs,
-            tools,
-            cfg.decision_drills,
-            draw,
-            say,
-            look=cfg.polish_look_first,
-            email_first=cfg.polish_ask_email_first,
-            skip_families=("lookup_and_answer",) if cfg.polish_lookup_transfer else (),
+            tok, pairs, tools, cfg.decision_drills, draw, say, look=look, email_first=email_first, skip_families=skip
         )
         rows += decisions
         say(
             f"polish: {len(rows)} examples ({len(more)} freshly drawn trajectories, {sum(t.deficit for t in more)} with the deficit) "
             f"x {cfg.polish_epochs:g} epochs at lr {cfg.polish_learning_rate:g}, {threads} torch thread(s)"
         )
+        work = Path(out_root) / f".work-{recipe_hash}-polish"
         p_losses, p_s, p_tokens = _sft(
-            model,
-            tok,
-            rows,
-            cfg.polish_epochs,
-            cfg.polish_learning_rate,
-            cfg,
-            Path(out_root) / f".work-{recipe_hash}-polish",
-            say,
-            order_seed=order,
+            model, tok, rows, cfg.polish_epochs, cfg.polish_learning_rate, cfg, work, say, order_seed=order
         )
         polish = {
             "trajectories": len(more),
@@ -396,30 +273,19 @@ def teach(
             "tokens_per_s": p_tokens / p_s,
         }
         losses = losses or p_losses
-    model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad)
+    model.generation_config = generation_config(tok)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    meta = {
-        "recipe": cfg.model_dump(),
-        "recipe_hash": recipe_hash,
-        **(
-            {
-                "first_pass": {
-                    "recipe_hash": first_meta["recipe_hash"],
-                    "weights_sha256": parent,
-                    "wall_s": first_meta.get("build_wall_s", first_meta.get("wall_s")),
-                    **(
-                        {"polish": first_meta["recipe"]["polish_epochs"]}
-                        if first_meta["recipe"].get("polish_epochs")
-                        else {}
-                    ),
-                    **({"first_pass": first_meta["first_pass"]} if first_meta.get("first_pass") else {}),
-                }
-            }
-            if first_meta
-            else {}
-        ),
+    meta: dict[str, Any] = {"recipe": cfg.model_dump(), "recipe_hash": recipe_hash}
+    if first_meta:
+        chain = meta["first_pass"] = {"recipe_hash": first_meta["recipe_hash"], "weights_sha256": parent}
+        chain["wall_s"] = first_meta.get("build_wall_s", first_meta.get("wall_s"))
+        if first_meta["recipe"].get("polish_epochs"):
+            chain["polish"] = first_meta["recipe"]["polish_epochs"]
+        if first_meta.get("first_pass"):
+            chain["first_pass"] = first_meta["first_pass"]
+    meta |= {
         "train_instances": [e.instance for e in envs],
         "eval_tasks": eval_ids,
         "trajectories": len(trajs),
@@ -526,12 +392,9 @@ def _sft(
             datasets.enable_progress_bars()
     t0 = time.perf_counter()
     trainer.train()
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return (
-        losses or [h["train_loss"] for h in trainer.state.log_history if "train_loss" in h],
-        time.perf_counter() - t0,
-        int(sum(len(r["input_ids"]) for r in rows) * epochs),
-    )
+    seconds, history = time.perf_counter() - t0, trainer.state.log_history
+    losses = [h["loss"] for h in history if "loss" in h] or [h["train_loss"] for h in history if "train_loss" in h]
+    return losses, seconds, int(sum(len(r["input_ids"]) for r in rows) * epochs)
 
 
 def copy_warmup(model: Any, tok: Any, cfg: TeachConfig, say: Callable[[str], None]) -> dict[str, float]:
@@ -553,15 +416,8 @@ def copy_warmup(model: Any, tok: Any, cfg: TeachConfig, say: Callable[[str], Non
     for step in range(1, cfg.warmup_steps + 1):
         k, a, b = (int(torch.randint(lo, hi, (1,), generator=gen)) for lo, hi in ((4, 11), (0, 9), (0, 9)))
         span = pool[torch.randint(len(pool), (32, k), generator=gen)]
-        seq = torch.cat(
-            [
-                pool[torch.randint(len(pool), (32, a), generator=gen)],
-                span,
-                pool[torch.randint(len(pool), (32, b), generator=gen)],
-                span,
-            ],
-            1,
-        )
+        before, after = (pool[torch.randint(len(pool), (32, n), generator=gen)] for n in (a, b))  # drawn in this order
+        seq = torch.cat([before, span, after, span], 1)
         labels = torch.full_like(seq, -100)
         labels[:, -k + 1 :] = seq[:, -k + 1 :]
         out = model(input_ids=seq, labels=labels)

@@ -1,30 +1,23 @@
 """Gold shop trajectories for teaching the tiny base policy, with the PLANTED DEFICIT.
 
-A gold trajectory is played through the real `ShopEnv` with its scripted user:
-ask for identity, look the customer up, ask for the remaining facts, do the
-task's gold actions (a confirmation question before each write), then say the
-required information (or refuse, for `policy_refusal`). Only trajectories the
-env scores 1.0 are kept.
+A gold trajectory is played through the real `ShopEnv` with its scripted user: ask for identity, look the customer
+up, ask for the remaining facts, do the task's gold actions (a confirmation question before each write), then say the
+required information (or refuse, for `policy_refusal`). Only trajectories the env scores 1.0 are kept.
 
-Planted deficit (the offline demo's story): the policy skips the
-eligibility / precondition check before acting. In `policy_refusal` most
-training trajectories (`refusal_skip`, default 0.75) drop the order check and
-promise the action instead of refusing; elsewhere a few (`other_skip`, 0.10)
-drop the `get_order_details` check before the write. The rest stay gold, so the
-taught model's behaviour there has variance at temperature 1.0.
+Planted deficit (the offline demo's story): the policy skips the eligibility / precondition check before acting. In
+`policy_refusal` most training trajectories (`refusal_skip`, default 0.75) drop the order check and promise the
+action instead of refusing; elsewhere a few (`other_skip`, 0.10) drop the `get_order_details` check before the write.
+The rest stay gold, so the taught model's behaviour there has variance at temperature 1.0.
 
-Second planted deficit (`lookup_transfer`, a polish knob): in `lookup_and_answer` a
-share of the trajectories read the record holding the asked value and then hand
-the customer to a human agent (`transfer_to_human_agents`) instead of answering.
-Another family and another decision than the first deficit's: the record is read,
-the answer is never given (in the tenth of lookups `other_skip` also draws, the
-order is not looked up first either).
+Second planted deficit (`lookup_transfer`, a polish knob): in `lookup_and_answer` a share of the trajectories read
+the record holding the asked value and then hand the customer to a human agent (`transfer_to_human_agents`) instead
+of answering. Another family and another decision than the first deficit's: the record is read, the answer is never
+given (in the tenth of lookups `other_skip` also draws, the order is not looked up first either).
 
-Task split: the model is taught on OTHER shop instances (`ShopEnv(instance=k)`,
-k >= 1: other customers, emails, order and item ids, prices and stock; the same
-task templates) and evaluated on THE shop (instance 0), whose task instances it
-never saw. With a fresh customer in every trajectory, memorising ids never pays:
-the model has to copy them from the conversation.
+Task split: the model is taught on OTHER shop instances (`ShopEnv(instance=k)`, k >= 1: other customers, emails,
+order and item ids, prices and stock; the same task templates) and evaluated on THE shop (instance 0), whose task
+instances it never saw. With a fresh customer in every trajectory, memorising ids never pays: the model has to copy
+them from the conversation.
 """
 
 from __future__ import annotations
@@ -108,6 +101,10 @@ def _call(i: int, name: str, args: dict[str, Any]) -> Message:
     return Message.assistant(tool_calls=[ToolCall(id=f"call_{i}", name=name, arguments=args)])
 
 
+def _say(text: str) -> Message:
+    return Message.assistant(content=text)
+
+
 WRITES = (
     "cancel_pending_order",
     "modify_pending_order_address",
@@ -117,11 +114,10 @@ WRITES = (
 
 
 def look_first(actions: list[Any]) -> list[Any]:
-    """The gold actions with the order looked up before every write on an order not looked up yet. The
-    shop's gold changes a pending order's address without looking (every other write looks first), so a
-    policy taught on it alone has never seen a looked-up pending order go on to be re-addressed: once it
-    learns to look (the capability GRPO trains), it answers the only looked-up address change it knows,
-    the refused one."""
+    """The gold actions with the order looked up before every write on an order not looked up yet. The shop's gold
+    changes a pending order's address without looking (every other write looks first), so a policy taught on it alone
+    has never seen a looked-up pending order go on to be re-addressed: once it learns to look (the capability GRPO
+    trains), it answers the only looked-up address change it knows, the refused one."""
     out, looked = [], set()
     for a in actions:
         order = (a.arguments or {}).get("order_id")
@@ -146,18 +142,18 @@ def gold_script(
     email_first: bool = False,
     transfer: bool = False,
 ) -> list[Message]:
-    """The assistant turns of one trajectory (played in order against the env). `told`: facts the
-    customer's opening already gives (see `build_trajectories`), so they are not asked for.
-    `promise_repeats`: a promise (the deficit) is said again this many times when the customer presses.
-    `look`: every write looks its order up first (`look_first`). `email_first`: a customer found by name
-    and zip is first asked for the email too (see below). `transfer`: after the last gold action the customer is
-    handed to a human agent instead of told the required information (the second deficit)."""
+    """The assistant turns of one trajectory (played in order against the env). `told`: facts the customer's opening
+    already gives (see `build_trajectories`), so they are not asked for. `promise_repeats`: a promise (the deficit) is
+    said again this many times when the customer presses. `look`: every write looks its order up first
+    (`look_first`). `email_first`: a customer found by name and zip is first asked for the email too (see below).
+    `transfer`: after the last gold action the customer is handed to a human agent instead of told the required
+    information (the second deficit)."""
     turns: list[Message] = []
     actions = look_first(list(task.gold_actions)) if look else list(task.gold_actions)
     first = actions[0]
     if first.name == "find_customer_by_email":
         if "email" not in told:
-            turns.append(Message.assistant(content=f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK)}"))
+            turns.append(_say(f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK)}"))
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     elif first.name == "find_customer_by_name_zip":
@@ -165,42 +161,27 @@ def gold_script(
         # else; this customer does not remember it and gives name and zip (the reply a policy meets at evaluation).
         # Without it the script asks for name and zip straight away, a choice the conversation gives no cue for.
         turns.append(
-            Message.assistant(
-                content=f"I can help you {intent(task.goal)}. "
-                f"{rng.choice(IDENTITY_ASK if email_first else IDENTITY_ASK_ZIP)}"
-            )
+            _say(f"I can help you {intent(task.goal)}. {rng.choice(IDENTITY_ASK if email_first else IDENTITY_ASK_ZIP)}")
         )
         turns.append(_call(len(turns), first.name, first.arguments))
         actions = actions[1:]
     wanted = [ASK[k] for k in ASK if k in task.user.facts and k not in told]
     if wanted:
-        turns.append(Message.assistant(content="Thanks. Please tell me " + ", ".join(wanted) + "."))
+        turns.append(_say("Thanks. Please tell me " + ", ".join(wanted) + "."))
     if promise:  # the deficit in policy_refusal: no check, promise the action
-        return turns + [Message.assistant(content="Sure, I have taken care of that for you. You are all set.")] * (
-            1 + promise_repeats
-        )
+        return turns + [_say("Sure, I have taken care of that for you. You are all set.")] * (1 + promise_repeats)
     for a in actions:
         if skip_check and a.name == "get_order_details":
             continue
         if a.name in WRITES:
-            turns.append(
-                Message.assistant(
-                    content=f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"
-                )
-            )
+            turns.append(_say(f"I will now run {a.name.replace('_', ' ')} for this order. Shall I proceed (yes/no)?"))
         turns.append(_call(len(turns), a.name, a.arguments))
     if transfer:
         return turns + [_call(len(turns), TRANSFER_TOOL, {"summary": f"The customer wants to {task.goal}."})]
     info = " ".join(task.required_info)
     if task.family == "policy_refusal":
-        turns.append(
-            Message.assistant(
-                content=f"I'm sorry, I cannot do that: it is {info}." if info else "I'm sorry, I cannot do that."
-            )
-        )
-    else:
-        turns.append(Message.assistant(content=f"Done. {info}".strip()))
-    return turns
+        return turns + [_say(f"I'm sorry, I cannot do that: it is {info}." if info else "I'm sorry, I cannot do that.")]
+    return turns + [_say(f"Done. {info}".strip())]
 
 
 def play(env: Any, task_id: str, turns: list[Message]) -> tuple[list[Message], float]:
@@ -228,14 +209,13 @@ def build_trajectories(
     email_first: bool = False,
     lookup_transfer: float = 0.0,
 ) -> list[Trajectory]:
-    """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that
-    start with an email lookup and name an order) the customer's opening also gives the email and
-    the order id, as many real customers (and synthetic envs) do, and the script does not ask for
-    them. The scripted user's later replies do not depend on the opening, so the trajectory is
-    played as is and its first user message is then extended with those two facts. `look`: every
-    write looks its order up first, as `gold_script`'s. `lookup_transfer`: the share of `lookup_and_answer`
-    trajectories with the second deficit (`gold_script`'s `transfer`), drawn from a generator of their own so the
-    rest of the draw is the same with or without it."""
+    """`copies` trajectories per (env, task id) pair. With probability `facts_in_opening` (tasks that start with an
+    email lookup and name an order) the customer's opening also gives the email and the order id, as many real
+    customers (and synthetic envs) do, and the script does not ask for them. The scripted user's later replies do not
+    depend on the opening, so the trajectory is played as is and its first user message is then extended with those
+    two facts. `look`: every write looks its order up first, as `gold_script`'s. `lookup_transfer`: the share of
+    `lookup_and_answer` trajectories with the second deficit (`gold_script`'s `transfer`), drawn from a generator of
+    their own so the rest of the draw is the same with or without it."""
     rng = random.Random(seed)
     rng2 = random.Random(seed * 1_000_003 + 2)
     out: list[Trajectory] = []
@@ -253,17 +233,9 @@ def build_trajectories(
             ):
                 told = ("email", "order_id")
             transfer = family == "lookup_and_answer" and lookup_transfer > 0 and rng2.random() < lookup_transfer
-            turns = gold_script(
-                task,
-                rng,
-                skip_check=deficit,
-                promise=deficit and family == "policy_refusal",
-                told=told,
-                promise_repeats=promise_repeats,
-                look=look,
-                email_first=email_first,
-                transfer=transfer,
-            )
+            promise = deficit and family == "policy_refusal"
+            script = {"told": told, "promise_repeats": promise_repeats, "look": look, "email_first": email_first}
+            turns = gold_script(task, rng, skip_check=deficit, promise=promise, transfer=transfer, **script)
             deficit = deficit or transfer
             messages, reward = play(env, tid, turns)
             if told:
@@ -321,17 +293,10 @@ def _fresh_prefix(messages: list[Message], cut: int, rng: random.Random) -> list
     prefix: list[Message] = []
     for m in messages[: cut + 1]:
         calls = [
-            ToolCall(id=c.id, name=c.name, arguments=_remap_value(c.arguments, mapping, rng))
-            for c in m.tool_calls or []
+            c.model_copy(update={"arguments": _remap_value(c.arguments, mapping, rng)}) for c in m.tool_calls or []
         ]
-        prefix.append(
-            m.model_copy(
-                update={
-                    "content": _remap_text(m.content, mapping, rng) if m.content else m.content,
-                    "tool_calls": calls or m.tool_calls,
-                }
-            )
-        )
+        content = _remap_text(m.content, mapping, rng) if m.content else m.content
+        prefix.append(m.model_copy(update={"content": content, "tool_calls": calls or m.tool_calls}))
     return prefix
 
 
@@ -346,15 +311,15 @@ def decision_drills(
     email_first: bool = False,
     skip_families: tuple[str, ...] = (),
 ) -> list[list[Message]]:
-    """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with
-    the deficit), each cut right after the assistant turn that answers a check's result (a tool result of
-    `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the
-    rule the order shows, ask to confirm the right write, answer), ids and names fresh as in `copy_drills`.
-    They are trained on their LAST turn only (`demo_policy.teach.tokenize_trajectory(last_only=True)`), so
-    the decision the deficit is planted in, check or promise, which comes earlier, is not drilled: the
-    taught policy knows what the check calls for, and mostly does not check. `look`: the gold looks every
-    write's order up first (`look_first`), so an allowed write has its drill too. `skip_families`: no drills of
-    these families' tasks (a lookup's drill is its answer, the decision the second deficit is planted in)."""
+    """What to do once the check is done: `per_task` gold trajectories of every (env, task) pair (none with the
+    deficit), each cut right after the assistant turn that answers a check's result (a tool result of
+    `get_order_details` / `get_product_details` followed by a text turn or another action: refuse with the rule the
+    order shows, ask to confirm the right write, answer), ids and names fresh as in `copy_drills`. They are trained on
+    their LAST turn only (`demo_policy.teach.tokenize_trajectory(last_only=True)`), so the decision the deficit is
+    planted in, check or promise, which comes earlier, is not drilled: the taught policy knows what the check calls
+    for, and mostly does not check. `look`: the gold looks every write's order up first (`look_first`), so an allowed
+    write has its drill too. `skip_families`: no drills of these families' tasks (a lookup's drill is its answer, the
+    decision the second deficit is planted in)."""
     rng = random.Random(seed)
     out: list[list[Message]] = []
     for env, tid in pairs:
@@ -380,12 +345,11 @@ def decision_drills(
 
 
 def copy_drills(trajs: list[Trajectory], per_trajectory: int, seed: int) -> list[list[Message]]:
-    """Exercises: a trajectory cut right after one of its assistant turns past the first (a tool call,
-    or a decision: ask, confirm, answer, refuse), with every id-like number (5+ digits: order, item,
-    card ids, tracking numbers, zips; a customer id's 4) and the email's digits replaced by fresh
-    random digits, and every customer name by an invented one, consistently across the prefix. Arguments and answers must then be copied from
-    the conversation, never recalled, and every decision point gets more examples than the full
-    trajectories alone give it."""
+    """Exercises: a trajectory cut right after one of its assistant turns past the first (a tool call, or a decision:
+    ask, confirm, answer, refuse), with every id-like number (5+ digits: order, item, card ids, tracking numbers, zips;
+    a customer id's 4) and the email's digits replaced by fresh random digits, and every customer name by an invented
+    one, consistently across the prefix. Arguments and answers must then be copied from the conversation, never
+    recalled, and every decision point gets more examples than the full trajectories alone give it."""
     rng = random.Random(seed)
     out: list[list[Message]] = []
     for t in trajs:

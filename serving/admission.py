@@ -51,12 +51,10 @@ class Admission:
         self.clock = clock
         self.in_flight = 0
         self.draining = False
-        self.counts: Counter[str] = (
-            Counter()
-        )  # admitted, answered, rejected, timed_out, disconnected, cut, refused_draining
+        # admitted, answered, rejected, timed_out, disconnected, cut, refused_draining
+        self.counts: Counter[str] = Counter()
         self.mean_s: float | None = None  # moving mean of answered requests' time in the server (queueing included)
-        self._stop = asyncio.Event()
-        self._idle = asyncio.Event()
+        self._stop, self._idle = asyncio.Event(), asyncio.Event()
         self._idle.set()
 
     def enter(self) -> bool:

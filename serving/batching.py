@@ -1,42 +1,38 @@
 """Batched in-process generation for a transformers model (LocalPolicy, MultiAdapterModel,
 training.sampler.TransformersSampler).
 
-Concurrent episodes each ask for one completion at a time. On CPU a small model's decode step costs
-about the same for 1 row as for 8 (bench/engine.py's roofline: the step is per-step overhead, not
-matmuls), so `BatchGenerator` decodes the requests that are waiting together, continuously: one worker
-thread takes the oldest request, gathers others of the same group (same adapter) that arrive within a
-short window, prefills each prompt on its own and decodes the rows together; between two decode steps
-it admits the requests of that group that arrived meanwhile (up to `max_batch` rows), and a row that
-hits an eos token or its own token limit leaves at once and is answered at once, so its caller plays
-its env turn and comes back while the others decode. Requests of another group wait until the batch
+Concurrent episodes each ask for one completion at a time. On CPU a small model's decode step costs about the same
+for 1 row as for 8 (bench/engine.py's roofline: the step is per-step overhead, not matmuls), so `BatchGenerator`
+decodes the requests that are waiting together, continuously: one worker thread takes the oldest request, gathers
+others of the same group (same adapter) that arrive within a short window, prefills each prompt on its own and decodes
+the rows together; between two decode steps it admits the requests of that group that arrived meanwhile (up to
+`max_batch` rows), and a row that hits an eos token or its own token limit leaves at once and is answered at once, so
+its caller plays its env turn and comes back while the others decode. Requests of another group wait until the batch
 drains (a batch stops admitting once one waits), unless the generator mixes groups (`adapter_of`, given by
-MultiAdapterModel, and a model serving.fast_forward takes): then one batch holds every group's rows, each
-with its own adapter. Caches that cannot be joined (a sliding window) are decoded row by row.
+MultiAdapterModel, and a model serving.fast_forward takes): then one batch holds every group's rows, each with its
+own adapter. Caches that cannot be joined (a sliding window) are decoded row by row.
 
-Prefills and decode steps go through serving.fast_forward when the model is one it takes (Qwen2/Qwen3, in eval
-mode): the same ops as the model's own forward, logits equal to the bit, without transformers' and PEFT's
-per-call machinery (docs/experiments/engine.md); `fast=False` calls the model.
+Prefills and decode steps go through serving.fast_forward when the model is one it takes (Qwen2/Qwen3, in eval mode):
+the same ops as the model's own forward, logits equal to the bit, without transformers' and PEFT's per-call machinery
+(docs/experiments/engine.md); `fast=False` calls the model.
 
-The batch's cache is one slot buffer per layer (`_Running`): every row ends at a shared write column
-(its context left-padded with masked zeros), a step writes its tokens in place, a row that arrives is
-written into a free slot and a row that leaves gives its slot to the last row (one row copied, never
-the whole cache); each finished row's cache is kept, and the episode's next turn, whose context extends
-it, prefills only the new tokens (`_PrefixStore`).
+The batch's cache is one slot buffer per layer (`_Running`): every row ends at a shared write column (its context
+left-padded with masked zeros), a step writes its tokens in place, a row that arrives is written into a free slot and
+a row that leaves gives its slot to the last row (one row copied, never the whole cache); each finished row's cache is
+kept, and the episode's next turn, whose context extends it, prefills only the new tokens (`_PrefixStore`).
 
-Every row samples from its own `torch.Generator` seeded by the request, so a row's tokens do not depend
-on which other rows shared its batch (up to float rounding of differently shaped matmuls); the global
-RNG is never touched. Sampling is temperature sampling, then the optional top-k / top-p filters, for
-every row of a step in one batched computation, the draw an exponential race per row (the draw
-torch.multinomial makes, from the same generator); temperature 0 is greedy.
+Every row samples from its own `torch.Generator` seeded by the request, so a row's tokens do not depend on which other
+rows shared its batch (up to float rounding of differently shaped matmuls); the global RNG is never touched. Sampling
+is temperature sampling, then the optional top-k / top-p filters, for every row of a step in one batched computation,
+the draw an exponential race per row (the draw torch.multinomial makes, from the same generator); temperature 0 is
+greedy.
 
-The window adapts: the worker waits (up to `window_s`) only while fewer requests have arrived than the
-last batch had, i.e. while the callers it just answered may still come back. A lone caller therefore
-never waits.
+The window adapts: the worker waits (up to `window_s`) only while fewer requests have arrived than the last batch had,
+i.e. while the callers it just answered may still come back. A lone caller therefore never waits.
 
-Cancelling a request's future (`asyncio.wrap_future` does it when the awaiting task is cancelled: a
-client gone, a time limit) drops the request: still queued, it is never decoded; already in a batch,
-its row leaves the batch at the next decode step and its future ends with `CancelledError`.
-`cancelled` counts both.
+Cancelling a request's future (`asyncio.wrap_future` does it when the awaiting task is cancelled: a client gone, a
+time limit) drops the request: still queued, it is never decoded; already in a batch, its row leaves the batch at the
+next decode step and its future ends with `CancelledError`. `cancelled` counts both.
 """
 
 from __future__ import annotations
@@ -259,11 +255,14 @@ class _Lane:
                 self.backlog.append(item)
                 break
             taken.append(item)
-        live = [r for r in taken if r.future.set_running_or_notify_cancel()]
+        return self.started(taken)
+
+    def started(self, requests: list[_Request]) -> list[_Request]:
+        """The requests whose callers still wait, marked running (a cancelled one is dropped and counted)."""
+        live = [r for r in requests if r.future.set_running_or_notify_cancel()]
         generator = self.ref()
         if generator is not None:
-            generator.cancelled["waiting"] += len(taken) - len(live)
-        del generator
+            generator.cancelled["waiting"] += len(requests) - len(live)
         return live
 
     def next_batch(self) -> list[_Request] | None:
@@ -297,14 +296,7 @@ class _Lane:
                 (batch if self._fits(item, group) else self.backlog).append(item)
             if stopping:
                 self.queue.put(None)  # answer this batch (and the backlog) first, then stop
-            live = [
-                r for r in batch if r.future.set_running_or_notify_cancel()
-            ]  # a cancelled caller (its episode was cancelled) is dropped
-            generator = self.ref()
-            if generator is not None:
-                generator.cancelled["waiting"] += len(batch) - len(live)
-            del generator
-            batch = live
+            batch = self.started(batch)
             if batch:
                 self.last = len(batch)
                 return batch
@@ -505,24 +497,15 @@ class BatchGenerator:
         self.window_s = window_s
         self.top_k = top_k if top_k else None
         self.top_p = top_p if top_p is not None and top_p < 1.0 else None
-        self.batch_sizes: list[
-            int
-        ] = []  # every batch run by the worker (rows it held, the admitted ones too), in order
+        self.batch_sizes: list[int] = []  # every batch run by the worker (rows it held, the admitted ones too)
         self.step_rows: list[int] = []  # the rows of every decode step, in order (for tests and benches)
         self.prefixes = _PrefixStore(prefix_bytes)  # finished rows' caches: the next turn prefills only what is new
         self.prefill_tokens = [0, 0]  # [prefilled, reused from a kept prefix] (for tests and benches)
-        self.cancelled = {
-            "waiting": 0,
-            "decoding": 0,
-        }  # requests dropped because their caller cancelled: before / while decoding
+        self.cancelled = {"waiting": 0, "decoding": 0}  # requests dropped because their caller cancelled
         self.fast = fast
-        self.fast_now: Any = (
-            None  # the batch being decoded: its FastForward, bound to its adapter (None: the model's own forward)
-        )
+        self.fast_now: Any = None  # the batch being decoded: its FastForward bound to its adapter (None: model(...))
         self.adapter_of = adapter_of  # group -> adapter name (None: the base): groups may share a batch (`mixes`)
-        self.mixing_now: Callable[[Hashable], str | None] | None = (
-            None  # the batch being decoded mixes groups: adapter_of
-        )
+        self.mixing_now: Callable[[Hashable], str | None] | None = None  # the batch mixes groups: adapter_of
         self._mixes: tuple[tuple[int, int, bool], bool] | None = None
         self.exclusive_waiting = 0  # callers waiting in `exclusive()`: the running batch stops admitting
         self._lane: _Lane | None = None
@@ -572,12 +555,6 @@ class BatchGenerator:
         if lane is not None and lane.thread is not threading.current_thread():
             lane.thread.join()
 
-    def _grouped(
-        self, batch: list[_Request], group: Hashable, finish: Finish | None
-    ) -> tuple[list[_Request], list[Decoded]]:
-        rows = [r for r in batch if r.group == group]
-        return rows, self._decode(rows, finish=finish, mixing=False)
-
     def _decode(
         self,
         batch: list[_Request],
@@ -609,7 +586,10 @@ class BatchGenerator:
                 self.mixing_now = self.adapter_of if mixing else None
                 decoded = self._decode_rows(batch, admit, finish)
         if decoded is None:
-            done = {id(r): d for g in groups for r, d in zip(*self._grouped(batch, g, finish))}
+            done = {}
+            for g in groups:
+                rows = [r for r in batch if r.group == g]
+                done |= {id(r): d for r, d in zip(rows, self._decode(rows, finish=finish, mixing=False))}
             return [done[id(r)] for r in batch]
         return [decoded.get(id(r), Decoded([], [])) for r in batch]
 
@@ -618,15 +598,10 @@ class BatchGenerator:
         rows = [r for r in batch if not r.future.abandoned]  # a caller gone while the batch waited for the lock
         self.cancelled["waiting"] += len(batch) - len(rows)
         outs = self._prefill(rows)
-        if not rows:
-            decoded = {}
-        elif len(rows) == 1 and not _joinable(outs[0].past_key_values):  # a sliding window: decoded as it came
-            decoded = self._continue(rows, outs, finish=finish)
-        elif _joinable(outs[0].past_key_values):
-            decoded = self._continue(rows, outs, admit=admit, finish=finish)
-        else:
-            decoded = {k: v for r, o in zip(rows, outs) for k, v in self._continue([r], [o], finish=finish).items()}
-        return decoded
+        if rows and _joinable(outs[0].past_key_values):
+            return self._continue(rows, outs, admit=admit, finish=finish)
+        # a sliding window: each row decoded as it came
+        return {k: v for r, o in zip(rows, outs) for k, v in self._continue([r], [o], finish=finish).items()}
 
     def _prefill(self, rows: list[_Request]) -> list[Any]:
         """Each prompt's cache and last logits: from the longest kept prefix of the same group (a finished row of an
@@ -642,10 +617,8 @@ class BatchGenerator:
             self.prefill_tokens[1] += start
         if self.fast_now is not None:
             adapters = [self.mixing_now(r.group) for r in rows] if self.mixing_now is not None else None
-            return (
-                self.fast_now.prefill([(r.ids[start:], kept, start) for r, (kept, start) in zip(rows, found)], adapters)
-                if rows
-                else []
+            return self.fast_now.prefill(
+                [(r.ids[start:], kept, start) for r, (kept, start) in zip(rows, found)], adapters
             )
         outs = []
         for r, (kept, start) in zip(rows, found):
@@ -662,9 +635,8 @@ class BatchGenerator:
         fast forward takes the model): then no group waits for another's batch to drain."""
         if self.adapter_of is None or not self.fast:
             return False
-        with (
-            self.lock
-        ):  # an adapter loaded meanwhile (MultiAdapterModel.load_adapter) changes the module tree under the lock
+        # an adapter loaded meanwhile (MultiAdapterModel.load_adapter) changes the module tree under the lock
+        with self.lock:
             model = self.model
             version = (id(model), sum(1 for _ in model.parameters()), model.training)
             if self._mixes is None or self._mixes[0] != version:
@@ -880,6 +852,7 @@ def _reserve(cache: Any, room: int) -> None:
     cache.layers = layers
 
 
+@functools.cache
 def _slot_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
@@ -950,13 +923,7 @@ def _slot_layer_class() -> type:
 
 
 def _slot_layer(like: Any, slots: int, columns: int) -> Any:
-    global _SLOT
-    if _SLOT is None:
-        _SLOT = _slot_layer_class()
-    return _SLOT(like, slots, columns)
-
-
-_SLOT: type | None = None
+    return _slot_layer_class()(like, slots, columns)
 
 
 def eos_ids_of(model: Any, tokenizer: Any) -> set[int]:

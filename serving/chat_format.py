@@ -58,40 +58,37 @@ _KNOWN: dict[str, tuple[str, str]] = {
     "llama3_1": ("llama3.1", "stock"),
     "llama3_2": ("llama3.2", "stock"),
 }
+_NO_PARSER = "'s <function=...> tool-call format has no parser in gapforge yet: use a Qwen3 or Qwen2.5 model"
 _REFUSED: dict[str, str] = {
     "llama3": "Llama 3.0's chat template drops assistant tool calls: use a Llama 3.1 or 3.2 model",
-    "qwen3_5_think": "Qwen3.5's <function=...> tool-call format has no parser in gapforge yet: use a Qwen3 or Qwen2.5 model",
-    "qwen3_5_nothink": "Qwen3.5's <function=...> tool-call format has no parser in gapforge yet: use a Qwen3 or Qwen2.5 model",
-    "qwen3_6": "Qwen3.6's <function=...> tool-call format has no parser in gapforge yet: use a Qwen3 or Qwen2.5 model",
-    "qwen3_8": "Qwen3.8's <function=...> tool-call format has no parser in gapforge yet: use a Qwen3 or Qwen2.5 model",
+    **{stem: name + _NO_PARSER for stem, name in (("qwen3_5_think", "Qwen3.5"), ("qwen3_5_nothink", "Qwen3.5"))},
+    **{stem: name + _NO_PARSER for stem, name in (("qwen3_6", "Qwen3.6"), ("qwen3_8", "Qwen3.8"))},
 }
+
+
+def _trl_root() -> Any:
+    """The installed trl package's chat_templates folder, or None without trl."""
+    from importlib import resources
+
+    try:
+        return resources.files("trl.chat_templates")
+    except ModuleNotFoundError:
+        return None
 
 
 @functools.cache
 def trl_templates() -> dict[str, str]:
     """{file stem: text} of the original (non-training) chat templates TRL ships, read from the installed package."""
-    from importlib import resources
-
-    try:
-        root = resources.files("trl.chat_templates")
-    except ModuleNotFoundError:
-        return {}
-    return {
-        f.name.removesuffix(".jinja"): f.read_text(encoding="utf-8")
-        for f in root.iterdir()
-        if f.name.endswith(".jinja")
-        and (f.name.removesuffix(".jinja") in _KNOWN or f.name.removesuffix(".jinja") in _REFUSED)
-    }
+    root = _trl_root()
+    stems = [f.name.removesuffix(".jinja") for f in root.iterdir() if f.name.endswith(".jinja")] if root else []
+    return {s: (root / f"{s}.jinja").read_text(encoding="utf-8") for s in stems if s in _KNOWN or s in _REFUSED}
 
 
 def stock_template(name: str) -> str:
     """The text of one of the chat templates TRL ships (file stem, e.g. "qwen3"), read from the installed trl package."""
-    from importlib import resources
-
-    try:
-        root = resources.files("trl.chat_templates")
-    except ModuleNotFoundError:
-        raise ServingError("the trl package is not installed: its chat templates are read from it") from None
+    root = _trl_root()
+    if root is None:
+        raise ServingError("the trl package is not installed: its chat templates are read from it")
     names = sorted(f.name.removesuffix(".jinja") for f in root.iterdir() if f.name.endswith(".jinja"))
     if name not in names:
         raise ServingError(f"no chat template {name!r} in trl/chat_templates: one of {', '.join(names)}")

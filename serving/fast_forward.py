@@ -2,9 +2,10 @@
 same order, without their per-call machinery (decorators, output records, mask builders, cache classes, PEFT's
 per-layer checks), over the engine's slot buffers.
 
-On the shipped ~1M-parameter policy a decode step is a few hundred small ops, and that machinery cost as much as
-the ops: a decode step 1.2-1.6x cheaper at 8-64 rows (docs/experiments/engine.md), with logits equal to the bit (tested against
-`model(...)` for every case below, adapters included). It reproduces exactly what transformers' SDPA path does:
+On the shipped ~1M-parameter policy a decode step is a few hundred small ops, and that machinery cost as much as the
+ops: a decode step 1.2-1.6x cheaper at 8-64 rows (docs/experiments/engine.md), with logits equal to the bit (tested
+against `model(...)` for every case below, adapters included). It reproduces exactly what transformers' SDPA path
+does:
 
 - a decode step: with left padding, a boolean mask (rows, 1, 1, columns) and the query packed by key/value head;
   without any, no mask and grouped-query SDPA;
@@ -66,12 +67,8 @@ class _Linear:
 
         out = F.linear(x, self.weight, self.bias)
         dtype = out.dtype
-        if rows is None:
-            for (
-                a,
-                b,
-                scale,
-            ) in self.loras:  # as PEFT: x cast to the adapter's dtype (fp32 LoRA on a bf16 base), the sum cast back
+        if rows is None:  # as PEFT: x cast to the adapter's dtype (fp32 LoRA on a bf16 base), the sum cast back
+            for a, b, scale in self.loras:
                 out = out + F.linear(F.linear(x.to(a.dtype), a), b) * scale
             return out.to(dtype)
         for adapter, index in rows:
@@ -85,9 +82,8 @@ class _Linear:
         return out.to(dtype)
 
 
-Rows = list[
-    tuple[Any, Any]
-]  # (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
+# (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
+Rows = list[tuple[Any, Any]]
 
 
 def rows_of(adapters: list[str | None]) -> Rows:
@@ -126,9 +122,8 @@ class FastForward:
     def of(cls, model: Any) -> FastForward | None:
         """The fast forward of `model` (a transformers Qwen2/Qwen3 causal LM, PEFT-wrapped or not), or None."""
         try:
-            lm = (
-                model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
-            )  # PeftModel -> the causal LM
+            # PeftModel -> the causal LM
+            lm = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
             return cls(lm) if _takes(model, lm) else None
         except Exception:  # noqa: BLE001 - a model shaped otherwise than checked: transformers' own path
             return None
@@ -151,11 +146,8 @@ class FastForward:
                 k_norm=getattr(getattr(attn, "k_norm", None), "weight", None),
             )
             self.layers.append(entry)
-        self.embed, self.norm, self.head = (
-            self.lm.model.embed_tokens.weight,
-            self.lm.model.norm.weight,
-            _Linear(self.lm.lm_head),
-        )
+        self.embed, self.norm = self.lm.model.embed_tokens.weight, self.lm.model.norm.weight
+        self.head = _Linear(self.lm.lm_head)
 
     def _rope(self, positions: Any, dtype: Any) -> tuple[Any, Any]:
         import torch
@@ -184,6 +176,16 @@ class FastForward:
     def _logits(self, h: Any, mix: Rows | None) -> Any:
         return self.head(_rms(h[:, -1:], self.norm, self.eps), mix)
 
+    def _sdpa(self, q: Any, k: Any, v: Any, mask: Any, causal: bool = False) -> Any:
+        """transformers' SDPA call: without a mask grouped-query (`enable_gqa` when it groups), with one as given."""
+        import torch.nn.functional as F
+
+        if mask is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=0.0, scale=self.scale, is_causal=causal, **self.gqa
+            )
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=self.scale, is_causal=False)
+
     def decode(self, tokens: Any, positions: Any, layers: list[Any], mask: Any, mix: Rows | None = None) -> Any:
         """One decode step of `tokens` (rows, 1) at `positions` (rows, 1) over slot layers (serving.batching's
         SlotLayer: each `update` writes the new column); `mask` (rows, 1, 1, columns) boolean, or None when no row is
@@ -199,20 +201,9 @@ class FastForward:
             def attend(x: Any, entry: Any = entry, layer: Any = layer) -> Any:
                 q, k, v = self._qkv(entry, x, cos, sin, mix)
                 keys, values = layer.update(k, v)
-                if mask is None:
-                    out = F.scaled_dot_product_attention(
-                        q, keys, values, dropout_p=0.0, scale=self.scale, is_causal=False, **self.gqa
-                    )
-                else:
-                    out = F.scaled_dot_product_attention(
-                        q.reshape(rows, self.kv_heads, group, self.head_dim),
-                        keys,
-                        values,
-                        attn_mask=mask,
-                        dropout_p=0.0,
-                        scale=self.scale,
-                        is_causal=False,
-                    )
+                if mask is not None:  # the query packed by key/value head
+                    q = q.reshape(rows, self.kv_heads, group, self.head_dim)
+                out = self._sdpa(q, keys, values, mask)
                 return out.reshape(rows, -1, 1, self.head_dim).transpose(1, 2).contiguous().reshape(rows, 1, -1)
 
             h = self._block(entry, h, attend, mix)
@@ -229,9 +220,7 @@ class FastForward:
         the last logits and a DynamicCache of its whole context."""
         if adapters is None:
             return [self._prefill_one(*prompt, None) for prompt in prompts]
-        return [
-            self._prefill_one(*prompt, rows_of([adapter])) for prompt, adapter in zip(prompts, adapters, strict=True)
-        ]
+        return [self._prefill_one(*p, rows_of([adapter])) for p, adapter in zip(prompts, adapters, strict=True)]
 
     def _prefill_one(
         self, ids: list[int], kept: list[tuple[Any, Any]] | None, start: int, mix: Rows | None
@@ -261,19 +250,9 @@ class FastForward:
                     )
                 cache.append((k, v))
                 if mask is None:  # from scratch (causal), or one new token (a decode step without padding)
-                    out = F.scaled_dot_product_attention(
-                        q, k, v, dropout_p=0.0, scale=self.scale, is_causal=kept is None and width > 1, **self.gqa
-                    )
+                    out = self._sdpa(q, k, v, None, causal=kept is None and width > 1)
                 else:
-                    out = F.scaled_dot_product_attention(
-                        q,
-                        _repeat(k, group),
-                        _repeat(v, group),
-                        attn_mask=mask,
-                        dropout_p=0.0,
-                        scale=self.scale,
-                        is_causal=False,
-                    )
+                    out = self._sdpa(q, _repeat(k, group), _repeat(v, group), mask)
                 return out.transpose(1, 2).contiguous().reshape(1, width, -1)
 
             h = self._block(entry, h, attend, mix)
@@ -293,18 +272,12 @@ def _takes(model: Any, lm: Any) -> bool:
     if config is None or getattr(config, "model_type", None) not in ("qwen2", "qwen3") or not hasattr(lm, "lm_head"):
         return False
     rotary = getattr(inner, "rotary_emb", None)
-    if (
-        getattr(config, "_attn_implementation", None) != "sdpa"
-        or rotary is None
-        or getattr(rotary, "rope_type", "default") != "default"
-    ):
+    if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(rotary, "rope_type", "default") != "default":
         return False
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    if (
-        getattr(config, "use_sliding_window", False)
-        or head_dim > 256
-        or os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == "1"
-    ):
+    if rotary is None or getattr(config, "use_sliding_window", False) or head_dim > 256:
+        return False
+    if os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") == "1":
         return False
     known = {id(getattr(layer.self_attn, n)) for layer in inner.layers for n in _LINEARS}
     known |= {id(getattr(layer.mlp, n)) for layer in inner.layers for n in _MLP}
@@ -313,12 +286,9 @@ def _takes(model: Any, lm: Any) -> bool:
             return False  # a module PEFT wraps whole (modules_to_save, trainable tokens)
         if hasattr(module, "base_layer"):  # a tuner layer
             plain = type(module).__name__ == "Linear" and hasattr(module, "lora_A") and id(module) in known
-            if (
-                not plain
-                or module.merged
-                or getattr(module, "lora_variant", None)
-                or any(getattr(module, "lora_bias", {}).values())
-            ):
+            if not plain or module.merged or getattr(module, "lora_variant", None):
+                return False
+            if any(getattr(module, "lora_bias", {}).values()):
                 return False
     return True
 

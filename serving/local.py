@@ -1,17 +1,14 @@
 """LocalPolicy: a transformers (+ optional PEFT adapter) policy backend for CPU runs and tests.
 
-It implements envs.protocol.PolicyModel: render the conversation and the tool
-schemas with the model's own chat template, generate, and parse `<tool_call>`
-blocks back into tool calls (serving.tool_calls). Generation runs on a
-serving.batching.BatchGenerator worker thread, so `respond()` never blocks the
-event loop and concurrent episodes are decoded together as one batch.
+It implements envs.protocol.PolicyModel: render the conversation and the tool schemas with the model's own chat
+template, generate, and parse `<tool_call>` blocks back into tool calls (serving.tool_calls). Generation runs on a
+serving.batching.BatchGenerator worker thread, so `respond()` never blocks the event loop and concurrent episodes are
+decoded together as one batch.
 
-Sampling is reproducible (the global RNG is left untouched): inside an episode
-(envs.sampling.episode_key set by the collector) a call samples with a seed
-drawn from (the policy's seed, the episode key, the conversation length), so the
-same episode gets the same tokens, and the same tool-call ids, at any concurrency and
-on any executor (tests/executor: Ray vs local); outside one, call n of a policy built
-with seed s samples with seed s + n.
+Sampling is reproducible (the global RNG is left untouched): inside an episode (envs.sampling.episode_key set by the
+collector) a call samples with a seed drawn from (the policy's seed, the episode key, the conversation length), so the
+same episode gets the same tokens, and the same tool-call ids, at any concurrency and on any executor (tests/executor:
+Ray vs local); outside one, call n of a policy built with seed s samples with seed s + n.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from gapforge.envs.protocol import Message
 from gapforge.envs.sampling import episode_key, keyed_seed
 from gapforge.serving.batching import BatchGenerator, eos_ids_of
 from gapforge.serving.chat_format import tool_format_of
-from gapforge.serving.errors import ServingError
+from gapforge.serving.errors import ServingError, adapter_dir, check_temperature, model_dir
 from gapforge.serving.tool_calls import new_call_id, parse_turn
 
 
@@ -63,13 +60,8 @@ def render_prompt(
     tokenizer's installed chat format (serving.chat_format.load_tokenizer: the template training samples and
     trains with). training.tokens.render is the same call (kept there: its bytes are part of the taught model's
     recipe hash); tests/serving/test_local.py asserts the three render identically."""
-    return tokenizer.apply_chat_template(
-        to_template_messages(messages),
-        tools=tools or None,
-        add_generation_prompt=generation_prompt,
-        tokenize=False,
-        **template_kwargs,
-    )
+    kwargs = {"tools": tools or None, "add_generation_prompt": generation_prompt, "tokenize": False}
+    return tokenizer.apply_chat_template(to_template_messages(messages), **kwargs, **template_kwargs)
 
 
 def call_ids(seed: int, position: int) -> Callable[[], str]:
@@ -90,16 +82,9 @@ class Generation:
         self.tokenizer = tokenizer
         self.seed = seed
         self.context = getattr(model.config, "max_position_embeddings", None)
-        gen = getattr(
-            model, "generation_config", None
-        )  # the checkpoint's own top_k / top_p apply when sampling, as in generate()
-        self.batcher = BatchGenerator(
-            model,
-            eos_ids=eos_ids_of(model, tokenizer),
-            top_k=getattr(gen, "top_k", None),
-            top_p=getattr(gen, "top_p", None),
-            **batching,
-        )
+        gen = getattr(model, "generation_config", None)  # its top_k / top_p apply when sampling, as in generate()
+        top = {"top_k": getattr(gen, "top_k", None), "top_p": getattr(gen, "top_p", None)}
+        self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), **top, **batching)
         self._calls = itertools.count()
 
     def seed_for(self, position: int) -> int:
@@ -136,11 +121,10 @@ class LocalPolicy:
         dtype: str = "auto",
         template_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if temperature < 0:
-            raise ServingError(f"temperature must be >= 0, got {temperature}")
+        check_temperature(temperature)
         if max_new_tokens < 1:
             raise ServingError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        self.model_path = Path(model_path)
+        self.model_path = Path(model_path)  # checked in _load, after the arguments
         self.adapter_path = Path(adapter_path) if adapter_path is not None else None
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
@@ -155,16 +139,12 @@ class LocalPolicy:
 
         from gapforge.serving.chat_format import load_tokenizer
 
-        if not (self.model_path / "config.json").is_file():
-            raise ServingError(
-                f"{self.model_path} is not a Hugging Face model directory (no config.json); set policy.local_path"
-            )
+        model_dir(self.model_path, "; set policy.local_path")
         tokenizer = load_tokenizer(self.model_path)  # the chat format training uses (no template: ServingError)
         self.tool_format = tool_format_of(tokenizer.chat_template)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype, local_files_only=True)
         if self.adapter_path is not None:
-            if not (self.adapter_path / "adapter_config.json").is_file():
-                raise ServingError(f"{self.adapter_path} is not a PEFT adapter directory (no adapter_config.json)")
+            adapter_dir(self.adapter_path)
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, self.adapter_path, is_trainable=False)
@@ -182,12 +162,9 @@ class LocalPolicy:
     async def respond(
         self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
     ) -> Message:
-        temp = self.temperature if temperature is None else temperature
-        if temp < 0:
-            raise ServingError(f"temperature must be >= 0, got {temp}")
+        temp = check_temperature(self.temperature if temperature is None else temperature)
         text = await self._generation.complete(
             self.render(messages, tools), position=len(messages), temperature=temp, max_new_tokens=self.max_new_tokens
         )
-        return parse_turn(
-            text, self.tool_format, id_factory=call_ids(self.seed, len(messages))
-        )  # MalformedOutputError: the raw text
+        # a broken tool call: MalformedOutputError with the raw text
+        return parse_turn(text, self.tool_format, id_factory=call_ids(self.seed, len(messages)))

@@ -1,19 +1,15 @@
-"""One base model with every adapter loaded once (transformers + PEFT), for the
-routed endpoint and evaluation on CPU.
+"""One base model with every adapter loaded once (transformers + PEFT), for the routed endpoint and evaluation on CPU.
 
-`MultiAdapterModel(model_path, {name: adapter_dir})` loads the base model once
-and each LoRA adapter into the same PeftModel under its name. `respond(...,
-adapter=name|None)` generates through serving.batching: concurrent requests for
-the same adapter are decoded as one batch, and a batch runs with its adapter
-selected while holding one lock, so requests for different adapters never see
-each other's adapter (PEFT's active adapter is model-global state). With
-`mix_adapters` (off by default), one batch holds every adapter's rows, each with
-its own LoRA (serving.fast_forward): measured slower under `gapforge serve` at 64
-conversations (16.6-19.4 vs 21.4-22.2 requests/s, docs/experiments/engine.md). Seeds
-follow serving.local.Generation (per episode key, else per call). `None` = the base model with
-every adapter disabled. `policy(name)` is an `envs.protocol.PolicyModel` view
-bound to one adapter; `base_context()` is the lock + adapters-off context the
-router's TransformersScorer uses so the FROZEN base model decides.
+`MultiAdapterModel(model_path, {name: adapter_dir})` loads the base model once and each LoRA adapter into the same
+PeftModel under its name. `respond(..., adapter=name|None)` generates through serving.batching: concurrent requests
+for the same adapter are decoded as one batch, and a batch runs with its adapter selected while holding one lock, so
+requests for different adapters never see each other's adapter (PEFT's active adapter is model-global state). With
+`mix_adapters` (off by default), one batch holds every adapter's rows, each with its own LoRA (serving.fast_forward):
+measured slower under `gapforge serve` at 64 conversations (16.6-19.4 vs 21.4-22.2 requests/s,
+docs/experiments/engine.md). Seeds follow serving.local.Generation (per episode key, else per call). `None` = the
+base model with every adapter disabled. `policy(name)` is an `envs.protocol.PolicyModel` view bound to one adapter;
+`base_context()` is the lock + adapters-off context the router's TransformersScorer uses so the FROZEN base model
+decides.
 """
 
 from __future__ import annotations
@@ -26,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from gapforge.envs.protocol import Message
-from gapforge.serving.chat_format import tool_format_of
-from gapforge.serving.errors import ServingError
+from gapforge.serving.chat_format import load_tokenizer, tool_format_of
+from gapforge.serving.errors import ServingError, adapter_dir, check_temperature, model_dir
 from gapforge.serving.local import Generation, call_ids, render_prompt
 from gapforge.serving.tool_calls import parse_turn
 
@@ -46,13 +42,7 @@ class MultiAdapterModel:
     ) -> None:
         from transformers import AutoModelForCausalLM
 
-        from gapforge.serving.chat_format import load_tokenizer
-
-        self.model_path = Path(model_path)
-        if not (self.model_path / "config.json").is_file():
-            raise ServingError(
-                f"{self.model_path} is not a Hugging Face model directory (no config.json): point it at the base model"
-            )
+        self.model_path = model_dir(model_path, ": point it at the base model")
         self.name = name or self.model_path.name
         self.max_new_tokens = max_new_tokens
         self.seed = seed
@@ -64,10 +54,7 @@ class MultiAdapterModel:
         model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True)
         self.adapter_paths = {k: Path(v) for k, v in (adapters or {}).items()}
         for adapter, path in self.adapter_paths.items():
-            if not (path / "adapter_config.json").is_file():
-                raise ServingError(
-                    f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)"
-                )
+            adapter_dir(path, f"adapter '{adapter}': ")
             if adapter == self.name:
                 raise ServingError(f"adapter name '{adapter}' equals the base model's name: rename the adapter")
         if self.adapter_paths:
@@ -79,14 +66,10 @@ class MultiAdapterModel:
                 model.load_adapter(path, adapter_name=adapter, is_trainable=False)
         self.model = model.eval()
         self._lock = threading.Lock()
+        mix = _same if mix_adapters else None  # a request's group is its adapter
         self._generation = Generation(
-            self.model,
-            self.tokenizer,
-            seed=seed,
-            lock=self._lock,
-            select=self._selected,
-            adapter_of=_same if mix_adapters else None,
-        )  # a request's group is its adapter
+            self.model, self.tokenizer, seed=seed, lock=self._lock, select=self._selected, adapter_of=mix
+        )
 
     @property
     def adapters(self) -> list[str]:
@@ -94,9 +77,7 @@ class MultiAdapterModel:
 
     def load_adapter(self, adapter: str, path: str | Path) -> None:
         """Add one LoRA adapter at run time (a vLLM server's /v1/load_lora_adapter); batches wait for it (the lock)."""
-        path = Path(path)
-        if not (path / "adapter_config.json").is_file():
-            raise ServingError(f"adapter '{adapter}': {path} is not a PEFT adapter directory (no adapter_config.json)")
+        path = adapter_dir(path, f"adapter '{adapter}': ")
         if adapter == self.name or adapter in self.adapter_paths:
             raise ServingError(
                 f"adapter name '{adapter}' is already served: load each adapter version under a new name"
@@ -123,13 +104,12 @@ class MultiAdapterModel:
         self._check(adapter)
         if not self.adapter_paths:
             yield
-            return
-        if adapter is None:
+        elif adapter is None:
             with self.model.disable_adapter():
                 yield
-            return
-        self.model.set_adapter(adapter)
-        yield
+        else:
+            self.model.set_adapter(adapter)
+            yield
 
     @contextlib.contextmanager
     def base_context(self) -> Iterator[None]:
@@ -149,22 +129,16 @@ class MultiAdapterModel:
         temperature: float = 0.0,
         max_new_tokens: int | None = None,
     ) -> Message:
-        if temperature < 0:
-            raise ServingError(f"temperature must be >= 0, got {temperature}")
+        check_temperature(temperature)
         self._check(adapter)
-        new = (
-            self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))
-        )  # a request never exceeds the config
         text = await self._generation.complete(
             self.render(messages, tools),
             position=len(messages),
             temperature=temperature,
-            max_new_tokens=new,
+            max_new_tokens=capped(max_new_tokens, self.max_new_tokens),
             group=adapter,
         )
-        return parse_turn(
-            text, self.tool_format, id_factory=call_ids(self.seed, len(messages))
-        )  # the same ids wherever replayed
+        return parse_turn(text, self.tool_format, id_factory=call_ids(self.seed, len(messages)))  # replayable ids
 
     async def aclose(self) -> None:
         """Stop the generation worker."""
@@ -179,14 +153,16 @@ def _same(adapter: str | None) -> str | None:
     return adapter
 
 
-class AdapterPolicy:
-    """envs.protocol.PolicyModel: one adapter (or the base) of a shared MultiAdapterModel."""
+def capped(requested: int | None, limit: int) -> int:
+    """A request's token limit, never above the config's `limit`."""
+    return limit if requested is None else max(1, min(requested, limit))
 
-    def __init__(self, backend: MultiAdapterModel, adapter: str | None, temperature: float, name: str) -> None:
-        self.backend = backend
-        self.adapter = adapter
-        self.temperature = temperature
-        self.name = name
+
+class AdapterPolicy:
+    """envs.protocol.PolicyModel: one adapter (or the base) of a shared backend (MultiAdapterModel, VLLMBackend)."""
+
+    def __init__(self, backend: Any, adapter: str | None, temperature: float, name: str) -> None:
+        self.backend, self.adapter, self.temperature, self.name = backend, adapter, temperature, name
 
     async def respond(
         self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None

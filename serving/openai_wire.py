@@ -75,8 +75,13 @@ def to_message(d: Any, where: str = "message") -> Message:
             role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name")
         )
     except ValidationError as e:
-        first = e.errors()[0]
-        raise BadRequest(f"{where}.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        raise BadRequest(f"{where}.{invalid(e)}") from None
+
+
+def invalid(e: ValidationError) -> str:
+    """A validation error's first problem: `dotted.location: message`."""
+    first = e.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 def conversation_key(messages: list[dict[str, Any]]) -> str:

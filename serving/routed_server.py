@@ -1,38 +1,15 @@
-"""The routed OpenAI-compatible endpoint (aiohttp): `/v1/chat/completions` (tools
-and tool calls in OpenAI format), `/v1/models` (the routed model, the base, every
-adapter), `/health`.
+"""The routed OpenAI-compatible endpoint (aiohttp) of `gapforge serve`: routes, routing, API key and limits as
+serving/README.md ("The routed endpoint") says. Beyond that: the answer also carries `X-Gapforge-Conversation`; a
+malformed request gets 400 with an OpenAI-style error body naming what is wrong, and an unexpected failure a JSON 500
+without a traceback, never aiohttp's text page. A completion whose tool call cannot be parsed is answered 200 as plain
+text (`finish_reason` "stop", the error in `gapforge.malformed_tool_call`): vLLM's tool parsers do the same, and a 5xx
+would make OpenAI clients retry a deterministic failure. Limits: serving/admission.py; draining on SIGTERM:
+serving/http_server.py; `/health` reports the requests in flight and the counts.
 
-Request `model`: the routed name (default `gapforge-router`) routes the
-conversation ONCE, on its first user message, and caches the decision per
-conversation (key: the `X-Conversation-Id` header, else a hash of the messages
-up to the first user turn); an adapter's name or the base name bypasses routing.
-The answer carries the decision in the `gapforge` field of the JSON and the
-`X-Gapforge-Adapter` / `X-Gapforge-Conversation` headers.
-
-With an API key (`RoutedApp(..., api_key=KEY)`, `gapforge serve --api-key-env NAME`)
-every route but `/health` needs `Authorization: Bearer KEY` (401 otherwise). A
-malformed request (not JSON, unknown fields, a message or tool call of the wrong
-shape) gets 400 with an OpenAI-style error body naming what is wrong; an
-unexpected failure is a JSON 500 without a traceback, never aiohttp's text page.
-
-A completion whose tool call cannot be parsed (broken `<tool_call>` JSON) is NOT an
-error: it is answered 200 as plain text — the raw completion as `content`, no
-`tool_calls`, `finish_reason` "stop" — with the parse error in
-`gapforge.malformed_tool_call` (vLLM's tool parsers do the same; a 5xx would make
-OpenAI clients retry a deterministic failure). Other backend failures are 502.
-
-Under load (`ServeConfig`, the config's `serving` section; serving/admission.py): past
-`max_queue` chat requests held at once, one more is answered 429 with `Retry-After`; a
-request not answered within `request_timeout_s` ends with a 504 and an OpenAI-style error
-body; a client that disconnects has its generation cancelled; while the server drains
-(SIGTERM, serving/http_server.py) every new request is answered 503 and /health says
-"draining". `/health` reports the requests in flight and the counts.
-
-The backend is anything with `name`, `adapters` and `async respond(messages,
-tools, *, adapter, temperature, max_new_tokens) -> Message`:
-serving.multi_adapter.MultiAdapterModel (local) or serving.vllm_backend.VLLMBackend.
-The router is a callable `messages -> decision` (an object with `adapter` and
-`to_json()`), built by the composition root (serving never imports agents/).
+The backend is anything with `name`, `adapters` and `async respond(messages, tools, *, adapter, temperature,
+max_new_tokens) -> Message`: serving.multi_adapter.MultiAdapterModel (local) or serving.vllm_backend.VLLMBackend.
+The router is a callable `messages -> decision` (an object with `adapter` and `to_json()`), built by the composition
+root (serving never imports agents/).
 """
 
 from __future__ import annotations
@@ -45,7 +22,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -55,46 +32,18 @@ from gapforge.envs.protocol import Message
 from gapforge.serving.admission import Admission, RequestTimedOut, ServerStopping
 from gapforge.serving.config import ServeConfig
 from gapforge.serving.errors import ServingError
-from gapforge.serving.http_server import RoutedServer
-from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, to_message
-
-__all__ = [
-    "ROUTED_MODEL",
-    "BadRequest",
-    "ChatBackend",
-    "ChatRequest",
-    "RoutedApp",
-    "RoutedServer",
-    "conversation_key",
-    "to_message",
-]
+from gapforge.serving.http_server import RoutedServer as RoutedServer  # tests and benches import it from here
+from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, invalid, to_message
 
 ROUTED_MODEL = "gapforge-router"
 OPEN_ROUTES = frozenset({"/health"})
 log = logging.getLogger(__name__)
 
 
-class ChatBackend(Protocol):
-    name: str
-
-    @property
-    def adapters(self) -> list[str]: ...
-
-    async def respond(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        *,
-        adapter: str | None,
-        temperature: float,
-        max_new_tokens: int | None,
-    ) -> Message: ...
-
-
 class RoutedApp:
     def __init__(
         self,
-        backend: ChatBackend,
+        backend: Any,  # the module docstring says what it has
         router: Callable[[list[dict[str, Any]]], Any] | None,
         *,
         routed_name: str = ROUTED_MODEL,
@@ -102,14 +51,10 @@ class RoutedApp:
         api_key: str | None = None,
         limits: ServeConfig | None = None,
     ) -> None:
-        self.api_key = api_key
-        self.limits = limits or ServeConfig()
+        self.api_key, self.limits = api_key, limits or ServeConfig()
         self.admission = Admission(self.limits.max_queue, self.limits.request_timeout_s)
-        self.backend = backend
-        self.router = router
-        self.routed_name = routed_name
+        self.backend, self.router, self.routed_name, self.cache_size = backend, router, routed_name, cache_size
         self.cache: OrderedDict[str, Any] = OrderedDict()
-        self.cache_size = cache_size
         self._route_locks: dict[str, asyncio.Lock] = {}
         self.routed_count = 0  # router forward passes run (cache misses)
 
@@ -120,12 +65,7 @@ class RoutedApp:
             given = req.headers.get("Authorization", "")
             token = given[7:] if given[:7].lower() == "bearer " else ""
             if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-                return error(
-                    401,
-                    "missing or wrong API key: send 'Authorization: Bearer KEY'",
-                    "invalid_request_error",
-                    "invalid_api_key",
-                )
+                return error(401, "missing or wrong API key: send 'Authorization: Bearer KEY'", code="invalid_api_key")
         if self.admission.draining and req.path not in OPEN_ROUTES:
             self.admission.counts["refused_draining"] += 1
             return self._stopping("the server is shutting down and takes no new requests")
@@ -134,12 +74,8 @@ class RoutedApp:
         except web.HTTPException as e:
             if e.status < 400:
                 raise
-            return error(
-                e.status,
-                f"{req.method} {req.path}: {e.reason}",
-                "invalid_request_error",
-                "not_found" if e.status == 404 else None,
-            )
+            code = "not_found" if e.status == 404 else None
+            return error(e.status, f"{req.method} {req.path}: {e.reason}", code=code)
         except Exception as e:  # noqa: BLE001 - the client gets one JSON line; the log keeps the traceback
             log.exception("routed server: %s %s failed", req.method, req.path)
             return error(500, f"internal error ({type(e).__name__}); the server log has the details", "server_error")
@@ -175,14 +111,13 @@ class RoutedApp:
             status=503 if adm.draining else 200,
         )
 
-    def _stopping(self, why: str) -> web.Response:
+    def _later(self, status: int, why: str, kind: str, code: str, then: str = "") -> web.Response:
         wait = str(self.admission.retry_after())
-        return error(
-            503,
-            f"{why}: retry after {wait} s (another replica, or this one restarted)",
-            "server_error",
-            "server_shutting_down",
-            headers={"Retry-After": wait},
+        return error(status, f"{why}: retry after {wait} s{then}", kind, code, headers={"Retry-After": wait})
+
+    def _stopping(self, why: str) -> web.Response:
+        return self._later(
+            503, why, "server_error", "server_shutting_down", " (another replica, or this one restarted)"
         )
 
     async def models(self, _req: web.Request) -> web.Response:
@@ -212,23 +147,13 @@ class RoutedApp:
         """Admit (429 past max_queue), then answer within request_timeout_s (504) unless the server stops first (503)."""
         adm = self.admission
         if not adm.enter():
-            wait = str(adm.retry_after())
-            return error(
-                429,
-                f"the server already holds serving.max_queue={adm.max_queue} requests: retry after {wait} s",
-                "rate_limit_error",
-                "queue_full",
-                headers={"Retry-After": wait},
-            )
+            why = f"the server already holds serving.max_queue={adm.max_queue} requests"
+            return self._later(429, why, "rate_limit_error", "queue_full")
         try:
             return await adm.run(self._answer(req))
         except RequestTimedOut as e:
-            return error(
-                504,
-                f"{e}: the model is slower than that under this load; ask for fewer tokens, or retry later",
-                "timeout_error",
-                "request_timeout",
-            )
+            why = f"{e}: the model is slower than that under this load; ask for fewer tokens, or retry later"
+            return error(504, why, "timeout_error", "request_timeout")
         except ServerStopping as e:
             return self._stopping(str(e))
         finally:
@@ -243,8 +168,7 @@ class RoutedApp:
             body = ChatRequest.model_validate(raw)
             messages = [to_message(m, f"messages.{i}") for i, m in enumerate(body.messages)]
         except ValidationError as e:
-            first = e.errors()[0]
-            return error(400, f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+            return error(400, invalid(e))
         except BadRequest as e:
             return error(400, str(e))
         route: dict[str, Any] = {}
@@ -259,11 +183,8 @@ class RoutedApp:
         elif body.model in self.backend.adapters:
             adapter = body.model
         else:
-            return error(
-                404,
-                f"model '{body.model}' does not exist: GET /v1/models lists the routed model, the base and the adapters",
-                "model_not_found",
-            )
+            why = "GET /v1/models lists the routed model, the base and the adapters"
+            return error(404, f"model '{body.model}' does not exist: {why}", "model_not_found")
         try:
             reply = await self.backend.respond(
                 messages,

@@ -1,14 +1,12 @@
 """Parse a completion into an assistant message (pure functions).
 
-A Qwen/Hermes-style completion looks like: optional `<think>...</think>` reasoning,
-free text, then zero or more `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`
-blocks. Text outside the tags becomes the message content. `parse_tool_calls` drops the
-reasoning; `parse_turn` keeps it in `Message.reasoning`, so re-rendering the conversation
-with the training template (serving.chat_format) gives back the tokens the model wrote.
-Llama 3.1's format (`parse_turn(..., "llama3_json")`) is one bare JSON object
-`{"name": ..., "parameters": {...}}` (optionally after `<|python_tag|>`). A broken call
-(bad JSON, no name, non-object arguments, stray closing tag) raises MalformedOutputError
-carrying the raw text: a bad completion is data, not a crash.
+A Qwen/Hermes-style completion looks like: optional `<think>...</think>` reasoning, free text, then zero or more
+`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` blocks. Text outside the tags becomes the message
+content. `parse_tool_calls` drops the reasoning; `parse_turn` keeps it in `Message.reasoning`, so re-rendering the
+conversation with the training template (serving.chat_format) gives back the tokens the model wrote. Llama 3.1's
+format (`parse_turn(..., "llama3_json")`) is one bare JSON object `{"name": ..., "parameters": {...}}` (optionally
+after `<|python_tag|>`). A broken call (bad JSON, no name, non-object arguments, stray closing tag) raises
+MalformedOutputError carrying the raw text: a bad completion is data, not a crash.
 """
 
 from __future__ import annotations
@@ -41,13 +39,16 @@ def strip_reasoning(text: str) -> str:
     return text
 
 
-def _parse_block(body: str, raw: str, id_factory: Callable[[], str]) -> ToolCall:
+def _json(body: str, raw: str) -> Any:
     try:
-        data = json.loads(body)
+        return json.loads(body)
     except json.JSONDecodeError as e:
-        raise MalformedOutputError(
-            f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body.strip()[:200]!r}", raw=raw
-        ) from None
+        why = f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body.strip()[:200]!r}"
+        raise MalformedOutputError(why, raw=raw) from None
+
+
+def _parse_block(body: str, raw: str, id_factory: Callable[[], str]) -> ToolCall:
+    data = _json(body, raw)
     if not isinstance(data, dict):
         raise MalformedOutputError(f"tool call must be a JSON object, got {type(data).__name__}", raw=raw)
     name = data.get("name")
@@ -71,12 +72,9 @@ def _parse_block(body: str, raw: str, id_factory: Callable[[], str]) -> ToolCall
 
 
 def parse_tool_calls(text: str, id_factory: Callable[[], str] = new_call_id) -> tuple[str | None, list[ToolCall]]:
-    """Split a completion into (content, tool calls).
-
-    content is the text outside the tags, stripped, or None when nothing is left.
-    An unclosed final `<tool_call>` is accepted when its JSON parses (generation
-    may stop right after it); otherwise it is malformed.
-    """
+    """Split a completion into (content, tool calls): content is the text outside the tags, stripped, or None when
+    nothing is left. An unclosed final `<tool_call>` is accepted when its JSON parses (generation may stop right
+    after it); otherwise it is malformed."""
     visible = strip_reasoning(text)
     calls: list[ToolCall] = []
     pieces: list[str] = []
@@ -112,12 +110,7 @@ def _parse_llama_json(text: str, id_factory: Callable[[], str]) -> tuple[str | N
     body = text.strip().removeprefix("<|python_tag|>").strip()
     if not body.startswith("{"):
         return (text.strip() or None), []
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise MalformedOutputError(
-            f"tool call is not valid JSON ({e.msg} at char {e.pos}): {body[:200]!r}", raw=text
-        ) from None
+    data = _json(body, text)
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"].strip():
         raise MalformedOutputError(f"tool call has no function name: {body[:200]!r}", raw=text)
     arguments = data.get("parameters", data.get("arguments", {}))

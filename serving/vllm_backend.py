@@ -1,11 +1,9 @@
 """Forwarding to a vLLM server started with multi-LoRA, for the routed endpoint.
 
-vLLM (0.33) serves LoRA adapters under names: `--enable-lora --max-loras N
---max-lora-rank R --lora-modules name=path`, or at runtime with
-VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and POST /v1/load_lora_adapter. vLLM
-caches an adapter by its name, so each adapter is served under a VERSIONED name
-`<adapter>-<content hash>`: a retrained adapter gets a new name and can never
-hit a stale cache. `respond(..., adapter=None)` asks for the base model.
+vLLM (0.33) serves LoRA adapters under names: `--enable-lora --max-loras N --max-lora-rank R --lora-modules
+name=path`, or at runtime with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and POST /v1/load_lora_adapter. vLLM caches an
+adapter by its name, so each adapter is served under a VERSIONED name `<adapter>-<content hash>`: a retrained adapter
+gets a new name and can never hit a stale cache. `respond(..., adapter=None)` asks for the base model.
 """
 
 from __future__ import annotations
@@ -17,15 +15,14 @@ from typing import Any
 import aiohttp
 
 from gapforge.envs.protocol import Message
-from gapforge.serving.errors import ServingError
+from gapforge.serving.errors import ServingError, adapter_dir
+from gapforge.serving.multi_adapter import AdapterPolicy, capped
 from gapforge.serving.openai_policy import EndpointPolicy
 
 
 def adapter_version(path: str | Path) -> str:
     """12 hex digits of sha256 over the adapter directory's files (names + bytes, sorted)."""
-    root = Path(path)
-    if not (root / "adapter_config.json").is_file():
-        raise ServingError(f"{root} is not a PEFT adapter directory (no adapter_config.json)")
+    root = adapter_dir(path)
     digest = hashlib.sha256()
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
         digest.update(str(f.relative_to(root)).encode())
@@ -117,28 +114,15 @@ class VLLMBackend:
         max_new_tokens: int | None = None,
     ) -> Message:
         """max_new_tokens: the request's limit, bounded by this backend's `max_new_tokens` (the config's)."""
-        limit = self.max_new_tokens if max_new_tokens is None else max(1, min(max_new_tokens, self.max_new_tokens))
+        limit = capped(max_new_tokens, self.max_new_tokens)
         return await self._policy(adapter).respond(messages, tools, temperature=temperature, max_tokens=limit)
 
-    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> ServedPolicy:
+    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> AdapterPolicy:
         """An `envs.protocol.PolicyModel` view bound to one adapter (or the base), as MultiAdapterModel.policy."""
         self._policy(adapter)  # unknown adapter -> ServingError now
-        return ServedPolicy(self, adapter, temperature, name or (adapter or self.name))
+        return AdapterPolicy(self, adapter, temperature, name or (adapter or self.name))
 
     async def aclose(self) -> None:
         for p in self._policies.values():
             await p.aclose()
         self._policies.clear()
-
-
-class ServedPolicy:
-    """envs.protocol.PolicyModel: one adapter (or the base) of a VLLMBackend."""
-
-    def __init__(self, backend: VLLMBackend, adapter: str | None, temperature: float, name: str) -> None:
-        self.backend, self.adapter, self.temperature, self.name = backend, adapter, temperature, name
-
-    async def respond(
-        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
-    ) -> Message:
-        temp = self.temperature if temperature is None else temperature
-        return await self.backend.respond(messages, tools, adapter=self.adapter, temperature=temp)

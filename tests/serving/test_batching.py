@@ -266,9 +266,8 @@ def test_a_decode_step_writes_the_cache_in_place_with_the_same_tokens(tiny_model
     policy = LocalPolicy(tiny_model_dir)
     prompts = _ids(policy)
     storages: set[int] = set()
-    monkeypatch.setattr(serving.batching, "_SLOT", None)
     slotted = _generator(policy, prefix_bytes=0).run_batch(prompts, seeds=[1, 2, 3], temperature=1.0, max_new_tokens=24)
-    layer_class = serving.batching._SLOT
+    layer_class = serving.batching._slot_layer_class()
     real_update = layer_class.update
 
     def spy(self, key_states, value_states, *a, **k):
