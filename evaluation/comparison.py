@@ -1,14 +1,14 @@
-"""TRACE against GRPO on the target at the same training rollout budget: the lines `gapforge demo` ends with
-and the report's comparison section (issue 49; the paper's Table 1 question, offline).
+"""TRACE against GRPO on the target at the same training rollout budget: the lines `gapforge demo` ends with and the
+report's comparison section (issue 49; the paper's Table 1 question, offline).
 
-One row per policy: base, GRPO-on-target (equal budget), each single adapter, routed TRACE; each with its pass
-rate, its paired difference to the base with the 95% interval (the stored `vs_base_paired`), and what it cost to
-train: training rollouts (steps x rollouts per step, from the adapters' stored results) and training wall time.
-TRACE's budget is given both ways: its adapters' training rollouts alone, and with the synthesis stage's
-GRPO-readiness and self-test rollouts added (each attempt's stored verdict counts them). The verdict of TRACE
-against GRPO-on-target comes from their own paired difference, episode (task, i) of one against episode
-(task, i) of the other (both play the same (task, sample) seeds): "TRACE ahead" when the 95% interval is above 0,
-"GRPO-on-target ahead" when below, else "tied".
+One row per policy: base, GRPO-on-target (equal budget), each single adapter, routed TRACE; each with its pass rate,
+its paired difference to the base with the 95% interval (the stored `vs_base_paired`), and what it cost to train:
+training rollouts (steps x rollouts per step, from the adapters' stored results) and training wall time. TRACE's
+budget is given both ways: its adapters' training rollouts alone, and with the synthesis stage's GRPO-readiness and
+self-test rollouts added (each attempt's stored verdict counts them). The verdict of TRACE against GRPO-on-target
+comes from their own paired difference, episode (task, i) of one against episode (task, i) of the other (both play the
+same (task, sample) seeds): "TRACE ahead" when the 95% interval is above 0, "GRPO-on-target ahead" when below, else
+"tied".
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation import stats
 from gapforge.evaluation.comparisons import Comparison
-from gapforge.evaluation.summary import points, verdict
+from gapforge.evaluation.oracle import policy_episodes
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, points, verdict
 
-BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class TrainingCost:
     kept_step: int | None = None  # the step its held-out selection kept (0: the untrained adapter, i.e. the base)
 
 
-def training_costs(store: Any, run_id: str, rollouts_per_step: int) -> dict[str, TrainingCost]:
+def training_costs(store: Store, run_id: str, rollouts_per_step: int) -> dict[str, TrainingCost]:
     """{adapter name: its training rollouts and wall time} of every finished adapter of the run."""
     out = {}
     for a in store.adapters(run_id):
@@ -47,7 +49,7 @@ def training_costs(store: Any, run_id: str, rollouts_per_step: int) -> dict[str,
     return out
 
 
-def synthesis_rollouts(store: Any, run_id: str) -> int:
+def synthesis_rollouts(store: Store, run_id: str) -> int:
     """Policy rollouts the synthesis stage played (GRPO readiness and self-test), over every attempt of every capability."""
     total = 0
     for env in store.synthetic_envs(run_id):
@@ -57,21 +59,11 @@ def synthesis_rollouts(store: Any, run_id: str) -> int:
     return total
 
 
-def _episodes(store: Any, metrics: Mapping[str, Any]) -> stats.Episodes:
-    """{task: {sample: (reward, success)}} of a policy's evaluation, the trials it was scored on only."""
-    per_family, trials = metrics.get("trials_by_family") or {}, metrics.get("trials", 1)
-    out: dict[str, dict[int, tuple[float, bool]]] = {}
-    for r in store.episodes(metrics["child_run"], env=metrics.get("env")):
-        if r.sample < per_family.get(r.task_family, trials):
-            out.setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
-    return out
-
-
 def paired_between(
-    store: Any, a: Mapping[str, Any], b: Mapping[str, Any], *, focus: str | None = None, seed: int = 0
+    store: Store, a: Mapping[str, Any], b: Mapping[str, Any], *, focus: str | None = None, seed: int = 0
 ) -> dict[str, Any]:
     """Policy a minus policy b, paired episode by episode: over all tasks and (focus) over that family's tasks."""
-    ea, eb = _episodes(store, a), _episodes(store, b)
+    ea, eb = policy_episodes(store, a), policy_episodes(store, b)
     out = {"all tasks": stats.paired_episodes(ea, eb, seed=seed)}
     if focus:
         tasks = {r.task_id for r in store.episodes(a["child_run"], env=a.get("env")) if r.task_family == focus}
@@ -97,8 +89,9 @@ def comparison_lines(
     trace_vs_grpo: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """The comparison table as lines (pure). `metrics`: evaluation name -> stored metrics; `costs`: adapter name ->
-    TrainingCost; `synthesis`: TRACE's readiness + self-test rollouts; `budget`: training.budget.training_rollout_budget;
-    `trace_vs_grpo`: scope -> paired difference of TRACE minus GRPO-on-target (`paired_between`)."""
+    TrainingCost; `synthesis`: TRACE's readiness + self-test rollouts; `budget`:
+    training.budget.training_rollout_budget; `trace_vs_grpo`: scope -> paired difference of TRACE minus GRPO-on-target
+    (`paired_between`)."""
     if BASE not in metrics or ROUTED not in metrics:
         return []
     adapters = sorted(n.removeprefix("adapter:") for n in metrics if n.startswith("adapter:"))
@@ -111,33 +104,20 @@ def comparison_lines(
     rows += [(f"adapter {a}", f"adapter:{a}", costs.get(a)) for a in adapters]
     rows.append(("TRACE (routed)", ROUTED, trace_cost))
     width = max(len(label) for label, _, _ in rows)
-    head = (
-        "comparison on the held-out split (paired with base: same tasks, same trials"
-        + (f"; budget {budget} training rollouts" if budget else "")
-        + "):"
-    )
-    lines = [head]
+    budget_note = f"; budget {budget} training rollouts" if budget else ""
+    lines = [f"comparison on the held-out split (paired with base: same tasks, same trials{budget_note}):"]
     for label, name, cost in rows:
         m = metrics[name]
         pr = (m.get("pass_rate") or {}).get("value")
         rate = "–" if pr is None else f"{pr:6.1%}"
         d = m.get("vs_base_paired") or {}
-        diff = (
-            ""
-            if name == BASE
-            else (
-                f"  vs base {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs)"
-                if (d.get("pass_rate") or {}).get("value") is not None
-                else "  vs base: no paired episodes"
-            )
-        )
-        spent = (
-            "  0 training rollouts"
-            if name == BASE
-            else ""
-            if cost is None
-            else f"  {cost.rollouts} training rollouts, {cost.wall_s:.0f} s"
-        )
+        if name == BASE:
+            diff, spent = "", "  0 training rollouts"
+        else:
+            diff = "  vs base: no paired episodes"
+            if (d.get("pass_rate") or {}).get("value") is not None:
+                diff = f"  vs base {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs)"
+            spent = "" if cost is None else f"  {cost.rollouts} training rollouts, {cost.wall_s:.0f} s"
         if cost is not None and cost.kept_step is not None and name != ROUTED:
             spent += f", kept step {cost.kept_step}"
         if name == ROUTED and synthesis and cost is not None:
@@ -147,11 +127,11 @@ def comparison_lines(
     if GRPO_TARGET in metrics and grpo_cost is not None and grpo_cost.kept_step == 0:
         lines.append(
             "GRPO-on-target kept its step 0 (no later checkpoint beat it beyond noise on its own selection tasks): it "
-            "plays as the base; evaluation.scaling_curve scores every kept fraction of its training"
+            "plays as the base; rollout_scaling (evaluation.comparisons) scores every kept fraction of its training"
         )
     if GRPO_TARGET not in metrics:
         lines.append(
-            "TRACE vs GRPO-on-target: not compared (the baseline was not evaluated: evaluation.baseline_grpo=false)"
+            "TRACE vs GRPO-on-target: not compared (the baseline was not evaluated: not in evaluation.comparisons)"
         )
     for scope, d in (trace_vs_grpo or {}).items():
         if (d.get("pass_rate") or {}).get("value") is None:
@@ -163,7 +143,7 @@ def comparison_lines(
     return lines
 
 
-def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
+def comparison(store: Store, run_id: str, cfg: Any = None) -> list[str]:
     """The comparison lines of a run from the store (`cfg`: the run's GapforgeConfig; None: its training section and
     seed as stored with the run)."""
     from types import SimpleNamespace
@@ -177,9 +157,8 @@ def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
     if cfg is None:
         stored = store.get_run(run_id).config or {}
         stored = stored.get("config", stored)  # a graph run stores {command, config, graph, target}
-        cfg = SimpleNamespace(
-            training=TrainingConfig.model_validate(stored.get("training") or {}), seed=int(stored.get("seed") or 0)
-        )
+        training = TrainingConfig.model_construct(**(stored.get("training") or {}))  # validated when it was stored
+        cfg = SimpleNamespace(training=training, seed=int(stored.get("seed") or 0))
     adapters = [n for n in metrics if n.startswith("adapter:")]
     vs = None
     if GRPO_TARGET in metrics:
@@ -195,7 +174,7 @@ def comparison(store: Any, run_id: str, cfg: Any = None) -> list[str]:
     )
 
 
-def comparison_section(store: Any, run_id: str) -> list[str]:
+def comparison_section(store: Store, run_id: str) -> list[str]:
     """The report's section: the comparison lines of `comparison`, as stored with the run."""
     lines = comparison(store, run_id)
     if not lines:
@@ -227,10 +206,12 @@ class _GrpoOnTarget(Comparison):
             return {}
         return {GRPO_TARGET: backend.policy(GRPO_TARGET, temperature=temperature, name=GRPO_TARGET)}
 
-    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+    def report(
+        self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:
         return comparison_section(store, run_id), []
 
-    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+    def lines(self, store: Store, run_id: str, cfg: Any) -> list[str]:
         return comparison(store, run_id, cfg)
 
 

@@ -1,19 +1,19 @@
 """GEPA (the `gepa` package) as the prompt-optimisation baseline: the base policy's system prompt optimised by
 reflective prompt evolution on the analysis split, at TRACE's rollout budget, then evaluated like any policy.
 
-- The candidate has one component, `system_prompt`: the agent's instructions appended to the env's system
-  message (the env's own policy document stays first: it is the target's rules). The seed is the base with the
-  run's capability descriptions (prompts/capability_hints.md, the `capability_hints` policy), so GEPA starts
-  where the unoptimised baseline is.
-- `EpisodeAdapter` is gepa's `GEPAAdapter`: `evaluate` plays each analysis-split task once (sample 0: every
-  candidate meets the same episode seeds) with the base under the candidate (`PromptedPolicy`) through
-  `agents.rollouts.play_episode`, on the caller's event loop; score = the env's reward; every episode played is
-  one metric call. `make_reflective_dataset` gives each episode's outcome, score, compacted trajectory
+- The candidate has one component, `system_prompt`: the agent's instructions appended to the env's system message (the
+  env's own policy document stays first: it is the target's rules). The seed is the base with the run's capability
+  descriptions (prompts/capability_hints.md, the `capability_hints` policy), so GEPA starts where the unoptimised
+  baseline is.
+- `EpisodeAdapter` is gepa's `GEPAAdapter`: `evaluate` plays each analysis-split task once (sample 0: every candidate
+  meets the same episode seeds) with the base under the candidate (`PromptedPolicy`) through
+  `agents.rollouts.play_episode`, on the caller's event loop; score = the env's reward; every episode played is one
+  metric call. `make_reflective_dataset` gives each episode's outcome, score, compacted trajectory
   (agents/analysis/compact.py) and the env's feedback (termination, reward components, missing information).
-- The reflection LM is the `llm` role (agents/prompt_opt.py); budget: `evaluation.gepa_max_metric_calls`,
-  default TRACE's training rollouts (`gepa_budget`). GEPA's own stopper checks only between iterations, so
-  `optimize_prompt` stops before an iteration that could pass the budget (2 minibatches + one full evaluation),
-  and the adapter refuses an episode past it: the spend never exceeds the budget.
+- The reflection LM is the `llm` role (agents/prompt_opt.py); budget: `evaluation.gepa_max_metric_calls`, default
+  TRACE's training rollouts (`gepa_budget`). GEPA's own stopper checks only between iterations, so `optimize_prompt`
+  stops before an iteration that could pass the budget (2 minibatches + one full evaluation), and the adapter refuses
+  an episode past it: the spend never exceeds the budget.
 - The result is stored with the run as the evaluations row `gepa_prompt` (`GepaRecord`) and evaluated as `gepa`.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
@@ -37,18 +37,14 @@ from gapforge.agents.prompted_policy import PromptedPolicy, hints_text
 from gapforge.agents.rollouts import play_episode
 from gapforge.envs.protocol import PolicyModel, TargetEnvironment
 from gapforge.evaluation.comparisons import Comparison
-from gapforge.faults import InputFault
 
 if TYPE_CHECKING:
     from gapforge.evaluation.comparisons import Evaluation
+    from gapforge.store import Store
 
 GEPA = "gepa"
 GEPA_ROW = "gepa_prompt"
 COMPONENT = "system_prompt"
-
-
-class BudgetExceeded(InputFault):
-    """An evaluation would play past the metric-call budget (a bug in the stopping rule, never the model's)."""
 
 
 class GepaRecord(BaseModel):
@@ -70,11 +66,11 @@ class GepaRecord(BaseModel):
     gepa_version: str
 
 
-def save_gepa(store: Any, run_id: str, record: GepaRecord) -> None:
+def save_gepa(store: Store, run_id: str, record: GepaRecord) -> None:
     store.put_evaluation(run_id, GEPA_ROW, policy=GEPA, metrics=record.model_dump(mode="json"))
 
 
-def load_gepa(store: Any, run_id: str) -> GepaRecord | None:
+def load_gepa(store: Store, run_id: str) -> GepaRecord | None:
     row = store.get_evaluation(run_id, GEPA_ROW)
     return None if row is None else GepaRecord.model_validate(row.metrics)
 
@@ -93,18 +89,6 @@ def gepa_budget(cfg: Any, n_adapters: int) -> int:
 def gepa_label(record: GepaRecord | None) -> str:
     calls = f"{record.metric_calls} metric calls" if record is not None else "metric calls not stored"
     return f"GEPA (prompt optimisation, {calls})"
-
-
-@dataclass(frozen=True)
-class Played:
-    """One episode as the reflective dataset shows it."""
-
-    task: str
-    family: str
-    success: bool
-    reward: float
-    episode: str  # compacted
-    feedback: str
 
 
 def feedback(ep: EpisodeRecord) -> str:
@@ -130,30 +114,27 @@ class _EpisodeView:
         self.components, self.score_info, self.error = ep.components, ep.score_info, ep.error
 
 
+@dataclass(eq=False)
 class EpisodeAdapter:
     """gepa's GEPAAdapter over gapforge's episodes (module docstring). Called from gepa's thread; plays on `loop`."""
 
     propose_new_texts = None
 
-    def __init__(
-        self,
-        base: PolicyModel,
-        make_env: Callable[[], TargetEnvironment],
-        *,
-        loop: asyncio.AbstractEventLoop,
-        max_metric_calls: int,
-        families: dict[str, str] | None = None,
-        max_turns: int = 30,
-        temperature: float | None = None,
-        concurrency: int = 4,
-        timeout_s: float | None = None,
-        env_name: str = "",
-    ) -> None:
-        self.base, self.make_env, self.loop = base, make_env, loop
-        self.max_metric_calls, self.families = max_metric_calls, dict(families or {})
-        self.max_turns, self.temperature, self.concurrency = max_turns, temperature, concurrency
-        self.timeout_s, self.env_name = timeout_s, env_name
-        self.metric_calls = 0
+    base: PolicyModel
+    make_env: Callable[[], TargetEnvironment]
+    _: KW_ONLY
+    loop: asyncio.AbstractEventLoop
+    max_metric_calls: int
+    families: dict[str, str] | None = None
+    max_turns: int = 30
+    temperature: float | None = None
+    concurrency: int = 4
+    timeout_s: float | None = None
+    env_name: str = ""
+    metric_calls: int = 0
+
+    def __post_init__(self) -> None:
+        self.families = dict(self.families or {})
 
     async def _play(self, tasks: Sequence[str], prompt: str) -> list[EpisodeRecord]:
         policy = PromptedPolicy(self.base, prompt, name=GEPA)
@@ -179,7 +160,7 @@ class EpisodeAdapter:
         from gepa import EvaluationBatch
 
         if self.metric_calls + len(batch) > self.max_metric_calls:
-            raise BudgetExceeded(
+            raise GepaConfigError(  # past the budget: a bug in the stopping rule, never the model's
                 f"GEPA asked for {len(batch)} episodes with {self.max_metric_calls - self.metric_calls} of its budget "
                 "left: raise evaluation.gepa_max_metric_calls or lower evaluation.gepa_minibatch"
             )
@@ -196,35 +177,22 @@ class EpisodeAdapter:
             outputs=outputs, scores=[ep.reward for ep in episodes], trajectories=played, num_metric_calls=len(batch)
         )
 
-    def _played(self, ep: EpisodeRecord) -> Played:
+    def _played(self, ep: EpisodeRecord) -> dict[str, Any]:
+        """One episode as the reflective dataset shows it."""
         family = self.families.get(str(ep.task), "")
-        text = compact_episode(_EpisodeView(ep, family), ByteEstimate(), budget_tokens=1500).text
-        return Played(str(ep.task), family, ep.success, ep.reward, text, feedback(ep))
+        return {
+            "Task": f"{ep.task} (family {family or '-'})",
+            "Outcome": "SUCCESS" if ep.success else "FAILURE",
+            "Score": f"{ep.reward:.2f}",
+            "Episode": compact_episode(_EpisodeView(ep, family), ByteEstimate(), budget_tokens=1500).text,
+            "Feedback": feedback(ep),
+        }
 
     def make_reflective_dataset(
         self, candidate: dict[str, str], eval_batch: Any, components_to_update: list[str]
     ) -> dict[str, list[dict[str, Any]]]:
-        records = [
-            {
-                "Task": f"{p.task} (family {p.family or '-'})",
-                "Outcome": "SUCCESS" if p.success else "FAILURE",
-                "Score": f"{p.reward:.2f}",
-                "Episode": p.episode,
-                "Feedback": p.feedback,
-            }
-            for p in eval_batch.trajectories or []
-        ]
+        records = list(eval_batch.trajectories or [])
         return {c: records for c in components_to_update}
-
-
-class _WithinBudget:
-    """gepa stopper: stop before an iteration that could pass the budget (its two minibatches + a full evaluation)."""
-
-    def __init__(self, adapter: EpisodeAdapter, per_iteration: int) -> None:
-        self.adapter, self.per_iteration = adapter, per_iteration
-
-    def __call__(self, state: Any) -> bool:
-        return self.adapter.metric_calls + self.per_iteration > self.adapter.max_metric_calls
 
 
 class _Quiet:
@@ -246,22 +214,18 @@ async def optimize_prompt(
     *,
     max_metric_calls: int,
     minibatch: int = 3,
-    families: dict[str, str] | None = None,
-    max_turns: int = 30,
-    temperature: float | None = None,
-    concurrency: int = 4,
     seed: int = 0,
-    timeout_s: float | None = None,
-    env_name: str = "",
+    **play: Any,
 ) -> GepaRecord:
-    """GEPA on `tasks` (the analysis split) from the capability-hints seed, at most `max_metric_calls` episodes.
-    `reflection`: a LangChain chat model (the `llm` role, agents.prompt_opt.reflection_model)."""
+    """GEPA on `tasks` (the analysis split) from the capability-hints seed, at most `max_metric_calls` episodes
+    (`play`: EpisodeAdapter's settings). `reflection`: a LangChain chat model (the `llm` role,
+    agents.prompt_opt.reflection_model)."""
     try:
         import gepa
     except ModuleNotFoundError:
         raise GepaConfigError(
-            "evaluation.baseline_gepa needs the gepa package: pip install 'gapforge[gepa]', "
-            "or set evaluation.baseline_gepa=false"
+            "the gepa comparison needs the gepa package: pip install 'gapforge[gepa]', "
+            "or take gepa out of evaluation.comparisons"
         ) from None
     tasks = [str(t) for t in tasks]
     if not tasks:
@@ -272,21 +236,11 @@ async def optimize_prompt(
             "analysis tasks: raise evaluation.gepa_max_metric_calls"
         )
     seed_prompt, _ = hints_text(list(capabilities))
-    adapter = EpisodeAdapter(
-        base,
-        make_env,
-        loop=asyncio.get_running_loop(),
-        max_metric_calls=max_metric_calls,
-        families=families,
-        max_turns=max_turns,
-        temperature=temperature,
-        concurrency=concurrency,
-        timeout_s=timeout_s,
-        env_name=env_name,
-    )
+    adapter = EpisodeAdapter(base, make_env, loop=asyncio.get_running_loop(), max_metric_calls=max_metric_calls, **play)
     lm = ReflectionLM(reflection)
     template, template_id = reflection_template()
     minibatch = min(minibatch, len(tasks))
+    per_iteration = 2 * minibatch + len(tasks)  # stop before an iteration that could pass the budget (module doc)
     result = await asyncio.to_thread(
         gepa.optimize,
         seed_candidate={COMPONENT: seed_prompt},
@@ -296,7 +250,7 @@ async def optimize_prompt(
         reflection_lm=lm,
         reflection_prompt_template=template,
         reflection_minibatch_size=minibatch,
-        stop_callbacks=[_WithinBudget(adapter, 2 * minibatch + len(tasks))],
+        stop_callbacks=[lambda state: adapter.metric_calls + per_iteration > max_metric_calls],
         logger=_Quiet(),
         seed=seed,
         raise_on_exception=True,
@@ -325,16 +279,16 @@ class _Gepa(Comparison):
     name, kind, switch = GEPA, "baseline", "baseline_gepa"
 
     async def prepare(self, ev: Evaluation) -> GepaRecord:
-        """The run's stored prompt when it was optimised at this budget from this seed; else GEPA on the stored split's
-        analysis tasks (the config's rollout settings, the `llm` role as reflection LM), stored as the row
+        """The run's stored prompt when it was optimised at this budget from this seed; else GEPA on the stored
+        split's analysis tasks (the config's rollout settings, the `llm` role as reflection LM), stored as the row
         `gepa_prompt`, and what it spent added to `ev` (a stored prompt reused was spent by an earlier call)."""
         from gapforge.agents.prompt_opt import reflection_model
 
         cfg, split = ev.cfg, ev.split
         if split is None or split.env != ev.env:
             raise ev.failure(
-                f"evaluation.baseline_gepa optimises on the run's analysis split, and {ev.env} has none stored: "
-                "evaluate the run's own env or set evaluation.baseline_gepa=false"
+                f"the gepa comparison optimises on the run's analysis split, and {ev.env} has none stored: "
+                "evaluate the run's own env or take gepa out of evaluation.comparisons"
             )
         capabilities = ev.artifacts.capabilities
         budget = gepa_budget(cfg, len(ev.artifacts.adapter_paths))
@@ -370,7 +324,7 @@ class _Gepa(Comparison):
     ) -> dict[str, Any]:
         return {} if prepared is None else {GEPA: gepa_policy(base, prepared)}
 
-    def labels(self, store: Any, run_id: str) -> dict[str, str]:
+    def labels(self, store: Store, run_id: str) -> dict[str, str]:
         return {GEPA: gepa_label(load_gepa(store, run_id))}
 
 

@@ -1,18 +1,17 @@
-"""Oracle routing as a yardstick for the router (docs/evaluation.md): per held-out task, the best single policy
-(the base or one adapter), chosen without selection bias.
+"""Oracle routing as a yardstick for the router (docs/evaluation.md): per held-out task, the best single policy (the
+base or one adapter), chosen without selection bias.
 
-For each task, the trials used are the samples every candidate (base, each `adapter:<name>`) and the routed
-policy all played: with paired seeds (common random numbers, evaluation/run.py) sample i is the same draw for
-every policy. The even-numbered of those trials (0, 2, 4, ...) SELECT: the candidate with the highest pass
-rate on them, then the highest mean reward, then the earlier candidate (base first) wins. The odd-numbered
-ones (1, 3, ...) SCORE: the oracle's episodes on a task are its choice's episodes on those trials only, so a
-policy is never credited with the luck it was picked on. Every policy is scored on the same odd trials, and
-routed TRACE is compared with the oracle and with each single policy pair by pair on them
-(`stats.paired_episodes`). A task with fewer than 2 common trials (one trial per task, as when adapters play
-`evaluation.trials=1`) cannot be split: it is left out and counted by family.
+For each task, the trials used are the samples every candidate (base, each `adapter:<name>`) and the routed policy all
+played: with paired seeds (common random numbers, evaluation/run.py) sample i is the same draw for every policy. The
+even-numbered of those trials (0, 2, 4, ...) SELECT: the candidate with the highest pass rate on them, then the
+highest mean reward, then the earlier candidate (base first) wins. The odd-numbered ones (1, 3, ...) SCORE: the
+oracle's episodes on a task are its choice's episodes on those trials only, so a policy is never credited with the
+luck it was picked on. Every policy is scored on the same odd trials, and routed TRACE is compared with the oracle and
+with each single policy pair by pair on them (`stats.paired_episodes`). A task with fewer than 2 common trials (one
+trial per task, as when adapters play `evaluation.trials=1`) cannot be split: it is left out and counted by family.
 
-The router's confusion against the oracle: per task used, the router's choice (the routed policy's stored
-decision: its adapter, or base) against the oracle's.
+The router's confusion against the oracle: per task used, the router's choice (the routed policy's stored decision:
+its adapter, or base) against the oracle's.
 """
 
 from __future__ import annotations
@@ -20,13 +19,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.router import confusion
 from gapforge.evaluation import stats
 from gapforge.evaluation.comparisons import Comparison
-from gapforge.evaluation.run import BASE, ROUTED
-from gapforge.evaluation.summary import interval, pairs, signed, verdict
+from gapforge.evaluation.summary import BASE, ROUTED, interval, pairs, signed, verdict
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 ORACLE_ROW = "oracle"
 
@@ -60,19 +61,13 @@ def oracle_routing(
             left[families.get(task, "unknown")] += 1
             continue
         select, score = common[0::2], common[1::2]
-        best = max(
-            range(len(candidates)),
-            key=lambda i: (
-                _mean([episodes[candidates[i]][task][s] for s in select], 1),
-                _mean([episodes[candidates[i]][task][s] for s in select], 0),
-                -i,
-            ),
-        )
+        picked = [[episodes[c][task][s] for s in select] for c in candidates]
+        best = max(range(len(candidates)), key=lambda i: (_mean(picked[i], 1), _mean(picked[i], 0), -i))
         choice[task] = candidates[best]
         for p in players:
             scored[p][task] = {s: episodes[p][task][s] for s in score}
         scored[ORACLE_ROW][task] = {s: episodes[choice[task]][task][s] for s in score}
-    boot = {"n_boot": n_boot, "seed": seed}
+    boot, vs_routed = {"n_boot": n_boot, "seed": seed}, bool(choice) and routed in episodes
     out: dict[str, Any] = {
         "split": "per task, the trials every candidate and the routed policy played: even-numbered select, odd-numbered score",
         "candidates": list(candidates),
@@ -81,13 +76,9 @@ def oracle_routing(
         "choices": dict(sorted(choice.items())),
         "choice_counts": dict(Counter(choice.values())),
         "scored": {p: stats.summarize(stats.as_trials(rows), **boot) for p, rows in scored.items()} if choice else {},
-        "vs_oracle": {p: stats.paired_episodes(scored[p], scored[ORACLE_ROW], **boot) for p in players}
-        if choice
-        else {},
+        "vs_oracle": {p: stats.paired_episodes(scored[p], scored[ORACLE_ROW], **boot) for p in players if choice},
         "routed": routed if routed in episodes else None,
-        "routed_vs": {c: stats.paired_episodes(scored[routed], scored[c], **boot) for c in candidates}
-        if choice and routed in episodes
-        else {},
+        "routed_vs": {c: stats.paired_episodes(scored[routed], scored[c], **boot) for c in candidates if vs_routed},
     }
     if router_choice is not None and choice:
         used = [(choice[t], router_choice[t]) for t in choice if t in router_choice]
@@ -96,18 +87,21 @@ def oracle_routing(
     return out
 
 
-def _policy_episodes(store: Any, ev: Any, env: str, families: Mapping[str, str]) -> stats.Episodes:
-    """A policy's evaluated episodes (its child run), the samples its evaluation counted (trials per task of its family)."""
-    m = ev.metrics
-    per_family, default = m.get("trials_by_family") or {}, int(m.get("trials") or 1)
+def policy_episodes(
+    store: Store, metrics: Mapping[str, Any], env: str | None = None, families: Mapping[str, str] | None = None
+) -> stats.Episodes:
+    """A policy's evaluated episodes (its child run, in `env` or its own), the samples its evaluation counted (trials
+    per task of its family: `families`' task -> family, else the stored episode's own)."""
+    per_family, default = metrics.get("trials_by_family") or {}, int(metrics.get("trials") or 1)
     out: dict[str, dict[int, tuple[float, bool]]] = {}
-    for r in store.episodes(m["child_run"], env=env):
-        if r.sample < int(per_family.get(families.get(r.task_id, ""), default)):
+    for r in store.episodes(metrics["child_run"], env=env or metrics.get("env")):
+        family = r.task_family if families is None else families.get(r.task_id, "")
+        if r.sample < int(per_family.get(family, default)):
             out.setdefault(r.task_id, {})[r.sample] = (float(r.reward), bool(r.success))
     return out
 
 
-def oracle_from_store(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+def oracle_from_store(store: Store, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
     """The oracle over the run's stored evaluation (None when the base was not evaluated)."""
     evals = {e.name.removeprefix("eval:"): e for e in store.evaluations(run_id) if e.name.startswith("eval:")}
     if BASE not in evals or "child_run" not in evals[BASE].metrics:
@@ -117,7 +111,7 @@ def oracle_from_store(store: Any, run_id: str, *, n_boot: int = 1000, seed: int 
     families = dict(split.families) if split is not None else {}
     candidates = [BASE, *sorted(n for n in evals if n.startswith("adapter:"))]
     players = [*candidates, *([ROUTED] if ROUTED in evals else [])]
-    episodes = {p: _policy_episodes(store, evals[p], env, families) for p in players}
+    episodes = {p: policy_episodes(store, evals[p].metrics, env, families) for p in players}
     router_choice = None
     if ROUTED in evals:
         decisions = evals[ROUTED].metrics.get("routing") or {}
@@ -127,7 +121,7 @@ def oracle_from_store(store: Any, run_id: str, *, n_boot: int = 1000, seed: int 
     )
 
 
-def store_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+def store_oracle(store: Store, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
     """Compute the oracle over the run's evaluation and store it as the evaluations row `oracle`."""
     metrics = oracle_from_store(store, run_id, n_boot=n_boot, seed=seed)
     if metrics is not None:
@@ -135,7 +129,7 @@ def store_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) 
     return metrics
 
 
-def stored_oracle(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+def stored_oracle(store: Store, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
     """The run's stored `oracle` row, else the oracle computed from its stored episodes."""
     row = store.get_evaluation(run_id, ORACLE_ROW)
     return row.metrics if row is not None else oracle_from_store(store, run_id, n_boot=n_boot, seed=seed)
@@ -171,7 +165,7 @@ def oracle_lines(m: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def oracle_section(store: Any, run_id: str) -> list[str]:
+def oracle_section(store: Store, run_id: str) -> list[str]:
     """The report's section: routed TRACE against oracle routing (the stored row, else computed from the stored
     episodes); nothing before an evaluation."""
     if not any(e.name.startswith("eval:") for e in store.evaluations(run_id)):
@@ -248,14 +242,16 @@ class _Oracle(Comparison):
 
     name = ORACLE_ROW
 
-    def scored(self, store: Any, run_id: str, *, scope: str, seed: int) -> None:
+    def scored(self, store: Store, run_id: str, *, scope: str, seed: int) -> None:
         if scope == "eval":  # the oracle is over the held-out evaluation's trials
             store_oracle(store, run_id, seed=seed)
 
-    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+    def report(
+        self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:
         return oracle_section(store, run_id), []
 
-    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+    def lines(self, store: Store, run_id: str, cfg: Any) -> list[str]:
         return oracle_lines(stored_oracle(store, run_id))
 
 

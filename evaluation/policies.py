@@ -1,32 +1,22 @@
-"""The policies an evaluation compares, built over one shared backend so the base
-weights are loaded once: base, TRACE (routed), each single adapter, the
-comparisons' policies (evaluation/registry.py): the capability descriptions in the system prompt
-(`capability_hints`, unoptimised), GEPA's optimised system prompt (`gepa`, evaluation/gepa_baseline.py, when
-prepared), and GRPO directly on the target (an adapter trained by training/ on the target env with the same
+"""The policies an evaluation compares, built over one shared backend so the base weights are loaded once: base, TRACE
+(routed), each single adapter, the comparisons' policies (evaluation/registry.py): the capability descriptions in the
+system prompt (`capability_hints`, unoptimised), GEPA's optimised system prompt (`gepa`, evaluation/gepa_baseline.py,
+when prepared), and GRPO directly on the target (an adapter trained by training/ on the target env with the same
 rollout budget as all capability adapters together; loaded by path like any adapter).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from gapforge.agents.router import RoutedPolicy, Router
-from gapforge.envs.protocol import PolicyModel
 from gapforge.evaluation.registry import comparison_policies
-
-GRPO_TARGET = "baseline_grpo_target"
-
-
-class AdapterBackend(Protocol):
-    @property
-    def adapters(self) -> list[str]: ...
-
-    def policy(self, adapter: str | None, *, temperature: float = 1.0, name: str | None = None) -> PolicyModel: ...
+from gapforge.evaluation.summary import GRPO_TARGET
 
 
 def standard_policies(
-    backend: AdapterBackend,
+    backend: Any,  # serving.multi_adapter: `adapters` and `policy(adapter, temperature=, name=)`
     router: Router,
     capabilities: Sequence[dict[str, str]],
     *,

@@ -14,35 +14,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gapforge.envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
 from gapforge.evaluation.comparisons import Comparison
 from gapforge.evaluation.reuse import played
-from gapforge.evaluation.summary import points
+from gapforge.evaluation.summary import interval, signed
 
 if TYPE_CHECKING:
     from gapforge.evaluation.comparisons import Evaluation
+    from gapforge.store import Store
 
 ALL_TASKS = "all_tasks:"
 SCOPES = (("eval:", "held-out split"), (ALL_TASKS, "all tasks, greedy, 1 trial"))
 
 
-def _pct(iv: dict[str, Any] | None) -> str:
-    if not iv or iv.get("value") is None:
-        return "–"
-    return f"{iv['value'] * 100:.1f}% [{iv['low'] * 100:.1f}, {iv['high'] * 100:.1f}]"
-
-
-def _ordered(rows: list[Any], prefix: str) -> list[Any]:
+def _ordered(store: Store, run_id: str, prefix: str, keep: Callable[[Any], bool] = lambda e: True) -> list[Any]:
+    """The run's evaluations `<prefix><policy>` that `keep` accepts, the base first."""
+    rows = [e for e in store.evaluations(run_id) if e.name.startswith(prefix) and keep(e)]
     return sorted(rows, key=lambda e: (e.name != f"{prefix}base", e.name))
 
 
-def all_tasks_section(store: Any, run_id: str, labels: Mapping[str, str]) -> list[str]:
+def all_tasks_section(store: Store, run_id: str, labels: Mapping[str, str]) -> list[str]:
     """The `all_tasks:*` evaluations as a table (nothing when the run has none); `labels`: the baselines' names."""
-    rows = _ordered([e for e in store.evaluations(run_id) if e.name.startswith(ALL_TASKS)], ALL_TASKS)
+    rows = _ordered(store, run_id, ALL_TASKS)
     if not rows:
         return []
     first = rows[0].metrics
@@ -60,28 +57,18 @@ def all_tasks_section(store: Any, run_id: str, labels: Mapping[str, str]) -> lis
         m = e.metrics
         mr = m.get("mean_reward") or {}
         reward = "–" if mr.get("value") is None else f"{mr['value']:.3f}"
-        vs = (m.get("vs_base") or {}).get("pass_rate")
+        vs = signed((m.get("vs_base") or {}).get("pass_rate"), pct=True)
         name = e.name.removeprefix(ALL_TASKS)
-        lines.append(
-            f"| {labels.get(name, name)} | {_pct(m.get('pass_rate'))} | {reward} | {points(vs) if vs and vs.get('value') is not None else '–'} |"
-        )
+        lines.append(f"| {labels.get(name, name)} | {interval(m.get('pass_rate'))} | {reward} | {vs} |")
     return [*lines, ""]
 
 
-def toolsandbox_section(store: Any, run_id: str, labels: Mapping[str, str]) -> list[str]:
+def toolsandbox_section(store: Store, run_id: str, labels: Mapping[str, str]) -> list[str]:
     """Perfect count and mean similarity per evaluated policy and scope, for a ToolSandbox target (else nothing)."""
     table: list[str] = []
     notes: set[str] = set()
     for prefix, scope in SCOPES:
-        rows = _ordered(
-            [
-                e
-                for e in store.evaluations(run_id)
-                if e.name.startswith(prefix) and is_toolsandbox(str(e.metrics.get("env", "")))
-            ],
-            prefix,
-        )
-        for e in rows:
+        for e in _ordered(store, run_id, prefix, lambda e: is_toolsandbox(str(e.metrics.get("env", "")))):
             env, child = str(e.metrics["env"]), e.metrics.get("child_run")
             episodes = store.episodes(child, env=env) if child else []
             for found in stored_metrics(episodes):
@@ -138,8 +125,8 @@ class _PaperProtocol(Comparison):
         return sum(played(p.metrics, families) for p in result.policies)
 
     def report(
-        self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]
-    ) -> tuple[list[str], list[Path]]:  # a baseline shown for what it is, as in the held-out tables
+        self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:
         return all_tasks_section(store, run_id, labels) + toolsandbox_section(store, run_id, labels), []
 
 

@@ -1,24 +1,23 @@
-"""The report stage service: `write_report(store, run_id, out_dir)` writes
-`report.md` with tables and PNG plots (matplotlib, Agg backend):
+"""The report stage service: `write_report(store, run_id, out_dir)` writes `report.md` with tables and PNG plots
+(matplotlib, Agg backend):
 
-- `eval_pass_rate.png` / `eval_reward.png`: one bar per evaluated policy with its
-  bootstrap 95% interval (evaluations `eval:*`);
-- `eval_forest.png`: the episode-level paired difference in pass rate vs base
-  (`vs_base_paired`, and per policy on the focus family from `vs_base_by_family`)
-  with its 95% interval, N paired episodes in each row's label, a line at 0;
-- an oracle-routing section (evaluation.oracle; the stored `oracle` row, else computed from the stored
-  episodes): routed TRACE against the best single policy per task picked on half the trials and scored
-  on the other half, against each single policy on those trials, and the router's choices against the oracle's;
-- the paper's protocol (evaluation.protocol_report): the `all_tasks:*` evaluations (every task, greedy, 1 trial; not held
-  out) and, for a ToolSandbox target, perfect count and mean similarity per policy;
+- `eval_pass_rate.png` / `eval_reward.png`: one bar per evaluated policy with its bootstrap 95% interval (evaluations
+  `eval:*`);
+- `eval_forest.png`: the episode-level paired difference in pass rate vs base (`vs_base_paired`, and per policy on the
+  focus family from `vs_base_by_family`) with its 95% interval, N paired episodes in each row's label, a line at 0;
+- an oracle-routing section (evaluation.oracle; the stored `oracle` row, else computed from the stored episodes):
+  routed TRACE against the best single policy per task picked on half the trials and scored on the other half, against
+  each single policy on those trials, and the router's choices against the oracle's;
+- the paper's protocol (evaluation.protocol_report): the `all_tasks:*` evaluations (every task, greedy, 1 trial; not
+  held out) and, for a ToolSandbox target, perfect count and mean similarity per policy;
 - scaling with capabilities (evaluation.scaling): routed TRACE with each adapter alone and with all of them, from the
   stored episodes, paired with the base per family; the gate's held-out accuracy (the stored router);
 - `router_confusion.png`: the router's confusion matrix (evaluation `router_accuracy`);
 - a comparison section: base / GRPO-on-target at the adapters' training budget / each adapter / routed TRACE
-  (evaluation.comparison), and `rollout_scaling.png`: pass rate against training rollouts with 95% bands when
-  the run's scaling curve was evaluated (evaluation.rollout_scaling);
-- `adapter_heldout.png`: held-out synthetic reward per training step for each
-  adapter (adapters' `metrics.curve`, a list of {step, reward, ...}, as training.service.register stores it).
+  (evaluation.comparison), and `rollout_scaling.png`: pass rate against training rollouts with 95% bands when the
+  run's scaling curve was evaluated (evaluation.rollout_scaling);
+- `adapter_heldout.png`: held-out synthetic reward per training step for each adapter (adapters' `metrics.curve`, a
+  list of {step, reward, ...}, as training.service.register stores it).
 A section whose data is missing says so instead of a plot. Never prints.
 """
 
@@ -26,11 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation.registry import labels, report_sections
 from gapforge.evaluation.scaling import gate_line
-from gapforge.evaluation.summary import interval, signed, verdict
+from gapforge.evaluation.summary import figure, interval, save_figure, signed, verdict
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 @dataclass(frozen=True)
@@ -41,24 +43,16 @@ class ReportResult:
 
 
 def _bars(evals: list[Any], key: str, title: str, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = [e.name.removeprefix("eval:") for e in evals]
     vals = [e.metrics[key]["value"] or 0.0 for e in evals]
     lows = [v - (e.metrics[key]["low"] or 0.0) for v, e in zip(vals, evals)]
     highs = [(e.metrics[key]["high"] or 0.0) - v for v, e in zip(vals, evals)]
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names)), 3.5))
+    fig, ax = figure((max(5, 1.2 * len(names)), 3.5))
     ax.bar(names, vals, yerr=[lows, highs], capsize=4, color=["#888" if n == "base" else "#3a7" for n in names])
     ax.set_ylim(0, 1.05)
     ax.set_title(title)
     ax.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _more_trials(evals: list[Any]) -> list[str]:
@@ -78,8 +72,8 @@ def _more_trials(evals: list[Any]) -> list[str]:
 
 
 def _paired_rows(evals: list[Any], labels: dict[str, str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
-    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the others;
-    a policy named in `labels` is shown by its label."""
+    """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the
+    others; a policy named in `labels` is shown by its label."""
     rows = []
     for e in evals:
         m = e.metrics
@@ -93,11 +87,6 @@ def _paired_rows(evals: list[Any], labels: dict[str, str] | None = None) -> list
 
 
 def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = [r for r in rows if (r[2].get("pass_rate") or {}).get("value") is not None]
     labels = [
         f"{name}{'' if scope == 'all tasks' else ' · ' + scope} (N={d.get('episodes', 0)})" for name, scope, d in rows
@@ -107,26 +96,18 @@ def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
         [v - 100 * d["pass_rate"]["low"] for v, (_, _, d) in zip(vals, rows)],
         [100 * d["pass_rate"]["high"] - v for v, (_, _, d) in zip(vals, rows)],
     ]
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.4))
+    fig, ax = figure((7, 0.45 * len(rows) + 1.4))
     ys = list(range(len(rows)))[::-1]
     ax.errorbar(vals, ys, xerr=err, fmt="o", capsize=4, color="#3a7")
     ax.axvline(0, color="#888", linestyle="--", linewidth=1)
     ax.set_yticks(ys, labels)
     ax.set_xlabel("Δ pass rate vs base, points (paired episodes, 95% interval)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _confusion(metrics: dict[str, Any], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels, matrix = metrics["labels"], metrics["matrix"]
-    fig, ax = plt.subplots(figsize=(1.2 * len(labels) + 2, 1.0 * len(labels) + 1.5))
+    fig, ax = figure((1.2 * len(labels) + 2, 1.0 * len(labels) + 1.5))
     ax.imshow(matrix, cmap="Greens")
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     ax.set_yticks(range(len(labels)), labels)
@@ -136,43 +117,27 @@ def _confusion(metrics: dict[str, Any], path: Path) -> Path:
         for j, n in enumerate(row):
             ax.text(j, i, str(n), ha="center", va="center")
     ax.set_title(f"router accuracy {metrics['accuracy']:.0%}" if metrics.get("accuracy") is not None else "router")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def _curve(adapter: Any) -> list[dict[str, Any]]:
-    """The adapter's held-out reward per evaluated step (TrainResult's `curve`, as training.service.register stores it)."""
-    return adapter.metrics.get("curve") or []
+    return save_figure(fig, path)
 
 
 def _curves(adapters: list[Any], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    fig, ax = figure((5.5, 3.5))
     for a in adapters:
-        curve = _curve(a)
+        curve = a.metrics["curve"]
         ax.plot([p["step"] for p in curve], [p["reward"] for p in curve], marker="o", label=a.name)
     ax.set_xlabel("training step")
     ax.set_ylabel("held-out synthetic reward")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
-def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
+def write_report(store: Store, run_id: str, out_dir: str | Path) -> ReportResult:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     evals = [e for e in store.evaluations(run_id) if e.name.startswith("eval:")]
     evals.sort(key=lambda e: (e.name != "eval:base", e.name))
     router = store.get_evaluation(run_id, "router_accuracy")
-    adapters = [a for a in store.adapters(run_id) if _curve(a)]
+    adapters = [a for a in store.adapters(run_id) if a.metrics.get("curve")]  # held-out reward per step
     plots: list[Path] = []
     missing: list[str] = []
     lines = [f"# gapforge report — run `{run_id}`", ""]
@@ -202,11 +167,8 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
         lines += ["| policy | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
         for e in evals:
             fam = e.metrics.get("by_family", {})
-            lines.append(
-                f"| {e.name.removeprefix('eval:')} | "
-                + " | ".join(interval(fam.get(f, {}).get("pass_rate")) for f in families)
-                + " |"
-            )
+            cells = " | ".join(interval(fam.get(f, {}).get("pass_rate")) for f in families)
+            lines.append(f"| {e.name.removeprefix('eval:')} | {cells} |")
         paired = _paired_rows(evals, labels(store, run_id))
         if paired:
             focus = evals[0].metrics.get("focus_family")
@@ -241,9 +203,7 @@ def write_report(store: Any, run_id: str, out_dir: str | Path) -> ReportResult:
     lines += sections
     plots += drawn
 
-    record = store.get_evaluation(
-        run_id, "router"
-    )  # the stored router: the gate's held-out accuracy (evaluation.router_record)
+    record = store.get_evaluation(run_id, "router")  # the stored router: the gate's held-out accuracy
     gate = gate_line(record.metrics if record is not None else None)
     lines += ["## Router", "", *([f"{gate[0]}.", ""] if gate else [])]
     if router is not None:

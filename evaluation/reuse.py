@@ -1,42 +1,30 @@
 """Reuse of the base's episodes by the routed policy where the router sends a task to the base.
 
-agents.router.RoutedPolicy decides once per conversation, from its first
-user message; when the decision is none / abstain it answers every turn with the
-very base policy object, at the same temperature. With common random numbers
-(envs.sampling: each call's seed comes from the episode key `task#sample`, never
-from the run or the policy) the routed policy's episode (task, i) is then the
-base's episode (task, i): same first message, same seeds, same replies. So the
-base's stored episode is copied into the routed child run instead of being played
-again; the copy keeps `policy` = the base's name, which marks it in the child run.
+agents.router.RoutedPolicy decides once per conversation, from its first user message; when the decision is none /
+abstain it answers every turn with the very base policy object, at the same temperature. With common random numbers
+(envs.sampling: each call's seed comes from the episode key `task#sample`, never from the run or the policy) the
+routed policy's episode (task, i) is then the base's episode (task, i): same first message, same seeds, same replies.
+So the base's stored episode is copied into the routed child run instead of being played again; the copy keeps
+`policy` = the base's name, which marks it in the child run.
 
-Exact when the env's episode depends only on (task, sample) and the policy's
-replies (the premise of common random numbers). The decision is taken by the
-routed policy's own `decide` on the stored base episode's messages, so it is the
-one playing would take (and it is cached there for the routing metrics).
+Exact when the env's episode depends only on (task, sample) and the policy's replies (the premise of common random
+numbers). The decision is taken by the routed policy's own `decide` on the stored base episode's messages, so it is
+the one playing would take (and it is cached there for the routing metrics).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.envs.protocol import Message
 
-COPIED_FIELDS = (
-    "policy",
-    "messages",
-    "reward",
-    "success",
-    "components",
-    "termination",
-    "error",
-    "turns",
-    "timings",
-    "task_family",
-    "score_info",
-    "step_info",
-    "user_prompt",
-    "started_at",
+if TYPE_CHECKING:
+    from gapforge.store import Store
+
+COPIED_FIELDS = tuple(
+    "policy messages reward success components termination error turns timings task_family score_info step_info "
+    "user_prompt started_at".split()
 )
 
 
@@ -54,11 +42,12 @@ def plays_base(policy: Any, decision: Any) -> bool:
 
 
 async def copy_base_episodes(
-    store: Any, *, policy: Any, env: str, base_child: str, child: str, counts: dict[str, int]
+    store: Store, *, policy: Any, env: str, base_child: str, child: str, counts: dict[str, int]
 ) -> int:
     """Copy into `child` the base episodes (task, sample < counts[task]) that `policy` would play with its base.
 
-    Keys `child` already holds are left alone (a resumed evaluation copies nothing twice). Returns how many were copied.
+    Keys `child` already holds are left alone (a resumed evaluation copies nothing twice). Returns how many were
+    copied.
     """
     have = store.episode_keys(child, env)
     copied = 0

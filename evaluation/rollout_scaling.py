@@ -1,21 +1,20 @@
-"""Pass rate against training rollouts (the paper's Fig. 4): routed TRACE and GRPO on the target at the
-fractions 0, 1/4, 1/2, 3/4, 1 of their training, on the held-out split, paired with the base.
+"""Pass rate against training rollouts (the paper's Fig. 4): routed TRACE and GRPO on the target at the fractions 0,
+1/4, 1/2, 3/4, 1 of their training, on the held-out split, paired with the base.
 
-Training keeps each adapter's LoRA weights at step round(f * max_steps) (training.curve; the adapters'
-results list them as `curve_adapters`). Point k of the curve is every capability adapter at its k-th kept
-step, routed by the run's router, and the GRPO-on-target adapter at its k-th kept step; since the baseline
-trains for the budget of all adapters together (training.budget), both have spent the same training rollouts
-at every point. Point 0 is the fresh adapter (its LoRA B matrices are zero): the base policy itself, so it
-is the base's own evaluation and is not played again.
+Training keeps each adapter's LoRA weights at step round(f * max_steps) (training.curve; the adapters' results list
+them as `curve_adapters`). Point k of the curve is every capability adapter at its k-th kept step, routed by the run's
+router, and the GRPO-on-target adapter at its k-th kept step; since the baseline trains for the budget of all adapters
+together (training.budget), both have spent the same training rollouts at every point. Point 0 is the fresh adapter
+(its LoRA B matrices are zero): the base policy itself, so it is the base's own evaluation and is not played again.
 
 Each point k > 0 is evaluated as a run of its own, `<run>.scale-k` (rows `eval:<policy>`, child runs
 `<run>.scale-k.eval.<policy>`), by the `rollout_scaling` comparison after the run's evaluation
-(`evaluation.scaling_curve`), on the run's held-out tasks with the run's trials, through the same evaluation
-service, policies and worker processes. The base's stored episodes are copied into the point's base child run
-first, so no point plays the base again and every point is paired with the same base episodes under common random
-numbers; the router is the run's own (it routes with the base weights to the point's adapters). Resumable: a
-point's stored episodes are kept. `scaling_rows` reads them back; `scaling_plot` draws them with 95% bands;
-`per_1000` is the points gained per 1,000 training rollouts (from the base to the last point).
+(`evaluation.scaling_curve`), on the run's held-out tasks with the run's trials, through the same evaluation service,
+policies and worker processes. The base's stored episodes are copied into the point's base child run first, so no
+point plays the base again and every point is paired with the same base episodes under common random numbers; the
+router is the run's own (it routes with the base weights to the point's adapters). Resumable: a point's stored
+episodes are kept. `scaling_rows` reads them back; `scaling_plot` draws them with 95% bands; `per_1000` is the points
+gained per 1,000 training rollouts (from the base to the last point).
 """
 
 from __future__ import annotations
@@ -28,12 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation.comparisons import Comparison
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED
 from gapforge.faults import InputFault
 
 if TYPE_CHECKING:
     from gapforge.evaluation.comparisons import Evaluation
-
-BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
+    from gapforge.store import Store
 
 
 class ScalingError(InputFault, ValueError):
@@ -55,9 +54,9 @@ def curve_points(
     adapters: Sequence[Any], names: Sequence[str], optional: Sequence[str] = ()
 ) -> list[dict[str, dict[str, Any]]]:
     """[{adapter name: {step, training_rollouts, path}}] per curve point, matched by the fraction of its training each
-    adapter was kept at, for the adapters `names` (rows of the store's `adapters`: their `metrics.curve_adapters`), each
-    of which must have every point, and `optional` ones (the GRPO-on-target baseline), in a point where they have it
-    (one stopped early lacks its later points)."""
+    adapter was kept at, for the adapters `names` (rows of the store's `adapters`: their `metrics.curve_adapters`),
+    each of which must have every point, and `optional` ones (the GRPO-on-target baseline), in a point where they have
+    it (one stopped early lacks its later points)."""
     by_name = {a.name: {_fraction(c): c for c in (a.metrics or {}).get("curve_adapters") or []} for a in adapters}
     missing = [n for n in [*names, *optional] if not by_name.get(n)]
     if missing:
@@ -74,8 +73,8 @@ def curve_points(
 
 
 def run_curve_points(adapters: Sequence[Any]) -> list[dict[str, dict[str, Any]]]:
-    """`curve_points` of a run's trained adapters (rows of the store's `adapters`; those not `done` are left out): every
-    capability adapter at every point, the GRPO-on-target baseline where it has the point."""
+    """`curve_points` of a run's trained adapters (rows of the store's `adapters`; those not `done` are left out):
+    every capability adapter at every point, the GRPO-on-target baseline where it has the point."""
     done = [a for a in adapters if a.status == "done"]
     names = sorted(a.name for a in done if a.name != GRPO_TARGET)
     return curve_points(done, names, [GRPO_TARGET] if len(names) < len(done) else [])
@@ -86,12 +85,16 @@ def _iv(m: Mapping[str, Any] | None, key: str = "pass_rate") -> dict[str, Any]:
 
 
 def scaling_rows(
-    store: Any, run_id: str, points: Sequence[Mapping[str, Mapping[str, Any]]], *, seed: int = 0
+    store: Store, run_id: str, points: Sequence[Mapping[str, Mapping[str, Any]]], *, seed: int = 0
 ) -> list[dict[str, Any]]:
     """One row per curve point: training rollouts of TRACE (all adapters) and of GRPO-on-target, each one's pass rate
     and paired difference to the base (95% intervals), and TRACE − GRPO-on-target paired. Point 0 is the base's own
     evaluation (see the module docstring); a point not evaluated yet is left out."""
-    main = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+
+    def evals(run: str) -> dict[str, Any]:
+        return {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run) if e.name.startswith("eval:")}
+
+    main = evals(run_id)
     if BASE not in main:
         raise ScalingError(f"run {run_id} has no evaluation of the base: evaluate it first")
     known = {r.id for r in store.list_runs()} if hasattr(store, "list_runs") else None
@@ -102,41 +105,22 @@ def scaling_rows(
         row: dict[str, Any] = {"point": k, "trace_rollouts": trace_rollouts, "grpo_rollouts": grpo_rollouts}
         if k == 0:
             zero = {"value": 0.0, "low": 0.0, "high": 0.0}
-            base_rate = _iv(main[BASE])
-            row |= {
-                "trace": base_rate,
-                "grpo": base_rate,
-                "trace_vs_base": zero,
-                "grpo_vs_base": zero,
-                "trace_vs_grpo": zero,
-                "run": run_id,
-            }
-            rows.append(row)
+            row |= dict.fromkeys(("trace", "grpo"), _iv(main[BASE]))
+            rows.append(row | dict.fromkeys(("trace_vs_base", "grpo_vs_base", "trace_vs_grpo"), zero) | {"run": run_id})
             continue
         if known is not None and scale_run_id(run_id, k) not in known:  # not evaluated (yet)
             continue
-        scaled = {
-            e.name.removeprefix("eval:"): e.metrics
-            for e in store.evaluations(scale_run_id(run_id, k))
-            if e.name.startswith("eval:")
-        }
+        scaled = evals(scale_run_id(run_id, k))
         if ROUTED not in scaled:
             continue
-        row |= {
-            "run": scale_run_id(run_id, k),
-            "trace": _iv(scaled[ROUTED]),
-            "trace_vs_base": _iv(scaled[ROUTED].get("vs_base_paired")),
-        }
-        if GRPO_TARGET in scaled:
+        routed, grpo = scaled[ROUTED], scaled.get(GRPO_TARGET)
+        row |= {"run": scale_run_id(run_id, k), "trace": _iv(routed)}
+        row["trace_vs_base"] = _iv(routed.get("vs_base_paired"))
+        if grpo is not None:
             from gapforge.evaluation.comparison import paired_between
 
-            row |= {
-                "grpo": _iv(scaled[GRPO_TARGET]),
-                "grpo_vs_base": _iv(scaled[GRPO_TARGET].get("vs_base_paired")),
-                "trace_vs_grpo": _iv(
-                    paired_between(store, scaled[ROUTED], scaled[GRPO_TARGET], seed=seed)["all tasks"]
-                ),
-            }
+            row |= {"grpo": _iv(grpo), "grpo_vs_base": _iv(grpo.get("vs_base_paired"))}
+            row["trace_vs_grpo"] = _iv(paired_between(store, routed, grpo, seed=seed)["all tasks"])
         rows.append(row)
     return rows
 
@@ -183,12 +167,9 @@ def scaling_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def scaling_plot(series: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path) -> Path:
     """Pass rate against training rollouts, one line with its 95% band per (label, policy): `series` maps a label
     (e.g. a training seed) to its `scaling_rows`."""
-    import matplotlib
+    from gapforge.evaluation.summary import figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = figure((6.5, 4))
     styles = {"trace": ("TRACE (routed)", "#3a7"), "grpo": ("GRPO on the target", "#c63")}
     for i, (label, rows) in enumerate(series.items()):
         for who, (name, color) in styles.items():
@@ -212,14 +193,10 @@ def scaling_plot(series: Mapping[str, Sequence[Mapping[str, Any]]], path: str | 
     ax.set_xlabel("training rollouts")
     ax.set_ylabel("held-out pass rate, % (95% interval)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, Path(path))
 
 
-def scaling_section(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], Path | None]:
+def scaling_section(store: Store, run_id: str, out_dir: Path) -> tuple[list[str], Path | None]:
     """The report's section: the table and the plot, when the run's curve was evaluated (bench/scaling.py)."""
     adapters = [a for a in store.adapters(run_id) if a.status == "done" and (a.metrics or {}).get("curve_adapters")]
     if (
@@ -273,9 +250,7 @@ async def evaluate_scaling(ev: Evaluation) -> int:
     adapter_rows = await asyncio.to_thread(store.adapters, run_id)
     names = [c["adapter"] for c in artifacts.capabilities]
     with_grpo = any(a.name == GRPO_TARGET and a.status == "done" for a in adapter_rows)
-    points = curve_points(
-        adapter_rows, names, [GRPO_TARGET] if with_grpo else []
-    )  # a baseline stopped early: TRACE alone later
+    points = curve_points(adapter_rows, names, [GRPO_TARGET] if with_grpo else [])  # stopped early: TRACE alone later
     plan = EvalPlan(
         run_id,
         ev.env,
@@ -290,28 +265,14 @@ async def evaluate_scaling(ev: Evaluation) -> int:
         if k == 0:  # the fresh adapters: the base itself (module doc)
             continue
         run_k = scale_run_id(run_id, k)
-        await asyncio.to_thread(
-            store.create_run,
-            "evaluation",
-            {"parent": run_id, "scaling_point": k, "steps": {n: c["step"] for n, c in point.items()}},
-            run_k,
-            exist_ok=True,
-        )
-        base_child = child_run_id(run_k, "base")
-        await asyncio.to_thread(
-            store.create_run,
-            "evaluation",
-            {"parent": run_k, "policy": "base", "copied_from": base_row.metrics["child_run"]},
-            base_child,
-            exist_ok=True,
-        )
+        config = {"parent": run_id, "scaling_point": k, "steps": {n: c["step"] for n, c in point.items()}}
+        await asyncio.to_thread(store.create_run, "evaluation", config, run_k, exist_ok=True)
+        base_child, base_run = child_run_id(run_k, "base"), base_row.metrics["child_run"]
+        copied = {"parent": run_k, "policy": "base", "copied_from": base_run}
+        await asyncio.to_thread(store.create_run, "evaluation", copied, base_child, exist_ok=True)
+        counts = plan.task_trials("base", ev.families)
         await copy_base_episodes(
-            store,
-            policy=_AlwaysBase(),
-            env=ev.env,
-            base_child=base_row.metrics["child_run"],
-            child=base_child,
-            counts=plan.task_trials("base", ev.families),
+            store, policy=_AlwaysBase(), env=ev.env, base_child=base_run, child=base_child, counts=counts
         )
         art_k = replace(artifacts, adapter_paths={n: Path(point[n]["path"]) for n in names}, damaged={})
         grpo_path = Path(point[GRPO_TARGET]["path"]) if GRPO_TARGET in point else None
@@ -355,7 +316,9 @@ class _RolloutScaling(Comparison):
     async def extend(self, ev: Evaluation) -> int:
         return await evaluate_scaling(ev)
 
-    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+    def report(
+        self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:
         lines, plot = scaling_section(store, run_id, out_dir)
         return lines, [plot] if plot else []
 

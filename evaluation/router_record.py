@@ -1,10 +1,10 @@
-"""The router's data, stored with the run when the router is built, so every later user of the run
-(`gapforge evaluate`, `gapforge serve`, a resumed graph run) routes with exactly the router that was
-measured, without opening a synthetic env again.
+"""The router's data, stored with the run when the router is built, so every later user of the run (`gapforge
+evaluate`, `gapforge serve`, a resumed graph run) routes with exactly the router that was measured, without opening a
+synthetic env again.
 
-The record lives in the store (an `evaluations` row named `router`, policy `router`, beside the
-`router_accuracy` row measured on it): the store is the run's record of what was evaluated, it moves
-with the run (SQLite file or PostgreSQL), and reading it starts no sandbox container.
+The record lives in the store (an `evaluations` row named `router`, policy `router`, beside the `router_accuracy` row
+measured on it): the store is the run's record of what was evaluated, it moves with the run (SQLite file or
+PostgreSQL), and reading it starts no sandbox container.
 
     record = router_record(artifacts, backend="transformers")
     record = router_record(artifacts, backend="gate", openings={...}, seeds=[...], gate=GateRecord(...))  # router.gate
@@ -15,11 +15,14 @@ with the run (SQLite file or PostgreSQL), and reading it starts no sandbox conta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from gapforge.agents.router import GateRecord
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 ROUTER_ROW = "router"
 
@@ -42,9 +45,7 @@ class RouterRecord(BaseModel):
 
     backend: str  # routing.backend when it was built (gate | transformers | vllm)
     capabilities: list[RoutedCapability]
-    openings: dict[str, list[str]] | None = (
-        None  # gate: each capability's synthetic-env openings (its training examples)
-    )
+    openings: dict[str, list[str]] | None = None  # gate: each capability's synthetic-env openings (training examples)
     seeds: list[int] = []  # the synthetic-env seeds the openings came from (the adapters' training seeds)
     gate: GateRecord | None = None  # routing.backend=gate
 
@@ -73,11 +74,11 @@ def router_record(
     return RouterRecord(backend=backend, capabilities=caps, openings=openings, seeds=list(seeds or []), gate=gate)
 
 
-def save_router(store: Any, run_id: str, record: RouterRecord) -> None:
+def save_router(store: Store, run_id: str, record: RouterRecord) -> None:
     store.put_evaluation(run_id, ROUTER_ROW, policy="router", metrics=record.model_dump(mode="json"))
 
 
-def load_router(store: Any, run_id: str) -> RouterRecord | None:
+def load_router(store: Store, run_id: str) -> RouterRecord | None:
     """The stored router of the run, or None (none stored, or stored in a shape this version does not read)."""
     row = store.get_evaluation(run_id, ROUTER_ROW)
     if row is None:

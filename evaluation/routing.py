@@ -1,21 +1,22 @@
-"""Router accuracy (issue 12 §2): route held-out synthetic tasks whose capability
-is known, plus target tasks from families no capability covers ("none"), and
-store accuracy + confusion matrix as the evaluation `router_accuracy`.
+"""Router accuracy (issue 12 §2): route held-out synthetic tasks whose capability is known, plus target tasks from
+families no capability covers ("none"), and store accuracy + confusion matrix as the evaluation `router_accuracy`.
 
-`routing_cases(...)` builds the cases from environments through the ONE
-Environment protocol: `reset(seed)` of each capability's synthetic env (held-out
-seeds: a SandboxedEnv in production) and `reset(task)` of the target env for
-the uncovered families; the first user message is what the router reads.
+`routing_cases(...)` builds the cases from environments through the ONE Environment protocol: `reset(seed)` of each
+capability's synthetic env (held-out seeds: a SandboxedEnv in production) and `reset(task)` of the target env for the
+uncovered families; the first user message is what the router reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.router import NONE, Router, confusion, first_user_message
 from gapforge.envs.protocol import Environment
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def env_openings(make_env: Callable[[], Environment], seeds: Sequence[int]) -> l
 
 
 def measure_router(
-    router: Router, cases: Sequence[RoutingCase], *, store: Any = None, run_id: str | None = None
+    router: Router, cases: Sequence[RoutingCase], *, store: Store | None = None, run_id: str | None = None
 ) -> RouterAccuracy:
     """Batch-route every case; an abstention counts as 'none' (the base model answers). Stored when a store is given."""
     decisions = router.route_batch([c.first_message for c in cases])

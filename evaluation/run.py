@@ -1,20 +1,18 @@
-"""The evaluate stage service (docs/evaluation.md): base vs TRACE vs single adapters vs
-baselines on the held-out split of the target env, the same tasks for every
-policy, K trials each, numbers with intervals stored in the evaluations table.
+"""The evaluate stage service (docs/evaluation.md): base vs TRACE vs single adapters vs baselines on the held-out
+split of the target env, the same tasks for every policy, K trials each, numbers with intervals stored in the
+evaluations table.
 
-Each evaluated policy's episodes go to a child run `<run>.eval.<policy>` (kind
-"evaluation") through agents.rollouts.collect, so a killed evaluation resumes
-where it stopped (episodes are keyed by run, env, task, trial) and every
-trajectory stays inspectable (`gapforge rollouts show <run>.eval.<policy>`).
-Trial i of every task is sample i: with a seeded local backend the same
-(task, trial) pair sees the same sampling seed sequence across re-runs and
-across policies (common random numbers), so episode (task, i) of a policy is
-paired with episode (task, i) of the base (`vs_base_paired`, `vs_base_by_family`).
+Each evaluated policy's episodes go to a child run `<run>.eval.<policy>` (kind "evaluation") through
+agents.rollouts.collect, so a killed evaluation resumes where it stopped (episodes are keyed by run, env, task, trial)
+and every trajectory stays inspectable (`gapforge rollouts show <run>.eval.<policy>`). Trial i of every task is sample
+i: with a seeded local backend the same (task, trial) pair sees the same sampling seed sequence across re-runs and
+across policies (common random numbers), so episode (task, i) of a policy is paired with episode (task, i) of the base
+(`vs_base_paired`, `vs_base_by_family`).
 
-`plan.family_trials` gives the tasks of some families more trials, for the
-policies in `plan.family_trials_policies` only, and so does `plan.min_family_episodes`
-(every family at least that many episodes: ceil(n / its tasks) trials per task); a routed policy copies the base's
-episodes of the tasks it routes to the base (evaluation.reuse) instead of playing them.
+`plan.family_trials` gives the tasks of some families more trials, for the policies in `plan.family_trials_policies`
+only, and so does `plan.min_family_episodes` (every family at least that many episodes: ceil(n / its tasks) trials per
+task); a routed policy copies the base's episodes of the tasks it routes to the base (evaluation.reuse) instead of
+playing them.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.errors import IncompleteStage
 from gapforge.agents.rollouts import CollectPlan, collect
@@ -33,10 +31,11 @@ from gapforge.envs.protocol import Message, PolicyModel, TargetEnvironment
 from gapforge.evaluation import stats
 from gapforge.evaluation.config import MAX_FAMILY_TRIALS
 from gapforge.evaluation.reuse import copy_base_episodes, reuses_base
+from gapforge.evaluation.summary import BASE, ROUTED
 from gapforge.faults import InputFault
 
-BASE = "base"
-ROUTED = "trace_routed"
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 class UnknownFamily(InputFault, ValueError):
@@ -54,13 +53,9 @@ class EvalPlan:
     concurrency: int = 4
     n_boot: int = 1000
     seed: int = 0
-    family_trials: Mapping[str, int] = field(
-        default_factory=dict
-    )  # family -> trials per task, for family_trials_policies
+    family_trials: Mapping[str, int] = field(default_factory=dict)  # family -> trials per task, for the policies:
     family_trials_policies: Sequence[str] = (BASE, ROUTED)
-    min_family_episodes: int = (
-        0  # powered families: >= this many episodes per family for family_trials_policies (0: off)
-    )
+    min_family_episodes: int = 0  # powered families: >= this many episodes per family for those policies (0: off)
     focus_family: str | None = None  # the headline family (stored with the metrics for the report and the summary)
     scope: str = "eval"  # rows `<scope>:<policy>`, child runs `<run>.<scope>.<policy>` (`all_tasks`: the paper's protocol, apart)
 
@@ -112,7 +107,7 @@ def child_run_id(run_id: str, name: str, scope: str = "eval") -> str:
 
 
 async def _play(
-    store: Any,
+    store: Store,
     plan: EvalPlan,
     name: str,
     policy: PolicyModel,
@@ -139,7 +134,7 @@ async def _play(
 
 
 async def evaluate(
-    store: Any,
+    store: Store,
     plan: EvalPlan,
     *,
     make_env: Callable[[], TargetEnvironment],
@@ -151,12 +146,12 @@ async def evaluate(
 ) -> EvaluationResult:
     """Run every policy on plan.tasks x its trials (skipping stored episodes), then compute and store metrics.
 
-    `policies` must include "base" (the reference for paired differences). A policy with a `decisions`
-    attribute (agents.router.RoutedPolicy) also gets its routing per task stored, and over the same
-    base object it reuses the base's episodes of the tasks it routes to the base: it plays after the base;
-    with `together`, every other policy at the same time as the base (each with `plan.concurrency` episodes in
-    flight), else one after the other (Ray: each policy's player starts its own actors, each with the backend).
-    `players(name, policy)` (executor/) may play a policy's episodes elsewhere; this call still writes them.
+    `policies` must include "base" (the reference for paired differences). A policy with a `decisions` attribute
+    (agents.router.RoutedPolicy) also gets its routing per task stored, and over the same base object it reuses the
+    base's episodes of the tasks it routes to the base: it plays after the base; with `together`, every other policy
+    at the same time as the base (each with `plan.concurrency` episodes in flight), else one after the other (Ray:
+    each policy's player starts its own actors, each with the backend). `players(name, policy)` (executor/) may play a
+    policy's episodes elsewhere; this call still writes them.
     """
     if BASE not in policies:
         raise ValueError("evaluate() needs a policy named 'base' (paired differences are against it)")
@@ -168,15 +163,12 @@ async def evaluate(
                 f"family {family!r} (evaluation.family_trials / focus_family) has no task here: use one of {', '.join(sorted(known)) or 'none'}"
             )
     episodes: dict[str, dict[str, dict[int, tuple[float, bool]]]] = {}
-    children: dict[str, str] = {}
-    counts: dict[str, dict[str, int]] = {}
     routing: dict[str, dict[str, Any]] = {}
     reused: dict[str, list[str]] = {}
     order = [BASE, *(n for n in policies if n != BASE)]
     reusing = {n for n in order[1:] if reuses_base(policies[n], policies[BASE])}
-    for name in order:
-        children[name] = child_run_id(plan.run_id, name, plan.scope)
-        counts[name] = plan.task_trials(name, families)
+    children = {n: child_run_id(plan.run_id, n, plan.scope) for n in order}
+    counts = {n: plan.task_trials(n, families) for n in order}
 
     async def play(name: str) -> None:
         policy, child = policies[name], children[name]
@@ -193,9 +185,7 @@ async def evaluate(
             await copy_base_episodes(
                 store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name]
             )
-        async with (
-            players(name, policy) if players is not None else nullcontext() as player
-        ):  # executor/: Ray workers, or None
+        async with players(name, policy) if players is not None else nullcontext() as player:  # executor/: Ray, or None
             await _play(
                 store, plan, name, policy, child, counts[name], make_env=make_env, families=families, player=player
             )
@@ -229,9 +219,7 @@ async def evaluate(
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
             first = {r.task_id: first_user_message(r.messages) for r in rows}
-            for m in sorted(
-                {m for m in first.values() if m is not None} - set(decisions)
-            ):  # episodes stored by an earlier call
+            for m in sorted({m for m in first.values() if m is not None} - set(decisions)):  # stored by an earlier call
                 await policy.decide([Message.user(m)])
             routing[name] = {t: decisions[m].to_json() for t, m in sorted(first.items()) if m in decisions}
     result = EvaluationResult(plan.run_id, plan.env, list(plan.tasks), plan.trials)

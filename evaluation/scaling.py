@@ -2,27 +2,29 @@
 
 Routed TRACE over a subset S of the trained adapters is not played again. The routed policy decides once per
 conversation from the task's first user message (agents.router.RoutedPolicy), and when the adapter it chose is not
-loaded it answers with its base (evaluation.reuse.plays_base). So "the same router with only S's adapters"
-plays, under common random numbers (each episode seeds from its (task, sample)), the full routed policy's
-stored episode (task, i) on every task routed to an adapter of S, and the base's stored episode (task, i) on
-every other task. `subset_episodes` builds exactly that; every subset is then paired with the base per family
-(`stats.paired_by_family`). The router is the one trained over every capability: the rows measure what each
-adapter adds under that router, not a router retrained over fewer capabilities.
+loaded it answers with its base (evaluation.reuse.plays_base). So "the same router with only S's adapters" plays,
+under common random numbers (each episode seeds from its (task, sample)), the full routed policy's stored episode
+(task, i) on every task routed to an adapter of S, and the base's stored episode (task, i) on every other task.
+`subset_episodes` builds exactly that; every subset is then paired with the base per family
+(`stats.paired_by_family`). The router is the one trained over every capability: the rows measure what each adapter
+adds under that router, not a router retrained over fewer capabilities.
 
-`scaling_lines` are the lines `gapforge demo` prints for it (after the gate's line, `gate_line`, and oracle
-routing's, evaluation.oracle): the subsets' paired differences per family. Nothing here prints.
+`scaling_lines` are the lines `gapforge demo` prints for it (after the gate's line, `gate_line`, and oracle routing's,
+evaluation.oracle): the subsets' paired differences per family. Nothing here prints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation import stats
 from gapforge.evaluation.comparisons import Comparison
-from gapforge.evaluation.run import BASE, ROUTED
-from gapforge.evaluation.summary import pairs
+from gapforge.evaluation.summary import BASE, ROUTED, pairs
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 def subset_episodes(
@@ -44,10 +46,10 @@ def subsets(adapters: Sequence[str]) -> list[tuple[str, ...]]:
     return singles + ([tuple(adapters)] if len(adapters) > 1 else [])
 
 
-def scaling(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
-    """Routed TRACE over each subset of the adapters the router chose among, paired with the base over all tasks and per
-    family; None when base and trace_routed were not both evaluated or nothing was routed."""
-    from gapforge.evaluation.oracle import _policy_episodes
+def scaling(store: Store, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
+    """Routed TRACE over each subset of the adapters the router chose among, paired with the base over all tasks and
+    per family; None when base and trace_routed were not both evaluated or nothing was routed."""
+    from gapforge.evaluation.oracle import policy_episodes
 
     evals = {e.name.removeprefix("eval:"): e for e in store.evaluations(run_id) if e.name.startswith("eval:")}
     if BASE not in evals or ROUTED not in evals or "child_run" not in evals[ROUTED].metrics:
@@ -61,7 +63,7 @@ def scaling(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> di
     env = evals[BASE].metrics["env"]
     split = store.get_split(run_id)
     families = dict(split.families) if split is not None else {}
-    base, routed = (_policy_episodes(store, evals[p], env, families) for p in (BASE, ROUTED))
+    base, routed = (policy_episodes(store, evals[p].metrics, env, families) for p in (BASE, ROUTED))
     boot = {"n_boot": n_boot, "seed": seed}
     rows = []
     for s in subsets(adapters):
@@ -109,7 +111,7 @@ def gate_line(router_metrics: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
-def scaling_section(store: Any, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:
+def scaling_section(store: Store, run_id: str, *, n_boot: int = 1000, seed: int = 0) -> list[str]:
     """The report's markdown section: routed TRACE over each subset of the adapters, paired with the base per family."""
     m = scaling(store, run_id, n_boot=n_boot, seed=seed)
     if not m:
@@ -138,10 +140,12 @@ class _AdapterSubsets(Comparison):
 
     name = "adapter_subsets"
 
-    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+    def report(
+        self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:
         return scaling_section(store, run_id), []
 
-    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+    def lines(self, store: Store, run_id: str, cfg: Any) -> list[str]:
         return scaling_lines(scaling(store, run_id))
 
 

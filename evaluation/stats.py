@@ -1,13 +1,11 @@
-"""Evaluation statistics over tasks: pass rate, mean reward, pass^k (as τ²-bench
-reports it), bootstrap 95% intervals over tasks, paired differences vs a baseline.
+"""Evaluation statistics over tasks: pass rate, mean reward, pass^k (as τ²-bench reports it), bootstrap 95% intervals
+over tasks, paired differences vs a baseline.
 
-Input of the task-level functions: `{task_id: [(reward, success), ...]}` (K trials
-per task); their bootstrap resamples TASKS with replacement (trials of one task
-stay together). The episode-level paired difference takes `{task_id: {sample:
-(reward, success)}}`: episode (task, i) of a policy is paired with episode
-(task, i) of the base (common random numbers), and its bootstrap is two-stage: tasks
-with replacement, then pairs within each drawn task. Generators are seeded: the same
-episodes give the same intervals.
+Input of the task-level functions: `{task_id: [(reward, success), ...]}` (K trials per task); their bootstrap
+resamples TASKS with replacement (trials of one task stay together). The episode-level paired difference takes
+`{task_id: {sample: (reward, success)}}`: episode (task, i) of a policy is paired with episode (task, i) of the base
+(common random numbers), and its bootstrap is two-stage: tasks with replacement, then pairs within each drawn task.
+Generators are seeded: the same episodes give the same intervals.
 """
 
 from __future__ import annotations
@@ -82,21 +80,19 @@ def paired_episodes(
 ) -> dict[str, object]:
     """Policy minus base over the (task, sample) pairs both played (of `tasks`, default all).
 
-    The value is the mean over tasks of the task's mean paired difference (each task weighs the
-    same, as in pass_rate; more trials sharpen a task's mean, they do not reweight it). The 95%
-    interval is a two-stage percentile bootstrap: draw the tasks with replacement, then the pairs
-    within each drawn task. It answers "would other tasks of this kind, and other samples, move
-    the same way", so it stays honest when a task has one or two pairs: resampling pairs only
-    within fixed tasks gives such a family an interval of zero width (one trial per task leaves
-    nothing to resample), which reads as certainty it does not have.
+    The value is the mean over tasks of the task's mean paired difference (each task weighs the same, as in pass_rate;
+    more trials sharpen a task's mean, they do not reweight it). The 95% interval is a two-stage percentile bootstrap:
+    draw the tasks with replacement, then the pairs within each drawn task. It answers "would other tasks of this
+    kind, and other samples, move the same way", so it stays honest when a task has one or two pairs: resampling pairs
+    only within fixed tasks gives such a family an interval of zero width (one trial per task leaves nothing to
+    resample), which reads as certainty it does not have.
 
-    When every pair has the same difference c (five compound tasks both policies fail: all 0), no
-    resample can differ and the bootstrap interval has zero width. Then the interval is what n
-    pairs can carry: with none of them seen to deviate from c, at most u = 1 - 0.025^(1/n) of such
-    pairs do (Clopper-Pearson, one side of a 95% interval), and a deviating pair's difference lies
-    in [-1, 1], so the mean lies in [c - u(c + 1), c + u(1 - c)]: 5 tied pairs give +0.0 [-0.52,
-    +0.52], 48 give [-0.074, +0.074]. The pass rate always; the mean reward when every reward is
-    in [0, 1] (otherwise no bound holds, and the zero-width bootstrap is what it is).
+    When every pair has the same difference c (five compound tasks both policies fail: all 0), no resample can differ
+    and the bootstrap interval has zero width. Then the interval is what n pairs can carry: with none of them seen to
+    deviate from c, at most u = 1 - 0.025^(1/n) of such pairs do (Clopper-Pearson, one side of a 95% interval), and a
+    deviating pair's difference lies in [-1, 1], so the mean lies in [c - u(c + 1), c + u(1 - c)]: 5 tied pairs give
+    +0.0 [-0.52, +0.52], 48 give [-0.074, +0.074]. The pass rate always; the mean reward when every reward is in [0,
+    1] (otherwise no bound holds, and the zero-width bootstrap is what it is).
     """
     pairs: dict[str, list[int]] = {}
     for t in sorted(set(episodes) & set(base)):

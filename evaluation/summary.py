@@ -1,18 +1,17 @@
-"""The lines a CLI prints at the end of an evaluation: the focus family's base ->
-TRACE (routed) result with its episode-level paired difference and a verdict,
-a line of its own for every other family where TRACE lost (a regression outside
-the focus family), then TRACE − base (and GRPO-on-target − base, when evaluated)
-on every other family, each flagged "underpowered" when its 95% interval is wider
-than ± `UNDERPOWERED_POINTS`. Pure functions over the stored metrics (`eval:<name>`
-metrics by evaluation name); nothing here prints.
+"""The lines a CLI prints at the end of an evaluation: the focus family's base -> TRACE (routed) result with its
+episode-level paired difference and a verdict, a line of its own for every other family where TRACE lost (a regression
+outside the focus family), then TRACE − base (and GRPO-on-target − base, when evaluated) on every other family, each
+flagged "underpowered" when its 95% interval is wider than ± `UNDERPOWERED_POINTS`. Pure functions over the stored
+metrics (`eval:<name>` metrics by evaluation name); nothing here prints.
 
-Verdict: "gain" only when the paired difference's 95% interval is above 0,
-"loss" when it is below 0, otherwise "no effect" (the interval contains 0).
+Verdict: "gain" only when the paired difference's 95% interval is above 0, "loss" when it is below 0, otherwise "no
+effect" (the interval contains 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
@@ -84,15 +83,10 @@ def underpowered(d: Mapping[str, Any] | None, limit_points: float = UNDERPOWERED
     return f" — underpowered (±{hw:.0f} points > ±{limit_points:.0f})" if hw is not None and hw > limit_points else ""
 
 
-def headline(
-    metrics_by_name: Mapping[str, Mapping[str, Any]],
-    focus_family: str | None = None,
-    *,
-    underpowered_points: float = UNDERPOWERED_POINTS,
-) -> list[str]:
+def headline(metrics_by_name: Mapping[str, Mapping[str, Any]], focus_family: str | None = None) -> list[str]:
     """The summary lines. `metrics_by_name`: evaluation name ("base", "trace_routed", ...) -> its stored metrics
-    (EvaluationResult.policies' metrics, or store evaluations `eval:<name>` without the prefix). `focus_family`
-    None: the one stored with the metrics, else the headline is over all tasks."""
+    (EvaluationResult.policies' metrics, or store evaluations `eval:<name>` without the prefix). `focus_family` None:
+    the one stored with the metrics, else the headline is over all tasks."""
     base, routed = metrics_by_name.get(BASE), metrics_by_name.get(ROUTED)
     if base is None or routed is None:
         return ["no summary: base and trace_routed were not both evaluated"]
@@ -101,19 +95,15 @@ def headline(
     if focus is None:
         scope, b, t, d = "all tasks", base, routed, routed.get("vs_base_paired")
     elif focus in (routed.get("by_family") or {}):
-        scope, b, t, d = (
-            focus,
-            (base.get("by_family") or {}).get(focus),
-            routed["by_family"][focus],
-            by_family.get(focus),
-        )
+        scope, b = focus, (base.get("by_family") or {}).get(focus)
+        t, d = routed["by_family"][focus], by_family.get(focus)
     else:
         known = ", ".join(sorted(routed.get("by_family") or {})) or "none"
         return [f"focus family {focus!r} was not evaluated (families: {known})"]
     word = verdict((d or {}).get("pass_rate"))
     lines = [
         f"{scope}: base {_rate(b)} -> TRACE (routed) {_rate(t)}",
-        f"{scope}: TRACE − base {_diff(d)}: {NO_EFFECT_LINE if word == 'no effect' else word or 'no verdict'}{underpowered(d, underpowered_points)}",
+        f"{scope}: TRACE − base {_diff(d)}: {NO_EFFECT_LINE if word == 'no effect' else word or 'no verdict'}{underpowered(d)}",
     ]
     others = sorted(f for f in by_family if f != focus)
     outside = f"outside {focus}" if focus is not None else "in a family"
@@ -124,10 +114,27 @@ def headline(
     ]
     grpo = (metrics_by_name.get(GRPO_TARGET) or {}).get("vs_base_by_family")
     for family in others:
-        line = (
-            f"{family}: TRACE − base {_diff(by_family[family])}{underpowered(by_family[family], underpowered_points)}"
-        )
+        line = f"{family}: TRACE − base {_diff(by_family[family])}{underpowered(by_family[family])}"
         if grpo is not None and family in grpo:
-            line += f"; GRPO-on-target − base {_diff(grpo[family])}{underpowered(grpo[family], underpowered_points)}"
+            line += f"; GRPO-on-target − base {_diff(grpo[family])}{underpowered(grpo[family])}"
         lines.append(line)
     return lines
+
+
+def figure(size: tuple[float, float]) -> tuple[Any, Any]:
+    """A matplotlib figure and its axes, drawn off screen (Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=size)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

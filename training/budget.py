@@ -1,36 +1,30 @@
-"""The training rollout budget every comparison is held to (issue 49: GRPO on the target and GEPA at
-TRACE's budget).
+"""The training rollout budget every comparison is held to (issue 49: GRPO on the target and GEPA at TRACE's budget).
 
-TRACE trains one LoRA adapter per capability, each for `training.max_steps` steps of
-`training.rollouts_per_step` rollouts. A baseline that spends the same number of training rollouts
-gets `training_rollout_budget(cfg, n_adapters)` of them, whatever it does with each: GRPO on the
-target's own tasks (`baseline_steps`), or GEPA's metric calls. The budget follows the number of
-adapters trained, so a second capability doubles it.
+TRACE trains one LoRA adapter per capability, each for `training.max_steps` steps of `training.rollouts_per_step`
+rollouts. A baseline that spends the same number of training rollouts gets `training_rollout_budget(cfg, n_adapters)`
+of them, whatever it does with each: GRPO on the target's own tasks (`baseline_steps`), or GEPA's metric calls. The
+budget follows the number of adapters trained, so a second capability doubles it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any
 
 from gapforge.training.config import TrainingConfig
 
 
-class _HasTraining(Protocol):
-    training: TrainingConfig
-
-
-def training_rollout_budget(cfg: _HasTraining, n_adapters: int) -> int:
-    """Training rollouts of `n_adapters` capability adapters together, each at its configured steps (early
-    stopping may spend fewer; this is the budget, not the spend)."""
+def training_rollout_budget(cfg: Any, n_adapters: int) -> int:
+    """Training rollouts of `n_adapters` capability adapters together, each at its configured steps (early stopping
+    may spend fewer; this is the budget, not the spend)."""
     if n_adapters < 0:
         raise ValueError(f"n_adapters must be >= 0, got {n_adapters}")
     return n_adapters * cfg.training.max_steps * cfg.training.rollouts_per_step
 
 
-def baseline_steps(cfg: _HasTraining, n_adapters: int, *, scale: float = 1.0) -> int:
-    """GRPO steps of a single adapter trained with the same settings that spend `scale` x the adapters'
-    budget (steps of `rollouts_per_step` rollouts; 0 when no adapter was trained)."""
+def baseline_steps(cfg: Any, n_adapters: int, *, scale: float = 1.0) -> int:
+    """GRPO steps of a single adapter trained with the same settings that spend `scale` x the adapters' budget (steps
+    of `rollouts_per_step` rollouts; 0 when no adapter was trained)."""
     if scale <= 0:
         raise ValueError(f"scale must be > 0, got {scale}")
     budget = training_rollout_budget(cfg, n_adapters) * scale
@@ -46,12 +40,12 @@ def baseline_tasks(analysis_tasks: list[str]) -> tuple[list[str], list[str]]:
 
 
 def baseline_settings(
-    cfg: _HasTraining, n_held: int, n_adapters: int, *, scale: float = 1.0, learning_rate: float | None = None
+    cfg: Any, n_held: int, n_adapters: int, *, scale: float = 1.0, learning_rate: float | None = None
 ) -> TrainingConfig:
     """GRPO on the target's training settings: the adapters' own, for `scale` x their budget (`baseline_steps`), and a
     checkpoint selection like an adapter's: on as many episodes (heldout_seeds x heldout_samples spread over the
-    `n_held` held-back tasks: with 2 samples on 5 tasks it saw 10 and kept step 0 where step 8 was +0.2,
-    run r-20261127-77c8b6), at the same fractions of its budget (eval_every stretched with max_steps, so two adapters'
+    `n_held` held-back tasks: with 2 samples on 5 tasks it saw 10 and kept step 0 where step 8 was +0.2, run
+    r-20261127-77c8b6), at the same fractions of its budget (eval_every stretched with max_steps, so two adapters'
     budget is evaluated at as many points as one adapter's: each evaluation of the demo's baseline plays ~65 shop
     episodes, ~20 s). `learning_rate`: another than the adapters' (bench/baseline_lr.py)."""
     per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples

@@ -1,11 +1,9 @@
 """CPU thread count for training and sampling on a shared machine.
 
-PyTorch's intra-op pool (OpenMP) uses every core by default. When the cores are
-already busy (load average at or above the core count), each parallel op waits
-at a barrier for a thread that is not scheduled: measured here (2 cores, load
-~12), one SFT step of the taught policy took 30 s with 2 threads and 10 s with
-1, and an elementwise multiply 22 ms vs 4 ms. So use only the cores that are
-free, at least one.
+PyTorch's intra-op pool (OpenMP) uses every core by default. When the cores are already busy (load average at or above
+the core count), each parallel op waits at a barrier for a thread that is not scheduled: measured here (2 cores, load
+~12), one SFT step of the taught policy took 30 s with 2 threads and 10 s with 1, and an elementwise multiply 22 ms vs
+4 ms. So use only the cores that are free, at least one.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""The adapters a rollout-scaling curve evaluates (the paper's Fig. 4): the LoRA adapter at step
-round(f * max_steps) for each f of `TrainingConfig.curve_fractions` (0, 1/4, 1/2, 3/4, 1 by default),
-kept under `<out>/curve/step-NNNNNN/`.
+"""The adapters a rollout-scaling curve evaluates (the paper's Fig. 4): the LoRA adapter at step round(f * max_steps)
+for each f of `TrainingConfig.curve_fractions` (0, 1/4, 1/2, 3/4, 1 by default), kept under
+`<out>/curve/step-NNNNNN/`.
 
-TRL's resume checkpoints (`trl/checkpoint-N`, with optimizer state) are rotated by `save_total_limit`
-and the held-out selection keeps only its chosen adapter (`evals/`); these are neither: they are
-written whole or not at all (`store.files.complete_dir`), never pruned, and cost one small adapter
-each. Step 0 is the fresh LoRA adapter (its B matrices are zero: the base policy exactly). A job
-stopped early (`early_stopping`) has no adapter for the steps it never reached: a curve turns early
-stopping off. Saving reads the weights only, so the training itself is unchanged.
+TRL's resume checkpoints (`trl/checkpoint-N`, with optimizer state) are rotated by `save_total_limit` and the held-out
+selection keeps only its chosen adapter (`evals/`); these are neither: they are written whole or not at all
+(`store.files.complete_dir`), never pruned, and cost one small adapter each. Step 0 is the fresh LoRA adapter (its B
+matrices are zero: the base policy exactly). A job stopped early (`early_stopping`) has no adapter for the steps it
+never reached: a curve turns early stopping off. Saving reads the weights only, so the training itself is unchanged.
 """
 
 from __future__ import annotations
@@ -21,10 +20,6 @@ from gapforge.store.files import check_dir, complete_dir
 from gapforge.training.config import TrainingConfig
 
 CURVE_DIR = "curve"
-
-
-def curve_dir(out: str | Path, step: int) -> Path:
-    return Path(out) / CURVE_DIR / f"step-{step:06d}"
 
 
 def curve_adapters(out: str | Path) -> dict[int, Path]:
@@ -45,7 +40,7 @@ def drop_after(out: str | Path, step: int) -> None:
 
 def save_curve_adapter(out: str | Path, step: int, model: Any, cfg: TrainingConfig) -> Path:
     """Write the adapter at `step` (and its fraction of max_steps) whole, unless it is there already."""
-    target = curve_dir(out, step)
+    target = Path(out, CURVE_DIR, f"step-{step:06d}")
     if check_dir(target, required=("adapter_config.json",)) is None:
         return target
     with complete_dir(target, "a scaling-curve adapter") as tmp:

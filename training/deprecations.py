@@ -1,9 +1,9 @@
 """Third-party deprecation warnings nobody using gapforge can act on, silenced in one place.
 
 transformers 5 renamed gradient checkpointing to activation checkpointing; TRL 1.16 and PEFT 0.21 still use the old
-names (the property at every adapter load and GRPO generation; enable / disable around a generation when it is on,
-the vLLM path), and each use warns. `quiet_library_deprecations()` silences exactly those messages in this process
-and, through PYTHONWARNINGS, in the processes it starts (training, readiness and worker processes; not a Ray cluster
+names (the property at every adapter load and GRPO generation; enable / disable around a generation when it is on, the
+vLLM path), and each use warns. `quiet_library_deprecations()` silences exactly those messages in this process and,
+through PYTHONWARNINGS, in the processes it starts (training, readiness and worker processes; not a Ray cluster
 started on its own). The CLI calls it first thing; so does bench/effect.py, which trains and evaluates without it.
 """
 

@@ -1,17 +1,15 @@
 """Which environment a training job plays, as data (`EnvSpec`), and the factory for it.
 
-- `sandbox`: a synthetic env module in the sandbox (`sandbox.open_env`, the same
-  code path as the validator); the job owns one `SandboxPool` and closes it, so no
-  container outlives the job. All coupling to the sandbox's constructors is in
-  `_sandbox_factory` (one small function, easy to follow when it changes).
+- `sandbox`: a synthetic env module in the sandbox (`sandbox.open_env`, the same code path as the validator); the job
+  owns one `SandboxPool` and closes it, so no container outlives the job. All coupling to the sandbox's constructors
+  is in `_sandbox_factory` (one small function, easy to follow when it changes).
 - `trusted`: a hand-written synthetic env in-process (examples, tests only).
 - `python`: any Environment built by a trusted callable `package.module:callable` or `path/to/file.py:callable`
   (optionally `?key=value` keywords), imported by the target loader (envs/loader.py), as `--env` specs are.
-- `target`: a target env by registry name (`shop`, `tau2:retail`, ...): the
-  "GRPO on the target" baseline trains through the very same trainer, against the
-  user simulator the evaluation plays it with (`user`, and for `llm` the endpoint's
-  settings: the job process reads the key from the variable they name, as the
-  config loader does; the spec file never holds a key).
+- `target`: a target env by registry name (`shop`, `tau2:retail`, ...): the "GRPO on the target" baseline trains
+  through the very same trainer, against the user simulator the evaluation plays it with (`user`, and for `llm` the
+  endpoint's settings: the job process reads the key from the variable they name, as the config loader does; the spec
+  file never holds a key).
 """
 
 from __future__ import annotations
@@ -107,8 +105,9 @@ def open_factory(spec: EnvSpec, *, pool_size: int = 4) -> tuple[EnvFactory, Call
 
 
 def _user_model(spec: EnvSpec) -> Any:
-    """The simulated user's model for a target spec, built as gapforge.wiring.make_target_env_factory builds it for the
-    evaluation: the shop takes a chat model, τ² and ToolSandbox drive their own simulators from the endpoint settings."""
+    """The simulated user's model for a target spec, built as gapforge.wiring.make_target_env_factory builds it for
+    the evaluation: the shop takes a chat model, τ² and ToolSandbox drive their own simulators from the endpoint
+    settings."""
     if spec.user != "llm":
         return None
     import os

@@ -1,17 +1,10 @@
-"""Pass rates of a (base + optional adapter) policy on target tasks, through the training rollout code.
-
-Used for the taught policy's per-family shop pass rates and for the same rates
-with a trained adapter. Sampling is at the given temperature with a fixed seed,
-so the same model and adapter give the same numbers.
-"""
+"""A (base + optional adapter) policy loaded for evaluation, and the taught policy's per-family shop pass rates with
+the planted behaviours it measures (`shop_rates`: seeded, so the same model gives the same numbers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-from gapforge.training.rollout import EnvFactory, run_group
-from gapforge.training.sampler import TransformersSampler
 
 
 def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) -> tuple[Any, Any]:
@@ -29,50 +22,6 @@ def load_policy(model_dir: str | Path, adapter_dir: str | Path | None = None) ->
     return model, tok
 
 
-def pass_rates(
-    model: Any,
-    tok: Any,
-    make_env: EnvFactory,
-    tasks: list[Any],
-    family_of: Any,
-    *,
-    samples: int = 2,
-    temperature: float = 1.0,
-    max_turns: int = 12,
-    max_new_tokens: int = 96,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """{family: {"pass_rate", "mean_reward", "episodes"}} plus "all"."""
-    from gapforge.training.cpu import set_cpu_threads
-
-    set_cpu_threads()
-    sampler = TransformersSampler(model, tok, seed=seed)
-    per: dict[str, list[tuple[float, bool]]] = {}
-    for task in tasks:
-        group = run_group(
-            make_env,
-            task,
-            samples,
-            sampler=sampler,
-            tokenizer=tok,
-            max_turns=max_turns,
-            max_new_tokens=max_new_tokens,
-            max_completion_length=8192,
-            temperature=temperature,
-            env_timeout_s=60,
-        )
-        per.setdefault(family_of(task), []).extend((r.reward, r.success) for r in group)
-    per["all"] = [x for fam in list(per.values()) for x in fam]
-    return {
-        fam: {
-            "pass_rate": sum(s for _, s in xs) / len(xs),
-            "mean_reward": sum(r for r, _ in xs) / len(xs),
-            "episodes": len(xs),
-        }
-        for fam, xs in per.items()
-    }
-
-
 class MemorySink:
     """An in-memory episode sink for agents.rollouts.collect (nothing is stored)."""
 
@@ -88,8 +37,8 @@ class MemorySink:
 
 
 def skipped_check(messages: list[dict[str, Any]]) -> bool:
-    """The planted behaviour: the agent settled the request (a text turn after the customer gave the
-    order id) without ever calling get_order_details before it."""
+    """The planted behaviour: the agent settled the request (a text turn after the customer gave the order id) without
+    ever calling get_order_details before it."""
     order_told = False
     for m in messages:
         if m.get("role") == "user" and "#W" in (m.get("content") or ""):
@@ -126,8 +75,8 @@ async def shop_rates(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Pass rates per family on THE shop exactly as `gapforge demo` collects (serving.local.LocalPolicy,
-    agents.rollouts.collect, per-episode seeds): {family: {pass_rate, episodes, successes}} plus "all",
-    for policy_refusal the share of its failures that skipped the order check (the planted deficit), and for
+    agents.rollouts.collect, per-episode seeds): {family: {pass_rate, episodes, successes}} plus "all", for
+    policy_refusal the share of its failures that skipped the order check (the planted deficit), and for
     lookup_and_answer the share of its failures that handed the customer to a human agent (the second)."""
     from gapforge.agents.rollouts import CollectPlan, collect
     from gapforge.envs.shop import ShopEnv
@@ -156,14 +105,12 @@ async def shop_rates(
     for fam, rows in per.items():
         wins = sum(1 for r in rows if r["success"])
         out[fam] = {"pass_rate": round(wins / len(rows), 4), "episodes": len(rows), "successes": wins}
-    refusals = [r for r in per.get("policy_refusal", []) if not r["success"]]
-    if refusals:
-        out["policy_refusal"]["failures_skipping_check"] = round(
-            sum(skipped_check(r["messages"]) for r in refusals) / len(refusals), 4
-        )
-    lookups = [r for r in per.get("lookup_and_answer", []) if not r["success"]]
-    if lookups:
-        out["lookup_and_answer"]["failures_transferring"] = round(
-            sum(transferred(r["messages"]) for r in lookups) / len(lookups), 4
-        )
+    planted = (
+        ("policy_refusal", "failures_skipping_check", skipped_check),
+        ("lookup_and_answer", "failures_transferring", transferred),
+    )
+    for fam, key, measure in planted:
+        failed = [r for r in per.get(fam, []) if not r["success"]]
+        if failed:
+            out[fam][key] = round(sum(measure(r["messages"]) for r in failed) / len(failed), 4)
     return out

@@ -1,27 +1,22 @@
 """TRL GRPOTrainer + PEFT LoRA wired to our multi-turn rollouts.
 
-Why `rollout_func` and not `environment_factory` (TRL 1.16): environment_factory
-turns an env's public methods into tools and ends a rollout at the model's first
-text turn, so a simulated user can never answer; and its env instances are
-pooled and never closed by TRL. `rollout_func(prompts, trainer)` is called by
-TRL with or without vLLM and lets us return exactly the sampled token ids, the
-sampler's logprobs and an `env_mask` (0 on env tokens, TRL's tool_mask), while
-the env (tool results and user replies alike) answers through `env.step`.
+Why `rollout_func` and not `environment_factory` (TRL 1.16): environment_factory turns an env's public methods into
+tools and ends a rollout at the model's first text turn, so a simulated user can never answer, and TRL pools its env
+instances and never closes them. `rollout_func(prompts, trainer)` is called with or without vLLM and returns exactly
+the sampled token ids, the sampler's logprobs and an `env_mask` (0 on env tokens, TRL's tool_mask), while the env
+(tool results and user replies alike) answers through `env.step`.
 
-Each dataset row's prompt is the task reference as JSON (a synthetic seed or a
-target task id); TRL's RepeatSampler hands each row K times in a row, so one run
-of equal prompts is one GRPO group played from the identical initial state.
-
-A rollout an env or infrastructure fault ended (`TokenRollout.dropped`) is not data
-about the model: its sampled tokens are masked (training/rollout.py) and the
-reward handed to TRL is its group's mean over the healthy rollouts (0 when none),
-so it moves neither the group's mean nor anyone's advantage; the step log counts
-them (`dropped_env`, `dropped_infra`) and its reward / informative share are over
-the healthy rollouts only.
+Each dataset row's prompt is the task reference as JSON (a synthetic seed or a target task id); TRL's RepeatSampler
+hands each row K times in a row, so one run of equal prompts is one GRPO group played from the identical initial
+state. A rollout an env or infrastructure fault ended (`TokenRollout.dropped`) is not data about the model: its tokens
+are masked (training/rollout.py) and TRL gets its group's healthy mean reward (0 when none), so it moves neither the
+group's mean nor any advantage; the step log counts them (`dropped_env`, `dropped_infra`) and its reward / informative
+share are over the healthy rollouts only.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -29,21 +24,8 @@ from typing import Any
 
 from gapforge.training.config import ALL_PROJECTIONS, CLIP_EPSILON, LORA_DROPOUT, LOSS_TYPE, TrainingConfig
 from gapforge.training.cpu import cuda_available
-from gapforge.training.rollout import EnvFactory, TokenRollout, run_groups
+from gapforge.training.rollout import EnvFactory, TokenRollout, run_groups, settings
 from gapforge.training.sampler import Sampler, TransformersSampler, VLLMSampler
-
-
-def lora_config(cfg: TrainingConfig):  # -> peft.LoraConfig
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=cfg.lora_rank,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=LORA_DROPOUT,
-        target_modules=list(ALL_PROJECTIONS),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
 
 
 def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
@@ -89,12 +71,6 @@ def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
     )  # transformers 5's name (the old one warns)
 
 
-def task_dataset(tasks: list[Any]):  # -> datasets.Dataset
-    from datasets import Dataset
-
-    return Dataset.from_dict({"prompt": [json.dumps(t) for t in tasks]})
-
-
 @dataclass
 class StepLog:
     """What the rollout function saw at one generation (read by the progress callback)."""
@@ -137,8 +113,8 @@ def informative_share(rewards_by_group: list[list[float]]) -> float:
 
 
 def trained_rewards(group: list[TokenRollout]) -> list[float]:
-    """The rewards TRL sees for one group: a dropped rollout gets the healthy rollouts' mean (0 when none),
-    so it shifts neither the group mean nor any advantage (its tokens are masked anyway)."""
+    """The rewards TRL sees for one group: a dropped rollout gets the healthy rollouts' mean (0 when none), so it
+    shifts neither the group mean nor any advantage (its tokens are masked anyway)."""
     healthy = [r.reward for r in group if r.dropped is None]
     fill = sum(healthy) / len(healthy) if healthy else 0.0
     return [fill if r.dropped is not None else r.reward for r in group]
@@ -147,8 +123,8 @@ def trained_rewards(group: list[TokenRollout]) -> list[float]:
 def make_rollout_func(
     make_env: EnvFactory, cfg: TrainingConfig, tokenizer: Any, recorder: RolloutRecorder, sampler_factory: Any = None
 ):
-    """The `rollout_func(prompts, trainer)` TRL calls at every generation. `sampler_factory(trainer)`
-    overrides the sampler (tests wrap the real one to record what it sampled)."""
+    """The `rollout_func(prompts, trainer)` TRL calls at every generation. `sampler_factory(trainer)` overrides the
+    sampler (tests wrap the real one to record what it sampled)."""
 
     def sampler_for(trainer: Any) -> Sampler:
         if sampler_factory is not None:
@@ -161,28 +137,11 @@ def make_rollout_func(
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
         t0 = time.perf_counter()
         sampler = sampler_for(trainer)
-        rollouts: list[TokenRollout] = []
-        by_group: list[list[float]] = []
-        rewards: list[float] = []
-        groups = [
-            (json.loads(prompt) if isinstance(prompt, str) else prompt, count) for prompt, count in groups_of(prompts)
-        ]
-        played = run_groups(
-            make_env,
-            groups,
-            sampler=sampler,
-            tokenizer=tokenizer,
-            max_turns=cfg.max_turns,  # the step's groups in one batch
-            malformed=cfg.malformed_tool_calls,
-            max_new_tokens=cfg.max_new_tokens,
-            max_completion_length=cfg.max_completion_length,
-            temperature=cfg.temperature,
-            env_timeout_s=cfg.env_timeout_s,
-        )
-        for group in played:
-            rollouts += group
-            by_group.append([r.reward for r in group if r.dropped is None])
-            rewards += trained_rewards(group)
+        groups = [(json.loads(p) if isinstance(p, str) else p, count) for p, count in groups_of(prompts)]
+        played = run_groups(make_env, groups, sampler=sampler, tokenizer=tokenizer, **settings(cfg))  # one batch
+        rollouts: list[TokenRollout] = [r for group in played for r in group]
+        by_group = [[r.reward for r in group if r.dropped is None] for group in played]
+        rewards = [reward for group in played for reward in trained_rewards(group)]
         recorder.last = rollouts
         healthy = [r.reward for r in rollouts if r.dropped is None]
         recorder.steps.append(
@@ -223,18 +182,12 @@ def rows_forward(cfg: TrainingConfig) -> bool:
     return cfg.loss_forward == "rows"
 
 
-_ROWS_TRAINER: Any = None
-EXACT_AT_ZERO_ADVANTAGE = (
-    "grpo",
-    "bnpo",
-    "dr_grpo",
-    "dapo",
-)  # TRL loss types whose per-token loss is -min(r·A, clip(r)·A)
+EXACT_AT_ZERO_ADVANTAGE = ("grpo", "bnpo", "dr_grpo", "dapo")  # TRL losses whose per-token loss is -min(r·A, clip(r)·A)
 
 
 def zero_advantage_exact(trainer: Any) -> bool:
-    """Whether a step whose every advantage is 0 has a loss of exactly 0 and gradients of exactly 0 as configured:
-    one of the clipped-ratio losses, no KL term (beta 0), no vLLM importance-sampling factor."""
+    """Whether a step whose every advantage is 0 has a loss of exactly 0 and gradients of exactly 0 as configured: one
+    of the clipped-ratio losses, no KL term (beta 0), no vLLM importance-sampling factor."""
     return (
         trainer.loss_type in EXACT_AT_ZERO_ADVANTAGE and trainer.beta == 0.0 and not getattr(trainer, "use_vllm", False)
     )
@@ -250,20 +203,18 @@ def zero_advantage_loss(model: Any) -> Any:
     return sum((p * 0).sum() for p in params)
 
 
+@functools.cache
 def _rows_trainer_class() -> Any:
     """GRPOTrainer whose log-prob forward takes one rollout at a time, cut to its own tokens.
 
-    TRL pads the step's rollouts to one (prompt + completion) width and runs them as one batch. The demo's
-    multi-turn rollouts differ in length by up to 3x, so a third of that batch is padding, and a padded batch
-    gets an explicit attention mask: the attention kernel then computes the full square instead of its causal
-    half. On a CPU, where a batch buys no parallelism, one unpadded rollout after another does the same work
-    2.3x faster over four demo steps, 1.7-2.8x per step (bench/grpo_forward.py). RoPE depends only on
-    relative positions, so cutting a row's leading padding leaves its logprobs equal to float rounding; the
-    rows' graphs stay alive together, so TRL's one backward over the step's loss is unchanged. Inputs with extra (vision) tensors take TRL's own path.
+    TRL pads the step's rollouts to one (prompt + completion) width and runs them as one batch. The demo's multi-turn
+    rollouts differ in length by up to 3x, so a third of that batch is padding, and a padded batch gets an explicit
+    attention mask: the attention kernel then computes the full square instead of its causal half. On a CPU, where a
+    batch buys no parallelism, one unpadded rollout after another does the same work 2.3x faster over four demo steps,
+    1.7-2.8x per step (bench/grpo_forward.py). RoPE depends only on relative positions, so cutting a row's leading
+    padding leaves its logprobs equal to float rounding; the rows' graphs stay alive together, so TRL's one backward
+    over the step's loss is unchanged. Inputs with extra (vision) tensors take TRL's own path.
     """
-    global _ROWS_TRAINER
-    if _ROWS_TRAINER is not None:
-        return _ROWS_TRAINER
     import torch
     from trl import GRPOTrainer
 
@@ -272,12 +223,8 @@ def _rows_trainer_class() -> Any:
         skipped_steps = 0
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if (
-                self.skip_constant_steps
-                and not return_outputs
-                and zero_advantage_exact(self)
-                and not torch.any(inputs["advantages"])
-            ):
+            skippable = self.skip_constant_steps and not return_outputs and zero_advantage_exact(self)
+            if skippable and not torch.any(inputs["advantages"]):
                 self.skipped_steps += 1
                 return zero_advantage_loss(model)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -300,21 +247,10 @@ def _rows_trainer_class() -> Any:
                 kept = row.nonzero().flatten()
                 spans.append((int(kept[0]), int(kept[-1]) + 1) if len(kept) else (0, 0))
             # TRL's own path: extra (vision, MoE) inputs, or a rollout with no completion token
-            if (
-                compute_aux_loss
-                or any(v is not None for v in extra.values())
-                or any(end <= prompt_width for _, end in spans)
-            ):
-                return whole(
-                    model,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    batch_size,
-                    compute_entropy,
-                    compute_aux_loss,
-                    **extra,
-                )
+            own = compute_aux_loss or any(v is not None for v in extra.values())
+            if own or any(end <= prompt_width for _, end in spans):
+                args = (model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss)
+                return whole(*args, **extra)
             logps, entropies = [], []
             for i, (start, end) in enumerate(spans):
                 keep = end - prompt_width  # this rollout's completion columns; the rest are padding
@@ -330,7 +266,6 @@ def _rows_trainer_class() -> Any:
                     entropies.append(torch.nn.functional.pad(ent, (0, logits_to_keep - keep)))
             return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
 
-    _ROWS_TRAINER = RowsGRPOTrainer
     return RowsGRPOTrainer
 
 
@@ -348,6 +283,8 @@ def build_trainer(
     """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model`."""
     import os
 
+    from datasets import Dataset
+    from peft import LoraConfig
     from trl import GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -356,9 +293,16 @@ def build_trainer(
         model=model,
         reward_funcs=[env_reward],
         args=grpo_config(cfg, output_dir),
-        train_dataset=task_dataset(train_tasks),
+        train_dataset=Dataset.from_dict({"prompt": [json.dumps(t) for t in train_tasks]}),
         processing_class=tokenizer,
-        peft_config=lora_config(cfg),
+        peft_config=LoraConfig(
+            r=cfg.lora_rank,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=LORA_DROPOUT,
+            target_modules=list(ALL_PROJECTIONS),
+            bias="none",
+            task_type="CAUSAL_LM",
+        ),
         rollout_func=make_rollout_func(make_env, cfg, tokenizer, recorder, sampler_factory),
         callbacks=callbacks or [],
     )

@@ -1,22 +1,17 @@
 """Multi-turn rollouts as exact token streams, for any Environment of the one protocol.
 
-`run_group(make_env, task, k, ...)` plays K episodes of the same task (same seed:
-identical initial state) in lockstep: each turn the still-active episodes are
-sampled as one batch (`run_groups` plays several groups in one lockstep, each
-row seeded by its key: GRPO steps and held-out evaluations), each sampled turn is parsed into a protocol message and
-stepped through its own env instance, and the env's answer is appended as the
-template delta (training.tokens). Tool results and simulated-user replies both
-come from `env.step`, so a simulated user answers between model turns.
+`run_groups` plays K episodes of each task (same seed: identical initial state) in lockstep: each turn the
+still-active episodes are sampled as one batch, each sampled turn is parsed into a protocol message and stepped
+through its own env instance, and the env's answer is appended as the template delta (training.tokens). Tool results
+and simulated-user replies both come from `env.step`, so a simulated user answers between model turns.
 
-A bad rollout is data, not a crash: an env exception or timeout (an env call slower
-than `training.env_timeout_s`; the call is abandoned on its daemon thread, envs.env_threads,
-so it never holds the process at exit) ends that rollout with `failure` = "env: <reason>", a sandbox lost for good (not the env's
-doing) with "infra: <reason>"; an unparsable model turn ends it too (blamed on the
-model: "model: ...") and the env scores the episode as it stands. A rollout that an
-env or infrastructure fault ended is `dropped`: it is no evidence about the model,
-so its sampled tokens are masked out of the loss (env_mask 0) and GRPO never trains
-on it as a reward of 0 (training/grpo.py gives it its group's healthy mean and counts
-it per step). Every env instance is closed before `run_group` returns.
+A bad rollout is data, not a crash: an env exception or timeout (an env call slower than `training.env_timeout_s`; the
+call is abandoned on its daemon thread, envs.env_threads, so it never holds the process at exit) ends that rollout
+with `failure` = "env: <reason>", a sandbox lost for good (not the env's doing) with "infra: <reason>"; an unparsable
+model turn ends it too (blamed on the model: "model: ...") and the env scores the episode as it stands. A rollout that
+an env or infrastructure fault ended is `dropped`: it is no evidence about the model, so its sampled tokens are masked
+out of the loss (env_mask 0) and GRPO never trains on it as a reward of 0 (training/grpo.py gives it its group's
+healthy mean and counts it per step). Every env instance is closed before `run_groups` returns.
 """
 
 from __future__ import annotations
@@ -35,16 +30,11 @@ from gapforge.sandbox.errors import SandboxError
 from gapforge.serving.chat_format import tool_format_of
 from gapforge.serving.tool_calls import parse_turn
 from gapforge.training.sampler import Sampler
-from gapforge.training.tokens import (
-    TemplateDriftError,
-    TokenTrajectory,
-    encode,
-    env_delta,
-    render,
-)
+from gapforge.training.tokens import TokenTrajectory, encode, env_delta, render
 
 EnvFactory = Callable[[], Environment]
 log = logging.getLogger(__name__)
+DROPPED = ("env", "infra")
 
 
 @dataclass
@@ -71,9 +61,6 @@ class TokenRollout:
     def drop_from_loss(self) -> None:
         """Mask every sampled token: the loss sees none of this rollout."""
         self.traj.env_mask = [0] * len(self.traj.env_mask)
-
-
-DROPPED = ("env", "infra")
 
 
 class _Episode:
@@ -107,51 +94,28 @@ class _Episode:
         if self.rollout.dropped is not None:
             return
         try:
-            score = self.call(self.env.score)
-            self.rollout.reward, self.rollout.success, self.rollout.components = (
-                score.reward,
-                score.success,
-                dict(score.components),
-            )
+            score, r = self.call(self.env.score), self.rollout
+            r.reward, r.success, r.components = score.reward, score.success, dict(score.components)
         except Exception as e:  # noqa: BLE001 - any env failure is a zero-reward rollout
             self.fail("env", e)
 
 
-def _fallback_prompt(tokenizer: Any) -> list[int]:
-    return [tokenizer.eos_token_id]
+def settings(cfg: Any) -> dict[str, Any]:
+    """`run_groups`' settings from a TrainingConfig (GRPO steps and held-out evaluations play alike)."""
+    return {
+        "max_turns": cfg.max_turns,
+        "malformed": cfg.malformed_tool_calls,
+        "max_new_tokens": cfg.max_new_tokens,
+        "max_completion_length": cfg.max_completion_length,
+        "temperature": cfg.temperature,
+        "env_timeout_s": cfg.env_timeout_s,
+    }
 
 
-def run_group(
-    make_env: EnvFactory,
-    task: TaskRef,
-    k: int,
-    *,
-    sampler: Sampler,
-    tokenizer: Any,
-    max_turns: int,
-    max_new_tokens: int,
-    max_completion_length: int,
-    temperature: float,
-    env_timeout_s: float,
-    malformed: str = "end",
-) -> list[TokenRollout]:
-    """K rollouts of `task`; each gets its own env instance, all closed on return. An unparsable tool
-    call ends its rollout (`malformed="end"`, blamed on the model) or is passed to the env as the
-    turn's text, as a chat API would return it, and the rollout goes on (`"continue"`). The sampler
-    seeds rows by call and position (training.sampler.TransformersSampler)."""
-    return _play(
-        [(task, k)],
-        make_env,
-        sampler=sampler,
-        tokenizer=tokenizer,
-        max_turns=max_turns,
-        max_new_tokens=max_new_tokens,
-        max_completion_length=max_completion_length,
-        temperature=temperature,
-        env_timeout_s=env_timeout_s,
-        malformed=malformed,
-        keyed=False,
-    )[0]
+def run_group(make_env: EnvFactory, task: TaskRef, k: int, **settings: Any) -> list[TokenRollout]:
+    """K rollouts of `task` (`run_groups`' settings), its rows unkeyed: the sampler seeds them by call and position
+    (training.sampler.TransformersSampler)."""
+    return run_groups(make_env, [(task, k)], keyed=False, **settings)[0]
 
 
 def run_groups(
@@ -166,39 +130,13 @@ def run_groups(
     temperature: float,
     env_timeout_s: float,
     malformed: str = "end",
+    keyed: bool = True,
 ) -> list[list[TokenRollout]]:
-    """Several groups `[(task, K), ...]` in one lockstep: each turn samples every live rollout of every group as one
-    batch. Row i of group g at turn t samples with the seed of its key (g, i, t), so its tokens do not depend on
-    which rows share its batch (up to float rounding of differently shaped matmuls). Otherwise as `run_group`."""
-    return _play(
-        groups,
-        make_env,
-        sampler=sampler,
-        tokenizer=tokenizer,
-        max_turns=max_turns,
-        max_new_tokens=max_new_tokens,
-        max_completion_length=max_completion_length,
-        temperature=temperature,
-        env_timeout_s=env_timeout_s,
-        malformed=malformed,
-        keyed=True,
-    )
-
-
-def _play(
-    groups: list[tuple[TaskRef, int]],
-    make_env: EnvFactory,
-    *,
-    sampler: Sampler,
-    tokenizer: Any,
-    max_turns: int,
-    max_new_tokens: int,
-    max_completion_length: int,
-    temperature: float,
-    env_timeout_s: float,
-    malformed: str,
-    keyed: bool,
-) -> list[list[TokenRollout]]:
+    """Several groups `[(task, K), ...]` in one lockstep, each rollout with its own env instance, all closed on
+    return: each turn samples every live rollout of every group as one batch. Row i of group g at turn t samples with
+    the seed of its key (g, i, t), so its tokens do not depend on which rows share its batch (up to float rounding of
+    differently shaped matmuls). An unparsable tool call ends its rollout (`malformed="end"`, blamed on the model) or
+    is passed to the env as the turn's text, as a chat API would return it, and the rollout goes on (`"continue"`)."""
     if malformed not in ("end", "continue"):
         raise ValueError(f"malformed must be 'end' or 'continue', got {malformed!r}")
     pool = DaemonThreads("train-env")  # a call past its deadline is abandoned, never joined at exit
@@ -221,22 +159,15 @@ def _play(
                         ep.finish()
                 except Exception as e:  # noqa: BLE001
                     ep.fail("env", e)
-                    ep.rollout.traj.prompt_ids = _fallback_prompt(tokenizer)
+                    ep.rollout.traj.prompt_ids = [tokenizer.eos_token_id]
         for turn in range(max_turns):
             live = [(ep, key) for ep, key in zip(episodes, keys) if ep.active]
             if not live:
                 break
             t0 = time.perf_counter()
             contexts = [ep.rollout.traj.context_ids for ep, _ in live]
-            if keyed:
-                samples = sampler.sample(
-                    contexts,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    keys=[(g, i, turn) for _, (g, i) in live],
-                )
-            else:
-                samples = sampler.sample(contexts, max_new_tokens=max_new_tokens, temperature=temperature)
+            by_key = {"keys": [(g, i, turn) for _, (g, i) in live]} if keyed else {}
+            samples = sampler.sample(contexts, max_new_tokens=max_new_tokens, temperature=temperature, **by_key)
             share = (time.perf_counter() - t0) / len(live)
             for (ep, _), smp in zip(live, samples, strict=True):
                 _advance(ep, smp, share, tokenizer, max_completion_length, malformed)
@@ -274,9 +205,7 @@ def _advance(
         r.cut_turns += 1
     text = tokenizer.decode(smp.ids, skip_special_tokens=True)
     try:
-        message = parse_turn(
-            text, tool_format_of(tokenizer.chat_template)
-        )  # reasoning kept: the template renders it back
+        message = parse_turn(text, tool_format_of(tokenizer.chat_template))  # reasoning kept: the template renders it
     except PolicyError as e:
         if malformed == "end":
             r.failure = f"model: {str(e).splitlines()[0][:300]}"
@@ -294,15 +223,10 @@ def _advance(
         r.messages += result.messages
         ep.finish()
         return
-    delta = encode(
-        tokenizer, env_delta(tokenizer, r.messages, result.messages, ep.tools)
-    )  # TemplateDriftError propagates
+    delta = encode(tokenizer, env_delta(tokenizer, r.messages, result.messages, ep.tools))  # TemplateDriftError raises
     r.messages += result.messages
     if len(r.traj.completion_ids) + len(delta) >= max_completion_length:
         r.failure = "length: the rollout reached max_completion_length"
         ep.finish()
         return
     r.traj.add_env(delta)
-
-
-__all__ = ["DROPPED", "EnvFactory", "TokenRollout", "TemplateDriftError", "run_group", "run_groups"]

@@ -1,19 +1,15 @@
 """One training job per process: `python -m gapforge.training.run SPEC.json`.
 
-SPEC.json is a `training.service.TrainJob` without its store URL (which may hold a
-password and so never goes into a file): the launcher passes it in the job
-process's environment, `GAPFORGE_JOB_STORE_URL`. The process trains, writes
-`<out_dir>/result.json` and exits 0; on any failure it writes
-`<out_dir>/error.json` (error + traceback), registers the adapter row with
-status `failed` and exits 1, so a crash (or an OOM kill, seen by the launcher
-as a signal exit) of one capability never takes the others down. A full disk
-is not the capability's failure: the process writes what it can of `error.json`
-(`"disk_full": true`), registers nothing and exits 3, and `run_job` raises
-store.errors.DiskFull naming the job's directory (the run stops, resumable; the
-resumed job redoes whatever was left half-written). Progress lines go to stdout as JSON. `run_jobs(...)` launches the processes one after
-the other and records each outcome; each running job's pid is in `SPEC.pid` beside
-its spec, so a launcher killed mid-job leaves a trace the next launcher acts on
-(`stop_stale_job`: the old process is stopped before the job starts again).
+SPEC.json is a `training.service.TrainJob` without its store URL (which may hold a password and so never goes into a
+file): the launcher passes it in the job process's environment, `GAPFORGE_JOB_STORE_URL`. The process trains, writes
+`<out_dir>/result.json` and exits 0; on any failure it writes `<out_dir>/error.json` (error + traceback), registers
+the adapter row with status `failed` and exits 1, so a crash (or an OOM kill, seen by the launcher as a signal exit)
+of one capability never takes the others down. A full disk is not the capability's failure: the process writes what it
+can of `error.json` (`"disk_full": true`), registers nothing and exits 3, and `run_job` raises store.errors.DiskFull
+naming the job's directory (the run stops, resumable; the resumed job redoes whatever was left half-written). Progress
+lines go to stdout as JSON. `run_jobs(...)` launches the processes one after the other and records each outcome; each
+running job's pid is in `SPEC.pid` beside its spec, so a launcher killed mid-job leaves a trace the next launcher acts
+on (`stop_stale_job`: the old process is stopped before the job starts again).
 """
 
 from __future__ import annotations
@@ -48,18 +44,8 @@ def record_failure(job: TrainJob, error: str, tb: str = "") -> None:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "error.json").write_text(json.dumps({"error": error, "traceback": tb}, indent=1))
-    result = TrainResult(
-        name=job.name,
-        capability=job.capability,
-        status="failed",
-        adapter_path=None,
-        steps=0,
-        best_step=None,
-        heldout_before=None,
-        heldout_after=None,
-        curve=[],
-        error=error,
-    )
+    empty = {"adapter_path": None, "steps": 0, "best_step": None, "heldout_before": None, "heldout_after": None}
+    result = TrainResult(name=job.name, capability=job.capability, status="failed", curve=[], error=error, **empty)
     try:
         register(job, result)
     except Exception as e:  # noqa: BLE001 - the error file already holds the evidence
@@ -90,12 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             except OSError:
                 pass  # the disk is full: the exit code says it
-            print(
-                json.dumps(
-                    {"event": "failed", "error": f"no space left on the disk holding {job.out_dir}", "disk_full": True}
-                ),
-                flush=True,
-            )
+            full = {"event": "failed", "error": f"no space left on the disk holding {job.out_dir}", "disk_full": True}
+            print(json.dumps(full), flush=True)
             return DISK_FULL_EXIT
         record_failure(job, f"{type(e).__name__}: {e}", traceback.format_exc())
         print(json.dumps({"event": "failed", "error": f"{type(e).__name__}: {e}"}), flush=True)
@@ -105,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _event(line: str) -> dict | None:
-    """A progress event the job printed (one JSON object per line); anything else on stdout
-    (e.g. TRL's own log dicts, printed with single quotes) is not an event."""
+    """A progress event the job printed (one JSON object per line); anything else on stdout (e.g. TRL's own log dicts,
+    printed with single quotes) is not an event."""
     if not line.startswith("{"):
         return None
     try:
@@ -131,8 +113,8 @@ def _trains(pid: int, spec: Path) -> bool:
 
 
 def stop_stale_job(spec: Path, wait_s: float = 10.0) -> bool:
-    """Stop the process its pid file names if it still trains `spec` (left running by a launcher that was
-    killed: a resumed run must not train the same adapter twice at once); True when one was stopped."""
+    """Stop the process its pid file names if it still trains `spec` (left running by a launcher that was killed: a
+    resumed run must not train the same adapter twice at once); True when one was stopped."""
     try:
         pid = int(pid_file(spec).read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -164,11 +146,11 @@ def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutc
 
 
 def _die_with_launcher() -> None:
-    """In the job process, first thing (Linux): SIGKILL when its launcher dies (PR_SET_PDEATHSIG), when the
-    launcher asked for it (`LAUNCHER_PID_ENV`, set by run_job's `die_with_parent`). Set here and not in a
-    `preexec_fn`: that would run Python between fork and exec in the launcher's child, and a Ray worker has many
-    threads (a child forked from a threaded process may crash or hang before exec: see `subprocess`). A launcher
-    that died before the signal was armed is seen here as a changed parent: the job stops at once."""
+    """In the job process, first thing (Linux): SIGKILL when its launcher dies (PR_SET_PDEATHSIG), when the launcher
+    asked for it (`LAUNCHER_PID_ENV`, set by run_job's `die_with_parent`). Set here and not in a `preexec_fn`: that
+    would run Python between fork and exec in the launcher's child, and a Ray worker has many threads (a child forked
+    from a threaded process may crash or hang before exec: see `subprocess`). A launcher that died before the signal
+    was armed is seen here as a changed parent: the job stops at once."""
     launcher = os.environ.pop(LAUNCHER_PID_ENV, None)
     if launcher is None or sys.platform != "linux":
         return
@@ -198,8 +180,9 @@ def exit_reason(code: int) -> str:
 
 
 def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: bool = False) -> JobOutcome:
-    """One job in its own process (`python -m gapforge.training.run`); its progress events go to `on_line(name, event)`.
-    `die_with_parent` (a Ray worker launching it): the job dies with its launcher, so a retry never meets it still training."""
+    """One job in its own process (`python -m gapforge.training.run`); its progress events go to `on_line(name,
+    event)`. `die_with_parent` (a Ray worker launching it): the job dies with its launcher, so a retry never meets it
+    still training."""
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_dir / f"{job.name}.json"
     stop_stale_job(spec)

@@ -1,14 +1,11 @@
 """Token-level samplers: context ids in, sampled ids + the sampler's logprobs out.
 
-`TransformersSampler` generates in-process (CPU, tests, small GPUs): the active
-rollouts of a turn are sampled as one batch (serving.batching.BatchGenerator);
-logprobs are the log-softmax of the logits the sampler actually drew from
-(temperature applied, no top-k/top-p, so that equals TRL's `logits / temperature`);
-temperature 0 means greedy decoding (evaluation only).
-`VLLMSampler` goes through TRL's own vLLM support (`trainer.vllm_generation`,
-server or colocate mode), which returns the sampled ids with vLLM's logprobs.
-A sample stops at the eos token (kept: it is part of what the model produced)
-or at `max_new_tokens` (then `finished` is False).
+`TransformersSampler` generates in-process (CPU, tests, small GPUs): the active rollouts of a turn are sampled as one
+batch (serving.batching.BatchGenerator); logprobs are the log-softmax of the logits the sampler actually drew from
+(temperature applied, no top-k/top-p, so that equals TRL's `logits / temperature`); temperature 0 means greedy
+decoding (evaluation only). `VLLMSampler` goes through TRL's own vLLM support (`trainer.vllm_generation`, server or
+colocate mode), which returns the sampled ids with vLLM's logprobs. A sample stops at the eos token (kept: it is part
+of what the model produced) or at `max_new_tokens` (then `finished` is False).
 """
 
 from __future__ import annotations
@@ -49,14 +46,13 @@ def _cut(ids: list[int], logprobs: list[float], stop: set[int], limit: int) -> S
 
 
 class TransformersSampler:
-    """Batched sampling in-process (PEFT-wrapped models included) through serving.batching: each
-    context prefilled alone, the KV caches joined, a row leaves the batch at its eos; row r of call n
-    samples with its own generator seeded from (seed, n, r), or from (seed, its key) when the caller
-    keys its rows (training.rollout.run_groups), so the global RNG is never touched. Keys do not
-    include the call: a sampler keyed by rows serves one run_groups call (a GRPO step builds its own,
-    seeded with the step; each held-out evaluation too), or the same keys would replay the same tokens.
-    A new sampler per step also means a new generator: the prefixes it keeps between the turns of a step
-    (serving.batching) never outlive the weights that computed them."""
+    """Batched sampling in-process (PEFT-wrapped models included) through serving.batching: each context prefilled
+    alone, the KV caches joined, a row leaves the batch at its eos; row r of call n samples with its own generator
+    seeded from (seed, n, r), or from (seed, its key) when the caller keys its rows (training.rollout.run_groups), so
+    the global RNG is never touched. Keys do not include the call: a sampler keyed by rows serves one run_groups call
+    (a GRPO step builds its own, seeded with the step; each held-out evaluation too), or the same keys would replay
+    the same tokens. A new sampler per step also means a new generator: the prefixes it keeps between the turns of a
+    step (serving.batching) never outlive the weights that computed them."""
 
     def __init__(self, model: Any, tokenizer: Any, *, seed: int = 0) -> None:
         from gapforge.serving.batching import BatchGenerator
@@ -93,8 +89,8 @@ class TransformersSampler:
 class VLLMSampler:
     """Through TRL's vLLM generation (GPU): `trainer.vllm_generation.generate(prompts=ids, ...)`.
 
-    TRL caps each call at GRPOConfig.max_completion_length tokens; the per-turn cap is applied here.
-    TRL syncs the LoRA weights into vLLM before calling rollout_func."""
+    TRL caps each call at GRPOConfig.max_completion_length tokens; the per-turn cap is applied here. TRL syncs the
+    LoRA weights into vLLM before calling rollout_func."""
 
     def __init__(self, vllm_generation: Any, eos_ids: set[int]) -> None:
         self.vllm_generation, self.eos_ids = vllm_generation, eos_ids
@@ -107,11 +103,7 @@ class VLLMSampler:
         _, completions, logprobs, _ = self.vllm_generation.generate(prompts=contexts, images=None, num_generations=1)
         out = []
         for ids, lps in zip(completions, logprobs, strict=True):
-            flat = [
-                float("nan")
-                if (lp[0] if isinstance(lp, list) else lp) is None
-                else float(lp[0] if isinstance(lp, list) else lp)
-                for lp in lps
-            ]
+            firsts = [lp[0] if isinstance(lp, list) else lp for lp in lps]
+            flat = [float("nan") if lp is None else float(lp) for lp in firsts]
             out.append(_cut(list(ids), flat, self.eos_ids, max_new_tokens))
         return out

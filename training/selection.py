@@ -1,21 +1,17 @@
 """Held-out selection and early stopping (never chosen by the target benchmark).
 
-`evaluate_heldout` plays the held-out synthetic seeds (disjoint from the training
-seeds) with the current policy at the training temperature and returns the mean
-reward. `HeldoutSelector` (a transformers TrainerCallback) evaluates every
-`eval_every` steps, saves that step's adapter under `evals/step-NNNNNN/`, keeps
-the curve in `selection.json` (rewritten after each evaluation, so a killed job
-resumes with it; entries after the resumed checkpoint are dropped) and stops
-training after `patience` evaluations without an improvement of `min_improvement`
-(unless `early_stopping` is off: a rollout-scaling curve trains every run to max_steps).
+`evaluate_heldout` plays the held-out synthetic seeds (disjoint from the training seeds) with the current policy at
+the training temperature and returns the mean reward. `HeldoutSelector` (a transformers TrainerCallback) evaluates
+every `eval_every` steps, saves that step's adapter under `evals/step-NNNNNN/`, keeps the curve in `selection.json`
+(rewritten after each evaluation, so a killed job resumes with it; entries after the resumed checkpoint are dropped)
+and stops training after `patience` evaluations without an improvement of `min_improvement` (unless `early_stopping`
+is off: a rollout-scaling curve trains every run to max_steps).
 
-Selection rule (`beats_step0`): every evaluation plays the same held-out rollouts
-(same seeds, same sampling seed), so checkpoint s and step 0 are paired rollout by
-rollout. A checkpoint replaces step 0 only when the one-sided 95% lower bound of the
-paired mean difference is above 0: mean(d) - 1.645 * sd(d) / sqrt(n) > 0, with d the
-per-rollout reward differences (n >= 2). Among the checkpoints that pass, the highest
-mean reward wins (the earliest on ties); when none passes, step 0 (the untrained
-adapter, i.e. the base policy) is kept. A held-out "after" is still the best of several
+Selection rule (`beats_step0`): every evaluation plays the same held-out rollouts (same seeds, same sampling seed), so
+checkpoint s and step 0 are paired rollout by rollout. A checkpoint replaces step 0 only when the one-sided 95% lower
+bound of the paired mean difference is above 0: mean(d) - 1.645 * sd(d) / sqrt(n) > 0, with d the per-rollout reward
+differences (n >= 2). Among the checkpoints that pass, the highest mean reward wins (the earliest on ties); when none
+passes, step 0 (the untrained adapter, i.e. the base policy) is kept. A held-out "after" is still the best of several
 evaluations: claims of a gain are made on episodes nobody selected on.
 """
 
@@ -28,9 +24,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback
+
 from gapforge.store.files import complete_dir
 from gapforge.training.config import TrainingConfig
-from gapforge.training.rollout import EnvFactory, run_groups
+from gapforge.training.rollout import EnvFactory, run_groups, settings
 from gapforge.training.sampler import TransformersSampler
 
 
@@ -41,18 +39,8 @@ def evaluate_heldout(
     sampler = TransformersSampler(model, tokenizer, seed=10_000 + eval_seed)
     rewards: list[float] = []  # in (seed, sample) order: paired across evaluations
     failures = 0
-    groups = run_groups(
-        make_env,
-        [(seed, cfg.heldout_samples) for seed in seeds],
-        sampler=sampler,
-        tokenizer=tokenizer,
-        max_turns=cfg.max_turns,
-        malformed=cfg.malformed_tool_calls,
-        max_new_tokens=cfg.max_new_tokens,
-        max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature,
-        env_timeout_s=cfg.env_timeout_s,
-    )
+    tasks = [(seed, cfg.heldout_samples) for seed in seeds]
+    groups = run_groups(make_env, tasks, sampler=sampler, tokenizer=tokenizer, **settings(cfg))
     for group in groups:  # every seed's rollouts sampled together, each row from its own keyed seed
         rewards += [r.reward for r in group]
         failures += sum(1 for r in group if r.dropped is not None)
@@ -69,8 +57,8 @@ Z_ONE_SIDED_95 = 1.645
 
 
 def paired_margin(after: list[float], before: list[float]) -> dict[str, float] | None:
-    """Mean paired difference after - before and its one-sided 95% lower bound; None when the
-    two evaluations are not paired (different lengths) or have fewer than 2 rollouts."""
+    """Mean paired difference after - before and its one-sided 95% lower bound; None when the two evaluations are not
+    paired (different lengths) or have fewer than 2 rollouts."""
     if len(after) != len(before) or len(after) < 2:
         return None
     d = [a - b for a, b in zip(after, before)]
@@ -86,13 +74,7 @@ def beats_step0(entry: dict[str, Any], step0: dict[str, Any]) -> bool:
     return m is not None and m["low"] > 0
 
 
-def _trainer_callback_base():
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
+class HeldoutSelector(TrainerCallback):
     def __init__(
         self,
         out_dir: Path,
@@ -105,7 +87,6 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
         self.curve: list[dict[str, Any]] = []
         self.stopped_early = False
 
-    # --- persistence ---------------------------------------------------------------
     def load(self, resume_step: int) -> None:
         if self.path.is_file():
             data = json.loads(self.path.read_text())
@@ -118,12 +99,8 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
     def _save(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps(
-                {"curve": self.curve, "best": self.best, "rule": "beats_step0: paired one-sided 95% lower bound > 0"},
-                indent=1,
-            )
-        )
+        rule = "beats_step0: paired one-sided 95% lower bound > 0"
+        tmp.write_text(json.dumps({"curve": self.curve, "best": self.best, "rule": rule}, indent=1))
         tmp.replace(self.path)
 
     @property
@@ -138,7 +115,6 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
     def adapter_dir(self, step: int) -> Path:
         return self.out_dir / "evals" / f"step-{step:06d}"
 
-    # --- evaluation ----------------------------------------------------------------
     def record(self, step: int, model: Any) -> dict[str, Any]:
         if any(e["step"] == step for e in self.curve):
             return next(e for e in self.curve if e["step"] == step)
@@ -164,7 +140,6 @@ class HeldoutSelector(_trainer_callback_base()):  # type: ignore[misc]
                 since += 1
         return since >= self.cfg.patience
 
-    # --- TrainerCallback hooks -----------------------------------------------------------
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> Any:
         if state.global_step % self.cfg.eval_every == 0 or state.global_step >= state.max_steps:
             self.record(state.global_step, model)

@@ -1,9 +1,8 @@
 """The chat-format gate of a training job: the family's training template installed, then probed.
 
-`prepare_tokenizer(tokenizer, tools)` installs the template serving.chat_format chose for the model's family
-(the one sampling, training, serving and evaluation all render with) and runs training.tokens'
-`check_prefix_preserving` on it. A refusal is re-raised as one TemplateDriftError that names the family,
-where the template came from and the fix.
+`prepare_tokenizer(tokenizer, tools)` installs the template serving.chat_format chose for the model's family (the one
+sampling, training, serving and evaluation all render with) and runs training.tokens' `check_prefix_preserving` on it.
+A refusal is re-raised as one TemplateDriftError that names the family, where the template came from and the fix.
 """
 
 from __future__ import annotations

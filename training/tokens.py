@@ -1,17 +1,14 @@
 """Exact tokens for multi-turn rollouts (docs/training.md, "Exact tokens").
 
-A rollout is one token stream: the prompt ids, then alternately the ids the
-sampler produced (with their logprobs; loss mask 1) and the ids of the env's
-turns (tool results, simulated-user replies, the next generation prompt; loss
-mask 0). Env turns are appended as the *delta* of the chat template: render the
-conversation up to the assistant turn and up to the next generation prompt,
-take the text after the end of the assistant turn, tokenize only that. The
-conversation is never re-rendered and re-tokenized as a whole, so the ids the
-loss sees are the ids the sampler produced.
+A rollout is one token stream: the prompt ids, then alternately the ids the sampler produced (with their logprobs;
+loss mask 1) and the ids of the env's turns (tool results, simulated-user replies, the next generation prompt; loss
+mask 0). Env turns are appended as the *delta* of the chat template: render the conversation up to the assistant turn
+and up to the next generation prompt, take the text after the end of the assistant turn, tokenize only that. The
+conversation is never re-rendered and re-tokenized as a whole, so the ids the loss sees are the ids the sampler
+produced.
 
-That only works when the template is prefix-preserving (rendering k messages
-is a prefix of rendering k+1). Templates that rewrite history (e.g. Qwen3's
-stripping of old `<think>` blocks) are refused with `TemplateDriftError`.
+That only works when the template is prefix-preserving (rendering k messages is a prefix of rendering k+1). Templates
+that rewrite history (e.g. Qwen3's stripping of old `<think>` blocks) are refused with `TemplateDriftError`.
 """
 
 from __future__ import annotations
@@ -39,9 +36,9 @@ def encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def env_delta(tokenizer: Any, history: list[Message], env_messages: list[Message], tools: list[dict[str, Any]]) -> str:
-    """The text the template adds after the last assistant turn (which ends `history`) for the
-    env's messages plus the next generation prompt. The sampled turn itself ended with the eos
-    token; whatever the template writes after its own eos (e.g. a newline) opens the delta."""
+    """The text the template adds after the last assistant turn (which ends `history`) for the env's messages plus the
+    next generation prompt. The sampled turn itself ended with the eos token; whatever the template writes after its
+    own eos (e.g. a newline) opens the delta."""
     eos = tokenizer.eos_token
     before = render(tokenizer, history, tools, generation_prompt=False)
     after = render(tokenizer, history + env_messages, tools, generation_prompt=True)
@@ -59,9 +56,9 @@ def env_delta(tokenizer: Any, history: list[Message], env_messages: list[Message
 
 
 def check_prefix_preserving(tokenizer: Any, tools: list[dict[str, Any]]) -> None:
-    """Probe the template with a multi-turn conversation (text turn, tool call, tool result,
-    user reply, reasoning); raise TemplateDriftError when any turn rewrites an earlier one,
-    or when the generation prompt is not where the assistant's turn starts."""
+    """Probe the template with a multi-turn conversation (text turn, tool call, tool result, user reply, reasoning);
+    raise TemplateDriftError when any turn rewrites an earlier one, or when the generation prompt is not where the
+    assistant's turn starts."""
     from gapforge.envs.protocol import ToolCall
 
     name = tools[0]["function"]["name"] if tools else "lookup"
@@ -95,8 +92,8 @@ def check_prefix_preserving(tokenizer: Any, tools: list[dict[str, Any]]) -> None
 
 @dataclass
 class TokenTrajectory:
-    """One rollout as tokens. `completion_ids[i]` came from the sampler iff `env_mask[i] == 1`;
-    `logprobs[i]` is the sampler's logprob of it (0.0 on env tokens, which the loss ignores)."""
+    """One rollout as tokens. `completion_ids[i]` came from the sampler iff `env_mask[i] == 1`; `logprobs[i]` is the
+    sampler's logprob of it (0.0 on env tokens, which the loss ignores)."""
 
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
