@@ -1,20 +1,20 @@
-"""The scripted policies of `gapforge env check` (gapforge/env_check.py): the three degenerate ones, and the replay of
-a gold file (`--gold FILE`: a scripted solution per task of a target env).
+"""The scripted policies of `gapforge env check` (gapforge/env_check.py): the three degenerate ones, and the replay of a
+gold file (`--gold FILE`: a scripted solution per task of a target env).
 
 Degenerate (`make_policy(kind, task)`): `do_nothing` says the self-test's do-nothing text (sandbox/checks/
 adversarial.py) every turn; `random_tool` makes one call of a random tool with schema-valid random arguments (the
 self-test's random-tool move, `random_call`, seeded by the task id), then says that text every turn; `claim_success`
 says `CLAIM` every turn. None of them looks at the task.
 
-The gold file (YAML or JSON; a `.json` file is read as JSON, anything else as YAML) maps a task id to the agent's
-turns, in order. A turn is the assistant's text (a string) or a mapping
+The gold file (YAML or JSON; a `.json` file is read as JSON, anything else as YAML) maps a task id to the agent's turns,
+in order. A turn is the assistant's text (a string) or a mapping
 
     {content: "text", tool_calls: [{name: TOOL, arguments: {...}}]}     # content optional, tool_calls optional
 
-with at least one of the two. Between turns the env answers as in any episode (tool results, its user's reply).
-Checked against the env before any episode runs: every task id is one of the env's, every tool one it offers, and
-the structure above (pydantic, unknown keys refused); anything wrong is one line naming the task, exit 2. Its
-replay (`make_policy("gold", task, turns)`) plays the turns in order; the caller ends the episode after the last.
+with at least one of the two. Between turns the env answers as in any episode (tool results, its user's reply). Checked
+against the env before any episode runs: every task id is one of the env's, every tool one it offers, and the structure
+above (pydantic, unknown keys refused); anything wrong is one line naming the task, exit 2. Its replay
+(`make_policy("gold", task, turns)`) plays the turns in order; the caller ends the episode after the last.
 """
 
 from __future__ import annotations
@@ -81,13 +81,11 @@ def load_gold(path: Path, task_ids: list[str], tool_names: list[str]) -> dict[st
         raise UsageError(f"{where} not found: give the path of a YAML or JSON file (task id -> turns)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{where} cannot be read: {e}") from None
+    kind = "JSON" if Path(path).suffix.lower() == ".json" else "YAML"
     try:
-        raw = json.loads(text) if Path(path).suffix.lower() == ".json" else yaml.safe_load(text)
+        raw = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise UsageError(
-            f"{where} is not valid {'JSON' if Path(path).suffix.lower() == '.json' else 'YAML'}: "
-            f"{' '.join(str(e).split())[:200]}"
-        ) from None
+        raise UsageError(f"{where} is not valid {kind}: {' '.join(str(e).split())[:200]}") from None
     if not isinstance(raw, dict) or not raw:
         raise UsageError(f"{where}: expected a mapping task id -> list of turns, got {type(raw).__name__}")
     raw = {str(k): v for k, v in raw.items()}  # YAML reads `12:` as an int; task ids are strings
@@ -140,10 +138,6 @@ def calls_no_tool(turns: list[GoldTurn]) -> bool:
     return not any(t.tool_calls for t in turns)
 
 
-class ScriptEnded(PolicyError):
-    """The env asked the gold policy for a turn past its script (an env whose own turn limit is higher)."""
-
-
 class ScriptedPolicy:
     """A PolicyModel (envs.protocol) playing a fixed plan: `move(turn, messages, tools)` is the assistant's turn N (from 0)."""
 
@@ -182,7 +176,8 @@ def make_policy(kind: str, task: str, gold: list[GoldTurn] | None = None) -> Scr
 
     def replay(turn: int, _messages: list[Message], _tools: list[dict[str, Any]]) -> Message:
         if turn >= len(gold):
-            raise ScriptEnded(f"the gold script of {task!r} has {len(gold)} turn(s); the env asked for turn {turn + 1}")
+            # the env asked for a turn past the script (its own turn limit is higher): the policy's failure, as data
+            raise PolicyError(f"the gold script of {task!r} has {len(gold)} turn(s); the env asked for turn {turn + 1}")
         return turn_message(gold[turn], turn)
 
     return ScriptedPolicy(kind, replay)

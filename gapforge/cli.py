@@ -39,38 +39,14 @@ def demo(config: ConfigOpt = None, set_: SetOpt = None) -> None:
     raise typer.Exit(run_demo(get_config(config, set_), set_))
 
 
-def _register_groups() -> None:
-    """Attach the sub-command groups that exist (each module defines `app`)."""
-    import importlib
-
-    for module_name, group in (
-        ("gapforge.cli_dev", "dev"),
-        ("gapforge.cli_rollouts", "rollouts"),
-        ("gapforge.cli_env", "env"),
-        ("gapforge.cli_toolsandbox", "toolsandbox"),
-        ("gapforge.cli_sandbox", "sandbox"),
-        ("gapforge.cli_serve", ""),  # top-level commands: module.register(app)
-        ("gapforge.cli_report", ""),
-        ("gapforge.cli_synthesize", ""),
-        ("gapforge.cli_train", ""),  # `train RUN`
-        ("gapforge.cli_adapters", ""),  # `adapters RUN`
-        ("gapforge.cli_run", ""),  # run, runs, state, history, fork
-        ("gapforge.cli_review", ""),  # review
-        ("gapforge.cli_ui", ""),  # `ui`: the read-only web viewer
-    ):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name == module_name:
-                continue
-            raise
-        if not group:
-            module.register(app)
-            continue
-        app.add_typer(module.app, name=group)
-
-
-_register_groups()
+# In `gapforge --help` order: a module with `register(app)` adds top-level commands, any other is the group `app` of its name.
+_COMMANDS = "dev rollouts env toolsandbox sandbox serve report synthesize train adapters run review ui"
+for _name in _COMMANDS.split():
+    _module = importlib.import_module(f"gapforge.cli_{_name}")
+    if hasattr(_module, "register"):
+        _module.register(app)
+    else:
+        app.add_typer(_module.app, name=_name)
 app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze)  # a command, not a group: `analyze RUN`
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from gapforge.cli_common import ConfigOpt, SetOpt, console, handle_errors, run_config
+from gapforge.cli_common import ConfigOpt, RunArg, SetOpt, console, handle_errors, run_config
 
 
 @handle_errors
-def adapters(run_id: str = typer.Argument(..., help="run id"), config: ConfigOpt = None, set_: SetOpt = None) -> None:
+def adapters(run_id: RunArg, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """Table: capability, status, steps, held-out reward before -> after, path."""
     cfg, store = run_config(run_id, config, set_)
     with store:
@@ -43,5 +43,4 @@ def kept_text(metrics: dict) -> str:
 
 
 def register(root: typer.Typer) -> None:
-    """`gapforge adapters RUN` is a top-level command."""
     root.command("adapters")(adapters)

@@ -1,12 +1,6 @@
-"""Shared CLI plumbing: config options, the one-line error policy, the console.
-
-Every command takes `--config FILE` and `--set dotted.key=value`. Every error of
-the project (`gapforge.faults.GapforgeError`) is printed as one line on stderr, no
-traceback, with the exit code its boundary's class carries: 2 for what the user fixes
-(config, input, a damaged store or checkpoint file, ...), 3 for a stop that a resume
-continues (an endpoint or the sandbox down past its retries: `IncompleteStage`; a full
-disk: `DiskFull`, `CheckpointDiskFull`, ENOSPC).
-"""
+"""Shared CLI plumbing: the `--config FILE` / `--set dotted.key=value` options every command takes, the console, and the
+one error policy: every error of the project (`gapforge.faults.GapforgeError`) is one line on stderr, no traceback, with
+the exit code its boundary's class carries (gapforge/faults.py; a full disk: 3, resumable)."""
 
 from __future__ import annotations
 
@@ -18,7 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from gapforge.config import GapforgeConfig, load_config
-from gapforge.errors import GapforgeError, UsageError, error_line
+from gapforge.errors import GapforgeError, error_line
+from gapforge.errors import UsageError as UsageError  # re-exported for the commands
 from gapforge.store.errors import DiskFull, is_disk_full
 from gapforge.store.redact import redact
 
@@ -27,20 +22,9 @@ err_console = Console(stderr=True)
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="YAML config file")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override: dotted.key=value (repeatable)")]
+RunArg = Annotated[str, typer.Argument(help="run id")]
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = [
-    "ConfigOpt",
-    "SetOpt",
-    "UsageError",
-    "console",
-    "err_console",
-    "fail",
-    "fail_error",
-    "get_config",
-    "handle_errors",
-    "run_config",
-]
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -171,9 +171,6 @@ def teach_cmd(
             highlight=False,
         )
         for fam, r in rates.items():
-            skip = (
-                f"  (failures that skipped the order check: {r['failures_skipping_check']:.0%})"
-                if "failures_skipping_check" in r
-                else ""
-            )
+            share = r.get("failures_skipping_check")
+            skip = f"  (failures that skipped the order check: {share:.0%})" if "failures_skipping_check" in r else ""
             console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  ({r['episodes']} episodes){skip}", highlight=False)

@@ -1,5 +1,5 @@
-"""Printing a graph run as it drives: the live progress view, then how it ended (tables, headline, report), the
-exit code. Shared by `gapforge run / fork` (cli_run.py) and `gapforge demo` (demo.py); the lifecycle itself is
+"""Printing a graph run as it drives: the live progress view, then how it ended (tables, headline, report), the exit
+code. Shared by `gapforge run / fork` (cli_run.py) and `gapforge demo` (demo.py); the lifecycle itself is
 gapforge/run_session.py."""
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from rich.console import Console
 from gapforge.cli_common import console, fail, fail_error
 from gapforge.errors import GapforgeError
 from gapforge.run_session import RunOptions, drive_run
-from gapforge.run_view import (
-    ProgressView,
-    capability_table,
-    evaluation_table,
-    stage_times,
-)
+from gapforge.run_view import ProgressView, capability_table, evaluation_table, stage_times
+from gapforge.wiring import open_store
+
+store_of = open_store  # the name gapforge/cli_run.py opens its store by
 
 
 def print_table(table: Any) -> None:
@@ -27,12 +25,6 @@ def print_table(table: Any) -> None:
 
 def say(line: str) -> None:
     console.print(line, highlight=False, soft_wrap=True)
-
-
-def store_of(cfg: Any) -> Any:
-    from gapforge.wiring import open_store
-
-    return open_store(cfg)
 
 
 def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool, last_line: bool = True) -> int:
@@ -52,9 +44,7 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
             )
     except KeyboardInterrupt:
         fail(f"interrupted; continue with `{resume}`", code=130)
-    except (
-        GapforgeError
-    ) as e:  # exit 3 for an infrastructure stop (stored work kept, nothing blamed), else 2: fix, then resume
+    except GapforgeError as e:  # exit 3: an infrastructure stop (work kept, nothing blamed), else 2: fix, then resume
         fail_error(e, resume=resume)
     if outcome.status == "paused":
         say(
@@ -66,7 +56,11 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
         print_table(capability_table(values))
         if values.get("evaluation"):
             print_table(evaluation_table(values))
-            for line in _headline(store, run_id):
+            from gapforge.evaluation.summary import headline
+
+            evals = {e.name: e.metrics for e in store.evaluations(run_id)}
+            metrics = {name.removeprefix("eval:"): m for name, m in evals.items() if name.startswith("eval:")}
+            for line in headline(metrics) if metrics else []:  # the focus family's base -> TRACE, paired 95% interval
                 say(line)
         if values.get("report"):
             say(f"report: {values['report']}")
@@ -75,11 +69,3 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
     if last_line:
         say(f"run {run_id}")
     return 0
-
-
-def _headline(store: Any, run_id: str) -> list[str]:
-    """The focus family's base -> TRACE result with its paired 95% interval (evaluation.summary), from the store."""
-    from gapforge.evaluation.summary import headline
-
-    metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
-    return headline(metrics) if metrics else []

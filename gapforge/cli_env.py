@@ -1,10 +1,8 @@
-"""`gapforge env validate PATH`: the validation of an env module (checks: sandbox/checks/README.md),
-run in the sandbox. Prints a table and writes the JSON report; exit 0 only when
-every required check passes, 1 when one failed, 2 for bad input, 3 when the sandbox
-or the policy endpoint kept failing past its retries (the report is still written,
-marked incomplete; nothing is blamed on the env). Sandboxes lost and recovered on
-the way are listed under the table and in the JSON (`sandbox_faults`). `gapforge env check SPEC`
-(a target env's reward floors and gold ceiling) is gapforge/cli_env_check.py."""
+"""`gapforge env validate PATH`: an env module's self-test (sandbox/checks/README.md) in the sandbox, as a table and a
+JSON report. Exit 0 when every required check passes, 1 when one failed, 2 for bad input, 3 when the sandbox or the
+policy endpoint kept failing past its retries (the report is written, marked incomplete; nothing blamed on the env).
+Sandboxes lost and recovered on the way are listed under the table and in the JSON (`sandbox_faults`). `env show` prints
+a synthesized attempt; `env check SPEC` (a target's reward floors and gold ceiling) is gapforge/cli_env_check.py."""
 
 from __future__ import annotations
 
@@ -19,7 +17,8 @@ from gapforge.cli_common import ConfigOpt, SetOpt, console, err_console, get_con
 from gapforge.cli_env_check import register_check
 from gapforge.config import GapforgeConfig
 from gapforge.errors import UsageError
-from gapforge.wiring import build_deps
+from gapforge.paths import check_output_file
+from gapforge.wiring import build_deps, open_store
 
 if TYPE_CHECKING:
     from gapforge.agents.validation import ValidationOutcome
@@ -30,12 +29,9 @@ app = typer.Typer(
 )
 register_check(app)  # `env check SPEC` (gapforge/cli_env_check.py)
 
-_STYLE = {
-    "PASS": "[bold green]PASS[/]",
-    "FAIL": "[bold red]FAIL[/]",
-    "SKIP": "[yellow]SKIP[/]",
-    "INCOMPLETE": "[bold yellow]INCOMPLETE[/]",
-}
+_COLOUR = dict(
+    PASS="bold green", PASSED="bold green", FAIL="bold red", FAILED="bold red", SKIP="yellow", INCOMPLETE="bold yellow"
+)
 
 
 @app.command("validate")
@@ -69,60 +65,11 @@ def validate(
     set_: SetOpt = None,
 ) -> None:
     """Run the self-test checks on PATH in the sandbox."""
-    cfg = get_config(config, set_)
-    if json_out is not None:
-        from gapforge.paths import check_output_file
-
-        check_output_file(json_out, "--json")  # before the checks run, not after
-    shapes, split = _run_evidence(cfg, episodes_from, target) if episodes_from else (None, None)
-    outcome = run_validation(
-        cfg, path, target=target, seeds=seeds, json_out=json_out, target_result_shapes=shapes, split_texts=split
-    )
-    if outcome.report.incomplete is not None:
-        from gapforge.agents.infra import stop_for_report
-
-        raise stop_for_report(
-            f"validation of {path.name}",
-            outcome.report.incomplete,
-            f"the incomplete report is at {outcome.json_path}",
-            resume=f"gapforge env validate {path}",
-        )
-    raise typer.Exit(0 if outcome.passed else 1)
-
-
-def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple[dict[str, Any], Any]:
-    """Result shapes of the target's tools in the episodes stored for RUN, and RUN's openings by split (None: no split)."""
-    from gapforge.agents.analysis.split import split_openings
-    from gapforge.sandbox.checks.result_shapes import observed_result_shapes
-    from gapforge.wiring import open_store
-
-    if not target:
-        raise UsageError("--episodes-from needs --target (the env whose stored episodes to compare with)")
-    store = open_store(cfg)
-    try:
-        episodes = store.episodes(run_id, env=target)
-        split = split_openings(store, run_id, target) if episodes else None
-    finally:
-        store.close()
-    if not episodes:
-        raise UsageError(f"run {run_id!r} has no stored episode of env {target!r}: collect rollouts first")
-    return observed_result_shapes(e.messages for e in episodes), split
-
-
-def run_validation(
-    cfg: GapforgeConfig,
-    path: Path,
-    *,
-    target: str | None = None,
-    seeds: int | None = None,
-    json_out: Path | None = None,
-    target_result_shapes: dict[str, Any] | None = None,
-    split_texts: Any = None,
-) -> ValidationOutcome:
-    """Run `agents.validation.validate_module` (asyncio.run: the validation's one sync entry) and render it for the
-    terminal: a status line, the table, the verdict."""
     from gapforge.agents.validation import validate_module
 
+    cfg = get_config(config, set_)
+    check_output_file(json_out, "--json")  # before the checks run, not after
+    shapes, split = _run_evidence(cfg, episodes_from, target) if episodes_from else (None, None)
     n_seeds = seeds if seeds is not None else cfg.synthesis.validation_seeds
     with (
         build_deps(cfg, pool_size=min(cfg.sandbox.pool_size, 2)) as deps,
@@ -141,46 +88,63 @@ def run_validation(
                     policy=policy,
                     report_dir=cfg.workspace / "validations",
                     json_out=json_out,
-                    target_result_shapes=target_result_shapes,
-                    split_texts=split_texts,
+                    target_result_shapes=shapes,
+                    split_texts=split,
                     progress=lambda name: status.update(f"validating {path.name}: check [bold]{name}[/] ..."),
                     checks=deps.sandbox_checks,  # None: in this machine's sandbox
                 )
             finally:
                 await deps.aclose_policies()
 
-        outcome = asyncio.run(validate_then_close())
-    _print_table(outcome.report)
-    faults = outcome.report.faults_line()
-    if faults:
+        outcome = asyncio.run(validate_then_close())  # the validation's one sync entry
+    report = outcome.report
+    _print_table(report)
+    if faults := report.faults_line():
         console.print(
             f"[yellow]sandbox faults:[/] {faults} (not the env's doing; see sandbox_faults in the JSON)",
             highlight=False,
         )
-    verdict = (
-        "[bold yellow]INCOMPLETE[/]"
-        if outcome.report.incomplete is not None
-        else "[bold green]PASSED[/]"
-        if outcome.passed
-        else "[bold red]FAILED[/]"
+    verdict = "INCOMPLETE" if report.incomplete is not None else "PASSED" if outcome.passed else "FAILED"
+    console.print(
+        f"[{_COLOUR[verdict]}]{verdict}[/] in {report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False
     )
-    console.print(f"{verdict} in {outcome.report.seconds:.1f}s; JSON report: {outcome.json_path}", highlight=False)
     if outcome.note:
         err_console.print(f"warning: {outcome.note}", highlight=False)
-    return outcome
+    if report.incomplete is not None:
+        from gapforge.agents.infra import stop_for_report
+
+        raise stop_for_report(
+            f"validation of {path.name}",
+            report.incomplete,
+            f"the incomplete report is at {outcome.json_path}",
+            resume=f"gapforge env validate {path}",
+        )
+    raise typer.Exit(0 if outcome.passed else 1)
+
+
+def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple[dict[str, Any], Any]:
+    """Result shapes of the target's tools in the episodes stored for RUN, and RUN's openings by split (None: no split)."""
+    from gapforge.agents.analysis.split import split_openings
+    from gapforge.sandbox.checks.result_shapes import observed_result_shapes
+
+    if not target:
+        raise UsageError("--episodes-from needs --target (the env whose stored episodes to compare with)")
+    with open_store(cfg) as store:
+        episodes = store.episodes(run_id, env=target)
+        split = split_openings(store, run_id, target) if episodes else None
+    if not episodes:
+        raise UsageError(f"run {run_id!r} has no stored episode of env {target!r}: collect rollouts first")
+    return observed_result_shapes(e.messages for e in episodes), split
 
 
 def _print_table(report: Any) -> None:
     title = f"self-test of {Path(report.module).name}" + (f" ({report.capability})" if report.capability else "")
-    table = Table(title=title, show_lines=False)
-    table.add_column("check")
-    table.add_column("verdict")
-    table.add_column("s", justify="right")
-    table.add_column("evidence")
+    table = Table("check", "verdict", "s", "evidence", title=title, show_lines=False)
+    table.columns[2].justify = "right"
     for check in report.checks:
         table.add_row(
             check.name + ("" if check.required else " (optional)"),
-            _STYLE[check.verdict],
+            f"[{_COLOUR[check.verdict]}]{check.verdict}[/]",
             f"{check.seconds:.2f}",
             check.summary[:240],
         )
@@ -200,11 +164,9 @@ def show(
 ) -> None:
     """A synthesized env attempt of a run: code path, hash, status, self-test report, verdict."""
     from gapforge.store.workspace import Workspace
-    from gapforge.wiring import open_store
 
     cfg = get_config(config, set_)
-    store = open_store(cfg)
-    try:
+    with open_store(cfg) as store:
         rows = store.synthetic_envs(run_id, capability)
         if not rows:
             raise UsageError(
@@ -217,8 +179,6 @@ def show(
             by_attempt[attempt] if attempt is not None else next((r for r in rows if r.status == "accepted"), rows[-1])
         )
         stored = store.get_validation(row.id)
-    finally:
-        store.close()
     path = Workspace(cfg.workspace).attempt_module(run_id, capability, row.attempt)
     if not path.is_file():  # e.g. another machine's workspace: write the stored code out
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,6 @@ from gapforge.run_view import capability_table
 
 
 def register(root: typer.Typer) -> None:
-    """Attach `review` as a top-level command."""
     root.command("review")(review_cmd)
 
 

@@ -1,6 +1,6 @@
-"""`gapforge rollouts tasks ENV` (an env's task ids and families) and `gapforge rollouts show RUN [--episode ID]`
-(a run's episodes and summary, or one trajectory); read-only, no lease. Piped or redirected, the tables print at their
-full width: every value whole."""
+"""`gapforge rollouts tasks ENV` (an env's task ids and families) and `gapforge rollouts show RUN [--episode ID]` (a
+run's episodes and summary, or one trajectory); read-only, no lease. Piped or redirected, the tables print at their full
+width: every value whole."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ import typer
 from rich.table import Table
 
 from gapforge.agents.rollouts import RolloutSummary, rollout_summary
-from gapforge.cli_common import (
-    ConfigOpt,
-    SetOpt,
-    UsageError,
-    console,
-    get_config,
-    handle_errors,
-)
+from gapforge.cli_common import ConfigOpt, RunArg, SetOpt, UsageError, console, get_config, handle_errors
 from gapforge.run_inspect import print_whole
 from gapforge.wiring import make_target_env_factory, open_store
 
@@ -26,7 +19,6 @@ NUMBERS = ("id", "sample", "reward", "success", "turns")  # the episode table's 
 
 
 def register_show(app: typer.Typer) -> None:
-    """Attach `tasks` and `show` to the `rollouts` group."""
     app.command("tasks")(tasks_cmd)
     app.command("show")(show_cmd)
 
@@ -56,8 +48,7 @@ def tasks_cmd(
     set_: SetOpt = None,
 ) -> None:
     """List an env's task ids and families (a user's class is checked against the protocol first)."""
-    cfg = get_config(config, set_)
-    probe, _ = make_target_env_factory(cfg, env)
+    probe, _ = make_target_env_factory(get_config(config, set_), env)
     for t in probe.task_ids():
         console.print(f"{t}\t{probe.task_family(t)}", highlight=False)
     probe.close()
@@ -65,14 +56,13 @@ def tasks_cmd(
 
 @handle_errors
 def show_cmd(
-    run: Annotated[str, typer.Argument(help="run id")],
+    run: RunArg,
     episode: Annotated[int | None, typer.Option("--episode", help="print this episode's trajectory")] = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
     """List a run's episodes, or print one trajectory readably."""
-    cfg = get_config(config, set_)
-    store = open_store(cfg)
+    store = open_store(get_config(config, set_))
     target = store.run_target(run)
     if episode is None:
         if target:
@@ -84,17 +74,8 @@ def show_cmd(
             # numbers never wrap; on a narrow terminal the names wrap (never an ellipsis); piped, nothing wraps
             table.add_column(col, no_wrap=col in NUMBERS, overflow="fold")
         for r in store.episode_summaries(run):
-            table.add_row(
-                str(r.id),
-                r.env,
-                r.task_id,
-                str(r.sample),
-                r.task_family or "",
-                f"{r.reward:.2f}",
-                "yes" if r.success else "no",
-                str(r.turns),
-                r.termination,
-            )
+            cells = (r.env, r.task_id, str(r.sample), r.task_family or "", f"{r.reward:.2f}")
+            table.add_row(str(r.id), *cells, "yes" if r.success else "no", str(r.turns), r.termination)
         print_whole(console, table)
         render_summary(rollout_summary(store, run, None))
         return
@@ -110,11 +91,8 @@ def show_cmd(
     if ep.score_info:
         console.print(f"score info: {json.dumps(ep.score_info, default=str)[:2000]}", highlight=False, markup=False)
     for entry in ep.step_info:
-        console.print(
-            f"step info (turn {entry.get('turn')}): {json.dumps(entry.get('info'), default=str)[:500]}",
-            highlight=False,
-            markup=False,
-        )
+        info = json.dumps(entry.get("info"), default=str)[:500]
+        console.print(f"step info (turn {entry.get('turn')}): {info}", highlight=False, markup=False)
     if ep.error:
         console.print(f"[red]error:[/] {ep.error}", highlight=False)
     for m in ep.messages:

@@ -1,12 +1,8 @@
-"""`gapforge toolsandbox metrics RUN`: the TRACE paper's ToolSandbox metrics for a run's stored episodes.
-
-Per toolsandbox env of the run (`toolsandbox`, `toolsandbox:<category>`, `...?network=stand-in`)
-and per category: scenarios run, perfect (similarity == 1.0), mean similarity,
-excluded (network tools with network="off", from ToolSandbox's catalogue when its
-venv is installed). The numbers come from `envs.toolsandbox.metrics.stored_metrics`.
-A stand-in network env's table is followed by a line saying its scores are not
-comparable to live RapidAPI runs (`comparable_to_live: false` and `note` in --json).
-"""
+"""`gapforge toolsandbox metrics RUN`: the TRACE paper's ToolSandbox metrics for a run's stored episodes
+(`envs.toolsandbox.metrics.stored_metrics`), per toolsandbox env of the run and per category: scenarios run, perfect
+(similarity == 1.0), mean similarity, excluded (network tools with network="off", known from ToolSandbox's catalogue
+when its venv is installed). A stand-in network env's table is followed by a line saying its scores are not comparable
+to live RapidAPI runs (`comparable_to_live: false` and `note` in --json)."""
 
 from __future__ import annotations
 
@@ -55,13 +51,9 @@ def metrics_cmd(
     """Perfect count and mean similarity per category, with run / excluded counts (as the paper reports)."""
     from gapforge.envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
 
-    cfg = get_config(config, set_)
-    store = open_store(cfg)
-    try:
+    with open_store(get_config(config, set_)) as store:
         store.get_run(run)
         episodes = [e for e in store.episodes(run, env=env) if is_toolsandbox(e.env)]
-    finally:
-        store.close()
     if not episodes:
         raise UsageError(
             f"run {run!r} has no stored toolsandbox episode{f' of env {env!r}' if env else ''}: "

@@ -13,21 +13,9 @@ from gapforge.store.redact import redact
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
-def _check_port(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:
-            raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}): pass another --port or --host") from None
-
-
 def allowed_hosts(host: str) -> tuple[str, ...]:
     """Host headers the viewer answers: the loopback names and the host it binds; every name when bound to all interfaces."""
-    if host in ("0.0.0.0", "::", ""):
-        return ("*",)
-    return tuple(dict.fromkeys((*LOOPBACK_NAMES, host)))
+    return ("*",) if host in ("0.0.0.0", "::", "") else tuple(dict.fromkeys((*LOOPBACK_NAMES, host)))
 
 
 def register(app: typer.Typer) -> None:
@@ -65,13 +53,16 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
-        _check_port(host, port)
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as e:
+                raise UsageError(
+                    f"cannot listen on {host}:{port} ({e.strerror}): pass another --port or --host"
+                ) from None
         settings = UiSettings(
-            store_url=cfg.store_url,
-            checkpoint_path=cfg.checkpoint_path,
-            workspace=cfg.workspace,
-            poll_s=refresh,
-            allowed_hosts=allowed_hosts(host),
+            cfg.store_url, cfg.checkpoint_path, cfg.workspace, refresh, allowed_hosts=allowed_hosts(host)
         )
         shown = f"[{host}]" if ":" in host else host
         console.print(

@@ -1,15 +1,11 @@
 """`gapforge demo`: the whole TRACE graph, offline, on the built-in `shop` env.
 
-Real: the Docker sandbox, the taught tiny base policy with its planted deficits
-(it skips the precondition check before acting, mostly in `policy_refusal`, and hands
-lookups to a human agent after reading the record),
-the rollouts, the statistics, the self-test of every generated env, GRPO + LoRA
-on CPU, the router, the evaluation on held-out tasks. Scripted: only the LLM
-roles (analyst, generator, reviewer) answer from recordings — the demo says so
-at the start and at the end, with how to point it at a real endpoint and model.
-
-The run is a normal graph run (kind "demo"): killed midway, it finishes with
-`gapforge run --resume RUN` from the same directory (its config is stored).
+Real: the Docker sandbox, the taught tiny base policy with its planted deficits (it skips the precondition check before
+acting, mostly in `policy_refusal`, and hands lookups to a human agent after reading the record), the rollouts, the
+statistics, the self-test of every generated env, GRPO + LoRA on CPU, the router, the evaluation on held-out tasks.
+Scripted: only the LLM roles (analyst, generator, reviewer) answer from recordings; the demo says so at the start and at
+the end, with how to point it at a real endpoint and model. The run is a normal graph run (kind "demo"): killed midway,
+it finishes with `gapforge run --resume RUN` from the same directory (its config is stored).
 """
 
 from __future__ import annotations
@@ -19,7 +15,8 @@ from pathlib import Path
 import yaml
 
 from gapforge.cli_common import UsageError, console
-from gapforge.config import GapforgeConfig, load_config
+from gapforge.config import GapforgeConfig
+from gapforge.run_config import load_tree
 from gapforge.run_session import RunOptions, create_run
 
 # The demo's embedded defaults (gapforge/demo_profile.yaml: the user's --config / --set still apply on top).
@@ -39,17 +36,7 @@ REAL_NOTE = (
 
 def demo_config(cfg: GapforgeConfig, user_overrides: list[str] | None = None) -> GapforgeConfig:
     """The user's config with the demo profile applied (the user's own --set wins)."""
-    import tempfile
-
-    import yaml
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(cfg.dump(), fh)
-        path = Path(fh.name)
-    try:
-        return load_config(path, DEMO_SETTINGS + list(user_overrides or []))
-    finally:
-        path.unlink(missing_ok=True)
+    return load_tree(cfg.dump(), DEMO_SETTINGS + list(user_overrides or []))
 
 
 def _require_docker(cfg: GapforgeConfig) -> None:
@@ -67,17 +54,6 @@ def _require_docker(cfg: GapforgeConfig) -> None:
     console.print(
         f"sandbox image {cfg.sandbox.image}: {'current' if used == 'cached' else f'built with {used}'}", highlight=False
     )
-
-
-def _shipped_policy() -> Path:
-    """The tiny base policy shipped in the repository (demo_policy.artifact): taught once for the project, never by the demo."""
-    from gapforge.demo_policy.artifact import SHIPPED, ArtifactError, describe
-
-    try:
-        console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
-    except ArtifactError as e:
-        raise UsageError(str(e)) from None
-    return SHIPPED
 
 
 def _speed(path: Path) -> None:
@@ -105,7 +81,14 @@ def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) ->
     if cfg.policy.local_path:
         console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
         return demo_config(cfg, ["policy.kind=local", *(overrides or [])])
-    return demo_config(cfg, ["policy.kind=local", f"policy.local_path={_shipped_policy()}", *(overrides or [])])
+    # the tiny base policy shipped in the repository (demo_policy.artifact): taught once for the project, never by the demo
+    from gapforge.demo_policy.artifact import SHIPPED, ArtifactError, describe
+
+    try:
+        console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
+    except ArtifactError as e:
+        raise UsageError(str(e)) from None
+    return demo_config(cfg, ["policy.kind=local", f"policy.local_path={SHIPPED}", *(overrides or [])])
 
 
 def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
@@ -137,8 +120,6 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     console.print(REAL_NOTE, highlight=False, soft_wrap=True)
     if code == 0:
-        from gapforge.evaluation.registry import summary_lines
-
         for line in summary_lines(store, run_id, cfg, "baseline"):  # base / GRPO-on-target / adapters / TRACE
             console.print(line, highlight=False, soft_wrap=True)
     console.print(f"inspect: gapforge state {run_id} | gapforge history {run_id}", highlight=False, soft_wrap=True)

@@ -1,19 +1,16 @@
-"""The composition root's own input errors. Every error of the project derives from the one root in
-gapforge/faults.py through its boundary's class, which carries the exit code: the CLI
-(gapforge/cli_common.py) prints any `GapforgeError` as one line with that code, so no list of
-classes is kept here. Stage services raise them, never print."""
+"""The composition root's own input error (exit 2, gapforge/faults.py); the CLI (gapforge/cli_common.py) prints any
+`GapforgeError` as one line with its class's exit code. Stage services raise them, never print."""
 
 from __future__ import annotations
 
 from gapforge.faults import GapforgeError, InputFault
 
 
-class ConfigError(InputFault):
-    """A bad config file, key or value. The message says what to fix."""
-
-
 class UsageError(InputFault):
-    """Bad command-line or stage input (a path, an id, a count); the message says what to fix."""
+    """Bad config (file, key, value), command-line or stage input (a path, an id, a count); the message says what to fix."""
+
+
+ConfigError = UsageError  # one class: no catch site tells a config fault from another input fault
 
 
 def error_line(e: BaseException) -> str:

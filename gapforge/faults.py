@@ -1,8 +1,7 @@
 """The one root of gapforge's errors and one subclass per boundary a failure is blamed on.
 
-Every error a gapforge module raises derives from `GapforgeError` through the class of the
-boundary where it happened. The boundary class says, as class attributes, what the failure
-means to the rest of the system:
+Every error a gapforge module raises derives from `GapforgeError` through the class of the boundary where it happened,
+which says, as class attributes, what the failure means to the rest of the system:
 
 | class | `boundary` | `exit_code` | `infrastructure` | what failed |
 | --- | --- | --- | --- | --- |
@@ -14,20 +13,15 @@ means to the rest of the system:
 | `StoreFault` | store | 2 | no | the store: its URL, its server, a run id it does not hold |
 | `ResumableStop` | infrastructure | 3 | yes | a stage stopped because an endpoint or the sandbox kept failing; what finished is stored |
 
-`exit_code` is the CLI's: 2 means "fix what the message says", 3 means "the work is resumable:
-run the command again", 4 means "the env's own code failed: fix the env, then run the command again" (the input
-is fine, the infrastructure is fine: the user's or the generated env's code is what to look at).
-`infrastructure = True` marks a failure that is nobody's verdict: the graph's per-capability guard
-lets it through (the run stops, resumable) instead of failing the capability. A subclass may override
-both for its own case (a sandbox lost to an outside kill is the sandbox's, and resumable). `GapforgeError` itself (exit 1) is gapforge's own installation
-failing (a prompt file missing): a bug to report, not an input to fix.
+`exit_code` is the CLI's: 2 "fix what the message says", 3 "resumable: run the command again", 4 "the env's own code
+failed (input and infrastructure are fine): fix the env, then run again". `infrastructure = True` marks a failure that
+is nobody's verdict: the graph's per-capability guard lets it through (the run stops, resumable) instead of failing the
+capability; a subclass may override both (a sandbox lost to an outside kill is resumable). `GapforgeError` itself (exit
+1) is gapforge's own installation failing (a prompt file missing): a bug to report, not an input to fix.
 
-It lives in gapforge/ (the package everything installs under) but sits below every layer: it
-imports nothing (gapforge/__init__.py is empty too), and it is the one module of gapforge that the
-other folders may import (`.importlinter`). A few exceptions are not gapforge's errors on purpose:
-the synthetic-env SDK and the in-sandbox server run with the standard library only, a tool's
-refusal is the agent's data, the episode loop's time-limit signal becomes a `timeout` termination
-where it is raised; tests/gapforge/test_error_root.py lists them with their reasons.
+It imports nothing and is the one module of gapforge the other folders may import (`.importlinter`). A few exceptions
+are not gapforge's on purpose (the stdlib-only SDK and in-sandbox server, a tool's refusal, the episode loop's time
+limit): tests/gapforge/test_error_root.py lists them with their reasons.
 """
 
 from __future__ import annotations
@@ -44,55 +38,34 @@ class GapforgeError(Exception):
 
 
 class InputFault(GapforgeError):
-    """Bad input: config, command line, or a stage's input; the message says what to fix."""
-
-    boundary = "input"
-    exit_code = 2
+    boundary, exit_code = "input", 2
 
 
 class EndpointFault(GapforgeError):
-    """A model or policy endpoint kept failing past its retries; running again later resumes the work."""
-
-    boundary = "endpoint"
-    exit_code = 3
-    infrastructure = True
+    boundary, exit_code, infrastructure = "endpoint", 3, True
 
 
 class SandboxFault(GapforgeError):
-    """The sandbox (Docker, the container) cannot run; the message says what to fix."""
-
-    boundary = "sandbox"
-    exit_code = 2
+    boundary, exit_code = "sandbox", 2
 
 
 class EnvCodeFault(GapforgeError):
-    """An env's own code failed (a target env's or a generated one's); never the sandbox's or the model's doing."""
-
-    boundary = "env"
-    exit_code = 4
+    boundary, exit_code = "env", 4
 
 
 class ModelFault(GapforgeError):
-    """The model's output cannot be used (malformed after its re-ask)."""
-
-    boundary = "model"
-    exit_code = 2
+    boundary, exit_code = "model", 2
 
 
 class StoreFault(GapforgeError):
-    """The store cannot serve the request; the message says what to fix."""
-
-    boundary = "store"
-    exit_code = 2
+    boundary, exit_code = "store", 2
 
 
 class ResumableStop(GapforgeError):
     """Work stopped because an endpoint or the sandbox kept failing past its retries: what finished is
     stored, the rest is redone by a resume. The message names the cause."""
 
-    boundary = "infrastructure"
-    exit_code = 3
-    infrastructure = True
+    boundary, exit_code, infrastructure = "infrastructure", 3, True
 
 
 class Resumable:
@@ -133,16 +106,3 @@ BOUNDARIES: tuple[type[GapforgeError], ...] = (
     StoreFault,
     ResumableStop,
 )
-
-__all__ = [
-    "BOUNDARIES",
-    "EndpointFault",
-    "EnvCodeFault",
-    "GapforgeError",
-    "InputFault",
-    "ModelFault",
-    "Resumable",
-    "ResumableStop",
-    "SandboxFault",
-    "StoreFault",
-]

@@ -1,14 +1,7 @@
-"""Copy a run's stored work into a fork (one transaction), so the fork redoes none of it.
-
-Every stage service keys its rows by one run id. A fork (`gapforge fork`) is a new
-run id; the work its parent had finished at the fork point — the episodes, the
-analysis split, the capability dictionary, the labels and the labeling cache — is
-copied under the new id with the episode ids remapped, so the fork's stages find
-it: 0 new policy rollouts, 0 new labeling calls. The parent's rows are not touched.
-
-Generic over columns (a table gaining a column needs no change here); tables that
-this installation's store does not have are skipped.
-"""
+"""Copy a run's stored work into a fork (`gapforge fork`: a new run id) in one transaction, so the fork redoes none of
+it: the episodes, the analysis split, the capability dictionary, the labels and the labeling cache are copied under the
+new id with the episode ids remapped (0 new rollouts, 0 new labeling calls); the parent's rows are not touched. Generic
+over columns; a table this installation's store does not have is skipped."""
 
 from __future__ import annotations
 
@@ -46,11 +39,8 @@ def copy_shared_work(store: Any, parent_run: str, new_run: str, kinds: list[str]
                 table = tables.get(name)
                 if table is None or "run_id" not in table.c:
                     continue
-                rows = (
-                    session.execute(select(table).where(table.c.run_id == parent_run).order_by(table.c.id))
-                    .mappings()
-                    .all()
-                )
+                query = select(table).where(table.c.run_id == parent_run).order_by(table.c.id)
+                rows = session.execute(query).mappings().all()
                 for row in rows:
                     values = {c: _remap(c, v, episode_ids) for c, v in row.items() if c not in _SKIP}
                     values["run_id"] = new_run

@@ -2,10 +2,10 @@
 
     from gapforge.protocol import Message, StepResult, Score, tool_schema
 
-A target env is any class with `tools()`, `reset(task_id)`, `step(message)`, `score()`, `close()`,
-`task_ids()` and `task_family(task_id)` (docs/your-agent.md; `gapforge rollouts collect --env
-path/to/file.py:ClassName`). These are the very classes of `envs.protocol`, re-exported so a project with
-a package of its own named `envs` can import them without a clash. Nothing inside gapforge imports this module.
+A target env is any class with `tools()`, `reset(task_id)`, `step(message)`, `score()`, `close()`, `task_ids()` and
+`task_family(task_id)` (docs/your-agent.md; `gapforge rollouts collect --env path/to/file.py:ClassName`). These are the
+very classes of `envs.protocol`, re-exported so a project with a package of its own named `envs` can import them without
+a clash. Nothing inside gapforge imports this module.
 """
 
 from gapforge.envs.protocol import Environment, Message, Score, StepResult, TargetEnvironment, ToolCall, tool_schema

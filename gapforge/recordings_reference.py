@@ -1,9 +1,9 @@
-"""The recorded-answers reference (docs/recordings.md), generated from the pydantic models that validate each LLM
-role's answer.
+"""The recorded-answers reference (docs/recordings.md), generated from the pydantic models that validate each LLM role's
+answer.
 
-Every role that can answer from a file gets a section: the prompt name it answers, the file and key it is read
-from, the answer's fields (from the model's `model_json_schema()`: field, type, required, description) and a minimal
-example as it appears in the file; the roles themselves are data in gapforge/recordings_roles.py.
+Every role that can answer from a file gets a section: the prompt name it answers, the file and key it is read from, the
+answer's fields (from the model's `model_json_schema()`: field, type, required, description) and a minimal example as it
+appears in the file; the roles themselves are data in gapforge/recordings_roles.py.
 tests/gapforge/test_recordings_docs.py fails when the page is stale and feeds every example through the loader that
 reads it, into the model that validates it.
 

@@ -1,5 +1,5 @@
-"""A `rollouts collect` run's identity and plan: the task ids it collects, the command that resumes it, and the
-check that refuses work that does not belong to it (used by gapforge/cli_rollouts.py)."""
+"""A `rollouts collect` run's identity and plan: the task ids it collects, the command that resumes it, and the check
+that refuses work that does not belong to it (used by gapforge/cli_rollouts.py)."""
 
 from __future__ import annotations
 

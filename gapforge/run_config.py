@@ -1,17 +1,16 @@
-"""The config a command that reads a run works with: the run's stored config, with this invocation's
-explicit settings on top, and the list of what those settings changed.
+"""The config a command that reads a run works with: the run's stored config, with this invocation's explicit settings
+on top, and the list of what those settings changed.
 
-What was evaluated is what is served: `gapforge evaluate / serve / adapters / report / synthesize /
-train / analyze RUN` start from the effective config the run stored (gapforge/run_session.py
-`run_record`; `rollouts collect` stores it too, with its `--policy` spec beside it). On top of it go,
-in this order, the keys of `--config FILE`, the config's env vars, `--set` and the command's own
-flags (e.g. `serve --base DIR` = `policy.local_path=DIR`); `overridden` names every setting whose
-value differs from the run's. Where this invocation works, not what the run is, always comes from the
-invocation: `workspace`, `store`, `executor`. A URL the run stored with its password masked must be given again
-by the invocation (`--config`, an env var, `--set`); else the command stops with one line naming the key.
+What was evaluated is what is served: `gapforge evaluate / serve / adapters / report / synthesize / train / analyze RUN`
+start from the effective config the run stored (gapforge/run_session.py `run_record`; `rollouts collect` stores it too,
+with its `--policy` spec beside it). On top of it go, in this order, the keys of `--config FILE`, the config's env vars,
+`--set` and the command's own flags (e.g. `serve --base DIR` = `policy.local_path=DIR`); `overridden` names every
+setting whose value differs from the run's. Where this invocation works, not what the run is, always comes from the
+invocation: `workspace`, `store`, `executor`. A URL the run stored with its password masked must be given again by the
+invocation (`--config`, an env var, `--set`); else the command stops with one line naming the key.
 
-A run that stores no config (an evaluation's child run, or one made by hand) uses the invocation's config,
-and `note` says so. A store made by an older gapforge is refused when it opens (store/models.py SCHEMA_VERSION).
+A run that stores no config (an evaluation's child run, or one made by hand) uses the invocation's config, and `note`
+says so. A store made by an older gapforge is refused when it opens (store/models.py SCHEMA_VERSION).
 """
 
 from __future__ import annotations

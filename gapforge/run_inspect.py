@@ -1,7 +1,7 @@
-"""What `gapforge runs` and `gapforge state` (gapforge/cli_run.py) read besides the graph's tables: the runs listed
-and each one's values (a graph run's checkpointed state; a `rollouts collect` run, which has no checkpoint, its
-stored episodes counted), the command that continues a run of either kind, the lines of a stage in flight or of the
-stage that failed; and `print_whole`, which prints a table with nothing cut when the output is not a terminal."""
+"""What `gapforge runs` and `gapforge state` (gapforge/cli_run.py) read besides the graph's tables: the runs listed and
+each one's values (a graph run's checkpointed state; a `rollouts collect` run, which has no checkpoint, its stored
+episodes counted), the command that continues a run of either kind, the lines of a stage in flight or of the stage that
+failed; and `print_whole`, which prints a table with nothing cut when the output is not a terminal."""
 
 from __future__ import annotations
 
@@ -17,14 +17,7 @@ from gapforge.run_view import GRAPH_KINDS
 
 LISTED_KINDS = (*GRAPH_KINDS, "rollouts")  # what `gapforge runs` lists
 BRANCH_STAGES = ("synthesize", "validate", "train")  # inside the graph's `capability` node, one branch per capability
-BRANCH_OVER = (
-    "unsynthesized",
-    "trained",
-    "failed",
-    "unavailable",
-    "dropped",
-    "rejected",
-)  # a capability whose branch ended
+BRANCH_OVER = ("unsynthesized", "trained", "failed", "unavailable", "dropped", "rejected")  # the branch ended
 
 
 def listed_kinds(asked: list[str] | None) -> tuple[str, ...]:
@@ -65,11 +58,8 @@ def in_flight(progress: dict[str, str], next_nodes: tuple[str, ...], values: dic
     out = {}
     for where, line in progress.items():
         stage, _, capability = where.partition(" ")
-        branch = (
-            "capability" in next_nodes
-            and stage in BRANCH_STAGES
-            and (caps.get(capability) or {}).get("status") not in BRANCH_OVER
-        )
+        over = (caps.get(capability) or {}).get("status") in BRANCH_OVER
+        branch = "capability" in next_nodes and stage in BRANCH_STAGES and not over
         if stage in next_nodes or branch:
             out[where] = line
     return out

@@ -1,6 +1,6 @@
-"""A run's progress inside a stage: the latest line each part of a stage reported (e.g. `collect_rollouts:
-17/264 episodes`, `train precondition_verification: step 3/12 ...`), kept in `<workspace>/progress/RUN.json`
-while the run is not done, so `gapforge state RUN` shows where a running or killed stage was."""
+"""A run's progress inside a stage: the latest line each part of a stage reported (e.g. `collect_rollouts: 17/264
+episodes`, `train precondition_verification: step 3/12 ...`), kept in `<workspace>/progress/RUN.json` while the run is
+not done, so `gapforge state RUN` shows where a running or killed stage was."""
 
 from __future__ import annotations
 
@@ -33,19 +33,15 @@ def keeping_progress(cfg: GapforgeConfig, run_id: str, log: Log | None) -> Log:
 
     def progress(where: str, text: str) -> None:
         with lock:
-            _write(path, latest, where, text)
+            latest[where] = text
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(latest, indent=1))
+                tmp.replace(path)
+            except OSError:
+                pass  # progress is a courtesy: never stop a run for it
         if log is not None:
             log(where, text)
 
     return progress
-
-
-def _write(path: Path, latest: dict[str, str], where: str, text: str) -> None:
-    latest[where] = text
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(latest, indent=1))
-        tmp.replace(path)
-    except OSError:
-        pass  # progress is a courtesy: never stop a run for it

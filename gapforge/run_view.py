@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from typing import Any
 
 from rich.table import Table
@@ -39,11 +40,8 @@ def progress_line(ev: Event) -> str:
         bits.append(f"retained: {', '.join(u['retained']) or 'none'}")
     if ev.capability:
         row = (u.get("capabilities") or {}).get(ev.capability) or {}
-        bits += [
-            f"{k}={_num(v)}"
-            for k, v in row.items()
-            if k in ("status", "attempts", "verdict", "adapter", "heldout_after", "error")
-        ]
+        shown = ("status", "attempts", "verdict", "adapter", "heldout_after", "error")
+        bits += [f"{k}={_num(v)}" for k, v in row.items() if k in shown]
     if "baseline" in u:
         bits.append(f"{u['baseline']['adapter']} ({u['baseline']['steps']} steps)")
     if "evaluation" in u:
@@ -53,48 +51,32 @@ def progress_line(ev: Event) -> str:
     return f"  {head}: " + "; ".join(b for b in bits if b)
 
 
-def _kept(step: int | None) -> str:
-    """Which checkpoint was kept; step 0 means training did not beat the untrained (identity) adapter."""
-    if step is None:
-        return ""
-    return " (step 0: untrained)" if step == 0 else f" (step {step})"
+def _table(title: str, columns: str, **column: Any) -> Table:
+    """A table titled on the left with the `|`-separated columns (each with `column`'s options)."""
+    table = Table(title=title, title_justify="left")
+    for col in columns.split("|"):
+        table.add_column(col, **column)
+    return table
 
 
 def capability_table(values: dict[str, Any]) -> Table:
-    table = Table(title="capabilities", title_justify="left")
-    for col in (
-        "capability",
-        "status",
-        "gap",
-        "coverage",
-        "kept",
-        "attempts",
-        "env verdict",
-        "adapter",
-        "held-out before→after",
-        "error",
-    ):
-        table.add_column(col)
+    table = _table(
+        "capabilities", "capability|status|gap|coverage|kept|attempts|env verdict|adapter|held-out before→after|error"
+    )
     for name, row in (values.get("capabilities") or {}).items():
-        table.add_row(
-            name,
-            row.get("status", "-"),
-            _num(row.get("gap")),
-            _num(row.get("coverage")),
-            _num(row.get("kept_passes")),
-            _num(row.get("attempts")),
-            row.get("verdict", "-"),
-            row.get("adapter") or "-",
-            f"{_num(row.get('heldout_before'))} → {_num(row.get('heldout_after'))}" + _kept(row.get("kept_step")),
-            row.get("error", ""),
-        )
+        step = row.get(
+            "kept_step"
+        )  # the checkpoint kept; step 0: training did not beat the untrained (identity) adapter
+        kept = "" if step is None else " (step 0: untrained)" if step == 0 else f" (step {step})"
+        held = f"{_num(row.get('heldout_before'))} → {_num(row.get('heldout_after'))}{kept}"
+        nums = [_num(row.get(k)) for k in ("gap", "coverage", "kept_passes", "attempts")]
+        cells = [row.get("verdict", "-"), row.get("adapter") or "-", held, row.get("error", "")]
+        table.add_row(name, row.get("status", "-"), *nums, *cells)
     return table
 
 
 def evaluation_table(values: dict[str, Any]) -> Table:
-    table = Table(title="evaluation (held-out tasks)", title_justify="left")
-    for col in ("policy", "pass rate", "mean reward", "episodes", "95% CI"):
-        table.add_column(col)
+    table = _table("evaluation (held-out tasks)", "policy|pass rate|mean reward|episodes|95% CI")
     for name, m in (values.get("evaluation") or {}).items():
         ci = f"[{_num(m.get('ci_low'))}, {_num(m.get('ci_high'))}]" if m.get("ci_low") is not None else "-"
         table.add_row(name, _rate(m), _num(m.get("mean_reward")), _num(m.get("n")), ci)
@@ -102,11 +84,8 @@ def evaluation_table(values: dict[str, Any]) -> Table:
 
 
 def cost_table(values: dict[str, Any]) -> Table:
-    table = Table(title="cost per stage", title_justify="left")
     cols = ("llm_calls", "prompt_tokens", "completion_tokens", "policy_rollouts", "cpu_s", "gpu_s", "wall_s")
-    table.add_column("stage")
-    for col in cols:
-        table.add_column(col.replace("_", " "))
+    table = _table("cost per stage", "|".join(("stage", *cols)).replace("_", " "))
     for stage, counters in (values.get("cost") or {}).items():
         table.add_row(stage, *(_num(counters.get(c), 1) if counters.get(c) else "-" for c in cols))
     return table
@@ -123,67 +102,35 @@ def stage_times(values: dict[str, Any], elapsed_s: float | None = None) -> str |
     return f"stage times (summed over capability branches): {parts}{took}"
 
 
-GRAPH_KINDS = (
-    "trace",
-    "demo",
-)  # runs of the graph, with checkpoints; a `rollouts` run is `gapforge rollouts collect`'s
+# runs of the graph, with checkpoints; a `rollouts` run is `gapforge rollouts collect`'s
+GRAPH_KINDS = ("trace", "demo")
 
 
 def runs_table(rows: list[tuple[Any, dict[str, Any]]]) -> Table:
     """One row per run: `values` is a graph run's state, or a rollouts run's `{"rollouts": {"episodes", "successes"}}`
     (its graph columns blank). The id never wraps (the other columns wrap to make room); no value ends in an ellipsis."""
-    table = Table(title="runs", title_justify="left")
-    for col in (
-        "id",
-        "kind",
-        "started",
-        "status",
-        "env",
-        "episodes (pass)",
-        "stage",
-        "retained",
-        "trained",
-        "pass rate base → TRACE",
-    ):
-        table.add_column(col, no_wrap=col == "id", overflow="fold")
+    columns = "id|kind|started|status|env|episodes (pass)|stage|retained|trained|pass rate base → TRACE"
+    table = _table("runs", columns, overflow="fold")
+    table.columns[0].no_wrap = True
     for run, values in rows:
         config, r, ev = run.config or {}, values.get("rollouts") or {}, values.get("evaluation") or {}
-        graph = run.kind in GRAPH_KINDS
-        env = (
-            ((config.get("config") or {}).get("rollouts") or {}).get("env") if graph else config.get("env")
-        )  # the target's spec
+        graph = run.kind in GRAPH_KINDS  # env: the target's spec
+        env = ((config.get("config") or {}).get("rollouts") or {}).get("env") if graph else config.get("env")
         trained = sum(1 for c in (values.get("capabilities") or {}).values() if c.get("status") == "trained")
-        cells = [
-            values.get("stage", "-"),
-            str(len(values.get("retained") or [])),
-            str(trained),
-            f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}",
-        ]
-        table.add_row(
-            run.id,
-            run.kind,
-            f"{run.created_at:%Y-%m-%d %H:%M}",
-            run.status,
-            str(env or "-"),
-            f"{r['episodes']} ({100 * (r.get('successes') or 0) / r['episodes']:.1f}%)" if r.get("episodes") else "-",
-            *(cells if graph else [""] * len(cells)),
-        )
+        rates = f"{_rate(ev.get('base'))} → {_rate(ev.get('trace_routed'))}"
+        cells = [values.get("stage", "-"), str(len(values.get("retained") or [])), str(trained), rates]
+        n = r.get("episodes")
+        episodes = f"{n} ({100 * (r.get('successes') or 0) / n:.1f}%)" if n else "-"
+        started = f"{run.created_at:%Y-%m-%d %H:%M}"
+        table.add_row(run.id, run.kind, started, run.status, str(env or "-"), episodes, *(cells if graph else [""] * 4))
     return table
 
 
 def history_table(run_id: str, entries: list[Any]) -> Table:
-    table = Table(title=f"history of {run_id}", title_justify="left")
-    for col in ("step", "checkpoint", "node", "time", "what changed", "next"):
-        table.add_column(col, overflow="fold")
+    table = _table(f"history of {run_id}", "step|checkpoint|node|time|what changed|next", overflow="fold")
     for e in entries:
-        table.add_row(
-            str(e.step),
-            e.checkpoint_id,
-            e.node,
-            e.created_at[11:19],
-            "\n".join(e.changed) or "-",
-            ", ".join(e.next) or "end",
-        )
+        changed, after = "\n".join(e.changed) or "-", ", ".join(e.next) or "end"
+        table.add_row(str(e.step), e.checkpoint_id, e.node, e.created_at[11:19], changed, after)
     return table
 
 
@@ -225,21 +172,11 @@ class ProgressView:
             self.live.update(self._render())
 
     def _render(self) -> Table:
-        table = Table(title="progress", title_justify="left", show_edge=False)
-        table.add_column("stage")
-        table.add_column("status")
-        table.add_column("capability")
-        table.add_column("status")
+        table = Table(
+            "stage", "status", "capability", "status", title="progress", title_justify="left", show_edge=False
+        )
         caps = [(n, r) for n, r in self.capabilities.items() if r.get("status") != "rejected"]
-        rows = max(len(self.stages), len(caps))
-        stages = list(self.stages.items())
-        for i in range(rows):
-            s = stages[i] if i < len(stages) else ("", "")
-            c = caps[i] if i < len(caps) else ("", {})
-            detail = (
-                c[1].get("status", "") + (f" (attempt {c[1]['attempts']})" if c[1].get("attempts") else "")
-                if c[0]
-                else ""
-            )
-            table.add_row(s[0], s[1], c[0], detail)
+        for (stage, status), (name, row) in zip_longest(self.stages.items(), caps, fillvalue=("", None)):
+            attempt = f" (attempt {row['attempts']})" if row and row.get("attempts") else ""
+            table.add_row(stage, status or "", name, row.get("status", "") + attempt if name else "")
         return table

@@ -1,6 +1,6 @@
-"""The SDK reference page (docs/sdk.md), generated from prompts/sdk_reference.md: the text the synthesis generator
-reads in its prompt is the page a person reads, so the two never drift. tests/agents/synthesis/test_sdk_reference.py
-keeps that text equal to envs/sdk.py's public API; tests/gapforge/test_sdk_docs.py fails when the page is stale.
+"""The SDK reference page (docs/sdk.md), generated from prompts/sdk_reference.md: the text the synthesis generator reads
+in its prompt is the page a person reads, so the two never drift. tests/agents/synthesis/test_sdk_reference.py keeps
+that text equal to envs/sdk.py's public API; tests/gapforge/test_sdk_docs.py fails when the page is stale.
 
     python -m gapforge.sdk_reference > docs/sdk.md
 """

@@ -1,12 +1,10 @@
 """The viewer's web app: `create_app(settings)` -> a FastAPI app that only reads.
 
-Only GET routes exist. Pages are Jinja2 templates with autoescape on (every stored text,
-LLM-written or not, is escaped); live parts poll with the vendored htmx (ui/static);
-a Content-Security-Policy allows scripts and styles from this server only, so even a
-string that escaped escaping could not run. Hosts other than the ones it serves are
-refused (a web page cannot reach it through DNS rebinding). Errors are one page with
-one line: no store yet, an unknown id, a store it cannot read, or an internal error
-(its traceback goes to the server log, never to the page).
+Only GET routes exist. Pages are Jinja2 templates with autoescape on (every stored text, LLM-written or not, is
+escaped); live parts poll with the vendored htmx (ui/static); a Content-Security-Policy allows scripts and styles from
+this server only, so even a string that escaped escaping could not run. Hosts other than the ones it serves are refused
+(a web page cannot reach it through DNS rebinding). Errors are one page with one line: no store yet, an unknown id, a
+store it cannot read, or an internal error (its traceback goes to the server log, never to the page).
 """
 
 from __future__ import annotations
@@ -55,8 +53,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(FILTERS)
-    env.globals.update(GLOBALS)
-    env.globals.update(LINKS)
+    env.globals.update(GLOBALS | LINKS)
     return env
 
 
@@ -76,40 +73,30 @@ def _error_page(request: Request, status: int, title: str, message: str) -> HTML
     return render(request, "error.html", status=status, title=title, message=message)
 
 
-def _install_errors(app: FastAPI) -> None:
-    async def no_store(request: Request, exc: Exception) -> Response:
-        return _error_page(request, 404, "No store yet", str(exc))
+async def _store_error(request: Request, exc: Exception) -> Response:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if text.startswith("unknown "):
+        return _error_page(request, 404, "Not found", text)
+    return _error_page(request, 503, "Cannot read the store", text)
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return _error_page(request, 404, "Not found", str(exc))
 
-    async def store_error(request: Request, exc: Exception) -> Response:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if text.startswith("unknown "):
-            return _error_page(request, 404, "Not found", text)
-        return _error_page(request, 503, "Cannot read the store", text)
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return _error_page(request, 405, "Read-only", "this viewer only reads: nothing here can be changed")
+    return _error_page(request, exc.status_code, "Not found" if exc.status_code == 404 else "Error", str(exc.detail))
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        if exc.status_code == 405:
-            return _error_page(request, 405, "Read-only", "this viewer only reads: nothing here can be changed")
-        return _error_page(
-            request, exc.status_code, "Not found" if exc.status_code == 404 else "Error", str(exc.detail)
-        )
 
-    async def internal(request: Request, exc: Exception) -> Response:
-        log.exception("gapforge ui: %s %s failed", request.method, request.url.path)
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        return _error_page(
-            request, 500, "Internal error", f"{type(exc).__name__}: {first} (the server log has the details)"
-        )
+async def _internal(request: Request, exc: Exception) -> Response:
+    log.exception("gapforge ui: %s %s failed", request.method, request.url.path)
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return _error_page(
+        request, 500, "Internal error", f"{type(exc).__name__}: {first} (the server log has the details)"
+    )
 
-    app.add_exception_handler(NoStore, no_store)
-    app.add_exception_handler(NotFound, not_found)
-    app.add_exception_handler(StoreError, store_error)
-    app.add_exception_handler(CheckpointerError, store_error)
-    app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(Exception, internal)
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error_page(request, 404, "No store yet" if isinstance(exc, NoStore) else "Not found", str(exc))
 
 
 def create_app(settings: UiSettings) -> FastAPI:
@@ -138,7 +125,10 @@ def create_app(settings: UiSettings) -> FastAPI:
         response.headers.setdefault("Cache-Control", "no-store")
         return response
 
-    _install_errors(app)
+    for kind, handler in ((NoStore, _not_found), (NotFound, _not_found), (StoreError, _store_error)):
+        app.add_exception_handler(kind, handler)
+    for kind, handler in ((CheckpointerError, _store_error), (HTTPException, _http_error), (Exception, _internal)):
+        app.add_exception_handler(kind, handler)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     for module in (pages_runs, pages_analysis, pages_artifacts):
         app.include_router(module.router)

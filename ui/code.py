@@ -1,11 +1,11 @@
-"""Generated env code for reading: highlighted on the server (Pygments, CSS classes, no
-script), and the unified diff between two attempts. Pygments escapes the code it formats,
-so an env module full of `<script>` stays text."""
+"""Generated env code for reading: highlighted on the server (Pygments, CSS classes, no script), and the unified diff
+between two attempts. Pygments escapes the code it formats, so an env module full of `<script>` stays text."""
 
 from __future__ import annotations
 
 import difflib
 from functools import lru_cache
+from typing import Any
 
 from markupsafe import Markup
 from pygments import highlight
@@ -15,15 +15,15 @@ from pygments.lexers import DiffLexer, PythonLexer
 MAX_HIGHLIGHT_CHARS = 400_000  # past this, plain escaped text (highlighting a huge module costs seconds)
 
 
-def _formatter() -> HtmlFormatter:
-    return HtmlFormatter(linenos="inline", cssclass="code", wrapcode=True)
+def _highlighted(text: str, lexer: Any, css: str, **options: Any) -> Markup:
+    if len(text) > MAX_HIGHLIGHT_CHARS:
+        return Markup('<div class="code"><pre>{}</pre></div>').format(text)
+    return Markup(highlight(text, lexer, HtmlFormatter(cssclass=css, wrapcode=True, **options)))
 
 
 @lru_cache(maxsize=32)  # an env's page is opened again and again while debugging it; the code never changes
 def python(code: str) -> Markup:
-    if len(code) > MAX_HIGHLIGHT_CHARS:
-        return Markup('<div class="code"><pre>{}</pre></div>').format(code)
-    return Markup(highlight(code, PythonLexer(), _formatter()))
+    return _highlighted(code, PythonLexer(), "code", linenos="inline")
 
 
 @lru_cache(maxsize=32)
@@ -34,7 +34,4 @@ def diff(before: str, after: str, before_name: str, after_name: str) -> tuple[Ma
     )
     added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
     removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
-    text = "\n".join(lines) + "\n"
-    if len(text) > MAX_HIGHLIGHT_CHARS:
-        return Markup('<div class="code"><pre>{}</pre></div>').format(text), added, removed
-    return Markup(highlight(text, DiffLexer(), HtmlFormatter(cssclass="code diff", wrapcode=True))), added, removed
+    return _highlighted("\n".join(lines) + "\n", DiffLexer(), "code diff"), added, removed

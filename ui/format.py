@@ -30,11 +30,7 @@ def pct(value: Any, digits: int = 1) -> str:
 
 
 def num(value: Any, digits: int = 2) -> str:
-    if value is None or value == "":
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return "–" if value is None or value == "" else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def interval(iv: Any, as_pct: bool = True) -> str:
@@ -104,22 +100,11 @@ def boundary(termination: str | None) -> str:
 
 
 def seconds(value: Any) -> str:
-    if not isinstance(value, int | float):
-        return "–"
-    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min"
+    return "–" if not isinstance(value, int | float) else f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min"
 
 
 FILTERS = {
-    "pct": pct,
-    "num": num,
-    "interval": interval,
-    "signed_points": signed_points,
-    "effect": effect,
-    "pretty": pretty,
-    "maybe_json": maybe_json,
-    "call_args": call_args,
-    "when": when,
-    "boundary": boundary,
-    "seconds": seconds,
+    f.__name__: f
+    for f in (pct, num, interval, signed_points, effect, pretty, maybe_json, call_args, when, boundary, seconds)
 }
 GLOBALS = {"ci": ci}

@@ -1,7 +1,7 @@
 """Every URL of the viewer, built in one place (path parts and query values quoted).
 
-Run ids and numeric ids go in the path; names that an LLM chose (capabilities, adapters)
-go in the query string, so no name can change which route answers.
+Run ids and numeric ids go in the path; names that an LLM chose (capabilities, adapters) go in the query string, so no
+name can change which route answers.
 """
 
 from __future__ import annotations
@@ -68,15 +68,5 @@ def with_page(url: str, p: int) -> str:
     return base + ("?" + "&".join(params) if params else "")
 
 
-LINKS = {
-    "runs_url": runs,
-    "run_url": run,
-    "checkpoints_url": checkpoints,
-    "capability_url": capability,
-    "episodes_url": episodes,
-    "episode_url": episode,
-    "env_url": env_attempt,
-    "adapter_url": adapter,
-    "evaluation_url": evaluation,
-    "with_page": with_page,
-}
+LINKS = {f"{f.__name__}_url": f for f in (runs, run, checkpoints, capability, episodes, episode, adapter, evaluation)}
+LINKS |= {"env_url": env_attempt, "with_page": with_page}

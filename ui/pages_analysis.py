@@ -1,7 +1,6 @@
-"""A capability (its LACKING / PRESENT / NA episodes with the R votes and the analyst's
-evidence, per-pass statistics, κ, links to env attempts and adapters), a run's episodes
-(filtered, paged) and one episode (the trajectory as a conversation, reward breakdown,
-per-step info, why it ended and whom that blames, what the analyst said about it)."""
+"""A capability (its LACKING / PRESENT / NA episodes with the R votes and the analyst's evidence, per-pass statistics,
+κ, links to env attempts and adapters), a run's episodes (filtered, paged) and one episode (the trajectory as a
+conversation, reward breakdown, per-step info, why it ended and whom that blames, what the analyst said about it)."""
 
 from __future__ import annotations
 
@@ -52,10 +51,6 @@ async def capability(request: Request, run_id: str, name: str, label: str = "LAC
     )
 
 
-def _outcome(value: str | None) -> bool | None:
-    return {"success": True, "failure": False}.get(value or "")
-
-
 @router.get("/runs/{run_id}/episodes", response_class=HTMLResponse)
 async def episodes(
     request: Request,
@@ -68,11 +63,10 @@ async def episodes(
     store = sources(request).store
     run = store.get_run(run_id)
     offset, size = _page(request, p)
-    success = _outcome(outcome)
+    success = {"success": True, "failure": False}.get(outcome or "")
     page = store.episodes_page(
         run_id, success=success, family=family or None, task_id=task or None, offset=offset, limit=size
     )
-    parent = run_id.split(".eval.")[0] if ".eval." in run_id else None
     return render(
         request,
         "episodes.html",
@@ -82,7 +76,7 @@ async def episodes(
         family=family,
         task=task,
         p=max(p, 0),
-        parent=parent,
+        parent=run_id.split(".eval.")[0] if ".eval." in run_id else None,
         page_url=links.episodes(run_id, success=success, family=family, task=task),
     )
 
@@ -96,18 +90,9 @@ def _turns(messages: list[Any]) -> list[dict[str, Any]]:
         for call in m.get("tool_calls") or []:
             if isinstance(call, dict) and call.get("id"):
                 names[str(call["id"])] = str(call.get("name", ""))
-        role = str(m.get("role", "?"))
+        turn = dict(index=i, role=str(m.get("role", "?")), content=m.get("content"), calls=m.get("tool_calls") or [])
         tool = m.get("name") or names.get(str(m.get("tool_call_id") or ""), "")
-        out.append(
-            {
-                "index": i,
-                "role": role,
-                "content": m.get("content"),
-                "calls": m.get("tool_calls") or [],
-                "tool": tool,
-                "call_id": m.get("tool_call_id"),
-            }
-        )
+        out.append(turn | {"tool": tool, "call_id": m.get("tool_call_id")})
     return out
 
 

@@ -1,8 +1,7 @@
-"""What a run built: an env attempt (verdict, every self-test check with its evidence, the
-reviewer's notes, the code, the diff to the previous attempt), an adapter (held-out curve,
-per-step GRPO log, metadata, the checkpoint kept) and the evaluation (pass rates with CIs,
-paired differences as a forest plot, per family, routing, the router's confusion matrix;
-every number links to its episodes)."""
+"""What a run built: an env attempt (verdict, every self-test check with its evidence, the reviewer's notes, the code,
+the diff to the previous attempt), an adapter (held-out curve, per-step GRPO log, metadata, the checkpoint kept) and the
+evaluation (pass rates with CIs, paired differences as a forest plot, per family, routing, the router's confusion
+matrix; every number links to its episodes)."""
 
 from __future__ import annotations
 
@@ -59,15 +58,10 @@ async def env_attempt(request: Request, env_id: int) -> HTMLResponse:
 
 def _curve_plot(curve: list[dict[str, Any]]) -> Any:
     pts = [(float(c["step"]), float(c["reward"])) for c in curve if isinstance(c, dict) and c.get("reward") is not None]
-    return (
-        svg.lines(
-            [("held-out reward", pts)],
-            x_label="training step",
-            y_label="held-out synthetic reward",
-            title="held-out curve",
-        )
-        if pts
-        else None
+    if not pts:
+        return None
+    return svg.lines(
+        [("held-out reward", pts)], x_label="training step", y_label="held-out synthetic reward", title="held-out curve"
     )
 
 
@@ -75,11 +69,11 @@ def _steps_plot(steps: list[dict[str, Any]]) -> Any:
     rows = [s for s in steps if s.get("step") is not None]
     if not rows:
         return None
-    series = [
-        ("reward", [(float(s["step"]), float(s.get("reward") or 0.0)) for s in rows]),
-        ("informative share", [(float(s["step"]), float(s.get("informative_share") or 0.0)) for s in rows]),
-    ]
+    series = [(name, [(float(s["step"]), float(s.get(key) or 0.0)) for s in rows]) for name, key in _STEP_SERIES]
     return svg.lines(series, x_label="GRPO step", y_label="per step", y_range=(0.0, 1.0), title="training steps")
+
+
+_STEP_SERIES = (("reward", "reward"), ("informative share", "informative_share"))
 
 
 @router.get("/runs/{run_id}/adapter", response_class=HTMLResponse)
@@ -112,36 +106,25 @@ async def adapter(request: Request, run_id: str, name: str) -> HTMLResponse:
 
 
 def _forest(run_id: str, evals: list[Any]) -> Any:
+    """Each policy's paired difference to base, overall and on its focus family, linked to the episodes behind it."""
     rows = []
     for e in evals:
-        m = e.metrics
-        name = e.name.removeprefix("eval:")
-        child = m.get("child_run") or run_id
-        pr = (m.get("vs_base_paired") or {}).get("pass_rate") or {}
-        if name != "base" and pr.get("value") is not None and pr.get("low") is not None:
-            n = (m.get("vs_base_paired") or {}).get("episodes", 0)
-            rows.append(
-                svg.Row(f"{name} (N={n})", 100 * pr["value"], 100 * pr["low"], 100 * pr["high"], links.episodes(child))
-            )
-        focus = m.get("focus_family")
+        m, name = e.metrics, e.name.removeprefix("eval:")
+        if name == "base":
+            continue
+        child, focus, paired = m.get("child_run") or run_id, m.get("focus_family"), m.get("vs_base_paired") or {}
         fam = ((m.get("vs_base_by_family") or {}).get(focus) or {}) if focus else {}
-        fpr = fam.get("pass_rate") or {}
-        if name != "base" and fpr.get("value") is not None and fpr.get("low") is not None:
-            rows.append(
-                svg.Row(
-                    f"{name} · {focus} (N={fam.get('episodes', 0)})",
-                    100 * fpr["value"],
-                    100 * fpr["low"],
-                    100 * fpr["high"],
-                    links.episodes(child, family=focus),
-                )
-            )
-    return (
-        svg.forest(
-            rows, x_label="Δ pass rate vs base, points (paired episodes, 95% interval)", title="paired differences"
-        )
-        if rows
-        else None
+        for label, part, href in (
+            (f"{name} (N={paired.get('episodes', 0)})", paired, links.episodes(child)),
+            (f"{name} · {focus} (N={fam.get('episodes', 0)})", fam, links.episodes(child, family=focus)),
+        ):
+            pr = part.get("pass_rate") or {}
+            if pr.get("value") is not None and pr.get("low") is not None:
+                rows.append(svg.Row(label, 100 * pr["value"], 100 * pr["low"], 100 * pr["high"], href))
+    if not rows:
+        return None
+    return svg.forest(
+        rows, x_label="Δ pass rate vs base, points (paired episodes, 95% interval)", title="paired differences"
     )
 
 

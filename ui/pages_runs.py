@@ -1,5 +1,5 @@
-"""Runs (the `gapforge runs` table, live while a run works), one run (timeline, config,
-capabilities, evaluation summary) and its checkpoints (fork commands, review state)."""
+"""Runs (the `gapforge runs` table, live while a run works), one run (timeline, config, capabilities, evaluation
+summary) and its checkpoints (fork commands, review state)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,7 @@ router = APIRouter()
 RUN_KINDS = ("trace", "demo")  # graph runs (gapforge.run_session.RUN_KINDS)
 FINISHED = ("done", "skipped", "unavailable", "failed")
 BRANCH = ("synthesize", "validate", "train")  # run per capability, inside the `capability` step
-RUN_STEPS = tuple(
-    s for s in STAGES if s not in BRANCH[1:]
-)  # what the progress bar counts; "synthesize": all the branches
+RUN_STEPS = tuple(s for s in STAGES if s not in BRANCH[1:])  # what the progress bar counts; "synthesize": all branches
 BRANCH_DONE = ("trained", "failed", "unavailable", "unsynthesized", "dropped")
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: 5x faster than the pure-Python one
 
@@ -32,9 +30,7 @@ def progress(snap: RunSnapshot) -> dict[str, Any]:
     """What a run's row shows: stage, steps finished of all (the per-capability branches count as one),
     capabilities retained / trained, pass rates."""
     v = snap.values
-    stages = v.get("stages") or {}
-    caps = v.get("capabilities") or {}
-    ev = v.get("evaluation") or {}
+    stages, caps, ev = v.get("stages") or {}, v.get("capabilities") or {}, v.get("evaluation") or {}
     retained = list(v.get("retained") or [])
     branches = sum(1 for c in retained if (caps.get(c) or {}).get("status") in BRANCH_DONE)
     branches_over = (
@@ -59,31 +55,26 @@ def progress(snap: RunSnapshot) -> dict[str, Any]:
     }
 
 
-async def _rows(request: Request, p: int) -> tuple[list[dict[str, Any]], Any]:
-    src = sources(request)
+async def _runs(request: Request, template: str, p: int) -> HTMLResponse:
+    src, p = sources(request), max(p, 0)
     page = src.store.runs_page(RUN_KINDS, offset=p * src.settings.page_size, limit=src.settings.page_size)
     rows = [{"run": r, **progress(await src.snapshot(r.id))} for r in page.rows]
-    return rows, page
+    live = any(r["run"].status == "running" for r in rows)
+    return render(request, template, rows=rows, page=page, p=p, live=live)
 
 
 @router.get("/", response_class=HTMLResponse)
 async def runs(request: Request, p: int = 0) -> HTMLResponse:
     try:
-        rows, page = await _rows(request, max(p, 0))
+        return await _runs(request, "runs.html", p)
     except NoStore as e:
         return render(request, "nostore.html", message=str(e))
-    return render(
-        request, "runs.html", rows=rows, page=page, p=max(p, 0), live=any(r["run"].status == "running" for r in rows)
-    )
 
 
 @router.get("/runs/rows", response_class=HTMLResponse)
 async def runs_rows(request: Request, p: int = 0) -> HTMLResponse:
     """The runs table's body alone (htmx polls it while a run is running)."""
-    rows, _ = await _rows(request, max(p, 0))
-    return render(
-        request, "_runs_rows.html", rows=rows, p=max(p, 0), live=any(r["run"].status == "running" for r in rows)
-    )
+    return await _runs(request, "_runs_rows.html", p)
 
 
 def _capability_rows(store: Any, run_id: str, snap: RunSnapshot) -> list[dict[str, Any]]:
@@ -91,26 +82,17 @@ def _capability_rows(store: Any, run_id: str, snap: RunSnapshot) -> list[dict[st
     summaries = {s.capability: s for s in store.capability_summaries(run_id)}
     state = snap.values.get("capabilities") or {}
     attempts: dict[str, list[Any]] = {}
+    adapters: dict[str, list[Any]] = {}
     for a in store.env_attempts(run_id):
         attempts.setdefault(a.capability, []).append(a)
-    adapters: dict[str, list[Any]] = {}
     for a in store.adapters(run_id):
         adapters.setdefault(a.capability or "", []).append(a)
-    rows = []
-    for cap in store.capabilities(run_id):
-        tries = attempts.get(cap.name, [])
-        accepted = next((a for a in reversed(tries) if a.passed), None)
-        rows.append(
-            {
-                "cap": cap,
-                "summary": summaries.get(cap.name),
-                "state": state.get(cap.name) or {},
-                "attempts": tries,
-                "accepted": accepted,
-                "adapters": adapters.get(cap.name, []),
-            }
-        )
-    return rows
+    accepted = {name: next((a for a in reversed(tries) if a.passed), None) for name, tries in attempts.items()}
+    return [
+        dict(cap=c, summary=summaries.get(c.name), state=state.get(c.name) or {}, adapters=adapters.get(c.name, []))
+        | dict(attempts=attempts.get(c.name, []), accepted=accepted.get(c.name))
+        for c in store.capabilities(run_id)
+    ]
 
 
 def _gap_plot(run_id: str, rows: list[dict[str, Any]]) -> Any:
@@ -120,19 +102,9 @@ def _gap_plot(run_id: str, rows: list[dict[str, Any]]) -> Any:
         if s is None or s.gap is None or s.coverage is None:
             continue
         delta, rho = s.details.get("delta", delta), s.details.get("rho", rho)
-        points.append(
-            svg.Point(
-                s.capability,
-                s.coverage,
-                s.gap,
-                s.coverage_low,
-                s.coverage_high,
-                s.gap_low,
-                s.gap_high,
-                links.capability(run_id, s.capability),
-                "kept" if s.retained else "dropped",
-            )
-        )
+        href, css = links.capability(run_id, s.capability), "kept" if s.retained else "dropped"
+        p = (s.capability, s.coverage, s.gap, s.coverage_low, s.coverage_high, s.gap_low, s.gap_high, href, css)
+        points.append(svg.Point(*p))
     if not points:
         return None
     return svg.scatter(

@@ -1,8 +1,8 @@
-"""Where the viewer reads from: the store (read-only), the graph's checkpoints (read-only)
-and a few files in the workspace (an adapter's `steps.jsonl` and metadata).
+"""Where the viewer reads from: the store (read-only), the graph's checkpoints (read-only) and a few files in the
+workspace (an adapter's `steps.jsonl` and metadata).
 
-`Sources` opens the store on first use and again on each request until it exists, so a
-viewer started before the first run shows it as soon as it is there. Nothing here writes.
+`Sources` opens the store on first use and again on each request until it exists, so a viewer started before the first
+run shows it as soon as it is there. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -104,7 +104,6 @@ class Sources:
 
         return await history(graph, run_id)
 
-    # --- adapter files --------------------------------------------------------------------------
     def adapter_dir(self, run_id: str, name: str, path: str) -> Path | None:
         """The adapter's job directory: `<workspace>/adapters/RUN/NAME`, else two levels above the
         kept checkpoint (`.../NAME/evals/step-N`)."""
@@ -116,10 +115,9 @@ class Sources:
 
     def adapter_steps(self, run_id: str, name: str, path: str) -> list[dict[str, Any]]:
         """The GRPO steps.jsonl of an adapter (one dict per step); [] when there is none."""
-        where = self.adapter_dir(run_id, name, path)
-        if where is None:
-            return []
-        rows = []
+        rows: list[dict[str, Any]] = []
+        if (where := self.adapter_dir(run_id, name, path)) is None:
+            return rows
         for line in (where / STEPS_LOG).read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
@@ -133,19 +131,12 @@ class Sources:
         """The metadata training wrote beside the kept checkpoint (base model hash, env, tasks, versions)."""
         if not path:
             return None
-        job = self.settings.workspace / "adapters" / run_id / name
-        file = next(
-            (
-                f
-                for f in (Path(path) / ADAPTER_METADATA, job / "evals" / Path(path).name / ADAPTER_METADATA)
-                if f.is_file()
-            ),
-            None,
-        )
+        kept, job = Path(path), self.settings.workspace / "adapters" / run_id / name
+        file = next((f for f in (kept, job / "evals" / kept.name) if (f / ADAPTER_METADATA).is_file()), None)
         if file is None:
             return None
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            data = json.loads((file / ADAPTER_METADATA).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             return None
         return data if isinstance(data, dict) else None

@@ -1,6 +1,5 @@
-"""Small inline SVG plots (no JavaScript, no image files): a scatter with interval bars, a
-forest plot, line charts. Every label is escaped; colours come from CSS classes
-(ui/static/ui.css), so the page needs no inline style.
+"""Small inline SVG plots (no JavaScript, no image files): a scatter with interval bars, a forest plot, line charts.
+Every label is escaped; colours come from CSS classes (ui/static/ui.css), so the page needs no inline style.
 
 Each function takes plain numbers and returns `Markup` ready to place in a template.
 """
@@ -61,32 +60,29 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [round(first + i * step, 10) for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
-def _frame(ax: _Axes, x_label: str, y_label: str, *, y_ticks: bool = True) -> list[str]:
-    out = [f'<line class="axis" x1="{LEFT}" y1="{ax.h - BOTTOM}" x2="{W - RIGHT}" y2="{ax.h - BOTTOM}"/>']
-    for t in _ticks(ax.x0, ax.x1):
-        out.append(
-            f'<text class="tick" x="{ax.px(t):.1f}" y="{ax.h - BOTTOM + 14}" text-anchor="middle">{t:.2g}</text>'
-        )
-    if y_ticks:
-        out.append(f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{ax.h - BOTTOM}"/>')
-        for t in _ticks(ax.y0, ax.y1):
-            out.append(f'<text class="tick" x="{LEFT - 6}" y="{ax.py(t) + 4:.1f}" text-anchor="end">{t:.2g}</text>')
-        out.append(
-            f'<text class="label" x="12" y="{(ax.h - BOTTOM) / 2:.0f}" transform="rotate(-90 12 {(ax.h - BOTTOM) / 2:.0f})" '
-            f'text-anchor="middle">{escape(y_label)}</text>'
-        )
-    out.append(
-        f'<text class="label" x="{(LEFT + W - RIGHT) / 2:.0f}" y="{ax.h - 6}" text-anchor="middle">{escape(x_label)}</text>'
-    )
-    return out
+def _frame(ax: _Axes, x_label: str, y_label: str) -> list[str]:
+    base = ax.h - BOTTOM
+    out = [f'<line class="axis" x1="{LEFT}" y1="{base}" x2="{W - RIGHT}" y2="{base}"/>']
+    out += [
+        f'<text class="tick" x="{ax.px(t):.1f}" y="{base + 14}" text-anchor="middle">{t:.2g}</text>'
+        for t in _ticks(ax.x0, ax.x1)
+    ]
+    out.append(f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{base}"/>')
+    out += [
+        f'<text class="tick" x="{LEFT - 6}" y="{ax.py(t) + 4:.1f}" text-anchor="end">{t:.2g}</text>'
+        for t in _ticks(ax.y0, ax.y1)
+    ]
+    return out + [
+        f'<text class="label" x="12" y="{base / 2:.0f}" transform="rotate(-90 12 {base / 2:.0f})" '
+        f'text-anchor="middle">{escape(y_label)}</text>',
+        f'<text class="label" x="{(LEFT + W - RIGHT) / 2:.0f}" y="{ax.h - 6}" text-anchor="middle">{escape(x_label)}</text>',
+    ]
 
 
 def _svg(body: list[str], title: str, height: int = H, width: int = W) -> Markup:
-    return Markup(
-        f'<svg class="plot{" wide" if width > W else ""}" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
-        + "".join(body)
-        + "</svg>"
-    )
+    wide = " wide" if width > W else ""
+    head = f'<svg class="plot{wide}" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
+    return Markup(head + "".join(body) + "</svg>")
 
 
 def _linked(inner: str, href: str | None) -> str:
@@ -115,28 +111,24 @@ def scatter(
     ax = _Axes(*_span(xs), *_span(ys))
     body = _frame(ax, x_label, y_label)
     if x_line is not None:
-        body.append(
-            f'<line class="threshold" x1="{ax.px(x_line):.1f}" y1="{TOP}" x2="{ax.px(x_line):.1f}" y2="{H - BOTTOM}"/>'
-        )
+        x = ax.px(x_line)
+        body.append(f'<line class="threshold" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{H - BOTTOM}"/>')
     if y_line is not None:
-        body.append(
-            f'<line class="threshold" x1="{LEFT}" y1="{ax.py(y_line):.1f}" x2="{W - RIGHT}" y2="{ax.py(y_line):.1f}"/>'
-        )
+        y = ax.py(y_line)
+        body.append(f'<line class="threshold" x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}"/>')
     for p in points:
         cx, cy = ax.px(p.x), ax.py(p.y)
-        marks = []
+        label, marks = escape(p.label), []
         if p.x_low is not None and p.x_high is not None:
-            marks.append(
-                f'<line class="ci" x1="{ax.px(p.x_low):.1f}" y1="{cy:.1f}" x2="{ax.px(p.x_high):.1f}" y2="{cy:.1f}"/>'
-            )
+            x0, x1 = ax.px(p.x_low), ax.px(p.x_high)
+            marks.append(f'<line class="ci" x1="{x0:.1f}" y1="{cy:.1f}" x2="{x1:.1f}" y2="{cy:.1f}"/>')
         if p.y_low is not None and p.y_high is not None:
-            marks.append(
-                f'<line class="ci" x1="{cx:.1f}" y1="{ax.py(p.y_low):.1f}" x2="{cx:.1f}" y2="{ax.py(p.y_high):.1f}"/>'
-            )
+            y0, y1 = ax.py(p.y_low), ax.py(p.y_high)
+            marks.append(f'<line class="ci" x1="{cx:.1f}" y1="{y0:.1f}" x2="{cx:.1f}" y2="{y1:.1f}"/>')
         marks.append(
-            f'<circle class="dot {escape(p.css)}" cx="{cx:.1f}" cy="{cy:.1f}" r="5"><title>{escape(p.label)}</title></circle>'
+            f'<circle class="dot {escape(p.css)}" cx="{cx:.1f}" cy="{cy:.1f}" r="5"><title>{label}</title></circle>'
         )
-        marks.append(f'<text class="point-label" x="{cx + 7:.1f}" y="{cy - 7:.1f}">{escape(p.label)}</text>')
+        marks.append(f'<text class="point-label" x="{cx + 7:.1f}" y="{cy - 7:.1f}">{label}</text>')
         body.append(_linked("".join(marks), p.href))
     return _svg(body, title)
 
