@@ -71,10 +71,6 @@ class EndpointConfig(_Section):
     retry_backoff_s: float = Field(
         1.0, ge=0.0, le=60.0, description="seconds before the first retry, doubled per retry (at least Retry-After)"
     )
-    breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that mark the endpoint down")
-    breaker_cooldown_s: float = Field(
-        30.0, ge=0.0, description="seconds calls fail at once while it is down, before one probe"
-    )
     _key: SecretStr | None = PrivateAttr(None)  # read by the loader (load_key); never dumped
 
     @field_validator("base_url")

@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -46,6 +48,10 @@ from gapforge.envs.errors import is_transient_status
 from gapforge.prompts import load_prompt
 
 PLACEHOLDER_API_KEY = "not-needed"  # local OpenAI-compatible servers ignore the key
+# The endpoint's circuit breaker, shared per base URL with the rollout policy's client (serving/openai_policy.py, the
+# same values): this many consecutive failed requests mark the endpoint down; calls then fail at once for the cooldown
+# (seconds), then one probe.
+BREAKER_FAILURES, BREAKER_COOLDOWN_S = 8, 30.0
 
 
 def prompt_config(prompt_name: str, config: RunnableConfig | None = None) -> RunnableConfig:
@@ -76,8 +82,6 @@ class RetryingChatOpenAI(ChatOpenAI):
         1.0, ge=0.0, description="first wait; doubles per attempt, plus up to this much jitter"
     )
     retry_max_backoff_s: float = Field(30.0, ge=0.0)
-    breaker_failures: int = Field(8, ge=1, description="consecutive failed requests that open the endpoint's circuit")
-    breaker_cooldown_s: float = Field(30.0, ge=0.0, description="while open, calls fail at once; then one probe")
     disable_streaming: bool = True  # streaming would bypass _generate and with it the retries
 
     @property
@@ -86,10 +90,20 @@ class RetryingChatOpenAI(ChatOpenAI):
 
     def breaker(self) -> CircuitBreaker:
         """The endpoint's breaker, shared by every client of this base URL in the process."""
-        return breaker_for(self.endpoint_base, failures=self.breaker_failures, cooldown_s=self.breaker_cooldown_s)
+        return breaker_for(self.endpoint_base, failures=BREAKER_FAILURES, cooldown_s=BREAKER_COOLDOWN_S)
 
     def _down(self, err: CircuitOpen) -> ModelEndpointError:
         return ModelEndpointError(f"model '{self.model_name}': {_one_line(err)}; check the endpoint is up, then re-run")
+
+    @contextlib.contextmanager
+    def _endpoint_errors(self) -> Iterator[None]:
+        """The endpoint down (its breaker open) or every attempt failed: one ModelEndpointError line."""
+        try:
+            yield
+        except CircuitOpen as err:
+            raise self._down(err) from None
+        except RetryError as err:
+            raise self._exhausted(err) from err.last_attempt.exception()
 
     def _retry_args(self) -> dict[str, Any]:
         return {
@@ -114,28 +128,20 @@ class RetryingChatOpenAI(ChatOpenAI):
         self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
     ) -> Any:
         breaker = self.breaker()
-        try:
+        with self._endpoint_errors():
             for attempt in Retrying(**self._retry_args()):
                 with attempt, breaker.attempt(is_transient):
                     return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
-        except CircuitOpen as err:
-            raise self._down(err) from None
-        except RetryError as err:
-            raise self._exhausted(err) from err.last_attempt.exception()
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _agenerate(
         self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
     ) -> Any:
         breaker = self.breaker()
-        try:
+        with self._endpoint_errors():
             async for attempt in AsyncRetrying(**self._retry_args()):
                 with attempt, breaker.attempt(is_transient):
                     return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
-        except CircuitOpen as err:
-            raise self._down(err) from None
-        except RetryError as err:
-            raise self._exhausted(err) from err.last_attempt.exception()
         raise AssertionError("unreachable: tenacity either returns or raises")
 
 
@@ -165,8 +171,6 @@ def make_chat_model(
         temperature=ENDPOINT_TEMPERATURE if temperature is None else temperature,
         retry_attempts=endpoint.max_retries + 1,
         retry_backoff_s=endpoint.retry_backoff_s if retry_backoff_s is None else retry_backoff_s,
-        breaker_failures=endpoint.breaker_failures,
-        breaker_cooldown_s=endpoint.breaker_cooldown_s,
     )
 
 
@@ -266,6 +270,14 @@ def _give_up(schema: type[BaseModel], first: str, second: str) -> StructuredOutp
     )
 
 
+def _parse_again(out: dict[str, Any], schema: type[BaseModel], first: str) -> BaseModel:
+    """The re-asked answer, parsed; still malformed: StructuredOutputError naming both failures."""
+    parsed, second = _parse(out, schema)
+    if parsed is None:
+        raise _give_up(schema, first, second)
+    return parsed
+
+
 def _run(runnable: Any, messages: list[BaseMessage], cfg: RunnableConfig | None) -> dict[str, Any]:
     try:
         return runnable.invoke(messages, cfg)
@@ -290,15 +302,12 @@ def structured_call(
     config: RunnableConfig | None = None,
 ) -> BaseModel:
     """Ask for a `schema` object; re-ask once with the parse error; StructuredOutputError if still bad."""
-    runnable = _structured(model, schema, method)
-    cfg = prompt_config(prompt_name, config) if prompt_name else config
+    runnable, cfg = _structured(model, schema, method), prompt_config(prompt_name, config) if prompt_name else config
     out = _run(runnable, messages, cfg)
     parsed, first = _parse(out, schema)
-    if parsed is None:
-        parsed, second = _parse(_run(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema)
-        if parsed is None:
-            raise _give_up(schema, first, second)
-    return parsed
+    if parsed is not None:
+        return parsed
+    return _parse_again(_run(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema, first)
 
 
 async def astructured_call(
@@ -311,27 +320,10 @@ async def astructured_call(
     config: RunnableConfig | None = None,
 ) -> BaseModel:
     """Async `structured_call`."""
-    runnable = _structured(model, schema, method)
-    cfg = prompt_config(prompt_name, config) if prompt_name else config
+    runnable, cfg = _structured(model, schema, method), prompt_config(prompt_name, config) if prompt_name else config
     out = await _arun(runnable, messages, cfg)
     parsed, first = _parse(out, schema)
-    if parsed is None:
-        parsed, second = _parse(
-            await _arun(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg), schema
-        )
-        if parsed is None:
-            raise _give_up(schema, first, second)
-    return parsed
-
-
-__all__ = [
-    "PLACEHOLDER_API_KEY",
-    "RetryingChatOpenAI",
-    "ScriptedChatModel",
-    "astructured_call",
-    "chat_model_from_config",
-    "is_transient",
-    "make_chat_model",
-    "prompt_config",
-    "structured_call",
-]
+    if parsed is not None:
+        return parsed
+    reasked = await _arun(runnable, _reask_messages(messages, out.get("raw"), first, schema), cfg)
+    return _parse_again(reasked, schema, first)

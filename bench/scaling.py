@@ -3,8 +3,8 @@ TRACE and GRPO on the target at the same budget, for several training seeds.
 
 For each training seed: one `gapforge demo` run (its own process, its own workspace under --out) with the GRPO-on-target
 baseline on, every family powered (evaluation.min_family_episodes), early stopping off (training.early_stopping=false,
-so every adapter trains to max_steps) and the scaling curve on (evaluation.scaling_curve: routed TRACE and GRPO-on-target
-evaluated at the fractions 0, 1/4, 1/2, 3/4, 1 of their training, each paired with the run's base episodes). Then
+so every adapter trains to max_steps) and the scaling curve on (rollout_scaling in evaluation.comparisons: routed TRACE
+and GRPO-on-target evaluated at the fractions 0, 1/4, 1/2, 3/4, 1 of their training, each paired with the run's base episodes). Then
 from each run's store (evaluation.rollout_scaling): the table per seed with the TRACE − GRPO-on-target verdict at each
 budget (TRACE ahead / tied / GRPO ahead, from the paired 95% interval), the points gained per 1,000 training rollouts
 for each, and one plot of every seed's curves with their 95% bands.
@@ -30,10 +30,9 @@ from gapforge.store.db import Store
 ROOT = Path(__file__).resolve().parents[1]
 
 CURVE = [
-    "evaluation.baseline_grpo=true",
     "evaluation.min_family_episodes=40",
     "training.early_stopping=false",
-    "evaluation.scaling_curve=true",
+    "evaluation.comparisons=[baseline_grpo_target, rollout_scaling]",
 ]
 
 

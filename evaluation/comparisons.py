@@ -11,7 +11,7 @@ The evaluate stage and the report iterate over them instead of naming each:
     report  += c.report(store, run_id, out_dir, labels)   for c in registry()  # its section and plots, from the store
     demo    += c.lines(store, run_id, cfg)        for c in registry()  # its printed lines (analyses, then baselines)
 
-`enabled` reads each one's switch in the `evaluation:` section (`switch`; None: always on). The work hooks
+`enabled`: an optional one (`switch` set) is on when `evaluation.comparisons` lists its name. The work hooks
 (`prepare`, `extend`; training GRPO on the target) run only when it is on; `policies` and `scored` answer from what
 they are given (a prepared GEPA prompt, a GRPO-on-target adapter in the backend) and the read hooks (`report`,
 `lines`, `labels`) show whatever the run stored, so a report of an older run shows what it has.
@@ -22,9 +22,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gapforge.agents.prompted_policy import HintedPolicy
+
+if TYPE_CHECKING:
+    from gapforge.evaluation.config import EvaluationConfig
 
 
 @dataclass
@@ -58,11 +61,11 @@ class Comparison:
 
     name: str = ""
     kind: Literal["baseline", "analysis"] = "analysis"
-    switch: str | None = None  # its `evaluation.<switch>` (bool); None: always on
+    switch: str | None = None  # None: always on; else on when evaluation.comparisons names it (the key it replaced)
     extend_order: int = 0  # `extend` runs in this order (then the registry's): a later one may be stopped by an earlier
 
-    def enabled(self, ecfg: Any) -> bool:
-        return self.switch is None or bool(getattr(ecfg, self.switch))
+    def enabled(self, ecfg: EvaluationConfig) -> bool:
+        return self.switch is None or self.name in ecfg.comparisons
 
     async def prepare(self, ev: Evaluation) -> Any:
         """Before the held-out evaluation; the result is `prepared[name]` for `policies`."""

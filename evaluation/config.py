@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_FAMILY_TRIALS = 512
+# The comparison plug-ins a run makes only when `evaluation.comparisons` names them (their `name`; the registry's
+# others are always on: tests/gapforge/test_config.py checks the two agree).
+OptionalComparison = Literal["baseline_grpo_target", "gepa", "rollout_scaling", "paper_protocol"]
 
 
 class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     trials: int = Field(2, ge=1, le=64, description="episodes per held-out task and policy (K of pass^k)")
-    all_tasks_greedy: bool = Field(
-        False,
-        description="also play every task (analysis split included) once at temperature 0, the paper's protocol; "
-        "stored as `all_tasks:<policy>`",
-    )
     family_trials: dict[str, int] = Field(
         default_factory=dict,
         description=f"family -> trials per task (1..{MAX_FAMILY_TRIALS}) for family_trials_policies, instead of `trials`",
@@ -30,22 +30,18 @@ class EvaluationConfig(BaseModel):
         le=MAX_FAMILY_TRIALS,
         description="least paired episodes per family for family_trials_policies (0: off)",
     )
-    scaling_curve: bool = Field(
-        False,
-        description="also evaluate routed TRACE and GRPO-on-target at each training.curve_fractions step "
-        "(runs <run>.scale-k; train with training.early_stopping=false)",
-    )
     focus_family: str | None = Field(None, description="the family whose base -> TRACE (routed) result is the headline")
     routing_seeds: int = Field(
         4, ge=1, le=256, description="held-out synthetic seeds per capability for the router's accuracy"
     )
-    baseline_grpo: bool = Field(
-        True,
-        description="train and evaluate GRPO on the target with as many training rollouts as all "
-        "adapters together (computed in training/budget.py)",
-    )
-    baseline_gepa: bool = Field(
-        False, description="optimise the system prompt with GEPA and evaluate it as policy `gepa`"
+    comparisons: list[OptionalComparison] = Field(
+        default_factory=lambda: ["baseline_grpo_target"],
+        description="the optional comparisons (evaluation/registry.py) a run makes besides the capability hints, oracle "
+        "routing and adapter subsets: baseline_grpo_target (train GRPO on the target with as many training rollouts as "
+        "all adapters together, training/budget.py), gepa (optimise the system prompt with GEPA, extra `gepa`), "
+        "rollout_scaling (evaluate routed TRACE and GRPO-on-target at each training.curve_fractions step, runs "
+        "<run>.scale-k; train with training.early_stopping=false), paper_protocol (also play every task, analysis split "
+        "included, once at temperature 0: `all_tasks:<policy>`)",
     )
     gepa_max_metric_calls: int | None = Field(
         None, ge=1, description="episodes GEPA may play; None: as many as all adapters' training rollouts"

@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gapforge.agents.analysis.config import AnalysisConfig
-from gapforge.agents.config import EndpointConfig, LLMConfig, PolicyConfig, RolloutConfig
-from gapforge.agents.router import RoutingConfig  # the router's own section (agents/router/config.py)
+from gapforge.agents.config import LLMConfig, PolicyConfig, RolloutConfig
+from gapforge.agents.router import RoutingConfig
 from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.envs.tau2.config import Tau2Config
 from gapforge.errors import ConfigError
@@ -28,36 +28,12 @@ from gapforge.sandbox.config import SandboxConfig
 from gapforge.serving.config import ServeConfig
 from gapforge.store.config import StoreConfig
 from gapforge.store.redact import redact, redact_tree
-from gapforge.training.config import TrainingConfig  # the section lives with the trainer
-
-__all__ = [  # the moved sections stay importable from here for the composition root and tests
-    "AnalysisConfig",
-    "ConfigError",
-    "EndpointConfig",
-    "EvaluationConfig",
-    "ExecutorConfig",
-    "GRPOReadinessConfig",
-    "GapforgeConfig",
-    "LLMConfig",
-    "PolicyConfig",
-    "RolloutConfig",
-    "RoutingConfig",
-    "SandboxConfig",
-    "ServeConfig",
-    "StoreConfig",
-    "SynthesisConfig",
-    "TrainingConfig",
-    "check_run_config",
-    "load_config",
-    "parse_override",
-]
+from gapforge.training.config import TrainingConfig
 
 
-class _Section(BaseModel):
+class GapforgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-
-class GapforgeConfig(_Section):
     workspace: Path = Field(
         Path(".gapforge"),
         description="directory of everything a run writes: store, checkpoints, env code, adapters, reports",
@@ -79,9 +55,7 @@ class GapforgeConfig(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     tau2: Tau2Config = Field(default_factory=Tau2Config)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    serving: ServeConfig = Field(
-        default_factory=ServeConfig
-    )  # `gapforge serve` under load and at shutdown (serving/config.py)
+    serving: ServeConfig = Field(default_factory=ServeConfig)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:
@@ -135,6 +109,19 @@ _ENV_OVERRIDES = {
 }
 
 
+_BREAKER = "constants: BREAKER_FAILURES = 8, BREAKER_COOLDOWN_S = 30.0 (agents/llm.py, serving/openai_policy.py)"
+# Keys that went (issue 62) -> what replaced them: given anyway, they are refused in one line that says so.
+REMOVED = {
+    "evaluation.baseline_grpo": "list baseline_grpo_target in evaluation.comparisons (listed by default)",
+    "evaluation.baseline_gepa": "list gepa in evaluation.comparisons",
+    "evaluation.scaling_curve": "list rollout_scaling in evaluation.comparisons",
+    "evaluation.all_tasks_greedy": "list paper_protocol in evaluation.comparisons",
+    "routing.max_example_chars": "fixed: 1200 characters of each capability's example in the routing prompt",
+    "routing.max_policy_chars": "fixed: 600 characters of the target's policy (MAX_POLICY_CHARS, agents/router/router.py)",
+    **{f"{s}.endpoint.{k}": _BREAKER for s in ("llm", "policy") for k in ("breaker_failures", "breaker_cooldown_s")},
+}
+
+
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
@@ -166,6 +153,8 @@ def _format_error(err: ValidationError) -> str:
     loc = ".".join(str(p) for p in first["loc"]) or "<root>"
     if not first["loc"] and first["type"] == "value_error":  # a check across sections: its message says what to set
         return str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden" and loc in REMOVED:
+        return f"config key '{loc}' was removed: {REMOVED[loc]}"
     if first["type"] == "extra_forbidden":
         return f"unknown config key '{loc}': remove it or check the spelling (see `gapforge config show`)"
     return redact(f"config key '{loc}': {first['msg']} (got {first.get('input')!r})")

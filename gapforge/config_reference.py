@@ -10,7 +10,6 @@ is described once). The checks that span fields follow each list with the messag
 from __future__ import annotations
 
 import ast
-import enum
 import inspect
 import textwrap
 import types
@@ -19,21 +18,31 @@ from pathlib import Path
 from typing import Any, Literal
 
 import annotated_types as at
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel
 
 from gapforge.config import _ENV_OVERRIDES, GapforgeConfig
 
 REGENERATE = "python -m gapforge.config_reference > docs/config.md"
+KEYS_LINE = (
+    "{n} keys, one row each: `- key (type, default, bounds): what it sets` (a sub-section is a heading, not a key)."
+)
 
 _BOUNDS = (
     (at.Gt, "gt", "> {}"),
     (at.Ge, "ge", "≥ {}"),
     (at.Lt, "lt", "< {}"),
     (at.Le, "le", "≤ {}"),
-    (at.MultipleOf, "multiple_of", "multiple of {}"),
     (at.MinLen, "min_length", "length ≥ {}"),
-    (at.MaxLen, "max_length", "length ≤ {}"),
 )
+
+
+def keys(instance: BaseModel, prefix: str = "") -> list[str]:
+    """The dotted keys of the tree's values (a sub-section such as `llm.endpoint` holds keys, it is none)."""
+    out = []
+    for name in type(instance).model_fields:
+        value = getattr(instance, name)
+        out += keys(value, f"{prefix}{name}.") if isinstance(value, BaseModel) else [f"{prefix}{name}"]
+    return out
 
 
 def type_name(annotation: Any) -> str:
@@ -67,16 +76,10 @@ def bounds(metadata: list[Any]) -> str:
 
 
 def default_text(value: Any) -> str:
-    if isinstance(value, SecretStr):
-        return "(secret)"
-    if isinstance(value, enum.Enum):
-        value = value.value
     if isinstance(value, Path):
         return f"`{value}`"
     if isinstance(value, str):
-        return f'`"{value}"`' if value else '`""`'
-    if isinstance(value, BaseModel):
-        return "(section)"
+        return f'`"{value}"`'
     return f"`{value!r}`" if not isinstance(value, (list, dict, tuple)) else f"`{_plain(value)}`"
 
 
@@ -85,8 +88,6 @@ def _plain(value: Any) -> str:
         return "{" + ", ".join(f"{k}: {_plain(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_plain(v) for v in value) + "]"
-    if isinstance(value, BaseModel):
-        return _plain(value.model_dump(mode="json"))
     return str(value)
 
 
@@ -168,24 +169,25 @@ def _rows(
         checks += [m for m in validator_messages(model) if m not in checks]
 
 
+def _blocks(out: list[str], *blocks: list[str]) -> None:
+    """Each non-empty block of lines, then a blank line."""
+    for block in blocks:
+        if block:
+            out += [*block, ""]
+
+
+def _checks(messages: list[str]) -> list[str]:
+    return ["Checks on load:", "", *[f"- {_flat(m)}" for m in messages]] if messages else []
+
+
 def _section(prefix: str, instance: BaseModel, description: str, out: list[str], seen: dict[type, str]) -> None:
     """One top-level section: its intro, a line per sub-section, one table, the checks its models run on load."""
     rows: list[str] = []
-    intro = [t for t in (description, _doc(type(instance))) if t]
     subs: list[str] = []
     checks: list[str] = []
     _rows(prefix, instance, seen, rows, subs, checks)
-    out += [f"## `{prefix}`", ""]
-    if intro:
-        out += [" ".join(intro), ""]
-    if subs:
-        out += [*[f"- {s}" for s in subs], ""]
-    if rows:
-        out += [*rows, ""]
-    if checks:
-        out += ["Checks on load:", ""]
-        out += [f"- {' '.join(m.split())}" for m in checks]
-        out += [""]
+    intro = " ".join(t for t in (description, _doc(type(instance))) if t)
+    _blocks(out, [f"## `{prefix}`"], [intro] if intro else [], [f"- {s}" for s in subs], rows, _checks(checks))
 
 
 def render() -> str:
@@ -213,10 +215,9 @@ def render() -> str:
         for name, field in GapforgeConfig.model_fields.items()
         if not isinstance(getattr(root, name), BaseModel)
     ]
-    out += ["## top level", "", "Each key: `- key (type, default, bounds): what it sets`.", "", *rows, ""]
-    checks = validator_messages(GapforgeConfig)
-    if checks:
-        out += ["Checks on load:", "", *[f"- {' '.join(m.split())}" for m in checks], ""]
+    _blocks(
+        out, ["## top level"], [KEYS_LINE.format(n=len(keys(root)))], rows, _checks(validator_messages(GapforgeConfig))
+    )
     for name, field in GapforgeConfig.model_fields.items():
         value = getattr(root, name)
         if isinstance(value, BaseModel):

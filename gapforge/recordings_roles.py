@@ -121,7 +121,7 @@ ROLES = [
     Role(
         "GEPA reflection",
         "gepa_reflection",
-        "the `llm.scripted_path` file, only when `evaluation.baseline_gepa: true`; with no path, `agents/recorded/<env>_reflection.yaml` "
+        "the `llm.scripted_path` file, only when `evaluation.comparisons` lists gepa; with no path, `agents/recorded/<env>_reflection.yaml` "
         "for a built-in env",
         None,
         REFLECTION,

@@ -45,6 +45,11 @@ from gapforge.faults import EndpointFault
 from gapforge.serving.errors import ServingError
 from gapforge.serving.tool_calls import split_reasoning
 
+# The endpoint's circuit breaker, one per base URL in the process, shared with the agent roles' client (agents/llm.py,
+# the same values): this many consecutive failed requests mark the endpoint down; calls then fail at once for the
+# cooldown (seconds), then one probe.
+BREAKER_FAILURES, BREAKER_COOLDOWN_S = 8, 30.0
+
 USER_FIX_STATUS = {
     401: "check the API key",
     403: "check the API key's permissions",
@@ -96,8 +101,6 @@ class EndpointPolicy:
         max_retries: int = 4,
         retry_backoff_s: float = 1.0,
         max_retry_after_s: float = 60.0,
-        breaker_failures: int = 8,
-        breaker_cooldown_s: float = 30.0,
         name: str | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -114,7 +117,7 @@ class EndpointPolicy:
         self._backoff = wait_exponential_jitter(
             multiplier=retry_backoff_s, max=30 * retry_backoff_s, jitter=retry_backoff_s
         )
-        self.breaker: CircuitBreaker = breaker_for(base_url, failures=breaker_failures, cooldown_s=breaker_cooldown_s)
+        self.breaker: CircuitBreaker = breaker_for(base_url, failures=BREAKER_FAILURES, cooldown_s=BREAKER_COOLDOWN_S)
         self._headers = {"Authorization": f"Bearer {api_key or 'not-needed'}", "Content-Type": "application/json"}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -147,24 +150,6 @@ class EndpointPolicy:
             await self._session.close()
         self._session = None
 
-    def payload(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        temperature: float | None,
-        max_tokens: int | None = None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [_wire(m) for m in messages],
-            "temperature": self.temperature if temperature is None else temperature,
-        }
-        if tools:
-            body["tools"] = tools
-        if max_tokens or self.max_tokens:
-            body["max_tokens"] = max_tokens or self.max_tokens
-        return body
-
     def body_text(
         self,
         messages: list[Message],
@@ -172,8 +157,9 @@ class EndpointPolicy:
         temperature: float | None,
         max_tokens: int | None = None,
     ) -> str:
-        """`payload(...)` as JSON text, from fragments serialized once: an episode resends its whole conversation
-        and the same tool schemas on every turn, so each message (and each tool list) is encoded once per episode."""
+        """The request's JSON text (model, messages, temperature, tools when any, max_tokens when set), from fragments
+        serialized once: an episode resends its whole conversation and the same tool schemas on every turn, so each
+        message (and each tool list) is encoded once per episode."""
         cache = self._wire_cache
         text = (
             f'{{"model":{self._model_json},"messages":[{",".join([cache.text(m, _wire_json) for m in messages])}],'
@@ -187,26 +173,23 @@ class EndpointPolicy:
 
     async def _post(self, body: str) -> dict[str, Any]:
         with self.breaker.attempt(_transient):
-            return await self._post_once(body)
-
-    async def _post_once(self, body: str) -> dict[str, Any]:
-        async with self._http().post(self._url, data=body.encode()) as resp:
-            status, text = resp.status, await resp.text()
-            retry_after = retry_after_s(resp.headers.get("Retry-After"))
-        if status == 200:
-            try:
-                data = json.loads(text)
-                data["choices"][0]["message"]
-            except json.JSONDecodeError:
-                raise _Transient(200, f"body is not JSON: {text[:150]!r}") from None
-            except (KeyError, IndexError, TypeError):
-                raise _Transient(200, f"not a chat completion (no choices[0].message): {text[:150]!r}") from None
-            return data
-        if is_transient_status(status):
-            raise _Transient(status, text, retry_after)
-        if status in USER_FIX_STATUS:
-            raise ServingError(f"policy endpoint {self.url} answered HTTP {status}: {USER_FIX_STATUS[status]}")
-        raise PolicyError(f"policy endpoint rejected the request: HTTP {status}: {text[:300]}")
+            async with self._http().post(self._url, data=body.encode()) as resp:
+                status, text = resp.status, await resp.text()
+                retry_after = retry_after_s(resp.headers.get("Retry-After"))
+            if status == 200:
+                try:
+                    data = json.loads(text)
+                    data["choices"][0]["message"]
+                except json.JSONDecodeError:
+                    raise _Transient(200, f"body is not JSON: {text[:150]!r}") from None
+                except (KeyError, IndexError, TypeError):
+                    raise _Transient(200, f"not a chat completion (no choices[0].message): {text[:150]!r}") from None
+                return data
+            if is_transient_status(status):
+                raise _Transient(status, text, retry_after)
+            if status in USER_FIX_STATUS:
+                raise ServingError(f"policy endpoint {self.url} answered HTTP {status}: {USER_FIX_STATUS[status]}")
+            raise PolicyError(f"policy endpoint rejected the request: HTTP {status}: {text[:300]}")
 
     def _wait(self, attempt: int, exc: BaseException | None) -> float:
         """Seconds before retry number `attempt`: jittered exponential backoff, at least what a Retry-After asked."""

@@ -38,8 +38,6 @@ class RoutingConfig(BaseModel):
         ge=0.0,
         description="abstain to the base when top minus runner-up score < margin (logprobs; gate: log-odds)",
     )
-    max_example_chars: int = Field(1200, ge=0, description="characters of each capability's example in the prompt")
-    max_policy_chars: int = Field(600, ge=0, description="characters of the target's policy document in the prompt")
     batch_size: int = Field(8, ge=1, description="routing prompts per forward pass")
     vllm_base_url: str | None = Field(None, description="backend=vllm: the server's /v1 URL")
     vllm_model: str | None = Field(None, description="backend=vllm: the served base model's name")

@@ -136,10 +136,10 @@ def fit_gate(
     classes: Sequence[str],
     *,
     hidden: int = 0,
-    seed: int = 0,
-    epochs: int = 300,
-    lr: float = 0.05,
-    weight_decay: float = 1e-3,
+    seed: int = SEED,
+    epochs: int = EPOCHS,
+    lr: float = LR,
+    weight_decay: float = WEIGHT_DECAY,
 ) -> GateClassifier:
     """Train the gate on (features, class names). Class-balanced: each class present weighs the same in the loss."""
     import torch
@@ -287,9 +287,8 @@ class GateRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     state: GateState
-    settings: dict[
-        str, bool | int | float
-    ]  # the training settings (refit: the served gate saw every example) and the margin it was measured at
+    # the training settings (refit: the served gate saw every example) and the margin it was measured at
+    settings: dict[str, bool | int | float]
     examples: list[GateExample]
     heldout: GateAccuracy
     train_accuracy: float
@@ -455,19 +454,8 @@ def train_gate(
     features = encoder.encode([e.text for e in examples])
     is_train = np.array([e.split == "train" for e in examples])
 
-    def fit(
-        x: np.ndarray, labels: list[str]
-    ) -> GateClassifier:  # the same settings for the measured and the served fit
-        return fit_gate(
-            x,
-            labels,
-            classes,
-            hidden=routing.gate.hidden,
-            seed=SEED,
-            epochs=EPOCHS,
-            lr=LR,
-            weight_decay=WEIGHT_DECAY,
-        )
+    def fit(x: np.ndarray, labels: list[str]) -> GateClassifier:  # the measured and the served fit: the same settings
+        return fit_gate(x, labels, classes, hidden=routing.gate.hidden)
 
     gate = fit(features[is_train], [e.label for e in train])
     decided = decide(gate.log_probs(features), classes, routing.margin)

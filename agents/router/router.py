@@ -25,6 +25,7 @@ from gapforge.prompts import load_prompt
 
 ROUTER_PROMPT = "router.md"
 NONE = "none"  # the class of a task no routed capability covers: the base model plays it
+MAX_POLICY_CHARS = 600  # characters of the target's policy document in the routing prompt
 
 
 class RouterError(ModelError):
@@ -139,7 +140,7 @@ class Router:
         """`target` (its name) and `policy` (its policy document) name the target's domain in the routing prompt."""
         self.config = config or RoutingConfig()
         self.target = target.strip() or "(not named)"
-        self.policy = policy_opening(policy, self.config.max_policy_chars) or "(not given)"
+        self.policy = policy_opening(policy, MAX_POLICY_CHARS) or "(not given)"
         self.options = list(options)
         self.scorer = scorer
         used = [o.label for o in self.options]

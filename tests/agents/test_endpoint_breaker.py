@@ -6,11 +6,13 @@ spending its retries, and a probe after the cooldown closes the circuit again.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict
 
+from gapforge.agents import llm
 from gapforge.agents.config import EndpointConfig
 from gapforge.agents.errors import ModelEndpointError
 from gapforge.agents.llm import is_transient, make_chat_model
@@ -18,6 +20,7 @@ from gapforge.agents.structured_http import StructuredHTTP
 from gapforge.envs.breaker import CircuitBreaker, CircuitOpen
 from gapforge.envs.errors import EndpointError
 from gapforge.envs.protocol import Message
+from gapforge.serving import openai_policy
 from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, structured_reply, text_reply
 
@@ -31,22 +34,34 @@ class Label(BaseModel):
     name: str
 
 
-def _model(url: str, cooldown_s: float = 0.4, backoff_s: float = 0.01):
-    cfg = EndpointConfig(
-        base_url=url, model="fake", max_retries=RETRIES, breaker_failures=THRESHOLD, breaker_cooldown_s=cooldown_s
-    )
-    return make_chat_model(cfg, retry_backoff_s=backoff_s)
+@pytest.fixture
+def breaker(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
+    """Sets both clients' breaker constants: THRESHOLD failures, then the given cooldown."""
+
+    def set_cooldown(cooldown_s: float) -> None:
+        for module in (llm, openai_policy):
+            monkeypatch.setattr(module, "BREAKER_FAILURES", THRESHOLD)
+            monkeypatch.setattr(module, "BREAKER_COOLDOWN_S", cooldown_s)
+
+    return set_cooldown
+
+
+def _model(url: str, backoff_s: float = 0.01):
+    return make_chat_model(EndpointConfig(base_url=url, model="fake", max_retries=RETRIES), retry_backoff_s=backoff_s)
 
 
 async def _structured(client: StructuredHTTP, n: int) -> list[object]:
     return await asyncio.gather(*(client.acall(WIRE, Label) for _ in range(n)), return_exceptions=True)
 
 
-def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_after_the_cooldown() -> None:
+def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_after_the_cooldown(
+    breaker: Callable[[float], None],
+) -> None:
     with FakeOpenAIServer(structured_reply({"name": "precondition_verification"})) as srv:
         srv.set_down(True)
         # a cooldown no slow machine outlasts while the calls run (0.4 s elapsed under load and let a probe out)
-        model = _model(srv.base_url, cooldown_s=30)
+        breaker(30)
+        model = _model(srv.base_url)
 
         async def go() -> tuple[list[object], list[object]]:
             async with StructuredHTTP(model) as client:
@@ -66,7 +81,8 @@ def test_concurrent_structured_calls_fail_fast_on_a_dead_endpoint_and_recover_af
         # the endpoint's one breaker takes the latest asker's cooldown: 0 ends it now, so the first call is the probe
         # and the others wait for its verdict
         # (callers waiting on the probe retry with backoff: ~3 s in all, so a probe slowed by load still answers in time)
-        model = _model(srv.base_url, cooldown_s=0.0, backoff_s=0.2)
+        breaker(0.0)
+        model = _model(srv.base_url, backoff_s=0.2)
         assert model.breaker().is_open
 
         async def back() -> list[object]:
@@ -91,10 +107,11 @@ def test_half_open_callers_retry_while_the_probe_is_under_way_and_fail_fast_befo
     assert waiting.value.probing and is_transient(waiting.value)  # worth a retry after the backoff
 
 
-def test_chat_model_and_rollout_policy_share_one_breaker_per_endpoint() -> None:
+def test_chat_model_and_rollout_policy_share_one_breaker_per_endpoint(breaker: Callable[[float], None]) -> None:
+    breaker(30)
     with FakeOpenAIServer(text_reply("ok")) as srv:
-        model = _model(srv.base_url + "/", cooldown_s=30)
-        policy = EndpointPolicy(srv.base_url, "fake", breaker_failures=THRESHOLD, breaker_cooldown_s=30)
+        model = _model(srv.base_url + "/")
+        policy = EndpointPolicy(srv.base_url, "fake")
         assert policy.breaker is model.breaker()  # keyed by base URL, trailing '/' ignored
         srv.set_down(True)
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import openai
 import pytest
 
+from gapforge.agents.config import EndpointConfig
 from gapforge.agents.errors import ModelEndpointError
 from gapforge.agents.llm import make_chat_model
-from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
 

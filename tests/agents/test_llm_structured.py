@@ -8,9 +8,9 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict
 
+from gapforge.agents.config import EndpointConfig
 from gapforge.agents.errors import StructuredOutputError
 from gapforge.agents.llm import ScriptedChatModel, astructured_call, make_chat_model, prompt_config, structured_call
-from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer
 
 ASK = [SystemMessage("You name capabilities."), HumanMessage("Name one.")]

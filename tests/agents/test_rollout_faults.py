@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest import MonkeyPatch
 from typer.testing import CliRunner
 
 from gapforge.cli import app
 from gapforge.envs.breaker import reset_breakers
+from gapforge.serving import openai_policy
 from gapforge.store import Store
 from tests.fakes.fake_openai import FakeOpenAIServer, Faults, text_reply
 
@@ -28,8 +30,6 @@ def _fast(tmp_path: Path) -> list[str]:
         "policy.endpoint.timeout_s=0.5",
         "policy.endpoint.max_retries=3",
         "policy.endpoint.retry_backoff_s=0.01",
-        "policy.endpoint.breaker_failures=6",
-        "policy.endpoint.breaker_cooldown_s=0.3",
     ]
     return [a for s in sets for a in ("--set", s)]
 
@@ -39,7 +39,9 @@ def _episodes(tmp_path: Path, run_id: str):
         return s.episodes(run_id), s.get_run(run_id)
 
 
-def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Path) -> None:
+def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_policy, "BREAKER_FAILURES", 6)
+    monkeypatch.setattr(openai_policy, "BREAKER_COOLDOWN_S", 0.3)
     runner = CliRunner()
     faults = Faults(rate_limit_rate=0.05, retry_after_s=0.05, garbage_rate=0.05, hang_rate=0.03, hang_s=1.0)
     with FakeOpenAIServer(text_reply("Sorry, I cannot look that up."), fail_rate=0.2, faults=faults, seed=7) as srv:
@@ -187,8 +189,11 @@ def test_task_lists_and_limits_are_checked_before_work(tmp_path: Path) -> None:
         assert res.exit_code == 2 and "not" in res.output and "unreachable" not in res.output, res.output
 
 
-def test_an_outage_is_not_counted_as_finished_and_the_exit_line_keeps_the_whole_error(tmp_path: Path) -> None:
+def test_an_outage_is_not_counted_as_finished_and_the_exit_line_keeps_the_whole_error(
+    tmp_path: Path, monkeypatch: MonkeyPatch
+) -> None:
     """The progress bar counts stored episodes only, and the exit-3 line quotes the last error whole."""
+    monkeypatch.setattr(openai_policy, "BREAKER_FAILURES", 1000)
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
         long_url = (
             srv.base_url.removesuffix("/v1") + "/" + "a-long-proxy-path" * 12 + "/v1"
@@ -207,8 +212,6 @@ def test_an_outage_is_not_counted_as_finished_and_the_exit_line_keeps_the_whole_
                 "--samples",
                 "2",
                 *_fast(tmp_path),
-                "--set",
-                "policy.endpoint.breaker_failures=1000",
             ],
             terminal_width=2000,
         )

@@ -64,7 +64,7 @@ def test_the_registry_names_each_comparison_once_and_its_order_is_the_policies_o
 def test_each_switch_turns_its_comparison_on() -> None:
     default = {c.name for c in enabled(SimpleNamespace(evaluation=EvaluationConfig()))}
     assert default == {CAPABILITY_HINTS, "oracle", GRPO_TARGET, "adapter_subsets"}
-    every = EvaluationConfig(baseline_gepa=True, baseline_grpo=False, scaling_curve=True, all_tasks_greedy=True)
+    every = EvaluationConfig(comparisons=["gepa", "rollout_scaling", "paper_protocol"])
     assert {c.name for c in enabled(SimpleNamespace(evaluation=every))} == {
         CAPABILITY_HINTS,
         GEPA,
@@ -101,7 +101,7 @@ def test_gepa_refuses_an_env_without_the_runs_analysis_split_with_the_stages_fai
         play=play,
         failure=_Failed,
     )
-    with pytest.raises(_Failed, match="evaluation.baseline_gepa optimises on the run's analysis split"):
+    with pytest.raises(_Failed, match="the gepa comparison optimises on the run's analysis split"):
         asyncio.run(GEPA_COMPARISON.prepare(ev))
 
 

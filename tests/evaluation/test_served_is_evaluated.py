@@ -59,7 +59,7 @@ def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
             "evaluation.family_trials.policy_refusal=2",
             "evaluation.focus_family=policy_refusal",
             "evaluation.routing_seeds=2",
-            "evaluation.baseline_grpo=false",
+            "evaluation.comparisons=[]",
             f"sandbox.image={image}",
             "sandbox.pool_size=1",
             "sandbox.memory_mb=256",

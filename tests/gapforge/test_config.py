@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,13 @@ def test_yaml_then_set_then_env(tmp_path: Path) -> None:
         ("llm:\n  endpoint:\n    api_key: sk-oops\n", [], "env vars only"),
         ("", ["noequals"], "expected dotted.key=value"),
         ("", ["evaluation.trials=0"], "evaluation.trials"),
+        (
+            "evaluation:\n  baseline_gepa: true\n",
+            [],
+            "'evaluation.baseline_gepa' was removed: list gepa in evaluation.comparisons",
+        ),
+        ("", ["policy.endpoint.breaker_failures=3"], "'policy.endpoint.breaker_failures' was removed: constants"),
+        ("", ["evaluation.comparisons=[oracle]"], "evaluation.comparisons"),
     ],
 )
 def test_bad_config_is_one_line(tmp_path: Path, yaml_text: str, overrides: list[str], needle: str) -> None:
@@ -90,3 +98,12 @@ def test_a_run_that_cannot_train_is_refused_before_it_starts(tmp_path) -> None:
         out.exit_code == 2 and "policy.kind=scripted cannot be trained" in out.output and "Traceback" not in out.output
     )
     assert "run r-" not in out.output  # refused before a run was created
+
+
+def test_the_optional_comparisons_are_the_registrys_switched_plugins() -> None:
+    """`evaluation.comparisons` accepts exactly the names of the comparisons that are not always on."""
+    from gapforge.evaluation.config import OptionalComparison
+    from gapforge.evaluation.registry import registry
+
+    assert set(typing.get_args(OptionalComparison)) == {c.name for c in registry() if c.switch}
+    assert load_config(None, [], environ={}).evaluation.comparisons == ["baseline_grpo_target"]

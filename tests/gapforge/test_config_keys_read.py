@@ -4,9 +4,8 @@ Read means: the key's field name is accessed as an attribute (`cfg.section.name`
 outside the config models' own class bodies and the reference generator (gapforge/config_reference.py), in a module
 that also names the section: its key (`.routing`), its model's class, or a name some product module annotates with
 that class (StageDeps' `readiness: GRPOReadinessConfig`, a router's `config: RoutingConfig`); or a method or property
-of the model that reads `self.name` is itself read that way; or it is a comparison plug-in's `switch` (an
-`evaluation.<switch>` that evaluation/comparisons.py `enabled` reads by name). Other keys read only by name at run time
-are listed in DYNAMIC, each with where and why.
+of the model that reads `self.name` is itself read that way. Other keys read only by name at run time are listed in
+DYNAMIC, each with where and why.
 """
 
 from __future__ import annotations
@@ -55,23 +54,6 @@ def product_files() -> list[Path]:
     )
 
 
-def _switches(node: ast.AST) -> list[str]:
-    """The names a comparison plug-in assigns to `switch` (`name, kind, switch = GEPA, "baseline", "baseline_gepa"`)."""
-    if not isinstance(node, ast.Assign):
-        return []
-    pairs: list[tuple[ast.expr, ast.expr]] = []
-    for target in node.targets:
-        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
-            pairs += zip(target.elts, node.value.elts, strict=False)
-        else:
-            pairs.append((target, node.value))
-    return [
-        v.value
-        for t, v in pairs
-        if isinstance(t, ast.Name) and t.id == "switch" and isinstance(v, ast.Constant) and isinstance(v.value, str)
-    ]
-
-
 def _annotated(node: ast.AST) -> tuple[str | None, ast.expr | None]:
     """(the name, its annotation) of an annotated assignment, dataclass field or parameter."""
     if isinstance(node, ast.AnnAssign):
@@ -109,8 +91,6 @@ def scan() -> tuple[dict[str, set[Path]], dict[str, dict[str, set[str]]], dict[s
             for ref in ast.walk(annotation) if name and annotation is not None else ():
                 if isinstance(ref, ast.Name) and ref.id in model_names:
                     aliases.setdefault(ref.id, set()).add(name)
-            for switch in _switches(node):
-                reads.setdefault(f"switch:{switch}", set()).add(path)
             if id(node) in inside:
                 continue
             if isinstance(node, ast.Attribute):
@@ -132,7 +112,7 @@ def is_read(key: str, model: type[BaseModel], name: str) -> bool:
         modules = reads.get(attr, set())
         return bool(modules & names_section) if section else bool(modules)
 
-    if read_in_section_module(name) or (section == "evaluation" and f"switch:{name}" in reads):
+    if read_in_section_module(name):
         return True
     own = methods.get(model.__name__, {})
     return any(name in fields and read_in_section_module(method) for method, fields in own.items())

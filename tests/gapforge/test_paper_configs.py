@@ -63,7 +63,7 @@ def test_the_config_validates_and_carries_the_shared_paper_settings(path: Path) 
     assert (t.lora_rank, t.learning_rate, t.temperature, t.max_steps, t.early_stopping) == (32, 1e-5, 1.0, 40, False)
     a = cfg.analysis
     assert (a.delta, a.rho, a.passes) == (0.20, 0.10, 10)
-    assert cfg.evaluation.all_tasks_greedy and cfg.evaluation.baseline_grpo and cfg.routing.enabled
+    assert set(cfg.evaluation.comparisons) == {"paper_protocol", "baseline_grpo_target"} and cfg.routing.enabled
     assert cfg.rollouts.user == "llm"
 
 

@@ -71,7 +71,7 @@ SMALL = [  # every stage small (as tests/gapforge/test_gpu_dryrun.py), everythin
     "training.save_every=2",
     "evaluation.trials=1",
     "evaluation.routing_seeds=1",
-    "evaluation.baseline_grpo=false",
+    "evaluation.comparisons=[]",
 ]
 
 

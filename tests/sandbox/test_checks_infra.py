@@ -24,6 +24,7 @@ from gapforge.sandbox.checks.grpo import check_grpo_ready
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 from gapforge.sandbox.env import SandboxedEnv
 from gapforge.sandbox.pool import SandboxPool
+from gapforge.serving import openai_policy
 from gapforge.serving.openai_policy import EndpointPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply
 
@@ -35,11 +36,16 @@ async def _runner(policy: Any, env: Any, seed: int, temperature: float) -> Any:
     return await run_episode(policy, env, seed, max_turns=3, temperature=temperature)
 
 
+@pytest.fixture
+def no_breaker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_policy, "BREAKER_FAILURES", 1000)  # these tests count every request
+
+
 def _down_policy(srv: FakeOpenAIServer) -> EndpointPolicy:
-    return EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000)
+    return EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0)
 
 
-async def test_an_endpoint_answering_500_is_retried_then_raised_never_graded() -> None:
+async def test_an_endpoint_answering_500_is_retried_then_raised_never_graded(no_breaker: None) -> None:
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
         policy = _down_policy(srv)
         try:
@@ -59,7 +65,7 @@ async def test_an_endpoint_answering_500_is_retried_then_raised_never_graded() -
     assert requests == 2 * 2 * 2  # each of the 4 episodes played twice (one retry), one request each
 
 
-async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() -> None:
+async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed(no_breaker: None) -> None:
     with FakeOpenAIServer(text_reply("ok"), fail_rate=1.0) as srv:
         policy = _down_policy(srv)
         try:
@@ -83,7 +89,7 @@ async def test_a_validation_under_an_endpoint_outage_is_incomplete_not_failed() 
     assert report.to_json()["incomplete"]["cause"] == "endpoint"
 
 
-def test_a_recovered_endpoint_blip_still_grades_the_env() -> None:
+def test_a_recovered_endpoint_blip_still_grades_the_env(no_breaker: None) -> None:
     # the first request fails, then it answers (with two failures the same episode could draw both: a race, not a blip)
     with FakeOpenAIServer(text_reply("Sorry."), fail_first=1) as srv:
         report = asyncio.run(
@@ -91,7 +97,7 @@ def test_a_recovered_endpoint_blip_still_grades_the_env() -> None:
                 lambda: InProcessSyntheticEnv(BASELINE),
                 seeds=4,
                 run_episode=_runner,
-                policy=EndpointPolicy(srv.base_url, "m", max_retries=0, retry_backoff_s=0.0, breaker_failures=1000),
+                policy=_down_policy(srv),
                 readiness=GRPOReadinessConfig(groups=2, samples=2, min_informative=0.0, max_all_zero=1.0, mean_low=0.0),
             )
         )

@@ -3,6 +3,7 @@ reasoning kept on the message (and sent back to an endpoint as the <think> block
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_reasoning_goes_to_the_endpoint_as_a_think_block_and_comes_back_apart() 
         reasoning="Check first.",
         tool_calls=[ToolCall(id="c", name="get_order", arguments={})],
     )
-    wire = policy.payload([Message.user("hi"), said], TOOLS, 1.0)["messages"][1]
+    wire = json.loads(policy.body_text([Message.user("hi"), said], TOOLS, 1.0))["messages"][1]
     assert (
         wire["content"] == "<think>\nCheck first.\n</think>\n\n"
         and wire["tool_calls"][0]["function"]["name"] == "get_order"

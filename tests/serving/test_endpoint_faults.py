@@ -10,6 +10,7 @@ import pytest
 from gapforge.envs.breaker import CircuitBreaker, CircuitOpen
 from gapforge.envs.errors import EndpointError, MalformedOutputError
 from gapforge.envs.protocol import Message
+from gapforge.serving import openai_policy
 from gapforge.serving.openai_policy import EndpointPolicy, _Transient, retry_after_s
 from tests.fakes.fake_openai import FakeOpenAIServer, Faults, text_reply
 
@@ -62,13 +63,12 @@ def test_the_wait_before_a_retry_is_at_least_what_retry_after_asked_and_at_most_
     assert policy._wait(1, _Transient(503, "")) < 0.01  # no Retry-After: the backoff alone
 
 
-def test_breaker_fails_fast_on_a_dead_endpoint_and_closes_on_recovery() -> None:
+def test_breaker_fails_fast_on_a_dead_endpoint_and_closes_on_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeOpenAIServer(text_reply("ok")) as srv:
         srv.set_down(True)
         # a cooldown no loaded machine outlasts while the 20 callers run
-        policy = EndpointPolicy(
-            srv.base_url, "m", max_retries=4, retry_backoff_s=0.01, breaker_failures=5, breaker_cooldown_s=30
-        )
+        monkeypatch.setattr(openai_policy, "BREAKER_FAILURES", 5)
+        policy = EndpointPolicy(srv.base_url, "m", max_retries=4, retry_backoff_s=0.01)
         outs = _ask(policy, n=20)
         assert all(isinstance(o, EndpointError) for o in outs)
         assert srv.request_count <= 25  # ~ one try per caller; without the breaker 20 callers x 5 attempts = 100
@@ -80,9 +80,8 @@ def test_breaker_fails_fast_on_a_dead_endpoint_and_closes_on_recovery() -> None:
         )  # open: no request at all
         srv.set_down(False)
         # the endpoint's one breaker takes the latest client's cooldown: 0 ends it now, so the next call is the probe
-        policy = EndpointPolicy(
-            srv.base_url, "m", max_retries=4, retry_backoff_s=0.01, breaker_failures=5, breaker_cooldown_s=0
-        )
+        monkeypatch.setattr(openai_policy, "BREAKER_COOLDOWN_S", 0.0)
+        policy = EndpointPolicy(srv.base_url, "m", max_retries=4, retry_backoff_s=0.01)
         [back] = _ask(policy)
         assert isinstance(back, Message) and not policy.breaker.is_open and srv.request_count == sent + 1
 

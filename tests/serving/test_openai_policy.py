@@ -9,7 +9,7 @@ import pytest
 from gapforge.envs.errors import EndpointError, MalformedOutputError, PolicyError
 from gapforge.envs.protocol import Message, tool_schema
 from gapforge.serving.errors import ServingError
-from gapforge.serving.openai_policy import EndpointPolicy
+from gapforge.serving.openai_policy import EndpointPolicy, _wire
 from tests.fakes.fake_openai import FakeOpenAIServer, text_reply, tool_call_message
 
 TOOLS = [tool_schema("lookup", "Look a thing up.", {"key": {"type": "string"}})]
@@ -110,6 +110,26 @@ def test_bad_url_is_a_user_error() -> None:
         EndpointPolicy("localhost:8000", "m")
 
 
+def _payload(
+    policy: EndpointPolicy,
+    messages: list[Message],
+    tools: list,
+    temperature: float | None,
+    max_tokens: int | None = None,
+) -> dict:
+    """The request body, built plainly (what body_text's cached fragments must add up to)."""
+    body = {
+        "model": policy.model,
+        "messages": [_wire(m) for m in messages],
+        "temperature": policy.temperature if temperature is None else temperature,
+    }
+    if tools:
+        body["tools"] = tools
+    if max_tokens or policy.max_tokens:
+        body["max_tokens"] = max_tokens or policy.max_tokens
+    return body
+
+
 def test_the_request_body_is_the_payload_and_each_message_is_encoded_once() -> None:
     import json
 
@@ -125,13 +145,13 @@ def test_the_request_body_is_the_payload_and_each_message_is_encoded_once() -> N
     )
     convo = [Message.system("policy"), Message.user("hi"), said, Message.tool("c1", '{"ok": true}', name="lookup")]
     for temperature, max_tokens in ((None, None), (0.3, 5)):
-        assert json.loads(policy.body_text(convo, tools, temperature, max_tokens)) == policy.payload(
-            convo, tools, temperature, max_tokens
+        assert json.loads(policy.body_text(convo, tools, temperature, max_tokens)) == _payload(
+            policy, convo, tools, temperature, max_tokens
         )
     encoded = len(policy._wire_cache._items)
     convo.append(Message.user("and now?"))
     json.loads(policy.body_text(convo, tools, None))
     assert len(policy._wire_cache._items) == encoded + 1  # the next turn encodes only the new message
-    assert json.loads(policy.body_text([Message.user("hi")], [], None)) == policy.payload(
-        [Message.user("hi")], [], None
+    assert json.loads(policy.body_text([Message.user("hi")], [], None)) == _payload(
+        policy, [Message.user("hi")], [], None
     )

@@ -209,7 +209,7 @@ class LineageStages:
         return RouterDone(capabilities, {"accuracy": conf["accuracy"], "cases": len(cases), "abstained": 0})
 
     async def train_baseline(self, run_id: str) -> BaselineDone:
-        return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
+        return BaselineDone(None, skipped="off (not in evaluation.comparisons)")
 
     def _evaluate(self, run_id: str, capabilities: list[str]) -> dict[str, dict[str, float]]:
         split = self.store.get_split(run_id)
