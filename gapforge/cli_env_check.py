@@ -1,6 +1,6 @@
 """`gapforge env check SPEC [--gold FILE]`: renders gapforge/env_check.py (a target env's reward floors and gold
-ceiling) as a table, the tasks behind every flagged row, and the JSON report. Exit 0 when every row holds, 1 when
-one is flagged, 2 for bad input."""
+ceiling) as a table, the tasks behind every flagged row, and the JSON report. Exit 0 when every row holds, 1 when one is
+flagged, 2 for bad input."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
 from gapforge.env_check import DEFAULT_FLOOR, EnvCheckReport, Outcome, PolicyRow, check_target
+from gapforge.paths import check_output_file
 
 SHOWN = 5  # tasks listed per flagged row
 _VERDICT = {"ok": "[bold green]ok[/]", "FLAGGED": "[bold red]FLAGGED[/]"}
 
 
 def register_check(app: typer.Typer) -> None:
-    """Attach `check` to the `env` group."""
     app.command("check")(check_cmd)
 
 
@@ -61,10 +61,7 @@ def check_cmd(
     its row. Exit 0: every row holds; 1: a row is flagged; 2: bad input.
     """
     cfg = get_config(config, set_)
-    if json_out is not None:
-        from gapforge.paths import check_output_file
-
-        check_output_file(json_out, "--json")  # before the episodes run, not after
+    check_output_file(json_out, "--json")  # before the episodes run, not after
     with console.status(f"playing the check policies on {spec} ..."):
         report = check_target(cfg, spec, gold_file=gold, tasks=tasks, floor=floor)
     render(report)
@@ -79,24 +76,14 @@ def check_cmd(
 def render(report: EnvCheckReport) -> None:
     """The table, then what broke each flagged row, what was exempt, and the verdict line."""
     table = Table(title=f"reward check of {report.env} ({len(report.tasks)} tasks)")
-    for col in ("policy", "episodes", "mean reward", "success rate", "should score", "verdict"):
-        table.add_column(
-            col,
-            justify="right" if col in ("episodes", "mean reward", "success rate") else "left",
-            no_wrap=col in ("policy", "should score"),
-        )
+    numbers = ("episodes", "mean reward", "success rate")
+    for col in ("policy", *numbers, "should score", "verdict"):
+        table.add_column(col, justify="right" if col in numbers else "left", no_wrap=col in ("policy", "should score"))
     for row in report.rows:
-        failed = (
-            f" ({len(row.env_failures)} env failure{'s' * (len(row.env_failures) > 1)})" if row.env_failures else ""
-        )
-        table.add_row(
-            row.policy,
-            f"{row.episodes}{failed}",
-            _num(row.mean_reward, "{:.3f}"),
-            _num(row.success_rate, "{:.0%}"),
-            row.should_score,
-            _VERDICT[row.verdict],
-        )
+        n = len(row.env_failures)
+        failed = f" ({n} env failure{'s' * (n > 1)})" if n else ""
+        rates = _num(row.mean_reward, "{:.3f}"), _num(row.success_rate, "{:.0%}")
+        table.add_row(row.policy, f"{row.episodes}{failed}", *rates, row.should_score, _VERDICT[row.verdict])
     console.print(table)
     for row in report.rows:
         _details(row)
