@@ -24,7 +24,7 @@ from typing import Any
 from gapforge.sandbox.channel import Channel
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.sandbox.errors import NO_DAEMON, SandboxError, image_missing
-from gapforge.sandbox.stage import CONTAINER_ROOT
+from gapforge.sandbox.mount import CONTAINER_ROOT
 
 LABEL = "gapforge"
 SANDBOX_UID = "65534:65534"

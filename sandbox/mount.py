@@ -25,7 +25,7 @@ CONTAINER_ROOT = "/opt/gapforge"
 
 
 def runtime_files() -> dict[str, Path]:
-    """Relative path in the stage -> source file on the host (the SDK only if it exists)."""
+    """Relative path in the mount -> source file on the host (the SDK only if it exists)."""
     files = {"server.py": SANDBOX_DIR / "server.py"}
     sdk = ENVS_DIR / "sdk.py"
     if sdk.is_file():
@@ -33,11 +33,11 @@ def runtime_files() -> dict[str, Path]:
     return files
 
 
-class Stage:
-    """A temporary staging directory; `close()` removes it."""
+class Mount:
+    """The temporary directory mounted into every sandbox; `close()` removes it."""
 
     def __init__(self) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix="gapforge-stage-"))
+        self.path = Path(tempfile.mkdtemp(prefix="gapforge-mount-"))
         self.path.chmod(0o755)
         (self.path / "envs").mkdir(mode=0o755)
         (self.path / "modules").mkdir(mode=0o755)
@@ -47,10 +47,9 @@ class Stage:
 
     def _write(self, rel: str, data: bytes) -> Path:
         dest = self.path / rel
-        fd, name = tempfile.mkstemp(
-            dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"
-        )  # one per writer: envs opened
-        tmp = Path(name)  # at once stage the same module
+        # one temporary file per writer: envs opened at once add the same module
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        tmp = Path(name)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         tmp.chmod(0o644)
@@ -58,7 +57,7 @@ class Stage:
         return dest
 
     def add_module(self, module_path: str | Path) -> str:
-        """Copy an env module in; returns its path relative to the stage root."""
+        """Copy an env module in; returns its path relative to the mount's root."""
         src = Path(module_path)
         if not src.is_file():
             raise SandboxError(f"env module '{src}' not found: pass the path of a .py file")

@@ -19,7 +19,7 @@ from typing import Any
 from gapforge.sandbox.channel import Channel
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.sandbox.errors import EnvCodeError, SandboxError
-from gapforge.sandbox.stage import Stage
+from gapforge.sandbox.mount import Mount
 
 
 class SandboxPool:
@@ -36,7 +36,7 @@ class SandboxPool:
             require_image(self.client, cfg.image)
             if sweep_on_start:
                 sweep(self.client)
-        self.stage = Stage()
+        self.mount = Mount()
         self._cond = threading.Condition()
         self._blank: list[Channel] = []
         self._idle: dict[str, list[Channel]] = {}
@@ -54,10 +54,10 @@ class SandboxPool:
         if self.cfg.backend == "docker":
             from gapforge.sandbox.docker_backend import start_container
 
-            return start_container(self.client, self.cfg, str(self.stage.path))
+            return start_container(self.client, self.cfg, str(self.mount.path))
         from gapforge.sandbox.process_backend import start_process
 
-        return start_process(self.cfg, str(self.stage.path))
+        return start_process(self.cfg, str(self.mount.path))
 
     def _fill(self) -> None:
         while True:
@@ -91,7 +91,7 @@ class SandboxPool:
 
         Raises EnvCodeError(kind="load_error") when the module does not load.
         """
-        rel = self.stage.add_module(module_path)
+        rel = self.mount.add_module(module_path)
         with self._cond:
             if self._closed:
                 raise SandboxError("the sandbox pool is closed: create a new one")
@@ -148,7 +148,7 @@ class SandboxPool:
             self._filler.join(timeout=self.cfg.start_timeout_s)
         for channel in channels:
             channel.kill()
-        self.stage.close()
+        self.mount.close()
         atexit.unregister(self.close)
 
     def __enter__(self) -> "SandboxPool":

@@ -58,7 +58,7 @@ class _CappedWriter:
 
 
 def _find_class(module: Any) -> type:
-    from envs.sdk import find_env_class  # always staged beside this file (sandbox/stage.py)
+    from envs.sdk import find_env_class  # always staged beside this file (sandbox/mount.py)
 
     return find_env_class(module)
 

@@ -140,10 +140,10 @@ def test_image_is_cached_by_recipe_label(sandbox_image, docker_client):
 
 
 def test_process_backend_child_runs_under_its_rlimits(sandbox_config_process, tmp_path):
+    from gapforge.sandbox.mount import Mount
     from gapforge.sandbox.process_backend import start_process
-    from gapforge.sandbox.stage import Stage
 
-    stage = Stage()
+    stage = Mount()
     try:
         channel = start_process(sandbox_config_process, str(stage.path))
         try:
@@ -163,16 +163,16 @@ def test_envs_opened_at_once_stage_the_same_module_without_tripping_on_each_othe
     while staging the module (FileNotFoundError for the losers: env faults blamed on the env)."""
     import threading
 
-    from gapforge.sandbox.stage import Stage
+    from gapforge.sandbox.mount import Mount
 
     module = tmp_path / "m.py"
     module.write_text("X = 1\n" * 2000)
     for _ in range(20):
-        stage = Stage()
+        stage = Mount()
         errors: list[BaseException] = []
         start = threading.Barrier(8)
 
-        def add(stage: Stage = stage, start: threading.Barrier = start, errors: list[BaseException] = errors) -> None:
+        def add(stage: Mount = stage, start: threading.Barrier = start, errors: list[BaseException] = errors) -> None:
             start.wait()
             try:
                 stage.add_module(module)
