@@ -126,13 +126,14 @@ class StageDeps:
                 raise RuntimeError("StageDeps.close() called inside an event loop: await deps.aclose()")
         self._close_resources()
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, store: bool = True) -> None:
+        """`store=False`: the store stays open (a caller lent it: `gapforge.stages.stage_context`)."""
         await self.aclose_policies()
-        await asyncio.to_thread(self._close_resources)
+        await asyncio.to_thread(self._close_resources, store)
 
-    def _close_resources(self) -> None:
+    def _close_resources(self, close_store: bool = True) -> None:
         pool, self._pool = self._pool, None
-        store, self._store = self._store, None
+        store, self._store = (self._store, None) if close_store else (None, self._store)
         try:
             if pool is not None:
                 pool.close()

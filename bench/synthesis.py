@@ -69,7 +69,8 @@ def tiny_runner(tmp: Path):
 
 
 class Steps:
-    """The service's two steps as the graph's repair loop calls them (gapforge/stages/synthesis.py binds them the same way)."""
+    """The service's two steps as the graph's repair loop calls them (as gapforge/stages/synthesis.py does, which bench/
+    may not use: it is the composition root's)."""
 
     def __init__(self, deps) -> None:
         self.deps = deps

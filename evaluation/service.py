@@ -1,5 +1,5 @@
-"""Stage services for the graph's build_router / evaluate / report nodes and the
-CLI (plain functions: no printing, typed results).
+"""What the build_router and evaluate stages (gapforge/stages/) and `gapforge serve` call (plain functions: no
+printing, typed results).
 
     artifacts = run_artifacts(store, run_id)                       # capabilities + trained adapters + examples
     backend   = load_backend(base_model_path, artifacts, extra_adapters={...})
@@ -7,7 +7,6 @@ CLI (plain functions: no printing, typed results).
     router    = build_router(artifacts, routing=cfg, tokenizer_path=base)      # routing.backend = "vllm"
     router    = build_router(artifacts, routing=cfg, backend=backend, gate=record.gate.state)  # "gate" (agents.router.gate)
     result    = await evaluate_run(store, run_id, backend=backend, router=router, artifacts=artifacts, ...)
-    report    = write_report(store, run_id, out_dir)                # evaluation.report
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.router import (
     CompletionsScorer,
@@ -31,18 +30,10 @@ from gapforge.envs.naming import synthetic_env_name
 from gapforge.envs.protocol import TargetEnvironment
 from gapforge.evaluation.policies import standard_policies
 from gapforge.evaluation.registry import scored
-from gapforge.evaluation.report import ReportResult, write_report
 from gapforge.evaluation.run import EvalPlan, EvaluationResult, evaluate
 
-__all__ = [
-    "ReportResult",
-    "RunArtifacts",
-    "build_router",
-    "evaluate_run",
-    "load_backend",
-    "run_artifacts",
-    "write_report",
-]
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 @dataclass(frozen=True)
@@ -53,7 +44,7 @@ class RunArtifacts:
     damaged: dict[str, str] = field(default_factory=dict)  # adapter name -> why its directory does not read back whole
 
 
-def _example(store: Any, run_id: str, capability: str, max_chars: int) -> str:
+def _example(store: Store, run_id: str, capability: str, max_chars: int) -> str:
     """A successful trajectory of the capability's synthetic env: the best successful stored episode of the env
     named `synthetic_env_name(capability)` (envs.naming, exact match; ties -> the earliest)."""
     good = store.episodes(run_id, env=synthetic_env_name(capability), success=True)
@@ -80,7 +71,7 @@ def adapter_location(path: str | Path, run_id: str, workspace: Path | None) -> P
 
 
 def run_artifacts(
-    store: Any, run_id: str, *, max_example_chars: int = 1200, workspace: Path | None = None
+    store: Store, run_id: str, *, max_example_chars: int = 1200, workspace: Path | None = None
 ) -> RunArtifacts:
     """Retained capabilities that have a trained adapter on disk that reads back whole (store.files.check_dir:
     adapter_config.json present, sizes as its manifest records, safetensors headers matching the bytes), in
@@ -198,7 +189,7 @@ def build_router(
 
 
 async def evaluate_run(
-    store: Any,
+    store: Store,
     run_id: str,
     *,
     backend: Any,

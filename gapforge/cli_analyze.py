@@ -1,6 +1,6 @@
 """`gapforge analyze RUN`: contrastive capability analysis of a run's episodes, with the run's stored config
 (gapforge/run_config.py): the analysis stage the graph's discover / label / select nodes call
-(`gapforge.stages.analysis`), rendered; never computes anything itself.
+(`gapforge.stages.analysis`: its steps in turn), rendered; never computes anything itself.
 
     gapforge analyze RUN [--passes R] [--set analysis.delta=0.3] [--plot FILE] [--retry-failed]
     gapforge analyze RUN --show CAPABILITY
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, fail, handle_errors, run_config
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 def _fmt(x: float | None, ci: tuple[float | None, float | None] | None = None) -> str:
@@ -87,27 +90,35 @@ def failure_lines(calls: list[Any], limit: int = 3, width: int = 300) -> list[st
     return lines
 
 
-def _show(store: Any, run: str, capability: str) -> None:
-    from gapforge.agents.analysis.service import lacking_episodes
+def _show(store: Store, run: str, capability: str) -> None:
+    """The episodes labeled LACKING for `capability` in any pass, with the first such pass's evidence."""
+    from gapforge.agents.analysis.errors import AnalysisError
 
-    rows = lacking_episodes(store, run, capability)
+    if store.get_capability(run, capability) is None:
+        known = ", ".join(c.name for c in store.capabilities(run)) or "none yet"
+        raise AnalysisError(f"run {run!r} has no capability {capability!r}: pick one of {known}")
+    by_episode: dict[int, list[Any]] = {}
+    for lab in store.labels(run, capability=capability):
+        if lab.value == "LACKING":
+            by_episode.setdefault(lab.episode_id, []).append(lab)
     table = Table(title=f"{capability}: LACKING episodes of run {run}")
     for col in ("episode", "task", "outcome", "passes", "evidence"):
         table.add_column(col)
-    for r in rows:
+    for eid in sorted(by_episode):
+        ep = store.get_episode(eid)
+        labs = sorted(by_episode[eid], key=lambda lab: lab.pass_index)
         table.add_row(
-            str(r.episode_id),
-            r.task_id,
-            "success" if r.success else "failure",
-            ",".join(map(str, r.passes)),
-            r.evidence,
+            str(eid),
+            ep.task_id,
+            "success" if ep.success else "failure",
+            ",".join(str(lab.pass_index) for lab in labs),
+            labs[0].evidence,
         )
     console.print(table)
-    console.print(f"{len(rows)} episode(s); see one with `gapforge rollouts show {run} --episode ID`")
+    console.print(f"{len(by_episode)} episode(s); see one with `gapforge rollouts show {run} --episode ID`")
 
 
-def _table(report: Any) -> Table:
-    sel = report.selection
+def _table(sel: Any) -> Table:
     table = Table(
         title=f"capabilities of run {sel.run_id} ({sel.episodes} analysis episodes, R={sel.passes}, K={sel.required_passes})"
     )
@@ -139,9 +150,8 @@ def analyze(
 ) -> None:
     """Discover the capabilities a run's agent lacks, label every episode R times, keep the stable gaps."""
     from gapforge.agents.analysis.errors import AnalysisError
-    from gapforge.agents.analysis.service import AnalysisReport, analyze_run
     from gapforge.run_lease import run_lease
-    from gapforge.stages import open_stages
+    from gapforge.stages import analysis, open_stages
 
     cfg, store = run_config(
         run, config, [*(set_ or []), *([f"analysis.passes={passes}"] if passes is not None else [])]
@@ -165,33 +175,39 @@ def analyze(
                 ) as bar:
                     task = bar.add_task("labeling", total=None)
 
-                    async def go() -> tuple[AnalysisReport, Any]:  # the analysis stage's own models and steps
+                    async def go() -> tuple[Any, Any, list[Any], Any, Any]:  # the graph's analysis steps, in turn
                         async with open_stages(cfg, store) as stages:
-                            stages.analysis.env = envs[0]
-                            model, counter = stages.analysis.models()
-                            report = await analyze_run(
-                                store,
-                                model,
-                                run,
-                                cfg=cfg.analysis,
-                                counter=counter,
-                                retry_failed=retry_failed,
-                                on_progress=lambda done, total: bar.update(task, completed=done, total=total),
-                            )
-                            return report, counter
+                            stages.analysis_env = envs[0]
+                            split, found = await analysis.run_discovery(stages, run)
+                            labeled: list[Any] = []
+                            for p in range(cfg.analysis.passes):  # on_progress counts episodes over all R passes
+                                before = sum(r.episodes for r in labeled)
+                                labeled.append(
+                                    await analysis.run_label_pass(
+                                        stages,
+                                        run,
+                                        p,
+                                        retry_failed=retry_failed,
+                                        on_progress=lambda done, total, before=before: bar.update(
+                                            task, completed=before + done, total=total * cfg.analysis.passes
+                                        ),
+                                    )
+                                )
+                            selection = await analysis.run_selection(stages, run)
+                            return split, found, labeled, selection, stages.analyst[1]  # type: ignore[index]
 
-                    report, counter = asyncio.run(go())
+                    split, found, labeled, selection, counter = asyncio.run(go())
             rows = store.capability_summaries(run)
     except AnalysisError as e:
         fail(str(e))
-    console.print(_table(report))
-    kept = ", ".join(report.selection.retained) or "none"
+    console.print(_table(selection))
+    kept = ", ".join(selection.retained) or "none"
     console.print(f"retained: {kept}")
-    failures = sum(report.selection.labeling_failures.values())
+    failures = sum(selection.labeling_failures.values())
     from gapforge.wiring import open_store
 
     with open_store(cfg) as store:
-        current = {(p.pass_index, p.dictionary_hash) for p in report.passes}
+        current = {(p.pass_index, p.dictionary_hash) for p in labeled}
         failed = [c for c in store.label_calls(run, status="failed") if (c.pass_index, c.dictionary_hash) in current]
     at_endpoint = sum(1 for c in failed if c.boundary == "endpoint")
     if failures and failures > at_endpoint:
@@ -203,10 +219,13 @@ def analyze(
             console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     path = plot or cfg.workspace / "reports" / run / "analysis.png"
     console.print(f"plot: {plot_gap_coverage(rows, cfg.analysis.delta, cfg.analysis.rho, path)}")
+    fresh = not found.cached  # a stored discovery made no call and spent no token
     console.print(
-        f"cost: {report.calls_made} calls made, {report.calls_cached} cached; {report.prompt_tokens} prompt + "
-        f"{report.completion_tokens} completion tokens (tokens: {counter.name}); split: {len(report.split.analysis)} analysis / "
-        f"{len(report.split.heldout)} held-out tasks",
+        f"cost: {found.calls + sum(p.calls for p in labeled)} calls made, "
+        f"{int(found.cached) + sum(p.cached for p in labeled)} cached; "
+        f"{fresh * found.prompt_tokens + sum(p.prompt_tokens for p in labeled)} prompt + "
+        f"{fresh * found.completion_tokens + sum(p.completion_tokens for p in labeled)} completion tokens "
+        f"(tokens: {counter.name}); split: {len(split.analysis)} analysis / {len(split.heldout)} held-out tasks",
         highlight=False,
     )
     if at_endpoint:

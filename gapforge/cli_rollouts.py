@@ -27,13 +27,12 @@ from gapforge.cli_common import (
     handle_errors,
 )
 from gapforge.cli_rollouts_show import register_show, render_summary
-from gapforge.executor_wiring import connect_executor
+from gapforge.executor import connect
 from gapforge.rollouts_run import check_identity, parse_tasks, resume_command
 from gapforge.run_lease import run_lease
 from gapforge.stages.rollouts import (
     check_run_target,
     collect_plan,
-    empty_result,
     env_errors_warning,
     env_turn_limit,
     infra_stop,
@@ -99,7 +98,7 @@ def collect_cmd(
     if samples is not None:
         overrides.append(f"rollouts.samples={samples}")
     cfg = get_config(config, overrides)
-    connect_executor(cfg)  # executor.kind ray: the head answers before any run is created (else exit 2, one line)
+    connect(cfg.executor)  # executor.kind ray: the head answers before any run is created (else exit 2, one line)
     deps = build_deps(cfg)
     store = deps.store
     prior = store.get_run(run) if run else None
@@ -175,7 +174,9 @@ def collect_cmd(
                 }
             pending = sum(key not in stored_keys for key in plan.keys())
             tid = bar.add_task(f"{env_name} x {pol.name}", total=pending)
-            live = empty_result()  # filled as episodes are stored: the counts survive a stop
+            live = CollectResult(
+                planned=0, skipped=0, ran=0
+            )  # filled as episodes are stored: the counts survive a stop
 
             def say_progress(
                 line: str,

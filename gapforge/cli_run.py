@@ -7,14 +7,15 @@ and its inspection in graph/.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, get_config, handle_errors
 from gapforge.cli_drive import drive, print_table, say, store_of
 from gapforge.envs.target_check import describe
-from gapforge.executor_wiring import connect_executor, executor_overrides
+from gapforge.executor import connect
+from gapforge.executor_wiring import executor_overrides
 from gapforge.run_progress import read_progress
 from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
 from gapforge.run_view import (
@@ -24,6 +25,9 @@ from gapforge.run_view import (
     history_table,
     runs_table,
 )
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 app = typer.Typer(help="The self-improvement graph: run, inspect, time-travel.")
 
@@ -87,7 +91,7 @@ def run_cmd(
             plan.cfg, store, resume, allow_change=allow_env_change
         ):  # a changed env: refused here
             say(f"warning: {warning}")
-        connect_executor(plan.cfg)  # executor.kind ray: the head answers, or one line naming executor.address (exit 2)
+        connect(plan.cfg.executor)  # executor.kind ray: the head answers, or one line naming executor.address (exit 2)
         say(f"run {resume}")
         if plan.command != "demo":
             raise typer.Exit(drive(plan.cfg, store, resume, plan.options, fresh=False))
@@ -99,7 +103,7 @@ def run_cmd(
             say(line)
         raise typer.Exit(code)
     options = RunOptions(review=review)
-    connect_executor(cfg)  # before the run exists: an unreachable Ray head is one line naming executor.address (exit 2)
+    connect(cfg.executor)  # before the run exists: an unreachable Ray head is one line naming executor.address (exit 2)
     if cfg.stages == "real":
         from gapforge.preflight import check_before_run
 
@@ -117,7 +121,7 @@ def inspect_graph_of(config: str | None, set_: list[str] | None, fn: Any) -> Any
     return cfg, store, inspect_graph(cfg, lambda graph: fn(store, graph))
 
 
-async def snapshot_of(store: Any, graph: Any, run_id: str) -> Any:
+async def snapshot_of(store: Store, graph: Any, run_id: str) -> Any:
     from gapforge.graph.runner import thread_config
 
     get_run_record(store, run_id)
@@ -152,7 +156,7 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     """A run's status, current stage (with its progress when one is in flight, or the one that failed), per-capability table and cost per stage."""
     from gapforge.run_inspect import stage_lines
 
-    async def go(store: Any, graph: Any) -> Any:
+    async def go(store: Store, graph: Any) -> Any:
         return await snapshot_of(store, graph, run)
 
     cfg, store, snap = inspect_graph_of(config, set_, go)
@@ -185,7 +189,7 @@ def history_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None
     """The run's checkpoint timeline: step, node, time, what changed."""
     from gapforge.graph.inspect import history
 
-    async def go(store: Any, graph: Any) -> Any:
+    async def go(store: Store, graph: Any) -> Any:
         await snapshot_of(store, graph, run)
         return await history(graph, run)
 

@@ -15,7 +15,7 @@ to `drain_timeout_s` (new ones get 503) before the command exits 0. `--port 0` b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,10 @@ from gapforge.cli_common import (
     handle_errors,
     run_config,
 )
+
+if TYPE_CHECKING:
+    from gapforge.config import GapforgeConfig
+    from gapforge.store import Store
 
 BaseOpt = Annotated[str | None, typer.Option("--base", help="base model dir (default: the run's policy.local_path)")]
 BackendOpt = Annotated[
@@ -49,7 +53,7 @@ def base_flags(base: str | None) -> list[str]:
     return [f"policy.local_path={base}"] if base else []
 
 
-def base_model_dir(cfg) -> str:
+def base_model_dir(cfg: GapforgeConfig) -> str:
     """The base model's weights (policy.local_path), checked to be a Hugging Face model dir."""
     path = cfg.policy.local_path
     if not path or not (Path(path) / "config.json").is_file():
@@ -59,7 +63,7 @@ def base_model_dir(cfg) -> str:
     return path
 
 
-def local_base(cfg):
+def local_base(cfg: GapforgeConfig) -> GapforgeConfig:
     """The config with the base loaded here: a run stored without a config reads policy.kind's default (scripted), which
     has no weights to serve or evaluate; its policy.local_path (--base) is a local model."""
     base_model_dir(cfg)
@@ -84,27 +88,25 @@ def backend_flags(backend: str | None, vllm_url: str | None, vllm_model: str | N
     raise UsageError(f"--backend '{backend}': use local or vllm")
 
 
-def served(cfg, store, run_id: str) -> tuple[Any, Any, Any, str]:
+def served(cfg: GapforgeConfig, store: Store, run_id: str) -> tuple[Any, Any, Any, str]:
     """(artifacts, chat backend, router, where the router came from) of the run, built by the routing stage the evaluation
-    used (`gapforge.stages.routing.Routing`): without the GRPO-on-target baseline, the router's data not written."""
+    used (`RunStages.routing`: gapforge/stages/routing.py): without the GRPO-on-target baseline, the router's data not written."""
     import asyncio
 
     from gapforge.stages import stage_context
-    from gapforge.stages.routing import Routing
 
     if cfg.policy.kind == "endpoint" and not cfg.policy.endpoint.base_url:
         raise UsageError(
             "policy.kind=endpoint needs the vLLM server's URL: pass --vllm-url URL or set policy.endpoint.base_url"
         )
-    sc = stage_context(
+    stages = stage_context(
         local_base(cfg), store, lambda _where, text: err_console.print(text, highlight=False, soft_wrap=True)
     )  # e.g. an adapter left out
-    routing = Routing(sc)
     try:
-        artifacts, chat, router = routing.routed(run_id, baseline=False, keep=False)
+        artifacts, chat, router = stages.routing.routed(run_id, baseline=False, keep=False)
     finally:
-        asyncio.run(sc.deps.aclose_pool())  # opened only when a run without a stored router had its openings read now
-    return artifacts, chat, router, routing.source
+        asyncio.run(stages.deps.aclose_pool())  # opened only when a run without a stored router had its openings read
+    return artifacts, chat, router, stages.routing.source
 
 
 def register(app: typer.Typer) -> None:

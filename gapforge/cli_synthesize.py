@@ -73,7 +73,7 @@ def command(
                     # One loop: the readiness policy the stages make is used and closed on it (its HTTP session is this loop's).
                     async with open_stages(cfg, store, progress, pool_size=min(cfg.sandbox.pool_size, 2)) as stages:
                         for cap in chosen:
-                            results.append(await synthesize_capability(stages.sc, run_id, cap))
+                            results.append(await synthesize_capability(stages, run_id, cap))
 
                 try:
                     asyncio.run(synthesize_all())

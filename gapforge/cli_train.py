@@ -10,6 +10,7 @@ line per GRPO step (reward, informative-group share).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -23,8 +24,11 @@ from gapforge.cli_common import (
 )
 from gapforge.cli_serve import local_base
 
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
-def _capabilities(store, run_id: str, capability: str | None, module: Path | None) -> list[str]:
+
+def _capabilities(store: Store, run_id: str, capability: str | None, module: Path | None) -> list[str]:
     """The capabilities to train: those with an accepted synthetic env (or the one `--module` is for)."""
     if module is not None:
         if not module.is_file():

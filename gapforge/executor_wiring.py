@@ -1,6 +1,6 @@
 """Where the work runs (`executor:` local | ray): the executor pieces the composition root hands to the
-stage services and commands (the collector's episode player, the training job runner, the evaluation's
-players, joining the cluster). The sandbox checks are in `gapforge.wiring.sandbox_checks` (build_deps puts
+stages and commands (the collector's episode player, the evaluation's players; the training job runner and joining
+the cluster: gapforge.executor's `job_runner` and `connect`). The sandbox checks are in `gapforge.wiring.sandbox_checks` (build_deps puts
 them in `StageDeps`)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from gapforge.wiring import make_policy
 
 if TYPE_CHECKING:
     from gapforge.envs.protocol import TargetEnvironment
+    from gapforge.store import Store
 
 
 def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[], TargetEnvironment]):
@@ -35,30 +36,15 @@ def episode_player(cfg: GapforgeConfig, pol: PolicyConfig, make_env: Callable[[]
     )
 
 
-def connect_executor(cfg: GapforgeConfig) -> None:
-    """executor.kind ray: join the cluster now, so an unreachable head stops a command before any work
-    (ExecutorUnavailable: one line naming executor.address, exit 2). A no-op for kind local."""
-    from gapforge.executor import connect
-
-    connect(cfg.executor)
-
-
 def executor_overrides(overrides: list[str] | None) -> list[str]:
     """The `--set executor.*` items of a command: where a resumed run executes is this invocation's choice
     (another machine, another cluster), not the stored record's."""
     return [item for item in overrides or [] if item.strip().startswith("gapforge.executor.")]
 
 
-def job_runner(cfg: GapforgeConfig):
-    """`training.run.run_jobs` (local processes) or its Ray twin (one task per job, the adapter comes back)."""
-    from gapforge.executor import job_runner as runner
-
-    return runner(cfg.executor)
-
-
 @contextlib.asynccontextmanager
 async def evaluation_players(
-    cfg: GapforgeConfig, store, run_id: str, base_dir: str, artifacts, make_env, router=None, baseline_path=None
+    cfg: GapforgeConfig, store: Store, run_id: str, base_dir: str, artifacts, make_env, router=None, baseline_path=None
 ):
     """(`async with`) `evaluation.run.evaluate(players=...)`: None (every policy plays here), or, with the local
     multi-adapter backend (policy.kind local), local worker processes (gapforge.stages.common.rollout_workers) or Ray

@@ -13,12 +13,15 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.config import GapforgeConfig, check_run_config
 from gapforge.errors import GapforgeError, UsageError
 from gapforge.run_config import load_tree
 from gapforge.run_progress import keeping_progress, progress_path
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 RUN_KINDS = ("trace", "demo")
 OpenStages = Callable[..., Any]  # (cfg, store, progress) -> async context manager -> graph.context.Stages
@@ -59,7 +62,7 @@ def options_from_record(record: dict[str, Any]) -> RunOptions:
     return RunOptions(review=bool(graph.get("review")), forked_from=graph.get("forked_from"))
 
 
-def get_run_record(store: Any, run_id: str) -> tuple[dict[str, Any], str]:
+def get_run_record(store: Store, run_id: str) -> tuple[dict[str, Any], str]:
     row = store.get_run(run_id)
     if row.kind not in RUN_KINDS:
         raise UsageError(f"run {run_id!r} is a {row.kind!r} run, not a graph run: pick one listed by `gapforge runs`")
@@ -87,7 +90,7 @@ def stages_for(cfg: GapforgeConfig) -> OpenStages:
 
 
 def create_run(
-    store: Any, kind: str, command: str, cfg: GapforgeConfig, options: RunOptions, run_id: str | None = None
+    store: Store, kind: str, command: str, cfg: GapforgeConfig, options: RunOptions, run_id: str | None = None
 ) -> str:
     """Store a new graph run with its config and options; a config that cannot complete a run is refused first."""
     if cfg.stages == "real":
@@ -105,7 +108,7 @@ class Resumed:
     command: str  # run | demo | fork: what started it
 
 
-def resume_plan(store: Any, run_id: str, store_url: str | None, overrides: list[str] | None = None) -> Resumed:
+def resume_plan(store: Store, run_id: str, store_url: str | None, overrides: list[str] | None = None) -> Resumed:
     """How to resume `run_id`: its stored config (+ `overrides`: where it executes, `executor.*`, is the resuming
     invocation's choice), options and the command that started it."""
     record, _status = get_run_record(store, run_id)
@@ -131,7 +134,7 @@ async def open_graph(cfg: GapforgeConfig) -> AsyncIterator[Any]:
 
 def drive_run(
     cfg: GapforgeConfig,
-    store: Any,
+    store: Store,
     run_id: str,
     options: RunOptions,
     *,
@@ -184,7 +187,7 @@ def drive_run(
 
 def fork_run(
     cfg: GapforgeConfig,
-    store: Any,
+    store: Store,
     run_id: str,
     checkpoint: str,
     overrides: list[str] | None,

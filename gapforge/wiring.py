@@ -161,8 +161,6 @@ def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
             timeout_s=ep.timeout_s,
             max_retries=ep.max_retries,
             retry_backoff_s=ep.retry_backoff_s,
-            breaker_failures=ep.breaker_failures,
-            breaker_cooldown_s=ep.breaker_cooldown_s,
             name=name,
         )
     from gapforge.agents.llm import chat_model_from_config

@@ -21,20 +21,18 @@ nothing is recorded.
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Protocol, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from gapforge.faults import GapforgeError
-from gapforge.graph.context import GraphContext, SynthesisAttempt, ValidationDone
+from gapforge.graph.context import GraphContext, Stages
 from gapforge.graph.nodes import call_stage
 from gapforge.graph.state import (
     FAILED,
     TRAINED,
-    UNAVAILABLE,
     UNSYNTHESIZED,
     CapabilityBranch,
     CapabilityState,
@@ -73,11 +71,10 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
             raise  # the infrastructure's doing, not this capability's: the run stops and a resume redoes it
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)
-    if result is None:  # StageUnavailable / StageFailed
-        status = UNAVAILABLE if update["stages"][stage] == UNAVAILABLE else FAILED
+    if result is None:  # StageFailed
         note = update.pop("notes")[stage]
         update.pop("stages")
-        return None, {**update, **_row(state, status=status, error=f"{stage}: {note}")}
+        return None, {**update, **_row(state, status=FAILED, error=f"{stage}: {note}")}
     update.pop("stages", None)
     return result, update
 
@@ -142,32 +139,11 @@ async def stop_before_training(state: CapabilityBranch, runtime: Runtime[GraphCo
     return {}
 
 
-class RepairStages(Protocol):
-    """What the repair loop alone needs: the two steps of one attempt."""
-
-    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt: ...
-
-    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RepairContext:
-    """The runtime context of the repair loop run on its own (`repair`): the two steps and N."""
-
-    stages: RepairStages
-    max_attempts: int = 5
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1 (got {self.max_attempts}): set synthesis.max_attempts")
-
-
 def build_capability_graph(*, training: bool = True) -> Any:
     """The subgraph (compiled without its own checkpointer: it inherits the run's). `training=False`: the same repair
-    loop ending at the accepted env, run by `repair` under a `RepairContext`."""
-    context = GraphContext if training else RepairContext
+    loop ending at the accepted env, run by `repair`."""
     builder = StateGraph(
-        CapabilityBranch, context_schema=context, input_schema=CapabilityTask, output_schema=CapabilityOutput
+        CapabilityBranch, context_schema=GraphContext, input_schema=CapabilityTask, output_schema=CapabilityOutput
     )
     builder.add_node("synthesize", synthesize)
     builder.add_node("validate", validate)
@@ -177,12 +153,13 @@ def build_capability_graph(*, training: bool = True) -> Any:
     return builder.compile()
 
 
-async def repair(stages: RepairStages, run_id: str, capability: str, *, max_attempts: int) -> CapabilityState:
+async def repair(stages: Stages, run_id: str, capability: str, *, max_attempts: int) -> CapabilityState:
     """The repair loop on its own for one capability (`gapforge synthesize RUN`): the subgraph above without training,
-    without a checkpointer (the stage services' stored attempts and verdicts make it resumable). Returns the
-    capability's row: `status` validated | unsynthesized | failed | unavailable, with `verdict` / `error`."""
+    without a checkpointer (the stages' stored attempts and verdicts make it resumable). Returns the
+    capability's row: `status` validated | unsynthesized | failed, with `verdict` / `error`."""
     graph = build_capability_graph(training=False)
     out = await graph.ainvoke(
-        CapabilityTask(run_id=run_id, capability=capability), context=RepairContext(stages, max_attempts)
+        CapabilityTask(run_id=run_id, capability=capability),
+        context=GraphContext(stages, max_attempts=max_attempts),
     )
     return out["capabilities"][capability]

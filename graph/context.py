@@ -3,15 +3,11 @@
 The graph never builds a store, a sandbox pool or a model. It receives a
 `GraphContext` through LangGraph's runtime context; its `stages` attribute is
 anything that satisfies the `Stages` protocol below — the composition root
-(gapforge/) binds it to the real stage services (agents/, training/,
-serving/), tests bind it to small fakes. Each method does ONE stage's work for
+(gapforge/stages/) binds it to the real stages, tests bind it to small fakes. Each method does ONE stage's work for
 one run (every method takes the run id; the store rows are keyed by it), is
 idempotent per (run, stage, capability) — re-running it after a crash reuses
 what the store already holds — never prints, and returns one of the small
-typed results below.
-
-A stage whose code is not installed/available raises `StageUnavailable`; the
-node records that honestly in the state instead of inventing a result.
+typed results below, or raises `StageFailed`, which the node records.
 """
 
 from __future__ import annotations
@@ -20,10 +16,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from gapforge.faults import InputFault
-
-
-class StageUnavailable(InputFault):
-    """This stage cannot run in this installation (e.g. its service is not built yet)."""
 
 
 class StageFailed(InputFault):

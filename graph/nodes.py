@@ -3,8 +3,8 @@
 The stage services come from the runtime context (`graph.context.GraphContext`);
 a node never builds one. Routing that depends on settings (R labeling passes,
 N generator attempts, review on/off) is returned as `Command(goto=...)` so the
-edges are visible in the return types. A stage that is not available is
-recorded as such (state `stages[stage] = "unavailable"` + a note) and the
+edges are visible in the return types. A stage that cannot work on this run's
+data is recorded as such (state `stages[stage] = "failed"` + a note) and the
 stages that depend on its output record "skipped": nothing is invented.
 """
 
@@ -17,8 +17,8 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send, interrupt
 
-from gapforge.graph.context import GraphContext, StageFailed, StageUnavailable
-from gapforge.graph.state import DONE, FAILED, SKIPPED, UNAVAILABLE, RunState
+from gapforge.graph.context import GraphContext, StageFailed
+from gapforge.graph.state import DONE, FAILED, SKIPPED, RunState
 
 
 def cpu_seconds() -> float:
@@ -37,8 +37,6 @@ async def call_stage(stage: str, fn: Any, *args: Any) -> tuple[Any, dict[str, An
     start, cpu_start = time.perf_counter(), cpu_seconds()
     try:
         result = await fn(*args)
-    except StageUnavailable as e:
-        return None, {"stage": stage, "stages": {stage: UNAVAILABLE}, "notes": {stage: f"stage not available: {e}"}}
     except StageFailed as e:
         return None, {"stage": stage, "stages": {stage: FAILED}, "notes": {stage: str(e)}}
     counters = result.cost.as_counters(time.perf_counter() - start)

@@ -26,7 +26,8 @@ STAGES = (
     "report",
 )
 
-# Status words used in `stages` and per capability.
+# Status words used in `stages` and per capability ("unavailable": only in the states of earlier runs, when a stage
+# could be missing from an installation; `gapforge state` and the viewer still show it).
 DONE, FAILED, UNAVAILABLE, SKIPPED = "done", "failed", "unavailable", "skipped"
 UNSYNTHESIZED, TRAINED = "unsynthesized", "trained"
 

@@ -298,25 +298,13 @@ def register(job: TrainJob, result: TrainResult) -> None:
     }
     from gapforge.store.errors import StoreError
 
+    row = {"path": result.adapter_path or "", "status": result.status}
     with Store(job.store_url) as store:
         try:
-            store.put_adapter(
-                job.run_id,
-                job.name,
-                path=result.adapter_path or "",
-                metrics=metrics,
-                status=result.status,
-                capability=job.capability,
-            )
+            store.put_adapter(job.run_id, job.name, metrics=metrics, capability=job.capability, **row)
         except StoreError:  # the capability is not in this run's analysis (e.g. trained on an example module)
-            store.put_adapter(
-                job.run_id,
-                job.name,
-                path=result.adapter_path or "",
-                status=result.status,
-                capability=None,
-                metrics={**metrics, "capability_not_in_run": job.capability},
-            )
+            metrics = {**metrics, "capability_not_in_run": job.capability}
+            store.put_adapter(job.run_id, job.name, metrics=metrics, capability=None, **row)
 
 
 def _trim_steps(path: Path, resume_step: int) -> None:

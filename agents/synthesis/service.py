@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,6 +38,9 @@ from gapforge.agents.synthesis.generator import generate_env, generator_prompt
 from gapforge.agents.validation import readiness_runner
 from gapforge.sandbox.checks.result_shapes import observed_result_shapes
 from gapforge.sandbox.env import SandboxedEnv
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 Status = Literal["accepted", "unsynthesized"]
 Progress = Callable[[str, int, str], None]  # (capability, attempt, what)
@@ -264,7 +267,7 @@ def synthesis_result(
     )
 
 
-def decided_attempts(store: Any, run_id: str, capability: str) -> set[int]:
+def decided_attempts(store: Store, run_id: str, capability: str) -> set[int]:
     """The ids of the capability's attempts that have a stored verdict."""
     return {r.id for r in store.synthetic_envs(run_id, capability) if store.get_validation(r.id) is not None}
 

@@ -1,14 +1,15 @@
-"""The real stage services bound to the graph's `Stages` protocol: one module per stage, each a thin
-adapter from the protocol to its stage service (agents/, training/, evaluation/), all over one
-`agents.deps.StageDeps` (every policy, pool and store lifetime) and one `store.workspace.Workspace`.
+"""The real stages of a run: `RunStages` implements the graph's `Stages` protocol (graph/context.py). Each stage is
+one function in its stage's module, taking the run's `RunStages` first, assigned here as a method:
 
     rollouts.py  collect_rollouts            analysis.py    discover, label, select
     synthesis.py synthesize, validate        training.py    train, train_baseline
     routing.py   build_router (+ the routed models)   evaluation.py  evaluate   report.py  report
 
-A stage whose service is not in this installation raises `StageUnavailable` (the graph records it;
-nothing is faked); a stage that cannot produce a result from this run's data raises `StageFailed`.
-Which stage set a run uses is a config value (`stages: real | fixtures`), stored with the run's config.
+They share one `RunStages`: the run's config, one `agents.deps.StageDeps` (every policy, pool and store lifetime),
+the progress callback, the training slots and the models made once per run. A stage that cannot produce a result
+from this run's data raises `StageFailed`. Which stage set a run uses is a config value (`stages: real |
+fixtures`), stored with the run's config. The graph's run and every standalone command (`gapforge analyze /
+synthesize / train / evaluate / report`) open them with `open_stages` and call the same methods.
 """
 
 from __future__ import annotations
@@ -17,116 +18,118 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
+from gapforge.agents.deps import StageDeps
 from gapforge.config import GapforgeConfig
-from gapforge.graph.context import (
-    BaselineDone,
-    DiscoveryDone,
-    EvaluationDone,
-    LabelPassDone,
-    ReportDone,
-    RolloutsDone,
-    RouterDone,
-    SelectionDone,
-    SynthesisAttempt,
-    TrainingDone,
-    ValidationDone,
-)
-from gapforge.stages import evaluation, report, rollouts, synthesis, training
-from gapforge.stages.analysis import Analysis
-from gapforge.stages.common import Progress, StageContext
-from gapforge.stages.routing import Routing
+from gapforge.graph.context import StageFailed
+from gapforge.stages import analysis, evaluation, report, rollouts, routing, synthesis, training
+from gapforge.stages.common import Progress, training_slots
+from gapforge.stages.cores import DriverCores
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
+@dataclass(eq=False)
 class RunStages:
-    """`graph.context.Stages` for one run: each method hands its call to the stage's module."""
+    """One run's stages over its config and deps; `deps` owns every policy, pool and store lifetime."""
 
-    def __init__(self, sc: StageContext) -> None:
-        self.sc = sc
-        self.analysis = Analysis(sc)
-        self.routing = Routing(sc)
+    cfg: GapforgeConfig
+    deps: StageDeps
+    progress: Progress = lambda where, text: None
+    analysis_env: str | None = None  # whose analyst (default rollouts.env; `gapforge analyze`: the run's episodes')
+    analyst: tuple[Any, Any] | None = field(default=None, init=False, repr=False)  # (chat model, token counter)
+
+    collect_rollouts = rollouts.collect_rollouts
+    discover = analysis.discover
+    label = analysis.label
+    select = analysis.select
+    synthesize = synthesis.synthesize
+    validate = synthesis.validate
+    train = training.train
+    build_router = routing.build_router
+    train_baseline = training.train_baseline
+    evaluate = evaluation.evaluate
+    report = report.report
+
+    @cached_property
+    def routing(self) -> routing.Routing:
+        """The run's routed models (the evaluation plays them, `gapforge serve` serves them)."""
+        return routing.Routing(self)
+
+    @cached_property
+    def _training(self) -> tuple[asyncio.Semaphore, int | None]:
+        """Computed when the first training job asks (it may import torch to look for CUDA), not at start-up."""
+        slots, threads = training_slots(self.cfg)
+        return asyncio.Semaphore(slots), threads
 
     @property
-    def store(self) -> Any:
-        return self.sc.store
+    def train_gate(self) -> asyncio.Semaphore:
+        """training_slots: jobs at once here; on Ray the cluster's resources gate."""
+        return self._training[0]
 
-    async def collect_rollouts(self, run_id: str) -> RolloutsDone:
-        return await rollouts.collect_rollouts(self.sc, run_id)
+    @property
+    def train_threads(self) -> int | None:
+        """Torch threads per training process when jobs share a CPU (None: the job's own choice)."""
+        return self._training[1]
 
-    async def discover(self, run_id: str) -> DiscoveryDone:
-        return await self.analysis.discover(run_id)
+    @cached_property
+    def driver_cores(self) -> DriverCores:
+        return DriverCores()
 
-    async def label(self, run_id: str, pass_index: int) -> LabelPassDone:
-        return await self.analysis.label(run_id, pass_index)
+    @property
+    def store(self) -> Store:
+        return self.deps.store
 
-    async def select(self, run_id: str) -> SelectionDone:
-        return await self.analysis.select(run_id)
-
-    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
-        return await synthesis.synthesize(self.sc, run_id, capability, attempt)
-
-    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
-        return await synthesis.validate(self.sc, run_id, capability, attempt)
-
-    async def train(self, run_id: str, capability: str, *, module: str | None = None) -> TrainingDone:
-        return await training.train(self.sc, run_id, capability, module=module)
-
-    async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
-        return await self.routing.build_router(run_id, capabilities)
-
-    async def train_baseline(self, run_id: str) -> BaselineDone:
-        done = await training.train_baseline(self.sc, run_id)
-        if done.cost.policy_rollouts:  # trained now: the evaluation loads the routed models again, with it
-            await self.routing.aclose()
-        return done
-
-    async def evaluate(
-        self, run_id: str, capabilities: list[str], *, env: str | None = None, tasks: list[str] | None = None
-    ) -> EvaluationDone:
-        return await evaluation.evaluate(self.sc, self.routing, run_id, capabilities, env=env, tasks=tasks)
-
-    async def report(self, run_id: str, *, out: str | None = None) -> ReportDone:
-        return await report.report(self.sc, run_id, out=out)
+    def base_dir(self) -> str:
+        """The base model's weights on this machine: what training loads, and (policy.kind=endpoint) what vLLM serves."""
+        path = self.cfg.policy.local_path
+        if self.cfg.policy.kind not in ("local", "endpoint") or not path:
+            raise StageFailed(
+                "training, routing and evaluation need the base model's weights on this machine: set policy.local_path "
+                "(with policy.kind=endpoint: the directory the vLLM server serves)"
+            )
+        return path
 
     async def aclose(self) -> None:
-        await self.routing.aclose()
+        """Close the routed models, every policy and the sandbox pool the deps made (not the caller's store)."""
+        try:
+            await self.routing.aclose()
+        finally:
+            await self.deps.aclose(store=False)
 
 
 def stage_context(
-    cfg: GapforgeConfig, store: Any, progress: Progress | None = None, *, pool_size: int | None = None
-) -> StageContext:
-    """One run's StageContext: one StageDeps (built from `cfg`) sharing the caller's store."""
+    cfg: GapforgeConfig,
+    store: Store,
+    progress: Progress | None = None,
+    *,
+    pool_size: int | None = None,
+    stages_cls: type[RunStages] = RunStages,
+) -> RunStages:
+    """One run's stages: one StageDeps (built from `cfg`) sharing the caller's store."""
     from gapforge.wiring import build_deps
 
     deps = dataclasses.replace(build_deps(cfg, pool_size=pool_size), open_store=lambda: store)
-    return StageContext(cfg, deps, progress or (lambda where, text: None))
+    return stages_cls(cfg, deps, progress or (lambda where, text: None))
 
 
 @asynccontextmanager
 async def open_stages(
     cfg: GapforgeConfig,
-    store: Any,
+    store: Store,
     progress: Progress | None = None,
     *,
     stages_cls: type[RunStages] = RunStages,
     pool_size: int | None = None,
 ) -> AsyncIterator[RunStages]:
-    """The real stage services of a run over one StageDeps sharing the caller's store (the caller closes the store;
-    the deps close every policy and the sandbox pool they made). The graph's run and every standalone command
-    (`gapforge analyze / synthesize / train / evaluate / report`) open them here and call the same methods."""
-    stages = stages_cls(stage_context(cfg, store, progress, pool_size=pool_size))
-    deps = stages.sc.deps
+    """The run's stages over one StageDeps sharing the caller's store (the caller closes the store; `aclose` closes
+    every policy and the sandbox pool the deps made)."""
+    stages = stage_context(cfg, store, progress, pool_size=pool_size, stages_cls=stages_cls)
     try:
         yield stages
     finally:
-        try:
-            await stages.aclose()
-        finally:
-            await deps.aclose_policies()
-            await deps.aclose_pool()
-            close_checks = getattr(
-                deps.sandbox_checks, "close", None
-            )  # local readiness worker processes, if any started
-            if close_checks is not None:
-                await asyncio.to_thread(close_checks)
+        await stages.aclose()

@@ -1,8 +1,13 @@
-"""`discover`, `label` (one pass), `select`: the contrastive capability analysis (agents.analysis)."""
+"""`discover`, `label` (one pass), `select`: the contrastive capability analysis (agents.analysis). Each graph method
+wraps one step (`run_discovery`, `run_label_pass`, `run_selection`: their full results, which `gapforge analyze` calls
+in turn and renders), its data errors (AnalysisError) recorded as StageFailed."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from gapforge.config import GapforgeConfig
 from gapforge.graph.context import (
@@ -13,7 +18,13 @@ from gapforge.graph.context import (
     SelectionDone,
     StageFailed,
 )
-from gapforge.stages.common import StageContext, data_errors, require
+
+if TYPE_CHECKING:
+    from gapforge.agents.analysis.discovery import DiscoveryResult
+    from gapforge.agents.analysis.labeling import LabelPassResult
+    from gapforge.agents.analysis.selection import SelectionResult
+    from gapforge.agents.analysis.split import TaskSplit
+    from gapforge.stages import RunStages
 
 
 def analyst_model(cfg: GapforgeConfig, env: str) -> Any:
@@ -27,82 +38,101 @@ def analyst_model(cfg: GapforgeConfig, env: str) -> Any:
     return chat_model_from_config(cfg.llm)
 
 
-class Analysis:
-    """The analyst model and token counter are made once per run, on first use (`models()`). The graph's nodes call
-    `discover`, `label`, `select`, one checkpointed node each; `gapforge analyze` runs the same services in one call
-    (agents.analysis.service.analyze_run) with these models."""
+def models(sc: RunStages) -> tuple[Any, Any]:
+    """(analyst chat model, token counter), made once per run on first use; their errors are the input's (exit 2)."""
+    if sc.analyst is None:
+        from gapforge.agents.analysis.compact import make_token_counter
 
-    def __init__(self, sc: StageContext) -> None:
-        self.sc = sc
-        self.env: str | None = (
-            None  # the env whose analyst to use (default rollouts.env; `gapforge analyze`: the run's episodes')
+        cfg = sc.cfg
+        counter = make_token_counter(
+            cfg.analysis.tokenizer, cfg.policy.local_path if cfg.policy.kind == "local" else None
         )
-        self._model: Any = None
-        self._counter: Any = None
+        sc.analyst = (analyst_model(cfg, sc.analysis_env or cfg.rollouts.env), counter)
+    return sc.analyst
 
-    def models(self) -> tuple[Any, Any]:
-        require("gapforge.agents.analysis.service", "capability analysis")
-        if self._model is None:
-            from gapforge.agents.analysis.compact import make_token_counter
 
-            cfg = self.sc.cfg
-            self._counter = make_token_counter(
-                cfg.analysis.tokenizer, cfg.policy.local_path if cfg.policy.kind == "local" else None
-            )
-            self._model = analyst_model(cfg, self.env or cfg.rollouts.env)
-        return self._model, self._counter
+@contextlib.contextmanager
+def _data_failure() -> Iterator[None]:
+    """AnalysisError: this run's data cannot give a result -> StageFailed (recorded, not retried)."""
+    from gapforge.agents.analysis.errors import AnalysisError
 
-    async def discover(self, run_id: str) -> DiscoveryDone:
-        """The task split (agents.analysis.split.ensure_split), then the capability dictionary (discovery.discover)."""
-        model, counter = self.models()
-        from gapforge.agents.analysis.discovery import discover
-        from gapforge.agents.analysis.split import ensure_split
+    try:
+        yield
+    except AnalysisError as e:
+        raise StageFailed(str(e).splitlines()[0]) from None
 
-        sc, acfg = self.sc, self.sc.cfg.analysis
-        await sc.in_thread(ensure_split, sc.store, run_id, fraction=acfg.split_fraction, seed=acfg.seed)
-        found = await sc.in_thread(discover, sc.store, model, run_id, cfg=acfg, counter=counter)
-        cost = Cost(0, 0, 0) if found.cached else Cost(found.calls, found.prompt_tokens, found.completion_tokens)
-        return DiscoveryDone([c.name for c in found.capabilities], cost)
 
-    async def label(self, run_id: str, pass_index: int) -> LabelPassDone:
-        """One labeling pass (agents.analysis.labeling.label_pass); its data errors become StageFailed."""
-        model, counter = self.models()
-        from gapforge.agents.analysis.labeling import label_pass
+async def run_discovery(sc: RunStages, run_id: str) -> tuple[TaskSplit, DiscoveryResult]:
+    """The task split (agents.analysis.split.ensure_split), then the capability dictionary (discovery.discover)."""
+    from gapforge.agents.analysis.discovery import discover
+    from gapforge.agents.analysis.split import ensure_split
 
-        def progress(done: int, total: int) -> None:
-            if done == total or done % max(1, total // 4) == 0:
-                self.sc.progress("label", f"pass {pass_index}: {done}/{total} episodes")
+    model, counter = models(sc)
+    acfg = sc.cfg.analysis
+    split = await asyncio.to_thread(ensure_split, sc.store, run_id, fraction=acfg.split_fraction, seed=acfg.seed)
+    found = await asyncio.to_thread(discover, sc.store, model, run_id, cfg=acfg, counter=counter)
+    return split, found
 
-        try:
-            res = await label_pass(
-                self.sc.store,
-                model,
-                run_id,
-                pass_index,
-                cfg=self.sc.cfg.analysis,
-                counter=counter,
-                on_progress=progress,
-            )
-        except data_errors() as e:
-            raise StageFailed(str(e).splitlines()[0]) from None
-        return LabelPassDone(
-            pass_index, res.labeled, res.failed, Cost(res.calls, res.prompt_tokens, res.completion_tokens)
+
+async def run_label_pass(
+    sc: RunStages,
+    run_id: str,
+    pass_index: int,
+    *,
+    retry_failed: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> LabelPassResult:
+    """One labeling pass (agents.analysis.labeling.label_pass); `retry_failed`: re-ask episodes whose labels failed."""
+    from gapforge.agents.analysis.labeling import label_pass
+
+    model, counter = models(sc)
+    return await label_pass(
+        sc.store,
+        model,
+        run_id,
+        pass_index,
+        cfg=sc.cfg.analysis,
+        counter=counter,
+        retry_failed=retry_failed,
+        on_progress=on_progress,
+    )
+
+
+async def run_selection(sc: RunStages, run_id: str) -> SelectionResult:
+    """The statistics and the retained capabilities (agents.analysis.selection.select)."""
+    from gapforge.agents.analysis.selection import select
+
+    models(sc)
+    return await asyncio.to_thread(select, sc.store, run_id, cfg=sc.cfg.analysis)
+
+
+async def discover(sc: RunStages, run_id: str) -> DiscoveryDone:
+    models(sc)
+    with _data_failure():
+        _split, found = await run_discovery(sc, run_id)
+    cost = Cost(0, 0, 0) if found.cached else Cost(found.calls, found.prompt_tokens, found.completion_tokens)
+    return DiscoveryDone([c.name for c in found.capabilities], cost)
+
+
+async def label(sc: RunStages, run_id: str, pass_index: int) -> LabelPassDone:
+    def progress(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 4) == 0:
+            sc.progress("label", f"pass {pass_index}: {done}/{total} episodes")
+
+    models(sc)
+    with _data_failure():
+        res = await run_label_pass(sc, run_id, pass_index, on_progress=progress)
+    return LabelPassDone(pass_index, res.labeled, res.failed, Cost(res.calls, res.prompt_tokens, res.completion_tokens))
+
+
+async def select(sc: RunStages, run_id: str) -> SelectionDone:
+    models(sc)
+    with _data_failure():
+        sel = await run_selection(sc, run_id)
+    stats = {
+        s.capability: CapabilityStats(
+            s.gap, s.coverage, s.kept_passes, s.retained, s.verdict if s.verdict in ("deferred", "excluded") else None
         )
-
-    async def select(self, run_id: str) -> SelectionDone:
-        """The statistics and the retained capabilities (agents.analysis.selection.select)."""
-        self.models()
-        from gapforge.agents.analysis.selection import select
-
-        sel = await self.sc.in_thread(select, self.sc.store, run_id, cfg=self.sc.cfg.analysis)
-        stats = {
-            s.capability: CapabilityStats(
-                s.gap,
-                s.coverage,
-                s.kept_passes,
-                s.retained,
-                s.verdict if s.verdict in ("deferred", "excluded") else None,
-            )
-            for s in sel.statistics
-        }
-        return SelectionDone(list(sel.retained), stats)
+        for s in sel.statistics
+    }
+    return SelectionDone(list(sel.retained), stats)

@@ -1,44 +1,15 @@
-"""What every stage binding shares: the run's config, the one dependencies object, the progress
-callback, the training slots, and the two helpers that say what a failure means."""
+"""How many processes the stages run at once on this machine (training jobs, rollout workers), and the progress
+callback's type."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any
 
-from gapforge.agents.deps import StageDeps
 from gapforge.config import GapforgeConfig
-from gapforge.graph.context import StageFailed, StageUnavailable
-from gapforge.stages.cores import DriverCores
 from gapforge.training.cpu import cuda_available, usable_cores
 
 Progress = Callable[[str, str], None]  # (stage or "stage capability", one line)
-
-
-def require(module: str, what: str) -> Any:
-    """Import a stage's module, or say honestly that the stage is not in this installation."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (module == e.name or module.startswith(e.name + ".")):
-            raise StageUnavailable(f"{what} ({module}) is not in this installation") from None
-        raise
-
-
-def data_errors() -> tuple[type[BaseException], ...]:
-    """Errors meaning "this run's data cannot give a result" (recorded, not retried)."""
-    found: list[type[BaseException]] = []
-    for module, name in (("gapforge.agents.analysis.errors", "AnalysisError"),):
-        try:
-            found.append(getattr(importlib.import_module(module), name))
-        except (ImportError, AttributeError):
-            continue
-    return tuple(found)
 
 
 def available_memory() -> int | None:
@@ -122,53 +93,3 @@ def rollout_workers(cfg: GapforgeConfig) -> tuple[int, int | None]:
         ex.local_rollout_workers, WORKER_BASE_BYTES + WORKER_WEIGHT_FACTOR * weight_bytes(cfg.policy.local_path)
     )
     return workers, (threads if workers > 1 else None)
-
-
-@dataclass
-class StageContext:
-    """One run's stage bindings share this; `deps` owns every policy, pool and store lifetime."""
-
-    cfg: GapforgeConfig
-    deps: StageDeps
-    progress: Progress = lambda where, text: None
-
-    @cached_property
-    def _training(self) -> tuple[asyncio.Semaphore, int | None]:
-        """Computed when the first training job asks (it may import torch to look for CUDA), not at start-up."""
-        slots, threads = training_slots(self.cfg)
-        return asyncio.Semaphore(slots), threads
-
-    @property
-    def train_gate(self) -> asyncio.Semaphore:
-        """training_slots: jobs at once here; on Ray the cluster's resources gate."""
-        return self._training[0]
-
-    @property
-    def train_threads(self) -> int | None:
-        """Torch threads per training process when jobs share a CPU (None: the job's own choice)."""
-        return self._training[1]
-
-    @cached_property
-    def driver_cores(self) -> DriverCores:
-        return DriverCores()
-
-    @property
-    def store(self) -> Any:
-        return self.deps.store
-
-    async def in_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking service in a thread; its data errors become StageFailed."""
-        try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        except data_errors() as e:
-            raise StageFailed(str(e).splitlines()[0]) from None
-
-    def base_dir(self) -> str:
-        """The base model's weights on this machine: what training loads, and (policy.kind=endpoint) what vLLM serves."""
-        path = self.cfg.policy.local_path
-        if self.cfg.policy.kind not in ("local", "endpoint") or not path:
-            raise StageFailed(
-                "training, routing and evaluation need the base model's weights on this machine: set policy.local_path "
-                "(with policy.kind=endpoint: the directory the vLLM server serves)"
-            )
-        return path

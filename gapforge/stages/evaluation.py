@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.executor_wiring import evaluation_players
 from gapforge.graph.context import Cost, EvaluationDone, StageFailed
-from gapforge.stages.common import StageContext, require
-from gapforge.stages.routing import Routing
 from gapforge.wiring import make_target_env_factory
+
+if TYPE_CHECKING:
+    from gapforge.stages import RunStages
 
 
 async def evaluate(
-    sc: StageContext,
-    routing: Routing,
+    sc: RunStages,
     run_id: str,
     capabilities: list[str],
     *,
@@ -26,7 +26,6 @@ async def evaluate(
 ) -> EvaluationDone:
     """The held-out split the analysis stored with the run (its env and tasks), unless `env` / `tasks` name others
     (`gapforge evaluate --env / --tasks`)."""
-    require("gapforge.evaluation.service", "evaluation")
     from gapforge.evaluation import reuse
     from gapforge.evaluation.comparisons import Evaluation
     from gapforge.evaluation.registry import enabled
@@ -37,7 +36,7 @@ async def evaluate(
     if split is None and tasks is None:
         raise StageFailed("no held-out split stored with the run (the analysis stores it)")
     env_name = env or (split.env if split is not None else cfg.rollouts.env)
-    artifacts, backend, router = await asyncio.to_thread(routing.routed, run_id)
+    artifacts, backend, router = await asyncio.to_thread(sc.routing.routed, run_id)
     probe, make_env = make_target_env_factory(cfg, env_name)
     given = tasks is not None
     try:
@@ -94,7 +93,7 @@ async def evaluate(
 
 
 async def _play(
-    sc: StageContext,
+    sc: RunStages,
     main_run: str,
     env_name: str,
     make_env: Any,

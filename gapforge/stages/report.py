@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gapforge.graph.context import ReportDone
-from gapforge.stages.common import StageContext, require
+
+if TYPE_CHECKING:
+    from gapforge.stages import RunStages
 
 
-async def report(sc: StageContext, run_id: str, *, out: str | None = None) -> ReportDone:
+async def report(sc: RunStages, run_id: str, *, out: str | None = None) -> ReportDone:
     """Into `out`, or the run's report directory in the workspace."""
-    require("gapforge.evaluation.report", "the report")
     from gapforge.evaluation.report import write_report
 
     where = Path(out) if out else sc.deps.workspace.report_dir(run_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.config import episode_limit_s
 from gapforge.config import GapforgeConfig
@@ -21,11 +21,14 @@ from gapforge.envs.errors import EnvError
 from gapforge.envs.target_check import TargetFingerprint
 from gapforge.executor_wiring import episode_player
 from gapforge.graph.context import Cost, RolloutsDone
-from gapforge.stages.common import StageContext
 from gapforge.wiring import make_target_env_factory
 
+if TYPE_CHECKING:
+    from gapforge.stages import RunStages
+    from gapforge.store import Store
 
-async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
+
+async def collect_rollouts(sc: RunStages, run_id: str) -> RolloutsDone:
     cfg = sc.cfg
     env_name = cfg.rollouts.env
     probe, make_env = make_target_env_factory(cfg, env_name)
@@ -37,9 +40,15 @@ async def collect_rollouts(sc: StageContext, run_id: str) -> RolloutsDone:
         env_turns = env_turn_limit(probe)
     finally:
         probe.close()
+    from gapforge.agents.rollouts import CollectResult
+
     plan = collect_plan(cfg, run_id, env_name, tasks, env_turns=env_turns)
-    result = empty_result()
-    played = progress_every(sc, "collect_rollouts", "episodes")
+    result = CollectResult(planned=0, skipped=0, ran=0)  # filled as episodes are stored (its counts survive a stop)
+
+    def played(done: int, total: int) -> None:  # about 10 lines over the stage, and its last one
+        if done == total or done % max(1, total // 10) == 0:
+            sc.progress("collect_rollouts", f"{done}/{total} episodes")
+
     await play_collection(
         cfg,
         sc.store,
@@ -108,16 +117,9 @@ def env_turn_limit(probe: Any) -> int | None:
     return turns if isinstance(turns, int) and not isinstance(turns, bool) else None
 
 
-def empty_result() -> Any:
-    """A CollectResult the collection fills as episodes are stored (its counts survive a stop)."""
-    from gapforge.agents.rollouts import CollectResult
-
-    return CollectResult(planned=0, skipped=0, ran=0)
-
-
 async def play_collection(
     cfg: GapforgeConfig,
-    store: Any,
+    store: Store,
     plan: Any,
     *,
     pol_cfg: Any,
@@ -197,16 +199,6 @@ def infra_stop(result: Any, *, where: str = "", resume: str | None = None) -> An
     )
 
 
-def progress_every(sc: StageContext, where: str, unit: str, parts: int = 10):
-    """A (done, total) callback that reports about `parts` lines over a stage (and its last one)."""
-
-    def on_progress(done: int, total: int) -> None:
-        if done == total or done % max(1, total // parts) == 0:
-            sc.progress(where, f"{done}/{total} {unit}")
-
-    return on_progress
-
-
 def target_record(probe: Any, spec: str) -> TargetFingerprint:
     """The fingerprint of a built env (the source file's hash only for a user's class)."""
     from gapforge.envs.registry import is_builtin
@@ -216,7 +208,7 @@ def target_record(probe: Any, spec: str) -> TargetFingerprint:
 
 
 def check_run_target(
-    store: Any, run_id: str, now: TargetFingerprint, *, allow_change: bool, record: bool = True
+    store: Store, run_id: str, now: TargetFingerprint, *, allow_change: bool, record: bool = True
 ) -> list[str]:
     """Record `now` as the run's target, or check it against the one recorded: changed tools or tasks raise EnvError
     (one line) unless `allow_change`; returns warnings (a changed source, an allowed change). What was recorded
@@ -247,7 +239,7 @@ def check_run_target(
     return warnings
 
 
-def resume_target_check(cfg: GapforgeConfig, store: Any, run_id: str, *, allow_change: bool) -> list[str]:
+def resume_target_check(cfg: GapforgeConfig, store: Store, run_id: str, *, allow_change: bool) -> list[str]:
     """Before a graph run resumes: the env of its stored config against the target it recorded (nothing to check
     before its first collection). EnvError when it changed, unless `allow_change`; returns warnings."""
     if store.run_target(run_id) is None:

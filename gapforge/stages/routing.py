@@ -14,23 +14,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.graph.context import RouterDone, StageFailed
-from gapforge.stages.common import StageContext, require
 
-
-@dataclasses.dataclass(frozen=True)
-class RouterData:
-    """What build_router needs beyond the options: the gate's weights with the encoder it was trained through (None when
-    read from the store: build_router makes one)."""
-
-    gate: Any = None
-    encoder: Any = None
+if TYPE_CHECKING:
+    from gapforge.stages import RunStages
 
 
 class Routing:
-    def __init__(self, sc: StageContext) -> None:
+    """The run's routed models (`RunStages.routing`), loaded on first use."""
+
+    def __init__(self, sc: RunStages) -> None:
         self.sc = sc
         self._routed: tuple[Any, Any, Any] | None = None  # (artifacts, backend, router)
         self.baseline_adapter: str | None = (
@@ -46,12 +41,7 @@ class Routing:
 
             cfg = self.sc.cfg
             base = self.sc.base_dir()
-            artifacts = run_artifacts(
-                self.sc.store,
-                run_id,
-                max_example_chars=cfg.routing.max_example_chars,
-                workspace=self.sc.deps.workspace.root,
-            )
+            artifacts = run_artifacts(self.sc.store, run_id, workspace=self.sc.deps.workspace.root)
             for name, problem in artifacts.damaged.items():  # never routed to, evaluated or served without saying so
                 self.sc.progress("build_router", f"warning: adapter {name} left out: {problem}")
             extra = self._baseline(run_id) if baseline else {}
@@ -63,15 +53,15 @@ class Routing:
                 backend = load_backend(
                     base, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed
                 )
-            artifacts, data = self._router_data(run_id, artifacts, routing, backend, keep=keep)
+            artifacts, gate, encoder = self._router_data(run_id, artifacts, routing, backend, keep=keep)
             key = cfg.policy.endpoint.api_key
             router = build_router(
                 artifacts,
                 routing=routing,
                 backend=backend,
                 tokenizer_path=base,
-                gate=data.gate,
-                encoder=data.encoder,
+                gate=gate,
+                encoder=encoder,
                 api_key=key.get_secret_value() if key else None,
             )
             self._routed = (artifacts, backend, router)
@@ -91,8 +81,9 @@ class Routing:
 
     def _router_data(
         self, run_id: str, artifacts: Any, routing: Any, backend: Any, *, keep: bool
-    ) -> tuple[Any, RouterData]:
-        """(artifacts with the router's options, its data): the stored router's when it was built over these adapters and
+    ) -> tuple[Any, Any, Any]:
+        """(artifacts with the router's options, the gate's weights, the encoder they were trained through: None when read
+        from the store, build_router makes one): the stored router's when it was built over these adapters and
         has what routing.backend needs (gate: the trained gate), else built now (gate: trained on the synthetic envs'
         openings, read in the sandbox unless the stored router over these adapters has them, and the analysis split's
         labels) and stored when `keep`."""
@@ -104,7 +95,7 @@ class Routing:
         if same and (kind != "gate" or record.gate is not None):
             self.source = "stored"
             gate = record.gate.state if kind == "gate" and record.gate else None
-            return dataclasses.replace(artifacts, capabilities=record.options()), RouterData(gate)
+            return dataclasses.replace(artifacts, capabilities=record.options()), gate, None
         openings, seeds, gate, encoder = None, list(range(self.sc.cfg.training.train_seeds)), None, None
         if kind == "gate":
             if same and record.openings is not None:  # the synthetic envs' openings are data: no sandbox needed again
@@ -120,7 +111,7 @@ class Routing:
                 router_record(artifacts, backend=kind, openings=openings, seeds=seeds if openings else [], gate=gate),
             )
         self.source = "built (stored now)" if keep else "built"
-        return artifacts, RouterData(gate.state if gate else None, encoder)
+        return artifacts, (gate.state if gate else None), encoder
 
     def _train_gate(
         self, run_id: str, artifacts: Any, routing: Any, backend: Any, openings: dict[str, list[str]], seeds: list[int]
@@ -167,7 +158,7 @@ class Routing:
         if old is not None and hasattr(old[1], "aclose"):
             await old[1].aclose()
 
-    def _synthetic(self, run_id: str, artifacts: Any) -> dict[str, Any]:
+    def synthetic(self, run_id: str, artifacts: Any) -> dict[str, Any]:
         """Each capability's accepted synthetic env, opened in the sandbox on the run's pool."""
         from gapforge.sandbox.env import open_env
 
@@ -180,7 +171,7 @@ class Routing:
         the router's accuracy is measured on held-out seeds."""
         from gapforge.evaluation.routing import env_openings
 
-        return {name: env_openings(opener, seeds) for name, opener in self._synthetic(run_id, artifacts).items()}
+        return {name: env_openings(opener, seeds) for name, opener in self.synthetic(run_id, artifacts).items()}
 
     def _vllm_backend(self, adapters: dict[str, Any]) -> Any:
         """The policy endpoint (a vLLM server) with every adapter registered under its versioned name."""
@@ -213,17 +204,17 @@ class Routing:
             update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model}
         )
 
-    async def build_router(self, run_id: str, capabilities: list[str]) -> RouterDone:
-        """The router over the trained adapters (its data stored with the run), and its accuracy on held-out synthetic
-        seeds (in the sandbox)."""
-        require("gapforge.evaluation.service", "the router")
-        from gapforge.evaluation.routing import measure_router, routing_cases
 
-        artifacts, _backend, router = await asyncio.to_thread(self.routed, run_id)
-        seeds = self.sc.cfg.training.heldout_seed_list()[: self.sc.cfg.evaluation.routing_seeds]
-        cases = await asyncio.to_thread(routing_cases, self._synthetic(run_id, artifacts), seeds)
-        acc = await asyncio.to_thread(measure_router, router, cases, store=self.sc.store, run_id=run_id)
-        return RouterDone(
-            [c["name"] for c in artifacts.capabilities],
-            {"accuracy": acc.accuracy, "cases": acc.cases, "abstained": acc.abstained},
-        )
+async def build_router(sc: RunStages, run_id: str, capabilities: list[str]) -> RouterDone:
+    """The router over the trained adapters (its data stored with the run), and its accuracy on held-out synthetic
+    seeds (in the sandbox)."""
+    from gapforge.evaluation.routing import measure_router, routing_cases
+
+    artifacts, _backend, router = await asyncio.to_thread(sc.routing.routed, run_id)
+    seeds = sc.cfg.training.heldout_seed_list()[: sc.cfg.evaluation.routing_seeds]
+    cases = await asyncio.to_thread(routing_cases, sc.routing.synthetic(run_id, artifacts), seeds)
+    acc = await asyncio.to_thread(measure_router, router, cases, store=sc.store, run_id=run_id)
+    return RouterDone(
+        [c["name"] for c in artifacts.capabilities],
+        {"accuracy": acc.accuracy, "cases": acc.cases, "abstained": acc.abstained},
+    )

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gapforge.graph.context import Cost, SynthesisAttempt, ValidationDone
-from gapforge.stages.common import StageContext, require
+
+if TYPE_CHECKING:
+    from gapforge.agents.synthesis.service import Progress, SynthesisResult
+    from gapforge.stages import RunStages
 
 
-def _progress(sc: StageContext):
+def _progress(sc: RunStages) -> Progress:
     def say(capability: str, attempt: int, what: str) -> None:
         if not what.startswith("check "):  # one line per attempt step, not per self-test check
             sc.progress(f"synthesize {capability}", f"attempt {attempt}: {what}")
@@ -20,17 +23,19 @@ def _progress(sc: StageContext):
     return say
 
 
-async def synthesize(sc: StageContext, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
+async def synthesize(sc: RunStages, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
     """The generator writes attempt `attempt` (with the previous attempt's feedback), stored; a stored one is reused."""
-    service = require("gapforge.agents.synthesis.service", "environment synthesis")
+    from gapforge.agents.synthesis import service
+
     code = await asyncio.to_thread(service.generate_attempt, sc.deps, run_id, capability, attempt, _progress(sc))
     return SynthesisAttempt(capability, attempt, code.synthetic_env_id, cost=Cost(llm_calls=int(code.generated)))
 
 
-async def validate(sc: StageContext, run_id: str, capability: str, attempt: int) -> ValidationDone:
+async def validate(sc: RunStages, run_id: str, capability: str, attempt: int) -> ValidationDone:
     """The attempt's validation (readiness rollouts on this loop, or on a local worker process: executor/validation.py),
     its verdict stored; a stored verdict is reused."""
-    service = require("gapforge.agents.synthesis.service", "environment synthesis")
+    from gapforge.agents.synthesis import service
+
     local = sc.cfg.policy.kind == "local"  # its readiness rollouts decode on this machine's cores (cores.DriverCores)
     with sc.driver_cores.decode() if local else contextlib.nullcontext():
         done = await service.validate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
@@ -38,28 +43,15 @@ async def validate(sc: StageContext, run_id: str, capability: str, attempt: int)
     return ValidationDone(capability, attempt, done.status == "accepted", done.verdict_line(), cost=cost)
 
 
-class Steps:
-    """The two steps over one StageContext, as the repair loop calls them (`graph.capability.RepairStages`)."""
-
-    def __init__(self, sc: StageContext) -> None:
-        self.sc = sc
-
-    async def synthesize(self, run_id: str, capability: str, attempt: int) -> SynthesisAttempt:
-        return await synthesize(self.sc, run_id, capability, attempt)
-
-    async def validate(self, run_id: str, capability: str, attempt: int) -> ValidationDone:
-        return await validate(self.sc, run_id, capability, attempt)
-
-
-async def synthesize_capability(sc: StageContext, run_id: str, capability: str) -> Any:
+async def synthesize_capability(sc: RunStages, run_id: str, capability: str) -> SynthesisResult:
     """The graph's repair loop for one capability, run alone (no training, no checkpointer: the stored attempts and
-    verdicts make it resumable), then what it decided as `agents.synthesis.service.SynthesisResult`."""
-    service = require("gapforge.agents.synthesis.service", "environment synthesis")
+    verdicts make it resumable), then what it decided."""
+    from gapforge.agents.synthesis import service
     from gapforge.graph.capability import repair
 
     before = await asyncio.to_thread(service.decided_attempts, sc.store, run_id, capability)
-    row = await repair(Steps(sc), run_id, capability, max_attempts=sc.deps.synthesis.max_attempts)
-    error = row.get("error") if row.get("status") in ("failed", "unavailable") else None
+    row = await repair(sc, run_id, capability, max_attempts=sc.deps.synthesis.max_attempts)
+    error = row.get("error") if row.get("status") == "failed" else None
     return await asyncio.to_thread(
         service.synthesis_result, sc.deps, run_id, capability, decided_before=before, error=error
     )

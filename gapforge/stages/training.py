@@ -2,20 +2,24 @@
 (the paper's GRPO-on-target baseline): each a job in its own process (training.run.run_jobs, which
 also stops a process left running by a killed earlier run: its pid file beside the job spec; as many
 at once as `common.training_slots` allows), or with
-executor.kind ray a Ray task per job whose adapter comes back to this machine (`gapforge.executor_wiring.job_runner`)."""
+executor.kind ray a Ray task per job whose adapter comes back to this machine (`gapforge.executor.job_runner`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.graph.context import BaselineDone, Cost, StageFailed, TrainingDone
-from gapforge.stages.common import StageContext, require
+
+if TYPE_CHECKING:
+    from gapforge.config import GapforgeConfig
+    from gapforge.stages import RunStages
+    from gapforge.training.service import TrainJob
 
 
-def _step_line(sc: StageContext):
+def _step_line(sc: RunStages):
     def on_event(name: str, event: dict[str, Any]) -> None:
         """One progress line per GRPO step of a training process (its JSON step events)."""
         if event.get("event") == "step":
@@ -28,8 +32,8 @@ def _step_line(sc: StageContext):
     return on_event
 
 
-async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
-    from gapforge.executor_wiring import job_runner
+async def _run_job(sc: RunStages, run_id: str, job: Any) -> Any:
+    from gapforge.executor import job_runner
 
     threads, spec_dir = sc.train_threads, sc.deps.workspace.train_jobs(run_id)
     lend: Any = contextlib.nullcontext()
@@ -43,11 +47,11 @@ async def _run_job(sc: StageContext, run_id: str, job: Any) -> Any:
         sc.train_gate
     ):  # common.training_slots: jobs at once on this machine; on Ray, as many as the cluster places
         with lend:
-            (outcome,) = await asyncio.to_thread(job_runner(sc.cfg), [job], spec_dir, _step_line(sc))
+            (outcome,) = await asyncio.to_thread(job_runner(sc.cfg.executor), [job], spec_dir, _step_line(sc))
     return outcome
 
 
-def accepted_module(sc: StageContext, run_id: str, capability: str) -> Path:
+def accepted_module(sc: RunStages, run_id: str, capability: str) -> Path:
     """The capability's accepted synthetic env module (synthesis writes it; written again from the store when only the
     store holds it, e.g. a run synthesized in another workspace)."""
     module = sc.deps.workspace.synthetic_env(run_id, capability)
@@ -60,10 +64,9 @@ def accepted_module(sc: StageContext, run_id: str, capability: str) -> Path:
     return module
 
 
-async def train(sc: StageContext, run_id: str, capability: str, *, module: str | None = None) -> TrainingDone:
+async def train(sc: RunStages, run_id: str, capability: str, *, module: str | None = None) -> TrainingDone:
     """GRPO + LoRA on the capability's accepted synthetic env (written by synthesis), or on `module` (`gapforge train
     --module`), in its own process."""
-    require("gapforge.training.service", "GRPO training")
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob
 
@@ -100,7 +103,7 @@ async def train(sc: StageContext, run_id: str, capability: str, *, module: str |
 
 
 def baseline_job(
-    cfg: Any,
+    cfg: GapforgeConfig,
     split: Any,
     *,
     n_adapters: int,
@@ -110,7 +113,7 @@ def baseline_job(
     name: str | None = None,
     scale: float = 1.0,
     learning_rate: float | None = None,
-) -> Any:
+) -> TrainJob:
     """The GRPO-on-target job: one LoRA adapter with the adapters' GRPO/LoRA settings, on the analysis split's tasks (a
     quarter held back for its own selection, never the evaluation's tasks), for `scale` x the training rollouts of
     all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
@@ -147,7 +150,7 @@ def baseline_job(
     )
 
 
-async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
+async def train_baseline(sc: RunStages, run_id: str) -> BaselineDone:
     """The paper's baseline: GRPO directly on the target's analysis-split tasks, with the training rollout budget of
     all capability adapters together (`baseline_job`). Trained once per run; a failure is recorded and the
     evaluation goes on without it."""
@@ -155,8 +158,7 @@ async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
     from gapforge.evaluation.comparison import GRPO_COMPARISON, GRPO_TARGET
 
     if not GRPO_COMPARISON.enabled(cfg.evaluation):
-        return BaselineDone(None, skipped="off (evaluation.baseline_grpo=false)")
-    require("gapforge.training.service", "GRPO training")
+        return BaselineDone(None, skipped="off (not in evaluation.comparisons)")
 
     row = await asyncio.to_thread(store.get_adapter, run_id, GRPO_TARGET)
     if row is not None and row.status == "done":
@@ -185,4 +187,7 @@ async def train_baseline(sc: StageContext, run_id: str) -> BaselineDone:
     res = outcome.result
     if res is None or res.status != "done":
         return BaselineDone(None, error=outcome.error or "training failed")
-    return BaselineDone(GRPO_TARGET, res.steps, cost=Cost(policy_rollouts=res.steps * tcfg.rollouts_per_step))
+    done = BaselineDone(GRPO_TARGET, res.steps, cost=Cost(policy_rollouts=res.steps * tcfg.rollouts_per_step))
+    if done.cost.policy_rollouts:  # trained now: the evaluation loads the routed models again, with it
+        await sc.routing.aclose()
+    return done

@@ -12,18 +12,35 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.labeling import label_pass
 from gapforge.agents.analysis.recorded import load_recording, recorded_analyst
-from gapforge.agents.analysis.service import analyze_run
+from gapforge.agents.config import EndpointConfig
 from gapforge.agents.llm import make_chat_model
-from gapforge.config import EndpointConfig
 from tests.fakes.fake_openai import FakeOpenAIServer
 
 RUN = "r-analysis"  # the run tests/analysis/conftest.py collects
+
+
+async def analyze_run(store, model, run: str, *, cfg: AnalysisConfig) -> SimpleNamespace:
+    """The analysis steps in turn, as `gapforge analyze` calls them (gapforge/stages/analysis.py)."""
+    from gapforge.agents.analysis.discovery import discover
+    from gapforge.agents.analysis.selection import select
+    from gapforge.agents.analysis.split import ensure_split
+
+    await asyncio.to_thread(ensure_split, store, run, fraction=cfg.split_fraction, seed=cfg.seed)
+    found = await asyncio.to_thread(discover, store, model, run, cfg=cfg)
+    passes = [await label_pass(store, model, run, p, cfg=cfg) for p in range(cfg.passes)]
+    return SimpleNamespace(
+        selection=await asyncio.to_thread(select, store, run, cfg=cfg),
+        passes=passes,
+        calls_made=found.calls + sum(p.calls for p in passes),
+        calls_cached=int(found.cached) + sum(p.cached for p in passes),
+    )
 
 
 def test_planted_deficit_is_retained_decoy_rejected_and_rerun_makes_no_call(planted_store, analysis_cfg) -> None:

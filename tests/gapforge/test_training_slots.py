@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from gapforge import executor_wiring
+from gapforge import executor
 from gapforge.config import load_config
 from gapforge.serving import batching
-from gapforge.stages import common
+from gapforge.stages import RunStages, common
 from gapforge.stages import cores as stage_cores
-from gapforge.stages.common import StageContext, rollout_workers, training_slots
+from gapforge.stages.common import rollout_workers, training_slots
 from gapforge.stages.training import _run_job
 from gapforge.training.config import TrainingConfig
 from gapforge.training.envs import EnvSpec
@@ -133,9 +133,9 @@ def test_two_capabilities_train_at_once_each_on_its_share_of_the_cores(monkeypat
         both_running.wait()
         return [JobOutcome(j.name, 0, None, None)]
 
-    monkeypatch.setattr(executor_wiring, "job_runner", lambda cfg: runner)
+    monkeypatch.setattr(executor, "job_runner", lambda ex: runner)
     deps = SimpleNamespace(workspace=SimpleNamespace(train_jobs=lambda run_id: tmp_path / "specs"))
-    sc = StageContext(load_config(None, [], environ={}), deps)  # type: ignore[arg-type]
+    sc = RunStages(load_config(None, [], environ={}), deps)  # type: ignore[arg-type]
 
     async def both() -> list[JobOutcome]:
         return await asyncio.gather(_run_job(sc, "r", job(tmp_path, "alpha")), _run_job(sc, "r", job(tmp_path, "beta")))
@@ -188,9 +188,9 @@ def test_a_local_job_gets_a_threads_file_and_the_cores_the_other_leaves(monkeypa
             seen[j.name].append(path.read_text().strip())
         return [JobOutcome(j.name, 0, None, None)]
 
-    monkeypatch.setattr(executor_wiring, "job_runner", lambda cfg: runner)
+    monkeypatch.setattr(executor, "job_runner", lambda ex: runner)
     deps = SimpleNamespace(workspace=SimpleNamespace(train_jobs=lambda run_id: tmp_path / "specs"))
-    sc = StageContext(load_config(None, [], environ={}), deps)  # type: ignore[arg-type]
+    sc = RunStages(load_config(None, [], environ={}), deps)  # type: ignore[arg-type]
 
     async def both() -> None:
         await asyncio.gather(_run_job(sc, "r", job(tmp_path, "alpha")), _run_job(sc, "r", job(tmp_path, "beta")))

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gapforge.cli import app
 from gapforge.config import load_config
-from gapforge.graph.context import Cost, RolloutsDone, StageUnavailable
+from gapforge.graph.context import Cost, RolloutsDone, StageFailed
 from gapforge.run_session import RunOptions, create_run, drive_run, fork_run
 from gapforge.stages import RunStages
 from gapforge.stages import open_stages as real_open_stages
@@ -30,13 +30,13 @@ class PlantedAnalysisStages(RunStages):
         return RolloutsDone(len(eps), sum(e.success for e in eps), len(eps), Cost(policy_rollouts=len(eps)))
 
     async def synthesize(self, run_id: str, capability: str, attempt: int) -> Any:
-        raise StageUnavailable("not under test here")
+        raise StageFailed("not under test here")
 
     async def evaluate(self, run_id: str, capabilities: list[str]) -> Any:
-        raise StageUnavailable("not under test here")
+        raise StageFailed("not under test here")
 
     async def report(self, run_id: str) -> Any:
-        raise StageUnavailable("not under test here")
+        raise StageFailed("not under test here")
 
 
 def open_stages(cfg: Any, store: Any, progress: Any = None) -> AbstractAsyncContextManager[RunStages]:
@@ -58,7 +58,7 @@ def test_real_analysis_in_the_graph_then_fork_with_another_delta(tmp_path: Path,
         calls_before = len(store.label_calls(rid))
     assert "precondition_verification" in retained
     assert rejected, "the decoy must be rejected by the statistics"
-    assert outcome.values["capabilities"]["precondition_verification"]["status"] == "unavailable"
+    assert outcome.values["capabilities"]["precondition_verification"]["status"] == "failed"
 
     runner = CliRunner()
     hist = runner.invoke(app, ["history", rid, "--config", str(cfg_path)]).output

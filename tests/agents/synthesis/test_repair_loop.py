@@ -19,7 +19,7 @@ from gapforge.agents.synthesis.recorded import synthesis_rules
 from gapforge.agents.synthesis.service import SynthesisResult
 from gapforge.config import GapforgeConfig
 from gapforge.sandbox.pool import SandboxPool
-from gapforge.stages.common import StageContext
+from gapforge.stages import RunStages
 from gapforge.stages.synthesis import synthesize_capability as repair_loop
 from gapforge.store.workspace import Workspace
 
@@ -68,7 +68,7 @@ def deps_for(store, tmp: Path, pool, sandbox_cfg, cfg, prompts, kill_at: str | N
 
 def synthesize_capability(deps: StageDeps, run: str, capability: str) -> SynthesisResult:
     """The loop over the test's deps (policy.kind scripted: no readiness rollouts; N = deps.synthesis.max_attempts)."""
-    return asyncio.run(repair_loop(StageContext(GapforgeConfig(), deps), run, capability))
+    return asyncio.run(repair_loop(RunStages(GapforgeConfig(), deps), run, capability))
 
 
 def accepted_module_path(tmp: Path, run: str, capability: str) -> Path:

@@ -1,4 +1,4 @@
-"""A stage that is not available or cannot work on this run's data is recorded, never faked."""
+"""A stage that cannot work on this run's data is recorded, never faked."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from langgraph.checkpoint.memory import InMemorySaver
 
 from gapforge.config import load_config
-from gapforge.graph.context import GraphContext, StageFailed, StageUnavailable
+from gapforge.graph.context import GraphContext, StageFailed
 from gapforge.graph.graph import build_graph
 from gapforge.graph.runner import drive, initial_state
 from gapforge.wiring import open_store
@@ -17,7 +17,7 @@ from tests.graph.conftest import write_config
 
 class NoTraining(FakeStages):
     async def train(self, run_id: str, capability: str):
-        raise StageUnavailable("GRPO training (training.service) is not in this installation")
+        raise StageFailed("no accepted synthetic env module at ws/synthetic_envs/r/alpha.py")
 
 
 class NothingToContrast(FakeStages):
@@ -36,11 +36,11 @@ async def _run(tmp_path: Path, stages_cls: type[FakeStages]) -> dict:
     return outcome.values
 
 
-async def test_missing_training_is_recorded_and_downstream_skipped(tmp_path: Path) -> None:
+async def test_a_failed_training_is_recorded_per_capability_and_downstream_skipped(tmp_path: Path) -> None:
     values = await _run(tmp_path, NoTraining)
     caps = values["capabilities"]
-    assert caps["alpha"]["status"] == caps["beta"]["status"] == "unavailable"
-    assert "training.service) is not in this installation" in caps["alpha"]["error"]
+    assert caps["alpha"]["status"] == caps["beta"]["status"] == "failed"
+    assert caps["alpha"]["error"].startswith("train: no accepted synthetic env module")
     assert values["stages"]["build_router"] == "skipped" and "no trained adapter" in values["notes"]["build_router"]
     assert "router" not in values
     assert values["evaluation"]["trace_routed"]["pass_rate"] == 0.5  # nothing routed: TRACE == base, honestly
