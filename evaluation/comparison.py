@@ -194,10 +194,10 @@ def comparison_section(store: Store, run_id: str) -> list[str]:
 
 class _GrpoOnTarget(Comparison):
     """GRPO on the target at the adapters' training budget: trained by the `train_baseline` node when
-    `evaluation.baseline_grpo` is on (gapforge/stages/training.py), played whenever the backend holds its adapter
+    `baseline_grpo_target` is in `evaluation.comparisons` (gapforge/stages/training.py), played whenever the backend holds its adapter
     (also one given by hand: `gapforge evaluate --baseline-adapter`)."""
 
-    name, kind, switch = GRPO_TARGET, "baseline", "baseline_grpo"
+    name, kind, optional = GRPO_TARGET, "baseline", True
 
     def policies(
         self, base: Any, backend: Any, capabilities: Sequence[dict[str, str]], temperature: float, prepared: Any

@@ -11,7 +11,7 @@ The evaluate stage and the report iterate over them instead of naming each:
     report  += c.report(store, run_id, out_dir, labels)   for c in registry()  # its section and plots, from the store
     demo    += c.lines(store, run_id, cfg)        for c in registry()  # its printed lines (analyses, then baselines)
 
-`enabled`: an optional one (`switch` set) is on when `evaluation.comparisons` lists its name. The work hooks
+`enabled`: an optional one (`optional = True`) is on when `evaluation.comparisons` lists its name. The work hooks
 (`prepare`, `extend`; training GRPO on the target) run only when it is on; `policies` and `scored` answer from what
 they are given (a prepared GEPA prompt, a GRPO-on-target adapter in the backend) and the read hooks (`report`,
 `lines`, `labels`) show whatever the run stored, so a report of an older run shows what it has.
@@ -61,11 +61,11 @@ class Comparison:
 
     name: str = ""
     kind: Literal["baseline", "analysis"] = "analysis"
-    switch: str | None = None  # None: always on; else on when evaluation.comparisons names it (the key it replaced)
+    optional = False  # False: always on; True: on when evaluation.comparisons names it
     extend_order: int = 0  # `extend` runs in this order (then the registry's): a later one may be stopped by an earlier
 
     def enabled(self, ecfg: EvaluationConfig) -> bool:
-        return self.switch is None or self.name in ecfg.comparisons
+        return not self.optional or self.name in ecfg.comparisons
 
     async def prepare(self, ev: Evaluation) -> Any:
         """Before the held-out evaluation; the result is `prepared[name]` for `policies`."""

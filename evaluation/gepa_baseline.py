@@ -273,10 +273,10 @@ async def optimize_prompt(
 
 
 class _Gepa(Comparison):
-    """The base under GEPA's optimised system prompt (`evaluation.baseline_gepa`, extra `gepa`): optimised (or the
+    """The base under GEPA's optimised system prompt (`gepa` in `evaluation.comparisons`, extra `gepa`): optimised (or the
     run's stored prompt reused) before the held-out evaluation, then played there as `gepa`."""
 
-    name, kind, switch = GEPA, "baseline", "baseline_gepa"
+    name, kind, optional = GEPA, "baseline", True
 
     async def prepare(self, ev: Evaluation) -> GepaRecord:
         """The run's stored prompt when it was optimised at this budget from this seed; else GEPA on the stored

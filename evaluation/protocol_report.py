@@ -1,9 +1,9 @@
 """Report sections for the TRACE paper's protocol (evaluation.report calls them; never prints):
 
-- `all_tasks_section`: the evaluations `all_tasks:<policy>` (`evaluation.all_tasks_greedy`: every task of the run,
+- `all_tasks_section`: the evaluations `all_tasks:<policy>` (`paper_protocol` in `evaluation.comparisons`: every task of the run,
   temperature 0, 1 trial), labelled as the paper's protocol, apart from the held-out split: these tasks include the
   analysis split, so the numbers are not held out;
-- the `paper_protocol` comparison (`evaluation.all_tasks_greedy`): after the held-out evaluation, every policy plays
+- the `paper_protocol` comparison (listed in `evaluation.comparisons`): after the held-out evaluation, every policy plays
   those tasks (the held-out split's and the analysis split's of the run, or the tasks given by hand) once at
   temperature 0, stored as `all_tasks:<policy>`; its report sections are these two;
 - `toolsandbox_section`: for a ToolSandbox target, what the paper's Table 2 reports per policy — the perfect count
@@ -96,9 +96,9 @@ def toolsandbox_section(store: Store, run_id: str, labels: Mapping[str, str]) ->
 
 
 class _PaperProtocol(Comparison):
-    """Every task of the run at temperature 0, 1 trial, beside the held-out split (`evaluation.all_tasks_greedy`)."""
+    """Every task of the run at temperature 0, 1 trial, beside the held-out split (`paper_protocol` in `evaluation.comparisons`)."""
 
-    name, switch = "paper_protocol", "all_tasks_greedy"
+    name, optional = "paper_protocol", True
 
     async def extend(self, ev: Evaluation) -> int:
         split = ev.split

@@ -9,7 +9,7 @@ together (training.budget), both have spent the same training rollouts at every 
 
 Each point k > 0 is evaluated as a run of its own, `<run>.scale-k` (rows `eval:<policy>`, child runs
 `<run>.scale-k.eval.<policy>`), by the `rollout_scaling` comparison after the run's evaluation
-(`evaluation.scaling_curve`), on the run's held-out tasks with the run's trials, through the same evaluation service,
+(`rollout_scaling` in `evaluation.comparisons`), on the run's held-out tasks with the run's trials, through the same evaluation service,
 policies and worker processes. The base's stored episodes are copied into the point's base child run first, so no
 point plays the base again and every point is paired with the same base episodes under common random numbers; the
 router is the run's own (it routes with the base weights to the point's adapters). Resumable: a point's stored
@@ -307,10 +307,10 @@ async def evaluate_scaling(ev: Evaluation) -> int:
 
 
 class _RolloutScaling(Comparison):
-    """Pass rate against training rollouts (`evaluation.scaling_curve`): the curve points evaluated after the run's
+    """Pass rate against training rollouts (`rollout_scaling` in `evaluation.comparisons`): the curve points evaluated after the run's
     held-out evaluation; the report's table and plot."""
 
-    name, switch = "rollout_scaling", "scaling_curve"
+    name, optional = "rollout_scaling", True
     extend_order = 1  # its curve points after the paper's all-tasks pass, whose rows a stopped curve must not cost
 
     async def extend(self, ev: Evaluation) -> int:

@@ -49,7 +49,7 @@ async def evaluation_players(
     """(`async with`) `evaluation.run.evaluate(players=...)`: None (every policy plays here), or, with the local
     multi-adapter backend (policy.kind local), local worker processes (gapforge.stages.common.rollout_workers) or Ray
     actors that rebuild each evaluated policy from the base weights and the adapters (their directories locally,
-    their bytes on Ray; locally also the routed policy when its router is portable: executor.evaluation.local_eval_players).
+    their bytes on Ray); the routed policy plays here, where its routing decisions are recorded.
     A served policy (endpoint: vLLM holds the adapters) keeps its few HTTP clients on the driver. `baseline_path`: the
     GRPO-on-target adapter to play instead of the run's stored one (a rollout-scaling point: evaluation/rollout_scaling.py)."""
     from gapforge.stages.common import rollout_workers

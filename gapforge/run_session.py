@@ -145,7 +145,7 @@ def drive_run(
 ) -> Any:
     """Run or resume `run_id` under its lease, its status kept true (running, then done | paused, or interrupted |
     incomplete | failed as the exception that stopped it goes up). Returns graph.runner.Outcome."""
-    from gapforge.graph.context import GraphContext
+    from gapforge.graph.context import GraphContext, Stages
     from gapforge.graph.runner import drive, initial_state
 
     stages = open_stages or stages_for(cfg)
@@ -153,6 +153,8 @@ def drive_run(
 
     async def go() -> Any:
         async with open_graph(cfg) as graph, stages(cfg, store, progress) as bound:
+            if not isinstance(bound, Stages):  # the repair loop alone (graph.capability.repair) needs two of them
+                raise TypeError(f"{type(bound).__name__} does not implement graph.context.Stages")
             ctx = GraphContext(
                 stages=bound,
                 repeats=cfg.analysis.passes,

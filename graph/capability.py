@@ -155,8 +155,8 @@ def build_capability_graph(*, training: bool = True) -> Any:
 
 async def repair(stages: Stages, run_id: str, capability: str, *, max_attempts: int) -> CapabilityState:
     """The repair loop on its own for one capability (`gapforge synthesize RUN`): the subgraph above without training,
-    without a checkpointer (the stages' stored attempts and verdicts make it resumable). Returns the
-    capability's row: `status` validated | unsynthesized | failed, with `verdict` / `error`."""
+    without a checkpointer (the stages' stored attempts and verdicts make it resumable); of `stages` it calls only
+    `synthesize` and `validate`. Returns the capability's row: `status` validated | unsynthesized | failed, with `verdict` / `error`."""
     graph = build_capability_graph(training=False)
     out = await graph.ainvoke(
         CapabilityTask(run_id=run_id, capability=capability),

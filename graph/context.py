@@ -186,5 +186,3 @@ class GraphContext:
             raise ValueError(f"repeats must be >= 1 (got {self.repeats}): set analysis.passes")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1 (got {self.max_attempts}): set synthesis.max_attempts")
-        if not isinstance(self.stages, Stages):
-            raise TypeError(f"{type(self.stages).__name__} does not implement graph.context.Stages")

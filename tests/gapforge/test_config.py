@@ -105,5 +105,5 @@ def test_the_optional_comparisons_are_the_registrys_switched_plugins() -> None:
     from gapforge.evaluation.config import OptionalComparison
     from gapforge.evaluation.registry import registry
 
-    assert set(typing.get_args(OptionalComparison)) == {c.name for c in registry() if c.switch}
+    assert set(typing.get_args(OptionalComparison)) == {c.name for c in registry() if c.optional}
     assert load_config(None, [], environ={}).evaluation.comparisons == ["baseline_grpo_target"]
