@@ -14,6 +14,7 @@ on (`stop_stale_job`: the old process is stopped before the job starts again).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m gapforge.training.run SPEC.json  (a TrainJob as JSON)", file=sys.stderr)
         return 2
     _die_with_launcher()
+    faulthandler.enable()  # a crash in native code leaves a Python stack on stderr (the job's log)
     signal.signal(signal.SIGTERM, _terminate)  # run `finally` blocks and atexit: release every sandbox
     job = TrainJob.model_validate_json(Path(args[0]).read_text())
     job.store_url = os.environ.get(STORE_URL_ENV) or None

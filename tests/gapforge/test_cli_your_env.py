@@ -93,7 +93,7 @@ def test_a_changed_task_set_refuses_the_run_and_a_changed_source_only_warns(
     desk.write_text(desk.read_text() + "\n# a comment: same tools, same tasks\n")
     warned = _collect(tmp_path, "--run", run_id)
     assert warned.exit_code == 0, warned.output
-    assert "warning: env" in warned.output and "source" in warned.output and "changed" in warned.output
+    assert "warning: env" in warned.output and "source" in warned.output and "changed" in warned.output, warned.output
 
     desk.write_text(
         desk.read_text().replace(
@@ -104,17 +104,20 @@ def test_a_changed_task_set_refuses_the_run_and_a_changed_source_only_warns(
     line = _one_line_error(_collect(tmp_path, "--run", run_id), "its task set changed (3 tasks then, 4 now")
     assert "--allow-env-change" in line
     with _store(tmp_path) as store:
-        assert [(e.id, e.task_id, e.reward) for e in store.episodes(run_id)] == before  # nothing stored is lost
-        assert store.run_target(run_id)["tasks"] == 3  # the refused env was not recorded
+        after = [(e.id, e.task_id, e.reward) for e in store.episodes(run_id)]
+        assert after == before, (before, after)  # nothing stored is lost
+        assert store.run_target(run_id)["tasks"] == 3, store.run_target(run_id)  # the refused env was not recorded
 
     allowed = _collect(tmp_path, "--run", run_id, "--allow-env-change")
     assert allowed.exit_code == 0 and "going on as --allow-env-change asks" in allowed.output, allowed.output
     with _store(tmp_path) as store:
         run = store.get_run(run_id)
-    assert run.config["target"]["tasks"] == 4
+    assert run.config["target"]["tasks"] == 4, run.config["target"]
     history = run.config["target_history"]
-    assert history[0]["tools_sha256"] == recorded["tools_sha256"] and "source" in history[0]["replaced_because"]
-    assert history[-1]["tasks"] == 3 and "task set changed" in history[-1]["replaced_because"]
+    assert history[0]["tools_sha256"] == recorded["tools_sha256"] and "source" in history[0]["replaced_because"], (
+        history
+    )
+    assert history[-1]["tasks"] == 3 and "task set changed" in history[-1]["replaced_because"], history
 
 
 @pytest.mark.parametrize(
