@@ -90,10 +90,9 @@ def recipe(
     seed: int,
     worker_dir: str,
     ship: bool = True,
-    router: Any = None,
 ) -> EvalPolicyRecipe:
     """`ship`: the adapters travel as bytes (Ray: no shared filesystem); else as this machine's directories (local
-    workers). `router` is not used (the routed policy plays on the driver); the keyword stays for callers."""
+    workers). The routed policy is not in it: it plays on the driver."""
     packed = {name: pack_dir(Path(path)) for name, path in adapter_paths.items()}
     digest = hashlib.sha256(f"{base_model}\0{max_new_tokens}\0{seed}".encode())
     for name in sorted(packed):

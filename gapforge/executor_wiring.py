@@ -44,7 +44,7 @@ def executor_overrides(overrides: list[str] | None) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def evaluation_players(
-    cfg: GapforgeConfig, store: Store, run_id: str, base_dir: str, artifacts, make_env, router=None, baseline_path=None
+    cfg: GapforgeConfig, store: Store, run_id: str, base_dir: str, artifacts, make_env, baseline_path=None
 ):
     """(`async with`) `evaluation.run.evaluate(players=...)`: None (every policy plays here), or, with the local
     multi-adapter backend (policy.kind local), local worker processes (gapforge.stages.common.rollout_workers) or Ray
@@ -78,7 +78,6 @@ async def evaluation_players(
         seed=cfg.seed,
         worker_dir=cfg.executor.worker_dir,
         ship=not local,
-        router=router if local else None,
     )
     if not local:
         yield eval_players(cfg.executor, base, make_env, cfg.rollouts.concurrency)

@@ -111,7 +111,7 @@ async def _play(
 
     cfg = sc.cfg
     async with evaluation_players(
-        cfg, sc.store, main_run, sc.base_dir(), artifacts, make_env, router, baseline_path=baseline_path
+        cfg, sc.store, main_run, sc.base_dir(), artifacts, make_env, baseline_path=baseline_path
     ) as players:
         return await evaluate_run(
             sc.store,
