@@ -173,3 +173,16 @@ def test_a_narrow_terminal_wraps_the_other_columns_and_keeps_every_id_whole(fake
     console.print(runs_table(rows))
     text = console.export_text()
     assert f"│ {LONG_ID} │" in text and "…" not in text, text
+
+
+def test_resume_where_there_is_no_store_is_refused_and_creates_nothing(fake_config: Path, tmp_path: Path) -> None:
+    code, out = invoke("run", "--resume", "r-nope", "--config", str(fake_config))
+    assert code == 2, out
+    assert "no store at" in out and "nothing to resume 'r-nope'" in out and "Traceback" not in out, out
+    assert not (tmp_path / "ws").exists()  # no workspace, no empty database left behind
+
+
+def test_resume_of_an_unknown_run_in_an_existing_store_names_the_run(fake_config: Path) -> None:
+    _stopped_at_discover(fake_config, AnalystBreaks, ValueError)
+    code, out = invoke("run", "--resume", "r-nope", "--config", str(fake_config))
+    assert code == 2 and "unknown run 'r-nope'" in out, out
