@@ -81,8 +81,7 @@ def run_cmd(
 
         cfg.policy = apply_policy_spec(cfg, policy)
     if resume:
-        _refuse_missing_store(cfg.store_url, resume)
-        store = store_of(cfg)
+        store = store_of(cfg, must_exist=True)  # a wrong directory or store.url: refused, no empty store made
         from gapforge.stages.rollouts import resume_target_check
 
         plan = resume_plan(
@@ -216,17 +215,3 @@ def fork_cmd(
     reused = ", ".join(f"{n} {table}" for table, n in copied.items() if n) or "nothing"
     say(f"fork of {run} at {checkpoint} with {' '.join(set_ or []) or 'the same settings'}; reused {reused}")
     raise typer.Exit(drive(new_cfg, store, new_id, options, fresh=False))
-
-
-def _refuse_missing_store(url: str, run_id: str) -> None:
-    """`--resume` of a SQLite store that does not exist: refused before opening it would create an empty one."""
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database and not Path(parsed.database).exists():
-        raise UsageError(
-            f"no store at {parsed.database}: nothing to resume {run_id!r} from (run in the directory that holds the "
-            "run's .gapforge/, or set store.url)"
-        )

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
     from gapforge.store import Store
 
 
-def open_store(cfg: GapforgeConfig) -> Store:
+def open_store(cfg: GapforgeConfig, *, must_exist: bool = False) -> Store:
+    """The run's store; `must_exist`: a missing SQLite store is refused (NoStore), nothing is created."""
     from gapforge.store import Store
 
-    cfg.workspace.mkdir(parents=True, exist_ok=True)
-    return Store(cfg.store_url)
+    if not must_exist:
+        cfg.workspace.mkdir(parents=True, exist_ok=True)
+    return Store(cfg.store_url, must_exist=must_exist)
 
 
 def open_sandbox_pool(cfg: GapforgeConfig, *, size: int | None = None) -> SandboxPool:

@@ -23,8 +23,8 @@ from gapforge.store.runs import RunQueries
 class Store(RunQueries, AnalysisQueries, ArtifactQueries, LeaseQueries):
     """Engine + schema for a store URL (SQLite file or PostgreSQL); raises StoreError if unusable."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, *, must_exist: bool = False) -> None:
+        super().__init__(url, must_exist=must_exist)
         try:
             self._check_schema_version()
             self.reap_dead_leases()  # a SIGKILLed holder's run reads `interrupted`, not `running`, from now on

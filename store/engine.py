@@ -72,9 +72,9 @@ def parse_url(raw: str) -> URL:
     return url
 
 
-def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
+def _sqlite_engine(url: URL, *, read_only: bool = False, must_exist: bool = False) -> Engine:
     path = Path(url.database or "").expanduser()
-    if read_only and not path.is_file():
+    if (read_only or must_exist) and not path.is_file():
         raise NoStore(
             f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) "
             "or point store.url / --config at the workspace that has one"
@@ -108,17 +108,18 @@ def _sqlite_engine(url: URL, *, read_only: bool = False) -> Engine:
     return engine
 
 
-def make_engine(raw_url: str, *, read_only: bool = False) -> Engine:
+def make_engine(raw_url: str, *, read_only: bool = False, must_exist: bool = False) -> Engine:
     """Create the engine for a store URL and make sure the schema exists; StoreError if not possible.
 
     read_only: an engine that can only read (SQLite `query_only`, PostgreSQL read-only
     transactions) and creates nothing; a missing SQLite file or an empty database raises
-    NoStore (the viewer, `gapforge ui`, shows that as a page)."""
+    NoStore (the viewer, `gapforge ui`, shows that as a page). must_exist: a missing SQLite file raises NoStore
+    instead of being created (`gapforge run --resume`)."""
     url = parse_url(raw_url)
     shown = url.render_as_string(hide_password=True)
     try:
         if url.get_backend_name() == "sqlite":
-            engine = _sqlite_engine(url, read_only=read_only)
+            engine = _sqlite_engine(url, read_only=read_only, must_exist=must_exist)
         else:
             args: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
             if read_only:
@@ -229,8 +230,8 @@ def no_capability(run_id: str, name: str | None) -> str:
 class StoreBase:
     """Sessions and upserts shared by the query mixins. One short session per call."""
 
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
-        self.engine = make_engine(url, read_only=read_only)
+    def __init__(self, url: str, *, read_only: bool = False, must_exist: bool = False) -> None:
+        self.engine = make_engine(url, read_only=read_only, must_exist=must_exist)
         self.dialect = self.engine.dialect.name
         self.store_key = self.engine.url.render_as_string(hide_password=True)  # which database (fences are per store)
         self._reader = sessionmaker(self.engine, expire_on_commit=False)

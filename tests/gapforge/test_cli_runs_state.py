@@ -178,7 +178,7 @@ def test_a_narrow_terminal_wraps_the_other_columns_and_keeps_every_id_whole(fake
 def test_resume_where_there_is_no_store_is_refused_and_creates_nothing(fake_config: Path, tmp_path: Path) -> None:
     code, out = invoke("run", "--resume", "r-nope", "--config", str(fake_config))
     assert code == 2, out
-    assert "no store at" in out and "nothing to resume 'r-nope'" in out and "Traceback" not in out, out
+    assert "no store at" in out and "point store.url" in out and "Traceback" not in out, out
     assert not (tmp_path / "ws").exists()  # no workspace, no empty database left behind
 
 
