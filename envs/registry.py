@@ -1,6 +1,6 @@
 """Target environments from one spec string, the one loader every caller uses.
 
-Parsed in this order, so nothing is ambiguous: the built-ins (`shop`, `tau2:<domain>[?max_steps=N]`,
+Parsed in this order, so nothing is ambiguous: the built-ins (`shop[?instances=0,51-120]`, `tau2:<domain>[?max_steps=N]`,
 `toolsandbox[:category][?network=stand-in]`, `mcp:PATH.yaml`, `composite:SPEC+SPEC[+...]`), then a user's class as
 `path/to/file.py:ClassName`, then `package.module:ClassName` (both with optional `?key=value&...` constructor
 keywords; envs/loader.py). Every call builds a fresh instance; adapters are imported lazily (a missing extra matters
@@ -29,7 +29,7 @@ def is_builtin(name: str) -> bool:
     """A built-in target or the mcp: prefix (not a user's class spec)."""
     base = name.partition("?")[0]
     return (
-        name == "shop"
+        base == "shop"
         or name.startswith(("tau2:", "mcp:", "composite:"))
         or base == "toolsandbox"
         or base.startswith("toolsandbox:")
@@ -42,14 +42,27 @@ def list_envs() -> list[str]:
     return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
+def _shop_instances(name: str) -> tuple[int, ...] | None:
+    """`shop` -> None (THE shop alone); `shop?instances=0,51-120` -> those instances (envs/shop/env.py)."""
+    from gapforge.envs.shop.env import parse_instances
+
+    query = name.partition("?")[2]
+    if not query:
+        return None
+    key, _, value = query.partition("=")
+    if key != "instances" or not value or "&" in value:
+        raise EnvError(f"bad env '{name}': the shop takes one option, e.g. shop?instances=0,51-120")
+    return parse_instances(value)
+
+
 def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> TargetEnvironment:
     """A fresh target environment. user: "scripted" (offline) or "llm" (needs `user_model`)."""
     if user not in USERS:
         raise EnvError(f"unknown user '{user}': use one of {', '.join(USERS)}")
-    if name == "shop":
+    if name.partition("?")[0] == "shop":
         from gapforge.envs.shop import ShopEnv
 
-        return ShopEnv(user=user, user_model=user_model)
+        return ShopEnv(user=user, user_model=user_model, instances=_shop_instances(name))
     if name.startswith("composite:"):
         from gapforge.envs.composite import CompositeEnv
 

@@ -1,4 +1,4 @@
-"""The list of shop tasks: 44 tasks in 4 families, built from the deterministic DB."""
+"""The list of shop tasks: 44 tasks in 4 families, built from the deterministic DB (any instance of it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from gapforge.envs.shop.tasks import FactKey, GoldAction, ShopTask, TaskBuilder,
 
 def _lookups(b: TaskBuilder) -> None:
     add = functools.partial(b.add, "lookup_and_answer")
-    for ci in (0, 4, 8):  # i % 4 == 0: the third order is shipped
+
+    def tracking(ci: int) -> None:
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
         add(
@@ -20,7 +21,8 @@ def _lookups(b: TaskBuilder) -> None:
             [o.tracking_number or ""],
             "Hi, one of my orders hasn't arrived yet. Can you tell me its tracking number?",
         )
-    for ci, by_name in ((1, False), (3, True), (5, False)):
+
+    def total(ci: int, by_name: bool) -> None:
         o = b.order(ci, 1)
         facts, find = b.identity(ci, by_name)
         add(
@@ -30,10 +32,11 @@ def _lookups(b: TaskBuilder) -> None:
             [money(o.total)],
             "Hello, how much did I pay in total for one of my recent orders?",
         )
-    for ci in (6, 7, 10):
+
+    def balance(ci: int, by_name: bool) -> None:
         c = b.customers[ci]
         gc = next(p for p in c.payment_methods.values() if p.source == "gift_card")
-        facts, find = b.identity(ci, by_name=ci == 10)
+        facts, find = b.identity(ci, by_name)
         add(
             "learn the gift card balance",
             facts,
@@ -41,7 +44,8 @@ def _lookups(b: TaskBuilder) -> None:
             [money(gc.balance or 0.0)],
             "Hi, what's the remaining balance on my gift card?",
         )
-    for pid, pick in (("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)):
+
+    def price(pid: str, pick: int) -> None:
         p = b.db.products[pid]
         v = [v for v in p.variants.values() if v.available][pick]
         add(
@@ -52,11 +56,21 @@ def _lookups(b: TaskBuilder) -> None:
             f"Hi, how much does the {p.name} with {options_text(v.options)} cost?",
         )
 
+    for ci in (0, 4, 8):  # i % 4 == 0: the third order is shipped
+        b.first(b.alternatives(ci), tracking)
+    for ci, by_name in ((1, False), (3, True), (5, False)):
+        b.first(b.alternatives(ci), total, by_name)
+    for ci in (6, 7, 10):
+        b.first(b.alternatives(ci), balance, ci == 10)
+    for pid, pick in (("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)):
+        b.first([pid, *(q for q in sorted(b.db.products) if q != pid)], price, pick)
+
 
 def _single_writes(b: TaskBuilder) -> None:
     add = functools.partial(b.add, "single_write")
-    for ci, reason in ((10, "no longer needed"), (11, "ordered by mistake"), (13, "no longer needed")):
-        facts, find = b.identity(ci, by_name=ci == 11)
+
+    def cancel(ci: int, reason: str, by_name: bool) -> None:
+        facts, find = b.identity(ci, by_name)
         f2, gold, total = b.cancel(ci, reason)
         add(
             "cancel a pending order",
@@ -65,7 +79,8 @@ def _single_writes(b: TaskBuilder) -> None:
             [total],
             "Hi, I'd like to cancel an order I placed recently.",
         )
-    for ci in (14, 15, 16):
+
+    def readdress(ci: int) -> None:
         facts, find = b.identity(ci)
         f2, gold = b.readdress(ci)
         add(
@@ -75,8 +90,9 @@ def _single_writes(b: TaskBuilder) -> None:
             [],
             "Hello, I moved and need to change the shipping address of an order that hasn't shipped yet.",
         )
-    for ci, idx, to_gift in ((17, [0], False), (19, [1], True), (22, [0], True)):
-        facts, find = b.identity(ci, by_name=ci == 19)
+
+    def ret(ci: int, idx: list[int], to_gift: bool, by_name: bool) -> None:
+        facts, find = b.identity(ci, by_name)
         f2, gold, refund = b.ret(ci, idx, to_gift)
         add(
             "return an item of a delivered order",
@@ -85,7 +101,8 @@ def _single_writes(b: TaskBuilder) -> None:
             [refund],
             "Hi, I'd like to return something from an order I received.",
         )
-    for ci in (21, 22, 23):
+
+    def exchange(ci: int) -> None:
         facts, find = b.identity(ci)
         f2, gold, diff = b.exchange(ci)
         add(
@@ -96,10 +113,20 @@ def _single_writes(b: TaskBuilder) -> None:
             "Hi, I received my order but I'd like to exchange an item for a different variant.",
         )
 
+    for ci, reason in ((10, "no longer needed"), (11, "ordered by mistake"), (13, "no longer needed")):
+        b.first(b.alternatives(ci), cancel, reason, ci == 11)
+    for ci in (14, 15, 16):
+        b.first(b.alternatives(ci), readdress)
+    for ci, idx, to_gift in ((17, [0], False), (19, [1], True), (22, [0], True)):
+        b.first(b.alternatives(ci), ret, idx, to_gift, ci == 19)
+    for ci in (21, 22, 23):
+        b.first(b.alternatives(ci), exchange)
+
 
 def _compounds(b: TaskBuilder) -> None:
     add = functools.partial(b.add, "compound_multi_step")
-    for ci in (1, 3):
+
+    def cancel_return(ci: int) -> None:
         facts, find = b.identity(ci)
         fc, gc, total = b.cancel(ci, "no longer needed")
         fr, gr, refund = b.ret(ci, [0], False)
@@ -116,7 +143,8 @@ def _compounds(b: TaskBuilder) -> None:
             [total, refund],
             "Hi, I have two things: I want to cancel one order and return an item from another.",
         )
-    for ci in (5, 7):
+
+    def readdress_exchange(ci: int) -> None:
         facts, find = b.identity(ci)
         fa, ga = b.readdress(ci)
         fx, gx, diff = b.exchange(ci)
@@ -133,8 +161,9 @@ def _compounds(b: TaskBuilder) -> None:
             [diff],
             "Hello, I need to update the shipping address of a pending order, and exchange an item from a delivered order.",
         )
-    for ci in (9, 13):
-        facts, find = b.identity(ci, by_name=ci == 13)
+
+    def return_two(ci: int, by_name: bool) -> None:
+        facts, find = b.identity(ci, by_name)
         fr, gr, refund = b.ret(ci, [0, 1], True)
         add(
             "return two items to a gift card",
@@ -143,7 +172,8 @@ def _compounds(b: TaskBuilder) -> None:
             [refund],
             "Hi, I want to return two items from one order and get the money back on my gift card.",
         )
-    for ci in (4, 12):  # third order shipped
+
+    def cancel_tracking(ci: int) -> None:
         facts, find = b.identity(ci)
         fc, gc, total = b.cancel(ci, "ordered by mistake")
         shipped = b.order(ci, 2)
@@ -159,7 +189,8 @@ def _compounds(b: TaskBuilder) -> None:
             [total, shipped.tracking_number or ""],
             "Hi, please cancel one of my pending orders, and also give me the tracking number of my shipped order.",
         )
-    for ci in (11, 15):  # odd customers have three items in the delivered order
+
+    def exchange_two(ci: int) -> None:
         facts, find = b.identity(ci)
         fx, gx, diff = b.exchange(ci, n_items=2)
         add(
@@ -170,10 +201,22 @@ def _compounds(b: TaskBuilder) -> None:
             "Hi, I'd like to exchange two items from an order I received.",
         )
 
+    for ci in (1, 3):
+        b.first(b.alternatives(ci), cancel_return)
+    for ci in (5, 7):
+        b.first(b.alternatives(ci), readdress_exchange)
+    for ci in (9, 13):
+        b.first(b.alternatives(ci), return_two, ci == 13)
+    for ci in (4, 12):  # third order shipped
+        b.first(b.alternatives(ci), cancel_tracking)
+    for ci in (11, 15):  # odd customers have three items in the delivered order
+        b.first(b.alternatives(ci), exchange_two)
+
 
 def _refusals(b: TaskBuilder) -> None:
     add = functools.partial(b.add, "policy_refusal", needs_refusal=True)
-    for ci in (2, 14):
+
+    def cancel_delivered(ci: int) -> None:
         o = b.order(ci, 1)
         facts, find = b.identity(ci)
         add(
@@ -183,7 +226,8 @@ def _refusals(b: TaskBuilder) -> None:
             ["delivered"],
             "Hi, I want to cancel my order, I don't need it anymore.",
         )
-    for ci in (8, 6):  # 8: shipped, 6: processed
+
+    def readdress_sent(ci: int) -> None:
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
         f2, _ = b.readdress(ci)
@@ -194,7 +238,8 @@ def _refusals(b: TaskBuilder) -> None:
             [o.status],
             "Hello, I need to send one of my orders to a different address.",
         )
-    for ci in (1, 9):  # i % 4 == 1: the third order was delivered more than 30 days ago
+
+    def return_old(ci: int) -> None:
         o = b.order(ci, 2)
         facts, find = b.identity(ci)
         add(
@@ -209,7 +254,8 @@ def _refusals(b: TaskBuilder) -> None:
             ["30"],
             "Hi, I'd like to return an item from an older order.",
         )
-    for ci in (0, 6):  # the delivered order holds a final-sale Yoga Mat
+
+    def return_final_sale(ci: int) -> None:
         o = b.order(ci, 1)
         mat = next(it for it in o.items if b.db.products[it.product_id].final_sale)
         facts, find = b.identity(ci)
@@ -225,7 +271,8 @@ def _refusals(b: TaskBuilder) -> None:
             ["final sale"],
             "Hi, I'd like to return the yoga mat I bought.",
         )
-    for ci in (17, 23):
+
+    def exchange_sold_out(ci: int) -> None:
         o = b.order(ci, 1)
         pair = b.exchange_pair(o, available=False)
         assert pair is not None, f"customer {ci} has no sold-out variant to ask for"
@@ -245,13 +292,25 @@ def _refusals(b: TaskBuilder) -> None:
             f"Hi, I'd like to exchange the {it.name} I received for another variant.",
         )
 
+    for ci in (2, 14):
+        b.first(b.alternatives(ci), cancel_delivered)
+    for ci in (8, 6):  # 8: shipped, 6: processed
+        b.first(b.alternatives(ci), readdress_sent)
+    for ci in (1, 9):  # i % 4 == 1: the third order was delivered more than 30 days ago
+        b.first(b.alternatives(ci), return_old)
+    for ci in (0, 6):  # the delivered order holds a final-sale Yoga Mat
+        b.first(b.alternatives(ci), return_final_sale)
+    for ci in (17, 23):
+        b.first(b.alternatives(ci), exchange_sold_out)
 
-def build_tasks(db: ShopDB) -> dict[str, ShopTask]:
-    """All tasks, keyed by id (stable: derived from the fixed DB). For another shop instance
-    (`build_db(instance=k)`) a template whose customer lacks what it needs raises AssertionError."""
+
+def build_tasks(db: ShopDB) -> tuple[dict[str, ShopTask], list[str]]:
+    """All tasks, keyed by id (stable: derived from the fixed DB), and the templates another customer or product
+    served (TaskBuilder.first; none in instance 0). For another shop instance (`build_db(instance=k)`) a template no
+    candidate can serve raises AssertionError."""
     b = TaskBuilder(db)
     _lookups(b)
     _single_writes(b)
     _compounds(b)
     _refusals(b)
-    return b.tasks
+    return b.tasks, b.substituted

@@ -35,34 +35,64 @@ class _Pristine:
     policy: str
     tools_json: str
     gold_hash: dict[str, str]  # task id -> state hash after its gold actions, filled lazily
+    substituted: tuple[str, ...]  # templates another customer or product served (catalog.build_tasks)
 
     def fresh_db(self) -> ShopDB:
         # validating from the dump builds new objects and is ~4x faster than a deep model_copy
         return ShopDB.model_validate(self.dump)
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1024)  # one per shop instance in use; a few hundred KB each
 def _pristine(instance: int = 0) -> _Pristine:
     db = build_db(instance)
+    tasks, substituted = build_tasks(db)
     return _Pristine(
         db=db,
         dump=db.model_dump(),
         db_hash=db.state_hash(),
-        tasks=build_tasks(db),
+        tasks=tasks,
+        substituted=tuple(substituted),
         policy=resources.files("gapforge.envs.shop").joinpath("policy.md").read_text(encoding="utf-8"),
         tools_json=json.dumps(SCHEMAS),
         gold_hash={},
     )
 
 
+def parse_instances(text: str) -> tuple[int, ...]:
+    """`0-120`, `0,51-120`, `7` -> the instance numbers, ascending, each once (EnvError on anything else)."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            first, last = -1, -1
+        if first < 0 or last < first:
+            raise EnvError(f"bad shop instances '{text}': use numbers and ranges >= 0, e.g. shop?instances=0,51-120")
+        out.update(range(first, last + 1))
+    return tuple(sorted(out))
+
+
+def instance_task_id(instance: int, task_id: str) -> str:
+    """A task's id in a shop of many instances: instance 0 keeps its own id (shop-lookup-001), instance k's tasks
+    are named after it (shop-i57-lookup-001)."""
+    return task_id if instance == 0 else task_id.replace("shop-", f"shop-i{instance}-", 1)
+
+
 class ShopEnv:
     """The shop. user="scripted" (deterministic, offline) or "llm" (pass `user_model`, a LangChain chat model).
     `instance` k >= 1 is another shop of the same shape (`build_db(instance=k)`: other customers and ids,
-    the same task templates); it exists to teach on data disjoint from THE shop (instance 0)."""
+    the same task templates); it exists to teach on data disjoint from THE shop (instance 0).
+    `instances` (the spec `shop?instances=0,51-120`) makes one env of many shops: the tasks of every listed
+    instance, in the same four families and proportions, each played on its own instance's records; task ids name
+    their instance (`instance_task_id`). An instance whose templates no customer can serve (about 2 in 100) is left
+    out; `built` lists the instances kept."""
 
     name = "shop"
 
-    def __init__(self, *, user: str = "scripted", user_model: Any = None, instance: int = 0) -> None:
+    def __init__(
+        self, *, user: str = "scripted", user_model: Any = None, instance: int = 0, instances: Any = None
+    ) -> None:
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user '{user}' for env shop: use 'scripted' or 'llm'")
         if user == "llm" and user_model is None:
@@ -77,10 +107,36 @@ class ShopEnv:
             self._shared = _pristine(instance)
         except (AssertionError, IndexError, ValueError) as e:
             raise EnvError(f"shop instance {instance} cannot be built ({e}): use another instance number") from None
+        if self._shared.substituted and instances is None:  # alone, an instance serves every template as written
+            raise EnvError(
+                f"shop instance {instance} cannot be built as written ({self._shared.substituted[0]}): use another "
+                "instance number, or shop?instances=... (which lets another customer serve a template)"
+            )
         self._tasks = self._shared.tasks
+        self._instance_of: dict[str, int] = {}  # task id -> its instance (a shop of many instances only)
+        self.built: tuple[int, ...] = (instance,)
+        if instances is not None:
+            self._many(tuple(instances))
         self._policy = self._shared.policy
         self._task: ShopTask | None = None
         self._db: ShopDB | None = None
+
+    def _many(self, instances: tuple[int, ...]) -> None:
+        tasks: dict[str, ShopTask] = {}
+        built = []
+        for k in instances:
+            try:
+                shared = _pristine(k)
+            except (AssertionError, IndexError, ValueError):
+                continue  # no customer can serve one of its templates
+            built.append(k)
+            for tid, t in shared.tasks.items():
+                name = instance_task_id(k, tid)
+                tasks[name] = t if k == 0 else t.model_copy(update={"task_id": name})
+                self._instance_of[name] = k
+        if not built:
+            raise EnvError(f"none of the shop instances {list(instances)} can be built: list others")
+        self._tasks, self.built = tasks, tuple(built)
 
     def task_ids(self) -> list[str]:
         return list(self._tasks)
@@ -93,6 +149,8 @@ class ShopEnv:
 
     def reset(self, task: TaskRef) -> list[Message]:
         t = self.task(str(task))
+        if self._instance_of:
+            self._shared = _pristine(self._instance_of[t.task_id])
         self._task = t
         self._db = self._shared.db  # copy-on-write: most episodes never write
         self._db_owned = False

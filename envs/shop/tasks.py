@@ -63,6 +63,28 @@ class TaskBuilder:
         self.customers: list[Customer] = list(db.customers.values())
         self.tasks: dict[str, ShopTask] = {}
         self.counts: dict[str, int] = {}
+        self.substituted: list[str] = []  # templates a later candidate served (`first`)
+
+    def alternatives(self, ci: int) -> list[int]:
+        """Customer `ci`, then the customers of its shape: every property a template relies on (order statuses, item
+        counts, payment methods, the final-sale order) depends on the customer's index mod 12 (data.build_db)."""
+        n = len(self.customers)
+        return [ci, *((ci + step) % n for step in range(12, n, 12))]
+
+    def first(self, candidates: list[Any], build: Any, *args: Any) -> None:
+        """`build(candidate, *args)` for the first candidate (a customer index or a product id) it can make a task of.
+        In THE shop (instance 0) the first always can. In another instance a template's customer may lack what it
+        needs (no exchangeable item, no sold-out variant, too few available variants): the next candidate serves it.
+        `build` adds its task last, so a candidate that fails adds nothing."""
+        for candidate in candidates:
+            try:
+                build(candidate, *args)
+            except (AssertionError, IndexError, StopIteration):
+                continue
+            if candidate != candidates[0]:
+                self.substituted.append(f"{build.__name__}: {candidates[0]} -> {candidate}")
+            return
+        raise AssertionError(f"no candidate among {candidates} can serve the template {build.__name__}")
 
     def order(self, ci: int, k: int) -> Order:
         return self.db.orders[self.customers[ci].orders[k]]
