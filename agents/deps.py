@@ -54,6 +54,7 @@ class StageDeps:
     )
     # agents.validation.SandboxChecks: readiness on local worker processes, or every check on a Ray Docker node (None: all here)
     sandbox_checks: Any = None
+    unseen_env: str | None = None  # evaluation.unseen_env: its openings are held out too (check `contamination`)
     _store: Store | None = field(default=None, init=False, repr=False)
     _pool: SandboxPool | None = field(default=None, init=False, repr=False)
     _policies: list[Any] = field(default_factory=list, init=False, repr=False)

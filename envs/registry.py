@@ -25,6 +25,11 @@ _checked: set[tuple[str, type]] = set()  # (spec, class) pairs that passed check
 _check_lock = threading.Lock()
 
 
+def is_shop(name: str) -> bool:
+    """The built-in shop, of one instance or many (`shop`, `shop?instances=...`)."""
+    return name.partition("?")[0] == "shop"
+
+
 def is_builtin(name: str) -> bool:
     """A built-in target or the mcp: prefix (not a user's class spec)."""
     base = name.partition("?")[0]
@@ -59,7 +64,7 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
     """A fresh target environment. user: "scripted" (offline) or "llm" (needs `user_model`)."""
     if user not in USERS:
         raise EnvError(f"unknown user '{user}': use one of {', '.join(USERS)}")
-    if name.partition("?")[0] == "shop":
+    if is_shop(name):
         from gapforge.envs.shop import ShopEnv
 
         return ShopEnv(user=user, user_model=user_model, instances=_shop_instances(name))

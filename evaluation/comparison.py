@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gapforge.evaluation import stats
 from gapforge.evaluation.comparisons import Comparison
 from gapforge.evaluation.oracle import policy_episodes
-from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, points, verdict
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, UNSEEN, points, verdict
 
 if TYPE_CHECKING:
     from gapforge.store import Store
@@ -87,11 +87,12 @@ def comparison_lines(
     synthesis: int = 0,
     budget: int | None = None,
     trace_vs_grpo: Mapping[str, Mapping[str, Any]] | None = None,
+    where: str = "the held-out split",
 ) -> list[str]:
     """The comparison table as lines (pure). `metrics`: evaluation name -> stored metrics; `costs`: adapter name ->
     TrainingCost; `synthesis`: TRACE's readiness + self-test rollouts; `budget`:
     training.budget.training_rollout_budget; `trace_vs_grpo`: scope -> paired difference of TRACE minus GRPO-on-target
-    (`paired_between`)."""
+    (`paired_between`); `where`: the split the metrics are of."""
     if BASE not in metrics or ROUTED not in metrics:
         return []
     adapters = sorted(n.removeprefix("adapter:") for n in metrics if n.startswith("adapter:"))
@@ -105,7 +106,7 @@ def comparison_lines(
     rows.append(("TRACE (routed)", ROUTED, trace_cost))
     width = max(len(label) for label, _, _ in rows)
     budget_note = f"; budget {budget} training rollouts" if budget else ""
-    lines = [f"comparison on the held-out split (paired with base: same tasks, same trials{budget_note}):"]
+    lines = [f"comparison on {where} (paired with base: same tasks, same trials{budget_note}):"]
     for label, name, cost in rows:
         m = metrics[name]
         pr = (m.get("pass_rate") or {}).get("value")
@@ -143,15 +144,16 @@ def comparison_lines(
     return lines
 
 
-def comparison(store: Store, run_id: str, cfg: Any = None) -> list[str]:
+def comparison(store: Store, run_id: str, cfg: Any = None, scope: str = "eval") -> list[str]:
     """The comparison lines of a run from the store (`cfg`: the run's GapforgeConfig; None: its training section and
-    seed as stored with the run)."""
+    seed as stored with the run), over the held-out split's rows (`scope` eval) or the unseen records' (unseen)."""
     from types import SimpleNamespace
 
     from gapforge.training.budget import training_rollout_budget
     from gapforge.training.config import TrainingConfig
 
-    metrics = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")}
+    rows = [e for e in store.evaluations(run_id) if e.name.startswith(f"{scope}:")]
+    metrics = {e.name.removeprefix(f"{scope}:"): e.metrics for e in rows}
     if BASE not in metrics or ROUTED not in metrics or not metrics[ROUTED].get("child_run"):
         return []
     if cfg is None:
@@ -171,12 +173,18 @@ def comparison(store: Store, run_id: str, cfg: Any = None) -> list[str]:
         synthesis=synthesis_rollouts(store, run_id),
         budget=training_rollout_budget(cfg, len(adapters)),
         trace_vs_grpo=vs,
+        where="the held-out split" if scope == "eval" else f"the unseen records ({metrics[BASE].get('env')})",
     )
+
+
+def comparisons(store: Store, run_id: str, cfg: Any = None) -> list[str]:
+    """`comparison` of the held-out split, then of the unseen records when the run played them."""
+    return [*comparison(store, run_id, cfg), *comparison(store, run_id, cfg, UNSEEN)]
 
 
 def comparison_section(store: Store, run_id: str) -> list[str]:
     """The report's section: the comparison lines of `comparison`, as stored with the run."""
-    lines = comparison(store, run_id)
+    lines = comparisons(store, run_id)
     if not lines:
         return []
     return [
@@ -212,7 +220,7 @@ class _GrpoOnTarget(Comparison):
         return comparison_section(store, run_id), []
 
     def lines(self, store: Store, run_id: str, cfg: Any) -> list[str]:
-        return comparison(store, run_id, cfg)
+        return comparisons(store, run_id, cfg)
 
 
 GRPO_COMPARISON = _GrpoOnTarget()

@@ -46,7 +46,12 @@ class EvaluationConfig(BaseModel):
     gepa_max_metric_calls: int | None = Field(
         None, ge=1, description="episodes GEPA may play; None: as many as all adapters' training rollouts"
     )
-    gepa_minibatch: int = Field(3, ge=1, le=64, description="analysis tasks per GEPA reflection step")
+    unseen_env: str | None = Field(
+        None,
+        description="a second held-out split on records the analysis never saw: every task of this target spec (e.g. "
+        "shop?instances=61-70 beside rollouts.env=shop?instances=0,51-60), played by every policy as the held-out "
+        "split is and reported beside it (`unseen:<policy>`); its task ids must not be rollouts.env's",
+    )
 
     @field_validator("family_trials")
     @classmethod

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from gapforge.store import Store
 
 GEPA = "gepa"
+GEPA_MINIBATCH = 3  # analysis tasks per GEPA reflection step
 GEPA_ROW = "gepa_prompt"
 COMPONENT = "system_prompt"
 
@@ -162,7 +163,7 @@ class EpisodeAdapter:
         if self.metric_calls + len(batch) > self.max_metric_calls:
             raise GepaConfigError(  # past the budget: a bug in the stopping rule, never the model's
                 f"GEPA asked for {len(batch)} episodes with {self.max_metric_calls - self.metric_calls} of its budget "
-                "left: raise evaluation.gepa_max_metric_calls or lower evaluation.gepa_minibatch"
+                "left: raise evaluation.gepa_max_metric_calls"
             )
         episodes = asyncio.run_coroutine_threadsafe(self._play(batch, candidate[COMPONENT]), self.loop).result()
         self.metric_calls += len(batch)
@@ -301,7 +302,7 @@ class _Gepa(Comparison):
                 capabilities,
                 reflection_model(cfg.llm, split.env),
                 max_metric_calls=budget,
-                minibatch=cfg.evaluation.gepa_minibatch,
+                minibatch=GEPA_MINIBATCH,
                 families=dict(split.families),
                 max_turns=cfg.rollouts.max_turns,
                 temperature=cfg.policy.temperature,

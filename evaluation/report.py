@@ -5,6 +5,8 @@
   `eval:*`);
 - `eval_forest.png`: the episode-level paired difference in pass rate vs base (`vs_base_paired`, and per policy on the
   focus family from `vs_base_by_family`) with its 95% interval, N paired episodes in each row's label, a line at 0;
+- the same section and plots (`unseen_eval_*.png`) for the unseen records when the run played them
+  (`evaluation.unseen_env`, evaluations `unseen:*`);
 - an oracle-routing section (evaluation.oracle; the stored `oracle` row, else computed from the stored episodes):
   routed TRACE against the best single policy per task picked on half the trials and scored on the other half, against
   each single policy on those trials, and the router's choices against the oracle's;
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation.registry import labels, report_sections
 from gapforge.evaluation.scaling import gate_line
-from gapforge.evaluation.summary import figure, interval, save_figure, signed, verdict
+from gapforge.evaluation.summary import UNSEEN, figure, interval, save_figure, signed, verdict
 
 if TYPE_CHECKING:
     from gapforge.store import Store
@@ -42,8 +44,8 @@ class ReportResult:
     missing: list[str] = field(default_factory=list)
 
 
-def _bars(evals: list[Any], key: str, title: str, path: Path) -> Path:
-    names = [e.name.removeprefix("eval:") for e in evals]
+def _bars(evals: list[Any], scope: str, key: str, title: str, path: Path) -> Path:
+    names = [e.name.removeprefix(f"{scope}:") for e in evals]
     vals = [e.metrics[key]["value"] or 0.0 for e in evals]
     lows = [v - (e.metrics[key]["low"] or 0.0) for v, e in zip(vals, evals)]
     highs = [(e.metrics[key]["high"] or 0.0) - v for v, e in zip(vals, evals)]
@@ -55,12 +57,12 @@ def _bars(evals: list[Any], key: str, title: str, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def _more_trials(evals: list[Any]) -> list[str]:
+def _more_trials(evals: list[Any], scope: str = "eval") -> list[str]:
     """A line per family some policies played with other than `trials` trials per task."""
     out = []
     for fam in sorted({f for e in evals for f in e.metrics.get("trials_by_family", {})}):
         ks = {
-            e.name.removeprefix("eval:"): e.metrics["trials_by_family"].get(fam)
+            e.name.removeprefix(f"{scope}:"): e.metrics["trials_by_family"].get(fam)
             for e in evals
             if "trials_by_family" in e.metrics
         }
@@ -71,15 +73,17 @@ def _more_trials(evals: list[Any]) -> list[str]:
     return [*out, ""] if out else []
 
 
-def _paired_rows(evals: list[Any], labels: dict[str, str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+def _paired_rows(
+    evals: list[Any], labels: dict[str, str] | None = None, scope: str = "eval"
+) -> list[tuple[str, str, dict[str, Any]]]:
     """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the
     others; a policy named in `labels` is shown by its label."""
     rows = []
     for e in evals:
         m = e.metrics
-        if e.name == "eval:base" or not m.get("vs_base_paired"):
+        if e.name == f"{scope}:base" or not m.get("vs_base_paired"):
             continue
-        name, focus, fams = e.name.removeprefix("eval:"), m.get("focus_family"), m.get("vs_base_by_family") or {}
+        name, focus, fams = e.name.removeprefix(f"{scope}:"), m.get("focus_family"), m.get("vs_base_by_family") or {}
         name = (labels or {}).get(name, name)
         rows.append((name, "all tasks", m["vs_base_paired"]))
         rows += [(name, f, fams[f]) for f in sorted(fams, key=lambda f: (f != focus, f))]
@@ -96,11 +100,12 @@ def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
         [v - 100 * d["pass_rate"]["low"] for v, (_, _, d) in zip(vals, rows)],
         [100 * d["pass_rate"]["high"] - v for v, (_, _, d) in zip(vals, rows)],
     ]
-    fig, ax = figure((7, 0.45 * len(rows) + 1.4))
+    fig, ax = figure((8, 0.5 * len(rows) + 1.6))
     ys = list(range(len(rows)))[::-1]
     ax.errorbar(vals, ys, xerr=err, fmt="o", capsize=4, color="#3a7")
     ax.axvline(0, color="#888", linestyle="--", linewidth=1)
-    ax.set_yticks(ys, labels)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xlabel("Δ pass rate vs base, points (paired episodes, 95% interval)")
     return save_figure(fig, path)
 
@@ -131,73 +136,85 @@ def _curves(adapters: list[Any], path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def _evaluation_section(
+    store: Store, run_id: str, out: Path, scope: str, plots: list[Path], missing: list[str]
+) -> list[str]:
+    """The section of one split's evaluation rows `<scope>:<policy>`: the held-out split (`eval`) or the unseen
+    records (`unseen`: evaluation.unseen_env; its plots' files start with `unseen_`)."""
+    evals = [e for e in store.evaluations(run_id) if e.name.startswith(f"{scope}:")]
+    evals.sort(key=lambda e: (e.name != f"{scope}:base", e.name))
+    held = scope == "eval"
+    if not held and not evals:
+        return []
+    prefix, name = ("" if held else f"{scope}_"), (lambda e: e.name.removeprefix(f"{scope}:"))
+    title = "the held-out split" if held else "the unseen records (evaluation.unseen_env)"
+    lines = [f"## Evaluation on {title}", ""]
+    if not evals:
+        missing.append("evaluation")
+        return [*lines, "No evaluation stored yet (run the evaluate stage).", ""]
+    first = evals[0].metrics
+    lines += [
+        f"Env `{first['env']}`, {first['tasks']} tasks × {first['trials']} trials per policy; 95% bootstrap intervals over tasks.",
+        "",
+    ]
+    lines += _more_trials(evals, scope)
+    lines += [
+        "| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in evals:
+        m = e.metrics
+        ks = ", ".join(f"^{k}={v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
+        vs = m.get("vs_base") or {}
+        lines.append(
+            f"| {name(e)} | {interval(m['pass_rate'])} | {interval(m['mean_reward'], pct=False)} | {ks} | "
+            f"{interval(vs.get('pass_rate'))} | {interval(vs.get('mean_reward'), pct=False)} |"
+        )
+    lines += ["", "### Per family (pass rate)", ""]
+    families = sorted({f for e in evals for f in e.metrics.get("by_family", {})})
+    lines += ["| policy | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
+    for e in evals:
+        fam = e.metrics.get("by_family", {})
+        cells = " | ".join(interval(fam.get(f, {}).get("pass_rate")) for f in families)
+        lines.append(f"| {name(e)} | {cells} |")
+    paired = _paired_rows(evals, labels(store, run_id), scope)
+    if paired:
+        focus = first.get("focus_family")
+        lines += ["", "### Paired differences vs base (episode level)", ""]
+        lines += [
+            "Episode (task, trial i) of a policy minus episode (task, trial i) of base, over the pairs both played "
+            "(common random numbers); 95% two-stage bootstrap intervals (tasks with replacement, then trials within each task)."
+            + (f" Focus family: `{focus}`." if focus else ""),
+            "",
+            "| policy | scope | N paired episodes (tasks) | Δ pass rate | Δ reward | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for policy, where, d in paired:
+            lines.append(
+                f"| {policy} | {where} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {signed(d.get('pass_rate'), pct=True)} | "
+                f"{signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
+            )
+        forest = [r for r in paired if r[1] in ("all tasks", focus)]
+        if any((d.get("pass_rate") or {}).get("value") is not None for _, _, d in forest):
+            plots.append(_forest(forest, out / f"{prefix}eval_forest.png"))
+            lines += ["", f"![paired differences]({prefix}eval_forest.png)"]
+    if not any(e.name == f"{scope}:baseline_grpo_target" for e in evals):
+        lines += ["", "The GRPO-on-target baseline was not evaluated (no baseline adapter given)."]
+    plots.append(_bars(evals, scope, "pass_rate", "pass rate (95% CI)", out / f"{prefix}eval_pass_rate.png"))
+    plots.append(_bars(evals, scope, "mean_reward", "mean reward (95% CI)", out / f"{prefix}eval_reward.png"))
+    return [*lines, "", f"![pass rate]({prefix}eval_pass_rate.png) ![mean reward]({prefix}eval_reward.png)", ""]
+
+
 def write_report(store: Store, run_id: str, out_dir: str | Path) -> ReportResult:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    evals = [e for e in store.evaluations(run_id) if e.name.startswith("eval:")]
-    evals.sort(key=lambda e: (e.name != "eval:base", e.name))
     router = store.get_evaluation(run_id, "router_accuracy")
     adapters = [a for a in store.adapters(run_id) if a.metrics.get("curve")]  # held-out reward per step
     plots: list[Path] = []
     missing: list[str] = []
     lines = [f"# gapforge report — run `{run_id}`", ""]
-
-    lines += ["## Evaluation on the held-out split", ""]
-    if evals:
-        first = evals[0].metrics
-        lines += [
-            f"Env `{first['env']}`, {first['tasks']} tasks × {first['trials']} trials per policy; 95% bootstrap intervals over tasks.",
-            "",
-        ]
-        lines += _more_trials(evals)
-        lines += [
-            "| policy | pass rate | mean reward | pass^k | Δ pass rate vs base (over tasks) | Δ reward vs base (over tasks) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for e in evals:
-            m = e.metrics
-            ks = ", ".join(f"^{k}={v:.2f}" for k, v in m["pass_hat_k"].items() if v is not None)
-            vs = m.get("vs_base") or {}
-            lines.append(
-                f"| {e.name.removeprefix('eval:')} | {interval(m['pass_rate'])} | {interval(m['mean_reward'], pct=False)} | {ks} | "
-                f"{interval(vs.get('pass_rate'))} | {interval(vs.get('mean_reward'), pct=False)} |"
-            )
-        lines += ["", "### Per family (pass rate)", ""]
-        families = sorted({f for e in evals for f in e.metrics.get("by_family", {})})
-        lines += ["| policy | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
-        for e in evals:
-            fam = e.metrics.get("by_family", {})
-            cells = " | ".join(interval(fam.get(f, {}).get("pass_rate")) for f in families)
-            lines.append(f"| {e.name.removeprefix('eval:')} | {cells} |")
-        paired = _paired_rows(evals, labels(store, run_id))
-        if paired:
-            focus = evals[0].metrics.get("focus_family")
-            lines += ["", "### Paired differences vs base (episode level)", ""]
-            lines += [
-                "Episode (task, trial i) of a policy minus episode (task, trial i) of base, over the pairs both played "
-                "(common random numbers); 95% two-stage bootstrap intervals (tasks with replacement, then trials within each task)."
-                + (f" Focus family: `{focus}`." if focus else ""),
-                "",
-                "| policy | scope | N paired episodes (tasks) | Δ pass rate | Δ reward | verdict |",
-                "|---|---|---|---|---|---|",
-            ]
-            for name, scope, d in paired:
-                lines.append(
-                    f"| {name} | {scope} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {signed(d.get('pass_rate'), pct=True)} | "
-                    f"{signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
-                )
-            forest = [r for r in paired if r[1] in ("all tasks", focus)]
-            if any((d.get("pass_rate") or {}).get("value") is not None for _, _, d in forest):
-                plots.append(_forest(forest, out / "eval_forest.png"))
-                lines += ["", "![paired differences](eval_forest.png)"]
-        if not any(e.name == "eval:baseline_grpo_target" for e in evals):
-            lines += ["", "The GRPO-on-target baseline was not evaluated (no baseline adapter given)."]
-        plots.append(_bars(evals, "pass_rate", "pass rate (95% CI)", out / "eval_pass_rate.png"))
-        plots.append(_bars(evals, "mean_reward", "mean reward (95% CI)", out / "eval_reward.png"))
-        lines += ["", "![pass rate](eval_pass_rate.png) ![mean reward](eval_reward.png)", ""]
-    else:
-        missing.append("evaluation")
-        lines += ["No evaluation stored yet (run the evaluate stage).", ""]
+    for scope in ("eval", UNSEEN):  # the held-out split, then the unseen records (evaluation.unseen_env) when played
+        lines += _evaluation_section(store, run_id, out, scope, plots, missing)
 
     sections, drawn = report_sections(store, run_id, out)  # every comparison's section (evaluation.registry)
     lines += sections

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
+UNSEEN = "unseen"  # the scope of the second held-out split (evaluation.unseen_env): rows `unseen:<policy>`
 UNDERPOWERED_POINTS = 15.0  # a family's paired 95% interval wider than ± this many points is flagged
 NO_EFFECT_LINE = "no effect (the 95% interval contains 0)"
 
@@ -135,6 +136,6 @@ def save_figure(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # long tick labels widen the image instead of being cut off
     plt.close(fig)
     return path

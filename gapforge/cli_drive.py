@@ -62,6 +62,14 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
             metrics = {name.removeprefix("eval:"): m for name, m in evals.items() if name.startswith("eval:")}
             for line in headline(metrics) if metrics else []:  # the focus family's base -> TRACE, paired 95% interval
                 say(line)
+            unseen = {name.removeprefix("unseen:"): m for name, m in evals.items() if name.startswith("unseen:")}
+            if unseen.get("base"):  # the second held-out split (evaluation.unseen_env), the same lines
+                m = unseen["base"]
+                say(
+                    f"unseen records ({m.get('env')}: {m.get('tasks')} tasks no analysis, synthetic env or baseline saw):"
+                )
+                for line in headline(unseen):
+                    say(f"  {line}")
         if values.get("report"):
             say(f"report: {values['report']}")
         if times := stage_times(values, time.perf_counter() - started):

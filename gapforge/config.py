@@ -117,6 +117,7 @@ REMOVED = {
     "evaluation.scaling_curve": "list rollout_scaling in evaluation.comparisons",
     "evaluation.all_tasks_greedy": "list paper_protocol in evaluation.comparisons",
     "routing.max_example_chars": "fixed: 1200 characters of each capability's example in the routing prompt",
+    "evaluation.gepa_minibatch": "fixed: 3 analysis tasks per GEPA reflection step (GEPA_MINIBATCH, evaluation/gepa_baseline.py)",
     "routing.max_policy_chars": "fixed: 600 characters of the target's policy (MAX_POLICY_CHARS, agents/router/router.py)",
     **{f"{s}.endpoint.{k}": _BREAKER for s in ("llm", "policy") for k in ("breaker_failures", "breaker_cooldown_s")},
 }

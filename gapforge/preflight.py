@@ -38,8 +38,33 @@ def check_target(cfg: GapforgeConfig) -> None:
     probe, _ = make_target_env_factory(cfg, cfg.rollouts.env)
     try:
         check_names(cfg, probe)
+        seen = set(cfg.rollouts.tasks or probe.task_ids())
     finally:
         probe.close()
+    if cfg.evaluation.unseen_env:
+        check_unseen(cfg, seen)
+
+
+def check_unseen(cfg: GapforgeConfig, seen: set[str]) -> None:
+    """evaluation.unseen_env builds, has tasks, and shares none with the target's (`seen`): the second held-out split
+    is on records no analysis-split task touched (for the shop: other instances)."""
+    from gapforge.wiring import make_target_env_factory
+
+    unseen = cfg.evaluation.unseen_env or ""
+    probe, _ = make_target_env_factory(cfg, unseen)
+    try:
+        ids = probe.task_ids()
+    finally:
+        probe.close()
+    shared = sorted(seen & set(ids))
+    if not ids or shared:
+        why = (
+            "has no task" if not ids else f"shares {len(shared)} task id(s) with rollouts.env ({', '.join(shared[:3])})"
+        )
+        raise ConfigError(
+            f"evaluation.unseen_env '{unseen}' {why}: name a target whose tasks the run never plays, e.g. other shop "
+            "instances (shop?instances=61-70 beside rollouts.env=shop?instances=0,51-60)"
+        )
 
 
 def check_names(cfg: GapforgeConfig, target: TargetEnvironment) -> None:
@@ -124,9 +149,10 @@ def _recorded_analyst(cfg: GapforgeConfig, env: str) -> None:
 
 def _recorded_synthesis(cfg: GapforgeConfig, env: str) -> None:
     from gapforge.agents.synthesis.recorded import SHOP_RECORDINGS
+    from gapforge.envs.registry import is_shop
 
     if cfg.synthesis.recordings is None:
-        if env.split(":")[0] != "shop":
+        if not is_shop(env):
             raise ConfigError(
                 f"llm.kind=scripted answers the generator from synthesis.recordings, and the built-in ones answer for the "
                 f"shop env only, not '{env}': set synthesis.recordings=FILE ({RECORDINGS_DOC}) or llm.kind=openai with llm.endpoint"

@@ -68,6 +68,7 @@ def build_deps(cfg: GapforgeConfig, *, pool_size: int | None = None) -> StageDep
         readiness=cfg.grpo_readiness.with_temperature(cfg.training.temperature),  # it samples as GRPO will
         policy=cfg.policy,
         synthesis=cfg.synthesis,
+        unseen_env=cfg.evaluation.unseen_env,
         workspace=Workspace(cfg.workspace),
         sandbox_checks=sandbox_checks(cfg),  # None: this machine's sandbox; executor.kind ray: a Docker node's
     )
@@ -183,11 +184,11 @@ def make_target_env_factory(
     env takes a LangChain chat model; tau2 and ToolSandbox drive their own simulators
     (litellm / ToolSandbox's OpenAI user) from the endpoint settings.
     """
-    from gapforge.envs.registry import make_env
+    from gapforge.envs.registry import is_shop, make_env
 
     user_model = None
     if cfg.rollouts.user == "llm":
-        if env_name != "shop":
+        if not is_shop(env_name):
             user_model = user_simulator_endpoint(cfg)
         else:
             from gapforge.agents.llm import make_chat_model

@@ -116,7 +116,9 @@ def _user_model(spec: EnvSpec) -> Any:
 
     endpoint = EndpointConfig.model_validate(spec.user_endpoint)
     endpoint.load_key(os.environ)  # this job process is its own loader: the key never travels in the spec
-    if spec.target != "shop":
+    from gapforge.envs.registry import is_shop
+
+    if not is_shop(spec.target or ""):
         return endpoint
     from gapforge.agents.llm import make_chat_model
 

@@ -146,7 +146,7 @@ RULES: dict[str, Callable[[Trajectory], Verdict]] = {
 
 def recording_path(env: str) -> Path:
     """Where the recorded analyst of `env` would be (a built-in env's name, without its options)."""
-    return RECORDED_DIR / f"{env.split(':')[0]}_analyst.yaml"
+    return RECORDED_DIR / f"{env.split(':')[0].partition('?')[0]}_analyst.yaml"
 
 
 def has_recording(env: str) -> bool:

@@ -108,9 +108,12 @@ def analysis_episodes(store: Store, run_id: str, *, fraction: float, seed: int) 
     return [e for e in eps if e.task_id in keep]
 
 
-def split_openings(store: Store, run_id: str, env: str | None = None) -> SplitTexts | None:
+def split_openings(
+    store: Store, run_id: str, env: str | None = None, *, unseen_env: str | None = None
+) -> SplitTexts | None:
     """The openings of the run's stored episodes by split (what check `contamination` guards), None when the
-    run has no stored split. Episodes of other envs than the split's are left out."""
+    run has no stored split. Episodes of other envs than the split's are left out. `unseen_env`
+    (evaluation.unseen_env): the opening of each of its tasks is held out too (`unseen_openings`)."""
     stored = store.get_split(run_id)
     if stored is None:
         return None
@@ -120,7 +123,35 @@ def split_openings(store: Store, run_id: str, env: str | None = None) -> SplitTe
         text = first_user_message(e.messages)  # the task's opening
         if text and text not in by_task[e.task_id]:
             by_task[e.task_id].append(text)
+    held = {t: texts for t, texts in sorted(by_task.items()) if t in heldout}
+    if unseen_env:
+        held |= unseen_openings(unseen_env)
     return SplitTexts(
-        heldout={t: texts for t, texts in sorted(by_task.items()) if t in heldout},
+        heldout=held,
         analysis=[text for t, texts in sorted(by_task.items()) if t in analysis for text in texts],
     )
+
+
+def unseen_openings(env: str) -> dict[str, list[str]]:
+    """Task id -> [its opening] for every task of the target `env`, played with the scripted user (the unseen records
+    are never collected, so no stored episode holds them). A target whose user cannot be scripted gives none: its
+    openings are then not guarded."""
+    from gapforge.envs.errors import EnvError
+    from gapforge.envs.registry import make_env
+
+    try:
+        target: Any = make_env(env)
+    except EnvError:
+        return {}
+    out: dict[str, list[str]] = {}
+    try:
+        for task in target.task_ids():
+            messages = target.reset(task)
+            text = next((m.content for m in messages if m.role == "user" and m.content), None)
+            if text:
+                out[task] = [text]
+    except EnvError:
+        return {}
+    finally:
+        target.close()
+    return out

@@ -128,9 +128,10 @@ def gather_context(
     n_episodes: int,
     episode_chars: int,
     target: TargetFacts | None = None,
+    unseen_env: str | None = None,
 ) -> GeneratorContext:
     """The capability, its statistics, its most often LACKING failed analysis-split episodes, the target's facts and
-    the run's openings by split."""
+    the run's openings by split (`unseen_env`'s held out too)."""
     cap = store.get_capability(run_id, capability)
     if cap is None:
         raise LookupError(f"capability {capability!r} is not stored in run {run_id!r}: run the analysis first")
@@ -168,7 +169,7 @@ def gather_context(
     tools = [t for t in facts.tools if t["function"]["name"] in used] or facts.tools
     formats = result_examples([e.messages for e in chosen], [t["function"]["name"] for t in tools])
     gap, coverage = mean(gaps) if gaps else None, mean(s.coverage for s in stats) if stats else None
-    openings = split_openings(store, run_id, env_name)
+    openings = split_openings(store, run_id, env_name, unseen_env=unseen_env)
     return GeneratorContext(
         capability, cap.definition, gap, coverage, len(stats), episodes, facts, tools, formats, openings
     )

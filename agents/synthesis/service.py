@@ -105,7 +105,14 @@ def _row(deps: StageDeps, run_id: str, capability: str, attempt: int) -> Any:
 
 
 def _context(deps: StageDeps, run_id: str, capability: str) -> GeneratorContext:
-    return gather_context(deps.store, run_id, capability, n_episodes=EPISODES_IN_PROMPT, episode_chars=EPISODE_CHARS)
+    return gather_context(
+        deps.store,
+        run_id,
+        capability,
+        n_episodes=EPISODES_IN_PROMPT,
+        episode_chars=EPISODE_CHARS,
+        unseen_env=deps.unseen_env,
+    )
 
 
 def generate_attempt(

@@ -1,6 +1,7 @@
 """`evaluate`: base vs TRACE (routed) vs each adapter vs the baselines on the held-out split (evaluation.service),
 with every comparison on in the config plugged in (evaluation.registry: GEPA's prompt optimised first, more
-evaluations after: every task greedy, the rollout-scaling curve)."""
+evaluations after: every task greedy, the rollout-scaling curve), then, with `evaluation.unseen_env`, the same policies
+on the second held-out split: every task of that target, records the analysis never saw (rows `unseen:<policy>`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from gapforge.evaluation.summary import UNSEEN
 from gapforge.executor_wiring import evaluation_players
 from gapforge.graph.context import Cost, EvaluationDone, StageFailed
 from gapforge.wiring import make_target_env_factory
@@ -89,7 +91,57 @@ async def evaluate(
     for c in sorted(comparisons, key=lambda c: c.extend_order):  # more evaluations: every task greedy, then the curve
         played += await c.extend(ev)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
+    if ecfg.unseen_env and not ev.given:  # the second held-out split: records the analysis never saw
+        prepared_now = {n: p for n, p in prepared.items() if p is not None}
+        unseen, unseen_families = await _unseen(sc, run_id, split, artifacts, backend, router, prepared_now)
+        played += sum(reuse.played(p.metrics, unseen_families) for p in unseen.policies)
+        summary |= {f"{UNSEEN}:{p.name}": _metrics(p.metrics) for p in unseen.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=played + ev.policy_rollouts, llm_calls=ev.llm_calls))
+
+
+async def _unseen(
+    sc: RunStages, run_id: str, split: Any, artifacts: Any, backend: Any, router: Any, prepared: dict[str, Any]
+) -> tuple[Any, dict[str, str]]:
+    """Every policy of the held-out evaluation on every task of `evaluation.unseen_env`, with its settings (trials,
+    family trials, focus family), stored as `unseen:<policy>`; returns evaluate_run's result and the tasks' families."""
+    cfg, ecfg = sc.cfg, sc.cfg.evaluation
+    env_name = ecfg.unseen_env or ""
+    probe, make_env = make_target_env_factory(cfg, env_name)
+    try:
+        tasks = probe.task_ids()
+        families = {t: probe.task_family(t) for t in tasks}
+    finally:
+        probe.close()
+    seen = {*split.analysis_tasks, *split.heldout_tasks} if split is not None else set()
+    shared = sorted(seen & set(tasks))
+    if shared:  # preflight refuses it; a config changed on resume gets here
+        raise StageFailed(
+            f"evaluation.unseen_env '{env_name}' shares {len(shared)} task id(s) with the run's split "
+            f"({', '.join(shared[:3])}): name tasks the run never played"
+        )
+    sc.progress("evaluate", f"unseen records: {len(tasks)} tasks of {env_name}")
+    result = await _play(
+        sc,
+        run_id,
+        env_name,
+        make_env,
+        router,
+        run_id,
+        artifacts=artifacts,
+        backend=backend,
+        tasks=tasks,
+        families=families,
+        trials=ecfg.trials,
+        temperature=cfg.policy.temperature,
+        prepared=prepared,
+        family_trials=ecfg.family_trials,
+        family_trials_policies=ecfg.family_trials_policies,
+        focus_family=ecfg.focus_family,
+        min_family_episodes=ecfg.min_family_episodes,
+        on_policy_done=lambda name: sc.progress("evaluate", f"unseen records: {name}: played and scored"),
+        scope=UNSEEN,
+    )
+    return result, families
 
 
 async def _play(
