@@ -72,7 +72,7 @@ def main() -> None:
         (f"lr {tcfg.learning_rate:g}, {args.scale:g}x budget", tcfg.learning_rate, args.scale)
     ]
     out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-baseline-lr-"))
-    train_tasks, held = baseline_tasks(split.analysis_tasks)
+    train_tasks, held = baseline_tasks(split.analysis_tasks, cfg.training.heldout_seeds)
     print(
         f"run {args.run}: {len(adapters)} adapter(s), budget {training_rollout_budget(cfg, len(adapters))} training rollouts "
         f"({baseline_steps(cfg, len(adapters))} steps x {tcfg.rollouts_per_step}); {len(train_tasks)} training / {len(held)} selection "

@@ -123,7 +123,7 @@ def baseline_job(
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob
 
-    train_tasks, held = baseline_tasks(split.analysis_tasks)
+    train_tasks, held = baseline_tasks(split.analysis_tasks, cfg.training.heldout_seeds)
     tcfg = baseline_settings(cfg, len(held), n_adapters, scale=scale, learning_rate=learning_rate)
     from gapforge.wiring import (
         user_simulator_endpoint,

@@ -67,10 +67,30 @@ def test_an_llm_user_without_an_endpoint_is_refused() -> None:
 
 def test_the_baseline_selects_on_as_many_episodes_as_an_adapter() -> None:
     """An adapter selects its checkpoint on heldout_seeds x heldout_samples episodes (16 x 2 here); the baseline's few
-    held-back target tasks get enough samples each to match (12 tasks -> every 3rd, 4, held back -> 8 samples each = 32)."""
+    held-back target tasks get enough samples each to match (12 tasks -> every 4th, 3, held back -> 11 samples each = 33)."""
     cfg = _cfg()
     job = baseline_job(cfg, SPLIT, n_adapters=1, base_model="/m", out_dir="/o", run_id="r")
     per_adapter = cfg.training.heldout_seeds * cfg.training.heldout_samples
     held = len(job.env.heldout_tasks)
-    assert held == 4 and job.config.heldout_samples == 8
+    assert held == 3 and job.config.heldout_samples == 11
     assert per_adapter <= held * job.config.heldout_samples < per_adapter + held
+
+
+def test_its_selection_tasks_are_a_quarter_of_the_analysis_split_across_its_families() -> None:
+    """A large analysis split (ten shop instances: 220 tasks) holds back up to training.heldout_seeds tasks from every
+    family for the baseline's checkpoint selection, not a handful; a small one (the 44-task demo's 22) a quarter."""
+    from collections import Counter
+
+    from gapforge.envs.registry import make_env
+    from gapforge.training.budget import baseline_tasks
+
+    shop = make_env("shop?instances=0,51-59")
+    analysis = sorted(shop.task_ids())[::2]
+    train, held = baseline_tasks(analysis, most=32)
+    assert len(held) == 32 and set(train).isdisjoint(held) and sorted(train + held) == analysis
+    families = Counter(shop.task_family(t) for t in held)
+    assert len(families) == 4 and min(families.values()) >= 5
+    small = [f"t{i:02d}" for i in range(22)]
+    train, held = baseline_tasks(small, most=32)
+    assert len(held) == 6 and len(train) == 16
+    assert baseline_tasks(["only"], most=32) == ([], ["only"])  # nothing to train on: the job spec refuses it
