@@ -13,9 +13,11 @@ training.seed: only the adapters (and what follows from them) differ between see
   and oracle routing against routed TRACE and each single policy (evaluation.oracle);
 - routed TRACE - base per family, and routed over each adapter alone and over all of them (evaluation.scaling),
   paired episode by episode with two-stage bootstrap 95% intervals;
+- per split (the held-out split, and the unseen records when `evaluation.unseen_env` is set): TRACE − base,
+  GRPO-on-target − base and TRACE − GRPO-on-target, over all tasks and per family, paired with 95% intervals;
 - the run's stage times and the wall time of the seed.
 
-    .venv/bin/python -m bench.effect [--seeds 0 1 2] [--test-seeds 32] [--out DIR] [--set dotted.key=value ...]
+    .venv/bin/python -m bench.effect [--seeds 0 1 2] [--test-seeds 32] [--out DIR] [--powered] [--set dotted.key=value ...]
 
 Prints numbers; it does not pass or fail.
 """
@@ -32,9 +34,9 @@ from pathlib import Path
 import yaml
 
 from gapforge.evaluation import stats
-from gapforge.evaluation.oracle import ORACLE_COMPARISON
+from gapforge.evaluation.oracle import ORACLE_COMPARISON, policy_episodes
 from gapforge.evaluation.scaling import SUBSETS_COMPARISON, gate_line
-from gapforge.evaluation.summary import points
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, UNSEEN, points
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.store.db import Store
 from gapforge.training.config import TrainingConfig
@@ -138,6 +140,7 @@ def read_run(work: Path, run_id: str, tree: dict, test_seeds: int) -> dict:
         evals = {
             e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")
         }
+        out["splits"] = {scope: split_table(store, run_id, scope) for scope in ("eval", UNSEEN)}
         out["families"] = {f: d for f, d in (evals.get("trace_routed", {}).get("vs_base_by_family") or {}).items()}
         out["base_rates"] = {
             f: s["pass_rate"]["value"] for f, s in (evals.get("base", {}).get("by_family") or {}).items()
@@ -148,6 +151,46 @@ def read_run(work: Path, run_id: str, tree: dict, test_seeds: int) -> dict:
         out["oracle"] = ORACLE_COMPARISON.lines(store, run_id, None)
         out["scaling"] = SUBSETS_COMPARISON.lines(store, run_id, None)
     return out
+
+
+def split_table(store: Store, run_id: str, scope: str) -> dict:
+    """One split's rows `<scope>:<policy>` (eval: the held-out split, unseen: evaluation.unseen_env) -> scope (all
+    tasks, then each family) -> {TRACE − base, GRPO-on-target − base, TRACE − GRPO-on-target}: paired differences
+    in pass rate with their 95% intervals ({} when the split was not played)."""
+    rows = {
+        e.name.removeprefix(f"{scope}:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith(f"{scope}:")
+    }
+    if BASE not in rows or ROUTED not in rows:
+        return {}
+    eps = {name: policy_episodes(store, rows[name]) for name in (BASE, ROUTED, GRPO_TARGET) if name in rows}
+    family_of = {r.task_id: r.task_family for r in store.episodes(rows[BASE]["child_run"], env=rows[BASE].get("env"))}
+    out: dict = {"env": rows[BASE].get("env"), "tasks": rows[BASE].get("tasks")}
+    for where in ["all tasks", *sorted(set(family_of.values()))]:
+        tasks = None if where == "all tasks" else {t for t, f in family_of.items() if f == where}
+        pairs = {"TRACE − base": (ROUTED, BASE), "GRPO-on-target − base": (GRPO_TARGET, BASE)}
+        pairs["TRACE − GRPO-on-target"] = (ROUTED, GRPO_TARGET)
+        out[where] = {
+            label: stats.paired_episodes(eps[a], eps[b], tasks=tasks, seed=0)
+            for label, (a, b) in pairs.items()
+            if a in eps and b in eps
+        }
+    return out
+
+
+def print_split(scope: str, table: dict) -> None:
+    if not table:
+        return
+    name = "held-out split" if scope == "eval" else "unseen records"
+    print(f"{name} ({table['env']}, {table['tasks']} tasks):")
+    for where, diffs in table.items():
+        if where in ("env", "tasks"):
+            continue
+        cells = [
+            f"{label} {points(d['pass_rate'])} ({d.get('episodes', 0)} pairs, {d.get('tasks', 0)} tasks)"
+            for label, d in diffs.items()
+            if (d.get("pass_rate") or {}).get("value") is not None
+        ]
+        print(f"  {where}: " + "; ".join(cells))
 
 
 def print_seed(seed: int, run_id: str, wall: float, r: dict, stage_line: str) -> None:
@@ -166,6 +209,8 @@ def print_seed(seed: int, run_id: str, wall: float, r: dict, stage_line: str) ->
         print(
             f"{f}: base {base:.1%}; TRACE − base {points(pr) if pr.get('value') is not None else '-'} ({d.get('episodes', 0)} pairs)"
         )
+    for scope, table in r["splits"].items():
+        print_split(scope, table)
     for line in [*r["gate"], *r["oracle"], *r["scaling"]]:
         print(line)
     if stage_line:
@@ -188,8 +233,13 @@ def main() -> None:
     ap.add_argument(
         "--set", dest="overrides", action="append", default=[], help="extra demo overrides (dotted.key=value)"
     )
+    ap.add_argument(
+        "--powered", action="store_true", help="the demo profile's powered settings (gapforge demo --powered)"
+    )
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gapforge-effect-"))
+    if args.powered:
+        args.overrides = [*yaml.safe_load(DEMO_PROFILE.read_text())["powered"], *args.overrides]
     tree = profile(args.overrides)
     print(f"bench/effect.py: gapforge demo per training seed {args.seeds}; work dir {out}", flush=True)
     for seed in args.seeds:

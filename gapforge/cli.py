@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from typing import Annotated
 
 import typer
 import yaml
@@ -31,12 +32,23 @@ def config_show(config: ConfigOpt = None, set_: SetOpt = None, as_json: bool = t
 
 @app.command("demo")
 @handle_errors
-def demo(config: ConfigOpt = None, set_: SetOpt = None) -> None:
+def demo(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    powered: Annotated[
+        bool,
+        typer.Option(
+            "--powered",
+            help="ten shop instances as the target and five more as a second held-out split (unseen records): "
+            ">= 40 held-out tasks per family in each split (slower)",
+        ),
+    ] = False,
+) -> None:
     """The whole TRACE graph offline on the built-in shop env: taught tiny model, Docker sandbox,
     GRPO on CPU, router, evaluation; only the LLM roles answer from recordings."""
     from gapforge.demo import run_demo
 
-    raise typer.Exit(run_demo(get_config(config, set_), set_))
+    raise typer.Exit(run_demo(get_config(config, set_), set_, powered=powered))
 
 
 # In `gapforge --help` order: a module with `register(app)` adds top-level commands, any other is the group `app` of its name.

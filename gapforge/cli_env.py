@@ -131,9 +131,15 @@ def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple
         raise UsageError("--episodes-from needs --target (the env whose stored episodes to compare with)")
     with open_store(cfg) as store:
         episodes = store.episodes(run_id, env=target)
-        split = split_openings(store, run_id, target) if episodes else None
+        split = split_openings(store, run_id, target, unseen_env=cfg.evaluation.unseen_env) if episodes else None
     if not episodes:
         raise UsageError(f"run {run_id!r} has no stored episode of env {target!r}: collect rollouts first")
+    if split is None:
+        console.print(
+            f"run {run_id} has no task split yet (`gapforge analyze {run_id}` makes one): check contamination has "
+            "no held-out opening to guard",
+            highlight=False,
+        )
     return observed_result_shapes(e.messages for e in episodes), split
 
 

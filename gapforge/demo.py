@@ -22,6 +22,7 @@ from gapforge.run_session import RunOptions, create_run
 # The demo's embedded defaults (gapforge/demo_profile.yaml: the user's --config / --set still apply on top).
 DEMO_PROFILE = Path(__file__).with_name("demo_profile.yaml")
 DEMO_SETTINGS: list[str] = yaml.safe_load(DEMO_PROFILE.read_text())["settings"]
+POWERED_SETTINGS: list[str] = yaml.safe_load(DEMO_PROFILE.read_text())["powered"]  # `gapforge demo --powered`
 
 SCRIPTED_NOTE = (
     "scripted roles: the analyst, the environment generator and the code reviewer answer from recorded "
@@ -34,9 +35,12 @@ REAL_NOTE = (
 )
 
 
-def demo_config(cfg: GapforgeConfig, user_overrides: list[str] | None = None) -> GapforgeConfig:
-    """The user's config with the demo profile applied (the user's own --set wins)."""
-    return load_tree(cfg.dump(), DEMO_SETTINGS + list(user_overrides or []))
+def demo_config(
+    cfg: GapforgeConfig, user_overrides: list[str] | None = None, *, powered: bool = False
+) -> GapforgeConfig:
+    """The user's config with the demo profile applied (`powered`: its powered settings too; the user's own --set
+    wins)."""
+    return load_tree(cfg.dump(), DEMO_SETTINGS + (POWERED_SETTINGS if powered else []) + list(user_overrides or []))
 
 
 def _require_docker(cfg: GapforgeConfig) -> None:
@@ -91,8 +95,9 @@ def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) ->
     return demo_config(cfg, ["policy.kind=local", f"policy.local_path={SHIPPED}", *(overrides or [])])
 
 
-def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
-    """Prepare (sandbox image, taught model), then run the graph; returns the exit code."""
+def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None, *, powered: bool = False) -> int:
+    """Prepare (sandbox image, taught model), then run the graph; returns the exit code. `powered`: the profile's
+    powered settings (ten shops as the target, five more as the unseen-records split)."""
     from gapforge.cli_drive import drive
     from gapforge.store.runs import new_run_id
     from gapforge.wiring import open_store
@@ -101,7 +106,7 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None) -> int:
     console.print(f"run {run_id}", highlight=False)
     console.rule("[bold]gapforge demo: TRACE on the built-in shop env, offline")
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
-    cfg = demo_config(cfg, overrides)
+    cfg = demo_config(cfg, overrides, powered=powered)
     _require_docker(cfg)
     cfg = with_base_policy(cfg, overrides)
     _speed(Path(cfg.policy.local_path))

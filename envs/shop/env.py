@@ -42,7 +42,7 @@ class _Pristine:
         return ShopDB.model_validate(self.dump)
 
 
-@functools.lru_cache(maxsize=1024)  # one per shop instance in use; a few hundred KB each
+@functools.lru_cache(maxsize=1024)  # one per shop instance in use, about 1 MB each
 def _pristine(instance: int = 0) -> _Pristine:
     db = build_db(instance)
     tasks, substituted = build_tasks(db)

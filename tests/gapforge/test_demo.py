@@ -121,3 +121,34 @@ def test_a_given_model_directory_alone_makes_the_demo_use_it(tmp_path: Path) -> 
     assert used.policy.kind == "local" and used.policy.local_path == str(own)
     shipped = with_base_policy(demo_config(load_config(None, [f"workspace={tmp_path / 'ws'}"], environ={})))
     assert shipped.policy.kind == "local" and shipped.policy.local_path.endswith("shop-policy")
+
+
+def test_the_powered_demo_holds_out_40_tasks_of_every_family_in_each_split(tmp_path: Path) -> None:
+    """`gapforge demo --powered`: its target split half and half (the demo's analysis.split_fraction) and its unseen
+    records give every family >= 40 held-out tasks in each split, >= 200 a split; the two share no task, and the
+    user's own --set still wins."""
+    from collections import Counter
+
+    from gapforge.agents.analysis.split import split_tasks
+    from gapforge.config import load_config
+    from gapforge.demo import demo_config
+    from gapforge.envs.registry import make_env
+    from gapforge.preflight import check_target
+
+    base = load_config(None, [f"workspace={tmp_path / 'ws'}"], environ={})
+    cfg = demo_config(base, powered=True)
+    check_target(cfg)  # builds both specs and refuses shared tasks
+    target, unseen = make_env(cfg.rollouts.env), make_env(cfg.evaluation.unseen_env or "")
+    families = {t: target.task_family(t) for t in target.task_ids()}
+    split = split_tasks(families, cfg.analysis.split_fraction, cfg.seed, env=cfg.rollouts.env)
+    for held in (
+        Counter(families[t] for t in split.heldout),
+        Counter(unseen.task_family(t) for t in unseen.task_ids()),
+    ):
+        assert len(held) == 4 and min(held.values()) >= 40 and sum(held.values()) >= 200
+    assert not set(target.task_ids()) & set(unseen.task_ids())
+    assert cfg.evaluation.family_trials == {} and cfg.evaluation.trials == 2
+    assert demo_config(base, ["evaluation.unseen_env=shop?instances=70"], powered=True).evaluation.unseen_env == (
+        "shop?instances=70"
+    )
+    assert demo_config(base).evaluation.unseen_env is None  # the 44-task demo stays as it was

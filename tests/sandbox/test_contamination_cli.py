@@ -82,6 +82,7 @@ def test_the_recorded_env_before_and_after_its_openings_were_reworded(
     code, report, _ = validate(RECORDED, "r-split", workspace, sandbox_config)
     assert code == 0 and next(c for c in report["checks"] if c["name"] == "contamination")["verdict"] == "PASS"
 
-    code, report, _ = validate(before, "r-nosplit", workspace, sandbox_config)
+    code, report, output = validate(before, "r-nosplit", workspace, sandbox_config)
     skipped = next(c for c in report["checks"] if c["name"] == "contamination")
     assert code == 0 and skipped["verdict"] == "SKIP" and skipped["summary"].startswith("skipped: no split")
+    assert "run r-nosplit has no task split yet (`gapforge analyze r-nosplit` makes one)" in output
