@@ -90,7 +90,7 @@ def _paired_rows(
     return rows
 
 
-def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
+def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path, title: str) -> Path:
     rows = [r for r in rows if (r[2].get("pass_rate") or {}).get("value") is not None]
     labels = [
         f"{name}{'' if scope == 'all tasks' else ' · ' + scope} (N={d.get('episodes', 0)})" for name, scope, d in rows
@@ -100,13 +100,14 @@ def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path) -> Path:
         [v - 100 * d["pass_rate"]["low"] for v, (_, _, d) in zip(vals, rows)],
         [100 * d["pass_rate"]["high"] - v for v, (_, _, d) in zip(vals, rows)],
     ]
-    fig, ax = figure((8, 0.5 * len(rows) + 1.6))
+    fig, ax = figure((10, 0.5 * len(rows) + 1.8))
     ys = list(range(len(rows)))[::-1]
     ax.errorbar(vals, ys, xerr=err, fmt="o", capsize=4, color="#3a7")
     ax.axvline(0, color="#888", linestyle="--", linewidth=1)
     ax.set_yticks(ys, labels, fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xlabel("Δ pass rate vs base, points (paired episodes, 95% interval)")
+    ax.set_title(title, fontsize=10)
     return save_figure(fig, path)
 
 
@@ -196,7 +197,7 @@ def _evaluation_section(
             )
         forest = [r for r in paired if r[1] in ("all tasks", focus)]
         if any((d.get("pass_rate") or {}).get("value") is not None for _, _, d in forest):
-            plots.append(_forest(forest, out / f"{prefix}eval_forest.png"))
+            plots.append(_forest(forest, out / f"{prefix}eval_forest.png", f"{title}: {first['env']}"))
             lines += ["", f"![paired differences]({prefix}eval_forest.png)"]
     if not any(e.name == f"{scope}:baseline_grpo_target" for e in evals):
         lines += ["", "The GRPO-on-target baseline was not evaluated (no baseline adapter given)."]
