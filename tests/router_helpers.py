@@ -152,3 +152,19 @@ def capability_specs() -> list[dict[str, Any]]:
             "adapter": "structured_data_reasoning",
         },
     ]
+
+
+def store_trained_capabilities(store: Any, run: str, workspace: Path, model_dir: Path, caps: list[str]) -> None:
+    """Each of `caps` retained in `run`, with a random adapter (seeds 3, 4, ...) and the example synthetic env of its
+    name (envs/examples/) where the workspace keeps a run's accepted env: a run ready for build_router / evaluate."""
+    from gapforge.store.workspace import Workspace
+
+    examples = Path(__file__).resolve().parents[1] / "envs" / "examples"
+    ws = Workspace(workspace)
+    for seed, cap in enumerate(caps):
+        store.put_capability(run, cap, definition=f"{cap} definition")
+        store.set_capability_retained(run, cap, True)
+        path = random_adapter(model_dir, ws.adapter_dir(run, cap), seed=seed + 3)
+        store.put_adapter(run, cap, path=str(path), metrics={}, status="done", capability=cap)
+        ws.synthetic_env(run, cap).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(examples / f"{cap}.py", ws.synthetic_env(run, cap))

@@ -78,14 +78,9 @@ async def evaluate(
         backend=backend,
         tasks=tasks,
         families=families,
-        trials=ecfg.trials,
-        temperature=cfg.policy.temperature,
         prepared={n: p for n, p in prepared.items() if p is not None},
-        family_trials=ecfg.family_trials,
-        family_trials_policies=ecfg.family_trials_policies,
-        focus_family=ecfg.focus_family,
-        min_family_episodes=ecfg.min_family_episodes,
         on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
+        **_settings(cfg),
     )
     played = sum(reuse.played(p.metrics, families) for p in result.policies)
     for c in sorted(comparisons, key=lambda c: c.extend_order):  # more evaluations: every task greedy, then the curve
@@ -97,6 +92,19 @@ async def evaluate(
         played += sum(reuse.played(p.metrics, unseen_families) for p in unseen.policies)
         summary |= {f"{UNSEEN}:{p.name}": _metrics(p.metrics) for p in unseen.policies}
     return EvaluationDone(summary, Cost(policy_rollouts=played + ev.policy_rollouts, llm_calls=ev.llm_calls))
+
+
+def _settings(cfg: Any) -> dict[str, Any]:
+    """The evaluation settings both held-out splits are played with."""
+    ecfg = cfg.evaluation
+    return {
+        "trials": ecfg.trials,
+        "temperature": cfg.policy.temperature,
+        "family_trials": ecfg.family_trials,
+        "family_trials_policies": ecfg.family_trials_policies,
+        "focus_family": ecfg.focus_family,
+        "min_family_episodes": ecfg.min_family_episodes,
+    }
 
 
 async def _unseen(
@@ -131,15 +139,10 @@ async def _unseen(
         backend=backend,
         tasks=tasks,
         families=families,
-        trials=ecfg.trials,
-        temperature=cfg.policy.temperature,
         prepared=prepared,
-        family_trials=ecfg.family_trials,
-        family_trials_policies=ecfg.family_trials_policies,
-        focus_family=ecfg.focus_family,
-        min_family_episodes=ecfg.min_family_episodes,
         on_policy_done=lambda name: sc.progress("evaluate", f"unseen records: {name}: played and scored"),
         scope=UNSEEN,
+        **_settings(cfg),
     )
     return result, families
 

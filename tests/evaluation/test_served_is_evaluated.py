@@ -8,12 +8,11 @@ nothing)."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
-from router_helpers import random_adapter
+from router_helpers import store_trained_capabilities
 from typer.testing import CliRunner
 
 from gapforge.cli import app
@@ -23,11 +22,9 @@ from gapforge.run_config import resolve
 from gapforge.run_session import RunOptions, create_run
 from gapforge.stages import open_stages
 from gapforge.store import Store
-from gapforge.store.workspace import Workspace
 
 pytestmark = pytest.mark.docker
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "envs" / "examples"
 CAPS = ["precondition_verification", "structured_data_reasoning"]
 HELDOUT = ["shop-refusal-001", "shop-refusal-003", "shop-lookup-001", "shop-compound-007", "shop-write-001"]
 TAG = "gapforge-sandbox:latest"
@@ -66,16 +63,9 @@ def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
         ],
         environ={},
     )
-    ws = Workspace(workspace)
     with Store(cfg.store_url) as store:
         run = create_run(store, "trace", "run", cfg, RunOptions())
-        for seed, cap in enumerate(CAPS):
-            store.put_capability(run, cap, definition=f"{cap} definition")
-            store.set_capability_retained(run, cap, True)
-            path = random_adapter(tiny_model_dir, ws.adapter_dir(run, cap), seed=seed + 3)
-            store.put_adapter(run, cap, path=str(path), metrics={}, status="done", capability=cap)
-            ws.synthetic_env(run, cap).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(EXAMPLES / f"{cap}.py", ws.synthetic_env(run, cap))
+        store_trained_capabilities(store, run, workspace, tiny_model_dir, CAPS)
         shop = make_env("shop")
         store.put_split(
             run,

@@ -4,11 +4,10 @@ that shares tasks with the target is refused before anything runs, and its openi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from router_helpers import random_adapter
+from router_helpers import store_trained_capabilities
 from typer.testing import CliRunner
 
 from gapforge.agents.analysis.split import split_openings
@@ -21,9 +20,7 @@ from gapforge.evaluation.report import write_report
 from gapforge.preflight import check_target
 from gapforge.run_session import RunOptions, create_run
 from gapforge.store import Store
-from gapforge.store.workspace import Workspace
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "envs" / "examples"
 CAPS = ["precondition_verification", "structured_data_reasoning"]
 TARGET, UNSEEN = "shop?instances=0,51", "shop?instances=52"
 
@@ -100,16 +97,9 @@ def test_every_policy_plays_the_unseen_records_and_they_are_reported_apart(
         ],
         environ={},
     )
-    ws = Workspace(workspace)
     with Store(cfg.store_url) as store:
         run = create_run(store, "trace", "run", cfg, RunOptions())
-        for seed, cap in enumerate(CAPS):
-            store.put_capability(run, cap, definition=f"{cap} definition")
-            store.set_capability_retained(run, cap, True)
-            path = random_adapter(tiny_model_dir, ws.adapter_dir(run, cap), seed=seed + 3)
-            store.put_adapter(run, cap, path=str(path), metrics={}, status="done", capability=cap)
-            ws.synthetic_env(run, cap).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(EXAMPLES / f"{cap}.py", ws.synthetic_env(run, cap))
+        store_trained_capabilities(store, run, workspace, tiny_model_dir, CAPS)
         held = _split(store, run)
 
     where = ["--set", f"workspace={workspace}", "--set", "executor.local_rollout_workers=1"]
