@@ -131,7 +131,7 @@ def test_the_powered_demo_holds_out_40_tasks_of_every_family_in_each_split(tmp_p
 
     from gapforge.agents.analysis.split import split_tasks
     from gapforge.config import load_config
-    from gapforge.demo import demo_config
+    from gapforge.demo import demo_config, with_base_policy
     from gapforge.envs.registry import make_env
     from gapforge.preflight import check_target
 
@@ -152,3 +152,5 @@ def test_the_powered_demo_holds_out_40_tasks_of_every_family_in_each_split(tmp_p
         "shop?instances=70"
     )
     assert demo_config(base).evaluation.unseen_env is None  # the 44-task demo stays as it was
+    used = with_base_policy(cfg, powered=True)  # the shipped policy, the powered settings kept
+    assert used.rollouts.env == cfg.rollouts.env and used.evaluation.unseen_env == cfg.evaluation.unseen_env
