@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -27,7 +26,6 @@ from gapforge.prompts import load_prompt
 
 PROMPT_FILE = "gepa_reflection.md"
 PROMPT_NAME = "gepa_reflection"
-RECORDED_DIR = Path(__file__).resolve().parent / "recorded"
 EXAMPLE = re.compile(r"^# Example \d+\s*$", re.M)
 FAILED = re.compile(r"^## Outcome\s*\n\s*FAILURE\b", re.M)
 
@@ -104,9 +102,9 @@ class ReflectionRecording(BaseModel):
 
 def recorded_reflection(env: str) -> ScriptedChatModel:
     """The recorded reflection LM for a built-in env (agents/recorded/<env>_reflection.yaml)."""
-    from gapforge.agents.analysis.recorded import RULES, Trajectory
+    from gapforge.agents.analysis.recorded import RULES, Trajectory, recording_path
 
-    path = RECORDED_DIR / f"{env.split(':')[0]}_reflection.yaml"
+    path = recording_path(env, "reflection")
     if not path.is_file():
         raise ModelError(
             f"no recorded GEPA reflection for env {env!r}: set llm.kind=openai and an llm.endpoint, "

@@ -163,7 +163,9 @@ def split_table(store: Store, run_id: str, scope: str) -> dict:
     if BASE not in rows or ROUTED not in rows:
         return {}
     eps = {name: policy_episodes(store, rows[name]) for name in (BASE, ROUTED, GRPO_TARGET) if name in rows}
-    family_of = {r.task_id: r.task_family for r in store.episodes(rows[BASE]["child_run"], env=rows[BASE].get("env"))}
+    family_of = {
+        r.task_id: r.task_family or "-" for r in store.episodes(rows[BASE]["child_run"], env=rows[BASE].get("env"))
+    }
     out: dict = {"env": rows[BASE].get("env"), "tasks": rows[BASE].get("tasks")}
     for where in ["all tasks", *sorted(set(family_of.values()))]:
         tasks = None if where == "all tasks" else {t for t, f in family_of.items() if f == where}

@@ -54,6 +54,7 @@ def check_unseen(cfg: GapforgeConfig, seen: set[str]) -> None:
     probe, _ = make_target_env_factory(cfg, unseen)
     try:
         ids = probe.task_ids()
+        families = {probe.task_family(t) for t in ids}
     finally:
         probe.close()
     shared = sorted(seen & set(ids))
@@ -65,6 +66,12 @@ def check_unseen(cfg: GapforgeConfig, seen: set[str]) -> None:
             f"evaluation.unseen_env '{unseen}' {why}: name a target whose tasks the run never plays, e.g. other shop "
             "instances (shop?instances=61-70 beside rollouts.env=shop?instances=0,51-60)"
         )
+    for key, family in _named_families(cfg):  # it is played with the held-out split's settings
+        if family not in families:
+            raise ConfigError(
+                f"{key}: evaluation.unseen_env '{unseen}' has no task in family {family!r} (its families: "
+                f"{', '.join(sorted(families))}): name a target with the same families"
+            )
 
 
 def check_names(cfg: GapforgeConfig, target: TargetEnvironment) -> None:
@@ -76,14 +83,18 @@ def check_names(cfg: GapforgeConfig, target: TargetEnvironment) -> None:
             f"rollouts.tasks: unknown task id(s) {', '.join(unknown)} in {env}: list them with `gapforge rollouts tasks {env}`"
         )
     families = {target.task_family(t) for t in cfg.rollouts.tasks or ids}
-    ev = cfg.evaluation
-    named = [("evaluation.family_trials", f) for f in ev.family_trials]
-    named += [("evaluation.focus_family", ev.focus_family)] if ev.focus_family is not None else []
-    for key, family in named:
+    for key, family in _named_families(cfg):
         if family not in families:
             raise ConfigError(
                 f"{key}: no task of {env} is in family {family!r}: use one of {', '.join(sorted(families)) or 'none'}"
             )
+
+
+def _named_families(cfg: GapforgeConfig) -> list[tuple[str, str]]:
+    """(config key, family) of every family the evaluation settings name."""
+    ev = cfg.evaluation
+    named = [("evaluation.family_trials", f) for f in ev.family_trials]
+    return named + ([("evaluation.focus_family", ev.focus_family)] if ev.focus_family is not None else [])
 
 
 def check_policy(cfg: GapforgeConfig) -> None:

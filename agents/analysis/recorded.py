@@ -144,9 +144,10 @@ RULES: dict[str, Callable[[Trajectory], Verdict]] = {
 }
 
 
-def recording_path(env: str) -> Path:
-    """Where the recorded analyst of `env` would be (a built-in env's name, without its options)."""
-    return RECORDED_DIR / f"{env.split(':')[0].partition('?')[0]}_analyst.yaml"
+def recording_path(env: str, role: str = "analyst") -> Path:
+    """Where the recording of `role` (analyst, reflection) for `env` would be: agents/recorded/<name>_<role>.yaml,
+    <name> the built-in env's name without its options (`shop?instances=...` -> shop)."""
+    return RECORDED_DIR / f"{env.split(':')[0].partition('?')[0]}_{role}.yaml"
 
 
 def has_recording(env: str) -> bool:
@@ -200,5 +201,5 @@ def recorded_analyst(env: str) -> ScriptedChatModel:
     caps = load_recording(env)
     return ScriptedChatModel.from_dict(
         {"analyst_discover": _discover_rule(caps), "analyst_label": _label_rule(caps)},
-        source=str(RECORDED_DIR / f"{env}_analyst.yaml"),
+        source=str(recording_path(env)),
     )

@@ -45,6 +45,8 @@ def _lookups(b: TaskBuilder) -> None:
             "Hi, what's the remaining balance on my gift card?",
         )
 
+    asked: set[str] = set()  # the products price tasks ask about
+
     def price(pid: str, pick: int) -> None:
         p = b.db.products[pid]
         v = [v for v in p.variants.values() if v.available][pick]
@@ -55,6 +57,7 @@ def _lookups(b: TaskBuilder) -> None:
             [money(v.price)],
             f"Hi, how much does the {p.name} with {options_text(v.options)} cost?",
         )
+        asked.add(pid)
 
     for ci in (0, 4, 8):  # i % 4 == 0: the third order is shipped
         b.first(b.alternatives(ci), tracking)
@@ -62,8 +65,10 @@ def _lookups(b: TaskBuilder) -> None:
         b.first(b.alternatives(ci), total, by_name)
     for ci in (6, 7, 10):
         b.first(b.alternatives(ci), balance, ci == 10)
-    for pid, pick in (("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)):
-        b.first([pid, *(q for q in sorted(b.db.products) if q != pid)], price, pick)
+    priced = [("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)]
+    for pid, pick in priced:  # a template that falls back takes a product no other price task asks about
+        taken = {p for p, _ in priced} | asked
+        b.first([pid, *(q for q in sorted(b.db.products) if q not in taken)], price, pick)
 
 
 def _single_writes(b: TaskBuilder) -> None:

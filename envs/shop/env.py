@@ -58,6 +58,9 @@ def _pristine(instance: int = 0) -> _Pristine:
     )
 
 
+MAX_INSTANCES = 1000  # a shop of many instances holds every one in memory (_pristine)
+
+
 def parse_instances(text: str) -> tuple[int, ...]:
     """`0-120`, `0,51-120`, `7` -> the instance numbers, ascending, each once (EnvError on anything else)."""
     out: set[int] = set()
@@ -69,6 +72,11 @@ def parse_instances(text: str) -> tuple[int, ...]:
             first, last = -1, -1
         if first < 0 or last < first:
             raise EnvError(f"bad shop instances '{text}': use numbers and ranges >= 0, e.g. shop?instances=0,51-120")
+        if len(out) + last - first + 1 > MAX_INSTANCES:
+            raise EnvError(
+                f"shop instances '{text}' name more than {MAX_INSTANCES} (about 1 MB each): list fewer, e.g. "
+                "shop?instances=0,51-120"
+            )
         out.update(range(first, last + 1))
     return tuple(sorted(out))
 
@@ -85,7 +93,7 @@ class ShopEnv:
     the same task templates); it exists to teach on data disjoint from THE shop (instance 0).
     `instances` (the spec `shop?instances=0,51-120`) makes one env of many shops: the tasks of every listed
     instance, in the same four families and proportions, each played on its own instance's records; task ids name
-    their instance (`instance_task_id`). An instance whose templates no customer can serve (about 2 in 100) is left
+    their instance (`instance_task_id`). An instance whose templates no customer can serve (4 of 0-120) is left
     out; `built` lists the instances kept."""
 
     name = "shop"

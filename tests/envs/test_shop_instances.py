@@ -94,10 +94,23 @@ def test_hundreds_of_tasks_in_the_shops_proportions() -> None:
     n = len(many.built)
     assert n >= 66 and len(many.task_ids()) == 44 * n == len(set(many.task_ids()))
     assert families == {f: c * n for f, c in shop.items()}
+    # no two tasks of one instance are the same task (a template that falls back takes what no other task of it asks)
+    same = collections.Counter(
+        (t.split("-")[1], many.task(t).user.opening, str(many.task(t).gold_actions)) for t in many.task_ids()
+    )
+    assert max(same.values()) == 1
 
 
 @pytest.mark.parametrize(
-    "spec", ["shop?instances=5-2", "shop?instances=", "shop?instances=a", "shop?seed=1", "shop?instances=1&x=2"]
+    "spec",
+    [
+        "shop?instances=5-2",
+        "shop?instances=",
+        "shop?instances=a",
+        "shop?seed=1",
+        "shop?instances=1&x=2",
+        "shop?instances=0-99999999",
+    ],
 )
 def test_bad_instance_specs_are_one_line_errors(spec: str) -> None:
     with pytest.raises(EnvError) as e:

@@ -51,6 +51,16 @@ def test_a_target_that_shares_tasks_with_the_unseen_split_is_refused_before_the_
         check_target(cfg("shop?instances=51-52"))
     assert "evaluation.unseen_env" in str(e.value) and "shares 44 task id(s)" in str(e.value)
     assert "\n" not in str(e.value)
+    other = str(Path(__file__).resolve().parents[2] / "examples" / "my_agent_env.py") + ":BillingEnv"
+    with pytest.raises(ConfigError) as e:  # played with the held-out split's focus family, which it does not have
+        check_target(
+            cfg(other).model_copy(
+                update={"evaluation": cfg(other).evaluation.model_copy(update={"focus_family": "policy_refusal"})}
+            )
+        )
+    assert str(e.value).startswith("evaluation.focus_family: evaluation.unseen_env") and "'policy_refusal'" in str(
+        e.value
+    )
 
 
 def test_the_unseen_openings_are_held_out_from_synthesis(workspace: Path) -> None:
