@@ -238,3 +238,5 @@ def test_the_recorded_shop_reflection_adds_a_rule_only_for_a_failure_it_sees() -
     assert (
         ask("FAILURE", checked) == "```\nBe careful.\n```"
     )  # it found the customer and read the order: no recorded rule applies
+    many = recorded_reflection("shop?instances=0,51-59")  # a shop of many instances answers from the shop's recording
+    assert many.answers.keys() == recorded_reflection("shop").answers.keys()
