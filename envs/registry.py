@@ -34,7 +34,7 @@ def is_builtin(name: str) -> bool:
     """A built-in target or the mcp: prefix (not a user's class spec)."""
     base = name.partition("?")[0]
     return (
-        base == "shop"
+        is_shop(name)
         or name.startswith(("tau2:", "mcp:", "composite:"))
         or base == "toolsandbox"
         or base.startswith("toolsandbox:")

@@ -79,14 +79,13 @@ def _speed(path: Path) -> None:
     )
 
 
-def with_base_policy(
-    cfg: GapforgeConfig, overrides: list[str] | None = None, *, powered: bool = False
-) -> GapforgeConfig:
+def with_base_policy(cfg: GapforgeConfig, overrides: list[str] | None = None) -> GapforgeConfig:
     """The demo's base policy, always a local one: the user's own model directory (`--set policy.local_path=DIR`
-    alone suffices) or the one shipped in the repository. `cfg`'s profile is applied again (`powered` as it was)."""
+    alone suffices) or the one shipped in the repository. `cfg` has the demo profile applied (demo_config); the
+    user's own --set still wins."""
     if cfg.policy.local_path:
         console.print(f"base policy: {cfg.policy.local_path} (given; the shipped policy is not used)", highlight=False)
-        return demo_config(cfg, ["policy.kind=local", *(overrides or [])], powered=powered)
+        return load_tree(cfg.dump(), ["policy.kind=local", *(overrides or [])])
     # the tiny base policy shipped in the repository (demo_policy.artifact): taught once for the project, never by the demo
     from gapforge.demo_policy.artifact import SHIPPED, ArtifactError, describe
 
@@ -94,7 +93,7 @@ def with_base_policy(
         console.print(f"base policy: {describe(SHIPPED)}", highlight=False)
     except ArtifactError as e:
         raise UsageError(str(e)) from None
-    return demo_config(cfg, ["policy.kind=local", f"policy.local_path={SHIPPED}", *(overrides or [])], powered=powered)
+    return load_tree(cfg.dump(), ["policy.kind=local", f"policy.local_path={SHIPPED}", *(overrides or [])])
 
 
 def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None, *, powered: bool = False) -> int:
@@ -110,7 +109,7 @@ def run_demo(cfg: GapforgeConfig, overrides: list[str] | None = None, *, powered
     console.print(SCRIPTED_NOTE, highlight=False, soft_wrap=True)
     cfg = demo_config(cfg, overrides, powered=powered)
     _require_docker(cfg)
-    cfg = with_base_policy(cfg, overrides, powered=powered)
+    cfg = with_base_policy(cfg, overrides)
     _speed(Path(cfg.policy.local_path))
     store = open_store(cfg)
     options = RunOptions()

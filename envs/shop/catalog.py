@@ -60,11 +60,11 @@ def _lookups(b: TaskBuilder) -> None:
         asked.add(pid)
 
     for ci in (0, 4, 8):  # i % 4 == 0: the third order is shipped
-        b.first(b.alternatives(ci), tracking)
+        b.serve(ci, tracking)
     for ci, by_name in ((1, False), (3, True), (5, False)):
-        b.first(b.alternatives(ci), total, by_name)
+        b.serve(ci, total, by_name)
     for ci in (6, 7, 10):
-        b.first(b.alternatives(ci), balance, ci == 10)
+        b.serve(ci, balance, ci == 10)
     priced = [("prod_1003", 0), ("prod_1004", 1), ("prod_1008", 1)]
     for pid, pick in priced:  # a template that falls back takes a product no other price task asks about
         taken = {p for p, _ in priced} | asked
@@ -119,13 +119,13 @@ def _single_writes(b: TaskBuilder) -> None:
         )
 
     for ci, reason in ((10, "no longer needed"), (11, "ordered by mistake"), (13, "no longer needed")):
-        b.first(b.alternatives(ci), cancel, reason, ci == 11)
+        b.serve(ci, cancel, reason, ci == 11)
     for ci in (14, 15, 16):
-        b.first(b.alternatives(ci), readdress)
+        b.serve(ci, readdress)
     for ci, idx, to_gift in ((17, [0], False), (19, [1], True), (22, [0], True)):
-        b.first(b.alternatives(ci), ret, idx, to_gift, ci == 19)
+        b.serve(ci, ret, idx, to_gift, ci == 19)
     for ci in (21, 22, 23):
-        b.first(b.alternatives(ci), exchange)
+        b.serve(ci, exchange)
 
 
 def _compounds(b: TaskBuilder) -> None:
@@ -207,15 +207,15 @@ def _compounds(b: TaskBuilder) -> None:
         )
 
     for ci in (1, 3):
-        b.first(b.alternatives(ci), cancel_return)
+        b.serve(ci, cancel_return)
     for ci in (5, 7):
-        b.first(b.alternatives(ci), readdress_exchange)
+        b.serve(ci, readdress_exchange)
     for ci in (9, 13):
-        b.first(b.alternatives(ci), return_two, ci == 13)
+        b.serve(ci, return_two, ci == 13)
     for ci in (4, 12):  # third order shipped
-        b.first(b.alternatives(ci), cancel_tracking)
+        b.serve(ci, cancel_tracking)
     for ci in (11, 15):  # odd customers have three items in the delivered order
-        b.first(b.alternatives(ci), exchange_two)
+        b.serve(ci, exchange_two)
 
 
 def _refusals(b: TaskBuilder) -> None:
@@ -298,15 +298,15 @@ def _refusals(b: TaskBuilder) -> None:
         )
 
     for ci in (2, 14):
-        b.first(b.alternatives(ci), cancel_delivered)
+        b.serve(ci, cancel_delivered)
     for ci in (8, 6):  # 8: shipped, 6: processed
-        b.first(b.alternatives(ci), readdress_sent)
+        b.serve(ci, readdress_sent)
     for ci in (1, 9):  # i % 4 == 1: the third order was delivered more than 30 days ago
-        b.first(b.alternatives(ci), return_old)
+        b.serve(ci, return_old)
     for ci in (0, 6):  # the delivered order holds a final-sale Yoga Mat
-        b.first(b.alternatives(ci), return_final_sale)
+        b.serve(ci, return_final_sale)
     for ci in (17, 23):
-        b.first(b.alternatives(ci), exchange_sold_out)
+        b.serve(ci, exchange_sold_out)
 
 
 def build_tasks(db: ShopDB) -> tuple[dict[str, ShopTask], list[str]]:

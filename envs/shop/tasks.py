@@ -65,11 +65,12 @@ class TaskBuilder:
         self.counts: dict[str, int] = {}
         self.substituted: list[str] = []  # templates a later candidate served (`first`)
 
-    def alternatives(self, ci: int) -> list[int]:
-        """Customer `ci`, then the customers of its shape: every property a template relies on (order statuses, item
-        counts, payment methods, the final-sale order) depends on the customer's index mod 12 (data.build_db)."""
+    def serve(self, ci: int, build: Any, *args: Any) -> None:
+        """`first` over customer `ci`, then the customers of its shape: every property a template relies on (order
+        statuses, item counts, payment methods, the final-sale order) depends on the customer's index mod 12
+        (data.build_db)."""
         n = len(self.customers)
-        return [ci, *((ci + step) % n for step in range(12, n, 12))]
+        self.first([ci, *((ci + step) % n for step in range(12, n, 12))], build, *args)
 
     def first(self, candidates: list[Any], build: Any, *args: Any) -> None:
         """`build(candidate, *args)` for the first candidate (a customer index or a product id) it can make a task of.

@@ -152,5 +152,5 @@ def test_the_powered_demo_holds_out_40_tasks_of_every_family_in_each_split(tmp_p
         "shop?instances=70"
     )
     assert demo_config(base).evaluation.unseen_env is None  # the 44-task demo stays as it was
-    used = with_base_policy(cfg, powered=True)  # the shipped policy, the powered settings kept
+    used = with_base_policy(cfg)  # the shipped policy, the powered settings kept
     assert used.rollouts.env == cfg.rollouts.env and used.evaluation.unseen_env == cfg.evaluation.unseen_env
