@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gapforge.evaluation import stats
-from gapforge.evaluation.summary import points
+from gapforge.evaluation.summary import points, scope_metrics
 
 
 def _episodes(store: Any, child: str, env: str) -> stats.Episodes:
@@ -49,7 +49,7 @@ def demo_episodes(demo: str) -> dict[str, stats.Episodes]:
 
     path, run = demo_store(demo)
     with Store(f"sqlite:///{path}") as store:
-        evals = {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run) if e.name.startswith("eval:")}
+        evals = scope_metrics(store, run)
         return {name: _episodes(store, m["child_run"], m["env"]) for name, m in evals.items() if "child_run" in m}
 
 

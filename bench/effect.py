@@ -36,7 +36,7 @@ import yaml
 from gapforge.evaluation import stats
 from gapforge.evaluation.oracle import ORACLE_COMPARISON, policy_episodes
 from gapforge.evaluation.scaling import SUBSETS_COMPARISON, gate_line
-from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, UNSEEN, points
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, UNSEEN, points, scope_metrics
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.store.db import Store
 from gapforge.training.config import TrainingConfig
@@ -137,9 +137,7 @@ def read_run(work: Path, run_id: str, tree: dict, test_seeds: int) -> dict:
                     model, str(path), spec, cfg.model_copy(update={"seed": 0}), list(range(first, first + test_seeds))
                 )
             out["adapters"][a.name] = row
-        evals = {
-            e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith("eval:")
-        }
+        evals = scope_metrics(store, run_id)
         out["splits"] = {scope: split_table(store, run_id, scope) for scope in ("eval", UNSEEN)}
         out["families"] = {f: d for f, d in (evals.get("trace_routed", {}).get("vs_base_by_family") or {}).items()}
         out["base_rates"] = {
@@ -157,9 +155,7 @@ def split_table(store: Store, run_id: str, scope: str) -> dict:
     """One split's rows `<scope>:<policy>` (eval: the held-out split, unseen: evaluation.unseen_env) -> scope (all
     tasks, then each family) -> {TRACE − base, GRPO-on-target − base, TRACE − GRPO-on-target}: paired differences
     in pass rate with their 95% intervals ({} when the split was not played)."""
-    rows = {
-        e.name.removeprefix(f"{scope}:"): e.metrics for e in store.evaluations(run_id) if e.name.startswith(f"{scope}:")
-    }
+    rows = scope_metrics(store, run_id, scope)
     if BASE not in rows or ROUTED not in rows:
         return {}
     eps = {name: policy_episodes(store, rows[name]) for name in (BASE, ROUTED, GRPO_TARGET) if name in rows}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from gapforge.evaluation import stats
 from gapforge.evaluation.comparisons import Comparison
 from gapforge.evaluation.oracle import policy_episodes
-from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, UNSEEN, points, verdict
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, UNSEEN, points, scope_metrics, verdict
 
 if TYPE_CHECKING:
     from gapforge.store import Store
@@ -152,8 +152,7 @@ def comparison(store: Store, run_id: str, cfg: Any = None, scope: str = "eval") 
     from gapforge.training.budget import training_rollout_budget
     from gapforge.training.config import TrainingConfig
 
-    rows = [e for e in store.evaluations(run_id) if e.name.startswith(f"{scope}:")]
-    metrics = {e.name.removeprefix(f"{scope}:"): e.metrics for e in rows}
+    metrics = scope_metrics(store, run_id, scope)
     if BASE not in metrics or ROUTED not in metrics or not metrics[ROUTED].get("child_run"):
         return []
     if cfg is None:

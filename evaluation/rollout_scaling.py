@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation.comparisons import Comparison
-from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, scope_metrics
 from gapforge.faults import InputFault
 
 if TYPE_CHECKING:
@@ -91,10 +91,7 @@ def scaling_rows(
     and paired difference to the base (95% intervals), and TRACE − GRPO-on-target paired. Point 0 is the base's own
     evaluation (see the module docstring); a point not evaluated yet is left out."""
 
-    def evals(run: str) -> dict[str, Any]:
-        return {e.name.removeprefix("eval:"): e.metrics for e in store.evaluations(run) if e.name.startswith("eval:")}
-
-    main = evals(run_id)
+    main = scope_metrics(store, run_id)
     if BASE not in main:
         raise ScalingError(f"run {run_id} has no evaluation of the base: evaluate it first")
     known = {r.id for r in store.list_runs()} if hasattr(store, "list_runs") else None
@@ -110,7 +107,7 @@ def scaling_rows(
             continue
         if known is not None and scale_run_id(run_id, k) not in known:  # not evaluated (yet)
             continue
-        scaled = evals(scale_run_id(run_id, k))
+        scaled = scope_metrics(store, scale_run_id(run_id, k))
         if ROUTED not in scaled:
             continue
         routed, grpo = scaled[ROUTED], scaled.get(GRPO_TARGET)

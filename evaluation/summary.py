@@ -16,6 +16,15 @@ from typing import Any, Literal
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
 UNSEEN = "unseen"  # the scope of the second held-out split (evaluation.unseen_env): rows `unseen:<policy>`
+
+
+def scope_metrics(store: Any, run_id: str, scope: str = "eval") -> dict[str, Any]:
+    """The stored metrics of one split's evaluations `<scope>:<policy>`, by policy name (eval: the held-out split;
+    UNSEEN: evaluation.unseen_env)."""
+    prefix = f"{scope}:"
+    return {e.name.removeprefix(prefix): e.metrics for e in store.evaluations(run_id) if e.name.startswith(prefix)}
+
+
 UNDERPOWERED_POINTS = 15.0  # a family's paired 95% interval wider than ± this many points is flagged
 NO_EFFECT_LINE = "no effect (the 95% interval contains 0)"
 

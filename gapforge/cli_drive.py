@@ -56,13 +56,12 @@ def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool
         print_table(capability_table(values))
         if values.get("evaluation"):
             print_table(evaluation_table(values))
-            from gapforge.evaluation.summary import headline
+            from gapforge.evaluation.summary import UNSEEN, headline, scope_metrics
 
-            evals = {e.name: e.metrics for e in store.evaluations(run_id)}
-            metrics = {name.removeprefix("eval:"): m for name, m in evals.items() if name.startswith("eval:")}
+            metrics = scope_metrics(store, run_id)
             for line in headline(metrics) if metrics else []:  # the focus family's base -> TRACE, paired 95% interval
                 say(line)
-            unseen = {name.removeprefix("unseen:"): m for name, m in evals.items() if name.startswith("unseen:")}
+            unseen = scope_metrics(store, run_id, UNSEEN)
             if unseen.get("base"):  # the second held-out split (evaluation.unseen_env), the same lines
                 m = unseen["base"]
                 say(
