@@ -73,7 +73,7 @@ def _more_trials(evals: list[Any], scope: str = "eval") -> list[str]:
     return [*out, ""] if out else []
 
 
-def _paired_rows(
+def paired_rows(
     evals: list[Any], labels: dict[str, str] | None = None, scope: str = "eval"
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(policy, scope, paired difference) for every non-base policy: all tasks, then the focus family, then the
@@ -88,6 +88,20 @@ def _paired_rows(
         rows.append((name, "all tasks", m["vs_base_paired"]))
         rows += [(name, f, fams[f]) for f in sorted(fams, key=lambda f: (f != focus, f))]
     return rows
+
+
+def paired_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """The report's table of paired differences vs base (the model cards of `gapforge export` quote its rows)."""
+    lines = [
+        "| policy | scope | N paired episodes (tasks) | Δ pass rate | Δ reward | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for policy, where, d in rows:
+        lines.append(
+            f"| {policy} | {where} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {signed(d.get('pass_rate'), pct=True)} | "
+            f"{signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
+        )
+    return lines
 
 
 def _forest(rows: list[tuple[str, str, dict[str, Any]]], path: Path, title: str) -> Path:
@@ -178,7 +192,7 @@ def _evaluation_section(
         fam = e.metrics.get("by_family", {})
         cells = " | ".join(interval(fam.get(f, {}).get("pass_rate")) for f in families)
         lines.append(f"| {name(e)} | {cells} |")
-    paired = _paired_rows(evals, labels(store, run_id), scope)
+    paired = paired_rows(evals, labels(store, run_id), scope)
     if paired:
         focus = first.get("focus_family")
         lines += ["", "### Paired differences vs base (episode level)", ""]
@@ -187,14 +201,8 @@ def _evaluation_section(
             "(common random numbers); 95% two-stage bootstrap intervals (tasks with replacement, then trials within each task)."
             + (f" Focus family: `{focus}`." if focus else ""),
             "",
-            "| policy | scope | N paired episodes (tasks) | Δ pass rate | Δ reward | verdict |",
-            "|---|---|---|---|---|---|",
+            *paired_table(paired),
         ]
-        for policy, where, d in paired:
-            lines.append(
-                f"| {policy} | {where} | {d.get('episodes', 0)} ({d.get('tasks', 0)}) | {signed(d.get('pass_rate'), pct=True)} | "
-                f"{signed(d.get('mean_reward'), pct=False)} | {verdict(d.get('pass_rate')) or '–'} |"
-            )
         forest = [r for r in paired if r[1] in ("all tasks", focus)]
         if any((d.get("pass_rate") or {}).get("value") is not None for _, _, d in forest):
             plots.append(_forest(forest, out / f"{prefix}eval_forest.png", f"{title}: {first['env']}"))

@@ -52,7 +52,7 @@ def demo(
 
 
 # In `gapforge --help` order: a module with `register(app)` adds top-level commands, any other is the group `app` of its name.
-_COMMANDS = "dev rollouts env toolsandbox sandbox serve report synthesize train adapters run review ui"
+_COMMANDS = "dev rollouts env toolsandbox sandbox serve export report synthesize train adapters run review ui"
 for _name in _COMMANDS.split():
     _module = importlib.import_module(f"gapforge.cli_{_name}")
     if hasattr(_module, "register"):

@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, RunArg, SetOpt, console, handle_errors, run_config
+from gapforge.model_card import kept_text
 
 
 @handle_errors
@@ -26,20 +27,6 @@ def adapters(run_id: RunArg, config: ConfigOpt = None, set_: SetOpt = None) -> N
             a.name, a.capability or "-", a.status, str(m.get("steps", "-")), kept_text(m), held, a.path or "-"
         )
     console.print(table)
-
-
-def kept_text(metrics: dict) -> str:
-    """The checkpoint kept and why: step 0 is the untrained adapter (no step beat it by more than the
-    held-out noise, training.selection.beats_step0); otherwise the paired gain over step 0 and its lower bound."""
-    step = metrics.get("best_step")
-    if step is None:
-        return "-"
-    if step == 0:
-        return "step 0 (untrained)"
-    margin = next((e.get("vs_step0") for e in metrics.get("curve") or [] if e.get("step") == step), None)
-    if not margin:
-        return f"step {step}"
-    return f"step {step} (+{margin['diff']:.3f}, low {margin['low']:+.3f}, n {margin['n']})"
 
 
 def register(root: typer.Typer) -> None:

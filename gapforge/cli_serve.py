@@ -6,6 +6,10 @@ and serving starts no sandbox container. Flags override the run's settings, and 
 which: `--base DIR` = policy.local_path, `--backend local` = policy.kind=local, `--backend vllm --vllm-url URL
 --vllm-model NAME` = policy.kind=endpoint with that endpoint.
 
+`gapforge serve --router DIR --base BASE_DIR` serves a bundle `gapforge export` wrote (gapforge/export.py): the
+router and adapters it holds, the routing settings it was evaluated with, no store; the config (`--config`, `--set`)
+gives the rest (serving limits, the vLLM endpoint).
+
 Under load and at shutdown it follows the config's `serving` section (serving/config.py): 429 + Retry-After past
 `max_queue` requests held, 504 past `request_timeout_s`, and SIGTERM / SIGINT drain the requests in flight for up
 to `drain_timeout_s` (new ones get 503) before the command exits 0. `--port 0` binds a free port; the `serving run
@@ -25,6 +29,7 @@ from gapforge.cli_common import (
     UsageError,
     console,
     err_console,
+    get_config,
     handle_errors,
     run_config,
 )
@@ -113,7 +118,11 @@ def register(app: typer.Typer) -> None:
     @app.command("serve")
     @handle_errors
     def serve(
-        run: Annotated[str, typer.Argument(help="run id whose adapters to serve")],
+        run: Annotated[str | None, typer.Argument(help="run id whose adapters to serve (or --router)")] = None,
+        router_dir: Annotated[
+            str | None,
+            typer.Option("--router", help="the router/ dir of a bundle `gapforge export` wrote: serve it, no store"),
+        ] = None,
         port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8100,
         host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
         base: BaseOpt = None,
@@ -124,7 +133,8 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None,
         set_: SetOpt = None,
     ) -> None:
-        """Serve /v1/chat/completions, /v1/models and /health; each conversation routed once to an adapter, as the run evaluated.
+        """Serve /v1/chat/completions, /v1/models and /health; each conversation routed once to an adapter, as the run evaluated
+        (RUN: from the run's store; --router DIR: from an exported bundle, with --base DIR the base model).
         Past serving.max_queue requests at once: 429 + Retry-After; past serving.request_timeout_s: 504; SIGTERM drains (exit 0)."""
         import asyncio
 
@@ -134,7 +144,18 @@ def register(app: typer.Typer) -> None:
         from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp
 
         flags = [*base_flags(base), *backend_flags(backend, vllm_url, vllm_model)]
-        cfg, store = run_config(run, config, [*(set_ or []), *flags])
+        if (run is None) == (router_dir is None):
+            raise UsageError("name what to serve: a run id, or --router DIR (a bundle `gapforge export` wrote)")
+        bundle = store = None
+        if router_dir is not None:
+            from gapforge.bundle import bundle_routed, bundle_settings, load_bundle
+
+            bundle = load_bundle(router_dir)
+            cfg = get_config(config, [*bundle_settings(bundle), *(set_ or []), *flags], check_workspace=False)
+            if cfg.policy.kind == "scripted":  # the default: a bundle is served from weights (--base), here or on vLLM
+                cfg.policy = cfg.policy.model_copy(update={"kind": "local"})
+        else:
+            cfg, store = run_config(run, config, [*(set_ or []), *flags])
         api_key = read_secret(api_key_env) if api_key_env else None
         if api_key is None and not is_loopback(host):
             err_console.print(
@@ -143,20 +164,26 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
-        artifacts, chat, router, source = served(cfg, store, run)
-        if source != "stored":
-            read = " from its synthetic envs' openings (in the sandbox)" if cfg.routing.backend == "gate" else ""
-            err_console.print(
-                f"note: run {run} stores no router over these adapters (never built for them): "
-                f"built now{read}, not stored",
-                highlight=False,
-                soft_wrap=True,
-            )
+        if bundle is not None:
+            artifacts, chat, router = bundle_routed(bundle, cfg, base_model_dir(cfg))
+            run, routing_backend = f"{bundle.data['run']} (bundle {router_dir})", bundle.record.backend
+            enabled = bool(bundle.data["routing"].get("enabled", True))
+        else:
+            artifacts, chat, router, source = served(cfg, store, run)
+            routing_backend, enabled = cfg.routing.backend, cfg.routing.enabled
+            if source != "stored":
+                read = " from its synthetic envs' openings (in the sandbox)" if routing_backend == "gate" else ""
+                err_console.print(
+                    f"note: run {run} stores no router over these adapters (never built for them): "
+                    f"built now{read}, not stored",
+                    highlight=False,
+                    soft_wrap=True,
+                )
         limits = cfg.serving
-        routed = RoutedApp(chat, router.route_messages if cfg.routing.enabled else None, api_key=api_key, limits=limits)
+        routed = RoutedApp(chat, router.route_messages if enabled else None, api_key=api_key, limits=limits)
         names = ", ".join(c["name"] for c in artifacts.capabilities) or "none (base model only)"
         guard = f"API key from {api_key_env}" if api_key else "no API key"
-        routing = f"routing.backend={cfg.routing.backend}" if cfg.routing.enabled else "routing off"
+        routing = f"routing.backend={routing_backend}" if enabled else "routing off"
 
         def say(line: str) -> None:
             console.print(line, highlight=False, soft_wrap=True)

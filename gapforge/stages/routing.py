@@ -47,7 +47,7 @@ class Routing:
             extra = self._baseline(run_id) if baseline else {}
             routing = cfg.routing
             if cfg.policy.kind == "endpoint":  # the served policy (vLLM): adapters loaded into it at run time
-                backend = self._vllm_backend({**artifacts.adapter_paths, **extra})
+                backend = vllm_backend(cfg, {**artifacts.adapter_paths, **extra})
                 routing = self._endpoint_routing()
             else:
                 backend = load_backend(
@@ -173,23 +173,6 @@ class Routing:
 
         return {name: env_openings(opener, seeds) for name, opener in self.synthetic(run_id, artifacts).items()}
 
-    def _vllm_backend(self, adapters: dict[str, Any]) -> Any:
-        """The policy endpoint (a vLLM server) with every adapter registered under its versioned name."""
-        from gapforge.serving.vllm_backend import VLLMBackend
-
-        ep = self.sc.cfg.policy.endpoint
-        backend = VLLMBackend(
-            ep.base_url or "http://localhost:8000/v1",
-            ep.model,
-            adapters,
-            api_key=ep.api_key.get_secret_value() if ep.api_key else None,
-            timeout_s=ep.timeout_s,
-            max_retries=ep.max_retries,
-            max_new_tokens=self.sc.cfg.policy.max_new_tokens,
-        )
-        asyncio.run(backend.ensure_registered())  # (called in a worker thread: no running loop here)
-        return backend
-
     def _endpoint_routing(self) -> Any:
         """Routing for a served policy: the same vLLM server's completions (routing.vllm_* default to the policy endpoint)."""
         routing = self.sc.cfg.routing
@@ -203,6 +186,25 @@ class Routing:
         return routing.model_copy(
             update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model}
         )
+
+
+def vllm_backend(cfg: Any, adapters: dict[str, Any]) -> Any:
+    """The policy endpoint (policy.endpoint: a vLLM server) with every adapter registered under its versioned name
+    (blocking; no running event loop in this thread)."""
+    from gapforge.serving.vllm_backend import VLLMBackend
+
+    ep = cfg.policy.endpoint
+    backend = VLLMBackend(
+        ep.base_url or "http://localhost:8000/v1",
+        ep.model,
+        adapters,
+        api_key=ep.api_key.get_secret_value() if ep.api_key else None,
+        timeout_s=ep.timeout_s,
+        max_retries=ep.max_retries,
+        max_new_tokens=cfg.policy.max_new_tokens,
+    )
+    asyncio.run(backend.ensure_registered())
+    return backend
 
 
 async def build_router(sc: RunStages, run_id: str, capabilities: list[str]) -> RouterDone:

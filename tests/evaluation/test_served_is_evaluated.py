@@ -8,7 +8,9 @@ nothing)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -85,12 +87,14 @@ def _run(workspace: Path, tiny_model_dir: Path, image: str) -> str:
     return run
 
 
-def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
-    workspace: Path, tiny_model_dir: Path, sandbox_image: str
-) -> None:
-    from gapforge.cli_serve import served
-    from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
-
+@pytest.fixture(scope="module")
+def evaluated(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, sandbox_image: str
+) -> tuple[Path, str, dict]:
+    """(workspace, run, {held-out task: the routing decision the evaluation stored}) after `gapforge evaluate RUN`
+    with no setting but where it works."""
+    workspace = tmp_path_factory.mktemp("served") / "ws"
+    workspace.mkdir()
     run = _run(workspace, tiny_model_dir, sandbox_image)
     where = [
         "--set",
@@ -111,7 +115,30 @@ def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
         chosen = [evaluated[t]["adapter"] for t in HELDOUT]
         assert set(chosen) <= {*CAPS, None} and any(chosen)  # the gate routes some held-out tasks to an adapter
         assert store.get_evaluation(run, "router").metrics["gate"] is not None  # the trained gate, stored with the run
+    return workspace, run, evaluated
 
+
+def _routes_as_evaluated(chat: Any, router: Any, evaluated: dict) -> None:
+    """Every held-out task played through a running routed server is routed as the evaluation stored it."""
+    from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+
+    shop = make_env("shop")
+    with RoutedServer(RoutedApp(chat, router.route_messages)) as server:
+        for task in HELDOUT:
+            messages = [m.to_openai() for m in shop.reset(task)]
+            body = {"model": ROUTED_MODEL, "messages": messages, "tools": shop.tools(), "max_tokens": 2}
+            answer = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["gapforge"]["decision"] == evaluated[task], task
+
+
+def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
+    evaluated: tuple[Path, str, dict], tiny_model_dir: Path
+) -> None:
+    from gapforge.cli_serve import served
+
+    workspace, run, decisions = evaluated
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         # `gapforge serve RUN` with no flags: the run's config; a sandbox image that does not exist shows no container is needed
         where_cfg = load_config(None, [f"workspace={workspace}"], environ={})
         resolved = resolve(
@@ -122,12 +149,66 @@ def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
         assert cfg.routing.backend == "gate" and cfg.policy.local_path == str(tiny_model_dir)
         artifacts, chat, router, source = served(cfg, store, run)
         assert source == "stored" and [c["name"] for c in artifacts.capabilities] == CAPS
+    _routes_as_evaluated(chat, router, decisions)
 
-    shop = make_env("shop")
-    with RoutedServer(RoutedApp(chat, router.route_messages)) as server:
-        for task in HELDOUT:
-            messages = [m.to_openai() for m in shop.reset(task)]
-            body = {"model": ROUTED_MODEL, "messages": messages, "tools": shop.tools(), "max_tokens": 2}
-            answer = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["gapforge"]["decision"] == evaluated[task], task
+
+def test_an_exported_bundle_served_through_vllm_routes_as_the_evaluation_did(
+    evaluated: tuple[Path, str, dict], tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """`gapforge export`, then the bundle's serve.sh: its `vllm serve` line run by the vLLM stand-in, and the routed
+    endpoint in front of it from the bundle alone (the run's store moved away), as `gapforge serve --router
+    --backend vllm` builds it."""
+    import os
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from gapforge.bundle import bundle_routed, load_bundle
+
+    workspace, run, decisions = evaluated
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(app, ["export", run, str(out), "--set", f"workspace={workspace}"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    router_json = json.loads((out / "router" / "router.json").read_text())
+    gate = router_json["router"]["gate"]
+    assert gate["examples"] == [] and router_json["router"]["openings"] is None  # no analysis-split or env text
+    report = CliRunner().invoke(app, ["report", run, "--set", f"workspace={workspace}"])
+    assert report.exit_code == 0, report.output
+    rows = (workspace / "reports" / run / "report.md").read_text().splitlines()
+    card = (out / "adapters" / CAPS[0] / "README.md").read_text()
+    quoted = [line for line in card.splitlines() if line.startswith(("| trace_routed |", f"| adapter:{CAPS[0]} |"))]
+    assert quoted and all(line in rows for line in quoted)  # the model card carries the report's numbers
+
+    script = (out / "serve.sh").read_text()
+    line = next(x for x in script.splitlines() if x.startswith("vllm serve "))
+    line = line.removesuffix(" &").replace("$HERE", str(out)).replace('"$VLLM_PORT"', "0")
+    argv = shlex.split(line.replace('"$BASE_DIR"', shlex.quote(str(tiny_model_dir))))[2:]
+    name = argv[argv.index("--served-model-name") + 1]
+    assert name == tiny_model_dir.name and re.search(r"--lora-modules \S+-[0-9a-f]{12}=", line)
+    (workspace / "gapforge.db").rename(workspace / "moved.db")  # served from the bundle alone
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.vllm_standin", *argv],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        ready = proc.stdout.readline()
+        assert ready.startswith(f"serving {name} on "), ready
+        url = ready.split()[-1]
+        flags = ["policy.kind=endpoint", f"policy.endpoint.base_url={url}", f"policy.endpoint.model={name}"]
+        cfg = load_config(None, [f"policy.local_path={tiny_model_dir}", *flags], environ={})
+        bundle = load_bundle(out / "router")
+        _artifacts, chat, router = bundle_routed(bundle, cfg, str(tiny_model_dir))
+        assert set(chat.served.values()) <= {
+            m.split("=")[0] for m in argv if "=" in m
+        }  # serve.sh's names: nothing loaded
+        _routes_as_evaluated(chat, router, decisions)
+    finally:
+        proc.kill()
+        proc.wait()
+        (workspace / "moved.db").rename(workspace / "gapforge.db")

@@ -1,0 +1,108 @@
+"""A bundle `gapforge export` wrote, read back and served (`gapforge serve --router DIR`): its router directory
+checked (`load_bundle`), then the base with the bundle's adapters, here or on a vLLM server, routed by the bundle's
+router with the `routing:` settings it was evaluated with (`bundle_routed`). No store, sandbox or synthetic env."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gapforge.errors import UsageError
+
+if TYPE_CHECKING:
+    from gapforge.config import GapforgeConfig
+
+BUNDLE_VERSION = 1
+ROUTER_FILE = "router.json"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle's router read back (`load_bundle`)."""
+
+    root: Path
+    data: dict[str, Any]
+
+    @property
+    def record(self) -> Any:
+        from gapforge.evaluation.router_record import RouterRecord
+
+        return RouterRecord.model_validate(self.data["router"])
+
+    def adapter_paths(self) -> dict[str, Path]:
+        return {name: (self.root / rel).resolve() for name, rel in self.data["adapters"].items()}
+
+
+def load_bundle(router_dir: str | Path) -> Bundle:
+    """The router directory of an exported bundle, checked: its file parses, names this format, and every adapter it
+    routes to reads back whole. UsageError (one line) otherwise."""
+    from gapforge.evaluation.router_record import RouterRecord
+    from gapforge.store.files import check_dir
+
+    root = Path(router_dir)
+    path = root / ROUTER_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise UsageError(f"{path} not found: pass the router/ directory of a bundle `gapforge export` wrote") from None
+    except ValueError as e:
+        raise UsageError(f"{path} is not JSON ({e}): export the run again") from None
+    if data.get("gapforge_bundle") != BUNDLE_VERSION:
+        raise UsageError(f"{path} is not a gapforge bundle of version {BUNDLE_VERSION}: export the run again")
+    try:
+        RouterRecord.model_validate(data["router"])
+    except (KeyError, ValueError) as e:
+        raise UsageError(
+            f"{path}: the router does not read back ({str(e).splitlines()[0]}): export the run again"
+        ) from None
+    bundle = Bundle(root, data)
+    for name, p in bundle.adapter_paths().items():
+        if problem := check_dir(p, required=("adapter_config.json",)):
+            raise UsageError(f"adapter {name} of the bundle does not read back whole: {problem}")
+    return bundle
+
+
+def bundle_settings(bundle: Bundle) -> list[str]:
+    """The run's settings a served bundle starts from (`--set` items go on top): its answer length and seed."""
+    return [f"policy.max_new_tokens={bundle.data['max_new_tokens']}", f"seed={bundle.data['seed']}"]
+
+
+def bundle_routed(bundle: Bundle, cfg: GapforgeConfig, base_dir: str) -> tuple[Any, Any, Any]:
+    """(artifacts, chat backend, router) of a bundle: the base at `base_dir` with the bundle's adapters, in this
+    process (policy.kind local) or on the vLLM server of policy.endpoint (policy.kind endpoint), routed by the
+    bundle's router with the `routing:` settings it was evaluated with (cfg's routing section is not read)."""
+    import asyncio
+
+    from gapforge.agents.router import RoutingConfig
+    from gapforge.evaluation.service import RunArtifacts, build_router, load_backend
+
+    record = bundle.record
+    routing = RoutingConfig.model_validate(bundle.data["routing"])
+    artifacts = RunArtifacts(bundle.data["run"], record.options(), bundle.adapter_paths())
+    if cfg.policy.kind == "endpoint":
+        from gapforge.stages.routing import vllm_backend
+
+        if record.backend == "transformers":
+            raise UsageError(
+                "this bundle routes with routing.backend=transformers (the base in this process): serve it with --backend local"
+            )
+        chat = vllm_backend(cfg, artifacts.adapter_paths)
+        asyncio.run(chat.ensure_registered())
+        if routing.backend == "vllm":
+            routing = routing.model_copy(
+                update={"vllm_base_url": cfg.policy.endpoint.base_url, "vllm_model": cfg.policy.endpoint.model}
+            )
+    else:
+        chat = load_backend(base_dir, artifacts, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
+    key = cfg.policy.endpoint.api_key
+    router = build_router(
+        artifacts,
+        routing=routing,
+        backend=chat,
+        tokenizer_path=base_dir,
+        gate=record.gate.state if record.gate is not None else None,
+        api_key=key.get_secret_value() if key else None,
+    )
+    return artifacts, chat, router
