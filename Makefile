@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,tau2,postgres,ui,ray,mcp,gepa
+EXTRAS ?= dev,tau2,postgres,ui,ray,mcp,gepa,tracking
 
 TOOLSANDBOX_SRC ?= ../shared/vendor/ToolSandbox
 

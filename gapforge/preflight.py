@@ -18,6 +18,7 @@ from gapforge.agents.config import DEFAULT_KEY_ENV, EndpointConfig
 from gapforge.config import GapforgeConfig, check_run_config
 from gapforge.envs.protocol import TargetEnvironment
 from gapforge.errors import ConfigError, GapforgeError
+from gapforge.training.tracking import check_trackers
 
 ANALYST_PROMPTS = ("analyst_discover", "analyst_label")  # the prompt names the analyst asks (prompts/)
 RECORDINGS_DOC = "docs/recordings.md"
@@ -26,6 +27,7 @@ RECORDINGS_DOC = "docs/recordings.md"
 def check_before_run(cfg: GapforgeConfig) -> None:
     """Refuse (one line, exit 2; the env's own code failing to load: its exit 4) a run that could not finish."""
     check_run_config(cfg)
+    check_trackers(cfg.training.report_to)  # a tracker not installed: before any work, not as a failed adapter
     check_target(cfg)
     check_policy(cfg)
     check_llm_roles(cfg)

@@ -6,6 +6,7 @@ evaluation and the CLI all read and write (so no stage rebuilds a path by hand).
     <workspace>/adapters/RUN/NAME/                            an adapter (a capability, or a baseline)
     <workspace>/train_jobs/RUN/NAME.json (+ NAME.pid)         a training job's spec and its process
     <workspace>/reports/RUN/                                  report.md and its plots
+    <workspace>/tracking/RUN/NAME/                            tensorboard events (training.report_to): each adapter, evaluation
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Workspace:
 
     def train_jobs(self, run_id: str) -> Path:
         return self.root / "train_jobs" / run_id
+
+    def tracking_dir(self, run_id: str, name: str) -> Path:
+        return self.root / "tracking" / run_id / name
 
     def report_dir(self, run_id: str) -> Path:
         return self.root / "reports" / run_id

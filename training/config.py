@@ -76,7 +76,10 @@ class TrainingConfig(BaseModel):
         description="the loss's forward pass: batched (one padded batch) or rows (one rollout at a time, no padding); "
         "auto: rows on CPU, batched on a GPU",
     )
-    report_to: list[str] = Field(default_factory=list, description="TRL report_to: tensorboard, wandb (when installed)")
+    report_to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list,
+        description="trackers (when installed) for each adapter's training and the evaluation's summary, grouped by run id",
+    )
     seed: int = 0
 
     @model_validator(mode="after")

@@ -28,9 +28,14 @@ from gapforge.training.rollout import EnvFactory, TokenRollout, run_groups, sett
 from gapforge.training.sampler import Sampler, TransformersSampler, VLLMSampler
 
 
-def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
-    """The GRPOConfig a TrainingConfig produces (tested down to this on machines without a GPU)."""
+def grpo_config(
+    cfg: TrainingConfig, output_dir: str, tracking: tuple[list[str], dict[str, Any]] | None = None
+):  # -> trl.GRPOConfig
+    """The GRPOConfig a TrainingConfig produces (tested down to this on machines without a GPU). `tracking`: TRL's
+    report_to and the run's name / project (training.tracking.trainer_tracking); None: cfg.report_to as it is."""
     from trl import GRPOConfig
+
+    report_to, track_args = tracking if tracking is not None else (list(cfg.report_to), {})
 
     batch = cfg.rollouts_per_step
     extra: dict[str, Any] = {}
@@ -60,13 +65,14 @@ def grpo_config(cfg: TrainingConfig, output_dir: str):  # -> trl.GRPOConfig
         save_strategy="steps",
         save_steps=cfg.save_every,
         save_total_limit=2,
-        report_to=list(cfg.report_to) or "none",
+        report_to=report_to or "none",
         use_cpu=cfg.generation == "transformers" and not cuda_available(),
         bf16=False,
         remove_unused_columns=False,
         disable_tqdm=True,
         dataloader_num_workers=0,
         activation_checkpointing=cfg.generation != "transformers",
+        **track_args,
         **extra,
     )  # transformers 5's name (the old one warns)
 
@@ -279,8 +285,9 @@ def build_trainer(
     recorder: RolloutRecorder,
     callbacks: list[Any] | None = None,
     sampler_factory: Any = None,
+    tracking: tuple[list[str], dict[str, Any]] | None = None,
 ):
-    """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model`."""
+    """A GRPOTrainer over `train_tasks` with a fresh LoRA adapter on a frozen `model` (`tracking`: grpo_config's)."""
     import os
 
     from datasets import Dataset
@@ -292,7 +299,7 @@ def build_trainer(
     return trainer_class(
         model=model,
         reward_funcs=[env_reward],
-        args=grpo_config(cfg, output_dir),
+        args=grpo_config(cfg, output_dir, tracking),
         train_dataset=Dataset.from_dict({"prompt": [json.dumps(t) for t in train_tasks]}),
         processing_class=tokenizer,
         peft_config=LoraConfig(

@@ -52,6 +52,9 @@ class TrainJob(BaseModel):
         description="a file the launcher may rewrite with the torch threads this job is to use "
         "from its next step on (local jobs sharing a CPU get the cores a finished job leaves)",
     )
+    tracking_dir: str | None = Field(
+        None, description="where its tensorboard events go with training.report_to (<workspace>/tracking/RUN/NAME)"
+    )
     store_url: str | None = Field(
         None,
         exclude=True,
@@ -227,7 +230,20 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         ]
         if job.threads_file and threads is not None:
             callbacks.append(_threads_callback(Path(job.threads_file), threads))
-        trainer = build_trainer(model, tokenizer, make_env, train_tasks, cfg, str(out / "trl"), recorder, callbacks)
+        from gapforge.training.tracking import trainer_tracking
+
+        report_to, track_args, track_callbacks = trainer_tracking(cfg.report_to, job.tracking_dir, job.run_id, job.name)
+        trainer = build_trainer(
+            model,
+            tokenizer,
+            make_env,
+            train_tasks,
+            cfg,
+            str(out / "trl"),
+            recorder,
+            [*callbacks, *track_callbacks],
+            tracking=(report_to, track_args),
+        )
         checkpoint, resume_step = _last_checkpoint(out)
         selector.load(resume_step)
         if redo_from is not None:  # step 0 itself cut: no checkpoint is left before it, and load keeps step 0's entry

@@ -91,6 +91,12 @@ async def evaluate(
         unseen, unseen_families = await _unseen(sc, run_id, split, artifacts, backend, router, prepared_now)
         played += sum(reuse.played(p.metrics, unseen_families) for p in unseen.policies)
         summary |= {f"{UNSEEN}:{p.name}": _metrics(p.metrics) for p in unseen.policies}
+    if cfg.training.report_to:  # the summary beside the adapters' training curves (evaluation.tracking)
+        from gapforge.evaluation.tracking import log_evaluation
+
+        where = sc.deps.workspace.tracking_dir(run_id, "evaluation")
+        for problem in await asyncio.to_thread(log_evaluation, cfg.training.report_to, sc.store, run_id, where):
+            sc.progress("evaluate", f"warning: {problem}")
     return EvaluationDone(summary, Cost(policy_rollouts=played + ev.policy_rollouts, llm_calls=ev.llm_calls))
 
 

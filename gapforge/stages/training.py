@@ -83,6 +83,7 @@ async def train(sc: RunStages, run_id: str, capability: str, *, module: str | No
         env=env,
         config=cfg.training,
         out_dir=str(out),
+        tracking_dir=str(ws.tracking_dir(run_id, capability)),
         store_url=cfg.store_url,
         run_id=run_id,
     )
@@ -119,6 +120,7 @@ def baseline_job(
     all `n_adapters` capability adapters together (training.budget), against the user simulator the evaluation
     plays it with (rollouts.user). `learning_rate`: another than training.learning_rate (bench/baseline_lr.py)."""
     from gapforge.evaluation.policies import GRPO_TARGET
+    from gapforge.store.workspace import Workspace
     from gapforge.training.budget import baseline_settings, baseline_tasks
     from gapforge.training.envs import EnvSpec
     from gapforge.training.service import TrainJob
@@ -145,6 +147,7 @@ def baseline_job(
         env=env,
         config=tcfg,
         out_dir=out_dir,
+        tracking_dir=str(Workspace(Path(cfg.workspace)).tracking_dir(run_id, name or GRPO_TARGET)) if run_id else None,
         store_url=cfg.store_url,
         run_id=run_id,
     )

@@ -151,3 +151,34 @@ def test_serve_answers_the_openai_client(workspace: Path, tiny_model_dir: Path) 
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_evaluate_with_report_to_logs_the_summary_in_the_runs_tracking_dir(
+    workspace: Path, tiny_model_dir: Path
+) -> None:
+    """training.report_to=[tensorboard]: the evaluate stage writes its summary beside the adapters' curves."""
+    pytest.importorskip(
+        "tensorboard", reason="extra 'tracking' not installed (pip install -e .[tracking]); CI installs it"
+    )
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = _store_with_adapter(workspace, tiny_model_dir)
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        store.put_split(
+            run,
+            env="shop",
+            seed=0,
+            fraction=0.5,
+            analysis_tasks=["shop-refusal-001"],
+            heldout_tasks=["shop-refusal-002"],
+            families={"shop-refusal-002": "policy_refusal"},
+        )
+    sets = ["--set", f"workspace={workspace}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
+    tracked = ["--set", "training.report_to=[tensorboard]", "--set", "evaluation.comparisons=[]"]
+    res = CliRunner().invoke(app, ["evaluate", run, "--trials", "1", "--base", str(tiny_model_dir), *sets, *tracked])
+    assert res.exit_code == 0, res.output
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        routed = store.get_evaluation(run, "eval:trace_routed").metrics["pass_rate"]["value"]
+    events = EventAccumulator(str(workspace / "tracking" / run / "evaluation")).Reload()
+    logged = events.Scalars("eval/trace_routed/pass_rate")
+    assert len(logged) == 1 and abs(logged[0].value - routed) < 1e-6  # the stored pass rate, in the run's tracking dir

@@ -6,6 +6,7 @@ commands take them."""
 from __future__ import annotations
 
 import socket
+from importlib.util import find_spec
 from pathlib import Path
 
 from cli_helpers import one_line_error
@@ -97,6 +98,12 @@ def test_a_policy_without_weights_or_an_env_that_does_not_load_is_refused(tmp_pa
         _run(ws, "--policy", str(SHOP_POLICY_DIR), "--env", "examples/my_agent_env.py:NoSuchEnv"), "NoSuchEnv"
     )
     one_line_error(_run(ws, "--env", "shop", "--resume", "r-1"), "--env and --policy start a new run")
+    if find_spec("trackio") is None:  # not among the extras
+        tracker = ["--policy", str(SHOP_POLICY_DIR), "--set", "training.report_to=[trackio]"]
+        one_line_error(
+            _run(ws, *tracker), "training.report_to names trackio, which is not installed: pip install trackio"
+        )
+    one_line_error(_run(ws, "--policy", str(SHOP_POLICY_DIR), "--set", "training.report_to=[mlflow]"), "report_to")
     assert not ws.exists()
 
 

@@ -185,3 +185,24 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return True
+
+
+def test_a_job_with_report_to_tensorboard_logs_its_steps_in_the_runs_tracking_dir(tmp_path, tiny_model_dir):
+    """training.report_to=[tensorboard]: TRL's per-step metrics land under the job's tracking_dir (the run's
+    `<workspace>/tracking/RUN/NAME`), named RUN/NAME; none under the adapter's directory."""
+    pytest.importorskip(
+        "tensorboard", reason="extra 'tracking' not installed (pip install -e .[tracking]); CI installs it"
+    )
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    job = _job(
+        tmp_path, tiny_model_dir, steps=2, run_id="r-track", tracking_dir=str(tmp_path / "tracking" / "r-track" / "toy")
+    )
+    job = job.model_copy(update={"config": job.config.model_copy(update={"report_to": ["tensorboard"]})})
+    result = train_capability(job)
+    assert result.status == "done" and result.steps == 2
+    events = EventAccumulator(job.tracking_dir).Reload()
+    steps = sorted(e.step for e in events.Scalars("train/loss"))
+    assert steps == [1, 2]
+    assert "train/reward" in events.Tags()["scalars"]
+    assert not list(Path(job.out_dir).rglob("events.out.tfevents.*"))
