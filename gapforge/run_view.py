@@ -76,8 +76,10 @@ def capability_table(values: dict[str, Any]) -> Table:
 
 
 def evaluation_table(values: dict[str, Any]) -> Table:
-    table = _table("evaluation (held-out tasks)", "policy|pass rate|mean reward|episodes|95% CI")
-    for name, m in (values.get("evaluation") or {}).items():
+    rows = values.get("evaluation") or {}
+    unseen = "; unseen:* rows: the unseen records" if any(n.startswith("unseen:") for n in rows) else ""
+    table = _table(f"evaluation (held-out tasks{unseen})", "policy|pass rate|mean reward|episodes|95% CI")
+    for name, m in rows.items():
         ci = f"[{_num(m.get('ci_low'))}, {_num(m.get('ci_high'))}]" if m.get("ci_low") is not None else "-"
         table.add_row(name, _rate(m), _num(m.get("mean_reward")), _num(m.get("n")), ci)
     return table

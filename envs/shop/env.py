@@ -105,6 +105,8 @@ class ShopEnv:
             raise EnvError(f"unknown user '{user}' for env shop: use 'scripted' or 'llm'")
         if user == "llm" and user_model is None:
             raise EnvError("env shop with user='llm' needs a user model: configure the user simulator endpoint")
+        if instances is not None and instance != 0:
+            raise EnvError(f"shop instance={instance} with instances=...: name one, e.g. instances={instance}")
         self.user_kind = user
         self.user_model = user_model
         self.instance = instance

@@ -121,3 +121,9 @@ def test_bad_instance_specs_are_one_line_errors(spec: str) -> None:
 def test_instance_lists_parse_to_sorted_unique_numbers() -> None:
     assert parse_instances("0, 51-53,52") == (0, 51, 52, 53)
     assert parse_instances("7") == (7,)
+
+
+def test_one_instance_and_a_list_of_them_at_once_is_refused() -> None:
+    with pytest.raises(EnvError, match="name one, e.g. instances=57"):
+        ShopEnv(instance=57, instances=[0, 57])
+    assert ShopEnv(instance=0, instances=[0, 57]).built == (0, 57)
