@@ -35,7 +35,7 @@ def is_builtin(name: str) -> bool:
     base = name.partition("?")[0]
     return (
         is_shop(name)
-        or name.startswith(("tau2:", "mcp:", "composite:"))
+        or name.startswith(("tau2:", "mcp:", "composite:", "trl:"))
         or base == "toolsandbox"
         or base.startswith("toolsandbox:")
     )
@@ -43,7 +43,8 @@ def is_builtin(name: str) -> bool:
 
 def list_envs() -> list[str]:
     """Built-in names `make_env` accepts (`toolsandbox` also takes `toolsandbox:<category>` and `?network=stand-in`, `tau2:<domain>`
-    `?max_steps=N&max_errors=N`; besides these: `mcp:FILE.yaml`, `composite:A+B`, `package.module:Class`, `path/to/file.py:Class`)."""
+    `?max_steps=N&max_errors=N`; besides these: `mcp:FILE.yaml`, `composite:A+B`, `trl:FILE.py:Class?rows=FILE.jsonl`,
+    `package.module:Class`, `path/to/file.py:Class`)."""
     return ["shop", *(f"tau2:{d}" for d in TAU2_DOMAINS), "toolsandbox"]
 
 
@@ -87,6 +88,12 @@ def make_env(name: str, *, user: str = "scripted", user_model: Any = None) -> Ta
         return ToolSandboxEnv(category, user=user, user_model=user_model, network=_toolsandbox_network(name, query))
     if name.startswith("mcp:"):
         return _checked_once(name, _make_mcp(name, user, user_model))
+    if name.startswith("trl:"):  # TRL's environment_factory class and its dataset rows (envs/trl.py)
+        from gapforge.envs.trl import make_trl_env
+
+        if user != "scripted":
+            raise EnvError(f"env '{name}': a TRL env has no user turns: set rollouts.user=scripted")
+        return _checked_once(name, make_trl_env(name))
     if ":" not in name.partition("?")[0]:
         raise EnvError(
             f"unknown env '{name}': known envs are {', '.join(list_envs())}, mcp:FILE.yaml, "

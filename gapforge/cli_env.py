@@ -42,7 +42,7 @@ def validate(
         str | None,
         typer.Option(
             "--target",
-            help="target env whose tools must match: any --env spec (shop | mcp:FILE.yaml | composite:A+B | "
+            help="target env whose tools must match: any --env spec (shop | mcp:FILE.yaml | trl:FILE.py:Class?rows=FILE | composite:A+B | "
             "package.module:Class | path/to/file.py:Class)",
         ),
     ] = None,

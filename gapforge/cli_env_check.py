@@ -31,7 +31,7 @@ def check_cmd(
         typer.Argument(
             metavar="SPEC",
             help="the target, as --env takes it: path/to/file.py:Class | package.module:Class | "
-            "mcp:FILE.yaml | composite:SPEC+SPEC | shop | tau2:retail ...",
+            "mcp:FILE.yaml | trl:FILE.py:Class?rows=FILE | composite:SPEC+SPEC | shop | tau2:retail ...",
         ),
     ],
     gold: Annotated[

@@ -19,6 +19,12 @@ def export(
         str | None,
         typer.Option("--base-model", help="the base model's name in model cards and serve.sh (e.g. a Hub id)"),
     ] = None,
+    trl: Annotated[
+        bool,
+        typer.Option(
+            "--trl", help="also each synthetic env as a TRL environment + dataset (LLM-written code: read it)"
+        ),
+    ] = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -33,6 +39,7 @@ def export(
             out,
             cfg,
             base_model=base_model,
+            trl=trl,
             say=lambda line: console.print(line, highlight=False, soft_wrap=True),
         )
     console.print(

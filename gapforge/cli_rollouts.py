@@ -59,7 +59,7 @@ def collect_cmd(
         str | None,
         typer.Option(
             "--env",
-            help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | composite:SPEC+SPEC | "
+            help="shop | tau2:<domain> | toolsandbox[:category] | mcp:FILE.yaml | trl:FILE.py:Class?rows=FILE | composite:SPEC+SPEC | "
             "package.module:Class | path/to/file.py:Class (docs/your-agent.md)",
         ),
     ] = None,

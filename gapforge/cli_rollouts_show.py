@@ -41,7 +41,7 @@ def tasks_cmd(
     env: Annotated[
         str,
         typer.Argument(
-            help="shop | tau2:retail | mcp:FILE.yaml | composite:SPEC+SPEC | pkg.module:Class | file.py:Class"
+            help="shop | tau2:retail | mcp:FILE.yaml | trl:FILE.py:Class?rows=FILE | composite:SPEC+SPEC | pkg.module:Class | file.py:Class"
         ),
     ],
     config: ConfigOpt = None,

@@ -52,7 +52,7 @@ def run_cmd(
         typer.Option(
             "--env",
             help="the target (rollouts.env): shop | tau2:<domain> | toolsandbox[:category] | "
-            "mcp:FILE.yaml | composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (docs/your-agent.md)",
+            "mcp:FILE.yaml | trl:FILE.py:Class?rows=FILE | composite:SPEC+SPEC | package.module:Class | path/to/file.py:Class (docs/your-agent.md)",
         ),
     ] = None,
     policy: Annotated[

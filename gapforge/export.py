@@ -5,6 +5,7 @@
     DIR/router/router.json             the router as evaluated: its options in label order, the trained gate
                                        (routing.backend=gate) and the `routing:` settings it ran with
     DIR/adapters/NAME/                 each kept adapter: the PEFT files and a model card (README.md)
+    DIR/trl/CAPABILITY/                with --trl: its synthetic env as a TRL environment (gapforge/export_trl.py)
 
 `gapforge serve --router DIR/router --base BASE_DIR` routes with that router over those adapters and needs no store,
 no sandbox and no synthetic env (gapforge/bundle.py). The model cards quote the report's paired-difference rows
@@ -152,10 +153,12 @@ def export_run(
     cfg: GapforgeConfig,
     *,
     base_model: str | None = None,
+    trl: bool = False,
     say: Callable[[str], None] = lambda line: None,
 ) -> ExportResult:
-    """Write the bundle of `run_id` to `out` (module doc). UsageError (one line) when the run has no router stored over
-    its adapters, an adapter's files do not read back whole, or `out` holds anything."""
+    """Write the bundle of `run_id` to `out` (module doc); `trl`: each adapter's synthetic env as a TRL environment too
+    (gapforge/export_trl.py: read in the sandbox). UsageError (one line) when the run has no router stored over its
+    adapters, an adapter's files do not read back whole, or `out` holds anything."""
     from gapforge.evaluation.router_record import load_router
     from gapforge.evaluation.service import run_artifacts
     from gapforge.store.files import check_dir, complete_dir
@@ -201,6 +204,14 @@ def export_run(
         (tmp / "serve.sh").write_text(_serve_sh(base, adapters, ranks, record.backend), encoding="utf-8")
         (tmp / "serve.sh").chmod(0o755)
         (tmp / "README.md").write_text(bundle_index(store, run_id, base, record), encoding="utf-8")
+        if trl:
+            import functools
+
+            from gapforge.export_trl import export_trl_envs
+            from gapforge.sandbox.env import open_env
+
+            opener = functools.partial(open_env, cfg=cfg.sandbox)
+            export_trl_envs(store, run_id, tmp, cfg, [c.name for c in record.capabilities], open_env=opener, say=say)
         _check_private(tmp, _private(cfg, workspace))
         for p in tmp.rglob("*"):
             files += p.is_file()
@@ -217,7 +228,7 @@ def export_run(
 
 def _check_private(root: Path, private: list[str]) -> None:
     for p in root.rglob("*"):
-        if not p.is_file() or p.suffix not in (".json", ".md", ".sh"):
+        if not p.is_file() or p.suffix not in (".json", ".jsonl", ".md", ".sh", ".py"):
             continue
         text = p.read_text(encoding="utf-8", errors="replace")
         for s in private:

@@ -168,8 +168,12 @@ def test_an_exported_bundle_served_through_vllm_routes_as_the_evaluation_did(
 
     workspace, run, decisions = evaluated
     out = tmp_path / "bundle"
-    res = CliRunner().invoke(app, ["export", run, str(out), "--set", f"workspace={workspace}"], env={"COLUMNS": "200"})
+    res = CliRunner().invoke(
+        app, ["export", run, str(out), "--trl", "--set", f"workspace={workspace}"], env={"COLUMNS": "200"}
+    )
     assert res.exit_code == 0, res.output
+    for cap in CAPS:  # each synthetic env as a TRL env, its rows read in the sandbox (tests/training/test_trl_envs.py)
+        assert len((out / "trl" / cap / "dataset.jsonl").read_text().splitlines()) == 6
     router_json = json.loads((out / "router" / "router.json").read_text())
     gate = router_json["router"]["gate"]
     assert gate["examples"] == [] and router_json["router"]["openings"] is None  # no analysis-split or env text
