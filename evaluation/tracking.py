@@ -83,7 +83,7 @@ def _wandb(run_id: str, scalars: dict[str, float], text: str) -> None:
     import wandb
 
     run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT"),
+        project=os.environ.get("WANDB_PROJECT", "huggingface"),  # where TRL's callback puts the training runs
         group=os.environ.get("WANDB_RUN_GROUP", run_id),
         name=f"{run_id}/evaluation",
         job_type="evaluation",
@@ -110,7 +110,10 @@ def log_evaluation(report_to: list[str], store: Store, run_id: str, where: Path)
     line per tracker that failed (nothing raised)."""
     if not report_to:
         return []
-    scalars, text = summary_scalars(store, run_id), summary_text(store, run_id)
+    try:
+        scalars, text = summary_scalars(store, run_id), summary_text(store, run_id)
+    except Exception as e:  # the evaluation is stored: a summary that cannot be built is a line, not a failed stage
+        return [f"the evaluation summary was not built for the trackers ({type(e).__name__}: {str(e)[:200]})"]
     writers = {
         "tensorboard": lambda: _tensorboard(where, scalars, text),
         "wandb": lambda: _wandb(run_id, scalars, text),

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import queue
+import shutil
 import socket
 import tarfile
 import threading
@@ -49,6 +50,9 @@ def pack_dir(root: Path, *, skip: tuple[str, ...] = ()) -> bytes:
     return buf.getvalue()
 
 
+TRACKING = "tracking"  # a worker's tensorboard events, inside its out dir (training.report_to)
+
+
 def unpack_dir(data: bytes, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
@@ -70,6 +74,8 @@ def train_on_worker(payload: dict[str, Any], worker_dir: str) -> Iterator[tuple[
     job = TrainJob.model_validate_json(payload["spec"])
     work = Path(worker_dir) / payload["key"]
     update: dict[str, Any] = {"out_dir": str(work / "out"), "store_url": None}  # the driver registers the adapter
+    if job.tracking_dir:  # tensorboard events travel back with the out dir; _finish puts them in the run's tracking dir
+        update["tracking_dir"] = str(work / "out" / TRACKING)
     if payload["module"] is not None:
         module = work / "env" / payload["module_name"]
         module.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +116,9 @@ def _finish(job: TrainJob, outcome: dict[str, Any]) -> JobOutcome:
     out = Path(job.out_dir)
     if outcome["files"]:
         unpack_dir(outcome["files"], out)
+    if job.tracking_dir and (out / TRACKING).is_dir():
+        shutil.copytree(out / TRACKING, job.tracking_dir, dirs_exist_ok=True)
+        shutil.rmtree(out / TRACKING)
     result = None
     if outcome["result"] is not None:
         remote_out = outcome["out_dir"]

@@ -69,17 +69,34 @@ def bundle_settings(bundle: Bundle) -> list[str]:
     return [f"policy.max_new_tokens={bundle.data['max_new_tokens']}", f"seed={bundle.data['seed']}"]
 
 
-def bundle_routed(bundle: Bundle, cfg: GapforgeConfig, base_dir: str) -> tuple[Any, Any, Any]:
+FIXED = ("backend", "labels", "gate")  # what the bundle's router was built and evaluated with
+
+
+def bundle_routing(bundle: Bundle, cfg: GapforgeConfig, overridden: list[str]) -> Any:
+    """The bundle's `routing:` settings, with the keys the user set (`overridden`: dotted `routing.*` names) taken
+    from `cfg`; the router's own (backend, labels, gate) cannot change: UsageError (one line)."""
+    from gapforge.agents.router import RoutingConfig
+
+    routing = RoutingConfig.model_validate(bundle.data["routing"])
+    for key in overridden:
+        leaf = key.removeprefix("routing.").split(".", 1)[0]
+        if leaf in FIXED:
+            raise UsageError(f"{key}: the bundle's router was built with routing.{leaf} as it is: serve it unchanged")
+        routing = routing.model_copy(update={leaf: getattr(cfg.routing, leaf)})
+    return routing
+
+
+def bundle_routed(
+    bundle: Bundle, cfg: GapforgeConfig, base_dir: str, overridden: list[str] | None = None
+) -> tuple[Any, Any, Any]:
     """(artifacts, chat backend, router) of a bundle: the base at `base_dir` with the bundle's adapters, in this
     process (policy.kind local) or on the vLLM server of policy.endpoint (policy.kind endpoint), routed by the
-    bundle's router with the `routing:` settings it was evaluated with (cfg's routing section is not read)."""
-    import asyncio
-
-    from gapforge.agents.router import RoutingConfig
+    bundle's router with the `routing:` settings it was evaluated with and the `routing.*` keys the user set
+    (`overridden`, bundle_routing); routing.backend=vllm scores on routing.vllm_base_url, else the policy endpoint."""
     from gapforge.evaluation.service import RunArtifacts, build_router, load_backend
 
     record = bundle.record
-    routing = RoutingConfig.model_validate(bundle.data["routing"])
+    routing = bundle_routing(bundle, cfg, overridden or [])
     artifacts = RunArtifacts(bundle.data["run"], record.options(), bundle.adapter_paths())
     if cfg.policy.kind == "endpoint":
         from gapforge.stages.routing import vllm_backend
@@ -89,11 +106,10 @@ def bundle_routed(bundle: Bundle, cfg: GapforgeConfig, base_dir: str) -> tuple[A
                 "this bundle routes with routing.backend=transformers (the base in this process): serve it with --backend local"
             )
         chat = vllm_backend(cfg, artifacts.adapter_paths)
-        asyncio.run(chat.ensure_registered())
-        if routing.backend == "vllm":
-            routing = routing.model_copy(
-                update={"vllm_base_url": cfg.policy.endpoint.base_url, "vllm_model": cfg.policy.endpoint.model}
-            )
+        ep = cfg.policy.endpoint
+        routing = routing.model_copy(
+            update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model}
+        )
     else:
         chat = load_backend(base_dir, artifacts, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
     key = cfg.policy.endpoint.api_key

@@ -165,9 +165,10 @@ def register(app: typer.Typer) -> None:
                 soft_wrap=True,
             )
         if bundle is not None:
-            artifacts, chat, router = bundle_routed(bundle, cfg, base_model_dir(cfg))
+            routing_set = [item.split("=", 1)[0].strip() for item in set_ or [] if item.strip().startswith("routing.")]
+            artifacts, chat, router = bundle_routed(bundle, cfg, base_model_dir(cfg), routing_set)
             run, routing_backend = f"{bundle.data['run']} (bundle {router_dir})", bundle.record.backend
-            enabled = bool(bundle.data["routing"].get("enabled", True))
+            enabled = router.config.enabled
         else:
             artifacts, chat, router, source = served(cfg, store, run)
             routing_backend, enabled = cfg.routing.backend, cfg.routing.enabled

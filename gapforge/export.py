@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,13 +32,14 @@ from typing import TYPE_CHECKING, Any
 from gapforge.bundle import BUNDLE_VERSION, ROUTER_FILE
 from gapforge.errors import UsageError
 from gapforge.model_card import adapter_meta, bundle_index, model_card
+from gapforge.serve_script import CHAT_TEMPLATE, chat_flags, serve_script
+from gapforge.serving.vllm_backend import LOADED
 
 if TYPE_CHECKING:
     from gapforge.config import GapforgeConfig
     from gapforge.store import Store
 
 CARD = "README.md"
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")  # what PEFT loads
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,12 @@ def base_name(cfg: GapforgeConfig, given: str | None) -> str:
 
 def _router_json(record: Any, cfg: GapforgeConfig, run_id: str, base: str, base_sha: str | None) -> dict[str, Any]:
     """The router as evaluated, without what serving does not read: the gate's training examples (analysis-split text),
-    the synthetic envs' openings, and the example trajectories when the gate (which never reads them) routes."""
+    the synthetic envs' openings, and the example trajectories when the gate (which never reads them) routes. Its
+    backend is the stored router's; the server's address is the serving machine's to give (`--vllm-url`)."""
     gate = record.gate.model_copy(update={"examples": []}) if record.gate is not None else None
     caps = [c.model_copy(update={"example": ""}) if record.backend == "gate" else c for c in record.capabilities]
     kept = record.model_copy(update={"openings": None, "seeds": [], "gate": gate, "capabilities": caps})
-    routing = cfg.routing.model_copy(update={"vllm_base_url": None, "vllm_model": None})
+    routing = cfg.routing.model_copy(update={"backend": record.backend, "vllm_base_url": None, "vllm_model": None})
     return {
         "gapforge_bundle": BUNDLE_VERSION,
         "run": run_id,
@@ -77,40 +78,6 @@ def _router_json(record: Any, cfg: GapforgeConfig, run_id: str, base: str, base_
         "router": kept.model_dump(mode="json"),
         "adapters": {c.adapter: f"../adapters/{c.adapter}" for c in record.capabilities},
     }
-
-
-def _serve_sh(base: str, adapters: dict[str, Path], ranks: list[int], routing_backend: str) -> str:
-    from gapforge.serving.vllm_backend import adapter_version
-
-    modules = " ".join(
-        shlex.quote(f"{name}-{adapter_version(p)}=$HERE/adapters/{name}") for name, p in adapters.items()
-    )
-    modules = modules.replace("'", '"')  # "$HERE" expands inside double quotes
-    rank = max([16, *ranks])
-    lines = [
-        "#!/bin/sh",
-        "# Serve this bundle: a multi-LoRA vLLM server (GPU), then gapforge's routed endpoint in front of it.",
-        "# BASE_DIR: a local copy of the base model (the router reads it; vLLM serves it). Usage: BASE_DIR=... ./serve.sh",
-        "set -eu",
-        'HERE="$(cd "$(dirname "$0")" && pwd)"',
-        ': "${BASE_DIR:?set BASE_DIR to the base model directory (' + base + ')}"',
-        'VLLM_PORT="${VLLM_PORT:-8000}"',
-        f'vllm serve "$BASE_DIR" --served-model-name {shlex.quote(base)} --enable-lora --max-lora-rank {rank} '
-        f"--lora-modules {modules} --enable-auto-tool-choice --tool-call-parser hermes "
-        '--port "$VLLM_PORT" &',
-    ]
-    if routing_backend == "transformers":
-        lines += [
-            "# routing.backend=transformers scores labels with the base in gapforge's own process: it routes over a local",
-            "# copy of the adapters (--backend local) and does not use the vLLM server above.",
-            'exec gapforge serve --router "$HERE/router" --base "$BASE_DIR" --backend local "$@"',
-        ]
-    else:
-        lines += [
-            'exec gapforge serve --router "$HERE/router" --base "$BASE_DIR" --backend vllm '
-            f'--vllm-url "http://127.0.0.1:$VLLM_PORT/v1" --vllm-model {shlex.quote(base)} "$@"',
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def _private(cfg: GapforgeConfig, workspace: Path) -> list[str]:
@@ -180,19 +147,21 @@ def export_run(
         raise UsageError(f"run {run_id} has no trained adapter to export")
     base = base_name(cfg, base_model)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in [tmp, *out.parent.glob(f".{out.name}.partial-*")]:  # this one, and those of exports killed before
+        if stale == tmp or not _alive(stale.name.rpartition("-")[2]):
+            shutil.rmtree(stale, ignore_errors=True)
     try:
         ranks, files, base_sha = [], 0, None
         for cap in record.options():
             src = artifacts.adapter_paths[cap["adapter"]]
             with complete_dir(tmp / "adapters" / cap["adapter"], f"the exported adapter {cap['adapter']}") as dst:
-                for name in ADAPTER_FILES:
+                for name in LOADED:  # what PEFT and vLLM load: no README, metadata or manifest of the run
                     if (src / name).is_file():
                         shutil.copyfile(src / name, dst / name)
                 conf = json.loads((dst / "adapter_config.json").read_text(encoding="utf-8"))
                 conf["base_model_name_or_path"] = base
                 (dst / "adapter_config.json").write_text(json.dumps(conf, indent=2), encoding="utf-8")
-                (dst / CARD).write_text(model_card(store, run_id, cfg, cap, base), encoding="utf-8")
+                (dst / CARD).write_text(model_card(store, run_id, cfg, cap, base, src), encoding="utf-8")
             ranks.append(int(conf.get("r", 0)))
             base_sha = base_sha or adapter_meta(src).get("base_model_sha256")
             say(f"adapter {cap['adapter']} ({cap['name']}): PEFT files and model card")
@@ -201,7 +170,15 @@ def export_run(
         (tmp / "router" / ROUTER_FILE).write_text(json.dumps(router, indent=1), encoding="utf-8")
         say(f"router: routing.backend={record.backend}, {len(record.capabilities)} adapters + none")
         adapters = {c.adapter: tmp / "adapters" / c.adapter for c in record.capabilities}
-        (tmp / "serve.sh").write_text(_serve_sh(base, adapters, ranks, record.backend), encoding="utf-8")
+        template, chat = chat_flags(cfg.policy.local_path)
+        if template is not None:
+            (tmp / CHAT_TEMPLATE).write_text(template, encoding="utf-8")
+        elif record.backend != "transformers":
+            say(
+                f"warning: no base weights at policy.local_path ({cfg.policy.local_path}): serve.sh leaves vLLM the model's own chat template"
+            )
+        script = serve_script(base, adapters, ranks, record.backend, chat, template is not None)
+        (tmp / "serve.sh").write_text(script, encoding="utf-8")
         (tmp / "serve.sh").chmod(0o755)
         (tmp / "README.md").write_text(bundle_index(store, run_id, base, record), encoding="utf-8")
         if trl:
@@ -226,9 +203,21 @@ def export_run(
     return ExportResult(out, [c.adapter for c in record.capabilities], files)
 
 
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _check_private(root: Path, private: list[str]) -> None:
+    """UsageError naming the file when one would hold a private string (what writes the bundle leaves them out: the
+    env spec by its file name, gapforge/model_card.py `public_spec`; this is the last line of defence)."""
     for p in root.rglob("*"):
-        if not p.is_file() or p.suffix not in (".json", ".jsonl", ".md", ".sh", ".py"):
+        if not p.is_file() or p.suffix not in (".json", ".jsonl", ".md", ".sh", ".py", ".jinja"):
             continue
         text = p.read_text(encoding="utf-8", errors="replace")
         for s in private:

@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 POLICY_ROWS = ("trace_routed",)  # besides the adapter alone, the rows a model card quotes
 
 
+def public_spec(spec: str) -> str:
+    """An env spec as a bundle quotes it: a built-in as it is; any other by its file names, without `?keywords` (a
+    path or a token may sit in either)."""
+    from gapforge.envs.registry import is_shop
+
+    if is_shop(spec) or spec.startswith(("tau2:", "toolsandbox")):
+        return spec
+    return ":".join(Path(part).name if "/" in part else part for part in spec.split("?", 1)[0].split(":"))
+
+
 def kept_text(metrics: dict) -> str:
     """The checkpoint kept and why: step 0 is the untrained adapter (no step beat it by more than the
     held-out noise, training.selection.beats_step0); otherwise the paired gain over step 0 and its lower bound."""
@@ -73,7 +83,8 @@ def _results(store: Store, run_id: str, adapter: str) -> list[str]:
             continue
         first = evals[0].metrics
         out += [
-            f"### {title.capitalize()}: env `{first.get('env')}`, {first.get('tasks')} tasks × {first.get('trials')} trials",
+            f"### {title.capitalize()}: env `{public_spec(str(first.get('env')))}`, {first.get('tasks')} tasks × "
+            f"{first.get('trials')} trials",
             "",
             *paired_table(rows),
             "",
@@ -81,13 +92,13 @@ def _results(store: Store, run_id: str, adapter: str) -> list[str]:
     return out or ["No held-out evaluation is stored with the run.", ""]
 
 
-def model_card(store: Store, run_id: str, cfg: GapforgeConfig, cap: dict[str, str], base: str) -> str:
+def model_card(store: Store, run_id: str, cfg: GapforgeConfig, cap: dict[str, str], base: str, where: Path) -> str:
     """The adapter's README.md: a model-card metadata header, then the capability, its env, its training and the
     report's numbers."""
     adapter = cap["adapter"]
     row = store.get_adapter(run_id, adapter)
     metrics = row.metrics if row else {}
-    meta = adapter_meta(Path(row.path)) if row and row.path else {}
+    meta = adapter_meta(where)  # the adapter's directory as found (evaluation.service.adapter_location)
     tcfg = meta.get("config") or cfg.training.model_dump(mode="json")
     attempt, checks = _env_checks(store, run_id, cap["name"])
     before, after = metrics.get("heldout_before"), metrics.get("heldout_after")
@@ -169,15 +180,33 @@ def bundle_index(store: Store, run_id: str, base: str, record: Any) -> str:
             lines += [f"{title} (as the run printed it):", "", "```text", *headline(metrics), "```", ""]
     if compared := comparisons(store, run_id):
         lines += ["```text", *compared, "```", ""]
+    serve = (
+        "`BASE_DIR=/path/to/base ./serve.sh` serves it with transformers + PEFT on this machine (the label scorer "
+        "reads the base in gapforge's own process)."
+        if record.backend == "transformers"
+        else "`BASE_DIR=/path/to/base ./serve.sh` starts vLLM with every adapter, waits until it answers, and starts "
+        "`gapforge serve --router router/` in front of it. Without a GPU: `gapforge serve --router router/ --base "
+        "/path/to/base`"
+        + (
+            " (transformers + PEFT on this machine)."
+            if record.backend == "gate"
+            else " with `--set routing.vllm_base_url=URL --set routing.vllm_model=NAME`: this router scores on a "
+            "vLLM server."
+        )
+    )
+    kept = (
+        ""
+        if record.backend == "gate"
+        else " `router/router.json` keeps one synthetic-env example trajectory per "
+        "capability: the label scorer's prompt reads them."
+    )
     lines += [
         "## Serve",
         "",
-        "`BASE_DIR=/path/to/base ./serve.sh` starts vLLM with every adapter and `gapforge serve --router router/` in "
-        "front of it: one OpenAI-compatible endpoint whose model `gapforge-router` routes each conversation once. "
-        "Without a GPU: `gapforge serve --router router/ --base /path/to/base` (transformers + PEFT on this machine).",
+        f"{serve} Its model `gapforge-router` routes each conversation once, as the run evaluated.",
         "",
-        "This bundle holds no episode text of the run besides what the model cards quote, no secrets and no paths of "
-        "the machine that made it.",
+        "This bundle holds no text of the run's target episodes, no secrets and no paths of the machine that made it."
+        + kept,
         "",
     ]
     return "\n".join(lines)

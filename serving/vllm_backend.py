@@ -19,12 +19,15 @@ from gapforge.serving.errors import ServingError, adapter_dir
 from gapforge.serving.multi_adapter import AdapterPolicy, capped
 from gapforge.serving.openai_policy import EndpointPolicy
 
+LOADED = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")  # what PEFT and vLLM read
+
 
 def adapter_version(path: str | Path) -> str:
-    """12 hex digits of sha256 over the adapter directory's files (names + bytes, sorted)."""
+    """12 hex digits of sha256 over the adapter files vLLM loads (LOADED: names + bytes); a model card or manifest
+    beside them does not change the name."""
     root = adapter_dir(path)
     digest = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+    for f in sorted(p for p in root.iterdir() if p.is_file() and p.name in LOADED):
         digest.update(str(f.relative_to(root)).encode())
         digest.update(f.read_bytes())
     return digest.hexdigest()[:12]

@@ -9,9 +9,9 @@ This module imports nothing of ours; gapforge/config.py re-exports it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The recipe's fixed parts (the paper's; no profile varies them), read by training/grpo.py:
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # modules LoRA adapts
@@ -81,6 +81,12 @@ class TrainingConfig(BaseModel):
         description="trackers (when installed) for each adapter's training and the evaluation's summary, grouped by run id",
     )
     seed: int = 0
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _no_none(cls, value: Any) -> Any:
+        """TRL's `none` (as `[]`) is no tracker."""
+        return [v for v in value if v != "none"] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _check(self) -> TrainingConfig:

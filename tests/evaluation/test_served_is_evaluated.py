@@ -118,18 +118,25 @@ def evaluated(
     return workspace, run, evaluated
 
 
-def _routes_as_evaluated(chat: Any, router: Any, evaluated: dict) -> None:
-    """Every held-out task played through a running routed server is routed as the evaluation stored it."""
-    from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+def _post_heldout(base_url: str, evaluated: dict) -> None:
+    """Every held-out task played through the routed server at `base_url` is routed as the evaluation stored it."""
+    from gapforge.serving.routed_server import ROUTED_MODEL
 
     shop = make_env("shop")
+    for task in HELDOUT:
+        messages = [m.to_openai() for m in shop.reset(task)]
+        body = {"model": ROUTED_MODEL, "messages": messages, "tools": shop.tools(), "max_tokens": 2}
+        answer = httpx.post(f"{base_url}/chat/completions", json=body, timeout=120)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["gapforge"]["decision"] == evaluated[task], task
+
+
+def _routes_as_evaluated(chat: Any, router: Any, evaluated: dict) -> None:
+    """Every held-out task played through a running routed server is routed as the evaluation stored it."""
+    from gapforge.serving.routed_server import RoutedApp, RoutedServer
+
     with RoutedServer(RoutedApp(chat, router.route_messages)) as server:
-        for task in HELDOUT:
-            messages = [m.to_openai() for m in shop.reset(task)]
-            body = {"model": ROUTED_MODEL, "messages": messages, "tools": shop.tools(), "max_tokens": 2}
-            answer = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
-            assert answer.status_code == 200, answer.text
-            assert answer.json()["gapforge"]["decision"] == evaluated[task], task
+        _post_heldout(server.base_url, evaluated)
 
 
 def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
@@ -155,16 +162,16 @@ def test_the_served_router_routes_every_heldout_task_as_the_evaluation_did(
 def test_an_exported_bundle_served_through_vllm_routes_as_the_evaluation_did(
     evaluated: tuple[Path, str, dict], tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """`gapforge export`, then the bundle's serve.sh: its `vllm serve` line run by the vLLM stand-in, and the routed
-    endpoint in front of it from the bundle alone (the run's store moved away), as `gapforge serve --router
-    --backend vllm` builds it."""
+    """`gapforge export`, then the bundle's serve.sh run as a user runs it (`vllm` on PATH: the vLLM stand-in): it
+    starts vLLM with every adapter under gapforge's names, waits for it, serves the router in front of it from the
+    bundle alone (the run's store moved away), and stops vLLM when it ends."""
     import os
     import re
-    import shlex
+    import signal
+    import socket
     import subprocess
     import sys
-
-    from gapforge.bundle import bundle_routed, load_bundle
+    import time
 
     workspace, run, decisions = evaluated
     out = tmp_path / "bundle"
@@ -184,35 +191,47 @@ def test_an_exported_bundle_served_through_vllm_routes_as_the_evaluation_did(
     quoted = [line for line in card.splitlines() if line.startswith(("| trace_routed |", f"| adapter:{CAPS[0]} |"))]
     assert quoted and all(line in rows for line in quoted)  # the model card carries the report's numbers
 
-    script = (out / "serve.sh").read_text()
-    line = next(x for x in script.splitlines() if x.startswith("vllm serve "))
-    line = line.removesuffix(" &").replace("$HERE", str(out)).replace('"$VLLM_PORT"', "0")
-    argv = shlex.split(line.replace('"$BASE_DIR"', shlex.quote(str(tiny_model_dir))))[2:]
-    name = argv[argv.index("--served-model-name") + 1]
-    assert name == tiny_model_dir.name and re.search(r"--lora-modules \S+-[0-9a-f]{12}=", line)
-    (workspace / "gapforge.db").rename(workspace / "moved.db")  # served from the bundle alone
+    # serve.sh as a user runs it: `vllm` (here the stand-in) and `gapforge` on PATH, the run's store moved away
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
     root = Path(__file__).resolve().parents[2]
+    (bin_dir / "vllm").write_text(f'#!/bin/sh\nshift\nexec {sys.executable} -m tests.fakes.vllm_standin "$@"\n')
+    (bin_dir / "vllm").chmod(0o755)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        vllm_port = free.getsockname()[1]
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(root),
+        "BASE_DIR": str(tiny_model_dir),
+        "VLLM_PORT": str(vllm_port),
+        "GAPFORGE_WORKSPACE": str(tmp_path / "elsewhere"),
+    }
+    script = (out / "serve.sh").read_text()
+    assert re.search(r"--lora-modules \S+-[0-9a-f]{12}=", script) and "--chat-template" in script
+    (workspace / "gapforge.db").rename(workspace / "moved.db")  # served from the bundle alone
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.vllm_standin", *argv],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        ["sh", str(out / "serve.sh"), "--port", "0"],
+        cwd=tmp_path,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        start_new_session=True,
     )
     try:
-        ready = proc.stdout.readline()
-        assert ready.startswith(f"serving {name} on "), ready
-        url = ready.split()[-1]
-        flags = ["policy.kind=endpoint", f"policy.endpoint.base_url={url}", f"policy.endpoint.model={name}"]
-        cfg = load_config(None, [f"policy.local_path={tiny_model_dir}", *flags], environ={})
-        bundle = load_bundle(out / "router")
-        _artifacts, chat, router = bundle_routed(bundle, cfg, str(tiny_model_dir))
-        assert set(chat.served.values()) <= {
-            m.split("=")[0] for m in argv if "=" in m
-        }  # serve.sh's names: nothing loaded
-        _routes_as_evaluated(chat, router, decisions)
+        deadline, url = time.monotonic() + 300, None
+        while url is None:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "serve.sh ended before gapforge served"
+            assert time.monotonic() < deadline, "serve.sh did not come up"
+            if line.startswith("serving run "):  # gapforge's line, after the stand-in's own `serving NAME on URL`
+                url = re.search(r"on (http://\S+/v1)", line).group(1)
+        _post_heldout(url, decisions)
     finally:
-        proc.kill()
-        proc.wait()
+        os.killpg(proc.pid, signal.SIGTERM)  # as Ctrl-C would: gapforge drains, the script's trap stops vLLM
+        proc.wait(timeout=60)
         (workspace / "moved.db").rename(workspace / "gapforge.db")
+    with socket.socket() as probe:  # vLLM stopped with the script
+        assert probe.connect_ex(("127.0.0.1", vllm_port)) != 0

@@ -4,6 +4,7 @@ held-out score; a job that crashes is recorded while the other finishes."""
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,10 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
         kind="ray", worker_dir=str(tmp_path / "worker"), training=JobResources(num_cpus=1, num_gpus=0, docker=False)
     )
     good = _job(tmp_path, tiny_model_dir, "good", "tests.training.toy_env:ToyDeskEnv", store_url=url, run_id=run_id)
+    tracked = find_spec("tensorboard") is not None  # the `tracking` extra: its events come back from the worker
+    if tracked:
+        config = good.config.model_copy(update={"report_to": ["tensorboard"]})
+        good = good.model_copy(update={"config": config, "tracking_dir": str(tmp_path / "tracking" / run_id / "good")})
     broken = _job(tmp_path, tiny_model_dir, "broken", "tests.training.toy_env:NoSuchEnv", store_url=url, run_id=run_id)
     events: list[tuple[str, dict]] = []
     outcomes = job_runner(cfg)([broken, good], tmp_path / "specs", lambda name, event: events.append((name, event)))
@@ -69,6 +74,9 @@ def test_a_training_job_on_ray_returns_an_adapter_that_reloads_to_the_same_heldo
     adapter = Path(result.adapter_path)
     assert adapter.is_relative_to(tmp_path / "driver" / "good") and (adapter / "adapter_config.json").is_file()
     assert not (tmp_path / "driver" / "good" / "trl").exists()  # TRL checkpoints stay on the worker
+    if tracked:  # the run's tracking dir on the driver, not the worker's path, nothing left in the adapter's dir
+        assert list((tmp_path / "tracking" / run_id / "good").glob("events.out.tfevents.*"))
+        assert not (tmp_path / "driver" / "good" / "tracking").exists()
     assert json.loads((adapter / METADATA_FILE).read_text())["steps"] == 2
     with Store(url) as store:
         rows = {a.name: a for a in store.adapters(run_id)}

@@ -6,6 +6,7 @@ exported and served through the vLLM stand-in, is tests/evaluation/test_served_i
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,11 @@ def _run(workspace: Path, tiny_model_dir: Path, *, router: bool = True) -> str:
             )
         if router:
             save_router(store, run, router_record(run_artifacts(store, run), backend="transformers"))
+            spec = "/srv/agents/my_env.py:BillingEnv?token=tok-123"  # a user's env by absolute path, a keyword
+            paired = {"episodes": 8, "tasks": 4, "pass_rate": {"value": 0.25, "low": 0.0, "high": 0.5}}
+            for policy, vs in (("base", None), ("trace_routed", paired), (f"adapter:{CAPS[0]}", paired)):
+                metrics = {"env": spec, "tasks": 4, "trials": 2, "episodes": 8, "vs_base_paired": vs}
+                store.put_evaluation(run, f"eval:{policy}", policy=policy, metrics=metrics)
     return run
 
 
@@ -90,7 +96,12 @@ def test_a_bundle_routes_every_message_as_the_run_and_holds_nothing_private(
     card = text["adapters/precondition_verification/README.md"]
     assert card.startswith(f'---\nbase_model: "{tiny_model_dir.name}"\nlibrary_name: peft\n')
     assert "precondition_verification: what it means" in card and "Kept: step 4" in card
-    assert "--lora-modules" in text["serve.sh"] and "--backend local" in text["serve.sh"]  # the label scorer runs here
+    assert "vllm serve" not in text["serve.sh"] and "--backend local" in text["serve.sh"]  # the label scorer: here
+    assert subprocess.run(["sh", "-n", str(out / "serve.sh")]).returncode == 0
+    assert (
+        "### Held-out split: env `my_env.py:BillingEnv`" in card
+    )  # the user's env by its file name: no path, no token
+    assert "/srv/" not in card and "tok-123" not in card
 
     moved = tmp_path / "elsewhere"  # the bundle is self-contained: moved, with the run's workspace gone
     out.rename(moved)

@@ -209,6 +209,9 @@ def test_vllm_forwarding_uses_versioned_adapter_names_and_relays_tool_calls(serv
     shutil.copytree(paths["precondition_verification"], changed)
     (changed / "adapter_config.json").write_text((changed / "adapter_config.json").read_text() + "\n")
     assert adapter_version(changed) != adapter_version(paths["precondition_verification"])
+    before = adapter_version(changed)
+    (changed / "README.md").write_text("a model card")  # not loaded by vLLM: the same name
+    assert adapter_version(changed) == before
 
 
 def test_vllm_forwarding_honours_the_request_s_max_tokens_bounded_by_the_config(tmp_path: Path) -> None:
