@@ -99,17 +99,14 @@ def bundle_routed(
     routing = bundle_routing(bundle, cfg, overridden or [])
     artifacts = RunArtifacts(bundle.data["run"], record.options(), bundle.adapter_paths())
     if cfg.policy.kind == "endpoint":
-        from gapforge.stages.routing import vllm_backend
+        from gapforge.stages.routing import on_policy_server, vllm_backend
 
         if record.backend == "transformers":
             raise UsageError(
                 "this bundle routes with routing.backend=transformers (the base in this process): serve it with --backend local"
             )
         chat = vllm_backend(cfg, artifacts.adapter_paths)
-        ep = cfg.policy.endpoint
-        routing = routing.model_copy(
-            update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model}
-        )
+        routing = on_policy_server(routing, cfg.policy.endpoint)
     else:
         chat = load_backend(base_dir, artifacts, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
     key = cfg.policy.endpoint.api_key

@@ -180,12 +180,19 @@ class Routing:
             raise StageFailed(
                 "routing.backend=transformers needs the policy in this process: with policy.kind=endpoint set routing.backend=vllm"
             )
-        if routing.backend != "vllm":
-            return routing
-        ep = self.sc.cfg.policy.endpoint
-        return routing.model_copy(
-            update={"vllm_base_url": routing.vllm_base_url or ep.base_url, "vllm_model": routing.vllm_model or ep.model}
-        )
+        return on_policy_server(routing, self.sc.cfg.policy.endpoint)
+
+
+def on_policy_server(routing: Any, endpoint: Any) -> Any:
+    """routing.backend=vllm scores on routing.vllm_base_url / vllm_model, by default the policy endpoint's server."""
+    if routing.backend != "vllm":
+        return routing
+    return routing.model_copy(
+        update={
+            "vllm_base_url": routing.vllm_base_url or endpoint.base_url,
+            "vllm_model": routing.vllm_model or endpoint.model,
+        }
+    )
 
 
 def vllm_backend(cfg: Any, adapters: dict[str, Any]) -> Any:
