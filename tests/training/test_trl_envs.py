@@ -165,8 +165,10 @@ def test_trls_own_trainer_takes_a_grpo_step_on_an_exported_multi_turn_env(
     where = exported / "precondition_verification"  # its scripted user answers: a multi-turn env
     spec = importlib.util.spec_from_file_location("exported_trl_env", where / "trl_env.py")
     module = importlib.util.module_from_spec(spec)
+    before = {k: sys.modules.get(k) for k in ("envs", "envs.sdk")}
     spec.loader.exec_module(module)
-    assert "envs.sdk" not in sys.modules  # the export's SDK under names of its own: nothing of the process shadowed
+    after = {k: sys.modules.get(k) for k in ("envs", "envs.sdk")}
+    assert after == before  # the export's SDK under names of its own: what the process held is left as it was
     rows = [json.loads(line) for line in (where / "dataset.jsonl").read_text().splitlines()]
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = GRPOConfig(
