@@ -13,8 +13,9 @@ no sandbox and no synthetic env (gapforge/bundle.py). The model cards quote the 
 
 Nothing private leaves by accident: the bundle holds no secret (no endpoint key or store URL), no absolute path of
 this machine (the base model is named, `--base-model NAME`; the adapters' `base_model_name_or_path` is rewritten to
-that name) and no episode text: no analysis-split task the gate was trained on, no synthetic-env opening, and no
-example trajectory unless the label scorer (routing.backend transformers or vllm) reads it in its prompt. `export_run`
+that name) and no episode text: no analysis-split task the gate was trained on, no synthetic-env opening (but in the
+TRL datasets `--trl` asks for), and no example trajectory unless the label scorer (routing.backend transformers or
+vllm) reads it in its prompt. `export_run`
 checks the written text for the workspace, the base model's directory and the home directory before it finishes.
 The bundle is written beside DIR and renamed into place: an interrupted export leaves no half bundle.
 """
@@ -161,7 +162,8 @@ def export_run(
                 conf = json.loads((dst / "adapter_config.json").read_text(encoding="utf-8"))
                 conf["base_model_name_or_path"] = base
                 (dst / "adapter_config.json").write_text(json.dumps(conf, indent=2), encoding="utf-8")
-                (dst / CARD).write_text(model_card(store, run_id, cfg, cap, base, src), encoding="utf-8")
+            card = model_card(store, run_id, cfg, cap, base, src)  # outside the manifest: a user may edit it
+            (tmp / "adapters" / cap["adapter"] / CARD).write_text(card, encoding="utf-8")
             ranks.append(int(conf.get("r", 0)))
             base_sha = base_sha or adapter_meta(src).get("base_model_sha256")
             say(f"adapter {cap['adapter']} ({cap['name']}): PEFT files and model card")

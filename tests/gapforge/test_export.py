@@ -171,3 +171,19 @@ def test_what_cannot_be_exported_or_served_is_one_line_with_exit_2(
     assert res.exit_code == 2 and "--router DIR" in res.output
     res = runner.invoke(app, ["serve", "--router", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "router.json not found" in res.output and "Traceback" not in res.output
+
+
+def test_a_model_card_edited_after_export_still_serves_under_the_same_names(
+    workspace: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from gapforge.bundle import load_bundle
+    from gapforge.serving.vllm_backend import adapter_version
+
+    run = _run(workspace, tiny_model_dir)
+    out = tmp_path / "bundle"
+    assert _export(workspace, run, out).exit_code == 0
+    adapter = out / "adapters" / CAPS[0]
+    before = adapter_version(adapter)
+    (adapter / "README.md").write_text((adapter / "README.md").read_text() + "\nOur notes on this adapter.\n")
+    assert load_bundle(out / "router").adapter_paths()[CAPS[0]] == adapter  # reads back whole
+    assert adapter_version(adapter) == before  # the name serve.sh gave vLLM
