@@ -20,16 +20,11 @@ ROUTER_FILE = "router.json"
 
 @dataclass(frozen=True)
 class Bundle:
-    """A bundle's router read back (`load_bundle`)."""
+    """A bundle's router read back (`load_bundle`): its file's data and the router record it holds, validated."""
 
     root: Path
     data: dict[str, Any]
-
-    @property
-    def record(self) -> Any:
-        from gapforge.evaluation.router_record import RouterRecord
-
-        return RouterRecord.model_validate(self.data["router"])
+    record: Any  # evaluation.router_record.RouterRecord
 
     def adapter_paths(self) -> dict[str, Path]:
         return {name: (self.root / rel).resolve() for name, rel in self.data["adapters"].items()}
@@ -52,12 +47,12 @@ def load_bundle(router_dir: str | Path) -> Bundle:
     if data.get("gapforge_bundle") != BUNDLE_VERSION:
         raise UsageError(f"{path} is not a gapforge bundle of version {BUNDLE_VERSION}: export the run again")
     try:
-        RouterRecord.model_validate(data["router"])
+        record = RouterRecord.model_validate(data["router"])
     except (KeyError, ValueError) as e:
         raise UsageError(
             f"{path}: the router does not read back ({str(e).splitlines()[0]}): export the run again"
         ) from None
-    bundle = Bundle(root, data)
+    bundle = Bundle(root, data, record)
     for name, p in bundle.adapter_paths().items():
         if problem := check_dir(p, required=("adapter_config.json",)):
             raise UsageError(f"adapter {name} of the bundle does not read back whole: {problem}")

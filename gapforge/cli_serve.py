@@ -165,7 +165,10 @@ def register(app: typer.Typer) -> None:
                 soft_wrap=True,
             )
         if bundle is not None:
-            routing_set = [item.split("=", 1)[0].strip() for item in set_ or [] if item.strip().startswith("routing.")]
+            from gapforge.config import parse_override
+
+            keys = [parse_override(item)[0] for item in set_ or []]
+            routing_set = [key for key in keys if key.startswith("routing.")]
             artifacts, chat, router = bundle_routed(bundle, cfg, base_model_dir(cfg), routing_set)
             run, routing_backend = f"{bundle.data['run']} (bundle {router_dir})", bundle.record.backend
             enabled = router.config.enabled

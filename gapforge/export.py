@@ -82,36 +82,17 @@ def _router_json(record: Any, cfg: GapforgeConfig, run_id: str, base: str, base_
 
 
 def _private(cfg: GapforgeConfig, workspace: Path) -> list[str]:
-    """Strings no exported file may hold: this machine's paths and the config's secrets."""
+    """Strings no exported file may hold: this machine's paths and the config's secrets (the endpoint keys the loader
+    read, gapforge/config.py `load_config`, and the store URL's password)."""
+    from urllib.parse import urlsplit
+
     paths = [str(workspace.resolve()), str(Path.home())]
     if cfg.policy.local_path:
         paths.append(str(Path(cfg.policy.local_path).resolve()))
-    secrets = [s.get_secret_value() for s in _secrets(cfg) if s is not None]
+    keys = [ep._key for ep in (cfg.llm.endpoint, cfg.policy.endpoint)]  # loaded keys, whether or not sent anywhere
+    secrets = [k.get_secret_value() for k in keys if k is not None]
+    secrets.append(urlsplit(cfg.store_url).password or "")
     return [p for p in [*paths, *secrets] if p and p != "/" and len(p) > 3]
-
-
-def _secrets(cfg: GapforgeConfig) -> list[Any]:
-    from pydantic import SecretStr
-
-    found: list[Any] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, SecretStr):
-            found.append(node)
-        elif hasattr(node, "__pydantic_fields__"):
-            for name in type(node).model_fields:
-                walk(getattr(node, name))
-            for v in (getattr(node, "__pydantic_private__", None) or {}).values():  # e.g. an endpoint's loaded key
-                walk(v)
-        elif isinstance(node, dict):
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list | tuple):
-            for v in node:
-                walk(v)
-
-    walk(cfg)
-    return found
 
 
 def export_run(
@@ -179,7 +160,7 @@ def export_run(
             say(
                 f"warning: no base weights at policy.local_path ({cfg.policy.local_path}): serve.sh leaves vLLM the model's own chat template"
             )
-        script = serve_script(base, adapters, ranks, record.backend, chat, template is not None)
+        script = serve_script(base, adapters, ranks, record.backend, chat)
         (tmp / "serve.sh").write_text(script, encoding="utf-8")
         (tmp / "serve.sh").chmod(0o755)
         (tmp / "README.md").write_text(bundle_index(store, run_id, base, record), encoding="utf-8")

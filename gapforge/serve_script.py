@@ -14,23 +14,23 @@ CHAT_TEMPLATE = "chat_template.jinja"
 
 
 def chat_flags(base_dir: str | None) -> tuple[str | None, list[str]]:
-    """(the chat template gapforge renders the base with, or None when its weights are not here; vLLM's flags for
-    it: tool-call parser, and Qwen3's reasoning parser)."""
+    """(the chat template gapforge renders the base with, to write as CHAT_TEMPLATE beside serve.sh, or None when the
+    base's weights are not here; vLLM's flags for it: that file, the tool-call parser, Qwen3's reasoning parser)."""
     if not base_dir or not (Path(base_dir) / "config.json").is_file():
         return None, ["--tool-call-parser", "hermes"]
     from gapforge.serving.chat_format import chat_format, load_tokenizer
 
     fmt = chat_format(load_tokenizer(base_dir))
     return fmt.template, [
+        "--chat-template",
+        f'"$HERE"/{CHAT_TEMPLATE}',
         "--tool-call-parser",
         fmt.tool_format,
         *(["--reasoning-parser", "qwen3"] if fmt.family == "qwen3" else []),
     ]
 
 
-def serve_script(
-    base: str, adapters: dict[str, Path], ranks: list[int], routing_backend: str, chat: list[str], template: bool
-) -> str:
+def serve_script(base: str, adapters: dict[str, Path], ranks: list[int], routing_backend: str, chat: list[str]) -> str:
     """The script: with a label scorer in gapforge's process (routing.backend=transformers) `gapforge serve --backend
     local` alone; otherwise `vllm serve` with every adapter under the name gapforge routes to, a wait until it answers,
     then the routed endpoint in front of it (vLLM stopped when the script ends)."""
@@ -52,13 +52,12 @@ def serve_script(
         for name, p in adapters.items()
     )
     rank = next((r for r in VLLM_RANKS if r >= max(ranks, default=1)), VLLM_RANKS[-1])
-    flags = f'--chat-template "$HERE"/{CHAT_TEMPLATE} ' if template else ""
     url = "http://127.0.0.1:$VLLM_PORT/v1"
     return "\n".join(
         [
             *head,
             'VLLM_PORT="${VLLM_PORT:-8000}"',
-            f'vllm serve "$BASE_DIR" --served-model-name {shlex.quote(base)} {flags}--enable-lora --max-lora-rank {rank} '
+            f'vllm serve "$BASE_DIR" --served-model-name {shlex.quote(base)} --enable-lora --max-lora-rank {rank} '
             f'--lora-modules {modules} --enable-auto-tool-choice {" ".join(chat)} --port "$VLLM_PORT" &',
             "VLLM_PID=$!",
             """trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT INT TERM""",
