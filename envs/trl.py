@@ -84,6 +84,7 @@ class TRLTargetEnv:
         if len(set(ids)) != len(ids):
             raise EnvError(f"env '{spec}': two rows share a task_id: make them unique")
         self._by_id = dict(zip(ids, rows))
+        self._tools = set(tool_methods(cls))
         self._env: Any = None
         self._schemas: list[dict[str, Any]] | None = None
         self.done = False
@@ -135,9 +136,8 @@ class TRLTargetEnv:
             self.done = True
             return StepResult(done=True, info={"reason": "text_turn"})
         env, out = self._instance(), []
-        tools = set(tool_methods(self._cls))
         for call in message.tool_calls:
-            if call.name not in tools:
+            if call.name not in self._tools:
                 content = f"Error: unknown tool {call.name!r}"
             else:
                 try:
