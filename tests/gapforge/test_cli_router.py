@@ -36,6 +36,23 @@ def _store_with_adapter(ws: Path, tiny_model_dir: Path) -> str:
     return run
 
 
+def _store_with_split(ws: Path, tiny_model_dir: Path) -> tuple[str, list[str]]:
+    """A run with one adapter and the analysis' split (evaluation plays only the held-out task), and the `--set`
+    items of a fast evaluation of it."""
+    run = _store_with_adapter(ws, tiny_model_dir)
+    with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
+        store.put_split(
+            run,
+            env="shop",
+            seed=0,
+            fraction=0.5,
+            analysis_tasks=["shop-refusal-001"],
+            heldout_tasks=["shop-refusal-002"],
+            families={"shop-refusal-001": "policy_refusal", "shop-refusal-002": "policy_refusal"},
+        )
+    return run, ["--set", f"workspace={ws}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
+
+
 def test_errors_are_one_line_with_exit_2(workspace: Path, tiny_model_dir: Path) -> None:
     run = _store_with_adapter(workspace, tiny_model_dir)
     runner = CliRunner()
@@ -69,20 +86,7 @@ def test_serve_warns_without_a_key_off_loopback_and_needs_the_named_variable(
 
 
 def test_evaluate_then_report_from_the_cli(workspace: Path, tiny_model_dir: Path) -> None:
-    run = _store_with_adapter(workspace, tiny_model_dir)
-    with Store(
-        f"sqlite:///{workspace / 'gapforge.db'}"
-    ) as store:  # the analysis' split: evaluation plays only the held-out tasks
-        store.put_split(
-            run,
-            env="shop",
-            seed=0,
-            fraction=0.5,
-            analysis_tasks=["shop-refusal-001"],
-            heldout_tasks=["shop-refusal-002"],
-            families={"shop-refusal-001": "policy_refusal", "shop-refusal-002": "policy_refusal"},
-        )
-    sets = ["--set", f"workspace={workspace}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
+    run, sets = _store_with_split(workspace, tiny_model_dir)
     res = CliRunner().invoke(app, ["evaluate", run, "--trials", "1", "--base", str(tiny_model_dir), *sets])
     assert res.exit_code == 0, res.output
     assert "trace_routed" in res.output and "capability_hints" in res.output
@@ -162,18 +166,7 @@ def test_evaluate_with_report_to_logs_the_summary_in_the_runs_tracking_dir(
     )
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run = _store_with_adapter(workspace, tiny_model_dir)
-    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
-        store.put_split(
-            run,
-            env="shop",
-            seed=0,
-            fraction=0.5,
-            analysis_tasks=["shop-refusal-001"],
-            heldout_tasks=["shop-refusal-002"],
-            families={"shop-refusal-002": "policy_refusal"},
-        )
-    sets = ["--set", f"workspace={workspace}", "--set", "rollouts.max_turns=1", "--set", "policy.max_new_tokens=4"]
+    run, sets = _store_with_split(workspace, tiny_model_dir)
     tracked = ["--set", "training.report_to=[tensorboard]", "--set", "evaluation.comparisons=[]"]
     res = CliRunner().invoke(app, ["evaluate", run, "--trials", "1", "--base", str(tiny_model_dir), *sets, *tracked])
     assert res.exit_code == 0, res.output
