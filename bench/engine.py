@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,7 +184,24 @@ def main() -> None:
     print(
         f"model {args.model.name}  torch threads {torch.get_num_threads()}  speed reference {ref:.0f} tokens/s (greedy, one sequence, 1 thread)"
     )
-    for b, (slow_s, step_s) in roofline(args.model, levels, args.context).items():
+    # on a thread of its own that ends before the levels: a thread that ran a parallel op keeps its OpenMP team, and
+    # with two teams in a process libgomp stops spinning between regions once they outnumber the cores (the levels
+    # then ran 1.5x slower; docs/experiments/engine.md, section 8)
+    lines: dict[int, tuple[float, float]] = {}
+    failed: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            lines.update(roofline(args.model, levels, args.context))
+        except BaseException as e:  # noqa: BLE001 - raised again on the main thread
+            failed.append(e)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    for b, (slow_s, step_s) in lines.items():
         print(
             f"roofline rows={b:<3d} one decode step over {args.context} cached tokens: {step_s * 1e3:6.2f} ms -> at most "
             f"{b / step_s:7.0f} tokens/s ({b / step_s / ref:5.1f}x the reference); through model(...): {slow_s * 1e3:6.2f} ms "
