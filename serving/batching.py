@@ -49,7 +49,7 @@ from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gapforge.serving.fast_forward import FastForward, rows_of
+from gapforge.serving.fast_forward import FastForward, attention_windows, rows_of
 
 
 @dataclass
@@ -421,9 +421,9 @@ class _Running:
             padded = torch.arange(self.pos + 1)[None, :] >= torch.tensor(self.starts)[:, None]
         if fast is not None and self.joined:  # no padding: no mask (transformers drops an all-ones one)
             mix = rows_of([adapter_of(r.group) for r in self.rows]) if adapter_of is not None else None
-            self.logits = fast.decode(
-                tokens, self.last, self.cache.layers, None if padded is None else padded[:, None, None, :], mix
-            )
+            mask = None if padded is None else padded[:, None, None, :]
+            windows = None if padded is None else attention_windows(self.starts, self.cache.layers[0].dtype)
+            self.logits = fast.decode(tokens, self.last, self.cache.layers, mask, mix, windows)
         else:
             if not self.joined:
                 self.attention = attention = torch.cat(

@@ -7,8 +7,9 @@ ops: a decode step 1.2-1.6x cheaper at 8-64 rows (docs/experiments/engine.md), w
 against `model(...)` for every case below, adapters included). It reproduces exactly what transformers' SDPA path
 does:
 
-- a decode step: with left padding, a boolean mask (rows, 1, 1, columns) and the query packed by key/value head;
-  without any, no mask and grouped-query SDPA;
+- a decode step: with left padding, a boolean mask (rows, 1, 1, columns) and the query packed by key/value head, each
+  run of rows from the first key block it has a real column in (`attention_windows`: the same logits); without any
+  padding, no mask and grouped-query SDPA;
 - a prefill from scratch: causal SDPA without a mask; on a kept prefix: an explicit causal mask and the key/value
   heads repeated.
 
@@ -84,6 +85,62 @@ class _Linear:
 
 # (adapter name, the rows' index tensor or None for every row): mixed adapters in one forward
 Rows = list[tuple[Any, Any]]
+# (first row, end row, first column): the rows a..b-1 of a decode step attend the columns c.. only
+Windows = list[tuple[int, int, int]]
+
+# torch's CPU attention kernel walks the keys in blocks of this many columns from the first one it is given; a fully
+# masked block adds exact zeros, so a row's attention over the columns from a multiple of it on equals its attention over
+# all of them, to the bit (checked on this torch once per process: _window_block)
+_KV_BLOCK = 512
+_WINDOW_BLOCK: dict[Any, int | None] = {}  # per dtype
+
+
+def _window_block(dtype: Any) -> int | None:
+    """`_KV_BLOCK` when it is the key block of this torch's flash kernel for `dtype`: windows starting at its
+    multiples give the same attention to the bit on a few random padded batches of short and long caches (checked once
+    per process; the block does not depend on the rows, heads or head size), else None."""
+    if dtype in _WINDOW_BLOCK:
+        return _WINDOW_BLOCK[dtype]
+    import torch
+    import torch.nn.functional as F
+
+    gen, same = torch.Generator().manual_seed(0), True
+    for rows, columns in ((3, 700), (5, 1500), (2, 2600)):
+        q = torch.randn(rows, 2, 2, 32, generator=gen).to(dtype)
+        k, v = torch.randn(2, rows, 2, columns, 32, generator=gen).to(dtype)
+        starts = torch.randint(0, columns, (rows,), generator=gen)
+        mask = (torch.arange(columns)[None, :] >= starts[:, None])[:, None, None, :]
+        whole = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        for r in range(rows):
+            c = int(starts[r]) // _KV_BLOCK * _KV_BLOCK
+            part = F.scaled_dot_product_attention(
+                q[r : r + 1], k[r : r + 1, :, c:], v[r : r + 1, :, c:], attn_mask=mask[r : r + 1, :, :, c:]
+            )
+            same = same and torch.equal(part, whole[r : r + 1])
+    _WINDOW_BLOCK[dtype] = _KV_BLOCK if same else None
+    return _WINDOW_BLOCK[dtype]
+
+
+def attention_windows(starts: list[int], dtype: Any) -> Windows | None:
+    """For a padded decode step whose row i's real columns begin at `starts[i]`: runs of consecutive rows, each
+    attending from the last multiple of the kernel's key block at or before its rows' first real column. A decode step
+    over long, unevenly filled rows reads the padding's keys and values as well (57% of the columns at 32 shop
+    episodes): this skips the whole blocks of it, with the same logits (docs/experiments/engine.md: one call per run
+    beat capping the calls by merging runs). None: one window (SDPA's flash kernel is off, or it does not give equal
+    results for the cache's `dtype` here)."""
+    import torch
+
+    block = _window_block(dtype) if torch.backends.cuda.flash_sdp_enabled() else None  # the flag covers the CPU kernel
+    if block is None:
+        return None
+    windows: Windows = []
+    for i, start in enumerate(starts):
+        c = start // block * block
+        if windows and windows[-1][2] == c:
+            windows[-1] = (windows[-1][0], i + 1, c)
+        else:
+            windows.append((i, i + 1, c))
+    return windows
 
 
 def rows_of(adapters: list[str | None]) -> Rows:
@@ -186,10 +243,21 @@ class FastForward:
             )
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=self.scale, is_causal=False)
 
-    def decode(self, tokens: Any, positions: Any, layers: list[Any], mask: Any, mix: Rows | None = None) -> Any:
+    def decode(
+        self,
+        tokens: Any,
+        positions: Any,
+        layers: list[Any],
+        mask: Any,
+        mix: Rows | None = None,
+        windows: Windows | None = None,
+    ) -> Any:
         """One decode step of `tokens` (rows, 1) at `positions` (rows, 1) over slot layers (serving.batching's
         SlotLayer: each `update` writes the new column); `mask` (rows, 1, 1, columns) boolean, or None when no row is
-        padded; `mix` (`rows_of`): each row's adapter, else the active one for all. Returns the logits (rows, 1, vocab)."""
+        padded; `mix` (`rows_of`): each row's adapter, else the active one for all; `windows` (`attention_windows`,
+        with a mask): the columns each run of rows attends, the same logits as without. Returns the logits
+        (rows, 1, vocab)."""
+        import torch
         import torch.nn.functional as F
 
         rows = tokens.shape[0]
@@ -203,7 +271,15 @@ class FastForward:
                 keys, values = layer.update(k, v)
                 if mask is not None:  # the query packed by key/value head
                     q = q.reshape(rows, self.kv_heads, group, self.head_dim)
-                out = self._sdpa(q, keys, values, mask)
+                if mask is None or windows is None:
+                    out = self._sdpa(q, keys, values, mask)
+                else:  # each run of rows over its own columns: views, nothing copied
+                    out = torch.cat(
+                        [
+                            self._sdpa(q[a:b], keys[a:b, :, c:], values[a:b, :, c:], mask[a:b, :, :, c:])
+                            for a, b, c in windows
+                        ]
+                    )
                 return out.reshape(rows, -1, 1, self.head_dim).transpose(1, 2).contiguous().reshape(rows, 1, -1)
 
             h = self._block(entry, h, attend, mix)

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 
 from gapforge.serving import batching
 from gapforge.serving.batching import BatchGenerator
-from gapforge.serving.fast_forward import FastForward
+from gapforge.serving.fast_forward import FastForward, attention_windows
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -91,6 +91,56 @@ def _check_logits(model: Any) -> None:
             mask = attention.bool()[:, None, None, :] if any(starts) else None
             assert torch.equal(fast.decode(token, position, caches[1].layers, mask), want.logits), starts
             assert all(torch.equal(a.keys, b.keys) for a, b in zip(caches[0].layers, caches[1].layers))
+
+
+def test_a_padded_step_over_long_rows_reads_only_their_blocks_with_the_same_logits(tiny_model_dir: Path) -> None:
+    """Rows of 1,300 to 10 real columns in one step: each run of rows attends from the key block its first real column
+    is in (attention_windows), and the logits equal the whole padded step's and the model's own, to the bit."""
+    model = _model(tiny_model_dir)
+    fast = FastForward.of(model)
+    assert fast is not None
+    fast.bind()
+    width, starts = 1300, [0, 600, 1100, 1150, 1290, 20]
+    windows = attention_windows(starts, torch.float32)
+    assert windows == [(0, 1, 0), (1, 2, 512), (2, 5, 1024), (5, 6, 0)]
+    rows = len(starts)
+    ids = torch.tensor([_ids(width, 10 + r) for r in range(rows)])
+    attention = (torch.arange(width + 1)[None] >= torch.tensor(starts)[:, None]).long()
+    token, position = torch.tensor([[11]] * rows), torch.tensor([[width - s] for s in starts])
+    caches = []
+    with torch.no_grad():
+        for _ in range(3):
+            cache = DynamicCache()
+            model(
+                input_ids=ids,
+                attention_mask=attention[:, :-1],
+                position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            batching._reserve(cache, 4)
+            caches.append(cache)
+        want = model(
+            input_ids=token,
+            attention_mask=attention,
+            position_ids=position,
+            past_key_values=caches[0],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        mask = attention.bool()[:, None, None, :]
+        read, sdpa = [], fast._sdpa
+
+        def recorded(q: Any, k: Any, v: Any, m: Any, causal: bool = False) -> Any:
+            read.append(k.shape[2])
+            return sdpa(q, k, v, m, causal)
+
+        fast._sdpa = recorded  # type: ignore[method-assign]
+        windowed = fast.decode(token, position, caches[1].layers, mask, None, windows)
+        del fast._sdpa
+        whole = fast.decode(token, position, caches[2].layers, mask)
+    assert read == [1301, 789, 277, 1301] * len(caches[1].layers)  # each run read its own columns only
+    assert torch.equal(windowed, whole) and torch.equal(windowed, want.logits)
 
 
 def test_logits_equal_the_models_own_forward(tiny_model_dir: Path) -> None:
@@ -343,3 +393,36 @@ def test_a_running_batch_stops_admitting_while_someone_waits_for_the_model(tiny_
     assert lane.more(None, 8) == []
     gen.exclusive_waiting = 0
     assert len(lane.more(None, 8)) == 1
+
+
+def test_no_windows_where_the_kernel_would_round_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key block that is not the kernel's (windows from multiples of 100 split its blocks elsewhere): the check finds
+    unequal attention, and a step attends every column."""
+    from gapforge.serving import fast_forward
+
+    monkeypatch.setattr(fast_forward, "_KV_BLOCK", 100)
+    monkeypatch.setattr(fast_forward, "_WINDOW_BLOCK", {})
+    assert attention_windows([0, 600, 1100], torch.float32) is None
+    monkeypatch.setattr(fast_forward, "_KV_BLOCK", 512)
+    monkeypatch.setattr(fast_forward, "_WINDOW_BLOCK", {})
+    assert attention_windows([0, 600, 1100], torch.float32) == [(0, 1, 0), (1, 2, 512), (2, 3, 1024)]
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):  # the math kernel rounds otherwise: one window
+        assert attention_windows([0, 600, 1100], torch.float32) is None
+
+
+def test_the_engine_decodes_long_rows_as_transformers_does(tiny_model_dir: Path) -> None:
+    """Prompts of 1,400, 700 and 60 tokens in one batch: the engine's forward (windows over the long rows' padding)
+    samples the tokens and logprobs of transformers' own forward."""
+    model = _model(tiny_model_dir)
+    prompts = [_ids(1400, 1), _ids(700, 2), _ids(60, 3)]
+    runs = []
+    for fast in (True, False):
+        gen = BatchGenerator(model, eos_ids=set(), fast=fast)
+        try:
+            got = gen._decode([batching._request(p, 1.0, 12, s, None) for s, p in enumerate(prompts)])
+        finally:
+            gen.close()
+        runs.append([(d.ids, d.logprobs) for d in got])
+    assert runs[0] == runs[1]
