@@ -165,6 +165,28 @@ def set_lane_threads(threads: int | None) -> None:
     _LANE_THREADS[0] = threads
 
 
+def lanes_only() -> None:
+    """From now on this process's parallel torch ops run on the generator lanes: called from the main thread, it
+    keeps that thread at 1 intra-op thread and gives the lanes the count it had (the default `set_lane_threads` keeps).
+
+    A thread that runs one parallel op keeps an OpenMP team of its own, and once the main thread's team and a lane's
+    outnumber the cores, libgomp's threads sleep between parallel regions instead of spinning: every op of a decode step
+    then waits for a wake-up. A lane decoded shop episodes 1.5x slower after one parallel op on the main thread, and the
+    demo's routed evaluation took 60 s instead of 37 s for the same episodes (the router's gate runs on the main thread;
+    docs/experiments/engine.md, section 8). A team stays once made, so this is called before a process's first
+    parallel op: where the run's stages open (gapforge.stages.open_stages: the driver's gate is fitted and encodes on
+    its main thread) and where a process builds a decoding model (serving.local.Generation: `gapforge serve`, the
+    worker processes). What the main thread still computes (a gate's forward on a first message, its fit) is small."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    import torch
+
+    if _DEFAULT_THREADS[0] is None:
+        _DEFAULT_THREADS[0] = torch.get_num_threads()
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 class _Lane:
     """One worker thread and its queue. It holds the generator only weakly, so a generator (and the
     model it points at) that nobody uses any more is freed, and its lane stops (weakref.finalize)."""

@@ -22,7 +22,7 @@ from typing import Any
 from gapforge.envs.errors import PolicyError
 from gapforge.envs.protocol import Message
 from gapforge.envs.sampling import episode_key, keyed_seed
-from gapforge.serving.batching import BatchGenerator, eos_ids_of
+from gapforge.serving.batching import BatchGenerator, eos_ids_of, lanes_only
 from gapforge.serving.chat_format import tool_format_of
 from gapforge.serving.errors import ServingError, adapter_dir, check_temperature, model_dir
 from gapforge.serving.tool_calls import new_call_id, parse_turn
@@ -84,6 +84,7 @@ class Generation:
         self.context = getattr(model.config, "max_position_embeddings", None)
         gen = getattr(model, "generation_config", None)  # its top_k / top_p apply when sampling, as in generate()
         top = {"top_k": getattr(gen, "top_k", None), "top_p": getattr(gen, "top_p", None)}
+        lanes_only()  # the decoding runs on the generator's lane: no parallel op on the main thread from here on
         self.batcher = BatchGenerator(model, eos_ids=eos_ids_of(model, tokenizer), **top, **batching)
         self._calls = itertools.count()
 

@@ -127,7 +127,11 @@ async def open_stages(
     pool_size: int | None = None,
 ) -> AsyncIterator[RunStages]:
     """The run's stages over one StageDeps sharing the caller's store (the caller closes the store; `aclose` closes
-    every policy and the sandbox pool the deps made)."""
+    every policy and the sandbox pool the deps made). From here on the caller's main thread runs torch on 1 thread
+    and local decoding on the generator lanes (serving.batching.lanes_only)."""
+    from gapforge.serving.batching import lanes_only
+
+    lanes_only()
     stages = stage_context(cfg, store, progress, pool_size=pool_size, stages_cls=stages_cls)
     try:
         yield stages

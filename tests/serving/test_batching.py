@@ -460,9 +460,52 @@ def test_set_lane_threads_sets_the_decoding_threads_own_torch_threads(tiny_model
     finally:
         later.close()
         gen.close()
-    assert [lowered, seen[-1]] == [1, main]
+    assert [lowered, seen[-1]] == [1, batching._DEFAULT_THREADS[0]]
     with pytest.raises(ValueError, match="threads must be >= 1"):
         batching.set_lane_threads(0)
+
+
+def test_a_decoding_model_keeps_the_main_thread_serial_and_its_lanes_at_the_processs_count(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built on the main thread, a local policy leaves that thread 1 torch thread (a parallel op there would make a
+    second OpenMP team, and the lane's decoding would slow 1.5x), and its lane decodes with the count the main thread
+    had. Built on another thread, it leaves that thread's count alone."""
+    from gapforge.serving import batching
+
+    monkeypatch.setattr(batching, "_DEFAULT_THREADS", [None])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        elsewhere: list[int] = []
+
+        def build() -> None:
+            torch.set_num_threads(2)
+            LocalPolicy(tiny_model_dir)
+            elsewhere.append(torch.get_num_threads())
+
+        thread = threading.Thread(target=build)
+        thread.start()
+        thread.join()
+        assert elsewhere == [2] and batching._DEFAULT_THREADS == [None]
+        policy = LocalPolicy(tiny_model_dir)
+        assert torch.get_num_threads() == 1 and batching._DEFAULT_THREADS == [2]
+        gen = _generator(policy)
+        seen: list[int] = []
+        sample = gen._sample
+
+        def sampled(*args: Any) -> Any:
+            seen.append(torch.get_num_threads())
+            return sample(*args)
+
+        gen._sample = sampled  # type: ignore[method-assign]
+        try:
+            gen.submit(_ids(policy)[0], temperature=0.0, max_new_tokens=2, seed=0).result(60)
+        finally:
+            gen.close()
+        assert seen and set(seen) == {2}
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_batch_waits_while_a_model_is_being_loaded(tiny_model_dir: Path) -> None:
