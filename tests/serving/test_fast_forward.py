@@ -42,6 +42,37 @@ def _ids(n: int, seed: int, vocab: int = 500) -> list[int]:
     return torch.randint(5, vocab, (n,), generator=g).tolist()
 
 
+def _padded_step(model: Any, width: int, starts: list[int], *, copies: int) -> tuple[Any, Any, Any, list[Any], Any]:
+    """Rows of `width` columns, row i left-padded up to `starts[i]`, prefilled by the model into `copies` slot caches
+    (the first then decodes one step through the model): the step's token, positions, attention mask (rows,
+    width + 1), the caches and the model's own output for that step."""
+    rows = len(starts)
+    ids = torch.tensor([_ids(width, 10 + r) for r in range(rows)])
+    attention = (torch.arange(width + 1)[None] >= torch.tensor(starts)[:, None]).long()
+    token, position = torch.tensor([[11]] * rows), torch.tensor([[width - s] for s in starts])
+    caches = []
+    for _ in range(copies):
+        cache = DynamicCache()
+        model(
+            input_ids=ids,
+            attention_mask=attention[:, :-1],
+            position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        batching._reserve(cache, 4)
+        caches.append(cache)
+    want = model(
+        input_ids=token,
+        attention_mask=attention,
+        position_ids=position,
+        past_key_values=caches[0],
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return token, position, attention, caches, want
+
+
 def _check_logits(model: Any) -> None:
     fast = FastForward.of(model)
     assert fast is not None and fast.usable()
@@ -63,31 +94,7 @@ def _check_logits(model: Any) -> None:
             )
             assert torch.equal(fast.prefill([(context[start:], kept, start)])[0].logits, want.logits)
         for starts in ([0, 7, 3], [0, 0, 0], [0]):  # padded rows; none padded; one row
-            rows = len(starts)
-            width = 40
-            ids = torch.tensor([_ids(width, 10 + r) for r in range(rows)])
-            attention = (torch.arange(width + 1)[None] >= torch.tensor(starts)[:, None]).long()
-            token, position = torch.tensor([[11]] * rows), torch.tensor([[width - s] for s in starts])
-            caches = []
-            for _ in range(2):
-                cache = DynamicCache()
-                model(
-                    input_ids=ids,
-                    attention_mask=attention[:, :-1],
-                    position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                batching._reserve(cache, 4)
-                caches.append(cache)
-            want = model(
-                input_ids=token,
-                attention_mask=attention,
-                position_ids=position,
-                past_key_values=caches[0],
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            token, position, attention, caches, want = _padded_step(model, 40, starts, copies=2)
             mask = attention.bool()[:, None, None, :] if any(starts) else None
             assert torch.equal(fast.decode(token, position, caches[1].layers, mask), want.logits), starts
             assert all(torch.equal(a.keys, b.keys) for a, b in zip(caches[0].layers, caches[1].layers))
@@ -103,31 +110,8 @@ def test_a_padded_step_over_long_rows_reads_only_their_blocks_with_the_same_logi
     width, starts = 1300, [0, 600, 1100, 1150, 1290, 20]
     windows = attention_windows(starts, torch.float32)
     assert windows == [(0, 1, 0), (1, 2, 512), (2, 5, 1024), (5, 6, 0)]
-    rows = len(starts)
-    ids = torch.tensor([_ids(width, 10 + r) for r in range(rows)])
-    attention = (torch.arange(width + 1)[None] >= torch.tensor(starts)[:, None]).long()
-    token, position = torch.tensor([[11]] * rows), torch.tensor([[width - s] for s in starts])
-    caches = []
     with torch.no_grad():
-        for _ in range(3):
-            cache = DynamicCache()
-            model(
-                input_ids=ids,
-                attention_mask=attention[:, :-1],
-                position_ids=(torch.arange(width)[None] - torch.tensor(starts)[:, None]).clamp(min=0),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            batching._reserve(cache, 4)
-            caches.append(cache)
-        want = model(
-            input_ids=token,
-            attention_mask=attention,
-            position_ids=position,
-            past_key_values=caches[0],
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        token, position, attention, caches, want = _padded_step(model, width, starts, copies=3)
         mask = attention.bool()[:, None, None, :]
         read, sdpa = [], fast._sdpa
 
