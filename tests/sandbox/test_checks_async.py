@@ -25,9 +25,11 @@ async def _runner(policy: Any, env: Any, seed: int, temperature: float) -> Any:
 
 
 def _alternating_responder() -> Any:
-    """Looks the order up on every other opening turn, then reports its status; else gives up
-    (a group of 4 concurrent samples gets 2 of each, so every group is informative)."""
-    count, lock = [0], threading.Lock()
+    """Looks the order up on every other opening turn of the same task, then reports its status; else
+    gives up. Counted per opening message, so a group of 4 samples of one task gets 2 of each however
+    the groups' requests interleave (one shared count let a group draw 4 odd turns on a busy worker)."""
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
 
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         last = body["messages"][-1]
@@ -36,8 +38,8 @@ def _alternating_responder() -> Any:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
         order = next((w.strip(".,") for w in user.split() if w.startswith("#W")), None)
         with lock:
-            count[0] += 1
-            look = count[0] % 2 == 0
+            counts[user] = counts.get(user, 0) + 1
+            look = counts[user] % 2 == 0
         if order and look:
             return tool_call_message("get_order_details", {"order_id": order})
         return text_reply("Sorry, I cannot help.")(body)
