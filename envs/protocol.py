@@ -171,3 +171,24 @@ def seed_of(task: TaskRef) -> int:
     if not isinstance(task, int) or isinstance(task, bool):
         raise EnvError(f"a synthetic env is reset with an integer seed, got {task!r}")
     return task
+
+
+USER_TOKENS = (
+    "user_tokens"  # Score.info key: [prompt, completion] tokens an LLM user simulator spent (gapforge.pricing)
+)
+
+
+def add_usage(tokens: list[int], message: Any) -> None:
+    """Add a chat model answer's reported usage (LangChain `usage_metadata`) to `tokens` ([prompt, completion])."""
+    meta = getattr(message, "usage_metadata", None) or {}
+    tokens[0] += int(meta.get("input_tokens") or 0)
+    tokens[1] += int(meta.get("output_tokens") or 0)
+
+
+def user_tokens(score_infos: Any) -> tuple[int, int]:
+    """The user simulator's tokens over episodes' score infos (0, 0 where a scripted user answered)."""
+    prompt = completion = 0
+    for info in score_infos:
+        p, c = (info or {}).get(USER_TOKENS) or (0, 0)
+        prompt, completion = prompt + int(p), completion + int(c)
+    return prompt, completion

@@ -214,7 +214,8 @@ def _evaluation_section(
     return [*lines, "", f"![pass rate]({prefix}eval_pass_rate.png) ![mean reward]({prefix}eval_reward.png)", ""]
 
 
-def write_report(store: Store, run_id: str, out_dir: str | Path) -> ReportResult:
+def write_report(store: Store, run_id: str, out_dir: str | Path, cost: list[str] | None = None) -> ReportResult:
+    """report.md and its plots; `cost`: the cost section's lines (gapforge.pricing.cost_section), appended."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     router = store.get_evaluation(run_id, "router_accuracy")
@@ -256,6 +257,7 @@ def write_report(store: Store, run_id: str, out_dir: str | Path) -> ReportResult
     else:
         missing.append("adapters")
         lines += ["No adapter with a held-out reward curve stored yet.", ""]
+    lines += cost or []
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return ReportResult(path, plots, missing)

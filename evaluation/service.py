@@ -4,7 +4,7 @@ printing, typed results).
     artifacts = run_artifacts(store, run_id)                       # capabilities + trained adapters + examples
     backend   = load_backend(base_model_path, artifacts, extra_adapters={...})
     router    = build_router(artifacts, backend=backend, routing=cfg)          # transformers, shared base weights
-    router    = build_router(artifacts, routing=cfg, tokenizer_path=base)      # routing.backend = "vllm"
+    router    = build_router(artifacts, routing=cfg, tokenizer_path=base, endpoint=policy_endpoint)  # "vllm"
     router    = build_router(artifacts, routing=cfg, backend=backend, gate=record.gate.state)  # "gate" (agents.router.gate)
     result    = await evaluate_run(store, run_id, backend=backend, router=router, artifacts=artifacts, ...)
 """
@@ -133,12 +133,13 @@ def build_router(
     routing: RoutingConfig,
     backend: Any = None,
     tokenizer_path: str | Path | None = None,
-    api_key: str | None = None,
+    endpoint: Any = None,
     gate: Any = None,
     encoder: Any = None,
 ) -> Router:
     """The router over the run's capabilities. routing.backend = transformers: the backend's own base weights
-    (adapters disabled under its lock); vllm: completions on routing.vllm_base_url with the local tokenizer;
+    (adapters disabled under its lock); vllm: completions on `endpoint` (policy.endpoint: the vLLM server that serves
+    the base) with the local tokenizer;
     gate: the run's trained gate (`gate`: agents.router.gate.GateState) over the hidden states of `encoder`, else of
     agents.router.gate.gate_encoder(backend, tokenizer_path) (a vLLM backend: a local copy of the base)."""
     options = [
@@ -169,16 +170,16 @@ def build_router(
             ),
         )
     elif routing.backend == "vllm":
-        if not routing.vllm_base_url or not routing.vllm_model or tokenizer_path is None:
+        if endpoint is None or not endpoint.base_url or tokenizer_path is None:
             raise RouterError(
-                "routing.backend=vllm needs routing.vllm_base_url, routing.vllm_model and the base model dir for the tokenizer"
+                "routing.backend=vllm scores on the policy's vLLM server: set policy.endpoint.base_url and "
+                "policy.endpoint.model, and give the base model dir for the tokenizer"
             )
         from gapforge.serving.chat_format import load_tokenizer
 
         tok = load_tokenizer(tokenizer_path)  # the chat format the policy is served with
-        scorer = CompletionsScorer(
-            routing.vllm_base_url, routing.vllm_model, tok, api_key=api_key, timeout_s=routing.timeout_s
-        )
+        key = endpoint.api_key.get_secret_value() if endpoint.api_key else None
+        scorer = CompletionsScorer(endpoint.base_url, endpoint.model, tok, api_key=key, timeout_s=endpoint.timeout_s)
     elif backend is not None:
         scorer = TransformersScorer(backend.model, backend.tokenizer, context=backend.base_context)
     elif tokenizer_path is not None:

@@ -14,7 +14,7 @@ from gapforge.errors import UsageError
 if TYPE_CHECKING:
     from gapforge.config import GapforgeConfig
 
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2  # 2: routing.vllm_base_url / vllm_model / timeout_s gone (the label scorer reads policy.endpoint)
 ROUTER_FILE = "router.json"
 
 
@@ -87,30 +87,28 @@ def bundle_routed(
     """(artifacts, chat backend, router) of a bundle: the base at `base_dir` with the bundle's adapters, in this
     process (policy.kind local) or on the vLLM server of policy.endpoint (policy.kind endpoint), routed by the
     bundle's router with the `routing:` settings it was evaluated with and the `routing.*` keys the user set
-    (`overridden`, bundle_routing); routing.backend=vllm scores on routing.vllm_base_url, else the policy endpoint."""
+    (`overridden`, bundle_routing); routing.backend=vllm scores on policy.endpoint's vLLM server."""
     from gapforge.evaluation.service import RunArtifacts, build_router, load_backend
 
     record = bundle.record
     routing = bundle_routing(bundle, cfg, overridden or [])
     artifacts = RunArtifacts(bundle.data["run"], record.options(), bundle.adapter_paths())
     if cfg.policy.kind == "endpoint":
-        from gapforge.stages.routing import on_policy_server, vllm_backend
+        from gapforge.stages.routing import vllm_backend
 
         if record.backend == "transformers":
             raise UsageError(
                 "this bundle routes with routing.backend=transformers (the base in this process): serve it with --backend local"
             )
         chat = vllm_backend(cfg, artifacts.adapter_paths)
-        routing = on_policy_server(routing, cfg.policy.endpoint)
     else:
         chat = load_backend(base_dir, artifacts, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed)
-    key = cfg.policy.endpoint.api_key
     router = build_router(
         artifacts,
         routing=routing,
         backend=chat,
         tokenizer_path=base_dir,
         gate=record.gate.state if record.gate is not None else None,
-        api_key=key.get_secret_value() if key else None,
+        endpoint=cfg.policy.endpoint,
     )
     return artifacts, chat, router

@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from gapforge.cli_common import ConfigOpt, SetOpt, console, get_config, handle_errors
+from gapforge.cli_run import EstimateOpt, ThroughputOpt, print_estimate
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="gapforge: capability-targeted agentic training (TRACE)."
@@ -43,11 +44,17 @@ def demo(
             ">= 40 held-out tasks per family in each split (slower)",
         ),
     ] = False,
+    estimate: EstimateOpt = False,
+    throughput: ThroughputOpt = None,
 ) -> None:
     """The whole TRACE graph offline on the built-in shop env: taught tiny model, Docker sandbox,
     GRPO on CPU, router, evaluation; only the LLM roles answer from recordings."""
-    from gapforge.demo import run_demo
+    from gapforge.demo import demo_config, run_demo, with_base_policy
 
+    if estimate:  # the demo's config, its base policy, nothing run
+        cfg = with_base_policy(demo_config(get_config(config, set_), set_, powered=powered), set_)
+        print_estimate(cfg, throughput)
+        return
     raise typer.Exit(run_demo(get_config(config, set_), set_, powered=powered))
 
 

@@ -9,7 +9,7 @@ the `evaluation:` section: trials, family_trials, focus_family, ...) and call th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -103,13 +103,20 @@ def register(app: typer.Typer) -> None:
         """Write report.md with evaluation tables and PNG plots (intervals, held-out curves, routing confusion)."""
         import asyncio
 
+        from gapforge.graph.runner import thread_config
+        from gapforge.run_session import inspect_graph
         from gapforge.stages import open_stages
 
         cfg, store = run_config(run, config, set_)
 
+        async def state(graph: Any) -> dict[str, Any]:  # a graph run's costs (a `rollouts` run has no checkpoint)
+            return dict((await graph.aget_state(thread_config(run))).values or {})
+
+        values = inspect_graph(cfg, state)
+
         async def go():
             async with open_stages(cfg, store) as stages:
-                return await stages.report(run, out=out)
+                return await stages.report(run, values, out=out)
 
         done = asyncio.run(go())
         console.print(done.path, highlight=False)

@@ -19,11 +19,13 @@ from gapforge.executor_wiring import executor_overrides
 from gapforge.run_progress import read_progress
 from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
 from gapforge.run_view import (
+    capability_cost_table,
     capability_table,
     cost_table,
     evaluation_table,
     history_table,
     runs_table,
+    spend_lines,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +37,33 @@ app = typer.Typer(help="The self-improvement graph: run, inspect, time-travel.")
 def register(root: typer.Typer) -> None:
     """Attach run, runs, state, history and fork as top-level commands (review: gapforge/cli_review.py)."""
     root.add_typer(app)
+
+
+EstimateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--estimate",
+        help="print what the run would cost (calls and tokens per stage, rollouts, policy hours, $ at `pricing`) from "
+        "a probe of a few target episodes, and start nothing",
+    ),
+]
+ThroughputOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--throughput", min=1.0, help="with --estimate: the policy's tokens/s (default: the probe's rate here)"
+    ),
+]
+
+
+def print_estimate(cfg: Any, throughput: float | None) -> None:
+    """`--estimate`: the probe, the table, what it assumes (gapforge/estimate.py); nothing is stored."""
+    from gapforge.estimate import estimate
+
+    say(f"estimate: playing a few of {cfg.rollouts.env}'s tasks with the configured policy (nothing is stored) ...")
+    table, lines = estimate(cfg, throughput=throughput)
+    print_table(table)
+    for line in lines:
+        say(line)
 
 
 @app.command("run")
@@ -61,14 +90,16 @@ def run_cmd(
             "--policy", help="the base policy: a local model dir, or an endpoint URL (its weights in policy.local_path)"
         ),
     ] = None,
+    estimate: EstimateOpt = False,
+    throughput: ThroughputOpt = None,
 ) -> None:
     """Run the whole TRACE loop as one checkpointed graph (or --resume one).
 
     Before anything is stored, every check that needs no episode runs (gapforge/preflight.py): the config, the target
     env, the policy's weights and endpoint, and the LLM roles (a key and a server, or recordings for this env)."""
-    if resume and (env or policy):
+    if resume and (env or policy or estimate):
         raise UsageError(
-            "--env and --policy start a new run; a resumed run keeps the env and policy it was started with"
+            "--env, --policy and --estimate are for a new run; a resumed run keeps the env and policy it was started with"
         )
     overrides = list(set_ or [])
     if env is not None:
@@ -102,6 +133,9 @@ def run_cmd(
         for line in (SCRIPTED_NOTE, REAL_NOTE, f"run {resume}"):
             say(line)
         raise typer.Exit(code)
+    if estimate:
+        print_estimate(cfg, throughput)
+        return
     options = RunOptions(review=review)
     connect(cfg.executor)  # before the run exists: an unreachable Ray head is one line naming executor.address (exit 2)
     if cfg.stages == "real":
@@ -178,7 +212,11 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     print_table(capability_table(values))
     if values.get("evaluation"):
         print_table(evaluation_table(values))
-    print_table(cost_table(values))
+    print_table(cost_table(values, cfg))
+    if (per_capability := capability_cost_table(values, cfg)) is not None:
+        print_table(per_capability)
+    for line in spend_lines(values, cfg) if values.get("cost") else []:
+        say(line)
     if values.get("report"):
         say(f"report: {values['report']}")
 

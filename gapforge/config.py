@@ -23,6 +23,7 @@ from gapforge.envs.tau2.config import Tau2Config
 from gapforge.errors import ConfigError
 from gapforge.evaluation.config import EvaluationConfig
 from gapforge.executor.config import ExecutorConfig
+from gapforge.pricing import PricingConfig
 from gapforge.sandbox.checks.settings import GRPOReadinessConfig
 from gapforge.sandbox.config import SandboxConfig
 from gapforge.serving.config import ServeConfig
@@ -56,6 +57,7 @@ class GapforgeConfig(BaseModel):
     tau2: Tau2Config = Field(default_factory=Tau2Config)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     serving: ServeConfig = Field(default_factory=ServeConfig)
+    pricing: PricingConfig = Field(default_factory=PricingConfig)
 
     @model_validator(mode="after")
     def _across_sections(self) -> GapforgeConfig:

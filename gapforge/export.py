@@ -67,7 +67,7 @@ def _router_json(record: Any, cfg: GapforgeConfig, run_id: str, base: str, base_
     gate = record.gate.model_copy(update={"examples": []}) if record.gate is not None else None
     caps = [c.model_copy(update={"example": ""}) if record.backend == "gate" else c for c in record.capabilities]
     kept = record.model_copy(update={"openings": None, "seeds": [], "gate": gate, "capabilities": caps})
-    routing = cfg.routing.model_copy(update={"backend": record.backend, "vllm_base_url": None, "vllm_model": None})
+    routing = cfg.routing.model_copy(update={"backend": record.backend})
     return {
         "gapforge_bundle": BUNDLE_VERSION,
         "run": run_id,

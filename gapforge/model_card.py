@@ -190,8 +190,8 @@ def bundle_index(store: Store, run_id: str, base: str, record: Any) -> str:
         + (
             " (transformers + PEFT on this machine)."
             if record.backend == "gate"
-            else " with `--set routing.vllm_base_url=URL --set routing.vllm_model=NAME`: this router scores on a "
-            "vLLM server."
+            else " with `--set policy.endpoint.base_url=URL --set policy.endpoint.model=NAME`: this router scores on "
+            "that vLLM server's completions."
         )
     )
     kept = (

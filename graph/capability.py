@@ -47,6 +47,7 @@ class CapabilityOutput(TypedDict):
 
     capabilities: Annotated[dict[str, CapabilityState], merge_dicts]
     cost: Annotated[dict[str, dict[str, float]], add_costs]
+    capability_cost: Annotated[dict[str, dict[str, float]], add_costs]
 
 
 def _row(state: CapabilityBranch, **fields: Any) -> dict[str, Any]:
@@ -71,6 +72,8 @@ async def _guarded(state: CapabilityBranch, stage: str, fn: Any, *args: Any) -> 
             raise  # the infrastructure's doing, not this capability's: the run stops and a resume redoes it
         return None, _row(state, status=FAILED, error=_failure(stage, e))
     update.pop("stage", None)
+    if update.get("cost"):  # this capability's own share of the stage's counters (gapforge.pricing)
+        update["capability_cost"] = {state["capability"]: update["cost"][stage]}
     if result is None:  # StageFailed
         note = update.pop("notes")[stage]
         update.pop("stages")

@@ -168,7 +168,7 @@ async def evaluate(state: RunState, runtime: Runtime[GraphContext]) -> dict[str,
 
 
 async def report(state: RunState, runtime: Runtime[GraphContext]) -> dict[str, Any]:
-    done, update = await call_stage("report", runtime.context.stages.report, state["run_id"])
+    done, update = await call_stage("report", runtime.context.stages.report, state["run_id"], dict(state))
     if done is not None:
         update["report"] = done.path
     return update

@@ -4,7 +4,7 @@ Everything here is plain JSON-able data (dicts, lists, str, numbers), so any
 checkpointer can store it and `gapforge state` / `history` can show it without
 importing stage code. Reducers exist only where values accumulate: the
 per-capability table (written by parallel `Send` branches), the stage statuses
-and the cost counters.
+and the cost counters (per stage, and per capability: its own synthesize, validate and train stages).
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ class RunState(TypedDict, total=False):
     evaluation: dict[str, Any]  # policy name -> pass rate etc. (small)
     report: str | None  # path of the report
     cost: Annotated[dict[str, dict[str, float]], add_costs]
+    capability_cost: Annotated[dict[str, dict[str, float]], add_costs]  # capability -> its own stages' counters
 
 
 class CapabilityTask(TypedDict):
@@ -112,3 +113,4 @@ class CapabilityBranch(TypedDict, total=False):
     passed: bool
     capabilities: Annotated[dict[str, CapabilityState], merge_dicts]
     cost: Annotated[dict[str, dict[str, float]], add_costs]
+    capability_cost: Annotated[dict[str, dict[str, float]], add_costs]

@@ -17,6 +17,7 @@ healthy mean and counts it per step). Every env instance is closed before `run_g
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -25,7 +26,7 @@ from typing import Any
 
 from gapforge.envs.env_threads import DaemonThreads
 from gapforge.envs.errors import PolicyError
-from gapforge.envs.protocol import Environment, Message, TaskRef
+from gapforge.envs.protocol import USER_TOKENS, Environment, Message, TaskRef
 from gapforge.sandbox.errors import SandboxError
 from gapforge.serving.chat_format import tool_format_of
 from gapforge.serving.tool_calls import parse_turn
@@ -35,6 +36,10 @@ from gapforge.training.tokens import TokenTrajectory, encode, env_delta, render
 EnvFactory = Callable[[], Environment]
 log = logging.getLogger(__name__)
 DROPPED = ("env", "infra")
+
+
+USER_TOKENS_SPENT = [0, 0]  # prompt, completion: an LLM user simulator's, over every rollout this process scored
+_SPENT = threading.Lock()
 
 
 @dataclass
@@ -96,6 +101,10 @@ class _Episode:
         try:
             score, r = self.call(self.env.score), self.rollout
             r.reward, r.success, r.components = score.reward, score.success, dict(score.components)
+            prompt, completion = score.info.get(USER_TOKENS) or (0, 0)
+            with _SPENT:
+                USER_TOKENS_SPENT[0] += int(prompt)
+                USER_TOKENS_SPENT[1] += int(completion)
         except Exception as e:  # noqa: BLE001 - any env failure is a zero-reward rollout
             self.fail("env", e)
 

@@ -82,6 +82,9 @@ class TrainResult(BaseModel):
         description="[{step, training_rollouts, path}]: the adapters kept for a rollout-scaling curve (training.curve)",
     )
     wall_s: float = 0.0
+    user_tokens: tuple[int, int] = Field(
+        (0, 0), description="prompt, completion tokens an LLM user simulator spent in this job's rollouts (pricing)"
+    )
     cpu_threads: int | None = (
         None  # torch threads the process started with (transformers generation; a launcher may raise it: threads_file)
     )
@@ -199,6 +202,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
 
         from gapforge.training.curve import curve_adapters, curve_callback, drop_after, save_curve_adapter
         from gapforge.training.grpo import RolloutRecorder, build_trainer
+        from gapforge.training.rollout import USER_TOKENS_SPENT
         from gapforge.training.selection import HeldoutSelector, evaluate_heldout
         from gapforge.training.template_check import prepare_tokenizer
 
@@ -277,6 +281,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
             for k, d in curve_adapters(out).items()
         ],
         wall_s=time.perf_counter() - t0,
+        user_tokens=tuple(USER_TOKENS_SPENT),
         cpu_threads=threads,
     )
     if best_dir is not None:

@@ -125,6 +125,21 @@ def evaluation_rows(store: Any, run_id: str) -> tuple[list[Any], Any, list[str]]
     return evals, router_row, headline(metrics) if "base" in metrics else []
 
 
+def _cost(values: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """The run's cost per stage and per capability in dollars, at the prices of its stored config (gapforge.pricing)."""
+    from gapforge.pricing import capability_costs, notes, spends, stage_dollars, stored_pricing
+
+    pricing, models = stored_pricing(stored)
+    stages = [(s, c, stage_dollars(s, c, pricing, models).text()) for s, c in (values.get("cost") or {}).items()]
+    return {
+        "stages": stages,
+        "capabilities": capability_costs(values, pricing, models),
+        "lines": [*(s.line() for s in spends(values, pricing, models)), *notes(values, pricing, models)]
+        if stages
+        else [],
+    }
+
+
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 async def run_page(request: Request, run_id: str) -> HTMLResponse:
     src = sources(request)
@@ -137,6 +152,7 @@ async def run_page(request: Request, run_id: str) -> HTMLResponse:
     return render(
         request,
         "run.html",
+        cost=_cost(snap.values, record.get("config", record)),
         run=run,
         snap=snap,
         prog=progress(snap),

@@ -39,9 +39,6 @@ class RoutingConfig(BaseModel):
         description="abstain to the base when top minus runner-up score < margin (logprobs; gate: log-odds)",
     )
     batch_size: int = Field(8, ge=1, description="routing prompts per forward pass")
-    vllm_base_url: str | None = Field(None, description="backend=vllm: the server's /v1 URL")
-    vllm_model: str | None = Field(None, description="backend=vllm: the served base model's name")
-    timeout_s: float = Field(30.0, gt=0, description="backend=vllm: seconds per request")
 
     @field_validator("labels")
     @classmethod

@@ -159,7 +159,7 @@ class CompletionsScorer(LabelScorer):
         except httpx.HTTPError as e:
             raise ModelEndpointError(
                 f"router endpoint {self.url} unreachable ({type(e).__name__}): "
-                "start the vLLM server or fix routing.vllm_base_url"
+                "start the vLLM server or fix policy.endpoint.base_url"
             ) from None
         if resp.status_code != 200:
             raise ModelEndpointError(f"router endpoint {self.url} answered {resp.status_code}: {resp.text[:200]}")

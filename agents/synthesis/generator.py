@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict, Field
 
+from gapforge.agents.analysis.usage import UsageCounter
 from gapforge.agents.llm import structured_call
 from gapforge.agents.synthesis.context import GeneratorContext
 from gapforge.prompts import Prompt, load_prompt
@@ -71,11 +73,27 @@ def render_generator_prompt(
     )
 
 
+CHARS_PER_TOKEN = 4  # the estimate of a call's tokens when its endpoint reports none (recorded answers)
+
+
 def generate_env(
-    model: BaseChatModel, ctx: GeneratorContext, attempt: int, max_attempts: int, feedback: str | None
+    model: BaseChatModel,
+    ctx: GeneratorContext,
+    attempt: int,
+    max_attempts: int,
+    feedback: str | None,
+    usage: UsageCounter | None = None,
 ) -> GeneratedEnv:
-    """Ask the generator for a module (structured output, re-asked once if malformed)."""
+    """Ask the generator for a module (structured output, re-asked once if malformed). `usage` counts its calls and
+    tokens: the endpoint's reported usage, else an estimate of CHARS_PER_TOKEN characters a token."""
     text = render_generator_prompt(ctx, attempt, max_attempts, feedback)
-    answer = structured_call(model, [HumanMessage(content=text)], GeneratedEnv, prompt_name=generator_prompt().name)
+    usage = usage if usage is not None else UsageCounter()
+    config: Any = {"callbacks": [usage]}
+    answer = structured_call(
+        model, [HumanMessage(content=text)], GeneratedEnv, prompt_name=generator_prompt().name, config=config
+    )
     assert isinstance(answer, GeneratedEnv)
+    if not usage.prompt_tokens:
+        usage.prompt_tokens = max(usage.calls, 1) * len(text) // CHARS_PER_TOKEN
+        usage.completion_tokens = len(answer.model_dump_json()) // CHARS_PER_TOKEN
     return answer

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gapforge.agents.analysis.usage import UsageCounter
 from gapforge.agents.deps import StageDeps
 from gapforge.agents.infra import INFRA_ERRORS, stop
 from gapforge.agents.synthesis.attempt import AttemptOutcome, validate_attempt
@@ -85,6 +86,7 @@ class AttemptCode:
 
     synthetic_env_id: int
     generated: bool
+    usage: UsageCounter | None = None  # the generator's calls and tokens, when it wrote the code in this call
 
 
 def _write(path: Path, code: str) -> Path:
@@ -131,8 +133,11 @@ def generate_attempt(
     ctx = _context(deps, run_id, capability)
     prompt = generator_prompt()
     say(attempt, "generating")
+    usage = UsageCounter()
     try:
-        generated = generate_env(deps.make_chat_model("synthesis"), ctx, attempt, deps.synthesis.max_attempts, feedback)
+        generated = generate_env(
+            deps.make_chat_model("synthesis"), ctx, attempt, deps.synthesis.max_attempts, feedback, usage
+        )
     except INFRA_ERRORS as e:
         raise stop(f"synthesis of {capability}", e, _stored(attempt, generated=False)) from None
     row = store.put_synthetic_env(
@@ -144,7 +149,7 @@ def generate_attempt(
         prompt_name=prompt.name,
         prompt_version=prompt.version,
     )
-    return AttemptCode(row.id, generated=True)
+    return AttemptCode(row.id, generated=True, usage=usage)
 
 
 def _prepare(

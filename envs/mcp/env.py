@@ -14,7 +14,7 @@ from gapforge.envs.mcp.client import CallOutcome, Connection
 from gapforge.envs.mcp.errors import ServerFailure, ServerStartError, TaskFileError
 from gapforge.envs.mcp.spec import Target, TaskSpec, load_target, tool_problem
 from gapforge.envs.mcp.user import LLMUser, ScriptedUser, SimulatedUser
-from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.protocol import USER_TOKENS, Message, Score, StepResult, TaskRef
 
 URL_WAIT_S = 600.0  # how long an env waits for another env instance's episode on the same URL server
 
@@ -100,6 +100,7 @@ class McpTargetEnv:
         info: dict[str, Any] = {"family": t.family, "user": self.user_kind}
         if isinstance(self._user, LLMUser):
             info["user_prompt"] = self._user.prompt_id
+            info[USER_TOKENS] = list(self._user.tokens)
         grader = self.target.graders.get(t.success.grader) if t.success.grader else None
         return score_task(
             t,

@@ -14,6 +14,7 @@ import re
 from typing import Any, Protocol
 
 from gapforge.envs.mcp.spec import TaskSpec
+from gapforge.envs.protocol import add_usage
 
 STOP = "###STOP###"
 THANKS = "Thank you, that's all I needed."
@@ -74,6 +75,7 @@ class LLMUser:
             persona=persona, opening=task.opening, facts=facts or "- (nothing beyond your request)", stop=STOP
         )
         self.history: list[Any] = [SystemMessage(system), AIMessage(task.opening)]
+        self.tokens = [0, 0]  # prompt, completion: the endpoint's reported usage (score info `user_tokens`)
 
     def opening(self) -> str:
         return self.task.opening
@@ -83,7 +85,9 @@ class LLMUser:
 
         self.turns += 1
         self.history.append(HumanMessage(text))
-        content = self.model.invoke(self.history).content
+        answer = self.model.invoke(self.history)
+        add_usage(self.tokens, answer)
+        content = answer.content
         said = (
             content
             if isinstance(content, str)

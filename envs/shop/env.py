@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from gapforge.envs.errors import EnvError
-from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.protocol import USER_TOKENS, Message, Score, StepResult, TaskRef
 from gapforge.envs.shop.catalog import build_tasks
 from gapforge.envs.shop.data import ShopDB, build_db
 from gapforge.envs.shop.tasks import ShopTask
@@ -204,6 +204,7 @@ class ShopEnv:
         info = {"evaluator": evaluator, "missing_info": missing, "family": t.family, "user": self.user_kind}
         if self.user_kind == "llm":
             info["user_prompt"] = getattr(self._user, "prompt_id", None)
+            info[USER_TOKENS] = list(getattr(self._user, "tokens", (0, 0)))
         return Score(reward=reward, success=reward == 1.0, components={"db": db_ok, "communicate": comm_ok}, info=info)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gapforge.envs.protocol import add_usage
 from gapforge.envs.shop.tasks import FactKey, ShopTask, UserScript
 
 STOP = "###STOP###"
@@ -129,6 +130,7 @@ class LLMUser:
         # roles are mirrored: the simulator is the "AI", the shop agent is the "human"
         self.history: list[Any] = [SystemMessage(system), AIMessage(task.user.opening)]
         self.turns = 0
+        self.tokens = [0, 0]  # prompt, completion: the endpoint's reported usage (score info `user_tokens`)
 
     @property
     def prompt_id(self) -> str:
@@ -144,7 +146,9 @@ class LLMUser:
         if self.turns > self.script.max_turns:
             return STOP, True
         self.history.append(HumanMessage(last))
-        content = self.model.invoke(self.history).content
+        answer = self.model.invoke(self.history)
+        add_usage(self.tokens, answer)
+        content = answer.content
         if not isinstance(content, str):
             content = "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
         text = content.strip()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gapforge.agents.config import episode_limit_s
 from gapforge.config import GapforgeConfig
 from gapforge.envs.errors import EnvError
+from gapforge.envs.protocol import user_tokens
 from gapforge.envs.target_check import TargetFingerprint
 from gapforge.executor_wiring import episode_player
 from gapforge.graph.context import Cost, RolloutsDone
@@ -74,9 +75,10 @@ async def collect_rollouts(sc: RunStages, run_id: str) -> RolloutsDone:
     ):  # analysis over a partial sample would be biased (agents/infra.py)
         raise stop
     episodes = await asyncio.to_thread(sc.store.episodes, run_id, env_name)
-    return RolloutsDone(
-        len(episodes), sum(1 for e in episodes if e.success), result.ran, Cost(policy_rollouts=result.ran)
-    )
+    new = set(result.episode_ids)  # the user simulator's tokens of the episodes this call played (an LLM user)
+    prompt, completion = user_tokens(e.score_info for e in episodes if e.id in new)
+    cost = Cost(policy_rollouts=result.ran, prompt_tokens=prompt, completion_tokens=completion)
+    return RolloutsDone(len(episodes), sum(1 for e in episodes if e.success), result.ran, cost)
 
 
 # ---- the collection itself, shared by the graph's collect_rollouts and `gapforge rollouts collect` ----------------

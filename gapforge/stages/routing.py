@@ -54,7 +54,6 @@ class Routing:
                     base, artifacts, extra_adapters=extra, max_new_tokens=cfg.policy.max_new_tokens, seed=cfg.seed
                 )
             artifacts, gate, encoder = self._router_data(run_id, artifacts, routing, backend, keep=keep)
-            key = cfg.policy.endpoint.api_key
             router = build_router(
                 artifacts,
                 routing=routing,
@@ -62,7 +61,7 @@ class Routing:
                 tokenizer_path=base,
                 gate=gate,
                 encoder=encoder,
-                api_key=key.get_secret_value() if key else None,
+                endpoint=cfg.policy.endpoint,
             )
             self._routed = (artifacts, backend, router)
         return self._routed
@@ -174,25 +173,14 @@ class Routing:
         return {name: env_openings(opener, seeds) for name, opener in self.synthetic(run_id, artifacts).items()}
 
     def _endpoint_routing(self) -> Any:
-        """Routing for a served policy: the same vLLM server's completions (routing.vllm_* default to the policy endpoint)."""
+        """Routing for a served policy: the label scorer (routing.backend=vllm) reads the same vLLM server's completions
+        (policy.endpoint), the gate a local copy of the base."""
         routing = self.sc.cfg.routing
         if routing.backend == "transformers":
             raise StageFailed(
                 "routing.backend=transformers needs the policy in this process: with policy.kind=endpoint set routing.backend=vllm"
             )
-        return on_policy_server(routing, self.sc.cfg.policy.endpoint)
-
-
-def on_policy_server(routing: Any, endpoint: Any) -> Any:
-    """routing.backend=vllm scores on routing.vllm_base_url / vllm_model, by default the policy endpoint's server."""
-    if routing.backend != "vllm":
         return routing
-    return routing.model_copy(
-        update={
-            "vllm_base_url": routing.vllm_base_url or endpoint.base_url,
-            "vllm_model": routing.vllm_model or endpoint.model,
-        }
-    )
 
 
 def vllm_backend(cfg: Any, adapters: dict[str, Any]) -> Any:

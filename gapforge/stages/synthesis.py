@@ -28,7 +28,13 @@ async def synthesize(sc: RunStages, run_id: str, capability: str, attempt: int) 
     from gapforge.agents.synthesis import service
 
     code = await asyncio.to_thread(service.generate_attempt, sc.deps, run_id, capability, attempt, _progress(sc))
-    return SynthesisAttempt(capability, attempt, code.synthetic_env_id, cost=Cost(llm_calls=int(code.generated)))
+    u = code.usage
+    cost = (
+        Cost()
+        if u is None
+        else Cost(llm_calls=u.calls, prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens)
+    )
+    return SynthesisAttempt(capability, attempt, code.synthetic_env_id, cost=cost)
 
 
 async def validate(sc: RunStages, run_id: str, capability: str, attempt: int) -> ValidationDone:

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from gapforge.training.service import TrainJob
 
 
+def job_cost(res: Any, rollouts_per_step: int) -> Cost:
+    """A finished job's counters: its training rollouts, and the tokens an LLM user simulator spent in its rollouts
+    (TrainResult.user_tokens: the target's user in GRPO on the target; a synthetic env's user is scripted)."""
+    prompt, completion = res.user_tokens
+    return Cost(policy_rollouts=res.steps * rollouts_per_step, prompt_tokens=prompt, completion_tokens=completion)
+
+
 def _step_line(sc: RunStages):
     def on_event(name: str, event: dict[str, Any]) -> None:
         """One progress line per GRPO step of a training process (its JSON step events)."""
@@ -99,7 +106,7 @@ async def train(sc: RunStages, run_id: str, capability: str, *, module: str | No
         res.heldout_before,
         res.heldout_after,
         kept_step=res.best_step,
-        cost=Cost(policy_rollouts=res.steps * cfg.training.rollouts_per_step),
+        cost=job_cost(res, cfg.training.rollouts_per_step),
     )
 
 
@@ -190,7 +197,7 @@ async def train_baseline(sc: RunStages, run_id: str) -> BaselineDone:
     res = outcome.result
     if res is None or res.status != "done":
         return BaselineDone(None, error=outcome.error or "training failed")
-    done = BaselineDone(GRPO_TARGET, res.steps, cost=Cost(policy_rollouts=res.steps * tcfg.rollouts_per_step))
+    done = BaselineDone(GRPO_TARGET, res.steps, cost=job_cost(res, tcfg.rollouts_per_step))
     if done.cost.policy_rollouts:  # trained now: the evaluation loads the routed models again, with it
         await sc.routing.aclose()
     return done

@@ -65,3 +65,33 @@ def test_llm_user_plays_the_task_and_stops_on_the_token() -> None:
 def test_llm_user_needs_a_model() -> None:
     with pytest.raises(EnvError, match="needs a user model"):
         make_env("shop", user="llm")
+
+
+class MeteredChatModel(RecordingChatModel):
+    """RecordingChatModel whose answers report their usage, as an OpenAI-compatible endpoint's do."""
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        self.seen.append(list(messages))
+        usage = {"input_tokens": 100 * len(messages), "output_tokens": 7, "total_tokens": 100 * len(messages) + 7}
+        reply = AIMessage(self.replies[len(self.seen) - 1], usage_metadata=usage)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+def test_the_llm_users_tokens_are_in_the_score_info_and_a_scripted_user_has_none() -> None:
+    from gapforge.envs.protocol import user_tokens
+
+    model = MeteredChatModel(replies=["My email is ava.garcia29@example.com.", f"Thanks! {STOP}"], seen=[])
+    env = make_env("shop", user="llm", user_model=model)
+    env.reset("shop-lookup-001")
+    env.step(Message.assistant("Could you share your email address?"))
+    env.step(Message.assistant("Anything else?"))
+    info = env.score().info
+    # two answers: shown 3 and then 5 messages (system, opening, agent[, user, agent])
+    assert info["user_tokens"] == [300 + 500, 14]
+    scripted = make_env("shop")
+    scripted.reset("shop-lookup-001")
+    scripted.step(Message.assistant("Could you share your email address?"))
+    assert "user_tokens" not in scripted.score().info
+    assert user_tokens([info, scripted.score().info, {}]) == (800, 14)

@@ -161,7 +161,7 @@ def test_what_cannot_be_exported_or_served_is_one_line_with_exit_2(
     with pytest.raises(UsageError, match="router.json not found"):
         load_bundle(out)
     (out / "router" / "router.json").write_text(json.dumps({"gapforge_bundle": 99}))
-    with pytest.raises(UsageError, match="not a gapforge bundle of version 1"):
+    with pytest.raises(UsageError, match="not a gapforge bundle of version 2"):
         load_bundle(out / "router")
 
     runner = CliRunner()

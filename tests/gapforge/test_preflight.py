@@ -97,7 +97,7 @@ def test_a_policy_without_weights_or_an_env_that_does_not_load_is_refused(tmp_pa
     one_line_error(
         _run(ws, "--policy", str(SHOP_POLICY_DIR), "--env", "examples/my_agent_env.py:NoSuchEnv"), "NoSuchEnv"
     )
-    one_line_error(_run(ws, "--env", "shop", "--resume", "r-1"), "--env and --policy start a new run")
+    one_line_error(_run(ws, "--env", "shop", "--resume", "r-1"), "--env, --policy and --estimate are for a new run")
     if find_spec("trackio") is None:  # not among the extras
         tracker = ["--policy", str(SHOP_POLICY_DIR), "--set", "training.report_to=[trackio]"]
         one_line_error(

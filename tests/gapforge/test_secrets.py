@@ -159,7 +159,9 @@ def test_a_collect_run_stores_no_password_anywhere(tmp_path: Path) -> None:
     """End to end on SQLite: a password planted in an endpoint URL of the config file ends up in
     neither the output, the workspace files nor the store's rows (the config is stored with the run)."""
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text(f"evaluation:\n  trials: 1\nrouting:\n  vllm_base_url: http://me:{PLANTED}@127.0.0.1:9/v1\n")
+    cfg_file.write_text(
+        f"evaluation:\n  trials: 1\ntraining:\n  vllm_server_base_url: http://me:{PLANTED}@127.0.0.1:9\n"
+    )
     answers = tmp_path / "a.yaml"
     answers.write_text('policy:\n  repeat: "Hello there"\n')
     runner = CliRunner()

@@ -35,7 +35,7 @@ class PlantedAnalysisStages(RunStages):
     async def evaluate(self, run_id: str, capabilities: list[str]) -> Any:
         raise StageFailed("not under test here")
 
-    async def report(self, run_id: str) -> Any:
+    async def report(self, run_id: str, values: dict | None = None) -> Any:
         raise StageFailed("not under test here")
 
 

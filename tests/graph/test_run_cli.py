@@ -79,6 +79,18 @@ def test_run_end_to_end_then_inspect(fake_config: Path) -> None:
     assert "train_baseline: done" in out and re.search(
         r"train_baseline\s+│(\s+-\s+│){3}\s+16\s", out
     )  # its own node, its rollouts counted
+    # per capability: its own stages' counters (beta: 2 generator calls, alpha and beta 16 training rollouts each)
+    assert "cost per capability" in out
+    assert re.search(r"alpha\s+│\s+1\s+│(\s+-\s+│){2}\s+16\s", out) and re.search(r"beta\s+│\s+2\s+│", out), out
+    assert re.search(
+        r"^TRACE \(collection, analysis, synthesis, training, router\): \$[\d.]+ and 42 policy rollouts; "
+        r"\+20\.0 points over the base",
+        out,
+        re.M,
+    ), out
+    assert re.search(
+        r"^GRPO on the target \(its training\): \$[\d.]+ and 16 policy rollouts; no evaluation yet", out, re.M
+    )
     assert f"reports/{rid}.md" in out and (workspace / "reports" / f"{rid}.md").is_file()
 
     code, out = invoke("history", rid, "--config", str(fake_config))

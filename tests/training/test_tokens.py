@@ -225,3 +225,32 @@ def test_groups_played_together_sample_what_each_samples_in_another_batch(tiny_m
     assert (
         len({tuple(r.traj.completion_ids) for g in together for r in g}) > 1
     )  # sampling varied: not a vacuous equality
+
+
+def test_an_llm_users_tokens_in_the_rollouts_score_info_are_summed_for_the_jobs_cost(tiny_model, tiny_tokenizer):
+    """What a GRPO job's rollouts spent on an LLM user simulator (Score.info `user_tokens`) reaches its
+    TrainResult.user_tokens through training.rollout.USER_TOKENS_SPENT; a user with none adds nothing."""
+    from gapforge.envs.protocol import Score
+    from gapforge.training import rollout
+    from gapforge.training.rollout import run_groups
+    from gapforge.training.sampler import TransformersSampler
+
+    class MeteredDesk(ToyDeskEnv):
+        def score(self) -> Score:
+            plain = super().score()
+            return Score(reward=plain.reward, success=plain.success, info={"user_tokens": [120, 9]})
+
+    kw = {
+        "tokenizer": tiny_tokenizer,
+        "max_turns": 2,
+        "max_new_tokens": 8,
+        "max_completion_length": 4096,
+        "temperature": 1.0,
+        "env_timeout_s": 10,
+        "malformed": "continue",
+    }
+    before = list(rollout.USER_TOKENS_SPENT)
+    run_groups(MeteredDesk, [(1, 2), (2, 1)], sampler=TransformersSampler(tiny_model, tiny_tokenizer, seed=1), **kw)
+    assert [a - b for a, b in zip(rollout.USER_TOKENS_SPENT, before)] == [360, 27]  # 3 rollouts scored
+    run_groups(ToyDeskEnv, [(1, 2)], sampler=TransformersSampler(tiny_model, tiny_tokenizer, seed=1), **kw)
+    assert [a - b for a, b in zip(rollout.USER_TOKENS_SPENT, before)] == [360, 27]

@@ -262,7 +262,7 @@ class LineageStages:
         results = await asyncio.to_thread(self._evaluate, run_id, capabilities)
         return EvaluationDone(results, Cost(policy_rollouts=sum(int(r["n"]) for r in results.values())))
 
-    async def report(self, run_id: str) -> ReportDone:
+    async def report(self, run_id: str, values: dict | None = None) -> ReportDone:
         from gapforge.evaluation.report import write_report
 
         done = await asyncio.to_thread(write_report, self.store, run_id, self.ws / "reports" / run_id)

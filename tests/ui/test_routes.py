@@ -79,6 +79,11 @@ def test_runs_and_run_pages_match_the_store(client: TestClient, reader: StoreRea
     assert '<svg class="plot"' in page and "gap vs coverage" in page
     for line in ("policy_refusal: base", "TRACE − base"):
         assert line in html.unescape(page)
+    cost = re.search(r'<table class="grid" id="cost-stages">(.*?)</table>', page, re.S).group(1)
+    assert re.search(r"<td>label</td>(<td>[^<]*</td>){7}<td>\$[\d.]+</td>", cost)  # each stage with its dollars
+    per_capability = re.search(r'<table class="grid" id="cost-capabilities">(.*?)</table>', page, re.S).group(1)
+    assert "<td>tool_argument_precision</td>" in per_capability  # two env attempts: its own synthesis cost
+    assert "TRACE (collection, analysis, synthesis, training, router): $" in html.unescape(page)
 
 
 def test_capability_page_pages_through_labeled_episodes(

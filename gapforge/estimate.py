@@ -1,0 +1,254 @@
+"""`gapforge run --estimate` (and `gapforge demo --estimate`): what a config will cost, before anything is spent.
+
+A probe first plays a few of the target's tasks with the configured policy (in memory: nothing is stored), for what
+the config cannot say: how many tokens the policy writes in an episode, how long an episode's text is (what each
+labeling call reads), what an LLM user simulator spends per episode, and how fast the policy generates here. The rest
+follows from the config, stage by stage, with the same arithmetic the stages use: the target's tasks x
+`rollouts.samples`, the analysis split, the labeling passes, GRPO readiness groups, the training budget
+(training.budget), GRPO on the target at the adapters' budget, and the evaluation's trials per task and policy
+(evaluation.run.EvalPlan.task_trials). What is not known before a run is assumed and said: how many capabilities are
+retained (`analysis.max_retained`, else ASSUMED_CAPABILITIES), how many attempts synthesis takes (the middle of 1 and
+`synthesis.max_attempts`), and how many capabilities discovery names (the middle of its bounds). Dollars: tokens at
+`pricing.tokens`; the policy's generation time (the probe's rate, or `--throughput`) as this machine's CPU core-hours,
+or GPU-hours for a served policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gapforge.pricing import Models, stage_dollars
+
+ASSUMED_CAPABILITIES = 3  # retained capabilities when analysis.max_retained does not bound them
+PROMPT_OVERHEAD_TOKENS = 1500  # instructions around an analyst's or the generator's material (the prompt files' size)
+LABEL_TOKENS_PER_CAPABILITY = 50  # a labeling answer: a verdict and a line of evidence per capability
+DISCOVERY_TOKENS_PER_CAPABILITY = 160  # a discovery answer: a name, a definition and example ids per capability
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Per-episode means over the probe's episodes."""
+
+    episodes: int
+    policy_tokens: float  # tokens the policy wrote
+    text_tokens: float  # tokens of the whole episode as text (a labeling call reads it, compacted)
+    user_prompt: float  # an LLM user simulator's tokens
+    user_completion: float
+    tokens_per_s: float  # the policy's generation rate over the probe (all its episodes at once)
+
+
+@dataclass(frozen=True)
+class Row:
+    stage: str
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    policy_rollouts: int = 0
+    note: str = ""
+
+    def counters(self, probe: Probe, compute_dollars_per_s: float) -> dict[str, float]:
+        """The stage's counters (gapforge.pricing's names) and its policy's generation seconds and their dollars."""
+        seconds = self.policy_rollouts * probe.policy_tokens / max(probe.tokens_per_s, 1e-9)
+        counters = {k: getattr(self, k) for k in ("llm_calls", "prompt_tokens", "completion_tokens", "policy_rollouts")}
+        return counters | {"compute_s": seconds, "compute_dollars": seconds * compute_dollars_per_s}
+
+
+def probe_target(cfg: Any, episodes: int = 8) -> tuple[Probe, list[str], dict[str, str]]:
+    """Play `episodes` of the target's tasks (spread over its families) with the configured policy; (probe, every task
+    id, task -> family)."""
+    from gapforge.agents.analysis.compact import make_token_counter
+    from gapforge.agents.rollouts import CollectPlan, collect
+    from gapforge.envs.protocol import user_tokens
+    from gapforge.training.evaluate import MemorySink
+    from gapforge.wiring import make_policy, make_target_env_factory
+
+    env_name = cfg.rollouts.env
+    probe_env, make_env = make_target_env_factory(cfg, env_name)
+    try:
+        tasks = [str(t) for t in (cfg.rollouts.tasks or probe_env.task_ids())]
+        families = {t: probe_env.task_family(t) for t in tasks}
+    finally:
+        probe_env.close()
+    by_family: dict[str, list[str]] = {}
+    for t in tasks:
+        by_family.setdefault(families.get(t, ""), []).append(t)
+    picked: list[str] = []
+    while len(picked) < min(episodes, len(tasks)):  # round-robin over the families
+        for group in by_family.values():
+            if group and len(picked) < episodes:
+                picked.append(group.pop(0))
+    policy = make_policy(cfg.policy)
+    plan = CollectPlan("estimate", env_name, picked, 1, len(picked), cfg.rollouts.max_turns, cfg.policy.temperature)
+    sink = MemorySink()
+
+    async def play() -> float:
+        t0 = time.perf_counter()
+        try:
+            await collect(plan, make_env=make_env, policy=policy, sink=sink)
+        finally:
+            await policy.aclose()
+        return time.perf_counter() - t0
+
+    wall = asyncio.run(play())
+    counter = make_token_counter(cfg.analysis.tokenizer, cfg.policy.local_path)
+    rows = list(sink.rows.values())
+    n = max(len(rows), 1)
+    written = [sum(counter.count(_text(m)) for m in r["messages"] if m["role"] == "assistant") for r in rows]
+    text = [sum(counter.count(_text(m)) for m in r["messages"]) for r in rows]
+    prompt, completion = user_tokens(r.get("score_info") for r in rows)
+    probe = Probe(
+        len(rows), sum(written) / n, sum(text) / n, prompt / n, completion / n, sum(written) / max(wall, 1e-9)
+    )
+    return probe, tasks, families
+
+
+def _text(m: dict[str, Any]) -> str:
+    """A stored message's text and tool calls (agents.rollouts.episode_fields)."""
+    return (m.get("content") or "") + "".join(str(c) for c in m.get("tool_calls") or [])
+
+
+def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, str]) -> list[Row]:
+    """Each stage's calls, tokens and policy rollouts for `cfg` (see the module doc for what is assumed)."""
+    from gapforge.agents.analysis.compact import EPISODE_BUDGET_TOKENS
+    from gapforge.agents.analysis.split import split_tasks
+    from gapforge.agents.synthesis.config import EPISODE_CHARS, EPISODES_IN_PROMPT
+    from gapforge.agents.synthesis.generator import CHARS_PER_TOKEN, EXAMPLE
+    from gapforge.evaluation.run import EvalPlan
+    from gapforge.training.budget import training_rollout_budget
+
+    a, syn, ready, tr = cfg.analysis, cfg.synthesis, cfg.grpo_readiness, cfg.training
+    caps = a.max_retained or ASSUMED_CAPABILITIES
+    named = (a.min_capabilities + a.max_capabilities) // 2
+    split = split_tasks({t: families.get(t, "") for t in tasks}, a.split_fraction, a.seed, cfg.rollouts.env)
+    collected = len(tasks) * cfg.rollouts.samples
+    analysed = len(split.analysis) * cfg.rollouts.samples
+    per_episode = min(probe.text_tokens, EPISODE_BUDGET_TOKENS)
+    user = (probe.user_prompt, probe.user_completion)
+
+    def playing(stage: str, rollouts: int, note: str = "") -> Row:
+        return Row(stage, 0, int(rollouts * user[0]), int(rollouts * user[1]), rollouts, note)
+
+    shown = min(a.discovery_budget_tokens, analysed * per_episode)
+    attempts = (1 + syn.max_attempts) / 2
+    generator_prompt = (
+        PROMPT_OVERHEAD_TOKENS + (EPISODES_IN_PROMPT * EPISODE_CHARS + 2 * len(EXAMPLE.read_text())) // CHARS_PER_TOKEN
+    )
+    module = len(EXAMPLE.read_text()) // CHARS_PER_TOKEN
+    readiness = int(min(syn.rollout_budget, attempts * ready.groups * ready.samples))
+    heldout = sorted(split.heldout)
+    ecfg = cfg.evaluation
+    plan = EvalPlan(
+        "estimate",
+        cfg.rollouts.env,
+        heldout,
+        trials=ecfg.trials,
+        family_trials=ecfg.family_trials,
+        family_trials_policies=ecfg.family_trials_policies,
+        min_family_episodes=ecfg.min_family_episodes,
+    )
+    policies = ["base", "trace_routed", *(f"adapter:{i}" for i in range(caps)), "capability_hints"]
+    policies += list(ecfg.comparisons)
+    evaluated = sum(sum(plan.task_trials(p, families).values()) for p in policies)
+    rows = [
+        playing("collect_rollouts", collected, f"{len(tasks)} tasks x {cfg.rollouts.samples} samples"),
+        Row("discover", 1, PROMPT_OVERHEAD_TOKENS + int(shown), DISCOVERY_TOKENS_PER_CAPABILITY * named),
+        Row(
+            "label",
+            a.passes * analysed,
+            int(a.passes * analysed * (PROMPT_OVERHEAD_TOKENS + per_episode)),
+            a.passes * analysed * LABEL_TOKENS_PER_CAPABILITY * named,
+            note=f"{a.passes} passes x {analysed} analysis-split episodes, {named} capabilities",
+        ),
+        Row(
+            "synthesize",
+            int(caps * attempts),
+            int(caps * attempts * generator_prompt),
+            int(caps * attempts * module),
+            note=f"{caps} capabilities x {attempts:g} attempts",
+        ),
+        Row(
+            "validate",
+            int(caps * attempts) if syn.review else 0,
+            int(caps * attempts * (PROMPT_OVERHEAD_TOKENS + module)) if syn.review else 0,
+            int(caps * attempts * 200) if syn.review else 0,
+            caps * readiness,
+            "the LLM review of each attempt; GRPO readiness rollouts",
+        ),
+        Row("train", policy_rollouts=caps * tr.max_steps * tr.rollouts_per_step, note="GRPO steps x rollouts per step"),
+    ]
+    if "baseline_grpo_target" in cfg.evaluation.comparisons:
+        rows.append(playing("train_baseline", training_rollout_budget(cfg, caps), "the adapters' training budget"))
+    rows.append(playing("evaluate", evaluated, f"{len(heldout)} held-out tasks, {len(policies)} policies"))
+    return rows
+
+
+def compute_price(cfg: Any) -> tuple[float, str]:
+    """$ per second of policy generation, and what it assumes: GPU-hours for a served policy, else this machine's
+    CPU cores."""
+    if cfg.policy.kind == "endpoint":
+        return cfg.pricing.gpu_hour / 3600, f"a GPU at ${cfg.pricing.gpu_hour:g}/hour serves the policy"
+    cores = os.cpu_count() or 1
+    return cores * cfg.pricing.cpu_hour / 3600, f"{cores} CPU cores at ${cfg.pricing.cpu_hour:g}/core-hour"
+
+
+def estimate_lines(cfg: Any, rows: list[Row], probe: Probe, throughput: float | None = None) -> list[list[str]]:
+    """Table cells per stage (and a total): calls, tokens, rollouts, policy hours, $."""
+    if throughput:
+        probe = Probe(**{**probe.__dict__, "tokens_per_s": throughput})
+    per_s, _ = compute_price(cfg)
+    models = Models.of(cfg)
+    cells, total = [], [0.0] * 6
+    for row in rows:
+        c = row.counters(probe, per_s)
+        llm = stage_dollars(row.stage, c, cfg.pricing, models)
+        dollars = llm.value + c["compute_dollars"]
+        values = [
+            c["llm_calls"],
+            c["prompt_tokens"],
+            c["completion_tokens"],
+            c["policy_rollouts"],
+            c["compute_s"] / 3600,
+        ]
+        total = [t + v for t, v in zip(total, [*values, dollars], strict=True)]
+        cells.append([row.stage, *_cells(values), f"${dollars:,.2f}" + ("+?" if llm.unpriced else ""), row.note])
+    cells.append(["total", *_cells(total[:5]), f"${total[5]:,.2f}", ""])
+    return cells
+
+
+def _cells(values: list[float]) -> list[str]:
+    return [f"{int(v):,}" for v in values[:4]] + [f"{values[4]:.2f}"]
+
+
+def estimate(cfg: Any, *, throughput: float | None = None, episodes: int = 8) -> tuple[Any, list[str]]:
+    """(a rich Table of the estimate, the lines saying what it rests on) for `cfg`: the probe, then the arithmetic."""
+    from rich.table import Table
+
+    from gapforge.pricing import notes
+
+    probe, tasks, families = probe_target(cfg, episodes)
+    rows = estimate_rows(cfg, probe, tasks, families)
+    table = Table(title=f"estimate for {cfg.rollouts.env}", title_justify="left")
+    for col in "stage|llm calls|prompt tokens|completion tokens|policy rollouts|policy hours|$|how".split("|"):
+        table.add_column(col)
+    for cells in estimate_lines(cfg, rows, probe, throughput):
+        table.add_row(*cells)
+    _, compute = compute_price(cfg)
+    rate = throughput or probe.tokens_per_s
+    caps = cfg.analysis.max_retained or ASSUMED_CAPABILITIES
+    lines = [
+        f"probe: {probe.episodes} episodes of the target with the configured policy: {probe.policy_tokens:.0f} tokens "
+        f"written and {probe.text_tokens:.0f} tokens of text per episode; LLM user {probe.user_prompt:.0f} prompt + "
+        f"{probe.user_completion:.0f} completion tokens per episode",
+        f"policy hours: tokens written at {rate:,.0f} tokens/s ({'--throughput' if throughput else 'the probe here'}); "
+        f"$: {compute}",
+        f"assumed: {caps} capabilities retained"
+        + ("" if cfg.analysis.max_retained else " (analysis.max_retained not set)")
+        + f", {(1 + cfg.synthesis.max_attempts) / 2:g} synthesis attempts each; training's loss and backward and "
+        "its held-out evaluations not included",
+        *notes({}, cfg.pricing, Models.of(cfg)),
+    ]
+    return table, lines
