@@ -28,13 +28,14 @@ from gapforge.agents.prompted_policy import HintedPolicy
 
 if TYPE_CHECKING:
     from gapforge.evaluation.config import EvaluationConfig
+    from gapforge.store import Store
 
 
 @dataclass
 class Evaluation:
     """What a comparison gets from the run being evaluated (the evaluate stage fills it)."""
 
-    store: Any
+    store: Store
     run_id: str
     cfg: Any  # the run's GapforgeConfig
     env: str
@@ -77,22 +78,24 @@ class Comparison:
         """{evaluation name: policy} it adds to an evaluation (workers rebuild them the same way, unprepared)."""
         return {}
 
-    def scored(self, store: Any, run_id: str, *, scope: str, seed: int) -> None:
+    def scored(self, store: Store, run_id: str, *, scope: str, seed: int) -> None:
         """After an evaluation of `run_id` stored its rows `<scope>:<policy>`."""
 
     async def extend(self, ev: Evaluation) -> int:
         """After the held-out evaluation: more evaluations of its own; returns the episodes they played."""
         return 0
 
-    def report(self, store: Any, run_id: str, out_dir: Path, labels: Mapping[str, str]) -> tuple[list[str], list[Path]]:
+    def report(
+        self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]
+    ) -> tuple[list[str], list[Path]]:
         """Its report section (markdown lines) and plots, from what the run stored (`labels`: every comparison's)."""
         return [], []
 
-    def lines(self, store: Any, run_id: str, cfg: Any) -> list[str]:
+    def lines(self, store: Store, run_id: str, cfg: Any) -> list[str]:
         """The lines `gapforge demo` prints for it (analyses after the gate's line, baselines last)."""
         return []
 
-    def labels(self, store: Any, run_id: str) -> dict[str, str]:
+    def labels(self, store: Store, run_id: str) -> dict[str, str]:
         """Report labels of the evaluation names it adds whose names alone do not say what they are."""
         return {}
 
@@ -110,7 +113,7 @@ class _CapabilityHints(Comparison):
     ) -> dict[str, Any]:
         return {CAPABILITY_HINTS: HintedPolicy(base, list(capabilities), name=CAPABILITY_HINTS)}
 
-    def labels(self, store: Any, run_id: str) -> dict[str, str]:
+    def labels(self, store: Store, run_id: str) -> dict[str, str]:
         return {CAPABILITY_HINTS: "capability hints (descriptions appended, unoptimised)"}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation.comparison import GRPO_COMPARISON
 from gapforge.evaluation.comparisons import HINTS_COMPARISON, Comparison
@@ -15,6 +15,9 @@ from gapforge.evaluation.oracle import ORACLE_COMPARISON
 from gapforge.evaluation.protocol_report import PROTOCOL_COMPARISON
 from gapforge.evaluation.rollout_scaling import CURVE_COMPARISON
 from gapforge.evaluation.scaling import SUBSETS_COMPARISON
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 def registry() -> tuple[Comparison, ...]:
@@ -49,12 +52,12 @@ def comparison_policies(
     return out
 
 
-def scored(store: Any, run_id: str, *, scope: str, seed: int) -> None:
+def scored(store: Store, run_id: str, *, scope: str, seed: int) -> None:
     for c in registry():
         c.scored(store, run_id, scope=scope, seed=seed)
 
 
-def report_sections(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], list[Path]]:
+def report_sections(store: Store, run_id: str, out_dir: Path) -> tuple[list[str], list[Path]]:
     lines: list[str] = []
     plots: list[Path] = []
     shown = labels(store, run_id)
@@ -65,12 +68,12 @@ def report_sections(store: Any, run_id: str, out_dir: Path) -> tuple[list[str], 
     return lines, plots
 
 
-def summary_lines(store: Any, run_id: str, cfg: Any, kind: str) -> list[str]:
+def summary_lines(store: Store, run_id: str, cfg: Any, kind: str) -> list[str]:
     """The printed lines of every comparison of `kind` (cfg: the run's GapforgeConfig, or None: as stored)."""
     return [line for c in registry() if c.kind == kind for line in c.lines(store, run_id, cfg)]
 
 
-def labels(store: Any, run_id: str) -> dict[str, str]:
+def labels(store: Store, run_id: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for c in registry():
         out.update(c.labels(store, run_id))

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 BASE, ROUTED, GRPO_TARGET = "base", "trace_routed", "baseline_grpo_target"
 UNSEEN = "unseen"  # the scope of the second held-out split (evaluation.unseen_env): rows `unseen:<policy>`
 
 
-def scope_metrics(store: Any, run_id: str, scope: str = "eval") -> dict[str, Any]:
+def scope_metrics(store: Store, run_id: str, scope: str = "eval") -> dict[str, Any]:
     """The stored metrics of one split's evaluations `<scope>:<policy>`, by policy name (eval: the held-out split;
     UNSEEN: evaluation.unseen_env)."""
     prefix = f"{scope}:"

@@ -5,7 +5,7 @@ gapforge/run_session.py."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -14,6 +14,9 @@ from gapforge.errors import GapforgeError
 from gapforge.run_session import RunOptions, drive_run
 from gapforge.run_view import ProgressView, capability_table, evaluation_table, stage_times
 from gapforge.wiring import open_store
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 store_of = open_store  # the name gapforge/cli_run.py opens its store by
 
@@ -27,7 +30,7 @@ def say(line: str) -> None:
     console.print(line, highlight=False, soft_wrap=True)
 
 
-def drive(cfg: Any, store: Any, run_id: str, options: RunOptions, *, fresh: bool, last_line: bool = True) -> int:
+def drive(cfg: Any, store: Store, run_id: str, options: RunOptions, *, fresh: bool, last_line: bool = True) -> int:
     """Run or resume `run_id` (gapforge/run_session.py) with a live progress view; print how it ended; the exit code."""
     resume = f"gapforge run --resume {run_id}"
     started = time.perf_counter()

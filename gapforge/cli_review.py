@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -10,6 +10,9 @@ from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, handle_errors
 from gapforge.cli_drive import print_table, say
 from gapforge.cli_run import inspect_graph_of, snapshot_of
 from gapforge.run_view import capability_table
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 
 def register(root: typer.Typer) -> None:
@@ -32,7 +35,7 @@ def review_cmd(
     if approve and keep:
         raise UsageError("give --approve or --keep, not both")
 
-    async def go(store: Any, graph: Any) -> Any:
+    async def go(store: Store, graph: Any) -> Any:
         snap = await snapshot_of(store, graph, run)
         if tuple(snap.next) != ("review",) or not snap.interrupts:
             raise UsageError(f"run {run!r} is not waiting for a review (next: {', '.join(snap.next) or 'end'})")

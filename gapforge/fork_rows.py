@@ -5,9 +5,12 @@ over columns; a table this installation's store does not have is skipped."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table, insert, select
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 # Per kind of shared work, the tables to copy, in foreign-key order.
 TABLES = {
@@ -26,7 +29,7 @@ def _remap(column: str, value: Any, episode_ids: dict[int, int]) -> Any:
     return value
 
 
-def copy_shared_work(store: Any, parent_run: str, new_run: str, kinds: list[str]) -> dict[str, int]:
+def copy_shared_work(store: Store, parent_run: str, new_run: str, kinds: list[str]) -> dict[str, int]:
     """Copy the parent's rows of `kinds` (see TABLES) to `new_run`; returns rows copied per table."""
     from gapforge.store.models import Base
 

@@ -5,7 +5,7 @@ failed; and `print_whole`, which prints a table with nothing cut when the output
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -14,6 +14,9 @@ from rich.table import Table
 from gapforge.errors import UsageError
 from gapforge.rollouts_run import resume_command
 from gapforge.run_view import GRAPH_KINDS
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 LISTED_KINDS = (*GRAPH_KINDS, "rollouts")  # what `gapforge runs` lists
 BRANCH_STAGES = ("synthesize", "validate", "train")  # inside the graph's `capability` node, one branch per capability
@@ -28,7 +31,7 @@ def listed_kinds(asked: list[str] | None) -> tuple[str, ...]:
     return tuple(asked or LISTED_KINDS)
 
 
-async def run_rows(store: Any, graph: Any, kinds: tuple[str, ...]) -> list[tuple[Any, dict[str, Any]]]:
+async def run_rows(store: Store, graph: Any, kinds: tuple[str, ...]) -> list[tuple[Any, dict[str, Any]]]:
     """(run, values) for every run of these kinds, newest first: a graph run's checkpointed state; for a rollouts run,
     which has no checkpoint to ask the graph for, `{"rollouts": {"episodes", "successes"}}` from its stored episodes."""
     from gapforge.graph.runner import thread_config

@@ -3,7 +3,7 @@ summary) and its checkpoints (fork commands, review state)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from fastapi import APIRouter, Request
@@ -16,6 +16,9 @@ from gapforge.store.errors import NoStore
 from gapforge.ui import links, svg
 from gapforge.ui.app import render, sources
 from gapforge.ui.sources import RunSnapshot
+
+if TYPE_CHECKING:
+    from gapforge.store.reader import StoreReader
 
 router = APIRouter()
 RUN_KINDS = ("trace", "demo")  # graph runs (gapforge.run_session.RUN_KINDS)
@@ -77,7 +80,7 @@ async def runs_rows(request: Request, p: int = 0) -> HTMLResponse:
     return await _runs(request, "_runs_rows.html", p)
 
 
-def _capability_rows(store: Any, run_id: str, snap: RunSnapshot) -> list[dict[str, Any]]:
+def _capability_rows(store: StoreReader, run_id: str, snap: RunSnapshot) -> list[dict[str, Any]]:
     """One row per capability of the dictionary: the analysis summary, the graph's row, env attempts, adapters."""
     summaries = {s.capability: s for s in store.capability_summaries(run_id)}
     state = snap.values.get("capabilities") or {}
@@ -117,7 +120,7 @@ def _gap_plot(run_id: str, rows: list[dict[str, Any]]) -> Any:
     )
 
 
-def evaluation_rows(store: Any, run_id: str) -> tuple[list[Any], Any, list[str]]:
+def evaluation_rows(store: StoreReader, run_id: str) -> tuple[list[Any], Any, list[str]]:
     rows = store.evaluations(run_id)
     evals = sorted((e for e in rows if e.name.startswith("eval:")), key=lambda e: (e.name != "eval:base", e.name))
     router_row = next((e for e in rows if e.name == "router_accuracy"), None)

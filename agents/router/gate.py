@@ -50,13 +50,16 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from gapforge.agents.router.config import RoutingConfig
 from gapforge.agents.router.router import NONE, Router, RouterError, confusion, first_user_message
+
+if TYPE_CHECKING:
+    from gapforge.store import Store
 
 POOLING = "mean of the last hidden state over the first user message's tokens, rendered alone as a one-turn chat (v1)"
 EPOCHS = 300  # full-batch Adam steps
@@ -296,7 +299,7 @@ class GateRecord(BaseModel):
 
 
 def task_labels(
-    store: Any, run_id: str, capabilities: Sequence[str], *, required_passes: int
+    store: Store, run_id: str, capabilities: Sequence[str], *, required_passes: int
 ) -> tuple[dict[str, tuple[str, str]], dict[str, int]]:
     """({analysis task: (class, first user message)}, {reason left out: tasks}) from the run's stored labels (module doc)."""
     split = store.get_split(run_id)
@@ -376,7 +379,7 @@ def split_examples(examples: Sequence[GateExample], fraction: float, seed: int) 
 
 
 def gate_examples(
-    store: Any,
+    store: Store,
     run_id: str,
     capabilities: Sequence[str],
     openings: Mapping[str, Sequence[str]],
