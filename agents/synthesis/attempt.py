@@ -19,6 +19,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, ConfigDict, Field
 
+from gapforge.agents.analysis.usage import UsageCounter
 from gapforge.agents.synthesis.config import SynthesisConfig
 from gapforge.agents.synthesis.context import GeneratorContext
 from gapforge.agents.synthesis.reviewer import review_check, review_env
@@ -79,6 +80,7 @@ class AttemptOutcome(BaseModel):
     report: dict[str, Any] | None = None
     seconds: float = 0.0
     check_seconds: dict[str, float] = Field(default_factory=dict)
+    review_tokens: tuple[int, int] = (0, 0)  # the LLM review's prompt and completion tokens (pricing)
 
 
 def _finding(check: CheckResult) -> Finding:
@@ -136,11 +138,14 @@ async def validate_attempt(
     if report.incomplete is not None:  # no verdict: not the env's doing
         stopped = report.incomplete
         raise InfrastructureFailure(stopped["cause"], f"self-test check {stopped['check']}: {stopped['error']}")
+    review_tokens = (0, 0)
     if cfg.review:
         if progress:
             progress("LLM review")
         t0 = time.perf_counter()
-        review = review_check(await asyncio.to_thread(review_env, chat_model, ctx, code, attempt))
+        usage = UsageCounter()
+        review = review_check(await asyncio.to_thread(review_env, chat_model, ctx, code, attempt, usage))
+        review_tokens = (usage.prompt_tokens, usage.completion_tokens)
         review.seconds = round(time.perf_counter() - t0, 3)
         report.checks.insert(len(report.checks) - 1, review)  # before grpo_ready
     failures = report.failures
@@ -182,4 +187,5 @@ async def validate_attempt(
         report=report.to_json(),
         seconds=round(time.perf_counter() - started, 3),
         check_seconds={c.name: c.seconds for c in report.checks},
+        review_tokens=review_tokens,
     )

@@ -87,13 +87,21 @@ def generate_env(
     """Ask the generator for a module (structured output, re-asked once if malformed). `usage` counts its calls and
     tokens: the endpoint's reported usage, else an estimate of CHARS_PER_TOKEN characters a token."""
     text = render_generator_prompt(ctx, attempt, max_attempts, feedback)
-    usage = usage if usage is not None else UsageCounter()
-    config: Any = {"callbacks": [usage]}
-    answer = structured_call(
-        model, [HumanMessage(content=text)], GeneratedEnv, prompt_name=generator_prompt().name, config=config
-    )
+    answer = counted_call(model, text, GeneratedEnv, generator_prompt().name, usage)
     assert isinstance(answer, GeneratedEnv)
-    if not usage.prompt_tokens:
-        usage.prompt_tokens = max(usage.calls, 1) * len(text) // CHARS_PER_TOKEN
-        usage.completion_tokens = len(answer.model_dump_json()) // CHARS_PER_TOKEN
+    return answer
+
+
+def counted_call(
+    model: BaseChatModel, text: str, schema: type[BaseModel], prompt_name: str, usage: UsageCounter | None
+) -> BaseModel:
+    """structured_call with its calls and tokens added to `usage`: the endpoint's reported usage, else an estimate of
+    CHARS_PER_TOKEN characters a token (recorded answers report none)."""
+    usage = usage if usage is not None else UsageCounter()
+    before = usage.prompt_tokens
+    config: Any = {"callbacks": [usage]}
+    answer = structured_call(model, [HumanMessage(content=text)], schema, prompt_name=prompt_name, config=config)
+    if usage.prompt_tokens == before:
+        usage.prompt_tokens += len(text) // CHARS_PER_TOKEN
+        usage.completion_tokens += len(answer.model_dump_json()) // CHARS_PER_TOKEN
     return answer

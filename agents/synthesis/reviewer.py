@@ -8,11 +8,11 @@ import json
 from typing import Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict, Field
 
-from gapforge.agents.llm import structured_call
+from gapforge.agents.analysis.usage import UsageCounter
 from gapforge.agents.synthesis.context import GeneratorContext
+from gapforge.agents.synthesis.generator import counted_call
 from gapforge.prompts import Prompt, load_prompt
 from gapforge.sandbox.checks.report import CheckResult
 
@@ -38,7 +38,9 @@ def reviewer_prompt() -> Prompt:
     return load_prompt(PROMPT_FILE)
 
 
-def review_env(model: BaseChatModel, ctx: GeneratorContext, code: str, attempt: int) -> ReviewVerdict:
+def review_env(
+    model: BaseChatModel, ctx: GeneratorContext, code: str, attempt: int, usage: UsageCounter | None = None
+) -> ReviewVerdict:
     text = reviewer_prompt().body.format(
         capability=ctx.capability,
         attempt=attempt,
@@ -49,7 +51,7 @@ def review_env(model: BaseChatModel, ctx: GeneratorContext, code: str, attempt: 
         result_formats=ctx.result_formats_text(),
         code=code,
     )
-    answer = structured_call(model, [HumanMessage(content=text)], ReviewVerdict, prompt_name=reviewer_prompt().name)
+    answer = counted_call(model, text, ReviewVerdict, reviewer_prompt().name, usage)
     assert isinstance(answer, ReviewVerdict)
     return answer
 

@@ -60,6 +60,7 @@ class AttemptSummary(BaseModel):
     rollouts: int = 0
     seconds: float = 0.0
     resumed: bool = False  # verdict read from the store, not computed in this call
+    review_tokens: tuple[int, int] = (0, 0)  # the LLM review's prompt and completion tokens
 
     def verdict_line(self) -> str:
         """`passed`, or where it failed and which checks."""
@@ -308,6 +309,7 @@ def _summary(row: Any, record: dict[str, Any], resumed: bool) -> AttemptSummary:
         rollouts=verdict.get("rollouts", 0),
         seconds=record.get("seconds", 0.0),
         resumed=resumed,
+        review_tokens=tuple(record.get("review_tokens") or (0, 0)),
     )
 
 
@@ -318,6 +320,7 @@ def _record(outcome: AttemptOutcome, prompt_id: str) -> dict[str, Any]:
         "verdict": outcome.verdict.model_dump(mode="json"),
         "feedback": outcome.verdict.feedback(),
         "seconds": outcome.seconds,
+        "review_tokens": list(outcome.review_tokens),
         "check_seconds": outcome.check_seconds,
         "generator_prompt": prompt_id,
     }

@@ -45,7 +45,17 @@ async def validate(sc: RunStages, run_id: str, capability: str, attempt: int) ->
     local = sc.cfg.policy.kind == "local"  # its readiness rollouts decode on this machine's cores (cores.DriverCores)
     with sc.driver_cores.decode() if local else contextlib.nullcontext():
         done = await service.validate_stored_attempt(sc.deps, run_id, capability, attempt, _progress(sc))
-    cost = Cost() if done.resumed else Cost(llm_calls=int(done.review is not None), policy_rollouts=done.rollouts)
+    prompt, completion = done.review_tokens
+    cost = (
+        Cost()
+        if done.resumed
+        else Cost(
+            llm_calls=int(done.review is not None),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            policy_rollouts=done.rollouts,
+        )
+    )
     return ValidationDone(capability, attempt, done.status == "accepted", done.verdict_line(), cost=cost)
 
 

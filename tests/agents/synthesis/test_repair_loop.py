@@ -102,6 +102,9 @@ def test_attempt_one_fails_with_evidence_attempt_two_passes_hopeless_goes_unsynt
     result_format = next(c for c in first.report["report"]["checks"] if c["name"] == "result_format")
     assert result_format["verdict"] == "FAIL" and "['id', 'lines', 'state']" in result_format["summary"]
     assert store.get_validation(rows[1].id).passed
+    # the review's tokens are counted where it ran (recorded answers: estimated at 4 characters a token)
+    assert all((a.review is None) == (a.review_tokens == (0, 0)) for a in good.attempts)
+    assert any(a.review_tokens[0] > 500 for a in good.attempts), [a.review_tokens for a in good.attempts]
 
     # the evidence went back to the generator: attempt 2's prompt carries attempt 1's failure
     generator_prompts = [text for name, text in prompts if name == "synthesis_generator"]
