@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from gapforge.cli_common import ConfigOpt, RunArg, SetOpt, console, handle_errors, run_config
+from gapforge.evaluation.summary import GRPO_TARGET
 from gapforge.model_card import kept_text
 
 
@@ -23,9 +24,8 @@ def adapters(run_id: RunArg, config: ConfigOpt = None, set_: SetOpt = None) -> N
         m = a.metrics
         before, after = m.get("heldout_before"), m.get("heldout_after")
         held = f"{before:.3f} -> {after:.3f}" if before is not None and after is not None else (m.get("error") or "-")
-        table.add_row(
-            a.name, a.capability or "-", a.status, str(m.get("steps", "-")), kept_text(m), held, a.path or "-"
-        )
+        capability = a.capability or ("(GRPO on the target)" if a.name == GRPO_TARGET else "-")
+        table.add_row(a.name, capability, a.status, str(m.get("steps", "-")), kept_text(m), held, a.path or "-")
     console.print(table)
 
 

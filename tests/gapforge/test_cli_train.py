@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from gapforge.cli import app
@@ -38,9 +40,11 @@ def test_adapters_table_shows_heldout_before_and_after(workspace):
             metrics={"steps": 12, "heldout_before": 0.25, "heldout_after": 0.5},
         )
         store.put_adapter(run_id, "broken", path="", status="failed", metrics={"error": "RuntimeError: boom"})
+        store.put_adapter(run_id, "baseline_grpo_target", path="/x/b", status="done", metrics={"steps": 32})
     res = CliRunner().invoke(app, ["adapters", run_id, "--set", f"workspace={workspace}"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "0.250 -> 0.500" in res.output and "RuntimeError: boom" in res.output and "failed" in res.output
+    assert re.search(r"baseline_grpo_target\s+│\s+\(GRPO on the target\)\s+│\s+done", res.output), res.output
 
 
 def test_adapters_table_says_untrained_for_step0_and_the_margin_otherwise(workspace):
