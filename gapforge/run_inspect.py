@@ -13,6 +13,7 @@ from rich.table import Table
 
 from gapforge.errors import UsageError
 from gapforge.rollouts_run import resume_command
+from gapforge.run_progress import ERROR
 from gapforge.run_view import GRAPH_KINDS
 
 if TYPE_CHECKING:
@@ -73,15 +74,18 @@ def stage_lines(
 ) -> list[str]:
     """`gapforge state`'s lines after the stage statuses. A failed run (an error escaped a stage, which its checkpoint
     still runs next): `  STAGE: failed — ...` with the stage's last progress line when it reported one. Otherwise
-    `  in progress: WHERE: LINE` for each part of the stage(s) in flight."""
+    `  in progress: WHERE: LINE` for each part of the stage(s) in flight. A run an error stopped (failed, incomplete)
+    also gets `  stopped by: ERROR` (gapforge/run_progress.py: kept until the run resumes)."""
+    stopped = [f"  stopped by: {progress[ERROR]}"] if status in ("failed", "incomplete") and progress.get(ERROR) else []
     if status != "failed":
-        return [f"  in progress: {where}: {line}" for where, line in in_flight(progress, next_nodes, values).items()]
+        in_progress = in_flight(progress, next_nodes, values).items()
+        return [*(f"  in progress: {where}: {line}" for where, line in in_progress), *stopped]
     lines = []
     for node in dict.fromkeys(next_nodes):
         last = "; ".join(f"{where}: {line}" for where, line in in_flight(progress, (node,), values).items())
         why = f"its last progress: {last}" if last else "the command that ran it printed the error"
         lines.append(f"  {node}: failed — an error stopped it before it finished ({why})")
-    return lines
+    return [*lines, *stopped]
 
 
 def print_whole(console: Console, table: Table) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from gapforge.config import GapforgeConfig
 
 Log = Callable[[str, str], None]  # (where, one line)
+ERROR = "error"  # the key of the one line saying what stopped the run (run_session.drive_run), kept until it resumes
 
 
 def progress_path(cfg: GapforgeConfig, run_id: str) -> Path:
@@ -29,6 +30,7 @@ def read_progress(cfg: GapforgeConfig, run_id: str) -> dict[str, str]:
 def keeping_progress(cfg: GapforgeConfig, run_id: str, log: Log | None) -> Log:
     path = progress_path(cfg, run_id)
     latest = read_progress(cfg, run_id)
+    latest.pop(ERROR, None)  # what stopped the last invocation: this one starts again
     lock = threading.Lock()  # stages report from worker threads too
 
     def progress(where: str, text: str) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gapforge.config import GapforgeConfig, check_run_config
 from gapforge.errors import GapforgeError, UsageError
 from gapforge.run_config import load_tree
-from gapforge.run_progress import keeping_progress, progress_path
+from gapforge.run_progress import ERROR, keeping_progress, progress_path
 
 if TYPE_CHECKING:
     from gapforge.store import Store
@@ -174,17 +174,27 @@ def drive_run(
         except (
             GapforgeError
         ) as e:  # infrastructure (an endpoint or the sandbox down past its retries, a full disk): stored work
+            progress(ERROR, error_line(e))
             store.set_run_status(
                 run_id, "incomplete" if e.infrastructure else "failed"
             )  # kept, nothing blamed: incomplete
             raise
-        except BaseException:
+        except BaseException as e:
+            progress(ERROR, error_line(e))
             store.set_run_status(run_id, "failed")
             raise
         store.set_run_status(run_id, "paused" if outcome.status == "paused" else "done")
     if outcome.status != "paused":
         progress_path(cfg, run_id).unlink(missing_ok=True)
     return outcome
+
+
+def error_line(e: BaseException) -> str:
+    """What stopped a run, in one line as `gapforge state` shows it (credentials in URLs masked)."""
+    from gapforge.store.redact import redact
+
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return redact(f"{type(e).__name__}: {first}"[:500]).rstrip(": ")
 
 
 def fork_run(

@@ -85,6 +85,7 @@ def test_state_of_a_run_that_failed_at_discover_says_so_and_not_in_progress(fake
     ), out
     assert "collect_rollouts: done" in out
     assert "in progress" not in out and "9/10 episodes" not in out, out
+    assert "  stopped by: ValueError: the analyst's answer names no capability" in out  # kept with the run
 
 
 def test_state_of_a_stopped_run_shows_progress_of_the_stage_in_flight_only(fake_config: Path) -> None:
@@ -93,6 +94,14 @@ def test_state_of_a_stopped_run_shows_progress_of_the_stage_in_flight_only(fake_
     assert code == 0, out
     assert "status: incomplete" in out and "in progress: discover: read 10 episodes" in out, out
     assert "in progress: collect_rollouts" not in out and "failed" not in out, out
+    assert "stopped by: ModelEndpointError: the LLM endpoint http://127.0.0.1:9/v1 kept failing" in out, out
+    # the next invocation (a resume) starts without it: its first progress line rewrites the file without the error
+    from gapforge.run_progress import keeping_progress, read_progress
+
+    cfg = load_config(fake_config, [], environ={})
+    assert "error" in read_progress(cfg, rid)
+    keeping_progress(cfg, rid, None)("discover", "read 10 episodes again")
+    assert "error" not in read_progress(cfg, rid) and read_progress(cfg, rid)["discover"] == "read 10 episodes again"
 
 
 def test_in_the_capability_branches_only_the_branches_not_over_are_in_flight() -> None:
