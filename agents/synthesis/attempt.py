@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from gapforge.envs.protocol import PolicyModel
 from gapforge.sandbox.checks import SelfTestThresholds, validate_env
 from gapforge.sandbox.checks.grpo import EpisodeRunner, check_grpo_ready
 from gapforge.sandbox.checks.probe import ValidatedEnv
-from gapforge.sandbox.checks.report import CheckResult, ValidationReport
+from gapforge.sandbox.checks.report import CheckResult, ValidationReport, evidence_for_generator
 from gapforge.sandbox.checks.result_shapes import Shape
 
 OpenModule = Callable[[Path], ValidatedEnv]
@@ -84,10 +83,7 @@ class AttemptOutcome(BaseModel):
 
 
 def _finding(check: CheckResult) -> Finding:
-    text = json.dumps(check.evidence, default=str, sort_keys=True)
-    return Finding(
-        check=check.name, summary=check.summary[:600], evidence=text[:600] + ("..." if len(text) > 600 else "")
-    )
+    return Finding(check=check.name, summary=check.summary[:600], evidence=evidence_for_generator(check.evidence))
 
 
 async def validate_attempt(

@@ -16,6 +16,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Verdict = Literal["PASS", "FAIL", "SKIP", "INCOMPLETE"]
 MAX_FAULTS_KEPT = 20
+# evidence keys stored with the report but never shown to the generator: the held-out split's own text (the contamination
+# check's matched opening), which the generator must not read
+NOT_FOR_GENERATOR = frozenset({"heldout_text"})
+
+
+def evidence_for_generator(evidence: dict[str, Any], max_chars: int = 600) -> str:
+    """A check's evidence as the generator reads it: JSON without NOT_FOR_GENERATOR keys (at any depth), cut at
+    `max_chars`."""
+
+    def keep(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: keep(v) for k, v in value.items() if k not in NOT_FOR_GENERATOR}
+        if isinstance(value, list):
+            return [keep(v) for v in value]
+        return value
+
+    text = json.dumps(keep(evidence), default=str, sort_keys=True)
+    return text[:max_chars] + ("..." if len(text) > max_chars else "")
 
 
 class CheckResult(BaseModel):
@@ -125,8 +143,7 @@ class ValidationReport(BaseModel):
                 continue
             lines.append(f"- check `{c.name}` FAILED: {c.summary}")
             if c.evidence:
-                text = json.dumps(c.evidence, default=str, sort_keys=True)
-                lines.append(f"  evidence: {text[:600]}{'...' if len(text) > 600 else ''}")
+                lines.append(f"  evidence: {evidence_for_generator(c.evidence)}")
         if blocked:
             lines.append(f"- not run because of the failures above: {', '.join(blocked)}")
         out = "\n".join(lines)

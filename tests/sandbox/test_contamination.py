@@ -104,8 +104,21 @@ def test_the_report_fails_the_env_and_tells_the_generator_which_task() -> None:
     assert [c.name for c in report.checks] == list(CHECKS) and "contamination" in CHECKS
     assert "contamination" in report.failed_names() and not report.passed
     assert "hd-lock-004" in report.failures_for_generator()
+    # the generator is told the task and its own line, never the held-out text itself (stored with the report)
+    assert report.check("contamination").evidence["matches"][0]["heldout_text"] == " ".join(words(HELD))
+    assert "heldout_text" not in report.failures_for_generator()
     no_split = asyncio.run(validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4))
     assert no_split.check("contamination").verdict == "SKIP" and "contamination" not in no_split.failed_names()
+
+
+def test_the_held_out_text_a_paraphrase_matched_never_reaches_the_generator() -> None:
+    from gapforge.sandbox.checks.report import evidence_for_generator
+
+    said = "Security flagged my account after the phishing drill and I can't sign in anymore."
+    evidence = {"matches": [{"said": said, "heldout_text": HELD, "heldout_tasks": ["hd-lock-004"]}], "heldout_only": 1}
+    told = evidence_for_generator(evidence)
+    assert HELD not in told and "hd-lock-004" in told and "can't sign in" in told
+    assert evidence["matches"][0]["heldout_text"] == HELD  # the stored evidence is not changed
 
 
 def test_fidelity_and_result_format_work_for_a_non_shop_target() -> None:
