@@ -15,7 +15,9 @@ Held-out texts shorter than `contamination_min_words` words ("Hi.") are not comp
 What is compared: the first user messages of seeds 0..contamination_seeds-1 (the training
 seeds too, not only the validation seeds) and every user line of the reference episodes of
 the validation seeds. Evidence names the seed, where the line was said, and the held-out
-task(s) whose opening it reproduces. Without a split the check is skipped ("no split").
+task(s) whose opening it reproduces; the held-out opening itself (`heldout_text`) is stored with
+the report for the user and never shown to the generator (report.NOT_FOR_GENERATOR). Without a
+split the check is skipped ("no split").
 """
 
 from __future__ import annotations
