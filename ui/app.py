@@ -19,54 +19,21 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
-from jinja2 import ChainableUndefined, Environment, FileSystemLoader
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from gapforge.faults import InputFault
 from gapforge.graph.checkpoint import CheckpointerError
 from gapforge.store.errors import NoStore, StoreError
-from gapforge.ui.format import FILTERS, GLOBALS
-from gapforge.ui.links import LINKS
+from gapforge.ui.render import NotFound, render, templates
 from gapforge.ui.sources import Sources, UiSettings
 
 log = logging.getLogger("gapforge.ui")
 # resources beside this module: the same files from a checkout, an editable install or a wheel, whatever the working directory
 STATIC = Path(__file__).parent / "static"
-TEMPLATES = Path(__file__).parent / "templates"
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
-
-
-class NotFound(InputFault):
-    """An id or name the store does not have; the message says what to look for instead."""
-
-
-def _templates() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(TEMPLATES),
-        autoescape=True,
-        undefined=ChainableUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters.update(FILTERS)
-    env.globals.update(GLOBALS | LINKS)
-    return env
-
-
-def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
-    env: Environment = request.app.state.templates
-    html = env.get_template(template).render(
-        request=request, poll_s=request.app.state.sources.settings.poll_s, **context
-    )
-    return HTMLResponse(html, status_code=status)
-
-
-def sources(request: Request) -> Sources:
-    return request.app.state.sources
 
 
 def _error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
@@ -111,7 +78,7 @@ def create_app(settings: UiSettings) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.sources = src
-    app.state.templates = _templates()
+    app.state.templates = templates()
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
 
     @app.middleware("http")

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 
 from gapforge.store.rows import LABEL_VALUES
 from gapforge.ui import links
-from gapforge.ui.app import NotFound, render, sources
+from gapforge.ui.render import NotFound, render, sources
 
 router = APIRouter()
 

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from gapforge.ui import code, links, svg
-from gapforge.ui.app import NotFound, render, sources
 from gapforge.ui.pages_runs import evaluation_rows
+from gapforge.ui.render import NotFound, render, sources
 
 router = APIRouter()
 

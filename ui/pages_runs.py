@@ -14,7 +14,7 @@ from gapforge.graph.inspect import FORKABLE_NEXT
 from gapforge.graph.state import STAGES
 from gapforge.store.errors import NoStore
 from gapforge.ui import links, svg
-from gapforge.ui.app import render, sources
+from gapforge.ui.render import render, sources
 from gapforge.ui.sources import RunSnapshot
 
 if TYPE_CHECKING:

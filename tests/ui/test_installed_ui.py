@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 def test_every_template_loads_from_outside_the_checkout(tmp_path: Path) -> None:
     code = (
-        "from gapforge.ui.app import _templates; env = _templates(); "
+        "from gapforge.ui.render import templates; env = templates(); "
         "print(len([env.get_template(n) for n in env.list_templates()]))"
     )
     out = subprocess.run(
