@@ -204,7 +204,8 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     notes = values.get("notes") or {}
     for stage, state in (values.get("stages") or {}).items():
         say(f"  {stage}: {state}" + (f" — {notes[stage]}" if stage in notes else ""))
-    for line in stage_lines(status, tuple(snap.next), values, read_progress(cfg, run) if snap.next else {}):
+    stopped = status in ("failed", "incomplete")  # what stopped it is in the progress file, even before a checkpoint
+    for line in stage_lines(status, tuple(snap.next), values, read_progress(cfg, run) if snap.next or stopped else {}):
         say(line)  # the parts of the stage in flight (or stopped in flight), or the stage a failed run's error stopped
     if values.get("rollouts"):
         r = values["rollouts"]

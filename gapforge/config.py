@@ -122,6 +122,10 @@ REMOVED = {
     "evaluation.gepa_minibatch": "fixed: 3 analysis tasks per GEPA reflection step (GEPA_MINIBATCH, evaluation/gepa_baseline.py)",
     "routing.max_policy_chars": "fixed: 600 characters of the target's policy (MAX_POLICY_CHARS, agents/router/router.py)",
     **{f"{s}.endpoint.{k}": _BREAKER for s in ("llm", "policy") for k in ("breaker_failures", "breaker_cooldown_s")},
+    **{
+        f"routing.{k}": f"the label scorer (routing.backend=vllm) reads policy.endpoint.{v}"
+        for k, v in (("vllm_base_url", "base_url"), ("vllm_model", "model"), ("timeout_s", "timeout_s"))
+    },
 }
 
 

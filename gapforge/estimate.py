@@ -247,8 +247,9 @@ def estimate(cfg: Any, *, throughput: float | None = None, episodes: int = 8) ->
         f"$: {compute}",
         f"assumed: {caps} capabilities retained"
         + ("" if cfg.analysis.max_retained else " (analysis.max_retained not set)")
-        + f", {(1 + cfg.synthesis.max_attempts) / 2:g} synthesis attempts each; training's loss and backward and "
-        "its held-out evaluations not included",
-        *notes({}, cfg.pricing, Models.of(cfg)),
+        + f", {(1 + cfg.synthesis.max_attempts) / 2:g} synthesis attempts each; not included: training's loss, "
+        "backward and held-out evaluations, evaluation.unseen_env's split, and the extra evaluations of comparisons "
+        "other than GRPO on the target",
+        *notes({"cost": {r.stage: r.counters(probe, 0.0) for r in rows}}, cfg.pricing, Models.of(cfg)),
     ]
     return table, lines

@@ -128,7 +128,8 @@ def capability_costs(values: dict[str, Any], pricing: PricingConfig, models: Mod
     for stage in SHARED:
         if stage in stages:
             shared = shared + stage_dollars(stage, stages[stage], pricing, models)
-    share = shared.scaled(1 / len(own))
+    # split among the capabilities the run retained (a branch that failed before its first stage has no row, yet shares)
+    share = shared.scaled(1 / max(len(values.get("retained") or []), len(own)))
     out = []
     for name, counters in own.items():
         # synthesize, validate and train: their tokens are the LLM roles' (generator, reviewer)
@@ -148,7 +149,9 @@ class Spend:
     def line(self) -> str:
         gain = "no evaluation yet" if self.gain_points is None else f"{self.gain_points:+.1f} points over the base"
         per = ""
-        if self.gain_points is not None and self.dollars.value > 0:
+        if self.gain_points is not None and self.dollars.unpriced:
+            per = " (no points per $100: some of its tokens have no price)"
+        elif self.gain_points is not None and self.dollars.value > 0:
             per = f" = {100 * self.gain_points / self.dollars.value:+,.1f} points per $100"
         return f"{self.label}: {self.dollars.text()} and {self.rollouts:,} policy rollouts; {gain}{per}"
 

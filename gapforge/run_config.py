@@ -83,6 +83,11 @@ def _file_tree(path: str | None) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+# config keys removed since a run may have stored them, with the value they had when unset: a run that stored them so
+# loads; one that set them is refused in one line naming the replacement (config.REMOVED)
+AT_DEFAULT = {"routing": {"vllm_base_url": None, "vllm_model": None, "timeout_s": 30.0}}
+
+
 def stored_tree(record: dict[str, Any], invocation: GapforgeConfig) -> dict[str, Any] | None:
     """The run's stored config as a tree, with this invocation's `workspace` / `store` / `executor`; None when none is stored.
     A `rollouts collect` run's `--env` and `--policy` spec (stored beside the config) are applied to it."""
@@ -91,6 +96,9 @@ def stored_tree(record: dict[str, Any], invocation: GapforgeConfig) -> dict[str,
         return None
     mine = invocation.model_dump(mode="json")
     tree = {**stored, **{k: mine[k] for k in WHERE_KEYS}, "store": {**mine["store"], "url": invocation.store_url}}
+    for section, removed in AT_DEFAULT.items():  # keys since removed that the run stored unset: nothing to refuse
+        if isinstance(tree.get(section), dict):
+            tree[section] = {k: v for k, v in tree[section].items() if not (k in removed and v == removed[k])}
     if isinstance(record.get("env"), str):  # `rollouts collect --env`: the env the run collected
         tree["rollouts"] = {**(tree.get("rollouts") or {}), "env": record["env"]}
     spec = record.get("policy_spec")

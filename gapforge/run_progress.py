@@ -47,3 +47,14 @@ def keeping_progress(cfg: GapforgeConfig, run_id: str, log: Log | None) -> Log:
             log(where, text)
 
     return progress
+
+
+def note_error(cfg: GapforgeConfig, run_id: str, line: str) -> None:
+    """Keep `line` (what stopped the run) in the progress file, without printing it again (the caller prints it)."""
+    path = progress_path(cfg, run_id)
+    latest = read_progress(cfg, run_id) | {ERROR: line}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(latest, indent=1))
+    except OSError:
+        pass  # a courtesy, as the progress lines

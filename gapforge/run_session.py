@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gapforge.config import GapforgeConfig, check_run_config
 from gapforge.errors import GapforgeError, UsageError
 from gapforge.run_config import load_tree
-from gapforge.run_progress import ERROR, keeping_progress, progress_path
+from gapforge.run_progress import keeping_progress, note_error, progress_path
 
 if TYPE_CHECKING:
     from gapforge.store import Store
@@ -174,13 +174,13 @@ def drive_run(
         except (
             GapforgeError
         ) as e:  # infrastructure (an endpoint or the sandbox down past its retries, a full disk): stored work
-            progress(ERROR, error_line(e))
+            note_error(cfg, run_id, error_line(e))
             store.set_run_status(
                 run_id, "incomplete" if e.infrastructure else "failed"
             )  # kept, nothing blamed: incomplete
             raise
         except BaseException as e:
-            progress(ERROR, error_line(e))
+            note_error(cfg, run_id, error_line(e))
             store.set_run_status(run_id, "failed")
             raise
         store.set_run_status(run_id, "paused" if outcome.status == "paused" else "done")

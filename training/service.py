@@ -85,6 +85,7 @@ class TrainResult(BaseModel):
     user_tokens: tuple[int, int] = Field(
         (0, 0), description="prompt, completion tokens an LLM user simulator spent in this job's rollouts (pricing)"
     )
+    cpu_s: float = Field(0.0, description="CPU seconds of the job's process (user + system), this call's")
     cpu_threads: int | None = (
         None  # torch threads the process started with (transformers generation; a launcher may raise it: threads_file)
     )
@@ -189,7 +190,7 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         if progress is not None:
             progress({"event": "redo", "reason": problem})
     cfg = job.config
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     train_tasks, heldout_tasks = task_split(job.env, cfg.train_seed_list(), cfg.heldout_seed_list())
     # a GRPO step and a held-out evaluation each open all their envs at once (run_groups): keep that many sandboxes warm
     # (~10 MB each idle), or every step would start the rest cold and kill them after (~0.12 s each here). The pool
@@ -205,6 +206,8 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
         from gapforge.training.rollout import USER_TOKENS_SPENT
         from gapforge.training.selection import HeldoutSelector, evaluate_heldout
         from gapforge.training.template_check import prepare_tokenizer
+
+        spent = list(USER_TOKENS_SPENT)  # a process may train several jobs (bench scripts): this job's share
 
         threads = None
         if cfg.generation == "transformers":
@@ -281,7 +284,8 @@ def train_capability(job: TrainJob, progress: Callable[[dict[str, Any]], None] |
             for k, d in curve_adapters(out).items()
         ],
         wall_s=time.perf_counter() - t0,
-        user_tokens=tuple(USER_TOKENS_SPENT),
+        user_tokens=(USER_TOKENS_SPENT[0] - spent[0], USER_TOKENS_SPENT[1] - spent[1]),
+        cpu_s=round(time.process_time() - cpu0, 3),
         cpu_threads=threads,
     )
     if best_dir is not None:

@@ -83,6 +83,7 @@ async def evaluate(
         **_settings(cfg),
     )
     played = sum(reuse.played(p.metrics, families) for p in result.policies)
+    evaluated = list(result.policies)  # whose episodes' user-simulator tokens the stage's cost counts
     for c in sorted(comparisons, key=lambda c: c.extend_order):  # more evaluations: every task greedy, then the curve
         played += await c.extend(ev)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
@@ -90,6 +91,7 @@ async def evaluate(
         prepared_now = {n: p for n, p in prepared.items() if p is not None}
         unseen, unseen_families = await _unseen(sc, run_id, split, artifacts, backend, router, prepared_now)
         played += sum(reuse.played(p.metrics, unseen_families) for p in unseen.policies)
+        evaluated += unseen.policies
         summary |= {f"{UNSEEN}:{p.name}": _metrics(p.metrics) for p in unseen.policies}
     if cfg.training.report_to:  # the summary beside the adapters' training curves (evaluation.tracking)
         from gapforge.evaluation.tracking import log_evaluation
@@ -97,7 +99,29 @@ async def evaluate(
         where = sc.deps.workspace.tracking_dir(run_id, "evaluation")
         for problem in await asyncio.to_thread(log_evaluation, cfg.training.report_to, sc.store, run_id, where):
             sc.progress("evaluate", f"warning: {problem}")
-    return EvaluationDone(summary, Cost(policy_rollouts=played + ev.policy_rollouts, llm_calls=ev.llm_calls))
+    prompt, completion = await asyncio.to_thread(_user_tokens, sc.store, evaluated)
+    cost = Cost(
+        policy_rollouts=played + ev.policy_rollouts,
+        llm_calls=ev.llm_calls,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+    )
+    return EvaluationDone(summary, cost)
+
+
+def _user_tokens(store: Any, policies: list[Any]) -> tuple[int, int]:
+    """An LLM user simulator's tokens over the policies' evaluated episodes (Score.info `user_tokens`), less the base
+    episodes a routed policy copied (counted with the base's). All of them: the node records its cost once, when the
+    stage completes, so a stage resumed after a crash counts what it had played before too."""
+    from gapforge.envs.protocol import user_tokens
+
+    prompt = completion = 0
+    for p in policies:
+        copied = set(p.metrics.get("reused_base_tasks") or [])
+        rows = store.episodes(p.metrics["child_run"], env=p.metrics.get("env"))
+        more = user_tokens(r.score_info for r in rows if r.task_id not in copied)
+        prompt, completion = prompt + more[0], completion + more[1]
+    return prompt, completion
 
 
 def _settings(cfg: Any) -> dict[str, Any]:

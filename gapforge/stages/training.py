@@ -20,10 +20,16 @@ if TYPE_CHECKING:
 
 
 def job_cost(res: Any, rollouts_per_step: int) -> Cost:
-    """A finished job's counters: its training rollouts, and the tokens an LLM user simulator spent in its rollouts
-    (TrainResult.user_tokens: the target's user in GRPO on the target; a synthetic env's user is scripted)."""
+    """A finished job's counters: its training rollouts, its process's CPU seconds (measured there: a driver's
+    children's CPU would mix jobs of capability branches that run side by side), and the tokens an LLM user simulator
+    spent in its rollouts (TrainResult.user_tokens: the target's user in GRPO on the target)."""
     prompt, completion = res.user_tokens
-    return Cost(policy_rollouts=res.steps * rollouts_per_step, prompt_tokens=prompt, completion_tokens=completion)
+    return Cost(
+        policy_rollouts=res.steps * rollouts_per_step,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cpu_s=res.cpu_s,
+    )
 
 
 def _step_line(sc: RunStages):

@@ -103,3 +103,32 @@ def test_the_report_stage_prices_the_graph_states_counters_at_the_configs_prices
     assert "## Cost" in text and "| label | 0 | 1,000,000 | 0 | 100 | 0 | $2.00 |" in text  # $1 tokens + $1 CPU
     assert "the LLM roles answered from recordings" in text  # llm.kind=scripted, the default
     assert "## Cost" not in bare  # a run without graph state (a standalone `gapforge rollouts` run)
+
+
+def test_the_evaluate_stage_counts_an_llm_users_tokens_once_per_episode_played() -> None:
+    """The routed policy's copies of base episodes (reused_base_tasks) are the base's: counted there only."""
+    from types import SimpleNamespace
+
+    from gapforge.stages.evaluation import _user_tokens
+
+    def row(task: str, p: int, c: int) -> SimpleNamespace:
+        return SimpleNamespace(task_id=task, score_info={"user_tokens": [p, c]})
+
+    runs = {
+        "r.eval.base": [row("t1", 100, 10), row("t2", 200, 20)],
+        "r.eval.routed": [row("t1", 100, 10), row("t2", 7, 1)],
+    }
+    store = SimpleNamespace(episodes=lambda run, env=None: runs[run])
+    base = SimpleNamespace(metrics={"child_run": "r.eval.base", "env": "shop"})
+    routed = SimpleNamespace(metrics={"child_run": "r.eval.routed", "env": "shop", "reused_base_tasks": ["t1"]})
+    assert _user_tokens(store, [base, routed]) == (307, 31)
+
+
+def test_a_retained_capability_without_counters_still_takes_its_share_and_unpriced_tokens_give_no_ratio() -> None:
+    three = {**STATE, "retained": ["a", "b", "c"]}  # c's branch failed before its first stage: no row of its own
+    rows = {r.name: r for r in capability_costs(three, PRICES, MODELS)}
+    assert set(rows) == {"a", "b"} and rows["a"].shared.value == pytest.approx(8.8 / 3)
+    unpriced = Models(llm="analyst-model", user="someone-elses-model")  # the user simulator's model has no price
+    trace, grpo = spends(STATE, PRICES, unpriced)
+    assert grpo.dollars.unpriced == {"someone-elses-model"} and grpo.dollars.text().endswith("+?")
+    assert grpo.line().endswith("(no points per $100: some of its tokens have no price)")

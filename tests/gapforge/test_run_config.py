@@ -139,3 +139,28 @@ def test_a_stored_url_whose_password_was_masked_is_taken_from_the_invocation_or_
 def _stored(workspace: Path, record: dict) -> str:
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         return store.create_run("trace", record)
+
+
+def test_a_run_stored_with_the_removed_routing_keys_unset_loads_and_one_that_set_them_is_refused(
+    workspace: Path,
+) -> None:
+    """routing.vllm_base_url / vllm_model / timeout_s (gone: the label scorer reads policy.endpoint) in a run stored
+    before they went: at the values they had unset they carry nothing and are dropped; set, the run is refused in one
+    line naming what replaces them."""
+    from sqlalchemy import update
+
+    from gapforge.store.models import Run
+
+    unset, was_set = _graph_run(workspace), _graph_run(workspace)
+    with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
+        for run, base_url in ((unset, None), (was_set, "http://gpu-box:8000/v1")):
+            record = dict(store.get_run(run).config)
+            routing = {**record["config"]["routing"], "vllm_base_url": base_url, "vllm_model": None, "timeout_s": 30.0}
+            record["config"] = {**record["config"], "routing": routing}
+            with store._write() as session:
+                session.execute(update(Run).where(Run.id == run).values(config=record))
+    ok = CliRunner().invoke(app, ["adapters", unset, "--set", f"workspace={workspace}"], env=COLUMNS)
+    assert ok.exit_code == 0, ok.output
+    refused = CliRunner().invoke(app, ["adapters", was_set, "--set", f"workspace={workspace}"], env=COLUMNS)
+    assert refused.exit_code == 2 and "routing.vllm_base_url' was removed" in refused.output, refused.output
+    assert "policy.endpoint.base_url" in refused.output and len(refused.output.strip().splitlines()) == 1

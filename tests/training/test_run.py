@@ -76,6 +76,7 @@ def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_mode
 
     result = train_capability(job)
     assert result.status == "done" and result.steps == 4
+    assert 0 < result.cpu_s and result.user_tokens == (0, 0)  # this call's CPU (its process); a scripted user's tokens
     steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 4  # resumed: no step logged twice
     assert [e["step"] for e in result.curve] == [0, 2, 4]
