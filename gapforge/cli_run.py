@@ -19,13 +19,11 @@ from gapforge.executor_wiring import executor_overrides
 from gapforge.run_progress import read_progress
 from gapforge.run_session import RunOptions, create_run, get_run_record, inspect_graph, resume_plan
 from gapforge.run_view import (
-    capability_cost_table,
     capability_table,
-    cost_table,
+    cost_tables,
     evaluation_table,
     history_table,
     runs_table,
-    spend_lines,
 )
 
 if TYPE_CHECKING:
@@ -213,10 +211,10 @@ def state_cmd(run: str, config: ConfigOpt = None, set_: SetOpt = None) -> None:
     print_table(capability_table(values))
     if values.get("evaluation"):
         print_table(evaluation_table(values))
-    print_table(cost_table(values, cfg))
-    if (per_capability := capability_cost_table(values, cfg)) is not None:
-        print_table(per_capability)
-    for line in spend_lines(values, cfg) if values.get("cost") else []:
+    per_stage, per_capability, spend = cost_tables(values, cfg)
+    for table in (per_stage, per_capability) if per_capability is not None else (per_stage,):
+        print_table(table)
+    for line in spend:
         say(line)
     if values.get("report"):
         say(f"report: {values['report']}")

@@ -215,31 +215,43 @@ def stored_pricing(stored: dict[str, Any]) -> tuple[PricingConfig, Models]:
     return pricing, Models(llm_model, user or llm_model, llm.get("kind", "scripted") == "scripted")
 
 
+@dataclass
+class CostView:
+    """A run's dollars, assembled once for every place that shows them (`gapforge state`, the report, the viewer)."""
+
+    stages: list[tuple[str, dict[str, float], Dollars]]
+    capabilities: list[CapabilityCost]
+    lines: list[str]  # the spend lines, then what the prices rest on (none before a stage has finished)
+
+
+def cost_view(values: dict[str, Any], pricing: PricingConfig, models: Models) -> CostView:
+    stages = [(s, c, stage_dollars(s, c, pricing, models)) for s, c in (values.get("cost") or {}).items()]
+    lines = [*(s.line() for s in spends(values, pricing, models)), *notes(values, pricing, models)] if stages else []
+    return CostView(stages, capability_costs(values, pricing, models), lines)
+
+
 def cost_section(values: dict[str, Any], pricing: PricingConfig, models: Models) -> list[str]:
     """The report's cost section (markdown): each stage's and each capability's dollars, and the spend lines."""
-    stages = values.get("cost") or {}
-    if not stages:
+    view = cost_view(values, pricing, models)
+    if not view.stages:
         return []
     lines = [
         "## Cost",
         "",
         "| stage | LLM calls | tokens (prompt + completion) | policy rollouts | CPU s | wall s | $ |",
+        "|---|---|---|---|---|---|---|",
     ]
-    lines.append("|---|---|---|---|---|---|---|")
-    for stage, c in stages.items():
+    for stage, c, dollars in view.stages:
         tokens = int((c.get("prompt_tokens") or 0) + (c.get("completion_tokens") or 0))
         lines.append(
             f"| {stage} | {int(c.get('llm_calls') or 0)} | {tokens:,} | {int(c.get('policy_rollouts') or 0):,} | "
-            f"{float(c.get('cpu_s') or 0):.0f} | {float(c.get('wall_s') or 0):.0f} | "
-            f"{stage_dollars(stage, c, pricing, models).text()} |"
+            f"{float(c.get('cpu_s') or 0):.0f} | {float(c.get('wall_s') or 0):.0f} | {dollars.text()} |"
         )
-    if caps := capability_costs(values, pricing, models):
+    if view.capabilities:
         lines += [
             "",
             "| capability | own $ (synthesis, validation, training) | shared $ | total $ |",
             "|---|---|---|---|",
         ]
-        lines += [f"| {r.name} | {r.own.text()} | {r.shared.text()} | {r.total.text()} |" for r in caps]
-    lines += ["", *(f"- {s.line()}" for s in spends(values, pricing, models))]
-    lines += [f"- {n}" for n in notes(values, pricing, models)]
-    return [*lines, ""]
+        lines += [f"| {r.name} | {r.own.text()} | {r.shared.text()} | {r.total.text()} |" for r in view.capabilities]
+    return [*lines, "", *(f"- {line}" for line in view.lines), ""]

@@ -92,42 +92,29 @@ def _counters(counters: dict[str, Any], cols: tuple[str, ...] = COST_COLUMNS) ->
     return [_num(counters.get(c), 1) if counters.get(c) else "-" for c in cols]
 
 
-def cost_table(values: dict[str, Any], cfg: Any) -> Table:
-    """Each stage's counters and their dollars at `cfg.pricing` (gapforge.pricing)."""
-    from gapforge.pricing import Models, stage_dollars
+def cost_tables(values: dict[str, Any], cfg: Any) -> tuple[Table, Table | None, list[str]]:
+    """The run's dollars at `cfg.pricing` (gapforge.pricing): each stage's counters and dollars; each capability's own
+    stages (synthesize, validate, train) and its share of the shared ones (None for a run whose state has no
+    per-capability counters); the spend lines and what the prices rest on."""
+    from gapforge.pricing import Models, cost_view
 
-    models = Models.of(cfg)
-    table = _table("cost per stage", "|".join(("stage", *COST_COLUMNS, "$")).replace("_", " "))
-    for stage, counters in (values.get("cost") or {}).items():
-        table.add_row(stage, *_counters(counters), stage_dollars(stage, counters, cfg.pricing, models).text())
-    return table
-
-
-def capability_cost_table(values: dict[str, Any], cfg: Any) -> Table | None:
-    """Each capability's own stages (synthesize, validate, train) and its share of the shared ones, in dollars; None
-    for a run whose state has no per-capability counters."""
-    from gapforge.pricing import Models, capability_costs
-
-    rows = capability_costs(values, cfg.pricing, Models.of(cfg))
-    if not rows:
-        return None
+    view = cost_view(values, cfg.pricing, Models.of(cfg))
+    stages = _table("cost per stage", "|".join(("stage", *COST_COLUMNS, "$")).replace("_", " "))
+    for stage, counters, dollars in view.stages:
+        stages.add_row(stage, *_counters(counters), dollars.text())
+    if not view.capabilities:
+        return stages, None, view.lines
     cols = ("llm_calls", "prompt_tokens", "completion_tokens", "policy_rollouts", "cpu_s")
-    table = _table(
+    capabilities = _table(
         "cost per capability (its synthesis, validation and training; + an equal share of collection, analysis and "
         "router)",
         "|".join(("capability", *cols, "own $", "shared $", "total $")).replace("_", " "),
     )
-    for row in rows:
-        table.add_row(row.name, *_counters(row.counters, cols), row.own.text(), row.shared.text(), row.total.text())
-    return table
-
-
-def spend_lines(values: dict[str, Any], cfg: Any) -> list[str]:
-    """TRACE's and GRPO-on-target's dollars, rollouts, gains and points per $100, and what the prices are."""
-    from gapforge.pricing import Models, notes, spends
-
-    models = Models.of(cfg)
-    return [*(s.line() for s in spends(values, cfg.pricing, models)), *notes(values, cfg.pricing, models)]
+    for row in view.capabilities:
+        capabilities.add_row(
+            row.name, *_counters(row.counters, cols), row.own.text(), row.shared.text(), row.total.text()
+        )
+    return stages, capabilities, view.lines
 
 
 def stage_times(values: dict[str, Any], elapsed_s: float | None = None) -> str | None:

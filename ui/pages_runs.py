@@ -128,19 +128,11 @@ def evaluation_rows(store: StoreReader, run_id: str) -> tuple[list[Any], Any, li
     return evals, router_row, headline(metrics) if "base" in metrics else []
 
 
-def _cost(values: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+def _cost(values: dict[str, Any], stored: dict[str, Any]) -> Any:
     """The run's cost per stage and per capability in dollars, at the prices of its stored config (gapforge.pricing)."""
-    from gapforge.pricing import capability_costs, notes, spends, stage_dollars, stored_pricing
+    from gapforge.pricing import cost_view, stored_pricing
 
-    pricing, models = stored_pricing(stored)
-    stages = [(s, c, stage_dollars(s, c, pricing, models).text()) for s, c in (values.get("cost") or {}).items()]
-    return {
-        "stages": stages,
-        "capabilities": capability_costs(values, pricing, models),
-        "lines": [*(s.line() for s in spends(values, pricing, models)), *notes(values, pricing, models)]
-        if stages
-        else [],
-    }
+    return cost_view(values, *stored_pricing(stored))
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
