@@ -113,14 +113,15 @@ def _text(m: dict[str, Any]) -> str:
 
 def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, str]) -> list[Row]:
     """Each stage's calls, tokens and policy rollouts for `cfg` (see the module doc for what is assumed)."""
-    from gapforge.agents.analysis.compact import EPISODE_BUDGET_TOKENS
+    from gapforge.agents.analysis.compact import EPISODE_BUDGET_TOKENS, ByteEstimate
     from gapforge.agents.analysis.split import split_tasks
     from gapforge.agents.synthesis.config import EPISODE_CHARS, EPISODES_IN_PROMPT
-    from gapforge.agents.synthesis.generator import CHARS_PER_TOKEN, EXAMPLE
+    from gapforge.agents.synthesis.generator import EXAMPLE
     from gapforge.evaluation.run import EvalPlan
+    from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED
     from gapforge.training.budget import training_rollout_budget
 
-    a, syn, ready, tr = cfg.analysis, cfg.synthesis, cfg.grpo_readiness, cfg.training
+    a, syn, ready = cfg.analysis, cfg.synthesis, cfg.grpo_readiness
     caps = a.max_retained or ASSUMED_CAPABILITIES
     named = (a.min_capabilities + a.max_capabilities) // 2
     split = split_tasks({t: families.get(t, "") for t in tasks}, a.split_fraction, a.seed, cfg.rollouts.env)
@@ -134,10 +135,8 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
 
     shown = min(a.discovery_budget_tokens, analysed * per_episode)
     attempts = (1 + syn.max_attempts) / 2
-    generator_prompt = (
-        PROMPT_OVERHEAD_TOKENS + (EPISODES_IN_PROMPT * EPISODE_CHARS + 2 * len(EXAMPLE.read_text())) // CHARS_PER_TOKEN
-    )
-    module = len(EXAMPLE.read_text()) // CHARS_PER_TOKEN
+    module = ByteEstimate().count(EXAMPLE.read_text())  # the example module: what a generated one is near
+    generator_prompt = PROMPT_OVERHEAD_TOKENS + EPISODES_IN_PROMPT * EPISODE_CHARS // 4 + 2 * module
     readiness = int(min(syn.rollout_budget, attempts * ready.groups * ready.samples))
     heldout = sorted(split.heldout)
     ecfg = cfg.evaluation
@@ -150,7 +149,7 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
         family_trials_policies=ecfg.family_trials_policies,
         min_family_episodes=ecfg.min_family_episodes,
     )
-    policies = ["base", "trace_routed", *(f"adapter:{i}" for i in range(caps)), "capability_hints"]
+    policies = [BASE, ROUTED, *(f"adapter:{i}" for i in range(caps)), "capability_hints"]
     policies += list(ecfg.comparisons)
     evaluated = sum(sum(plan.task_trials(p, families).values()) for p in policies)
     rows = [
@@ -178,9 +177,9 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
             caps * readiness,
             "the LLM review of each attempt; GRPO readiness rollouts",
         ),
-        Row("train", policy_rollouts=caps * tr.max_steps * tr.rollouts_per_step, note="GRPO steps x rollouts per step"),
+        Row("train", policy_rollouts=training_rollout_budget(cfg, caps), note="GRPO steps x rollouts per step"),
     ]
-    if "baseline_grpo_target" in cfg.evaluation.comparisons:
+    if GRPO_TARGET in ecfg.comparisons:
         rows.append(playing("train_baseline", training_rollout_budget(cfg, caps), "the adapters' training budget"))
     rows.append(playing("evaluate", evaluated, f"{len(heldout)} held-out tasks, {len(policies)} policies"))
     return rows

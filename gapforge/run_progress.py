@@ -36,13 +36,7 @@ def keeping_progress(cfg: GapforgeConfig, run_id: str, log: Log | None) -> Log:
     def progress(where: str, text: str) -> None:
         with lock:
             latest[where] = text
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(latest, indent=1))
-                tmp.replace(path)
-            except OSError:
-                pass  # progress is a courtesy: never stop a run for it
+            _write(path, latest)
         if log is not None:
             log(where, text)
 
@@ -51,10 +45,15 @@ def keeping_progress(cfg: GapforgeConfig, run_id: str, log: Log | None) -> Log:
 
 def note_error(cfg: GapforgeConfig, run_id: str, line: str) -> None:
     """Keep `line` (what stopped the run) in the progress file, without printing it again (the caller prints it)."""
-    path = progress_path(cfg, run_id)
-    latest = read_progress(cfg, run_id) | {ERROR: line}
+    _write(progress_path(cfg, run_id), read_progress(cfg, run_id) | {ERROR: line})
+
+
+def _write(path: Path, latest: dict[str, str]) -> None:
+    """Replace the progress file whole (a reader never sees half of it)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(latest, indent=1))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(latest, indent=1))
+        tmp.replace(path)
     except OSError:
-        pass  # a courtesy, as the progress lines
+        pass  # progress is a courtesy: never stop a run for it

@@ -14,6 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel, ConfigDict, Field
 
+from gapforge.agents.analysis.compact import ByteEstimate
 from gapforge.agents.analysis.usage import UsageCounter
 from gapforge.agents.llm import structured_call
 from gapforge.agents.synthesis.context import GeneratorContext
@@ -73,9 +74,6 @@ def render_generator_prompt(
     )
 
 
-CHARS_PER_TOKEN = 4  # the estimate of a call's tokens when its endpoint reports none (recorded answers)
-
-
 def generate_env(
     model: BaseChatModel,
     ctx: GeneratorContext,
@@ -85,7 +83,7 @@ def generate_env(
     usage: UsageCounter | None = None,
 ) -> GeneratedEnv:
     """Ask the generator for a module (structured output, re-asked once if malformed). `usage` counts its calls and
-    tokens: the endpoint's reported usage, else an estimate of CHARS_PER_TOKEN characters a token."""
+    tokens: the endpoint's reported usage, else the analyst's estimate (UTF-8 bytes / 4: compact.ByteEstimate)."""
     text = render_generator_prompt(ctx, attempt, max_attempts, feedback)
     answer = counted_call(model, text, GeneratedEnv, generator_prompt().name, usage)
     assert isinstance(answer, GeneratedEnv)
@@ -95,13 +93,14 @@ def generate_env(
 def counted_call(
     model: BaseChatModel, text: str, schema: type[BaseModel], prompt_name: str, usage: UsageCounter | None
 ) -> BaseModel:
-    """structured_call with its calls and tokens added to `usage`: the endpoint's reported usage, else an estimate of
-    CHARS_PER_TOKEN characters a token (recorded answers report none)."""
+    """structured_call with its calls and tokens added to `usage`: the endpoint's reported usage, else the analyst's
+    estimate, UTF-8 bytes / 4 (compact.ByteEstimate: recorded answers report none)."""
     usage = usage if usage is not None else UsageCounter()
     before = usage.prompt_tokens
     config: Any = {"callbacks": [usage]}
     answer = structured_call(model, [HumanMessage(content=text)], schema, prompt_name=prompt_name, config=config)
     if usage.prompt_tokens == before:
-        usage.prompt_tokens += len(text) // CHARS_PER_TOKEN
-        usage.completion_tokens += len(answer.model_dump_json()) // CHARS_PER_TOKEN
+        estimate = ByteEstimate()
+        usage.prompt_tokens += estimate.count(text)
+        usage.completion_tokens += estimate.count(answer.model_dump_json())
     return answer
