@@ -122,7 +122,7 @@ class _PaperProtocol(Comparison):
             on_policy_done=lambda name: ev.progress(f"all tasks, greedy: {name}: played and scored"),
             scope="all_tasks",
         )
-        return sum(played(p.metrics, families) for p in result.policies)
+        return sum(played(p.metrics) for p in result.policies)
 
     def report(
         self, store: Store, run_id: str, out_dir: Path, labels: Mapping[str, str]

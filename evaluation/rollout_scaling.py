@@ -224,7 +224,7 @@ def scaling_section(store: Store, run_id: str, out_dir: Path) -> tuple[list[str]
 
 
 class _AlwaysBase:
-    """A 'policy' for evaluation.reuse.copy_base_episodes that plays every task with the base: copy them all."""
+    """A 'policy' for evaluation.reuse.copy_episodes that plays every task with the base: copy them all."""
 
     adapters: dict[str, Any] = {}
     base = None
@@ -235,7 +235,7 @@ class _AlwaysBase:
 
 async def evaluate_scaling(ev: Evaluation) -> int:
     """Evaluate every curve point k > 0 of the run (runs `<run>.scale-k`); returns the episodes played."""
-    from gapforge.evaluation.reuse import copy_base_episodes
+    from gapforge.evaluation.reuse import copy_episodes
     from gapforge.evaluation.run import EvalPlan, child_run_id
 
     cfg, ecfg, store, run_id, artifacts = ev.cfg, ev.cfg.evaluation, ev.store, ev.run_id, ev.artifacts
@@ -268,8 +268,8 @@ async def evaluate_scaling(ev: Evaluation) -> int:
         copied = {"parent": run_k, "policy": "base", "copied_from": base_run}
         await asyncio.to_thread(store.create_run, "evaluation", copied, base_child, exist_ok=True)
         counts = plan.task_trials("base", ev.families)
-        await copy_base_episodes(
-            store, policy=_AlwaysBase(), env=ev.env, base_child=base_run, child=base_child, counts=counts
+        await copy_episodes(
+            store, policy=_AlwaysBase(), env=ev.env, sources={None: base_run}, child=base_child, counts=counts
         )
         art_k = replace(artifacts, adapter_paths={n: Path(point[n]["path"]) for n in names}, damaged={})
         grpo_path = Path(point[GRPO_TARGET]["path"]) if GRPO_TARGET in point else None

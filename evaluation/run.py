@@ -11,8 +11,8 @@ across policies (common random numbers), so episode (task, i) of a policy is pai
 
 `plan.family_trials` gives the tasks of some families more trials, for the policies in `plan.family_trials_policies`
 only, and so does `plan.min_family_episodes` (every family at least that many episodes: ceil(n / its tasks) trials per
-task); a routed policy copies the base's episodes of the tasks it routes to the base (evaluation.reuse) instead of
-playing them.
+task); a routed policy copies the episodes of the tasks it routes to the base, or to an adapter evaluated alone, from
+that policy's child run (evaluation.reuse) instead of playing them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gapforge.agents.router import first_user_message
 from gapforge.envs.protocol import Message, PolicyModel, TargetEnvironment
 from gapforge.evaluation import stats
 from gapforge.evaluation.config import MAX_FAMILY_TRIALS
-from gapforge.evaluation.reuse import copy_base_episodes, reuses_base
+from gapforge.evaluation.reuse import copy_episodes, reuses_base, sources
 from gapforge.evaluation.summary import BASE, ROUTED
 from gapforge.faults import InputFault
 
@@ -148,8 +148,8 @@ async def evaluate(
 
     `policies` must include "base" (the reference for paired differences). A policy with a `decisions` attribute
     (agents.router.RoutedPolicy) also gets its routing per task stored, and over the same base object it reuses the
-    base's episodes of the tasks it routes to the base: it plays after the base; with `together`, every other policy
-    at the same time as the base (each with `plan.concurrency` episodes in flight), else one after the other (Ray:
+    episodes of the tasks it routes to the base or to an adapter evaluated here alone: it plays after them; with
+    `together`, every other policy at the same time as the base (each with `plan.concurrency` episodes in flight), else one after the other (Ray:
     each policy's player starts its own actors, each with the backend). `players(name, policy)` (executor/) may play a
     policy's episodes elsewhere; this call still writes them.
     """
@@ -164,7 +164,7 @@ async def evaluate(
             )
     episodes: dict[str, dict[str, dict[int, tuple[float, bool]]]] = {}
     routing: dict[str, dict[str, Any]] = {}
-    reused: dict[str, list[str]] = {}
+    reused: dict[str, list[Any]] = {}
     order = [BASE, *(n for n in policies if n != BASE)]
     reusing = {n for n in order[1:] if reuses_base(policies[n], policies[BASE])}
     children = {n: child_run_id(plan.run_id, n, plan.scope) for n in order}
@@ -182,8 +182,13 @@ async def evaluate(
         }
         store.create_run("evaluation", config, run_id=child, exist_ok=True)
         if name in reusing:
-            await copy_base_episodes(
-                store, policy=policy, env=plan.env, base_child=children[BASE], child=child, counts=counts[name]
+            await copy_episodes(
+                store,
+                policy=policy,
+                env=plan.env,
+                sources=sources(policy, children, policies),
+                child=child,
+                counts=counts[name],
             )
         async with players(name, policy) if players is not None else nullcontext() as player:  # executor/: Ray, or None
             await _play(
@@ -192,9 +197,9 @@ async def evaluate(
         if on_policy_done is not None:
             on_policy_done(name)
 
-    # The base and every policy that does not reuse its episodes play at once, so no policy's last few episodes
-    # leave the workers idle (each episode seeds from its (task, sample): the same episodes in any order); a policy
-    # that reuses the base's episodes (routed) plays after the base. A policy that fails lets the others finish
+    # The base and every policy that does not reuse episodes play at once, so no policy's last few episodes leave the
+    # workers idle (each episode seeds from its (task, sample): the same episodes in any order); a policy that reuses
+    # theirs (routed) plays after them. A policy that fails lets the others finish
     # (their episodes are stored for the re-run), then the first failure in policy order is raised.
     leading, after_base = [n for n in order if n not in reusing], [n for n in order if n in reusing]
     waves = [leading, after_base] if together else [[n] for n in leading + after_base]
@@ -212,10 +217,8 @@ async def evaluate(
         episodes[name] = {}
         for r in rows:
             episodes[name].setdefault(r.task_id, {})[r.sample] = (r.reward, r.success)
-        if name in reusing:
-            reused[name] = sorted(
-                {r.task_id for r in rows if r.policy == policies[BASE].name and r.policy != policy.name}
-            )
+        if name in reusing:  # a copy keeps its source's policy name
+            reused[name] = [r for r in rows if r.policy != policy.name]
         decisions = getattr(policy, "decisions", None)
         if decisions is not None:
             first = {r.task_id: first_user_message(r.messages) for r in rows}
@@ -242,7 +245,8 @@ async def evaluate(
             else stats.paired_by_family(episodes[name], base, families, **boot),
         }
         if name in reused:
-            metrics["reused_base_tasks"] = reused[name]
+            metrics["reused_base_tasks"] = sorted({r.task_id for r in reused[name] if r.policy == policies[BASE].name})
+            metrics["reused_episodes"] = len(reused[name])
         if name in routing:
             metrics["routing"] = routing[name]
         prompt_id = getattr(policy, "prompt_id", None)

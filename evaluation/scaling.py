@@ -2,7 +2,7 @@
 
 Routed TRACE over a subset S of the trained adapters is not played again. The routed policy decides once per
 conversation from the task's first user message (agents.router.RoutedPolicy), and when the adapter it chose is not
-loaded it answers with its base (evaluation.reuse.plays_base). So "the same router with only S's adapters" plays,
+loaded it answers with its base (evaluation.reuse.answered_by). So "the same router with only S's adapters" plays,
 under common random numbers (each episode seeds from its (task, sample)), the full routed policy's stored episode
 (task, i) on every task routed to an adapter of S, and the base's stored episode (task, i) on every other task.
 `subset_episodes` builds exactly that; every subset is then paired with the base per family

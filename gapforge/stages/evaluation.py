@@ -82,15 +82,15 @@ async def evaluate(
         on_policy_done=lambda name: sc.progress("evaluate", f"{name}: played and scored"),
         **_settings(cfg),
     )
-    played = sum(reuse.played(p.metrics, families) for p in result.policies)
+    played = sum(reuse.played(p.metrics) for p in result.policies)
     evaluated = list(result.policies)  # whose episodes' user-simulator tokens the stage's cost counts
     for c in sorted(comparisons, key=lambda c: c.extend_order):  # more evaluations: every task greedy, then the curve
         played += await c.extend(ev)
     summary = {p.name: _metrics(p.metrics) for p in result.policies}
     if ecfg.unseen_env and not ev.given:  # the second held-out split: records the analysis never saw
         prepared_now = {n: p for n, p in prepared.items() if p is not None}
-        unseen, unseen_families = await _unseen(sc, run_id, split, artifacts, backend, router, prepared_now)
-        played += sum(reuse.played(p.metrics, unseen_families) for p in unseen.policies)
+        unseen = await _unseen(sc, run_id, split, artifacts, backend, router, prepared_now)
+        played += sum(reuse.played(p.metrics) for p in unseen.policies)
         evaluated += unseen.policies
         summary |= {f"{UNSEEN}:{p.name}": _metrics(p.metrics) for p in unseen.policies}
     if cfg.training.report_to:  # the summary beside the adapters' training curves (evaluation.tracking)
@@ -110,16 +110,16 @@ async def evaluate(
 
 
 def _user_tokens(store: Any, policies: list[Any]) -> tuple[int, int]:
-    """An LLM user simulator's tokens over the policies' evaluated episodes (Score.info `user_tokens`), less the base
-    episodes a routed policy copied (counted with the base's). All of them: the node records its cost once, when the
-    stage completes, so a stage resumed after a crash counts what it had played before too."""
+    """An LLM user simulator's tokens over the policies' evaluated episodes (Score.info `user_tokens`), less the
+    episodes a routed policy copied (a copy keeps its source's policy name: counted with the source's). All of them:
+    the node records its cost once, when the stage completes, so a stage resumed after a crash counts what it had
+    played before too."""
     from gapforge.envs.protocol import user_tokens
 
     prompt = completion = 0
     for p in policies:
-        copied = set(p.metrics.get("reused_base_tasks") or [])
         rows = store.episodes(p.metrics["child_run"], env=p.metrics.get("env"))
-        more = user_tokens(r.score_info for r in rows if r.task_id not in copied)
+        more = user_tokens(r.score_info for r in rows if r.policy == p.policy)
         prompt, completion = prompt + more[0], completion + more[1]
     return prompt, completion
 
@@ -139,9 +139,9 @@ def _settings(cfg: Any) -> dict[str, Any]:
 
 async def _unseen(
     sc: RunStages, run_id: str, split: Any, artifacts: Any, backend: Any, router: Any, prepared: dict[str, Any]
-) -> tuple[Any, dict[str, str]]:
+) -> Any:
     """Every policy of the held-out evaluation on every task of `evaluation.unseen_env`, with its settings (trials,
-    family trials, focus family), stored as `unseen:<policy>`; returns evaluate_run's result and the tasks' families."""
+    family trials, focus family), stored as `unseen:<policy>`; returns evaluate_run's result."""
     cfg, ecfg = sc.cfg, sc.cfg.evaluation
     env_name = ecfg.unseen_env or ""
     probe, make_env = make_target_env_factory(cfg, env_name)
@@ -174,7 +174,7 @@ async def _unseen(
         scope=UNSEEN,
         **_settings(cfg),
     )
-    return result, families
+    return result
 
 
 async def _play(

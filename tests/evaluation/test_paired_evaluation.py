@@ -13,7 +13,7 @@ import pytest
 from router_helpers import random_adapter
 
 from gapforge.agents.rollouts import CollectPlan, collect
-from gapforge.agents.router import LabelScorer, RoutedPolicy, Router, RoutingConfig, make_options
+from gapforge.agents.router import LabelScorer, RoutedPolicy, Router, RoutingConfig, first_user_message, make_options
 from gapforge.envs.protocol import Message
 from gapforge.envs.registry import make_env
 from gapforge.envs.sampling import episode_key
@@ -265,7 +265,13 @@ def test_config_and_plan_reject_bad_trial_counts() -> None:
 
 
 @pytest.mark.slow
-def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("adapters_alone", [False, True], ids=["base-only", "adapters-alone-too"])
+def test_reused_episodes_equal_playing_the_routed_policy(
+    tiny_model_dir: Path, tmp_path: Path, adapters_alone: bool
+) -> None:
+    """Copied episodes are what playing the routed policy gives: the base's where it routes to the base, and (when
+    each adapter is evaluated alone too) the adapter's where it routes to that adapter."""
+    from gapforge.evaluation.reuse import played as played_count
     from gapforge.serving.multi_adapter import MultiAdapterModel
 
     adapters = {
@@ -279,6 +285,8 @@ def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, t
         base = backend.policy(None, temperature=1.0, name="base")
         per_adapter = {a: backend.policy(a, temperature=1.0, name=f"adapter:{a}") for a in adapters}
         policies = {"base": base, "trace_routed": RoutedPolicy(keyword_router(), base, per_adapter)}
+        if adapters_alone:
+            policies |= {f"adapter:{a}": p for a, p in per_adapter.items()}
         tasks = [ADAPTER_TASK, NONE_TASK, ABSTAIN_TASK]
         plan = EvalPlan(run_id, "shop", tasks, trials=2, max_turns=2, n_boot=100, concurrency=1)
         result = asyncio.run(
@@ -312,7 +320,12 @@ def test_reused_episodes_equal_playing_the_routed_policy(tiny_model_dir: Path, t
             reused[(NONE_TASK, 0)].messages != reused[(NONE_TASK, 1)].messages
         )  # sampled: equal only through the shared seeds
         assert {reused[k].policy for k in reused if k[0] != ADAPTER_TASK} == {"base"}
-        assert {reused[k].policy for k in reused if k[0] == ADAPTER_TASK} == {"trace_routed"}
+        chosen = fresh.decisions[first_user_message(reused[(ADAPTER_TASK, 0)].messages)].adapter
+        copied_from = {reused[k].policy for k in reused if k[0] == ADAPTER_TASK}
+        assert copied_from == ({f"adapter:{chosen}"} if adapters_alone else {"trace_routed"})
+        routed_metrics = result.get("trace_routed").metrics
+        assert routed_metrics["reused_episodes"] == (6 if adapters_alone else 4)
+        assert played_count(routed_metrics) == (0 if adapters_alone else 2)
         refusal = result.get("trace_routed").metrics["vs_base_by_family"]["policy_refusal"]
         tied = 1 - 0.025 ** (1 / refusal["episodes"])  # every pair ties (the base's own episodes): bounded, not [0, 0]
         assert refusal["pass_rate"] == pytest.approx({"value": 0.0, "low": -tied, "high": tied})

@@ -106,22 +106,25 @@ def test_the_report_stage_prices_the_graph_states_counters_at_the_configs_prices
 
 
 def test_the_evaluate_stage_counts_an_llm_users_tokens_once_per_episode_played() -> None:
-    """The routed policy's copies of base episodes (reused_base_tasks) are the base's: counted there only."""
+    """The routed policy's copies of the base's and an adapter's episodes (a copy keeps its source's policy name) are
+    counted with their source only."""
     from types import SimpleNamespace
 
     from gapforge.stages.evaluation import _user_tokens
 
-    def row(task: str, p: int, c: int) -> SimpleNamespace:
-        return SimpleNamespace(task_id=task, score_info={"user_tokens": [p, c]})
+    def row(task: str, policy: str, p: int, c: int) -> SimpleNamespace:
+        return SimpleNamespace(task_id=task, policy=policy, score_info={"user_tokens": [p, c]})
 
     runs = {
-        "r.eval.base": [row("t1", 100, 10), row("t2", 200, 20)],
-        "r.eval.routed": [row("t1", 100, 10), row("t2", 7, 1)],
+        "r.eval.base": [row("t1", "base", 100, 10), row("t2", "base", 200, 20)],
+        "r.eval.adapter": [row("t2", "adapter:a", 30, 3)],
+        "r.eval.routed": [row("t1", "base", 100, 10), row("t2", "adapter:a", 30, 3), row("t3", "trace_routed", 7, 1)],
     }
     store = SimpleNamespace(episodes=lambda run, env=None: runs[run])
-    base = SimpleNamespace(metrics={"child_run": "r.eval.base", "env": "shop"})
-    routed = SimpleNamespace(metrics={"child_run": "r.eval.routed", "env": "shop", "reused_base_tasks": ["t1"]})
-    assert _user_tokens(store, [base, routed]) == (307, 31)
+    base = SimpleNamespace(policy="base", metrics={"child_run": "r.eval.base", "env": "shop"})
+    alone = SimpleNamespace(policy="adapter:a", metrics={"child_run": "r.eval.adapter", "env": "shop"})
+    routed = SimpleNamespace(policy="trace_routed", metrics={"child_run": "r.eval.routed", "env": "shop"})
+    assert _user_tokens(store, [base, alone, routed]) == (337, 34)
 
 
 def test_a_retained_capability_without_counters_still_takes_its_share_and_unpriced_tokens_give_no_ratio() -> None:
