@@ -22,6 +22,7 @@ import statistics
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -85,9 +86,10 @@ class CollectPlan:
     episode_timeout_s: float | None = DEFAULT_EPISODE_TIMEOUT_S  # None: no limit
     max_env_failure_share: float = 1.0  # 1.0: env failures never stop the collection
     replay_env_errors: bool = False  # first delete the stored `env_error` episodes and play them again
+    task_samples: Mapping[str, int] = field(default_factory=dict)  # task -> its own sample count instead of `samples`
 
     def keys(self) -> list[tuple[str, int]]:
-        return [(t, s) for t in self.tasks for s in range(self.samples)]
+        return [(t, s) for t in self.tasks for s in range(self.task_samples.get(t, self.samples))]
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,9 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
     caps = a.max_retained or ASSUMED_CAPABILITIES
     named = (a.min_capabilities + a.max_capabilities) // 2
     split = split_tasks({t: families.get(t, "") for t in tasks}, a.split_fraction, a.seed, cfg.rollouts.env)
-    collected = len(tasks) * cfg.rollouts.samples
     analysed = len(split.analysis) * cfg.rollouts.samples
+    once = 1 if cfg.rollouts.user == "scripted" else cfg.rollouts.samples  # a held-out task: its opening (collect_plan)
+    collected = analysed + len(split.heldout) * once
     per_episode = min(probe.text_tokens, EPISODE_BUDGET_TOKENS)
     user = (probe.user_prompt, probe.user_completion)
 
@@ -153,7 +154,11 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
     policies += list(ecfg.comparisons)
     evaluated = sum(sum(plan.task_trials(p, families).values()) for p in policies)
     rows = [
-        playing("collect_rollouts", collected, f"{len(tasks)} tasks x {cfg.rollouts.samples} samples"),
+        playing(
+            "collect_rollouts",
+            collected,
+            f"{len(split.analysis)} analysis tasks x {cfg.rollouts.samples} samples, {len(split.heldout)} held-out x {once}",
+        ),
         Row("discover", 1, PROMPT_OVERHEAD_TOKENS + int(shown), DISCOVERY_TOKENS_PER_CAPABILITY * named),
         Row(
             "label",

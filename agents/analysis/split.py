@@ -73,10 +73,17 @@ def run_episodes(store: Store, run_id: str) -> list[Any]:
 
 
 def ensure_split(
-    store: Store, run_id: str, *, fraction: float, seed: int, episodes: list[Any] | None = None
+    store: Store,
+    run_id: str,
+    *,
+    fraction: float,
+    seed: int,
+    episodes: list[Any] | None = None,
+    target: tuple[str, Mapping[str, str]] | None = None,
 ) -> TaskSplit:
-    """The run's stored split, or a new one stored now. A stored split made with other settings is an error
-    (changing it on a resumed run would let held-out tasks into the analysis)."""
+    """The run's stored split, or a new one stored now: over `target` (env, {task: family}) when given (the collection
+    splits before it plays), else over the tasks of the run's episodes. A stored split made with other settings is an
+    error (changing it on a resumed run would let held-out tasks into the analysis)."""
     stored = store.get_split(run_id)
     if stored is not None:
         if abs(stored.fraction - fraction) > 1e-12 or stored.seed != seed:
@@ -86,6 +93,9 @@ def ensure_split(
             )
         analysis, heldout = tuple(stored.analysis_tasks), tuple(stored.heldout_tasks)
         return TaskSplit(stored.env, stored.seed, stored.fraction, analysis, heldout, dict(stored.families))
+    if target is not None:
+        split = split_tasks(target[1], fraction, seed, env=target[0])
+        return _store_split(store, run_id, split)
     eps = episodes if episodes is not None else run_episodes(store, run_id)
     envs = sorted({e.env for e in eps})
     if not envs:
@@ -94,9 +104,12 @@ def ensure_split(
         )
     if len(envs) > 1:
         raise AnalysisError(f"run {run_id!r} mixes envs {', '.join(envs)}: analyse one target env per run")
-    split = split_tasks(_families_of(envs[0], eps), fraction, seed, env=envs[0])
+    return _store_split(store, run_id, split_tasks(_families_of(envs[0], eps), fraction, seed, env=envs[0]))
+
+
+def _store_split(store: Store, run_id: str, split: TaskSplit) -> TaskSplit:
     tasks = {"analysis_tasks": split.analysis, "heldout_tasks": split.heldout, "families": split.families}
-    store.put_split(run_id, env=split.env, seed=seed, fraction=fraction, **tasks)
+    store.put_split(run_id, env=split.env, seed=split.seed, fraction=split.fraction, **tasks)
     return split
 
 

@@ -1,6 +1,7 @@
-"""`collect_rollouts`: the base policy on the target's tasks (agents.rollouts.collect), every episode stored by this
-process; with executor.kind ray the episodes are played on Ray actors (`gapforge.executor_wiring.episode_player`).
-Infrastructure failures stop the stage (IncompleteStage, exit 3), as does an env whose code failed more than
+"""`collect_rollouts`: the run's task split (agents.analysis.split), then the base policy on the target's tasks
+(agents.rollouts.collect; held-out tasks once: `collect_plan`), every episode stored by this process; with
+executor.kind ray the episodes are played on Ray actors (`gapforge.executor_wiring.episode_player`). Infrastructure
+failures stop the stage (IncompleteStage, exit 3), as does an env whose code failed more than
 `rollouts.max_env_failure_share` of the episodes (EnvFailureShare); episodes past `rollouts.episode_timeout_s` in
 the env's code are left out with a warning and the stage goes on (a run that hangs on one task still finishes).
 
@@ -12,7 +13,7 @@ task set changed since (a changed source file of a user's class only warns) unle
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.config import episode_limit_s
@@ -41,9 +42,14 @@ async def collect_rollouts(sc: RunStages, run_id: str) -> RolloutsDone:
         env_turns = env_turn_limit(probe)
     finally:
         probe.close()
+    from gapforge.agents.analysis.split import ensure_split
     from gapforge.agents.rollouts import CollectResult
 
-    plan = collect_plan(cfg, run_id, env_name, tasks, env_turns=env_turns)
+    a = cfg.analysis
+    split = await asyncio.to_thread(
+        ensure_split, sc.store, run_id, fraction=a.split_fraction, seed=a.seed, target=(env_name, families)
+    )
+    plan = collect_plan(cfg, run_id, env_name, tasks, env_turns=env_turns, heldout=split.heldout)
     result = CollectResult(planned=0, skipped=0, ran=0)  # filled as episodes are stored (its counts survive a stop)
 
     def played(done: int, total: int) -> None:  # about 10 lines over the stage, and its last one
@@ -62,17 +68,12 @@ async def collect_rollouts(sc: RunStages, run_id: str) -> RolloutsDone:
         on_episode=lambda _ep: played(result.finished, result.planned),
         heartbeat=lambda line: sc.progress("collect_rollouts", line),
     )
-    if warning := timeouts_warning(
-        plan, result
-    ):  # the env's code did not answer in time: left out (not stored), the stage goes on
-        sc.progress("collect_rollouts", f"warning: {warning}")
-    if warning := env_errors_warning(
-        result, f"gapforge run --resume {run_id}"
-    ):  # below the failure share: stored, the stage goes on
-        sc.progress("collect_rollouts", f"warning: {warning}")
-    if stop := infra_stop(
-        result, where="collect_rollouts: "
-    ):  # analysis over a partial sample would be biased (agents/infra.py)
+    # the env's code did not answer in time: left out (not stored); env errors below the failure share: stored. The
+    # stage goes on after both, and stops on infrastructure failures: analysis over a partial sample would be biased
+    for warning in (timeouts_warning(plan, result), env_errors_warning(result, f"gapforge run --resume {run_id}")):
+        if warning:
+            sc.progress("collect_rollouts", f"warning: {warning}")
+    if stop := infra_stop(result, where="collect_rollouts: "):  # agents/infra.py
         raise stop
     episodes = await asyncio.to_thread(sc.store.episodes, run_id, env_name)
     new = set(result.episode_ids)  # the user simulator's tokens of the episodes this call played (an LLM user)
@@ -94,16 +95,24 @@ def collect_plan(
     temperature: float | None = None,
     pol_cfg: Any = None,
     env_turns: int | None = None,
+    heldout: Sequence[str] = (),
 ) -> Any:
     """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share; a
-    resume plays the env's stored `env_error` episodes again (before the run's analysis starts)."""
+    resume plays the env's stored `env_error` episodes again (before the run's analysis starts).
+
+    `heldout`: the run's held-out tasks, played once each for the opening the contamination check guards (the analysis
+    never reads them; agents.analysis.split.split_openings), or `samples` times with an LLM user, whose openings vary."""
     from gapforge.agents.rollouts import CollectPlan
+
+    n = cfg.rollouts.samples if samples is None else samples
+    once = 1 if cfg.rollouts.user == "scripted" else n
 
     return CollectPlan(
         run_id=run_id,
         env=env_name,
         tasks=tasks,
-        samples=cfg.rollouts.samples if samples is None else samples,
+        samples=n,
+        task_samples={t: once for t in heldout if t in tasks},
         concurrency=cfg.rollouts.concurrency,
         max_turns=cfg.rollouts.max_turns,
         temperature=temperature,
@@ -166,8 +175,7 @@ def timeouts_warning(plan: Any, result: Any) -> str | None:
         return None
     return (
         f"{len(result.timeouts)} episode(s) did not finish within the episode time limit of {plan.episode_timeout_s:g} s "
-        "(rollouts.episode_timeout_s) "
-        f"and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})"
+        f"(rollouts.episode_timeout_s) and were not stored (last: {result.timeouts[-1].error.splitlines()[0]})"
     )
 
 
@@ -177,9 +185,7 @@ def env_errors_warning(result: Any, resume: str) -> str | None:
     if not result.env_errors:
         return None
     first = result.first_env_error
-    detail = (
-        f"; first: {first.task_id}#{first.sample}: {first.error.splitlines()[0][:300]}" if first is not None else ""
-    )
+    detail = f"; first: {first.task_id}#{first.sample}: {first.error.splitlines()[0][:300]}" if first else ""
     return (
         f"{result.env_errors} of {result.planned} episodes ended in env_error (the env's own code raised; they are not the "
         f"model's failures){detail}: fix the env, then `{resume}` plays them again"

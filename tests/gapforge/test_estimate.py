@@ -35,9 +35,10 @@ def test_the_demo_estimate_is_within_2x_of_what_the_demo_spends(tmp_path: Path) 
     assert probe.episodes == 4 and probe.policy_tokens > 20 and probe.text_tokens > probe.policy_tokens
     assert probe.user_prompt == 0  # the shop's scripted user
     rows = {r.stage: r for r in estimate_rows(cfg, probe, tasks, families)}
-    # counted exactly as the stages count: every task x 6 samples, 3 passes over the analysis split, the training
-    # budget, and the evaluation's trials per task and policy (the demo plays 1,104 held-out episodes)
-    assert (rows["collect_rollouts"].policy_rollouts, rows["label"].llm_calls) == (264, 396)
+    # counted exactly as the stages count: the 22 analysis tasks x 6 samples and the 22 held-out tasks once, 3 passes
+    # over the analysis split, the training budget, and the evaluation's trials per task and policy (the demo plays
+    # 1,104 held-out episodes)
+    assert (rows["collect_rollouts"].policy_rollouts, rows["label"].llm_calls) == (154, 396)
     assert (rows["train"].policy_rollouts, rows["train_baseline"].policy_rollouts) == (512, 512)
     assert rows["evaluate"].policy_rollouts == 1104
     for stage, (rollouts, tokens) in DEMO_SPENT.items():
@@ -79,7 +80,7 @@ def test_run_estimate_prints_the_table_and_stores_nothing(tmp_path: Path) -> Non
         env={"COLUMNS": "220"},
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert re.search(r"collect_rollouts\s+│(\s+0\s+│){3}\s+2\s+│.*2 tasks x 1 samples", res.output), res.output
+    assert re.search(r"collect_rollouts\s+│(\s+0\s+│){3}\s+2\s+│.*2 analysis tasks x 1 samples", res.output), res.output
     assert re.search(r"│ total\s+│\s+\d+\s+│[\s\d,]+│[\s\d,]+│[\s\d,]+│\s+[\d.]+\s+│\s+\$\d+\.\d\d", res.output)
     assert "probe: 2 episodes" in res.output and "assumed: 3 capabilities retained" in res.output
     assert not ws.exists() or not any(ws.iterdir())  # no store, no run
