@@ -13,15 +13,15 @@ from gapforge.config import load_config
 from gapforge.demo import demo_config, with_base_policy
 from gapforge.estimate import Probe, estimate_lines, estimate_rows, probe_target
 
-# What the demo spent in run r-20261203-62e732 (2026-12-03, `gapforge state`): rollouts and LLM tokens per stage
+# What the demo spent in run r-20261203-8909bb (2026-12-03, `gapforge state`): rollouts and LLM tokens per stage
 DEMO_SPENT = {
-    "collect_rollouts": (264, 0),
-    "discover": (0, 25_182 + 809),
-    "label": (0, 1_354_752 + 91_329),
+    "collect_rollouts": (154, 0),
+    "discover": (0, 25_054 + 800),
+    "label": (0, 1_354_659 + 91_329),
     "validate": (344, 0),
     "train": (512, 0),
     "train_baseline": (512, 0),
-    "evaluate": (1104, 0),
+    "evaluate": (1060, 0),  # the routed policy copies what the base and the adapters played
 }
 
 
