@@ -59,9 +59,27 @@ def load_bundle(router_dir: str | Path) -> Bundle:
     return bundle
 
 
-def bundle_settings(bundle: Bundle) -> list[str]:
-    """The run's settings a served bundle starts from (`--set` items go on top): its answer length and seed."""
-    return [f"policy.max_new_tokens={bundle.data['max_new_tokens']}", f"seed={bundle.data['seed']}"]
+def bundle_settings(bundle: Bundle, config_path: str | None = None) -> list[str]:
+    """The run's settings a served bundle starts from: its answer length and seed, each unless the `--config` file sets
+    it (`--set` items go on top of both)."""
+    import yaml
+
+    from gapforge.run_config import file_tree
+
+    try:
+        tree = file_tree(config_path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # get_config reports the file's fault in one line
+        tree = {}
+    kept = {"policy.max_new_tokens": bundle.data["max_new_tokens"], "seed": bundle.data["seed"]}
+    return [f"{key}={value}" for key, value in kept.items() if not _sets(tree, key)]
+
+
+def _sets(tree: Any, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
 
 
 FIXED = ("backend", "labels", "gate")  # what the bundle's router was built and evaluated with

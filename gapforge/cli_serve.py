@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
             from gapforge.bundle import bundle_routed, bundle_settings, load_bundle
 
             bundle = load_bundle(router_dir)
-            cfg = get_config(config, [*bundle_settings(bundle), *(set_ or []), *flags], check_workspace=False)
+            cfg = get_config(config, [*bundle_settings(bundle, config), *(set_ or []), *flags], check_workspace=False)
             if cfg.policy.kind == "scripted":  # the default: a bundle is served from weights (--base), here or on vLLM
                 cfg.policy = cfg.policy.model_copy(update={"kind": "local"})
         else:

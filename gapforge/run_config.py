@@ -75,7 +75,7 @@ def _leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix.rstrip("."), tree
 
 
-def _file_tree(path: str | None) -> dict[str, Any]:
+def file_tree(path: str | None) -> dict[str, Any]:
     """The keys of `--config FILE` (load_config already checked that the file loads)."""
     if path is None:
         return {}
@@ -153,7 +153,7 @@ def resolve(
         )
         return RunConfig(load_config(config_path, overrides or []), note=note)
     run_cfg = _load_stored(tree)
-    cfg = load_tree(_merge(tree, {k: v for k, v in _file_tree(config_path).items() if k not in WHERE_KEYS}), overrides)
+    cfg = load_tree(_merge(tree, {k: v for k, v in file_tree(config_path).items() if k not in WHERE_KEYS}), overrides)
     _refuse_masked(cfg, run_id)
     was = dict(_leaves(run_cfg.dump()))
     changed = [

@@ -77,7 +77,7 @@ def _export(workspace: Path, run: str, out: Path) -> object:
 def test_a_bundle_routes_every_message_as_the_run_and_holds_nothing_private(
     workspace: Path, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    from gapforge.bundle import bundle_routed, load_bundle
+    from gapforge.bundle import bundle_routed, bundle_settings, load_bundle
     from gapforge.cli_serve import served
 
     run = _run(workspace, tiny_model_dir)
@@ -109,6 +109,12 @@ def test_a_bundle_routes_every_message_as_the_run_and_holds_nothing_private(
     cfg = load_config(None, [f"policy.local_path={tiny_model_dir}", "policy.kind=local", "policy.max_new_tokens=4"])
     bundle = load_bundle(moved / "router")
     artifacts, _chat, router = bundle_routed(bundle, cfg, str(tiny_model_dir))
+    seed = (
+        f"seed={bundle.data['seed']}"  # `serve --router`: the run's answer length and seed, unless --config sets them
+    )
+    assert bundle_settings(bundle) == [f"policy.max_new_tokens={bundle.data['max_new_tokens']}", seed]
+    (tmp_path / "serve.yaml").write_text("policy:\n  max_new_tokens: 7\n")
+    assert bundle_settings(bundle, str(tmp_path / "serve.yaml")) == [seed]
     assert [c["name"] for c in artifacts.capabilities] == CAPS
     (workspace / "gone.db").rename(workspace / "gapforge.db")
     run_cfg = load_config(
