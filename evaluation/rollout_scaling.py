@@ -235,6 +235,7 @@ class _AlwaysBase:
 
 async def evaluate_scaling(ev: Evaluation) -> int:
     """Evaluate every curve point k > 0 of the run (runs `<run>.scale-k`); returns the episodes played."""
+    from gapforge.evaluation import reuse
     from gapforge.evaluation.reuse import copy_episodes
     from gapforge.evaluation.run import EvalPlan, child_run_id
 
@@ -299,7 +300,7 @@ async def evaluate_scaling(ev: Evaluation) -> int:
             min_family_episodes=ecfg.min_family_episodes,
             on_policy_done=lambda name, k=k: ev.progress(f"scaling point {k}: {name}: played and scored"),
         )
-        played += sum(int(p.metrics.get("episodes", 0)) for p in result.policies if p.name != "base")
+        played += sum(reuse.played(p.metrics) for p in result.policies if p.name != "base")  # base: copied above
     return played
 
 

@@ -114,7 +114,7 @@ def _text(m: dict[str, Any]) -> str:
 def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, str]) -> list[Row]:
     """Each stage's calls, tokens and policy rollouts for `cfg` (see the module doc for what is assumed)."""
     from gapforge.agents.analysis.compact import EPISODE_BUDGET_TOKENS, ByteEstimate
-    from gapforge.agents.analysis.split import split_tasks
+    from gapforge.agents.analysis.split import heldout_samples, split_tasks
     from gapforge.agents.synthesis.config import EPISODE_CHARS, EPISODES_IN_PROMPT
     from gapforge.agents.synthesis.generator import EXAMPLE
     from gapforge.evaluation.run import EvalPlan
@@ -126,7 +126,7 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
     named = (a.min_capabilities + a.max_capabilities) // 2
     split = split_tasks({t: families.get(t, "") for t in tasks}, a.split_fraction, a.seed, cfg.rollouts.env)
     analysed = len(split.analysis) * cfg.rollouts.samples
-    once = 1 if cfg.rollouts.user == "scripted" else cfg.rollouts.samples  # a held-out task: its opening (collect_plan)
+    once = heldout_samples(cfg.rollouts.user, cfg.rollouts.env, cfg.rollouts.samples)
     collected = analysed + len(split.heldout) * once
     per_episode = min(probe.text_tokens, EPISODE_BUDGET_TOKENS)
     user = (probe.user_prompt, probe.user_completion)

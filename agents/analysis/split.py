@@ -53,6 +53,15 @@ def split_tasks(families: Mapping[str, str], fraction: float, seed: int, env: st
     )
 
 
+def heldout_samples(user: str, env: str, samples: int) -> int:
+    """Episodes the collection plays of each held-out task. The analysis never reads them; the contamination check
+    guards their openings (`split_openings`). One is enough where the opening is the same in every sample (a built-in
+    target's scripted user); else `samples` (an LLM user may write its own opening, a user's class may draw it)."""
+    from gapforge.envs.registry import is_builtin
+
+    return 1 if user == "scripted" and is_builtin(env) else samples
+
+
 def _families_of(env: str, episodes: list[Any]) -> dict[str, str]:
     """Task families of the tasks the run collected (a run restricted with rollouts.tasks is split, and
     evaluated, on those only), from the target env; the episodes' own when it is not a registered target."""

@@ -36,7 +36,7 @@ async def evaluate(
     cfg, ecfg = sc.cfg, sc.cfg.evaluation
     split = await asyncio.to_thread(sc.store.get_split, run_id)
     if split is None and tasks is None:
-        raise StageFailed("no held-out split stored with the run (the analysis stores it)")
+        raise StageFailed("no held-out split stored with the run (the collection stores it)")
     env_name = env or (split.env if split is not None else cfg.rollouts.env)
     artifacts, backend, router = await asyncio.to_thread(sc.routing.routed, run_id)
     probe, make_env = make_target_env_factory(cfg, env_name)

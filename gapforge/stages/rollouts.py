@@ -100,12 +100,12 @@ def collect_plan(
     """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share; a
     resume plays the env's stored `env_error` episodes again (before the run's analysis starts).
 
-    `heldout`: the run's held-out tasks, played once each for the opening the contamination check guards (the analysis
-    never reads them; agents.analysis.split.split_openings), or `samples` times with an LLM user, whose openings vary."""
+    `heldout`: the run's held-out tasks, played `heldout_samples` times each (their episodes give only their opening)."""
+    from gapforge.agents.analysis.split import heldout_samples
     from gapforge.agents.rollouts import CollectPlan
 
     n = cfg.rollouts.samples if samples is None else samples
-    once = 1 if cfg.rollouts.user == "scripted" else n
+    once = heldout_samples(cfg.rollouts.user, env_name, n)
 
     return CollectPlan(
         run_id=run_id,

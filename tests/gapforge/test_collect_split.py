@@ -60,16 +60,29 @@ def test_analysis_tasks_are_played_samples_times_and_held_out_tasks_once(tmp_pat
         assert texts is not None and sorted(texts.heldout) == sorted(split.heldout_tasks)
 
 
-def test_an_llm_user_plays_held_out_tasks_as_often_as_the_rest(tmp_path: Path) -> None:
-    """An LLM user's opening differs from sample to sample: each of them is guarded (the plans only)."""
+def test_held_out_tasks_are_played_as_often_as_the_rest_where_their_opening_may_vary() -> None:
+    """An LLM user may write its own opening, and a user's class may draw it: every sample's is guarded then. A
+    built-in target's scripted user opens every sample the same way: once is enough (the plans only)."""
     from gapforge.stages.rollouts import collect_plan
 
-    cfg = load_config(None, ["rollouts.samples=3", "rollouts.user=llm"], environ={})
-    plan = collect_plan(cfg, "r", "shop", TASKS, heldout=TASKS[2:])
-    assert len(plan.keys()) == 12
-    scripted = collect_plan(
-        load_config(None, ["rollouts.samples=3"], environ={}), "r", "shop", TASKS, heldout=TASKS[2:]
-    )
-    assert sorted(scripted.keys()) == sorted(
-        [(t, s) for t in TASKS[:2] for s in range(3)] + [(t, 0) for t in TASKS[2:]]
-    )
+    def keys(env: str, *settings: str) -> list[tuple[str, int]]:
+        cfg = load_config(None, ["rollouts.samples=3", *settings], environ={})
+        return sorted(collect_plan(cfg, "r", env, TASKS, heldout=TASKS[2:]).keys())
+
+    every = sorted((t, s) for t in TASKS for s in range(3))
+    assert keys("shop", "rollouts.user=llm") == every
+    assert keys("my_env.py:MyEnv") == every
+    assert keys("shop") == sorted([(t, s) for t in TASKS[:2] for s in range(3)] + [(t, 0) for t in TASKS[2:]])
+
+
+def test_evaluate_refuses_a_run_that_is_collected_but_not_analysed(tmp_path: Path) -> None:
+    """The collection stores the split, but only the analysis makes a run something to evaluate: one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from gapforge.cli import app
+
+    store, run_id = _collect(tmp_path)
+    store.close()
+    res = CliRunner().invoke(app, ["evaluate", run_id, "--set", f"workspace={tmp_path / 'ws'}"])
+    assert res.exit_code == 2, res.output
+    assert f"run {run_id} is not analysed yet" in res.output and f"gapforge analyze {run_id}" in res.output
