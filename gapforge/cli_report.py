@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
                 f"--baseline-adapter {baseline_adapter} is not a PEFT adapter dir (no adapter_config.json)"
             )
         with run_lease(cfg, run, "evaluate"):
-            if task_ids is None and (store.get_split(run) is None or store.get_discovery(run) is None):
+            if task_ids is None and (store.get_split(run) is None or not store.capabilities(run)):
                 raise UsageError(  # the collection stores the split; the analysis makes it what evaluation reports on
                     f"run {run} is not analysed yet (no held-out split to report on): run `gapforge analyze {run}` first or pass --tasks"
                 )
