@@ -3,10 +3,10 @@
 A probe first plays a few of the target's tasks with the configured policy (in memory: nothing is stored), for what
 the config cannot say: how many tokens the policy writes in an episode, how long an episode's text is (what each
 labeling call reads), what an LLM user simulator spends per episode, and how fast the policy generates here. The rest
-follows from the config, stage by stage, with the same arithmetic the stages use: the target's tasks x
-`rollouts.samples`, the analysis split, the labeling passes, GRPO readiness groups, the training budget
+follows from the config, stage by stage, with the same arithmetic the stages use: the analysis split's tasks x
+`rollouts.samples` and the held-out tasks' openings, the labeling passes, GRPO readiness groups, the training budget
 (training.budget), GRPO on the target at the adapters' budget, and the evaluation's trials per task and policy
-(evaluation.run.EvalPlan.task_trials). What is not known before a run is assumed and said: how many capabilities are
+(evaluation.run.EvalPlan.task_trials) on the held-out split and `evaluation.unseen_env`'s tasks. What is not known before a run is assumed and said: how many capabilities are
 retained (`analysis.max_retained`, else ASSUMED_CAPABILITIES), how many attempts synthesis takes (the middle of 1 and
 `synthesis.max_attempts`), and how many capabilities discovery names (the middle of its bounds). Dollars: tokens at
 `pricing.tokens`; the policy's generation time (the probe's rate, or `--throughput`) as this machine's CPU core-hours,
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gapforge.pricing import Models, stage_dollars
@@ -111,8 +111,11 @@ def _text(m: dict[str, Any]) -> str:
     return (m.get("content") or "") + "".join(str(c) for c in m.get("tool_calls") or [])
 
 
-def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, str]) -> list[Row]:
-    """Each stage's calls, tokens and policy rollouts for `cfg` (see the module doc for what is assumed)."""
+def estimate_rows(
+    cfg: Any, probe: Probe, tasks: list[str], families: dict[str, str], unseen: dict[str, str] | None = None
+) -> list[Row]:
+    """Each stage's calls, tokens and policy rollouts for `cfg` (see the module doc for what is assumed); `unseen`:
+    task -> family of evaluation.unseen_env, the second held-out split every policy plays too."""
     from gapforge.agents.analysis.compact import EPISODE_BUDGET_TOKENS, ByteEstimate
     from gapforge.agents.analysis.split import heldout_samples, split_tasks
     from gapforge.agents.synthesis.config import EPISODE_CHARS, EPISODES_IN_PROMPT
@@ -153,6 +156,11 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
     policies = [BASE, ROUTED, *(f"adapter:{i}" for i in range(caps)), "capability_hints"]
     policies += list(ecfg.comparisons)
     evaluated = sum(sum(plan.task_trials(p, families).values()) for p in policies)
+    where = f"{len(heldout)} held-out tasks"
+    if unseen:  # the same settings over every task of the unseen records
+        second = replace(plan, tasks=sorted(unseen))
+        evaluated += sum(sum(second.task_trials(p, unseen).values()) for p in policies)
+        where += f" and {len(unseen)} of the unseen records"
     rows = [
         playing(
             "collect_rollouts",
@@ -186,7 +194,7 @@ def estimate_rows(cfg: Any, probe: Probe, tasks: list[str], families: dict[str, 
     ]
     if GRPO_TARGET in ecfg.comparisons:
         rows.append(playing("train_baseline", training_rollout_budget(cfg, caps), "the adapters' training budget"))
-    rows.append(playing("evaluate", evaluated, f"{len(heldout)} held-out tasks, {len(policies)} policies"))
+    rows.append(playing("evaluate", evaluated, f"{where}, {len(policies)} policies"))
     return rows
 
 
@@ -223,6 +231,19 @@ def estimate_lines(cfg: Any, rows: list[Row], probe: Probe, throughput: float | 
     return cells
 
 
+def unseen_families(cfg: Any) -> dict[str, str] | None:
+    """Task -> family of evaluation.unseen_env (built, not played), None without one."""
+    from gapforge.wiring import make_target_env_factory
+
+    if not cfg.evaluation.unseen_env:
+        return None
+    env, _ = make_target_env_factory(cfg, cfg.evaluation.unseen_env)
+    try:
+        return {t: env.task_family(t) for t in env.task_ids()}
+    finally:
+        env.close()
+
+
 def _cells(values: list[float]) -> list[str]:
     return [f"{int(v):,}" for v in values[:4]] + [f"{values[4]:.2f}"]
 
@@ -234,7 +255,7 @@ def estimate(cfg: Any, *, throughput: float | None = None, episodes: int = 8) ->
     from gapforge.pricing import notes
 
     probe, tasks, families = probe_target(cfg, episodes)
-    rows = estimate_rows(cfg, probe, tasks, families)
+    rows = estimate_rows(cfg, probe, tasks, families, unseen_families(cfg))
     table = Table(title=f"estimate for {cfg.rollouts.env}", title_justify="left")
     for col in "stage|llm calls|prompt tokens|completion tokens|policy rollouts|policy hours|$|how".split("|"):
         table.add_column(col)
@@ -252,8 +273,8 @@ def estimate(cfg: Any, *, throughput: float | None = None, episodes: int = 8) ->
         f"assumed: {caps} capabilities retained"
         + ("" if cfg.analysis.max_retained else " (analysis.max_retained not set)")
         + f", {(1 + cfg.synthesis.max_attempts) / 2:g} synthesis attempts each; not included: training's loss, "
-        "backward and held-out evaluations, evaluation.unseen_env's split, and the extra evaluations of comparisons "
-        "other than GRPO on the target",
+        "backward and held-out evaluations, and the extra evaluations of comparisons other than GRPO on the target; the "
+        "routed policy's episodes are counted as played (it copies those of the policy it routes to)",
         *notes({"cost": {r.stage: r.counters(probe, 0.0) for r in rows}}, cfg.pricing, Models.of(cfg)),
     ]
     return table, lines

@@ -86,3 +86,27 @@ def test_run_estimate_prints_the_table_and_stores_nothing(tmp_path: Path) -> Non
     assert not ws.exists() or not any(ws.iterdir())  # no store, no run
     resumed = CliRunner().invoke(app, ["run", "--estimate", "--resume", "r-x", "--set", f"workspace={ws}"])
     assert resumed.exit_code == 2 and "--estimate are for a new run" in resumed.output
+
+
+def test_the_powered_demo_estimate_counts_both_held_out_splits(tmp_path: Path) -> None:
+    """`gapforge demo --powered --estimate` against run r-20261203-c02bb6 (2026-12-03): 1,540 collected episodes (220
+    analysis tasks x 6, 220 held-out tasks once), and 4,400 evaluation episodes played of 5,280 planned (6 policies x
+    440 tasks x 2 trials; the routed policy copied the rest from the base and the adapters)."""
+    from gapforge.estimate import unseen_families
+    from gapforge.wiring import make_target_env_factory
+
+    cfg = with_base_policy(demo_config(load_config(None, [f"workspace={tmp_path}"], environ={}), powered=True))
+    env, _ = make_target_env_factory(cfg, cfg.rollouts.env)
+    try:
+        families = {t: env.task_family(t) for t in env.task_ids()}
+    finally:
+        env.close()
+    unseen = unseen_families(cfg)
+    assert unseen is not None and len(unseen) == 220 and not set(unseen) & set(families)
+    probe = Probe(4, 300.0, 2000.0, 0.0, 0.0, 1000.0)
+    rows = {r.stage: r for r in estimate_rows(cfg, probe, sorted(families), families, unseen)}
+    assert rows["collect_rollouts"].policy_rollouts == 1540
+    assert rows["evaluate"].policy_rollouts == 5280 and "220 of the unseen records" in rows["evaluate"].note
+    assert 4400 <= rows["evaluate"].policy_rollouts <= 2 * 4400
+    without = {r.stage: r for r in estimate_rows(cfg, probe, sorted(families), families)}
+    assert without["evaluate"].policy_rollouts == 2640
