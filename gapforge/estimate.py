@@ -1,44 +1,32 @@
 """`gapforge run --estimate` (and `gapforge demo --estimate`): what a config will cost, before anything is spent.
 
-A probe first plays a few of the target's tasks with the configured policy (in memory: nothing is stored), for what
-the config cannot say: how many tokens the policy writes in an episode, how long an episode's text is (what each
+A probe first plays a few of the target's tasks with the configured policy (gapforge/estimate_probe.py, in memory:
+nothing is stored), for what the config cannot say: how many tokens the policy writes in an episode, how long an episode's text is (what each
 labeling call reads), what an LLM user simulator spends per episode, and how fast the policy generates here. The rest
 follows from the config, stage by stage, with the same arithmetic the stages use: the analysis split's tasks x
 `rollouts.samples` and the held-out tasks' openings, the labeling passes, GRPO readiness groups, the training budget
 (training.budget), GRPO on the target at the adapters' budget, and the evaluation's trials per task and policy
-(evaluation.run.EvalPlan.task_trials) on the held-out split and `evaluation.unseen_env`'s tasks. What is not known before a run is assumed and said: how many capabilities are
-retained (`analysis.max_retained`, else ASSUMED_CAPABILITIES), how many attempts synthesis takes (the middle of 1 and
-`synthesis.max_attempts`), and how many capabilities discovery names (the middle of its bounds). Dollars: tokens at
+(evaluation.run.EvalPlan.task_trials) on the held-out split and `evaluation.unseen_env`'s tasks. What is not known
+before a run is assumed and said: how many capabilities are retained (`analysis.max_retained`, else
+ASSUMED_CAPABILITIES), how many attempts synthesis takes (the middle of 1 and `synthesis.max_attempts`), and how many
+capabilities discovery names (the middle of its bounds). Dollars: tokens at
 `pricing.tokens`; the policy's generation time (the probe's rate, or `--throughput`) as this machine's CPU core-hours,
 or GPU-hours for a served policy.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gapforge.estimate_probe import Probe, probe_target, unseen_families
 from gapforge.pricing import Models, stage_dollars
 
 ASSUMED_CAPABILITIES = 3  # retained capabilities when analysis.max_retained does not bound them
 PROMPT_OVERHEAD_TOKENS = 1500  # instructions around an analyst's or the generator's material (the prompt files' size)
 LABEL_TOKENS_PER_CAPABILITY = 50  # a labeling answer: a verdict and a line of evidence per capability
 DISCOVERY_TOKENS_PER_CAPABILITY = 160  # a discovery answer: a name, a definition and example ids per capability
-
-
-@dataclass(frozen=True)
-class Probe:
-    """Per-episode means over the probe's episodes."""
-
-    episodes: int
-    policy_tokens: float  # tokens the policy wrote
-    text_tokens: float  # tokens of the whole episode as text (a labeling call reads it, compacted)
-    user_prompt: float  # an LLM user simulator's tokens
-    user_completion: float
-    tokens_per_s: float  # the policy's generation rate over the probe (all its episodes at once)
 
 
 @dataclass(frozen=True)
@@ -55,60 +43,6 @@ class Row:
         seconds = self.policy_rollouts * probe.policy_tokens / max(probe.tokens_per_s, 1e-9)
         counters = {k: getattr(self, k) for k in ("llm_calls", "prompt_tokens", "completion_tokens", "policy_rollouts")}
         return counters | {"compute_s": seconds, "compute_dollars": seconds * compute_dollars_per_s}
-
-
-def probe_target(cfg: Any, episodes: int = 8) -> tuple[Probe, list[str], dict[str, str]]:
-    """Play `episodes` of the target's tasks (spread over its families) with the configured policy; (probe, every task
-    id, task -> family)."""
-    from gapforge.agents.analysis.compact import make_token_counter
-    from gapforge.agents.rollouts import CollectPlan, collect
-    from gapforge.envs.protocol import user_tokens
-    from gapforge.training.evaluate import MemorySink
-    from gapforge.wiring import make_policy, make_target_env_factory
-
-    env_name = cfg.rollouts.env
-    probe_env, make_env = make_target_env_factory(cfg, env_name)
-    try:
-        tasks = [str(t) for t in (cfg.rollouts.tasks or probe_env.task_ids())]
-        families = {t: probe_env.task_family(t) for t in tasks}
-    finally:
-        probe_env.close()
-    by_family: dict[str, list[str]] = {}
-    for t in tasks:
-        by_family.setdefault(families.get(t, ""), []).append(t)
-    picked: list[str] = []
-    while len(picked) < min(episodes, len(tasks)):  # round-robin over the families
-        for group in by_family.values():
-            if group and len(picked) < episodes:
-                picked.append(group.pop(0))
-    policy = make_policy(cfg.policy)
-    plan = CollectPlan("estimate", env_name, picked, 1, len(picked), cfg.rollouts.max_turns, cfg.policy.temperature)
-    sink = MemorySink()
-
-    async def play() -> float:
-        t0 = time.perf_counter()
-        try:
-            await collect(plan, make_env=make_env, policy=policy, sink=sink)
-        finally:
-            await policy.aclose()
-        return time.perf_counter() - t0
-
-    wall = asyncio.run(play())
-    counter = make_token_counter(cfg.analysis.tokenizer, cfg.policy.local_path)
-    rows = list(sink.rows.values())
-    n = max(len(rows), 1)
-    written = [sum(counter.count(_text(m)) for m in r["messages"] if m["role"] == "assistant") for r in rows]
-    text = [sum(counter.count(_text(m)) for m in r["messages"]) for r in rows]
-    prompt, completion = user_tokens(r.get("score_info") for r in rows)
-    probe = Probe(
-        len(rows), sum(written) / n, sum(text) / n, prompt / n, completion / n, sum(written) / max(wall, 1e-9)
-    )
-    return probe, tasks, families
-
-
-def _text(m: dict[str, Any]) -> str:
-    """A stored message's text and tool calls (agents.rollouts.episode_fields)."""
-    return (m.get("content") or "") + "".join(str(c) for c in m.get("tool_calls") or [])
 
 
 def estimate_rows(
@@ -229,19 +163,6 @@ def estimate_lines(cfg: Any, rows: list[Row], probe: Probe, throughput: float | 
         cells.append([row.stage, *_cells(values), f"${dollars:,.2f}" + ("+?" if llm.unpriced else ""), row.note])
     cells.append(["total", *_cells(total[:5]), f"${total[5]:,.2f}", ""])
     return cells
-
-
-def unseen_families(cfg: Any) -> dict[str, str] | None:
-    """Task -> family of evaluation.unseen_env (built, not played), None without one."""
-    from gapforge.wiring import make_target_env_factory
-
-    if not cfg.evaluation.unseen_env:
-        return None
-    env, _ = make_target_env_factory(cfg, cfg.evaluation.unseen_env)
-    try:
-        return {t: env.task_family(t) for t in env.task_ids()}
-    finally:
-        env.close()
 
 
 def _cells(values: list[float]) -> list[str]:

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from gapforge.cli import app
 from gapforge.config import load_config
 from gapforge.demo import demo_config, with_base_policy
-from gapforge.estimate import Probe, estimate_lines, estimate_rows, probe_target
+from gapforge.estimate import estimate_lines, estimate_rows
+from gapforge.estimate_probe import Probe, probe_target
 
 # What the demo spent in run r-20261203-8909bb (2026-12-03, `gapforge state`): rollouts and LLM tokens per stage
 DEMO_SPENT = {
@@ -92,7 +93,7 @@ def test_the_powered_demo_estimate_counts_both_held_out_splits(tmp_path: Path) -
     """`gapforge demo --powered --estimate` against run r-20261203-c02bb6 (2026-12-03): 1,540 collected episodes (220
     analysis tasks x 6, 220 held-out tasks once), and 4,400 evaluation episodes played of 5,280 planned (6 policies x
     440 tasks x 2 trials; the routed policy copied the rest from the base and the adapters)."""
-    from gapforge.estimate import unseen_families
+    from gapforge.estimate_probe import unseen_families
     from gapforge.wiring import make_target_env_factory
 
     cfg = with_base_policy(demo_config(load_config(None, [f"workspace={tmp_path}"], environ={}), powered=True))
