@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 from gapforge.envs.protocol import Message
-from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp
+from tests.fakes.routed_server import RoutedServer
 
 CAPS = [
     {

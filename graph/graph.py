@@ -22,19 +22,6 @@ from gapforge.graph.capability import build_capability_graph
 from gapforge.graph.context import GraphContext
 from gapforge.graph.state import RunState
 
-NODES = (
-    "collect_rollouts",
-    "discover",
-    "label",
-    "select",
-    "review",
-    "capability",
-    "build_router",
-    "train_baseline",
-    "evaluate",
-    "report",
-)
-
 
 def build_graph(checkpointer: Checkpointer = None) -> Any:
     """The compiled run graph; pass a checkpointer to make runs resumable."""

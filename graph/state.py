@@ -31,8 +31,6 @@ STAGES = (
 DONE, FAILED, UNAVAILABLE, SKIPPED = "done", "failed", "unavailable", "skipped"
 UNSYNTHESIZED, TRAINED = "unsynthesized", "trained"
 
-COST_KEYS = ("llm_calls", "prompt_tokens", "completion_tokens", "policy_rollouts", "cpu_s", "gpu_s", "wall_s")
-
 
 def merge_dicts(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
     """Shallow-merge maps of sub-dicts: a key's sub-dict is updated field by field (later wins)."""

@@ -32,7 +32,6 @@ from gapforge.envs.protocol import Message
 from gapforge.serving.admission import Admission, RequestTimedOut, ServerStopping
 from gapforge.serving.config import ServeConfig
 from gapforge.serving.errors import ServingError
-from gapforge.serving.http_server import RoutedServer as RoutedServer  # tests and benches import it from here
 from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, invalid, to_message
 
 ROUTED_MODEL = "gapforge-router"

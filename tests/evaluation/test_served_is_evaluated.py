@@ -133,7 +133,8 @@ def _post_heldout(base_url: str, evaluated: dict) -> None:
 
 def _routes_as_evaluated(chat: Any, router: Any, evaluated: dict) -> None:
     """Every held-out task played through a running routed server is routed as the evaluation stored it."""
-    from gapforge.serving.routed_server import RoutedApp, RoutedServer
+    from gapforge.serving.routed_server import RoutedApp
+    from tests.fakes.routed_server import RoutedServer
 
     with RoutedServer(RoutedApp(chat, router.route_messages)) as server:
         _post_heldout(server.base_url, evaluated)

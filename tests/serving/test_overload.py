@@ -21,7 +21,8 @@ from gapforge.envs.protocol import Message
 from gapforge.serving.batching import BatchGenerator
 from gapforge.serving.config import ServeConfig
 from gapforge.serving.multi_adapter import MultiAdapterModel
-from gapforge.serving.routed_server import RoutedApp, RoutedServer
+from gapforge.serving.routed_server import RoutedApp
+from tests.fakes.routed_server import RoutedServer
 
 HELLO = [{"role": "user", "content": "Cancel order 1012 please"}]
 

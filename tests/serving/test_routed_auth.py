@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from gapforge.envs.protocol import Message
-from gapforge.serving.routed_server import RoutedApp, RoutedServer
+from gapforge.serving.routed_server import RoutedApp
+from tests.fakes.routed_server import RoutedServer
 
 KEY = "serve-key-123"
 

@@ -20,9 +20,10 @@ from router_helpers import (
 from gapforge.agents.router import Router, RoutingConfig, TransformersScorer, make_options
 from gapforge.envs.protocol import Message
 from gapforge.serving.multi_adapter import MultiAdapterModel
-from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp
 from gapforge.serving.vllm_backend import VLLMBackend, adapter_version
 from tests.fakes.fake_vllm import FakeVLLMServer
+from tests.fakes.routed_server import RoutedServer
 
 ADAPTERS = ("precondition_verification", "structured_data_reasoning")
 

@@ -15,7 +15,8 @@ from tool_call_model import BROKEN_REQUEST, GOOD_REQUEST, TEACH, OrderDesk
 
 from gapforge.agents.router import RouteDecision
 from gapforge.serving.multi_adapter import MultiAdapterModel
-from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp, RoutedServer
+from gapforge.serving.routed_server import ROUTED_MODEL, RoutedApp
+from tests.fakes.routed_server import RoutedServer
 
 ADAPTER = "order_lookup"
 
