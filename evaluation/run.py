@@ -149,8 +149,8 @@ async def evaluate(
     `policies` must include "base" (the reference for paired differences). A policy with a `decisions` attribute
     (agents.router.RoutedPolicy) also gets its routing per task stored, and over the same base object it reuses the
     episodes of the tasks it routes to the base or to an adapter evaluated here alone: it plays after them; with
-    `together`, every other policy at the same time as the base (each with `plan.concurrency` episodes in flight), else one after the other (Ray:
-    each policy's player starts its own actors, each with the backend). `players(name, policy)` (executor/) may play a
+    `together`, every other policy at the same time as the base (each with `plan.concurrency` episodes in flight),
+    else one after the other (Ray: each policy's player starts its own actors, each with the backend). `players(name, policy)` (executor/) may play a
     policy's episodes elsewhere; this call still writes them.
     """
     if BASE not in policies:

@@ -1,9 +1,9 @@
 """`gapforge run --estimate` (and `gapforge demo --estimate`): what a config will cost, before anything is spent.
 
 A probe first plays a few of the target's tasks with the configured policy (gapforge/estimate_probe.py, in memory:
-nothing is stored), for what the config cannot say: how many tokens the policy writes in an episode, how long an episode's text is (what each
-labeling call reads), what an LLM user simulator spends per episode, and how fast the policy generates here. The rest
-follows from the config, stage by stage, with the same arithmetic the stages use: the analysis split's tasks x
+nothing is stored), for what the config cannot say: how many tokens the policy writes in an episode, how long an
+episode's text is (what each labeling call reads), what an LLM user simulator spends per episode, and how fast the
+policy generates here. The rest follows from the config, stage by stage, with the same arithmetic the stages use: the analysis split's tasks x
 `rollouts.samples` and the held-out tasks' openings, the labeling passes, GRPO readiness groups, the training budget
 (training.budget), GRPO on the target at the adapters' budget, and the evaluation's trials per task and policy
 (evaluation.run.EvalPlan.task_trials) on the held-out split and `evaluation.unseen_env`'s tasks. What is not known

@@ -100,7 +100,7 @@ def collect_plan(
     """The plan of a collection: `rollouts.*` settings (samples unless given), the env's time limit and failure share; a
     resume plays the env's stored `env_error` episodes again (before the run's analysis starts).
 
-    `heldout`: the run's held-out tasks, played `heldout_samples` times each (their episodes give only their opening)."""
+    `heldout`: the run's held-out tasks, played `heldout_samples` times each (only their openings are read)."""
     from gapforge.agents.analysis.split import heldout_samples
     from gapforge.agents.rollouts import CollectPlan
 

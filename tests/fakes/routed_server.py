@@ -16,7 +16,7 @@ from gapforge.serving.routed_server import RoutedApp
 
 
 class RoutedServer:
-    """Run a RoutedApp on 127.0.0.1 in a background thread (tests, benchmarks): `with RoutedServer(app) as s: s.base_url`."""
+    """Run a RoutedApp on 127.0.0.1 in a background thread: `with RoutedServer(app) as s: s.base_url`."""
 
     def __init__(self, routed: RoutedApp, host: str = "127.0.0.1", port: int = 0) -> None:
         self.routed = routed
