@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gapforge.agents.router import first_user_message
 from gapforge.envs.protocol import Message
 
 if TYPE_CHECKING:
@@ -69,10 +70,10 @@ async def copy_episodes(
             key = (row.task_id, row.sample)
             if row.task_id not in counts or row.sample >= counts[row.task_id] or key in have:
                 continue
-            messages = [Message.model_validate(m) for m in row.messages]
-            if not any(m.role == "user" for m in messages):
+            first = first_user_message(row.messages)
+            if first is None:
                 continue  # no first user message yet: the routing of a played episode is not known here
-            if answered_by(policy, await policy.decide(messages)) != source:
+            if answered_by(policy, await policy.decide([Message.user(first)])) != source:
                 continue
             store.put_episode(child, env, row.task_id, row.sample, **{f: getattr(row, f) for f in COPIED_FIELDS})
             have.add(key)

@@ -236,7 +236,6 @@ class _AlwaysBase:
 async def evaluate_scaling(ev: Evaluation) -> int:
     """Evaluate every curve point k > 0 of the run (runs `<run>.scale-k`); returns the episodes played."""
     from gapforge.evaluation import reuse
-    from gapforge.evaluation.reuse import copy_episodes
     from gapforge.evaluation.run import EvalPlan, child_run_id
 
     cfg, ecfg, store, run_id, artifacts = ev.cfg, ev.cfg.evaluation, ev.store, ev.run_id, ev.artifacts
@@ -269,7 +268,7 @@ async def evaluate_scaling(ev: Evaluation) -> int:
         copied = {"parent": run_k, "policy": "base", "copied_from": base_run}
         await asyncio.to_thread(store.create_run, "evaluation", copied, base_child, exist_ok=True)
         counts = plan.task_trials("base", ev.families)
-        await copy_episodes(
+        await reuse.copy_episodes(
             store, policy=_AlwaysBase(), env=ev.env, sources={None: base_run}, child=base_child, counts=counts
         )
         art_k = replace(artifacts, adapter_paths={n: Path(point[n]["path"]) for n in names}, damaged={})

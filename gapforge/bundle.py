@@ -64,22 +64,14 @@ def bundle_settings(bundle: Bundle, config_path: str | None = None) -> list[str]
     it (`--set` items go on top of both)."""
     import yaml
 
-    from gapforge.run_config import file_tree
+    from gapforge.run_config import file_tree, leaves
 
     try:
-        tree = file_tree(config_path)
+        in_file = dict(leaves(file_tree(config_path)))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):  # get_config reports the file's fault in one line
-        tree = {}
+        in_file = {}
     kept = {"policy.max_new_tokens": bundle.data["max_new_tokens"], "seed": bundle.data["seed"]}
-    return [f"{key}={value}" for key, value in kept.items() if not _sets(tree, key)]
-
-
-def _sets(tree: Any, dotted: str) -> bool:
-    for part in dotted.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return False
-        tree = tree[part]
-    return True
+    return [f"{key}={value}" for key, value in kept.items() if key not in in_file]
 
 
 FIXED = ("backend", "labels", "gate")  # what the bundle's router was built and evaluated with

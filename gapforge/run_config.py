@@ -67,10 +67,10 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(tree, dict) and tree:
         for key, value in tree.items():
-            yield from _leaves(value, f"{prefix}{key}.")
+            yield from leaves(value, f"{prefix}{key}.")
     else:
         yield prefix.rstrip("."), tree
 
@@ -122,7 +122,7 @@ def _load_stored(tree: dict[str, Any]) -> GapforgeConfig:
 def _refuse_masked(cfg: GapforgeConfig, run_id: str) -> None:
     """A URL the run stored with its password masked (`cfg.dump()`) is usable only when this invocation gives it again
     (`--config`, an env var, `--set`): else the masked text would be sent as the password."""
-    masked = [(k, v) for k, v in _leaves(cfg.model_dump(mode="json")) if isinstance(v, str) and is_redacted(v)]
+    masked = [(k, v) for k, v in leaves(cfg.model_dump(mode="json")) if isinstance(v, str) and is_redacted(v)]
     if masked:
         key, value = masked[0]
         raise ConfigError(
@@ -155,8 +155,8 @@ def resolve(
     run_cfg = _load_stored(tree)
     cfg = load_tree(_merge(tree, {k: v for k, v in file_tree(config_path).items() if k not in WHERE_KEYS}), overrides)
     _refuse_masked(cfg, run_id)
-    was = dict(_leaves(run_cfg.dump()))
+    was = dict(leaves(run_cfg.dump()))
     changed = [
-        (k, v, was.get(k)) for k, v in _leaves(cfg.dump()) if k.split(".")[0] not in WHERE_KEYS and was.get(k) != v
+        (k, v, was.get(k)) for k, v in leaves(cfg.dump()) if k.split(".")[0] not in WHERE_KEYS and was.get(k) != v
     ]
     return RunConfig(cfg, changed)
