@@ -27,7 +27,7 @@ def _fast(tmp_path: Path) -> list[str]:
     sets = [
         f"workspace={tmp_path}",
         "rollouts.max_turns=3",
-        "policy.endpoint.timeout_s=0.5",
+        "policy.endpoint.timeout_s=1.5",  # a reply here takes milliseconds: the margin is for a loaded host
         "policy.endpoint.max_retries=3",
         "policy.endpoint.retry_backoff_s=0.01",
     ]
@@ -43,7 +43,7 @@ def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Pat
     monkeypatch.setattr(openai_policy, "BREAKER_FAILURES", 6)
     monkeypatch.setattr(openai_policy, "BREAKER_COOLDOWN_S", 0.3)
     runner = CliRunner()
-    faults = Faults(rate_limit_rate=0.05, retry_after_s=0.05, garbage_rate=0.05, hang_rate=0.03, hang_s=1.0)
+    faults = Faults(rate_limit_rate=0.05, retry_after_s=0.05, garbage_rate=0.05, hang_rate=0.03, hang_s=2.0)
     with FakeOpenAIServer(text_reply("Sorry, I cannot look that up."), fail_rate=0.2, faults=faults, seed=7) as srv:
         answer = srv.responder
 

@@ -145,7 +145,10 @@ def test_a_worker_killed_mid_collection_costs_its_episodes_only_and_the_rerun_en
     res, before, after, restarts = asyncio.run(first())
     lost = res.infra_failures
     assert lost and all(f.termination == "worker_error" for f in lost)  # its episodes in flight, and only those
-    assert all(f"(pid {before[0]}) ended" in f.error for f in lost) and not res.timeouts
+    # each lost episode is the victim's: in flight when it died, or sent to it before its closed pipe was read (a
+    # loaded host widens that window)
+    victim_said = (f"(pid {before[0]}) ended", f"(pid {before[0]}) cannot be reached")
+    assert all(any(s in f.error for s in victim_said) for f in lost) and not res.timeouts
     assert res.ran + len(lost) == 24 and len(store.episodes(run_id)) == res.ran  # every other planned episode is stored
     assert restarts == 1 and victim_replaced(before, after)
     assert dict(res.infra_counts()) == {"worker_error": len(lost)}
@@ -182,9 +185,12 @@ def test_workers_that_keep_dying_stop_the_stage_with_worker_lost(store: Store, m
                 run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS, samples=1, concurrency=2, max_turns=3
             )
 
-            def kill_first(_ep: Any) -> None:
-                if kill and pool.restarts == 0:
-                    os.kill(pool.pids()[0], signal.SIGKILL)
+            killed: list[int] = []
+
+            def kill_first(_ep: Any) -> None:  # once: an episode the victim finished may be reported after the kill
+                if kill and not killed:
+                    killed.append(pool.pids()[0])
+                    os.kill(killed[0], signal.SIGKILL)
 
             await asyncio.wait_for(
                 collect(
