@@ -10,26 +10,23 @@ episode with `end_conversation` (or ToolSandbox's max-messages limit does).
 
 User simulators (both run inside the worker, worker/ts_roles.py): scripted, or ToolSandbox's `OpenAIAPIUser` (its
 user instruction and few-shot examples come with each scenario) on the configured OpenAI-compatible endpoint.
-`PlanPolicy` replays `reference_plan` (one action per turn, "Done." once used up; a `fill` action is resolved by
-`resolve_plan_action`, which asks the episode's worker): it follows the answer key, a reference agent, not a baseline.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import threading
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from gapforge.envs.errors import EnvError
-from gapforge.envs.protocol import Message, Score, StepResult, TaskRef, ToolCall
-from gapforge.envs.toolsandbox.runtime import WorkerProcess, toolsandbox_python
+from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
+from gapforge.envs.toolsandbox.runtime import WORKER, WorkerProcess, toolsandbox_python
 from gapforge.faults import EnvCodeFault
 
 NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (not recorded)
@@ -164,6 +161,8 @@ class ToolSandboxEnv:
     `seed` seeds each episode's tool order.
     """
 
+    worker_script = WORKER  # what each episode's worker process runs (a subclass may run one that extends it)
+
     def __init__(
         self,
         category: str | None = None,
@@ -244,7 +243,7 @@ class ToolSandboxEnv:
         if self._worker is None or self._worker.broken is not None:
             if self._worker is not None:
                 self._worker.close()
-            self._worker = WorkerProcess()
+            self._worker = WorkerProcess(script=self.worker_script)
         return self._worker
 
     def episode_seed(self, task_id: str) -> int:
@@ -332,51 +331,8 @@ class ToolSandboxEnv:
         }
         return Score(reward=similarity, success=similarity == 1.0, components=components, info=info)
 
-    def reference_plan(self, task: TaskRef, variant: str = "milestones") -> list[dict[str, Any]]:
-        """The milestone-following scripted agent's actions for `task` ({"tool", "arguments"} / {"text"})."""
-        return list(self._call_on("plan", task, variant=variant))
-
-    def resolve_plan_action(self, action: dict[str, Any]) -> dict[str, Any]:
-        """A plan action whose values come from earlier tool results (`fill`), filled from this episode's results so far."""
-        return dict(self._ensure_worker().call("resolve", action=action))
-
-    def reference_play(self, task: TaskRef, plan: list[dict[str, Any]]) -> dict[str, Any]:
-        """ToolSandbox's own `play_and_evaluate` of `plan` with the scripted user, without this adapter."""
-        self._entry(task)
-        self._task = None
-        return dict(
-            self._call_on("reference", task, plan=plan, replies=self._user.get("replies"), network=self.network)
-        )
-
     def close(self) -> None:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
         self._task, self._tools = None, None
-
-
-class PlanPolicy:
-    """envs.protocol.PolicyModel replaying a fixed plan of {"tool", "arguments"} / {"text"} actions."""
-
-    name = "toolsandbox-milestone-agent"
-
-    def __init__(
-        self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    ) -> None:
-        self.plan = list(plan)
-        self.turn = 0
-        self.resolve = resolve
-
-    async def respond(
-        self, messages: list[Message], tools: list[dict[str, Any]], *, temperature: float | None = None
-    ) -> Message:
-        action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
-        self.turn += 1
-        if self.resolve is not None and action.get("fill"):
-            action = await asyncio.to_thread(self.resolve, action)
-        if "tool" not in action:
-            return Message.assistant(str(action["text"]))
-        arguments = dict(action.get("arguments") or {})
-        return Message.assistant(
-            tool_calls=[ToolCall(id=f"plan-call-{self.turn}", name=action["tool"], arguments=arguments)]
-        )

@@ -57,9 +57,10 @@ def missing_reason() -> str | None:
 
 
 class WorkerProcess:
-    """One ToolSandbox worker; `call(method, **params)` -> result. Not thread-safe (one episode per env)."""
+    """One ToolSandbox worker running `script` (worker/ts_server.py, or a script that extends its `Worker`);
+    `call(method, **params)` -> result. Not thread-safe (one episode per env)."""
 
-    def __init__(self, *, start_timeout_s: float = 120.0, call_timeout_s: float = 600.0) -> None:
+    def __init__(self, *, script: Path = WORKER, start_timeout_s: float = 120.0, call_timeout_s: float = 600.0) -> None:
         python = toolsandbox_python()
         if python is None:
             raise EnvError(missing_reason() or "ToolSandbox's environment is missing")
@@ -68,7 +69,7 @@ class WorkerProcess:
         env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTHONPATH", None)  # the worker must see ToolSandbox's packages only
         self.proc = subprocess.Popen(
-            [str(python), str(WORKER)],
+            [str(python), str(script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -21,17 +21,17 @@ from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.registry import make_env
 from gapforge.envs.toolsandbox import ToolSandboxEnv, catalog
-from gapforge.envs.toolsandbox.env import PlanPolicy
 from gapforge.envs.toolsandbox.runtime import missing_reason
 from tests.envs.conformance import check_conformance
+from tests.envs.toolsandbox_parity import ParityEnv, PlanPolicy
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 pytestmark = [pytest.mark.toolsandbox, pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
 
 
 @pytest.fixture(scope="module")
-def env() -> Iterator[ToolSandboxEnv]:
-    e = ToolSandboxEnv()
+def env() -> Iterator[ParityEnv]:
+    e = ParityEnv()
     yield e
     e.close()
 
@@ -41,7 +41,7 @@ def _first(env: ToolSandboxEnv, pred) -> str:
 
 
 def _parity(
-    env: ToolSandboxEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None
+    env: ParityEnv, task: str, variant: str = "milestones", plan: list[dict] | None = None
 ) -> tuple[float, float, str]:
     """(similarity through the adapter, similarity of ToolSandbox's own play_and_evaluate, termination)."""
     plan = plan if plan is not None else env.reference_plan(task, variant)
@@ -53,13 +53,13 @@ def _parity(
 
 
 @pytest.fixture(scope="module")
-def stand_in() -> Iterator[ToolSandboxEnv]:
-    e = make_env("toolsandbox?network=stand-in")
-    yield e  # type: ignore[misc]
-    e.close()  # type: ignore[attr-defined]
+def stand_in() -> Iterator[ParityEnv]:
+    e = ParityEnv(network="stand-in")
+    yield e
+    e.close()
 
 
-def _stand_in_parity(env: ToolSandboxEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
+def _stand_in_parity(env: ParityEnv, task: str, variant: str = "milestones") -> tuple[float, float, dict, dict]:
     """(adapter similarity, ToolSandbox's own similarity, the adapter's score info, the reference's stand-in call report)."""
     plan = env.reference_plan(task, variant)
     asyncio.run(run_episode(PlanPolicy(plan, resolve=env.resolve_plan_action), env, task, max_turns=len(plan) + 5))

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from gapforge.envs.protocol import Message
-from gapforge.envs.toolsandbox.env import PlanPolicy
 from gapforge.envs.toolsandbox.install import main as install_main
 from gapforge.envs.toolsandbox.metrics import paper_metrics
+from tests.envs.toolsandbox_parity import PlanPolicy
 
 
 def test_paper_metrics_per_category_with_excluded_counts() -> None:

@@ -3,14 +3,12 @@
 The agents subclass ToolSandbox's `OpenAIAPIAgent` and replace only the model call (`model_inference`); the LLM user
 subclasses its `OpenAIAPIUser` and replaces only the client, so prompts, few-shot examples and `end_conversation`
 stay ToolSandbox's. `BridgeAgent`: the model is gapforge's policy on the other side of the worker protocol (a thread
-hand-off, ts_episode.py). `PlanAgent`: replays a fixed plan (the milestone-following agent, for ToolSandbox's own
-`play_and_evaluate` in the parity check; a `fill` is resolved first, ts_plan.resolve). `ScriptedUser`: its replies in
-order, then `end_conversation`, as the LLM user would. `EndpointUser`: ToolSandbox's LLM user on any endpoint.
+hand-off, ts_episode.py). `ScriptedUser`: its replies in order, then `end_conversation`, as the LLM user would.
+`EndpointUser`: ToolSandbox's LLM user on any endpoint.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,38 +55,6 @@ class BridgeAgent(OpenAIAPIAgent):
     def model_inference(self, openai_messages: Any, openai_tools: Any) -> ChatCompletion:
         tools = openai_tools if isinstance(openai_tools, list) else None
         return completion(self.ask(list(openai_messages), tools))
-
-
-class PlanAgent(OpenAIAPIAgent):
-    """ToolSandbox's OpenAI agent answering with the next action of a fixed plan (one action per turn)."""
-
-    model_name = "gapforge-plan"
-
-    def __init__(
-        self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    ) -> None:
-        self.plan = list(plan)
-        self.turn = 0
-        self.resolve = resolve
-
-    def model_inference(self, openai_messages: Any, openai_tools: Any) -> ChatCompletion:
-        action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
-        if self.resolve is not None and action.get("fill"):
-            action = self.resolve(action)
-        self.turn += 1
-        return completion(action_message(action, self.turn))
-
-
-def action_message(action: dict[str, Any], turn: int) -> dict[str, Any]:
-    """A plan action ({"tool", "arguments"} or {"text"}) -> an OpenAI assistant message dict."""
-    if "tool" in action:
-        call = {
-            "id": f"call_{turn}",
-            "type": "function",
-            "function": {"name": action["tool"], "arguments": json.dumps(action.get("arguments") or {})},
-        }
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
-    return {"role": "assistant", "content": str(action["text"])}
 
 
 class ScriptedUser(BaseRole):

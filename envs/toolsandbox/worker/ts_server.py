@@ -5,10 +5,10 @@ python (`python ts_server.py`), never imported by gapforge. Same wire shape as s
  -> {"id": 1, "ok": true, "result": {...}}
  |  {"id": 1, "ok": false, "error": {"type": KIND, "message": "...", "traceback": "..."}}
 
-Methods: ping, catalog, reset, step, score, plan, resolve, reference, close; reset and reference take `network`
-("off" | "stand-in": RapidAPI answered from stand-in data, ts_standin.py). KIND: "bad_request" (the host asked for
-something that does not exist) or "exception". The protocol channel is a duplicate of the original stdout; fd 1 and
-sys.stdout point at stderr so ToolSandbox's prints never reach it.
+Methods: ping, catalog, reset, step, score, close; reset takes `network` ("off" | "stand-in": RapidAPI answered from
+stand-in data, ts_standin.py). KIND: "bad_request" (the host asked for something that does not exist) or "exception".
+The protocol channel is a duplicate of the original stdout; fd 1 and sys.stdout point at stderr so ToolSandbox's
+prints never reach it. A script that extends `Worker` (more methods: override `dispatch`) serves with `main(itself)`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ class BadRequest(Exception):
 
 class Worker:
     def __init__(self) -> None:
-        import ts_plan
         import ts_scenarios  # heavy: imports tool_sandbox (polars, nltk, ...)
 
-        self.sc, self.plans = ts_scenarios, ts_plan
+        self.sc = ts_scenarios
         self._catalog: dict[str, Any] | None = None
         self.episode: Any = None
 
@@ -96,56 +95,6 @@ class Worker:
             raise BadRequest("the episode is over: call reset for a new one")
         return episode.answer(message)
 
-    def plan(self, scenario: str, seed: int, variant: str, module: str | None = None) -> list[dict[str, Any]]:
-        """The milestone-following plan, from the live episode's build when it plays `scenario`."""
-        if self.episode is not None and self.episode.name == scenario:
-            return self.plans.plan(self.episode.scenario, variant)
-        return self.plans.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
-
-    def resolve(self, action: dict[str, Any]) -> dict[str, Any]:
-        """A plan action with its `fill` resolved against the live episode (values from its tool results so far)."""
-        from tool_sandbox.common.execution_context import get_current_context
-
-        return self.plans.resolve(action, self._live().scenario, get_current_context())
-
-    def reference(
-        self,
-        scenario: str,
-        seed: int,
-        plan: list[dict[str, Any]],
-        replies: list[str] | None = None,
-        module: str | None = None,
-        network: str = "off",
-    ) -> dict[str, Any]:
-        """ToolSandbox's own `play_and_evaluate` with the plan agent and the scripted user (no adapter involved)."""
-        import tempfile
-        from pathlib import Path
-
-        from tool_sandbox.common.execution_context import RoleType, get_current_context
-        from tool_sandbox.roles.execution_environment import ExecutionEnvironment
-        from ts_episode import failed_play, similarities
-        from ts_roles import PlanAgent, ScriptedUser
-        from ts_standin import report
-
-        self.close()
-        self._network(network)
-        built = self.sc.build(self._module(scenario, module), scenario, int(seed))
-        agent = PlanAgent(plan, resolve=lambda action: self.plans.resolve(action, built, get_current_context()))
-        roles = {
-            RoleType.AGENT: agent,
-            RoleType.USER: ScriptedUser(replies),
-            RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment(),
-        }
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                result = built.play_and_evaluate(
-                    roles=roles, output_directory=Path(tmp), scenario_name=scenario
-                ).evaluation_result
-            except Exception as exc:  # noqa: BLE001 — a play that raises scores 0 (failed_play)
-                exception = f"{type(exc).__name__}: {exc}"[:500]
-                return {**failed_play(built.max_messages), "exception": exception, "stand_in_network": report()}
-        return {**similarities(result), "stand_in_network": report()}
-
     def close(self) -> None:
         if self.episode is not None:
             self.episode.stop()
@@ -166,14 +115,6 @@ class Worker:
             from ts_standin import report
 
             return {**self._live().evaluate(), "stand_in_network": report()}
-        if method == "plan":
-            return self.plan(p["scenario"], p.get("seed", 0), p.get("variant", "milestones"), p.get("module"))
-        if method == "resolve":
-            return self.resolve(p["action"])
-        if method == "reference":
-            return self.reference(
-                p["scenario"], p.get("seed", 0), p["plan"], p.get("replies"), p.get("module"), p.get("network", "off")
-            )
         if method == "close":
             self.close()
             return None
@@ -189,7 +130,7 @@ def _error(rid: Any, kind: str, exc: BaseException) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(worker_class: type[Worker] = Worker) -> None:
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -197,7 +138,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     os.environ.setdefault("TQDM_DISABLE", "1")
     warnings.filterwarnings("ignore")
-    worker = Worker()
+    worker = worker_class()
     for line in sys.stdin:
         if not line.strip():
             continue
