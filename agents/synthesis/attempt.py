@@ -82,8 +82,14 @@ class AttemptOutcome(BaseModel):
     review_tokens: tuple[int, int] = (0, 0)  # the LLM review's prompt and completion tokens (pricing)
 
 
-def _finding(check: CheckResult) -> Finding:
-    return Finding(check=check.name, summary=check.summary[:600], evidence=evidence_for_generator(check.evidence))
+def findings(failures: list[CheckResult]) -> list[Finding]:
+    """What the generator is told of failed checks: each one's summary and shortened evidence; a check blocked by an
+    earlier failure (it did not run) is left out."""
+    return [
+        Finding(check=c.name, summary=c.summary[:600], evidence=evidence_for_generator(c.evidence))
+        for c in failures
+        if "blocked_by" not in c.evidence
+    ]
 
 
 async def validate_attempt(
@@ -173,7 +179,7 @@ async def validate_attempt(
         accepted=not failures,
         stage="accepted" if not failures else stage,
         failed_checks=[c.name for c in failures],
-        findings=[_finding(c) for c in failures if "blocked_by" not in c.evidence],
+        findings=findings(failures),
         fixes=list(next((c.evidence.get("fixes", []) for c in failures if c.name == "llm_review"), [])),
         rollouts=rollouts,
     )

@@ -131,20 +131,3 @@ class ValidationReport(BaseModel):
         for item, check in zip(data["checks"], self.checks):
             item["verdict"] = check.verdict
         return data
-
-    def failures_for_generator(self, max_chars: int = 4000) -> str:
-        """Compact text for the generator LLM: one block per failed required check."""
-        if self.passed:
-            return "All required self-test checks passed."
-        lines: list[str] = []
-        blocked = [c.name for c in self.failures if "blocked_by" in c.evidence]
-        for c in self.failures:
-            if c.name in blocked:
-                continue
-            lines.append(f"- check `{c.name}` FAILED: {c.summary}")
-            if c.evidence:
-                lines.append(f"  evidence: {evidence_for_generator(c.evidence)}")
-        if blocked:
-            lines.append(f"- not run because of the failures above: {', '.join(blocked)}")
-        out = "\n".join(lines)
-        return out if len(out) <= max_chars else out[: max_chars - 3] + "..."

@@ -20,7 +20,7 @@ def test_the_example_passes_the_self_test_against_the_billing_env() -> None:
     report = asyncio.run(
         validate_env(lambda: InProcessSyntheticEnv(MODULE), target_tools=target.tools(), seeds=20, module=MODULE)
     )
-    assert report.passed, report.failures_for_generator()
+    assert report.passed, [(c.name, c.summary) for c in report.failures]
     assert report.capability == "invoice_lookup"
     assert report.check("fidelity").evidence["shared_tools"] == ["get_invoice", "refund_invoice", "change_plan"]
     assert len(report.check("graded").evidence["distinct_rewards"]) >= 3

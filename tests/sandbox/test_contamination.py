@@ -20,6 +20,7 @@ from gapforge.sandbox.checks.contamination import check_contamination, heldout_o
 from gapforge.sandbox.checks.probe import Probe
 from gapforge.sandbox.checks.result_shapes import observed_result_shapes
 from tests.prompts.helpdesk import TASKS, TOOLS, HelpdeskSynthetic, episode, with_openings
+from tests.sandbox.generator_text import generator_text
 
 TH = SelfTestThresholds()
 RECORDED = RECORDINGS_DIR / "shop"
@@ -103,10 +104,10 @@ def test_the_report_fails_the_env_and_tells_the_generator_which_task() -> None:
     )
     assert [c.name for c in report.checks] == list(CHECKS) and "contamination" in CHECKS
     assert "contamination" in report.failed_names() and not report.passed
-    assert "hd-lock-004" in report.failures_for_generator()
+    assert "hd-lock-004" in generator_text(report)
     # the generator is told the task and its own line, never the held-out text itself (stored with the report)
     assert report.check("contamination").evidence["matches"][0]["heldout_text"] == " ".join(words(HELD))
-    assert "heldout_text" not in report.failures_for_generator()
+    assert "heldout_text" not in generator_text(report)
     no_split = asyncio.run(validate_env(lambda: InProcessSyntheticEnv(leaking), seeds=4))
     assert no_split.check("contamination").verdict == "SKIP" and "contamination" not in no_split.failed_names()
 

@@ -21,6 +21,7 @@ from gapforge.sandbox.checks.result_shapes import (
     result_shape,
     shape_problems,
 )
+from tests.sandbox.generator_text import generator_text
 
 BAD = Path(__file__).parent / "bad"
 EXAMPLES = Path(__file__).parents[3] / "envs" / "examples"
@@ -56,7 +57,7 @@ def run(path: Path, shop: tuple[list[dict[str, Any]], dict[str, Any]]) -> Valida
 @pytest.mark.parametrize("name", ["precondition_verification.py", "structured_data_reasoning.py"])
 def test_examples_pass_the_new_checks(name: str, shop) -> None:
     report = run(EXAMPLES / name, shop)
-    assert report.passed, report.failures_for_generator()
+    assert report.passed, [(c.name, c.summary) for c in report.failures]
     for check in NEW:
         assert report.check(check).verdict == "PASS", report.check(check).summary
     assert report.check("result_format").evidence["compared_tools"]  # really compared, not vacuous
@@ -73,11 +74,12 @@ def test_examples_pass_the_new_checks(name: str, shop) -> None:
 )
 def test_each_bad_module_fails_its_check_with_evidence(name: str, check: str, needle: str, shop) -> None:
     report = run(BAD / name, shop)  # (an absolute path stays itself)
-    assert report.failed_names() == {check}, report.failures_for_generator()
+    assert report.failed_names() == {check}, [(c.name, c.summary) for c in report.failures]
     result = report.check(check)
     assert needle in result.summary, result.summary
     assert result.evidence
-    assert f"check `{check}` FAILED" in report.failures_for_generator()
+    told = generator_text(report)  # what the generator reads
+    assert f"check `{check}` FAILED: {result.summary[:600]}" in told and "evidence: " in told
 
 
 def test_leak_evidence_names_seed_value_and_place(shop) -> None:
