@@ -4,6 +4,6 @@ Importing this package does not import tau2; the first Tau2Env does (see domain.
 """
 
 from gapforge.envs.tau2.env import Tau2Env
-from gapforge.envs.tau2.users import UserEndpoint
+from gapforge.envs.user_endpoint import UserEndpoint
 
 __all__ = ["Tau2Env", "UserEndpoint"]

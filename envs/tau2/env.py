@@ -40,7 +40,8 @@ from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
 from gapforge.envs.tau2 import domain as dom
 from gapforge.envs.tau2.domain import load_tau2
-from gapforge.envs.tau2.users import ScriptedUser, UserEndpoint, coerce_endpoint, llm_user
+from gapforge.envs.tau2.users import ScriptedUser, litellm_args, litellm_model, llm_user
+from gapforge.envs.user_endpoint import UserEndpoint, coerce_endpoint
 
 DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS (the `tau2 run` default)
 DEFAULT_MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS
@@ -89,8 +90,8 @@ class Tau2Env:
         if user not in ("scripted", "llm"):
             raise EnvError(f"unknown user simulator {user!r} for {self.name}; choose 'scripted' or 'llm'")
         self.user_kind = user
-        self.endpoint = coerce_endpoint(user_model) if user == "llm" else None
-        self.judge: UserEndpoint | None = coerce_endpoint(judge, role="NL judge") if judge is not None else None
+        self.endpoint = coerce_endpoint(user_model, "tau2 user simulator") if user == "llm" else None
+        self.judge: UserEndpoint | None = coerce_endpoint(judge, "tau2 NL judge") if judge is not None else None
         if max_steps < 1 or max_errors < 1:
             raise EnvError(f"{self.name}: max_steps and max_errors must be >= 1")
         self.max_steps, self.max_errors = max_steps, max_errors
@@ -359,8 +360,8 @@ def configured_judge(endpoint: UserEndpoint | None) -> Iterator[None]:
     module = importlib.import_module(_JUDGE_MODULE)
     with _LOCK:
         saved = module.DEFAULT_LLM_NL_ASSERTIONS, module.DEFAULT_LLM_NL_ASSERTIONS_ARGS
-        module.DEFAULT_LLM_NL_ASSERTIONS = endpoint.litellm_model()
-        module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = endpoint.litellm_args()
+        module.DEFAULT_LLM_NL_ASSERTIONS = litellm_model(endpoint)
+        module.DEFAULT_LLM_NL_ASSERTIONS_ARGS = litellm_args(endpoint)
         try:
             yield
         finally:

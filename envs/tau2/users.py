@@ -15,65 +15,31 @@ parity test), not measuring a real policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
-
-from gapforge.envs.errors import EnvError
 from gapforge.envs.tau2.domain import load_tau2
+from gapforge.envs.user_endpoint import UserEndpoint
 
 
-class UserEndpoint(BaseModel):
-    """An OpenAI-compatible chat endpoint for tau2's LLM user simulator (or its NL-assertion judge)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(min_length=1, description="model name; with base_url it is sent as 'openai/<model>' to litellm")
-    base_url: str | None = Field(
-        None, description="e.g. http://localhost:8000/v1; None = the provider litellm infers from the model"
-    )
-    api_key: SecretStr | None = None
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(2, ge=0, le=20)
-
-    def litellm_model(self) -> str:
-        if self.base_url and not self.model.startswith("openai/"):
-            return f"openai/{self.model}"
-        return self.model
-
-    def litellm_args(self) -> dict[str, Any]:
-        args: dict[str, Any] = {
-            "temperature": self.temperature,
-            "timeout": self.timeout_s,
-            "num_retries": self.max_retries,
-        }
-        if self.base_url:
-            args["api_base"] = self.base_url
-            # local OpenAI-compatible servers ignore the key, but the client insists on one
-            args["api_key"] = self.api_key.get_secret_value() if self.api_key else "not-needed"
-        elif self.api_key:
-            args["api_key"] = self.api_key.get_secret_value()
-        return args
+def litellm_model(endpoint: UserEndpoint) -> str:
+    if endpoint.base_url and not endpoint.model.startswith("openai/"):
+        return f"openai/{endpoint.model}"
+    return endpoint.model
 
 
-def coerce_endpoint(user_model: Any, role: str = "user simulator") -> UserEndpoint:
-    """Accept a UserEndpoint, a dict of its fields, or an object with its attributes (e.g. EndpointConfig)."""
-    if user_model is None:
-        raise EnvError("user='llm' needs user_model: an OpenAI-compatible endpoint (model, base_url, api_key)")
-    if isinstance(user_model, UserEndpoint):
-        return user_model
-    if isinstance(user_model, Mapping):
-        fields = dict(user_model)
-    else:
-        fields = {name: getattr(user_model, name) for name in UserEndpoint.model_fields if hasattr(user_model, name)}
-    try:
-        return UserEndpoint.model_validate(fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise EnvError(f"bad endpoint for the tau2 {role}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+def litellm_args(endpoint: UserEndpoint) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "temperature": endpoint.temperature,
+        "timeout": endpoint.timeout_s,
+        "num_retries": endpoint.max_retries,
+    }
+    if endpoint.base_url:
+        args["api_base"] = endpoint.base_url
+        args["api_key"] = endpoint.secret() or "not-needed"  # local servers ignore the key, the client insists on one
+    elif endpoint.api_key:
+        args["api_key"] = endpoint.secret()
+    return args
 
 
 @cache
@@ -90,11 +56,11 @@ def _litellm_can_skip_mcp() -> bool:
 def llm_user(endpoint: UserEndpoint, task: Any, user_tools: list[Any] | None = None) -> Any:
     """tau2's own LLM user simulator for `task`, talking to `endpoint`, with the domain's user tools (telecom)."""
     t = load_tau2()
-    args = endpoint.litellm_args()
+    args = litellm_args(endpoint)
     if user_tools and _litellm_can_skip_mcp():
         args["_skip_mcp_handler"] = True
     return t.UserSimulator(
-        tools=user_tools, instructions=str(task.user_scenario), llm=endpoint.litellm_model(), llm_args=args
+        tools=user_tools, instructions=str(task.user_scenario), llm=litellm_model(endpoint), llm_args=args
     )
 
 

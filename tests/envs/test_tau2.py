@@ -12,6 +12,7 @@ from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
 from gapforge.envs.tau2 import Tau2Env, UserEndpoint
 from gapforge.envs.tau2.env import evaluation_plan
+from gapforge.envs.tau2.users import litellm_args, litellm_model
 from tests.envs.conformance import check_conformance
 from tests.fakes.fake_openai import FakeOpenAIServer
 
@@ -386,7 +387,7 @@ def test_llm_user_accepts_endpoint_config_like_objects():
         )
 
     env = Tau2Env("retail", user="llm", user_model=EndpointLike())
-    assert env.endpoint.litellm_model() == "openai/m" and env.endpoint.litellm_args()["temperature"] == 0.3
+    assert litellm_model(env.endpoint) == "openai/m" and litellm_args(env.endpoint)["temperature"] == 0.3
 
 
 def test_unreachable_user_endpoint_is_a_one_line_env_error():

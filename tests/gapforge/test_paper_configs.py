@@ -33,7 +33,7 @@ import pytest
 from gapforge.config import load_config
 from gapforge.envs.composite import parse_composite
 from gapforge.envs.loader import parse_keywords
-from gapforge.envs.tau2.users import coerce_endpoint
+from gapforge.envs.user_endpoint import coerce_endpoint
 from gapforge.errors import UsageError
 from gapforge.wiring import user_simulator_endpoint
 
@@ -78,7 +78,7 @@ def test_tau2_is_airline_and_retail_as_one_target_with_a_50_step_cap_and_the_pol
     assert cfg.rollouts.user_endpoint == "policy"
     user = user_simulator_endpoint(cfg)
     assert (user.model, user.base_url) == (PAPER_MODEL, cfg.policy.endpoint.base_url)
-    assert coerce_endpoint(user).temperature == 0.0  # what τ²'s user simulator samples at
+    assert coerce_endpoint(user, "tau2 user simulator").temperature == 0.0  # what τ²'s user simulator samples at
 
 
 @pytest.mark.tau2
