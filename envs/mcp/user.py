@@ -14,7 +14,7 @@ import re
 from typing import Any, Protocol
 
 from gapforge.envs.mcp.spec import TaskSpec
-from gapforge.envs.protocol import add_usage
+from gapforge.envs.simulated_user import simulated_reply
 
 STOP = "###STOP###"
 THANKS = "Thank you, that's all I needed."
@@ -81,18 +81,6 @@ class LLMUser:
         return self.task.opening
 
     def reply(self, text: str) -> tuple[str, bool]:
-        from langchain_core.messages import AIMessage, HumanMessage
-
         self.turns += 1
-        self.history.append(HumanMessage(text))
-        answer = self.model.invoke(self.history)
-        add_usage(self.tokens, answer)
-        content = answer.content
-        said = (
-            content
-            if isinstance(content, str)
-            else "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content)
-        )
-        said = said.strip()
-        self.history.append(AIMessage(said))
+        said = simulated_reply(self.model, self.history, self.tokens, text)
         return said, STOP in said or self.turns >= self.task.user.max_turns

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gapforge.envs.protocol import add_usage
 from gapforge.envs.shop.tasks import FactKey, ShopTask, UserScript
+from gapforge.envs.simulated_user import simulated_reply
 
 STOP = "###STOP###"
 PROMPT_FILE = "shop_user_simulator.md"
@@ -140,17 +140,8 @@ class LLMUser:
         return self.script.opening
 
     def reply(self, last: str, said: str, writes_done: int) -> tuple[str, bool]:
-        from langchain_core.messages import AIMessage, HumanMessage
-
         self.turns += 1
         if self.turns > self.script.max_turns:
             return STOP, True
-        self.history.append(HumanMessage(last))
-        answer = self.model.invoke(self.history)
-        add_usage(self.tokens, answer)
-        content = answer.content
-        if not isinstance(content, str):
-            content = "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
-        text = content.strip()
-        self.history.append(AIMessage(text))
+        text = simulated_reply(self.model, self.history, self.tokens, last)
         return text, STOP in text
