@@ -9,12 +9,14 @@ of an evaluation. The driver stays the store's one writer (a worker returns the 
 from their key (`envs/sampling.py`), so the same plan stores the same episodes here, on the driver or on Ray
 (tests/executor/test_processes.py).
 
-Faults: a worker that dies (killed, out of memory, a native crash) costs its episodes in flight only: each ends as
-`worker_error` (an infrastructure failure on the `worker` boundary: not stored, a resume plays it) and a fresh worker
-takes its place (`pool.restarts`). Workers that keep dying stop the stage with WorkerLost (an IncompleteStage, exit 3):
+Faults: a worker that dies (killed, out of memory, a native crash) costs only the episodes sent to it and not yet
+answered (in flight, or sent as it died, before its closed pipe was read): each ends as `worker_error` (an
+infrastructure failure on the `worker` boundary: not stored, a resume plays it) and a fresh worker takes its place
+(`pool.restarts`). Workers that keep dying stop the stage with WorkerLost (an IncompleteStage, exit 3):
 past `MAX_WORKER_RESTARTS` replacements in one pool, or when a replacement dies before it started an episode (its
 policy cannot even load). An episode's exception is re-raised on the driver with its type when it pickles (else a
-RuntimeError with its type, message and the worker's traceback). What crosses a pipe is pickled by its sender and
+RuntimeError with its type, message and the worker's traceback); an episode whose env put something that does not
+pickle in it stops the stage with EpisodeNotReturned (the env's code, exit 4). What crosses a pipe is pickled by its sender and
 unpickled by its receiver inside a try, so what does not travel fails that episode with a message instead of hanging
 the stage or killing the worker. Requests to one worker go in order (the first one of a policy carries its factory).
 A worker dies with the driver (PR_SET_PDEATHSIG, and its pipe's end-of-file).
@@ -48,6 +50,7 @@ from gapforge.agents.episode import empty_episode, timed_out
 from gapforge.agents.errors import IncompleteStage
 from gapforge.agents.rollouts import EpisodeRecord, play_episode
 from gapforge.envs.env_threads import DaemonThreads
+from gapforge.executor.errors import EpisodeNotReturned
 from gapforge.faults import ResumableStop
 
 log = logging.getLogger(__name__)
@@ -157,9 +160,11 @@ async def _serve(conn: Any) -> None:
             )
             try:
                 reply: tuple[Any, ...] = (req_id, True, pickle.dumps(rollout))
-            except Exception as e:  # something in the episode does not pickle
-                raise RuntimeError(
-                    f"the episode of {task_id}#{sample} could not be sent back from its worker: {e}"
+            except Exception as e:  # something the env put in the episode does not pickle
+                raise EpisodeNotReturned(
+                    f"the episode of {task_id}#{sample} could not be sent back from its worker ({e}): the env put "
+                    "something in StepResult.info or Score.info that is not plain data (a lock, a connection, a "
+                    "lambda): keep those values to str, numbers, lists and dicts"
                 ) from e
         except asyncio.CancelledError:
             raise

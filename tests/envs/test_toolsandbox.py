@@ -68,7 +68,7 @@ def _stand_in_parity(env: ParityEnv, task: str, variant: str = "milestones") -> 
     return score.reward, reference["similarity"], score.info, reference["stand_in_network"] or {}
 
 
-def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandboxEnv) -> None:
+def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ParityEnv) -> None:
     ids, excluded = env.task_ids(), env.excluded()
     assert len(ids) + len(excluded) == 129  # ToolSandbox's base scenarios
     assert excluded and all(tools for tools in excluded.values())
@@ -88,7 +88,7 @@ def test_catalogue_counts_base_scenarios_and_network_exclusions(env: ToolSandbox
         sub.close()
 
 
-def test_bad_input_is_one_line_env_error(env: ToolSandboxEnv) -> None:
+def test_bad_input_is_one_line_env_error(env: ParityEnv) -> None:
     with pytest.raises(EnvError, match="unknown ToolSandbox category 'nope'"):
         make_env("toolsandbox:nope")
     net = next(iter(env.excluded()))
@@ -124,14 +124,14 @@ SAMPLE = {
 
 
 @pytest.mark.parametrize("task,outcome", SAMPLE.items())
-def test_milestone_agent_parity_with_toolsandbox_play(env: ToolSandboxEnv, task: str, outcome: str) -> None:
+def test_milestone_agent_parity_with_toolsandbox_play(env: ParityEnv, task: str, outcome: str) -> None:
     through_adapter, own, termination = _parity(env, task)
     assert termination == "done"
     assert through_adapter == pytest.approx(own, abs=1e-9)
     assert (through_adapter == 1.0) if outcome == "perfect" else (0.0 < through_adapter < 1.0)
 
 
-def test_a_refusing_agent_fails_fully_in_both(env: ToolSandboxEnv) -> None:
+def test_a_refusing_agent_fails_fully_in_both(env: ParityEnv) -> None:
     # a doable scenario the agent declines: no milestone reached, 0.0 through the adapter and in ToolSandbox's play
     through_adapter, own, _ = _parity(
         env, "add_contact_with_name_and_phone_number", plan=[{"text": "Sorry, I cannot do that."}]
@@ -139,7 +139,7 @@ def test_a_refusing_agent_fails_fully_in_both(env: ToolSandboxEnv) -> None:
     assert through_adapter == own == 0.0
 
 
-def test_milestone_plan_fills_values_from_earlier_tool_results(env: ToolSandboxEnv) -> None:
+def test_milestone_plan_fills_values_from_earlier_tool_results(env: ParityEnv) -> None:
     # timestamp_diff's arguments come from get_current_timestamp and search_holiday; the reply's {days} from its result
     plan = env.reference_plan("find_days_till_holiday")
     diff = next(a for a in plan if a.get("tool") == "timestamp_diff")
@@ -154,7 +154,7 @@ def test_milestone_plan_fills_values_from_earlier_tool_results(env: ToolSandboxE
     assert "{days}" not in reply and reply.startswith("It is ") and episode.reward == 1.0
 
 
-def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv, stand_in: ToolSandboxEnv) -> None:
+def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ParityEnv, stand_in: ParityEnv) -> None:
     assert stand_in.name == "toolsandbox?network=stand-in" and stand_in.excluded() == {}
     assert set(stand_in.task_ids()) == set(env.task_ids()) | set(
         env.excluded()
@@ -167,7 +167,7 @@ def test_stand_in_network_mode_runs_every_rapidapi_scenario(env: ToolSandboxEnv,
         sub.close()  # type: ignore[attr-defined]
 
 
-def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ToolSandboxEnv) -> None:
+def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ParityEnv) -> None:
     # the stand-in reverse geocode of the milestone's coordinates gives the address of its reference reply
     adapter, own, info, ref_calls = _stand_in_parity(stand_in, "find_address_with_lat_lon")
     assert adapter == own == 1.0
@@ -181,7 +181,7 @@ def test_stand_in_answers_match_milestone_constants_with_parity(stand_in: ToolSa
     assert ref_calls["calls"] == 1 and ref_calls["sha256"] == info["stand_in_network"]["sha256"]
 
 
-def test_an_agent_reading_the_stand_in_answers_scores_perfect(stand_in: ToolSandboxEnv) -> None:
+def test_an_agent_reading_the_stand_in_answers_scores_perfect(stand_in: ParityEnv) -> None:
     # place search -> the milestone's weather coordinates (stand-in data); weather -> a temperature the milestones' extractors read
     import ast
 
@@ -210,7 +210,7 @@ def test_an_agent_reading_the_stand_in_answers_scores_perfect(stand_in: ToolSand
     )
 
 
-def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ToolSandboxEnv) -> None:
+def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ParityEnv) -> None:
     # wifi starts off: without the setting call ToolSandbox's own RapidAPI layer refuses before any (stand-in) request
     task = "find_temperature_f_with_location_wifi_off"
     wrong, own_wrong, info, _ = _stand_in_parity(stand_in, task, "skip_settings")
@@ -218,7 +218,7 @@ def test_stand_in_mode_keeps_toolsandboxs_wifi_rule(stand_in: ToolSandboxEnv) ->
     assert info["stand_in_network"]["calls"] == 0 and wrong < 1.0
 
 
-def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
+def test_minefield_control_scores_zero_in_both(env: ParityEnv) -> None:
     # the user asks for upcoming reminders without the current time tool: any reminder search is a minefield
     task = "search_reminder_with_recency_upcoming_insufficient_information"
     forbidden = [
@@ -231,7 +231,7 @@ def test_minefield_control_scores_zero_in_both(env: ToolSandboxEnv) -> None:
     assert clean == own_clean == 1.0  # refusing (no forbidden call) is perfect on a minefield-only scenario
 
 
-def test_wrong_setting_control_agrees_and_loses_credit(env: ToolSandboxEnv) -> None:
+def test_wrong_setting_control_agrees_and_loses_credit(env: ParityEnv) -> None:
     task = "send_message_with_contact_content_cellular_off"  # the agent must turn cellular service on first
     right, own_right, _ = _parity(env, task)
     wrong, own_wrong, _ = _parity(env, task, "skip_settings")
@@ -239,7 +239,7 @@ def test_wrong_setting_control_agrees_and_loses_credit(env: ToolSandboxEnv) -> N
     assert wrong < right
 
 
-def test_unknown_tool_ends_the_episode_scored_zero_like_toolsandbox(env: ToolSandboxEnv) -> None:
+def test_unknown_tool_ends_the_episode_scored_zero_like_toolsandbox(env: ParityEnv) -> None:
     env.reset("search_message_with_recency_latest_multiple_user_turn")
     result = env.step(Message.assistant(tool_calls=[ToolCall(id="x-1", name="no_such_tool", arguments={})]))
     assert result.done and result.info["termination"] == "agent_error" and "KeyError" in result.info["exception"]
@@ -248,7 +248,7 @@ def test_unknown_tool_ends_the_episode_scored_zero_like_toolsandbox(env: ToolSan
     assert score.reward == 0.0 and not score.success and "KeyError" in score.info["exception"]
 
 
-def test_concurrent_episodes_never_share_state(env: ToolSandboxEnv) -> None:
+def test_concurrent_episodes_never_share_state(env: ParityEnv) -> None:
     a, b = ToolSandboxEnv(), ToolSandboxEnv()
     try:
         task_a = _first(a, lambda t: "add_contact" in {s["function"]["name"] for s in _tools(a, t)})
@@ -370,7 +370,7 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1"
 )
-def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
+def test_full_parity_sweep(env: ParityEnv) -> None:
     from gapforge.envs.toolsandbox.metrics import paper_metrics
 
     mismatches, similarity = [], {}
@@ -393,7 +393,7 @@ def test_full_parity_sweep(env: ToolSandboxEnv) -> None:
 @pytest.mark.skipif(
     os.environ.get("GAPFORGE_TOOLSANDBOX_SWEEP") != "1", reason="full sweep: set GAPFORGE_TOOLSANDBOX_SWEEP=1"
 )
-def test_full_stand_in_parity_sweep(stand_in: ToolSandboxEnv) -> None:
+def test_full_stand_in_parity_sweep(stand_in: ParityEnv) -> None:
     network = [t for t in stand_in.task_ids() if stand_in.network_tools(t)]
     assert len(network) == 34
     mismatches, similarity = [], {}

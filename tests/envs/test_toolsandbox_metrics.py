@@ -157,3 +157,14 @@ def test_cli_toolsandbox_metrics_prints_the_papers_numbers(tmp_path, monkeypatch
     for bad in (["toolsandbox", "metrics", empty, *base], ["toolsandbox", "metrics", "r-nope", *base]):
         out = runner.invoke(app, bad)
         assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+
+
+def test_a_user_endpoint_with_an_unknown_key_is_one_line_without_toolsandboxs_venv() -> None:
+    from gapforge.envs.errors import EnvError
+    from gapforge.envs.toolsandbox.env import user_spec
+
+    with pytest.raises(EnvError, match="bad endpoint for the ToolSandbox user simulator: colour: Extra inputs") as err:
+        user_spec("llm", {"model": "m", "colour": "red"})
+    assert "\n" not in str(err.value)
+    spec = user_spec("llm", {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "k"})
+    assert (spec["model"], spec["api_key"], spec["timeout_s"]) == ("m", "k", 120.0)  # the key travels to the worker

@@ -1,5 +1,5 @@
 """Episodes on local worker processes (executor/processes.py): the same episodes as the collector's own loop,
-a worker killed mid-collection costs its episodes in flight only (replaced; a resume plays them, exact counts),
+a worker killed mid-collection costs only the episodes sent to it (replaced; a resume plays them, exact counts),
 workers that keep dying stop the stage resumably, errors come back with their type."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.registry import make_env
 from gapforge.executor import ExecutorConfig, episode_player, processes
+from gapforge.executor.errors import EpisodeNotReturned
 from gapforge.executor.processes import WorkerLost, picklable, process_pool
 from gapforge.store import Store
 from gapforge.wiring import make_policy
@@ -144,7 +145,7 @@ def test_a_worker_killed_mid_collection_costs_its_episodes_only_and_the_rerun_en
 
     res, before, after, restarts = asyncio.run(first())
     lost = res.infra_failures
-    assert lost and all(f.termination == "worker_error" for f in lost)  # its episodes in flight, and only those
+    assert lost and all(f.termination == "worker_error" for f in lost)  # episodes sent to it, and only those
     # each lost episode is the victim's: in flight when it died, or sent to it before its closed pipe was read (a
     # loaded host widens that window)
     victim_said = (f"(pid {before[0]}) ended", f"(pid {before[0]}) cannot be reached")
@@ -168,6 +169,20 @@ def victim_replaced(before: list[int], after: list[int]) -> bool:
     return before[0] not in after and before[1] in after and len(set(after) - set(before)) == 1
 
 
+class DiesMidEpisode(SlowLookupPolicy):
+    """Kills its own worker process at its second answer: an episode is in flight on that worker by construction."""
+
+    def __init__(self) -> None:
+        super().__init__(0.05)
+        self.answers = 0
+
+    async def respond(self, messages: list[Message], tools: list[dict], *, temperature: float | None = None) -> Message:
+        self.answers += 1
+        if self.answers == 2 and multiprocessing.parent_process() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await super().respond(messages, tools, temperature=temperature)
+
+
 class DiesOnLoad:
     """A policy whose loading kills its worker process (a native crash, an out-of-memory kill): every worker dies."""
 
@@ -179,41 +194,25 @@ class DiesOnLoad:
 
 
 def test_workers_that_keep_dying_stop_the_stage_with_worker_lost(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def play(factory: Any, kill: bool) -> None:
+    async def play(factory: Any) -> None:
         async with process_pool(1, 1) as pool:
             plan = CollectPlan(
                 run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS, samples=1, concurrency=2, max_turns=3
             )
-
-            killed: list[int] = []
-
-            def kill_first(_ep: Any) -> None:  # once: an episode the victim finished may be reported after the kill
-                if kill and not killed:
-                    killed.append(pool.pids()[0])
-                    os.kill(killed[0], signal.SIGKILL)
-
             await asyncio.wait_for(
-                collect(
-                    plan,
-                    make_env=None,
-                    policy=None,
-                    sink=store,
-                    player=pool.player(factory, shop),
-                    on_episode=kill_first,
-                ),
-                120,
+                collect(plan, make_env=None, policy=None, sink=store, player=pool.player(factory, shop)), 120
             )
 
     # the first worker dies loading the policy (its 2 episodes in flight end as worker_error), its replacement dies
     # the same way before it started an episode (the next 2): another one would too
     with pytest.raises(WorkerLost, match="died itself before it started an episode"):
-        asyncio.run(play(DiesOnLoad, kill=False))
+        asyncio.run(play(DiesOnLoad))
     # past MAX_WORKER_RESTARTS replacements in one pool (here none allowed): the next death stops the stage
     monkeypatch.setattr(processes, "MAX_WORKER_RESTARTS", 0)
     with pytest.raises(
         IncompleteStage, match="local rollout worker .* ended .* workers keep dying .*MAX_WORKER_RESTARTS"
     ):
-        asyncio.run(play(functools.partial(SlowLookupPolicy, 0.05), kill=True))
+        asyncio.run(play(DiesMidEpisode))
 
 
 def test_an_episode_error_and_a_policy_that_cannot_load_come_back_with_their_type(store: Store, tmp_path: Path) -> None:
@@ -336,8 +335,9 @@ def test_what_cannot_travel_fails_its_episode_with_a_message_and_nothing_hangs(s
                 timeout=120,
             )
 
-    with pytest.raises(RuntimeError, match="could not be sent back from its worker"):  # a result holding a lock
+    with pytest.raises(EpisodeNotReturned, match="could not be sent back from its worker") as err:  # holds a lock
         asyncio.run(play(LockedScoreShop))
+    assert err.value.exit_code == 4 and "Score.info" in str(err.value)  # blamed on the env's code, saying what to fix
     with pytest.raises(
         RuntimeError, match="could not be rebuilt in a rollout worker: this env factory refuses to load"
     ):

@@ -1,9 +1,9 @@
 """Roles that plug into ToolSandbox's own play loop (ToolSandbox venv only: the standard library and `tool_sandbox`).
 
-The agents subclass ToolSandbox's `OpenAIAPIAgent` and replace only the model call (`model_inference`); the LLM user
+`BridgeAgent` subclasses ToolSandbox's `OpenAIAPIAgent` and replaces only the model call (`model_inference`): the
+model is gapforge's policy on the other side of the worker protocol (a thread hand-off, ts_episode.py). The LLM user
 subclasses its `OpenAIAPIUser` and replaces only the client, so prompts, few-shot examples and `end_conversation`
-stay ToolSandbox's. `BridgeAgent`: the model is gapforge's policy on the other side of the worker protocol (a thread
-hand-off, ts_episode.py). `ScriptedUser`: its replies in order, then `end_conversation`, as the LLM user would.
+stay ToolSandbox's. `ScriptedUser`: its replies in order, then `end_conversation`, as the LLM user would.
 `EndpointUser`: ToolSandbox's LLM user on any endpoint.
 """
 
@@ -62,7 +62,7 @@ class ScriptedUser(BaseRole):
 
     It does not read what the agent says (so it cannot measure a real policy's
     dialogue skills); with no replies it ends the conversation at the agent's first
-    text turn — the agent's final answer for a plan that ends with one.
+    text turn (the agent's final answer).
     """
 
     role_type = RoleType.USER

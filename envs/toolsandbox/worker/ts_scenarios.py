@@ -1,4 +1,4 @@
-"""ToolSandbox's base scenarios: catalogue and reset-time builds (ToolSandbox venv only; plans: ts_plan.py).
+"""ToolSandbox's base scenarios: catalogue and reset-time builds (ToolSandbox venv only).
 
 The 129 base scenarios come from ToolSandbox's four scenario modules (the
 `NO_DISTRACTION_TOOLS` set its `named_scenarios` extends into 1032 variants).

@@ -4,10 +4,12 @@ product's worker (envs/toolsandbox/worker/ts_server.py) plus three methods that 
     plan       the milestone-following plan of a scenario (ts_plan.plan), from the live episode's build when it
                plays that scenario
     resolve    a plan action with its `fill` resolved against the live episode's tool results so far
-    reference  ToolSandbox's own `play_and_evaluate` of a plan with `PlanAgent` and the scripted user (no gapforge
+    reference  ToolSandbox's own `play_and_evaluate` of a plan with the plan agent and the scripted user (no gapforge
                adapter involved): what the adapter's score is checked against
 
-`PlanAgent` is ToolSandbox's OpenAI agent answering with the next action of a fixed plan, one action a turn.
+The plan agent is ToolSandbox's OpenAI agent answering with the next action of a fixed plan, one action a turn. What
+imports tool_sandbox is imported once `main` has pointed fd 1 at stderr (as the product's worker does), so nothing
+printed at import reaches the protocol channel.
 """
 
 from __future__ import annotations
@@ -20,38 +22,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-PRODUCT_WORKER = HERE.parents[2] / "envs" / "toolsandbox" / "worker"
-sys.path[:0] = [str(PRODUCT_WORKER), str(HERE)]
+sys.path[:0] = [str(HERE.parents[2] / "envs" / "toolsandbox" / "worker"), str(HERE)]
 
-import ts_plan  # noqa: E402
-from openai.types.chat import ChatCompletion  # noqa: E402
-from tool_sandbox.common.execution_context import RoleType, get_current_context  # noqa: E402
-from tool_sandbox.roles.execution_environment import ExecutionEnvironment  # noqa: E402
-from tool_sandbox.roles.openai_api_agent import OpenAIAPIAgent  # noqa: E402
-from ts_episode import failed_play, similarities  # noqa: E402
-from ts_roles import ScriptedUser, completion  # noqa: E402
-from ts_server import Worker, main  # noqa: E402
-from ts_standin import report  # noqa: E402
-
-
-class PlanAgent(OpenAIAPIAgent):
-    """ToolSandbox's OpenAI agent answering with the next action of a fixed plan (one action per turn)."""
-
-    model_name = "gapforge-plan"
-
-    def __init__(
-        self, plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    ) -> None:
-        self.plan = list(plan)
-        self.turn = 0
-        self.resolve = resolve
-
-    def model_inference(self, openai_messages: Any, openai_tools: Any) -> ChatCompletion:
-        action = self.plan[self.turn] if self.turn < len(self.plan) else {"text": "Done."}
-        if self.resolve is not None and action.get("fill"):
-            action = self.resolve(action)
-        self.turn += 1
-        return completion(action_message(action, self.turn))
+from ts_server import Worker, main  # noqa: E402 - the product's worker, found through the path above
 
 
 def action_message(action: dict[str, Any], turn: int) -> dict[str, Any]:
@@ -66,14 +39,43 @@ def action_message(action: dict[str, Any], turn: int) -> dict[str, Any]:
     return {"role": "assistant", "content": str(action["text"])}
 
 
+def plan_agent(plan: list[dict[str, Any]], resolve: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """ToolSandbox's OpenAI agent answering with the next action of `plan` (a `fill` resolved first by `resolve`)."""
+    from tool_sandbox.roles.openai_api_agent import OpenAIAPIAgent
+    from ts_roles import completion
+
+    class PlanAgent(OpenAIAPIAgent):
+        model_name = "gapforge-plan"
+
+        def __init__(self) -> None:
+            self.turn = 0
+
+        def model_inference(self, openai_messages: Any, openai_tools: Any) -> Any:
+            action = plan[self.turn] if self.turn < len(plan) else {"text": "Done."}
+            if action.get("fill"):
+                action = resolve(action)
+            self.turn += 1
+            return completion(action_message(action, self.turn))
+
+    return PlanAgent()
+
+
 class ParityWorker(Worker):
+    def __init__(self) -> None:
+        super().__init__()
+        import ts_plan
+
+        self.plans = ts_plan
+
     def plan(self, scenario: str, seed: int, variant: str, module: str | None = None) -> list[dict[str, Any]]:
         if self.episode is not None and self.episode.name == scenario:
-            return ts_plan.plan(self.episode.scenario, variant)
-        return ts_plan.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
+            return self.plans.plan(self.episode.scenario, variant)
+        return self.plans.plan(self.sc.build(self._module(scenario, module), scenario, int(seed)), variant)
 
     def resolve(self, action: dict[str, Any]) -> dict[str, Any]:
-        return ts_plan.resolve(action, self._live().scenario, get_current_context())
+        from tool_sandbox.common.execution_context import get_current_context
+
+        return self.plans.resolve(action, self._live().scenario, get_current_context())
 
     def reference(
         self,
@@ -84,12 +86,17 @@ class ParityWorker(Worker):
         module: str | None = None,
         network: str = "off",
     ) -> dict[str, Any]:
+        from tool_sandbox.common.execution_context import RoleType, get_current_context
+        from tool_sandbox.roles.execution_environment import ExecutionEnvironment
+        from ts_episode import failed_play, similarities
+        from ts_roles import ScriptedUser
+        from ts_standin import report
+
         self.close()
         self._network(network)
         built = self.sc.build(self._module(scenario, module), scenario, int(seed))
-        agent = PlanAgent(plan, resolve=lambda action: ts_plan.resolve(action, built, get_current_context()))
         roles = {
-            RoleType.AGENT: agent,
+            RoleType.AGENT: plan_agent(plan, lambda action: self.plans.resolve(action, built, get_current_context())),
             RoleType.USER: ScriptedUser(replies),
             RoleType.EXECUTION_ENVIRONMENT: ExecutionEnvironment(),
         }
