@@ -46,8 +46,13 @@ def load_bundle(router_dir: str | Path) -> Bundle:
         raise UsageError(f"{path} is not JSON ({e}): export the run again") from None
     if data.get("gapforge_bundle") != BUNDLE_VERSION:
         raise UsageError(f"{path} is not a gapforge bundle of version {BUNDLE_VERSION}: export the run again")
+    from gapforge.agents.router import RoutingConfig
+
     try:
         record = RouterRecord.model_validate(data["router"])
+        RoutingConfig.model_validate(data["routing"])  # what bundle_routing serves with
+        for key in ("run", "adapters", "max_new_tokens", "seed"):
+            data[key]
     except (KeyError, ValueError) as e:
         raise UsageError(
             f"{path}: the router does not read back ({str(e).splitlines()[0]}): export the run again"

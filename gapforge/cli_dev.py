@@ -117,8 +117,15 @@ def teach_cmd(
             raise UsageError(
                 f"--recipe {recipe}: no such file (give a teach.json, e.g. gapforge/demo_data/shop-policy/teach.json)"
             )
-        card = json.loads(recipe.read_text())
-        cfg = TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
+        from pydantic import ValidationError
+
+        try:
+            card = json.loads(recipe.read_text())
+            cfg = TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON, no recipe, or a bad value in it
+            first = e.errors()[0] if isinstance(e, ValidationError) else None
+            why = f"recipe.{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(e).splitlines()[0]
+            raise UsageError(f"--recipe {recipe}: not a teach.json whose `recipe` this version reads ({why})") from None
     else:
         cfg = TeachConfig()
     if epochs is not None:

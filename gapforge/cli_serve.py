@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
             bundle = load_bundle(router_dir)
             cfg = get_config(config, [*bundle_settings(bundle, config), *(set_ or []), *flags], check_workspace=False)
             if cfg.policy.kind == "scripted":  # the default: a bundle is served from weights (--base), here or on vLLM
-                cfg.policy = cfg.policy.model_copy(update={"kind": "local"})
+                cfg = local_base(cfg)
         else:
             cfg, store = run_config(run, config, [*(set_ or []), *flags])
         api_key = read_secret(api_key_env) if api_key_env else None

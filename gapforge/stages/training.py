@@ -185,6 +185,10 @@ async def train_baseline(sc: RunStages, run_id: str) -> BaselineDone:
     split = await asyncio.to_thread(store.get_split, run_id)
     if split is None:
         raise StageFailed("no task split stored with the run (the analysis stores it)")
+    if len(split.analysis_tasks) < 2:  # baseline_tasks would hold its one task back for selection: none to train on
+        n = len(split.analysis_tasks)
+        why = f"the analysis split has {n} task{'s' * (n != 1)}: it trains on some and selects its checkpoint on others"
+        return BaselineDone(None, skipped=why)
     job = baseline_job(
         cfg,
         split,

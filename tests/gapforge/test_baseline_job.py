@@ -94,3 +94,22 @@ def test_its_selection_tasks_are_a_quarter_of_the_analysis_split_across_its_fami
     train, held = baseline_tasks(small, most=32)
     assert len(held) == 6 and len(train) == 16
     assert baseline_tasks(["only"], most=32) == ([], ["only"])  # nothing to train on: the job spec refuses it
+
+
+def test_an_analysis_split_of_one_task_skips_the_baseline_saying_why(tmp_path) -> None:
+    import asyncio
+
+    from gapforge.stages.training import train_baseline
+    from gapforge.store import Store
+
+    with Store(f"sqlite:///{tmp_path / 'g.db'}") as store:
+        run = store.create_run("trace", {})
+        store.put_capability(run, "refusal", definition="refuses what it cannot do")
+        store.put_adapter(run, "refusal", path=str(tmp_path), metrics={}, status="done", capability="refusal")
+        families = {"t0": "lookup", "t1": "lookup"}
+        store.put_split(
+            run, env="shop", seed=0, fraction=0.5, analysis_tasks=["t0"], heldout_tasks=["t1"], families=families
+        )
+        sc = SimpleNamespace(cfg=_cfg(), store=store)
+        done = asyncio.run(train_baseline(sc, run))  # type: ignore[arg-type]
+    assert done.adapter is None and not done.error and "analysis split has 1 task:" in done.skipped

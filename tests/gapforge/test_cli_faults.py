@@ -162,4 +162,13 @@ def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_pa
         ),
         "are not the build this recipe continued",
     )
+    for text, needle in (
+        ("{not json", "Expecting property name"),
+        ('{"card": 1}', "'recipe'"),
+        ('{"recipe": {"epochs": "many"}}', "epochs"),
+    ):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)  # a hand-edited recipe: one line naming the file, never a traceback
+        line = _one_line_error(runner.invoke(app, ["dev", "teach", "--recipe", str(bad), "--out", str(out)]), needle)
+        assert f"--recipe {bad}: not a teach.json" in line
     assert not out.exists()

@@ -160,6 +160,16 @@ def test_what_cannot_be_exported_or_served_is_one_line_with_exit_2(
     out = tmp_path / "b1"
     assert _export(workspace, bare, out).exit_code == 0
     assert not list(tmp_path.glob(".b1.partial-*"))
+    res = CliRunner().invoke(app, ["serve", "--router", str(out / "router")])  # no --base, no policy.local_path
+    assert res.exit_code == 2 and "pass --base DIR or set policy.local_path" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    edited = json.loads((out / "router" / "router.json").read_text())
+    for change in ({"routing": {**edited["routing"], "labels": ["a", "a"]}}, {"seed": None}):
+        broken = {k: v for k, v in {**edited, **change}.items() if v is not None}
+        (out / "router" / "router.json").write_text(json.dumps(broken))  # a hand-edited bundle
+        with pytest.raises(UsageError, match="the router does not read back .*: export the run again"):
+            load_bundle(out / "router")
+    (out / "router" / "router.json").write_text(json.dumps(edited))
     weights = out / "adapters" / CAPS[1] / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # cut short
     with pytest.raises(UsageError, match=f"adapter {CAPS[1]} of the bundle does not read back whole"):
