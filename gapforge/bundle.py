@@ -44,18 +44,27 @@ def load_bundle(router_dir: str | Path) -> Bundle:
         raise UsageError(f"{path} not found: pass the router/ directory of a bundle `gapforge export` wrote") from None
     except ValueError as e:
         raise UsageError(f"{path} is not JSON ({e}): export the run again") from None
-    if data.get("gapforge_bundle") != BUNDLE_VERSION:
+    if not isinstance(data, dict) or data.get("gapforge_bundle") != BUNDLE_VERSION:
         raise UsageError(f"{path} is not a gapforge bundle of version {BUNDLE_VERSION}: export the run again")
+    from pydantic import BaseModel, ValidationError
+
     from gapforge.agents.router import RoutingConfig
 
+    class BundleFile(BaseModel):  # what serving reads of the file (the rest: the export's own record)
+        run: str
+        adapters: dict[str, str]
+        max_new_tokens: int
+        seed: int
+        routing: RoutingConfig
+        router: RouterRecord
+
     try:
-        record = RouterRecord.model_validate(data["router"])
-        RoutingConfig.model_validate(data["routing"])  # what bundle_routing serves with
-        for key in ("run", "adapters", "max_new_tokens", "seed"):
-            data[key]
-    except (KeyError, ValueError) as e:
+        record = BundleFile.model_validate(data).router
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(map(str, first["loc"]))
         raise UsageError(
-            f"{path}: the router does not read back ({str(e).splitlines()[0]}): export the run again"
+            f"{path}: the router does not read back ({where}: {first['msg']}): export the run again"
         ) from None
     bundle = Bundle(root, data, record)
     for name, p in bundle.adapter_paths().items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -106,7 +107,6 @@ def teach_cmd(
     ),
 ) -> None:
     """Teach the tiny base policy of the offline demo on shop gold trajectories (with the planted deficits)."""
-    import json
 
     from gapforge.demo_policy.artifact import weights_sha256
     from gapforge.demo_policy.teach import TeachConfig, load_meta, teach
@@ -117,15 +117,7 @@ def teach_cmd(
             raise UsageError(
                 f"--recipe {recipe}: no such file (give a teach.json, e.g. gapforge/demo_data/shop-policy/teach.json)"
             )
-        from pydantic import ValidationError
-
-        try:
-            card = json.loads(recipe.read_text())
-            cfg = TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
-        except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON, no recipe, or a bad value in it
-            first = e.errors()[0] if isinstance(e, ValidationError) else None
-            why = f"recipe.{'.'.join(map(str, first['loc']))}: {first['msg']}" if first else str(e).splitlines()[0]
-            raise UsageError(f"--recipe {recipe}: not a teach.json whose `recipe` this version reads ({why})") from None
+        card, cfg = _read_recipe(recipe, TeachConfig)
     else:
         cfg = TeachConfig()
     if epochs is not None:
@@ -136,7 +128,7 @@ def teach_cmd(
         )
     if first_pass is not None and not cfg.polish_epochs:
         raise UsageError("--first-pass needs a recipe with polish_epochs > 0 (there is nothing to continue)")
-    parent = card.get("first_pass") or {}
+    parent = card.get("first_pass") or {}  # _read_recipe checked its shape
     if parent.get("polish"):  # its polish continued a polished build: both passes from scratch would make another model
         if first_pass is None:
             raise UsageError(
@@ -181,3 +173,29 @@ def teach_cmd(
             share = r.get("failures_skipping_check")
             skip = f"  (failures that skipped the order check: {share:.0%})" if "failures_skipping_check" in r else ""
             console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  ({r['episodes']} episodes){skip}", highlight=False)
+
+
+def _read_recipe(recipe: Path, config_class: type) -> tuple[dict, Any]:
+    """A teach.json's card and its recipe as `config_class`; a file that is not one is a one-line UsageError naming
+    what is wrong (not JSON, no `recipe` object, a bad value in it, a `first_pass` without its hashes)."""
+    import json
+
+    from pydantic import ValidationError
+
+    def refuse(why: str) -> UsageError:
+        return UsageError(f"--recipe {recipe}: not a teach.json whose `recipe` this version reads ({why})")
+
+    try:
+        card = json.loads(recipe.read_text())
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise refuse(str(e).splitlines()[0]) from None
+    if not isinstance(card, dict) or not isinstance(card.get("recipe"), dict):
+        raise refuse("no `recipe` object")
+    parent = card.get("first_pass") or {}
+    if not isinstance(parent, dict) or (parent.get("polish") and not {"recipe_hash", "weights_sha256"} <= set(parent)):
+        raise refuse("`first_pass` is not an object with recipe_hash and weights_sha256")
+    try:
+        return card, config_class(**{k: v for k, v in card["recipe"].items() if k != "threads"})
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise refuse(f"recipe.{'.'.join(map(str, first['loc'])) or '?'}: {first['msg']}") from None

@@ -61,7 +61,9 @@ def base_flags(base: str | None) -> list[str]:
 def base_model_dir(cfg: GapforgeConfig) -> str:
     """The base model's weights (policy.local_path), checked to be a Hugging Face model dir."""
     path = cfg.policy.local_path
-    if not path or not (Path(path) / "config.json").is_file():
+    if not path:
+        raise UsageError("no base model given: pass --base DIR (its weights) or set policy.local_path")
+    if not (Path(path) / "config.json").is_file():
         raise UsageError(
             f"base model '{path}' is not a Hugging Face model dir: pass --base DIR or set policy.local_path"
         )

@@ -163,8 +163,10 @@ def test_teach_first_pass_faults_are_one_line_before_any_teaching(runner, tmp_pa
         "are not the build this recipe continued",
     )
     for text, needle in (
+        ('{"recipe": {}, "first_pass": "x"}', "`first_pass` is not an object"),
+        ('{"recipe": {}, "first_pass": {"polish": true}}', "with recipe_hash and weights_sha256"),
         ("{not json", "Expecting property name"),
-        ('{"card": 1}', "'recipe'"),
+        ('{"card": 1}', "no `recipe` object"),
         ('{"recipe": {"epochs": "many"}}', "epochs"),
     ):
         bad = tmp_path / "bad.json"
