@@ -16,9 +16,9 @@ infrastructure failure on the `worker` boundary: not stored, a resume plays it) 
 past `MAX_WORKER_RESTARTS` replacements in one pool, or when a replacement dies before it started an episode (its
 policy cannot even load). An episode's exception is re-raised on the driver with its type when it pickles (else a
 RuntimeError with its type, message and the worker's traceback); an episode whose env put something that does not
-pickle in it stops the stage with EpisodeNotReturned (the env's code, exit 4). What crosses a pipe is pickled by its sender and
-unpickled by its receiver inside a try, so what does not travel fails that episode with a message instead of hanging
-the stage or killing the worker. Requests to one worker go in order (the first one of a policy carries its factory).
+pickle in it stops the stage with EpisodeNotReturned (the env's code, exit 4). What crosses a pipe is pickled by its
+sender and unpickled by its receiver inside a try, so what does not travel fails that episode with a message instead
+of hanging the stage or killing the worker. Requests to one worker go in order (the first one of a policy carries its factory).
 A worker dies with the driver (PR_SET_PDEATHSIG, and its pipe's end-of-file).
 
 Time limits: the worker's loop enforces each episode's limit (agents.episode: a stuck env call ends it as `timeout`).
