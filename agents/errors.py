@@ -1,11 +1,13 @@
-"""Errors of the chat-model boundary (agents/llm.py, agents/scripted.py); the CLI prints each as one line with its
-boundary's exit code (gapforge/faults.py).
+"""Errors of agents/: the chat-model boundary (agents/llm.py, agents/scripted.py), the analysis' input and the
+resumable stop; the CLI prints each as one line with its boundary's exit code (gapforge/faults.py).
 
 `ModelError`: user-fixable input (exit 2): a missing endpoint or key, an unknown scripted prompt, no answer left. Its
 subclasses are blamed on their own boundary: `ModelEndpointError` on the endpoint (down past its retries, exit 3),
-`StructuredOutputError` on the model (exit 2). `IncompleteStage`: the resumable stop (exit 3). The *policy* side
-records its failures as data instead (envs.errors.PolicyError; agents/policy.py turns ModelEndpointError into
-envs.errors.EndpointError).
+`StructuredOutputError` on the model (exit 2). `AnalysisError`: the analysis cannot run on this input (no episodes,
+no failures, no recorded analyst for an env, a bad tokenizer setting; exit 2); an analyst whose output stays invalid
+after the re-ask is the model's fault (StructuredOutputError), not the input's. `IncompleteStage`: the resumable stop
+(exit 3). The *policy* side records its failures as data instead (envs.errors.PolicyError; agents/policy.py turns
+ModelEndpointError into envs.errors.EndpointError).
 """
 
 from gapforge.faults import EndpointFault, InputFault, ModelFault, Resumable, ResumableStop
@@ -21,6 +23,10 @@ class ModelEndpointError(EndpointFault, ModelError):
 
 class StructuredOutputError(ModelFault, ModelError):
     """The model's structured output stayed malformed after the one re-ask."""
+
+
+class AnalysisError(InputFault):
+    """The analysis stage cannot run as asked; the one-line message says what to fix."""
 
 
 class IncompleteStage(Resumable, ResumableStop):

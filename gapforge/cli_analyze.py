@@ -92,7 +92,7 @@ def failure_lines(calls: list[Any], limit: int = 3, width: int = 300) -> list[st
 
 def _show(store: Store, run: str, capability: str) -> None:
     """The episodes labeled LACKING for `capability` in any pass, with the first such pass's evidence."""
-    from gapforge.agents.analysis.errors import AnalysisError
+    from gapforge.agents.errors import AnalysisError
 
     if store.get_capability(run, capability) is None:
         known = ", ".join(c.name for c in store.capabilities(run)) or "none yet"
@@ -149,7 +149,7 @@ def analyze(
     set_: SetOpt = None,
 ) -> None:
     """Discover the capabilities a run's agent lacks, label every episode R times, keep the stable gaps."""
-    from gapforge.agents.analysis.errors import AnalysisError
+    from gapforge.agents.errors import AnalysisError
     from gapforge.run_lease import run_lease
     from gapforge.stages import analysis, open_stages
 

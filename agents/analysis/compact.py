@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.errors import AnalysisError
 
 
 class TokenCounter(Protocol):

@@ -16,11 +16,11 @@ from langchain_core.messages import HumanMessage
 
 from gapforge.agents.analysis.compact import ByteEstimate, TokenCounter, compact_episode, system_prompt
 from gapforge.agents.analysis.config import AnalysisConfig
-from gapforge.agents.analysis.errors import AnalysisError
 from gapforge.agents.analysis.schemas import CapabilityDictionary, dictionary_hash, discovery_schema
 from gapforge.agents.analysis.split import analysis_episodes
 from gapforge.agents.analysis.target import target_brief
 from gapforge.agents.analysis.usage import UsageCounter
+from gapforge.agents.errors import AnalysisError
 from gapforge.agents.llm import structured_call
 from gapforge.prompts import load_prompt
 

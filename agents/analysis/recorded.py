@@ -14,7 +14,7 @@ from typing import Any, Callable
 import yaml
 from langchain_core.messages import BaseMessage
 
-from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.errors import AnalysisError
 from gapforge.agents.scripted import ScriptedChatModel
 from gapforge.envs.shop.tools import TRANSFER_TOOL, WRITE_TOOLS
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from gapforge.agents.analysis.config import AnalysisConfig
 from gapforge.agents.analysis.discovery import current_dictionary
-from gapforge.agents.analysis.errors import AnalysisError
 from gapforge.agents.analysis.split import analysis_episodes
 from gapforge.agents.analysis.statistics import CapabilityStatistics, LabelRecord, compute_statistics
+from gapforge.agents.errors import AnalysisError
 
 if TYPE_CHECKING:
     from gapforge.store import Store

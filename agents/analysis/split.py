@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gapforge.agents.analysis.errors import AnalysisError
+from gapforge.agents.errors import AnalysisError
 from gapforge.agents.router import first_user_message
 from gapforge.sandbox.checks.contamination import SplitTexts
 

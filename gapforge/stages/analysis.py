@@ -54,7 +54,7 @@ def models(sc: RunStages) -> tuple[Any, Any]:
 @contextlib.contextmanager
 def _data_failure() -> Iterator[None]:
     """AnalysisError: this run's data cannot give a result -> StageFailed (recorded, not retried)."""
-    from gapforge.agents.analysis.errors import AnalysisError
+    from gapforge.agents.errors import AnalysisError
 
     try:
         yield

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gapforge.agents.analysis.compact import ByteEstimate, compact_episode, make_token_counter
-from gapforge.agents.analysis.errors import AnalysisError
 from gapforge.agents.analysis.split import ensure_split, split_tasks
+from gapforge.agents.errors import AnalysisError
 from gapforge.envs.shop.env import ShopEnv
 from gapforge.store.rows import EpisodeRow
 
