@@ -32,3 +32,13 @@ def wait_until_listening(proc: Any, port: int, *, what: str, timeout_s: float = 
                 printed = "".join(part or "" for part in proc.communicate())
                 raise AssertionError(f"{what} did not start: {printed[-3000:]}") from None
             time.sleep(0.1)
+
+
+def run_id_in(output: str) -> str:
+    """The run id a command printed first as `run ID` (its first line; found by its own line, so output another thread
+    wrote into a CliRunner's capture first does not shift it)."""
+    import re
+
+    found = re.search(r"^run (\S+)$", output, re.MULTILINE)
+    assert found, output
+    return found.group(1)

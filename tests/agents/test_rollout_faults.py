@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_helpers import run_id_in
 from pytest import MonkeyPatch
 from typer.testing import CliRunner
 
@@ -69,7 +70,7 @@ def test_outage_mid_run_is_resumable_and_never_blamed_on_the_model(tmp_path: Pat
         ]
         first = runner.invoke(app, [*args, *_fast(tmp_path)])
         assert first.exit_code == 3, first.output
-        run_id = first.output.splitlines()[0].split()[-1]
+        run_id = run_id_in(first.output)
         error = [line for line in first.output.splitlines() if line.startswith("error:")]
         assert len(error) == 1 and "infrastructure failures" in error[0] and "endpoint_error=" in error[0]
         assert f"gapforge rollouts collect --run {run_id}" in first.output and "Traceback" not in first.output
@@ -113,7 +114,7 @@ def test_a_run_refuses_foreign_work_and_a_second_collector(tmp_path: Path) -> No
         ],
     )
     assert made.exit_code == 0, made.output
-    run_id = made.output.splitlines()[0].split()[-1]
+    run_id = run_id_in(made.output)
     with FakeOpenAIServer(text_reply("hi")) as srv:
         foreign = runner.invoke(app, ["rollouts", "collect", "--run", run_id, "--policy", srv.base_url, *base])
     assert foreign.exit_code == 2 and "not policy 'endpoint:" in foreign.output and "start a new run" in foreign.output

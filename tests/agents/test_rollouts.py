@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_helpers import run_id_in
 from typer.testing import CliRunner
 
 from gapforge.agents.config import EndpointConfig
@@ -163,7 +164,7 @@ def test_kill_halfway_then_resume_yields_exact_count(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate(timeout=10)
         assert 4 <= stored < 16, f"kill came too late or never: {stored} stored"
-        run_id = out.splitlines()[0].split()[-1]
+        run_id = run_id_in(out)
         assert run_id.startswith("r-")
 
         res = _cli(ws, *args, "--run", run_id)
@@ -216,7 +217,7 @@ def test_show_lists_and_prints_trajectory(tmp_path: Path) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    run_id = res.output.splitlines()[0].split()[-1]
+    run_id = run_id_in(res.output)
     listing = runner.invoke(app, ["rollouts", "show", run_id, *base])
     assert listing.exit_code == 0 and "shop-lookup-001" in listing.output
     with Store(f"sqlite:///{tmp_path / 'gapforge.db'}") as s:

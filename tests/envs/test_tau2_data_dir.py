@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_id_in
 
 pytest.importorskip("tau2")
 
@@ -93,7 +94,7 @@ def test_a_task_set_directory_is_what_the_runs_use_and_record(tmp_path: Path) ->
     )
     assert collected.returncode == 0, collected.stderr
     with Store(f"sqlite:///{ws / 'gapforge.db'}") as store:
-        rows = store.episodes(collected.stdout.splitlines()[0].split()[-1])
+        rows = store.episodes(run_id_in(collected.stdout))
     assert {r.task_id for r in rows} == {"fixed-12", "0"}
     for row in rows:  # the task set, its version and its file digests, per episode
         version = row.score_info["tau2_data"]

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from cli_helpers import run_id_in
 
 from gapforge.agents.policy import run_episode
 from gapforge.envs.errors import EnvError
@@ -362,7 +363,7 @@ def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:
     assert server.requests and server.requests[0]["model"] == "sim-user"
     assert "role play as a user" in server.requests[0]["messages"][0]["content"]  # ToolSandbox's user instruction
     with Store(f"sqlite:///{tmp_path / 'gapforge.db'}") as store:
-        (episode,) = store.episodes(res.output.splitlines()[0].split()[-1])
+        (episode,) = store.episodes(run_id_in(res.output))
     assert episode.termination == "done" and episode.turns == 1 and episode.score_info["termination"] == "user_end"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import run_id_in
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -138,7 +139,7 @@ def _collect(config: Path) -> str:
         str(config),
     )
     assert code == 0, out
-    return out.splitlines()[0].split()[-1]
+    return run_id_in(out)
 
 
 def _row(out: str, run_id: str) -> list[str]:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_helpers import run_id_in
+
 from gapforge.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +51,7 @@ def test_a_step_that_never_returns_times_out_the_rest_finish_and_a_resume_redoes
     ws, answers = tmp_path / "ws", _answers(tmp_path)
     first = _cli(ws, answers, "--env", SPEC, "--tasks", "ok-1,ok-2,ok-3,hang-step", "--set", "rollouts.heartbeat_s=0.1")
     assert first.returncode == 0, first.stdout + first.stderr  # one timeout is under the failure share
-    run_id = first.stdout.splitlines()[0].split()[-1]
+    run_id = run_id_in(first.stdout)
     # not a terminal: while hang-step hangs, a heartbeat line says what runs and for how long
     beats = [line for line in first.stdout.splitlines() if line.startswith("collect: ")]
     assert any(  # any beat: a slow machine may print one more after the timeout ("4/4 episodes finished, 0 running")
@@ -80,7 +82,7 @@ def test_an_env_that_fails_past_the_share_stops_with_exit_4_naming_it(tmp_path: 
         ws, answers, "--env", SPEC, "--tasks", tasks, "--concurrency", "1"
     )  # in order: 3 env errors of 5 > 0.5
     assert first.returncode == 4, first.stdout + first.stderr  # the env's code, not the infrastructure (3)
-    run_id = first.stdout.splitlines()[0].split()[-1]
+    run_id = run_id_in(first.stdout)
     errors = [line for line in first.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"env '{SPEC}' failed 3 of the 5 planned episodes (env_error=3)" in errors[0]
     assert "last: env.score failed: ValueError: no score for raise-score (at " in errors[0]
@@ -143,7 +145,7 @@ def test_env_errors_below_the_share_warn_and_a_resume_after_the_fix_plays_them_a
     spec = f"{env_file}:Desk"
     first = _cli(ws, answers, "--env", spec, "--concurrency", "1")
     assert first.returncode == 0, first.stdout + first.stderr
-    run_id = first.stdout.splitlines()[0].split()[-1]
+    run_id = run_id_in(first.stdout)
     warning = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1, first.stderr
     assert warning[0].startswith("warning: 3 of 13 episodes ended in env_error (the env's own code raised")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import one_line_error as _one_line_error
+from cli_helpers import run_id_in
 from typer.testing import CliRunner
 
 from gapforge.cli import app
@@ -60,7 +61,7 @@ def test_collect_stores_episodes_spec_and_fingerprint(desk: Path, answers: Path,
     spec = f"{desk}:DeskEnv"
     res = _collect(tmp_path, "--env", spec, "--policy", f"scripted:{answers}")
     assert res.exit_code == 0, res.output
-    run_id = res.output.splitlines()[0].split()[-1]
+    run_id = run_id_in(res.output)
     with _store(tmp_path) as store:
         episodes = store.episodes(run_id)
         target = store.run_target(run_id)
@@ -85,7 +86,7 @@ def test_a_changed_task_set_refuses_the_run_and_a_changed_source_only_warns(
     spec = f"{desk}:DeskEnv"
     first = _collect(tmp_path, "--env", spec, "--policy", f"scripted:{answers}", "--tasks", "desk-reset-001")
     assert first.exit_code == 0, first.output
-    run_id = first.output.splitlines()[0].split()[-1]
+    run_id = run_id_in(first.output)
     with _store(tmp_path) as store:
         before = [(e.id, e.task_id, e.reward) for e in store.episodes(run_id)]
         recorded = store.run_target(run_id)

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_id_in
 from typer.testing import CliRunner
 
 from gapforge.agents.errors import ModelError
@@ -241,7 +242,7 @@ def test_a_real_postgres_password_stays_out_of_the_store_the_workspace_and_the_o
         env=env,
     )
     assert made.exit_code == 0, made.output
-    run_id = made.output.splitlines()[0].split()[-1]
+    run_id = run_id_in(made.output)
     outputs = [made.output]
     for args in (["rollouts", "show", run_id], ["config", "show"], ["runs"]):
         res = runner.invoke(app, [*args, "--set", f"workspace={ws}"], env=env)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_helpers import run_id_in
 
 from gapforge.evaluation.run import child_run_id
 from gapforge.store import Store
@@ -304,7 +305,7 @@ def test_the_mcp_example_collects_and_every_stage_runs_on_its_episodes(
             workspace,
         )
     assert collected.returncode == 0, (collected.stdout + collected.stderr)[-3000:]
-    run_id = collected.stdout.splitlines()[0].split()[-1]
+    run_id = run_id_in(collected.stdout)
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         episodes = store.episodes(run_id)
         assert store.run_target(run_id)["tool_names"] == list(HELPDESK_TOOLS)

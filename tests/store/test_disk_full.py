@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_id_in
 from typer.testing import CliRunner
 
 from gapforge.cli import app
@@ -85,7 +86,7 @@ def test_collect_on_a_full_disk_exits_3_and_resumes_without_duplicates(small_dis
     runner = CliRunner()
     first = runner.invoke(app, args)
     assert first.exit_code == 3, first.output
-    run_id = first.output.splitlines()[0].split()[-1]
+    run_id = run_id_in(first.output)
     errors = [line for line in first.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(db) in errors[0] and "no space left" in errors[0], first.output
     assert f"gapforge rollouts collect --run {run_id}" in errors[0] and "Traceback" not in first.output
