@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from gapforge.envs.errors import EnvError
+from gapforge.faults import first_problem
 
 
 class UserEndpoint(BaseModel):
@@ -48,5 +49,4 @@ def coerce_endpoint(user_model: Any, who: str) -> UserEndpoint:
     try:
         return UserEndpoint.model_validate(fields)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise EnvError(f"bad endpoint for the {who}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        raise EnvError(f"bad endpoint for the {who}: {first_problem(exc)}") from exc

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gapforge.errors import UsageError
+from gapforge.faults import first_problem
 
 if TYPE_CHECKING:
     from gapforge.config import GapforgeConfig
@@ -61,11 +62,7 @@ def load_bundle(router_dir: str | Path) -> Bundle:
     try:
         record = BundleFile.model_validate(data).router
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        raise UsageError(
-            f"{path}: the router does not read back ({where}: {first['msg']}): export the run again"
-        ) from None
+        raise UsageError(f"{path}: the router does not read back ({first_problem(e)}): export the run again") from None
     bundle = Bundle(root, data, record)
     for name, p in bundle.adapter_paths().items():
         if problem := check_dir(p, required=("adapter_config.json",)):

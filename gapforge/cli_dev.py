@@ -182,6 +182,8 @@ def _read_recipe(recipe: Path, config_class: type) -> tuple[dict, Any]:
 
     from pydantic import ValidationError
 
+    from gapforge.faults import first_problem
+
     def refuse(why: str) -> UsageError:
         return UsageError(f"--recipe {recipe}: not a teach.json whose `recipe` this version reads ({why})")
 
@@ -196,6 +198,5 @@ def _read_recipe(recipe: Path, config_class: type) -> tuple[dict, Any]:
         raise refuse("`first_pass` is not an object with recipe_hash and weights_sha256")
     try:
         return card, config_class(**{k: v for k, v in card["recipe"].items() if k != "threads"})
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise refuse(f"recipe.{'.'.join(map(str, first['loc'])) or '?'}: {first['msg']}") from None
+    except ValidationError as e:  # TeachConfig has no model-level check: the location names a field
+        raise refuse(f"recipe.{first_problem(e)}") from None

@@ -19,6 +19,7 @@ is nobody's verdict: the graph's per-capability guard lets it through (the run s
 capability; a subclass may override both (a sandbox lost to an outside kill is resumable). `GapforgeError` itself (exit
 1) is gapforge's own installation failing (a prompt file missing): a bug to report, not an input to fix.
 
+`first_problem(err)` is a pydantic validation error's first problem on one line, as those messages quote it.
 It imports nothing and is the one module of gapforge the other folders may import (`.importlinter`). A few exceptions
 are not gapforge's on purpose (the stdlib-only SDK and in-sandbox server, a tool's refusal, the episode loop's time
 limit): tests/gapforge/test_error_root.py lists them with their reasons.
@@ -26,7 +27,7 @@ limit): tests/gapforge/test_error_root.py lists them with their reasons.
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 
 class GapforgeError(Exception):
@@ -106,3 +107,10 @@ BOUNDARIES: tuple[type[GapforgeError], ...] = (
     StoreFault,
     ResumableStop,
 )
+
+
+def first_problem(err: Any) -> str:
+    """A pydantic ValidationError's first problem on one line: `dotted.location: message` (what a one-line error about
+    a bad file, request or setting quotes)."""
+    first = err.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"

@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gapforge.envs.protocol import Message, ToolCall
-from gapforge.faults import InputFault
+from gapforge.faults import InputFault, first_problem
 
 
 class BadRequest(InputFault, ValueError):
@@ -75,13 +75,7 @@ def to_message(d: Any, where: str = "message") -> Message:
             role=d["role"], content=content, tool_calls=calls, tool_call_id=d.get("tool_call_id"), name=d.get("name")
         )
     except ValidationError as e:
-        raise BadRequest(f"{where}.{invalid(e)}") from None
-
-
-def invalid(e: ValidationError) -> str:
-    """A validation error's first problem: `dotted.location: message`."""
-    first = e.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        raise BadRequest(f"{where}.{first_problem(e)}") from None
 
 
 def conversation_key(messages: list[dict[str, Any]]) -> str:

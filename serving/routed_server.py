@@ -29,10 +29,11 @@ from pydantic import ValidationError
 
 from gapforge.envs.errors import MalformedOutputError, PolicyError
 from gapforge.envs.protocol import Message
+from gapforge.faults import first_problem
 from gapforge.serving.admission import Admission, RequestTimedOut, ServerStopping
 from gapforge.serving.config import ServeConfig
 from gapforge.serving.errors import ServingError
-from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, invalid, to_message
+from gapforge.serving.openai_wire import BadRequest, ChatRequest, conversation_key, error, to_message
 
 ROUTED_MODEL = "gapforge-router"
 OPEN_ROUTES = frozenset({"/health"})
@@ -167,7 +168,7 @@ class RoutedApp:
             body = ChatRequest.model_validate(raw)
             messages = [to_message(m, f"messages.{i}") for i, m in enumerate(body.messages)]
         except ValidationError as e:
-            return error(400, invalid(e))
+            return error(400, first_problem(e))
         except BadRequest as e:
             return error(400, str(e))
         route: dict[str, Any] = {}
