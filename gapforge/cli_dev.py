@@ -117,7 +117,7 @@ def teach_cmd(
             raise UsageError(
                 f"--recipe {recipe}: no such file (give a teach.json, e.g. gapforge/demo_data/shop-policy/teach.json)"
             )
-        card, cfg = _read_recipe(recipe, TeachConfig)
+        card, cfg = _read_recipe(recipe)
     else:
         cfg = TeachConfig()
     if epochs is not None:
@@ -175,13 +175,14 @@ def teach_cmd(
             console.print(f"  {fam:22s} pass {r['pass_rate']:.0%}  ({r['episodes']} episodes){skip}", highlight=False)
 
 
-def _read_recipe(recipe: Path, config_class: type) -> tuple[dict, Any]:
-    """A teach.json's card and its recipe as `config_class`; a file that is not one is a one-line UsageError naming
+def _read_recipe(recipe: Path) -> tuple[dict, Any]:
+    """A teach.json's card and its recipe as a TeachConfig; a file that is not one is a one-line UsageError naming
     what is wrong (not JSON, no `recipe` object, a bad value in it, a `first_pass` without its hashes)."""
     import json
 
     from pydantic import ValidationError
 
+    from gapforge.demo_policy.teach import TeachConfig
     from gapforge.faults import first_problem
 
     def refuse(why: str) -> UsageError:
@@ -197,6 +198,6 @@ def _read_recipe(recipe: Path, config_class: type) -> tuple[dict, Any]:
     if not isinstance(parent, dict) or (parent.get("polish") and not {"recipe_hash", "weights_sha256"} <= set(parent)):
         raise refuse("`first_pass` is not an object with recipe_hash and weights_sha256")
     try:
-        return card, config_class(**{k: v for k, v in card["recipe"].items() if k != "threads"})
+        return card, TeachConfig(**{k: v for k, v in card["recipe"].items() if k != "threads"})
     except ValidationError as e:  # TeachConfig has no model-level check: the location names a field
         raise refuse(f"recipe.{first_problem(e)}") from None
