@@ -12,5 +12,13 @@ class ExecutorUnavailable(InputFault):
 
 
 class EpisodeNotReturned(EnvCodeFault, RuntimeError):
-    """An episode a worker process cannot send back to the driver: what the env put in it does not pickle (exit 4,
-    the env's code)."""
+    """An episode a worker process (local or a Ray actor) cannot send back to the driver: what the env put in it
+    does not pickle (exit 4, the env's code)."""
+
+    @classmethod
+    def of(cls, task_id: str, sample: int, err: BaseException) -> EpisodeNotReturned:
+        return cls(
+            f"the episode of {task_id}#{sample} could not be sent back from its worker ({err}): the env put "
+            "something in StepResult.info or Score.info that is not plain data (a lock, a connection, a "
+            "lambda): keep those values to str, numbers, lists and dicts"
+        )

@@ -161,11 +161,7 @@ async def _serve(conn: Any) -> None:
             try:
                 reply: tuple[Any, ...] = (req_id, True, pickle.dumps(rollout))
             except Exception as e:  # something the env put in the episode does not pickle
-                raise EpisodeNotReturned(
-                    f"the episode of {task_id}#{sample} could not be sent back from its worker ({e}): the env put "
-                    "something in StepResult.info or Score.info that is not plain data (a lock, a connection, a "
-                    "lambda): keep those values to str, numbers, lists and dicts"
-                ) from e
+                raise EpisodeNotReturned.of(task_id, sample, e) from e
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # noqa: BLE001 - the episode's error goes back to the driver

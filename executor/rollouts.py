@@ -10,13 +10,16 @@ the actor.
 
 Faults: an actor whose process dies is restarted and its unfinished calls re-run (`executor.max_retries` each); the
 episode key seeds sampling, so a re-run plays the same episode. Past the retries the collection stops with
-IncompleteStage (exit 3): what finished is stored, a resume plays the rest.
+IncompleteStage (exit 3): what finished is stored, a resume plays the rest. An actor that cannot build its policy or
+env factory (a module its node cannot import) is ExecutorUnavailable (exit 2), and an episode it cannot pickle back
+EpisodeNotReturned (exit 4, the env's code), each in one line instead of Ray's traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,6 +30,7 @@ from gapforge.envs.env_threads import DaemonThreads
 from gapforge.envs.protocol import PolicyModel, TargetEnvironment
 from gapforge.executor.cluster import check_feasible, connect, options
 from gapforge.executor.config import ExecutorConfig
+from gapforge.executor.errors import EpisodeNotReturned, ExecutorUnavailable
 
 
 class RolloutWorker:
@@ -46,7 +50,7 @@ class RolloutWorker:
         self, task_id: str, sample: int, max_turns: int, temperature: float | None, timeout_s: float | None = None
     ) -> EpisodeRecord:
         # a task of its own: the episode key it sets stays in its own context
-        return await asyncio.create_task(
+        record = await asyncio.create_task(
             play_episode(
                 self.policy,
                 self.make_env,
@@ -58,6 +62,13 @@ class RolloutWorker:
                 timeout_s=timeout_s,
             )
         )
+        from ray import cloudpickle  # what Ray pickles the return with: failing there, the driver gets Ray's traceback
+
+        try:
+            cloudpickle.dumps(record)
+        except Exception as e:
+            raise EpisodeNotReturned.of(task_id, sample, e) from None
+        return record
 
     async def aclose(self) -> None:
         close = getattr(self.policy, "aclose", None)
@@ -82,7 +93,16 @@ class RayEpisodePlayer:
         self.busy[i] += 1
         try:
             return await self.actors[i].play.remote(task_id, sample, max_turns, temperature, timeout_s)
+        except self.ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, EpisodeNotReturned):  # the env's fault, said in its own line, not Ray's traceback
+                raise e.cause from None
+            raise
         except self.ray.exceptions.RayActorError as e:
+            if e.actor_init_failed:  # never started: a restart fails the same way, so no "run it again"
+                raise ExecutorUnavailable(
+                    f"a Ray rollout worker could not build its policy or env factory ({_last_line(e)}): both must "
+                    "load on every Ray node (the env's module importable there, the model path present)"
+                ) from None
             raise IncompleteStage(
                 f"Ray rollout worker {i} died more than executor.max_retries={self.max_retries} times "
                 f"(last at {task_id}#{sample}: {str(e).splitlines()[0][:160]}); what finished is stored: "
@@ -102,6 +122,12 @@ class RayEpisodePlayer:
         finally:
             for actor in self.actors:
                 self.ray.kill(actor, no_restart=True)
+
+
+def _last_line(err: BaseException) -> str:
+    """The innermost error of Ray's traceback text (`ModuleNotFoundError: No module named 'x'`), colour codes removed."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines() if line.strip()]
+    return lines[-1][:200] if lines else type(err).__name__
 
 
 @asynccontextmanager

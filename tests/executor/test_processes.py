@@ -9,7 +9,6 @@ import functools
 import multiprocessing
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from gapforge.executor.errors import EpisodeNotReturned
 from gapforge.executor.processes import WorkerLost, picklable, process_pool
 from gapforge.store import Store
 from gapforge.wiring import make_policy
+from tests.fakes.locked_shop import LockedScoreShop
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_POLICY = SHOP_POLICY_DIR
@@ -53,22 +53,6 @@ class SlowLookupPolicy:
             raise ValueError(f"policy crashed on {self.fail_on!r}")
         call = ToolCall(id=f"call_{len(messages)}", name="find_customer_by_email", arguments={"email": "x@example.com"})
         return Message(role="assistant", content=None, tool_calls=[call])
-
-
-class LockedScoreShop:
-    """The shop, but its score carries a lock: an episode result that cannot be pickled back to the driver."""
-
-    def __init__(self) -> None:
-        self.env = make_env("shop")
-        self.name = self.env.name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.env, attr)
-
-    def score(self) -> Any:
-        score = self.env.score()
-        score.info["lock"] = threading.Lock()
-        return score
 
 
 class BrokenOnArrival:

@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from executor_helpers import episodes_by_key
 
 from gapforge.agents.rollouts import CollectPlan, collect
@@ -15,9 +16,11 @@ from gapforge.config import PolicyConfig
 from gapforge.demo_data import SHOP_POLICY_DIR
 from gapforge.envs.registry import make_env
 from gapforge.executor import ExecutorConfig, episode_player
+from gapforge.executor.errors import EpisodeNotReturned, ExecutorUnavailable
 from gapforge.store import Store
 from gapforge.wiring import make_policy
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
+from tests.fakes.locked_shop import LockedScoreShop
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_POLICY = SHOP_POLICY_DIR
@@ -87,3 +90,47 @@ def test_a_worker_killed_mid_collection_still_ends_with_exact_counts(ray_cluster
     keys = [(r.task_id, r.sample) for r in rows]
     assert len(keys) == 24 and set(keys) == set(plan.keys())  # exact count, no duplicates, none lost
     assert all(r.turns == 3 for r in rows)
+
+
+def test_an_episode_a_ray_actor_cannot_send_back_is_blamed_on_the_env_in_one_line(ray_cluster, store: Store) -> None:
+    pol = PolicyConfig(kind="local", local_path=str(SHOP_POLICY), temperature=1.0, max_new_tokens=16)
+    plan = CollectPlan(
+        run_id=store.create_run("rollouts", {}), env="shop", tasks=TASKS[:1], samples=1, concurrency=1, max_turns=1
+    )
+
+    async def run() -> None:
+        cfg = ExecutorConfig(kind="ray", rollout_workers=1)
+        async with episode_player(cfg, functools.partial(make_policy, pol), LockedScoreShop, 1) as player:
+            await collect(plan, make_env=None, policy=None, sink=store, player=player)
+
+    with pytest.raises(EpisodeNotReturned) as err:  # its score holds a lock: Ray's pickler refuses it
+        asyncio.run(run())
+    message = str(err.value)
+    assert type(err.value) is EpisodeNotReturned and err.value.exit_code == 4  # the env's code, not Ray's wrapper
+    assert "\n" not in message and "shop-lookup-001#0" in message and "Score.info" in message
+
+
+def test_a_ray_worker_that_cannot_import_the_env_is_refused_in_one_line_not_retried_as_a_crash(
+    ray_cluster, store: Store, tmp_path: Path, monkeypatch
+) -> None:
+    (tmp_path / "driver_only_env.py").write_text(
+        "from gapforge.envs.registry import make_env\n\nclass DriverOnly:\n    def __call__(self):\n"
+        "        return make_env('shop')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable here, on no Ray worker
+    from driver_only_env import DriverOnly
+
+    pol = PolicyConfig(kind="local", local_path=str(SHOP_POLICY), temperature=1.0, max_new_tokens=16)
+    run_id = store.create_run("rollouts", {})
+    plan = CollectPlan(run_id=run_id, env="shop", tasks=TASKS[:1], samples=1, concurrency=1, max_turns=1)
+
+    async def run() -> None:
+        cfg = ExecutorConfig(kind="ray", rollout_workers=1, max_retries=1)
+        async with episode_player(cfg, functools.partial(make_policy, pol), DriverOnly(), 1) as player:
+            await collect(plan, make_env=None, policy=None, sink=store, player=player)
+
+    with pytest.raises(ExecutorUnavailable) as err:
+        asyncio.run(run())
+    message = str(err.value)
+    assert err.value.exit_code == 2 and "\n" not in message
+    assert "No module named 'driver_only_env'" in message and "run the same command again" not in message
