@@ -6,7 +6,9 @@ tabled in agents/README.md. A bad rollout is data: a policy failure (envs.errors
 `env.step` ends the episode, which is still scored; an exception in `env.score` makes it `env_error` (reward 0.0 is a
 placeholder, not a verdict) unless the infrastructure had already ended it; an episode whose `env.reset` raised is not
 scored. The env's own exceptions keep a ValidationError's detail and the file:line of the env's code that raised
-(`env_error_text`). Infrastructure ends (INFRA_TERMINATIONS) are never stored as final: a resume redoes them. Only
+(`env_error_text`); so does a reset, step or score that returns the wrong type. Infrastructure ends (INFRA_TERMINATIONS,
+among them an endpoint's or the sandbox's failure raised inside an env call, such as an LLM user simulator's endpoint
+down past its retries) are never stored as final: a resume redoes them. Only
 `env.reset` raising EnvError (unknown task) and user-fixable model errors propagate. An env done right after reset is
 scored at once, with 0 turns. The caller owns the env's lifecycle: run_episode never calls `env.close()`.
 
@@ -34,7 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gapforge.envs.env_threads import DaemonThreads, boundary_of, runs_inline
 from gapforge.envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
-from gapforge.envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall
+from gapforge.envs.protocol import Environment, Message, PolicyModel, Score, StepResult, TaskRef, ToolCall
+from gapforge.faults import EndpointFault, GapforgeError
 from gapforge.sandbox.errors import SandboxError
 
 Termination = Literal[
@@ -143,6 +146,33 @@ def env_error_text(exc: BaseException) -> str:
             where = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
         tb = tb.tb_next
     return f"{text} (at {where})" if where else text
+
+
+_RETURNS = {"step": StepResult, "score": Score}
+
+
+def _returned(call: str, value: Any) -> Any:
+    """What `env.<call>` returned, checked: reset a list of Message, step a StepResult, score a Score. Anything else is
+    the env's code's fault, said as such (TypeError), not an AttributeError deep in the loop."""
+    if call == "reset":
+        if isinstance(value, (list, tuple)) and all(isinstance(m, Message) for m in value):
+            return list(value)
+        wanted = "a list of Message"
+    elif isinstance(value, _RETURNS[call]):
+        return value
+    else:
+        wanted = f"a {_RETURNS[call].__name__}"
+    raise TypeError(f"env.{call} returned {type(value).__name__}, not {wanted} (gapforge.envs.protocol)")
+
+
+def _failed(call: str, e: BaseException) -> tuple[Termination, str]:
+    """How an exception from `env.<call>` ends the episode. An endpoint's or the sandbox's failure inside the env's
+    call (an LLM user simulator whose endpoint is down past its retries) is that boundary's: `endpoint_error` /
+    `sandbox_error`, never stored, a resume plays it again. Anything else is the env's code (`env_error`)."""
+    if isinstance(e, GapforgeError) and e.infrastructure:
+        termination: Termination = "endpoint_error" if isinstance(e, EndpointFault) else "sandbox_error"
+        return termination, f"env.{call} failed on the {e.boundary} (infrastructure): {_text(e)}"
+    return "env_error", f"env.{call} failed: {env_error_text(e)}"
 
 
 async def call_env(env: Any, executor: Executor | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -256,7 +286,7 @@ async def run_episode(
     late: TimedOut | None = None
     unscored = False
     try:
-        messages = list(await env_call("reset", env.reset, task))  # EnvError (bad task) propagates
+        messages = _returned("reset", await env_call("reset", env.reset, task))  # EnvError (bad task) propagates
         tools = await env_call("tools", env.tools)
     except EnvError:
         raise
@@ -265,7 +295,7 @@ async def run_episode(
     except SandboxError as e:
         termination, error = "sandbox_error", f"sandbox lost at env.reset: {_text(e)}"
     except Exception as e:
-        termination, error = "env_error", f"env.reset failed: {env_error_text(e)}"
+        termination, error = _failed("reset", e)
         unscored = True  # nothing to score: calling score() would add a second error of its own
     else:
         if getattr(env, "done", False) is True:  # ended inside reset (τ²: the user stopped at once, max_steps=1)
@@ -290,7 +320,7 @@ async def run_episode(
             messages.append(reply)
             turns += 1
             try:
-                result = await env_call("step", env.step, reply)
+                result = _returned("step", await env_call("step", env.step, reply))
             except TimedOut as e:
                 late = e
                 break
@@ -298,7 +328,7 @@ async def run_episode(
                 termination, error = "sandbox_error", f"sandbox lost at env.step: {_text(e)}"
                 break
             except Exception as e:
-                termination, error = "env_error", f"env.step failed: {env_error_text(e)}"
+                termination, error = _failed("step", e)
                 break
             messages.extend(result.messages)
             if result.info:
@@ -310,7 +340,7 @@ async def run_episode(
     reward, success, components, score_info = 0.0, False, {}, {}
     if late is None and not unscored:
         try:
-            score = await env_call("score", env.score)
+            score = _returned("score", await env_call("score", env.score))
             reward, success, components, score_info = (
                 score.reward,
                 score.success,
@@ -320,11 +350,11 @@ async def run_episode(
         except TimedOut as e:
             late = e
         except Exception as e:  # the env's code failed to score: its boundary, not a 0-reward verdict on the model
-            score_info = {"score_error": env_error_text(e)}
+            failed, text = _failed("score", e)
+            score_info = {"score_error": text.removeprefix("env.score failed: ")}
             if termination not in INFRA_TERMINATIONS:  # an infrastructure end stays one (not final: a resume redoes it)
-                termination = "env_error"
-            error = f"{error}; " if error else ""
-            error += f"env.score failed: {env_error_text(e)}"
+                termination = failed
+            error = f"{error}; {text}" if error else text
     if late is not None:  # not scored: the env may still be inside the abandoned call
         termination = "timeout"
         what = getattr(env, "name", None) if late.boundary == "env" else None

@@ -12,7 +12,7 @@ from langchain_core.messages import ToolMessage
 from locker_env import LockerEnv
 
 from gapforge.agents.config import EndpointConfig
-from gapforge.agents.errors import ModelError
+from gapforge.agents.errors import ModelEndpointError, ModelError
 from gapforge.agents.llm import ScriptedChatModel, make_chat_model
 from gapforge.agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
 from gapforge.envs.errors import EnvError
@@ -144,6 +144,44 @@ async def test_a_reset_that_raises_is_not_scored() -> None:
     assert ep.termination == "env_error" and ep.turns == 0
     assert ResetFails.scored == 0 and "env.score" not in ep.error and "score_error" not in ep.score_info
     assert ep.error.startswith("env.reset failed: KeyError: 'patients table' (at ")
+
+
+class StepReturnsDict(LockerEnv):
+    def step(self, action):
+        return {"messages": [], "done": True}
+
+
+class ResetReturnsText(LockerEnv):
+    def reset(self, task):
+        return "Open the locker."
+
+
+class ScoreReturnsFloat(LockerEnv):
+    def score(self):
+        return 1.0
+
+
+class UserEndpointDown(LockerEnv):
+    """Its step asks an LLM user simulator whose endpoint is down past its retries."""
+
+    def step(self, action):
+        raise ModelEndpointError("user simulator endpoint http://127.0.0.1:9/v1 unreachable after 3 attempts")
+
+
+async def test_an_env_call_that_returns_the_wrong_type_is_the_envs_error_saying_what_it_returned() -> None:
+    step = await run_episode(scripted_policy([call("read_code")]), StepReturnsDict(), "easy")
+    assert (step.termination, step.turns) == ("env_error", 1)
+    assert step.error == "env.step failed: TypeError: env.step returned dict, not a StepResult (gapforge.envs.protocol)"
+    reset = await run_episode(scripted_policy([]), ResetReturnsText(), "easy")
+    assert reset.termination == "env_error" and "env.reset returned str, not a list of Message" in reset.error
+    score = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), ScoreReturnsFloat(), "easy")
+    assert score.termination == "env_error" and "env.score returned float, not a Score" in score.error
+
+
+async def test_an_endpoint_down_inside_an_env_call_is_the_endpoints_failure_not_the_envs() -> None:
+    ep = await run_episode(scripted_policy([call("read_code")]), UserEndpointDown(), "easy")
+    assert ep.termination == "endpoint_error" and ep.infrastructure_failure and not ep.final  # a resume plays it again
+    assert ep.error.startswith("env.step failed on the endpoint (infrastructure): ") and "127.0.0.1:9" in ep.error
 
 
 async def test_unknown_task_propagates_as_env_error() -> None:
