@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import signal
+import sys
 from typing import Annotated
 
 import typer
@@ -69,12 +71,22 @@ for _name in _COMMANDS.split():
 app.command("analyze")(importlib.import_module("gapforge.cli_analyze").analyze)  # a command, not a group: `analyze RUN`
 
 
+def _stop(signum: int, _frame: object) -> None:
+    """SIGTERM (`kill PID`, a scheduler stopping the job) is Ctrl-C: the training jobs this process started are
+    stopped too, nothing is blamed, the run is resumable (exit 130). Without it the jobs trained on as orphans."""
+    jobs = sys.modules.get("gapforge.training.run")  # imported only by a command that launched one
+    if jobs is not None:
+        jobs.stop_jobs()
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     from gapforge.store.redact import install_log_redaction
     from gapforge.training.deprecations import quiet_library_deprecations
 
     install_log_redaction()  # URL passwords never reach a log line
     quiet_library_deprecations()  # third-party deprecations nobody using gapforge can act on
+    signal.signal(signal.SIGTERM, _stop)  # `serve` and `ui` install their own (they drain)
     app()
 
 

@@ -55,6 +55,8 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (gapforge.cli): stored work is kept; a command said more itself
+            fail("interrupted: what finished is kept; run the same command again to go on", 130)
         except GapforgeError as e:  # one place for every boundary: gapforge/faults.py says the code
             fail_error(e)
         except OSError as e:  # a path or a disk the checks could not foresee: one line, never a traceback

@@ -9,7 +9,8 @@ can of `error.json` (`"disk_full": true`), registers nothing and exits 3, and `r
 naming the job's directory (the run stops, resumable; the resumed job redoes whatever was left half-written). Progress
 lines go to stdout as JSON. `run_jobs(...)` launches the processes one after the other and records each outcome; each
 running job's pid is in `SPEC.pid` beside its spec, so a launcher killed mid-job leaves a trace the next launcher acts
-on (`stop_stale_job`: the old process is stopped before the job starts again).
+on (`stop_stale_job`: the old process is stopped before the job starts again). A launcher that is stopped (`gapforge`
+on SIGTERM: `stop_jobs`) stops its jobs with it, records no failure, and the resume trains them from their checkpoints.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -31,6 +33,28 @@ from gapforge.training.service import TrainJob, TrainResult, register, train_cap
 STORE_URL_ENV = "GAPFORGE_JOB_STORE_URL"
 LAUNCHER_PID_ENV = "GAPFORGE_JOB_LAUNCHER_PID"  # set: the job dies with that process (a Ray worker launching it)
 DISK_FULL_EXIT = 3  # the job's process found no space left: nothing recorded as the capability's failure
+STOP_GRACE_S = 30.0  # after stop_jobs' SIGTERM, a job still running is killed
+_LIVE: set[subprocess.Popen] = set()  # this launcher's running job processes (stop_jobs)
+_STOPPING = threading.Event()  # the launcher is stopping: a job that ends now was stopped, not failed
+
+
+def stop_jobs() -> None:
+    """The launcher is stopping (`gapforge` got SIGTERM): SIGTERM every job process it started, so each releases its
+    sandboxes and exits, and none trains on alone as an orphan. Their ends are not recorded as failures: the resumed
+    run trains them again from their checkpoints."""
+    _STOPPING.set()
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.terminate()
+    timer = threading.Timer(STOP_GRACE_S, _kill_survivors)  # one stuck in native code must not hold the launcher
+    timer.daemon = True  # nor keep it alive once its jobs are gone
+    timer.start()
+
+
+def _kill_survivors() -> None:
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.kill()
 
 
 @dataclass
@@ -198,6 +222,9 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
         [sys.executable, "-m", "gapforge.training.run", str(spec)], stdout=subprocess.PIPE, text=True, env=env
     )
     pid_file(spec).write_text(f"{proc.pid}\n")
+    _LIVE.add(proc)
+    if _STOPPING.is_set():  # stop_jobs ran while this one was starting
+        proc.terminate()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -206,8 +233,11 @@ def run_job(job: TrainJob, spec_dir: Path, on_line=None, *, die_with_parent: boo
                 on_line(job.name, event)
         code = proc.wait()
     finally:
+        _LIVE.discard(proc)
         if proc.poll() is not None:
             pid_file(spec).unlink(missing_ok=True)
+    if _STOPPING.is_set() and code != 0:  # stopped with its launcher: nothing to blame, a resume trains it again
+        return JobOutcome(job.name, code, None, "stopped with its launcher")
     if code == DISK_FULL_EXIT:
         raise DiskFull(job.out_dir, f"adapter {job.name!r} (its checkpoints, held-out adapters or result)")
     done = Path(job.out_dir) / "result.json"

@@ -86,6 +86,45 @@ def test_kill_then_resume_from_checkpoint_without_duplicates(tmp_path, tiny_mode
     assert train_capability(job).model_dump() == result.model_dump()  # finished: the saved result, no retraining
 
 
+STOPPED_LAUNCHER = """
+import asyncio, signal, sys
+from pathlib import Path
+from gapforge.cli import _stop
+from gapforge.training.run import run_jobs
+from gapforge.training.service import TrainJob
+
+signal.signal(signal.SIGTERM, _stop)  # as `gapforge` installs it
+job = TrainJob.model_validate_json(Path(sys.argv[1]).read_text())
+try:
+    asyncio.run(asyncio.to_thread(run_jobs, [job], Path(sys.argv[2])))  # on a thread, as the train stage runs it
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_sigterm_to_the_launcher_stops_its_job_blames_nothing_and_the_job_resumes(tmp_path, tiny_model_dir):
+    job = _job(tmp_path, tiny_model_dir)
+    job = job.model_copy(update={"env": EnvSpec(kind="python", factory="tests.training.toy_env:GatedToyDeskEnv")})
+    spec, specs, out = tmp_path / "spec.json", tmp_path / "specs", Path(job.out_dir)
+    spec.write_text(job.model_dump_json())
+    gate = out / "trl" / "checkpoint-2" / "trainer_state.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOY_GATE": str(gate)}
+    launcher = subprocess.Popen([sys.executable, "-c", STOPPED_LAUNCHER, str(spec), str(specs)], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 300
+    while not Path(f"{gate}.reached").is_file():  # the job is mid-training, blocked in an episode
+        assert launcher.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    job_pid = int((specs / "toy.pid").read_text())
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=120) == 130
+    assert not Path(f"/proc/{job_pid}").exists()  # stopped and reaped with its launcher, not training on as an orphan
+    assert not (out / "error.json").exists() and not (out / "result.json").exists()  # stopped, not failed
+    result = train_capability(job)  # the resume goes on from the checkpoint
+    assert result.status == "done" and result.steps == 4
+    steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 4
+
+
 def test_a_crashed_job_is_recorded_and_the_next_one_runs(tmp_path, tiny_model_dir):
     from gapforge.store.db import Store
 
