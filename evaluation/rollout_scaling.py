@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gapforge.evaluation.comparisons import Comparison
-from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, scope_metrics
+from gapforge.evaluation.summary import BASE, GRPO_TARGET, ROUTED, scope_metrics, verdict
 from gapforge.faults import InputFault
 
 if TYPE_CHECKING:
@@ -133,9 +133,7 @@ def per_1000(rows: Sequence[Mapping[str, Any]], who: str) -> float | None:
 
 def verdict_word(iv: Mapping[str, Any] | None) -> str:
     """TRACE − GRPO-on-target: 'TRACE ahead' (interval above 0), 'GRPO ahead' (below), else 'tied'."""
-    if not iv or iv.get("low") is None:
-        return "–"
-    return "TRACE ahead" if iv["low"] > 0 else "GRPO ahead" if iv["high"] < 0 else "tied"
+    return {"gain": "TRACE ahead", "loss": "GRPO ahead", "no effect": "tied"}.get(verdict(iv) or "", "–")
 
 
 def scaling_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:

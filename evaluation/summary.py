@@ -33,12 +33,13 @@ NO_EFFECT_LINE = "no effect (the 95% interval contains 0)"
 
 
 def verdict(iv: Mapping[str, Any] | None) -> Literal["gain", "loss", "no effect"] | None:
-    """gain (low > 0), loss (high < 0), no effect (the interval contains 0); None without an interval."""
+    """gain (low > 0), loss (high < 0), no effect (the interval contains 0); None without an interval. Decided on the
+    ends as printed (`points`: one decimal of a point), so "[+0.0, +14.2]" never reads as a gain."""
     if not iv or iv.get("low") is None or iv.get("high") is None:
         return None
-    if iv["low"] > 0:
+    if round(iv["low"] * 100, 1) > 0:
         return "gain"
-    if iv["high"] < 0:
+    if round(iv["high"] * 100, 1) < 0:
         return "loss"
     return "no effect"
 

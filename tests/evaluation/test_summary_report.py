@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gapforge.evaluation.report import write_report
-from gapforge.evaluation.summary import NO_EFFECT_LINE, headline, verdict
+from gapforge.evaluation.summary import NO_EFFECT_LINE, headline, points, verdict
 
 
 def _iv(value: float, low: float, high: float) -> dict[str, float]:
@@ -82,6 +82,11 @@ def test_verdict_words_and_missing_inputs() -> None:
         "no effect",
     ]
     assert verdict(None) is None
+    # decided on the ends as printed: "[+0.0, +14.2]" is no lead, "[+0.1, ...]" is
+    assert points(_iv(0.058, 0.0004, 0.142)) == "+5.8 points [+0.0, +14.2]" and verdict(_iv(0.058, 0.0004, 0.142)) == (
+        "no effect"
+    )
+    assert verdict(_iv(0.058, 0.0006, 0.142)) == "gain" and verdict(_iv(-0.05, -0.1, -0.0004)) == "no effect"
     assert headline({"base": _metrics(0.3, paired=None, by_family_paired=None)}, "refusal")[0].startswith("no summary")
     assert headline(_by_name((0.2, 0.05, 0.35)), "unknown_family")[0].startswith(
         "focus family 'unknown_family' was not evaluated"
