@@ -96,7 +96,7 @@ def run_config(
     from gapforge.wiring import open_store
 
     where = get_config(config, where_overrides(overrides), check_workspace=check_workspace)
-    store = open_store(where)
+    store = open_store(where, must_exist=True)  # a command on a run: the run's store is there, or said where it looked
     try:
         resolved = resolve(dict(store.get_run(run_id).config or {}), run_id, where, config, overrides)
     except BaseException:

@@ -25,6 +25,7 @@ from gapforge.run_view import (
     history_table,
     runs_table,
 )
+from gapforge.store.errors import NoStore
 
 if TYPE_CHECKING:
     from gapforge.store import Store
@@ -149,7 +150,7 @@ def run_cmd(
 def inspect_graph_of(config: str | None, set_: list[str] | None, fn: Any) -> Any:
     """`await fn(store, graph)` for a read-only command."""
     cfg = get_config(config, set_)
-    store = store_of(cfg)
+    store = store_of(cfg, must_exist=True)  # a mistyped store.url or another directory: said, no empty store made
     return cfg, store, inspect_graph(cfg, lambda graph: fn(store, graph))
 
 
@@ -175,7 +176,11 @@ def runs_cmd(
     from gapforge.run_inspect import continue_command, listed_kinds, print_whole, run_rows
 
     kinds = listed_kinds(kind)
-    rows = inspect_graph_of(config, set_, lambda store, graph: run_rows(store, graph, kinds))[2]
+    try:
+        rows = inspect_graph_of(config, set_, lambda store, graph: run_rows(store, graph, kinds))[2]
+    except NoStore as e:  # no runs here: said where it looked, nothing created
+        say(f"no runs: {e}")
+        return
     print_whole(console, runs_table(rows))  # piped: every id and value whole, one line per run
     for run, _values in rows:
         if run.status in ("interrupted", "incomplete", "failed"):

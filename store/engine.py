@@ -76,8 +76,8 @@ def _sqlite_engine(url: URL, *, read_only: bool = False, must_exist: bool = Fals
     path = Path(url.database or "").expanduser()
     if (read_only or must_exist) and not path.is_file():
         raise NoStore(
-            f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) "
-            "or point store.url / --config at the workspace that has one"
+            f"no store at {str(path)!r} yet: start a run (`gapforge run` or `gapforge demo`) there, or run from the "
+            "directory whose .gapforge/ holds your runs (or point GAPFORGE_WORKSPACE / store.url at it)"
         )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

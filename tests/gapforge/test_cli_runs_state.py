@@ -188,8 +188,19 @@ def test_a_narrow_terminal_wraps_the_other_columns_and_keeps_every_id_whole(fake
 def test_resume_where_there_is_no_store_is_refused_and_creates_nothing(fake_config: Path, tmp_path: Path) -> None:
     code, out = invoke("run", "--resume", "r-nope", "--config", str(fake_config))
     assert code == 2, out
-    assert "no store at" in out and "point store.url" in out and "Traceback" not in out, out
+    assert "no store at" in out and "GAPFORGE_WORKSPACE / store.url" in out and "Traceback" not in out, out
     assert not (tmp_path / "ws").exists()  # no workspace, no empty database left behind
+
+
+def test_reading_commands_where_there_is_no_store_say_where_they_looked_and_create_nothing(
+    fake_config: Path, tmp_path: Path
+) -> None:
+    code, out = invoke("runs", "--config", str(fake_config))
+    assert code == 0 and out.startswith("no runs: no store at") and str(tmp_path / "ws" / "gapforge.db") in out, out
+    for command in (["state", "r-nope"], ["history", "r-nope"], ["report", "r-nope"], ["evaluate", "r-nope"]):
+        code, out = invoke(*command, "--config", str(fake_config))
+        assert code == 2 and "no store at" in out and "Traceback" not in out, (command, out)
+    assert not (tmp_path / "ws").exists()  # a mistyped workspace or another directory: no empty store left there
 
 
 def test_resume_of_an_unknown_run_in_an_existing_store_names_the_run(fake_config: Path) -> None:
