@@ -158,13 +158,14 @@ class SandboxedEnv:
                 if attempt >= self.infra_retries:
                     raise
                 continue
-            except EnvCodeError as e:
+            except EnvCodeError as raised:
+                e = raised.naming(self.module_path)
                 self._record(e)
                 if channel.broken is not None:
                     self.pool.discard(channel)
                     self._channel, self._journal = None, []
                     self._episode_lost = True
-                raise
+                raise e from None
             if method == "reset":
                 self._journal = [("reset", params)]
             elif method == "step":

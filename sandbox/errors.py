@@ -19,6 +19,8 @@ Past the retries it is infrastructure (`infrastructure = True`, exit 3: resumabl
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
 from gapforge.faults import EnvCodeFault, SandboxFault
@@ -49,6 +51,18 @@ class EnvCodeError(EnvCodeFault):
     def to_dict(self) -> dict[str, str | None]:
         """Plain evidence for reports and the store."""
         return {"kind": self.kind, "detail": self.detail, "method": self.method, "traceback": self.traceback}
+
+    def naming(self, module_path: str | Path) -> EnvCodeError:
+        """This error with the sandbox's copy of the module (`/.../modules/<sha256[:16]>.py`, sandbox.mount) named by
+        the path the user gave: a SyntaxError or a traceback then points at their file (the line numbers are the
+        same). Unchanged when it names no copy."""
+        fix = lambda text: text and _COPY.sub(lambda _copy: str(module_path), text)  # noqa: E731
+        if not _COPY.search(self.detail + (self.traceback or "")):
+            return self
+        return EnvCodeError(self.kind, fix(self.detail), method=self.method, traceback=fix(self.traceback))
+
+
+_COPY = re.compile(r"""[^\s"'(]*\b[0-9a-f]{16}\.py""")  # a module's copy in the mount, with its directory
 
 
 InfraFailureKind = Literal["killed", "removed", "daemon_gone"]

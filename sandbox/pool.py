@@ -102,9 +102,9 @@ class SandboxPool:
             channel = self._start()
         try:
             info = channel.call("load", {"path": rel})
-        except EnvCodeError:
+        except EnvCodeError as e:
             channel.kill()
-            raise
+            raise e.naming(module_path) from None
         with self._cond:
             self._leased[id(channel)] = (channel, rel)
         return channel, info

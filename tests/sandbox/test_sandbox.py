@@ -88,6 +88,13 @@ def test_bad_module_is_a_load_error(sandbox_config, tmp_path):
         SandboxedEnv(broken, sandbox_config)
     assert info.value.kind == "load_error" and "generator forgot something" in info.value.detail
     assert "Traceback" in (info.value.traceback or "")
+    assert f'File "{broken}", line 2' in info.value.traceback  # the user's file, not the sandbox's hashed copy
+
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text("import envs.sdk\n\ndef reset(:\n    pass\n")
+    with pytest.raises(EnvCodeError) as info:
+        SandboxedEnv(syntax, sandbox_config)
+    assert "SyntaxError" in info.value.detail and f"({syntax}, line 3)" in info.value.detail, info.value.detail
 
 
 def test_missing_module_is_a_user_error(sandbox_config_process):
