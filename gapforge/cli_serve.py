@@ -58,22 +58,23 @@ def base_flags(base: str | None) -> list[str]:
     return [f"policy.local_path={base}"] if base else []
 
 
-def base_model_dir(cfg: GapforgeConfig) -> str:
-    """The base model's weights (policy.local_path), checked to be a Hugging Face model dir."""
+BASE_HOW = "pass --base DIR or set policy.local_path"  # a command without --base says `--set policy.local_path=DIR`
+
+
+def base_model_dir(cfg: GapforgeConfig, how: str = BASE_HOW) -> str:
+    """The base model's weights (policy.local_path), checked to be a Hugging Face model dir; `how`: how to give one."""
     path = cfg.policy.local_path
     if not path:
-        raise UsageError("no base model given: pass --base DIR (its weights) or set policy.local_path")
+        raise UsageError(f"no base model given: {how.replace('--base DIR', '--base DIR (its weights)')}")
     if not (Path(path) / "config.json").is_file():
-        raise UsageError(
-            f"base model '{path}' is not a Hugging Face model dir: pass --base DIR or set policy.local_path"
-        )
+        raise UsageError(f"base model '{path}' is not a Hugging Face model dir: {how}")
     return path
 
 
-def local_base(cfg: GapforgeConfig) -> GapforgeConfig:
+def local_base(cfg: GapforgeConfig, how: str = BASE_HOW) -> GapforgeConfig:
     """The config with the base loaded here: a run stored without a config reads policy.kind's default (scripted), which
     has no weights to serve or evaluate; its policy.local_path (--base) is a local model."""
-    base_model_dir(cfg)
+    base_model_dir(cfg, how)
     if cfg.policy.kind == "scripted":
         cfg.policy = cfg.policy.model_copy(update={"kind": "local"})
     return cfg

@@ -62,7 +62,7 @@ def train(
     cfg, store = run_config(run_id, config, set_)
     if not cfg.policy.local_path:
         raise UsageError("set policy.local_path to the base model directory (e.g. the one `gapforge dev teach` prints)")
-    cfg = local_base(cfg)
+    cfg = local_base(cfg, "pass --set policy.local_path=DIR (the base model's weights)")
     caps = _capabilities(store, run_id, capability, module)
 
     async def go():

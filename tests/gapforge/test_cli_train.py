@@ -12,12 +12,18 @@ from gapforge.store.db import Store
 
 def test_train_without_a_base_model_is_a_one_line_error(workspace):
     res = CliRunner().invoke(app, ["train", "r-20260101-abcdef", "--set", f"workspace={workspace}"])
-    assert res.exit_code == 2 and "unknown run" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "no store at" in res.output and "Traceback" not in res.output
+    assert not (workspace / "gapforge.db").exists()  # the refusal created no empty store
     with Store(f"sqlite:///{workspace / 'gapforge.db'}") as store:
         run_id = store.create_run("trace", {})  # stores no config: the invocation's (no base model) is used, and said
+    res = CliRunner().invoke(app, ["train", "r-20260101-abcdef", "--set", f"workspace={workspace}"])
+    assert res.exit_code == 2 and "unknown run" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["train", run_id, "--set", f"workspace={workspace}"])
     assert res.exit_code == 2 and "policy.local_path" in res.output and "Traceback" not in res.output
     assert "stores no config" in res.output
+    res = CliRunner().invoke(app, ["train", run_id, "--set", f"workspace={workspace}", "--set", "policy.local_path=x"])
+    assert res.exit_code == 2 and "not a Hugging Face model dir: pass --set policy.local_path=DIR" in res.output
+    assert "--base" not in res.output  # train has no --base flag
 
 
 def test_train_without_a_validated_env_says_what_to_do(workspace, tiny_model_dir):
