@@ -178,8 +178,11 @@ def chat_model_from_config(cfg: LLMConfig | PolicyConfig, *, section: str = "llm
     """The chat model a config section asks for: recorded answers or an OpenAI-compatible endpoint."""
     if cfg.kind == "scripted":
         if not cfg.scripted_path:
+            hint = "; to run a model, pass --policy DIR_OR_URL (a local model dir or an endpoint)" * (
+                section == "policy"
+            )
             raise ModelError(
-                f"{section}.kind=scripted needs {section}.scripted_path: a YAML/JSON file of recorded answers"
+                f"{section}.kind=scripted needs {section}.scripted_path: a YAML/JSON file of recorded answers{hint}"
             )
         return ScriptedChatModel.from_file(cfg.scripted_path)
     if cfg.kind in ("openai", "endpoint"):

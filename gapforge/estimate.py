@@ -198,4 +198,11 @@ def estimate(cfg: Any, *, throughput: float | None = None, episodes: int = 8) ->
         "routed policy's episodes are counted as played (it copies those of the policy it routes to)",
         *notes({"cost": {r.stage: r.counters(probe, 0.0) for r in rows}}, cfg.pricing, Models.of(cfg)),
     ]
+    from gapforge.errors import GapforgeError
+    from gapforge.preflight import check_llm_roles
+
+    try:  # the LLM roles priced above must be able to answer: `gapforge run` refuses them before any work
+        check_llm_roles(cfg)
+    except GapforgeError as e:
+        lines.append(f"warning: `gapforge run` refuses this config as it is: {e}")
     return table, lines

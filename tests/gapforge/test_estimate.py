@@ -26,6 +26,9 @@ DEMO_SPENT = {
 }
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def _demo_cfg(tmp_path: Path):
     return with_base_policy(demo_config(load_config(None, [f"workspace={tmp_path}"], environ={})))
 
@@ -84,7 +87,16 @@ def test_run_estimate_prints_the_table_and_stores_nothing(tmp_path: Path) -> Non
     assert re.search(r"collect_rollouts\s+│(\s+0\s+│){3}\s+2\s+│.*2 analysis tasks x 1 samples", res.output), res.output
     assert re.search(r"│ total\s+│\s+\d+\s+│[\s\d,]+│[\s\d,]+│[\s\d,]+│\s+[\d.]+\s+│\s+\$\d+\.\d\d", res.output)
     assert "probe: 2 episodes" in res.output and "assumed: 3 capabilities retained" in res.output
+    assert "warning" not in res.output  # the shop has recorded LLM roles: `gapforge run` takes this config
     assert not ws.exists() or not any(ws.iterdir())  # no store, no run
+    own = CliRunner().invoke(
+        app,
+        ["run", "--estimate", "--env", f"{ROOT / 'examples/my_agent_env.py'}:BillingEnv", "--policy",
+         f"scripted:{answers}", "--set", "rollouts.max_turns=1", "--set", f"workspace={ws}"],
+        env={"COLUMNS": "220"},
+    )  # fmt: skip
+    assert own.exit_code == 0, own.output  # priced, and said that `run` would refuse it as it is
+    assert "warning: `gapforge run` refuses this config as it is: llm.kind=scripted answers the analyst" in own.output
     resumed = CliRunner().invoke(app, ["run", "--estimate", "--resume", "r-x", "--set", f"workspace={ws}"])
     assert resumed.exit_code == 2 and "--estimate are for a new run" in resumed.output
 
