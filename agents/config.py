@@ -78,6 +78,14 @@ class EndpointConfig(_Section):
     def _no_password_in_url(cls, value: str | None) -> str | None:
         if value and credentials_in_url(value):
             raise ValueError("the URL holds a user:password: put the key in an env var and name it in api_key_env")
+        if value is not None:  # a typo is said here, not retried as an outage and blamed on the endpoint later
+            try:
+                url = urlsplit(value)
+                host = url.hostname
+            except ValueError as e:
+                raise ValueError(f"not a valid URL ({e}): e.g. http://localhost:8000/v1") from None
+            if url.scheme not in ("http", "https") or not host:
+                raise ValueError("not an http(s) URL with a host: e.g. http://localhost:8000/v1")
         return value
 
     def load_key(self, environ: Mapping[str, str]) -> None:

@@ -22,6 +22,7 @@ def tiny_model(
         "--template",
         help="a chat template TRL ships, by name (e.g. qwen3: Qwen3's stock template), instead of the tiny one",
     ),
+    force: bool = typer.Option(False, "--force", help="replace a model already in PATH"),
     config: ConfigOpt = None,
     set_: SetOpt = None,
 ) -> None:
@@ -32,6 +33,8 @@ def tiny_model(
     if seed is None:
         seed = get_config(config, set_).seed
     if path.is_dir() and (path / "config.json").exists():
+        if not force:  # random weights over a real model would be lost work
+            raise UsageError(f"'{path}' already holds a model (config.json): pick another directory, or pass --force")
         console.print(f"overwriting the model in {path}", highlight=False)
     from transformers.utils import logging as hf_logging
 

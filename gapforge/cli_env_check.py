@@ -66,6 +66,7 @@ def check_cmd(
         report = check_target(cfg, spec, gold_file=gold, tasks=tasks, floor=floor)
     render(report)
     if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)  # checked writable before the episodes ran
         json_out.write_text(
             json.dumps(report.model_dump(mode="json") | {"passed": report.passed}, indent=2) + "\n", encoding="utf-8"
         )

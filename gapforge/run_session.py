@@ -65,7 +65,10 @@ def options_from_record(record: dict[str, Any]) -> RunOptions:
 def get_run_record(store: Store, run_id: str) -> tuple[dict[str, Any], str]:
     row = store.get_run(run_id)
     if row.kind not in RUN_KINDS:
-        raise UsageError(f"run {run_id!r} is a {row.kind!r} run, not a graph run: pick one listed by `gapforge runs`")
+        raise UsageError(
+            f"run {run_id!r} is a {row.kind!r} run, not a graph run: read its episodes with `gapforge rollouts show "
+            f"{run_id}`; this command takes the runs `gapforge runs --kind trace --kind demo` lists"
+        )
     return dict(row.config), row.status
 
 

@@ -242,7 +242,11 @@ def start_container(client: Any, cfg: SandboxConfig, stage_path: str) -> DockerC
         container = client.containers.create(**container_kwargs(cfg, stage_path))
     except docker.errors.ImageNotFound:
         raise SandboxError(image_missing(cfg.image)) from None
-    except docker.errors.APIError:
+    except docker.errors.APIError as e:
+        if e.status_code == 400:  # the settings the container asks for, never the env's doing
+            raise SandboxError(
+                f"Docker refused to create a sandbox container ({e.explanation}): fix the sandbox.* setting it names"
+            ) from None
         raise
     except Exception as e:  # noqa: BLE001 - requests' connection errors: the daemon went away
         raise SandboxError(

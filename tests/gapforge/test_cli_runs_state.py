@@ -207,3 +207,15 @@ def test_resume_of_an_unknown_run_in_an_existing_store_names_the_run(fake_config
     _stopped_at_discover(fake_config, AnalystBreaks, ValueError)
     code, out = invoke("run", "--resume", "r-nope", "--config", str(fake_config))
     assert code == 2 and "unknown run 'r-nope'" in out, out
+
+
+def test_state_of_a_collection_run_points_at_its_episodes_and_the_runs_it_takes(fake_config: Path) -> None:
+    with open_store(load_config(str(fake_config), [])) as store:
+        rid = store.create_run("rollouts", {})
+    for command in ("state", "history"):
+        code, out = invoke(command, rid, "--config", str(fake_config))
+        assert (
+            code == 2
+            and f"is a 'rollouts' run, not a graph run: read its episodes with `gapforge rollouts show {rid}`" in out
+        )
+        assert "--kind trace --kind demo" in out, out

@@ -70,7 +70,7 @@ def small_env(tmp_path: Path) -> Path:
 
 
 def _check(tmp_path: Path, *args: str):
-    out = tmp_path / "check.json"
+    out = tmp_path / "reports" / "check.json"  # a directory not made yet: the check makes it
     res = runner.invoke(app, ["env", "check", *args, "--json", str(out), "--set", f"workspace={tmp_path / 'ws'}"])
     report = json.loads(out.read_text()) if out.is_file() else None
     return res, report

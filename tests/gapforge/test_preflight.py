@@ -87,6 +87,16 @@ def test_openai_roles_need_a_key_or_a_server_that_answers(tmp_path: Path) -> Non
         "llm.endpoint.base_url=https://llm.example.com/v1",
     )
     one_line_error(res, "llm.endpoint.api_key_env names MY_LLM_KEY, which is not set")
+    for typo in (
+        "notaurl",
+        "ftp://llm.example.com/v1",
+        "http://[::1",
+    ):  # said as the key's typo, not retried as an outage
+        res = _run(
+            ws, "--policy", str(SHOP_POLICY_DIR), "--set", "llm.kind=openai", "--set", f"llm.endpoint.base_url={typo}"
+        )
+        one_line_error(res, "config key 'llm.endpoint.base_url': ")
+        assert "URL" in res.output and "policy endpoint" not in res.output, res.output
     assert not ws.exists()
 
 

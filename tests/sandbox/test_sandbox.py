@@ -97,6 +97,16 @@ def test_bad_module_is_a_load_error(sandbox_config, tmp_path):
     assert "SyntaxError" in info.value.detail and f"({syntax}, line 3)" in info.value.detail, info.value.detail
 
 
+@pytest.mark.docker
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_container_docker_refuses_is_the_sandbox_settings_fault_not_the_envs(sandbox_config, counter_env_path):
+    too_many = sandbox_config.model_copy(update={"cpus": 4096.0})  # more CPUs than any test host has
+    with pytest.raises(SandboxError) as info:
+        SandboxedEnv(counter_env_path, too_many)
+    assert not isinstance(info.value, EnvCodeError) and info.value.exit_code == 2
+    assert str(info.value).startswith("Docker refused to create a sandbox container (") and "CPU" in str(info.value)
+
+
 def test_missing_module_is_a_user_error(sandbox_config_process):
     with pytest.raises(SandboxError, match="not found"):
         SandboxedEnv("/nonexistent/env.py", sandbox_config_process)

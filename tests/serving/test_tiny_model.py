@@ -181,6 +181,12 @@ def test_cli_builds_the_tiny_model(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "seed 2" in result.output and "model.safetensors" in result.output and "tokenizer.json" in result.output
     assert (tmp_path / "m" / "config.json").is_file() and (tmp_path / "m" / "chat_template.jinja").is_file()
+    weights = (tmp_path / "m" / "model.safetensors").read_bytes()
+    again = runner.invoke(app, ["dev", "tiny-model", str(tmp_path / "m"), "--seed", "3"])
+    assert again.exit_code == 2 and "already holds a model (config.json)" in again.output and "--force" in again.output
+    assert (tmp_path / "m" / "model.safetensors").read_bytes() == weights  # refused: the model there is untouched
+    forced = runner.invoke(app, ["dev", "tiny-model", str(tmp_path / "m"), "--seed", "3", "--force"])
+    assert forced.exit_code == 0 and (tmp_path / "m" / "model.safetensors").read_bytes() != weights
 
     (tmp_path / "file").write_text("x")
     result = runner.invoke(app, ["dev", "tiny-model", str(tmp_path / "file")])
