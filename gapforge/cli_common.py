@@ -106,3 +106,15 @@ def run_config(
         console.print(escape(redact(line)), highlight=False, soft_wrap=True)
     use_data_dir(resolved.cfg.tau2.data_dir)
     return resolved.cfg, store
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """`host:port` can be bound now (port 0: any free one), said before any model loads: in use, or no such host."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as e:
+        raise UsageError(f"cannot listen on {host}:{port} ({e.strerror or e}): pass another --port or --host") from None

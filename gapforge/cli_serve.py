@@ -27,6 +27,7 @@ from gapforge.cli_common import (
     ConfigOpt,
     SetOpt,
     UsageError,
+    check_can_listen,
     console,
     err_console,
     get_config,
@@ -149,6 +150,7 @@ def register(app: typer.Typer) -> None:
         flags = [*base_flags(base), *backend_flags(backend, vllm_url, vllm_model)]
         if (run is None) == (router_dir is None):
             raise UsageError("name what to serve: a run id, or --router DIR (a bundle `gapforge export` wrote)")
+        check_can_listen(host, port)  # before the model loads
         bundle = store = None
         if router_dir is not None:
             from gapforge.bundle import bundle_routed, bundle_settings, load_bundle

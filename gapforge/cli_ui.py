@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Annotated
 
 import typer
 
-from gapforge.cli_common import ConfigOpt, SetOpt, UsageError, console, err_console, get_config, handle_errors
+from gapforge.cli_common import (
+    ConfigOpt,
+    SetOpt,
+    UsageError,
+    check_can_listen,
+    console,
+    err_console,
+    get_config,
+    handle_errors,
+)
 from gapforge.store.redact import redact
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -53,14 +61,7 @@ def register(app: typer.Typer) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, port))
-            except OSError as e:
-                raise UsageError(
-                    f"cannot listen on {host}:{port} ({e.strerror}): pass another --port or --host"
-                ) from None
+        check_can_listen(host, port)
         settings = UiSettings(
             cfg.store_url, cfg.checkpoint_path, cfg.workspace, refresh, allowed_hosts=allowed_hosts(host)
         )

@@ -6,6 +6,7 @@ exported and served through the vLLM stand-in, is tests/evaluation/test_served_i
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -191,6 +192,12 @@ def test_what_cannot_be_exported_or_served_is_one_line_with_exit_2(
     assert res.exit_code == 2 and "--router DIR" in res.output
     res = runner.invoke(app, ["serve", "--router", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "router.json not found" in res.output and "Traceback" not in res.output
+    with socket.socket() as busy:  # said before anything loads, not as a path or disk problem after it
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = runner.invoke(app, ["serve", "--router", str(tmp_path / "nope"), "--port", str(port)])
+    assert res.exit_code == 2 and f"cannot listen on 127.0.0.1:{port} (Address already in use)" in res.output
 
 
 def test_a_model_card_edited_after_export_still_serves_under_the_same_names(
