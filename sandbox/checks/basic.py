@@ -58,7 +58,11 @@ def check_fidelity(
             **evidence,
         )
     if not shared:
-        return CheckResult.ok("fidelity", "no tool name shared with the target env (nothing to compare)", **evidence)
+        return CheckResult.skip(  # nothing compared is no evidence of fidelity: said, not passed
+            "fidelity",
+            "not checked: no tool name shared with the target env (is --target the env it trains for?)",
+            **evidence,
+        )
     return CheckResult.ok("fidelity", f"{len(shared)} shared tool(s) match the target: {', '.join(shared)}", **evidence)
 
 

@@ -164,8 +164,8 @@ def check_result_format(probe: Probe, seeds: list[int], target_shapes: dict[str,
             **evidence,
         )
     if not compared:
-        return CheckResult.ok(
-            "result_format", "no tool result to compare with the target's stored episodes", **evidence
+        return CheckResult.skip(
+            "result_format", "not checked: no tool result to compare with the target's stored episodes", **evidence
         )
     return CheckResult.ok(
         "result_format",

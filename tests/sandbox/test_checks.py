@@ -97,6 +97,9 @@ def test_evidence_names_seed_and_what_happened(shop_tools: list[dict[str, Any]])
 
     mismatch = run(BROKEN / "shop_mismatch.py", shop_tools).check("fidelity")
     assert mismatch.evidence["problems"] == ["tool 'get_order_details': parameters ['id'] != target's ['order_id']"]
+    unrelated = [{**t, "function": {**t["function"], "name": f"other_{t['function']['name']}"}} for t in shop_tools]
+    nothing_shared = run(BROKEN / "shop_mismatch.py", unrelated).check("fidelity")
+    assert nothing_shared.verdict == "SKIP" and nothing_shared.evidence["shared_tools"] == []  # no evidence: not a PASS
 
     raising = run(BROKEN / "raises_in_reset.py")
     for check in raising.failures:
