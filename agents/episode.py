@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gapforge.envs.env_threads import DaemonThreads, boundary_of, runs_inline
 from gapforge.envs.errors import INFRA_TERMINATIONS, EnvError, MalformedOutputError, PolicyError
-from gapforge.envs.protocol import Environment, Message, PolicyModel, Score, StepResult, TaskRef, ToolCall
-from gapforge.faults import EndpointFault, GapforgeError
+from gapforge.envs.protocol import Environment, Message, PolicyModel, TaskRef, ToolCall, returned
+from gapforge.faults import EndpointFault, GapforgeError, SandboxFault
 from gapforge.sandbox.errors import SandboxError
 
 Termination = Literal[
@@ -148,30 +148,16 @@ def env_error_text(exc: BaseException) -> str:
     return f"{text} (at {where})" if where else text
 
 
-_RETURNS = {"step": StepResult, "score": Score}
-
-
-def _returned(call: str, value: Any) -> Any:
-    """What `env.<call>` returned, checked: reset a list of Message, step a StepResult, score a Score. Anything else is
-    the env's code's fault, said as such (TypeError), not an AttributeError deep in the loop."""
-    if call == "reset":
-        if isinstance(value, (list, tuple)) and all(isinstance(m, Message) for m in value):
-            return list(value)
-        wanted = "a list of Message"
-    elif isinstance(value, _RETURNS[call]):
-        return value
-    else:
-        wanted = f"a {_RETURNS[call].__name__}"
-    raise TypeError(f"env.{call} returned {type(value).__name__}, not {wanted} (gapforge.envs.protocol)")
-
-
 def _failed(call: str, e: BaseException) -> tuple[Termination, str]:
-    """How an exception from `env.<call>` ends the episode. An endpoint's or the sandbox's failure inside the env's
-    call (an LLM user simulator whose endpoint is down past its retries) is that boundary's: `endpoint_error` /
-    `sandbox_error`, never stored, a resume plays it again. Anything else is the env's code (`env_error`)."""
-    if isinstance(e, GapforgeError) and e.infrastructure:
+    """How an exception from `env.<call>` ends the episode. An endpoint's failure inside the env's call (an LLM user
+    simulator or judge whose endpoint is down past its retries) or the sandbox's is that boundary's: `endpoint_error`
+    / `sandbox_error`, never stored, a resume plays it again. Another infrastructure failure (a full disk) propagates.
+    Anything else is the env's code (`env_error`)."""
+    if (isinstance(e, EndpointFault) and e.infrastructure) or isinstance(e, SandboxFault):
         termination: Termination = "endpoint_error" if isinstance(e, EndpointFault) else "sandbox_error"
         return termination, f"env.{call} failed on the {e.boundary} (infrastructure): {_text(e)}"
+    if isinstance(e, GapforgeError) and e.infrastructure:
+        raise e  # a full disk: the run's to stop on (resumable), not one episode's end
     return "env_error", f"env.{call} failed: {env_error_text(e)}"
 
 
@@ -286,7 +272,7 @@ async def run_episode(
     late: TimedOut | None = None
     unscored = False
     try:
-        messages = _returned("reset", await env_call("reset", env.reset, task))  # EnvError (bad task) propagates
+        messages = returned("reset", await env_call("reset", env.reset, task))  # EnvError (bad task) propagates
         tools = await env_call("tools", env.tools)
     except EnvError:
         raise
@@ -320,7 +306,7 @@ async def run_episode(
             messages.append(reply)
             turns += 1
             try:
-                result = _returned("step", await env_call("step", env.step, reply))
+                result = returned("step", await env_call("step", env.step, reply))
             except TimedOut as e:
                 late = e
                 break
@@ -340,7 +326,7 @@ async def run_episode(
     reward, success, components, score_info = 0.0, False, {}, {}
     if late is None and not unscored:
         try:
-            score = _returned("score", await env_call("score", env.score))
+            score = returned("score", await env_call("score", env.score))
             reward, success, components, score_info = (
                 score.reward,
                 score.success,

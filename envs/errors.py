@@ -25,6 +25,12 @@ class EndpointError(EndpointFault, PolicyError):
     termination = "endpoint_error"
 
 
+class SimulatorEndpointError(EndpointFault):
+    """An LLM the env calls itself (τ²'s or ToolSandbox's user simulator, τ²'s NL judge) could not be reached past its
+    retries (no connection, a timeout, 429, 5xx): the endpoint's failure, resumable, not the env's code or the policy's.
+    A reply that is wrong stays the env's (EnvError / its own error)."""
+
+
 class MalformedOutputError(PolicyError):
     """The model produced output that cannot be parsed (e.g. a broken <tool_call> block)."""
 

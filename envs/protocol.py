@@ -137,6 +137,21 @@ class TargetEnvironment(Environment, Protocol):
     def task_family(self, task_id: str) -> str: ...
 
 
+def returned(call: str, value: Any) -> Any:
+    """What `env.<call>` returned, checked: reset a list of Message, step a StepResult, score a Score. Anything else is
+    the env's code's fault, said as such (TypeError), not an AttributeError deep in the episode loop or a training job."""
+    if call == "reset":
+        if isinstance(value, (list, tuple)) and all(isinstance(m, Message) for m in value):
+            return list(value)
+        wanted = "a list of Message"
+    else:
+        kind = StepResult if call == "step" else Score
+        if isinstance(value, kind):
+            return value
+        wanted = f"a {kind.__name__}"
+    raise TypeError(f"env.{call} returned {type(value).__name__}, not {wanted} (gapforge.envs.protocol)")
+
+
 def tool_schema(
     name: str, description: str, properties: dict[str, Any], required: list[str] | None = None
 ) -> dict[str, Any]:

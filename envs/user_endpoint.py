@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from gapforge.envs.errors import EnvError
+from gapforge.envs.errors import EnvError, is_transient_status
 from gapforge.faults import first_problem
 
 
@@ -50,3 +50,16 @@ def coerce_endpoint(user_model: Any, who: str) -> UserEndpoint:
         return UserEndpoint.model_validate(fields)
     except ValidationError as exc:
         raise EnvError(f"bad endpoint for the {who}: {first_problem(exc)}") from exc
+
+
+# what litellm's, the OpenAI client's and httpx's errors are called when the endpoint is away or overloaded
+_DOWN = frozenset(
+    "APIConnectionError APITimeoutError Timeout RateLimitError ServiceUnavailableError InternalServerError "
+    "ConnectError ConnectTimeout ReadTimeout".split()
+)
+
+
+def endpoint_down(type_name: str, status: int | None = None) -> bool:
+    """Whether a client error (its class name, its HTTP status) says the endpoint is down or overloaded
+    (SimulatorEndpointError), not that the request or the reply was wrong."""
+    return type_name in _DOWN or (isinstance(status, int) and is_transient_status(status))

@@ -100,7 +100,7 @@ class RayEpisodePlayer:
         except self.ray.exceptions.RayActorError as e:
             if e.actor_init_failed:  # never started: a restart fails the same way, so no "run it again"
                 raise ExecutorUnavailable(
-                    f"a Ray rollout worker could not build its policy or env factory ({_last_line(e)}): both must "
+                    f"a Ray rollout worker could not build its policy or env factory ({_last_line(e)}): check that both "
                     "load on every Ray node (the env's module importable there, the model path present)"
                 ) from None
             raise IncompleteStage(

@@ -86,7 +86,7 @@ def main() -> None:
 
     install_log_redaction()  # URL passwords never reach a log line
     quiet_library_deprecations()  # third-party deprecations nobody using gapforge can act on
-    signal.signal(signal.SIGTERM, _stop)  # `serve` and `ui` install their own (they drain)
+    signal.signal(signal.SIGTERM, _stop)  # `serve` drains with its own; `ui` ends on the KeyboardInterrupt (exit 0)
     app()
 
 

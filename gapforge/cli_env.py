@@ -129,7 +129,7 @@ def _run_evidence(cfg: GapforgeConfig, run_id: str, target: str | None) -> tuple
 
     if not target:
         raise UsageError("--episodes-from needs --target (the env whose stored episodes to compare with)")
-    with open_store(cfg) as store:
+    with open_store(cfg, must_exist=True) as store:
         episodes = store.episodes(run_id, env=target)
         split = split_openings(store, run_id, target, unseen_env=cfg.evaluation.unseen_env) if episodes else None
     if not episodes:
@@ -172,7 +172,7 @@ def show(
     from gapforge.store.workspace import Workspace
 
     cfg = get_config(config, set_)
-    with open_store(cfg) as store:
+    with open_store(cfg, must_exist=True) as store:
         rows = store.synthetic_envs(run_id, capability)
         if not rows:
             raise UsageError(

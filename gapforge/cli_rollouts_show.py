@@ -62,7 +62,7 @@ def show_cmd(
     set_: SetOpt = None,
 ) -> None:
     """List a run's episodes, or print one trajectory readably."""
-    store = open_store(get_config(config, set_))
+    store = open_store(get_config(config, set_), must_exist=True)
     target = store.run_target(run)
     if episode is None:
         if target:

@@ -251,7 +251,7 @@ def fork_cmd(
     from gapforge.run_session import fork_run
 
     cfg = get_config(config, None)
-    store = store_of(cfg)
+    store = store_of(cfg, must_exist=True)
     new_id, new_cfg, options, copied = fork_run(cfg, store, run, checkpoint, set_, run_id)
     say(f"run {new_id}")
     reused = ", ".join(f"{n} {table}" for table, n in copied.items() if n) or "nothing"

@@ -51,7 +51,7 @@ def metrics_cmd(
     """Perfect count and mean similarity per category, with run / excluded counts (as the paper reports)."""
     from gapforge.envs.toolsandbox.metrics import is_toolsandbox, stored_metrics
 
-    with open_store(get_config(config, set_)) as store:
+    with open_store(get_config(config, set_), must_exist=True) as store:
         store.get_run(run)
         episodes = [e for e in store.episodes(run, env=env) if is_toolsandbox(e.env)]
     if not episodes:

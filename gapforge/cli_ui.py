@@ -71,4 +71,7 @@ def register(app: typer.Typer) -> None:
             highlight=False,
             soft_wrap=True,
         )
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+        try:
+            uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", access_log=False)
+        except KeyboardInterrupt:  # uvicorn shut down, then raised the Ctrl-C / SIGTERM it caught: the way to stop it
+            console.print("gapforge ui stopped", highlight=False)

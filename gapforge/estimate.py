@@ -199,10 +199,10 @@ def estimate(cfg: Any, *, throughput: float | None = None, episodes: int = 8) ->
         *notes({"cost": {r.stage: r.counters(probe, 0.0) for r in rows}}, cfg.pricing, Models.of(cfg)),
     ]
     from gapforge.errors import GapforgeError
-    from gapforge.preflight import check_llm_roles
+    from gapforge.preflight import check_recorded_roles
 
-    try:  # the LLM roles priced above must be able to answer: `gapforge run` refuses them before any work
-        check_llm_roles(cfg)
+    try:  # recorded LLM roles priced above must exist: `gapforge run` refuses them before any work (endpoints: not probed)
+        check_recorded_roles(cfg)
     except GapforgeError as e:
         lines.append(f"warning: `gapforge run` refuses this config as it is: {e}")
     return table, lines

@@ -126,14 +126,18 @@ def check_policy(cfg: GapforgeConfig) -> None:
 
 def check_llm_roles(cfg: GapforgeConfig) -> None:
     """The analyst, the generator and reviewer, and an LLM user simulator can each answer for this env."""
-    env = cfg.rollouts.env
     if cfg.llm.kind == "openai":
         _endpoint(cfg.llm.endpoint, "llm.endpoint", "the analyst, the generator and the reviewer")
-    else:
-        _recorded_analyst(cfg, env)
-        _recorded_synthesis(cfg, env)
+    check_recorded_roles(cfg)
     if cfg.rollouts.user == "llm" and cfg.rollouts.user_endpoint == "llm" and cfg.llm.kind != "openai":
         _endpoint(cfg.llm.endpoint, "llm.endpoint", "the LLM user simulator (rollouts.user=llm)")
+
+
+def check_recorded_roles(cfg: GapforgeConfig) -> None:
+    """llm.kind=scripted: the analyst's, generator's and reviewer's recorded answers exist for this env (no network)."""
+    if cfg.llm.kind != "openai":
+        _recorded_analyst(cfg, cfg.rollouts.env)
+        _recorded_synthesis(cfg, cfg.rollouts.env)
 
 
 def _recorded_analyst(cfg: GapforgeConfig, env: str) -> None:

@@ -62,7 +62,7 @@ class EnvCodeError(EnvCodeFault):
         return EnvCodeError(self.kind, fix(self.detail), method=self.method, traceback=fix(self.traceback))
 
 
-_COPY = re.compile(r"""[^\s"'(]*\b[0-9a-f]{16}\.py""")  # a module's copy in the mount, with its directory
+_COPY = re.compile(r"""(?:/[^\s"'()=:,]*)?/modules/[0-9a-f]{16}\.py|\b[0-9a-f]{16}\.py\b""")  # the copy, with its path
 
 
 InfraFailureKind = Literal["killed", "removed", "daemon_gone"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from gapforge.envs.env_threads import DaemonThreads
 from gapforge.envs.errors import PolicyError
-from gapforge.envs.protocol import USER_TOKENS, Environment, Message, TaskRef
+from gapforge.envs.protocol import USER_TOKENS, Environment, Message, TaskRef, returned
 from gapforge.sandbox.errors import SandboxError
 from gapforge.serving.chat_format import tool_format_of
 from gapforge.serving.tool_calls import parse_turn
@@ -99,7 +99,7 @@ class _Episode:
         if self.rollout.dropped is not None:
             return
         try:
-            score, r = self.call(self.env.score), self.rollout
+            score, r = returned("score", self.call(self.env.score)), self.rollout
             r.reward, r.success, r.components = score.reward, score.success, dict(score.components)
             prompt, completion = score.info.get(USER_TOKENS) or (0, 0)
             with _SPENT:
@@ -160,7 +160,7 @@ def run_groups(
                 keys.append((g, i))
                 try:
                     ep.tools = ep.call(env.tools)
-                    ep.rollout.messages = list(ep.call(env.reset, task))
+                    ep.rollout.messages = returned("reset", ep.call(env.reset, task))
                     ep.rollout.traj.prompt_ids = encode(
                         tokenizer, render(tokenizer, ep.rollout.messages, ep.tools, generation_prompt=True)
                     )
@@ -224,7 +224,7 @@ def _advance(
         message = Message.assistant(content=text)
     r.messages.append(message)
     try:
-        result = ep.call(ep.env.step, message)
+        result = returned("step", ep.call(ep.env.step, message))
     except Exception as e:  # noqa: BLE001
         ep.fail("env", e)
         return

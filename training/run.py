@@ -167,8 +167,9 @@ def _alive(pid: int) -> bool:
 
 
 def run_jobs(jobs: list[TrainJob], spec_dir: Path, on_line=None) -> list[JobOutcome]:
-    """Each job in its own process, one after the other; a crash is recorded and the next job runs."""
-    return [run_job(job, spec_dir, on_line) for job in jobs]
+    """Each job in its own process, one after the other; a crash is recorded and the next job runs (none after
+    stop_jobs)."""
+    return [run_job(job, spec_dir, on_line) for job in jobs if not _STOPPING.is_set()]
 
 
 def _die_with_launcher() -> None:

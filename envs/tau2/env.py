@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from gapforge.envs.errors import EnvError
+from gapforge.envs.errors import EnvError, SimulatorEndpointError
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
 from gapforge.envs.tau2 import domain as dom
 from gapforge.envs.tau2.domain import load_tau2
 from gapforge.envs.tau2.users import ScriptedUser, litellm_args, litellm_model, llm_user
-from gapforge.envs.user_endpoint import UserEndpoint, coerce_endpoint
+from gapforge.envs.user_endpoint import UserEndpoint, coerce_endpoint, endpoint_down
 
 DEFAULT_MAX_STEPS = 200  # tau2.config.DEFAULT_MAX_STEPS (the `tau2 run` default)
 DEFAULT_MAX_ERRORS = 10  # tau2.config.DEFAULT_MAX_ERRORS
@@ -249,7 +249,8 @@ class Tau2Env:
         except Exception as exc:  # litellm / HTTP failures of the user-simulator endpoint, an empty user message
             where = (self.endpoint.base_url or self.endpoint.model) if self.endpoint else "scripted user"
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise EnvError(
+            down = endpoint_down(type(exc).__name__, getattr(exc, "status_code", None))
+            raise (SimulatorEndpointError if down else EnvError)(
                 f"{self.name}: user simulator at {where} failed: {type(exc).__name__}: {first_line}"
             ) from exc
         reply.timestamp = _now()
@@ -286,7 +287,8 @@ class Tau2Env:
             if self.judge is None or evaluation != t.EvaluationType.ALL_WITH_NL_ASSERTIONS:
                 raise
             first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-            raise EnvError(
+            down = endpoint_down(type(exc).__name__, getattr(exc, "status_code", None))
+            raise (SimulatorEndpointError if down else EnvError)(
                 f"{self.name}: NL judge at {self.judge.base_url or self.judge.model} failed: {type(exc).__name__}: {first_line}"
             ) from exc
         score = to_score(

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import zlib
 from pathlib import Path
 from typing import Any
 
-from gapforge.envs.errors import EnvError
+from gapforge.envs.errors import EnvError, SimulatorEndpointError
 from gapforge.envs.protocol import Message, Score, StepResult, TaskRef
 from gapforge.envs.toolsandbox.runtime import WORKER, WorkerProcess, toolsandbox_python
-from gapforge.envs.user_endpoint import coerce_endpoint
+from gapforge.envs.user_endpoint import coerce_endpoint, endpoint_down
 from gapforge.faults import EnvCodeFault
 
 NETWORK_MODES = ("off", "stand-in")  # stand-in: RapidAPI answers from worker/standin_rapidapi.json (not recorded)
@@ -255,8 +256,13 @@ class ToolSandboxEnv:
     def _raise_if_user_failed(self, out: dict[str, Any]) -> None:
         if out.get("termination") == "user_error":
             where = self._user.get("base_url") or ("OpenAI's API" if self._user["kind"] == "llm" else "scripted user")
-            raise UserSimulatorError(
-                f"{self.name}: user simulator at {where} failed: {(out.get('exception') or {}).get('message', '')[:300]}"
+            message = (out.get("exception") or {}).get("message", "")  # "<the client's error class>: <its text>"
+            retried = re.search(r"raised (\w+)>", message)  # ToolSandbox's user retries with tenacity: RetryError[...]
+            if retried:
+                message = f"{retried.group(1)} (after ToolSandbox's own retries)"
+            down = endpoint_down(message.partition(" ")[0].partition(":")[0])
+            raise (SimulatorEndpointError if down else UserSimulatorError)(
+                f"{self.name}: user simulator at {where} failed: {message[:300]}"
             )
 
     @staticmethod

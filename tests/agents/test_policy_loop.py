@@ -17,6 +17,8 @@ from gapforge.agents.llm import ScriptedChatModel, make_chat_model
 from gapforge.agents.policy import ChatModelPolicy, EpisodeRecord, from_langchain, run_episode, to_langchain
 from gapforge.envs.errors import EnvError
 from gapforge.envs.protocol import Message, PolicyModel, Score, ToolCall
+from gapforge.sandbox.errors import SandboxLost
+from gapforge.store.errors import DiskFull
 from tests.fakes.fake_openai import FakeOpenAIServer, tool_call_message
 
 
@@ -182,6 +184,23 @@ async def test_an_endpoint_down_inside_an_env_call_is_the_endpoints_failure_not_
     ep = await run_episode(scripted_policy([call("read_code")]), UserEndpointDown(), "easy")
     assert ep.termination == "endpoint_error" and ep.infrastructure_failure and not ep.final  # a resume plays it again
     assert ep.error.startswith("env.step failed on the endpoint (infrastructure): ") and "127.0.0.1:9" in ep.error
+
+
+class ScoreLosesItsSandbox(LockerEnv):
+    def score(self):
+        raise SandboxLost("killed", "the container was killed from outside")
+
+
+class ScoreFillsTheDisk(LockerEnv):
+    def score(self):
+        raise DiskFull("/tmp/ws", "the env's score file")
+
+
+async def test_the_sandbox_lost_at_score_is_the_sandboxs_and_a_full_disk_stops_the_run() -> None:
+    lost = await run_episode(scripted_policy([call("read_code"), open_with_code_read]), ScoreLosesItsSandbox(), "easy")
+    assert lost.termination == "sandbox_error" and not lost.final and "env.score failed on the sandbox" in lost.error
+    with pytest.raises(DiskFull):  # the machine's, not one episode's: the stage stops, resumable
+        await run_episode(scripted_policy([call("read_code"), open_with_code_read]), ScoreFillsTheDisk(), "easy")
 
 
 async def test_unknown_task_propagates_as_env_error() -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import pytest
 
 pytest.importorskip("tau2", reason="extra 'tau2' not installed (pip install -e .[tau2]); CI installs it")
 
-from gapforge.envs.errors import EnvError
+from gapforge.agents.episode import run_episode
+from gapforge.agents.policy import ChatModelPolicy
+from gapforge.agents.scripted import ScriptedChatModel
+from gapforge.envs.errors import EnvError, SimulatorEndpointError
 from gapforge.envs.protocol import Message, TargetEnvironment, ToolCall
 from gapforge.envs.tau2 import Tau2Env, UserEndpoint
 from gapforge.envs.tau2.env import evaluation_plan
@@ -316,12 +320,13 @@ def test_nl_judge_is_the_configured_openai_compatible_endpoint(monkeypatch, verd
     assert nl.DEFAULT_LLM_NL_ASSERTIONS == "gpt-4o-mini"  # tau2's own default is restored after scoring
 
 
-def test_unreachable_judge_is_a_one_line_env_error_naming_it(monkeypatch):
+def test_an_unreachable_judge_is_the_endpoints_failure_in_one_line_naming_it(monkeypatch):
     env = Tau2Env("retail", judge={"model": "j", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5})
     monkeypatch.setattr(env, "_tasks", {**env._tasks, "0": _judged(env, "0")})
-    with pytest.raises(EnvError) as err:
+    with pytest.raises(SimulatorEndpointError) as err:  # not the env's code: resumable (exit 3)
         play(env, "0", gold_calls(env, "0"))
     assert "NL judge at http://127.0.0.1:9/v1 failed" in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 3 and err.value.infrastructure
 
 
 @pytest.mark.parametrize(
@@ -390,9 +395,12 @@ def test_llm_user_accepts_endpoint_config_like_objects():
     assert litellm_model(env.endpoint) == "openai/m" and litellm_args(env.endpoint)["temperature"] == 0.3
 
 
-def test_unreachable_user_endpoint_is_a_one_line_env_error():
+def test_an_unreachable_user_endpoint_ends_the_episode_as_the_endpoints_not_the_envs():
     endpoint = {"model": "fake-user", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0, "timeout_s": 5}
     env = Tau2Env("retail", user="llm", user_model=endpoint)
-    with pytest.raises(EnvError) as err:
+    with pytest.raises(SimulatorEndpointError) as err:
         env.reset("0")
     assert "user simulator at http://127.0.0.1:9/v1 failed" in str(err.value) and "\n" not in str(err.value)
+    policy = ChatModelPolicy(ScriptedChatModel.from_dict({"policy": {"repeat": "hi"}}), name="p")
+    ep = asyncio.run(run_episode(policy, env, "0", max_turns=2))
+    assert ep.termination == "endpoint_error" and not ep.final  # not stored: a resume plays it again

@@ -18,7 +18,7 @@ import pytest
 from cli_helpers import run_id_in
 
 from gapforge.agents.policy import run_episode
-from gapforge.envs.errors import EnvError
+from gapforge.envs.errors import EnvError, SimulatorEndpointError
 from gapforge.envs.protocol import Message, ToolCall
 from gapforge.envs.registry import make_env
 from gapforge.envs.toolsandbox import ToolSandboxEnv, catalog
@@ -324,6 +324,19 @@ def test_llm_user_is_toolsandboxs_own_prompt_on_the_endpoint() -> None:
     system = server.requests[0]["messages"][0]
     assert system["role"] == "system" and "role play as a user" in system["content"]  # ToolSandbox's user instruction
     assert any(t["function"]["name"] == "end_conversation" for t in server.requests[-1]["tools"])
+
+
+def test_an_unreachable_llm_user_is_the_endpoints_failure_not_the_envs() -> None:
+    down = {"model": "sim-user", "base_url": "http://127.0.0.1:9/v1", "api_key": "k", "max_retries": 0, "timeout_s": 5}
+    env = make_env("toolsandbox", user="llm", user_model=down)
+    try:
+        env.reset("search_message_with_recency_latest_multiple_user_turn")  # the scenario's own opening: no call yet
+        with pytest.raises(SimulatorEndpointError) as err:
+            env.step(Message.assistant("Which message do you want to find?"))
+    finally:
+        env.close()
+    assert "user simulator at http://127.0.0.1:9/v1 failed: APIConnectionError" in str(err.value)
+    assert err.value.exit_code == 3 and err.value.infrastructure  # resumable, never stored as the env's failure
 
 
 def test_llm_user_from_the_cli_talks_to_llm_endpoint(tmp_path) -> None:

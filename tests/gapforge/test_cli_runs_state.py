@@ -197,7 +197,14 @@ def test_reading_commands_where_there_is_no_store_say_where_they_looked_and_crea
 ) -> None:
     code, out = invoke("runs", "--config", str(fake_config))
     assert code == 0 and out.startswith("no runs: no store at") and str(tmp_path / "ws" / "gapforge.db") in out, out
-    for command in (["state", "r-nope"], ["history", "r-nope"], ["report", "r-nope"], ["evaluate", "r-nope"]):
+    for command in (
+        ["state", "r-nope"],
+        ["history", "r-nope"],
+        ["report", "r-nope"],
+        ["evaluate", "r-nope"],
+        ["rollouts", "show", "r-nope"],
+        ["fork", "r-nope", "--checkpoint", "c"],
+    ):
         code, out = invoke(*command, "--config", str(fake_config))
         assert code == 2 and "no store at" in out and "Traceback" not in out, (command, out)
     assert not (tmp_path / "ws").exists()  # a mistyped workspace or another directory: no empty store left there

@@ -52,3 +52,25 @@ def test_a_rollout_whose_step_never_returns_is_dropped_and_masked(tiny_tokenizer
     assert all(r.dropped is None and r.failure is None and r.turns == 3 for r in healthy)
     waiting = [t for t in threading.enumerate() if t.name.startswith("train-env")]
     assert waiting and all(t.daemon for t in waiting)  # the abandoned call never holds the process at exit
+
+
+class _StepReturnsDict(ToyDeskEnv):
+    def step(self, message: Message) -> dict:  # type: ignore[override]
+        return {"messages": [], "done": True}
+
+
+def test_a_step_that_returns_the_wrong_type_drops_the_rollout_blamed_on_the_env(tiny_tokenizer) -> None:
+    (rollout,) = run_group(
+        _StepReturnsDict,
+        3,
+        1,
+        sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS),
+        tokenizer=tiny_tokenizer,
+        max_turns=6,
+        max_new_tokens=64,
+        max_completion_length=4096,
+        temperature=1.0,
+        env_timeout_s=5.0,
+    )  # no AttributeError out of the job: the env's fault, said what it returned
+    assert rollout.dropped == "env" and "env.step returned dict, not a StepResult" in (rollout.failure or "")
+    assert set(rollout.traj.env_mask) == {0}
