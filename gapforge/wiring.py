@@ -86,6 +86,7 @@ def apply_policy_spec(cfg: GapforgeConfig, spec: str | None) -> PolicyConfig:
                 f"--policy {redact(spec)!r} holds a user:password: pass the URL without it and the key "
                 "in an env var named by policy.endpoint.api_key_env"
             )
+        check_endpoint_url(spec)  # `http://` is a typo, said as --policy's (the config would say policy.endpoint's)
         pol.kind = "endpoint"
         pol.endpoint.base_url = spec
     elif spec == "scripted" or spec.startswith("scripted:"):

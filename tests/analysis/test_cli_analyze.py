@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gapforge.agents.analysis.recorded import load_recording
 from gapforge.cli import app
+from gapforge.store import Store
 
 RUN = "r-analysis"
 
@@ -38,6 +39,9 @@ def test_analyze_prints_table_plot_cost_and_reuses_everything(planted_db: Path, 
 
 
 def test_analyze_unknown_run_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["analyze", "missing-run", "--set", f"workspace={tmp_path}"])
+    assert result.exit_code == 2 and "no store at" in result.output and "Traceback" not in result.output
+    Store(f"sqlite:///{tmp_path / 'gapforge.db'}").close()  # a store without that run
     result = CliRunner().invoke(app, ["analyze", "missing-run", "--set", f"workspace={tmp_path}"])
     assert result.exit_code == 2
     assert "unknown run 'missing-run'" in result.output and "Traceback" not in result.output
