@@ -30,21 +30,26 @@ class _HangsSecond(ToyDeskEnv):
         return super().step(message)
 
 
-def test_a_rollout_whose_step_never_returns_is_dropped_and_masked(tiny_tokenizer) -> None:
-    _HangsSecond.built = 0
-    t0 = time.monotonic()
-    rollouts = run_group(
-        _HangsSecond,
+def _play(make_env, k: int, tokenizer, *, env_timeout_s: float) -> list:
+    """k rollouts of task 3 with the scripted model turns."""
+    return run_group(
+        make_env,
         3,
-        3,
-        sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS),
-        tokenizer=tiny_tokenizer,
+        k,
+        sampler=ScriptedSampler(tokenizer, MODEL_TURNS),
+        tokenizer=tokenizer,
         max_turns=6,
         max_new_tokens=64,
         max_completion_length=4096,
         temperature=1.0,
-        env_timeout_s=0.5,
+        env_timeout_s=env_timeout_s,
     )
+
+
+def test_a_rollout_whose_step_never_returns_is_dropped_and_masked(tiny_tokenizer) -> None:
+    _HangsSecond.built = 0
+    t0 = time.monotonic()
+    rollouts = _play(_HangsSecond, 3, tiny_tokenizer, env_timeout_s=0.5)
     assert time.monotonic() - t0 < 10.0
     stuck, healthy = rollouts[1], [rollouts[0], rollouts[2]]
     assert stuck.dropped == "env" and "step took longer than 0.5s" in (stuck.failure or "")
@@ -60,17 +65,6 @@ class _StepReturnsDict(ToyDeskEnv):
 
 
 def test_a_step_that_returns_the_wrong_type_drops_the_rollout_blamed_on_the_env(tiny_tokenizer) -> None:
-    (rollout,) = run_group(
-        _StepReturnsDict,
-        3,
-        1,
-        sampler=ScriptedSampler(tiny_tokenizer, MODEL_TURNS),
-        tokenizer=tiny_tokenizer,
-        max_turns=6,
-        max_new_tokens=64,
-        max_completion_length=4096,
-        temperature=1.0,
-        env_timeout_s=5.0,
-    )  # no AttributeError out of the job: the env's fault, said what it returned
+    (rollout,) = _play(_StepReturnsDict, 1, tiny_tokenizer, env_timeout_s=5.0)  # no AttributeError out of the job
     assert rollout.dropped == "env" and "env.step returned dict, not a StepResult" in (rollout.failure or "")
     assert set(rollout.traj.env_mask) == {0}
