@@ -93,7 +93,8 @@ async def validate_module(
     The policy's rollouts run on the caller's loop: its HTTP session is the caller's to close."""
     path = Path(path)
     if not path.is_file() or path.suffix != ".py":
-        raise EnvError(f"env module '{path}' not found: give the path of a .py file")
+        why = "is a directory" if path.is_dir() else "is not a .py file" if path.exists() else "not found"
+        raise EnvError(f"env module '{path}' {why}: give the path of a .py file")
     if seeds < 2:
         raise EnvError(f"--seeds {seeds}: need at least 2 seeds to compare scenarios")
     tools = await asyncio.to_thread(target_tools, target) if target else None

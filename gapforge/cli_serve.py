@@ -149,7 +149,8 @@ def register(app: typer.Typer) -> None:
 
         flags = [*base_flags(base), *backend_flags(backend, vllm_url, vllm_model)]
         if (run is None) == (router_dir is None):
-            raise UsageError("name what to serve: a run id, or --router DIR (a bundle `gapforge export` wrote)")
+            both = " (not both)" if run is not None else ""
+            raise UsageError(f"name what to serve: a run id, or --router DIR (a bundle `gapforge export` wrote){both}")
         check_can_listen(host, port)  # before the model loads
         bundle = store = None
         if router_dir is not None:

@@ -189,7 +189,7 @@ def test_what_cannot_be_exported_or_served_is_one_line_with_exit_2(
     res = runner.invoke(app, ["serve", "--set", f"workspace={workspace}"])
     assert res.exit_code == 2 and "--router DIR" in res.output
     res = runner.invoke(app, ["serve", bare, "--router", str(out / "router")])
-    assert res.exit_code == 2 and "--router DIR" in res.output
+    assert res.exit_code == 2 and "--router DIR" in res.output and "(not both)" in res.output
     res = runner.invoke(app, ["serve", "--router", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "router.json not found" in res.output and "Traceback" not in res.output
     with socket.socket() as busy:  # said before anything loads, not as a path or disk problem after it

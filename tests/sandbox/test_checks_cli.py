@@ -58,6 +58,8 @@ def _invoke(*args: str, cfg: SandboxConfig | None = None, workspace: Path | None
     ("args", "message"),
     [
         (["nowhere/env.py"], "env module 'nowhere/env.py' not found: give the path of a .py file"),
+        ([str(BROKEN)], f"env module '{BROKEN}' is a directory: give the path of a .py file"),
+        ([str(BROKEN.parent.parent / "README.md")], "is not a .py file: give the path of a .py file"),
         ([str(BROKEN / "baseline_ok.py"), "--target", "moon"], "unknown env 'moon'"),
         ([str(BROKEN / "baseline_ok.py"), "--seeds", "1"], "--seeds 1: need at least 2 seeds"),
     ],
