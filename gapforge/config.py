@@ -178,6 +178,23 @@ def read_secret(var: str, environ: dict[str, str] | None = None) -> str:
     return value
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """SafeLoader refusing a key given twice in one mapping: plain YAML keeps the last, silently losing the first section."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"{key!r} given twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def load_config(
     path: str | Path | None = None, overrides: list[str] | None = None, environ: dict[str, str] | None = None
 ) -> GapforgeConfig:
@@ -189,7 +206,7 @@ def load_config(
         if not p.is_file():
             raise ConfigError(f"config file '{p}' not found: pass an existing YAML file to --config")
         try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeys) or {}  # a SafeLoader
         except UnicodeDecodeError as e:
             raise ConfigError(
                 f"config file '{p}' is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}): save it as UTF-8"
@@ -198,8 +215,10 @@ def load_config(
             raise ConfigError(f"config file '{p}' cannot be read ({e.strerror}): check its permissions") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"config file '{p}'{where} is not valid YAML: fix the syntax") from None
+            where, problem = f" line {mark.line + 1}" if mark else "", getattr(e, "problem", None)
+            raise ConfigError(
+                f"config file '{p}'{where} is not valid YAML{f' ({problem})' if problem else ''}: fix it"
+            ) from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file '{p}' must hold a mapping of sections at the top level")
         tree = loaded

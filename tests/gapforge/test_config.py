@@ -36,6 +36,11 @@ def test_yaml_then_set_then_env(tmp_path: Path) -> None:
         ("", ["rollouts.concurrency=0"], "rollouts.concurrency"),
         ("", ["analysis.min_passes=11"], "min_passes"),
         ("rollouts: [1, 2\n", [], "not valid YAML"),
+        (
+            "training:\n  max_steps: 4\nseed: 3\ntraining:\n  seed: 1\n",
+            [],
+            "line 4 is not valid YAML ('training' given twice)",
+        ),
         ("llm:\n  endpoint:\n    api_key: sk-oops\n", [], "env vars only"),
         ("", ["noequals"], "expected dotted.key=value"),
         ("", ["evaluation.trials=0"], "evaluation.trials"),
