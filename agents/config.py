@@ -49,6 +49,19 @@ def credentials_in_url(url: str) -> bool:
         return False
 
 
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be an endpoint's base URL, None when it can: it must parse and name an http(s) host
+    (`http://` or `http://[::1` are typos, not outages)."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+        host = parsed.host
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        return f"not a valid URL ({e})"
+    return None if parsed.scheme in ("http", "https") and host else "not an http(s) URL with a host"
+
+
 class EndpointConfig(_Section):
     """An OpenAI-compatible chat endpoint.
 
@@ -78,14 +91,8 @@ class EndpointConfig(_Section):
     def _no_password_in_url(cls, value: str | None) -> str | None:
         if value and credentials_in_url(value):
             raise ValueError("the URL holds a user:password: put the key in an env var and name it in api_key_env")
-        if value is not None:  # a typo is said here, not retried as an outage and blamed on the endpoint later
-            try:
-                url = urlsplit(value)
-                host = url.hostname
-            except ValueError as e:
-                raise ValueError(f"not a valid URL ({e}): e.g. http://localhost:8000/v1") from None
-            if url.scheme not in ("http", "https") or not host:
-                raise ValueError("not an http(s) URL with a host: e.g. http://localhost:8000/v1")
+        if value is not None and (problem := url_problem(value)):  # said here, not retried later as an outage
+            raise ValueError(f"not a usable endpoint URL ({problem}): e.g. http://localhost:8000/v1")
         return value
 
     def load_key(self, environ: Mapping[str, str]) -> None:

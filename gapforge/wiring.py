@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from gapforge.agents.config import EndpointConfig, credentials_in_url
+from gapforge.agents.config import EndpointConfig, credentials_in_url, url_problem
 from gapforge.agents.deps import StageDeps
 from gapforge.config import GapforgeConfig, PolicyConfig
 from gapforge.errors import UsageError
@@ -124,18 +124,9 @@ def endpoint_failure(base_url: str, timeout_s: float = 5.0) -> str | None:
 
 
 def check_endpoint_url(base_url: str) -> None:
-    """A policy URL must parse and name a host: `http://` or `http://[::1` are typos, not outages."""
-    try:
-        url = httpx.URL(base_url)
-        host = url.host
-    except (httpx.InvalidURL, ValueError, TypeError) as e:
-        raise UsageError(
-            f"policy endpoint {base_url!r} is not a valid URL ({e}): e.g. http://localhost:8000/v1"
-        ) from None
-    if url.scheme not in ("http", "https") or not host:
-        raise UsageError(
-            f"policy endpoint {base_url!r} is not an http(s) URL with a host: e.g. http://localhost:8000/v1"
-        )
+    """A policy URL must parse and name a host (agents.config.url_problem): a typo is not an outage."""
+    if problem := url_problem(base_url):
+        raise UsageError(f"policy endpoint {base_url!r} is {problem}: e.g. http://localhost:8000/v1")
 
 
 def make_policy(pol: PolicyConfig, *, name: str | None = None) -> PolicyModel:
